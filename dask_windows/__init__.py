@@ -1,0 +1,8 @@
+"""Stream shuffled windows of partitioned time series into PyTorch."""
+from __future__ import annotations
+
+from dask_windows.errors import ConfigError, DataError, SchemaError, SourceReadError
+
+__version__ = "0.1.0"
+
+__all__ = ["ConfigError", "DataError", "SchemaError", "SourceReadError", "__version__"]

@@ -1,0 +1,23 @@
+"""Exception types. Each subclasses a built-in so callers may catch either."""
+from __future__ import annotations
+
+__all__ = ["DataError", "SchemaError", "SourceReadError", "ConfigError"]
+
+
+class ConfigError(ValueError):
+    """An invalid parameter combination given to a dataset or function."""
+
+
+class DataError(ValueError):
+    """The data itself breaks a rule (NaN inside a window, no windows at all)."""
+
+
+class SchemaError(DataError, KeyError):
+    """A column is missing or the files of a dataset disagree on their schema."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class SourceReadError(OSError):
+    """A partition could not be read (unreadable, truncated or corrupt)."""
