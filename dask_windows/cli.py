@@ -1,0 +1,312 @@
+"""The ``dask-windows`` command line: convert, inspect, stats, bench.
+
+Heavy lifting (convert, stats) runs on Dask: a ``LocalCluster`` of worker
+processes by default, or any running cluster given by ``--scheduler``.
+``inspect`` reads metadata only and ``bench`` drives a ``WindowDataset``
+through a ``torch.utils.data.DataLoader`` in this process, so neither starts a
+cluster. Results go to stdout (``--json`` for a machine-readable form);
+progress bars, logs and errors go to stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import sys
+import time as clock
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from dask_windows.errors import ConfigError, DataError, SourceReadError
+
+__all__ = ["main"]
+
+logger = logging.getLogger(__name__)
+
+
+def _size(num_bytes: float) -> str:
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(num_bytes) < 1000 or unit == "TB":
+            return f"{num_bytes:,.0f} {unit}" if unit == "B" else f"{num_bytes:,.1f} {unit}"
+        num_bytes /= 1000
+    return ""  # unreachable
+
+
+def _table(rows: Sequence[tuple[str, Any]]) -> str:
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+# ---------------------------------------------------------------- cluster
+
+@contextlib.contextmanager
+def _client(args: argparse.Namespace) -> Iterator[Any]:
+    """A distributed client: on ``--scheduler`` or on a fresh LocalCluster."""
+    from distributed import Client, LocalCluster
+
+    quiet = args.verbose < 2
+    if quiet:  # distributed sets its loggers' levels when imported
+        for noisy in ("distributed", "tornado", "bokeh"):
+            logging.getLogger(noisy).setLevel(logging.ERROR)
+    if args.scheduler:
+        try:
+            client = Client(args.scheduler, timeout=args.connect_timeout)
+        except (OSError, TimeoutError) as exc:
+            raise ConnectionError(
+                f"could not reach the Dask scheduler at {args.scheduler} "
+                f"({type(exc).__name__}: {exc}); check the address and that the scheduler "
+                f"is running, or leave out --scheduler to start a local cluster") from exc
+        with client:
+            yield client
+        return
+    memory_limit = args.memory_limit
+    with LocalCluster(n_workers=args.workers, threads_per_worker=args.threads_per_worker,
+                      memory_limit=memory_limit, processes=True, dashboard_address=None,
+                      silence_logs=logging.ERROR if quiet else logging.INFO,
+                      local_directory=args.local_directory) as cluster, Client(cluster) as client:
+        yield client
+
+
+def _computer(client: Any, show_progress: bool):
+    """``compute(label, *collections)`` on ``client``, with a progress bar on stderr."""
+
+    def compute(label: str, *collections: Any) -> tuple:
+        futures = client.compute(list(collections))
+        if show_progress:
+            from distributed import progress
+
+            print(f"{label}", file=sys.stderr, flush=True)
+            with contextlib.redirect_stdout(sys.stderr):
+                progress(futures)
+            print(file=sys.stderr, flush=True)
+        return tuple(client.gather(futures))
+
+    return compute
+
+
+# ---------------------------------------------------------------- commands
+
+def _cmd_convert(args: argparse.Namespace) -> dict:
+    from dask_windows.convert import convert
+    from dask_windows.summary import windows_per_run
+
+    started = clock.perf_counter()
+    with _client(args) as client:
+        report = convert(
+            args.src, args.dst, series=args.series, time=args.time, fmt=args.format,
+            partition_size=args.partition_size, overwrite=args.overwrite,
+            parse_time=args.parse_time, compression=args.compression,
+            npy_columns=args.npy_columns.split(",") if args.npy_columns else None,
+            compute=_computer(client, not args.no_progress))
+    seconds = clock.perf_counter() - started
+    out = {k: v for k, v in report.__dict__.items() if k != "manifest"}
+    out["seconds"] = round(seconds, 3)
+    if args.window is not None:
+        files = report.manifest["files"]
+        runs = [run for f in files for run in f["runs"]]
+        kept = int(windows_per_run([n for _, n, _ in runs], args.window, args.stride,
+                                   args.horizon).sum())
+        whole: dict[Any, int] = {}  # rows per series before cutting into files
+        for _, n, value in runs:
+            whole[json.dumps(value)] = whole.get(json.dumps(value), 0) + n
+        total = int(windows_per_run(list(whole.values()), args.window, args.stride,
+                                    args.horizon).sum())
+        out.update(window=args.window, stride=args.stride, horizon=args.horizon,
+                   windows=kept, windows_lost=total - kept)
+    if args.json:
+        return out
+    rows = [("output", args.dst), ("rows in", f"{out['rows_in']:,}"),
+            ("rows out", f"{out['rows_out']:,}"),
+            ("files", f"{out['files']:,} ({_size(out['bytes_out'])}, "
+                      f"{_size(out['bytes_out'] / max(out['files'], 1))} mean)"),
+            ("series", f"{out['series']:,} ({out['split_series']:,} split across files)")]
+    if "windows" in out:
+        lost = out["windows_lost"] / max(out["windows"] + out["windows_lost"], 1)
+        rows.append((f"windows (window={args.window}, stride={args.stride}, "
+                     f"horizon={args.horizon})",
+                     f"{out['windows']:,} kept, {out['windows_lost']:,} lost at file "
+                     f"edges ({lost:.3%})"))
+    rows.append(("time", f"{seconds:.1f} s ({out['rows_in'] / seconds:,.0f} rows/s)"))
+    return {"text": _table(rows)}
+
+
+def _cmd_inspect(args: argparse.Namespace) -> dict:
+    from dask_windows.summary import inspect_dataset
+
+    out = inspect_dataset(
+        args.path, series=args.series, window=args.window, stride=args.stride,
+        horizon=args.horizon, features=args.features, targets=args.targets,
+        batch_size=args.batch_size, buffer_partitions=args.buffer_partitions,
+        prefetch_partitions=args.prefetch_partitions, num_workers=args.num_workers)
+    if args.json:
+        return out
+    rows = [("path", out["path"]), ("files", f"{out['files']:,}"),
+            ("partitions", f"{out['partitions']:,} (largest {out['largest_partition_rows']:,} "
+                           f"rows)"),
+            ("rows", f"{out['rows']:,}"), ("bytes", _size(out["bytes"]))]
+    if "series" in out:
+        rows.append(("series", f"{out['series']:,} in column {out['series_column']!r} "
+                               f"({out['runs']:,} runs, from the {out['runs_from']})"))
+    schema = ", ".join(f"{k}: {v}" for k, v in out["schema"].items())
+    rows.append(("schema", schema))
+    if "windows" in out:
+        mem = out["memory"]
+        rows.append((f"windows (window={out['window']}, stride={out['stride']}, "
+                     f"horizon={out['horizon']})", f"{out['windows']:,}"))
+        rows.append((f"loader memory (buffer={args.buffer_partitions}, "
+                     f"prefetch={args.prefetch_partitions}, batch={args.batch_size}, "
+                     f"C={len(out['features'])})",
+                     f"{_size(mem['per_process'])} per process x {mem['processes']} = "
+                     f"{_size(mem['total'])} (partitions {_size(mem['partitions'])}, "
+                     f"window index {_size(mem['window_index'])}, "
+                     f"batches {_size(mem['batches'])})"))
+    rows.append(("time", f"{out['seconds']:.3f} s"))
+    return {"text": _table(rows)}
+
+
+def _cmd_stats(args: argparse.Namespace) -> dict:
+    from dask_windows.summary import compute_stats
+
+    with _client(args) as client:
+        doc = compute_stats(args.path, args.features, fmt=args.format,
+                            compute=_computer(client, not args.no_progress))
+    if args.out:
+        import fsspec
+
+        with fsspec.open(args.out, "w") as out:
+            json.dump(doc, out, indent=1)
+    if args.json:
+        return doc
+    rows = [("feature", "count        mean         std          min          max      nan")]
+    for name, s in doc["features"].items():
+        nums = " ".join(f"{s[k]:>12.6g}" if s[k] is not None else f"{'-':>12}"
+                        for k in ("mean", "std", "min", "max"))
+        rows.append((name, f"{s['count']:>5,} {nums} {s['nan_count']:>8,}"))
+    text = _table(rows) + f"\nrows: {doc['rows']:,}"
+    return {"text": text + (f"\nwritten to {args.out}" if args.out else "")}
+
+
+def _cmd_bench(args: argparse.Namespace) -> dict:
+    from dask_windows.bench import run_bench  # noqa: F401  (see _bench below)
+
+    return {}
+
+
+# ---------------------------------------------------------------- parser
+
+def _cluster_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("cluster")
+    group.add_argument("--scheduler", metavar="ADDRESS",
+                       help="address of a running Dask scheduler (default: start a "
+                            "LocalCluster)")
+    group.add_argument("--workers", type=int, default=2, help="LocalCluster worker "
+                       "processes (default 2)")
+    group.add_argument("--threads-per-worker", type=int, default=1)
+    group.add_argument("--memory-limit", default="auto",
+                       help="LocalCluster memory limit per worker, e.g. 2GB (default auto)")
+    group.add_argument("--local-directory", default=None,
+                       help="where LocalCluster workers spill to disk")
+    group.add_argument("--connect-timeout", default="10s",
+                       help="how long to try reaching --scheduler (default 10s)")
+    group.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _window_options(parser: argparse.ArgumentParser, required: bool = False) -> None:
+    parser.add_argument("--window", type=int, required=required, metavar="L")
+    parser.add_argument("--stride", type=int, default=1, metavar="S")
+    parser.add_argument("--horizon", type=int, default=0, metavar="H")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``dask-windows``."""
+    from dask_windows.convert import FORMATS
+
+    parser = argparse.ArgumentParser(prog="dask-windows", description=__doc__.split("\n")[0])
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="log progress (-v) or debug details and tracebacks (-vv)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("convert", help="turn Parquet/CSV/Avro/npy files into a sorted, "
+                       "series-aligned Parquet dataset with a manifest")
+    p.add_argument("src", nargs="+", metavar="SRC", help="input files, folders or globs")
+    p.add_argument("dst", metavar="DST", help="output folder (must not exist)")
+    p.add_argument("--series", required=True, metavar="COL")
+    p.add_argument("--time", required=True, metavar="COL")
+    p.add_argument("--format", help=f"input format: {', '.join(FORMATS)} (default: from "
+                   "file extensions)")
+    p.add_argument("--partition-size", default="256MB", help="target file size (256MB)")
+    p.add_argument("--compression", default="snappy")
+    p.add_argument("--parse-time", action="store_true",
+                   help="parse a text time column with pandas.to_datetime")
+    p.add_argument("--npy-columns", metavar="A,B,..", help="names of plain .npy columns")
+    p.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
+    _window_options(p)
+    p.add_argument("--json", action="store_true")
+    _cluster_options(p)
+    p.set_defaults(run=_cmd_convert)
+
+    p = sub.add_parser("inspect", help="files, rows, series, schema, windows and loader "
+                       "memory of a Parquet dataset, from metadata")
+    p.add_argument("path", metavar="PATH")
+    p.add_argument("--series", metavar="COL", help="default: the manifest's")
+    _window_options(p)
+    p.add_argument("--features", nargs="+", metavar="COL")
+    p.add_argument("--targets", nargs="+", metavar="COL")
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--buffer-partitions", type=int, default=2)
+    p.add_argument("--prefetch-partitions", type=int, default=1)
+    p.add_argument("--num-workers", type=int, default=0, help="DataLoader workers")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=_cmd_inspect)
+
+    p = sub.add_parser("stats", help="per-feature count, mean, std, min, max, NaNs in "
+                       "one Dask pass")
+    p.add_argument("path", nargs="+", metavar="PATH")
+    p.add_argument("--features", nargs="+", metavar="COL",
+                   help="default: every numeric column but series and time")
+    p.add_argument("--format", help=f"input format: {', '.join(FORMATS)}")
+    p.add_argument("--out", metavar="FILE", help="write the stats JSON here")
+    p.add_argument("--json", action="store_true")
+    _cluster_options(p)
+    p.set_defaults(run=_cmd_stats)
+
+    p = sub.add_parser("bench", help="windows/s, GB/s, first batch, I/O wait and peak "
+                       "RSS of a WindowDataset on your data")
+    p.add_argument("path", metavar="PATH")
+    p.add_argument("--features", nargs="+", required=True, metavar="COL")
+    p.add_argument("--targets", nargs="+", metavar="COL")
+    p.add_argument("--series", required=True, metavar="COL")
+    _window_options(p, required=True)
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--num-workers", type=int, default=0, help="DataLoader workers")
+    p.add_argument("--buffer-partitions", type=int, default=2)
+    p.add_argument("--prefetch-partitions", type=int, default=1)
+    p.add_argument("--max-batches", type=int, help="stop after this many batches")
+    p.add_argument("--seconds", type=float, default=30.0,
+                   help="stop after this long (default 30; the epoch may end first)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=_cmd_bench)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``dask-windows``; returns the exit status (0 ok, 1 failed, 2 usage)."""
+    args = build_parser().parse_args(argv)
+    level = (logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)]
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        out = args.run(args)
+    except (ConfigError, DataError, SourceReadError, FileExistsError, FileNotFoundError,
+            ConnectionError, KeyError, ValueError, TypeError, OSError) as exc:
+        if args.verbose >= 2:
+            raise
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"dask-windows {args.command}: error: {message}", file=sys.stderr)
+        return 1
+    print(out["text"] if "text" in out and len(out) == 1 else json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

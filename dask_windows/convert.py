@@ -1,0 +1,551 @@
+"""Turn Parquet, CSV, Avro or ``.npy`` inputs into a loader-ready Parquet dataset.
+
+The output is sorted by (series, time) and cut into files near a target size
+*at series boundaries*: a window never crosses a file, so every cut through a
+series loses the windows that would have straddled it. Whole series are packed
+greedily into files; only a series larger than the target is split, into the
+fewest nearly equal pieces. Each output file is one Parquet row group, so a
+file is one partition for every reader.
+
+It runs as three Dask passes, none of which needs more than one output file's
+rows in memory on a worker: (1) per-series row counts and a size sample;
+(2) only when some series must be split, a small weighted sample of their
+times to place the cuts; (3) a shuffle of every row to its output file (P2P on
+a distributed cluster, spilling to disk) and one task per file that sorts and
+writes it. The trade-off is reading the input two or three times in exchange
+for memory bounded by the target file size, not by the input. Rows with equal
+(series, time) keep their input order, so a conversion is deterministic.
+
+Files are written under ``DST.tmp-<uuid>``, the manifest last, and the folder
+is renamed to ``DST`` only when everything is there.
+"""
+from __future__ import annotations
+
+import io
+import logging
+import math
+import posixpath
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import dask
+import dask.dataframe as dd
+import fsspec
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+from dask.utils import parse_bytes
+
+from dask_windows.errors import ConfigError, DataError, SchemaError
+from dask_windows.manifest import read_manifest, series_runs, write_manifest
+
+__all__ = ["FORMATS", "ConvertReport", "convert", "list_inputs", "plan_files", "read_inputs"]
+
+logger = logging.getLogger(__name__)
+
+ROW = "__dask_windows_row__"  # input order, the last sort key
+FILE = "__dask_windows_file__"  # output file id of a row
+Compute = Callable[..., tuple]
+
+
+@dataclass(frozen=True)
+class ConvertReport:
+    """What a conversion read and wrote."""
+
+    dst: str
+    rows_in: int
+    rows_out: int
+    files: int
+    series: int
+    split_series: int
+    bytes_out: int
+    manifest: dict
+
+
+def _default_compute(label: str, *collections: Any) -> tuple:
+    logger.info("%s", label)
+    return dask.compute(*collections)
+
+
+# ---------------------------------------------------------------- inputs
+
+FORMATS = ("parquet", "csv", "avro", "npy")
+_EXTENSIONS = {
+    "parquet": (".parquet", ".parq", ".pq"),
+    "csv": (".csv", ".csv.gz", ".csv.bz2", ".csv.xz", ".tsv"),
+    "avro": (".avro",),
+    "npy": (".npy",),
+}
+
+
+def _format_of(path: str) -> str | None:
+    return next((f for f, exts in _EXTENSIONS.items() if path.lower().endswith(exts)), None)
+
+
+def list_inputs(srcs: Sequence[str], fmt: str | None,
+                storage_options: dict | None = None) -> tuple[str, list[str]]:
+    """Expand files, folders and globs into input file URLs, and settle the format.
+
+    Folders are searched recursively for files with the format's extensions
+    (any known one when ``fmt`` is None), skipping names starting with ``_``
+    or ``.``; each source's files are sorted; sources keep the order given.
+
+    Returns:
+        ``(fmt, urls)``.
+    """
+    if fmt is not None and fmt not in FORMATS:
+        raise ConfigError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    wanted = _EXTENSIONS[fmt] if fmt else sum(_EXTENSIONS.values(), ())
+    urls: list[str] = []
+    for src in srcs:
+        fs, path = fsspec.core.url_to_fs(src, **(storage_options or {}))
+        if fs.isdir(path):
+            found = [p for p in fs.find(path) if p.lower().endswith(wanted) and not any(
+                part.startswith(("_", ".")) for part in posixpath.relpath(p, path).split("/"))]
+        elif any(c in path for c in "*?["):
+            found = fs.glob(path)
+        elif fs.exists(path):
+            found = [path]
+        else:
+            raise FileNotFoundError(f"input {src} does not exist; check the path")
+        if not found:
+            raise FileNotFoundError(f"no input files ({', '.join(wanted)}) in {src}; "
+                                    f"check the path or pass --format")
+        local = "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
+        urls += [p if local else fs.unstrip_protocol(p) for p in sorted(found)]
+    if fmt is None:
+        formats = {_format_of(u) for u in urls}
+        if None in formats:
+            odd = next(u for u in urls if _format_of(u) is None)
+            raise ConfigError(f"cannot tell the format of {odd} from its name; pass "
+                              f"--format with one of {', '.join(FORMATS)}")
+        if len(formats) > 1:
+            raise ConfigError(f"inputs mix formats {sorted(formats)}; convert one format "
+                              f"at a time or pass --format")
+        fmt = formats.pop()
+    return fmt, urls
+
+
+def _avro_dtype(avro_type: Any) -> str:
+    """The pandas dtype a column of this Avro type becomes."""
+    nullable = isinstance(avro_type, list) and "null" in avro_type
+    if isinstance(avro_type, list):
+        rest = [t for t in avro_type if t != "null"]
+        if len(rest) != 1:
+            return "object"
+        avro_type = rest[0]
+    if isinstance(avro_type, dict):
+        logical = avro_type.get("logicalType", "")
+        if logical in ("timestamp-millis", "timestamp-micros"):
+            return "datetime64[us, UTC]"
+        if logical in ("local-timestamp-millis", "local-timestamp-micros"):
+            return "datetime64[us]"
+        avro_type = avro_type.get("type") if not logical else None
+    simple = {"int": ("int64", "Int64"), "long": ("int64", "Int64"),
+              "float": ("float32", "float32"), "double": ("float64", "float64"),
+              "boolean": ("bool", "boolean"), "string": ("str", "str")}
+    return simple[avro_type][nullable] if avro_type in simple else "object"
+
+
+def _avro_dtypes(url: str, storage_options: dict | None) -> dict[str, str]:
+    import fastavro
+
+    with fsspec.open(url, "rb", **(storage_options or {})) as src:
+        schema = fastavro.reader(src).writer_schema
+    return {field["name"]: _avro_dtype(field["type"]) for field in schema["fields"]}
+
+
+def _read_avro(url: str, dtypes: dict[str, str], first: str,
+               storage_options: dict | None) -> pd.DataFrame:
+    import fastavro
+
+    if url != first and (mine := _avro_dtypes(url, storage_options)) != dtypes:
+        raise SchemaError(f"{url} has Avro columns {mine} but {first} has {dtypes}; "
+                          f"convert files with different schemas separately")
+    with fsspec.open(url, "rb", **(storage_options or {})) as src:
+        records = list(fastavro.reader(src))
+    columns = {}
+    for name, dtype in dtypes.items():
+        values = [r.get(name) for r in records]
+        if dtype.startswith("datetime64"):
+            columns[name] = pd.Series(pd.to_datetime(values, utc="UTC" in dtype)).astype(dtype)
+        else:
+            columns[name] = pd.Series(values, dtype=dtype)
+    return pd.DataFrame(columns)
+
+
+def _npy_header(url: str, storage_options: dict | None) -> tuple[tuple, np.dtype, int]:
+    with fsspec.open(url, "rb", **(storage_options or {})) as src:
+        version = np.lib.format.read_magic(src)
+        read = {(1, 0): np.lib.format.read_array_header_1_0,
+                (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+        if read is None:
+            raise DataError(f"{url} is .npy version {version}; save it with numpy.save")
+        shape, fortran_order, dtype = read(src)
+        offset = src.tell()
+    if fortran_order or len(shape) not in (1, 2) or (dtype.names and len(shape) != 1):
+        raise DataError(f"{url} holds a {'Fortran-ordered ' * fortran_order}array of shape "
+                        f"{shape}; use C-ordered (rows,) / (rows, columns) arrays, or a 1-D "
+                        f"structured array")
+    return shape, dtype, offset
+
+
+def _read_npy(part: tuple, columns: list[str], series: str, time: str,
+              storage_options: dict | None) -> pd.DataFrame:
+    url, start, stop, shape, dtype, offset = part
+    row_bytes = dtype.itemsize * (shape[1] if len(shape) == 2 else 1)
+    with fsspec.open(url, "rb", **(storage_options or {})) as src:
+        src.seek(offset + start * row_bytes)
+        data = np.frombuffer(src.read((stop - start) * row_bytes), dtype=dtype)
+    if dtype.names:
+        df = pd.DataFrame({name: data[name] for name in dtype.names})
+    else:
+        df = pd.DataFrame(data.reshape(stop - start, -1), columns=columns)
+    extra = {}
+    if series not in df.columns:
+        extra[series] = pd.Series([posixpath.basename(url)[:-4]] * len(df), dtype="str")
+    if time not in df.columns:
+        extra[time] = np.arange(start, stop, dtype=np.int64)
+    return pd.concat([pd.DataFrame(extra), df], axis=1) if extra else df
+
+
+def read_inputs(urls: Sequence[str], fmt: str, *, series: str, time: str,
+                npy_columns: Sequence[str] | None = None, blocksize: int = 64 * 2**20,
+                storage_options: dict | None = None) -> dd.DataFrame:
+    """Open input files as one lazy Dask DataFrame, in file order.
+
+    Parquet and CSV go through Dask's readers (split into ~``blocksize``
+    pieces); each Avro file is one partition read with fastavro; ``.npy``
+    files are read in row chunks straight from their bytes (no full load).
+
+    An ``.npy`` file is either a 1-D structured array, whose fields are the
+    columns, or a plain ``(rows,)`` / ``(rows, C)`` array, whose columns are
+    ``npy_columns`` or ``f0..f{C-1}``. When ``series`` is not one of its
+    columns the file is one series named after the file (its name without
+    ``.npy``); when ``time`` is not, it is the row number within the file.
+    """
+    options = storage_options or {}
+    if fmt == "parquet":
+        return dd.read_parquet(list(urls), storage_options=options, blocksize=blocksize)
+    if fmt == "csv":
+        compressed = any(not u.lower().endswith((".csv", ".tsv")) for u in urls)
+        sep = "\t" if all(u.lower().endswith(".tsv") for u in urls) else ","
+        return dd.read_csv(list(urls), blocksize=None if compressed else blocksize, sep=sep,
+                           storage_options=options)
+    if fmt == "avro":
+        dtypes = _avro_dtypes(urls[0], options)
+        meta = pd.DataFrame({n: pd.Series([], dtype=d) for n, d in dtypes.items()})
+        return dd.from_map(_read_avro, list(urls), dtypes=dtypes, first=urls[0],
+                           storage_options=options, meta=meta, label="read-avro")
+    if fmt != "npy":
+        raise ConfigError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    parts, first = [], None
+    for url in urls:
+        shape, dtype, offset = _npy_header(url, options)
+        if first is None:
+            first = (url, shape[1:], dtype)
+        elif (shape[1:], dtype) != first[1:]:
+            raise SchemaError(f"{url} holds {dtype} rows of shape {shape[1:]} but {first[0]} "
+                              f"holds {first[2]} rows of shape {first[1]}; every .npy input "
+                              f"needs the same columns")
+        row_bytes = dtype.itemsize * (shape[1] if len(shape) == 2 else 1)
+        step = max(1, blocksize // max(row_bytes, 1))
+        parts += [(url, a, min(a + step, shape[0]), shape, dtype, offset)
+                  for a in range(0, shape[0], step)]
+    num_columns = 1 if len(first[1]) == 0 else first[1][0]
+    columns = list(npy_columns) if npy_columns else [f"f{i}" for i in range(num_columns)]
+    if not first[2].names and len(columns) != num_columns:
+        raise ConfigError(f"{len(columns)} column names given for .npy arrays with "
+                          f"{num_columns} columns; pass exactly {num_columns} names")
+    if not parts:
+        raise DataError(f"the .npy inputs ({urls[0]}, ...) have no rows")
+    meta = _read_npy((parts[0][0], 0, 0, *parts[0][3:]), columns, series, time, options)
+    return dd.from_map(_read_npy, parts, columns=columns, series=series, time=time,
+                       storage_options=options, meta=meta, label="read-npy")
+
+
+def plan_files(series_rows: np.ndarray, target_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pack series, in order, into output files of at most ``target_rows`` rows.
+
+    A series that fits is never split; one longer than ``target_rows`` gets
+    ``ceil(rows / target_rows)`` files of its own, so it is cut as few times as
+    possible.
+
+    Args:
+        series_rows: row count of each series, in output order.
+        target_rows: the most rows a file should hold (>= 1).
+
+    Returns:
+        ``(first_file, num_pieces)``: per series its first file id and how
+        many consecutive files it spans. File ids count from 0 without gaps.
+    """
+    first_file = np.zeros(len(series_rows), dtype=np.int64)
+    num_pieces = np.ones(len(series_rows), dtype=np.int64)
+    next_file, open_rows = 0, 0  # open_rows: rows in file next_file - 1 so far
+    for i, rows in enumerate(series_rows.tolist()):
+        if rows > target_rows:
+            first_file[i] = next_file
+            num_pieces[i] = math.ceil(rows / target_rows)
+            next_file += int(num_pieces[i])
+            open_rows = target_rows  # closed: nothing joins a split series' file
+        elif open_rows == 0 or open_rows + rows > target_rows:
+            first_file[i] = next_file
+            next_file += 1
+            open_rows = rows
+        else:
+            first_file[i] = next_file - 1
+            open_rows += rows
+    return first_file, num_pieces
+
+
+def _profile(df: pd.DataFrame, time: str, compression: str, partition_info=None) -> pd.DataFrame:
+    """Rows, null times and (for the first partition) Parquet bytes per row."""
+    bytes_per_row = np.nan
+    if partition_info is not None and partition_info["number"] == 0 and len(df):
+        sample = df.iloc[:50_000]
+        buf = io.BytesIO()
+        pq.write_table(pa.Table.from_pandas(sample, preserve_index=False), buf,
+                       compression=compression)
+        bytes_per_row = buf.tell() / len(sample)
+    return pd.DataFrame({"rows": [len(df)], "null_time": [int(df[time].isna().sum())],
+                         "bytes_per_row": [bytes_per_row]})
+
+
+def _add_row_ids(df: pd.DataFrame, offsets: np.ndarray, partition_info=None) -> pd.DataFrame:
+    start = int(offsets[partition_info["number"]]) if partition_info else 0
+    return df.assign(**{ROW: np.arange(start, start + len(df), dtype=np.int64)})
+
+
+def _time_sketch(df: pd.DataFrame, series: str, time: str, keys: pd.Index, size: int) -> dict:
+    """Per split series: sorted times thinned to ``size`` points, with weights."""
+    positions = keys.get_indexer(df[series])
+    sketch = {}
+    for pos in np.unique(positions[positions >= 0]):
+        times = np.sort(df[time].to_numpy()[positions == pos])
+        sketch[int(pos)] = _thin(times, np.ones(len(times)), size)
+    return sketch
+
+
+def _thin(times: np.ndarray, weights: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Keep ``size`` points of a sorted weighted sample at equal weight steps."""
+    if len(times) <= size:
+        return times, weights
+    cum = np.cumsum(weights)
+    picks = np.searchsorted(cum, np.linspace(0, cum[-1], size, endpoint=False), side="right")
+    return times[picks], np.full(size, cum[-1] / size)
+
+
+def _merge_sketches(*sketches: dict, size: int) -> dict:
+    merged: dict[int, list] = {}
+    for sketch in sketches:
+        for pos, pair in sketch.items():
+            merged.setdefault(pos, []).append(pair)
+    out = {}
+    for pos, pairs in merged.items():
+        times = np.concatenate([t for t, _ in pairs])
+        weights = np.concatenate([w for _, w in pairs])
+        order = np.argsort(times, kind="stable")
+        out[pos] = _thin(times[order], weights[order], size)
+    return out
+
+
+def _split_cuts(ddf: dd.DataFrame, series: str, time: str, keys: pd.Index,
+                num_pieces: np.ndarray, compute: Compute) -> dict[int, np.ndarray]:
+    """Times at which each split series starts a new file (pass 2)."""
+    size = 4096
+    parts = [dask.delayed(_time_sketch)(p, series, time, keys, size) for p in ddf.to_delayed()]
+    while len(parts) > 1:  # a tree, so no task merges more than 8 sketches
+        parts = [dask.delayed(_merge_sketches)(*parts[i:i + 8], size=size)
+                 for i in range(0, len(parts), 8)]
+    (sketch,) = compute("sampling times of long series", parts[0])
+    cuts = {}
+    for pos, (times, weights) in sketch.items():
+        cum = np.cumsum(weights)
+        quantiles = np.arange(1, num_pieces[pos]) * cum[-1] / num_pieces[pos]
+        cuts[pos] = times[np.minimum(np.searchsorted(cum, quantiles), len(times) - 1)]
+    return cuts
+
+
+def _assign_files(df: pd.DataFrame, series: str, time: str, keys: pd.Index,
+                  first_file: np.ndarray, cuts: dict[int, np.ndarray]) -> pd.DataFrame:
+    positions = keys.get_indexer(df[series])
+    file_ids = first_file[positions]
+    if cuts:
+        times = df[time].to_numpy()
+        for pos, at in cuts.items():
+            rows = positions == pos
+            file_ids[rows] += np.searchsorted(at, times[rows], side="right")
+    return df.assign(**{FILE: file_ids})
+
+
+def _write_file(df: pd.DataFrame, fs: Any, root: str, series: str, time: str,
+                width: int, compression: str) -> dict | None:
+    """Sort one output file's rows and write them as one row group."""
+    if len(df) == 0:
+        return None
+    file_id = int(df.index[0])
+    df = df.sort_values([series, time, ROW], kind="stable").drop(columns=[ROW])
+    df = df.reset_index(drop=True)
+    name = f"part-{file_id:0{width}d}.parquet"
+    path = posixpath.join(root, name)
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    with fs.open(path, "wb") as out:
+        pq.write_table(table, out, row_group_size=max(len(df), 1), compression=compression)
+    return {"path": name, "rows": len(df), "bytes": int(fs.size(path)),
+            "runs": series_runs(df[series].to_numpy())}
+
+
+def _check_columns(ddf: dd.DataFrame, series: str, time: str, parse_time: bool,
+                   where: str) -> dd.DataFrame:
+    for flag, column in (("--series", series), ("--time", time)):
+        if column not in ddf.columns:
+            raise SchemaError(
+                f"column {column!r} ({flag}) is not in {where}; its columns are "
+                f"{list(ddf.columns)}; pass {flag} with one of them"
+            )
+    if series == time:
+        raise ConfigError(f"--series and --time are both {series!r}; they must differ")
+    if parse_time:
+        ddf = ddf.assign(**{time: dd.to_datetime(ddf[time])})
+    dtype = ddf.dtypes[time]
+    if not (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_datetime64_any_dtype(dtype)
+            or pd.api.types.is_timedelta64_dtype(dtype)) or pd.api.types.is_complex_dtype(dtype):
+        raise SchemaError(
+            f"time column {time!r} in {where} has dtype {dtype}, which does not sort as "
+            f"time; store it as numbers or datetimes, or pass --parse-time to parse it "
+            f"with pandas.to_datetime"
+        )
+    return ddf
+
+
+def convert(
+    srcs: Sequence[str],
+    dst: str,
+    *,
+    series: str,
+    time: str,
+    fmt: str | None = None,
+    partition_size: int | str = "256MB",
+    overwrite: bool = False,
+    parse_time: bool = False,
+    npy_columns: Sequence[str] | None = None,
+    compression: str = "snappy",
+    storage_options: dict | None = None,
+    compute: Compute | None = None,
+) -> ConvertReport:
+    """Convert inputs into a sorted, series-aligned Parquet dataset with a manifest.
+
+    Args:
+        srcs: files, folders or globs (fsspec URLs allowed).
+        dst: the output folder; it must not exist unless ``overwrite``.
+        series: the series column.
+        time: the time column (numeric, datetime or timedelta).
+        fmt: one of ``FORMATS``; ``None`` infers it from file extensions.
+        partition_size: target bytes per output file (``"256MB"`` or int).
+        overwrite: replace ``dst`` if it exists.
+        parse_time: parse the time column with ``pandas.to_datetime`` first.
+        npy_columns: names for the columns of plain ``.npy`` arrays.
+        compression: Parquet compression codec.
+        storage_options: passed to fsspec for inputs and output.
+        compute: ``compute(label, *collections) -> results``; the CLI passes
+            one that shows progress on its cluster. Default ``dask.compute``.
+
+    Returns:
+        A :class:`ConvertReport`.
+
+    Raises:
+        FileExistsError: ``dst`` exists and ``overwrite`` is false.
+        SchemaError: a column is missing or the time column cannot be sorted.
+        DataError: null series or time values, or rows lost on the way.
+    """
+    compute = compute or _default_compute
+    target_bytes = parse_bytes(partition_size) if isinstance(partition_size, str) else int(partition_size)
+    if target_bytes <= 0:
+        raise ConfigError(f"partition_size={partition_size!r} must be positive, e.g. 256MB")
+    if fmt is not None and fmt not in FORMATS:
+        raise ConfigError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    out_fs, root = fsspec.core.url_to_fs(dst, **(storage_options or {}))
+    root = root.rstrip("/")
+    if out_fs.exists(root) and not overwrite:
+        raise FileExistsError(f"{dst} already exists; pass --overwrite to replace it "
+                              f"or choose another output folder")
+    fmt, files = list_inputs(srcs, fmt, storage_options)
+    ddf = read_inputs(files, fmt, series=series, time=time, npy_columns=npy_columns,
+                      blocksize=min(target_bytes, 64 * 2**20), storage_options=storage_options)
+    where = files[0] if len(files) == 1 else f"{files[0]} (and {len(files) - 1} more files)"
+    ddf = _check_columns(ddf, series, time, parse_time, where)
+
+    # pass 1: per-series rows, per-partition rows, null times, bytes per row
+    counts, profile = compute(
+        "counting rows per series",
+        ddf[series].value_counts(dropna=False),
+        ddf.map_partitions(_profile, time, compression, meta={"rows": "i8", "null_time": "i8",
+                                                              "bytes_per_row": "f8"}),
+    )
+    rows_in = int(profile["rows"].sum())
+    if counts.index.hasnans:
+        raise DataError(f"series column {series!r} has {int(counts[counts.index.isna()].sum())} "
+                        f"null values in {where}; fill or drop them first")
+    if profile["null_time"].sum():
+        raise DataError(f"time column {time!r} has {int(profile['null_time'].sum())} null "
+                        f"values in {where}; fill or drop them first")
+    try:
+        counts = counts.sort_index()
+    except TypeError as exc:
+        raise DataError(f"series column {series!r} mixes values that cannot be ordered "
+                        f"({exc}); cast it to one type first") from exc
+    bytes_per_row = float(np.nanmax(np.append(profile["bytes_per_row"].to_numpy(), 1.0)))
+    target_rows = max(1, int(target_bytes / bytes_per_row))
+    keys = counts.index
+    first_file, num_pieces = plan_files(counts.to_numpy(), target_rows)
+    num_files = int(first_file[-1] + num_pieces[-1]) if len(keys) else 0
+    logger.info("%d rows, %d series, ~%.1f bytes/row -> %d files of <= %d rows",
+                rows_in, len(keys), bytes_per_row, num_files, target_rows)
+
+    # pass 2: where to cut series too long for one file
+    cuts = {}
+    if (num_pieces > 1).any():
+        cuts = _split_cuts(ddf, series, time, keys, num_pieces, compute)
+
+    tmp = f"{root}.tmp-{uuid.uuid4().hex[:12]}"
+    out_fs.makedirs(tmp, exist_ok=True)
+    try:
+        entries = []
+        if num_files:
+            # pass 3: every row to its file, one task per file sorts and writes
+            offsets = np.concatenate([[0], np.cumsum(profile["rows"].to_numpy())])
+            rows = ddf.map_partitions(_add_row_ids, offsets, meta=ddf._meta.assign(**{ROW: np.int64(0)}))
+            rows = rows.map_partitions(_assign_files, series, time, keys, first_file, cuts,
+                                       meta=rows._meta.assign(**{FILE: np.int64(0)}))
+            rows = rows.set_index(FILE, divisions=list(range(num_files + 1)))
+            width = max(5, len(str(num_files - 1)))
+            writes = [dask.delayed(_write_file)(part, out_fs, tmp, series, time, width, compression)
+                      for part in rows.to_delayed()]
+            entries = [e for e in compute("writing files", *writes) if e is not None]
+        rows_out = sum(e["rows"] for e in entries)
+        if rows_out != rows_in:
+            raise DataError(f"read {rows_in} rows but wrote {rows_out}; the input changed "
+                            f"while converting, or this is a bug (please report it)")
+        write_manifest(tmp, out_fs, series=series, time=time, files=entries)
+        _move_into_place(out_fs, tmp, root)
+    except BaseException:
+        out_fs.rm(tmp, recursive=True)
+        raise
+    manifest = read_manifest(root, out_fs)  # reread: what a loader will see
+    return ConvertReport(dst=dst, rows_in=rows_in, rows_out=rows_out, files=len(entries),
+                         series=len(keys), split_series=int((num_pieces > 1).sum()),
+                         bytes_out=sum(e["bytes"] for e in entries), manifest=manifest)
+
+
+def _move_into_place(fs: Any, tmp: str, root: str) -> None:
+    """Rename the finished temporary folder to ``root``, replacing an old one."""
+    old = None
+    if fs.exists(root):
+        old = f"{root}.old-{uuid.uuid4().hex[:12]}"
+        fs.mv(root, old, recursive=True)
+    fs.mv(tmp, root, recursive=True)
+    if old is not None:
+        fs.rm(old, recursive=True)
