@@ -40,6 +40,18 @@ def _table(rows: Sequence[tuple[str, Any]]) -> str:
 
 # ---------------------------------------------------------------- cluster
 
+def _memory_limit_bytes(memory_limit: str) -> int | None:
+    from dask.utils import parse_bytes
+
+    return None if memory_limit == "auto" else parse_bytes(memory_limit)
+
+
+def _input_block_size(memory_limit: str) -> int:
+    """Bytes of input per task: 64 MiB, less on small local workers."""
+    limit = _memory_limit_bytes(memory_limit)
+    return 64 * 2**20 if limit is None else int(min(64 * 2**20, max(2**20, limit / 32)))
+
+
 @contextlib.contextmanager
 def _client(args: argparse.Namespace) -> Iterator[Any]:
     """A distributed client: on ``--scheduler`` or on a fresh LocalCluster."""
@@ -97,6 +109,7 @@ def _cmd_convert(args: argparse.Namespace) -> dict:
             args.src, args.dst, series=args.series, time=args.time, fmt=args.format,
             partition_size=args.partition_size, overwrite=args.overwrite,
             parse_time=args.parse_time, compression=args.compression,
+            input_block_size=_input_block_size(args.memory_limit),
             npy_columns=args.npy_columns.split(",") if args.npy_columns else None,
             compute=_computer(client, not args.no_progress))
     seconds = clock.perf_counter() - started

@@ -7,14 +7,18 @@ greedily into files; only a series larger than the target is split, into the
 fewest nearly equal pieces. Each output file is one Parquet row group, so a
 file is one partition for every reader.
 
-It runs as three Dask passes, none of which needs more than one output file's
-rows in memory on a worker: (1) per-series row counts and a size sample;
-(2) only when some series must be split, a small weighted sample of their
-times to place the cuts; (3) a shuffle of every row to its output file (P2P on
-a distributed cluster, spilling to disk) and one task per file that sorts and
-writes it. The trade-off is reading the input two or three times in exchange
-for memory bounded by the target file size, not by the input. Rows with equal
-(series, time) keep their input order, so a conversion is deterministic.
+It runs as Dask passes, none of which holds more than one input block or one
+output file on a worker: (1) per-series row counts and a size sample; (2) only
+when some series must be split, a small weighted sample of their times to
+place the cuts; (3) every input block is split by output file into one Arrow
+scratch file (one record batch per output file) under the temporary output
+folder; (4) one task per output file reads its batches, sorts them by
+(series, time) and writes the file. This disk bucket sort costs reading the
+input two or three times and writing it twice, in exchange for memory bounded
+by the block and target sizes, not by the input, on any Dask scheduler, with
+no shuffle service to tune. A stable sort over batches taken in input order
+keeps rows with equal (series, time) in input order: conversion is
+deterministic.
 
 Files are written under ``DST.tmp-<uuid>``, the manifest last, and the folder
 is renamed to ``DST`` only when everything is there.
@@ -36,6 +40,7 @@ import fsspec
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from dask.utils import parse_bytes
 
@@ -46,8 +51,6 @@ __all__ = ["FORMATS", "ConvertReport", "convert", "list_inputs", "plan_files", "
 
 logger = logging.getLogger(__name__)
 
-ROW = "__dask_windows_row__"  # input order, the last sort key
-FILE = "__dask_windows_file__"  # output file id of a row
 Compute = Callable[..., tuple]
 
 
@@ -193,7 +196,7 @@ def _npy_header(url: str, storage_options: dict | None) -> tuple[tuple, np.dtype
     return shape, dtype, offset
 
 
-def _read_npy(part: tuple, columns: list[str], series: str, time: str,
+def _read_npy(part: tuple, names: list[str], series: str, time: str,
               storage_options: dict | None) -> pd.DataFrame:
     url, start, stop, shape, dtype, offset = part
     row_bytes = dtype.itemsize * (shape[1] if len(shape) == 2 else 1)
@@ -203,7 +206,7 @@ def _read_npy(part: tuple, columns: list[str], series: str, time: str,
     if dtype.names:
         df = pd.DataFrame({name: data[name] for name in dtype.names})
     else:
-        df = pd.DataFrame(data.reshape(stop - start, -1), columns=columns)
+        df = pd.DataFrame(data.reshape(stop - start, -1), columns=names)
     extra = {}
     if series not in df.columns:
         extra[series] = pd.Series([posixpath.basename(url)[:-4]] * len(df), dtype="str")
@@ -263,7 +266,7 @@ def read_inputs(urls: Sequence[str], fmt: str, *, series: str, time: str,
     if not parts:
         raise DataError(f"the .npy inputs ({urls[0]}, ...) have no rows")
     meta = _read_npy((parts[0][0], 0, 0, *parts[0][3:]), columns, series, time, options)
-    return dd.from_map(_read_npy, parts, columns=columns, series=series, time=time,
+    return dd.from_map(_read_npy, parts, names=columns, series=series, time=time,
                        storage_options=options, meta=meta, label="read-npy")
 
 
@@ -312,11 +315,6 @@ def _profile(df: pd.DataFrame, time: str, compression: str, partition_info=None)
         bytes_per_row = buf.tell() / len(sample)
     return pd.DataFrame({"rows": [len(df)], "null_time": [int(df[time].isna().sum())],
                          "bytes_per_row": [bytes_per_row]})
-
-
-def _add_row_ids(df: pd.DataFrame, offsets: np.ndarray, partition_info=None) -> pd.DataFrame:
-    start = int(offsets[partition_info["number"]]) if partition_info else 0
-    return df.assign(**{ROW: np.arange(start, start + len(df), dtype=np.int64)})
 
 
 def _time_sketch(df: pd.DataFrame, series: str, time: str, keys: pd.Index, size: int) -> dict:
@@ -369,8 +367,9 @@ def _split_cuts(ddf: dd.DataFrame, series: str, time: str, keys: pd.Index,
     return cuts
 
 
-def _assign_files(df: pd.DataFrame, series: str, time: str, keys: pd.Index,
-                  first_file: np.ndarray, cuts: dict[int, np.ndarray]) -> pd.DataFrame:
+def _file_ids(df: pd.DataFrame, series: str, time: str, keys: pd.Index,
+              first_file: np.ndarray, cuts: dict[int, np.ndarray]) -> np.ndarray:
+    """The output file of every row of one input partition."""
     positions = keys.get_indexer(df[series])
     file_ids = first_file[positions]
     if cuts:
@@ -378,24 +377,68 @@ def _assign_files(df: pd.DataFrame, series: str, time: str, keys: pd.Index,
         for pos, at in cuts.items():
             rows = positions == pos
             file_ids[rows] += np.searchsorted(at, times[rows], side="right")
-    return df.assign(**{FILE: file_ids})
+    return file_ids
 
 
-def _write_file(df: pd.DataFrame, fs: Any, root: str, series: str, time: str,
-                width: int, compression: str) -> dict | None:
-    """Sort one output file's rows and write them as one row group."""
-    if len(df) == 0:
-        return None
-    file_id = int(df.index[0])
-    df = df.sort_values([series, time, ROW], kind="stable").drop(columns=[ROW])
-    df = df.reset_index(drop=True)
-    name = f"part-{file_id:0{width}d}.parquet"
+def _scatter(df: pd.DataFrame, number: int, fs: Any, scratch: str, schema: pa.Schema,
+             plan: tuple) -> tuple[str, list[tuple[int, int, int]]]:
+    """Write one input partition to a scratch Arrow file, one batch per output file.
+
+    Returns:
+        ``(path, [(file_id, batch_index, rows), ...])``.
+    """
+    file_ids = _file_ids(df, *plan)
+    order = np.argsort(file_ids, kind="stable")  # input order kept within a file id
+    table = pa.Table.from_pandas(df, schema=schema, preserve_index=False).take(order)
+    file_ids = file_ids[order]
+    bounds = np.flatnonzero(np.diff(file_ids)) + 1  # where the next file id starts
+    path = posixpath.join(scratch, f"in-{number:06d}.arrow")
+    index = []
+    with fs.open(path, "wb") as out, pa.ipc.new_file(out, schema) as writer:
+        for i, (a, b) in enumerate(zip([0, *bounds], [*bounds, len(file_ids)])):
+            if b > a:
+                writer.write_batch(table.slice(a, b - a).combine_chunks().to_batches()[0])
+                index.append((int(file_ids[a]), i, int(b - a)))
+    return path, index
+
+
+def _gather(file_id: int, pieces: list[tuple[str, int]], fs: Any, root: str, name: str,
+            schema: pa.Schema, series: str, time: str, compression: str) -> dict:
+    """Read one output file's rows from scratch, sort them and write one row group."""
+    batches = []
+    for path, batch in pieces:  # in input order, so a stable sort keeps ties in order
+        with fs.open(path, "rb") as src:
+            batches.append(pa.ipc.open_file(src).get_batch(batch))
+    table = pa.Table.from_batches(batches, schema=schema)
+    table = table.take(pc.sort_indices(table, sort_keys=[(series, "ascending"),
+                                                         (time, "ascending")]))
     path = posixpath.join(root, name)
-    table = pa.Table.from_pandas(df, preserve_index=False)
     with fs.open(path, "wb") as out:
-        pq.write_table(table, out, row_group_size=max(len(df), 1), compression=compression)
-    return {"path": name, "rows": len(df), "bytes": int(fs.size(path)),
-            "runs": series_runs(df[series].to_numpy())}
+        pq.write_table(table, out, row_group_size=max(len(table), 1), compression=compression)
+    return {"path": name, "rows": len(table), "bytes": int(fs.size(path)),
+            "runs": series_runs(table.column(series).to_numpy())}
+
+
+def _write_files(ddf: dd.DataFrame, fs: Any, tmp: str, plan: tuple, num_files: int,
+                 compression: str, compute: Compute) -> list[dict]:
+    """Pass 3: bucket every row into its output file through scratch files on ``fs``."""
+    series, time = plan[0], plan[1]
+    schema = pa.Schema.from_pandas(ddf._meta, preserve_index=False)
+    scratch = posixpath.join(tmp, "_scratch")
+    fs.makedirs(scratch, exist_ok=True)
+    scatters = [dask.delayed(_scatter)(part, i, fs, scratch, schema, plan)
+                for i, part in enumerate(ddf.to_delayed())]
+    pieces: list[list[tuple[str, int]]] = [[] for _ in range(num_files)]
+    for path, index in compute("splitting rows by output file", *scatters):
+        for file_id, batch, _ in index:
+            pieces[file_id].append((path, batch))
+    width = max(5, len(str(num_files - 1)))
+    gathers = [dask.delayed(_gather)(j, pieces[j], fs, tmp, f"part-{j:0{width}d}.parquet",
+                                     schema, series, time, compression)
+               for j in range(num_files) if pieces[j]]
+    entries = list(compute("sorting and writing files", *gathers))
+    fs.rm(scratch, recursive=True)
+    return entries
 
 
 def _check_columns(ddf: dd.DataFrame, series: str, time: str, parse_time: bool,
@@ -433,6 +476,7 @@ def convert(
     parse_time: bool = False,
     npy_columns: Sequence[str] | None = None,
     compression: str = "snappy",
+    input_block_size: int = 64 * 2**20,
     storage_options: dict | None = None,
     compute: Compute | None = None,
 ) -> ConvertReport:
@@ -449,6 +493,7 @@ def convert(
         parse_time: parse the time column with ``pandas.to_datetime`` first.
         npy_columns: names for the columns of plain ``.npy`` arrays.
         compression: Parquet compression codec.
+        input_block_size: bytes of input per read task (at most the target).
         storage_options: passed to fsspec for inputs and output.
         compute: ``compute(label, *collections) -> results``; the CLI passes
             one that shows progress on its cluster. Default ``dask.compute``.
@@ -474,7 +519,7 @@ def convert(
                               f"or choose another output folder")
     fmt, files = list_inputs(srcs, fmt, storage_options)
     ddf = read_inputs(files, fmt, series=series, time=time, npy_columns=npy_columns,
-                      blocksize=min(target_bytes, 64 * 2**20), storage_options=storage_options)
+                      blocksize=min(target_bytes, input_block_size), storage_options=storage_options)
     where = files[0] if len(files) == 1 else f"{files[0]} (and {len(files) - 1} more files)"
     ddf = _check_columns(ddf, series, time, parse_time, where)
 
@@ -515,16 +560,8 @@ def convert(
     try:
         entries = []
         if num_files:
-            # pass 3: every row to its file, one task per file sorts and writes
-            offsets = np.concatenate([[0], np.cumsum(profile["rows"].to_numpy())])
-            rows = ddf.map_partitions(_add_row_ids, offsets, meta=ddf._meta.assign(**{ROW: np.int64(0)}))
-            rows = rows.map_partitions(_assign_files, series, time, keys, first_file, cuts,
-                                       meta=rows._meta.assign(**{FILE: np.int64(0)}))
-            rows = rows.set_index(FILE, divisions=list(range(num_files + 1)))
-            width = max(5, len(str(num_files - 1)))
-            writes = [dask.delayed(_write_file)(part, out_fs, tmp, series, time, width, compression)
-                      for part in rows.to_delayed()]
-            entries = [e for e in compute("writing files", *writes) if e is not None]
+            plan = (series, time, keys, first_file, cuts)
+            entries = _write_files(ddf, out_fs, tmp, plan, num_files, compression, compute)
         rows_out = sum(e["rows"] for e in entries)
         if rows_out != rows_in:
             raise DataError(f"read {rows_in} rows but wrote {rows_out}; the input changed "
