@@ -26,7 +26,7 @@ from dask_windows.prefetch import Prefetcher
 from dask_windows.resume import Resumer, fingerprint
 from dask_windows.source import ArraySource, Source, open_source
 from dask_windows.spec import WindowSpec
-from dask_windows.split import SeriesTable, fraction_cuts, split_grid, time_cuts
+from dask_windows.split import SeriesTable, cut_positions, split_grid
 from dask_windows.world import World, detect_ranks, detect_worker
 
 __all__ = ["WindowDataset"]
@@ -265,20 +265,13 @@ class WindowDataset(IterableDataset):
         Returns:
             ``(train, valid)`` datasets.
         """
-        if (valid is None) == (at is None):
-            raise ConfigError("split needs exactly one of valid=<fraction> or at=<time> (with time=<column>)")
         if self._series is None:
             one_series = self.spec.series is None and not isinstance(self.source, ArraySource)
             self._series = SeriesTable.from_runs(self.runs, one_series=one_series)
-        if valid is not None:
-            if time is not None:
-                raise ConfigError(f"time={time!r} is only used with at=<time>; drop it or split by at=")
-            cuts = fraction_cuts(self._series, valid)
-        else:
-            if time is None:
-                raise ConfigError(f"at={at!r} needs time=<column>: the column holding each row's time")
+        if time is not None:
             self.source.check_columns([time], {time: "time column"})
-            cuts = time_cuts(self._series, lambda i: self.source.read(i, [time])[time], at, self._threads)
+        read_time = lambda i: self.source.read(i, [time])[time]  # noqa: E731 - used only by at=
+        cuts = cut_positions(self._series, valid=valid, at=at, time=time, read_time=read_time, threads=self._threads)
         train, held_out = split_grid(self.grid, self._series, cuts, self.spec.span, embargo)
         return self._with_grid(train, "train"), self._with_grid(held_out, "valid")
 

@@ -155,7 +155,9 @@ class Resumer:
             )
         missing = [k for k in ("dataset", "world_size", "scope", "epoch", "num_workers", "batches") if k not in state]
         if missing:
-            raise ConfigError(f"the state lacks {missing}; pass the dict returned by WindowDataset.state_dict() unchanged")
+            raise ConfigError(
+                f"the state lacks {missing}; pass the dict returned by WindowDataset.state_dict() unchanged"
+            )
         if state.get("version") != VERSION:
             raise ConfigError(
                 f"state version {state.get('version')!r} is not supported (this dask_windows reads version {VERSION}); "

@@ -27,7 +27,7 @@ import numpy as np
 from dask_windows.errors import ConfigError
 from dask_windows.index import PartitionRuns, WindowGrid
 
-__all__ = ["SeriesTable", "fraction_cuts", "split_grid", "time_cuts"]
+__all__ = ["SeriesTable", "cut_positions", "fraction_cuts", "split_grid", "time_cuts"]
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,38 @@ class SeriesTable:
             whole_series.append(s_codes)
             whole_starts.append(w.starts)
             whole_base.append(s_base)
-        return cls(rows_per_series, tuple(series), tuple(base), tuple(whole_series), tuple(whole_starts), tuple(whole_base))
+        parts = (series, base, whole_series, whole_starts, whole_base)
+        return cls(rows_per_series, *(tuple(p) for p in parts))
+
+
+def cut_positions(
+    table: SeriesTable,
+    *,
+    valid: float | None,
+    at: Any,
+    time: Any,
+    read_time: Callable[[int], np.ndarray],
+    threads: int = 8,
+) -> np.ndarray:
+    """``(S,)`` cut of each series for ``split(valid=...)`` or ``split(at=..., time=...)``.
+
+    Args:
+        table: The dataset's series table.
+        valid: Fraction of each series after the cut, or ``None`` to split by time.
+        at: Cut time, or ``None`` to split by fraction.
+        time: Time column (only with ``at``).
+        read_time: ``i -> (rows,)`` time column of partition ``i``; called only for a split by time.
+        threads: Partitions read in parallel.
+    """
+    if (valid is None) == (at is None):
+        raise ConfigError("split needs exactly one of valid=<fraction> or at=<time> (with time=<column>)")
+    if valid is not None:
+        if time is not None:
+            raise ConfigError(f"time={time!r} is only used with at=<time>; drop it or split by at=")
+        return fraction_cuts(table, valid)
+    if time is None:
+        raise ConfigError(f"at={at!r} needs time=<column>: the column holding each row's time")
+    return time_cuts(table, read_time, at, threads)
 
 
 def fraction_cuts(table: SeriesTable, valid: float) -> np.ndarray:

@@ -40,7 +40,8 @@ def make_data(root: str, num_series: int = 24, seed: int = 0) -> None:
         a = np.sin(2 * np.pi * t / period) + 0.1 * rng.standard_normal(n)
         b = np.cos(2 * np.pi * t / period) + 0.1 * rng.standard_normal(n)
         y = np.sin(2 * np.pi * (t + 1) / period)  # what the model forecasts
-        frames.append(pd.DataFrame({"sid": s, "t": t, "a": a, "b": b, "y": y}).astype({"a": "f4", "b": "f4", "y": "f4"}))
+        frame = pd.DataFrame({"sid": s, "t": t, "a": a, "b": b, "y": y})
+        frames.append(frame.astype({"a": "f4", "b": "f4", "y": "f4"}))
     table = pd.concat(frames, ignore_index=True)
     cuts = np.sort(rng.choice(np.arange(1, len(table)), 5, replace=False))
     os.makedirs(root, exist_ok=True)

@@ -115,8 +115,11 @@ def load_batches(path: str) -> list[tuple[np.ndarray, ...]]:
     """Batches stored by ``save_batches``."""
     with np.load(path) as f:
         count = int(f["count"])
-        keys = [sorted((k for k in f.files if k.startswith(f"b{i}_")), key=lambda k: int(k.split("_")[1])) for i in range(count)]
-        return [tuple(f[k] for k in batch) for batch in keys]
+        batches = []
+        for i in range(count):
+            keys = sorted((k for k in f.files if k.startswith(f"b{i}_")), key=lambda k: int(k.split("_")[1]))
+            batches.append(tuple(f[k] for k in keys))
+        return batches
 
 
 def assert_same_batches(got: list, expected: list) -> None:

@@ -34,13 +34,8 @@ def ranks(data, tmp_path_factory):
     root, _ = data
     work = tmp_path_factory.mktemp("ddp")
     init = f"file://{work / 'rendezvous'}"
-    procs = [
-        run_child(
-            "ddp",
-            {"rank": r, "world_size": 2, "init": init, "data": root, "configs": CONFIGS, "out": str(work / f"rank{r}.npz")},
-        )
-        for r in range(2)
-    ]
+    args = {"world_size": 2, "init": init, "data": root, "configs": CONFIGS}
+    procs = [run_child("ddp", {**args, "rank": r, "out": str(work / f"rank{r}.npz")}) for r in range(2)]
     wait(procs, timeout=180)
     return [dict(np.load(work / f"rank{r}.npz")) for r in range(2)]
 
@@ -90,7 +85,8 @@ def test_pickled_dataset_keeps_detected_ranks(data, monkeypatch):
 def test_explicit_ranks_override_and_split_parts_shard_like_the_parent(data):
     root, _ = data
     whole = np.concatenate([b[1].numpy() for b in open_dataset(root, window=WINDOW, batch_size=8).split(valid=0.3)[0]])
-    train = [open_dataset(root, window=WINDOW, batch_size=8, rank=r, world_size=2).split(valid=0.3)[0] for r in range(2)]
+    ranks = [open_dataset(root, window=WINDOW, batch_size=8, rank=r, world_size=2) for r in range(2)]
+    train = [ds.split(valid=0.3)[0] for ds in ranks]
     got = [np.concatenate([b[1].numpy() for b in ds]) for ds in train]
     assert len(train[0]) == len(train[1]) == -(-(len(whole) // 2) // 8)
     union = np.concatenate(got)

@@ -67,7 +67,8 @@ def test_readers_split_the_epoch_exactly(cfg):
     seen = []
     for rank in range(ws):
         rank_batches, rank_positions = 0, []
-        last_with_batches = max((w for w in range(nw) if np.diff(worker_batch_range(num_batches, w, nw))[0]), default=-1)
+        blocks = [worker_batch_range(num_batches, w, nw) for w in range(nw)]
+        last_with_batches = max((w for w, (b0, b1) in enumerate(blocks) if b1 > b0), default=-1)
         for worker in range(nw):
             p = plan(cfg, rank, worker)
             positions = epoch_positions(cfg, p)

@@ -38,7 +38,7 @@ def root(tmp_path_factory):
 
 def loader_for(ds, kind: str, num_workers: int):
     if kind == "stateful":
-        from torchdata.stateful_dataloader import StatefulDataLoader
+        StatefulDataLoader = pytest.importorskip("torchdata.stateful_dataloader").StatefulDataLoader
 
         return StatefulDataLoader(ds, batch_size=None, num_workers=num_workers)
     return DataLoader(ds, batch_size=None, num_workers=num_workers)
@@ -92,7 +92,8 @@ def test_resume_in_a_new_process_matches_the_uninterrupted_run(root, tmp_path, k
         torch.save(saved, tmp_path / f"{name}.pt")
         heads[name] = head
         files = {"state": f"{name}.pt", "out": f"{name}.npz", "log": f"{name}.log"}
-        jobs.append({"name": name, "loader": kind, "num_workers": num_workers, **{k: str(tmp_path / f) for k, f in files.items()}})
+        paths = {k: str(tmp_path / f) for k, f in files.items()}
+        jobs.append({"name": name, "loader": kind, "num_workers": num_workers, **paths})
     wait([run_child("resume", {"data": root, "dataset": SETTINGS, "jobs": jobs})])
     for job in jobs:
         name, k = job["name"], points[job["name"]]

@@ -90,7 +90,8 @@ def test_split_by_time_matches_the_oracle(frames, tmp_path):
     timed = [full.iloc[a:b].reset_index(drop=True) for a, b in zip(bounds[:-1], bounds[1:])]
     write_parquet(timed, str(tmp_path))
     log = str(tmp_path / "reads.log")
-    ds = WindowDataset(CountingSource(ParquetSource(str(tmp_path)), log), ["f0"], series="sid", window=6, return_index=True)
+    source = CountingSource(ParquetSource(str(tmp_path)), log)
+    ds = WindowDataset(source, ["f0"], series="sid", window=6, return_index=True)
     train, held_out = ds.split(at=400, time="t", embargo=4)
     expected = oracle_split(timed, "sid", 6, embargo=4, at=400, time="t")
     np.testing.assert_array_equal(yielded(train), expected[0])
@@ -134,7 +135,8 @@ def test_without_a_series_column_the_data_is_one_series(frames, root):
     arrays = [np.arange(n, dtype=np.float32)[:, None] for n in (30, 50, 12)]
     a_train, a_valid = WindowDataset(arrays, window=4, return_index=True, partition_rows=60).split(valid=0.5)
     assert isinstance(a_train.source, ArraySource)
-    expected_train = [s for off, n in ((0, 30), (30, 50), (80, 12)) for s in range(off, off + n - 3) if s - off + 4 <= n // 2]
+    layout = ((0, 30), (30, 50), (80, 12))  # (first row, rows) of each array
+    expected_train = [s for off, n in layout for s in range(off, off + n - 3) if s - off + 4 <= n // 2]
     np.testing.assert_array_equal(yielded(a_train), expected_train)
     assert yielded(a_valid).min() == 15
 
