@@ -2,7 +2,7 @@
 
 An epoch's plan is a pure function of the dataset, ``(seed, epoch)`` and the
 topology, so a position inside an epoch is just a count of batches. A state
-is a small dict of plain ints and strings (``torch.save``/JSON friendly):
+is a small dict of plain values (ints, strings, lists; ``torch.save``/JSON friendly):
 
 * **loader scope** — ``batches`` the rank's DataLoader yielded this epoch.
   An in-order DataLoader asks its workers in turn (0, 1, ..., W-1, 0, ...,
@@ -153,7 +153,8 @@ class Resumer:
                 f"not a WindowDataset state (format {state.get('format') if isinstance(state, dict) else None!r}, "
                 f"expected {FORMAT!r}); pass the dict returned by WindowDataset.state_dict()"
             )
-        missing = [k for k in ("dataset", "world_size", "scope", "epoch", "num_workers", "batches") if k not in state]
+        keys = ("dataset", "world_size", "scope", "epoch", "num_workers", "batches")
+        missing = [k for k in keys if k not in state or k == "dataset" and not isinstance(state[k], dict)]
         if missing:
             raise ConfigError(
                 f"the state lacks {missing}; pass the dict returned by WindowDataset.state_dict() unchanged"

@@ -125,7 +125,7 @@ def cut_positions(
 
 def fraction_cuts(table: SeriesTable, valid: float) -> np.ndarray:
     """``(S,)`` cut position of each series: ``floor(n * (1 - valid))``."""
-    if isinstance(valid, bool) or not isinstance(valid, (int, float)) or not 0 < valid < 1:
+    if isinstance(valid, bool) or not isinstance(valid, (int, float, np.floating)) or not 0 < valid < 1:
         raise ConfigError(f"valid={valid!r} must be a fraction strictly between 0 and 1, e.g. valid=0.2")
     return np.floor(table.rows_per_series * (1.0 - float(valid))).astype(np.int64)
 

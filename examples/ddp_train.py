@@ -1,6 +1,7 @@
 """Train a small forecaster with DistributedDataParallel on dask_windows batches, and resume it.
 
-Runs unchanged on CPUs (gloo) and on GPUs (nccl, one GPU per process)::
+Runs unchanged on CPUs (gloo) and on GPUs (nccl, one GPU per process; with fewer GPUs than
+processes on a node it falls back to gloo on the CPU)::
 
     torchrun --nproc_per_node=2 examples/ddp_train.py --steps 60
     torchrun --nproc_per_node=2 examples/ddp_train.py --steps 30              # stop mid-epoch ...
