@@ -179,7 +179,7 @@ class Resumer:
             )
         if state.get("scope") not in SCOPES:
             raise ConfigError(f"state scope {state.get('scope')!r} must be one of {SCOPES}")
-        for key in ("epoch", "batches"):
+        for key in ("epoch", "batches") + (("worker", "role") if state["scope"] == "worker" else ()):
             _check_int(f"state[{key!r}]", state.get(key))
         _check_int("state['num_workers']", state.get("num_workers"), minimum=1)
         self.pending = dict(state)
@@ -279,7 +279,7 @@ class Resumer:
             raise ConfigError(
                 "state_dict() cannot see what a DataLoader with workers consumed: this process never iterated the "
                 "dataset (the workers iterate copies). Pass state_dict(batches=K, num_workers=W) with K the batches "
-                "the loader yielded this epoch, or use torchdata's StatefulDataLoader, which asks each worker"
+                "the loader yielded in its current pass, or use torchdata's StatefulDataLoader, which asks each worker"
             )
         return {**state, "scope": "loader", "epoch": epoch, "num_workers": world.num_workers, "batches": 0}
 

@@ -63,13 +63,13 @@ class SeriesTable:
 
         whole = [r.series_runs for r in runs]
         sizes = [len(w.starts) for w in whole]
-        keys = np.concatenate([np.asarray(w.keys, dtype=object) for w in whole]) if whole else np.zeros(0, object)
+        keys = np.concatenate([np.asarray(w.keys) for w in whole])  # (Q,) series key of each series run
         if one_series:
             codes = np.zeros(len(keys), np.int64)
         else:
-            codes = pd.factorize(keys, use_na_sentinel=False)[0].astype(np.int64)  # (Q,) series of each run
+            codes = pd.factorize(keys, use_na_sentinel=False)[0].astype(np.int64)  # (Q,) series number
         lengths = np.concatenate([w.lengths for w in whole]).astype(np.int64)  # (Q,) rows of each run
-        num_series = int(codes.max()) + 1 if len(codes) else 0
+        num_series = int(codes.max()) + 1
         # Rows of the same series in earlier runs: stable sort by series, cumulative sum inside each.
         order = np.argsort(codes, kind="stable")
         csum = np.cumsum(lengths[order])
