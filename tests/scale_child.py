@@ -44,8 +44,10 @@ def ddp(args: dict) -> None:
     dist.init_process_group("gloo", init_method=args["init"], rank=args["rank"], world_size=args["world_size"])
     out = {}
     for n, (config, ds) in enumerate(zip(args["configs"], datasets)):
-        ds.set_epoch(config["epoch"])
-        loader = DataLoader(ds, batch_size=None, num_workers=config["num_workers"])
+        if config["epoch"] is not None:  # None: not even set_epoch looks the ranks up before the workers start
+            ds.set_epoch(config["epoch"])
+        context = config.get("context")  # "spawn": workers get a pickled copy and cannot detect the ranks
+        loader = DataLoader(ds, batch_size=None, num_workers=config["num_workers"], multiprocessing_context=context)
         indices = []
         for x, idx in loader:
             assert torch.equal(x[:, 0, 0], idx.to(torch.float32)), "a window's values do not match its index"
