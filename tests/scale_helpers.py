@@ -19,7 +19,7 @@ CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scale_child.py
 def make_uneven_frames(sizes: Sequence[int], seed: int = 0, max_len: int = 90) -> list[pd.DataFrame]:
     """Files of ``sizes`` rows cut from series of random lengths laid end to end (series span files).
 
-    ``f0`` is the global row, ``y`` is ``10 * row``, ``ts`` is the row's time inside its series.
+    ``f0`` is the global row and ``y`` is ``10 * row``, so values prove which rows a window holds.
     """
     rng = np.random.default_rng(seed)
     total = int(sum(sizes))
@@ -31,7 +31,6 @@ def make_uneven_frames(sizes: Sequence[int], seed: int = 0, max_len: int = 90) -
     frame = pd.DataFrame({"sid": sid, "f0": np.arange(total, dtype=np.float32)})
     frame["f1"] = rng.standard_normal(total).astype(np.float32)
     frame["y"] = (np.arange(total) * 10.0).astype(np.float32)
-    frame["ts"] = np.concatenate([np.arange(n) for n in lengths]).astype(np.int64) * 5 + rng.integers(0, 4)
     bounds = np.cumsum([0, *sizes])
     return [frame.iloc[a:b].reset_index(drop=True) for a, b in zip(bounds[:-1], bounds[1:])]
 
@@ -65,12 +64,12 @@ def reads(log_path: str, column: str = "f0") -> list[int]:
         return [int(line.split()[0]) for line in log if column in line.split()[1].split(",")]
 
 
-def run_child(command: str, args: dict, timeout: float = 120, env: dict | None = None) -> subprocess.Popen:
+def run_child(command: str, args: dict) -> subprocess.Popen:
     """Start ``scale_child.py command`` with ``args`` as JSON; the caller waits on it."""
-    full_env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1", **(env or {})}
+    env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
     return subprocess.Popen(
         [sys.executable, CHILD, command, json.dumps(args)],
-        env=full_env,
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
