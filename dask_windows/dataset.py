@@ -9,13 +9,14 @@ same bit for bit whatever the thread timing. All arithmetic lives in
 """
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import IterableDataset
+from torch.utils.data import IterableDataset, get_worker_info
 
 from dask_windows.buffer import Part, decode, stream
 from dask_windows.errors import ConfigError, DataError
@@ -23,8 +24,10 @@ from dask_windows.index import WindowGrid, nan_rows, scan_runs
 from dask_windows.memory import trim
 from dask_windows.plan import batches_per_rank, plan_reader
 from dask_windows.prefetch import Prefetcher
+from dask_windows.resume import Resumer, fingerprint
 from dask_windows.source import ArraySource, Source, open_source
 from dask_windows.spec import WindowSpec
+from dask_windows.split import SeriesTable, cut_positions, split_grid
 from dask_windows.world import World, detect_ranks, detect_worker
 
 __all__ = ["WindowDataset"]
@@ -130,6 +133,10 @@ class WindowDataset(IterableDataset):
         self._explicit_world = (rank, world_size)
         self._ranks = self._resolve_ranks()
         self.epoch = 0
+        self._resumer = Resumer()
+        self._identity: dict | None = None
+        self._series: SeriesTable | None = None
+        self._threads = threads
         self._normalize = _resolve_normalize(normalize, self.spec)
         spec = self.spec
         bad_rows = (lambda i: nan_rows(self.source.read(i, list(spec.columns)))) if nan == "drop" else None
@@ -177,6 +184,7 @@ class WindowDataset(IterableDataset):
         if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 0:
             raise ConfigError(f"epoch={epoch!r} must be a non-negative int")
         self.epoch = int(epoch)
+        self._resumer.forget(self.epoch)
         self._ranks = self._resolve_ranks()
 
     def __len__(self) -> int:
@@ -196,17 +204,117 @@ class WindowDataset(IterableDataset):
         return self.grid.windows_per_partition
 
     def __iter__(self) -> Iterator[Any]:
+        # Not a generator itself: the resume position is fixed when iter() is called, so that
+        # StatefulDataLoader's state_dict() right after iter() already sees this pass.
         self._ranks = self._resolve_ranks()
         worker, num_workers = detect_worker()
         world = World(self._ranks[0], self._ranks[1], worker, num_workers)
-        plan = self._plan(world)
+        reader, skip = self._resumer.begin(self.epoch, world, len(self))
+        return self._batches(self._plan(reader, skip))
+
+    def state_dict(self, batches: int | None = None, num_workers: int | None = None) -> dict:
+        """Where the current epoch stands, as a small dict to save with the model checkpoint.
+
+        Without arguments the dataset counts what it yielded itself: iterated in this process
+        (``num_workers=0``) or inside each DataLoader worker (torchdata's ``StatefulDataLoader``
+        calls this there). A plain ``DataLoader`` with workers iterates copies of the dataset, so
+        tell it what the training loop took instead.
+
+        Args:
+            batches: Batches the DataLoader yielded in the current pass over it (count from 0 each
+                time the loader is iterated; batches a resume skipped are added).
+            num_workers: The DataLoader's ``num_workers`` (required with ``batches``).
+
+        Returns:
+            The state; the same for every rank, so a state saved on one rank resumes all.
+        """
+        world = World(*self._resolve_ranks(), *detect_worker())
+        in_worker = get_worker_info() is not None
+        return self._resumer.save(self._fingerprint(), self.epoch, world, len(self), in_worker, batches, num_workers)
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume the epoch ``state`` was saved in, after the batches it had already yielded.
+
+        Sets ``epoch``; every pass over that epoch (until ``set_epoch`` moves to another) yields the
+        remaining batches in the uninterrupted order, with the same ``num_workers``. Buffers already
+        finished are not read again.
+
+        Raises:
+            ConfigError: The state comes from another dataset, configuration or world size.
+        """
+        self.epoch = self._resumer.load(state, self._fingerprint(), self._resolve_ranks()[1])
+
+    def split(
+        self, valid: float | None = None, *, at: Any = None, time: Any = None, embargo: int = 0
+    ) -> tuple[WindowDataset, WindowDataset]:
+        """Temporal ``(train, valid)`` split per series; both stream, shard and resume like this one.
+
+        Per series, positions count its rows in canonical order from 0 (a series may span files;
+        with ``series=None`` all rows are one series, and each array is one for array data). With
+        ``n`` rows and a cut position ``cut``, a window starting at position ``p`` is in train when
+        ``p + window + horizon <= cut`` and in valid when ``p >= cut + embargo``. The datasets keep
+        this dataset's start grid and filter it; nothing is re-scanned.
+
+        Args:
+            valid: Fraction of each series' rows after the cut: ``cut = floor(n * (1 - valid))``.
+            at: Split by time instead: ``cut`` is the position of the series' first row whose
+                ``time`` value is ``>= at`` (``n`` if none). With time increasing inside each series,
+                train windows and their horizon end before ``at``; valid windows start at or after it.
+                Reads the ``time`` column once.
+            time: The time column for ``at``.
+            embargo: Rows after the cut where no valid window may start (e.g. ``window``).
+
+        Returns:
+            ``(train, valid)`` datasets.
+        """
+        if self._series is None:
+            one_series = self.spec.series is None and not isinstance(self.source, ArraySource)
+            self._series = SeriesTable.from_runs(self.runs, one_series=one_series)
+        if time is not None:
+            self.source.check_columns([time], {time: "time column"})
+        read_time = lambda i: self.source.read(i, [time])[time]  # noqa: E731 - used only by at=
+        cuts = cut_positions(self._series, valid=valid, at=at, time=time, read_time=read_time, threads=self._threads)
+        train, held_out = split_grid(self.grid, self._series, cuts, self.spec.span, embargo)
+        return self._with_grid(train, "train"), self._with_grid(held_out, "valid")
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _with_grid(self, grid: WindowGrid, part: str) -> WindowDataset:
+        """A copy reading the same partitions but only the windows of ``grid``."""
+        out = copy.copy(self)
+        out.grid = grid
+        out.num_windows = int(grid.windows_per_partition.sum())
+        out._identity = None
+        out._resumer = Resumer()
+        if out.num_windows == 0:
+            raise DataError(
+                f"the {part} part of the split of {self.source.description} holds no windows "
+                f"(window={self.spec.window}, horizon={self.spec.horizon}); use a smaller embargo, "
+                "another valid fraction or cut time, or a smaller window"
+            )
+        return out
+
+    def _batches(self, plan: Any) -> Iterator[Any]:
         reader = Prefetcher(self._read_part, plan.partitions, self.spec.prefetch_partitions)
         try:
-            yield from stream(plan, reader, self.grid, self.row_offsets, self.spec, self._emit, self._normalize)
+            for batch in stream(plan, reader, self.grid, self.row_offsets, self.spec, self._emit, self._normalize):
+                self._resumer.step()  # counted before the consumer gets it: a state then includes it
+                yield batch
         finally:
             reader.close()
 
-    # -- internals --------------------------------------------------------------------------
+    def _fingerprint(self) -> dict:
+        if self._identity is None:
+            rows = np.array([p.num_rows for p in self.source.partitions], dtype=np.int64)
+            self._identity = fingerprint(self.grid, rows, self.spec)
+        return self._identity
+
+    def __getstate__(self) -> dict:
+        # DataLoader workers started by spawn/forkserver get a pickled copy: take the ranks of an
+        # initialised torch.distributed along, since the workers cannot detect them.
+        state = self.__dict__.copy()
+        state["_ranks"] = self._resolve_ranks()
+        return state
 
     def _plan(self, world: World, skip_batches: int = 0) -> Any:
         s = self.spec

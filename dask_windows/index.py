@@ -23,11 +23,21 @@ __all__ = ["PartitionRuns", "WindowGrid", "scan_runs"]
 
 @dataclass(frozen=True)
 class PartitionRuns:
-    """Runs of one partition (partition rows): ``starts``, ``lengths`` and series ``keys``."""
+    """Runs of one partition (partition rows): ``starts``, ``lengths`` and series ``keys``.
+
+    ``whole`` holds the series runs before NaN rows cut them into these pieces (``nan="drop"``),
+    or ``None`` when nothing was cut; ``series_runs`` is whichever covers every row.
+    """
 
     starts: np.ndarray
     lengths: np.ndarray
     keys: np.ndarray
+    whole: PartitionRuns | None = None
+
+    @property
+    def series_runs(self) -> PartitionRuns:
+        """The runs of one series each, covering every row of the partition."""
+        return self if self.whole is None else self.whole
 
 
 @dataclass(frozen=True)
@@ -86,13 +96,14 @@ def scan_runs(
 
     def scan(i: int) -> PartitionRuns:
         starts, lengths, keys = read_runs(i)
+        runs = PartitionRuns(np.asarray(starts, np.int64), np.asarray(lengths, np.int64), np.asarray(keys))
         if read_bad_rows is not None:
             bad = read_bad_rows(i)
             if len(bad):
-                pieces, piece_lengths = split_runs_at(starts, lengths, bad)
-                keys = keys[np.searchsorted(starts, pieces, side="right") - 1]
-                starts, lengths = pieces, piece_lengths
-        return PartitionRuns(np.asarray(starts, np.int64), np.asarray(lengths, np.int64), np.asarray(keys))
+                pieces, piece_lengths = split_runs_at(runs.starts, runs.lengths, bad)
+                piece_keys = runs.keys[np.searchsorted(runs.starts, pieces, side="right") - 1]
+                return PartitionRuns(pieces, piece_lengths, piece_keys, whole=runs)
+        return runs
 
     if num_partitions <= 1 or threads <= 1:
         return [scan(i) for i in range(num_partitions)]
