@@ -8,16 +8,17 @@ optional ``generator`` (a ``torch.Generator`` on ``x.device``): the same
 generator state gives the same mask.
 
 The trade-off of :func:`subsequence_mask`: the masked and unmasked runs are
-drawn as whole geometric lengths, a fixed number per row, then turned into
-positions by one scatter and one cumulative sum. It draws one random number
-per *run* instead of one per *position*, which is why it beats
-``torch.rand(x.shape) < r``, and it never asks the device how many runs were
-enough, so it does not synchronise with the host and can be captured in a
-CUDA graph. The price is that the number of runs is fixed in advance: it is
-chosen by a Chernoff bound so that the drawn runs fall short of the window's
-end with probability below ``2**-40`` per row (about twice the runs a row
-needs on average); in that event the row's tail is left unmasked. Windows up
-to ``L`` long never need more than ``L + 1`` runs, so short windows are exact.
+drawn as whole geometric lengths, then turned into positions by one scatter
+and one cumulative sum. It draws one random number per *run* instead of one
+per *position*, which is why it beats ``torch.rand(x.shape) < r``, and it
+never asks the device how many runs were enough, so it does not synchronise
+with the host and can be captured in a CUDA graph. The price is that the
+number of runs is fixed in advance, from the shapes and ``(r, lm)`` alone:
+every row draws enough runs for all but about one row in a thousand (by a
+Chernoff bound), and a few spare slots continue the rows that fell short.
+About 1.7 times the runs a row needs on average are drawn; with probability
+below ``2**-39`` per row, the row's tail is left unmasked. Windows up to
+``L`` long never need more than ``L + 1`` runs, so short windows are exact.
 """
 from __future__ import annotations
 
@@ -202,7 +203,8 @@ def _markov_runs(
     run_ends = runs.view(rows, 2 * pairs).to(torch.int64).cumsum_(1).clamp_max_(length)  # axes: row, run
     flips.index_fill_(0, run_ends.add(row_starts[:, None]).view(-1), 1)
     if spare_rows:
-        _extend_short_rows(flips, run_ends[:, -1], row_starts, length, spare_rows, spare_pairs, end_unmasked, end_masked, generator)
+        spares = (spare_rows, spare_pairs)
+        _extend_short_rows(flips, run_ends[:, -1], row_starts, length, spares, end_unmasked, end_masked, generator)
     # Every run end flips the state: an odd number of flips so far means a masked position.
     parity = flips[:-1].view(rows, length + 1).cumsum_(1, dtype=torch.uint8)[:, :length].bitwise_and(1)
     return parity.view(torch.bool)
@@ -213,8 +215,7 @@ def _extend_short_rows(
     reach: torch.Tensor,
     row_starts: torch.Tensor,
     length: int,
-    spare_rows: int,
-    spare_pairs: int,
+    spares: tuple[int, int],
     end_unmasked: float,
     end_masked: float,
     generator: torch.Generator | None,
@@ -222,17 +223,16 @@ def _extend_short_rows(
     """Continues, in ``flips``, the rows whose runs stop at ``reach < length``.
 
     The first ``spare_rows`` such rows get ``spare_pairs`` more run pairs,
-    starting with an unmasked run since every row ended a masked one. Slots
-    are assigned by a cumulative count, so nothing waits for the device.
+    starting with an unmasked run since every row ended on a masked one.
+    Slots are found by a search in the running count of short rows, so
+    nothing waits for the device.
     """
+    spare_rows, spare_pairs = spares
     rows = reach.numel()
     device = reach.device
-    short = reach < length
-    rank = short.cumsum(0).sub_(1)
-    slot = torch.where(short & (rank < spare_rows), rank, spare_rows)  # spare_rows: no slot
-    slot_rows = torch.full((spare_rows + 1,), rows, dtype=torch.int64, device=device)
-    slot_rows.scatter_(0, slot, torch.arange(rows, device=device))
-    slot_rows = slot_rows[:spare_rows]
+    short_so_far = (reach < length).cumsum(0)  # axes: row
+    # Slot s serves the first row where the count reaches s + 1; `rows` means no such row.
+    slot_rows = torch.searchsorted(short_so_far, torch.arange(1, spare_rows + 1, device=device))
     has_row = slot_rows < rows
     slot_rows.clamp_max_(rows - 1)
     draws = _random_words((spare_rows, spare_pairs), device, generator).view(torch.int32)
@@ -272,7 +272,7 @@ def _geometric_pairs(draws: torch.Tensor, end_unmasked: float, end_masked: float
 
 # Stage one draws enough runs for all but about this share of rows ...
 _FIRST_SHORTFALL = 2.0**-10
-# ... and the plan fails (a row's tail stays unmasked) with at most this chance per row or call.
+# ... and either stage may fail (a row's tail stays unmasked) with at most this chance per row.
 _SHORTFALL = 2.0**-40
 
 

@@ -137,18 +137,36 @@ def test_without_sync_variables_are_independent() -> None:
     assert abs(both - r * r) < 6 * se
 
 
-def test_extension_of_short_rows_keeps_the_chain_exact(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Force the two-stage path: two pairs per row first, every row continued."""
+@pytest.mark.parametrize("first_pairs, spare_share", [(2, 1.0), (17, 0.25)])
+def test_extension_of_short_rows_keeps_the_chain_exact(
+    monkeypatch: pytest.MonkeyPatch, first_pairs: int, spare_share: float
+) -> None:
+    """Force the two-stage path: with 2 pairs first every row falls short; with 17, 15% of rows,
+    which must find their slots among a quarter of the rows."""
     r, lm, length = 0.15, 3.0, 256
     end_unmasked, end_masked = r / (lm * (1 - r)), 1 / lm
     full = masks._pairs_needed(length, end_unmasked, end_masked, masks._SHORTFALL)
-    monkeypatch.setattr(masks, "_run_plan", lambda rows, *args: (2, rows, full))
+    monkeypatch.setattr(masks, "_run_plan", lambda rows, *args: (first_pairs, int(rows * spare_share), full))
     m = subsequence_mask(_batch((512, 4, length)), r=r, lm=lm, generator=_seeded(7)).numpy()
     assert abs(m.mean() - r) < 6 * _chain_stationary_se(r, lm, m.size)
     assert abs(m[..., -1].mean() - r) < 6 * math.sqrt(r * (1 - r) / m[..., -1].size)
     now, after = m[..., :-1], m[..., 1:]
     assert 1 / ((now & ~after).sum() / now.sum()) == pytest.approx(lm, rel=0.03)
     assert 1 / ((~now & after).sum() / (~now).sum()) == pytest.approx(lm * (1 - r) / r, rel=0.03)
+
+
+@pytest.mark.parametrize("spare_rows", [1, 2, 3])
+def test_spare_slots_go_to_the_short_rows_in_order(spare_rows: int) -> None:
+    rows, length = 5, 50
+    reach = torch.tensor([50, 10, 50, 20, 50])
+    flips = torch.zeros(rows * (length + 1) + 1, dtype=torch.uint8)
+    row_starts = torch.arange(0, rows * (length + 1), length + 1)
+    masks._extend_short_rows(flips, reach, row_starts, length, (spare_rows, 40), 0.3, 0.5, _seeded(0))
+    inside = flips[:-1].view(rows, length + 1)[:, :length]  # axes: row, position
+    extended = [row for row in range(rows) if inside[row].any()]
+    assert extended == [1, 3][:spare_rows]
+    for row in extended:
+        assert not inside[row, : reach[row] + 1].any()  # continues after the row's last run end
 
 
 def test_too_few_spare_rows_leaves_tails_unmasked_without_failing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -313,10 +331,11 @@ def test_lm_is_validated() -> None:
 def test_on_cuda_the_mask_stays_on_the_device_without_host_sync(make) -> None:
     x = _batch((64, 4, 512), device="cuda")
     make(x, generator=_seeded(0, "cuda"))  # warm up: lazy init may synchronise
+    generator = _seeded(0, "cuda")
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        m = make(x, generator=_seeded(0, "cuda"))
+        m = make(x, generator=generator)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert m.is_cuda and m.dtype == torch.bool and m.shape == x.shape
