@@ -100,21 +100,25 @@ def masked_mse(prediction: torch.Tensor, x: torch.Tensor, mask: torch.Tensor) ->
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     parser.add_argument("--data", default="data/synthetic", help="folder of the synthetic dataset, written if missing")
-    parser.add_argument("--model", choices=["transformer", "cnn"], default="transformer")
+    parser.add_argument("--model", choices=["transformer", "cnn"], default="transformer", help="encoder")
     parser.add_argument("--steps", type=int, default=600, help="optimizer steps")
     parser.add_argument("--window", type=int, default=128, help="steps per window L")
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=64, help="windows per batch B")
     parser.add_argument("--num-workers", type=int, default=1, help="DataLoader worker processes")
-    parser.add_argument("--device", default=None, help="'cuda', 'cpu', ... (default: cuda when available)")
+    parser.add_argument("--device", default=None, help="'cuda', 'cpu', ...; None picks cuda when available")
     parser.add_argument("--r", type=float, default=0.15, help="share of hidden values")
     parser.add_argument("--lm", type=float, default=3.0, help="mean length of a hidden run")
-    parser.add_argument("--lr", type=float, default=2e-3)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: cores not used by workers)")
+    parser.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (one-cycle schedule)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads; None: the cores not used by workers, at most 8"
+    )
     parser.add_argument("--eval-batches", type=int, default=20, help="held-out batches for the final evaluation")
     parser.add_argument("--out", default="runs/mvp", help="folder for encoder.pt and loss.png")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the data, the shuffle, the masks and the model")
     return parser.parse_args()
 
 
@@ -143,9 +147,8 @@ def main() -> None:
             batch_size=args.batch_size, shuffle=True, seed=seed,
         )
         loader = torch.utils.data.DataLoader(
-            dataset, batch_size=None, num_workers=args.num_workers, pin_memory=device.type == "cuda",
-            persistent_workers=args.num_workers > 0,
-        )
+            dataset, batch_size=None, num_workers=args.num_workers, pin_memory=device.type == "cuda"
+        )  # not persistent_workers: workers keep their own copy of the dataset, set_epoch would not reach it
         return dataset, DevicePrefetcher(loader, device)
 
     train_set, train_loader = loader_for(train_path, args.seed)
@@ -154,7 +157,7 @@ def main() -> None:
     model = MaskedValueModel(encoder, width, CHANNELS).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, args.lr, total_steps=args.steps, pct_start=0.1)
-    masks = torch.Generator(device=device).manual_seed(args.seed)
+    mask_generator = torch.Generator(device=device).manual_seed(args.seed)
     print(
         f"{args.model} encoder, {sum(p.numel() for p in model.parameters()):,} parameters, on {device}; "
         f"{train_set.num_windows:,} training windows of {args.window} steps x {CHANNELS} channels"
@@ -170,7 +173,7 @@ def main() -> None:
         x = next(batches)
         waiting += time.perf_counter() - asked
         x = standardize(x)  # per window and channel, on the device
-        mask = subsequence_mask(x, args.r, args.lm, generator=masks)
+        mask = subsequence_mask(x, args.r, args.lm, generator=mask_generator)
         loss = masked_mse(model(x, mask), x, mask)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -186,6 +189,7 @@ def main() -> None:
                 data_wait=f"{waiting / elapsed:.0%}",
             )
     progress.close()
+    batches.close()  # stops the loader's workers
     elapsed = time.perf_counter() - started
     print(
         f"trained {args.steps} steps in {elapsed:.0f} s: {args.steps * args.batch_size / elapsed:,.0f} windows/s, "
