@@ -193,20 +193,24 @@ def _markov_runs(
     end_unmasked = r / (lm * (1.0 - r))  # chance that an unmasked run ends after a step
     end_masked = 1.0 / lm  # chance that a masked run ends after a step
     pairs, spare_rows, spare_pairs = _run_plan(rows, length, end_unmasked, end_masked)
-    # A row's positions, then a spare column for run ends past the window; one spare at the very end.
-    flips = torch.zeros(rows * (length + 1) + 1, dtype=torch.uint8, device=device)
-    row_starts = torch.arange(0, rows * (length + 1), length + 1, device=device)
+    # Flips of the state at each (row, position), flattened; run ends past a row's window go to the last slot.
+    flips = torch.zeros(rows * length + 1, dtype=torch.uint8, device=device)
+    row_starts = torch.arange(0, rows * length, length, device=device)
     draws = _random_words((rows, 1 + pairs), device, generator).view(torch.int32)  # axes: row, draw
     starts_masked = draws[:, 0] < _threshold(r, 32)  # draws[:, 1] is left unused
     runs = _geometric_pairs(draws[:, 2:], end_unmasked, end_masked, length)  # axes: row, pair, (unmasked, masked)
     runs[:, 0, 0].mul_(starts_masked.logical_not())  # a row that starts masked has no leading unmasked run
-    run_ends = runs.view(rows, 2 * pairs).to(torch.int64).cumsum_(1).clamp_max_(length)  # axes: row, run
-    flips.index_fill_(0, run_ends.add(row_starts[:, None]).view(-1), 1)
+    run_ends = runs.view(rows, 2 * pairs).to(torch.int64)  # axes: row, run
+    run_ends[:, 0].add_(row_starts)
+    run_ends.cumsum_(1)  # flat index of each run's end
+    reach = run_ends[:, -1] - row_starts
+    run_ends.masked_fill_(run_ends >= (row_starts + length)[:, None], rows * length)
+    flips.index_fill_(0, run_ends.view(-1), 1)
     if spare_rows:
         spares = (spare_rows, spare_pairs)
-        _extend_short_rows(flips, run_ends[:, -1], row_starts, length, spares, end_unmasked, end_masked, generator)
-    # Every run end flips the state: an odd number of flips so far means a masked position.
-    parity = flips[:-1].view(rows, length + 1).cumsum_(1, dtype=torch.uint8)[:, :length].bitwise_and(1)
+        _extend_short_rows(flips, reach, row_starts, length, spares, end_unmasked, end_masked, generator)
+    # An odd number of flips so far means a masked position.
+    parity = flips[:-1].view(rows, length).cumsum_(1, dtype=torch.uint8).bitwise_and_(1)
     return parity.view(torch.bool)
 
 
@@ -233,13 +237,15 @@ def _extend_short_rows(
     short_so_far = (reach < length).cumsum(0)  # axes: row
     # Slot s serves the first row where the count reaches s + 1; `rows` means no such row.
     slot_rows = torch.searchsorted(short_so_far, torch.arange(1, spare_rows + 1, device=device))
-    has_row = slot_rows < rows
+    idle = slot_rows >= rows
     slot_rows.clamp_max_(rows - 1)
     draws = _random_words((spare_rows, spare_pairs), device, generator).view(torch.int32)
     runs = _geometric_pairs(draws, end_unmasked, end_masked, length)  # axes: slot, pair, (unmasked, masked)
-    run_ends = runs.view(spare_rows, 2 * spare_pairs).to(torch.int64).cumsum_(1)  # axes: slot, run
-    run_ends.add_(reach[slot_rows][:, None]).clamp_max_(length).add_(row_starts[slot_rows][:, None])
-    run_ends.masked_fill_(has_row.logical_not()[:, None], flips.numel() - 1)
+    run_ends = runs.view(spare_rows, 2 * spare_pairs).to(torch.int64)  # axes: slot, run
+    starts = row_starts[slot_rows]
+    run_ends[:, 0].add_(starts + reach[slot_rows])
+    run_ends.cumsum_(1)
+    run_ends.masked_fill_((run_ends >= (starts + length)[:, None]) | idle[:, None], flips.numel() - 1)
     flips.index_fill_(0, run_ends.view(-1), 1)
 
 
