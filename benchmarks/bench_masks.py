@@ -8,9 +8,11 @@ Usage::
 tsai's MVP module imports fastai and torchvision; only the one function is
 needed, so it is read from the installed file and run with its own imports
 (torch, random, Geometric, Binomial) without importing the package. Timings
-use one thread (``torch.set_num_threads(1)``) and report the median of
-``--repeats`` calls after a warm-up, calls of all candidates interleaved so
-that load from other processes hits them alike.
+use one thread (``torch.set_num_threads(1)``) and report the median time per
+call over blocks of ``--block`` consecutive calls, after a warm-up; blocks of
+all candidates alternate so that load from other processes hits them alike.
+``--block 1`` times every call between calls of the other candidates, with
+colder caches, closer to a mask made once per training step.
 """
 from __future__ import annotations
 
@@ -79,28 +81,36 @@ def candidates(tsai_mask: Callable[..., torch.Tensor] | None, r: float, lm: floa
     return table
 
 
-def time_interleaved(table: dict[str, Callable], x: torch.Tensor, repeats: int) -> dict[str, float]:
-    """Median milliseconds per call of each candidate."""
+def time_interleaved(table: dict[str, Callable], x: torch.Tensor, repeats: int, block: int) -> dict[str, float]:
+    """Median milliseconds per call of each candidate, timed in blocks of ``block`` calls.
+
+    Blocks of the candidates alternate, so that load from other processes hits
+    them alike; within a block the caches are warm, as under ``timeit``.
+    """
     cuda = x.device.type == "cuda"
     samples: dict[str, list[float]] = {name: [] for name in table}
     for function in table.values():  # warm-up: caches, allocator, lazy init
         for _ in range(3):
             function(x)
-    for _ in range(repeats):
+    for _ in range(max(1, repeats // block)):
         for name, function in table.items():
             if cuda:
                 torch.cuda.synchronize()
             start = time.perf_counter()
-            function(x)
+            for _ in range(block):
+                function(x)
             if cuda:
                 torch.cuda.synchronize()
-            samples[name].append(time.perf_counter() - start)
+            samples[name].append((time.perf_counter() - start) / block)
     return {name: 1e3 * statistics.median(times) for name, times in samples.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=200, help="timed calls per candidate and shape")
+    parser.add_argument(
+        "--block", type=int, default=10, help="consecutive calls per timing (1: every call between other candidates)"
+    )
     parser.add_argument("--device", default="cpu", help="device of the batch (default: cpu)")
     parser.add_argument("--r", type=float, default=0.15, help="masked share (default: 0.15)")
     parser.add_argument("--lm", type=float, default=3.0, help="mean masked run (default: 3)")
@@ -111,10 +121,10 @@ def main() -> None:
         print("tsai not installed: `pip install tsai==1.0.1 --no-deps` adds it to the comparison\n")
     table = candidates(tsai_mask, args.r, args.lm)
     print(f"torch {torch.__version__}, device {args.device}, 1 thread, r={args.r}, lm={args.lm}, "
-          f"median of {args.repeats} calls\n")
+          f"{args.repeats} calls each, median over blocks of {args.block}\n")
     for shape in SHAPES:
         x = torch.zeros(shape, device=args.device)
-        timings = time_interleaved(table, x, args.repeats)
+        timings = time_interleaved(table, x, args.repeats, args.block)
         reference = timings.get("tsai create_subsequence_mask (stateful)")
         rand = timings["torch.rand(...) < r"]
         print(f"shape {shape}")
