@@ -168,7 +168,10 @@ def standardize(
         ValueError: ``eps`` is negative.
     """
     if isinstance(x, (tuple, list)) and x and not return_stats:
-        return type(x)([standardize(x[0], dim, eps), *x[1:]])  # type: ignore[return-value]
+        first = standardize(x[0], dim, eps)
+        if hasattr(x, "_fields"):  # a namedtuple
+            return x._replace(**{x._fields[0]: first})  # type: ignore[union-attr]
+        return type(x)([first, *x[1:]])  # type: ignore[return-value]
     if not isinstance(x, torch.Tensor) or not x.is_floating_point():
         kind = f"a {x.dtype} tensor" if isinstance(x, torch.Tensor) else f"a {type(x).__name__}"
         raise TypeError(f"standardize: x is {kind}; it must be a floating-point tensor; convert it with x.float()")

@@ -30,6 +30,7 @@ import torch
 
 __all__ = ["future_mask", "random_mask", "subsequence_mask", "variable_mask"]
 
+
 def _check_batch(x: object, caller: str) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
         raise TypeError(
@@ -161,10 +162,10 @@ def subsequence_mask(
     if isinstance(lm, bool) or not isinstance(lm, numbers.Real):
         raise TypeError(f"subsequence_mask: lm={lm!r} must be a real number >= 1, the mean masked run length")
     lm = float(lm)
-    if not lm >= 1.0:
+    if not 1.0 <= lm < math.inf:
         raise ValueError(
-            f"subsequence_mask: lm={lm!r} is below 1; lm is the mean length of a masked "
-            "run and a run holds at least one value, so pass lm >= 1 (e.g. lm=3)"
+            f"subsequence_mask: lm={lm!r} is below 1 or not finite; lm is the mean length of a "
+            "masked run and a run holds at least one value, so pass a finite lm >= 1 (e.g. lm=3)"
         )
     if stateful and lm * (1.0 - r) / r < 1.0:
         raise ValueError(

@@ -142,6 +142,8 @@ def test_standardize_tuple_standardizes_the_inputs_only() -> None:
     x, y = torch.randn(2, 2, 10), torch.tensor([1.0, 2.0])
     z, y_out = standardize((x, y))
     assert torch.equal(y_out, y) and torch.allclose(z, standardize(x))
+    pair = standardize(Pair(x, y))
+    assert isinstance(pair, Pair) and torch.equal(pair.y, y) and torch.allclose(pair.x, z)
 
 
 def test_standardize_refuses_integers_and_negative_eps() -> None:

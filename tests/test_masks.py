@@ -317,8 +317,9 @@ def test_generator_must_be_a_generator(make) -> None:
 
 def test_lm_is_validated() -> None:
     x = _batch((2, 2, 8))
-    with pytest.raises(ValueError, match="lm=0.5 is below 1"):
-        subsequence_mask(x, lm=0.5)
+    for lm in (0.5, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match=f"lm={lm!r} is below 1 or not finite"):
+            subsequence_mask(x, lm=lm)
     with pytest.raises(ValueError, match=r"mean unmasked run .* below 1"):
         subsequence_mask(x, r=0.8, lm=2)
     with pytest.raises(TypeError, match="lm="):
