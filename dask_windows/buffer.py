@@ -19,11 +19,14 @@ import numpy as np
 from dask_windows.batch import Gatherer, normalize_per_sample
 from dask_windows.errors import DataError
 from dask_windows.index import WindowGrid
+from dask_windows.memory import trim
 from dask_windows.plan import EpochPlan, Segment, rng_for
 from dask_windows.spec import WindowSpec
 from dask_windows.windows import window_starts
 
 __all__ = ["Buffer", "Part", "decode", "stream"]
+
+_CHUNK = 1 << 18  # windows whose starts are computed at once
 
 
 @dataclass
@@ -110,24 +113,32 @@ class Buffer:
         y = None
         if spec.targets:
             y = parts[0].y if len(parts) == 1 else np.concatenate([p.y for p in parts], axis=1)
-        starts, global_rows = [], []
-        offset = 0
-        for part, seg in zip(parts, segments):
-            rows = window_starts(grid.first[seg.partition], grid.counts[seg.partition], grid.stride, seg.lo, seg.hi)
-            _check_nan(part, rows, spec)
-            starts.append(rows + offset)
-            global_rows.append(rows + int(row_offsets[seg.partition]))
-            offset += part.x.shape[axis]
-        self.starts = np.concatenate(starts)  # (windows,) buffer row of each window
-        self.global_rows = np.concatenate(global_rows)  # (windows,) dataset row of each window
+        sizes = [p.x.shape[axis] for p in parts]
+        self.part_offsets = np.cumsum([0, *sizes])  # (parts+1,) buffer row where each part begins
+        self.part_rows = np.array([row_offsets[seg.partition] for seg in segments], dtype=np.int64)
+        # One allocation for the buffer's window starts; int32 halves it when rows allow.
+        dtype = np.int32 if self.part_offsets[-1] < 2**31 else np.int64
+        self.starts = np.empty(sum(seg.num_windows for seg in segments), dtype)  # (windows,) buffer rows
+        at = 0
+        for part, seg, offset in zip(parts, segments, self.part_offsets):
+            first, counts = grid.first[seg.partition], grid.counts[seg.partition]
+            for lo in range(seg.lo, seg.hi, _CHUNK):  # chunks keep int64 temporaries small
+                rows = window_starts(first, counts, grid.stride, lo, min(lo + _CHUNK, seg.hi))
+                _check_nan(part, rows, spec)
+                rows += offset
+                self.starts[at : at + len(rows)] = rows
+                at += len(rows)
         self.gatherer = Gatherer(x, y, spec.window, spec.horizon, spec.layout, *(scale or (None, None)))
 
     def permute(self, rng: np.random.Generator | None) -> None:
-        """Shuffle the windows (in place of their order) with ``rng``; ``None`` keeps row order."""
+        """Shuffle the windows in place with ``rng``; ``None`` keeps row order."""
         if rng is not None:
-            order = rng.permutation(len(self.starts))
-            self.starts = self.starts[order]
-            self.global_rows = self.global_rows[order]
+            rng.shuffle(self.starts)
+
+    def global_rows(self, starts: np.ndarray) -> np.ndarray:
+        """Dataset rows of windows at buffer rows ``starts``."""
+        part = np.searchsorted(self.part_offsets, starts, side="right") - 1  # (B,) part of each window
+        return starts - self.part_offsets[part] + self.part_rows[part]
 
 
 def _check_nan(part: Part, rows: np.ndarray, spec: WindowSpec) -> None:
@@ -199,7 +210,7 @@ def stream(
             starts = buffer.starts[pos : pos + take]
             x = buffer.gatherer.features(starts)
             y = buffer.gatherer.targets(starts) if spec.targets else None
-            rows = buffer.global_rows[pos : pos + take]
+            rows = buffer.global_rows(starts)
             pos += take
             remaining -= take
             if carried or take < batch and remaining > 0:
@@ -214,4 +225,5 @@ def stream(
             if normalize == "sample":
                 normalize_per_sample(x, spec.layout == "NCL")
             yield emit(x, y, rows)
-        del buffer
+        buffer = starts = None  # drop the buffer (and views into it) before the next one is built
+        trim()

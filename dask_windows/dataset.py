@@ -20,6 +20,7 @@ from torch.utils.data import IterableDataset
 from dask_windows.buffer import Part, decode, stream
 from dask_windows.errors import ConfigError, DataError
 from dask_windows.index import WindowGrid, nan_rows, scan_runs
+from dask_windows.memory import trim
 from dask_windows.plan import batches_per_rank, plan_reader
 from dask_windows.prefetch import Prefetcher
 from dask_windows.source import ArraySource, Source, open_source
@@ -133,6 +134,7 @@ class WindowDataset(IterableDataset):
         spec = self.spec
         bad_rows = (lambda i: nan_rows(self.source.read(i, list(spec.columns)))) if nan == "drop" else None
         self.runs = scan_runs(len(self.source.partitions), lambda i: self.source.read_runs(i, series), bad_rows, threads)
+        trim()
         self.grid = WindowGrid.from_runs(self.runs, spec.span, spec.stride)
         rows = np.array([p.num_rows for p in self.source.partitions], dtype=np.int64)
         self.row_offsets = np.cumsum(rows) - rows  # (P,) global row of each partition's first row
@@ -222,7 +224,8 @@ class WindowDataset(IterableDataset):
 
     def _read_part(self, index: int) -> Part:
         columns = self.source.read(index, list(self.spec.columns))
-        return decode(index, self.source.partitions[index].name, columns, self.spec)
+        part = decode(index, self.source.partitions[index].name, columns, self.spec)
+        return part
 
     def _emit(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray) -> Any:
         out = [torch.from_numpy(x)]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from dask_windows.errors import ConfigError, SchemaError, SourceReadError
-from dask_windows.windows import find_runs
+from dask_windows.windows import find_runs, join_runs
 
 __all__ = ["ArraySource", "ParquetSource", "Partition", "Source", "open_source"]
 
@@ -70,9 +70,18 @@ class Source:
         rows = self.partitions[index].num_rows
         if series is None:
             return np.zeros(1, np.int64), np.array([rows], np.int64), np.array([index])
-        keys = self.read(index, [series])[series]
-        starts, lengths = find_runs(keys)
-        return starts, lengths, keys[starts]
+        pieces = []
+        offset = 0
+        for chunk in self.read_chunks(index, [series]):
+            keys = chunk[series]
+            starts, lengths = find_runs(keys)
+            pieces.append((starts + offset, lengths, keys[starts]))
+            offset += len(keys)
+        return join_runs(pieces)
+
+    def read_chunks(self, index: int, columns: Sequence) -> Iterator[dict]:
+        """Read partition ``index`` in consecutive row chunks (bounded memory); default: one chunk."""
+        yield self.read(index, columns)
 
     def check_columns(self, columns: Sequence, what: dict) -> None:
         """Raise ``SchemaError`` naming the first column of ``columns`` that is missing."""
@@ -209,6 +218,24 @@ class ParquetSource(Source):
                 "was opened; the file changed underneath the dataset; open the dataset again"
             )
         return {col: table.column(col).to_numpy() for col in columns}
+
+    def read_chunks(self, index: int, columns: Sequence) -> Iterator[dict]:
+        """One row group at a time, so scanning a column holds one row group in memory."""
+        import pyarrow.parquet as pq
+
+        part = self.partitions[index]
+        path, row_groups = part.key
+        try:
+            with self.fs.open(path, "rb") as f:
+                pf = pq.ParquetFile(f)
+                for g in row_groups:
+                    table = pf.read_row_group(g, columns=list(columns), use_threads=False)
+                    yield {col: table.column(col).to_numpy() for col in columns}
+        except Exception as exc:
+            raise SourceReadError(
+                f"cannot read {part.name}: {type(exc).__name__}: {exc}; the file may be truncated or "
+                "corrupt; rewrite it or remove it from the dataset"
+            ) from exc
 
 
 class ArraySource(Source):

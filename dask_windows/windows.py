@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["find_runs", "split_runs_at", "window_starts", "windows_per_run"]
+__all__ = ["find_runs", "join_runs", "split_runs_at", "window_starts", "windows_per_run"]
 
 
 def find_runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -34,6 +34,36 @@ def find_runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     starts = np.concatenate([[0], np.flatnonzero(change) + 1]).astype(np.int64)
     lengths = np.diff(np.append(starts, n)).astype(np.int64)
     return starts, lengths
+
+
+def join_runs(pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Join the runs of consecutive row chunks into the runs of the whole.
+
+    Args:
+        pieces: Per chunk ``(starts, lengths, keys)``, starts already in whole-partition rows.
+
+    Returns:
+        ``(starts, lengths, keys)``; a run split only by a chunk edge becomes one run again.
+    """
+    pieces = [p for p in pieces if len(p[0])]
+    if not pieces:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
+    starts = np.concatenate([p[0] for p in pieces])
+    lengths = np.concatenate([p[1] for p in pieces])
+    keys = np.concatenate([p[2] for p in pieces])
+    # A run continues across a chunk edge when the key repeats; only the first run of a chunk can.
+    same = np.zeros(len(starts), dtype=bool)
+    at = 0
+    for p in pieces[:-1]:
+        at += len(p[0])
+        same[at] = keys[at] == keys[at - 1] or (keys.dtype.kind == "f" and np.isnan(keys[at]) and np.isnan(keys[at - 1]))
+    if not same.any():
+        return starts, lengths, keys
+    group = np.cumsum(~same) - 1  # (runs,) index of the joined run each piece belongs to
+    joined = np.zeros(int(group[-1]) + 1, np.int64)
+    np.add.at(joined, group, lengths)
+    keep = ~same
+    return starts[keep], joined, keys[keep]
 
 
 def split_runs_at(
@@ -85,7 +115,14 @@ def window_starts(
         ``(hi - lo,)`` int64 start rows, in window order.
     """
     ends = np.cumsum(counts_per_run)  # (R,) window number just past each run
-    k = np.arange(lo, hi, dtype=np.int64)
-    run = np.searchsorted(ends, k, side="right")  # (hi-lo,) run of each window
-    first = ends[run] - counts_per_run[run]  # (hi-lo,) number of the run's first window
-    return run_starts[run] + (k - first) * stride
+    first_run = int(np.searchsorted(ends, lo, side="right"))
+    last_run = int(np.searchsorted(ends, hi, side="left")) + 1
+    ends = ends[first_run:last_run]
+    counts = np.asarray(counts_per_run[first_run:last_run], dtype=np.int64)
+    begins = ends - counts  # (r,) number of each run's first window
+    take = np.minimum(ends, hi) - np.maximum(begins, lo)  # (r,) windows wanted from each run
+    # Row of window k of run j is run_starts[j] + (k - begins[j]) * stride: a per-run base plus k * stride.
+    base = np.asarray(run_starts[first_run:last_run], dtype=np.int64) - begins * stride
+    out = np.repeat(base, np.maximum(take, 0))
+    out += np.arange(lo, hi, dtype=np.int64) * stride
+    return out

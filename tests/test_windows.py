@@ -77,3 +77,20 @@ def test_grid_restrict_keeps_the_start_grid():
     assert window_starts(sub.first[0], sub.counts[0], 2, 0, int(sub.counts[0].sum())).tolist() == [
         2, 4, 16, 18, 20, 22, 24, 26,
     ]
+
+
+@given(st.lists(st.integers(0, 2), min_size=1, max_size=50), st.data())
+def test_join_runs_over_chunks_equals_runs_of_the_whole(keys, data):
+    from dask_windows.windows import join_runs
+
+    keys = np.array(keys)
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(keys) - 1)), max_size=5)))
+    bounds = [0, *[c for c in cuts if c < len(keys)], len(keys)]
+    pieces = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        s, n = find_runs(keys[a:b])
+        pieces.append((s + a, n, keys[a:b][s]))
+    starts, lengths, run_keys = join_runs(pieces)
+    expect_s, expect_n = find_runs(keys)
+    assert starts.tolist() == expect_s.tolist() and lengths.tolist() == expect_n.tolist()
+    assert run_keys.tolist() == keys[expect_s].tolist()
