@@ -103,7 +103,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
-    parser.add_argument("--data", default="data/synthetic", help="folder of the synthetic dataset, written if missing")
+    parser.add_argument("--data", default="demo_data", help="folder of the synthetic dataset, written if missing")
     parser.add_argument("--model", choices=["transformer", "cnn"], default="transformer", help="encoder")
     parser.add_argument("--steps", type=int, default=600, help="optimizer steps")
     parser.add_argument("--window", type=int, default=128, help="steps per window L")
