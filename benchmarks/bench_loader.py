@@ -1,0 +1,166 @@
+"""Loader throughput against the best in-RAM numpy gather and tsai's memmap approach.
+
+Prints windows/s and GB/s of batches for B=256, L=512, C=4, stride 1, shuffled, over
+local Parquet with 1M-row partitions, and in the same run on the same rows:
+
+  (a)  the best vectorised numpy gather of random windows from one in-RAM (rows, C) array
+       into a contiguous (B, C, L) batch (sliding-window view indexed by the batch's starts,
+       then one transposing copy) - the bound the issue names;
+  (a') the same gather from a channel-major (C, rows) copy (our buffer layout without the
+       loader around it) - the stricter bound for the loader's own overhead;
+  (b)  tsai's TSUnwindowedDataset approach: a (B, L) int64 index built with repeat/arange,
+       fancy-indexed from one .npy memmap, made contiguous as (B, C, L).
+
+Then peak RSS of streaming a dataset and one four times as large (separate processes).
+
+    python benchmarks/bench_loader.py [--partitions 4] [--seconds 3]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+from numpy.lib.stride_tricks import sliding_window_view
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import dask_windows as dw  # noqa: E402
+
+B, L, C = 256, 512, 4
+ROWS = 1_000_000
+
+
+def write_dataset(root: str, partitions: int, seed: int = 0) -> None:
+    os.makedirs(root, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for p in range(partitions):
+        path = os.path.join(root, f"part-{p:05d}.parquet")
+        if os.path.exists(path):
+            continue
+        cols = {f"f{c}": rng.standard_normal(ROWS, dtype=np.float32) for c in range(C)}
+        cols["sid"] = np.repeat(np.arange(p * 10, p * 10 + 10), ROWS // 10)
+        pq.write_table(pa.table(cols), path, row_group_size=250_000)
+
+
+def rate(fn, seconds: float) -> float:
+    """Windows per second of calling ``fn`` (one batch per call) for about ``seconds``."""
+    fn()
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        fn()
+        n += 1
+    return n * B / (time.perf_counter() - t0)
+
+
+def baselines(root: str, seconds: float) -> dict:
+    table = pq.read_table(os.path.join(root, "part-00000.parquet"), columns=[f"f{c}" for c in range(C)])
+    rows_c = np.stack([table.column(c).to_numpy() for c in range(C)], axis=1)  # (rows, C)
+    chan = np.ascontiguousarray(rows_c.T)  # (C, rows)
+    rng = np.random.default_rng(1)
+    starts = [rng.integers(0, ROWS - L + 1, B) for _ in range(64)]
+    k = [0]
+
+    def next_starts() -> np.ndarray:
+        k[0] += 1
+        return starts[k[0] % 64]
+
+    view_rc = sliding_window_view(rows_c, L, axis=0)  # (rows-L+1, C, L), L strided by C
+
+    def gather_a() -> torch.Tensor:
+        out = np.empty((B, C, L), np.float32)
+        out[...] = view_rc[next_starts()]  # one transposing copy into the contiguous batch
+        return torch.from_numpy(out)
+
+    view_cm = sliding_window_view(chan, L, axis=1).transpose(1, 0, 2)  # (rows-L+1, C, L), L contiguous
+
+    def gather_a2() -> torch.Tensor:
+        return torch.from_numpy(view_cm[next_starts()])
+
+    npy = os.path.join(root, "..", "tsai.npy")
+    if not os.path.exists(npy):
+        np.save(npy, rows_c)
+    mm = np.load(npy, mmap_mode="r")
+
+    def tsai_b() -> torch.Tensor:
+        s = next_starts()
+        idx = np.repeat(s, L) + np.tile(np.arange(L), B)  # (B*L,) rows, as TSUnwindowedDataset builds them
+        x = mm[idx].reshape(B, L, C)
+        return torch.from_numpy(np.ascontiguousarray(x.transpose(0, 2, 1)))
+
+    return {"a": rate(gather_a, seconds), "a_prime": rate(gather_a2, seconds), "b": rate(tsai_b, seconds)}
+
+
+def loader_rate(root: str, seconds: float) -> tuple[float, float]:
+    ds = dw.WindowDataset(
+        root, features=[f"f{c}" for c in range(C)], series="sid", window=L, batch_size=B, shuffle=True, seed=0
+    )
+    t0 = time.perf_counter()
+    it = iter(ds)
+    next(it)
+    first = time.perf_counter() - t0
+    n, t0 = 0, time.perf_counter()
+    for _ in it:
+        n += 1
+        if time.perf_counter() - t0 > seconds:
+            break
+    return n * B / (time.perf_counter() - t0), first
+
+
+def stream_rss(root: str) -> None:
+    """Child mode: stream one full epoch, print peak RSS in MiB as JSON."""
+    torch.set_num_threads(1)
+    ds = dw.WindowDataset(root, features=[f"f{c}" for c in range(C)], series="sid", window=L, batch_size=B)
+    batches = sum(1 for _ in ds)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"batches": batches, "peak_rss_mib": peak}))
+
+
+def child_rss(root: str) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--rss-child", root], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--partitions", type=int, default=4, help="1M-row partitions of the small dataset")
+    parser.add_argument("--seconds", type=float, default=3.0, help="measuring time per figure")
+    parser.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "dask_windows_bench"))
+    parser.add_argument("--rss-child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.rss_child:
+        stream_rss(args.rss_child)
+        return
+    torch.set_num_threads(1)
+    small, large = os.path.join(args.dir, "x1"), os.path.join(args.dir, "x4")
+    write_dataset(small, args.partitions)
+    write_dataset(large, 4 * args.partitions)
+    gb = B * C * L * 4 / 1e9  # GB per batch-of-windows unit
+    base = baselines(small, args.seconds)
+    ours, first = loader_rate(small, args.seconds)
+    print(f"B={B} L={L} C={C} stride=1 shuffled, {args.partitions} x {ROWS:,}-row Parquet partitions, 1 torch thread")
+    print(f"WindowDataset                 {ours:12,.0f} windows/s  {ours / B * gb:6.2f} GB/s  first batch {first:.2f} s")
+    print(f"(a)  numpy gather (rows, C)   {base['a']:12,.0f} windows/s  {base['a'] / B * gb:6.2f} GB/s")
+    print(f"(a') numpy gather (C, rows)   {base['a_prime']:12,.0f} windows/s  {base['a_prime'] / B * gb:6.2f} GB/s")
+    print(f"(b)  tsai memmap index        {base['b']:12,.0f} windows/s  {base['b'] / B * gb:6.2f} GB/s")
+    print(f"ratio vs (a)  {ours / base['a']:6.2f}x   (goal >= 0.75)")
+    print(f"ratio vs (a') {ours / base['a_prime']:6.2f}x")
+    print(f"ratio vs (b)  {ours / base['b']:6.2f}x   (goal >= 3)")
+    r1, r4 = child_rss(small), child_rss(large)
+    print(
+        f"peak RSS streaming {args.partitions} partitions: {r1['peak_rss_mib']:.0f} MiB ({r1['batches']} batches); "
+        f"{4 * args.partitions} partitions: {r4['peak_rss_mib']:.0f} MiB ({r4['batches']} batches); "
+        f"ratio {r4['peak_rss_mib'] / r1['peak_rss_mib']:.3f} (goal <= 1.15)"
+    )
+
+
+if __name__ == "__main__":
+    main()

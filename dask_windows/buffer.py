@@ -1,0 +1,229 @@
+"""Decoded partitions in memory and the shuffled windows being drawn from them.
+
+``decode`` turns one partition's columns into the arrays the gather wants
+(features channel-major for ``NCL``); it runs on the prefetch thread so the
+conversion overlaps the training step. ``Buffer`` concatenates the
+partitions of one plan group, lists the start rows of the group's windows
+(O(windows in the buffer)) and permutes them. ``stream`` walks a reader's
+plan, buffer by buffer, and cuts the permuted windows into batches; a batch
+may take its first windows from one buffer and the rest from the next, so
+only the plan's final batch can be partial.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from dask_windows.batch import Gatherer, normalize_per_sample
+from dask_windows.errors import DataError
+from dask_windows.index import WindowGrid
+from dask_windows.memory import trim
+from dask_windows.plan import EpochPlan, Segment, rng_for
+from dask_windows.spec import WindowSpec
+from dask_windows.windows import window_starts
+
+__all__ = ["Buffer", "Part", "decode", "stream"]
+
+_CHUNK = 1 << 18  # windows whose starts are computed at once
+
+
+@dataclass
+class Part:
+    """One decoded partition.
+
+    Attributes:
+        index: Partition number.
+        name: Partition name, for messages.
+        x: Features ``(C, rows)`` (``NCL``) or ``(rows, C)`` (``NLC``), float32.
+        y: Targets ``(T, rows)`` or ``None``.
+        nan_x: Rows where a feature is NaN (only computed with ``nan="raise"``).
+        nan_y: Rows where a target is NaN.
+    """
+
+    index: int
+    name: str
+    x: np.ndarray
+    y: np.ndarray | None
+    nan_x: np.ndarray
+    nan_y: np.ndarray
+
+
+def _target_dtype(columns: list[np.ndarray]) -> type:
+    return np.int64 if all(c.dtype.kind in "iub" for c in columns) else np.float32
+
+
+def _nan_rows(arrays: list[np.ndarray]) -> np.ndarray:
+    bad = None
+    for a in arrays:
+        if a.dtype.kind in "fc":
+            m = np.isnan(a)
+            bad = m if bad is None else bad | m
+    return np.zeros(0, np.int64) if bad is None else np.flatnonzero(bad)
+
+
+def decode(index: int, name: str, columns: dict, spec: WindowSpec) -> Part:
+    """Stack a partition's columns into the buffer layout (one copy per column)."""
+    feats = [columns[c] for c in spec.features]
+    rows = len(feats[0])
+    channel_major = spec.layout == "NCL"
+    x = np.empty((len(feats), rows) if channel_major else (rows, len(feats)), np.float32)
+    for c, values in enumerate(feats):
+        if channel_major:
+            x[c] = values
+        else:
+            x[:, c] = values
+    y = None
+    if spec.targets:
+        targ = [columns[c] for c in spec.targets]
+        y = np.empty((len(targ), rows), _target_dtype(targ))
+        for t, values in enumerate(targ):
+            y[t] = values
+    check = spec.nan == "raise"
+    nan_x = _nan_rows(feats) if check else np.zeros(0, np.int64)
+    nan_y = _nan_rows([columns[c] for c in spec.targets]) if check and spec.targets else np.zeros(0, np.int64)
+    return Part(index, name, x, y, nan_x, nan_y)
+
+
+class Buffer:
+    """The partitions of one plan group and their windows.
+
+    Args:
+        parts: Decoded partitions, one per segment, in segment order.
+        segments: Which windows of each partition this reader yields.
+        grid: The dataset's window grid.
+        row_offsets: ``(P,)`` global row of each partition's first row.
+        spec: Window settings.
+        scale: ``(mean, std)`` per feature for global standardisation, or ``None``.
+    """
+
+    def __init__(
+        self,
+        parts: list[Part],
+        segments: tuple[Segment, ...],
+        grid: WindowGrid,
+        row_offsets: np.ndarray,
+        spec: WindowSpec,
+        scale: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> None:
+        channel_major = spec.layout == "NCL"
+        axis = 1 if channel_major else 0
+        x = parts[0].x if len(parts) == 1 else np.concatenate([p.x for p in parts], axis=axis)
+        y = None
+        if spec.targets:
+            y = parts[0].y if len(parts) == 1 else np.concatenate([p.y for p in parts], axis=1)
+        sizes = [p.x.shape[axis] for p in parts]
+        self.part_offsets = np.cumsum([0, *sizes])  # (parts+1,) buffer row where each part begins
+        self.part_rows = np.array([row_offsets[seg.partition] for seg in segments], dtype=np.int64)
+        # One allocation for the buffer's window starts; int32 halves it when rows allow.
+        dtype = np.int32 if self.part_offsets[-1] < 2**31 else np.int64
+        self.starts = np.empty(sum(seg.num_windows for seg in segments), dtype)  # (windows,) buffer rows
+        at = 0
+        for part, seg, offset in zip(parts, segments, self.part_offsets):
+            first, counts = grid.first[seg.partition], grid.counts[seg.partition]
+            for lo in range(seg.lo, seg.hi, _CHUNK):  # chunks keep int64 temporaries small
+                rows = window_starts(first, counts, grid.stride, lo, min(lo + _CHUNK, seg.hi))
+                _check_nan(part, rows, spec)
+                rows += offset
+                self.starts[at : at + len(rows)] = rows
+                at += len(rows)
+        self.gatherer = Gatherer(x, y, spec.window, spec.horizon, spec.layout, *(scale or (None, None)))
+
+    def permute(self, rng: np.random.Generator | None) -> None:
+        """Shuffle the windows in place with ``rng``; ``None`` keeps row order."""
+        if rng is not None:
+            rng.shuffle(self.starts)
+
+    def global_rows(self, starts: np.ndarray) -> np.ndarray:
+        """Dataset rows of windows at buffer rows ``starts``."""
+        part = np.searchsorted(self.part_offsets, starts, side="right") - 1  # (B,) part of each window
+        return starts - self.part_offsets[part] + self.part_rows[part]
+
+
+def _check_nan(part: Part, rows: np.ndarray, spec: WindowSpec) -> None:
+    """Raise ``DataError`` if a window at partition rows ``rows`` holds a NaN it would yield."""
+    if spec.nan != "raise" or (len(part.nan_x) == 0 and len(part.nan_y) == 0) or len(rows) == 0:
+        return
+    hits = []
+    if len(part.nan_x):
+        # First NaN row at or after each start: inside the window when it is before start + L.
+        k = np.searchsorted(part.nan_x, rows)
+        inside = (k < len(part.nan_x)) & (part.nan_x[np.minimum(k, len(part.nan_x) - 1)] < rows + spec.window)
+        if inside.any():
+            w = int(np.flatnonzero(inside)[0])
+            hits.append(("feature", int(rows[w]), int(part.nan_x[k[w]])))
+    if len(part.nan_y):
+        lo = rows + (spec.window if spec.horizon else spec.window - 1)
+        hi = lo + max(spec.horizon, 1)
+        k = np.searchsorted(part.nan_y, lo)
+        inside = (k < len(part.nan_y)) & (part.nan_y[np.minimum(k, len(part.nan_y) - 1)] < hi)
+        if inside.any():
+            w = int(np.flatnonzero(inside)[0])
+            hits.append(("target", int(rows[w]), int(part.nan_y[k[w]])))
+    if hits:
+        role, start, row = hits[0]
+        names, values = (spec.features, part.x) if role == "feature" else (spec.targets, part.y)
+        by_column = values[:, row] if role == "target" or spec.layout == "NCL" else values[row, :]
+        column = names[int(np.flatnonzero(np.isnan(by_column.astype(np.float64)))[0])]
+        raise DataError(
+            f"NaN in {role} column {column!r} of {part.name} at row {row} of that partition, inside the window starting at "
+            f"row {start}; clean the data, or pass nan='drop' to leave out windows that contain NaN"
+        )
+
+
+def stream(
+    plan: EpochPlan,
+    parts: Iterable[Part],
+    grid: WindowGrid,
+    row_offsets: np.ndarray,
+    spec: WindowSpec,
+    emit: Callable[[np.ndarray, np.ndarray | None, np.ndarray], object],
+    normalize: tuple[np.ndarray, np.ndarray] | str | None = None,
+) -> Iterator[object]:
+    """Yield ``emit(x, y, rows)`` for each batch of ``plan``.
+
+    Args:
+        plan: The reader's epoch plan.
+        parts: Decoded partitions in ``plan.partitions`` order (typically a ``Prefetcher``).
+        grid: The dataset's window grid.
+        row_offsets: ``(P,)`` global row of each partition's first row.
+        spec: Window settings.
+        emit: Wraps one batch's numpy arrays (features, targets or ``None``, global start rows).
+        normalize: ``(mean, std)`` per feature, ``"sample"`` (per window and channel) or ``None``.
+    """
+    parts = iter(parts)
+    batch = spec.batch_size
+    skip = plan.skip
+    remaining = plan.num_windows
+    carry: list[tuple] = []  # pieces of a batch begun in the previous buffer
+    carried = 0
+    for segments, entropy in zip(plan.buffers, plan.buffer_seeds):
+        scale = normalize if isinstance(normalize, tuple) else None
+        buffer = Buffer([next(parts) for _ in segments], segments, grid, row_offsets, spec, scale)
+        buffer.permute(rng_for(*entropy) if spec.shuffle else None)
+        pos = skip
+        skip = 0
+        total = len(buffer.starts)
+        while pos < total and remaining > 0:
+            take = min(batch - carried, total - pos, remaining)
+            starts = buffer.starts[pos : pos + take]
+            x = buffer.gatherer.features(starts)
+            y = buffer.gatherer.targets(starts) if spec.targets else None
+            rows = buffer.global_rows(starts)
+            pos += take
+            remaining -= take
+            if carried or take < batch and remaining > 0:
+                carry.append((x, y, rows))
+                carried += take
+                if carried < batch and remaining > 0:
+                    continue
+                x = np.concatenate([c[0] for c in carry])
+                y = np.concatenate([c[1] for c in carry]) if spec.targets else None
+                rows = np.concatenate([c[2] for c in carry])
+                carry, carried = [], 0
+            if normalize == "sample":
+                normalize_per_sample(x, spec.layout == "NCL")
+            yield emit(x, y, rows)
+        buffer = starts = None  # drop the buffer (and views into it) before the next one is built
+        trim()

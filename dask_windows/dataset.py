@@ -1,0 +1,373 @@
+"""``WindowDataset``: wiring of source, plan, prefetch, buffer and batch.
+
+The dataset is an ``IterableDataset`` that yields ready batches, so it is
+used with ``DataLoader(ds, batch_size=None)``. Opening it reads metadata and
+the series column only; iterating it follows a pure plan of
+``(seed, epoch, rank, world_size, worker, num_workers)``, so batches are the
+same bit for bit whatever the thread timing. All arithmetic lives in
+``plan``, ``windows`` and ``index``; this module only connects them.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from dask_windows.buffer import Part, decode, stream
+from dask_windows.errors import ConfigError, DataError
+from dask_windows.index import WindowGrid, nan_rows, scan_runs
+from dask_windows.memory import trim
+from dask_windows.plan import batches_per_rank, plan_reader
+from dask_windows.prefetch import Prefetcher
+from dask_windows.resume import Resumer, fingerprint
+from dask_windows.source import ArraySource, Source, open_source
+from dask_windows.spec import WindowSpec
+from dask_windows.split import SeriesTable, cut_positions, split_grid
+from dask_windows.world import World, detect_ranks, detect_worker
+
+__all__ = ["WindowDataset"]
+
+log = logging.getLogger(__name__)
+
+
+class WindowDataset(IterableDataset):
+    """Shuffled batches of windows streamed from partitioned time series.
+
+    Args:
+        data: A Parquet file, folder, glob or fsspec URL (``s3://``, ``gs://``, ``memory://``...),
+            a list of them, a Dask DataFrame, or a list of ``(rows, C)`` numpy arrays / memmaps
+            (each one series).
+        features: Columns stacked as the ``C`` channels of ``x`` (column indices for arrays;
+            ``None`` there means all columns).
+        targets: Columns stacked as ``y``; ``None`` for self-supervised training.
+        series: Column whose value changes end a run; windows never cross one.
+        window: Rows per window ``L``.
+        stride: Rows between consecutive window starts of a run.
+        horizon: ``0``: ``y`` is the targets at the window's last row, ``(B, T)``;
+            ``H > 0``: the targets of the ``H`` rows after the window, ``(B, T, H)``.
+        batch_size: Windows per batch ``B``.
+        drop_last: Leave out this rank's final partial batch.
+        shuffle: Shuffle partition order per epoch and windows inside the buffer.
+        seed: Base of every random generator.
+        buffer_partitions: Partitions decoded together; each batch mixes their windows.
+        prefetch_partitions: Partitions read ahead on a background thread (0: no thread).
+        layout: ``"NCL"`` gives ``x`` as ``(B, C, L)``, ``"NLC"`` as ``(B, L, C)``.
+        return_index: Also yield each window's global start row, int64 ``(B,)``.
+        storage_options: Passed to fsspec.
+        nan: ``"raise"`` (default) on NaN inside a window, or ``"drop"`` windows holding NaN
+            (this reads the feature columns once when the dataset is opened).
+        normalize: ``None``; ``"sample"`` to standardise each window and channel; or per-feature
+            ``{"mean": [...], "std": [...]}`` / a stats file from ``dask-windows stats``.
+        rank: This process's rank; default from ``torch.distributed`` when initialised, else 0.
+        world_size: Number of ranks; default from ``torch.distributed``, else 1.
+        partition_bytes: Parquet files with more uncompressed bytes are split at row groups.
+        partition_rows: Arrays are grouped into partitions of about this many rows.
+        threads: Threads used to read metadata and series columns when opening.
+    """
+
+    def __init__(
+        self,
+        data: Any,
+        features: Sequence | None = None,
+        targets: Sequence | None = None,
+        series: Any = None,
+        *,
+        window: int,
+        stride: int = 1,
+        horizon: int = 0,
+        batch_size: int = 256,
+        drop_last: bool = False,
+        shuffle: bool = True,
+        seed: int = 0,
+        buffer_partitions: int = 2,
+        prefetch_partitions: int = 1,
+        layout: str = "NCL",
+        return_index: bool = False,
+        storage_options: dict | None = None,
+        nan: str = "raise",
+        normalize: Any = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        partition_bytes: int | None = None,
+        partition_rows: int | None = None,
+        threads: int = 16,
+    ) -> None:
+        super().__init__()
+        options: dict = {}
+        if partition_bytes is not None:
+            options["partition_bytes"] = partition_bytes
+        if partition_rows is not None:
+            options["partition_rows"] = partition_rows
+        self.source: Source = open_source(data, storage_options, **options)
+        if features is None and isinstance(self.source, ArraySource):
+            features = self.source.column_names()
+        self.spec = WindowSpec(
+            features=features,
+            targets=targets,
+            series=series,
+            window=window,
+            stride=stride,
+            horizon=horizon,
+            batch_size=batch_size,
+            drop_last=drop_last,
+            shuffle=shuffle,
+            seed=seed,
+            buffer_partitions=buffer_partitions,
+            prefetch_partitions=prefetch_partitions,
+            layout=layout,
+            return_index=return_index,
+            nan=nan,
+        )
+        roles = {c: "target" for c in self.spec.targets}
+        roles.update({c: "feature" for c in self.spec.features})
+        needed = list(self.spec.columns)
+        if series is not None:
+            roles[series] = "series column"
+            needed.append(series)
+        self.source.check_columns(needed, roles)
+        self._explicit_world = (rank, world_size)
+        self._ranks = self._resolve_ranks()
+        self.epoch = 0
+        self._resumer = Resumer()
+        self._identity: dict | None = None
+        self._series: SeriesTable | None = None
+        self._threads = threads
+        self._normalize = _resolve_normalize(normalize, self.spec)
+        spec = self.spec
+        bad_rows = (lambda i: nan_rows(self.source.read(i, list(spec.columns)))) if nan == "drop" else None
+        self.runs = scan_runs(len(self.source.partitions), lambda i: self.source.read_runs(i, series), bad_rows, threads)
+        trim()
+        self.grid = WindowGrid.from_runs(self.runs, spec.span, spec.stride)
+        rows = np.array([p.num_rows for p in self.source.partitions], dtype=np.int64)
+        self.row_offsets = np.cumsum(rows) - rows  # (P,) global row of each partition's first row
+        self.num_windows = int(self.grid.windows_per_partition.sum())
+        if self.num_windows == 0:
+            longest = max((int(r.lengths.max()) for r in self.runs if len(r.lengths)), default=0)
+            raise DataError(
+                f"no windows: window={spec.window}"
+                + (f" + horizon={spec.horizon}" if spec.horizon else "")
+                + f" is longer than every series run in {self.source.description} (longest: {longest:,} rows); "
+                "use a smaller window or merge series"
+            )
+
+    # -- topology ---------------------------------------------------------------------------
+
+    def _resolve_ranks(self) -> tuple[int, int]:
+        rank, world_size = self._explicit_world
+        detected = detect_ranks()
+        if detected is None:
+            detected = getattr(self, "_ranks", (0, 1))
+        rank = detected[0] if rank is None else rank
+        world_size = detected[1] if world_size is None else world_size
+        World(rank, world_size)  # validates
+        return rank, world_size
+
+    @property
+    def rank(self) -> int:
+        """This process's rank."""
+        return self._resolve_ranks()[0]
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks sharing each epoch."""
+        return self._resolve_ranks()[1]
+
+    # -- public API -------------------------------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use the order of ``epoch``; the same ``(seed, epoch)`` gives the same batches."""
+        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 0:
+            raise ConfigError(f"epoch={epoch!r} must be a non-negative int")
+        self.epoch = int(epoch)
+        self._resumer.forget(self.epoch)
+        self._ranks = self._resolve_ranks()
+
+    def __len__(self) -> int:
+        """Exactly how many batches this rank yields per epoch, whatever ``num_workers`` is."""
+        self._ranks = self._resolve_ranks()
+        s = self.spec
+        return batches_per_rank(self.num_windows, self._ranks[1], s.batch_size, s.drop_last)
+
+    @property
+    def partitions(self) -> list:
+        """The source's partitions (name, rows) in canonical order."""
+        return self.source.partitions
+
+    @property
+    def windows_per_partition(self) -> np.ndarray:
+        """``(P,)`` windows of each partition."""
+        return self.grid.windows_per_partition
+
+    def __iter__(self) -> Iterator[Any]:
+        # Not a generator itself: the resume position is fixed when iter() is called, so that
+        # StatefulDataLoader's state_dict() right after iter() already sees this pass.
+        self._ranks = self._resolve_ranks()
+        worker, num_workers = detect_worker()
+        world = World(self._ranks[0], self._ranks[1], worker, num_workers)
+        reader, skip = self._resumer.begin(self.epoch, world, len(self))
+        return self._batches(self._plan(reader, skip))
+
+    def state_dict(self, batches: int | None = None, num_workers: int | None = None) -> dict:
+        """Where the current epoch stands, as a small dict to save with the model checkpoint.
+
+        Without arguments the dataset counts what it yielded itself: iterated in this process
+        (``num_workers=0``) or inside each DataLoader worker (torchdata's ``StatefulDataLoader``
+        calls this there). A plain ``DataLoader`` with workers iterates copies of the dataset, so
+        tell it what the training loop took instead.
+
+        Args:
+            batches: Batches the DataLoader yielded in the current pass over it (count from 0 each
+                time the loader is iterated; batches a resume skipped are added).
+            num_workers: The DataLoader's ``num_workers`` (required with ``batches``).
+
+        Returns:
+            The state; the same for every rank, so a state saved on one rank resumes all.
+        """
+        world = World(*self._resolve_ranks(), *detect_worker())
+        in_worker = get_worker_info() is not None
+        return self._resumer.save(self._fingerprint(), self.epoch, world, len(self), in_worker, batches, num_workers)
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume the epoch ``state`` was saved in, after the batches it had already yielded.
+
+        Sets ``epoch``; every pass over that epoch (until ``set_epoch`` moves to another) yields the
+        remaining batches in the uninterrupted order, with the same ``num_workers``. Buffers already
+        finished are not read again.
+
+        Raises:
+            ConfigError: The state comes from another dataset, configuration or world size.
+        """
+        self.epoch = self._resumer.load(state, self._fingerprint(), self._resolve_ranks()[1])
+
+    def split(
+        self, valid: float | None = None, *, at: Any = None, time: Any = None, embargo: int = 0
+    ) -> tuple[WindowDataset, WindowDataset]:
+        """Temporal ``(train, valid)`` split per series; both stream, shard and resume like this one.
+
+        Per series, positions count its rows in canonical order from 0 (a series may span files;
+        with ``series=None`` all rows are one series, and each array is one for array data). With
+        ``n`` rows and a cut position ``cut``, a window starting at position ``p`` is in train when
+        ``p + window + horizon <= cut`` and in valid when ``p >= cut + embargo``. The datasets keep
+        this dataset's start grid and filter it; nothing is re-scanned.
+
+        Args:
+            valid: Fraction of each series' rows after the cut: ``cut = floor(n * (1 - valid))``.
+            at: Split by time instead: ``cut`` is the position of the series' first row whose
+                ``time`` value is ``>= at`` (``n`` if none). With time increasing inside each series,
+                train windows and their horizon end before ``at``; valid windows start at or after it.
+                Reads the ``time`` column once.
+            time: The time column for ``at``.
+            embargo: Rows after the cut where no valid window may start (e.g. ``window``).
+
+        Returns:
+            ``(train, valid)`` datasets.
+        """
+        if self._series is None:
+            one_series = self.spec.series is None and not isinstance(self.source, ArraySource)
+            self._series = SeriesTable.from_runs(self.runs, one_series=one_series)
+        if time is not None:
+            self.source.check_columns([time], {time: "time column"})
+        read_time = lambda i: self.source.read(i, [time])[time]  # noqa: E731 - used only by at=
+        cuts = cut_positions(self._series, valid=valid, at=at, time=time, read_time=read_time, threads=self._threads)
+        train, held_out = split_grid(self.grid, self._series, cuts, self.spec.span, embargo)
+        return self._with_grid(train, "train"), self._with_grid(held_out, "valid")
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _with_grid(self, grid: WindowGrid, part: str) -> WindowDataset:
+        """A copy reading the same partitions but only the windows of ``grid``."""
+        out = copy.copy(self)
+        out.grid = grid
+        out.num_windows = int(grid.windows_per_partition.sum())
+        out._identity = None
+        out._resumer = Resumer()
+        if out.num_windows == 0:
+            raise DataError(
+                f"the {part} part of the split of {self.source.description} holds no windows "
+                f"(window={self.spec.window}, horizon={self.spec.horizon}); use a smaller embargo, "
+                "another valid fraction or cut time, or a smaller window"
+            )
+        return out
+
+    def _batches(self, plan: Any) -> Iterator[Any]:
+        reader = Prefetcher(self._read_part, plan.partitions, self.spec.prefetch_partitions)
+        try:
+            for batch in stream(plan, reader, self.grid, self.row_offsets, self.spec, self._emit, self._normalize):
+                self._resumer.step()  # counted before the consumer gets it: a state then includes it
+                yield batch
+        finally:
+            reader.close()
+
+    def _fingerprint(self) -> dict:
+        if self._identity is None:
+            rows = np.array([p.num_rows for p in self.source.partitions], dtype=np.int64)
+            self._identity = fingerprint(self.grid, rows, self.spec)
+        return self._identity
+
+    def __getstate__(self) -> dict:
+        # DataLoader workers started by spawn/forkserver get a pickled copy: take the ranks of an
+        # initialised torch.distributed along, since the workers cannot detect them.
+        state = self.__dict__.copy()
+        state["_ranks"] = self._resolve_ranks()
+        return state
+
+    def _plan(self, world: World, skip_batches: int = 0) -> Any:
+        s = self.spec
+        return plan_reader(
+            self.grid.windows_per_partition,
+            world,
+            seed=s.seed,
+            epoch=self.epoch,
+            shuffle=s.shuffle,
+            batch_size=s.batch_size,
+            drop_last=s.drop_last,
+            buffer_partitions=s.buffer_partitions,
+            skip_batches=skip_batches,
+        )
+
+    def _read_part(self, index: int) -> Part:
+        columns = self.source.read(index, list(self.spec.columns))
+        part = decode(index, self.source.partitions[index].name, columns, self.spec)
+        return part
+
+    def _emit(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray) -> Any:
+        out = [torch.from_numpy(x)]
+        if y is not None:
+            out.append(torch.from_numpy(y))
+        if self.spec.return_index:
+            out.append(torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)))
+        return out[0] if len(out) == 1 else tuple(out)
+
+    def __repr__(self) -> str:
+        s = self.spec
+        return (
+            f"WindowDataset({self.source.description!r}, partitions={len(self.partitions)}, "
+            f"num_windows={self.num_windows:,}, window={s.window}, stride={s.stride}, horizon={s.horizon}, "
+            f"batch_size={s.batch_size}, features={list(s.features)}, targets={list(s.targets)})"
+        )
+
+
+def _resolve_normalize(normalize: Any, spec: WindowSpec) -> Any:
+    """``None``, ``"sample"`` or ``(mean, std)`` float32 arrays of the features."""
+    if normalize is None or normalize == "sample":
+        return normalize
+    if isinstance(normalize, dict) and "mean" in normalize and "std" in normalize:
+        mean = np.asarray(normalize["mean"], np.float32).reshape(-1)
+        std = np.asarray(normalize["std"], np.float32).reshape(-1)
+        if mean.shape != (len(spec.features),) or std.shape != mean.shape:
+            raise ConfigError(
+                f"normalize mean/std have shapes {mean.shape}/{std.shape}; expected ({len(spec.features)},), "
+                "one value per feature"
+            )
+        if not np.all(std > 0):
+            raise ConfigError("normalize std must be > 0 for every feature")
+        return mean, std
+    raise ConfigError(
+        f"normalize={normalize!r} is not understood; pass None, 'sample', {{'mean': [...], 'std': [...]}} "
+        "or the path of a stats file written by `dask-windows stats`"
+    )

@@ -1,0 +1,185 @@
+"""Batches onto the training device one step ahead, and per-sample standardisation.
+
+:class:`DevicePrefetcher` wraps a loader. On CUDA it copies each batch from
+pinned host memory on a side stream with ``non_blocking=True`` while the
+model still computes on the previous batch, so the copy costs no time on the
+training stream. The trade-off: one more batch lives on the device, and a
+batch that the loader did not pin is pinned here, on the training thread, with
+one extra host copy (``DataLoader(pin_memory=True)`` pins in the background
+instead). On any other device batches pass through ``.to(device)`` unchanged
+in order and timing.
+
+:func:`standardize` rescales each window and channel to zero mean and unit
+variance on whatever device the batch is on.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+import torch
+
+__all__ = ["DevicePrefetcher", "standardize"]
+
+_END = object()  # the loader is exhausted
+
+
+class DevicePrefetcher:
+    """Iterates a loader's batches, already moved to ``device``.
+
+    Batches may be tensors or tuples, lists and dicts of them (nested);
+    anything else inside a batch passes through untouched.
+
+    On CUDA the next batch is pinned (unless it already is), copied on a
+    side stream and optionally transformed there, while the caller works on
+    the current one. Before a batch is handed out the caller's current stream
+    waits for the side stream, and every tensor of the batch is marked as used
+    by the current stream (``record_stream``), so the caching allocator does
+    not reuse its memory too early. Tensors handed out may be kept, freed or
+    modified as usual.
+
+    Example:
+        >>> loader = torch.utils.data.DataLoader(ds, batch_size=None, pin_memory=True)
+        >>> for x in DevicePrefetcher(loader, "cuda", transform=standardize):
+        ...     mask = subsequence_mask(x)
+
+    Args:
+        loader: Any iterable of batches, typically a ``DataLoader``.
+        device: Target device; ``None`` picks ``"cuda"`` when available,
+            else ``"cpu"``.
+        transform: Optional function applied to each batch after it reached
+            the device (on the side stream on CUDA), e.g. :func:`standardize`.
+            It must return the batch.
+
+    Raises:
+        ValueError: ``device`` is not a device, or is CUDA while CUDA is not
+            available.
+        TypeError: ``transform`` is not callable.
+    """
+
+    def __init__(
+        self,
+        loader: Iterable[Any],
+        device: str | torch.device | int | None = None,
+        *,
+        transform: Callable[[Any], Any] | None = None,
+    ) -> None:
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        try:
+            self.device = torch.device(device)
+        except (RuntimeError, TypeError) as error:
+            raise ValueError(
+                f"DevicePrefetcher: device={device!r} is not a torch device ({error}); "
+                "pass e.g. 'cuda', 'cuda:1', 'cpu' or None to pick CUDA when available"
+            ) from None
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(
+                f"DevicePrefetcher: device={device!r} but CUDA is not available here; "
+                "pass device='cpu' or device=None to fall back to the CPU"
+            )
+        if transform is not None and not callable(transform):
+            raise TypeError(f"DevicePrefetcher: transform={transform!r} is not callable; pass a function or None")
+        self.loader = loader
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.loader)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[Any]:
+        if self.device.type == "cuda":
+            return self._ahead_on_cuda()
+        return self._passed_through()
+
+    def _passed_through(self) -> Iterator[Any]:
+        for batch in self.loader:
+            batch = _map_tensors(batch, lambda tensor: tensor.to(self.device))
+            yield batch if self.transform is None else self.transform(batch)
+
+    def _ahead_on_cuda(self) -> Iterator[Any]:
+        side = torch.cuda.Stream(device=self.device)
+        batches = iter(self.loader)
+        pending = self._send(next(batches, _END), side)
+        while pending is not _END:
+            current = torch.cuda.current_stream(self.device)
+            current.wait_stream(side)
+            # The tensors were allocated on the side stream; tell the allocator the current one uses them.
+            _map_tensors(pending, lambda tensor: tensor.record_stream(current) if tensor.is_cuda else None)
+            ready = pending
+            pending = self._send(next(batches, _END), side)  # the copy overlaps the caller's work on `ready`
+            yield ready
+
+    def _send(self, batch: Any, side: torch.cuda.Stream) -> Any:
+        if batch is _END:
+            return _END
+        with torch.cuda.stream(side):
+            batch = _map_tensors(batch, lambda tensor: _pinned(tensor).to(self.device, non_blocking=True))
+            if self.transform is not None:
+                batch = self.transform(batch)
+        return batch
+
+
+def _pinned(tensor: torch.Tensor) -> torch.Tensor:
+    if tensor.device.type != "cpu" or tensor.is_pinned():
+        return tensor
+    return tensor.pin_memory()
+
+
+def _map_tensors(batch: Any, function: Callable[[torch.Tensor], Any]) -> Any:
+    """Applies ``function`` to every tensor in a nest of tuples, lists and dicts."""
+    if isinstance(batch, torch.Tensor):
+        return function(batch)
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple
+        return type(batch)(*(_map_tensors(item, function) for item in batch))
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(_map_tensors(item, function) for item in batch)
+    if isinstance(batch, Mapping):
+        return {key: _map_tensors(value, function) for key, value in batch.items()}
+    return batch
+
+
+def standardize(
+    x: torch.Tensor, dim: int = -1, eps: float = 1e-5, *, return_stats: bool = False
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rescales every window and channel to zero mean and unit variance.
+
+    ``(x - mean) / sqrt(var + eps)`` with the mean and the (biased) variance
+    taken along ``dim``, the time axis: ``-1`` for ``(B, C, L)`` batches,
+    ``1`` for ``(B, L, C)``. A constant window becomes zeros. Runs on
+    ``x.device`` and keeps ``x.dtype``; ``x`` itself is not modified.
+
+    If ``x`` is a tuple or list (a batch with targets), its first element is
+    standardised and the rest passed through, so the function can serve as
+    :class:`DevicePrefetcher`'s ``transform``.
+
+    Args:
+        x: A floating-point batch, e.g. ``(B, C, L)``.
+        dim: The time axis.
+        eps: Added to the variance; keeps near-constant windows finite.
+        return_stats: Also return ``mean`` and ``std`` (shaped like ``x``
+            with ``dim`` of size 1) to map predictions back:
+            ``x = z * std + mean``.
+
+    Returns:
+        The standardised batch, or ``(z, mean, std)`` with ``return_stats``.
+
+    Raises:
+        TypeError: ``x`` is not a floating-point tensor.
+        ValueError: ``eps`` is negative.
+    """
+    if isinstance(x, (tuple, list)) and x and not return_stats:
+        first = standardize(x[0], dim, eps)
+        if hasattr(x, "_fields"):  # a namedtuple
+            return x._replace(**{x._fields[0]: first})  # type: ignore[union-attr]
+        return type(x)([first, *x[1:]])  # type: ignore[return-value]
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        kind = f"a {x.dtype} tensor" if isinstance(x, torch.Tensor) else f"a {type(x).__name__}"
+        raise TypeError(f"standardize: x is {kind}; it must be a floating-point tensor; convert it with x.float()")
+    if not eps >= 0:
+        raise ValueError(f"standardize: eps={eps!r} is negative; pass eps >= 0 (default 1e-5)")
+    var, mean = torch.var_mean(x, dim=dim, correction=0, keepdim=True)
+    std = var.add_(eps).sqrt_()
+    z = (x - mean).div_(std)
+    if return_stats:
+        return z, mean, std
+    return z

@@ -1,0 +1,34 @@
+"""Give freed memory back to the OS between buffers.
+
+glibc raises its mmap threshold after a large block is freed, so later
+partition-sized arrays come from the heap, and the freed holes between them
+stay in the process's RSS: peak memory then creeps up with the number of
+partitions read, which breaks the promise that it depends on the buffer
+settings only. ``trim()`` (``malloc_trim(0)``, a few milliseconds, once per
+buffer) returns those pages, and Arrow's allocator is asked to do the same.
+Elsewhere than glibc it does nothing.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import sys
+
+__all__ = ["trim"]
+
+_libc = None
+if sys.platform.startswith("linux"):
+    try:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        _libc.malloc_trim.argtypes = [ctypes.c_size_t]
+    except (OSError, AttributeError):  # musl and others have no malloc_trim
+        _libc = None
+
+
+def trim() -> None:
+    """Return freed heap pages (glibc) and Arrow pool pages to the OS."""
+    if _libc is not None:
+        _libc.malloc_trim(0)
+    pa = sys.modules.get("pyarrow")
+    if pa is not None:
+        pa.default_memory_pool().release_unused()

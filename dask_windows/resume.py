@@ -1,0 +1,329 @@
+"""Mid-epoch resumption: what a state holds, how it is checked, and each reader's skip.
+
+An epoch's plan is a pure function of the dataset, ``(seed, epoch)`` and the
+topology, so a position inside an epoch is just a count of batches. A state
+is a small dict of plain values (ints, strings, lists; ``torch.save``/JSON friendly):
+
+* **loader scope** — ``batches`` the rank's DataLoader yielded this epoch.
+  An in-order DataLoader asks its workers in turn (0, 1, ..., W-1, 0, ...,
+  skipping a worker that ran out), so every worker's share of those batches
+  is a pure function of the count (``round_robin``). A resumed loader starts
+  asking worker 0 again, so its workers take over the roles of the original
+  ones rotated to the worker that was due next; the batches then come out
+  in exactly the uninterrupted order. Every rank yields the same number of
+  batches, so one loader-scope state (saved on rank 0, say) resumes all ranks.
+* **worker scope** — what torchdata's ``StatefulDataLoader`` gathers: inside
+  each DataLoader worker, the batches that worker yielded. The loader restores
+  each worker's state in that worker and its own round-robin position.
+
+The trade-off: a reader skips whole buffers it had finished without reading
+them, but re-reads the partitions of the buffer it was inside, because the
+batches it still owes mix windows of all of them. A state records the
+dataset's fingerprint (partition rows, window grid, the settings that decide
+the order); loading a state of another dataset or configuration raises.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dask_windows.errors import ConfigError
+from dask_windows.index import WindowGrid
+from dask_windows.plan import worker_batch_range
+from dask_windows.spec import WindowSpec
+from dask_windows.world import World
+
+__all__ = ["FORMAT", "VERSION", "Resumer", "fingerprint", "round_robin"]
+
+log = logging.getLogger(__name__)
+
+FORMAT = "dask_windows.WindowDataset"
+VERSION = 1
+SCOPES = ("loader", "worker")
+# Settings that decide which windows form which batch, in which order.
+ORDER_SETTINGS = (
+    "features", "targets", "series", "window", "stride", "horizon",
+    "batch_size", "drop_last", "shuffle", "seed", "buffer_partitions",
+)  # fmt: skip
+
+
+def fingerprint(grid: WindowGrid, rows_per_partition: np.ndarray, spec: WindowSpec) -> dict:
+    """What identifies a dataset's epochs: partition rows, window grid and ordering settings.
+
+    Args:
+        grid: The dataset's window grid (after any split or NaN filter).
+        rows_per_partition: ``(P,)`` rows of each partition.
+        spec: Window settings.
+
+    Returns:
+        A dict of plain values; two datasets with equal fingerprints yield the same batches.
+    """
+    digest = hashlib.sha256(np.asarray(rows_per_partition, np.int64).tobytes())
+    for first, counts in zip(grid.first, grid.counts):
+        digest.update(np.asarray(first, np.int64).tobytes())
+        digest.update(np.asarray(counts, np.int64).tobytes())
+    out: dict[str, Any] = {
+        "partitions": len(grid.counts),
+        "rows": int(np.sum(rows_per_partition)),
+        "num_windows": int(sum(int(c.sum()) for c in grid.counts)),
+        "grid": digest.hexdigest()[:24],
+    }
+    for name in ORDER_SETTINGS:
+        value = getattr(spec, name)
+        out[name] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def round_robin(batches_per_worker: Sequence[int], taken: int) -> tuple[np.ndarray, int]:
+    """Each worker's share of the first ``taken`` batches of an in-order DataLoader.
+
+    The loader asks workers ``0, 1, ..., W-1, 0, ...`` in turn and skips a worker that
+    has no batches left, so after round ``r`` every worker has yielded ``min(n_w, r)``.
+
+    Args:
+        batches_per_worker: ``(W,)`` batches each worker yields in the epoch.
+        taken: Batches the loader has yielded, ``0 <= taken <= sum``.
+
+    Returns:
+        ``(consumed, next_worker)``: ``(W,)`` batches each worker had yielded, and the worker
+        that yields the next batch (``0`` once every batch is taken).
+    """
+    n = np.asarray(batches_per_worker, dtype=np.int64)
+    total = int(n.sum())
+    if not 0 <= taken <= total:
+        raise ConfigError(f"batches={taken} must be in [0, {total}], the batches of this rank's epoch")
+    lo, hi = 0, int(n.max(initial=0))
+    while lo < hi:  # largest round r with sum(min(n, r)) <= taken
+        mid = (lo + hi + 1) // 2
+        if int(np.minimum(n, mid).sum()) <= taken:
+            lo = mid
+        else:
+            hi = mid - 1
+    consumed = np.minimum(n, lo)
+    active = np.flatnonzero(n > lo)  # workers still yielding in round lo, in asking order
+    rest = taken - int(consumed.sum())
+    consumed[active[:rest]] += 1
+    next_worker = int(active[rest]) if rest < len(active) else 0
+    return consumed, next_worker
+
+
+@dataclass
+class _Progress:
+    """This process's current pass over one reader's batches."""
+
+    epoch: int
+    worker: int
+    role: int
+    num_workers: int
+    start: int
+    done: int
+
+
+def _check_int(name: str, value: object, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ConfigError(f"{name}={value!r} must be an int >= {minimum}")
+    return int(value)
+
+
+class Resumer:
+    """The one owner of a dataset's resume state: a loaded state and the current pass.
+
+    ``load`` keeps a validated state; the next pass over its epoch starts where the state
+    says (``begin``) and uses it up. A plain DataLoader with workers iterates copies, so
+    in the main process the state stays until ``forget`` (``set_epoch``) moves to another
+    epoch, and every pass of the workers over that epoch resumes. ``step`` counts the
+    batches a pass yields and ``save`` turns the position into a state.
+    """
+
+    def __init__(self) -> None:
+        self.pending: dict | None = None
+        self.progress: _Progress | None = None
+
+    # -- loading ------------------------------------------------------------------------------
+
+    def load(self, state: Any, expected: dict, world_size: int) -> int:
+        """Validate ``state`` against this dataset; keep it; return its epoch."""
+        if not isinstance(state, dict) or state.get("format") != FORMAT:
+            raise ConfigError(
+                f"not a WindowDataset state (format {state.get('format') if isinstance(state, dict) else None!r}, "
+                f"expected {FORMAT!r}); pass the dict returned by WindowDataset.state_dict()"
+            )
+        keys = ("dataset", "world_size", "scope", "epoch", "num_workers", "batches")
+        missing = [k for k in keys if k not in state or k == "dataset" and not isinstance(state[k], dict)]
+        if missing:
+            raise ConfigError(
+                f"the state lacks {missing}; pass the dict returned by WindowDataset.state_dict() unchanged"
+            )
+        if state.get("version") != VERSION:
+            raise ConfigError(
+                f"state version {state.get('version')!r} is not supported (this dask_windows reads version {VERSION}); "
+                "resume with the dask_windows release that saved it, or start the epoch over"
+            )
+        differ = [
+            f"{key}: {state['dataset'].get(key)!r} in the state, {value!r} here"
+            for key, value in expected.items()
+            if state["dataset"].get(key) != value
+        ]
+        if state["world_size"] != world_size:
+            differ.append(f"world_size: {state['world_size']} in the state, {world_size} here")
+        if differ:
+            raise ConfigError(
+                "the state was saved by a different dataset or configuration ("
+                + "; ".join(differ)
+                + "); resume with the same data, settings and world size, or start the epoch over without the state"
+            )
+        if state.get("scope") not in SCOPES:
+            raise ConfigError(f"state scope {state.get('scope')!r} must be one of {SCOPES}")
+        for key in ("epoch", "batches") + (("worker", "role") if state["scope"] == "worker" else ()):
+            _check_int(f"state[{key!r}]", state.get(key))
+        _check_int("state['num_workers']", state.get("num_workers"), minimum=1)
+        self.pending = dict(state)
+        self.progress = None
+        return int(state["epoch"])
+
+    def forget(self, epoch: int) -> None:
+        """``set_epoch(epoch)``: a loaded state of another epoch no longer applies."""
+        if self.pending is not None and self.pending["epoch"] != epoch:
+            if epoch < self.pending["epoch"]:
+                log.warning(
+                    "set_epoch(%d) goes back before the loaded state's epoch %d; the state is dropped and "
+                    "epoch %d starts from its beginning",
+                    epoch,
+                    self.pending["epoch"],
+                    epoch,
+                )
+            self.pending = None
+
+    # -- iterating ----------------------------------------------------------------------------
+
+    def begin(self, epoch: int, world: World, num_batches: int) -> tuple[World, int]:
+        """Start a pass: the reader whose plan ``world`` follows, and its batches to skip.
+
+        Args:
+            epoch: The dataset's epoch.
+            world: This process's rank and DataLoader worker.
+            num_batches: Batches of the rank's epoch (``len(ds)``).
+
+        Returns:
+            ``(reader, skip_batches)``: ``reader`` is ``world`` with the worker whose role this
+            worker takes over (its plan and seeds), ``skip_batches`` that role's batches yielded.
+        """
+        role, skip = world.worker, 0
+        state = self.pending if self.pending is not None and self.pending["epoch"] == epoch else None
+        if state is not None:
+            role, skip = _resume_point(state, world, num_batches)
+            self.pending = None  # used up by this pass
+        self.progress = _Progress(epoch, world.worker, role, world.num_workers, skip, skip)
+        return World(world.rank, world.world_size, role, world.num_workers), skip
+
+    def step(self) -> None:
+        """Count one batch yielded by the current pass."""
+        if self.progress is not None:
+            self.progress.done += 1
+
+    # -- saving -------------------------------------------------------------------------------
+
+    def save(
+        self,
+        identity: dict,
+        epoch: int,
+        world: World,
+        num_batches: int,
+        in_worker: bool,
+        batches: int | None = None,
+        num_workers: int | None = None,
+    ) -> dict:
+        """The state of the current position (see ``WindowDataset.state_dict``).
+
+        Args:
+            identity: The dataset's ``fingerprint``.
+            epoch: The dataset's epoch.
+            world: This process's rank and DataLoader worker.
+            num_batches: Batches of the rank's epoch (``len(ds)``).
+            in_worker: Whether this runs inside a DataLoader worker.
+            batches: Batches the DataLoader yielded in its current pass (loader scope), or ``None``
+                to use this process's own count.
+            num_workers: The DataLoader's ``num_workers``; required with ``batches``.
+        """
+        state = {"format": FORMAT, "version": VERSION, "dataset": identity, "world_size": world.world_size}
+        if batches is not None:
+            if num_workers is None:
+                raise ConfigError(
+                    f"state_dict(batches={batches}) also needs num_workers=, the DataLoader's num_workers: "
+                    "each worker's share of the batches depends on it"
+                )
+            readers = max(_check_int("num_workers", num_workers), 1)
+            offset = self._pass_start(epoch, readers)
+            taken = offset + _check_int("batches", batches)
+            if taken > num_batches:
+                raise ConfigError(
+                    f"batches={batches}" + (f" (+{offset} skipped by the resume)" if offset else "")
+                    + f" is more than the {num_batches} batches of this rank's epoch; count the batches the "
+                    "DataLoader yielded in the current pass over it"
+                )
+            return {**state, "scope": "loader", "epoch": epoch, "num_workers": readers, "batches": taken}
+        if self.progress is not None and self.progress.epoch == epoch:
+            p = self.progress
+            if p.num_workers == 1:
+                return {**state, "scope": "loader", "epoch": epoch, "num_workers": 1, "batches": p.done}
+            scope = {"scope": "worker", "worker": p.worker, "role": p.role}
+            return {**state, **scope, "epoch": epoch, "num_workers": p.num_workers, "batches": p.done}
+        if self.pending is not None and self.pending["epoch"] == epoch:
+            return {**self.pending, "dataset": identity}
+        if self.progress is None and not in_worker:
+            raise ConfigError(
+                "state_dict() cannot see what a DataLoader with workers consumed: this process never iterated the "
+                "dataset (the workers iterate copies). Pass state_dict(batches=K, num_workers=W) with K the batches "
+                "the loader yielded in its current pass, or use torchdata's StatefulDataLoader, which asks each worker"
+            )
+        return {**state, "scope": "loader", "epoch": epoch, "num_workers": world.num_workers, "batches": 0}
+
+    def _pass_start(self, epoch: int, readers: int) -> int:
+        """Batches of ``epoch`` a resume skipped before the current pass of the DataLoader."""
+        state = self.pending
+        if state is None or state["epoch"] != epoch:
+            p = self.progress
+            # Iterated here (num_workers=0): the pass began where its resume put it.
+            return p.start if p is not None and p.epoch == epoch and p.num_workers == readers == 1 else 0
+        if state["num_workers"] != readers:
+            raise ConfigError(
+                f"state_dict(num_workers={readers}) but the loaded state was saved with num_workers="
+                f"{state['num_workers']}; a resumed epoch must keep the DataLoader's num_workers"
+            )
+        if state["scope"] != "loader" and readers > 1:
+            raise ConfigError(
+                "the loaded state came from one DataLoader worker (StatefulDataLoader); save with "
+                "StatefulDataLoader.state_dict() too, or start the epoch over to count batches yourself"
+            )
+        return int(state["batches"])
+
+
+def _resume_point(state: dict, world: World, num_batches: int) -> tuple[int, int]:
+    """``(role, skip_batches)`` of DataLoader worker ``world.worker`` resuming ``state``."""
+    readers = world.num_workers
+    if state["num_workers"] != readers:
+        raise ConfigError(
+            f"the state was saved with num_workers={state['num_workers']} (0 and 1 are the same) but this "
+            f"DataLoader has num_workers={readers}; resume with the same num_workers: each worker's batches "
+            "depend on it"
+        )
+    if state["scope"] == "worker":
+        if state["worker"] != world.worker:
+            raise ConfigError(
+                f"the state belongs to DataLoader worker {state['worker']} but was loaded in worker {world.worker}; "
+                "restore worker states through StatefulDataLoader.load_state_dict"
+            )
+        role, skip = int(state["role"]), int(state["batches"])
+        b0, b1 = worker_batch_range(num_batches, role, readers)
+        if skip > b1 - b0:
+            raise ConfigError(f"the state says worker {role} yielded {skip} batches but it has only {b1 - b0}")
+        return role, skip
+    per_worker = [b1 - b0 for b0, b1 in (worker_batch_range(num_batches, w, readers) for w in range(readers))]
+    consumed, next_worker = round_robin(per_worker, int(state["batches"]))
+    role = (next_worker + world.worker) % readers
+    return role, int(consumed[role])

@@ -1,0 +1,108 @@
+"""The window settings of a dataset as one frozen, validated value.
+
+Everything downstream (plan, windows, batch) reads these fields; validating
+them once here keeps the error messages in one place.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dask_windows.errors import ConfigError
+
+__all__ = ["WindowSpec"]
+
+LAYOUTS = ("NCL", "NLC")
+NAN_POLICIES = ("raise", "drop")
+
+
+def _positive_int(name: str, value: object, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name}={value!r} must be an int >= {minimum}")
+    if value < minimum:
+        raise ConfigError(f"{name}={value} must be >= {minimum}")
+    return value
+
+
+def _names(name: str, value: object, allow_none: bool) -> tuple:
+    if value is None:
+        if allow_none:
+            return ()
+        raise ConfigError(f"{name} is required: pass the list of columns to stack as channels")
+    if isinstance(value, (str, int)):
+        value = [value]
+    out = tuple(value)  # type: ignore[arg-type]
+    if not allow_none and not out:
+        raise ConfigError(f"{name}=[] is empty: pass at least one column")
+    if len(set(out)) != len(out):
+        raise ConfigError(f"{name}={list(out)!r} repeats a column")
+    return out
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """Validated window settings.
+
+    Attributes:
+        features: Columns stacked as the C channels of ``x``.
+        targets: Columns stacked as the T channels of ``y`` (empty: no ``y``).
+        series: Column whose changes end a run, or ``None`` (one run per partition).
+        window: Rows per window ``L``.
+        stride: Step between window starts inside a run.
+        horizon: ``0``: ``y`` at the window's last row; ``H``: the ``H`` rows after it.
+        batch_size: Windows per batch ``B``.
+        drop_last: Leave out this rank's final partial batch.
+        shuffle: Shuffle partition order and windows inside the buffer.
+        seed: Base seed of every random generator.
+        buffer_partitions: Partitions decoded at once; windows are drawn among them.
+        prefetch_partitions: Partitions read ahead on the background thread.
+        layout: ``"NCL"`` gives ``(B, C, L)``, ``"NLC"`` gives ``(B, L, C)``.
+        return_index: Also yield each window's global start row.
+        nan: ``"raise"`` on NaN inside a window, or ``"drop"`` such windows.
+    """
+
+    features: tuple
+    targets: tuple = ()
+    series: object = None
+    window: int = 1
+    stride: int = 1
+    horizon: int = 0
+    batch_size: int = 1
+    drop_last: bool = False
+    shuffle: bool = True
+    seed: int = 0
+    buffer_partitions: int = 2
+    prefetch_partitions: int = 1
+    layout: str = "NCL"
+    return_index: bool = False
+    nan: str = "raise"
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "features", _names("features", self.features, allow_none=False))
+        set_(self, "targets", _names("targets", self.targets, allow_none=True))
+        _positive_int("window", self.window)
+        _positive_int("stride", self.stride)
+        _positive_int("horizon", self.horizon, minimum=0)
+        _positive_int("batch_size", self.batch_size)
+        _positive_int("buffer_partitions", self.buffer_partitions)
+        _positive_int("prefetch_partitions", self.prefetch_partitions, minimum=0)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError(f"seed={self.seed!r} must be a non-negative int")
+        if self.layout not in LAYOUTS:
+            raise ConfigError(f"layout={self.layout!r} must be one of {LAYOUTS}")
+        if self.nan not in NAN_POLICIES:
+            raise ConfigError(f"nan={self.nan!r} must be one of {NAN_POLICIES}")
+        if self.horizon and not self.targets:
+            raise ConfigError(f"horizon={self.horizon} needs targets=[...]: the horizon rows are targets")
+        if self.series is not None and self.series in self.features:
+            raise ConfigError(f"series={self.series!r} is also a feature; the series column is a key, not a channel")
+
+    @property
+    def span(self) -> int:
+        """Rows one window needs inside its run: ``window + horizon``."""
+        return self.window + self.horizon
+
+    @property
+    def columns(self) -> tuple:
+        """Data columns a partition read must return (features, then new target names)."""
+        return self.features + tuple(t for t in self.targets if t not in self.features)

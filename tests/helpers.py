@@ -1,0 +1,79 @@
+"""Synthetic partitioned datasets and a brute-force pandas/numpy oracle for the tests."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+def make_frames(
+    seed: int = 0,
+    num_files: int = 4,
+    num_series: int = 9,
+    min_len: int = 3,
+    max_len: int = 80,
+    channels: int = 3,
+) -> list[pd.DataFrame]:
+    """Series of random lengths laid end to end and cut into files at random rows.
+
+    Series span files; some are shorter than typical windows. Feature values encode their
+    global row (``f0 == row``) so a window's values prove which rows it holds.
+    """
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(min_len, max_len, num_series)
+    sid = np.repeat(np.arange(num_series) * 7 + 100, lengths)
+    rows = len(sid)
+    frame = pd.DataFrame({"sid": sid, "ts": np.arange(rows, dtype=np.int64)})
+    frame["f0"] = np.arange(rows, dtype=np.float32)
+    for c in range(1, channels):
+        frame[f"f{c}"] = rng.standard_normal(rows).astype(np.float32)
+    frame["y"] = (np.arange(rows) * 10.0).astype(np.float32)
+    frame["z"] = -np.arange(rows, dtype=np.float32)
+    cuts = np.sort(rng.choice(np.arange(1, rows), num_files - 1, replace=False))
+    bounds = [0, *cuts.tolist(), rows]
+    return [frame.iloc[a:b].reset_index(drop=True) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def write_parquet(frames: list[pd.DataFrame], root: str, row_group_size: int | None = None) -> list[str]:
+    """Write ``frames`` as ``part-000i.parquet`` under ``root``; return the paths in order."""
+    os.makedirs(root, exist_ok=True)
+    paths = []
+    for i, frame in enumerate(frames):
+        path = os.path.join(root, f"part-{i:04d}.parquet")
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), path, row_group_size=row_group_size)
+        paths.append(path)
+    return paths
+
+
+def oracle_starts(
+    frames: list[pd.DataFrame], series: str | None, window: int, stride: int = 1, horizon: int = 0
+) -> np.ndarray:
+    """Global start rows of every valid window, by brute force over each file's rows."""
+    out = []
+    offset = 0
+    for frame in frames:
+        keys = frame[series].to_numpy() if series else np.zeros(len(frame))
+        n = len(frame)
+        run_start = 0
+        for r in range(1, n + 1):
+            if r == n or keys[r] != keys[r - 1]:
+                for s in range(run_start, r - window - horizon + 1, stride):
+                    out.append(offset + s)
+                run_start = r
+        offset += n
+    return np.array(sorted(out), dtype=np.int64)
+
+
+def collect(ds, loader_kwargs: dict | None = None) -> list:
+    """Every batch of one epoch through a DataLoader, as numpy tuples."""
+    import torch
+
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, **(loader_kwargs or {}))
+    out = []
+    for batch in loader:
+        batch = batch if isinstance(batch, (tuple, list)) else (batch,)
+        out.append(tuple(b.numpy() for b in batch))
+    return out

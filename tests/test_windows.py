@@ -1,0 +1,96 @@
+"""Index arithmetic against brute force: runs, run splitting, window starts."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dask_windows.index import WindowGrid, PartitionRuns
+from dask_windows.windows import find_runs, split_runs_at, window_starts, windows_per_run
+
+
+def brute_runs(keys):
+    out = []
+    for r, k in enumerate(keys):
+        if r == 0 or k != keys[r - 1]:
+            out.append([r, 0])
+        out[-1][1] += 1
+    return out
+
+
+@given(st.lists(st.integers(0, 3), max_size=60))
+def test_find_runs_matches_brute_force(keys):
+    starts, lengths = find_runs(np.array(keys, dtype=np.int64))
+    assert [[int(s), int(n)] for s, n in zip(starts, lengths)] == brute_runs(keys)
+
+
+def test_find_runs_strings_and_nan_keys():
+    starts, lengths = find_runs(np.array(["a", "a", "b", "a"], dtype=object))
+    assert starts.tolist() == [0, 2, 3] and lengths.tolist() == [2, 1, 1]
+    starts, lengths = find_runs(np.array([np.nan, np.nan, 1.0]))
+    assert starts.tolist() == [0, 2] and lengths.tolist() == [2, 1]
+
+
+@given(
+    st.lists(st.integers(1, 12), min_size=1, max_size=8),
+    st.data(),
+)
+def test_split_runs_at_removes_exactly_the_bad_rows(lengths, data):
+    lengths = np.array(lengths, dtype=np.int64)
+    starts = np.cumsum(lengths) - lengths
+    rows = int(lengths.sum())
+    bad = np.array(sorted(data.draw(st.sets(st.integers(0, rows - 1)))), dtype=np.int64)
+    pieces, piece_lengths = split_runs_at(starts, lengths, bad)
+    assert np.all(piece_lengths > 0)
+    covered = np.concatenate([np.arange(s, s + n) for s, n in zip(pieces, piece_lengths)] or [np.zeros(0, int)])
+    assert covered.tolist() == sorted(set(range(rows)) - set(bad.tolist()))
+    # No piece crosses a run boundary or a bad row.
+    run_of = np.repeat(np.arange(len(lengths)), lengths)
+    for s, n in zip(pieces, piece_lengths):
+        assert len(set(run_of[s : s + n])) == 1
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(st.integers(0, 30), min_size=1, max_size=6),
+    st.integers(1, 8),
+    st.integers(1, 4),
+    st.data(),
+)
+def test_window_starts_enumerate_the_grid(lengths, span, stride, data):
+    lengths = np.array(lengths, dtype=np.int64)
+    starts = np.cumsum(lengths) - lengths
+    counts = windows_per_run(lengths, span, stride)
+    expected = [s + k for s, n in zip(starts, lengths) for k in range(0, n - span + 1, stride)]
+    assert counts.sum() == len(expected)
+    lo = data.draw(st.integers(0, len(expected)))
+    hi = data.draw(st.integers(lo, len(expected)))
+    got = window_starts(starts, counts, stride, lo, hi)
+    assert got.tolist() == expected[lo:hi]
+
+
+def test_grid_restrict_keeps_the_start_grid():
+    runs = [PartitionRuns(np.array([0, 10]), np.array([10, 20]), np.array([1, 2]))]
+    grid = WindowGrid.from_runs(runs, span=4, stride=2)
+    assert grid.counts[0].tolist() == [4, 9]
+    sub = grid.restrict([np.array([1, 3])], [np.array([3, 100])])
+    assert window_starts(sub.first[0], sub.counts[0], 2, 0, int(sub.counts[0].sum())).tolist() == [
+        2, 4, 16, 18, 20, 22, 24, 26,
+    ]
+
+
+@given(st.lists(st.integers(0, 2), min_size=1, max_size=50), st.data())
+def test_join_runs_over_chunks_equals_runs_of_the_whole(keys, data):
+    from dask_windows.windows import join_runs
+
+    keys = np.array(keys)
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(keys) - 1)), max_size=5)))
+    bounds = [0, *[c for c in cuts if c < len(keys)], len(keys)]
+    pieces = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        s, n = find_runs(keys[a:b])
+        pieces.append((s + a, n, keys[a:b][s]))
+    starts, lengths, run_keys = join_runs(pieces)
+    expect_s, expect_n = find_runs(keys)
+    assert starts.tolist() == expect_s.tolist() and lengths.tolist() == expect_n.tolist()
+    assert run_keys.tolist() == keys[expect_s].tolist()
