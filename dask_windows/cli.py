@@ -20,7 +20,7 @@ from typing import Any
 
 from dask_windows.errors import ConfigError, DataError, SourceReadError
 
-__all__ = ["main"]
+__all__ = ["bench", "build_parser", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ def _computer(client: Any, show_progress: bool):
 
 def _cmd_convert(args: argparse.Namespace) -> dict:
     from dask_windows.convert import convert
-    from dask_windows.summary import windows_per_run
+    from dask_windows.windows import windows_per_run
 
     started = clock.perf_counter()
     with _client(args) as client:
@@ -118,13 +118,12 @@ def _cmd_convert(args: argparse.Namespace) -> dict:
     if args.window is not None:
         files = report.manifest["files"]
         runs = [run for f in files for run in f["runs"]]
-        kept = int(windows_per_run([n for _, n, _ in runs], args.window, args.stride,
-                                   args.horizon).sum())
+        span = args.window + args.horizon
+        kept = int(windows_per_run([n for _, n, _ in runs], span, args.stride).sum())
         whole: dict[Any, int] = {}  # rows per series before cutting into files
         for _, n, value in runs:
             whole[json.dumps(value)] = whole.get(json.dumps(value), 0) + n
-        total = int(windows_per_run(list(whole.values()), args.window, args.stride,
-                                    args.horizon).sum())
+        total = int(windows_per_run(list(whole.values()), span, args.stride).sum())
         out.update(window=args.window, stride=args.stride, horizon=args.horizon,
                    windows=kept, windows_lost=total - kept)
     if args.json:
@@ -157,10 +156,14 @@ def _cmd_inspect(args: argparse.Namespace) -> dict:
     rows = [("path", out["path"]), ("files", f"{out['files']:,}"),
             ("partitions", f"{out['partitions']:,} (largest {out['largest_partition_rows']:,} "
                            f"rows)"),
-            ("rows", f"{out['rows']:,}"), ("bytes", _size(out["bytes"]))]
-    if "series" in out:
+            ("rows", f"{out['rows']:,}")]
+    if out["bytes"] is not None:
+        rows.append(("bytes", _size(out["bytes"])))
+    if out["series"] is not None:
         rows.append(("series", f"{out['series']:,} in column {out['series_column']!r} "
                                f"({out['runs']:,} runs, from the {out['runs_from']})"))
+    else:
+        rows.append(("series", "no series column: each partition is one run (pass --series)"))
     schema = ", ".join(f"{k}: {v}" for k, v in out["schema"].items())
     rows.append(("schema", schema))
     if "windows" in out:
@@ -200,10 +203,123 @@ def _cmd_stats(args: argparse.Namespace) -> dict:
     return {"text": text + (f"\nwritten to {args.out}" if args.out else "")}
 
 
-def _cmd_bench(args: argparse.Namespace) -> dict:
-    from dask_windows.bench import run_bench  # noqa: F401  (see _bench below)
+class _TimedRead:
+    """``source.read`` that adds its seconds to a counter shared with DataLoader workers."""
 
-    return {}
+    def __init__(self, read: Any, seconds: Any) -> None:
+        self.read, self.seconds = read, seconds
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        started = clock.perf_counter()
+        try:
+            return self.read(*args, **kwargs)
+        finally:
+            with self.seconds.get_lock():
+                self.seconds.value += clock.perf_counter() - started
+
+
+def bench(path: str, *, features: Sequence[str], series: str, window: int, stride: int = 1,
+          horizon: int = 0, targets: Sequence[str] | None = None, batch_size: int = 256,
+          num_workers: int = 0, buffer_partitions: int = 2, prefetch_partitions: int = 1,
+          max_batches: int | None = None, seconds: float = 30.0, step_ms: float = 0.0,
+          seed: int = 0) -> dict:
+    """Time a ``WindowDataset`` through a ``DataLoader`` on real data.
+
+    Stops at the end of the epoch, after ``max_batches`` or after ``seconds``.
+    ``step_ms`` simulates a training step per batch, so that ``wait_share``
+    (the part of the wall time the consumer spent waiting for batches) shows
+    whether the loader keeps up with a model of that speed. ``read_share`` is
+    the time spent reading and decoding partitions, summed over the loader's
+    processes, per second of wall time and process: near 1, I/O bounds the
+    loader. Peak RSS is this process's and the largest worker's.
+    """
+    import multiprocessing
+    import resource
+
+    import torch
+
+    from dask_windows import WindowDataset
+
+    opened = clock.perf_counter()
+    ds = WindowDataset(path, features=list(features), targets=list(targets) if targets else None,
+                       series=series, window=window, stride=stride, horizon=horizon,
+                       batch_size=batch_size, shuffle=True, seed=seed,
+                       buffer_partitions=buffer_partitions,
+                       prefetch_partitions=prefetch_partitions)
+    open_seconds = clock.perf_counter() - opened
+    read_seconds = multiprocessing.get_context().Value("d", 0.0)
+    ds.source.read = _TimedRead(ds.source.read, read_seconds)
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=num_workers)
+    batches = windows = num_bytes = 0
+    waited = first_batch = 0.0
+    started = clock.perf_counter()
+    batch_iter = iter(loader)
+    while max_batches is None or batches < max_batches:
+        asked = clock.perf_counter()
+        try:
+            batch = next(batch_iter)
+        except StopIteration:
+            break
+        now = clock.perf_counter()
+        waited += now - asked
+        if batches == 0:
+            first_batch = now - started
+        tensors = batch if isinstance(batch, (tuple, list)) else (batch,)
+        batches += 1
+        windows += tensors[0].shape[0]
+        num_bytes += sum(t.nelement() * t.element_size() for t in tensors)
+        if step_ms:
+            clock.sleep(step_ms / 1000)
+        if clock.perf_counter() - started >= seconds:
+            break
+    elapsed = clock.perf_counter() - started
+    del batch_iter  # joins the workers, so their peak RSS is known
+    processes = max(1, num_workers)
+    return {
+        "path": path, "partitions": len(ds.partitions), "num_windows": ds.num_windows,
+        "batches_per_epoch": len(ds), "batches": batches, "windows": windows,
+        "epoch_done": batches == len(ds), "seconds": round(elapsed, 3),
+        "open_seconds": round(open_seconds, 3), "first_batch_seconds": round(first_batch, 3),
+        "windows_per_second": round(windows / elapsed, 1),
+        "gb_per_second": round(num_bytes / elapsed / 1e9, 4),
+        "wait_share": round(waited / elapsed, 4),
+        "read_share": round(min(1.0, read_seconds.value / (elapsed * processes)), 4),
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_worker_rss_bytes": (resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+                                  if num_workers else None),
+        "settings": {"window": window, "stride": stride, "horizon": horizon,
+                     "batch_size": batch_size, "num_workers": num_workers,
+                     "buffer_partitions": buffer_partitions,
+                     "prefetch_partitions": prefetch_partitions, "step_ms": step_ms},
+    }
+
+
+def _cmd_bench(args: argparse.Namespace) -> dict:
+    out = bench(args.path, features=args.features, series=args.series, window=args.window,
+                stride=args.stride, horizon=args.horizon, targets=args.targets,
+                batch_size=args.batch_size, num_workers=args.num_workers,
+                buffer_partitions=args.buffer_partitions,
+                prefetch_partitions=args.prefetch_partitions, max_batches=args.max_batches,
+                seconds=args.seconds, step_ms=args.step_ms)
+    if args.json:
+        return out
+    settings = ", ".join(f"{k}={v}" for k, v in out["settings"].items())
+    rss = _size(out["peak_rss_bytes"])
+    if out["peak_worker_rss_bytes"] is not None:
+        rss += f" (largest worker {_size(out['peak_worker_rss_bytes'])})"
+    rows = [("path", out["path"]), ("settings", settings),
+            ("dataset", f"{out['partitions']:,} partitions, {out['num_windows']:,} windows, "
+                        f"{out['batches_per_epoch']:,} batches/epoch (opened in "
+                        f"{out['open_seconds']:.2f} s)"),
+            ("measured", f"{out['batches']:,} batches, {out['windows']:,} windows in "
+                         f"{out['seconds']:.2f} s" + (" (full epoch)" if out["epoch_done"] else "")),
+            ("windows/s", f"{out['windows_per_second']:,.0f}"),
+            ("GB/s", f"{out['gb_per_second']:.3f} (batch tensors)"),
+            ("first batch", f"{out['first_batch_seconds']:.3f} s"),
+            ("waiting for batches", f"{out['wait_share']:.1%} of the time"),
+            ("reading partitions", f"{out['read_share']:.1%} of loader time"),
+            ("peak RSS", rss)]
+    return {"text": _table(rows)}
 
 
 # ---------------------------------------------------------------- parser
@@ -298,6 +414,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-batches", type=int, help="stop after this many batches")
     p.add_argument("--seconds", type=float, default=30.0,
                    help="stop after this long (default 30; the epoch may end first)")
+    p.add_argument("--step-ms", type=float, default=0.0,
+                   help="simulated training step per batch, in milliseconds (default 0)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=_cmd_bench)
     return parser

@@ -21,7 +21,6 @@ import os
 import posixpath
 import time as clock
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import dask
@@ -32,7 +31,10 @@ import pyarrow.parquet as pq
 
 from dask_windows.convert import list_inputs, read_inputs
 from dask_windows.errors import ConfigError, DataError, SchemaError
-from dask_windows.manifest import read_manifest, series_runs
+from dask_windows.index import scan_runs
+from dask_windows.manifest import read_manifest
+from dask_windows.source import DEFAULT_PARTITION_BYTES, PARQUET_SUFFIXES, ParquetSource
+from dask_windows.windows import windows_per_run
 
 __all__ = [
     "STATS_FORMAT",
@@ -40,21 +42,13 @@ __all__ = [
     "compute_stats",
     "inspect_dataset",
     "load_stats",
-    "windows_per_run",
+    "loader_memory",
 ]
 
 logger = logging.getLogger(__name__)
 
 STATS_FORMAT = "dask_windows.stats"
 STATS_VERSION = 1
-_PARQUET = (".parquet", ".parq", ".pq")
-
-
-def windows_per_run(run_rows: np.ndarray | Sequence[int], window: int, stride: int = 1,
-                    horizon: int = 0) -> np.ndarray:
-    """Windows in runs of ``run_rows`` rows: ``max(0, (n - window - horizon) // stride + 1)``."""
-    run_rows = np.asarray(run_rows, dtype=np.int64)
-    return np.maximum(0, (run_rows - window - horizon) // stride + 1)
 
 
 def _check_window(window: int, stride: int, horizon: int) -> None:
@@ -63,23 +57,24 @@ def _check_window(window: int, stride: int, horizon: int) -> None:
                           f"stride must be >= 1 and horizon >= 0")
 
 
-def _list_parquet(path: str, storage_options: dict | None) -> tuple[Any, str, list[dict]]:
-    """The dataset's Parquet files in canonical (sorted) order, with sizes."""
+def _manifest_for(path: str, storage_options: dict | None) -> tuple[Any, str, dict | None]:
+    """The manifest of the folder ``path`` when it names exactly the files there."""
     fs, root = fsspec.core.url_to_fs(path, **(storage_options or {}))
     root = root.rstrip("/")
-    if fs.isdir(root):
-        found = fs.find(root, detail=True)
-        files = [info for p, info in sorted(found.items()) if p.lower().endswith(_PARQUET)
-                 and not any(part.startswith(("_", "."))
-                             for part in posixpath.relpath(p, root).split("/"))]
-    elif fs.exists(root):
-        files, root = [fs.info(root)], posixpath.dirname(root)
-    else:
-        raise FileNotFoundError(f"{path} does not exist; check the path")
-    if not files:
-        raise FileNotFoundError(f"no Parquet files in {path}; convert your data with "
-                                f"`dask-windows convert` first")
-    return fs, root, files
+    if not fs.isdir(root):
+        return fs, root, None
+    manifest = read_manifest(root, fs)
+    if manifest is None:
+        return fs, root, None
+    found = sorted(posixpath.relpath(p, root) for p in fs.find(root)
+                   if p.lower().endswith(PARQUET_SUFFIXES)
+                   and not any(part.startswith(("_", "."))
+                               for part in posixpath.relpath(p, root).split("/")))
+    if [f["path"] for f in manifest["files"]] != found:
+        logger.warning("the manifest of %s lists other files than the folder holds; ignoring "
+                       "it (rerun `dask-windows convert` to refresh it)", path)
+        return fs, root, None
+    return fs, root, manifest
 
 
 def inspect_dataset(
@@ -95,21 +90,31 @@ def inspect_dataset(
     buffer_partitions: int = 2,
     prefetch_partitions: int = 1,
     num_workers: int = 0,
+    partition_bytes: int = DEFAULT_PARTITION_BYTES,
     storage_options: dict | None = None,
     threads: int = 16,
 ) -> dict:
-    """Describe a Parquet dataset from its manifest and footers.
+    """Describe a Parquet dataset as ``WindowDataset`` will see it.
+
+    With a valid manifest (``dask-windows convert`` output) everything but the
+    schema comes from it: one JSON read and one footer. Otherwise the
+    dataset's own source lists the partitions from every footer and, when a
+    series column is known, reads that column to find the runs, so the counts
+    equal ``WindowDataset(path, series=..., window=...).num_windows``.
 
     Args:
-        path: a dataset folder or one Parquet file (fsspec URL allowed).
-        series: the series column; default the manifest's.
+        path: a dataset folder, glob or Parquet file (fsspec URL allowed).
+        series: the series column; default the manifest's (``None``: each
+            partition is one run, as in ``WindowDataset(series=None)``).
         window, stride, horizon: the window settings to count windows for.
         features, targets: the columns the loader stacks; default every
             numeric column except series and time.
         batch_size, buffer_partitions, prefetch_partitions, num_workers: the
             loader settings to size memory for.
+        partition_bytes: as ``WindowDataset``'s (files with more uncompressed
+            bytes are split at row groups).
         storage_options: passed to fsspec.
-        threads: footers and columns are read on this many threads.
+        threads: footers and series columns are read on this many threads.
 
     Returns:
         A JSON-ready dict (see the CLI's ``inspect`` for the fields).
@@ -117,76 +122,53 @@ def inspect_dataset(
     started = clock.perf_counter()
     if window is not None:
         _check_window(window, stride, horizon)
-    fs, root, infos = _list_parquet(path, storage_options)
-    names = [posixpath.relpath(info["name"], root) for info in infos]
-    manifest = read_manifest(root, fs) if fs.isdir(root) else None
-    if manifest is not None and [f["path"] for f in manifest["files"]] != names:
-        logger.warning("the manifest in %s lists other files than the folder holds; "
-                       "ignoring it (rerun `dask-windows convert` to refresh it)", path)
-        manifest = None
-    series = series or (manifest["series"] if manifest else None)
-    use_runs = manifest is not None and manifest["series"] == series
-    schema = pq.read_schema(fs.open(infos[0]["name"]))
-    if use_runs:
-        rows = [f["rows"] for f in manifest["files"]]
-        row_groups = None
-        runs = [[(n, v) for _, n, v in f["runs"]] for f in manifest["files"]]
-        source = "manifest"
+    fs, root, manifest = _manifest_for(path, storage_options)
+    series = series if series is not None else (manifest["series"] if manifest else None)
+    if manifest is not None and manifest["series"] == series:
+        files = manifest["files"]
+        first = posixpath.join(root, files[0]["path"]) if files else None
+        rows = [f["rows"] for f in files]
+        runs = [[n for _, n, _ in f["runs"]] for f in files]
+        keys = {json.dumps(v) for f in files for _, _, v in f["runs"]}
+        num_files, num_bytes, source_of_runs = len(files), sum(f["bytes"] for f in files), "manifest"
     else:
-        def footer(info: dict) -> tuple[int, int, Any]:
-            with fs.open(info["name"]) as src:
-                meta = pq.ParquetFile(src).metadata
-            return meta.num_rows, meta.num_row_groups, meta.schema.to_arrow_schema()
-
-        with ThreadPoolExecutor(threads) as pool:
-            footers = list(pool.map(footer, infos))
-        for info, (_, _, other) in zip(infos, footers):
-            if not other.equals(schema):
-                raise SchemaError(f"{info['name']} has schema {other} but {infos[0]['name']} "
-                                  f"has {schema}; every file of a dataset needs the same columns")
-        rows = [n for n, _, _ in footers]
-        row_groups = sum(g for _, g, _ in footers)
-        runs, source = None, "footers"
+        source = ParquetSource(path, storage_options, partition_bytes=partition_bytes,
+                               threads=threads)
+        first = source.files[0]
         if series is not None:
-            if series not in schema.names:
-                raise SchemaError(f"series column {series!r} is not in {path}; its columns "
-                                  f"are {schema.names}")
-
-            def read_runs(info: dict) -> list:
-                with fs.open(info["name"]) as src:
-                    values = pq.read_table(src, columns=[series]).column(0).to_numpy()
-                return [(n, v) for _, n, v in series_runs(values)]
-
-            with ThreadPoolExecutor(threads) as pool:
-                runs = list(pool.map(read_runs, infos))
-            source = "series column"
+            source.check_columns([series], {series: "series column"})
+        found = scan_runs(len(source.partitions), lambda i: source.read_runs(i, series),
+                          threads=threads)
+        rows = [p.num_rows for p in source.partitions]
+        runs = [r.lengths.tolist() for r in found]
+        keys = ({_key(k) for r in found for k in r.keys.tolist()} if series is not None
+                else None)
+        num_files = len(source.files)
+        num_bytes = sum(source.fs.size(f) for f in source.files) if num_files < 1000 else None
+        source_of_runs = "series column" if series is not None else "partitions"
+    schema = pq.read_schema(fs.open(first)) if first else None
     time_col = manifest["time"] if manifest else None
-    if features is None:
+    if features is None and schema is not None:
         features = [f.name for f in schema if f.name not in (series, time_col)
                     and f.name not in (targets or ()) and _numeric(f.type)]
     report: dict[str, Any] = {
-        "path": path, "files": len(infos), "partitions": len(infos), "row_groups": row_groups,
-        "rows": int(sum(rows)), "bytes": int(sum(info["size"] for info in infos)),
-        "largest_partition_rows": int(max(rows)), "series_column": series,
-        "time_column": time_col, "runs_from": source,
-        "schema": {f.name: str(f.type) for f in schema},
+        "path": path, "files": num_files, "partitions": len(rows), "rows": int(sum(rows)),
+        "bytes": num_bytes, "largest_partition_rows": int(max(rows, default=0)),
+        "series_column": series, "time_column": time_col, "runs_from": source_of_runs,
+        "series": len(keys) if keys is not None else None,
+        "runs": sum(len(r) for r in runs),
+        "schema": {f.name: str(f.type) for f in schema} if schema is not None else {},
+        "features": list(features or ()), "targets": list(targets or ()),
     }
-    if runs is not None:
-        values = {_hashable(v) for file_runs in runs for _, v in file_runs}
-        report["series"] = len(values)
-        report["runs"] = sum(len(r) for r in runs)
     if window is not None:
-        if runs is None:
-            raise ConfigError("counting windows needs the series column; pass --series "
-                              "(or convert the data to get a manifest)")
-        per_file = [int(windows_per_run([n for n, _ in r], window, stride, horizon).sum())
-                    for r in runs]
+        per_partition = [int(windows_per_run(r, window + horizon, stride).sum()) for r in runs]
         report.update(window=window, stride=stride, horizon=horizon,
-                      windows=int(sum(per_file)), largest_partition_windows=int(max(per_file)))
-        report["memory"] = _memory_need(
-            int(max(rows)), int(max(per_file)), len(features), len(targets or ()), window,
-            horizon, batch_size, buffer_partitions, prefetch_partitions, num_workers)
-    report["features"] = list(features)
+                      windows=int(sum(per_partition)),
+                      largest_partition_windows=int(max(per_partition, default=0)))
+        report["memory"] = loader_memory(
+            report["largest_partition_rows"], report["largest_partition_windows"],
+            len(report["features"]), len(report["targets"]), window, horizon, batch_size,
+            buffer_partitions, prefetch_partitions, num_workers)
     report["seconds"] = round(clock.perf_counter() - started, 4)
     return report
 
@@ -197,28 +179,36 @@ def _numeric(arrow_type: Any) -> bool:
     return pat.is_integer(arrow_type) or pat.is_floating(arrow_type) or pat.is_boolean(arrow_type)
 
 
-def _hashable(value: Any) -> Any:
-    return value.item() if isinstance(value, np.generic) else value
+def _key(value: Any) -> Any:
+    return json.dumps(value.item() if isinstance(value, np.generic) else value, default=str)
 
 
-def _memory_need(partition_rows: int, partition_windows: int, num_features: int,
-                 num_targets: int, window: int, horizon: int, batch_size: int,
-                 buffer_partitions: int, prefetch_partitions: int, num_workers: int) -> dict:
-    """Bytes the loader holds at its peak, per process and in total (an estimate).
+def loader_memory(partition_rows: int, partition_windows: int, num_features: int,
+                  num_targets: int, window: int, horizon: int, batch_size: int,
+                  buffer_partitions: int = 2, prefetch_partitions: int = 1,
+                  num_workers: int = 0) -> dict:
+    """Peak bytes a ``WindowDataset`` iteration holds, per process and in total.
 
-    Decoded partitions hold float32 features and targets plus an int64 row
-    number per row; the window index holds an int64 start and an int64
-    permutation entry per window of the buffered partitions; a few batches
-    are in flight.
+    An upper estimate from the largest partition, following the loader's
+    layout: decoded partitions are float32 ``(C, rows)`` features plus
+    ``(T, rows)`` targets (counted at 8 bytes, int64 when integral); a buffer
+    holds ``buffer_partitions`` of them plus their concatenation, while
+    ``prefetch_partitions`` more are decoded ahead and one is being read in
+    its file's dtypes (counted at 8 bytes a value); the window index is one
+    int32/int64 start per buffered window; two batches are in flight (one
+    more per DataLoader prefetch slot in each worker).
     """
-    row_bytes = 4 * (num_features + num_targets) + 8
-    partitions = (buffer_partitions + prefetch_partitions) * partition_rows * row_bytes
-    index = 16 * buffer_partitions * partition_windows
-    y_rows = max(horizon, 1) * num_targets
-    batches = 2 * batch_size * 4 * (num_features * window + y_rows)
-    per_process = partitions + index + batches
+    values = num_features * 4 + num_targets * 8  # bytes a decoded row takes
+    decoded = partition_rows * values
+    concatenated = decoded * buffer_partitions if buffer_partitions > 1 else 0
+    partitions = decoded * (buffer_partitions + prefetch_partitions) + concatenated
+    reading = partition_rows * (num_features + num_targets) * 8
+    index = 8 * buffer_partitions * partition_windows
+    batch = batch_size * (num_features * window * 4 + num_targets * max(horizon, 1) * 8)
+    batches = batch * (2 if num_workers == 0 else 4)
+    per_process = partitions + reading + index + batches
     processes = max(1, num_workers)
-    return {"partitions": partitions, "window_index": index, "batches": batches,
+    return {"partitions": partitions + reading, "window_index": index, "batches": batches,
             "per_process": per_process, "processes": processes,
             "total": per_process * processes}
 
