@@ -13,9 +13,10 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import sys
 import time as clock
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from dask_windows.errors import ConfigError, DataError, SourceReadError
@@ -52,49 +53,81 @@ def _input_block_size(memory_limit: str) -> int:
     return 64 * 2**20 if limit is None else int(min(64 * 2**20, max(2**20, limit / 32)))
 
 
-@contextlib.contextmanager
-def _client(args: argparse.Namespace) -> Iterator[Any]:
-    """A distributed client: on ``--scheduler`` or on a fresh LocalCluster."""
-    from distributed import Client, LocalCluster
+class _Cluster:
+    """Starts a LocalCluster (or connects to ``--scheduler``) on the first compute.
 
-    quiet = args.verbose < 2
-    if quiet:  # distributed sets its loggers' levels when imported
-        for noisy in ("distributed", "tornado", "bokeh"):
-            logging.getLogger(noisy).setLevel(logging.ERROR)
-    if args.scheduler:
+    Starting late means bad arguments and inputs fail in a second, before any
+    worker process exists. On exit it notes workers that were restarted
+    (usually killed for exceeding ``--memory-limit``), then closes everything.
+    """
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.client: Any = None
+        self.workers_restarted = 0
+        self._pids: dict = {}
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> _Cluster:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
         try:
-            client = Client(args.scheduler, timeout=args.connect_timeout)
-        except (OSError, TimeoutError) as exc:
-            raise ConnectionError(
-                f"could not reach the Dask scheduler at {args.scheduler} "
-                f"({type(exc).__name__}: {exc}); check the address and that the scheduler "
-                f"is running, or leave out --scheduler to start a local cluster") from exc
-        with client:
-            yield client
-        return
-    memory_limit = args.memory_limit
-    with LocalCluster(n_workers=args.workers, threads_per_worker=args.threads_per_worker,
-                      memory_limit=memory_limit, processes=True, dashboard_address=None,
-                      silence_logs=logging.ERROR if quiet else logging.INFO,
-                      local_directory=args.local_directory) as cluster, Client(cluster) as client:
-        yield client
+            if self.client is not None and exc_info[0] is None:
+                pids = self.client.run(os.getpid)
+                self.workers_restarted = len(set(self._pids.items()) - set(pids.items()))
+        finally:
+            self._stack.close()
 
+    def _start(self) -> Any:
+        from distributed import Client, LocalCluster
 
-def _computer(client: Any, show_progress: bool):
-    """``compute(label, *collections)`` on ``client``, with a progress bar on stderr."""
+        args = self.args
+        quiet = args.verbose < 2
+        if quiet:  # distributed sets its loggers' levels when imported
+            for noisy in ("distributed", "tornado", "bokeh"):
+                logging.getLogger(noisy).setLevel(logging.ERROR)
+        if args.scheduler:
+            try:
+                client = Client(args.scheduler, timeout=args.connect_timeout)
+            except (OSError, TimeoutError) as exc:
+                raise ConnectionError(
+                    f"could not reach the Dask scheduler at {args.scheduler} "
+                    f"({type(exc).__name__}: {exc}); check the address and that the "
+                    f"scheduler is running, or leave out --scheduler to start a local "
+                    f"cluster") from exc
+        else:
+            cluster = self._stack.enter_context(LocalCluster(
+                n_workers=args.workers, threads_per_worker=args.threads_per_worker,
+                memory_limit=args.memory_limit, processes=True, dashboard_address=None,
+                silence_logs=logging.ERROR if quiet else logging.INFO,
+                local_directory=args.local_directory))
+            client = Client(cluster)
+        self.client = self._stack.enter_context(client)
+        self._pids = self.client.run(os.getpid)
+        logger.info("Dask cluster: %s", self.client)
+        return self.client
 
-    def compute(label: str, *collections: Any) -> tuple:
+    def compute(self, label: str, *collections: Any) -> tuple:
+        """Compute ``collections`` on the cluster, with a progress bar on stderr."""
+        client = self.client or self._start()
         futures = client.compute(list(collections))
-        if show_progress:
+        if not self.args.no_progress:
             from distributed import progress
 
-            print(f"{label}", file=sys.stderr, flush=True)
+            print(label, file=sys.stderr, flush=True)
             with contextlib.redirect_stdout(sys.stderr):
                 progress(futures)
             print(file=sys.stderr, flush=True)
-        return tuple(client.gather(futures))
-
-    return compute
+        try:
+            return tuple(client.gather(futures))
+        except Exception as exc:
+            if type(exc).__name__ != "KilledWorker":
+                raise
+            raise MemoryError(
+                f"Dask workers kept dying while {label} ({exc}); they usually exceed their "
+                f"memory limit: raise --memory-limit, use fewer --threads-per-worker or a "
+                f"smaller --partition-size") from exc
 
 
 # ---------------------------------------------------------------- commands
@@ -104,17 +137,17 @@ def _cmd_convert(args: argparse.Namespace) -> dict:
     from dask_windows.windows import windows_per_run
 
     started = clock.perf_counter()
-    with _client(args) as client:
+    with _Cluster(args) as cluster:
         report = convert(
             args.src, args.dst, series=args.series, time=args.time, fmt=args.format,
             partition_size=args.partition_size, overwrite=args.overwrite,
             parse_time=args.parse_time, compression=args.compression,
             input_block_size=_input_block_size(args.memory_limit),
             npy_columns=args.npy_columns.split(",") if args.npy_columns else None,
-            compute=_computer(client, not args.no_progress))
+            compute=cluster.compute)
     seconds = clock.perf_counter() - started
     out = {k: v for k, v in report.__dict__.items() if k != "manifest"}
-    out["seconds"] = round(seconds, 3)
+    out.update(seconds=round(seconds, 3), workers_restarted=cluster.workers_restarted)
     if args.window is not None:
         files = report.manifest["files"]
         runs = [run for f in files for run in f["runs"]]
@@ -140,6 +173,9 @@ def _cmd_convert(args: argparse.Namespace) -> dict:
                      f"{out['windows']:,} kept, {out['windows_lost']:,} lost at file "
                      f"edges ({lost:.3%})"))
     rows.append(("time", f"{seconds:.1f} s ({out['rows_in'] / seconds:,.0f} rows/s)"))
+    if out["workers_restarted"]:
+        rows.append(("warning", f"{out['workers_restarted']} Dask workers were restarted "
+                                f"(out of memory?); the output is complete"))
     return {"text": _table(rows)}
 
 
@@ -184,9 +220,8 @@ def _cmd_inspect(args: argparse.Namespace) -> dict:
 def _cmd_stats(args: argparse.Namespace) -> dict:
     from dask_windows.summary import compute_stats
 
-    with _client(args) as client:
-        doc = compute_stats(args.path, args.features, fmt=args.format,
-                            compute=_computer(client, not args.no_progress))
+    with _Cluster(args) as cluster:
+        doc = compute_stats(args.path, args.features, fmt=args.format, compute=cluster.compute)
     if args.out:
         import fsspec
 
@@ -362,8 +397,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dst", metavar="DST", help="output folder (must not exist)")
     p.add_argument("--series", required=True, metavar="COL")
     p.add_argument("--time", required=True, metavar="COL")
-    p.add_argument("--format", help=f"input format: {', '.join(FORMATS)} (default: from "
-                   "file extensions)")
+    p.add_argument("--format", choices=FORMATS,
+                   help="input format (default: from file extensions)")
     p.add_argument("--partition-size", default="256MB", help="target file size (256MB)")
     p.add_argument("--compression", default="snappy")
     p.add_argument("--parse-time", action="store_true",
@@ -394,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", nargs="+", metavar="PATH")
     p.add_argument("--features", nargs="+", metavar="COL",
                    help="default: every numeric column but series and time")
-    p.add_argument("--format", help=f"input format: {', '.join(FORMATS)}")
+    p.add_argument("--format", choices=FORMATS, help="input format")
     p.add_argument("--out", metavar="FILE", help="write the stats JSON here")
     p.add_argument("--json", action="store_true")
     _cluster_options(p)
@@ -429,7 +464,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         out = args.run(args)
     except (ConfigError, DataError, SourceReadError, FileExistsError, FileNotFoundError,
-            ConnectionError, KeyError, ValueError, TypeError, OSError) as exc:
+            ConnectionError, KeyError, ValueError, TypeError, OSError, MemoryError) as exc:
         if args.verbose >= 2:
             raise
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc

@@ -206,7 +206,7 @@ def _read_npy(part: tuple, names: list[str], series: str, time: str,
     if dtype.names:
         df = pd.DataFrame({name: data[name] for name in dtype.names})
     else:
-        df = pd.DataFrame(data.reshape(stop - start, -1), columns=names)
+        df = pd.DataFrame(data.reshape(stop - start, len(names)), columns=names)
     extra = {}
     if series not in df.columns:
         extra[series] = pd.Series([posixpath.basename(url)[:-4]] * len(df), dtype="str")
