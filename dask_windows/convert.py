@@ -304,17 +304,32 @@ def plan_files(series_rows: np.ndarray, target_rows: int) -> tuple[np.ndarray, n
     return first_file, num_pieces
 
 
+def _parquet_bytes(df: pd.DataFrame, compression: str) -> int:
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression=compression, use_dictionary=[
+        f.name for f in table.schema if not pa.types.is_floating(f.type)])
+    return buf.tell()
+
+
 def _profile(df: pd.DataFrame, time: str, compression: str, partition_info=None) -> pd.DataFrame:
-    """Rows, null times and (for the first partition) Parquet bytes per row."""
-    bytes_per_row = np.nan
+    """Rows and null times; for the first partition also Parquet bytes per row and per file.
+
+    Bytes per row are the marginal cost (the size of a sample minus that of
+    its first half), so a file's fixed footer and headers do not inflate them.
+    """
+    per_row = per_file = np.nan
     if partition_info is not None and partition_info["number"] == 0 and len(df):
         sample = df.iloc[:50_000]
-        buf = io.BytesIO()
-        pq.write_table(pa.Table.from_pandas(sample, preserve_index=False), buf,
-                       compression=compression)
-        bytes_per_row = buf.tell() / len(sample)
+        full = _parquet_bytes(sample, compression)
+        half = len(sample) // 2
+        per_row = full / len(sample)
+        if half:
+            marginal = (full - _parquet_bytes(sample.iloc[:half], compression)) / (len(sample) - half)
+            if marginal > 0:
+                per_row, per_file = marginal, max(0.0, full - marginal * len(sample))
     return pd.DataFrame({"rows": [len(df)], "null_time": [int(df[time].isna().sum())],
-                         "bytes_per_row": [bytes_per_row]})
+                         "bytes_per_row": [per_row], "bytes_per_file": [per_file]})
 
 
 def _time_sketch(df: pd.DataFrame, series: str, time: str, keys: pd.Index, size: int) -> dict:
@@ -413,8 +428,11 @@ def _gather(file_id: int, pieces: list[tuple[str, int]], fs: Any, root: str, nam
     table = table.take(pc.sort_indices(table, sort_keys=[(series, "ascending"),
                                                          (time, "ascending")]))
     path = posixpath.join(root, name)
+    # dictionaries pay off for ids and labels, not for measurements (they grow float files)
+    dictionary = [f.name for f in schema if not pa.types.is_floating(f.type)]
     with fs.open(path, "wb") as out:
-        pq.write_table(table, out, row_group_size=max(len(table), 1), compression=compression)
+        pq.write_table(table, out, row_group_size=max(len(table), 1), compression=compression,
+                       use_dictionary=dictionary)
     return {"path": name, "rows": len(table), "bytes": int(fs.size(path)),
             "runs": series_runs(table.column(series).to_numpy())}
 
@@ -527,8 +545,8 @@ def convert(
     counts, profile = compute(
         "counting rows per series",
         ddf[series].value_counts(dropna=False),
-        ddf.map_partitions(_profile, time, compression, meta={"rows": "i8", "null_time": "i8",
-                                                              "bytes_per_row": "f8"}),
+        ddf.map_partitions(_profile, time, compression, meta={
+            "rows": "i8", "null_time": "i8", "bytes_per_row": "f8", "bytes_per_file": "f8"}),
     )
     rows_in = int(profile["rows"].sum())
     if counts.index.hasnans:
@@ -543,7 +561,8 @@ def convert(
         raise DataError(f"series column {series!r} mixes values that cannot be ordered "
                         f"({exc}); cast it to one type first") from exc
     bytes_per_row = float(np.nanmax(np.append(profile["bytes_per_row"].to_numpy(), 1.0)))
-    target_rows = max(1, int(target_bytes / bytes_per_row))
+    bytes_per_file = float(np.nan_to_num(profile["bytes_per_file"].iloc[0]))
+    target_rows = max(1, int((target_bytes - min(bytes_per_file, target_bytes / 2)) / bytes_per_row))
     keys = counts.index
     first_file, num_pieces = plan_files(counts.to_numpy(), target_rows)
     num_files = int(first_file[-1] + num_pieces[-1]) if len(keys) else 0

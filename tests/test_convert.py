@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import dask
 import numpy as np
@@ -232,3 +234,67 @@ def test_manifest_write_read_validate(tmp_path):
     (tmp_path / MANIFEST_NAME).write_text("{")
     with pytest.raises(DataError, match="not valid JSON"):
         read_manifest(str(tmp_path), fs)
+
+
+def _worker_baseline_bytes() -> int:
+    """RSS of a fresh process holding what a convert worker imports."""
+    code = ("import resource, distributed, dask.dataframe, dask_windows.convert; "
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
+    return int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env=env, check=True).stdout)
+
+
+def test_larger_than_memory_on_a_local_cluster(tmp_path):
+    """A one-worker cluster whose memory limit is below the input size converts it, unharmed.
+
+    The limit is the worker's idle footprint (imports) plus 180 MB, and the input is 10%
+    larger than the limit, so the input can never be held in the worker's memory.
+    """
+    import shutil
+
+    from distributed import Client, LocalCluster
+
+    limit = _worker_baseline_bytes() + 180 * 2**20
+    channels = 96
+    dtype = np.dtype([("sid", "i8"), ("ts", "i8"), *[(f"f{i}", "f4") for i in range(channels)]])
+    n = int(limit * 1.1) // dtype.itemsize
+    rng = np.random.default_rng(0)
+    rows = np.lib.format.open_memmap(tmp_path / "in.npy", mode="w+", dtype=dtype, shape=(n,))
+    checksum, sids = 0.0, np.zeros(40, dtype=np.int64)
+    for a in range(0, n, 100_000):  # in chunks: the test process stays small too
+        chunk = rows[a:a + 100_000]
+        chunk.view(np.uint8).reshape(len(chunk), -1)[:, 16:] = rng.integers(
+            0, 255, (len(chunk), 4 * channels), dtype=np.uint8)
+        chunk["sid"] = rng.integers(0, 40, len(chunk))
+        chunk["ts"] = a + rng.permutation(len(chunk))  # unique, shuffled within the chunk
+        chunk["f0"] = rng.standard_normal(len(chunk))
+        checksum += float(chunk["f0"].astype(np.float64).sum())
+        sids += np.bincount(chunk["sid"], minlength=40)
+    rows.flush()
+    del rows, chunk
+    assert os.path.getsize(tmp_path / "in.npy") > limit
+    try:
+        with LocalCluster(n_workers=1, threads_per_worker=1, memory_limit=limit,
+                          processes=True, dashboard_address=None) as cluster, \
+                Client(cluster) as client:
+            pids = client.run(os.getpid)
+
+            def compute(label, *collections):
+                return tuple(client.gather(client.compute(list(collections))))
+
+            report = convert([str(tmp_path / "in.npy")], str(tmp_path / "out"), series="sid",
+                             time="ts", partition_size="6MB", input_block_size=4 * 2**20,
+                             compute=compute)
+            assert client.run(os.getpid) == pids  # no worker was killed and restarted
+        assert report.rows_out == n and report.series == 40 and report.files > 30
+        manifest = check_manifest(str(tmp_path / "out"))
+        back = pd.concat([pd.read_parquet(tmp_path / "out" / f["path"], columns=["sid", "ts", "f0"])
+                          for f in manifest["files"]], ignore_index=True)
+        assert (np.diff(back["sid"]) >= 0).all()
+        same = back["sid"].to_numpy()[1:] == back["sid"].to_numpy()[:-1]
+        assert (np.diff(back["ts"].to_numpy())[same] > 0).all()
+        np.testing.assert_array_equal(np.bincount(back["sid"]), sids)
+        assert back["f0"].astype(np.float64).sum() == pytest.approx(checksum, rel=1e-9)
+    finally:
+        shutil.rmtree(tmp_path, ignore_errors=True)  # about 1.5 GB of test data

@@ -1,0 +1,147 @@
+"""inspect and stats: counts equal WindowDataset's, statistics equal numpy's."""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import dask
+import fsspec
+import numpy as np
+import pandas as pd
+import pytest
+from helpers import make_frames, write_parquet
+
+import dask_windows as dw
+from dask_windows.convert import convert
+from dask_windows.errors import DataError, SchemaError
+from dask_windows.manifest import MANIFEST_NAME, write_manifest
+from dask_windows.summary import compute_stats, inspect_dataset, load_stats, loader_memory
+
+
+@pytest.fixture(autouse=True)
+def _sync_scheduler():
+    with dask.config.set(scheduler="sync"):
+        yield
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory):
+    """The same rows as a plain multi-file dataset (series span files) and converted."""
+    root = tmp_path_factory.mktemp("summary")
+    frames = make_frames(seed=5, num_files=4, num_series=9, max_len=120)
+    write_parquet(frames, str(root / "plain"), row_group_size=50)
+    with dask.config.set(scheduler="sync"):
+        convert([str(root / "plain")], str(root / "converted"), series="sid", time="ts",
+                partition_size="6KB")
+    return {"plain": str(root / "plain"), "converted": str(root / "converted")}
+
+
+@pytest.mark.parametrize("kind", ["plain", "converted"])
+@pytest.mark.parametrize("window,stride,horizon", [(1, 1, 0), (8, 1, 0), (8, 3, 2),
+                                                   (30, 5, 4), (44, 2, 0)])
+def test_inspect_counts_equal_window_dataset(datasets, kind, window, stride, horizon):
+    path = datasets[kind]
+    options = {"partition_bytes": 2_000} if kind == "plain" else {}
+    report = inspect_dataset(path, series="sid", window=window, stride=stride,
+                             horizon=horizon, **options)
+    ds = dw.WindowDataset(path, features=["f0", "f1"], targets=["y"], series="sid",
+                          window=window, stride=stride, horizon=horizon, **options)
+    assert report["windows"] == ds.num_windows
+    assert report["partitions"] == len(ds.partitions)
+    assert report["rows"] == sum(p.num_rows for p in ds.partitions)
+    assert report["series"] == 9
+    assert report["runs_from"] == ("manifest" if kind == "converted" else "series column")
+
+
+def test_inspect_without_series_counts_whole_partitions(datasets):
+    report = inspect_dataset(datasets["plain"], window=16)
+    ds = dw.WindowDataset(datasets["plain"], features=["f0"], window=16)
+    assert report["windows"] == ds.num_windows and report["series"] is None
+
+
+def test_inspect_reads_only_the_manifest_on_10000_files(tmp_path):
+    pd.DataFrame({"s": [0, 0, 1], "t": [0, 1, 2], "x": [1.0, 2.0, 3.0]}).to_parquet(
+        tmp_path / "part-00000.parquet")
+    files = [{"path": "part-00000.parquet", "rows": 3, "bytes": 1, "runs": [[0, 2, 0], [2, 1, 1]]}]
+    for i in range(1, 10_000):  # empty stand-ins: opening any of them would fail
+        (tmp_path / f"part-{i:05d}.parquet").touch()
+        files.append({"path": f"part-{i:05d}.parquet", "rows": 100, "bytes": 1,
+                      "runs": [[0, 60, i * 2], [60, 40, i * 2 + 1]]})
+    write_manifest(str(tmp_path), fsspec.filesystem("file"), series="s", time="t", files=files)
+    started = time.perf_counter()
+    report = inspect_dataset(str(tmp_path), window=50, stride=5)
+    seconds = time.perf_counter() - started
+    assert report["files"] == 10_000 and report["rows"] == 3 + 9_999 * 100
+    assert report["series"] == 2 * 10_000
+    assert report["windows"] == 9_999 * 3 and report["features"] == ["x"]
+    assert seconds < 5, seconds
+
+
+def test_inspect_ignores_a_stale_manifest(datasets, tmp_path, caplog):
+    import shutil
+
+    path = tmp_path / "copy"
+    shutil.copytree(datasets["converted"], path)
+    first = sorted(p for p in os.listdir(path) if p.endswith(".parquet"))[0]
+    os.remove(path / first)
+    report = inspect_dataset(str(path), series="sid", window=4)
+    assert report["runs_from"] == "series column" and "lists other files" in caplog.text
+
+
+def test_loader_memory_grows_with_partitions_not_dataset():
+    small = loader_memory(1000, 900, 4, 1, 64, 0, 32)
+    more = loader_memory(1000, 900, 4, 1, 64, 0, 32, buffer_partitions=4)
+    workers = loader_memory(1000, 900, 4, 1, 64, 0, 32, num_workers=3)
+    assert more["partitions"] > small["partitions"]
+    assert workers["total"] == 3 * workers["per_process"]
+
+
+def test_stats_match_numpy_and_load(tmp_path):
+    rng = np.random.default_rng(0)
+    n = 5_000
+    frame = pd.DataFrame({"sid": rng.integers(0, 3, n), "ts": np.arange(n),
+                          "a": 1e9 + rng.standard_normal(n),  # cancels in a naive sum of squares
+                          "b": rng.integers(-100, 100, n).astype(np.int64),
+                          "c": rng.standard_normal(n).astype(np.float32),
+                          "d": np.full(n, np.nan)})
+    frame.loc[rng.choice(n, 300, replace=False), "c"] = np.nan
+    for i, rows in enumerate(np.array_split(np.arange(n), 4)):
+        frame.iloc[rows].to_parquet(tmp_path / f"p{i}.parquet")
+    doc = compute_stats(str(tmp_path), ["a", "b", "c", "d"])
+    assert doc["format"] == "dask_windows.stats" and doc["version"] == 1 and doc["rows"] == n
+    for name in "abc":
+        values = frame[name].to_numpy(np.float64)
+        ok = values[~np.isnan(values)]
+        got = doc["features"][name]
+        assert got["count"] == len(ok) and got["nan_count"] == n - len(ok)
+        assert got["mean"] == pytest.approx(ok.mean(), rel=1e-12, abs=1e-9)
+        assert got["std"] == pytest.approx(ok.std(), rel=1e-9)
+        assert (got["min"], got["max"]) == (ok.min(), ok.max())
+    assert doc["features"]["d"] == {"count": 0, "mean": None, "std": None, "min": None,
+                                    "max": None, "nan_count": n}
+    everything = compute_stats(str(tmp_path))
+    assert set(everything["features"]) == {"sid", "ts", "a", "b", "c", "d"}
+
+    (tmp_path / "stats.json").write_text(json.dumps(doc))
+    mean, std = load_stats(str(tmp_path / "stats.json"), ["c", "a"])
+    assert mean.dtype == np.float32 and mean.shape == (2,)
+    np.testing.assert_allclose(std, [doc["features"]["c"]["std"], doc["features"]["a"]["std"]],
+                               rtol=1e-6)
+    assert load_stats(doc, ["b"])[0][0] == np.float32(doc["features"]["b"]["mean"])
+    with pytest.raises(SchemaError, match="no mean/std for feature 'zz'.*dask-windows stats"):
+        load_stats(doc, ["a", "zz"])
+    with pytest.raises(SchemaError, match="'d'"):
+        load_stats(doc, ["d"])
+    with pytest.raises(DataError, match="not a dask_windows stats file"):
+        load_stats({"format": "other", "features": {}}, ["a"])
+
+
+def test_stats_skip_manifest_series_and_time(datasets):
+    doc = compute_stats(datasets["converted"])
+    assert "sid" not in doc["features"] and "ts" not in doc["features"]
+    assert doc["rows"] == sum(json.load(open(os.path.join(datasets["converted"],
+                                                         MANIFEST_NAME)))["files"][i]["rows"]
+                              for i in range(len(os.listdir(datasets["converted"])) - 1))
+    with pytest.raises(SchemaError, match="not in"):
+        compute_stats(datasets["converted"], ["nope"])
