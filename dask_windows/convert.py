@@ -180,7 +180,7 @@ def _read_avro(url: str, dtypes: dict[str, str], first: str,
     return pd.DataFrame(columns)
 
 
-def _npy_header(url: str, storage_options: dict | None) -> tuple[tuple, np.dtype, int]:
+def _npy_header(url: str, storage_options: dict | None) -> tuple[tuple, np.dtype, int, bool]:
     with fsspec.open(url, "rb", **(storage_options or {})) as src:
         version = np.lib.format.read_magic(src)
         read = {(1, 0): np.lib.format.read_array_header_1_0,
@@ -189,20 +189,27 @@ def _npy_header(url: str, storage_options: dict | None) -> tuple[tuple, np.dtype
             raise DataError(f"{url} is .npy version {version}; save it with numpy.save")
         shape, fortran_order, dtype = read(src)
         offset = src.tell()
-    if fortran_order or len(shape) not in (1, 2) or (dtype.names and len(shape) != 1):
-        raise DataError(f"{url} holds a {'Fortran-ordered ' * fortran_order}array of shape "
-                        f"{shape}; use C-ordered (rows,) / (rows, columns) arrays, or a 1-D "
-                        f"structured array")
-    return shape, dtype, offset
+    if len(shape) not in (1, 2) or (dtype.names and len(shape) != 1) or dtype.hasobject:
+        raise DataError(f"{url} holds a {dtype} array of shape {shape}; use (rows,) or "
+                        f"(rows, columns) arrays of numbers, or a 1-D structured array")
+    return shape, dtype, offset, bool(fortran_order) and len(shape) == 2
 
 
 def _read_npy(part: tuple, names: list[str], series: str, time: str,
               storage_options: dict | None) -> pd.DataFrame:
-    url, start, stop, shape, dtype, offset = part
-    row_bytes = dtype.itemsize * (shape[1] if len(shape) == 2 else 1)
+    """Rows ``[start, stop)`` of one ``.npy`` file, read without loading the rest."""
+    url, start, stop, shape, dtype, offset, fortran = part
+    width = shape[1] if len(shape) == 2 else 1
     with fsspec.open(url, "rb", **(storage_options or {})) as src:
-        src.seek(offset + start * row_bytes)
-        data = np.frombuffer(src.read((stop - start) * row_bytes), dtype=dtype)
+        if fortran:  # column-major: each column's rows are contiguous
+            columns = []
+            for j in range(width):
+                src.seek(offset + (j * shape[0] + start) * dtype.itemsize)
+                columns.append(np.frombuffer(src.read((stop - start) * dtype.itemsize), dtype))
+            data = np.stack(columns, axis=1) if columns else np.empty((0, 0), dtype)
+        else:
+            src.seek(offset + start * width * dtype.itemsize)
+            data = np.frombuffer(src.read((stop - start) * width * dtype.itemsize), dtype=dtype)
     if dtype.names:
         df = pd.DataFrame({name: data[name] for name in dtype.names})
     else:
@@ -247,7 +254,7 @@ def read_inputs(urls: Sequence[str], fmt: str, *, series: str, time: str,
         raise ConfigError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
     parts, first = [], None
     for url in urls:
-        shape, dtype, offset = _npy_header(url, options)
+        shape, dtype, offset, fortran = _npy_header(url, options)
         if first is None:
             first = (url, shape[1:], dtype)
         elif (shape[1:], dtype) != first[1:]:
@@ -256,7 +263,7 @@ def read_inputs(urls: Sequence[str], fmt: str, *, series: str, time: str,
                               f"needs the same columns")
         row_bytes = dtype.itemsize * (shape[1] if len(shape) == 2 else 1)
         step = max(1, blocksize // max(row_bytes, 1))
-        parts += [(url, a, min(a + step, shape[0]), shape, dtype, offset)
+        parts += [(url, a, min(a + step, shape[0]), shape, dtype, offset, fortran)
                   for a in range(0, shape[0], step)]
     num_columns = 1 if len(first[1]) == 0 else first[1][0]
     columns = list(npy_columns) if npy_columns else [f"f{i}" for i in range(num_columns)]
