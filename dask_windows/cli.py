@@ -99,7 +99,7 @@ class _Cluster:
         else:
             cluster = self._stack.enter_context(LocalCluster(
                 n_workers=args.workers, threads_per_worker=args.threads_per_worker,
-                memory_limit=args.memory_limit, processes=True, dashboard_address=None,
+                memory_limit=args.memory_limit, processes=True, dashboard_address=":0",
                 silence_logs=logging.ERROR if quiet else logging.INFO,
                 local_directory=args.local_directory))
             client = Client(cluster)
@@ -229,12 +229,14 @@ def _cmd_stats(args: argparse.Namespace) -> dict:
             json.dump(doc, out, indent=1)
     if args.json:
         return doc
-    rows = [("feature", "count        mean         std          min          max      nan")]
+    width = max([len("feature"), *map(len, doc["features"])])
+    lines = [f"{'feature':<{width}} {'count':>11} {'mean':>13} {'std':>13} {'min':>13} "
+             f"{'max':>13} {'nan':>9}"]
     for name, s in doc["features"].items():
-        nums = " ".join(f"{s[k]:>12.6g}" if s[k] is not None else f"{'-':>12}"
+        nums = " ".join(f"{s[k]:>13.6g}" if s[k] is not None else f"{'-':>13}"
                         for k in ("mean", "std", "min", "max"))
-        rows.append((name, f"{s['count']:>5,} {nums} {s['nan_count']:>8,}"))
-    text = _table(rows) + f"\nrows: {doc['rows']:,}"
+        lines.append(f"{name:<{width}} {s['count']:>11,} {nums} {s['nan_count']:>9,}")
+    text = "\n".join(lines) + f"\nrows: {doc['rows']:,}"
     return {"text": text + (f"\nwritten to {args.out}" if args.out else "")}
 
 

@@ -339,12 +339,21 @@ def _profile(df: pd.DataFrame, time: str, compression: str, partition_info=None)
                          "bytes_per_row": [per_row], "bytes_per_file": [per_file]})
 
 
+def _times(values: pd.Series) -> np.ndarray:
+    """A time column as a plain numpy array that sorts like the column."""
+    if isinstance(values.dtype, pd.DatetimeTZDtype):
+        return values.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy()
+    if pd.api.types.is_extension_array_dtype(values.dtype):  # no nulls by now
+        return values.to_numpy(dtype=getattr(values.dtype, "numpy_dtype", None))
+    return values.to_numpy()
+
+
 def _time_sketch(df: pd.DataFrame, series: str, time: str, keys: pd.Index, size: int) -> dict:
     """Per split series: sorted times thinned to ``size`` points, with weights."""
     positions = keys.get_indexer(df[series])
     sketch = {}
     for pos in np.unique(positions[positions >= 0]):
-        times = np.sort(df[time].to_numpy()[positions == pos])
+        times = np.sort(_times(df[time])[positions == pos])
         sketch[int(pos)] = _thin(times, np.ones(len(times)), size)
     return sketch
 
@@ -395,7 +404,7 @@ def _file_ids(df: pd.DataFrame, series: str, time: str, keys: pd.Index,
     positions = keys.get_indexer(df[series])
     file_ids = first_file[positions]
     if cuts:
-        times = df[time].to_numpy()
+        times = _times(df[time])
         for pos, at in cuts.items():
             rows = positions == pos
             file_ids[rows] += np.searchsorted(at, times[rows], side="right")

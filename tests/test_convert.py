@@ -298,3 +298,20 @@ def test_larger_than_memory_on_a_local_cluster(tmp_path):
         assert back["f0"].astype(np.float64).sum() == pytest.approx(checksum, rel=1e-9)
     finally:
         shutil.rmtree(tmp_path, ignore_errors=True)  # about 1.5 GB of test data
+
+
+@pytest.mark.parametrize("time", ["t", "n"])
+def test_long_series_split_on_tz_aware_and_nullable_int_times(tmp_path, time):
+    rng = np.random.default_rng(0)
+    n = 3000
+    frame = pd.DataFrame({"s": rng.integers(0, 2, n), "x": np.arange(n, dtype=float),
+                          "t": pd.Timestamp("2024-01-01", tz="Europe/Paris")
+                          + pd.to_timedelta(rng.permutation(n), unit="s"),
+                          "n": pd.array(rng.permutation(n), dtype="Int64")})
+    frame.to_parquet(tmp_path / "in.parquet")
+    report = convert([str(tmp_path / "in.parquet")], str(tmp_path / "out"), series="s",
+                     time=time, partition_size="8KB")
+    assert report.split_series == 2 and report.files > 4
+    pd.testing.assert_frame_equal(read_back(str(tmp_path / "out")),
+                                  frame.sort_values(["s", time]).reset_index(drop=True),
+                                  check_dtype=False)
