@@ -225,9 +225,10 @@ def _partial_stats(df: pd.DataFrame, features: list[str]) -> pd.DataFrame:
         n = len(valid)
         mean = valid.mean() if n else 0.0
         m2 = float(((valid - mean) ** 2).sum()) if n else 0.0
-        out.append((name, n, mean, m2, valid.min() if n else np.nan,
+        out.append((name, len(df), n, mean, m2, valid.min() if n else np.nan,
                     valid.max() if n else np.nan, int(nan.sum())))
-    return pd.DataFrame(out, columns=["feature", "count", "mean", "m2", "min", "max", "nan"])
+    return pd.DataFrame(out, columns=["feature", "rows", "count", "mean", "m2", "min", "max",
+                                      "nan"])
 
 
 def _merge_stats(parts: pd.DataFrame, features: Sequence[str]) -> dict:
@@ -297,12 +298,12 @@ def compute_stats(
         if not (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)):
             raise SchemaError(f"feature {name!r} has dtype {dtype}, not a number; leave it "
                               f"out of --features")
-    meta = pd.DataFrame({"feature": pd.Series([], dtype="object"), "count": "i8",
+    meta = pd.DataFrame({"feature": pd.Series([], dtype="object"), "rows": "i8", "count": "i8",
                          "mean": "f8", "m2": "f8", "min": "f8", "max": "f8", "nan": "i8"})
     parts = ddf[features].map_partitions(_partial_stats, features, meta=meta)
-    rows = ddf.map_partitions(len, meta=("rows", "i8")).sum()
     compute = compute or (lambda label, *c: dask.compute(*c))
-    parts, rows = compute("computing statistics", parts, rows)
+    (parts,) = compute("computing statistics", parts)  # one pass, feature columns only
+    rows = parts.loc[parts["feature"] == features[0], "rows"].sum()
     return {"format": STATS_FORMAT, "version": STATS_VERSION, "rows": int(rows),
             "features": _merge_stats(parts, features)}
 

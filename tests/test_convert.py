@@ -276,7 +276,7 @@ def test_larger_than_memory_on_a_local_cluster(tmp_path):
     assert os.path.getsize(tmp_path / "in.npy") > limit
     try:
         with LocalCluster(n_workers=1, threads_per_worker=1, memory_limit=limit,
-                          processes=True, dashboard_address=None) as cluster, \
+                          processes=True, dashboard_address=":0") as cluster, \
                 Client(cluster) as client:
             pids = client.run(os.getpid)
 
