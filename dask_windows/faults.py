@@ -1,0 +1,120 @@
+"""What happens to a partition that cannot be read: raise, or skip it and keep the batch count.
+
+``on_error="raise"`` (the default) stops at the first unreadable partition
+with a message naming it. ``on_error="skip"`` leaves it out, warns
+(``SkippedPartitionWarning``, and a log record) and records it:
+
+* at open, a file whose footer cannot be read is left out of the dataset, and
+  a partition whose series column cannot be read gets no windows; the epoch
+  plan is then made without them, so every rank agrees on it;
+* while iterating, the plan is already fixed and every rank must still yield
+  exactly ``len(ds)`` batches (or DDP hangs). The missing partition's windows
+  are replaced by windows drawn, without replacement while there are enough,
+  from the other partitions of the same buffer, with a generator derived
+  from the buffer's seed: the same failures give the same batches. When no
+  partition of a buffer could be read, its windows are owed to the next
+  buffer that can; windows still owed at the end are drawn from the reader's
+  last readable partition, read again.
+
+The trade-off: a replacement window is a repeat of a window already in the
+epoch, so a skipped partition slightly over-weights its buffer neighbours
+for one epoch instead of shortening one rank's epoch; with
+``return_index=True`` the repeats are visible as repeated start rows.
+"""
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from dask_windows.errors import ConfigError
+
+__all__ = [
+    "ON_ERROR",
+    "SkippedPartition",
+    "SkippedPartitionWarning",
+    "check_on_error",
+    "record_skip",
+    "replacement_picks",
+]
+
+log = logging.getLogger(__name__)
+
+ON_ERROR = ("raise", "skip")
+
+#: Entropy added to a buffer's seed for drawing replacement windows (keeps its permutation unchanged).
+REPLACEMENT_TAG = 0x5C1B
+
+
+class SkippedPartitionWarning(UserWarning):
+    """A partition could not be read and was skipped (``on_error="skip"``)."""
+
+
+@dataclass(frozen=True)
+class SkippedPartition:
+    """One partition left out.
+
+    Attributes:
+        name: The file or partition.
+        stage: ``"open"`` (footer), ``"scan"`` (series column at open) or ``"read"`` (while iterating).
+        error: The error, as text.
+    """
+
+    name: str
+    stage: str
+    error: str
+
+
+def check_on_error(on_error: object) -> str:
+    """Validate ``on_error``."""
+    if on_error not in ON_ERROR:
+        raise ConfigError(f"on_error={on_error!r} must be one of {ON_ERROR}")
+    return str(on_error)
+
+
+def record_skip(skipped: list, name: str, stage: str, error: BaseException) -> SkippedPartition:
+    """Warn about a skipped partition and append it to ``skipped``.
+
+    Args:
+        skipped: Where skips are counted (``WindowDataset.skipped``).
+        name: The file or partition.
+        stage: ``"open"``, ``"scan"`` or ``"read"``.
+        error: Why it could not be read.
+
+    Returns:
+        The record appended.
+    """
+    record = SkippedPartition(name, stage, f"{type(error).__name__}: {error}")
+    skipped.append(record)
+    message = f"skipping {name} (on_error='skip', while {_STAGES[stage]}): {record.error}"
+    log.warning(message)
+    warnings.warn(message, SkippedPartitionWarning, stacklevel=3)
+    return record
+
+
+_STAGES = {"open": "reading footers", "scan": "scanning series runs", "read": "iterating"}
+
+
+def replacement_picks(available: int, needed: int, rng: np.random.Generator) -> np.ndarray:
+    """Which of ``available`` windows stand in for ``needed`` lost ones.
+
+    Distinct picks while ``needed <= available``; beyond that, whole rounds of all
+    windows plus a distinct remainder, so no window repeats more often than needed.
+
+    Args:
+        available: Windows that could be read.
+        needed: Windows lost.
+        rng: Generator derived from the buffer's seed.
+
+    Returns:
+        ``(needed,)`` int64 indices into the available windows.
+    """
+    if needed <= 0:
+        return np.zeros(0, np.int64)
+    if available <= 0:
+        raise ValueError("no window is available to replace lost ones")
+    rounds, rest = divmod(needed, available)
+    picks = [np.tile(np.arange(available, dtype=np.int64), rounds), rng.permutation(available)[:rest]]
+    return np.concatenate(picks).astype(np.int64)
