@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 
 from dask_windows.errors import ConfigError, SourceReadError
-from dask_windows.retry import RetryPolicy, describe_failure, is_transient, resolve_retry
+from dask_windows.faults import check_on_error, record_skip
+from dask_windows.retry import RetryPolicy, describe_failure, error_text, is_transient, resolve_retry
 from dask_windows.source import Partition, PartitionReader, Source
 from dask_windows.windows import find_runs
 
@@ -88,6 +89,13 @@ def _summarise(frame: Any, series: Any) -> tuple[int, Any]:
     return len(frame), (starts, lengths, keys[starts])
 
 
+class _Failed:
+    """A partition that failed to compute during the counting pass (kept as a value, not raised)."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
 class _DaskReader(PartitionReader):
     """Keeps the next ``ahead`` partitions of an epoch computing on the cluster."""
 
@@ -133,6 +141,8 @@ class DaskSource(Source):
         ddf: The frame (a Dask Series is taken as a one-column frame).
         series: The series column, when known: its runs are found in the same pass that counts rows.
         retry: Retries of transient failures (an int of retries or a ``RetryPolicy``).
+        on_error: ``"raise"`` if a partition fails during the counting pass, or ``"skip"`` it: it is
+            then given no rows and recorded in ``skipped``.
         read_ahead: Partitions kept computing on the cluster ahead of the one being read.
     """
 
@@ -141,6 +151,7 @@ class DaskSource(Source):
         ddf: Any,
         series: Any = None,
         retry: int | RetryPolicy | None = None,
+        on_error: str = "raise",
         read_ahead: int = 4,
     ) -> None:
         if hasattr(ddf, "to_frame") and not hasattr(ddf, "columns"):
@@ -151,6 +162,7 @@ class DaskSource(Source):
             raise ConfigError(f"read_ahead={read_ahead!r} must be an int >= 1")
         self.ddf = ddf
         self.retry = resolve_retry(retry)
+        self.on_error = check_on_error(on_error)
         self.read_ahead = read_ahead
         self.skipped = []
         self.description = f"Dask DataFrame {getattr(ddf, '_name', '')[:24]} ({ddf.npartitions} partitions)"
@@ -163,9 +175,7 @@ class DaskSource(Source):
         lengths = _known_lengths(ddf) if series is None else None
         if lengths is None:
             lengths = self._count(series)
-        self.partitions = [
-            Partition(f"ddf.partitions[{i}]", n, i) for i, n in enumerate(lengths)
-        ]
+        self.partitions = [Partition(f"ddf.partitions[{i}]", n, i) for i, n in enumerate(lengths)]
 
     # -- opening ------------------------------------------------------------------------------
 
@@ -180,16 +190,50 @@ class DaskSource(Source):
             frame = self.ddf[[self.ddf.columns[0]]]
         tasks = [dask.delayed(_summarise)(part, series) for part in frame.to_delayed()]
         log.info("counting rows of %s in one pass over %d partitions", self.description, len(tasks))
-        try:
-            results = self.retry.call(lambda: dask.compute(*tasks), self.description)
-        except Exception as exc:
-            raise SourceReadError(
-                f"cannot count the rows of {self.description}{describe_failure(exc)}: {type(exc).__name__}: {exc}; "
-                "computing a partition failed; check the frame's inputs (compute ddf.partitions[i] to find it)"
-            ) from exc
+        results = self._compute_each(tasks)
+        empty = np.zeros(0, np.int64)
+        for i, result in enumerate(results):
+            if not isinstance(result, _Failed):
+                continue
+            exc = result.exc
+            if is_transient(exc):
+                try:
+                    results[i] = self.retry.call(lambda: dask.compute(tasks[i])[0], f"ddf.partitions[{i}]")
+                    continue
+                except Exception as again:
+                    exc = again
+            if self.on_error == "raise":
+                raise self.read_error(i, exc, counting=True) from exc
+            record_skip(self.skipped, f"ddf.partitions[{i}]", "scan", exc)
+            results[i] = (0, (empty, empty, empty))
         if series is not None:
             self._runs[series] = [runs for _, runs in results]
         return [int(n) for n, _ in results]
+
+    def _compute_each(self, tasks: list) -> list:
+        """Every task's value, or ``_Failed`` for a task that raised (the others still count)."""
+        import dask
+
+        client = self._client()
+        if client is not None:
+            out = []
+            for future in client.compute(tasks):
+                try:
+                    out.append(future.result())
+                except Exception as exc:
+                    out.append(_Failed(exc))
+            return out
+        try:
+            return list(dask.compute(*tasks))
+        except Exception:
+            log.info("the counting pass over %s failed; computing partitions one by one", self.description)
+        out = []
+        for task in tasks:
+            try:
+                out.append(dask.compute(task)[0])
+            except Exception as exc:
+                out.append(_Failed(exc))
+        return out
 
     # -- schema and reading -------------------------------------------------------------------
 
@@ -217,15 +261,15 @@ class DaskSource(Source):
             return PartitionReader(self, indices, columns)
         return _DaskReader(self, indices, columns, client)
 
-    def read_error(self, index: int, exc: BaseException) -> SourceReadError:
-        """The error raised for partition ``index`` failing with ``exc``."""
-        name = self.partitions[index].name
+    def read_error(self, index: int, exc: BaseException, counting: bool = False) -> SourceReadError:
+        """The error raised for partition ``index`` failing with ``exc`` (while ``counting`` rows at open)."""
+        name = f"ddf.partitions[{index}]" if counting else self.partitions[index].name
         if is_transient(exc):
             remedy = "the cluster or the store kept failing; check them or pass a larger retries="
         else:
             remedy = f"compute {name} of the frame to see the failure; fix its input or pass on_error='skip'"
         return SourceReadError(
-            f"cannot compute {name} of {self.description}{describe_failure(exc)}: {type(exc).__name__}: {exc}; {remedy}"
+            f"cannot compute {name} of {self.description}{describe_failure(exc)}: {error_text(exc)}; {remedy}"
         )
 
     def columns_of(self, index: int, frame: Any, columns: Sequence) -> dict:

@@ -23,7 +23,7 @@ from dask_windows.faults import SkippedPartition, check_on_error, record_skip
 from dask_windows.index import WindowGrid, nan_rows, scan_runs
 from dask_windows.plan import batches_per_rank, plan_reader
 from dask_windows.prefetch import Prefetcher
-from dask_windows.retry import RetryPolicy
+from dask_windows.retry import RetryPolicy, resolve_retry
 from dask_windows.source import ArraySource, PartitionReader, Source, is_series_vector, open_source
 from dask_windows.spec import WindowSpec
 from dask_windows.world import World, detect_ranks, detect_worker
@@ -115,7 +115,7 @@ class WindowDataset(IterableDataset):
             options["partition_rows"] = partition_rows
         self.on_error = check_on_error(on_error)
         self.source: Source = open_source(
-            data, storage_options, series=series, retry=retries, on_error=on_error, **options
+            data, storage_options, series=series, retry=resolve_retry(retries), on_error=on_error, **options
         )
         self.skipped: list[SkippedPartition] = list(self.source.skipped)
         if is_series_vector(series):  # the source already cut the array into series

@@ -2,7 +2,7 @@
 
 ``on_error="raise"`` (the default) stops at the first unreadable partition
 with a message naming it. ``on_error="skip"`` leaves it out, warns
-(``SkippedPartitionWarning``, and a log record) and records it:
+(``SkippedPartitionWarning``, and an INFO log record) and records it:
 
 * at open, a file whose footer cannot be read is left out of the dataset, and
   a partition whose series column cannot be read gets no windows; the epoch
@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dask_windows.errors import ConfigError
+from dask_windows.errors import ConfigError, SourceReadError
+from dask_windows.retry import error_text
 
 __all__ = [
     "ON_ERROR",
@@ -86,10 +87,11 @@ def record_skip(skipped: list, name: str, stage: str, error: BaseException) -> S
     Returns:
         The record appended.
     """
-    record = SkippedPartition(name, stage, f"{type(error).__name__}: {error}")
+    cause = error.__cause__ if isinstance(error, SourceReadError) and error.__cause__ is not None else error
+    record = SkippedPartition(name, stage, error_text(cause))
     skipped.append(record)
     message = f"skipping {name} (on_error='skip', while {_STAGES[stage]}): {record.error}"
-    log.warning(message)
+    log.info(message)
     warnings.warn(message, SkippedPartitionWarning, stacklevel=3)
     return record
 

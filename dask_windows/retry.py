@@ -29,7 +29,7 @@ from typing import TypeVar
 
 from dask_windows.errors import ConfigError
 
-__all__ = ["RetryPolicy", "describe_failure", "is_transient", "resolve_retry"]
+__all__ = ["RetryPolicy", "describe_failure", "error_text", "is_transient", "resolve_retry"]
 
 log = logging.getLogger(__name__)
 
@@ -225,6 +225,11 @@ def resolve_retry(retries: int | RetryPolicy | None) -> RetryPolicy:
     if isinstance(retries, bool) or not isinstance(retries, int):
         raise ConfigError(f"retries={retries!r} must be an int >= 0 (retries after the first attempt) or a RetryPolicy")
     return RetryPolicy(retries=retries)
+
+
+def error_text(exc: BaseException) -> str:
+    """``"Type: message"`` of ``exc`` on one line, for messages that quote it."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
 
 
 def describe_failure(exc: BaseException) -> str:

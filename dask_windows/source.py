@@ -41,7 +41,7 @@ import numpy as np
 
 from dask_windows.errors import ConfigError, SchemaError, SourceReadError
 from dask_windows.faults import SkippedPartition, check_on_error, record_skip
-from dask_windows.retry import RetryPolicy, describe_failure, is_transient, resolve_retry
+from dask_windows.retry import RetryPolicy, describe_failure, error_text, is_transient, resolve_retry
 from dask_windows.windows import find_runs
 
 __all__ = [
@@ -371,10 +371,9 @@ class ParquetSource(Source):
             if isinstance(result, _Footer):
                 footers[path] = result
                 continue
-            error = self._open_error(path, result)
             if self.on_error == "raise":
-                raise error from result
-            record_skip(self.skipped, self._url(path), "open", error)
+                raise self._open_error(path, result) from result
+            record_skip(self.skipped, self._url(path), "open", result)
         return footers
 
     def _local_footers(self, files: list[str], threads: int) -> list:
@@ -392,7 +391,10 @@ class ParquetSource(Source):
 
     def _remote_footers(self, files: list[str], sizes: list[int | None], threads: int) -> list:
         """One concurrent ``cat_ranges`` of every file's last ``FOOTER_BYTES``; a second fetch only for big footers."""
-        tails = self.fs.cat_ranges(files, [-FOOTER_BYTES] * len(files), [None] * len(files), on_error="return")
+        tails = self.retry.call(
+            lambda: self.fs.cat_ranges(files, [-FOOTER_BYTES] * len(files), [None] * len(files), on_error="return"),
+            self.description,
+        )
 
         def footer(item: tuple[str, int | None, Any]) -> Any:
             path, size, tail = item
@@ -423,12 +425,12 @@ class ParquetSource(Source):
         url = self._url(path)
         if is_transient(exc):
             return SourceReadError(
-                f"cannot read the Parquet footer of {url}{describe_failure(exc)}: {type(exc).__name__}: {exc}; "
+                f"cannot read the Parquet footer of {url}{describe_failure(exc)}: {error_text(exc)}; "
                 "the store kept failing; check the connection or pass a larger retries=, "
                 "or on_error='skip' to leave the file out"
             )
         return SourceReadError(
-            f"cannot read the Parquet footer of {url}: {type(exc).__name__}: {exc}; the file is not Parquet, "
+            f"cannot read the Parquet footer of {url}: {error_text(exc)}; the file is not Parquet, "
             "truncated or corrupt; rewrite it or remove it from the dataset, or pass on_error='skip' to leave it out"
         )
 
@@ -496,11 +498,11 @@ class ParquetSource(Source):
             name = self._url(path) + part.name[len(path) :]
             if is_transient(exc):
                 raise SourceReadError(
-                    f"cannot read {name}{describe_failure(exc)}: {type(exc).__name__}: {exc}; the store kept "
+                    f"cannot read {name}{describe_failure(exc)}: {error_text(exc)}; the store kept "
                     "failing; check the connection or pass a larger retries=, or on_error='skip'"
                 ) from exc
             raise SourceReadError(
-                f"cannot read {name}: {type(exc).__name__}: {exc}; the file may be truncated or corrupt; "
+                f"cannot read {name}: {error_text(exc)}; the file may be truncated or corrupt; "
                 "rewrite it or remove it from the dataset, or pass on_error='skip'"
             ) from exc
         if table.num_rows != part.num_rows:
@@ -718,7 +720,7 @@ def open_source(
 
         options.pop("partition_bytes", None)
         options.pop("partition_rows", None)
-        return DaskSource(data, series=None if is_series_vector(series) else series, retry=retry, **options)
+        return DaskSource(data, series=series, retry=retry, on_error=on_error, **options)
     options.pop("partition_bytes", None)
     if isinstance(data, np.ndarray) and series is not None and is_series_vector(series):
         return ArraySource.from_series(data, series, **options)
