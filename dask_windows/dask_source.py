@@ -102,14 +102,14 @@ class _DaskReader(PartitionReader):
     def __init__(self, source: DaskSource, indices: Sequence[int], columns: Sequence, client: Any) -> None:
         super().__init__(source, indices, columns)
         self._client = client
-        self._frame = source.frame(self.columns)
+        self._parts = source.delayed_partitions(self.columns)
         self._futures: dict[int, Any] = {}  # position in ``indices`` -> future
         self._next = 0
 
     def _submit(self, upto: int) -> None:
         for k in range(self._next, min(upto, len(self.indices))):
             if k not in self._futures:
-                self._futures[k] = self._client.compute(self._frame.partitions[self.indices[k]])
+                self._futures[k] = self._client.compute(self._parts[self.indices[k]])
 
     def read(self, index: int) -> dict:
         source: DaskSource = self.source  # type: ignore[assignment]
@@ -171,7 +171,8 @@ class DaskSource(Source):
         self._scheduler = _scheduler_address(client)
         self._worker_client: Any = None
         self._runs: dict[Any, list] = {}
-        self._lock = threading.Lock()
+        self._delayed: dict[tuple, list] = {}
+        self._lock = threading.RLock()
         lengths = _known_lengths(ddf) if series is None else None
         if lengths is None:
             lengths = self._count(series)
@@ -244,19 +245,39 @@ class DaskSource(Source):
         """The frame projected on ``columns`` (Dask then reads and builds only those)."""
         return self.ddf[list(columns)]
 
+    def delayed_partitions(self, columns: Sequence) -> list:
+        """One ``Delayed`` per partition of the frame projected on ``columns``, built once.
+
+        The graph is optimised and materialised here, in the calling thread, once per column
+        set: later computes hand the scheduler a plain graph. Building a fresh expression per
+        partition from the prefetch thread would re-run Dask's metadata inference each time
+        and, on Python 3.11, can deadlock with the in-process scheduler on the expression
+        classes' ``cached_property`` locks.
+        """
+        key = tuple(columns)
+        with self._lock:
+            if key not in self._delayed:
+                self._delayed[key] = self.frame(columns).to_delayed()
+            return self._delayed[key]
+
     def _client(self) -> Any:
         """The client to compute with in this process, or ``None`` to compute locally."""
         if os.getpid() == self._pid:
             return _active_client()
         if self._worker_client is None and self._scheduler is not None:
+            import dask
             from distributed import Client
 
             log.info("connecting to the Dask scheduler %s from process %d", self._scheduler, os.getpid())
             self._worker_client = Client(self._scheduler, set_as_default=False)
+            # A forked process inherits the opener's default client, whose event loop did not survive
+            # the fork: Dask's own implicit computes (metadata inference) must go to this one instead.
+            dask.config.set(scheduler=self._worker_client)
         return self._worker_client
 
     def reader(self, indices: Sequence[int], columns: Sequence) -> PartitionReader:
         client = self._client()
+        self.delayed_partitions(columns)  # build the graph here, not on the prefetch thread
         if client is None:
             return PartitionReader(self, indices, columns)
         return _DaskReader(self, indices, columns, client)
@@ -283,10 +304,10 @@ class DaskSource(Source):
         return {col: _column_values(frame[col]) for col in columns}
 
     def read(self, index: int, columns: Sequence) -> dict:
-        part = self.frame(columns).partitions[index]
+        client = self._client()
+        part = self.delayed_partitions(columns)[index]
 
         def compute() -> Any:
-            client = self._client()
             return client.compute(part).result() if client is not None else part.compute()
 
         try:
@@ -312,12 +333,13 @@ class DaskSource(Source):
         state = dict(self.__dict__)
         state["_worker_client"] = None
         state["_runs"] = {}
+        state["_delayed"] = {}
         del state["_lock"]
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
 
 def _scheduler_address(client: Any) -> str | None:
