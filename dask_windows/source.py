@@ -554,6 +554,33 @@ def _release_pages(block: np.ndarray, owner: Any) -> None:
         mm.madvise(mmap.MADV_DONTNEED, begin, length)
 
 
+@dataclass(frozen=True)
+class _MemmapRef:
+    """A C-contiguous block of a ``.npy``/raw file, pickled by reference instead of by value."""
+
+    filename: str
+    offset: int
+    shape: tuple
+    dtype: Any
+    mode: str
+
+    def open(self) -> np.ndarray:
+        return np.memmap(self.filename, self.dtype, self.mode, self.offset, self.shape, order="C")
+
+
+def _memmap_ref(array: np.ndarray) -> _MemmapRef | None:
+    """How to reopen ``array`` from its file, if it is a C-contiguous view of a file memmap."""
+    owner = _memmap_of(array)
+    if owner is None or not getattr(owner, "filename", None) or not array.flags.c_contiguous:
+        return None
+    if getattr(owner, "mode", "r") in ("c", "w+"):  # private edits or a file being written: copy by value
+        return None
+    base = np.frombuffer(owner._mmap, np.uint8).__array_interface__["data"][0]
+    start = owner.offset - owner.offset % mmap.ALLOCATIONGRANULARITY  # where numpy mapped the file from
+    offset = start + array.__array_interface__["data"][0] - base
+    return _MemmapRef(owner.filename, offset, tuple(array.shape), array.dtype, "r" if owner.mode == "r" else "r+")
+
+
 class ArraySource(Source):
     """Numpy arrays or ``.npy`` memmaps, each ``(rows, C)`` and one series.
 
@@ -663,6 +690,16 @@ class ArraySource(Source):
         if len(blocks) == 1:
             return {col: blocks[0][:, col] for col in columns}
         return {col: np.concatenate([b[:, col] for b in blocks]) for col in columns}
+
+    def __getstate__(self) -> dict:
+        """Memmaps travel to DataLoader workers as file references, not as copies of their data."""
+        state = dict(self.__dict__)
+        state["arrays"] = [_memmap_ref(a) or a for a in self.arrays]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        state["arrays"] = [a.open() if isinstance(a, _MemmapRef) else a for a in state["arrays"]]
+        self.__dict__.update(state)
 
     def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if series is not None:
