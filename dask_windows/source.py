@@ -204,6 +204,20 @@ def _hidden(path: str, root: str) -> bool:
     return any(part.startswith(("_", ".")) for part in rel.split("/"))
 
 
+def _map_in_blocks(fn: Any, items: list, threads: int) -> list:
+    """``[fn(item) for item in items]`` on ``threads`` threads, a contiguous block of items per task.
+
+    Blocks rather than one task per item: for thousands of small files the thread hand-offs
+    would cost more than the footers.
+    """
+    if threads <= 1 or len(items) <= 1:
+        return [fn(item) for item in items]
+    bounds = np.linspace(0, len(items), min(len(items), threads * 4) + 1).astype(int)
+    blocks = [items[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    with ThreadPoolExecutor(min(threads, len(blocks))) as pool:
+        return [result for block in pool.map(lambda b: [fn(item) for item in b], blocks) for result in block]
+
+
 def _is_local(fs: Any) -> bool:
     from fsspec.implementations.local import LocalFileSystem
 
@@ -386,8 +400,7 @@ class ParquetSource(Source):
             except Exception as exc:
                 return exc
 
-        with ThreadPoolExecutor(max(1, min(threads, len(files)))) as pool:
-            return list(pool.map(footer, files))
+        return _map_in_blocks(footer, files, threads)
 
     def _remote_footers(self, files: list[str], sizes: list[int | None], threads: int) -> list:
         """One concurrent ``cat_ranges`` of every file's last ``FOOTER_BYTES``; a second fetch only for big footers."""
@@ -418,8 +431,7 @@ class ParquetSource(Source):
             except Exception as exc:
                 return exc
 
-        with ThreadPoolExecutor(max(1, min(threads, len(files)))) as pool:
-            return list(pool.map(footer, zip(files, sizes, tails)))
+        return _map_in_blocks(footer, list(zip(files, sizes, tails)), threads)
 
     def _open_error(self, path: str, exc: BaseException) -> SourceReadError:
         url = self._url(path)
