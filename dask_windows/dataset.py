@@ -19,7 +19,7 @@ from torch.utils.data import IterableDataset
 
 from dask_windows.buffer import Part, decode, stream
 from dask_windows.errors import ConfigError, DataError, SourceReadError
-from dask_windows.faults import SkippedPartition, check_on_error, record_skip
+from dask_windows.faults import SkippedPartition, check_on_error, guard_scan, record_skip
 from dask_windows.index import WindowGrid, nan_rows, scan_runs
 from dask_windows.plan import batches_per_rank, plan_reader
 from dask_windows.prefetch import Prefetcher
@@ -153,7 +153,11 @@ class WindowDataset(IterableDataset):
         self._normalize = _resolve_normalize(normalize, self.spec)
         spec = self.spec
         bad_rows = (lambda i: nan_rows(self.source.read(i, list(spec.columns)))) if nan == "drop" else None
-        read_runs, bad_rows = self._guard_scan(lambda i: self.source.read_runs(i, series), bad_rows)
+        def read_runs(i: int) -> tuple:
+            return self.source.read_runs(i, series)
+
+        if on_error == "skip":
+            read_runs, bad_rows = guard_scan(read_runs, bad_rows, self.source.partitions, self.skipped)
         self.runs = scan_runs(len(self.source.partitions), read_runs, bad_rows, threads)
         self.grid = WindowGrid.from_runs(self.runs, spec.span, spec.stride)
         rows = np.array([p.num_rows for p in self.source.partitions], dtype=np.int64)
@@ -263,32 +267,6 @@ class WindowDataset(IterableDataset):
             record_skip(self.skipped, name, "read", exc)
             return None
         return decode(index, name, columns, self.spec)
-
-    def _guard_scan(self, read_runs: Any, bad_rows: Any) -> tuple[Any, Any]:
-        """Scan callables that, with ``on_error="skip"``, give an unreadable partition no runs."""
-        if self.on_error == "raise":
-            return read_runs, bad_rows
-        failed: set[int] = set()
-        empty = np.zeros(0, np.int64)
-
-        def guarded_runs(i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            try:
-                return read_runs(i)
-            except SourceReadError as exc:
-                failed.add(i)
-                record_skip(self.skipped, self.source.partitions[i].name, "scan", exc)
-                return empty, empty, empty
-
-        def guarded_bad_rows(i: int) -> np.ndarray:
-            if i in failed:
-                return empty
-            try:
-                return bad_rows(i)
-            except SourceReadError as exc:
-                record_skip(self.skipped, self.source.partitions[i].name, "scan", exc)
-                return np.arange(self.source.partitions[i].num_rows, dtype=np.int64)
-
-        return guarded_runs, None if bad_rows is None else guarded_bad_rows
 
     def _emit(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray) -> Any:
         out = [torch.from_numpy(x)]

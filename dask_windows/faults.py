@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -37,6 +39,7 @@ __all__ = [
     "SkippedPartition",
     "SkippedPartitionWarning",
     "check_on_error",
+    "guard_scan",
     "record_skip",
     "replacement_picks",
 ]
@@ -120,3 +123,44 @@ def replacement_picks(available: int, needed: int, rng: np.random.Generator) -> 
     rounds, rest = divmod(needed, available)
     picks = [np.tile(np.arange(available, dtype=np.int64), rounds), rng.permutation(available)[:rest]]
     return np.concatenate(picks).astype(np.int64)
+
+
+def guard_scan(
+    read_runs: Callable[[int], tuple],
+    read_bad_rows: Callable[[int], np.ndarray] | None,
+    partitions: Sequence[Any],
+    skipped: list,
+) -> tuple[Callable[[int], tuple], Callable[[int], np.ndarray] | None]:
+    """The open-time scan callables of ``index.scan_runs``, skipping unreadable partitions.
+
+    A partition whose series column (or, with ``nan="drop"``, feature columns) cannot be
+    read gets no runs, hence no windows; it keeps its place and row count, so the global
+    rows of the others do not move. Each skip is recorded in ``skipped``.
+
+    Args:
+        read_runs: ``i -> (starts, lengths, keys)``.
+        read_bad_rows: ``i -> rows no window may hold``, or ``None``.
+        partitions: The source's partitions (for names and row counts).
+        skipped: Where skips are recorded.
+    """
+    failed: set[int] = set()
+    empty = np.zeros(0, np.int64)
+
+    def guarded_runs(i: int) -> tuple:
+        try:
+            return read_runs(i)
+        except SourceReadError as exc:
+            failed.add(i)
+            record_skip(skipped, partitions[i].name, "scan", exc)
+            return empty, empty, empty
+
+    def guarded_bad_rows(i: int) -> np.ndarray:
+        if i in failed:
+            return empty
+        try:
+            return read_bad_rows(i)  # type: ignore[misc]
+        except SourceReadError as exc:
+            record_skip(skipped, partitions[i].name, "scan", exc)
+            return np.arange(partitions[i].num_rows, dtype=np.int64)
+
+    return guarded_runs, None if read_bad_rows is None else guarded_bad_rows

@@ -46,6 +46,8 @@ PARQUET_SUFFIXES = (".parquet", ".parq", ".pq")
 FOOTER_BYTES = 64 * 2**10
 #: Column chunks of one partition closer than this are fetched in one request.
 MAX_GAP = 64 * 2**10
+#: Files whose tails are fetched by one ``cat_ranges`` call at open (bounds the tails held in memory).
+TAIL_BATCH = 512
 
 
 def _list_files(data: Any, storage_options: dict | None) -> tuple[Any, list[str], list[int | None], str]:
@@ -286,11 +288,36 @@ class ParquetSource(Source):
         return _map_in_blocks(footer, files, threads)
 
     def _remote_footers(self, files: list[str], sizes: list[int | None], threads: int) -> list:
-        """One concurrent ``cat_ranges`` of every file's last ``FOOTER_BYTES``; a second fetch only for big footers."""
-        tails = self.retry.call(
-            lambda: self.fs.cat_ranges(files, [-FOOTER_BYTES] * len(files), [None] * len(files), on_error="return"),
-            self.description,
-        )
+        """Every file's last ``FOOTER_BYTES``, fetched concurrently; a second fetch only for a bigger footer.
+
+        An async filesystem (s3fs, gcsfs, adlfs) fetches ``TAIL_BATCH`` tails per ``cat_ranges`` call,
+        concurrently on its event loop; another filesystem fetches them on ``threads`` threads.
+        Each batch is parsed before the next is fetched, so at most ``TAIL_BATCH`` tails are held.
+        """
+        results: list = []
+        for lo in range(0, len(files), TAIL_BATCH):
+            batch = files[lo : lo + TAIL_BATCH]
+            results += self._remote_footer_batch(batch, sizes[lo : lo + TAIL_BATCH], threads)
+        return results
+
+    def _fetch_tails(self, files: list[str], threads: int) -> list:
+        """The last ``FOOTER_BYTES`` of each file, or the exception fetching it raised."""
+        if getattr(self.fs, "async_impl", False):
+            return self.retry.call(
+                lambda: self.fs.cat_ranges(files, [-FOOTER_BYTES] * len(files), [None] * len(files), on_error="return"),
+                self.description,
+            )
+
+        def tail(path: str) -> Any:
+            try:
+                return self.fs.cat_file(path, start=-FOOTER_BYTES)
+            except Exception as exc:
+                return exc
+
+        return _map_in_blocks(tail, files, threads)
+
+    def _remote_footer_batch(self, files: list[str], sizes: list[int | None], threads: int) -> list:
+        tails = self._fetch_tails(files, threads)
 
         def footer(item: tuple[str, int | None, Any]) -> Any:
             path, size, tail = item
@@ -391,6 +418,11 @@ class ParquetSource(Source):
             table = self.retry.call(lambda: self._read_table(path, row_groups, columns), self._url(path))
         except Exception as exc:
             name = self._url(path) + part.name[len(path) :]
+            if isinstance(exc, FileNotFoundError):
+                raise SourceReadError(
+                    f"cannot read {name}: it no longer exists ({error_text(exc)}); the dataset changed after it "
+                    "was opened; open it again, or pass on_error='skip'"
+                ) from exc
             if is_transient(exc):
                 raise SourceReadError(
                     f"cannot read {name}{describe_failure(exc)}: {error_text(exc)}; the store kept "
