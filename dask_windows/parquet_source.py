@@ -334,10 +334,9 @@ class ParquetSource(Source):
                         )
                     tail = self.retry.call(lambda: self.fs.cat_file(path, start=-needed), path)
                     meta, needed = _parse_footer(tail, path)
-                if size is None:  # a lower bound is enough: pyarrow only checks chunks lie inside the file
-                    ends = [b for _, b in _chunk_ranges(meta, range(meta.num_row_groups), [])]
-                    size = max(ends, default=4) + needed
-                return _Footer(meta, size)
+                # Without a listed size a lower bound is enough: pyarrow only checks chunks lie inside the file.
+                ends = [b for _, b in _chunk_ranges(meta, range(meta.num_row_groups), [])]
+                return _Footer(meta, max(size or 0, max(ends, default=4) + needed))
             except Exception as exc:
                 return exc
 

@@ -111,9 +111,10 @@ def _handler(upstream: tuple[str, int], log: Log) -> type:
             data = response.read()
             self.send_response(response.status)
             for k, v in response.getheaders():
-                if k.lower() not in _HOP and k.lower() != "content-length":
+                if k.lower() not in _HOP and (k.lower() != "content-length" or self.command == "HEAD"):
                     self.send_header(k, v)
-            self.send_header("Content-Length", str(len(data)))
+            if self.command != "HEAD":
+                self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(data)

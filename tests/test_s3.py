@@ -145,3 +145,19 @@ def test_corrupt_object_raises_or_is_skipped(s3, damage):
     assert [(s.name, s.stage) for s in ds.skipped] == [(f"s3://{prefix}/part-0002.parquet", "open")]
     kept = [f for i, f in enumerate(s3.frames) if i != 2]
     assert np.array_equal(_starts(collect(ds)), oracle_starts(kept, "sid", 8, 2))
+
+
+def test_object_glob_and_list_of_urls(s3):
+    options = s3.storage_options()
+    want = collect(WindowDataset("s3://bucket/data/", storage_options=options, **KW))
+    by_glob = WindowDataset("s3://bucket/data/part-*.parquet", storage_options=options, **KW)
+    urls = [f"s3://bucket/data/part-{i:04d}.parquet" for i in range(len(s3.frames))]
+    s3.reset()
+    by_list = WindowDataset(urls, storage_options=options, **KW)
+    assert s3.log.count("list") == s3.log.count("head") == 0  # an explicit list is not listed
+    for ds in (by_glob, by_list):
+        assert _same(collect(ds), want)
+    one = WindowDataset(urls[1], storage_options=options, **KW)
+    assert np.array_equal(_starts(collect(one)), oracle_starts(s3.frames[1:2], "sid", 8, 2))
+    with pytest.raises(FileNotFoundError, match="s3://bucket/nothing-here"):
+        WindowDataset("s3://bucket/nothing-here/", storage_options=options, **KW)
