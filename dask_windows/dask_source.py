@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from dask_windows.errors import ConfigError, SourceReadError
-from dask_windows.faults import check_on_error, record_skip
+from dask_windows.faults import check_on_error, opening_skip_allowed, record_skip
 from dask_windows.retry import RetryPolicy, describe_failure, error_text, is_transient, resolve_retry
 from dask_windows.source import Partition, PartitionReader, Source
 from dask_windows.windows import find_runs
@@ -203,7 +203,7 @@ class DaskSource(Source):
                     continue
                 except Exception as again:
                     exc = again
-            if self.on_error == "raise":
+            if not opening_skip_allowed(self.on_error, exc):
                 raise self.read_error(i, exc, counting=True) from exc
             record_skip(self.skipped, f"ddf.partitions[{i}]", "scan", exc)
             results[i] = (0, (empty, empty, empty))
@@ -287,6 +287,8 @@ class DaskSource(Source):
         name = f"ddf.partitions[{index}]" if counting else self.partitions[index].name
         if is_transient(exc):
             remedy = "the cluster or the store kept failing; check them or pass a larger retries="
+            if counting:
+                remedy += " (not skipped while opening, even with on_error='skip': every rank must see the same rows)"
         else:
             remedy = f"compute {name} of the frame to see the failure; fix its input or pass on_error='skip'"
         return SourceReadError(

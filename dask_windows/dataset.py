@@ -170,6 +170,7 @@ class WindowDataset(IterableDataset):
                 + (f" + horizon={spec.horizon}" if spec.horizon else "")
                 + f" is longer than every series run in {self.source.description} (longest: {longest:,} rows); "
                 "use a smaller window or merge series"
+                + (f"; {len(self.skipped)} partitions were skipped as unreadable" if self.skipped else "")
             )
 
     # -- topology ---------------------------------------------------------------------------

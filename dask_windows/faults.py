@@ -6,7 +6,11 @@ with a message naming it. ``on_error="skip"`` leaves it out, warns
 
 * at open, a file whose footer cannot be read is left out of the dataset, and
   a partition whose series column cannot be read gets no windows; the epoch
-  plan is then made without them, so every rank agrees on it;
+  plan is then made without them. Every rank opens the dataset itself, so
+  only failures every rank sees alike are skipped there (a corrupt or
+  truncated file): a transient failure that outlasts the retries raises even
+  with ``"skip"``, since ranks that left out different partitions would plan
+  different epochs (``opening_skip_allowed``);
 * while iterating, the plan is already fixed and every rank must still yield
   exactly ``len(ds)`` batches (or DDP hangs). The missing partition's windows
   are replaced by windows drawn, without replacement while there are enough,
@@ -32,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from dask_windows.errors import ConfigError, SourceReadError
-from dask_windows.retry import error_text
+from dask_windows.retry import error_text, is_transient
 
 __all__ = [
     "ON_ERROR",
@@ -40,6 +44,7 @@ __all__ = [
     "SkippedPartitionWarning",
     "check_on_error",
     "guard_scan",
+    "opening_skip_allowed",
     "record_skip",
     "replacement_picks",
 ]
@@ -102,6 +107,16 @@ def record_skip(skipped: list, name: str, stage: str, error: BaseException) -> S
 _STAGES = {"open": "reading footers", "scan": "scanning series runs", "read": "iterating"}
 
 
+def opening_skip_allowed(on_error: str, error: BaseException) -> bool:
+    """Whether a partition failing with ``error`` while the dataset is opened may be skipped.
+
+    Only with ``on_error="skip"`` and only for failures that every rank sees alike: a
+    transient error (see ``retry.is_transient``) may hit one rank and not another.
+    """
+    cause = error.__cause__ if isinstance(error, SourceReadError) and error.__cause__ is not None else error
+    return on_error == "skip" and not is_transient(cause)
+
+
 def replacement_picks(available: int, needed: int, rng: np.random.Generator) -> np.ndarray:
     """Which of ``available`` windows stand in for ``needed`` lost ones.
 
@@ -150,6 +165,8 @@ def guard_scan(
         try:
             return read_runs(i)
         except SourceReadError as exc:
+            if not opening_skip_allowed("skip", exc):
+                raise
             failed.add(i)
             record_skip(skipped, partitions[i].name, "scan", exc)
             return empty, empty, empty
@@ -160,6 +177,8 @@ def guard_scan(
         try:
             return read_bad_rows(i)  # type: ignore[misc]
         except SourceReadError as exc:
+            if not opening_skip_allowed("skip", exc):
+                raise
             record_skip(skipped, partitions[i].name, "scan", exc)
             return np.arange(partitions[i].num_rows, dtype=np.int64)
 

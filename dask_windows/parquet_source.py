@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from dask_windows.errors import ConfigError, SchemaError, SourceReadError
-from dask_windows.faults import check_on_error, record_skip
+from dask_windows.faults import check_on_error, opening_skip_allowed, record_skip
 from dask_windows.retry import RetryPolicy, describe_failure, error_text, is_transient, resolve_retry
 from dask_windows.source import DEFAULT_PARTITION_BYTES, Partition, Source
 
@@ -270,7 +270,7 @@ class ParquetSource(Source):
             if isinstance(result, _Footer):
                 footers[path] = result
                 continue
-            if self.on_error == "raise":
+            if not opening_skip_allowed(self.on_error, result):
                 raise self._open_error(path, result) from result
             record_skip(self.skipped, self._url(path), "open", result)
         return footers
@@ -347,8 +347,8 @@ class ParquetSource(Source):
         if is_transient(exc):
             return SourceReadError(
                 f"cannot read the Parquet footer of {url}{describe_failure(exc)}: {error_text(exc)}; "
-                "the store kept failing; check the connection or pass a larger retries=, "
-                "or on_error='skip' to leave the file out"
+                "the store kept failing; check the connection or pass a larger retries= (a file failing this "
+                "way is not skipped while opening, even with on_error='skip', so every rank opens the same dataset)"
             )
         return SourceReadError(
             f"cannot read the Parquet footer of {url}: {error_text(exc)}; the file is not Parquet, "

@@ -95,7 +95,7 @@ class Source:
 
     description: str = "<source>"
     partitions: list[Partition]
-    skipped: list[SkippedPartition] = []
+    skipped: Sequence[SkippedPartition] = ()
 
     def column_names(self) -> list:
         """Columns every partition holds."""

@@ -168,6 +168,13 @@ def test_flaky_reads_are_retried_and_the_epoch_is_identical(flaky):
     assert FlakyFileSystem.injected == 3
 
 
+def test_transient_failure_while_opening_is_not_skipped(flaky):
+    FlakyFileSystem.failures = 10**6  # every footer fetch fails: ranks could disagree, so no skip
+    with pytest.raises(SourceReadError, match=r"after 2 tries.*not skipped while opening"):
+        WindowDataset("flaky://flakydata", on_error="skip", retries=RetryPolicy(1, base_delay=0.001), **KW)
+    FlakyFileSystem.failures = 0
+
+
 def test_flaky_reads_without_retries_name_the_object(flaky):
     ds = WindowDataset("flaky://flakydata", retries=0, **KW)
     FlakyFileSystem.failures = 1
@@ -228,6 +235,18 @@ def test_skipped_partition_keeps_equal_batches_on_two_ranks(corrupt, buffer_part
         starts = np.concatenate(seen)
         assert not np.isin(starts, bad).any()
         assert np.isin(good, starts).sum() >= len(good) - 1  # all but the window world_size may leave out
+
+
+def test_skipped_partition_in_dataloader_workers(corrupt):
+    root, _, good, bad = corrupt
+    ds = WindowDataset(root, on_error="skip", buffer_partitions=1, **KW)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        batches = collect(ds, {"num_workers": 2})
+    assert len(batches) == len(ds) and all(len(b[0]) == 16 for b in batches[:-1])
+    starts = np.concatenate([b[-1] for b in batches])
+    assert len(starts) == len(good) + len(bad) and not np.isin(starts, bad).any()
+    assert ds.skipped == []  # the workers skipped it, in their own processes
 
 
 def test_skip_without_failures_changes_nothing(tmp_path):
