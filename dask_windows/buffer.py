@@ -7,7 +7,9 @@ partitions of one plan group, lists the start rows of the group's windows
 (O(windows in the buffer)) and permutes them. ``stream`` walks a reader's
 plan, buffer by buffer, and cuts the permuted windows into batches; a batch
 may take its first windows from one buffer and the rest from the next, so
-only the plan's final batch can be partial.
+only the plan's final batch can be partial. A partition skipped as unreadable
+arrives as ``None``; its windows are replaced as ``faults`` describes, so the
+batch count never changes.
 """
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from dask_windows.batch import Gatherer, normalize_per_sample
-from dask_windows.errors import DataError
+from dask_windows.errors import DataError, SourceReadError
+from dask_windows.faults import REPLACEMENT_TAG, replacement_picks
 from dask_windows.index import WindowGrid
 from dask_windows.memory import trim
 from dask_windows.plan import EpochPlan, Segment, rng_for
@@ -140,6 +143,17 @@ class Buffer:
         part = np.searchsorted(self.part_offsets, starts, side="right") - 1  # (B,) part of each window
         return starts - self.part_offsets[part] + self.part_rows[part]
 
+    def replace(self, lost: int, rng: np.random.Generator, keep: bool = True) -> None:
+        """Stand in for ``lost`` windows of unreadable partitions with windows of this buffer.
+
+        Args:
+            lost: Windows to add, drawn by ``faults.replacement_picks``.
+            rng: Generator derived from the buffer's seed.
+            keep: Keep this buffer's own windows (``False``: only the replacements remain).
+        """
+        picks = self.starts[replacement_picks(len(self.starts), lost, rng)]
+        self.starts = np.concatenate([self.starts, picks]) if keep else picks
+
 
 def _check_nan(part: Part, rows: np.ndarray, spec: WindowSpec) -> None:
     """Raise ``DataError`` if a window at partition rows ``rows`` holds a NaN it would yield."""
@@ -174,23 +188,27 @@ def _check_nan(part: Part, rows: np.ndarray, spec: WindowSpec) -> None:
 
 def stream(
     plan: EpochPlan,
-    parts: Iterable[Part],
+    parts: Iterable[Part | None],
     grid: WindowGrid,
     row_offsets: np.ndarray,
     spec: WindowSpec,
     emit: Callable[[np.ndarray, np.ndarray | None, np.ndarray], object],
     normalize: tuple[np.ndarray, np.ndarray] | str | None = None,
+    reread: Callable[[int], Part | None] | None = None,
 ) -> Iterator[object]:
     """Yield ``emit(x, y, rows)`` for each batch of ``plan``.
 
     Args:
         plan: The reader's epoch plan.
-        parts: Decoded partitions in ``plan.partitions`` order (typically a ``Prefetcher``).
+        parts: Decoded partitions in ``plan.partitions`` order (typically a ``Prefetcher``);
+            ``None`` for a partition that was skipped as unreadable (see ``faults``).
         grid: The dataset's window grid.
         row_offsets: ``(P,)`` global row of each partition's first row.
         spec: Window settings.
         emit: Wraps one batch's numpy arrays (features, targets or ``None``, global start rows).
         normalize: ``(mean, std)`` per feature, ``"sample"`` (per window and channel) or ``None``.
+        reread: Reads a partition again (``None`` if unreadable), for windows still owed at the end
+            because every partition of the last buffers was skipped.
     """
     parts = iter(parts)
     batch = spec.batch_size
@@ -198,12 +216,10 @@ def stream(
     remaining = plan.num_windows
     carry: list[tuple] = []  # pieces of a batch begun in the previous buffer
     carried = 0
-    for segments, entropy in zip(plan.buffers, plan.buffer_seeds):
-        scale = normalize if isinstance(normalize, tuple) else None
-        buffer = Buffer([next(parts) for _ in segments], segments, grid, row_offsets, spec, scale)
-        buffer.permute(rng_for(*entropy) if spec.shuffle else None)
-        pos = skip
-        skip = 0
+    owed = 0  # windows of skipped partitions not yet replaced
+
+    def drain(buffer: Buffer, pos: int) -> Iterator[object]:
+        nonlocal remaining, carry, carried
         total = len(buffer.starts)
         while pos < total and remaining > 0:
             take = min(batch - carried, total - pos, remaining)
@@ -225,5 +241,37 @@ def stream(
             if normalize == "sample":
                 normalize_per_sample(x, spec.layout == "NCL")
             yield emit(x, y, rows)
-        buffer = starts = None  # drop the buffer (and views into it) before the next one is built
+
+    scale = normalize if isinstance(normalize, tuple) else None
+    for segments, entropy in zip(plan.buffers, plan.buffer_seeds):
+        loaded = [next(parts) for _ in segments]
+        kept = [(part, seg) for part, seg in zip(loaded, segments) if part is not None]
+        lost = sum(seg.num_windows for part, seg in zip(loaded, segments) if part is None)
+        if not kept:  # nothing of this buffer could be read: the next readable buffer stands in
+            owed += lost - skip
+            skip = 0
+            continue
+        buffer = Buffer([p for p, _ in kept], tuple(s for _, s in kept), grid, row_offsets, spec, scale)
+        if lost or owed:
+            buffer.replace(lost + owed, rng_for(*entropy, REPLACEMENT_TAG))
+            owed = 0
+        buffer.permute(rng_for(*entropy) if spec.shuffle else None)
+        yield from drain(buffer, skip)
+        skip = 0
+        buffer = None  # drop the buffer before the next one is built
         trim()
+    if owed and remaining > 0:
+        segments = [seg for group in plan.buffers for seg in group]
+        for seg in reversed(segments):
+            part = reread(seg.partition) if reread is not None else None
+            if part is not None:
+                break
+        else:
+            raise SourceReadError(
+                f"every partition of this reader's share ({len(segments)} partitions) was unreadable and skipped; "
+                f"it cannot yield its remaining {remaining} windows, so ranks would disagree on the batch count; "
+                "fix the data or its access, or pass on_error='raise' to see the first error"
+            )
+        buffer = Buffer([part], (seg,), grid, row_offsets, spec, scale)
+        buffer.replace(min(owed, remaining), rng_for(*plan.buffer_seeds[-1], REPLACEMENT_TAG, 1), keep=False)
+        yield from drain(buffer, 0)

@@ -19,13 +19,15 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from dask_windows.buffer import Part, decode, stream
-from dask_windows.errors import ConfigError, DataError
+from dask_windows.errors import ConfigError, DataError, SourceReadError
+from dask_windows.faults import SkippedPartition, check_on_error, guard_scan, record_skip
 from dask_windows.index import WindowGrid, nan_rows, scan_runs
 from dask_windows.memory import trim
 from dask_windows.plan import batches_per_rank, plan_reader
 from dask_windows.prefetch import Prefetcher
 from dask_windows.resume import Resumer, fingerprint
-from dask_windows.source import ArraySource, Source, open_source
+from dask_windows.retry import RetryPolicy, resolve_retry
+from dask_windows.source import ArraySource, PartitionReader, Source, is_series_vector, open_source
 from dask_windows.spec import WindowSpec
 from dask_windows.split import SeriesTable, cut_positions, split_grid
 from dask_windows.world import World, detect_ranks, detect_worker
@@ -45,7 +47,8 @@ class WindowDataset(IterableDataset):
         features: Columns stacked as the ``C`` channels of ``x`` (column indices for arrays;
             ``None`` there means all columns).
         targets: Columns stacked as ``y``; ``None`` for self-supervised training.
-        series: Column whose value changes end a run; windows never cross one.
+        series: Column whose value changes end a run; windows never cross one. For one 2-D array,
+            a ``(rows,)`` vector of series ids instead.
         window: Rows per window ``L``.
         stride: Rows between consecutive window starts of a run.
         horizon: ``0``: ``y`` is the targets at the window's last row, ``(B, T)``;
@@ -68,6 +71,15 @@ class WindowDataset(IterableDataset):
         partition_bytes: Parquet files with more uncompressed bytes are split at row groups.
         partition_rows: Arrays are grouped into partitions of about this many rows.
         threads: Threads used to read metadata and series columns when opening.
+        retries: Retries of transient storage errors (connection reset, throttling, 5xx) with
+            exponential backoff; an int, or a ``RetryPolicy`` for the delays.
+        on_error: ``"raise"`` (default) on an unreadable partition, or ``"skip"`` it with a warning:
+            left out at open, replaced by other windows of its buffer while iterating, so every
+            rank still yields ``len(ds)`` batches. Skips are listed in ``skipped`` (see ``faults``).
+
+    Attributes:
+        skipped: Partitions skipped in this process: at open, and while iterating in this process.
+            DataLoader workers are other processes: their skips show in their warnings and logs.
     """
 
     def __init__(
@@ -96,14 +108,22 @@ class WindowDataset(IterableDataset):
         partition_bytes: int | None = None,
         partition_rows: int | None = None,
         threads: int = 16,
+        retries: int | RetryPolicy = 3,
+        on_error: str = "raise",
     ) -> None:
         super().__init__()
-        options: dict = {}
+        options: dict = {"threads": threads}
         if partition_bytes is not None:
             options["partition_bytes"] = partition_bytes
         if partition_rows is not None:
             options["partition_rows"] = partition_rows
-        self.source: Source = open_source(data, storage_options, **options)
+        self.on_error = check_on_error(on_error)
+        self.source: Source = open_source(
+            data, storage_options, series=series, retry=resolve_retry(retries), on_error=on_error, **options
+        )
+        self.skipped: list[SkippedPartition] = list(self.source.skipped)
+        if is_series_vector(series):  # the source already cut the array into series
+            series = None
         if features is None and isinstance(self.source, ArraySource):
             features = self.source.column_names()
         self.spec = WindowSpec(
@@ -130,6 +150,7 @@ class WindowDataset(IterableDataset):
             roles[series] = "series column"
             needed.append(series)
         self.source.check_columns(needed, roles)
+        self.source.set_window(self.spec.span, self.spec.stride)
         self._explicit_world = (rank, world_size)
         self._ranks = self._resolve_ranks()
         self.epoch = 0
@@ -140,7 +161,12 @@ class WindowDataset(IterableDataset):
         self._normalize = _resolve_normalize(normalize, self.spec)
         spec = self.spec
         bad_rows = (lambda i: nan_rows(self.source.read(i, list(spec.columns)))) if nan == "drop" else None
-        self.runs = scan_runs(len(self.source.partitions), lambda i: self.source.read_runs(i, series), bad_rows, threads)
+        def read_runs(i: int) -> tuple:
+            return self.source.read_runs(i, series)
+
+        if on_error == "skip":
+            read_runs, bad_rows = guard_scan(read_runs, bad_rows, self.source.partitions, self.skipped)
+        self.runs = scan_runs(len(self.source.partitions), read_runs, bad_rows, threads)
         trim()
         self.grid = WindowGrid.from_runs(self.runs, spec.span, spec.stride)
         rows = np.array([p.num_rows for p in self.source.partitions], dtype=np.int64)
@@ -153,6 +179,7 @@ class WindowDataset(IterableDataset):
                 + (f" + horizon={spec.horizon}" if spec.horizon else "")
                 + f" is longer than every series run in {self.source.description} (longest: {longest:,} rows); "
                 "use a smaller window or merge series"
+                + (f"; {len(self.skipped)} partitions were skipped as unreadable" if self.skipped else "")
             )
 
     # -- topology ---------------------------------------------------------------------------
@@ -269,7 +296,8 @@ class WindowDataset(IterableDataset):
         """
         if self._series is None:
             one_series = self.spec.series is None and not isinstance(self.source, ArraySource)
-            self._series = SeriesTable.from_runs(self.runs, one_series=one_series)
+            rows = [p.num_rows for p in self.source.partitions]
+            self._series = SeriesTable.from_runs(self.runs, one_series=one_series, num_rows=rows)
         if time is not None:
             self.source.check_columns([time], {time: "time column"})
         read_time = lambda i: self.source.read(i, [time])[time]  # noqa: E731 - used only by at=
@@ -295,13 +323,24 @@ class WindowDataset(IterableDataset):
         return out
 
     def _batches(self, plan: Any) -> Iterator[Any]:
-        reader = Prefetcher(self._read_part, plan.partitions, self.spec.prefetch_partitions)
+        source_reader = self.source.reader(plan.partitions, list(self.spec.columns))
+        reader = Prefetcher(
+            lambda i: self._read_part(i, source_reader), plan.partitions, self.spec.prefetch_partitions
+        )
+
+        def reread(i: int) -> Part | None:
+            return self._read_part(i, PartitionReader(self.source, [i], list(self.spec.columns)))
+
         try:
-            for batch in stream(plan, reader, self.grid, self.row_offsets, self.spec, self._emit, self._normalize):
+            batches = stream(
+                plan, reader, self.grid, self.row_offsets, self.spec, self._emit, self._normalize, reread
+            )
+            for batch in batches:
                 self._resumer.step()  # counted before the consumer gets it: a state then includes it
                 yield batch
         finally:
             reader.close()
+            source_reader.close()
 
     def _fingerprint(self) -> dict:
         if self._identity is None:
@@ -330,10 +369,17 @@ class WindowDataset(IterableDataset):
             skip_batches=skip_batches,
         )
 
-    def _read_part(self, index: int) -> Part:
-        columns = self.source.read(index, list(self.spec.columns))
-        part = decode(index, self.source.partitions[index].name, columns, self.spec)
-        return part
+    def _read_part(self, index: int, reader: PartitionReader) -> Part | None:
+        """Read and decode a partition; ``None`` when it is unreadable and ``on_error="skip"``."""
+        name = self.source.partitions[index].name
+        try:
+            columns = reader.read(index)
+        except SourceReadError as exc:
+            if self.on_error == "raise":
+                raise
+            record_skip(self.skipped, name, "read", exc)
+            return None
+        return decode(index, name, columns, self.spec)
 
     def _emit(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray) -> Any:
         out = [torch.from_numpy(x)]

@@ -107,8 +107,11 @@ def scan_runs(
 
     if num_partitions <= 1 or threads <= 1:
         return [scan(i) for i in range(num_partitions)]
+    # Contiguous blocks of partitions per task: with 10,000 small files, one task per file
+    # costs more in thread hand-offs than the reads themselves.
+    blocks = np.array_split(np.arange(num_partitions), min(num_partitions, threads * 4))
     with ThreadPoolExecutor(min(threads, num_partitions)) as pool:
-        return list(pool.map(scan, range(num_partitions)))
+        return [runs for block in pool.map(lambda b: [scan(int(i)) for i in b], blocks) for runs in block]
 
 
 def nan_rows(columns: dict[Any, np.ndarray]) -> np.ndarray:

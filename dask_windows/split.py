@@ -52,12 +52,16 @@ class SeriesTable:
     whole_base: tuple[np.ndarray, ...]
 
     @classmethod
-    def from_runs(cls, runs: Sequence[PartitionRuns], one_series: bool = False) -> SeriesTable:
+    def from_runs(
+        cls, runs: Sequence[PartitionRuns], one_series: bool = False, num_rows: Sequence[int] | None = None
+    ) -> SeriesTable:
         """Number the series of every run in canonical order.
 
         Args:
             runs: The dataset's runs, one entry per partition, in canonical order.
             one_series: Treat all rows as one series (no series column).
+            num_rows: Rows each partition owns; rows a run reads past them (the overlap of array
+                partitions cut out of one long series) belong to the next partition and are not counted.
         """
         import pandas as pd
 
@@ -68,7 +72,11 @@ class SeriesTable:
             codes = np.zeros(len(keys), np.int64)
         else:
             codes = pd.factorize(keys, use_na_sentinel=False)[0].astype(np.int64)  # (Q,) series number
-        lengths = np.concatenate([w.lengths for w in whole]).astype(np.int64)  # (Q,) rows of each run
+        owned = [
+            w.lengths if num_rows is None else np.clip(num_rows[i] - w.starts, 0, w.lengths)
+            for i, w in enumerate(whole)
+        ]
+        lengths = np.concatenate(owned).astype(np.int64)  # (Q,) rows each run owns
         num_series = int(codes.max()) + 1
         # Rows of the same series in earlier runs: stable sort by series, cumulative sum inside each.
         order = np.argsort(codes, kind="stable")

@@ -187,3 +187,18 @@ def test_splitting_a_split_intersects(frames, root):
 def test_bad_split_arguments(root, kwargs, error, message):
     with pytest.raises(error, match=message):
         dataset(root, window=5).split(**kwargs)
+
+
+def test_split_of_long_arrays_cut_into_overlapping_partitions():
+    """Array partitions overlap by a window's span; the overlap must not count twice in positions."""
+    a = np.arange(1000, dtype=np.float32)[:, None]
+    b = np.arange(1000, 1300, dtype=np.float32)[:, None]
+    ds = WindowDataset([a, b], window=10, batch_size=64, partition_rows=128, return_index=True)
+    assert len(ds.partitions) > 2
+    train, valid = ds.split(valid=0.2, embargo=5)
+    got_t = np.sort(np.concatenate([i.numpy() for _, i in train]))
+    got_v = np.sort(np.concatenate([i.numpy() for _, i in valid]))
+    # a: n=1000, cut=800; b: n=300, cut=240 (rows 1000.. globally).
+    want_t = np.r_[np.arange(0, 791), 1000 + np.arange(0, 231)]
+    want_v = np.r_[np.arange(805, 991), 1000 + np.arange(245, 291)]
+    assert np.array_equal(got_t, want_t) and np.array_equal(got_v, want_v)

@@ -1,0 +1,163 @@
+"""Parquet in S3, against a real S3 endpoint on 127.0.0.1 (moto's server behind a counting proxy).
+
+s3fs is configured exactly as a user would (``storage_options``); nothing in
+the client is patched. The proxy counts requests and injects faults.
+"""
+from __future__ import annotations
+
+import io
+import pickle
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from dask_windows.dataset import WindowDataset
+from dask_windows.errors import SourceReadError
+from dask_windows.faults import SkippedPartitionWarning
+from dask_windows.retry import RetryPolicy
+
+from helpers import collect, make_frames, oracle_starts, write_parquet
+
+pytest.importorskip("s3fs")
+pytest.importorskip("moto.server")
+
+from s3proxy import S3Endpoint  # noqa: E402
+
+KW = dict(
+    features=["f0", "f1"], targets=["y"], series="sid", window=8, stride=2, batch_size=16, return_index=True
+)
+FAST = RetryPolicy(retries=3, base_delay=0.01)
+
+
+def _parquet_bytes(frame) -> bytes:
+    out = io.BytesIO()
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), out, row_group_size=17)
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def s3():
+    import s3fs
+
+    endpoint = S3Endpoint()
+    endpoint.make_bucket("bucket")
+    endpoint.fs = s3fs.S3FileSystem(**endpoint.storage_options(direct=True))
+    endpoint.frames = make_frames(seed=3, num_files=5)
+    for i, frame in enumerate(endpoint.frames):
+        endpoint.fs.pipe(f"bucket/data/part-{i:04d}.parquet", _parquet_bytes(frame))
+    endpoint.fs.pipe("bucket/data/_SUCCESS", b"")
+    yield endpoint
+    endpoint.close()
+
+
+def _same(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(
+        len(x) == len(y) and all(np.array_equal(u, v) for u, v in zip(x, y)) for x, y in zip(a, b)
+    )
+
+
+def _starts(batches: list) -> np.ndarray:
+    return np.sort(np.concatenate([b[-1] for b in batches]))
+
+
+def test_coverage_listing_once_and_requests_per_partition(s3, tmp_path):
+    s3.reset()
+    ds = WindowDataset("s3://bucket/data/", storage_options=s3.storage_options(), **KW)
+    files, parts = len(s3.frames), len(ds.partitions)
+    # Opening: one listing, one tail GET per file (footer), one GET per partition (series column).
+    assert s3.log.count("list") == 1
+    assert s3.log.count("head") == 0
+    assert s3.log.count("get") == files + parts
+
+    for epoch in (0, 1):
+        s3.reset()
+        ds.set_epoch(epoch)
+        batches = collect(ds)
+        assert np.array_equal(_starts(batches), oracle_starts(s3.frames, "sid", 8, 2))
+        # Each partition costs one coalesced GET; no listing, no footer, no HEAD again.
+        assert s3.log.count("get") == parts
+        assert s3.log.count("list") == s3.log.count("head") == 0
+
+    # Same rows on local disk: bit-identical batches, also through DataLoader worker processes.
+    write_parquet(s3.frames, str(tmp_path), row_group_size=17)
+    local = WindowDataset(str(tmp_path), **KW)
+    for loader in ({}, {"num_workers": 2}):
+        s3.reset()
+        local.set_epoch(1)
+        assert _same(collect(ds, loader), collect(local, loader))
+        assert s3.log.count("list") == s3.log.count("head") == 0
+
+
+def test_pickled_dataset_does_not_list_again(s3):
+    ds = WindowDataset("s3://bucket/data/", storage_options=s3.storage_options(), **KW)
+    want = collect(ds)
+    s3.reset()
+    again = pickle.loads(pickle.dumps(ds))
+    assert _same(collect(again), want)
+    assert s3.log.count("list") == 0 and s3.log.count("get") == len(ds.partitions)
+
+
+@pytest.mark.parametrize("kind", ["500", "reset"])
+def test_transient_faults_complete_the_epoch_with_identical_batches(s3, kind):
+    options = s3.storage_options(client_retries=False)  # botocore tries once: our policy does the retrying
+    ds = WindowDataset("s3://bucket/data/", storage_options=options, retries=FAST, **KW)
+    clean = collect(ds)
+    s3.reset()
+    s3.fail(3, kind)
+    assert _same(collect(ds), clean)
+    assert s3.log.count("get", injected=True) == 3
+
+
+def test_transient_faults_while_opening_are_retried(s3):
+    s3.reset()
+    s3.fail(2, "500", lambda r: r.kind == "get" and r.range is not None and r.range.startswith("bytes=-"))
+    ds = WindowDataset("s3://bucket/data/", storage_options=s3.storage_options(client_retries=False), retries=FAST, **KW)
+    assert s3.log.count("get", injected=True) == 2
+    assert np.array_equal(_starts(collect(ds)), oracle_starts(s3.frames, "sid", 8, 2))
+
+
+def test_persistent_failure_names_the_object(s3):
+    options = s3.storage_options(client_retries=False)
+    ds = WindowDataset("s3://bucket/data/", storage_options=options, retries=RetryPolicy(2, base_delay=0.01), **KW)
+    s3.reset()
+    s3.fail(10**6, "500", lambda r: r.kind == "get" and r.path.endswith("part-0003.parquet"))
+    with pytest.raises(SourceReadError, match=r"s3://bucket/data/part-0003\.parquet after 3 tries.*retries="):
+        collect(ds)
+    assert s3.log.count("get", injected=True) == 3
+    s3.reset()
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_corrupt_object_raises_or_is_skipped(s3, damage):
+    prefix = f"bucket/{damage}"
+    for i, frame in enumerate(s3.frames):
+        data = _parquet_bytes(frame)
+        if i == 2:
+            data = b"this is not parquet" * 10 if damage == "garbage" else data[: len(data) // 2]
+        s3.fs.pipe(f"{prefix}/part-{i:04d}.parquet", data)
+    url = f"s3://{prefix}/"
+    with pytest.raises(SourceReadError, match=rf"s3://{prefix}/part-0002\.parquet.*on_error='skip'"):
+        WindowDataset(url, storage_options=s3.storage_options(), **KW)
+    with pytest.warns(SkippedPartitionWarning, match="part-0002"):
+        ds = WindowDataset(url, storage_options=s3.storage_options(), on_error="skip", **KW)
+    assert [(s.name, s.stage) for s in ds.skipped] == [(f"s3://{prefix}/part-0002.parquet", "open")]
+    kept = [f for i, f in enumerate(s3.frames) if i != 2]
+    assert np.array_equal(_starts(collect(ds)), oracle_starts(kept, "sid", 8, 2))
+
+
+def test_object_glob_and_list_of_urls(s3):
+    options = s3.storage_options()
+    want = collect(WindowDataset("s3://bucket/data/", storage_options=options, **KW))
+    by_glob = WindowDataset("s3://bucket/data/part-*.parquet", storage_options=options, **KW)
+    urls = [f"s3://bucket/data/part-{i:04d}.parquet" for i in range(len(s3.frames))]
+    s3.reset()
+    by_list = WindowDataset(urls, storage_options=options, **KW)
+    assert s3.log.count("list") == s3.log.count("head") == 0  # an explicit list is not listed
+    for ds in (by_glob, by_list):
+        assert _same(collect(ds), want)
+    one = WindowDataset(urls[1], storage_options=options, **KW)
+    assert np.array_equal(_starts(collect(one)), oracle_starts(s3.frames[1:2], "sid", 8, 2))
+    with pytest.raises(FileNotFoundError, match="s3://bucket/nothing-here"):
+        WindowDataset("s3://bucket/nothing-here/", storage_options=options, **KW)
