@@ -100,7 +100,7 @@ class _Cluster:
             cluster = self._stack.enter_context(LocalCluster(
                 n_workers=args.workers, threads_per_worker=args.threads_per_worker,
                 memory_limit=args.memory_limit, processes=True, dashboard_address=":0",
-                silence_logs=logging.ERROR if quiet else logging.INFO,
+                silence_logs=logging.CRITICAL if quiet else logging.INFO,
                 local_directory=args.local_directory))
             client = Client(cluster)
         self.client = self._stack.enter_context(client)

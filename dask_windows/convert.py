@@ -319,15 +319,21 @@ def _parquet_bytes(df: pd.DataFrame, compression: str) -> int:
     return buf.tell()
 
 
-def _profile(df: pd.DataFrame, time: str, compression: str, partition_info=None) -> pd.DataFrame:
+def _profile(df: pd.DataFrame, series: str, time: str, compression: str,
+             partition_info=None) -> pd.DataFrame:
     """Rows and null times; for the first partition also Parquet bytes per row and per file.
 
-    Bytes per row are the marginal cost (the size of a sample minus that of
-    its first half), so a file's fixed footer and headers do not inflate them.
+    The sample is sorted like the output, which compresses better than raw
+    input. Bytes per row are the marginal cost (the size of a sample minus
+    that of its first half), so a file's footer and headers do not inflate them.
     """
     per_row = per_file = np.nan
     if partition_info is not None and partition_info["number"] == 0 and len(df):
         sample = df.iloc[:50_000]
+        try:
+            sample = sample.sort_values([series, time], kind="stable")
+        except TypeError:  # unorderable values: reported with a remedy after this pass
+            pass
         full = _parquet_bytes(sample, compression)
         half = len(sample) // 2
         per_row = full / len(sample)
@@ -561,7 +567,7 @@ def convert(
     counts, profile = compute(
         "counting rows per series",
         ddf[series].value_counts(dropna=False),
-        ddf.map_partitions(_profile, time, compression, meta={
+        ddf.map_partitions(_profile, series, time, compression, meta={
             "rows": "i8", "null_time": "i8", "bytes_per_row": "f8", "bytes_per_file": "f8"}),
     )
     rows_in = int(profile["rows"].sum())
