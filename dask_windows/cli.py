@@ -90,7 +90,7 @@ class _Cluster:
         if args.scheduler:
             try:
                 client = Client(args.scheduler, timeout=args.connect_timeout)
-            except (OSError, TimeoutError) as exc:
+            except Exception as exc:  # refused, timed out, or not a Dask scheduler at all
                 raise ConnectionError(
                     f"could not reach the Dask scheduler at {args.scheduler} "
                     f"({type(exc).__name__}: {exc}); check the address and that the "
