@@ -134,7 +134,7 @@ class _Cluster:
 
 def _cmd_convert(args: argparse.Namespace) -> dict:
     from dask_windows.convert import convert
-    from dask_windows.windows import windows_per_run
+    from dask_windows.summary import manifest_windows
 
     started = clock.perf_counter()
     with _Cluster(args) as cluster:
@@ -149,16 +149,9 @@ def _cmd_convert(args: argparse.Namespace) -> dict:
     out = {k: v for k, v in report.__dict__.items() if k != "manifest"}
     out.update(seconds=round(seconds, 3), workers_restarted=cluster.workers_restarted)
     if args.window is not None:
-        files = report.manifest["files"]
-        runs = [run for f in files for run in f["runs"]]
-        span = args.window + args.horizon
-        kept = int(windows_per_run([n for _, n, _ in runs], span, args.stride).sum())
-        whole: dict[Any, int] = {}  # rows per series before cutting into files
-        for _, n, value in runs:
-            whole[json.dumps(value)] = whole.get(json.dumps(value), 0) + n
-        total = int(windows_per_run(list(whole.values()), span, args.stride).sum())
+        kept, lost = manifest_windows(report.manifest, args.window, args.stride, args.horizon)
         out.update(window=args.window, stride=args.stride, horizon=args.horizon,
-                   windows=kept, windows_lost=total - kept)
+                   windows=kept, windows_lost=lost)
     if args.json:
         return out
     rows = [("output", args.dst), ("rows in", f"{out['rows_in']:,}"),

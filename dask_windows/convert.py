@@ -610,7 +610,8 @@ def convert(
         write_manifest(tmp, out_fs, series=series, time=time, files=entries)
         _move_into_place(out_fs, tmp, root)
     except BaseException:
-        out_fs.rm(tmp, recursive=True)
+        if out_fs.exists(tmp):  # never leave a dataset-shaped folder behind
+            out_fs.rm(tmp, recursive=True)
         raise
     manifest = read_manifest(root, out_fs)  # reread: what a loader will see
     return ConvertReport(dst=dst, rows_in=rows_in, rows_out=rows_out, files=len(entries),

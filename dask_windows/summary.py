@@ -44,6 +44,7 @@ __all__ = [
     "inspect_dataset",
     "load_stats",
     "loader_memory",
+    "manifest_windows",
 ]
 
 logger = logging.getLogger(__name__)
@@ -56,6 +57,32 @@ def _check_window(window: int, stride: int, horizon: int) -> None:
     if window < 1 or stride < 1 or horizon < 0:
         raise ConfigError(f"window={window}, stride={stride}, horizon={horizon}: window and "
                           f"stride must be >= 1 and horizon >= 0")
+
+
+def manifest_windows(manifest: dict, window: int, stride: int = 1,
+                     horizon: int = 0) -> tuple[int, int]:
+    """Windows a converted dataset holds, and windows its file cuts lost.
+
+    A series split across files loses the windows that would straddle a cut:
+    the lost count compares each series' windows as one run with the sum over
+    its pieces (pieces of one series are consecutive runs of equal value).
+
+    Returns:
+        ``(windows, windows_lost)``.
+    """
+    _check_window(window, stride, horizon)
+    runs = [run for f in manifest["files"] for run in f["runs"]]
+    span = window + horizon
+    kept = int(windows_per_run([n for _, n, _ in runs], span, stride).sum())
+    whole: list[int] = []  # rows of each series before it was cut into files
+    previous = object()
+    for _, rows, value in runs:
+        if whole and value == previous:
+            whole[-1] += rows
+        else:
+            whole.append(rows)
+        previous = value
+    return kept, int(windows_per_run(whole, span, stride).sum()) - kept
 
 
 def _manifest_for(path: str, storage_options: dict | None) -> tuple[Any, str, dict | None]:

@@ -212,6 +212,17 @@ def test_failure_midway_removes_the_temporary_folder(tmp_path):
                 str(tmp_path / "out"), series="sid", time="ts")
     assert sorted(os.listdir(tmp_path)) == ["a.parquet", "b.parquet"]
 
+    def failing_compute(label, *collections):
+        results = dask.compute(*collections)
+        if label.startswith("sorting"):  # after the scratch and some files were written
+            raise KeyboardInterrupt
+        return results
+
+    with pytest.raises(KeyboardInterrupt):
+        convert([str(tmp_path / "a.parquet")], str(tmp_path / "out"), series="sid", time="ts",
+                compute=failing_compute)
+    assert sorted(os.listdir(tmp_path)) == ["a.parquet", "b.parquet"]
+
 
 def test_manifest_write_read_validate(tmp_path):
     import fsspec

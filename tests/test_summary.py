@@ -16,7 +16,13 @@ import dask_windows as dw
 from dask_windows.convert import convert
 from dask_windows.errors import DataError, SchemaError
 from dask_windows.manifest import MANIFEST_NAME, write_manifest
-from dask_windows.summary import compute_stats, inspect_dataset, load_stats, loader_memory
+from dask_windows.summary import (
+    compute_stats,
+    inspect_dataset,
+    load_stats,
+    loader_memory,
+    manifest_windows,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -145,3 +151,13 @@ def test_stats_skip_manifest_series_and_time(datasets):
                               for i in range(len(os.listdir(datasets["converted"])) - 1))
     with pytest.raises(SchemaError, match="not in"):
         compute_stats(datasets["converted"], ["nope"])
+
+
+def test_manifest_windows_counts_what_file_cuts_lose():
+    manifest = {"files": [{"runs": [[0, 10, "a"], [10, 30, "b"]]},
+                          {"runs": [[0, 20, "b"], [20, 5, "c"]]},
+                          {"runs": [[0, 12, "c"]]}]}
+    # as runs: a 10, b 30 + 20, c 5 + 12; whole series: a 10, b 50, c 17
+    assert manifest_windows(manifest, 8) == (3 + 23 + 13 + 0 + 5, (3 + 43 + 10) - 44)
+    assert manifest_windows(manifest, 8, stride=4, horizon=2) == (1 + 6 + 3 + 0 + 1,
+                                                                 (1 + 11 + 2) - 11)
