@@ -19,8 +19,6 @@ import time as clock
 from collections.abc import Sequence
 from typing import Any
 
-from dask_windows.errors import ConfigError, DataError, SourceReadError
-
 __all__ = ["bench", "build_parser", "main"]
 
 logger = logging.getLogger(__name__)
@@ -458,8 +456,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:
         out = args.run(args)
-    except (ConfigError, DataError, SourceReadError, FileExistsError, FileNotFoundError,
-            ConnectionError, KeyError, ValueError, TypeError, OSError, MemoryError) as exc:
+    except (ValueError, TypeError, KeyError, OSError, ImportError, MemoryError) as exc:
+        # our errors subclass these (ConfigError, DataError, SchemaError, SourceReadError)
         if args.verbose >= 2:
             raise
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc

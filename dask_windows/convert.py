@@ -153,9 +153,16 @@ def _avro_dtype(avro_type: Any) -> str:
     return simple[avro_type][nullable] if avro_type in simple else "object"
 
 
-def _avro_dtypes(url: str, storage_options: dict | None) -> dict[str, str]:
-    import fastavro
+def _fastavro() -> Any:
+    try:
+        import fastavro
+    except ImportError as exc:
+        raise ImportError('reading Avro needs fastavro: pip install "dask_windows[avro]"') from exc
+    return fastavro
 
+
+def _avro_dtypes(url: str, storage_options: dict | None) -> dict[str, str]:
+    fastavro = _fastavro()
     with fsspec.open(url, "rb", **(storage_options or {})) as src:
         schema = fastavro.reader(src).writer_schema
     return {field["name"]: _avro_dtype(field["type"]) for field in schema["fields"]}
@@ -163,8 +170,7 @@ def _avro_dtypes(url: str, storage_options: dict | None) -> dict[str, str]:
 
 def _read_avro(url: str, dtypes: dict[str, str], first: str,
                storage_options: dict | None) -> pd.DataFrame:
-    import fastavro
-
+    fastavro = _fastavro()
     if url != first and (mine := _avro_dtypes(url, storage_options)) != dtypes:
         raise SchemaError(f"{url} has Avro columns {mine} but {first} has {dtypes}; "
                           f"convert files with different schemas separately")
