@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -158,7 +159,7 @@ class WindowDataset(IterableDataset):
         self._identity: dict | None = None
         self._series: SeriesTable | None = None
         self._threads = threads
-        self._normalize = _resolve_normalize(normalize, self.spec)
+        self._normalize = _resolve_normalize(normalize, self.spec, storage_options)
         spec = self.spec
         bad_rows = (lambda i: nan_rows(self.source.read(i, list(spec.columns)))) if nan == "drop" else None
         def read_runs(i: int) -> tuple:
@@ -398,9 +399,12 @@ class WindowDataset(IterableDataset):
         )
 
 
-def _resolve_normalize(normalize: Any, spec: WindowSpec) -> Any:
-    """``None``, ``"sample"`` or ``(mean, std)`` float32 arrays of the features."""
-    if normalize is None or normalize == "sample":
+def _resolve_normalize(normalize: Any, spec: WindowSpec, storage_options: dict | None = None) -> Any:
+    """``None``, ``"sample"`` or ``(mean, std)`` float32 arrays of the features.
+
+    A constant feature (std 0 in a stats file) is only centred: its std is taken as 1.
+    """
+    if normalize is None or (isinstance(normalize, str) and normalize == "sample"):
         return normalize
     if isinstance(normalize, dict) and "mean" in normalize and "std" in normalize:
         mean = np.asarray(normalize["mean"], np.float32).reshape(-1)
@@ -413,6 +417,17 @@ def _resolve_normalize(normalize: Any, spec: WindowSpec) -> Any:
         if not np.all(std > 0):
             raise ConfigError("normalize std must be > 0 for every feature")
         return mean, std
+    if isinstance(normalize, (str, os.PathLike, dict)):
+        from dask_windows.summary import load_stats
+
+        try:
+            mean, std = load_stats(normalize, list(spec.features), storage_options)
+        except FileNotFoundError as exc:
+            raise ConfigError(
+                f"normalize={normalize!r} is neither 'sample' nor an existing stats file; write one with "
+                "`dask-windows stats PATH --features ... --out stats.json`, or pass {'mean': [...], 'std': [...]}"
+            ) from exc
+        return mean, np.where(std > 0, std, np.float32(1.0)).astype(np.float32)
     raise ConfigError(
         f"normalize={normalize!r} is not understood; pass None, 'sample', {{'mean': [...], 'std': [...]}} "
         "or the path of a stats file written by `dask-windows stats`"

@@ -24,6 +24,7 @@ import bisect
 import io
 import logging
 import os
+import posixpath
 import pickle
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -256,6 +257,52 @@ class ParquetSource(Source):
                 name = path if len(groups) == 1 else f"{path}[row groups {rgs[0]}-{rgs[-1]}]"
                 if rows:
                     self.partitions.append(Partition(name, rows, (path, tuple(rgs))))
+        self._manifest = self._load_manifest(data)
+
+    def _load_manifest(self, data: Any) -> dict | None:
+        """Series runs per file from a ``dask-windows convert`` manifest, if it matches the files.
+
+        Returns ``{"series": column, "runs": {path: (starts, lengths, keys)}}``, or ``None`` when the
+        folder has no manifest or it does not describe exactly these files and row counts (then
+        the series column is scanned as usual).
+        """
+        from dask_windows.manifest import read_manifest
+
+        if not isinstance(data, (str, os.PathLike)) or any(ch in os.fspath(data) for ch in "*?["):
+            return None
+        root = self.fs._strip_protocol(os.fspath(data)).rstrip("/")
+        if not self.fs.isdir(root):
+            return None
+        manifest = read_manifest(root, self.fs)
+        if manifest is None:
+            return None
+        entries = {posixpath.join(root, f["path"]): f for f in manifest["files"]}
+        runs = {}
+        for path in self.files:
+            entry = entries.get(path)
+            if entry is None or entry["rows"] != self._footers[path].metadata.num_rows:
+                log.warning("the manifest of %s does not match %s; scanning the series column instead", root, path)
+                return None
+            table = entry["runs"]
+            starts = np.array([r[0] for r in table], dtype=np.int64)
+            lengths = np.array([r[1] for r in table], dtype=np.int64)
+            runs[path] = (starts, lengths, np.array([r[2] for r in table]))
+        return {"series": manifest["series"], "runs": runs}
+
+    def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Runs from the manifest when it covers ``series``, else from the series column."""
+        manifest = getattr(self, "_manifest", None)
+        if series is None or manifest is None or manifest["series"] != series:
+            return super().read_runs(index, series)
+        path, row_groups = self.partitions[index].key
+        meta = self._footers[path].metadata
+        first = sum(meta.row_group(g).num_rows for g in range(row_groups[0]))  # file row of the partition
+        last = first + self.partitions[index].num_rows
+        starts, lengths, keys = manifest["runs"][path]
+        ends = starts + lengths
+        keep = (ends > first) & (starts < last)  # runs overlapping the partition, clipped to it
+        lo, hi = np.maximum(starts[keep], first), np.minimum(ends[keep], last)
+        return lo - first, hi - lo, keys[keep]
 
     # -- opening ------------------------------------------------------------------------------
 

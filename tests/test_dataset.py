@@ -1,6 +1,7 @@
 """WindowDataset over local Parquet against a brute-force pandas/numpy oracle."""
 from __future__ import annotations
 
+import os
 import pickle
 import threading
 import tracemalloc
@@ -316,3 +317,61 @@ def test_missing_path_and_wrong_type(tmp_path):
         dw.WindowDataset(str(tmp_path / "nothing"), features=["a"], window=2)
     with pytest.raises(TypeError, match="cannot read windows from int"):
         dw.WindowDataset(42, features=["a"], window=2)
+
+
+def test_normalize_from_a_stats_file(frames, root, tmp_path):
+    import json
+
+    full = pd.concat(frames, ignore_index=True)
+    stats = {
+        "format": "dask_windows.stats",
+        "version": 1,
+        "rows": len(full),
+        "features": {
+            c: {"count": len(full), "mean": float(full[c].mean()), "std": float(full[c].std(ddof=0)),
+                "min": float(full[c].min()), "max": float(full[c].max()), "nan_count": 0}
+            for c in ["f0", "f1", "f2"]
+        },
+    }
+    path = tmp_path / "stats.json"
+    path.write_text(json.dumps(stats))
+    raw, _ = next(iter(make(root)))
+    scaled, _ = next(iter(make(root, normalize=str(path))))
+    mean = torch.tensor([stats["features"][c]["mean"] for c in ["f0", "f1", "f2"]])[:, None]
+    std = torch.tensor([stats["features"][c]["std"] for c in ["f0", "f1", "f2"]])[:, None]
+    assert torch.allclose(scaled, (raw - mean) / std, atol=1e-5)
+    with pytest.raises(KeyError, match="no mean/std for feature 'f2'"):
+        del stats["features"]["f2"]
+        path.write_text(json.dumps(stats))
+        make(root, normalize=str(path))
+
+
+def test_manifest_runs_replace_the_series_scan(frames, tmp_path):
+    """A `dask-windows convert` manifest is trusted for the runs; a stale one is ignored."""
+    import fsspec
+
+    from dask_windows.manifest import series_runs, write_manifest
+
+    paths = write_parquet(frames, str(tmp_path))
+    fs = fsspec.filesystem("file")
+    entries = [
+        {"path": os.path.basename(p), "rows": len(f), "bytes": os.path.getsize(p), "runs": series_runs(f["sid"].to_numpy())}
+        for p, f in zip(paths, frames)
+    ]
+    write_manifest(str(tmp_path), fs, series="sid", time="ts", files=entries)
+    scanned = make(str(tmp_path), series="sid")  # same runs either way: counts agree with the oracle
+    assert scanned.source._manifest is not None
+    assert scanned.num_windows == len(oracle_starts(frames, "sid", 8))
+    idx = np.concatenate([b[-1] for b in collect(scanned)])
+    assert np.array_equal(np.sort(idx), oracle_starts(frames, "sid", 8))
+    # The manifest, not the column, decides: one run per file in the manifest means more windows.
+    for e, f in zip(entries, frames):
+        e["runs"] = [[0, len(f), 0]]
+    write_manifest(str(tmp_path), fs, series="sid", time="ts", files=entries)
+    assert make(str(tmp_path), series="sid").num_windows == len(oracle_starts(frames, None, 8))
+    # A manifest whose row counts disagree with the files is ignored.
+    entries[0]["rows"] += 1
+    entries[0]["runs"][-1][1] += 1
+    write_manifest(str(tmp_path), fs, series="sid", time="ts", files=entries)
+    stale = make(str(tmp_path), series="sid")
+    assert stale.source._manifest is None and stale.num_windows == len(oracle_starts(frames, "sid", 8))
