@@ -12,7 +12,8 @@ local Parquet with 1M-row partitions, and in the same run on the same rows:
   (b)  tsai's TSUnwindowedDataset approach: a (B, L) int64 index built with repeat/arange,
        fancy-indexed from one .npy memmap, made contiguous as (B, C, L).
 
-Then peak RSS of streaming a dataset and one four times as large (separate processes).
+Then the same stream through a DataLoader with 0, 1 and 2 worker processes, and the peak
+RSS of streaming a dataset and one four times as large (separate processes).
 
     python benchmarks/bench_loader.py [--partitions 4] [--seconds 3]
 """
@@ -127,6 +128,19 @@ def loader_rate(root: str, seconds: float) -> tuple[float, float]:
     return n * B / (time.perf_counter() - t0), first
 
 
+def loader_workers_rate(root: str, num_workers: int, seconds: float) -> float:
+    """Windows/s through ``DataLoader(ds, batch_size=None, num_workers=...)``, first batch excluded."""
+    ds = dw.WindowDataset(root, features=[f"f{c}" for c in range(C)], series="sid", window=L, batch_size=B)
+    it = iter(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=num_workers))
+    next(it)
+    n, t0 = 0, time.perf_counter()
+    for _ in it:
+        n += 1
+        if time.perf_counter() - t0 > seconds:
+            break
+    return n * B / (time.perf_counter() - t0)
+
+
 def stream_rss(root: str) -> None:
     """Child mode: stream one full epoch, print peak RSS in MiB as JSON."""
     torch.set_num_threads(1)
@@ -166,6 +180,9 @@ def main() -> None:
     print(f"ratio vs (a)  {ours / base['a']:6.2f}x   (goal >= 0.75)")
     print(f"ratio vs (a') {ours / base['a_prime']:6.2f}x")
     print(f"ratio vs (b)  {ours / base['b']:6.2f}x   (goal >= 3)")
+    for workers in (0, 1, 2):
+        rate_w = loader_workers_rate(small, workers, args.seconds)
+        print(f"DataLoader(num_workers={workers})  {rate_w:12,.0f} windows/s")
     r1, r4 = child_rss(small), child_rss(large)
     print(
         f"peak RSS streaming {args.partitions} partitions: {r1['peak_rss_mib']:.0f} MiB ({r1['batches']} batches); "
