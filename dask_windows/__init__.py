@@ -1,15 +1,29 @@
-"""Stream shuffled windows of partitioned time series into PyTorch."""
+"""Stream shuffled windows of partitioned time series into PyTorch.
+
+The names that need torch (``WindowDataset``, ``DevicePrefetcher``,
+``standardize`` and the ``masks`` module) are imported on first use through a
+module-level ``__getattr__`` (PEP 562). Importing the package, as every Dask
+worker running a convert or stats task does and as the CLI does at start,
+then costs neither torch's ~190 MB nor its ~1 s import; the price is that an
+import error in a torch-side module surfaces at first attribute access rather
+than at ``import dask_windows``.
+"""
 from __future__ import annotations
 
-from dask_windows import masks
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from dask_windows.array_source import ArraySource
 from dask_windows.dask_source import DaskSource
-from dask_windows.dataset import WindowDataset
-from dask_windows.device import DevicePrefetcher, standardize
 from dask_windows.errors import ConfigError, DataError, SchemaError, SourceReadError
 from dask_windows.faults import SkippedPartition, SkippedPartitionWarning
 from dask_windows.parquet_source import ParquetSource
 from dask_windows.retry import RetryPolicy
+
+if TYPE_CHECKING:  # what static tools see; at run time __getattr__ provides them
+    from dask_windows import masks
+    from dask_windows.dataset import WindowDataset
+    from dask_windows.device import DevicePrefetcher, standardize
 
 __version__ = "0.1.0"
 
@@ -30,3 +44,27 @@ __all__ = [
     "masks",
     "standardize",
 ]
+
+# exported name -> (module, attribute in it; None for the module itself); these import torch
+_LAZY = {
+    "DevicePrefetcher": ("dask_windows.device", "DevicePrefetcher"),
+    "WindowDataset": ("dask_windows.dataset", "WindowDataset"),
+    "masks": ("dask_windows.masks", None),
+    "standardize": ("dask_windows.device", "standardize"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a torch-dependent export on first access (PEP 562)."""
+    try:
+        module_name, attribute = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    module = importlib.import_module(module_name)
+    value = module if attribute is None else getattr(module, attribute)
+    globals()[name] = value  # later lookups find it without calling __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

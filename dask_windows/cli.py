@@ -19,6 +19,8 @@ import time as clock
 from collections.abc import Sequence
 from typing import Any
 
+from dask_windows.bench import bench  # imports torch only when called
+
 __all__ = ["bench", "build_parser", "main"]
 
 logger = logging.getLogger(__name__)
@@ -231,97 +233,6 @@ def _cmd_stats(args: argparse.Namespace) -> dict:
     return {"text": text + (f"\nwritten to {args.out}" if args.out else "")}
 
 
-class _TimedRead:
-    """``source.read`` that adds its seconds to a counter shared with DataLoader workers."""
-
-    def __init__(self, read: Any, seconds: Any) -> None:
-        self.read, self.seconds = read, seconds
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        started = clock.perf_counter()
-        try:
-            return self.read(*args, **kwargs)
-        finally:
-            with self.seconds.get_lock():
-                self.seconds.value += clock.perf_counter() - started
-
-
-def bench(path: str, *, features: Sequence[str], series: str, window: int, stride: int = 1,
-          horizon: int = 0, targets: Sequence[str] | None = None, batch_size: int = 256,
-          num_workers: int = 0, buffer_partitions: int = 2, prefetch_partitions: int = 1,
-          max_batches: int | None = None, seconds: float = 30.0, step_ms: float = 0.0,
-          seed: int = 0) -> dict:
-    """Time a ``WindowDataset`` through a ``DataLoader`` on real data.
-
-    Stops at the end of the epoch, after ``max_batches`` or after ``seconds``.
-    ``step_ms`` simulates a training step per batch, so that ``wait_share``
-    (the part of the wall time the consumer spent waiting for batches) shows
-    whether the loader keeps up with a model of that speed. ``read_share`` is
-    the time spent reading and decoding partitions, summed over the loader's
-    processes, per second of wall time and process: near 1, I/O bounds the
-    loader. Peak RSS is this process's and the largest worker's.
-    """
-    import multiprocessing
-    import resource
-
-    import torch
-
-    from dask_windows import WindowDataset
-
-    opened = clock.perf_counter()
-    ds = WindowDataset(path, features=list(features), targets=list(targets) if targets else None,
-                       series=series, window=window, stride=stride, horizon=horizon,
-                       batch_size=batch_size, shuffle=True, seed=seed,
-                       buffer_partitions=buffer_partitions,
-                       prefetch_partitions=prefetch_partitions)
-    open_seconds = clock.perf_counter() - opened
-    read_seconds = multiprocessing.get_context().Value("d", 0.0)
-    ds.source.read = _TimedRead(ds.source.read, read_seconds)
-    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=num_workers)
-    batches = windows = num_bytes = 0
-    waited = first_batch = 0.0
-    started = clock.perf_counter()
-    batch_iter = iter(loader)
-    while max_batches is None or batches < max_batches:
-        asked = clock.perf_counter()
-        try:
-            batch = next(batch_iter)
-        except StopIteration:
-            break
-        now = clock.perf_counter()
-        waited += now - asked
-        if batches == 0:
-            first_batch = now - started
-        tensors = batch if isinstance(batch, (tuple, list)) else (batch,)
-        batches += 1
-        windows += tensors[0].shape[0]
-        num_bytes += sum(t.nelement() * t.element_size() for t in tensors)
-        if step_ms:
-            clock.sleep(step_ms / 1000)
-        if clock.perf_counter() - started >= seconds:
-            break
-    elapsed = clock.perf_counter() - started
-    del batch_iter  # joins the workers, so their peak RSS is known
-    processes = max(1, num_workers)
-    return {
-        "path": path, "partitions": len(ds.partitions), "num_windows": ds.num_windows,
-        "batches_per_epoch": len(ds), "batches": batches, "windows": windows,
-        "epoch_done": batches == len(ds), "seconds": round(elapsed, 3),
-        "open_seconds": round(open_seconds, 3), "first_batch_seconds": round(first_batch, 3),
-        "windows_per_second": round(windows / elapsed, 1),
-        "gb_per_second": round(num_bytes / elapsed / 1e9, 4),
-        "wait_share": round(waited / elapsed, 4),
-        "read_share": round(min(1.0, read_seconds.value / (elapsed * processes)), 4),
-        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        "peak_worker_rss_bytes": (resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-                                  if num_workers else None),
-        "settings": {"window": window, "stride": stride, "horizon": horizon,
-                     "batch_size": batch_size, "num_workers": num_workers,
-                     "buffer_partitions": buffer_partitions,
-                     "prefetch_partitions": prefetch_partitions, "step_ms": step_ms},
-    }
-
-
 def _cmd_bench(args: argparse.Namespace) -> dict:
     out = bench(args.path, features=args.features, series=args.series, window=args.window,
                 stride=args.stride, horizon=args.horizon, targets=args.targets,
@@ -377,7 +288,7 @@ def _window_options(parser: argparse.ArgumentParser, required: bool = False) -> 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``dask-windows``."""
-    from dask_windows.convert import FORMATS
+    from dask_windows.readers import FORMATS
 
     parser = argparse.ArgumentParser(prog="dask-windows", description=__doc__.split("\n")[0])
     parser.add_argument("-v", "--verbose", action="count", default=0,

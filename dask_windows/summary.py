@@ -29,11 +29,11 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from dask_windows.convert import list_inputs, read_inputs
 from dask_windows.errors import ConfigError, DataError, SchemaError
 from dask_windows.index import scan_runs
 from dask_windows.manifest import read_manifest
 from dask_windows.parquet_source import PARQUET_SUFFIXES, ParquetSource
+from dask_windows.readers import list_inputs, read_inputs
 from dask_windows.source import DEFAULT_PARTITION_BYTES
 from dask_windows.windows import windows_per_run
 

@@ -1,0 +1,112 @@
+"""``bench``: time a ``WindowDataset`` through a ``DataLoader`` on real data.
+
+The measurement runs in this process with the real loader, its worker
+processes and its prefetch thread, so the figures are what training would
+see, not a model of it. The price is that the numbers include this machine's
+page cache and disk state (a second run reads from cache) and that read time
+is counted by wrapping ``source.read``: a shared ``multiprocessing.Value``
+adds each call's seconds across DataLoader workers, which costs a lock per
+partition read, not per batch. Peak RSS comes from ``getrusage``, so it is
+the peak of the whole process lifetime, imports included.
+
+torch and the dataset are imported inside :func:`bench`, so importing this
+module (as the CLI does) stays cheap.
+"""
+from __future__ import annotations
+
+import time as clock
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["bench"]
+
+
+class _TimedRead:
+    """``source.read`` that adds its seconds to a counter shared with DataLoader workers."""
+
+    def __init__(self, read: Any, seconds: Any) -> None:
+        self.read, self.seconds = read, seconds
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        started = clock.perf_counter()
+        try:
+            return self.read(*args, **kwargs)
+        finally:
+            with self.seconds.get_lock():
+                self.seconds.value += clock.perf_counter() - started
+
+
+def bench(path: str, *, features: Sequence[str], series: str, window: int, stride: int = 1,
+          horizon: int = 0, targets: Sequence[str] | None = None, batch_size: int = 256,
+          num_workers: int = 0, buffer_partitions: int = 2, prefetch_partitions: int = 1,
+          max_batches: int | None = None, seconds: float = 30.0, step_ms: float = 0.0,
+          seed: int = 0) -> dict:
+    """Time a ``WindowDataset`` through a ``DataLoader`` on real data.
+
+    Stops at the end of the epoch, after ``max_batches`` or after ``seconds``.
+    ``step_ms`` simulates a training step per batch, so that ``wait_share``
+    (the part of the wall time the consumer spent waiting for batches) shows
+    whether the loader keeps up with a model of that speed. ``read_share`` is
+    the time spent reading and decoding partitions, summed over the loader's
+    processes, per second of wall time and process: near 1, I/O bounds the
+    loader. Peak RSS is this process's and the largest worker's.
+    """
+    import multiprocessing
+    import resource
+
+    import torch
+
+    from dask_windows import WindowDataset
+
+    opened = clock.perf_counter()
+    ds = WindowDataset(path, features=list(features), targets=list(targets) if targets else None,
+                       series=series, window=window, stride=stride, horizon=horizon,
+                       batch_size=batch_size, shuffle=True, seed=seed,
+                       buffer_partitions=buffer_partitions,
+                       prefetch_partitions=prefetch_partitions)
+    open_seconds = clock.perf_counter() - opened
+    read_seconds = multiprocessing.get_context().Value("d", 0.0)
+    ds.source.read = _TimedRead(ds.source.read, read_seconds)
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=num_workers)
+    batches = windows = num_bytes = 0
+    waited = first_batch = 0.0
+    started = clock.perf_counter()
+    batch_iter = iter(loader)
+    while max_batches is None or batches < max_batches:
+        asked = clock.perf_counter()
+        try:
+            batch = next(batch_iter)
+        except StopIteration:
+            break
+        now = clock.perf_counter()
+        waited += now - asked
+        if batches == 0:
+            first_batch = now - started
+        tensors = batch if isinstance(batch, (tuple, list)) else (batch,)
+        batches += 1
+        windows += tensors[0].shape[0]
+        num_bytes += sum(t.nelement() * t.element_size() for t in tensors)
+        if step_ms:
+            clock.sleep(step_ms / 1000)
+        if clock.perf_counter() - started >= seconds:
+            break
+    elapsed = clock.perf_counter() - started
+    del batch_iter  # joins the workers, so their peak RSS is known
+    processes = max(1, num_workers)
+    return {
+        "path": path, "partitions": len(ds.partitions), "num_windows": ds.num_windows,
+        "batches_per_epoch": len(ds), "batches": batches, "windows": windows,
+        "epoch_done": batches == len(ds), "seconds": round(elapsed, 3),
+        "open_seconds": round(open_seconds, 3), "first_batch_seconds": round(first_batch, 3),
+        "windows_per_second": round(windows / elapsed, 1),
+        "gb_per_second": round(num_bytes / elapsed / 1e9, 4),
+        "wait_share": round(waited / elapsed, 4),
+        "read_share": round(min(1.0, read_seconds.value / (elapsed * processes)), 4),
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_worker_rss_bytes": (resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+                                  if num_workers else None),
+        "settings": {"window": window, "stride": stride, "horizon": horizon,
+                     "batch_size": batch_size, "num_workers": num_workers,
+                     "buffer_partitions": buffer_partitions,
+                     "prefetch_partitions": prefetch_partitions, "step_ms": step_ms},
+    }

@@ -1,0 +1,240 @@
+"""Input readers for ``convert`` and ``stats``: Parquet, CSV, Avro and ``.npy`` files.
+
+Every format becomes one lazy Dask DataFrame in file order, read in blocks of
+about ``blocksize`` bytes so that no task holds more than one block. Parquet
+and CSV go through Dask's own readers. Avro files are read whole, one file
+per task, with fastavro: simple, but a task holds one whole file, so large
+Avro inputs are best split before converting. ``.npy`` files are read from
+their bytes in row chunks after parsing only the header (no ``np.load``, no
+memory map), which works the same on local disks and object stores at the
+cost of one seek per chunk, or one per column for Fortran-ordered arrays.
+
+Dask's DataFrame layer is imported inside :func:`read_inputs`, so listing
+inputs and checking formats (and the CLI's ``--help``, which needs
+``FORMATS``) does not pay for it.
+"""
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import fsspec
+import numpy as np
+import pandas as pd
+
+from dask_windows.errors import ConfigError, DataError, SchemaError
+
+if TYPE_CHECKING:
+    import dask.dataframe as dd
+
+__all__ = ["FORMATS", "list_inputs", "read_inputs"]
+
+FORMATS = ("parquet", "csv", "avro", "npy")
+_EXTENSIONS = {
+    "parquet": (".parquet", ".parq", ".pq"),
+    "csv": (".csv", ".csv.gz", ".csv.bz2", ".csv.xz", ".tsv"),
+    "avro": (".avro",),
+    "npy": (".npy",),
+}
+
+
+def _format_of(path: str) -> str | None:
+    return next((f for f, exts in _EXTENSIONS.items() if path.lower().endswith(exts)), None)
+
+
+def list_inputs(srcs: Sequence[str], fmt: str | None,
+                storage_options: dict | None = None) -> tuple[str, list[str]]:
+    """Expand files, folders and globs into input file URLs, and settle the format.
+
+    Folders are searched recursively for files with the format's extensions
+    (any known one when ``fmt`` is None), skipping names starting with ``_``
+    or ``.``; each source's files are sorted; sources keep the order given.
+
+    Returns:
+        ``(fmt, urls)``.
+    """
+    if fmt is not None and fmt not in FORMATS:
+        raise ConfigError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    wanted = _EXTENSIONS[fmt] if fmt else sum(_EXTENSIONS.values(), ())
+    urls: list[str] = []
+    for src in srcs:
+        fs, path = fsspec.core.url_to_fs(src, **(storage_options or {}))
+        if fs.isdir(path):
+            found = [p for p in fs.find(path) if p.lower().endswith(wanted) and not any(
+                part.startswith(("_", ".")) for part in posixpath.relpath(p, path).split("/"))]
+        elif any(c in path for c in "*?["):
+            found = fs.glob(path)
+        elif fs.exists(path):
+            found = [path]
+        else:
+            raise FileNotFoundError(f"input {src} does not exist; check the path")
+        if not found:
+            raise FileNotFoundError(f"no input files ({', '.join(wanted)}) in {src}; "
+                                    f"check the path or pass --format")
+        local = "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
+        urls += [p if local else fs.unstrip_protocol(p) for p in sorted(found)]
+    if fmt is None:
+        formats = {_format_of(u) for u in urls}
+        if None in formats:
+            odd = next(u for u in urls if _format_of(u) is None)
+            raise ConfigError(f"cannot tell the format of {odd} from its name; pass "
+                              f"--format with one of {', '.join(FORMATS)}")
+        if len(formats) > 1:
+            raise ConfigError(f"inputs mix formats {sorted(formats)}; convert one format "
+                              f"at a time or pass --format")
+        fmt = formats.pop()
+    return fmt, urls
+
+
+def _avro_dtype(avro_type: Any) -> str:
+    """The pandas dtype a column of this Avro type becomes."""
+    nullable = isinstance(avro_type, list) and "null" in avro_type
+    if isinstance(avro_type, list):
+        rest = [t for t in avro_type if t != "null"]
+        if len(rest) != 1:
+            return "object"
+        avro_type = rest[0]
+    if isinstance(avro_type, dict):
+        logical = avro_type.get("logicalType", "")
+        if logical in ("timestamp-millis", "timestamp-micros"):
+            return "datetime64[us, UTC]"
+        if logical in ("local-timestamp-millis", "local-timestamp-micros"):
+            return "datetime64[us]"
+        avro_type = avro_type.get("type") if not logical else None
+    simple = {"int": ("int64", "Int64"), "long": ("int64", "Int64"),
+              "float": ("float32", "float32"), "double": ("float64", "float64"),
+              "boolean": ("bool", "boolean"), "string": ("str", "str")}
+    return simple[avro_type][nullable] if avro_type in simple else "object"
+
+
+def _fastavro() -> Any:
+    try:
+        import fastavro
+    except ImportError as exc:
+        raise ImportError('reading Avro needs fastavro: pip install "dask_windows[avro]"') from exc
+    return fastavro
+
+
+def _avro_dtypes(url: str, storage_options: dict | None) -> dict[str, str]:
+    fastavro = _fastavro()
+    with fsspec.open(url, "rb", **(storage_options or {})) as src:
+        schema = fastavro.reader(src).writer_schema
+    return {field["name"]: _avro_dtype(field["type"]) for field in schema["fields"]}
+
+
+def _read_avro(url: str, dtypes: dict[str, str], first: str,
+               storage_options: dict | None) -> pd.DataFrame:
+    fastavro = _fastavro()
+    if url != first and (mine := _avro_dtypes(url, storage_options)) != dtypes:
+        raise SchemaError(f"{url} has Avro columns {mine} but {first} has {dtypes}; "
+                          f"convert files with different schemas separately")
+    with fsspec.open(url, "rb", **(storage_options or {})) as src:
+        records = list(fastavro.reader(src))
+    columns = {}
+    for name, dtype in dtypes.items():
+        values = [r.get(name) for r in records]
+        if dtype.startswith("datetime64"):
+            columns[name] = pd.Series(pd.to_datetime(values, utc="UTC" in dtype)).astype(dtype)
+        else:
+            columns[name] = pd.Series(values, dtype=dtype)
+    return pd.DataFrame(columns)
+
+
+def _npy_header(url: str, storage_options: dict | None) -> tuple[tuple, np.dtype, int, bool]:
+    with fsspec.open(url, "rb", **(storage_options or {})) as src:
+        version = np.lib.format.read_magic(src)
+        read = {(1, 0): np.lib.format.read_array_header_1_0,
+                (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+        if read is None:
+            raise DataError(f"{url} is .npy version {version}; save it with numpy.save")
+        shape, fortran_order, dtype = read(src)
+        offset = src.tell()
+    if len(shape) not in (1, 2) or (dtype.names and len(shape) != 1) or dtype.hasobject:
+        raise DataError(f"{url} holds a {dtype} array of shape {shape}; use (rows,) or "
+                        f"(rows, columns) arrays of numbers, or a 1-D structured array")
+    return shape, dtype, offset, bool(fortran_order) and len(shape) == 2
+
+
+def _read_npy(part: tuple, names: list[str], series: str, time: str,
+              storage_options: dict | None) -> pd.DataFrame:
+    """Rows ``[start, stop)`` of one ``.npy`` file, read without loading the rest."""
+    url, start, stop, shape, dtype, offset, fortran = part
+    width = shape[1] if len(shape) == 2 else 1
+    with fsspec.open(url, "rb", **(storage_options or {})) as src:
+        if fortran:  # column-major: each column's rows are contiguous
+            columns = []
+            for j in range(width):
+                src.seek(offset + (j * shape[0] + start) * dtype.itemsize)
+                columns.append(np.frombuffer(src.read((stop - start) * dtype.itemsize), dtype))
+            data = np.stack(columns, axis=1) if columns else np.empty((0, 0), dtype)
+        else:
+            src.seek(offset + start * width * dtype.itemsize)
+            data = np.frombuffer(src.read((stop - start) * width * dtype.itemsize), dtype=dtype)
+    if dtype.names:
+        df = pd.DataFrame({name: data[name] for name in dtype.names})
+    else:
+        df = pd.DataFrame(data.reshape(stop - start, len(names)), columns=names)
+    extra = {}
+    if series not in df.columns:
+        extra[series] = pd.Series([posixpath.basename(url)[:-4]] * len(df), dtype="str")
+    if time not in df.columns:
+        extra[time] = np.arange(start, stop, dtype=np.int64)
+    return pd.concat([pd.DataFrame(extra), df], axis=1) if extra else df
+
+
+def read_inputs(urls: Sequence[str], fmt: str, *, series: str, time: str,
+                npy_columns: Sequence[str] | None = None, blocksize: int = 64 * 2**20,
+                storage_options: dict | None = None) -> dd.DataFrame:
+    """Open input files as one lazy Dask DataFrame, in file order.
+
+    Parquet and CSV go through Dask's readers (split into ~``blocksize``
+    pieces); each Avro file is one partition read with fastavro; ``.npy``
+    files are read in row chunks straight from their bytes (no full load).
+
+    An ``.npy`` file is either a 1-D structured array, whose fields are the
+    columns, or a plain ``(rows,)`` / ``(rows, C)`` array, whose columns are
+    ``npy_columns`` or ``f0..f{C-1}``. When ``series`` is not one of its
+    columns the file is one series named after the file (its name without
+    ``.npy``); when ``time`` is not, it is the row number within the file.
+    """
+    import dask.dataframe as dd
+
+    options = storage_options or {}
+    if fmt == "parquet":
+        return dd.read_parquet(list(urls), storage_options=options, blocksize=blocksize)
+    if fmt == "csv":
+        compressed = any(not u.lower().endswith((".csv", ".tsv")) for u in urls)
+        sep = "\t" if all(u.lower().endswith(".tsv") for u in urls) else ","
+        return dd.read_csv(list(urls), blocksize=None if compressed else blocksize, sep=sep,
+                           storage_options=options)
+    if fmt == "avro":
+        dtypes = _avro_dtypes(urls[0], options)
+        meta = pd.DataFrame({n: pd.Series([], dtype=d) for n, d in dtypes.items()})
+        return dd.from_map(_read_avro, list(urls), dtypes=dtypes, first=urls[0],
+                           storage_options=options, meta=meta, label="read-avro")
+    if fmt != "npy":
+        raise ConfigError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    parts, first = [], None
+    for url in urls:
+        shape, dtype, offset, fortran = _npy_header(url, options)
+        if first is None:
+            first = (url, shape[1:], dtype)
+        elif (shape[1:], dtype) != first[1:]:
+            raise SchemaError(f"{url} holds {dtype} rows of shape {shape[1:]} but {first[0]} "
+                              f"holds {first[2]} rows of shape {first[1]}; every .npy input "
+                              f"needs the same columns")
+        row_bytes = dtype.itemsize * (shape[1] if len(shape) == 2 else 1)
+        step = max(1, blocksize // max(row_bytes, 1))
+        parts += [(url, a, min(a + step, shape[0]), shape, dtype, offset, fortran)
+                  for a in range(0, shape[0], step)]
+    num_columns = 1 if len(first[1]) == 0 else first[1][0]
+    columns = list(npy_columns) if npy_columns else [f"f{i}" for i in range(num_columns)]
+    if not first[2].names and len(columns) != num_columns:
+        raise ConfigError(f"{len(columns)} column names given for .npy arrays with "
+                          f"{num_columns} columns; pass exactly {num_columns} names")
+    if not parts:
+        raise DataError(f"the .npy inputs ({urls[0]}, ...) have no rows")
+    meta = _read_npy((parts[0][0], 0, 0, *parts[0][3:]), columns, series, time, options)
+    return dd.from_map(_read_npy, parts, names=columns, series=series, time=time,
+                       storage_options=options, meta=meta, label="read-npy")
