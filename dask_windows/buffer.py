@@ -30,6 +30,7 @@ from dask_windows.windows import window_starts
 __all__ = ["Buffer", "Part", "decode", "stream"]
 
 _CHUNK = 1 << 18  # windows whose starts are computed at once
+_TRIM_BYTES = 8 << 20  # buffers at least this large hand their memory back when dropped
 
 
 @dataclass
@@ -132,6 +133,7 @@ class Buffer:
                 self.starts[at : at + len(rows)] = rows
                 at += len(rows)
         self.gatherer = Gatherer(x, y, spec.window, spec.horizon, spec.layout, *(scale or (None, None)))
+        self.nbytes = x.nbytes + (0 if y is None else y.nbytes) + self.starts.nbytes
 
     def permute(self, rng: np.random.Generator | None) -> None:
         """Shuffle the windows in place with ``rng``; ``None`` keeps row order."""
@@ -258,8 +260,10 @@ def stream(
         buffer.permute(rng_for(*entropy) if spec.shuffle else None)
         yield from drain(buffer, skip)
         skip = 0
+        large = buffer.nbytes >= _TRIM_BYTES
         buffer = None  # drop the buffer before the next one is built
-        trim()
+        if large:
+            trim()
     if owed and remaining > 0:
         segments = [seg for group in plan.buffers for seg in group]
         for seg in reversed(segments):
