@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -155,6 +156,7 @@ class WindowDataset(IterableDataset):
         self._explicit_world = (rank, world_size)
         self._ranks = self._resolve_ranks()
         self.epoch = 0
+        self._worker_passes = 0  # passes over this copy inside one DataLoader worker process
         self._resumer = Resumer()
         self._identity: dict | None = None
         self._series: SeriesTable | None = None
@@ -236,6 +238,16 @@ class WindowDataset(IterableDataset):
         # StatefulDataLoader's state_dict() right after iter() already sees this pass.
         self._ranks = self._resolve_ranks()
         worker, num_workers = detect_worker()
+        if get_worker_info() is not None:
+            self._worker_passes += 1
+            if self._worker_passes == 2 and worker == 0:
+                warnings.warn(
+                    "this WindowDataset copy is iterated a second time in the same DataLoader worker: "
+                    "persistent_workers=True keeps copies that never see set_epoch() or load_state_dict(), "
+                    f"so every pass repeats epoch {self.epoch}; use persistent_workers=False (the default)",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
         world = World(self._ranks[0], self._ranks[1], worker, num_workers)
         reader, skip = self._resumer.begin(self.epoch, world, len(self))
         return self._batches(self._plan(reader, skip))

@@ -375,3 +375,26 @@ def test_manifest_runs_replace_the_series_scan(frames, tmp_path):
     write_manifest(str(tmp_path), fs, series="sid", time="ts", files=entries)
     stale = make(str(tmp_path), series="sid")
     assert stale.source._manifest is None and stale.num_windows == len(oracle_starts(frames, "sid", 8))
+
+
+def test_persistent_workers_warn_that_epochs_repeat(root):
+    """Worker copies never see set_epoch: the epoch repeats, and the worker says so on stderr."""
+    import subprocess
+    import sys
+
+    script = f"""
+import numpy as np, torch, dask_windows as dw
+ds = dw.WindowDataset({root!r}, features=["f0"], series="sid", window=8, batch_size=16, return_index=True)
+loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=1, persistent_workers=True)
+first = np.concatenate([b[-1].numpy() for b in loader])
+ds.set_epoch(1)
+again = np.concatenate([b[-1].numpy() for b in loader])
+fresh = np.concatenate([b[-1].numpy() for b in torch.utils.data.DataLoader(ds, batch_size=None, num_workers=1)])
+print(np.array_equal(first, again), np.array_equal(first, fresh))
+"""
+    root_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root_dir)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False"]  # repeated with persistent workers, reshuffled without
+    assert "persistent_workers=True keeps copies that never see set_epoch()" in out.stderr
