@@ -21,7 +21,7 @@ import numpy as np
 from dask_windows.batch import Gatherer, normalize_per_sample
 from dask_windows.errors import DataError, SourceReadError
 from dask_windows.faults import REPLACEMENT_TAG, replacement_picks
-from dask_windows.index import WindowGrid
+from dask_windows.index import WindowGrid, nan_rows
 from dask_windows.memory import trim
 from dask_windows.plan import EpochPlan, Segment, rng_for
 from dask_windows.spec import WindowSpec
@@ -58,15 +58,6 @@ def _target_dtype(columns: list[np.ndarray]) -> type:
     return np.int64 if all(c.dtype.kind in "iub" for c in columns) else np.float32
 
 
-def _nan_rows(arrays: list[np.ndarray]) -> np.ndarray:
-    bad = None
-    for a in arrays:
-        if a.dtype.kind in "fc":
-            m = np.isnan(a)
-            bad = m if bad is None else bad | m
-    return np.zeros(0, np.int64) if bad is None else np.flatnonzero(bad)
-
-
 def decode(index: int, name: str, columns: dict, spec: WindowSpec) -> Part:
     """Stack a partition's columns into the buffer layout (one copy per column)."""
     feats = [columns[c] for c in spec.features]
@@ -85,8 +76,8 @@ def decode(index: int, name: str, columns: dict, spec: WindowSpec) -> Part:
         for t, values in enumerate(targ):
             y[t] = values
     check = spec.nan == "raise"
-    nan_x = _nan_rows(feats) if check else np.zeros(0, np.int64)
-    nan_y = _nan_rows([columns[c] for c in spec.targets]) if check and spec.targets else np.zeros(0, np.int64)
+    nan_x = nan_rows({c: columns[c] for c in spec.features}) if check else np.zeros(0, np.int64)
+    nan_y = nan_rows({c: columns[c] for c in spec.targets}) if check else np.zeros(0, np.int64)
     return Part(index, name, x, y, nan_x, nan_y)
 
 

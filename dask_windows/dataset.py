@@ -27,7 +27,7 @@ from dask_windows.index import WindowGrid, nan_rows, scan_runs
 from dask_windows.memory import trim
 from dask_windows.plan import batches_per_rank, plan_reader
 from dask_windows.prefetch import Prefetcher
-from dask_windows.resume import Resumer, fingerprint
+from dask_windows.resume import Resumer, check_int, fingerprint
 from dask_windows.retry import RetryPolicy, resolve_retry
 from dask_windows.source import ArraySource, PartitionReader, Source, is_series_vector, open_source
 from dask_windows.spec import WindowSpec
@@ -211,9 +211,7 @@ class WindowDataset(IterableDataset):
 
     def set_epoch(self, epoch: int) -> None:
         """Use the order of ``epoch``; the same ``(seed, epoch)`` gives the same batches."""
-        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 0:
-            raise ConfigError(f"epoch={epoch!r} must be a non-negative int")
-        self.epoch = int(epoch)
+        self.epoch = check_int("epoch", epoch)
         self._resumer.forget(self.epoch)
         self._ranks = self._resolve_ranks()
 

@@ -124,7 +124,8 @@ class _Progress:
     done: int
 
 
-def _check_int(name: str, value: object, minimum: int = 0) -> int:
+def check_int(name: str, value: object, minimum: int = 0) -> int:
+    """``value`` as an int (numpy ints too), or a ``ConfigError`` when it is not one ``>= minimum``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ConfigError(f"{name}={value!r} must be an int >= {minimum}")
     return int(value)
@@ -180,8 +181,8 @@ class Resumer:
         if state.get("scope") not in SCOPES:
             raise ConfigError(f"state scope {state.get('scope')!r} must be one of {SCOPES}")
         for key in ("epoch", "batches") + (("worker", "role") if state["scope"] == "worker" else ()):
-            _check_int(f"state[{key!r}]", state.get(key))
-        _check_int("state['num_workers']", state.get("num_workers"), minimum=1)
+            check_int(f"state[{key!r}]", state.get(key))
+        check_int("state['num_workers']", state.get("num_workers"), minimum=1)
         self.pending = dict(state)
         self.progress = None
         return int(state["epoch"])
@@ -257,9 +258,9 @@ class Resumer:
                     f"state_dict(batches={batches}) also needs num_workers=, the DataLoader's num_workers: "
                     "each worker's share of the batches depends on it"
                 )
-            readers = max(_check_int("num_workers", num_workers), 1)
+            readers = max(check_int("num_workers", num_workers), 1)
             offset = self._pass_start(epoch, readers)
-            taken = offset + _check_int("batches", batches)
+            taken = offset + check_int("batches", batches)
             if taken > num_batches:
                 raise ConfigError(
                     f"batches={batches}" + (f" (+{offset} skipped by the resume)" if offset else "")

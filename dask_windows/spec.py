@@ -86,8 +86,7 @@ class WindowSpec:
         _positive_int("batch_size", self.batch_size)
         _positive_int("buffer_partitions", self.buffer_partitions)
         _positive_int("prefetch_partitions", self.prefetch_partitions, minimum=0)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ConfigError(f"seed={self.seed!r} must be a non-negative int")
+        _positive_int("seed", self.seed, minimum=0)
         if self.layout not in LAYOUTS:
             raise ConfigError(f"layout={self.layout!r} must be one of {LAYOUTS}")
         if self.nan not in NAN_POLICIES:
