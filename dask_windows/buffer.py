@@ -185,7 +185,7 @@ def stream(
     grid: WindowGrid,
     row_offsets: np.ndarray,
     spec: WindowSpec,
-    emit: Callable[[np.ndarray, np.ndarray | None, np.ndarray], object],
+    emit: Callable[[np.ndarray, np.ndarray | None, np.ndarray | None], object],
     normalize: tuple[np.ndarray, np.ndarray] | str | None = None,
     reread: Callable[[int], Part | None] | None = None,
 ) -> Iterator[object]:
@@ -198,7 +198,8 @@ def stream(
         grid: The dataset's window grid.
         row_offsets: ``(P,)`` global row of each partition's first row.
         spec: Window settings.
-        emit: Wraps one batch's numpy arrays (features, targets or ``None``, global start rows).
+        emit: Wraps one batch's numpy arrays (features, targets or ``None``, global start rows or
+            ``None`` unless ``spec.return_index``).
         normalize: ``(mean, std)`` per feature, ``"sample"`` (per window and channel) or ``None``.
         reread: Reads a partition again (``None`` if unreadable), for windows still owed at the end
             because every partition of the last buffers was skipped.
@@ -219,7 +220,7 @@ def stream(
             starts = buffer.starts[pos : pos + take]
             x = buffer.gatherer.features(starts)
             y = buffer.gatherer.targets(starts) if spec.targets else None
-            rows = buffer.global_rows(starts)
+            rows = buffer.global_rows(starts) if spec.return_index else None  # only yielded with the index
             pos += take
             remaining -= take
             if carried or take < batch and remaining > 0:
@@ -229,7 +230,7 @@ def stream(
                     continue
                 x = np.concatenate([c[0] for c in carry])
                 y = np.concatenate([c[1] for c in carry]) if spec.targets else None
-                rows = np.concatenate([c[2] for c in carry])
+                rows = np.concatenate([c[2] for c in carry]) if spec.return_index else None
                 carry, carried = [], 0
             if normalize == "sample":
                 normalize_per_sample(x, spec.layout == "NCL")

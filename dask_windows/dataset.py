@@ -392,7 +392,7 @@ class WindowDataset(IterableDataset):
             return None
         return decode(index, name, columns, self.spec)
 
-    def _emit(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray) -> Any:
+    def _emit(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None) -> Any:
         out = [torch.from_numpy(x)]
         if y is not None:
             out.append(torch.from_numpy(y))
