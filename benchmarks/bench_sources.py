@@ -131,7 +131,7 @@ def bench_dask(paths: list[str], kw: dict) -> None:
 
 
 def bench_many_files(count: int, rows: int) -> None:
-    from dask_windows.source import ParquetSource
+    from dask_windows.sources import ParquetSource
 
     root = tempfile.mkdtemp(prefix=f"dw-many-{count}-")
     try:

@@ -13,12 +13,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from dask_windows.array_source import ArraySource
-from dask_windows.dask_source import DaskSource
 from dask_windows.errors import ConfigError, DataError, SchemaError, SourceReadError
 from dask_windows.faults import SkippedPartition, SkippedPartitionWarning
-from dask_windows.parquet_source import ParquetSource
-from dask_windows.retry import RetryPolicy
+from dask_windows._moved import install as _install_moved_paths
+from dask_windows.sources import ArraySource, DaskSource, ParquetSource, RetryPolicy
 
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ provides them
     from dask_windows import masks
@@ -26,6 +24,8 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ provides the
     from dask_windows.device import DevicePrefetcher, standardize
 
 __version__ = "0.1.0"
+
+_install_moved_paths()  # 0.1 module paths (dask_windows.parquet_source, ...) still import
 
 __all__ = [
     "ArraySource",

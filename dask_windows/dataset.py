@@ -28,8 +28,8 @@ from dask_windows.memory import trim
 from dask_windows.plan import batches_per_rank, plan_reader
 from dask_windows.prefetch import Prefetcher
 from dask_windows.resume import Resumer, check_int, fingerprint
-from dask_windows.retry import RetryPolicy, resolve_retry
-from dask_windows.source import ArraySource, PartitionReader, Source, is_series_vector, open_source
+from dask_windows.sources.retry import RetryPolicy, resolve_retry
+from dask_windows.sources import ArraySource, PartitionReader, Source, is_series_vector, open_source
 from dask_windows.spec import WindowSpec
 from dask_windows.split import SeriesTable, cut_positions, split_grid
 from dask_windows.world import World, detect_ranks, detect_worker
@@ -428,7 +428,7 @@ def _resolve_normalize(normalize: Any, spec: WindowSpec, storage_options: dict |
             raise ConfigError("normalize std must be > 0 for every feature")
         return mean, std
     if isinstance(normalize, (str, os.PathLike, dict)):
-        from dask_windows.summary import load_stats
+        from dask_windows.normalize import load_stats
 
         try:
             mean, std = load_stats(normalize, list(spec.features), storage_options)

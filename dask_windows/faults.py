@@ -20,6 +20,11 @@ with a message naming it. ``on_error="skip"`` leaves it out, warns
   buffer that can; windows still owed at the end are drawn from the reader's
   last readable partition, read again.
 
+Which failures are transient (worth a retry) is decided here too, by
+``is_transient``: it walks the exception and its causes and looks at types
+and status codes by name, so botocore, aiohttp, gcsfs and adlfs errors are
+recognised without importing any of them.
+
 The trade-off: a replacement window is a repeat of a window already in the
 epoch, so a skipped partition slightly over-weights its buffer neighbours
 for one epoch instead of shortening one rank's epoch; with
@@ -27,6 +32,7 @@ for one epoch instead of shortening one rank's epoch; with
 """
 from __future__ import annotations
 
+import errno
 import logging
 import warnings
 from collections.abc import Callable, Sequence
@@ -36,20 +42,145 @@ from typing import Any
 import numpy as np
 
 from dask_windows.errors import ConfigError, SourceReadError
-from dask_windows.retry import error_text, is_transient
 
 __all__ = [
     "ON_ERROR",
     "SkippedPartition",
     "SkippedPartitionWarning",
     "check_on_error",
+    "describe_failure",
+    "error_text",
     "guard_scan",
+    "is_transient",
     "opening_skip_allowed",
     "record_skip",
     "replacement_picks",
 ]
 
 log = logging.getLogger(__name__)
+
+TRANSIENT_ERRNOS = frozenset(
+    getattr(errno, name)
+    for name in (
+        "ECONNRESET",
+        "ECONNABORTED",
+        "ECONNREFUSED",
+        "ETIMEDOUT",
+        "EPIPE",
+        "EAGAIN",
+        "EBUSY",  # s3fs: SlowDown / ServiceUnavailable / 503
+        "EREMOTEIO",  # s3fs: InternalError / 500
+        "ENETUNREACH",
+        "ENETRESET",
+        "EHOSTUNREACH",
+    )
+    if hasattr(errno, name)
+)
+
+#: Exception class names (anywhere in the MRO) of connection-level failures.
+TRANSIENT_TYPES = frozenset(
+    {
+        "ConnectionError",  # builtin and botocore.exceptions.ConnectionError
+        "TimeoutError",
+        "HTTPClientError",  # botocore: ConnectionClosedError, ReadTimeoutError, ...
+        "IncompleteReadError",
+        "IncompleteRead",
+        "ClientConnectionError",  # aiohttp
+        "ClientPayloadError",
+        "ServerTimeoutError",
+        "FSTimeoutError",  # fsspec
+        "ResponseParserError",
+    }
+)
+
+#: Exception class names that are never retried, wherever they appear first.
+PERMANENT_TYPES = frozenset(
+    {"FileNotFoundError", "PermissionError", "IsADirectoryError", "NotADirectoryError", "ArrowInvalid", "KeyError"}
+)
+
+#: Service error codes meaning "slow down" or "try again".
+TRANSIENT_CODES = frozenset(
+    {
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "SlowDown",
+        "RequestLimitExceeded",
+        "TooManyRequestsException",
+        "ProvisionedThroughputExceededException",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "InternalError",
+        "ServiceUnavailable",
+        "BandwidthLimitExceeded",
+    }
+)
+
+
+def _status(exc: BaseException) -> int | None:
+    """HTTP status carried by ``exc`` (botocore ``response``, ``status``, ``code``, ``status_code``)."""
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if isinstance(status, int):
+            return status
+    for attr in ("status_code", "status", "code"):
+        value = getattr(exc, attr, None)
+        if isinstance(value, int) and not isinstance(value, bool) and 100 <= value < 600:
+            return value
+    return None
+
+
+def _classify(exc: BaseException) -> bool | None:
+    """``True`` transient, ``False`` permanent, ``None`` unknown, for ``exc`` alone."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if names & PERMANENT_TYPES:
+        return False
+    if names & TRANSIENT_TYPES:
+        return True
+    if isinstance(exc, OSError) and exc.errno in TRANSIENT_ERRNOS:
+        return True
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict) and response.get("Error", {}).get("Code") in TRANSIENT_CODES:
+        return True
+    status = _status(exc)
+    if status is not None:
+        return status == 429 or status >= 500
+    return None
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is a failure a later attempt may not see.
+
+    Connection resets and timeouts, throttling (429, ``SlowDown``) and server
+    errors (5xx) are transient; a missing object, a denied permission or a
+    corrupt file (``ArrowInvalid``) are not. Causes are followed through
+    ``__cause__`` / ``__context__`` because wrappers (s3fs, pyarrow) re-raise
+    the store's error as their own.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(seen) < 16:
+        seen.add(id(current))
+        verdict = _classify(current)
+        if verdict is not None:
+            return verdict
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def error_text(exc: BaseException) -> str:
+    """``"Type: message"`` of ``exc`` on one line, for messages that quote it."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+
+
+def describe_failure(exc: BaseException) -> str:
+    """``"after N tries"`` when a policy retried ``exc``, else an empty string."""
+    attempts = getattr(exc, "attempts", 1)
+    return f" after {attempts} tries" if isinstance(attempts, int) and attempts > 1 else ""
+
 
 ON_ERROR = ("raise", "skip")
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from dask_windows.source import Source
+from dask_windows.sources import Source
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scale_child.py")
@@ -92,7 +92,7 @@ def wait(procs: list[subprocess.Popen], timeout: float = 120) -> None:
 def open_dataset(data: str, log_path: str | None = None, **kwargs):
     """A ``WindowDataset`` over ``data`` (read through a ``CountingSource`` when ``log_path`` is given)."""
     from dask_windows.dataset import WindowDataset
-    from dask_windows.source import ParquetSource
+    from dask_windows.sources import ParquetSource
 
     source = ParquetSource(data) if log_path is None else CountingSource(ParquetSource(data), log_path)
     settings = {"features": ["f0", "f1"], "series": "sid", "return_index": True, **kwargs}

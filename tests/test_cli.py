@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 import dask_windows as dw
-from dask_windows.manifest import MANIFEST_NAME
-from dask_windows.summary import load_stats
+from dask_windows.sources.manifest import MANIFEST_NAME
+from dask_windows.normalize import load_stats
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLUSTER = ["--workers", "1", "--no-progress"]

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dask_windows.convert import convert, plan_files
+from dask_windows.cli.convert import convert, plan_files
 from dask_windows.errors import ConfigError, DataError, SchemaError
-from dask_windows.manifest import MANIFEST_NAME, read_manifest, series_runs, write_manifest
+from dask_windows.sources.manifest import MANIFEST_NAME, read_manifest, series_runs, write_manifest
 
 
 @pytest.fixture(autouse=True)
@@ -249,7 +249,7 @@ def test_manifest_write_read_validate(tmp_path):
 
 def _worker_baseline_bytes() -> int:
     """RSS of a fresh process holding what a convert worker imports."""
-    code = ("import resource, distributed, dask.dataframe, dask_windows.convert; "
+    code = ("import resource, distributed, dask.dataframe, dask_windows.cli.convert; "
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
     return int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -17,7 +17,7 @@ import pytest
 
 dd = pytest.importorskip("dask.dataframe")
 
-from dask_windows.dask_source import DaskSource, _active_client, _DaskReader, _known_lengths  # noqa: E402
+from dask_windows.sources.dask_frame import DaskSource, _active_client, _DaskReader, _known_lengths  # noqa: E402
 from dask_windows.dataset import WindowDataset  # noqa: E402
 from dask_windows.errors import SourceReadError  # noqa: E402
 from dask_windows.faults import SkippedPartitionWarning  # noqa: E402

@@ -350,7 +350,7 @@ def test_manifest_runs_replace_the_series_scan(frames, tmp_path):
     """A `dask-windows convert` manifest is trusted for the runs; a stale one is ignored."""
     import fsspec
 
-    from dask_windows.manifest import series_runs, write_manifest
+    from dask_windows.sources.manifest import series_runs, write_manifest
 
     paths = write_parquet(frames, str(tmp_path))
     fs = fsspec.filesystem("file")

@@ -16,7 +16,8 @@ from dask_windows.dataset import WindowDataset
 from dask_windows.errors import ConfigError, SourceReadError
 from dask_windows.faults import SkippedPartitionWarning, replacement_picks
 from dask_windows.plan import rng_for
-from dask_windows.retry import RetryPolicy, is_transient
+from dask_windows.faults import is_transient
+from dask_windows.sources.retry import RetryPolicy
 
 from helpers import collect, make_frames, oracle_starts, write_parquet
 

@@ -22,8 +22,8 @@ def run_python(code: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("statement", [
     "import dask_windows",
     # what Dask workers unpickle for convert and stats tasks, and the CLI up to dispatch
-    "import dask_windows.convert, dask_windows.readers, dask_windows.summary, "
-    "dask_windows.manifest, dask_windows.bench, dask_windows.cli; "
+    "import dask_windows.cli.convert, dask_windows.cli.readers, dask_windows.cli.summary, "
+    "dask_windows.sources.manifest, dask_windows.cli.bench, dask_windows.cli; "
     "dask_windows.cli.build_parser()",
 ])
 def test_imports_leave_torch_alone(statement):
@@ -56,3 +56,20 @@ def test_namespace():
     from dask_windows.dataset import WindowDataset
 
     assert dw.WindowDataset is WindowDataset
+
+
+@pytest.mark.parametrize("old", sorted(__import__("dask_windows._moved", fromlist=["MOVED"]).MOVED))
+def test_old_module_paths_warn_and_are_the_new_modules(old):
+    from dask_windows._moved import MOVED
+
+    done = run_python(
+        "import importlib, sys, warnings\n"
+        "with warnings.catch_warnings(record=True) as seen:\n"
+        "    warnings.simplefilter('always')\n"
+        f"    old = importlib.import_module({old!r})\n"
+        f"assert old is importlib.import_module({MOVED[old]!r})\n"
+        f"assert any(issubclass(w.category, DeprecationWarning) and {MOVED[old]!r} in str(w.message) "
+        "for w in seen), [str(w.message) for w in seen]\n"
+        "assert 'torch' not in sys.modules\n"
+    )
+    assert done.returncode == 0, done.stderr

@@ -16,7 +16,7 @@ import pytest
 from dask_windows.dataset import WindowDataset
 from dask_windows.errors import SourceReadError
 from dask_windows.faults import SkippedPartitionWarning
-from dask_windows.retry import RetryPolicy
+from dask_windows.sources.retry import RetryPolicy
 
 from helpers import collect, make_frames, oracle_starts, write_parquet
 

@@ -11,7 +11,7 @@ from scale_helpers import CountingSource, reads
 
 from dask_windows.dataset import WindowDataset
 from dask_windows.errors import ConfigError, DataError
-from dask_windows.source import ArraySource, ParquetSource
+from dask_windows.sources import ArraySource, ParquetSource
 
 
 def oracle_split(frames, series, window, horizon=0, stride=1, embargo=0, valid=None, at=None, time=None, bad_rows=()):

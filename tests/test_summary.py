@@ -13,13 +13,13 @@ import pytest
 from helpers import make_frames, write_parquet
 
 import dask_windows as dw
-from dask_windows.convert import convert
+from dask_windows.cli.convert import convert
 from dask_windows.errors import DataError, SchemaError
-from dask_windows.manifest import MANIFEST_NAME, write_manifest
-from dask_windows.summary import (
+from dask_windows.sources.manifest import MANIFEST_NAME, write_manifest
+from dask_windows.normalize import load_stats
+from dask_windows.cli.summary import (
     compute_stats,
     inspect_dataset,
-    load_stats,
     loader_memory,
     manifest_windows,
 )

@@ -33,9 +33,16 @@ from typing import Any
 import numpy as np
 
 from dask_windows.errors import ConfigError, SourceReadError
-from dask_windows.faults import check_on_error, opening_skip_allowed, record_skip
-from dask_windows.retry import RetryPolicy, describe_failure, error_text, is_transient, resolve_retry
-from dask_windows.source import Partition, PartitionReader, Source
+from dask_windows.faults import (
+    check_on_error,
+    describe_failure,
+    error_text,
+    is_transient,
+    opening_skip_allowed,
+    record_skip,
+)
+from dask_windows.sources.retry import RetryPolicy, resolve_retry
+from dask_windows.sources.base import Partition, PartitionReader, Source
 from dask_windows.windows import find_runs
 
 __all__ = ["DaskSource"]

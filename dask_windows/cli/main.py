@@ -19,7 +19,7 @@ import time as clock
 from collections.abc import Sequence
 from typing import Any
 
-from dask_windows.bench import bench  # imports torch only when called
+from dask_windows.cli.bench import bench  # imports torch only when called
 
 __all__ = ["bench", "build_parser", "main"]
 
@@ -133,8 +133,8 @@ class _Cluster:
 # ---------------------------------------------------------------- commands
 
 def _cmd_convert(args: argparse.Namespace) -> dict:
-    from dask_windows.convert import convert
-    from dask_windows.summary import manifest_windows
+    from dask_windows.cli.convert import convert
+    from dask_windows.cli.summary import manifest_windows
 
     started = clock.perf_counter()
     with _Cluster(args) as cluster:
@@ -173,7 +173,7 @@ def _cmd_convert(args: argparse.Namespace) -> dict:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> dict:
-    from dask_windows.summary import inspect_dataset
+    from dask_windows.cli.summary import inspect_dataset
 
     out = inspect_dataset(
         args.path, series=args.series, window=args.window, stride=args.stride,
@@ -211,7 +211,7 @@ def _cmd_inspect(args: argparse.Namespace) -> dict:
 
 
 def _cmd_stats(args: argparse.Namespace) -> dict:
-    from dask_windows.summary import compute_stats
+    from dask_windows.cli.summary import compute_stats
 
     with _Cluster(args) as cluster:
         doc = compute_stats(args.path, args.features, fmt=args.format, compute=cluster.compute)
@@ -288,7 +288,7 @@ def _window_options(parser: argparse.ArgumentParser, required: bool = False) -> 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``dask-windows``."""
-    from dask_windows.readers import FORMATS
+    from dask_windows.cli.readers import FORMATS
 
     parser = argparse.ArgumentParser(prog="dask-windows", description=__doc__.split("\n")[0])
     parser.add_argument("-v", "--verbose", action="count", default=0,

@@ -31,26 +31,22 @@ import pyarrow.parquet as pq
 
 from dask_windows.errors import ConfigError, DataError, SchemaError
 from dask_windows.index import scan_runs
-from dask_windows.manifest import read_manifest
-from dask_windows.parquet_source import PARQUET_SUFFIXES, ParquetSource
-from dask_windows.readers import list_inputs, read_inputs
-from dask_windows.source import DEFAULT_PARTITION_BYTES
+from dask_windows.normalize import STATS_FORMAT, STATS_VERSION
+from dask_windows.sources.manifest import read_manifest
+from dask_windows.sources.parquet import PARQUET_SUFFIXES, ParquetSource
+from dask_windows.cli.readers import list_inputs, read_inputs
+from dask_windows.sources.base import DEFAULT_PARTITION_BYTES
 from dask_windows.windows import windows_per_run
 
 __all__ = [
-    "STATS_FORMAT",
-    "STATS_VERSION",
     "compute_stats",
     "inspect_dataset",
-    "load_stats",
     "loader_memory",
     "manifest_windows",
 ]
 
 logger = logging.getLogger(__name__)
 
-STATS_FORMAT = "dask_windows.stats"
-STATS_VERSION = 1
 
 
 def _check_window(window: int, stride: int, horizon: int) -> None:
@@ -334,52 +330,3 @@ def compute_stats(
     rows = parts.loc[parts["feature"] == features[0], "rows"].sum()
     return {"format": STATS_FORMAT, "version": STATS_VERSION, "rows": int(rows),
             "features": _merge_stats(parts, features)}
-
-
-def load_stats(path_or_dict: str | os.PathLike | dict, features: Sequence[str],
-               storage_options: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and std of ``features`` from a stats file or dict, for standardising.
-
-    Args:
-        path_or_dict: a ``dask-windows stats`` JSON file (fsspec URL allowed)
-            or its decoded dict, or ``{feature: {"mean": .., "std": ..}}``.
-        features: the columns, in channel order.
-        storage_options: passed to fsspec when reading a file.
-
-    Returns:
-        ``(mean, std)``, float32 arrays of shape ``(len(features),)``. ``std``
-        is the population std and may hold zeros for constant features.
-
-    Raises:
-        SchemaError: a feature is missing or has no mean/std (all NaN).
-        DataError: the file is not a stats document.
-    """
-    where = "the stats dict"
-    doc = path_or_dict
-    if not isinstance(doc, dict):
-        where = os.fspath(path_or_dict)
-        with fsspec.open(where, "r", **(storage_options or {})) as src:
-            try:
-                doc = json.load(src)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{where} is not JSON ({exc}); create it with "
-                                f"`dask-windows stats PATH --out {where}`") from exc
-    if "format" in doc:
-        if doc["format"] != STATS_FORMAT or doc.get("version") != STATS_VERSION:
-            raise DataError(f"{where} is not a dask_windows stats file version "
-                            f"{STATS_VERSION} (format {doc.get('format')!r}, version "
-                            f"{doc.get('version')!r}); recreate it with `dask-windows stats`")
-        doc = doc["features"]
-    mean = np.empty(len(features), dtype=np.float32)
-    std = np.empty(len(features), dtype=np.float32)
-    for i, name in enumerate(features):
-        entry = doc.get(name)
-        if not isinstance(entry, dict) or entry.get("mean") is None or entry.get("std") is None:
-            known = sorted(doc)
-            raise SchemaError(f"{where} has no mean/std for feature {name!r} (it has {known}); "
-                              f"rerun `dask-windows stats PATH --features ...` including it")
-        mean[i], std[i] = entry["mean"], entry["std"]
-    if (std == 0).any():
-        logger.warning("features %s are constant in %s (std 0)",
-                       [f for f, s in zip(features, std) if s == 0], where)
-    return mean, std

@@ -34,9 +34,16 @@ from typing import Any
 import numpy as np
 
 from dask_windows.errors import ConfigError, SchemaError, SourceReadError
-from dask_windows.faults import check_on_error, opening_skip_allowed, record_skip
-from dask_windows.retry import RetryPolicy, describe_failure, error_text, is_transient, resolve_retry
-from dask_windows.source import DEFAULT_PARTITION_BYTES, Partition, Source
+from dask_windows.faults import (
+    check_on_error,
+    describe_failure,
+    error_text,
+    is_transient,
+    opening_skip_allowed,
+    record_skip,
+)
+from dask_windows.sources.retry import RetryPolicy, resolve_retry
+from dask_windows.sources.base import DEFAULT_PARTITION_BYTES, Partition, Source
 
 __all__ = ["ParquetSource"]
 
@@ -266,7 +273,7 @@ class ParquetSource(Source):
         folder has no manifest or it does not describe exactly these files and row counts (then
         the series column is scanned as usual).
         """
-        from dask_windows.manifest import read_manifest
+        from dask_windows.sources.manifest import read_manifest
 
         if not isinstance(data, (str, os.PathLike)) or any(ch in os.fspath(data) for ch in "*?["):
             return None

@@ -22,7 +22,7 @@ deterministic.
 
 Files are written under ``DST.tmp-<uuid>``, the manifest last, and the folder
 is renamed to ``DST`` only when everything is there. Inputs are listed and
-read by :mod:`dask_windows.readers`.
+read by :mod:`dask_windows.cli.readers`.
 """
 from __future__ import annotations
 
@@ -46,8 +46,8 @@ import pyarrow.parquet as pq
 from dask.utils import parse_bytes
 
 from dask_windows.errors import ConfigError, DataError, SchemaError
-from dask_windows.manifest import read_manifest, series_runs, write_manifest
-from dask_windows.readers import FORMATS, list_inputs, read_inputs
+from dask_windows.sources.manifest import read_manifest, series_runs, write_manifest
+from dask_windows.cli.readers import FORMATS, list_inputs, read_inputs
 
 # FORMATS, list_inputs and read_inputs live in readers.py; still importable from here
 __all__ = ["FORMATS", "ConvertReport", "convert", "list_inputs", "plan_files", "read_inputs"]

@@ -1,0 +1,110 @@
+"""Where rows come from: the source interface, the concrete sources, and picking one.
+
+The sources are the only modules that open files. A source exposes
+``partitions`` (name and row count, known from metadata without reading data)
+and ``read(i, columns)`` returning one numpy array per column; ``reader()``
+gives the reader of one iteration (a source that can start work early, like
+the Dask one, keeps the next partitions in flight).
+
+* ``base``: the interface (``Source``, ``Partition``, ``PartitionReader``);
+* ``parquet``: Parquet on local disk, ``s3://``, ``gs://``, ``az://``,
+  ``memory://`` or any fsspec URL; listing and footers read once, coalesced
+  column-chunk reads, retries, ``on_error``;
+* ``dask_frame``: any Dask DataFrame, computed on a ``dask.distributed``
+  cluster when a client is active;
+* ``arrays``: numpy arrays and ``.npy`` memmaps, or one 2-D array cut into
+  series by an id vector;
+* ``manifest``: the JSON file ``dask-windows convert`` writes beside its parts;
+* ``retry``: retrying transient storage errors.
+
+The interface module imports none of the concrete sources; ``open_source``
+here picks one from the type of the data. Importing this package imports
+neither dask nor torch (the Dask source imports dask when it is used).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from dask_windows.errors import ConfigError
+from dask_windows.faults import check_on_error
+from dask_windows.sources.arrays import ArraySource
+from dask_windows.sources.base import Partition, PartitionReader, Source
+from dask_windows.sources.dask_frame import DaskSource
+from dask_windows.sources.parquet import ParquetSource
+from dask_windows.sources.retry import RetryPolicy
+
+__all__ = [
+    "ArraySource",
+    "DaskSource",
+    "ParquetSource",
+    "Partition",
+    "PartitionReader",
+    "RetryPolicy",
+    "Source",
+    "is_series_vector",
+    "open_source",
+]
+
+
+def is_series_vector(series: Any) -> bool:
+    """Whether ``series`` is a per-row id vector (for one 2-D array) rather than a column name."""
+    return isinstance(series, (np.ndarray, list, tuple)) or (
+        hasattr(series, "__array__") and hasattr(series, "__len__") and not isinstance(series, str)
+    )
+
+
+
+def open_source(
+    data: Any,
+    storage_options: dict | None = None,
+    *,
+    series: Any = None,
+    retry: int | RetryPolicy | None = None,
+    on_error: str = "raise",
+    **options: Any,
+) -> Source:
+    """Pick the source for ``data``: a path/URL/list of paths, a Dask DataFrame, or numpy arrays.
+
+    Args:
+        data: What to read, or a ready ``Source`` (returned as is).
+        storage_options: Passed to fsspec for paths and URLs.
+        series: The series column (a hint: a Dask source scans it while counting rows), or for one
+            2-D array a ``(rows,)`` series id vector.
+        retry: Retries of transient storage errors.
+        on_error: ``"raise"`` or ``"skip"`` for partitions unreadable when the source is opened.
+        **options: ``partition_bytes`` (Parquet), ``partition_rows`` (arrays), ``threads``.
+    """
+    check_on_error(on_error)
+    threads = options.pop("threads", None)
+    if isinstance(data, Source):
+        return data
+    if series is not None and is_series_vector(series) and not isinstance(data, np.ndarray):
+        raise ConfigError(
+            f"series was given as a vector of {len(series)} ids, which only works with one 2-D numpy array; "
+            f"for {type(data).__name__} data pass the name of the series column"
+        )
+    if isinstance(data, (str, os.PathLike)) or (
+        isinstance(data, (list, tuple)) and data and all(isinstance(d, (str, os.PathLike)) for d in data)
+    ):
+        options.pop("partition_rows", None)
+        if threads is not None:
+            options["threads"] = threads
+        return ParquetSource(data, storage_options, retry=retry, on_error=on_error, **options)
+    if type(data).__module__.startswith("dask"):
+        options.pop("partition_bytes", None)
+        options.pop("partition_rows", None)
+        return DaskSource(data, series=series, retry=retry, on_error=on_error, **options)
+    options.pop("partition_bytes", None)
+    if isinstance(data, np.ndarray) and series is not None and is_series_vector(series):
+        return ArraySource.from_series(data, series, **options)
+    if isinstance(data, np.ndarray):
+        return ArraySource([data], **options)
+    if isinstance(data, (list, tuple)) and data and all(isinstance(d, np.ndarray) for d in data):
+        return ArraySource(data, **options)
+    raise TypeError(
+        f"cannot read windows from {type(data).__name__}; pass a Parquet path/URL/glob or a list of them, "
+        "a Dask DataFrame, a list of (rows, C) numpy arrays, or one 2-D array with series=<id per row>"
+    )

@@ -1,0 +1,135 @@
+"""The source interface: what the loader asks of any kind of data.
+
+A source exposes ``partitions`` (name and row count, known from metadata
+without reading data) and ``read(i, columns)`` returning one numpy array per
+column; ``reader()`` gives the reader of one iteration. This module imports
+none of the concrete sources (they import it).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dask_windows.errors import SchemaError
+from dask_windows.faults import SkippedPartition
+from dask_windows.windows import find_runs, join_runs
+
+__all__ = [
+    "Partition",
+    "PartitionReader",
+    "Source",
+    "DEFAULT_PARTITION_BYTES",
+    "DEFAULT_PARTITION_ROWS",
+]
+
+DEFAULT_PARTITION_BYTES = 256 * 2**20
+DEFAULT_PARTITION_ROWS = 1_000_000
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One unit of reading.
+
+    Attributes:
+        name: Where it lives, for messages (``path`` or ``path[row groups 2-3]``).
+        num_rows: Rows it holds.
+        key: What the source needs to read it (path and row groups, array ids, ...).
+    """
+
+    name: str
+    num_rows: int
+    key: Any
+
+
+class PartitionReader:
+    """Reads the partitions of one iteration, in the order given when it was made.
+
+    The base reader reads each partition when asked; a source that can start
+    work early (``DaskSource`` keeps the next partitions computing on the
+    cluster) returns its own reader.
+
+    Args:
+        source: The source to read from.
+        indices: Partitions in the order they will be asked for.
+        columns: Columns to read.
+    """
+
+    def __init__(self, source: Source, indices: Sequence[int], columns: Sequence) -> None:
+        self.source = source
+        self.indices = list(indices)
+        self.columns = list(columns)
+
+    def read(self, index: int) -> dict:
+        """The columns of partition ``index`` as 1-D numpy arrays."""
+        return self.source.read(index, self.columns)
+
+    def close(self) -> None:
+        """Give up partitions started early (idempotent)."""
+
+
+class Source:
+    """Base of all sources: a list of partitions and a way to read one.
+
+    Attributes:
+        description: What the data is, for messages.
+        partitions: Partitions in canonical order.
+        skipped: Partitions left out when the source was opened (``on_error="skip"``).
+    """
+
+    description: str = "<source>"
+    partitions: list[Partition]
+    skipped: Sequence[SkippedPartition] = ()
+
+    def column_names(self) -> list:
+        """Columns every partition holds."""
+        raise NotImplementedError
+
+    def read(self, index: int, columns: Sequence) -> dict:
+        """Read ``columns`` of partition ``index`` as 1-D numpy arrays of equal length."""
+        raise NotImplementedError
+
+    def reader(self, indices: Sequence[int], columns: Sequence) -> PartitionReader:
+        """A reader of partitions ``indices`` (in that order) for one iteration; close it after."""
+        return PartitionReader(self, indices, columns)
+
+    def set_window(self, span: int, stride: int) -> None:
+        """Learn the rows one window needs (``window + horizon``) and the stride, before runs are scanned.
+
+        Sources whose partitions are cut out of longer series (arrays) use it to
+        overlap neighbouring partitions so no window is lost at a cut.
+        """
+
+    def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(run_starts, run_lengths, run_keys)`` of partition ``index``: its runs of one series.
+
+        With ``series=None`` the whole partition is one run. Only the series column is read.
+        """
+        rows = self.partitions[index].num_rows
+        if series is None:
+            return np.zeros(1, np.int64), np.array([rows], np.int64), np.array([index])
+        pieces = []
+        offset = 0
+        for chunk in self.read_chunks(index, [series]):
+            keys = chunk[series]
+            starts, lengths = find_runs(keys)
+            pieces.append((starts + offset, lengths, keys[starts]))
+            offset += len(keys)
+        return join_runs(pieces)
+
+    def read_chunks(self, index: int, columns: Sequence) -> Iterator[dict]:
+        """Read partition ``index`` in consecutive row chunks (bounded memory); default: one chunk."""
+        yield self.read(index, columns)
+
+    def check_columns(self, columns: Sequence, what: dict) -> None:
+        """Raise ``SchemaError`` naming the first column of ``columns`` that is missing."""
+        names = self.column_names()
+        for col in columns:
+            if col not in names:
+                role = what.get(col, "column")
+                raise SchemaError(
+                    f"{role} {col!r} is not a column of {self.description}; "
+                    f"available columns: {list(names)}; check the spelling or pass the right {role.split()[0]} list"
+                )
