@@ -11,7 +11,7 @@ shape, and callers compare its file list with the listing they made.
 
 Layout (``version`` 1)::
 
-    {"format": "dask_windows.sources.manifest", "version": 1,
+    {"format": "dask_windows.manifest", "version": 1,
      "series": "sensor_id", "time": "timestamp",
      "files": [{"path": "part-00000.parquet", "rows": 1000, "bytes": 40960,
                 "runs": [[0, 600, "a"], [600, 400, "b"]]}, ...]}
@@ -46,7 +46,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 MANIFEST_NAME = "_dask_windows_manifest.json"
-MANIFEST_FORMAT = "dask_windows.sources.manifest"
+MANIFEST_FORMAT = "dask_windows.manifest"
 MANIFEST_VERSION = 1
 
 
