@@ -22,7 +22,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from dask_windows.buffer import Part, decode, stream
 from dask_windows.errors import ConfigError, DataError, SourceReadError
-from dask_windows.faults import SkippedPartition, check_on_error, guard_scan, record_skip
+from dask_windows.faults import SkippedPartition, check_on_error, guard_scan, record_skip, skip_allowed
 from dask_windows.index import WindowGrid, nan_rows, scan_runs
 from dask_windows.memory import trim
 from dask_windows.plan import batches_per_rank, plan_reader
@@ -386,7 +386,7 @@ class WindowDataset(IterableDataset):
         try:
             columns = reader.read(index)
         except SourceReadError as exc:
-            if self.on_error == "raise":
+            if not skip_allowed(self.on_error, exc):
                 raise
             record_skip(self.skipped, name, "read", exc)
             return None

@@ -47,14 +47,19 @@ __all__ = [
     "ON_ERROR",
     "SkippedPartition",
     "SkippedPartitionWarning",
+    "FAILURE_KINDS",
     "check_on_error",
+    "classify",
     "describe_failure",
+    "failure_kind",
+    "failure_message",
     "error_text",
     "guard_scan",
     "is_transient",
     "opening_skip_allowed",
     "record_skip",
     "replacement_picks",
+    "skip_allowed",
 ]
 
 log = logging.getLogger(__name__)
@@ -171,6 +176,153 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
+#: The kinds of failure, each with its own message and ``on_error`` behaviour (``classify``).
+FAILURE_KINDS = ("transient", "resource", "permission", "missing", "corrupt")
+
+#: errno values meaning the machine ran out of something: retrying or skipping cannot help.
+RESOURCE_ERRNOS = frozenset(
+    getattr(errno, name) for name in ("EMFILE", "ENFILE", "ENOMEM", "ENOSPC", "EDQUOT", "ENOBUFS") if hasattr(errno, name)
+)
+PERMISSION_ERRNOS = frozenset(getattr(errno, name) for name in ("EACCES", "EPERM", "EROFS") if hasattr(errno, name))
+MISSING_ERRNOS = frozenset(getattr(errno, name) for name in ("ENOENT", "EISDIR", "ENOTDIR") if hasattr(errno, name))
+RESOURCE_TYPES = frozenset({"MemoryError", "ArrowMemoryError", "OutOfMemoryError"})
+PERMISSION_TYPES = frozenset({"PermissionError", "NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"})
+MISSING_TYPES = frozenset({"FileNotFoundError", "IsADirectoryError", "NotADirectoryError", "NoSuchBucket", "NoSuchKey"})
+PERMISSION_CODES = frozenset(
+    {
+        "AccessDenied",
+        "AllAccessDisabled",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "ExpiredToken",
+        "InvalidToken",
+        "TokenRefreshRequired",
+        "AuthorizationHeaderMalformed",
+        "AuthFailure",
+        "Forbidden",
+    }
+)
+MISSING_CODES = frozenset({"NoSuchBucket", "NoSuchKey", "NotFound", "404"})
+#: Message fragments of errors raised without an errno (pyarrow's own ``OSError`` text).
+RESOURCE_TEXT = ("too many open files", "cannot allocate memory", "no space left on device", "out of memory")
+
+
+def _kind(exc: BaseException) -> str | None:
+    """The kind of ``exc`` alone, or ``None`` when it says nothing (a wrapper)."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    code = None
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        code = response.get("Error", {}).get("Code")
+    number = getattr(exc, "errno", None)
+    if names & RESOURCE_TYPES or number in RESOURCE_ERRNOS:
+        return "resource"
+    if isinstance(exc, OSError) and any(t in str(exc).lower() for t in RESOURCE_TEXT):
+        return "resource"
+    if names & PERMISSION_TYPES or number in PERMISSION_ERRNOS or code in PERMISSION_CODES:
+        return "permission"
+    if names & MISSING_TYPES or number in MISSING_ERRNOS or code in MISSING_CODES:
+        return "missing"
+    status = _status(exc)
+    if status in (401, 403):
+        return "permission"
+    if status == 404:
+        return "missing"
+    verdict = _classify(exc)
+    if verdict is True:
+        return "transient"
+    if verdict is False:
+        return "corrupt"
+    kind = getattr(exc, "kind", None)  # a SourceReadError made by failure_message's caller
+    return kind if kind in FAILURE_KINDS else None
+
+
+def classify(exc: BaseException) -> str:
+    """Which of ``FAILURE_KINDS`` ``exc`` (or what caused it) is.
+
+    ``resource``: the machine ran out of something (``EMFILE``, ``ENOMEM``, ``ENOSPC``...);
+    ``permission``: access denied or no credentials (``EACCES``, HTTP 401/403, ``AccessDenied``);
+    ``missing``: no such file, bucket or key, or a folder where a file was expected (HTTP 404);
+    ``transient``: worth another try (see ``is_transient``); ``corrupt``: anything else the
+    data itself is to blame for (not Parquet, truncated, a failed page checksum).
+    The exception is followed through ``__cause__`` / ``__context__``; the first decisive
+    link wins, and an exception nothing recognises is ``corrupt``.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(seen) < 16:
+        seen.add(id(current))
+        kind = _kind(current)
+        if kind is not None:
+            return kind
+        current = current.__cause__ or current.__context__
+    return "corrupt"
+
+
+def failure_kind(exc: BaseException) -> str:
+    """``exc.kind`` when a source already classified it (``SourceReadError``), else ``classify(exc)``."""
+    kind = getattr(exc, "kind", None)
+    return kind if kind in FAILURE_KINDS else classify(exc)
+
+
+#: What to do about each kind of failure, quoted in the messages.
+REMEDIES = {
+    "transient": "the store kept failing; check the connection or the endpoint, or pass a larger retries= or timeout=",
+    "resource": (
+        "the machine ran out of a resource (open files, memory or disk), not a fault of the data; raise the limit "
+        "(`ulimit -n` for open files), or lower threads=, num_workers=, prefetch_partitions= or buffer_partitions=, "
+        "or free memory or disk; this is never skipped, even with on_error='skip'"
+    ),
+    "permission": (
+        "access was denied; check the credentials (storage_options key/secret/profile or the environment; "
+        "storage_options={'anon': True} for a public bucket) or the file's permissions; this is never skipped, "
+        "even with on_error='skip'"
+    ),
+    "missing": (
+        "it does not exist, or is a folder rather than a file; check the path or URL (bucket and key), "
+        "open the dataset again if it changed, or pass on_error='skip' to leave it out"
+    ),
+    "corrupt": (
+        "the file is not Parquet, truncated or corrupt; rewrite it or remove it from the dataset, "
+        "or pass on_error='skip' to leave it out"
+    ),
+}
+
+
+def failure_message(kind: str, what: str, exc: BaseException) -> SourceReadError:
+    """A ``SourceReadError`` for ``what`` failing with ``exc`` of ``kind``, naming the remedy.
+
+    Args:
+        kind: One of ``FAILURE_KINDS``.
+        what: What could not be done, naming the file or URL (``"cannot read s3://b/k"``).
+        exc: The underlying error (set it as the cause: ``raise ... from exc``).
+
+    Returns:
+        The error, with ``kind`` set on it so ``skip_allowed`` and callers need not classify again.
+    """
+    tries = describe_failure(exc) if kind == "transient" else ""
+    error = SourceReadError(f"{what}{tries}: {error_text(exc)}; {REMEDIES[kind]}")
+    error.kind = kind  # type: ignore[attr-defined]
+    return error
+
+
+def skip_allowed(on_error: str, error: BaseException, opening: bool = False) -> bool:
+    """Whether ``on_error="skip"`` may leave out a partition failing with ``error``.
+
+    Only corrupt or missing data is skipped; a resource or permission error never is (the
+    data is fine, the machine or the access is not). A transient failure that outlasted the
+    retries is skipped while iterating (replacement windows keep the batch count) but not
+    while opening (``opening=True``), where ranks that left out different partitions would
+    plan different epochs.
+    """
+    if on_error != "skip":
+        return False
+    cause = error.__cause__ if isinstance(error, SourceReadError) and error.__cause__ is not None else error
+    kind = getattr(error, "kind", None)
+    kind = kind if kind in FAILURE_KINDS else classify(cause)
+    return kind in ("corrupt", "missing") or (kind == "transient" and not opening)
+
+
 def error_text(exc: BaseException) -> str:
     """``"Type: message"`` of ``exc`` on one line, for messages that quote it."""
     return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
@@ -241,11 +393,11 @@ _STAGES = {"open": "reading footers", "scan": "scanning series runs", "read": "i
 def opening_skip_allowed(on_error: str, error: BaseException) -> bool:
     """Whether a partition failing with ``error`` while the dataset is opened may be skipped.
 
-    Only with ``on_error="skip"`` and only for failures that every rank sees alike: a
-    transient error (see ``retry.is_transient``) may hit one rank and not another.
+    Only with ``on_error="skip"`` and only for failures that every rank sees alike and that
+    are the data's fault (corrupt or missing, see ``skip_allowed``): a transient error may hit
+    one rank and not another, and a resource or permission error is no fault of the data.
     """
-    cause = error.__cause__ if isinstance(error, SourceReadError) and error.__cause__ is not None else error
-    return on_error == "skip" and not is_transient(cause)
+    return skip_allowed(on_error, error, opening=True)
 
 
 def replacement_picks(available: int, needed: int, rng: np.random.Generator) -> np.ndarray:

@@ -253,7 +253,7 @@ def _gather(file_id: int, pieces: list[tuple[str, int]], fs: Any, root: str, nam
     dictionary = [f.name for f in schema if not pa.types.is_floating(f.type)]
     with fs.open(path, "wb") as out:
         pq.write_table(table, out, row_group_size=max(len(table), 1), compression=compression,
-                       use_dictionary=dictionary)
+                       use_dictionary=dictionary, write_page_checksum=True)
     return {"path": name, "rows": len(table), "bytes": int(fs.size(path)),
             "runs": series_runs(table.column(series).to_numpy())}
 

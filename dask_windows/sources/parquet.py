@@ -36,6 +36,8 @@ import numpy as np
 from dask_windows.errors import ConfigError, SchemaError, SourceReadError
 from dask_windows.faults import (
     check_on_error,
+    classify,
+    failure_message,
     describe_failure,
     error_text,
     is_transient,
@@ -397,17 +399,14 @@ class ParquetSource(Source):
         return _map_in_blocks(footer, list(zip(files, sizes, tails)), threads)
 
     def _open_error(self, path: str, exc: BaseException) -> SourceReadError:
-        url = self._url(path)
-        if is_transient(exc):
-            return SourceReadError(
-                f"cannot read the Parquet footer of {url}{describe_failure(exc)}: {error_text(exc)}; "
-                "the store kept failing; check the connection or pass a larger retries= (a file failing this "
-                "way is not skipped while opening, even with on_error='skip', so every rank opens the same dataset)"
+        kind = classify(exc)
+        error = failure_message(kind, f"cannot read the Parquet footer of {self._url(path)}", exc)
+        if kind == "transient":
+            error.args = (
+                error.args[0] + " (a file failing this way is not skipped while opening, even with "
+                "on_error='skip', so every rank opens the same dataset)",
             )
-        return SourceReadError(
-            f"cannot read the Parquet footer of {url}: {error_text(exc)}; the file is not Parquet, "
-            "truncated or corrupt; rewrite it or remove it from the dataset, or pass on_error='skip' to leave it out"
-        )
+        return error
 
     def _url(self, path: str) -> str:
         """``path`` with the filesystem's protocol, for messages (``s3://bucket/key``)."""
@@ -461,7 +460,8 @@ class ParquetSource(Source):
                 [path] * len(ranges), [a for a, _ in ranges], [b for _, b in ranges], on_error="raise"
             )
             file = _FetchedFile(fs, path, footer.size, ranges, blobs)
-        reader = pq.ParquetFile(file, metadata=footer.metadata, pre_buffer=False)
+        verify = getattr(self, "verify_checksums", True)  # pages without a CRC are read unverified
+        reader = pq.ParquetFile(file, metadata=footer.metadata, pre_buffer=False, page_checksum_verification=verify)
         return reader.read_row_groups(list(row_groups), columns=list(columns), use_threads=False)
 
     def read(self, index: int, columns: Sequence) -> dict:
@@ -484,20 +484,12 @@ class ParquetSource(Source):
             table = self.retry.call(lambda: self._read_table(path, row_groups, columns), self._url(path))
         except Exception as exc:
             name = self._url(path) + part.name[len(path) :]
-            if isinstance(exc, FileNotFoundError):
-                raise SourceReadError(
-                    f"cannot read {name}: it no longer exists ({error_text(exc)}); the dataset changed after it "
-                    "was opened; open it again, or pass on_error='skip'"
+            kind = classify(exc)
+            if kind == "missing":
+                raise failure_message(
+                    kind, f"cannot read {name}: the dataset changed after it was opened (open it again)", exc
                 ) from exc
-            if is_transient(exc):
-                raise SourceReadError(
-                    f"cannot read {name}{describe_failure(exc)}: {error_text(exc)}; the store kept "
-                    "failing; check the connection or pass a larger retries=, or on_error='skip'"
-                ) from exc
-            raise SourceReadError(
-                f"cannot read {name}: {error_text(exc)}; the file may be truncated or corrupt; "
-                "rewrite it or remove it from the dataset, or pass on_error='skip'"
-            ) from exc
+            raise failure_message(kind, f"cannot read {name}", exc) from exc
         expected = part.num_rows if len(row_groups) == len(part.key[1]) else None
         if expected is not None and table.num_rows != expected:
             raise SourceReadError(
