@@ -356,7 +356,8 @@ class WindowDataset(IterableDataset):
     def _fingerprint(self) -> dict:
         if self._identity is None:
             rows = np.array([p.num_rows for p in self.source.partitions], dtype=np.int64)
-            self._identity = fingerprint(self.grid, rows, self.spec)
+            files = self.source.identity_digest() if hasattr(self.source, "identity_digest") else None
+            self._identity = fingerprint(self.grid, rows, self.spec, files)
         return self._identity
 
     def __getstate__(self) -> dict:

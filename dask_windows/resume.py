@@ -52,13 +52,15 @@ ORDER_SETTINGS = (
 )  # fmt: skip
 
 
-def fingerprint(grid: WindowGrid, rows_per_partition: np.ndarray, spec: WindowSpec) -> dict:
+def fingerprint(grid: WindowGrid, rows_per_partition: np.ndarray, spec: WindowSpec, files: str | None = None) -> dict:
     """What identifies a dataset's epochs: partition rows, window grid and ordering settings.
 
     Args:
         grid: The dataset's window grid (after any split or NaN filter).
         rows_per_partition: ``(P,)`` rows of each partition.
         spec: Window settings.
+        files: The source's file identity hash (``sources.identity.digest``: sizes and footers),
+            so a state of swapped or rewritten same-shape files is rejected; ``None`` if it has none.
 
     Returns:
         A dict of plain values; two datasets with equal fingerprints yield the same batches.
@@ -76,6 +78,8 @@ def fingerprint(grid: WindowGrid, rows_per_partition: np.ndarray, spec: WindowSp
     for name in ORDER_SETTINGS:
         value = getattr(spec, name)
         out[name] = list(value) if isinstance(value, tuple) else value
+    if files is not None:
+        out["files"] = files
     return out
 
 
@@ -168,8 +172,8 @@ class Resumer:
         differ = [
             f"{key}: {state['dataset'].get(key)!r} in the state, {value!r} here"
             for key, value in expected.items()
-            if state["dataset"].get(key) != value
-        ]
+            if state["dataset"].get(key) != value and (key != "files" or "files" in state["dataset"])
+        ]  # a state saved before file identities were recorded has no "files"
         if state["world_size"] != world_size:
             differ.append(f"world_size: {state['world_size']} in the state, {world_size} here")
         if differ:

@@ -60,8 +60,13 @@ MAX_GAP = 64 * 2**10
 TAIL_BATCH = 512
 
 
-def _list_files(data: Any, storage_options: dict | None) -> tuple[Any, list[str], list[int | None], str]:
-    """Resolve a path, glob, URL or list of them to ``(fs, files, sizes, description)`` in one listing."""
+def _list_files(
+    data: Any, storage_options: dict | None, listed: dict | None = None
+) -> tuple[Any, list[str], list[int | None], str]:
+    """Resolve a path, glob, URL or list of them to ``(fs, files, sizes, description)`` in one listing.
+
+    ``listed``, when given, receives the listing's ``info`` entries by path (sizes, ETags, mtimes).
+    """
     import fsspec
 
     options = dict(storage_options or {})
@@ -82,6 +87,8 @@ def _list_files(data: Any, storage_options: dict | None) -> tuple[Any, list[str]
                 parquet = {p: i for p, i in infos.items() if p.endswith(PARQUET_SUFFIXES)}
                 infos = parquet or infos
         files = sorted(infos)
+        if listed is not None:
+            listed.update(infos)
         if not files:
             raise FileNotFoundError(f"no Parquet files under {url}; expected files ending in {PARQUET_SUFFIXES}")
         return fs, files, [infos[p].get("size") for p in files], url
@@ -240,13 +247,17 @@ class ParquetSource(Source):
         self.storage_options = storage_options
         self.skipped = []
         target = os.fspath(data) if isinstance(data, (str, os.PathLike)) else f"{len(data)} paths"
-        self.fs, files, sizes, self.description = self.retry.call(lambda: _list_files(data, storage_options), target)
+        listed: dict = {}
+        self.fs, files, sizes, self.description = self.retry.call(
+            lambda: _list_files(data, storage_options, listed), target
+        )
         self.local = _is_local(self.fs)
         self._pid = os.getpid()
         footers = self._read_footers(files, sizes, threads)
         self.files = [path for path in files if path in footers]
         self._footers = footers
         self._schemas = [footers[path].metadata.schema.to_arrow_schema() for path in self.files]
+        self._identities = self._record_identities(listed)
         if not self.files:
             raise SourceReadError(f"no readable Parquet file in {self.description}: every footer failed to read")
         self.partitions = []
@@ -297,6 +308,23 @@ class ParquetSource(Source):
             lengths = np.array([r[1] for r in table], dtype=np.int64)
             runs[path] = (starts, lengths, np.array([r[2] for r in table]))
         return {"series": manifest["series"], "runs": runs}
+
+    def _record_identities(self, listed: dict) -> dict:
+        """Each file's ``identity.FileIdentity`` at open: ``os.stat`` locally, the listing remotely."""
+        from dask_windows.sources import identity
+
+        if self.local:
+            return {path: identity.local(path) for path in self.files}
+        return {path: identity.from_info(listed.get(path)) for path in self.files}
+
+    def identity_digest(self) -> str:
+        """Hash of every file's size and footer, for the resume fingerprint (see ``identity``)."""
+        from dask_windows.sources import identity
+
+        ids = getattr(self, "_identities", {})
+        return identity.digest(
+            ((ids[p].size if p in ids else None) or self._footers[p].size, self._footers[p].metadata) for p in self.files
+        )
 
     def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Runs from the manifest when it covers ``series``, else from the series column."""
@@ -480,6 +508,10 @@ class ParquetSource(Source):
     def _read_groups(self, index: int, row_groups: Sequence[int], columns: Sequence) -> dict:
         part = self.partitions[index]
         path = part.key[0]
+        if self.local:
+            from dask_windows.sources.identity import check_local
+
+            check_local(path, getattr(self, "_identities", {}).get(path))
         try:
             table = self.retry.call(lambda: self._read_table(path, row_groups, columns), self._url(path))
         except Exception as exc:

@@ -1,0 +1,111 @@
+"""One definition of "this file is the one we planned": its size and version, recorded at open.
+
+A dataset's epoch plan is made from what the files held when it was opened
+(row counts, series runs, footers). If a file is replaced, rewritten or
+truncated afterwards, reading it by the planned row groups and byte ranges
+would hand the model other rows without a word. So each file's identity is
+recorded when the dataset is opened and compared when it is read:
+
+* ``size`` in bytes, and ``version``: the store's ETag (S3, GCS, Azure) or
+  modification time (``mtime`` in ns on local disk), whichever the store has;
+* local files are checked at every read (one ``os.stat``, microseconds);
+  remote files are checked through what the read itself returns (row counts,
+  page checksums when the file has them) rather than a second request per
+  read: a ``HEAD`` would double the requests of a partition;
+* the resume fingerprint (``digest``) holds each file's size and a hash of its
+  Parquet footer, which depends only on the content (row groups, column
+  statistics): a state saved before files were swapped or rewritten is
+  rejected, while the same dataset copied elsewhere (new paths, new mtimes)
+  still resumes.
+
+The trade-off: a rewrite that keeps the footer byte-identical and the size
+(same rows, same statistics) is not caught by the fingerprint; at read time
+local files still catch it by mtime.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from dask_windows.errors import SourceReadError
+
+__all__ = ["FileIdentity", "check_local", "digest", "from_info", "local"]
+
+#: Keys fsspec filesystems use for a version of an object (first present wins).
+VERSION_KEYS = ("ETag", "etag", "md5Hash", "generation", "version_id", "VersionId", "LastModified", "mtime", "updated")
+
+
+@dataclass(frozen=True)
+class FileIdentity:
+    """What a file was when the dataset was opened.
+
+    Attributes:
+        size: Bytes, or ``None`` when the store did not say.
+        version: ETag / generation / modification time as text, or ``None``.
+    """
+
+    size: int | None
+    version: str | None
+
+    def describe(self) -> str:
+        """``"1,234 bytes, version X"`` for messages."""
+        size = "unknown size" if self.size is None else f"{self.size:,} bytes"
+        return size + ("" if self.version is None else f", version {self.version}")
+
+
+def from_info(info: dict | None) -> FileIdentity:
+    """The identity in an fsspec ``info()`` / ``find(detail=True)`` entry."""
+    if not info:
+        return FileIdentity(None, None)
+    size = info.get("size")
+    version = next((info[k] for k in VERSION_KEYS if info.get(k) is not None), None)
+    return FileIdentity(int(size) if isinstance(size, int) else None, None if version is None else str(version))
+
+
+def local(path: str) -> FileIdentity:
+    """Size and ``mtime`` (ns) of a local file."""
+    stat = os.stat(path)
+    return FileIdentity(stat.st_size, str(stat.st_mtime_ns))
+
+
+def check_local(path: str, expected: FileIdentity | None) -> None:
+    """Raise ``SourceReadError`` when local ``path`` is no longer the file planned at open.
+
+    Raises:
+        SourceReadError: naming the file, what changed and the remedy (``kind`` ``"corrupt"``:
+            ``on_error="skip"`` may leave it out, since its planned rows no longer exist).
+    """
+    if expected is None:
+        return
+    try:
+        now = local(path)
+    except FileNotFoundError:
+        return  # the read itself reports the missing file
+    if now == expected:
+        return
+    error = SourceReadError(
+        f"{path} changed after the dataset was opened (then {expected.describe()}, now {now.describe()}); "
+        "the epoch plan was made from the old file, so its rows would be wrong; open the dataset again "
+        "(and do not rewrite files while a dataset reads them), or pass on_error='skip' to leave it out"
+    )
+    error.kind = "corrupt"  # type: ignore[attr-defined]
+    raise error
+
+
+def digest(files: Iterable[tuple[int | None, Any]]) -> str:
+    """A short hash of each file's size and Parquet footer, in order (for the resume fingerprint).
+
+    Args:
+        files: ``(size, footer metadata)`` per file, in canonical order; the metadata is a
+            ``pyarrow.parquet.FileMetaData`` (its serialised form is hashed) or ``None``.
+    """
+    out = hashlib.sha256()
+    for size, metadata in files:
+        out.update(str(size).encode() + b"|")
+        if metadata is not None:
+            out.update(hashlib.sha256(pickle.dumps(metadata)).digest())
+    return out.hexdigest()[:24]
