@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dask_windows.batch import Gatherer, normalize_per_sample
+from dask_windows.checks import bad_value_rows, value_problem
 from dask_windows.errors import DataError, SourceReadError
 from dask_windows.faults import REPLACEMENT_TAG, replacement_picks
 from dask_windows.index import WindowGrid, nan_rows
@@ -58,8 +59,12 @@ def _target_dtype(columns: list[np.ndarray]) -> type:
     return np.int64 if all(c.dtype.kind in "iub" for c in columns) else np.float32
 
 
-def decode(index: int, name: str, columns: dict, spec: WindowSpec) -> Part:
-    """Stack a partition's columns into the buffer layout (one copy per column)."""
+def decode(index: int, name: str, columns: dict, spec: WindowSpec, y_dtype: type | None = None) -> Part:
+    """Stack a partition's columns into the buffer layout (one copy per column).
+
+    ``y_dtype`` is the dataset's one target dtype (``checks.output_dtype``, from the schema at
+    open); ``None`` decides it from this partition's columns.
+    """
     feats = [columns[c] for c in spec.features]
     rows = len(feats[0])
     channel_major = spec.layout == "NCL"
@@ -72,12 +77,13 @@ def decode(index: int, name: str, columns: dict, spec: WindowSpec) -> Part:
     y = None
     if spec.targets:
         targ = [columns[c] for c in spec.targets]
-        y = np.empty((len(targ), rows), _target_dtype(targ))
+        y = np.empty((len(targ), rows), y_dtype or _target_dtype(targ))
         for t, values in enumerate(targ):
-            y[t] = values
+            with np.errstate(invalid="ignore"):  # NaN rows of an int target: in no window (nan= policy)
+                y[t] = values
     check = spec.nan == "raise"
-    nan_x = nan_rows({c: columns[c] for c in spec.features}) if check else np.zeros(0, np.int64)
-    nan_y = nan_rows({c: columns[c] for c in spec.targets}) if check else np.zeros(0, np.int64)
+    nan_x = bad_value_rows({c: columns[c] for c in spec.features}) if check else np.zeros(0, np.int64)
+    nan_y = bad_value_rows({c: columns[c] for c in spec.targets}) if check else np.zeros(0, np.int64)
     return Part(index, name, x, y, nan_x, nan_y)
 
 
@@ -172,10 +178,13 @@ def _check_nan(part: Part, rows: np.ndarray, spec: WindowSpec) -> None:
         role, start, row = hits[0]
         names, values = (spec.features, part.x) if role == "feature" else (spec.targets, part.y)
         by_column = values[:, row] if role == "target" or spec.layout == "NCL" else values[row, :]
-        column = names[int(np.flatnonzero(np.isnan(by_column.astype(np.float64)))[0])]
+        found = np.flatnonzero(~np.isfinite(by_column.astype(np.float64)))
+        column_at = int(found[0]) if len(found) else 0  # none found: a null of an integer target
+        column = names[column_at] if len(found) or len(names) == 1 else list(names)
+        problem = value_problem(float(by_column[column_at])) if len(found) else "null (missing value)"
         raise DataError(
-            f"NaN in {role} column {column!r} of {part.name} at row {row} of that partition, inside the window starting at "
-            f"row {start}; clean the data, or pass nan='drop' to leave out windows that contain NaN"
+            f"{problem} in {role} column {column!r} of {part.name} at row {row} of that partition, inside the window starting at "
+            f"row {start}; clean the data, or pass nan='drop' to leave out windows that contain NaN or inf"
         )
 
 

@@ -13,6 +13,7 @@ import copy
 import logging
 import os
 import warnings
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -21,6 +22,13 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from dask_windows.buffer import Part, decode, stream
+from dask_windows.checks import (
+    SERIES_FROM_MANIFEST,
+    bad_value_rows,
+    check_column_types,
+    check_series_order,
+    output_dtype,
+)
 from dask_windows.errors import ConfigError, DataError, SourceReadError
 from dask_windows.faults import SkippedPartition, check_on_error, guard_scan, record_skip, skip_allowed
 from dask_windows.index import WindowGrid, nan_rows, scan_runs
@@ -28,7 +36,7 @@ from dask_windows.memory import trim
 from dask_windows.plan import batches_per_rank, plan_reader
 from dask_windows.prefetch import Prefetcher
 from dask_windows.resume import Resumer, check_int, fingerprint
-from dask_windows.sources.retry import RetryPolicy, resolve_retry
+from dask_windows.sources.retry import RetryPolicy, resolve_retry, with_deadline
 from dask_windows.sources import ArraySource, PartitionReader, Source, is_series_vector, open_source
 from dask_windows.spec import WindowSpec
 from dask_windows.split import SeriesTable, cut_positions, split_grid
@@ -50,7 +58,9 @@ class WindowDataset(IterableDataset):
             ``None`` there means all columns).
         targets: Columns stacked as ``y``; ``None`` for self-supervised training.
         series: Column whose value changes end a run; windows never cross one. For one 2-D array,
-            a ``(rows,)`` vector of series ids instead.
+            a ``(rows,)`` vector of series ids instead. Not given: the series column named by the
+            folder's ``dask-windows convert`` manifest when there is one (``repr`` says so), else
+            one series; ``series=None`` always means one series.
         window: Rows per window ``L``.
         stride: Rows between consecutive window starts of a run.
         horizon: ``0``: ``y`` is the targets at the window's last row, ``(B, T)``;
@@ -78,6 +88,11 @@ class WindowDataset(IterableDataset):
         on_error: ``"raise"`` (default) on an unreadable partition, or ``"skip"`` it with a warning:
             left out at open, replaced by other windows of its buffer while iterating, so every
             rank still yields ``len(ds)`` batches. Skips are listed in ``skipped`` (see ``faults``).
+            Only corrupt or missing data is skipped, never a resource or permission error.
+        strict: Raise instead of warn when the data is usable but suspect (a series that reappears
+            after another inside a partition: see ``docs/checks.md``).
+        timeout: Seconds a remote partition read may take, retries included (default 60), and
+            twice that to open the dataset; past it a ``SourceReadError`` names the object.
 
     Attributes:
         skipped: Partitions skipped in this process: at open, and while iterating in this process.
@@ -89,7 +104,7 @@ class WindowDataset(IterableDataset):
         data: Any,
         features: Sequence | None = None,
         targets: Sequence | None = None,
-        series: Any = None,
+        series: Any = SERIES_FROM_MANIFEST,
         *,
         window: int,
         stride: int = 1,
@@ -112,8 +127,13 @@ class WindowDataset(IterableDataset):
         threads: int = 16,
         retries: int | RetryPolicy = 3,
         on_error: str = "raise",
+        strict: bool = False,
+        timeout: float | None = None,
     ) -> None:
         super().__init__()
+        series_from_manifest = series is SERIES_FROM_MANIFEST
+        if series_from_manifest:
+            series = None
         options: dict = {"threads": threads}
         if partition_bytes is not None:
             options["partition_bytes"] = partition_bytes
@@ -121,8 +141,12 @@ class WindowDataset(IterableDataset):
             options["partition_rows"] = partition_rows
         self.on_error = check_on_error(on_error)
         self.source: Source = open_source(
-            data, storage_options, series=series, retry=resolve_retry(retries), on_error=on_error, **options
+            data, storage_options, series=series, retry=with_deadline(resolve_retry(retries), timeout),
+            on_error=on_error, **options
         )
+        self._series_from_manifest = series_from_manifest and getattr(self.source, "manifest_series", None) is not None
+        if self._series_from_manifest:
+            series = self.source.manifest_series
         self.skipped: list[SkippedPartition] = list(self.source.skipped)
         if is_series_vector(series):  # the source already cut the array into series
             series = None
@@ -152,6 +176,8 @@ class WindowDataset(IterableDataset):
             roles[series] = "series column"
             needed.append(series)
         self.source.check_columns(needed, roles)
+        check_column_types(self.source, list(self.spec.columns), roles)
+        self._y_dtype = output_dtype(self.source, list(self.spec.targets))
         self.source.set_window(self.spec.span, self.spec.stride)
         self._explicit_world = (rank, world_size)
         self._ranks = self._resolve_ranks()
@@ -163,7 +189,7 @@ class WindowDataset(IterableDataset):
         self._threads = threads
         self._normalize = _resolve_normalize(normalize, self.spec, storage_options)
         spec = self.spec
-        bad_rows = (lambda i: nan_rows(self.source.read(i, list(spec.columns)))) if nan == "drop" else None
+        bad_rows = (lambda i: bad_value_rows(self.source.read(i, list(spec.columns)))) if nan == "drop" else None
         def read_runs(i: int) -> tuple:
             return self.source.read_runs(i, series)
 
@@ -175,13 +201,15 @@ class WindowDataset(IterableDataset):
         rows = np.array([p.num_rows for p in self.source.partitions], dtype=np.int64)
         self.row_offsets = np.cumsum(rows) - rows  # (P,) global row of each partition's first row
         self.num_windows = int(self.grid.windows_per_partition.sum())
+        names = [p.name for p in self.source.partitions]
+        order_remedy = check_series_order(self.runs, names, series, strict)
         if self.num_windows == 0:
             longest = max((int(r.lengths.max()) for r in self.runs if len(r.lengths)), default=0)
             raise DataError(
                 f"no windows: window={spec.window}"
                 + (f" + horizon={spec.horizon}" if spec.horizon else "")
                 + f" is longer than every series run in {self.source.description} (longest: {longest:,} rows); "
-                "use a smaller window or merge series"
+                + (order_remedy or "; use a smaller window or merge series")
                 + (f"; {len(self.skipped)} partitions were skipped as unreadable" if self.skipped else "")
             )
 
@@ -219,6 +247,12 @@ class WindowDataset(IterableDataset):
         """Exactly how many batches this rank yields per epoch, whatever ``num_workers`` is."""
         self._ranks = self._resolve_ranks()
         s = self.spec
+        if 0 < self.num_windows < self._ranks[1]:
+            raise ConfigError(
+                f"world_size={self._ranks[1]} is larger than the {self.num_windows:,} windows of "
+                f"{self.source.description}: some ranks would get no window and yield 0 batches; "
+                "use fewer ranks, more data, or a smaller window or stride"
+            )
         return batches_per_rank(self.num_windows, self._ranks[1], s.batch_size, s.drop_last)
 
     @property
@@ -248,7 +282,10 @@ class WindowDataset(IterableDataset):
                 )
         world = World(self._ranks[0], self._ranks[1], worker, num_workers)
         reader, skip = self._resumer.begin(self.epoch, world, len(self))
-        return self._batches(self._plan(reader, skip))
+        progress = self._resumer.progress  # this pass's own count: another iter() never moves it
+        batches = self._batches(self._plan(reader, skip), progress)
+        weakref.finalize(batches, self._resumer.end, progress)  # also a pass dropped before its first batch
+        return batches
 
     def state_dict(self, batches: int | None = None, num_workers: int | None = None) -> dict:
         """Where the current epoch stands, as a small dict to save with the model checkpoint.
@@ -265,6 +302,9 @@ class WindowDataset(IterableDataset):
 
         Returns:
             The state; the same for every rank, so a state saved on one rank resumes all.
+            It describes the most recent pass (``iter(ds)``) still in progress; each pass counts its
+            own batches, so a second iterator never moves the first one's position. While two
+            passes are in progress the state is ambiguous and this raises ``ConfigError``.
         """
         world = World(*self._resolve_ranks(), *detect_worker())
         in_worker = get_worker_info() is not None
@@ -333,7 +373,7 @@ class WindowDataset(IterableDataset):
             )
         return out
 
-    def _batches(self, plan: Any) -> Iterator[Any]:
+    def _batches(self, plan: Any, progress: Any = None) -> Iterator[Any]:
         source_reader = self.source.reader(plan.partitions, list(self.spec.columns))
         reader = Prefetcher(
             lambda i: self._read_part(i, source_reader), plan.partitions, self.spec.prefetch_partitions
@@ -347,9 +387,11 @@ class WindowDataset(IterableDataset):
                 plan, reader, self.grid, self.row_offsets, self.spec, self._emit, self._normalize, reread
             )
             for batch in batches:
-                self._resumer.step()  # counted before the consumer gets it: a state then includes it
+                self._resumer.step(progress)  # counted before the consumer gets it: a state then includes it
                 yield batch
         finally:
+            if progress is not None:
+                self._resumer.end(progress)
             reader.close()
             source_reader.close()
 
@@ -391,7 +433,7 @@ class WindowDataset(IterableDataset):
                 raise
             record_skip(self.skipped, name, "read", exc)
             return None
-        return decode(index, name, columns, self.spec)
+        return decode(index, name, columns, self.spec, getattr(self, "_y_dtype", None))
 
     def _emit(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None) -> Any:
         out = [torch.from_numpy(x)]
@@ -406,7 +448,9 @@ class WindowDataset(IterableDataset):
         return (
             f"WindowDataset({self.source.description!r}, partitions={len(self.partitions)}, "
             f"num_windows={self.num_windows:,}, window={s.window}, stride={s.stride}, horizon={s.horizon}, "
-            f"batch_size={s.batch_size}, features={list(s.features)}, targets={list(s.targets)})"
+            f"batch_size={s.batch_size}, features={list(s.features)}, targets={list(s.targets)}, series={s.series!r}"
+            + (" (from the manifest)" if getattr(self, "_series_from_manifest", False) else "")
+            + ")"
         )
 
 
@@ -443,3 +487,4 @@ def _resolve_normalize(normalize: Any, spec: WindowSpec, storage_options: dict |
         f"normalize={normalize!r} is not understood; pass None, 'sample', {{'mean': [...], 'std': [...]}} "
         "or the path of a stats file written by `dask-windows stats`"
     )
+

@@ -147,7 +147,8 @@ class Resumer:
 
     def __init__(self) -> None:
         self.pending: dict | None = None
-        self.progress: _Progress | None = None
+        self.progress: _Progress | None = None  # the most recent pass
+        self.live: list[_Progress] = []  # passes begun and not yet finished, closed or dropped
 
     # -- loading ------------------------------------------------------------------------------
 
@@ -224,12 +225,24 @@ class Resumer:
             role, skip = _resume_point(state, world, num_batches)
             self.pending = None  # used up by this pass
         self.progress = _Progress(epoch, world.worker, role, world.num_workers, skip, skip)
+        self.live = [*getattr(self, "live", []), self.progress]
         return World(world.rank, world.world_size, role, world.num_workers), skip
 
-    def step(self) -> None:
-        """Count one batch yielded by the current pass."""
-        if self.progress is not None:
-            self.progress.done += 1
+    def step(self, progress: _Progress | None = None) -> None:
+        """Count one batch yielded by pass ``progress`` (default: the most recent pass)."""
+        progress = self.progress if progress is None else progress
+        if progress is not None:
+            progress.done += 1
+
+    def end(self, progress: _Progress) -> None:
+        """Pass ``progress`` finished, was closed or dropped: a state describes the other live one.
+
+        Idempotent. When the most recent pass ends while an older one is still live (a peek
+        with a second ``iter(ds)`` during a training loop), the older one is current again.
+        """
+        self.live = [p for p in getattr(self, "live", []) if p is not progress]
+        if progress is self.progress and self.live:
+            self.progress = self.live[-1]
 
     # -- saving -------------------------------------------------------------------------------
 
@@ -272,6 +285,13 @@ class Resumer:
                     "DataLoader yielded in the current pass over it"
                 )
             return {**state, "scope": "loader", "epoch": epoch, "num_workers": readers, "batches": taken}
+        live = getattr(self, "live", [])
+        if len(live) > 1 and batches is None:
+            raise ConfigError(
+                f"state_dict() is ambiguous: {len(live)} passes over this dataset are in progress (iter(ds) was "
+                "called again before the first pass ended); finish or close the other iterator (it.close(), or "
+                "drop it), or pass state_dict(batches=K, num_workers=W) for the pass you mean"
+            )
         if self.progress is not None and self.progress.epoch == epoch:
             p = self.progress
             if p.num_workers == 1:

@@ -16,6 +16,8 @@ NAN_POLICIES = ("raise", "drop")
 
 
 def _positive_int(name: str, value: object, minimum: int = 1) -> int:
+    if type(value).__module__ == "numpy" and hasattr(value, "dtype") and value.dtype.kind in "iu":
+        value = int(value)  # numpy ints are accepted everywhere, as set_epoch does
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{name}={value!r} must be an int >= {minimum}")
     if value < minimum:
@@ -80,13 +82,9 @@ class WindowSpec:
         set_ = object.__setattr__
         set_(self, "features", _names("features", self.features, allow_none=False))
         set_(self, "targets", _names("targets", self.targets, allow_none=True))
-        _positive_int("window", self.window)
-        _positive_int("stride", self.stride)
-        _positive_int("horizon", self.horizon, minimum=0)
-        _positive_int("batch_size", self.batch_size)
-        _positive_int("buffer_partitions", self.buffer_partitions)
-        _positive_int("prefetch_partitions", self.prefetch_partitions, minimum=0)
-        _positive_int("seed", self.seed, minimum=0)
+        for name, minimum in (("window", 1), ("stride", 1), ("horizon", 0), ("batch_size", 1),
+                              ("buffer_partitions", 1), ("prefetch_partitions", 0), ("seed", 0)):
+            set_(self, name, _positive_int(name, getattr(self, name), minimum))
         if self.layout not in LAYOUTS:
             raise ConfigError(f"layout={self.layout!r} must be one of {LAYOUTS}")
         if self.nan not in NAN_POLICIES:

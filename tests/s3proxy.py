@@ -3,7 +3,8 @@
 The client (s3fs, exactly as a user configures it) talks HTTP to the proxy,
 which forwards every request to moto and records it. ``fail(n, kind, match)``
 makes the next ``n`` matching requests fail before they reach moto: an S3
-``500 InternalError``, a ``503 SlowDown``, or a connection reset.
+``500 InternalError``, a ``503 SlowDown``, a connection reset, or a ``stall``
+(the request is read and never answered, until ``close()``).
 """
 from __future__ import annotations
 
@@ -59,6 +60,7 @@ class Log:
     requests: list[Request] = field(default_factory=list)
     rules: list[_Rule] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    release: threading.Event = field(default_factory=threading.Event)  # ends every "stall"
 
     def count(self, kind: str | None = None, injected: bool = False) -> int:
         with self.lock:
@@ -87,6 +89,10 @@ def _handler(upstream: tuple[str, int], log: Log) -> type:
                     rule.remaining -= 1
                     request.injected = rule.kind
                 log.requests.append(request)
+            if rule is not None and rule.kind == "stall":  # accept, read the request, never answer
+                log.release.wait(120)
+                self.close_connection = True
+                return
             if rule is not None and rule.kind == "reset":
                 self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 self.close_connection = True
@@ -189,6 +195,7 @@ class S3Endpoint:
             self.log.rules.clear()
 
     def close(self) -> None:
+        self.log.release.set()
         self.proxy.shutdown()
         self.proxy.server_close()
         self.moto.stop()

@@ -78,6 +78,11 @@ def open_source(
         **options: ``partition_bytes`` (Parquet), ``partition_rows`` (arrays), ``threads``.
     """
     check_on_error(on_error)
+    if storage_options is not None and not isinstance(storage_options, dict):
+        raise TypeError(
+            f"storage_options={storage_options!r} must be a dict of fsspec options, e.g. "
+            "storage_options={'anon': True} for a public bucket or {'key': ..., 'secret': ...}"
+        )
     threads = options.pop("threads", None)
     if isinstance(data, Source):
         return data

@@ -44,7 +44,7 @@ from dask_windows.faults import (
     opening_skip_allowed,
     record_skip,
 )
-from dask_windows.sources.retry import RetryPolicy, resolve_retry
+from dask_windows.sources.retry import DeadlineExceeded, RetryPolicy, resolve_retry
 from dask_windows.sources.base import DEFAULT_PARTITION_BYTES, Partition, Source
 
 __all__ = ["ParquetSource"]
@@ -84,7 +84,7 @@ def _list_files(
             stripped = root.rstrip("/")
             if len(infos) > 1 or stripped not in {p.rstrip("/") for p in infos}:
                 infos = {p: i for p, i in infos.items() if not _hidden(p, root)}
-                parquet = {p: i for p, i in infos.items() if p.endswith(PARQUET_SUFFIXES)}
+                parquet = {p: i for p, i in infos.items() if p.lower().endswith(PARQUET_SUFFIXES)}
                 infos = parquet or infos
         files = sorted(infos)
         if listed is not None:
@@ -97,6 +97,12 @@ def _list_files(
         raise ConfigError("an empty list of paths was given; pass at least one Parquet file")
     fs, _ = fsspec.core.url_to_fs(paths[0], **options)
     files = [fsspec.core.url_to_fs(p, **options)[1] for p in paths]
+    twice = sorted({p for p in files if files.count(p) > 1})
+    if twice:
+        raise ConfigError(
+            f"{twice[0]} is given {files.count(twice[0])} times in the list of paths; each file may appear once "
+            "(its windows would be yielded twice per epoch); remove the repeats"
+        )
     description = f"{paths[0]} (+{len(paths) - 1} files)" if len(paths) > 1 else paths[0]
     return fs, files, [None] * len(files), description
 
@@ -248,10 +254,17 @@ class ParquetSource(Source):
         self.skipped = []
         target = os.fspath(data) if isinstance(data, (str, os.PathLike)) else f"{len(data)} paths"
         listed: dict = {}
-        self.fs, files, sizes, self.description = self.retry.call(
-            lambda: _list_files(data, storage_options, listed), target
-        )
+        try:
+            self.fs, files, sizes, self.description = self.retry.call(
+                lambda: _list_files(data, storage_options, listed), target, timeout=self.retry.open_timeout
+            )
+        except (FileNotFoundError, ConfigError):
+            raise  # our own messages, naming the path
+        except Exception as exc:
+            raise failure_message(classify(exc), f"cannot list {target}", exc) from exc
         self.local = _is_local(self.fs)
+        if self.local:
+            self.retry = self.retry.unbounded()
         self._pid = os.getpid()
         footers = self._read_footers(files, sizes, threads)
         self.files = [path for path in files if path in footers]
@@ -277,6 +290,8 @@ class ParquetSource(Source):
                 name = path if len(groups) == 1 else f"{path}[row groups {rgs[0]}-{rgs[-1]}]"
                 if rows:
                     self.partitions.append(Partition(name, rows, (path, tuple(rgs))))
+        self._listed = {path: size for path, size in zip(files, sizes)}
+        self.manifest_series: str | None = None  # the manifest's series column, even when it is stale
         self._manifest = self._load_manifest(data)
 
     def _load_manifest(self, data: Any) -> dict | None:
@@ -296,12 +311,22 @@ class ParquetSource(Source):
         manifest = read_manifest(root, self.fs)
         if manifest is None:
             return None
+        from dask_windows.checks import compare_manifest, warn_manifest
+
+        self.manifest_series = manifest["series"]
         entries = {posixpath.join(root, f["path"]): f for f in manifest["files"]}
+        ids = getattr(self, "_identities", {})
+        listed = {p: (ids[p].size if p in ids and ids[p].size is not None else size) for p, size in self._listed.items()}
+        changes = compare_manifest(self._url(root), entries, listed)  # raises if listed files are missing
+        if changes:
+            warn_manifest(self._url(root), changes)
+            return None
         runs = {}
         for path in self.files:
             entry = entries.get(path)
             if entry is None or entry["rows"] != self._footers[path].metadata.num_rows:
-                log.warning("the manifest of %s does not match %s; scanning the series column instead", root, path)
+                rows = self._footers[path].metadata.num_rows
+                warn_manifest(self._url(root), [f"{path} has {rows:,} rows, the manifest says {entry and entry['rows']}"])
                 return None
             table = entry["runs"]
             starts = np.array([r[0] for r in table], dtype=np.int64)
@@ -390,6 +415,7 @@ class ParquetSource(Source):
             return self.retry.call(
                 lambda: self.fs.cat_ranges(files, [-FOOTER_BYTES] * len(files), [None] * len(files), on_error="return"),
                 self.description,
+                timeout=self.retry.open_timeout,
             )
 
         def tail(path: str) -> Any:
@@ -401,22 +427,29 @@ class ParquetSource(Source):
         return _map_in_blocks(tail, files, threads)
 
     def _remote_footer_batch(self, files: list[str], sizes: list[int | None], threads: int) -> list:
-        tails = self._fetch_tails(files, threads)
+        try:
+            tails = self._fetch_tails(files, threads)
+        except DeadlineExceeded as exc:
+            tails = [exc] * len(files)
 
         def footer(item: tuple[str, int | None, Any]) -> Any:
             path, size, tail = item
             try:
                 if isinstance(tail, BaseException):
-                    if not is_transient(tail):
-                        raise tail
-                    tail = self.retry.call(lambda: self.fs.cat_file(path, start=-FOOTER_BYTES), path)
+                    if isinstance(tail, DeadlineExceeded) or not is_transient(tail):
+                        raise tail  # past the deadline: no second wait per file
+                    tail = self.retry.call(
+                        lambda: self.fs.cat_file(path, start=-FOOTER_BYTES), path, timeout=self.retry.open_timeout
+                    )
                 meta, needed = _parse_footer(tail, path)
                 if meta is None:
                     if len(tail) < FOOTER_BYTES:
                         raise SourceReadError(
                             f"{path} is shorter ({len(tail):,} bytes) than its footer claims ({needed:,} bytes)"
                         )
-                    tail = self.retry.call(lambda: self.fs.cat_file(path, start=-needed), path)
+                    tail = self.retry.call(
+                        lambda: self.fs.cat_file(path, start=-needed), path, timeout=self.retry.open_timeout
+                    )
                     meta, needed = _parse_footer(tail, path)
                 # Without a listed size a lower bound is enough: pyarrow only checks chunks lie inside the file.
                 ends = [b for _, b in _chunk_ranges(meta, range(meta.num_row_groups), [])]

@@ -12,6 +12,16 @@ The delay of try ``k`` is
 from the object's name, so ranks retrying the same object do not stampede in
 step and a rerun waits the same time (no clock or pid enters it).
 
+Every call also has a deadline (``timeout``, seconds, retries and backoff
+included; ``WindowDataset(timeout=...)``, default ``DEFAULT_TIMEOUT`` per
+partition read and twice that per call made while opening). Each attempt runs
+on a helper thread that the caller waits on for at most the time left, so a
+stalled endpoint (connections accepted, never answered) ends in a
+``DeadlineExceeded`` whatever s3fs or botocore retry underneath; the abandoned
+attempt finishes or fails on its own thread later. Local files are read
+without the helper thread (``timeout=None``): a local read cannot stall on a
+network, and a thread per read would cost more than the deadline is worth.
+
 The trade-off: a store that is down for longer than the total backoff
 (about ``base_delay * 2**retries``) fails the read; raise ``retries`` for flaky
 links rather than hiding outages behind unbounded waits.
@@ -19,6 +29,7 @@ links rather than hiding outages behind unbounded waits.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import zlib
 from collections.abc import Callable
@@ -28,11 +39,40 @@ from typing import TypeVar
 from dask_windows.errors import ConfigError
 from dask_windows.faults import is_transient
 
-__all__ = ["RetryPolicy", "resolve_retry"]
+__all__ = ["DEFAULT_TIMEOUT", "DeadlineExceeded", "RetryPolicy", "resolve_retry", "with_deadline"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: Default seconds of one remote partition read, retries included (opening calls get twice this).
+DEFAULT_TIMEOUT = 60.0
+
+
+class DeadlineExceeded(TimeoutError):
+    """A storage call (with its retries) did not finish within its ``timeout``."""
+
+
+def _bounded(fn: Callable[[], T], seconds: float, what: str) -> T:
+    """``fn()`` on a helper thread, waited on for at most ``seconds``; ``DeadlineExceeded`` past it."""
+    box: dict = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # handed to the caller
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="dask_windows-deadline", daemon=True).start()
+    if not done.wait(max(seconds, 0.0)):
+        raise DeadlineExceeded(f"no answer from the store for {what} within the deadline ({seconds:.3g} s left of timeout=)")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
 
 @dataclass(frozen=True)
 class RetryPolicy:
@@ -43,14 +83,18 @@ class RetryPolicy:
         base_delay: Seconds before the first retry; doubles with each retry.
         max_delay: Cap of one delay, in seconds.
         transient: Predicate deciding whether an exception is worth another try.
+        timeout: Seconds one call may take, retries included (``None``: no deadline).
     """
 
     retries: int = 3
     base_delay: float = 0.2
     max_delay: float = 5.0
     transient: Callable[[BaseException], bool] = is_transient
+    timeout: float | None = None
 
     def __post_init__(self) -> None:
+        if self.timeout is not None and (isinstance(self.timeout, bool) or not self.timeout > 0):
+            raise ConfigError(f"timeout={self.timeout!r} must be a number of seconds > 0 (or None: no deadline)")
         if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
             raise ConfigError(f"retries={self.retries!r} must be an int >= 0 (0 means no retry)")
         if not self.base_delay >= 0 or not self.max_delay >= 0:
@@ -63,12 +107,23 @@ class RetryPolicy:
         jitter = 0.5 + (zlib.crc32(f"{what}#{attempt}".encode()) % 1000) / 2000
         return min(self.max_delay, self.base_delay * 2**attempt) * jitter
 
-    def call(self, fn: Callable[[], T], what: str) -> T:
+    @property
+    def open_timeout(self) -> float | None:
+        """Deadline of one call made while opening a dataset (listing, footers): twice ``timeout``."""
+        return None if self.timeout is None else 2 * self.timeout
+
+    def unbounded(self) -> RetryPolicy:
+        """This policy without a deadline (local files)."""
+        return self if self.timeout is None else RetryPolicy(self.retries, self.base_delay, self.max_delay, self.transient)
+
+    def call(self, fn: Callable[[], T], what: str, timeout: float | None = None) -> T:
         """Run ``fn()``, retrying transient failures; the last failure propagates unchanged.
 
         Args:
             fn: The storage call.
             what: The object it touches, for logs and the backoff jitter.
+            timeout: Deadline of this call in seconds, retries included (default ``self.timeout``);
+                past it ``DeadlineExceeded`` (a ``TimeoutError``) is raised and nothing is retried.
 
         Returns:
             What ``fn`` returned.
@@ -78,12 +133,15 @@ class RetryPolicy:
                 ``attempts`` (an int) is set on it when it can be, for the caller's message.
         """
         attempt = 0
+        seconds = self.timeout if timeout is None else timeout
+        deadline = None if seconds is None else time.monotonic() + seconds
         while True:
             try:
-                return fn()
+                return fn() if deadline is None else _bounded(fn, deadline - time.monotonic(), what)
             except Exception as exc:
                 attempt += 1
-                if attempt > self.retries or not self.transient(exc):
+                late = isinstance(exc, DeadlineExceeded) or deadline is not None and time.monotonic() >= deadline
+                if attempt > self.retries or late or not self.transient(exc):
                     try:
                         exc.attempts = attempt  # type: ignore[attr-defined]
                     except AttributeError:  # pragma: no cover - exceptions with __slots__
@@ -99,7 +157,7 @@ class RetryPolicy:
                     exc,
                     wait,
                 )
-                time.sleep(wait)
+                time.sleep(wait if deadline is None else max(0.0, min(wait, deadline - time.monotonic())))
 
 
 def resolve_retry(retries: int | RetryPolicy | None) -> RetryPolicy:
@@ -111,3 +169,12 @@ def resolve_retry(retries: int | RetryPolicy | None) -> RetryPolicy:
     if isinstance(retries, bool) or not isinstance(retries, int):
         raise ConfigError(f"retries={retries!r} must be an int >= 0 (retries after the first attempt) or a RetryPolicy")
     return RetryPolicy(retries=retries)
+
+
+def with_deadline(policy: RetryPolicy, timeout: float | None) -> RetryPolicy:
+    """``policy`` with ``WindowDataset(timeout=...)``: the given seconds, the policy's own, or ``DEFAULT_TIMEOUT``."""
+    if isinstance(timeout, bool) or timeout is not None and not isinstance(timeout, (int, float)):
+        raise ConfigError(f"timeout={timeout!r} must be a number of seconds > 0")
+    if timeout is None:
+        timeout = policy.timeout if policy.timeout is not None else DEFAULT_TIMEOUT
+    return RetryPolicy(policy.retries, policy.base_delay, policy.max_delay, policy.transient, float(timeout))

@@ -1,0 +1,245 @@
+"""Checks of the data itself at open: a manifest against the listing, series order, output dtypes.
+
+Each check either raises with the file, column and remedy, or warns with a
+``DataWarning`` subclass (filter them like any warning), so nothing wrong
+reaches a batch in silence. The checks use only what opening already read
+(the listing, footers or schema, the series runs), so they cost no I/O.
+
+* ``compare_manifest``: a ``dask-windows convert`` manifest is trusted only
+  when it names exactly the files listed, with the sizes it recorded. A listed
+  file missing means an unfinished copy or commit (or a deleted part): that
+  raises, since scanning what is there would open part of a dataset as if it
+  were whole. Extra or resized files fall back to scanning, with a warning
+  saying what changed.
+* ``check_series_order``: rows of one series split into several runs inside a
+  partition (A,B,A,B...) lose the windows that would cross the cut; warn, or
+  raise with ``strict=True``.
+* ``output_dtype``: the dtype of ``y`` decided once from the schema, so it
+  cannot change from batch to batch.
+
+The trade-off: the order check counts runs, it does not sort; sorting is
+``dask-windows convert``'s job.
+"""
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from dask_windows.errors import DataError
+
+__all__ = [
+    "SERIES_FROM_MANIFEST",
+    "DataWarning",
+    "ManifestWarning",
+    "SeriesOrderWarning",
+    "check_series_order",
+    "compare_manifest",
+    "output_dtype",
+]
+
+log = logging.getLogger(__name__)
+
+
+class _FromManifest:
+    """The default of ``WindowDataset(series=...)``: the manifest's series column if there is one."""
+
+    def __repr__(self) -> str:
+        return "<series column from the manifest, else one series>"
+
+    def __reduce__(self) -> str:
+        return "SERIES_FROM_MANIFEST"
+
+
+SERIES_FROM_MANIFEST = _FromManifest()
+
+
+class DataWarning(UserWarning):
+    """The data is usable but not as it should be (see ``docs/checks.md``)."""
+
+
+class ManifestWarning(DataWarning):
+    """A ``dask-windows convert`` manifest does not match the files; the series column is scanned."""
+
+
+class SeriesOrderWarning(DataWarning):
+    """Rows of a series are not contiguous inside a partition: windows across the breaks are lost."""
+
+
+def _warn(message: str, category: type) -> None:
+    log.warning(message)
+    warnings.warn(message, category, stacklevel=4)
+
+
+def compare_manifest(root: str, entries: dict, listed: dict[str, int | None]) -> list[str]:
+    """What differs between a manifest and the listing; raise if manifest files are missing.
+
+    Args:
+        root: The dataset folder (for messages).
+        entries: ``{path: manifest entry}`` with ``rows`` and ``bytes``.
+        listed: ``{path: size in bytes or None}`` of the data files listed.
+
+    Returns:
+        Descriptions of files listed but not in the manifest, or of another size (empty: they agree).
+
+    Raises:
+        DataError: A file the manifest lists is not there (a partial commit or a deleted part).
+    """
+    missing = sorted(p for p in entries if p not in listed)
+    if missing:
+        raise DataError(
+            f"the manifest of {root} lists {len(entries)} files but {len(missing)} of them are not there "
+            f"(first: {missing[0]}); the dataset is incomplete: a `dask-windows convert` or copy that did not "
+            "finish, or deleted parts; rerun `dask-windows convert` (or finish the copy), or delete "
+            f"{root}/_dask_windows_manifest.json to open only the files that are there"
+        )
+    changes = [f"{p} is not in the manifest" for p in sorted(set(listed) - set(entries))]
+    for path, size in sorted(listed.items()):
+        entry = entries.get(path)
+        if entry is not None and size is not None and entry["bytes"] != size:
+            changes.append(f"{path} has {size:,} bytes, the manifest says {entry['bytes']:,}")
+    return changes
+
+
+def warn_manifest(root: str, changes: Sequence[str]) -> None:
+    """Warn that the manifest of ``root`` is stale and the series column is scanned instead."""
+    shown = "; ".join(changes[:3]) + (f"; and {len(changes) - 3} more" if len(changes) > 3 else "")
+    _warn(
+        f"the manifest of {root} does not match its files ({shown}); scanning the series column instead "
+        "(slower to open, but correct); rerun `dask-windows convert` to write a new manifest",
+        ManifestWarning,
+    )
+
+
+def check_series_order(runs: Sequence[Any], names: Sequence[str], series: Any, strict: bool) -> str:
+    """Warn (or raise with ``strict``) when a series reappears after another inside a partition.
+
+    Args:
+        runs: Per partition an object with ``keys`` (series value of each run) or ``None``.
+        names: Partition names, for the message.
+        series: The series column.
+        strict: Raise ``DataError`` instead of warning.
+
+    Returns:
+        A remedy sentence for the no-windows error (``""`` when the order is fine).
+    """
+    if series is None:
+        return ""
+    worst = None
+    total_runs = distinct = 0
+    for i, r in enumerate(runs):
+        keys = getattr(getattr(r, "series_runs", r), "keys", None)
+        if keys is None or len(keys) < 2:
+            total_runs += 0 if keys is None else len(keys)
+            distinct += 0 if keys is None else len(keys)
+            continue
+        unique = len(np.unique(np.asarray(keys)))
+        total_runs += len(keys)
+        distinct += unique
+        if unique < len(keys) and worst is None:
+            worst = (names[i], len(keys), unique)
+    if worst is None:
+        return ""
+    name, count, unique = worst
+    remedy = (
+        f"sort the rows by {series!r} and time (e.g. df.sort_values([{series!r}, time])), "
+        "or run `dask-windows convert`, which does"
+    )
+    message = (
+        f"series column {series!r} is not grouped: in {name} {unique:,} series form {count:,} runs "
+        f"({total_runs:,} runs of {distinct:,} series in all partitions), so a series reappears after another "
+        f"and windows that would cross the breaks are lost; {remedy}"
+    )
+    if strict:
+        raise DataError(message)
+    _warn(message + " (pass strict=True to raise)", SeriesOrderWarning)
+    return f"; the series are not grouped ({unique:,} series form {count:,} runs in {name}): {remedy}"
+
+
+def output_dtype(source: Any, columns: Sequence) -> Any:
+    """``np.int64`` when every column of ``columns`` is an integer or bool type in the schema, else ``np.float32``.
+
+    Decided once from the schema (Parquet footers, a Dask frame's ``dtypes``, the arrays'
+    dtype), not per partition: a null in one file makes that file's column float, which would
+    flip ``y``'s dtype between batches. ``None`` when the schema says nothing (decided per partition).
+    """
+    if not columns:
+        return None
+    kinds = []
+    schemas = getattr(source, "_schemas", None)
+    if schemas:
+        import pyarrow as pa
+
+        for col in columns:
+            types = [s.field(col).type for s in schemas if col in s.names]
+            if not types:
+                return None
+            kinds.append(all(pa.types.is_integer(t) or pa.types.is_boolean(t) for t in types))
+        return np.int64 if all(kinds) else np.float32
+    frame = getattr(source, "ddf", None)
+    dtypes = getattr(frame, "dtypes", None)
+    if dtypes is not None:
+        try:
+            kinds = [np.dtype(dtypes[c]).kind in "iub" for c in columns]
+        except (KeyError, TypeError):
+            return None
+        return np.int64 if all(kinds) else np.float32
+    return None
+
+
+#: Largest finite float32: a float64 value beyond it becomes ``inf`` in a batch.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def bad_value_rows(columns: dict[Any, np.ndarray]) -> np.ndarray:
+    """Sorted rows where any of ``columns`` is NaN, ``±inf`` or beyond float32's range.
+
+    What ``nan=`` treats as missing: every such value would reach a batch as NaN or ``inf``
+    (the batches are float32). Integer and bool columns have none.
+    """
+    bad = None
+    for values in columns.values():
+        if values.dtype.kind not in "fc":
+            continue
+        with np.errstate(invalid="ignore"):
+            hit = ~np.isfinite(values)
+            if values.dtype.itemsize > 4 and values.dtype.kind == "f":
+                hit |= np.abs(values) > FLOAT32_MAX
+        bad = hit if bad is None else bad | hit
+    return np.zeros(0, np.int64) if bad is None else np.flatnonzero(bad).astype(np.int64)
+
+
+def value_problem(value: float) -> str:
+    """``"NaN"`` or ``"infinite value (inf, or beyond float32)"``, for messages."""
+    return "NaN" if value != value else f"infinite value ({value}, or beyond float32's range)"
+
+
+#: Arrow types a feature or target column may have (they become float32 / int64 arrays).
+def check_column_types(source: Any, columns: Sequence, roles: dict) -> None:
+    """Raise ``SchemaError`` at open for a feature/target column that is not numeric (string, list...).
+
+    Only sources with Arrow schemas (Parquet) are checked here; the names are the file and column.
+    """
+    from dask_windows.errors import SchemaError
+
+    schemas = getattr(source, "_schemas", None)
+    files = getattr(source, "files", None)
+    if not schemas or not files:
+        return
+    import pyarrow as pa
+
+    url = getattr(source, "_url", lambda p: p)
+    for path, schema in zip(files, schemas):
+        for col in columns:
+            if col not in schema.names:
+                continue
+            kind = schema.field(col).type
+            if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)):
+                raise SchemaError(
+                    f"{roles.get(col, 'column')} {col!r} of {url(path)} is {kind}, not a number; features and "
+                    "targets must be integer, float or bool columns; encode it as numbers (e.g. category codes) "
+                    "or leave it out of features/targets (a series id may be any type: pass it as series=)"
+                )
