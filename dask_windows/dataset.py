@@ -462,15 +462,19 @@ def _resolve_normalize(normalize: Any, spec: WindowSpec, storage_options: dict |
     if normalize is None or (isinstance(normalize, str) and normalize == "sample"):
         return normalize
     if isinstance(normalize, dict) and "mean" in normalize and "std" in normalize:
-        mean = np.asarray(normalize["mean"], np.float32).reshape(-1)
-        std = np.asarray(normalize["std"], np.float32).reshape(-1)
+        with np.errstate(over="ignore"):  # beyond float32 becomes inf, rejected below
+            mean = np.asarray(normalize["mean"], np.float32).reshape(-1)
+            std = np.asarray(normalize["std"], np.float32).reshape(-1)
         if mean.shape != (len(spec.features),) or std.shape != mean.shape:
             raise ConfigError(
                 f"normalize mean/std have shapes {mean.shape}/{std.shape}; expected ({len(spec.features)},), "
                 "one value per feature"
             )
-        if not np.all(std > 0):
-            raise ConfigError("normalize std must be > 0 for every feature")
+        if not np.all(std > 0) or not np.all(np.isfinite(std)) or not np.all(np.isfinite(mean)):
+            raise ConfigError(
+                "normalize std must be finite and > 0 and mean finite for every feature "
+                f"(got mean={mean.tolist()}, std={std.tolist()}); pass the statistics of clean data"
+            )
         return mean, std
     if isinstance(normalize, (str, os.PathLike, dict)):
         from dask_windows.normalize import load_stats

@@ -40,7 +40,9 @@ def load_stats(path_or_dict: str | os.PathLike | dict, features: Sequence[str],
 
     Raises:
         SchemaError: a feature is missing or has no mean/std (all NaN).
-        DataError: the file is not a stats document.
+        DataError: the file is not a stats document, or a mean is not finite, or a std is
+            negative, infinite or NaN (checked like the ``{"mean": .., "std": ..}`` dict form),
+            naming the file, the feature and the remedy.
     """
     where = "the stats dict"
     doc = path_or_dict
@@ -66,8 +68,24 @@ def load_stats(path_or_dict: str | os.PathLike | dict, features: Sequence[str],
             known = sorted(doc)
             raise SchemaError(f"{where} has no mean/std for feature {name!r} (it has {known}); "
                               f"rerun `dask-windows stats PATH --features ...` including it")
-        mean[i], std[i] = entry["mean"], entry["std"]
+        mean[i], std[i] = _number(entry["mean"], where, name, "mean"), _number(entry["std"], where, name, "std")
+        if not np.isfinite(mean[i]):
+            raise DataError(f"{where} gives feature {name!r} the mean {entry['mean']!r}, which is not a finite "
+                            f"float32 (a NaN, inf or out-of-range value in the data it was computed from); "
+                            f"clean the data and rerun `dask-windows stats`, or fix the file")
+        if not np.isfinite(std[i]) or std[i] < 0:
+            raise DataError(f"{where} gives feature {name!r} the std {entry['std']!r}; a std must be a finite "
+                            f"number >= 0 (0 for a constant feature); rerun `dask-windows stats`, or fix the file")
     if (std == 0).any():
         logger.warning("features %s are constant in %s (std 0)",
                        [f for f, s in zip(features, std) if s == 0], where)
     return mean, std
+
+
+def _number(value: object, where: str, feature: str, field: str) -> float:
+    """``value`` as a float, or a ``DataError`` naming the file, feature and field."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise DataError(f"{where} gives feature {feature!r} the {field} {value!r}, which is not a number; "
+                        f"rerun `dask-windows stats`, or fix the file")
+    with np.errstate(over="ignore"):
+        return float(np.float32(value))

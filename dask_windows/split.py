@@ -179,7 +179,8 @@ def _at_or_after(values: np.ndarray, at: Any) -> np.ndarray:
             stamp = pd.Timestamp(at)
             if stamp.tzinfo is not None:
                 stamp = stamp.tz_convert("UTC").tz_localize(None)
-            return values >= np.datetime64(stamp.to_datetime64(), "ns").astype(values.dtype)
+            # compared at ns: casting at to a coarser column unit (date32 is days) would cut it to the day
+            return values >= np.datetime64(stamp.to_datetime64(), "ns")
         return values >= at
     except (TypeError, ValueError) as exc:
         raise ConfigError(

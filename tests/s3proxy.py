@@ -3,7 +3,7 @@
 The client (s3fs, exactly as a user configures it) talks HTTP to the proxy,
 which forwards every request to moto and records it. ``fail(n, kind, match)``
 makes the next ``n`` matching requests fail before they reach moto: an S3
-``500 InternalError``, a ``503 SlowDown``, a connection reset, or a ``stall``
+``500 InternalError``, a ``503 SlowDown``, a ``403 AccessDenied``, a connection reset, or a ``stall``
 (the request is read and never answered, until ``close()``).
 """
 from __future__ import annotations
@@ -20,6 +20,7 @@ from urllib.parse import parse_qs, urlsplit
 _ERRORS = {
     "500": (500, "InternalError", "We encountered an internal error. Please try again."),
     "503": (503, "SlowDown", "Please reduce your request rate."),
+    "403": (403, "AccessDenied", "Access Denied"),
 }
 _HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection"}
 
