@@ -258,8 +258,15 @@ class ParquetSource(Source):
             self.fs, files, sizes, self.description = self.retry.call(
                 lambda: _list_files(data, storage_options, listed), target, timeout=self.retry.open_timeout
             )
-        except (FileNotFoundError, ConfigError):
-            raise  # our own messages, naming the path
+        except ConfigError:
+            raise
+        except FileNotFoundError as exc:
+            if target in str(exc):
+                raise  # our own message, naming the path
+            raise FileNotFoundError(
+                f"{target} does not exist ({error_text(exc)}); check the bucket, folder and key, and that the "
+                "credentials in storage_options may see them"
+            ) from exc
         except Exception as exc:
             raise failure_message(classify(exc), f"cannot list {target}", exc) from exc
         self.local = _is_local(self.fs)
