@@ -6,11 +6,13 @@ reaches a batch in silence. The checks use only what opening already read
 (the listing, footers or schema, the series runs), so they cost no I/O.
 
 * ``compare_manifest``: a ``dask-windows convert`` manifest is trusted only
-  when it names exactly the files listed, with the sizes it recorded. A listed
-  file missing means an unfinished copy or commit (or a deleted part): that
-  raises, since scanning what is there would open part of a dataset as if it
-  were whole. Extra or resized files fall back to scanning, with a warning
-  saying what changed.
+  when it names exactly the files listed, with the sizes it recorded. On an
+  object store a listed file missing means an unfinished commit (objects are
+  copied one by one, there is no atomic rename): that raises, since scanning
+  what is there would open part of a dataset as if it were whole. On local
+  disk (where ``convert`` renames a finished folder at once) a missing part was
+  deleted; then, as for extra or resized files, the series column is scanned,
+  with a warning saying what changed.
 * ``check_series_order``: rows of one series split into several runs inside a
   partition (A,B,A,B...) lose the windows that would cross the cut; warn, or
   raise with ``strict=True``.
@@ -74,29 +76,32 @@ def _warn(message: str, category: type) -> None:
     warnings.warn(message, category, stacklevel=4)
 
 
-def compare_manifest(root: str, entries: dict, listed: dict[str, int | None]) -> list[str]:
-    """What differs between a manifest and the listing; raise if manifest files are missing.
+def compare_manifest(root: str, entries: dict, listed: dict[str, int | None], remote: bool = True) -> list[str]:
+    """What differs between a manifest and the listing; raise if files it lists are missing remotely.
 
     Args:
         root: The dataset folder (for messages).
         entries: ``{path: manifest entry}`` with ``rows`` and ``bytes``.
         listed: ``{path: size in bytes or None}`` of the data files listed.
+        remote: Whether the folder is on an object store (missing files raise there).
 
     Returns:
-        Descriptions of files listed but not in the manifest, or of another size (empty: they agree).
+        Descriptions of what differs: files missing (local disk), not in the manifest, or of
+        another size (empty: they agree).
 
     Raises:
-        DataError: A file the manifest lists is not there (a partial commit or a deleted part).
+        DataError: On an object store, a file the manifest lists is not there (a partial commit).
     """
     missing = sorted(p for p in entries if p not in listed)
-    if missing:
+    if missing and remote:
         raise DataError(
             f"the manifest of {root} lists {len(entries)} files but {len(missing)} of them are not there "
-            f"(first: {missing[0]}); the dataset is incomplete: a `dask-windows convert` or copy that did not "
-            "finish, or deleted parts; rerun `dask-windows convert` (or finish the copy), or delete "
+            f"(first: {missing[0]}); the dataset is incomplete: a `dask-windows convert` or copy into the store "
+            "that did not finish, or deleted parts; rerun `dask-windows convert` (or finish the copy), or delete "
             f"{root}/_dask_windows_manifest.json to open only the files that are there"
         )
-    changes = [f"{p} is not in the manifest" for p in sorted(set(listed) - set(entries))]
+    changes = [f"{p} is listed in the manifest but missing" for p in missing]
+    changes += [f"{p} is not in the manifest" for p in sorted(set(listed) - set(entries))]
     for path, size in sorted(listed.items()):
         entry = entries.get(path)
         if entry is not None and size is not None and entry["bytes"] != size:

@@ -143,11 +143,14 @@ def converted(tmp_path):
     return root, frames, paths
 
 
-def test_manifest_file_missing_raises_naming_it(converted):
+def test_manifest_file_deleted_locally_warns_and_scans(converted):
     root, frames, paths = converted
     os.remove(paths[2])
-    with pytest.raises(DataError, match=r"lists 4 files but 1 of them are not there.*part-0002.*rerun `dask-windows convert`"):
-        WindowDataset(root, **KW)
+    with pytest.warns(ManifestWarning, match=r"part-0002.parquet is listed in the manifest but missing.*scanning"):
+        ds = WindowDataset(root, return_index=True, **KW)
+    starts = np.sort(np.concatenate([b[-1] for b in _batches(ds)]))
+    assert np.array_equal(starts, oracle_starts([frames[0], frames[1], frames[3]], "sid", 4))
+    # (on an object store the same state is an unfinished commit and raises: tests/test_checks_s3.py)
 
 
 def test_manifest_extra_or_rewritten_file_warns_and_scans(converted):

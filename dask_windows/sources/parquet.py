@@ -324,7 +324,7 @@ class ParquetSource(Source):
         entries = {posixpath.join(root, f["path"]): f for f in manifest["files"]}
         ids = getattr(self, "_identities", {})
         listed = {p: (ids[p].size if p in ids and ids[p].size is not None else size) for p, size in self._listed.items()}
-        changes = compare_manifest(self._url(root), entries, listed)  # raises if listed files are missing
+        changes = compare_manifest(self._url(root), entries, listed, remote=not self.local)  # may raise
         if changes:
             warn_manifest(self._url(root), changes)
             return None
