@@ -20,10 +20,16 @@ with a message naming it. ``on_error="skip"`` leaves it out, warns
   buffer that can; windows still owed at the end are drawn from the reader's
   last readable partition, read again.
 
-Which failures are transient (worth a retry) is decided here too, by
-``is_transient``: it walks the exception and its causes and looks at types
-and status codes by name, so botocore, aiohttp, gcsfs and adlfs errors are
-recognised without importing any of them.
+Every failure is classified here, once, by ``classify``: ``transient`` (worth
+a retry: ``is_transient``), ``resource`` (``EMFILE``, ``ENOMEM``, ``ENOSPC``:
+the machine, not the data), ``permission`` (access denied, no credentials),
+``missing`` (no such file, bucket or key) or ``corrupt`` (anything the data
+is to blame for). Each kind has its own remedy in the message
+(``failure_message``) and its own ``on_error`` rule (``skip_allowed``): only
+corrupt or missing data is ever skipped. The classifier walks the exception
+and its causes and looks at types, errno values and status codes by name, so
+botocore, aiohttp, gcsfs and adlfs errors are recognised without importing
+any of them.
 
 The trade-off: a replacement window is a repeat of a window already in the
 epoch, so a skipped partition slightly over-weights its buffer neighbours
@@ -56,6 +62,7 @@ __all__ = [
     "error_text",
     "guard_scan",
     "is_transient",
+    "is_unreachable",
     "opening_skip_allowed",
     "record_skip",
     "replacement_picks",
@@ -321,6 +328,27 @@ def skip_allowed(on_error: str, error: BaseException, opening: bool = False) -> 
     kind = getattr(error, "kind", None)
     kind = kind if kind in FAILURE_KINDS else classify(cause)
     return kind in ("corrupt", "missing") or (kind == "transient" and not opening)
+
+
+#: Failures to connect at all: the client (botocore, aiohttp) already retried the connection.
+UNREACHABLE_TYPES = frozenset({"EndpointConnectionError", "ConnectionRefusedError", "ClientConnectorError"})
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` (or a cause) says the endpoint could not be connected to at all.
+
+    Such a failure is transient, but the storage client has already retried connecting
+    (botocore and s3fs several times, with backoff), so retrying it again only multiplies
+    the wait before a server that is down is reported.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(seen) < 16:
+        seen.add(id(current))
+        if {cls.__name__ for cls in type(current).__mro__} & UNREACHABLE_TYPES:
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def error_text(exc: BaseException) -> str:

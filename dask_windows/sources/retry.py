@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from dask_windows.errors import ConfigError
-from dask_windows.faults import is_transient
+from dask_windows.faults import is_transient, is_unreachable
 
 __all__ = ["DEFAULT_TIMEOUT", "DeadlineExceeded", "RetryPolicy", "resolve_retry", "with_deadline"]
 
@@ -141,7 +141,8 @@ class RetryPolicy:
             except Exception as exc:
                 attempt += 1
                 late = isinstance(exc, DeadlineExceeded) or deadline is not None and time.monotonic() >= deadline
-                if attempt > self.retries or late or not self.transient(exc):
+                # a connection refused was already retried by the client (botocore, s3fs): report it now
+                if attempt > self.retries or late or not self.transient(exc) or is_unreachable(exc):
                     try:
                         exc.attempts = attempt  # type: ignore[attr-defined]
                     except AttributeError:  # pragma: no cover - exceptions with __slots__
