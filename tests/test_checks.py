@@ -346,6 +346,8 @@ def test_too_many_open_files_is_a_resource_error_not_skipped(tmp_path):
         import pyarrow.parquet, numpy
         from dask_windows.dataset import WindowDataset
         from dask_windows.errors import SourceReadError
+        paths = sorted(os.path.join({root!r}, p) for p in os.listdir({root!r}))  # a list: no listing, only footers
+        WindowDataset(paths, features=["f0"], series="sid", window=4, threads=1)  # imports done before
         hold = []
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
@@ -355,7 +357,7 @@ def test_too_many_open_files_is_a_resource_error_not_skipped(tmp_path):
         except OSError:
             pass
         try:
-            WindowDataset({root!r}, features=["f0"], series="sid", window=4, on_error="skip", threads=1)
+            WindowDataset(paths, features=["f0"], series="sid", window=4, on_error="skip", threads=1)
         except SourceReadError as exc:
             print("RAISED", exc)
         else:
@@ -363,6 +365,7 @@ def test_too_many_open_files_is_a_resource_error_not_skipped(tmp_path):
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert "RAISED" in out.stdout, out.stdout + out.stderr
+    assert "cannot read the Parquet footer of" in out.stdout  # 22 good files were dropped here before
     assert "ran out of a resource" in out.stdout and "ulimit -n" in out.stdout and "never skipped" in out.stdout
     assert "corrupt" not in out.stdout.split("; ", 1)[1]
 
@@ -464,3 +467,39 @@ def test_numpy_ints_world_size_and_storage_options(tmp_path):
         len(WindowDataset(root, features=["f0"], series="sid", window=2, rank=0, world_size=10**6))
     with pytest.raises(TypeError, match=r"storage_options='anon' must be a dict.*\{'anon': True\}"):
         WindowDataset(root, features=["f0"], series="sid", window=2, storage_options="anon")
+
+
+def test_permission_denied_is_never_skipped(tmp_path):
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        pytest.skip("root reads files whatever their mode")
+    root = str(tmp_path / "p")
+    paths = write_parquet(make_frames(seed=16, num_files=2), root)
+    os.chmod(paths[1], 0)
+    try:
+        with pytest.raises(SourceReadError, match=r"part-0001.parquet.*access was denied.*never skipped"):
+            WindowDataset(root, series="sid", on_error="skip", **KW)
+    finally:
+        os.chmod(paths[1], 0o644)
+
+
+def test_deadline_bounds_a_call_and_retries_within_it():
+    import time
+
+    from dask_windows.sources.retry import DeadlineExceeded, RetryPolicy, with_deadline
+
+    policy = RetryPolicy(retries=100, base_delay=0.001, timeout=0.5)
+    with pytest.raises(DeadlineExceeded):
+        policy.call(lambda: time.sleep(30), "s3://b/stalled")
+    calls = []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) < 3:
+            raise ConnectionResetError("reset")
+        return "ok"
+
+    assert policy.call(flaky, "s3://b/k") == "ok" and len(calls) == 3
+    assert with_deadline(RetryPolicy(), None).timeout == 60.0 and with_deadline(RetryPolicy(), 5).open_timeout == 10
+    for bad in (0, -1, True, "5"):
+        with pytest.raises(ConfigError, match="timeout"):
+            with_deadline(RetryPolicy(), bad)
