@@ -248,3 +248,40 @@ def check_column_types(source: Any, columns: Sequence, roles: dict) -> None:
                     "targets must be integer, float or bool columns; encode it as numbers (e.g. category codes) "
                     "or leave it out of features/targets (a series id may be any type: pass it as series=)"
                 )
+
+
+def runs_disagree_with_footer(meta: Any, series: str, runs: Sequence[Sequence[Any]]) -> str | None:
+    """Why a manifest's runs of one file cannot be its series column, from the footer's statistics.
+
+    The footer holds each row group's min and max of the series column; the runs the manifest
+    recorded must give the same min and max over the rows of that row group. This catches a part
+    rewritten with other series but the same size, at no I/O (statistics are in the footer).
+
+    Returns:
+        A description of the first disagreement, or ``None`` (agree, or nothing to compare).
+    """
+    names = meta.schema.names
+    if series not in names or not runs:
+        return None
+    column = names.index(series)
+    starts = np.array([r[0] for r in runs], dtype=np.int64)
+    ends = starts + np.array([r[1] for r in runs], dtype=np.int64)
+    keys = [r[2] for r in runs]
+    first = 0
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        last = first + group.num_rows
+        stats = group.column(column).statistics
+        overlap = [keys[k] for k in np.flatnonzero((ends > first) & (starts < last))]
+        first = last
+        if stats is None or not stats.has_min_max or not overlap:
+            continue
+        low, high = stats.min, stats.max
+        if any(type(k) is not type(low) for k in overlap) or type(high) is not type(low):
+            continue  # datetimes are ISO text in the manifest: nothing exact to compare
+        if (min(overlap), max(overlap)) != (low, high):
+            return (
+                f"row group {g} holds series {low!r}..{high!r} by its footer, the manifest's runs "
+                f"say {min(overlap)!r}..{max(overlap)!r}"
+            )
+    return None

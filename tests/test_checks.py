@@ -61,6 +61,13 @@ def _manifest(root: str, frames, series="sid") -> None:
     write_manifest(root, fsspec.filesystem("file"), series=series, time="ts", files=files)
 
 
+def json_size(root: str, name: str) -> int:
+    import json
+
+    with open(os.path.join(root, "_dask_windows_manifest.json")) as src:
+        return next(f["bytes"] for f in json.load(src)["files"] if f["path"] == name)
+
+
 # -- 1. corrupt pages: with page CRCs every flip raises or changes nothing ----------------------
 
 
@@ -163,6 +170,16 @@ def test_manifest_extra_or_rewritten_file_warns_and_scans(converted):
         ds = WindowDataset(root, return_index=True, **KW)
     starts = np.sort(np.concatenate([b[-1] for b in _batches(ds)]))
     assert np.array_equal(starts, oracle_starts([frames[0], other, *frames[2:]], "sid", 4))
+    # the same, keeping the size: the footer's series statistics disagree with the manifest's runs
+    mixed = other.copy()
+    mixed["sid"] = mixed["sid"] + 1000  # other series
+    pq.write_table(pa.Table.from_pandas(mixed, preserve_index=False), paths[1], row_group_size=7)
+    _manifest(root, [frames[0], other, *frames[2:]])  # today's sizes, the old runs of part 1
+    assert os.path.getsize(paths[1]) == json_size(root, "part-0001.parquet")
+    with pytest.warns(ManifestWarning, match=r"part-0001.parquet: row group 0 holds series 1000..*the manifest's runs say"):
+        ds = WindowDataset(root, return_index=True, **KW)
+    starts = np.sort(np.concatenate([b[-1] for b in _batches(ds)]))
+    assert np.array_equal(starts, oracle_starts([frames[0], mixed, *frames[2:]], "sid", 4))
     # an extra data file not in the manifest
     shutil.copy(paths[0], os.path.join(root, "part-0009.parquet"))
     with pytest.warns(ManifestWarning, match=r"part-0009.parquet is not in the manifest"):

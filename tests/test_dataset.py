@@ -364,11 +364,15 @@ def test_manifest_runs_replace_the_series_scan(frames, tmp_path):
     assert scanned.num_windows == len(oracle_starts(frames, "sid", 8))
     idx = np.concatenate([b[-1] for b in collect(scanned)])
     assert np.array_equal(np.sort(idx), oracle_starts(frames, "sid", 8))
-    # The manifest, not the column, decides: one run per file in the manifest means more windows.
+    # The manifest, not the column, decides: two runs per file (keys agreeing with the footer's
+    # min/max of the series column, which the loader checks) mean other windows than the column's.
+    claimed = []
     for e, f in zip(entries, frames):
-        e["runs"] = [[0, len(f), 0]]
+        low, high = int(f["sid"].min()), int(f["sid"].max())
+        e["runs"] = [[0, 1, low], [1, len(f) - 1, high]] if len(f) > 1 else [[0, 1, low]]
+        claimed.append(f.assign(sid=[low] + [high] * (len(f) - 1)))
     write_manifest(str(tmp_path), fs, series="sid", time="ts", files=entries)
-    assert make(str(tmp_path), series="sid").num_windows == len(oracle_starts(frames, None, 8))
+    assert make(str(tmp_path), series="sid").num_windows == len(oracle_starts(claimed, "sid", 8))
     # A manifest whose row counts disagree with the files is ignored.
     entries[0]["rows"] += 1
     entries[0]["runs"][-1][1] += 1

@@ -318,7 +318,7 @@ class ParquetSource(Source):
         manifest = read_manifest(root, self.fs)
         if manifest is None:
             return None
-        from dask_windows.checks import compare_manifest, warn_manifest
+        from dask_windows.checks import compare_manifest, runs_disagree_with_footer, warn_manifest
 
         self.manifest_series = manifest["series"]
         entries = {posixpath.join(root, f["path"]): f for f in manifest["files"]}
@@ -336,6 +336,10 @@ class ParquetSource(Source):
                 warn_manifest(self._url(root), [f"{path} has {rows:,} rows, the manifest says {entry and entry['rows']}"])
                 return None
             table = entry["runs"]
+            differ = runs_disagree_with_footer(self._footers[path].metadata, manifest["series"], table)
+            if differ is not None:
+                warn_manifest(self._url(root), [f"{path}: {differ}"])
+                return None
             starts = np.array([r[0] for r in table], dtype=np.int64)
             lengths = np.array([r[1] for r in table], dtype=np.int64)
             runs[path] = (starts, lengths, np.array([r[2] for r in table]))
