@@ -78,6 +78,8 @@ def _flip_trials(tmp_path, crc: bool, trials: int) -> tuple[int, int, int]:
     _write(frames, src, crc=crc, row_group_size=100)
     kw = dict(KW, series="sid", batch_size=64)
     want = _batches(WindowDataset(src, **kw))
+    # the reference is the oracle: f0 holds the global row, so each window's first f0 is its start
+    assert np.array_equal(np.concatenate([b[0][:, 0, 0] for b in want]), oracle_starts(frames, "sid", 4))
     rng = np.random.default_rng(11)
     silent = raised = unchanged = 0
     for _ in range(trials):
