@@ -92,7 +92,9 @@ class WindowDataset(IterableDataset):
         strict: Raise instead of warn when the data is usable but suspect (a series that reappears
             after another inside a partition: see ``docs/checks.md``).
         timeout: Seconds a remote partition read may take, retries included (default 60), and
-            twice that to open the dataset; past it a ``SourceReadError`` names the object.
+            twice that per call while opening; past it a ``SourceReadError`` names the object.
+            Applies to Parquet on object stores (any non-local fsspec URL); local files and Dask
+            frames (computed, perhaps slowly, on a cluster) have no deadline.
 
     Attributes:
         skipped: Partitions skipped in this process: at open, and while iterating in this process.

@@ -101,6 +101,8 @@ def open_source(
     if type(data).__module__.startswith("dask"):
         options.pop("partition_bytes", None)
         options.pop("partition_rows", None)
+        if isinstance(retry, RetryPolicy):
+            retry = retry.unbounded()  # a partition computed on a cluster may take long: no storage deadline
         return DaskSource(data, series=series, retry=retry, on_error=on_error, **options)
     options.pop("partition_bytes", None)
     if isinstance(data, np.ndarray) and series is not None and is_series_vector(series):
