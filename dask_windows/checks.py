@@ -222,9 +222,10 @@ def value_problem(value: float) -> str:
     return "NaN" if value != value else f"infinite value ({value}, or beyond float32's range)"
 
 
-#: Arrow types a feature or target column may have (they become float32 / int64 arrays).
 def check_column_types(source: Any, columns: Sequence, roles: dict) -> None:
     """Raise ``SchemaError`` at open for a feature/target column that is not numeric (string, list...).
+
+    Integer, float, decimal and bool columns pass (they become float32 / int64 arrays).
 
     Only sources with Arrow schemas (Parquet) are checked here; the names are the file and column.
     """
@@ -242,10 +243,11 @@ def check_column_types(source: Any, columns: Sequence, roles: dict) -> None:
             if col not in schema.names:
                 continue
             kind = schema.field(col).type
-            if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)):
+            numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
+            if not (numeric or pa.types.is_boolean(kind)):
                 raise SchemaError(
                     f"{roles.get(col, 'column')} {col!r} of {url(path)} is {kind}, not a number; features and "
-                    "targets must be integer, float or bool columns; encode it as numbers (e.g. category codes) "
+                    "targets must be integer, float, decimal or bool columns; encode it as numbers (e.g. category codes) "
                     "or leave it out of features/targets (a series id may be any type: pass it as series=)"
                 )
 

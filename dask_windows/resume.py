@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -126,6 +127,7 @@ class _Progress:
     num_workers: int
     start: int
     done: int
+    pid: int = field(default_factory=os.getpid)  # a DataLoader worker forked mid-pass does not own it
 
 
 def check_int(name: str, value: object, minimum: int = 0) -> int:
@@ -285,7 +287,7 @@ class Resumer:
                     "DataLoader yielded in the current pass over it"
                 )
             return {**state, "scope": "loader", "epoch": epoch, "num_workers": readers, "batches": taken}
-        live = getattr(self, "live", [])
+        live = [p for p in getattr(self, "live", []) if p.pid == os.getpid()]
         if len(live) > 1 and batches is None:
             raise ConfigError(
                 f"state_dict() is ambiguous: {len(live)} passes over this dataset are in progress (iter(ds) was "
