@@ -140,7 +140,7 @@ def s3_endpoint():
 def _env(endpoint: str | None) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([REPO, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONWARNINGS="ignore::DeprecationWarning")
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     if endpoint is not None:
         env.update(
             AWS_ENDPOINT_URL=endpoint,

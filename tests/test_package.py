@@ -169,3 +169,11 @@ def test_import_dask_windows_leaves_dask_alone():
     done = run_python("import dask_windows, sys; assert not {'dask', 'distributed'} & set(sys.modules), "
                       "sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed'))")
     assert done.returncode == 0, done.stderr
+
+
+def test_changelog_lists_every_deprecated_module_path():
+    from dask_windows._moved import MOVED
+
+    text = (pathlib.Path(REPO) / "docs" / "changelog.md").read_text(encoding="utf-8")
+    missing = [f"{old} -> {new}" for old, new in MOVED.items() if f"| `{old}` | `{new}` |" not in text]
+    assert not missing, f"docs/changelog.md lacks these rows of dask_windows._moved.MOVED: {missing}"
