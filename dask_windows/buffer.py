@@ -69,7 +69,7 @@ def decode(index: int, name: str, columns: dict, spec: WindowSpec) -> Part:
             x[c] = values
         else:
             x[:, c] = values
-    y: np.ndarray | None = None
+    y = None
     if spec.targets:
         targ = [columns[c] for c in spec.targets]
         y = np.empty((len(targ), rows), _target_dtype(targ))
@@ -171,7 +171,7 @@ def _check_nan(part: Part, rows: np.ndarray, spec: WindowSpec) -> None:
     if hits:
         role, start, row = hits[0]
         names, values = (spec.features, part.x) if role == "feature" else (spec.targets, part.y)
-        by_column = values[:, row] if role == "target" or spec.layout == "NCL" else values[row, :]  # type: ignore[index]
+        by_column = values[:, row] if role == "target" or spec.layout == "NCL" else values[row, :]
         column = names[int(np.flatnonzero(np.isnan(by_column.astype(np.float64)))[0])]
         raise DataError(
             f"NaN in {role} column {column!r} of {part.name} at row {row} of that partition, inside the window starting at "
@@ -253,11 +253,11 @@ def stream(
         yield from drain(buffer, skip)
         skip = 0
         large = buffer.nbytes >= _TRIM_BYTES
-        buffer = None  # type: ignore[assignment]  # drop the buffer before the next one is built
+        buffer = None  # drop the buffer before the next one is built
         if large:
             trim()
     if owed and remaining > 0:
-        segments = [seg for group in plan.buffers for seg in group]  # type: ignore[assignment]
+        segments = [seg for group in plan.buffers for seg in group]
         for seg in reversed(segments):
             part = reread(seg.partition) if reread is not None else None
             if part is not None:

@@ -415,7 +415,7 @@ def convert(
     manifest = read_manifest(root, out_fs)  # reread: what a loader will see
     return ConvertReport(dst=dst, rows_in=rows_in, rows_out=rows_out, files=len(entries),
                          series=len(keys), split_series=int((num_pieces > 1).sum()),
-                         bytes_out=sum(e["bytes"] for e in entries), manifest=manifest)  # type: ignore[arg-type]
+                         bytes_out=sum(e["bytes"] for e in entries), manifest=manifest)
 
 
 def _move_into_place(fs: Any, tmp: str, root: str) -> None:

@@ -165,7 +165,7 @@ def inspect_dataset(
                           threads=threads)
         rows = [p.num_rows for p in source.partitions]
         runs = [r.lengths.tolist() for r in found]
-        keys = ({_key(k) for r in found for k in r.keys.tolist()} if series is not None  # type: ignore[assignment]
+        keys = ({_key(k) for r in found for k in r.keys.tolist()} if series is not None
                 else None)
         num_files = len(source.files)
         num_bytes = sum(source.fs.size(f) for f in source.files) if num_files < 1000 else None

@@ -236,7 +236,7 @@ class ParquetSource(Source):
         self.on_error = check_on_error(on_error)
         self.max_gap = max_gap
         self.storage_options = storage_options
-        self.skipped: list = []
+        self.skipped = []
         target = os.fspath(data) if isinstance(data, (str, os.PathLike)) else f"{len(data)} paths"
         self.fs, files, sizes, self.description = self.retry.call(lambda: _list_files(data, storage_options), target)
         self.local = _is_local(self.fs)
