@@ -141,9 +141,7 @@ def test_import_rules_of_the_architecture_page():
         top, anywhere = _imports(path)
         if not name.startswith("dask_windows/cli/") and any(m.startswith("dask_windows.cli") for m in anywhere):
             problems.append(f"{name} imports dask_windows.cli (rule 1)")
-        if "torch" in _roots(top) and name not in {
-            "dask_windows/dataset.py", "dask_windows/device.py", "dask_windows/masks.py"
-        } and not name.startswith("dask_windows/cli/"):
+        if "torch" in _roots(top) and name.startswith("dask_windows/sources/"):
             problems.append(f"{name} imports torch at module level (rule 2)")
         if _roots(top) & {"dask", "distributed"} and not name.startswith("dask_windows/cli/"):
             problems.append(f"{name} imports dask at module level (rule 2)")
