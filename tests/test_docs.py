@@ -301,3 +301,16 @@ def test_reserved_pages_exist():
     missing = sorted(page for page in RESERVED if not os.path.exists(os.path.join(REPO, page)))
     if missing:
         pytest.skip(f"linked but not written yet: {', '.join(missing)}")
+
+
+def test_readme_commands_are_what_ci_and_the_demo_run():
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    with open(os.path.join(REPO, ".ci", "run"), encoding="utf-8") as f:
+        ci_command = [line for line in f.read().splitlines() if line.startswith("python -m pip install")]
+    assert ci_command and ci_command[-1] in readme, "README.md must show the exact test command .ci/run runs"
+    demo = (
+        'python -m pip install "torch==2.13.0" && python -m pip install -e ".[demo]" && python examples/pretrain_mvp.py'
+    )
+    assert demo in readme
+    assert os.path.exists(os.path.join(REPO, "examples", "pretrain_mvp.py"))
