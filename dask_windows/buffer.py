@@ -22,7 +22,7 @@ from dask_windows.batch import Gatherer, normalize_per_sample
 from dask_windows.checks import bad_value_rows, value_problem
 from dask_windows.errors import DataError, SourceReadError
 from dask_windows.faults import REPLACEMENT_TAG, replacement_picks
-from dask_windows.index import WindowGrid, nan_rows
+from dask_windows.index import WindowGrid
 from dask_windows.memory import trim
 from dask_windows.plan import EpochPlan, Segment, rng_for
 from dask_windows.spec import WindowSpec

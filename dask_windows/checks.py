@@ -22,6 +22,7 @@ reaches a batch in silence. The checks use only what opening already read
 The trade-off: the order check counts runs, it does not sort; sorting is
 ``dask-windows convert``'s job.
 """
+
 from __future__ import annotations
 
 import logging

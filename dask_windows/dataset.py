@@ -31,7 +31,7 @@ from dask_windows.checks import (
 )
 from dask_windows.errors import ConfigError, DataError, SourceReadError
 from dask_windows.faults import SkippedPartition, check_on_error, guard_scan, record_skip, skip_allowed
-from dask_windows.index import WindowGrid, nan_rows, scan_runs
+from dask_windows.index import WindowGrid, scan_runs
 from dask_windows.memory import trim
 from dask_windows.plan import batches_per_rank, plan_reader
 from dask_windows.prefetch import Prefetcher
@@ -146,9 +146,10 @@ class WindowDataset(IterableDataset):
             data, storage_options, series=series, retry=with_deadline(resolve_retry(retries), timeout),
             on_error=on_error, **options
         )
-        self._series_from_manifest = series_from_manifest and getattr(self.source, "manifest_series", None) is not None
+        manifest_series = getattr(self.source, "manifest_series", None)
+        self._series_from_manifest = series_from_manifest and manifest_series is not None
         if self._series_from_manifest:
-            series = self.source.manifest_series
+            series = manifest_series
         self.skipped: list[SkippedPartition] = list(self.source.skipped)
         if is_series_vector(series):  # the source already cut the array into series
             series = None
@@ -286,7 +287,8 @@ class WindowDataset(IterableDataset):
         reader, skip = self._resumer.begin(self.epoch, world, len(self))
         progress = self._resumer.progress  # this pass's own count: another iter() never moves it
         batches = self._batches(self._plan(reader, skip), progress)
-        weakref.finalize(batches, self._resumer.end, progress)  # also a pass dropped before its first batch
+        if progress is not None:
+            weakref.finalize(batches, self._resumer.end, progress)  # also a pass dropped before its first batch
         return batches
 
     def state_dict(self, batches: int | None = None, num_workers: int | None = None) -> dict:

@@ -50,16 +50,16 @@ import numpy as np
 from dask_windows.errors import ConfigError, SourceReadError
 
 __all__ = [
+    "FAILURE_KINDS",
     "ON_ERROR",
     "SkippedPartition",
     "SkippedPartitionWarning",
-    "FAILURE_KINDS",
     "check_on_error",
     "classify",
     "describe_failure",
+    "error_text",
     "failure_kind",
     "failure_message",
-    "error_text",
     "guard_scan",
     "is_transient",
     "is_unreachable",

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from dask_windows.errors import ConfigError
 
 __all__ = ["WindowSpec"]
@@ -16,7 +18,7 @@ NAN_POLICIES = ("raise", "drop")
 
 
 def _positive_int(name: str, value: object, minimum: int = 1) -> int:
-    if type(value).__module__ == "numpy" and hasattr(value, "dtype") and value.dtype.kind in "iu":
+    if isinstance(value, np.integer):
         value = int(value)  # numpy ints are accepted everywhere, as set_epoch does
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{name}={value!r} must be an int >= {minimum}")

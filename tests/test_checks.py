@@ -3,6 +3,7 @@
 One test (or a few) per numbered case of the issue; each asserts the error type, that the message
 names the file and column and the remedy, and that no wrong batch was yielded before it.
 """
+
 from __future__ import annotations
 
 import errno
@@ -18,6 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers import make_frames, oracle_starts, write_parquet
 
 import dask_windows as dw
 from dask_windows.checks import ManifestWarning, SeriesOrderWarning
@@ -25,8 +27,6 @@ from dask_windows.dataset import WindowDataset
 from dask_windows.errors import ConfigError, DataError, SchemaError, SourceReadError
 from dask_windows.faults import classify, skip_allowed
 from dask_windows.sources.manifest import series_runs, write_manifest
-
-from helpers import make_frames, oracle_starts, write_parquet
 
 KW = dict(features=["f0", "f1"], targets=["y"], window=4, batch_size=32, shuffle=False, prefetch_partitions=0)
 
@@ -54,8 +54,14 @@ def _manifest(root: str, frames, series="sid") -> None:
     files = []
     for i, frame in enumerate(frames):
         name = f"part-{i:04d}.parquet"
-        files.append({"path": name, "rows": len(frame), "bytes": os.path.getsize(os.path.join(root, name)),
-                      "runs": series_runs(frame[series].to_numpy())})
+        files.append(
+            {
+                "path": name,
+                "rows": len(frame),
+                "bytes": os.path.getsize(os.path.join(root, name)),
+                "runs": series_runs(frame[series].to_numpy()),
+            }
+        )
     import fsspec
 
     write_manifest(root, fsspec.filesystem("file"), series=series, time="ts", files=files)
@@ -87,10 +93,12 @@ def _flip_trials(tmp_path, crc: bool, trials: int) -> tuple[int, int, int]:
         shutil.rmtree(work, ignore_errors=True)
         shutil.copytree(src, work)
         victim = os.path.join(work, f"part-{int(rng.integers(3)):04d}.parquet")
-        data = bytearray(open(victim, "rb").read())
+        with open(victim, "rb") as src_file:
+            data = bytearray(src_file.read())
         for pos in rng.integers(0, len(data), int(rng.integers(1, 9))):
             data[pos] ^= int(rng.integers(1, 256))
-        open(victim, "wb").write(bytes(data))
+        with open(victim, "wb") as out_file:
+            out_file.write(bytes(data))
         got = []
         try:
             with warnings.catch_warnings():
@@ -110,7 +118,7 @@ def _flip_trials(tmp_path, crc: bool, trials: int) -> tuple[int, int, int]:
 
 
 def test_random_byte_flips_with_page_checksums_never_give_silent_differences(tmp_path):
-    silent, raised, unchanged = _flip_trials(tmp_path, crc=True, trials=150)
+    silent, raised, _ = _flip_trials(tmp_path, crc=True, trials=150)
     assert silent == 0
     assert raised > 100  # the test can fail: most flips land in data pages and must raise
 
@@ -178,7 +186,9 @@ def test_manifest_extra_or_rewritten_file_warns_and_scans(converted):
     pq.write_table(pa.Table.from_pandas(mixed, preserve_index=False), paths[1], row_group_size=7)
     _manifest(root, [frames[0], other, *frames[2:]])  # today's sizes, the old runs of part 1
     assert os.path.getsize(paths[1]) == json_size(root, "part-0001.parquet")
-    with pytest.warns(ManifestWarning, match=r"part-0001.parquet: row group 0 holds series 1000..*the manifest's runs say"):
+    with pytest.warns(
+        ManifestWarning, match=r"part-0001.parquet: row group 0 holds series 1000..*the manifest's runs say"
+    ):
         ds = WindowDataset(root, return_index=True, **KW)
     starts = np.sort(np.concatenate([b[-1] for b in _batches(ds)]))
     assert np.array_equal(starts, oracle_starts([frames[0], mixed, *frames[2:]], "sid", 4))
@@ -208,8 +218,9 @@ def test_series_comes_from_the_manifest_unless_series_none(converted):
 def _blocks(tmp_path, block: int) -> str:
     n = 240
     sid = (np.arange(n) // block) % 2  # A,B,A,B... in blocks of `block` rows
-    frame = pd.DataFrame({"sid": sid, "f0": np.arange(n, dtype=np.float32), "f1": np.ones(n, np.float32),
-                          "y": np.zeros(n, np.float32)})
+    frame = pd.DataFrame(
+        {"sid": sid, "f0": np.arange(n, dtype=np.float32), "f1": np.ones(n, np.float32), "y": np.zeros(n, np.float32)}
+    )
     root = str(tmp_path / f"blocks{block}")
     _write([frame], root)
     return root
@@ -225,9 +236,11 @@ def test_reappearing_series_warn_or_raise_with_strict(tmp_path):
 
 def test_interleaved_rows_no_windows_error_names_sorting(tmp_path):
     root = _blocks(tmp_path, 1)
-    with pytest.warns(SeriesOrderWarning):
-        with pytest.raises(DataError, match=r"no windows.*not grouped.*sort the rows by 'sid' and time"):
-            WindowDataset(root, series="sid", **KW)
+    with (
+        pytest.warns(SeriesOrderWarning),
+        pytest.raises(DataError, match=r"no windows.*not grouped.*sort the rows by 'sid' and time"),
+    ):
+        WindowDataset(root, series="sid", **KW)
 
 
 # -- 6. non-finite values and normalisation -----------------------------------------------------
@@ -243,7 +256,7 @@ def _with_value(tmp_path, value, row=50, dtype=np.float64) -> tuple[str, list]:
 
 @pytest.mark.parametrize("value", [np.inf, -np.inf, 1e39])
 def test_non_finite_values_raise_naming_file_column_row(tmp_path, value):
-    root, frames = _with_value(tmp_path, value)
+    root, _ = _with_value(tmp_path, value)
     ds = WindowDataset(root, series="sid", normalize="sample", **KW)
     got = []
     with pytest.raises(DataError, match=r"infinite value.*column 'f1' of .*part-0001.parquet at row 50.*nan='drop'"):
@@ -265,8 +278,14 @@ def test_non_finite_windows_dropped_with_nan_drop(tmp_path):
 
 def test_sample_normalisation_of_constant_and_huge_windows_is_finite(tmp_path):
     n = 64
-    frame = pd.DataFrame({"sid": np.zeros(n, np.int64), "f0": np.full(n, 7.0, np.float32),
-                          "f1": np.where(np.arange(n) % 2, 3e38, -3e38).astype(np.float32), "y": np.zeros(n, np.float32)})
+    frame = pd.DataFrame(
+        {
+            "sid": np.zeros(n, np.int64),
+            "f0": np.full(n, 7.0, np.float32),
+            "f1": np.where(np.arange(n) % 2, 3e38, -3e38).astype(np.float32),
+            "y": np.zeros(n, np.float32),
+        }
+    )
     root = str(tmp_path / "const")
     _write([frame], root)
     x = np.concatenate([b[0] for b in _batches(WindowDataset(root, series="sid", normalize="sample", **KW))])
@@ -276,8 +295,12 @@ def test_sample_normalisation_of_constant_and_huge_windows_is_finite(tmp_path):
 
 @pytest.mark.parametrize(
     "entry, match",
-    [({"mean": float("nan"), "std": 1.0}, "mean nan"), ({"mean": 0.0, "std": -1.0}, "std -1.0"),
-     ({"mean": 0.0, "std": float("inf")}, "std inf"), ({"mean": 1e39, "std": 1.0}, "mean 1e.39")],
+    [
+        ({"mean": float("nan"), "std": 1.0}, "mean nan"),
+        ({"mean": 0.0, "std": -1.0}, "std -1.0"),
+        ({"mean": 0.0, "std": float("inf")}, "std inf"),
+        ({"mean": 1e39, "std": 1.0}, "mean 1e.39"),
+    ],
 )
 def test_stats_file_validated_like_the_dict(tmp_path, entry, match):
     import json
@@ -285,8 +308,7 @@ def test_stats_file_validated_like_the_dict(tmp_path, entry, match):
     root = str(tmp_path / "d")
     write_parquet(make_frames(seed=6, num_files=1), root)
     stats = tmp_path / "stats.json"
-    doc = {"format": "dask_windows.stats", "version": 1,
-           "features": {"f0": {"mean": 0.0, "std": 1.0}, "f1": entry}}
+    doc = {"format": "dask_windows.stats", "version": 1, "features": {"f0": {"mean": 0.0, "std": 1.0}, "f1": entry}}
     stats.write_text(json.dumps(doc))
     with pytest.raises(DataError, match=rf"{stats}.*feature 'f1' the {match}.*dask-windows stats"):
         WindowDataset(root, series="sid", normalize=str(stats), **KW)
@@ -441,7 +463,9 @@ def test_resume_rejects_swapped_or_rewritten_same_shape_files(tmp_path):
     frame = frames[0].copy()
     frame["f0"] += 1
     pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), paths[0])
-    with pytest.raises(SourceReadError, match=r"part-0000.parquet changed after the dataset was opened.*open the dataset again"):
+    with pytest.raises(
+        SourceReadError, match=r"part-0000.parquet changed after the dataset was opened.*open the dataset again"
+    ):
         _batches(swapped)
 
 
@@ -472,15 +496,23 @@ def test_split_at_sub_day_on_a_date32_column(tmp_path):
     train, valid = ds.split(at="2024-01-05T12:00", time="day")
     # rows of 2024-01-05 (16..19) are before noon-of-the-5th's cut only if cut to the day: they must be train
     first_valid = int(min(np.concatenate([b[-1].numpy() for b in valid])))
-    assert first_valid == 20
+    last_train = int(max(np.concatenate([b[-1].numpy() for b in train])))
+    assert first_valid == 20 and last_train == 18  # a train window (2 rows) ends before the cut row 20
 
 
 def test_numpy_ints_world_size_and_storage_options(tmp_path):
     root = str(tmp_path / "n")
     frames = make_frames(seed=15, num_files=2)
     write_parquet(frames, root)
-    ds = WindowDataset(root, features=["f0"], series="sid", window=np.int64(2), stride=np.int32(1),
-                       batch_size=np.int64(8), seed=np.uint16(3))
+    ds = WindowDataset(
+        root,
+        features=["f0"],
+        series="sid",
+        window=np.int64(2),
+        stride=np.int32(1),
+        batch_size=np.int64(8),
+        seed=np.uint16(3),
+    )
     assert ds.spec.window == 2 and type(ds.spec.window) is int
     with pytest.raises(ConfigError, match=r"world_size=\d+ is larger than the [\d,]+ windows.*use fewer ranks"):
         len(WindowDataset(root, features=["f0"], series="sid", window=2, rank=0, world_size=10**6))

@@ -3,6 +3,7 @@
 moto's server behind the counting, fault-injecting proxy of ``s3proxy``; a ``stall`` rule makes
 the proxy read a request and never answer, as a hung endpoint does. Timeouts are a few seconds.
 """
+
 from __future__ import annotations
 
 import io
@@ -12,21 +13,28 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers import make_frames, oracle_starts
 
 from dask_windows.dataset import WindowDataset
 from dask_windows.errors import DataError, SourceReadError
 from dask_windows.sources.manifest import MANIFEST_FORMAT, MANIFEST_NAME, MANIFEST_VERSION, series_runs
 from dask_windows.sources.retry import RetryPolicy
 
-from helpers import make_frames, oracle_starts
-
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
 
-from s3proxy import S3Endpoint, free_port  # noqa: E402
+from s3proxy import S3Endpoint, free_port
 
-KW = dict(features=["f0", "f1"], targets=["y"], series="sid", window=8, batch_size=16, return_index=True,
-          shuffle=False, prefetch_partitions=0)
+KW = dict(
+    features=["f0", "f1"],
+    targets=["y"],
+    series="sid",
+    window=8,
+    batch_size=16,
+    return_index=True,
+    shuffle=False,
+    prefetch_partitions=0,
+)
 FAST = RetryPolicy(retries=2, base_delay=0.01)
 
 
@@ -74,7 +82,9 @@ def test_stalled_endpoint_mid_epoch_names_the_object_and_yields_nothing_wrong(s3
     it = iter(ds)
     got.append(next(it)[-1].numpy())
     s3.fail(10**6, "stall")  # every object read from now on hangs
-    with pytest.raises(SourceReadError, match=r"cannot read s3://bucket/data/part-\d{4}\.parquet.*DeadlineExceeded.*timeout="):
+    with pytest.raises(
+        SourceReadError, match=r"cannot read s3://bucket/data/part-\d{4}\.parquet.*DeadlineExceeded.*timeout="
+    ):
         for batch in it:
             got.append(batch[-1].numpy())
     rows = np.concatenate(got)
@@ -94,13 +104,21 @@ def test_partial_commit_is_never_taken_for_a_dataset(s3):
     files = []
     for i, frame in enumerate(s3.frames):
         data = _bytes(frame)
-        files.append({"path": f"part-{i:04d}.parquet", "rows": len(frame), "bytes": len(data),
-                      "runs": series_runs(frame["sid"].to_numpy())})
+        files.append(
+            {
+                "path": f"part-{i:04d}.parquet",
+                "rows": len(frame),
+                "bytes": len(data),
+                "runs": series_runs(frame["sid"].to_numpy()),
+            }
+        )
         if i < 2:
             s3.fs.pipe(f"bucket/partial/part-{i:04d}.parquet", data)
     manifest = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "series": "sid", "time": "ts", "files": files}
     s3.fs.pipe(f"bucket/partial/{MANIFEST_NAME}", json.dumps(manifest).encode())
-    with pytest.raises(DataError, match=r"s3://bucket/partial.*lists 4 files but 2 of them are not there.*did not finish"):
+    with pytest.raises(
+        DataError, match=r"s3://bucket/partial.*lists 4 files but 2 of them are not there.*did not finish"
+    ):
         WindowDataset("s3://bucket/partial/", storage_options=_options(s3), **KW)
 
 

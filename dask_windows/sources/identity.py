@@ -22,6 +22,7 @@ The trade-off: a rewrite that keeps the footer byte-identical and the size
 (same rows, same statistics) is not caught by the fingerprint; at read time
 local files still catch it by mtime.
 """
+
 from __future__ import annotations
 
 import hashlib

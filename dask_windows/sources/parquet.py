@@ -38,7 +38,6 @@ from dask_windows.faults import (
     check_on_error,
     classify,
     failure_message,
-    describe_failure,
     error_text,
     is_transient,
     opening_skip_allowed,
@@ -297,7 +296,7 @@ class ParquetSource(Source):
                 name = path if len(groups) == 1 else f"{path}[row groups {rgs[0]}-{rgs[-1]}]"
                 if rows:
                     self.partitions.append(Partition(name, rows, (path, tuple(rgs))))
-        self._listed = {path: size for path, size in zip(files, sizes)}
+        self._listed = dict(zip(files, sizes))
         self.manifest_series: str | None = None  # the manifest's series column, even when it is stale
         self._manifest = self._load_manifest(data)
 

@@ -140,7 +140,7 @@ class RetryPolicy:
                 return fn() if deadline is None else _bounded(fn, deadline - time.monotonic(), what)
             except Exception as exc:
                 attempt += 1
-                late = isinstance(exc, DeadlineExceeded) or deadline is not None and time.monotonic() >= deadline
+                late = isinstance(exc, DeadlineExceeded) or (deadline is not None and time.monotonic() >= deadline)
                 # a connection refused was already retried by the client (botocore, s3fs): report it now
                 if attempt > self.retries or late or not self.transient(exc) or is_unreachable(exc):
                     try:
@@ -174,7 +174,7 @@ def resolve_retry(retries: int | RetryPolicy | None) -> RetryPolicy:
 
 def with_deadline(policy: RetryPolicy, timeout: float | None) -> RetryPolicy:
     """``policy`` with ``WindowDataset(timeout=...)``: the given seconds, the policy's own, or ``DEFAULT_TIMEOUT``."""
-    if isinstance(timeout, bool) or timeout is not None and not isinstance(timeout, (int, float)):
+    if isinstance(timeout, bool) or (timeout is not None and not isinstance(timeout, (int, float))):
         raise ConfigError(f"timeout={timeout!r} must be a number of seconds > 0")
     if timeout is None:
         timeout = policy.timeout if policy.timeout is not None else DEFAULT_TIMEOUT
