@@ -331,7 +331,8 @@ def skip_allowed(on_error: str, error: BaseException, opening: bool = False) -> 
 
 
 #: Failures to connect at all: the client (botocore, aiohttp) already retried the connection.
-UNREACHABLE_TYPES = frozenset({"EndpointConnectionError", "ConnectionRefusedError", "ClientConnectorError"})
+#: (``EndpointConnectionError`` alone is not one: aiobotocore also raises it for a connection reset.)
+UNREACHABLE_TYPES = frozenset({"ConnectionRefusedError", "ClientConnectorError"})
 
 
 def is_unreachable(exc: BaseException) -> bool:
@@ -345,7 +346,10 @@ def is_unreachable(exc: BaseException) -> bool:
     current: BaseException | None = exc
     while current is not None and id(current) not in seen and len(seen) < 16:
         seen.add(id(current))
-        if {cls.__name__ for cls in type(current).__mro__} & UNREACHABLE_TYPES:
+        names = {cls.__name__ for cls in type(current).__mro__}
+        if "ConnectionResetError" in names or getattr(current, "errno", None) == errno.ECONNRESET:
+            return False
+        if names & UNREACHABLE_TYPES or getattr(current, "errno", None) == errno.ECONNREFUSED:
             return True
         current = current.__cause__ or current.__context__
     return False

@@ -49,11 +49,11 @@ def s3():
     import s3fs
 
     endpoint = S3Endpoint()
-    endpoint.make_bucket("bucket")
+    endpoint.make_bucket("checks")  # moto keeps one backend per process: a bucket of its own
     endpoint.fs = s3fs.S3FileSystem(**endpoint.storage_options(direct=True))
     endpoint.frames = make_frames(seed=21, num_files=4)
     for i, frame in enumerate(endpoint.frames):
-        endpoint.fs.pipe(f"bucket/data/part-{i:04d}.parquet", _bytes(frame))
+        endpoint.fs.pipe(f"checks/data/part-{i:04d}.parquet", _bytes(frame))
     yield endpoint
     endpoint.close()
 
@@ -71,19 +71,19 @@ def _options(s3) -> dict:
 
 def test_stalled_endpoint_at_open_ends_in_a_named_error(s3):
     s3.fail(10**6, "stall", match=lambda r: True)
-    with pytest.raises(SourceReadError, match=r"cannot list s3://bucket/data/.*DeadlineExceeded.*timeout="):
-        WindowDataset("s3://bucket/data/", storage_options=_options(s3), retries=FAST, timeout=1.5, **KW)
+    with pytest.raises(SourceReadError, match=r"cannot list s3://checks/data/.*DeadlineExceeded.*timeout="):
+        WindowDataset("s3://checks/data/", storage_options=_options(s3), retries=FAST, timeout=1.5, **KW)
 
 
 def test_stalled_endpoint_mid_epoch_names_the_object_and_yields_nothing_wrong(s3):
-    ds = WindowDataset("s3://bucket/data/", storage_options=_options(s3), retries=FAST, timeout=2, **KW)
+    ds = WindowDataset("s3://checks/data/", storage_options=_options(s3), retries=FAST, timeout=2, **KW)
     want = oracle_starts(s3.frames, "sid", 8)
     got = []
     it = iter(ds)
     got.append(next(it)[-1].numpy())
     s3.fail(10**6, "stall")  # every object read from now on hangs
     with pytest.raises(
-        SourceReadError, match=r"cannot read s3://bucket/data/part-\d{4}\.parquet.*DeadlineExceeded.*timeout="
+        SourceReadError, match=r"cannot read s3://checks/data/part-\d{4}\.parquet.*DeadlineExceeded.*timeout="
     ):
         for batch in it:
             got.append(batch[-1].numpy())
@@ -92,7 +92,7 @@ def test_stalled_endpoint_mid_epoch_names_the_object_and_yields_nothing_wrong(s3
 
 
 def test_transient_errors_are_retried_within_the_deadline(s3):
-    ds = WindowDataset("s3://bucket/data/", storage_options=_options(s3), retries=FAST, timeout=20, **KW)
+    ds = WindowDataset("s3://checks/data/", storage_options=_options(s3), retries=FAST, timeout=20, **KW)
     s3.fail(2, "503")
     rows = np.sort(np.concatenate([b[-1].numpy() for b in ds]))
     assert np.array_equal(rows, oracle_starts(s3.frames, "sid", 8))
@@ -113,19 +113,19 @@ def test_partial_commit_is_never_taken_for_a_dataset(s3):
             }
         )
         if i < 2:
-            s3.fs.pipe(f"bucket/partial/part-{i:04d}.parquet", data)
+            s3.fs.pipe(f"checks/partial/part-{i:04d}.parquet", data)
     manifest = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "series": "sid", "time": "ts", "files": files}
-    s3.fs.pipe(f"bucket/partial/{MANIFEST_NAME}", json.dumps(manifest).encode())
+    s3.fs.pipe(f"checks/partial/{MANIFEST_NAME}", json.dumps(manifest).encode())
     with pytest.raises(
-        DataError, match=r"s3://bucket/partial.*lists 4 files but 2 of them are not there.*did not finish"
+        DataError, match=r"s3://checks/partial.*lists 4 files but 2 of them are not there.*did not finish"
     ):
-        WindowDataset("s3://bucket/partial/", storage_options=_options(s3), **KW)
+        WindowDataset("s3://checks/partial/", storage_options=_options(s3), **KW)
 
 
 def test_access_denied_and_missing_bucket_name_the_url(s3):
     s3.fail(10**6, "403", match=lambda r: True)
-    with pytest.raises(SourceReadError, match=r"s3://bucket/data/.*access was denied; check the credentials"):
-        WindowDataset("s3://bucket/data/", storage_options=_options(s3), retries=FAST, timeout=10, **KW)
+    with pytest.raises(SourceReadError, match=r"s3://checks/data/.*access was denied; check the credentials"):
+        WindowDataset("s3://checks/data/", storage_options=_options(s3), retries=FAST, timeout=10, **KW)
     s3.reset()
     with pytest.raises(FileNotFoundError, match=r"s3://no-such-bucket/data"):
         WindowDataset("s3://no-such-bucket/data/", storage_options=_options(s3), retries=FAST, timeout=10, **KW)
@@ -134,5 +134,5 @@ def test_access_denied_and_missing_bucket_name_the_url(s3):
 def test_server_down_at_open_is_a_clear_error(s3):
     options = _options(s3)
     options["client_kwargs"] = dict(options["client_kwargs"], endpoint_url=f"http://127.0.0.1:{free_port()}")
-    with pytest.raises(SourceReadError, match=r"cannot list s3://bucket/data/.*check the connection or the endpoint"):
-        WindowDataset("s3://bucket/data/", storage_options=options, retries=FAST, timeout=3, **KW)
+    with pytest.raises(SourceReadError, match=r"cannot list s3://checks/data/.*check the connection or the endpoint"):
+        WindowDataset("s3://checks/data/", storage_options=options, retries=FAST, timeout=3, **KW)
