@@ -209,7 +209,7 @@ def normalisation_rows(root: str, seconds: float, rounds: int = 3) -> None:
             results[name].append(case())
     none = np.median(results["none"])
     print(f"normalisation, B={B} L={L} C={C} stride 1, {rounds} alternating rounds of {seconds:.0f} s "
-          f"(median, range); load {open('/proc/loadavg').read().split()[0]}")
+          f"(median, range); load {os.getloadavg()[0]:.2f}")
     for name, rates in results.items():
         print(f"  {name:<34} {np.median(rates):>11,.0f} windows/s  [{min(rates):,.0f}-{max(rates):,.0f}]  "
               f"{np.median(rates) / none:5.2f}x of none")

@@ -23,6 +23,7 @@ C=4 and at B=64 L=128, and stride = window (B=256 L=512). Per case it prints
 windows/s, time to first batch (from opening the data), and the ratios dw /
 hand, dw / memcpy and first batch hand / dw.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -105,7 +106,9 @@ def tsai_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
 def dw_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
     import dask_windows as dw
 
-    ds = dw.WindowDataset(root, features=FEATURES, series="sid", window=window, stride=stride, batch_size=batch, seed=seed)
+    ds = dw.WindowDataset(
+        root, features=FEATURES, series="sid", window=window, stride=stride, batch_size=batch, seed=seed
+    )
     yield from ds
 
 
@@ -151,14 +154,34 @@ def child(args: argparse.Namespace) -> None:
 
 
 def measure(name: str, root: str, batch: int, window: int, stride: int | None, seconds: float) -> dict:
-    command = [sys.executable, __file__, "--child", name, "--root", root, "--batch", str(batch),
-               "--window", str(window), "--stride", str(stride or 0), "--seconds", str(seconds)]
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        name,
+        "--root",
+        root,
+        "--batch",
+        str(batch),
+        "--window",
+        str(window),
+        "--stride",
+        str(stride or 0),
+        "--seconds",
+        str(seconds),
+    ]
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode or not lines:
         return {"error": (done.stderr.strip().splitlines() or ["failed"])[-1]}
     return json.loads(lines[-1])
+
+
+def _load() -> list[str]:
+    """The 1, 5 and 15 minute load averages."""
+    with open("/proc/loadavg") as src:
+        return src.read().split()[:3]
 
 
 def summary(values: list[float]) -> tuple[float, float, float]:
@@ -185,10 +208,12 @@ def main() -> None:
         return
     root = os.path.join(args.dir, f"{args.files}x{args.rows}x{args.series}")
     write_files(root, args.files, args.rows, args.series)
-    load = open("/proc/loadavg").read().split()[:3]
-    print(f"{args.files} files x {args.rows:,} rows, {args.series} series, C={C} float32; {args.rounds} alternating "
-          f"rounds of {args.seconds:.0f} s per contender, each in its own process, 1 torch thread; "
-          f"load average {' '.join(load)}")
+    load = _load()
+    print(
+        f"{args.files} files x {args.rows:,} rows, {args.series} series, C={C} float32; {args.rounds} alternating "
+        f"rounds of {args.seconds:.0f} s per contender, each in its own process, 1 torch thread; "
+        f"load average {' '.join(load)}"
+    )
     for case, batch, window, stride in CASES:
         results: dict[str, list[dict]] = {name: [] for name in args.contenders}
         for _ in range(args.rounds):
@@ -204,16 +229,20 @@ def main() -> None:
                 continue
             rate, first = summary([r["rate"] for r in ok]), summary([r["first_s"] for r in ok])
             medians[name] = (rate[0], first[0])
-            print(f"  {name:<8}{rate[0]:>14,.0f}  [{rate[1]:>10,.0f} - {rate[2]:>10,.0f}]"
-                  f"{first[0]:>10.2f}  [{first[1]:.2f} - {first[2]:.2f}]")
+            print(
+                f"  {name:<8}{rate[0]:>14,.0f}  [{rate[1]:>10,.0f} - {rate[2]:>10,.0f}]"
+                f"{first[0]:>10.2f}  [{first[1]:.2f} - {first[2]:.2f}]"
+            )
         if "dw" in medians and "hand" in medians:
-            print(f"  dw / hand windows/s {medians['dw'][0] / medians['hand'][0]:.2f}x; "
-                  f"first batch hand / dw {medians['hand'][1] / medians['dw'][1]:.2f}x")
+            print(
+                f"  dw / hand windows/s {medians['dw'][0] / medians['hand'][0]:.2f}x; "
+                f"first batch hand / dw {medians['hand'][1] / medians['dw'][1]:.2f}x"
+            )
         if "dw" in medians and "memcpy" in medians:
             print(f"  dw / memcpy {medians['dw'][0] / medians['memcpy'][0]:.2f}x")
         if "dw" in medians and "tsai" in medians:
             print(f"  dw / tsai {medians['dw'][0] / medians['tsai'][0]:.2f}x")
-    print(f"\nload average at the end {' '.join(open('/proc/loadavg').read().split()[:3])}")
+    print(f"\nload average at the end {' '.join(_load())}")
 
 
 if __name__ == "__main__":

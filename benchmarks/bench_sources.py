@@ -209,7 +209,7 @@ def _small_files(root: str, count: int) -> str:
 def bench_open(counts: list[int], root: str) -> None:
     from dask_windows.sources import ParquetSource
 
-    print(f"Opening many small local files (load {open('/proc/loadavg').read().split()[0]}):", flush=True)
+    print(f"Opening many small local files (load {os.getloadavg()[0]:.2f}):", flush=True)
     for count in counts:
         folder = _small_files(root, count)
         before = _rss_mib()
@@ -296,7 +296,7 @@ def bench_remote(paths: list[str], object_counts: list[int], root: str) -> None:
             "pyarrow pre_buffer, footer given": pre_buffer_footer,
         }
         print(f"Remote partitions, {len(keys)} objects of {next(iter(sizes.values())):,} bytes, reading "
-              f"{columns} of {source.column_names()} (load {open('/proc/loadavg').read().split()[0]}):")
+              f"{columns} of {source.column_names()} (load {os.getloadavg()[0]:.2f}):")
         results: dict[str, list] = {name: [] for name in ways}
         for _ in range(3):  # alternating rounds
             for name, way in ways.items():

@@ -24,6 +24,7 @@ work; this costs a little throughput and treats both runs alike.
 On a machine without CUDA it prints that it needs CUDA and exits 0, so CPU
 CI can run it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -169,21 +170,24 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print("gpu_check needs CUDA: no CUDA device is available here (torch "
-              f"{torch.__version__}, cuda build {torch.version.cuda}); nothing measured")
+        print(
+            "gpu_check needs CUDA: no CUDA device is available here (torch "
+            f"{torch.__version__}, cuda build {torch.version.cuda}); nothing measured"
+        )
         return 0
     sys.path.insert(0, ROOT)
     sys.path.insert(0, os.path.join(ROOT, "examples"))
     from _synthetic import make_dataset
-
     from pretrain_mvp import CHANNELS
 
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="dw-gpu-check-") as tmp:
         data = make_dataset(args.data or os.path.join(tmp, "train"), channels=CHANNELS, seed=0)
         name = torch.cuda.get_device_name(0)
-        print(f"{name}; torch {torch.__version__}; B={args.batch_size} C={CHANNELS} L={args.window}; "
-              f"{args.steps} timed steps after {args.warmup}; {args.num_workers} DataLoader workers")
+        print(
+            f"{name}; torch {torch.__version__}; B={args.batch_size} C={CHANNELS} L={args.window}; "
+            f"{args.steps} timed steps after {args.warmup}; {args.num_workers} DataLoader workers"
+        )
         h2d = bandwidth_h2d((args.batch_size, CHANNELS, args.window))
         h2d_large = bandwidth_h2d((64 * args.batch_size, CHANNELS, args.window), repeats=20)
         print(f"H2D, one pinned batch: {h2d:.2f} GB/s ({h2d_large:.1f} GB/s for a batch 64x larger)")
@@ -191,8 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'':<14}{'wait share':>12}{'mask ms/step':>14}{'steps/s':>10}{'step ms':>10}{'sent GB/s':>11}")
     for mode, label in (("device", "device masks"), ("cpu", "CPU masks")):
         r = results[mode]
-        print(f"{label:<14}{r['wait_share']:>11.1%}{r['mask_ms']:>14.3f}{r['steps_s']:>10.1f}"
-              f"{r['step_ms']:>10.2f}{r['sent_gb_s']:>11.3f}")
+        print(
+            f"{label:<14}{r['wait_share']:>11.1%}{r['mask_ms']:>14.3f}{r['steps_s']:>10.1f}"
+            f"{r['step_ms']:>10.2f}{r['sent_gb_s']:>11.3f}"
+        )
     ratio = results["device"]["steps_s"] / results["cpu"]["steps_s"]
     print(f"device masks / CPU masks: {ratio:.2f}x steps/s; total {time.perf_counter() - began:.0f} s")
     return 0

@@ -1,4 +1,5 @@
 """The extras pin versions that work together: s3fs of the fsspec generation in use."""
+
 from __future__ import annotations
 
 import configparser
@@ -47,7 +48,9 @@ def test_s3_extras_pin_an_s3fs_of_the_fsspec_generation():
         s3fs = [r for r in _extras()[extra] if r.name == "s3fs"]
         assert s3fs, f"the {extra} extra does not name s3fs"
         floors = [Version(spec.version) for spec in s3fs[0].specifier if spec.operator == ">="]
-        assert floors and floors[0] >= fsspec_floor, f"{extra}: {s3fs[0]} admits an s3fs older than fsspec {fsspec_floor}"
+        assert floors and floors[0] >= fsspec_floor, (
+            f"{extra}: {s3fs[0]} admits an s3fs older than fsspec {fsspec_floor}"
+        )
         assert not s3fs[0].specifier.contains("0.4.2")
 
 

@@ -1,4 +1,5 @@
 """Opening Parquet files: compact footers, and series runs taken from the tail read."""
+
 from __future__ import annotations
 
 import gc
@@ -14,7 +15,6 @@ import pytest
 from dask_windows.sources import ParquetSource
 from dask_windows.sources.base import Source
 from dask_windows.sources.footers import FOOTER_BYTES, Footer
-
 
 _NOT_DATA = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
 
@@ -44,7 +44,9 @@ def retained_bytes(obj: object, skip: tuple = ()) -> tuple[int, list]:
 def _write_small_files(root, count: int, rows: int = 50) -> None:
     rng = np.random.default_rng(0)
     for i in range(count):
-        table = pa.table({"sid": np.full(rows, i, np.int64), **{c: rng.standard_normal(rows).astype(np.float32) for c in "abcd"}})
+        table = pa.table(
+            {"sid": np.full(rows, i, np.int64), **{c: rng.standard_normal(rows).astype(np.float32) for c in "abcd"}}
+        )
         pq.write_table(table, root / f"part-{i:05d}.parquet")
 
 
@@ -101,7 +103,9 @@ def test_runs_from_the_tail_equal_a_scan_of_the_column(tmp_path, case):
         else:
             frame["sid"] = sid.astype(np.int32 if f == 1 else np.int64)
         frames.append(frame)
-        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp_path / f"p{f}.parquet", row_group_size=100)
+        pq.write_table(
+            pa.Table.from_pandas(frame, preserve_index=False), tmp_path / f"p{f}.parquet", row_group_size=100
+        )
     told = ParquetSource(str(tmp_path), series="sid")
     plain = ParquetSource(str(tmp_path))
     if case == "large_file_mixed":

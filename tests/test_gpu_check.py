@@ -1,4 +1,5 @@
 """benchmarks/gpu_check.py: on a machine without CUDA it says so and exits 0."""
+
 from __future__ import annotations
 
 import os
@@ -13,7 +14,10 @@ def test_gpu_check_exits_cleanly_without_cuda():
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT))
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--steps", "2"],
-        env=env, capture_output=True, text=True, timeout=300,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr
     assert "needs CUDA" in done.stdout

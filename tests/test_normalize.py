@@ -1,15 +1,15 @@
 """Standardisation: global statistics applied per partition, per-window statistics per batch."""
+
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import collect, make_frames, write_parquet
 
 import dask_windows as dw
 from dask_windows.batch import Gatherer
 from dask_windows.normalize import standardize, standardize_windows
-
-from helpers import collect, make_frames, write_parquet
 
 FEATURES = ["f0", "f1", "f2"]
 MEAN = np.array([1.5, -2.0, 30.0], np.float32)
@@ -39,13 +39,24 @@ def _reference_windows(frames: list[pd.DataFrame], rows: np.ndarray, window: int
 @pytest.mark.parametrize("workers", [0, 2])
 def test_global_statistics_equal_the_reference(data, layout, workers):
     frames, root = data
-    kw = dict(features=FEATURES, targets=["y"], series="sid", window=7, stride=2, batch_size=16,
-              return_index=True, layout=layout, seed=3)
+    kw = dict(
+        features=FEATURES,
+        targets=["y"],
+        series="sid",
+        window=7,
+        stride=2,
+        batch_size=16,
+        return_index=True,
+        layout=layout,
+        seed=3,
+    )
     plain = collect(dw.WindowDataset(root, **kw), {"num_workers": workers} if workers else None)
-    scaled = collect(dw.WindowDataset(root, normalize={"mean": MEAN, "std": STD}, **kw),
-                     {"num_workers": workers} if workers else None)
+    scaled = collect(
+        dw.WindowDataset(root, normalize={"mean": MEAN, "std": STD}, **kw),
+        {"num_workers": workers} if workers else None,
+    )
     assert len(plain) == len(scaled) > 3
-    for (x0, y0, rows0), (x, y, rows) in zip(plain, scaled):
+    for (_x0, y0, rows0), (x, y, rows) in zip(plain, scaled):
         np.testing.assert_array_equal(rows, rows0)
         np.testing.assert_array_equal(y, y0)  # targets are not standardised
         np.testing.assert_array_equal(x, _reference_windows(frames, rows, 7, layout))
@@ -84,7 +95,7 @@ def _windows_reference(x: np.ndarray, channel_major: bool, eps: float = 1e-8) ->
 @pytest.mark.parametrize("channel_major", [True, False])
 def test_windows_standardised_like_the_reference(shape, channel_major):
     rng = np.random.default_rng(hash(shape) % 2**32)
-    batch, channels, length = shape
+    _batch, channels, _length = shape
     x = (rng.standard_normal(shape) * rng.uniform(0.1, 50, (1, channels, 1)) + 100).astype(np.float32)
     x[0, 0] = 4.0  # a constant window becomes zeros
     if not channel_major:
@@ -96,9 +107,10 @@ def test_windows_standardised_like_the_reference(shape, channel_major):
 
 
 def test_sample_normalisation_through_the_dataset(data):
-    frames, root = data
+    _frames, root = data
     kw = dict(features=FEATURES, series="sid", window=9, batch_size=8, return_index=True, layout="NLC")
-    for (x, rows), (x0, rows0) in zip(collect(dw.WindowDataset(root, normalize="sample", **kw)),
-                                      collect(dw.WindowDataset(root, **kw))):
+    for (x, rows), (x0, rows0) in zip(
+        collect(dw.WindowDataset(root, normalize="sample", **kw)), collect(dw.WindowDataset(root, **kw))
+    ):
         np.testing.assert_array_equal(rows, rows0)
         np.testing.assert_allclose(x, _windows_reference(x0, False), rtol=1e-4, atol=2e-4)

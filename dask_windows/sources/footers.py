@@ -16,6 +16,7 @@ column out of the tail when the tail is the whole file. Either way opening a
 small file costs one request and one read, the series scan included; other
 files are scanned by the source as before.
 """
+
 from __future__ import annotations
 
 import os
@@ -55,7 +56,7 @@ class Footer:
         rows: Rows of each row group.
     """
 
-    __slots__ = ("raw", "size", "rows")
+    __slots__ = ("raw", "rows", "size")
 
     def __init__(self, raw: bytes, size: int, rows: tuple[int, ...]) -> None:
         self.raw, self.size, self.rows = raw, size, rows
@@ -164,7 +165,8 @@ def _runs_from_statistics(meta: Any, schema: Any, series: str) -> tuple[np.ndarr
     if not pa.types.is_integer(field.type) or meta.num_row_groups == 0:
         return None
     column = schema.names.index(series)
-    keys, lengths = [], []
+    keys: list = []
+    lengths: list[int] = []
     for g in range(meta.num_row_groups):
         group = meta.row_group(g)
         if group.num_rows == 0:
@@ -203,4 +205,3 @@ def footer_of(meta: Any, tail: bytes, needed: int, size: int) -> Footer:
     """The compact ``Footer`` of a file from its parsed metadata and the tail holding its footer."""
     rows = tuple(meta.row_group(g).num_rows for g in range(meta.num_row_groups))
     return Footer(bytes(tail[-needed:]), size, rows)
-

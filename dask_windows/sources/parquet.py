@@ -161,7 +161,7 @@ class ParquetSource(Source):
         self._footers: dict[str, Footer] = {path: opened[path].footer for path in self.files}
         # One schema object per distinct schema, and its number per file (files usually share one).
         numbers: dict[int, int] = {}
-        self._schemas = []
+        self._schemas: list[Any] = []
         self._schema_numbers = []
         for path in self.files:
             schema = opened[path].schema
@@ -245,7 +245,8 @@ class ParquetSource(Source):
 
         def one(item: tuple) -> _Opened | BaseException:
             try:
-                return self._open_file(*item, partition_bytes, series)
+                path, size, tail = item
+                return self._open_file(path, size, tail, partition_bytes, series)
             except Exception as exc:
                 return exc
 
@@ -361,7 +362,7 @@ class ParquetSource(Source):
 
     def check_columns(self, columns: Sequence, what: dict) -> None:
         first = self._schemas[0]
-        paths = {}  # the first file of each distinct schema
+        paths: dict[int, str] = {}  # the first file of each distinct schema
         for path, number in zip(self.files, self._schema_numbers):
             paths.setdefault(number, path)
         for number, path in paths.items():

@@ -34,6 +34,7 @@ against 67 s for ``pyarrow.dataset`` reading every footer. The 4 GETs are one
 per row group: the two columns are adjacent within a row group, but the other
 three columns lie between row groups, farther apart than ``max_gap``.
 """
+
 from __future__ import annotations
 
 import bisect
