@@ -1,4 +1,6 @@
-"""Opening Parquet files: one tail read per file, and only what planning needs kept.
+"""Opening Parquet files: one listing, one tail read per file, and only what planning needs kept.
+
+The listing (``list_files``) is one ``find`` or ``glob`` that also gives the sizes.
 
 Each file's last ``FOOTER_BYTES`` are read once (a ``cat_ranges`` call of
 ``TAIL_BATCH`` tails on an object store, a seek and a read on local disk); a
@@ -26,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from dask_windows.errors import SourceReadError
+from dask_windows.errors import ConfigError, SourceReadError
 from dask_windows.windows import find_runs
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "TAIL_BATCH",
     "Footer",
     "footer_of",
+    "list_files",
     "local_tail",
     "map_in_blocks",
     "parse_footer",
@@ -205,3 +208,50 @@ def footer_of(meta: Any, tail: bytes, needed: int, size: int) -> Footer:
     """The compact ``Footer`` of a file from its parsed metadata and the tail holding its footer."""
     rows = tuple(meta.row_group(g).num_rows for g in range(meta.num_row_groups))
     return Footer(bytes(tail[-needed:]), size, rows)
+
+
+def list_files(
+    data: Any, storage_options: dict | None, suffixes: tuple[str, ...]
+) -> tuple[Any, list[str], list[int | None], str]:
+    """Resolve a path, glob, URL or list of them to ``(fs, files, sizes, description)`` in one listing.
+
+    In a folder, hidden files (``_SUCCESS``, ``.crc``) are left out, and files ending in ``suffixes``
+    are kept when there are any.
+    """
+    import fsspec
+
+    options = dict(storage_options or {})
+    if isinstance(data, (str, os.PathLike)):
+        url = os.fspath(data)
+        fs, root = fsspec.core.url_to_fs(url, **options)
+        if any(ch in root for ch in "*?["):
+            found = fs.glob(root, detail=True)
+            infos = {p: i for p, i in found.items() if i.get("type", "file") == "file"}
+        else:
+            found = fs.find(root, detail=True)  # recursive, paginated: one listing however many files
+            infos = {p: i for p, i in found.items() if i.get("type", "file") == "file"}
+            if not infos and not fs.exists(root):
+                raise FileNotFoundError(
+                    f"{url} does not exist; pass a Parquet file, a folder of them, a glob or a list"
+                )
+            stripped = root.rstrip("/")
+            if len(infos) > 1 or stripped not in {p.rstrip("/") for p in infos}:
+                infos = {p: i for p, i in infos.items() if not _hidden(p, root)}
+                parquet = {p: i for p, i in infos.items() if p.endswith(suffixes)}
+                infos = parquet or infos
+        files = sorted(infos)
+        if not files:
+            raise FileNotFoundError(f"no Parquet files under {url}; expected files ending in {suffixes}")
+        return fs, files, [infos[p].get("size") for p in files], url
+    paths = [os.fspath(p) for p in data]
+    if not paths:
+        raise ConfigError("an empty list of paths was given; pass at least one Parquet file")
+    fs, _ = fsspec.core.url_to_fs(paths[0], **options)
+    files = [fsspec.core.url_to_fs(p, **options)[1] for p in paths]
+    description = f"{paths[0]} (+{len(paths) - 1} files)" if len(paths) > 1 else paths[0]
+    return fs, files, [None] * len(files), description
+
+
+def _hidden(path: str, root: str) -> bool:
+    rel = path[len(root.rstrip("/")) + 1 :] if path.startswith(root.rstrip("/")) else path
+    return any(part.startswith(("_", ".")) for part in rel.split("/"))

@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from dask_windows.errors import ConfigError, SchemaError, SourceReadError
+from dask_windows.errors import SchemaError, SourceReadError
 from dask_windows.faults import (
     check_on_error,
     describe_failure,
@@ -46,6 +46,7 @@ from dask_windows.sources.footers import (
     TAIL_BATCH,
     Footer,
     footer_of,
+    list_files,
     local_tail,
     map_in_blocks,
     parse_footer,
@@ -61,45 +62,6 @@ log = logging.getLogger(__name__)
 PARQUET_SUFFIXES = (".parquet", ".parq", ".pq")
 #: Column chunks of one partition closer than this are fetched in one request.
 MAX_GAP = 64 * 2**10
-
-
-def _list_files(data: Any, storage_options: dict | None) -> tuple[Any, list[str], list[int | None], str]:
-    """Resolve a path, glob, URL or list of them to ``(fs, files, sizes, description)`` in one listing."""
-    import fsspec
-
-    options = dict(storage_options or {})
-    if isinstance(data, (str, os.PathLike)):
-        url = os.fspath(data)
-        fs, root = fsspec.core.url_to_fs(url, **options)
-        if any(ch in root for ch in "*?["):
-            found = fs.glob(root, detail=True)
-            infos = {p: i for p, i in found.items() if i.get("type", "file") == "file"}
-        else:
-            found = fs.find(root, detail=True)  # recursive, paginated: one listing however many files
-            infos = {p: i for p, i in found.items() if i.get("type", "file") == "file"}
-            if not infos and not fs.exists(root):
-                raise FileNotFoundError(f"{url} does not exist; pass a Parquet file, a folder of them, a glob or a list")
-            stripped = root.rstrip("/")
-            if len(infos) > 1 or stripped not in {p.rstrip("/") for p in infos}:
-                infos = {p: i for p, i in infos.items() if not _hidden(p, root)}
-                parquet = {p: i for p, i in infos.items() if p.endswith(PARQUET_SUFFIXES)}
-                infos = parquet or infos
-        files = sorted(infos)
-        if not files:
-            raise FileNotFoundError(f"no Parquet files under {url}; expected files ending in {PARQUET_SUFFIXES}")
-        return fs, files, [infos[p].get("size") for p in files], url
-    paths = [os.fspath(p) for p in data]
-    if not paths:
-        raise ConfigError("an empty list of paths was given; pass at least one Parquet file")
-    fs, _ = fsspec.core.url_to_fs(paths[0], **options)
-    files = [fsspec.core.url_to_fs(p, **options)[1] for p in paths]
-    description = f"{paths[0]} (+{len(paths) - 1} files)" if len(paths) > 1 else paths[0]
-    return fs, files, [None] * len(files), description
-
-
-def _hidden(path: str, root: str) -> bool:
-    rel = path[len(root.rstrip("/")) + 1 :] if path.startswith(root.rstrip("/")) else path
-    return any(part.startswith(("_", ".")) for part in rel.split("/"))
 
 
 def _is_local(fs: Any) -> bool:
@@ -151,7 +113,7 @@ class ParquetSource(Source):
         self._tail_series = series
         self._seen_schemas: list[tuple] = []  # (parquet schema, ARROW:schema bytes, arrow schema) while opening
         target = os.fspath(data) if isinstance(data, (str, os.PathLike)) else f"{len(data)} paths"
-        self.fs, files, sizes, self.description = self.retry.call(lambda: _list_files(data, storage_options), target)
+        self.fs, files, sizes, self.description = self.retry.call(lambda: list_files(data, storage_options, PARQUET_SUFFIXES), target)
         self.local = _is_local(self.fs)
         self._pid = os.getpid()
         opened = self._open_files(files, sizes, threads, partition_bytes, series)
