@@ -81,26 +81,8 @@ class Gatherer:
         return np.ascontiguousarray(self._y[:, starts + self._window - 1].T)
 
 
-#: Largest magnitude whose square (times a window's length) stays finite in float32.
-_SQUARE_SAFE = 1e15
-
-
 def normalize_per_sample(x: np.ndarray, channel_major: bool, eps: float = 1e-8) -> np.ndarray:
-    """Standardise each window and channel in place: ``(x - mean) / std`` over its ``L`` values.
+    """Standardise each window and channel in place: ``(x - mean) / std`` over its ``L`` values."""
+    from dask_windows.normalize import standardize_windows
 
-    Never produces NaN from finite input: a constant window and channel becomes zeros (its std is
-    taken as ``eps``), and values too large for float32 squares are standardised in float64.
-    Non-finite values never get here: ``nan=`` raises on them or drops their windows.
-    """
-    axis = 2 if channel_major else 1
-    if len(x) and float(np.max(np.abs(x))) > _SQUARE_SAFE:  # squares would overflow float32: work in float64
-        x64 = x.astype(np.float64)
-        x64 -= x64.mean(axis=axis, keepdims=True)
-        x64 /= np.maximum(np.sqrt(np.mean(np.square(x64), axis=axis, keepdims=True)), eps)
-        x[...] = x64
-        return x
-    mean = x.mean(axis=axis, keepdims=True)
-    x -= mean
-    std = np.sqrt(np.mean(np.square(x), axis=axis, keepdims=True))
-    x /= np.maximum(std, eps)
-    return x
+    return standardize_windows(x, channel_major, eps)

@@ -101,12 +101,13 @@ def digest(files: Iterable[tuple[int | None, Any]]) -> str:
     """A short hash of each file's size and Parquet footer, in order (for the resume fingerprint).
 
     Args:
-        files: ``(size, footer metadata)`` per file, in canonical order; the metadata is a
-            ``pyarrow.parquet.FileMetaData`` (its serialised form is hashed) or ``None``.
+        files: ``(size, footer)`` per file, in canonical order; the footer is its serialised bytes,
+            a ``pyarrow.parquet.FileMetaData`` (its serialised form is hashed) or ``None``.
     """
     out = hashlib.sha256()
-    for size, metadata in files:
+    for size, footer in files:
         out.update(str(size).encode() + b"|")
-        if metadata is not None:
-            out.update(hashlib.sha256(pickle.dumps(metadata)).digest())
+        if footer is not None:
+            raw = footer if isinstance(footer, bytes) else pickle.dumps(footer)
+            out.update(hashlib.sha256(raw).digest())
     return out.hexdigest()[:24]
