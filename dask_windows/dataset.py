@@ -78,6 +78,10 @@ class WindowDataset(IterableDataset):
         on_error: ``"raise"`` (default) on an unreadable partition, or ``"skip"`` it with a warning:
             left out at open, replaced by other windows of its buffer while iterating, so every
             rank still yields ``len(ds)`` batches. Skips are listed in ``skipped`` (see ``faults``).
+        cache_dir: Parquet in a remote store: keep the bytes read in this local folder, shared by the
+            ranks and DataLoader workers of a machine, so later epochs make no request for them
+            (see ``sources.cache``).
+        cache_bytes: Most bytes ``cache_dir`` may hold; least recently used entries are evicted.
 
     Attributes:
         skipped: Partitions skipped in this process: at open, and while iterating in this process.
@@ -112,9 +116,13 @@ class WindowDataset(IterableDataset):
         threads: int = 16,
         retries: int | RetryPolicy = 3,
         on_error: str = "raise",
+        cache_dir: str | os.PathLike | None = None,
+        cache_bytes: int | None = None,
     ) -> None:
         super().__init__()
         options: dict = {"threads": threads}
+        if cache_dir is not None:
+            options.update(cache_dir=cache_dir, cache_bytes=cache_bytes)
         if partition_bytes is not None:
             options["partition_bytes"] = partition_bytes
         if partition_rows is not None:

@@ -220,7 +220,12 @@ class ParquetSource(Source):
         retry: Retries of transient store errors (an int of retries or a ``RetryPolicy``).
         on_error: ``"raise"`` on a file whose footer cannot be read, or ``"skip"`` it (recorded in ``skipped``).
         max_gap: Column chunks of a partition closer than this many bytes are fetched in one request.
+        cache_dir: Keep the bytes read from a remote store in this local folder (shared by the processes
+            of a machine), so later epochs read them from disk (see ``cache``); local files are not cached.
+        cache_bytes: Most bytes ``cache_dir`` may hold (least recently used entries are evicted); ``None``: no limit.
     """
+
+    cache: Any = None  # the RangeCache of cache_dir=, if any
 
     def __init__(
         self,
@@ -231,6 +236,8 @@ class ParquetSource(Source):
         retry: int | RetryPolicy | None = None,
         on_error: str = "raise",
         max_gap: int = MAX_GAP,
+        cache_dir: str | os.PathLike | None = None,
+        cache_bytes: int | None = None,
     ) -> None:
         self.retry = resolve_retry(retry)
         self.on_error = check_on_error(on_error)
@@ -265,6 +272,21 @@ class ParquetSource(Source):
                 if rows:
                     self.partitions.append(Partition(name, rows, (path, tuple(rgs))))
         self._manifest = self._load_manifest(data)
+        self.cache, self._versions = self._open_cache(cache_dir, cache_bytes)
+
+    def _open_cache(self, cache_dir: Any, cache_bytes: int | None) -> tuple[Any, dict[str, str]]:
+        """The local ``RangeCache`` of a remote source and each file's version (size, ETag/mtime) in its keys.
+
+        The versions come from the listing's ``info`` (no request after a folder or glob listing;
+        one HEAD per file for an explicit list of URLs), once, at open.
+        """
+        if cache_dir is None or self.local:
+            return None, {}
+        from dask_windows.sources.cache import RangeCache, object_version
+
+        cache = RangeCache(cache_dir, cache_bytes)
+        infos = _map_in_blocks(lambda path: self.retry.call(lambda: self.fs.info(path), path), self.files, 16)
+        return cache, {path: object_version(info) for path, info in zip(self.files, infos)}
 
     def _load_manifest(self, data: Any) -> dict | None:
         """Series runs per file from a ``dask-windows convert`` manifest, if it matches the files.
@@ -457,9 +479,12 @@ class ParquetSource(Source):
         else:
             fs = self._filesystem()
             ranges = _merge_ranges(_chunk_ranges(footer.metadata, row_groups, columns), self.max_gap)
-            blobs = fs.cat_ranges(
-                [path] * len(ranges), [a for a, _ in ranges], [b for _, b in ranges], on_error="raise"
-            )
+            def fetch() -> list:
+                return fs.cat_ranges(
+                    [path] * len(ranges), [a for a, _ in ranges], [b for _, b in ranges], on_error="raise"
+                )
+
+            blobs = fetch() if self.cache is None else self.cache.fetch(self._url(path), self._versions[path], ranges, fetch)
             file = _FetchedFile(fs, path, footer.size, ranges, blobs)
         reader = pq.ParquetFile(file, metadata=footer.metadata, pre_buffer=False)
         return reader.read_row_groups(list(row_groups), columns=list(columns), use_threads=False)
