@@ -41,6 +41,7 @@ from dask_windows.errors import ConfigError
 from dask_windows.plan import batches_per_rank, windows_per_rank, worker_batch_range
 from dask_windows.resume import Resumer, check_int
 from dask_windows.schedule import labels, member_counts, prefix_counts
+from dask_windows.streams import Chunks, reader_windows
 from dask_windows.world import World, detect_ranks, detect_worker
 
 __all__ = ["Mixture", "mix"]
@@ -59,68 +60,20 @@ def mix(
 
 
 def member_windows(member: WindowDataset, epoch: int, lo: int, hi: int) -> Iterator[tuple]:
-    """Windows ``[lo, hi)`` of ``member``'s epoch ``epoch`` as read by one reader, in chunks.
-
-    The member is iterated as a single reader (``world_size=1``, one worker, no ``drop_last``);
-    its plan skips the buffers before ``lo`` without reading them.
-
-    Yields:
-        Tuples of tensors (features, then targets and start rows as the member yields them).
-    """
+    """Windows ``[lo, hi)`` of ``member``'s epoch ``epoch`` read as one reader (no ``drop_last``), in chunks."""
     view = copy.copy(member)
     view.spec = dataclasses.replace(member.spec, drop_last=False)
-    view.epoch = epoch
-    view._resumer = Resumer()  # the view's passes are not the member's
-    chunk = view.spec.batch_size
-    drop, left = lo % chunk, hi - lo
-    batches = view._batches(view._plan(World(), lo // chunk))
-    try:
-        for batch in batches:
-            parts = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
-            if drop:
-                parts, drop = tuple(p[drop:] for p in parts), 0
-            parts = tuple(p[:left] for p in parts)
-            left -= len(parts[0])
-            yield parts
-            if left <= 0:
-                return
-    finally:
-        batches.close()
+    return reader_windows(view, epoch, World(), lo, hi)
 
 
-class _Stream:
-    """Positions ``[start, stop)`` of a member's endless stream of epochs, taken in counts."""
-
-    def __init__(self, member: WindowDataset, start: int, stop: int) -> None:
-        self._chunks = self._walk(member, start, stop)
-        self._pending: list[tuple] = []
-
-    @staticmethod
-    def _walk(member: WindowDataset, start: int, stop: int) -> Iterator[tuple]:
-        per_epoch = member.num_windows
-        while start < stop:
-            epoch, offset = divmod(start, per_epoch)
-            end = min(stop, (epoch + 1) * per_epoch)
-            yield from member_windows(member, epoch, offset, end - epoch * per_epoch)
-            start = end
-
-    def take(self, count: int) -> tuple:
-        """The next ``count`` windows, as one tuple of tensors."""
-        got, pieces = 0, []
-        while got < count:
-            part = self._pending.pop() if self._pending else next(self._chunks)
-            need = count - got
-            if len(part[0]) > need:
-                self._pending.append(tuple(p[need:] for p in part))
-                part = tuple(p[:need] for p in part)
-            pieces.append(part)
-            got += len(part[0])
-        if len(pieces) == 1:
-            return pieces[0]
-        return tuple(torch.cat(column) for column in zip(*pieces))
-
-    def close(self) -> None:
-        self._chunks.close()
+def _stream(member: WindowDataset, start: int, stop: int) -> Iterator[tuple]:
+    """Positions ``[start, stop)`` of a member's endless stream of epochs laid end to end."""
+    per_epoch = member.num_windows
+    while start < stop:
+        epoch, offset = divmod(start, per_epoch)
+        end = min(stop, (epoch + 1) * per_epoch)
+        yield from member_windows(member, epoch, offset, end - epoch * per_epoch)
+        start = end
 
 
 class Mixture(IterableDataset):
@@ -251,7 +204,7 @@ class Mixture(IterableDataset):
         lo, hi = self.reader_range(reader, skip)
         first, last = prefix_counts(self.counts, lo), prefix_counts(self.counts, hi)
         streams = [
-            _Stream(member, self.epoch * int(n) + int(a), self.epoch * int(n) + int(b))
+            Chunks(_stream(member, self.epoch * int(n) + int(a), self.epoch * int(n) + int(b)))
             for member, n, a, b in zip(self.members, self.counts, first, last)
         ]
         try:
@@ -264,7 +217,7 @@ class Mixture(IterableDataset):
             for stream in streams:
                 stream.close()
 
-    def _assemble(self, member: np.ndarray, streams: list[_Stream]) -> Any:
+    def _assemble(self, member: np.ndarray, streams: list[Chunks]) -> Any:
         columns: list[torch.Tensor] | None = None
         for m in np.unique(member):
             at = torch.from_numpy(np.flatnonzero(member == m))
