@@ -173,3 +173,43 @@ def test_division_covers_the_rest_exactly_once(lengths, world_size, num_workers,
     left_out = len(want) - len(covered)
     assert set(covered) <= set(want) and (left_out == 0 or (batch_size == 1 or len(want) < world_size * 2))
     assert left_out < world_size
+
+
+def test_real_gloo_ranks_two_by_two_to_three_by_zero(root, tmp_path):
+    """(1, 1) is a single process: the in-process test above covers it; gloo adds nothing there."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from scale_helpers import ROOT, wait
+
+    child = os.path.join(os.path.dirname(__file__), "elastic_child.py")
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.path.dirname(__file__)}", "OMP_NUM_THREADS": "1"}
+
+    def phase(name: str, world_size: int, num_workers: int, state: str, **extra) -> list[dict]:
+        init = f"file://{tmp_path / ('rendezvous-' + name)}"
+        procs = []
+        for r in range(world_size):
+            args = {
+                "data": root, "dataset": SETTINGS, "init": init, "rank": r, "world_size": world_size,
+                "num_workers": num_workers, "state": state, "out": str(tmp_path / f"{name}{r}.npz"), **extra,
+            }  # fmt: skip
+            procs.append(subprocess.Popen(
+                [sys.executable, child, json.dumps(args)], env=env,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            ))  # fmt: skip
+        wait(procs, timeout=180)
+        return [dict(np.load(tmp_path / f"{name}{r}.npz")) for r in range(world_size)]
+
+    full = epoch_windows(root, 2)
+    state = str(tmp_path / "state.pt")
+    before = phase("stop", 2, 2, state, phase="stop", taken=11)
+    assert [int(b["batches"]) for b in before] == [11, 11]
+    after = phase("three", 3, 0, state, phase="resume")
+    assert len({int(a["batches"]) for a in after}) == 1
+    union = np.concatenate([b["index"] for b in before] + [a["index"] for a in after])
+    assert len(np.unique(union)) == len(union) and np.array_equal(np.sort(union), full)
+    one = resume(root, torch.load(state, weights_only=True), 1, 1)[0]
+    union = np.concatenate([b["index"] for b in before] + [windows(one)])
+    assert len(np.unique(union)) == len(union) and np.array_equal(np.sort(union), full)
