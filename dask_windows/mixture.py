@@ -175,18 +175,32 @@ class Mixture(IterableDataset):
     def __iter__(self) -> Iterator[Any]:
         rank, world_size = self._resolve_ranks()
         world = World(rank, world_size, *detect_worker())
+        elastic = self._resumer.elastic_share(self.epoch, world, self._shape())
+        if elastic is not None:  # a state of another topology: this reader's part of the rest (see elastic)
+            pieces, (old_world, old_workers), sizes = elastic
+            ranges = []
+            for r, w, lo, hi in pieces:
+                start = self.reader_range(World(r, old_world, w, old_workers))[0]
+                ranges.append((start + lo, start + hi))
+            return self._recut(ranges, sizes)
         reader, skip = self._resumer.begin(self.epoch, world, len(self))
-        return self._batches(reader, skip)
+        return self._batches(*self.reader_range(reader, skip))
 
     def state_dict(self, batches: int | None = None, num_workers: int | None = None) -> dict:
         """The position in the current epoch (same arguments as ``WindowDataset.state_dict``)."""
         world = World(*self._resolve_ranks(), *detect_worker())
         in_worker = get_worker_info() is not None
-        return self._resumer.save(self._fingerprint(), self.epoch, world, len(self), in_worker, batches, num_workers)
+        return self._resumer.save(
+            self._fingerprint(), self.epoch, world, len(self), in_worker, batches, num_workers, self._shape()
+        )
 
     def load_state_dict(self, state: dict) -> None:
-        """Resume the epoch of ``state`` after the batches it had yielded, bit for bit."""
-        self.epoch = self._resumer.load(state, self._fingerprint(), self._resolve_ranks()[1])
+        """Resume the epoch of ``state`` after the batches it had yielded, bit for bit.
+
+        A loader-scope state of another ``world_size`` or ``num_workers`` resumes elastically, as
+        ``WindowDataset.load_state_dict`` describes: every window not yet yielded, exactly once.
+        """
+        self.epoch = self._resumer.load(state, self._fingerprint(), self._resolve_ranks()[1], elastic=True)
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -200,8 +214,11 @@ class Mixture(IterableDataset):
         hi = base + min(b1 * self.batch_size, used)
         return min(base + (b0 + skip_batches) * self.batch_size, hi), hi
 
-    def _batches(self, reader: World, skip: int) -> Iterator[Any]:
-        lo, hi = self.reader_range(reader, skip)
+    def _shape(self) -> tuple[int, int, bool]:
+        return self.num_windows, self.batch_size, self.drop_last
+
+    def _chunks(self, lo: int, hi: int) -> Iterator[tuple]:
+        """Epoch positions ``[lo, hi)`` in batches of ``batch_size``, as tuples of tensors."""
         first, last = prefix_counts(self.counts, lo), prefix_counts(self.counts, hi)
         streams = [
             Chunks(_stream(member, self.epoch * int(n) + int(a), self.epoch * int(n) + int(b)))
@@ -210,14 +227,27 @@ class Mixture(IterableDataset):
         try:
             for start in range(lo, hi, self.batch_size):
                 member, _ = labels(self.counts, start, min(start + self.batch_size, hi))
-                batch = self._assemble(member, streams)
-                self._resumer.step()  # counted before the consumer gets it, as WindowDataset does
-                yield batch
+                yield self._assemble(member, streams)
         finally:
             for stream in streams:
                 stream.close()
 
-    def _assemble(self, member: np.ndarray, streams: list[Chunks]) -> Any:
+    def _batches(self, lo: int, hi: int) -> Iterator[Any]:
+        for batch in self._chunks(lo, hi):
+            self._resumer.step()  # counted before the consumer gets it, as WindowDataset does
+            yield batch[0] if len(batch) == 1 else batch
+
+    def _recut(self, ranges: list[tuple[int, int]], sizes: tuple[int, ...]) -> Iterator[Any]:
+        stream = Chunks(batch for lo, hi in ranges for batch in self._chunks(lo, hi))
+        try:
+            for size in sizes:
+                batch = stream.take(size)
+                self._resumer.step()
+                yield batch[0] if len(batch) == 1 else batch
+        finally:
+            stream.close()
+
+    def _assemble(self, member: np.ndarray, streams: list[Chunks]) -> tuple:
         columns: list[torch.Tensor] | None = None
         for m in np.unique(member):
             at = torch.from_numpy(np.flatnonzero(member == m))
@@ -234,7 +264,7 @@ class Mixture(IterableDataset):
         assert columns is not None
         if self.return_source:
             columns.append(torch.from_numpy(member.astype(np.int64)))
-        return columns[0] if len(columns) == 1 else tuple(columns)
+        return tuple(columns)
 
     def _fingerprint(self) -> dict:
         return {
