@@ -14,6 +14,7 @@ are printed beside the budget. Loopback S3 is far faster than a real store, so
 the cache's gain against a real bucket is larger than printed here. Nothing is
 asserted: the machine is shared, compare runs on one machine only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -103,8 +104,10 @@ def main() -> None:
                     f"{seconds / t_local:5.2f}x local   {endpoint.log.count('get')} GETs"
                 )
             RangeCache._store = store
-            print(f"  cache size without budget {full:,} B; with budget {budget:,} B: peak {peak[0]:,} B "
-                  f"({peak[0] / budget:.2f} of the budget)")
+            print(
+                f"  cache size without budget {full:,} B; with budget {budget:,} B: peak {peak[0]:,} B "
+                f"({peak[0] / budget:.2f} of the budget)"
+            )
         finally:
             endpoint.close()
 

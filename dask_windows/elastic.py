@@ -26,6 +26,7 @@ the last ``rest % world_size`` windows are left out, as an epoch's are.
 
 Pure arithmetic on integers; nothing reads data.
 """
+
 from __future__ import annotations
 
 import logging
@@ -37,7 +38,15 @@ import numpy as np
 from dask_windows.plan import batches_per_rank, windows_per_rank, worker_batch_range
 from dask_windows.world import World
 
-__all__ = ["Share", "batches_of_rest", "divide", "is_elastic", "reader_windows_count", "rest_from_state", "rest_of_epoch"]
+__all__ = [
+    "Share",
+    "batches_of_rest",
+    "divide",
+    "is_elastic",
+    "reader_windows_count",
+    "rest_from_state",
+    "rest_of_epoch",
+]
 
 log = logging.getLogger(__name__)
 
@@ -174,8 +183,8 @@ def rest_from_state(
     """
     world_size, num_workers = int(state["world_size"]), int(state["num_workers"])
     if "rest" in state:  # saved during an elastic epoch: its readers divided these pieces
-        base = [tuple(int(v) for v in piece) for piece in state["rest"]["pieces"]]
-        origin = tuple(int(v) for v in state["rest"]["origin"])
+        base: list[Piece] = [(int(r), int(w), int(a), int(b)) for r, w, a, b in state["rest"]["pieces"]]
+        origin = (int(state["rest"]["origin"][0]), int(state["rest"]["origin"][1]))
 
         def readers(rank: int, worker: int) -> tuple:
             share = divide(base, World(rank, world_size, worker, num_workers), batch_size)

@@ -25,6 +25,7 @@ both ends of its member ranges whole (up to ``2 * buffer_partitions``
 partitions per member and reader more than a sharded member would read).
 Mixing inside a batch is the members' own buffer shuffle.
 """
+
 from __future__ import annotations
 
 import copy
@@ -126,7 +127,9 @@ class Mixture(IterableDataset):
         self.num_windows = int(self.counts.sum())
         if self.num_windows == 0:
             raise ConfigError(f"windows_per_epoch={total} gives every member 0 windows; pass a larger one")
-        self.batch_size = check_int("batch_size", self.members[0].spec.batch_size if batch_size is None else batch_size, 1)
+        self.batch_size = check_int(
+            "batch_size", self.members[0].spec.batch_size if batch_size is None else batch_size, 1
+        )
         self.drop_last = bool(drop_last)
         self.return_source = bool(return_source)
         self._explicit_world = (rank, world_size)
@@ -138,7 +141,9 @@ class Mixture(IterableDataset):
 
     def _resolve_ranks(self) -> tuple[int, int]:
         rank, world_size = self._explicit_world
-        detected = detect_ranks() or getattr(self, "_ranks", (0, 1))
+        detected = detect_ranks()
+        if detected is None:
+            detected = getattr(self, "_ranks", (0, 1))
         rank = detected[0] if rank is None else rank
         world_size = detected[1] if world_size is None else world_size
         World(rank, world_size)  # validates
@@ -284,9 +289,7 @@ def _weights(weights: Mapping[str, float], names: list[str]) -> np.ndarray:
     unknown = sorted(set(weights) - set(names))
     missing = [n for n in names if n not in weights]
     if unknown or missing:
-        raise ConfigError(
-            f"weights name {unknown or missing} but the members are {names}; give one weight per member"
-        )
+        raise ConfigError(f"weights name {unknown or missing} but the members are {names}; give one weight per member")
     w = np.array([weights[n] for n in names], dtype=np.float64)
     if not np.all(np.isfinite(w)) or (w < 0).any() or w.sum() <= 0:
         raise ConfigError(f"weights {dict(weights)} must be finite, >= 0 and not all 0")

@@ -198,7 +198,9 @@ class Resumer:
 
     # -- elastic resume -----------------------------------------------------------------------
 
-    def elastic_share(self, epoch: int, world: World, shape: tuple[int, int, bool]) -> tuple | None:
+    def elastic_share(
+        self, epoch: int, world: World, shape: tuple[int, int, bool]
+    ) -> tuple[tuple, tuple[int, int], tuple[int, ...]] | None:
         """Start a pass of an elastic resume: ``(pieces, origin, sizes)`` this reader yields, or ``None``.
 
         ``None`` unless a loaded state of ``epoch`` was saved with another world size or number of
@@ -233,7 +235,8 @@ class Resumer:
 
     def forget(self, epoch: int) -> None:
         """``set_epoch(epoch)``: a loaded state of another epoch no longer applies."""
-        if getattr(self, "elastic_pass", None) is not None and self.elastic_pass["epoch"] != epoch:
+        elastic = getattr(self, "elastic_pass", None)
+        if elastic is not None and elastic["epoch"] != epoch:
             self.elastic_pass = None
         if self.pending is not None and self.pending["epoch"] != epoch:
             if epoch < self.pending["epoch"]:

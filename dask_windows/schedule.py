@@ -16,11 +16,12 @@ labels of positions ``[lo, hi)`` are a sort of the ``hi - lo`` keys falling
 there. All arithmetic is exact (int64, or Python ints for members of more
 than 2**31 windows an epoch), so every rank and worker agrees on it.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["member_counts", "positions", "prefix_counts", "labels"]
+__all__ = ["labels", "member_counts", "positions", "prefix_counts"]
 
 _INT64_SAFE = 2**30  # counts below this keep (2k + 1) * n inside int64
 

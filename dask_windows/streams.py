@@ -9,10 +9,11 @@ without reading them (the buffer holding ``lo`` is read whole, and its
 windows before ``lo`` are dropped). ``Chunks`` re-cuts streamed batches into
 pieces of any size; ``concat`` joins pieces into one batch.
 """
+
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -92,7 +93,9 @@ class Chunks:
             close()
 
 
-def elastic_batches(ds: Any, pieces: list, origin: tuple[int, int], sizes: list[int], step: Any) -> Iterator[Any]:
+def elastic_batches(
+    ds: Any, pieces: Sequence, origin: tuple[int, int], sizes: Sequence[int], step: Any
+) -> Iterator[Any]:
     """The batches of an elastic resume: ``pieces`` of old readers' streams, cut into ``sizes``.
 
     Args:

@@ -18,6 +18,7 @@ epoch that the two ranks had not yet yielded are yielded by the single rank,
 each once, and later epochs are those of a one-rank job. The loss before and
 after the restart is printed: it continues where it was.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,7 +38,7 @@ from dask_windows.device import standardize
 from dask_windows.masks import subsequence_mask
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _synthetic import make_dataset  # noqa: E402
+from _synthetic import make_dataset
 
 CHANNELS = 4
 FEATURES = [f"f{c}" for c in range(CHANNELS)]
@@ -68,8 +69,7 @@ class MaskedConv(nn.Module):
         super().__init__()
         self.project = nn.Conv1d(2 * channels, width, 1)
         self.blocks = nn.ModuleList(
-            nn.Sequential(nn.Conv1d(width, width, 5, padding=2 * 2**i, dilation=2**i), nn.GELU())
-            for i in range(layers)
+            nn.Sequential(nn.Conv1d(width, width, 5, padding=2 * 2**i, dilation=2**i), nn.GELU()) for i in range(layers)
         )
         self.head = nn.Conv1d(width, channels, 1)
 
@@ -128,8 +128,11 @@ def train(rank: int, world_size: int, args: argparse.Namespace, init: str) -> No
             losses.append(loss.item())
             shares += np.bincount(source.numpy(), minlength=2)
             if rank == 0 and (step % 10 == 0 or step == stop):
-                print(f"[{world_size} rank{'s' if world_size > 1 else ''}] step {step:4d}  epoch {epoch}  "
-                      f"masked MSE {np.mean(losses[-10:]):.3f}", flush=True)
+                print(
+                    f"[{world_size} rank{'s' if world_size > 1 else ''}] step {step:4d}  epoch {epoch}  "
+                    f"masked MSE {np.mean(losses[-10:]):.3f}",
+                    flush=True,
+                )
             if step == stop:
                 break
         else:
@@ -137,11 +140,22 @@ def train(rank: int, world_size: int, args: argparse.Namespace, init: str) -> No
             continue
         break
     if rank == 0:
-        print(f"[{world_size} rank{'s' if world_size > 1 else ''}] windows per corpus on rank 0: "
-              f"sines {shares[0] / shares.sum():.0%}, walks {shares[1] / shares.sum():.0%}", flush=True)
+        print(
+            f"[{world_size} rank{'s' if world_size > 1 else ''}] windows per corpus on rank 0: "
+            f"sines {shares[0] / shares.sum():.0%}, walks {shares[1] / shares.sum():.0%}",
+            flush=True,
+        )
         data = mixture.state_dict(batches=taken, num_workers=args.num_workers)  # the same on every rank
-        torch.save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
-                    "losses": losses, "data": data}, checkpoint)
+        torch.save(
+            {
+                "model": model.module.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "step": step,
+                "losses": losses,
+                "data": data,
+            },
+            checkpoint,
+        )
     dist.barrier()
     dist.destroy_process_group()
 
@@ -177,9 +191,11 @@ def main() -> None:
         train(0, 1, args, f"file://{tmp}/one")  # the restart: one rank, same checkpoint
     losses = torch.load(checkpoint, weights_only=False)["losses"]
     k = min(10, len(before), len(losses) - len(before))
-    print(f"masked MSE: first {k} steps {np.mean(losses[:k]):.3f}; last {k} before the restart "
-          f"{np.mean(before[-k:]):.3f}; first {k} after it {np.mean(losses[len(before):len(before) + k]):.3f}; "
-          f"last {k} {np.mean(losses[-k:]):.3f} (predicting the mean scores about 1)")
+    print(
+        f"masked MSE: first {k} steps {np.mean(losses[:k]):.3f}; last {k} before the restart "
+        f"{np.mean(before[-k:]):.3f}; first {k} after it {np.mean(losses[len(before) : len(before) + k]):.3f}; "
+        f"last {k} {np.mean(losses[-k:]):.3f} (predicting the mean scores about 1)"
+    )
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 save the state. ``phase == "resume"``: load that state and run the rest of the epoch. Every rank
 saves the window indices it got.
 """
+
 from __future__ import annotations
 
 import json
@@ -12,7 +13,6 @@ import sys
 import numpy as np
 import torch
 import torch.distributed as dist
-
 from scale_helpers import open_dataset
 
 

@@ -3,6 +3,7 @@
 Iterates mixture epoch 1 through a DataLoader with 2 workers, in step with the other rank,
 and saves the member label and window index of every window it got.
 """
+
 from __future__ import annotations
 
 import sys
@@ -12,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from test_mixture import make, member  # noqa: E402
+from test_mixture import make, member
 
 
 def main(init: str, rank: int, out: str) -> None:
@@ -21,7 +22,7 @@ def main(init: str, rank: int, out: str) -> None:
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
     mixture.set_epoch(1)
     labels, indices = [], []
-    for x, index, label in torch.utils.data.DataLoader(mixture, batch_size=None, num_workers=2):
+    for _x, index, label in torch.utils.data.DataLoader(mixture, batch_size=None, num_workers=2):
         dist.all_reduce(torch.ones(1))  # a rank with fewer batches would hang the other here
         labels.append(label.numpy())
         indices.append(index.numpy())

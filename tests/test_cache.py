@@ -1,4 +1,5 @@
 """The local cache of remote partitions, against a real S3 endpoint on 127.0.0.1 with a request counter."""
+
 from __future__ import annotations
 
 import io
@@ -10,17 +11,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers import collect, make_frames, oracle_starts
 
 from dask_windows.dataset import WindowDataset
 from dask_windows.errors import ConfigError
 from dask_windows.sources.cache import TEMP_PREFIX, RangeCache
 
-from helpers import collect, make_frames, oracle_starts
-
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
 
-from s3proxy import S3Endpoint  # noqa: E402
+from s3proxy import S3Endpoint
 
 KW = dict(features=["f0", "f1"], targets=["y"], series="sid", window=8, stride=2, batch_size=16, return_index=True)
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -196,7 +196,9 @@ for cache, budget, epochs in {runs!r}:
 np.savez({str(out)!r}, **saved)
 """
     env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def _wait(procs: list) -> None:

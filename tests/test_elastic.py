@@ -1,4 +1,5 @@
 """Elastic resume: a state of (2 ranks, 2 workers) resumed by (3 ranks, 0 workers), (1, 1), then again."""
+
 from __future__ import annotations
 
 import pickle
@@ -6,15 +7,14 @@ import pickle
 import numpy as np
 import pytest
 import torch
+from helpers import write_parquet
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scale_helpers import make_uneven_frames, open_dataset
 from torch.utils.data import DataLoader
 
 from dask_windows.elastic import batches_of_rest, divide
 from dask_windows.world import World
-
-from helpers import write_parquet
-from scale_helpers import make_uneven_frames, open_dataset
 
 SIZES = [40, 150, 60, 130, 45, 170, 55, 120]
 SETTINGS = {"window": 7, "batch_size": 6, "buffer_partitions": 2}

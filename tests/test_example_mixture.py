@@ -1,4 +1,5 @@
 """examples/pretrain_mixture.py runs end to end with tiny flags: 2 gloo ranks, checkpoint, 1 rank."""
+
 from __future__ import annotations
 
 import os
@@ -14,7 +15,11 @@ def test_mixture_example_restarts_elastically(tmp_path):
             "--data", str(tmp_path / "data")]  # fmt: skip
     out = subprocess.run(
         [sys.executable, os.path.join(ROOT, "examples", "pretrain_mixture.py"), *args],
-        cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=300,
+        cwd=str(tmp_path),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "[2 ranks] step    3" in out.stdout and "[1 rank] step    6" in out.stdout

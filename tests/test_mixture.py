@@ -1,4 +1,5 @@
 """Mixtures against a brute-force model of their schedule: counts, shares, streams, resume, workers, DDP."""
+
 from __future__ import annotations
 
 import os
@@ -151,7 +152,10 @@ def test_dataloader_workers_yield_the_same_batches(members, expected):
     state = mixture.state_dict(batches=5, num_workers=2)
     fresh = make(members)
     fresh.load_state_dict(state)
-    rest = [tuple(t.numpy().tobytes() for t in b) for b in torch.utils.data.DataLoader(fresh, batch_size=None, num_workers=2)]
+    rest = [
+        tuple(t.numpy().tobytes() for t in b)
+        for b in torch.utils.data.DataLoader(fresh, batch_size=None, num_workers=2)
+    ]
     assert rest == got[5:]
 
 
@@ -182,7 +186,9 @@ def test_bad_arguments_raise_clearly(members):
         dw.mix({"a": [1, 2, 3]})
     state = make(members).state_dict(batches=0, num_workers=1)
     with pytest.raises(ConfigError, match="different dataset"):
-        dw.mix(members, {"small": 1, "medium": 1, "large": 1}, windows_per_epoch=PER_EPOCH, batch_size=BATCH).load_state_dict(state)
+        dw.mix(
+            members, {"small": 1, "medium": 1, "large": 1}, windows_per_epoch=PER_EPOCH, batch_size=BATCH
+        ).load_state_dict(state)
 
 
 def test_default_weights_follow_member_sizes(members):
@@ -207,9 +213,10 @@ def test_schedule_arithmetic_matches_brute_force(counts, data):
 
 
 def test_ddp_two_gloo_ranks(members, expected, tmp_path):
-    from scale_helpers import ROOT, wait
     import subprocess
     import sys
+
+    from scale_helpers import ROOT, wait
 
     child = os.path.join(os.path.dirname(__file__), "mixture_child.py")
     init = f"file://{tmp_path / 'rendezvous'}"
@@ -217,8 +224,11 @@ def test_ddp_two_gloo_ranks(members, expected, tmp_path):
     procs = [
         subprocess.Popen(
             [sys.executable, child, init, str(r), str(tmp_path / f"rank{r}.npz")],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         for r in range(2)
     ]
     wait(procs, timeout=180)

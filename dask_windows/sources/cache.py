@@ -29,6 +29,7 @@ reading other columns of the same partition is a miss (and another entry), and
 the eviction scan lists the folder on every write (cheap for thousands of
 entries). Readers take no lock; writers serialise on one.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -97,7 +98,7 @@ class RangeCache:
         version: str,
         ranges: Sequence[tuple[int, int]],
         fetch: Callable[[], list[bytes]],
-    ) -> list[bytes]:
+    ) -> list[Any]:
         """The bytes of ``ranges`` of ``url``: from the cache, or ``fetch()`` and stored.
 
         Args:
@@ -201,7 +202,7 @@ def _scan(directory: str) -> Iterator[tuple[str, Any]]:
                 continue
 
 
-def _split(data: bytes, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+def _split(data: bytes, ranges: Sequence[tuple[int, int]]) -> list[Any]:
     view, out, at = memoryview(data), [], 0
     for a, b in ranges:
         out.append(view[at : at + b - a])
