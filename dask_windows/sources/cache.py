@@ -1,13 +1,15 @@
 """A local disk cache of the byte ranges read from remote objects, shared by processes.
 
 ``ParquetSource(cache_dir=...)`` hands every remote partition read (the
-coalesced column-chunk ranges of one partition, fetched by one
-``cat_ranges`` call) to ``RangeCache.fetch``. The first read stores the
-bytes as one file named by a digest of the object's URL, size, version
-(ETag, or modification time) and the ranges; later reads of the same ranges,
-in any process on the machine, open that file and make no request. An object
-rewritten since has another size or version, so another key: it is fetched
-again and the stale entry ages out.
+byte ranges of its column chunks) to ``RangeCache.fetch``. Each column chunk
+is one entry: a file named by a digest of the object's URL, size, version
+(ETag, or modification time) and the chunk's byte range. Chunks found on disk
+are taken from there; the missing ones are fetched together (close ones
+merged into one request, as without a cache) and stored. Later reads, in any
+process on the machine and whatever rows or pieces of the partition they
+group, make no request for a stored chunk. An object rewritten since has
+another size or version, so other keys: it is fetched again and the stale
+entries age out.
 
 Sharing between processes (DDP ranks, DataLoader workers) is safe without a
 server:
@@ -24,10 +26,10 @@ server:
   (an open descriptor survives ``unlink`` on POSIX), and one that loses the race
   to open it fetches the bytes from the store.
 
-The trade-off: an entry is a partition's ranges for one set of columns, so
-reading other columns of the same partition is a miss (and another entry), and
-the eviction scan lists the folder on every write (cheap for thousands of
-entries). Readers take no lock; writers serialise on one.
+The trade-off: one file per column chunk (row group x column) means many small
+files for datasets of small row groups, and a writer lists the folder once per
+partition it stores (cheap for thousands of entries; slower for millions).
+Readers take no lock; writers serialise on one.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from typing import Any
 
 from dask_windows.errors import ConfigError
 
-__all__ = ["RangeCache", "object_version"]
+__all__ = ["RangeCache", "object_version", "split_merged"]
 
 log = logging.getLogger(__name__)
 
@@ -87,36 +89,42 @@ class RangeCache:
         self.hits = 0
         self.misses = 0
 
-    def path_of(self, url: str, version: str, ranges: Sequence[tuple[int, int]]) -> str:
-        """The entry file of ``ranges`` of one version of ``url``."""
-        digest = hashlib.sha256(f"{url}\n{version}\n{list(ranges)}".encode()).hexdigest()[:40]
-        return os.path.join(self.directory, digest + ENTRY_SUFFIX)
-
     def fetch(
         self,
         url: str,
         version: str,
         ranges: Sequence[tuple[int, int]],
-        fetch: Callable[[], list[bytes]],
+        fetch: Callable[[list[tuple[int, int]]], list[Any]],
     ) -> list[Any]:
-        """The bytes of ``ranges`` of ``url``: from the cache, or ``fetch()`` and stored.
+        """The bytes of ``ranges`` (column chunks) of ``url``: from the cache, the missing ones fetched and stored.
 
         Args:
             url: The object.
             version: Its ``object_version``.
-            ranges: ``[start, stop)`` byte ranges.
-            fetch: Reads the ranges from the store, one ``bytes`` per range.
+            ranges: ``[start, stop)`` byte ranges; each is one entry.
+            fetch: Reads a list of ranges from the store (in as few requests as it likes), one
+                bytes-like per range.
+
+        Returns:
+            One bytes-like per range of ``ranges``.
         """
-        path = self.path_of(url, version, ranges)
-        expected = sum(b - a for a, b in ranges)
-        data = self._read(path, expected)
-        if data is not None:
+        paths = [self.path_of(url, version, r) for r in ranges]
+        blobs: list[Any] = [self._read(path, b - a) for path, (a, b) in zip(paths, ranges)]
+        missing = [i for i, blob in enumerate(blobs) if blob is None]
+        if not missing:
             self.hits += 1
-            return _split(data, ranges)
+            return blobs
         self.misses += 1
-        blobs = fetch()
-        self._store(path, blobs, expected)
+        fetched = fetch([ranges[i] for i in missing])
+        for i, blob in zip(missing, fetched):
+            blobs[i] = blob
+        self._store([(paths[i], blobs[i]) for i in missing])
         return blobs
+
+    def path_of(self, url: str, version: str, byte_range: tuple[int, int]) -> str:
+        """The entry file of one byte range of one version of ``url``."""
+        digest = hashlib.sha256(f"{url}\n{version}\n{tuple(byte_range)}".encode()).hexdigest()[:40]
+        return os.path.join(self.directory, digest + ENTRY_SUFFIX)
 
     def _read(self, path: str, expected: int) -> bytes | None:
         try:
@@ -133,27 +141,27 @@ class RangeCache:
             os.utime(path)  # most recently used
         return data
 
-    def _store(self, path: str, blobs: list[bytes], size: int) -> None:
-        if self.max_bytes is not None and size > self.max_bytes:
-            log.debug("not caching %s: %d bytes exceed cache_bytes=%d", path, size, self.max_bytes)
-            return
+    def _store(self, entries: list[tuple[str, Any]]) -> None:
+        """Write ``(path, bytes)`` entries that fit the budget, evicting the least recently used first."""
         try:
             with self._locked():
-                if os.path.exists(path):  # another process stored it meanwhile
-                    return
-                self._evict(size)
-                fd, temp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=self.directory)
-                try:
-                    with os.fdopen(fd, "wb") as f:
-                        for blob in blobs:
+                room = _Room(self.directory, self.max_bytes)
+                for path, blob in entries:
+                    size = len(blob)
+                    if os.path.exists(path) or not room.make(size):  # stored meanwhile, or larger than the budget
+                        continue
+                    fd, temp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=self.directory)
+                    try:
+                        with os.fdopen(fd, "wb") as f:
                             f.write(blob)
-                    os.replace(temp, path)
-                except BaseException:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(temp)
-                    raise
+                        os.replace(temp, path)
+                    except BaseException:
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(temp)
+                        raise
+                    room.add(os.path.basename(path), size)
         except OSError as exc:  # a full or read-only disk: the read still succeeds, uncached
-            log.warning("cannot store %s in the cache folder %s: %s", path, self.directory, exc)
+            log.warning("cannot store entries in the cache folder %s: %s", self.directory, exc)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -165,25 +173,6 @@ class RangeCache:
                 yield
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
-
-    def _evict(self, incoming: int) -> None:
-        """Under the lock: remove stale temporary files, then LRU entries until ``incoming`` bytes fit."""
-        entries, total = [], 0
-        for item in _scan(self.directory):
-            name, stat = item
-            if name.startswith(TEMP_PREFIX):  # no writer holds the lock: a killed writer's leftover
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(self.directory, name))
-                continue
-            if name.endswith(ENTRY_SUFFIX):
-                entries.append((stat.st_mtime_ns, name, stat.st_size))
-                total += stat.st_size
-        entries.sort()
-        while self.max_bytes is not None and entries and total + incoming > self.max_bytes:
-            _, name, size = entries.pop(0)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(self.directory, name))
-            total -= size
 
     def disk_bytes(self) -> int:
         """Bytes the cache folder holds now (entries and temporary files)."""
@@ -202,9 +191,48 @@ def _scan(directory: str) -> Iterator[tuple[str, Any]]:
                 continue
 
 
-def _split(data: bytes, ranges: Sequence[tuple[int, int]]) -> list[Any]:
-    view, out, at = memoryview(data), [], 0
-    for a, b in ranges:
-        out.append(view[at : at + b - a])
-        at += b - a
+class _Room:
+    """Under the lock: the folder's entries by age, stale temporary files removed, LRU eviction."""
+
+    def __init__(self, directory: str, max_bytes: int | None) -> None:
+        self.directory, self.max_bytes = directory, max_bytes
+        self.entries: list[tuple[int, str, int]] = []  # (mtime_ns, name, size), oldest first
+        self.total = 0
+        for name, stat in _scan(directory):
+            if name.startswith(TEMP_PREFIX):  # no writer holds the lock: a killed writer's leftover
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(directory, name))
+            elif name.endswith(ENTRY_SUFFIX):
+                self.entries.append((stat.st_mtime_ns, name, stat.st_size))
+                self.total += stat.st_size
+        self.entries.sort()
+
+    def make(self, size: int) -> bool:
+        """Evict until ``size`` more bytes fit; ``False`` if they never can."""
+        if self.max_bytes is None:
+            return True
+        if size > self.max_bytes:
+            return False
+        while self.entries and self.total + size > self.max_bytes:
+            _, name, old = self.entries.pop(0)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(self.directory, name))
+            self.total -= old
+        return self.total + size <= self.max_bytes
+
+    def add(self, name: str, size: int) -> None:
+        self.entries.append((2**63, name, size))  # newest
+        self.total += size
+
+
+def split_merged(
+    wanted: Sequence[tuple[int, int]], merged: Sequence[tuple[int, int]], blobs: Sequence[Any]
+) -> list[memoryview]:
+    """The bytes of each of ``wanted`` (sorted) out of ``blobs`` fetched for ``merged`` ranges covering them."""
+    out, k = [], 0
+    for a, b in wanted:
+        while merged[k][1] < b:
+            k += 1
+        start = merged[k][0]
+        out.append(memoryview(blobs[k])[a - start : b - start])
     return out

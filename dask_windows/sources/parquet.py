@@ -44,6 +44,7 @@ from dask_windows.faults import (
 )
 from dask_windows.sources.retry import RetryPolicy, resolve_retry
 from dask_windows.sources.base import DEFAULT_PARTITION_BYTES, Partition, Source
+from dask_windows.sources.cache import split_merged
 
 __all__ = ["ParquetSource"]
 
@@ -274,6 +275,10 @@ class ParquetSource(Source):
         self._manifest = self._load_manifest(data)
         self.cache, self._versions = self._open_cache(cache_dir, cache_bytes)
 
+    def _cached(self, path: str, chunks: list[tuple[int, int]], fetch: Any) -> list:
+        """The column chunks ``chunks`` of ``path`` through the local cache (``cache_dir=``)."""
+        return self.cache.fetch(self._url(path), self._versions[path], chunks, fetch)
+
     def _open_cache(self, cache_dir: Any, cache_bytes: int | None) -> tuple[Any, dict[str, str]]:
         """The local ``RangeCache`` of a remote source and each file's version (size, ETag/mtime) in its keys.
 
@@ -478,14 +483,17 @@ class ParquetSource(Source):
             file: Any = path
         else:
             fs = self._filesystem()
-            ranges = _merge_ranges(_chunk_ranges(footer.metadata, row_groups, columns), self.max_gap)
-            def fetch() -> list:
-                return fs.cat_ranges(
+            chunks = _chunk_ranges(footer.metadata, row_groups, columns)
+
+            def fetch(wanted: list[tuple[int, int]]) -> list:  # one request per run of close chunks
+                ranges = _merge_ranges(wanted, self.max_gap)
+                blobs = fs.cat_ranges(
                     [path] * len(ranges), [a for a, _ in ranges], [b for _, b in ranges], on_error="raise"
                 )
+                return blobs if ranges == wanted else split_merged(wanted, ranges, blobs)
 
-            blobs = fetch() if self.cache is None else self.cache.fetch(self._url(path), self._versions[path], ranges, fetch)
-            file = _FetchedFile(fs, path, footer.size, ranges, blobs)
+            blobs = fetch(chunks) if self.cache is None else self._cached(path, chunks, fetch)
+            file = _FetchedFile(fs, path, footer.size, chunks, blobs)
         reader = pq.ParquetFile(file, metadata=footer.metadata, pre_buffer=False)
         return reader.read_row_groups(list(row_groups), columns=list(columns), use_threads=False)
 
