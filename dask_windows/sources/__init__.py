@@ -95,6 +95,8 @@ def open_source(
         options.pop("partition_rows", None)
         if threads is not None:
             options["threads"] = threads
+        if isinstance(series, str):
+            options["series"] = series  # the runs of small files come out of the footer read
         return ParquetSource(data, storage_options, retry=retry, on_error=on_error, **options)
     if options.pop("cache_dir", None) is not None:  # what is not Parquet is read where it is
         options.pop("cache_bytes", None)
