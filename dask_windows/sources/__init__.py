@@ -93,6 +93,10 @@ def open_source(
         if threads is not None:
             options["threads"] = threads
         return ParquetSource(data, storage_options, retry=retry, on_error=on_error, **options)
+    from dask_windows.sources.arrow import ArrowSource, is_arrow_like
+
+    if is_arrow_like(data):  # pandas, pyarrow, Polars, Hugging Face, to_pyarrow_dataset() (Delta)
+        return ArrowSource(data, series=series, **options)
     if type(data).__module__.startswith("dask"):
         options.pop("partition_bytes", None)
         options.pop("partition_rows", None)
@@ -106,5 +110,6 @@ def open_source(
         return ArraySource(data, **options)
     raise TypeError(
         f"cannot read windows from {type(data).__name__}; pass a Parquet path/URL/glob or a list of them, "
-        "a Dask DataFrame, a list of (rows, C) numpy arrays, or one 2-D array with series=<id per row>"
+        "a Dask DataFrame, a list of (rows, C) numpy arrays, one 2-D array with series=<id per row>, "
+        "a pandas/Polars DataFrame, a pyarrow Table or Dataset, or a Hugging Face datasets.Dataset"
     )
