@@ -108,3 +108,25 @@ def test_one_batch_does_not_advance_the_epoch(data):
     assert len(dl.show_batch(max_n=4).axes) >= 4
     with pytest.raises(ValueError, match="return_index"):
         WindowDL(dw.WindowDataset(root, features=["f0"], window=WINDOW, return_index=True))
+
+
+def test_tsai_mvp_example_pretrains_and_fine_tunes(tmp_path):
+    try:
+        import tsai.callback.MVP  # noqa: F401
+        import tsai.learner  # noqa: F401
+    except ImportError as exc:  # tsai's models import fastai.vision.models, which imports torchvision
+        pytest.skip(f"tsai does not import beside this torch: {exc!r}")
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = os.path.join(root, "examples", "tsai_mvp.py")
+    for arch in ("TSTPlus", "InceptionTimePlus"):
+        args = ["--arch", arch, "--epochs", "1", "--rows", "512", "--window", "32", "--horizon", "4",
+                "--data", str(tmp_path / "data"), "--out", str(tmp_path / "out")]  # fmt: skip
+        out = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=600,
+                             env=dict(os.environ, PYTHONPATH=root), cwd=str(tmp_path))  # fmt: skip
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert os.path.exists(tmp_path / "out" / f"{arch}_mvp.pth")
+        assert os.path.exists(tmp_path / "out" / f"{arch}_losses.png")
