@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import logging
 import os
-import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 

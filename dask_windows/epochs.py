@@ -27,6 +27,7 @@ does: one pass per epoch); an extra ``iter(loader)`` that is thrown away also
 counts as a pass. Passes of one dataset must not overlap in time (two live
 iterators of loaders with workers over the same dataset object).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -35,7 +36,7 @@ import torch
 
 from dask_windows.errors import ConfigError
 
-__all__ = ["EpochCounter", "MAX_EPOCH", "worker_token"]
+__all__ = ["MAX_EPOCH", "EpochCounter", "worker_token"]
 
 #: Epochs are kept in the low 32 bits of the shared word.
 MAX_EPOCH = 2**31 - 1

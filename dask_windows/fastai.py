@@ -1,4 +1,5 @@
 """fastai / tsai ``DataLoaders`` from ``WindowDataset``s: see ``dask_windows.integrations.fastai``."""
+
 from __future__ import annotations
 
 from dask_windows.integrations.fastai import WindowDataLoaders, WindowDL

@@ -20,6 +20,7 @@ A synthetic dataset of multi-channel series in Parquet files is written on first
 
 fastai's progress bar shows each epoch; the loss curves of both stages are saved as a PNG.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,13 +30,13 @@ import sys
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-import dask_windows as dw  # noqa: E402
-from dask_windows.fastai import WindowDataLoaders  # noqa: E402
+import dask_windows as dw
+from dask_windows.fastai import WindowDataLoaders
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _synthetic import make_dataset  # noqa: E402
+from _synthetic import make_dataset
 
 CHANNELS = 4
 FEATURES = [f"f{c}" for c in range(CHANNELS)]

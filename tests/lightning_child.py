@@ -3,13 +3,13 @@
 Run as a script (``python lightning_child.py CONFIG_JSON``) for DDP: Lightning's ``ddp`` strategy
 starts the other rank by running this script again.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import sys
 
-import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -1,4 +1,5 @@
 """Arrow-world sources (pandas, pyarrow, Polars, Hugging Face, Delta) against a brute-force oracle."""
+
 from __future__ import annotations
 
 import os
@@ -12,11 +13,11 @@ import pyarrow.feather as feather
 import pyarrow.parquet as pq
 import pytest
 import torch
+from helpers import make_frames, oracle_starts, write_parquet
 
 import dask_windows as dw
 from dask_windows.errors import ConfigError
 from dask_windows.sources.arrow import ArrowSource, memory_mapped
-from helpers import make_frames, oracle_starts, write_parquet
 
 WINDOW = 7
 

@@ -1,4 +1,5 @@
 """Epochs advancing per pass: the shared counter, and real DataLoader workers agreeing on the epoch."""
+
 from __future__ import annotations
 
 import pickle
@@ -6,11 +7,11 @@ import pickle
 import numpy as np
 import pytest
 import torch
+from helpers import make_frames, oracle_starts, write_parquet
 
 import dask_windows as dw
 from dask_windows.epochs import EpochCounter, worker_token
 from dask_windows.errors import ConfigError
-from helpers import make_frames, oracle_starts, write_parquet
 
 
 def test_counter_claims_pins_and_lets_workers_of_one_pass_agree():
@@ -53,10 +54,10 @@ def order(loader):
     return np.concatenate([b[-1].numpy() for b in loader])
 
 
-@pytest.mark.parametrize(
-    "loader", [{"num_workers": 0}, {"num_workers": 2}, {"num_workers": 2, "multiprocessing_context": "spawn",
-                                                          "persistent_workers": True}]  # fmt: skip
-)
+SPAWN = {"num_workers": 2, "multiprocessing_context": "spawn", "persistent_workers": True}
+
+
+@pytest.mark.parametrize("loader", [{"num_workers": 0}, {"num_workers": 2}, SPAWN])
 def test_pass_k_is_epoch_k_in_every_worker(data, loader):
     root, frames = data
     args = dict(features=["f0"], series="sid", window=6, batch_size=8, return_index=True, buffer_partitions=1)
@@ -68,6 +69,8 @@ def test_pass_k_is_epoch_k_in_every_worker(data, loader):
     for epoch, got in enumerate(passes):
         assert np.array_equal(np.sort(got), expected)  # each pass exact: the workers agreed on one epoch
         explicit.set_epoch(epoch)
-        assert np.array_equal(got, order(torch.utils.data.DataLoader(explicit, batch_size=None, num_workers=loader["num_workers"])))
+        assert np.array_equal(
+            got, order(torch.utils.data.DataLoader(explicit, batch_size=None, num_workers=loader["num_workers"]))
+        )
     assert not np.array_equal(passes[0], passes[1]) and not np.array_equal(passes[1], passes[2])
     assert auto.epoch == 2

@@ -1,4 +1,5 @@
 """dask_windows.fastai with fastai's own Learner: tuples, every window reaches the model, new order per epoch."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -7,11 +8,12 @@ import torch
 
 pytest.importorskip("fastai.learner", reason="pip install fastai")
 
-import dask_windows as dw  # noqa: E402
-from dask_windows.fastai import WindowDataLoaders, WindowDL  # noqa: E402
-from fastai.callback.core import Callback  # noqa: E402
-from fastai.learner import Learner  # noqa: E402
-from helpers import make_frames, oracle_starts, write_parquet  # noqa: E402
+from fastai.callback.core import Callback
+from fastai.learner import Learner
+from helpers import make_frames, oracle_starts, write_parquet
+
+import dask_windows as dw
+from dask_windows.fastai import WindowDataLoaders, WindowDL
 
 WINDOW = 8
 
@@ -112,7 +114,7 @@ def test_one_batch_does_not_advance_the_epoch(data):
 
 def test_tsai_mvp_example_pretrains_and_fine_tunes(tmp_path):
     try:
-        import tsai.callback.MVP  # noqa: F401
+        import tsai.callback.MVP
         import tsai.learner  # noqa: F401
     except ImportError as exc:  # tsai's models import fastai.vision.models, which imports torchvision
         pytest.skip(f"tsai does not import beside this torch: {exc!r}")

@@ -1,4 +1,5 @@
 """Every ```python block of docs/frameworks.md runs (blocks after a `<!-- no-run: ... -->` line are skipped)."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """WindowDataModule with Lightning's real Trainer on CPU: epochs, validation, DDP, checkpoint resume."""
+
 from __future__ import annotations
 
 import json
@@ -13,10 +14,10 @@ import pytest
 pytest.importorskip("lightning", reason="pip install lightning")
 pytest.importorskip("torchdata", reason="pip install torchdata (StatefulDataLoader)")
 
-from helpers import make_frames, oracle_starts, write_parquet  # noqa: E402
-from lightning_child import Interrupted, Recorder, dataset, trainer  # noqa: E402
+from helpers import make_frames, oracle_starts, write_parquet
+from lightning_child import Interrupted, Recorder, dataset, trainer
 
-from dask_windows.integrations.lightning import WindowDataModule  # noqa: E402
+from dask_windows.integrations.lightning import WindowDataModule
 
 WINDOW = 6
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lightning_child.py")
@@ -71,13 +72,13 @@ def test_mid_epoch_resume_from_a_lightning_checkpoint(data, tmp_path):
 
 
 def test_ddp_two_cpu_ranks_get_equal_disjoint_batches(data, tmp_path):
-    root, frames = data
+    root, _ = data
     config = {"data": root, "window": WINDOW, "num_workers": 0, "out": str(tmp_path)}
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(CHILD)), OMP_NUM_THREADS="1")
     out = subprocess.run([sys.executable, CHILD, json.dumps(config)], capture_output=True, text=True, env=env,
                          timeout=600, cwd=str(tmp_path))  # fmt: skip
     assert out.returncode == 0, out.stderr[-4000:]
-    ranks = [json.load(open(tmp_path / f"rank{r}.json")) for r in range(2)]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert {r["rank"] for r in ranks} == {0, 1}
     for epoch in range(2):
         batches = [r[f"train{epoch}"] for r in ranks]

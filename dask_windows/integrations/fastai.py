@@ -14,9 +14,10 @@ looking at a batch does not count as an epoch. The trade-off: these loaders are 
 ``TfmdDL`` s, so fastai's item/batch transforms, ``decode``, ``test_dl`` and ``export`` do not
 apply; normalise with the dataset's ``normalize=`` and move data with ``dls.to(device)``.
 """
+
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 try:
@@ -70,7 +71,7 @@ class WindowDL:
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def _batches(self, loader: Any) -> Iterator[tuple]:
+    def _batches(self, loader: Any) -> Generator[tuple, None, None]:
         for batch in loader:
             batch = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
             yield to_device(batch, self.device) if self.device is not None else batch
@@ -145,7 +146,14 @@ class WindowDataLoaders(DataLoaders):
 
     @classmethod
     def from_datasets(
-        cls, train: Any, valid: Any = None, *, num_workers: int = 0, c: int | None = None, device: Any = None, **kwargs: Any
+        cls,
+        train: Any,
+        valid: Any = None,
+        *,
+        num_workers: int = 0,
+        c: int | None = None,
+        device: Any = None,
+        **kwargs: Any,
     ) -> WindowDataLoaders:
         """``DataLoaders`` of ``WindowDL(train)`` and ``WindowDL(valid)`` (e.g. ``from_datasets(*ds.split(valid=0.2))``).
 

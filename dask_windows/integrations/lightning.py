@@ -16,6 +16,7 @@ worker, so its length may not be what the loader yields. A ``WindowDataset`` sha
 between workers and ranks itself and ``len()`` is exact, so importing this module filters that
 one message (matched exactly) when it hands a loader to Lightning; every other warning stays.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -34,7 +35,6 @@ except ImportError:  # pragma: no cover - depends on what is installed
 from dask_windows.integrations.loaders import window_loader
 
 __all__ = ["WindowDataModule"]
-
 
 
 def _quiet_len_warning() -> None:

@@ -15,6 +15,7 @@ fastest to start.
 With torchdata installed the loader is its ``StatefulDataLoader``, so a framework that saves the
 loader's ``state_dict()`` in its checkpoints (Lightning does) resumes mid-epoch exactly.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -31,9 +32,7 @@ def _stateful_class(stateful: bool | None) -> Any:
         from torchdata.stateful_dataloader import StatefulDataLoader
     except ImportError as exc:
         if stateful:
-            raise ImportError(
-                "stateful=True needs torchdata's StatefulDataLoader: pip install torchdata"
-            ) from exc
+            raise ImportError("stateful=True needs torchdata's StatefulDataLoader: pip install torchdata") from exc
         return DataLoader
     return StatefulDataLoader
 

@@ -27,10 +27,10 @@ files travels to workers as those file names and is memory-mapped there
 For data larger than memory, write Parquet (``dask-windows convert``) and pass
 the folder, or a ``pyarrow.dataset`` of it.
 """
+
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -252,7 +252,7 @@ class ArrowSource(Source):
         table = self._arrow()
         if self.series is None or self.series not in table.schema.names:
             return np.array([0, table.num_rows], dtype=np.int64)
-        starts, lengths = find_runs(_column_numpy(table.column(self.series)))
+        starts, _ = find_runs(_column_numpy(table.column(self.series)))
         return np.append(starts, table.num_rows).astype(np.int64)
 
     def _table_partitions(self) -> None:
