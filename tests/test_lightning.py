@@ -54,18 +54,23 @@ def test_two_epochs_differ_and_validate_without_len_warning(data, num_workers):
     assert not set(np.concatenate(valid).tolist()) & set(e0.tolist())
 
 
-def test_mid_epoch_resume_from_a_lightning_checkpoint(data, tmp_path):
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_mid_epoch_resume_from_a_lightning_checkpoint(data, tmp_path, num_workers):
     root, _ = data
+
+    def module():
+        return WindowDataModule(dataset(root, WINDOW), num_workers=num_workers, multiprocessing_context="fork")
+
     full = Recorder(WINDOW)
-    trainer(2).fit(full, WindowDataModule(dataset(root, WINDOW)))
+    trainer(2).fit(full, module())
     steps = len(full.seen)
     stop = steps // 2 + 3  # inside epoch 1
     ckpt = str(tmp_path / "mid.ckpt")
     first = Recorder(WINDOW, stop_at=stop, save_to=ckpt)
     with pytest.raises(Interrupted):
-        trainer(2).fit(first, WindowDataModule(dataset(root, WINDOW)))
+        trainer(2).fit(first, module())
     resumed = Recorder(WINDOW)
-    trainer(2).fit(resumed, WindowDataModule(dataset(root, WINDOW)), ckpt_path=ckpt)
+    trainer(2).fit(resumed, module(), ckpt_path=ckpt)
     assert [(e, i) for e, i, _ in first.seen + resumed.seen] == [(e, i) for e, i, _ in full.seen]
     for (_, _, a), (_, _, b) in zip(first.seen + resumed.seen, full.seen):
         assert np.array_equal(a, b)
