@@ -44,8 +44,10 @@ class WindowDataset(IterableDataset):
 
     Args:
         data: A Parquet file, folder, glob or fsspec URL (``s3://``, ``gs://``, ``memory://``...),
-            a list of them, a Dask DataFrame, or a list of ``(rows, C)`` numpy arrays / memmaps
-            (each one series).
+            a list of them, a Dask DataFrame, a list of ``(rows, C)`` numpy arrays / memmaps
+            (each one series), or Arrow-world data: a pandas or Polars DataFrame (or LazyFrame), a
+            ``pyarrow.Table`` or ``pyarrow.dataset.Dataset``, a Hugging Face ``datasets.Dataset``, a
+            ``deltalake.DeltaTable`` (see ``sources.arrow``).
         features: Columns stacked as the ``C`` channels of ``x`` (column indices for arrays;
             ``None`` there means all columns).
         targets: Columns stacked as ``y``; ``None`` for self-supervised training.

@@ -14,6 +14,8 @@ the Dask one, keeps the next partitions in flight).
   cluster when a client is active;
 * ``arrays``: numpy arrays and ``.npy`` memmaps, or one 2-D array cut into
   series by an id vector;
+* ``arrow``: pandas, pyarrow Tables and Datasets (fragments, hive keys), Polars,
+  Hugging Face and Delta data (imported when such data is passed);
 * ``manifest``: the JSON file ``dask-windows convert`` writes beside its parts;
 * ``retry``: retrying transient storage errors.
 
