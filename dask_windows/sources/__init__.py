@@ -14,6 +14,8 @@ the Dask one, keeps the next partitions in flight).
   cluster when a client is active;
 * ``arrays``: numpy arrays and ``.npy`` memmaps, or one 2-D array cut into
   series by an id vector;
+* ``arrow``: pandas, pyarrow Tables and Datasets (fragments, hive keys), Polars,
+  Hugging Face and Delta data (imported when such data is passed);
 * ``manifest``: the JSON file ``dask-windows convert`` writes beside its parts;
 * ``retry``: retrying transient storage errors.
 
@@ -101,6 +103,10 @@ def open_source(
     if options.pop("cache_dir", None) is not None:  # what is not Parquet is read where it is
         options.pop("cache_bytes", None)
         log.info("cache_dir= applies to Parquet in a remote store; %s is read without it", type(data).__name__)
+    from dask_windows.sources.arrow import ArrowSource, is_arrow_like
+
+    if is_arrow_like(data):  # pandas, pyarrow, Polars, Hugging Face, to_pyarrow_dataset() (Delta)
+        return ArrowSource(data, series=series, **options)
     if type(data).__module__.startswith("dask"):
         options.pop("partition_bytes", None)
         options.pop("partition_rows", None)
@@ -114,5 +120,6 @@ def open_source(
         return ArraySource(data, **options)
     raise TypeError(
         f"cannot read windows from {type(data).__name__}; pass a Parquet path/URL/glob or a list of them, "
-        "a Dask DataFrame, a list of (rows, C) numpy arrays, or one 2-D array with series=<id per row>"
+        "a Dask DataFrame, a list of (rows, C) numpy arrays, one 2-D array with series=<id per row>, "
+        "a pandas/Polars DataFrame, a pyarrow Table or Dataset, or a Hugging Face datasets.Dataset"
     )
