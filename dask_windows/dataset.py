@@ -331,9 +331,10 @@ class WindowDataset(IterableDataset):
 
         Returns:
             The state; the same for every rank, so a state saved on one rank resumes all.
-            It describes the most recent pass (``iter(ds)``) still in progress; each pass counts its
-            own batches, so a second iterator never moves the first one's position. While two
-            passes are in progress the state is ambiguous and this raises ``ConfigError``.
+            It describes the most recent pass (``iter(ds)``) still in progress, and that pass's
+            epoch; each pass counts its own batches, so a second iterator (a peek, dropped or
+            closed) never moves the first one's position. While two passes are in progress the
+            state is ambiguous and this raises ``ConfigError``.
         """
         world = World(*self._resolve_ranks(), *detect_worker())
         in_worker = get_worker_info() is not None

@@ -357,6 +357,8 @@ class Resumer:
                 "called again before the first pass ended); finish or close the other iterator (it.close(), or "
                 "drop it), or pass state_dict(batches=K, num_workers=W) for the pass you mean"
             )
+        if len(live) == 1 and batches is None:
+            epoch = live[0].epoch  # the pass in progress, though a later pass (a peek) advanced the epoch
         if self.progress is not None and self.progress.epoch == epoch:
             p = self.progress
             if p.num_workers == 1:
