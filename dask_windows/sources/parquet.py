@@ -26,6 +26,7 @@ import logging
 import os
 import posixpath
 import pickle
+import warnings
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -273,7 +274,7 @@ class ParquetSource(Source):
         folder has no manifest or it does not describe exactly these files and row counts (then
         the series column is scanned as usual).
         """
-        from dask_windows.sources.manifest import read_manifest
+        from dask_windows.sources.manifest import manifest_run_arrays, read_manifest
 
         if not isinstance(data, (str, os.PathLike)) or any(ch in os.fspath(data) for ch in "*?["):
             return None
@@ -290,11 +291,27 @@ class ParquetSource(Source):
             if entry is None or entry["rows"] != self._footers[path].metadata.num_rows:
                 log.warning("the manifest of %s does not match %s; scanning the series column instead", root, path)
                 return None
-            table = entry["runs"]
-            starts = np.array([r[0] for r in table], dtype=np.int64)
-            lengths = np.array([r[1] for r in table], dtype=np.int64)
-            runs[path] = (starts, lengths, np.array([r[2] for r in table]))
-        return {"series": manifest["series"], "runs": runs}
+            runs[path] = manifest_run_arrays(entry["runs"])
+        return {"series": manifest["series"], "runs": runs, "manifest": manifest, "root": root}
+
+    def set_window(self, span: int, stride: int) -> None:
+        """Warn when a converted dataset's chunks overlap by fewer rows than ``span`` needs."""
+        super().set_window(span, stride)
+        manifest = getattr(self, "_manifest", None)
+        if manifest is None:
+            return
+        from dask_windows.sources.manifest import span_shortfall
+
+        lost, total = span_shortfall(manifest["manifest"], span, stride)
+        if lost:
+            warnings.warn(
+                f"{manifest['root']} was converted for window + horizon <= {manifest['manifest']['span']} rows, "
+                f"but this dataset needs {span}: {lost:,} of {total:,} windows ({lost / total:.1%}) that cross "
+                f"a chunk cut are left out; rerun `dask-windows convert` with --window {span} "
+                "(or a larger one), or use a smaller window",
+                RuntimeWarning,
+                stacklevel=4,
+            )
 
     def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Runs from the manifest when it covers ``series``, else from the series column."""
@@ -305,11 +322,15 @@ class ParquetSource(Source):
         meta = self._footers[path].metadata
         first = sum(meta.row_group(g).num_rows for g in range(row_groups[0]))  # file row of the partition
         last = first + self.partitions[index].num_rows
-        starts, lengths, keys = manifest["runs"][path]
+        starts, lengths, keys = manifest["runs"][path][:3]
         ends = starts + lengths
         keep = (ends > first) & (starts < last)  # runs overlapping the partition, clipped to it
         lo, hi = np.maximum(starts[keep], first), np.minimum(ends[keep], last)
-        return lo - first, hi - lo, keys[keep]
+        if len(manifest["runs"][path]) == 3:
+            return lo - first, hi - lo, keys[keep]
+        origin, owned = manifest["runs"][path][3:]  # chunks of a version-2 manifest: keep their grid
+        shift = lo - starts[keep]
+        return lo - first, hi - lo, keys[keep], origin[keep] + shift, np.clip(owned[keep] - shift, 0, hi - lo)
 
     # -- opening ------------------------------------------------------------------------------
 
