@@ -79,11 +79,15 @@ class SpreadPlan:
 
 
 def auto_chunk_rows(total_rows: int, num_files: int, span: int) -> int:
-    """Rows per chunk: ``TARGET_CHUNKS_PER_FILE`` chunks per file, but at least 8 overlaps long."""
+    """Rows per chunk: ``TARGET_CHUNKS_PER_FILE`` chunks per file, but at least 8 overlaps long.
+
+    Never more than a file's rows, so every file gets chunks even when files are tiny.
+    """
     if num_files <= 1:
         return max(int(total_rows), 1)
-    per_file = total_rows / num_files
-    return max(int(per_file // TARGET_CHUNKS_PER_FILE), MIN_CHUNK_PER_OVERLAP * max(span - 1, 1), 1)
+    per_file = -(-int(total_rows) // num_files)
+    chunk = max(per_file // TARGET_CHUNKS_PER_FILE, MIN_CHUNK_PER_OVERLAP * max(span - 1, 1), 1)
+    return min(chunk, per_file)  # every file gets a chunk, even when files are smaller than 8 overlaps
 
 
 def _coprime_step(k: int) -> int:

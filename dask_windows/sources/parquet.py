@@ -289,6 +289,14 @@ class ParquetSource(Source):
         for path in self.files:
             entry = entries.get(path)
             if entry is None or entry["rows"] != self._footers[path].metadata.num_rows:
+                if manifest["version"] >= 2:  # chunks of many stretches: the series column cannot recover them
+                    from dask_windows.errors import DataError
+
+                    raise DataError(
+                        f"the manifest of {root} does not match {self._url(path)} (a file missing, added or "
+                        "rewritten); this dataset was converted in chunks spread over its files, which only the "
+                        "manifest describes; rerun `dask-windows convert` to write it again"
+                    )
                 log.warning("the manifest of %s does not match %s; scanning the series column instead", root, path)
                 return None
             runs[path] = manifest_run_arrays(entry["runs"])
@@ -316,7 +324,14 @@ class ParquetSource(Source):
     def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Runs from the manifest when it covers ``series``, else from the series column."""
         manifest = getattr(self, "_manifest", None)
-        if series is None or manifest is None or manifest["series"] != series:
+        spread = manifest is not None and manifest["manifest"]["version"] >= 2
+        if spread and series is not None and manifest["series"] != series:
+            raise ConfigError(
+                f"series={series!r}: {manifest['root']} was converted with series column {manifest['series']!r} "
+                "in chunks that only its manifest describes; pass series="
+                f"{manifest['series']!r} (or leave it out)"
+            )
+        if not spread and (series is None or manifest is None or manifest["series"] != series):
             return super().read_runs(index, series)
         path, row_groups = self.partitions[index].key
         meta = self._footers[path].metadata
