@@ -41,6 +41,7 @@ __all__ = [
     "LAYOUTS",
     "SpreadPlan",
     "auto_chunk_rows",
+    "canonical_rows",
     "plan_spread",
     "read_converted",
 ]
@@ -350,3 +351,36 @@ def write_spread(pieces: list[list[tuple[str, int]]], bucket_rows: np.ndarray, f
             writes.append(dask.delayed(_write_file)(f"part-{f:0{width}d}.parquet", sources[f], fs, tmp, schema,
                                                     compression, rows, runs))
     return list(compute("writing spread files", *writes)), plan
+
+
+def canonical_rows(manifest: dict, rows: np.ndarray) -> np.ndarray:
+    """Rows of a converted dataset (global, files in manifest order) as canonical (series, time) rows.
+
+    The canonical order is the dataset before conversion sorted by (series, time): what a mixing
+    report cuts into blocks. Overlap rows map to the row they repeat.
+
+    Args:
+        manifest: A version-1 or version-2 manifest.
+        rows: ``(N,)`` global rows (``return_index=True`` yields them for window starts).
+
+    Returns:
+        ``(N,)`` int64 canonical rows.
+    """
+    rows = np.asarray(rows, np.int64)
+    if manifest["version"] == 1:
+        return rows
+    import pandas as pd
+
+    runs = [r for f in manifest["files"] for r in f["runs"]]
+    offsets = np.cumsum([0] + [f["rows"] for f in manifest["files"]])[:-1]  # (F,) global row of each file
+    run_file = np.repeat(np.arange(len(manifest["files"])), [len(f["runs"]) for f in manifest["files"]])
+    start = offsets[run_file] + np.array([r[0] for r in runs], np.int64)  # (R,) global row of each run
+    values = pd.Series([r[2] for r in runs], dtype=object)
+    ranks = pd.Index(pd.unique(values)).sort_values()
+    codes = ranks.get_indexer(values)  # (R,) canonical rank of each run's series
+    owned = np.array([r[4] for r in runs], np.int64)
+    series_rows = np.bincount(codes, weights=owned, minlength=len(ranks)).astype(np.int64)
+    series_start = np.cumsum(series_rows) - series_rows  # (S,) canonical row of each series
+    base = series_start[codes] + np.array([r[3] for r in runs], np.int64) - start  # (R,) canonical minus global row
+    run = np.searchsorted(start, rows, side="right") - 1
+    return rows + base[run]

@@ -300,6 +300,15 @@ class ParquetSource(Source):
                 log.warning("the manifest of %s does not match %s; scanning the series column instead", root, path)
                 return None
             runs[path] = manifest_run_arrays(entry["runs"])
+        if manifest["version"] >= 2 and len(runs) != len(entries):
+            from dask_windows.errors import DataError
+
+            missing = sorted(set(entries) - set(runs))
+            raise DataError(
+                f"the manifest of {root} lists {len(missing)} files that are not there (first: {self._url(missing[0])}); "
+                "this dataset was converted in chunks spread over its files, so every file holds part of every "
+                "series; restore the files or rerun `dask-windows convert`"
+            )
         return {"series": manifest["series"], "runs": runs, "manifest": manifest, "root": root}
 
     def set_window(self, span: int, stride: int) -> None:
