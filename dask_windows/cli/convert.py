@@ -362,8 +362,8 @@ def convert(
             ``window + horizon - 1`` rows so no window is lost at a cut (default
             window + horizon: ``DEFAULT_SPAN``).
         horizon: Longest horizon it will be read with.
-        chunk_rows: Owned rows per chunk (default: about 256 chunks per file, at least
-            8 overlaps long).
+        chunk_rows: Owned rows per chunk (default: about 512 chunks per file, at least
+            4 overlaps long).
 
     Returns:
         A :class:`ConvertReport`.

@@ -17,8 +17,8 @@ window starting in the chunk is whole in its file; the manifest records per
 run its ``origin`` (row within its series, which keeps the series' stride
 grid) and ``owned`` rows (where windows may start), so the overlap's rows
 never start a window twice. The trade-off: ``(span - 1) / chunk_rows`` more
-rows on disk and decoded (``auto_chunk_rows``: 256 chunks per file, but at
-most 1/8 overhead, which only small files reach), and a
+rows on disk and decoded (``auto_chunk_rows``: 512 chunks per file, but at
+most 1/4 overhead, which only files under ~2,000 windows' spans reach), and a
 loader opened with a longer ``window + horizon`` than convert was told loses
 the windows that would reach past an overlap (it warns with the count).
 The alternative, adjacency recorded in the manifest and read as a halo, would
@@ -50,9 +50,9 @@ LAYOUTS = ("spread", "contiguous")
 #: ``window + horizon`` the chunks overlap for when convert is given no ``--window``.
 DEFAULT_SPAN = 128
 #: Chunks per file ``auto_chunk_rows`` aims for (strata each file samples).
-TARGET_CHUNKS_PER_FILE = 256
-#: Chunks are at least this many times the overlap (disk and decode overhead at most 1/8).
-MIN_CHUNK_PER_OVERLAP = 8
+TARGET_CHUNKS_PER_FILE = 512
+#: Chunks are at least this many times the overlap (disk and decode overhead at most 1/4).
+MIN_CHUNK_PER_OVERLAP = 4
 _LAYOUT_SEED = 0x5EED
 
 
@@ -80,7 +80,7 @@ class SpreadPlan:
 
 
 def auto_chunk_rows(total_rows: int, num_files: int, span: int) -> int:
-    """Rows per chunk: ``TARGET_CHUNKS_PER_FILE`` chunks per file, but at least 8 overlaps long.
+    """Rows per chunk: ``TARGET_CHUNKS_PER_FILE`` chunks per file, but at least 4 overlaps long.
 
     Never more than a file's rows, so every file gets chunks even when files are tiny.
     """
@@ -88,7 +88,7 @@ def auto_chunk_rows(total_rows: int, num_files: int, span: int) -> int:
         return max(int(total_rows), 1)
     per_file = -(-int(total_rows) // num_files)
     chunk = max(per_file // TARGET_CHUNKS_PER_FILE, MIN_CHUNK_PER_OVERLAP * max(span - 1, 1), 1)
-    return min(chunk, per_file)  # every file gets a chunk, even when files are smaller than 8 overlaps
+    return min(chunk, per_file)  # every file gets a chunk, even when files are smaller than 4 overlaps
 
 
 def _coprime_step(k: int) -> int:

@@ -315,7 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="spread (default): each series in chunks over all files, overlapping by "
                    "window + horizon - 1 rows (128 without --window), so a few files mix like the "
                    "whole dataset; contiguous: files in (series, time) order")
-    p.add_argument("--chunk-rows", type=int, metavar="N", help="rows per chunk (default: ~256 per file)")
+    p.add_argument("--chunk-rows", type=int, metavar="N", help="rows per chunk (default: ~512 per file)")
     p.add_argument("--json", action="store_true")
     _cluster_options(p)
     p.set_defaults(run=_cmd_convert)
