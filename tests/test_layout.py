@@ -229,3 +229,37 @@ def test_default_loader_on_converted_data_mixes_like_a_global_shuffle(tmp_path, 
     assert got["tv"] <= 1.05 * reference["tv"], (got, reference)
     assert abs(got["lag1"]) < 0.05, (got, reference)
     assert got["ess"] >= 0.9 * batch, (got, reference)
+
+
+def test_nan_drop_on_converted_data_keeps_each_series_grid(tmp_path):
+    lengths = [1500, 700]
+    frame = series_frame(lengths)
+    bad = {(0, 2), (0, 333), (1, 40), (1, 41)}  # (series, row) holding NaN
+    for s, r in bad:
+        frame.loc[(frame["sid"] == s) & (frame["v"] == s * 10_000 + r), "y"] = np.nan
+    convert([write_input(tmp_path, frame)], str(tmp_path / "out"), series="sid", time="ts",
+            partition_size="5KB", window=4)
+    ds = dw.WindowDataset(str(tmp_path / "out"), ["v"], ["y"], series="sid", window=4, stride=3, nan="drop",
+                          batch_size=256)
+    seen = [(int(a) // 10_000, int(a) % 10_000) for x, _ in ds for a in x[:, 0, 0].numpy()]
+    # a row with NaN in any column read may lie in no window: those windows go, the grid stays
+    want = {(s, p) for s, p in oracle(np.array(lengths), 4, 3) if not any(b == s and p <= r < p + 4 for b, r in bad)}
+    assert len(seen) == len(set(seen)) and set(seen) == want
+
+
+def test_cli_convert_sizes_the_overlap_from_window_and_horizon(tmp_path):
+    import subprocess
+    import sys
+
+    frame = series_frame([900, 500])
+    src = write_input(tmp_path, frame)
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    done = subprocess.run([sys.executable, "-m", "dask_windows.cli", "convert", src, str(tmp_path / "out"),
+                           "--series", "sid", "--time", "ts", "--partition-size", "4KB", "--window", "10",
+                           "--horizon", "2", "--workers", "1", "--no-progress", "--json"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    manifest = json.load(open(os.path.join(tmp_path, "out", MANIFEST_NAME)))
+    assert manifest["version"] == 2 and manifest["span"] == 12 and report["layout"] == "spread"
+    assert report["windows"] == len(oracle(np.array([900, 500]), 12, 1)) and report["windows_lost"] == 0
