@@ -263,3 +263,17 @@ def test_cli_convert_sizes_the_overlap_from_window_and_horizon(tmp_path):
     manifest = json.load(open(os.path.join(tmp_path, "out", MANIFEST_NAME)))
     assert manifest["version"] == 2 and manifest["span"] == 12 and report["layout"] == "spread"
     assert report["windows"] == len(oracle(np.array([900, 500]), 12, 1)) and report["windows_lost"] == 0
+
+
+def test_stats_of_a_spread_dataset_count_each_row_once(tmp_path):
+    from dask_windows.cli.summary import compute_stats
+
+    frame = series_frame([3000, 400])
+    convert([write_input(tmp_path, frame)], str(tmp_path / "out"), series="sid", time="ts",
+            partition_size="6KB", window=16)
+    doc = compute_stats(str(tmp_path / "out"), ["v", "y"])
+    assert doc["rows"] == len(frame)
+    for name in ("v", "y"):
+        assert doc["features"][name]["count"] == len(frame)
+        assert doc["features"][name]["mean"] == pytest.approx(frame[name].mean(), rel=1e-9)
+        assert doc["features"][name]["std"] == pytest.approx(frame[name].std(ddof=0), rel=1e-9)
