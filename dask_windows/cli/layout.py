@@ -82,13 +82,13 @@ class SpreadPlan:
 def auto_chunk_rows(total_rows: int, num_files: int, span: int) -> int:
     """Rows per chunk: ``TARGET_CHUNKS_PER_FILE`` chunks per file, but at least 4 overlaps long.
 
-    Never more than a file's rows, so every file gets chunks even when files are tiny.
+    So the overlap never adds more than a quarter to the rows stored; files smaller than one
+    such chunk are not made (``output_files``).
     """
     if num_files <= 1:
         return max(int(total_rows), 1)
     per_file = -(-int(total_rows) // num_files)
-    chunk = max(per_file // TARGET_CHUNKS_PER_FILE, MIN_CHUNK_PER_OVERLAP * max(span - 1, 1), 1)
-    return min(chunk, per_file)  # every file gets a chunk, even when files are smaller than 4 overlaps
+    return max(per_file // TARGET_CHUNKS_PER_FILE, MIN_CHUNK_PER_OVERLAP * max(span - 1, 1), 1)
 
 
 def _coprime_step(k: int) -> int:
@@ -235,14 +235,18 @@ def _canonical_keys(manifest: dict) -> tuple[np.ndarray, np.ndarray]:
 
 
 def output_files(total_rows: int, target_rows: int, span: int, chunk_rows: int | None = None) -> tuple[int, int]:
-    """``(num_files, chunk_rows)`` so that files with their overlap rows stay near ``target_rows``."""
+    """``(num_files, chunk_rows)``: files near ``target_rows`` rows with their overlap, each at least one chunk.
+
+    A ``target_rows`` below one chunk (``4 * (span - 1)`` rows) gives fewer, larger files.
+    """
     if total_rows <= 0:
         return 0, 1
     files = max(1, -(-total_rows // max(target_rows, 1)))
     for _ in range(4):  # the overlap adds rows, so a few more files; converges at once in practice
         chunk = int(chunk_rows or auto_chunk_rows(total_rows, files, span))
+        files = min(files, max(1, -(-total_rows // chunk)))  # every file gets a chunk
         stored = total_rows + (-(-total_rows // chunk)) * max(span - 1, 0)
-        more = max(1, -(-stored // max(target_rows, 1)))
+        more = min(max(1, -(-stored // max(target_rows, 1))), max(1, -(-total_rows // chunk)))
         if more <= files:
             break
         files = more
