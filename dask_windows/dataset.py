@@ -129,8 +129,8 @@ class WindowDataset(IterableDataset):
         if features is None and isinstance(self.source, ArraySource):
             features = self.source.column_names()
         self.spec = WindowSpec(
-            features=features,
-            targets=targets,
+            features=features,  # type: ignore[arg-type]
+            targets=targets,  # type: ignore[arg-type]
             series=series,
             window=window,
             stride=stride,
@@ -168,7 +168,7 @@ class WindowDataset(IterableDataset):
             return self.source.read_runs(i, series)
 
         if on_error == "skip":
-            read_runs, bad_rows = guard_scan(read_runs, bad_rows, self.source.partitions, self.skipped)
+            read_runs, bad_rows = guard_scan(read_runs, bad_rows, self.source.partitions, self.skipped)  # type: ignore[assignment]
         self.runs = scan_runs(len(self.source.partitions), read_runs, bad_rows, threads)
         trim()
         self.grid = WindowGrid.from_runs(self.runs, spec.span, spec.stride)

@@ -45,7 +45,7 @@ def load_stats(path_or_dict: str | os.PathLike | dict, features: Sequence[str],
     where = "the stats dict"
     doc = path_or_dict
     if not isinstance(doc, dict):
-        where = os.fspath(path_or_dict)
+        where = os.fspath(doc)
         with fsspec.open(where, "r", **(storage_options or {})) as src:
             try:
                 doc = json.load(src)
