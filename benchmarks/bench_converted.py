@@ -11,6 +11,7 @@ epoch, the two layouts' epochs alternating in one process) and the peak RSS of t
 
     PYTHONPATH=. python benchmarks/bench_converted.py [--rows 1000000] [--files 16]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,9 +57,12 @@ def figures(batches: list[np.ndarray], canonical: np.ndarray, regime: np.ndarray
         tv.append(0.5 * np.abs(np.bincount(b, minlength=BLOCKS) / len(b) - reference).sum())
         means.append(regime[rows].mean())
     means = np.asarray(means)
-    return {"distinct": float(np.mean(distinct)), "tv": float(np.mean(tv)),
-            "lag1": float(np.corrcoef(means[:-1], means[1:])[0, 1]),
-            "ess": float(regime[canonical].var() / means.var())}
+    return {
+        "distinct": float(np.mean(distinct)),
+        "tv": float(np.mean(tv)),
+        "lag1": float(np.corrcoef(means[:-1], means[1:])[0, 1]),
+        "ess": float(regime[canonical].var() / means.var()),
+    }
 
 
 def read_epochs(path: str, stride: int, batch: int, window: int, epochs: int, out: multiprocessing.Queue) -> None:
@@ -67,9 +71,19 @@ def read_epochs(path: str, stride: int, batch: int, window: int, epochs: int, ou
     from dask_windows.cli.layout import canonical_rows
     from dask_windows.sources.manifest import MANIFEST_NAME
 
-    manifest = json.load(open(os.path.join(path, MANIFEST_NAME)))
-    ds = dw.WindowDataset(path, ["x"], series="sid", window=window, stride=stride, batch_size=batch,
-                          drop_last=True, return_index=True, seed=1)
+    with open(os.path.join(path, MANIFEST_NAME)) as src:
+        manifest = json.load(src)
+    ds = dw.WindowDataset(
+        path,
+        ["x"],
+        series="sid",
+        window=window,
+        stride=stride,
+        batch_size=batch,
+        drop_last=True,
+        return_index=True,
+        seed=1,
+    )
     batches, seconds = [], []
     for epoch in range(epochs):
         ds.set_epoch(epoch)
@@ -77,17 +91,23 @@ def read_epochs(path: str, stride: int, batch: int, window: int, epochs: int, ou
         for _, rows in ds:
             batches.append(rows.numpy())
         seconds.append(time.perf_counter() - started)
-    out.put({"windows_per_s": len(ds) * batch / float(np.median(seconds)), "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-             "batches": [canonical_rows(manifest, b) for b in batches], "per_epoch": len(ds)})
+    out.put(
+        {
+            "windows_per_s": len(ds) * batch / float(np.median(seconds)),
+            "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "batches": [canonical_rows(manifest, b) for b in batches],
+            "per_epoch": len(ds),
+        }
+    )
 
 
-def time_both(paths: list[str], stride: int, batch: int, window: int, rounds: int,
-              out: multiprocessing.Queue) -> None:
+def time_both(paths: list[str], stride: int, batch: int, window: int, rounds: int, out: multiprocessing.Queue) -> None:
     """Child process: best epoch time of each dataset, epochs alternating (fair under a shared machine's load)."""
     import dask_windows as dw
 
-    sets = [dw.WindowDataset(p, ["x"], series="sid", window=window, stride=stride, batch_size=batch, seed=1)
-            for p in paths]
+    sets = [
+        dw.WindowDataset(p, ["x"], series="sid", window=window, stride=stride, batch_size=batch, seed=1) for p in paths
+    ]
     best = [float("inf")] * len(sets)
     for r in range(rounds):
         for i, ds in enumerate(sets):
@@ -133,8 +153,12 @@ def main() -> None:
 
     from dask_windows.cli.convert import convert
 
-    print(f"load average {open('/proc/loadavg').read().split()[:3]}; {args.rows:,} rows, ~{args.files} files, "
-          f"window {args.window}, stride {args.stride}, B={args.batch_size}, default loader (buffer_partitions=2)")
+    with open("/proc/loadavg") as src:
+        load = src.read().split()[:3]
+    print(
+        f"load average {load}; {args.rows:,} rows, ~{args.files} files, "
+        f"window {args.window}, stride {args.stride}, B={args.batch_size}, default loader (buffer_partitions=2)"
+    )
     head = f"{'layout':26} {'order':22} {'blocks':>7} {'TV':>6} {'lag-1':>6} {'ESS':>6} {'windows/s':>10} {'RSS MB':>7}"
     print(head)
     with tempfile.TemporaryDirectory() as tmp, dask.config.set(scheduler="threads", num_workers=2):
@@ -149,33 +173,47 @@ def main() -> None:
             results = {}
             for layout in ("contiguous", "spread"):
                 dst = os.path.join(tmp, f"{kind}-{layout}".replace(" ", "_"))
-                report = convert([src], dst, series="sid", time="ts", partition_size=size, layout=layout,
-                                 window=args.window)
-                results[layout] = (report, measure(dst, stride=args.stride, batch=args.batch_size,
-                                                   window=args.window, epochs=args.epochs))
-            speed = in_child(time_both, [os.path.join(tmp, f"{kind}-{layout}".replace(" ", "_"))
-                                         for layout in ("contiguous", "spread")],
-                             stride=args.stride, batch=args.batch_size, window=args.window, rounds=args.epochs)
-            for (layout, (_, got)), windows_per_s in zip(results.items(), speed):
+                report = convert(
+                    [src], dst, series="sid", time="ts", partition_size=size, layout=layout, window=args.window
+                )
+                results[layout] = (
+                    report,
+                    measure(dst, stride=args.stride, batch=args.batch_size, window=args.window, epochs=args.epochs),
+                )
+            speed = in_child(
+                time_both,
+                [os.path.join(tmp, f"{kind}-{layout}".replace(" ", "_")) for layout in ("contiguous", "spread")],
+                stride=args.stride,
+                batch=args.batch_size,
+                window=args.window,
+                rounds=args.epochs,
+            )
+            for (_, got), windows_per_s in zip(results.values(), speed):
                 got["windows_per_s"] = windows_per_s
             old = results["contiguous"][1]
             every = np.concatenate(old["batches"][: old["per_epoch"]])
             rng = np.random.default_rng(0)
-            glob = [rng.permutation(every)[: len(every) // args.batch_size * args.batch_size]
-                    .reshape(-1, args.batch_size) for _ in range(args.epochs)]
-            rows = [("global permutation", figures([b for g in glob for b in g], every, canonical_regime,
-                                                    len(frame)), None)]
+            glob = [
+                rng.permutation(every)[: len(every) // args.batch_size * args.batch_size].reshape(-1, args.batch_size)
+                for _ in range(args.epochs)
+            ]
+            rows = [
+                ("global permutation", figures([b for g in glob for b in g], every, canonical_regime, len(frame)), None)
+            ]
             for layout, (report, got) in results.items():
                 name = f"{layout} ({report.files} files)"
                 rows.append((name, figures(got["batches"], every, canonical_regime, len(frame)), got))
             for name, f, got in rows:
                 speed = "" if got is None else f"{got['windows_per_s']:10,.0f} {got['rss'] / 2**20:7.0f}"
-                print(f"{kind:26} {name:22} {f['distinct']:7.1f} {f['tv']:6.3f} {f['lag1']:6.2f} "
-                      f"{f['ess']:6.1f} {speed}")
+                print(
+                    f"{kind:26} {name:22} {f['distinct']:7.1f} {f['tv']:6.3f} {f['lag1']:6.2f} {f['ess']:6.1f} {speed}"
+                )
             new = results["spread"][1]
-            print(f"{'':26} spread / contiguous: windows/s x{new['windows_per_s'] / old['windows_per_s']:.2f}, "
-                  f"peak RSS x{new['rss'] / old['rss']:.2f}, bytes on disk "
-                  f"x{results['spread'][0].bytes_out / results['contiguous'][0].bytes_out:.2f}")
+            print(
+                f"{'':26} spread / contiguous: windows/s x{new['windows_per_s'] / old['windows_per_s']:.2f}, "
+                f"peak RSS x{new['rss'] / old['rss']:.2f}, bytes on disk "
+                f"x{results['spread'][0].bytes_out / results['contiguous'][0].bytes_out:.2f}"
+            )
 
 
 if __name__ == "__main__":

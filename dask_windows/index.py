@@ -133,7 +133,7 @@ def cut_runs(runs: PartitionRuns, bad: np.ndarray) -> PartitionRuns:
 
 def scan_runs(
     num_partitions: int,
-    read_runs: Callable[[int], tuple[np.ndarray, np.ndarray, np.ndarray]],
+    read_runs: Callable[[int], tuple[np.ndarray, ...]],
     read_bad_rows: Callable[[int], np.ndarray] | None = None,
     threads: int = 8,
 ) -> list[PartitionRuns]:

@@ -1,4 +1,5 @@
 """convert's spread layout: exactly the windows of each whole series, and batches that mix like a global shuffle."""
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,9 @@ def oracle(series_rows: np.ndarray, span: int, stride: int) -> set[tuple[int, in
     return {(s, p) for s, n in enumerate(series_rows.tolist()) for p in range(0, n - span + 1, stride)}
 
 
-def planned_windows(series_rows: np.ndarray, num_files: int, convert_span: int, chunk: int, span: int,
-                    stride: int) -> tuple[list[tuple[int, int]], list[dict]]:
+def planned_windows(
+    series_rows: np.ndarray, num_files: int, convert_span: int, chunk: int, span: int, stride: int
+) -> tuple[list[tuple[int, int]], list[dict]]:
     """Windows the grid finds in a planned spread layout, and the manifest entries of its files."""
     plan = plan_spread(series_rows, num_files, convert_span, chunk)
     keys = list(range(len(series_rows)))
@@ -57,8 +59,9 @@ def planned_windows(series_rows: np.ndarray, num_files: int, convert_span: int, 
     st.integers(1, 5),
     st.integers(0, 6),
 )
-def test_spread_plan_keeps_exactly_the_windows_of_each_whole_series(lengths, num_files, convert_span, chunk,
-                                                                    stride, smaller):
+def test_spread_plan_keeps_exactly_the_windows_of_each_whole_series(
+    lengths, num_files, convert_span, chunk, stride, smaller
+):
     series_rows = np.array(lengths)
     span = max(1, convert_span - smaller)  # any window + horizon up to the one convert was told
     found, entries = planned_windows(series_rows, num_files, convert_span, chunk, span, stride)
@@ -68,25 +71,38 @@ def test_spread_plan_keeps_exactly_the_windows_of_each_whole_series(lengths, num
     owned = sorted((r[2], r[3] + i) for e in entries for r in e["runs"] for i in range(r[4]))
     assert owned == [(s, p) for s, n in enumerate(lengths) for p in range(n)]
     for e in entries:
-        for start, rows, key, origin, _ in e["runs"]:
+        for _, rows, key, origin, _ in e["runs"]:
             assert origin + rows <= lengths[key]
     files = [sum(r[4] for r in e["runs"]) for e in entries]
     assert max(files) - min(files) <= chunk  # files own equal rows, up to one chunk
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.integers(1, 150), min_size=1, max_size=6), st.integers(2, 5), st.integers(2, 10),
-       st.integers(1, 30), st.integers(1, 4), st.integers(1, 8))
-def test_a_longer_span_than_converted_for_loses_exactly_the_counted_windows(lengths, num_files, convert_span,
-                                                                            chunk, stride, extra):
+@given(
+    st.lists(st.integers(1, 150), min_size=1, max_size=6),
+    st.integers(2, 5),
+    st.integers(2, 10),
+    st.integers(1, 30),
+    st.integers(1, 4),
+    st.integers(1, 8),
+)
+def test_a_longer_span_than_converted_for_loses_exactly_the_counted_windows(
+    lengths, num_files, convert_span, chunk, stride, extra
+):
     series_rows = np.array(lengths)
     span = convert_span + extra
     found, entries = planned_windows(series_rows, num_files, convert_span, chunk, span, stride)
     want = oracle(series_rows, span, stride)
     assert set(found) <= want and len(found) == len(set(found))
     manifest = {"version": 2, "span": convert_span, "files": entries}
-    assert span_shortfall(manifest, span, stride) == ((len(want) - len(found), len(want)) if span > convert_span
-                                                      else (0, 0))
+    assert span_shortfall(manifest, span, stride) == (
+        (len(want) - len(found), len(want)) if span > convert_span else (0, 0)
+    )
+
+
+def load_manifest(root) -> dict:
+    with open(os.path.join(root, MANIFEST_NAME)) as src:
+        return json.load(src)
 
 
 def write_input(tmp_path, frame: pd.DataFrame, parts: int = 3) -> str:
@@ -104,25 +120,47 @@ def series_frame(lengths: list[int], seed: int = 0) -> pd.DataFrame:
     sid = np.repeat(np.arange(len(lengths)), lengths)
     row = np.concatenate([np.arange(n) for n in lengths])
     ts = np.concatenate([np.sort(rng.choice(10 * n, n, replace=False)) for n in lengths])
-    return pd.DataFrame({"sid": sid, "ts": ts, "v": (sid * 10_000 + row).astype(np.float64),
-                         "y": row.astype(np.float64)})
+    return pd.DataFrame(
+        {"sid": sid, "ts": ts, "v": (sid * 10_000 + row).astype(np.float64), "y": row.astype(np.float64)}
+    )
 
 
-@pytest.mark.parametrize("lengths,window,stride,horizon,size", [
-    ([3000], 8, 3, 2, "6KB"),  # one long series over many files
-    ([400, 7, 950, 1, 260, 1300], 5, 2, 0, "5KB"),
-    ([40] * 60, 6, 1, 1, "4KB"),  # many short series sorted by id
-])
-def test_loader_yields_exactly_each_series_windows_on_converted_data(tmp_path, lengths, window, stride, horizon,
-                                                                      size):
+@pytest.mark.parametrize(
+    "lengths,window,stride,horizon,size",
+    [
+        ([3000], 8, 3, 2, "6KB"),  # one long series over many files
+        ([400, 7, 950, 1, 260, 1300], 5, 2, 0, "5KB"),
+        ([40] * 60, 6, 1, 1, "4KB"),  # many short series sorted by id
+    ],
+)
+def test_loader_yields_exactly_each_series_windows_on_converted_data(tmp_path, lengths, window, stride, horizon, size):
     frame = series_frame(lengths)
-    report = convert([write_input(tmp_path, frame)], str(tmp_path / "out"), series="sid", time="ts",
-                     partition_size=size, window=window, horizon=horizon)
+    report = convert(
+        [write_input(tmp_path, frame)],
+        str(tmp_path / "out"),
+        series="sid",
+        time="ts",
+        partition_size=size,
+        window=window,
+        horizon=horizon,
+    )
     assert report.files >= 3 and report.rows_out == len(frame) and report.span == window + horizon
-    pd.testing.assert_frame_equal(read_converted(str(tmp_path / "out")),
-                                  frame.sort_values(["sid", "ts"]).reset_index(drop=True), check_dtype=False)
-    ds = dw.WindowDataset(str(tmp_path / "out"), ["v"], ["y"], series="sid", window=window, stride=stride,
-                          horizon=horizon, batch_size=64, seed=3)
+    pd.testing.assert_frame_equal(
+        read_converted(str(tmp_path / "out")),
+        frame.sort_values(["sid", "ts"]).reset_index(drop=True),
+        check_dtype=False,
+    )
+    ds = dw.WindowDataset(
+        str(tmp_path / "out"),
+        ["v"],
+        ["y"],
+        series="sid",
+        window=window,
+        stride=stride,
+        horizon=horizon,
+        batch_size=64,
+        seed=3,
+    )
     seen = []
     for x, _ in ds:
         v = x[:, 0, :].numpy().astype(np.int64)  # (B, L) encoded (series, row) of each window row
@@ -131,15 +169,17 @@ def test_loader_yields_exactly_each_series_windows_on_converted_data(tmp_path, l
     want = oracle(np.array(lengths), window + horizon, stride)
     assert len(seen) == len(set(seen)) == len(want) and set(seen) == want
     # the same set with series=None: a spread dataset's chunks come from its manifest
-    assert dw.WindowDataset(str(tmp_path / "out"), ["v"], ["y"], window=window, stride=stride,
-                            horizon=horizon).num_windows == len(want)
+    assert dw.WindowDataset(
+        str(tmp_path / "out"), ["v"], ["y"], window=window, stride=stride, horizon=horizon
+    ).num_windows == len(want)
 
 
 def test_longer_window_than_converted_for_warns_with_the_count(tmp_path):
     lengths = [2500]
     frame = series_frame(lengths)
-    convert([write_input(tmp_path, frame)], str(tmp_path / "out"), series="sid", time="ts",
-            partition_size="5KB", window=4)
+    convert(
+        [write_input(tmp_path, frame)], str(tmp_path / "out"), series="sid", time="ts", partition_size="5KB", window=4
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         fits = dw.WindowDataset(str(tmp_path / "out"), ["v"], series="sid", window=4)
@@ -153,15 +193,21 @@ def test_longer_window_than_converted_for_warns_with_the_count(tmp_path):
 def test_version_1_manifests_and_the_contiguous_layout_still_open(tmp_path):
     frame = series_frame([300, 200])
     convert([write_input(tmp_path, frame)], str(tmp_path / "out"), series="sid", time="ts", layout="contiguous")
-    manifest = json.load(open(os.path.join(tmp_path, "out", MANIFEST_NAME)))
+    manifest = load_manifest(tmp_path / "out")
     assert manifest["version"] == 1 and len(manifest["files"][0]["runs"][0]) == 3
     ds = dw.WindowDataset(str(tmp_path / "out"), ["v"], series="sid", window=10, stride=2)
     assert ds.num_windows == len(oracle(np.array([300, 200]), 10, 2))
 
 
 def test_a_spread_dataset_with_a_file_missing_raises(tmp_path):
-    convert([write_input(tmp_path, series_frame([3000]))], str(tmp_path / "out"), series="sid", time="ts",
-            partition_size="6KB", window=8)
+    convert(
+        [write_input(tmp_path, series_frame([3000]))],
+        str(tmp_path / "out"),
+        series="sid",
+        time="ts",
+        partition_size="6KB",
+        window=8,
+    )
     parts = sorted(tmp_path.joinpath("out").glob("part-*.parquet"))
     os.remove(parts[1])
     with pytest.raises(dw.DataError, match="lists 1 files that are not there.*rerun `dask-windows convert`"):
@@ -174,12 +220,15 @@ def test_a_spread_dataset_with_a_file_missing_raises(tmp_path):
 def test_split_on_converted_data_cuts_each_series_by_its_rows(tmp_path):
     lengths = [1200, 900]
     frame = series_frame(lengths)
-    convert([write_input(tmp_path, frame)], str(tmp_path / "out"), series="sid", time="ts",
-            partition_size="5KB", window=6)
+    convert(
+        [write_input(tmp_path, frame)], str(tmp_path / "out"), series="sid", time="ts", partition_size="5KB", window=6
+    )
     ds = dw.WindowDataset(str(tmp_path / "out"), ["v"], series="sid", window=6, stride=1, batch_size=128)
     train, valid = ds.split(0.25)
-    for part, test in ((train, lambda s, p: p + 6 <= int(lengths[s] * 0.75)),
-                       (valid, lambda s, p: p >= int(lengths[s] * 0.75))):
+    for part, test in (
+        (train, lambda s, p: p + 6 <= int(lengths[s] * 0.75)),
+        (valid, lambda s, p: p >= int(lengths[s] * 0.75)),
+    ):
         starts = [(int(a) // 10_000, int(a) % 10_000) for x in part for a in x[:, 0, 0].numpy()]
         want = {(s, p) for s, p in oracle(np.array(lengths), 6, 1) if test(s, p)}
         assert len(starts) == len(want) and set(starts) == want
@@ -187,8 +236,8 @@ def test_split_on_converted_data_cuts_each_series_by_its_rows(tmp_path):
 
 # -- mixing ------------------------------------------------------------------------------------------------
 
-def mixing_figures(batches: list[np.ndarray], total_rows: int, all_rows: np.ndarray,
-                   blocks: int = 100) -> dict:
+
+def mixing_figures(batches: list[np.ndarray], total_rows: int, all_rows: np.ndarray, blocks: int = 100) -> dict:
     """Distinct blocks per batch, TV distance of its block histogram, lag-1 correlation, effective size."""
     every = np.minimum(all_rows * blocks // total_rows, blocks - 1)
     reference = np.bincount(every, minlength=blocks) / len(every)
@@ -199,22 +248,35 @@ def mixing_figures(batches: list[np.ndarray], total_rows: int, all_rows: np.ndar
         tv.append(0.5 * np.abs(np.bincount(b, minlength=blocks) / len(b) - reference).sum())
         means.append(b.mean())
     means = np.asarray(means)
-    return {"distinct": float(np.mean(distinct)), "tv": float(np.mean(tv)),
-            "lag1": float(np.corrcoef(means[:-1], means[1:])[0, 1]),
-            "ess": float(every.var() / means.var())}
+    return {
+        "distinct": float(np.mean(distinct)),
+        "tv": float(np.mean(tv)),
+        "lag1": float(np.corrcoef(means[:-1], means[1:])[0, 1]),
+        "ess": float(every.var() / means.var()),
+    }
 
 
 @pytest.mark.parametrize("kind", ["one long series", "series sorted by id"])
 def test_default_loader_on_converted_data_mixes_like_a_global_shuffle(tmp_path, kind):
     lengths = [240_000] if kind == "one long series" else [600] * 400
     frame = series_frame(lengths)
-    convert([write_input(tmp_path, frame)], str(tmp_path / "out"), series="sid", time="ts",
-            partition_size="500KB", window=8)
-    manifest = json.load(open(os.path.join(tmp_path, "out", MANIFEST_NAME)))
+    convert(
+        [write_input(tmp_path, frame)], str(tmp_path / "out"), series="sid", time="ts", partition_size="500KB", window=8
+    )
+    manifest = load_manifest(tmp_path / "out")
     assert len(manifest["files"]) >= 4
     batch = 128
-    ds = dw.WindowDataset(str(tmp_path / "out"), ["v"], series="sid", window=8, stride=4, batch_size=batch,
-                          drop_last=True, return_index=True, seed=1)
+    ds = dw.WindowDataset(
+        str(tmp_path / "out"),
+        ["v"],
+        series="sid",
+        window=8,
+        stride=4,
+        batch_size=batch,
+        drop_last=True,
+        return_index=True,
+        seed=1,
+    )
     batches = []
     for epoch in range(4):
         ds.set_epoch(epoch)
@@ -237,10 +299,12 @@ def test_nan_drop_on_converted_data_keeps_each_series_grid(tmp_path):
     bad = {(0, 2), (0, 333), (1, 40), (1, 41)}  # (series, row) holding NaN
     for s, r in bad:
         frame.loc[(frame["sid"] == s) & (frame["v"] == s * 10_000 + r), "y"] = np.nan
-    convert([write_input(tmp_path, frame)], str(tmp_path / "out"), series="sid", time="ts",
-            partition_size="5KB", window=4)
-    ds = dw.WindowDataset(str(tmp_path / "out"), ["v"], ["y"], series="sid", window=4, stride=3, nan="drop",
-                          batch_size=256)
+    convert(
+        [write_input(tmp_path, frame)], str(tmp_path / "out"), series="sid", time="ts", partition_size="5KB", window=4
+    )
+    ds = dw.WindowDataset(
+        str(tmp_path / "out"), ["v"], ["y"], series="sid", window=4, stride=3, nan="drop", batch_size=256
+    )
     seen = [(int(a) // 10_000, int(a) % 10_000) for x, _ in ds for a in x[:, 0, 0].numpy()]
     # a row with NaN in any column read may lie in no window: those windows go, the grid stays
     want = {(s, p) for s, p in oracle(np.array(lengths), 4, 3) if not any(b == s and p <= r < p + 4 for b, r in bad)}
@@ -254,13 +318,37 @@ def test_cli_convert_sizes_the_overlap_from_window_and_horizon(tmp_path):
     frame = series_frame([900, 500])
     src = write_input(tmp_path, frame)
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
-    done = subprocess.run([sys.executable, "-m", "dask_windows.cli", "convert", src, str(tmp_path / "out"),
-                           "--series", "sid", "--time", "ts", "--partition-size", "4KB", "--window", "10",
-                           "--horizon", "2", "--workers", "1", "--no-progress", "--json"],
-                          capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dask_windows.cli",
+            "convert",
+            src,
+            str(tmp_path / "out"),
+            "--series",
+            "sid",
+            "--time",
+            "ts",
+            "--partition-size",
+            "4KB",
+            "--window",
+            "10",
+            "--horizon",
+            "2",
+            "--workers",
+            "1",
+            "--no-progress",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    manifest = json.load(open(os.path.join(tmp_path, "out", MANIFEST_NAME)))
+    manifest = load_manifest(tmp_path / "out")
     assert manifest["version"] == 2 and manifest["span"] == 12 and report["layout"] == "spread"
     assert report["windows"] == len(oracle(np.array([900, 500]), 12, 1)) and report["windows_lost"] == 0
 
@@ -269,8 +357,9 @@ def test_stats_of_a_spread_dataset_count_each_row_once(tmp_path):
     from dask_windows.cli.summary import compute_stats
 
     frame = series_frame([3000, 400])
-    convert([write_input(tmp_path, frame)], str(tmp_path / "out"), series="sid", time="ts",
-            partition_size="6KB", window=16)
+    convert(
+        [write_input(tmp_path, frame)], str(tmp_path / "out"), series="sid", time="ts", partition_size="6KB", window=16
+    )
     doc = compute_stats(str(tmp_path / "out"), ["v", "y"])
     assert doc["rows"] == len(frame)
     for name in ("v", "y"):

@@ -27,6 +27,7 @@ cost one extra read of another file per chunk in every epoch.
 Pure numpy planning here; ``convert`` runs the plan on Dask
 (``write_spread``).
 """
+
 from __future__ import annotations
 
 import math
@@ -95,7 +96,7 @@ def _coprime_step(k: int) -> int:
     """A step near ``k / golden ratio`` coprime with ``k`` (a low-discrepancy order of ``0..k-1``)."""
     if k <= 2:
         return 1
-    step = max(1, int(round(k / ((1 + 5**0.5) / 2))))
+    step = max(1, round(k / ((1 + 5**0.5) / 2)))
     while math.gcd(step, k) != 1:
         step += 1
     return step
@@ -253,8 +254,9 @@ def output_files(total_rows: int, target_rows: int, span: int, chunk_rows: int |
     return files, int(chunk_rows or auto_chunk_rows(total_rows, files, span))
 
 
-def _sort_bucket(bucket: int, pieces: list, fs: Any, scratch: str, schema: Any, series: str, time: str,
-                 segments: np.ndarray) -> tuple[str, list[int]]:
+def _sort_bucket(
+    bucket: int, pieces: list, fs: Any, scratch: str, schema: Any, series: str, time: str, segments: np.ndarray
+) -> tuple[str, list[int]]:
     """Pass 4 of the spread layout: sort one bucket, write its rows grouped by output file.
 
     Returns:
@@ -282,8 +284,16 @@ def _sort_bucket(bucket: int, pieces: list, fs: Any, scratch: str, schema: Any, 
     return out_path, files
 
 
-def _write_file(name: str, sources: list[tuple[str, int, np.ndarray]], fs: Any, root: str, schema: Any,
-                compression: str, rows: int, runs: list) -> dict:
+def _write_file(
+    name: str,
+    sources: list[tuple[str, int, np.ndarray]],
+    fs: Any,
+    root: str,
+    schema: Any,
+    compression: str,
+    rows: int,
+    runs: list,
+) -> dict:
     """Pass 5: one output file from its chunks' pieces, in slot order, as one row group."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -303,19 +313,36 @@ def _write_file(name: str, sources: list[tuple[str, int, np.ndarray]], fs: Any, 
     if table.num_rows != rows:
         from dask_windows.errors import DataError
 
-        raise DataError(f"{name}: gathered {table.num_rows} rows but the layout planned {rows}; "
-                        "the input changed while converting, or this is a bug (please report it)")
+        raise DataError(
+            f"{name}: gathered {table.num_rows} rows but the layout planned {rows}; "
+            "the input changed while converting, or this is a bug (please report it)"
+        )
     path = posixpath.join(root, name)
     dictionary = [f.name for f in schema if not pa.types.is_floating(f.type)]
     with fs.open(path, "wb") as out:
-        pq.write_table(table, out, row_group_size=max(len(table), 1), compression=compression,
-                       use_dictionary=dictionary)
+        pq.write_table(
+            table, out, row_group_size=max(len(table), 1), compression=compression, use_dictionary=dictionary
+        )
     return {"path": name, "rows": table.num_rows, "bytes": int(fs.size(path)), "runs": runs}
 
 
-def write_spread(pieces: list[list[tuple[str, int]]], bucket_rows: np.ndarray, fs: Any, tmp: str, scratch: str,
-                 schema: Any, series: str, time: str, series_rows: np.ndarray, keys: list, target_rows: int,
-                 span: int, chunk_rows: int | None, compression: str, compute: Any) -> tuple[list[dict], SpreadPlan]:
+def write_spread(
+    pieces: list[list[tuple[str, int]]],
+    bucket_rows: np.ndarray,
+    fs: Any,
+    tmp: str,
+    scratch: str,
+    schema: Any,
+    series: str,
+    time: str,
+    series_rows: np.ndarray,
+    keys: list,
+    target_rows: int,
+    span: int,
+    chunk_rows: int | None,
+    compression: str,
+    compute: Any,
+) -> tuple[list[dict], SpreadPlan]:
     """Passes 4 and 5 of ``convert`` for the spread layout.
 
     Args:
@@ -337,10 +364,14 @@ def write_spread(pieces: list[list[tuple[str, int]]], bucket_rows: np.ndarray, f
     plan = plan_spread(series_rows, num_files, span, chunk)
     offsets = np.cumsum(bucket_rows) - bucket_rows  # (J,) canonical row of each bucket's first row
     segments = [segments_of(plan, int(a), int(a + n)) for a, n in zip(offsets, bucket_rows)]
-    sorts = [dask.delayed(_sort_bucket)(j, pieces[j], fs, scratch, schema, series, time, segments[j])
-             for j in range(len(pieces)) if pieces[j]]
-    written = {j: out for j, out in zip([j for j in range(len(pieces)) if pieces[j]],
-                                        compute("sorting series and cutting chunks", *sorts))}
+    sorts = [
+        dask.delayed(_sort_bucket)(j, pieces[j], fs, scratch, schema, series, time, segments[j])
+        for j in range(len(pieces))
+        if pieces[j]
+    ]
+    written = dict(
+        zip([j for j in range(len(pieces)) if pieces[j]], compute("sorting series and cutting chunks", *sorts))
+    )
     sources: list[list] = [[] for _ in range(num_files)]
     for j, (path, files) in written.items():
         seg = segments[j]
@@ -352,8 +383,11 @@ def write_spread(pieces: list[list[tuple[str, int]]], bucket_rows: np.ndarray, f
     for f in range(num_files):
         rows, runs = file_runs(plan, series_rows, keys, f)
         if rows:
-            writes.append(dask.delayed(_write_file)(f"part-{f:0{width}d}.parquet", sources[f], fs, tmp, schema,
-                                                    compression, rows, runs))
+            writes.append(
+                dask.delayed(_write_file)(
+                    f"part-{f:0{width}d}.parquet", sources[f], fs, tmp, schema, compression, rows, runs
+                )
+            )
     return list(compute("writing spread files", *writes)), plan
 
 

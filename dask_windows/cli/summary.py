@@ -157,7 +157,7 @@ def inspect_dataset(
         rows = [f["rows"] for f in files]
         runs = [[run[1] for run in f["runs"]] for f in files]
         keys = {json.dumps(run[2]) for f in files for run in f["runs"]}
-        placed = [manifest_run_arrays(f["runs"])[3:] or (None, None) for f in files]  # origin, owned
+        placed: list[tuple[Any, ...]] = [manifest_run_arrays(f["runs"])[3:] or (None, None) for f in files]
         num_files, num_bytes, source_of_runs = len(files), sum(f["bytes"] for f in files), "manifest"
     else:
         source = ParquetSource(path, storage_options, partition_bytes=partition_bytes,
@@ -190,7 +190,7 @@ def inspect_dataset(
         "features": list(features or ()), "targets": list(targets or ()),
     }
     if window is not None:
-        per_partition = [int(run_grid(np.zeros(len(r), np.int64), r, window + horizon, stride, *o)[1].sum())
+        per_partition = [int(run_grid(np.zeros(len(r), np.int64), np.asarray(r), window + horizon, stride, *o)[1].sum())
                          for r, o in zip(runs, placed)]
         report.update(window=window, stride=stride, horizon=horizon,
                       windows=int(sum(per_partition)),

@@ -44,8 +44,8 @@ __all__ = [
     "MANIFEST_FORMAT",
     "MANIFEST_NAME",
     "MANIFEST_VERSION",
-    "read_manifest",
     "manifest_run_arrays",
+    "read_manifest",
     "series_runs",
     "span_shortfall",
     "to_json_scalar",
@@ -199,10 +199,10 @@ def write_manifest(
         The path written.
     """
     if span is None:
-        runs_of = lambda f: [[int(s), int(n), to_json_scalar(v)] for s, n, v in f["runs"]]  # noqa: E731
+        runs_of = lambda f: [[int(s), int(n), to_json_scalar(v)] for s, n, v in f["runs"]]
         head: dict = {"version": 1}
     else:
-        runs_of = lambda f: [[int(s), int(n), to_json_scalar(v), int(o), int(w)]  # noqa: E731
+        runs_of = lambda f: [[int(s), int(n), to_json_scalar(v), int(o), int(w)]
                              for s, n, v, o, w in f["runs"]]
         head = {"version": MANIFEST_VERSION, "span": int(span), "layout": layout or "spread"}
     manifest = {

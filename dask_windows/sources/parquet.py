@@ -330,9 +330,12 @@ class ParquetSource(Source):
                 stacklevel=4,
             )
 
-    def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Runs from the manifest when it covers ``series``, else from the series column."""
-        manifest = getattr(self, "_manifest", None)
+    def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, ...]:
+        """Runs from the manifest when it covers ``series``, else from the series column.
+
+        A version-2 (spread) manifest also gives each run's ``origin`` and ``owned`` rows.
+        """
+        manifest: Any = getattr(self, "_manifest", None)
         spread = manifest is not None and manifest["manifest"]["version"] >= 2
         if spread and series is not None and manifest["series"] != series:
             raise ConfigError(
