@@ -20,6 +20,12 @@ no shuffle service to tune. A stable sort over batches taken in input order
 keeps rows with equal (series, time) in input order: conversion is
 deterministic.
 
+That is the ``layout="contiguous"`` output. The default ``layout="spread"``
+(:mod:`dask_windows.cli.layout`, ``docs/converted.md``) sorts those buckets
+the same way and then deals the canonical order, in chunks overlapping by
+``window + horizon - 1`` rows, over all output files (one more scratch pass),
+so any few files mix like the whole dataset and no window is lost at a cut.
+
 Files are written under ``DST.tmp-<uuid>``, the manifest last, and the folder
 is renamed to ``DST`` only when everything is there. Inputs are listed and
 read by :mod:`dask_windows.cli.readers`.
