@@ -31,6 +31,7 @@ from dask_windows.resume import Resumer, check_int, fingerprint
 from dask_windows.sources.retry import RetryPolicy, resolve_retry
 from dask_windows.sources import ArraySource, PartitionReader, Source, is_series_vector, open_source
 from dask_windows.spec import WindowSpec
+from dask_windows.streams import elastic_batches
 from dask_windows.split import SeriesTable, cut_positions, split_grid
 from dask_windows.world import World, detect_ranks, detect_worker
 
@@ -78,6 +79,10 @@ class WindowDataset(IterableDataset):
         on_error: ``"raise"`` (default) on an unreadable partition, or ``"skip"`` it with a warning:
             left out at open, replaced by other windows of its buffer while iterating, so every
             rank still yields ``len(ds)`` batches. Skips are listed in ``skipped`` (see ``faults``).
+        cache_dir: Parquet in a remote store: keep the bytes read in this local folder, shared by the
+            ranks and DataLoader workers of a machine, so later epochs make no request for them
+            (see ``sources.cache``).
+        cache_bytes: Most bytes ``cache_dir`` may hold; least recently used entries are evicted.
 
     Attributes:
         skipped: Partitions skipped in this process: at open, and while iterating in this process.
@@ -112,9 +117,13 @@ class WindowDataset(IterableDataset):
         threads: int = 16,
         retries: int | RetryPolicy = 3,
         on_error: str = "raise",
+        cache_dir: str | os.PathLike | None = None,
+        cache_bytes: int | None = None,
     ) -> None:
         super().__init__()
         options: dict = {"threads": threads}
+        if cache_dir is not None:
+            options.update(cache_dir=cache_dir, cache_bytes=cache_bytes)
         if partition_bytes is not None:
             options["partition_bytes"] = partition_bytes
         if partition_rows is not None:
@@ -247,6 +256,9 @@ class WindowDataset(IterableDataset):
                     stacklevel=2,
                 )
         world = World(self._ranks[0], self._ranks[1], worker, num_workers)
+        elastic = self._resumer.elastic_share(self.epoch, world, self._shape())
+        if elastic is not None:  # a state of another topology: this reader's part of the rest of the epoch
+            return elastic_batches(self, *elastic, self._resumer.step)
         reader, skip = self._resumer.begin(self.epoch, world, len(self))
         return self._batches(self._plan(reader, skip))
 
@@ -268,7 +280,9 @@ class WindowDataset(IterableDataset):
         """
         world = World(*self._resolve_ranks(), *detect_worker())
         in_worker = get_worker_info() is not None
-        return self._resumer.save(self._fingerprint(), self.epoch, world, len(self), in_worker, batches, num_workers)
+        return self._resumer.save(
+            self._fingerprint(), self.epoch, world, len(self), in_worker, batches, num_workers, self._shape()
+        )
 
     def load_state_dict(self, state: dict) -> None:
         """Resume the epoch ``state`` was saved in, after the batches it had already yielded.
@@ -277,10 +291,15 @@ class WindowDataset(IterableDataset):
         remaining batches in the uninterrupted order, with the same ``num_workers``. Buffers already
         finished are not read again.
 
+        A loader-scope state saved with another ``world_size`` or ``num_workers`` resumes elastically:
+        the windows of that epoch not yet yielded (those of the old in-flight buffers included) are
+        divided between the new ranks and workers, each exactly once, every rank yielding the same
+        number of batches; only their order differs from an uninterrupted run (see ``elastic``).
+
         Raises:
-            ConfigError: The state comes from another dataset, configuration or world size.
+            ConfigError: The state comes from another dataset or configuration.
         """
-        self.epoch = self._resumer.load(state, self._fingerprint(), self._resolve_ranks()[1])
+        self.epoch = self._resumer.load(state, self._fingerprint(), self._resolve_ranks()[1], elastic=True)
 
     def split(
         self, valid: float | None = None, *, at: Any = None, time: Any = None, embargo: int = 0
@@ -352,6 +371,10 @@ class WindowDataset(IterableDataset):
         finally:
             reader.close()
             source_reader.close()
+
+    def _shape(self) -> tuple[int, int, bool]:
+        """``(num_windows, batch_size, drop_last)``: what the division of an epoch depends on."""
+        return self.num_windows, self.spec.batch_size, self.spec.drop_last
 
     def _per_batch_normalize(self) -> str | None:
         """``normalize`` for ``stream``: global statistics are applied in ``decode``, once per partition."""

@@ -23,6 +23,7 @@ neither dask nor torch (the Dask source imports dask when it is used).
 """
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -47,6 +48,8 @@ __all__ = [
     "is_series_vector",
     "open_source",
 ]
+
+log = logging.getLogger(__name__)
 
 
 def is_series_vector(series: Any) -> bool:
@@ -95,6 +98,9 @@ def open_source(
         if isinstance(series, str):
             options["series"] = series  # the runs of small files come out of the footer read
         return ParquetSource(data, storage_options, retry=retry, on_error=on_error, **options)
+    if options.pop("cache_dir", None) is not None:  # what is not Parquet is read where it is
+        options.pop("cache_bytes", None)
+        log.info("cache_dir= applies to Parquet in a remote store; %s is read without it", type(data).__name__)
     if type(data).__module__.startswith("dask"):
         options.pop("partition_bytes", None)
         options.pop("partition_rows", None)
