@@ -25,6 +25,7 @@ import logging
 import os
 import posixpath
 import pickle
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
@@ -211,7 +212,7 @@ class ParquetSource(Source):
         folder has no manifest or it does not describe exactly these files and row counts (then
         the series column is scanned as usual).
         """
-        from dask_windows.sources.manifest import read_manifest
+        from dask_windows.sources.manifest import manifest_run_arrays, read_manifest
 
         if not isinstance(data, (str, os.PathLike)) or any(ch in os.fspath(data) for ch in "*?["):
             return None
@@ -229,24 +230,47 @@ class ParquetSource(Source):
         listed = {p: (ids[p].size if p in ids and ids[p].size is not None else size) for p, size in self._listed.items()}
         changes = compare_manifest(self._url(root), entries, listed, remote=not self.local)  # may raise
         if changes:
+            if manifest["version"] >= 2:  # chunks spread over the files: scanning cannot recover the series
+                from dask_windows.errors import DataError
+
+                raise DataError(
+                    f"the manifest of {self._url(root)} does not match its files ({'; '.join(changes[:3])}); this "
+                    "dataset was converted in chunks spread over its files, which only the manifest describes; "
+                    "restore the files or rerun `dask-windows convert`"
+                )
             warn_manifest(self._url(root), changes)
             return None
         runs = {}
         for path in self.files:
             entry = entries.get(path)
             if entry is None or entry["rows"] != self._footers[path].num_rows:
+                if manifest["version"] >= 2:  # chunks of many stretches: the series column cannot recover them
+                    from dask_windows.errors import DataError
+
+                    raise DataError(
+                        f"the manifest of {root} does not match {self._url(path)} (a file missing, added or "
+                        "rewritten); this dataset was converted in chunks spread over its files, which only the "
+                        "manifest describes; rerun `dask-windows convert` to write it again"
+                    )
                 rows = self._footers[path].num_rows
                 warn_manifest(self._url(root), [f"{path} has {rows:,} rows, the manifest says {entry and entry['rows']}"])
                 return None
-            table = entry["runs"]
-            differ = runs_disagree_with_footer(self._footers[path].metadata, manifest["series"], table)
-            if differ is not None:
-                warn_manifest(self._url(root), [f"{path}: {differ}"])
-                return None
-            starts = np.array([r[0] for r in table], dtype=np.int64)
-            lengths = np.array([r[1] for r in table], dtype=np.int64)
-            runs[path] = (starts, lengths, np.array([r[2] for r in table]))
-        return {"series": manifest["series"], "runs": runs}
+            if manifest["version"] < 2:
+                differ = runs_disagree_with_footer(self._footers[path].metadata, manifest["series"], entry["runs"])
+                if differ is not None:
+                    warn_manifest(self._url(root), [f"{path}: {differ}"])
+                    return None
+            runs[path] = manifest_run_arrays(entry["runs"])
+        if manifest["version"] >= 2 and len(runs) != len(entries):
+            from dask_windows.errors import DataError
+
+            missing = sorted(set(entries) - set(runs))
+            raise DataError(
+                f"the manifest of {root} lists {len(missing)} files that are not there (first: {self._url(missing[0])}); "
+                "this dataset was converted in chunks spread over its files, so every file holds part of every "
+                "series; restore the files or rerun `dask-windows convert`"
+            )
+        return {"series": manifest["series"], "runs": runs, "manifest": manifest, "root": root}
 
     def _record_identities(self, listed: dict) -> dict:
         """Each file's ``identity.FileIdentity`` at open: ``os.stat`` locally, the listing remotely."""
@@ -265,22 +289,55 @@ class ParquetSource(Source):
             ((ids[p].size if p in ids else None) or self._footers[p].size, self._footers[p].raw) for p in self.files
         )
 
-    def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Runs from the manifest when it covers ``series``, else those the tail read at open told
-        (once), else from the series column."""
+    def set_window(self, span: int, stride: int) -> None:
+        """Warn when a converted dataset's chunks overlap by fewer rows than ``span`` needs."""
+        super().set_window(span, stride)
         manifest = getattr(self, "_manifest", None)
-        if series is None or manifest is None or manifest["series"] != series:
+        if manifest is None:
+            return
+        from dask_windows.sources.manifest import span_shortfall
+
+        lost, total = span_shortfall(manifest["manifest"], span, stride)
+        if lost:
+            warnings.warn(
+                f"{manifest['root']} was converted for window + horizon <= {manifest['manifest']['span']} rows, "
+                f"but this dataset needs {span}: {lost:,} of {total:,} windows ({lost / total:.1%}) that cross "
+                f"a chunk cut are left out; rerun `dask-windows convert` with --window {span} "
+                "(or a larger one), or use a smaller window",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+
+    def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, ...]:
+        """Runs from the manifest when it covers ``series``, else those the tail read at open told
+        (once), else from the series column.
+
+        A version-2 (spread) manifest also gives each run's ``origin`` and ``owned`` rows.
+        """
+        manifest: Any = getattr(self, "_manifest", None)
+        spread = manifest is not None and manifest["manifest"]["version"] >= 2
+        if spread and series is not None and manifest["series"] != series:
+            raise ConfigError(
+                f"series={series!r}: {manifest['root']} was converted with series column {manifest['series']!r} "
+                "in chunks that only its manifest describes; pass series="
+                f"{manifest['series']!r} (or leave it out)"
+            )
+        if not spread and (series is None or manifest is None or manifest["series"] != series):
             path = self.partitions[index].key[0]
             told = self._tail_runs.pop(path, None) if series == self._tail_series else None
             return told if told is not None else super().read_runs(index, series)
         path, row_groups = self.partitions[index].key
         first = sum(self._footers[path].rows[: row_groups[0]])  # file row of the partition
         last = first + self.partitions[index].num_rows
-        starts, lengths, keys = manifest["runs"][path]
+        starts, lengths, keys = manifest["runs"][path][:3]
         ends = starts + lengths
         keep = (ends > first) & (starts < last)  # runs overlapping the partition, clipped to it
         lo, hi = np.maximum(starts[keep], first), np.minimum(ends[keep], last)
-        return lo - first, hi - lo, keys[keep]
+        if len(manifest["runs"][path]) == 3:
+            return lo - first, hi - lo, keys[keep]
+        origin, owned = manifest["runs"][path][3:]  # chunks of a version-2 manifest: keep their grid
+        shift = lo - starts[keep]
+        return lo - first, hi - lo, keys[keep], origin[keep] + shift, np.clip(owned[keep] - shift, 0, hi - lo)
 
     # -- opening ------------------------------------------------------------------------------
 
