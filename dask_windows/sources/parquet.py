@@ -228,16 +228,9 @@ class ParquetSource(Source):
         entries = {posixpath.join(root, f["path"]): f for f in manifest["files"]}
         ids = getattr(self, "_identities", {})
         listed = {p: (ids[p].size if p in ids and ids[p].size is not None else size) for p, size in self._listed.items()}
-        changes = compare_manifest(self._url(root), entries, listed, remote=not self.local)  # may raise
+        # a version-2 (spread) manifest cannot fall back to scanning: its own checks below raise
+        changes = compare_manifest(self._url(root), entries, listed, remote=not self.local) if manifest["version"] < 2 else []
         if changes:
-            if manifest["version"] >= 2:  # chunks spread over the files: scanning cannot recover the series
-                from dask_windows.errors import DataError
-
-                raise DataError(
-                    f"the manifest of {self._url(root)} does not match its files ({'; '.join(changes[:3])}); this "
-                    "dataset was converted in chunks spread over its files, which only the manifest describes; "
-                    "restore the files or rerun `dask-windows convert`"
-                )
             warn_manifest(self._url(root), changes)
             return None
         runs = {}
