@@ -17,7 +17,7 @@ from helpers import make_frames, oracle_starts
 
 from dask_windows.dataset import WindowDataset
 from dask_windows.errors import DataError, SourceReadError
-from dask_windows.sources.manifest import MANIFEST_FORMAT, MANIFEST_NAME, MANIFEST_VERSION, series_runs
+from dask_windows.sources.manifest import MANIFEST_FORMAT, MANIFEST_NAME, series_runs
 from dask_windows.sources.retry import RetryPolicy
 
 pytest.importorskip("s3fs")
@@ -114,7 +114,7 @@ def test_partial_commit_is_never_taken_for_a_dataset(s3):
         )
         if i < 2:
             s3.fs.pipe(f"checks/partial/part-{i:04d}.parquet", data)
-    manifest = {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "series": "sid", "time": "ts", "files": files}
+    manifest = {"format": MANIFEST_FORMAT, "version": 1, "series": "sid", "time": "ts", "files": files}
     s3.fs.pipe(f"checks/partial/{MANIFEST_NAME}", json.dumps(manifest).encode())
     with pytest.raises(
         DataError, match=r"s3://checks/partial.*lists 4 files but 2 of them are not there.*did not finish"
