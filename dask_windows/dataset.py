@@ -315,6 +315,7 @@ class WindowDataset(IterableDataset):
         progress = self._resumer.progress  # this pass's own count: another iter() never moves it
         batches = self._batches(self._plan(reader, skip, epoch), progress)
         if progress is not None:
+            self._resumer.track(progress)
             weakref.finalize(batches, self._resumer.end, progress)  # also a pass dropped before its first batch
         return batches
 

@@ -276,7 +276,6 @@ class Resumer:
             role, skip = _resume_point(state, world, num_batches)
             self.pending = None  # used up by this pass
         self.progress = _Progress(epoch, world.worker, role, world.num_workers, skip, skip)
-        self.live = [*getattr(self, "live", []), self.progress]
         return World(world.rank, world.world_size, role, world.num_workers), skip
 
     def step(self, progress: _Progress | None = None) -> None:
@@ -284,6 +283,10 @@ class Resumer:
         progress = self.progress if progress is None else progress
         if progress is not None:
             progress.done += 1
+
+    def track(self, progress: _Progress) -> None:
+        """Count ``progress`` as a live pass until ``end`` (callers that call ``end`` when it finishes)."""
+        self.live = [*getattr(self, "live", []), progress]
 
     def end(self, progress: _Progress) -> None:
         """Pass ``progress`` finished, was closed or dropped: a state describes the other live one.
