@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from dask_windows.buffer import Part, decode, stream
+from dask_windows.buffer import Part, decode, piece_rows, stream
 from dask_windows.errors import ConfigError, DataError, SourceReadError
 from dask_windows.faults import SkippedPartition, check_on_error, guard_scan, record_skip
 from dask_windows.index import WindowGrid, nan_rows, scan_runs
@@ -59,7 +59,15 @@ class WindowDataset(IterableDataset):
         drop_last: Leave out this rank's final partial batch.
         shuffle: Shuffle partition order per epoch and windows inside the buffer.
         seed: Base of every random generator.
-        buffer_partitions: Partitions decoded together; each batch mixes their windows.
+        buffer_partitions: Partitions' worth of rows decoded together (the loader's memory).
+        pieces_per_partition: The mixing knob: each partition is read as up to this many row ranges
+            (pieces) per epoch, in a random order over all partitions, and a buffer holds
+            ``buffer_partitions * pieces_per_partition`` pieces, so a batch mixes that many places of
+            the dataset. More mixes better and costs more reads: about ``pieces_per_partition``
+            requests per partition per epoch, and a Parquet row group is decoded once per piece
+            inside it. ``1``: buffers of whole partitions (the 0.1 order). ``None`` (default): the
+            source's default, 64 (1 for a Dask frame, whose partitions are computed per read).
+            See docs/mixing.md.
         prefetch_partitions: Partitions read ahead on a background thread (0: no thread).
         layout: ``"NCL"`` gives ``x`` as ``(B, C, L)``, ``"NLC"`` as ``(B, L, C)``.
         return_index: Also yield each window's global start row, int64 ``(B,)``.
@@ -99,6 +107,7 @@ class WindowDataset(IterableDataset):
         shuffle: bool = True,
         seed: int = 0,
         buffer_partitions: int = 2,
+        pieces_per_partition: int | None = None,
         prefetch_partitions: int = 1,
         layout: str = "NCL",
         return_index: bool = False,
@@ -140,6 +149,9 @@ class WindowDataset(IterableDataset):
             shuffle=shuffle,
             seed=seed,
             buffer_partitions=buffer_partitions,
+            pieces_per_partition=(
+                self.source.default_pieces_per_partition if pieces_per_partition is None else pieces_per_partition
+            ),
             prefetch_partitions=prefetch_partitions,
             layout=layout,
             return_index=return_index,
@@ -163,7 +175,11 @@ class WindowDataset(IterableDataset):
         self._threads = threads
         self._normalize = _resolve_normalize(normalize, self.spec, storage_options)
         spec = self.spec
-        bad_rows = (lambda i: nan_rows(self.source.read(i, list(spec.columns)))) if nan == "drop" else None
+        bad_rows = (  # every row a window may hold, the halo past a partition's end included
+            (lambda i: nan_rows(self.source.read_rows(i, list(spec.columns), 0, self.source.readable_rows(i))))
+            if nan == "drop"
+            else None
+        )
         def read_runs(i: int) -> tuple:
             return self.source.read_runs(i, series)
 
@@ -335,12 +351,11 @@ class WindowDataset(IterableDataset):
 
     def _batches(self, plan: Any) -> Iterator[Any]:
         source_reader = self.source.reader(plan.partitions, list(self.spec.columns))
-        reader = Prefetcher(
-            lambda i: self._read_part(i, source_reader), plan.partitions, self.spec.prefetch_partitions
-        )
+        depth = self.spec.prefetch_partitions * self.spec.pieces_per_partition  # pieces: a partition's worth
+        reader = Prefetcher(lambda seg: self._read_part(seg, source_reader), plan.segments, depth)
 
-        def reread(i: int) -> Part | None:
-            return self._read_part(i, PartitionReader(self.source, [i], list(self.spec.columns)))
+        def reread(seg: Any) -> Part | None:
+            return self._read_part(seg, PartitionReader(self.source, [seg.partition], list(self.spec.columns)))
 
         try:
             batches = stream(
@@ -378,19 +393,23 @@ class WindowDataset(IterableDataset):
             drop_last=s.drop_last,
             buffer_partitions=s.buffer_partitions,
             skip_batches=skip_batches,
+            pieces_per_partition=s.pieces_per_partition,
+            min_piece_windows=-(-s.span // s.stride),  # a piece's halo is at most as long as its rows
         )
 
-    def _read_part(self, index: int, reader: PartitionReader) -> Part | None:
-        """Read and decode a partition; ``None`` when it is unreadable and ``on_error="skip"``."""
+    def _read_part(self, segment: Any, reader: PartitionReader) -> Part | None:
+        """Read and decode a segment's piece; ``None`` when it is unreadable and ``on_error="skip"``."""
+        index = segment.partition
         name = self.source.partitions[index].name
+        r0, r1 = piece_rows(self.grid, segment, self.spec.span)
         try:
-            columns = reader.read(index)
+            columns = reader.read_rows(index, r0, r1)
         except SourceReadError as exc:
             if self.on_error == "raise":
                 raise
             record_skip(self.skipped, name, "read", exc)
             return None
-        return decode(index, name, columns, self.spec)
+        return decode(index, name, columns, self.spec, r0)
 
     def _emit(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None) -> Any:
         out = [torch.from_numpy(x)]

@@ -53,7 +53,9 @@ class WindowSpec:
         drop_last: Leave out this rank's final partial batch.
         shuffle: Shuffle partition order and windows inside the buffer.
         seed: Base seed of every random generator.
-        buffer_partitions: Partitions decoded at once; windows are drawn among them.
+        buffer_partitions: Partitions' worth of rows decoded at once; windows are drawn among them.
+        pieces_per_partition: Most row ranges each partition is cut into per epoch (``1``: whole
+            partitions); a buffer holds ``buffer_partitions * pieces_per_partition`` of them.
         prefetch_partitions: Partitions read ahead on the background thread.
         layout: ``"NCL"`` gives ``(B, C, L)``, ``"NLC"`` gives ``(B, L, C)``.
         return_index: Also yield each window's global start row.
@@ -71,6 +73,7 @@ class WindowSpec:
     shuffle: bool = True
     seed: int = 0
     buffer_partitions: int = 2
+    pieces_per_partition: int = 1
     prefetch_partitions: int = 1
     layout: str = "NCL"
     return_index: bool = False
@@ -85,6 +88,7 @@ class WindowSpec:
         _positive_int("horizon", self.horizon, minimum=0)
         _positive_int("batch_size", self.batch_size)
         _positive_int("buffer_partitions", self.buffer_partitions)
+        _positive_int("pieces_per_partition", self.pieces_per_partition)
         _positive_int("prefetch_partitions", self.prefetch_partitions, minimum=0)
         _positive_int("seed", self.seed, minimum=0)
         if self.layout not in LAYOUTS:

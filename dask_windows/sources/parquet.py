@@ -11,7 +11,11 @@ chunks closer than ``max_gap`` merged into one request, and pyarrow is handed
 the footer parsed at open, so it asks for nothing else: one request per
 partition for the files of a typical dataset. Local files stay on pyarrow's
 own file reader. A file with more than ``partition_bytes`` uncompressed bytes
-is split at row-group boundaries.
+is split at row-group boundaries; such a partition reads ``window + horizon -
+1`` rows into the next row groups of its file (its halo), so the windows that
+cross the cut are kept, each yielded once, by the partition where it starts.
+``read_rows`` reads only the row groups covering a row range (the loader's
+pieces), in one coalesced request on an object store.
 
 Transient store errors are retried (``retry.RetryPolicy``). A file whose
 footer cannot be read raises, or with ``on_error="skip"`` is left out and
@@ -44,6 +48,7 @@ from dask_windows.faults import (
 )
 from dask_windows.sources.retry import RetryPolicy, resolve_retry
 from dask_windows.sources.base import DEFAULT_PARTITION_BYTES, Partition, Source
+from dask_windows.windows import find_runs, join_runs
 
 __all__ = ["ParquetSource"]
 
@@ -265,6 +270,48 @@ class ParquetSource(Source):
                 if rows:
                     self.partitions.append(Partition(name, rows, (path, tuple(rgs))))
         self._manifest = self._load_manifest(data)
+        self._halo = 0  # rows a partition reads past its end, inside its file (set_window)
+
+    def set_window(self, span: int, stride: int) -> None:
+        self._halo = max(span - 1, 0)
+
+    def _file_rows(self, index: int) -> tuple[np.ndarray, int, int]:
+        """``(row group bounds of the file, file row of the partition's first row, readable rows)``."""
+        path, row_groups = self.partitions[index].key
+        meta = self._footers[path].metadata
+        bounds = np.cumsum([0] + [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])  # (G+1,)
+        first = int(bounds[row_groups[0]])
+        rows = self.partitions[index].num_rows
+        return bounds, first, rows + min(getattr(self, "_halo", 0), int(bounds[-1]) - first - rows)
+
+    def readable_rows(self, index: int) -> int:
+        return self._file_rows(index)[2]
+
+    def read_rows(self, index: int, columns: Sequence, lo: int, hi: int) -> dict:
+        """Rows ``[lo, hi)`` (partition rows, halo included): only the row groups covering them."""
+        bounds, first, readable = self._file_rows(index)
+        lo, hi = max(lo, 0), min(hi, readable)
+        if hi <= lo:
+            data = self._read_groups(index, self.partitions[index].key[1][:1], columns)
+            return {col: values[:0] for col, values in data.items()}
+        g0 = int(np.searchsorted(bounds, first + lo, side="right")) - 1
+        g1 = int(np.searchsorted(bounds, first + hi, side="left"))
+        data = self._read_groups(index, tuple(range(g0, g1)), columns)
+        a = first + lo - int(bounds[g0])
+        return {col: values[a : a + hi - lo] for col, values in data.items()}
+
+    def _halo_runs(self, index: int, series: Any, runs: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``runs`` of the partition's own rows joined with the runs of its halo rows."""
+        rows = self.partitions[index].num_rows
+        extra = self.readable_rows(index) - rows
+        if extra <= 0:
+            return runs
+        if series is None:
+            starts, lengths, keys = runs
+            return starts, lengths + np.where(np.arange(len(lengths)) == len(lengths) - 1, extra, 0), keys
+        keys = self.read_rows(index, [series], rows, rows + extra)[series]
+        starts, lengths = find_runs(keys)
+        return join_runs([runs, (starts + rows, lengths, keys[starts])])
 
     def _load_manifest(self, data: Any) -> dict | None:
         """Series runs per file from a ``dask-windows convert`` manifest, if it matches the files.
@@ -300,11 +347,11 @@ class ParquetSource(Source):
         """Runs from the manifest when it covers ``series``, else from the series column."""
         manifest = getattr(self, "_manifest", None)
         if series is None or manifest is None or manifest["series"] != series:
-            return super().read_runs(index, series)
+            return self._halo_runs(index, series, super().read_runs(index, series))
         path, row_groups = self.partitions[index].key
         meta = self._footers[path].metadata
         first = sum(meta.row_group(g).num_rows for g in range(row_groups[0]))  # file row of the partition
-        last = first + self.partitions[index].num_rows
+        last = first + self.readable_rows(index)  # the halo's runs too
         starts, lengths, keys = manifest["runs"][path]
         ends = starts + lengths
         keep = (ends > first) & (starts < last)  # runs overlapping the partition, clipped to it
@@ -498,7 +545,7 @@ class ParquetSource(Source):
                 f"cannot read {name}: {error_text(exc)}; the file may be truncated or corrupt; "
                 "rewrite it or remove it from the dataset, or pass on_error='skip'"
             ) from exc
-        expected = part.num_rows if len(row_groups) == len(part.key[1]) else None
+        expected = part.num_rows if tuple(row_groups) == tuple(part.key[1]) else None
         if expected is not None and table.num_rows != expected:
             raise SourceReadError(
                 f"{part.name} holds {table.num_rows} rows but its footer said {expected} when the dataset "
