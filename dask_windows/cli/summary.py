@@ -161,6 +161,8 @@ def inspect_dataset(
         first = source.files[0]
         if series is not None:
             source.check_columns([series], {series: "series column"})
+        if window is not None:  # a file split at row groups reads the windows crossing its cuts
+            source.set_window(window + horizon, stride)
         found = scan_runs(len(source.partitions), lambda i: source.read_runs(i, series),
                           threads=threads)
         rows = [p.num_rows for p in source.partitions]
