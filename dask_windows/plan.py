@@ -226,7 +226,10 @@ def plan_reader(
     per_buffer = buffer_partitions * pieces_per_partition
     groups, seeds = [], []
     for g in range(0, len(segments), per_buffer):
-        groups.append(tuple(segments[g : g + per_buffer]))
+        group = segments[g : g + per_buffer]
+        if pieces_per_partition > 1:  # read in file order: neighbouring pieces share decoded row groups
+            group = sorted(group, key=lambda seg: (seg.partition, seg.lo))
+        groups.append(tuple(group))
         seeds.append((seed, epoch, world.rank, world.world_size, world.worker, world.num_workers, g))
     # Buffers entirely inside the skipped prefix are dropped without reading them.
     while groups and skip >= sum(s.num_windows for s in groups[0]):

@@ -47,7 +47,7 @@ from dask_windows.faults import (
     record_skip,
 )
 from dask_windows.sources.retry import RetryPolicy, resolve_retry
-from dask_windows.sources.base import DEFAULT_PARTITION_BYTES, Partition, Source
+from dask_windows.sources.base import DEFAULT_PARTITION_BYTES, Partition, PartitionReader, Source
 from dask_windows.windows import find_runs, join_runs
 
 __all__ = ["ParquetSource"]
@@ -287,8 +287,11 @@ class ParquetSource(Source):
     def readable_rows(self, index: int) -> int:
         return self._file_rows(index)[2]
 
-    def read_rows(self, index: int, columns: Sequence, lo: int, hi: int) -> dict:
-        """Rows ``[lo, hi)`` (partition rows, halo included): only the row groups covering them."""
+    def read_rows(self, index: int, columns: Sequence, lo: int, hi: int, cache: dict | None = None) -> dict:
+        """Rows ``[lo, hi)`` (partition rows, halo included): only the row groups covering them.
+
+        With ``cache`` (a dict kept by the caller) row groups the previous call decoded are reused.
+        """
         bounds, first, readable = self._file_rows(index)
         lo, hi = max(lo, 0), min(hi, readable)
         if hi <= lo:
@@ -296,9 +299,38 @@ class ParquetSource(Source):
             return {col: values[:0] for col, values in data.items()}
         g0 = int(np.searchsorted(bounds, first + lo, side="right")) - 1
         g1 = int(np.searchsorted(bounds, first + hi, side="left"))
-        data = self._read_groups(index, tuple(range(g0, g1)), columns)
+        if cache is None:
+            data = self._read_groups(index, tuple(range(g0, g1)), columns)
+        else:
+            data = self._cached_groups(index, bounds, range(g0, g1), columns, cache)
         a = first + lo - int(bounds[g0])
         return {col: values[a : a + hi - lo] for col, values in data.items()}
+
+    def _cached_groups(self, index: int, bounds: np.ndarray, groups: range, columns: Sequence, cache: dict) -> dict:
+        """Row groups ``groups`` of the partition's file, the ones of the previous read taken from ``cache``.
+
+        ``cache`` then holds this read's groups only (one piece's worth of decoded rows).
+        """
+        path = self.partitions[index].key[0]
+        missing = [g for g in groups if (path, g) not in cache]
+        kept = {(path, g): cache[(path, g)] for g in groups if (path, g) in cache}
+        if missing:
+            data = self._read_groups(index, tuple(missing), columns)
+            at = 0
+            for g in missing:
+                n = int(bounds[g + 1] - bounds[g])
+                kept[(path, g)] = {col: values[at : at + n] for col, values in data.items()}
+                at += n
+        cache.clear()
+        cache.update(kept)
+        parts = [kept[(path, g)] for g in groups]
+        if len(parts) == 1:
+            return parts[0]
+        return {col: np.concatenate([part[col] for part in parts]) for col in columns}
+
+    def reader(self, indices: Sequence[int], columns: Sequence) -> PartitionReader:
+        """A reader that keeps the row groups of its last piece decoded, for the next piece."""
+        return _CachingReader(self, indices, columns)
 
     def _halo_runs(self, index: int, series: Any, runs: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``runs`` of the partition's own rows joined with the runs of its halo rows."""
@@ -552,3 +584,18 @@ class ParquetSource(Source):
                 "was opened; the file changed underneath the dataset; open the dataset again"
             )
         return {col: table.column(col).to_numpy() for col in columns}
+
+
+class _CachingReader(PartitionReader):
+    """Reads pieces in plan order; a piece in the row groups of the previous one decodes nothing."""
+
+    def __init__(self, source: ParquetSource, indices: Sequence[int], columns: Sequence) -> None:
+        super().__init__(source, indices, columns)
+        self._cache: dict = {}
+
+    def read_rows(self, index: int, lo: int, hi: int) -> dict:
+        source: ParquetSource = self.source  # type: ignore[assignment]
+        return source.read_rows(index, self.columns, lo, hi, self._cache)
+
+    def close(self) -> None:
+        self._cache.clear()
