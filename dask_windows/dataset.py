@@ -65,9 +65,10 @@ class WindowDataset(IterableDataset):
             ``buffer_partitions * pieces_per_partition`` pieces, so a batch mixes that many places of
             the dataset. More mixes better and costs more reads: about ``pieces_per_partition``
             requests per partition per epoch, and a Parquet row group is decoded once per piece
-            inside it. ``1``: buffers of whole partitions (the 0.1 order). ``None`` (default): the
-            source's default, 64 (1 for a Dask frame, whose partitions are computed per read).
-            See docs/mixing.md.
+            inside it. ``1``: buffers of whole partitions (the 0.1 order). ``None`` (default):
+            ``ceil(2 * batch_size / buffer_partitions)``, so a buffer holds ``2 * batch_size`` pieces
+            and the effective batch size is about ``2/3 * batch_size`` on any layout; 1 for a Dask
+            frame (its partitions are computed per read). See docs/mixing.md.
         prefetch_partitions: Partitions read ahead on a background thread (0: no thread).
         layout: ``"NCL"`` gives ``x`` as ``(B, C, L)``, ``"NLC"`` as ``(B, L, C)``.
         return_index: Also yield each window's global start row, int64 ``(B,)``.
@@ -149,9 +150,7 @@ class WindowDataset(IterableDataset):
             shuffle=shuffle,
             seed=seed,
             buffer_partitions=buffer_partitions,
-            pieces_per_partition=(
-                self.source.default_pieces_per_partition if pieces_per_partition is None else pieces_per_partition
-            ),
+            pieces_per_partition=_pieces(pieces_per_partition, self.source, batch_size, buffer_partitions),
             prefetch_partitions=prefetch_partitions,
             layout=layout,
             return_index=return_index,
@@ -426,6 +425,16 @@ class WindowDataset(IterableDataset):
             f"num_windows={self.num_windows:,}, window={s.window}, stride={s.stride}, horizon={s.horizon}, "
             f"batch_size={s.batch_size}, features={list(s.features)}, targets={list(s.targets)})"
         )
+
+
+def _pieces(pieces_per_partition: Any, source: Source, batch_size: Any, buffer_partitions: Any) -> Any:
+    """``pieces_per_partition``, or its default: enough for ``2 * batch_size`` pieces per buffer."""
+    if pieces_per_partition is not None:
+        return pieces_per_partition
+    if source.default_pieces_per_partition is not None:
+        return source.default_pieces_per_partition
+    valid = all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (batch_size, buffer_partitions))
+    return -(-2 * batch_size // buffer_partitions) if valid else 1  # invalid values: WindowSpec raises
 
 
 def _resolve_normalize(normalize: Any, spec: WindowSpec, storage_options: dict | None = None) -> Any:

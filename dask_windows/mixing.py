@@ -35,7 +35,16 @@ from dask_windows.plan import rng_for
 from dask_windows.windows import window_starts
 from dask_windows.world import World
 
-__all__ = ["MixingStats", "batch_statistics", "block_histogram", "mixing_report", "plan_batches", "format_report"]
+__all__ = [
+    "MixingStats",
+    "batch_statistics",
+    "block_histogram",
+    "format_report",
+    "global_shuffle_statistics",
+    "inspect_mixing",
+    "mixing_report",
+    "plan_batches",
+]
 
 _CHUNK = 1 << 20  # windows whose start rows are listed at once
 
@@ -230,3 +239,32 @@ def format_report(report: dict) -> str:
     lines.append(f"verdict: {report['verdict']}")
     lines.append(f"advice: {report['advice']}")
     return "\n".join(lines)
+
+
+def inspect_mixing(path: str, summary: dict, **settings: Any) -> dict:
+    """``mixing_report`` of the Parquet dataset at ``path`` as ``dask-windows inspect`` describes it.
+
+    Args:
+        path: The dataset.
+        summary: ``inspect_dataset``'s report (window settings, series column, features).
+        **settings: ``batch_size``, ``buffer_partitions``, ``pieces_per_partition`` (``None``: default).
+    """
+    from dask_windows.dataset import WindowDataset
+    from dask_windows.errors import ConfigError
+
+    if summary.get("window") is None:
+        raise ConfigError("--mixing needs the window settings: pass --window (and --stride, --horizon)")
+    features = list(summary.get("features") or ())[:1] or list(summary.get("targets") or ())[:1]
+    if not features:
+        raise ConfigError(f"{path} has no numeric column to stand in as a feature; pass --features")
+    ds = WindowDataset(
+        path,
+        features=features,
+        targets=list(summary.get("targets") or ()) if summary.get("horizon") else None,
+        series=summary.get("series_column"),
+        window=summary["window"],
+        stride=summary.get("stride", 1),
+        horizon=summary.get("horizon", 0),
+        **settings,
+    )
+    return mixing_report(ds)

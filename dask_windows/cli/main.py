@@ -180,6 +180,12 @@ def _cmd_inspect(args: argparse.Namespace) -> dict:
         horizon=args.horizon, features=args.features, targets=args.targets,
         batch_size=args.batch_size, buffer_partitions=args.buffer_partitions,
         prefetch_partitions=args.prefetch_partitions, num_workers=args.num_workers)
+    if args.mixing:
+        from dask_windows.mixing import inspect_mixing
+
+        out["mixing"] = inspect_mixing(
+            args.path, out, batch_size=args.batch_size, buffer_partitions=args.buffer_partitions,
+            pieces_per_partition=args.pieces_per_partition)
     if args.json:
         return out
     rows = [("path", out["path"]), ("files", f"{out['files']:,}"),
@@ -207,6 +213,10 @@ def _cmd_inspect(args: argparse.Namespace) -> dict:
                      f"window index {_size(mem['window_index'])}, "
                      f"batches {_size(mem['batches'])})"))
     rows.append(("time", f"{out['seconds']:.3f} s"))
+    if args.mixing:
+        from dask_windows.mixing import format_report
+
+        return {"text": _table(rows) + "\n\nmixing\n" + format_report(out["mixing"])}
     return {"text": _table(rows)}
 
 
@@ -325,6 +335,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--buffer-partitions", type=int, default=2)
     p.add_argument("--prefetch-partitions", type=int, default=1)
     p.add_argument("--num-workers", type=int, default=0, help="DataLoader workers")
+    p.add_argument("--mixing", action="store_true", help="how well batches mix, beside a global "
+                   "shuffle (needs --window; reads no data)")
+    p.add_argument("--pieces-per-partition", type=int, default=None, metavar="K",
+                   help="the loader's mixing knob (default: the loader's)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=_cmd_inspect)
 

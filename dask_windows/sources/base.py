@@ -89,9 +89,9 @@ class Source:
     description: str = "<source>"
     partitions: list[Partition]
     skipped: Sequence[SkippedPartition] = ()
-    #: ``pieces_per_partition`` when the dataset is not told: how many row ranges of a partition
-    #: are read per epoch. A source that must compute a whole partition per read (Dask) says 1.
-    default_pieces_per_partition: int = 64
+    #: ``pieces_per_partition`` when the dataset is not told: ``None`` lets the dataset pick enough
+    #: pieces for good mixing; a source that computes a whole partition per read (Dask) says 1.
+    default_pieces_per_partition: int | None = None
 
     def column_names(self) -> list:
         """Columns every partition holds."""
