@@ -278,8 +278,12 @@ class ParquetSource(Source):
     def _file_rows(self, index: int) -> tuple[np.ndarray, int, int]:
         """``(row group bounds of the file, file row of the partition's first row, readable rows)``."""
         path, row_groups = self.partitions[index].key
-        meta = self._footers[path].metadata
-        bounds = np.cumsum([0] + [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])  # (G+1,)
+        known = self.__dict__.setdefault("_row_group_bounds", {})
+        bounds = known.get(path)
+        if bounds is None:
+            meta = self._footers[path].metadata
+            bounds = np.cumsum([0] + [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])  # (G+1,)
+            known[path] = bounds
         first = int(bounds[row_groups[0]])
         rows = self.partitions[index].num_rows
         return bounds, first, rows + min(getattr(self, "_halo", 0), int(bounds[-1]) - first - rows)
