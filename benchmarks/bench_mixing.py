@@ -14,7 +14,8 @@ the new default and a global permutation, with windows/s and peak RSS of one epo
 loader (a child process each). Then a training comparison: a small MLP forecasting the next value
 from a window, the same steps and seeds (``--seeds``), fed the loader's batches in each order
 (their rows gathered from memory, so only the order differs) and held-out MSE on a fresh
-realisation of the layout at several checkpoints, as a ratio to the global shuffle's.
+realisation of the layout at several checkpoints, as a ratio to the global shuffle's (and, as
+the noise floor, another global permutation's ratio).
 Finally ``--loader`` runs bench_loader's configuration (B=256, L=512, C=4, 1M-row partitions)
 for both orders in alternation: windows/s and peak RSS ratios.
 
@@ -242,17 +243,19 @@ def main() -> None:
         held = held_out(kind, args)
         epochs = -(-args.steps // max(len(ds), 1))
         curves = {}
-        for name, d in (("0.1", datasets["pieces_per_partition=1 (0.1)"]), ("default", ds), ("global", ds)):
+        orders = (("0.1", datasets["pieces_per_partition=1 (0.1)"]), ("default", ds), ("global", ds), ("global'", ds))
+        for name, d in orders:
             runs = []
             for seed in range(args.seeds):
-                batches = order_rows(d, "global" if name == "global" else "loader", epochs, seed)
+                kind_of = "loader" if name in ("0.1", "default") else "global"
+                batches = order_rows(d, kind_of, epochs, seed + (1000 if name == "global'" else 0))
                 runs.append(train(x, batches, held, args, seed, checkpoints))
             curves[name] = np.mean(runs, axis=0)
         print(f"  held-out MSE / global shuffle's ({args.seeds} seeds), at steps {checkpoints}:")
-        for name in ("0.1", "default"):
+        for name in ("0.1", "default", "global'"):
             ratios = "  ".join(f"{v:6.3f}" for v in curves[name] / curves["global"])
             print(f"    {name:<10} {ratios}")
-        print(f"    (global MSE: {'  '.join(f'{v:.4f}' for v in curves['global'])})")
+        print(f"    (global MSE: {'  '.join(f'{v:.4f}' for v in curves['global'])}; global': another permutation, the noise)")
     if args.loader:
         loader_check(args)
     print(f"\n{time.perf_counter() - started:.0f} s; load {open('/proc/loadavg').read().split()[0]}")
