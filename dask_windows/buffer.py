@@ -31,7 +31,7 @@ from dask_windows.plan import EpochPlan, Segment, rng_for
 from dask_windows.spec import WindowSpec
 from dask_windows.windows import window_starts
 
-__all__ = ["Buffer", "Part", "decode", "piece_rows", "stream"]
+__all__ = ["Buffer", "Part", "decode", "piece_rows", "piece_units", "stream", "unit_rows"]
 
 _CHUNK = 1 << 18  # windows whose starts are computed at once
 _TRIM_BYTES = 8 << 20  # buffers at least this large hand their memory back when dropped
@@ -68,6 +68,36 @@ def piece_rows(grid: WindowGrid, segment: Segment, span: int) -> tuple[int, int]
     r0 = int(window_starts(first, counts, grid.stride, segment.lo, segment.lo + 1)[0])
     r1 = int(window_starts(first, counts, grid.stride, segment.hi - 1, segment.hi)[0]) + span
     return r0, r1
+
+
+def piece_units(plan: EpochPlan) -> list[tuple[Segment, ...]]:
+    """The plan's segments in reading order, consecutive segments of one partition in a buffer grouped.
+
+    A unit is read with one call (``read_ranges``): one request of its row groups on an object store.
+    """
+    units: list[tuple[Segment, ...]] = []
+    for group in plan.buffers:
+        run: list[Segment] = []
+        for seg in group:
+            if run and seg.partition != run[0].partition:
+                units.append(tuple(run))
+                run = []
+            run.append(seg)
+        if run:
+            units.append(tuple(run))
+    return units
+
+
+def unit_rows(grid: WindowGrid, unit: tuple[Segment, ...], span: int) -> np.ndarray:
+    """``(n, 2)`` partition rows ``[r0, r1)`` that each segment of ``unit`` (one partition) needs."""
+    p = unit[0].partition
+    counts = np.asarray(grid.counts[p], np.int64)
+    ends = np.cumsum(counts)  # (R,) window number just past each run
+    k = np.array([s.lo for s in unit] + [s.hi - 1 for s in unit], np.int64)  # (2n,) first and last windows
+    run = np.searchsorted(ends, k, side="right")
+    rows = np.asarray(grid.first[p], np.int64)[run] + (k - (ends[run] - counts[run])) * grid.stride
+    n = len(unit)
+    return np.stack([rows[:n], rows[n:] + span], axis=1)
 
 
 def _target_dtype(columns: list[np.ndarray]) -> type:

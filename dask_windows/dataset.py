@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from dask_windows.buffer import Part, decode, piece_rows, stream
+from dask_windows.buffer import Part, decode, piece_rows, piece_units, stream, unit_rows
 from dask_windows.errors import ConfigError, DataError, SourceReadError
 from dask_windows.faults import SkippedPartition, check_on_error, guard_scan, record_skip
 from dask_windows.index import WindowGrid, nan_rows, scan_runs
@@ -349,16 +349,20 @@ class WindowDataset(IterableDataset):
         return out
 
     def _batches(self, plan: Any) -> Iterator[Any]:
-        source_reader = self.source.reader(plan.partitions, list(self.spec.columns))
-        depth = self.spec.prefetch_partitions * self.spec.pieces_per_partition  # pieces: a partition's worth
-        reader = Prefetcher(lambda seg: self._read_part(seg, source_reader), plan.segments, depth)
+        units = piece_units(plan)  # a buffer's pieces of one partition are read together
+        source_reader = self.source.reader([unit[0].partition for unit in units], list(self.spec.columns))
+        # Read ahead about prefetch_partitions partitions' worth of pieces.
+        ahead = self.spec.prefetch_partitions * self.spec.pieces_per_partition * len(units)
+        depth = -(-ahead // max(len(plan.segments), 1))
+        reader = Prefetcher(lambda unit: self._read_unit(unit, source_reader), units, depth)
+        parts = (part for unit_parts in reader for part in unit_parts)
 
         def reread(seg: Any) -> Part | None:
             return self._read_part(seg, PartitionReader(self.source, [seg.partition], list(self.spec.columns)))
 
         try:
             batches = stream(
-                plan, reader, self.grid, self.row_offsets, self.spec, self._emit, self._normalize, reread
+                plan, parts, self.grid, self.row_offsets, self.spec, self._emit, self._normalize, reread
             )
             for batch in batches:
                 self._resumer.step()  # counted before the consumer gets it: a state then includes it
@@ -409,6 +413,20 @@ class WindowDataset(IterableDataset):
             record_skip(self.skipped, name, "read", exc)
             return None
         return decode(index, name, columns, self.spec, r0)
+
+    def _read_unit(self, unit: tuple, reader: PartitionReader) -> list[Part | None]:
+        """Read one partition's pieces of a buffer in one call and decode each; ``None``s when unreadable."""
+        index = unit[0].partition
+        name = self.source.partitions[index].name
+        rows = unit_rows(self.grid, unit, self.spec.span)
+        try:
+            pieces = reader.read_ranges(index, [(int(a), int(b)) for a, b in rows])
+        except SourceReadError as exc:
+            if self.on_error == "raise":
+                raise
+            record_skip(self.skipped, name, "read", exc)
+            return [None] * len(unit)
+        return [decode(index, name, columns, self.spec, int(r0)) for columns, (r0, _) in zip(pieces, rows)]
 
     def _emit(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None) -> Any:
         out = [torch.from_numpy(x)]

@@ -227,7 +227,7 @@ def plan_reader(
     groups, seeds = [], []
     for g in range(0, len(segments), per_buffer):
         group = segments[g : g + per_buffer]
-        if pieces_per_partition > 1:  # read in file order: neighbouring pieces share decoded row groups
+        if pieces_per_partition > 1:  # in file order: a buffer's pieces of one partition are read in one call
             group = sorted(group, key=lambda seg: (seg.partition, seg.lo))
         groups.append(tuple(group))
         seeds.append((seed, epoch, world.rank, world.world_size, world.worker, world.num_workers, g))

@@ -73,6 +73,10 @@ class PartitionReader:
         """Rows ``[lo, hi)`` of partition ``index`` (partition rows, halo included)."""
         return self.source.read_rows(index, self.columns, lo, hi)
 
+    def read_ranges(self, index: int, ranges: Sequence[tuple[int, int]]) -> list[dict]:
+        """Rows ``[lo, hi)`` of partition ``index`` for each of ``ranges``, in one read where the source can."""
+        return self.source.read_ranges(index, self.columns, ranges)
+
     def close(self) -> None:
         """Give up partitions started early (idempotent)."""
 
@@ -116,6 +120,13 @@ class Source:
         if lo == 0 and all(len(v) == hi for v in data.values()):
             return data
         return {col: values[lo:hi] for col, values in data.items()}
+
+    def read_ranges(self, index: int, columns: Sequence, ranges: Sequence[tuple[int, int]]) -> list[dict]:
+        """Rows ``[lo, hi)`` of partition ``index`` for each of ``ranges``; default: one read of the rows covering
+        them all, sliced."""
+        lo, hi = min(a for a, _ in ranges), max(b for _, b in ranges)
+        data = self.read_rows(index, columns, lo, hi)
+        return [{col: values[a - lo : b - lo] for col, values in data.items()} for a, b in ranges]
 
     def reader(self, indices: Sequence[int], columns: Sequence) -> PartitionReader:
         """A reader of partitions ``indices`` (in that order) for one iteration; close it after."""

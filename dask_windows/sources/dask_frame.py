@@ -140,6 +140,11 @@ class _DaskReader(PartitionReader):
         data = self.read(index)
         return {col: values[lo:hi] for col, values in data.items()}
 
+    def read_ranges(self, index: int, ranges: Sequence[tuple[int, int]]) -> list[dict]:
+        """Each of ``ranges`` of one computation of the partition."""
+        data = self.read(index)
+        return [{col: values[lo:hi] for col, values in data.items()} for lo, hi in ranges]
+
     def close(self) -> None:
         futures, self._futures = self._futures, {}
         for future in futures.values():

@@ -14,8 +14,9 @@ own file reader. A file with more than ``partition_bytes`` uncompressed bytes
 is split at row-group boundaries; such a partition reads ``window + horizon -
 1`` rows into the next row groups of its file (its halo), so the windows that
 cross the cut are kept, each yielded once, by the partition where it starts.
-``read_rows`` reads only the row groups covering a row range (the loader's
-pieces), in one coalesced request on an object store.
+``read_rows`` / ``read_ranges`` read only the row groups covering row ranges
+(the loader's pieces: a buffer's pieces of one partition in one call, one
+coalesced request on an object store).
 
 Transient store errors are retried (``retry.RetryPolicy``). A file whose
 footer cannot be read raises, or with ``on_error="skip"`` is left out and
@@ -47,7 +48,7 @@ from dask_windows.faults import (
     record_skip,
 )
 from dask_windows.sources.retry import RetryPolicy, resolve_retry
-from dask_windows.sources.base import DEFAULT_PARTITION_BYTES, Partition, PartitionReader, Source
+from dask_windows.sources.base import DEFAULT_PARTITION_BYTES, Partition, Source
 from dask_windows.windows import find_runs, join_runs
 
 __all__ = ["ParquetSource"]
@@ -291,11 +292,8 @@ class ParquetSource(Source):
     def readable_rows(self, index: int) -> int:
         return self._file_rows(index)[2]
 
-    def read_rows(self, index: int, columns: Sequence, lo: int, hi: int, cache: dict | None = None) -> dict:
-        """Rows ``[lo, hi)`` (partition rows, halo included): only the row groups covering them.
-
-        With ``cache`` (a dict kept by the caller) row groups the previous call decoded are reused.
-        """
+    def read_rows(self, index: int, columns: Sequence, lo: int, hi: int) -> dict:
+        """Rows ``[lo, hi)`` (partition rows, halo included): only the row groups covering them."""
         bounds, first, readable = self._file_rows(index)
         lo, hi = max(lo, 0), min(hi, readable)
         if hi <= lo:
@@ -303,38 +301,31 @@ class ParquetSource(Source):
             return {col: values[:0] for col, values in data.items()}
         g0 = int(np.searchsorted(bounds, first + lo, side="right")) - 1
         g1 = int(np.searchsorted(bounds, first + hi, side="left"))
-        if cache is None:
-            data = self._read_groups(index, tuple(range(g0, g1)), columns)
-        else:
-            data = self._cached_groups(index, bounds, range(g0, g1), columns, cache)
+        data = self._read_groups(index, tuple(range(g0, g1)), columns)
         a = first + lo - int(bounds[g0])
         return {col: values[a : a + hi - lo] for col, values in data.items()}
 
-    def _cached_groups(self, index: int, bounds: np.ndarray, groups: range, columns: Sequence, cache: dict) -> dict:
-        """Row groups ``groups`` of the partition's file, the ones of the previous read taken from ``cache``.
-
-        ``cache`` then holds this read's groups only (one piece's worth of decoded rows).
-        """
-        path = self.partitions[index].key[0]
-        missing = [g for g in groups if (path, g) not in cache]
-        kept = {(path, g): cache[(path, g)] for g in groups if (path, g) in cache}
-        if missing:
-            data = self._read_groups(index, tuple(missing), columns)
-            at = 0
-            for g in missing:
-                n = int(bounds[g + 1] - bounds[g])
-                kept[(path, g)] = {col: values[at : at + n] for col, values in data.items()}
-                at += n
-        cache.clear()
-        cache.update(kept)
-        parts = [kept[(path, g)] for g in groups]
-        if len(parts) == 1:
-            return parts[0]
-        return {col: np.concatenate([part[col] for part in parts]) for col in columns}
-
-    def reader(self, indices: Sequence[int], columns: Sequence) -> PartitionReader:
-        """A reader that keeps the row groups of its last piece decoded, for the next piece."""
-        return _CachingReader(self, indices, columns)
+    def read_ranges(self, index: int, columns: Sequence, ranges: Sequence[tuple[int, int]]) -> list[dict]:
+        """Each of ``ranges`` (partition rows, halo included) from one read of the row groups covering any of
+        them: one coalesced request on an object store, row groups between the ranges left out."""
+        bounds, first, readable = self._file_rows(index)
+        spans = []
+        for lo, hi in ranges:
+            lo, hi = max(lo, 0), min(hi, readable)
+            g0 = int(np.searchsorted(bounds, first + lo, side="right")) - 1
+            g1 = max(int(np.searchsorted(bounds, first + hi, side="left")), g0 + 1)
+            spans.append((lo, max(hi, lo), g0, g1))
+        needed = sorted({g for _, _, g0, g1 in spans for g in range(g0, g1)})
+        data = self._read_groups(index, tuple(needed), columns)
+        at, pos = {}, 0  # row of ``data`` where each needed row group begins
+        for g in needed:
+            at[g] = pos
+            pos += int(bounds[g + 1] - bounds[g])
+        out = []
+        for lo, hi, g0, _ in spans:
+            a = at[g0] + first + lo - int(bounds[g0])
+            out.append({col: values[a : a + hi - lo] for col, values in data.items()})
+        return out
 
     def _halo_runs(self, index: int, series: Any, runs: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``runs`` of the partition's own rows joined with the runs of its halo rows."""
@@ -589,17 +580,3 @@ class ParquetSource(Source):
             )
         return {col: table.column(col).to_numpy() for col in columns}
 
-
-class _CachingReader(PartitionReader):
-    """Reads pieces in plan order; a piece in the row groups of the previous one decodes nothing."""
-
-    def __init__(self, source: ParquetSource, indices: Sequence[int], columns: Sequence) -> None:
-        super().__init__(source, indices, columns)
-        self._cache: dict = {}
-
-    def read_rows(self, index: int, lo: int, hi: int) -> dict:
-        source: ParquetSource = self.source  # type: ignore[assignment]
-        return source.read_rows(index, self.columns, lo, hi, self._cache)
-
-    def close(self) -> None:
-        self._cache.clear()
