@@ -23,6 +23,7 @@ Converted data (``dask-windows convert``) is not measured here yet: raw layouts 
 
     python benchmarks/bench_mixing.py [--rows 1000000] [--steps 1500] [--seeds 3] [--loader]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,8 +39,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import dask_windows as dw  # noqa: E402
-from dask_windows.mixing import block_histogram, global_shuffle_statistics, mixing_report, plan_batches  # noqa: E402
+import dask_windows as dw
+from dask_windows.mixing import block_histogram, global_shuffle_statistics, mixing_report, plan_batches
 
 LAYOUTS = ("long", "random", "sorted")
 
@@ -81,8 +82,16 @@ def write_layout(root: str, x: np.ndarray, sid: np.ndarray, files: int, row_grou
 
 def open_ds(root: str, args: argparse.Namespace, pieces: int | None) -> dw.WindowDataset:
     return dw.WindowDataset(
-        root, features=["x"], targets=["x"], series="sid", window=args.window, horizon=1, stride=args.stride,
-        batch_size=args.batch_size, pieces_per_partition=pieces, return_index=True,
+        root,
+        features=["x"],
+        targets=["x"],
+        series="sid",
+        window=args.window,
+        horizon=1,
+        stride=args.stride,
+        batch_size=args.batch_size,
+        pieces_per_partition=pieces,
+        return_index=True,
     )
 
 
@@ -100,7 +109,9 @@ def epoch_child(root: str, args: argparse.Namespace, pieces: int | None) -> dict
     )
     spec = {"root": root, "window": args.window, "stride": args.stride, "batch_size": args.batch_size, "pieces": pieces}
     repo = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-    out = subprocess.run([sys.executable, "-c", code, repo, json.dumps(spec)], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code, repo, json.dumps(spec)], capture_output=True, text=True, check=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -118,7 +129,9 @@ def order_rows(ds: dw.WindowDataset, kind: str, epochs: int, seed: int) -> list[
     return out
 
 
-def train(x: np.ndarray, batches: list[np.ndarray], held: tuple, args: argparse.Namespace, seed: int, checkpoints: list[int]) -> list[float]:
+def train(
+    x: np.ndarray, batches: list[np.ndarray], held: tuple, args: argparse.Namespace, seed: int, checkpoints: list[int]
+) -> list[float]:
     """Held-out MSE of a small MLP after each checkpoint's steps on ``batches`` (cycled)."""
     import torch
 
@@ -154,12 +167,16 @@ def held_out(kind: str, args: argparse.Namespace) -> tuple:
     ok = sid[starts] == sid[starts + args.window]  # inside one series
     starts = starts[ok][:4096]
     xt = torch.from_numpy(x)
-    return xt[torch.from_numpy(starts)[:, None] + torch.arange(args.window)], xt[torch.from_numpy(starts) + args.window][:, None]
+    return xt[torch.from_numpy(starts)[:, None] + torch.arange(args.window)], xt[
+        torch.from_numpy(starts) + args.window
+    ][:, None]
 
 
 def fmt(name: str, s: dict, extra: str = "") -> str:
-    return (f"  {name:<28}{s['distinct_blocks']:>9.1f}{s['tv_distance']:>8.3f}{s['lag1']:>8.2f}"
-            f"{s['effective_batch_size']:>9.1f}{extra}")
+    return (
+        f"  {name:<28}{s['distinct_blocks']:>9.1f}{s['tv_distance']:>8.3f}{s['lag1']:>8.2f}"
+        f"{s['effective_batch_size']:>9.1f}{extra}"
+    )
 
 
 def loader_check(args: argparse.Namespace) -> None:
@@ -185,20 +202,35 @@ def loader_check(args: argparse.Namespace) -> None:
     results: dict = {"1": [], "null": []}
     for _ in range(args.loader_repeats):
         for k in ("1", "null"):
-            out = subprocess.run([sys.executable, "-c", code, repo, root, k], capture_output=True, text=True, check=True)
+            out = subprocess.run(
+                [sys.executable, "-c", code, repo, root, k], capture_output=True, text=True, check=True
+            )
             results[k].append(json.loads(out.stdout.strip().splitlines()[-1]))
     old, new = results["1"], results["null"]
     rate = np.median([r["rate"] for r in new]) / np.median([r["rate"] for r in old])
     rss = max(r["rss_mib"] for r in new) / max(r["rss_mib"] for r in old)
-    print(f"\nbench_loader configuration (B=256 L=512 C=4 stride 1, {args.loader_partitions} x 1M-row partitions, "
-          f"one full epoch each, {args.loader_repeats} alternating runs):")
-    print(f"  pieces_per_partition=1     {np.median([r['rate'] for r in old]):>12,.0f} windows/s  "
-          f"peak RSS {max(r['rss_mib'] for r in old):6.0f} MiB")
-    print(f"  default (k={new[0]['k']:<4})           {np.median([r['rate'] for r in new]):>12,.0f} windows/s  "
-          f"peak RSS {max(r['rss_mib'] for r in new):6.0f} MiB")
+    print(
+        f"\nbench_loader configuration (B=256 L=512 C=4 stride 1, {args.loader_partitions} x 1M-row partitions, "
+        f"one full epoch each, {args.loader_repeats} alternating runs):"
+    )
+    print(
+        f"  pieces_per_partition=1     {np.median([r['rate'] for r in old]):>12,.0f} windows/s  "
+        f"peak RSS {max(r['rss_mib'] for r in old):6.0f} MiB"
+    )
+    print(
+        f"  default (k={new[0]['k']:<4})           {np.median([r['rate'] for r in new]):>12,.0f} windows/s  "
+        f"peak RSS {max(r['rss_mib'] for r in new):6.0f} MiB"
+    )
     cpu = np.median([r["cpu"] for r in new]) / np.median([r["cpu"] for r in old])
-    print(f"  ratios new/old: throughput {rate:.2f}x (goal >= 0.8), CPU seconds per epoch {cpu:.2f}x "
-          f"(less sensitive to a loaded machine), peak RSS {rss:.2f}x (goal <= 1.0)")
+    print(
+        f"  ratios new/old: throughput {rate:.2f}x (goal >= 0.8), CPU seconds per epoch {cpu:.2f}x "
+        f"(less sensitive to a loaded machine), peak RSS {rss:.2f}x (goal <= 1.0)"
+    )
+
+
+def load() -> str:
+    with open("/proc/loadavg") as f:
+        return f.read().split()[0]
 
 
 def main() -> None:
@@ -222,14 +254,18 @@ def main() -> None:
     torch.set_num_threads(1)
     checkpoints = sorted({max(1, args.steps * f // 6) for f in (1, 2, 4, 6)})
     started = time.perf_counter()
-    print(f"{args.rows:,} rows in {args.files} raw Parquet files of {args.row_groups} row groups; window {args.window}, "
-          f"horizon 1, stride {args.stride}, B={args.batch_size}, buffer_partitions=2; load {open('/proc/loadavg').read().split()[0]}")
+    print(
+        f"{args.rows:,} rows in {args.files} raw Parquet files of {args.row_groups} row groups; window {args.window}, "
+        f"horizon 1, stride {args.stride}, B={args.batch_size}, buffer_partitions=2; load {load()}"
+    )
     for kind in args.layouts:
         root = os.path.join(args.dir, f"{kind}-{args.rows}-{args.files}-{args.row_groups}")
         x, sid = make_layout(kind, args.rows, seed=LAYOUTS.index(kind))
         if not os.path.exists(root):
             write_layout(root, x, sid, args.files, args.row_groups)
-        print(f"\n{kind}: {'one long series' if kind == 'long' else '200 series, ids ' + ('random' if kind == 'random' else 'ordered by behaviour')}")
+        print(
+            f"\n{kind}: {'one long series' if kind == 'long' else '200 series, ids ' + ('random' if kind == 'random' else 'ordered by behaviour')}"
+        )
         print(f"  {'order':<28}{'blocks':>9}{'TV':>8}{'lag-1':>8}{'eff. B':>9}{'windows/s':>13}{'peak RSS':>10}")
         datasets = {"pieces_per_partition=1 (0.1)": open_ds(root, args, 1), "default": open_ds(root, args, None)}
         reports = {}
@@ -240,7 +276,9 @@ def main() -> None:
             label = name if name != "default" else f"default (k={ds.spec.pieces_per_partition})"
             print(fmt(label, r["loader"], f"{perf['rate']:>13,.0f}{perf['rss_mib']:>7.0f} MiB"))
         ds = datasets["default"]
-        ref = global_shuffle_statistics(block_histogram(ds), args.batch_size, reports["default"]["loader"]["batches"], 0)
+        ref = global_shuffle_statistics(
+            block_histogram(ds), args.batch_size, reports["default"]["loader"]["batches"], 0
+        )
         print(fmt("global permutation", ref.__dict__))
         held = held_out(kind, args)
         epochs = -(-args.steps // max(len(ds), 1))
@@ -257,10 +295,12 @@ def main() -> None:
         for name in ("0.1", "default", "global'"):
             ratios = "  ".join(f"{v:6.3f}" for v in curves[name] / curves["global"])
             print(f"    {name:<10} {ratios}")
-        print(f"    (global MSE: {'  '.join(f'{v:.4f}' for v in curves['global'])}; global': another permutation, the noise)")
+        print(
+            f"    (global MSE: {'  '.join(f'{v:.4f}' for v in curves['global'])}; global': another permutation, the noise)"
+        )
     if args.loader:
         loader_check(args)
-    print(f"\n{time.perf_counter() - started:.0f} s; load {open('/proc/loadavg').read().split()[0]}")
+    print(f"\n{time.perf_counter() - started:.0f} s; load {load()}")
 
 
 if __name__ == "__main__":

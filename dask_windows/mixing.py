@@ -23,6 +23,7 @@ The reference is a global shuffle: batches of ``B`` windows drawn from the
 dataset's block histogram. ``mixing_report`` returns both with a one-line
 verdict and advice. Fault replacement (``on_error="skip"``) is not simulated.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -197,7 +198,10 @@ def mixing_report(ds: Any, max_batches: int = 2000, blocks: int = 100, epoch: in
         "windows": ds.num_windows,
     }
     eff = loader.effective_batch_size
-    near = loader.distinct_blocks >= 0.95 * reference.distinct_blocks and loader.tv_distance <= 1.05 * reference.tv_distance
+    near = (
+        loader.distinct_blocks >= 0.95 * reference.distinct_blocks
+        and loader.tv_distance <= 1.05 * reference.tv_distance
+    )
     if eff >= 0.9 * b and near and abs(loader.lag1) < 0.05:
         verdict = f"mixes like a global shuffle (effective batch size {eff:.0f} of {b})"
         advice = "nothing to change"
@@ -208,7 +212,9 @@ def mixing_report(ds: Any, max_batches: int = 2000, blocks: int = 100, epoch: in
             "`dask-windows convert` spreads each series over the files so that even this disappears"
         )
     elif not spec.shuffle:
-        verdict = f"not shuffled (shuffle=False): batches follow the data's order (effective batch size {eff:.0f} of {b})"
+        verdict = (
+            f"not shuffled (shuffle=False): batches follow the data's order (effective batch size {eff:.0f} of {b})"
+        )
         advice = "pass shuffle=True for training"
     else:
         verdict = (
@@ -222,7 +228,13 @@ def mixing_report(ds: Any, max_batches: int = 2000, blocks: int = 100, epoch: in
         )
         if len(ds.partitions) * spec.pieces_per_partition < 2 * b:
             advice += f"; with {len(ds.partitions)} partitions, smaller partitions (partition_bytes=) help too"
-    return {"loader": asdict(loader), "global": asdict(reference), "verdict": verdict, "advice": advice, "settings": settings}
+    return {
+        "loader": asdict(loader),
+        "global": asdict(reference),
+        "verdict": verdict,
+        "advice": advice,
+        "settings": settings,
+    }
 
 
 def format_report(report: dict) -> str:

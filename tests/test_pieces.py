@@ -4,11 +4,11 @@ The plan arithmetic against brute force (hypothesis), the loader against the pan
 every source (coverage, values, determinism, workers, real gloo ranks, resume at every batch),
 windows crossing the row-group cuts of a split Parquet file, and the mixing statistics.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from helpers import collect, make_frames, oracle_starts, write_parquet
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -106,9 +106,18 @@ def test_pieces_split_the_epoch_exactly_and_resume_is_the_tail(cfg):
 
 def test_one_piece_per_partition_is_the_01_order():
     counts = np.array([5, 0, 12, 7])
-    a = plan_reader(counts, World(0, 1), seed=1, epoch=2, shuffle=True, batch_size=4, drop_last=False, buffer_partitions=2)
+    a = plan_reader(
+        counts, World(0, 1), seed=1, epoch=2, shuffle=True, batch_size=4, drop_last=False, buffer_partitions=2
+    )
     b = plan_reader(
-        counts, World(0, 1), seed=1, epoch=2, shuffle=True, batch_size=4, drop_last=False, buffer_partitions=2,
+        counts,
+        World(0, 1),
+        seed=1,
+        epoch=2,
+        shuffle=True,
+        batch_size=4,
+        drop_last=False,
+        buffer_partitions=2,
         pieces_per_partition=1,
     )
     assert a == b and sorted(a.partitions) == [0, 2, 3]
@@ -145,7 +154,9 @@ def test_coverage_values_and_determinism(frames, root, pieces, stride, batch_siz
     idx = _check(first, 8)
     assert np.array_equal(np.sort(idx), oracle_starts(frames, "sid", 8, stride))
     assert len(first) == len(ds) and sum(len(b[0]) < batch_size for b in first) <= 1
-    again = collect(dw.WindowDataset(root, **{**KW, "batch_size": batch_size, "stride": stride}, pieces_per_partition=pieces))
+    again = collect(
+        dw.WindowDataset(root, **{**KW, "batch_size": batch_size, "stride": stride}, pieces_per_partition=pieces)
+    )
     assert not all(np.array_equal(p[-1], q[-1]) for p, q in zip(first, again))  # epoch 0 differs from epoch 3
     clone = dw.WindowDataset(root, **{**KW, "batch_size": batch_size, "stride": stride}, pieces_per_partition=pieces)
     clone.set_epoch(3)
@@ -215,7 +226,10 @@ def test_row_group_split_nan_drop_sees_the_halo(frames, tmp_path):
 
 
 def test_arrays_and_memmaps_read_only_the_piece(tmp_path):
-    series = [np.stack([np.arange(n, dtype=np.float32) + 1000 * i, np.zeros(n, np.float32)], 1) for i, n in enumerate([700, 90, 5, 333])]
+    series = [
+        np.stack([np.arange(n, dtype=np.float32) + 1000 * i, np.zeros(n, np.float32)], 1)
+        for i, n in enumerate([700, 90, 5, 333])
+    ]
     np.save(tmp_path / "s0.npy", series[0])
     arrays = [np.load(tmp_path / "s0.npy", mmap_mode="r"), *series[1:]]
     ds = dw.WindowDataset(arrays, features=[0], window=6, stride=2, batch_size=9, partition_rows=128, return_index=True)
@@ -258,7 +272,12 @@ def test_real_gloo_ranks_with_pieces(tmp_path):
     for n, config in enumerate(configs):
         c = config["dataset"]
         expected = oracle_starts(frames, "sid", 9, c.get("stride", 1))
-        assert int(ranks[0][f"len{n}"]) == int(ranks[1][f"len{n}"]) == len(ranks[0][f"sizes{n}"]) == len(ranks[1][f"sizes{n}"])
+        assert (
+            int(ranks[0][f"len{n}"])
+            == int(ranks[1][f"len{n}"])
+            == len(ranks[0][f"sizes{n}"])
+            == len(ranks[1][f"sizes{n}"])
+        )
         union = np.concatenate([r[f"idx{n}"] for r in ranks])
         assert len(np.unique(union)) == len(union) and np.isin(union, expected).all()
         share = len(expected) // 2
@@ -315,5 +334,5 @@ def test_inspect_mixing_on_the_command_line(root):
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "global shuffle" in out.stdout and "verdict:" in out.stdout
-    bad = subprocess.run(cmd[:-3] + ["--mixing"], env=env, capture_output=True, text=True, timeout=120)
+    bad = subprocess.run([*cmd[:-3], "--mixing"], env=env, capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "--window" in bad.stderr + bad.stdout
