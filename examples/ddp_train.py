@@ -104,7 +104,11 @@ def main() -> None:
         window=args.window, horizon=args.horizon, batch_size=args.batch_size, drop_last=True, seed=0,
     )  # fmt: skip
     train, valid = ds.split(valid=0.2, embargo=args.window)
-    loader = DataLoader(train, batch_size=None, num_workers=args.num_workers, pin_memory=on_gpu)
+    # forkserver, not fork: forking a process whose process group already runs threads can deadlock
+    context = "forkserver" if args.num_workers else None
+    loader = DataLoader(
+        train, batch_size=None, num_workers=args.num_workers, pin_memory=on_gpu, multiprocessing_context=context
+    )
 
     torch.manual_seed(0)
     model = Forecaster(2, args.window, args.horizon).to(device)
