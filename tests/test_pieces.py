@@ -177,6 +177,7 @@ def test_dataloader_workers_share_the_epoch_exactly(frames, root, num_workers):
     ds = dw.WindowDataset(root, **KW, pieces_per_partition=6)
     ds.set_epoch(1)
     inline = collect(ds)
+    ds.set_epoch(1)  # each pass would otherwise take the next epoch
     batches = collect(ds, dict(num_workers=num_workers))
     idx = _check(batches, 8)
     assert len(batches) == len(ds) and np.array_equal(np.sort(idx), oracle_starts(frames, "sid", 8))
