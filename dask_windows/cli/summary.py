@@ -30,9 +30,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from dask_windows.errors import ConfigError, DataError, SchemaError
-from dask_windows.index import scan_runs
+from dask_windows.index import run_grid, scan_runs
 from dask_windows.normalize import STATS_FORMAT, STATS_VERSION
-from dask_windows.sources.manifest import read_manifest
+from dask_windows.sources.manifest import manifest_run_arrays, read_manifest, span_shortfall
 from dask_windows.sources.parquet import PARQUET_SUFFIXES, ParquetSource
 from dask_windows.cli.readers import list_inputs, read_inputs
 from dask_windows.sources.base import DEFAULT_PARTITION_BYTES
@@ -69,6 +69,9 @@ def manifest_windows(manifest: dict, window: int, stride: int = 1,
     _check_window(window, stride, horizon)
     runs = [run for f in manifest["files"] for run in f["runs"]]
     span = window + horizon
+    if manifest.get("version", 1) >= 2:  # chunks overlap: only a span beyond the overlap loses windows
+        lost, total = span_shortfall(dict(manifest, span=min(manifest["span"], span - 1)), span, stride)
+        return total - lost, lost
     kept = int(windows_per_run([n for _, n, _ in runs], span, stride).sum())
     whole: list[int] = []  # rows of each series before it was cut into files
     previous = object()
@@ -152,8 +155,9 @@ def inspect_dataset(
         files = manifest["files"]
         first = posixpath.join(root, files[0]["path"]) if files else None
         rows = [f["rows"] for f in files]
-        runs = [[n for _, n, _ in f["runs"]] for f in files]
-        keys = {json.dumps(v) for f in files for _, _, v in f["runs"]}
+        runs = [[run[1] for run in f["runs"]] for f in files]
+        keys = {json.dumps(run[2]) for f in files for run in f["runs"]}
+        placed: list[tuple[Any, ...]] = [manifest_run_arrays(f["runs"])[3:] or (None, None) for f in files]
         num_files, num_bytes, source_of_runs = len(files), sum(f["bytes"] for f in files), "manifest"
     else:
         source = ParquetSource(path, storage_options, partition_bytes=partition_bytes,
@@ -167,6 +171,7 @@ def inspect_dataset(
                           threads=threads)
         rows = [p.num_rows for p in source.partitions]
         runs = [r.lengths.tolist() for r in found]
+        placed = [(r.origin, r.owned) for r in found]
         keys = ({_key(k) for r in found for k in r.keys.tolist()} if series is not None
                 else None)
         num_files = len(source.files)
@@ -187,7 +192,8 @@ def inspect_dataset(
         "features": list(features or ()), "targets": list(targets or ()),
     }
     if window is not None:
-        per_partition = [int(windows_per_run(r, window + horizon, stride).sum()) for r in runs]
+        per_partition = [int(run_grid(np.zeros(len(r), np.int64), np.asarray(r), window + horizon, stride, *o)[1].sum())
+                         for r, o in zip(runs, placed)]
         report.update(window=window, stride=stride, horizon=horizon,
                       windows=int(sum(per_partition)),
                       largest_partition_windows=int(max(per_partition, default=0)))
@@ -240,6 +246,14 @@ def loader_memory(partition_rows: int, partition_windows: int, num_features: int
 
 
 # ---------------------------------------------------------------- stats
+
+def _owned_stats(fs: Any, path: str, runs: list, features: list[str]) -> pd.DataFrame:
+    """``_partial_stats`` of one spread-layout file's owned rows (its chunks' overlap rows left out)."""
+    with fs.open(path, "rb") as src:
+        table = pq.read_table(src, columns=features)
+    rows = np.concatenate([np.arange(r[0], r[0] + r[4]) for r in runs]) if runs else np.zeros(0, np.int64)
+    return _partial_stats(table.take(rows).to_pandas(), features)
+
 
 def _partial_stats(df: pd.DataFrame, features: list[str]) -> pd.DataFrame:
     """Per feature: count, mean, M2 (sum of squared deviations), min, max, NaNs."""
@@ -327,8 +341,15 @@ def compute_stats(
     meta = pd.DataFrame({"feature": pd.Series([], dtype="object"), "rows": "i8", "count": "i8",
                          "mean": "f8", "m2": "f8", "min": "f8", "max": "f8", "nan": "i8"})
     parts = ddf[features].map_partitions(_partial_stats, features, meta=meta)
+    owned = None
+    if len(srcs) == 1 and manifest and manifest["version"] >= 2:  # spread layout: overlap rows once
+        owned = [dask.delayed(_owned_stats)(fs, posixpath.join(root.rstrip("/"), f["path"]), f["runs"], features)
+                 for f in manifest["files"]]
     compute = compute or (lambda label, *c: dask.compute(*c))
-    (parts,) = compute("computing statistics", parts)  # one pass, feature columns only
+    if owned is not None:
+        parts = pd.concat(compute("computing statistics", *owned), ignore_index=True)
+    else:
+        (parts,) = compute("computing statistics", parts)  # one pass, feature columns only
     rows = parts.loc[parts["feature"] == features[0], "rows"].sum()
     return {"format": STATS_FORMAT, "version": STATS_VERSION, "rows": int(rows),
             "features": _merge_stats(parts, features)}
