@@ -161,9 +161,6 @@ class ParquetSource(Source):
         self._halo = 0  # rows a partition reads past its end, inside its file (set_window)
         self.cache, self._versions = self._open_cache(cache_dir, cache_bytes)
 
-    def set_window(self, span: int, stride: int) -> None:
-        self._halo = max(span - 1, 0)
-
     def _file_rows(self, index: int) -> tuple[np.ndarray, int, int]:
         """``(row group bounds of the file, file row of the partition's first row, readable rows)``."""
         path, row_groups = self.partitions[index].key
@@ -178,6 +175,13 @@ class ParquetSource(Source):
 
     def readable_rows(self, index: int) -> int:
         return self._file_rows(index)[2]
+
+    @property
+    def default_pieces_per_partition(self) -> int | None:  # type: ignore[override]
+        """1 on data ``dask-windows convert`` spread in chunks over its files (whole partitions already
+        mix like a global shuffle, at no extra read); else the dataset's default."""
+        manifest = getattr(self, "_manifest", None)
+        return 1 if manifest is not None and manifest["manifest"]["version"] >= 2 else None
 
     def read_rows(self, index: int, columns: Sequence, lo: int, hi: int) -> dict:
         """Rows ``[lo, hi)`` (partition rows, halo included): only the row groups covering them."""
@@ -299,8 +303,10 @@ class ParquetSource(Source):
         return {"series": manifest["series"], "runs": runs, "manifest": manifest, "root": root}
 
     def set_window(self, span: int, stride: int) -> None:
-        """Warn when a converted dataset's chunks overlap by fewer rows than ``span`` needs."""
+        """Read ``span - 1`` rows past a row-group cut (the halo); warn when a converted dataset's chunks
+        overlap by fewer rows than ``span`` needs."""
         super().set_window(span, stride)
+        self._halo = max(span - 1, 0)
         manifest = getattr(self, "_manifest", None)
         if manifest is None:
             return
