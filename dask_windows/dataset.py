@@ -10,6 +10,7 @@ same bit for bit whatever the thread timing. All arithmetic lives in
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import os
 from collections.abc import Iterator, Sequence
@@ -27,6 +28,7 @@ from dask_windows.index import WindowGrid, nan_rows, scan_runs
 from dask_windows.memory import trim
 from dask_windows.plan import batches_per_rank, plan_reader
 from dask_windows.prefetch import Prefetcher
+from dask_windows.readpool import ReadPool
 from dask_windows.resume import Resumer, check_int, fingerprint
 from dask_windows.sources.retry import RetryPolicy, resolve_retry
 from dask_windows.sources import ArraySource, PartitionReader, Source, is_series_vector, open_source
@@ -94,6 +96,10 @@ class WindowDataset(IterableDataset):
             ranks and DataLoader workers of a machine, so later epochs make no request for them
             (see ``sources.cache``).
         cache_bytes: Most bytes ``cache_dir`` may hold; least recently used entries are evicted.
+        read_workers: Processes that read and decode while this process gathers the batches
+            (Parquet sources; see ``readpool``): for compressed files and object stores, where
+            reading is the bottleneck. 0 (default) reads on one background thread. Use it with
+            ``DataLoader(ds, batch_size=None)`` (no DataLoader workers).
 
     Attributes:
         skipped: Partitions skipped in this process: at open, and while iterating in this process.
@@ -131,6 +137,7 @@ class WindowDataset(IterableDataset):
         on_error: str = "raise",
         cache_dir: str | os.PathLike | None = None,
         cache_bytes: int | None = None,
+        read_workers: int = 0,
     ) -> None:
         super().__init__()
         options: dict = {"threads": threads}
@@ -141,6 +148,7 @@ class WindowDataset(IterableDataset):
         if partition_rows is not None:
             options["partition_rows"] = partition_rows
         self.on_error = check_on_error(on_error)
+        self.read_workers = check_int("read_workers", read_workers)
         self.source: Source = open_source(
             data, storage_options, series=series, retry=resolve_retry(retries), on_error=on_error, **options
         )
@@ -387,7 +395,12 @@ class WindowDataset(IterableDataset):
         # Read ahead about prefetch_partitions partitions' worth of pieces.
         ahead = self.spec.prefetch_partitions * self.spec.pieces_per_partition * len(units)
         depth = -(-ahead // max(len(plan.segments), 1))
-        reader = Prefetcher(lambda unit: self._read_unit(unit, source_reader), units, depth)
+        reader: Prefetcher | _PoolParts
+        if self._pool_workers():
+            pool = ReadPool(functools.partial(_read_in_pool, self), units, self._pool_workers(), max(depth, 1))
+            reader = _PoolParts(pool, self.skipped)
+        else:
+            reader = Prefetcher(lambda unit: self._read_unit(unit, source_reader), units, depth)
         parts = (part for unit_parts in reader for part in unit_parts)
 
         def reread(seg: Any) -> Part | None:
@@ -411,6 +424,20 @@ class WindowDataset(IterableDataset):
     def _per_batch_normalize(self) -> str | None:
         """``normalize`` for ``stream``: global statistics are applied in ``decode``, once per partition."""
         return None if isinstance(self._normalize, tuple) else self._normalize
+
+    def _pool_workers(self) -> int:
+        """Processes that read and decode for this pass (0: the prefetch thread does)."""
+        if not self.read_workers or not self.source.reads_in_processes:
+            return 0
+        if get_worker_info() is not None:  # a DataLoader worker is daemonic: it cannot start processes
+            warnings.warn(
+                f"read_workers={self.read_workers} is ignored inside DataLoader workers; use either "
+                "read_workers (workers decode, this process gathers) or DataLoader(num_workers=...)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return 0
+        return self.read_workers
 
     def _fingerprint(self) -> dict:
         if self._identity is None:
@@ -488,6 +515,32 @@ class WindowDataset(IterableDataset):
             f"num_windows={self.num_windows:,}, window={s.window}, stride={s.stride}, horizon={s.horizon}, "
             f"batch_size={s.batch_size}, features={list(s.features)}, targets={list(s.targets)})"
         )
+
+
+def _read_in_pool(ds: WindowDataset, unit: tuple) -> tuple[list[Part | None], list[SkippedPartition]]:
+    """Read and decode one partition's pieces in a ReadPool worker; its skip records travel back."""
+    before = len(ds.skipped)
+    parts = ds._read_unit(unit, PartitionReader(ds.source, [unit[0].partition], list(ds.spec.columns)))
+    return parts, ds.skipped[before:]
+
+
+class _PoolParts:
+    """A ReadPool's decoded pieces, with the workers' skip records added to this dataset's."""
+
+    def __init__(self, pool: ReadPool, skipped: list) -> None:
+        self.pool = pool
+        self.skipped = skipped
+
+    def __iter__(self) -> Iterator[list[Part | None]]:
+        return self
+
+    def __next__(self) -> list[Part | None]:
+        parts, records = next(self.pool)
+        self.skipped.extend(records)
+        return parts
+
+    def close(self) -> None:
+        self.pool.close()
 
 
 def _pieces(pieces_per_partition: Any, source: Source, batch_size: Any, buffer_partitions: Any) -> Any:

@@ -105,6 +105,8 @@ class ParquetSource(Source):
             for ``read_runs`` (each given once), so a small file is not read again to scan it.
     """
 
+    reads_in_processes = True
+
     cache: Any = None  # the RangeCache of cache_dir=, if any
 
     def __init__(
