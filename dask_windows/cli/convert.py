@@ -320,6 +320,21 @@ def _write_files(ddf: dd.DataFrame, fs: Any, tmp: str, plan: tuple, num_files: i
     return entries
 
 
+def _to_datetime(df: pd.DataFrame, time: str, utc: bool, dtype: Any) -> pd.DataFrame:
+    return df.assign(**{time: pd.to_datetime(df[time], utc=utc).astype(dtype)})
+
+
+def _parse_times(ddf: dd.DataFrame, time: str, utc: bool) -> dd.DataFrame:
+    """The time column parsed with ``pandas.to_datetime`` in each partition.
+
+    Not ``ddf.assign(t=dd.to_datetime(...))``: that gives other columns wrong
+    metadata (an int64 series id became float64 in the output).
+    """
+    dtype = pd.to_datetime(pd.Series(["2000-01-01 00:00:00"]), utc=utc).dtype
+    meta = ddf._meta.assign(**{time: pd.Series([], dtype=dtype)})
+    return ddf.map_partitions(_to_datetime, time, utc, dtype, meta=meta)
+
+
 def _check_columns(ddf: dd.DataFrame, series: str, time: str, parse_time: bool,
                    where: str) -> dd.DataFrame:
     for flag, column in (("--series", series), ("--time", time)):
@@ -331,7 +346,7 @@ def _check_columns(ddf: dd.DataFrame, series: str, time: str, parse_time: bool,
     if series == time:
         raise ConfigError(f"--series and --time are both {series!r}; they must differ")
     if parse_time:
-        ddf = ddf.assign(**{time: dd.to_datetime(ddf[time])})
+        ddf = _parse_times(ddf, time, utc=parse_time == "utc")
     dtype = ddf.dtypes[time]
     if not (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_datetime64_any_dtype(dtype)
             or pd.api.types.is_timedelta64_dtype(dtype)) or pd.api.types.is_complex_dtype(dtype):
@@ -402,7 +417,8 @@ def convert(
         raise SchemaError(mismatch)
     if fmt == "csv" and not parse_time and schemas and time in schemas[0]:
         # pyarrow infers ISO-8601 text (what pandas.to_csv writes) as timestamp or date
-        parse_time = schemas[0][time].startswith(("timestamp", "date"))
+        kind = schemas[0][time]
+        parse_time = ("utc" if "tz=" in kind else True) if kind.startswith(("timestamp", "date")) else False
     leftovers = remove_leftovers(out_fs, root)
     ddf = read_inputs(files, fmt, series=series, time=time, npy_columns=npy_columns,
                       blocksize=min(target_bytes, input_block_size), storage_options=storage_options)
