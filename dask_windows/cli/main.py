@@ -551,8 +551,11 @@ def _cli_message(message: str) -> str:
     message = re.sub(r"on_error=['\"]skip['\"]", "--on-error skip", message)
     message = re.sub(r"a larger retries=", "fewer failures (retries are the loader's default)",
                      message)
+    message = message.replace("needs targets=[...]", "needs --targets")
     match = re.match(r"(\w+)(=| is required)", message)
-    if match and match.group(1) in _FLAGS:
+    if "is also a feature" in message:
+        message = f"--features: {message}"
+    elif match and match.group(1) in _FLAGS:
         message = f"{_FLAGS[match.group(1)]}: {message}"
     return message
 
