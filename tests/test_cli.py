@@ -20,6 +20,20 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLUSTER = ["--workers", "1", "--no-progress"]
 
 
+def run_main(capsys, *args: str, expect: int = 0) -> str:
+    """``dask-windows ARGS`` in this process (cheap); returns stderr. Each test also runs the
+    console entry point as a subprocess at least once through ``cli``."""
+    from dask_windows.cli import main
+
+    try:
+        code = main(list(args))
+    except SystemExit as exc:  # argparse's usage errors
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == expect, err
+    return err
+
+
 def cli(*args: str, expect: int = 0) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([REPO, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -211,7 +225,7 @@ def snapshot(root) -> dict:
     return out
 
 
-def test_convert_refuses_to_replace_what_it_did_not_write(converted, tmp_path):
+def test_convert_refuses_to_replace_what_it_did_not_write(converted, tmp_path, capsys):
     root, rows, _ = converted
     proj = tmp_path / "proj"
     (proj / "raw").mkdir(parents=True)
@@ -237,11 +251,11 @@ def test_convert_refuses_to_replace_what_it_did_not_write(converted, tmp_path):
     ]
     (tmp_path / "other" / "x.csv").write_text("sid,ts\n1,1\n")
     before = snapshot(tmp_path)
-    for argv, message in cases:
-        done = cli("convert", *argv, "--series", "sid", "--time", "ts", "--overwrite",
-                   *CLUSTER, expect=1)
-        assert re.search(message, done.stderr), (argv, done.stderr)
-        assert "whatever the flags" in done.stderr and "Traceback" not in done.stderr
+    for i, (argv, message) in enumerate(cases):
+        args = ("convert", *argv, "--series", "sid", "--time", "ts", "--overwrite", *CLUSTER)
+        err = cli(*args, expect=1).stderr if i == 0 else run_main(capsys, *args, expect=1)
+        assert re.search(message, err), (argv, err)
+        assert "whatever the flags" in err and "Traceback" not in err
     assert snapshot(tmp_path) == before  # nothing changed, nothing added
 
 
@@ -369,7 +383,7 @@ def torch_batches(ds) -> list:
     return list(torch.utils.data.DataLoader(ds, batch_size=None))
 
 
-def test_inspect_validates_like_the_loader_and_exits_1(converted):
+def test_inspect_validates_like_the_loader_and_exits_1(converted, capsys):
     root, _, _ = converted
     path = str(root / "out")
     cases = [
@@ -379,30 +393,31 @@ def test_inspect_validates_like_the_loader_and_exits_1(converted):
         (["--horizon", "2"], "--horizon: horizon=2 needs --targets"),
         (["--window", "5000"], "no windows: window=5000 is longer than every series run"),
     ]
-    for extra, message in cases:
-        done = cli("inspect", path, "--window", "8", *extra, expect=1)
-        assert message in done.stderr and done.stderr.startswith("dask-windows inspect: error:")
-    assert "longest: " in done.stderr
+    for i, (extra, message) in enumerate(cases):
+        args = ("inspect", path, "--window", "8", *extra)
+        err = cli(*args, expect=1).stderr if i == 0 else run_main(capsys, *args, expect=1)
+        assert message in err and err.startswith("dask-windows inspect: error:")
     longest = max(n for f in json.load(open(os.path.join(path, MANIFEST_NAME)))["files"]
                   for _, n, _ in f["runs"])
-    assert f"longest: {longest:,} rows" in done.stderr
-    done = cli("bench", path, "--features", "a", "--series", "sid", "--window", "5000",
-               expect=1)
-    assert "no windows: window=5000" in done.stderr
+    assert f"longest: {longest:,} rows" in err
+    err = run_main(capsys, "bench", path, "--features", "a", "--series", "sid", "--window",
+                   "5000", expect=1)
+    assert "no windows: window=5000" in err
     pd.DataFrame({"sid": [1, 2], "ts": [1, 2], "x": [0.5, 1.5]}).to_parquet(root / "raw.parquet")
-    done = cli("stats", str(root / "raw.parquet"), *CLUSTER, expect=1)
-    assert "an integer series id would be summarised" in done.stderr and "--series" in done.stderr
+    err = run_main(capsys, "stats", str(root / "raw.parquet"), *CLUSTER, expect=1)
+    assert "an integer series id would be summarised" in err and "--series" in err
 
 
-def test_version_global_flags_help_and_parse_errors(tmp_path):
+def test_version_global_flags_help_and_parse_errors(tmp_path, capsys):
     assert cli("--version").stdout.strip() == f"dask-windows {dw.__version__}"
     assert dw.__version__ == "0.2.0.dev0"
     from dask_windows.cli.main import build_parser
 
     parser = build_parser()
     commands = parser._subparsers._group_actions[0].choices
+    assert "``" not in cli("convert", "--help").stdout
     for name, sub in commands.items():
-        text = cli(name, "--help").stdout
+        text = sub.format_help()
         assert "``" not in text and ":func:" not in text
         for action in sub._actions:
             if action.option_strings and action.dest != "help":
@@ -411,8 +426,10 @@ def test_version_global_flags_help_and_parse_errors(tmp_path):
                     assert "default" in action.help or action.default is not None
         assert "(default: 1)" in text or name == "stats"
     pd.DataFrame({"sid": [1, 1], "ts": [1, 2], "x": [0.5, 1.5]}).to_parquet(tmp_path / "d.parquet")
-    verbose = cli("inspect", str(tmp_path / "d.parquet"), "--series", "sid", "-v")
-    assert "rows" in verbose.stdout
+    from dask_windows.cli import main
+
+    assert main(["inspect", str(tmp_path / "d.parquet"), "--series", "sid", "-v"]) == 0
+    assert "rows" in capsys.readouterr().out  # -v after the command parses
     bad = [
         (["convert", "a", "b", "--series", "s", "--time", "t", "--partition-size", "16XB"],
          "argument --partition-size: '16XB' is not a size"),
@@ -426,8 +443,9 @@ def test_version_global_flags_help_and_parse_errors(tmp_path):
         (["bench", "a", "--features", "x", "--series", "s", "--window", "4",
           "--on-error", "ignore"], "argument --on-error: invalid choice"),
     ]
+    assert bad[0][1] in cli(*bad[0][0], expect=2).stderr
     for argv, message in bad:
-        assert message in cli(*argv, expect=2).stderr
+        assert message in run_main(capsys, *argv, expect=2)
     # the loader's Python keyword becomes the CLI flag that sets it
     from dask_windows.cli.main import _cli_message
 
