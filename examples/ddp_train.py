@@ -7,8 +7,11 @@ processes on a node it falls back to gloo on the CPU)::
     torchrun --nproc_per_node=2 examples/ddp_train.py --steps 30              # stop mid-epoch ...
     torchrun --nproc_per_node=2 examples/ddp_train.py --steps 60 --resume     # ... and go on
 
-Without ``--data`` it writes a small synthetic Parquet dataset first (series span files, files
-differ in size). Each rank reads its own exact share of every epoch; rank 0 saves a checkpoint
+Without ``--data`` it writes a small synthetic Parquet dataset first, under ``--out/data``
+(series span files, files differ in size); the checkpoint goes to ``--out/checkpoint.pt``.
+``--resume`` with a checkpoint already at ``--steps`` trains nothing more. DataLoader workers
+start with ``forkserver``: forking a process that runs gloo/nccl threads can deadlock a worker
+(about 1 run in 14 hung with fork under Lightning DDP), a fresh server process cannot. Each rank reads its own exact share of every epoch; rank 0 saves a checkpoint
 holding the model, the optimiser and the loader position (``ds.state_dict``), which resumes
 every rank after exactly the batches already trained on.
 """
@@ -104,7 +107,10 @@ def main() -> None:
         window=args.window, horizon=args.horizon, batch_size=args.batch_size, drop_last=True, seed=0,
     )  # fmt: skip
     train, valid = ds.split(valid=0.2, embargo=args.window)
-    loader = DataLoader(train, batch_size=None, num_workers=args.num_workers, pin_memory=on_gpu)
+    loader = DataLoader(
+        train, batch_size=None, num_workers=args.num_workers, pin_memory=on_gpu,
+        multiprocessing_context="forkserver" if args.num_workers else None,
+    )
 
     torch.manual_seed(0)
     model = Forecaster(2, args.window, args.horizon).to(device)
@@ -122,8 +128,11 @@ def main() -> None:
             print(f"resumed at step {step}, epoch {train.epoch}, {saved['data']['batches']} batches into it")
 
     if rank == 0:
-        print(f"{dist.get_world_size()} ranks on {device.type}: {len(train)} train batches per rank per epoch")
-    for epoch in range(train.epoch, args.epochs):
+        print(f"{dist.get_world_size()} ranks on {device.type}: {len(train)} train batches per rank per epoch; "
+              f"data {data}, checkpoint {checkpoint}")
+        if step >= args.steps:
+            print(f"the checkpoint is already at step {step} >= --steps {args.steps}: nothing to train")
+    for epoch in range(train.epoch, args.epochs if step < args.steps else train.epoch):
         train.set_epoch(epoch)  # keeps a resumed epoch's position; a new epoch starts over
         for taken, (x, y) in enumerate(loader, start=1):
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
