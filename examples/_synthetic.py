@@ -60,9 +60,12 @@ def make_dataset(
                 "rows_per_series": rows_per_series, "channels": channels, "seed": seed}
     record = os.path.join(path, "_synthetic.json")
     if os.path.isdir(path) and any(name.endswith(".parquet") for name in os.listdir(path)):
-        if os.path.exists(record) and json.load(open(record)) != settings:
-            raise ValueError(f"{path} holds a synthetic dataset written with {json.load(open(record))}, "
-                             f"not {settings}; pass another --data folder")
+        if os.path.exists(record):
+            with open(record) as src:
+                written = json.load(src)
+            if written != settings:
+                raise ValueError(f"{path} holds a synthetic dataset written with {written}, not {settings}; "
+                                 "pass another --data folder")
         return path
     nested = [os.path.join(d, n) for d, _, names in os.walk(path) for n in names if n.endswith(".parquet")]
     if nested:

@@ -221,7 +221,8 @@ def snapshot(root) -> dict:
     for folder, _, names in os.walk(root):
         for name in names:
             path = os.path.join(folder, name)
-            out[os.path.relpath(path, root)] = open(path, "rb").read()
+            with open(path, "rb") as src:
+                out[os.path.relpath(path, root)] = src.read()
     return out
 
 
@@ -316,10 +317,9 @@ def test_iso_csv_times_parsed_and_leftovers_of_a_killed_run_removed(tmp_path):
     assert out["sid"].dtype == np.int64  # the id keeps its type when times are parsed
 
 
-def test_disk_full_names_the_path(converted, tmp_path):
+def test_disk_full_names_the_path(tmp_path):
     import resource
 
-    root, _, _ = converted
     rng = np.random.default_rng(0)
     n = 40_000
     pd.DataFrame({"sid": np.repeat(np.arange(4), n // 4), "ts": np.arange(n),
@@ -397,8 +397,8 @@ def test_inspect_validates_like_the_loader_and_exits_1(converted, capsys):
         args = ("inspect", path, "--window", "8", *extra)
         err = cli(*args, expect=1).stderr if i == 0 else run_main(capsys, *args, expect=1)
         assert message in err and err.startswith("dask-windows inspect: error:")
-    longest = max(n for f in json.load(open(os.path.join(path, MANIFEST_NAME)))["files"]
-                  for _, n, _ in f["runs"])
+    with open(os.path.join(path, MANIFEST_NAME)) as src:
+        longest = max(n for f in json.load(src)["files"] for _, n, _ in f["runs"])
     assert f"longest: {longest:,} rows" in err
     err = run_main(capsys, "bench", path, "--features", "a", "--series", "sid", "--window",
                    "5000", expect=1)
@@ -450,3 +450,4 @@ def test_version_global_flags_help_and_parse_errors(tmp_path, capsys):
     from dask_windows.cli.main import _cli_message
 
     assert "pass --on-error skip" in _cli_message("... or pass on_error='skip' to leave it out")
+    assert "pass a larger --retries (" in _cli_message("pass a larger retries= (a file ...)")

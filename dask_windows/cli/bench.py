@@ -43,7 +43,8 @@ def bench(path: str, *, features: Sequence[str], series: str, window: int, strid
           num_workers: int = 0, buffer_partitions: int = 2, prefetch_partitions: int = 1,
           max_batches: int | None = None, seconds: float = 30.0, step_ms: float = 0.0,
           seed: int = 0, nan: str = "raise", on_error: str = "raise",
-          partition_bytes: int | None = None, progress: IO[str] | None = None) -> dict:
+          partition_bytes: int | None = None, retries: int = 3,
+          progress: IO[str] | None = None) -> dict:
     """Time a ``WindowDataset`` through a ``DataLoader`` on real data.
 
     Stops at the end of the epoch, after ``max_batches`` or after ``seconds``.
@@ -53,7 +54,7 @@ def bench(path: str, *, features: Sequence[str], series: str, window: int, strid
     the time spent reading and decoding partitions, summed over the loader's
     processes, per second of wall time and process: near 1, I/O bounds the
     loader. Peak RSS is this process's and the largest worker's. ``nan``,
-    ``on_error`` and ``partition_bytes`` are the loader's; ``progress`` gets a
+    ``on_error``, ``partition_bytes`` and ``retries`` are the loader's; ``progress`` gets a
     line about once a second while it runs.
     """
     import multiprocessing
@@ -75,7 +76,7 @@ def bench(path: str, *, features: Sequence[str], series: str, window: int, strid
                        batch_size=batch_size, shuffle=True, seed=seed,
                        buffer_partitions=buffer_partitions,
                        prefetch_partitions=prefetch_partitions, nan=nan, on_error=on_error,
-                       partition_bytes=partition_bytes)
+                       partition_bytes=partition_bytes, retries=retries)
     open_seconds = clock.perf_counter() - opened
     read_seconds = multiprocessing.get_context().Value("d", 0.0)
     ds.source.read = _TimedRead(ds.source.read, read_seconds)

@@ -61,7 +61,7 @@ import pyarrow.parquet as pq
 from dask.utils import parse_bytes
 
 from dask_windows.errors import ConfigError, DataError, SchemaError
-from dask_windows.sources.manifest import MANIFEST_NAME, read_manifest, series_runs, write_manifest
+from dask_windows.sources.manifest import read_manifest, series_runs, write_manifest
 from dask_windows.cli.readers import FORMATS, file_schemas, list_inputs, read_inputs, schema_mismatch
 from dask_windows.cli.safety import MARKER as _MARKER, check_output, remove_leftovers
 

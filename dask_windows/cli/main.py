@@ -206,7 +206,8 @@ def _cmd_inspect(args: argparse.Namespace) -> dict:
         horizon=args.horizon, features=args.features, targets=args.targets,
         batch_size=args.batch_size, buffer_partitions=args.buffer_partitions,
         prefetch_partitions=args.prefetch_partitions, num_workers=args.num_workers,
-        nan=args.nan, on_error=args.on_error, partition_bytes=_bytes(args.partition_bytes))
+        nan=args.nan, on_error=args.on_error, partition_bytes=_bytes(args.partition_bytes),
+        retries=args.retries)
     if args.json:
         return out
     rows = [("path", out["path"]), ("files", f"{out['files']:,}"),
@@ -274,6 +275,7 @@ def _cmd_bench(args: argparse.Namespace) -> dict:
                 prefetch_partitions=args.prefetch_partitions, max_batches=args.max_batches,
                 seconds=args.seconds, step_ms=args.step_ms, nan=args.nan,
                 on_error=args.on_error, partition_bytes=_bytes(args.partition_bytes),
+                retries=args.retries,
                 progress=None if args.no_progress else sys.stderr)
     if args.json:
         return out
@@ -418,6 +420,8 @@ def _loader_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--on-error", choices=("raise", "skip"), default="raise",
                         help="unreadable files: raise an error, or skip them (as "
                              "WindowDataset's on_error=)")
+    parser.add_argument("--retries", type=_count, default=3, metavar="N",
+                        help="retries of transient storage errors (as WindowDataset's retries=)")
     parser.add_argument("--partition-bytes", type=_parsed("size", _size_arg), metavar="BYTES",
                         help="split Parquet files with more uncompressed bytes at row groups "
                              "(default: the loader's, 256MiB)")
@@ -541,7 +545,8 @@ _FLAGS = {"on_error": "--on-error", "batch_size": "--batch-size", "window": "--w
           "buffer_partitions": "--buffer-partitions", "features": "--features",
           "prefetch_partitions": "--prefetch-partitions", "targets": "--targets",
           "series": "--series", "num_workers": "--num-workers",
-          "partition_size": "--partition-size", "partition_bytes": "--partition-bytes"}
+          "partition_size": "--partition-size", "partition_bytes": "--partition-bytes",
+          "retries": "--retries"}
 
 
 def _cli_message(message: str) -> str:
@@ -549,8 +554,7 @@ def _cli_message(message: str) -> str:
     import re
 
     message = re.sub(r"on_error=['\"]skip['\"]", "--on-error skip", message)
-    message = re.sub(r"a larger retries=", "fewer failures (retries are the loader's default)",
-                     message)
+    message = re.sub(r"\bretries=\s?", "--retries ", message)
     message = message.replace("needs targets=[...]", "needs --targets")
     match = re.match(r"(\w+)(=| is required)", message)
     if "is also a feature" in message:

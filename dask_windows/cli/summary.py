@@ -36,6 +36,7 @@ from dask_windows.errors import ConfigError, SchemaError
 from dask_windows.index import PartitionRuns, WindowGrid
 from dask_windows.normalize import STATS_FORMAT, STATS_VERSION
 from dask_windows.sources import open_source
+from dask_windows.sources.retry import resolve_retry
 from dask_windows.sources.manifest import read_manifest
 from dask_windows.sources.parquet import PARQUET_SUFFIXES, ParquetSource
 from dask_windows.cli.readers import list_inputs, read_inputs
@@ -125,6 +126,7 @@ def inspect_dataset(
     nan: str = "raise",
     on_error: str = "raise",
     partition_bytes: int | None = None,
+    retries: int = 3,
     storage_options: dict | None = None,
     threads: int = 16,
 ) -> dict:
@@ -145,7 +147,8 @@ def inspect_dataset(
             numeric column except series, time and targets.
         batch_size, buffer_partitions, prefetch_partitions: as the loader's.
         num_workers: DataLoader workers, to size memory for.
-        nan, on_error, partition_bytes, storage_options, threads: as the loader's.
+        nan, on_error, partition_bytes, retries, storage_options, threads: as
+            the loader's.
 
     Returns:
         A JSON-ready dict (see the CLI's ``inspect`` for the fields).
@@ -155,13 +158,14 @@ def inspect_dataset(
     started = clock.perf_counter()
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
         raise ConfigError(f"num_workers={num_workers!r} must be an int >= 0")
-    fs, root, manifest = _manifest_for(path, storage_options)
+    _, _, manifest = _manifest_for(path, storage_options)
     series = series if series is not None else (manifest["series"] if manifest else None)
     time_col = manifest["time"] if manifest else None
     options = {"threads": threads}
     if partition_bytes is not None:
         options["partition_bytes"] = partition_bytes
-    source = open_source(path, storage_options, series=series, on_error=on_error, **options)
+    source = open_source(path, storage_options, series=series, on_error=on_error,
+                         retry=resolve_retry(retries), **options)
     with source.fs.open(source.files[0], "rb") as first:
         schema = pq.read_schema(first)
     if features is None:
