@@ -335,7 +335,7 @@ def _parse_times(ddf: dd.DataFrame, time: str, utc: bool) -> dd.DataFrame:
     return ddf.map_partitions(_to_datetime, time, utc, dtype, meta=meta)
 
 
-def _check_columns(ddf: dd.DataFrame, series: str, time: str, parse_time: bool,
+def _check_columns(ddf: dd.DataFrame, series: str, time: str, parse_time: bool | str,
                    where: str) -> dd.DataFrame:
     for flag, column in (("--series", series), ("--time", time)):
         if column not in ddf.columns:
@@ -415,15 +415,17 @@ def convert(
     mismatch = schema_mismatch(files, schemas)
     if mismatch:
         raise SchemaError(mismatch)
+    parsing: bool | str = parse_time  # "utc": ISO text with offsets, parsed to UTC
     if fmt == "csv" and not parse_time and schemas and time in schemas[0]:
         # pyarrow infers ISO-8601 text (what pandas.to_csv writes) as timestamp or date
         kind = schemas[0][time]
-        parse_time = ("utc" if "tz=" in kind else True) if kind.startswith(("timestamp", "date")) else False
+        if kind.startswith(("timestamp", "date")):
+            parsing = "utc" if "tz=" in kind else True
     leftovers = remove_leftovers(out_fs, root)
     ddf = read_inputs(files, fmt, series=series, time=time, npy_columns=npy_columns,
                       blocksize=min(target_bytes, input_block_size), storage_options=storage_options)
     where = files[0] if len(files) == 1 else f"{files[0]} (and {len(files) - 1} more files)"
-    ddf = _check_columns(ddf, series, time, parse_time, where)
+    ddf = _check_columns(ddf, series, time, parsing, where)
 
     # pass 1: per-series rows, per-partition rows, null times, bytes per row
     counts, profile = compute(

@@ -146,6 +146,8 @@ def _bytes(text: str | None) -> int | None:
 
 
 def _cmd_convert(args: argparse.Namespace) -> dict:
+    from dask.utils import parse_bytes
+
     from dask_windows.cli.convert import convert
     from dask_windows.cli.summary import manifest_windows
 
@@ -153,7 +155,7 @@ def _cmd_convert(args: argparse.Namespace) -> dict:
     with _Cluster(args) as cluster:
         report = convert(
             args.src, args.dst, series=args.series, time=args.time, fmt=args.format,
-            partition_size=_bytes(args.partition_size), overwrite=args.overwrite,
+            partition_size=int(parse_bytes(args.partition_size)), overwrite=args.overwrite,
             parse_time=args.parse_time, compression=args.compression,
             input_block_size=_input_block_size(args.memory_limit),
             npy_columns=args.npy_columns.split(",") if args.npy_columns else None,

@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 from dask_windows.errors import ConfigError, SchemaError
 from dask_windows.index import PartitionRuns, WindowGrid
 from dask_windows.normalize import STATS_FORMAT, STATS_VERSION
-from dask_windows.sources import open_source
+from dask_windows.sources.base import DEFAULT_PARTITION_BYTES
 from dask_windows.sources.retry import resolve_retry
 from dask_windows.sources.manifest import read_manifest
 from dask_windows.sources.parquet import PARQUET_SUFFIXES, ParquetSource
@@ -161,11 +161,9 @@ def inspect_dataset(
     _, _, manifest = _manifest_for(path, storage_options)
     series = series if series is not None else (manifest["series"] if manifest else None)
     time_col = manifest["time"] if manifest else None
-    options = {"threads": threads}
-    if partition_bytes is not None:
-        options["partition_bytes"] = partition_bytes
-    source = open_source(path, storage_options, series=series, on_error=on_error,
-                         retry=resolve_retry(retries), **options)
+    source = ParquetSource(path, storage_options, threads=threads, retry=resolve_retry(retries),
+                           on_error=on_error, partition_bytes=partition_bytes
+                           if partition_bytes is not None else DEFAULT_PARTITION_BYTES)
     with source.fs.open(source.files[0], "rb") as first:
         schema = pq.read_schema(first)
     if features is None:
@@ -331,7 +329,7 @@ def compute_stats(
             f"features (an integer series id would be summarised as one); pass --series COL "
             f"(and --time COL), or --features")
     if features is not None:  # the loader's checks: no repeats, the series is not a feature
-        WindowSpec(features=features, series=series)
+        WindowSpec(features=tuple(features), series=series)
     if fmt == "npy":  # the columns read_inputs makes up are not features
         exclude = [*exclude, "__series__", "__time__"]
     ddf = read_inputs(urls, fmt, series="__series__", time="__time__",
