@@ -451,3 +451,24 @@ def test_version_global_flags_help_and_parse_errors(tmp_path, capsys):
 
     assert "pass --on-error skip" in _cli_message("... or pass on_error='skip' to leave it out")
     assert "pass a larger --retries (" in _cli_message("pass a larger retries= (a file ...)")
+
+
+def test_a_run_killed_while_swapping_outputs_is_repaired(converted, tmp_path):
+    """``DST.old-*`` (killed between moving the old output away and the new one in) goes back
+    to ``DST`` when it is the only copy, and is removed when ``DST`` is in place."""
+    import shutil
+
+    import fsspec
+
+    from dask_windows.cli.safety import remove_leftovers
+
+    root, _, _ = converted
+    fs = fsspec.filesystem("file")
+    dst = str(tmp_path / "out")
+    shutil.copytree(root / "out", dst + ".old-00000000abcd")
+    assert remove_leftovers(fs, dst) == [] and os.path.exists(os.path.join(dst, MANIFEST_NAME))
+    assert not os.path.exists(dst + ".old-00000000abcd")
+    shutil.copytree(root / "out", dst + ".old-00000000abce")
+    (tmp_path / "out.old-notours").mkdir()  # not a name convert makes: left alone
+    assert remove_leftovers(fs, dst) == [dst + ".old-00000000abce"]
+    assert sorted(os.listdir(tmp_path)) == ["out", "out.old-notours"]
