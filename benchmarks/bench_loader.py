@@ -14,8 +14,11 @@ local Parquet with 1M-row partitions, and in the same run on the same rows:
 
 Then the same stream through a DataLoader with 0, 1 and 2 worker processes, and the peak
 RSS of streaming a dataset and one four times as large (separate processes).
+``--only normalisation`` prints windows/s with no, global and per-window normalisation
+against the 0.1 per-batch arithmetic, in alternating rounds.
 
     python benchmarks/bench_loader.py [--partitions 4] [--seconds 3]
+    python benchmarks/bench_loader.py --only normalisation --partitions 2 --seconds 3
 """
 from __future__ import annotations
 
@@ -155,12 +158,72 @@ def child_rss(root: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _old_sample(x: np.ndarray) -> None:
+    """The per-batch ``normalize="sample"`` of 0.1 (for the comparison): five numpy passes."""
+    mean = x.mean(axis=2, keepdims=True)
+    x -= mean
+    std = np.sqrt(np.mean(np.square(x), axis=2, keepdims=True))
+    x /= np.maximum(std, 1e-8)
+
+
+def normalisation_rows(root: str, seconds: float, rounds: int = 3) -> None:
+    """Windows/s without normalisation, with global statistics and per window, alternating rounds.
+
+    The 0.1 ways are measured in the same run as a normalize=None stream followed by their own
+    per-batch arithmetic: global statistics as ``(x - mean) * (1 / std)`` on every batch, and
+    ``"sample"`` as its five-pass numpy formula.
+    """
+    features = [f"f{c}" for c in range(C)]
+    mean = np.array([0.1, -0.2, 0.3, 0.05], np.float32)
+    std = np.array([1.1, 0.9, 1.3, 0.7], np.float32)
+    inv = (1.0 / std)[None, :, None]
+
+    def stream(normalize: object, after: object = None) -> float:
+        ds = dw.WindowDataset(root, features=features, series="sid", window=L, batch_size=B, normalize=normalize)
+        it = iter(ds)
+        next(it)
+        n, t0 = 0, time.perf_counter()
+        for x in it:
+            if after is not None:
+                after(x.numpy())
+            n += 1
+            if time.perf_counter() - t0 > seconds:
+                break
+        it.close()
+        return n * B / (time.perf_counter() - t0)
+
+    def per_batch_global(x: np.ndarray) -> None:
+        x -= mean[None, :, None]
+        x *= inv
+
+    cases = {
+        "none": lambda: stream(None),
+        "global, once per partition (now)": lambda: stream({"mean": mean, "std": std}),
+        "global, per batch (0.1)": lambda: stream(None, per_batch_global),
+        "sample, vectorised (now)": lambda: stream("sample"),
+        "sample, 0.1 formula": lambda: stream(None, _old_sample),
+    }
+    results: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(rounds):
+        for name, case in cases.items():
+            results[name].append(case())
+    none = np.median(results["none"])
+    print(f"normalisation, B={B} L={L} C={C} stride 1, {rounds} alternating rounds of {seconds:.0f} s "
+          f"(median, range); load {os.getloadavg()[0]:.2f}")
+    for name, rates in results.items():
+        print(f"  {name:<34} {np.median(rates):>11,.0f} windows/s  [{min(rates):,.0f}-{max(rates):,.0f}]  "
+              f"{np.median(rates) / none:5.2f}x of none")
+    print(f"  sample now / sample 0.1: {np.median(results['sample, vectorised (now)']) / np.median(results['sample, 0.1 formula']):.2f}x"
+          f" (goal >= 2); global now / none: {np.median(results['global, once per partition (now)']) / none:.2f} (goal >= 0.95)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--partitions", type=int, default=4, help="1M-row partitions of the small dataset")
     parser.add_argument("--seconds", type=float, default=3.0, help="measuring time per figure")
     parser.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "dask_windows_bench"))
     parser.add_argument("--rss-child", help=argparse.SUPPRESS)
+    parser.add_argument("--only", choices=["all", "normalisation"], default="all", help="which figures")
     args = parser.parse_args()
     if args.rss_child:
         stream_rss(args.rss_child)
@@ -168,6 +231,9 @@ def main() -> None:
     torch.set_num_threads(1)
     small, large = os.path.join(args.dir, "x1"), os.path.join(args.dir, "x4")
     write_dataset(small, args.partitions)
+    if args.only == "normalisation":
+        normalisation_rows(small, args.seconds)
+        return
     write_dataset(large, 4 * args.partitions)
     gb = B * C * L * 4 / 1e9  # GB per batch-of-windows unit
     base = baselines(small, args.seconds)

@@ -4,6 +4,18 @@ Run from the repository root::
 
     PYTHONPATH=. python benchmarks/bench_sources.py            # full run (a few minutes)
     PYTHONPATH=. python benchmarks/bench_sources.py --quick    # smaller sizes, for a smoke test
+    PYTHONPATH=. python benchmarks/bench_sources.py --only open --open-counts 1000 10000 100000
+    PYTHONPATH=. python benchmarks/bench_sources.py --only remote --remote-objects 1000 10000
+
+``--only open``: opening 1k/10k/100k small local files (5,475 bytes, 200 rows, one
+series each): ParquetSource and WindowDataset open times, and the memory kept per
+file (a deep size of the source's Python objects, which a parsed footer kept per
+file would add ~12 KiB to, and the RSS growth). The files are kept under ``--dir``
+for the next run. ``--only remote``: on moto's S3 server through a counting proxy,
+the requests at open per object, and the three ways of reading a remote partition
+(the hand-written ranges, ``fsspec.parquet.open_parquet_file``, pyarrow's
+``pre_buffer`` with ``CacheOptions``): GETs, bytes and ms per partition, plus the
+open time of 1,000 / 10,000 objects by ours and by ``pyarrow.dataset``.
 
 Sources measured over the same rows (``--files`` Parquet files of ``--rows`` rows,
 4 float32 features, one series id column): local Parquet; S3 on loopback (moto's
@@ -156,13 +168,203 @@ def bench_many_files(count: int, rows: int) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _deep_size(obj: object, skip: tuple = ()) -> int:
+    """Bytes of the Python objects reachable from ``obj`` (each once; modules, types, functions left out)."""
+    import gc
+    import types
+
+    not_data = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType, *skip)
+    seen: set[int] = set()
+    total, todo = 0, [obj]
+    while todo:
+        item = todo.pop()
+        if id(item) in seen or isinstance(item, not_data):
+            continue
+        seen.add(id(item))
+        total += sys.getsizeof(item)
+        todo.extend(gc.get_referents(item))
+    return total
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as src:
+        return int(src.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _small_files(root: str, count: int) -> str:
+    """``count`` files of 200 rows (one series each) under ``root``, written once and reused."""
+    folder = os.path.join(root, f"small-{count}")
+    done = os.path.join(folder, "_DONE")
+    if not os.path.exists(done):
+        os.makedirs(folder, exist_ok=True)
+        rng = np.random.default_rng(0)
+        for i in range(count):
+            cols = {"sid": np.full(200, i, np.int64)}
+            cols.update({name: rng.standard_normal(200).astype(np.float32) for name in FEATURES})
+            pq.write_table(pa.table(cols), os.path.join(folder, f"part-{i:06d}.parquet"))
+        open(done, "w").close()
+    return folder
+
+
+def bench_open(counts: list[int], root: str) -> None:
+    from dask_windows.sources import ParquetSource
+
+    print(f"Opening many small local files (load {os.getloadavg()[0]:.2f}):", flush=True)
+    for count in counts:
+        folder = _small_files(root, count)
+        before = _rss_mib()
+        start = time.perf_counter()
+        source = ParquetSource(folder, series="sid")
+        source_s = time.perf_counter() - start
+        for i in range(len(source.partitions)):
+            source.read_runs(i, "sid")  # what the dataset does next: the runs the tail read told
+        kept = _deep_size({k: v for k, v in vars(source).items() if k != "fs"}, (type(source.fs),))
+        rss = _rss_mib() - before
+        del source
+        start = time.perf_counter()
+        ds = WindowDataset(folder, features=FEATURES, series="sid", window=32, batch_size=256)
+        opened = time.perf_counter() - start
+        next(iter(ds))
+        first = time.perf_counter() - start
+        print(f"  {count:>7,} files: ParquetSource {source_s:6.2f} s, WindowDataset open {opened:6.2f} s, "
+              f"first batch {first:6.2f} s; kept per file {kept / count:,.0f} B (Python objects), "
+              f"RSS growth {rss * 2**20 / count:,.0f} B/file", flush=True)
+        del ds
+
+
+def _range_bytes(request: object, sizes: dict) -> int:
+    value = getattr(request, "range", None)
+    if not value:
+        return sizes.get(request.path.lstrip("/"), 0)
+    first, _, last = value.replace("bytes=", "").partition("-")
+    if not first:
+        return min(int(last), sizes.get(request.path.lstrip("/"), int(last)))
+    return int(last) - int(first) + 1
+
+
+def bench_remote(paths: list[str], object_counts: list[int], root: str) -> None:
+    """Requests, bytes and time of reading remote partitions three ways, and opening many objects."""
+    import fsspec.parquet
+    import pyarrow.dataset as pads
+    import pyarrow.fs as pafs
+    import s3fs
+    from s3proxy import S3Endpoint
+
+    from dask_windows.sources import ParquetSource
+
+    endpoint = S3Endpoint()
+    try:
+        endpoint.make_bucket("bench")
+        direct = s3fs.S3FileSystem(**endpoint.storage_options(direct=True))
+        for path in paths:
+            direct.put_file(path, f"bench/data/{os.path.basename(path)}")
+        sizes = {f"bench/data/{os.path.basename(p)}": os.path.getsize(p) for p in paths}
+        options = endpoint.storage_options()
+        source = ParquetSource("s3://bench/data/", storage_options=options, series="sid")
+        columns = ["a", "b"]
+        fs = s3fs.S3FileSystem(**options)
+        keys = sorted(sizes)
+        footers = {k: source._footers[k].metadata for k in keys}
+
+        def ours(key: str) -> None:
+            index = next(i for i, p in enumerate(source.partitions) if p.key[0] == key)
+            source.read(index, columns)
+
+        def fsspec_parquet(key: str) -> None:
+            with fsspec.parquet.open_parquet_file(key, fs=fs, columns=columns) as src:
+                pq.ParquetFile(src).read(columns=columns, use_threads=False)
+
+        handler = pafs.PyFileSystem(pafs.FSSpecHandler(fs))
+        scan = pads.ParquetFragmentScanOptions(
+            pre_buffer=True, cache_options=pa.CacheOptions(hole_size_limit=64 * 2**10, range_size_limit=64 * 2**20)
+        )
+        parquet_format = pads.ParquetFileFormat(default_fragment_scan_options=scan)
+
+        def pre_buffer(key: str) -> None:
+            fragment = parquet_format.make_fragment(key, handler)
+            fragment.to_table(columns=columns, use_threads=False)
+
+        def pre_buffer_footer(key: str) -> None:
+            with fs.open(key, "rb", cache_type="none") as src:
+                reader = pq.ParquetFile(src, metadata=footers[key], pre_buffer=True)
+                reader.read(columns=columns, use_threads=False)
+
+        ways = {
+            "hand-written ranges (ours)": ours,
+            "fsspec.parquet.open_parquet_file": fsspec_parquet,
+            "pyarrow pre_buffer, CacheOptions": pre_buffer,
+            "pyarrow pre_buffer, footer given": pre_buffer_footer,
+        }
+        print(f"Remote partitions, {len(keys)} objects of {next(iter(sizes.values())):,} bytes, reading "
+              f"{columns} of {source.column_names()} (load {os.getloadavg()[0]:.2f}):")
+        results: dict[str, list] = {name: [] for name in ways}
+        for _ in range(3):  # alternating rounds
+            for name, way in ways.items():
+                endpoint.reset()
+                start = time.perf_counter()
+                for key in keys:
+                    way(key)
+                seconds = time.perf_counter() - start
+                gets = [r for r in endpoint.log.requests if r.kind == "get"]
+                other = len(endpoint.log.requests) - len(gets)
+                nbytes = sum(_range_bytes(r, sizes) for r in gets)
+                results[name].append((len(gets) / len(keys), other / len(keys), nbytes / len(keys), seconds / len(keys)))
+        for name, rows in results.items():
+            gets, other, nbytes, ms = (np.median([r[k] for r in rows]) for k in range(4))
+            spread = [r[3] * 1e3 for r in rows]
+            print(f"  {name:<36} {gets:4.1f} GET + {other:3.1f} other requests, {nbytes / 2**20:6.2f} MiB, "
+                  f"{ms * 1e3:7.1f} ms per partition [{min(spread):.1f}-{max(spread):.1f}]", flush=True)
+        for count in object_counts:
+            folder = _small_files(root, count)
+            prefix = f"bench/many-{count}"
+            if not direct.exists(prefix):
+                direct.put(folder + "/", prefix + "/", recursive=True)
+            endpoint.reset()
+            start = time.perf_counter()
+            ParquetSource(f"s3://{prefix}/", storage_options=options, series="sid")
+            ours_s = time.perf_counter() - start
+            log = endpoint.log
+            gets = log.count("get") - log.count("list")
+            endpoint.reset()
+            start = time.perf_counter()
+            dataset = pads.dataset(prefix, filesystem=handler, format="parquet")
+            for fragment in dataset.get_fragments():
+                fragment.ensure_complete_metadata()
+            arrow_s = time.perf_counter() - start
+            arrow_requests = len(endpoint.log.requests)
+            print(f"  open {count:>6,} objects: ours {ours_s:6.2f} s ({gets / count:.2f} GET per object, "
+                  f"{log.count('list')} list); pyarrow.dataset + every footer {arrow_s:6.2f} s "
+                  f"({arrow_requests / count:.2f} requests per object)", flush=True)
+    finally:
+        endpoint.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--rows", type=int, default=200_000, help="rows per file")
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
     parser.add_argument("--skip", nargs="*", default=[], choices=["local", "s3", "dask", "many"])
+    parser.add_argument("--only", choices=["all", "open", "remote"], default="all")
+    parser.add_argument("--open-counts", type=int, nargs="*", default=[1_000, 10_000])
+    parser.add_argument("--remote-objects", type=int, nargs="*", default=[1_000])
+    parser.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "dask_windows_sources"))
     args = parser.parse_args()
+    if args.only == "open":
+        bench_open(args.open_counts, args.dir)
+        return
+    if args.only == "remote":
+        root = tempfile.mkdtemp(prefix="dw-bench-")
+        try:
+            paths = []
+            for i in range(4):  # 200,000 rows, 4 row groups, 5 columns each
+                path = os.path.join(root, f"part-{i:05d}.parquet")
+                pq.write_table(table(200_000, 50_000, i * 200_000, i), path, row_group_size=50_000)
+                paths.append(path)
+            bench_remote(paths, args.remote_objects, args.dir)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        return
     if args.quick:
         args.files, args.rows = 4, 20_000
     logging.getLogger("distributed").setLevel(logging.ERROR)

@@ -83,9 +83,6 @@ class Gatherer:
 
 def normalize_per_sample(x: np.ndarray, channel_major: bool, eps: float = 1e-8) -> np.ndarray:
     """Standardise each window and channel in place: ``(x - mean) / std`` over its ``L`` values."""
-    axis = 2 if channel_major else 1
-    mean = x.mean(axis=axis, keepdims=True)
-    x -= mean
-    std = np.sqrt(np.mean(np.square(x), axis=axis, keepdims=True))
-    x /= np.maximum(std, eps)
-    return x
+    from dask_windows.normalize import standardize_windows
+
+    return standardize_windows(x, channel_major, eps)

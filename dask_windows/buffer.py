@@ -23,6 +23,7 @@ from dask_windows.errors import DataError, SourceReadError
 from dask_windows.faults import REPLACEMENT_TAG, replacement_picks
 from dask_windows.index import WindowGrid, nan_rows
 from dask_windows.memory import trim
+from dask_windows.normalize import standardize
 from dask_windows.plan import EpochPlan, Segment, rng_for
 from dask_windows.spec import WindowSpec
 from dask_windows.windows import window_starts
@@ -58,8 +59,11 @@ def _target_dtype(columns: list[np.ndarray]) -> type:
     return np.int64 if all(c.dtype.kind in "iub" for c in columns) else np.float32
 
 
-def decode(index: int, name: str, columns: dict, spec: WindowSpec) -> Part:
-    """Stack a partition's columns into the buffer layout (one copy per column)."""
+def decode(
+    index: int, name: str, columns: dict, spec: WindowSpec, scale: tuple[np.ndarray, np.ndarray] | None = None
+) -> Part:
+    """Stack a partition's columns into the buffer layout (one copy per column), standardised with
+    ``scale = (mean, std)`` per feature when given."""
     feats = [columns[c] for c in spec.features]
     rows = len(feats[0])
     channel_major = spec.layout == "NCL"
@@ -69,6 +73,8 @@ def decode(index: int, name: str, columns: dict, spec: WindowSpec) -> Part:
             x[c] = values
         else:
             x[:, c] = values
+    if scale is not None:
+        standardize(x, *scale, channel_major)
     y = None
     if spec.targets:
         targ = [columns[c] for c in spec.targets]

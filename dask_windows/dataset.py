@@ -129,8 +129,8 @@ class WindowDataset(IterableDataset):
         if features is None and isinstance(self.source, ArraySource):
             features = self.source.column_names()
         self.spec = WindowSpec(
-            features=features,
-            targets=targets,
+            features=features,  # type: ignore[arg-type]
+            targets=targets,  # type: ignore[arg-type]
             series=series,
             window=window,
             stride=stride,
@@ -168,7 +168,7 @@ class WindowDataset(IterableDataset):
             return self.source.read_runs(i, series)
 
         if on_error == "skip":
-            read_runs, bad_rows = guard_scan(read_runs, bad_rows, self.source.partitions, self.skipped)
+            read_runs, bad_rows = guard_scan(read_runs, bad_rows, self.source.partitions, self.skipped)  # type: ignore[assignment]
         self.runs = scan_runs(len(self.source.partitions), read_runs, bad_rows, threads)
         trim()
         self.grid = WindowGrid.from_runs(self.runs, spec.span, spec.stride)
@@ -344,7 +344,7 @@ class WindowDataset(IterableDataset):
 
         try:
             batches = stream(
-                plan, reader, self.grid, self.row_offsets, self.spec, self._emit, self._normalize, reread
+                plan, reader, self.grid, self.row_offsets, self.spec, self._emit, self._per_batch_normalize(), reread
             )
             for batch in batches:
                 self._resumer.step()  # counted before the consumer gets it: a state then includes it
@@ -352,6 +352,10 @@ class WindowDataset(IterableDataset):
         finally:
             reader.close()
             source_reader.close()
+
+    def _per_batch_normalize(self) -> str | None:
+        """``normalize`` for ``stream``: global statistics are applied in ``decode``, once per partition."""
+        return None if isinstance(self._normalize, tuple) else self._normalize
 
     def _fingerprint(self) -> dict:
         if self._identity is None:
@@ -390,7 +394,8 @@ class WindowDataset(IterableDataset):
                 raise
             record_skip(self.skipped, name, "read", exc)
             return None
-        return decode(index, name, columns, self.spec)
+        scale = self._normalize if isinstance(self._normalize, tuple) else None
+        return decode(index, name, columns, self.spec, scale)
 
     def _emit(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None) -> Any:
         out = [torch.from_numpy(x)]

@@ -194,24 +194,23 @@ def _markov_runs(
     end_unmasked = r / (lm * (1.0 - r))  # chance that an unmasked run ends after a step
     end_masked = 1.0 / lm  # chance that a masked run ends after a step
     pairs, spare_rows, spare_pairs = _run_plan(rows, length, end_unmasked, end_masked)
-    # Flips of the state at each (row, position), flattened; run ends past a row's window go to the last slot.
-    flips = torch.zeros(rows * length + 1, dtype=torch.uint8, device=device)
-    row_starts = torch.arange(0, rows * length, length, device=device)
+    # Flips of the state at each (row, position), flattened with one extra slot per row: run ends
+    # past the row's window are clamped onto it (one scalar clamp, no per-row comparison).
+    flips = torch.zeros(rows * (length + 1), dtype=torch.uint8, device=device)
+    row_starts = torch.arange(0, rows * (length + 1), length + 1, device=device)
     draws = _random_words((rows, 1 + pairs), device, generator).view(torch.int32)  # axes: row, draw
     starts_masked = draws[:, 0] < _threshold(r, 32)  # draws[:, 1] is left unused
     runs = _geometric_pairs(draws[:, 2:], end_unmasked, end_masked, length)  # axes: row, pair, (unmasked, masked)
     runs[:, 0, 0].mul_(starts_masked.logical_not())  # a row that starts masked has no leading unmasked run
-    run_ends = runs.view(rows, 2 * pairs).to(torch.int64)  # axes: row, run
-    run_ends[:, 0].add_(row_starts)
-    run_ends.cumsum_(1)  # flat index of each run's end
-    reach = run_ends[:, -1] - row_starts
-    run_ends.masked_fill_(run_ends >= (row_starts + length)[:, None], rows * length)
+    run_ends = runs.view(rows, 2 * pairs).to(torch.int64).cumsum_(1)  # axes: row, run; row position of each end
+    reach = run_ends[:, -1].clone()
+    run_ends.clamp_max_(length).add_(row_starts[:, None])
     flips.index_fill_(0, run_ends.view(-1), 1)
     if spare_rows:
         spares = (spare_rows, spare_pairs)
         _extend_short_rows(flips, reach, row_starts, length, spares, end_unmasked, end_masked, generator)
-    # An odd number of flips so far means a masked position.
-    parity = flips[:-1].view(rows, length).cumsum_(1, dtype=torch.uint8).bitwise_and_(1)
+    # An odd number of flips so far means a masked position; the extra slot of each row is not read.
+    parity = torch.cumsum(flips.view(rows, length + 1)[:, :length], 1, dtype=torch.uint8).bitwise_and_(1)
     return parity.view(torch.bool)
 
 
@@ -225,7 +224,7 @@ def _extend_short_rows(
     end_masked: float,
     generator: torch.Generator | None,
 ) -> None:
-    """Continues, in ``flips``, the rows whose runs stop at ``reach < length``.
+    """Continues, in ``flips`` (rows of ``length + 1`` slots), the rows whose runs stop at ``reach < length``.
 
     The first ``spare_rows`` such rows get ``spare_pairs`` more run pairs,
     starting with an unmasked run since every row ended on a masked one.
@@ -243,10 +242,10 @@ def _extend_short_rows(
     draws = _random_words((spare_rows, spare_pairs), device, generator).view(torch.int32)
     runs = _geometric_pairs(draws, end_unmasked, end_masked, length)  # axes: slot, pair, (unmasked, masked)
     run_ends = runs.view(spare_rows, 2 * spare_pairs).to(torch.int64)  # axes: slot, run
-    starts = row_starts[slot_rows]
-    run_ends[:, 0].add_(starts + reach[slot_rows])
-    run_ends.cumsum_(1)
-    run_ends.masked_fill_((run_ends >= (starts + length)[:, None]) | idle[:, None], flips.numel() - 1)
+    run_ends[:, 0].add_(reach[slot_rows])
+    run_ends.cumsum_(1)  # row position of each end
+    run_ends.masked_fill_(idle[:, None], length).clamp_max_(length)  # idle slots and ends past the row: its extra slot
+    run_ends.add_(row_starts[slot_rows][:, None])
     flips.index_fill_(0, run_ends.view(-1), 1)
 
 

@@ -30,7 +30,7 @@ def _names(name: str, value: object, allow_none: bool) -> tuple:
         raise ConfigError(f"{name} is required: pass the list of columns to stack as channels")
     if isinstance(value, (str, int)):
         value = [value]
-    out = tuple(value)  # type: ignore[arg-type]
+    out: tuple = tuple(value)  # type: ignore[arg-type]
     if not allow_none and not out:
         raise ConfigError(f"{name}=[] is empty: pass at least one column")
     if len(set(out)) != len(out):

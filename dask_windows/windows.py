@@ -93,7 +93,7 @@ def split_runs_at(
     return lo[keep].astype(np.int64), (hi - lo)[keep].astype(np.int64)
 
 
-def windows_per_run(run_lengths: np.ndarray, span: int, stride: int) -> np.ndarray:
+def windows_per_run(run_lengths: np.ndarray | list[int], span: int, stride: int) -> np.ndarray:
     """``(R,)`` windows each run holds for a window of ``span`` rows stepping by ``stride``."""
     run_lengths = np.asarray(run_lengths, dtype=np.int64)
     return np.maximum(0, (run_lengths - span) // stride + 1)

@@ -159,10 +159,10 @@ def test_extension_of_short_rows_keeps_the_chain_exact(
 def test_spare_slots_go_to_the_short_rows_in_order(spare_rows: int) -> None:
     rows, length = 5, 50
     reach = torch.tensor([50, 10, 50, 20, 50])
-    flips = torch.zeros(rows * length + 1, dtype=torch.uint8)
-    row_starts = torch.arange(0, rows * length, length)
+    flips = torch.zeros(rows * (length + 1), dtype=torch.uint8)  # one extra slot per row for ends past it
+    row_starts = torch.arange(0, rows * (length + 1), length + 1)
     masks._extend_short_rows(flips, reach, row_starts, length, (spare_rows, 40), 0.3, 0.5, _seeded(0))
-    inside = flips[:-1].view(rows, length)  # axes: row, position
+    inside = flips.view(rows, length + 1)[:, :length]  # axes: row, position
     extended = [row for row in range(rows) if inside[row].any()]
     assert extended == [1, 3][:spare_rows]
     for row in extended:

@@ -73,3 +73,105 @@ def test_old_module_paths_warn_and_are_the_new_modules(old):
         "assert 'torch' not in sys.modules\n"
     )
     assert done.returncode == 0, done.stderr
+
+
+# --- the file tree and docs/architecture.md agree; the import rules that page states hold ---
+
+import ast  # noqa: E402
+import pathlib  # noqa: E402
+import re  # noqa: E402
+
+PACKAGE = pathlib.Path(REPO) / "dask_windows"
+ARCHITECTURE = pathlib.Path(REPO) / "docs" / "architecture.md"
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    """``dask_windows/x/y.py`` -> its path, for every module of the package."""
+    return {
+        path.relative_to(REPO).as_posix(): path
+        for path in PACKAGE.rglob("*.py")
+        if "__pycache__" not in path.parts
+    }
+
+
+def test_architecture_page_names_every_module_and_only_real_ones():
+    named = set(re.findall(r"dask_windows/[A-Za-z0-9_/]+\.py", ARCHITECTURE.read_text(encoding="utf-8")))
+    modules = set(_modules())
+    assert not modules - named, f"modules missing from docs/architecture.md (add a row): {sorted(modules - named)}"
+    assert not named - modules, f"docs/architecture.md names modules that do not exist: {sorted(named - modules)}"
+
+
+def _imports(path: pathlib.Path) -> tuple[set[str], set[str]]:
+    """(modules imported at module level, modules imported anywhere) by one source file.
+
+    Module level includes ``if`` blocks at the top (``if TYPE_CHECKING:`` is left out:
+    it never runs).
+    """
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+
+    def names(node: ast.AST) -> set[str]:
+        if isinstance(node, ast.Import):
+            return {alias.name for alias in node.names}
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            return {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+        return set()
+
+    anywhere = set().union(*(names(node) for node in ast.walk(tree)))
+    top: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        for inner in [node, *(node.body + node.orelse if isinstance(node, (ast.If, ast.Try)) else [])]:
+            top |= names(inner)
+    return top, anywhere
+
+
+def _roots(names: set[str]) -> set[str]:
+    return {name.split(".")[0] for name in names}
+
+
+PURE_STAGES = ["errors", "spec", "world", "windows", "index", "plan", "prefetch", "buffer", "batch", "memory",
+               "split", "resume", "faults"]
+
+
+def test_import_rules_of_the_architecture_page():
+    modules = _modules()
+    problems = []
+    for name, path in sorted(modules.items()):
+        top, anywhere = _imports(path)
+        if not name.startswith("dask_windows/cli/") and any(m.startswith("dask_windows.cli") for m in anywhere):
+            problems.append(f"{name} imports dask_windows.cli (rule 1)")
+        if "torch" in _roots(top) and name.startswith("dask_windows/sources/"):
+            problems.append(f"{name} imports torch at module level (rule 2)")
+        if _roots(top) & {"dask", "distributed"} and not name.startswith("dask_windows/cli/"):
+            problems.append(f"{name} imports dask at module level (rule 2)")
+    for stage in PURE_STAGES:
+        top, _ = _imports(PACKAGE / f"{stage}.py")
+        third_party = {m for m in _roots(top) if m not in sys.stdlib_module_names} - {"numpy", "dask_windows"}
+        own = {m for m in top if m.startswith("dask_windows.")}
+        others = {m for m in own if m.split(".")[1] in {"sources", "dataset", "device", "masks", "cli"}}
+        if third_party or others:
+            problems.append(f"dask_windows/{stage}.py imports {sorted(third_party | others)} at module level (rule 3)")
+    _, base_imports = _imports(PACKAGE / "sources" / "base.py")
+    concrete = {m for m in base_imports if m.startswith("dask_windows.sources.")}
+    if concrete:
+        problems.append(f"dask_windows/sources/base.py imports the concrete sources {sorted(concrete)} (rule 4)")
+    for leaf in ("device", "masks"):
+        _, anywhere = _imports(PACKAGE / f"{leaf}.py")
+        if any(m.startswith("dask_windows") for m in anywhere):
+            problems.append(f"dask_windows/{leaf}.py imports another module of the package (rule 5)")
+    assert not problems, "\n".join(problems)
+
+
+def test_import_dask_windows_leaves_dask_alone():
+    done = run_python("import dask_windows, sys; assert not {'dask', 'distributed'} & set(sys.modules), "
+                      "sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed'))")
+    assert done.returncode == 0, done.stderr
+
+
+def test_changelog_lists_every_deprecated_module_path():
+    from dask_windows._moved import MOVED
+
+    text = (pathlib.Path(REPO) / "docs" / "changelog.md").read_text(encoding="utf-8")
+    missing = [f"{old} -> {new}" for old, new in MOVED.items() if f"| `{old}` | `{new}` |" not in text]
+    assert not missing, f"docs/changelog.md lacks these rows of dask_windows._moved.MOVED: {missing}"

@@ -66,10 +66,11 @@ def test_coverage_listing_once_and_requests_per_partition(s3, tmp_path):
     s3.reset()
     ds = WindowDataset("s3://bucket/data/", storage_options=s3.storage_options(), **KW)
     files, parts = len(s3.frames), len(ds.partitions)
-    # Opening: one listing, one tail GET per file (footer), one GET per partition (series column).
+    # Opening: one listing and one tail GET per file; the tail holds these small files whole, so the
+    # series runs come out of it and no GET per partition is needed for the series scan.
     assert s3.log.count("list") == 1
     assert s3.log.count("head") == 0
-    assert s3.log.count("get") == files + parts
+    assert s3.log.count("get") == files
 
     for epoch in (0, 1):
         s3.reset()
@@ -161,3 +162,28 @@ def test_object_glob_and_list_of_urls(s3):
     assert np.array_equal(_starts(collect(one)), oracle_starts(s3.frames[1:2], "sid", 8, 2))
     with pytest.raises(FileNotFoundError, match="s3://bucket/nothing-here"):
         WindowDataset("s3://bucket/nothing-here/", storage_options=options, **KW)
+
+
+def test_one_get_per_object_at_open_when_the_tail_tells_the_runs(s3):
+    """Small files (the tail is the whole file) and larger one-series-per-row-group files (the footer's
+    statistics tell the runs) cost one GET each at open, series scan included; runs equal a scan."""
+    rng = np.random.default_rng(5)
+    small = {f"bucket/one-get/small-{i}.parquet": pa.table({
+        "sid": np.sort(rng.integers(0, 4, 300)) + 10 * i, "f0": rng.standard_normal(300)}) for i in range(6)}
+    large = {f"bucket/one-get/large-{i}.parquet": pa.table({
+        "sid": np.repeat([2 * i, 2 * i + 1], 20_000), "f0": rng.standard_normal(40_000)}) for i in range(3)}
+    for key, table in {**small, **large}.items():
+        out = io.BytesIO()
+        pq.write_table(table, out, row_group_size=10_000)
+        s3.fs.pipe(key, out.getvalue())
+    assert all(len(s3.fs.cat_file(k)) > 64 * 2**10 for k in large)
+    s3.reset()
+    ds = WindowDataset("s3://bucket/one-get/", storage_options=s3.storage_options(), features=["f0"],
+                       series="sid", window=4, batch_size=32)
+    assert s3.log.count("list") == 1 and s3.log.count("head") == 0
+    assert s3.log.count("get") == len(small) + len(large)
+    for runs, key in zip(ds.runs, sorted({**small, **large})):
+        sid = (small.get(key) or large.get(key)).column("sid").to_numpy()
+        starts = np.concatenate([[0], np.flatnonzero(np.diff(sid)) + 1])
+        np.testing.assert_array_equal(runs.starts, starts)
+        np.testing.assert_array_equal(runs.keys, sid[starts])

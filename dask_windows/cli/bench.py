@@ -79,7 +79,7 @@ def bench(path: str, *, features: Sequence[str], series: str, window: int, strid
                        partition_bytes=partition_bytes, retries=retries)
     open_seconds = clock.perf_counter() - opened
     read_seconds = multiprocessing.get_context().Value("d", 0.0)
-    ds.source.read = _TimedRead(ds.source.read, read_seconds)
+    ds.source.read = _TimedRead(ds.source.read, read_seconds)  # type: ignore[method-assign]
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=num_workers)
     batches = windows = num_bytes = 0
     waited = first_batch = 0.0

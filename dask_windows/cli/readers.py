@@ -81,10 +81,10 @@ def list_inputs(srcs: Sequence[str], fmt: str | None,
             raise ConfigError(f"cannot tell the format of {odd} from its name; pass "
                               f"--format with one of {', '.join(FORMATS)}")
         if len(formats) > 1:
-            raise ConfigError(f"inputs mix formats {sorted(formats)}; convert one format "
+            raise ConfigError(f"inputs mix formats {sorted(formats)}; convert one format "  # type: ignore[type-var]
                               f"at a time or pass --format")
         fmt = formats.pop()
-    return fmt, urls
+    return fmt, urls  # type: ignore[return-value]
 
 
 def _csv_schema(url: str, storage_options: dict | None) -> dict[str, str]:
@@ -308,9 +308,9 @@ def read_inputs(urls: Sequence[str], fmt: str, *, series: str, time: str,
         step = max(1, blocksize // max(row_bytes, 1))
         parts += [(url, a, min(a + step, shape[0]), shape, dtype, offset, fortran)
                   for a in range(0, shape[0], step)]
-    num_columns = 1 if len(first[1]) == 0 else first[1][0]
+    num_columns = 1 if len(first[1]) == 0 else first[1][0]  # type: ignore[index]
     columns = list(npy_columns) if npy_columns else [f"f{i}" for i in range(num_columns)]
-    if not first[2].names and len(columns) != num_columns:
+    if not first[2].names and len(columns) != num_columns:  # type: ignore[index]
         raise ConfigError(f"{len(columns)} column names given for .npy arrays with "
                           f"{num_columns} columns; pass exactly {num_columns} names")
     if not parts:

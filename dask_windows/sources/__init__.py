@@ -92,6 +92,8 @@ def open_source(
         options.pop("partition_rows", None)
         if threads is not None:
             options["threads"] = threads
+        if isinstance(series, str):
+            options["series"] = series  # the runs of small files come out of the footer read
         return ParquetSource(data, storage_options, retry=retry, on_error=on_error, **options)
     if type(data).__module__.startswith("dask"):
         options.pop("partition_bytes", None)

@@ -72,7 +72,7 @@ class _MemmapRef:
     mode: str
 
     def open(self) -> np.ndarray:
-        return np.memmap(self.filename, self.dtype, self.mode, self.offset, self.shape, order="C")
+        return np.memmap(self.filename, self.dtype, self.mode, self.offset, self.shape, order="C")  # type: ignore[call-overload]
 
 
 def _memmap_ref(array: np.ndarray) -> _MemmapRef | None:
@@ -181,7 +181,7 @@ class ArraySource(Source):
             self._build()
 
     def column_names(self) -> list:
-        return list(range(self.width))
+        return list(range(self.width))  # type: ignore[arg-type]
 
     def read(self, index: int, columns: Sequence) -> dict:
         pieces = self.partitions[index].key

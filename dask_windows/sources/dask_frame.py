@@ -171,7 +171,7 @@ class DaskSource(Source):
         self.retry = resolve_retry(retry)
         self.on_error = check_on_error(on_error)
         self.read_ahead = read_ahead
-        self.skipped = []
+        self.skipped: list = []
         self.description = f"Dask DataFrame {getattr(ddf, '_name', '')[:24]} ({ddf.npartitions} partitions)"
         self._pid = os.getpid()
         client = _active_client()
@@ -180,7 +180,7 @@ class DaskSource(Source):
         self._runs: dict[Any, list] = {}
         self._delayed: dict[tuple, list] = {}
         self._lock = threading.RLock()
-        lengths = _known_lengths(ddf) if series is None else None
+        lengths: Sequence[int] | None = _known_lengths(ddf) if series is None else None
         if lengths is None:
             lengths = self._count(series)
         self.partitions = [Partition(f"ddf.partitions[{i}]", n, i) for i, n in enumerate(lengths)]

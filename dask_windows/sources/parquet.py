@@ -1,39 +1,36 @@
 """Partitioned Parquet on any fsspec filesystem, read with pyarrow.
 
 The listing is one ``find`` (or ``glob``) and the footers are read once, when
-the dataset is opened: concurrently in one ``cat_ranges`` call of every
-file's last ``FOOTER_BYTES`` on an object store, in blocks of files per
-thread on local disk. The parsed footers travel with the source into
-DataLoader workers, so no epoch and no worker lists or reads a footer again.
+the dataset is opened: one tail read per file (``footers``), concurrently in
+``cat_ranges`` calls on an object store, in blocks of files per thread on
+local disk. Only the serialized footer, the size and the rows per row group
+are kept (about 1.3 KiB a file for a few columns); they travel with the source
+into DataLoader workers, so no epoch and no worker lists or reads a footer
+again. Given the series column (``series=``, passed by the dataset), the runs
+of small files come out of the same tail read, so opening costs one request
+per file.
 
-Reading a partition then costs one ``cat_ranges`` call of its column chunks,
-chunks closer than ``max_gap`` merged into one request, and pyarrow is handed
-the footer parsed at open, so it asks for nothing else: one request per
-partition for the files of a typical dataset. Local files stay on pyarrow's
-own file reader. A file with more than ``partition_bytes`` uncompressed bytes
-is split at row-group boundaries.
+Reading a partition then costs one ``cat_ranges`` call of its column chunks
+(``ranges``): one request per partition for a typical dataset. Local files
+stay on pyarrow's own file reader. A file with more than ``partition_bytes``
+uncompressed bytes is split at row-group boundaries.
 
 Transient store errors are retried (``retry.RetryPolicy``). A file whose
 footer cannot be read raises, or with ``on_error="skip"`` is left out and
-recorded in ``skipped``. The trade-off of merging ranges: up to ``max_gap``
-bytes of unwanted columns may be fetched to save a request.
+recorded in ``skipped``.
 """
 from __future__ import annotations
 
-import bisect
-import io
 import logging
 import os
 import posixpath
 import pickle
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from dask_windows.errors import ConfigError, SchemaError, SourceReadError
+from dask_windows.errors import SchemaError, SourceReadError
 from dask_windows.faults import (
     check_on_error,
     describe_failure,
@@ -44,71 +41,27 @@ from dask_windows.faults import (
 )
 from dask_windows.sources.retry import RetryPolicy, resolve_retry
 from dask_windows.sources.base import DEFAULT_PARTITION_BYTES, Partition, Source
+from dask_windows.sources.footers import (
+    FOOTER_BYTES,
+    TAIL_BATCH,
+    Footer,
+    footer_of,
+    list_files,
+    local_tail,
+    map_in_blocks,
+    parse_footer,
+    row_group_splits,
+    tail_runs,
+)
+from dask_windows.sources.ranges import chunk_ranges, fetch_ranges, merge_ranges
 
 __all__ = ["ParquetSource"]
 
 log = logging.getLogger(__name__)
 
 PARQUET_SUFFIXES = (".parquet", ".parq", ".pq")
-#: Bytes fetched from the end of each remote file to find its footer (one request when it fits).
-FOOTER_BYTES = 64 * 2**10
 #: Column chunks of one partition closer than this are fetched in one request.
 MAX_GAP = 64 * 2**10
-#: Files whose tails are fetched by one ``cat_ranges`` call at open (bounds the tails held in memory).
-TAIL_BATCH = 512
-
-
-def _list_files(data: Any, storage_options: dict | None) -> tuple[Any, list[str], list[int | None], str]:
-    """Resolve a path, glob, URL or list of them to ``(fs, files, sizes, description)`` in one listing."""
-    import fsspec
-
-    options = dict(storage_options or {})
-    if isinstance(data, (str, os.PathLike)):
-        url = os.fspath(data)
-        fs, root = fsspec.core.url_to_fs(url, **options)
-        if any(ch in root for ch in "*?["):
-            found = fs.glob(root, detail=True)
-            infos = {p: i for p, i in found.items() if i.get("type", "file") == "file"}
-        else:
-            found = fs.find(root, detail=True)  # recursive, paginated: one listing however many files
-            infos = {p: i for p, i in found.items() if i.get("type", "file") == "file"}
-            if not infos and not fs.exists(root):
-                raise FileNotFoundError(f"{url} does not exist; pass a Parquet file, a folder of them, a glob or a list")
-            stripped = root.rstrip("/")
-            if len(infos) > 1 or stripped not in {p.rstrip("/") for p in infos}:
-                infos = {p: i for p, i in infos.items() if not _hidden(p, root)}
-                parquet = {p: i for p, i in infos.items() if p.endswith(PARQUET_SUFFIXES)}
-                infos = parquet or infos
-        files = sorted(infos)
-        if not files:
-            raise FileNotFoundError(f"no Parquet files under {url}; expected files ending in {PARQUET_SUFFIXES}")
-        return fs, files, [infos[p].get("size") for p in files], url
-    paths = [os.fspath(p) for p in data]
-    if not paths:
-        raise ConfigError("an empty list of paths was given; pass at least one Parquet file")
-    fs, _ = fsspec.core.url_to_fs(paths[0], **options)
-    files = [fsspec.core.url_to_fs(p, **options)[1] for p in paths]
-    description = f"{paths[0]} (+{len(paths) - 1} files)" if len(paths) > 1 else paths[0]
-    return fs, files, [None] * len(files), description
-
-
-def _hidden(path: str, root: str) -> bool:
-    rel = path[len(root.rstrip("/")) + 1 :] if path.startswith(root.rstrip("/")) else path
-    return any(part.startswith(("_", ".")) for part in rel.split("/"))
-
-
-def _map_in_blocks(fn: Any, items: list, threads: int) -> list:
-    """``[fn(item) for item in items]`` on ``threads`` threads, a contiguous block of items per task.
-
-    Blocks rather than one task per item: for thousands of small files the thread hand-offs
-    would cost more than the footers.
-    """
-    if threads <= 1 or len(items) <= 1:
-        return [fn(item) for item in items]
-    bounds = np.linspace(0, len(items), min(len(items), threads * 4) + 1).astype(int)
-    blocks = [items[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-    with ThreadPoolExecutor(min(threads, len(blocks))) as pool:
-        return [result for block in pool.map(lambda b: [fn(item) for item in b], blocks) for result in block]
 
 
 def _is_local(fs: Any) -> bool:
@@ -117,96 +70,13 @@ def _is_local(fs: Any) -> bool:
     return isinstance(fs, LocalFileSystem)
 
 
-def _parse_footer(tail: bytes, path: str) -> tuple[Any, int]:
-    """``(metadata, bytes needed)`` from the last bytes of a Parquet file; metadata ``None`` if ``tail`` is short."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+class _Opened(NamedTuple):
+    """One file as opened; only ``footer`` is kept after opening."""
 
-    if len(tail) < 12 or tail[-4:] != b"PAR1":
-        raise SourceReadError(f"{path} does not end with the Parquet magic bytes: it is not Parquet or is truncated")
-    needed = int.from_bytes(tail[-8:-4], "little") + 8
-    if needed > len(tail):
-        return None, needed
-    return pq.read_metadata(pa.BufferReader(tail[-needed:])), needed
-
-
-@dataclass(frozen=True)
-class _Footer:
-    """What was learnt of one file at open: its parsed footer and (a lower bound of) its size."""
-
-    metadata: Any
-    size: int
-
-
-def _chunk_ranges(meta: Any, row_groups: Sequence[int], columns: Sequence) -> list[tuple[int, int]]:
-    """Sorted ``[start, stop)`` byte ranges of the column chunks of ``columns`` in ``row_groups``."""
-    wanted = {str(c) for c in columns}
-    ranges = []
-    for g in row_groups:
-        group = meta.row_group(g)
-        chunks = [group.column(j) for j in range(group.num_columns)]
-        picked = [c for c in chunks if c.path_in_schema.split(".")[0] in wanted or c.path_in_schema in wanted]
-        for chunk in picked or chunks:
-            start = chunk.data_page_offset
-            if chunk.has_dictionary_page and 0 < chunk.dictionary_page_offset < start:
-                start = chunk.dictionary_page_offset
-            ranges.append((start, start + chunk.total_compressed_size))
-    return sorted(ranges)
-
-
-def _merge_ranges(ranges: list[tuple[int, int]], max_gap: int) -> list[tuple[int, int]]:
-    """Merge sorted ranges closer than ``max_gap`` bytes, so a partition costs few requests."""
-    merged: list[list[int]] = []
-    for start, stop in ranges:
-        if merged and start - merged[-1][1] <= max_gap:
-            merged[-1][1] = max(merged[-1][1], stop)
-        else:
-            merged.append([start, stop])
-    return [(a, b) for a, b in merged]
-
-
-class _FetchedFile(io.RawIOBase):
-    """A read-only file made of the byte ranges already fetched; other reads fetch (and are logged)."""
-
-    def __init__(self, fs: Any, path: str, size: int, ranges: list[tuple[int, int]], blobs: list[bytes]) -> None:
-        super().__init__()
-        self._fs, self._path, self._size = fs, path, size
-        self._starts = [a for a, _ in ranges]
-        self._blobs = [memoryview(b) for b in blobs]
-        self._pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self._pos, 2: self._size}[whence]
-        self._pos = base + offset
-        return self._pos
-
-    def read(self, size: int = -1) -> bytes:
-        if size is None or size < 0:
-            size = self._size - self._pos
-        start, stop = self._pos, min(self._pos + size, self._size)
-        k = bisect.bisect_right(self._starts, start) - 1
-        if k >= 0 and stop <= self._starts[k] + len(self._blobs[k]):
-            offset = start - self._starts[k]
-            data = bytes(self._blobs[k][offset : offset + stop - start])
-        else:
-            log.debug("read of %s bytes %d-%d outside the prefetched ranges", self._path, start, stop)
-            data = self._fs.cat_file(self._path, start=start, end=stop) if stop > start else b""
-        self._pos = start + len(data)
-        return data
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
+    footer: Footer
+    schema: Any  # pyarrow.Schema without its metadata
+    splits: list[tuple[int, ...]]  # row groups of each partition
+    runs: tuple | None  # series runs of the whole file when the tail read told them
 
 
 class ParquetSource(Source):
@@ -220,6 +90,8 @@ class ParquetSource(Source):
         retry: Retries of transient store errors (an int of retries or a ``RetryPolicy``).
         on_error: ``"raise"`` on a file whose footer cannot be read, or ``"skip"`` it (recorded in ``skipped``).
         max_gap: Column chunks of a partition closer than this many bytes are fetched in one request.
+        series: The series column, if any: runs that the tail read at open already tells are kept
+            for ``read_runs`` (each given once), so a small file is not read again to scan it.
     """
 
     def __init__(
@@ -231,39 +103,45 @@ class ParquetSource(Source):
         retry: int | RetryPolicy | None = None,
         on_error: str = "raise",
         max_gap: int = MAX_GAP,
+        series: str | None = None,
     ) -> None:
         self.retry = resolve_retry(retry)
         self.on_error = check_on_error(on_error)
         self.max_gap = max_gap
         self.storage_options = storage_options
         self.skipped = []
+        self._tail_series = series
+        self._seen_schemas: list[tuple] = []  # (parquet schema, ARROW:schema bytes, arrow schema) while opening
         target = os.fspath(data) if isinstance(data, (str, os.PathLike)) else f"{len(data)} paths"
-        self.fs, files, sizes, self.description = self.retry.call(lambda: _list_files(data, storage_options), target)
+        self.fs, files, sizes, self.description = self.retry.call(lambda: list_files(data, storage_options, PARQUET_SUFFIXES), target)
         self.local = _is_local(self.fs)
         self._pid = os.getpid()
-        footers = self._read_footers(files, sizes, threads)
-        self.files = [path for path in files if path in footers]
-        self._footers = footers
-        self._schemas = [footers[path].metadata.schema.to_arrow_schema() for path in self.files]
+        opened = self._open_files(files, sizes, threads, partition_bytes, series)
+        self.files = [path for path in files if path in opened]
         if not self.files:
             raise SourceReadError(f"no readable Parquet file in {self.description}: every footer failed to read")
+        self._footers: dict[str, Footer] = {path: opened[path].footer for path in self.files}
+        # One schema object per distinct schema, and its number per file (files usually share one).
+        numbers: dict[int, int] = {}
+        self._schemas: list[Any] = []
+        self._schema_numbers = []
+        for path in self.files:
+            schema = opened[path].schema
+            if id(schema) not in numbers:
+                numbers[id(schema)] = len(self._schemas)
+                self._schemas.append(schema)
+            self._schema_numbers.append(numbers[id(schema)])
+        self._seen_schemas.clear()
+        self._tail_runs = {path: o.runs for path, o in opened.items() if o.runs is not None}
         self.partitions = []
         for path in self.files:
-            meta = footers[path].metadata
-            groups: list[list[int]] = [[]]
-            size = 0
-            for g in range(meta.num_row_groups):
-                nbytes = meta.row_group(g).total_byte_size
-                if groups[-1] and size + nbytes > partition_bytes:
-                    groups.append([])
-                    size = 0
-                groups[-1].append(g)
-                size += nbytes
-            for rgs in groups:
-                rows = sum(meta.row_group(g).num_rows for g in rgs)
-                name = path if len(groups) == 1 else f"{path}[row groups {rgs[0]}-{rgs[-1]}]"
+            footer, splits = self._footers[path], opened[path].splits
+            for rgs in splits:
+                rows = sum(footer.rows[g] for g in rgs)
+                name = path if len(splits) == 1 else f"{path}[row groups {rgs[0]}-{rgs[-1]}]"
                 if rows:
-                    self.partitions.append(Partition(name, rows, (path, tuple(rgs))))
+                    self.partitions.append(Partition(name, rows, (path, rgs)))
+        del opened
         self._manifest = self._load_manifest(data)
 
     def _load_manifest(self, data: Any) -> dict | None:
@@ -287,7 +165,7 @@ class ParquetSource(Source):
         runs = {}
         for path in self.files:
             entry = entries.get(path)
-            if entry is None or entry["rows"] != self._footers[path].metadata.num_rows:
+            if entry is None or entry["rows"] != self._footers[path].num_rows:
                 log.warning("the manifest of %s does not match %s; scanning the series column instead", root, path)
                 return None
             table = entry["runs"]
@@ -297,13 +175,15 @@ class ParquetSource(Source):
         return {"series": manifest["series"], "runs": runs}
 
     def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Runs from the manifest when it covers ``series``, else from the series column."""
+        """Runs from the manifest when it covers ``series``, else those the tail read at open told
+        (once), else from the series column."""
         manifest = getattr(self, "_manifest", None)
         if series is None or manifest is None or manifest["series"] != series:
-            return super().read_runs(index, series)
+            path = self.partitions[index].key[0]
+            told = self._tail_runs.pop(path, None) if series == self._tail_series else None
+            return told if told is not None else super().read_runs(index, series)
         path, row_groups = self.partitions[index].key
-        meta = self._footers[path].metadata
-        first = sum(meta.row_group(g).num_rows for g in range(row_groups[0]))  # file row of the partition
+        first = sum(self._footers[path].rows[: row_groups[0]])  # file row of the partition
         last = first + self.partitions[index].num_rows
         starts, lengths, keys = manifest["runs"][path]
         ends = starts + lengths
@@ -313,49 +193,45 @@ class ParquetSource(Source):
 
     # -- opening ------------------------------------------------------------------------------
 
-    def _read_footers(self, files: list[str], sizes: list[int | None], threads: int) -> dict[str, _Footer]:
-        """Footers of ``files``; unreadable ones raise, or are recorded and left out with ``on_error="skip"``."""
+    def _open_files(
+        self, files: list[str], sizes: list[int | None], threads: int, partition_bytes: int, series: str | None
+    ) -> dict[str, _Opened]:
+        """Every file opened from one tail read; unreadable ones raise, or are recorded and left out
+        with ``on_error="skip"``.
+
+        On local disk each thread reads and parses its block of files. An async filesystem (s3fs,
+        gcsfs, adlfs) fetches ``TAIL_BATCH`` tails per ``cat_ranges`` call, concurrently on its event
+        loop; another remote filesystem fetches them on ``threads`` threads. Each batch is parsed
+        before the next is fetched, so at most ``TAIL_BATCH`` tails are held.
+        """
+
+        def one(item: tuple) -> _Opened | BaseException:
+            try:
+                path, size, tail = item
+                return self._open_file(path, size, tail, partition_bytes, series)
+            except Exception as exc:
+                return exc
+
+        results: list = []
         if self.local:
-            results = self._local_footers(files, threads)
+            results = map_in_blocks(one, [(path, size, None) for path, size in zip(files, sizes)], threads)
         else:
-            results = self._remote_footers(files, sizes, threads)
-        footers = {}
+            for lo in range(0, len(files), TAIL_BATCH):
+                batch = files[lo : lo + TAIL_BATCH]
+                tails = self._fetch_tails(batch, threads)
+                results += map_in_blocks(one, list(zip(batch, sizes[lo : lo + TAIL_BATCH], tails)), threads)
+        opened = {}
         for path, result in zip(files, results):
-            if isinstance(result, _Footer):
-                footers[path] = result
+            if isinstance(result, _Opened):
+                opened[path] = result
                 continue
             if not opening_skip_allowed(self.on_error, result):
                 raise self._open_error(path, result) from result
             record_skip(self.skipped, self._url(path), "open", result)
-        return footers
-
-    def _local_footers(self, files: list[str], threads: int) -> list:
-        import pyarrow.parquet as pq
-
-        def footer(path: str) -> Any:
-            try:
-                meta = self.retry.call(lambda: pq.read_metadata(path), path)
-                return _Footer(meta, os.path.getsize(path))
-            except Exception as exc:
-                return exc
-
-        return _map_in_blocks(footer, files, threads)
-
-    def _remote_footers(self, files: list[str], sizes: list[int | None], threads: int) -> list:
-        """Every file's last ``FOOTER_BYTES``, fetched concurrently; a second fetch only for a bigger footer.
-
-        An async filesystem (s3fs, gcsfs, adlfs) fetches ``TAIL_BATCH`` tails per ``cat_ranges`` call,
-        concurrently on its event loop; another filesystem fetches them on ``threads`` threads.
-        Each batch is parsed before the next is fetched, so at most ``TAIL_BATCH`` tails are held.
-        """
-        results: list = []
-        for lo in range(0, len(files), TAIL_BATCH):
-            batch = files[lo : lo + TAIL_BATCH]
-            results += self._remote_footer_batch(batch, sizes[lo : lo + TAIL_BATCH], threads)
-        return results
+        return opened
 
     def _fetch_tails(self, files: list[str], threads: int) -> list:
-        """The last ``FOOTER_BYTES`` of each file, or the exception fetching it raised."""
+        """The last ``FOOTER_BYTES`` of each remote file, or the exception fetching it raised."""
         if getattr(self.fs, "async_impl", False):
             return self.retry.call(
                 lambda: self.fs.cat_ranges(files, [-FOOTER_BYTES] * len(files), [None] * len(files), on_error="return"),
@@ -368,33 +244,56 @@ class ParquetSource(Source):
             except Exception as exc:
                 return exc
 
-        return _map_in_blocks(tail, files, threads)
+        return map_in_blocks(tail, files, threads)
 
-    def _remote_footer_batch(self, files: list[str], sizes: list[int | None], threads: int) -> list:
-        tails = self._fetch_tails(files, threads)
+    def _tail(self, path: str, nbytes: int) -> tuple[bytes, int | None]:
+        """``(last nbytes of path, its size or None)``, retried."""
+        if self.local:
+            return self.retry.call(lambda: local_tail(path, nbytes), path)
+        return self.retry.call(lambda: self.fs.cat_file(path, start=-nbytes), path), None
 
-        def footer(item: tuple[str, int | None, Any]) -> Any:
-            path, size, tail = item
+    def _open_file(
+        self, path: str, size: int | None, tail: Any, partition_bytes: int, series: str | None
+    ) -> _Opened:
+        """Open one file from its tail (``None``: read it here; an exception: fetching it failed)."""
+        if tail is None or isinstance(tail, BaseException):
+            if isinstance(tail, BaseException) and not is_transient(tail):
+                raise tail
+            tail, found = self._tail(path, FOOTER_BYTES)
+            size = found if found is not None else size
+        meta, needed = parse_footer(tail, path)
+        if meta is None:
+            if len(tail) < FOOTER_BYTES:
+                raise SourceReadError(f"{path} is shorter ({len(tail):,} bytes) than its footer claims ({needed:,} bytes)")
+            tail, _ = self._tail(path, needed)
+            meta, needed = parse_footer(tail, path)
+        if size is None:
+            if len(tail) < FOOTER_BYTES:  # the tail is the whole file
+                size = len(tail)
+            else:  # a lower bound is enough: pyarrow only checks chunks lie inside the file
+                ends = [b for _, b in chunk_ranges(meta, range(meta.num_row_groups), [])]
+                size = max(ends, default=4) + needed
+        schema = self._schema_of(meta)
+        splits = row_group_splits(meta, partition_bytes)
+        runs = None
+        if series is not None and len(splits) == 1:
             try:
-                if isinstance(tail, BaseException):
-                    if not is_transient(tail):
-                        raise tail
-                    tail = self.retry.call(lambda: self.fs.cat_file(path, start=-FOOTER_BYTES), path)
-                meta, needed = _parse_footer(tail, path)
-                if meta is None:
-                    if len(tail) < FOOTER_BYTES:
-                        raise SourceReadError(
-                            f"{path} is shorter ({len(tail):,} bytes) than its footer claims ({needed:,} bytes)"
-                        )
-                    tail = self.retry.call(lambda: self.fs.cat_file(path, start=-needed), path)
-                    meta, needed = _parse_footer(tail, path)
-                # Without a listed size a lower bound is enough: pyarrow only checks chunks lie inside the file.
-                ends = [b for _, b in _chunk_ranges(meta, range(meta.num_row_groups), [])]
-                return _Footer(meta, max(size or 0, max(ends, default=4) + needed))
-            except Exception as exc:
-                return exc
+                runs = tail_runs(meta, schema, series, tail, size)
+            except Exception:  # the series scan reads it again and reports what is wrong
+                log.debug("series %r of %s not scanned from its tail", series, path, exc_info=True)
+        return _Opened(footer_of(meta, tail, needed, size), schema, splits, runs)
 
-        return _map_in_blocks(footer, list(zip(files, sizes, tails)), threads)
+    def _schema_of(self, meta: Any) -> Any:
+        """The Arrow schema of a file, without metadata; one object for the files that share it."""
+        parquet_schema = meta.schema
+        arrow = meta.metadata.get(b"ARROW:schema") if meta.metadata else None
+        for known, known_arrow, schema in self._seen_schemas:
+            if known_arrow == arrow and parquet_schema.equals(known):
+                return schema
+        schema = parquet_schema.to_arrow_schema().remove_metadata()
+        if len(self._seen_schemas) < 16:  # files usually share one or two
+            self._seen_schemas.append((parquet_schema, arrow, schema))
+        return schema
 
     def _open_error(self, path: str, exc: BaseException) -> SourceReadError:
         url = self._url(path)
@@ -425,7 +324,11 @@ class ParquetSource(Source):
 
     def check_columns(self, columns: Sequence, what: dict) -> None:
         first = self._schemas[0]
-        for path, schema in zip(self.files, self._schemas):
+        paths: dict[int, str] = {}  # the first file of each distinct schema
+        for path, number in zip(self.files, self._schema_numbers):
+            paths.setdefault(number, path)
+        for number, path in paths.items():
+            schema = self._schemas[number]
             for col in columns:
                 role = what.get(col, "column")
                 if col not in schema.names:
@@ -452,16 +355,13 @@ class ParquetSource(Source):
         import pyarrow.parquet as pq
 
         footer = self._footers[path]
+        meta = footer.metadata
         if self.local:
             file: Any = path
         else:
-            fs = self._filesystem()
-            ranges = _merge_ranges(_chunk_ranges(footer.metadata, row_groups, columns), self.max_gap)
-            blobs = fs.cat_ranges(
-                [path] * len(ranges), [a for a, _ in ranges], [b for _, b in ranges], on_error="raise"
-            )
-            file = _FetchedFile(fs, path, footer.size, ranges, blobs)
-        reader = pq.ParquetFile(file, metadata=footer.metadata, pre_buffer=False)
+            ranges = merge_ranges(chunk_ranges(meta, row_groups, columns), self.max_gap)
+            file = fetch_ranges(self._filesystem(), path, footer.size, ranges)
+        reader = pq.ParquetFile(file, metadata=meta, pre_buffer=False)
         return reader.read_row_groups(list(row_groups), columns=list(columns), use_threads=False)
 
     def read(self, index: int, columns: Sequence) -> dict:

@@ -1,0 +1,249 @@
+"""dask_windows against the loop a user writes by hand, tsai where it imports, and a memcpy.
+
+Run from the repository root (the defaults take about 1-2 minutes on 2 cores)::
+
+    PYTHONPATH=. python benchmarks/bench_peers.py
+    PYTHONPATH=. python benchmarks/bench_peers.py --files 16 --rows 1000000 --seconds 5 --rounds 3
+
+The same Parquet files (``--files`` x ``--rows`` rows, ``--series`` series laid
+end to end, 4 float32 features) are read by:
+
+* ``dw``: ``WindowDataset`` iterated in the main process (``num_workers=0``);
+* ``hand``: the hand-written loop over a Dask DataFrame's partitions: compute a
+  partition, ``sliding_window_view(x, L, axis=0)[starts]`` over the window
+  starts of each series in it, shuffled, cut into batches of ``B`` (the ~30
+  lines in ``hand_loop`` below) - the baseline;
+* ``tsai``: tsai's ``TSUnwindowedDataset`` over the same rows as one array,
+  where tsai imports (it needs fastai; otherwise the row says why);
+* ``memcpy``: copying the same bytes per batch from a large array (the ceiling).
+
+Each runs in its own process, the contenders alternate in ``--rounds`` rounds,
+and the figures are medians with their range. Cases: stride 1 at B=256 L=512
+C=4 and at B=64 L=128, and stride = window (B=256 L=512). Per case it prints
+windows/s, time to first batch (from opening the data), and the ratios dw /
+hand, dw / memcpy and first batch hand / dw.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+C = 4
+FEATURES = [f"f{c}" for c in range(C)]
+CASES = [  # (name, B, L, stride or None for stride = window)
+    ("stride 1, B=256 L=512", 256, 512, 1),
+    ("stride 1, B=64 L=128", 64, 128, 1),
+    ("stride = window, B=256 L=512", 256, 512, None),
+]
+
+
+def write_files(root: str, files: int, rows: int, series: int, seed: int = 0) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    os.makedirs(root, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    per_series = max(1, files * rows // series)
+    for f in range(files):
+        path = os.path.join(root, f"part-{f:05d}.parquet")
+        if os.path.exists(path):
+            continue
+        rows_here = np.arange(f * rows, (f + 1) * rows)
+        columns = {"sid": (rows_here // per_series).astype(np.int64)}
+        columns.update({name: rng.standard_normal(rows, dtype=np.float32) for name in FEATURES})
+        pq.write_table(pa.table(columns), path, row_group_size=min(rows, 250_000))
+
+
+def hand_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
+    """The loop by hand: one Dask partition at a time, every window of each series, shuffled."""
+    import dask.dataframe as dd
+    import torch
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    frame = dd.read_parquet(root, columns=["sid", *FEATURES])
+    rng = np.random.default_rng(seed)
+    for p in rng.permutation(frame.npartitions):
+        part = frame.get_partition(int(p)).compute()
+        x = part[FEATURES].to_numpy(np.float32)  # (rows, C)
+        sid = part["sid"].to_numpy()
+        bounds = np.flatnonzero(np.diff(sid)) + 1
+        edges = np.concatenate([[0], bounds, [len(sid)]])
+        starts = np.concatenate(
+            [np.arange(a, b - window + 1, stride) for a, b in zip(edges[:-1], edges[1:]) if b - a >= window]
+        )
+        rng.shuffle(starts)
+        view = sliding_window_view(x, window, axis=0)  # (rows - L + 1, C, L)
+        for lo in range(0, len(starts), batch):
+            yield torch.from_numpy(view[starts[lo : lo + batch]])
+
+
+def tsai_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
+    """tsai's TSUnwindowedDataset over all rows as one (rows, C) array, shuffled batches."""
+    import pyarrow.parquet as pq
+    import torch
+    from tsai.data.unwindowed import TSUnwindowedDataset  # needs fastai
+
+    table = pq.read_table(root, columns=FEATURES)
+    x = np.stack([table.column(c).to_numpy() for c in FEATURES], axis=1)
+    ds = TSUnwindowedDataset(x, window_size=window, stride=stride, seq_first=True)
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(ds))
+    for lo in range(0, len(order), batch):
+        out = ds[order[lo : lo + batch]]
+        yield out[0] if isinstance(out, tuple) else torch.as_tensor(out)
+
+
+def dw_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
+    import dask_windows as dw
+
+    ds = dw.WindowDataset(
+        root, features=FEATURES, series="sid", window=window, stride=stride, batch_size=batch, seed=seed
+    )
+    yield from ds
+
+
+def memcpy_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
+    """Copies of ``B * C * L`` float32 values from a 256 MiB array (beyond the caches)."""
+    import torch
+
+    n = batch * C * window
+    source = np.random.default_rng(seed).standard_normal(max(n * 4, 64 * 2**20), dtype=np.float32)
+    offsets = np.arange(0, len(source) - n + 1, n)
+    k = 0
+    while True:
+        out = np.empty(n, np.float32)
+        np.copyto(out, source[offsets[k % len(offsets)] : offsets[k % len(offsets)] + n])
+        k += 1
+        yield torch.from_numpy(out.reshape(batch, C, window))
+
+
+LOOPS = {"dw": dw_loop, "hand": hand_loop, "tsai": tsai_loop, "memcpy": memcpy_loop}
+
+
+def child(args: argparse.Namespace) -> None:
+    """Measure one contender: time to first batch, then windows/s for ``--seconds`` (or to the end)."""
+    import torch
+
+    torch.set_num_threads(1)
+    stride = args.stride or args.window
+    began = time.perf_counter()
+    try:
+        batches = LOOPS[args.child](args.root, args.batch, args.window, stride)
+        first = next(batches)
+    except ImportError as exc:
+        print(json.dumps({"error": f"not importable: {exc}"}))
+        return
+    first_s = time.perf_counter() - began
+    windows, start = 0, time.perf_counter()
+    for x in batches:
+        windows += len(x)
+        if time.perf_counter() - start > args.seconds:
+            break
+    seconds = time.perf_counter() - start
+    print(json.dumps({"first_s": first_s, "rate": windows / seconds if seconds else 0.0, "shape": list(first.shape)}))
+
+
+def measure(name: str, root: str, batch: int, window: int, stride: int | None, seconds: float) -> dict:
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        name,
+        "--root",
+        root,
+        "--batch",
+        str(batch),
+        "--window",
+        str(window),
+        "--stride",
+        str(stride or 0),
+        "--seconds",
+        str(seconds),
+    ]
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode or not lines:
+        return {"error": (done.stderr.strip().splitlines() or ["failed"])[-1]}
+    return json.loads(lines[-1])
+
+
+def _load() -> list[str]:
+    """The 1, 5 and 15 minute load averages."""
+    with open("/proc/loadavg") as src:
+        return src.read().split()[:3]
+
+
+def summary(values: list[float]) -> tuple[float, float, float]:
+    return float(np.median(values)), float(min(values)), float(max(values))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=4)
+    parser.add_argument("--rows", type=int, default=500_000, help="rows per file")
+    parser.add_argument("--series", type=int, default=40)
+    parser.add_argument("--seconds", type=float, default=2.0, help="measuring time per contender and round")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--contenders", nargs="*", default=["dw", "hand", "tsai", "memcpy"], choices=list(LOOPS))
+    parser.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "dask_windows_peers"))
+    parser.add_argument("--child", choices=list(LOOPS), help=argparse.SUPPRESS)
+    parser.add_argument("--root", help=argparse.SUPPRESS)
+    parser.add_argument("--batch", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--window", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--stride", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args)
+        return
+    root = os.path.join(args.dir, f"{args.files}x{args.rows}x{args.series}")
+    write_files(root, args.files, args.rows, args.series)
+    load = _load()
+    print(
+        f"{args.files} files x {args.rows:,} rows, {args.series} series, C={C} float32; {args.rounds} alternating "
+        f"rounds of {args.seconds:.0f} s per contender, each in its own process, 1 torch thread; "
+        f"load average {' '.join(load)}"
+    )
+    for case, batch, window, stride in CASES:
+        results: dict[str, list[dict]] = {name: [] for name in args.contenders}
+        for _ in range(args.rounds):
+            for name in args.contenders:
+                results[name].append(measure(name, root, batch, window, stride, args.seconds))
+        print(f"\n{case}")
+        print(f"  {'':<8}{'windows/s (median, range)':>38}{'first batch s':>24}")
+        medians = {}
+        for name, runs in results.items():
+            ok = [r for r in runs if "error" not in r]
+            if not ok:
+                print(f"  {name:<8}{runs[0]['error'][:90]}")
+                continue
+            rate, first = summary([r["rate"] for r in ok]), summary([r["first_s"] for r in ok])
+            medians[name] = (rate[0], first[0])
+            print(
+                f"  {name:<8}{rate[0]:>14,.0f}  [{rate[1]:>10,.0f} - {rate[2]:>10,.0f}]"
+                f"{first[0]:>10.2f}  [{first[1]:.2f} - {first[2]:.2f}]"
+            )
+        if "dw" in medians and "hand" in medians:
+            print(
+                f"  dw / hand windows/s {medians['dw'][0] / medians['hand'][0]:.2f}x; "
+                f"first batch hand / dw {medians['hand'][1] / medians['dw'][1]:.2f}x"
+            )
+        if "dw" in medians and "memcpy" in medians:
+            print(f"  dw / memcpy {medians['dw'][0] / medians['memcpy'][0]:.2f}x")
+        if "dw" in medians and "tsai" in medians:
+            print(f"  dw / tsai {medians['dw'][0] / medians['tsai'][0]:.2f}x")
+    print(f"\nload average at the end {' '.join(_load())}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""Standardisation: global statistics applied per partition, per-window statistics per batch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from helpers import collect, make_frames, write_parquet
+
+import dask_windows as dw
+from dask_windows.batch import Gatherer
+from dask_windows.normalize import standardize, standardize_windows
+
+FEATURES = ["f0", "f1", "f2"]
+MEAN = np.array([1.5, -2.0, 30.0], np.float32)
+STD = np.array([2.0, 0.25, 7.0], np.float32)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    frames = make_frames(seed=4, num_files=4, num_series=9, min_len=5, max_len=120)
+    for frame in frames:  # offsets and scales unlike the statistics, so a wrong formula shows
+        for k, name in enumerate(FEATURES):
+            frame[name] = (frame[name] * (k + 1) * 3 + 10 * k).astype(np.float32)
+    root = tmp_path_factory.mktemp("norm")
+    write_parquet(frames, str(root), row_group_size=41)
+    return frames, str(root)
+
+
+def _reference_windows(frames: list[pd.DataFrame], rows: np.ndarray, window: int, layout: str) -> np.ndarray:
+    """Brute force: each window's rows from the concatenated frames, standardised in float32."""
+    full = pd.concat(frames, ignore_index=True)[FEATURES].to_numpy(np.float32)
+    scaled = (full - MEAN) * (np.float32(1.0) / STD)  # the float32 operations the loader promises
+    out = np.stack([scaled[r : r + window] for r in rows])  # (B, L, C)
+    return out.transpose(0, 2, 1) if layout == "NCL" else out
+
+
+@pytest.mark.parametrize("layout", ["NCL", "NLC"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_global_statistics_equal_the_reference(data, layout, workers):
+    frames, root = data
+    kw = dict(
+        features=FEATURES,
+        targets=["y"],
+        series="sid",
+        window=7,
+        stride=2,
+        batch_size=16,
+        return_index=True,
+        layout=layout,
+        seed=3,
+    )
+    plain = collect(dw.WindowDataset(root, **kw), {"num_workers": workers} if workers else None)
+    scaled = collect(
+        dw.WindowDataset(root, normalize={"mean": MEAN, "std": STD}, **kw),
+        {"num_workers": workers} if workers else None,
+    )
+    assert len(plain) == len(scaled) > 3
+    for (_x0, y0, rows0), (x, y, rows) in zip(plain, scaled):
+        np.testing.assert_array_equal(rows, rows0)
+        np.testing.assert_array_equal(y, y0)  # targets are not standardised
+        np.testing.assert_array_equal(x, _reference_windows(frames, rows, 7, layout))
+
+
+def test_per_partition_equals_the_per_batch_gather_bit_for_bit():
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((3, 500)) * 5 + 2).astype(np.float32)  # (C, rows)
+    starts = rng.integers(0, 500 - 16, 64)
+    per_batch = Gatherer(x, None, 16, 0, "NCL", MEAN, STD).features(starts)
+    once = Gatherer(standardize(x.copy(), MEAN, STD, True), None, 16, 0, "NCL").features(starts)
+    np.testing.assert_array_equal(once, per_batch)
+    rows_major = np.ascontiguousarray(x.T)
+    per_batch = Gatherer(rows_major, None, 16, 0, "NLC", MEAN, STD).features(starts)
+    once = Gatherer(standardize(rows_major.copy(), MEAN, STD, False), None, 16, 0, "NLC").features(starts)
+    np.testing.assert_array_equal(once, per_batch)
+
+
+def _windows_reference(x: np.ndarray, channel_major: bool, eps: float = 1e-8) -> np.ndarray:
+    """Per window and channel, in float64, one window at a time."""
+    out = np.empty_like(x)
+    for b in range(len(x)):
+        block = x[b].astype(np.float64) if channel_major else x[b].T.astype(np.float64)  # (C, L)
+        for c in range(len(block)):
+            values = block[c]
+            std = max(values.std(), eps)
+            scaled = (values - values.mean()) / std
+            if channel_major:
+                out[b, c] = scaled
+            else:
+                out[b, :, c] = scaled
+    return out
+
+
+@pytest.mark.parametrize("shape", [(5, 3, 64), (4, 2, 127), (3, 40, 33), (6, 1, 1), (2, 7, 256)])
+@pytest.mark.parametrize("channel_major", [True, False])
+def test_windows_standardised_like_the_reference(shape, channel_major):
+    rng = np.random.default_rng(hash(shape) % 2**32)
+    _batch, channels, _length = shape
+    x = (rng.standard_normal(shape) * rng.uniform(0.1, 50, (1, channels, 1)) + 100).astype(np.float32)
+    x[0, 0] = 4.0  # a constant window becomes zeros
+    if not channel_major:
+        x = np.ascontiguousarray(x.transpose(0, 2, 1))
+    want = _windows_reference(x, channel_major)
+    got = standardize_windows(x.copy(), channel_major)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-4)
+    assert got.dtype == np.float32
+
+
+def test_sample_normalisation_through_the_dataset(data):
+    _frames, root = data
+    kw = dict(features=FEATURES, series="sid", window=9, batch_size=8, return_index=True, layout="NLC")
+    for (x, rows), (x0, rows0) in zip(
+        collect(dw.WindowDataset(root, normalize="sample", **kw)), collect(dw.WindowDataset(root, **kw))
+    ):
+        np.testing.assert_array_equal(rows, rows0)
+        np.testing.assert_allclose(x, _windows_reference(x0, False), rtol=1e-4, atol=2e-4)
