@@ -60,10 +60,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from dask.utils import parse_bytes
 
+from dask_windows.cli.readers import FORMATS, file_schemas, list_inputs, read_inputs, schema_mismatch
+from dask_windows.cli.safety import MARKER as _MARKER
+from dask_windows.cli.safety import check_output, remove_leftovers
 from dask_windows.errors import ConfigError, DataError, SchemaError
 from dask_windows.sources.manifest import read_manifest, series_runs, write_manifest
-from dask_windows.cli.readers import FORMATS, file_schemas, list_inputs, read_inputs, schema_mismatch
-from dask_windows.cli.safety import MARKER as _MARKER, check_output, remove_leftovers
 
 # FORMATS, list_inputs and read_inputs live in readers.py; still importable from here
 __all__ = ["FORMATS", "ConvertReport", "convert", "list_inputs", "plan_files", "read_inputs"]

@@ -32,14 +32,14 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
+from dask_windows.cli.readers import list_inputs, read_inputs
 from dask_windows.errors import ConfigError, SchemaError
 from dask_windows.index import PartitionRuns, WindowGrid
 from dask_windows.normalize import STATS_FORMAT, STATS_VERSION
 from dask_windows.sources.base import DEFAULT_PARTITION_BYTES
-from dask_windows.sources.retry import resolve_retry
 from dask_windows.sources.manifest import read_manifest
 from dask_windows.sources.parquet import PARQUET_SUFFIXES, ParquetSource
-from dask_windows.cli.readers import list_inputs, read_inputs
+from dask_windows.sources.retry import resolve_retry
 from dask_windows.spec import WindowSpec
 from dask_windows.windows import windows_per_run
 
@@ -341,7 +341,7 @@ def compute_stats(
             raise SchemaError(f"{srcs[0]} has no numeric columns; pass --features")
     features = list(features)
     if fmt == "parquet":  # the loader's column check and message
-        roles = {c: "feature" for c in features}
+        roles = dict.fromkeys(features, "feature")
         ParquetSource(urls, storage_options).check_columns(features, roles)
     missing = [f for f in features if f not in ddf.columns]
     if missing:
