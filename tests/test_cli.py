@@ -447,7 +447,7 @@ def test_version_global_flags_help_and_parse_errors(tmp_path, capsys):
     for argv, message in bad:
         assert message in run_main(capsys, *argv, expect=2)
     # the loader's Python keyword becomes the CLI flag that sets it
-    from dask_windows.cli.main import _cli_message
+    from dask_windows.cli.options import _cli_message
 
     assert "pass --on-error skip" in _cli_message("... or pass on_error='skip' to leave it out")
     assert "pass a larger --retries (" in _cli_message("pass a larger retries= (a file ...)")
