@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ provides the
     from dask_windows import masks
     from dask_windows.dataset import WindowDataset
     from dask_windows.device import DevicePrefetcher, standardize
+    from dask_windows.mixture import Mixture, mix
 
 __version__ = "0.2.0.dev0"  # the one place: setup.cfg and `dask-windows --version` read it
 
@@ -33,6 +34,7 @@ __all__ = [
     "DaskSource",
     "DataError",
     "DevicePrefetcher",
+    "Mixture",
     "ParquetSource",
     "RetryPolicy",
     "SchemaError",
@@ -42,6 +44,7 @@ __all__ = [
     "WindowDataset",
     "__version__",
     "masks",
+    "mix",
     "standardize",
 ]
 
@@ -49,7 +52,9 @@ __all__ = [
 _LAZY = {
     "DevicePrefetcher": ("dask_windows.device", "DevicePrefetcher"),
     "WindowDataset": ("dask_windows.dataset", "WindowDataset"),
+    "Mixture": ("dask_windows.mixture", "Mixture"),
     "masks": ("dask_windows.masks", None),
+    "mix": ("dask_windows.mixture", "mix"),
     "standardize": ("dask_windows.device", "standardize"),
 }
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import logging
 import os
-import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -21,6 +20,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from dask_windows.buffer import Part, decode, stream
+from dask_windows.epochs import EpochCounter, worker_token
 from dask_windows.errors import ConfigError, DataError, SourceReadError
 from dask_windows.faults import SkippedPartition, check_on_error, guard_scan, record_skip
 from dask_windows.index import WindowGrid, nan_rows, scan_runs
@@ -31,6 +31,7 @@ from dask_windows.resume import Resumer, check_int, fingerprint
 from dask_windows.sources.retry import RetryPolicy, resolve_retry
 from dask_windows.sources import ArraySource, PartitionReader, Source, is_series_vector, open_source
 from dask_windows.spec import WindowSpec
+from dask_windows.streams import elastic_batches
 from dask_windows.split import SeriesTable, cut_positions, split_grid
 from dask_windows.world import World, detect_ranks, detect_worker
 
@@ -44,8 +45,10 @@ class WindowDataset(IterableDataset):
 
     Args:
         data: A Parquet file, folder, glob or fsspec URL (``s3://``, ``gs://``, ``memory://``...),
-            a list of them, a Dask DataFrame, or a list of ``(rows, C)`` numpy arrays / memmaps
-            (each one series).
+            a list of them, a Dask DataFrame, a list of ``(rows, C)`` numpy arrays / memmaps
+            (each one series), or Arrow-world data: a pandas or Polars DataFrame (or LazyFrame), a
+            ``pyarrow.Table`` or ``pyarrow.dataset.Dataset``, a Hugging Face ``datasets.Dataset``, a
+            ``deltalake.DeltaTable`` (see ``sources.arrow``).
         features: Columns stacked as the ``C`` channels of ``x`` (column indices for arrays;
             ``None`` there means all columns).
         targets: Columns stacked as ``y``; ``None`` for self-supervised training.
@@ -78,6 +81,10 @@ class WindowDataset(IterableDataset):
         on_error: ``"raise"`` (default) on an unreadable partition, or ``"skip"`` it with a warning:
             left out at open, replaced by other windows of its buffer while iterating, so every
             rank still yields ``len(ds)`` batches. Skips are listed in ``skipped`` (see ``faults``).
+        cache_dir: Parquet in a remote store: keep the bytes read in this local folder, shared by the
+            ranks and DataLoader workers of a machine, so later epochs make no request for them
+            (see ``sources.cache``).
+        cache_bytes: Most bytes ``cache_dir`` may hold; least recently used entries are evicted.
 
     Attributes:
         skipped: Partitions skipped in this process: at open, and while iterating in this process.
@@ -112,9 +119,13 @@ class WindowDataset(IterableDataset):
         threads: int = 16,
         retries: int | RetryPolicy = 3,
         on_error: str = "raise",
+        cache_dir: str | os.PathLike | None = None,
+        cache_bytes: int | None = None,
     ) -> None:
         super().__init__()
         options: dict = {"threads": threads}
+        if cache_dir is not None:
+            options.update(cache_dir=cache_dir, cache_bytes=cache_bytes)
         if partition_bytes is not None:
             options["partition_bytes"] = partition_bytes
         if partition_rows is not None:
@@ -155,7 +166,7 @@ class WindowDataset(IterableDataset):
         self.source.set_window(self.spec.span, self.spec.stride)
         self._explicit_world = (rank, world_size)
         self._ranks = self._resolve_ranks()
-        self.epoch = 0
+        self._epochs = EpochCounter(0)  # shared with DataLoader workers: each pass takes the next epoch
         self._worker_passes = 0  # passes over this copy inside one DataLoader worker process
         self._resumer = Resumer()
         self._identity: dict | None = None
@@ -209,8 +220,22 @@ class WindowDataset(IterableDataset):
 
     # -- public API -------------------------------------------------------------------------
 
+    @property
+    def epoch(self) -> int:
+        """The epoch of the current (or latest) pass, or the one ``set_epoch`` chose for the next pass."""
+        return self._epochs.epoch
+
+    @epoch.setter
+    def epoch(self, epoch: int) -> None:
+        self._epochs.pin(check_int("epoch", epoch))
+
     def set_epoch(self, epoch: int) -> None:
-        """Use the order of ``epoch``; the same ``(seed, epoch)`` gives the same batches."""
+        """Use the order of ``epoch`` for the next pass; the same ``(seed, epoch)`` gives the same batches.
+
+        Without it each new pass over the dataset (each ``iter(loader)``, in the main process or in
+        DataLoader workers) takes the epoch after the previous pass's; calling it, as with a
+        ``DistributedSampler``, still decides the epoch of the next pass.
+        """
         self.epoch = check_int("epoch", epoch)
         self._resumer.forget(self.epoch)
         self._ranks = self._resolve_ranks()
@@ -236,19 +261,19 @@ class WindowDataset(IterableDataset):
         # StatefulDataLoader's state_dict() right after iter() already sees this pass.
         self._ranks = self._resolve_ranks()
         worker, num_workers = detect_worker()
-        if get_worker_info() is not None:
+        info = get_worker_info()
+        if info is None:
+            epoch = self._epochs.begin_pass()
+            self._resumer.forget(epoch)
+        else:  # every worker of this pass claims the same epoch (see epochs.py)
             self._worker_passes += 1
-            if self._worker_passes == 2 and worker == 0:
-                warnings.warn(
-                    "this WindowDataset copy is iterated a second time in the same DataLoader worker: "
-                    "persistent_workers=True keeps copies that never see set_epoch() or load_state_dict(), "
-                    f"so every pass repeats epoch {self.epoch}; use persistent_workers=False (the default)",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
+            epoch = self._epochs.begin_pass(worker_token(info.seed - info.id, self._worker_passes))
         world = World(self._ranks[0], self._ranks[1], worker, num_workers)
-        reader, skip = self._resumer.begin(self.epoch, world, len(self))
-        return self._batches(self._plan(reader, skip))
+        elastic = self._resumer.elastic_share(epoch, world, self._shape())
+        if elastic is not None:  # a state of another topology: this reader's part of the rest of the epoch
+            return elastic_batches(self, *elastic, self._resumer.step)
+        reader, skip = self._resumer.begin(epoch, world, len(self))
+        return self._batches(self._plan(reader, skip, epoch))
 
     def state_dict(self, batches: int | None = None, num_workers: int | None = None) -> dict:
         """Where the current epoch stands, as a small dict to save with the model checkpoint.
@@ -268,7 +293,9 @@ class WindowDataset(IterableDataset):
         """
         world = World(*self._resolve_ranks(), *detect_worker())
         in_worker = get_worker_info() is not None
-        return self._resumer.save(self._fingerprint(), self.epoch, world, len(self), in_worker, batches, num_workers)
+        return self._resumer.save(
+            self._fingerprint(), self.epoch, world, len(self), in_worker, batches, num_workers, self._shape()
+        )
 
     def load_state_dict(self, state: dict) -> None:
         """Resume the epoch ``state`` was saved in, after the batches it had already yielded.
@@ -277,10 +304,15 @@ class WindowDataset(IterableDataset):
         remaining batches in the uninterrupted order, with the same ``num_workers``. Buffers already
         finished are not read again.
 
+        A loader-scope state saved with another ``world_size`` or ``num_workers`` resumes elastically:
+        the windows of that epoch not yet yielded (those of the old in-flight buffers included) are
+        divided between the new ranks and workers, each exactly once, every rank yielding the same
+        number of batches; only their order differs from an uninterrupted run (see ``elastic``).
+
         Raises:
-            ConfigError: The state comes from another dataset, configuration or world size.
+            ConfigError: The state comes from another dataset or configuration.
         """
-        self.epoch = self._resumer.load(state, self._fingerprint(), self._resolve_ranks()[1])
+        self.epoch = self._resumer.load(state, self._fingerprint(), self._resolve_ranks()[1], elastic=True)
 
     def split(
         self, valid: float | None = None, *, at: Any = None, time: Any = None, embargo: int = 0
@@ -325,6 +357,7 @@ class WindowDataset(IterableDataset):
         out.num_windows = int(grid.windows_per_partition.sum())
         out._identity = None
         out._resumer = Resumer()
+        out._epochs = copy.copy(self._epochs)
         if out.num_windows == 0:
             raise DataError(
                 f"the {part} part of the split of {self.source.description} holds no windows "
@@ -353,6 +386,10 @@ class WindowDataset(IterableDataset):
             reader.close()
             source_reader.close()
 
+    def _shape(self) -> tuple[int, int, bool]:
+        """``(num_windows, batch_size, drop_last)``: what the division of an epoch depends on."""
+        return self.num_windows, self.spec.batch_size, self.spec.drop_last
+
     def _per_batch_normalize(self) -> str | None:
         """``normalize`` for ``stream``: global statistics are applied in ``decode``, once per partition."""
         return None if isinstance(self._normalize, tuple) else self._normalize
@@ -370,13 +407,13 @@ class WindowDataset(IterableDataset):
         state["_ranks"] = self._resolve_ranks()
         return state
 
-    def _plan(self, world: World, skip_batches: int = 0) -> Any:
+    def _plan(self, world: World, skip_batches: int = 0, epoch: int | None = None) -> Any:
         s = self.spec
         return plan_reader(
             self.grid.windows_per_partition,
             world,
             seed=s.seed,
-            epoch=self.epoch,
+            epoch=self.epoch if epoch is None else epoch,
             shuffle=s.shuffle,
             batch_size=s.batch_size,
             drop_last=s.drop_last,

@@ -144,11 +144,16 @@ class Resumer:
     def __init__(self) -> None:
         self.pending: dict | None = None
         self.progress: _Progress | None = None
+        self.elastic_pass: dict | None = None  # the rest an elastic pass of this process divides
 
     # -- loading ------------------------------------------------------------------------------
 
-    def load(self, state: Any, expected: dict, world_size: int) -> int:
-        """Validate ``state`` against this dataset; keep it; return its epoch."""
+    def load(self, state: Any, expected: dict, world_size: int, elastic: bool = False) -> int:
+        """Validate ``state`` against this dataset; keep it; return its epoch.
+
+        With ``elastic``, a loader-scope state of another world size (or number of workers) is kept:
+        ``elastic_share`` then re-divides the rest of its epoch (see ``elastic``).
+        """
         if not isinstance(state, dict) or state.get("format") != FORMAT:
             raise ConfigError(
                 f"not a WindowDataset state (format {state.get('format') if isinstance(state, dict) else None!r}, "
@@ -170,8 +175,11 @@ class Resumer:
             for key, value in expected.items()
             if state["dataset"].get(key) != value
         ]
-        if state["world_size"] != world_size:
+        regroup = elastic and state.get("scope") == "loader"
+        if state["world_size"] != world_size and not regroup:
             differ.append(f"world_size: {state['world_size']} in the state, {world_size} here")
+        if "rest" in state and not regroup:
+            differ.append("the state is of an elastic resume, which this dataset does not support")
         if differ:
             raise ConfigError(
                 "the state was saved by a different dataset or configuration ("
@@ -185,10 +193,51 @@ class Resumer:
         check_int("state['num_workers']", state.get("num_workers"), minimum=1)
         self.pending = dict(state)
         self.progress = None
+        self.elastic_pass = None
         return int(state["epoch"])
+
+    # -- elastic resume -----------------------------------------------------------------------
+
+    def elastic_share(
+        self, epoch: int, world: World, shape: tuple[int, int, bool]
+    ) -> tuple[tuple, tuple[int, int], tuple[int, ...]] | None:
+        """Start a pass of an elastic resume: ``(pieces, origin, sizes)`` this reader yields, or ``None``.
+
+        ``None`` unless a loaded state of ``epoch`` was saved with another world size or number of
+        workers (or during an elastic epoch); then see ``elastic.divide``.
+
+        Args:
+            epoch: The dataset's epoch.
+            world: This process's rank and DataLoader worker.
+            shape: ``(num_windows, batch_size, drop_last)`` of the dataset.
+        """
+        from dask_windows.elastic import divide, is_elastic
+
+        state = self.pending if self.pending is not None and self.pending["epoch"] == epoch else None
+        if state is None or not is_elastic(state, world.world_size, world.num_workers):
+            return None
+        pieces, origin = self._rest(state, shape)
+        share = divide(pieces, world, shape[1])
+        self.pending = None  # used up by this pass
+        self.progress = _Progress(epoch, world.worker, world.worker, world.num_workers, 0, 0)
+        self.elastic_pass = {"epoch": epoch, "rest": {"pieces": [list(p) for p in pieces], "origin": list(origin)}}
+        return share.pieces, origin, share.sizes
+
+    def _rest(self, state: dict, shape: tuple[int, int, bool]) -> tuple[list, tuple[int, int]]:
+        from dask_windows.elastic import rest_from_state
+
+        if state["scope"] != "loader":
+            raise ConfigError(
+                "a state saved inside one DataLoader worker (StatefulDataLoader) cannot be resumed with another "
+                "world size or num_workers; save with state_dict(batches=K, num_workers=W) in the training loop"
+            )
+        return rest_from_state(state, round_robin, *shape)
 
     def forget(self, epoch: int) -> None:
         """``set_epoch(epoch)``: a loaded state of another epoch no longer applies."""
+        elastic = getattr(self, "elastic_pass", None)
+        if elastic is not None and elastic["epoch"] != epoch:
+            self.elastic_pass = None
         if self.pending is not None and self.pending["epoch"] != epoch:
             if epoch < self.pending["epoch"]:
                 log.warning(
@@ -238,6 +287,7 @@ class Resumer:
         in_worker: bool,
         batches: int | None = None,
         num_workers: int | None = None,
+        shape: tuple[int, int, bool] | None = None,
     ) -> dict:
         """The state of the current position (see ``WindowDataset.state_dict``).
 
@@ -250,8 +300,21 @@ class Resumer:
             batches: Batches the DataLoader yielded in its current pass (loader scope), or ``None``
                 to use this process's own count.
             num_workers: The DataLoader's ``num_workers``; required with ``batches``.
+            shape: ``(num_windows, batch_size, drop_last)``, for a state inside an elastic resume.
         """
         state = {"format": FORMAT, "version": VERSION, "dataset": identity, "world_size": world.world_size}
+        rest = self._elastic_rest(epoch, world.world_size, num_workers if batches is not None else None, shape)
+        if rest is not None:  # inside an elastic resume: the state records the pieces being divided
+            if batches is not None:
+                taken, readers = check_int("batches", batches), max(check_int("num_workers", num_workers or 1), 1)
+            elif self.progress is not None and self.progress.epoch == epoch and self.progress.num_workers == 1:
+                taken, readers = self.progress.done, 1
+            else:
+                raise ConfigError(
+                    "inside an elastic resume, save with state_dict(batches=K, num_workers=W): a worker's own "
+                    "count cannot describe the division of the rest of the epoch"
+                )
+            return {**state, "scope": "loader", "epoch": epoch, "num_workers": readers, "batches": taken, "rest": rest}
         if batches is not None:
             if num_workers is None:
                 raise ConfigError(
@@ -283,6 +346,21 @@ class Resumer:
                 "the loader yielded in its current pass, or use torchdata's StatefulDataLoader, which asks each worker"
             )
         return {**state, "scope": "loader", "epoch": epoch, "num_workers": world.num_workers, "batches": 0}
+
+    def _elastic_rest(
+        self, epoch: int, world_size: int, num_workers: int | None, shape: tuple[int, int, bool] | None
+    ) -> dict | None:
+        """The pieces an elastic pass of ``epoch`` divides (begun here, or due by the loaded state)."""
+        from dask_windows.elastic import is_elastic
+
+        done = getattr(self, "elastic_pass", None)
+        if done is not None and done["epoch"] == epoch and (self.pending is None or self.pending["epoch"] != epoch):
+            return done["rest"]
+        state = self.pending
+        if state is None or state["epoch"] != epoch or shape is None or not is_elastic(state, world_size, num_workers):
+            return None
+        pieces, origin = self._rest(state, shape)
+        return {"pieces": [list(p) for p in pieces], "origin": list(origin)}
 
     def _pass_start(self, epoch: int, readers: int) -> int:
         """Batches of ``epoch`` a resume skipped before the current pass of the DataLoader."""

@@ -11,7 +11,8 @@ Without ``--data`` it writes a small synthetic Parquet dataset first, under ``--
 (series span files, files differ in size); the checkpoint goes to ``--out/checkpoint.pt``.
 ``--resume`` with a checkpoint already at ``--steps`` trains nothing more. DataLoader workers
 start with ``forkserver``: forking a process that runs gloo/nccl threads can deadlock a worker
-(about 1 run in 14 hung with fork under Lightning DDP), a fresh server process cannot. Each rank reads its own exact share of every epoch; rank 0 saves a checkpoint
+(about 1 run in 14 hung with fork under Lightning DDP), a fresh server process cannot.
+Each rank reads its own exact share of every epoch; rank 0 saves a checkpoint
 holding the model, the optimiser and the loader position (``ds.state_dict``), which resumes
 every rank after exactly the batches already trained on.
 """
@@ -107,9 +108,10 @@ def main() -> None:
         window=args.window, horizon=args.horizon, batch_size=args.batch_size, drop_last=True, seed=0,
     )  # fmt: skip
     train, valid = ds.split(valid=0.2, embargo=args.window)
+    # forkserver, not fork: forking a process whose process group already runs threads can deadlock
+    context = "forkserver" if args.num_workers else None
     loader = DataLoader(
-        train, batch_size=None, num_workers=args.num_workers, pin_memory=on_gpu,
-        multiprocessing_context="forkserver" if args.num_workers else None,
+        train, batch_size=None, num_workers=args.num_workers, pin_memory=on_gpu, multiprocessing_context=context
     )
 
     torch.manual_seed(0)

@@ -14,6 +14,8 @@ the Dask one, keeps the next partitions in flight).
   cluster when a client is active;
 * ``arrays``: numpy arrays and ``.npy`` memmaps, or one 2-D array cut into
   series by an id vector;
+* ``arrow``: pandas, pyarrow Tables and Datasets (fragments, hive keys), Polars,
+  Hugging Face and Delta data (imported when such data is passed);
 * ``manifest``: the JSON file ``dask-windows convert`` writes beside its parts;
 * ``retry``: retrying transient storage errors.
 
@@ -23,6 +25,7 @@ neither dask nor torch (the Dask source imports dask when it is used).
 """
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -47,6 +50,8 @@ __all__ = [
     "is_series_vector",
     "open_source",
 ]
+
+log = logging.getLogger(__name__)
 
 
 def is_series_vector(series: Any) -> bool:
@@ -95,6 +100,13 @@ def open_source(
         if isinstance(series, str):
             options["series"] = series  # the runs of small files come out of the footer read
         return ParquetSource(data, storage_options, retry=retry, on_error=on_error, **options)
+    if options.pop("cache_dir", None) is not None:  # what is not Parquet is read where it is
+        options.pop("cache_bytes", None)
+        log.info("cache_dir= applies to Parquet in a remote store; %s is read without it", type(data).__name__)
+    from dask_windows.sources.arrow import ArrowSource, is_arrow_like
+
+    if is_arrow_like(data):  # pandas, pyarrow, Polars, Hugging Face, to_pyarrow_dataset() (Delta)
+        return ArrowSource(data, series=series, **options)
     if type(data).__module__.startswith("dask"):
         options.pop("partition_bytes", None)
         options.pop("partition_rows", None)
@@ -108,5 +120,6 @@ def open_source(
         return ArraySource(data, **options)
     raise TypeError(
         f"cannot read windows from {type(data).__name__}; pass a Parquet path/URL/glob or a list of them, "
-        "a Dask DataFrame, a list of (rows, C) numpy arrays, or one 2-D array with series=<id per row>"
+        "a Dask DataFrame, a list of (rows, C) numpy arrays, one 2-D array with series=<id per row>, "
+        "a pandas/Polars DataFrame, a pyarrow Table or Dataset, or a Hugging Face datasets.Dataset"
     )

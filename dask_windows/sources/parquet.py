@@ -41,6 +41,7 @@ from dask_windows.faults import (
 )
 from dask_windows.sources.retry import RetryPolicy, resolve_retry
 from dask_windows.sources.base import DEFAULT_PARTITION_BYTES, Partition, Source
+from dask_windows.sources.cache import split_merged
 from dask_windows.sources.footers import (
     FOOTER_BYTES,
     TAIL_BATCH,
@@ -53,7 +54,7 @@ from dask_windows.sources.footers import (
     row_group_splits,
     tail_runs,
 )
-from dask_windows.sources.ranges import chunk_ranges, fetch_ranges, merge_ranges
+from dask_windows.sources.ranges import FetchedFile, chunk_ranges, fetch_ranges, merge_ranges
 
 __all__ = ["ParquetSource"]
 
@@ -90,9 +91,14 @@ class ParquetSource(Source):
         retry: Retries of transient store errors (an int of retries or a ``RetryPolicy``).
         on_error: ``"raise"`` on a file whose footer cannot be read, or ``"skip"`` it (recorded in ``skipped``).
         max_gap: Column chunks of a partition closer than this many bytes are fetched in one request.
+        cache_dir: Keep the bytes read from a remote store in this local folder (shared by the processes
+            of a machine), so later epochs read them from disk (see ``cache``); local files are not cached.
+        cache_bytes: Most bytes ``cache_dir`` may hold (least recently used entries are evicted); ``None``: no limit.
         series: The series column, if any: runs that the tail read at open already tells are kept
             for ``read_runs`` (each given once), so a small file is not read again to scan it.
     """
+
+    cache: Any = None  # the RangeCache of cache_dir=, if any
 
     def __init__(
         self,
@@ -103,6 +109,8 @@ class ParquetSource(Source):
         retry: int | RetryPolicy | None = None,
         on_error: str = "raise",
         max_gap: int = MAX_GAP,
+        cache_dir: str | os.PathLike | None = None,
+        cache_bytes: int | None = None,
         series: str | None = None,
     ) -> None:
         self.retry = resolve_retry(retry)
@@ -143,6 +151,34 @@ class ParquetSource(Source):
                     self.partitions.append(Partition(name, rows, (path, rgs)))
         del opened
         self._manifest = self._load_manifest(data)
+        self.cache, self._versions = self._open_cache(cache_dir, cache_bytes)
+
+    def _cached(self, path: str, size: int, chunks: list[tuple[int, int]]) -> FetchedFile:
+        """The column chunks ``chunks`` of ``path`` through the local cache (``cache_dir=``): the missing
+        ones fetched in one ``cat_ranges`` call, close ones merged into one request as without a cache."""
+        fs = self._filesystem()
+
+        def fetch(wanted: list[tuple[int, int]]) -> list:
+            ranges = merge_ranges(wanted, self.max_gap)
+            blobs = fs.cat_ranges([path] * len(ranges), [a for a, _ in ranges], [b for _, b in ranges], on_error="raise")
+            return split_merged(wanted, ranges, blobs)
+
+        blobs = self.cache.fetch(self._url(path), self._versions[path], chunks, fetch)
+        return FetchedFile(fs, path, size, chunks, blobs)
+
+    def _open_cache(self, cache_dir: Any, cache_bytes: int | None) -> tuple[Any, dict[str, str]]:
+        """The local ``RangeCache`` of a remote source and each file's version (size, ETag/mtime) in its keys.
+
+        The versions come from the listing's ``info`` (no request after a folder or glob listing;
+        one HEAD per file for an explicit list of URLs), once, at open.
+        """
+        if cache_dir is None or self.local:
+            return None, {}
+        from dask_windows.sources.cache import RangeCache, object_version
+
+        cache = RangeCache(cache_dir, cache_bytes)
+        infos = map_in_blocks(lambda path: self.retry.call(lambda: self.fs.info(path), path), self.files, 16)
+        return cache, {path: object_version(info) for path, info in zip(self.files, infos)}
 
     def _load_manifest(self, data: Any) -> dict | None:
         """Series runs per file from a ``dask-windows convert`` manifest, if it matches the files.
@@ -360,7 +396,10 @@ class ParquetSource(Source):
             file: Any = path
         else:
             ranges = merge_ranges(chunk_ranges(meta, row_groups, columns), self.max_gap)
-            file = fetch_ranges(self._filesystem(), path, footer.size, ranges)
+            if self.cache is None:
+                file = fetch_ranges(self._filesystem(), path, footer.size, ranges)
+            else:
+                file = self._cached(path, footer.size, chunk_ranges(meta, row_groups, columns))
         reader = pq.ParquetFile(file, metadata=meta, pre_buffer=False)
         return reader.read_row_groups(list(row_groups), columns=list(columns), use_threads=False)
 

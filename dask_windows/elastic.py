@@ -1,0 +1,207 @@
+"""Elastic resume: the rest of an epoch re-divided between another number of ranks and workers.
+
+A reader (rank, DataLoader worker) yields a fixed stream of windows in an
+epoch, and a loader-scope state says how many batches each rank's DataLoader
+yielded, hence (``resume.round_robin``) how many each worker had yielded: a
+prefix of each old reader's stream. What is left is a list of *pieces*
+``(rank, worker, lo, hi)``: windows ``[lo, hi)`` of that old reader's stream,
+including the windows of the buffers the old readers were inside (they are
+read again, not lost). Laid end to end, the pieces form the rest sequence;
+the new topology divides it as the plan divides an epoch: contiguous shares
+per rank, as equal as windows allow, every rank yielding the same number of
+batches (full ones, then at most two shorter ones at the end of the share),
+contiguous blocks of batches per worker. Every window not yet yielded is
+yielded exactly once. A state saved during such an epoch records the pieces
+and the new division, so a second elastic restart in the same epoch works the
+same way.
+
+The trade-off, the one thing that cannot be kept: the order of the rest of the
+epoch. The new readers take the old readers' streams one after another instead
+of interleaving them, so the rest of the epoch is not the order an
+uninterrupted run would have produced (nor the order a run started with the
+new topology would have). Which windows remain is exact; the next epochs are
+exactly those of a job always run with the new topology. When fewer windows
+remain than ranks times batches can hold (a tiny rest with ``batch_size=1``),
+the last ``rest % world_size`` windows are left out, as an epoch's are.
+
+Pure arithmetic on integers; nothing reads data.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dask_windows.plan import batches_per_rank, windows_per_rank, worker_batch_range
+from dask_windows.world import World
+
+__all__ = [
+    "Share",
+    "batches_of_rest",
+    "divide",
+    "is_elastic",
+    "reader_windows_count",
+    "rest_from_state",
+    "rest_of_epoch",
+]
+
+log = logging.getLogger(__name__)
+
+Piece = tuple[int, int, int, int]  # (old rank, old worker, lo, hi) of that old reader's stream
+
+
+@dataclass(frozen=True)
+class Share:
+    """What one new reader yields of the rest of an epoch.
+
+    Attributes:
+        pieces: Pieces of old readers' streams, in reading order.
+        sizes: Windows of each batch.
+    """
+
+    pieces: tuple[Piece, ...]
+    sizes: tuple[int, ...]
+
+
+def reader_windows_count(num_windows: int, reader: World, batch_size: int, drop_last: bool) -> int:
+    """Windows in the stream of ``reader`` in an epoch of ``num_windows`` (as ``plan`` divides it)."""
+    share = windows_per_rank(num_windows, reader.world_size)
+    num_batches = batches_per_rank(num_windows, reader.world_size, batch_size, drop_last)
+    used = min(share, num_batches * batch_size)
+    b0, b1 = worker_batch_range(num_batches, reader.worker, reader.num_workers)
+    return max(min(b1 * batch_size, used) - b0 * batch_size, 0)
+
+
+def _batch_bounds(share: int, num_batches: int, batch_size: int) -> np.ndarray:
+    """``(num_batches + 1,)`` window bounds of a rank's batches: full ones first, no empty one."""
+    j = np.arange(num_batches + 1, dtype=np.int64)
+    return np.minimum(j * batch_size, share - (num_batches - j))
+
+
+def _rank_layout(total: int, world_size: int, batch_size: int) -> tuple[np.ndarray, int]:
+    """``(shares, batches per rank)`` of ``total`` rest windows over ``world_size`` ranks."""
+    shares = np.full(world_size, total // world_size, dtype=np.int64)
+    shares[: total % world_size] += 1
+    num_batches = -(-int(shares.max()) // batch_size)
+    if int(shares.min()) < num_batches:  # cannot give every rank as many non-empty batches
+        left_out = total % world_size
+        log.warning(
+            "elastic resume: %d windows of the rest of the epoch cannot be divided into equal batch counts over "
+            "%d ranks and are left out", left_out, world_size,
+        )  # fmt: skip
+        shares[:] = total // world_size
+        num_batches = -(-int(shares[0]) // batch_size)
+    return shares, num_batches
+
+
+def divide(pieces: Sequence[Piece], world: World, batch_size: int) -> Share:
+    """The part of the rest sequence ``pieces`` that new reader ``world`` yields.
+
+    Args:
+        pieces: The rest of the epoch, in canonical order.
+        world: The new reader: rank, world size, worker, number of workers.
+        batch_size: Windows per full batch.
+    """
+    lengths = np.array([hi - lo for _, _, lo, hi in pieces], dtype=np.int64)
+    shares, num_batches = _rank_layout(int(lengths.sum()), world.world_size, batch_size)
+    bounds = _batch_bounds(int(shares[world.rank]), num_batches, batch_size)
+    b0, b1 = worker_batch_range(num_batches, world.worker, world.num_workers)
+    base = int(shares[: world.rank].sum())
+    a, b = base + int(bounds[b0]), base + int(bounds[b1])
+    ends = np.cumsum(lengths)  # (pieces,) rest position just past each piece
+    starts = ends - lengths
+    out = []
+    for k in range(int(np.searchsorted(ends, a, side="right")), len(pieces)):
+        if starts[k] >= b:
+            break
+        rank, worker, lo, _ = pieces[k]
+        x, y = max(a, int(starts[k])), min(b, int(ends[k]))
+        if y > x:
+            out.append((rank, worker, lo + x - int(starts[k]), lo + y - int(starts[k])))
+    return Share(tuple(out), tuple(int(s) for s in np.diff(bounds[b0 : b1 + 1])))
+
+
+def batches_of_rest(pieces: Sequence[Piece], world_size: int, batch_size: int) -> int:
+    """Batches every new rank yields of the rest ``pieces``."""
+    return _rank_layout(sum(hi - lo for _, _, lo, hi in pieces), world_size, batch_size)[1]
+
+
+def rest_of_epoch(
+    consumed: Sequence[int],
+    world_size: int,
+    num_workers: int,
+    readers: Callable[[int, int], tuple[Sequence[Piece], Sequence[int]]],
+) -> list[Piece]:
+    """Pieces not yet yielded, given each worker's consumed batches (the same on every rank).
+
+    Args:
+        consumed: ``(num_workers,)`` batches each DataLoader worker of every rank had yielded.
+        world_size: Ranks that yielded them.
+        num_workers: Workers per rank.
+        readers: ``readers(rank, worker)`` gives that reader's ``(pieces, sizes)``: the pieces its
+            stream is made of and the windows of each of its batches.
+
+    Returns:
+        The rest of the epoch: ``(rank, worker, lo, hi)`` of the original readers' streams.
+    """
+    out: list[Piece] = []
+    for rank in range(world_size):
+        for worker in range(num_workers):
+            pieces, sizes = readers(rank, worker)
+            done = int(np.sum(sizes[: int(consumed[worker])]))  # windows of the batches yielded
+            for r, w, lo, hi in pieces:
+                length = hi - lo
+                if done >= length:
+                    done -= length
+                    continue
+                out.append((r, w, lo + done, hi))
+                done = 0
+    return out
+
+
+def is_elastic(state: dict, world_size: int, num_workers: int | None) -> bool:
+    """Whether resuming ``state`` with this topology re-divides the rest (``num_workers=None``: unknown)."""
+    if "rest" in state or state["world_size"] != world_size:
+        return True
+    return num_workers is not None and state["num_workers"] != max(num_workers, 1)
+
+
+def rest_from_state(
+    state: dict, round_robin: Callable, num_windows: int, batch_size: int, drop_last: bool
+) -> tuple[list[Piece], tuple[int, int]]:
+    """``(pieces, origin)``: the rest of the epoch of loader-scope ``state`` and the topology of its streams.
+
+    Args:
+        state: A loader-scope state (``batches`` yielded by each rank's DataLoader of ``num_workers``).
+        round_robin: ``resume.round_robin``.
+        num_windows: The dataset's windows per epoch.
+        batch_size: Windows per batch.
+        drop_last: The dataset's ``drop_last``.
+    """
+    world_size, num_workers = int(state["world_size"]), int(state["num_workers"])
+    if "rest" in state:  # saved during an elastic epoch: its readers divided these pieces
+        base: list[Piece] = [(int(r), int(w), int(a), int(b)) for r, w, a, b in state["rest"]["pieces"]]
+        origin = (int(state["rest"]["origin"][0]), int(state["rest"]["origin"][1]))
+
+        def readers(rank: int, worker: int) -> tuple:
+            share = divide(base, World(rank, world_size, worker, num_workers), batch_size)
+            return share.pieces, share.sizes
+
+    else:
+        origin = (world_size, num_workers)
+        num_batches = batches_per_rank(num_windows, world_size, batch_size, drop_last)
+
+        def readers(rank: int, worker: int) -> tuple:
+            b0, b1 = worker_batch_range(num_batches, worker, num_workers)
+            n = reader_windows_count(num_windows, World(rank, world_size, worker, num_workers), batch_size, drop_last)
+            sizes = [batch_size] * (b1 - b0)
+            if sizes:
+                sizes[-1] = n - batch_size * (len(sizes) - 1)
+            return [(rank, worker, 0, n)], sizes
+
+    per_worker = [len(readers(0, w)[1]) for w in range(num_workers)]
+    consumed, _ = round_robin(per_worker, int(state["batches"]))
+    return rest_of_epoch(consumed, world_size, num_workers, readers), origin

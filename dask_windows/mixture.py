@@ -1,0 +1,312 @@
+"""Weighted mixtures of window datasets: ``mix({"a": ds_a, "b": ds_b}, weights={...})``.
+
+A mixture epoch is a virtual sequence of ``N = sum(counts)`` windows, where
+member ``m`` contributes exactly ``counts[m] = round(w_m / sum(w) * windows_per_epoch)``
+windows, interleaved by the integer schedule of ``schedule`` (every prefix,
+hence every batch, holds each member within about two windows of its share).
+Each member is read as one endless stream: its own epochs ``0, 1, 2, ...``
+(each reshuffled by the member's own plan, with ``world_size=1``) laid end to
+end. Mixture epoch ``E`` takes positions ``[E * counts[m], (E + 1) * counts[m])``
+of member ``m``'s stream, so a member smaller than its share repeats its
+epochs (each a fresh permutation, without replacement inside one), and a
+larger one goes through its epoch over several mixture epochs.
+
+Ranks and DataLoader workers slice the mixture's sequence exactly as
+``plan`` slices a dataset's: equal contiguous shares per rank (the last
+``N % world_size`` windows left out), contiguous blocks of batches per
+worker. A reader's slice needs a contiguous range of each member's stream,
+which is one member epoch (or two) entered at a window position: the
+member's plan skips the buffers before it without reading them.
+
+The trade-off: members are iterated as ``world_size=1`` views and the
+division is done at the mixture level, so counts, batch shares and resume
+are exact for any topology, but each reader reads the partial buffers at
+both ends of its member ranges whole (up to ``2 * buffer_partitions``
+partitions per member and reader more than a sharded member would read).
+Mixing inside a batch is the members' own buffer shuffle.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from dask_windows.dataset import WindowDataset
+from dask_windows.errors import ConfigError
+from dask_windows.plan import batches_per_rank, windows_per_rank, worker_batch_range
+from dask_windows.resume import Resumer, check_int
+from dask_windows.schedule import labels, member_counts, prefix_counts
+from dask_windows.streams import Chunks, reader_windows
+from dask_windows.world import World, detect_ranks, detect_worker
+
+__all__ = ["Mixture", "mix"]
+
+# Settings every member must share: they decide the shape of a batch.
+SHAPE_SETTINGS = ("window", "horizon", "layout", "return_index")
+
+
+def mix(
+    members: Mapping[str, WindowDataset],
+    weights: Mapping[str, float] | None = None,
+    **options: Any,
+) -> Mixture:
+    """A ``Mixture`` of ``members`` with ``weights`` (see ``Mixture`` for the options)."""
+    return Mixture(members, weights, **options)
+
+
+def member_windows(member: WindowDataset, epoch: int, lo: int, hi: int) -> Iterator[tuple]:
+    """Windows ``[lo, hi)`` of ``member``'s epoch ``epoch`` read as one reader (no ``drop_last``), in chunks."""
+    view = copy.copy(member)
+    view.spec = dataclasses.replace(member.spec, drop_last=False)
+    return reader_windows(view, epoch, World(), lo, hi)
+
+
+def _stream(member: WindowDataset, start: int, stop: int) -> Iterator[tuple]:
+    """Positions ``[start, stop)`` of a member's endless stream of epochs laid end to end."""
+    per_epoch = member.num_windows
+    while start < stop:
+        epoch, offset = divmod(start, per_epoch)
+        end = min(stop, (epoch + 1) * per_epoch)
+        yield from member_windows(member, epoch, offset, end - epoch * per_epoch)
+        start = end
+
+
+class Mixture(IterableDataset):
+    """Batches drawn from several ``WindowDataset``s, each with an exact share of every epoch.
+
+    Args:
+        members: ``{name: dataset}``; every dataset has the same ``window``, ``horizon``, ``layout``,
+            ``return_index`` and number of features (and targets, or none). Their own ``seed``,
+            ``shuffle`` and ``buffer_partitions`` decide the order of their windows; their
+            ``batch_size`` is only the chunk they are read in.
+        weights: ``{name: weight >= 0}``; default: proportional to each member's ``num_windows``.
+        windows_per_epoch: ``epoch_windows``; member ``m`` gives ``round(w_m / sum(w) * epoch_windows)``
+            windows per epoch. Default: the sum of the members' ``num_windows``.
+        batch_size: Windows per batch; default: the first member's.
+        drop_last: Leave out this rank's final partial batch.
+        return_source: Append each window's member number (int64 ``(B,)``, index in ``names``).
+        rank: This process's rank; default from ``torch.distributed``, else 0.
+        world_size: Number of ranks; default from ``torch.distributed``, else 1.
+
+    Attributes:
+        names: Member names, in the order of the source labels.
+        counts: ``(M,)`` windows of each member in every epoch.
+    """
+
+    def __init__(
+        self,
+        members: Mapping[str, WindowDataset],
+        weights: Mapping[str, float] | None = None,
+        *,
+        windows_per_epoch: int | None = None,
+        batch_size: int | None = None,
+        drop_last: bool = False,
+        return_source: bool = False,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(members, Mapping) or not members:
+            raise ConfigError("mix() needs a non-empty {name: WindowDataset} dict of members")
+        self.names = list(members)
+        self.members = [members[n] for n in self.names]
+        for name, member in zip(self.names, self.members):
+            if not isinstance(member, WindowDataset):
+                raise TypeError(f"member {name!r} is a {type(member).__name__}; mix WindowDataset objects")
+        _check_shapes(self.names, self.members)
+        sizes = np.array([m.num_windows for m in self.members], dtype=np.int64)
+        w = sizes.astype(np.float64) if weights is None else _weights(weights, self.names)
+        total = int(sizes.sum()) if windows_per_epoch is None else check_int("windows_per_epoch", windows_per_epoch, 1)
+        self.counts = member_counts(w, total)
+        self.num_windows = int(self.counts.sum())
+        if self.num_windows == 0:
+            raise ConfigError(f"windows_per_epoch={total} gives every member 0 windows; pass a larger one")
+        self.batch_size = check_int(
+            "batch_size", self.members[0].spec.batch_size if batch_size is None else batch_size, 1
+        )
+        self.drop_last = bool(drop_last)
+        self.return_source = bool(return_source)
+        self._explicit_world = (rank, world_size)
+        self._ranks = self._resolve_ranks()
+        self.epoch = 0
+        self._resumer = Resumer()
+
+    # -- topology -----------------------------------------------------------------------------
+
+    def _resolve_ranks(self) -> tuple[int, int]:
+        rank, world_size = self._explicit_world
+        detected = detect_ranks()
+        if detected is None:
+            detected = getattr(self, "_ranks", (0, 1))
+        rank = detected[0] if rank is None else rank
+        world_size = detected[1] if world_size is None else world_size
+        World(rank, world_size)  # validates
+        return rank, world_size
+
+    @property
+    def world_size(self) -> int:
+        return self._resolve_ranks()[1]
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_ranks"] = self._resolve_ranks()  # spawned DataLoader workers cannot detect the ranks
+        return state
+
+    # -- public API ---------------------------------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use the order of ``epoch``; members advance through their own epochs as needed."""
+        self.epoch = check_int("epoch", epoch)
+        self._resumer.forget(self.epoch)
+
+    def __len__(self) -> int:
+        """Exactly how many batches this rank yields per epoch, whatever ``num_workers`` is."""
+        return batches_per_rank(self.num_windows, self._resolve_ranks()[1], self.batch_size, self.drop_last)
+
+    def member_epochs(self, epoch: int) -> list[tuple[int, int]]:
+        """Per member, the first and last of its own epochs that mixture ``epoch`` reads from."""
+        out = []
+        for member, count in zip(self.members, self.counts):
+            start, stop = epoch * int(count), (epoch + 1) * int(count)
+            out.append((start // member.num_windows, max(stop - 1, start) // member.num_windows))
+        return out
+
+    def __iter__(self) -> Iterator[Any]:
+        rank, world_size = self._resolve_ranks()
+        world = World(rank, world_size, *detect_worker())
+        elastic = self._resumer.elastic_share(self.epoch, world, self._shape())
+        if elastic is not None:  # a state of another topology: this reader's part of the rest (see elastic)
+            pieces, (old_world, old_workers), sizes = elastic
+            ranges = []
+            for r, w, lo, hi in pieces:
+                start = self.reader_range(World(r, old_world, w, old_workers))[0]
+                ranges.append((start + lo, start + hi))
+            return self._recut(ranges, sizes)
+        reader, skip = self._resumer.begin(self.epoch, world, len(self))
+        return self._batches(*self.reader_range(reader, skip))
+
+    def state_dict(self, batches: int | None = None, num_workers: int | None = None) -> dict:
+        """The position in the current epoch (same arguments as ``WindowDataset.state_dict``)."""
+        world = World(*self._resolve_ranks(), *detect_worker())
+        in_worker = get_worker_info() is not None
+        return self._resumer.save(
+            self._fingerprint(), self.epoch, world, len(self), in_worker, batches, num_workers, self._shape()
+        )
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume the epoch of ``state`` after the batches it had yielded, bit for bit.
+
+        A loader-scope state of another ``world_size`` or ``num_workers`` resumes elastically, as
+        ``WindowDataset.load_state_dict`` describes: every window not yet yielded, exactly once.
+        """
+        self.epoch = self._resumer.load(state, self._fingerprint(), self._resolve_ranks()[1], elastic=True)
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def reader_range(self, reader: World, skip_batches: int = 0) -> tuple[int, int]:
+        """Epoch positions ``[lo, hi)`` that ``reader`` yields after ``skip_batches`` batches."""
+        share = windows_per_rank(self.num_windows, reader.world_size)
+        num_batches = batches_per_rank(self.num_windows, reader.world_size, self.batch_size, self.drop_last)
+        used = min(share, num_batches * self.batch_size)
+        b0, b1 = worker_batch_range(num_batches, reader.worker, reader.num_workers)
+        base = reader.rank * share
+        hi = base + min(b1 * self.batch_size, used)
+        return min(base + (b0 + skip_batches) * self.batch_size, hi), hi
+
+    def _shape(self) -> tuple[int, int, bool]:
+        return self.num_windows, self.batch_size, self.drop_last
+
+    def _chunks(self, lo: int, hi: int) -> Iterator[tuple]:
+        """Epoch positions ``[lo, hi)`` in batches of ``batch_size``, as tuples of tensors."""
+        first, last = prefix_counts(self.counts, lo), prefix_counts(self.counts, hi)
+        streams = [
+            Chunks(_stream(member, self.epoch * int(n) + int(a), self.epoch * int(n) + int(b)))
+            for member, n, a, b in zip(self.members, self.counts, first, last)
+        ]
+        try:
+            for start in range(lo, hi, self.batch_size):
+                member, _ = labels(self.counts, start, min(start + self.batch_size, hi))
+                yield self._assemble(member, streams)
+        finally:
+            for stream in streams:
+                stream.close()
+
+    def _batches(self, lo: int, hi: int) -> Iterator[Any]:
+        for batch in self._chunks(lo, hi):
+            self._resumer.step()  # counted before the consumer gets it, as WindowDataset does
+            yield batch[0] if len(batch) == 1 else batch
+
+    def _recut(self, ranges: list[tuple[int, int]], sizes: tuple[int, ...]) -> Iterator[Any]:
+        stream = Chunks(batch for lo, hi in ranges for batch in self._chunks(lo, hi))
+        try:
+            for size in sizes:
+                batch = stream.take(size)
+                self._resumer.step()
+                yield batch[0] if len(batch) == 1 else batch
+        finally:
+            stream.close()
+
+    def _assemble(self, member: np.ndarray, streams: list[Chunks]) -> tuple:
+        columns: list[torch.Tensor] | None = None
+        for m in np.unique(member):
+            at = torch.from_numpy(np.flatnonzero(member == m))
+            part = streams[m].take(len(at))
+            if columns is None:
+                columns = [torch.empty((len(member), *p.shape[1:]), dtype=p.dtype) for p in part]
+            for out, p in zip(columns, part):
+                if out.dtype != p.dtype:
+                    raise ConfigError(
+                        f"member {self.names[m]!r} yields {p.dtype} where another member yields {out.dtype}; "
+                        "mix members whose targets have one dtype"
+                    )
+                out[at] = p
+        assert columns is not None
+        if self.return_source:
+            columns.append(torch.from_numpy(member.astype(np.int64)))
+        return tuple(columns)
+
+    def _fingerprint(self) -> dict:
+        return {
+            "mixture": list(self.names),
+            "members": [m._fingerprint() for m in self.members],
+            "counts": [int(c) for c in self.counts],
+            "batch_size": self.batch_size,
+            "drop_last": self.drop_last,
+        }
+
+    def __repr__(self) -> str:
+        shares = ", ".join(f"{n}={int(c):,}" for n, c in zip(self.names, self.counts))
+        return f"Mixture({shares}; num_windows={self.num_windows:,}, batch_size={self.batch_size})"
+
+
+def _weights(weights: Mapping[str, float], names: list[str]) -> np.ndarray:
+    unknown = sorted(set(weights) - set(names))
+    missing = [n for n in names if n not in weights]
+    if unknown or missing:
+        raise ConfigError(f"weights name {unknown or missing} but the members are {names}; give one weight per member")
+    w = np.array([weights[n] for n in names], dtype=np.float64)
+    if not np.all(np.isfinite(w)) or (w < 0).any() or w.sum() <= 0:
+        raise ConfigError(f"weights {dict(weights)} must be finite, >= 0 and not all 0")
+    return w
+
+
+def _check_shapes(names: list[str], members: list[WindowDataset]) -> None:
+    first = members[0].spec
+    for name, member in zip(names[1:], members[1:]):
+        s = member.spec
+        differ = [k for k in SHAPE_SETTINGS if getattr(s, k) != getattr(first, k)]
+        if len(s.features) != len(first.features):
+            differ.append("number of features")
+        if bool(s.targets) != bool(first.targets) or len(s.targets) != len(first.targets):
+            differ.append("number of targets")
+        if differ:
+            raise ConfigError(
+                f"member {name!r} differs from {names[0]!r} in {differ}: a mixture's batches need one shape; "
+                "open every member with the same window, horizon, layout, return_index and channel counts"
+            )

@@ -1,0 +1,88 @@
+"""The interleave of a mixture's epoch, as pure integer arithmetic.
+
+A mixture epoch holds ``counts[m]`` windows of member ``m``, ``N = sum(counts)``
+in all. Their order is Webster's (Sainte-Laguë) apportionment read as a
+schedule: the ``k``-th window of member ``m`` gets the key
+``(2k + 1) / (2 counts[m])`` and the epoch lists all ``N`` windows by key
+(ties: lower member first). Every prefix of the epoch then holds each member
+within about one window of its exact share (a divisor method never lets a
+member lose windows as the prefix grows), so a batch cut anywhere out of the
+epoch holds ``B * counts[m] / N`` windows of member ``m`` give or take two,
+far inside the binomial band of sampling with replacement.
+
+Nothing is materialised: the position of any ``(m, k)`` is a closed form, the
+members' counts in the first ``i`` windows are a bisection over it, and the
+labels of positions ``[lo, hi)`` are a sort of the ``hi - lo`` keys falling
+there. All arithmetic is exact (int64, or Python ints for members of more
+than 2**31 windows an epoch), so every rank and worker agrees on it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["labels", "member_counts", "positions", "prefix_counts"]
+
+_INT64_SAFE = 2**30  # counts below this keep (2k + 1) * n inside int64
+
+
+def member_counts(weights: np.ndarray, windows_per_epoch: int) -> np.ndarray:
+    """``(M,)`` windows of each member in an epoch: ``floor(w / sum(w) * windows_per_epoch + 1/2)``."""
+    w = np.asarray(weights, dtype=np.float64)
+    return np.floor(w / w.sum() * windows_per_epoch + 0.5).astype(np.int64)
+
+
+def _ints(counts: np.ndarray) -> np.ndarray:
+    n = np.asarray(counts, dtype=np.int64)
+    return n if n.max(initial=0) < _INT64_SAFE else n.astype(object)
+
+
+def positions(counts: np.ndarray, member: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """Epoch positions of windows ``k`` (numbered inside their member) of members ``member``.
+
+    Args:
+        counts: ``(M,)`` windows of each member in the epoch.
+        member: ``(E,)`` member of each window.
+        k: ``(E,)`` number of each window inside its member, ``0 <= k < counts[member]``.
+
+    Returns:
+        ``(E,)`` int64 positions in ``[0, N)``.
+    """
+    n = _ints(counts)
+    member = np.asarray(member, dtype=np.int64)
+    key = (2 * np.asarray(k, dtype=np.int64).astype(n.dtype) + 1)[:, None]  # (E, 1)
+    x = key * n[None, :]  # (E, M): the window's key scaled by each other member's 2 n'
+    own = np.maximum(n[member], 1)[:, None]  # (E, 1); a member of no windows is never asked for
+    # Windows k' of member m' with key (2k'+1)/n' below / at most the window's (2k+1)/n.
+    below = np.clip(-((own - x) // (2 * own)), 0, n[None, :])
+    at_most = np.clip((x - own) // (2 * own) + 1, 0, n[None, :])
+    earlier = np.arange(len(n))[None, :] < member[:, None]  # ties go to the lower member
+    pos = below.sum(axis=1) + np.where(earlier, at_most - below, 0).sum(axis=1)
+    return np.asarray(pos, dtype=np.int64)
+
+
+def prefix_counts(counts: np.ndarray, i: int) -> np.ndarray:
+    """``(M,)`` windows of each member among the first ``i`` positions of the epoch."""
+    n = np.asarray(counts, dtype=np.int64)
+    members = np.arange(len(n))
+    lo, hi = np.zeros(len(n), np.int64), n.copy()  # answer in [lo, hi]
+    while (lo < hi).any():  # largest c with positions(m, c - 1) < i, per member
+        mid = (lo + hi + 1) // 2
+        ok = positions(n, members, np.maximum(mid - 1, 0)) < i
+        ok |= mid == 0
+        lo = np.where((lo < hi) & ok, mid, lo)
+        hi = np.where((lo < hi) & ~ok, mid - 1, hi)
+    return lo
+
+
+def labels(counts: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """Members of epoch positions ``[lo, hi)`` and each window's number inside its member.
+
+    Returns:
+        ``(member, k)``, both ``(hi - lo,)`` int64, in position order.
+    """
+    a, b = prefix_counts(counts, lo), prefix_counts(counts, hi)
+    member = np.repeat(np.arange(len(a)), b - a)
+    k = np.concatenate([np.arange(x, y) for x, y in zip(a, b)]) if len(a) else np.zeros(0, np.int64)
+    order = np.argsort(positions(counts, member, k), kind="stable")
+    return member[order], k[order].astype(np.int64)

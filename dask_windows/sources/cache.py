@@ -1,0 +1,238 @@
+"""A local disk cache of the byte ranges read from remote objects, shared by processes.
+
+``ParquetSource(cache_dir=...)`` hands every remote partition read (the
+byte ranges of its column chunks) to ``RangeCache.fetch``. Each column chunk
+is one entry: a file named by a digest of the object's URL, size, version
+(ETag, or modification time) and the chunk's byte range. Chunks found on disk
+are taken from there; the missing ones are fetched together (close ones
+merged into one request, as without a cache) and stored. Later reads, in any
+process on the machine and whatever rows or pieces of the partition they
+group, make no request for a stored chunk. An object rewritten since has
+another size or version, so other keys: it is fetched again and the stale
+entries age out.
+
+Sharing between processes (DDP ranks, DataLoader workers) is safe without a
+server:
+
+* an entry is written to a temporary name in the cache folder and renamed into
+  place (``os.replace`` is atomic on POSIX), so a reader never sees a partial
+  file; a writer killed half-way leaves only a temporary file, which no reader
+  opens and a later eviction removes; an entry whose length is not the sum of
+  its ranges is taken as a miss and removed;
+* writers hold an exclusive ``flock`` on ``.lock`` while they evict and write, so
+  the folder's bytes (entries and temporary files) never exceed ``max_bytes``;
+* eviction unlinks the least recently used entries (modification time, touched
+  on every hit); a reader that already opened an entry keeps reading it
+  (an open descriptor survives ``unlink`` on POSIX), and one that loses the race
+  to open it fetches the bytes from the store.
+
+The trade-off: one file per column chunk (row group x column) means many small
+files for datasets of small row groups, and a writer lists the folder once per
+partition it stores (cheap for thousands of entries; slower for millions).
+Readers take no lock; writers serialise on one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from dask_windows.errors import ConfigError
+
+__all__ = ["RangeCache", "object_version", "split_merged"]
+
+log = logging.getLogger(__name__)
+
+ENTRY_SUFFIX = ".bin"
+TEMP_PREFIX = ".tmp-"
+LOCK_NAME = ".lock"
+#: Keys of fsspec ``info()`` that change when an object is rewritten, in order of preference.
+VERSION_KEYS = ("ETag", "etag", "md5Hash", "VersionId", "mtime", "LastModified", "last_modified", "created")
+
+
+def object_version(info: dict) -> str:
+    """What identifies one version of an object from its fsspec ``info()``: size and ETag/mtime."""
+    parts = [f"size={info.get('size')}"]
+    for key in VERSION_KEYS:
+        if info.get(key) is not None:
+            parts.append(f"{key}={info[key]}")
+            break
+    return ";".join(parts)
+
+
+class RangeCache:
+    """Byte ranges of remote objects kept in a local folder under a byte budget.
+
+    Args:
+        directory: The cache folder (created if missing); share it between the processes of a machine.
+        max_bytes: Most bytes the folder may hold; ``None``: no limit.
+
+    Attributes:
+        hits: Reads served from disk in this process.
+        misses: Reads fetched from the store in this process.
+    """
+
+    def __init__(self, directory: str | os.PathLike, max_bytes: int | None = None) -> None:
+        if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0):
+            raise ConfigError(f"cache_bytes={max_bytes!r} must be an int >= 0 (bytes) or None for no limit")
+        self.directory = os.fspath(directory)
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create the cache folder cache_dir={self.directory!r}: {exc}") from exc
+        self.max_bytes = max_bytes
+        self.hits = 0
+        self.misses = 0
+
+    def fetch(
+        self,
+        url: str,
+        version: str,
+        ranges: Sequence[tuple[int, int]],
+        fetch: Callable[[list[tuple[int, int]]], list[Any]],
+    ) -> list[Any]:
+        """The bytes of ``ranges`` (column chunks) of ``url``: from the cache, the missing ones fetched and stored.
+
+        Args:
+            url: The object.
+            version: Its ``object_version``.
+            ranges: ``[start, stop)`` byte ranges; each is one entry.
+            fetch: Reads a list of ranges from the store (in as few requests as it likes), one
+                bytes-like per range.
+
+        Returns:
+            One bytes-like per range of ``ranges``.
+        """
+        paths = [self.path_of(url, version, r) for r in ranges]
+        blobs: list[Any] = [self._read(path, b - a) for path, (a, b) in zip(paths, ranges)]
+        missing = [i for i, blob in enumerate(blobs) if blob is None]
+        if not missing:
+            self.hits += 1
+            return blobs
+        self.misses += 1
+        fetched = fetch([ranges[i] for i in missing])
+        for i, blob in zip(missing, fetched):
+            blobs[i] = blob
+        self._store([(paths[i], blobs[i]) for i in missing])
+        return blobs
+
+    def path_of(self, url: str, version: str, byte_range: tuple[int, int]) -> str:
+        """The entry file of one byte range of one version of ``url``."""
+        digest = hashlib.sha256(f"{url}\n{version}\n{tuple(byte_range)}".encode()).hexdigest()[:40]
+        return os.path.join(self.directory, digest + ENTRY_SUFFIX)
+
+    def _read(self, path: str, expected: int) -> bytes | None:
+        try:
+            with open(path, "rb") as f:  # once open, an eviction cannot take the bytes away
+                data = f.read()
+        except FileNotFoundError:
+            return None
+        if len(data) != expected:  # not written by this code (or the disk lost it): a miss
+            log.warning("cache entry %s holds %d bytes, expected %d; fetching again", path, len(data), expected)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(path)  # most recently used
+        return data
+
+    def _store(self, entries: list[tuple[str, Any]]) -> None:
+        """Write ``(path, bytes)`` entries that fit the budget, evicting the least recently used first."""
+        try:
+            with self._locked():
+                room = _Room(self.directory, self.max_bytes)
+                for path, blob in entries:
+                    size = len(blob)
+                    if os.path.exists(path) or not room.make(size):  # stored meanwhile, or larger than the budget
+                        continue
+                    fd, temp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=self.directory)
+                    try:
+                        with os.fdopen(fd, "wb") as f:
+                            f.write(blob)
+                        os.replace(temp, path)
+                    except BaseException:
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(temp)
+                        raise
+                    room.add(os.path.basename(path), size)
+        except OSError as exc:  # a full or read-only disk: the read still succeeds, uncached
+            log.warning("cannot store entries in the cache folder %s: %s", self.directory, exc)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        import fcntl
+
+        with open(os.path.join(self.directory, LOCK_NAME), "a+b") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def disk_bytes(self) -> int:
+        """Bytes the cache folder holds now (entries and temporary files)."""
+        return sum(stat.st_size for name, stat in _scan(self.directory) if name != LOCK_NAME)
+
+    def __repr__(self) -> str:
+        return f"RangeCache({self.directory!r}, max_bytes={self.max_bytes})"
+
+
+def _scan(directory: str) -> Iterator[tuple[str, Any]]:
+    with os.scandir(directory) as it:
+        for entry in it:
+            try:
+                yield entry.name, entry.stat()
+            except FileNotFoundError:  # removed while listing
+                continue
+
+
+class _Room:
+    """Under the lock: the folder's entries by age, stale temporary files removed, LRU eviction."""
+
+    def __init__(self, directory: str, max_bytes: int | None) -> None:
+        self.directory, self.max_bytes = directory, max_bytes
+        self.entries: list[tuple[int, str, int]] = []  # (mtime_ns, name, size), oldest first
+        self.total = 0
+        for name, stat in _scan(directory):
+            if name.startswith(TEMP_PREFIX):  # no writer holds the lock: a killed writer's leftover
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(directory, name))
+            elif name.endswith(ENTRY_SUFFIX):
+                self.entries.append((stat.st_mtime_ns, name, stat.st_size))
+                self.total += stat.st_size
+        self.entries.sort()
+
+    def make(self, size: int) -> bool:
+        """Evict until ``size`` more bytes fit; ``False`` if they never can."""
+        if self.max_bytes is None:
+            return True
+        if size > self.max_bytes:
+            return False
+        while self.entries and self.total + size > self.max_bytes:
+            _, name, old = self.entries.pop(0)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(self.directory, name))
+            self.total -= old
+        return self.total + size <= self.max_bytes
+
+    def add(self, name: str, size: int) -> None:
+        self.entries.append((2**63, name, size))  # newest
+        self.total += size
+
+
+def split_merged(
+    wanted: Sequence[tuple[int, int]], merged: Sequence[tuple[int, int]], blobs: Sequence[Any]
+) -> list[memoryview]:
+    """The bytes of each of ``wanted`` (sorted) out of ``blobs`` fetched for ``merged`` ranges covering them."""
+    out, k = [], 0
+    for a, b in wanted:
+        while merged[k][1] < b:
+            k += 1
+        start = merged[k][0]
+        out.append(memoryview(blobs[k])[a - start : b - start])
+    return out

@@ -1,0 +1,120 @@
+"""A dataset reader's window stream entered at any window, and batches re-cut from such streams.
+
+In one epoch a reader (rank, DataLoader worker) of a ``WindowDataset``
+yields a fixed sequence of windows: its plan's buffers, each permuted. A
+mixture reads its members as one such stream each (``world_size=1``), and an
+elastic resume reads the rest of the old readers' streams. ``reader_windows``
+enters a stream at window ``lo``: the plan skips the buffers before it
+without reading them (the buffer holding ``lo`` is read whole, and its
+windows before ``lo`` are dropped). ``Chunks`` re-cuts streamed batches into
+pieces of any size; ``concat`` joins pieces into one batch.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+from dask_windows.world import World
+
+__all__ = ["Chunks", "concat", "elastic_batches", "reader_windows"]
+
+
+def reader_windows(ds: Any, epoch: int, reader: World, lo: int, hi: int) -> Iterator[tuple]:
+    """Windows ``[lo, hi)`` of the stream ``reader`` yields in ``epoch`` of ``ds``, in chunks.
+
+    Args:
+        ds: A ``WindowDataset`` (its ``spec`` decides batch size, order and ``drop_last``).
+        epoch: The dataset epoch.
+        reader: Whose stream: rank, world size, worker and number of workers.
+        lo: First window of the stream wanted.
+        hi: One past the last.
+
+    Yields:
+        Tuples of tensors (features, then targets and start rows as ``ds`` yields them).
+    """
+    from dask_windows.resume import Resumer
+
+    if hi <= lo:
+        return
+    view = copy.copy(ds)
+    view.epoch = epoch
+    view._resumer = Resumer()  # the view's passes are not the dataset's
+    chunk = view.spec.batch_size
+    drop, left = lo % chunk, hi - lo
+    batches = view._batches(view._plan(reader, lo // chunk))
+    try:
+        for batch in batches:
+            parts = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
+            if drop:
+                parts, drop = tuple(p[drop:] for p in parts), 0
+            parts = tuple(p[:left] for p in parts)
+            left -= len(parts[0])
+            yield parts
+            if left <= 0:
+                return
+    finally:
+        batches.close()
+
+
+def concat(pieces: list[tuple]) -> tuple:
+    """One tuple of tensors from consecutive pieces."""
+    if len(pieces) == 1:
+        return pieces[0]
+    return tuple(torch.cat(column) for column in zip(*pieces))
+
+
+class Chunks:
+    """Takes windows from a stream of tuples of tensors in counts of any size."""
+
+    def __init__(self, chunks: Iterable[tuple]) -> None:
+        self._chunks = iter(chunks)
+        self._pending: list[tuple] = []
+
+    def take(self, count: int) -> tuple:
+        """The next ``count`` windows, as one tuple of tensors."""
+        got, pieces = 0, []
+        while got < count:
+            part = self._pending.pop() if self._pending else next(self._chunks)
+            need = count - got
+            if len(part[0]) > need:
+                self._pending.append(tuple(p[need:] for p in part))
+                part = tuple(p[:need] for p in part)
+            pieces.append(part)
+            got += len(part[0])
+        return concat(pieces)
+
+    def close(self) -> None:
+        close = getattr(self._chunks, "close", None)
+        if close is not None:
+            close()
+
+
+def elastic_batches(
+    ds: Any, pieces: Sequence, origin: tuple[int, int], sizes: Sequence[int], step: Any
+) -> Iterator[Any]:
+    """The batches of an elastic resume: ``pieces`` of old readers' streams, cut into ``sizes``.
+
+    Args:
+        ds: The ``WindowDataset``.
+        pieces: ``(rank, worker, lo, hi)`` of old readers (of the ``origin`` topology), in order.
+        origin: ``(world_size, num_workers)`` the old readers divided the epoch by.
+        sizes: Windows of each batch to yield.
+        step: Called once per batch before it is yielded (the resume count).
+    """
+
+    def windows() -> Iterator[tuple]:
+        for rank, worker, lo, hi in pieces:
+            yield from reader_windows(ds, ds.epoch, World(rank, origin[0], worker, origin[1]), lo, hi)
+
+    stream = Chunks(windows())
+    try:
+        for size in sizes:
+            batch = stream.take(size)
+            step()
+            yield batch[0] if len(batch) == 1 else batch
+    finally:
+        stream.close()

@@ -1,0 +1,229 @@
+"""The local cache of remote partitions, against a real S3 endpoint on 127.0.0.1 with a request counter."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from helpers import collect, make_frames, oracle_starts
+
+from dask_windows.dataset import WindowDataset
+from dask_windows.errors import ConfigError
+from dask_windows.sources.cache import TEMP_PREFIX, RangeCache
+
+pytest.importorskip("s3fs")
+pytest.importorskip("moto.server")
+
+from s3proxy import S3Endpoint
+
+KW = dict(features=["f0", "f1"], targets=["y"], series="sid", window=8, stride=2, batch_size=16, return_index=True)
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def _parquet_bytes(frame) -> bytes:
+    out = io.BytesIO()
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), out, row_group_size=17)
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def s3():
+    import s3fs
+
+    endpoint = S3Endpoint()
+    endpoint.make_bucket("bucket")
+    endpoint.fs = s3fs.S3FileSystem(**endpoint.storage_options(direct=True))
+    endpoint.frames = make_frames(seed=5, num_files=5)
+    for i, frame in enumerate(endpoint.frames):
+        endpoint.fs.pipe(f"bucket/data/part-{i:04d}.parquet", _parquet_bytes(frame))
+    yield endpoint
+    endpoint.close()
+
+
+def _same(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(all(np.array_equal(u, v) for u, v in zip(x, y)) for x, y in zip(a, b))
+
+
+def _data_gets(s3) -> int:
+    """GETs of object data (footer tails at open are ``bytes=-N`` suffix ranges)."""
+    return sum(1 for r in s3.log.requests if r.kind == "get" and not (r.range or "").startswith("bytes=-"))
+
+
+def test_second_epoch_and_second_open_make_no_get(s3, tmp_path):
+    url, options = "s3://bucket/data/", s3.storage_options()
+    plain = WindowDataset(url, storage_options=options, **KW)
+    s3.reset()
+    ds = WindowDataset(url, storage_options=options, cache_dir=tmp_path / "c", **KW)
+    assert s3.log.count("head") == 0  # versions come from the listing
+    assert _data_gets(s3) <= len(ds.partitions)  # the series scan (none when the footer read held it)
+    for epoch in (0, 1):
+        plain.set_epoch(epoch)
+        ds.set_epoch(epoch)
+        s3.reset()
+        got = collect(ds)
+        if epoch == 0:  # one GET per partition (per piece of one, when partitions are read in pieces)
+            assert _data_gets(s3) >= len(ds.partitions)
+        else:
+            assert _data_gets(s3) == 0
+        assert _same(got, collect(plain))
+    # A new job on the same machine: footers again (that is how a change is seen), no data GET.
+    s3.reset()
+    again = WindowDataset(url, storage_options=options, cache_dir=tmp_path / "c", **KW)
+    again.set_epoch(1)
+    assert _data_gets(s3) == 0 and s3.log.count("get") >= len(s3.frames)
+    got = collect(again, {"num_workers": 2})
+    assert _data_gets(s3) == 0
+    assert _same(got, collect(plain, {"num_workers": 2}))
+
+
+def test_concurrent_processes_share_the_cache(s3, tmp_path):
+    """Two processes at once, each reading one cache without a budget, then another under a tiny one."""
+    shared, tiny, budget = tmp_path / "shared", tmp_path / "tiny", 3000  # tiny: a few entries, always evicting
+    want = collect(WindowDataset("s3://bucket/data/", storage_options=s3.storage_options(), **KW))
+    procs = [_child(s3, [(shared, None, 1), (tiny, budget, 2)], tmp_path / f"out{i}.npz") for i in range(2)]
+    _wait(procs)
+    for i in range(2):
+        with np.load(tmp_path / f"out{i}.npz") as got:
+            for run in range(3):  # every epoch of every process yields the uncached batches
+                assert [got[f"r{run}_{k}"].tolist() for k in range(len(want))] == [b[-1].tolist() for b in want]
+    for cache in (shared, tiny):
+        assert not [n for n in os.listdir(cache) if n.startswith(TEMP_PREFIX)]
+    assert RangeCache(tiny).disk_bytes() <= budget
+    s3.reset()
+    collect(WindowDataset("s3://bucket/data/", storage_options=s3.storage_options(), cache_dir=shared, **KW))
+    assert _data_gets(s3) == 0  # what the two processes stored serves a third
+
+
+def test_budget_is_never_exceeded(s3, tmp_path, monkeypatch):
+    seen = []
+    store = RangeCache._store
+
+    def watched(self, entries):
+        store(self, entries)
+        seen.append(self.disk_bytes())
+
+    monkeypatch.setattr(RangeCache, "_store", watched)
+    url, options = "s3://bucket/data/", s3.storage_options()
+    unbounded = WindowDataset(url, storage_options=options, cache_dir=tmp_path / "all", **KW)
+    collect(unbounded)
+    total = unbounded.source.cache.disk_bytes()
+    budget = total // 2
+    ds = WindowDataset(url, storage_options=options, cache_dir=tmp_path / "half", cache_bytes=budget, **KW)
+    seen.clear()
+    for epoch in range(3):
+        ds.set_epoch(epoch)
+        s3.reset()
+        collect(WindowDataset(url, storage_options=options, **KW))
+        uncached = _data_gets(s3)
+        s3.reset()
+        collect(ds)
+        assert 0 < _data_gets(s3) <= uncached  # part of the epoch is cached, not all of it
+    assert seen and max(seen) <= budget < total
+    with pytest.raises(ConfigError, match="cache_bytes"):
+        WindowDataset(url, storage_options=options, cache_dir=tmp_path / "x", cache_bytes=-1, **KW)
+
+
+def test_changed_object_is_fetched_again(s3, tmp_path):
+    prefix, cache = "bucket/changing", tmp_path / "c"
+    frames = make_frames(seed=9, num_files=3)
+    for i, frame in enumerate(frames):
+        s3.fs.pipe(f"{prefix}/part-{i:04d}.parquet", _parquet_bytes(frame))
+    url, options = f"s3://{prefix}/", s3.storage_options()
+    collect(WindowDataset(url, storage_options=options, cache_dir=cache, **KW))
+    # Same rows and size, other values: only the ETag tells.
+    changed = frames[1].copy()
+    changed["f1"] = changed["f1"][::-1].to_numpy()
+    s3.fs.pipe(f"{prefix}/part-0001.parquet", _parquet_bytes(changed))
+    s3.reset()
+    ds = WindowDataset(url, storage_options=options, cache_dir=cache, **KW)
+    got = collect(ds)
+    paths = {r.path for r in s3.log.requests if r.kind == "get" and not (r.range or "").startswith("bytes=-")}
+    assert paths == {f"/{prefix}/part-0001.parquet"}
+    assert _same(got, collect(WindowDataset(url, storage_options=options, **KW)))
+
+
+def test_killed_writer_leaves_nothing_a_reader_takes(s3, tmp_path):
+    cache = tmp_path / "c"
+    proc = _child(s3, [(cache, None, 1)], tmp_path / "never.npz", die_mid_write=True)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == -9, out
+    leftovers = [n for n in os.listdir(cache) if n.startswith(TEMP_PREFIX)]
+    assert len(leftovers) == 1 and not [n for n in os.listdir(cache) if n.endswith(".bin")]
+    ds = WindowDataset("s3://bucket/data/", storage_options=s3.storage_options(), cache_dir=cache, **KW)
+    plain = WindowDataset("s3://bucket/data/", storage_options=s3.storage_options(), **KW)
+    s3.reset()
+    want = collect(plain)
+    uncached = _data_gets(s3)
+    assert _same(collect(ds), want)
+    assert not [n for n in os.listdir(cache) if n.startswith(TEMP_PREFIX)]  # the next writer removed it
+    # Entries cut short under their final names (a disk that lost a write) are not taken either.
+    entries = [os.path.join(cache, n) for n in os.listdir(cache) if n.endswith(".bin")]
+    for entry in entries:
+        with open(entry, "r+b") as f:
+            f.truncate(10)
+    s3.reset()
+    assert _same(collect(ds), want)
+    assert 0 < _data_gets(s3) <= uncached  # the entries cut short are fetched again
+    assert sum(os.path.getsize(e) != 10 for e in entries if os.path.exists(e)) > 0  # stored again, whole
+
+
+def _child(s3, runs: list, out, die_mid_write: bool = False) -> subprocess.Popen:
+    """A process reading epoch 0 for each ``(cache_dir, cache_bytes, epochs)`` of ``runs`` (a DataLoader
+    worker for the second epoch of a run), saving every batch's start rows in ``out``."""
+    runs = [(str(c), b, e) for c, b, e in runs]
+    code = f"""
+import os, signal, sys
+import numpy as np
+sys.path.insert(0, {HERE!r})
+from helpers import collect
+from dask_windows.dataset import WindowDataset
+from dask_windows.sources import cache as cache_module
+if {die_mid_write!r}:
+    real = os.fdopen
+    def dying(fd, mode):
+        f = real(fd, mode)
+        f.write(b"half an entry")
+        f.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+    cache_module.os.fdopen = dying
+saved, n = {{}}, 0
+for cache, budget, epochs in {runs!r}:
+    ds = WindowDataset("s3://bucket/data/", storage_options={s3.storage_options()!r}, cache_dir=cache,
+                       cache_bytes=budget, **{KW!r})
+    for epoch in range(epochs):
+        batches = collect(ds, {{"num_workers": 1}} if epoch == 1 else None)
+        saved.update({{f"r{{n}}_{{k}}": b[-1] for k, b in enumerate(batches)}})
+        n += 1
+np.savez({str(out)!r}, **saved)
+"""
+    env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def _wait(procs: list) -> None:
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=180)
+            assert p.returncode == 0, out
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+
+
+def test_oracle_still_holds_through_the_cache(s3, tmp_path):
+    ds = WindowDataset("s3://bucket/data/", storage_options=s3.storage_options(), cache_dir=tmp_path, **KW)
+    for _ in range(2):
+        starts = np.sort(np.concatenate([b[-1] for b in collect(ds)]))
+        assert np.array_equal(starts, oracle_starts(s3.frames, "sid", 8, 2))
+    assert ds.source.cache.hits > 0
