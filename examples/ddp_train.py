@@ -169,6 +169,7 @@ def main() -> None:
     dist.all_reduce(total)
     if rank == 0:
         print(f"done at step {step}: validation mse {(total[0] / total[1]).item():.5f}")
+    dist.barrier()  # every rank is done with gloo before any tears it down (else a rank may abort at exit)
     dist.destroy_process_group()
 
 
