@@ -116,8 +116,7 @@ def main() -> None:
 
     torch.manual_seed(0)
     model = Forecaster(2, args.window, args.horizon).to(device)
-    ddp = DistributedDataParallel(model, device_ids=[local_rank] if on_gpu else None)
-    optimizer = torch.optim.Adam(ddp.parameters(), lr=1e-3)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)  # the same tensors DDP wraps below
     checkpoint = os.path.join(args.out, "checkpoint.pt")
     step = 0
     if args.resume and os.path.exists(checkpoint):
@@ -134,6 +133,9 @@ def main() -> None:
               f"data {data}, checkpoint {checkpoint}")
         if step >= args.steps:
             print(f"the checkpoint is already at step {step} >= --steps {args.steps}: nothing to train")
+    # Wrapped only when there is training to do: a DDP model that never runs backward made a rank
+    # abort at exit ("terminate called without an active exception") about 1 run in 5 here.
+    ddp = DistributedDataParallel(model, device_ids=[local_rank] if on_gpu else None) if step < args.steps else None
     for epoch in range(train.epoch, args.epochs if step < args.steps else train.epoch):
         train.set_epoch(epoch)  # keeps a resumed epoch's position; a new epoch starts over
         for taken, (x, y) in enumerate(loader, start=1):
