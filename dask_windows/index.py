@@ -6,6 +6,11 @@ numbers per partition: for every run its first window's row and its window
 count. Any filter of whole stretches of a run's window grid (NaN rows,
 temporal splits) is expressed by moving a run's first window and shrinking
 its count, so the rest of the loader never changes.
+
+A run may be a piece of a longer series (a chunk of a converted dataset, or a
+stretch between NaN rows): ``origin`` places it in its series, so its windows
+stay on the series' stride grid, and ``owned`` limits where they may start,
+so rows repeated in a neighbouring chunk's overlap never start a window twice.
 """
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ import numpy as np
 
 from dask_windows.windows import split_runs_at, windows_per_run
 
-__all__ = ["PartitionRuns", "WindowGrid", "scan_runs"]
+__all__ = ["PartitionRuns", "WindowGrid", "cut_runs", "run_grid", "scan_runs"]
 
 
 @dataclass(frozen=True)
@@ -27,12 +32,20 @@ class PartitionRuns:
 
     ``whole`` holds the series runs before NaN rows cut them into these pieces (``nan="drop"``),
     or ``None`` when nothing was cut; ``series_runs`` is whichever covers every row.
+
+    ``origin`` (optional, ``(R,)`` int64): row of each run's first row within its whole series;
+    the run's windows start at rows ``r`` with ``(origin + r - start) % stride == 0``. ``None``:
+    every run begins its series' grid (origin 0). ``owned`` (optional, ``(R,)`` int64): a window
+    may start only in the first ``owned`` rows of the run (the rest is a chunk's overlap, whose
+    windows another run owns). ``None``: the whole run.
     """
 
     starts: np.ndarray
     lengths: np.ndarray
     keys: np.ndarray
     whole: PartitionRuns | None = None
+    origin: np.ndarray | None = None
+    owned: np.ndarray | None = None
 
     @property
     def series_runs(self) -> PartitionRuns:
@@ -56,9 +69,17 @@ class WindowGrid:
 
     @classmethod
     def from_runs(cls, runs: Sequence[PartitionRuns], span: int, stride: int) -> WindowGrid:
-        first = tuple(r.starts for r in runs)
-        counts = tuple(windows_per_run(r.lengths, span, stride) for r in runs)
-        return cls(first, counts, stride)
+        """The grid of ``runs``, honouring each run's ``origin`` and ``owned`` rows."""
+        first, counts = [], []
+        for r in runs:
+            if r.origin is None and r.owned is None:
+                first.append(r.starts)
+                counts.append(windows_per_run(r.lengths, span, stride))
+                continue
+            f, c = run_grid(r.starts, r.lengths, span, stride, r.origin, r.owned)
+            first.append(f)
+            counts.append(c)
+        return cls(tuple(first), tuple(counts), stride)
 
     @property
     def windows_per_partition(self) -> np.ndarray:
@@ -76,9 +97,43 @@ class WindowGrid:
         return replace(self, first=tuple(first), counts=tuple(counts))
 
 
+def run_grid(
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    span: int,
+    stride: int,
+    origin: np.ndarray | None = None,
+    owned: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(first, counts)``: each run's first window row and window count.
+
+    A window starts at rows ``r`` of the run with ``(origin + r - start) % stride == 0`` and
+    ``r - start < owned``, and ends inside the run (``r + span <= start + length``).
+    """
+    starts = np.asarray(starts, np.int64)
+    lengths = np.asarray(lengths, np.int64)
+    origin = np.zeros_like(starts) if origin is None else np.asarray(origin, np.int64)
+    owned = lengths if owned is None else np.minimum(np.asarray(owned, np.int64), lengths)
+    offset = (-origin) % stride  # (R,) rows from each run's start to its first grid row
+    last = np.minimum(owned - 1, lengths - span)  # (R,) last row (run-relative) a window may start at
+    counts = np.where(last >= offset, (last - offset) // stride + 1, 0).astype(np.int64)
+    return starts + offset, counts
+
+
+def cut_runs(runs: PartitionRuns, bad: np.ndarray) -> PartitionRuns:
+    """Cut ``runs`` at the sorted ``bad`` rows; the pieces keep their run's stride grid and owned rows."""
+    pieces, piece_lengths = split_runs_at(runs.starts, runs.lengths, bad)
+    owner = np.searchsorted(runs.starts, pieces, side="right") - 1  # (K,) run each piece lies in
+    base = runs.starts[owner]
+    origin = (0 if runs.origin is None else runs.origin[owner]) + (pieces - base)
+    owned_rows = runs.lengths if runs.owned is None else runs.owned
+    owned = np.clip(base + owned_rows[owner] - pieces, 0, piece_lengths)
+    return PartitionRuns(pieces, piece_lengths, runs.keys[owner], whole=runs, origin=origin, owned=owned)
+
+
 def scan_runs(
     num_partitions: int,
-    read_runs: Callable[[int], tuple[np.ndarray, np.ndarray, np.ndarray]],
+    read_runs: Callable[[int], tuple[np.ndarray, ...]],
     read_bad_rows: Callable[[int], np.ndarray] | None = None,
     threads: int = 8,
 ) -> list[PartitionRuns]:
@@ -86,7 +141,8 @@ def scan_runs(
 
     Args:
         num_partitions: Partitions to scan.
-        read_runs: ``i -> (starts, lengths, keys)`` of partition ``i``.
+        read_runs: ``i -> (starts, lengths, keys)`` of partition ``i``, or
+            ``(starts, lengths, keys, origin, owned)`` (see ``PartitionRuns``).
         read_bad_rows: ``i -> sorted rows`` no window may contain (``nan="drop"``), or ``None``.
         threads: Parallel reads.
 
@@ -95,14 +151,20 @@ def scan_runs(
     """
 
     def scan(i: int) -> PartitionRuns:
-        starts, lengths, keys = read_runs(i)
-        runs = PartitionRuns(np.asarray(starts, np.int64), np.asarray(lengths, np.int64), np.asarray(keys))
+        found = read_runs(i)
+        starts, lengths, keys = found[:3]
+        origin, owned = (found[3], found[4]) if len(found) > 3 else (None, None)
+        runs = PartitionRuns(
+            np.asarray(starts, np.int64),
+            np.asarray(lengths, np.int64),
+            np.asarray(keys),
+            origin=None if origin is None else np.asarray(origin, np.int64),
+            owned=None if owned is None else np.asarray(owned, np.int64),
+        )
         if read_bad_rows is not None:
             bad = read_bad_rows(i)
             if len(bad):
-                pieces, piece_lengths = split_runs_at(runs.starts, runs.lengths, bad)
-                piece_keys = runs.keys[np.searchsorted(runs.starts, pieces, side="right") - 1]
-                return PartitionRuns(pieces, piece_lengths, piece_keys, whole=runs)
+                return cut_runs(runs, np.asarray(bad, np.int64))
         return runs
 
     if num_partitions <= 1 or threads <= 1:

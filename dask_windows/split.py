@@ -85,6 +85,9 @@ class SeriesTable:
         before_sorted = csum - lengths[order] - np.concatenate([[0], csum])[group_start]
         before = np.empty_like(before_sorted)
         before[order] = before_sorted  # (Q,) series position of each run's first row
+        if whole and all(w.origin is not None for w in whole):  # chunks of a converted dataset place themselves
+            before = np.concatenate([w.origin for w in whole]).astype(np.int64)
+            lengths = np.concatenate([w.lengths if w.owned is None else w.owned for w in whole]).astype(np.int64)
         rows_per_series = np.bincount(codes, weights=lengths, minlength=num_series).astype(np.int64)
         bounds = np.cumsum([0, *sizes])
         series, base, whole_series, whole_starts, whole_base = [], [], [], [], []

@@ -41,11 +41,12 @@ def reader_windows(ds: Any, epoch: int, reader: World, lo: int, hi: int) -> Iter
     if hi <= lo:
         return
     view = copy.copy(ds)
-    view.epoch = epoch
+    # The view reads epoch `epoch` whatever the dataset's own passes do: its epoch is passed to the
+    # plan, never written into the epoch word the dataset shares with other DataLoader workers.
     view._resumer = Resumer()  # the view's passes are not the dataset's
     chunk = view.spec.batch_size
     drop, left = lo % chunk, hi - lo
-    batches = view._batches(view._plan(reader, lo // chunk))
+    batches = view._batches(view._plan(reader, lo // chunk, epoch))
     try:
         for batch in batches:
             parts = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)

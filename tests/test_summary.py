@@ -38,7 +38,7 @@ def datasets(tmp_path_factory):
     write_parquet(frames, str(root / "plain"), row_group_size=50)
     with dask.config.set(scheduler="sync"):
         convert([str(root / "plain")], str(root / "converted"), series="sid", time="ts",
-                partition_size="6KB")
+                partition_size="6KB", window=44)  # chunks overlap for the longest window tested
     return {"plain": str(root / "plain"), "converted": str(root / "converted")}
 
 
@@ -149,11 +149,19 @@ def test_inspect_ignores_a_stale_manifest(datasets, tmp_path, caplog):
     shutil.copytree(datasets["converted"], path)
     first = sorted(p for p in os.listdir(path) if p.endswith(".parquet"))[0]
     os.remove(path / first)
-    report = inspect_dataset(str(path), series="sid", window=4)
+    # A spread dataset's chunks are known only from its manifest: no silent fall back to a scan.
+    with pytest.raises(DataError, match="not there.*rerun `dask-windows convert`"):
+        inspect_dataset(str(path), series="sid", window=4)
     assert "lists other files" in caplog.text
-    ds = dw.WindowDataset(str(path), features=["f0"], series="sid", window=4)
-    frames = [pd.read_parquet(p) for p in ds.source.files]
-    assert report["windows"] == ds.num_windows == len(oracle_starts(frames, "sid", 4))
+    shutil.rmtree(path)
+    shutil.copytree(datasets["plain"], path)  # a version-1 manifest that went stale is ignored
+    shutil.copy(os.path.join(datasets["converted"], MANIFEST_NAME), path / MANIFEST_NAME)
+    manifest = json.load(open(path / MANIFEST_NAME))
+    manifest.update(version=1, files=[dict(f, runs=[r[:3] for r in f["runs"]]) for f in manifest["files"]])
+    del manifest["span"], manifest["layout"]
+    (path / MANIFEST_NAME).write_text(json.dumps(manifest))
+    report = inspect_dataset(str(path), series="sid", window=4)
+    assert report["runs_from"] == "series column"
 
 
 def test_loader_memory_grows_with_partitions_not_dataset():
@@ -212,10 +220,9 @@ def test_stats_match_numpy_and_load(tmp_path):
 def test_stats_skip_manifest_series_and_time(datasets):
     doc = compute_stats(datasets["converted"])
     assert "sid" not in doc["features"] and "ts" not in doc["features"]
-    assert doc["rows"] == sum(json.load(open(os.path.join(datasets["converted"],
-                                                         MANIFEST_NAME)))["files"][i]["rows"]
-                              for i in range(len(os.listdir(datasets["converted"])) - 1))
-    with pytest.raises(SchemaError, match="feature 'nope' is missing from"):  # the loader's
+    files = json.load(open(os.path.join(datasets["converted"], MANIFEST_NAME)))["files"]
+    assert doc["rows"] == sum(run[4] for f in files for run in f["runs"])  # owned rows: each row once
+    with pytest.raises(SchemaError, match="feature 'nope' is missing from"):
         compute_stats(datasets["converted"], ["nope"])
 
 

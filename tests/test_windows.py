@@ -94,3 +94,56 @@ def test_join_runs_over_chunks_equals_runs_of_the_whole(keys, data):
     expect_s, expect_n = find_runs(keys)
     assert starts.tolist() == expect_s.tolist() and lengths.tolist() == expect_n.tolist()
     assert run_keys.tolist() == keys[expect_s].tolist()
+
+
+def _grid_starts(runs: PartitionRuns, span: int, stride: int) -> list[int]:
+    grid = WindowGrid.from_runs([runs], span, stride)
+    return window_starts(grid.first[0], grid.counts[0], stride, 0, int(grid.counts[0].sum())).tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 30), min_size=1, max_size=5), st.integers(1, 6), st.integers(1, 4), st.data())
+def test_origin_and_owned_place_runs_on_their_series_grid(lengths, span, stride, data):
+    """A run starting at row ``origin`` of its series, windows only in its first ``owned`` rows."""
+    lengths = np.array(lengths, np.int64)
+    starts = np.cumsum(lengths) - lengths
+    origin = np.array([data.draw(st.integers(0, 20)) for _ in lengths], np.int64)
+    owned = np.array([data.draw(st.integers(0, int(n))) for n in lengths], np.int64)
+    runs = PartitionRuns(starts, lengths, np.arange(len(lengths)), origin=origin, owned=owned)
+    want = [int(s) + r for s, n, o, w in zip(starts, lengths, origin, owned)
+            for r in range(int(n)) if (o + r) % stride == 0 and r < w and r + span <= n]
+    assert _grid_starts(runs, span, stride) == want
+    # Without origin and owned the grid is the plain one.
+    assert _grid_starts(PartitionRuns(starts, lengths, np.arange(len(lengths))), span, stride) == [
+        int(s) + r for s, n in zip(starts, lengths) for r in range(0, int(n) - span + 1, stride)]
+
+
+def test_nan_drop_keeps_the_run_grid_issue_11_item_5():
+    """NaN at row 2, window 2, stride 2: starts [0, 4, 6, 8], not a grid restarted after the NaN."""
+    from dask_windows.index import scan_runs
+
+    runs = scan_runs(1, lambda i: (np.array([0]), np.array([10]), np.array(["a"])), lambda i: np.array([2]))
+    assert _grid_starts(runs[0], 2, 2) == [0, 4, 6, 8]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 25), min_size=1, max_size=4), st.integers(1, 5), st.integers(1, 4),
+       st.booleans(), st.data())
+def test_nan_drop_drops_only_windows_holding_a_nan(lengths, span, stride, placed, data):
+    """Brute force: the grid of each whole run (with its origin and owned rows), minus windows with a bad row."""
+    from dask_windows.index import scan_runs
+
+    lengths = np.array(lengths, np.int64)
+    starts = np.cumsum(lengths) - lengths
+    total = int(lengths.sum())
+    bad = np.array(sorted(data.draw(st.sets(st.integers(0, total - 1), max_size=6))), np.int64)
+    origin = np.array([data.draw(st.integers(0, 9)) for _ in lengths], np.int64) if placed else None
+    owned = np.array([data.draw(st.integers(0, int(n))) for n in lengths], np.int64) if placed else None
+    found = (starts, lengths, np.arange(len(lengths))) + ((origin, owned) if placed else ())
+    runs = scan_runs(1, lambda i: found, lambda i: bad)[0]
+    o = np.zeros(len(lengths), np.int64) if origin is None else origin
+    w = lengths if owned is None else owned
+    want = [int(s) + r for s, n, oo, ww in zip(starts, lengths, o, w) for r in range(int(n))
+            if (oo + r) % stride == 0 and r < ww and r + span <= n
+            and not np.any((bad >= s + r) & (bad < s + r + span))]
+    assert _grid_starts(runs, span, stride) == want

@@ -20,6 +20,12 @@ no shuffle service to tune. A stable sort over batches taken in input order
 keeps rows with equal (series, time) in input order: conversion is
 deterministic.
 
+That is the ``layout="contiguous"`` output. The default ``layout="spread"``
+(:mod:`dask_windows.cli.layout`, ``docs/converted.md``) sorts those buckets
+the same way and then deals the canonical order, in chunks overlapping by
+``window + horizon - 1`` rows, over all output files (one more scratch pass),
+so any few files mix like the whole dataset and no window is lost at a cut.
+
 Files are written under ``DST.tmp-<uuid>``, the manifest last, and the folder
 is renamed to ``DST`` only when everything is there. Inputs are listed and
 read by :mod:`dask_windows.cli.readers`.
@@ -60,6 +66,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from dask.utils import parse_bytes
 
+from dask_windows.cli.layout import DEFAULT_SPAN, LAYOUTS, write_spread
 from dask_windows.cli.readers import FORMATS, file_schemas, list_inputs, read_inputs, schema_mismatch
 from dask_windows.cli.safety import MARKER as _MARKER
 from dask_windows.cli.safety import check_output, remove_leftovers
@@ -87,6 +94,8 @@ class ConvertReport:
     bytes_out: int
     manifest: dict
     leftovers_removed: tuple = ()
+    layout: str = "contiguous"
+    span: int | None = None
 
 
 def _default_compute(label: str, *collections: Any) -> tuple:
@@ -300,8 +309,12 @@ def _gather(file_id: int, pieces: list[tuple[str, int]], fs: Any, root: str, nam
 
 
 def _write_files(ddf: dd.DataFrame, fs: Any, tmp: str, plan: tuple, num_files: int,
-                 compression: str, compute: Compute) -> list[dict]:
-    """Pass 3: bucket every row into its output file through scratch files on ``fs``."""
+                 compression: str, compute: Compute, spread: dict | None = None) -> list[dict]:
+    """Pass 3: bucket every row into its output file through scratch files on ``fs``.
+
+    With ``spread`` (the options of :func:`dask_windows.cli.layout.write_spread`) the buckets
+    are sorted and dealt out as chunks over the output files instead of written as they are.
+    """
     series, time = plan[0], plan[1]
     schema = pa.Schema.from_pandas(ddf._meta, preserve_index=False)
     scratch = posixpath.join(tmp, "_scratch")
@@ -309,9 +322,16 @@ def _write_files(ddf: dd.DataFrame, fs: Any, tmp: str, plan: tuple, num_files: i
     scatters = [dask.delayed(_scatter)(part, i, fs, scratch, schema, plan)
                 for i, part in enumerate(ddf.to_delayed())]
     pieces: list[list[tuple[str, int]]] = [[] for _ in range(num_files)]
+    bucket_rows = np.zeros(num_files, np.int64)
     for path, index in compute("splitting rows by output file", *scatters):
-        for file_id, batch, _ in index:
+        for file_id, batch, rows in index:
             pieces[file_id].append((path, batch))
+            bucket_rows[file_id] += rows
+    if spread is not None:
+        entries, _ = write_spread(pieces, bucket_rows, fs, tmp, scratch, schema, series, time,
+                                  compression=compression, compute=compute, **spread)
+        fs.rm(scratch, recursive=True)
+        return entries
     width = max(5, len(str(num_files - 1)))
     gathers = [dask.delayed(_gather)(j, pieces[j], fs, tmp, f"part-{j:0{width}d}.parquet",
                                      schema, series, time, compression)
@@ -374,6 +394,10 @@ def convert(
     input_block_size: int = 64 * 2**20,
     storage_options: dict | None = None,
     compute: Compute | None = None,
+    layout: str = "spread",
+    window: int | None = None,
+    horizon: int = 0,
+    chunk_rows: int | None = None,
 ) -> ConvertReport:
     """Convert inputs into a sorted, series-aligned Parquet dataset with a manifest.
 
@@ -392,6 +416,16 @@ def convert(
         storage_options: passed to fsspec for inputs and output.
         compute: ``compute(label, *collections) -> results``; the CLI passes
             one that shows progress on its cluster. Default ``dask.compute``.
+        layout: ``"spread"`` (default): every series in chunks dealt over all files, so
+            any few files mix like the whole dataset (``docs/converted.md``);
+            ``"contiguous"``: files in (series, time) order, version-1 manifest (windows
+            crossing a cut of a long series are lost).
+        window: Longest window the dataset will be read with; chunks overlap by
+            ``window + horizon - 1`` rows so no window is lost at a cut (default
+            window + horizon: ``DEFAULT_SPAN``).
+        horizon: Longest horizon it will be read with.
+        chunk_rows: Owned rows per chunk (default: about 512 chunks per file, at least
+            4 overlaps long).
 
     Returns:
         A :class:`ConvertReport`.
@@ -406,6 +440,7 @@ def convert(
     target_bytes = parse_bytes(partition_size) if isinstance(partition_size, str) else int(partition_size)
     if target_bytes <= 0:
         raise ConfigError(f"partition_size={partition_size!r} must be positive, e.g. 256MB")
+    spread = _spread_options(layout, window, horizon, chunk_rows)
     if fmt is not None and fmt not in FORMATS:
         raise ConfigError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
     out_fs, root = fsspec.core.url_to_fs(dst, **(storage_options or {}))
@@ -470,12 +505,18 @@ def convert(
         entries = []
         if num_files:
             plan = (series, time, keys, first_file, cuts)
-            entries = _write_files(ddf, out_fs, tmp, plan, num_files, compression, compute)
+            if spread is not None:
+                spread.update(series_rows=counts.to_numpy(), keys=list(keys), target_rows=target_rows)
+            entries = _write_files(ddf, out_fs, tmp, plan, num_files, compression, compute, spread)
         rows_out = sum(e["rows"] for e in entries)
+        if spread is not None:  # overlap rows are stored twice; owned rows count each row once
+            rows_out = sum(run[4] for e in entries for run in e["runs"])
         if rows_out != rows_in:
             raise DataError(f"read {rows_in} rows but wrote {rows_out}; the input changed "
                             f"while converting, or this is a bug (please report it)")
-        write_manifest(tmp, out_fs, series=series, time=time, files=entries)
+        write_manifest(tmp, out_fs, series=series, time=time, files=entries,
+                       span=None if spread is None else spread["span"],
+                       layout=None if spread is None else "spread")
         out_fs.rm(marker)
         _move_into_place(out_fs, tmp, root)
     except BaseException:
@@ -486,7 +527,22 @@ def convert(
     return ConvertReport(dst=dst, rows_in=rows_in, rows_out=rows_out, files=len(entries),
                          series=len(keys), split_series=int((num_pieces > 1).sum()),
                          bytes_out=sum(e["bytes"] for e in entries), manifest=manifest,
+                         layout=layout, span=None if spread is None else spread["span"],
                          leftovers_removed=tuple(leftovers))
+
+
+def _spread_options(layout: str, window: int | None, horizon: int, chunk_rows: int | None) -> dict | None:
+    """Validated options of the spread layout, or ``None`` for the contiguous one."""
+    if layout not in LAYOUTS:
+        raise ConfigError(f"layout={layout!r} is not one of {', '.join(LAYOUTS)}; use 'spread' (the default)")
+    for name, value, low in (("window", window, 1), ("horizon", horizon, 0), ("chunk_rows", chunk_rows, 1)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))
+                                  or value < low):
+            raise ConfigError(f"{name}={value!r} must be an int >= {low}")
+    if layout == "contiguous":
+        return None
+    span = DEFAULT_SPAN if window is None else int(window) + int(horizon)
+    return {"span": span, "chunk_rows": None if chunk_rows is None else int(chunk_rows)}
 
 
 def _move_into_place(fs: Any, tmp: str, root: str) -> None:

@@ -170,7 +170,8 @@ def _cmd_convert(args: argparse.Namespace) -> dict:
             parse_time=args.parse_time, compression=args.compression,
             input_block_size=_input_block_size(args.memory_limit),
             npy_columns=args.npy_columns.split(",") if args.npy_columns else None,
-            compute=cluster.compute)
+            compute=cluster.compute, layout=args.layout, window=args.window,
+            horizon=args.horizon, chunk_rows=args.chunk_rows)
     seconds = clock.perf_counter() - started
     out = {k: v for k, v in report.__dict__.items() if k != "manifest"}
     out.update(seconds=round(seconds, 3), workers_restarted=cluster.workers_restarted)
@@ -363,6 +364,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true",
                    help="replace DST when it is an earlier convert output")
     _window_options(p)
+    p.add_argument("--layout", choices=("spread", "contiguous"), default="spread",
+                   help="spread: each series in chunks over all files, overlapping by window + "
+                        "horizon - 1 rows (128 without --window), so a few files mix like the "
+                        "whole dataset; contiguous: files in (series, time) order")
+    p.add_argument("--chunk-rows", type=int, metavar="N",
+                   help="rows per chunk (default: about 512 chunks per file)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     _cluster_options(p)
     p.set_defaults(run=_cmd_convert)

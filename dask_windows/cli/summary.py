@@ -37,7 +37,7 @@ from dask_windows.errors import ConfigError, SchemaError
 from dask_windows.index import PartitionRuns, WindowGrid
 from dask_windows.normalize import STATS_FORMAT, STATS_VERSION
 from dask_windows.sources.base import DEFAULT_PARTITION_BYTES
-from dask_windows.sources.manifest import read_manifest
+from dask_windows.sources.manifest import read_manifest, span_shortfall
 from dask_windows.sources.parquet import PARQUET_SUFFIXES, ParquetSource
 from dask_windows.sources.retry import resolve_retry
 from dask_windows.spec import WindowSpec
@@ -74,6 +74,9 @@ def manifest_windows(manifest: dict, window: int, stride: int = 1,
     spec = _check_window(window, stride, horizon)
     runs = [run for f in manifest["files"] for run in f["runs"]]
     span = spec.span
+    if manifest.get("version", 1) >= 2:  # chunks overlap: only a span beyond the overlap loses windows
+        lost, total = span_shortfall(dict(manifest, span=min(manifest["span"], span - 1)), span, stride)
+        return total - lost, lost
     grid = WindowGrid.from_runs([PartitionRuns(np.array([a for a, _, _ in f["runs"]], np.int64),
                                                np.array([n for _, n, _ in f["runs"]], np.int64),
                                                np.array([v for _, _, v in f["runs"]], object))
@@ -252,6 +255,14 @@ def loader_memory(partition_rows: int, partition_windows: int, num_features: int
 
 # ---------------------------------------------------------------- stats
 
+def _owned_stats(fs: Any, path: str, runs: list, features: list[str]) -> pd.DataFrame:
+    """``_partial_stats`` of one spread-layout file's owned rows (its chunks' overlap rows left out)."""
+    with fs.open(path, "rb") as src:
+        table = pq.read_table(src, columns=features)
+    rows = np.concatenate([np.arange(r[0], r[0] + r[4]) for r in runs]) if runs else np.zeros(0, np.int64)
+    return _partial_stats(table.take(rows).to_pandas(), features)
+
+
 def _partial_stats(df: pd.DataFrame, features: list[str]) -> pd.DataFrame:
     """Per feature: count, mean, M2 (sum of squared deviations), min, max, NaNs."""
     out = []
@@ -355,8 +366,15 @@ def compute_stats(
     meta = pd.DataFrame({"feature": pd.Series([], dtype="object"), "rows": "i8", "count": "i8",
                          "mean": "f8", "m2": "f8", "min": "f8", "max": "f8", "nan": "i8"})
     parts = ddf[features].map_partitions(_partial_stats, features, meta=meta)
+    owned = None
+    if len(srcs) == 1 and manifest and manifest["version"] >= 2:  # spread layout: overlap rows once
+        owned = [dask.delayed(_owned_stats)(fs, posixpath.join(root.rstrip("/"), f["path"]), f["runs"], features)
+                 for f in manifest["files"]]
     compute = compute or (lambda label, *c: dask.compute(*c))
-    (parts,) = compute("computing statistics", parts)  # one pass, feature columns only
+    if owned is not None:
+        parts = pd.concat(compute("computing statistics", *owned), ignore_index=True)
+    else:
+        (parts,) = compute("computing statistics", parts)  # one pass, feature columns only
     rows = parts.loc[parts["feature"] == features[0], "rows"].sum()
     return {"format": STATS_FORMAT, "version": STATS_VERSION, "rows": int(rows),
             "features": _merge_stats(parts, features)}

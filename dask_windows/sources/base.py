@@ -102,8 +102,10 @@ class Source:
         overlap neighbouring partitions so no window is lost at a cut.
         """
 
-    def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, ...]:
         """``(run_starts, run_lengths, run_keys)`` of partition ``index``: its runs of one series.
+
+        A source whose runs are pieces of longer series adds ``(origin, owned)`` (``index.PartitionRuns``).
 
         With ``series=None`` the whole partition is one run. Only the series column is read.
         """

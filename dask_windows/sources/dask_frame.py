@@ -325,7 +325,7 @@ class DaskSource(Source):
             raise self.read_error(index, exc) from exc
         return self.columns_of(index, frame, columns)
 
-    def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, ...]:
         if series is None:
             return super().read_runs(index, None)
         with self._lock:  # the first caller scans every partition in one pass; the others wait

@@ -18,6 +18,14 @@ Layout (``version`` 1)::
 
 ``path`` is relative to the root and files are named so that sorted order is
 the canonical row order.
+
+Version 2 (written by ``convert`` since the spread layout, see
+``docs/converted.md``) adds ``"span"`` (the ``window + horizon`` the chunks
+overlap for: ``span - 1`` rows of each chunk cut repeat at the end of the
+chunk before the cut) and ``"layout"``, and each run is
+``[start, rows, value, origin, owned]``: ``origin`` is the row of the run's
+first row within its whole series, ``owned`` how many of its first rows may
+start a window (the rest is overlap). Version-1 manifests still open.
 """
 from __future__ import annotations
 
@@ -36,8 +44,10 @@ __all__ = [
     "MANIFEST_FORMAT",
     "MANIFEST_NAME",
     "MANIFEST_VERSION",
+    "manifest_run_arrays",
     "read_manifest",
     "series_runs",
+    "span_shortfall",
     "to_json_scalar",
     "validate_manifest",
     "write_manifest",
@@ -47,7 +57,9 @@ logger = logging.getLogger(__name__)
 
 MANIFEST_NAME = "_dask_windows_manifest.json"
 MANIFEST_FORMAT = "dask_windows.manifest"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+#: Versions this library reads (1: runs ``[start, rows, value]``; 2: adds origin, owned, span).
+READ_VERSIONS = (1, 2)
 
 
 def to_json_scalar(value: Any) -> Any:
@@ -118,11 +130,15 @@ def validate_manifest(manifest: Any, where: str = "manifest") -> dict:
 
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
         raise fail(f'"format" must be "{MANIFEST_FORMAT}"')
-    if manifest.get("version") != MANIFEST_VERSION:
+    version = manifest.get("version")
+    if version not in READ_VERSIONS:
         raise fail(
-            f'"version" is {manifest.get("version")!r}, this library reads version '
-            f"{MANIFEST_VERSION} (upgrade dask_windows or reconvert)"
+            f'"version" is {version!r}, this library reads versions '
+            f"{', '.join(map(str, READ_VERSIONS))} (upgrade dask_windows or reconvert)"
         )
+    run_width = 3 if version == 1 else 5
+    if version >= 2 and not (isinstance(manifest.get("span"), int) and manifest["span"] >= 1):
+        raise fail('"span" must be an integer >= 1')
     for key in ("series", "time"):
         if not isinstance(manifest.get(key), str):
             raise fail(f'"{key}" must be a column name')
@@ -139,9 +155,12 @@ def validate_manifest(manifest: Any, where: str = "manifest") -> dict:
             raise fail(f"files[{i}] ({entry['path']}) has no runs list")
         expected_start = 0
         for run in runs:
-            if not (isinstance(run, list) and len(run) == 3 and run[0] == expected_start
+            if not (isinstance(run, list) and len(run) == run_width and run[0] == expected_start
                     and isinstance(run[1], int) and run[1] > 0):
                 raise fail(f"files[{i}] ({entry['path']}) has a broken run {run!r}")
+            if run_width == 5 and not (isinstance(run[3], int) and run[3] >= 0
+                                       and isinstance(run[4], int) and 0 <= run[4] <= run[1]):
+                raise fail(f"files[{i}] ({entry['path']}) has a run with a bad origin or owned count {run!r}")
             expected_start += run[1]
         if expected_start != rows:
             raise fail(
@@ -160,6 +179,8 @@ def write_manifest(
     series: str,
     time: str,
     files: Sequence[dict],
+    span: int | None = None,
+    layout: str | None = None,
 ) -> str:
     """Write the manifest into a dataset's root folder.
 
@@ -169,19 +190,29 @@ def write_manifest(
         series: the series column.
         time: the time column.
         files: per file ``{"path", "rows", "bytes", "runs"}``, ``path``
-            relative to ``root``.
+            relative to ``root``; runs ``[start, rows, value]``, or with ``span``
+            ``[start, rows, value, origin, owned]`` (version 2).
+        span: the ``window + horizon`` the chunks overlap for; ``None`` writes version 1.
+        layout: how rows are laid out (``"spread"``, ``"contiguous"``), version 2 only.
 
     Returns:
         The path written.
     """
+    if span is None:
+        runs_of = lambda f: [[int(s), int(n), to_json_scalar(v)] for s, n, v in f["runs"]]
+        head: dict = {"version": 1}
+    else:
+        runs_of = lambda f: [[int(s), int(n), to_json_scalar(v), int(o), int(w)]
+                             for s, n, v, o, w in f["runs"]]
+        head = {"version": MANIFEST_VERSION, "span": int(span), "layout": layout or "spread"}
     manifest = {
         "format": MANIFEST_FORMAT,
-        "version": MANIFEST_VERSION,
+        "version": head.pop("version"),
         "series": series,
         "time": time,
+        **head,
         "files": [
-            {"path": f["path"], "rows": int(f["rows"]), "bytes": int(f["bytes"]),
-             "runs": [[int(s), int(n), to_json_scalar(v)] for s, n, v in f["runs"]]}
+            {"path": f["path"], "rows": int(f["rows"]), "bytes": int(f["bytes"]), "runs": runs_of(f)}
             for f in sorted(files, key=lambda f: f["path"])
         ],
     }
@@ -219,3 +250,48 @@ def read_manifest(root: str, fs: Any) -> dict | None:
             f"{path} is not valid JSON ({exc}); delete it or rerun `dask-windows convert`"
         ) from exc
     return validate_manifest(manifest, where=path)
+
+
+def manifest_run_arrays(runs: Sequence[Sequence[Any]]) -> tuple[np.ndarray, ...]:
+    """One file's manifest runs as arrays.
+
+    Returns:
+        ``(starts, lengths, keys)`` for version-1 runs, ``(starts, lengths, keys, origin, owned)``
+        for version-2 runs.
+    """
+    starts = np.array([r[0] for r in runs], dtype=np.int64)
+    lengths = np.array([r[1] for r in runs], dtype=np.int64)
+    keys = np.array([r[2] for r in runs])
+    if runs and len(runs[0]) == 5:
+        origin = np.array([r[3] for r in runs], dtype=np.int64)
+        owned = np.array([r[4] for r in runs], dtype=np.int64)
+        return starts, lengths, keys, origin, owned
+    return starts, lengths, keys
+
+
+def span_shortfall(manifest: dict, span: int, stride: int) -> tuple[int, int]:
+    """Windows lost when a dataset is opened with a longer ``window + horizon`` than it was converted for.
+
+    Chunks of a version-2 manifest overlap by ``manifest["span"] - 1`` rows; a longer span loses
+    the windows that would start in a chunk's last owned rows and end past its overlap.
+
+    Returns:
+        ``(lost, total)``: windows lost and windows the whole series hold (``(0, 0)`` when the
+        manifest has no chunk overlap to fall short of, or ``span`` fits).
+    """
+    import pandas as pd
+
+    from dask_windows.index import run_grid
+    from dask_windows.windows import windows_per_run
+
+    if manifest.get("version", 1) < 2 or span <= manifest["span"]:
+        return 0, 0
+    runs = [r for f in manifest["files"] for r in f["runs"]]
+    if not runs:
+        return 0, 0
+    table = np.array([[r[0], r[1], r[3], r[4]] for r in runs], dtype=np.int64)  # (R, 4) start, rows, origin, owned
+    kept = int(run_grid(table[:, 0], table[:, 1], span, stride, table[:, 2], table[:, 3])[1].sum())
+    codes = pd.factorize(pd.Series([r[2] for r in runs], dtype=object), use_na_sentinel=False)[0]
+    series_rows = np.bincount(codes, weights=table[:, 3]).astype(np.int64)  # owned rows tile each series
+    total = int(windows_per_run(series_rows, span, stride).sum())
+    return total - kept, total

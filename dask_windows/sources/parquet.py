@@ -25,12 +25,13 @@ import logging
 import os
 import posixpath
 import pickle
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from dask_windows.errors import SchemaError, SourceReadError
+from dask_windows.errors import ConfigError, SchemaError, SourceReadError
 from dask_windows.faults import (
     check_on_error,
     describe_failure,
@@ -187,7 +188,7 @@ class ParquetSource(Source):
         folder has no manifest or it does not describe exactly these files and row counts (then
         the series column is scanned as usual).
         """
-        from dask_windows.sources.manifest import read_manifest
+        from dask_windows.sources.manifest import manifest_run_arrays, read_manifest
 
         if not isinstance(data, (str, os.PathLike)) or any(ch in os.fspath(data) for ch in "*?["):
             return None
@@ -202,30 +203,77 @@ class ParquetSource(Source):
         for path in self.files:
             entry = entries.get(path)
             if entry is None or entry["rows"] != self._footers[path].num_rows:
+                if manifest["version"] >= 2:  # chunks of many stretches: the series column cannot recover them
+                    from dask_windows.errors import DataError
+
+                    raise DataError(
+                        f"the manifest of {root} does not match {self._url(path)} (a file missing, added or "
+                        "rewritten); this dataset was converted in chunks spread over its files, which only the "
+                        "manifest describes; rerun `dask-windows convert` to write it again"
+                    )
                 log.warning("the manifest of %s does not match %s; scanning the series column instead", root, path)
                 return None
-            table = entry["runs"]
-            starts = np.array([r[0] for r in table], dtype=np.int64)
-            lengths = np.array([r[1] for r in table], dtype=np.int64)
-            runs[path] = (starts, lengths, np.array([r[2] for r in table]))
-        return {"series": manifest["series"], "runs": runs}
+            runs[path] = manifest_run_arrays(entry["runs"])
+        if manifest["version"] >= 2 and len(runs) != len(entries):
+            from dask_windows.errors import DataError
 
-    def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Runs from the manifest when it covers ``series``, else those the tail read at open told
-        (once), else from the series column."""
+            missing = sorted(set(entries) - set(runs))
+            raise DataError(
+                f"the manifest of {root} lists {len(missing)} files that are not there (first: {self._url(missing[0])}); "
+                "this dataset was converted in chunks spread over its files, so every file holds part of every "
+                "series; restore the files or rerun `dask-windows convert`"
+            )
+        return {"series": manifest["series"], "runs": runs, "manifest": manifest, "root": root}
+
+    def set_window(self, span: int, stride: int) -> None:
+        """Warn when a converted dataset's chunks overlap by fewer rows than ``span`` needs."""
+        super().set_window(span, stride)
         manifest = getattr(self, "_manifest", None)
-        if series is None or manifest is None or manifest["series"] != series:
+        if manifest is None:
+            return
+        from dask_windows.sources.manifest import span_shortfall
+
+        lost, total = span_shortfall(manifest["manifest"], span, stride)
+        if lost:
+            warnings.warn(
+                f"{manifest['root']} was converted for window + horizon <= {manifest['manifest']['span']} rows, "
+                f"but this dataset needs {span}: {lost:,} of {total:,} windows ({lost / total:.1%}) that cross "
+                f"a chunk cut are left out; rerun `dask-windows convert` with --window {span} "
+                "(or a larger one), or use a smaller window",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+
+    def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, ...]:
+        """Runs from the manifest when it covers ``series``, else those the tail read at open told
+        (once), else from the series column.
+
+        A version-2 (spread) manifest also gives each run's ``origin`` and ``owned`` rows.
+        """
+        manifest: Any = getattr(self, "_manifest", None)
+        spread = manifest is not None and manifest["manifest"]["version"] >= 2
+        if spread and series is not None and manifest["series"] != series:
+            raise ConfigError(
+                f"series={series!r}: {manifest['root']} was converted with series column {manifest['series']!r} "
+                "in chunks that only its manifest describes; pass series="
+                f"{manifest['series']!r} (or leave it out)"
+            )
+        if not spread and (series is None or manifest is None or manifest["series"] != series):
             path = self.partitions[index].key[0]
             told = self._tail_runs.pop(path, None) if series == self._tail_series else None
             return told if told is not None else super().read_runs(index, series)
         path, row_groups = self.partitions[index].key
         first = sum(self._footers[path].rows[: row_groups[0]])  # file row of the partition
         last = first + self.partitions[index].num_rows
-        starts, lengths, keys = manifest["runs"][path]
+        starts, lengths, keys = manifest["runs"][path][:3]
         ends = starts + lengths
         keep = (ends > first) & (starts < last)  # runs overlapping the partition, clipped to it
         lo, hi = np.maximum(starts[keep], first), np.minimum(ends[keep], last)
-        return lo - first, hi - lo, keys[keep]
+        if len(manifest["runs"][path]) == 3:
+            return lo - first, hi - lo, keys[keep]
+        origin, owned = manifest["runs"][path][3:]  # chunks of a version-2 manifest: keep their grid
+        shift = lo - starts[keep]
+        return lo - first, hi - lo, keys[keep], origin[keep] + shift, np.clip(owned[keep] - shift, 0, hi - lo)
 
     # -- opening ------------------------------------------------------------------------------
 

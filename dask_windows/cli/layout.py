@@ -1,0 +1,424 @@
+"""Where ``convert`` puts each row: every series in chunks spread over all output files.
+
+A loader's buffer holds a few files, so a batch can only mix what those files
+hold. Files cut in (series, time) order make each file one stretch of time or
+one run of ids, and a batch a few stretches. The spread layout cuts the
+dataset, in its canonical (series, time) order, into chunks of ``chunk_rows``
+rows and deals them over the files: each *cycle* of ``F`` consecutive chunks
+gives one chunk to every file, in a seeded random order (so a file's chunks
+never alias with a period of the data), and inside a file the chunks follow a
+low-discrepancy order (golden-ratio steps), so that any contiguous stretch of
+a file (a row group, a row range) also reaches across the whole dataset.
+With ``K`` chunks per file every file samples the dataset at ``K`` strata.
+
+No window is lost or repeated at a cut. A chunk cut inside a series is stored
+with the next ``span - 1`` rows of that series after it (*overlap*), so every
+window starting in the chunk is whole in its file; the manifest records per
+run its ``origin`` (row within its series, which keeps the series' stride
+grid) and ``owned`` rows (where windows may start), so the overlap's rows
+never start a window twice. The trade-off: ``(span - 1) / chunk_rows`` more
+rows on disk and decoded (``auto_chunk_rows``: 512 chunks per file, but at
+most 1/4 overhead, which only files under ~2,000 windows' spans reach), and a
+loader opened with a longer ``window + horizon`` than convert was told loses
+the windows that would reach past an overlap (it warns with the count).
+The alternative, adjacency recorded in the manifest and read as a halo, would
+cost one extra read of another file per chunk in every epoch.
+
+Pure numpy planning here; ``convert`` runs the plan on Dask
+(``write_spread``).
+"""
+
+from __future__ import annotations
+
+import math
+import posixpath
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "DEFAULT_SPAN",
+    "LAYOUTS",
+    "SpreadPlan",
+    "auto_chunk_rows",
+    "canonical_rows",
+    "plan_spread",
+    "read_converted",
+]
+
+LAYOUTS = ("spread", "contiguous")
+#: ``window + horizon`` the chunks overlap for when convert is given no ``--window``.
+DEFAULT_SPAN = 128
+#: Chunks per file ``auto_chunk_rows`` aims for (strata each file samples).
+TARGET_CHUNKS_PER_FILE = 512
+#: Chunks are at least this many times the overlap (disk and decode overhead at most 1/4).
+MIN_CHUNK_PER_OVERLAP = 4
+_LAYOUT_SEED = 0x5EED
+
+
+@dataclass(frozen=True)
+class SpreadPlan:
+    """Where every chunk goes.
+
+    Attributes:
+        chunk_lo: ``(M,)`` canonical row of each chunk's first row.
+        chunk_hi: ``(M,)`` one past its last owned row.
+        stored_hi: ``(M,)`` one past its last stored row (``chunk_hi`` plus the overlap).
+        file: ``(M,)`` output file of each chunk.
+        slot: ``(M,)`` position of the chunk inside its file (chunks are stored in slot order).
+        num_files: Output files.
+        span: ``window + horizon`` the overlap is sized for.
+    """
+
+    chunk_lo: np.ndarray
+    chunk_hi: np.ndarray
+    stored_hi: np.ndarray
+    file: np.ndarray
+    slot: np.ndarray
+    num_files: int
+    span: int
+
+
+def auto_chunk_rows(total_rows: int, num_files: int, span: int) -> int:
+    """Rows per chunk: ``TARGET_CHUNKS_PER_FILE`` chunks per file, but at least 4 overlaps long.
+
+    So the overlap never adds more than a quarter to the rows stored; files smaller than one
+    such chunk are not made (``output_files``).
+    """
+    if num_files <= 1:
+        return max(int(total_rows), 1)
+    per_file = -(-int(total_rows) // num_files)
+    return max(per_file // TARGET_CHUNKS_PER_FILE, MIN_CHUNK_PER_OVERLAP * max(span - 1, 1), 1)
+
+
+def _coprime_step(k: int) -> int:
+    """A step near ``k / golden ratio`` coprime with ``k`` (a low-discrepancy order of ``0..k-1``)."""
+    if k <= 2:
+        return 1
+    step = max(1, round(k / ((1 + 5**0.5) / 2)))
+    while math.gcd(step, k) != 1:
+        step += 1
+    return step
+
+
+def plan_spread(
+    series_rows: np.ndarray, num_files: int, span: int, chunk_rows: int | None = None, seed: int = _LAYOUT_SEED
+) -> SpreadPlan:
+    """Cut the canonical row order into chunks and deal them over ``num_files`` files.
+
+    Args:
+        series_rows: ``(S,)`` rows of each series, in canonical (sorted) order.
+        num_files: Output files (``>= 1``).
+        span: ``window + horizon`` whose windows must all survive the cuts (``>= 1``).
+        chunk_rows: Owned rows per chunk; default ``auto_chunk_rows``.
+        seed: Seed of the per-cycle deal (conversion is deterministic).
+
+    Returns:
+        The plan; chunks in canonical order.
+    """
+    series_rows = np.asarray(series_rows, np.int64)
+    total = int(series_rows.sum())
+    num_files = max(1, int(num_files))
+    chunk = int(chunk_rows or auto_chunk_rows(total, num_files, span))
+    num_chunks = max(1, -(-total // chunk)) if total else 0
+    lo = np.arange(num_chunks, dtype=np.int64) * chunk
+    hi = np.minimum(lo + chunk, total)
+    # Overlap: the chunk's last series continues for up to span - 1 rows past its end.
+    series_end = np.cumsum(series_rows)  # (S,) canonical row one past each series
+    last_series = np.searchsorted(series_end, hi - 1, side="right")  # (M,) series of each chunk's last row
+    ends = series_end[np.minimum(last_series, len(series_end) - 1)] if len(series_end) else hi
+    stored_hi = np.minimum(hi + max(span - 1, 0), ends)
+    # The deal: cycle c (chunks c*F .. c*F+F-1) gives each file one chunk, in a seeded random order.
+    files = np.empty(num_chunks, np.int64)
+    cycles = -(-num_chunks // num_files) if num_chunks else 0
+    rng = np.random.Generator(np.random.PCG64(seed))
+    for c in range(cycles):
+        a, b = c * num_files, min((c + 1) * num_files, num_chunks)
+        files[a:b] = rng.permutation(num_files)[: b - a]
+    # Inside a file its k-th chunk (cycle order) goes to slot p with k = p * step mod K.
+    slots = np.empty(num_chunks, np.int64)
+    for f in range(num_files):
+        mine = np.flatnonzero(files == f)  # (K,) chunks of file f in cycle order
+        k = len(mine)
+        if not k:
+            continue
+        step = _coprime_step(k)
+        order = (np.arange(k, dtype=np.int64) * step) % k  # (K,) cycle index stored at each slot
+        slots[mine[order]] = np.arange(k, dtype=np.int64)
+    return SpreadPlan(lo, hi, stored_hi, files, slots, num_files, int(span))
+
+
+def file_runs(plan: SpreadPlan, series_rows: np.ndarray, keys: list, f: int) -> tuple[int, list[list[Any]]]:
+    """Rows and manifest runs ``[start, rows, key, origin, owned]`` of output file ``f``."""
+    series_end = np.cumsum(np.asarray(series_rows, np.int64))
+    series_start = series_end - series_rows
+    mine = np.flatnonzero(plan.file == f)
+    mine = mine[np.argsort(plan.slot[mine])]
+    runs: list[list[Any]] = []
+    at = 0
+    for m in mine.tolist():
+        lo, hi, top = int(plan.chunk_lo[m]), int(plan.chunk_hi[m]), int(plan.stored_hi[m])
+        s = int(np.searchsorted(series_end, lo, side="right"))
+        while lo < top:
+            end = min(int(series_end[s]), top)
+            origin = lo - int(series_start[s])
+            runs.append([at, end - lo, keys[s], origin, max(0, min(end, hi) - lo)])
+            at += end - lo
+            lo, s = end, s + 1
+    return at, runs
+
+
+def segments_of(plan: SpreadPlan, lo: int, hi: int) -> np.ndarray:
+    """Stored pieces of canonical rows ``[lo, hi)`` (one sorted bucket).
+
+    Returns:
+        ``(N, 5)`` int64 rows ``(file, slot, canonical start, bucket row, rows)``, sorted by file then slot.
+    """
+    a = np.maximum(plan.chunk_lo, lo)
+    b = np.minimum(plan.stored_hi, hi)
+    hit = np.flatnonzero(b > a)
+    out = np.stack([plan.file[hit], plan.slot[hit], a[hit], a[hit] - lo, b[hit] - a[hit]], axis=1)
+    return out[np.lexsort((out[:, 1], out[:, 0]))] if len(out) else out.reshape(0, 5)
+
+
+def read_converted(path: str, columns: list | None = None, storage_options: dict | None = None) -> Any:
+    """A converted dataset as one pandas DataFrame in canonical (series, time) order, overlap rows dropped.
+
+    Args:
+        path: The converted folder.
+        columns: Columns to read (default all).
+        storage_options: Passed to fsspec.
+    """
+    import fsspec
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    from dask_windows.sources.manifest import read_manifest
+
+    fs, root = fsspec.core.url_to_fs(path, **(storage_options or {}))
+    root = root.rstrip("/")
+    manifest = read_manifest(root, fs)
+    if manifest is None:
+        raise FileNotFoundError(f"{path} has no dask_windows manifest; it was not written by `dask-windows convert`")
+    frames = []
+    for entry in manifest["files"]:
+        with fs.open(posixpath.join(root, entry["path"]), "rb") as src:
+            table = pq.read_table(src, columns=columns)
+        if manifest["version"] == 1:
+            frames.append(table.to_pandas())
+            continue
+        keep = []
+        for start, _, _, _, owned in entry["runs"]:
+            keep.append(np.arange(start, start + owned))
+        rows = np.concatenate(keep) if keep else np.zeros(0, np.int64)
+        frames.append(table.take(rows).to_pandas())
+    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if manifest["version"] == 1:
+        return out
+    keys, positions = _canonical_keys(manifest)
+    return out.iloc[np.lexsort((positions, keys))].reset_index(drop=True)
+
+
+def _canonical_keys(manifest: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Per owned row of a version-2 manifest (file order): ``(series rank, row within series)``."""
+    import pandas as pd
+
+    runs = [r for f in manifest["files"] for r in f["runs"]]
+    values = pd.Series([r[2] for r in runs], dtype=object)
+    ranks = pd.Index(pd.unique(values)).sort_values()
+    codes = ranks.get_indexer(values)
+    owned = np.array([r[4] for r in runs], np.int64)
+    origin = np.array([r[3] for r in runs], np.int64)
+    series = np.repeat(codes, owned)
+    base = np.repeat(origin - (np.cumsum(owned) - owned), owned)
+    return series, base + np.arange(int(owned.sum()))
+
+
+def output_files(total_rows: int, target_rows: int, span: int, chunk_rows: int | None = None) -> tuple[int, int]:
+    """``(num_files, chunk_rows)``: files near ``target_rows`` rows with their overlap, each at least one chunk.
+
+    A ``target_rows`` below one chunk (``4 * (span - 1)`` rows) gives fewer, larger files.
+    """
+    if total_rows <= 0:
+        return 0, 1
+    files = max(1, -(-total_rows // max(target_rows, 1)))
+    for _ in range(4):  # the overlap adds rows, so a few more files; converges at once in practice
+        chunk = int(chunk_rows or auto_chunk_rows(total_rows, files, span))
+        files = min(files, max(1, -(-total_rows // chunk)))  # every file gets a chunk
+        stored = total_rows + (-(-total_rows // chunk)) * max(span - 1, 0)
+        more = min(max(1, -(-stored // max(target_rows, 1))), max(1, -(-total_rows // chunk)))
+        if more <= files:
+            break
+        files = more
+    return files, int(chunk_rows or auto_chunk_rows(total_rows, files, span))
+
+
+def _sort_bucket(
+    bucket: int, pieces: list, fs: Any, scratch: str, schema: Any, series: str, time: str, segments: np.ndarray
+) -> tuple[str, list[int]]:
+    """Pass 4 of the spread layout: sort one bucket, write its rows grouped by output file.
+
+    Returns:
+        ``(path, files)``: the scratch file and, per record batch, the output file it is for.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    batches = []
+    for path, batch in pieces:  # in input order, so a stable sort keeps ties in order
+        with fs.open(path, "rb") as src:
+            batches.append(pa.ipc.open_file(src).get_batch(batch))
+    table = pa.Table.from_batches(batches, schema=schema)
+    table = table.take(pc.sort_indices(table, sort_keys=[(series, "ascending"), (time, "ascending")]))
+    out_path = posixpath.join(scratch, f"bucket-{bucket:06d}.arrow")
+    files: list[int] = []
+    # segments: (N, 5) file, slot, canonical start, bucket row, rows; sorted by file then slot
+    bounds = np.flatnonzero(np.diff(segments[:, 0])) + 1 if len(segments) else np.zeros(0, np.int64)
+    with fs.open(out_path, "wb") as out, pa.ipc.new_file(out, schema) as writer:
+        for group in np.split(segments, bounds) if len(segments) else []:
+            rows = np.concatenate([np.arange(r, r + n) for r, n in zip(group[:, 3], group[:, 4])])
+            part = table.take(pa.array(rows)).combine_chunks()
+            writer.write_batch(part.to_batches()[0] if part.num_rows else pa.RecordBatch.from_pylist([], schema))
+            files.append(int(group[0, 0]))
+    return out_path, files
+
+
+def _write_file(
+    name: str,
+    sources: list[tuple[str, int, np.ndarray]],
+    fs: Any,
+    root: str,
+    schema: Any,
+    compression: str,
+    rows: int,
+    runs: list,
+) -> dict:
+    """Pass 5: one output file from its chunks' pieces, in slot order, as one row group."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tables, keys = [], []
+    for path, batch, segments in sources:  # segments (n, 3): slot, canonical start, rows
+        with fs.open(path, "rb") as src:
+            tables.append(pa.Table.from_batches([pa.ipc.open_file(src).get_batch(batch)], schema=schema))
+        keys.append(segments)
+    table = pa.concat_tables(tables) if tables else schema.empty_table()
+    if keys:
+        seg = np.concatenate(keys)  # (n, 3) slot, canonical start, rows; rows of the table in this order
+        first = np.cumsum(seg[:, 2]) - seg[:, 2]  # (n,) table row of each segment
+        order = np.lexsort((seg[:, 1], seg[:, 0]))  # segments in slot, then canonical order
+        take = np.concatenate([np.arange(first[k], first[k] + seg[k, 2]) for k in order])
+        table = table.take(pa.array(take))
+    if table.num_rows != rows:
+        from dask_windows.errors import DataError
+
+        raise DataError(
+            f"{name}: gathered {table.num_rows} rows but the layout planned {rows}; "
+            "the input changed while converting, or this is a bug (please report it)"
+        )
+    path = posixpath.join(root, name)
+    dictionary = [f.name for f in schema if not pa.types.is_floating(f.type)]
+    with fs.open(path, "wb") as out:
+        pq.write_table(
+            table, out, row_group_size=max(len(table), 1), compression=compression, use_dictionary=dictionary
+        )
+    return {"path": name, "rows": table.num_rows, "bytes": int(fs.size(path)), "runs": runs}
+
+
+def write_spread(
+    pieces: list[list[tuple[str, int]]],
+    bucket_rows: np.ndarray,
+    fs: Any,
+    tmp: str,
+    scratch: str,
+    schema: Any,
+    series: str,
+    time: str,
+    series_rows: np.ndarray,
+    keys: list,
+    target_rows: int,
+    span: int,
+    chunk_rows: int | None,
+    compression: str,
+    compute: Any,
+) -> tuple[list[dict], SpreadPlan]:
+    """Passes 4 and 5 of ``convert`` for the spread layout.
+
+    Args:
+        pieces: Per bucket (an output file of the contiguous plan, in canonical order) the scratch
+            ``(path, batch)`` pairs holding its rows.
+        bucket_rows: ``(J,)`` rows of each bucket.
+        series_rows: ``(S,)`` rows of each series in canonical order; ``keys`` their values.
+        target_rows: Most rows an output file should hold.
+        span: ``window + horizon`` the overlap is sized for.
+        chunk_rows: Owned rows per chunk, or ``None`` for ``auto_chunk_rows``.
+
+    Returns:
+        ``(entries, plan)``: the manifest entries (version-2 runs) and the layout plan.
+    """
+    import dask
+
+    total = int(np.sum(bucket_rows))
+    num_files, chunk = output_files(total, target_rows, span, chunk_rows)
+    plan = plan_spread(series_rows, num_files, span, chunk)
+    offsets = np.cumsum(bucket_rows) - bucket_rows  # (J,) canonical row of each bucket's first row
+    segments = [segments_of(plan, int(a), int(a + n)) for a, n in zip(offsets, bucket_rows)]
+    sorts = [
+        dask.delayed(_sort_bucket)(j, pieces[j], fs, scratch, schema, series, time, segments[j])
+        for j in range(len(pieces))
+        if pieces[j]
+    ]
+    written = dict(
+        zip([j for j in range(len(pieces)) if pieces[j]], compute("sorting series and cutting chunks", *sorts))
+    )
+    sources: list[list] = [[] for _ in range(num_files)]
+    for j, (path, files) in written.items():
+        seg = segments[j]
+        for batch, f in enumerate(files):
+            mine = seg[seg[:, 0] == f]
+            sources[f].append((path, batch, mine[:, [1, 2, 4]]))
+    width = max(5, len(str(num_files - 1)))
+    writes = []
+    for f in range(num_files):
+        rows, runs = file_runs(plan, series_rows, keys, f)
+        if rows:
+            writes.append(
+                dask.delayed(_write_file)(
+                    f"part-{f:0{width}d}.parquet", sources[f], fs, tmp, schema, compression, rows, runs
+                )
+            )
+    return list(compute("writing spread files", *writes)), plan
+
+
+def canonical_rows(manifest: dict, rows: np.ndarray) -> np.ndarray:
+    """Rows of a converted dataset (global, files in manifest order) as canonical (series, time) rows.
+
+    The canonical order is the dataset before conversion sorted by (series, time): what a mixing
+    report cuts into blocks. Overlap rows map to the row they repeat.
+
+    Args:
+        manifest: A version-1 or version-2 manifest.
+        rows: ``(N,)`` global rows (``return_index=True`` yields them for window starts).
+
+    Returns:
+        ``(N,)`` int64 canonical rows.
+    """
+    rows = np.asarray(rows, np.int64)
+    if manifest["version"] == 1:
+        return rows
+    import pandas as pd
+
+    runs = [r for f in manifest["files"] for r in f["runs"]]
+    offsets = np.cumsum([0] + [f["rows"] for f in manifest["files"]])[:-1]  # (F,) global row of each file
+    run_file = np.repeat(np.arange(len(manifest["files"])), [len(f["runs"]) for f in manifest["files"]])
+    start = offsets[run_file] + np.array([r[0] for r in runs], np.int64)  # (R,) global row of each run
+    values = pd.Series([r[2] for r in runs], dtype=object)
+    ranks = pd.Index(pd.unique(values)).sort_values()
+    codes = ranks.get_indexer(values)  # (R,) canonical rank of each run's series
+    owned = np.array([r[4] for r in runs], np.int64)
+    series_rows = np.bincount(codes, weights=owned, minlength=len(ranks)).astype(np.int64)
+    series_start = np.cumsum(series_rows) - series_rows  # (S,) canonical row of each series
+    base = series_start[codes] + np.array([r[3] for r in runs], np.int64) - start  # (R,) canonical minus global row
+    run = np.searchsorted(start, rows, side="right") - 1
+    return rows + base[run]
