@@ -399,7 +399,7 @@ def test_inspect_validates_like_the_loader_and_exits_1(converted, capsys):
         err = cli(*args, expect=1).stderr if i == 0 else run_main(capsys, *args, expect=1)
         assert message in err and err.startswith("dask-windows inspect: error:")
     with open(os.path.join(path, MANIFEST_NAME)) as src:
-        longest = max(n for f in json.load(src)["files"] for _, n, _ in f["runs"])
+        longest = max(n for f in json.load(src)["files"] for n in (run[1] for run in f["runs"]))
     assert f"longest: {longest:,} rows" in err
     err = run_main(capsys, "bench", path, "--features", "a", "--series", "sid", "--window",
                    "5000", expect=1)

@@ -181,7 +181,7 @@ def _cmd_convert(args: argparse.Namespace) -> dict:
         out.update(window=args.window, stride=args.stride, horizon=args.horizon,
                    windows=kept, windows_lost=lost)
         if kept == 0:
-            longest = max((n for f in report.manifest["files"] for _, n, _ in f["runs"]),
+            longest = max((n for f in report.manifest["files"] for n in (run[1] for run in f["runs"])),
                           default=0)
             span = args.window + args.horizon
             raise ValueError(
