@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ provides the
     from dask_windows.device import DevicePrefetcher, standardize
     from dask_windows.mixture import Mixture, mix
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"  # the one place: setup.cfg and `dask-windows --version` read it
 
 _install_moved_paths()  # 0.1 module paths (dask_windows.parquet_source, ...) still import
 

@@ -1,9 +1,13 @@
-"""Decoded partitions in memory and the shuffled windows being drawn from them.
+"""Decoded pieces of partitions in memory and the shuffled windows being drawn from them.
 
-``decode`` turns one partition's columns into the arrays the gather wants
-(features channel-major for ``NCL``); it runs on the prefetch thread so the
-conversion overlaps the training step. ``Buffer`` concatenates the
-partitions of one plan group, lists the start rows of the group's windows
+A plan segment (windows ``[lo, hi)`` of a partition) is read as one *piece*:
+the rows from its first window's start to its last window's end
+(``piece_rows``), so a piece carries the halo its last windows need and
+nothing else. ``decode`` turns a piece's columns into the arrays the gather
+wants (features channel-major for ``NCL``); it runs on the prefetch thread so
+the conversion overlaps the training step. ``Buffer`` concatenates the
+pieces of one plan group (many partitions' worth of places, about
+``buffer_partitions`` partitions' worth of rows), lists the start rows of the group's windows
 (O(windows in the buffer)) and permutes them. ``stream`` walks a reader's
 plan, buffer by buffer, and cuts the permuted windows into batches; a batch
 may take its first windows from one buffer and the rest from the next, so
@@ -29,7 +33,7 @@ from dask_windows.plan import EpochPlan, Segment, rng_for
 from dask_windows.spec import WindowSpec
 from dask_windows.windows import window_starts
 
-__all__ = ["Buffer", "Part", "decode", "stream"]
+__all__ = ["Buffer", "Part", "decode", "piece_rows", "piece_units", "stream", "unit_rows"]
 
 _CHUNK = 1 << 18  # windows whose starts are computed at once
 _TRIM_BYTES = 8 << 20  # buffers at least this large hand their memory back when dropped
@@ -46,6 +50,7 @@ class Part:
         y: Targets ``(T, rows)`` or ``None``.
         nan_x: Rows where a feature is NaN (only computed with ``nan="raise"``).
         nan_y: Rows where a target is NaN.
+        row0: Partition row of the part's first row (a piece starts inside its partition).
     """
 
     index: int
@@ -54,6 +59,47 @@ class Part:
     y: np.ndarray | None
     nan_x: np.ndarray
     nan_y: np.ndarray
+    row0: int = 0
+
+
+def piece_rows(grid: WindowGrid, segment: Segment, span: int) -> tuple[int, int]:
+    """Partition rows ``[r0, r1)`` that windows ``segment.lo .. hi-1`` of its partition need."""
+    if segment.hi <= segment.lo:
+        return 0, 0
+    first, counts = grid.first[segment.partition], grid.counts[segment.partition]
+    r0 = int(window_starts(first, counts, grid.stride, segment.lo, segment.lo + 1)[0])
+    r1 = int(window_starts(first, counts, grid.stride, segment.hi - 1, segment.hi)[0]) + span
+    return r0, r1
+
+
+def piece_units(plan: EpochPlan) -> list[tuple[Segment, ...]]:
+    """The plan's segments in reading order, consecutive segments of one partition in a buffer grouped.
+
+    A unit is read with one call (``read_ranges``): one request of its row groups on an object store.
+    """
+    units: list[tuple[Segment, ...]] = []
+    for group in plan.buffers:
+        run: list[Segment] = []
+        for seg in group:
+            if run and seg.partition != run[0].partition:
+                units.append(tuple(run))
+                run = []
+            run.append(seg)
+        if run:
+            units.append(tuple(run))
+    return units
+
+
+def unit_rows(grid: WindowGrid, unit: tuple[Segment, ...], span: int) -> np.ndarray:
+    """``(n, 2)`` partition rows ``[r0, r1)`` that each segment of ``unit`` (one partition) needs."""
+    p = unit[0].partition
+    counts = np.asarray(grid.counts[p], np.int64)
+    ends = np.cumsum(counts)  # (R,) window number just past each run
+    k = np.array([s.lo for s in unit] + [s.hi - 1 for s in unit], np.int64)  # (2n,) first and last windows
+    run = np.searchsorted(ends, k, side="right")
+    rows = np.asarray(grid.first[p], np.int64)[run] + (k - (ends[run] - counts[run])) * grid.stride
+    n = len(unit)
+    return np.stack([rows[:n], rows[n:] + span], axis=1)
 
 
 def _target_dtype(columns: list[np.ndarray]) -> type:
@@ -66,13 +112,14 @@ def decode(
     columns: dict,
     spec: WindowSpec,
     scale: tuple[np.ndarray, np.ndarray] | None = None,
+    row0: int = 0,
     y_dtype: type | None = None,
 ) -> Part:
-    """Stack a partition's columns into the buffer layout (one copy per column), standardised with
-    ``scale = (mean, std)`` per feature when given.
+    """Stack a piece's columns (partition rows from ``row0``) into the buffer layout (one copy per
+    column), standardised with ``scale = (mean, std)`` per feature when given.
 
     ``y_dtype`` is the dataset's one target dtype (``checks.output_dtype``, from the schema at
-    open); ``None`` decides it from this partition's columns.
+    open); ``None`` decides it from this piece's columns.
     """
     feats = [columns[c] for c in spec.features]
     rows = len(feats[0])
@@ -95,14 +142,14 @@ def decode(
     check = spec.nan == "raise"
     nan_x = bad_value_rows({c: columns[c] for c in spec.features}) if check else np.zeros(0, np.int64)
     nan_y = bad_value_rows({c: columns[c] for c in spec.targets}) if check else np.zeros(0, np.int64)
-    return Part(index, name, x, y, nan_x, nan_y)
+    return Part(index, name, x, y, nan_x, nan_y, row0)
 
 
 class Buffer:
     """The partitions of one plan group and their windows.
 
     Args:
-        parts: Decoded partitions, one per segment, in segment order.
+        parts: Decoded pieces, one per segment, in segment order.
         segments: Which windows of each partition this reader yields.
         grid: The dataset's window grid.
         row_offsets: ``(P,)`` global row of each partition's first row.
@@ -127,7 +174,9 @@ class Buffer:
             y = parts[0].y if len(parts) == 1 else np.concatenate([p.y for p in parts], axis=1)
         sizes = [p.x.shape[axis] for p in parts]
         self.part_offsets = np.cumsum([0, *sizes])  # (parts+1,) buffer row where each part begins
-        self.part_rows = np.array([row_offsets[seg.partition] for seg in segments], dtype=np.int64)
+        self.part_rows = np.array(
+            [row_offsets[seg.partition] + part.row0 for part, seg in zip(parts, segments)], dtype=np.int64
+        )  # (parts,) dataset row of each part's first row
         # One allocation for the buffer's window starts; int32 halves it when rows allow.
         dtype = np.int32 if self.part_offsets[-1] < 2**31 else np.int64
         self.starts = np.empty(sum(seg.num_windows for seg in segments), dtype)  # (windows,) buffer rows
@@ -136,6 +185,7 @@ class Buffer:
             first, counts = grid.first[seg.partition], grid.counts[seg.partition]
             for lo in range(seg.lo, seg.hi, _CHUNK):  # chunks keep int64 temporaries small
                 rows = window_starts(first, counts, grid.stride, lo, min(lo + _CHUNK, seg.hi))
+                rows -= part.row0
                 _check_nan(part, rows, spec)
                 rows += offset
                 self.starts[at : at + len(rows)] = rows
@@ -194,8 +244,9 @@ def _check_nan(part: Part, rows: np.ndarray, spec: WindowSpec) -> None:
         column = names[column_at] if len(found) or len(names) == 1 else list(names)
         problem = value_problem(float(by_column[column_at])) if len(found) else "null (missing value)"
         raise DataError(
-            f"{problem} in {role} column {column!r} of {part.name} at row {row} of that partition, inside the window starting at "
-            f"row {start}; clean the data, or pass nan='drop' to leave out windows that contain NaN or inf"
+            f"{problem} in {role} column {column!r} of {part.name} at row {row + part.row0} of that partition, inside the "
+            f"window starting at row {start + part.row0}; clean the data, or pass nan='drop' to leave out windows "
+            "that contain NaN or inf"
         )
 
 
@@ -207,22 +258,22 @@ def stream(
     spec: WindowSpec,
     emit: Callable[[np.ndarray, np.ndarray | None, np.ndarray | None], object],
     normalize: tuple[np.ndarray, np.ndarray] | str | None = None,
-    reread: Callable[[int], Part | None] | None = None,
+    reread: Callable[[Segment], Part | None] | None = None,
 ) -> Iterator[object]:
     """Yield ``emit(x, y, rows)`` for each batch of ``plan``.
 
     Args:
         plan: The reader's epoch plan.
-        parts: Decoded partitions in ``plan.partitions`` order (typically a ``Prefetcher``);
-            ``None`` for a partition that was skipped as unreadable (see ``faults``).
+        parts: Decoded pieces, one per segment in ``plan.segments`` order (typically a
+            ``Prefetcher``); ``None`` for a piece that was skipped as unreadable (see ``faults``).
         grid: The dataset's window grid.
         row_offsets: ``(P,)`` global row of each partition's first row.
         spec: Window settings.
         emit: Wraps one batch's numpy arrays (features, targets or ``None``, global start rows or
             ``None`` unless ``spec.return_index``).
         normalize: ``(mean, std)`` per feature, ``"sample"`` (per window and channel) or ``None``.
-        reread: Reads a partition again (``None`` if unreadable), for windows still owed at the end
-            because every partition of the last buffers was skipped.
+        reread: Reads a segment's piece again (``None`` if unreadable), for windows still owed at the
+            end because every piece of the last buffers was skipped.
     """
     parts = iter(parts)
     batch = spec.batch_size
@@ -279,7 +330,7 @@ def stream(
     if owed and remaining > 0:
         segments = [seg for group in plan.buffers for seg in group]
         for seg in reversed(segments):
-            part = reread(seg.partition) if reread is not None else None
+            part = reread(seg) if reread is not None else None
             if part is not None:
                 break
         else:

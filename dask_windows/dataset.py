@@ -10,6 +10,7 @@ same bit for bit whatever the thread timing. All arithmetic lives in
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import os
 import weakref
@@ -20,7 +21,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from dask_windows.buffer import Part, decode, stream
+from dask_windows.buffer import Part, decode, piece_rows, piece_units, stream, unit_rows
 from dask_windows.checks import (
     SERIES_FROM_MANIFEST,
     bad_value_rows,
@@ -35,6 +36,7 @@ from dask_windows.index import WindowGrid, scan_runs
 from dask_windows.memory import trim
 from dask_windows.plan import batches_per_rank, plan_reader
 from dask_windows.prefetch import Prefetcher
+from dask_windows.readpool import ReadPool
 from dask_windows.resume import Resumer, check_int, fingerprint
 from dask_windows.sources.retry import RetryPolicy, resolve_retry, with_deadline
 from dask_windows.sources import ArraySource, PartitionReader, Source, is_series_vector, open_source
@@ -72,7 +74,16 @@ class WindowDataset(IterableDataset):
         drop_last: Leave out this rank's final partial batch.
         shuffle: Shuffle partition order per epoch and windows inside the buffer.
         seed: Base of every random generator.
-        buffer_partitions: Partitions decoded together; each batch mixes their windows.
+        buffer_partitions: Partitions' worth of rows decoded together (the loader's memory).
+        pieces_per_partition: The mixing knob: each partition is read as up to this many row ranges
+            (pieces) per epoch, in a random order over all partitions, and a buffer holds
+            ``buffer_partitions * pieces_per_partition`` pieces, so a batch mixes that many places of
+            the dataset. More mixes better and costs more reads: about ``pieces_per_partition``
+            requests per partition per epoch, and a Parquet row group is decoded once per piece
+            inside it. ``1``: buffers of whole partitions (the 0.1 order). ``None`` (default):
+            ``ceil(2 * batch_size / buffer_partitions)``, so a buffer holds ``2 * batch_size`` pieces
+            and the effective batch size is about ``2/3 * batch_size`` on any layout; 1 for a Dask
+            frame (its partitions are computed per read). See docs/mixing.md.
         prefetch_partitions: Partitions read ahead on a background thread (0: no thread).
         layout: ``"NCL"`` gives ``x`` as ``(B, C, L)``, ``"NLC"`` as ``(B, L, C)``.
         return_index: Also yield each window's global start row, int64 ``(B,)``.
@@ -102,6 +113,10 @@ class WindowDataset(IterableDataset):
             ranks and DataLoader workers of a machine, so later epochs make no request for them
             (see ``sources.cache``).
         cache_bytes: Most bytes ``cache_dir`` may hold; least recently used entries are evicted.
+        read_workers: Processes that read and decode while this process gathers the batches
+            (Parquet sources; see ``readpool``): for compressed files and object stores, where
+            reading is the bottleneck. 0 (default) reads on one background thread. Use it with
+            ``DataLoader(ds, batch_size=None)`` (no DataLoader workers).
 
     Attributes:
         skipped: Partitions skipped in this process: at open, and while iterating in this process.
@@ -123,6 +138,7 @@ class WindowDataset(IterableDataset):
         shuffle: bool = True,
         seed: int = 0,
         buffer_partitions: int = 2,
+        pieces_per_partition: int | None = None,
         prefetch_partitions: int = 1,
         layout: str = "NCL",
         return_index: bool = False,
@@ -140,6 +156,7 @@ class WindowDataset(IterableDataset):
         timeout: float | None = None,
         cache_dir: str | os.PathLike | None = None,
         cache_bytes: int | None = None,
+        read_workers: int = 0,
     ) -> None:
         super().__init__()
         series_from_manifest = series is SERIES_FROM_MANIFEST
@@ -153,6 +170,7 @@ class WindowDataset(IterableDataset):
         if partition_rows is not None:
             options["partition_rows"] = partition_rows
         self.on_error = check_on_error(on_error)
+        self.read_workers = check_int("read_workers", read_workers)
         self.source: Source = open_source(
             data, storage_options, series=series, retry=with_deadline(resolve_retry(retries), timeout),
             on_error=on_error, **options
@@ -178,6 +196,7 @@ class WindowDataset(IterableDataset):
             shuffle=shuffle,
             seed=seed,
             buffer_partitions=buffer_partitions,
+            pieces_per_partition=_pieces(pieces_per_partition, self.source, batch_size, buffer_partitions),
             prefetch_partitions=prefetch_partitions,
             layout=layout,
             return_index=return_index,
@@ -203,7 +222,11 @@ class WindowDataset(IterableDataset):
         self._threads = threads
         self._normalize = _resolve_normalize(normalize, self.spec, storage_options)
         spec = self.spec
-        bad_rows = (lambda i: bad_value_rows(self.source.read(i, list(spec.columns)))) if nan == "drop" else None
+        bad_rows = (  # every row a window may hold, the halo past a partition's end included
+            (lambda i: bad_value_rows(self.source.read_rows(i, list(spec.columns), 0, self.source.readable_rows(i))))
+            if nan == "drop"
+            else None
+        )
         def read_runs(i: int) -> tuple:
             return self.source.read_runs(i, series)
 
@@ -415,17 +438,25 @@ class WindowDataset(IterableDataset):
         return out
 
     def _batches(self, plan: Any, progress: Any = None) -> Iterator[Any]:
-        source_reader = self.source.reader(plan.partitions, list(self.spec.columns))
-        reader = Prefetcher(
-            lambda i: self._read_part(i, source_reader), plan.partitions, self.spec.prefetch_partitions
-        )
+        units = piece_units(plan)  # a buffer's pieces of one partition are read together
+        source_reader = self.source.reader([unit[0].partition for unit in units], list(self.spec.columns))
+        # Read ahead about prefetch_partitions partitions' worth of pieces.
+        ahead = self.spec.prefetch_partitions * self.spec.pieces_per_partition * len(units)
+        depth = -(-ahead // max(len(plan.segments), 1))
+        reader: Prefetcher | _PoolParts
+        if self._pool_workers():
+            pool = ReadPool(functools.partial(_read_in_pool, self), units, self._pool_workers(), max(depth, 1))
+            reader = _PoolParts(pool, self.skipped)
+        else:
+            reader = Prefetcher(lambda unit: self._read_unit(unit, source_reader), units, depth)
+        parts = (part for unit_parts in reader for part in unit_parts)
 
-        def reread(i: int) -> Part | None:
-            return self._read_part(i, PartitionReader(self.source, [i], list(self.spec.columns)))
+        def reread(seg: Any) -> Part | None:
+            return self._read_part(seg, PartitionReader(self.source, [seg.partition], list(self.spec.columns)))
 
         try:
             batches = stream(
-                plan, reader, self.grid, self.row_offsets, self.spec, self._emit, self._per_batch_normalize(), reread
+                plan, parts, self.grid, self.row_offsets, self.spec, self._emit, self._per_batch_normalize(), reread
             )
             for batch in batches:
                 self._resumer.step(progress)  # counted before the consumer gets it: a state then includes it
@@ -443,6 +474,20 @@ class WindowDataset(IterableDataset):
     def _per_batch_normalize(self) -> str | None:
         """``normalize`` for ``stream``: global statistics are applied in ``decode``, once per partition."""
         return None if isinstance(self._normalize, tuple) else self._normalize
+
+    def _pool_workers(self) -> int:
+        """Processes that read and decode for this pass (0: the prefetch thread does)."""
+        if not self.read_workers or not self.source.reads_in_processes:
+            return 0
+        if get_worker_info() is not None:  # a DataLoader worker is daemonic: it cannot start processes
+            warnings.warn(
+                f"read_workers={self.read_workers} is ignored inside DataLoader workers; use either "
+                "read_workers (workers decode, this process gathers) or DataLoader(num_workers=...)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return 0
+        return self.read_workers
 
     def _fingerprint(self) -> dict:
         if self._identity is None:
@@ -470,20 +515,44 @@ class WindowDataset(IterableDataset):
             drop_last=s.drop_last,
             buffer_partitions=s.buffer_partitions,
             skip_batches=skip_batches,
+            pieces_per_partition=s.pieces_per_partition,
+            min_piece_windows=-(-s.span // s.stride),  # a piece's halo is at most as long as its rows
         )
 
-    def _read_part(self, index: int, reader: PartitionReader) -> Part | None:
-        """Read and decode a partition; ``None`` when it is unreadable and ``on_error="skip"``."""
+    def _read_part(self, segment: Any, reader: PartitionReader) -> Part | None:
+        """Read and decode a segment's piece; ``None`` when it is unreadable and ``on_error="skip"``."""
+        index = segment.partition
         name = self.source.partitions[index].name
+        r0, r1 = piece_rows(self.grid, segment, self.spec.span)
         try:
-            columns = reader.read(index)
+            columns = reader.read_rows(index, r0, r1)
         except SourceReadError as exc:
             if not skip_allowed(self.on_error, exc):
                 raise
             record_skip(self.skipped, name, "read", exc)
             return None
-        scale = self._normalize if isinstance(self._normalize, tuple) else None
-        return decode(index, name, columns, self.spec, scale, getattr(self, "_y_dtype", None))
+        return decode(index, name, columns, self.spec, self._scale(), r0, getattr(self, "_y_dtype", None))
+
+    def _scale(self) -> tuple[np.ndarray, np.ndarray] | None:
+        return self._normalize if isinstance(self._normalize, tuple) else None
+
+    def _read_unit(self, unit: tuple, reader: PartitionReader) -> list[Part | None]:
+        """Read one partition's pieces of a buffer in one call and decode each; ``None``s when unreadable."""
+        index = unit[0].partition
+        name = self.source.partitions[index].name
+        rows = unit_rows(self.grid, unit, self.spec.span)
+        try:
+            pieces = reader.read_ranges(index, [(int(a), int(b)) for a, b in rows])
+        except SourceReadError as exc:
+            if not skip_allowed(self.on_error, exc):
+                raise
+            record_skip(self.skipped, name, "read", exc)
+            return [None] * len(unit)
+        scale = self._scale()
+        y_dtype = getattr(self, "_y_dtype", None)
+        return [
+            decode(index, name, columns, self.spec, scale, int(r0), y_dtype) for columns, (r0, _) in zip(pieces, rows)
+        ]
 
     def _emit(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None) -> Any:
         out = [torch.from_numpy(x)]
@@ -502,6 +571,42 @@ class WindowDataset(IterableDataset):
             + (" (from the manifest)" if getattr(self, "_series_from_manifest", False) else "")
             + ")"
         )
+
+
+def _read_in_pool(ds: WindowDataset, unit: tuple) -> tuple[list[Part | None], list[SkippedPartition]]:
+    """Read and decode one partition's pieces in a ReadPool worker; its skip records travel back."""
+    before = len(ds.skipped)
+    parts = ds._read_unit(unit, PartitionReader(ds.source, [unit[0].partition], list(ds.spec.columns)))
+    return parts, ds.skipped[before:]
+
+
+class _PoolParts:
+    """A ReadPool's decoded pieces, with the workers' skip records added to this dataset's."""
+
+    def __init__(self, pool: ReadPool, skipped: list) -> None:
+        self.pool = pool
+        self.skipped = skipped
+
+    def __iter__(self) -> Iterator[list[Part | None]]:
+        return self
+
+    def __next__(self) -> list[Part | None]:
+        parts, records = next(self.pool)
+        self.skipped.extend(records)
+        return parts
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def _pieces(pieces_per_partition: Any, source: Source, batch_size: Any, buffer_partitions: Any) -> Any:
+    """``pieces_per_partition``, or its default: enough for ``2 * batch_size`` pieces per buffer."""
+    if pieces_per_partition is not None:
+        return pieces_per_partition
+    if source.default_pieces_per_partition is not None:
+        return source.default_pieces_per_partition
+    valid = all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (batch_size, buffer_partitions))
+    return -(-2 * batch_size // buffer_partitions) if valid else 1  # invalid values: WindowSpec raises
 
 
 def _resolve_normalize(normalize: Any, spec: WindowSpec, storage_options: dict | None = None) -> Any:

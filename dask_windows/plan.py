@@ -1,18 +1,26 @@
 """Which windows one reader yields in an epoch, as pure arithmetic.
 
-An epoch is a virtual sequence: partitions in a per-epoch random order, each
+An epoch is a virtual sequence of *pieces*: each partition's windows are cut
+into up to ``pieces_per_partition`` contiguous ranges (``piece_table``), and
+the pieces of all partitions are taken in a per-epoch random order, each
 contributing its windows. Ranks take equal contiguous slices of that sequence
 (so every rank yields the same number of batches even when partitions differ
 in size tenfold, and two ranks share at most the partition where their slices
 meet); a rank's batches are divided between its DataLoader workers as
 contiguous blocks, so only the rank's final batch can be partial. A reader's
-slice is grouped into buffers of ``buffer_partitions`` consecutive partitions,
-and windows are shuffled inside a buffer.
+slice is grouped into buffers of ``buffer_partitions * pieces_per_partition``
+consecutive pieces, and windows are shuffled inside a buffer.
 
-The trade-off: mixing is partition-order shuffling plus a full shuffle inside
-each buffer, so one batch holds windows of ``buffer_partitions`` partitions,
-not of the whole dataset. In exchange memory is bounded by a few partitions
-and no window index is ever built. With ``world_size > 1`` the last
+The trade-off: mixing is piece-order shuffling plus a full shuffle inside each
+buffer, so one batch holds windows of the ``m`` pieces of its buffer (scattered
+over up to ``m`` partitions), not of the whole dataset: its effective batch
+size is about ``B * m / (B + m)`` on a non-stationary series. Memory stays
+that of ``buffer_partitions`` partitions (each piece holds ``1 / k`` of one,
+plus a halo of ``window + horizon - 1`` rows), but each partition is read
+``k`` times per epoch (``k`` requests; a Parquet row group is decoded once
+per piece inside it). ``pieces_per_partition=1`` is the 0.1 order: buffers of
+whole partitions. No window index is ever built: the piece table holds
+O(partitions * k) numbers. With ``world_size > 1`` the last
 ``num_windows % world_size`` windows of each epoch's order are left out (a
 different few each epoch when shuffling) so that ranks get equal shares.
 
@@ -31,6 +39,8 @@ __all__ = [
     "Segment",
     "batches_per_rank",
     "epoch_order",
+    "piece_order",
+    "piece_table",
     "plan_reader",
     "rng_for",
     "windows_per_rank",
@@ -70,8 +80,13 @@ class EpochPlan:
     num_batches: int
 
     @property
+    def segments(self) -> list[Segment]:
+        """Segments in reading order; each is read as one piece."""
+        return [seg for group in self.buffers for seg in group]
+
+    @property
     def partitions(self) -> list[int]:
-        """Partitions in reading order (a partition appears once)."""
+        """The partition of each segment in reading order (a partition appears once per piece read)."""
         return [seg.partition for group in self.buffers for seg in group]
 
 
@@ -103,19 +118,58 @@ def worker_batch_range(num_batches: int, worker: int, num_workers: int) -> tuple
     return worker * num_batches // num_workers, (worker + 1) * num_batches // num_workers
 
 
-def _segments(counts: np.ndarray, order: np.ndarray, lo: int, hi: int) -> list[Segment]:
-    """Segments covering epoch positions ``[lo, hi)`` of the ordered partitions."""
-    ordered = counts[order]
-    ends = np.cumsum(ordered)  # (P,) epoch position just past each ordered partition
-    starts = ends - ordered
-    first = int(np.searchsorted(ends, lo, side="right"))
+def piece_table(counts: np.ndarray, pieces_per_partition: int, min_windows: int = 1) -> tuple[np.ndarray, ...]:
+    """Cut each partition's windows into contiguous pieces of nearly equal size.
+
+    A partition of ``c`` windows gets ``min(pieces_per_partition, max(1, c // min_windows))``
+    pieces (none when ``c == 0``); piece ``j`` of ``n`` holds windows ``[j * c // n, (j + 1) * c // n)``.
+
+    Args:
+        counts: ``(P,)`` windows of each partition.
+        pieces_per_partition: Most pieces per partition.
+        min_windows: Fewest windows per piece (bounds the halo a piece reads beyond its rows).
+
+    Returns:
+        ``(partition, lo, hi)``, each ``(N,)`` int64: pieces in canonical order (partition, then row).
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    n = np.where(counts > 0, np.clip(counts // max(min_windows, 1), 1, pieces_per_partition), 0)  # (P,) pieces
+    partition = np.repeat(np.arange(len(counts), dtype=np.int64), n)  # (N,) partition of each piece
+    first = np.cumsum(n) - n  # (P,) number of each partition's first piece
+    j = np.arange(len(partition), dtype=np.int64) - first[partition]  # (N,) piece number inside its partition
+    c, m = counts[partition], n[partition]
+    return partition, j * c // m, (j + 1) * c // m
+
+
+def piece_order(num_pieces: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
+    """The piece order of an epoch (pieces split partitions, ``pieces_per_partition > 1``)."""
+    if not shuffle:
+        return np.arange(num_pieces, dtype=np.int64)
+    return rng_for(seed, epoch, 0x9A88).permutation(num_pieces).astype(np.int64)
+
+
+def _segments(
+    partition: np.ndarray, first: np.ndarray, counts: np.ndarray, lo: int, hi: int
+) -> list[Segment]:
+    """Segments covering epoch positions ``[lo, hi)`` of pieces laid end to end in epoch order.
+
+    Args:
+        partition: ``(N,)`` partition of each piece, in epoch order.
+        first: ``(N,)`` first window (in its partition) of each piece.
+        counts: ``(N,)`` windows of each piece.
+        lo: First epoch position wanted.
+        hi: One past the last.
+    """
+    ends = np.cumsum(counts)  # (N,) epoch position just past each ordered piece
+    starts = ends - counts
+    k0 = int(np.searchsorted(ends, lo, side="right"))
+    k1 = int(np.searchsorted(starts, hi, side="left"))
     segments = []
-    for k in range(first, len(order)):
-        if starts[k] >= hi:
-            break
+    for k in range(k0, k1):
         a, b = max(lo, int(starts[k])), min(hi, int(ends[k]))
         if b > a:
-            segments.append(Segment(int(order[k]), a - int(starts[k]), b - int(starts[k])))
+            base = int(first[k]) - int(starts[k])
+            segments.append(Segment(int(partition[k]), a + base, b + base))
     return segments
 
 
@@ -130,6 +184,8 @@ def plan_reader(
     drop_last: bool,
     buffer_partitions: int,
     skip_batches: int = 0,
+    pieces_per_partition: int = 1,
+    min_piece_windows: int = 1,
 ) -> EpochPlan:
     """Plan what ``world``'s reader yields in ``epoch``.
 
@@ -141,8 +197,11 @@ def plan_reader(
         shuffle: Shuffle partitions and windows.
         batch_size: Windows per batch.
         drop_last: Leave out the rank's final partial batch.
-        buffer_partitions: Partitions per buffer.
+        buffer_partitions: Partitions per buffer (in rows: a buffer holds ``buffer_partitions *
+            pieces_per_partition`` pieces).
         skip_batches: Batches of this reader already consumed (resumption).
+        pieces_per_partition: Most pieces each partition is cut into; ``1``: whole partitions.
+        min_piece_windows: Fewest windows per piece (see ``piece_table``).
 
     Returns:
         The reader's plan; empty when it has no batches.
@@ -157,11 +216,20 @@ def plan_reader(
     lo = world.rank * share + b0 * batch_size
     hi = world.rank * share + min(b1 * batch_size, used)
     skip = skip_batches * batch_size
-    order = epoch_order(len(counts), seed, epoch, shuffle)
-    segments = _segments(counts, order, lo, hi)
+    if pieces_per_partition == 1:  # the 0.1 order: whole partitions, in a permutation of partitions
+        order = epoch_order(len(counts), seed, epoch, shuffle)
+        segments = _segments(order, np.zeros(len(order), np.int64), counts[order], lo, hi)
+    else:
+        partition, first, last = piece_table(counts, pieces_per_partition, min_piece_windows)
+        order = piece_order(len(partition), seed, epoch, shuffle)
+        segments = _segments(partition[order], first[order], (last - first)[order], lo, hi)
+    per_buffer = buffer_partitions * pieces_per_partition
     groups, seeds = [], []
-    for g in range(0, len(segments), buffer_partitions):
-        groups.append(tuple(segments[g : g + buffer_partitions]))
+    for g in range(0, len(segments), per_buffer):
+        group = segments[g : g + per_buffer]
+        if pieces_per_partition > 1:  # in file order: a buffer's pieces of one partition are read in one call
+            group = sorted(group, key=lambda seg: (seg.partition, seg.lo))
+        groups.append(tuple(group))
         seeds.append((seed, epoch, world.rank, world.world_size, world.worker, world.num_workers, g))
     # Buffers entirely inside the skipped prefix are dropped without reading them.
     while groups and skip >= sum(s.num_windows for s in groups[0]):

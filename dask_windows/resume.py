@@ -50,6 +50,7 @@ SCOPES = ("loader", "worker")
 ORDER_SETTINGS = (
     "features", "targets", "series", "window", "stride", "horizon",
     "batch_size", "drop_last", "shuffle", "seed", "buffer_partitions",
+    "pieces_per_partition",
 )  # fmt: skip
 
 

@@ -57,7 +57,9 @@ class WindowSpec:
         drop_last: Leave out this rank's final partial batch.
         shuffle: Shuffle partition order and windows inside the buffer.
         seed: Base seed of every random generator.
-        buffer_partitions: Partitions decoded at once; windows are drawn among them.
+        buffer_partitions: Partitions' worth of rows decoded at once; windows are drawn among them.
+        pieces_per_partition: Most row ranges each partition is cut into per epoch (``1``: whole
+            partitions); a buffer holds ``buffer_partitions * pieces_per_partition`` of them.
         prefetch_partitions: Partitions read ahead on the background thread.
         layout: ``"NCL"`` gives ``(B, C, L)``, ``"NLC"`` gives ``(B, L, C)``.
         return_index: Also yield each window's global start row.
@@ -75,6 +77,7 @@ class WindowSpec:
     shuffle: bool = True
     seed: int = 0
     buffer_partitions: int = 2
+    pieces_per_partition: int = 1
     prefetch_partitions: int = 1
     layout: str = "NCL"
     return_index: bool = False
@@ -85,7 +88,8 @@ class WindowSpec:
         set_(self, "features", _names("features", self.features, allow_none=False))
         set_(self, "targets", _names("targets", self.targets, allow_none=True))
         for name, minimum in (("window", 1), ("stride", 1), ("horizon", 0), ("batch_size", 1),
-                              ("buffer_partitions", 1), ("prefetch_partitions", 0), ("seed", 0)):
+                              ("buffer_partitions", 1), ("pieces_per_partition", 1), ("prefetch_partitions", 0),
+                              ("seed", 0)):
             set_(self, name, _positive_int(name, getattr(self, name), minimum))
         if self.layout not in LAYOUTS:
             raise ConfigError(f"layout={self.layout!r} must be one of {LAYOUTS}")

@@ -13,13 +13,14 @@ ten steps ahead).
 """
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["make_dataset"]
+__all__ = ["demo_dataset", "make_dataset"]
 
 _COMPONENTS = 3  # sinusoids per series
 _AR_DECAY = 0.9  # AR(1) coefficient of the noise
@@ -47,10 +48,29 @@ def make_dataset(
 
     Returns:
         ``path`` as a string.
+
+    Raises:
+        ValueError: ``path`` holds Parquet files in subfolders only (the demo's
+            ``train/`` and ``valid/``: writing beside them would duplicate them
+            for a loader reading the folder recursively), or it was written with
+            other settings (reusing it would train on other data than asked for).
     """
     path = os.fspath(path)
+    settings = {"num_files": num_files, "series_per_file": series_per_file,
+                "rows_per_series": rows_per_series, "channels": channels, "seed": seed}
+    record = os.path.join(path, "_synthetic.json")
     if os.path.isdir(path) and any(name.endswith(".parquet") for name in os.listdir(path)):
+        if os.path.exists(record):
+            with open(record) as src:
+                written = json.load(src)
+            if written != settings:
+                raise ValueError(f"{path} holds a synthetic dataset written with {written}, not {settings}; "
+                                 "pass another --data folder")
         return path
+    nested = [os.path.join(d, n) for d, _, names in os.walk(path) for n in names if n.endswith(".parquet")]
+    if nested:
+        raise ValueError(f"{path} holds Parquet files in subfolders ({nested[0]}, ...): it looks like the "
+                         f"demo's folder (train/ and valid/); pass {os.path.join(path, 'train')} or another folder")
     os.makedirs(path, exist_ok=True)
     rng = np.random.default_rng(seed)
     num_series = num_files * series_per_file
@@ -75,7 +95,26 @@ def make_dataset(
         tmp = os.path.join(path, f".part-{number:05d}.parquet.tmp")
         pq.write_table(part, tmp, row_group_size=max(1, (stop - start) // 4))
         os.replace(tmp, os.path.join(path, f"part-{number:05d}.parquet"))  # no half-written file
+    with open(record, "w") as out:  # "_" name: loaders skip it
+        json.dump(settings, out)
     return path
+
+
+def demo_dataset(data: str | os.PathLike, channels: int = 4, seed: int = 0) -> tuple[str, str]:
+    """The examples' shared layout: ``data/train`` (8 files, 128 series) and ``data/valid``
+    (1 file, 16 other series), written on first use and reused by every example after it.
+
+    Returns:
+        ``(train, valid)`` folders.
+    """
+    data = os.fspath(data)
+    train = os.path.join(data, "train")
+    valid = os.path.join(data, "valid")
+    written = not os.path.isdir(train)
+    make_dataset(train, channels=channels, seed=seed)
+    make_dataset(valid, num_files=1, channels=channels, seed=seed + 1)
+    print(f"data: {'wrote' if written else 'reusing'} {train} (training) and {valid} (held out)")
+    return train, valid
 
 
 def _series(rng: np.random.Generator, rows: int, channels: int) -> tuple[np.ndarray, np.ndarray]:

@@ -7,8 +7,12 @@ processes on a node it falls back to gloo on the CPU)::
     torchrun --nproc_per_node=2 examples/ddp_train.py --steps 30              # stop mid-epoch ...
     torchrun --nproc_per_node=2 examples/ddp_train.py --steps 60 --resume     # ... and go on
 
-Without ``--data`` it writes a small synthetic Parquet dataset first (series span files, files
-differ in size). Each rank reads its own exact share of every epoch; rank 0 saves a checkpoint
+Without ``--data`` it writes a small synthetic Parquet dataset first, under ``--out/data``
+(series span files, files differ in size); the checkpoint goes to ``--out/checkpoint.pt``.
+``--resume`` with a checkpoint already at ``--steps`` trains nothing more. DataLoader workers
+start with ``forkserver``: forking a process that runs gloo/nccl threads can deadlock a worker
+(about 1 run in 14 hung with fork under Lightning DDP), a fresh server process cannot.
+Each rank reads its own exact share of every epoch; rank 0 saves a checkpoint
 holding the model, the optimiser and the loader position (``ds.state_dict``), which resumes
 every rank after exactly the batches already trained on.
 """
@@ -112,8 +116,7 @@ def main() -> None:
 
     torch.manual_seed(0)
     model = Forecaster(2, args.window, args.horizon).to(device)
-    ddp = DistributedDataParallel(model, device_ids=[local_rank] if on_gpu else None)
-    optimizer = torch.optim.Adam(ddp.parameters(), lr=1e-3)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)  # the same tensors DDP wraps below
     checkpoint = os.path.join(args.out, "checkpoint.pt")
     step = 0
     if args.resume and os.path.exists(checkpoint):
@@ -126,8 +129,14 @@ def main() -> None:
             print(f"resumed at step {step}, epoch {train.epoch}, {saved['data']['batches']} batches into it")
 
     if rank == 0:
-        print(f"{dist.get_world_size()} ranks on {device.type}: {len(train)} train batches per rank per epoch")
-    for epoch in range(train.epoch, args.epochs):
+        print(f"{dist.get_world_size()} ranks on {device.type}: {len(train)} train batches per rank per epoch; "
+              f"data {data}, checkpoint {checkpoint}")
+        if step >= args.steps:
+            print(f"the checkpoint is already at step {step} >= --steps {args.steps}: nothing to train")
+    # Wrapped only when there is training to do: a DDP model that never runs backward made a rank
+    # abort at exit ("terminate called without an active exception") about 1 run in 5 here.
+    ddp = DistributedDataParallel(model, device_ids=[local_rank] if on_gpu else None) if step < args.steps else None
+    for epoch in range(train.epoch, args.epochs if step < args.steps else train.epoch):
         train.set_epoch(epoch)  # keeps a resumed epoch's position; a new epoch starts over
         for taken, (x, y) in enumerate(loader, start=1):
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
@@ -162,6 +171,7 @@ def main() -> None:
     dist.all_reduce(total)
     if rank == 0:
         print(f"done at step {step}: validation mse {(total[0] / total[1]).item():.5f}")
+    dist.barrier()  # every rank is done with gloo before any tears it down (else a rank may abort at exit)
     dist.destroy_process_group()
 
 

@@ -15,6 +15,10 @@ with the MSE on the hidden values only.
 Predicting the mean of a standardised window is predicting 0, so the
 baseline masked MSE is about 1; the script prints it beside the model's
 masked MSE on held-out series, and saves the encoder and a loss curve.
+
+Writes: the data under ``--data`` (``train/`` and ``valid/``, shared with
+``train_forecast.py``, reused when present) and the run under ``--out``
+(default ``runs/mvp/<model>``, so the CNN never replaces the transformer's).
 """
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ from dask_windows.device import DevicePrefetcher, standardize
 from dask_windows.masks import subsequence_mask
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _synthetic import make_dataset  # noqa: E402
+from _synthetic import demo_dataset  # noqa: E402
 
 CHANNELS = 4
 FEATURES = [f"f{c}" for c in range(CHANNELS)]
@@ -117,7 +121,7 @@ def parse_args() -> argparse.Namespace:
         "--threads", type=int, default=None, help="torch threads; None: the cores not used by workers, at most 8"
     )
     parser.add_argument("--eval-batches", type=int, default=20, help="held-out batches for the final evaluation")
-    parser.add_argument("--out", default="runs/mvp", help="folder for encoder.pt and loss.png")
+    parser.add_argument("--out", default=None, help="folder for encoder.pt and loss.png (default: runs/mvp/MODEL)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the data, the shuffle, the masks and the model")
     return parser.parse_args()
 
@@ -138,8 +142,12 @@ def main() -> None:
     torch.set_num_threads(args.threads or max(1, min(8, cores - args.num_workers)))
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
 
-    train_path = make_dataset(os.path.join(args.data, "train"), channels=CHANNELS, seed=args.seed)
-    valid_path = make_dataset(os.path.join(args.data, "valid"), num_files=1, channels=CHANNELS, seed=args.seed + 1)
+    train_path, valid_path = demo_dataset(args.data, channels=CHANNELS, seed=args.seed)
+    out = args.out or os.path.join("runs", "mvp", args.model)  # one folder per encoder: no run overwrites another
+    previous = os.path.join(out, "encoder.pt")
+    if os.path.exists(previous):
+        kind = torch.load(previous, map_location="cpu", weights_only=True).get("model", "?")
+        print(f"note: {out} holds an earlier {kind} run; it is replaced at the end (pass --out to keep it)")
 
     def loader_for(path: str, seed: int) -> tuple[dw.WindowDataset, DevicePrefetcher]:
         dataset = dw.WindowDataset(
@@ -200,14 +208,14 @@ def main() -> None:
     print(f"held-out masked MSE: predict-the-mean baseline {mean_loss:.3f}, model {model_loss:.3f} "
           f"({model_loss / mean_loss:.1%} of the baseline)")
 
-    os.makedirs(args.out, exist_ok=True)
+    os.makedirs(out, exist_ok=True)
     torch.save(
         {"model": args.model, "channels": CHANNELS, "window": args.window, "width": width,
          "encoder": model.encoder.state_dict(), "head": model.head.state_dict()},
-        os.path.join(args.out, "encoder.pt"),
+        os.path.join(out, "encoder.pt"),
     )
-    plot(losses, baselines, model_loss, os.path.join(args.out, "loss.png"), args)
-    print(f"saved {os.path.join(args.out, 'encoder.pt')} and {os.path.join(args.out, 'loss.png')}")
+    plot(losses, baselines, model_loss, os.path.join(out, "loss.png"), args)
+    print(f"saved {os.path.join(out, 'encoder.pt')} and {os.path.join(out, 'loss.png')}")
 
 
 @torch.no_grad()

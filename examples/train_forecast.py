@@ -2,7 +2,9 @@
 
     python examples/train_forecast.py               # ~1 minute on 2 CPU cores
 
-Writes the demo dataset (``--data``) on first use, then streams shuffled
+Uses the demo's data folder (``--data``): ``train/`` (written on first use,
+or reused, e.g. after ``pretrain_mvp.py``); it never writes anything else, so
+running the examples in any order never duplicates data. It streams shuffled
 windows of ``--window`` steps with ``WindowDataset`` through a ``DataLoader``
 and fits a small 1-d CNN to predict the next ``--horizon`` values of ``f0``.
 The progress bar shows the loss and the windows/s the loop consumes; the
@@ -23,7 +25,7 @@ from tqdm import tqdm
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dask_windows as dw  # noqa: E402
-from _synthetic import make_dataset  # noqa: E402
+from _synthetic import demo_dataset  # noqa: E402
 
 FEATURES = [f"f{c}" for c in range(4)]
 
@@ -53,7 +55,7 @@ def scaled(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--data", default="demo_data", help="folder of the synthetic dataset, written if missing")
+    parser.add_argument("--data", default="demo_data", help="the demo's data folder; its train/ is written if missing")
     parser.add_argument("--steps", type=int, default=1000, help="optimizer steps")
     parser.add_argument("--window", type=int, default=128, help="steps per window L")
     parser.add_argument("--horizon", type=int, default=16, help="steps to forecast H")
@@ -65,12 +67,12 @@ def main() -> None:
     torch.manual_seed(args.seed)
     torch.set_num_threads(max(1, (os.cpu_count() or 2) - args.num_workers))
 
-    make_dataset(args.data, seed=args.seed)
+    train_path, _ = demo_dataset(args.data, channels=len(FEATURES), seed=args.seed)
     ds = dw.WindowDataset(
-        args.data, features=FEATURES, targets=["f0"], series="series_id", window=args.window,
+        train_path, features=FEATURES, targets=["f0"], series="series_id", window=args.window,
         horizon=args.horizon, batch_size=args.batch_size, shuffle=True, seed=args.seed,
     )
-    train, valid = ds.split(valid=0.1, embargo=args.window)
+    train, valid = ds.split(valid=0.1, embargo=args.window)  # the last 10% of each series, unseen
     print(f"{ds.num_windows:,} windows in {len(ds.partitions)} partitions; "
           f"train {train.num_windows:,}, valid {valid.num_windows:,}")
     model = Forecaster(len(FEATURES), args.horizon)

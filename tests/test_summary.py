@@ -3,18 +3,17 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import dask
 import fsspec
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import make_frames, write_parquet
+from helpers import collect, make_frames, oracle_starts, write_parquet
 
 import dask_windows as dw
 from dask_windows.cli.convert import convert
-from dask_windows.errors import DataError, SchemaError
+from dask_windows.errors import ConfigError, DataError, SchemaError, SourceReadError
 from dask_windows.sources.manifest import MANIFEST_NAME, write_manifest
 from dask_windows.normalize import load_stats
 from dask_windows.cli.summary import (
@@ -43,17 +42,27 @@ def datasets(tmp_path_factory):
     return {"plain": str(root / "plain"), "converted": str(root / "converted")}
 
 
+def _yielded(ds) -> int:
+    """Windows the loader really yields in one epoch."""
+    return sum(len(b[0]) for b in collect(ds))
+
+
 @pytest.mark.parametrize("kind", ["plain", "converted"])
 @pytest.mark.parametrize("window,stride,horizon", [(1, 1, 0), (8, 1, 0), (8, 3, 2),
                                                    (30, 5, 4), (44, 2, 0)])
 def test_inspect_counts_equal_window_dataset(datasets, kind, window, stride, horizon):
     path = datasets[kind]
     options = {"partition_bytes": 2_000} if kind == "plain" else {}
+    targets = ["y"] if horizon else None
     report = inspect_dataset(path, series="sid", window=window, stride=stride,
-                             horizon=horizon, **options)
-    ds = dw.WindowDataset(path, features=["f0", "f1"], targets=["y"], series="sid",
+                             horizon=horizon, targets=targets, **options)
+    ds = dw.WindowDataset(path, features=["f0", "f1"], targets=targets, series="sid",
                           window=window, stride=stride, horizon=horizon, **options)
-    assert report["windows"] == ds.num_windows
+    assert report["windows"] == ds.num_windows == _yielded(ds)
+    if kind == "plain":  # partition_bytes cuts files at row groups: runs end there too
+        frames = [pd.read_parquet(p) for p in ds.source.files]
+        per_group = [f.iloc[a:a + 50] for f in frames for a in range(0, len(f), 50)]
+        assert report["windows"] == len(oracle_starts(per_group, "sid", window, stride, horizon))
     assert report["partitions"] == len(ds.partitions)
     assert report["rows"] == sum(p.num_rows for p in ds.partitions)
     assert report["series"] == 9
@@ -64,24 +73,73 @@ def test_inspect_without_series_counts_whole_partitions(datasets):
     report = inspect_dataset(datasets["plain"], window=16)
     ds = dw.WindowDataset(datasets["plain"], features=["f0"], window=16)
     assert report["windows"] == ds.num_windows and report["series"] is None
+    frames = [pd.read_parquet(p) for p in ds.source.files]
+    assert report["windows"] == len(oracle_starts(frames, None, 16))
 
 
-def test_inspect_reads_only_the_manifest_on_10000_files(tmp_path):
-    pd.DataFrame({"s": [0, 0, 1], "t": [0, 1, 2], "x": [1.0, 2.0, 3.0]}).to_parquet(
+@pytest.mark.parametrize("window", [1, 6, 20])
+def test_inspect_nan_drop_counts_what_the_loader_yields(tmp_path, window):
+    frames = make_frames(seed=8, num_files=3, num_series=6, max_len=90)
+    rng = np.random.default_rng(1)
+    for frame in frames:
+        frame.loc[rng.choice(len(frame), 4, replace=False), "f1"] = np.nan
+    write_parquet(frames, str(tmp_path))
+    with pytest.raises(DataError, match="NaN"):  # nan="raise" meets them while iterating
+        collect(dw.WindowDataset(str(tmp_path), features=["f0", "f1"], series="sid",
+                                 window=window, batch_size=1000))
+    kept = inspect_dataset(str(tmp_path), series="sid", window=window, features=["f0", "f1"],
+                           nan="drop")
+    ds = dw.WindowDataset(str(tmp_path), features=["f0", "f1"], series="sid", window=window,
+                          nan="drop")
+    assert kept["windows"] == ds.num_windows == _yielded(ds)
+    every = inspect_dataset(str(tmp_path), series="sid", window=window, features=["f0", "f1"])
+    assert every["windows"] == len(oracle_starts(frames, "sid", window)) > kept["windows"]
+
+
+def test_inspect_on_error_skip_counts_the_readable_files(datasets, tmp_path):
+    import shutil
+
+    shutil.copytree(datasets["plain"], tmp_path / "d")
+    files = sorted(os.listdir(tmp_path / "d"))
+    (tmp_path / "d" / files[1]).write_bytes(b"not parquet at all")
+    with pytest.raises(SourceReadError, match="on_error='skip'"):
+        inspect_dataset(str(tmp_path / "d"), series="sid", window=8)
+    report = inspect_dataset(str(tmp_path / "d"), series="sid", window=8, on_error="skip")
+    ds = dw.WindowDataset(str(tmp_path / "d"), features=["f0"], series="sid", window=8,
+                          on_error="skip")
+    good = [pd.read_parquet(tmp_path / "d" / f) for f in files if f != files[1]]
+    assert report["windows"] == ds.num_windows == len(oracle_starts(good, "sid", 8))
+    assert report["skipped"] == [s.name for s in ds.skipped] and len(report["skipped"]) == 1
+
+
+def test_inspect_takes_the_runs_from_the_manifest(tmp_path):
+    """With a manifest the loader (and so inspect) trusts its runs: the series column is not read."""
+    pd.DataFrame({"s": np.zeros(100, np.int64), "t": np.arange(100), "x": np.ones(100)}).to_parquet(
         tmp_path / "part-00000.parquet")
-    files = [{"path": "part-00000.parquet", "rows": 3, "bytes": 1, "runs": [[0, 2, 0], [2, 1, 1]]}]
-    for i in range(1, 10_000):  # empty stand-ins: opening any of them would fail
-        (tmp_path / f"part-{i:05d}.parquet").touch()
-        files.append({"path": f"part-{i:05d}.parquet", "rows": 100, "bytes": 1,
-                      "runs": [[0, 60, i * 2], [60, 40, i * 2 + 1]]})
+    files = [{"path": "part-00000.parquet", "rows": 100, "bytes": 1,
+              "runs": [[0, 50, 0], [50, 50, 1]]}]  # the column says one run; the manifest two
     write_manifest(str(tmp_path), fsspec.filesystem("file"), series="s", time="t", files=files)
-    started = time.perf_counter()
-    report = inspect_dataset(str(tmp_path), window=50, stride=5)
-    seconds = time.perf_counter() - started
-    assert report["files"] == 10_000 and report["rows"] == 3 + 9_999 * 100
-    assert report["series"] == 2 * 10_000
-    assert report["windows"] == 9_999 * 3 and report["features"] == ["x"]
-    assert seconds < 5, seconds
+    report = inspect_dataset(str(tmp_path), window=10, stride=1)
+    ds = dw.WindowDataset(str(tmp_path), features=["x"], series="s", window=10)
+    assert report["windows"] == ds.num_windows == 2 * 41
+    assert report["runs_from"] == "manifest" and report["series"] == 2
+    assert report["features"] == ["x"]  # series and time are not default features
+
+
+def test_inspect_validates_with_the_loader(datasets):
+    path = datasets["converted"]
+    cases = [({"features": ["f0", "e"]}, SchemaError, "feature 'e' is missing"),
+             ({"features": ["f0", "sid"]}, ConfigError, "series='sid' is also a feature"),
+             ({"batch_size": 0}, ConfigError, "batch_size=0 must be >= 1"),
+             ({"horizon": 2}, ConfigError, "horizon=2 needs targets"),
+             ({"nan": "keep"}, ConfigError, "nan='keep' must be one of"),
+             ({"window": 500}, DataError, "longer than every series run .*longest: 11[0-9] rows")]
+    for kwargs, error, message in cases:
+        options = {"window": 8, **kwargs}
+        with pytest.raises(error, match=message):
+            inspect_dataset(path, **options)
+        with pytest.raises(error, match=message):
+            dw.WindowDataset(path, **{"features": ["f0"], "series": "sid", **options})
 
 
 def test_inspect_ignores_a_stale_manifest(datasets, tmp_path, caplog):
@@ -137,8 +195,13 @@ def test_stats_match_numpy_and_load(tmp_path):
         assert (got["min"], got["max"]) == (ok.min(), ok.max())
     assert doc["features"]["d"] == {"count": 0, "mean": None, "std": None, "min": None,
                                     "max": None, "nan_count": n}
-    everything = compute_stats(str(tmp_path))
-    assert set(everything["features"]) == {"sid", "ts", "a", "b", "c", "d"}
+    with pytest.raises(ConfigError, match="no manifest.*an integer series id.*--series"):
+        compute_stats(str(tmp_path))  # sid is an int: it would pass for a feature
+    everything = compute_stats(str(tmp_path), series="sid", time="ts")
+    assert set(everything["features"]) == {"a", "b", "c", "d"}
+    assert set(compute_stats(str(tmp_path), series="sid")["features"]) == {"ts", "a", "b", "c", "d"}
+    with pytest.raises(ConfigError, match="series='sid' is also a feature"):
+        compute_stats(str(tmp_path), ["a", "sid"], series="sid")
 
     (tmp_path / "stats.json").write_text(json.dumps(doc))
     mean, std = load_stats(str(tmp_path / "stats.json"), ["c", "a"])
@@ -159,7 +222,7 @@ def test_stats_skip_manifest_series_and_time(datasets):
     assert "sid" not in doc["features"] and "ts" not in doc["features"]
     files = json.load(open(os.path.join(datasets["converted"], MANIFEST_NAME)))["files"]
     assert doc["rows"] == sum(run[4] for f in files for run in f["runs"])  # owned rows: each row once
-    with pytest.raises(SchemaError, match="not in"):
+    with pytest.raises(SchemaError, match="feature 'nope' is missing from"):
         compute_stats(datasets["converted"], ["nope"])
 
 

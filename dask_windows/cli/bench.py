@@ -7,7 +7,9 @@ page cache and disk state (a second run reads from cache) and that read time
 is counted by wrapping ``source.read``: a shared ``multiprocessing.Value``
 adds each call's seconds across DataLoader workers, which costs a lock per
 partition read, not per batch. Peak RSS comes from ``getrusage``, so it is
-the peak of the whole process lifetime, imports included.
+the peak of the whole process lifetime, imports included. Figures are kept
+at full precision (a slow run's GB/s is small, never rounded to 0); a
+progress line goes to ``progress`` (stderr in the CLI) about once a second.
 
 torch and the dataset are imported inside :func:`bench`, so importing this
 module (as the CLI does) stays cheap.
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import time as clock
 from collections.abc import Sequence
-from typing import Any
+from typing import IO, Any
 
 __all__ = ["bench"]
 
@@ -40,7 +42,9 @@ def bench(path: str, *, features: Sequence[str], series: str, window: int, strid
           horizon: int = 0, targets: Sequence[str] | None = None, batch_size: int = 256,
           num_workers: int = 0, buffer_partitions: int = 2, prefetch_partitions: int = 1,
           max_batches: int | None = None, seconds: float = 30.0, step_ms: float = 0.0,
-          seed: int = 0) -> dict:
+          seed: int = 0, nan: str = "raise", on_error: str = "raise",
+          partition_bytes: int | None = None, retries: int = 3,
+          progress: IO[str] | None = None) -> dict:
     """Time a ``WindowDataset`` through a ``DataLoader`` on real data.
 
     Stops at the end of the epoch, after ``max_batches`` or after ``seconds``.
@@ -49,7 +53,9 @@ def bench(path: str, *, features: Sequence[str], series: str, window: int, strid
     whether the loader keeps up with a model of that speed. ``read_share`` is
     the time spent reading and decoding partitions, summed over the loader's
     processes, per second of wall time and process: near 1, I/O bounds the
-    loader. Peak RSS is this process's and the largest worker's.
+    loader. Peak RSS is this process's and the largest worker's. ``nan``,
+    ``on_error``, ``partition_bytes`` and ``retries`` are the loader's; ``progress`` gets a
+    line about once a second while it runs.
     """
     import multiprocessing
     import resource
@@ -58,19 +64,29 @@ def bench(path: str, *, features: Sequence[str], series: str, window: int, strid
 
     from dask_windows import WindowDataset
 
+    def say(text: str, end: str = "\n") -> None:
+        if progress is not None:
+            print(text, end=end, file=progress, flush=True)
+
+    tty = progress is not None and getattr(progress, "isatty", lambda: False)()
+    say(f"bench: opening {path}")
     opened = clock.perf_counter()
     ds = WindowDataset(path, features=list(features), targets=list(targets) if targets else None,
                        series=series, window=window, stride=stride, horizon=horizon,
                        batch_size=batch_size, shuffle=True, seed=seed,
                        buffer_partitions=buffer_partitions,
-                       prefetch_partitions=prefetch_partitions)
+                       prefetch_partitions=prefetch_partitions, nan=nan, on_error=on_error,
+                       partition_bytes=partition_bytes, retries=retries)
     open_seconds = clock.perf_counter() - opened
     read_seconds = multiprocessing.get_context().Value("d", 0.0)
     ds.source.read = _TimedRead(ds.source.read, read_seconds)  # type: ignore[method-assign]
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=num_workers)
     batches = windows = num_bytes = 0
     waited = first_batch = 0.0
+    say(f"bench: {ds.num_windows:,} windows, {len(ds):,} batches/epoch; measuring for up to "
+        f"{seconds:g} s" + (f" or {max_batches:,} batches" if max_batches else ""))
     started = clock.perf_counter()
+    shown = started
     batch_iter = iter(loader)
     while max_batches is None or batches < max_batches:
         asked = clock.perf_counter()
@@ -88,25 +104,32 @@ def bench(path: str, *, features: Sequence[str], series: str, window: int, strid
         num_bytes += sum(t.nelement() * t.element_size() for t in tensors)
         if step_ms:
             clock.sleep(step_ms / 1000)
-        if clock.perf_counter() - started >= seconds:
+        now = clock.perf_counter()
+        if now - shown >= 1.0:
+            shown = now
+            say(f"bench: {batches:,}/{len(ds):,} batches, {windows:,} windows, "
+                f"{now - started:.0f} s", end="\r" if tty else "\n")
+        if now - started >= seconds:
             break
-    elapsed = clock.perf_counter() - started
+    elapsed = max(clock.perf_counter() - started, 1e-9)
+    say(f"bench: done, {batches:,} batches in {elapsed:.2f} s" + (" " * 20 if tty else ""))
     del batch_iter  # joins the workers, so their peak RSS is known
     processes = max(1, num_workers)
     return {
         "path": path, "partitions": len(ds.partitions), "num_windows": ds.num_windows,
         "batches_per_epoch": len(ds), "batches": batches, "windows": windows,
-        "epoch_done": batches == len(ds), "seconds": round(elapsed, 3),
-        "open_seconds": round(open_seconds, 3), "first_batch_seconds": round(first_batch, 3),
-        "windows_per_second": round(windows / elapsed, 1),
-        "gb_per_second": round(num_bytes / elapsed / 1e9, 4),
-        "wait_share": round(waited / elapsed, 4),
-        "read_share": round(min(1.0, read_seconds.value / (elapsed * processes)), 4),
+        "epoch_done": batches == len(ds), "seconds": elapsed,
+        "open_seconds": open_seconds, "first_batch_seconds": first_batch,
+        "windows_per_second": windows / elapsed,
+        "gb_per_second": num_bytes / elapsed / 1e9,
+        "wait_share": min(1.0, waited / elapsed),
+        "read_share": min(1.0, read_seconds.value / (elapsed * processes)),
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "peak_worker_rss_bytes": (resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
                                   if num_workers else None),
         "settings": {"window": window, "stride": stride, "horizon": horizon,
                      "batch_size": batch_size, "num_workers": num_workers,
                      "buffer_partitions": buffer_partitions,
-                     "prefetch_partitions": prefetch_partitions, "step_ms": step_ms},
+                     "prefetch_partitions": prefetch_partitions, "step_ms": step_ms,
+                     "nan": nan, "on_error": on_error},
     }

@@ -29,13 +29,28 @@ so any few files mix like the whole dataset and no window is lost at a cut.
 Files are written under ``DST.tmp-<uuid>``, the manifest last, and the folder
 is renamed to ``DST`` only when everything is there. Inputs are listed and
 read by :mod:`dask_windows.cli.readers`.
+
+Safety before speed: ``DST`` is replaced only when it is an earlier convert
+output (its manifest at the root, nothing but its parts and ``_`` files
+beside it), never when it is a file, another folder, an input, or a folder
+holding or lying inside an input, whatever the flags. Every input file's
+schema is read first (one footer or one MiB of CSV each) and differences are
+refused in one message before any Dask work. The scratch files are
+zstd-compressed Arrow IPC: they cost a little CPU to bound the scratch disk
+near the size of the compressed output. A run that was killed leaves
+``DST.tmp-*``; the next run for the same ``DST`` removes it (a marker file in
+it names the process, so a run still alive on this host is left alone).
 """
 from __future__ import annotations
 
+import errno
 import io
+import json
 import logging
 import math
+import os
 import posixpath
+import socket
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -51,10 +66,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from dask.utils import parse_bytes
 
+from dask_windows.cli.layout import DEFAULT_SPAN, LAYOUTS, write_spread
+from dask_windows.cli.readers import FORMATS, file_schemas, list_inputs, read_inputs, schema_mismatch
+from dask_windows.cli.safety import MARKER as _MARKER
+from dask_windows.cli.safety import check_output, remove_leftovers
 from dask_windows.errors import ConfigError, DataError, SchemaError
 from dask_windows.sources.manifest import read_manifest, series_runs, write_manifest
-from dask_windows.cli.readers import FORMATS, list_inputs, read_inputs
-from dask_windows.cli.layout import DEFAULT_SPAN, LAYOUTS, write_spread
 
 # FORMATS, list_inputs and read_inputs live in readers.py; still importable from here
 __all__ = ["FORMATS", "ConvertReport", "convert", "list_inputs", "plan_files", "read_inputs"]
@@ -76,6 +93,7 @@ class ConvertReport:
     split_series: int
     bytes_out: int
     manifest: dict
+    leftovers_removed: tuple = ()
     layout: str = "contiguous"
     span: int | None = None
 
@@ -225,6 +243,23 @@ def _file_ids(df: pd.DataFrame, series: str, time: str, keys: pd.Index,
     return file_ids
 
 
+#: Scratch files are compressed: zstd at its default level keeps them near the output's size.
+SCRATCH_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
+_DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+
+
+def _disk_error(exc: OSError, path: str, what: str) -> OSError:
+    """The same error with the path named, and a remedy when the disk (or a size limit) is full."""
+    code = exc.errno
+    if code not in _DISK_FULL and not any(s in str(exc) for s in ("No space left", "File too large")):
+        return OSError(code, f"{exc} (writing {what} {path})")
+    code = code or errno.ENOSPC
+    return OSError(code, f"{os.strerror(code)} while writing {what} {path}: the disk holding the "
+                         f"output is full (or a file size limit was hit); free space there or "
+                         f"choose a DST on a larger disk (convert needs about the output's size "
+                         f"twice while it runs: compressed scratch plus the output)")
+
+
 def _scatter(df: pd.DataFrame, number: int, fs: Any, scratch: str, schema: pa.Schema,
              plan: tuple) -> tuple[str, list[tuple[int, int, int]]]:
     """Write one input partition to a scratch Arrow file, one batch per output file.
@@ -239,11 +274,14 @@ def _scatter(df: pd.DataFrame, number: int, fs: Any, scratch: str, schema: pa.Sc
     bounds = np.flatnonzero(np.diff(file_ids)) + 1  # where the next file id starts
     path = posixpath.join(scratch, f"in-{number:06d}.arrow")
     index = []
-    with fs.open(path, "wb") as out, pa.ipc.new_file(out, schema) as writer:
-        for i, (a, b) in enumerate(zip([0, *bounds], [*bounds, len(file_ids)])):
-            if b > a:
-                writer.write_batch(table.slice(a, b - a).combine_chunks().to_batches()[0])
-                index.append((int(file_ids[a]), i, int(b - a)))
+    try:
+        with fs.open(path, "wb") as out, pa.ipc.new_file(out, schema, options=SCRATCH_OPTIONS) as writer:
+            for i, (a, b) in enumerate(zip([0, *bounds], [*bounds, len(file_ids)])):
+                if b > a:
+                    writer.write_batch(table.slice(a, b - a).combine_chunks().to_batches()[0])
+                    index.append((int(file_ids[a]), i, int(b - a)))
+    except OSError as exc:
+        raise _disk_error(exc, path, "scratch file") from exc
     return path, index
 
 
@@ -260,9 +298,12 @@ def _gather(file_id: int, pieces: list[tuple[str, int]], fs: Any, root: str, nam
     path = posixpath.join(root, name)
     # dictionaries pay off for ids and labels, not for measurements (they grow float files)
     dictionary = [f.name for f in schema if not pa.types.is_floating(f.type)]
-    with fs.open(path, "wb") as out:
-        pq.write_table(table, out, row_group_size=max(len(table), 1), compression=compression,
-                       use_dictionary=dictionary, write_page_checksum=True)
+    try:
+        with fs.open(path, "wb") as out:
+            pq.write_table(table, out, row_group_size=max(len(table), 1), compression=compression,
+                           use_dictionary=dictionary, write_page_checksum=True)
+    except OSError as exc:
+        raise _disk_error(exc, path, "output file") from exc
     return {"path": name, "rows": len(table), "bytes": int(fs.size(path)),
             "runs": series_runs(table.column(series).to_numpy())}
 
@@ -300,7 +341,22 @@ def _write_files(ddf: dd.DataFrame, fs: Any, tmp: str, plan: tuple, num_files: i
     return entries
 
 
-def _check_columns(ddf: dd.DataFrame, series: str, time: str, parse_time: bool,
+def _to_datetime(df: pd.DataFrame, time: str, utc: bool, dtype: Any) -> pd.DataFrame:
+    return df.assign(**{time: pd.to_datetime(df[time], utc=utc).astype(dtype)})
+
+
+def _parse_times(ddf: dd.DataFrame, time: str, utc: bool) -> dd.DataFrame:
+    """The time column parsed with ``pandas.to_datetime`` in each partition.
+
+    Not ``ddf.assign(t=dd.to_datetime(...))``: that gives other columns wrong
+    metadata (an int64 series id became float64 in the output).
+    """
+    dtype = pd.to_datetime(pd.Series(["2000-01-01 00:00:00"]), utc=utc).dtype
+    meta = ddf._meta.assign(**{time: pd.Series([], dtype=dtype)})
+    return ddf.map_partitions(_to_datetime, time, utc, dtype, meta=meta)
+
+
+def _check_columns(ddf: dd.DataFrame, series: str, time: str, parse_time: bool | str,
                    where: str) -> dd.DataFrame:
     for flag, column in (("--series", series), ("--time", time)):
         if column not in ddf.columns:
@@ -311,7 +367,7 @@ def _check_columns(ddf: dd.DataFrame, series: str, time: str, parse_time: bool,
     if series == time:
         raise ConfigError(f"--series and --time are both {series!r}; they must differ")
     if parse_time:
-        ddf = ddf.assign(**{time: dd.to_datetime(ddf[time])})
+        ddf = _parse_times(ddf, time, utc=parse_time == "utc")
     dtype = ddf.dtypes[time]
     if not (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_datetime64_any_dtype(dtype)
             or pd.api.types.is_timedelta64_dtype(dtype)) or pd.api.types.is_complex_dtype(dtype):
@@ -352,7 +408,7 @@ def convert(
         time: the time column (numeric, datetime or timedelta).
         fmt: one of ``FORMATS``; ``None`` infers it from file extensions.
         partition_size: target bytes per output file (``"256MB"`` or int).
-        overwrite: replace ``dst`` if it exists.
+        overwrite: replace ``dst`` if it is an earlier convert output.
         parse_time: parse the time column with ``pandas.to_datetime`` first.
         npy_columns: names for the columns of plain ``.npy`` arrays.
         compression: Parquet compression codec.
@@ -375,7 +431,8 @@ def convert(
         A :class:`ConvertReport`.
 
     Raises:
-        FileExistsError: ``dst`` exists and ``overwrite`` is false.
+        FileExistsError: ``dst`` exists and ``overwrite`` is false, or ``dst``
+            is not an earlier convert output, or it overlaps an input.
         SchemaError: a column is missing or the time column cannot be sorted.
         DataError: null series or time values, or rows lost on the way.
     """
@@ -388,14 +445,23 @@ def convert(
         raise ConfigError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
     out_fs, root = fsspec.core.url_to_fs(dst, **(storage_options or {}))
     root = root.rstrip("/")
-    if out_fs.exists(root) and not overwrite:
-        raise FileExistsError(f"{dst} already exists; pass --overwrite to replace it "
-                              f"or choose another output folder")
     fmt, files = list_inputs(srcs, fmt, storage_options)
+    check_output(out_fs, root, dst, srcs, files, overwrite, storage_options)
+    schemas = file_schemas(files, fmt, storage_options)
+    mismatch = schema_mismatch(files, schemas)
+    if mismatch:
+        raise SchemaError(mismatch)
+    parsing: bool | str = parse_time  # "utc": ISO text with offsets, parsed to UTC
+    if fmt == "csv" and not parse_time and schemas and time in schemas[0]:
+        # pyarrow infers ISO-8601 text (what pandas.to_csv writes) as timestamp or date
+        kind = schemas[0][time]
+        if kind.startswith(("timestamp", "date")):
+            parsing = "utc" if "tz=" in kind else True
+    leftovers = remove_leftovers(out_fs, root)
     ddf = read_inputs(files, fmt, series=series, time=time, npy_columns=npy_columns,
                       blocksize=min(target_bytes, input_block_size), storage_options=storage_options)
     where = files[0] if len(files) == 1 else f"{files[0]} (and {len(files) - 1} more files)"
-    ddf = _check_columns(ddf, series, time, parse_time, where)
+    ddf = _check_columns(ddf, series, time, parsing, where)
 
     # pass 1: per-series rows, per-partition rows, null times, bytes per row
     counts, profile = compute(
@@ -432,7 +498,10 @@ def convert(
 
     tmp = f"{root}.tmp-{uuid.uuid4().hex[:12]}"
     out_fs.makedirs(tmp, exist_ok=True)
+    marker = posixpath.join(tmp, _MARKER)
     try:
+        with out_fs.open(marker, "w") as out:
+            json.dump({"pid": os.getpid(), "host": socket.gethostname()}, out)
         entries = []
         if num_files:
             plan = (series, time, keys, first_file, cuts)
@@ -448,6 +517,7 @@ def convert(
         write_manifest(tmp, out_fs, series=series, time=time, files=entries,
                        span=None if spread is None else spread["span"],
                        layout=None if spread is None else "spread")
+        out_fs.rm(marker)
         _move_into_place(out_fs, tmp, root)
     except BaseException:
         if out_fs.exists(tmp):  # never leave a dataset-shaped folder behind
@@ -457,7 +527,8 @@ def convert(
     return ConvertReport(dst=dst, rows_in=rows_in, rows_out=rows_out, files=len(entries),
                          series=len(keys), split_series=int((num_pieces > 1).sum()),
                          bytes_out=sum(e["bytes"] for e in entries), manifest=manifest,
-                         layout=layout, span=None if spread is None else spread["span"])
+                         layout=layout, span=None if spread is None else spread["span"],
+                         leftovers_removed=tuple(leftovers))
 
 
 def _spread_options(layout: str, window: int | None, horizon: int, chunk_rows: int | None) -> dict | None:
@@ -483,3 +554,4 @@ def _move_into_place(fs: Any, tmp: str, root: str) -> None:
     fs.mv(tmp, root, recursive=True)
     if old is not None:
         fs.rm(old, recursive=True)
+

@@ -28,7 +28,7 @@ from dask_windows.errors import ConfigError, DataError, SchemaError
 if TYPE_CHECKING:
     import dask.dataframe as dd
 
-__all__ = ["FORMATS", "list_inputs", "read_inputs"]
+__all__ = ["FORMATS", "file_schemas", "list_inputs", "read_inputs", "schema_mismatch"]
 
 FORMATS = ("parquet", "csv", "avro", "npy")
 _EXTENSIONS = {
@@ -85,6 +85,86 @@ def list_inputs(srcs: Sequence[str], fmt: str | None,
                               f"at a time or pass --format")
         fmt = formats.pop()
     return fmt, urls  # type: ignore[return-value]
+
+
+def _csv_schema(url: str, storage_options: dict | None) -> dict[str, str]:
+    """Column types pyarrow infers from the first MiB of one CSV file (decompressed)."""
+    import pyarrow.csv as pacsv
+
+    sep = "\t" if url.lower().endswith(".tsv") else ","
+    with fsspec.open(url, "rb", compression="infer", **(storage_options or {})) as src:
+        try:
+            reader = pacsv.open_csv(src, read_options=pacsv.ReadOptions(block_size=2**20),
+                                    parse_options=pacsv.ParseOptions(delimiter=sep))
+        except Exception as exc:  # empty file, bad quoting, ...: named with the file
+            raise DataError(f"cannot read {url} as CSV ({exc}); check the file or --format") from exc
+        return {f.name: str(f.type) for f in reader.schema}
+
+
+def file_schemas(urls: Sequence[str], fmt: str, storage_options: dict | None = None,
+                 threads: int = 16) -> list[dict[str, str]]:
+    """Each input file's columns and their types, read before any conversion work.
+
+    Parquet: the footer's schema (pandas' index columns left out); CSV: what
+    pyarrow infers from the file's first MiB (``null`` for a column empty there);
+    Avro: the pandas dtypes of the writer schema; ``.npy``: checked by
+    :func:`read_inputs` from the headers, so none here.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    options = storage_options or {}
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        def one(url: str) -> dict[str, str]:
+            with fsspec.open(url, "rb", **options) as src:
+                schema = pq.read_schema(src)
+            return {f.name: str(f.type) for f in schema
+                    if not f.name.startswith("__index_level_")}
+    elif fmt == "csv":
+        def one(url: str) -> dict[str, str]:
+            return _csv_schema(url, options)
+    elif fmt == "avro":
+        def one(url: str) -> dict[str, str]:
+            return _avro_dtypes(url, options)
+    else:
+        return []
+    if len(urls) <= 1:
+        return [one(u) for u in urls]
+    with ThreadPoolExecutor(min(threads, len(urls))) as pool:
+        return list(pool.map(one, urls))
+
+
+def _same_type(a: str | None, b: str | None) -> bool:
+    return a == b or "null" in (a, b)  # a CSV column empty in the sampled rows fits any type
+
+
+def schema_mismatch(urls: Sequence[str], schemas: Sequence[dict[str, str]]) -> str | None:
+    """The message listing how the inputs' schemas differ, or ``None`` when they agree.
+
+    Files with the same schema are listed once ("and N more like it"); each
+    line shows only the columns that differ somewhere, ``-`` for a missing one.
+    """
+    if len(schemas) < 2:
+        return None
+    first = schemas[0]
+    names = list(dict.fromkeys(n for s in schemas for n in s))
+    differing = [n for n in names if any(n not in s or not _same_type(s[n], first.get(n))
+                                         for s in schemas)]
+    if not differing:
+        return None
+    groups: dict[tuple, list[str]] = {}
+    for url, schema in zip(urls, schemas):
+        groups.setdefault(tuple(schema.get(n, "-") for n in differing), []).append(url)
+    lines = []
+    for key, members in groups.items():
+        more = f" (and {len(members) - 1} more like it)" if len(members) > 1 else ""
+        cols = ", ".join(f"{n}: {t}" for n, t in zip(differing, key))
+        lines.append(f"  {members[0]}{more}: {cols}")
+    return ("the inputs do not share one schema; these columns differ (- means missing):\n"
+            + "\n".join(lines) + "\nnothing was converted: rewrite the files with the same "
+            "columns and types (e.g. cast in pandas and save again), or convert each group of "
+            "files separately")
 
 
 def _avro_dtype(avro_type: Any) -> str:

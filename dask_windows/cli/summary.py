@@ -1,10 +1,13 @@
 """What a dataset holds and how to standardise it: ``inspect`` and ``stats``.
 
 ``inspect`` answers "how many windows, and how much memory will the loader
-need?" from metadata alone when the dataset has a manifest (one JSON read
-plus one Parquet footer, whatever the number of files). Without one it reads
-every file's footer, and the series column when windows are asked for, on a
-thread pool: correct, but it touches every file.
+need?" by opening the very ``WindowDataset`` a training script would open,
+with the same arguments: the loader's validation, its errors, its window grid
+(series runs from the manifest when there is one, else from the series column;
+NaN rows with ``nan="drop"``; unreadable files with ``on_error="skip"``), so
+the counts cannot disagree with the loader's. The price is the loader's own
+opening cost: every file's footer (and the series column without a manifest,
+the feature columns with ``nan="drop"``), and importing torch (about a second).
 
 ``stats`` computes per-feature count, mean, population std, min, max and NaN
 count in one Dask pass: each partition reduces to a few numbers per feature
@@ -29,13 +32,15 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from dask_windows.errors import ConfigError, DataError, SchemaError
-from dask_windows.index import run_grid, scan_runs
-from dask_windows.normalize import STATS_FORMAT, STATS_VERSION
-from dask_windows.sources.manifest import manifest_run_arrays, read_manifest, span_shortfall
-from dask_windows.sources.parquet import PARQUET_SUFFIXES, ParquetSource
 from dask_windows.cli.readers import list_inputs, read_inputs
+from dask_windows.errors import ConfigError, SchemaError
+from dask_windows.index import PartitionRuns, WindowGrid
+from dask_windows.normalize import STATS_FORMAT, STATS_VERSION
 from dask_windows.sources.base import DEFAULT_PARTITION_BYTES
+from dask_windows.sources.manifest import read_manifest, span_shortfall
+from dask_windows.sources.parquet import PARQUET_SUFFIXES, ParquetSource
+from dask_windows.sources.retry import resolve_retry
+from dask_windows.spec import WindowSpec
 from dask_windows.windows import windows_per_run
 
 __all__ = [
@@ -49,10 +54,10 @@ logger = logging.getLogger(__name__)
 
 
 
-def _check_window(window: int, stride: int, horizon: int) -> None:
-    if window < 1 or stride < 1 or horizon < 0:
-        raise ConfigError(f"window={window}, stride={stride}, horizon={horizon}: window and "
-                          f"stride must be >= 1 and horizon >= 0")
+def _check_window(window: int, stride: int, horizon: int) -> WindowSpec:
+    """The loader's own validation of the window settings (its errors, word for word)."""
+    return WindowSpec(features=("_",), targets=("_t",) if horizon else (), window=window,
+                      stride=stride, horizon=horizon)
 
 
 def manifest_windows(manifest: dict, window: int, stride: int = 1,
@@ -66,13 +71,17 @@ def manifest_windows(manifest: dict, window: int, stride: int = 1,
     Returns:
         ``(windows, windows_lost)``.
     """
-    _check_window(window, stride, horizon)
+    spec = _check_window(window, stride, horizon)
     runs = [run for f in manifest["files"] for run in f["runs"]]
-    span = window + horizon
+    span = spec.span
     if manifest.get("version", 1) >= 2:  # chunks overlap: only a span beyond the overlap loses windows
         lost, total = span_shortfall(dict(manifest, span=min(manifest["span"], span - 1)), span, stride)
         return total - lost, lost
-    kept = int(windows_per_run([n for _, n, _ in runs], span, stride).sum())
+    grid = WindowGrid.from_runs([PartitionRuns(np.array([a for a, _, _ in f["runs"]], np.int64),
+                                               np.array([n for _, n, _ in f["runs"]], np.int64),
+                                               np.array([v for _, _, v in f["runs"]], object))
+                                 for f in manifest["files"]], span, stride)
+    kept = int(grid.windows_per_partition.sum())  # the loader's grid of the same runs
     whole: list[int] = []  # rows of each series before it was cut into files
     previous = object()
     for _, rows, value in runs:
@@ -117,84 +126,85 @@ def inspect_dataset(
     buffer_partitions: int = 2,
     prefetch_partitions: int = 1,
     num_workers: int = 0,
-    partition_bytes: int = DEFAULT_PARTITION_BYTES,
+    nan: str = "raise",
+    on_error: str = "raise",
+    partition_bytes: int | None = None,
+    retries: int = 3,
     storage_options: dict | None = None,
     threads: int = 16,
 ) -> dict:
-    """Describe a Parquet dataset as ``WindowDataset`` will see it.
+    """Describe a Parquet dataset as ``WindowDataset`` sees it, by opening one.
 
-    With a valid manifest (``dask-windows convert`` output) everything but the
-    schema comes from it: one JSON read and one footer. Otherwise the
-    dataset's own source lists the partitions from every footer and, when a
-    series column is known, reads that column to find the runs, so the counts
-    equal ``WindowDataset(path, series=..., window=...).num_windows``.
+    The arguments are ``WindowDataset``'s and are validated by it, so a
+    setting the loader rejects fails here with the loader's error, and
+    ``windows`` equals ``WindowDataset(path, ...).num_windows``; zero windows
+    raise the loader's ``DataError`` naming the longest run.
 
     Args:
         path: a dataset folder, glob or Parquet file (fsspec URL allowed).
         series: the series column; default the manifest's (``None``: each
             partition is one run, as in ``WindowDataset(series=None)``).
-        window, stride, horizon: the window settings to count windows for.
+        window, stride, horizon: the window settings; without ``window``
+            only files, rows, series and schema are reported.
         features, targets: the columns the loader stacks; default every
-            numeric column except series and time.
-        batch_size, buffer_partitions, prefetch_partitions, num_workers: the
-            loader settings to size memory for.
-        partition_bytes: as ``WindowDataset``'s (files with more uncompressed
-            bytes are split at row groups).
-        storage_options: passed to fsspec.
-        threads: footers and series columns are read on this many threads.
+            numeric column except series, time and targets.
+        batch_size, buffer_partitions, prefetch_partitions: as the loader's.
+        num_workers: DataLoader workers, to size memory for.
+        nan, on_error, partition_bytes, retries, storage_options, threads: as
+            the loader's.
 
     Returns:
         A JSON-ready dict (see the CLI's ``inspect`` for the fields).
     """
+    from dask_windows.dataset import WindowDataset  # imports torch
+
     started = clock.perf_counter()
-    if window is not None:
-        _check_window(window, stride, horizon)
-    fs, root, manifest = _manifest_for(path, storage_options)
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+        raise ConfigError(f"num_workers={num_workers!r} must be an int >= 0")
+    _, _, manifest = _manifest_for(path, storage_options)
     series = series if series is not None else (manifest["series"] if manifest else None)
-    if manifest is not None and manifest["series"] == series:
-        files = manifest["files"]
-        first = posixpath.join(root, files[0]["path"]) if files else None
-        rows = [f["rows"] for f in files]
-        runs = [[run[1] for run in f["runs"]] for f in files]
-        keys = {json.dumps(run[2]) for f in files for run in f["runs"]}
-        placed: list[tuple[Any, ...]] = [manifest_run_arrays(f["runs"])[3:] or (None, None) for f in files]
-        num_files, num_bytes, source_of_runs = len(files), sum(f["bytes"] for f in files), "manifest"
-    else:
-        source = ParquetSource(path, storage_options, partition_bytes=partition_bytes,
-                               threads=threads)
-        first = source.files[0]
-        if series is not None:
-            source.check_columns([series], {series: "series column"})
-        found = scan_runs(len(source.partitions), lambda i: source.read_runs(i, series),
-                          threads=threads)
-        rows = [p.num_rows for p in source.partitions]
-        runs = [r.lengths.tolist() for r in found]
-        placed = [(r.origin, r.owned) for r in found]
-        keys = ({_key(k) for r in found for k in r.keys.tolist()} if series is not None
-                else None)
-        num_files = len(source.files)
-        num_bytes = sum(source.fs.size(f) for f in source.files) if num_files < 1000 else None
-        source_of_runs = "series column" if series is not None else "partitions"
-    schema = pq.read_schema(fs.open(first)) if first else None
     time_col = manifest["time"] if manifest else None
-    if features is None and schema is not None:
+    source = ParquetSource(path, storage_options, threads=threads, retry=resolve_retry(retries),
+                           on_error=on_error, partition_bytes=partition_bytes
+                           if partition_bytes is not None else DEFAULT_PARTITION_BYTES)
+    with source.fs.open(source.files[0], "rb") as first:
+        schema = pq.read_schema(first)
+    if features is None:
         features = [f.name for f in schema if f.name not in (series, time_col)
                     and f.name not in (targets or ()) and _numeric(f.type)]
+    ds = WindowDataset(source, features=features, targets=targets, series=series,
+                       window=window if window is not None else 1, stride=stride,
+                       horizon=horizon, batch_size=batch_size,
+                       buffer_partitions=buffer_partitions,
+                       prefetch_partitions=prefetch_partitions, nan=nan, on_error=on_error,
+                       threads=threads)
+    runs = [r.series_runs for r in ds.runs]
+    rows = [p.num_rows for p in ds.partitions]
+    used = getattr(source, "_manifest", None)
+    if series is None:
+        runs_from = "partitions"
+    elif used is not None and used.get("series") == series:
+        runs_from = "manifest"
+    else:
+        runs_from = "series column"
+    num_files = len(source.files)
     report: dict[str, Any] = {
         "path": path, "files": num_files, "partitions": len(rows), "rows": int(sum(rows)),
-        "bytes": num_bytes, "largest_partition_rows": int(max(rows, default=0)),
-        "series_column": series, "time_column": time_col, "runs_from": source_of_runs,
-        "series": len(keys) if keys is not None else None,
-        "runs": sum(len(r) for r in runs),
-        "schema": {f.name: str(f.type) for f in schema} if schema is not None else {},
-        "features": list(features or ()), "targets": list(targets or ()),
+        "bytes": sum(source.fs.size(f) for f in source.files) if num_files < 1000 else None,
+        "largest_partition_rows": int(max(rows, default=0)),
+        "series_column": series, "time_column": time_col, "runs_from": runs_from,
+        "series": (len({_key(k) for r in runs for k in r.keys.tolist()})
+                   if series is not None else None),
+        "runs": sum(len(r.lengths) for r in runs),
+        "schema": {f.name: str(f.type) for f in schema},
+        "features": list(ds.spec.features), "targets": list(ds.spec.targets),
+        "nan": nan, "skipped": [s.name for s in ds.skipped] if ds.skipped else [],
     }
     if window is not None:
-        per_partition = [int(run_grid(np.zeros(len(r), np.int64), np.asarray(r), window + horizon, stride, *o)[1].sum())
-                         for r, o in zip(runs, placed)]
+        per_partition = ds.windows_per_partition
         report.update(window=window, stride=stride, horizon=horizon,
-                      windows=int(sum(per_partition)),
-                      largest_partition_windows=int(max(per_partition, default=0)))
+                      windows=ds.num_windows,
+                      largest_partition_windows=int(per_partition.max(initial=0)))
         report["memory"] = loader_memory(
             report["largest_partition_rows"], report["largest_partition_windows"],
             len(report["features"]), len(report["targets"]), window, horizon, batch_size,
@@ -293,6 +303,8 @@ def compute_stats(
     *,
     fmt: str | None = None,
     exclude: Sequence[str] = (),
+    series: str | None = None,
+    time: str | None = None,
     storage_options: dict | None = None,
     compute: Callable[..., tuple] | None = None,
 ) -> dict:
@@ -304,6 +316,9 @@ def compute_stats(
             manifest's series and time columns and ``exclude``.
         fmt: the input format; default from file extensions.
         exclude: columns never summarised by default.
+        series, time: the series and time columns, never summarised by
+            default; without a manifest one of them or ``features`` is
+            required, so that an integer series id is not taken for a feature.
         storage_options: passed to fsspec.
         compute: ``compute(label, *collections) -> results``.
 
@@ -312,11 +327,20 @@ def compute_stats(
     """
     srcs = [srcs] if isinstance(srcs, (str, os.PathLike)) else list(srcs)
     fmt, urls = list_inputs([str(s) for s in srcs], fmt, storage_options)
+    manifest = None
     if len(srcs) == 1:
         fs, root = fsspec.core.url_to_fs(str(srcs[0]), **(storage_options or {}))
         manifest = read_manifest(root, fs) if fs.isdir(root) else None
         if manifest:
             exclude = [*exclude, manifest["series"], manifest["time"]]
+    exclude = [*exclude, *(c for c in (series, time) if c is not None)]
+    if features is None and manifest is None and series is None and time is None and fmt != "npy":
+        raise ConfigError(
+            f"{srcs[0]} has no manifest, so stats cannot tell its series and time columns from "
+            f"features (an integer series id would be summarised as one); pass --series COL "
+            f"(and --time COL), or --features")
+    if features is not None:  # the loader's checks: no repeats, the series is not a feature
+        WindowSpec(features=tuple(features), series=series)
     if fmt == "npy":  # the columns read_inputs makes up are not features
         exclude = [*exclude, "__series__", "__time__"]
     ddf = read_inputs(urls, fmt, series="__series__", time="__time__",
@@ -327,6 +351,9 @@ def compute_stats(
         if not features:
             raise SchemaError(f"{srcs[0]} has no numeric columns; pass --features")
     features = list(features)
+    if fmt == "parquet":  # the loader's column check and message
+        roles = dict.fromkeys(features, "feature")
+        ParquetSource(urls, storage_options).check_columns(features, roles)
     missing = [f for f in features if f not in ddf.columns]
     if missing:
         raise SchemaError(f"features {missing} are not in {srcs[0]}; its columns are "

@@ -74,6 +74,16 @@ class _MemmapRef:
     def open(self) -> np.ndarray:
         return np.memmap(self.filename, self.dtype, self.mode, self.offset, self.shape, order="C")  # type: ignore[call-overload]
 
+    def read(self) -> np.ndarray:
+        """The block's values, read with file I/O into a fresh array (no pages mapped)."""
+        count = int(np.prod(self.shape))
+        with open(self.filename, "rb") as f:
+            f.seek(self.offset)
+            values = np.fromfile(f, self.dtype, count)
+        if len(values) != count:
+            raise OSError(f"{self.filename} is shorter than the array mapped from it; it changed after it was opened")
+        return values.reshape(self.shape)
+
 
 def _memmap_ref(array: np.ndarray) -> _MemmapRef | None:
     """How to reopen ``array`` from its file, if it is a C-contiguous view of a file memmap."""
@@ -185,18 +195,39 @@ class ArraySource(Source):
 
     def read(self, index: int, columns: Sequence) -> dict:
         pieces = self.partitions[index].key
+        return self.read_rows(index, columns, 0, sum(count for _, _, _, count in pieces))
+
+    def read_rows(self, index: int, columns: Sequence, lo: int, hi: int) -> dict:
+        """Rows ``[lo, hi)`` of the partition's rows read (halo included): only those are copied."""
         blocks = []
-        for i, lo, _, count in pieces:
-            block = self.arrays[i][lo : lo + count]
+        at = 0  # partition row of the current array block's first row
+        for i, first, _, count in self.partitions[index].key:
+            a, b = max(lo - at, 0), min(hi - at, count)
+            at += count
+            if b <= a:
+                continue
+            block = self.arrays[i][first + a : first + b]
+            ref = _memmap_ref(block)
             owner = _memmap_of(block)
-            if owner is not None:  # one sequential copy, then let the kernel have the pages back
+            if ref is not None:  # read from the file: a small piece maps no pages (the kernel would map
+                block = ref.read()  # whole large folios around it, and random pieces the whole file in time)
+            elif owner is not None:  # one sequential copy, then let the kernel have the pages back
                 copy = np.array(block)
                 _release_pages(block, owner)
                 block = copy
             blocks.append(block)
+        if not blocks:
+            blocks.append(self.arrays[self.partitions[index].key[0][0]][:0])
         if len(blocks) == 1:
             return {col: blocks[0][:, col] for col in columns}
         return {col: np.concatenate([b[:, col] for b in blocks]) for col in columns}
+
+    def read_ranges(self, index: int, columns: Sequence, ranges: Sequence[tuple[int, int]]) -> list[dict]:
+        """Each range on its own: a slice copies only its rows."""
+        return [self.read_rows(index, columns, lo, hi) for lo, hi in ranges]
+
+    def readable_rows(self, index: int) -> int:
+        return sum(count for _, _, _, count in self.partitions[index].key)
 
     def __getstate__(self) -> dict:
         """Memmaps travel to DataLoader workers as file references, not as copies of their data."""

@@ -2,7 +2,10 @@
 
 A source exposes ``partitions`` (name and row count, known from metadata
 without reading data) and ``read(i, columns)`` returning one numpy array per
-column; ``reader()`` gives the reader of one iteration. This module imports
+column; ``read_rows(i, columns, lo, hi)`` returns only rows ``[lo, hi)`` (the
+loader's unit of reading is such a *piece* of a partition: a source reads the
+least that covers it, by default the whole partition); ``reader()`` gives the
+reader of one iteration. This module imports
 none of the concrete sources (they import it).
 """
 from __future__ import annotations
@@ -66,6 +69,14 @@ class PartitionReader:
         """The columns of partition ``index`` as 1-D numpy arrays."""
         return self.source.read(index, self.columns)
 
+    def read_rows(self, index: int, lo: int, hi: int) -> dict:
+        """Rows ``[lo, hi)`` of partition ``index`` (partition rows, halo included)."""
+        return self.source.read_rows(index, self.columns, lo, hi)
+
+    def read_ranges(self, index: int, ranges: Sequence[tuple[int, int]]) -> list[dict]:
+        """Rows ``[lo, hi)`` of partition ``index`` for each of ``ranges``, in one read where the source can."""
+        return self.source.read_ranges(index, self.columns, ranges)
+
     def close(self) -> None:
         """Give up partitions started early (idempotent)."""
 
@@ -82,6 +93,12 @@ class Source:
     description: str = "<source>"
     partitions: list[Partition]
     skipped: Sequence[SkippedPartition] = ()
+    #: Whether reading is worth moving into other processes (``read_workers``): true for files
+    #: and object stores; false where a read is a slice of memory or a Dask computation.
+    reads_in_processes: bool = False
+    #: ``pieces_per_partition`` when the dataset is not told: ``None`` lets the dataset pick enough
+    #: pieces for good mixing; a source that computes a whole partition per read (Dask) says 1.
+    default_pieces_per_partition: int | None = None
 
     def column_names(self) -> list:
         """Columns every partition holds."""
@@ -90,6 +107,29 @@ class Source:
     def read(self, index: int, columns: Sequence) -> dict:
         """Read ``columns`` of partition ``index`` as 1-D numpy arrays of equal length."""
         raise NotImplementedError
+
+    def readable_rows(self, index: int) -> int:
+        """Rows ``read_rows`` can return for partition ``index``: its own, plus any halo past its end."""
+        return self.partitions[index].num_rows
+
+    def read_rows(self, index: int, columns: Sequence, lo: int, hi: int) -> dict:
+        """Rows ``[lo, hi)`` of partition ``index``; default: read the partition and slice it.
+
+        Rows count from the partition's first row and may reach into the rows a source reads past
+        the partition's end (its halo) when its runs say so.
+        """
+        columns = list(columns)
+        data = self.read(index, columns)
+        if lo == 0 and all(len(v) == hi for v in data.values()):
+            return data
+        return {col: values[lo:hi] for col, values in data.items()}
+
+    def read_ranges(self, index: int, columns: Sequence, ranges: Sequence[tuple[int, int]]) -> list[dict]:
+        """Rows ``[lo, hi)`` of partition ``index`` for each of ``ranges``; default: one read of the rows covering
+        them all, sliced."""
+        lo, hi = min(a for a, _ in ranges), max(b for _, b in ranges)
+        data = self.read_rows(index, columns, lo, hi)
+        return [{col: values[a - lo : b - lo] for col, values in data.items()} for a, b in ranges]
 
     def reader(self, indices: Sequence[int], columns: Sequence) -> PartitionReader:
         """A reader of partitions ``indices`` (in that order) for one iteration; close it after."""

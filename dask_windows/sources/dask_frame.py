@@ -135,6 +135,16 @@ class _DaskReader(PartitionReader):
             return source.read(index, self.columns)
         return source.columns_of(index, frame, self.columns)
 
+    def read_rows(self, index: int, lo: int, hi: int) -> dict:
+        """Rows ``[lo, hi)``: the partition is computed (in plan order, read ahead) and sliced."""
+        data = self.read(index)
+        return {col: values[lo:hi] for col, values in data.items()}
+
+    def read_ranges(self, index: int, ranges: Sequence[tuple[int, int]]) -> list[dict]:
+        """Each of ``ranges`` of one computation of the partition."""
+        data = self.read(index)
+        return [{col: values[lo:hi] for col, values in data.items()} for lo, hi in ranges]
+
     def close(self) -> None:
         futures, self._futures = self._futures, {}
         for future in futures.values():
@@ -144,6 +154,10 @@ class _DaskReader(PartitionReader):
 class DaskSource(Source):
     """A Dask DataFrame; partition ``i`` is ``ddf.partitions[i]``.
 
+    A piece of a partition costs computing the whole partition, so the loader reads whole
+    partitions by default (``default_pieces_per_partition = 1``); pass ``pieces_per_partition``
+    to mix more at that price (best on a ``persist()``-ed frame).
+
     Args:
         ddf: The frame (a Dask Series is taken as a one-column frame).
         series: The series column, when known: its runs are found in the same pass that counts rows.
@@ -152,6 +166,8 @@ class DaskSource(Source):
             then given no rows and recorded in ``skipped``.
         read_ahead: Partitions kept computing on the cluster ahead of the one being read.
     """
+
+    default_pieces_per_partition = 1
 
     def __init__(
         self,

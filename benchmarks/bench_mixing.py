@@ -1,0 +1,307 @@
+"""How batches mix on raw layouts: the 0.1 order, the new default and a global shuffle.
+
+Builds three raw Parquet layouts (files of ``--row-groups`` row groups, in row order):
+
+  long    one long non-stationary series (its regime drifts with time) in time order;
+  random  many series, each its own regime, ids unrelated to the regime;
+  sorted  the same series with ids ordered by regime;
+
+and prints, per layout, the mixing statistics of ``dask_windows.mixing`` (distinct row blocks
+per batch of 100, TV distance of a batch's block histogram from the dataset's, lag-1
+correlation of consecutive batches' mean block, effective batch size) for
+``pieces_per_partition=1`` (the 0.1 order: buffers of ``buffer_partitions`` whole partitions),
+the new default and a global permutation, with windows/s and peak RSS of one epoch through the
+loader (a child process each). Then a training comparison: a small MLP forecasting the next value
+from a window, the same steps and seeds (``--seeds``), fed the loader's batches in each order
+(their rows gathered from memory, so only the order differs) and held-out MSE on a fresh
+realisation of the layout at several checkpoints, as a ratio to the global shuffle's (and, as
+the noise floor, another global permutation's ratio).
+Finally ``--loader`` runs bench_loader's configuration (B=256, L=512, C=4, 1M-row partitions)
+for both orders in alternation: windows/s and peak RSS ratios.
+
+Converted data (``dask-windows convert``) is not measured here yet: raw layouts only.
+
+    python benchmarks/bench_mixing.py [--rows 1000000] [--steps 1500] [--seeds 3] [--loader]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import dask_windows as dw
+from dask_windows.mixing import block_histogram, global_shuffle_statistics, mixing_report, plan_batches
+
+LAYOUTS = ("long", "random", "sorted")
+
+
+def make_layout(kind: str, rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, series id)`` of ``rows`` rows laid out as ``kind``."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(rows, dtype=np.float64)
+    if kind == "long":
+        drift = np.cumsum(rng.standard_normal(rows // 1000 + 2))[t.astype(np.int64) // 1000]  # slow regime
+        level = 2.0 * np.tanh(drift / 8)
+        period = 12 + 10 * (1 + np.sin(2 * np.pi * t / rows * 3))  # the oscillation changes over time
+        x = level + np.sin(np.cumsum(2 * np.pi / period)) + 0.2 * rng.standard_normal(rows)
+        return x.astype(np.float32), np.zeros(rows, np.int64)
+    num = 200
+    lengths = np.full(num, rows // num)
+    lengths[-1] += rows - lengths.sum()
+    regime = rng.uniform(-1, 1, num)  # each series' behaviour
+    ids = rng.permutation(num) if kind == "random" else np.argsort(np.argsort(regime))
+    order = np.argsort(ids)  # files hold series in id order
+    parts = []
+    for s in order:
+        n = lengths[s]
+        tt = np.arange(n)
+        period = 16 + 12 * regime[s]
+        parts.append(2 * regime[s] + np.sin(2 * np.pi * tt / period + rng.uniform(0, 6)) + 0.2 * rng.standard_normal(n))
+    sid = np.repeat(ids[order], lengths[order])
+    return np.concatenate(parts).astype(np.float32), sid
+
+
+def write_layout(root: str, x: np.ndarray, sid: np.ndarray, files: int, row_groups: int) -> None:
+    os.makedirs(root, exist_ok=True)
+    per = len(x) // files
+    for f in range(files):
+        a, b = f * per, len(x) if f == files - 1 else (f + 1) * per
+        table = pa.table({"sid": sid[a:b], "x": x[a:b]})
+        pq.write_table(table, os.path.join(root, f"part-{f:03d}.parquet"), row_group_size=-(-(b - a) // row_groups))
+
+
+def open_ds(root: str, args: argparse.Namespace, pieces: int | None) -> dw.WindowDataset:
+    return dw.WindowDataset(
+        root,
+        features=["x"],
+        targets=["x"],
+        series="sid",
+        window=args.window,
+        horizon=1,
+        stride=args.stride,
+        batch_size=args.batch_size,
+        pieces_per_partition=pieces,
+        return_index=True,
+    )
+
+
+def epoch_child(root: str, args: argparse.Namespace, pieces: int | None) -> dict:
+    """Windows/s and peak RSS of one epoch through the loader, in a fresh process."""
+    code = (
+        "import sys, time, json; sys.path.insert(0, sys.argv[1]); import torch; torch.set_num_threads(1)\n"
+        "import dask_windows as dw\n"
+        "a = json.loads(sys.argv[2])\n"
+        "ds = dw.WindowDataset(a['root'], features=['x'], targets=['x'], series='sid', window=a['window'], horizon=1,\n"
+        "    stride=a['stride'], batch_size=a['batch_size'], pieces_per_partition=a['pieces'], **a.get('extra', {}))\n"
+        "t0 = time.perf_counter(); n = sum(len(b[0]) for b in ds); dt = time.perf_counter() - t0\n"
+        "hwm = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
+        "print(json.dumps({'rate': n / dt, 'rss_mib': hwm / 1024}))\n"
+    )
+    spec = {"root": root, "window": args.window, "stride": args.stride, "batch_size": args.batch_size, "pieces": pieces}
+    repo = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    out = subprocess.run(
+        [sys.executable, "-c", code, repo, json.dumps(spec)], capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def order_rows(ds: dw.WindowDataset, kind: str, epochs: int, seed: int) -> list[np.ndarray]:
+    """Batches (global start rows) of ``epochs`` epochs in the loader's order or a global permutation."""
+    out = []
+    for epoch in range(epochs):
+        batches = list(plan_batches(ds, epoch=epoch))
+        if kind == "global":
+            rows = np.concatenate(batches)
+            rows = rows[np.random.default_rng([seed, epoch]).permutation(len(rows))]
+            b = ds.spec.batch_size
+            batches = [rows[i : i + b] for i in range(0, len(rows), b)]
+        out += [b for b in batches if len(b) == ds.spec.batch_size]
+    return out
+
+
+def train(
+    x: np.ndarray, batches: list[np.ndarray], held: tuple, args: argparse.Namespace, seed: int, checkpoints: list[int]
+) -> list[float]:
+    """Held-out MSE of a small MLP after each checkpoint's steps on ``batches`` (cycled)."""
+    import torch
+
+    torch.manual_seed(seed)
+    window = args.window
+    model = torch.nn.Sequential(torch.nn.Linear(window, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    xt = torch.from_numpy(x)
+    offsets = torch.arange(window)
+    hx, hy = held
+    losses = []
+    for step in range(1, checkpoints[-1] + 1):
+        rows = torch.from_numpy(batches[(step - 1) % len(batches)])
+        inputs = xt[rows[:, None] + offsets]
+        target = xt[rows + window][:, None]
+        loss = torch.nn.functional.mse_loss(model(inputs), target)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step in checkpoints:
+            with torch.no_grad():
+                losses.append(float(torch.nn.functional.mse_loss(model(hx), hy)))
+    return losses
+
+
+def held_out(kind: str, args: argparse.Namespace) -> tuple:
+    """4096 random windows of a fresh realisation of the layout (another seed), same series rule."""
+    import torch
+
+    x, sid = make_layout(kind, args.rows // 4, seed=10_000 + LAYOUTS.index(kind))
+    rng = np.random.default_rng(1)
+    starts = rng.integers(0, len(x) - args.window - 1, 20_000)
+    ok = sid[starts] == sid[starts + args.window]  # inside one series
+    starts = starts[ok][:4096]
+    xt = torch.from_numpy(x)
+    return xt[torch.from_numpy(starts)[:, None] + torch.arange(args.window)], xt[
+        torch.from_numpy(starts) + args.window
+    ][:, None]
+
+
+def fmt(name: str, s: dict, extra: str = "") -> str:
+    return (
+        f"  {name:<28}{s['distinct_blocks']:>9.1f}{s['tv_distance']:>8.3f}{s['lag1']:>8.2f}"
+        f"{s['effective_batch_size']:>9.1f}{extra}"
+    )
+
+
+def loader_check(args: argparse.Namespace) -> None:
+    """bench_loader's configuration, both orders in alternation: windows/s and peak RSS."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bench_loader as bl
+
+    root = os.path.join(args.dir, "loader")
+    bl.write_dataset(root, args.loader_partitions)
+    code = (
+        "import sys, time, json; sys.path.insert(0, sys.argv[1]); import torch; torch.set_num_threads(1)\n"
+        "import dask_windows as dw\n"
+        "k = json.loads(sys.argv[3])\n"
+        "ds = dw.WindowDataset(sys.argv[2], features=['f0','f1','f2','f3'], series='sid', window=512, batch_size=256,\n"
+        "    pieces_per_partition=k)\n"
+        "c0 = time.process_time(); it = iter(ds); next(it); t0 = time.perf_counter(); n = 0\n"
+        "for b in it: n += len(b)\n"
+        "dt = time.perf_counter() - t0; cpu = time.process_time() - c0\n"
+        "hwm = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
+        "print(json.dumps({'rate': n / dt, 'cpu': cpu, 'rss_mib': hwm / 1024, 'k': ds.spec.pieces_per_partition}))\n"
+    )
+    repo = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    results: dict = {"1": [], "null": []}
+    for _ in range(args.loader_repeats):
+        for k in ("1", "null"):
+            out = subprocess.run(
+                [sys.executable, "-c", code, repo, root, k], capture_output=True, text=True, check=True
+            )
+            results[k].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    old, new = results["1"], results["null"]
+    rate = np.median([r["rate"] for r in new]) / np.median([r["rate"] for r in old])
+    rss = max(r["rss_mib"] for r in new) / max(r["rss_mib"] for r in old)
+    print(
+        f"\nbench_loader configuration (B=256 L=512 C=4 stride 1, {args.loader_partitions} x 1M-row partitions, "
+        f"one full epoch each, {args.loader_repeats} alternating runs):"
+    )
+    print(
+        f"  pieces_per_partition=1     {np.median([r['rate'] for r in old]):>12,.0f} windows/s  "
+        f"peak RSS {max(r['rss_mib'] for r in old):6.0f} MiB"
+    )
+    print(
+        f"  default (k={new[0]['k']:<4})           {np.median([r['rate'] for r in new]):>12,.0f} windows/s  "
+        f"peak RSS {max(r['rss_mib'] for r in new):6.0f} MiB"
+    )
+    cpu = np.median([r["cpu"] for r in new]) / np.median([r["cpu"] for r in old])
+    print(
+        f"  ratios new/old: throughput {rate:.2f}x (goal >= 0.8), CPU seconds per epoch {cpu:.2f}x "
+        f"(less sensitive to a loaded machine), peak RSS {rss:.2f}x (goal <= 1.0)"
+    )
+
+
+def load() -> str:
+    with open("/proc/loadavg") as f:
+        return f.read().split()[0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--files", type=int, default=16)
+    parser.add_argument("--row-groups", type=int, default=8)
+    parser.add_argument("--window", type=int, default=32)
+    parser.add_argument("--stride", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=LAYOUTS)
+    parser.add_argument("--loader", action="store_true", help="also the bench_loader configuration")
+    parser.add_argument("--loader-partitions", type=int, default=2)
+    parser.add_argument("--loader-repeats", type=int, default=2)
+    parser.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "dask_windows_bench_mixing"))
+    args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    checkpoints = sorted({max(1, args.steps * f // 6) for f in (1, 2, 4, 6)})
+    started = time.perf_counter()
+    print(
+        f"{args.rows:,} rows in {args.files} raw Parquet files of {args.row_groups} row groups; window {args.window}, "
+        f"horizon 1, stride {args.stride}, B={args.batch_size}, buffer_partitions=2; load {load()}"
+    )
+    for kind in args.layouts:
+        root = os.path.join(args.dir, f"{kind}-{args.rows}-{args.files}-{args.row_groups}")
+        x, sid = make_layout(kind, args.rows, seed=LAYOUTS.index(kind))
+        if not os.path.exists(root):
+            write_layout(root, x, sid, args.files, args.row_groups)
+        print(
+            f"\n{kind}: {'one long series' if kind == 'long' else '200 series, ids ' + ('random' if kind == 'random' else 'ordered by behaviour')}"
+        )
+        print(f"  {'order':<28}{'blocks':>9}{'TV':>8}{'lag-1':>8}{'eff. B':>9}{'windows/s':>13}{'peak RSS':>10}")
+        datasets = {"pieces_per_partition=1 (0.1)": open_ds(root, args, 1), "default": open_ds(root, args, None)}
+        reports = {}
+        for name, ds in datasets.items():
+            r = mixing_report(ds)
+            perf = epoch_child(root, args, ds.spec.pieces_per_partition)
+            reports[name] = r
+            label = name if name != "default" else f"default (k={ds.spec.pieces_per_partition})"
+            print(fmt(label, r["loader"], f"{perf['rate']:>13,.0f}{perf['rss_mib']:>7.0f} MiB"))
+        ds = datasets["default"]
+        ref = global_shuffle_statistics(
+            block_histogram(ds), args.batch_size, reports["default"]["loader"]["batches"], 0
+        )
+        print(fmt("global permutation", ref.__dict__))
+        held = held_out(kind, args)
+        epochs = -(-args.steps // max(len(ds), 1))
+        curves = {}
+        orders = (("0.1", datasets["pieces_per_partition=1 (0.1)"]), ("default", ds), ("global", ds), ("global'", ds))
+        for name, d in orders:
+            runs = []
+            for seed in range(args.seeds):
+                kind_of = "loader" if name in ("0.1", "default") else "global"
+                batches = order_rows(d, kind_of, epochs, seed + (1000 if name == "global'" else 0))
+                runs.append(train(x, batches, held, args, seed, checkpoints))
+            curves[name] = np.mean(runs, axis=0)
+        print(f"  held-out MSE / global shuffle's ({args.seeds} seeds), at steps {checkpoints}:")
+        for name in ("0.1", "default", "global'"):
+            ratios = "  ".join(f"{v:6.3f}" for v in curves[name] / curves["global"])
+            print(f"    {name:<10} {ratios}")
+        print(
+            f"    (global MSE: {'  '.join(f'{v:.4f}' for v in curves['global'])}; global': another permutation, the noise)"
+        )
+    if args.loader:
+        loader_check(args)
+    print(f"\n{time.perf_counter() - started:.0f} s; load {load()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,282 @@
+"""How well a dataset's batches mix, measured beside a global shuffle of the same windows.
+
+A loader that never builds a global window index cannot shuffle globally: a
+batch holds windows of the pieces in its buffer. Whether that matters depends
+on the layout: on one long series stored in time order, a batch of few pieces
+is a short stretch of time. This module measures it for a dataset as
+configured, without reading any data: the plan and the window grid say which
+windows form each batch (``plan_batches``, the same global start rows that
+``return_index=True`` yields), and the dataset is cut into ``blocks`` equal
+row blocks, a block's number standing in for the regime of its rows.
+
+Statistics (``batch_statistics``), over a reader's first batches of an epoch:
+
+* ``distinct_blocks``: row blocks a batch touches (of ``blocks``);
+* ``tv_distance``: total-variation distance of a batch's block histogram from
+  the dataset's (0: the batch looks like the dataset, 1: disjoint);
+* ``lag1``: correlation of consecutive batches' mean block (0 for a shuffle);
+* ``effective_batch_size``: variance of one window's block over the variance
+  of a batch's mean block: ``B`` for an ideal shuffle, about the number of
+  distinct places when batches are made of a few stretches.
+
+The reference is a global shuffle: batches of ``B`` windows drawn from the
+dataset's block histogram. ``mixing_report`` returns both with a one-line
+verdict and advice. Fault replacement (``on_error="skip"``) is not simulated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from dask_windows.plan import rng_for
+from dask_windows.windows import window_starts
+from dask_windows.world import World
+
+__all__ = [
+    "MixingStats",
+    "batch_statistics",
+    "block_histogram",
+    "format_report",
+    "global_shuffle_statistics",
+    "inspect_mixing",
+    "mixing_report",
+    "plan_batches",
+]
+
+_CHUNK = 1 << 20  # windows whose start rows are listed at once
+
+
+@dataclass(frozen=True)
+class MixingStats:
+    """Mixing statistics of a sequence of batches (see the module docstring)."""
+
+    batches: int
+    distinct_blocks: float
+    tv_distance: float
+    lag1: float
+    effective_batch_size: float
+
+
+def plan_batches(
+    ds: Any, epoch: int | None = None, rank: int = 0, max_batches: int | None = None
+) -> Iterator[np.ndarray]:
+    """Global start rows of each batch one reader (``rank``, no DataLoader workers) yields.
+
+    Computed from the plan and the grid only, as ``buffer.stream`` orders them: equal to the
+    rows ``return_index=True`` yields when no partition is skipped.
+
+    Args:
+        ds: A ``WindowDataset``.
+        epoch: The epoch (default: the dataset's).
+        rank: The rank whose batches are listed.
+        max_batches: Stop after this many batches.
+    """
+    spec, grid = ds.spec, ds.grid
+    world = World(rank, ds.world_size, 0, 1)
+    saved, ds.epoch = ds.epoch, ds.epoch if epoch is None else epoch
+    try:
+        plan = ds._plan(world)
+    finally:
+        ds.epoch = saved
+    skip, remaining, carry, emitted = plan.skip, plan.num_windows, np.zeros(0, np.int64), 0
+    for segments, entropy in zip(plan.buffers, plan.buffer_seeds):
+        pieces = []
+        for seg in segments:
+            first, counts = grid.first[seg.partition], grid.counts[seg.partition]
+            for lo in range(seg.lo, seg.hi, _CHUNK):
+                rows = window_starts(first, counts, grid.stride, lo, min(lo + _CHUNK, seg.hi))
+                pieces.append(rows + ds.row_offsets[seg.partition])
+        starts = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)  # (windows,) dataset rows
+        if spec.shuffle:
+            rng_for(*entropy).shuffle(starts)
+        starts = np.concatenate([carry, starts[skip:]])
+        skip = 0
+        take = min(len(starts), remaining)
+        full = take // spec.batch_size * spec.batch_size
+        for b in range(0, full, spec.batch_size):
+            yield starts[b : b + spec.batch_size]
+            emitted += 1
+            if max_batches is not None and emitted >= max_batches:
+                return
+        remaining -= full
+        carry = starts[full:take]
+    if len(carry):
+        yield carry
+
+
+def block_histogram(ds: Any, blocks: int = 100) -> np.ndarray:
+    """``(blocks,)`` windows of the dataset whose start row falls in each of ``blocks`` equal row blocks.
+
+    Exact, from each run's first window and count: O(runs * blocks), no window listed.
+    """
+    total = int(sum(p.num_rows for p in ds.partitions))
+    edges = (np.arange(blocks + 1, dtype=np.int64) * total + blocks - 1) // blocks  # first row of each block
+    out = np.zeros(blocks, np.int64)
+    stride = ds.grid.stride
+    for p, (first, counts) in enumerate(zip(ds.grid.first, ds.grid.counts)):
+        keep = counts > 0
+        f = (np.asarray(first, np.int64)[keep] + ds.row_offsets[p])[:, None]  # (R, 1) first start row
+        c = np.asarray(counts, np.int64)[keep][:, None]
+        if not len(f):
+            continue
+        # Windows k of a run with f + k * stride < edge: ceil((edge - f) / stride), clipped to [0, c].
+        below = np.clip(-((f - edges[None, :]) // stride), 0, c)  # (R, blocks + 1)
+        out += np.diff(below, axis=1).sum(axis=0)
+    return out
+
+
+def batch_statistics(batches: list[np.ndarray], histogram: np.ndarray, total_rows: int) -> MixingStats:
+    """Statistics of ``batches`` (global start rows) against the dataset's block ``histogram``."""
+    blocks = len(histogram)
+    p = histogram / max(histogram.sum(), 1)  # (blocks,) the dataset's block distribution
+    centres = np.arange(blocks, dtype=np.float64)
+    var_window = float(np.sum(p * (centres - np.sum(p * centres)) ** 2))
+    batches = [b for b in batches if len(b)]
+    distinct, tv, means = [], [], []
+    for rows in batches:
+        block = np.minimum(np.asarray(rows, np.int64) * blocks // max(total_rows, 1), blocks - 1)
+        q = np.bincount(block, minlength=blocks) / len(block)
+        distinct.append(np.count_nonzero(q))
+        tv.append(0.5 * np.abs(q - p).sum())
+        means.append(block.mean())
+    return _summarise(distinct, tv, np.array(means), var_window)
+
+
+def _summarise(distinct: list, tv: list, means: np.ndarray, var_window: float) -> MixingStats:
+    lag1 = float(np.corrcoef(means[:-1], means[1:])[0, 1]) if len(means) > 2 and means.std() > 0 else 0.0
+    var_batch = float(means.var()) if len(means) > 1 else 0.0
+    return MixingStats(
+        batches=len(means),
+        distinct_blocks=float(np.mean(distinct)) if distinct else 0.0,
+        tv_distance=float(np.mean(tv)) if tv else 0.0,
+        lag1=lag1,
+        effective_batch_size=var_window / var_batch if var_batch > 0 else float("inf"),
+    )
+
+
+def global_shuffle_statistics(histogram: np.ndarray, batch_size: int, num_batches: int, seed: int = 0) -> MixingStats:
+    """The reference: ``num_batches`` batches of ``batch_size`` windows drawn from the whole dataset."""
+    blocks = len(histogram)
+    p = histogram / max(histogram.sum(), 1)
+    centres = np.arange(blocks, dtype=np.float64)
+    var_window = float(np.sum(p * (centres - np.sum(p * centres)) ** 2))
+    counts = rng_for(seed, 0x313C).multinomial(batch_size, p, size=max(num_batches, 3))  # (batches, blocks)
+    q = counts / batch_size
+    return _summarise(
+        list(np.count_nonzero(counts, axis=1)), list(0.5 * np.abs(q - p).sum(axis=1)), q @ centres, var_window
+    )
+
+
+def mixing_report(ds: Any, max_batches: int = 2000, blocks: int = 100, epoch: int | None = None) -> dict:
+    """The mixing statistics of ``ds`` as configured, a global shuffle's, a verdict and advice.
+
+    Args:
+        ds: A ``WindowDataset`` (nothing is read; its plan and grid are used).
+        max_batches: Batches of rank 0's epoch measured (from its start).
+        blocks: Equal row blocks the dataset is cut into.
+        epoch: The epoch (default: the dataset's).
+
+    Returns:
+        ``{"loader": MixingStats dict, "global": ..., "verdict": str, "advice": str, "settings": ...}``.
+    """
+    histogram = block_histogram(ds, blocks)
+    total = int(sum(p.num_rows for p in ds.partitions))
+    loader = batch_statistics(list(plan_batches(ds, epoch, 0, max_batches)), histogram, total)
+    reference = global_shuffle_statistics(histogram, ds.spec.batch_size, loader.batches, ds.spec.seed)
+    spec = ds.spec
+    b = spec.batch_size
+    in_buffer = spec.buffer_partitions * spec.pieces_per_partition
+    settings = {
+        "batch_size": b,
+        "buffer_partitions": spec.buffer_partitions,
+        "pieces_per_partition": spec.pieces_per_partition,
+        "partitions": len(ds.partitions),
+        "windows": ds.num_windows,
+    }
+    eff = loader.effective_batch_size
+    near = (
+        loader.distinct_blocks >= 0.95 * reference.distinct_blocks
+        and loader.tv_distance <= 1.05 * reference.tv_distance
+    )
+    if eff >= 0.9 * b and near and abs(loader.lag1) < 0.05:
+        verdict = f"mixes like a global shuffle (effective batch size {eff:.0f} of {b})"
+        advice = "nothing to change"
+    elif eff >= 0.5 * b:
+        verdict = f"mixes well (effective batch size {eff:.0f} of {b}; a global shuffle: {reference.effective_batch_size:.0f})"
+        advice = (
+            f"consecutive batches share their buffer's {in_buffer} pieces (lag-1 correlation {loader.lag1:.2f}); "
+            "`dask-windows convert` spreads each series over the files so that even this disappears"
+        )
+    elif not spec.shuffle:
+        verdict = (
+            f"not shuffled (shuffle=False): batches follow the data's order (effective batch size {eff:.0f} of {b})"
+        )
+        advice = "pass shuffle=True for training"
+    else:
+        verdict = (
+            f"mixes poorly: a batch holds about {eff:.0f} independent places of the data, not {b} "
+            f"({loader.distinct_blocks:.1f} of {blocks} row blocks; a global shuffle: {reference.distinct_blocks:.1f})"
+        )
+        advice = (
+            f"raise pieces_per_partition (now {spec.pieces_per_partition}: a buffer holds {in_buffer} pieces; "
+            f"effective batch size is about B*m/(B+m) for m pieces) at the price of more reads per partition, "
+            "or rewrite the data with `dask-windows convert`"
+        )
+        if len(ds.partitions) * spec.pieces_per_partition < 2 * b:
+            advice += f"; with {len(ds.partitions)} partitions, smaller partitions (partition_bytes=) help too"
+    return {
+        "loader": asdict(loader),
+        "global": asdict(reference),
+        "verdict": verdict,
+        "advice": advice,
+        "settings": settings,
+    }
+
+
+def format_report(report: dict) -> str:
+    """The report as a small text table."""
+    lines = [
+        f"{'order':<16}{'batches':>8}{'distinct blocks':>17}{'TV distance':>13}{'lag-1':>8}{'effective B':>13}",
+    ]
+    for name, key in (("this loader", "loader"), ("global shuffle", "global")):
+        s = report[key]
+        lines.append(
+            f"{name:<16}{s['batches']:>8}{s['distinct_blocks']:>17.1f}{s['tv_distance']:>13.3f}"
+            f"{s['lag1']:>8.2f}{s['effective_batch_size']:>13.1f}"
+        )
+    lines.append(f"verdict: {report['verdict']}")
+    lines.append(f"advice: {report['advice']}")
+    return "\n".join(lines)
+
+
+def inspect_mixing(path: str, summary: dict, **settings: Any) -> dict:
+    """``mixing_report`` of the Parquet dataset at ``path`` as ``dask-windows inspect`` describes it.
+
+    Args:
+        path: The dataset.
+        summary: ``inspect_dataset``'s report (window settings, series column, features).
+        **settings: ``batch_size``, ``buffer_partitions``, ``pieces_per_partition`` (``None``: default).
+    """
+    from dask_windows.dataset import WindowDataset
+    from dask_windows.errors import ConfigError
+
+    if summary.get("window") is None:
+        raise ConfigError("--mixing needs the window settings: pass --window (and --stride, --horizon)")
+    features = list(summary.get("features") or ())[:1] or list(summary.get("targets") or ())[:1]
+    if not features:
+        raise ConfigError(f"{path} has no numeric column to stand in as a feature; pass --features")
+    ds = WindowDataset(
+        path,
+        features=features,
+        targets=list(summary.get("targets") or ()) if summary.get("horizon") else None,
+        series=summary.get("series_column"),
+        window=summary["window"],
+        stride=summary.get("stride", 1),
+        horizon=summary.get("horizon", 0),
+        **settings,
+    )
+    return mixing_report(ds)
