@@ -232,7 +232,10 @@ class WindowDataset(IterableDataset):
 
         if on_error == "skip":
             read_runs, bad_rows = guard_scan(read_runs, bad_rows, self.source.partitions, self.skipped)  # type: ignore[assignment]
-        self.runs = scan_runs(len(self.source.partitions), read_runs, bad_rows, threads)
+        self.runs = scan_runs(
+            len(self.source.partitions), read_runs, bad_rows, threads, self.source.continues,
+            [p.num_rows for p in self.source.partitions],
+        )
         trim()
         self.grid = WindowGrid.from_runs(self.runs, spec.span, spec.stride)
         rows = np.array([p.num_rows for p in self.source.partitions], dtype=np.int64)

@@ -23,7 +23,7 @@ import numpy as np
 
 from dask_windows.windows import split_runs_at, windows_per_run
 
-__all__ = ["PartitionRuns", "WindowGrid", "cut_runs", "run_grid", "scan_runs"]
+__all__ = ["PartitionRuns", "WindowGrid", "chain_origins", "cut_runs", "run_grid", "scan_runs"]
 
 
 @dataclass(frozen=True)
@@ -136,6 +136,8 @@ def scan_runs(
     read_runs: Callable[[int], tuple[np.ndarray, ...]],
     read_bad_rows: Callable[[int], np.ndarray] | None = None,
     threads: int = 8,
+    continues: Callable[[int], bool] | None = None,
+    num_rows: Sequence[int] | None = None,
 ) -> list[PartitionRuns]:
     """Runs of every partition, read in parallel threads.
 
@@ -145,12 +147,16 @@ def scan_runs(
             ``(starts, lengths, keys, origin, owned)`` (see ``PartitionRuns``).
         read_bad_rows: ``i -> sorted rows`` no window may contain (``nan="drop"``), or ``None``.
         threads: Parallel reads.
+        continues: ``i ->`` whether partition ``i``'s first row directly follows partition
+            ``i - 1``'s last row (one file cut at row groups). A run continuing across such a cut
+            keeps its series' stride grid (``chain_origins``).
+        num_rows: Per partition, its own rows (without the halo its runs may cover).
 
     Returns:
         One ``PartitionRuns`` per partition, in partition order.
     """
 
-    def scan(i: int) -> PartitionRuns:
+    def scan(i: int) -> tuple[PartitionRuns, np.ndarray | None]:
         found = read_runs(i)
         starts, lengths, keys = found[:3]
         origin, owned = (found[3], found[4]) if len(found) > 3 else (None, None)
@@ -161,19 +167,56 @@ def scan_runs(
             origin=None if origin is None else np.asarray(origin, np.int64),
             owned=None if owned is None else np.asarray(owned, np.int64),
         )
-        if read_bad_rows is not None:
-            bad = read_bad_rows(i)
-            if len(bad):
-                return cut_runs(runs, np.asarray(bad, np.int64))
-        return runs
+        return runs, (None if read_bad_rows is None else np.asarray(read_bad_rows(i), np.int64))
 
     if num_partitions <= 1 or threads <= 1:
-        return [scan(i) for i in range(num_partitions)]
-    # Contiguous blocks of partitions per task: with 10,000 small files, one task per file
-    # costs more in thread hand-offs than the reads themselves.
-    blocks = np.array_split(np.arange(num_partitions), min(num_partitions, threads * 4))
-    with ThreadPoolExecutor(min(threads, num_partitions)) as pool:
-        return [runs for block in pool.map(lambda b: [scan(int(i)) for i in b], blocks) for runs in block]
+        found = [scan(i) for i in range(num_partitions)]
+    else:
+        # Contiguous blocks of partitions per task: with 10,000 small files, one task per file
+        # costs more in thread hand-offs than the reads themselves.
+        blocks = np.array_split(np.arange(num_partitions), min(num_partitions, threads * 4))
+        with ThreadPoolExecutor(min(threads, num_partitions)) as pool:
+            found = [item for block in pool.map(lambda b: [scan(int(i)) for i in b], blocks) for item in block]
+    runs = [r for r, _ in found]
+    if continues is not None:
+        own = [int(r.starts[-1] + r.lengths[-1]) if num_rows is None else int(num_rows[i]) for i, r in enumerate(runs)]
+        runs = chain_origins(runs, [i > 0 and continues(i) for i in range(num_partitions)], own)
+    return [r if bad is None or not len(bad) else cut_runs(r, bad) for r, (_, bad) in zip(runs, found)]
+
+
+def _same_key(a: Any, b: Any) -> bool:
+    """Whether two series keys are equal (NaN keys equal, as one run of ``find_runs``)."""
+    a, b = (v.item() if isinstance(v, np.generic) else v for v in (a, b))
+    return bool(a == b) or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
+
+
+def chain_origins(
+    runs: Sequence[PartitionRuns], continues: Sequence[bool], num_rows: Sequence[int]
+) -> list[PartitionRuns]:
+    """Give a run that continues its series from the previous partition the series' grid.
+
+    Args:
+        runs: Per partition, its series runs (before any NaN cut; runs past the partition's own
+            rows, its halo, may follow).
+        continues: Per partition, whether its first row directly follows the previous one's last.
+        num_rows: Per partition, its own rows.
+
+    Returns:
+        ``runs`` with ``origin`` set on each continued first run: the rows its series had before
+        the cut, so its windows start where the whole series' stride grid puts them.
+    """
+    out = list(runs)
+    for i in range(1, len(out)):
+        prev, cur, n = out[i - 1], out[i], int(num_rows[i - 1])
+        if not continues[i] or cur.origin is not None or n == 0 or not len(cur.lengths) or cur.starts[0] != 0:
+            continue
+        j = int(np.searchsorted(prev.starts, n - 1, side="right")) - 1  # the run holding the last own row
+        if not _same_key(prev.keys[j], cur.keys[0]):
+            continue
+        origin = np.zeros(len(cur.lengths), np.int64)
+        origin[0] = n - int(prev.starts[j]) + (0 if prev.origin is None else int(prev.origin[j]))
+        out[i] = replace(cur, origin=origin)
+    return out
 
 
 def nan_rows(columns: dict[Any, np.ndarray]) -> np.ndarray:

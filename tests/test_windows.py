@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -147,3 +148,28 @@ def test_nan_drop_drops_only_windows_holding_a_nan(lengths, span, stride, placed
             if (oo + r) % stride == 0 and r < ww and r + span <= n
             and not np.any((bad >= s + r) & (bad < s + r + span))]
     assert _grid_starts(runs, span, stride) == want
+
+
+@pytest.mark.parametrize("stride", [1, 2, 3, 5])
+@pytest.mark.parametrize("key_kind", ["int", "str"])
+def test_a_series_across_row_group_partitions_keeps_its_stride_grid(tmp_path, stride, key_kind):
+    """A file cut into partitions at row groups: starts lie on each whole series' grid, none lost."""
+    import pandas as pd
+
+    from dask_windows.dataset import WindowDataset
+
+    lengths = [23, 140, 7, 61]  # series crossing one or several row-group cuts (groups of 20 rows)
+    ids = np.repeat(np.arange(len(lengths)), lengths)
+    frame = pd.DataFrame({"v": np.arange(len(ids), dtype=np.float32),
+                          "sid": ids if key_kind == "int" else np.array([f"s{i}" for i in ids])})
+    frame.to_parquet(tmp_path / "one.parquet", row_group_size=20)
+    span = 9
+    ds = WindowDataset(str(tmp_path), features=["v"], series="sid", window=span, stride=stride,
+                       partition_bytes=1, return_index=True, batch_size=16)
+    assert len(ds.partitions) > 5  # really cut at row groups
+    got = np.sort(np.concatenate([idx.numpy() for _, idx in ds]))
+    starts, first = [], 0
+    for n in lengths:
+        starts.extend(range(first, first + n - span + 1, stride))
+        first += n
+    np.testing.assert_array_equal(got, np.array(starts))

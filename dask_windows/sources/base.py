@@ -131,6 +131,11 @@ class Source:
         data = self.read_rows(index, columns, lo, hi)
         return [{col: values[a - lo : b - lo] for col, values in data.items()} for a, b in ranges]
 
+    def continues(self, index: int) -> bool:
+        """Whether partition ``index``'s first row directly follows partition ``index - 1``'s last
+        row (one file cut into partitions): a series running across the cut keeps its grid."""
+        return False
+
     def reader(self, indices: Sequence[int], columns: Sequence) -> PartitionReader:
         """A reader of partitions ``indices`` (in that order) for one iteration; close it after."""
         return PartitionReader(self, indices, columns)

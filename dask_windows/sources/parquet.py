@@ -361,6 +361,10 @@ class ParquetSource(Source):
             ((ids[p].size if p in ids else None) or self._footers[p].size, self._footers[p].raw) for p in self.files
         )
 
+    def continues(self, index: int) -> bool:
+        """Partitions of one file cut at row groups follow each other (keys are ``(path, row groups)``)."""
+        return index > 0 and self.partitions[index].key[0] == self.partitions[index - 1].key[0]
+
     def set_window(self, span: int, stride: int) -> None:
         """Read ``span - 1`` rows past a row-group cut (the halo); warn when a converted dataset's chunks
         overlap by fewer rows than ``span`` needs."""
