@@ -32,6 +32,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -122,25 +123,35 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def s3_endpoint():
-    """Start a moto S3 server on 127.0.0.1 on first use; yields its URL."""
+    """Start a moto S3 server on 127.0.0.1 on first use, in a process of its own (moto's state is
+    per process: a server in this one would share buckets with other tests' servers); yields its URL."""
     started = []
 
     def start() -> str:
         if not started:
             pytest.importorskip("s3fs")
-            server_module = pytest.importorskip("moto.server")
-            import logging
-
-            logging.getLogger("werkzeug").setLevel(logging.ERROR)
+            pytest.importorskip("moto.server")
             port = _free_port()
-            server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-            server.start()
-            started.append((server, f"http://127.0.0.1:{port}"))
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )
+            started.append((proc, f"http://127.0.0.1:{port}"))
+            deadline = time.monotonic() + 60
+            while True:  # until it accepts connections (bounded)
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError("the moto S3 server did not start") from None
+                    time.sleep(0.1)
         return started[0][1]
 
     yield start
-    for server, _ in started:
-        server.stop()
+    for proc, _ in started:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def _env(endpoint: str | None) -> dict:
