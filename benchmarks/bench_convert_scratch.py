@@ -9,6 +9,7 @@ same run, with uncompressed Arrow scratch (what 0.1 wrote). The peak is the size
 every scratch file and every output file exist at once (scratch is removed only then). Printed:
 peak / input bytes, and the ratio of the two scratch modes. Runs on the synchronous scheduler.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,11 +32,24 @@ def inputs(rows: int, root: str) -> dict[str, str]:
     series = np.repeat(np.arange(rows // 1000), 1000)[:rows]
     shuffled = rng.permutation(rows)  # input order is not output order, as in real exports
     frames = {
-        "random": pd.DataFrame({"sid": series, "ts": np.arange(rows), "a": rng.standard_normal(rows),
-                                "b": rng.standard_normal(rows), "c": rng.integers(0, 2**62, rows)}),
-        "compressible": pd.DataFrame({"sid": series, "ts": np.arange(rows),
-                                      "a": np.round(np.sin(np.arange(rows) / 50), 2),
-                                      "b": np.zeros(rows), "c": np.arange(rows) % 7}),
+        "random": pd.DataFrame(
+            {
+                "sid": series,
+                "ts": np.arange(rows),
+                "a": rng.standard_normal(rows),
+                "b": rng.standard_normal(rows),
+                "c": rng.integers(0, 2**62, rows),
+            }
+        ),
+        "compressible": pd.DataFrame(
+            {
+                "sid": series,
+                "ts": np.arange(rows),
+                "a": np.round(np.sin(np.arange(rows) / 50), 2),
+                "b": np.zeros(rows),
+                "c": np.arange(rows) % 7,
+            }
+        ),
     }
     paths = {}
     for name, frame in frames.items():
@@ -60,8 +74,9 @@ def peak_ratio(src: str, dst: str, compressed: bool) -> float:
         return results
 
     try:
-        module.convert([src], dst, series="sid", time="ts", partition_size="4MB",
-                       input_block_size=2**20, compute=compute)
+        module.convert(
+            [src], dst, series="sid", time="ts", partition_size="4MB", input_block_size=2**20, compute=compute
+        )
     finally:
         module.SCRATCH_OPTIONS = saved
     return peak / os.path.getsize(src)
@@ -75,9 +90,11 @@ def main() -> None:
         for name, src in inputs(args.rows, root).items():
             zstd = peak_ratio(src, os.path.join(root, f"{name}-zstd"), compressed=True)
             plain = peak_ratio(src, os.path.join(root, f"{name}-plain"), compressed=False)
-            print(f"{name:>12}: input {os.path.getsize(src) / 1e6:6.1f} MB; peak disk / input: "
-                  f"zstd scratch {zstd:.2f}x, uncompressed scratch (baseline) {plain:.2f}x "
-                  f"({plain / zstd:.1f}x more)")
+            print(
+                f"{name:>12}: input {os.path.getsize(src) / 1e6:6.1f} MB; peak disk / input: "
+                f"zstd scratch {zstd:.2f}x, uncompressed scratch (baseline) {plain:.2f}x "
+                f"({plain / zstd:.1f}x more)"
+            )
 
 
 if __name__ == "__main__":

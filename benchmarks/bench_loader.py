@@ -24,6 +24,7 @@ Last, page checksums: the same rows written with page CRCs, read with verificati
     python benchmarks/bench_loader.py --only normalisation --partitions 2 --seconds 3
     python benchmarks/bench_loader.py --crc-only --partitions 2 --seconds 4
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,7 +43,7 @@ import torch
 from numpy.lib.stride_tricks import sliding_window_view
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import dask_windows as dw  # noqa: E402
+import dask_windows as dw
 
 B, L, C = 256, 512, 4
 ROWS = 1_000_000
@@ -114,7 +115,10 @@ def baselines(root: str, seconds: float) -> dict:
         x = mm[idx].reshape(B, L, C)
         return torch.from_numpy(np.ascontiguousarray(x.transpose(0, 2, 1)))
 
-    variants = {"view + transposing copy": rate(gather_a, seconds), "block gather + transpose": rate(gather_a_blocks, seconds)}
+    variants = {
+        "view + transposing copy": rate(gather_a, seconds),
+        "block gather + transpose": rate(gather_a_blocks, seconds),
+    }
     best = max(variants, key=variants.get)
     return {"a": variants[best], "a_variant": best, "a_prime": rate(gather_a2, seconds), "b": rate(tsai_b, seconds)}
 
@@ -212,13 +216,19 @@ def normalisation_rows(root: str, seconds: float, rounds: int = 3) -> None:
         for name, case in cases.items():
             results[name].append(case())
     none = np.median(results["none"])
-    print(f"normalisation, B={B} L={L} C={C} stride 1, {rounds} alternating rounds of {seconds:.0f} s "
-          f"(median, range); load {os.getloadavg()[0]:.2f}")
+    print(
+        f"normalisation, B={B} L={L} C={C} stride 1, {rounds} alternating rounds of {seconds:.0f} s "
+        f"(median, range); load {os.getloadavg()[0]:.2f}"
+    )
     for name, rates in results.items():
-        print(f"  {name:<34} {np.median(rates):>11,.0f} windows/s  [{min(rates):,.0f}-{max(rates):,.0f}]  "
-              f"{np.median(rates) / none:5.2f}x of none")
-    print(f"  sample now / sample 0.1: {np.median(results['sample, vectorised (now)']) / np.median(results['sample, 0.1 formula']):.2f}x"
-          f" (goal >= 2); global now / none: {np.median(results['global, once per partition (now)']) / none:.2f} (goal >= 0.95)")
+        print(
+            f"  {name:<34} {np.median(rates):>11,.0f} windows/s  [{min(rates):,.0f}-{max(rates):,.0f}]  "
+            f"{np.median(rates) / none:5.2f}x of none"
+        )
+    print(
+        f"  sample now / sample 0.1: {np.median(results['sample, vectorised (now)']) / np.median(results['sample, 0.1 formula']):.2f}x"
+        f" (goal >= 2); global now / none: {np.median(results['global, once per partition (now)']) / none:.2f} (goal >= 0.95)"
+    )
 
 
 def main() -> None:
@@ -247,8 +257,12 @@ def main() -> None:
     base = baselines(small, args.seconds)
     ours, first = loader_rate(small, args.seconds)
     print(f"B={B} L={L} C={C} stride=1 shuffled, {args.partitions} x {ROWS:,}-row Parquet partitions, 1 torch thread")
-    print(f"WindowDataset                 {ours:12,.0f} windows/s  {ours / B * gb:6.2f} GB/s  first batch {first:.2f} s")
-    print(f"(a)  numpy gather (rows, C)   {base['a']:12,.0f} windows/s  {base['a'] / B * gb:6.2f} GB/s  (best: {base['a_variant']})")
+    print(
+        f"WindowDataset                 {ours:12,.0f} windows/s  {ours / B * gb:6.2f} GB/s  first batch {first:.2f} s"
+    )
+    print(
+        f"(a)  numpy gather (rows, C)   {base['a']:12,.0f} windows/s  {base['a'] / B * gb:6.2f} GB/s  (best: {base['a_variant']})"
+    )
     print(f"(a') numpy gather (C, rows)   {base['a_prime']:12,.0f} windows/s  {base['a_prime'] / B * gb:6.2f} GB/s")
     print(f"(b)  tsai memmap index        {base['b']:12,.0f} windows/s  {base['b'] / B * gb:6.2f} GB/s")
     print(f"ratio vs (a)  {ours / base['a']:6.2f}x   (goal >= 0.75)")
@@ -309,8 +323,10 @@ def print_crc_rates(directory: str, partitions: int, seconds: float) -> None:
     on = crc_rates(root, True, seconds)
     off2 = crc_rates(root, False, seconds)  # measured again: the spread of the figures
     for label, r in (("off", off), ("on ", on), ("off", off2)):
-        print(f"page CRC verification {label}: partition reads {r[0]:7,.0f} MB/s  loader {r[1]:10,.0f} windows/s"
-              f"  first batch {r[2]:.2f} s")
+        print(
+            f"page CRC verification {label}: partition reads {r[0]:7,.0f} MB/s  loader {r[1]:10,.0f} windows/s"
+            f"  first batch {r[2]:.2f} s"
+        )
     best = [max(a, b) for a, b in zip(off, off2)]
     # An epoch reads each 1M-row partition once and yields about 1M windows from it; the CRC is
     # checked in the read only, so the epoch's throughput ratio is that of (read + yield) times,
@@ -318,9 +334,11 @@ def print_crc_rates(directory: str, partitions: int, seconds: float) -> None:
     yield_s = ROWS / max(best[1], on[1])
     epoch_off = ROWS * C * 4 / 1e6 / best[0] + yield_s
     epoch_on = ROWS * C * 4 / 1e6 / on[0] + yield_s
-    print(f"ratio on/off: partition reads {on[0] / best[0]:.3f}x  loader after the first batch {on[1] / best[1]:.3f}x "
-          f"(noise: the gather never touches a CRC)  epoch throughput (read + yield) {epoch_off / epoch_on:.3f}x "
-          "(goal >= 0.95)")
+    print(
+        f"ratio on/off: partition reads {on[0] / best[0]:.3f}x  loader after the first batch {on[1] / best[1]:.3f}x "
+        f"(noise: the gather never touches a CRC)  epoch throughput (read + yield) {epoch_off / epoch_on:.3f}x "
+        "(goal >= 0.95)"
+    )
 
 
 if __name__ == "__main__":

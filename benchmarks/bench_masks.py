@@ -14,6 +14,7 @@ all candidates alternate so that load from other processes hits them alike.
 ``--block 1`` times every call between calls of the other candidates, with
 colder caches, closer to a mask made once per training step.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -120,8 +121,10 @@ def main() -> None:
     if tsai_mask is None:
         print("tsai not installed: `pip install tsai==1.0.1 --no-deps` adds it to the comparison\n")
     table = candidates(tsai_mask, args.r, args.lm)
-    print(f"torch {torch.__version__}, device {args.device}, 1 thread, r={args.r}, lm={args.lm}, "
-          f"{args.repeats} calls each, median over blocks of {args.block}\n")
+    print(
+        f"torch {torch.__version__}, device {args.device}, 1 thread, r={args.r}, lm={args.lm}, "
+        f"{args.repeats} calls each, median over blocks of {args.block}\n"
+    )
     for shape in SHAPES:
         x = torch.zeros(shape, device=args.device)
         timings = time_interleaved(table, x, args.repeats, args.block)

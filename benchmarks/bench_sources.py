@@ -25,6 +25,7 @@ LocalCluster. Then time to first batch for 1,000 and 10,000 small local files,
 split into listing + footers and the series scan. Figures are printed, nothing
 is asserted: the machine is shared, so compare runs on one machine only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -136,7 +137,9 @@ def bench_dask(paths: list[str], kw: dict) -> None:
         start = time.perf_counter()
         ds = WindowDataset(ddf, **kw)
         opened = time.perf_counter() - start
-        report("Dask from_map on LocalCluster(2)", *windows_per_second(ds, 2), f"; open (one counting pass) {opened:.2f} s")
+        report(
+            "Dask from_map on LocalCluster(2)", *windows_per_second(ds, 2), f"; open (one counting pass) {opened:.2f} s"
+        )
     finally:
         client.close()
         cluster.close()
@@ -226,9 +229,12 @@ def bench_open(counts: list[int], root: str) -> None:
         opened = time.perf_counter() - start
         next(iter(ds))
         first = time.perf_counter() - start
-        print(f"  {count:>7,} files: ParquetSource {source_s:6.2f} s, WindowDataset open {opened:6.2f} s, "
-              f"first batch {first:6.2f} s; kept per file {kept / count:,.0f} B (Python objects), "
-              f"RSS growth {rss * 2**20 / count:,.0f} B/file", flush=True)
+        print(
+            f"  {count:>7,} files: ParquetSource {source_s:6.2f} s, WindowDataset open {opened:6.2f} s, "
+            f"first batch {first:6.2f} s; kept per file {kept / count:,.0f} B (Python objects), "
+            f"RSS growth {rss * 2**20 / count:,.0f} B/file",
+            flush=True,
+        )
         del ds
 
 
@@ -295,8 +301,10 @@ def bench_remote(paths: list[str], object_counts: list[int], root: str) -> None:
             "pyarrow pre_buffer, CacheOptions": pre_buffer,
             "pyarrow pre_buffer, footer given": pre_buffer_footer,
         }
-        print(f"Remote partitions, {len(keys)} objects of {next(iter(sizes.values())):,} bytes, reading "
-              f"{columns} of {source.column_names()} (load {os.getloadavg()[0]:.2f}):")
+        print(
+            f"Remote partitions, {len(keys)} objects of {next(iter(sizes.values())):,} bytes, reading "
+            f"{columns} of {source.column_names()} (load {os.getloadavg()[0]:.2f}):"
+        )
         results: dict[str, list] = {name: [] for name in ways}
         for _ in range(3):  # alternating rounds
             for name, way in ways.items():
@@ -308,12 +316,17 @@ def bench_remote(paths: list[str], object_counts: list[int], root: str) -> None:
                 gets = [r for r in endpoint.log.requests if r.kind == "get"]
                 other = len(endpoint.log.requests) - len(gets)
                 nbytes = sum(_range_bytes(r, sizes) for r in gets)
-                results[name].append((len(gets) / len(keys), other / len(keys), nbytes / len(keys), seconds / len(keys)))
+                results[name].append(
+                    (len(gets) / len(keys), other / len(keys), nbytes / len(keys), seconds / len(keys))
+                )
         for name, rows in results.items():
             gets, other, nbytes, ms = (np.median([r[k] for r in rows]) for k in range(4))
             spread = [r[3] * 1e3 for r in rows]
-            print(f"  {name:<36} {gets:4.1f} GET + {other:3.1f} other requests, {nbytes / 2**20:6.2f} MiB, "
-                  f"{ms * 1e3:7.1f} ms per partition [{min(spread):.1f}-{max(spread):.1f}]", flush=True)
+            print(
+                f"  {name:<36} {gets:4.1f} GET + {other:3.1f} other requests, {nbytes / 2**20:6.2f} MiB, "
+                f"{ms * 1e3:7.1f} ms per partition [{min(spread):.1f}-{max(spread):.1f}]",
+                flush=True,
+            )
         for count in object_counts:
             folder = _small_files(root, count)
             prefix = f"bench/many-{count}"
@@ -332,9 +345,12 @@ def bench_remote(paths: list[str], object_counts: list[int], root: str) -> None:
                 fragment.ensure_complete_metadata()
             arrow_s = time.perf_counter() - start
             arrow_requests = len(endpoint.log.requests)
-            print(f"  open {count:>6,} objects: ours {ours_s:6.2f} s ({gets / count:.2f} GET per object, "
-                  f"{log.count('list')} list); pyarrow.dataset + every footer {arrow_s:6.2f} s "
-                  f"({arrow_requests / count:.2f} requests per object)", flush=True)
+            print(
+                f"  open {count:>6,} objects: ours {ours_s:6.2f} s ({gets / count:.2f} GET per object, "
+                f"{log.count('list')} list); pyarrow.dataset + every footer {arrow_s:6.2f} s "
+                f"({arrow_requests / count:.2f} requests per object)",
+                flush=True,
+            )
     finally:
         endpoint.close()
 

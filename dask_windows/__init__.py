@@ -8,14 +8,15 @@ then costs neither torch's ~190 MB nor its ~1 s import; the price is that an
 import error in a torch-side module surfaces at first attribute access rather
 than at ``import dask_windows``.
 """
+
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from dask_windows._moved import install as _install_moved_paths
 from dask_windows.errors import ConfigError, DataError, SchemaError, SourceReadError
 from dask_windows.faults import SkippedPartition, SkippedPartitionWarning
-from dask_windows._moved import install as _install_moved_paths
 from dask_windows.sources import ArraySource, DaskSource, ParquetSource, RetryPolicy
 
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ provides them

@@ -6,6 +6,7 @@ line's tools into ``dask_windows.cli``. ``import dask_windows.parquet_source``
 ``sys.meta_path`` answers for the old name with the module at its new place,
 so both names refer to the same module object (same classes, same state).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -36,16 +37,20 @@ MOVED = {
 class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds the 0.1 names and loads them as the module at its new path."""
 
-    def find_spec(self, fullname: str, path: object = None, target: object = None
-                  ) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: object = None, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in MOVED:
             return None
         return importlib.util.spec_from_loader(fullname, self)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
         new = MOVED[spec.name]
-        warnings.warn(f"{spec.name} moved to {new} in dask_windows 0.2; import it from there "
-                      f"(the old path stops working in 0.4)", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"{spec.name} moved to {new} in dask_windows 0.2; import it from there (the old path stops working in 0.4)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return importlib.import_module(new)
 
     def exec_module(self, module: ModuleType) -> None:

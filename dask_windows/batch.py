@@ -7,6 +7,7 @@ copies exactly the batch, once, into a fresh contiguous ``(B, C, L)`` array.
 For ``NLC`` the buffer is row-major ``(rows, C)`` and the view is
 ``(rows - L + 1, L, C)``. No per-window Python work, no intermediate copies.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -15,6 +15,7 @@ only the plan's final batch can be partial. A partition skipped as unreadable
 arrives as ``None``; its windows are replaced as ``faults`` describes, so the
 batch count never changes.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
@@ -132,7 +133,7 @@ def decode(
             x[:, c] = values
     if scale is not None:
         standardize(x, *scale, channel_major)
-    y = None
+    y: np.ndarray | None = None
     if spec.targets:
         targ = [columns[c] for c in spec.targets]
         y = np.empty((len(targ), rows), y_dtype or _target_dtype(targ))
@@ -238,6 +239,7 @@ def _check_nan(part: Part, rows: np.ndarray, spec: WindowSpec) -> None:
     if hits:
         role, start, row = hits[0]
         names, values = (spec.features, part.x) if role == "feature" else (spec.targets, part.y)
+        assert values is not None  # a target hit means the part has targets
         by_column = values[:, row] if role == "target" or spec.layout == "NCL" else values[row, :]
         found = np.flatnonzero(~np.isfinite(by_column.astype(np.float64)))
         column_at = int(found[0]) if len(found) else 0  # none found: a null of an integer target
@@ -294,7 +296,7 @@ def stream(
             rows = buffer.global_rows(starts) if spec.return_index else None  # only yielded with the index
             pos += take
             remaining -= take
-            if carried or take < batch and remaining > 0:
+            if carried or (take < batch and remaining > 0):
                 carry.append((x, y, rows))
                 carried += take
                 if carried < batch and remaining > 0:
@@ -324,18 +326,18 @@ def stream(
         yield from drain(buffer, skip)
         skip = 0
         large = buffer.nbytes >= _TRIM_BYTES
-        buffer = None  # drop the buffer before the next one is built
+        del buffer  # drop the buffer before the next one is built
         if large:
             trim()
     if owed and remaining > 0:
-        segments = [seg for group in plan.buffers for seg in group]
-        for seg in reversed(segments):
+        every = [seg for group in plan.buffers for seg in group]
+        for seg in reversed(every):
             part = reread(seg) if reread is not None else None
             if part is not None:
                 break
         else:
             raise SourceReadError(
-                f"every partition of this reader's share ({len(segments)} partitions) was unreadable and skipped; "
+                f"every partition of this reader's share ({len(every)} partitions) was unreadable and skipped; "
                 f"it cannot yield its remaining {remaining} windows, so ranks would disagree on the batch count; "
                 "fix the data or its access, or pass on_error='raise' to see the first error"
             )

@@ -7,12 +7,14 @@ the series column only; iterating it follows a pure plan of
 same bit for bit whatever the thread timing. All arithmetic lives in
 ``plan``, ``windows`` and ``index``; this module only connects them.
 """
+
 from __future__ import annotations
 
 import copy
 import functools
 import logging
 import os
+import warnings
 import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -38,11 +40,11 @@ from dask_windows.plan import batches_per_rank, plan_reader
 from dask_windows.prefetch import Prefetcher
 from dask_windows.readpool import ReadPool
 from dask_windows.resume import Resumer, check_int, fingerprint
-from dask_windows.sources.retry import RetryPolicy, resolve_retry, with_deadline
 from dask_windows.sources import ArraySource, PartitionReader, Source, is_series_vector, open_source
+from dask_windows.sources.retry import RetryPolicy, resolve_retry, with_deadline
 from dask_windows.spec import WindowSpec
-from dask_windows.streams import elastic_batches
 from dask_windows.split import SeriesTable, cut_positions, split_grid
+from dask_windows.streams import elastic_batches
 from dask_windows.world import World, detect_ranks, detect_worker
 
 __all__ = ["WindowDataset"]
@@ -172,8 +174,12 @@ class WindowDataset(IterableDataset):
         self.on_error = check_on_error(on_error)
         self.read_workers = check_int("read_workers", read_workers)
         self.source: Source = open_source(
-            data, storage_options, series=series, retry=with_deadline(resolve_retry(retries), timeout),
-            on_error=on_error, **options
+            data,
+            storage_options,
+            series=series,
+            retry=with_deadline(resolve_retry(retries), timeout),
+            on_error=on_error,
+            **options,
         )
         manifest_series = getattr(self.source, "manifest_series", None)
         self._series_from_manifest = series_from_manifest and manifest_series is not None
@@ -202,8 +208,8 @@ class WindowDataset(IterableDataset):
             return_index=return_index,
             nan=nan,
         )
-        roles = {c: "target" for c in self.spec.targets}
-        roles.update({c: "feature" for c in self.spec.features})
+        roles = dict.fromkeys(self.spec.targets, "target")
+        roles.update(dict.fromkeys(self.spec.features, "feature"))
         needed = list(self.spec.columns)
         if series is not None:
             roles[series] = "series column"
@@ -227,13 +233,18 @@ class WindowDataset(IterableDataset):
             if nan == "drop"
             else None
         )
+
         def read_runs(i: int) -> tuple:
             return self.source.read_runs(i, series)
 
         if on_error == "skip":
             read_runs, bad_rows = guard_scan(read_runs, bad_rows, self.source.partitions, self.skipped)  # type: ignore[assignment]
         self.runs = scan_runs(
-            len(self.source.partitions), read_runs, bad_rows, threads, self.source.continues,
+            len(self.source.partitions),
+            read_runs,
+            bad_rows,
+            threads,
+            self.source.continues,
             [p.num_rows for p in self.source.partitions],
         )
         trim()
@@ -417,7 +428,7 @@ class WindowDataset(IterableDataset):
             self._series = SeriesTable.from_runs(self.runs, one_series=one_series, num_rows=rows)
         if time is not None:
             self.source.check_columns([time], {time: "time column"})
-        read_time = lambda i: self.source.read(i, [time])[time]  # noqa: E731 - used only by at=
+        read_time = lambda i: self.source.read(i, [time])[time]
         cuts = cut_positions(self._series, valid=valid, at=at, time=time, read_time=read_time, threads=self._threads)
         train, held_out = split_grid(self.grid, self._series, cuts, self.spec.span, embargo)
         return self._with_grid(train, "train"), self._with_grid(held_out, "valid")
@@ -649,4 +660,3 @@ def _resolve_normalize(normalize: Any, spec: WindowSpec, storage_options: dict |
         f"normalize={normalize!r} is not understood; pass None, 'sample', {{'mean': [...], 'std': [...]}} "
         "or the path of a stats file written by `dask-windows stats`"
     )
-

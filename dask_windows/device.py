@@ -12,6 +12,7 @@ in order and timing.
 :func:`standardize` rescales each window and channel to zero mean and unit
 variance on whatever device the batch is on.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -104,7 +105,7 @@ class DevicePrefetcher:
             current = torch.cuda.current_stream(self.device)
             current.wait_stream(side)
             # The tensors were allocated on the side stream; tell the allocator the current one uses them.
-            _map_tensors(pending, lambda tensor: tensor.record_stream(current) if tensor.is_cuda else None)
+            _map_tensors(pending, lambda tensor: tensor.record_stream(current) if tensor.is_cuda else None)  # noqa: B023 (called at once)
             ready = pending
             pending = self._send(next(batches, _END), side)  # the copy overlaps the caller's work on `ready`
             yield ready

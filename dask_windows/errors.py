@@ -1,7 +1,8 @@
 """Exception types. Each subclasses a built-in so callers may catch either."""
+
 from __future__ import annotations
 
-__all__ = ["DataError", "SchemaError", "SourceReadError", "ConfigError"]
+__all__ = ["ConfigError", "DataError", "SchemaError", "SourceReadError"]
 
 
 class ConfigError(ValueError):

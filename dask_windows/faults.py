@@ -36,6 +36,7 @@ epoch, so a skipped partition slightly over-weights its buffer neighbours
 for one epoch instead of shortening one rank's epoch; with
 ``return_index=True`` the repeats are visible as repeated start rows.
 """
+
 from __future__ import annotations
 
 import errno
@@ -188,12 +189,16 @@ FAILURE_KINDS = ("transient", "resource", "permission", "missing", "corrupt")
 
 #: errno values meaning the machine ran out of something: retrying or skipping cannot help.
 RESOURCE_ERRNOS = frozenset(
-    getattr(errno, name) for name in ("EMFILE", "ENFILE", "ENOMEM", "ENOSPC", "EDQUOT", "ENOBUFS") if hasattr(errno, name)
+    getattr(errno, name)
+    for name in ("EMFILE", "ENFILE", "ENOMEM", "ENOSPC", "EDQUOT", "ENOBUFS")
+    if hasattr(errno, name)
 )
 PERMISSION_ERRNOS = frozenset(getattr(errno, name) for name in ("EACCES", "EPERM", "EROFS") if hasattr(errno, name))
 MISSING_ERRNOS = frozenset(getattr(errno, name) for name in ("ENOENT", "EISDIR", "ENOTDIR") if hasattr(errno, name))
 RESOURCE_TYPES = frozenset({"MemoryError", "ArrowMemoryError", "OutOfMemoryError"})
-PERMISSION_TYPES = frozenset({"PermissionError", "NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"})
+PERMISSION_TYPES = frozenset(
+    {"PermissionError", "NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"}
+)
 MISSING_TYPES = frozenset({"FileNotFoundError", "IsADirectoryError", "NotADirectoryError", "NoSuchBucket", "NoSuchKey"})
 PERMISSION_CODES = frozenset(
     {

@@ -12,6 +12,7 @@ stretch between NaN rows): ``origin`` places it in its series, so its windows
 stay on the series' stride grid, and ``owned`` limits where they may start,
 so rows repeated in a neighbouring chunk's overlap never start a window twice.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence

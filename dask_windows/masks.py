@@ -20,6 +20,7 @@ About 1.7 times the runs a row needs on average are drawn; with probability
 below ``2**-39`` per row, the row's tail is left unmasked. Windows up to
 ``L`` long never need more than ``L + 1`` runs, so short windows are exact.
 """
+
 from __future__ import annotations
 
 import functools

@@ -8,6 +8,7 @@ settings only. ``trim()`` (``malloc_trim(0)``, a few milliseconds, once per
 buffer) returns those pages, and Arrow's allocator is asked to do the same.
 Elsewhere than glibc it does nothing.
 """
+
 from __future__ import annotations
 
 import ctypes

@@ -18,6 +18,7 @@ sum of squares and one multiplication over the batch, with the sums done as
 matrix products for the time-major layout, where numpy's reductions over a
 middle axis of a few channels are slow.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,9 @@ STATS_FORMAT = "dask_windows.stats"
 STATS_VERSION = 1
 
 
-def load_stats(path_or_dict: str | os.PathLike | dict, features: Sequence[str],
-               storage_options: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+def load_stats(
+    path_or_dict: str | os.PathLike | dict, features: Sequence[str], storage_options: dict | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Mean and std of ``features`` from a stats file or dict, for standardising.
 
     Args:
@@ -66,13 +68,16 @@ def load_stats(path_or_dict: str | os.PathLike | dict, features: Sequence[str],
             try:
                 doc = json.load(src)
             except json.JSONDecodeError as exc:
-                raise DataError(f"{where} is not JSON ({exc}); create it with "
-                                f"`dask-windows stats PATH --out {where}`") from exc
+                raise DataError(
+                    f"{where} is not JSON ({exc}); create it with `dask-windows stats PATH --out {where}`"
+                ) from exc
     if "format" in doc:
         if doc["format"] != STATS_FORMAT or doc.get("version") != STATS_VERSION:
-            raise DataError(f"{where} is not a dask_windows stats file version "
-                            f"{STATS_VERSION} (format {doc.get('format')!r}, version "
-                            f"{doc.get('version')!r}); recreate it with `dask-windows stats`")
+            raise DataError(
+                f"{where} is not a dask_windows stats file version "
+                f"{STATS_VERSION} (format {doc.get('format')!r}, version "
+                f"{doc.get('version')!r}); recreate it with `dask-windows stats`"
+            )
         doc = doc["features"]
     mean = np.empty(len(features), dtype=np.float32)
     std = np.empty(len(features), dtype=np.float32)
@@ -80,27 +85,34 @@ def load_stats(path_or_dict: str | os.PathLike | dict, features: Sequence[str],
         entry = doc.get(name)
         if not isinstance(entry, dict) or entry.get("mean") is None or entry.get("std") is None:
             known = sorted(doc)
-            raise SchemaError(f"{where} has no mean/std for feature {name!r} (it has {known}); "
-                              f"rerun `dask-windows stats PATH --features ...` including it")
+            raise SchemaError(
+                f"{where} has no mean/std for feature {name!r} (it has {known}); "
+                f"rerun `dask-windows stats PATH --features ...` including it"
+            )
         mean[i], std[i] = _number(entry["mean"], where, name, "mean"), _number(entry["std"], where, name, "std")
         if not np.isfinite(mean[i]):
-            raise DataError(f"{where} gives feature {name!r} the mean {entry['mean']!r}, which is not a finite "
-                            f"float32 (a NaN, inf or out-of-range value in the data it was computed from); "
-                            f"clean the data and rerun `dask-windows stats`, or fix the file")
+            raise DataError(
+                f"{where} gives feature {name!r} the mean {entry['mean']!r}, which is not a finite "
+                f"float32 (a NaN, inf or out-of-range value in the data it was computed from); "
+                f"clean the data and rerun `dask-windows stats`, or fix the file"
+            )
         if not np.isfinite(std[i]) or std[i] < 0:
-            raise DataError(f"{where} gives feature {name!r} the std {entry['std']!r}; a std must be a finite "
-                            f"number >= 0 (0 for a constant feature); rerun `dask-windows stats`, or fix the file")
+            raise DataError(
+                f"{where} gives feature {name!r} the std {entry['std']!r}; a std must be a finite "
+                f"number >= 0 (0 for a constant feature); rerun `dask-windows stats`, or fix the file"
+            )
     if (std == 0).any():
-        logger.warning("features %s are constant in %s (std 0)",
-                       [f for f, s in zip(features, std) if s == 0], where)
+        logger.warning("features %s are constant in %s (std 0)", [f for f, s in zip(features, std) if s == 0], where)
     return mean, std
 
 
 def _number(value: object, where: str, feature: str, field: str) -> float:
     """``value`` as a float, or a ``DataError`` naming the file, feature and field."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise DataError(f"{where} gives feature {feature!r} the {field} {value!r}, which is not a number; "
-                        f"rerun `dask-windows stats`, or fix the file")
+        raise DataError(
+            f"{where} gives feature {feature!r} the {field} {value!r}, which is not a number; "
+            f"rerun `dask-windows stats`, or fix the file"
+        )
     with np.errstate(over="ignore"):
         return float(np.float32(value))
 

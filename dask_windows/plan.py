@@ -26,6 +26,7 @@ different few each epoch when shuffling) so that ranks get equal shares.
 
 Nothing here reads data or starts threads.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -148,9 +149,7 @@ def piece_order(num_pieces: int, seed: int, epoch: int, shuffle: bool) -> np.nda
     return rng_for(seed, epoch, 0x9A88).permutation(num_pieces).astype(np.int64)
 
 
-def _segments(
-    partition: np.ndarray, first: np.ndarray, counts: np.ndarray, lo: int, hi: int
-) -> list[Segment]:
+def _segments(partition: np.ndarray, first: np.ndarray, counts: np.ndarray, lo: int, hi: int) -> list[Segment]:
     """Segments covering epoch positions ``[lo, hi)`` of pieces laid end to end in epoch order.
 
     Args:

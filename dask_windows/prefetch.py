@@ -9,6 +9,7 @@ exception is re-raised in the consumer with the reader's traceback chained.
 breaks early, or the consumer is garbage collected. ``depth=0`` reads in the
 consumer's thread, with no thread at all.
 """
+
 from __future__ import annotations
 
 import queue

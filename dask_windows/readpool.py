@@ -25,6 +25,7 @@ that already runs pyarrow or fsspec threads can deadlock), whose server
 process imports torch, pyarrow and the loader once; later pools fork from it
 in milliseconds.
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -22,6 +22,7 @@ batches it still owes mix windows of all of them. A state records the
 dataset's fingerprint (partition rows, window grid, the settings that decide
 the order); loading a state of another dataset or configuration raises.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -168,7 +169,7 @@ class Resumer:
                 f"expected {FORMAT!r}); pass the dict returned by WindowDataset.state_dict()"
             )
         keys = ("dataset", "world_size", "scope", "epoch", "num_workers", "batches")
-        missing = [k for k in keys if k not in state or k == "dataset" and not isinstance(state[k], dict)]
+        missing = [k for k in keys if k not in state or (k == "dataset" and not isinstance(state[k], dict))]
         if missing:
             raise ConfigError(
                 f"the state lacks {missing}; pass the dict returned by WindowDataset.state_dict() unchanged"
@@ -349,7 +350,8 @@ class Resumer:
             taken = offset + check_int("batches", batches)
             if taken > num_batches:
                 raise ConfigError(
-                    f"batches={batches}" + (f" (+{offset} skipped by the resume)" if offset else "")
+                    f"batches={batches}"
+                    + (f" (+{offset} skipped by the resume)" if offset else "")
                     + f" is more than the {num_batches} batches of this rank's epoch; count the batches the "
                     "DataLoader yielded in the current pass over it"
                 )

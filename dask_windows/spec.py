@@ -3,6 +3,7 @@
 Everything downstream (plan, windows, batch) reads these fields; validating
 them once here keeps the error messages in one place.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -87,9 +88,16 @@ class WindowSpec:
         set_ = object.__setattr__
         set_(self, "features", _names("features", self.features, allow_none=False))
         set_(self, "targets", _names("targets", self.targets, allow_none=True))
-        for name, minimum in (("window", 1), ("stride", 1), ("horizon", 0), ("batch_size", 1),
-                              ("buffer_partitions", 1), ("pieces_per_partition", 1), ("prefetch_partitions", 0),
-                              ("seed", 0)):
+        for name, minimum in (
+            ("window", 1),
+            ("stride", 1),
+            ("horizon", 0),
+            ("batch_size", 1),
+            ("buffer_partitions", 1),
+            ("pieces_per_partition", 1),
+            ("prefetch_partitions", 0),
+            ("seed", 0),
+        ):
             set_(self, name, _positive_int(name, getattr(self, name), minimum))
         if self.layout not in LAYOUTS:
             raise ConfigError(f"layout={self.layout!r} must be one of {LAYOUTS}")

@@ -15,6 +15,7 @@ parent with no extra memory. Series lengths come from the runs scanned when
 the dataset was opened (``SeriesTable``, built once and reused); only a split
 by time reads data again, the time column, once.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence

@@ -8,6 +8,7 @@ partition is found by a binary search over the cumulative counts, so the
 memory for window bookkeeping is O(runs) per partition plus O(windows) for
 the buffer being drawn from, never O(windows in the dataset).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -56,7 +57,9 @@ def join_runs(pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[
     at = 0
     for p in pieces[:-1]:
         at += len(p[0])
-        same[at] = keys[at] == keys[at - 1] or (keys.dtype.kind == "f" and np.isnan(keys[at]) and np.isnan(keys[at - 1]))
+        same[at] = keys[at] == keys[at - 1] or (
+            keys.dtype.kind == "f" and np.isnan(keys[at]) and np.isnan(keys[at - 1])
+        )
     if not same.any():
         return starts, lengths, keys
     group = np.cumsum(~same) - 1  # (runs,) index of the joined run each piece belongs to
@@ -99,9 +102,7 @@ def windows_per_run(run_lengths: np.ndarray | list[int], span: int, stride: int)
     return np.maximum(0, (run_lengths - span) // stride + 1)
 
 
-def window_starts(
-    run_starts: np.ndarray, counts_per_run: np.ndarray, stride: int, lo: int, hi: int
-) -> np.ndarray:
+def window_starts(run_starts: np.ndarray, counts_per_run: np.ndarray, stride: int, lo: int, hi: int) -> np.ndarray:
     """Partition rows where windows ``lo .. hi-1`` of the partition start.
 
     Args:

@@ -4,6 +4,7 @@
 ``torch.distributed`` and the DataLoader worker context; constructors accept
 explicit values and only fall back to detection.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

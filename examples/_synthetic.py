@@ -11,6 +11,7 @@ Columns: ``series_id`` (int64), ``timestamp`` (ms), ``f0 .. f{C-1}``
 (float32) and the target ``y`` (float32, the noise-free signal of ``f0``
 ten steps ahead).
 """
+
 from __future__ import annotations
 
 import json
@@ -56,21 +57,30 @@ def make_dataset(
             other settings (reusing it would train on other data than asked for).
     """
     path = os.fspath(path)
-    settings = {"num_files": num_files, "series_per_file": series_per_file,
-                "rows_per_series": rows_per_series, "channels": channels, "seed": seed}
+    settings = {
+        "num_files": num_files,
+        "series_per_file": series_per_file,
+        "rows_per_series": rows_per_series,
+        "channels": channels,
+        "seed": seed,
+    }
     record = os.path.join(path, "_synthetic.json")
     if os.path.isdir(path) and any(name.endswith(".parquet") for name in os.listdir(path)):
         if os.path.exists(record):
             with open(record) as src:
                 written = json.load(src)
             if written != settings:
-                raise ValueError(f"{path} holds a synthetic dataset written with {written}, not {settings}; "
-                                 "pass another --data folder")
+                raise ValueError(
+                    f"{path} holds a synthetic dataset written with {written}, not {settings}; "
+                    "pass another --data folder"
+                )
         return path
     nested = [os.path.join(d, n) for d, _, names in os.walk(path) for n in names if n.endswith(".parquet")]
     if nested:
-        raise ValueError(f"{path} holds Parquet files in subfolders ({nested[0]}, ...): it looks like the "
-                         f"demo's folder (train/ and valid/); pass {os.path.join(path, 'train')} or another folder")
+        raise ValueError(
+            f"{path} holds Parquet files in subfolders ({nested[0]}, ...): it looks like the "
+            f"demo's folder (train/ and valid/); pass {os.path.join(path, 'train')} or another folder"
+        )
     os.makedirs(path, exist_ok=True)
     rng = np.random.default_rng(seed)
     num_series = num_files * series_per_file
@@ -137,6 +147,4 @@ def _series(rng: np.random.Generator, rows: int, channels: int) -> tuple[np.ndar
 def _ar1(shocks: np.ndarray, decay: float, memory: int = 64) -> np.ndarray:
     """AR(1) filter along axis 0, truncated after ``memory`` steps (decay**64 ~ 1e-3)."""
     kernel = decay ** np.arange(memory)
-    return np.stack(
-        [np.convolve(shocks[:, c], kernel)[: len(shocks)] for c in range(shocks.shape[1])], axis=1
-    )
+    return np.stack([np.convolve(shocks[:, c], kernel)[: len(shocks)] for c in range(shocks.shape[1])], axis=1)

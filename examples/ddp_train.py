@@ -16,6 +16,7 @@ Each rank reads its own exact share of every epoch; rank 0 saves a checkpoint
 holding the model, the optimiser and the loader position (``ds.state_dict``), which resumes
 every rank after exactly the batches already trained on.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -129,8 +130,10 @@ def main() -> None:
             print(f"resumed at step {step}, epoch {train.epoch}, {saved['data']['batches']} batches into it")
 
     if rank == 0:
-        print(f"{dist.get_world_size()} ranks on {device.type}: {len(train)} train batches per rank per epoch; "
-              f"data {data}, checkpoint {checkpoint}")
+        print(
+            f"{dist.get_world_size()} ranks on {device.type}: {len(train)} train batches per rank per epoch; "
+            f"data {data}, checkpoint {checkpoint}"
+        )
         if step >= args.steps:
             print(f"the checkpoint is already at step {step} >= --steps {args.steps}: nothing to train")
     # Wrapped only when there is training to do: a DDP model that never runs backward made a rank

@@ -20,10 +20,10 @@ Writes: the data under ``--data`` (``train/`` and ``valid/``, shared with
 ``train_forecast.py``, reused when present) and the run under ``--out``
 (default ``runs/mvp/<model>``, so the CNN never replaces the transformer's).
 """
+
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
@@ -37,7 +37,7 @@ from dask_windows.device import DevicePrefetcher, standardize
 from dask_windows.masks import subsequence_mask
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _synthetic import demo_dataset  # noqa: E402
+from _synthetic import demo_dataset
 
 CHANNELS = 4
 FEATURES = [f"f{c}" for c in range(CHANNELS)]
@@ -73,9 +73,7 @@ class ConvEncoder(nn.Module):
         super().__init__()
         self.project = nn.Conv1d(2 * channels, width, 1)
         self.blocks = nn.ModuleList(
-            nn.Sequential(
-                nn.Conv1d(width, width, 7, padding=3 * 2**i, dilation=2**i), nn.BatchNorm1d(width), nn.GELU()
-            )
+            nn.Sequential(nn.Conv1d(width, width, 7, padding=3 * 2**i, dilation=2**i), nn.BatchNorm1d(width), nn.GELU())
             for i in range(layers)
         )
 
@@ -151,8 +149,13 @@ def main() -> None:
 
     def loader_for(path: str, seed: int) -> tuple[dw.WindowDataset, DevicePrefetcher]:
         dataset = dw.WindowDataset(
-            path, features=FEATURES, series="series_id", window=args.window,
-            batch_size=args.batch_size, shuffle=True, seed=seed,
+            path,
+            features=FEATURES,
+            series="series_id",
+            window=args.window,
+            batch_size=args.batch_size,
+            shuffle=True,
+            seed=seed,
         )
         loader = torch.utils.data.DataLoader(
             dataset, batch_size=None, num_workers=args.num_workers, pin_memory=device.type == "cuda"
@@ -193,7 +196,8 @@ def main() -> None:
             baselines.append((step, x.square().masked_select(mask).mean().item()))
             elapsed = time.perf_counter() - started
             progress.set_postfix(
-                loss=f"{losses[-1][1]:.3f}", windows_s=f"{(step + 1) * args.batch_size / elapsed:,.0f}",
+                loss=f"{losses[-1][1]:.3f}",
+                windows_s=f"{(step + 1) * args.batch_size / elapsed:,.0f}",
                 data_wait=f"{waiting / elapsed:.0%}",
             )
     progress.close()
@@ -205,13 +209,21 @@ def main() -> None:
     )
 
     model_loss, mean_loss = evaluate(model, loader_for(valid_path, args.seed + 1)[1], args, device)
-    print(f"held-out masked MSE: predict-the-mean baseline {mean_loss:.3f}, model {model_loss:.3f} "
-          f"({model_loss / mean_loss:.1%} of the baseline)")
+    print(
+        f"held-out masked MSE: predict-the-mean baseline {mean_loss:.3f}, model {model_loss:.3f} "
+        f"({model_loss / mean_loss:.1%} of the baseline)"
+    )
 
     os.makedirs(out, exist_ok=True)
     torch.save(
-        {"model": args.model, "channels": CHANNELS, "window": args.window, "width": width,
-         "encoder": model.encoder.state_dict(), "head": model.head.state_dict()},
+        {
+            "model": args.model,
+            "channels": CHANNELS,
+            "window": args.window,
+            "width": width,
+            "encoder": model.encoder.state_dict(),
+            "head": model.head.state_dict(),
+        },
         os.path.join(out, "encoder.pt"),
     )
     plot(losses, baselines, model_loss, os.path.join(out, "loss.png"), args)

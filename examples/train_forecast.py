@@ -11,6 +11,7 @@ The progress bar shows the loss and the windows/s the loop consumes; the
 script ends by comparing the held-out MSE with the persistence baseline
 (repeat the last observed value).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,9 @@ from tqdm import tqdm
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import dask_windows as dw  # noqa: E402
-from _synthetic import demo_dataset  # noqa: E402
+from _synthetic import demo_dataset
+
+import dask_windows as dw
 
 FEATURES = [f"f{c}" for c in range(4)]
 
@@ -36,9 +38,12 @@ class Forecaster(nn.Module):
     def __init__(self, channels: int, horizon: int, width: int = 48) -> None:
         super().__init__()
         self.body = nn.Sequential(
-            nn.Conv1d(channels, width, 5, padding=2), nn.GELU(),
-            nn.Conv1d(width, width, 5, padding=4, dilation=2), nn.GELU(),
-            nn.Conv1d(width, width, 5, padding=8, dilation=4), nn.GELU(),
+            nn.Conv1d(channels, width, 5, padding=2),
+            nn.GELU(),
+            nn.Conv1d(width, width, 5, padding=4, dilation=2),
+            nn.GELU(),
+            nn.Conv1d(width, width, 5, padding=8, dilation=4),
+            nn.GELU(),
             nn.AdaptiveAvgPool1d(8),
         )
         self.head = nn.Linear(8 * width, horizon)
@@ -54,7 +59,9 @@ def scaled(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     parser.add_argument("--data", default="demo_data", help="the demo's data folder; its train/ is written if missing")
     parser.add_argument("--steps", type=int, default=1000, help="optimizer steps")
     parser.add_argument("--window", type=int, default=128, help="steps per window L")
@@ -69,12 +76,21 @@ def main() -> None:
 
     train_path, _ = demo_dataset(args.data, channels=len(FEATURES), seed=args.seed)
     ds = dw.WindowDataset(
-        train_path, features=FEATURES, targets=["f0"], series="series_id", window=args.window,
-        horizon=args.horizon, batch_size=args.batch_size, shuffle=True, seed=args.seed,
+        train_path,
+        features=FEATURES,
+        targets=["f0"],
+        series="series_id",
+        window=args.window,
+        horizon=args.horizon,
+        batch_size=args.batch_size,
+        shuffle=True,
+        seed=args.seed,
     )
     train, valid = ds.split(valid=0.1, embargo=args.window)  # the last 10% of each series, unseen
-    print(f"{ds.num_windows:,} windows in {len(ds.partitions)} partitions; "
-          f"train {train.num_windows:,}, valid {valid.num_windows:,}")
+    print(
+        f"{ds.num_windows:,} windows in {len(ds.partitions)} partitions; "
+        f"train {train.num_windows:,}, valid {valid.num_windows:,}"
+    )
     model = Forecaster(len(FEATURES), args.horizon)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=args.steps)

@@ -1,4 +1,5 @@
 """Shared test settings: one torch thread (the CI machine has two cores)."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """Synthetic partitioned datasets and a brute-force pandas/numpy oracle for the tests."""
+
 from __future__ import annotations
 
 import os

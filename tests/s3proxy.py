@@ -6,15 +6,16 @@ makes the next ``n`` matching requests fail before they reach moto: an S3
 ``500 InternalError``, a ``503 SlowDown``, a ``403 AccessDenied``, a connection reset, or a ``stall``
 (the request is read and never answered, until ``close()``).
 """
+
 from __future__ import annotations
 
 import http.client
 import socket
 import struct
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
 from urllib.parse import parse_qs, urlsplit
 
 _ERRORS = {
@@ -44,7 +45,7 @@ class Request:
     @property
     def kind(self) -> str:
         """``list``, ``head``, ``get`` (object data) or the method."""
-        if self.method == "GET" and "list-type" in self.query or self.method == "GET" and self.path.count("/") == 1:
+        if (self.method == "GET" and "list-type" in self.query) or (self.method == "GET" and self.path.count("/") == 1):
             return "list"
         return {"HEAD": "head", "GET": "get"}.get(self.method, self.method.lower())
 
@@ -66,9 +67,7 @@ class Log:
     def count(self, kind: str | None = None, injected: bool = False) -> int:
         with self.lock:
             return sum(
-                1
-                for r in self.requests
-                if (kind is None or r.kind == kind) and (r.injected is not None) == injected
+                1 for r in self.requests if (kind is None or r.kind == kind) and (r.injected is not None) == injected
             )
 
 

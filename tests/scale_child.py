@@ -3,6 +3,7 @@
 ``resume`` opens a fresh dataset for each saved state, resumes it and stores what it yields.
 ``ddp`` is one rank of a gloo group iterating DataLoaders and storing the window indices it got.
 """
+
 from __future__ import annotations
 
 import json
@@ -10,7 +11,6 @@ import sys
 
 import numpy as np
 import torch
-
 from scale_helpers import drain, open_dataset, save_batches
 
 

@@ -1,4 +1,5 @@
 """Helpers of the scale-out tests: uneven partitions, a source that logs its reads, child processes."""
+
 from __future__ import annotations
 
 import json

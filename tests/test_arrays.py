@@ -1,4 +1,5 @@
 """Numpy arrays and ``.npy`` memmaps as a source: coverage, cuts without lost windows, bounded memory."""
+
 from __future__ import annotations
 
 import os
@@ -10,11 +11,10 @@ import textwrap
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import collect, oracle_starts
 
 from dask_windows.dataset import WindowDataset
 from dask_windows.errors import ConfigError
-
-from helpers import collect, oracle_starts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -55,8 +55,15 @@ def test_list_of_arrays_coverage(partition_rows, window, stride, horizon):
     arrays = _series(LENGTHS)
     targets = [1] if horizon else None
     ds = WindowDataset(
-        arrays, features=[0, 2], targets=targets, window=window, stride=stride, horizon=horizon,
-        batch_size=32, partition_rows=partition_rows, return_index=True,
+        arrays,
+        features=[0, 2],
+        targets=targets,
+        window=window,
+        stride=stride,
+        horizon=horizon,
+        batch_size=32,
+        partition_rows=partition_rows,
+        return_index=True,
     )
     assert sum(p.num_rows for p in ds.partitions) == sum(LENGTHS)
     starts = _check_values(collect(ds), window, horizon)
@@ -148,7 +155,11 @@ def test_streaming_a_memmap_larger_than_the_buffer_keeps_rss_bounded(tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(RSS_SCRIPT), str(path)],
-        env=env, capture_output=True, text=True, timeout=120, check=True,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     ).stdout
     before, quarter, after, windows, num_windows = (int(v) for v in out.split())
     assert windows == num_windows

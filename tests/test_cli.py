@@ -1,4 +1,5 @@
 """The ``dask-windows`` console entry point, run as a subprocess on real files."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,8 @@ import pandas as pd
 import pytest
 
 import dask_windows as dw
-from dask_windows.sources.manifest import MANIFEST_NAME
 from dask_windows.normalize import load_stats
+from dask_windows.sources.manifest import MANIFEST_NAME
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLUSTER = ["--workers", "1", "--no-progress"]
@@ -37,8 +38,14 @@ def run_main(capsys, *args: str, expect: int = 0) -> str:
 def cli(*args: str, expect: int = 0) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([REPO, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    done = subprocess.run([sys.executable, "-m", "dask_windows.cli", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=180)
+    done = subprocess.run(
+        [sys.executable, "-m", "dask_windows.cli", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == expect, done.stderr
     return done
 
@@ -46,10 +53,14 @@ def cli(*args: str, expect: int = 0) -> subprocess.CompletedProcess:
 def frame(seed: int = 0, num_series: int = 6) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     lengths = rng.integers(20, 200, num_series)
-    out = pd.DataFrame({"sid": np.repeat(np.arange(num_series) * 3 + 1, lengths),
-                        "ts": np.concatenate([rng.permutation(n) for n in lengths]),
-                        "a": rng.standard_normal(lengths.sum()),
-                        "b": rng.integers(0, 9, lengths.sum())})
+    out = pd.DataFrame(
+        {
+            "sid": np.repeat(np.arange(num_series) * 3 + 1, lengths),
+            "ts": np.concatenate([rng.permutation(n) for n in lengths]),
+            "a": rng.standard_normal(lengths.sum()),
+            "b": rng.integers(0, 9, lengths.sum()),
+        }
+    )
     return out.sample(frac=1.0, random_state=seed).reset_index(drop=True)
 
 
@@ -67,8 +78,21 @@ def converted(tmp_path_factory):
     rows = frame()
     for i, part in enumerate(np.array_split(np.arange(len(rows)), 3)):
         rows.iloc[part].to_csv(root / f"in-{i}.csv", index=False)
-    done = cli("convert", str(root / "in-*.csv"), str(root / "out"), "--series", "sid",
-               "--time", "ts", "--partition-size", "8KB", "--window", "16", "--workers", "1")
+    done = cli(
+        "convert",
+        str(root / "in-*.csv"),
+        str(root / "out"),
+        "--series",
+        "sid",
+        "--time",
+        "ts",
+        "--partition-size",
+        "8KB",
+        "--window",
+        "16",
+        "--workers",
+        "1",
+    )
     return root, rows, done
 
 
@@ -85,21 +109,40 @@ def test_convert_csv_round_trips_every_row(converted):
 def test_convert_avro_and_npy_round_trip(tmp_path):
     fastavro = pytest.importorskip("fastavro")
     rows = frame(seed=1)
-    schema = {"type": "record", "name": "r", "fields": [
-        {"name": "sid", "type": "long"}, {"name": "ts", "type": "long"},
-        {"name": "a", "type": "double"}, {"name": "b", "type": "long"}]}
+    schema = {
+        "type": "record",
+        "name": "r",
+        "fields": [
+            {"name": "sid", "type": "long"},
+            {"name": "ts", "type": "long"},
+            {"name": "a", "type": "double"},
+            {"name": "b", "type": "long"},
+        ],
+    }
     records = rows.to_dict("records")
     (tmp_path / "avro").mkdir()
     for k in range(3):
         with open(tmp_path / "avro" / f"in-{k}.avro", "wb") as out:
             fastavro.writer(out, fastavro.parse_schema(schema), records[k::3])
-    done = cli("convert", str(tmp_path / "avro"), str(tmp_path / "avro_out"), "--series", "sid",
-               "--time", "ts", "--json", "--window", "8", "--stride", "2", *CLUSTER)
+    done = cli(
+        "convert",
+        str(tmp_path / "avro"),
+        str(tmp_path / "avro_out"),
+        "--series",
+        "sid",
+        "--time",
+        "ts",
+        "--json",
+        "--window",
+        "8",
+        "--stride",
+        "2",
+        *CLUSTER,
+    )
     report = json.loads(done.stdout)
     want = pd.DataFrame.from_records(records[0::3] + records[1::3] + records[2::3])
     want = want.sort_values(["sid", "ts"]).reset_index(drop=True)
-    pd.testing.assert_frame_equal(read_dataset(str(tmp_path / "avro_out")), want,
-                                  check_dtype=False)
+    pd.testing.assert_frame_equal(read_dataset(str(tmp_path / "avro_out")), want, check_dtype=False)
     assert report["rows_in"] == report["rows_out"] == len(rows)
     assert report["series"] == 6 and report["windows_lost"] == 0
     assert report["workers_restarted"] == 0
@@ -108,8 +151,19 @@ def test_convert_avro_and_npy_round_trip(tmp_path):
     npy.mkdir()
     for sid, group in rows.groupby("sid"):
         np.save(npy / f"sensor-{sid}.npy", group.sort_values("ts")[["a", "b"]].to_numpy())
-    done = cli("convert", str(npy), str(tmp_path / "npy_out"), "--series", "sensor",
-               "--time", "step", "--npy-columns", "a,b", "--json", *CLUSTER)
+    done = cli(
+        "convert",
+        str(npy),
+        str(tmp_path / "npy_out"),
+        "--series",
+        "sensor",
+        "--time",
+        "step",
+        "--npy-columns",
+        "a,b",
+        "--json",
+        *CLUSTER,
+    )
     out = read_dataset(str(tmp_path / "npy_out"))
     want = rows.assign(sensor="sensor-" + rows["sid"].astype(str))  # sorted as text
     want = want.sort_values(["sensor", "ts"]).reset_index(drop=True)
@@ -123,22 +177,40 @@ def test_inspect_counts_equal_window_dataset(converted, window, stride, horizon)
     root, _, _ = converted
     path = str(root / "out")
     targets = ["--targets", "b"] if horizon else []
-    done = cli("inspect", path, "--window", str(window), "--stride", str(stride),
-               "--horizon", str(horizon), *targets, "--json")
+    done = cli(
+        "inspect", path, "--window", str(window), "--stride", str(stride), "--horizon", str(horizon), *targets, "--json"
+    )
     report = json.loads(done.stdout)
-    ds = dw.WindowDataset(path, features=["a"], series="sid", window=window, stride=stride,
-                          horizon=horizon, targets=["b"] if horizon else None)
+    ds = dw.WindowDataset(
+        path,
+        features=["a"],
+        series="sid",
+        window=window,
+        stride=stride,
+        horizon=horizon,
+        targets=["b"] if horizon else None,
+    )
     assert report["windows"] == ds.num_windows
     assert report["partitions"] == len(ds.partitions) and report["runs_from"] == "manifest"
-    text = cli("inspect", path, "--window", str(window), "--stride", str(stride),
-               "--horizon", str(horizon), "--features", "a", *targets).stdout
+    text = cli(
+        "inspect",
+        path,
+        "--window",
+        str(window),
+        "--stride",
+        str(stride),
+        "--horizon",
+        str(horizon),
+        "--features",
+        "a",
+        *targets,
+    ).stdout
     assert f"{ds.num_windows:,}" in text and "loader memory" in text and "schema" in text
 
 
 def test_stats_match_numpy(converted, tmp_path):
     root, rows, _ = converted
-    done = cli("stats", str(root / "out"), "--features", "a", "b", "--out",
-               str(tmp_path / "stats.json"), *CLUSTER)
+    done = cli("stats", str(root / "out"), "--features", "a", "b", "--out", str(tmp_path / "stats.json"), *CLUSTER)
     doc = json.load(open(tmp_path / "stats.json"))
     for name in ("a", "b"):
         values = rows[name].to_numpy(np.float64)
@@ -155,14 +227,40 @@ def test_stats_match_numpy(converted, tmp_path):
 def test_bench_prints_its_figures(converted):
     root, _, _ = converted
     path = str(root / "out")
-    text = cli("bench", path, "--features", "a", "b", "--series", "sid", "--window", "16",
-               "--batch-size", "32").stdout
-    for figure in ("windows/s", "GB/s", "first batch", "waiting for batches",
-                   "reading partitions", "peak RSS", "(full epoch)"):
+    text = cli("bench", path, "--features", "a", "b", "--series", "sid", "--window", "16", "--batch-size", "32").stdout
+    for figure in (
+        "windows/s",
+        "GB/s",
+        "first batch",
+        "waiting for batches",
+        "reading partitions",
+        "peak RSS",
+        "(full epoch)",
+    ):
         assert figure in text, text
-    report = json.loads(cli("bench", path, "--features", "a", "--targets", "b", "--series",
-                            "sid", "--window", "16", "--horizon", "2", "--num-workers", "1",
-                            "--max-batches", "3", "--batch-size", "8", "--json").stdout)
+    report = json.loads(
+        cli(
+            "bench",
+            path,
+            "--features",
+            "a",
+            "--targets",
+            "b",
+            "--series",
+            "sid",
+            "--window",
+            "16",
+            "--horizon",
+            "2",
+            "--num-workers",
+            "1",
+            "--max-batches",
+            "3",
+            "--batch-size",
+            "8",
+            "--json",
+        ).stdout
+    )
     assert report["batches"] == 3 and report["windows"] == 24
     assert report["windows_per_second"] > 0 and report["gb_per_second"] > 0
     assert 0 <= report["wait_share"] <= 1 and 0 <= report["read_share"] <= 1
@@ -172,13 +270,25 @@ def test_bench_prints_its_figures(converted):
 def test_errors_are_clear(converted, tmp_path):
     root, _, _ = converted
     src, out = str(root / "in-0.csv"), str(tmp_path / "new")
-    done = cli("convert", src, out, "--series", "sid", "--time", "ts", "--format", "xls",
-               expect=2)
+    done = cli("convert", src, out, "--series", "sid", "--time", "ts", "--format", "xls", expect=2)
     assert "invalid choice: 'xls'" in done.stderr
-    done = cli("convert", src, out, "--series", "sid", "--time", "ts", "--scheduler",
-               "tcp://127.0.0.1:9", "--connect-timeout", "1s", expect=1)
-    assert done.stderr.startswith("dask-windows convert: error: could not reach the Dask "
-                                  "scheduler at tcp://127.0.0.1:9")
+    done = cli(
+        "convert",
+        src,
+        out,
+        "--series",
+        "sid",
+        "--time",
+        "ts",
+        "--scheduler",
+        "tcp://127.0.0.1:9",
+        "--connect-timeout",
+        "1s",
+        expect=1,
+    )
+    assert done.stderr.startswith(
+        "dask-windows convert: error: could not reach the Dask scheduler at tcp://127.0.0.1:9"
+    )
     assert "leave out --scheduler" in done.stderr and "Traceback" not in done.stderr
     assert not os.path.exists(out)
 
@@ -191,15 +301,11 @@ def test_more_errors_in_process(converted, tmp_path, capsys):
     pd.DataFrame({"sid": [1, 1], "ts": ["x", "y"]}).to_csv(tmp_path / "text.csv", index=False)
     (tmp_path / "data.xyz").write_text("1")
     checks = [
-        ([src, out, "--series", "nope", "--time", "ts"],
-         "column 'nope' (--series) is not in"),
+        ([src, out, "--series", "nope", "--time", "ts"], "column 'nope' (--series) is not in"),
         ([src, out, "--series", "sid", "--time", "when"], "column 'when' (--time) is not in"),
-        ([src, str(root / "out"), "--series", "sid", "--time", "ts"],
-         "already exists; pass --overwrite"),
-        ([str(tmp_path / "text.csv"), out, "--series", "sid", "--time", "ts"],
-         "does not sort as time"),
-        ([str(tmp_path / "data.xyz"), out, "--series", "s", "--time", "t"],
-         "cannot tell the format"),
+        ([src, str(root / "out"), "--series", "sid", "--time", "ts"], "already exists; pass --overwrite"),
+        ([str(tmp_path / "text.csv"), out, "--series", "sid", "--time", "ts"], "does not sort as time"),
+        ([str(tmp_path / "data.xyz"), out, "--series", "s", "--time", "t"], "cannot tell the format"),
         ([str(tmp_path / "missing.csv"), out, "--series", "s", "--time", "t"], "does not exist"),
     ]
     for argv, message in checks:
@@ -215,6 +321,7 @@ def test_more_errors_in_process(converted, tmp_path, capsys):
 
 
 # ---------------------------------------------------------------- never destroys a user's files
+
 
 def snapshot(root) -> dict:
     """Every file under ``root`` with its bytes."""
@@ -268,8 +375,17 @@ def test_mixed_schemas_are_refused_with_one_listing(tmp_path):
     base.drop(columns="a").to_csv(tmp_path / "in-2.csv", index=False)
     base.assign(sid=["x", "y", "z"]).to_csv(tmp_path / "in-3.csv", index=False)
     base.to_csv(tmp_path / "in-4.csv", index=False)
-    done = cli("convert", str(tmp_path / "in-*.csv"), str(tmp_path / "out"), "--series", "sid",
-               "--time", "ts", *CLUSTER, expect=1)
+    done = cli(
+        "convert",
+        str(tmp_path / "in-*.csv"),
+        str(tmp_path / "out"),
+        "--series",
+        "sid",
+        "--time",
+        "ts",
+        *CLUSTER,
+        expect=1,
+    )
     err = done.stderr
     assert "do not share one schema" in err and "nothing was converted" in err
     assert "in-0.csv (and 1 more like it): sid: int64, a: double, extra: -" in err
@@ -280,8 +396,9 @@ def test_mixed_schemas_are_refused_with_one_listing(tmp_path):
     pq_dir.mkdir()
     base.assign(ts=pd.to_datetime(base["ts"], unit="D")).to_parquet(pq_dir / "a.parquet")
     base.to_parquet(pq_dir / "b.parquet")
-    err = cli("convert", str(pq_dir), str(tmp_path / "out"), "--series", "sid", "--time", "ts",
-              *CLUSTER, expect=1).stderr
+    err = cli(
+        "convert", str(pq_dir), str(tmp_path / "out"), "--series", "sid", "--time", "ts", *CLUSTER, expect=1
+    ).stderr
     assert re.search(r"a.parquet: ts: timestamp\[\w+\]", err) and "b.parquet: ts: int64" in err
     assert sorted(os.listdir(tmp_path)) == [f"in-{i}.csv" for i in range(5)] + ["pq"]
 
@@ -292,21 +409,35 @@ def test_iso_csv_times_parsed_and_leftovers_of_a_killed_run_removed(tmp_path):
     rows = frame(seed=3)
     rows["ts"] = pd.Timestamp("2024-03-01") + pd.to_timedelta(rows["ts"], unit="min")
     rows.to_csv(tmp_path / "in.csv", index=False)  # pandas writes "2024-03-01 00:07:00"
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True).stdout.strip()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
     killed = tmp_path / "out.tmp-0123456789ab"
     (killed / "_scratch").mkdir(parents=True)
     (killed / "part-00000.parquet").write_bytes(b"half written")
     (killed / "_dask_windows_convert_running.json").write_text(
-        json.dumps({"pid": int(dead), "host": socket.gethostname()}))
+        json.dumps({"pid": int(dead), "host": socket.gethostname()})
+    )
     old_style = tmp_path / "out.tmp-00000000000f"  # left by 0.1, no marker
     old_style.mkdir()
     alive = tmp_path / "out.tmp-aaaaaaaaaaaa"
     alive.mkdir()
     (alive / "_dask_windows_convert_running.json").write_text(
-        json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
-    done = cli("convert", str(tmp_path / "in.csv"), str(tmp_path / "out"), "--series", "sid",
-               "--time", "ts", "--window", "5000", *CLUSTER, expect=1)
+        json.dumps({"pid": os.getpid(), "host": socket.gethostname()})
+    )
+    done = cli(
+        "convert",
+        str(tmp_path / "in.csv"),
+        str(tmp_path / "out"),
+        "--series",
+        "sid",
+        "--time",
+        "ts",
+        "--window",
+        "5000",
+        *CLUSTER,
+        expect=1,
+    )
     assert "removed leftovers of an interrupted convert" in done.stderr
     assert str(killed) in done.stderr and str(old_style) in done.stderr
     assert "--window 5000 leaves 0 windows" in done.stderr and "longest: " in done.stderr
@@ -323,32 +454,57 @@ def test_disk_full_names_the_path(tmp_path):
 
     rng = np.random.default_rng(0)
     n = 40_000
-    pd.DataFrame({"sid": np.repeat(np.arange(4), n // 4), "ts": np.arange(n),
-                  "a": rng.standard_normal(n)}).to_parquet(tmp_path / "in.parquet")
+    pd.DataFrame({"sid": np.repeat(np.arange(4), n // 4), "ts": np.arange(n), "a": rng.standard_normal(n)}).to_parquet(
+        tmp_path / "in.parquet"
+    )
 
     def small_files() -> None:  # writes past 200 kB fail with EFBIG, as on a full disk
         resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
 
     env = dict(os.environ, PYTHONPATH=REPO)
-    done = subprocess.run([sys.executable, "-m", "dask_windows.cli", "convert",
-                           str(tmp_path / "in.parquet"), str(tmp_path / "out"), "--series",
-                           "sid", "--time", "ts", *CLUSTER], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=180, preexec_fn=small_files)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dask_windows.cli",
+            "convert",
+            str(tmp_path / "in.parquet"),
+            str(tmp_path / "out"),
+            "--series",
+            "sid",
+            "--time",
+            "ts",
+            *CLUSTER,
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        preexec_fn=small_files,
+    )
     assert done.returncode == 1, done.stderr
-    assert re.search(r"error: \[Errno 27\] File too large while writing (scratch|output) file "
-                     + re.escape(str(tmp_path / "out.tmp-")), done.stderr), done.stderr
+    assert re.search(
+        r"error: \[Errno 27\] File too large while writing (scratch|output) file "
+        + re.escape(str(tmp_path / "out.tmp-")),
+        done.stderr,
+    ), done.stderr
     assert "free space there" in done.stderr and "Traceback" not in done.stderr
     assert sorted(os.listdir(tmp_path)) == ["in.parquet"]
 
 
 # ---------------------------------------------------------------- says the same as the loader
 
-@pytest.mark.parametrize("options", [
-    ["--window", "16"],
-    ["--window", "10", "--stride", "3", "--horizon", "5", "--targets", "b"],
-    ["--window", "12", "--nan", "drop"],
-    ["--window", "4", "--partition-bytes", "1kB", "--on-error", "skip"],
-])
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--window", "16"],
+        ["--window", "10", "--stride", "3", "--horizon", "5", "--targets", "b"],
+        ["--window", "12", "--nan", "drop"],
+        ["--window", "4", "--partition-bytes", "1kB", "--on-error", "skip"],
+    ],
+)
 def test_inspect_counts_equal_the_loaders(tmp_path, options):
     rows = frame(seed=4)
     rows.loc[rows.index[::37], "a"] = np.nan
@@ -357,18 +513,23 @@ def test_inspect_counts_equal_the_loaders(tmp_path, options):
     import pyarrow.parquet as pq
 
     for i, part in enumerate(np.array_split(np.arange(len(rows)), 3)):
-        pq.write_table(pa.Table.from_pandas(rows.iloc[part], preserve_index=False),
-                       tmp_path / f"p{i}.parquet", row_group_size=40)
+        pq.write_table(
+            pa.Table.from_pandas(rows.iloc[part], preserve_index=False), tmp_path / f"p{i}.parquet", row_group_size=40
+        )
     (tmp_path / "p9.parquet").write_bytes(b"corrupt")
     skip = "--on-error" in options
     if not skip:
         os.remove(tmp_path / "p9.parquet")
-    report = json.loads(cli("inspect", str(tmp_path), "--series", "sid", "--features", "a",
-                            *options, "--json").stdout)
+    report = json.loads(cli("inspect", str(tmp_path), "--series", "sid", "--features", "a", *options, "--json").stdout)
     flags = dict(zip(options[::2], options[1::2]))
-    kwargs = {"window": int(flags["--window"]), "stride": int(flags.get("--stride", 1)),
-              "horizon": int(flags.get("--horizon", 0)), "targets": flags.get("--targets"),
-              "nan": flags.get("--nan", "raise"), "on_error": flags.get("--on-error", "raise")}
+    kwargs = {
+        "window": int(flags["--window"]),
+        "stride": int(flags.get("--stride", 1)),
+        "horizon": int(flags.get("--horizon", 0)),
+        "targets": flags.get("--targets"),
+        "nan": flags.get("--nan", "raise"),
+        "on_error": flags.get("--on-error", "raise"),
+    }
     if "--partition-bytes" in flags:
         kwargs["partition_bytes"] = 1000
     ds = dw.WindowDataset(str(tmp_path), features=["a"], series="sid", **kwargs)
@@ -401,8 +562,7 @@ def test_inspect_validates_like_the_loader_and_exits_1(converted, capsys):
     with open(os.path.join(path, MANIFEST_NAME)) as src:
         longest = max(n for f in json.load(src)["files"] for n in (run[1] for run in f["runs"]))
     assert f"longest: {longest:,} rows" in err
-    err = run_main(capsys, "bench", path, "--features", "a", "--series", "sid", "--window",
-                   "5000", expect=1)
+    err = run_main(capsys, "bench", path, "--features", "a", "--series", "sid", "--window", "5000", expect=1)
     assert "no windows: window=5000" in err
     pd.DataFrame({"sid": [1, 2], "ts": [1, 2], "x": [0.5, 1.5]}).to_parquet(root / "raw.parquet")
     err = run_main(capsys, "stats", str(root / "raw.parquet"), *CLUSTER, expect=1)
@@ -432,17 +592,23 @@ def test_version_global_flags_help_and_parse_errors(tmp_path, capsys):
     assert main(["inspect", str(tmp_path / "d.parquet"), "--series", "sid", "-v"]) == 0
     assert "rows" in capsys.readouterr().out  # -v after the command parses
     bad = [
-        (["convert", "a", "b", "--series", "s", "--time", "t", "--partition-size", "16XB"],
-         "argument --partition-size: '16XB' is not a size"),
-        (["convert", "a", "b", "--series", "s", "--time", "t", "--memory-limit", "lots"],
-         "argument --memory-limit: 'lots' is not a memory"),
+        (
+            ["convert", "a", "b", "--series", "s", "--time", "t", "--partition-size", "16XB"],
+            "argument --partition-size: '16XB' is not a size",
+        ),
+        (
+            ["convert", "a", "b", "--series", "s", "--time", "t", "--memory-limit", "lots"],
+            "argument --memory-limit: 'lots' is not a memory",
+        ),
         (["stats", "a", "--connect-timeout", "soon"], "argument --connect-timeout: 'soon'"),
         (["inspect", "a", "--num-workers", "-1"], "argument --num-workers: '-1' must be"),
         (["inspect", "a", "--window", "x"], "argument --window: invalid int value: 'x'"),
         (["inspect", "a", "--partition-bytes", "0"], "argument --partition-bytes: '0'"),
         (["inspect", "a", "--nan", "keep"], "argument --nan: invalid choice: 'keep'"),
-        (["bench", "a", "--features", "x", "--series", "s", "--window", "4",
-          "--on-error", "ignore"], "argument --on-error: invalid choice"),
+        (
+            ["bench", "a", "--features", "x", "--series", "s", "--window", "4", "--on-error", "ignore"],
+            "argument --on-error: invalid choice",
+        ),
     ]
     assert bad[0][1] in cli(*bad[0][0], expect=2).stderr
     for argv, message in bad:

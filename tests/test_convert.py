@@ -1,4 +1,5 @@
 """convert and the manifest: exact round trips, file cuts at series boundaries, errors."""
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,15 @@ def shuffled_frame(seed: int = 0, num_series: int = 12, max_len: int = 400) -> p
     ts = np.concatenate([rng.permutation(n) for n in lengths]).astype(np.int64)
     tie = np.arange(0, len(ts) - 1, 97)
     ts[tie] = ts[tie + 1]  # a few equal (series, time) pairs
-    frame = pd.DataFrame({"sid": sid, "ts": ts, "a": rng.standard_normal(len(sid)),
-                          "b": rng.integers(-5, 5, len(sid)), "c": rng.random(len(sid)) < 0.5})
+    frame = pd.DataFrame(
+        {
+            "sid": sid,
+            "ts": ts,
+            "a": rng.standard_normal(len(sid)),
+            "b": rng.integers(-5, 5, len(sid)),
+            "c": rng.random(len(sid)) < 0.5,
+        }
+    )
     frame["order"] = np.arange(len(frame))
     return frame.sample(frac=1.0, random_state=seed).reset_index(drop=True)
 
@@ -65,7 +73,7 @@ def check_manifest(dst: str, series: str = "sid") -> dict:
         else:  # spread layout: runs are chunk pieces, each of one series value
             assert sum(r[1] for r in f["runs"]) == len(values)
             for start, n, value, _, _ in f["runs"]:
-                assert (values[start:start + n] == value).all()
+                assert (values[start : start + n] == value).all()
     return manifest
 
 
@@ -76,8 +84,9 @@ def test_parquet_round_trip_is_exact_and_cut_at_series(tmp_path, size):
     src.mkdir()
     for i, part in enumerate(np.array_split(np.arange(len(frame)), 3)):
         frame.iloc[part].to_parquet(src / f"p{i}.parquet", index=False)
-    report = convert([str(src)], str(tmp_path / "out"), series="sid", time="ts",
-                     partition_size=size, layout="contiguous")
+    report = convert(
+        [str(src)], str(tmp_path / "out"), series="sid", time="ts", partition_size=size, layout="contiguous"
+    )
     out = read_back(str(tmp_path / "out"))
     pd.testing.assert_frame_equal(out, expected(frame), check_dtype=False)
     manifest = check_manifest(str(tmp_path / "out"))
@@ -102,21 +111,20 @@ def test_csv_npy_and_structured_npy(tmp_path):
     frame = shuffled_frame(seed=1, num_series=4, max_len=50).drop(columns=["c"])
     frame.to_csv(tmp_path / "in.csv", index=False)
     convert([str(tmp_path / "in.csv")], str(tmp_path / "csv"), series="sid", time="ts")
-    pd.testing.assert_frame_equal(read_back(str(tmp_path / "csv")), expected(frame),
-                                  check_dtype=False)
+    pd.testing.assert_frame_equal(read_back(str(tmp_path / "csv")), expected(frame), check_dtype=False)
 
     npy = tmp_path / "npy"
     npy.mkdir()
     arrays = {"b": np.arange(12.0).reshape(6, 2), "a": -np.arange(8.0).reshape(4, 2)}
     np.save(npy / "a.npy", arrays["a"])
     np.save(npy / "b.npy", np.asfortranarray(arrays["b"]))  # column-major files work too
-    convert([str(npy)], str(tmp_path / "npy_out"), series="sensor", time="t",
-            npy_columns=["x", "y"], input_block_size=16)
+    convert(
+        [str(npy)], str(tmp_path / "npy_out"), series="sensor", time="t", npy_columns=["x", "y"], input_block_size=16
+    )
     out = read_back(str(tmp_path / "npy_out"))
     assert list(out.columns) == ["sensor", "t", "x", "y"]
     assert out["sensor"].tolist() == ["a"] * 4 + ["b"] * 6
-    np.testing.assert_array_equal(out[["x", "y"]].to_numpy(),
-                                  np.concatenate([arrays["a"], arrays["b"]]))
+    np.testing.assert_array_equal(out[["x", "y"]].to_numpy(), np.concatenate([arrays["a"], arrays["b"]]))
     np.testing.assert_array_equal(out["t"], [0, 1, 2, 3, 0, 1, 2, 3, 4, 5])
 
     rec = np.zeros(5, dtype=[("id", "i4"), ("time", "f8"), ("v", "f4")])
@@ -129,20 +137,31 @@ def test_csv_npy_and_structured_npy(tmp_path):
 
 def test_avro_round_trip_with_nulls_and_timestamps(tmp_path):
     fastavro = pytest.importorskip("fastavro")
-    schema = fastavro.parse_schema({
-        "type": "record", "name": "Row", "fields": [
-            {"name": "sid", "type": "long"},
-            {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-            {"name": "x", "type": ["null", "double"]},
-            {"name": "n", "type": ["null", "long"]},
-            {"name": "tag", "type": "string"}]})
+    schema = fastavro.parse_schema(
+        {
+            "type": "record",
+            "name": "Row",
+            "fields": [
+                {"name": "sid", "type": "long"},
+                {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+                {"name": "x", "type": ["null", "double"]},
+                {"name": "n", "type": ["null", "long"]},
+                {"name": "tag", "type": "string"},
+            ],
+        }
+    )
     rng = np.random.default_rng(3)
     records = []
     for i in range(300):
-        records.append({"sid": int(rng.integers(0, 4)), "tag": f"t{i % 7}",
-                        "ts": pd.Timestamp("2024-01-01", tz="UTC") + pd.Timedelta(seconds=i),
-                        "x": None if i % 11 == 0 else float(rng.standard_normal()),
-                        "n": None if i % 13 == 0 else 2**40 + i})
+        records.append(
+            {
+                "sid": int(rng.integers(0, 4)),
+                "tag": f"t{i % 7}",
+                "ts": pd.Timestamp("2024-01-01", tz="UTC") + pd.Timedelta(seconds=i),
+                "x": None if i % 11 == 0 else float(rng.standard_normal()),
+                "n": None if i % 13 == 0 else 2**40 + i,
+            }
+        )
     for k in range(2):
         with open(tmp_path / f"f{k}.avro", "wb") as out:
             fastavro.writer(out, schema, records[k::2])
@@ -167,7 +186,7 @@ def test_plan_files_packs_whole_series_and_splits_only_long_ones(rows, target):
     used = np.zeros(num_files, dtype=int)
     for n, f, k in zip(rows, first, pieces):
         assert k == (1 if n <= target else -(-n // target))
-        used[f:f + k] += n if k == 1 else 1
+        used[f : f + k] += n if k == 1 else 1
         if k > 1:
             assert f == 0 or first.tolist().count(f) == 1  # a split series has its own files
     assert (used > 0).all()  # no empty file ids
@@ -214,8 +233,9 @@ def test_failure_midway_removes_the_temporary_folder(tmp_path):
     good.to_parquet(tmp_path / "a.parquet")
     (tmp_path / "b.parquet").write_bytes(open(tmp_path / "a.parquet", "rb").read()[:-20])
     with pytest.raises(Exception):
-        convert([str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")],
-                str(tmp_path / "out"), series="sid", time="ts")
+        convert(
+            [str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")], str(tmp_path / "out"), series="sid", time="ts"
+        )
     assert sorted(os.listdir(tmp_path)) == ["a.parquet", "b.parquet"]
 
     def failing_compute(label, *collections):
@@ -225,8 +245,7 @@ def test_failure_midway_removes_the_temporary_folder(tmp_path):
         return results
 
     with pytest.raises(KeyboardInterrupt):
-        convert([str(tmp_path / "a.parquet")], str(tmp_path / "out"), series="sid", time="ts",
-                compute=failing_compute)
+        convert([str(tmp_path / "a.parquet")], str(tmp_path / "out"), series="sid", time="ts", compute=failing_compute)
     assert sorted(os.listdir(tmp_path)) == ["a.parquet", "b.parquet"]
 
 
@@ -234,8 +253,7 @@ def test_manifest_write_read_validate(tmp_path):
     import fsspec
 
     fs = fsspec.filesystem("file")
-    files = [{"path": "part-1.parquet", "rows": 3, "bytes": 10,
-              "runs": [[0, 2, np.int64(7)], [2, 1, "x"]]}]
+    files = [{"path": "part-1.parquet", "rows": 3, "bytes": 10, "runs": [[0, 2, np.int64(7)], [2, 1, "x"]]}]
     assert read_manifest(str(tmp_path), fs) is None
     write_manifest(str(tmp_path), fs, series="s", time="t", files=files)
     manifest = read_manifest(str(tmp_path), fs)
@@ -255,11 +273,12 @@ def test_manifest_write_read_validate(tmp_path):
 
 def _worker_baseline_bytes() -> int:
     """RSS of a fresh process holding what a convert worker imports."""
-    code = ("import resource, distributed, dask.dataframe, dask_windows.cli.convert; "
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")
+    code = (
+        "import resource, distributed, dask.dataframe, dask_windows.cli.convert; "
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)"
+    )
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
-    return int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              env=env, check=True).stdout)
+    return int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout)
 
 
 def test_larger_than_memory_on_a_local_cluster(tmp_path):
@@ -280,9 +299,10 @@ def test_larger_than_memory_on_a_local_cluster(tmp_path):
     rows = np.lib.format.open_memmap(tmp_path / "in.npy", mode="w+", dtype=dtype, shape=(n,))
     checksum, sids = 0.0, np.zeros(40, dtype=np.int64)
     for a in range(0, n, 100_000):  # in chunks: the test process stays small too
-        chunk = rows[a:a + 100_000]
+        chunk = rows[a : a + 100_000]
         chunk.view(np.uint8).reshape(len(chunk), -1)[:, 16:] = rng.integers(
-            0, 255, (len(chunk), 4 * channels), dtype=np.uint8)
+            0, 255, (len(chunk), 4 * channels), dtype=np.uint8
+        )
         chunk["sid"] = rng.integers(0, 40, len(chunk))
         chunk["ts"] = a + rng.permutation(len(chunk))  # unique, shuffled within the chunk
         chunk["f0"] = rng.standard_normal(len(chunk))
@@ -292,17 +312,26 @@ def test_larger_than_memory_on_a_local_cluster(tmp_path):
     del rows, chunk
     assert os.path.getsize(tmp_path / "in.npy") > limit
     try:
-        with LocalCluster(n_workers=1, threads_per_worker=1, memory_limit=limit,
-                          processes=True, dashboard_address=":0") as cluster, \
-                Client(cluster) as client:
+        with (
+            LocalCluster(
+                n_workers=1, threads_per_worker=1, memory_limit=limit, processes=True, dashboard_address=":0"
+            ) as cluster,
+            Client(cluster) as client,
+        ):
             pids = client.run(os.getpid)
 
             def compute(label, *collections):
                 return tuple(client.gather(client.compute(list(collections))))
 
-            report = convert([str(tmp_path / "in.npy")], str(tmp_path / "out"), series="sid",
-                             time="ts", partition_size="6MB", input_block_size=4 * 2**20,
-                             compute=compute)
+            report = convert(
+                [str(tmp_path / "in.npy")],
+                str(tmp_path / "out"),
+                series="sid",
+                time="ts",
+                partition_size="6MB",
+                input_block_size=4 * 2**20,
+                compute=compute,
+            )
             assert client.run(os.getpid) == pids  # no worker was killed and restarted
         assert report.rows_out == n and report.series == 40 and report.files > 30
         manifest = check_manifest(str(tmp_path / "out"))
@@ -320,14 +349,24 @@ def test_larger_than_memory_on_a_local_cluster(tmp_path):
 def test_long_series_split_on_tz_aware_and_nullable_int_times(tmp_path, time):
     rng = np.random.default_rng(0)
     n = 3000
-    frame = pd.DataFrame({"s": rng.integers(0, 2, n), "x": np.arange(n, dtype=float),
-                          "t": pd.Timestamp("2024-01-01", tz="Europe/Paris")
-                          + pd.to_timedelta(rng.permutation(n), unit="s"),
-                          "n": pd.array(rng.permutation(n), dtype="Int64")})
+    frame = pd.DataFrame(
+        {
+            "s": rng.integers(0, 2, n),
+            "x": np.arange(n, dtype=float),
+            "t": pd.Timestamp("2024-01-01", tz="Europe/Paris") + pd.to_timedelta(rng.permutation(n), unit="s"),
+            "n": pd.array(rng.permutation(n), dtype="Int64"),
+        }
+    )
     frame.to_parquet(tmp_path / "in.parquet")
-    report = convert([str(tmp_path / "in.parquet")], str(tmp_path / "out"), series="s",
-                     time=time, partition_size="8KB", layout="contiguous")
+    report = convert(
+        [str(tmp_path / "in.parquet")],
+        str(tmp_path / "out"),
+        series="s",
+        time=time,
+        partition_size="8KB",
+        layout="contiguous",
+    )
     assert report.split_series == 2 and report.files > 4
-    pd.testing.assert_frame_equal(read_back(str(tmp_path / "out")),
-                                  frame.sort_values(["s", time]).reset_index(drop=True),
-                                  check_dtype=False)
+    pd.testing.assert_frame_equal(
+        read_back(str(tmp_path / "out")), frame.sort_values(["s", time]).reset_index(drop=True), check_dtype=False
+    )

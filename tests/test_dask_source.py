@@ -3,6 +3,7 @@
 The same rows as Parquet files and as a Dask DataFrame with one partition
 per file must give bit-identical batches: same partitions, same plan.
 """
+
 from __future__ import annotations
 
 import logging
@@ -17,12 +18,12 @@ import pytest
 
 dd = pytest.importorskip("dask.dataframe")
 
-from dask_windows.sources.dask_frame import DaskSource, _active_client, _DaskReader, _known_lengths  # noqa: E402
+from helpers import collect, make_frames, oracle_starts, write_parquet  # noqa: E402
+
 from dask_windows.dataset import WindowDataset  # noqa: E402
 from dask_windows.errors import SourceReadError  # noqa: E402
 from dask_windows.faults import SkippedPartitionWarning  # noqa: E402
-
-from helpers import collect, make_frames, oracle_starts, write_parquet  # noqa: E402
+from dask_windows.sources.dask_frame import DaskSource, _active_client, _DaskReader, _known_lengths  # noqa: E402
 
 KW = dict(features=["f0", "f1"], targets=["y"], series="sid", window=7, stride=2, batch_size=16, return_index=True)
 FRAMES = make_frames(seed=8, num_files=5, num_series=10)

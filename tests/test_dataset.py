@@ -1,4 +1,5 @@
 """WindowDataset over local Parquet against a brute-force pandas/numpy oracle."""
+
 from __future__ import annotations
 
 import os
@@ -10,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from helpers import collect, make_frames, oracle_starts, write_parquet
 
 import dask_windows as dw
-from helpers import collect, make_frames, oracle_starts, write_parquet
 
 
 @pytest.fixture(scope="module")
@@ -332,8 +333,14 @@ def test_normalize_from_a_stats_file(frames, root, tmp_path):
         "version": 1,
         "rows": len(full),
         "features": {
-            c: {"count": len(full), "mean": float(full[c].mean()), "std": float(full[c].std(ddof=0)),
-                "min": float(full[c].min()), "max": float(full[c].max()), "nan_count": 0}
+            c: {
+                "count": len(full),
+                "mean": float(full[c].mean()),
+                "std": float(full[c].std(ddof=0)),
+                "min": float(full[c].min()),
+                "max": float(full[c].max()),
+                "nan_count": 0,
+            }
             for c in ["f0", "f1", "f2"]
         },
     }
@@ -359,7 +366,12 @@ def test_manifest_runs_replace_the_series_scan(frames, tmp_path):
     paths = write_parquet(frames, str(tmp_path))
     fs = fsspec.filesystem("file")
     entries = [
-        {"path": os.path.basename(p), "rows": len(f), "bytes": os.path.getsize(p), "runs": series_runs(f["sid"].to_numpy())}
+        {
+            "path": os.path.basename(p),
+            "rows": len(f),
+            "bytes": os.path.getsize(p),
+            "runs": series_runs(f["sid"].to_numpy()),
+        }
         for p, f in zip(paths, frames)
     ]
     write_manifest(str(tmp_path), fs, series="sid", time="ts", files=entries)

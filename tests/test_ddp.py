@@ -1,4 +1,5 @@
 """Exact sharding across real torch.distributed ranks (gloo, 2 processes) and DataLoader workers."""
+
 from __future__ import annotations
 
 import pickle

@@ -1,4 +1,5 @@
 """Tests of dask_windows.device: DevicePrefetcher and standardize."""
+
 from __future__ import annotations
 
 from collections import namedtuple

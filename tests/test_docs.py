@@ -134,7 +134,8 @@ def s3_endpoint():
             port = _free_port()
             proc = subprocess.Popen(
                 [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
             )
             started.append((proc, f"http://127.0.0.1:{port}"))
             deadline = time.monotonic() + 60

@@ -1,4 +1,5 @@
 """``examples/ddp_train.py`` runs under torchrun with 2 CPU ranks (gloo), checkpoints and resumes."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """Faults: transient errors retried, corrupt partitions raised or skipped without breaking equal batches."""
+
 from __future__ import annotations
 
 import errno
@@ -11,15 +12,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from fsspec.implementations.memory import MemoryFileSystem
+from helpers import collect, make_frames, oracle_starts, write_parquet
 
 from dask_windows.dataset import WindowDataset
 from dask_windows.errors import ConfigError, SourceReadError
-from dask_windows.faults import SkippedPartitionWarning, replacement_picks
+from dask_windows.faults import SkippedPartitionWarning, is_transient, replacement_picks
 from dask_windows.plan import rng_for
-from dask_windows.faults import is_transient
 from dask_windows.sources.retry import RetryPolicy
-
-from helpers import collect, make_frames, oracle_starts, write_parquet
 
 KW = dict(features=["f0", "f1"], targets=["y"], series="sid", window=6, stride=1, batch_size=16, return_index=True)
 FAST = RetryPolicy(retries=3, base_delay=0.001)
@@ -146,7 +145,7 @@ class FlakyFileSystem(MemoryFileSystem):
         return super().cat_file(*args, **kwargs)
 
 
-@pytest.fixture()
+@pytest.fixture
 def flaky(tmp_path):
     fsspec.register_implementation("flaky", FlakyFileSystem, clobber=True)
     frames = make_frames(seed=5, num_files=5)
@@ -191,7 +190,7 @@ def test_flaky_reads_without_retries_name_the_object(flaky):
 # -- corrupt data: raise, or skip and keep the batch count -----------------------------------
 
 
-@pytest.fixture()
+@pytest.fixture
 def corrupt(tmp_path):
     """Six files; file 3's feature column f0 is garbage (its footer and series column are fine)."""
     frames = make_frames(seed=11, num_files=6, num_series=12)
@@ -216,12 +215,16 @@ def test_skipped_partition_keeps_equal_batches_on_two_ranks(corrupt, buffer_part
     for epoch in range(3):
         seen, skipped = [], []
         for rank in (0, 1):
-            ds = WindowDataset(root, rank=rank, world_size=2, on_error="skip", buffer_partitions=buffer_partitions, **KW)
+            ds = WindowDataset(
+                root, rank=rank, world_size=2, on_error="skip", buffer_partitions=buffer_partitions, **KW
+            )
             ds.set_epoch(epoch)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 batches = collect(ds)
-            assert all(issubclass(w.category, SkippedPartitionWarning) and "part-0003" in str(w.message) for w in caught)
+            assert all(
+                issubclass(w.category, SkippedPartitionWarning) and "part-0003" in str(w.message) for w in caught
+            )
             assert len(caught) == len(ds.skipped)
             skipped += ds.skipped
             with warnings.catch_warnings():

@@ -5,6 +5,7 @@ six of them, so a correct implementation fails with negligible probability
 while the deviations that matter (tsai's start probability 1/lm, runs that
 flow between rows, wrong run means) are many standard errors wide.
 """
+
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
 """The package namespace: torch-free imports, lazy torch-side exports, a sorted ``__all__``."""
+
 from __future__ import annotations
 
 import os
@@ -15,20 +16,21 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def run_python(code: str) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([REPO, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("statement", [
-    "import dask_windows",
-    # what Dask workers unpickle for convert and stats tasks, and the CLI up to dispatch
-    "import dask_windows.cli.convert, dask_windows.cli.readers, dask_windows.cli.summary, "
-    "dask_windows.sources.manifest, dask_windows.cli.bench, dask_windows.cli; "
-    "dask_windows.cli.build_parser()",
-])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "import dask_windows",
+        # what Dask workers unpickle for convert and stats tasks, and the CLI up to dispatch
+        "import dask_windows.cli.convert, dask_windows.cli.readers, dask_windows.cli.summary, "
+        "dask_windows.sources.manifest, dask_windows.cli.bench, dask_windows.cli; "
+        "dask_windows.cli.build_parser()",
+    ],
+)
 def test_imports_leave_torch_alone(statement):
-    done = run_python(f"{statement}; import sys; assert 'torch' not in sys.modules, "
-                      f"'torch was imported'")
+    done = run_python(f"{statement}; import sys; assert 'torch' not in sys.modules, 'torch was imported'")
     assert done.returncode == 0, done.stderr
 
 
@@ -88,9 +90,7 @@ ARCHITECTURE = pathlib.Path(REPO) / "docs" / "architecture.md"
 def _modules() -> dict[str, pathlib.Path]:
     """``dask_windows/x/y.py`` -> its path, for every module of the package."""
     return {
-        path.relative_to(REPO).as_posix(): path
-        for path in PACKAGE.rglob("*.py")
-        if "__pycache__" not in path.parts
+        path.relative_to(REPO).as_posix(): path for path in PACKAGE.rglob("*.py") if "__pycache__" not in path.parts
     }
 
 
@@ -130,8 +130,21 @@ def _roots(names: set[str]) -> set[str]:
     return {name.split(".")[0] for name in names}
 
 
-PURE_STAGES = ["errors", "spec", "world", "windows", "index", "plan", "prefetch", "buffer", "batch", "memory",
-               "split", "resume", "faults"]
+PURE_STAGES = [
+    "errors",
+    "spec",
+    "world",
+    "windows",
+    "index",
+    "plan",
+    "prefetch",
+    "buffer",
+    "batch",
+    "memory",
+    "split",
+    "resume",
+    "faults",
+]
 
 
 def test_import_rules_of_the_architecture_page():
@@ -164,8 +177,10 @@ def test_import_rules_of_the_architecture_page():
 
 
 def test_import_dask_windows_leaves_dask_alone():
-    done = run_python("import dask_windows, sys; assert not {'dask', 'distributed'} & set(sys.modules), "
-                      "sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed'))")
+    done = run_python(
+        "import dask_windows, sys; assert not {'dask', 'distributed'} & set(sys.modules), "
+        "sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed'))"
+    )
     assert done.returncode == 0, done.stderr
 
 

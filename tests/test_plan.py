@@ -1,4 +1,5 @@
 """Property tests of the plan arithmetic: exact shares across ranks and workers, and skipping."""
+
 from __future__ import annotations
 
 import numpy as np

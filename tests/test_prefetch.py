@@ -1,4 +1,5 @@
 """The background reader: order, bound, exceptions relayed, thread gone on close."""
+
 from __future__ import annotations
 
 import threading

@@ -1,4 +1,5 @@
 """ReadPool: results in key order from real worker processes, errors as themselves, nothing left behind."""
+
 from __future__ import annotations
 
 import os
@@ -88,8 +89,13 @@ def test_read_workers_yield_exactly_what_the_thread_yields(tmp_path):
     rng = np.random.default_rng(3)
     for f in range(3):
         n = 3_000
-        frame = pd.DataFrame({"a": rng.standard_normal(n).astype(np.float32), "b": np.arange(n, dtype=np.float32),
-                              "sid": np.repeat([f * 2, f * 2 + 1], n // 2)})
+        frame = pd.DataFrame(
+            {
+                "a": rng.standard_normal(n).astype(np.float32),
+                "b": np.arange(n, dtype=np.float32),
+                "sid": np.repeat([f * 2, f * 2 + 1], n // 2),
+            }
+        )
         frame.to_parquet(tmp_path / f"p{f}.parquet", row_group_size=700)
     kw = dict(features=["a", "b"], series="sid", window=16, stride=3, batch_size=64, return_index=True, seed=5)
     plain = [tuple(t.clone() for t in b) for b in WindowDataset(str(tmp_path), **kw)]

@@ -1,4 +1,5 @@
 """Mid-epoch resumption: interrupt after k batches, resume in a new process, compare bit for bit."""
+
 from __future__ import annotations
 
 import pickle
@@ -26,7 +27,14 @@ from dask_windows.resume import round_robin
 from dask_windows.world import World
 
 SIZES = [40, 150, 60, 130, 45, 170, 55, 120]
-SETTINGS = {"window": 7, "batch_size": 6, "buffer_partitions": 2, "pieces_per_partition": 3, "targets": ["y"], "horizon": 2}
+SETTINGS = {
+    "window": 7,
+    "batch_size": 6,
+    "buffer_partitions": 2,
+    "pieces_per_partition": 3,
+    "targets": ["y"],
+    "horizon": 2,
+}
 EPOCH = 1
 
 

@@ -3,6 +3,7 @@
 s3fs is configured exactly as a user would (``storage_options``); nothing in
 the client is patched. The proxy counts requests and injects faults.
 """
+
 from __future__ import annotations
 
 import io
@@ -12,22 +13,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers import collect, make_frames, oracle_starts, write_parquet
 
 from dask_windows.dataset import WindowDataset
 from dask_windows.errors import SourceReadError
 from dask_windows.faults import SkippedPartitionWarning
 from dask_windows.sources.retry import RetryPolicy
 
-from helpers import collect, make_frames, oracle_starts, write_parquet
-
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
 
-from s3proxy import S3Endpoint  # noqa: E402
+from s3proxy import S3Endpoint
 
-KW = dict(
-    features=["f0", "f1"], targets=["y"], series="sid", window=8, stride=2, batch_size=16, return_index=True
-)
+KW = dict(features=["f0", "f1"], targets=["y"], series="sid", window=8, stride=2, batch_size=16, return_index=True)
 FAST = RetryPolicy(retries=3, base_delay=0.01)
 
 
@@ -127,7 +125,9 @@ def test_transient_faults_complete_the_epoch_with_identical_batches(s3, kind):
 def test_transient_faults_while_opening_are_retried(s3):
     s3.reset()
     s3.fail(2, "500", lambda r: r.kind == "get" and r.range is not None and r.range.startswith("bytes=-"))
-    ds = WindowDataset("s3://bucket/data/", storage_options=s3.storage_options(client_retries=False), retries=FAST, **KW)
+    ds = WindowDataset(
+        "s3://bucket/data/", storage_options=s3.storage_options(client_retries=False), retries=FAST, **KW
+    )
     assert s3.log.count("get", injected=True) == 2
     assert np.array_equal(_starts(collect(ds)), oracle_starts(s3.frames, "sid", 8, 2))
 
@@ -181,18 +181,32 @@ def test_one_get_per_object_at_open_when_the_tail_tells_the_runs(s3):
     """Small files (the tail is the whole file) and larger one-series-per-row-group files (the footer's
     statistics tell the runs) cost one GET each at open, series scan included; runs equal a scan."""
     rng = np.random.default_rng(5)
-    small = {f"bucket/one-get/small-{i}.parquet": pa.table({
-        "sid": np.sort(rng.integers(0, 4, 300)) + 10 * i, "f0": rng.standard_normal(300)}) for i in range(6)}
-    large = {f"bucket/one-get/large-{i}.parquet": pa.table({
-        "sid": np.repeat([2 * i, 2 * i + 1], 20_000), "f0": rng.standard_normal(40_000)}) for i in range(3)}
+    small = {
+        f"bucket/one-get/small-{i}.parquet": pa.table(
+            {"sid": np.sort(rng.integers(0, 4, 300)) + 10 * i, "f0": rng.standard_normal(300)}
+        )
+        for i in range(6)
+    }
+    large = {
+        f"bucket/one-get/large-{i}.parquet": pa.table(
+            {"sid": np.repeat([2 * i, 2 * i + 1], 20_000), "f0": rng.standard_normal(40_000)}
+        )
+        for i in range(3)
+    }
     for key, table in {**small, **large}.items():
         out = io.BytesIO()
         pq.write_table(table, out, row_group_size=10_000)
         s3.fs.pipe(key, out.getvalue())
     assert all(len(s3.fs.cat_file(k)) > 64 * 2**10 for k in large)
     s3.reset()
-    ds = WindowDataset("s3://bucket/one-get/", storage_options=s3.storage_options(), features=["f0"],
-                       series="sid", window=4, batch_size=32)
+    ds = WindowDataset(
+        "s3://bucket/one-get/",
+        storage_options=s3.storage_options(),
+        features=["f0"],
+        series="sid",
+        window=4,
+        batch_size=32,
+    )
     assert s3.log.count("list") == 1 and s3.log.count("head") == 0
     assert s3.log.count("get") == len(small) + len(large)
     for runs, key in zip(ds.runs, sorted({**small, **large})):

@@ -1,4 +1,5 @@
 """Temporal splits per series against a pandas oracle."""
+
 from __future__ import annotations
 
 import pickle

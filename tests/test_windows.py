@@ -1,4 +1,5 @@
 """Index arithmetic against brute force: runs, run splitting, window starts."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dask_windows.index import WindowGrid, PartitionRuns
+from dask_windows.index import PartitionRuns, WindowGrid
 from dask_windows.windows import find_runs, split_runs_at, window_starts, windows_per_run
 
 
@@ -76,7 +77,14 @@ def test_grid_restrict_keeps_the_start_grid():
     assert grid.counts[0].tolist() == [4, 9]
     sub = grid.restrict([np.array([1, 3])], [np.array([3, 100])])
     assert window_starts(sub.first[0], sub.counts[0], 2, 0, int(sub.counts[0].sum())).tolist() == [
-        2, 4, 16, 18, 20, 22, 24, 26,
+        2,
+        4,
+        16,
+        18,
+        20,
+        22,
+        24,
+        26,
     ]
 
 
@@ -111,12 +119,17 @@ def test_origin_and_owned_place_runs_on_their_series_grid(lengths, span, stride,
     origin = np.array([data.draw(st.integers(0, 20)) for _ in lengths], np.int64)
     owned = np.array([data.draw(st.integers(0, int(n))) for n in lengths], np.int64)
     runs = PartitionRuns(starts, lengths, np.arange(len(lengths)), origin=origin, owned=owned)
-    want = [int(s) + r for s, n, o, w in zip(starts, lengths, origin, owned)
-            for r in range(int(n)) if (o + r) % stride == 0 and r < w and r + span <= n]
+    want = [
+        int(s) + r
+        for s, n, o, w in zip(starts, lengths, origin, owned)
+        for r in range(int(n))
+        if (o + r) % stride == 0 and r < w and r + span <= n
+    ]
     assert _grid_starts(runs, span, stride) == want
     # Without origin and owned the grid is the plain one.
     assert _grid_starts(PartitionRuns(starts, lengths, np.arange(len(lengths))), span, stride) == [
-        int(s) + r for s, n in zip(starts, lengths) for r in range(0, int(n) - span + 1, stride)]
+        int(s) + r for s, n in zip(starts, lengths) for r in range(0, int(n) - span + 1, stride)
+    ]
 
 
 def test_nan_drop_keeps_the_run_grid_issue_11_item_5():
@@ -128,8 +141,9 @@ def test_nan_drop_keeps_the_run_grid_issue_11_item_5():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(1, 25), min_size=1, max_size=4), st.integers(1, 5), st.integers(1, 4),
-       st.booleans(), st.data())
+@given(
+    st.lists(st.integers(1, 25), min_size=1, max_size=4), st.integers(1, 5), st.integers(1, 4), st.booleans(), st.data()
+)
 def test_nan_drop_drops_only_windows_holding_a_nan(lengths, span, stride, placed, data):
     """Brute force: the grid of each whole run (with its origin and owned rows), minus windows with a bad row."""
     from dask_windows.index import scan_runs
@@ -144,9 +158,12 @@ def test_nan_drop_drops_only_windows_holding_a_nan(lengths, span, stride, placed
     runs = scan_runs(1, lambda i: found, lambda i: bad)[0]
     o = np.zeros(len(lengths), np.int64) if origin is None else origin
     w = lengths if owned is None else owned
-    want = [int(s) + r for s, n, oo, ww in zip(starts, lengths, o, w) for r in range(int(n))
-            if (oo + r) % stride == 0 and r < ww and r + span <= n
-            and not np.any((bad >= s + r) & (bad < s + r + span))]
+    want = [
+        int(s) + r
+        for s, n, oo, ww in zip(starts, lengths, o, w)
+        for r in range(int(n))
+        if (oo + r) % stride == 0 and r < ww and r + span <= n and not np.any((bad >= s + r) & (bad < s + r + span))
+    ]
     assert _grid_starts(runs, span, stride) == want
 
 
@@ -160,12 +177,24 @@ def test_a_series_across_row_group_partitions_keeps_its_stride_grid(tmp_path, st
 
     lengths = [23, 140, 7, 61]  # series crossing one or several row-group cuts (groups of 20 rows)
     ids = np.repeat(np.arange(len(lengths)), lengths)
-    frame = pd.DataFrame({"v": np.arange(len(ids), dtype=np.float32),
-                          "sid": ids if key_kind == "int" else np.array([f"s{i}" for i in ids])})
+    frame = pd.DataFrame(
+        {
+            "v": np.arange(len(ids), dtype=np.float32),
+            "sid": ids if key_kind == "int" else np.array([f"s{i}" for i in ids]),
+        }
+    )
     frame.to_parquet(tmp_path / "one.parquet", row_group_size=20)
     span = 9
-    ds = WindowDataset(str(tmp_path), features=["v"], series="sid", window=span, stride=stride,
-                       partition_bytes=1, return_index=True, batch_size=16)
+    ds = WindowDataset(
+        str(tmp_path),
+        features=["v"],
+        series="sid",
+        window=span,
+        stride=stride,
+        partition_bytes=1,
+        return_index=True,
+        batch_size=16,
+    )
     assert len(ds.partitions) > 5  # really cut at row groups
     got = np.sort(np.concatenate([idx.numpy() for _, idx in ds]))
     starts, first = [], 0

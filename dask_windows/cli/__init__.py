@@ -10,6 +10,7 @@
 The loader never imports this package; this package imports the loader's
 modules (to count windows the way the loader does).
 """
+
 from __future__ import annotations
 
 from dask_windows.cli.main import build_parser, main

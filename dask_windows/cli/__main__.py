@@ -1,4 +1,5 @@
 """``python -m dask_windows.cli``: the same as the ``dask-windows`` command."""
+
 from __future__ import annotations
 
 import sys

@@ -14,6 +14,7 @@ progress line goes to ``progress`` (stderr in the CLI) about once a second.
 torch and the dataset are imported inside :func:`bench`, so importing this
 module (as the CLI does) stays cheap.
 """
+
 from __future__ import annotations
 
 import time as clock
@@ -38,13 +39,29 @@ class _TimedRead:
                 self.seconds.value += clock.perf_counter() - started
 
 
-def bench(path: str, *, features: Sequence[str], series: str, window: int, stride: int = 1,
-          horizon: int = 0, targets: Sequence[str] | None = None, batch_size: int = 256,
-          num_workers: int = 0, buffer_partitions: int = 2, prefetch_partitions: int = 1,
-          max_batches: int | None = None, seconds: float = 30.0, step_ms: float = 0.0,
-          seed: int = 0, nan: str = "raise", on_error: str = "raise",
-          partition_bytes: int | None = None, retries: int = 3,
-          progress: IO[str] | None = None) -> dict:
+def bench(
+    path: str,
+    *,
+    features: Sequence[str],
+    series: str,
+    window: int,
+    stride: int = 1,
+    horizon: int = 0,
+    targets: Sequence[str] | None = None,
+    batch_size: int = 256,
+    num_workers: int = 0,
+    buffer_partitions: int = 2,
+    prefetch_partitions: int = 1,
+    max_batches: int | None = None,
+    seconds: float = 30.0,
+    step_ms: float = 0.0,
+    seed: int = 0,
+    nan: str = "raise",
+    on_error: str = "raise",
+    partition_bytes: int | None = None,
+    retries: int = 3,
+    progress: IO[str] | None = None,
+) -> dict:
     """Time a ``WindowDataset`` through a ``DataLoader`` on real data.
 
     Stops at the end of the epoch, after ``max_batches`` or after ``seconds``.
@@ -71,20 +88,34 @@ def bench(path: str, *, features: Sequence[str], series: str, window: int, strid
     tty = progress is not None and getattr(progress, "isatty", lambda: False)()
     say(f"bench: opening {path}")
     opened = clock.perf_counter()
-    ds = WindowDataset(path, features=list(features), targets=list(targets) if targets else None,
-                       series=series, window=window, stride=stride, horizon=horizon,
-                       batch_size=batch_size, shuffle=True, seed=seed,
-                       buffer_partitions=buffer_partitions,
-                       prefetch_partitions=prefetch_partitions, nan=nan, on_error=on_error,
-                       partition_bytes=partition_bytes, retries=retries)
+    ds = WindowDataset(
+        path,
+        features=list(features),
+        targets=list(targets) if targets else None,
+        series=series,
+        window=window,
+        stride=stride,
+        horizon=horizon,
+        batch_size=batch_size,
+        shuffle=True,
+        seed=seed,
+        buffer_partitions=buffer_partitions,
+        prefetch_partitions=prefetch_partitions,
+        nan=nan,
+        on_error=on_error,
+        partition_bytes=partition_bytes,
+        retries=retries,
+    )
     open_seconds = clock.perf_counter() - opened
     read_seconds = multiprocessing.get_context().Value("d", 0.0)
     ds.source.read = _TimedRead(ds.source.read, read_seconds)  # type: ignore[method-assign]
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=num_workers)
     batches = windows = num_bytes = 0
     waited = first_batch = 0.0
-    say(f"bench: {ds.num_windows:,} windows, {len(ds):,} batches/epoch; measuring for up to "
-        f"{seconds:g} s" + (f" or {max_batches:,} batches" if max_batches else ""))
+    say(
+        f"bench: {ds.num_windows:,} windows, {len(ds):,} batches/epoch; measuring for up to "
+        f"{seconds:g} s" + (f" or {max_batches:,} batches" if max_batches else "")
+    )
     started = clock.perf_counter()
     shown = started
     batch_iter = iter(loader)
@@ -107,8 +138,10 @@ def bench(path: str, *, features: Sequence[str], series: str, window: int, strid
         now = clock.perf_counter()
         if now - shown >= 1.0:
             shown = now
-            say(f"bench: {batches:,}/{len(ds):,} batches, {windows:,} windows, "
-                f"{now - started:.0f} s", end="\r" if tty else "\n")
+            say(
+                f"bench: {batches:,}/{len(ds):,} batches, {windows:,} windows, {now - started:.0f} s",
+                end="\r" if tty else "\n",
+            )
         if now - started >= seconds:
             break
     elapsed = max(clock.perf_counter() - started, 1e-9)
@@ -116,20 +149,34 @@ def bench(path: str, *, features: Sequence[str], series: str, window: int, strid
     del batch_iter  # joins the workers, so their peak RSS is known
     processes = max(1, num_workers)
     return {
-        "path": path, "partitions": len(ds.partitions), "num_windows": ds.num_windows,
-        "batches_per_epoch": len(ds), "batches": batches, "windows": windows,
-        "epoch_done": batches == len(ds), "seconds": elapsed,
-        "open_seconds": open_seconds, "first_batch_seconds": first_batch,
+        "path": path,
+        "partitions": len(ds.partitions),
+        "num_windows": ds.num_windows,
+        "batches_per_epoch": len(ds),
+        "batches": batches,
+        "windows": windows,
+        "epoch_done": batches == len(ds),
+        "seconds": elapsed,
+        "open_seconds": open_seconds,
+        "first_batch_seconds": first_batch,
         "windows_per_second": windows / elapsed,
         "gb_per_second": num_bytes / elapsed / 1e9,
         "wait_share": min(1.0, waited / elapsed),
         "read_share": min(1.0, read_seconds.value / (elapsed * processes)),
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        "peak_worker_rss_bytes": (resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-                                  if num_workers else None),
-        "settings": {"window": window, "stride": stride, "horizon": horizon,
-                     "batch_size": batch_size, "num_workers": num_workers,
-                     "buffer_partitions": buffer_partitions,
-                     "prefetch_partitions": prefetch_partitions, "step_ms": step_ms,
-                     "nan": nan, "on_error": on_error},
+        "peak_worker_rss_bytes": (
+            resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024 if num_workers else None
+        ),
+        "settings": {
+            "window": window,
+            "stride": stride,
+            "horizon": horizon,
+            "batch_size": batch_size,
+            "num_workers": num_workers,
+            "buffer_partitions": buffer_partitions,
+            "prefetch_partitions": prefetch_partitions,
+            "step_ms": step_ms,
+            "nan": nan,
+            "on_error": on_error,
+        },
     }

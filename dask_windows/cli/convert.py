@@ -41,6 +41,7 @@ near the size of the compressed output. A run that was killed leaves
 ``DST.tmp-*``; the next run for the same ``DST`` removes it (a marker file in
 it names the process, so a run still alive on this host is left alone).
 """
+
 from __future__ import annotations
 
 import errno
@@ -140,13 +141,16 @@ def plan_files(series_rows: np.ndarray, target_rows: int) -> tuple[np.ndarray, n
 def _parquet_bytes(df: pd.DataFrame, compression: str) -> int:
     table = pa.Table.from_pandas(df, preserve_index=False)
     buf = io.BytesIO()
-    pq.write_table(table, buf, compression=compression, use_dictionary=[
-        f.name for f in table.schema if not pa.types.is_floating(f.type)])
+    pq.write_table(
+        table,
+        buf,
+        compression=compression,
+        use_dictionary=[f.name for f in table.schema if not pa.types.is_floating(f.type)],
+    )
     return buf.tell()
 
 
-def _profile(df: pd.DataFrame, series: str, time: str, compression: str,
-             partition_info=None) -> pd.DataFrame:
+def _profile(df: pd.DataFrame, series: str, time: str, compression: str, partition_info=None) -> pd.DataFrame:
     """Rows and null times; for the first partition also Parquet bytes per row and per file.
 
     The sample is sorted like the output, which compresses better than raw
@@ -167,8 +171,14 @@ def _profile(df: pd.DataFrame, series: str, time: str, compression: str,
             marginal = (full - _parquet_bytes(sample.iloc[:half], compression)) / (len(sample) - half)
             if marginal > 0:
                 per_row, per_file = marginal, max(0.0, full - marginal * len(sample))
-    return pd.DataFrame({"rows": [len(df)], "null_time": [int(df[time].isna().sum())],
-                         "bytes_per_row": [per_row], "bytes_per_file": [per_file]})
+    return pd.DataFrame(
+        {
+            "rows": [len(df)],
+            "null_time": [int(df[time].isna().sum())],
+            "bytes_per_row": [per_row],
+            "bytes_per_file": [per_file],
+        }
+    )
 
 
 def _times(values: pd.Series) -> np.ndarray:
@@ -213,14 +223,14 @@ def _merge_sketches(*sketches: dict, size: int) -> dict:
     return out
 
 
-def _split_cuts(ddf: dd.DataFrame, series: str, time: str, keys: pd.Index,
-                num_pieces: np.ndarray, compute: Compute) -> dict[int, np.ndarray]:
+def _split_cuts(
+    ddf: dd.DataFrame, series: str, time: str, keys: pd.Index, num_pieces: np.ndarray, compute: Compute
+) -> dict[int, np.ndarray]:
     """Times at which each split series starts a new file (pass 2)."""
     size = 4096
     parts = [dask.delayed(_time_sketch)(p, series, time, keys, size) for p in ddf.to_delayed()]
     while len(parts) > 1:  # a tree, so no task merges more than 8 sketches
-        parts = [dask.delayed(_merge_sketches)(*parts[i:i + 8], size=size)
-                 for i in range(0, len(parts), 8)]
+        parts = [dask.delayed(_merge_sketches)(*parts[i : i + 8], size=size) for i in range(0, len(parts), 8)]
     (sketch,) = compute("sampling times of long series", parts[0])
     cuts = {}
     for pos, (times, weights) in sketch.items():
@@ -230,8 +240,9 @@ def _split_cuts(ddf: dd.DataFrame, series: str, time: str, keys: pd.Index,
     return cuts
 
 
-def _file_ids(df: pd.DataFrame, series: str, time: str, keys: pd.Index,
-              first_file: np.ndarray, cuts: dict[int, np.ndarray]) -> np.ndarray:
+def _file_ids(
+    df: pd.DataFrame, series: str, time: str, keys: pd.Index, first_file: np.ndarray, cuts: dict[int, np.ndarray]
+) -> np.ndarray:
     """The output file of every row of one input partition."""
     positions = keys.get_indexer(df[series])
     file_ids = first_file[positions]
@@ -254,14 +265,18 @@ def _disk_error(exc: OSError, path: str, what: str) -> OSError:
     if code not in _DISK_FULL and not any(s in str(exc) for s in ("No space left", "File too large")):
         return OSError(code, f"{exc} (writing {what} {path})")
     code = code or errno.ENOSPC
-    return OSError(code, f"{os.strerror(code)} while writing {what} {path}: the disk holding the "
-                         f"output is full (or a file size limit was hit); free space there or "
-                         f"choose a DST on a larger disk (convert needs about the output's size "
-                         f"twice while it runs: compressed scratch plus the output)")
+    return OSError(
+        code,
+        f"{os.strerror(code)} while writing {what} {path}: the disk holding the "
+        f"output is full (or a file size limit was hit); free space there or "
+        f"choose a DST on a larger disk (convert needs about the output's size "
+        f"twice while it runs: compressed scratch plus the output)",
+    )
 
 
-def _scatter(df: pd.DataFrame, number: int, fs: Any, scratch: str, schema: pa.Schema,
-             plan: tuple) -> tuple[str, list[tuple[int, int, int]]]:
+def _scatter(
+    df: pd.DataFrame, number: int, fs: Any, scratch: str, schema: pa.Schema, plan: tuple
+) -> tuple[str, list[tuple[int, int, int]]]:
     """Write one input partition to a scratch Arrow file, one batch per output file.
 
     Returns:
@@ -285,31 +300,57 @@ def _scatter(df: pd.DataFrame, number: int, fs: Any, scratch: str, schema: pa.Sc
     return path, index
 
 
-def _gather(file_id: int, pieces: list[tuple[str, int]], fs: Any, root: str, name: str,
-            schema: pa.Schema, series: str, time: str, compression: str) -> dict:
+def _gather(
+    file_id: int,
+    pieces: list[tuple[str, int]],
+    fs: Any,
+    root: str,
+    name: str,
+    schema: pa.Schema,
+    series: str,
+    time: str,
+    compression: str,
+) -> dict:
     """Read one output file's rows from scratch, sort them and write one row group."""
     batches = []
     for path, batch in pieces:  # in input order, so a stable sort keeps ties in order
         with fs.open(path, "rb") as src:
             batches.append(pa.ipc.open_file(src).get_batch(batch))
     table = pa.Table.from_batches(batches, schema=schema)
-    table = table.take(pc.sort_indices(table, sort_keys=[(series, "ascending"),
-                                                         (time, "ascending")]))
+    table = table.take(pc.sort_indices(table, sort_keys=[(series, "ascending"), (time, "ascending")]))
     path = posixpath.join(root, name)
     # dictionaries pay off for ids and labels, not for measurements (they grow float files)
     dictionary = [f.name for f in schema if not pa.types.is_floating(f.type)]
     try:
         with fs.open(path, "wb") as out:
-            pq.write_table(table, out, row_group_size=max(len(table), 1), compression=compression,
-                           use_dictionary=dictionary, write_page_checksum=True)
+            pq.write_table(
+                table,
+                out,
+                row_group_size=max(len(table), 1),
+                compression=compression,
+                use_dictionary=dictionary,
+                write_page_checksum=True,
+            )
     except OSError as exc:
         raise _disk_error(exc, path, "output file") from exc
-    return {"path": name, "rows": len(table), "bytes": int(fs.size(path)),
-            "runs": series_runs(table.column(series).to_numpy())}
+    return {
+        "path": name,
+        "rows": len(table),
+        "bytes": int(fs.size(path)),
+        "runs": series_runs(table.column(series).to_numpy()),
+    }
 
 
-def _write_files(ddf: dd.DataFrame, fs: Any, tmp: str, plan: tuple, num_files: int,
-                 compression: str, compute: Compute, spread: dict | None = None) -> list[dict]:
+def _write_files(
+    ddf: dd.DataFrame,
+    fs: Any,
+    tmp: str,
+    plan: tuple,
+    num_files: int,
+    compression: str,
+    compute: Compute,
+    spread: dict | None = None,
+) -> list[dict]:
     """Pass 3: bucket every row into its output file through scratch files on ``fs``.
 
     With ``spread`` (the options of :func:`dask_windows.cli.layout.write_spread`) the buckets
@@ -319,8 +360,7 @@ def _write_files(ddf: dd.DataFrame, fs: Any, tmp: str, plan: tuple, num_files: i
     schema = pa.Schema.from_pandas(ddf._meta, preserve_index=False)
     scratch = posixpath.join(tmp, "_scratch")
     fs.makedirs(scratch, exist_ok=True)
-    scatters = [dask.delayed(_scatter)(part, i, fs, scratch, schema, plan)
-                for i, part in enumerate(ddf.to_delayed())]
+    scatters = [dask.delayed(_scatter)(part, i, fs, scratch, schema, plan) for i, part in enumerate(ddf.to_delayed())]
     pieces: list[list[tuple[str, int]]] = [[] for _ in range(num_files)]
     bucket_rows = np.zeros(num_files, np.int64)
     for path, index in compute("splitting rows by output file", *scatters):
@@ -328,14 +368,27 @@ def _write_files(ddf: dd.DataFrame, fs: Any, tmp: str, plan: tuple, num_files: i
             pieces[file_id].append((path, batch))
             bucket_rows[file_id] += rows
     if spread is not None:
-        entries, _ = write_spread(pieces, bucket_rows, fs, tmp, scratch, schema, series, time,
-                                  compression=compression, compute=compute, **spread)
+        entries, _ = write_spread(
+            pieces,
+            bucket_rows,
+            fs,
+            tmp,
+            scratch,
+            schema,
+            series,
+            time,
+            compression=compression,
+            compute=compute,
+            **spread,
+        )
         fs.rm(scratch, recursive=True)
         return entries
     width = max(5, len(str(num_files - 1)))
-    gathers = [dask.delayed(_gather)(j, pieces[j], fs, tmp, f"part-{j:0{width}d}.parquet",
-                                     schema, series, time, compression)
-               for j in range(num_files) if pieces[j]]
+    gathers = [
+        dask.delayed(_gather)(j, pieces[j], fs, tmp, f"part-{j:0{width}d}.parquet", schema, series, time, compression)
+        for j in range(num_files)
+        if pieces[j]
+    ]
     entries = list(compute("sorting and writing files", *gathers))
     fs.rm(scratch, recursive=True)
     return entries
@@ -356,8 +409,7 @@ def _parse_times(ddf: dd.DataFrame, time: str, utc: bool) -> dd.DataFrame:
     return ddf.map_partitions(_to_datetime, time, utc, dtype, meta=meta)
 
 
-def _check_columns(ddf: dd.DataFrame, series: str, time: str, parse_time: bool | str,
-                   where: str) -> dd.DataFrame:
+def _check_columns(ddf: dd.DataFrame, series: str, time: str, parse_time: bool | str, where: str) -> dd.DataFrame:
     for flag, column in (("--series", series), ("--time", time)):
         if column not in ddf.columns:
             raise SchemaError(
@@ -369,8 +421,11 @@ def _check_columns(ddf: dd.DataFrame, series: str, time: str, parse_time: bool |
     if parse_time:
         ddf = _parse_times(ddf, time, utc=parse_time == "utc")
     dtype = ddf.dtypes[time]
-    if not (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_datetime64_any_dtype(dtype)
-            or pd.api.types.is_timedelta64_dtype(dtype)) or pd.api.types.is_complex_dtype(dtype):
+    if not (
+        pd.api.types.is_numeric_dtype(dtype)
+        or pd.api.types.is_datetime64_any_dtype(dtype)
+        or pd.api.types.is_timedelta64_dtype(dtype)
+    ) or pd.api.types.is_complex_dtype(dtype):
         raise SchemaError(
             f"time column {time!r} in {where} has dtype {dtype}, which does not sort as "
             f"time; store it as numbers or datetimes, or pass --parse-time to parse it "
@@ -458,8 +513,15 @@ def convert(
         if kind.startswith(("timestamp", "date")):
             parsing = "utc" if "tz=" in kind else True
     leftovers = remove_leftovers(out_fs, root)
-    ddf = read_inputs(files, fmt, series=series, time=time, npy_columns=npy_columns,
-                      blocksize=min(target_bytes, input_block_size), storage_options=storage_options)
+    ddf = read_inputs(
+        files,
+        fmt,
+        series=series,
+        time=time,
+        npy_columns=npy_columns,
+        blocksize=min(target_bytes, input_block_size),
+        storage_options=storage_options,
+    )
     where = files[0] if len(files) == 1 else f"{files[0]} (and {len(files) - 1} more files)"
     ddf = _check_columns(ddf, series, time, parsing, where)
 
@@ -467,29 +529,45 @@ def convert(
     counts, profile = compute(
         "counting rows per series",
         ddf[series].value_counts(dropna=False),
-        ddf.map_partitions(_profile, series, time, compression, meta={
-            "rows": "i8", "null_time": "i8", "bytes_per_row": "f8", "bytes_per_file": "f8"}),
+        ddf.map_partitions(
+            _profile,
+            series,
+            time,
+            compression,
+            meta={"rows": "i8", "null_time": "i8", "bytes_per_row": "f8", "bytes_per_file": "f8"},
+        ),
     )
     rows_in = int(profile["rows"].sum())
     if counts.index.hasnans:
-        raise DataError(f"series column {series!r} has {int(counts[counts.index.isna()].sum())} "
-                        f"null values in {where}; fill or drop them first")
+        raise DataError(
+            f"series column {series!r} has {int(counts[counts.index.isna()].sum())} "
+            f"null values in {where}; fill or drop them first"
+        )
     if profile["null_time"].sum():
-        raise DataError(f"time column {time!r} has {int(profile['null_time'].sum())} null "
-                        f"values in {where}; fill or drop them first")
+        raise DataError(
+            f"time column {time!r} has {int(profile['null_time'].sum())} null "
+            f"values in {where}; fill or drop them first"
+        )
     try:
         counts = counts.sort_index()
     except TypeError as exc:
-        raise DataError(f"series column {series!r} mixes values that cannot be ordered "
-                        f"({exc}); cast it to one type first") from exc
+        raise DataError(
+            f"series column {series!r} mixes values that cannot be ordered ({exc}); cast it to one type first"
+        ) from exc
     bytes_per_row = float(np.nanmax(np.append(profile["bytes_per_row"].to_numpy(), 1.0)))
     bytes_per_file = float(np.nan_to_num(profile["bytes_per_file"].iloc[0]))
     target_rows = max(1, int((target_bytes - min(bytes_per_file, target_bytes / 2)) / bytes_per_row))
     keys = counts.index
     first_file, num_pieces = plan_files(counts.to_numpy(), target_rows)
     num_files = int(first_file[-1] + num_pieces[-1]) if len(keys) else 0
-    logger.info("%d rows, %d series, ~%.1f bytes/row -> %d files of <= %d rows",
-                rows_in, len(keys), bytes_per_row, num_files, target_rows)
+    logger.info(
+        "%d rows, %d series, ~%.1f bytes/row -> %d files of <= %d rows",
+        rows_in,
+        len(keys),
+        bytes_per_row,
+        num_files,
+        target_rows,
+    )
 
     # pass 2: where to cut series too long for one file
     cuts = {}
@@ -512,11 +590,19 @@ def convert(
         if spread is not None:  # overlap rows are stored twice; owned rows count each row once
             rows_out = sum(run[4] for e in entries for run in e["runs"])
         if rows_out != rows_in:
-            raise DataError(f"read {rows_in} rows but wrote {rows_out}; the input changed "
-                            f"while converting, or this is a bug (please report it)")
-        write_manifest(tmp, out_fs, series=series, time=time, files=entries,
-                       span=None if spread is None else spread["span"],
-                       layout=None if spread is None else "spread")
+            raise DataError(
+                f"read {rows_in} rows but wrote {rows_out}; the input changed "
+                f"while converting, or this is a bug (please report it)"
+            )
+        write_manifest(
+            tmp,
+            out_fs,
+            series=series,
+            time=time,
+            files=entries,
+            span=None if spread is None else spread["span"],
+            layout=None if spread is None else "spread",
+        )
         out_fs.rm(marker)
         _move_into_place(out_fs, tmp, root)
     except BaseException:
@@ -524,11 +610,21 @@ def convert(
             out_fs.rm(tmp, recursive=True)
         raise
     manifest = read_manifest(root, out_fs)  # reread: what a loader will see
-    return ConvertReport(dst=dst, rows_in=rows_in, rows_out=rows_out, files=len(entries),
-                         series=len(keys), split_series=int((num_pieces > 1).sum()),
-                         bytes_out=sum(e["bytes"] for e in entries), manifest=manifest,
-                         layout=layout, span=None if spread is None else spread["span"],
-                         leftovers_removed=tuple(leftovers))
+    if manifest is None:
+        raise DataError(f"{dst} has no readable manifest after converting; rerun the conversion")
+    return ConvertReport(
+        dst=dst,
+        rows_in=rows_in,
+        rows_out=rows_out,
+        files=len(entries),
+        series=len(keys),
+        split_series=int((num_pieces > 1).sum()),
+        bytes_out=sum(e["bytes"] for e in entries),
+        manifest=manifest,
+        layout=layout,
+        span=None if spread is None else spread["span"],
+        leftovers_removed=tuple(leftovers),
+    )
 
 
 def _spread_options(layout: str, window: int | None, horizon: int, chunk_rows: int | None) -> dict | None:
@@ -536,8 +632,7 @@ def _spread_options(layout: str, window: int | None, horizon: int, chunk_rows: i
     if layout not in LAYOUTS:
         raise ConfigError(f"layout={layout!r} is not one of {', '.join(LAYOUTS)}; use 'spread' (the default)")
     for name, value, low in (("window", window, 1), ("horizon", horizon, 0), ("chunk_rows", chunk_rows, 1)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer))
-                                  or value < low):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low):
             raise ConfigError(f"{name}={value!r} must be an int >= {low}")
     if layout == "contiguous":
         return None
@@ -554,4 +649,3 @@ def _move_into_place(fs: Any, tmp: str, root: str) -> None:
     fs.mv(tmp, root, recursive=True)
     if old is not None:
         fs.rm(old, recursive=True)
-

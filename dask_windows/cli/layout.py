@@ -321,7 +321,11 @@ def _write_file(
     dictionary = [f.name for f in schema if not pa.types.is_floating(f.type)]
     with fs.open(path, "wb") as out:
         pq.write_table(
-            table, out, row_group_size=max(len(table), 1), compression=compression, use_dictionary=dictionary,
+            table,
+            out,
+            row_group_size=max(len(table), 1),
+            compression=compression,
+            use_dictionary=dictionary,
             write_page_checksum=True,
         )
     return {"path": name, "rows": table.num_rows, "bytes": int(fs.size(path)), "runs": runs}

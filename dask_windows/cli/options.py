@@ -7,6 +7,7 @@ keywords in its messages (``batch_size=0``, ``on_error='skip'``) into the
 flags that set them here, so no message suggests an option the command line
 does not have.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,24 +29,28 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         default = action.default
-        if (action.option_strings and "%(default)" not in text and "default" not in text
-                and default is not None and default is not False
-                and default is not argparse.SUPPRESS and action.nargs != 0):
+        if (
+            action.option_strings
+            and "%(default)" not in text
+            and "default" not in text
+            and default is not None
+            and default is not False
+            and default is not argparse.SUPPRESS
+            and action.nargs != 0
+        ):
             text += " (default: %(default)s)"
         return text
 
 
 def _parsed(kind: str, parse: Any) -> Any:
     """An argparse type: ``parse(text)`` or a usage error naming the flag and an example."""
-    examples = {"size": "256MB, 2GiB or 1000000", "duration": "10s, 2min or 1.5",
-                "memory": "auto, 4GB or 2GiB"}
+    examples = {"size": "256MB, 2GiB or 1000000", "duration": "10s, 2min or 1.5", "memory": "auto, 4GB or 2GiB"}
 
     def convert(text: str) -> Any:
         try:
             value = parse(text)
         except (ValueError, TypeError, KeyError) as exc:
-            raise argparse.ArgumentTypeError(
-                f"{text!r} is not a {kind} (e.g. {examples[kind]}): {exc}") from None
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {kind} (e.g. {examples[kind]}): {exc}") from None
         return value
 
     convert.__name__ = kind
@@ -81,75 +86,116 @@ def _count(text: str) -> int:
 
 def _global_options(parser: argparse.ArgumentParser, sub: bool) -> None:
     dest = "verbose_sub" if sub else "verbose"
-    parser.add_argument("-v", "--verbose", action="count", default=0, dest=dest,
-                        help="log progress (-v) or debug details and tracebacks (-vv); "
-                             "allowed before or after the command")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        dest=dest,
+        help="log progress (-v) or debug details and tracebacks (-vv); allowed before or after the command",
+    )
 
 
 def _cluster_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("cluster")
-    group.add_argument("--scheduler", metavar="ADDRESS",
-                       help="address of a running Dask scheduler, e.g. tcp://10.0.0.5:8786 "
-                            "(default: start a LocalCluster)")
-    group.add_argument("--workers", type=_count, default=2, metavar="N",
-                       help="LocalCluster worker processes")
-    group.add_argument("--threads-per-worker", type=_count, default=1, metavar="N",
-                       help="threads in each LocalCluster worker")
-    group.add_argument("--memory-limit", default="auto", type=_parsed("memory", _memory_arg),
-                       metavar="BYTES", help="LocalCluster memory limit per worker, e.g. 2GB")
-    group.add_argument("--local-directory", default=None, metavar="DIR",
-                       help="where LocalCluster workers spill to disk (default: Dask's "
-                            "temporary directory)")
-    group.add_argument("--connect-timeout", default="10s", metavar="TIME",
-                       type=_parsed("duration", _duration_arg),
-                       help="how long to try reaching --scheduler")
-    group.add_argument("--no-progress", action="store_true",
-                       help="no progress bars on stderr (default: show them)")
+    group.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="address of a running Dask scheduler, e.g. tcp://10.0.0.5:8786 (default: start a LocalCluster)",
+    )
+    group.add_argument("--workers", type=_count, default=2, metavar="N", help="LocalCluster worker processes")
+    group.add_argument(
+        "--threads-per-worker", type=_count, default=1, metavar="N", help="threads in each LocalCluster worker"
+    )
+    group.add_argument(
+        "--memory-limit",
+        default="auto",
+        type=_parsed("memory", _memory_arg),
+        metavar="BYTES",
+        help="LocalCluster memory limit per worker, e.g. 2GB",
+    )
+    group.add_argument(
+        "--local-directory",
+        default=None,
+        metavar="DIR",
+        help="where LocalCluster workers spill to disk (default: Dask's temporary directory)",
+    )
+    group.add_argument(
+        "--connect-timeout",
+        default="10s",
+        metavar="TIME",
+        type=_parsed("duration", _duration_arg),
+        help="how long to try reaching --scheduler",
+    )
+    group.add_argument("--no-progress", action="store_true", help="no progress bars on stderr (default: show them)")
 
 
 def _window_options(parser: argparse.ArgumentParser, required: bool = False) -> None:
-    parser.add_argument("--window", type=int, required=required, metavar="L",
-                        help="rows per window" + ("" if required else
-                                                  " (default: no window counts)"))
-    parser.add_argument("--stride", type=int, default=1, metavar="S",
-                        help="rows between consecutive window starts")
-    parser.add_argument("--horizon", type=int, default=0, metavar="H",
-                        help="rows after each window that its targets cover")
+    parser.add_argument(
+        "--window",
+        type=int,
+        required=required,
+        metavar="L",
+        help="rows per window" + ("" if required else " (default: no window counts)"),
+    )
+    parser.add_argument("--stride", type=int, default=1, metavar="S", help="rows between consecutive window starts")
+    parser.add_argument(
+        "--horizon", type=int, default=0, metavar="H", help="rows after each window that its targets cover"
+    )
 
 
 def _loader_options(parser: argparse.ArgumentParser) -> None:
     """The ``WindowDataset`` settings that ``inspect`` and ``bench`` share."""
-    parser.add_argument("--targets", nargs="+", metavar="COL",
-                        help="columns stacked as y (default: none)")
-    parser.add_argument("--batch-size", type=int, default=256, metavar="B",
-                        help="windows per batch")
-    parser.add_argument("--buffer-partitions", type=int, default=2, metavar="N",
-                        help="partitions decoded together")
-    parser.add_argument("--prefetch-partitions", type=int, default=1, metavar="N",
-                        help="partitions read ahead")
-    parser.add_argument("--num-workers", type=_count, default=0, metavar="N",
-                        help="DataLoader worker processes")
-    parser.add_argument("--nan", choices=("raise", "drop"), default="raise",
-                        help="windows holding NaN: raise an error, or drop them (as "
-                             "WindowDataset's nan=)")
-    parser.add_argument("--on-error", choices=("raise", "skip"), default="raise",
-                        help="unreadable files: raise an error, or skip them (as "
-                             "WindowDataset's on_error=)")
-    parser.add_argument("--retries", type=_count, default=3, metavar="N",
-                        help="retries of transient storage errors (as WindowDataset's retries=)")
-    parser.add_argument("--partition-bytes", type=_parsed("size", _size_arg), metavar="BYTES",
-                        help="split Parquet files with more uncompressed bytes at row groups "
-                             "(default: the loader's, 256MiB)")
+    parser.add_argument("--targets", nargs="+", metavar="COL", help="columns stacked as y (default: none)")
+    parser.add_argument("--batch-size", type=int, default=256, metavar="B", help="windows per batch")
+    parser.add_argument("--buffer-partitions", type=int, default=2, metavar="N", help="partitions decoded together")
+    parser.add_argument("--prefetch-partitions", type=int, default=1, metavar="N", help="partitions read ahead")
+    parser.add_argument("--num-workers", type=_count, default=0, metavar="N", help="DataLoader worker processes")
+    parser.add_argument(
+        "--nan",
+        choices=("raise", "drop"),
+        default="raise",
+        help="windows holding NaN: raise an error, or drop them (as WindowDataset's nan=)",
+    )
+    parser.add_argument(
+        "--on-error",
+        choices=("raise", "skip"),
+        default="raise",
+        help="unreadable files: raise an error, or skip them (as WindowDataset's on_error=)",
+    )
+    parser.add_argument(
+        "--retries",
+        type=_count,
+        default=3,
+        metavar="N",
+        help="retries of transient storage errors (as WindowDataset's retries=)",
+    )
+    parser.add_argument(
+        "--partition-bytes",
+        type=_parsed("size", _size_arg),
+        metavar="BYTES",
+        help="split Parquet files with more uncompressed bytes at row groups (default: the loader's, 256MiB)",
+    )
 
 
 #: Python keywords in the loader's messages, and the flags that set them here.
-_FLAGS = {"on_error": "--on-error", "batch_size": "--batch-size", "window": "--window",
-          "stride": "--stride", "horizon": "--horizon", "nan": "--nan",
-          "buffer_partitions": "--buffer-partitions", "features": "--features",
-          "prefetch_partitions": "--prefetch-partitions", "targets": "--targets",
-          "series": "--series", "num_workers": "--num-workers",
-          "partition_size": "--partition-size", "partition_bytes": "--partition-bytes",
-          "retries": "--retries"}
+_FLAGS = {
+    "on_error": "--on-error",
+    "batch_size": "--batch-size",
+    "window": "--window",
+    "stride": "--stride",
+    "horizon": "--horizon",
+    "nan": "--nan",
+    "buffer_partitions": "--buffer-partitions",
+    "features": "--features",
+    "prefetch_partitions": "--prefetch-partitions",
+    "targets": "--targets",
+    "series": "--series",
+    "num_workers": "--num-workers",
+    "partition_size": "--partition-size",
+    "partition_bytes": "--partition-bytes",
+    "retries": "--retries",
+}
 
 
 def _cli_message(message: str) -> str:

@@ -13,6 +13,7 @@ Dask's DataFrame layer is imported inside :func:`read_inputs`, so listing
 inputs and checking formats (and the CLI's ``--help``, which needs
 ``FORMATS``) does not pay for it.
 """
+
 from __future__ import annotations
 
 import posixpath
@@ -43,8 +44,7 @@ def _format_of(path: str) -> str | None:
     return next((f for f, exts in _EXTENSIONS.items() if path.lower().endswith(exts)), None)
 
 
-def list_inputs(srcs: Sequence[str], fmt: str | None,
-                storage_options: dict | None = None) -> tuple[str, list[str]]:
+def list_inputs(srcs: Sequence[str], fmt: str | None, storage_options: dict | None = None) -> tuple[str, list[str]]:
     """Expand files, folders and globs into input file URLs, and settle the format.
 
     Folders are searched recursively for files with the format's extensions
@@ -61,8 +61,12 @@ def list_inputs(srcs: Sequence[str], fmt: str | None,
     for src in srcs:
         fs, path = fsspec.core.url_to_fs(src, **(storage_options or {}))
         if fs.isdir(path):
-            found = [p for p in fs.find(path) if p.lower().endswith(wanted) and not any(
-                part.startswith(("_", ".")) for part in posixpath.relpath(p, path).split("/"))]
+            found = [
+                p
+                for p in fs.find(path)
+                if p.lower().endswith(wanted)
+                and not any(part.startswith(("_", ".")) for part in posixpath.relpath(p, path).split("/"))
+            ]
         elif any(c in path for c in "*?["):
             found = fs.glob(path)
         elif fs.exists(path):
@@ -70,19 +74,21 @@ def list_inputs(srcs: Sequence[str], fmt: str | None,
         else:
             raise FileNotFoundError(f"input {src} does not exist; check the path")
         if not found:
-            raise FileNotFoundError(f"no input files ({', '.join(wanted)}) in {src}; "
-                                    f"check the path or pass --format")
+            raise FileNotFoundError(f"no input files ({', '.join(wanted)}) in {src}; check the path or pass --format")
         local = "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
         urls += [p if local else fs.unstrip_protocol(p) for p in sorted(found)]
     if fmt is None:
         formats = {_format_of(u) for u in urls}
         if None in formats:
             odd = next(u for u in urls if _format_of(u) is None)
-            raise ConfigError(f"cannot tell the format of {odd} from its name; pass "
-                              f"--format with one of {', '.join(FORMATS)}")
+            raise ConfigError(
+                f"cannot tell the format of {odd} from its name; pass --format with one of {', '.join(FORMATS)}"
+            )
         if len(formats) > 1:
-            raise ConfigError(f"inputs mix formats {sorted(formats)}; convert one format "  # type: ignore[type-var]
-                              f"at a time or pass --format")
+            raise ConfigError(
+                f"inputs mix formats {sorted(formats)}; convert one format "  # type: ignore[type-var]
+                f"at a time or pass --format"
+            )
         fmt = formats.pop()
     return fmt, urls  # type: ignore[return-value]
 
@@ -94,15 +100,17 @@ def _csv_schema(url: str, storage_options: dict | None) -> dict[str, str]:
     sep = "\t" if url.lower().endswith(".tsv") else ","
     with fsspec.open(url, "rb", compression="infer", **(storage_options or {})) as src:
         try:
-            reader = pacsv.open_csv(src, read_options=pacsv.ReadOptions(block_size=2**20),
-                                    parse_options=pacsv.ParseOptions(delimiter=sep))
+            reader = pacsv.open_csv(
+                src, read_options=pacsv.ReadOptions(block_size=2**20), parse_options=pacsv.ParseOptions(delimiter=sep)
+            )
         except Exception as exc:  # empty file, bad quoting, ...: named with the file
             raise DataError(f"cannot read {url} as CSV ({exc}); check the file or --format") from exc
         return {f.name: str(f.type) for f in reader.schema}
 
 
-def file_schemas(urls: Sequence[str], fmt: str, storage_options: dict | None = None,
-                 threads: int = 16) -> list[dict[str, str]]:
+def file_schemas(
+    urls: Sequence[str], fmt: str, storage_options: dict | None = None, threads: int = 16
+) -> list[dict[str, str]]:
     """Each input file's columns and their types, read before any conversion work.
 
     Parquet: the footer's schema (pandas' index columns left out); CSV: what
@@ -119,12 +127,13 @@ def file_schemas(urls: Sequence[str], fmt: str, storage_options: dict | None = N
         def one(url: str) -> dict[str, str]:
             with fsspec.open(url, "rb", **options) as src:
                 schema = pq.read_schema(src)
-            return {f.name: str(f.type) for f in schema
-                    if not f.name.startswith("__index_level_")}
+            return {f.name: str(f.type) for f in schema if not f.name.startswith("__index_level_")}
     elif fmt == "csv":
+
         def one(url: str) -> dict[str, str]:
             return _csv_schema(url, options)
     elif fmt == "avro":
+
         def one(url: str) -> dict[str, str]:
             return _avro_dtypes(url, options)
     else:
@@ -149,8 +158,7 @@ def schema_mismatch(urls: Sequence[str], schemas: Sequence[dict[str, str]]) -> s
         return None
     first = schemas[0]
     names = list(dict.fromkeys(n for s in schemas for n in s))
-    differing = [n for n in names if any(n not in s or not _same_type(s[n], first.get(n))
-                                         for s in schemas)]
+    differing = [n for n in names if any(n not in s or not _same_type(s[n], first.get(n)) for s in schemas)]
     if not differing:
         return None
     groups: dict[tuple, list[str]] = {}
@@ -161,10 +169,13 @@ def schema_mismatch(urls: Sequence[str], schemas: Sequence[dict[str, str]]) -> s
         more = f" (and {len(members) - 1} more like it)" if len(members) > 1 else ""
         cols = ", ".join(f"{n}: {t}" for n, t in zip(differing, key))
         lines.append(f"  {members[0]}{more}: {cols}")
-    return ("the inputs do not share one schema; these columns differ (- means missing):\n"
-            + "\n".join(lines) + "\nnothing was converted: rewrite the files with the same "
-            "columns and types (e.g. cast in pandas and save again), or convert each group of "
-            "files separately")
+    return (
+        "the inputs do not share one schema; these columns differ (- means missing):\n"
+        + "\n".join(lines)
+        + "\nnothing was converted: rewrite the files with the same "
+        "columns and types (e.g. cast in pandas and save again), or convert each group of "
+        "files separately"
+    )
 
 
 def _avro_dtype(avro_type: Any) -> str:
@@ -182,9 +193,14 @@ def _avro_dtype(avro_type: Any) -> str:
         if logical in ("local-timestamp-millis", "local-timestamp-micros"):
             return "datetime64[us]"
         avro_type = avro_type.get("type") if not logical else None
-    simple = {"int": ("int64", "Int64"), "long": ("int64", "Int64"),
-              "float": ("float32", "float32"), "double": ("float64", "float64"),
-              "boolean": ("bool", "boolean"), "string": ("str", "str")}
+    simple = {
+        "int": ("int64", "Int64"),
+        "long": ("int64", "Int64"),
+        "float": ("float32", "float32"),
+        "double": ("float64", "float64"),
+        "boolean": ("bool", "boolean"),
+        "string": ("str", "str"),
+    }
     return simple[avro_type][nullable] if avro_type in simple else "object"
 
 
@@ -203,12 +219,12 @@ def _avro_dtypes(url: str, storage_options: dict | None) -> dict[str, str]:
     return {field["name"]: _avro_dtype(field["type"]) for field in schema["fields"]}
 
 
-def _read_avro(url: str, dtypes: dict[str, str], first: str,
-               storage_options: dict | None) -> pd.DataFrame:
+def _read_avro(url: str, dtypes: dict[str, str], first: str, storage_options: dict | None) -> pd.DataFrame:
     fastavro = _fastavro()
     if url != first and (mine := _avro_dtypes(url, storage_options)) != dtypes:
-        raise SchemaError(f"{url} has Avro columns {mine} but {first} has {dtypes}; "
-                          f"convert files with different schemas separately")
+        raise SchemaError(
+            f"{url} has Avro columns {mine} but {first} has {dtypes}; convert files with different schemas separately"
+        )
     with fsspec.open(url, "rb", **(storage_options or {})) as src:
         records = list(fastavro.reader(src))
     columns = {}
@@ -224,20 +240,20 @@ def _read_avro(url: str, dtypes: dict[str, str], first: str,
 def _npy_header(url: str, storage_options: dict | None) -> tuple[tuple, np.dtype, int, bool]:
     with fsspec.open(url, "rb", **(storage_options or {})) as src:
         version = np.lib.format.read_magic(src)
-        read = {(1, 0): np.lib.format.read_array_header_1_0,
-                (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+        read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}.get(version)
         if read is None:
             raise DataError(f"{url} is .npy version {version}; save it with numpy.save")
         shape, fortran_order, dtype = read(src)
         offset = src.tell()
     if len(shape) not in (1, 2) or (dtype.names and len(shape) != 1) or dtype.hasobject:
-        raise DataError(f"{url} holds a {dtype} array of shape {shape}; use (rows,) or "
-                        f"(rows, columns) arrays of numbers, or a 1-D structured array")
+        raise DataError(
+            f"{url} holds a {dtype} array of shape {shape}; use (rows,) or "
+            f"(rows, columns) arrays of numbers, or a 1-D structured array"
+        )
     return shape, dtype, offset, bool(fortran_order) and len(shape) == 2
 
 
-def _read_npy(part: tuple, names: list[str], series: str, time: str,
-              storage_options: dict | None) -> pd.DataFrame:
+def _read_npy(part: tuple, names: list[str], series: str, time: str, storage_options: dict | None) -> pd.DataFrame:
     """Rows ``[start, stop)`` of one ``.npy`` file, read without loading the rest."""
     url, start, stop, shape, dtype, offset, fortran = part
     width = shape[1] if len(shape) == 2 else 1
@@ -263,9 +279,16 @@ def _read_npy(part: tuple, names: list[str], series: str, time: str,
     return pd.concat([pd.DataFrame(extra), df], axis=1) if extra else df
 
 
-def read_inputs(urls: Sequence[str], fmt: str, *, series: str, time: str,
-                npy_columns: Sequence[str] | None = None, blocksize: int = 64 * 2**20,
-                storage_options: dict | None = None) -> dd.DataFrame:
+def read_inputs(
+    urls: Sequence[str],
+    fmt: str,
+    *,
+    series: str,
+    time: str,
+    npy_columns: Sequence[str] | None = None,
+    blocksize: int = 64 * 2**20,
+    storage_options: dict | None = None,
+) -> dd.DataFrame:
     """Open input files as one lazy Dask DataFrame, in file order.
 
     Parquet and CSV go through Dask's readers (split into ~``blocksize``
@@ -286,13 +309,13 @@ def read_inputs(urls: Sequence[str], fmt: str, *, series: str, time: str,
     if fmt == "csv":
         compressed = any(not u.lower().endswith((".csv", ".tsv")) for u in urls)
         sep = "\t" if all(u.lower().endswith(".tsv") for u in urls) else ","
-        return dd.read_csv(list(urls), blocksize=None if compressed else blocksize, sep=sep,
-                           storage_options=options)
+        return dd.read_csv(list(urls), blocksize=None if compressed else blocksize, sep=sep, storage_options=options)
     if fmt == "avro":
         dtypes = _avro_dtypes(urls[0], options)
         meta = pd.DataFrame({n: pd.Series([], dtype=d) for n, d in dtypes.items()})
-        return dd.from_map(_read_avro, list(urls), dtypes=dtypes, first=urls[0],
-                           storage_options=options, meta=meta, label="read-avro")
+        return dd.from_map(
+            _read_avro, list(urls), dtypes=dtypes, first=urls[0], storage_options=options, meta=meta, label="read-avro"
+        )
     if fmt != "npy":
         raise ConfigError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
     parts, first = [], None
@@ -301,20 +324,24 @@ def read_inputs(urls: Sequence[str], fmt: str, *, series: str, time: str,
         if first is None:
             first = (url, shape[1:], dtype)
         elif (shape[1:], dtype) != first[1:]:
-            raise SchemaError(f"{url} holds {dtype} rows of shape {shape[1:]} but {first[0]} "
-                              f"holds {first[2]} rows of shape {first[1]}; every .npy input "
-                              f"needs the same columns")
+            raise SchemaError(
+                f"{url} holds {dtype} rows of shape {shape[1:]} but {first[0]} "
+                f"holds {first[2]} rows of shape {first[1]}; every .npy input "
+                f"needs the same columns"
+            )
         row_bytes = dtype.itemsize * (shape[1] if len(shape) == 2 else 1)
         step = max(1, blocksize // max(row_bytes, 1))
-        parts += [(url, a, min(a + step, shape[0]), shape, dtype, offset, fortran)
-                  for a in range(0, shape[0], step)]
+        parts += [(url, a, min(a + step, shape[0]), shape, dtype, offset, fortran) for a in range(0, shape[0], step)]
     num_columns = 1 if len(first[1]) == 0 else first[1][0]  # type: ignore[index]
     columns = list(npy_columns) if npy_columns else [f"f{i}" for i in range(num_columns)]
     if not first[2].names and len(columns) != num_columns:  # type: ignore[index]
-        raise ConfigError(f"{len(columns)} column names given for .npy arrays with "
-                          f"{num_columns} columns; pass exactly {num_columns} names")
+        raise ConfigError(
+            f"{len(columns)} column names given for .npy arrays with "
+            f"{num_columns} columns; pass exactly {num_columns} names"
+        )
     if not parts:
         raise DataError(f"the .npy inputs ({urls[0]}, ...) have no rows")
     meta = _read_npy((parts[0][0], 0, 0, *parts[0][3:]), columns, series, time, options)
-    return dd.from_map(_read_npy, parts, names=columns, series=series, time=time,
-                       storage_options=options, meta=meta, label="read-npy")
+    return dd.from_map(
+        _read_npy, parts, names=columns, series=series, time=time, storage_options=options, meta=meta, label="read-npy"
+    )

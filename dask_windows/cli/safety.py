@@ -13,6 +13,7 @@ temporary folder names the process and host that writes it, so a run still
 alive on this host keeps its folder; a folder from another host is left alone
 too, since its process cannot be checked from here.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,8 +49,15 @@ def _within(inner: str, outer: str) -> bool:
     return inner == outer or inner.startswith(outer.rstrip("/") + "/")
 
 
-def check_output(fs: Any, root: str, dst: str, srcs: Sequence[str], files: Sequence[str],
-                 overwrite: bool, storage_options: dict | None = None) -> None:
+def check_output(
+    fs: Any,
+    root: str,
+    dst: str,
+    srcs: Sequence[str],
+    files: Sequence[str],
+    overwrite: bool,
+    storage_options: dict | None = None,
+) -> None:
     """Refuse any output that would replace something convert did not write.
 
     ``dst`` may be new, an empty folder, or (with ``overwrite``) an earlier
@@ -65,8 +73,7 @@ def check_output(fs: Any, root: str, dst: str, srcs: Sequence[str], files: Seque
     inputs = []
     for src in [*srcs, *files]:
         in_fs, path = fsspec.core.url_to_fs(src, **(storage_options or {}))
-        same = set(protocol) & set(in_fs.protocol if isinstance(in_fs.protocol, tuple)
-                                   else (in_fs.protocol,))
+        same = set(protocol) & set(in_fs.protocol if isinstance(in_fs.protocol, tuple) else (in_fs.protocol,))
         if same and not any(c in path for c in "*?["):
             inputs.append((src, _real(in_fs, path)))
     for src, path in inputs:
@@ -81,13 +88,15 @@ def check_output(fs: Any, root: str, dst: str, srcs: Sequence[str], files: Seque
         raise FileExistsError(
             f"the output {dst} {why} {src}; convert never writes over, into or around its "
             f"inputs, whatever the flags: choose an output folder outside them (did you forget "
-            f"DST after the inputs?)")
+            f"DST after the inputs?)"
+        )
     if not fs.exists(root):
         return
     if not fs.isdir(root):
         raise FileExistsError(
             f"{dst} is a file, not a dataset folder; convert never replaces it, whatever the "
-            f"flags: choose a new output folder (did you forget DST after the inputs?)")
+            f"flags: choose a new output folder (did you forget DST after the inputs?)"
+        )
     found = [posixpath.relpath(p, root) for p in fs.find(root)]
     if not found:
         return  # an empty folder: nothing to lose
@@ -96,7 +105,8 @@ def check_output(fs: Any, root: str, dst: str, srcs: Sequence[str], files: Seque
         raise FileExistsError(
             f"{dst} exists and is not a `dask-windows convert` output (no valid {MANIFEST_NAME} "
             f"at its root); convert only ever replaces its own outputs, whatever the flags: "
-            f"choose a new output folder, or move {dst} away yourself")
+            f"choose a new output folder, or move {dst} away yourself"
+        )
     listed = {f["path"] for f in manifest["files"]}
     extra = [p for p in found if p not in listed and not p.split("/")[0].startswith("_")]
     if extra:
@@ -104,10 +114,10 @@ def check_output(fs: Any, root: str, dst: str, srcs: Sequence[str], files: Seque
             f"{dst} is a convert output but also holds files convert did not write "
             f"({', '.join(sorted(extra)[:3])}{', ...' if len(extra) > 3 else ''}); convert "
             f"will not delete them, whatever the flags: move them out first or choose a new "
-            f"output folder")
+            f"output folder"
+        )
     if not overwrite:
-        raise FileExistsError(f"{dst} already exists; pass --overwrite to replace it "
-                              f"or choose another output folder")
+        raise FileExistsError(f"{dst} already exists; pass --overwrite to replace it or choose another output folder")
 
 
 def _alive_here(marker: dict) -> bool:
@@ -133,7 +143,7 @@ def remove_leftovers(fs: Any, root: str) -> list[str]:
     removed = []
     for path in sorted(fs.glob(f"{root}.tmp-*") + fs.glob(f"{root}.old-*")):
         path = path.rstrip("/")
-        match = _LEFTOVER.fullmatch(path[len(root):])
+        match = _LEFTOVER.fullmatch(path[len(root) :])
         if not match or not fs.isdir(path):
             continue
         if match.group(1) == "tmp":
@@ -144,8 +154,7 @@ def remove_leftovers(fs: Any, root: str) -> list[str]:
             except (OSError, ValueError):
                 marker = None
             if marker is not None and _alive_here(marker):
-                logger.warning("left %s alone: it belongs to a convert still running (%s)",
-                               path, marker)
+                logger.warning("left %s alone: it belongs to a convert still running (%s)", path, marker)
                 continue
             fs.rm(path, recursive=True)
             removed.append(path)
@@ -154,8 +163,7 @@ def remove_leftovers(fs: Any, root: str) -> list[str]:
             removed.append(path)
         else:
             fs.mv(path, root, recursive=True)
-            logger.warning("moved %s back to %s: an earlier convert was killed while "
-                           "replacing it", path, root)
+            logger.warning("moved %s back to %s: an earlier convert was killed while replacing it", path, root)
     if removed:
         logger.warning("removed leftovers of an interrupted convert: %s", ", ".join(removed))
     return removed

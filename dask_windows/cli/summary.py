@@ -16,6 +16,7 @@ the partition's rows), and the client merges them with Chan et al.'s
 pairwise update, which stays accurate where a global sum of squares would
 cancel catastrophically.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,15 +54,14 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-
 def _check_window(window: int, stride: int, horizon: int) -> WindowSpec:
     """The loader's own validation of the window settings (its errors, word for word)."""
-    return WindowSpec(features=("_",), targets=("_t",) if horizon else (), window=window,
-                      stride=stride, horizon=horizon)
+    return WindowSpec(
+        features=("_",), targets=("_t",) if horizon else (), window=window, stride=stride, horizon=horizon
+    )
 
 
-def manifest_windows(manifest: dict, window: int, stride: int = 1,
-                     horizon: int = 0) -> tuple[int, int]:
+def manifest_windows(manifest: dict, window: int, stride: int = 1, horizon: int = 0) -> tuple[int, int]:
     """Windows a converted dataset holds, and windows its file cuts lost.
 
     A series split across files loses the windows that would straddle a cut:
@@ -77,10 +77,18 @@ def manifest_windows(manifest: dict, window: int, stride: int = 1,
     if manifest.get("version", 1) >= 2:  # chunks overlap: only a span beyond the overlap loses windows
         lost, total = span_shortfall(dict(manifest, span=min(manifest["span"], span - 1)), span, stride)
         return total - lost, lost
-    grid = WindowGrid.from_runs([PartitionRuns(np.array([a for a, _, _ in f["runs"]], np.int64),
-                                               np.array([n for _, n, _ in f["runs"]], np.int64),
-                                               np.array([v for _, _, v in f["runs"]], object))
-                                 for f in manifest["files"]], span, stride)
+    grid = WindowGrid.from_runs(
+        [
+            PartitionRuns(
+                np.array([a for a, _, _ in f["runs"]], np.int64),
+                np.array([n for _, n, _ in f["runs"]], np.int64),
+                np.array([v for _, _, v in f["runs"]], object),
+            )
+            for f in manifest["files"]
+        ],
+        span,
+        stride,
+    )
     kept = int(grid.windows_per_partition.sum())  # the loader's grid of the same runs
     whole: list[int] = []  # rows of each series before it was cut into files
     previous = object()
@@ -102,13 +110,18 @@ def _manifest_for(path: str, storage_options: dict | None) -> tuple[Any, str, di
     manifest = read_manifest(root, fs)
     if manifest is None:
         return fs, root, None
-    found = sorted(posixpath.relpath(p, root) for p in fs.find(root)
-                   if p.lower().endswith(PARQUET_SUFFIXES)
-                   and not any(part.startswith(("_", "."))
-                               for part in posixpath.relpath(p, root).split("/")))
+    found = sorted(
+        posixpath.relpath(p, root)
+        for p in fs.find(root)
+        if p.lower().endswith(PARQUET_SUFFIXES)
+        and not any(part.startswith(("_", ".")) for part in posixpath.relpath(p, root).split("/"))
+    )
     if [f["path"] for f in manifest["files"]] != found:
-        logger.warning("the manifest of %s lists other files than the folder holds; ignoring "
-                       "it (rerun `dask-windows convert` to refresh it)", path)
+        logger.warning(
+            "the manifest of %s lists other files than the folder holds; ignoring "
+            "it (rerun `dask-windows convert` to refresh it)",
+            path,
+        )
         return fs, root, None
     return fs, root, manifest
 
@@ -164,20 +177,37 @@ def inspect_dataset(
     _, _, manifest = _manifest_for(path, storage_options)
     series = series if series is not None else (manifest["series"] if manifest else None)
     time_col = manifest["time"] if manifest else None
-    source = ParquetSource(path, storage_options, threads=threads, retry=resolve_retry(retries),
-                           on_error=on_error, partition_bytes=partition_bytes
-                           if partition_bytes is not None else DEFAULT_PARTITION_BYTES)
+    source = ParquetSource(
+        path,
+        storage_options,
+        threads=threads,
+        retry=resolve_retry(retries),
+        on_error=on_error,
+        partition_bytes=partition_bytes if partition_bytes is not None else DEFAULT_PARTITION_BYTES,
+    )
     with source.fs.open(source.files[0], "rb") as first:
         schema = pq.read_schema(first)
     if features is None:
-        features = [f.name for f in schema if f.name not in (series, time_col)
-                    and f.name not in (targets or ()) and _numeric(f.type)]
-    ds = WindowDataset(source, features=features, targets=targets, series=series,
-                       window=window if window is not None else 1, stride=stride,
-                       horizon=horizon, batch_size=batch_size,
-                       buffer_partitions=buffer_partitions,
-                       prefetch_partitions=prefetch_partitions, nan=nan, on_error=on_error,
-                       threads=threads)
+        features = [
+            f.name
+            for f in schema
+            if f.name not in (series, time_col) and f.name not in (targets or ()) and _numeric(f.type)
+        ]
+    ds = WindowDataset(
+        source,
+        features=features,
+        targets=targets,
+        series=series,
+        window=window if window is not None else 1,
+        stride=stride,
+        horizon=horizon,
+        batch_size=batch_size,
+        buffer_partitions=buffer_partitions,
+        prefetch_partitions=prefetch_partitions,
+        nan=nan,
+        on_error=on_error,
+        threads=threads,
+    )
     runs = [r.series_runs for r in ds.runs]
     rows = [p.num_rows for p in ds.partitions]
     used = getattr(source, "_manifest", None)
@@ -189,26 +219,44 @@ def inspect_dataset(
         runs_from = "series column"
     num_files = len(source.files)
     report: dict[str, Any] = {
-        "path": path, "files": num_files, "partitions": len(rows), "rows": int(sum(rows)),
+        "path": path,
+        "files": num_files,
+        "partitions": len(rows),
+        "rows": int(sum(rows)),
         "bytes": sum(source.fs.size(f) for f in source.files) if num_files < 1000 else None,
         "largest_partition_rows": int(max(rows, default=0)),
-        "series_column": series, "time_column": time_col, "runs_from": runs_from,
-        "series": (len({_key(k) for r in runs for k in r.keys.tolist()})
-                   if series is not None else None),
+        "series_column": series,
+        "time_column": time_col,
+        "runs_from": runs_from,
+        "series": (len({_key(k) for r in runs for k in r.keys.tolist()}) if series is not None else None),
         "runs": sum(len(r.lengths) for r in runs),
         "schema": {f.name: str(f.type) for f in schema},
-        "features": list(ds.spec.features), "targets": list(ds.spec.targets),
-        "nan": nan, "skipped": [s.name for s in ds.skipped] if ds.skipped else [],
+        "features": list(ds.spec.features),
+        "targets": list(ds.spec.targets),
+        "nan": nan,
+        "skipped": [s.name for s in ds.skipped] if ds.skipped else [],
     }
     if window is not None:
         per_partition = ds.windows_per_partition
-        report.update(window=window, stride=stride, horizon=horizon,
-                      windows=ds.num_windows,
-                      largest_partition_windows=int(per_partition.max(initial=0)))
+        report.update(
+            window=window,
+            stride=stride,
+            horizon=horizon,
+            windows=ds.num_windows,
+            largest_partition_windows=int(per_partition.max(initial=0)),
+        )
         report["memory"] = loader_memory(
-            report["largest_partition_rows"], report["largest_partition_windows"],
-            len(report["features"]), len(report["targets"]), window, horizon, batch_size,
-            buffer_partitions, prefetch_partitions, num_workers)
+            report["largest_partition_rows"],
+            report["largest_partition_windows"],
+            len(report["features"]),
+            len(report["targets"]),
+            window,
+            horizon,
+            batch_size,
+            buffer_partitions,
+            prefetch_partitions,
+            num_workers,
+        )
     report["seconds"] = round(clock.perf_counter() - started, 4)
     return report
 
@@ -223,10 +271,18 @@ def _key(value: Any) -> Any:
     return json.dumps(value.item() if isinstance(value, np.generic) else value, default=str)
 
 
-def loader_memory(partition_rows: int, partition_windows: int, num_features: int,
-                  num_targets: int, window: int, horizon: int, batch_size: int,
-                  buffer_partitions: int = 2, prefetch_partitions: int = 1,
-                  num_workers: int = 0) -> dict:
+def loader_memory(
+    partition_rows: int,
+    partition_windows: int,
+    num_features: int,
+    num_targets: int,
+    window: int,
+    horizon: int,
+    batch_size: int,
+    buffer_partitions: int = 2,
+    prefetch_partitions: int = 1,
+    num_workers: int = 0,
+) -> dict:
     """Peak bytes a ``WindowDataset`` iteration holds, per process and in total.
 
     An upper estimate from the largest partition, following the loader's
@@ -248,12 +304,18 @@ def loader_memory(partition_rows: int, partition_windows: int, num_features: int
     batches = batch * (2 if num_workers == 0 else 4)
     per_process = partitions + reading + index + batches
     processes = max(1, num_workers)
-    return {"partitions": partitions + reading, "window_index": index, "batches": batches,
-            "per_process": per_process, "processes": processes,
-            "total": per_process * processes}
+    return {
+        "partitions": partitions + reading,
+        "window_index": index,
+        "batches": batches,
+        "per_process": per_process,
+        "processes": processes,
+        "total": per_process * processes,
+    }
 
 
 # ---------------------------------------------------------------- stats
+
 
 def _owned_stats(fs: Any, path: str, runs: list, features: list[str]) -> pd.DataFrame:
     """``_partial_stats`` of one spread-layout file's owned rows (its chunks' overlap rows left out)."""
@@ -273,10 +335,10 @@ def _partial_stats(df: pd.DataFrame, features: list[str]) -> pd.DataFrame:
         n = len(valid)
         mean = valid.mean() if n else 0.0
         m2 = float(((valid - mean) ** 2).sum()) if n else 0.0
-        out.append((name, len(df), n, mean, m2, valid.min() if n else np.nan,
-                    valid.max() if n else np.nan, int(nan.sum())))
-    return pd.DataFrame(out, columns=["feature", "rows", "count", "mean", "m2", "min", "max",
-                                      "nan"])
+        out.append(
+            (name, len(df), n, mean, m2, valid.min() if n else np.nan, valid.max() if n else np.nan, int(nan.sum()))
+        )
+    return pd.DataFrame(out, columns=["feature", "rows", "count", "mean", "m2", "min", "max", "nan"])
 
 
 def _merge_stats(parts: pd.DataFrame, features: Sequence[str]) -> dict:
@@ -292,8 +354,14 @@ def _merge_stats(parts: pd.DataFrame, features: Sequence[str]) -> dict:
             mean = float((counts * p["mean"].to_numpy()).sum() / n)
             m2 = p["m2"].sum() + (counts * (p["mean"].to_numpy() - mean) ** 2).sum()
             std, lo, hi = float(np.sqrt(m2 / n)), float(p["min"].min()), float(p["max"].max())
-        result[name] = {"count": int(n), "mean": mean, "std": std, "min": lo, "max": hi,
-                        "nan_count": int(p["nan"].sum())}
+        result[name] = {
+            "count": int(n),
+            "mean": mean,
+            "std": std,
+            "min": lo,
+            "max": hi,
+            "nan_count": int(p["nan"].sum()),
+        }
     return result
 
 
@@ -338,16 +406,19 @@ def compute_stats(
         raise ConfigError(
             f"{srcs[0]} has no manifest, so stats cannot tell its series and time columns from "
             f"features (an integer series id would be summarised as one); pass --series COL "
-            f"(and --time COL), or --features")
+            f"(and --time COL), or --features"
+        )
     if features is not None:  # the loader's checks: no repeats, the series is not a feature
         WindowSpec(features=tuple(features), series=series)
     if fmt == "npy":  # the columns read_inputs makes up are not features
         exclude = [*exclude, "__series__", "__time__"]
-    ddf = read_inputs(urls, fmt, series="__series__", time="__time__",
-                      storage_options=storage_options)
+    ddf = read_inputs(urls, fmt, series="__series__", time="__time__", storage_options=storage_options)
     if features is None:
-        features = [c for c, t in ddf.dtypes.items() if c not in exclude
-                    and (pd.api.types.is_numeric_dtype(t) or pd.api.types.is_bool_dtype(t))]
+        features = [
+            c
+            for c, t in ddf.dtypes.items()
+            if c not in exclude and (pd.api.types.is_numeric_dtype(t) or pd.api.types.is_bool_dtype(t))
+        ]
         if not features:
             raise SchemaError(f"{srcs[0]} has no numeric columns; pass --features")
     features = list(features)
@@ -356,25 +427,39 @@ def compute_stats(
         ParquetSource(urls, storage_options).check_columns(features, roles)
     missing = [f for f in features if f not in ddf.columns]
     if missing:
-        raise SchemaError(f"features {missing} are not in {srcs[0]}; its columns are "
-                          f"{list(ddf.columns)}")
+        raise SchemaError(f"features {missing} are not in {srcs[0]}; its columns are {list(ddf.columns)}")
     for name in features:
         dtype = ddf.dtypes[name]
         if not (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)):
-            raise SchemaError(f"feature {name!r} has dtype {dtype}, not a number; leave it "
-                              f"out of --features")
-    meta = pd.DataFrame({"feature": pd.Series([], dtype="object"), "rows": "i8", "count": "i8",
-                         "mean": "f8", "m2": "f8", "min": "f8", "max": "f8", "nan": "i8"})
+            raise SchemaError(f"feature {name!r} has dtype {dtype}, not a number; leave it out of --features")
+    meta = pd.DataFrame(
+        {
+            "feature": pd.Series([], dtype="object"),
+            "rows": "i8",
+            "count": "i8",
+            "mean": "f8",
+            "m2": "f8",
+            "min": "f8",
+            "max": "f8",
+            "nan": "i8",
+        }
+    )
     parts = ddf[features].map_partitions(_partial_stats, features, meta=meta)
     owned = None
     if len(srcs) == 1 and manifest and manifest["version"] >= 2:  # spread layout: overlap rows once
-        owned = [dask.delayed(_owned_stats)(fs, posixpath.join(root.rstrip("/"), f["path"]), f["runs"], features)
-                 for f in manifest["files"]]
+        owned = [
+            dask.delayed(_owned_stats)(fs, posixpath.join(root.rstrip("/"), f["path"]), f["runs"], features)
+            for f in manifest["files"]
+        ]
     compute = compute or (lambda label, *c: dask.compute(*c))
     if owned is not None:
         parts = pd.concat(compute("computing statistics", *owned), ignore_index=True)
     else:
         (parts,) = compute("computing statistics", parts)  # one pass, feature columns only
     rows = parts.loc[parts["feature"] == features[0], "rows"].sum()
-    return {"format": STATS_FORMAT, "version": STATS_VERSION, "rows": int(rows),
-            "features": _merge_stats(parts, features)}
+    return {
+        "format": STATS_FORMAT,
+        "version": STATS_VERSION,
+        "rows": int(rows),
+        "features": _merge_stats(parts, features),
+    }

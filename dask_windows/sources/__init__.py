@@ -23,6 +23,7 @@ The interface module imports none of the concrete sources; ``open_source``
 here picks one from the type of the data. Importing this package imports
 neither dask nor torch (the Dask source imports dask when it is used).
 """
+
 from __future__ import annotations
 
 import logging
@@ -59,7 +60,6 @@ def is_series_vector(series: Any) -> bool:
     return isinstance(series, (np.ndarray, list, tuple)) or (
         hasattr(series, "__array__") and hasattr(series, "__len__") and not isinstance(series, str)
     )
-
 
 
 def open_source(

@@ -14,6 +14,7 @@ the kernel (``madvise(MADV_DONTNEED)``; they stay in the page cache), so
 streaming a memmap larger than memory keeps the resident set bounded by the
 buffer. Memmaps pickle into DataLoader workers as file references.
 """
+
 from __future__ import annotations
 
 import mmap
@@ -137,9 +138,7 @@ class ArraySource(Source):
         self._build()
 
     @classmethod
-    def from_series(
-        cls, array: np.ndarray, series: Any, partition_rows: int = DEFAULT_PARTITION_ROWS
-    ) -> ArraySource:
+    def from_series(cls, array: np.ndarray, series: Any, partition_rows: int = DEFAULT_PARTITION_ROWS) -> ArraySource:
         """One ``(rows, C)`` array (or memmap) cut into series where ``series`` (a ``(rows,)`` id vector) changes.
 
         Each series is a view of ``array``: nothing is copied until a partition is read.

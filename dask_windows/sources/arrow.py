@@ -309,7 +309,7 @@ class ArrowSource(Source):
             table = fragment.to_table(columns=columns, schema=self.schema, use_threads=False)
         return {col: _column_numpy(table.column(col)) for col in columns}
 
-    def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, ...]:
         if self._fragments is not None or series is None:
             if series is None and self._fragments is None:
                 _, _, count = self.partitions[index].key  # the whole range is one run (halo included)

@@ -8,6 +8,7 @@ least that covers it, by default the whole partition); ``reader()`` gives the
 reader of one iteration. This module imports
 none of the concrete sources (they import it).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
@@ -21,11 +22,11 @@ from dask_windows.faults import SkippedPartition
 from dask_windows.windows import find_runs, join_runs
 
 __all__ = [
+    "DEFAULT_PARTITION_BYTES",
+    "DEFAULT_PARTITION_ROWS",
     "Partition",
     "PartitionReader",
     "Source",
-    "DEFAULT_PARTITION_BYTES",
-    "DEFAULT_PARTITION_ROWS",
 ]
 
 DEFAULT_PARTITION_BYTES = 256 * 2**20

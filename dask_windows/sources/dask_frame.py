@@ -22,6 +22,7 @@ computes partitions in parallel, so ``num_workers=0`` is usually enough and
 keeps one client. A partition whose graph is expensive (a shuffle, a join)
 is recomputed each epoch: ``persist()`` such a frame first.
 """
+
 from __future__ import annotations
 
 import logging
@@ -41,8 +42,8 @@ from dask_windows.faults import (
     opening_skip_allowed,
     record_skip,
 )
-from dask_windows.sources.retry import RetryPolicy, resolve_retry
 from dask_windows.sources.base import Partition, PartitionReader, Source
+from dask_windows.sources.retry import RetryPolicy, resolve_retry
 from dask_windows.windows import find_runs
 
 __all__ = ["DaskSource"]
@@ -222,7 +223,7 @@ class DaskSource(Source):
             exc = result.exc
             if is_transient(exc):
                 try:
-                    results[i] = self.retry.call(lambda: dask.compute(tasks[i])[0], f"ddf.partitions[{i}]")
+                    results[i] = self.retry.call(lambda: dask.compute(tasks[i])[0], f"ddf.partitions[{i}]")  # noqa: B023 (called at once)
                     continue
                 except Exception as again:
                     exc = again

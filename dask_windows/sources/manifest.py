@@ -27,6 +27,7 @@ chunk before the cut) and ``"layout"``, and each run is
 first row within its whole series, ``owned`` how many of its first rows may
 start a window (the rest is overlap). Version-1 manifests still open.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -102,10 +103,7 @@ def series_runs(values: np.ndarray | Sequence[Any]) -> list[list[Any]]:
     changed = values[1:] != values[:-1]  # (num_rows - 1,): True where a new run begins
     run_starts = np.concatenate([[0], np.flatnonzero(changed) + 1])
     run_lengths = np.diff(np.append(run_starts, num_rows))
-    return [
-        [int(start), int(length), to_json_scalar(values[start])]
-        for start, length in zip(run_starts, run_lengths)
-    ]
+    return [[int(start), int(length), to_json_scalar(values[start])] for start, length in zip(run_starts, run_lengths)]
 
 
 def validate_manifest(manifest: Any, where: str = "manifest") -> dict:
@@ -124,8 +122,7 @@ def validate_manifest(manifest: Any, where: str = "manifest") -> dict:
 
     def fail(rule: str) -> DataError:
         return DataError(
-            f"{where} is not a valid dask_windows manifest: {rule}; "
-            f"delete it or rerun `dask-windows convert`"
+            f"{where} is not a valid dask_windows manifest: {rule}; delete it or rerun `dask-windows convert`"
         )
 
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
@@ -155,17 +152,21 @@ def validate_manifest(manifest: Any, where: str = "manifest") -> dict:
             raise fail(f"files[{i}] ({entry['path']}) has no runs list")
         expected_start = 0
         for run in runs:
-            if not (isinstance(run, list) and len(run) == run_width and run[0] == expected_start
-                    and isinstance(run[1], int) and run[1] > 0):
+            if not (
+                isinstance(run, list)
+                and len(run) == run_width
+                and run[0] == expected_start
+                and isinstance(run[1], int)
+                and run[1] > 0
+            ):
                 raise fail(f"files[{i}] ({entry['path']}) has a broken run {run!r}")
-            if run_width == 5 and not (isinstance(run[3], int) and run[3] >= 0
-                                       and isinstance(run[4], int) and 0 <= run[4] <= run[1]):
+            if run_width == 5 and not (
+                isinstance(run[3], int) and run[3] >= 0 and isinstance(run[4], int) and 0 <= run[4] <= run[1]
+            ):
                 raise fail(f"files[{i}] ({entry['path']}) has a run with a bad origin or owned count {run!r}")
             expected_start += run[1]
         if expected_start != rows:
-            raise fail(
-                f"files[{i}] ({entry['path']}) runs cover {expected_start} rows, not {rows}"
-            )
+            raise fail(f"files[{i}] ({entry['path']}) runs cover {expected_start} rows, not {rows}")
     paths = [entry["path"] for entry in files]
     if paths != sorted(paths) or len(set(paths)) != len(paths):
         raise fail("file paths must be unique and in sorted order")
@@ -202,8 +203,7 @@ def write_manifest(
         runs_of = lambda f: [[int(s), int(n), to_json_scalar(v)] for s, n, v in f["runs"]]
         head: dict = {"version": 1}
     else:
-        runs_of = lambda f: [[int(s), int(n), to_json_scalar(v), int(o), int(w)]
-                             for s, n, v, o, w in f["runs"]]
+        runs_of = lambda f: [[int(s), int(n), to_json_scalar(v), int(o), int(w)] for s, n, v, o, w in f["runs"]]
         head = {"version": MANIFEST_VERSION, "span": int(span), "layout": layout or "spread"}
     manifest = {
         "format": MANIFEST_FORMAT,
@@ -246,9 +246,7 @@ def read_manifest(root: str, fs: Any) -> dict | None:
     try:
         manifest = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise DataError(
-            f"{path} is not valid JSON ({exc}); delete it or rerun `dask-windows convert`"
-        ) from exc
+        raise DataError(f"{path} is not valid JSON ({exc}); delete it or rerun `dask-windows convert`") from exc
     return validate_manifest(manifest, where=path)
 
 

@@ -24,12 +24,13 @@ Transient store errors are retried (``retry.RetryPolicy``). A file whose
 footer cannot be read raises, or with ``on_error="skip"`` is left out and
 recorded in ``skipped``.
 """
+
 from __future__ import annotations
 
 import logging
 import os
-import posixpath
 import pickle
+import posixpath
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
@@ -38,18 +39,16 @@ import numpy as np
 
 from dask_windows.errors import ConfigError, SchemaError, SourceReadError
 from dask_windows.faults import (
+    SkippedPartition,
     check_on_error,
     classify,
-    describe_failure,
-    failure_message,
     error_text,
+    failure_message,
     is_transient,
     opening_skip_allowed,
     record_skip,
 )
-from dask_windows.sources.retry import DeadlineExceeded, RetryPolicy, resolve_retry
 from dask_windows.sources.base import DEFAULT_PARTITION_BYTES, Partition, Source
-from dask_windows.windows import find_runs, join_runs
 from dask_windows.sources.cache import split_merged
 from dask_windows.sources.footers import (
     FOOTER_BYTES,
@@ -64,6 +63,8 @@ from dask_windows.sources.footers import (
     tail_runs,
 )
 from dask_windows.sources.ranges import FetchedFile, chunk_ranges, fetch_ranges, merge_ranges
+from dask_windows.sources.retry import DeadlineExceeded, RetryPolicy, resolve_retry
+from dask_windows.windows import find_runs, join_runs
 
 __all__ = ["ParquetSource"]
 
@@ -128,7 +129,7 @@ class ParquetSource(Source):
         self.on_error = check_on_error(on_error)
         self.max_gap = max_gap
         self.storage_options = storage_options
-        self.skipped = []
+        self.skipped: list[SkippedPartition] = []
         self._tail_series = series
         self._seen_schemas: list[tuple] = []  # (parquet schema, ARROW:schema bytes, arrow schema) while opening
         target = os.fspath(data) if isinstance(data, (str, os.PathLike)) else f"{len(data)} paths"
@@ -264,7 +265,9 @@ class ParquetSource(Source):
 
         def fetch(wanted: list[tuple[int, int]]) -> list:
             ranges = merge_ranges(wanted, self.max_gap)
-            blobs = fs.cat_ranges([path] * len(ranges), [a for a, _ in ranges], [b for _, b in ranges], on_error="raise")
+            blobs = fs.cat_ranges(
+                [path] * len(ranges), [a for a, _ in ranges], [b for _, b in ranges], on_error="raise"
+            )
             return split_merged(wanted, ranges, blobs)
 
         blobs = self.cache.fetch(self._url(path), self._versions[path], chunks, fetch)
@@ -306,9 +309,13 @@ class ParquetSource(Source):
         self.manifest_series = manifest["series"]
         entries = {posixpath.join(root, f["path"]): f for f in manifest["files"]}
         ids = getattr(self, "_identities", {})
-        listed = {p: (ids[p].size if p in ids and ids[p].size is not None else size) for p, size in self._listed.items()}
+        listed = {
+            p: (ids[p].size if p in ids and ids[p].size is not None else size) for p, size in self._listed.items()
+        }
         # a version-2 (spread) manifest cannot fall back to scanning: its own checks below raise
-        changes = compare_manifest(self._url(root), entries, listed, remote=not self.local) if manifest["version"] < 2 else []
+        changes = (
+            compare_manifest(self._url(root), entries, listed, remote=not self.local) if manifest["version"] < 2 else []
+        )
         if changes:
             warn_manifest(self._url(root), changes)
             return None
@@ -325,7 +332,9 @@ class ParquetSource(Source):
                         "manifest describes; rerun `dask-windows convert` to write it again"
                     )
                 rows = self._footers[path].num_rows
-                warn_manifest(self._url(root), [f"{path} has {rows:,} rows, the manifest says {entry and entry['rows']}"])
+                warn_manifest(
+                    self._url(root), [f"{path} has {rows:,} rows, the manifest says {entry and entry['rows']}"]
+                )
                 return None
             if manifest["version"] < 2:
                 differ = runs_disagree_with_footer(self._footers[path].metadata, manifest["series"], entry["runs"])
@@ -480,11 +489,11 @@ class ParquetSource(Source):
         """``(last nbytes of path, its size or None)``, retried."""
         if self.local:
             return self.retry.call(lambda: local_tail(path, nbytes), path)
-        return self.retry.call(lambda: self.fs.cat_file(path, start=-nbytes), path, timeout=self.retry.open_timeout), None
+        return self.retry.call(
+            lambda: self.fs.cat_file(path, start=-nbytes), path, timeout=self.retry.open_timeout
+        ), None
 
-    def _open_file(
-        self, path: str, size: int | None, tail: Any, partition_bytes: int, series: str | None
-    ) -> _Opened:
+    def _open_file(self, path: str, size: int | None, tail: Any, partition_bytes: int, series: str | None) -> _Opened:
         """Open one file from its tail (``None``: read it here; an exception: fetching it failed)."""
         if tail is None or isinstance(tail, BaseException):
             if isinstance(tail, BaseException) and (isinstance(tail, DeadlineExceeded) or not is_transient(tail)):
@@ -494,7 +503,9 @@ class ParquetSource(Source):
         meta, needed = parse_footer(tail, path)
         if meta is None:
             if len(tail) < FOOTER_BYTES:
-                raise SourceReadError(f"{path} is shorter ({len(tail):,} bytes) than its footer claims ({needed:,} bytes)")
+                raise SourceReadError(
+                    f"{path} is shorter ({len(tail):,} bytes) than its footer claims ({needed:,} bytes)"
+                )
             tail, _ = self._tail(path, needed)
             meta, needed = parse_footer(tail, path)
         if size is None:
@@ -632,4 +643,3 @@ class ParquetSource(Source):
                 "was opened; the file changed underneath the dataset; open the dataset again"
             )
         return {col: table.column(col).to_numpy() for col in columns}
-

@@ -26,6 +26,7 @@ The trade-off: a store that is down for longer than the total backoff
 (about ``base_delay * 2**retries``) fails the read; raise ``retries`` for flaky
 links rather than hiding outages behind unbounded waits.
 """
+
 from __future__ import annotations
 
 import logging
@@ -68,7 +69,9 @@ def _bounded(fn: Callable[[], T], seconds: float, what: str) -> T:
 
     threading.Thread(target=run, name="dask_windows-deadline", daemon=True).start()
     if not done.wait(max(seconds, 0.0)):
-        raise DeadlineExceeded(f"no answer from the store for {what} within the deadline ({seconds:.3g} s left of timeout=)")
+        raise DeadlineExceeded(
+            f"no answer from the store for {what} within the deadline ({seconds:.3g} s left of timeout=)"
+        )
     if "error" in box:
         raise box["error"]
     return box["value"]
@@ -114,7 +117,9 @@ class RetryPolicy:
 
     def unbounded(self) -> RetryPolicy:
         """This policy without a deadline (local files)."""
-        return self if self.timeout is None else RetryPolicy(self.retries, self.base_delay, self.max_delay, self.transient)
+        return (
+            self if self.timeout is None else RetryPolicy(self.retries, self.base_delay, self.max_delay, self.transient)
+        )
 
     def call(self, fn: Callable[[], T], what: str, timeout: float | None = None) -> T:
         """Run ``fn()``, retrying transient failures; the last failure propagates unchanged.
