@@ -144,6 +144,7 @@ PURE_STAGES = [
     "split",
     "resume",
     "faults",
+    "failures",
 ]
 
 
