@@ -143,6 +143,7 @@ PURE_STAGES = [
     "memory",
     "split",
     "resume",
+    "resume_math",
     "faults",
     "failures",
 ]
