@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dask_windows.cli.convert_plan import Compute, _file_ids
-from dask_windows.cli.layout import write_spread
+from dask_windows.cli.spread_write import write_spread
 from dask_windows.sources.manifest import series_runs
 
 #: Scratch files are compressed: zstd at its default level keeps them near the output's size.
@@ -123,7 +123,7 @@ def _write_files(
 ) -> list[dict]:
     """Pass 3: bucket every row into its output file through scratch files on ``fs``.
 
-    With ``spread`` (the options of :func:`dask_windows.cli.layout.write_spread`) the buckets
+    With ``spread`` (the options of :func:`dask_windows.cli.spread_write.write_spread`) the buckets
     are sorted and dealt out as chunks over the output files instead of written as they are.
     """
     series, time = plan[0], plan[1]
