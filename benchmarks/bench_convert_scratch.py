@@ -60,10 +60,11 @@ def inputs(rows: int, root: str) -> dict[str, str]:
 
 def peak_ratio(src: str, dst: str, compressed: bool) -> float:
     from dask_windows.cli import convert as module
+    from dask_windows.cli import scratch  # the scratch writer reads SCRATCH_OPTIONS from here
 
-    saved = module.SCRATCH_OPTIONS
+    saved = scratch.SCRATCH_OPTIONS
     if not compressed:
-        module.SCRATCH_OPTIONS = pa.ipc.IpcWriteOptions()
+        scratch.SCRATCH_OPTIONS = pa.ipc.IpcWriteOptions()
     peak = 0
 
     def compute(label, *collections):
@@ -78,7 +79,7 @@ def peak_ratio(src: str, dst: str, compressed: bool) -> float:
             [src], dst, series="sid", time="ts", partition_size="4MB", input_block_size=2**20, compute=compute
         )
     finally:
-        module.SCRATCH_OPTIONS = saved
+        scratch.SCRATCH_OPTIONS = saved
     return peak / os.path.getsize(src)
 
 

@@ -44,16 +44,13 @@ it names the process, so a run still alive on this host is left alone).
 
 from __future__ import annotations
 
-import errno
-import io
 import json
 import logging
-import math
 import os
 import posixpath
 import socket
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,24 +59,26 @@ import dask.dataframe as dd
 import fsspec
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from dask.utils import parse_bytes
 
-from dask_windows.cli.layout import DEFAULT_SPAN, LAYOUTS, write_spread
+from dask_windows.cli.convert_plan import (
+    Compute,
+    _profile,
+    _split_cuts,
+    plan_files,
+)
+from dask_windows.cli.layout import DEFAULT_SPAN, LAYOUTS
 from dask_windows.cli.readers import FORMATS, file_schemas, list_inputs, read_inputs, schema_mismatch
 from dask_windows.cli.safety import MARKER as _MARKER
 from dask_windows.cli.safety import check_output, remove_leftovers
+from dask_windows.cli.scratch import _write_files
 from dask_windows.errors import ConfigError, DataError, SchemaError
-from dask_windows.sources.manifest import read_manifest, series_runs, write_manifest
+from dask_windows.sources.manifest import read_manifest, write_manifest
 
 # FORMATS, list_inputs and read_inputs live in readers.py; still importable from here
 __all__ = ["FORMATS", "ConvertReport", "convert", "list_inputs", "plan_files", "read_inputs"]
 
 logger = logging.getLogger(__name__)
-
-Compute = Callable[..., tuple]
 
 
 @dataclass(frozen=True)
@@ -102,296 +101,6 @@ class ConvertReport:
 def _default_compute(label: str, *collections: Any) -> tuple:
     logger.info("%s", label)
     return dask.compute(*collections)
-
-
-def plan_files(series_rows: np.ndarray, target_rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """Pack series, in order, into output files of at most ``target_rows`` rows.
-
-    A series that fits is never split; one longer than ``target_rows`` gets
-    ``ceil(rows / target_rows)`` files of its own, so it is cut as few times as
-    possible.
-
-    Args:
-        series_rows: row count of each series, in output order.
-        target_rows: the most rows a file should hold (>= 1).
-
-    Returns:
-        ``(first_file, num_pieces)``: per series its first file id and how
-        many consecutive files it spans. File ids count from 0 without gaps.
-    """
-    first_file = np.zeros(len(series_rows), dtype=np.int64)
-    num_pieces = np.ones(len(series_rows), dtype=np.int64)
-    next_file, open_rows = 0, 0  # open_rows: rows in file next_file - 1 so far
-    for i, rows in enumerate(series_rows.tolist()):
-        if rows > target_rows:
-            first_file[i] = next_file
-            num_pieces[i] = math.ceil(rows / target_rows)
-            next_file += int(num_pieces[i])
-            open_rows = target_rows  # closed: nothing joins a split series' file
-        elif open_rows == 0 or open_rows + rows > target_rows:
-            first_file[i] = next_file
-            next_file += 1
-            open_rows = rows
-        else:
-            first_file[i] = next_file - 1
-            open_rows += rows
-    return first_file, num_pieces
-
-
-def _parquet_bytes(df: pd.DataFrame, compression: str) -> int:
-    table = pa.Table.from_pandas(df, preserve_index=False)
-    buf = io.BytesIO()
-    pq.write_table(
-        table,
-        buf,
-        compression=compression,
-        use_dictionary=[f.name for f in table.schema if not pa.types.is_floating(f.type)],
-    )
-    return buf.tell()
-
-
-def _profile(df: pd.DataFrame, series: str, time: str, compression: str, partition_info=None) -> pd.DataFrame:
-    """Rows and null times; for the first partition also Parquet bytes per row and per file.
-
-    The sample is sorted like the output, which compresses better than raw
-    input. Bytes per row are the marginal cost (the size of a sample minus
-    that of its first half), so a file's footer and headers do not inflate them.
-    """
-    per_row = per_file = np.nan
-    if partition_info is not None and partition_info["number"] == 0 and len(df):
-        sample = df.iloc[:50_000]
-        try:
-            sample = sample.sort_values([series, time], kind="stable")
-        except TypeError:  # unorderable values: reported with a remedy after this pass
-            pass
-        full = _parquet_bytes(sample, compression)
-        half = len(sample) // 2
-        per_row = full / len(sample)
-        if half:
-            marginal = (full - _parquet_bytes(sample.iloc[:half], compression)) / (len(sample) - half)
-            if marginal > 0:
-                per_row, per_file = marginal, max(0.0, full - marginal * len(sample))
-    return pd.DataFrame(
-        {
-            "rows": [len(df)],
-            "null_time": [int(df[time].isna().sum())],
-            "bytes_per_row": [per_row],
-            "bytes_per_file": [per_file],
-        }
-    )
-
-
-def _times(values: pd.Series) -> np.ndarray:
-    """A time column as a plain numpy array that sorts like the column."""
-    if isinstance(values.dtype, pd.DatetimeTZDtype):
-        return values.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy()
-    if pd.api.types.is_extension_array_dtype(values.dtype):  # no nulls by now
-        return values.to_numpy(dtype=getattr(values.dtype, "numpy_dtype", None))
-    return values.to_numpy()
-
-
-def _time_sketch(df: pd.DataFrame, series: str, time: str, keys: pd.Index, size: int) -> dict:
-    """Per split series: sorted times thinned to ``size`` points, with weights."""
-    positions = keys.get_indexer(df[series])
-    sketch = {}
-    for pos in np.unique(positions[positions >= 0]):
-        times = np.sort(_times(df[time])[positions == pos])
-        sketch[int(pos)] = _thin(times, np.ones(len(times)), size)
-    return sketch
-
-
-def _thin(times: np.ndarray, weights: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Keep ``size`` points of a sorted weighted sample at equal weight steps."""
-    if len(times) <= size:
-        return times, weights
-    cum = np.cumsum(weights)
-    picks = np.searchsorted(cum, np.linspace(0, cum[-1], size, endpoint=False), side="right")
-    return times[picks], np.full(size, cum[-1] / size)
-
-
-def _merge_sketches(*sketches: dict, size: int) -> dict:
-    merged: dict[int, list] = {}
-    for sketch in sketches:
-        for pos, pair in sketch.items():
-            merged.setdefault(pos, []).append(pair)
-    out = {}
-    for pos, pairs in merged.items():
-        times = np.concatenate([t for t, _ in pairs])
-        weights = np.concatenate([w for _, w in pairs])
-        order = np.argsort(times, kind="stable")
-        out[pos] = _thin(times[order], weights[order], size)
-    return out
-
-
-def _split_cuts(
-    ddf: dd.DataFrame, series: str, time: str, keys: pd.Index, num_pieces: np.ndarray, compute: Compute
-) -> dict[int, np.ndarray]:
-    """Times at which each split series starts a new file (pass 2)."""
-    size = 4096
-    parts = [dask.delayed(_time_sketch)(p, series, time, keys, size) for p in ddf.to_delayed()]
-    while len(parts) > 1:  # a tree, so no task merges more than 8 sketches
-        parts = [dask.delayed(_merge_sketches)(*parts[i : i + 8], size=size) for i in range(0, len(parts), 8)]
-    (sketch,) = compute("sampling times of long series", parts[0])
-    cuts = {}
-    for pos, (times, weights) in sketch.items():
-        cum = np.cumsum(weights)
-        quantiles = np.arange(1, num_pieces[pos]) * cum[-1] / num_pieces[pos]
-        cuts[pos] = times[np.minimum(np.searchsorted(cum, quantiles), len(times) - 1)]
-    return cuts
-
-
-def _file_ids(
-    df: pd.DataFrame, series: str, time: str, keys: pd.Index, first_file: np.ndarray, cuts: dict[int, np.ndarray]
-) -> np.ndarray:
-    """The output file of every row of one input partition."""
-    positions = keys.get_indexer(df[series])
-    file_ids = first_file[positions]
-    if cuts:
-        times = _times(df[time])
-        for pos, at in cuts.items():
-            rows = positions == pos
-            file_ids[rows] += np.searchsorted(at, times[rows], side="right")
-    return file_ids
-
-
-#: Scratch files are compressed: zstd at its default level keeps them near the output's size.
-SCRATCH_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
-_DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
-
-
-def _disk_error(exc: OSError, path: str, what: str) -> OSError:
-    """The same error with the path named, and a remedy when the disk (or a size limit) is full."""
-    code = exc.errno
-    if code not in _DISK_FULL and not any(s in str(exc) for s in ("No space left", "File too large")):
-        return OSError(code, f"{exc} (writing {what} {path})")
-    code = code or errno.ENOSPC
-    return OSError(
-        code,
-        f"{os.strerror(code)} while writing {what} {path}: the disk holding the "
-        f"output is full (or a file size limit was hit); free space there or "
-        f"choose a DST on a larger disk (convert needs about the output's size "
-        f"twice while it runs: compressed scratch plus the output)",
-    )
-
-
-def _scatter(
-    df: pd.DataFrame, number: int, fs: Any, scratch: str, schema: pa.Schema, plan: tuple
-) -> tuple[str, list[tuple[int, int, int]]]:
-    """Write one input partition to a scratch Arrow file, one batch per output file.
-
-    Returns:
-        ``(path, [(file_id, batch_index, rows), ...])``.
-    """
-    file_ids = _file_ids(df, *plan)
-    order = np.argsort(file_ids, kind="stable")  # input order kept within a file id
-    table = pa.Table.from_pandas(df, schema=schema, preserve_index=False).take(order)
-    file_ids = file_ids[order]
-    bounds = np.flatnonzero(np.diff(file_ids)) + 1  # where the next file id starts
-    path = posixpath.join(scratch, f"in-{number:06d}.arrow")
-    index = []
-    try:
-        with fs.open(path, "wb") as out, pa.ipc.new_file(out, schema, options=SCRATCH_OPTIONS) as writer:
-            for i, (a, b) in enumerate(zip([0, *bounds], [*bounds, len(file_ids)])):
-                if b > a:
-                    writer.write_batch(table.slice(a, b - a).combine_chunks().to_batches()[0])
-                    index.append((int(file_ids[a]), i, int(b - a)))
-    except OSError as exc:
-        raise _disk_error(exc, path, "scratch file") from exc
-    return path, index
-
-
-def _gather(
-    file_id: int,
-    pieces: list[tuple[str, int]],
-    fs: Any,
-    root: str,
-    name: str,
-    schema: pa.Schema,
-    series: str,
-    time: str,
-    compression: str,
-) -> dict:
-    """Read one output file's rows from scratch, sort them and write one row group."""
-    batches = []
-    for path, batch in pieces:  # in input order, so a stable sort keeps ties in order
-        with fs.open(path, "rb") as src:
-            batches.append(pa.ipc.open_file(src).get_batch(batch))
-    table = pa.Table.from_batches(batches, schema=schema)
-    table = table.take(pc.sort_indices(table, sort_keys=[(series, "ascending"), (time, "ascending")]))
-    path = posixpath.join(root, name)
-    # dictionaries pay off for ids and labels, not for measurements (they grow float files)
-    dictionary = [f.name for f in schema if not pa.types.is_floating(f.type)]
-    try:
-        with fs.open(path, "wb") as out:
-            pq.write_table(
-                table,
-                out,
-                row_group_size=max(len(table), 1),
-                compression=compression,
-                use_dictionary=dictionary,
-                write_page_checksum=True,
-            )
-    except OSError as exc:
-        raise _disk_error(exc, path, "output file") from exc
-    return {
-        "path": name,
-        "rows": len(table),
-        "bytes": int(fs.size(path)),
-        "runs": series_runs(table.column(series).to_numpy()),
-    }
-
-
-def _write_files(
-    ddf: dd.DataFrame,
-    fs: Any,
-    tmp: str,
-    plan: tuple,
-    num_files: int,
-    compression: str,
-    compute: Compute,
-    spread: dict | None = None,
-) -> list[dict]:
-    """Pass 3: bucket every row into its output file through scratch files on ``fs``.
-
-    With ``spread`` (the options of :func:`dask_windows.cli.layout.write_spread`) the buckets
-    are sorted and dealt out as chunks over the output files instead of written as they are.
-    """
-    series, time = plan[0], plan[1]
-    schema = pa.Schema.from_pandas(ddf._meta, preserve_index=False)
-    scratch = posixpath.join(tmp, "_scratch")
-    fs.makedirs(scratch, exist_ok=True)
-    scatters = [dask.delayed(_scatter)(part, i, fs, scratch, schema, plan) for i, part in enumerate(ddf.to_delayed())]
-    pieces: list[list[tuple[str, int]]] = [[] for _ in range(num_files)]
-    bucket_rows = np.zeros(num_files, np.int64)
-    for path, index in compute("splitting rows by output file", *scatters):
-        for file_id, batch, rows in index:
-            pieces[file_id].append((path, batch))
-            bucket_rows[file_id] += rows
-    if spread is not None:
-        entries, _ = write_spread(
-            pieces,
-            bucket_rows,
-            fs,
-            tmp,
-            scratch,
-            schema,
-            series,
-            time,
-            compression=compression,
-            compute=compute,
-            **spread,
-        )
-        fs.rm(scratch, recursive=True)
-        return entries
-    width = max(5, len(str(num_files - 1)))
-    gathers = [
-        dask.delayed(_gather)(j, pieces[j], fs, tmp, f"part-{j:0{width}d}.parquet", schema, series, time, compression)
-        for j in range(num_files)
-        if pieces[j]
-    ]
-    entries = list(compute("sorting and writing files", *gathers))
-    fs.rm(scratch, recursive=True)
-    return entries
 
 
 def _to_datetime(df: pd.DataFrame, time: str, utc: bool, dtype: Any) -> pd.DataFrame:

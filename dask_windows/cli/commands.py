@@ -1,0 +1,282 @@
+"""The subcommand runners of ``dask-windows`` and the reports they print.
+
+Each ``_cmd_*`` takes the parsed arguments and returns either the JSON report
+(``--json``) or ``{"text": ...}``, the human-readable table ``main`` prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time as clock
+from collections.abc import Sequence
+from typing import Any
+
+from dask_windows.cli.bench import bench  # imports torch only when called
+from dask_windows.cli.cluster import _Cluster, _input_block_size
+
+
+def _size(num_bytes: float) -> str:
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(num_bytes) < 1000 or unit == "TB":
+            return f"{num_bytes:,.0f} {unit}" if unit == "B" else f"{num_bytes:,.1f} {unit}"
+        num_bytes /= 1000
+    return ""  # unreachable
+
+
+def _figure(value: float) -> str:
+    """A measured figure with 3 significant digits: small values are never shown as 0."""
+    if value == 0 or abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def _table(rows: Sequence[tuple[str, Any]]) -> str:
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _bytes(text: str | None) -> int | None:
+    from dask.utils import parse_bytes
+
+    return None if text is None else int(parse_bytes(text))
+
+
+def _cmd_convert(args: argparse.Namespace) -> dict:
+    from dask.utils import parse_bytes
+
+    from dask_windows.cli.convert import convert
+    from dask_windows.cli.summary import manifest_windows
+
+    started = clock.perf_counter()
+    with _Cluster(args) as cluster:
+        report = convert(
+            args.src,
+            args.dst,
+            series=args.series,
+            time=args.time,
+            fmt=args.format,
+            partition_size=int(parse_bytes(args.partition_size)),
+            overwrite=args.overwrite,
+            parse_time=args.parse_time,
+            compression=args.compression,
+            input_block_size=_input_block_size(args.memory_limit),
+            npy_columns=args.npy_columns.split(",") if args.npy_columns else None,
+            compute=cluster.compute,
+            layout=args.layout,
+            window=args.window,
+            horizon=args.horizon,
+            chunk_rows=args.chunk_rows,
+        )
+    seconds = clock.perf_counter() - started
+    out = {k: v for k, v in report.__dict__.items() if k != "manifest"}
+    out.update(seconds=round(seconds, 3), workers_restarted=cluster.workers_restarted)
+    out["leftovers_removed"] = list(out.get("leftovers_removed", ()))
+    if args.window is not None:
+        kept, lost = manifest_windows(report.manifest, args.window, args.stride, args.horizon)
+        out.update(window=args.window, stride=args.stride, horizon=args.horizon, windows=kept, windows_lost=lost)
+        if kept == 0:
+            longest = max((n for f in report.manifest["files"] for n in (run[1] for run in f["runs"])), default=0)
+            span = args.window + args.horizon
+            raise ValueError(
+                f"--window {args.window}"
+                + (f" + --horizon {args.horizon}" if args.horizon else "")
+                + f" leaves 0 windows: every series run in {args.dst} is shorter than {span} "
+                f"rows (longest: {longest:,} rows); the dataset was written, but use a smaller "
+                f"window (or a larger --partition-size if series were cut into files)"
+            )
+    if args.json:
+        return out
+    rows = [
+        ("output", args.dst),
+        ("rows in", f"{out['rows_in']:,}"),
+        ("rows out", f"{out['rows_out']:,}"),
+        (
+            "files",
+            f"{out['files']:,} ({_size(out['bytes_out'])}, {_size(out['bytes_out'] / max(out['files'], 1))} mean)",
+        ),
+        ("series", f"{out['series']:,} ({out['split_series']:,} split across files)"),
+    ]
+    if "windows" in out:
+        lost = out["windows_lost"] / max(out["windows"] + out["windows_lost"], 1)
+        rows.append(
+            (
+                f"windows (window={args.window}, stride={args.stride}, horizon={args.horizon})",
+                f"{out['windows']:,} kept, {out['windows_lost']:,} lost at file edges ({lost:.3%})",
+            )
+        )
+    rows.append(("time", f"{seconds:.1f} s ({out['rows_in'] / seconds:,.0f} rows/s)"))
+    for path in out["leftovers_removed"]:
+        rows.append(("removed", f"{path} (left by an interrupted convert)"))
+    if out["workers_restarted"]:
+        rows.append(
+            (
+                "warning",
+                f"{out['workers_restarted']} Dask workers were restarted (out of memory?); the output is complete",
+            )
+        )
+    return {"text": _table(rows)}
+
+
+def _cmd_inspect(args: argparse.Namespace) -> dict:
+    from dask_windows.cli.summary import inspect_dataset
+
+    out = inspect_dataset(
+        args.path,
+        series=args.series,
+        window=args.window,
+        stride=args.stride,
+        horizon=args.horizon,
+        features=args.features,
+        targets=args.targets,
+        batch_size=args.batch_size,
+        buffer_partitions=args.buffer_partitions,
+        prefetch_partitions=args.prefetch_partitions,
+        num_workers=args.num_workers,
+        nan=args.nan,
+        on_error=args.on_error,
+        partition_bytes=_bytes(args.partition_bytes),
+        retries=args.retries,
+    )
+    if args.mixing:
+        from dask_windows.mixing import inspect_mixing
+
+        out["mixing"] = inspect_mixing(
+            args.path,
+            out,
+            batch_size=args.batch_size,
+            buffer_partitions=args.buffer_partitions,
+            pieces_per_partition=args.pieces_per_partition,
+        )
+    if args.json:
+        return out
+    rows = [
+        ("path", out["path"]),
+        ("files", f"{out['files']:,}"),
+        ("partitions", f"{out['partitions']:,} (largest {out['largest_partition_rows']:,} rows)"),
+        ("rows", f"{out['rows']:,}"),
+    ]
+    if out["bytes"] is not None:
+        rows.append(("bytes", _size(out["bytes"])))
+    if out["series"] is not None:
+        rows.append(
+            (
+                "series",
+                f"{out['series']:,} in column {out['series_column']!r} "
+                f"({out['runs']:,} runs, from the {out['runs_from']})",
+            )
+        )
+    else:
+        rows.append(("series", "no series column: each partition is one run (pass --series)"))
+    schema = ", ".join(f"{k}: {v}" for k, v in out["schema"].items())
+    rows.append(("schema", schema))
+    if out["skipped"]:
+        rows.append(
+            (
+                "skipped",
+                f"{len(out['skipped']):,} unreadable partitions "
+                f"(--on-error skip): {', '.join(out['skipped'][:3])}" + (", ..." if len(out["skipped"]) > 3 else ""),
+            )
+        )
+    if "windows" in out:
+        mem = out["memory"]
+        nan = ", nan=drop" if out["nan"] == "drop" else ""
+        rows.append(
+            (
+                f"windows (window={out['window']}, stride={out['stride']}, horizon={out['horizon']}{nan})",
+                f"{out['windows']:,}",
+            )
+        )
+        rows.append(
+            (
+                f"loader memory (buffer={args.buffer_partitions}, "
+                f"prefetch={args.prefetch_partitions}, batch={args.batch_size}, "
+                f"C={len(out['features'])})",
+                f"{_size(mem['per_process'])} per process x {mem['processes']} = "
+                f"{_size(mem['total'])} (partitions {_size(mem['partitions'])}, "
+                f"window index {_size(mem['window_index'])}, "
+                f"batches {_size(mem['batches'])})",
+            )
+        )
+    rows.append(("time", f"{out['seconds']:.3f} s"))
+    if args.mixing:
+        from dask_windows.mixing import format_report
+
+        return {"text": _table(rows) + "\n\nmixing\n" + format_report(out["mixing"])}
+    return {"text": _table(rows)}
+
+
+def _cmd_stats(args: argparse.Namespace) -> dict:
+    from dask_windows.cli.summary import compute_stats
+
+    with _Cluster(args) as cluster:
+        doc = compute_stats(
+            args.path, args.features, fmt=args.format, series=args.series, time=args.time, compute=cluster.compute
+        )
+    if args.out:
+        import fsspec
+
+        with fsspec.open(args.out, "w") as out:
+            json.dump(doc, out, indent=1)
+    if args.json:
+        return doc
+    width = max([len("feature"), *map(len, doc["features"])])
+    lines = [f"{'feature':<{width}} {'count':>11} {'mean':>13} {'std':>13} {'min':>13} {'max':>13} {'nan':>9}"]
+    for name, s in doc["features"].items():
+        nums = " ".join(f"{s[k]:>13.6g}" if s[k] is not None else f"{'-':>13}" for k in ("mean", "std", "min", "max"))
+        lines.append(f"{name:<{width}} {s['count']:>11,} {nums} {s['nan_count']:>9,}")
+    text = "\n".join(lines) + f"\nrows: {doc['rows']:,}"
+    return {"text": text + (f"\nwritten to {args.out}" if args.out else "")}
+
+
+def _cmd_bench(args: argparse.Namespace) -> dict:
+    out = bench(
+        args.path,
+        features=args.features,
+        series=args.series,
+        window=args.window,
+        stride=args.stride,
+        horizon=args.horizon,
+        targets=args.targets,
+        batch_size=args.batch_size,
+        num_workers=args.num_workers,
+        buffer_partitions=args.buffer_partitions,
+        prefetch_partitions=args.prefetch_partitions,
+        max_batches=args.max_batches,
+        seconds=args.seconds,
+        step_ms=args.step_ms,
+        nan=args.nan,
+        on_error=args.on_error,
+        partition_bytes=_bytes(args.partition_bytes),
+        retries=args.retries,
+        progress=None if args.no_progress else sys.stderr,
+    )
+    if args.json:
+        return out
+    settings = ", ".join(f"{k}={v}" for k, v in out["settings"].items())
+    rss = _size(out["peak_rss_bytes"])
+    if out["peak_worker_rss_bytes"] is not None:
+        rss += f" (largest worker {_size(out['peak_worker_rss_bytes'])})"
+    rows = [
+        ("path", out["path"]),
+        ("settings", settings),
+        (
+            "dataset",
+            f"{out['partitions']:,} partitions, {out['num_windows']:,} windows, "
+            f"{out['batches_per_epoch']:,} batches/epoch (opened in "
+            f"{out['open_seconds']:.2f} s)",
+        ),
+        (
+            "measured",
+            f"{out['batches']:,} batches, {out['windows']:,} windows in "
+            f"{out['seconds']:.2f} s" + (" (full epoch)" if out["epoch_done"] else ""),
+        ),
+        ("windows/s", _figure(out["windows_per_second"])),
+        ("GB/s", f"{_figure(out['gb_per_second'])} (batch tensors)"),
+        ("first batch", f"{_figure(out['first_batch_seconds'])} s"),
+        ("waiting for batches", f"{out['wait_share']:.1%} of the time"),
+        ("reading partitions", f"{out['read_share']:.1%} of loader time"),
+        ("peak RSS", rss),
+    ]
+    return {"text": _table(rows)}

@@ -1,0 +1,164 @@
+"""Pass 3 of ``convert``: every row bucketed into its output file through scratch files.
+
+Each input partition is scattered into one compressed Arrow scratch file (one
+batch per output file); each output file is then gathered from scratch, sorted
+and written (the contiguous layout), or handed to the spread layout's passes.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import posixpath
+from typing import Any
+
+import dask
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from dask_windows.cli.convert_plan import Compute, _file_ids
+from dask_windows.cli.spread_write import write_spread
+from dask_windows.sources.manifest import series_runs
+
+#: Scratch files are compressed: zstd at its default level keeps them near the output's size.
+SCRATCH_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
+_DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+
+
+def _disk_error(exc: OSError, path: str, what: str) -> OSError:
+    """The same error with the path named, and a remedy when the disk (or a size limit) is full."""
+    code = exc.errno
+    if code not in _DISK_FULL and not any(s in str(exc) for s in ("No space left", "File too large")):
+        return OSError(code, f"{exc} (writing {what} {path})")
+    code = code or errno.ENOSPC
+    return OSError(
+        code,
+        f"{os.strerror(code)} while writing {what} {path}: the disk holding the "
+        f"output is full (or a file size limit was hit); free space there or "
+        f"choose a DST on a larger disk (convert needs about the output's size "
+        f"twice while it runs: compressed scratch plus the output)",
+    )
+
+
+def _scatter(
+    df: pd.DataFrame, number: int, fs: Any, scratch: str, schema: pa.Schema, plan: tuple
+) -> tuple[str, list[tuple[int, int, int]]]:
+    """Write one input partition to a scratch Arrow file, one batch per output file.
+
+    Returns:
+        ``(path, [(file_id, batch_index, rows), ...])``.
+    """
+    file_ids = _file_ids(df, *plan)
+    order = np.argsort(file_ids, kind="stable")  # input order kept within a file id
+    table = pa.Table.from_pandas(df, schema=schema, preserve_index=False).take(order)
+    file_ids = file_ids[order]
+    bounds = np.flatnonzero(np.diff(file_ids)) + 1  # where the next file id starts
+    path = posixpath.join(scratch, f"in-{number:06d}.arrow")
+    index = []
+    try:
+        with fs.open(path, "wb") as out, pa.ipc.new_file(out, schema, options=SCRATCH_OPTIONS) as writer:
+            for i, (a, b) in enumerate(zip([0, *bounds], [*bounds, len(file_ids)])):
+                if b > a:
+                    writer.write_batch(table.slice(a, b - a).combine_chunks().to_batches()[0])
+                    index.append((int(file_ids[a]), i, int(b - a)))
+    except OSError as exc:
+        raise _disk_error(exc, path, "scratch file") from exc
+    return path, index
+
+
+def _gather(
+    file_id: int,
+    pieces: list[tuple[str, int]],
+    fs: Any,
+    root: str,
+    name: str,
+    schema: pa.Schema,
+    series: str,
+    time: str,
+    compression: str,
+) -> dict:
+    """Read one output file's rows from scratch, sort them and write one row group."""
+    batches = []
+    for path, batch in pieces:  # in input order, so a stable sort keeps ties in order
+        with fs.open(path, "rb") as src:
+            batches.append(pa.ipc.open_file(src).get_batch(batch))
+    table = pa.Table.from_batches(batches, schema=schema)
+    table = table.take(pc.sort_indices(table, sort_keys=[(series, "ascending"), (time, "ascending")]))
+    path = posixpath.join(root, name)
+    # dictionaries pay off for ids and labels, not for measurements (they grow float files)
+    dictionary = [f.name for f in schema if not pa.types.is_floating(f.type)]
+    try:
+        with fs.open(path, "wb") as out:
+            pq.write_table(
+                table,
+                out,
+                row_group_size=max(len(table), 1),
+                compression=compression,
+                use_dictionary=dictionary,
+                write_page_checksum=True,
+            )
+    except OSError as exc:
+        raise _disk_error(exc, path, "output file") from exc
+    return {
+        "path": name,
+        "rows": len(table),
+        "bytes": int(fs.size(path)),
+        "runs": series_runs(table.column(series).to_numpy()),
+    }
+
+
+def _write_files(
+    ddf: dd.DataFrame,
+    fs: Any,
+    tmp: str,
+    plan: tuple,
+    num_files: int,
+    compression: str,
+    compute: Compute,
+    spread: dict | None = None,
+) -> list[dict]:
+    """Pass 3: bucket every row into its output file through scratch files on ``fs``.
+
+    With ``spread`` (the options of :func:`dask_windows.cli.spread_write.write_spread`) the buckets
+    are sorted and dealt out as chunks over the output files instead of written as they are.
+    """
+    series, time = plan[0], plan[1]
+    schema = pa.Schema.from_pandas(ddf._meta, preserve_index=False)
+    scratch = posixpath.join(tmp, "_scratch")
+    fs.makedirs(scratch, exist_ok=True)
+    scatters = [dask.delayed(_scatter)(part, i, fs, scratch, schema, plan) for i, part in enumerate(ddf.to_delayed())]
+    pieces: list[list[tuple[str, int]]] = [[] for _ in range(num_files)]
+    bucket_rows = np.zeros(num_files, np.int64)
+    for path, index in compute("splitting rows by output file", *scatters):
+        for file_id, batch, rows in index:
+            pieces[file_id].append((path, batch))
+            bucket_rows[file_id] += rows
+    if spread is not None:
+        entries, _ = write_spread(
+            pieces,
+            bucket_rows,
+            fs,
+            tmp,
+            scratch,
+            schema,
+            series,
+            time,
+            compression=compression,
+            compute=compute,
+            **spread,
+        )
+        fs.rm(scratch, recursive=True)
+        return entries
+    width = max(5, len(str(num_files - 1)))
+    gathers = [
+        dask.delayed(_gather)(j, pieces[j], fs, tmp, f"part-{j:0{width}d}.parquet", schema, series, time, compression)
+        for j in range(num_files)
+        if pieces[j]
+    ]
+    entries = list(compute("sorting and writing files", *gathers))
+    fs.rm(scratch, recursive=True)
+    return entries
