@@ -11,10 +11,8 @@ same bit for bit whatever the thread timing. All arithmetic lives in
 from __future__ import annotations
 
 import copy
-import functools
 import logging
 import os
-import warnings
 import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -23,24 +21,17 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from dask_windows.buffer import Part, decode, piece_rows, piece_units, stream, unit_rows
-from dask_windows.checks import (
-    SERIES_FROM_MANIFEST,
-    bad_value_rows,
-    check_column_types,
-    check_series_order,
-    output_dtype,
-)
+from dask_windows.checks import SERIES_FROM_MANIFEST, check_series_order, output_dtype
 from dask_windows.epochs import EpochCounter, worker_token
-from dask_windows.errors import ConfigError, DataError, SourceReadError
-from dask_windows.faults import SkippedPartition, check_on_error, guard_scan, record_skip, skip_allowed
-from dask_windows.index import WindowGrid, scan_runs
-from dask_windows.memory import trim
-from dask_windows.plan import batches_per_rank, plan_reader
-from dask_windows.prefetch import Prefetcher
-from dask_windows.readpool import ReadPool
+from dask_windows.errors import ConfigError, DataError
+from dask_windows.faults import SkippedPartition, check_on_error
+from dask_windows.index import WindowGrid
+from dask_windows.opening import check_columns, check_windows, scan
+from dask_windows.options import resolve_normalize, resolve_pieces, source_options
+from dask_windows.plan import batches_per_rank
+from dask_windows.reading import batches, plan
 from dask_windows.resume import Resumer, check_int, fingerprint
-from dask_windows.sources import ArraySource, PartitionReader, Source, is_series_vector, open_source
+from dask_windows.sources import ArraySource, Source, is_series_vector, open_source
 from dask_windows.sources.retry import RetryPolicy, resolve_retry, with_deadline
 from dask_windows.spec import WindowSpec
 from dask_windows.split import SeriesTable, cut_positions, split_grid
@@ -164,13 +155,7 @@ class WindowDataset(IterableDataset):
         series_from_manifest = series is SERIES_FROM_MANIFEST
         if series_from_manifest:
             series = None
-        options: dict = {"threads": threads}
-        if cache_dir is not None:
-            options.update(cache_dir=cache_dir, cache_bytes=cache_bytes)
-        if partition_bytes is not None:
-            options["partition_bytes"] = partition_bytes
-        if partition_rows is not None:
-            options["partition_rows"] = partition_rows
+        options = source_options(threads, cache_dir, cache_bytes, partition_bytes, partition_rows)
         self.on_error = check_on_error(on_error)
         self.read_workers = check_int("read_workers", read_workers)
         self.source: Source = open_source(
@@ -202,20 +187,13 @@ class WindowDataset(IterableDataset):
             shuffle=shuffle,
             seed=seed,
             buffer_partitions=buffer_partitions,
-            pieces_per_partition=_pieces(pieces_per_partition, self.source, batch_size, buffer_partitions),
+            pieces_per_partition=resolve_pieces(pieces_per_partition, self.source, batch_size, buffer_partitions),
             prefetch_partitions=prefetch_partitions,
             layout=layout,
             return_index=return_index,
             nan=nan,
         )
-        roles = dict.fromkeys(self.spec.targets, "target")
-        roles.update(dict.fromkeys(self.spec.features, "feature"))
-        needed = list(self.spec.columns)
-        if series is not None:
-            roles[series] = "series column"
-            needed.append(series)
-        self.source.check_columns(needed, roles)
-        check_column_types(self.source, list(self.spec.columns), roles)
+        check_columns(self.source, self.spec, series)
         self._y_dtype = output_dtype(self.source, list(self.spec.targets))
         self.source.set_window(self.spec.span, self.spec.stride)
         self._explicit_world = (rank, world_size)
@@ -226,28 +204,9 @@ class WindowDataset(IterableDataset):
         self._identity: dict | None = None
         self._series: SeriesTable | None = None
         self._threads = threads
-        self._normalize = _resolve_normalize(normalize, self.spec, storage_options)
+        self._normalize = resolve_normalize(normalize, self.spec, storage_options)
         spec = self.spec
-        bad_rows = (  # every row a window may hold, the halo past a partition's end included
-            (lambda i: bad_value_rows(self.source.read_rows(i, list(spec.columns), 0, self.source.readable_rows(i))))
-            if nan == "drop"
-            else None
-        )
-
-        def read_runs(i: int) -> tuple:
-            return self.source.read_runs(i, series)
-
-        if on_error == "skip":
-            read_runs, bad_rows = guard_scan(read_runs, bad_rows, self.source.partitions, self.skipped)  # type: ignore[assignment]
-        self.runs = scan_runs(
-            len(self.source.partitions),
-            read_runs,
-            bad_rows,
-            threads,
-            self.source.continues,
-            [p.num_rows for p in self.source.partitions],
-        )
-        trim()
+        self.runs = scan(self.source, spec, series, nan, on_error, self.skipped, threads)
         self.grid = WindowGrid.from_runs(self.runs, spec.span, spec.stride)
         rows = np.array([p.num_rows for p in self.source.partitions], dtype=np.int64)
         self.row_offsets = np.cumsum(rows) - rows  # (P,) global row of each partition's first row
@@ -256,15 +215,7 @@ class WindowDataset(IterableDataset):
         spread = getattr(self.source, "_manifest", None) or {}
         spread = spread.get("manifest", {}).get("version", 1) >= 2  # chunks of a series by design
         order_remedy = "" if spread else check_series_order(self.runs, names, series, strict)
-        if self.num_windows == 0:
-            longest = max((int(r.lengths.max()) for r in self.runs if len(r.lengths)), default=0)
-            raise DataError(
-                f"no windows: window={spec.window}"
-                + (f" + horizon={spec.horizon}" if spec.horizon else "")
-                + f" is longer than every series run in {self.source.description} (longest: {longest:,} rows); "
-                + (order_remedy or "; use a smaller window or merge series")
-                + (f"; {len(self.skipped)} partitions were skipped as unreadable" if self.skipped else "")
-            )
+        check_windows(self.source, spec, self.runs, self.num_windows, order_remedy, self.skipped)
 
     # -- topology ---------------------------------------------------------------------------
 
@@ -452,34 +403,7 @@ class WindowDataset(IterableDataset):
         return out
 
     def _batches(self, plan: Any, progress: Any = None) -> Iterator[Any]:
-        units = piece_units(plan)  # a buffer's pieces of one partition are read together
-        source_reader = self.source.reader([unit[0].partition for unit in units], list(self.spec.columns))
-        # Read ahead about prefetch_partitions partitions' worth of pieces.
-        ahead = self.spec.prefetch_partitions * self.spec.pieces_per_partition * len(units)
-        depth = -(-ahead // max(len(plan.segments), 1))
-        reader: Prefetcher | _PoolParts
-        if self._pool_workers():
-            pool = ReadPool(functools.partial(_read_in_pool, self), units, self._pool_workers(), max(depth, 1))
-            reader = _PoolParts(pool, self.skipped)
-        else:
-            reader = Prefetcher(lambda unit: self._read_unit(unit, source_reader), units, depth)
-        parts = (part for unit_parts in reader for part in unit_parts)
-
-        def reread(seg: Any) -> Part | None:
-            return self._read_part(seg, PartitionReader(self.source, [seg.partition], list(self.spec.columns)))
-
-        try:
-            batches = stream(
-                plan, parts, self.grid, self.row_offsets, self.spec, self._emit, self._per_batch_normalize(), reread
-            )
-            for batch in batches:
-                self._resumer.step(progress)  # counted before the consumer gets it: a state then includes it
-                yield batch
-        finally:
-            if progress is not None:
-                self._resumer.end(progress)
-            reader.close()
-            source_reader.close()
+        return batches(self, plan, progress)
 
     def _shape(self) -> tuple[int, int, bool]:
         """``(num_windows, batch_size, drop_last)``: what the division of an epoch depends on."""
@@ -488,20 +412,6 @@ class WindowDataset(IterableDataset):
     def _per_batch_normalize(self) -> str | None:
         """``normalize`` for ``stream``: global statistics are applied in ``decode``, once per partition."""
         return None if isinstance(self._normalize, tuple) else self._normalize
-
-    def _pool_workers(self) -> int:
-        """Processes that read and decode for this pass (0: the prefetch thread does)."""
-        if not self.read_workers or not self.source.reads_in_processes:
-            return 0
-        if get_worker_info() is not None:  # a DataLoader worker is daemonic: it cannot start processes
-            warnings.warn(
-                f"read_workers={self.read_workers} is ignored inside DataLoader workers; use either "
-                "read_workers (workers decode, this process gathers) or DataLoader(num_workers=...)",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-            return 0
-        return self.read_workers
 
     def _fingerprint(self) -> dict:
         if self._identity is None:
@@ -518,55 +428,10 @@ class WindowDataset(IterableDataset):
         return state
 
     def _plan(self, world: World, skip_batches: int = 0, epoch: int | None = None) -> Any:
-        s = self.spec
-        return plan_reader(
-            self.grid.windows_per_partition,
-            world,
-            seed=s.seed,
-            epoch=self.epoch if epoch is None else epoch,
-            shuffle=s.shuffle,
-            batch_size=s.batch_size,
-            drop_last=s.drop_last,
-            buffer_partitions=s.buffer_partitions,
-            skip_batches=skip_batches,
-            pieces_per_partition=s.pieces_per_partition,
-            min_piece_windows=-(-s.span // s.stride),  # a piece's halo is at most as long as its rows
-        )
-
-    def _read_part(self, segment: Any, reader: PartitionReader) -> Part | None:
-        """Read and decode a segment's piece; ``None`` when it is unreadable and ``on_error="skip"``."""
-        index = segment.partition
-        name = self.source.partitions[index].name
-        r0, r1 = piece_rows(self.grid, segment, self.spec.span)
-        try:
-            columns = reader.read_rows(index, r0, r1)
-        except SourceReadError as exc:
-            if not skip_allowed(self.on_error, exc):
-                raise
-            record_skip(self.skipped, name, "read", exc)
-            return None
-        return decode(index, name, columns, self.spec, self._scale(), r0, getattr(self, "_y_dtype", None))
+        return plan(self, world, skip_batches, epoch)
 
     def _scale(self) -> tuple[np.ndarray, np.ndarray] | None:
         return self._normalize if isinstance(self._normalize, tuple) else None
-
-    def _read_unit(self, unit: tuple, reader: PartitionReader) -> list[Part | None]:
-        """Read one partition's pieces of a buffer in one call and decode each; ``None``s when unreadable."""
-        index = unit[0].partition
-        name = self.source.partitions[index].name
-        rows = unit_rows(self.grid, unit, self.spec.span)
-        try:
-            pieces = reader.read_ranges(index, [(int(a), int(b)) for a, b in rows])
-        except SourceReadError as exc:
-            if not skip_allowed(self.on_error, exc):
-                raise
-            record_skip(self.skipped, name, "read", exc)
-            return [None] * len(unit)
-        scale = self._scale()
-        y_dtype = getattr(self, "_y_dtype", None)
-        return [
-            decode(index, name, columns, self.spec, scale, int(r0), y_dtype) for columns, (r0, _) in zip(pieces, rows)
-        ]
 
     def _emit(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None) -> Any:
         out = [torch.from_numpy(x)]
@@ -585,78 +450,3 @@ class WindowDataset(IterableDataset):
             + (" (from the manifest)" if getattr(self, "_series_from_manifest", False) else "")
             + ")"
         )
-
-
-def _read_in_pool(ds: WindowDataset, unit: tuple) -> tuple[list[Part | None], list[SkippedPartition]]:
-    """Read and decode one partition's pieces in a ReadPool worker; its skip records travel back."""
-    before = len(ds.skipped)
-    parts = ds._read_unit(unit, PartitionReader(ds.source, [unit[0].partition], list(ds.spec.columns)))
-    return parts, ds.skipped[before:]
-
-
-class _PoolParts:
-    """A ReadPool's decoded pieces, with the workers' skip records added to this dataset's."""
-
-    def __init__(self, pool: ReadPool, skipped: list) -> None:
-        self.pool = pool
-        self.skipped = skipped
-
-    def __iter__(self) -> Iterator[list[Part | None]]:
-        return self
-
-    def __next__(self) -> list[Part | None]:
-        parts, records = next(self.pool)
-        self.skipped.extend(records)
-        return parts
-
-    def close(self) -> None:
-        self.pool.close()
-
-
-def _pieces(pieces_per_partition: Any, source: Source, batch_size: Any, buffer_partitions: Any) -> Any:
-    """``pieces_per_partition``, or its default: enough for ``2 * batch_size`` pieces per buffer."""
-    if pieces_per_partition is not None:
-        return pieces_per_partition
-    if source.default_pieces_per_partition is not None:
-        return source.default_pieces_per_partition
-    valid = all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (batch_size, buffer_partitions))
-    return -(-2 * batch_size // buffer_partitions) if valid else 1  # invalid values: WindowSpec raises
-
-
-def _resolve_normalize(normalize: Any, spec: WindowSpec, storage_options: dict | None = None) -> Any:
-    """``None``, ``"sample"`` or ``(mean, std)`` float32 arrays of the features.
-
-    A constant feature (std 0 in a stats file) is only centred: its std is taken as 1.
-    """
-    if normalize is None or (isinstance(normalize, str) and normalize == "sample"):
-        return normalize
-    if isinstance(normalize, dict) and "mean" in normalize and "std" in normalize:
-        with np.errstate(over="ignore"):  # beyond float32 becomes inf, rejected below
-            mean = np.asarray(normalize["mean"], np.float32).reshape(-1)
-            std = np.asarray(normalize["std"], np.float32).reshape(-1)
-        if mean.shape != (len(spec.features),) or std.shape != mean.shape:
-            raise ConfigError(
-                f"normalize mean/std have shapes {mean.shape}/{std.shape}; expected ({len(spec.features)},), "
-                "one value per feature"
-            )
-        if not np.all(std > 0) or not np.all(np.isfinite(std)) or not np.all(np.isfinite(mean)):
-            raise ConfigError(
-                "normalize std must be finite and > 0 and mean finite for every feature "
-                f"(got mean={mean.tolist()}, std={std.tolist()}); pass the statistics of clean data"
-            )
-        return mean, std
-    if isinstance(normalize, (str, os.PathLike, dict)):
-        from dask_windows.normalize import load_stats
-
-        try:
-            mean, std = load_stats(normalize, list(spec.features), storage_options)
-        except FileNotFoundError as exc:
-            raise ConfigError(
-                f"normalize={normalize!r} is neither 'sample' nor an existing stats file; write one with "
-                "`dask-windows stats PATH --features ... --out stats.json`, or pass {'mean': [...], 'std': [...]}"
-            ) from exc
-        return mean, np.where(std > 0, std, np.float32(1.0)).astype(np.float32)
-    raise ConfigError(
-        f"normalize={normalize!r} is not understood; pass None, 'sample', {{'mean': [...], 'std': [...]}} "
-        "or the path of a stats file written by `dask-windows stats`"
-    )

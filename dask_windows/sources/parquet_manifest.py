@@ -1,0 +1,125 @@
+"""What ``ParquetSource`` records and checks at open: the manifest, file identities, cache versions.
+
+Moved out of ``parquet`` unchanged, as the ``ParquetManifest`` mixin of
+``ParquetSource``: a ``dask-windows convert`` manifest is loaded when it
+describes exactly the files and row counts opened (else it is warned about and
+the series column is scanned; a spread, version-2 manifest raises instead);
+each file's size and version are recorded for the checks at local reads and the
+resume fingerprint (``identity``), and for the keys of the local cache
+(``cache_dir=``).
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from typing import TYPE_CHECKING, Any
+
+from dask_windows.sources.footers import Footer, map_in_blocks
+from dask_windows.sources.retry import RetryPolicy
+
+__all__ = ["ParquetManifest"]
+
+
+class ParquetManifest:
+    """``ParquetSource``'s manifest, identities and cache (a mixin: ``ParquetSource`` sets the attributes)."""
+
+    fs: Any
+    local: bool
+    retry: RetryPolicy
+    files: list[str]
+    manifest_series: str | None
+    _footers: dict[str, Footer]
+    _listed: dict
+
+    if TYPE_CHECKING:
+
+        def _url(self, path: str) -> str: ...
+
+    def _load_manifest(self, data: Any) -> dict | None:
+        """Series runs per file from a ``dask-windows convert`` manifest, if it matches the files.
+
+        Returns ``{"series": column, "runs": {path: (starts, lengths, keys)}}``, or ``None`` when the
+        folder has no manifest or it does not describe exactly these files and row counts (then
+        the series column is scanned as usual).
+        """
+        from dask_windows.sources.manifest import manifest_run_arrays, read_manifest
+
+        if not isinstance(data, (str, os.PathLike)) or any(ch in os.fspath(data) for ch in "*?["):
+            return None
+        root = self.fs._strip_protocol(os.fspath(data)).rstrip("/")
+        if not self.fs.isdir(root):
+            return None
+        manifest = read_manifest(root, self.fs)
+        if manifest is None:
+            return None
+        from dask_windows.checks import compare_manifest, runs_disagree_with_footer, warn_manifest
+
+        self.manifest_series = manifest["series"]
+        entries = {posixpath.join(root, f["path"]): f for f in manifest["files"]}
+        ids = getattr(self, "_identities", {})
+        listed = {
+            p: (ids[p].size if p in ids and ids[p].size is not None else size) for p, size in self._listed.items()
+        }
+        # a version-2 (spread) manifest cannot fall back to scanning: its own checks below raise
+        changes = (
+            compare_manifest(self._url(root), entries, listed, remote=not self.local) if manifest["version"] < 2 else []
+        )
+        if changes:
+            warn_manifest(self._url(root), changes)
+            return None
+        runs = {}
+        for path in self.files:
+            entry = entries.get(path)
+            if entry is None or entry["rows"] != self._footers[path].num_rows:
+                if manifest["version"] >= 2:  # chunks of many stretches: the series column cannot recover them
+                    from dask_windows.errors import DataError
+
+                    raise DataError(
+                        f"the manifest of {root} does not match {self._url(path)} (a file missing, added or "
+                        "rewritten); this dataset was converted in chunks spread over its files, which only the "
+                        "manifest describes; rerun `dask-windows convert` to write it again"
+                    )
+                rows = self._footers[path].num_rows
+                warn_manifest(
+                    self._url(root), [f"{path} has {rows:,} rows, the manifest says {entry and entry['rows']}"]
+                )
+                return None
+            if manifest["version"] < 2:
+                differ = runs_disagree_with_footer(self._footers[path].metadata, manifest["series"], entry["runs"])
+                if differ is not None:
+                    warn_manifest(self._url(root), [f"{path}: {differ}"])
+                    return None
+            runs[path] = manifest_run_arrays(entry["runs"])
+        if manifest["version"] >= 2 and len(runs) != len(entries):
+            from dask_windows.errors import DataError
+
+            missing = sorted(set(entries) - set(runs))
+            raise DataError(
+                f"the manifest of {root} lists {len(missing)} files that are not there (first: {self._url(missing[0])}); "
+                "this dataset was converted in chunks spread over its files, so every file holds part of every "
+                "series; restore the files or rerun `dask-windows convert`"
+            )
+        return {"series": manifest["series"], "runs": runs, "manifest": manifest, "root": root}
+
+    def _record_identities(self, listed: dict) -> dict:
+        """Each file's ``identity.FileIdentity`` at open: ``os.stat`` locally, the listing remotely."""
+        from dask_windows.sources import identity
+
+        if self.local:
+            return {path: identity.local(path) for path in self.files}
+        return {path: identity.from_info(listed.get(path)) for path in self.files}
+
+    def _open_cache(self, cache_dir: Any, cache_bytes: int | None) -> tuple[Any, dict[str, str]]:
+        """The local ``RangeCache`` of a remote source and each file's version (size, ETag/mtime) in its keys.
+
+        The versions come from the listing's ``info`` (no request after a folder or glob listing;
+        one HEAD per file for an explicit list of URLs), once, at open.
+        """
+        if cache_dir is None or self.local:
+            return None, {}
+        from dask_windows.sources.cache import RangeCache, object_version
+
+        cache = RangeCache(cache_dir, cache_bytes)
+        infos = map_in_blocks(lambda path: self.retry.call(lambda: self.fs.info(path), path), self.files, 16)
+        return cache, {path: object_version(info) for path, info in zip(self.files, infos)}
