@@ -40,17 +40,18 @@ __all__ = ["FileIdentity", "check_local", "digest", "from_info", "local"]
 VERSION_KEYS = ("ETag", "etag", "md5Hash", "generation", "version_id", "VersionId", "LastModified", "mtime", "updated")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per file: no per-instance dict
 class FileIdentity:
     """What a file was when the dataset was opened.
 
     Attributes:
         size: Bytes, or ``None`` when the store did not say.
-        version: ETag / generation / modification time as text, or ``None``.
+        version: ETag / generation as text, a local file's modification time in ns (an int: one
+            identity is kept per file), or ``None``.
     """
 
     size: int | None
-    version: str | None
+    version: str | int | None
 
     def describe(self) -> str:
         """``"1,234 bytes, version X"`` for messages."""
@@ -70,7 +71,7 @@ def from_info(info: dict | None) -> FileIdentity:
 def local(path: str) -> FileIdentity:
     """Size and ``mtime`` (ns) of a local file."""
     stat = os.stat(path)
-    return FileIdentity(stat.st_size, str(stat.st_mtime_ns))
+    return FileIdentity(stat.st_size, stat.st_mtime_ns)
 
 
 def check_local(path: str, expected: FileIdentity | None) -> None:

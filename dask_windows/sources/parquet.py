@@ -158,7 +158,7 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
                 self._schemas.append(schema)
             self._schema_numbers.append(numbers[id(schema)])
         self._seen_schemas.clear()
-        self._tail_runs = {path: o.runs for path, o in opened.items() if o.runs is not None}
+        self._tail_runs = {path: _pack_runs(o.runs) for path, o in opened.items() if o.runs is not None}
         self.partitions = []
         for path in self.files:
             footer, splits = self._footers[path], opened[path].splits
@@ -246,7 +246,7 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
             )
         if not spread and (series is None or manifest is None or manifest["series"] != series):
             path = self.partitions[index].key[0]
-            told = self._tail_runs.pop(path, None) if series == self._tail_series else None
+            told = _unpack_runs(self._tail_runs.pop(path, None)) if series == self._tail_series else None
             return self._halo_runs(index, series, told if told is not None else super().read_runs(index, series))
         path, row_groups = self.partitions[index].key
         first = sum(self._footers[path].rows[: row_groups[0]])  # file row of the partition
@@ -358,3 +358,20 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
                 "was opened; the file changed underneath the dataset; open the dataset again"
             )
         return {col: table.column(col).to_numpy() for col in columns}
+
+
+def _pack_runs(runs: tuple) -> Any:
+    """``(starts, lengths, keys)`` as one ``(3, R)`` int64 array when the keys are integers: one array
+    per file instead of three (kept for every small file between open and the series scan)."""
+    starts, lengths, keys = runs
+    if np.asarray(keys).dtype.kind in "iu" and np.asarray(keys).dtype.itemsize <= 8:
+        return (np.stack([starts, lengths, keys]).astype(np.int64), np.asarray(keys).dtype)
+    return runs
+
+
+def _unpack_runs(packed: Any) -> tuple | None:
+    """Undo ``_pack_runs``: the three arrays, keys in their own dtype."""
+    if packed is None or len(packed) == 3:
+        return packed
+    stacked, key_dtype = packed
+    return stacked[0], stacked[1], stacked[2].astype(key_dtype)
