@@ -36,7 +36,7 @@ from dask_windows.sources.retry import RetryPolicy, resolve_retry, with_deadline
 from dask_windows.spec import WindowSpec
 from dask_windows.split import SeriesTable, cut_positions, split_grid
 from dask_windows.streams import elastic_batches
-from dask_windows.world import World, detect_ranks, detect_worker
+from dask_windows.world import World, detect_worker, resolve_ranks
 
 __all__ = ["WindowDataset"]
 
@@ -220,14 +220,7 @@ class WindowDataset(IterableDataset):
     # -- topology ---------------------------------------------------------------------------
 
     def _resolve_ranks(self) -> tuple[int, int]:
-        rank, world_size = self._explicit_world
-        detected = detect_ranks()
-        if detected is None:
-            detected = getattr(self, "_ranks", (0, 1))
-        rank = detected[0] if rank is None else rank
-        world_size = detected[1] if world_size is None else world_size
-        World(rank, world_size)  # validates
-        return rank, world_size
+        return resolve_ranks(self._explicit_world, getattr(self, "_ranks", (0, 1)))
 
     @property
     def rank(self) -> int:

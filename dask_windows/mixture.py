@@ -43,7 +43,7 @@ from dask_windows.plan import batches_per_rank, windows_per_rank, worker_batch_r
 from dask_windows.resume import Resumer, check_int
 from dask_windows.schedule import labels, member_counts, prefix_counts
 from dask_windows.streams import Chunks, reader_windows
-from dask_windows.world import World, detect_ranks, detect_worker
+from dask_windows.world import World, detect_worker, resolve_ranks
 
 __all__ = ["Mixture", "mix"]
 
@@ -140,14 +140,7 @@ class Mixture(IterableDataset):
     # -- topology -----------------------------------------------------------------------------
 
     def _resolve_ranks(self) -> tuple[int, int]:
-        rank, world_size = self._explicit_world
-        detected = detect_ranks()
-        if detected is None:
-            detected = getattr(self, "_ranks", (0, 1))
-        rank = detected[0] if rank is None else rank
-        world_size = detected[1] if world_size is None else world_size
-        World(rank, world_size)  # validates
-        return rank, world_size
+        return resolve_ranks(self._explicit_world, getattr(self, "_ranks", (0, 1)))
 
     @property
     def world_size(self) -> int:

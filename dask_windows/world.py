@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from dask_windows.errors import ConfigError
 
-__all__ = ["World", "detect_ranks", "detect_worker"]
+__all__ = ["World", "detect_ranks", "detect_worker", "resolve_ranks"]
 
 
 @dataclass(frozen=True)
@@ -56,3 +56,21 @@ def detect_worker() -> tuple[int, int]:
     if info is None:
         return 0, 1
     return info.id, info.num_workers
+
+
+def resolve_ranks(explicit: tuple[int | None, int | None], known: tuple[int, int] = (0, 1)) -> tuple[int, int]:
+    """``(rank, world_size)``: the explicit values, else an initialised ``torch.distributed``'s, else ``known``.
+
+    Args:
+        explicit: ``(rank, world_size)`` as the user passed them (``None``: not given).
+        known: The ranks resolved earlier (a pickled copy in a spawned worker cannot detect them).
+
+    Raises:
+        ConfigError: the result is not a valid topology.
+    """
+    rank, world_size = explicit
+    detected = detect_ranks() or known
+    rank = detected[0] if rank is None else rank
+    world_size = detected[1] if world_size is None else world_size
+    World(rank, world_size)  # validates
+    return rank, world_size

@@ -72,13 +72,13 @@ def test_partitions_really_differ_tenfold(data):
 
 def test_pickled_dataset_keeps_detected_ranks(data, monkeypatch):
     # DataLoader workers started by spawn cannot detect torch.distributed: the pickle carries it.
-    import dask_windows.dataset as dataset_module
+    import dask_windows.world as world_module  # where ranks are detected
 
     root, _ = data
     ds = open_dataset(root, window=WINDOW, batch_size=16)
-    monkeypatch.setattr(dataset_module, "detect_ranks", lambda: (1, 2))
+    monkeypatch.setattr(world_module, "detect_ranks", lambda: (1, 2))
     blob = pickle.dumps(ds)
-    monkeypatch.setattr(dataset_module, "detect_ranks", lambda: None)
+    monkeypatch.setattr(world_module, "detect_ranks", lambda: None)
     copy = pickle.loads(blob)
     assert (copy.rank, copy.world_size) == (1, 2)
     assert len(copy) == -(-(ds.num_windows // 2) // 16)
