@@ -7,8 +7,6 @@ and written (the contiguous layout), or handed to the spread layout's passes.
 
 from __future__ import annotations
 
-import errno
-import os
 import posixpath
 from typing import Any
 
@@ -18,30 +16,13 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from dask_windows.cli.convert_plan import Compute, _file_ids
-from dask_windows.cli.spread_write import write_spread
+from dask_windows.cli.spread_write import _disk_error, write_part, write_spread
 from dask_windows.sources.manifest import series_runs
 
 #: Scratch files are compressed: zstd at its default level keeps them near the output's size.
 SCRATCH_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
-_DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
-
-
-def _disk_error(exc: OSError, path: str, what: str) -> OSError:
-    """The same error with the path named, and a remedy when the disk (or a size limit) is full."""
-    code = exc.errno
-    if code not in _DISK_FULL and not any(s in str(exc) for s in ("No space left", "File too large")):
-        return OSError(code, f"{exc} (writing {what} {path})")
-    code = code or errno.ENOSPC
-    return OSError(
-        code,
-        f"{os.strerror(code)} while writing {what} {path}: the disk holding the "
-        f"output is full (or a file size limit was hit); free space there or "
-        f"choose a DST on a larger disk (convert needs about the output's size "
-        f"twice while it runs: compressed scratch plus the output)",
-    )
 
 
 def _scatter(
@@ -89,20 +70,7 @@ def _gather(
     table = pa.Table.from_batches(batches, schema=schema)
     table = table.take(pc.sort_indices(table, sort_keys=[(series, "ascending"), (time, "ascending")]))
     path = posixpath.join(root, name)
-    # dictionaries pay off for ids and labels, not for measurements (they grow float files)
-    dictionary = [f.name for f in schema if not pa.types.is_floating(f.type)]
-    try:
-        with fs.open(path, "wb") as out:
-            pq.write_table(
-                table,
-                out,
-                row_group_size=max(len(table), 1),
-                compression=compression,
-                use_dictionary=dictionary,
-                write_page_checksum=True,
-            )
-    except OSError as exc:
-        raise _disk_error(exc, path, "output file") from exc
+    write_part(fs, path, table, schema, compression)
     return {
         "path": name,
         "rows": len(table),

@@ -6,12 +6,52 @@ sorts each scratch bucket and writes every output file from its chunks' pieces.
 
 from __future__ import annotations
 
+import errno
+import os
 import posixpath
 from typing import Any
 
 import numpy as np
 
 from dask_windows.cli.layout import SpreadPlan, file_runs, output_files, plan_spread, segments_of
+
+_DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+
+
+def _disk_error(exc: OSError, path: str, what: str) -> OSError:
+    """The same error with the path named, and a remedy when the disk (or a size limit) is full."""
+    code = exc.errno
+    if code not in _DISK_FULL and not any(s in str(exc) for s in ("No space left", "File too large")):
+        return OSError(code, f"{exc} (writing {what} {path})")
+    code = code or errno.ENOSPC
+    return OSError(
+        code,
+        f"{os.strerror(code)} while writing {what} {path}: the disk holding the "
+        f"output is full (or a file size limit was hit); free space there or "
+        f"choose a DST on a larger disk (convert needs about the output's size "
+        f"twice while it runs: compressed scratch plus the output)",
+    )
+
+
+def write_part(fs: Any, path: str, table: Any, schema: Any, compression: Any) -> None:
+    """Write one output file (both layouts): one row group, page CRCs, a disk-full error naming ``path``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    # dictionaries pay off for ids and labels, not for measurements (they grow float files)
+    dictionary = [f.name for f in schema if not pa.types.is_floating(f.type)]
+    try:
+        with fs.open(path, "wb") as out:
+            pq.write_table(
+                table,
+                out,
+                row_group_size=max(len(table), 1),
+                compression=compression,
+                use_dictionary=dictionary,
+                write_page_checksum=True,
+            )
+    except OSError as exc:
+        raise _disk_error(exc, path, "output file") from exc
 
 
 def _sort_bucket(
@@ -56,7 +96,6 @@ def _write_file(
 ) -> dict:
     """Pass 5: one output file from its chunks' pieces, in slot order, as one row group."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     tables, keys = [], []
     for path, batch, segments in sources:  # segments (n, 3): slot, canonical start, rows
@@ -78,16 +117,7 @@ def _write_file(
             "the input changed while converting, or this is a bug (please report it)"
         )
     path = posixpath.join(root, name)
-    dictionary = [f.name for f in schema if not pa.types.is_floating(f.type)]
-    with fs.open(path, "wb") as out:
-        pq.write_table(
-            table,
-            out,
-            row_group_size=max(len(table), 1),
-            compression=compression,
-            use_dictionary=dictionary,
-            write_page_checksum=True,
-        )
+    write_part(fs, path, table, schema, compression)
     return {"path": name, "rows": table.num_rows, "bytes": int(fs.size(path)), "runs": runs}
 
 
