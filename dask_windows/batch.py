@@ -1,19 +1,38 @@
-"""One vectorised gather per batch, handed to torch without a copy.
+"""One vectorised gather per batch, into a reused output array, handed to torch without a copy.
 
 A buffer's features are stored channel-major, ``(C, rows)`` float32, so that
-every (window, channel) of an ``NCL`` batch is one contiguous run of memory:
-a strided view ``(rows - L + 1, C, L)`` indexed by the batch's start rows
-copies exactly the batch, once, into a fresh contiguous ``(B, C, L)`` array.
-For ``NLC`` the buffer is row-major ``(rows, C)`` and the view is
-``(rows - L + 1, L, C)``. No per-window Python work, no intermediate copies.
+every (window, channel) of an ``NCL`` batch is one contiguous run of ``L``
+values. For ``NLC`` the buffer is row-major ``(rows, C)`` and every window is
+one contiguous run of ``L * C`` values. A batch is therefore ``B * C`` (or
+``B``) runs copied end to end, which ``torch.index_select`` does with one
+``memcpy`` per run, split over torch's intra-op threads
+(``torch.set_num_threads``); numpy's fancy indexing of the same strided view
+copies element by element and runs on one thread. Small batches (under
+``_TORCH_MIN_BYTES``) keep numpy, where torch's per-call overhead would
+dominate.
+
+The output goes into an array from an :class:`OutputPool` when one of the
+right shape is free, so a batch does not pay the page faults of fresh memory.
+"Free" is decided by reference counts: a tensor made by ``torch.from_numpy``,
+every view of it, its ``.numpy()`` arrays and its storage all keep the
+ndarray alive, so an array whose only references are the pool's is referenced
+by no batch a caller could still read. A DataLoader worker's batch is moved
+to shared memory when torch pickles it, which drops that reference too. The
+trade-off: up to ``capacity`` batches of features stay allocated between
+buffers, and a caller that keeps every batch gets fresh arrays, as before.
 """
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-__all__ = ["Gatherer", "normalize_per_sample"]
+__all__ = ["Gatherer", "OutputPool", "normalize_per_sample"]
+
+_TORCH_MIN_BYTES = 16 << 10  # batches of features at least this large are gathered by torch
 
 
 def _window_view(data: np.ndarray, window: int, channel_major: bool) -> np.ndarray:
@@ -27,6 +46,37 @@ def _window_view(data: np.ndarray, window: int, channel_major: bool) -> np.ndarr
     s_r, s_c = data.strides
     count = max(rows - window + 1, 0)
     return as_strided(data, (count, window, channels), (s_r, s_r, s_c), writeable=False)
+
+
+def _refs(arrays: list[np.ndarray], i: int) -> int:
+    """References to ``arrays[i]`` as counted here (compared with the pool's calibration)."""
+    return sys.getrefcount(arrays[i])
+
+
+class OutputPool:
+    """A few output arrays, reused once nothing but the pool references them.
+
+    Args:
+        capacity: Arrays kept per shape and dtype; when all are in use a fresh one is returned.
+    """
+
+    def __init__(self, capacity: int = 3) -> None:
+        self.capacity = capacity
+        self._arrays: dict[tuple, list[np.ndarray]] = {}
+        probe = [np.empty(1, np.float32)]
+        self._idle = _refs(probe, 0)  # the count of an array held by a list only, in this interpreter
+
+    def take(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """An array of ``shape`` and ``dtype`` that no caller references (contents undefined)."""
+        key = (tuple(shape), np.dtype(dtype).str)
+        arrays = self._arrays.setdefault(key, [])
+        for i in range(len(arrays)):
+            if _refs(arrays, i) <= self._idle:
+                return arrays[i]
+        out = np.empty(shape, dtype)
+        if len(arrays) < self.capacity:
+            arrays.append(out)
+        return out
 
 
 class Gatherer:
@@ -54,6 +104,8 @@ class Gatherer:
     ) -> None:
         self.channel_major = layout == "NCL"
         self._x = _window_view(x, window, self.channel_major)
+        self._source = x
+        self._runs: Any = None  # torch view of every run a batch copies, made on first use
         self._y = y
         self._window = window
         self._horizon = horizon
@@ -65,9 +117,20 @@ class Gatherer:
             inv = 1.0 / np.asarray(std, np.float32)
             self._scale = (np.asarray(mean, np.float32).reshape(shape), inv.reshape(shape))
 
-    def features(self, starts: np.ndarray) -> np.ndarray:
-        """``(B, C, L)`` (or ``(B, L, C)``) float32, C-contiguous, for windows at ``starts``."""
-        out = self._x[starts]
+    def features(self, starts: np.ndarray, pool: OutputPool | None = None) -> np.ndarray:
+        """``(B, C, L)`` (or ``(B, L, C)``) float32, C-contiguous, for windows at ``starts``.
+
+        Args:
+            starts: Buffer rows of the windows' first rows.
+            pool: Where the output array comes from; ``None``: a new array.
+        """
+        shape = (len(starts), *self._x.shape[1:])
+        nbytes = int(np.prod(shape)) * self._x.itemsize
+        if nbytes >= _TORCH_MIN_BYTES and len(starts) and self._torch_ready():
+            out = pool.take(shape, self._x.dtype) if pool is not None else np.empty(shape, self._x.dtype)
+            self._torch_gather(starts, out)
+        else:
+            out = self._x[starts]
         if self._scale is not None:
             mean, inv = self._scale
             out -= mean
@@ -80,6 +143,38 @@ class Gatherer:
         if self._horizon:
             return self._y_view[starts + self._window]
         return np.ascontiguousarray(self._y[:, starts + self._window - 1].T)
+
+    def _torch_ready(self) -> bool:
+        """Build the torch view of the buffer's runs once; ``False`` where torch cannot view it."""
+        if self._runs is None:
+            x = self._source
+            if not (x.flags.c_contiguous and x.flags.writeable and len(self._x) and x.dtype == np.float32):
+                self._runs = False
+                return False
+            import torch  # only here: `import dask_windows` does not import torch
+
+            flat = torch.from_numpy(x).view(-1)
+            if self.channel_major:
+                # (C * rows - L + 1, L): the run of L values from every flat position
+                self._runs = torch.as_strided(flat, (flat.numel() - self._window + 1, self._window), (1, 1))
+            else:
+                channels = x.shape[1]
+                # (rows - L + 1, L * C): the window starting at every row, flattened
+                self._runs = torch.as_strided(flat, (len(self._x), self._window * channels), (channels, 1))
+        return self._runs is not False
+
+    def _torch_gather(self, starts: np.ndarray, out: np.ndarray) -> None:
+        import torch
+
+        if self.channel_major:
+            channels, rows = self._source.shape
+            # (B, C) -> (B * C,): flat position of each window's run of each channel
+            index = (np.asarray(starts, np.int64)[:, None] + np.arange(channels, dtype=np.int64) * rows).reshape(-1)
+            target = torch.from_numpy(out).view(len(index), self._window)
+        else:
+            index = np.ascontiguousarray(starts, np.int64)
+            target = torch.from_numpy(out).view(len(index), self._runs.shape[1])
+        torch.index_select(self._runs, 0, torch.from_numpy(index), out=target)
 
 
 def normalize_per_sample(x: np.ndarray, channel_major: bool, eps: float = 1e-8) -> np.ndarray:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dask_windows.batch import Gatherer, normalize_per_sample
+from dask_windows.batch import Gatherer, OutputPool, normalize_per_sample
 from dask_windows.checks import bad_value_rows, value_problem
 from dask_windows.errors import DataError, SourceReadError
 from dask_windows.faults import REPLACEMENT_TAG, replacement_picks
@@ -284,6 +284,7 @@ def stream(
     carry: list[tuple] = []  # pieces of a batch begun in the previous buffer
     carried = 0
     owed = 0  # windows of skipped partitions not yet replaced
+    pool = OutputPool()  # full batches' feature arrays, reused once no caller holds them
 
     def drain(buffer: Buffer, pos: int) -> Iterator[object]:
         nonlocal remaining, carry, carried
@@ -291,7 +292,7 @@ def stream(
         while pos < total and remaining > 0:
             take = min(batch - carried, total - pos, remaining)
             starts = buffer.starts[pos : pos + take]
-            x = buffer.gatherer.features(starts)
+            x = buffer.gatherer.features(starts, pool if take == batch else None)
             y = buffer.gatherer.targets(starts) if spec.targets else None
             rows = buffer.global_rows(starts) if spec.return_index else None  # only yielded with the index
             pos += take
