@@ -112,6 +112,14 @@ def dw_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
     yield from ds
 
 
+def dw1_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
+    """``dw`` with one torch intra-op thread (``torch.set_num_threads(1)``): what the threads add."""
+    import torch
+
+    torch.set_num_threads(1)
+    yield from dw_loop(root, batch, window, stride, seed)
+
+
 def memcpy_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
     """Copies of ``B * C * L`` float32 values from a 256 MiB array (beyond the caches)."""
     import torch
@@ -127,14 +135,15 @@ def memcpy_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
         yield torch.from_numpy(out.reshape(batch, C, window))
 
 
-LOOPS = {"dw": dw_loop, "hand": hand_loop, "tsai": tsai_loop, "memcpy": memcpy_loop}
+LOOPS = {"dw": dw_loop, "dw1": dw1_loop, "hand": hand_loop, "tsai": tsai_loop, "memcpy": memcpy_loop}
 
 
 def child(args: argparse.Namespace) -> None:
     """Measure one contender: time to first batch, then windows/s for ``--seconds`` (or to the end)."""
     import torch
 
-    torch.set_num_threads(1)
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
     stride = args.stride or args.window
     began = time.perf_counter()
     try:
@@ -153,7 +162,9 @@ def child(args: argparse.Namespace) -> None:
     print(json.dumps({"first_s": first_s, "rate": windows / seconds if seconds else 0.0, "shape": list(first.shape)}))
 
 
-def measure(name: str, root: str, batch: int, window: int, stride: int | None, seconds: float) -> dict:
+def measure(
+    name: str, root: str, batch: int, window: int, stride: int | None, seconds: float, torch_threads: int = 0
+) -> dict:
     command = [
         sys.executable,
         __file__,
@@ -169,6 +180,8 @@ def measure(name: str, root: str, batch: int, window: int, stride: int | None, s
         str(stride or 0),
         "--seconds",
         str(seconds),
+        "--torch-threads",
+        str(torch_threads),
     ]
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
@@ -184,6 +197,20 @@ def _load() -> list[str]:
         return src.read().split()[:3]
 
 
+def _ratios(mine: list[dict], base: list[dict], key: str) -> str:
+    """Median and range over rounds of ``mine[key] / base[key]`` (a round's two runs are neighbours in time)."""
+    values = [a[key] / b[key] for a, b in zip(mine, base) if "error" not in a and "error" not in b and b[key]]
+    if not values:
+        return "n/a"
+    median, low, high = summary(values)
+    return f"{median:.2f}x [{low:.2f} - {high:.2f}]"
+
+
+def base_first(results: dict, mine: str) -> str:
+    """Time to first batch, hand / ``mine`` (above 1: ``mine`` is first)."""
+    return f"hand / {mine} {_ratios(results['hand'], results[mine], 'first_s')}"
+
+
 def summary(values: list[float]) -> tuple[float, float, float]:
     return float(np.median(values)), float(min(values)), float(max(values))
 
@@ -196,6 +223,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="measuring time per contender and round")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--contenders", nargs="*", default=["dw", "hand", "tsai", "memcpy"], choices=list(LOOPS))
+    parser.add_argument(
+        "--torch-threads", type=int, default=0, help="torch.set_num_threads in every contender (0: torch's default)"
+    )
     parser.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "dask_windows_peers"))
     parser.add_argument("--child", choices=list(LOOPS), help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
@@ -211,14 +241,15 @@ def main() -> None:
     load = _load()
     print(
         f"{args.files} files x {args.rows:,} rows, {args.series} series, C={C} float32; {args.rounds} alternating "
-        f"rounds of {args.seconds:.0f} s per contender, each in its own process, 1 torch thread; "
+        f"rounds of {args.seconds:.0f} s per contender, each in its own process, torch threads "
+        f"{args.torch_threads or 'default'} (of {os.cpu_count()} CPUs); "
         f"load average {' '.join(load)}"
     )
     for case, batch, window, stride in CASES:
         results: dict[str, list[dict]] = {name: [] for name in args.contenders}
         for _ in range(args.rounds):
             for name in args.contenders:
-                results[name].append(measure(name, root, batch, window, stride, args.seconds))
+                results[name].append(measure(name, root, batch, window, stride, args.seconds, args.torch_threads))
         print(f"\n{case}")
         print(f"  {'':<8}{'windows/s (median, range)':>38}{'first batch s':>24}")
         medians = {}
@@ -233,15 +264,12 @@ def main() -> None:
                 f"  {name:<8}{rate[0]:>14,.0f}  [{rate[1]:>10,.0f} - {rate[2]:>10,.0f}]"
                 f"{first[0]:>10.2f}  [{first[1]:.2f} - {first[2]:.2f}]"
             )
-        if "dw" in medians and "hand" in medians:
-            print(
-                f"  dw / hand windows/s {medians['dw'][0] / medians['hand'][0]:.2f}x; "
-                f"first batch hand / dw {medians['hand'][1] / medians['dw'][1]:.2f}x"
-            )
-        if "dw" in medians and "memcpy" in medians:
-            print(f"  dw / memcpy {medians['dw'][0] / medians['memcpy'][0]:.2f}x")
-        if "dw" in medians and "tsai" in medians:
-            print(f"  dw / tsai {medians['dw'][0] / medians['tsai'][0]:.2f}x")
+        for mine in ("dw", "dw1"):
+            for base in ("hand", "memcpy", "tsai"):
+                if mine in medians and base in medians:
+                    print(f"  {mine} / {base} windows/s {_ratios(results[mine], results[base], 'rate')}")
+            if mine in medians and "hand" in medians:
+                print(f"  first batch {base_first(results, mine)}")
     print(f"\nload average at the end {' '.join(_load())}")
 
 

@@ -1,29 +1,33 @@
-"""One vectorised gather per batch, into a reused output array, handed to torch without a copy.
+"""One vectorised gather per batch, handed to torch without a copy.
 
 A buffer's features are stored channel-major, ``(C, rows)`` float32, so that
 every (window, channel) of an ``NCL`` batch is one contiguous run of ``L``
-values. For ``NLC`` the buffer is row-major ``(rows, C)`` and every window is
-one contiguous run of ``L * C`` values. A batch is therefore ``B * C`` (or
-``B``) runs copied end to end, which ``torch.index_select`` does with one
-``memcpy`` per run, split over torch's intra-op threads
-(``torch.set_num_threads``); numpy's fancy indexing of the same strided view
-copies element by element and runs on one thread. Small batches (under
-``_TORCH_MIN_BYTES``) keep numpy, where torch's per-call overhead would
-dominate.
+values; for ``NLC`` the buffer is row-major ``(rows, C)`` and every window is
+one contiguous run of ``L * C`` values. Two ways to copy those runs:
 
-The output goes into an array from an :class:`OutputPool` when one of the
-right shape is free, so a batch does not pay the page faults of fresh memory.
-"Free" is decided by reference counts: a tensor made by ``torch.from_numpy``,
-every view of it, its ``.numpy()`` arrays and its storage all keep the
-ndarray alive, so an array whose only references are the pool's is referenced
-by no batch a caller could still read. A DataLoader worker's batch is moved
-to shared memory when torch pickles it, which drops that reference too. The
-trade-off: up to ``capacity`` batches of features stay allocated between
-buffers, and a caller that keeps every batch gets fresh arrays, as before.
+* numpy fancy indexing of a strided view (one thread, a fresh array): used for
+  batches under ``_TORCH_MIN_BYTES`` and whenever torch runs one intra-op
+  thread (``torch.set_num_threads(1)``, and inside DataLoader workers);
+* ``torch.index_select`` of the runs (one ``memcpy`` each) split over torch's
+  intra-op threads, into an array from an :class:`OutputPool`, so the batch
+  pays neither page faults of fresh memory nor a single thread's bandwidth.
+
+The trade-off of the second: it is a fork-join per batch, so on a machine
+whose cores are already busy (more runnable threads than cores) a batch waits
+for a descheduled thread and the gather is several times slower; set
+``torch.set_num_threads(1)`` there, as for any torch op.
+
+A pooled array is reused only when nothing but the pool references it: a
+tensor made by ``torch.from_numpy``, every view of it, its ``.numpy()`` arrays
+and its storage keep the ndarray alive, and a DataLoader worker's batch is
+moved to shared memory when torch pickles it, which drops that reference. So a
+batch the caller still holds is never overwritten; up to ``capacity`` batches
+of features stay allocated.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any
 
@@ -32,7 +36,14 @@ from numpy.lib.stride_tricks import as_strided
 
 __all__ = ["Gatherer", "OutputPool", "normalize_per_sample"]
 
-_TORCH_MIN_BYTES = 16 << 10  # batches of features at least this large are gathered by torch
+_TORCH_MIN_BYTES = 256 << 10  # batches of features at least this large are gathered by torch's threads
+
+
+def _threads() -> int:
+    """torch's intra-op threads (torch is imported by then: the torch view of the buffer exists)."""
+    import torch
+
+    return torch.get_num_threads()
 
 
 def _window_view(data: np.ndarray, window: int, channel_major: bool) -> np.ndarray:
@@ -125,8 +136,8 @@ class Gatherer:
             pool: Where the output array comes from; ``None``: a new array.
         """
         shape = (len(starts), *self._x.shape[1:])
-        nbytes = int(np.prod(shape)) * self._x.itemsize
-        if nbytes >= _TORCH_MIN_BYTES and len(starts) and self._torch_ready():
+        big = math.prod(shape) * self._x.itemsize >= _TORCH_MIN_BYTES
+        if big and len(starts) and self._torch_ready() and _threads() > 1:
             out = pool.take(shape, self._x.dtype) if pool is not None else np.empty(shape, self._x.dtype)
             self._torch_gather(starts, out)
         else:

@@ -42,6 +42,7 @@ def root(frames, tmp_path_factory):
 def path(request, monkeypatch):
     """Which gather runs: torch for every batch, or numpy for every batch."""
     monkeypatch.setattr(batch_module, "_TORCH_MIN_BYTES", 0 if request.param == "torch" else 1 << 62)
+    monkeypatch.setattr(batch_module, "_threads", lambda: 2)  # DataLoader workers run torch with 1 thread
     return request.param
 
 
@@ -112,11 +113,11 @@ def test_what_the_caller_keeps_is_never_overwritten(full, root, path, keep):
         np.testing.assert_array_equal(x, scale * expected_x(full, idx, 16))
 
 
+@pytest.mark.filterwarnings("ignore:.*pin_memory:UserWarning")  # pinning needs an accelerator
 @pytest.mark.parametrize("loader", [dict(pin_memory=True), dict(num_workers=2), dict(num_workers=1, prefetch_factor=4)])
 def test_through_a_dataloader_every_kept_batch_equals_the_oracle(full, root, path, loader):
     ds = make(root, window=16, targets=TARGETS, horizon=3, layout="NLC")
-    with pytest.warns(UserWarning) if loader.get("pin_memory") and not torch.cuda.is_available() else _nothing():
-        kept = list(torch.utils.data.DataLoader(ds, batch_size=None, **loader))
+    kept = list(torch.utils.data.DataLoader(ds, batch_size=None, **loader))
     assert len(kept) == len(ds)
     rows = np.concatenate([b[-1].numpy() for b in kept])
     assert len(np.unique(rows)) == ds.num_windows
@@ -125,16 +126,10 @@ def test_through_a_dataloader_every_kept_batch_equals_the_oracle(full, root, pat
         np.testing.assert_array_equal(y.numpy(), expected_y(full, idx.numpy(), 16, 3))
 
 
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
 @pytest.mark.parametrize("layout", ["NCL", "NLC"])
 def test_normalisation_is_the_same_on_both_paths(root, monkeypatch, layout):
+    monkeypatch.setattr(batch_module, "_threads", lambda: 2)
+
     def run(threshold, **kw):
         monkeypatch.setattr(batch_module, "_TORCH_MIN_BYTES", threshold)
         return [tuple(t.numpy().copy() for t in b) for b in make(root, layout=layout, **kw)]
@@ -149,6 +144,7 @@ def test_normalisation_is_the_same_on_both_paths(root, monkeypatch, layout):
 
 def test_integer_targets_and_arrays_source(monkeypatch):
     monkeypatch.setattr(batch_module, "_TORCH_MIN_BYTES", 0)
+    monkeypatch.setattr(batch_module, "_threads", lambda: 2)
     rows = 3_000
     frame = pd.DataFrame(
         {"a": np.arange(rows, dtype=np.float32), "b": -np.arange(rows, dtype=np.float32), "label": np.arange(rows) % 5}
@@ -171,6 +167,7 @@ def test_gatherer_torch_path_equals_fancy_indexing(monkeypatch, layout):
     data = rng.standard_normal((channels, rows)).astype(np.float32)
     x = data if layout == "NCL" else np.ascontiguousarray(data.T)
     mean, std = rng.standard_normal(channels).astype(np.float32), rng.uniform(1, 3, channels).astype(np.float32)
+    monkeypatch.setattr(batch_module, "_threads", lambda: 2)
     pool = OutputPool()
     for starts in [rng.integers(0, rows - window + 1, 100), np.array([0, rows - window]), np.zeros(0, np.int64)]:
         for scale in [(None, None), (mean, std)]:
@@ -214,3 +211,14 @@ def test_pool_hands_out_fresh_arrays_when_all_are_held():
     held = [pool.take((8,), np.float32) for _ in range(5)]
     assert len({id(a) for a in held}) == 5
     assert len(pool._arrays[((8,), np.dtype(np.float32).str)]) == 2  # only `capacity` are kept
+
+
+def test_one_torch_thread_keeps_numpy(monkeypatch):
+    x = np.arange(4 * 400, dtype=np.float32).reshape(4, 400)
+    monkeypatch.setattr(batch_module, "_TORCH_MIN_BYTES", 0)
+    for threads, by_torch in [(1, False), (2, True)]:
+        monkeypatch.setattr(batch_module, "_threads", lambda threads=threads: threads)
+        pool = OutputPool()
+        out = Gatherer(x, None, 10, 0, "NCL").features(np.array([0, 5, 390]), pool)
+        assert any(a is out for arrays in pool._arrays.values() for a in arrays) == by_torch
+        np.testing.assert_array_equal(out[2, 3], x[3, 390:400])
