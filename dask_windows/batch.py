@@ -13,9 +13,12 @@ one contiguous run of ``L * C`` values. Two ways to copy those runs:
   pays neither page faults of fresh memory nor a single thread's bandwidth.
 
 The trade-off of the second: it is a fork-join per batch, so on a machine
-whose cores are already busy (more runnable threads than cores) a batch waits
-for a descheduled thread and the gather is several times slower; set
-``torch.set_num_threads(1)`` there, as for any torch op.
+whose cores are already busy (more runnable threads than cores, a container
+whose CPU quota is below its visible cores) a batch waits for a descheduled
+thread and the copy is several times slower than numpy's. So each stream
+times both on its own batches (:class:`PathChoice`) and keeps the faster,
+checking again every couple of thousand batches; the values are the same
+either way.
 
 A pooled array is reused only when nothing but the pool references it: a
 tensor made by ``torch.from_numpy``, every view of it, its ``.numpy()`` arrays
@@ -29,12 +32,13 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-__all__ = ["Gatherer", "OutputPool", "normalize_per_sample"]
+__all__ = ["Gatherer", "OutputPool", "PathChoice", "normalize_per_sample"]
 
 _TORCH_MIN_BYTES = 256 << 10  # batches of features at least this large are gathered by torch's threads
 
@@ -73,6 +77,7 @@ class OutputPool:
 
     def __init__(self, capacity: int = 3) -> None:
         self.capacity = capacity
+        self.choice = PathChoice()
         self._arrays: dict[tuple, list[np.ndarray]] = {}
         probe = [np.empty(1, np.float32)]
         self._idle = _refs(probe, 0)  # the count of an array held by a list only, in this interpreter
@@ -88,6 +93,40 @@ class OutputPool:
         if len(arrays) < self.capacity:
             arrays.append(out)
         return out
+
+
+class PathChoice:
+    """Which copy a stream uses for its full batches, chosen by timing both on its own batches.
+
+    The first ``warmup`` batches take numpy; then ``probes`` batches alternate between torch
+    and numpy, and the faster median wins until the next round, ``every`` batches later. Both
+    copies give the same bits, so the choice changes speed only, never a value.
+    """
+
+    def __init__(self, warmup: int = 4, probes: int = 3, every: int = 2048) -> None:
+        self.warmup, self.probes, self.every = warmup, probes, every
+        self.batches = 0
+        self.use_torch = False
+        self._seconds: dict[bool, list[float]] = {True: [], False: []}
+
+    def torch_next(self) -> bool:
+        """Whether the next batch is copied by torch."""
+        k = self.batches % self.every - self.warmup
+        if 0 <= k < 2 * self.probes:
+            return k % 2 == 0
+        return self.use_torch
+
+    def record(self, by_torch: bool, seconds: float) -> None:
+        """Count one batch copied by torch or numpy in ``seconds``."""
+        k = self.batches % self.every - self.warmup
+        self.batches += 1
+        if 0 <= k < 2 * self.probes:
+            self._seconds[by_torch].append(seconds)
+            if k == 2 * self.probes - 1:
+                if all(self._seconds.values()):
+                    torch_s, numpy_s = (float(np.median(self._seconds[b])) for b in (True, False))
+                    self.use_torch = torch_s < numpy_s
+                self._seconds = {True: [], False: []}
 
 
 class Gatherer:
@@ -137,11 +176,20 @@ class Gatherer:
         """
         shape = (len(starts), *self._x.shape[1:])
         big = math.prod(shape) * self._x.itemsize >= _TORCH_MIN_BYTES
-        if big and len(starts) and self._torch_ready() and _threads() > 1:
-            out = pool.take(shape, self._x.dtype) if pool is not None else np.empty(shape, self._x.dtype)
+        if not (big and len(starts) and self._torch_ready() and _threads() > 1):
+            out = self._x[starts]
+        elif pool is None:
+            out = np.empty(shape, self._x.dtype)
             self._torch_gather(starts, out)
         else:
-            out = self._x[starts]
+            by_torch = pool.choice.torch_next()
+            began = time.perf_counter()
+            if by_torch:
+                out = pool.take(shape, self._x.dtype)
+                self._torch_gather(starts, out)
+            else:
+                out = self._x[starts]
+            pool.choice.record(by_torch, time.perf_counter() - began)
         if self._scale is not None:
             mean, inv = self._scale
             out -= mean

@@ -15,7 +15,7 @@ from helpers import make_frames, write_parquet
 
 import dask_windows as dw
 from dask_windows import batch as batch_module
-from dask_windows.batch import Gatherer, OutputPool
+from dask_windows.batch import Gatherer, OutputPool, PathChoice
 
 FEATURES = ["f0", "f1", "f2"]
 TARGETS = ["y", "z"]
@@ -38,11 +38,13 @@ def root(frames, tmp_path_factory):
     return str(path)
 
 
-@pytest.fixture(params=["torch", "numpy"])
+@pytest.fixture(params=["torch", "numpy", "alternate"])
 def path(request, monkeypatch):
-    """Which gather runs: torch for every batch, or numpy for every batch."""
-    monkeypatch.setattr(batch_module, "_TORCH_MIN_BYTES", 0 if request.param == "torch" else 1 << 62)
+    """Which gather runs: torch for every batch, numpy for every batch, or each in turn."""
+    monkeypatch.setattr(batch_module, "_TORCH_MIN_BYTES", 1 << 62 if request.param == "numpy" else 0)
     monkeypatch.setattr(batch_module, "_threads", lambda: 2)  # DataLoader workers run torch with 1 thread
+    pick = (lambda self: True) if request.param == "torch" else (lambda self: self.batches % 2 == 0)
+    monkeypatch.setattr(PathChoice, "torch_next", pick)
     return request.param
 
 
@@ -216,9 +218,23 @@ def test_pool_hands_out_fresh_arrays_when_all_are_held():
 def test_one_torch_thread_keeps_numpy(monkeypatch):
     x = np.arange(4 * 400, dtype=np.float32).reshape(4, 400)
     monkeypatch.setattr(batch_module, "_TORCH_MIN_BYTES", 0)
+    monkeypatch.setattr(PathChoice, "torch_next", lambda self: True)
     for threads, by_torch in [(1, False), (2, True)]:
         monkeypatch.setattr(batch_module, "_threads", lambda threads=threads: threads)
         pool = OutputPool()
         out = Gatherer(x, None, 10, 0, "NCL").features(np.array([0, 5, 390]), pool)
         assert any(a is out for arrays in pool._arrays.values() for a in arrays) == by_torch
         np.testing.assert_array_equal(out[2, 3], x[3, 390:400])
+
+
+def test_path_choice_takes_the_faster_copy_by_its_median():
+    choice = PathChoice(warmup=2, probes=3, every=20)
+    seen = []
+    for n in range(40):
+        by_torch = choice.torch_next()
+        seen.append(by_torch)
+        fast = by_torch if n < 20 else not by_torch  # torch faster in the first round, numpy in the second
+        choice.record(by_torch, 1.0 if fast else 5.0 if n % 7 else 0.1)  # an outlier does not decide
+    assert seen[:2] == [False, False]  # warm-up on numpy
+    assert seen[2:8] == [True, False] * 3  # probes alternate
+    assert all(seen[8:20]) and not any(seen[28:40])
