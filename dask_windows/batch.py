@@ -98,35 +98,52 @@ class OutputPool:
 class PathChoice:
     """Which copy a stream uses for its full batches, chosen by timing both on its own batches.
 
-    The first ``warmup`` batches take numpy; then ``probes`` batches alternate between torch
-    and numpy, and the faster median wins until the next round, ``every`` batches later. Both
-    copies give the same bits, so the choice changes speed only, never a value.
+    A round times ``warmup`` batches copied by numpy, then up to ``probes`` by torch, and keeps
+    torch if its median is the lower. A torch probe (after the round's first, which may pay for
+    starting torch's threads) slower than ``1.5x`` numpy's median ends the round at once, and
+    while torch is kept, a running mean ``1.25x`` above numpy's median hands back to numpy: on
+    busy cores torch's fork-join is many times slower, and then costs a round's few probes every
+    ``every`` batches. Both copies give the same bits, so the choice changes speed, never a value.
     """
 
-    def __init__(self, warmup: int = 4, probes: int = 3, every: int = 2048) -> None:
+    def __init__(self, warmup: int = 16, probes: int = 3, every: int = 2048) -> None:
         self.warmup, self.probes, self.every = warmup, probes, every
         self.batches = 0
         self.use_torch = False
-        self._seconds: dict[bool, list[float]] = {True: [], False: []}
+        self._round = 0  # batch at which the current round began
+        self._numpy: list[float] = []
+        self._torch: list[float] = []
+        self._numpy_s = 0.0  # numpy's median in the last round
+        self._mean_s = 0.0  # running mean of torch's copies while it is kept
 
     def torch_next(self) -> bool:
         """Whether the next batch is copied by torch."""
-        k = self.batches % self.every - self.warmup
-        if 0 <= k < 2 * self.probes:
-            return k % 2 == 0
+        k = self.batches - self._round  # negative between rounds
+        if 0 <= k < self.warmup:
+            return False
+        if 0 <= k - self.warmup < self.probes:
+            return True
         return self.use_torch
 
     def record(self, by_torch: bool, seconds: float) -> None:
         """Count one batch copied by torch or numpy in ``seconds``."""
-        k = self.batches % self.every - self.warmup
+        k = self.batches - self._round
         self.batches += 1
-        if 0 <= k < 2 * self.probes:
-            self._seconds[by_torch].append(seconds)
-            if k == 2 * self.probes - 1:
-                if all(self._seconds.values()):
-                    torch_s, numpy_s = (float(np.median(self._seconds[b])) for b in (True, False))
-                    self.use_torch = torch_s < numpy_s
-                self._seconds = {True: [], False: []}
+        if 0 <= k < self.warmup + self.probes:  # in a round
+            (self._torch if by_torch else self._numpy).append(seconds)
+            if k == self.warmup - 1:
+                self._numpy_s = float(np.median(self._numpy))
+            slow = by_torch and len(self._torch) > 1 and seconds > 1.5 * self._numpy_s
+            if slow or k == self.warmup + self.probes - 1:
+                if self._torch and self._numpy:
+                    self._mean_s = float(np.median(self._torch))
+                    self.use_torch = not slow and self._mean_s < self._numpy_s
+                self._numpy, self._torch = [], []
+                self._round = self.batches + self.every  # the next round
+        elif self.use_torch and by_torch:
+            self._mean_s = 0.8 * self._mean_s + 0.2 * seconds
+            if self._mean_s > 1.25 * self._numpy_s:
+                self.use_torch = False
 
 
 class Gatherer:

@@ -227,14 +227,29 @@ def test_one_torch_thread_keeps_numpy(monkeypatch):
         np.testing.assert_array_equal(out[2, 3], x[3, 390:400])
 
 
-def test_path_choice_takes_the_faster_copy_by_its_median():
-    choice = PathChoice(warmup=2, probes=3, every=20)
+def _drive(choice, seconds_of, batches):
+    """Run ``choice`` for ``batches`` batches, each copy taking ``seconds_of(n, by_torch)``."""
     seen = []
-    for n in range(40):
+    for n in range(batches):
         by_torch = choice.torch_next()
         seen.append(by_torch)
-        fast = by_torch if n < 20 else not by_torch  # torch faster in the first round, numpy in the second
-        choice.record(by_torch, 1.0 if fast else 5.0 if n % 7 else 0.1)  # an outlier does not decide
-    assert seen[:2] == [False, False]  # warm-up on numpy
-    assert seen[2:8] == [True, False] * 3  # probes alternate
-    assert all(seen[8:20]) and not any(seen[28:40])
+        choice.record(by_torch, seconds_of(n, by_torch))
+    return seen
+
+
+def test_path_choice_keeps_torch_where_it_is_faster():
+    choice = PathChoice(warmup=3, probes=3, every=20)
+    seen = _drive(choice, lambda n, by_torch: 1.0 if by_torch else 2.0 + (n == 1) * 50, 60)
+    assert seen[:6] == [False] * 3 + [True] * 3  # numpy warm-up (an outlier does not count), torch probes
+    assert all(seen[6:26])  # kept until the next round
+    assert seen[26:29] == [False] * 3 and all(seen[29:52]) and not any(seen[52:55])  # every 20 batches after
+
+
+def test_path_choice_leaves_a_slow_torch_after_two_probes_and_when_it_slows_down():
+    choice = PathChoice(warmup=3, probes=3, every=20)
+    seen = _drive(choice, lambda n, by_torch: 20.0 if by_torch else 1.0, 40)
+    assert seen[:5] == [False] * 3 + [True] * 2 and not any(seen[5:25])  # the round ends at the 2nd probe
+    assert seen[25:30] == [False] * 3 + [True] * 2 and not any(seen[30:])  # the next round, 20 batches on
+    choice = PathChoice(warmup=3, probes=3, every=1000)
+    seen = _drive(choice, lambda n, by_torch: (0.5 if n < 20 else 3.0) if by_torch else 1.0, 40)
+    assert all(seen[3:20]) and not any(seen[25:])  # torch got slower than numpy: back to numpy
