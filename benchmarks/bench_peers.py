@@ -12,13 +12,19 @@ end to end, 4 float32 features) are read by:
 * ``hand``: the hand-written loop over a Dask DataFrame's partitions: compute a
   partition, ``sliding_window_view(x, L, axis=0)[starts]`` over the window
   starts of each series in it, shuffled, cut into batches of ``B`` (the ~30
-  lines in ``hand_loop`` below) - the baseline;
+  lines in ``hand_loop`` below) - the baseline; its ``(B, C, L)`` batches are a
+  transposed view of ``(B, L, C)`` memory (not contiguous: the model's first
+  layer pays the transpose), where ``dw`` yields contiguous ``(B, C, L)``;
+* ``dw1``: ``dw`` with one torch intra-op thread (not run unless named in
+  ``--contenders``): what torch's threads add to the gather;
 * ``tsai``: tsai's ``TSUnwindowedDataset`` over the same rows as one array,
   where tsai imports (it needs fastai; otherwise the row says why);
 * ``memcpy``: copying the same bytes per batch from a large array (the ceiling).
 
-Each runs in its own process, the contenders alternate in ``--rounds`` rounds,
-and the figures are medians with their range. Cases: stride 1 at B=256 L=512
+Each runs in its own process with torch's default intra-op threads
+(``--torch-threads`` sets them), the contenders alternate in ``--rounds``
+rounds, and the figures are medians with their range; a ratio is the median
+over rounds of the two contenders' figures in the same round. Cases: stride 1 at B=256 L=512
 C=4 and at B=64 L=128, and stride = window (B=256 L=512). Per case it prints
 windows/s, time to first batch (from opening the data), and the ratios dw /
 hand, dw / memcpy and first batch hand / dw.
@@ -159,7 +165,16 @@ def child(args: argparse.Namespace) -> None:
         if time.perf_counter() - start > args.seconds:
             break
     seconds = time.perf_counter() - start
-    print(json.dumps({"first_s": first_s, "rate": windows / seconds if seconds else 0.0, "shape": list(first.shape)}))
+    print(
+        json.dumps(
+            {
+                "first_s": first_s,
+                "rate": windows / seconds if seconds else 0.0,
+                "shape": list(first.shape),
+                "contiguous": first.is_contiguous(),
+            }
+        )
+    )
 
 
 def measure(
@@ -263,6 +278,7 @@ def main() -> None:
             print(
                 f"  {name:<8}{rate[0]:>14,.0f}  [{rate[1]:>10,.0f} - {rate[2]:>10,.0f}]"
                 f"{first[0]:>10.2f}  [{first[1]:.2f} - {first[2]:.2f}]"
+                + ("" if ok[0].get("contiguous", True) else "  (batches not contiguous)")
             )
         for mine in ("dw", "dw1"):
             for base in ("hand", "memcpy", "tsai"):
