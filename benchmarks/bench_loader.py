@@ -172,8 +172,11 @@ def workers_rows(directory: str, root: str, partitions: int, seconds: float) -> 
         ("zstd files", zstd, B, L, None),
         ('normalize="sample"', root, B, L, "sample"),
     ]
-    print(f"DataLoader workers, {partitions} x {ROWS:,}-row partitions, C={C}, load {open('/proc/loadavg').read()[:14]}")
-    print(f"DataLoader ceiling (tiny items): {_ceiling(1, seconds):,.0f} / {_ceiling(2, seconds):,.0f} batches/s (1/2 workers)")
+    with open("/proc/loadavg") as f:
+        load = f.read()[:14]
+    print(f"DataLoader workers, {partitions} x {ROWS:,}-row partitions, C={C}, load average {load}")
+    ceiling = _ceiling(1, seconds), _ceiling(2, seconds)
+    print(f"DataLoader ceiling (tiny items): {ceiling[0]:,.0f} / {ceiling[1]:,.0f} batches/s (1/2 workers)")
     for label, data, b, w, normalize in cases:
         ds = dw.WindowDataset(
             data, features=[f"f{c}" for c in range(C)], series="sid", window=w, batch_size=b, normalize=normalize
@@ -184,9 +187,7 @@ def workers_rows(directory: str, root: str, partitions: int, seconds: float) -> 
             rates[workers, slots] = _loader_rate(ds, b, workers, seconds)
         os.environ.pop("DASK_WINDOWS_SLOTS")
         zero = rates[0, True]
-        cells = "  ".join(
-            f"W={k[0]}{'' if k[1] else ' torch'} {v:10,.0f} ({v / zero:4.2f}x)" for k, v in rates.items()
-        )
+        cells = "  ".join(f"W={k[0]}{'' if k[1] else ' torch'} {v:10,.0f} ({v / zero:4.2f}x)" for k, v in rates.items())
         print(f"{label:20s} B={b:3d} L={w:3d}  {cells}")
 
 

@@ -31,8 +31,8 @@ from dask_windows.options import resolve_normalize, resolve_pieces, source_optio
 from dask_windows.plan import batches_per_rank
 from dask_windows.reading import batches, plan
 from dask_windows.resume import Resumer, check_int, fingerprint
-from dask_windows.sources import ArraySource, Source, is_series_vector, open_source
 from dask_windows.slots import shared
+from dask_windows.sources import ArraySource, Source, is_series_vector, open_source
 from dask_windows.sources.retry import RetryPolicy, resolve_retry, with_deadline
 from dask_windows.spec import WindowSpec
 from dask_windows.split import SeriesTable, cut_positions, split_grid

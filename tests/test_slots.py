@@ -174,7 +174,9 @@ print("mapped", rings())
     env = dict(os.environ, PYTHONPATH=ROOT_DIR)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["mapped", "1", "raised", "True", "shm", "True", "mapped", "1"], out.stdout + out.stderr
+    assert out.stdout.split() == ["mapped", "1", "raised", "True", "shm", "True", "mapped", "1"], (
+        out.stdout + out.stderr
+    )
 
 
 def test_disabled_by_environment_and_outside_workers(data, monkeypatch):
