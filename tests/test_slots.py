@@ -116,15 +116,29 @@ def test_ranks_with_workers_cover_the_epoch_once(data):
     assert set(got.tolist()) == set(expected.tolist()) and len(got) >= len(expected)
 
 
-def test_spawned_workers_use_slots_too(data):
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_spawned_workers_use_slots_too(data, context):
     root, frames, full = data
-    loader = DataLoader(make(root), batch_size=None, num_workers=1, multiprocessing_context="spawn")
+    loader = DataLoader(make(root), batch_size=None, num_workers=1, multiprocessing_context=context)
     seen, flags = [], []
     for batch in loader:
         flags.append(slots.in_slots(batch[0]))
         seen.append(tuple(t.clone() for t in batch))
     check(seen, frames, full)
     assert all(flags)
+
+
+def test_a_mixture_through_workers_uses_slots_and_keeps_its_windows(data):
+    root, _, _ = data
+    mixture = dw.mix({"a": make(root), "b": make(root, seed=9)})
+    zero = [b[2].clone() for b in DataLoader(mixture, batch_size=None)]
+    mixture.set_epoch(0)
+    flags, two = [], []
+    for batch in DataLoader(mixture, batch_size=None, num_workers=2):
+        flags.append(all(slots.in_slots(t) for t in batch))
+        two.append(batch[2].clone())
+    assert all(flags) and len(two) == len(zero) == len(mixture)
+    assert np.array_equal(np.sort(torch.cat(zero).numpy()), np.sort(torch.cat(two).numpy()))
 
 
 def test_stateful_loader_resumes_mid_epoch_with_workers(data):
