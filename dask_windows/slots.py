@@ -297,6 +297,10 @@ def in_slots(t: torch.Tensor) -> bool:
 def _after_fork() -> None:
     """A forked child owns none of its parent's rings and mappings: drop them (the child's copies only)."""
     global _registered
+    for mapped in _mapped.values():
+        mapped.close()
+    for ring in _rings:
+        os.close(ring.fd)  # the child's copy: the ring lives on in its worker
     _mapped.clear()
     _rings.clear()
     if _registered:
