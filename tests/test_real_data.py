@@ -14,20 +14,18 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+from test_cli import cli  # the console entry point as a subprocess
 
 import dask_windows as dw
 from dask_windows.checks import SeriesOrderWarning
 
 sm_datasets = pytest.importorskip("statsmodels.datasets")
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MACRO = ["realgdp", "realcons", "realinv", "cpi", "unemp", "infl"]
 
 
@@ -320,21 +318,6 @@ def test_panel_grouped_unsorted_every_source(panel, source):
 # --- interleaved by date: only convert makes it readable ---------------------------------------
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([REPO, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    done = subprocess.run(
-        [sys.executable, "-m", "dask_windows.cli", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    return done
-
-
 @pytest.fixture(scope="module")
 def interleaved(tmp_path_factory):
     """The panel as a long-format export: rows ordered by date across series, in three files."""
@@ -356,7 +339,9 @@ def test_interleaved_export_warns_and_convert_makes_every_window_readable(interl
     root, canonical, report = interleaved
     kwargs = dict(window=24, stride=2)
     want = oracle([canonical], ["value"], series="sid", drop_nan=True, **kwargs)
-    with pytest.warns(SeriesOrderWarning, match="not grouped.*dask-windows convert"):
+    with pytest.warns(
+        SeriesOrderWarning, match=r"not grouped.* runs of 5 series in all partitions.*dask-windows convert"
+    ):
         raw = dw.WindowDataset(str(root / "raw"), ["value"], series="sid", nan="drop", **kwargs)
     assert raw.num_windows < len(want) / 10  # only the few windows inside short same-series runs
     with pytest.raises(dw.DataError, match="not grouped"):
