@@ -49,6 +49,7 @@ from dask_windows.errors import ConfigError
 from dask_windows.plan import batches_per_rank, windows_per_rank, worker_batch_range
 from dask_windows.resume import Resumer, check_int
 from dask_windows.schedule import labels, member_counts, prefix_counts
+from dask_windows.slots import shared
 from dask_windows.streams import Chunks, reader_windows
 from dask_windows.world import World, detect_worker, resolve_ranks
 
@@ -216,10 +217,10 @@ class Mixture(IterableDataset):
             for r, w, lo, hi in pieces:
                 start = self.reader_range(World(r, old_world, w, old_workers))[0]
                 ranges.append((start + lo, start + hi))
-            return self._recut(epoch, ranges, sizes)
+            return shared(self._recut(epoch, ranges, sizes))
         num_batches = batches_per_rank(self.num_windows, world_size, self.batch_size, self.drop_last)
         reader, skip = self._resumer.begin(epoch, world, num_batches)
-        return self._batches(epoch, *self.reader_range(reader, skip))
+        return shared(self._batches(epoch, *self.reader_range(reader, skip)))  # slots in DataLoader workers
 
     def state_dict(self, batches: int | None = None, num_workers: int | None = None) -> dict:
         """The position in the current epoch (same arguments as ``WindowDataset.state_dict``)."""
