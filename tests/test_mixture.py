@@ -165,10 +165,11 @@ def pairs_of(batches: list) -> list[tuple[int, int]]:
     return sorted(zip(label.tolist(), index.tolist()))
 
 
-SPAWN = {"num_workers": 2, "multiprocessing_context": "spawn", "persistent_workers": True}
+# Persistent workers iterate their copies once per pass (spawned ones: tests/test_epochs.py).
+PERSISTENT = {"num_workers": 2, "persistent_workers": True}
 
 
-@pytest.mark.parametrize("loader", [{"num_workers": 0}, {"num_workers": 2}, SPAWN])
+@pytest.mark.parametrize("loader", [{"num_workers": 0}, {"num_workers": 2}, PERSISTENT])
 def test_each_pass_takes_the_next_epoch_and_workers_agree(members, expected, loader):
     """Like a WindowDataset: pass k is epoch k in every worker; set_epoch and load_state_dict still win."""
     mixture = make(members)
