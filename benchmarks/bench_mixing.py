@@ -80,7 +80,7 @@ def write_layout(root: str, x: np.ndarray, sid: np.ndarray, files: int, row_grou
         pq.write_table(table, os.path.join(root, f"part-{f:03d}.parquet"), row_group_size=-(-(b - a) // row_groups))
 
 
-def open_ds(root: str, args: argparse.Namespace, pieces: int | None) -> dw.WindowDataset:
+def open_ds(root: str, args: argparse.Namespace, pieces: int | None, seed: int = 0) -> dw.WindowDataset:
     return dw.WindowDataset(
         root,
         features=["x"],
@@ -92,6 +92,7 @@ def open_ds(root: str, args: argparse.Namespace, pieces: int | None) -> dw.Windo
         batch_size=args.batch_size,
         pieces_per_partition=pieces,
         return_index=True,
+        seed=seed,
     )
 
 
@@ -228,6 +229,49 @@ def loader_check(args: argparse.Namespace) -> None:
     )
 
 
+def training_comparison(kind: str, root: str, x: np.ndarray, args: argparse.Namespace, checkpoints: list[int]) -> None:
+    """Held-out MSE of each order over the global shuffle's, paired by seed.
+
+    Seed ``s`` fixes the model's initialisation, the loader's seed (``seed=s``: its piece order and
+    buffer shuffles) and the global permutation's, so the orders of one seed differ only in the
+    loader. Printed: the ratio of the seeds' mean MSEs, and the mean and standard error of the
+    per-seed ratios (``global'``, another permutation per seed, is the noise floor).
+    """
+    held = held_out(kind, args)
+    ratios: dict = {"0.1": [], "default": [], "global'": []}
+    means: dict = {name: [] for name in ("0.1", "default", "global", "global'")}
+    for seed in range(args.seeds):
+        old, new = open_ds(root, args, 1, seed), open_ds(root, args, args.pieces, seed)
+        epochs = -(-args.steps // max(len(new), 1))
+        runs = {}
+        for name, d, how, perm in (
+            ("0.1", old, "loader", seed),
+            ("default", new, "loader", seed),
+            ("global", new, "global", seed),
+            ("global'", new, "global", seed + 1000),
+        ):
+            if name in args.orders or name == "global":
+                runs[name] = np.array(train(x, order_rows(d, how, epochs, perm), held, args, seed, checkpoints))
+                means[name].append(runs[name])
+        for name in runs:
+            if name != "global":
+                ratios[name].append(runs[name] / runs["global"])
+    k = new.spec.pieces_per_partition
+    print(f"  held-out MSE / global shuffle's ({args.seeds} seeds, paired; k={k}), at steps {checkpoints}:")
+    glob = np.mean(means["global"], axis=0)
+    for name in ratios:
+        if not ratios[name]:
+            continue
+        r = np.array(ratios[name])  # (seeds, checkpoints)
+        pooled = "  ".join(f"{v:6.3f}" for v in np.mean(means[name], axis=0) / glob)
+        paired = "  ".join(
+            f"{m:6.3f}+-{e:.3f}"
+            for m, e in zip(r.mean(0), r.std(0, ddof=1) / np.sqrt(len(r)) if len(r) > 1 else 0 * r[0])
+        )
+        print(f"    {name:<10} mean MSE ratio {pooled}   per-seed ratio {paired}")
+    print(f"    (global MSE: {'  '.join(f'{v:.4f}' for v in glob)}; global': another permutation, the noise)")
+
+
 def load() -> str:
     with open("/proc/loadavg") as f:
         return f.read().split()[0]
@@ -243,6 +287,13 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument(
+        "--pieces", type=int, default=None, help="pieces_per_partition of 'default' (None: the default)"
+    )
+    parser.add_argument(
+        "--orders", nargs="+", default=["0.1", "default", "global'"], help="orders trained beside the global shuffle"
+    )
+    parser.add_argument("--train-only", action="store_true", help="skip the mixing table and the epoch timings")
     parser.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=LAYOUTS)
     parser.add_argument("--loader", action="store_true", help="also the bench_loader configuration")
     parser.add_argument("--loader-partitions", type=int, default=2)
@@ -266,41 +317,28 @@ def main() -> None:
         print(
             f"\n{kind}: {'one long series' if kind == 'long' else '200 series, ids ' + ('random' if kind == 'random' else 'ordered by behaviour')}"
         )
-        print(f"  {'order':<28}{'blocks':>9}{'TV':>8}{'lag-1':>8}{'eff. B':>9}{'windows/s':>13}{'peak RSS':>10}")
-        datasets = {"pieces_per_partition=1 (0.1)": open_ds(root, args, 1), "default": open_ds(root, args, None)}
-        reports = {}
-        for name, ds in datasets.items():
-            r = mixing_report(ds)
-            perf = epoch_child(root, args, ds.spec.pieces_per_partition)
-            reports[name] = r
-            label = name if name != "default" else f"default (k={ds.spec.pieces_per_partition})"
-            print(fmt(label, r["loader"], f"{perf['rate']:>13,.0f}{perf['rss_mib']:>7.0f} MiB"))
-        ds = datasets["default"]
-        ref = global_shuffle_statistics(
-            block_histogram(ds), args.batch_size, reports["default"]["loader"]["batches"], 0
-        )
-        print(fmt("global permutation", ref.__dict__))
-        held = held_out(kind, args)
-        epochs = -(-args.steps // max(len(ds), 1))
-        curves = {}
-        orders = (("0.1", datasets["pieces_per_partition=1 (0.1)"]), ("default", ds), ("global", ds), ("global'", ds))
-        for name, d in orders:
-            runs = []
-            for seed in range(args.seeds):
-                kind_of = "loader" if name in ("0.1", "default") else "global"
-                batches = order_rows(d, kind_of, epochs, seed + (1000 if name == "global'" else 0))
-                runs.append(train(x, batches, held, args, seed, checkpoints))
-            curves[name] = np.mean(runs, axis=0)
-        print(f"  held-out MSE / global shuffle's ({args.seeds} seeds), at steps {checkpoints}:")
-        for name in ("0.1", "default", "global'"):
-            ratios = "  ".join(f"{v:6.3f}" for v in curves[name] / curves["global"])
-            print(f"    {name:<10} {ratios}")
-        print(
-            f"    (global MSE: {'  '.join(f'{v:.4f}' for v in curves['global'])}; global': another permutation, the noise)"
-        )
+        if not args.train_only:
+            mixing_table(root, args)
+        training_comparison(kind, root, x, args, checkpoints)
     if args.loader:
         loader_check(args)
     print(f"\n{time.perf_counter() - started:.0f} s; load {load()}")
+
+
+def mixing_table(root: str, args: argparse.Namespace) -> None:
+    """The mixing statistics of the 0.1 order, the default and a global permutation, with speed and memory."""
+    print(f"  {'order':<28}{'blocks':>9}{'TV':>8}{'lag-1':>8}{'eff. B':>9}{'windows/s':>13}{'peak RSS':>10}")
+    datasets = {"pieces_per_partition=1 (0.1)": open_ds(root, args, 1), "default": open_ds(root, args, args.pieces)}
+    reports = {}
+    for name, ds in datasets.items():
+        r = mixing_report(ds)
+        perf = epoch_child(root, args, ds.spec.pieces_per_partition)
+        reports[name] = r
+        label = name if name != "default" else f"default (k={ds.spec.pieces_per_partition})"
+        print(fmt(label, r["loader"], f"{perf['rate']:>13,.0f}{perf['rss_mib']:>7.0f} MiB"))
+    ds = datasets["default"]
+    ref = global_shuffle_statistics(block_histogram(ds), args.batch_size, reports["default"]["loader"]["batches"], 0)
+    print(fmt("global permutation", ref.__dict__))
 
 
 if __name__ == "__main__":
