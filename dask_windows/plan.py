@@ -142,11 +142,41 @@ def piece_table(counts: np.ndarray, pieces_per_partition: int, min_windows: int 
     return partition, j * c // m, (j + 1) * c // m
 
 
-def piece_order(num_pieces: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
-    """The piece order of an epoch (pieces split partitions, ``pieces_per_partition > 1``)."""
+def piece_order(num_pieces: int, seed: int, epoch: int, shuffle: bool, per_buffer: int | None = None) -> np.ndarray:
+    """The piece order of an epoch (pieces split partitions, ``pieces_per_partition > 1``).
+
+    With ``per_buffer`` (pieces per buffer, ``m``) the order is *stratified*: the canonical order
+    (partition, then row) is cut into ``m`` contiguous strata of nearly equal size, each stratum's
+    pieces are taken in a random order, and the epoch is a sequence of rounds, round ``r`` holding
+    the ``r``-th piece of every stratum, the strata in one random order shared by all rounds. So
+    any ``m`` consecutive pieces (a buffer, wherever a rank's or worker's slice begins) hold one
+    piece of every stratum (two of at most one where a round is partial): each buffer is spread
+    evenly over the whole dataset, and consecutive batches no longer share a buffer's bias.
+    ``None``: a plain random permutation (the order before stratification).
+
+    Args:
+        num_pieces: Pieces in the epoch (``N``).
+        seed: Dataset seed.
+        epoch: The epoch.
+        shuffle: ``False``: canonical order.
+        per_buffer: Pieces per buffer (``m``); ``None``: a plain permutation.
+
+    Returns:
+        ``(N,)`` int64: canonical piece numbers in epoch order.
+    """
     if not shuffle:
         return np.arange(num_pieces, dtype=np.int64)
-    return rng_for(seed, epoch, 0x9A88).permutation(num_pieces).astype(np.int64)
+    if per_buffer is None:
+        return rng_for(seed, epoch, 0x9A88).permutation(num_pieces).astype(np.int64)
+    m = max(min(per_buffer, num_pieces), 1)
+    rng = rng_for(seed, epoch, 0x9A89)
+    stratum = np.arange(num_pieces, dtype=np.int64) * m // max(num_pieces, 1)  # (N,) contiguous strata
+    slot = rng.permutation(m)  # (m,) place of each stratum inside every round
+    within = np.lexsort((rng.random(num_pieces), stratum))  # pieces by stratum, randomly inside each
+    first = np.searchsorted(stratum, np.arange(m))  # (m,) first canonical piece of each stratum
+    rounds = np.empty(num_pieces, np.int64)
+    rounds[within] = np.arange(num_pieces) - first[stratum[within]]  # (N,) round of each piece
+    return np.lexsort((slot[stratum], rounds)).astype(np.int64)
 
 
 def _segments(partition: np.ndarray, first: np.ndarray, counts: np.ndarray, lo: int, hi: int) -> list[Segment]:
@@ -215,14 +245,14 @@ def plan_reader(
     lo = world.rank * share + b0 * batch_size
     hi = world.rank * share + min(b1 * batch_size, used)
     skip = skip_batches * batch_size
+    per_buffer = buffer_partitions * pieces_per_partition
     if pieces_per_partition == 1:  # the 0.1 order: whole partitions, in a permutation of partitions
         order = epoch_order(len(counts), seed, epoch, shuffle)
         segments = _segments(order, np.zeros(len(order), np.int64), counts[order], lo, hi)
-    else:
+    else:  # pieces in a stratified order: every buffer spread over the whole dataset
         partition, first, last = piece_table(counts, pieces_per_partition, min_piece_windows)
-        order = piece_order(len(partition), seed, epoch, shuffle)
+        order = piece_order(len(partition), seed, epoch, shuffle, per_buffer)
         segments = _segments(partition[order], first[order], (last - first)[order], lo, hi)
-    per_buffer = buffer_partitions * pieces_per_partition
     groups, seeds = [], []
     for g in range(0, len(segments), per_buffer):
         group = segments[g : g + per_buffer]
