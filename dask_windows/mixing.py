@@ -208,8 +208,9 @@ def mixing_report(ds: Any, max_batches: int = 2000, blocks: int = 100, epoch: in
     elif eff >= 0.5 * b:
         verdict = f"mixes well (effective batch size {eff:.0f} of {b}; a global shuffle: {reference.effective_batch_size:.0f})"
         advice = (
-            f"consecutive batches share their buffer's {in_buffer} pieces (lag-1 correlation {loader.lag1:.2f}); "
-            "`dask-windows convert` spreads each series over the files so that even this disappears"
+            f"a batch draws on its buffer's {in_buffer} pieces ({loader.distinct_blocks:.1f} of {blocks} row blocks; "
+            f"a global shuffle: {reference.distinct_blocks:.1f}; lag-1 {loader.lag1:.2f}): raise pieces_per_partition "
+            "for more places per batch, or `dask-windows convert` spreads each series over the files"
         )
     elif not spec.shuffle:
         verdict = (
@@ -223,7 +224,7 @@ def mixing_report(ds: Any, max_batches: int = 2000, blocks: int = 100, epoch: in
         )
         advice = (
             f"raise pieces_per_partition (now {spec.pieces_per_partition}: a buffer holds {in_buffer} pieces; "
-            f"effective batch size is about B*m/(B+m) for m pieces) at the price of more reads per partition, "
+            "a batch touches at most that many places of the data) at the price of more reads per partition, "
             "or rewrite the data with `dask-windows convert`"
         )
         if len(ds.partitions) * spec.pieces_per_partition < 2 * b:

@@ -2,24 +2,31 @@
 
 An epoch is a virtual sequence of *pieces*: each partition's windows are cut
 into up to ``pieces_per_partition`` contiguous ranges (``piece_table``), and
-the pieces of all partitions are taken in a per-epoch random order, each
-contributing its windows. Ranks take equal contiguous slices of that sequence
-(so every rank yields the same number of batches even when partitions differ
-in size tenfold, and two ranks share at most the partition where their slices
-meet); a rank's batches are divided between its DataLoader workers as
-contiguous blocks, so only the rank's final batch can be partial. A reader's
-slice is grouped into buffers of ``buffer_partitions * pieces_per_partition``
-consecutive pieces, and windows are shuffled inside a buffer.
+the pieces of all partitions are taken in a per-epoch *stratified* random
+order (``piece_order``): the dataset, in file order, is cut into ``m`` strata
+(``m`` = pieces per buffer), and any ``m`` consecutive pieces of the order
+hold one piece of each stratum. Ranks take equal contiguous slices of that
+sequence (so every rank yields the same number of batches even when
+partitions differ in size tenfold, and two ranks share at most the piece where
+their slices meet); a rank's batches are divided between its DataLoader
+workers as contiguous blocks, so only the rank's final batch can be partial.
+A reader's slice is grouped into buffers of ``buffer_partitions *
+pieces_per_partition`` consecutive pieces, and windows are shuffled inside a
+buffer.
 
-The trade-off: mixing is piece-order shuffling plus a full shuffle inside each
-buffer, so one batch holds windows of the ``m`` pieces of its buffer (scattered
-over up to ``m`` partitions), not of the whole dataset: its effective batch
-size is about ``B * m / (B + m)`` on a non-stationary series. Memory stays
-that of ``buffer_partitions`` partitions (each piece holds ``1 / k`` of one,
-plus a halo of ``window + horizon - 1`` rows), but each partition is read
-``k`` times per epoch (``k`` requests; a Parquet row group is decoded once
-per piece inside it). ``pieces_per_partition=1`` is the 0.1 order: buffers of
-whole partitions. No window index is ever built: the piece table holds
+The trade-off: a batch holds windows of the ``m`` pieces of its buffer only,
+not of the whole dataset, so it touches at most ``m`` places; but as every
+buffer is spread evenly over the dataset (a stratified sample of it), a
+batch's mean regime varies little more than a global shuffle's, and
+consecutive batches of one buffer are not correlated through the buffer's
+composition (with a plain random piece order they were: lag-1 about
+``B / (B + m)``). Memory stays that of ``buffer_partitions`` partitions
+(each piece holds ``1 / k`` of one, plus a halo of ``window + horizon - 1``
+rows), but each partition is read up to ``k`` times per epoch (a buffer's
+pieces of one partition are read in one call; a Parquet row group is decoded,
+and fetched remotely, once per buffer that needs it).
+``pieces_per_partition=1`` is the 0.1 order: buffers of whole partitions in a
+plain permutation. No window index is ever built: the piece table holds
 O(partitions * k) numbers. With ``world_size > 1`` the last
 ``num_windows % world_size`` windows of each epoch's order are left out (a
 different few each epoch when shuffling) so that ranks get equal shares.
@@ -36,6 +43,7 @@ import numpy as np
 from dask_windows.world import World
 
 __all__ = [
+    "PIECE_ORDER",
     "EpochPlan",
     "Segment",
     "batches_per_rank",
@@ -47,6 +55,9 @@ __all__ = [
     "windows_per_rank",
     "worker_batch_range",
 ]
+
+
+PIECE_ORDER = "stratified"  # recorded in resume states: states of the earlier plain permutation are refused
 
 
 @dataclass(frozen=True)
