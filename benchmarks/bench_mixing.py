@@ -40,6 +40,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import dask_windows as dw
+import dask_windows.plan as plan_module
 from dask_windows.mixing import block_histogram, global_shuffle_statistics, mixing_report, plan_batches
 
 LAYOUTS = ("long", "random", "sorted")
@@ -272,6 +273,87 @@ def training_comparison(kind: str, root: str, x: np.ndarray, args: argparse.Name
     print(f"    (global MSE: {'  '.join(f'{v:.4f}' for v in glob)}; global': another permutation, the noise)")
 
 
+def _get_bytes(request: object, sizes: dict) -> int:
+    """Bytes one GET asks for: its ``Range`` (``bytes=a-b`` or a suffix ``bytes=-n``), else the object."""
+    value = getattr(request, "range", None)
+    size = sizes.get(request.path.lstrip("/"), 0)
+    if not value:
+        return size
+    first, _, last = value.replace("bytes=", "").partition("-")
+    if not first:
+        return min(int(last), size)
+    return min(int(last), size - 1) - int(first) + 1
+
+
+def frontier(args: argparse.Namespace) -> None:
+    """The knob's frontier on the issue's layout: mixing beside S3 requests and bytes per epoch, per K."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    import s3fs
+    from s3proxy import S3Endpoint
+
+    rows, files, groups = args.frontier_rows, args.frontier_files, args.row_groups
+    root = os.path.join(args.dir, f"frontier-{rows}-{files}-{groups}")
+    if not os.path.exists(root):
+        x, sid = make_layout("long", rows, seed=0)
+        write_layout(root, x, sid, files, groups)
+    common = dict(features=["x"], window=64, stride=16, batch_size=128)
+    print(
+        f"\nfrontier: one long series, {rows:,} rows in {files} Parquet files of {groups} row groups, window 64, "
+        f"stride 16, B=128, buffer_partitions=2; one epoch read from S3 (moto on 127.0.0.1 through s3fs, GETs and "
+        f"bytes counted by a proxy, open excluded); load {load()}"
+    )
+    endpoint = S3Endpoint()
+    try:
+        endpoint.make_bucket("bench")
+        fs = s3fs.S3FileSystem(**endpoint.storage_options(direct=True))
+        sizes = {}
+        for name in sorted(os.listdir(root)):
+            fs.put_file(os.path.join(root, name), f"bench/data/{name}")
+            sizes[f"bench/data/{name}"] = os.path.getsize(os.path.join(root, name))
+        dataset_bytes = sum(sizes.values())
+        print(
+            f"  {'pieces_per_partition':<22}{'eff. B':>8}{'blocks':>8}{'TV':>7}{'lag-1':>7}"
+            f"{'GETs':>7}{'x K=1':>7}{'MiB read':>10}{'x K=1':>7}{'x data':>8}"
+        )
+        base = None
+        stratified = plan_module.piece_order
+        for k, plain in (*((k, False) for k in args.frontier_k), (None, False), (16, True), (None, True)):
+            # plain: the same pieces in a plain random order (before stratification), for comparison
+            plan_module.piece_order = (  # type: ignore[assignment]
+                (lambda n, seed, epoch, shuffle, m=None: stratified(n, seed, epoch, shuffle)) if plain else stratified
+            )
+            local = dw.WindowDataset(root, **common, pieces_per_partition=k)
+            mix = mixing_report(local)["loader"]
+            remote = dw.WindowDataset(
+                "s3://bench/data/", storage_options=endpoint.storage_options(), **common, pieces_per_partition=k
+            )
+            endpoint.reset()
+            windows = sum(len(b[0] if isinstance(b, (tuple, list)) else b) for b in remote)
+            assert windows == local.num_windows, (windows, local.num_windows)
+            gets = [r for r in endpoint.log.requests if r.kind == "get"]
+            got = sum(_get_bytes(r, sizes) for r in gets)
+            base = base or (len(gets), got)
+            label = (
+                f"{remote.spec.pieces_per_partition}"
+                + (" (default)" if k is None else "")
+                + (", plain" if plain else "")
+            )
+            print(
+                f"  {label:<22}{mix['effective_batch_size']:>8.1f}{mix['distinct_blocks']:>8.1f}{mix['tv_distance']:>7.3f}"
+                f"{mix['lag1']:>7.2f}{len(gets):>7}{len(gets) / base[0]:>7.1f}{got / 2**20:>10.1f}"
+                f"{got / base[1]:>7.2f}{got / dataset_bytes:>8.2f}",
+                flush=True,
+            )
+        ref = mixing_report(local)["global"]
+        print(
+            f"  {'global permutation':<22}{ref['effective_batch_size']:>8.1f}{ref['distinct_blocks']:>8.1f}"
+            f"{ref['tv_distance']:>7.3f}{ref['lag1']:>7.2f}"
+        )
+    finally:
+        plan_module.piece_order = stratified  # type: ignore[assignment]
+        endpoint.close()
+
+
 def load() -> str:
     with open("/proc/loadavg") as f:
         return f.read().split()[0]
@@ -293,6 +375,10 @@ def main() -> None:
     parser.add_argument(
         "--orders", nargs="+", default=["0.1", "default", "global'"], help="orders trained beside the global shuffle"
     )
+    parser.add_argument("--frontier", action="store_true", help="the knob's frontier: mixing, S3 GETs and bytes per K")
+    parser.add_argument("--frontier-rows", type=int, default=4_000_000)
+    parser.add_argument("--frontier-files", type=int, default=32)
+    parser.add_argument("--frontier-k", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     parser.add_argument("--train-only", action="store_true", help="skip the mixing table and the epoch timings")
     parser.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=LAYOUTS)
     parser.add_argument("--loader", action="store_true", help="also the bench_loader configuration")
@@ -309,7 +395,7 @@ def main() -> None:
         f"{args.rows:,} rows in {args.files} raw Parquet files of {args.row_groups} row groups; window {args.window}, "
         f"horizon 1, stride {args.stride}, B={args.batch_size}, buffer_partitions=2; load {load()}"
     )
-    for kind in args.layouts:
+    for kind in args.layouts if args.seeds else ():
         root = os.path.join(args.dir, f"{kind}-{args.rows}-{args.files}-{args.row_groups}")
         x, sid = make_layout(kind, args.rows, seed=LAYOUTS.index(kind))
         if not os.path.exists(root):
@@ -322,6 +408,8 @@ def main() -> None:
         training_comparison(kind, root, x, args, checkpoints)
     if args.loader:
         loader_check(args)
+    if args.frontier:
+        frontier(args)
     print(f"\n{time.perf_counter() - started:.0f} s; load {load()}")
 
 
