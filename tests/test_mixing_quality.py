@@ -196,6 +196,11 @@ def test_fewer_pieces_trade_places_and_stratified_buffers_beat_a_plain_piece_ord
         return _statistics([r for r in plan_batches(ds) if len(r) == b], regime, every)
 
     got = figures()
+    if k == 16:  # unbiased batches of few places: the report says so and names the knob
+        report = mixing_report(
+            dw.WindowDataset(str(tmp_path), features=["x"], window=16, stride=8, batch_size=b, pieces_per_partition=k)
+        )
+        assert "few places" in report["verdict"] and "pieces_per_partition" in report["advice"], report
     m = 2 * k  # pieces per buffer: a batch touches at most m places of 100 / (16 k) row blocks each
     assert got["distinct"] <= m * (100 // (16 * k) + 2)
     # The same pieces in a plain random order (before stratification): buffers biased, batches correlated.
