@@ -12,16 +12,23 @@ correlation of consecutive batches' mean block, effective batch size) for
 ``pieces_per_partition=1`` (the 0.1 order: buffers of ``buffer_partitions`` whole partitions),
 the new default and a global permutation, with windows/s and peak RSS of one epoch through the
 loader (a child process each). Then a training comparison: a small MLP forecasting the next value
-from a window, the same steps and seeds (``--seeds``), fed the loader's batches in each order
-(their rows gathered from memory, so only the order differs) and held-out MSE on a fresh
-realisation of the layout at several checkpoints, as a ratio to the global shuffle's (and, as
-the noise floor, another global permutation's ratio).
-Finally ``--loader`` runs bench_loader's configuration (B=256, L=512, C=4, 1M-row partitions)
-for both orders in alternation: windows/s and peak RSS ratios.
+from a window, the same steps, fed the loader's batches in each order (their rows gathered from
+memory, so only the order differs) and held-out MSE on a fresh realisation of the layout at
+several checkpoints, as a ratio to the global shuffle's. Seeds are paired: seed ``s`` fixes the
+model's initialisation, the loader's ``seed=`` and the global permutation, and the mean per-seed
+ratio is printed with its standard error (``global'``, another permutation, is the noise floor).
+``--loader`` runs bench_loader's configuration (B=256, L=512, C=4, 1M-row partitions) for both
+orders in alternation: windows/s and peak RSS ratios. ``--frontier`` prints the knob's frontier
+on the issue's layout (4M rows of one series in 32 files of 8 row groups): for each
+``pieces_per_partition`` the mixing statistics beside the object GETs and bytes of one epoch read
+from S3 (moto's server on 127.0.0.1, through s3fs and a counting proxy), relative to K=1, and the
+plain (unstratified) piece order for comparison.
 
-Converted data (``dask-windows convert``) is not measured here yet: raw layouts only.
+Converted data (``dask-windows convert``) is in bench_converted.py.
 
     python benchmarks/bench_mixing.py [--rows 1000000] [--steps 1500] [--seeds 3] [--loader]
+    python benchmarks/bench_mixing.py --train-only --seeds 30 --orders default "global'" [--pieces K]
+    python benchmarks/bench_mixing.py --seeds 0 --frontier
 """
 
 from __future__ import annotations
