@@ -158,16 +158,17 @@ def _markov_runs(
     # Flips of the state at each (row, position), flattened with one extra slot per row: run ends
     # past the row's window are clamped onto it, so no end lands in the next row.
     flips = torch.zeros(rows * (length + 1), dtype=torch.uint8, device=device)
-    row_starts = torch.arange(0, rows * (length + 1), length + 1, device=device)
+    dtype = _position_dtype(flips.numel())
+    row_starts = torch.arange(0, rows * (length + 1), length + 1, device=device, dtype=dtype)
     draws = _random_words((rows, 1 + pairs), device, generator).view(torch.int32)  # axes: row, draw
     starts_masked = draws[:, 0] < _threshold(r, 32)  # draws[:, 1] is left unused
-    runs = _geometric_runs(draws[:, 2:], end_unmasked, end_masked, length)  # axes: row, kind, pair
+    runs = _geometric_runs(draws[:, 2:], end_unmasked, end_masked, dtype)  # axes: row, kind, pair
     first = runs[:, 0, 0]
     first.mul_(starts_masked.logical_not())  # a row that starts masked has no leading unmasked run
     first.add_(row_starts)  # the running sums below then give flat positions in `flips`
     reach = _run_ends_(runs) - row_starts  # axes: row; how far the row's runs go
-    torch.minimum(runs, (row_starts + length)[:, None, None], out=runs)
-    flips.index_fill_(0, runs.view(-1), 1)
+    torch.minimum(runs, (row_starts + length)[:, None, None], out=runs)  # infinite runs too
+    flips.index_fill_(0, runs.view(-1).to(torch.int64), 1)
     if spare_rows and device.type == "cpu":
         # The host may wait for the CPU: serve exactly the short rows (about one call in ten has any).
         spare_rows = int((reach < length).sum())
@@ -204,14 +205,16 @@ def _extend_short_rows(
     slot_rows = torch.searchsorted(short_so_far, torch.arange(1, spare_rows + 1, device=device))
     idle = slot_rows >= rows
     slot_rows.clamp_max_(rows - 1)
+    dtype = _position_dtype(flips.numel())
+    reach, row_starts = reach.to(dtype), row_starts.to(dtype)
     draws = _random_words((spare_rows, spare_pairs), device, generator).view(torch.int32)
-    runs = _geometric_runs(draws, end_unmasked, end_masked, length)  # axes: slot, kind, pair
+    runs = _geometric_runs(draws, end_unmasked, end_masked, dtype)  # axes: slot, kind, pair
     slot_starts = row_starts[slot_rows]
     # An idle slot starts past its row's window: all its ends land on the row's extra slot.
     runs[:, 0, 0].add_(torch.where(idle, length, reach[slot_rows]).add_(slot_starts))
     _run_ends_(runs)
     torch.minimum(runs, (slot_starts + length)[:, None, None], out=runs)  # ends past the row: its extra slot
-    flips.index_fill_(0, runs.view(-1), 1)
+    flips.index_fill_(0, runs.view(-1).to(torch.int64), 1)
 
 
 def _run_ends_(runs: torch.Tensor) -> torch.Tensor:
@@ -247,22 +250,28 @@ def _threshold(r: float, bits: int) -> int:
     return min(round(r * 2.0**bits), 2**bits - 1) - 2 ** (bits - 1)
 
 
-def _geometric_runs(draws: torch.Tensor, end_unmasked: float, end_masked: float, length: int) -> torch.Tensor:
-    """Turns ``(n, 2 * pairs)`` uniform int32 draws into int64 run lengths.
+def _position_dtype(slots: int) -> torch.dtype:
+    """float32 counts positions exactly below 2**24 and is faster than int64; float64 beyond."""
+    return torch.float32 if slots < 2**24 else torch.float64
 
-    Returns ``(n, 2, pairs)`` lengths (axes: row, (unmasked, masked), pair),
-    geometric on ``{1, 2, ...}`` and capped at ``length``: a run that long
-    covers the window anyway. Each kind fills a contiguous half of a row, so
-    every step runs over long contiguous stretches.
+
+def _geometric_runs(draws: torch.Tensor, end_unmasked: float, end_masked: float, dtype: torch.dtype) -> torch.Tensor:
+    """Turns ``(n, 2 * pairs)`` uniform int32 draws into run lengths.
+
+    Returns ``(n, 2, pairs)`` lengths of ``dtype`` (axes: row, (unmasked,
+    masked), pair), whole numbers geometric on ``{1, 2, ...}``; one in about
+    ``2**32`` is infinite (the lowest draw), which the caller's clamp to the
+    window handles. Each kind fills a contiguous half of a row, so every step
+    runs over long contiguous stretches.
     """
     # u = draw / 2**32 + 1/2 is uniform on [0, 1); 1 + floor(log(u) / log(1 - end)) is geometric.
-    logs = draws.to(torch.float32).mul_(2.0**-32).add_(0.5).log_().view(draws.shape[0], 2, -1)
+    logs = draws.to(dtype).mul_(2.0**-32).add_(0.5).log_().view(draws.shape[0], 2, -1)
     for kind, end in enumerate((end_unmasked, end_masked)):
         if end >= 1.0:  # every run lasts one step (and log(0) * 0 would be nan)
             logs[:, kind].fill_(0.0)
-        else:  # log(0) = -inf for the lowest draw: an infinite run, capped below
+        else:
             logs[:, kind].mul_(1.0 / math.log1p(-end))
-    return logs.add_(1.0).clamp_max_(length).to(torch.int64)  # the cast truncates: the floor
+    return logs.floor_().add_(1.0)
 
 
 # Stage one draws enough runs for all but about this share of rows ...
