@@ -179,7 +179,7 @@ def _squares_safe(x: np.ndarray) -> bool:
     import torch
 
     low, high = torch.aminmax(torch.from_numpy(x.reshape(-1)))
-    return -_SQUARE_SAFE <= float(low) and float(high) <= _SQUARE_SAFE
+    return float(low) >= -_SQUARE_SAFE and float(high) <= _SQUARE_SAFE
 
 
 #: Values per chunk of windows (1 MiB of float32): the chunk stays in the L2 cache across the
