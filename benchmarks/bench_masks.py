@@ -86,7 +86,11 @@ def candidates(tsai_mask: Callable[..., torch.Tensor] | None, r: float, lm: floa
 
 
 def time_interleaved(
-    table: dict[str, Callable], x: torch.Tensor, repeats: int, block: int, clock: Callable[[], float] = time.perf_counter
+    table: dict[str, Callable],
+    x: torch.Tensor,
+    repeats: int,
+    block: int,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, float]:
     """Median milliseconds per call of each candidate, timed in blocks of ``block`` calls.
 
