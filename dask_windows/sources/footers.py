@@ -102,12 +102,21 @@ def parse_footer(tail: bytes, path: str) -> tuple[Any, int]:
     if needed > len(tail):
         return None, needed
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     # Bytes read from a file are untrusted: pyarrow's unpickling fast path aborts the process on a
-    # damaged footer (a C++ exception it cannot raise), read_metadata raises. Re-parsing the bytes
+    # damaged footer (a C++ exception it cannot raise), a reader's open raises. Re-parsing the bytes
     # once they parsed here (Footer.metadata) takes the fast path.
-    return pq.read_metadata(pa.BufferReader(tail[-needed:] if needed < len(tail) else tail)), needed
+    source = pa.BufferReader(tail[-needed:] if needed < len(tail) else tail)
+    try:
+        from pyarrow._parquet import ParquetReader
+    except ImportError:  # pragma: no cover - a pyarrow without it
+        import pyarrow.parquet as pq
+
+        return pq.read_metadata(source), needed
+    # What read_metadata does, without ParquetFile's Python set-up (half the time per file).
+    reader = ParquetReader()
+    reader.open(source)
+    return reader.metadata, needed
 
 
 def local_tail(path: str, nbytes: int = FOOTER_BYTES) -> tuple[bytes, int]:
@@ -171,28 +180,33 @@ def _runs_from_statistics(meta: Any, schema: Any, series: str) -> tuple[np.ndarr
     import pyarrow as pa
 
     field = schema.field(series)
-    if not pa.types.is_integer(field.type) or meta.num_row_groups == 0:
+    groups = meta.num_row_groups
+    if not pa.types.is_integer(field.type) or groups == 0:
         return None
-    column = schema.names.index(series)
+    column = schema.get_field_index(series)
     keys: list = []
     lengths: list[int] = []
-    for g in range(meta.num_row_groups):
+    for g in range(groups):
         group = meta.row_group(g)
-        if group.num_rows == 0:
+        rows = group.num_rows
+        if rows == 0:
             continue
         chunk = group.column(column)
         stats = chunk.statistics
-        if chunk.path_in_schema != series or stats is None or not stats.has_min_max or stats.null_count != 0:
+        if stats is None or not stats.has_min_max or stats.null_count != 0 or chunk.path_in_schema != series:
             return None
-        if stats.min != stats.max:
+        low = stats.min
+        if low != stats.max:
             return None
-        if keys and keys[-1] == stats.min:
-            lengths[-1] += group.num_rows
+        if keys and keys[-1] == low:
+            lengths[-1] += rows
         else:
-            keys.append(stats.min)
-            lengths.append(group.num_rows)
+            keys.append(low)
+            lengths.append(rows)
     run_lengths = np.array(lengths, np.int64)
-    run_starts = np.concatenate([[0], np.cumsum(run_lengths)[:-1]]).astype(np.int64)
+    run_starts = np.zeros(len(lengths), np.int64)
+    if len(lengths) > 1:
+        np.cumsum(run_lengths[:-1], out=run_starts[1:])
     return run_starts, run_lengths, np.array(keys, dtype=field.type.to_pandas_dtype())
 
 
