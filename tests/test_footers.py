@@ -138,3 +138,24 @@ def test_a_different_series_column_is_scanned(tmp_path):
     plain = ParquetSource(str(tmp_path))
     _assert_same_runs(told.read_runs(0, "a"), _base_runs(plain, 0, "a"))
     assert len(told._tail_runs) == 3  # kept for the column it was told
+
+
+def test_paused_gc_restores_the_collector_also_on_errors():
+    import gc
+
+    from dask_windows.sources.footers import paused_gc
+
+    assert gc.isenabled()
+    with paused_gc():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(ZeroDivisionError), paused_gc():
+        1 / 0
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with paused_gc():
+            pass
+        assert not gc.isenabled()  # left as the caller had it
+    finally:
+        gc.enable()

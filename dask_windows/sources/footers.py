@@ -21,8 +21,10 @@ files are scanned by the source as before.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -40,6 +42,7 @@ __all__ = [
     "local_tail",
     "map_in_blocks",
     "parse_footer",
+    "paused_gc",
     "row_group_splits",
     "tail_runs",
 ]
@@ -125,6 +128,26 @@ def local_tail(path: str, nbytes: int = FOOTER_BYTES) -> tuple[bytes, int]:
         size = src.seek(0, os.SEEK_END)
         src.seek(max(0, size - nbytes))
         return src.read(), size
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """No automatic garbage collection inside (restored after, also on errors).
+
+    Opening 100,000 files creates a few objects per file that all live on (footers, identities,
+    runs, partitions): each full collection walks all of them again, so the collector's passes
+    grew with the square of the files and took over a third of the open (8.6 of 24.8 s for
+    100,000). Opening creates no reference cycles; everything else is freed by reference
+    counting as usual.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def map_in_blocks(fn: Callable, items: list, threads: int) -> list:

@@ -54,6 +54,7 @@ from dask_windows.sources.cache import split_merged
 from dask_windows.sources.footers import (
     Footer,
     list_files,
+    paused_gc,
 )
 from dask_windows.sources.parquet_manifest import ParquetManifest
 from dask_windows.sources.parquet_open import ParquetOpening
@@ -98,6 +99,7 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
 
     cache: Any = None  # the RangeCache of cache_dir=, if any
 
+    @paused_gc()  # a few lasting objects per file: see paused_gc
     def __init__(
         self,
         data: Any,
