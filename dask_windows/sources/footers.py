@@ -274,7 +274,9 @@ def list_files(
             found = fs.glob(root, detail=True)
             infos = {p: i for p, i in found.items() if i.get("type", "file") == "file"}
         else:
-            found = fs.find(root, detail=True)  # recursive, paginated: one listing however many files
+            found = _local_find(fs, root)
+            if found is None:
+                found = fs.find(root, detail=True)  # recursive, paginated: one listing however many files
             infos = {p: i for p, i in found.items() if i.get("type", "file") == "file"}
             if not infos and not fs.exists(root):
                 raise FileNotFoundError(
@@ -304,6 +306,40 @@ def list_files(
         )
     description = f"{paths[0]} (+{len(paths) - 1} files)" if len(paths) > 1 else paths[0]
     return fs, files, [None] * len(files), description
+
+
+def _local_find(fs: Any, root: str) -> dict[str, dict] | None:
+    """``fs.find(root, detail=True)`` of a local folder by ``os.scandir``, or ``None`` for anything else.
+
+    One ``stat`` per file, kept in the entry (``mtime_ns``: the file's identity at open, no second
+    ``stat``), at a fifth of fsspec's cost per file. Symbolic links are followed as fsspec does; a
+    broken one is listed without a size, so that opening it names it.
+    """
+    from fsspec.implementations.local import LocalFileSystem
+
+    if os.name != "posix" or not isinstance(fs, LocalFileSystem) or not os.path.isdir(root):
+        return None
+    found: dict[str, dict] = {}
+    folders = [root.rstrip("/") or "/"]
+    while folders:
+        with os.scandir(folders.pop()) as entries:
+            for entry in entries:
+                try:
+                    if entry.is_dir():
+                        folders.append(entry.path)
+                        continue
+                    stat = entry.stat()
+                except OSError:  # a broken link: listed, and its open reports it
+                    found[entry.path] = {"name": entry.path, "size": None, "type": "file"}
+                    continue
+                found[entry.path] = {
+                    "name": entry.path,
+                    "size": stat.st_size,
+                    "type": "file",
+                    "mtime": stat.st_mtime,
+                    "mtime_ns": stat.st_mtime_ns,
+                }
+    return found
 
 
 def _hidden(path: str, root: str) -> bool:
