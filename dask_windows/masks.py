@@ -240,7 +240,7 @@ def _random_words(shape: tuple[int, ...], device: torch.device, generator: torch
     """
     if device.type != "cpu" or math.prod(shape) == 0:
         return torch.empty(shape, dtype=torch.int64, device=device).random_(-(2**63), None, generator=generator)
-    seed = torch.empty((), dtype=torch.int64).random_(-(2**63), None, generator=generator).item()
+    seed = int(torch.empty((), dtype=torch.int64).random_(-(2**63), None, generator=generator).item())
     words = np.random.PCG64(seed & 0xFFFF_FFFF_FFFF_FFFF).random_raw(math.prod(shape))
     return torch.from_numpy(words.view(np.int64)).view(shape)
 
