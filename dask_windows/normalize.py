@@ -141,10 +141,6 @@ def standardize(x: np.ndarray, mean: np.ndarray, std: np.ndarray, channel_major:
     return x
 
 
-#: Largest magnitude whose square (times a window's length) stays finite in float32.
-_SQUARE_SAFE = 1e15
-
-
 def standardize_windows(x: np.ndarray, channel_major: bool, eps: float = 1e-8) -> np.ndarray:
     """Standardise each window and channel of a batch in place over its ``L`` values.
 
@@ -165,21 +161,25 @@ def standardize_windows(x: np.ndarray, channel_major: bool, eps: float = 1e-8) -
     step = max(1, _CHUNK_VALUES // (x[0].size or 1))
     for first in range(0, batch, step):  # a chunk's passes run while it is in the cache
         part = x[first : first + step]
-        if not _squares_safe(part):
-            _standardize_float64(part, 2 if channel_major else 1, eps)
-        elif channel_major:
-            _standardize_channel_major(part, eps)
-        else:
-            _standardize_time_major(part, eps)
+        if _squares_safe(part):
+            done = _standardize_channel_major(part, eps) if channel_major else _standardize_time_major(part, eps)
+            if done:
+                continue
+        # Squares overflow float32: in float64 (from the values as given, or centred in float32 when
+        # only the centred sums overflowed, at the edge of float32's range: centring lost nothing).
+        _standardize_float64(part, 2 if channel_major else 1, eps)
     return x
 
 
 def _squares_safe(x: np.ndarray) -> bool:
-    """Whether every value's magnitude is at most ``_SQUARE_SAFE``: one pass (torch's aminmax)."""
-    import torch
+    """Whether the sum of the squares of all of ``x`` is finite in float32: one BLAS pass.
 
-    low, high = torch.aminmax(torch.from_numpy(x.reshape(-1)))
-    return float(low) >= -_SQUARE_SAFE and float(high) <= _SQUARE_SAFE
+    Then every window's sum of squares is finite, and so is that of its centred values (never
+    larger, short of rounding at the edge of float32's range, which the callers check for).
+    """
+    flat = x.reshape(-1)
+    with np.errstate(over="ignore"):  # an overflow is the answer, not a problem
+        return bool(np.isfinite(np.dot(flat, flat)))
 
 
 #: Values per chunk of windows (1 MiB of float32): the chunk stays in the L2 cache across the
@@ -195,8 +195,11 @@ def _standardize_float64(x: np.ndarray, axis: int, eps: float) -> None:
     x[...] = x64
 
 
-def _standardize_channel_major(x: np.ndarray, eps: float) -> None:
-    """``(B, C, L)`` in place: rows of ``L`` contiguous values, by torch's reductions (no temporaries)."""
+def _standardize_channel_major(x: np.ndarray, eps: float) -> bool:
+    """``(B, C, L)`` in place: rows of ``L`` contiguous values, by torch's reductions (no temporaries).
+
+    Returns ``False``, with ``x`` centred but not scaled, when a sum of squares overflowed.
+    """
     import torch  # the loader's batches are torch tensors already; numpy's broadcasts here are slower
 
     length = x.shape[2]
@@ -206,11 +209,17 @@ def _standardize_channel_major(x: np.ndarray, eps: float) -> None:
     values.sub_(values.sum(1, keepdim=True).mul_(float(scale)))
     vecdot = getattr(np, "vecdot", None)  # numpy >= 2: a dot product per row, no temporary
     var = vecdot(rows, rows) if vecdot is not None else np.einsum("rl,rl->r", rows, rows)
+    if not np.isfinite(var).all():
+        return False
     values.mul_(torch.from_numpy(_inverse_std(var, scale, eps))[:, None])
+    return True
 
 
-def _standardize_time_major(x: np.ndarray, eps: float) -> None:
-    """``(B, L, C)`` in place: the sums as matrix products, numpy's slow middle-axis reductions avoided."""
+def _standardize_time_major(x: np.ndarray, eps: float) -> bool:
+    """``(B, L, C)`` in place: the sums as matrix products, numpy's slow middle-axis reductions avoided.
+
+    Returns ``False``, with ``x`` centred but not scaled, when a sum of squares overflowed.
+    """
     length = x.shape[1]
     scale = np.float32(1.0 / length)
     ones = np.ones((1, length), x.dtype)
@@ -222,8 +231,11 @@ def _standardize_time_major(x: np.ndarray, eps: float) -> None:
         var = np.einsum("bii->bi", np.matmul(x.transpose(0, 2, 1), x)).copy()  # (B, C)
     else:
         var = np.matmul(ones, np.square(x))[:, 0]
+    if not np.isfinite(var).all():
+        return False
     inv = _inverse_std(var, scale, eps)
     wide *= np.tile(inv[:, None, :], (1, 1, repeat))
+    return True
 
 
 def _inverse_std(sum_squares: np.ndarray, scale: np.float32, eps: float) -> np.ndarray:
