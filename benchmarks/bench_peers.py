@@ -17,6 +17,7 @@ end to end, 4 float32 features) are read by:
   layer pays the transpose), where ``dw`` yields contiguous ``(B, C, L)``;
 * ``dw1``: ``dw`` with one torch intra-op thread (not run unless named in
   ``--contenders``): what torch's threads add to the gather;
+* ``handc``: the same loop with ``.contiguous()`` on each batch, the layout dw yields;
 * ``tsai``: tsai's ``TSUnwindowedDataset`` over the same rows as one array,
   where tsai imports (it needs fastai; otherwise the row says why);
 * ``memcpy``: copying the same bytes per batch from a large array (the ceiling).
@@ -93,6 +94,17 @@ def hand_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
             yield torch.from_numpy(view[starts[lo : lo + batch]])
 
 
+def handc_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
+    """``hand`` made to yield what dw yields: C-contiguous ``(B, C, L)`` batches.
+
+    ``sliding_window_view(x, L, axis=0)[starts]`` on row-major rows is a ``(B, C, L)`` array laid out
+    as ``(B, L, C)`` (the channel axis is the fast one); a Conv1d or a transformer's linear layer makes
+    it contiguous before using it, so this row is the hand loop doing the same work as dw.
+    """
+    for x in hand_loop(root, batch, window, stride, seed):
+        yield x.contiguous()
+
+
 def tsai_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
     """tsai's TSUnwindowedDataset over all rows as one (rows, C) array, shuffled batches."""
     import pyarrow.parquet as pq
@@ -141,7 +153,14 @@ def memcpy_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
         yield torch.from_numpy(out.reshape(batch, C, window))
 
 
-LOOPS = {"dw": dw_loop, "dw1": dw1_loop, "hand": hand_loop, "tsai": tsai_loop, "memcpy": memcpy_loop}
+LOOPS = {
+    "dw": dw_loop,
+    "dw1": dw1_loop,
+    "hand": hand_loop,
+    "handc": handc_loop,
+    "tsai": tsai_loop,
+    "memcpy": memcpy_loop,
+}
 
 
 def child(args: argparse.Namespace) -> None:
@@ -237,7 +256,9 @@ def main() -> None:
     parser.add_argument("--series", type=int, default=40)
     parser.add_argument("--seconds", type=float, default=2.0, help="measuring time per contender and round")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--contenders", nargs="*", default=["dw", "hand", "tsai", "memcpy"], choices=list(LOOPS))
+    parser.add_argument(
+        "--contenders", nargs="*", default=["dw", "hand", "handc", "tsai", "memcpy"], choices=list(LOOPS)
+    )
     parser.add_argument(
         "--torch-threads", type=int, default=0, help="torch.set_num_threads in every contender (0: torch's default)"
     )
@@ -281,7 +302,7 @@ def main() -> None:
                 + ("" if ok[0].get("contiguous", True) else "  (batches not contiguous)")
             )
         for mine in ("dw", "dw1"):
-            for base in ("hand", "memcpy", "tsai"):
+            for base in ("hand", "handc", "memcpy", "tsai"):
                 if mine in medians and base in medians:
                     print(f"  {mine} / {base} windows/s {_ratios(results[mine], results[base], 'rate')}")
             if mine in medians and "hand" in medians:
