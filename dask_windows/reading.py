@@ -14,9 +14,11 @@ import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from torch.utils.data import get_worker_info
 
-from dask_windows.buffer import Part, decode, piece_rows, piece_units, stream, unit_rows
+from dask_windows.blocks import merge_rows
+from dask_windows.buffer import Part, decode, decode_pieces, piece_rows, piece_units, stream, unit_rows
 from dask_windows.errors import SourceReadError
 from dask_windows.faults import SkippedPartition, record_skip, skip_allowed
 from dask_windows.plan import plan_reader
@@ -119,20 +121,25 @@ def read_part(ds: WindowDataset, segment: Any, reader: PartitionReader) -> Part 
 
 
 def read_unit(ds: WindowDataset, unit: tuple, reader: PartitionReader) -> list[Part | None]:
-    """Read one partition's pieces of a buffer in one call and decode each; ``None``s when unreadable."""
+    """Read one partition's pieces of a buffer in one call and decode them together; ``None``s when unreadable.
+
+    Pieces whose rows overlap or touch are read as one row block (their shared halo once); the
+    blocks are decoded into one ``Part`` (``decode_pieces``), returned once per segment of ``unit``.
+    """
     index = unit[0].partition
     name = ds.source.partitions[index].name
-    rows = unit_rows(ds.grid, unit, ds.spec.span)
+    blocks = merge_rows(unit_rows(ds.grid, unit, ds.spec.span))  # (m, 2) disjoint, in row order
+    if len(blocks) == 0:
+        blocks = np.zeros((1, 2), np.int64)
     try:
-        pieces = reader.read_ranges(index, [(int(a), int(b)) for a, b in rows])
+        pieces = reader.read_ranges(index, [(int(a), int(b)) for a, b in blocks])
     except SourceReadError as exc:
         if not skip_allowed(ds.on_error, exc):
             raise
         record_skip(ds.skipped, name, "read", exc)
         return [None] * len(unit)
-    scale = ds._scale()
-    y_dtype = getattr(ds, "_y_dtype", None)
-    return [decode(index, name, columns, ds.spec, scale, int(r0), y_dtype) for columns, (r0, _) in zip(pieces, rows)]
+    part = decode_pieces(index, name, pieces, blocks[:, 0], ds.spec, ds._scale(), getattr(ds, "_y_dtype", None))
+    return [part] * len(unit)
 
 
 def _read_in_pool(ds: WindowDataset, unit: tuple) -> tuple[list[Part | None], list[SkippedPartition]]:
