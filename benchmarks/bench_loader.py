@@ -16,6 +16,10 @@ Then the same stream through a DataLoader with 0, 1 and 2 worker processes, and 
 RSS of streaming a dataset and one four times as large (separate processes).
 ``--only normalisation`` prints windows/s with no, global and per-window normalisation
 against the 0.1 per-batch arithmetic, in alternating rounds.
+``--only pieces`` prints windows/s and peak RSS of the default piece order against
+``pieces_per_partition=1`` (the 0.1 order, whole partitions) for short and long windows
+(L=32 stride 8, L=64 stride 16, L=512 stride 1; B=64..256) over one long series in
+Parquet files of 8 row groups, alternating rounds, ratios from the same run.
 
 Last, page checksums: the same rows written with page CRCs, read with verification on
 (the default) and off, as partition reads (MB/s of decoded columns) and as loader windows/s.
@@ -23,6 +27,7 @@ Last, page checksums: the same rows written with page CRCs, read with verificati
     python benchmarks/bench_loader.py [--partitions 4] [--seconds 3]
     python benchmarks/bench_loader.py --only normalisation --partitions 2 --seconds 3
     python benchmarks/bench_loader.py --crc-only --partitions 2 --seconds 4
+    python benchmarks/bench_loader.py --only pieces --partitions 8 --seconds 2
 """
 
 from __future__ import annotations
@@ -238,10 +243,18 @@ def main() -> None:
     parser.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "dask_windows_bench"))
     parser.add_argument("--rss-child", help=argparse.SUPPRESS)
     parser.add_argument("--crc-only", action="store_true", help="only the page checksum on/off figures")
-    parser.add_argument("--only", choices=["all", "normalisation"], default="all", help="which figures")
+    parser.add_argument("--only", choices=["all", "normalisation", "pieces"], default="all", help="which figures")
+    parser.add_argument("--pieces-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rss_child:
         stream_rss(args.rss_child)
+        return
+    if args.pieces_child:
+        pieces_child(args.pieces_child)
+        return
+    if args.only == "pieces":
+        torch.set_num_threads(1)
+        pieces_rows(args.dir, args.partitions, args.seconds)
         return
     if args.crc_only:
         print_crc_rates(args.dir, args.partitions, args.seconds)
@@ -278,6 +291,85 @@ def main() -> None:
         f"ratio {r4['peak_rss_mib'] / r1['peak_rss_mib']:.3f} (goal <= 1.15)"
     )
     print_crc_rates(args.dir, args.partitions, args.seconds)
+
+
+PIECE_ROWS = 125_000  # rows per file of the pieces comparison (8 row groups each)
+PIECE_CASES = ((32, 8, 64), (32, 8, 256), (64, 16, 128), (512, 1, 256))  # (L, stride, B)
+
+
+def write_series(root: str, partitions: int, seed: int = 0) -> None:
+    """One long random-walk series cut into files in time order, 8 row groups each."""
+    os.makedirs(root, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for p in range(partitions):
+        path = os.path.join(root, f"part-{p:05d}.parquet")
+        if os.path.exists(path):
+            continue
+        cols = {f"f{c}": np.cumsum(rng.standard_normal(PIECE_ROWS), dtype=np.float32) for c in range(C)}
+        pq.write_table(pa.table(cols), path, row_group_size=PIECE_ROWS // 8)
+
+
+def pieces_stream(root: str, case: tuple, ppp: int | None, seconds: float) -> tuple[float, int]:
+    """``(windows/s, pieces per partition)`` streaming epochs of ``case`` for about ``seconds``, first batch excluded."""
+    window, stride, batch = case
+    ds = dw.WindowDataset(
+        root, features=[f"f{c}" for c in range(C)], window=window, stride=stride, batch_size=batch,
+        shuffle=True, seed=0, pieces_per_partition=ppp,
+    )  # fmt: skip
+    it = iter(ds)
+    next(it)
+    n, epoch, t0 = 0, 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in it:
+            n += 1
+            if time.perf_counter() - t0 > seconds:
+                break
+        else:
+            epoch += 1
+            ds.set_epoch(epoch)
+            it = iter(ds)
+    return n * batch / (time.perf_counter() - t0), ds.spec.pieces_per_partition
+
+
+def pieces_child(arg: str) -> None:
+    """Child mode: stream ``case`` for the seconds given, print peak RSS in MiB as JSON."""
+    root, window, stride, batch, ppp, seconds = arg.split(",")
+    case = (int(window), int(stride), int(batch))
+    rate_, _ = pieces_stream(root, case, None if ppp == "default" else int(ppp), float(seconds))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"rate": rate_, "peak_rss_mib": peak}))
+
+
+def pieces_rows(directory: str, partitions: int, seconds: float, rounds: int = 2) -> None:
+    """Default piece order against ``pieces_per_partition=1`` (the 0.1 order), same run, alternating."""
+    root = os.path.join(directory, f"series{partitions}")
+    write_series(root, partitions)
+    print(
+        f"pieces: one series, {partitions} x {PIECE_ROWS:,}-row Parquet files of 8 row groups, C={C}, shuffled, "
+        f"{rounds} alternating rounds of {seconds:.0f} s (best); load {os.getloadavg()[0]:.2f}"
+    )
+    for case in PIECE_CASES:
+        rates: dict[str, list[float]] = {"default": [], "1": []}
+        ppp = 1
+        for _ in range(rounds):
+            for mode in rates:
+                value, k = pieces_stream(root, case, None if mode == "default" else 1, seconds)
+                rates[mode].append(value)
+                ppp = k if mode == "default" else ppp
+        rss = {}
+        for mode in rates:
+            arg = ",".join(map(str, (root, *case, mode, seconds / 2)))
+            out = subprocess.run(
+                [sys.executable, __file__, "--pieces-child", arg], capture_output=True, text=True, check=True
+            )
+            rss[mode] = json.loads(out.stdout.strip().splitlines()[-1])["peak_rss_mib"]
+        best = {mode: max(r) for mode, r in rates.items()}
+        print(
+            f"  L={case[0]:<3} stride {case[1]:<2} B={case[2]:<3} default (k={ppp:<3}) {best['default']:>11,.0f} windows/s "
+            f"{rss['default']:5.0f} MiB | k=1 {best['1']:>11,.0f} windows/s {rss['1']:5.0f} MiB | "
+            f"ratio {best['default'] / best['1']:.2f}x (goal >= 0.8)  RSS {rss['default'] / rss['1']:.3f}x (goal <= 1)"
+        )
+    print(f"  load after: {os.getloadavg()[0]:.2f}")
 
 
 def write_crc_dataset(root: str, partitions: int, seed: int = 0) -> None:
