@@ -215,3 +215,18 @@ def test_resume_at_several_points_is_the_tail_of_the_whole_epoch(root):
         rest = collect(resumed)
         assert len(rest) == len(full) - k
         assert all(np.array_equal(a, b) for p, q in zip(rest, full[k:]) for a, b in zip(p, q))
+
+
+def test_parquet_read_ranges_is_read_rows_range_by_range(root):
+    """The vectorised range arithmetic of one coalesced read, against one read per range."""
+    ds = dw.WindowDataset(root, **KW)
+    rng = np.random.default_rng(5)
+    for index in range(len(ds.partitions)):
+        readable = ds.source.readable_rows(index)
+        for _ in range(20):
+            starts = rng.integers(0, readable, rng.integers(1, 6))
+            ranges = [(int(a), int(min(a + rng.integers(0, 30), readable))) for a in starts]
+            got = ds.source.read_ranges(index, ["f0", "y"], ranges)
+            for (a, b), columns in zip(ranges, got):
+                want = ds.source.read_rows(index, ["f0", "y"], a, b)
+                assert all(np.array_equal(columns[c], want[c]) for c in ("f0", "y"))
