@@ -131,6 +131,7 @@ def decode_blocks(
     channel_major: bool,
     check: bool,
     y_dtype: type,
+    out: tuple[np.ndarray, np.ndarray | None] | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray, np.ndarray]:
     """Lay the columns of ``pieces`` end to end in the buffer layout, a few numpy calls per column.
 
@@ -141,6 +142,8 @@ def decode_blocks(
         channel_major: ``(C, rows)`` features (``NCL``), else ``(rows, C)``.
         check: Find the rows holding NaN, inf or values beyond float32 (``nan="raise"``).
         y_dtype: Target dtype.
+        out: ``(x, y)`` to write into (views of a buffer's arrays), or ``None`` to allocate them;
+            ignored when their rows are not those of ``pieces``.
 
     Returns:
         ``(x, y, nan_x, nan_y, offsets)``: features float32, targets or ``None``, sorted bad
@@ -149,11 +152,14 @@ def decode_blocks(
     lengths = [len(p[features[0]]) for p in pieces]
     offsets = np.cumsum([0, *lengths]).astype(np.int64)
     rows = int(offsets[-1])
-    x = np.empty((len(features), rows) if channel_major else (rows, len(features)), np.float32)
+    shape = (len(features), rows) if channel_major else (rows, len(features))
+    if out is not None and out[0].shape != shape:
+        out = None
+    x = np.empty(shape, np.float32) if out is None else out[0]
     masks = [_fill(x[c] if channel_major else x[:, c], [p[f] for p in pieces], check) for c, f in enumerate(features)]
     nan_x = _rows_of(masks)
     y, nan_y = None, np.zeros(0, np.int64)
     if targets:
-        y = np.empty((len(targets), rows), y_dtype)
+        y = np.empty((len(targets), rows), y_dtype) if out is None or out[1] is None else out[1]
         nan_y = _rows_of([_fill(y[t], [p[c] for p in pieces], check) for t, c in enumerate(targets)])
     return x, y, nan_x, nan_y, offsets

@@ -56,6 +56,8 @@ class Part:
         blocks: ``(m, 2)`` int64 ``[partition row, part row]`` where each of the part's row blocks
             begins, when it holds several disjoint row ranges laid end to end (``decode_pieces``);
             ``None``: one block, ``[[row0, 0]]``.
+        arena: ``(x, y, row)`` when ``x`` and ``y`` are views of arrays shared by a buffer's parts,
+            from ``row`` on (``reading.BufferArena``): a buffer of parts tiling them uses them as they are.
     """
 
     index: int
@@ -66,6 +68,7 @@ class Part:
     nan_y: np.ndarray
     row0: int = 0
     blocks: np.ndarray | None = None
+    arena: tuple | None = None
 
     def block_table(self) -> np.ndarray:
         """``(m, 2)`` ``[partition row, part row]`` where each block begins."""
@@ -142,21 +145,33 @@ def decode_pieces(
     spec: WindowSpec,
     scale: tuple[np.ndarray, np.ndarray] | None = None,
     y_dtype: type | None = None,
+    arena: tuple | None = None,
 ) -> Part:
     """Decode disjoint row ranges of one partition (``pieces[i]`` from partition row ``rows0[i]``, in
     row order) into one ``Part`` holding them end to end: a few numpy calls per column in all
-    (``blocks.decode_blocks``), so many small pieces cost about what one large piece costs."""
+    (``blocks.decode_blocks``), so many small pieces cost about what one large piece costs.
+
+    ``arena = (x, y, row)``: write into rows ``row ..`` of a buffer's shared arrays when they fit.
+    """
     if spec.targets and y_dtype is None:
         y_dtype = _target_dtype([p[c] for p in pieces[:1] for c in spec.targets])
     channel_major = spec.layout == "NCL"
+    out = None
+    if arena is not None:
+        rows = sum(len(p[spec.features[0]]) for p in pieces)
+        base_x, base_y, at = arena
+        out = (base_x[:, at : at + rows] if channel_major else base_x[at : at + rows], None)
+        out = (out[0], None if base_y is None else base_y[:, at : at + rows])
     x, y, nan_x, nan_y, offsets = decode_blocks(
-        pieces, spec.features, spec.targets, channel_major, spec.nan == "raise", y_dtype or np.float32
+        pieces, spec.features, spec.targets, channel_major, spec.nan == "raise", y_dtype or np.float32, out
     )
+    if out is None or x is not out[0]:
+        arena = None
     if scale is not None:
         standardize(x, *scale, channel_major)
     rows0 = np.asarray(rows0, np.int64)
     blocks = None if len(pieces) == 1 else np.stack([rows0, offsets[:-1]], axis=1)  # (m, 2)
-    return Part(index, name, x, y, nan_x, nan_y, int(rows0[0]), blocks)
+    return Part(index, name, x, y, nan_x, nan_y, int(rows0[0]), blocks, arena)
 
 
 class Buffer:
@@ -188,11 +203,15 @@ class Buffer:
             if id(part) not in unique:
                 unique[id(part)] = len(held)
                 held.append(part)
-        x = held[0].x if len(held) == 1 else np.concatenate([p.x for p in held], axis=axis)
-        y = None
-        if spec.targets:
-            y = held[0].y if len(held) == 1 else np.concatenate([p.y for p in held], axis=1)
         offsets = np.cumsum([0, *(p.x.shape[axis] for p in held)])  # (held+1,) buffer row of each part
+        shared = _shared_arena(held, offsets, axis)
+        if shared is not None:  # the parts were decoded into one buffer's arrays: nothing to join
+            x, y = shared
+        else:
+            x = held[0].x if len(held) == 1 else np.concatenate([p.x for p in held], axis=axis)
+            y = None
+            if spec.targets:
+                y = held[0].y if len(held) == 1 else np.concatenate([p.y for p in held], axis=1)
         tables = [p.block_table() for p in held]  # per part (m, 2) [partition row, part row] of its blocks
         self.part_offsets = np.concatenate(
             [*(t[:, 1] + o for t, o in zip(tables, offsets)), offsets[-1:]]
@@ -235,6 +254,17 @@ class Buffer:
         """
         picks = self.starts[replacement_picks(len(self.starts), lost, rng)]
         self.starts = np.concatenate([self.starts, picks]) if keep else picks
+
+
+def _shared_arena(held: list[Part], offsets: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """The arrays that ``held`` were decoded into, when they tile them exactly in order; else ``None``."""
+    if held[0].arena is None:
+        return None
+    base_x, base_y, _ = held[0].arena
+    for part, offset in zip(held, offsets):
+        if part.arena is None or part.arena[0] is not base_x or part.arena[2] != offset:
+            return None
+    return (base_x, base_y) if int(offsets[-1]) == base_x.shape[axis] else None
 
 
 def _fill_starts(

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import dask_windows as dw
 from dask_windows import reading
 from dask_windows.blocks import merge_rows, segment_starts
-from dask_windows.buffer import decode, decode_pieces, piece_units
+from dask_windows.buffer import Buffer, decode, decode_pieces, piece_units
 from dask_windows.checks import FLOAT32_MAX
 from dask_windows.spec import WindowSpec
 from dask_windows.windows import window_starts
@@ -29,7 +29,7 @@ from dask_windows.world import World
 KW = dict(features=["f0", "f1"], targets=["y"], series="sid", window=8, batch_size=16, return_index=True)
 
 
-def per_piece_read_unit(ds, unit, reader):
+def per_piece_read_unit(ds, unit, reader, arena=None):
     """The path before: each piece read, decoded and held on its own (its halo included)."""
     return [reading.read_part(ds, seg, reader) for seg in unit]
 
@@ -168,12 +168,21 @@ def test_adjacent_pieces_of_a_buffer_are_one_block_without_a_second_halo(tmp_pat
     plan = ds._plan(World())
     assert len(plan.buffers) == 1  # one buffer holds every piece of both files: all adjacent
     reader = ds.source.reader([0, 1], list(ds.spec.columns))
+    arena = reading.BufferArena(ds, plan, piece_units(plan))
+    every = []
     for unit in piece_units(plan):
-        parts = reading.read_unit(ds, unit, reader)
+        parts = reading.read_unit(ds, unit, reader, arena)
         assert len(unit) == 10 and all(p is parts[0] for p in parts)
         assert len(parts[0].block_table()) == 1
         last = (rows - 16) // 2 * 2
         assert parts[0].x.shape == (2, last + 16)  # the rows of the windows, each once
+        every += parts
+    buffer = Buffer(every, plan.buffers[0], ds.grid, ds.row_offsets, ds.spec)
+    assert np.shares_memory(buffer.gatherer._x, every[0].arena[0])  # decoded into the buffer's array: no join
+    segs = plan.buffers[0]
+    swapped = Buffer(every[10:] + every[:10], segs[10:] + segs[:10], ds.grid, ds.row_offsets, ds.spec)
+    assert not np.shares_memory(swapped.gatherer._x, every[0].arena[0])  # parts out of place: joined
+    assert np.array_equal(np.sort(swapped.global_rows(swapped.starts)), np.sort(buffer.global_rows(buffer.starts)))
     idx = np.concatenate([b[-1] for b in collect(ds)])
     assert np.array_equal(np.sort(idx), np.concatenate([np.arange(0, rows - 15, 2), np.arange(rows, 2 * rows - 15, 2)]))
 
