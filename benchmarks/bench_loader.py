@@ -331,7 +331,9 @@ def row_group_reads(ds: dw.WindowDataset) -> int:
     return total
 
 
-def pieces_stream(root: str, case: tuple, ppp: int | None, seconds: float, fresh_peak: bool = False) -> tuple[float, int]:
+def pieces_stream(
+    root: str, case: tuple, ppp: int | None, seconds: float, fresh_peak: bool = False
+) -> tuple[float, int]:
     """``(windows/s, pieces per partition)`` streaming epochs of ``case`` for about ``seconds``, first batch excluded.
 
     ``fresh_peak``: reset the process's peak RSS after opening (the scan at open reads every file

@@ -34,14 +34,6 @@ def per_piece_read_unit(ds, unit, reader, arena=None):
     return [reading.read_part(ds, seg, reader) for seg in unit]
 
 
-@pytest.fixture()
-def per_piece(monkeypatch):
-    def use() -> None:
-        monkeypatch.setattr(reading, "read_unit", per_piece_read_unit)
-
-    return use
-
-
 @pytest.fixture(scope="module")
 def frames():
     return make_frames(seed=3, num_files=3, num_series=8, min_len=5, max_len=120)
