@@ -7,9 +7,9 @@ nothing else. ``decode`` turns a piece's columns into the arrays the gather
 wants (features channel-major for ``NCL``); it runs on the prefetch thread so
 the conversion overlaps the training step, and ``decode_pieces`` does it once
 for all of a partition's pieces in a buffer (``blocks``), into the buffer's one
-array when the reader provides it. ``Buffer`` holds the
-pieces of one plan group (joining them only when they were not decoded in place) (many partitions' worth of places, about
-``buffer_partitions`` partitions' worth of rows), lists the start rows of the group's windows
+array when the reader provides it. ``Buffer`` holds the pieces of one plan
+group (many partitions' worth of places, about ``buffer_partitions``
+partitions' worth of rows; joined only when not decoded in place), lists the start rows of the group's windows
 (O(windows in the buffer)) and permutes them. ``stream`` walks a reader's
 plan, buffer by buffer, and cuts the permuted windows into batches; a batch
 may take its first windows from one buffer and the rest from the next, so
