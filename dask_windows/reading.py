@@ -14,9 +14,11 @@ import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from torch.utils.data import get_worker_info
 
-from dask_windows.buffer import Part, decode, piece_rows, piece_units, stream, unit_rows
+from dask_windows.blocks import merge_rows
+from dask_windows.buffer import Part, decode, decode_pieces, piece_rows, piece_units, stream, unit_rows
 from dask_windows.errors import SourceReadError
 from dask_windows.faults import SkippedPartition, record_skip, skip_allowed
 from dask_windows.plan import plan_reader
@@ -28,7 +30,7 @@ from dask_windows.world import World
 if TYPE_CHECKING:
     from dask_windows.dataset import WindowDataset
 
-__all__ = ["batches", "plan", "pool_workers", "read_part", "read_unit"]
+__all__ = ["BufferArena", "batches", "plan", "pool_workers", "read_part", "read_unit"]
 
 
 def batches(ds: WindowDataset, plan: Any, progress: Any = None) -> Iterator[Any]:
@@ -52,7 +54,8 @@ def batches(ds: WindowDataset, plan: Any, progress: Any = None) -> Iterator[Any]
         pool = ReadPool(functools.partial(_read_in_pool, ds), units, pool_workers(ds), max(depth, 1))
         reader = _PoolParts(pool, ds.skipped)
     else:
-        reader = Prefetcher(lambda unit: read_unit(ds, unit, source_reader), units, depth)
+        arena = BufferArena(ds, plan, units)  # the prefetch thread decodes a buffer's units into one array
+        reader = Prefetcher(lambda unit: read_unit(ds, unit, source_reader, arena), units, depth)
     parts = (part for unit_parts in reader for part in unit_parts)
 
     def reread(seg: Any) -> Part | None:
@@ -118,21 +121,92 @@ def read_part(ds: WindowDataset, segment: Any, reader: PartitionReader) -> Part 
     return decode(index, name, columns, ds.spec, ds._scale(), r0, getattr(ds, "_y_dtype", None))
 
 
-def read_unit(ds: WindowDataset, unit: tuple, reader: PartitionReader) -> list[Part | None]:
-    """Read one partition's pieces of a buffer in one call and decode each; ``None``s when unreadable."""
+def read_unit(
+    ds: WindowDataset, unit: tuple, reader: PartitionReader, arena: BufferArena | None = None
+) -> list[Part | None]:
+    """Read one partition's pieces of a buffer in one call and decode them together; ``None``s when unreadable.
+
+    Pieces whose rows overlap or touch are read as one row block (their shared halo once); the
+    blocks are decoded into one ``Part`` (``decode_pieces``), returned once per segment of ``unit``;
+    with an ``arena``, into the rows of the buffer's shared arrays that it assigns to ``unit``.
+    """
     index = unit[0].partition
     name = ds.source.partitions[index].name
-    rows = unit_rows(ds.grid, unit, ds.spec.span)
+    blocks = arena.blocks(unit) if arena is not None else _blocks(ds, unit)
     try:
-        pieces = reader.read_ranges(index, [(int(a), int(b)) for a, b in rows])
+        pieces = reader.read_ranges(index, [(int(a), int(b)) for a, b in blocks])
     except SourceReadError as exc:
         if not skip_allowed(ds.on_error, exc):
             raise
         record_skip(ds.skipped, name, "read", exc)
         return [None] * len(unit)
-    scale = ds._scale()
     y_dtype = getattr(ds, "_y_dtype", None)
-    return [decode(index, name, columns, ds.spec, scale, int(r0), y_dtype) for columns, (r0, _) in zip(pieces, rows)]
+    place = arena.place(unit) if arena is not None else None
+    part = decode_pieces(index, name, pieces, blocks[:, 0], ds.spec, ds._scale(), y_dtype, place)
+    return [part] * len(unit)
+
+
+def _blocks(ds: WindowDataset, unit: tuple) -> np.ndarray:
+    """``(m, 2)`` disjoint row blocks, in row order, holding the pieces of ``unit``."""
+    blocks = merge_rows(unit_rows(ds.grid, unit, ds.spec.span))
+    return blocks if len(blocks) else np.zeros((1, 2), np.int64)
+
+
+class BufferArena:
+    """One features (and targets) array per buffer, which the buffer's units are decoded into.
+
+    ``Buffer`` then uses it as it is instead of joining the parts: one copy of the buffer's rows
+    less, in time and in peak memory. The arrays of a buffer are allocated when its first unit is
+    decoded (on the prefetch thread); only that buffer's are referenced here, the parts keep theirs.
+    A unit whose rows differ from those planned (a source returning fewer) gets arrays of its own,
+    and a buffer with a skipped unit is joined as before (``Buffer`` checks that its parts tile).
+    """
+
+    def __init__(self, ds: WindowDataset, plan: Any, units: list[tuple]) -> None:
+        self.ds = ds
+        self.buffer_of: dict[tuple, int] = {}  # unit -> its buffer's number
+        self.members: list[list[tuple]] = []  # units of each buffer, in reading order
+        k = 0
+        for group in plan.buffers:
+            mine, covered = [], 0
+            while covered < len(group) and k < len(units):
+                mine.append(units[k])
+                covered += len(units[k])
+                self.buffer_of[units[k]] = len(self.members)
+                k += 1
+            self.members.append(mine)
+        self.current = -1
+        self.table: dict[tuple, tuple[np.ndarray, int]] = {}  # this buffer's units: (blocks, first row)
+        self.arrays: tuple[np.ndarray, np.ndarray | None] | None = None
+        self.usable = not (ds.spec.targets and getattr(ds, "_y_dtype", None) is None)
+
+    def _enter(self, unit: tuple) -> None:
+        g = self.buffer_of.get(unit, -1)
+        if g == self.current:
+            return
+        self.current, self.table, self.arrays, at = g, {}, None, 0
+        for member in self.members[g] if g >= 0 else [unit]:
+            blocks = _blocks(self.ds, member)
+            self.table[member] = (blocks, at)
+            at += int((blocks[:, 1] - blocks[:, 0]).sum())
+        if self.usable and g >= 0:
+            spec = self.ds.spec
+            c = len(spec.features)
+            x = np.empty((c, at) if spec.layout == "NCL" else (at, c), np.float32)
+            y = np.empty((len(spec.targets), at), self.ds._y_dtype) if spec.targets else None
+            self.arrays = (x, y)
+
+    def blocks(self, unit: tuple) -> np.ndarray:
+        """``(m, 2)`` the row blocks of ``unit`` (``_blocks``), computed with its buffer's."""
+        self._enter(unit)
+        return self.table[unit][0]
+
+    def place(self, unit: tuple) -> tuple | None:
+        """``(x, y, row)``: the buffer's arrays and the row where ``unit``'s rows go; ``None`` without."""
+        self._enter(unit)
+        if self.arrays is None:
+            return None
+        return (*self.arrays, self.table[unit][1])
 
 
 def _read_in_pool(ds: WindowDataset, unit: tuple) -> tuple[list[Part | None], list[SkippedPartition]]:
