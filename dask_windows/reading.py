@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import get_worker_info
 
-from dask_windows.buffer import Part, decode, piece_rows, piece_units, stream, unit_rows
+from dask_windows.buffer import Part, decode, piece_rows, piece_units, unit_rows
 from dask_windows.errors import SourceReadError
 from dask_windows.faults import SkippedPartition, record_skip, skip_allowed
+from dask_windows.pipeline import stream
 from dask_windows.plan import plan_reader
 from dask_windows.prefetch import Prefetcher
 from dask_windows.readpool import ReadPool
@@ -28,7 +29,9 @@ from dask_windows.world import World
 if TYPE_CHECKING:
     from dask_windows.dataset import WindowDataset
 
-__all__ = ["batches", "plan", "pool_workers", "read_part", "read_unit"]
+__all__ = ["READ_THREADS", "batches", "plan", "pool_workers", "read_part", "read_unit"]
+
+READ_THREADS = 2  # pieces read at once by the prefetcher (Parquet files and object stores)
 
 
 def batches(ds: WindowDataset, plan: Any, progress: Any = None) -> Iterator[Any]:
@@ -48,18 +51,25 @@ def batches(ds: WindowDataset, plan: Any, progress: Any = None) -> Iterator[Any]
     ahead = ds.spec.prefetch_partitions * ds.spec.pieces_per_partition * len(units)
     depth = -(-ahead // max(len(plan.segments), 1))
     reader: Prefetcher | _PoolParts
+    background = False  # buffers built on a builder thread (see pipeline)
     if pool_workers(ds):
         pool = ReadPool(functools.partial(_read_in_pool, ds), units, pool_workers(ds), max(depth, 1))
         reader = _PoolParts(pool, ds.skipped)
     else:
-        reader = Prefetcher(lambda unit: read_unit(ds, unit, source_reader), units, depth)
+        threads = READ_THREADS if ds.source.reads_in_processes else 1  # file/object-store reads release the GIL
+        background = depth > 0
+        depth = max(depth, threads) if depth else 0
+        reader = Prefetcher(lambda unit: read_unit(ds, unit, source_reader), units, depth, threads=threads)
     parts = (part for unit_parts in reader for part in unit_parts)
 
     def reread(seg: Any) -> Part | None:
         return read_part(ds, seg, PartitionReader(ds.source, [seg.partition], list(ds.spec.columns)))
 
     try:
-        batches = stream(plan, parts, ds.grid, ds.row_offsets, ds.spec, ds._emit, ds._per_batch_normalize(), reread)
+        batches = stream(
+            plan, parts, ds.grid, ds.row_offsets, ds.spec, ds._emit, ds._per_batch_normalize(), reread,
+            background=background, interrupt=reader.close,
+        )  # fmt: skip
         for batch in batches:
             ds._resumer.step(progress)  # counted before the consumer gets it: a state then includes it
             yield batch
