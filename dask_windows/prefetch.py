@@ -174,6 +174,7 @@ class Prefetcher:
         self._read = read
         self._keys = list(keys)
         self._taken = 0
+        self._closed = False
         self._threads: _Threads | None = None
         if depth > 0 and self._keys:
             count = max(1, min(threads, depth, len(self._keys)))
@@ -188,6 +189,8 @@ class Prefetcher:
             raise StopIteration
         threads = self._threads
         if threads is None:
+            if self._closed:
+                raise PrefetchClosed(f"the prefetcher was closed with {len(self._keys) - self._taken} items not taken")
             item = self._read(self._keys[self._taken])
         else:
             item = threads.take(self._taken)
@@ -200,6 +203,7 @@ class Prefetcher:
     def close(self) -> None:
         """Stop reading ahead and join the threads (idempotent, from any thread)."""
         threads, self._threads = self._threads, None
+        self._closed = True
         if threads is not None:
             threads.close()
 
