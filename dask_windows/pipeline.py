@@ -96,7 +96,11 @@ def _assemble(
         if part is None:
             lost += seg.num_windows
             continue
-        if exact and part.x.shape[axis] == rows and (x is None or (part.x.dtype, _dtype(part.y)) == (x.dtype, _dtype(y))):
+        if (
+            exact
+            and part.x.shape[axis] == rows
+            and (x is None or (part.x.dtype, _dtype(part.y)) == (x.dtype, _dtype(y)))
+        ):
             if x is None:
                 shape = list(part.x.shape)
                 shape[axis] = int(offsets[-1])

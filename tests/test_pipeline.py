@@ -54,7 +54,9 @@ def epoch(ds) -> list[tuple[np.ndarray, ...]]:
 
 @pytest.mark.parametrize("buffer_partitions", [1, 2])
 @pytest.mark.parametrize("pieces", [1, None])
-def test_every_window_once_values_and_order_are_the_same_with_or_without_threads(frames, root, buffer_partitions, pieces):
+def test_every_window_once_values_and_order_are_the_same_with_or_without_threads(
+    frames, root, buffer_partitions, pieces
+):
     full = np.concatenate(frames)  # columns: sid, ts, f0, f1, f2, y, z
     f0, y = full[:, 2].astype(np.float32), full[:, 5].astype(np.float32)
     runs = {}
