@@ -125,17 +125,21 @@ def decode(
     scale: tuple[np.ndarray, np.ndarray] | None = None,
     row0: int = 0,
     y_dtype: type | None = None,
+    out: tuple[np.ndarray, np.ndarray | None] | None = None,
 ) -> Part:
     """Stack a piece's columns (partition rows from ``row0``) into the buffer layout (one copy per
     column), standardised with ``scale = (mean, std)`` per feature when given.
 
     ``y_dtype`` is the dataset's one target dtype (``checks.output_dtype``, from the schema at
-    open); ``None`` decides it from this piece's columns.
+    open); ``None`` decides it from this piece's columns. ``out``: ``(x, y)`` arrays to write into
+    (the piece's place in its buffer, see ``pipeline``), used when their shape and dtype fit.
     """
     feats = [columns[c] for c in spec.features]
     rows = len(feats[0])
     channel_major = spec.layout == "NCL"
-    x = np.empty((len(feats), rows) if channel_major else (rows, len(feats)), np.float32)
+    shape = (len(feats), rows) if channel_major else (rows, len(feats))
+    fits = out is not None and out[0].shape == shape and out[0].dtype == np.float32
+    x = out[0] if fits and out is not None else np.empty(shape, np.float32)
     for c, values in enumerate(feats):
         if channel_major:
             x[c] = values
@@ -146,7 +150,10 @@ def decode(
     y: np.ndarray | None = None
     if spec.targets:
         targ = [columns[c] for c in spec.targets]
-        y = np.empty((len(targ), rows), y_dtype or _target_dtype(targ))
+        dtype = y_dtype or _target_dtype(targ)
+        into = out[1] if out is not None else None
+        fit = into is not None and into.shape == (len(targ), rows) and into.dtype == dtype
+        y = into if fit and into is not None else np.empty((len(targ), rows), dtype)
         for t, values in enumerate(targ):
             with np.errstate(invalid="ignore"):  # NaN rows of an int target: in no window (nan= policy)
                 y[t] = values

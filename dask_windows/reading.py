@@ -19,7 +19,7 @@ from torch.utils.data import get_worker_info
 from dask_windows.buffer import Part, decode, piece_rows, piece_units, unit_rows
 from dask_windows.errors import SourceReadError
 from dask_windows.faults import SkippedPartition, record_skip, skip_allowed
-from dask_windows.pipeline import stream
+from dask_windows.pipeline import Assembly, stream, unit_places
 from dask_windows.plan import plan_reader
 from dask_windows.prefetch import Prefetcher
 from dask_windows.readpool import ReadPool
@@ -52,6 +52,7 @@ def batches(ds: WindowDataset, plan: Any, progress: Any = None) -> Iterator[Any]
     depth = -(-ahead // max(len(plan.segments), 1))
     reader: Prefetcher | _PoolParts
     background = False  # buffers built on a builder thread (see pipeline)
+    assembly: Assembly | None = None
     if pool_workers(ds):
         pool = ReadPool(functools.partial(_read_in_pool, ds), units, pool_workers(ds), max(depth, 1))
         reader = _PoolParts(pool, ds.skipped)
@@ -59,7 +60,17 @@ def batches(ds: WindowDataset, plan: Any, progress: Any = None) -> Iterator[Any]
         threads = READ_THREADS if ds.source.reads_in_processes else 1  # file/object-store reads release the GIL
         background = depth > 0
         depth = max(depth, threads) if depth else 0
-        reader = Prefetcher(lambda unit: read_unit(ds, unit, source_reader), units, depth, threads=threads)
+        if background:  # pieces decoded straight into their buffer's arrays
+            assembly = Assembly(plan, ds.grid, ds.spec, getattr(ds, "_y_dtype", None))
+            places = unit_places(plan)
+
+            def read(i: int) -> list[Part | None]:
+                out = assembly.places(places[i][0], places[i][1], len(units[i])) if assembly else None
+                return read_unit(ds, units[i], source_reader, out)
+
+            reader = Prefetcher(read, range(len(units)), depth, threads=threads)
+        else:
+            reader = Prefetcher(lambda unit: read_unit(ds, unit, source_reader), units, depth)
     parts = (part for unit_parts in reader for part in unit_parts)
 
     def reread(seg: Any) -> Part | None:
@@ -68,7 +79,7 @@ def batches(ds: WindowDataset, plan: Any, progress: Any = None) -> Iterator[Any]
     try:
         batches = stream(
             plan, parts, ds.grid, ds.row_offsets, ds.spec, ds._emit, ds._per_batch_normalize(), reread,
-            background=background, interrupt=reader.close,
+            background=background, interrupt=reader.close, assembly=assembly,
         )  # fmt: skip
         for batch in batches:
             ds._resumer.step(progress)  # counted before the consumer gets it: a state then includes it
@@ -128,8 +139,9 @@ def read_part(ds: WindowDataset, segment: Any, reader: PartitionReader) -> Part 
     return decode(index, name, columns, ds.spec, ds._scale(), r0, getattr(ds, "_y_dtype", None))
 
 
-def read_unit(ds: WindowDataset, unit: tuple, reader: PartitionReader) -> list[Part | None]:
-    """Read one partition's pieces of a buffer in one call and decode each; ``None``s when unreadable."""
+def read_unit(ds: WindowDataset, unit: tuple, reader: PartitionReader, out: list | None = None) -> list[Part | None]:
+    """Read one partition's pieces of a buffer in one call and decode each (into ``out``'s ``(x, y)``
+    arrays when given); ``None``s when unreadable."""
     index = unit[0].partition
     name = ds.source.partitions[index].name
     rows = unit_rows(ds.grid, unit, ds.spec.span)
@@ -142,7 +154,11 @@ def read_unit(ds: WindowDataset, unit: tuple, reader: PartitionReader) -> list[P
         return [None] * len(unit)
     scale = ds._scale()
     y_dtype = getattr(ds, "_y_dtype", None)
-    return [decode(index, name, columns, ds.spec, scale, int(r0), y_dtype) for columns, (r0, _) in zip(pieces, rows)]
+    places = out if out is not None else [None] * len(unit)
+    return [
+        decode(index, name, columns, ds.spec, scale, int(r0), y_dtype, place)
+        for columns, (r0, _), place in zip(pieces, rows, places)
+    ]
 
 
 def _read_in_pool(ds: WindowDataset, unit: tuple) -> tuple[list[Part | None], list[SkippedPartition]]:
