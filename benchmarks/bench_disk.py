@@ -110,8 +110,18 @@ def _status(field: str) -> int:
     return 0
 
 
+def _cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_child(task: dict) -> dict:
+    import torch  # noqa: F401  (a training script has it imported: not part of the time to a batch)
+
     import dask_windows as dw
+    from dask_windows import dataset  # noqa: F401
 
     kw = dict(features=FEATURES, series=None, window=task.get("window", L), batch_size=B)
     kw.update(task.get("options", {}))
@@ -121,10 +131,10 @@ def run_child(task: dict) -> dict:
             evict(paths)
         else:
             sequential_read(paths)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), _cpu()
         ds = dw.WindowDataset(paths, **kw)
         next(iter(ds))
-        return {"seconds": time.perf_counter() - t0}
+        return {"seconds": time.perf_counter() - t0, "cpu": _cpu() - c0}
     ds = dw.WindowDataset(paths, **kw)
     if task["kind"] == "epoch":
         evict(paths)
@@ -176,15 +186,21 @@ def first_figures(directory: str, rounds: int, baseline: str | None) -> None:
     rows = (128 << 20) // (4 * C)  # 128 MiB of float32 per partition
     paths = write_files(os.path.join(directory, "first-2x128MiB"), 2, rows)
     checkouts = [("this", HERE)] + ([("baseline", baseline)] if baseline else [])
-    got: dict[str, list[float]] = {}
+    got: dict[str, list[tuple[float, float]]] = {}
     for _ in range(rounds):
         for cold in (True, False):
             for who, checkout in checkouts:
-                s = child(checkout, {"kind": "first", "paths": paths, "cold": cold})["seconds"]
-                got.setdefault(f"{who} {'cold' if cold else 'warm'}", []).append(s)
+                out = child(checkout, {"kind": "first", "paths": paths, "cold": cold})
+                got.setdefault(f"{who} {'cold' if cold else 'warm'}", []).append((out["seconds"], out["cpu"]))
     print(f"first batch, 2 partitions x 128 MiB, window={L}, stride 1, B={B}, defaults, {rounds} rounds")
-    for key, seconds in got.items():
-        print(f"  {key:<16} {min(seconds):.2f}-{max(seconds):.2f} s")
+    print("  (wall: time to the first batch; cpu: process CPU seconds spent until then, all threads)")
+    for key, pairs in got.items():
+        wall, cpu = [p[0] for p in pairs], [p[1] for p in pairs]
+        print(f"  {key:<16} wall {min(wall):.2f}-{max(wall):.2f} s   cpu {min(cpu):.2f}-{max(cpu):.2f} s")
+    if baseline:
+        for kind in ("cold", "warm"):
+            ratio = [a[0] / b[0] for a, b in zip(got[f"this {kind}"], got[f"baseline {kind}"])]
+            print(f"  {kind}: this / baseline wall, per round: {', '.join(f'{r:.2f}' for r in ratio)}")
 
 
 def formula(bp: int, pf: int) -> float:
