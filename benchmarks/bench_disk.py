@@ -138,9 +138,10 @@ def run_child(task: dict) -> dict:
     ds = dw.WindowDataset(paths, **kw)
     if task["kind"] == "epoch":
         evict(paths)
-        t0 = time.perf_counter()
+        t0, c0, m0 = time.perf_counter(), _cpu(), time.thread_time()
         n = sum(1 for _ in ds)
-        return {"seconds": time.perf_counter() - t0, "batches": n}
+        cpu, main = _cpu() - c0, time.thread_time() - m0
+        return {"seconds": time.perf_counter() - t0, "batches": n, "cpu": cpu, "main": main}
     # memory: peak over one epoch above the RSS of the open dataset
     base = _status("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
@@ -175,11 +176,17 @@ def disk_figures(directory: str, partitions: int, rows: int, rounds: int, baseli
             for who, checkout in checkouts:
                 got = child(checkout, {"kind": "epoch", "paths": paths, "options": options})
                 figures.setdefault(f"{who} {name}", []).append(mib / got["seconds"] / disk)
+                figures.setdefault(f"{who} {name} cpu", []).append(got["cpu"] / (mib / 1024))
+                figures.setdefault(f"{who} {name} main", []).append(got["main"] / got["cpu"])
     print(f"cold epoch, window=stride={L}, B={B}, C={C}, {partitions} x {rows:,} rows, {rounds} rounds")
     print(f"  disk (cold sequential read): {min(figures['disk']):.0f}-{max(figures['disk']):.0f} MiB/s")
-    for key, ratios in figures.items():
-        if key != "disk":
-            print(f"  {key:<28} dw MiB/s / disk MiB/s: {min(ratios):.2f}-{max(ratios):.2f}")
+    print("  (cpu: process CPU seconds per GiB read; main: share of that CPU spent on the consumer's thread)")
+    for key in [k for k in figures if k != "disk" and not k.endswith((" cpu", " main"))]:
+        ratios, cpu, main = figures[key], figures[key + " cpu"], figures[key + " main"]
+        print(
+            f"  {key:<24} dw MiB/s / disk MiB/s: {min(ratios):.2f}-{max(ratios):.2f}   "
+            f"cpu {min(cpu):.2f}-{max(cpu):.2f} s/GiB   main {min(main):.2f}-{max(main):.2f}"
+        )
 
 
 def first_figures(directory: str, rounds: int, baseline: str | None) -> None:
@@ -203,11 +210,15 @@ def first_figures(directory: str, rounds: int, baseline: str | None) -> None:
             print(f"  {kind}: this / baseline wall, per round: {', '.join(f'{r:.2f}' for r in ratio)}")
 
 
+READ_PARTITIONS = 3.5  # what one read in flight holds, in partitions (docs/memory.md)
+READ_THREADS = 2  # reads in flight with a background thread (dask_windows.reading.READ_THREADS)
+
+
 def formula(bp: int, pf: int) -> float:
     """Peak partitions above the open dataset (docs/memory.md), without the batches."""
     if pf == 0:
-        return bp + 1.0
-    return 2 * bp + pf + 1.0
+        return bp + READ_PARTITIONS
+    return 2 * bp + pf + READ_THREADS * READ_PARTITIONS
 
 
 def memory_figures(directory: str, partitions: int, rows: int) -> None:
