@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -223,7 +223,7 @@ def _builds(
     reread: Callable[[Segment], Part | None] | None,
     lazy: bool,
     assembly: Assembly | None = None,
-) -> Iterator[_Built]:
+) -> Generator[_Built, None, None]:
     """The plan's buffers, replacements added and permuted; the first one lazily when ``lazy``."""
     skip = plan.skip
     owed = 0  # windows of skipped partitions not yet replaced
