@@ -23,6 +23,12 @@ Last, page checksums: the same rows written with page CRCs, read with verificati
     python benchmarks/bench_loader.py [--partitions 4] [--seconds 3]
     python benchmarks/bench_loader.py --only normalisation --partitions 2 --seconds 3
     python benchmarks/bench_loader.py --crc-only --partitions 2 --seconds 4
+    python benchmarks/bench_loader.py --only workers --partitions 2 --seconds 2
+
+``--only workers`` prints windows/s with num_workers=0/1/2 (batches in reused shared slots,
+``dask_windows.slots``) and with 1 worker on torch's own hand-off (``DASK_WINDOWS_SLOTS=0``), at
+B=256 L=512 and B=64 L=128, over zstd files and with ``normalize="sample"``, each with its ratio
+to num_workers=0 in the same run, and the DataLoader's own ceiling (batches/s of tiny items).
 """
 
 from __future__ import annotations
@@ -152,6 +158,67 @@ def loader_workers_rate(root: str, num_workers: int, seconds: float) -> float:
     return n * B / (time.perf_counter() - t0)
 
 
+def workers_rows(directory: str, root: str, partitions: int, seconds: float) -> None:
+    """windows/s with 0, 1, 2 DataLoader workers (slots) and 1 on torch's hand-off, ratios to 0 workers."""
+    zstd = os.path.join(directory, "zstd")
+    os.makedirs(zstd, exist_ok=True)
+    for name in sorted(os.listdir(root))[:partitions]:
+        if not os.path.exists(os.path.join(zstd, name)):
+            table = pq.read_table(os.path.join(root, name))
+            pq.write_table(table, os.path.join(zstd, name), row_group_size=250_000, compression="zstd")
+    cases = [
+        ("stride 1", root, B, L, None),
+        ("stride 1", root, 64, 128, None),
+        ("zstd files", zstd, B, L, None),
+        ('normalize="sample"', root, B, L, "sample"),
+    ]
+    with open("/proc/loadavg") as f:
+        load = f.read()[:14]
+    print(f"DataLoader workers, {partitions} x {ROWS:,}-row partitions, C={C}, load average {load}")
+    ceiling = _ceiling(1, seconds), _ceiling(2, seconds)
+    print(f"DataLoader ceiling (tiny items): {ceiling[0]:,.0f} / {ceiling[1]:,.0f} batches/s (1/2 workers)")
+    for label, data, b, w, normalize in cases:
+        ds = dw.WindowDataset(
+            data, features=[f"f{c}" for c in range(C)], series="sid", window=w, batch_size=b, normalize=normalize
+        )
+        rates = {}
+        for workers, slots in ((0, True), (1, True), (2, True), (1, False)):
+            os.environ["DASK_WINDOWS_SLOTS"] = "1" if slots else "0"  # read in the (forked) workers
+            rates[workers, slots] = _loader_rate(ds, b, workers, seconds)
+        os.environ.pop("DASK_WINDOWS_SLOTS")
+        zero = rates[0, True]
+        cells = "  ".join(f"W={k[0]}{'' if k[1] else ' torch'} {v:10,.0f} ({v / zero:4.2f}x)" for k, v in rates.items())
+        print(f"{label:20s} B={b:3d} L={w:3d}  {cells}")
+
+
+def _loader_rate(ds: dw.WindowDataset, b: int, num_workers: int, seconds: float) -> float:
+    it = iter(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=num_workers))
+    next(it)
+    n, t0 = 0, time.perf_counter()
+    for _ in it:
+        n += 1
+        if time.perf_counter() - t0 > seconds:
+            break
+    return n * b / (time.perf_counter() - t0)
+
+
+class _Tiny(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(range(10**9))
+
+
+def _ceiling(num_workers: int, seconds: float) -> float:
+    """Batches/s the DataLoader moves from workers when making a batch costs nothing."""
+    it = iter(torch.utils.data.DataLoader(_Tiny(), batch_size=None, num_workers=num_workers))
+    next(it)
+    n, t0 = 0, time.perf_counter()
+    for _ in it:
+        n += 1
+        if time.perf_counter() - t0 > seconds:
+            break
+    return n / (time.perf_counter() - t0)
+
+
 def stream_rss(root: str) -> None:
     """Child mode: stream one full epoch, print peak RSS in MiB as JSON."""
     torch.set_num_threads(1)
@@ -238,7 +305,7 @@ def main() -> None:
     parser.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "dask_windows_bench"))
     parser.add_argument("--rss-child", help=argparse.SUPPRESS)
     parser.add_argument("--crc-only", action="store_true", help="only the page checksum on/off figures")
-    parser.add_argument("--only", choices=["all", "normalisation"], default="all", help="which figures")
+    parser.add_argument("--only", choices=["all", "normalisation", "workers"], default="all", help="which figures")
     args = parser.parse_args()
     if args.rss_child:
         stream_rss(args.rss_child)
@@ -251,6 +318,9 @@ def main() -> None:
     write_dataset(small, args.partitions)
     if args.only == "normalisation":
         normalisation_rows(small, args.seconds)
+        return
+    if args.only == "workers":
+        workers_rows(args.dir, small, args.partitions, args.seconds)
         return
     write_dataset(large, 4 * args.partitions)
     gb = B * C * L * 4 / 1e9  # GB per batch-of-windows unit

@@ -31,6 +31,7 @@ from dask_windows.options import resolve_normalize, resolve_pieces, source_optio
 from dask_windows.plan import batches_per_rank
 from dask_windows.reading import batches, plan
 from dask_windows.resume import Resumer, check_int, fingerprint
+from dask_windows.slots import shared
 from dask_windows.sources import ArraySource, Source, is_series_vector, open_source
 from dask_windows.sources.retry import RetryPolicy, resolve_retry, with_deadline
 from dask_windows.spec import WindowSpec
@@ -291,14 +292,14 @@ class WindowDataset(IterableDataset):
         world = World(self._ranks[0], self._ranks[1], worker, num_workers)
         elastic = self._resumer.elastic_share(epoch, world, self._shape())
         if elastic is not None:  # a state of another topology: this reader's part of the rest of the epoch
-            return elastic_batches(self, *elastic, self._resumer.step)
+            return shared(elastic_batches(self, *elastic, self._resumer.step))
         reader, skip = self._resumer.begin(epoch, world, len(self))
         progress = self._resumer.progress  # this pass's own count: another iter() never moves it
         batches = self._batches(self._plan(reader, skip, epoch), progress)
         if progress is not None:
             self._resumer.track(progress)
             weakref.finalize(batches, self._resumer.end, progress)  # also a pass dropped before its first batch
-        return batches
+        return shared(batches)  # in a DataLoader worker: each batch in a reused shared slot (see slots)
 
     def state_dict(self, batches: int | None = None, num_workers: int | None = None) -> dict:
         """Where the current epoch stands, as a small dict to save with the model checkpoint.

@@ -42,6 +42,7 @@ from dask_windows.errors import ConfigError
 from dask_windows.plan import batches_per_rank, windows_per_rank, worker_batch_range
 from dask_windows.resume import Resumer, check_int
 from dask_windows.schedule import labels, member_counts, prefix_counts
+from dask_windows.slots import shared
 from dask_windows.streams import Chunks, reader_windows
 from dask_windows.world import World, detect_worker, resolve_ranks
 
@@ -180,9 +181,9 @@ class Mixture(IterableDataset):
             for r, w, lo, hi in pieces:
                 start = self.reader_range(World(r, old_world, w, old_workers))[0]
                 ranges.append((start + lo, start + hi))
-            return self._recut(ranges, sizes)
+            return shared(self._recut(ranges, sizes))
         reader, skip = self._resumer.begin(self.epoch, world, len(self))
-        return self._batches(*self.reader_range(reader, skip))
+        return shared(self._batches(*self.reader_range(reader, skip)))  # slots in DataLoader workers
 
     def state_dict(self, batches: int | None = None, num_workers: int | None = None) -> dict:
         """The position in the current epoch (same arguments as ``WindowDataset.state_dict``)."""

@@ -1,0 +1,314 @@
+"""Reused shared slots for batches handed from DataLoader workers to the main process.
+
+Torch pickles every tensor a DataLoader worker returns by copying it into a
+new shared-memory segment (fresh pages, so page faults on every batch) and
+passing that segment's file descriptor over a socket: with cheap batches this
+hand-off costs more than making the batch. Here, inside a DataLoader worker
+only, each batch is copied into a slot of a *ring*: one anonymous shared
+mapping per worker (``os.memfd_create``: no name in ``/dev/shm``, freed by the
+kernel when the last process holding it exits or unmaps it, so nothing can
+outlive a crash). A slot tensor then pickles as ``(ring token, slot, offset,
+shape, stride, dtype)``; the ring's descriptor travels only until the main
+process has mapped it. The main process rebuilds the tensor over its own
+mapping and, when the last tensor or view of it dies, counts the slot
+released in the mapping's header.
+
+The worker reuses a slot only when every copy of it it sent has been released
+and it holds no reference to it itself; when no slot is free (the training loop
+keeps batches) the batch takes torch's own path. So the trade-off: one copy of
+the batch into warm memory in the worker and a fixed ring of memory per worker
+(``SLOTS`` slots of the largest batch, touched only as used), against a new
+segment and a socket round trip per batch. Linux only; elsewhere, or with
+``DASK_WINDOWS_SLOTS=0``, batches take torch's path unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import secrets
+import threading
+import weakref
+from collections.abc import Iterator
+from multiprocessing import reduction
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["SLOTS", "enabled", "in_slots", "shared"]
+
+log = logging.getLogger(__name__)
+
+SLOTS = 8  # slots per ring: batches in flight (queued, pinned, held by the loop) before the fallback
+MAX_RINGS = 4  # rings per worker process (one per batch size seen); past that, torch's path
+ALIGN = 64  # bytes between the tensors of one batch in a slot
+HEADER = 4096  # the ring's first page: SLOTS released counters (uint64) and the mapped flag
+_MAPPED = 512  # byte offset of the flag the main process sets once it has mapped the ring
+
+
+def enabled() -> bool:
+    """Whether batches yielded in this process travel through slots (a DataLoader worker on Linux)."""
+    from torch.utils.data import get_worker_info
+
+    if os.environ.get("DASK_WINDOWS_SLOTS", "1") == "0" or not hasattr(os, "memfd_create"):
+        return False
+    return get_worker_info() is not None
+
+
+def shared(batches: Iterator[Any]) -> Iterator[Any]:
+    """``batches`` with each batch copied into a free slot (in a DataLoader worker; else unchanged)."""
+    if not enabled():
+        return batches
+    return (_to_slot(batch) for batch in batches)
+
+
+# -- worker side ---------------------------------------------------------------------------------
+
+
+class _Ring:
+    """``SLOTS`` slots of ``slot_bytes`` in one memfd mapping, with this worker's bookkeeping."""
+
+    def __init__(self, slot_bytes: int) -> None:
+        self.slot_bytes = slot_bytes
+        self.size = HEADER + SLOTS * slot_bytes
+        self.fd = os.memfd_create("dask_windows-slots")
+        os.ftruncate(self.fd, self.size)
+        self.map = mmap.mmap(self.fd, self.size)
+        whole = np.frombuffer(self.map, np.uint8)
+        self.base = int(whole.ctypes.data)
+        self.released = np.frombuffer(self.map, np.uint64, SLOTS, 0)  # written by the main process
+        self.mapped = whole[_MAPPED : _MAPPED + 1]
+        del whole
+        self.sent = [0] * SLOTS  # copies pickled so far, per slot (this worker's count)
+        self.held = [False] * SLOTS  # this worker still references the slot
+        self.touched = [False] * SLOTS  # pages allocated (fallocate turns no-memory into an error)
+        self.token = secrets.token_hex(8)
+        self.pid = os.getpid()
+
+    def take(self, nbytes: int) -> tuple[int, np.ndarray] | None:
+        """A free slot and a uint8 view of its first ``nbytes``; ``None`` when every slot is live."""
+        if nbytes > self.slot_bytes:
+            return None
+        for slot in range(SLOTS):
+            if self.held[slot] or int(self.released[slot]) != self.sent[slot]:
+                continue
+            start = HEADER + slot * self.slot_bytes
+            if not self.touched[slot]:
+                try:
+                    os.posix_fallocate(self.fd, start, self.slot_bytes)
+                except OSError as exc:  # no memory for it: torch's path from now on
+                    log.debug("slot memory unavailable (%s); batches take torch's path", exc)
+                    return None
+                self.touched[slot] = True
+            view = np.frombuffer(self.map, np.uint8, nbytes, start)
+            self.held[slot] = True
+            weakref.finalize(view, self._drop, slot)
+            return slot, view
+        return None
+
+    def _drop(self, slot: int) -> None:
+        self.held[slot] = False
+
+    def locate(self, address: int) -> int | None:
+        """The slot holding byte ``address``, or ``None`` outside this ring's slots."""
+        offset = address - self.base - HEADER
+        if 0 <= offset < SLOTS * self.slot_bytes:
+            return offset // self.slot_bytes
+        return None
+
+
+_rings: list[_Ring] = []
+_registered = False
+
+
+def _ring_for(nbytes: int) -> tuple[_Ring, int, np.ndarray] | None:
+    for ring in sorted(_rings, key=lambda r: r.slot_bytes):
+        got = ring.take(nbytes)
+        if got is not None:
+            return ring, *got
+    if len(_rings) >= MAX_RINGS or any(r.slot_bytes >= nbytes for r in _rings):
+        return None  # rings large enough exist and are busy: the loop holds batches
+    try:
+        ring = _Ring(-(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE)
+    except OSError as exc:
+        log.debug("no slot ring (%s); batches take torch's path", exc)
+        return None
+    _rings.append(ring)
+    got = ring.take(nbytes)
+    return None if got is None else (ring, *got)
+
+
+def _to_slot(batch: Any) -> Any:
+    """``batch`` (a tensor, or a tuple or list of them) copied into one slot; unchanged when it cannot be."""
+    global _registered
+    parts = list(batch) if isinstance(batch, (tuple, list)) else [batch]
+    if not parts or not all(_fits(p) for p in parts):
+        return batch
+    offsets, nbytes = [], 0
+    for p in parts:
+        offsets.append(nbytes)
+        nbytes += -(-(p.numel() * p.element_size()) // ALIGN) * ALIGN
+    got = _ring_for(max(nbytes, ALIGN))
+    if got is None:
+        return batch
+    if not _registered:
+        reduction.ForkingPickler.register(torch.Tensor, _reduce)
+        _registered = True
+    _, _, raw = got
+    out = []
+    for p, at in zip(parts, offsets):
+        src = p.numpy()
+        dst = raw[at : at + src.nbytes].view(src.dtype).reshape(src.shape)
+        np.copyto(dst, src)
+        out.append(torch.from_numpy(dst))
+    if isinstance(batch, tuple):
+        return tuple(out)
+    return out if isinstance(batch, list) else out[0]
+
+
+def _fits(t: Any) -> bool:
+    return (
+        type(t) is torch.Tensor
+        and t.device.type == "cpu"
+        and t.layout == torch.strided
+        and not t.requires_grad
+        and t.dtype in _NUMPY
+    )
+
+
+_NUMPY = {
+    torch.float16: np.float16,
+    torch.float32: np.float32,
+    torch.float64: np.float64,
+    torch.int8: np.int8,
+    torch.int16: np.int16,
+    torch.int32: np.int32,
+    torch.int64: np.int64,
+    torch.uint8: np.uint8,
+    torch.bool: np.bool_,
+}
+
+
+def _reduce(t: torch.Tensor) -> Any:
+    """Pickle a slot tensor as its place in the ring; any other tensor as torch does."""
+    from torch.multiprocessing.reductions import reduce_tensor
+
+    if type(t) is torch.Tensor and t.device.type == "cpu" and not t.requires_grad and t.dtype in _NUMPY:
+        storage = t.untyped_storage()
+        address = storage.data_ptr()
+        for ring in _rings:
+            slot = ring.locate(address)
+            if slot is None:
+                continue
+            fd = None if ring.mapped[0] else reduction.DupFd(ring.fd)
+            ring.sent[slot] += 1
+            where = (ring.token, fd, ring.pid, ring.fd, ring.size, slot, address - ring.base, storage.nbytes())
+            layout = (str(t.dtype).removeprefix("torch."), tuple(t.shape), t.stride(), t.storage_offset())
+            return _rebuild, (where, layout)
+    return reduce_tensor(t)
+
+
+# -- main side -----------------------------------------------------------------------------------
+
+
+class _Mapped:
+    """The main process's mapping of one worker's ring."""
+
+    def __init__(self, fd: int, size: int, pid: int) -> None:
+        self.map = mmap.mmap(fd, size)
+        self.released = np.frombuffer(self.map, np.uint64, SLOTS, 0)
+        self.lock = threading.Lock()
+        self.pid = pid
+        self.alive: int | None = None
+        try:
+            self.alive = os.pidfd_open(pid)
+        except (OSError, AttributeError):
+            pass
+        np.frombuffer(self.map, np.uint8, 1, _MAPPED)[0] = 1  # later batches need not carry the fd
+
+    def release(self, slot: int) -> None:
+        with self.lock:
+            self.released[slot] += np.uint64(1)
+
+    def exited(self) -> bool:
+        """Whether the worker owning the ring has exited (then only live tensors keep the mapping)."""
+        if self.alive is None:
+            return False
+        import select
+
+        ready, _, _ = select.select([self.alive], [], [], 0)
+        return bool(ready)
+
+    def close(self) -> None:
+        if self.alive is not None:
+            os.close(self.alive)
+            self.alive = None
+
+
+_mapped: dict[str, _Mapped] = {}
+_mapped_lock = threading.Lock()
+
+
+def _open(token: str, fd_handle: Any, pid: int, fd_number: int, size: int) -> _Mapped:
+    received = fd_handle.detach() if fd_handle is not None else None
+    try:
+        with _mapped_lock:
+            ring = _mapped.get(token)
+            if ring is not None:
+                return ring
+            for old in [k for k, v in _mapped.items() if v.exited()]:
+                _mapped.pop(old).close()  # its tensors still alive keep their own mapping
+            fd = received
+            if fd is None:  # a process other than the first receiver: borrow the worker's descriptor
+                fd = os.open(f"/proc/{pid}/fd/{fd_number}", os.O_RDWR)
+                received = fd
+            ring = _mapped[token] = _Mapped(fd, size, pid)
+            return ring
+    finally:
+        if received is not None:
+            os.close(received)
+
+
+def _rebuild(where: tuple, layout: tuple) -> torch.Tensor:
+    """The tensor a worker pickled with ``_reduce``, over this process's mapping of its ring."""
+    token, fd_handle, pid, fd_number, size, slot, offset, nbytes = where
+    dtype, shape, stride, storage_offset = layout
+    ring = _open(token, fd_handle, pid, fd_number, size)
+    np_dtype = np.dtype(_NUMPY[getattr(torch, dtype)])
+    storage = np.frombuffer(ring.map, np_dtype, nbytes // np_dtype.itemsize, offset)
+    weakref.finalize(storage, ring.release, slot)  # the tensor and all its views keep `storage` alive
+    return torch.from_numpy(storage).as_strided(shape, stride, storage_offset)
+
+
+def in_slots(t: torch.Tensor) -> bool:
+    """Whether ``t`` lies in a ring this process mapped (main side) or owns (worker side)."""
+    address = t.untyped_storage().data_ptr()
+    if any(r.locate(address) is not None for r in _rings):
+        return True
+    for ring in list(_mapped.values()):
+        base = int(np.frombuffer(ring.map, np.uint8, 1).ctypes.data)
+        if base + HEADER <= address < base + len(ring.map):
+            return True
+    return False
+
+
+def _after_fork() -> None:
+    """A forked child owns none of its parent's rings and mappings: drop them (the child's copies only)."""
+    global _registered
+    for mapped in _mapped.values():
+        mapped.close()
+    for ring in _rings:
+        os.close(ring.fd)  # the child's copy: the ring lives on in its worker
+    _mapped.clear()
+    _rings.clear()
+    if _registered:
+        from torch.multiprocessing.reductions import reduce_tensor
+
+        reduction.ForkingPickler.register(torch.Tensor, reduce_tensor)
+        _registered = False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
