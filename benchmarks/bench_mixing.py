@@ -12,16 +12,23 @@ correlation of consecutive batches' mean block, effective batch size) for
 ``pieces_per_partition=1`` (the 0.1 order: buffers of ``buffer_partitions`` whole partitions),
 the new default and a global permutation, with windows/s and peak RSS of one epoch through the
 loader (a child process each). Then a training comparison: a small MLP forecasting the next value
-from a window, the same steps and seeds (``--seeds``), fed the loader's batches in each order
-(their rows gathered from memory, so only the order differs) and held-out MSE on a fresh
-realisation of the layout at several checkpoints, as a ratio to the global shuffle's (and, as
-the noise floor, another global permutation's ratio).
-Finally ``--loader`` runs bench_loader's configuration (B=256, L=512, C=4, 1M-row partitions)
-for both orders in alternation: windows/s and peak RSS ratios.
+from a window, the same steps, fed the loader's batches in each order (their rows gathered from
+memory, so only the order differs) and held-out MSE on a fresh realisation of the layout at
+several checkpoints, as a ratio to the global shuffle's. Seeds are paired: seed ``s`` fixes the
+model's initialisation, the loader's ``seed=`` and the global permutation, and the mean per-seed
+ratio is printed with its standard error (``global'``, another permutation, is the noise floor).
+``--loader`` runs bench_loader's configuration (B=256, L=512, C=4, 1M-row partitions) for both
+orders in alternation: windows/s and peak RSS ratios. ``--frontier`` prints the knob's frontier
+on the issue's layout (4M rows of one series in 32 files of 8 row groups): for each
+``pieces_per_partition`` the mixing statistics beside the object GETs and bytes of one epoch read
+from S3 (moto's server on 127.0.0.1, through s3fs and a counting proxy), relative to K=1, and the
+plain (unstratified) piece order for comparison.
 
-Converted data (``dask-windows convert``) is not measured here yet: raw layouts only.
+Converted data (``dask-windows convert``) is in bench_converted.py.
 
     python benchmarks/bench_mixing.py [--rows 1000000] [--steps 1500] [--seeds 3] [--loader]
+    python benchmarks/bench_mixing.py --train-only --seeds 30 --orders default "global'" [--pieces K]
+    python benchmarks/bench_mixing.py --seeds 0 --frontier
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import dask_windows as dw
+import dask_windows.plan as plan_module
 from dask_windows.mixing import block_histogram, global_shuffle_statistics, mixing_report, plan_batches
 
 LAYOUTS = ("long", "random", "sorted")
@@ -80,7 +88,7 @@ def write_layout(root: str, x: np.ndarray, sid: np.ndarray, files: int, row_grou
         pq.write_table(table, os.path.join(root, f"part-{f:03d}.parquet"), row_group_size=-(-(b - a) // row_groups))
 
 
-def open_ds(root: str, args: argparse.Namespace, pieces: int | None) -> dw.WindowDataset:
+def open_ds(root: str, args: argparse.Namespace, pieces: int | None, seed: int = 0) -> dw.WindowDataset:
     return dw.WindowDataset(
         root,
         features=["x"],
@@ -92,6 +100,7 @@ def open_ds(root: str, args: argparse.Namespace, pieces: int | None) -> dw.Windo
         batch_size=args.batch_size,
         pieces_per_partition=pieces,
         return_index=True,
+        seed=seed,
     )
 
 
@@ -228,6 +237,130 @@ def loader_check(args: argparse.Namespace) -> None:
     )
 
 
+def training_comparison(kind: str, root: str, x: np.ndarray, args: argparse.Namespace, checkpoints: list[int]) -> None:
+    """Held-out MSE of each order over the global shuffle's, paired by seed.
+
+    Seed ``s`` fixes the model's initialisation, the loader's seed (``seed=s``: its piece order and
+    buffer shuffles) and the global permutation's, so the orders of one seed differ only in the
+    loader. Printed: the ratio of the seeds' mean MSEs, and the mean and standard error of the
+    per-seed ratios (``global'``, another permutation per seed, is the noise floor).
+    """
+    held = held_out(kind, args)
+    ratios: dict = {"0.1": [], "default": [], "global'": []}
+    means: dict = {name: [] for name in ("0.1", "default", "global", "global'")}
+    for seed in range(args.seeds):
+        old, new = open_ds(root, args, 1, seed), open_ds(root, args, args.pieces, seed)
+        epochs = -(-args.steps // max(len(new), 1))
+        runs = {}
+        for name, d, how, perm in (
+            ("0.1", old, "loader", seed),
+            ("default", new, "loader", seed),
+            ("global", new, "global", seed),
+            ("global'", new, "global", seed + 1000),
+        ):
+            if name in args.orders or name == "global":
+                runs[name] = np.array(train(x, order_rows(d, how, epochs, perm), held, args, seed, checkpoints))
+                means[name].append(runs[name])
+        for name in runs:
+            if name != "global":
+                ratios[name].append(runs[name] / runs["global"])
+    k = new.spec.pieces_per_partition
+    print(f"  held-out MSE / global shuffle's ({args.seeds} seeds, paired; k={k}), at steps {checkpoints}:")
+    glob = np.mean(means["global"], axis=0)
+    for name in ratios:
+        if not ratios[name]:
+            continue
+        r = np.array(ratios[name])  # (seeds, checkpoints)
+        pooled = "  ".join(f"{v:6.3f}" for v in np.mean(means[name], axis=0) / glob)
+        paired = "  ".join(
+            f"{m:6.3f}+-{e:.3f}"
+            for m, e in zip(r.mean(0), r.std(0, ddof=1) / np.sqrt(len(r)) if len(r) > 1 else 0 * r[0])
+        )
+        print(f"    {name:<10} mean MSE ratio {pooled}   per-seed ratio {paired}")
+    print(f"    (global MSE: {'  '.join(f'{v:.4f}' for v in glob)}; global': another permutation, the noise)")
+
+
+def _get_bytes(request: object, sizes: dict) -> int:
+    """Bytes one GET asks for: its ``Range`` (``bytes=a-b`` or a suffix ``bytes=-n``), else the object."""
+    value = getattr(request, "range", None)
+    size = sizes.get(request.path.lstrip("/"), 0)
+    if not value:
+        return size
+    first, _, last = value.replace("bytes=", "").partition("-")
+    if not first:
+        return min(int(last), size)
+    return min(int(last), size - 1) - int(first) + 1
+
+
+def frontier(args: argparse.Namespace) -> None:
+    """The knob's frontier on the issue's layout: mixing beside S3 requests and bytes per epoch, per K."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+    import s3fs
+    from s3proxy import S3Endpoint
+
+    rows, files, groups = args.frontier_rows, args.frontier_files, args.row_groups
+    root = os.path.join(args.dir, f"frontier-{rows}-{files}-{groups}")
+    if not os.path.exists(root):
+        x, sid = make_layout("long", rows, seed=0)
+        write_layout(root, x, sid, files, groups)
+    common = dict(features=["x"], window=64, stride=16, batch_size=128)
+    print(
+        f"\nfrontier: one long series, {rows:,} rows in {files} Parquet files of {groups} row groups, window 64, "
+        f"stride 16, B=128, buffer_partitions=2; one epoch read from S3 (moto on 127.0.0.1 through s3fs, GETs and "
+        f"bytes counted by a proxy, open excluded); load {load()}"
+    )
+    endpoint = S3Endpoint()
+    try:
+        endpoint.make_bucket("bench")
+        fs = s3fs.S3FileSystem(**endpoint.storage_options(direct=True))
+        sizes = {}
+        for name in sorted(os.listdir(root)):
+            fs.put_file(os.path.join(root, name), f"bench/data/{name}")
+            sizes[f"bench/data/{name}"] = os.path.getsize(os.path.join(root, name))
+        dataset_bytes = sum(sizes.values())
+        print(
+            f"  {'pieces_per_partition':<22}{'eff. B':>8}{'blocks':>8}{'TV':>7}{'lag-1':>7}"
+            f"{'GETs':>7}{'x K=1':>7}{'MiB read':>10}{'x K=1':>7}{'x data':>8}"
+        )
+        base = None
+        stratified = plan_module.piece_order
+        for k, plain in (*((k, False) for k in args.frontier_k), (None, False), (16, True), (None, True)):
+            # plain: the same pieces in a plain random order (before stratification), for comparison
+            plan_module.piece_order = (  # type: ignore[assignment]
+                (lambda n, seed, epoch, shuffle, m=None: stratified(n, seed, epoch, shuffle)) if plain else stratified
+            )
+            local = dw.WindowDataset(root, **common, pieces_per_partition=k)
+            mix = mixing_report(local)["loader"]
+            remote = dw.WindowDataset(
+                "s3://bench/data/", storage_options=endpoint.storage_options(), **common, pieces_per_partition=k
+            )
+            endpoint.reset()
+            windows = sum(len(b[0] if isinstance(b, (tuple, list)) else b) for b in remote)
+            assert windows == local.num_windows, (windows, local.num_windows)
+            gets = [r for r in endpoint.log.requests if r.kind == "get"]
+            got = sum(_get_bytes(r, sizes) for r in gets)
+            base = base or (len(gets), got)
+            label = (
+                f"{remote.spec.pieces_per_partition}"
+                + (" (default)" if k is None else "")
+                + (", plain" if plain else "")
+            )
+            print(
+                f"  {label:<22}{mix['effective_batch_size']:>8.1f}{mix['distinct_blocks']:>8.1f}{mix['tv_distance']:>7.3f}"
+                f"{mix['lag1']:>7.2f}{len(gets):>7}{len(gets) / base[0]:>7.1f}{got / 2**20:>10.1f}"
+                f"{got / base[1]:>7.2f}{got / dataset_bytes:>8.2f}",
+                flush=True,
+            )
+        ref = mixing_report(local)["global"]
+        print(
+            f"  {'global permutation':<22}{ref['effective_batch_size']:>8.1f}{ref['distinct_blocks']:>8.1f}"
+            f"{ref['tv_distance']:>7.3f}{ref['lag1']:>7.2f}"
+        )
+    finally:
+        plan_module.piece_order = stratified  # type: ignore[assignment]
+        endpoint.close()
+
+
 def load() -> str:
     with open("/proc/loadavg") as f:
         return f.read().split()[0]
@@ -243,6 +376,17 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument(
+        "--pieces", type=int, default=None, help="pieces_per_partition of 'default' (None: the default)"
+    )
+    parser.add_argument(
+        "--orders", nargs="+", default=["0.1", "default", "global'"], help="orders trained beside the global shuffle"
+    )
+    parser.add_argument("--frontier", action="store_true", help="the knob's frontier: mixing, S3 GETs and bytes per K")
+    parser.add_argument("--frontier-rows", type=int, default=4_000_000)
+    parser.add_argument("--frontier-files", type=int, default=32)
+    parser.add_argument("--frontier-k", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    parser.add_argument("--train-only", action="store_true", help="skip the mixing table and the epoch timings")
     parser.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=LAYOUTS)
     parser.add_argument("--loader", action="store_true", help="also the bench_loader configuration")
     parser.add_argument("--loader-partitions", type=int, default=2)
@@ -258,7 +402,7 @@ def main() -> None:
         f"{args.rows:,} rows in {args.files} raw Parquet files of {args.row_groups} row groups; window {args.window}, "
         f"horizon 1, stride {args.stride}, B={args.batch_size}, buffer_partitions=2; load {load()}"
     )
-    for kind in args.layouts:
+    for kind in args.layouts if args.seeds else ():
         root = os.path.join(args.dir, f"{kind}-{args.rows}-{args.files}-{args.row_groups}")
         x, sid = make_layout(kind, args.rows, seed=LAYOUTS.index(kind))
         if not os.path.exists(root):
@@ -266,41 +410,30 @@ def main() -> None:
         print(
             f"\n{kind}: {'one long series' if kind == 'long' else '200 series, ids ' + ('random' if kind == 'random' else 'ordered by behaviour')}"
         )
-        print(f"  {'order':<28}{'blocks':>9}{'TV':>8}{'lag-1':>8}{'eff. B':>9}{'windows/s':>13}{'peak RSS':>10}")
-        datasets = {"pieces_per_partition=1 (0.1)": open_ds(root, args, 1), "default": open_ds(root, args, None)}
-        reports = {}
-        for name, ds in datasets.items():
-            r = mixing_report(ds)
-            perf = epoch_child(root, args, ds.spec.pieces_per_partition)
-            reports[name] = r
-            label = name if name != "default" else f"default (k={ds.spec.pieces_per_partition})"
-            print(fmt(label, r["loader"], f"{perf['rate']:>13,.0f}{perf['rss_mib']:>7.0f} MiB"))
-        ds = datasets["default"]
-        ref = global_shuffle_statistics(
-            block_histogram(ds), args.batch_size, reports["default"]["loader"]["batches"], 0
-        )
-        print(fmt("global permutation", ref.__dict__))
-        held = held_out(kind, args)
-        epochs = -(-args.steps // max(len(ds), 1))
-        curves = {}
-        orders = (("0.1", datasets["pieces_per_partition=1 (0.1)"]), ("default", ds), ("global", ds), ("global'", ds))
-        for name, d in orders:
-            runs = []
-            for seed in range(args.seeds):
-                kind_of = "loader" if name in ("0.1", "default") else "global"
-                batches = order_rows(d, kind_of, epochs, seed + (1000 if name == "global'" else 0))
-                runs.append(train(x, batches, held, args, seed, checkpoints))
-            curves[name] = np.mean(runs, axis=0)
-        print(f"  held-out MSE / global shuffle's ({args.seeds} seeds), at steps {checkpoints}:")
-        for name in ("0.1", "default", "global'"):
-            ratios = "  ".join(f"{v:6.3f}" for v in curves[name] / curves["global"])
-            print(f"    {name:<10} {ratios}")
-        print(
-            f"    (global MSE: {'  '.join(f'{v:.4f}' for v in curves['global'])}; global': another permutation, the noise)"
-        )
+        if not args.train_only:
+            mixing_table(root, args)
+        training_comparison(kind, root, x, args, checkpoints)
     if args.loader:
         loader_check(args)
+    if args.frontier:
+        frontier(args)
     print(f"\n{time.perf_counter() - started:.0f} s; load {load()}")
+
+
+def mixing_table(root: str, args: argparse.Namespace) -> None:
+    """The mixing statistics of the 0.1 order, the default and a global permutation, with speed and memory."""
+    print(f"  {'order':<28}{'blocks':>9}{'TV':>8}{'lag-1':>8}{'eff. B':>9}{'windows/s':>13}{'peak RSS':>10}")
+    datasets = {"pieces_per_partition=1 (0.1)": open_ds(root, args, 1), "default": open_ds(root, args, args.pieces)}
+    reports = {}
+    for name, ds in datasets.items():
+        r = mixing_report(ds)
+        perf = epoch_child(root, args, ds.spec.pieces_per_partition)
+        reports[name] = r
+        label = name if name != "default" else f"default (k={ds.spec.pieces_per_partition})"
+        print(fmt(label, r["loader"], f"{perf['rate']:>13,.0f}{perf['rss_mib']:>7.0f} MiB"))
+    ds = datasets["default"]
+    ref = global_shuffle_statistics(block_histogram(ds), args.batch_size, reports["default"]["loader"]["batches"], 0)
+    print(fmt("global permutation", ref.__dict__))
 
 
 if __name__ == "__main__":

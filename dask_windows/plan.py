@@ -2,24 +2,31 @@
 
 An epoch is a virtual sequence of *pieces*: each partition's windows are cut
 into up to ``pieces_per_partition`` contiguous ranges (``piece_table``), and
-the pieces of all partitions are taken in a per-epoch random order, each
-contributing its windows. Ranks take equal contiguous slices of that sequence
-(so every rank yields the same number of batches even when partitions differ
-in size tenfold, and two ranks share at most the partition where their slices
-meet); a rank's batches are divided between its DataLoader workers as
-contiguous blocks, so only the rank's final batch can be partial. A reader's
-slice is grouped into buffers of ``buffer_partitions * pieces_per_partition``
-consecutive pieces, and windows are shuffled inside a buffer.
+the pieces of all partitions are taken in a per-epoch *stratified* random
+order (``piece_order``): the dataset, in file order, is cut into ``m`` strata
+(``m`` = pieces per buffer), and any ``m`` consecutive pieces of the order
+hold one piece of each stratum. Ranks take equal contiguous slices of that
+sequence (so every rank yields the same number of batches even when
+partitions differ in size tenfold, and two ranks share at most the piece where
+their slices meet); a rank's batches are divided between its DataLoader
+workers as contiguous blocks, so only the rank's final batch can be partial.
+A reader's slice is grouped into buffers of ``buffer_partitions *
+pieces_per_partition`` consecutive pieces, and windows are shuffled inside a
+buffer.
 
-The trade-off: mixing is piece-order shuffling plus a full shuffle inside each
-buffer, so one batch holds windows of the ``m`` pieces of its buffer (scattered
-over up to ``m`` partitions), not of the whole dataset: its effective batch
-size is about ``B * m / (B + m)`` on a non-stationary series. Memory stays
-that of ``buffer_partitions`` partitions (each piece holds ``1 / k`` of one,
-plus a halo of ``window + horizon - 1`` rows), but each partition is read
-``k`` times per epoch (``k`` requests; a Parquet row group is decoded once
-per piece inside it). ``pieces_per_partition=1`` is the 0.1 order: buffers of
-whole partitions. No window index is ever built: the piece table holds
+The trade-off: a batch holds windows of the ``m`` pieces of its buffer only,
+not of the whole dataset, so it touches at most ``m`` places; but as every
+buffer is spread evenly over the dataset (a stratified sample of it), a
+batch's mean regime varies little more than a global shuffle's, and
+consecutive batches of one buffer are not correlated through the buffer's
+composition (with a plain random piece order they were: lag-1 about
+``B / (B + m)``). Memory stays that of ``buffer_partitions`` partitions
+(each piece holds ``1 / k`` of one, plus a halo of ``window + horizon - 1``
+rows), but each partition is read up to ``k`` times per epoch (a buffer's
+pieces of one partition are read in one call; a Parquet row group is decoded,
+and fetched remotely, once per buffer that needs it).
+``pieces_per_partition=1`` is the 0.1 order: buffers of whole partitions in a
+plain permutation. No window index is ever built: the piece table holds
 O(partitions * k) numbers. With ``world_size > 1`` the last
 ``num_windows % world_size`` windows of each epoch's order are left out (a
 different few each epoch when shuffling) so that ranks get equal shares.
@@ -36,6 +43,7 @@ import numpy as np
 from dask_windows.world import World
 
 __all__ = [
+    "PIECE_ORDER",
     "EpochPlan",
     "Segment",
     "batches_per_rank",
@@ -47,6 +55,9 @@ __all__ = [
     "windows_per_rank",
     "worker_batch_range",
 ]
+
+
+PIECE_ORDER = "stratified"  # recorded in resume states: states of the earlier plain permutation are refused
 
 
 @dataclass(frozen=True)
@@ -142,11 +153,41 @@ def piece_table(counts: np.ndarray, pieces_per_partition: int, min_windows: int 
     return partition, j * c // m, (j + 1) * c // m
 
 
-def piece_order(num_pieces: int, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
-    """The piece order of an epoch (pieces split partitions, ``pieces_per_partition > 1``)."""
+def piece_order(num_pieces: int, seed: int, epoch: int, shuffle: bool, per_buffer: int | None = None) -> np.ndarray:
+    """The piece order of an epoch (pieces split partitions, ``pieces_per_partition > 1``).
+
+    With ``per_buffer`` (pieces per buffer, ``m``) the order is *stratified*: the canonical order
+    (partition, then row) is cut into ``m`` contiguous strata of nearly equal size, each stratum's
+    pieces are taken in a random order, and the epoch is a sequence of rounds, round ``r`` holding
+    the ``r``-th piece of every stratum, the strata in one random order shared by all rounds. So
+    any ``m`` consecutive pieces (a buffer, wherever a rank's or worker's slice begins) hold one
+    piece of every stratum (two of at most one where a round is partial): each buffer is spread
+    evenly over the whole dataset, and consecutive batches no longer share a buffer's bias.
+    ``None``: a plain random permutation (the order before stratification).
+
+    Args:
+        num_pieces: Pieces in the epoch (``N``).
+        seed: Dataset seed.
+        epoch: The epoch.
+        shuffle: ``False``: canonical order.
+        per_buffer: Pieces per buffer (``m``); ``None``: a plain permutation.
+
+    Returns:
+        ``(N,)`` int64: canonical piece numbers in epoch order.
+    """
     if not shuffle:
         return np.arange(num_pieces, dtype=np.int64)
-    return rng_for(seed, epoch, 0x9A88).permutation(num_pieces).astype(np.int64)
+    if per_buffer is None:
+        return rng_for(seed, epoch, 0x9A88).permutation(num_pieces).astype(np.int64)
+    m = max(min(per_buffer, num_pieces), 1)
+    rng = rng_for(seed, epoch, 0x9A89)
+    stratum = np.arange(num_pieces, dtype=np.int64) * m // max(num_pieces, 1)  # (N,) contiguous strata
+    slot = rng.permutation(m)  # (m,) place of each stratum inside every round
+    within = np.lexsort((rng.random(num_pieces), stratum))  # pieces by stratum, randomly inside each
+    first = np.searchsorted(stratum, np.arange(m))  # (m,) first canonical piece of each stratum
+    rounds = np.empty(num_pieces, np.int64)
+    rounds[within] = np.arange(num_pieces) - first[stratum[within]]  # (N,) round of each piece
+    return np.lexsort((slot[stratum], rounds)).astype(np.int64)
 
 
 def _segments(partition: np.ndarray, first: np.ndarray, counts: np.ndarray, lo: int, hi: int) -> list[Segment]:
@@ -215,14 +256,14 @@ def plan_reader(
     lo = world.rank * share + b0 * batch_size
     hi = world.rank * share + min(b1 * batch_size, used)
     skip = skip_batches * batch_size
+    per_buffer = buffer_partitions * pieces_per_partition
     if pieces_per_partition == 1:  # the 0.1 order: whole partitions, in a permutation of partitions
         order = epoch_order(len(counts), seed, epoch, shuffle)
         segments = _segments(order, np.zeros(len(order), np.int64), counts[order], lo, hi)
-    else:
+    else:  # pieces in a stratified order: every buffer spread over the whole dataset
         partition, first, last = piece_table(counts, pieces_per_partition, min_piece_windows)
-        order = piece_order(len(partition), seed, epoch, shuffle)
+        order = piece_order(len(partition), seed, epoch, shuffle, per_buffer)
         segments = _segments(partition[order], first[order], (last - first)[order], lo, hi)
-    per_buffer = buffer_partitions * pieces_per_partition
     groups, seeds = [], []
     for g in range(0, len(segments), per_buffer):
         group = segments[g : g + per_buffer]

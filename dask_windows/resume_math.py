@@ -18,6 +18,7 @@ import numpy as np
 
 from dask_windows.errors import ConfigError
 from dask_windows.index import WindowGrid
+from dask_windows.plan import PIECE_ORDER
 from dask_windows.spec import WindowSpec
 
 __all__ = ["ORDER_SETTINGS", "fingerprint", "round_robin"]
@@ -58,6 +59,8 @@ def fingerprint(grid: WindowGrid, rows_per_partition: np.ndarray, spec: WindowSp
         out[name] = list(value) if isinstance(value, tuple) else value
     if files is not None:
         out["files"] = files
+    if spec.pieces_per_partition > 1:  # how pieces are ordered (a state of another order is refused)
+        out["piece_order"] = PIECE_ORDER
     return out
 
 
