@@ -12,13 +12,20 @@ end to end, 4 float32 features) are read by:
 * ``hand``: the hand-written loop over a Dask DataFrame's partitions: compute a
   partition, ``sliding_window_view(x, L, axis=0)[starts]`` over the window
   starts of each series in it, shuffled, cut into batches of ``B`` (the ~30
-  lines in ``hand_loop`` below) - the baseline;
+  lines in ``hand_loop`` below) - the baseline; its ``(B, C, L)`` batches are a
+  transposed view of ``(B, L, C)`` memory (not contiguous: the model's first
+  layer pays the transpose), where ``dw`` yields contiguous ``(B, C, L)``;
+* ``dw1``: ``dw`` with one torch intra-op thread (not run unless named in
+  ``--contenders``): what torch's threads add to the gather;
+* ``handc``: the same loop with ``.contiguous()`` on each batch, the layout dw yields;
 * ``tsai``: tsai's ``TSUnwindowedDataset`` over the same rows as one array,
   where tsai imports (it needs fastai; otherwise the row says why);
 * ``memcpy``: copying the same bytes per batch from a large array (the ceiling).
 
-Each runs in its own process, the contenders alternate in ``--rounds`` rounds,
-and the figures are medians with their range. Cases: stride 1 at B=256 L=512
+Each runs in its own process with torch's default intra-op threads
+(``--torch-threads`` sets them), the contenders alternate in ``--rounds``
+rounds, and the figures are medians with their range; a ratio is the median
+over rounds of the two contenders' figures in the same round. Cases: stride 1 at B=256 L=512
 C=4 and at B=64 L=128, and stride = window (B=256 L=512). Per case it prints
 windows/s, time to first batch (from opening the data), and the ratios dw /
 hand, dw / memcpy and first batch hand / dw.
@@ -87,6 +94,17 @@ def hand_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
             yield torch.from_numpy(view[starts[lo : lo + batch]])
 
 
+def handc_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
+    """``hand`` made to yield what dw yields: C-contiguous ``(B, C, L)`` batches.
+
+    ``sliding_window_view(x, L, axis=0)[starts]`` on row-major rows is a ``(B, C, L)`` array laid out
+    as ``(B, L, C)`` (the channel axis is the fast one); a Conv1d or a transformer's linear layer makes
+    it contiguous before using it, so this row is the hand loop doing the same work as dw.
+    """
+    for x in hand_loop(root, batch, window, stride, seed):
+        yield x.contiguous()
+
+
 def tsai_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
     """tsai's TSUnwindowedDataset over all rows as one (rows, C) array, shuffled batches."""
     import pyarrow.parquet as pq
@@ -112,6 +130,14 @@ def dw_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
     yield from ds
 
 
+def dw1_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
+    """``dw`` with one torch intra-op thread (``torch.set_num_threads(1)``): what the threads add."""
+    import torch
+
+    torch.set_num_threads(1)
+    yield from dw_loop(root, batch, window, stride, seed)
+
+
 def memcpy_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
     """Copies of ``B * C * L`` float32 values from a 256 MiB array (beyond the caches)."""
     import torch
@@ -127,14 +153,22 @@ def memcpy_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
         yield torch.from_numpy(out.reshape(batch, C, window))
 
 
-LOOPS = {"dw": dw_loop, "hand": hand_loop, "tsai": tsai_loop, "memcpy": memcpy_loop}
+LOOPS = {
+    "dw": dw_loop,
+    "dw1": dw1_loop,
+    "hand": hand_loop,
+    "handc": handc_loop,
+    "tsai": tsai_loop,
+    "memcpy": memcpy_loop,
+}
 
 
 def child(args: argparse.Namespace) -> None:
     """Measure one contender: time to first batch, then windows/s for ``--seconds`` (or to the end)."""
     import torch
 
-    torch.set_num_threads(1)
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
     stride = args.stride or args.window
     began = time.perf_counter()
     try:
@@ -150,10 +184,21 @@ def child(args: argparse.Namespace) -> None:
         if time.perf_counter() - start > args.seconds:
             break
     seconds = time.perf_counter() - start
-    print(json.dumps({"first_s": first_s, "rate": windows / seconds if seconds else 0.0, "shape": list(first.shape)}))
+    print(
+        json.dumps(
+            {
+                "first_s": first_s,
+                "rate": windows / seconds if seconds else 0.0,
+                "shape": list(first.shape),
+                "contiguous": first.is_contiguous(),
+            }
+        )
+    )
 
 
-def measure(name: str, root: str, batch: int, window: int, stride: int | None, seconds: float) -> dict:
+def measure(
+    name: str, root: str, batch: int, window: int, stride: int | None, seconds: float, torch_threads: int = 0
+) -> dict:
     command = [
         sys.executable,
         __file__,
@@ -169,6 +214,8 @@ def measure(name: str, root: str, batch: int, window: int, stride: int | None, s
         str(stride or 0),
         "--seconds",
         str(seconds),
+        "--torch-threads",
+        str(torch_threads),
     ]
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
@@ -184,6 +231,20 @@ def _load() -> list[str]:
         return src.read().split()[:3]
 
 
+def _ratios(mine: list[dict], base: list[dict], key: str) -> str:
+    """Median and range over rounds of ``mine[key] / base[key]`` (a round's two runs are neighbours in time)."""
+    values = [a[key] / b[key] for a, b in zip(mine, base) if "error" not in a and "error" not in b and b[key]]
+    if not values:
+        return "n/a"
+    median, low, high = summary(values)
+    return f"{median:.2f}x [{low:.2f} - {high:.2f}]"
+
+
+def base_first(results: dict, mine: str) -> str:
+    """Time to first batch, hand / ``mine`` (above 1: ``mine`` is first)."""
+    return f"hand / {mine} {_ratios(results['hand'], results[mine], 'first_s')}"
+
+
 def summary(values: list[float]) -> tuple[float, float, float]:
     return float(np.median(values)), float(min(values)), float(max(values))
 
@@ -195,7 +256,12 @@ def main() -> None:
     parser.add_argument("--series", type=int, default=40)
     parser.add_argument("--seconds", type=float, default=2.0, help="measuring time per contender and round")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--contenders", nargs="*", default=["dw", "hand", "tsai", "memcpy"], choices=list(LOOPS))
+    parser.add_argument(
+        "--contenders", nargs="*", default=["dw", "hand", "handc", "tsai", "memcpy"], choices=list(LOOPS)
+    )
+    parser.add_argument(
+        "--torch-threads", type=int, default=0, help="torch.set_num_threads in every contender (0: torch's default)"
+    )
     parser.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "dask_windows_peers"))
     parser.add_argument("--child", choices=list(LOOPS), help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
@@ -211,14 +277,15 @@ def main() -> None:
     load = _load()
     print(
         f"{args.files} files x {args.rows:,} rows, {args.series} series, C={C} float32; {args.rounds} alternating "
-        f"rounds of {args.seconds:.0f} s per contender, each in its own process, 1 torch thread; "
+        f"rounds of {args.seconds:.0f} s per contender, each in its own process, torch threads "
+        f"{args.torch_threads or 'default'} (of {os.cpu_count()} CPUs); "
         f"load average {' '.join(load)}"
     )
     for case, batch, window, stride in CASES:
         results: dict[str, list[dict]] = {name: [] for name in args.contenders}
         for _ in range(args.rounds):
             for name in args.contenders:
-                results[name].append(measure(name, root, batch, window, stride, args.seconds))
+                results[name].append(measure(name, root, batch, window, stride, args.seconds, args.torch_threads))
         print(f"\n{case}")
         print(f"  {'':<8}{'windows/s (median, range)':>38}{'first batch s':>24}")
         medians = {}
@@ -232,16 +299,14 @@ def main() -> None:
             print(
                 f"  {name:<8}{rate[0]:>14,.0f}  [{rate[1]:>10,.0f} - {rate[2]:>10,.0f}]"
                 f"{first[0]:>10.2f}  [{first[1]:.2f} - {first[2]:.2f}]"
+                + ("" if ok[0].get("contiguous", True) else "  (batches not contiguous)")
             )
-        if "dw" in medians and "hand" in medians:
-            print(
-                f"  dw / hand windows/s {medians['dw'][0] / medians['hand'][0]:.2f}x; "
-                f"first batch hand / dw {medians['hand'][1] / medians['dw'][1]:.2f}x"
-            )
-        if "dw" in medians and "memcpy" in medians:
-            print(f"  dw / memcpy {medians['dw'][0] / medians['memcpy'][0]:.2f}x")
-        if "dw" in medians and "tsai" in medians:
-            print(f"  dw / tsai {medians['dw'][0] / medians['tsai'][0]:.2f}x")
+        for mine in ("dw", "dw1"):
+            for base in ("hand", "handc", "memcpy", "tsai"):
+                if mine in medians and base in medians:
+                    print(f"  {mine} / {base} windows/s {_ratios(results[mine], results[base], 'rate')}")
+            if mine in medians and "hand" in medians:
+                print(f"  first batch {base_first(results, mine)}")
     print(f"\nload average at the end {' '.join(_load())}")
 
 

@@ -10,7 +10,9 @@ Run from the repository root::
 ``--only open``: opening 1k/10k/100k small local files (5,475 bytes, 200 rows, one
 series each): ParquetSource and WindowDataset open times, and the memory kept per
 file (a deep size of the source's Python objects, which a parsed footer kept per
-file would add ~12 KiB to, and the RSS growth). The files are kept under ``--dir``
+file would add ~12 KiB to, and the RSS growth). Beside each wall-clock time, the
+process's CPU time (all threads): on a shared, loaded machine the wall clock
+also counts the time slices other processes took. The files are kept under ``--dir``
 for the next run. ``--only remote``: on moto's S3 server through a counting proxy,
 the requests at open per object, and the three ways of reading a remote partition
 (the hand-written ranges, ``fsspec.parquet.open_parquet_file``, pyarrow's
@@ -216,21 +218,22 @@ def bench_open(counts: list[int], root: str) -> None:
     for count in counts:
         folder = _small_files(root, count)
         before = _rss_mib()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         source = ParquetSource(folder, series="sid")
-        source_s = time.perf_counter() - start
+        source_s, source_cpu = time.perf_counter() - start, time.process_time() - cpu
         for i in range(len(source.partitions)):
             source.read_runs(i, "sid")  # what the dataset does next: the runs the tail read told
         kept = _deep_size({k: v for k, v in vars(source).items() if k != "fs"}, (type(source.fs),))
         rss = _rss_mib() - before
         del source
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         ds = WindowDataset(folder, features=FEATURES, series="sid", window=32, batch_size=256)
-        opened = time.perf_counter() - start
+        opened, opened_cpu = time.perf_counter() - start, time.process_time() - cpu
         next(iter(ds))
         first = time.perf_counter() - start
         print(
-            f"  {count:>7,} files: ParquetSource {source_s:6.2f} s, WindowDataset open {opened:6.2f} s, "
+            f"  {count:>7,} files: ParquetSource {source_s:6.2f} s ({source_cpu:5.2f} s CPU), "
+            f"WindowDataset open {opened:6.2f} s ({opened_cpu:5.2f} s CPU), "
             f"first batch {first:6.2f} s; kept per file {kept / count:,.0f} B (Python objects), "
             f"RSS growth {rss * 2**20 / count:,.0f} B/file",
             flush=True,

@@ -1,19 +1,53 @@
 """One vectorised gather per batch, handed to torch without a copy.
 
 A buffer's features are stored channel-major, ``(C, rows)`` float32, so that
-every (window, channel) of an ``NCL`` batch is one contiguous run of memory:
-a strided view ``(rows - L + 1, C, L)`` indexed by the batch's start rows
-copies exactly the batch, once, into a fresh contiguous ``(B, C, L)`` array.
-For ``NLC`` the buffer is row-major ``(rows, C)`` and the view is
-``(rows - L + 1, L, C)``. No per-window Python work, no intermediate copies.
+every (window, channel) of an ``NCL`` batch is one contiguous run of ``L``
+values; for ``NLC`` the buffer is row-major ``(rows, C)`` and every window is
+one contiguous run of ``L * C`` values. Two ways to copy those runs:
+
+* numpy fancy indexing of a strided view (one thread, a fresh array): used for
+  batches under ``_TORCH_MIN_BYTES`` and whenever torch runs one intra-op
+  thread (``torch.set_num_threads(1)``, and inside DataLoader workers);
+* ``torch.index_select`` of the runs (one ``memcpy`` each) split over torch's
+  intra-op threads, into an array from an :class:`OutputPool`, so the batch
+  pays neither page faults of fresh memory nor a single thread's bandwidth.
+
+The trade-off of the second: it is a fork-join per batch, so on a machine
+whose cores are already busy (more runnable threads than cores, a container
+whose CPU quota is below its visible cores) a batch waits for a descheduled
+thread and the copy is several times slower than numpy's. So each stream
+times both on its own batches (:class:`PathChoice`) and keeps the faster,
+checking again every couple of thousand batches; the values are the same
+either way.
+
+A pooled array is reused only when nothing but the pool references it: a
+tensor made by ``torch.from_numpy``, every view of it, its ``.numpy()`` arrays
+and its storage keep the ndarray alive, and a DataLoader worker's batch is
+moved to shared memory when torch pickles it, which drops that reference. So a
+batch the caller still holds is never overwritten; up to ``capacity`` batches
+of features stay allocated.
 """
 
 from __future__ import annotations
 
+import math
+import sys
+import time
+from typing import Any
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-__all__ = ["Gatherer", "normalize_per_sample"]
+__all__ = ["Gatherer", "OutputPool", "PathChoice", "normalize_per_sample"]
+
+_TORCH_MIN_BYTES = 256 << 10  # batches of features at least this large are gathered by torch's threads
+
+
+def _threads() -> int:
+    """torch's intra-op threads (torch is imported by then: the torch view of the buffer exists)."""
+    import torch
+
+    return torch.get_num_threads()
 
 
 def _window_view(data: np.ndarray, window: int, channel_major: bool) -> np.ndarray:
@@ -27,6 +61,89 @@ def _window_view(data: np.ndarray, window: int, channel_major: bool) -> np.ndarr
     s_r, s_c = data.strides
     count = max(rows - window + 1, 0)
     return as_strided(data, (count, window, channels), (s_r, s_r, s_c), writeable=False)
+
+
+def _refs(arrays: list[np.ndarray], i: int) -> int:
+    """References to ``arrays[i]`` as counted here (compared with the pool's calibration)."""
+    return sys.getrefcount(arrays[i])
+
+
+class OutputPool:
+    """A few output arrays, reused once nothing but the pool references them.
+
+    Args:
+        capacity: Arrays kept per shape and dtype; when all are in use a fresh one is returned.
+    """
+
+    def __init__(self, capacity: int = 3) -> None:
+        self.capacity = capacity
+        self.choice = PathChoice()
+        self._arrays: dict[tuple, list[np.ndarray]] = {}
+        probe = [np.empty(1, np.float32)]
+        self._idle = _refs(probe, 0)  # the count of an array held by a list only, in this interpreter
+
+    def take(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """An array of ``shape`` and ``dtype`` that no caller references (contents undefined)."""
+        key = (tuple(shape), np.dtype(dtype).str)
+        arrays = self._arrays.setdefault(key, [])
+        for i in range(len(arrays)):
+            if _refs(arrays, i) <= self._idle:
+                return arrays[i]
+        out = np.empty(shape, dtype)
+        if len(arrays) < self.capacity:
+            arrays.append(out)
+        return out
+
+
+class PathChoice:
+    """Which copy a stream uses for its full batches, chosen by timing both on its own batches.
+
+    A round times ``warmup`` batches copied by numpy, then up to ``probes`` by torch, and keeps
+    torch if its median is the lower. A torch probe (after the round's first, which may pay for
+    starting torch's threads) slower than ``1.5x`` numpy's median ends the round at once, and
+    while torch is kept, a running mean ``1.25x`` above numpy's median hands back to numpy: on
+    busy cores torch's fork-join is many times slower, and then costs a round's few probes every
+    ``every`` batches. Both copies give the same bits, so the choice changes speed, never a value.
+    """
+
+    def __init__(self, warmup: int = 16, probes: int = 3, every: int = 2048) -> None:
+        self.warmup, self.probes, self.every = warmup, probes, every
+        self.batches = 0
+        self.use_torch = False
+        self._round = 0  # batch at which the current round began
+        self._numpy: list[float] = []
+        self._torch: list[float] = []
+        self._numpy_s = 0.0  # numpy's median in the last round
+        self._mean_s = 0.0  # running mean of torch's copies while it is kept
+
+    def torch_next(self) -> bool:
+        """Whether the next batch is copied by torch."""
+        k = self.batches - self._round  # negative between rounds
+        if 0 <= k < self.warmup:
+            return False
+        if 0 <= k - self.warmup < self.probes:
+            return True
+        return self.use_torch
+
+    def record(self, by_torch: bool, seconds: float) -> None:
+        """Count one batch copied by torch or numpy in ``seconds``."""
+        k = self.batches - self._round
+        self.batches += 1
+        if 0 <= k < self.warmup + self.probes:  # in a round
+            (self._torch if by_torch else self._numpy).append(seconds)
+            if k == self.warmup - 1:
+                self._numpy_s = float(np.median(self._numpy))
+            slow = by_torch and len(self._torch) > 1 and seconds > 1.5 * self._numpy_s
+            if slow or k == self.warmup + self.probes - 1:
+                if self._torch and self._numpy:
+                    self._mean_s = float(np.median(self._torch))
+                    self.use_torch = not slow and self._mean_s < self._numpy_s
+                self._numpy, self._torch = [], []
+                self._round = self.batches + self.every  # the next round
+        elif self.use_torch and by_torch:
+            self._mean_s = 0.8 * self._mean_s + 0.2 * seconds
+            if self._mean_s > 1.25 * self._numpy_s:
+                self.use_torch = False
 
 
 class Gatherer:
@@ -54,6 +171,8 @@ class Gatherer:
     ) -> None:
         self.channel_major = layout == "NCL"
         self._x = _window_view(x, window, self.channel_major)
+        self._source = x
+        self._runs: Any = None  # torch view of every run a batch copies, made on first use
         self._y = y
         self._window = window
         self._horizon = horizon
@@ -65,9 +184,29 @@ class Gatherer:
             inv = 1.0 / np.asarray(std, np.float32)
             self._scale = (np.asarray(mean, np.float32).reshape(shape), inv.reshape(shape))
 
-    def features(self, starts: np.ndarray) -> np.ndarray:
-        """``(B, C, L)`` (or ``(B, L, C)``) float32, C-contiguous, for windows at ``starts``."""
-        out = self._x[starts]
+    def features(self, starts: np.ndarray, pool: OutputPool | None = None) -> np.ndarray:
+        """``(B, C, L)`` (or ``(B, L, C)``) float32, C-contiguous, for windows at ``starts``.
+
+        Args:
+            starts: Buffer rows of the windows' first rows.
+            pool: Where the output array comes from; ``None``: a new array.
+        """
+        shape = (len(starts), *self._x.shape[1:])
+        big = math.prod(shape) * self._x.itemsize >= _TORCH_MIN_BYTES
+        if not (big and len(starts) and self._torch_ready() and _threads() > 1):
+            out = self._x[starts]
+        elif pool is None:
+            out = np.empty(shape, self._x.dtype)
+            self._torch_gather(starts, out)
+        else:
+            by_torch = pool.choice.torch_next()
+            began = time.perf_counter()
+            if by_torch:
+                out = pool.take(shape, self._x.dtype)
+                self._torch_gather(starts, out)
+            else:
+                out = self._x[starts]
+            pool.choice.record(by_torch, time.perf_counter() - began)
         if self._scale is not None:
             mean, inv = self._scale
             out -= mean
@@ -80,6 +219,38 @@ class Gatherer:
         if self._horizon:
             return self._y_view[starts + self._window]
         return np.ascontiguousarray(self._y[:, starts + self._window - 1].T)
+
+    def _torch_ready(self) -> bool:
+        """Build the torch view of the buffer's runs once; ``False`` where torch cannot view it."""
+        if self._runs is None:
+            x = self._source
+            if not (x.flags.c_contiguous and x.flags.writeable and len(self._x) and x.dtype == np.float32):
+                self._runs = False
+                return False
+            import torch  # only here: `import dask_windows` does not import torch
+
+            flat = torch.from_numpy(x).view(-1)
+            if self.channel_major:
+                # (C * rows - L + 1, L): the run of L values from every flat position
+                self._runs = torch.as_strided(flat, (flat.numel() - self._window + 1, self._window), (1, 1))
+            else:
+                channels = x.shape[1]
+                # (rows - L + 1, L * C): the window starting at every row, flattened
+                self._runs = torch.as_strided(flat, (len(self._x), self._window * channels), (channels, 1))
+        return self._runs is not False
+
+    def _torch_gather(self, starts: np.ndarray, out: np.ndarray) -> None:
+        import torch
+
+        if self.channel_major:
+            channels, rows = self._source.shape
+            # (B, C) -> (B * C,): flat position of each window's run of each channel
+            index = (np.asarray(starts, np.int64)[:, None] + np.arange(channels, dtype=np.int64) * rows).reshape(-1)
+            target = torch.from_numpy(out).view(len(index), self._window)
+        else:
+            index = np.ascontiguousarray(starts, np.int64)
+            target = torch.from_numpy(out).view(len(index), self._runs.shape[1])
+        torch.index_select(self._runs, 0, torch.from_numpy(index), out=target)
 
 
 def normalize_per_sample(x: np.ndarray, channel_major: bool, eps: float = 1e-8) -> np.ndarray:

@@ -135,16 +135,17 @@ def check_series_order(runs: Sequence[Any], names: Sequence[str], series: Any, s
     if series is None:
         return ""
     worst = None
-    total_runs = distinct = 0
+    total_runs = 0
+    distinct: set = set()  # series values over all partitions (a series spanning files counts once)
     for i, r in enumerate(runs):
         keys = getattr(getattr(r, "series_runs", r), "keys", None)
+        if keys is not None:
+            distinct.update(np.asarray(keys).tolist())
         if keys is None or len(keys) < 2:
             total_runs += 0 if keys is None else len(keys)
-            distinct += 0 if keys is None else len(keys)
             continue
         unique = len(np.unique(np.asarray(keys)))
         total_runs += len(keys)
-        distinct += unique
         if unique < len(keys) and worst is None:
             worst = (names[i], len(keys), unique)
     if worst is None:
@@ -156,7 +157,7 @@ def check_series_order(runs: Sequence[Any], names: Sequence[str], series: Any, s
     )
     message = (
         f"series column {series!r} is not grouped: in {name} {unique:,} series form {count:,} runs "
-        f"({total_runs:,} runs of {distinct:,} series in all partitions), so a series reappears after another "
+        f"({total_runs:,} runs of {len(distinct):,} series in all partitions), so a series reappears after another "
         f"and windows that would cross the breaks are lost; {remedy}"
     )
     if strict:

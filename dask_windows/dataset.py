@@ -268,6 +268,11 @@ class WindowDataset(IterableDataset):
                 f"{self.source.description}: some ranks would get no window and yield 0 batches; "
                 "use fewer ranks, more data, or a smaller window or stride"
             )
+        info = get_worker_info()  # a change of num_workers alone is seen only inside the workers
+        workers = info.num_workers if info is not None else None
+        resumed = self._resumer.elastic_len(self.epoch, self._ranks[1], workers, self._shape())
+        if resumed is not None:  # elastic resume: the state's batches, then this rank's of the rest
+            return resumed
         return batches_per_rank(self.num_windows, self._ranks[1], s.batch_size, s.drop_last)
 
     @property

@@ -24,6 +24,12 @@ are exact for any topology, but each reader reads the partial buffers at
 both ends of its member ranges whole (up to ``2 * buffer_partitions``
 partitions per member and reader more than a sharded member would read).
 Mixing inside a batch is the members' own buffer shuffle.
+
+Epochs advance per pass as a ``WindowDataset``'s do (``epochs``): each pass
+over the mixture, in this process or in every DataLoader worker of one pass,
+takes the epoch after the previous pass's; ``set_epoch`` and
+``load_state_dict`` pin the epoch of the next pass. The members' own epochs
+follow from the mixture's (``member_epochs``), never from their own counters.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from dask_windows.dataset import WindowDataset
+from dask_windows.epochs import EpochCounter, worker_token
 from dask_windows.errors import ConfigError
 from dask_windows.plan import batches_per_rank, windows_per_rank, worker_batch_range
 from dask_windows.resume import Resumer, check_int
@@ -135,7 +142,8 @@ class Mixture(IterableDataset):
         self.return_source = bool(return_source)
         self._explicit_world = (rank, world_size)
         self._ranks = self._resolve_ranks()
-        self.epoch = 0
+        self._epochs = EpochCounter(0)  # shared with DataLoader workers: each pass takes the next epoch
+        self._worker_passes = 0  # passes over this copy inside one DataLoader worker process
         self._resumer = Resumer()
 
     # -- topology -----------------------------------------------------------------------------
@@ -154,14 +162,35 @@ class Mixture(IterableDataset):
 
     # -- public API ---------------------------------------------------------------------------
 
+    @property
+    def epoch(self) -> int:
+        """The epoch of the latest pass, or the one the next pass uses after ``set_epoch``."""
+        return self._epochs.epoch
+
+    @epoch.setter
+    def epoch(self, epoch: int) -> None:
+        self._epochs.pin(check_int("epoch", epoch))
+
     def set_epoch(self, epoch: int) -> None:
-        """Use the order of ``epoch``; members advance through their own epochs as needed."""
+        """Use the order of ``epoch`` for the next pass; members advance through their own epochs as needed.
+
+        Without it each new pass (each ``iter(loader)``, in this process or in DataLoader workers)
+        takes the epoch after the previous pass's, as a ``WindowDataset`` does.
+        """
         self.epoch = check_int("epoch", epoch)
         self._resumer.forget(self.epoch)
 
     def __len__(self) -> int:
-        """Exactly how many batches this rank yields per epoch, whatever ``num_workers`` is."""
-        return batches_per_rank(self.num_windows, self._resolve_ranks()[1], self.batch_size, self.drop_last)
+        """Exactly how many batches this rank counts in the epoch, whatever ``num_workers`` is.
+
+        During an elastic resume, the batches of the state plus those this rank yields of the rest
+        of the epoch (see ``WindowDataset.__len__``).
+        """
+        world_size = self._resolve_ranks()[1]
+        resumed = self._resumer.elastic_len(self.epoch, world_size, _known_workers(), self._shape())
+        if resumed is not None:
+            return resumed
+        return batches_per_rank(self.num_windows, world_size, self.batch_size, self.drop_last)
 
     def member_epochs(self, epoch: int) -> list[tuple[int, int]]:
         """Per member, the first and last of its own epochs that mixture ``epoch`` reads from."""
@@ -174,16 +203,24 @@ class Mixture(IterableDataset):
     def __iter__(self) -> Iterator[Any]:
         rank, world_size = self._resolve_ranks()
         world = World(rank, world_size, *detect_worker())
-        elastic = self._resumer.elastic_share(self.epoch, world, self._shape())
+        info = get_worker_info()
+        if info is None:
+            epoch = self._epochs.begin_pass()
+            self._resumer.forget(epoch)
+        else:  # every worker of this pass claims the same epoch (see epochs.py)
+            self._worker_passes += 1
+            epoch = self._epochs.begin_pass(worker_token(info.seed - info.id, self._worker_passes))
+        elastic = self._resumer.elastic_share(epoch, world, self._shape())
         if elastic is not None:  # a state of another topology: this reader's part of the rest (see elastic)
             pieces, (old_world, old_workers), sizes = elastic
             ranges = []
             for r, w, lo, hi in pieces:
                 start = self.reader_range(World(r, old_world, w, old_workers))[0]
                 ranges.append((start + lo, start + hi))
-            return shared(self._recut(ranges, sizes))
-        reader, skip = self._resumer.begin(self.epoch, world, len(self))
-        return shared(self._batches(*self.reader_range(reader, skip)))  # slots in DataLoader workers
+            return shared(self._recut(epoch, ranges, sizes))
+        num_batches = batches_per_rank(self.num_windows, world_size, self.batch_size, self.drop_last)
+        reader, skip = self._resumer.begin(epoch, world, num_batches)
+        return shared(self._batches(epoch, *self.reader_range(reader, skip)))  # slots in DataLoader workers
 
     def state_dict(self, batches: int | None = None, num_workers: int | None = None) -> dict:
         """The position in the current epoch (same arguments as ``WindowDataset.state_dict``)."""
@@ -216,11 +253,11 @@ class Mixture(IterableDataset):
     def _shape(self) -> tuple[int, int, bool]:
         return self.num_windows, self.batch_size, self.drop_last
 
-    def _chunks(self, lo: int, hi: int) -> Iterator[tuple]:
-        """Epoch positions ``[lo, hi)`` in batches of ``batch_size``, as tuples of tensors."""
+    def _chunks(self, epoch: int, lo: int, hi: int) -> Iterator[tuple]:
+        """Positions ``[lo, hi)`` of ``epoch`` in batches of ``batch_size``, as tuples of tensors."""
         first, last = prefix_counts(self.counts, lo), prefix_counts(self.counts, hi)
         streams = [
-            Chunks(_stream(member, self.epoch * int(n) + int(a), self.epoch * int(n) + int(b)))
+            Chunks(_stream(member, epoch * int(n) + int(a), epoch * int(n) + int(b)))
             for member, n, a, b in zip(self.members, self.counts, first, last)
         ]
         try:
@@ -231,13 +268,13 @@ class Mixture(IterableDataset):
             for stream in streams:
                 stream.close()
 
-    def _batches(self, lo: int, hi: int) -> Iterator[Any]:
-        for batch in self._chunks(lo, hi):
+    def _batches(self, epoch: int, lo: int, hi: int) -> Iterator[Any]:
+        for batch in self._chunks(epoch, lo, hi):
             self._resumer.step()  # counted before the consumer gets it, as WindowDataset does
             yield batch[0] if len(batch) == 1 else batch
 
-    def _recut(self, ranges: list[tuple[int, int]], sizes: tuple[int, ...]) -> Iterator[Any]:
-        stream = Chunks(batch for lo, hi in ranges for batch in self._chunks(lo, hi))
+    def _recut(self, epoch: int, ranges: list[tuple[int, int]], sizes: tuple[int, ...]) -> Iterator[Any]:
+        stream = Chunks(batch for lo, hi in ranges for batch in self._chunks(epoch, lo, hi))
         try:
             for size in sizes:
                 batch = stream.take(size)
@@ -245,6 +282,7 @@ class Mixture(IterableDataset):
                 yield batch[0] if len(batch) == 1 else batch
         finally:
             stream.close()
+            self._resumer.end_elastic(epoch)
 
     def _assemble(self, member: np.ndarray, streams: list[Chunks]) -> tuple:
         columns: list[torch.Tensor] | None = None
@@ -277,6 +315,12 @@ class Mixture(IterableDataset):
     def __repr__(self) -> str:
         shares = ", ".join(f"{n}={int(c):,}" for n, c in zip(self.names, self.counts))
         return f"Mixture({shares}; num_windows={self.num_windows:,}, batch_size={self.batch_size})"
+
+
+def _known_workers() -> int | None:
+    """This DataLoader worker's ``num_workers``; ``None`` in the training process, which cannot see it."""
+    info = get_worker_info()
+    return None if info is None else info.num_workers
 
 
 def _weights(weights: Mapping[str, float], names: list[str]) -> np.ndarray:

@@ -13,10 +13,15 @@ mean, multiply by ``1 / std``), so the values are bit-identical; the cost is
 that rows no window uses are standardised too.
 
 Per-window standardisation (``normalize="sample"``) depends on the window, so
-it stays per batch (``standardize_windows``): one sum, one subtraction, one
-sum of squares and one multiplication over the batch, with the sums done as
-matrix products for the time-major layout, where numpy's reductions over a
-middle axis of a few channels are slow.
+it stays per batch (``standardize_windows``), chunk by chunk of about 1 MiB so
+that a chunk stays in the cache: a check for huge values, one sum, one
+subtraction, one sum of squares and one multiplication, all in place (no
+temporary the size of the batch). For the channel-major layout the sum,
+subtraction and scaling are torch ops on the batch's memory (numpy broadcasts
+a ``(B, C, 1)`` operand over rows at about half their speed); for the
+time-major layout the sums are matrix products, where numpy's reductions over
+a middle axis of a few channels are slow. The cost is still four passes per
+batch: a window's statistics are not shared with the overlapping windows.
 """
 
 from __future__ import annotations
@@ -136,10 +141,6 @@ def standardize(x: np.ndarray, mean: np.ndarray, std: np.ndarray, channel_major:
     return x
 
 
-#: Largest magnitude whose square (times a window's length) stays finite in float32.
-_SQUARE_SAFE = 1e15
-
-
 def standardize_windows(x: np.ndarray, channel_major: bool, eps: float = 1e-8) -> np.ndarray:
     """Standardise each window and channel of a batch in place over its ``L`` values.
 
@@ -156,24 +157,71 @@ def standardize_windows(x: np.ndarray, channel_major: bool, eps: float = 1e-8) -
     """
     if x.size == 0:
         return x
-    if float(np.max(np.abs(x))) > _SQUARE_SAFE:  # squares would overflow float32: work in float64
-        axis = 2 if channel_major else 1
-        x64 = x.astype(np.float64)
-        x64 -= x64.mean(axis=axis, keepdims=True)
-        x64 /= np.maximum(np.sqrt(np.mean(np.square(x64), axis=axis, keepdims=True)), eps)
-        x[...] = x64
-        return x
-    length = x.shape[2] if channel_major else x.shape[1]
+    batch = x.shape[0]
+    step = max(1, _CHUNK_VALUES // (x[0].size or 1))
+    for first in range(0, batch, step):  # a chunk's passes run while it is in the cache
+        part = x[first : first + step]
+        if _squares_safe(part):
+            done = _standardize_channel_major(part, eps) if channel_major else _standardize_time_major(part, eps)
+            if done:
+                continue
+        # Squares overflow float32: in float64 (from the values as given, or centred in float32 when
+        # only the centred sums overflowed, at the edge of float32's range: centring lost nothing).
+        _standardize_float64(part, 2 if channel_major else 1, eps)
+    return x
+
+
+def _squares_safe(x: np.ndarray) -> bool:
+    """Whether the sum of the squares of all of ``x`` is finite in float32: one BLAS pass.
+
+    Then every window's sum of squares is finite, and so is that of its centred values (never
+    larger, short of rounding at the edge of float32's range, which the callers check for).
+    """
+    flat = x.reshape(-1)
+    with np.errstate(over="ignore"):  # an overflow is the answer, not a problem
+        return bool(np.isfinite(np.dot(flat, flat)))
+
+
+#: Values per chunk of windows (1 MiB of float32): the chunk stays in the L2 cache across the
+#: four passes (sum, subtract, sum of squares, scale), so the batch leaves memory once.
+_CHUNK_VALUES = 1 << 18
+
+
+def _standardize_float64(x: np.ndarray, axis: int, eps: float) -> None:
+    """The float64 path, for values whose squares would overflow float32."""
+    x64 = x.astype(np.float64)
+    x64 -= x64.mean(axis=axis, keepdims=True)
+    x64 /= np.maximum(np.sqrt(np.mean(np.square(x64), axis=axis, keepdims=True)), eps)
+    x[...] = x64
+
+
+def _standardize_channel_major(x: np.ndarray, eps: float) -> bool:
+    """``(B, C, L)`` in place: rows of ``L`` contiguous values, by torch's reductions (no temporaries).
+
+    Returns ``False``, with ``x`` centred but not scaled, when a sum of squares overflowed.
+    """
+    import torch  # the loader's batches are torch tensors already; numpy's broadcasts here are slower
+
+    length = x.shape[2]
     scale = np.float32(1.0 / length)
-    if channel_major:
-        mean = x.sum(axis=2, keepdims=True)  # (B, C, 1): a contiguous reduction, numpy's fast case
-        mean *= scale
-        x -= mean
-        vecdot = getattr(np, "vecdot", None)  # numpy >= 2: a dot product per row, no temporary
-        var = vecdot(x, x) if vecdot is not None else np.einsum("bcl,bcl->bc", x, x)  # (B, C)
-        inv = _inverse_std(var, scale, eps)
-        x *= inv[:, :, None]
-        return x
+    rows = x.reshape(-1, length)  # a view: x is C-contiguous
+    values = torch.from_numpy(rows)
+    values.sub_(values.sum(1, keepdim=True).mul_(float(scale)))
+    vecdot = getattr(np, "vecdot", None)  # numpy >= 2: a dot product per row, no temporary
+    var = vecdot(rows, rows) if vecdot is not None else np.einsum("rl,rl->r", rows, rows)
+    if not np.isfinite(var).all():
+        return False
+    values.mul_(torch.from_numpy(_inverse_std(var, scale, eps))[:, None])
+    return True
+
+
+def _standardize_time_major(x: np.ndarray, eps: float) -> bool:
+    """``(B, L, C)`` in place: the sums as matrix products, numpy's slow middle-axis reductions avoided.
+
+    Returns ``False``, with ``x`` centred but not scaled, when a sum of squares overflowed.
+    """
+    length = x.shape[1]
+    scale = np.float32(1.0 / length)
     ones = np.ones((1, length), x.dtype)
     mean = np.matmul(ones, x)  # (B, 1, C)
     mean *= scale
@@ -183,9 +231,11 @@ def standardize_windows(x: np.ndarray, channel_major: bool, eps: float = 1e-8) -
         var = np.einsum("bii->bi", np.matmul(x.transpose(0, 2, 1), x)).copy()  # (B, C)
     else:
         var = np.matmul(ones, np.square(x))[:, 0]
+    if not np.isfinite(var).all():
+        return False
     inv = _inverse_std(var, scale, eps)
     wide *= np.tile(inv[:, None, :], (1, 1, repeat))
-    return x
+    return True
 
 
 def _inverse_std(sum_squares: np.ndarray, scale: np.float32, eps: float) -> np.ndarray:

@@ -17,6 +17,7 @@ from dask_windows.faults import SkippedPartition, guard_scan
 from dask_windows.index import scan_runs
 from dask_windows.memory import trim
 from dask_windows.sources import Source
+from dask_windows.sources.footers import paused_gc
 from dask_windows.spec import WindowSpec
 
 __all__ = ["check_columns", "check_windows", "scan"]
@@ -73,7 +74,14 @@ def scan(
 
     if on_error == "skip":
         read_runs, bad_rows = guard_scan(read_runs, bad_rows, source.partitions, skipped)  # type: ignore[assignment]
-    runs = scan_runs(
+    with paused_gc():  # the runs of every partition live on: see paused_gc
+        runs = _scan(source, read_runs, bad_rows, threads)
+    trim()
+    return runs
+
+
+def _scan(source: Source, read_runs: Any, bad_rows: Any, threads: int) -> list:
+    return scan_runs(
         len(source.partitions),
         read_runs,
         bad_rows,
@@ -81,8 +89,6 @@ def scan(
         source.continues,
         [p.num_rows for p in source.partitions],
     )
-    trim()
-    return runs
 
 
 def check_windows(

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dask_windows.batch import normalize_per_sample
+from dask_windows.batch import OutputPool, normalize_per_sample
 from dask_windows.buffer import Buffer, Part, permute_head, permute_tail, permute_windows, piece_rows
 from dask_windows.errors import SourceReadError
 from dask_windows.faults import REPLACEMENT_TAG
@@ -329,6 +329,7 @@ def stream(
     remaining = plan.num_windows
     carry: list[tuple] = []  # pieces of a batch begun in the previous buffer
     carried = 0
+    pool = OutputPool()  # full batches' feature arrays, reused once no caller holds them
     try:
         for built in source:
             buffer, pos, total = built.buffer, built.skip, len(built.buffer.starts)
@@ -336,7 +337,7 @@ def stream(
                 take = min(batch - carried, total - pos, remaining)
                 built.wait(pos + take)
                 starts = buffer.starts[pos : pos + take]
-                x = buffer.gatherer.features(starts)
+                x = buffer.gatherer.features(starts, pool if take == batch else None)
                 y = buffer.gatherer.targets(starts) if spec.targets else None
                 rows = buffer.global_rows(starts) if spec.return_index else None  # only yielded with the index
                 pos += take

@@ -160,7 +160,37 @@ class Resumer:
         self.pending = None  # used up by this pass
         self.progress = _Progress(epoch, world.worker, world.worker, world.num_workers, 0, 0)
         self.elastic_pass = {"epoch": epoch, "rest": {"pieces": [list(p) for p in pieces], "origin": list(origin)}}
+        self.elastic_pass["counted"] = int(state["batches"])  # for len(): the state's batches, then the rest's
         return share.pieces, origin, share.sizes
+
+    def elastic_len(
+        self, epoch: int, world_size: int, num_workers: int | None, shape: tuple[int, int, bool]
+    ) -> int | None:
+        """``len()`` of an elastic epoch: the state's ``batches`` plus this rank's batches of the rest.
+
+        ``None`` unless a loaded state of ``epoch`` resumes elastically (another world size, or
+        ``num_workers`` when known: inside a DataLoader worker) or such a pass is in progress here.
+        So, as after a plain resume, a loop yields ``len(ds) - state["batches"]`` batches.
+        """
+        from dask_windows.elastic import batches_of_rest, is_elastic
+
+        done = getattr(self, "elastic_pass", None)
+        due = self.pending is not None and self.pending["epoch"] == epoch  # a state not yet used
+        if done is not None and done["epoch"] == epoch and "counted" in done and not done.get("ended") and not due:
+            return done["counted"] + batches_of_rest(done["rest"]["pieces"], world_size, shape[1])
+        state = self.pending
+        if state is None or state["epoch"] != epoch or state["scope"] != "loader":
+            return None
+        if not is_elastic(state, world_size, num_workers):
+            return None
+        pieces, _ = self._rest(state, shape)
+        return int(state["batches"]) + batches_of_rest(pieces, world_size, shape[1])
+
+    def end_elastic(self, epoch: int) -> None:
+        """The elastic pass of ``epoch`` finished or was closed: ``len()`` is the full epoch's again."""
+        done = getattr(self, "elastic_pass", None)
+        if done is not None and done["epoch"] == epoch:
+            done["ended"] = True
 
     def _rest(self, state: dict, shape: tuple[int, int, bool]) -> tuple[list, tuple[int, int]]:
         from dask_windows.elastic import rest_from_state

@@ -107,9 +107,11 @@ def elastic_batches(
         step: Called once per batch before it is yielded (the resume count).
     """
 
+    epoch = ds.epoch  # the pass's epoch, read once: a later pass may advance the dataset's
+
     def windows() -> Iterator[tuple]:
         for rank, worker, lo, hi in pieces:
-            yield from reader_windows(ds, ds.epoch, World(rank, origin[0], worker, origin[1]), lo, hi)
+            yield from reader_windows(ds, epoch, World(rank, origin[0], worker, origin[1]), lo, hi)
 
     stream = Chunks(windows())
     try:
@@ -119,3 +121,4 @@ def elastic_batches(
             yield batch[0] if len(batch) == 1 else batch
     finally:
         stream.close()
+        ds._resumer.end_elastic(epoch)  # len() is the full epoch's again

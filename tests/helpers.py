@@ -78,3 +78,41 @@ def collect(ds, loader_kwargs: dict | None = None) -> list:
         batch = batch if isinstance(batch, (tuple, list)) else (batch,)
         out.append(tuple(b.numpy() for b in batch))
     return out
+
+
+def parquet_bytes(frame: pd.DataFrame, **write_options) -> bytes:
+    """``frame`` as the bytes of one Parquet file (``pq.write_table`` options passed through)."""
+    import io
+
+    out = io.BytesIO()
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), out, **write_options)
+    return out.getvalue()
+
+
+def s3_endpoint(bucket: str, frames: list[pd.DataFrame], encode=None, extra: dict | None = None):
+    """A real S3 endpoint (moto behind the counting proxy of ``s3proxy``) holding ``frames``.
+
+    ``frames[i]`` is ``s3://{bucket}/data/part-{i:04d}.parquet`` (written by ``encode``, default
+    ``parquet_bytes`` with row groups of 17 rows); ``extra`` maps more keys to bytes. The endpoint
+    carries ``fs`` (an ``s3fs`` client straight to moto) and ``frames``; ``close()`` it when done.
+    """
+    import s3fs
+    from s3proxy import S3Endpoint
+
+    encode = encode or (lambda frame: parquet_bytes(frame, row_group_size=17))
+    endpoint = S3Endpoint()
+    endpoint.make_bucket(bucket)
+    endpoint.fs = s3fs.S3FileSystem(**endpoint.storage_options(direct=True))
+    endpoint.frames = frames
+    for i, frame in enumerate(frames):
+        endpoint.fs.pipe(f"{bucket}/data/part-{i:04d}.parquet", encode(frame))
+    for key, data in (extra or {}).items():
+        endpoint.fs.pipe(f"{bucket}/{key}", data)
+    return endpoint
+
+
+def same_batches(a: list, b: list) -> bool:
+    """Whether two epochs of numpy-tuple batches are equal, batch by batch and tensor by tensor."""
+    return len(a) == len(b) and all(
+        len(x) == len(y) and all(np.array_equal(u, v) for u, v in zip(x, y)) for x, y in zip(a, b)
+    )

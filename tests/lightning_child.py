@@ -67,11 +67,14 @@ def trainer(epochs: int, **kwargs) -> pl.Trainer:
 def main(config: dict) -> None:
     """DDP on CPU ranks: each rank saves what it trained and validated on."""
     ds = dataset(config["data"], config["window"])
-    module = WindowDataModule(ds, split={"valid": 0.25}, num_workers=config["num_workers"])
+    workers = config["num_workers"]
+    # workers start once per loader (persistent), by fork: forkserver's fresh interpreters cost minutes here
+    extra = {"persistent_workers": True, "multiprocessing_context": "fork"} if workers else {}
+    module = WindowDataModule(ds, split={"valid": 0.25}, num_workers=workers, **extra)
     model = Recorder(config["window"])
     fit = trainer(2, strategy="ddp", devices=2)
     fit.fit(model, module)
-    out = {"len": len(module.train_set), "rank": fit.global_rank}
+    out = {"len": len(module.train_set), "rank": fit.global_rank, "windows": module.train_set.num_windows}
     for epoch in range(2):
         out[f"train{epoch}"] = [s.tolist() for e, _, s in model.seen if e == epoch]
         out[f"valid{epoch}"] = [s.tolist() for e, s in model.validated if e == epoch]

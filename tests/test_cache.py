@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import io
 import os
 import subprocess
 import sys
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from helpers import collect, make_frames, oracle_starts
+from helpers import collect, make_frames, oracle_starts, parquet_bytes, s3_endpoint, same_batches
 
 from dask_windows.dataset import WindowDataset
 from dask_windows.errors import ConfigError
@@ -20,7 +17,6 @@ from dask_windows.sources.cache import TEMP_PREFIX, RangeCache
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
 
-from s3proxy import S3Endpoint
 
 KW = dict(features=["f0", "f1"], targets=["y"], series="sid", window=8, stride=2, batch_size=16, return_index=True)
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -28,27 +24,17 @@ ROOT = os.path.dirname(HERE)
 
 
 def _parquet_bytes(frame) -> bytes:
-    out = io.BytesIO()
-    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), out, row_group_size=17)
-    return out.getvalue()
+    return parquet_bytes(frame, row_group_size=17)
 
 
 @pytest.fixture(scope="module")
 def s3():
-    import s3fs
-
-    endpoint = S3Endpoint()
-    endpoint.make_bucket("bucket")
-    endpoint.fs = s3fs.S3FileSystem(**endpoint.storage_options(direct=True))
-    endpoint.frames = make_frames(seed=5, num_files=5)
-    for i, frame in enumerate(endpoint.frames):
-        endpoint.fs.pipe(f"bucket/data/part-{i:04d}.parquet", _parquet_bytes(frame))
+    endpoint = s3_endpoint("bucket", make_frames(seed=5, num_files=5))
     yield endpoint
     endpoint.close()
 
 
-def _same(a: list, b: list) -> bool:
-    return len(a) == len(b) and all(all(np.array_equal(u, v) for u, v in zip(x, y)) for x, y in zip(a, b))
+_same = same_batches
 
 
 def _data_gets(s3) -> int:

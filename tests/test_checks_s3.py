@@ -6,14 +6,11 @@ the proxy read a request and never answer, as a hung endpoint does. Timeouts are
 
 from __future__ import annotations
 
-import io
 import json
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from helpers import make_frames, oracle_starts
+from helpers import make_frames, oracle_starts, parquet_bytes, s3_endpoint
 
 from dask_windows.dataset import WindowDataset
 from dask_windows.errors import DataError, SourceReadError
@@ -23,7 +20,7 @@ from dask_windows.sources.retry import RetryPolicy
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
 
-from s3proxy import S3Endpoint, free_port
+from s3proxy import free_port
 
 KW = dict(
     features=["f0", "f1"],
@@ -39,21 +36,13 @@ FAST = RetryPolicy(retries=2, base_delay=0.01)
 
 
 def _bytes(frame) -> bytes:
-    out = io.BytesIO()
-    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), out, write_page_checksum=True)
-    return out.getvalue()
+    return parquet_bytes(frame, write_page_checksum=True)
 
 
 @pytest.fixture(scope="module")
 def s3():
-    import s3fs
-
-    endpoint = S3Endpoint()
-    endpoint.make_bucket("checks")  # moto keeps one backend per process: a bucket of its own
-    endpoint.fs = s3fs.S3FileSystem(**endpoint.storage_options(direct=True))
-    endpoint.frames = make_frames(seed=21, num_files=4)
-    for i, frame in enumerate(endpoint.frames):
-        endpoint.fs.pipe(f"checks/data/part-{i:04d}.parquet", _bytes(frame))
+    # moto keeps one backend per process: a bucket of its own
+    endpoint = s3_endpoint("checks", make_frames(seed=21, num_files=4), encode=_bytes)
     yield endpoint
     endpoint.close()
 

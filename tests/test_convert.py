@@ -272,10 +272,15 @@ def test_manifest_write_read_validate(tmp_path):
 
 
 def _worker_baseline_bytes() -> int:
-    """RSS of a fresh process holding what a convert worker imports."""
+    """RSS of a fresh process holding what a convert worker imports.
+
+    The current RSS (``/proc/self/statm``), not ``ru_maxrss``: Linux keeps the high-water mark
+    across ``execve``, so a child of the test process reported the pytest process's own peak
+    (torch and all, about twice the imports), which doubled this test's input and its time.
+    """
     code = (
-        "import resource, distributed, dask.dataframe, dask_windows.cli.convert; "
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)"
+        "import os, distributed, dask.dataframe, dask_windows.cli.convert; "
+        "print(int(open('/proc/self/statm').read().split()[1]) * os.sysconf('SC_PAGE_SIZE'))"
     )
     env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
     return int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout)

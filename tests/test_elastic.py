@@ -213,3 +213,40 @@ def test_real_gloo_ranks_two_by_two_to_three_by_zero(root, tmp_path):
     one = resume(root, torch.load(state, weights_only=True), 1, 1)[0]
     union = np.concatenate([b["index"] for b in before] + [windows(one)])
     assert len(np.unique(union)) == len(union) and np.array_equal(np.sort(union), full)
+
+
+@pytest.mark.parametrize("taken", [3, 23])
+def test_len_is_the_states_batches_plus_what_the_rank_yields(root, taken):
+    """As after a plain resume, a loop over the elastic epoch yields ``len(ds) - state["batches"]``."""
+    state, _ = interrupted(root, taken)
+    full = {w: len(open_dataset(root, rank=0, world_size=w, **SETTINGS)) for w in (1, 3)}
+    for world_size, num_workers in ((3, 0), (1, 1), (3, 2)):
+        for r in range(world_size):
+            ds = open_dataset(root, rank=r, world_size=world_size, **SETTINGS)
+            ds.load_state_dict(state)
+            ds.set_epoch(EPOCH)
+            loader = DataLoader(ds, batch_size=None, num_workers=num_workers)
+            counted = len(loader)
+            seen = []
+            for _ in loader:
+                seen.append(len(ds))  # during the pass too (the main process's count with workers)
+            assert len(seen) == counted - taken
+            assert set(seen) == {counted} and counted != full[world_size]
+            if num_workers == 0:  # the pass is over; with workers the state stays until set_epoch
+                assert len(ds) == full[world_size]
+            ds.set_epoch(EPOCH + 1)
+            assert len(ds) == full[world_size] == len(list(ds))
+    # a second restart in the same epoch: the state records the rest; the same rule holds
+    first = open_dataset(root, rank=0, world_size=3, **SETTINGS)
+    first.load_state_dict(state)
+    it = iter(first)
+    for _ in range(2):
+        next(it)
+    second = first.state_dict()
+    it.close()
+    for r in range(2):
+        ds = open_dataset(root, rank=r, world_size=2, **SETTINGS)
+        ds.load_state_dict(second)
+        counted = len(ds)
+        assert len(list(ds)) == counted - second["batches"]
+        assert len(ds) == len(open_dataset(root, rank=r, world_size=2, **SETTINGS))

@@ -138,3 +138,44 @@ def test_a_different_series_column_is_scanned(tmp_path):
     plain = ParquetSource(str(tmp_path))
     _assert_same_runs(told.read_runs(0, "a"), _base_runs(plain, 0, "a"))
     assert len(told._tail_runs) == 3  # kept for the column it was told
+
+
+def test_paused_gc_restores_the_collector_also_on_errors():
+    import gc
+
+    from dask_windows.sources.footers import paused_gc
+
+    before = gc.get_threshold()
+    with paused_gc():
+        assert gc.get_threshold()[:2] == before[:2] and gc.get_threshold()[2] >= 10**9
+        assert gc.isenabled()  # young collections still run
+    assert gc.get_threshold() == before
+    with pytest.raises(KeyError), paused_gc():
+        raise KeyError("inside")
+    assert gc.get_threshold() == before
+
+
+def test_local_listing_equals_fsspec_find(tmp_path):
+    """The scandir listing of a local folder: the files fsspec's find gives, with their sizes,
+    nested folders, hidden files and a symbolic link included; its stat is each file's identity."""
+    import os
+
+    import fsspec
+
+    from dask_windows.sources import identity
+    from dask_windows.sources.footers import _local_find
+
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "_hidden").mkdir()
+    for name, size in [("x.parquet", 3), ("a/y.parquet", 5), ("a/b/z.PARQUET", 7), ("_hidden/h", 1), (".crc", 2)]:
+        (tmp_path / name).write_bytes(b"1" * size)
+    os.symlink(tmp_path / "x.parquet", tmp_path / "a" / "link.parquet")
+    fs = fsspec.filesystem("file")
+    root = fs._strip_protocol(str(tmp_path))
+    want = fs.find(root, detail=True)
+    got = _local_find(fs, root)
+    assert sorted(got) == sorted(want)
+    assert {p: i["size"] for p, i in got.items()} == {p: i["size"] for p, i in want.items()}
+    for path, info in got.items():
+        assert identity.local_from_listing(info) == identity.local(path)
+    assert _local_find(fs, root + "/x.parquet") is None  # a file: fsspec's own find

@@ -76,9 +76,11 @@ def test_mid_epoch_resume_from_a_lightning_checkpoint(data, tmp_path, num_worker
         assert np.array_equal(a, b)
 
 
-def test_ddp_two_cpu_ranks_get_equal_disjoint_batches(data, tmp_path):
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_ddp_two_cpu_ranks_get_equal_disjoint_batches(data, tmp_path, num_workers):
+    """Two gloo ranks, each with 0 or 2 DataLoader workers (forked, persistent: started once per loader)."""
     root, _ = data
-    config = {"data": root, "window": WINDOW, "num_workers": 0, "out": str(tmp_path)}
+    config = {"data": root, "window": WINDOW, "num_workers": num_workers, "out": str(tmp_path)}
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(CHILD)), OMP_NUM_THREADS="1")
     out = subprocess.run([sys.executable, CHILD, json.dumps(config)], capture_output=True, text=True, env=env,
                          timeout=600, cwd=str(tmp_path))  # fmt: skip
@@ -91,6 +93,8 @@ def test_ddp_two_cpu_ranks_get_equal_disjoint_batches(data, tmp_path):
         shares = [np.concatenate(b) for b in batches]
         assert not set(shares[0].tolist()) & set(shares[1].tolist())  # disjoint windows
         assert len(np.unique(shares[0])) == len(shares[0])
+        windows = ranks[0]["windows"]  # every window once, less the last few that do not divide evenly
+        assert len(np.concatenate(shares)) == windows - windows % 2
         valid = [np.concatenate(r[f"valid{epoch}"]) for r in ranks]
         assert not set(valid[0].tolist()) & set(valid[1].tolist())
     orders = [np.concatenate(ranks[0][f"train{e}"]) for e in range(2)]

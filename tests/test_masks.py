@@ -373,3 +373,25 @@ def test_subsequence_mask_can_be_captured_in_a_cuda_graph() -> None:
     graph.replay()
     torch.cuda.synchronize()
     assert captured.shape == x.shape and not torch.equal(first, captured)
+
+
+def test_positions_in_float64_past_float32_exactness(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches of 2**24 slots or more count positions in float64: same statistics."""
+    assert masks._position_dtype(2**24 - 1) == torch.float32 and masks._position_dtype(2**24) == torch.float64
+    monkeypatch.setattr(masks, "_position_dtype", lambda slots: torch.float64)
+    r, lm = 0.15, 3.0
+    m = subsequence_mask(_batch((512, 4, 256)), r=r, lm=lm, generator=_seeded(21)).numpy()
+    assert abs(m.mean() - r) < 6 * _chain_stationary_se(r, lm, m.size)
+    now, after = m[..., :-1], m[..., 1:]
+    assert 1 / ((now & ~after).sum() / now.sum()) == pytest.approx(lm, rel=0.03)
+    assert 1 / ((~now & after).sum() / (~now).sum()) == pytest.approx(lm * (1 - r) / r, rel=0.03)
+
+
+def test_cpu_random_words_follow_and_advance_the_generator() -> None:
+    generator = _seeded(5)
+    first, second = (masks._random_words((64, 3), torch.device("cpu"), generator) for _ in range(2))
+    assert not torch.equal(first, second)  # the generator advanced
+    again = masks._random_words((64, 3), torch.device("cpu"), _seeded(5))
+    assert torch.equal(first, again) and first.dtype == torch.int64 and first.shape == (64, 3)
+    bits = first.view(-1).numpy().view(np.uint64)
+    assert 0.4 < np.unpackbits(bits.view(np.uint8)).mean() < 0.6

@@ -145,6 +145,7 @@ def test_dataloader_workers_yield_the_same_batches(members, expected):
     mixture = make(members)
     mixture.set_epoch(1)
     single = [tuple(t.numpy().tobytes() for t in b) for b in mixture]
+    mixture.set_epoch(1)  # each pass takes the next epoch unless set_epoch pins it
     loader = torch.utils.data.DataLoader(mixture, batch_size=None, num_workers=2)
     got = [tuple(t.numpy().tobytes() for t in b) for b in loader]
     assert sorted(got) == sorted(single) and len(got) == len(mixture)
@@ -157,6 +158,42 @@ def test_dataloader_workers_yield_the_same_batches(members, expected):
         for b in torch.utils.data.DataLoader(fresh, batch_size=None, num_workers=2)
     ]
     assert rest == got[5:]
+
+
+def pairs_of(batches: list) -> list[tuple[int, int]]:
+    label, index = flat(batches)
+    return sorted(zip(label.tolist(), index.tolist()))
+
+
+# Persistent workers iterate their copies once per pass (spawned ones: tests/test_epochs.py).
+PERSISTENT = {"num_workers": 2, "persistent_workers": True}
+
+
+@pytest.mark.parametrize("loader", [{"num_workers": 0}, {"num_workers": 2}, PERSISTENT])
+def test_each_pass_takes_the_next_epoch_and_workers_agree(members, expected, loader):
+    """Like a WindowDataset: pass k is epoch k in every worker; set_epoch and load_state_dict still win."""
+    mixture = make(members)
+    it = torch.utils.data.DataLoader(mixture, batch_size=None, **loader)
+    passes = [list(it) for _ in range(3)]
+    for epoch, got in enumerate(passes):
+        want_label, want_index = expected[epoch]
+        assert len(got) == len(mixture)
+        if loader["num_workers"] == 0:  # the exact order
+            assert np.array_equal(flat(got)[0], want_label) and np.array_equal(flat(got)[1], want_index)
+        # one epoch's windows, each position once: the workers of the pass agreed on the epoch
+        assert pairs_of(got) == sorted(zip(want_label.tolist(), want_index.tolist()))
+    assert pairs_of(passes[0]) != pairs_of(passes[1]) != pairs_of(passes[2])
+    assert mixture.epoch == 2
+    mixture.set_epoch(1)
+    assert pairs_of(list(it)) == pairs_of(passes[1])  # set_epoch pins the next pass
+    assert pairs_of(list(it)) == pairs_of(passes[2])  # and the passes count on from there
+    state = _state_after(members, 3, 5)
+    mixture.load_state_dict(state)  # the next pass is the rest of epoch 3, in the uninterrupted order
+    # (a new loader: persistent workers keep the copies they were started with, states included)
+    rest = list(torch.utils.data.DataLoader(mixture, batch_size=None, num_workers=loader["num_workers"]))
+    want_label, want_index = expected[3]
+    assert len(rest) == len(mixture) - 5
+    assert pairs_of(rest) == sorted(zip(want_label[5 * BATCH :].tolist(), want_index[5 * BATCH :].tolist()))
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
@@ -260,7 +297,9 @@ def test_elastic_resume_from_two_ranks_with_two_workers(members, expected, world
     for r in range(world_size):
         fresh = make(members, rank=r, world_size=world_size)
         fresh.load_state_dict(state)
+        counted = len(fresh)  # as after a plain resume: the state's batches, then this rank's of the rest
         after.append(list(torch.utils.data.DataLoader(fresh, batch_size=None, num_workers=num_workers)))
+        assert len(after[-1]) == counted - taken and counted != len(make(members, rank=r, world_size=world_size))
     assert len({len(a) for a in after}) == 1
     pairs = [(int(m), int(i)) for b in before + [b for a in after for b in a] for m, i in zip(b[2], b[1])]
     assert len(pairs) == PER_EPOCH  # 600 windows, 2 ranks: none left out

@@ -114,3 +114,23 @@ def test_sample_normalisation_through_the_dataset(data):
     ):
         np.testing.assert_array_equal(rows, rows0)
         np.testing.assert_allclose(x, _windows_reference(x0, False), rtol=1e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("channel_major", [True, False])
+def test_windows_standardised_chunk_by_chunk_like_the_reference(monkeypatch, channel_major):
+    """Batches longer than a chunk: every chunk, the last one short, and a chunk of huge values
+    (the float64 path) between ordinary ones, each equal to the reference."""
+    import dask_windows.normalize as normalize
+
+    monkeypatch.setattr(normalize, "_CHUNK_VALUES", 3 * 2 * 50)  # three windows of (2, 50) per chunk
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((10, 2, 50)) * rng.uniform(0.5, 20, (10, 2, 1)) + 60).astype(np.float32)
+    x[4, 1] *= np.float32(1e30)  # chunk 1 (windows 3-5): squares overflow float32
+    x[9, 0] = -2.5  # the last, one-window chunk: constant, becomes zeros
+    if not channel_major:
+        x = np.ascontiguousarray(x.transpose(0, 2, 1))
+    want = _windows_reference(x, channel_major)
+    got = standardize_windows(x.copy(), channel_major)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-4)
+    assert np.isfinite(got).all()
+    assert (got[9, 0] == 0).all() if channel_major else (got[9, :, 0] == 0).all()

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from helpers import collect, make_frames, oracle_starts, write_parquet
+from helpers import collect, make_frames, oracle_starts, parquet_bytes, s3_endpoint, same_batches, write_parquet
 
 from dask_windows.dataset import WindowDataset
 from dask_windows.errors import SourceReadError
@@ -23,37 +23,23 @@ from dask_windows.sources.retry import RetryPolicy
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
 
-from s3proxy import S3Endpoint
 
 KW = dict(features=["f0", "f1"], targets=["y"], series="sid", window=8, stride=2, batch_size=16, return_index=True)
 FAST = RetryPolicy(retries=3, base_delay=0.01)
 
 
 def _parquet_bytes(frame) -> bytes:
-    out = io.BytesIO()
-    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), out, row_group_size=17)
-    return out.getvalue()
+    return parquet_bytes(frame, row_group_size=17)
 
 
 @pytest.fixture(scope="module")
 def s3():
-    import s3fs
-
-    endpoint = S3Endpoint()
-    endpoint.make_bucket("bucket")
-    endpoint.fs = s3fs.S3FileSystem(**endpoint.storage_options(direct=True))
-    endpoint.frames = make_frames(seed=3, num_files=5)
-    for i, frame in enumerate(endpoint.frames):
-        endpoint.fs.pipe(f"bucket/data/part-{i:04d}.parquet", _parquet_bytes(frame))
-    endpoint.fs.pipe("bucket/data/_SUCCESS", b"")
+    endpoint = s3_endpoint("bucket", make_frames(seed=3, num_files=5), extra={"data/_SUCCESS": b""})
     yield endpoint
     endpoint.close()
 
 
-def _same(a: list, b: list) -> bool:
-    return len(a) == len(b) and all(
-        len(x) == len(y) and all(np.array_equal(u, v) for u, v in zip(x, y)) for x, y in zip(a, b)
-    )
+_same = same_batches
 
 
 def _starts(batches: list) -> np.ndarray:

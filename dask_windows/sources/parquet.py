@@ -54,6 +54,7 @@ from dask_windows.sources.cache import split_merged
 from dask_windows.sources.footers import (
     Footer,
     list_files,
+    paused_gc,
 )
 from dask_windows.sources.parquet_manifest import ParquetManifest
 from dask_windows.sources.parquet_open import ParquetOpening
@@ -98,6 +99,7 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
 
     cache: Any = None  # the RangeCache of cache_dir=, if any
 
+    @paused_gc()  # a few lasting objects per file: see paused_gc
     def __init__(
         self,
         data: Any,
@@ -364,8 +366,11 @@ def _pack_runs(runs: tuple) -> Any:
     """``(starts, lengths, keys)`` as one ``(3, R)`` int64 array when the keys are integers: one array
     per file instead of three (kept for every small file between open and the series scan)."""
     starts, lengths, keys = runs
-    if np.asarray(keys).dtype.kind in "iu" and np.asarray(keys).dtype.itemsize <= 8:
-        return (np.stack([starts, lengths, keys]).astype(np.int64), np.asarray(keys).dtype)
+    keys = np.asarray(keys)
+    if keys.dtype.kind in "iu" and keys.dtype.itemsize <= 8:
+        packed = np.empty((3, len(keys)), np.int64)
+        packed[0], packed[1], packed[2] = starts, lengths, keys  # uint64 keys wrap, as astype did
+        return packed, keys.dtype
     return runs
 
 

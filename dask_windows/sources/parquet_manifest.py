@@ -107,7 +107,7 @@ class ParquetManifest:
         from dask_windows.sources import identity
 
         if self.local:
-            return {path: identity.local(path) for path in self.files}
+            return {path: identity.local_from_listing(listed.get(path)) or identity.local(path) for path in self.files}
         return {path: identity.from_info(listed.get(path)) for path in self.files}
 
     def _open_cache(self, cache_dir: Any, cache_bytes: int | None) -> tuple[Any, dict[str, str]]:
