@@ -16,6 +16,10 @@ Then the same stream through a DataLoader with 0, 1 and 2 worker processes, and 
 RSS of streaming a dataset and one four times as large (separate processes).
 ``--only normalisation`` prints windows/s with no, global and per-window normalisation
 against the 0.1 per-batch arithmetic, in alternating rounds.
+``--only pieces`` prints windows/s and peak RSS of the default piece order against
+``pieces_per_partition=1`` (the 0.1 order, whole partitions) for short and long windows
+(L=32 stride 8, L=64 stride 16, L=512 stride 1; B=64..256) over one long series in
+Parquet files of 8 row groups, alternating rounds, ratios from the same run.
 
 Last, page checksums: the same rows written with page CRCs, read with verification on
 (the default) and off, as partition reads (MB/s of decoded columns) and as loader windows/s.
@@ -23,6 +27,7 @@ Last, page checksums: the same rows written with page CRCs, read with verificati
     python benchmarks/bench_loader.py [--partitions 4] [--seconds 3]
     python benchmarks/bench_loader.py --only normalisation --partitions 2 --seconds 3
     python benchmarks/bench_loader.py --crc-only --partitions 2 --seconds 4
+    python benchmarks/bench_loader.py --only pieces --partitions 4 --seconds 2
     python benchmarks/bench_loader.py --only workers --partitions 2 --seconds 2
 
 ``--only workers`` prints windows/s with num_workers=0/1/2 (batches in reused shared slots,
@@ -305,10 +310,20 @@ def main() -> None:
     parser.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "dask_windows_bench"))
     parser.add_argument("--rss-child", help=argparse.SUPPRESS)
     parser.add_argument("--crc-only", action="store_true", help="only the page checksum on/off figures")
-    parser.add_argument("--only", choices=["all", "normalisation", "workers"], default="all", help="which figures")
+    parser.add_argument(
+        "--only", choices=["all", "normalisation", "workers", "pieces"], default="all", help="which figures"
+    )
+    parser.add_argument("--pieces-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rss_child:
         stream_rss(args.rss_child)
+        return
+    if args.pieces_child:
+        pieces_child(args.pieces_child)
+        return
+    if args.only == "pieces":
+        torch.set_num_threads(1)
+        pieces_rows(args.dir, args.partitions, args.seconds)
         return
     if args.crc_only:
         print_crc_rates(args.dir, args.partitions, args.seconds)
@@ -348,6 +363,122 @@ def main() -> None:
         f"ratio {r4['peak_rss_mib'] / r1['peak_rss_mib']:.3f} (goal <= 1.15)"
     )
     print_crc_rates(args.dir, args.partitions, args.seconds)
+
+
+PIECE_ROWS = 1_000_000  # rows per file of the pieces comparison (8 row groups each)
+PIECE_CPU: list[float] = []  # windows per CPU second of each pieces_stream call, in order
+PIECE_CASES = ((32, 8, 64), (32, 8, 256), (64, 16, 128), (512, 1, 256))  # (L, stride, B)
+
+
+def write_series(root: str, partitions: int, seed: int = 0) -> None:
+    """One long random-walk series cut into files in time order, 8 row groups each."""
+    os.makedirs(root, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for p in range(partitions):
+        path = os.path.join(root, f"part-{p:05d}.parquet")
+        if os.path.exists(path):
+            continue
+        cols = {f"f{c}": np.cumsum(rng.standard_normal(PIECE_ROWS), dtype=np.float32) for c in range(C)}
+        pq.write_table(pa.table(cols), path, row_group_size=PIECE_ROWS // 8)
+
+
+def pieces_dataset(root: str, case: tuple, ppp: int | None) -> dw.WindowDataset:
+    window, stride, batch = case
+    return dw.WindowDataset(
+        root, features=[f"f{c}" for c in range(C)], window=window, stride=stride, batch_size=batch,
+        shuffle=True, seed=0, pieces_per_partition=ppp,
+    )  # fmt: skip
+
+
+def row_group_reads(ds: dw.WindowDataset) -> int:
+    """Row groups decoded in one epoch: each read of a buffer's pieces of a file decodes those covering them."""
+    from dask_windows.blocks import merge_rows
+    from dask_windows.buffer import piece_units, unit_rows
+    from dask_windows.world import World
+
+    size = PIECE_ROWS // 8
+    total = 0
+    for unit in piece_units(ds._plan(World())):
+        blocks = merge_rows(unit_rows(ds.grid, unit, ds.spec.span))
+        total += len({g for a, b in blocks for g in range(a // size, (b - 1) // size + 1)})
+    return total
+
+
+def pieces_stream(
+    root: str, case: tuple, ppp: int | None, seconds: float, fresh_peak: bool = False
+) -> tuple[float, int]:
+    """``(windows/s, pieces per partition)`` streaming epochs of ``case`` for about ``seconds``, first batch excluded
+    (windows per CPU second appended to ``PIECE_CPU``).
+
+    ``fresh_peak``: reset the process's peak RSS after opening (the scan at open reads every file
+    once, whatever the order), so that the peak is the stream's.
+    """
+    batch = case[2]
+    ds = pieces_dataset(root, case, ppp)
+    if fresh_peak:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # Linux: VmHWM := VmRSS
+    it = iter(ds)
+    next(it)
+    n, epoch, t0, c0 = 0, 0, time.perf_counter(), time.process_time()
+    while time.perf_counter() - t0 < seconds:
+        for _ in it:
+            n += 1
+            if time.perf_counter() - t0 > seconds:
+                break
+        else:
+            epoch += 1
+            ds.set_epoch(epoch)
+            it = iter(ds)
+    PIECE_CPU.append(n * batch / (time.process_time() - c0))  # windows per CPU second, both threads
+    return n * batch / (time.perf_counter() - t0), ds.spec.pieces_per_partition
+
+
+def pieces_child(arg: str) -> None:
+    """Child mode: stream ``case`` for the seconds given, print the stream's peak RSS in MiB as JSON."""
+    root, window, stride, batch, ppp, seconds = arg.split(",")
+    case = (int(window), int(stride), int(batch))
+    rate_, _ = pieces_stream(root, case, None if ppp == "default" else int(ppp), float(seconds), fresh_peak=True)
+    with open("/proc/self/status") as f:
+        peak = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+    print(json.dumps({"rate": rate_, "peak_rss_mib": peak}))
+
+
+def pieces_rows(directory: str, partitions: int, seconds: float, rounds: int = 2) -> None:
+    """Default piece order against ``pieces_per_partition=1`` (the 0.1 order), same run, alternating."""
+    root = os.path.join(directory, f"series{partitions}x{PIECE_ROWS}")
+    write_series(root, partitions)
+    print(
+        f"pieces: one series, {partitions} x {PIECE_ROWS:,}-row Parquet files of 8 row groups, C={C}, shuffled, "
+        f"{rounds} alternating rounds of {seconds:.0f} s (best); load {os.getloadavg()[0]:.2f}"
+    )
+    for case in PIECE_CASES:
+        rates: dict[str, list[float]] = {"default": [], "1": []}
+        cpu: dict[str, list[float]] = {"default": [], "1": []}
+        ppp = 1
+        for _ in range(rounds):
+            for mode in rates:
+                value, k = pieces_stream(root, case, None if mode == "default" else 1, seconds)
+                rates[mode].append(value)
+                cpu[mode].append(PIECE_CPU[-1])
+                ppp = k if mode == "default" else ppp
+        rss = {}
+        for mode in rates:
+            arg = ",".join(map(str, (root, *case, mode, seconds)))
+            out = subprocess.run(
+                [sys.executable, __file__, "--pieces-child", arg], capture_output=True, text=True, check=True
+            )
+            rss[mode] = json.loads(out.stdout.strip().splitlines()[-1])["peak_rss_mib"]
+        best = {mode: max(r) for mode, r in rates.items()}
+        reads = {mode: row_group_reads(pieces_dataset(root, case, None if mode == "default" else 1)) for mode in rates}
+        print(
+            f"  L={case[0]:<3} stride {case[1]:<2} B={case[2]:<3} default (k={ppp:<3}) {best['default']:>10,.0f} windows/s "
+            f"{rss['default']:4.0f} MiB | k=1 {best['1']:>10,.0f} windows/s {rss['1']:4.0f} MiB | "
+            f"ratio {best['default'] / best['1']:.2f}x (goal >= 0.8), per CPU second "
+            f"{max(cpu['default']) / max(cpu['1']):.2f}x  RSS {rss['default'] / rss['1']:.3f}x (goal <= 1)  "
+            f"row groups decoded/epoch {reads['default']} vs {reads['1']}"
+        )
+    print(f"  load after: {os.getloadavg()[0]:.2f}")
 
 
 def write_crc_dataset(root: str, partitions: int, seed: int = 0) -> None:

@@ -5,9 +5,11 @@ the rows from its first window's start to its last window's end
 (``piece_rows``), so a piece carries the halo its last windows need and
 nothing else. ``decode`` turns a piece's columns into the arrays the gather
 wants (features channel-major for ``NCL``); it runs on the prefetch thread so
-the conversion overlaps the training step. ``Buffer`` concatenates the
-pieces of one plan group (many partitions' worth of places, about
-``buffer_partitions`` partitions' worth of rows), lists the start rows of the group's windows
+the conversion overlaps the training step, and ``decode_pieces`` does it once
+for all of a partition's pieces in a buffer (``blocks``), into the buffer's one
+array when the reader provides it. ``Buffer`` holds the pieces of one plan
+group (many partitions' worth of places, about ``buffer_partitions``
+partitions' worth of rows; joined only when not decoded in place), lists the start rows of the group's windows
 (O(windows in the buffer)) and permutes them (``permute_windows``: a head of
 ``HEAD`` positions drawn first, so the first batches need not wait for the
 whole shuffle). ``stream`` (in ``pipeline``) walks a reader's plan, buffer by
@@ -23,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from dask_windows.batch import Gatherer
-from dask_windows.checks import bad_value_rows, value_problem
+from dask_windows.blocks import decode_blocks, segment_starts
+from dask_windows.checks import value_problem
 from dask_windows.errors import DataError
 from dask_windows.faults import replacement_picks
 from dask_windows.index import WindowGrid
@@ -37,6 +40,7 @@ __all__ = [
     "Buffer",
     "Part",
     "decode",
+    "decode_pieces",
     "permute_head",
     "permute_tail",
     "permute_windows",
@@ -46,8 +50,9 @@ __all__ = [
     "unit_rows",
 ]
 
-_CHUNK = 1 << 18  # windows whose starts are computed at once
 HEAD = 4096  # leading positions of a buffer's permutation drawn before the rest (see permute_head)
+
+_CHUNK = 1 << 18  # windows whose starts are computed at once
 
 
 @dataclass
@@ -62,6 +67,11 @@ class Part:
         nan_x: Rows where a feature is NaN (only computed with ``nan="raise"``).
         nan_y: Rows where a target is NaN.
         row0: Partition row of the part's first row (a piece starts inside its partition).
+        blocks: ``(m, 2)`` int64 ``[partition row, part row]`` where each of the part's row blocks
+            begins, when it holds several disjoint row ranges laid end to end (``decode_pieces``);
+            ``None``: one block, ``[[row0, 0]]``.
+        arena: ``(x, y, row)`` when ``x`` and ``y`` are views of arrays shared by a buffer's parts,
+            from ``row`` on (``reading.BufferArena``): a buffer of parts tiling them uses them as they are.
     """
 
     index: int
@@ -71,6 +81,12 @@ class Part:
     nan_x: np.ndarray
     nan_y: np.ndarray
     row0: int = 0
+    blocks: np.ndarray | None = None
+    arena: tuple | None = None
+
+    def block_table(self) -> np.ndarray:
+        """``(m, 2)`` ``[partition row, part row]`` where each block begins."""
+        return np.array([[self.row0, 0]], np.int64) if self.blocks is None else self.blocks
 
 
 def piece_rows(grid: WindowGrid, segment: Segment, span: int) -> tuple[int, int]:
@@ -125,42 +141,51 @@ def decode(
     scale: tuple[np.ndarray, np.ndarray] | None = None,
     row0: int = 0,
     y_dtype: type | None = None,
-    out: tuple[np.ndarray, np.ndarray | None] | None = None,
 ) -> Part:
     """Stack a piece's columns (partition rows from ``row0``) into the buffer layout (one copy per
     column), standardised with ``scale = (mean, std)`` per feature when given.
 
     ``y_dtype`` is the dataset's one target dtype (``checks.output_dtype``, from the schema at
-    open); ``None`` decides it from this piece's columns. ``out``: ``(x, y)`` arrays to write into
-    (the piece's place in its buffer, see ``pipeline``), used when their shape and dtype fit.
+    open); ``None`` decides it from this piece's columns.
     """
-    feats = [columns[c] for c in spec.features]
-    rows = len(feats[0])
+    return decode_pieces(index, name, [columns], [row0], spec, scale, y_dtype)
+
+
+def decode_pieces(
+    index: int,
+    name: str,
+    pieces: list[dict],
+    rows0: list[int] | np.ndarray,
+    spec: WindowSpec,
+    scale: tuple[np.ndarray, np.ndarray] | None = None,
+    y_dtype: type | None = None,
+    arena: tuple | None = None,
+) -> Part:
+    """Decode disjoint row ranges of one partition (``pieces[i]`` from partition row ``rows0[i]``, in
+    row order) into one ``Part`` holding them end to end: a few numpy calls per column in all
+    (``blocks.decode_blocks``), so many small pieces cost about what one large piece costs.
+
+    ``arena = (x, y, row)``: write into rows ``row ..`` of a buffer's shared arrays when they fit.
+    """
+    if spec.targets and y_dtype is None:
+        y_dtype = _target_dtype([p[c] for p in pieces[:1] for c in spec.targets])
     channel_major = spec.layout == "NCL"
-    shape = (len(feats), rows) if channel_major else (rows, len(feats))
-    fits = out is not None and out[0].shape == shape and out[0].dtype == np.float32
-    x = out[0] if fits and out is not None else np.empty(shape, np.float32)
-    for c, values in enumerate(feats):
-        if channel_major:
-            x[c] = values
-        else:
-            x[:, c] = values
+    out = None
+    if arena is not None:
+        rows = sum(len(p[spec.features[0]]) for p in pieces)
+        base_x, base_y, at = arena
+        out = (base_x[:, at : at + rows] if channel_major else base_x[at : at + rows], None)
+        out = (out[0], None if base_y is None else base_y[:, at : at + rows])
+    x, y, nan_x, nan_y, offsets = decode_blocks(
+        pieces, spec.features, spec.targets, channel_major, spec.nan == "raise", y_dtype or np.float32, out
+    )
+    if out is None or x is not out[0]:
+        arena = None
     if scale is not None:
         standardize(x, *scale, channel_major)
-    y: np.ndarray | None = None
-    if spec.targets:
-        targ = [columns[c] for c in spec.targets]
-        dtype = y_dtype or _target_dtype(targ)
-        into = out[1] if out is not None else None
-        fit = into is not None and into.shape == (len(targ), rows) and into.dtype == dtype
-        y = into if fit and into is not None else np.empty((len(targ), rows), dtype)
-        for t, values in enumerate(targ):
-            with np.errstate(invalid="ignore"):  # NaN rows of an int target: in no window (nan= policy)
-                y[t] = values
-    check = spec.nan == "raise"
-    nan_x = bad_value_rows({c: columns[c] for c in spec.features}) if check else np.zeros(0, np.int64)
-    nan_y = bad_value_rows({c: columns[c] for c in spec.targets}) if check else np.zeros(0, np.int64)
-    return Part(index, name, x, y, nan_x, nan_y, row0)
+    rows0 = np.asarray(rows0, np.int64)
+    blocks = None if len(pieces) == 1 else np.stack([rows0, offsets[:-1]], axis=1)  # (m, 2)
+    return Part(index, name, x, y, nan_x, nan_y, int(rows0[0]), blocks, arena)
 
 
 class Buffer:
@@ -173,9 +198,6 @@ class Buffer:
         row_offsets: ``(P,)`` global row of each partition's first row.
         spec: Window settings.
         scale: ``(mean, std)`` per feature for global standardisation, or ``None``.
-        assembled: ``(x, y, part_offsets)`` when the parts are views of one array already
-            (``pipeline`` copies each piece into place as it arrives); ``part_offsets`` is
-            ``(parts+1,)``, the buffer row where each part begins and the buffer's end.
     """
 
     def __init__(
@@ -186,35 +208,43 @@ class Buffer:
         row_offsets: np.ndarray,
         spec: WindowSpec,
         scale: tuple[np.ndarray, np.ndarray] | None = None,
-        assembled: tuple[np.ndarray, np.ndarray | None, np.ndarray] | None = None,
     ) -> None:
-        channel_major = spec.layout == "NCL"
-        axis = 1 if channel_major else 0
-        if assembled is not None:  # the pieces already sit in one array (views of it): no concatenation
-            x, y, self.part_offsets = assembled
+        axis = 1 if spec.layout == "NCL" else 0
+        # A part serving several segments (one decode of a partition's pieces) is held once.
+        unique: dict[int, int] = {}  # id(part) -> its number among the distinct parts
+        held: list[Part] = []
+        for part in parts:
+            if id(part) not in unique:
+                unique[id(part)] = len(held)
+                held.append(part)
+        offsets = np.cumsum([0, *(p.x.shape[axis] for p in held)])  # (held+1,) buffer row of each part
+        shared = _shared_arena(held, offsets, axis)
+        if shared is not None:  # the parts were decoded into one buffer's arrays: nothing to join
+            x, y = shared
         else:
-            x = parts[0].x if len(parts) == 1 else np.concatenate([p.x for p in parts], axis=axis)
+            x = held[0].x if len(held) == 1 else np.concatenate([p.x for p in held], axis=axis)
             y = None
             if spec.targets:
-                y = parts[0].y if len(parts) == 1 else np.concatenate([p.y for p in parts], axis=1)
-            sizes = [p.x.shape[axis] for p in parts]
-            self.part_offsets = np.cumsum([0, *sizes])  # (parts+1,) buffer row where each part begins
-        self.part_rows = np.array(
-            [row_offsets[seg.partition] + part.row0 for part, seg in zip(parts, segments)], dtype=np.int64
-        )  # (parts,) dataset row of each part's first row
+                y = held[0].y if len(held) == 1 else np.concatenate([p.y for p in held], axis=1)
+        tables = [p.block_table() for p in held]  # per part (m, 2) [partition row, part row] of its blocks
+        self.part_offsets = np.concatenate(
+            [*(t[:, 1] + o for t, o in zip(tables, offsets)), offsets[-1:]]
+        )  # (blocks+1,) buffer row where each block begins, then the total
+        partition_of = {id(part): seg.partition for part, seg in zip(parts, segments)}
+        self.part_rows = np.concatenate(
+            [t[:, 0] + row_offsets[partition_of[id(p)]] for t, p in zip(tables, held)]
+        ).astype(np.int64)  # (blocks,) dataset row of each block's first row
         # One allocation for the buffer's window starts; int32 halves it when rows allow.
         dtype = np.int32 if self.part_offsets[-1] < 2**31 else np.int64
         self.starts = np.empty(sum(seg.num_windows for seg in segments), dtype)  # (windows,) buffer rows
-        at = 0
-        for part, seg, offset in zip(parts, segments, self.part_offsets):
-            first, counts = grid.first[seg.partition], grid.counts[seg.partition]
-            for lo in range(seg.lo, seg.hi, _CHUNK):  # chunks keep int64 temporaries small
-                rows = window_starts(first, counts, grid.stride, lo, min(lo + _CHUNK, seg.hi))
-                rows -= part.row0
-                _check_nan(part, rows, spec)
-                rows += offset
-                self.starts[at : at + len(rows)] = rows
-                at += len(rows)
+        at, run = 0, 0
+        while run < len(parts):  # consecutive segments of one part: their starts in one pass
+            end = run + 1
+            while end < len(parts) and parts[end] is parts[run]:
+                end += 1
+            k = unique[id(parts[run])]
+            at = _fill_starts(self.starts, at, parts[run], segments[run:end], grid, spec, int(offsets[k]), tables[k])
+            run = end
         self.gatherer = Gatherer(x, y, spec.window, spec.horizon, spec.layout, *(scale or (None, None)))
         self.nbytes = x.nbytes + (0 if y is None else y.nbytes) + self.starts.nbytes
 
@@ -269,8 +299,68 @@ def permute_windows(starts: np.ndarray, rng: np.random.Generator) -> None:
     permute_tail(starts, rng, permute_head(starts, rng))
 
 
-def _check_nan(part: Part, rows: np.ndarray, spec: WindowSpec) -> None:
-    """Raise ``DataError`` if a window at partition rows ``rows`` holds a NaN it would yield."""
+def _shared_arena(held: list[Part], offsets: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """The arrays that ``held`` were decoded into, when they tile them exactly in order; else ``None``."""
+    if held[0].arena is None:
+        return None
+    base_x, base_y, _ = held[0].arena
+    for part, offset in zip(held, offsets):
+        if part.arena is None or part.arena[0] is not base_x or part.arena[2] != offset:
+            return None
+    return (base_x, base_y) if int(offsets[-1]) == base_x.shape[axis] else None
+
+
+def _fill_starts(
+    out: np.ndarray,
+    at: int,
+    part: Part,
+    segments: tuple[Segment, ...],
+    grid: WindowGrid,
+    spec: WindowSpec,
+    offset: int,
+    table: np.ndarray,
+) -> int:
+    """Write the buffer rows of the windows of ``segments`` (all of ``part``) into ``out[at:]``.
+
+    Windows are taken in chunks of about ``_CHUNK`` (int64 temporaries stay small); a chunk's
+    starts come from one ``segment_starts`` pass whatever its number of segments. Returns the
+    position after the last window written.
+    """
+    p = segments[0].partition
+    first, counts = grid.first[p], grid.counts[p]
+    # Sub-ranges of at most _CHUNK windows, as the windows of each segment were always checked.
+    lo, hi = [], []
+    for seg in segments:
+        for a in range(seg.lo, seg.hi, _CHUNK):
+            lo.append(a)
+            hi.append(min(a + _CHUNK, seg.hi))
+    if not lo:
+        return at
+    lo_a, hi_a = np.array(lo, np.int64), np.array(hi, np.int64)  # (s,) sub-ranges
+    sizes = hi_a - lo_a
+    group = (np.cumsum(sizes) - sizes) // _CHUNK  # (s,) chunk each sub-range is computed in
+    cuts = np.flatnonzero(np.diff(group)) + 1
+    check = spec.nan == "raise" and (len(part.nan_x) > 0 or len(part.nan_y) > 0)
+    for g0, g1 in zip([0, *cuts.tolist()], [*cuts.tolist(), len(lo)]):
+        rows = segment_starts(first, counts, grid.stride, lo_a[g0:g1], hi_a[g0:g1])  # partition rows
+        ends = np.cumsum(sizes[g0:g1])
+        block = np.searchsorted(table[:, 0], rows[ends - sizes[g0:g1]], side="right") - 1  # (s,) of each
+        shift = table[block, 0] - table[block, 1]  # (s,) partition row minus part row, per sub-range
+        rows -= np.repeat(shift, sizes[g0:g1])  # part rows
+        if check:
+            for j, (a, b) in enumerate(zip((ends - sizes[g0:g1]).tolist(), ends.tolist())):
+                _check_nan(part, rows[a:b], spec, int(shift[j]))
+        rows += offset
+        out[at : at + len(rows)] = rows
+        at += len(rows)
+    return at
+
+
+def _check_nan(part: Part, rows: np.ndarray, spec: WindowSpec, shift: int) -> None:
+    """Raise ``DataError`` if a window at part rows ``rows`` holds a NaN it would yield.
+
+    ``shift`` turns those part rows into partition rows (for the message).
+    """
     if spec.nan != "raise" or (len(part.nan_x) == 0 and len(part.nan_y) == 0) or len(rows) == 0:
         return
     hits = []
@@ -299,8 +389,8 @@ def _check_nan(part: Part, rows: np.ndarray, spec: WindowSpec) -> None:
         column = names[column_at] if len(found) or len(names) == 1 else list(names)
         problem = value_problem(float(by_column[column_at])) if len(found) else "null (missing value)"
         raise DataError(
-            f"{problem} in {role} column {column!r} of {part.name} at row {row + part.row0} of that partition, inside the "
-            f"window starting at row {start + part.row0}; clean the data, or pass nan='drop' to leave out windows "
+            f"{problem} in {role} column {column!r} of {part.name} at row {row + shift} of that partition, inside the "
+            f"window starting at row {start + shift}; clean the data, or pass nan='drop' to leave out windows "
             "that contain NaN or inf"
         )
 

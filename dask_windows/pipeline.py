@@ -6,10 +6,10 @@ ahead) while the consumer gathers batches from the previous one, so neither
 the reads nor the building of a buffer (assembly, window starts,
 permutation) run on the consumer's thread.
 
-Assembly: the pieces of a buffer are copied, as each arrives, into one array
-allocated for the whole buffer (its rows are known from the plan), and each
-piece's own array is dropped at once: a buffer never coexists with a full
-second copy of its pieces (a concatenation would hold both).
+Assembly: the reader threads decode each buffer's pieces straight into one
+array allocated for the whole buffer (``reading.BufferArena``), so a buffer
+never coexists with a second copy of its pieces; the builder releases the
+arena's reference once it holds the buffer.
 
 Permutation (``buffer.permute_head`` / ``permute_tail``): forward
 Fisher-Yates steps fix the first ``HEAD`` positions, then the rest of the
@@ -31,7 +31,6 @@ count never changes.
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -39,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dask_windows.batch import OutputPool, normalize_per_sample
-from dask_windows.buffer import Buffer, Part, permute_head, permute_tail, permute_windows, piece_rows
+from dask_windows.buffer import Buffer, Part, permute_head, permute_tail, permute_windows
 from dask_windows.errors import SourceReadError
 from dask_windows.faults import REPLACEMENT_TAG
 from dask_windows.index import WindowGrid
@@ -48,7 +47,7 @@ from dask_windows.plan import EpochPlan, Segment, rng_for
 from dask_windows.prefetch import Ahead
 from dask_windows.spec import WindowSpec
 
-__all__ = ["Assembly", "stream", "unit_places"]
+__all__ = ["stream"]
 
 _TRIM_BYTES = 8 << 20  # buffers at least this large hand their memory back when dropped
 
@@ -74,78 +73,6 @@ class _Built:
             raise self.failure[0]
 
 
-class Assembly:
-    """The arrays of the buffers being read, allocated when the first of their pieces is decoded.
-
-    Reader threads decode each piece straight into its place (``places``); the builder then takes
-    the buffer's arrays (``take``) and nothing is copied again. ``np.empty`` touches no page, so a
-    buffer's memory grows as its pieces arrive.
-
-    Args:
-        plan: The reader's plan.
-        grid: The dataset's window grid.
-        spec: Window settings.
-        y_dtype: The dataset's target dtype (``None``: no place for targets, they are copied).
-    """
-
-    def __init__(self, plan: EpochPlan, grid: WindowGrid, spec: WindowSpec, y_dtype: type | None) -> None:
-        self._spec = spec
-        self._y_dtype = y_dtype
-        self._offsets = [
-            np.cumsum([0, *(b - a for a, b in (piece_rows(grid, seg, spec.span) for seg in group))]).tolist()
-            for group in plan.buffers
-        ]  # per buffer: (segments+1,) buffer row where each piece goes
-        self._arrays: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
-        self._taken: set[int] = set()
-        self._lock = threading.Lock()
-
-    def places(self, buffer: int, first: int, count: int) -> list[tuple[np.ndarray, np.ndarray | None]] | None:
-        """``(x, y)`` views where segments ``first .. first+count-1`` of buffer ``buffer`` go."""
-        offsets = self._offsets[buffer]
-        if len(offsets) <= 2:  # a buffer of one piece is that piece's own array
-            return None
-        with self._lock:
-            if buffer in self._taken:
-                return None
-            if buffer not in self._arrays:
-                rows, channels = offsets[-1], len(self._spec.features)
-                ncl = self._spec.layout == "NCL"
-                x = np.empty((channels, rows) if ncl else (rows, channels), np.float32)
-                y = (
-                    np.empty((len(self._spec.targets), rows), self._y_dtype)
-                    if self._spec.targets and self._y_dtype
-                    else None
-                )
-                self._arrays[buffer] = (x, y)
-            x, y = self._arrays[buffer]
-        out = []
-        for k in range(first, first + count):
-            a, b = offsets[k], offsets[k + 1]
-            xs = x[:, a:b] if self._spec.layout == "NCL" else x[a:b]
-            out.append((xs, None if y is None else y[:, a:b]))
-        return out
-
-    def take(self, buffer: int) -> tuple[np.ndarray, np.ndarray | None] | None:
-        """The arrays of ``buffer`` (``None`` if no piece was placed); forgotten here."""
-        with self._lock:
-            self._taken.add(buffer)
-            return self._arrays.pop(buffer, None)
-
-
-def unit_places(plan: EpochPlan) -> list[tuple[int, int]]:
-    """``(buffer, first segment)`` of each reading unit of ``buffer.piece_units(plan)``, in order."""
-    places = []
-    for b, group in enumerate(plan.buffers):
-        k = 0
-        while k < len(group):
-            places.append((b, k))
-            j = k + 1
-            while j < len(group) and group[j].partition == group[k].partition:
-                j += 1
-            k = j
-    return places
-
-
 def _assemble(
     segments: tuple[Segment, ...],
     parts: Iterator[Part | None],
@@ -153,64 +80,19 @@ def _assemble(
     row_offsets: np.ndarray,
     spec: WindowSpec,
     scale: tuple[np.ndarray, np.ndarray] | None,
-    arrays: Callable[[], tuple[np.ndarray, np.ndarray | None] | None] | None = None,
 ) -> tuple[Buffer | None, int]:
     """Take the group's pieces from ``parts`` and build its buffer; also the windows lost to skips.
 
-    ``arrays`` gives the buffer's arrays where readers decoded the pieces in place (``Assembly``);
-    pieces found elsewhere are copied into place.
+    Pieces decoded into their buffer's one array (``reading.BufferArena``) are used in place;
+    others are joined by ``Buffer``.
     """
-    axis = 1 if spec.layout == "NCL" else 0
-    sizes = [b - a for a, b in (piece_rows(grid, seg, spec.span) for seg in segments)]
-    offsets = np.cumsum([0, *sizes])  # (segments+1,) buffer row where each piece goes
-    placed = None
-    if arrays is not None:  # pieces decoded in place: take them all, then the arrays they sit in
-        parts = iter([next(parts) for _ in segments])
-        placed = arrays()
-    x, y = placed if placed is not None else (None, None)
-    exact = len(segments) > 1  # a piece's rows as the plan says: copied into place
-    kept: list[tuple[Part, Segment]] = []
-    kept_offsets: list[int] = []
-    lost = 0
-    for seg, at, rows in zip(segments, offsets.tolist(), sizes):
-        part = next(parts)  # one at a time: a piece copied into place is dropped before the next
-        if part is None:
-            lost += seg.num_windows
-            continue
-        if (
-            exact
-            and part.x.shape[axis] == rows
-            and (x is None or part.x.dtype == x.dtype)
-            and (y is None or part.y is None or part.y.dtype == y.dtype)
-        ):
-            if x is None:
-                shape = list(part.x.shape)
-                shape[axis] = int(offsets[-1])
-                x = np.empty(shape, part.x.dtype)
-            if y is None and part.y is not None:
-                y = np.empty((part.y.shape[0], int(offsets[-1])), part.y.dtype)
-            if part.x.base is not x:  # not decoded in place: copy it there, drop its own array
-                dest = x[:, at : at + rows] if axis == 1 else x[at : at + rows]
-                dest[...] = part.x
-                part.x = dest
-            if y is not None and part.y is not None and part.y.base is not y:
-                y[:, at : at + rows] = part.y
-                part.y = y[:, at : at + rows]
-        else:
-            exact = False  # another size or dtype than planned: concatenate instead
-        kept.append((part, seg))
-        kept_offsets.append(at)
+    loaded = [next(parts) for _ in segments]
+    kept = [(part, seg) for part, seg in zip(loaded, segments) if part is not None]
+    lost = sum(seg.num_windows for part, seg in zip(loaded, segments) if part is None)
+    del loaded
     if not kept:
         return None, lost
-    pieces, segs = [p for p, _ in kept], tuple(s for _, s in kept)
-    if exact and x is not None and (y is None) == (not spec.targets):
-        assembled = (x, y, np.array([*kept_offsets, int(offsets[-1])], np.int64))
-        return Buffer(pieces, segs, grid, row_offsets, spec, scale, assembled=assembled), lost
-    return Buffer(pieces, segs, grid, row_offsets, spec, scale), lost
-
-
-def _dtype(values: np.ndarray | None) -> object:
-    return None if values is None else values.dtype
+    return Buffer([p for p, _ in kept], tuple(s for _, s in kept), grid, row_offsets, spec, scale), lost
 
 
 def _builds(
@@ -222,7 +104,7 @@ def _builds(
     scale: tuple[np.ndarray, np.ndarray] | None,
     reread: Callable[[Segment], Part | None] | None,
     lazy: bool,
-    assembly: Assembly | None = None,
+    release: Callable[[int], None] | None = None,
 ) -> Generator[_Built, None, None]:
     """The plan's buffers, replacements added and permuted; the first one lazily when ``lazy``."""
     skip = plan.skip
@@ -230,8 +112,9 @@ def _builds(
     remaining = plan.num_windows  # windows the consumer has still to drain after the buffers built so far
     first = True
     for b, (segments, entropy) in enumerate(zip(plan.buffers, plan.buffer_seeds)):
-        arrays = None if assembly is None else functools.partial(assembly.take, b)
-        buffer, lost = _assemble(segments, parts, grid, row_offsets, spec, scale, arrays)
+        buffer, lost = _assemble(segments, parts, grid, row_offsets, spec, scale)
+        if release is not None:
+            release(b)  # the readers' arrays of this buffer are held by its parts only
         if buffer is None:  # nothing of this buffer could be read: the next readable buffer stands in
             owed += lost - skip
             skip = 0
@@ -301,7 +184,7 @@ def stream(
     reread: Callable[[Segment], Part | None] | None = None,
     background: bool = False,
     interrupt: Callable[[], None] | None = None,
-    assembly: Assembly | None = None,
+    release: Callable[[int], None] | None = None,
 ) -> Iterator[object]:
     """Yield ``emit(x, y, rows)`` for each batch of ``plan``.
 
@@ -320,10 +203,10 @@ def stream(
         background: Build buffers on a builder thread, one buffer ahead of the consumer.
         interrupt: Stops whatever ``parts`` reads from (the prefetcher's ``close``), so that a builder
             thread waiting for a piece wakes up when the stream is closed early.
-        assembly: Where the readers decode pieces in place (``None``: the builder copies them).
+        release: Called with a buffer's number once its pieces are taken (the readers' arena).
     """
     scale = normalize if isinstance(normalize, tuple) else None
-    builds = _builds(plan, iter(parts), grid, row_offsets, spec, scale, reread, background, assembly)
+    builds = _builds(plan, iter(parts), grid, row_offsets, spec, scale, reread, background, release)
     source: Iterator[_Built] = Ahead(builds, 1, "dask-windows-build") if background else builds
     batch = spec.batch_size
     remaining = plan.num_windows

@@ -10,16 +10,19 @@ decode one partition's pieces, recording unreadable ones with
 from __future__ import annotations
 
 import functools
+import threading
 import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from torch.utils.data import get_worker_info
 
-from dask_windows.buffer import Part, decode, piece_rows, piece_units, unit_rows
+from dask_windows.blocks import merge_rows
+from dask_windows.buffer import Part, decode, decode_pieces, piece_rows, piece_units, unit_rows
 from dask_windows.errors import SourceReadError
 from dask_windows.faults import SkippedPartition, record_skip, skip_allowed
-from dask_windows.pipeline import Assembly, stream, unit_places
+from dask_windows.pipeline import stream
 from dask_windows.plan import plan_reader
 from dask_windows.prefetch import Prefetcher
 from dask_windows.readpool import ReadPool
@@ -29,7 +32,7 @@ from dask_windows.world import World
 if TYPE_CHECKING:
     from dask_windows.dataset import WindowDataset
 
-__all__ = ["READ_THREADS", "batches", "plan", "pool_workers", "read_part", "read_unit"]
+__all__ = ["READ_THREADS", "BufferArena", "batches", "plan", "pool_workers", "read_part", "read_unit"]
 
 READ_THREADS = 2  # pieces read at once by the prefetcher (Parquet files and object stores)
 
@@ -52,25 +55,16 @@ def batches(ds: WindowDataset, plan: Any, progress: Any = None) -> Iterator[Any]
     depth = -(-ahead // max(len(plan.segments), 1))
     reader: Prefetcher | _PoolParts
     background = False  # buffers built on a builder thread (see pipeline)
-    assembly: Assembly | None = None
+    arena: BufferArena | None = None
     if pool_workers(ds):
         pool = ReadPool(functools.partial(_read_in_pool, ds), units, pool_workers(ds), max(depth, 1))
         reader = _PoolParts(pool, ds.skipped)
     else:
+        arena = BufferArena(ds, plan, units)  # the reader threads decode a buffer's units into one array
         threads = READ_THREADS if ds.source.reads_in_processes else 1  # file/object-store reads release the GIL
         background = depth > 0
         depth = max(depth, threads) if depth else 0
-        if background:  # pieces decoded straight into their buffer's arrays
-            assembly = Assembly(plan, ds.grid, ds.spec, getattr(ds, "_y_dtype", None))
-            places = unit_places(plan)
-
-            def read(i: int) -> list[Part | None]:
-                out = assembly.places(places[i][0], places[i][1], len(units[i])) if assembly else None
-                return read_unit(ds, units[i], source_reader, out)
-
-            reader = Prefetcher(read, range(len(units)), depth, threads=threads)
-        else:
-            reader = Prefetcher(lambda unit: read_unit(ds, unit, source_reader), units, depth)
+        reader = Prefetcher(lambda unit: read_unit(ds, unit, source_reader, arena), units, depth, threads=threads)
     parts = (part for unit_parts in reader for part in unit_parts)
 
     def reread(seg: Any) -> Part | None:
@@ -79,7 +73,7 @@ def batches(ds: WindowDataset, plan: Any, progress: Any = None) -> Iterator[Any]
     try:
         batches = stream(
             plan, parts, ds.grid, ds.row_offsets, ds.spec, ds._emit, ds._per_batch_normalize(), reread,
-            background=background, interrupt=reader.close, assembly=assembly,
+            background=background, interrupt=reader.close, release=None if arena is None else arena.release,
         )  # fmt: skip
         for batch in batches:
             ds._resumer.step(progress)  # counted before the consumer gets it: a state then includes it
@@ -139,26 +133,109 @@ def read_part(ds: WindowDataset, segment: Any, reader: PartitionReader) -> Part 
     return decode(index, name, columns, ds.spec, ds._scale(), r0, getattr(ds, "_y_dtype", None))
 
 
-def read_unit(ds: WindowDataset, unit: tuple, reader: PartitionReader, out: list | None = None) -> list[Part | None]:
-    """Read one partition's pieces of a buffer in one call and decode each (into ``out``'s ``(x, y)``
-    arrays when given); ``None``s when unreadable."""
+def read_unit(
+    ds: WindowDataset, unit: tuple, reader: PartitionReader, arena: BufferArena | None = None
+) -> list[Part | None]:
+    """Read one partition's pieces of a buffer in one call and decode them together; ``None``s when unreadable.
+
+    Pieces whose rows overlap or touch are read as one row block (their shared halo once); the
+    blocks are decoded into one ``Part`` (``decode_pieces``), returned once per segment of ``unit``;
+    with an ``arena``, into the rows of the buffer's shared arrays that it assigns to ``unit``.
+    """
     index = unit[0].partition
     name = ds.source.partitions[index].name
-    rows = unit_rows(ds.grid, unit, ds.spec.span)
+    blocks = arena.blocks(unit) if arena is not None else _blocks(ds, unit)
     try:
-        pieces = reader.read_ranges(index, [(int(a), int(b)) for a, b in rows])
+        pieces = reader.read_ranges(index, [(int(a), int(b)) for a, b in blocks])
     except SourceReadError as exc:
         if not skip_allowed(ds.on_error, exc):
             raise
         record_skip(ds.skipped, name, "read", exc)
         return [None] * len(unit)
-    scale = ds._scale()
     y_dtype = getattr(ds, "_y_dtype", None)
-    places = out if out is not None else [None] * len(unit)
-    return [
-        decode(index, name, columns, ds.spec, scale, int(r0), y_dtype, place)
-        for columns, (r0, _), place in zip(pieces, rows, places)
-    ]
+    place = arena.place(unit) if arena is not None else None
+    part = decode_pieces(index, name, pieces, blocks[:, 0], ds.spec, ds._scale(), y_dtype, place)
+    return [part] * len(unit)
+
+
+def _blocks(ds: WindowDataset, unit: tuple) -> np.ndarray:
+    """``(m, 2)`` disjoint row blocks, in row order, holding the pieces of ``unit``."""
+    blocks = merge_rows(unit_rows(ds.grid, unit, ds.spec.span))
+    return blocks if len(blocks) else np.zeros((1, 2), np.int64)
+
+
+class BufferArena:
+    """One features (and targets) array per buffer, which the buffer's units are decoded into.
+
+    ``Buffer`` then uses it as it is instead of joining the parts: one copy of the buffer's rows
+    less, in time and in peak memory. The arrays of a buffer are allocated when its first unit is
+    decoded (on a reader thread); they are referenced here until the builder releases the buffer
+    (``release``), the parts keep theirs.
+    A unit whose rows differ from those planned (a source returning fewer) gets arrays of its own,
+    and a buffer with a skipped unit is joined as before (``Buffer`` checks that its parts tile).
+    """
+
+    def __init__(self, ds: WindowDataset, plan: Any, units: list[tuple]) -> None:
+        self.ds = ds
+        self.buffer_of: dict[tuple, int] = {}  # unit -> its buffer's number
+        self.members: list[list[tuple]] = []  # units of each buffer, in reading order
+        k = 0
+        for group in plan.buffers:
+            mine, covered = [], 0
+            while covered < len(group) and k < len(units):
+                mine.append(units[k])
+                covered += len(units[k])
+                self.buffer_of[units[k]] = len(self.members)
+                k += 1
+            self.members.append(mine)
+        self.usable = not (ds.spec.targets and getattr(ds, "_y_dtype", None) is None)
+        # Per buffer: its units' (blocks, first row) and its arrays. Reader threads (several at once)
+        # may work on two buffers; the builder releases a buffer once it holds its parts.
+        self._buffers: dict[int, tuple[dict[tuple, tuple[np.ndarray, int]], tuple | None]] = {}
+        self._released = -1  # buffers up to this one are released
+        self._lock = threading.Lock()
+
+    def _state(self, unit: tuple) -> tuple[dict[tuple, tuple[np.ndarray, int]], tuple | None]:
+        g = self.buffer_of.get(unit, -1)
+        with self._lock:
+            state = self._buffers.get(g) if g >= 0 else None
+            if state is not None:
+                return state
+            table, at = {}, 0
+            for member in self.members[g] if g >= 0 else [unit]:
+                blocks = _blocks(self.ds, member)
+                table[member] = (blocks, at)
+                at += int((blocks[:, 1] - blocks[:, 0]).sum())
+            arrays = None
+            if self.usable and g > self._released:
+                spec = self.ds.spec
+                c = len(spec.features)
+                x = np.empty((c, at) if spec.layout == "NCL" else (at, c), np.float32)
+                y = np.empty((len(spec.targets), at), self.ds._y_dtype) if spec.targets else None
+                arrays = (x, y)
+            if g > self._released:
+                self._buffers[g] = (table, arrays)
+                for old in [b for b in self._buffers if b < g - 1]:  # no read goes that far back
+                    del self._buffers[old]
+            return table, arrays
+
+    def blocks(self, unit: tuple) -> np.ndarray:
+        """``(m, 2)`` the row blocks of ``unit`` (``_blocks``), computed with its buffer's."""
+        return self._state(unit)[0][unit][0]
+
+    def place(self, unit: tuple) -> tuple | None:
+        """``(x, y, row)``: the buffer's arrays and the row where ``unit``'s rows go; ``None`` without."""
+        table, arrays = self._state(unit)
+        if arrays is None:
+            return None
+        return (*arrays, table[unit][1])
+
+    def release(self, buffer: int) -> None:
+        """Forget the arrays of buffers up to ``buffer`` (their parts hold them now)."""
+        with self._lock:
+            self._released = max(self._released, buffer)
+            for old in [b for b in self._buffers if b <= buffer]:
+                del self._buffers[old]
 
 
 def _read_in_pool(ds: WindowDataset, unit: tuple) -> tuple[list[Part | None], list[SkippedPartition]]:

@@ -64,23 +64,22 @@ class ParquetRows:
         """Each of ``ranges`` (partition rows, halo included) from one read of the row groups covering any of
         them: one coalesced request on an object store, row groups between the ranges left out."""
         bounds, first, readable = self._file_rows(index)
-        spans = []
-        for lo, hi in ranges:
-            lo, hi = max(lo, 0), min(hi, readable)
-            g0 = int(np.searchsorted(bounds, first + lo, side="right")) - 1
-            g1 = max(int(np.searchsorted(bounds, first + hi, side="left")), g0 + 1)
-            spans.append((lo, max(hi, lo), g0, g1))
-        needed = sorted({g for _, _, g0, g1 in spans for g in range(g0, g1)})
-        data = self._read_groups(index, tuple(needed), columns)
-        at, pos = {}, 0  # row of ``data`` where each needed row group begins
-        for g in needed:
-            at[g] = pos
-            pos += int(bounds[g + 1] - bounds[g])
-        out = []
-        for lo, hi, g0, _ in spans:
-            a = at[g0] + first + lo - int(bounds[g0])
-            out.append({col: values[a : a + hi - lo] for col, values in data.items()})
-        return out
+        asked = np.asarray(ranges, np.int64).reshape(-1, 2)  # (n, 2) as one array: no loop per range
+        lo = np.clip(asked[:, 0], 0, None)
+        hi = np.maximum(np.minimum(asked[:, 1], readable), lo)
+        g0 = np.searchsorted(bounds, first + lo, side="right") - 1  # (n,) first row group of each range
+        g1 = np.maximum(np.searchsorted(bounds, first + hi, side="left"), g0 + 1)  # (n,) one past its last
+        cover = np.zeros(len(bounds) + 1, np.int64)  # +1 at each range's first row group, -1 past its last
+        np.add.at(cover, g0, 1)
+        np.add.at(cover, g1, -1)
+        needed = np.flatnonzero(np.cumsum(cover)[: len(bounds) - 1] > 0)  # row groups covering any range, in order
+        data = self._read_groups(index, tuple(needed.tolist()), columns)
+        sizes = bounds[needed + 1] - bounds[needed]
+        at = np.zeros(len(bounds) + 1, np.int64)  # row of ``data`` where each needed row group begins
+        at[needed] = np.cumsum(sizes) - sizes
+        a = (at[g0] + first + lo - bounds[g0]).tolist()
+        b = (np.asarray(a, np.int64) + hi - lo).tolist()
+        return [{col: values[i:j] for col, values in data.items()} for i, j in zip(a, b)]
 
     def _halo_runs(self, index: int, series: Any, runs: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``runs`` of the partition's own rows joined with the runs of its halo rows."""

@@ -1,0 +1,165 @@
+"""A partition's pieces in one buffer as a few row blocks, decoded and indexed in one pass.
+
+A buffer holds many small pieces (row ranges of partitions); the pieces of one
+partition are read together (``buffer.piece_units``). Handled one by one, each
+piece costs a fixed amount of Python and of small numpy calls (a decode, a NaN
+scan, a window-start computation) that dwarfs its rows when windows are short,
+and each small numpy call may hand the GIL to the other thread and wait up to
+the switch interval to get it back. Here a partition's pieces are instead:
+
+* merged into *blocks* where their row ranges overlap or touch (two adjacent
+  pieces share ``window + horizon - 1`` rows of halo: kept once; ``merge_rows``),
+* decoded with a constant number of numpy calls per column, whatever the number
+  of blocks (``decode_blocks``: the blocks are laid end to end in one array), and
+* given their window starts for all segments at once (``segment_starts``: a
+  ``repeat``/``cumsum`` pass instead of a loop per segment).
+
+The trade-off: the decoded rows stay those the pieces need (no rows between
+non-adjacent pieces are kept), at the price of one ``(n,)`` bookkeeping array
+per block; a float64 column with ``nan="raise"`` is joined once in its own dtype
+before the cast, so that values beyond float32's range are seen as such.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from dask_windows.checks import FLOAT32_MAX
+
+__all__ = ["decode_blocks", "merge_rows", "segment_starts"]
+
+
+def merge_rows(rows: np.ndarray) -> np.ndarray:
+    """Join row ranges that overlap or touch.
+
+    Args:
+        rows: ``(n, 2)`` partition rows ``[r0, r1)`` of each piece, any order.
+
+    Returns:
+        ``(m, 2)`` disjoint ranges in row order covering exactly the rows of ``rows``.
+    """
+    rows = np.asarray(rows, np.int64).reshape(-1, 2)
+    rows = rows[rows[:, 1] > rows[:, 0]]
+    if len(rows) <= 1:
+        return rows
+    rows = rows[np.argsort(rows[:, 0], kind="stable")]
+    reach = np.maximum.accumulate(rows[:, 1])  # (n,) furthest row covered by ranges up to each
+    new = np.ones(len(rows), bool)  # (n,) range starts a new block
+    new[1:] = rows[1:, 0] > reach[:-1]
+    first = np.flatnonzero(new)
+    last = np.append(first[1:], len(rows)) - 1
+    return np.stack([rows[first, 0], reach[last]], axis=1)
+
+
+def segment_starts(
+    run_first: np.ndarray, run_counts: np.ndarray, stride: int, lo: np.ndarray, hi: np.ndarray
+) -> np.ndarray:
+    """Partition rows where windows ``lo[i] .. hi[i]-1`` start, for every ``i``, concatenated.
+
+    The vectorised ``windows.window_starts`` of many ranges of one partition's windows.
+
+    Args:
+        run_first: ``(R,)`` row of each run's first window.
+        run_counts: ``(R,)`` windows of each run.
+        stride: Rows between consecutive windows of a run.
+        lo: ``(n,)`` first window of each range (numbered run by run from 0).
+        hi: ``(n,)`` one past the last; ``hi > lo``.
+
+    Returns:
+        ``(sum(hi - lo),)`` int64 start rows, range by range, in window order.
+    """
+    counts = np.asarray(run_counts, np.int64)
+    ends = np.cumsum(counts)  # (R,) window number just past each run
+    begins = ends - counts
+    lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
+    r0 = np.searchsorted(ends, lo, side="right")  # (n,) run of each range's first window
+    r1 = np.searchsorted(ends, hi - 1, side="right")  # (n,) run of its last window
+    per = r1 - r0 + 1  # (n,) runs each range touches
+    pair = np.repeat(np.arange(len(lo)), per)  # (q,) range of each (range, run) pair
+    run = np.arange(len(pair)) - np.repeat(np.cumsum(per) - per, per) + r0[pair]  # (q,) its run
+    a = np.maximum(begins[run], lo[pair])  # (q,) first window of the pair
+    take = np.maximum(np.minimum(ends[run], hi[pair]) - a, 0)  # (q,) its windows
+    base = np.asarray(run_first, np.int64)[run] - begins[run] * stride  # row of window k is base + k * stride
+    k = np.arange(int(take.sum()), dtype=np.int64) + np.repeat(a - (np.cumsum(take) - take), take)
+    out = np.repeat(base, take)
+    out += k * stride
+    return out
+
+
+def _bad_mask(values: np.ndarray) -> np.ndarray:
+    """``(rows,)`` True where ``values`` is NaN, ``±inf`` or beyond float32 (as ``checks.bad_value_rows``)."""
+    with np.errstate(invalid="ignore"):
+        hit = ~np.isfinite(values)
+        if values.dtype.itemsize > 4 and values.dtype.kind == "f":
+            hit |= np.abs(values) > FLOAT32_MAX
+    return hit
+
+
+def _fill(out: np.ndarray, views: Sequence[np.ndarray], check: bool) -> np.ndarray | None:
+    """Write ``views`` end to end into ``out`` (1-D, any stride); their bad-value mask when ``check``."""
+    kind, size = views[0].dtype.kind, views[0].dtype.itemsize
+    if check and kind in "fc" and not (kind == "f" and size <= 4 and out.dtype.kind == "f"):
+        values = views[0] if len(views) == 1 else np.concatenate(views)  # in its own dtype: see beyond float32
+        with np.errstate(invalid="ignore"):  # NaN rows of an int target: in no window (nan= policy)
+            out[...] = values
+        return _bad_mask(values)
+    with np.errstate(invalid="ignore"):
+        if len(views) == 1:
+            out[...] = views[0]
+        else:
+            np.concatenate(views, out=out, casting="unsafe")
+    if check and kind == "f":  # float32 (or narrower) into float32: the cast keeps every NaN and inf
+        return ~np.isfinite(out)
+    return None
+
+
+def _rows_of(masks: list[np.ndarray | None]) -> np.ndarray:
+    """Sorted rows where any mask is set."""
+    bad = None
+    for mask in masks:
+        if mask is not None:
+            bad = mask if bad is None else bad | mask
+    return np.zeros(0, np.int64) if bad is None else np.flatnonzero(bad).astype(np.int64)
+
+
+def decode_blocks(
+    pieces: Sequence[dict],
+    features: Sequence,
+    targets: Sequence,
+    channel_major: bool,
+    check: bool,
+    y_dtype: type,
+    out: tuple[np.ndarray, np.ndarray | None] | None = None,
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray, np.ndarray]:
+    """Lay the columns of ``pieces`` end to end in the buffer layout, a few numpy calls per column.
+
+    Args:
+        pieces: Per block, its columns as 1-D arrays of equal length.
+        features: Feature columns, in channel order.
+        targets: Target columns (may be empty).
+        channel_major: ``(C, rows)`` features (``NCL``), else ``(rows, C)``.
+        check: Find the rows holding NaN, inf or values beyond float32 (``nan="raise"``).
+        y_dtype: Target dtype.
+        out: ``(x, y)`` to write into (views of a buffer's arrays), or ``None`` to allocate them;
+            ignored when their rows are not those of ``pieces``.
+
+    Returns:
+        ``(x, y, nan_x, nan_y, offsets)``: features float32, targets or ``None``, sorted bad
+        rows of each, and ``(m + 1,)`` row where each block begins (and the total).
+    """
+    lengths = [len(p[features[0]]) for p in pieces]
+    offsets = np.cumsum([0, *lengths]).astype(np.int64)
+    rows = int(offsets[-1])
+    shape = (len(features), rows) if channel_major else (rows, len(features))
+    if out is not None and out[0].shape != shape:
+        out = None
+    x = np.empty(shape, np.float32) if out is None else out[0]
+    masks = [_fill(x[c] if channel_major else x[:, c], [p[f] for p in pieces], check) for c, f in enumerate(features)]
+    nan_x = _rows_of(masks)
+    y, nan_y = None, np.zeros(0, np.int64)
+    if targets:
+        y = np.empty((len(targets), rows), y_dtype) if out is None or out[1] is None else out[1]
+        nan_y = _rows_of([_fill(y[t], [p[c] for p in pieces], check) for t, c in enumerate(targets)])
+    return x, y, nan_x, nan_y, offsets
