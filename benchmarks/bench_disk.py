@@ -210,14 +210,15 @@ def first_figures(directory: str, rounds: int, baseline: str | None) -> None:
             print(f"  {kind}: this / baseline wall, per round: {', '.join(f'{r:.2f}' for r in ratio)}")
 
 
-READ_PARTITIONS = 3.5  # what one read in flight holds, in partitions (docs/memory.md)
+READ_PARTITIONS = 3.5  # what one of the reads in flight holds, in partitions (docs/memory.md)
+READ_ALONE = 4.5  # what the one read of prefetch_partitions=0 holds, buffer being filled included
 READ_THREADS = 2  # reads in flight with a background thread (dask_windows.reading.READ_THREADS)
 
 
 def formula(bp: int, pf: int) -> float:
     """Peak partitions above the open dataset (docs/memory.md), without the batches."""
     if pf == 0:
-        return bp + READ_PARTITIONS
+        return bp + READ_ALONE
     return 2 * bp + pf + READ_THREADS * READ_PARTITIONS
 
 
