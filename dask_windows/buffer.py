@@ -10,37 +10,49 @@ for all of a partition's pieces in a buffer (``blocks``), into the buffer's one
 array when the reader provides it. ``Buffer`` holds the pieces of one plan
 group (many partitions' worth of places, about ``buffer_partitions``
 partitions' worth of rows; joined only when not decoded in place), lists the start rows of the group's windows
-(O(windows in the buffer)) and permutes them. ``stream`` walks a reader's
-plan, buffer by buffer, and cuts the permuted windows into batches; a batch
-may take its first windows from one buffer and the rest from the next, so
-only the plan's final batch can be partial. A partition skipped as unreadable
-arrives as ``None``; its windows are replaced as ``faults`` describes, so the
-batch count never changes.
+(O(windows in the buffer)) and permutes them (``permute_windows``: a head of
+``HEAD`` positions drawn first, so the first batches need not wait for the
+whole shuffle). ``stream`` (in ``pipeline``) walks a reader's plan, buffer by
+buffer, and cuts the permuted windows into batches.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from dask_windows.batch import Gatherer, OutputPool, normalize_per_sample
+from dask_windows.batch import Gatherer
 from dask_windows.blocks import decode_blocks, segment_starts
 from dask_windows.checks import value_problem
-from dask_windows.errors import DataError, SourceReadError
-from dask_windows.faults import REPLACEMENT_TAG, replacement_picks
+from dask_windows.errors import DataError
+from dask_windows.faults import replacement_picks
 from dask_windows.index import WindowGrid
-from dask_windows.memory import trim
 from dask_windows.normalize import standardize
-from dask_windows.plan import EpochPlan, Segment, rng_for
+from dask_windows.plan import EpochPlan, Segment
 from dask_windows.spec import WindowSpec
 from dask_windows.windows import window_starts
 
-__all__ = ["Buffer", "Part", "decode", "decode_pieces", "piece_rows", "piece_units", "stream", "unit_rows"]
+__all__ = [
+    "HEAD",
+    "Buffer",
+    "Part",
+    "decode",
+    "decode_pieces",
+    "permute_head",
+    "permute_tail",
+    "permute_windows",
+    "piece_rows",
+    "piece_units",
+    "stream",
+    "unit_rows",
+]
+
+HEAD = 4096  # leading positions of a buffer's permutation drawn before the rest (see permute_head)
 
 _CHUNK = 1 << 18  # windows whose starts are computed at once
-_TRIM_BYTES = 8 << 20  # buffers at least this large hand their memory back when dropped
 
 
 @dataclass
@@ -237,9 +249,9 @@ class Buffer:
         self.nbytes = x.nbytes + (0 if y is None else y.nbytes) + self.starts.nbytes
 
     def permute(self, rng: np.random.Generator | None) -> None:
-        """Shuffle the windows in place with ``rng``; ``None`` keeps row order."""
+        """Shuffle the windows in place with ``rng`` (``permute_windows``); ``None`` keeps row order."""
         if rng is not None:
-            rng.shuffle(self.starts)
+            permute_windows(self.starts, rng)
 
     def global_rows(self, starts: np.ndarray) -> np.ndarray:
         """Dataset rows of windows at buffer rows ``starts``."""
@@ -256,6 +268,35 @@ class Buffer:
         """
         picks = self.starts[replacement_picks(len(self.starts), lost, rng)]
         self.starts = np.concatenate([self.starts, picks]) if keep else picks
+
+
+def permute_head(starts: np.ndarray, rng: np.random.Generator) -> int:
+    """Fix the first ``min(HEAD, n - 1)`` positions of a uniform permutation of ``starts``, in place.
+
+    Forward Fisher-Yates steps: position ``i`` swaps with a uniform position of ``[i, n)``. With
+    ``permute_tail`` after it, the whole is a uniform permutation drawn from ``rng`` alone, and the
+    first batches can be gathered before the tail is shuffled.
+
+    Returns:
+        The number of positions fixed.
+    """
+    head = max(0, min(HEAD, len(starts) - 1))
+    if head:
+        picks = rng.integers(np.arange(head), len(starts)).tolist()  # (head,) j_i uniform in [i, n)
+        for i, j in enumerate(picks):
+            starts[i], starts[j] = starts[j], starts[i]
+    return head
+
+
+def permute_tail(starts: np.ndarray, rng: np.random.Generator, head: int) -> None:
+    """Shuffle ``starts[head:]`` in place (after ``permute_head``, with the same ``rng``)."""
+    if len(starts) - head > 1:
+        rng.shuffle(starts[head:])
+
+
+def permute_windows(starts: np.ndarray, rng: np.random.Generator) -> None:
+    """The buffer permutation: ``permute_head`` then ``permute_tail``, in place."""
+    permute_tail(starts, rng, permute_head(starts, rng))
 
 
 def _shared_arena(held: list[Part], offsets: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray | None] | None:
@@ -354,96 +395,8 @@ def _check_nan(part: Part, rows: np.ndarray, spec: WindowSpec, shift: int) -> No
         )
 
 
-def stream(
-    plan: EpochPlan,
-    parts: Iterable[Part | None],
-    grid: WindowGrid,
-    row_offsets: np.ndarray,
-    spec: WindowSpec,
-    emit: Callable[[np.ndarray, np.ndarray | None, np.ndarray | None], object],
-    normalize: tuple[np.ndarray, np.ndarray] | str | None = None,
-    reread: Callable[[Segment], Part | None] | None = None,
-) -> Iterator[object]:
-    """Yield ``emit(x, y, rows)`` for each batch of ``plan``.
+def stream(*args: Any, **kwargs: Any) -> Iterator[object]:
+    """Yield the batches of a plan: ``pipeline.stream`` (the same arguments), kept importable from here."""
+    from dask_windows.pipeline import stream as pipeline_stream
 
-    Args:
-        plan: The reader's epoch plan.
-        parts: Decoded pieces, one per segment in ``plan.segments`` order (typically a
-            ``Prefetcher``); ``None`` for a piece that was skipped as unreadable (see ``faults``).
-        grid: The dataset's window grid.
-        row_offsets: ``(P,)`` global row of each partition's first row.
-        spec: Window settings.
-        emit: Wraps one batch's numpy arrays (features, targets or ``None``, global start rows or
-            ``None`` unless ``spec.return_index``).
-        normalize: ``(mean, std)`` per feature, ``"sample"`` (per window and channel) or ``None``.
-        reread: Reads a segment's piece again (``None`` if unreadable), for windows still owed at the
-            end because every piece of the last buffers was skipped.
-    """
-    parts = iter(parts)
-    batch = spec.batch_size
-    skip = plan.skip
-    remaining = plan.num_windows
-    carry: list[tuple] = []  # pieces of a batch begun in the previous buffer
-    carried = 0
-    owed = 0  # windows of skipped partitions not yet replaced
-    pool = OutputPool()  # full batches' feature arrays, reused once no caller holds them
-
-    def drain(buffer: Buffer, pos: int) -> Iterator[object]:
-        nonlocal remaining, carry, carried
-        total = len(buffer.starts)
-        while pos < total and remaining > 0:
-            take = min(batch - carried, total - pos, remaining)
-            starts = buffer.starts[pos : pos + take]
-            x = buffer.gatherer.features(starts, pool if take == batch else None)
-            y = buffer.gatherer.targets(starts) if spec.targets else None
-            rows = buffer.global_rows(starts) if spec.return_index else None  # only yielded with the index
-            pos += take
-            remaining -= take
-            if carried or (take < batch and remaining > 0):
-                carry.append((x, y, rows))
-                carried += take
-                if carried < batch and remaining > 0:
-                    continue
-                x = np.concatenate([c[0] for c in carry])
-                y = np.concatenate([c[1] for c in carry]) if spec.targets else None
-                rows = np.concatenate([c[2] for c in carry]) if spec.return_index else None
-                carry, carried = [], 0
-            if normalize == "sample":
-                normalize_per_sample(x, spec.layout == "NCL")
-            yield emit(x, y, rows)
-
-    scale = normalize if isinstance(normalize, tuple) else None
-    for segments, entropy in zip(plan.buffers, plan.buffer_seeds):
-        loaded = [next(parts) for _ in segments]
-        kept = [(part, seg) for part, seg in zip(loaded, segments) if part is not None]
-        lost = sum(seg.num_windows for part, seg in zip(loaded, segments) if part is None)
-        if not kept:  # nothing of this buffer could be read: the next readable buffer stands in
-            owed += lost - skip
-            skip = 0
-            continue
-        buffer = Buffer([p for p, _ in kept], tuple(s for _, s in kept), grid, row_offsets, spec, scale)
-        if lost or owed:
-            buffer.replace(lost + owed, rng_for(*entropy, REPLACEMENT_TAG))
-            owed = 0
-        buffer.permute(rng_for(*entropy) if spec.shuffle else None)
-        yield from drain(buffer, skip)
-        skip = 0
-        large = buffer.nbytes >= _TRIM_BYTES
-        del buffer  # drop the buffer before the next one is built
-        if large:
-            trim()
-    if owed and remaining > 0:
-        every = [seg for group in plan.buffers for seg in group]
-        for seg in reversed(every):
-            part = reread(seg) if reread is not None else None
-            if part is not None:
-                break
-        else:
-            raise SourceReadError(
-                f"every partition of this reader's share ({len(every)} partitions) was unreadable and skipped; "
-                f"it cannot yield its remaining {remaining} windows, so ranks would disagree on the batch count; "
-                "fix the data or its access, or pass on_error='raise' to see the first error"
-            )
-        buffer = Buffer([part], (seg,), grid, row_offsets, spec, scale)
-        buffer.replace(min(owed, remaining), rng_for(*plan.buffer_seeds[-1], REPLACEMENT_TAG, 1), keep=False)
-        yield from drain(buffer, 0)
+    return pipeline_stream(*args, **kwargs)

@@ -78,7 +78,10 @@ class WindowDataset(IterableDataset):
             ``ceil(2 * batch_size / buffer_partitions)``, so a buffer holds ``2 * batch_size`` pieces
             and the effective batch size is about ``2/3 * batch_size`` on any layout; 1 for a Dask
             frame (its partitions are computed per read). See docs/mixing.md.
-        prefetch_partitions: Partitions read ahead on a background thread (0: no thread).
+        prefetch_partitions: Partitions' worth of pieces read ahead of the buffer being built. ``>= 1``:
+            reader threads and a builder thread read and build the next buffer while batches are
+            gathered from the current one (two buffers in memory, see docs/memory.md); ``0``: no
+            thread, everything in the consumer's thread.
         layout: ``"NCL"`` gives ``x`` as ``(B, C, L)``, ``"NLC"`` as ``(B, L, C)``.
         return_index: Also yield each window's global start row, int64 ``(B,)``.
         storage_options: Passed to fsspec.

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from dask_windows.buffer import permute_windows
 from dask_windows.plan import rng_for
 from dask_windows.windows import window_starts
 from dask_windows.world import World
@@ -92,7 +93,7 @@ def plan_batches(
                 pieces.append(rows + ds.row_offsets[seg.partition])
         starts = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)  # (windows,) dataset rows
         if spec.shuffle:
-            rng_for(*entropy).shuffle(starts)
+            permute_windows(starts, rng_for(*entropy))
         starts = np.concatenate([carry, starts[skip:]])
         skip = 0
         take = min(len(starts), remaining)

@@ -1,25 +1,35 @@
-"""The only thread: reads items ahead of the consumer, in order, bounded.
+"""The loader's threads: items read ahead of the consumer, in order, bounded.
 
-``Prefetcher(read, keys, depth)`` calls ``read(key)`` for each key on a named
-daemon thread, keeping at most ``depth`` results read but not yet taken (a
-semaphore, not a queue size, so the item being read counts too). The end of
-the stream and any exception travel through the queue as values; an
-exception is re-raised in the consumer with the reader's traceback chained.
-``close()`` stops the thread and joins it; it is called when iteration ends,
-breaks early, or the consumer is garbage collected. ``depth=0`` reads in the
-consumer's thread, with no thread at all.
+``Prefetcher(read, keys, depth, threads=N)`` calls ``read(key)`` for each key
+on ``N`` named daemon threads, keeping at most ``depth`` results read or being
+read but not yet taken (a semaphore, not a queue size, so the items being
+read count too), and hands them to the consumer in key order. Several threads
+read the first keys at once: a buffer's pieces arrive in about the time of one
+read instead of the sum. ``Ahead(items, depth)`` runs an iterator (the buffer
+builder) on one thread the same way. The end of the stream and any exception
+travel to the consumer as values; an exception is re-raised in the consumer
+with the reader's traceback chained. ``close()`` stops the threads and joins
+them; it is called when iteration ends, breaks early, or the consumer is
+garbage collected, and it may be called from another thread than the
+consumer's: a consumer waiting for a result then gets ``PrefetchClosed``.
+``depth=0`` reads in the consumer's thread, with no thread at all.
+
+The trade-off: ``N`` reads in flight hold ``N`` pieces' read buffers at once
+(more memory for less latency), and threads only help where a read releases
+the GIL (file and network I/O, pyarrow decoding).
 """
 
 from __future__ import annotations
 
-import queue
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-__all__ = ["Prefetcher"]
+__all__ = ["Ahead", "PrefetchClosed", "Prefetcher"]
 
-_END = object()
+
+class PrefetchClosed(RuntimeError):
+    """The prefetcher was closed while a consumer waited for its next item."""
 
 
 class _Failure:
@@ -28,55 +38,147 @@ class _Failure:
         self.exc = exc
 
 
+class _Results:
+    """Results by position, handed over in order; shared by the threads and the consumer."""
+
+    def __init__(self) -> None:
+        self.items: dict[int, Any] = {}
+        self.ready = threading.Condition()
+        self.next_key = 0  # next position a reader claims
+        self.closed = False
+
+    def claim(self) -> int:
+        with self.ready:
+            k, self.next_key = self.next_key, self.next_key + 1
+            return k
+
+    def put(self, k: int, item: Any) -> None:
+        with self.ready:
+            self.items[k] = item
+            self.ready.notify_all()
+
+    def take(self, k: int) -> Any:
+        with self.ready:
+            while k not in self.items and not self.closed:
+                self.ready.wait()
+            if k not in self.items:
+                raise PrefetchClosed("the prefetcher was closed while waiting for its next item")
+            return self.items.pop(k)
+
+    def close(self) -> None:
+        with self.ready:
+            self.closed = True
+            self.ready.notify_all()
+
+
 def _read_ahead(
     read: Callable[[Any], Any],
     keys: Sequence[Any],
-    out: queue.Queue,
+    results: _Results,
     slots: threading.Semaphore,
     stop: threading.Event,
 ) -> None:
-    for key in keys:
+    while True:
+        slots.acquire()
+        if stop.is_set():
+            return
+        k = results.claim()
+        if k >= len(keys):
+            return
+        try:
+            item = read(keys[k])
+        except BaseException as exc:  # relayed to the consumer, never swallowed
+            results.put(k, _Failure(keys[k], exc))
+            return
+        results.put(k, item)
+
+
+def _iterate_ahead(items: Iterator[Any], results: _Results, slots: threading.Semaphore, stop: threading.Event) -> None:
+    k = 0
+    while True:
         slots.acquire()
         if stop.is_set():
             return
         try:
-            item = read(key)
-        except BaseException as exc:  # relayed to the consumer, never swallowed
-            out.put(_Failure(key, exc))
+            item = next(items)
+        except StopIteration:
+            results.put(k, _END)
             return
-        out.put(item)
-    out.put(_END)
+        except BaseException as exc:  # relayed to the consumer, never swallowed
+            results.put(k, _Failure(k, exc))
+            return
+        results.put(k, item)
+        k += 1
+
+
+_END = object()
+
+
+class _Threads:
+    """Threads of one prefetcher, their bound and their results; ``close()`` joins them."""
+
+    def __init__(self, target: Callable[..., None], args: tuple, depth: int, threads: int, name: str) -> None:
+        self.results = _Results()
+        self.slots = threading.Semaphore(depth)
+        self.stop = threading.Event()
+        self.threads = [
+            threading.Thread(
+                target=target,
+                args=(*args, self.results, self.slots, self.stop),
+                name=name if i == 0 else f"{name}-{i}",
+                daemon=True,
+            )
+            for i in range(threads)
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    def take(self, k: int) -> Any:
+        item = self.results.take(k)
+        self.slots.release()
+        return item
+
+    def close(self) -> None:
+        self.stop.set()
+        for _ in self.threads:
+            self.slots.release()  # wake every thread waiting for a slot
+        self.results.close()  # wake a consumer waiting in another thread
+        for thread in self.threads:
+            if thread is not threading.current_thread():
+                thread.join()
+
+    def alive(self) -> bool:
+        return any(t.is_alive() for t in self.threads)
 
 
 class Prefetcher:
     """Iterate ``read(key)`` for ``keys`` in order, reading up to ``depth`` ahead.
 
     Args:
-        read: Called once per key, on the background thread when ``depth > 0``.
+        read: Called once per key, on a background thread when ``depth > 0``; it must be safe to
+            call from ``threads`` threads at once.
         keys: What to read, in order.
-        depth: Results that may be read ahead of the consumer.
-        name: Thread name (shown in stack dumps).
+        depth: Results that may be read ahead of the consumer (the items being read included).
+        name: Thread name (shown in stack dumps); ``name-1``, ``name-2``... for the other threads.
+        threads: Threads reading at once (at most ``depth`` of them are ever busy).
     """
 
     def __init__(
-        self, read: Callable[[Any], Any], keys: Sequence[Any], depth: int, name: str = "dask-windows-prefetch"
+        self,
+        read: Callable[[Any], Any],
+        keys: Sequence[Any],
+        depth: int,
+        name: str = "dask-windows-prefetch",
+        threads: int = 1,
     ) -> None:
         self._read = read
         self._keys = list(keys)
-        self._depth = depth
         self._taken = 0
-        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._threads: _Threads | None = None
         if depth > 0 and self._keys:
-            self._queue: queue.Queue = queue.Queue()
-            self._slots = threading.Semaphore(depth)
-            self._stop = threading.Event()
-            self._thread = threading.Thread(
-                target=_read_ahead,
-                args=(read, self._keys, self._queue, self._slots, self._stop),
-                name=name,
-                daemon=True,
-            )
-            self._thread.start()
+            count = max(1, min(threads, depth, len(self._keys)))
+            self._threads = _Threads(_read_ahead, (read, self._keys), depth, count, name)
 
     def __iter__(self) -> Iterator[Any]:
         return self
@@ -85,11 +187,13 @@ class Prefetcher:
         if self._taken >= len(self._keys):
             self.close()
             raise StopIteration
-        if self._thread is None:
+        threads = self._threads
+        if threads is None:
+            if self._closed:
+                raise PrefetchClosed(f"the prefetcher was closed with {len(self._keys) - self._taken} items not taken")
             item = self._read(self._keys[self._taken])
         else:
-            item = self._queue.get()
-            self._slots.release()
+            item = threads.take(self._taken)
             if isinstance(item, _Failure):
                 self.close()
                 raise item.exc
@@ -97,18 +201,79 @@ class Prefetcher:
         return item
 
     def close(self) -> None:
-        """Stop reading ahead and join the thread (idempotent)."""
-        thread, self._thread = self._thread, None
-        if thread is None:
+        """Stop reading ahead and join the threads (idempotent, from any thread)."""
+        threads, self._threads = self._threads, None
+        self._closed = True
+        if threads is not None:
+            threads.close()
+
+    @property
+    def alive(self) -> bool:
+        """Whether a background thread is running."""
+        return self._threads is not None and self._threads.alive()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass
+
+
+class Ahead:
+    """Iterate ``items`` on a background thread, producing up to ``depth`` items ahead.
+
+    Used to build buffers while the consumer gathers batches from the previous one. The
+    iterator runs on one thread only; it is resumed for item ``k + depth`` once item ``k``
+    has been taken, so code after its ``yield`` runs while the consumer works on what it yielded.
+
+    Args:
+        items: Any iterable; iterated on the thread (its ``close`` is not called there).
+        depth: Items that may be produced ahead of the consumer (>= 1).
+        name: Thread name.
+    """
+
+    def __init__(self, items: Iterable[Any], depth: int = 1, name: str = "dask-windows-build") -> None:
+        self._taken = 0
+        self._done = False
+        self._threads: _Threads | None = _Threads(_iterate_ahead, (iter(items),), max(depth, 1), 1, name)
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        threads = self._threads
+        if threads is None:
+            raise StopIteration
+        item = threads.take(self._taken)
+        if item is _END:
+            self.close()
+            raise StopIteration
+        if isinstance(item, _Failure):
+            self.close()
+            raise item.exc
+        self._taken += 1
+        return item
+
+    def close(self, interrupt: Callable[[], None] | None = None) -> None:
+        """Stop the thread and join it (idempotent).
+
+        Args:
+            interrupt: Called after the stop is signalled and before the join, to wake the thread
+                where it waits on something else (the readers it pulls pieces from).
+        """
+        threads, self._threads = self._threads, None
+        if threads is None:
             return
-        self._stop.set()
-        self._slots.release()  # wake a reader waiting for a slot
-        thread.join()
+        threads.stop.set()
+        threads.slots.release()
+        if interrupt is not None:
+            interrupt()
+        threads.close()
 
     @property
     def alive(self) -> bool:
         """Whether the background thread is running."""
-        return self._thread is not None and self._thread.is_alive()
+        return self._threads is not None and self._threads.alive()
 
     def __del__(self) -> None:
         try:

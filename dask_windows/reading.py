@@ -10,6 +10,7 @@ decode one partition's pieces, recording unreadable ones with
 from __future__ import annotations
 
 import functools
+import threading
 import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -18,9 +19,10 @@ import numpy as np
 from torch.utils.data import get_worker_info
 
 from dask_windows.blocks import merge_rows
-from dask_windows.buffer import Part, decode, decode_pieces, piece_rows, piece_units, stream, unit_rows
+from dask_windows.buffer import Part, decode, decode_pieces, piece_rows, piece_units, unit_rows
 from dask_windows.errors import SourceReadError
 from dask_windows.faults import SkippedPartition, record_skip, skip_allowed
+from dask_windows.pipeline import stream
 from dask_windows.plan import plan_reader
 from dask_windows.prefetch import Prefetcher
 from dask_windows.readpool import ReadPool
@@ -30,7 +32,9 @@ from dask_windows.world import World
 if TYPE_CHECKING:
     from dask_windows.dataset import WindowDataset
 
-__all__ = ["BufferArena", "batches", "plan", "pool_workers", "read_part", "read_unit"]
+__all__ = ["READ_THREADS", "BufferArena", "batches", "plan", "pool_workers", "read_part", "read_unit"]
+
+READ_THREADS = 2  # pieces read at once by the prefetcher (Parquet files and object stores)
 
 
 def batches(ds: WindowDataset, plan: Any, progress: Any = None) -> Iterator[Any]:
@@ -50,19 +54,27 @@ def batches(ds: WindowDataset, plan: Any, progress: Any = None) -> Iterator[Any]
     ahead = ds.spec.prefetch_partitions * ds.spec.pieces_per_partition * len(units)
     depth = -(-ahead // max(len(plan.segments), 1))
     reader: Prefetcher | _PoolParts
+    background = False  # buffers built on a builder thread (see pipeline)
+    arena: BufferArena | None = None
     if pool_workers(ds):
         pool = ReadPool(functools.partial(_read_in_pool, ds), units, pool_workers(ds), max(depth, 1))
         reader = _PoolParts(pool, ds.skipped)
     else:
-        arena = BufferArena(ds, plan, units)  # the prefetch thread decodes a buffer's units into one array
-        reader = Prefetcher(lambda unit: read_unit(ds, unit, source_reader, arena), units, depth)
+        arena = BufferArena(ds, plan, units)  # the reader threads decode a buffer's units into one array
+        threads = READ_THREADS if ds.source.reads_in_processes else 1  # file/object-store reads release the GIL
+        background = depth > 0
+        depth = max(depth, threads) if depth else 0
+        reader = Prefetcher(lambda unit: read_unit(ds, unit, source_reader, arena), units, depth, threads=threads)
     parts = (part for unit_parts in reader for part in unit_parts)
 
     def reread(seg: Any) -> Part | None:
         return read_part(ds, seg, PartitionReader(ds.source, [seg.partition], list(ds.spec.columns)))
 
     try:
-        batches = stream(plan, parts, ds.grid, ds.row_offsets, ds.spec, ds._emit, ds._per_batch_normalize(), reread)
+        batches = stream(
+            plan, parts, ds.grid, ds.row_offsets, ds.spec, ds._emit, ds._per_batch_normalize(), reread,
+            background=background, interrupt=reader.close, release=None if arena is None else arena.release,
+        )  # fmt: skip
         for batch in batches:
             ds._resumer.step(progress)  # counted before the consumer gets it: a state then includes it
             yield batch
@@ -157,7 +169,8 @@ class BufferArena:
 
     ``Buffer`` then uses it as it is instead of joining the parts: one copy of the buffer's rows
     less, in time and in peak memory. The arrays of a buffer are allocated when its first unit is
-    decoded (on the prefetch thread); only that buffer's are referenced here, the parts keep theirs.
+    decoded (on a reader thread); they are referenced here until the builder releases the buffer
+    (``release``), the parts keep theirs.
     A unit whose rows differ from those planned (a source returning fewer) gets arrays of its own,
     and a buffer with a skipped unit is joined as before (``Buffer`` checks that its parts tile).
     """
@@ -175,38 +188,54 @@ class BufferArena:
                 self.buffer_of[units[k]] = len(self.members)
                 k += 1
             self.members.append(mine)
-        self.current = -1
-        self.table: dict[tuple, tuple[np.ndarray, int]] = {}  # this buffer's units: (blocks, first row)
-        self.arrays: tuple[np.ndarray, np.ndarray | None] | None = None
         self.usable = not (ds.spec.targets and getattr(ds, "_y_dtype", None) is None)
+        # Per buffer: its units' (blocks, first row) and its arrays. Reader threads (several at once)
+        # may work on two buffers; the builder releases a buffer once it holds its parts.
+        self._buffers: dict[int, tuple[dict[tuple, tuple[np.ndarray, int]], tuple | None]] = {}
+        self._released = -1  # buffers up to this one are released
+        self._lock = threading.Lock()
 
-    def _enter(self, unit: tuple) -> None:
+    def _state(self, unit: tuple) -> tuple[dict[tuple, tuple[np.ndarray, int]], tuple | None]:
         g = self.buffer_of.get(unit, -1)
-        if g == self.current:
-            return
-        self.current, self.table, self.arrays, at = g, {}, None, 0
-        for member in self.members[g] if g >= 0 else [unit]:
-            blocks = _blocks(self.ds, member)
-            self.table[member] = (blocks, at)
-            at += int((blocks[:, 1] - blocks[:, 0]).sum())
-        if self.usable and g >= 0:
-            spec = self.ds.spec
-            c = len(spec.features)
-            x = np.empty((c, at) if spec.layout == "NCL" else (at, c), np.float32)
-            y = np.empty((len(spec.targets), at), self.ds._y_dtype) if spec.targets else None
-            self.arrays = (x, y)
+        with self._lock:
+            state = self._buffers.get(g) if g >= 0 else None
+            if state is not None:
+                return state
+            table, at = {}, 0
+            for member in self.members[g] if g >= 0 else [unit]:
+                blocks = _blocks(self.ds, member)
+                table[member] = (blocks, at)
+                at += int((blocks[:, 1] - blocks[:, 0]).sum())
+            arrays = None
+            if self.usable and g > self._released:
+                spec = self.ds.spec
+                c = len(spec.features)
+                x = np.empty((c, at) if spec.layout == "NCL" else (at, c), np.float32)
+                y = np.empty((len(spec.targets), at), self.ds._y_dtype) if spec.targets else None
+                arrays = (x, y)
+            if g > self._released:
+                self._buffers[g] = (table, arrays)
+                for old in [b for b in self._buffers if b < g - 1]:  # no read goes that far back
+                    del self._buffers[old]
+            return table, arrays
 
     def blocks(self, unit: tuple) -> np.ndarray:
         """``(m, 2)`` the row blocks of ``unit`` (``_blocks``), computed with its buffer's."""
-        self._enter(unit)
-        return self.table[unit][0]
+        return self._state(unit)[0][unit][0]
 
     def place(self, unit: tuple) -> tuple | None:
         """``(x, y, row)``: the buffer's arrays and the row where ``unit``'s rows go; ``None`` without."""
-        self._enter(unit)
-        if self.arrays is None:
+        table, arrays = self._state(unit)
+        if arrays is None:
             return None
-        return (*self.arrays, self.table[unit][1])
+        return (*arrays, table[unit][1])
+
+    def release(self, buffer: int) -> None:
+        """Forget the arrays of buffers up to ``buffer`` (their parts hold them now)."""
+        with self._lock:
+            self._released = max(self._released, buffer)
+            for old in [b for b in self._buffers if b <= buffer]:
+                del self._buffers[old]
 
 
 def _read_in_pool(ds: WindowDataset, unit: tuple) -> tuple[list[Part | None], list[SkippedPartition]]:

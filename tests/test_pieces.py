@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from scale_helpers import make_uneven_frames, run_child, wait
 
 import dask_windows as dw
+from dask_windows.buffer import permute_windows
 from dask_windows.mixing import block_histogram, mixing_report, plan_batches
 from dask_windows.plan import batches_per_rank, piece_table, plan_reader, rng_for, worker_batch_range
 from dask_windows.world import World
@@ -72,7 +73,9 @@ def _windows(p, shuffle: bool) -> list[tuple[int, int]]:
     for group, entropy in zip(p.buffers, p.buffer_seeds):
         ids = [(s.partition, w) for s in group for w in range(s.lo, s.hi)]
         if ids and shuffle:
-            ids = [ids[i] for i in rng_for(*entropy).permutation(len(ids))]
+            order = np.arange(len(ids))
+            permute_windows(order, rng_for(*entropy))
+            ids = [ids[i] for i in order]
         out += ids
     return out[p.skip : p.skip + p.num_windows]
 

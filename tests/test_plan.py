@@ -6,6 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dask_windows.buffer import permute_windows
 from dask_windows.plan import batches_per_rank, epoch_order, plan_reader, rng_for, worker_batch_range
 from dask_windows.resume import round_robin
 from dask_windows.world import World
@@ -50,7 +51,7 @@ def batch_stream(cfg: dict, p) -> list[list[int]]:
     for group, entropy in zip(p.buffers, p.buffer_seeds):
         windows = np.concatenate([start_of[s.partition] + np.arange(s.lo, s.hi) for s in group])
         if cfg["shuffle"]:
-            windows = windows[rng_for(*entropy).permutation(len(windows))]
+            permute_windows(windows, rng_for(*entropy))
         drawn.append(windows)
     flat = np.concatenate(drawn)[p.skip : p.skip + p.num_windows] if drawn else np.zeros(0, np.int64)
     b = cfg["batch_size"]

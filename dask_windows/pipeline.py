@@ -1,0 +1,249 @@
+"""From decoded pieces to batches: buffers built off the consumer's thread, then cut into batches.
+
+``stream`` walks a reader's plan, buffer by buffer. With ``background=True``
+the buffers are built on a builder thread (``prefetch.Ahead``, one buffer
+ahead) while the consumer gathers batches from the previous one, so neither
+the reads nor the building of a buffer (assembly, window starts,
+permutation) run on the consumer's thread.
+
+Assembly: the reader threads decode each buffer's pieces straight into one
+array allocated for the whole buffer (``reading.BufferArena``), so a buffer
+never coexists with a second copy of its pieces; the builder releases the
+arena's reference once it holds the buffer.
+
+Permutation (``buffer.permute_head`` / ``permute_tail``): forward
+Fisher-Yates steps fix the first ``HEAD`` positions, then the rest of the
+buffer is shuffled. The first buffer is handed over after its head, and its
+tail is shuffled on the builder thread while the consumer gathers the first
+batches; later buffers are shuffled whole before they are handed over. The
+order is the same either way: a function of the buffer's seed alone, so
+batches are bit-for-bit the same per ``(seed, epoch)`` and a resume (the
+plan's ``skip``) finds them where it expects.
+
+The trade-off: one buffer built ahead means two buffers in memory (the one
+being drained and the next), which is what keeps the reads going while
+batches are gathered; see docs/memory.md for the formula. A batch may take
+its first windows from one buffer and the rest from the next, so only the
+plan's final batch can be partial. A partition skipped as unreadable arrives
+as ``None``; its windows are replaced as ``faults`` describes, so the batch
+count never changes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Generator, Iterable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dask_windows.batch import OutputPool, normalize_per_sample
+from dask_windows.buffer import Buffer, Part, permute_head, permute_tail, permute_windows
+from dask_windows.errors import SourceReadError
+from dask_windows.faults import REPLACEMENT_TAG
+from dask_windows.index import WindowGrid
+from dask_windows.memory import trim
+from dask_windows.plan import EpochPlan, Segment, rng_for
+from dask_windows.prefetch import Ahead
+from dask_windows.spec import WindowSpec
+
+__all__ = ["stream"]
+
+_TRIM_BYTES = 8 << 20  # buffers at least this large hand their memory back when dropped
+
+
+@dataclass
+class _Built:
+    """A buffer ready to drain: windows ``[0, head)`` are in their final order; the rest once
+    ``shuffled`` is set (``None``: all of them already)."""
+
+    buffer: Buffer
+    skip: int
+    head: int
+    shuffled: threading.Event | None = None
+    failure: list[BaseException] = field(default_factory=list)
+
+    def wait(self, upto: int) -> None:
+        """Block until windows ``[0, upto)`` are in their final order."""
+        if self.shuffled is None or upto <= self.head:
+            return
+        self.shuffled.wait()
+        self.shuffled = None
+        if self.failure:
+            raise self.failure[0]
+
+
+def _assemble(
+    segments: tuple[Segment, ...],
+    parts: Iterator[Part | None],
+    grid: WindowGrid,
+    row_offsets: np.ndarray,
+    spec: WindowSpec,
+    scale: tuple[np.ndarray, np.ndarray] | None,
+) -> tuple[Buffer | None, int]:
+    """Take the group's pieces from ``parts`` and build its buffer; also the windows lost to skips.
+
+    Pieces decoded into their buffer's one array (``reading.BufferArena``) are used in place;
+    others are joined by ``Buffer``.
+    """
+    loaded = [next(parts) for _ in segments]
+    kept = [(part, seg) for part, seg in zip(loaded, segments) if part is not None]
+    lost = sum(seg.num_windows for part, seg in zip(loaded, segments) if part is None)
+    del loaded
+    if not kept:
+        return None, lost
+    return Buffer([p for p, _ in kept], tuple(s for _, s in kept), grid, row_offsets, spec, scale), lost
+
+
+def _builds(
+    plan: EpochPlan,
+    parts: Iterator[Part | None],
+    grid: WindowGrid,
+    row_offsets: np.ndarray,
+    spec: WindowSpec,
+    scale: tuple[np.ndarray, np.ndarray] | None,
+    reread: Callable[[Segment], Part | None] | None,
+    lazy: bool,
+    release: Callable[[int], None] | None = None,
+) -> Generator[_Built, None, None]:
+    """The plan's buffers, replacements added and permuted; the first one lazily when ``lazy``."""
+    skip = plan.skip
+    owed = 0  # windows of skipped partitions not yet replaced
+    remaining = plan.num_windows  # windows the consumer has still to drain after the buffers built so far
+    first = True
+    for b, (segments, entropy) in enumerate(zip(plan.buffers, plan.buffer_seeds)):
+        buffer, lost = _assemble(segments, parts, grid, row_offsets, spec, scale)
+        if release is not None:
+            release(b)  # the readers' arrays of this buffer are held by its parts only
+        if buffer is None:  # nothing of this buffer could be read: the next readable buffer stands in
+            owed += lost - skip
+            skip = 0
+            continue
+        if lost or owed:
+            buffer.replace(lost + owed, rng_for(*entropy, REPLACEMENT_TAG))
+            owed = 0
+        if not spec.shuffle:
+            built = _Built(buffer, skip, len(buffer.starts))
+        elif lazy and first:
+            rng = rng_for(*entropy)
+            built = _Built(buffer, skip, permute_head(buffer.starts, rng), threading.Event())
+        else:
+            permute_windows(buffer.starts, rng_for(*entropy))
+            built = _Built(buffer, skip, len(buffer.starts))
+        del buffer
+        remaining -= min(remaining, len(built.buffer.starts) - skip)
+        yield built
+        if built.shuffled is not None:  # resumed once the consumer holds the first buffer
+            try:
+                permute_tail(built.buffer.starts, rng, built.head)
+            except BaseException as exc:  # pragma: no cover - relayed to the consumer's wait
+                built.failure.append(exc)
+            finally:
+                built.shuffled.set()
+        del built  # the consumer alone holds the buffer now
+        first = False
+        skip = 0
+    if owed and remaining > 0:
+        yield _last_buffer(plan, min(owed, remaining), grid, row_offsets, spec, scale, reread)
+
+
+def _last_buffer(
+    plan: EpochPlan,
+    owed: int,
+    grid: WindowGrid,
+    row_offsets: np.ndarray,
+    spec: WindowSpec,
+    scale: tuple[np.ndarray, np.ndarray] | None,
+    reread: Callable[[Segment], Part | None] | None,
+) -> _Built:
+    """Windows still owed because every piece of the last buffers was skipped: from a piece read again."""
+    every = [seg for group in plan.buffers for seg in group]
+    for seg in reversed(every):
+        part = reread(seg) if reread is not None else None
+        if part is not None:
+            break
+    else:
+        raise SourceReadError(
+            f"every partition of this reader's share ({len(every)} partitions) was unreadable and skipped; "
+            f"it cannot yield its remaining {owed} windows, so ranks would disagree on the batch count; "
+            "fix the data or its access, or pass on_error='raise' to see the first error"
+        )
+    buffer = Buffer([part], (seg,), grid, row_offsets, spec, scale)
+    buffer.replace(owed, rng_for(*plan.buffer_seeds[-1], REPLACEMENT_TAG, 1), keep=False)
+    return _Built(buffer, 0, len(buffer.starts))
+
+
+def stream(
+    plan: EpochPlan,
+    parts: Iterable[Part | None],
+    grid: WindowGrid,
+    row_offsets: np.ndarray,
+    spec: WindowSpec,
+    emit: Callable[[np.ndarray, np.ndarray | None, np.ndarray | None], object],
+    normalize: tuple[np.ndarray, np.ndarray] | str | None = None,
+    reread: Callable[[Segment], Part | None] | None = None,
+    background: bool = False,
+    interrupt: Callable[[], None] | None = None,
+    release: Callable[[int], None] | None = None,
+) -> Iterator[object]:
+    """Yield ``emit(x, y, rows)`` for each batch of ``plan``.
+
+    Args:
+        plan: The reader's epoch plan.
+        parts: Decoded pieces, one per segment in ``plan.segments`` order (typically a
+            ``Prefetcher``); ``None`` for a piece that was skipped as unreadable (see ``faults``).
+        grid: The dataset's window grid.
+        row_offsets: ``(P,)`` global row of each partition's first row.
+        spec: Window settings.
+        emit: Wraps one batch's numpy arrays (features, targets or ``None``, global start rows or
+            ``None`` unless ``spec.return_index``).
+        normalize: ``(mean, std)`` per feature, ``"sample"`` (per window and channel) or ``None``.
+        reread: Reads a segment's piece again (``None`` if unreadable), for windows still owed at the
+            end because every piece of the last buffers was skipped.
+        background: Build buffers on a builder thread, one buffer ahead of the consumer.
+        interrupt: Stops whatever ``parts`` reads from (the prefetcher's ``close``), so that a builder
+            thread waiting for a piece wakes up when the stream is closed early.
+        release: Called with a buffer's number once its pieces are taken (the readers' arena).
+    """
+    scale = normalize if isinstance(normalize, tuple) else None
+    builds = _builds(plan, iter(parts), grid, row_offsets, spec, scale, reread, background, release)
+    source: Iterator[_Built] = Ahead(builds, 1, "dask-windows-build") if background else builds
+    batch = spec.batch_size
+    remaining = plan.num_windows
+    carry: list[tuple] = []  # pieces of a batch begun in the previous buffer
+    carried = 0
+    pool = OutputPool()  # full batches' feature arrays, reused once no caller holds them
+    try:
+        for built in source:
+            buffer, pos, total = built.buffer, built.skip, len(built.buffer.starts)
+            while pos < total and remaining > 0:
+                take = min(batch - carried, total - pos, remaining)
+                built.wait(pos + take)
+                starts = buffer.starts[pos : pos + take]
+                x = buffer.gatherer.features(starts, pool if take == batch else None)
+                y = buffer.gatherer.targets(starts) if spec.targets else None
+                rows = buffer.global_rows(starts) if spec.return_index else None  # only yielded with the index
+                pos += take
+                remaining -= take
+                if carried or (take < batch and remaining > 0):
+                    carry.append((x, y, rows))
+                    carried += take
+                    if carried < batch and remaining > 0:
+                        continue
+                    x = np.concatenate([c[0] for c in carry])
+                    y = np.concatenate([c[1] for c in carry]) if spec.targets else None
+                    rows = np.concatenate([c[2] for c in carry]) if spec.return_index else None
+                    carry, carried = [], 0
+                if normalize == "sample":
+                    normalize_per_sample(x, spec.layout == "NCL")
+                yield emit(x, y, rows)
+            built.wait(total)  # the tail's shuffle is done before the buffer is dropped
+            large = buffer.nbytes >= _TRIM_BYTES
+            del buffer, built  # drop the buffer before the next one is taken
+            if large:
+                trim()
+    finally:
+        if isinstance(source, Ahead):
+            source.close(interrupt)
+        else:
+            builds.close()

@@ -1,0 +1,170 @@
+"""The background pipeline (reader threads, builder thread, lazy permutation) against brute force."""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import threading
+import traceback
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from helpers import make_frames, oracle_starts, write_parquet
+
+import dask_windows as dw
+from dask_windows import buffer
+from dask_windows.errors import DataError
+from dask_windows.mixing import plan_batches
+from dask_windows.plan import rng_for
+
+
+def loader_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("dask-windows-")]
+
+
+@pytest.fixture(autouse=True)
+def small_head(monkeypatch):
+    # A head of 50 positions: the first buffer's tail (shuffled after it is handed over) is exercised.
+    monkeypatch.setattr(buffer, "HEAD", 50)
+
+
+@pytest.fixture(scope="module")
+def frames():
+    return make_frames(seed=3, num_files=4, num_series=6, min_len=1500, max_len=3000)
+
+
+@pytest.fixture(scope="module")
+def root(frames, tmp_path_factory):
+    path = tmp_path_factory.mktemp("pipeline")
+    write_parquet(frames, str(path), row_group_size=700)
+    return str(path)
+
+
+def make(root, **kw):
+    args = dict(features=["f0", "f1"], targets=["y"], series="sid", window=6, batch_size=64, return_index=True)
+    args.update(kw)
+    return dw.WindowDataset(root, **args)
+
+
+def epoch(ds) -> list[tuple[np.ndarray, ...]]:
+    return [tuple(t.numpy() for t in batch) for batch in ds]
+
+
+@pytest.mark.parametrize("buffer_partitions", [1, 2])
+@pytest.mark.parametrize("pieces", [1, None])
+def test_every_window_once_values_and_order_are_the_same_with_or_without_threads(
+    frames, root, buffer_partitions, pieces
+):
+    full = np.concatenate(frames)  # columns: sid, ts, f0, f1, f2, y, z
+    f0, y = full[:, 2].astype(np.float32), full[:, 5].astype(np.float32)
+    runs = {}
+    for prefetch in (0, 1, 2):
+        ds = make(root, buffer_partitions=buffer_partitions, prefetch_partitions=prefetch, pieces_per_partition=pieces)
+        runs[prefetch] = epoch(ds)
+        assert len(runs[prefetch]) == len(ds)
+    for prefetch in (1, 2):  # bit for bit the same batches, in the same order
+        assert len(runs[prefetch]) == len(runs[0])
+        for a, b in zip(runs[0], runs[prefetch]):
+            assert all(np.array_equal(p, q) for p, q in zip(a, b))
+    rows = np.concatenate([b[-1] for b in runs[1]])
+    assert np.array_equal(np.sort(rows), oracle_starts(frames, "sid", 6))  # every window exactly once
+    x = np.concatenate([b[0] for b in runs[1]])
+    assert np.array_equal(x[:, 0], f0[rows[:, None] + np.arange(6)])  # the rows each window claims
+    assert np.array_equal(np.concatenate([b[1] for b in runs[1]])[:, 0], y[rows + 5])
+    ds = make(root, buffer_partitions=buffer_partitions, pieces_per_partition=pieces)
+    planned = list(plan_batches(ds))  # the order computed from the plan and the seed alone
+    assert all(np.array_equal(p, b[-1]) for p, b in zip(planned, runs[1])) and len(planned) == len(runs[1])
+
+
+def test_first_buffer_is_larger_than_the_head(root):
+    ds = make(root, buffer_partitions=2, pieces_per_partition=1)
+    first = ds._plan(dw.world.World(0, 1, 0, 1)).buffers[0]
+    assert sum(seg.num_windows for seg in first) > 3 * 32 > buffer.HEAD  # the lazy tail is exercised
+
+
+def test_same_seed_and_epoch_same_batches_other_epoch_other_order(root):
+    a, b = epoch(make(root, seed=5)), epoch(make(root, seed=5))
+    assert all(np.array_equal(p[-1], q[-1]) for p, q in zip(a, b))
+    other = make(root, seed=5)
+    other.set_epoch(1)
+    assert not np.array_equal(np.concatenate([p[-1] for p in a]), np.concatenate([p[-1] for p in epoch(other)]))
+
+
+@pytest.mark.parametrize("stop", [1, 3, 70])  # inside the head of the first buffer, past it, a later buffer
+def test_resume_yields_exactly_the_rest(root, stop):
+    kw = dict(buffer_partitions=2, pieces_per_partition=1, batch_size=32)
+    full = epoch(make(root, **kw))
+    ds = make(root, **kw)
+    it = iter(ds)
+    for _ in range(stop):
+        next(it)
+    state = ds.state_dict()
+    it.close()
+    again = make(root, **kw)
+    again.load_state_dict(state)
+    rest = epoch(again)
+    assert len(rest) == len(full) - stop
+    assert all(np.array_equal(p[-1], q[-1]) and np.array_equal(p[0], q[0]) for p, q in zip(rest, full[stop:]))
+
+
+def test_permutation_is_a_deterministic_uniform_permutation(monkeypatch):
+    monkeypatch.setattr(buffer, "HEAD", 2)  # head of 2 Fisher-Yates steps, then the shuffled tail
+    n, draws = 4, 4800
+    counts: dict[tuple, int] = {}
+    for seed in range(draws):
+        order = np.arange(n)
+        buffer.permute_windows(order, rng_for(seed))
+        counts[tuple(order)] = counts.get(tuple(order), 0) + 1
+    assert sorted(counts) == sorted(itertools.permutations(range(n)))
+    expected = draws / 24
+    assert all(abs(c - expected) < 0.35 * expected for c in counts.values()), counts
+    a, b = np.arange(50), np.arange(50)
+    buffer.permute_windows(a, rng_for(1, 2))
+    buffer.permute_windows(b, rng_for(1, 2))
+    assert np.array_equal(a, b) and not np.array_equal(a, np.arange(50))
+
+
+def test_head_then_tail_equals_the_whole_permutation():
+    whole, lazy = np.arange(10_000), np.arange(10_000)
+    buffer.permute_windows(whole, rng_for(9))
+    rng = rng_for(9)
+    head = buffer.permute_head(lazy, rng)
+    assert head == buffer.HEAD
+    buffer.permute_tail(lazy, rng, head)
+    assert np.array_equal(whole, lazy)
+
+
+def test_an_error_in_the_builder_thread_surfaces_in_the_consumer(tmp_path):
+    values = np.arange(4000, dtype=np.float32)
+    values[3333] = np.nan
+    for i, part in enumerate(np.array_split(values, 4)):
+        pq.write_table(pa.table({"f0": part}), tmp_path / f"p{i}.parquet")
+    ds = dw.WindowDataset(str(tmp_path), features=["f0"], series=None, window=8, batch_size=16, shuffle=False)
+    with pytest.raises(DataError, match="NaN") as info:
+        for _ in ds:
+            pass
+    frames = [f.name for f in traceback.extract_tb(info.value.__traceback__)]
+    assert "_check_nan" in frames  # raised where the buffer was built, traceback kept
+    assert not loader_threads()
+
+
+def test_no_thread_left_after_break_exhaustion_or_garbage_collection(root):
+    ds = make(root, prefetch_partitions=2, pieces_per_partition=1, buffer_partitions=1)
+    it = iter(ds)
+    next(it)
+    assert "dask-windows-build" in loader_threads() and "dask-windows-prefetch" in loader_threads()
+    it.close()
+    assert not loader_threads()
+    list(ds)
+    assert not loader_threads()
+    it = iter(ds)
+    next(it)
+    del it
+    gc.collect()
+    assert not loader_threads()
+    for _ in ds:  # a break in a for loop
+        break
+    gc.collect()
+    assert not loader_threads()
