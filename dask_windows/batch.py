@@ -99,14 +99,14 @@ class PathChoice:
     """Which copy a stream uses for its full batches, chosen by timing both on its own batches.
 
     A round times ``warmup`` batches copied by numpy, then up to ``probes`` by torch, and keeps
-    torch if its median is the lower. A torch probe (after the round's first, which may pay for
+    torch if its median (without its first copy) is the lower. A torch probe (after the round's first, which may pay for
     starting torch's threads) slower than ``1.5x`` numpy's median ends the round at once, and
     while torch is kept, a running mean ``1.25x`` above numpy's median hands back to numpy: on
     busy cores torch's fork-join is many times slower, and then costs a round's few probes every
     ``every`` batches. Both copies give the same bits, so the choice changes speed, never a value.
     """
 
-    def __init__(self, warmup: int = 16, probes: int = 3, every: int = 2048) -> None:
+    def __init__(self, warmup: int = 16, probes: int = 6, every: int = 2048) -> None:
         self.warmup, self.probes, self.every = warmup, probes, every
         self.batches = 0
         self.use_torch = False
@@ -136,12 +136,16 @@ class PathChoice:
             slow = by_torch and len(self._torch) > 1 and seconds > 1.5 * self._numpy_s
             if slow or k == self.warmup + self.probes - 1:
                 if self._torch and self._numpy:
-                    self._mean_s = float(np.median(self._torch))
+                    # The round's first torch copy may pay for starting torch's threads: left out.
+                    timed = self._torch[1:] or self._torch
+                    self._mean_s = float(np.median(timed))
                     self.use_torch = not slow and self._mean_s < self._numpy_s
                 self._numpy, self._torch = [], []
                 self._round = self.batches + self.every  # the next round
         elif self.use_torch and by_torch:
-            self._mean_s = 0.8 * self._mean_s + 0.2 * seconds
+            # One copy held up by another thread (a buffer being built, a collection) must not hand
+            # back on its own: each copy counts at most 3x numpy's median.
+            self._mean_s = 0.9 * self._mean_s + 0.1 * min(seconds, 3 * self._numpy_s)
             if self._mean_s > 1.25 * self._numpy_s:
                 self.use_torch = False
 
