@@ -159,15 +159,25 @@ def standardize_windows(x: np.ndarray, channel_major: bool, eps: float = 1e-8) -
         return x
     batch = x.shape[0]
     step = max(1, _CHUNK_VALUES // (x[0].size or 1))
+    if channel_major:
+        import torch  # the loader's batches are torch tensors already; numpy's broadcasts here are slower
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # see _standardize_channel_major: one thread per chunk in its cache
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):  # an overflow is the answer, not a problem
+                for first in range(0, batch, step):  # a chunk's passes run while it is in the cache
+                    _standardize_channel_major(x[first : first + step], eps)
+        finally:
+            torch.set_num_threads(threads)
+        return x
     for first in range(0, batch, step):  # a chunk's passes run while it is in the cache
         part = x[first : first + step]
-        if _squares_safe(part):
-            done = _standardize_channel_major(part, eps) if channel_major else _standardize_time_major(part, eps)
-            if done:
-                continue
+        if _squares_safe(part) and _standardize_time_major(part, eps):
+            continue
         # Squares overflow float32: in float64 (from the values as given, or centred in float32 when
         # only the centred sums overflowed, at the edge of float32's range: centring lost nothing).
-        _standardize_float64(part, 2 if channel_major else 1, eps)
+        _standardize_float64(part, 1, eps)
     return x
 
 
@@ -187,32 +197,56 @@ def _squares_safe(x: np.ndarray) -> bool:
 _CHUNK_VALUES = 1 << 18
 
 
-def _standardize_float64(x: np.ndarray, axis: int, eps: float) -> None:
-    """The float64 path, for values whose squares would overflow float32."""
-    x64 = x.astype(np.float64)
+def _standardize_float64(x: np.ndarray, axis: int, eps: float, x64: np.ndarray | None = None) -> None:
+    """The float64 path, for values whose squares would overflow float32 (``x64``: them, if known)."""
+    x64 = x.astype(np.float64) if x64 is None else x64
     x64 -= x64.mean(axis=axis, keepdims=True)
     x64 /= np.maximum(np.sqrt(np.mean(np.square(x64), axis=axis, keepdims=True)), eps)
     x[...] = x64
 
 
-def _standardize_channel_major(x: np.ndarray, eps: float) -> bool:
-    """``(B, C, L)`` in place: rows of ``L`` contiguous values, by torch's reductions (no temporaries).
+def _standardize_channel_major(x: np.ndarray, eps: float) -> None:
+    """``(B, C, L)`` in place, four passes over rows of ``L`` contiguous values, no temporaries.
 
-    Returns ``False``, with ``x`` centred but not scaled, when a sum of squares overflowed.
+    The row sums are a matrix-vector product (no overflow check needed before it: a sum that
+    overflows sends the untouched values to float64). The values are then centred *halved*,
+    ``0.5 * x - 0.5 * mean`` in one rounding (one torch pass), which cannot overflow even at the
+    edge of float32's range, so no check of the squares is needed before centring (the 0.2 code
+    spent a whole pass on it). The squares of the halved centred values are summed per row (one
+    pass); when such a sum overflows, the values are recovered as ``2 * v + mean`` and
+    standardised in float64. The last pass scales by ``2 / max(std, eps)``.
     """
     import torch  # the loader's batches are torch tensors already; numpy's broadcasts here are slower
 
     length = x.shape[2]
-    scale = np.float32(1.0 / length)
     rows = x.reshape(-1, length)  # a view: x is C-contiguous
+    mean = rows @ np.ones(length, x.dtype)  # the caller ignores overflow: a sum that overflows is checked
+    mean *= np.float32(1.0 / length)
+    if not np.isfinite(mean).all():
+        _standardize_float64(x, 2, eps)
+        return
+    half_mean = mean * np.float32(-0.5)
     values = torch.from_numpy(rows)
-    values.sub_(values.sum(1, keepdim=True).mul_(float(scale)))
-    vecdot = getattr(np, "vecdot", None)  # numpy >= 2: a dot product per row, no temporary
-    var = vecdot(rows, rows) if vecdot is not None else np.einsum("rl,rl->r", rows, rows)
-    if not np.isfinite(var).all():
-        return False
-    values.mul_(torch.from_numpy(_inverse_std(var, scale, eps))[:, None])
-    return True
+    torch.add(torch.from_numpy(half_mean)[:, None], values, alpha=0.5, out=values)  # (x - mean) / 2
+    var = _VECDOT(rows, rows)
+    if not np.isfinite(var).all():  # squares beyond float32: back to the values, in float64
+        x64 = rows.astype(np.float64)
+        x64 *= 2.0
+        x64 += mean[:, None]
+        _standardize_float64(rows, 1, eps, x64)
+        return
+    scale = np.float32(4.0 / length)  # of the halved values' squares
+    factor = _inverse_std(var, scale, eps)
+    factor *= np.float32(2.0)  # undoes the halving
+    values.mul_(torch.from_numpy(factor)[:, None])
+
+
+def _vecdot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """A dot product per row (numpy < 2 has no ``np.vecdot``)."""
+    return np.einsum("rl,rl->r", a, b)
+
+
+_VECDOT = getattr(np, "vecdot", _vecdot)  # numpy >= 2: a dot product per row, no temporary
 
 
 def _standardize_time_major(x: np.ndarray, eps: float) -> bool:
