@@ -134,3 +134,57 @@ def test_windows_standardised_chunk_by_chunk_like_the_reference(monkeypatch, cha
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-4)
     assert np.isfinite(got).all()
     assert (got[9, 0] == 0).all() if channel_major else (got[9, :, 0] == 0).all()
+
+
+def _huge_windows(rng: np.random.Generator) -> np.ndarray:
+    """(6, 3, 40) windows: ordinary, near float32's edge, and ones whose plain centring would overflow."""
+    x = (rng.standard_normal((6, 3, 40)) * 4 + 7).astype(np.float32)
+    edge = np.float32(3.0e38)
+    x[1, 0] = rng.uniform(-1, 1, 40).astype(np.float32) * edge  # row sum finite, squares overflow
+    x[2, 1] = edge  # the row sum overflows: float64 from the values as given
+    x[3, 2, :20], x[3, 2, 20:] = edge, -edge  # mean 0, squares overflow
+    x[4, 0, :30], x[4, 0, 30:] = edge, -edge  # mean 1.5e38: x - mean = -4.5e38 in float32
+    x[5, 1] = np.float32(1e19) * rng.standard_normal(40).astype(np.float32)  # squares near the edge
+    return x
+
+
+@pytest.mark.parametrize("chunk", [None, 3 * 40])
+def test_huge_values_stay_finite_and_equal_the_reference(monkeypatch, chunk):
+    """Values up to +-3e38: every path (row sums or squares overflowing) gives the float64 reference."""
+    import dask_windows.normalize as normalize
+
+    if chunk is not None:  # one window per chunk: each fallback on its own chunk, ordinary ones beside it
+        monkeypatch.setattr(normalize, "_CHUNK_VALUES", chunk)
+    x = _huge_windows(np.random.default_rng(21))
+    want = _windows_reference(x, True)
+    got = standardize_windows(x.copy(), True)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-4)
+    layout = np.ascontiguousarray(x.transpose(0, 2, 1))  # the same windows time-major (NLC)
+    got = standardize_windows(layout.copy(), False)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, _windows_reference(layout, False), rtol=1e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("length", [50, 64, 97, 512])
+def test_constant_windows_become_zeros_and_others_match(length):
+    rng = np.random.default_rng(length)
+    x = rng.standard_normal((8, 4, length)) * rng.uniform(0.01, 30, (8, 4, 1)) + rng.uniform(-50, 50, (8, 4, 1))
+    x = x.astype(np.float32)
+    for b, c, value in [(0, 0, 4.0), (3, 2, -2.5), (7, 1, 0.0), (5, 3, 1e30), (6, 0, -3e38)]:
+        x[b, c] = value
+    got = standardize_windows(x.copy(), True)
+    for b, c, _value in [(0, 0, 4.0), (3, 2, -2.5), (7, 1, 0.0), (5, 3, 1e30), (6, 0, -3e38)]:
+        assert (got[b, c] == 0).all()
+    np.testing.assert_allclose(got, _windows_reference(x, True), rtol=1e-4, atol=2e-4)
+
+
+def test_batch_of_the_benchmark_shape_equals_the_reference_and_keeps_torch_threads():
+    """(256, 4, 512), several chunks; the torch thread count is what it was before."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((256, 4, 512)) * rng.uniform(0.1, 10, (256, 4, 1)) + 3).astype(np.float32)
+    threads = torch.get_num_threads()
+    got = standardize_windows(x.copy(), True)
+    assert torch.get_num_threads() == threads
+    np.testing.assert_allclose(got, _windows_reference(x, True), rtol=1e-4, atol=2e-4)
