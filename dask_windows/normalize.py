@@ -230,7 +230,7 @@ def _standardize_channel_major(x: np.ndarray, ones: np.ndarray, eps: float) -> N
         _standardize_float64(x, 2, eps)
         return
     values = torch.from_numpy(rows)
-    torch.add(torch.from_numpy(half_mean)[:, None], values, alpha=0.5, out=values)  # (x - mean) / 2
+    torch.add(torch.from_numpy(half_mean[:, None]), values, alpha=0.5, out=values)  # (x - mean) / 2
     factor = _VECDOT(rows, rows)
     if not np.isfinite(factor.sum()):  # squares beyond float32: back to the values, in float64
         x64 = rows.astype(np.float64)
@@ -242,7 +242,7 @@ def _standardize_channel_major(x: np.ndarray, ones: np.ndarray, eps: float) -> N
     np.sqrt(factor, out=factor)  # half the std
     np.maximum(factor, np.float32(eps / 2), out=factor)
     np.reciprocal(factor, out=factor)  # 2 / max(std, eps): undoes the halving too
-    values.mul_(torch.from_numpy(factor)[:, None])
+    values.mul_(torch.from_numpy(factor[:, None]))
 
 
 def _vecdot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
