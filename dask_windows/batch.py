@@ -197,7 +197,10 @@ class Gatherer:
         """
         shape = (len(starts), *self._x.shape[1:])
         big = math.prod(shape) * self._x.itemsize >= _TORCH_MIN_BYTES
-        if not (big and len(starts) and self._torch_ready() and _threads() > 1):
+        if pool is not None and getattr(pool, "direct", False) and len(starts) and self._torch_ready():
+            out = pool.take(shape, self._x.dtype)  # a DataLoader worker's slot: no copy after this one
+            self._torch_gather(starts, out)
+        elif not (big and len(starts) and self._torch_ready() and _threads() > 1):
             out = self._x[starts]
         elif pool is None:
             out = np.empty(shape, self._x.dtype)

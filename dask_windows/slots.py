@@ -25,6 +25,7 @@ segment and a socket round trip per batch. Linux only; elsewhere, or with
 from __future__ import annotations
 
 import logging
+import math
 import mmap
 import os
 import secrets
@@ -37,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["SLOTS", "enabled", "in_slots", "shared"]
+__all__ = ["SLOTS", "SlotPool", "enabled", "in_slots", "output_pool", "shared"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ MAX_RINGS = 4  # rings per worker process (one per batch size seen); past that, 
 ALIGN = 64  # bytes between the tensors of one batch in a slot
 HEADER = 4096  # the ring's first page: SLOTS released counters (uint64) and the mapped flag
 _MAPPED = 512  # byte offset of the flag the main process sets once it has mapped the ring
+HEADROOM = 64 << 10  # bytes after a batch's features gathered into a slot, for its other tensors
 
 
 def enabled() -> bool:
@@ -64,7 +66,45 @@ def shared(batches: Iterator[Any]) -> Iterator[Any]:
     return (_to_slot(batch) for batch in batches)
 
 
+def output_pool() -> SlotPool | None:
+    """A pool whose arrays lie in slots, for a stream to gather into (in a DataLoader worker; else ``None``)."""
+    return SlotPool() if enabled() else None
+
+
 # -- worker side ---------------------------------------------------------------------------------
+
+
+class SlotPool:
+    """:class:`~dask_windows.batch.OutputPool`'s interface over slots: a batch is gathered straight into one.
+
+    Each array starts a slot of room for it plus ``HEADROOM`` (targets and start rows, which
+    :func:`shared` then copies in after it), so the batch's features are never copied again.
+    When no slot is free (the loop keeps batches) the array comes from an ordinary pool.
+    """
+
+    direct = True  # gather into ``take``'s array whatever the batch's size (one copy of the runs)
+
+    def __init__(self) -> None:
+        from dask_windows.batch import OutputPool
+
+        self._fallback = OutputPool()
+        self.choice = self._fallback.choice
+
+    def take(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """An array of ``shape`` and ``dtype`` at the start of a free slot (else from the fallback pool)."""
+        global _registered
+        dtype = np.dtype(dtype)
+        nbytes = _aligned(math.prod(shape) * dtype.itemsize)
+        got = _ring_for(nbytes + max(HEADROOM, nbytes // 4), min_bytes=nbytes)
+        if got is None:
+            return self._fallback.take(shape, dtype)
+        if not _registered:
+            reduction.ForkingPickler.register(torch.Tensor, _reduce)
+            _registered = True
+        raw = got[2]
+        out = raw[: math.prod(shape) * dtype.itemsize].view(dtype).reshape(shape)
+        _lent[out.ctypes.data] = raw
+        return out
 
 
 class _Ring:
@@ -88,9 +128,8 @@ class _Ring:
         self.pid = os.getpid()
 
     def take(self, nbytes: int) -> tuple[int, np.ndarray] | None:
-        """A free slot and a uint8 view of its first ``nbytes``; ``None`` when every slot is live."""
-        if nbytes > self.slot_bytes:
-            return None
+        """A free slot and a uint8 view of its first ``nbytes`` (at most the slot); ``None`` when every slot is live."""
+        nbytes = min(nbytes, self.slot_bytes)
         for slot in range(SLOTS):
             if self.held[slot] or int(self.released[slot]) != self.sent[slot]:
                 continue
@@ -121,14 +160,23 @@ class _Ring:
 
 _rings: list[_Ring] = []
 _registered = False
+_lent: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()  # SlotPool arrays' slots
 
 
-def _ring_for(nbytes: int) -> tuple[_Ring, int, np.ndarray] | None:
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // ALIGN) * ALIGN
+
+
+def _ring_for(nbytes: int, min_bytes: int | None = None) -> tuple[_Ring, int, np.ndarray] | None:
+    """A free slot of ``nbytes`` (or of at least ``min_bytes`` in an existing ring)."""
+    least = nbytes if min_bytes is None else min_bytes
     for ring in sorted(_rings, key=lambda r: r.slot_bytes):
+        if ring.slot_bytes < least:
+            continue
         got = ring.take(nbytes)
         if got is not None:
             return ring, *got
-    if len(_rings) >= MAX_RINGS or any(r.slot_bytes >= nbytes for r in _rings):
+    if len(_rings) >= MAX_RINGS or any(r.slot_bytes >= least for r in _rings):
         return None  # rings large enough exist and are busy: the loop holds batches
     try:
         ring = _Ring(-(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE)
@@ -146,18 +194,20 @@ def _to_slot(batch: Any) -> Any:
     parts = list(batch) if isinstance(batch, (tuple, list)) else [batch]
     if not parts or not all(_fits(p) for p in parts):
         return batch
-    offsets, nbytes = [], 0
-    for p in parts:
-        offsets.append(nbytes)
-        nbytes += -(-(p.numel() * p.element_size()) // ALIGN) * ALIGN
-    got = _ring_for(max(nbytes, ALIGN))
-    if got is None:
-        return batch
-    if not _registered:
-        reduction.ForkingPickler.register(torch.Tensor, _reduce)
-        _registered = True
-    _, _, raw = got
-    out = []
+    sizes = [_aligned(p.numel() * p.element_size()) for p in parts]
+    raw = _lent.get(parts[0].data_ptr()) if parts[0].is_contiguous() else None  # gathered into a slot
+    if raw is not None and sum(sizes) <= len(raw):  # the rest goes in after the features
+        out, copied = [parts[0]], 1
+    else:
+        got = _ring_for(max(sum(sizes), ALIGN))
+        if got is None:
+            return batch
+        if not _registered:
+            reduction.ForkingPickler.register(torch.Tensor, _reduce)
+            _registered = True
+        raw, out, copied = got[2], [], 0
+    offsets = [sum(sizes[:i]) for i in range(copied, len(parts))]
+    parts = parts[copied:]
     for p, at in zip(parts, offsets):
         src = p.numpy()
         dst = raw[at : at + src.nbytes].view(src.dtype).reshape(src.shape)

@@ -200,3 +200,66 @@ def test_disabled_by_environment_and_outside_workers(data, monkeypatch):
     seen = list(DataLoader(make(root), batch_size=None, num_workers=1))
     assert not any(slots.in_slots(b[0]) for b in seen)
     check(seen, frames, full)
+
+
+def check_values(batches: list, full: np.ndarray) -> None:
+    """Each batch's values those of its start rows (for a subset of an epoch's batches)."""
+    for x, y, rows in batches:
+        rows = rows.numpy()
+        assert np.array_equal(x[:, 0, :].numpy(), full[rows[:, None] + np.arange(WINDOW)])
+        assert np.array_equal(y[:, 0].numpy(), (rows + WINDOW - 1) * 10.0)
+
+
+def _worker_side(root: str, kept_every: int, **kw) -> tuple[list, list, int]:
+    """A worker's batches made in this process, each pickled as a worker does and rebuilt as the main
+    process does: (kept rebuilt batches, their clones, batches whose every tensor was in one slot)."""
+    import pickle
+    from multiprocessing.reduction import ForkingPickler
+
+    from torch.utils.data._utils import worker
+
+    ds = make(root, **kw)
+    worker._worker_info = worker.WorkerInfo(id=0, num_workers=1, seed=3, dataset=ds)
+    try:
+        kept, clones, direct = [], [], 0
+        for n, batch in enumerate(ds, 1):
+            raw = slots._lent.get(batch[0].data_ptr())
+            if raw is not None:  # the features were gathered into a slot; the rest copied after them
+                start, end = raw.ctypes.data, raw.ctypes.data + raw.nbytes
+                direct += all(start <= t.data_ptr() < end for t in batch)
+            data = ForkingPickler.dumps(batch)
+            del batch, raw
+            batch = pickle.loads(data)
+            if n % kept_every == 0:
+                kept.append(batch)
+                clones.append(tuple(t.clone() for t in batch))
+            del batch
+        return kept, clones, direct
+    finally:
+        worker._worker_info = None
+
+
+def test_features_gathered_straight_into_slots_stay_exact_while_later_batches_reuse_the_ring(data):
+    root, _, full = data
+    kept, clones, direct = _worker_side(root, kept_every=5)  # some batches kept, the rest dropped
+    assert direct > 2 * slots.SLOTS  # slots were reused for batches gathered straight into them
+    assert sum(slots.in_slots(b[0]) for b in kept) >= slots.SLOTS // 2
+    assert all(torch.equal(p, q) for u, v in zip(kept, clones) for p, q in zip(u, v))
+    check_values(kept, full)
+
+
+def test_slot_gathered_batches_when_the_loop_keeps_every_one(data):
+    root, _, full = data
+    kept, clones, direct = _worker_side(root, kept_every=1)  # the ring fills up, then the fallback pool
+    assert 0 < direct <= slots.SLOTS < len(kept)
+    assert all(torch.equal(p, q) for u, v in zip(kept, clones) for p, q in zip(u, v))
+    check_values(kept, full)
+
+
+def test_slot_gathered_batches_through_workers_match_no_workers_with_global_normalisation(data):
+    root, _, _ = data
+    kw = dict(normalize={"mean": [1.0, 2.0], "std": [3.0, 4.0]}, seed=2)
+    zero = [tuple(t.clone() for t in b) for b in DataLoader(make(root, **kw), batch_size=None)]
+    one = [tuple(t.clone() for t in b) for b in DataLoader(make(root, **kw), batch_size=None, num_workers=1)]
+    assert len(zero) == len(one)
+    assert all(torch.equal(p, q) for u, v in zip(zero, one) for p, q in zip(u, v))
