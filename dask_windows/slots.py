@@ -4,7 +4,9 @@ Torch pickles every tensor a DataLoader worker returns by copying it into a
 new shared-memory segment (fresh pages, so page faults on every batch) and
 passing that segment's file descriptor over a socket: with cheap batches this
 hand-off costs more than making the batch. Here, inside a DataLoader worker
-only, each batch is copied into a slot of a *ring*: one anonymous shared
+only, each batch goes into a slot of a *ring*: its features are gathered
+straight into the slot (:class:`SlotPool`, the stream's output pool there),
+its targets and start rows copied in after them; one anonymous shared
 mapping per worker (``os.memfd_create``: no name in ``/dev/shm``, freed by the
 kernel when the last process holding it exits or unmaps it, so nothing can
 outlive a crash). A slot tensor then pickles as ``(ring token, slot, offset,
@@ -15,8 +17,8 @@ released in the mapping's header.
 
 The worker reuses a slot only when every copy of it it sent has been released
 and it holds no reference to it itself; when no slot is free (the training loop
-keeps batches) the batch takes torch's own path. So the trade-off: one copy of
-the batch into warm memory in the worker and a fixed ring of memory per worker
+keeps batches) the batch takes torch's own path. So the trade-off: the gather
+writes into warm shared memory (no second copy) and a fixed ring of memory per worker
 (``SLOTS`` slots of the largest batch, touched only as used), against a new
 segment and a socket round trip per batch. Linux only; elsewhere, or with
 ``DASK_WINDOWS_SLOTS=0``, batches take torch's path unchanged.
@@ -103,7 +105,7 @@ class SlotPool:
             _registered = True
         raw = got[2]
         out = raw[: math.prod(shape) * dtype.itemsize].view(dtype).reshape(shape)
-        _lent[out.ctypes.data] = raw
+        _lent[out.ctypes.data] = out  # its slot's room after it is free for the batch's other tensors
         return out
 
 
@@ -160,7 +162,7 @@ class _Ring:
 
 _rings: list[_Ring] = []
 _registered = False
-_lent: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()  # SlotPool arrays' slots
+_lent: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()  # SlotPool arrays, by address
 
 
 def _aligned(nbytes: int) -> int:
@@ -195,7 +197,10 @@ def _to_slot(batch: Any) -> Any:
     if not parts or not all(_fits(p) for p in parts):
         return batch
     sizes = [_aligned(p.numel() * p.element_size()) for p in parts]
-    raw = _lent.get(parts[0].data_ptr()) if parts[0].is_contiguous() else None  # gathered into a slot
+    lent = _lent.pop(parts[0].data_ptr(), None)  # the features were gathered into a slot
+    # In place only when the batch's features are that whole array (not a slice another batch shares):
+    whole = lent is not None and parts[0].is_contiguous() and parts[0].numel() * parts[0].element_size() == lent.nbytes
+    raw = lent.base if whole and lent is not None else None
     if raw is not None and sum(sizes) <= len(raw):  # the rest goes in after the features
         out, copied = [parts[0]], 1
     else:
