@@ -50,6 +50,7 @@ ALIGN = 64  # bytes between the tensors of one batch in a slot
 HEADER = 4096  # the ring's first page: SLOTS released counters (uint64) and the mapped flag
 _MAPPED = 512  # byte offset of the flag the main process sets once it has mapped the ring
 HEADROOM = 64 << 10  # bytes after a batch's features gathered into a slot, for its other tensors
+DIRECT_BYTES = 256 << 10  # batches' features from this size are gathered straight into a slot
 
 
 def enabled() -> bool:
@@ -84,7 +85,9 @@ class SlotPool:
     When no slot is free (the loop keeps batches) the array comes from an ordinary pool.
     """
 
-    direct = True  # gather into ``take``'s array whatever the batch's size (one copy of the runs)
+    # Features of at least this many bytes are gathered into ``take``'s array (one copy of the runs);
+    # below it numpy's gather and a copy into the slot cost less than the calls around the gather.
+    direct_bytes = DIRECT_BYTES
 
     def __init__(self) -> None:
         from dask_windows.batch import OutputPool

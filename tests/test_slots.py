@@ -19,6 +19,12 @@ WINDOW = 8
 ROOT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.fixture(autouse=True)
+def gather_into_slots(monkeypatch):
+    """These small batches are gathered straight into slots too (forked workers inherit it)."""
+    monkeypatch.setattr(slots.SlotPool, "direct_bytes", 0)
+
+
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     frames = make_frames(seed=5, num_files=4, num_series=12, max_len=300, channels=2)
