@@ -196,8 +196,13 @@ class Gatherer:
             pool: Where the output array comes from; ``None``: a new array.
         """
         shape = (len(starts), *self._x.shape[1:])
-        big = math.prod(shape) * self._x.itemsize >= _TORCH_MIN_BYTES
-        if not (big and len(starts) and self._torch_ready() and _threads() > 1):
+        nbytes = math.prod(shape) * self._x.itemsize
+        big = nbytes >= _TORCH_MIN_BYTES
+        direct = getattr(pool, "direct_bytes", None)  # a pool of shared slots: gather into it from this size
+        if pool is not None and direct is not None and nbytes >= direct and len(starts) and self._torch_ready():
+            out = pool.take(shape, self._x.dtype)  # a DataLoader worker's slot: no copy after this one
+            self._torch_gather(starts, out)
+        elif not (big and len(starts) and self._torch_ready() and _threads() > 1):
             out = self._x[starts]
         elif pool is None:
             out = np.empty(shape, self._x.dtype)

@@ -31,9 +31,11 @@ count never changes.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -212,7 +214,10 @@ def stream(
     remaining = plan.num_windows
     carry: list[tuple] = []  # pieces of a batch begun in the previous buffer
     carried = 0
-    pool = OutputPool()  # full batches' feature arrays, reused once no caller holds them
+    pool: Any = OutputPool()  # full batches' feature arrays, reused once no caller holds them
+    slots = sys.modules.get("dask_windows.slots")  # imported with torch, by the dataset
+    if slots is not None:
+        pool = slots.output_pool() or pool  # in a DataLoader worker: gathered straight into shared slots
     try:
         for built in source:
             buffer, pos, total = built.buffer, built.skip, len(built.buffer.starts)

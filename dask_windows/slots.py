@@ -4,7 +4,9 @@ Torch pickles every tensor a DataLoader worker returns by copying it into a
 new shared-memory segment (fresh pages, so page faults on every batch) and
 passing that segment's file descriptor over a socket: with cheap batches this
 hand-off costs more than making the batch. Here, inside a DataLoader worker
-only, each batch is copied into a slot of a *ring*: one anonymous shared
+only, each batch goes into a slot of a *ring*: its features are gathered
+straight into the slot (:class:`SlotPool`, the stream's output pool there),
+its targets and start rows copied in after them; one anonymous shared
 mapping per worker (``os.memfd_create``: no name in ``/dev/shm``, freed by the
 kernel when the last process holding it exits or unmaps it, so nothing can
 outlive a crash). A slot tensor then pickles as ``(ring token, slot, offset,
@@ -15,8 +17,8 @@ released in the mapping's header.
 
 The worker reuses a slot only when every copy of it it sent has been released
 and it holds no reference to it itself; when no slot is free (the training loop
-keeps batches) the batch takes torch's own path. So the trade-off: one copy of
-the batch into warm memory in the worker and a fixed ring of memory per worker
+keeps batches) the batch takes torch's own path. So the trade-off: the gather
+writes into warm shared memory (no second copy) and a fixed ring of memory per worker
 (``SLOTS`` slots of the largest batch, touched only as used), against a new
 segment and a socket round trip per batch. Linux only; elsewhere, or with
 ``DASK_WINDOWS_SLOTS=0``, batches take torch's path unchanged.
@@ -25,6 +27,7 @@ segment and a socket round trip per batch. Linux only; elsewhere, or with
 from __future__ import annotations
 
 import logging
+import math
 import mmap
 import os
 import secrets
@@ -37,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["SLOTS", "enabled", "in_slots", "shared"]
+__all__ = ["SLOTS", "SlotPool", "enabled", "in_slots", "output_pool", "shared"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,8 @@ MAX_RINGS = 4  # rings per worker process (one per batch size seen); past that, 
 ALIGN = 64  # bytes between the tensors of one batch in a slot
 HEADER = 4096  # the ring's first page: SLOTS released counters (uint64) and the mapped flag
 _MAPPED = 512  # byte offset of the flag the main process sets once it has mapped the ring
+HEADROOM = 64 << 10  # bytes after a batch's features gathered into a slot, for its other tensors
+DIRECT_BYTES = 256 << 10  # batches' features from this size are gathered straight into a slot
 
 
 def enabled() -> bool:
@@ -64,7 +69,47 @@ def shared(batches: Iterator[Any]) -> Iterator[Any]:
     return (_to_slot(batch) for batch in batches)
 
 
+def output_pool() -> SlotPool | None:
+    """A pool whose arrays lie in slots, for a stream to gather into (in a DataLoader worker; else ``None``)."""
+    return SlotPool() if enabled() else None
+
+
 # -- worker side ---------------------------------------------------------------------------------
+
+
+class SlotPool:
+    """:class:`~dask_windows.batch.OutputPool`'s interface over slots: a batch is gathered straight into one.
+
+    Each array starts a slot of room for it plus ``HEADROOM`` (targets and start rows, which
+    :func:`shared` then copies in after it), so the batch's features are never copied again.
+    When no slot is free (the loop keeps batches) the array comes from an ordinary pool.
+    """
+
+    # Features of at least this many bytes are gathered into ``take``'s array (one copy of the runs);
+    # below it numpy's gather and a copy into the slot cost less than the calls around the gather.
+    direct_bytes = DIRECT_BYTES
+
+    def __init__(self) -> None:
+        from dask_windows.batch import OutputPool
+
+        self._fallback = OutputPool()
+        self.choice = self._fallback.choice
+
+    def take(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """An array of ``shape`` and ``dtype`` at the start of a free slot (else from the fallback pool)."""
+        global _registered
+        dtype = np.dtype(dtype)
+        nbytes = _aligned(math.prod(shape) * dtype.itemsize)
+        got = _ring_for(nbytes + max(HEADROOM, nbytes // 4), min_bytes=nbytes)
+        if got is None:
+            return self._fallback.take(shape, dtype)
+        if not _registered:
+            reduction.ForkingPickler.register(torch.Tensor, _reduce)
+            _registered = True
+        raw = got[2]
+        out = raw[: math.prod(shape) * dtype.itemsize].view(dtype).reshape(shape)
+        _lent[out.ctypes.data] = out  # its slot's room after it is free for the batch's other tensors
+        return out
 
 
 class _Ring:
@@ -88,9 +133,8 @@ class _Ring:
         self.pid = os.getpid()
 
     def take(self, nbytes: int) -> tuple[int, np.ndarray] | None:
-        """A free slot and a uint8 view of its first ``nbytes``; ``None`` when every slot is live."""
-        if nbytes > self.slot_bytes:
-            return None
+        """A free slot and a uint8 view of its first ``nbytes`` (at most the slot); ``None`` when every slot is live."""
+        nbytes = min(nbytes, self.slot_bytes)
         for slot in range(SLOTS):
             if self.held[slot] or int(self.released[slot]) != self.sent[slot]:
                 continue
@@ -121,14 +165,23 @@ class _Ring:
 
 _rings: list[_Ring] = []
 _registered = False
+_lent: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()  # SlotPool arrays, by address
 
 
-def _ring_for(nbytes: int) -> tuple[_Ring, int, np.ndarray] | None:
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // ALIGN) * ALIGN
+
+
+def _ring_for(nbytes: int, min_bytes: int | None = None) -> tuple[_Ring, int, np.ndarray] | None:
+    """A free slot of ``nbytes`` (or of at least ``min_bytes`` in an existing ring)."""
+    least = nbytes if min_bytes is None else min_bytes
     for ring in sorted(_rings, key=lambda r: r.slot_bytes):
+        if ring.slot_bytes < least:
+            continue
         got = ring.take(nbytes)
         if got is not None:
             return ring, *got
-    if len(_rings) >= MAX_RINGS or any(r.slot_bytes >= nbytes for r in _rings):
+    if len(_rings) >= MAX_RINGS or any(r.slot_bytes >= least for r in _rings):
         return None  # rings large enough exist and are busy: the loop holds batches
     try:
         ring = _Ring(-(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE)
@@ -146,18 +199,23 @@ def _to_slot(batch: Any) -> Any:
     parts = list(batch) if isinstance(batch, (tuple, list)) else [batch]
     if not parts or not all(_fits(p) for p in parts):
         return batch
-    offsets, nbytes = [], 0
-    for p in parts:
-        offsets.append(nbytes)
-        nbytes += -(-(p.numel() * p.element_size()) // ALIGN) * ALIGN
-    got = _ring_for(max(nbytes, ALIGN))
-    if got is None:
-        return batch
-    if not _registered:
-        reduction.ForkingPickler.register(torch.Tensor, _reduce)
-        _registered = True
-    _, _, raw = got
-    out = []
+    sizes = [_aligned(p.numel() * p.element_size()) for p in parts]
+    lent = _lent.pop(parts[0].data_ptr(), None)  # the features were gathered into a slot
+    # In place only when the batch's features are that whole array (not a slice another batch shares):
+    whole = lent is not None and parts[0].is_contiguous() and parts[0].numel() * parts[0].element_size() == lent.nbytes
+    raw = lent.base if whole and lent is not None else None
+    if raw is not None and sum(sizes) <= len(raw):  # the rest goes in after the features
+        out, copied = [parts[0]], 1
+    else:
+        got = _ring_for(max(sum(sizes), ALIGN))
+        if got is None:
+            return batch
+        if not _registered:
+            reduction.ForkingPickler.register(torch.Tensor, _reduce)
+            _registered = True
+        raw, out, copied = got[2], [], 0
+    offsets = [sum(sizes[:i]) for i in range(copied, len(parts))]
+    parts = parts[copied:]
     for p, at in zip(parts, offsets):
         src = p.numpy()
         dst = raw[at : at + src.nbytes].view(src.dtype).reshape(src.shape)

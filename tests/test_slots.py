@@ -19,6 +19,12 @@ WINDOW = 8
 ROOT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.fixture(autouse=True)
+def gather_into_slots(monkeypatch):
+    """These small batches are gathered straight into slots too (forked workers inherit it)."""
+    monkeypatch.setattr(slots.SlotPool, "direct_bytes", 0)
+
+
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     frames = make_frames(seed=5, num_files=4, num_series=12, max_len=300, channels=2)
@@ -200,3 +206,92 @@ def test_disabled_by_environment_and_outside_workers(data, monkeypatch):
     seen = list(DataLoader(make(root), batch_size=None, num_workers=1))
     assert not any(slots.in_slots(b[0]) for b in seen)
     check(seen, frames, full)
+
+
+def check_values(batches: list, full: np.ndarray) -> None:
+    """Each batch's values those of its start rows (for a subset of an epoch's batches)."""
+    for x, y, rows in batches:
+        rows = rows.numpy()
+        assert np.array_equal(x[:, 0, :].numpy(), full[rows[:, None] + np.arange(WINDOW)])
+        assert np.array_equal(y[:, 0].numpy(), (rows + WINDOW - 1) * 10.0)
+
+
+def _worker_side(root: str, kept_every: int, **kw) -> tuple[list, list, int]:
+    """A worker's batches made in this process, each pickled as a worker does and rebuilt as the main
+    process does: (kept rebuilt batches, their clones, batches gathered into slots less those copied)."""
+    import pickle
+    from multiprocessing.reduction import ForkingPickler
+
+    from torch.utils.data._utils import worker
+
+    ds = make(root, **kw)
+    worker._worker_info = worker.WorkerInfo(id=0, num_workers=1, seed=3, dataset=ds)
+    found = {"pool": 0, "copy": 0}  # slots taken by the gather itself / for a whole batch's copy
+    ring_for = slots._ring_for
+
+    def counted(nbytes: int, min_bytes: int | None = None) -> object:
+        got = ring_for(nbytes, min_bytes)
+        found["copy" if min_bytes is None else "pool"] += got is not None
+        return got
+
+    slots._ring_for = counted
+    try:
+        kept, clones = [], []
+        for n, batch in enumerate(ds, 1):
+            data = ForkingPickler.dumps(batch)
+            del batch
+            batch = pickle.loads(data)
+            if n % kept_every == 0:
+                kept.append(batch)
+                clones.append(tuple(t.clone() for t in batch))
+            del batch
+        return kept, clones, found["pool"] - found["copy"]
+    finally:
+        worker._worker_info = None
+        slots._ring_for = ring_for
+
+
+def test_features_gathered_straight_into_slots_stay_exact_while_later_batches_reuse_the_ring(data):
+    root, _, full = data
+    kept, clones, direct = _worker_side(root, kept_every=5)  # some batches kept, the rest dropped
+    assert direct > 2 * slots.SLOTS  # slots were reused for batches gathered straight into them
+    assert sum(slots.in_slots(b[0]) for b in kept) >= slots.SLOTS // 2
+    assert all(torch.equal(p, q) for u, v in zip(kept, clones) for p, q in zip(u, v))
+    check_values(kept, full)
+
+
+def test_slot_gathered_batches_when_the_loop_keeps_every_one(data):
+    root, _, full = data
+    kept, clones, direct = _worker_side(root, kept_every=1)  # the ring fills up, then the fallback pool
+    assert direct > 0 and len(kept) > slots.SLOTS
+    assert all(torch.equal(p, q) for u, v in zip(kept, clones) for p, q in zip(u, v))
+    check_values(kept, full)
+
+
+def test_slot_gathered_batches_through_workers_match_no_workers_with_global_normalisation(data):
+    root, _, _ = data
+    kw = dict(normalize={"mean": [1.0, 2.0], "std": [3.0, 4.0]}, seed=2)
+    zero = [tuple(t.clone() for t in b) for b in DataLoader(make(root, **kw), batch_size=None)]
+    one = [tuple(t.clone() for t in b) for b in DataLoader(make(root, **kw), batch_size=None, num_workers=1)]
+    assert len(zero) == len(one)
+    assert all(torch.equal(p, q) for u, v in zip(zero, one) for p, q in zip(u, v))
+
+
+def test_a_slice_of_slot_gathered_features_never_gets_another_tensor_written_over_the_rest(monkeypatch):
+    from torch.utils.data._utils import worker
+
+    monkeypatch.setattr(worker, "_worker_info", worker.WorkerInfo(id=0, num_workers=1, seed=0, dataset=None))
+    x = slots.SlotPool().take((8, 2, 1000), np.float32)
+    x[:] = np.arange(x.size, dtype=np.float32).reshape(x.shape)
+    features = torch.from_numpy(x)
+    head, tail = features[:3], features[3:]  # two batches sharing the slot (a Mixture's recut)
+    y = torch.full((3, 4000), -1.0)
+    first = slots._to_slot((head, y))
+    assert torch.equal(first[1], y)
+    assert torch.equal(tail, torch.arange(3 * 2000, x.size, dtype=torch.float32).reshape(5, 2, 1000))
+    again = slots._to_slot((features, torch.ones(8)))  # once shared by slices: copied whole, never in place
+    assert again[0].data_ptr() != features.data_ptr() and torch.equal(again[0], features)
+    other = torch.from_numpy(slots.SlotPool().take((8, 2, 1000), np.float32))
+    whole = slots._to_slot((other, torch.ones(8)))  # the whole array: its other tensor goes in its slot
+    assert whole[0].data_ptr() == other.data_ptr() and torch.equal(whole[1], torch.ones(8))
+    assert other.data_ptr() < whole[1].data_ptr() < other.data_ptr() + 8 * 2000 * 4 + slots.HEADROOM
