@@ -204,9 +204,30 @@ _CHUNK_VALUES = 1 << 17
 def _standardize_float64(x: np.ndarray, axis: int, eps: float, x64: np.ndarray | None = None) -> None:
     """The float64 path, for values whose squares would overflow float32 (``x64``: them, if known)."""
     x64 = x.astype(np.float64) if x64 is None else x64
-    x64 -= x64.mean(axis=axis, keepdims=True)
-    x64 /= np.maximum(np.sqrt(np.mean(np.square(x64), axis=axis, keepdims=True)), eps)
+    mean = x64.mean(axis=axis, keepdims=True)
+    x64 -= mean
+    std = np.sqrt(np.mean(np.square(x64), axis=axis, keepdims=True))
+    _zero_constant(x64, axis, std, mean, 2.0**-30)
+    x64 /= np.maximum(std, eps)
     x[...] = x64
+
+
+def _zero_constant(centred: np.ndarray, axis: int, std: np.ndarray, mean: np.ndarray, rel: float) -> None:
+    """Set to zero, in place, the windows of ``centred`` whose values were all equal.
+
+    A constant window's computed mean can be a rounding step off its value (0.1, 123.456), and
+    that step would then be its std: every value +-1 instead of 0. A window is checked only when
+    its std is below ``rel`` of its mean (``std``, ``mean``: per window, ``keepdims`` shapes), so
+    batches of ordinary windows pay nothing; a checked window is zeroed only if its centred values
+    are all equal, which only a constant window's are.
+    """
+    candidates = std <= np.abs(mean) * rel
+    if not candidates.any():
+        return
+    first = np.take(centred, [0], axis=axis)
+    constant = candidates & (centred == first).all(axis=axis, keepdims=True)
+    if constant.any():
+        np.multiply(centred, ~constant, out=centred)
 
 
 def _standardize_channel_major(x: np.ndarray, ones: np.ndarray, eps: float) -> None:
@@ -240,6 +261,7 @@ def _standardize_channel_major(x: np.ndarray, ones: np.ndarray, eps: float) -> N
         return
     factor *= np.float32(1.0 / length)  # a quarter of the variance
     np.sqrt(factor, out=factor)  # half the std
+    _zero_constant(rows, 1, factor[:, None], half_mean[:, None], 2.0**-12)
     np.maximum(factor, np.float32(eps / 2), out=factor)
     np.reciprocal(factor, out=factor)  # 2 / max(std, eps): undoes the halving too
     values.mul_(torch.from_numpy(factor[:, None]))
@@ -272,6 +294,8 @@ def _standardize_time_major(x: np.ndarray, eps: float) -> bool:
     if not np.isfinite(var).all():
         return False
     inv = _inverse_std(var, scale, eps)
+    # inv is 1 / std (or 1 / eps): a window is checked when std <= |mean| * rel, i.e. |mean| * inv >= 1 / rel.
+    _zero_constant(x, 1, np.float32(1.0), (mean[:, 0, :] * inv)[:, None, :], 2.0**-12)
     wide *= np.tile(inv[:, None, :], (1, 1, repeat))
     return True
 

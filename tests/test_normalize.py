@@ -188,3 +188,31 @@ def test_batch_of_the_benchmark_shape_equals_the_reference_and_keeps_torch_threa
     got = standardize_windows(x.copy(), True)
     assert torch.get_num_threads() == threads
     np.testing.assert_allclose(got, _windows_reference(x, True), rtol=1e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("channel_major", [True, False])
+@pytest.mark.parametrize("value", [0.1, 123.456, 1.2345678, -2.5e3, 3e38])
+@pytest.mark.parametrize("length", [50, 97, 512])
+def test_a_constant_window_becomes_zeros_whatever_its_value(channel_major, value, length):
+    # The float32 mean of 512 copies of 0.1 is a rounding step off 0.1; without the check that step
+    # became the std and the window came out as +-1 everywhere. Its neighbours keep mean 0, std 1.
+    from dask_windows.normalize import standardize_windows
+
+    x = np.random.default_rng(0).standard_normal((6, 3, length)).astype(np.float32)
+    x[2, 1] = value
+    # Nearly constant (std 1e-4 of the mean: checked, since below 2**-12 of it, and kept): a real signal.
+    x[4, 2] = x[4, 2] * np.float32(abs(value) * 1e-4) + np.float32(value)
+    expect = x.astype(np.float64)
+    expect = (expect - expect.mean(2, keepdims=True)) / np.maximum(expect.std(2, keepdims=True), 1e-8)
+    if not channel_major:
+        x = np.ascontiguousarray(x.transpose(0, 2, 1))
+    out = standardize_windows(x, channel_major)
+    if not channel_major:
+        out = out.transpose(0, 2, 1)
+    assert np.all(out[2, 1] == 0)
+    others = np.ones(out.shape[:2], bool)
+    others[2, 1] = False
+    assert np.count_nonzero(out[4, 2]) > 0 and abs(out[4, 2].std() - 1) < 1e-2
+    np.testing.assert_allclose(out[4, 2], expect[4, 2], rtol=0, atol=5e-2)  # ~800 ulps of signal
+    others[4, 2] = False
+    np.testing.assert_allclose(out[others], expect[others], rtol=1e-4, atol=2e-4)
