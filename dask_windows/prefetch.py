@@ -138,10 +138,12 @@ class _Threads:
         self.slots.release()
         return item
 
-    def close(self) -> None:
+    def close(self, interrupt: Callable[[], None] | None = None) -> None:
         self.stop.set()
         for _ in self.threads:
             self.slots.release()  # wake every thread waiting for a slot
+        if interrupt is not None:
+            interrupt()  # wake a thread waiting on something else, now that it will see the stop
         self.results.close()  # wake a consumer waiting in another thread
         for thread in self.threads:
             if thread is not threading.current_thread():
@@ -151,7 +153,27 @@ class _Threads:
         return any(t.is_alive() for t in self.threads)
 
 
-class Prefetcher:
+class _Background:
+    """What ``Prefetcher`` and ``Ahead`` share: their threads, ``alive``, and ``close`` when collected."""
+
+    _threads: _Threads | None
+
+    def close(self) -> None:  # pragma: no cover - both subclasses define it
+        raise NotImplementedError
+
+    @property
+    def alive(self) -> bool:
+        """Whether a background thread is running."""
+        return self._threads is not None and self._threads.alive()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass
+
+
+class Prefetcher(_Background):
     """Iterate ``read(key)`` for ``keys`` in order, reading up to ``depth`` ahead.
 
     Args:
@@ -207,19 +229,8 @@ class Prefetcher:
         if threads is not None:
             threads.close()
 
-    @property
-    def alive(self) -> bool:
-        """Whether a background thread is running."""
-        return self._threads is not None and self._threads.alive()
 
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # pragma: no cover - interpreter shutdown
-            pass
-
-
-class Ahead:
+class Ahead(_Background):
     """Iterate ``items`` on a background thread, producing up to ``depth`` items ahead.
 
     Used to build buffers while the consumer gathers batches from the previous one. The
@@ -262,21 +273,5 @@ class Ahead:
                 where it waits on something else (the readers it pulls pieces from).
         """
         threads, self._threads = self._threads, None
-        if threads is None:
-            return
-        threads.stop.set()
-        threads.slots.release()
-        if interrupt is not None:
-            interrupt()
-        threads.close()
-
-    @property
-    def alive(self) -> bool:
-        """Whether the background thread is running."""
-        return self._threads is not None and self._threads.alive()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # pragma: no cover - interpreter shutdown
-            pass
+        if threads is not None:
+            threads.close(interrupt)
