@@ -119,12 +119,12 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         self.storage_options = storage_options
         self.skipped: list[SkippedPartition] = []
         self._tail_series = series
-        self._seen_schemas: list[tuple] = []  # (parquet schema, ARROW:schema bytes, arrow schema) while opening
+        self._seen_schemas: list[list] = []  # [parquet schema, ARROW:schema bytes, arrow schema, series] while opening
         target = os.fspath(data) if isinstance(data, (str, os.PathLike)) else f"{len(data)} paths"
         listed: dict = {}
         try:
             self.fs, files, sizes, self.description = self.retry.call(
-                lambda: list_files(data, storage_options, PARQUET_SUFFIXES, listed),
+                lambda: list_files(data, storage_options, PARQUET_SUFFIXES, listed, stat_local=False),
                 target,
                 timeout=self.retry.open_timeout,
             )
@@ -148,7 +148,7 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         if not self.files:
             raise SourceReadError(f"no readable Parquet file in {self.description}: every footer failed to read")
         self._footers: dict[str, Footer] = {path: opened[path].footer for path in self.files}
-        self._identities = self._record_identities(listed)
+        self._identities = self._record_identities(listed, opened)
         # One schema object per distinct schema, and its number per file (files usually share one).
         numbers: dict[int, int] = {}
         self._schemas: list[Any] = []
@@ -365,6 +365,8 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
 def _pack_runs(runs: tuple) -> Any:
     """``(starts, lengths, keys)`` as one ``(3, R)`` int64 array when the keys are integers: one array
     per file instead of three (kept for every small file between open and the series scan)."""
+    if len(runs) == 2:  # packed already (parquet_open)
+        return runs
     starts, lengths, keys = runs
     keys = np.asarray(keys)
     if keys.dtype.kind in "iu" and keys.dtype.itemsize <= 8:

@@ -102,12 +102,17 @@ class ParquetManifest:
             )
         return {"series": manifest["series"], "runs": runs, "manifest": manifest, "root": root}
 
-    def _record_identities(self, listed: dict) -> dict:
-        """Each file's ``identity.FileIdentity`` at open: ``os.stat`` locally, the listing remotely."""
+    def _record_identities(self, listed: dict, opened: dict | None = None) -> dict:
+        """Each file's ``identity.FileIdentity`` at open: the ``fstat`` of its open (``opened``) or
+        ``os.stat`` locally, the listing remotely."""
         from dask_windows.sources import identity
 
         if self.local:
-            return {path: identity.local_from_listing(listed.get(path)) or identity.local(path) for path in self.files}
+            known = {path: o.identity for path, o in (opened or {}).items() if o.identity is not None}
+            return {
+                path: known.get(path) or identity.local_from_listing(listed.get(path)) or identity.local(path)
+                for path in self.files
+            }
         return {path: identity.from_info(listed.get(path)) for path in self.files}
 
     def _open_cache(self, cache_dir: Any, cache_bytes: int | None) -> tuple[Any, dict[str, str]]:

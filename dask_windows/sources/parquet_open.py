@@ -14,6 +14,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import numpy as np
+
 from dask_windows.errors import SourceReadError
 from dask_windows.faults import (
     SkippedPartition,
@@ -31,9 +33,11 @@ from dask_windows.sources.footers import (
     local_tail,
     map_in_blocks,
     parse_footer,
+    read_local,
     row_group_splits,
     tail_runs,
 )
+from dask_windows.sources.identity import FileIdentity
 from dask_windows.sources.ranges import chunk_ranges
 from dask_windows.sources.retry import DeadlineExceeded, RetryPolicy
 
@@ -48,7 +52,8 @@ class _Opened(NamedTuple):
     footer: Footer
     schema: Any  # pyarrow.Schema without its metadata
     splits: list[tuple[int, ...]]  # row groups of each partition
-    runs: tuple | None  # series runs of the whole file when the tail read told them
+    runs: tuple | None  # series runs of the whole file when the tail read told them (maybe packed)
+    identity: FileIdentity | None = None  # a local file's size and mtime from the fstat of its open
 
 
 class ParquetOpening:
@@ -60,7 +65,7 @@ class ParquetOpening:
     on_error: str
     description: str
     skipped: list[SkippedPartition]
-    _seen_schemas: list[tuple]
+    _seen_schemas: list[list]
 
     if TYPE_CHECKING:
 
@@ -85,9 +90,15 @@ class ParquetOpening:
             except Exception as exc:
                 return exc
 
+        def one_local(path: str) -> _Opened | BaseException:
+            try:
+                return self._open_local_file(path, partition_bytes, series)
+            except Exception:  # opened again the retried way, which reports what is wrong
+                return one((path, None, None))
+
         results: list = []
         if self.local:
-            results = map_in_blocks(one, [(path, size, None) for path, size in zip(files, sizes)], threads)
+            results = map_in_blocks(one_local, files, threads)
         else:
             for lo in range(0, len(files), TAIL_BATCH):
                 batch = files[lo : lo + TAIL_BATCH]
@@ -162,17 +173,91 @@ class ParquetOpening:
                 log.debug("series %r of %s not scanned from its tail", series, path, exc_info=True)
         return _Opened(footer_of(meta, tail, needed, size), schema, splits, runs)
 
-    def _schema_of(self, meta: Any) -> Any:
-        """The Arrow schema of a file, without metadata; one object for the files that share it."""
+    def _open_local_file(self, path: str, partition_bytes: int, series: str | None) -> _Opened:
+        """Open one local file the fast way: one ``read_local``, the footer parsed once, and the row
+        groups walked once for their rows, bytes and series statistics.
+
+        Raises on anything unusual (then ``_open_file`` opens it again, retried, and reports it).
+        """
+        tail, stat = read_local(path)
+        size = stat.st_size
+        meta, needed = parse_footer(tail, path)
+        if meta is None:
+            raise SourceReadError(f"{path} is shorter ({size:,} bytes) than its footer claims ({needed:,} bytes)")
+        schema, column, key_dtype = self._schema_entry(meta, series)
+        rows: list[int] = []
+        splits: list[list[int]] = [[]]
+        nbytes = 0
+        keys: list = []  # the series id of each run, while every row group holds one (min == max)
+        lengths: list[int] = []
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            count, group_bytes = group.num_rows, group.total_byte_size
+            rows.append(count)
+            if splits[-1] and nbytes + group_bytes > partition_bytes:
+                splits.append([])
+                nbytes = 0
+            splits[-1].append(g)
+            nbytes += group_bytes
+            if column < 0 or count == 0:
+                continue
+            stats = group.column(column).statistics
+            low = stats.min if stats is not None and stats.has_min_max and stats.null_count == 0 else None
+            if low is None or low != stats.max:
+                column = -1  # the statistics do not tell the runs
+            elif keys and keys[-1] == low:
+                lengths[-1] += count
+            else:
+                keys.append(low)
+                lengths.append(count)
+        runs: Any = None
+        if len(splits) == 1 and series is not None:
+            if column >= 0 and len(keys) == 1:  # (3, runs): starts, lengths, keys as parquet._pack_runs packs them
+                runs = (np.array(((0,), (lengths[0],), (keys[0],)), np.int64), key_dtype)
+            elif column >= 0 and rows:
+                packed = np.empty((3, len(keys)), np.int64)
+                packed[1], packed[2] = lengths, keys
+                packed[0, :1] = 0
+                np.cumsum(packed[1, :-1], out=packed[0, 1:])
+                runs = (packed, key_dtype)
+            elif column != _NO_SERIES:
+                try:
+                    runs = tail_runs(meta, schema, series, tail, size)
+                except Exception:  # the series scan reads it again and reports what is wrong
+                    log.debug("series %r of %s not scanned from its tail", series, path, exc_info=True)
+        footer = Footer(tail[-needed:] if needed < len(tail) else tail, size, tuple(rows))
+        identity = FileIdentity(size, stat.st_mtime_ns)
+        return _Opened(footer, schema, [tuple(g) for g in splits], runs, identity)
+
+    def _schema_entry(self, meta: Any, series: str | None) -> tuple[Any, int, Any]:
+        """``(Arrow schema, series column or -1, its numpy dtype)``, kept for the files sharing a schema.
+
+        The column is the series' leaf column when its statistics may tell the runs (a flat, signed or
+        32-bit-at-most integer column), ``_NO_SERIES`` when the file has no such column, else -1.
+        """
+        found = self._seen_entry(meta)
+        if len(found) == 3:  # a schema not kept (more than 16 seen): its series column found again
+            return found[2], *_series_column(found[0], found[2], series)
+        if found[3] is None or found[3][0] != series:
+            found[3] = (series, *_series_column(found[0], found[2], series))
+        return found[2], found[3][1], found[3][2]
+
+    def _seen_entry(self, meta: Any) -> list:
+        """``[parquet schema, ARROW:schema bytes, Arrow schema, series column]`` of a file's schema."""
         parquet_schema = meta.schema
         arrow = meta.metadata.get(b"ARROW:schema") if meta.metadata else None
-        for known, known_arrow, schema in self._seen_schemas:
-            if known_arrow == arrow and parquet_schema.equals(known):
-                return schema
-        schema = parquet_schema.to_arrow_schema().remove_metadata()
+        for entry in self._seen_schemas:
+            if entry[1] == arrow and parquet_schema.equals(entry[0]):
+                return entry  # type: ignore[return-value]
+        entry = [parquet_schema, arrow, parquet_schema.to_arrow_schema().remove_metadata(), None]
         if len(self._seen_schemas) < 16:  # files usually share one or two
-            self._seen_schemas.append((parquet_schema, arrow, schema))
-        return schema
+            self._seen_schemas.append(entry)  # type: ignore[arg-type]
+            return entry
+        return entry[:3]
+
+    def _schema_of(self, meta: Any) -> Any:
+        """The Arrow schema of a file, without metadata; one object for the files that share it."""
+        return self._seen_entry(meta)[2]
 
     def _open_error(self, path: str, exc: BaseException) -> SourceReadError:
         kind = classify(exc)
@@ -183,3 +268,27 @@ class ParquetOpening:
                 "on_error='skip', so every rank opens the same dataset)",
             )
         return error
+
+
+#: ``_series_column`` of a schema without the series column (or no series given): no runs at open.
+_NO_SERIES = -2
+
+
+def _series_column(parquet_schema: Any, schema: Any, series: str | None) -> tuple[int, Any]:
+    """``(leaf column, numpy dtype)`` of ``series`` when its statistics may tell the runs, else
+    ``(-1, None)`` (the tail is decoded instead, as ``tail_runs`` does) or ``(_NO_SERIES, None)``."""
+    import pyarrow as pa
+
+    if series is None or series not in schema.names:
+        return _NO_SERIES, None
+    column = schema.get_field_index(series)
+    kind = schema.field(series).type
+    if (
+        column < 0
+        or not pa.types.is_integer(kind)
+        or kind == pa.uint64()  # keys above 2**63 do not fit the packed int64 runs
+        or column >= len(parquet_schema)
+        or parquet_schema.column(column).path != series
+    ):
+        return -1, None
+    return column, np.dtype(kind.to_pandas_dtype())

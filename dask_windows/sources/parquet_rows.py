@@ -45,6 +45,10 @@ class ParquetRows:
         return bounds, first, rows + min(getattr(self, "_halo", 0), int(bounds[-1]) - first - rows)
 
     def readable_rows(self, index: int) -> int:
+        part = self.partitions[index]
+        path, row_groups = part.key
+        if len(row_groups) == len(self._footers[path].rows):  # a whole file: no halo past its end
+            return part.num_rows
         return self._file_rows(index)[2]
 
     def read_rows(self, index: int, columns: Sequence, lo: int, hi: int) -> dict:
