@@ -8,7 +8,9 @@ Run from the repository root::
     PYTHONPATH=. python benchmarks/bench_sources.py --only remote --remote-objects 1000 10000
 
 ``--only open``: opening 1k/10k/100k small local files (5,475 bytes, 200 rows, one
-series each): ParquetSource and WindowDataset open times, and the memory kept per
+series each): ParquetSource and WindowDataset open times against the baseline a
+user would write (list the folder, ``pq.read_metadata`` each file), in
+``--open-rounds`` alternating rounds (median [min-max]), and the memory kept per
 file (a deep size of the source's Python objects, which a parsed footer kept per
 file would add ~12 KiB to, and the RSS growth). Beside each wall-clock time, the
 process's CPU time (all threads): on a shared, loaded machine the wall clock
@@ -211,34 +213,63 @@ def _small_files(root: str, count: int) -> str:
     return folder
 
 
-def bench_open(counts: list[int], root: str) -> None:
+def _read_metadata_loop(folder: str) -> int:
+    """The loop a user would write: list the folder, ``pq.read_metadata`` each file, count its rows."""
+    names = sorted(n for n in os.listdir(folder) if n.endswith(".parquet"))
+    return sum(pq.read_metadata(os.path.join(folder, n)).num_rows for n in names)
+
+
+def _timed(fn) -> tuple[object, float, float]:
+    """``(fn(), wall seconds, CPU seconds of all the process's threads)``."""
+    start, cpu = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, time.perf_counter() - start, time.process_time() - cpu
+
+
+def _spread(values: list[float]) -> str:
+    """``median [min-max]`` of a few rounds."""
+    median = float(np.median(values))
+    return f"{median:6.2f} s" + (f" [{min(values):.2f}-{max(values):.2f}]" if len(values) > 1 else "")
+
+
+def bench_open(counts: list[int], root: str, rounds: int = 2) -> None:
+    """Open times of ``ParquetSource`` and ``WindowDataset`` against a ``pq.read_metadata`` loop, in
+    alternating rounds, and the memory kept per file."""
     from dask_windows.sources import ParquetSource
 
-    print(f"Opening many small local files (load {os.getloadavg()[0]:.2f}):", flush=True)
+    print(f"Opening many small local files ({rounds} alternating rounds; load {os.getloadavg()[0]:.2f}):", flush=True)
     for count in counts:
         folder = _small_files(root, count)
-        before = _rss_mib()
-        start, cpu = time.perf_counter(), time.process_time()
-        source = ParquetSource(folder, series="sid")
-        source_s, source_cpu = time.perf_counter() - start, time.process_time() - cpu
-        for i in range(len(source.partitions)):
-            source.read_runs(i, "sid")  # what the dataset does next: the runs the tail read told
-        kept = _deep_size({k: v for k, v in vars(source).items() if k != "fs"}, (type(source.fs),))
-        rss = _rss_mib() - before
-        del source
-        start, cpu = time.perf_counter(), time.process_time()
-        ds = WindowDataset(folder, features=FEATURES, series="sid", window=32, batch_size=256)
-        opened, opened_cpu = time.perf_counter() - start, time.process_time() - cpu
-        next(iter(ds))
-        first = time.perf_counter() - start
+        seen: dict[str, list[float]] = {k: [] for k in ("base", "source", "source_cpu", "open", "open_cpu", "first")}
+        kept = rss = 0.0
+        for round_ in range(rounds):
+            _, base, _ = _timed(lambda folder=folder: _read_metadata_loop(folder))
+            before = _rss_mib()
+            source, source_s, source_cpu = _timed(lambda folder=folder: ParquetSource(folder, series="sid"))
+            for i in range(len(source.partitions)):
+                source.read_runs(i, "sid")  # what the dataset does next: the runs the tail read told
+            if round_ == 0:
+                kept = _deep_size({k: v for k, v in vars(source).items() if k != "fs"}, (type(source.fs),))
+                rss = _rss_mib() - before
+            del source
+            start = time.perf_counter()
+            ds, opened, opened_cpu = _timed(
+                lambda folder=folder: WindowDataset(folder, features=FEATURES, series="sid", window=32, batch_size=256)
+            )
+            next(iter(ds))
+            first = time.perf_counter() - start
+            del ds
+            for key, value in zip(seen, (base, source_s, source_cpu, opened, opened_cpu, first)):
+                seen[key].append(value)
+        ratio = np.median(seen["base"]) / np.median(seen["open"])
         print(
-            f"  {count:>7,} files: ParquetSource {source_s:6.2f} s ({source_cpu:5.2f} s CPU), "
-            f"WindowDataset open {opened:6.2f} s ({opened_cpu:5.2f} s CPU), "
-            f"first batch {first:6.2f} s; kept per file {kept / count:,.0f} B (Python objects), "
-            f"RSS growth {rss * 2**20 / count:,.0f} B/file",
+            f"  {count:>7,} files: ParquetSource {_spread(seen['source'])} ({np.median(seen['source_cpu']):5.2f} s CPU), "
+            f"WindowDataset open {_spread(seen['open'])} ({np.median(seen['open_cpu']):5.2f} s CPU), "
+            f"first batch {_spread(seen['first'])}; pq.read_metadata loop {_spread(seen['base'])} "
+            f"-> open is {ratio:.2f}x its speed; kept per file {kept / count:,.0f} B (Python objects), "
+            f"RSS growth {rss * 2**20 / count:,.0f} B/file (load {os.getloadavg()[0]:.2f})",
             flush=True,
         )
-        del ds
 
 
 def _range_bytes(request: object, sizes: dict) -> int:
@@ -366,11 +397,12 @@ def main() -> None:
     parser.add_argument("--skip", nargs="*", default=[], choices=["local", "s3", "dask", "many"])
     parser.add_argument("--only", choices=["all", "open", "remote"], default="all")
     parser.add_argument("--open-counts", type=int, nargs="*", default=[1_000, 10_000])
+    parser.add_argument("--open-rounds", type=int, default=2, help="alternating rounds of --only open")
     parser.add_argument("--remote-objects", type=int, nargs="*", default=[1_000])
     parser.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "dask_windows_sources"))
     args = parser.parse_args()
     if args.only == "open":
-        bench_open(args.open_counts, args.dir)
+        bench_open(args.open_counts, args.dir, args.open_rounds)
         return
     if args.only == "remote":
         root = tempfile.mkdtemp(prefix="dw-bench-")

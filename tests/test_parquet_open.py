@@ -72,8 +72,11 @@ def test_fast_local_open_equals_the_retried_open(tmp_path):
         slow = source._open_file(path, None, None, partition_bytes, "sid")
         assert fast.footer.raw == slow.footer.raw, path
         assert fast.footer.size == slow.footer.size == os.path.getsize(path)
-        assert fast.footer.rows == slow.footer.rows == tuple(
-            pq.ParquetFile(path).metadata.row_group(g).num_rows for g in range(pq.ParquetFile(path).num_row_groups)
+        meta = pq.read_metadata(path)
+        assert (
+            fast.footer.rows
+            == slow.footer.rows
+            == tuple(meta.row_group(g).num_rows for g in range(meta.num_row_groups))
         )
         assert fast.schema.equals(slow.schema) and fast.splits == slow.splits, path
         assert fast.identity == identity.local(path)

@@ -349,7 +349,7 @@ def _local_find(fs: Any, root: str, stat: bool = True) -> dict[str, Any] | None:
 
     if os.name != "posix" or not isinstance(fs, LocalFileSystem) or not os.path.isdir(root):
         return None
-    found: dict[str, dict] = {}
+    found: dict[str, Any] = {}
     folders = [root.rstrip("/") or "/"]
     while folders:
         with os.scandir(folders.pop()) as entries:
