@@ -106,22 +106,36 @@ def parse_footer(tail: bytes, path: str) -> tuple[Any, int]:
     needed = int.from_bytes(tail[-8:-4], "little") + 8
     if needed > len(tail):
         return None, needed
-    import pyarrow as pa
-
+    buffer_reader, parquet_reader = _readers()
     # Bytes read from a file are untrusted: pyarrow's unpickling fast path aborts the process on a
     # damaged footer (a C++ exception it cannot raise), a reader's open raises. Re-parsing the bytes
     # once they parsed here (Footer.metadata) takes the fast path.
-    source = pa.BufferReader(tail[-needed:] if needed < len(tail) else tail)
-    try:
-        from pyarrow._parquet import ParquetReader
-    except ImportError:  # pragma: no cover - a pyarrow without it
+    source = buffer_reader(tail[-needed:] if needed < len(tail) else tail)
+    if parquet_reader is None:  # pragma: no cover - a pyarrow without it
         import pyarrow.parquet as pq
 
         return pq.read_metadata(source), needed
     # What read_metadata does, without ParquetFile's Python set-up (half the time per file).
-    reader = ParquetReader()
+    reader = parquet_reader()
     reader.open(source)
     return reader.metadata, needed
+
+
+_READERS: tuple[Any, Any] | None = None
+
+
+def _readers() -> tuple[Any, Any]:
+    """``(pyarrow.BufferReader, pyarrow._parquet.ParquetReader or None)``, imported once (not per file)."""
+    global _READERS
+    if _READERS is None:
+        import pyarrow as pa
+
+        try:
+            from pyarrow._parquet import ParquetReader
+        except ImportError:  # pragma: no cover - a pyarrow without it
+            ParquetReader = None
+        _READERS = (pa.BufferReader, ParquetReader)
+    return _READERS
 
 
 def local_tail(path: str, nbytes: int = FOOTER_BYTES) -> tuple[bytes, int]:

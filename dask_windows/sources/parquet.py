@@ -165,7 +165,7 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         for path in self.files:
             footer, splits = self._footers[path], opened[path].splits
             for rgs in splits:
-                rows = sum(footer.rows[g] for g in rgs)
+                rows = sum(footer.rows) if len(splits) == 1 else sum(footer.rows[g] for g in rgs)
                 name = path if len(splits) == 1 else f"{path}[row groups {rgs[0]}-{rgs[-1]}]"
                 if rows:
                     self.partitions.append(Partition(name, rows, (path, rgs)))
