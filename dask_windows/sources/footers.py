@@ -39,6 +39,7 @@ __all__ = [
     "TAIL_BATCH",
     "Footer",
     "footer_of",
+    "footer_reader",
     "list_files",
     "local_tail",
     "map_in_blocks",
@@ -101,6 +102,17 @@ def metadata_from_bytes(raw: bytes) -> Any:
 
 def parse_footer(tail: bytes, path: str) -> tuple[Any, int]:
     """``(metadata, bytes needed)`` from the last bytes of a Parquet file; metadata ``None`` if ``tail`` is short."""
+    reader, needed = footer_reader(tail, path)
+    return (None if reader is None else reader.metadata), needed
+
+
+def footer_reader(tail: bytes, path: str) -> tuple[Any, int]:
+    """``(pyarrow ParquetReader opened on the footer, bytes needed)``; the reader ``None`` if ``tail`` is short.
+
+    The reader rather than its ``FileMetaData``: a caller that asks the metadata for its ``schema``
+    makes a reference cycle (the schema keeps its metadata, which keeps the schema), so that every
+    file's parsed footer waits for the garbage collector; the reader's ``schema_arrow`` does not.
+    """
     if len(tail) < 12 or tail[-4:] != b"PAR1":
         raise SourceReadError(f"{path} does not end with the Parquet magic bytes: it is not Parquet or is truncated")
     needed = int.from_bytes(tail[-8:-4], "little") + 8
@@ -111,14 +123,14 @@ def parse_footer(tail: bytes, path: str) -> tuple[Any, int]:
     # damaged footer (a C++ exception it cannot raise), a reader's open raises. Re-parsing the bytes
     # once they parsed here (Footer.metadata) takes the fast path.
     source = buffer_reader(tail[-needed:] if needed < len(tail) else tail)
-    if parquet_reader is None:  # pragma: no cover - a pyarrow without it
+    if parquet_reader is None:  # pragma: no cover - a pyarrow without it: read_metadata's own reader
         import pyarrow.parquet as pq
 
-        return pq.read_metadata(source), needed
+        return pq.ParquetFile(source), needed
     # What read_metadata does, without ParquetFile's Python set-up (half the time per file).
     reader = parquet_reader()
     reader.open(source)
-    return reader.metadata, needed
+    return reader, needed
 
 
 _READERS: tuple[Any, Any] | None = None

@@ -30,6 +30,7 @@ from dask_windows.sources.footers import (
     TAIL_BATCH,
     Footer,
     footer_of,
+    footer_reader,
     local_tail,
     map_in_blocks,
     parse_footer,
@@ -115,6 +116,7 @@ class ParquetOpening:
             if not opening_skip_allowed(self.on_error, result):
                 raise self._open_error(path, result) from result
             record_skip(self.skipped, self._url(path), "open", result)
+        self.__dict__.pop("_local_schemas", None)  # only while opening
         return opened
 
     def _fetch_tails(self, files: list[str], threads: int) -> list:
@@ -181,10 +183,11 @@ class ParquetOpening:
         """
         tail, stat = read_local(path)
         size = stat.st_size
-        meta, needed = parse_footer(tail, path)
-        if meta is None:
+        reader, needed = footer_reader(tail, path)
+        if reader is None:
             raise SourceReadError(f"{path} is shorter ({size:,} bytes) than its footer claims ({needed:,} bytes)")
-        schema, column, key_dtype = self._schema_entry(meta, series)
+        meta = reader.metadata  # never asked for its schema: see footer_reader
+        schema, column, key_dtype = self._local_schema(reader, meta, series)
         rows: list[int] = []
         splits: list[list[int]] = [[]]
         nbytes = 0
@@ -229,6 +232,31 @@ class ParquetOpening:
         identity = FileIdentity(size, stat.st_mtime_ns)
         return _Opened(footer, schema, [tuple(g) for g in splits], runs, identity)
 
+    def _local_schema(self, reader: Any, meta: Any, series: str | None) -> tuple[Any, int, Any]:
+        """``(Arrow schema, series column or -1, its numpy dtype)`` of a file opened by ``_open_local_file``.
+
+        Files written by Arrow are matched by their ``ARROW:schema`` bytes and column count (a dict
+        look-up), others by their Arrow schema; the first file of each schema finds the series column.
+        Nothing here asks ``meta`` for its schema (see ``footer_reader``).
+        """
+        known: dict = self.__dict__.setdefault("_local_schemas", {})  # key -> [schema, (series, column, dtype)]
+        kv = meta.metadata
+        arrow = kv.get(b"ARROW:schema") if kv else None
+        entry = known.get((arrow, meta.num_columns)) if arrow is not None else None
+        if entry is None:
+            schema = reader.schema_arrow.remove_metadata()
+            entry = next((e for e in known.values() if e[0].equals(schema)), None)
+            if entry is None:
+                entry = [schema, None]
+                if len(known) < 64:  # files usually share one or two
+                    known[(arrow, meta.num_columns) if arrow is not None else len(known)] = entry
+        if entry[1] is None or entry[1][0] != series:
+            found = (series, *_leaf_column(meta, entry[0], series))
+            if meta.num_row_groups == 0:  # no column paths to tell: found again for the next file
+                return entry[0], found[1], found[2]
+            entry[1] = found
+        return entry[0], entry[1][1], entry[1][2]
+
     def _schema_entry(self, meta: Any, series: str | None) -> tuple[Any, int, Any]:
         """``(Arrow schema, series column or -1, its numpy dtype)``, kept for the files sharing a schema.
 
@@ -272,6 +300,26 @@ class ParquetOpening:
 
 #: ``_series_column`` of a schema without the series column (or no series given): no runs at open.
 _NO_SERIES = -2
+
+
+def _leaf_column(meta: Any, schema: Any, series: str | None) -> tuple[int, Any]:
+    """``_series_column`` from a file's row groups' column paths, without its Parquet schema."""
+    import pyarrow as pa
+
+    if series is None or series not in schema.names:
+        return _NO_SERIES, None
+    column = schema.get_field_index(series)
+    kind = schema.field(series).type
+    if (
+        column < 0
+        or meta.num_row_groups == 0
+        or not pa.types.is_integer(kind)
+        or kind == pa.uint64()  # keys above 2**63 do not fit the packed int64 runs
+        or column >= meta.num_columns
+        or meta.row_group(0).column(column).path_in_schema != series
+    ):
+        return -1, None
+    return column, np.dtype(kind.to_pandas_dtype())
 
 
 def _series_column(parquet_schema: Any, schema: Any, series: str | None) -> tuple[int, Any]:
