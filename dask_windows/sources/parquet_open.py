@@ -33,7 +33,6 @@ from dask_windows.sources.footers import (
     footer_reader,
     local_tail,
     map_in_blocks,
-    parse_footer,
     read_local,
     row_group_splits,
     tail_runs,
@@ -66,7 +65,6 @@ class ParquetOpening:
     on_error: str
     description: str
     skipped: list[SkippedPartition]
-    _seen_schemas: list[list]
 
     if TYPE_CHECKING:
 
@@ -116,7 +114,7 @@ class ParquetOpening:
             if not opening_skip_allowed(self.on_error, result):
                 raise self._open_error(path, result) from result
             record_skip(self.skipped, self._url(path), "open", result)
-        self.__dict__.pop("_local_schemas", None)  # only while opening
+        self.__dict__.pop("_open_schemas", None)  # only while opening
         return opened
 
     def _fetch_tails(self, files: list[str], threads: int) -> list:
@@ -151,21 +149,22 @@ class ParquetOpening:
                 raise tail  # past the deadline: no second wait per file
             tail, found = self._tail(path, FOOTER_BYTES)
             size = found if found is not None else size
-        meta, needed = parse_footer(tail, path)
-        if meta is None:
+        reader, needed = footer_reader(tail, path)
+        if reader is None:
             if len(tail) < FOOTER_BYTES:
                 raise SourceReadError(
                     f"{path} is shorter ({len(tail):,} bytes) than its footer claims ({needed:,} bytes)"
                 )
             tail, _ = self._tail(path, needed)
-            meta, needed = parse_footer(tail, path)
+            reader, needed = footer_reader(tail, path)
+        meta = reader.metadata  # never asked for its schema: see footer_reader
         if size is None:
             if len(tail) < FOOTER_BYTES:  # the tail is the whole file
                 size = len(tail)
             else:  # a lower bound is enough: pyarrow only checks chunks lie inside the file
                 ends = [b for _, b in chunk_ranges(meta, range(meta.num_row_groups), [])]
                 size = max(ends, default=4) + needed
-        schema = self._schema_of(meta)
+        schema = self._file_schema(reader, meta, series)[0]
         splits = row_group_splits(meta, partition_bytes)
         runs = None
         if series is not None and len(splits) == 1:
@@ -187,7 +186,7 @@ class ParquetOpening:
         if reader is None:
             raise SourceReadError(f"{path} is shorter ({size:,} bytes) than its footer claims ({needed:,} bytes)")
         meta = reader.metadata  # never asked for its schema: see footer_reader
-        schema, column, key_dtype = self._local_schema(reader, meta, series)
+        schema, column, key_dtype = self._file_schema(reader, meta, series)
         rows: list[int] = []
         splits: list[list[int]] = [[]]
         nbytes = 0
@@ -232,14 +231,14 @@ class ParquetOpening:
         identity = FileIdentity(size, stat.st_mtime_ns)
         return _Opened(footer, schema, [tuple(g) for g in splits], runs, identity)
 
-    def _local_schema(self, reader: Any, meta: Any, series: str | None) -> tuple[Any, int, Any]:
-        """``(Arrow schema, series column or -1, its numpy dtype)`` of a file opened by ``_open_local_file``.
+    def _file_schema(self, reader: Any, meta: Any, series: str | None) -> tuple[Any, int, Any]:
+        """``(Arrow schema, series column or -1, its numpy dtype)`` of an opened file.
 
         Files written by Arrow are matched by their ``ARROW:schema`` bytes and column count (a dict
         look-up), others by their Arrow schema; the first file of each schema finds the series column.
         Nothing here asks ``meta`` for its schema (see ``footer_reader``).
         """
-        known: dict = self.__dict__.setdefault("_local_schemas", {})  # key -> [schema, (series, column, dtype)]
+        known: dict = self.__dict__.setdefault("_open_schemas", {})  # key -> [schema, (series, column, dtype)]
         kv = meta.metadata
         arrow = kv.get(b"ARROW:schema") if kv else None
         entry = known.get((arrow, meta.num_columns)) if arrow is not None else None
@@ -257,36 +256,6 @@ class ParquetOpening:
             entry[1] = found
         return entry[0], entry[1][1], entry[1][2]
 
-    def _schema_entry(self, meta: Any, series: str | None) -> tuple[Any, int, Any]:
-        """``(Arrow schema, series column or -1, its numpy dtype)``, kept for the files sharing a schema.
-
-        The column is the series' leaf column when its statistics may tell the runs (a flat, signed or
-        32-bit-at-most integer column), ``_NO_SERIES`` when the file has no such column, else -1.
-        """
-        found = self._seen_entry(meta)
-        if len(found) == 3:  # a schema not kept (more than 16 seen): its series column found again
-            return found[2], *_series_column(found[0], found[2], series)
-        if found[3] is None or found[3][0] != series:
-            found[3] = (series, *_series_column(found[0], found[2], series))
-        return found[2], found[3][1], found[3][2]
-
-    def _seen_entry(self, meta: Any) -> list:
-        """``[parquet schema, ARROW:schema bytes, Arrow schema, series column]`` of a file's schema."""
-        parquet_schema = meta.schema
-        arrow = meta.metadata.get(b"ARROW:schema") if meta.metadata else None
-        for entry in self._seen_schemas:
-            if entry[1] == arrow and parquet_schema.equals(entry[0]):
-                return entry  # type: ignore[return-value]
-        entry = [parquet_schema, arrow, parquet_schema.to_arrow_schema().remove_metadata(), None]
-        if len(self._seen_schemas) < 16:  # files usually share one or two
-            self._seen_schemas.append(entry)  # type: ignore[arg-type]
-            return entry
-        return entry[:3]
-
-    def _schema_of(self, meta: Any) -> Any:
-        """The Arrow schema of a file, without metadata; one object for the files that share it."""
-        return self._seen_entry(meta)[2]
-
     def _open_error(self, path: str, exc: BaseException) -> SourceReadError:
         kind = classify(exc)
         error = failure_message(kind, f"cannot read the Parquet footer of {self._url(path)}", exc)
@@ -298,12 +267,14 @@ class ParquetOpening:
         return error
 
 
-#: ``_series_column`` of a schema without the series column (or no series given): no runs at open.
+#: ``_leaf_column`` of a schema without the series column (or no series given): no runs at open.
 _NO_SERIES = -2
 
 
 def _leaf_column(meta: Any, schema: Any, series: str | None) -> tuple[int, Any]:
-    """``_series_column`` from a file's row groups' column paths, without its Parquet schema."""
+    """``(leaf column, numpy dtype)`` of ``series`` when its statistics may tell the runs (a flat integer
+    column whose keys fit int64), else ``(-1, None)`` (the tail is decoded instead, as ``tail_runs``
+    does) or ``(_NO_SERIES, None)``; the column's path from the row groups, not the Parquet schema."""
     import pyarrow as pa
 
     if series is None or series not in schema.names:
@@ -317,26 +288,6 @@ def _leaf_column(meta: Any, schema: Any, series: str | None) -> tuple[int, Any]:
         or kind == pa.uint64()  # keys above 2**63 do not fit the packed int64 runs
         or column >= meta.num_columns
         or meta.row_group(0).column(column).path_in_schema != series
-    ):
-        return -1, None
-    return column, np.dtype(kind.to_pandas_dtype())
-
-
-def _series_column(parquet_schema: Any, schema: Any, series: str | None) -> tuple[int, Any]:
-    """``(leaf column, numpy dtype)`` of ``series`` when its statistics may tell the runs, else
-    ``(-1, None)`` (the tail is decoded instead, as ``tail_runs`` does) or ``(_NO_SERIES, None)``."""
-    import pyarrow as pa
-
-    if series is None or series not in schema.names:
-        return _NO_SERIES, None
-    column = schema.get_field_index(series)
-    kind = schema.field(series).type
-    if (
-        column < 0
-        or not pa.types.is_integer(kind)
-        or kind == pa.uint64()  # keys above 2**63 do not fit the packed int64 runs
-        or column >= len(parquet_schema)
-        or parquet_schema.column(column).path != series
     ):
         return -1, None
     return column, np.dtype(kind.to_pandas_dtype())
