@@ -72,6 +72,8 @@ def scan(
     def read_runs(i: int) -> tuple:
         return source.read_runs(i, series)
 
+    if bad_rows is None and getattr(source, "runs_known", lambda _: False)(series):
+        threads = 1  # nothing to read: threads would only trade the GIL
     if on_error == "skip":
         read_runs, bad_rows = guard_scan(read_runs, bad_rows, source.partitions, skipped)  # type: ignore[assignment]
     with paused_gc():  # the runs of every partition live on: see paused_gc

@@ -232,6 +232,14 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
                 stacklevel=4,
             )
 
+    def runs_known(self, series: Any) -> bool:
+        """Whether ``read_runs(i, series)`` reads nothing for every partition (the manifest, or the tail
+        reads at open, told the runs): the series scan then needs no threads."""
+        manifest: Any = getattr(self, "_manifest", None)
+        if series is not None and manifest is not None and manifest["series"] == series:
+            return True
+        return series is not None and series == self._tail_series and len(self._tail_runs) == len(self.partitions)
+
     def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, ...]:
         """Runs from the manifest when it covers ``series``, else those the tail read at open told
         (once), else from the series column.
