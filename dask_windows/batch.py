@@ -33,26 +33,15 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-__all__ = ["GATHER_BYTES", "Gatherer", "OutputPool", "PathChoice", "batches_per_gather", "normalize_per_sample"]
+__all__ = ["Gatherer", "OutputPool", "PathChoice", "normalize_per_sample"]
 
 _TORCH_MIN_BYTES = 256 << 10  # batches of features at least this large are gathered by torch's threads
-GATHER_BYTES = 1 << 20  # full batches smaller than this are gathered several at a time (batches_per_gather)
-
-
-def batches_per_gather(batch_bytes: int, limit: int | None = None) -> int:
-    """Full batches gathered by one call: as many as fit in ``limit`` bytes of features, at least 1.
-
-    One gather of ``k`` batches pays the per-call costs (index arithmetic, the copy's dispatch, the
-    path's timing and, on torch's path, its fork-join) once instead of ``k`` times, and lets a batch
-    of 128 KiB use torch's threads, whose fork-join costs more than such a batch's copy; each batch
-    is then a view of the gathered array, which the pool reuses only once none of them is held.
-    """
-    return max(1, (GATHER_BYTES if limit is None else limit) // max(batch_bytes, 1))
 
 
 def _threads() -> int:
@@ -200,14 +189,25 @@ class Gatherer:
             inv = 1.0 / np.asarray(std, np.float32)
             self._scale = (np.asarray(mean, np.float32).reshape(shape), inv.reshape(shape))
 
-    def features(self, starts: np.ndarray, pool: OutputPool | None = None, reserve: int = 0) -> np.ndarray:
+    def gather_for(self, size: int, pool: OutputPool | None) -> Callable[[np.ndarray], np.ndarray]:
+        """The gather of full batches of ``size`` windows, chosen once for a run of them.
+
+        It returns what :meth:`features` would for each batch, and for batches that numpy gathers
+        (under ``_TORCH_MIN_BYTES``, one torch thread, a buffer torch cannot view) it is numpy's
+        gather itself, so each such batch costs one C call instead of a Python method's checks.
+        """
+        plain = self._scale is None and getattr(pool, "direct_bytes", None) is None  # no scaling, no slots
+        small = not len(self._x) or size * self._x[0].nbytes < _TORCH_MIN_BYTES
+        if plain and (small or not self._torch_ready() or _threads() == 1):
+            return self._x.__getitem__
+        return lambda starts: self.features(starts, pool)
+
+    def features(self, starts: np.ndarray, pool: OutputPool | None = None) -> np.ndarray:
         """``(B, C, L)`` (or ``(B, L, C)``) float32, C-contiguous, for windows at ``starts``.
 
         Args:
             starts: Buffer rows of the windows' first rows.
             pool: Where the output array comes from; ``None``: a new array.
-            reserve: Windows of the pooled array taken (its head is returned when ``starts`` has fewer),
-                so that gathers of a few sizes up to ``reserve`` share one shape's reused arrays.
         """
         shape = (len(starts), *self._x.shape[1:])
         nbytes = math.prod(shape) * self._x.itemsize
@@ -225,9 +225,7 @@ class Gatherer:
             by_torch = pool.choice.torch_next()
             began = time.perf_counter()
             if by_torch:
-                out = pool.take((max(reserve, len(starts)), *shape[1:]), self._x.dtype)
-                if len(out) != len(starts):
-                    out = out[: len(starts)]  # the head of a larger pooled array: this view keeps it in use
+                out = pool.take(shape, self._x.dtype)
                 self._torch_gather(starts, out)
             else:
                 out = self._x[starts]

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from dask_windows.batch import OutputPool, batches_per_gather, normalize_per_sample
+from dask_windows.batch import OutputPool, normalize_per_sample
 from dask_windows.buffer import Buffer, Part, permute_head, permute_tail, permute_windows
 from dask_windows.errors import SourceReadError
 from dask_windows.faults import REPLACEMENT_TAG
@@ -218,32 +218,31 @@ def stream(
     slots = sys.modules.get("dask_windows.slots")  # imported with torch, by the dataset
     if slots is not None:
         pool = slots.output_pool() or pool  # in a DataLoader worker: gathered straight into shared slots
-    many = batches_per_gather(batch * spec.window * len(spec.features) * 4) if type(pool) is OutputPool else 1
-    per_sample = normalize == "sample"
+    per_sample, channel_major = normalize == "sample", spec.layout == "NCL"
+    want_y, want_rows = bool(spec.targets), spec.return_index
     try:
         for built in source:
             buffer, pos, total = built.buffer, built.skip, len(built.buffer.starts)
             while pos < total and remaining > 0:
-                if many > 1 and not carried and min(total - pos, remaining) >= 2 * batch:
-                    # Several full batches in one gather (batch.batches_per_gather); each yielded as a view.
-                    k = min(many, (total - pos) // batch, remaining // batch)
+                if not carried and min(total - pos, remaining) >= batch:
+                    # A run of full batches: the gather and the checks chosen once for the run.
+                    k = min(total - pos, remaining) // batch
                     if built.shuffled is not None and pos < built.head:
                         k = max(1, min(k, (built.head - pos) // batch))  # the first batches need not wait
                     built.wait(pos + k * batch)
-                    starts = buffer.starts[pos : pos + k * batch]
-                    xs = buffer.gatherer.features(starts, pool, many * batch)
-                    xs = xs.reshape(k, batch, *xs.shape[1:])  # (batches, B, C, L) or (batches, B, L, C)
-                    ys = buffer.gatherer.targets(starts) if spec.targets else None
-                    ys = None if ys is None else ys.reshape(k, batch, *ys.shape[1:])
-                    rs = buffer.global_rows(starts).reshape(k, batch) if spec.return_index else None
+                    run = buffer.starts[pos : pos + k * batch]
+                    gather = buffer.gatherer.gather_for(batch, pool)
                     pos += k * batch
                     remaining -= k * batch
-                    for j in range(k):
-                        x = xs[j]
+                    for a in range(0, k * batch, batch):
+                        starts = run[a : a + batch]
+                        x = gather(starts)
+                        y = buffer.gatherer.targets(starts) if want_y else None
+                        rows = buffer.global_rows(starts) if want_rows else None
                         if per_sample:
-                            normalize_per_sample(x, spec.layout == "NCL")
-                        yield emit(x, None if ys is None else ys[j], None if rs is None else rs[j])
-                    del x, xs, ys, rs  # the pool may reuse the gathered array once the caller drops its batches
+                            normalize_per_sample(x, channel_major)
+                        yield emit(x, y, rows)
+                    del x  # the pool may reuse its array once the caller drops the batch
                     continue
                 take = min(batch - carried, total - pos, remaining)
                 built.wait(pos + take)
