@@ -4,6 +4,8 @@ Run from the repository root (the defaults take about 1-2 minutes on 2 cores)::
 
     PYTHONPATH=. python benchmarks/bench_peers.py
     PYTHONPATH=. python benchmarks/bench_peers.py --files 16 --rows 1000000 --seconds 5 --rounds 3
+    PYTHONPATH=. python benchmarks/bench_peers.py --files 4 --rows 1000000 --windows 2000000 --rounds 3
+    PYTHONPATH=. python benchmarks/bench_peers.py --files 4 --rows 1000000 --breakdown
 
 The same Parquet files (``--files`` x ``--rows`` rows, ``--series`` series laid
 end to end, 4 float32 features) are read by:
@@ -27,8 +29,17 @@ Each runs in its own process with torch's default intra-op threads
 rounds, and the figures are medians with their range; a ratio is the median
 over rounds of the two contenders' figures in the same round. Cases: stride 1 at B=256 L=512
 C=4 and at B=64 L=128, and stride = window (B=256 L=512). Per case it prints
-windows/s, time to first batch (from opening the data), and the ratios dw /
-hand, dw / memcpy and first batch hand / dw.
+windows/s, time to first batch (from opening the data), CPU time per batch
+(every thread of the contender's process: on a shared machine the steadier
+figure), and the ratios dw / hand, dw / memcpy and first batch hand / dw; a
+warning if the contenders' batches differ in shape or bytes.
+
+``--windows N`` measures N windows (or to the end of the epoch) instead of
+``--seconds``: a few seconds may hold dw's next buffer being built and none of
+the hand loop's partition reads (or the reverse), so only equal windows read
+compare reads as well as gathers. ``--breakdown`` only profiles dw's main
+thread per batch (its CPU clock; gather, wrapping into tensors, the loop and
+its generators, Python calls per batch).
 """
 
 from __future__ import annotations
@@ -182,7 +193,7 @@ def child(args: argparse.Namespace) -> None:
     for x in batches:
         windows += len(x)
         count += 1
-        if time.perf_counter() - start > args.seconds:
+        if windows >= args.windows if args.windows else time.perf_counter() - start > args.seconds:
             break
     seconds = time.perf_counter() - start
     cpu = time.process_time() - cpu  # every thread of the process: reads, builds, torch's threads
@@ -259,7 +270,14 @@ def breakdown(root: str, batch: int, window: int, stride: int, batches: int = 20
 
 
 def measure(
-    name: str, root: str, batch: int, window: int, stride: int | None, seconds: float, torch_threads: int = 0
+    name: str,
+    root: str,
+    batch: int,
+    window: int,
+    stride: int | None,
+    seconds: float,
+    torch_threads: int = 0,
+    windows: int = 0,
 ) -> dict:
     command = [
         sys.executable,
@@ -276,6 +294,8 @@ def measure(
         str(stride or 0),
         "--seconds",
         str(seconds),
+        "--windows",
+        str(windows),
         "--torch-threads",
         str(torch_threads),
     ]
@@ -319,6 +339,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="measuring time per contender and round")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument(
+        "--windows",
+        type=int,
+        default=0,
+        help="measure this many windows (or to the end of the epoch) instead of --seconds: every contender then "
+        "pays the same reads (a few seconds can hold the loader's next buffer and none of the hand loop's reads)",
+    )
+    parser.add_argument(
         "--contenders", nargs="*", default=["dw", "hand", "handc", "tsai", "memcpy"], choices=list(LOOPS)
     )
     parser.add_argument(
@@ -347,7 +374,8 @@ def main() -> None:
         return
     print(
         f"{args.files} files x {args.rows:,} rows, {args.series} series, C={C} float32; {args.rounds} alternating "
-        f"rounds of {args.seconds:.0f} s per contender, each in its own process, torch threads "
+        f"rounds of {f'{args.windows:,} windows' if args.windows else f'{args.seconds:.0f} s'} per contender, "
+        "each in its own process, torch threads "
         f"{args.torch_threads or 'default'} (of {os.cpu_count()} CPUs); "
         f"load average {' '.join(load)}"
     )
@@ -355,7 +383,9 @@ def main() -> None:
         results: dict[str, list[dict]] = {name: [] for name in args.contenders}
         for _ in range(args.rounds):
             for name in args.contenders:
-                results[name].append(measure(name, root, batch, window, stride, args.seconds, args.torch_threads))
+                results[name].append(
+                    measure(name, root, batch, window, stride, args.seconds, args.torch_threads, args.windows)
+                )
         print(f"\n{case}")
         print(f"  {'':<8}{'windows/s (median, range)':>38}{'first batch s':>24}{'CPU us/batch':>16}")
         medians = {}
