@@ -20,6 +20,10 @@ times both on its own batches (:class:`PathChoice`) and keeps the faster,
 checking again every couple of thousand batches; the values are the same
 either way.
 
+A stream asks :meth:`Gatherer.gather_for` once per run of full batches (a
+buffer's, or its first ``HEAD`` windows'), so a small batch costs numpy's one
+indexing call, without the per-batch checks of :meth:`Gatherer.features`.
+
 A pooled array is reused only when nothing but the pool references it: a
 tensor made by ``torch.from_numpy``, every view of it, its ``.numpy()`` arrays
 and its storage keep the ndarray alive, and a DataLoader worker's batch is
