@@ -168,3 +168,30 @@ def test_a_damaged_footer_never_aborts_the_process(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     opened, skipped = map(int, out.stdout.split()[1:])
     assert opened + skipped == 21 and opened >= 1
+
+
+@pytest.mark.parametrize("waits", [False, True])
+def test_local_opening_gives_the_same_results_on_one_thread_or_many(waits):
+    """``_open_local`` stays on its thread while opening computes and goes to threads while it waits
+    (a cold disk); either way every file's result comes back once, in order."""
+    import threading
+    import time
+
+    from dask_windows.sources.parquet_open import PROBE_FILES, _open_local
+
+    seen: set[int] = set()
+
+    def one(path: str) -> str:
+        seen.add(threading.get_ident())
+        if waits:
+            time.sleep(0.0005)  # waiting, not computing
+        else:
+            sum(range(300))  # computing
+        return path.upper()
+
+    files = [f"f{i:05d}" for i in range(3 * PROBE_FILES)]
+    assert _open_local(one, files, 4) == [f.upper() for f in files]
+    if waits:  # (computing goes to threads too on a loaded machine: not asserted)
+        assert len(seen) > 1
+    seen.clear()
+    assert _open_local(one, files[:10], 4) == [f.upper() for f in files[:10]] and len(seen) == 1
