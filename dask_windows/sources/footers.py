@@ -3,7 +3,7 @@
 The listing (``list_files``) is one ``find`` or ``glob`` that also gives the sizes.
 
 Each file's last ``FOOTER_BYTES`` are read once (a ``cat_ranges`` call of
-``TAIL_BATCH`` tails on an object store, a seek and a read on local disk); a
+``TAIL_BATCH`` tails on an object store, one ``pread`` on local disk); a
 second read only for a footer larger than that. From the parsed footer the
 source keeps a ``Footer``: the serialized footer bytes (about 1 KiB for a
 file of a few columns), the file size and the rows per row group, never the

@@ -84,7 +84,8 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         data: A file, folder, glob or URL, or a list of them (taken in the given order).
         storage_options: Passed to fsspec (credentials, endpoint, ...).
         partition_bytes: Files with more uncompressed bytes are split at row-group boundaries.
-        threads: Threads reading footers when the dataset is opened (local files).
+        threads: Threads reading footers when the dataset is opened (local files: at most
+            ``parquet_open.LOCAL_OPEN_THREADS``, and only while the reads wait on the disk).
         retry: Retries of transient store errors (an int of retries or a ``RetryPolicy``).
         on_error: ``"raise"`` on a file whose footer cannot be read, or ``"skip"`` it (recorded in ``skipped``).
         max_gap: Column chunks of a partition closer than this many bytes are fetched in one request.
