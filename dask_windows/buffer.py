@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from dask_windows.batch import Gatherer
-from dask_windows.blocks import decode_blocks, segment_starts
+from dask_windows.blocks import decode_blocks, segment_runs, segment_starts
 from dask_windows.checks import value_problem
 from dask_windows.errors import DataError
 from dask_windows.faults import replacement_picks
@@ -53,6 +53,7 @@ __all__ = [
 HEAD = 4096  # leading positions of a buffer's permutation drawn before the rest (see permute_head)
 
 _CHUNK = 1 << 18  # windows whose starts are computed at once
+_RAMP_WINDOWS = 1024  # windows per run of starts from which each run is written in one call (_ramp_starts)
 
 
 @dataclass
@@ -341,6 +342,10 @@ def _fill_starts(
     group = (np.cumsum(sizes) - sizes) // _CHUNK  # (s,) chunk each sub-range is computed in
     cuts = np.flatnonzero(np.diff(group)) + 1
     check = spec.nan == "raise" and (len(part.nan_x) > 0 or len(part.nan_y) > 0)
+    if not check:
+        row, take, _ = segment_runs(first, counts, grid.stride, lo_a, hi_a)
+        if len(take) * _RAMP_WINDOWS <= int(sizes.sum()):
+            return _ramp_starts(out, at, row, take, table, offset, grid.stride)
     for g0, g1 in zip([0, *cuts.tolist()], [*cuts.tolist(), len(lo)]):
         rows = segment_starts(first, counts, grid.stride, lo_a[g0:g1], hi_a[g0:g1])  # partition rows
         ends = np.cumsum(sizes[g0:g1])
@@ -353,6 +358,36 @@ def _fill_starts(
         rows += offset
         out[at : at + len(rows)] = rows
         at += len(rows)
+    return at
+
+
+def _ramp_starts(
+    out: np.ndarray, at: int, row: np.ndarray, take: np.ndarray, table: np.ndarray, offset: int, stride: int
+) -> int:
+    """``_fill_starts`` for long runs of windows: each run of starts written into ``out`` in one call.
+
+    The vectorised path builds every start in int64 temporaries (about ten passes over them); a run
+    of ``take[p]`` windows is ``first + stride * arange`` and is written straight in ``out``'s dtype
+    from one ramp, one pass. Worth it when runs are long (``_RAMP_WINDOWS``): one call per run.
+
+    Args:
+        out: The buffer's starts; ``out[at:]`` is written.
+        at: Position of the first start to write.
+        row: ``(q,)`` partition row of each run's first window (``blocks.segment_runs``).
+        take: ``(q,)`` windows of each run, at most ``_CHUNK``.
+        table: ``(m, 2)`` ``[partition row, part row]`` where each of the part's blocks begins.
+        offset: Buffer row of the part's first row.
+        stride: Rows between consecutive windows of a run.
+
+    Returns:
+        The position after the last start written.
+    """
+    block = np.searchsorted(table[:, 0], row, side="right") - 1  # (q,) block holding each run (one piece's rows)
+    begin = row - (table[block, 0] - table[block, 1]) + offset  # (q,) buffer row of each run's first window
+    ramp = np.arange(int(take.max()), dtype=out.dtype) * stride  # buffer rows fit out's dtype, so the ramp does
+    for first, count in zip(begin.tolist(), take.tolist()):
+        np.add(ramp[:count], first, out=out[at : at + count])
+        at += count
     return at
 
 

@@ -18,8 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dask_windows as dw
+from dask_windows import buffer as buffer_module
 from dask_windows import reading
-from dask_windows.blocks import merge_rows, segment_starts
+from dask_windows.blocks import merge_rows, segment_runs, segment_starts
 from dask_windows.buffer import Buffer, decode, decode_pieces, piece_units
 from dask_windows.checks import FLOAT32_MAX
 from dask_windows.spec import WindowSpec
@@ -69,6 +70,58 @@ def test_segment_starts_is_window_starts_range_by_range(counts, stride, data):
     lo, hi = np.array([a for a, _ in ranges]), np.array([b for _, b in ranges])
     expected = np.concatenate([window_starts(first, counts, stride, a, b) for a, b in ranges])
     assert np.array_equal(segment_starts(first, counts, stride, lo, hi), expected)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(0, 6), min_size=1, max_size=6),
+    st.integers(1, 4),
+    st.data(),
+)
+def test_segment_runs_expand_to_segment_starts(counts, stride, data):
+    counts = np.array(counts, np.int64)
+    first = np.cumsum(np.full(len(counts), 40)) + data.draw(st.integers(0, 5))
+    total = int(counts.sum())
+    if total == 0:
+        return
+    n = data.draw(st.integers(1, 5))
+    bounds = [sorted(data.draw(st.tuples(st.integers(0, total - 1), st.integers(1, total)))) for _ in range(n)]
+    ranges = [(a, b) for a, b in bounds if b > a]
+    if not ranges:
+        return
+    lo, hi = np.array([a for a, _ in ranges]), np.array([b for _, b in ranges])
+    row, take, which = segment_runs(first, counts, stride, lo, hi)
+    assert (take > 0).all() and (np.diff(which) >= 0).all()
+    expanded = np.concatenate([r + stride * np.arange(t) for r, t in zip(row, take)])
+    assert np.array_equal(expanded, segment_starts(first, counts, stride, lo, hi))
+    assert np.array_equal(np.bincount(which, take, len(ranges)), hi - lo)  # each range's windows, in its runs
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(stride=3, pieces_per_partition=5),
+        dict(series=None, pieces_per_partition=4, buffer_partitions=3),
+        dict(pieces_per_partition=60, partition_bytes=1),  # windows cross the row-group cuts
+        dict(nan="drop", stride=2),
+    ],
+)
+def test_starts_written_run_by_run_are_the_vectorised_starts(root, kw, monkeypatch):
+    ds = dw.WindowDataset(root, **{**KW, **kw})
+    plan = ds._plan(World())
+    units = piece_units(plan)
+    reader = ds.source.reader([u[0].partition for u in units], list(ds.spec.columns))
+    arena = reading.BufferArena(ds, plan, units)
+    parts = iter([p for unit in units for p in reading.read_unit(ds, unit, reader, arena)])
+    for group in plan.buffers:
+        mine = [next(parts) for _ in group]
+        starts = {}
+        for name, ramp in (("vectorised", 10**18), ("runs", 1)):
+            monkeypatch.setattr(buffer_module, "_RAMP_WINDOWS", ramp)
+            starts[name] = Buffer(mine, group, ds.grid, ds.row_offsets, ds.spec).starts
+        assert starts["runs"].dtype == starts["vectorised"].dtype
+        assert np.array_equal(starts["runs"], starts["vectorised"])
 
 
 @settings(max_examples=300, deadline=None)
