@@ -40,6 +40,7 @@ __all__ = [
     "Buffer",
     "Part",
     "decode",
+    "decode_chunks",
     "decode_pieces",
     "permute_head",
     "permute_tail",
@@ -186,6 +187,69 @@ def decode_pieces(
         standardize(x, *scale, channel_major)
     rows0 = np.asarray(rows0, np.int64)
     blocks = None if len(pieces) == 1 else np.stack([rows0, offsets[:-1]], axis=1)  # (m, 2)
+    return Part(index, name, x, y, nan_x, nan_y, int(rows0[0]), blocks, arena)
+
+
+def decode_chunks(
+    index: int,
+    name: str,
+    chunks: Iterator[tuple[int, int, dict]],
+    rows0: np.ndarray,
+    sizes: np.ndarray,
+    spec: WindowSpec,
+    scale: tuple[np.ndarray, np.ndarray] | None,
+    y_dtype: type,
+    arena: tuple,
+) -> Part | None:
+    """``decode_pieces`` of pieces that arrive in chunks (a row group at a time), each written into the
+    buffer's arrays (``arena = (x, y, row)``) as it comes; ``None`` if the chunks cannot stand in for it.
+
+    The same values, bad rows and blocks as ``decode_pieces`` of the joined pieces: the decode is
+    elementwise, so decoding ``chunks[k]`` into its rows is decoding the whole. ``None`` when a
+    column's dtype changes between chunks (integers with nulls in one row group: the whole read
+    would convert every row that way) or the chunks do not tile the pieces; the caller then reads
+    the pieces whole.
+
+    Args:
+        index, name: The partition.
+        chunks: ``(piece, row, columns)``: rows ``row ..`` of piece number ``piece``, in row order.
+        rows0: ``(m,)`` partition row where each piece begins, in row order.
+        sizes: ``(m,)`` rows of each piece.
+        spec, scale, y_dtype: As ``decode_pieces``.
+        arena: ``(x, y, row)``: the buffer's arrays and the row where the first piece goes.
+    """
+    channel_major = spec.layout == "NCL"
+    base_x, base_y, at = arena
+    offsets = np.cumsum([0, *sizes.tolist()]).astype(np.int64)  # (m+1,) part row where each piece begins
+    filled = np.zeros(len(sizes), np.int64)  # rows of each piece written so far
+    dtypes: dict | None = None
+    bad_x, bad_y = [], []
+    for piece, row, columns in chunks:
+        kinds = {col: values.dtype for col, values in columns.items()}
+        if dtypes is None:
+            dtypes = kinds
+        n = len(columns[spec.features[0]])
+        if kinds != dtypes or row != filled[piece] or row + n > sizes[piece]:
+            return None
+        p = at + int(offsets[piece]) + row
+        out_x = base_x[:, p : p + n] if channel_major else base_x[p : p + n]
+        out = (out_x, None if base_y is None else base_y[:, p : p + n])
+        _, _, nan_x, nan_y, _ = decode_blocks(
+            [columns], spec.features, spec.targets, channel_major, spec.nan == "raise", y_dtype, out
+        )
+        bad_x.append(nan_x + (offsets[piece] + row))
+        bad_y.append(nan_y + (offsets[piece] + row))
+        filled[piece] += n
+    if not np.array_equal(filled, sizes):
+        return None
+    rows = int(offsets[-1])
+    x = base_x[:, at : at + rows] if channel_major else base_x[at : at + rows]
+    y = None if base_y is None else base_y[:, at : at + rows]
+    if scale is not None:
+        standardize(x, *scale, channel_major)
+    nan_x = np.concatenate(bad_x).astype(np.int64)  # chunks in row order: sorted
+    nan_y = np.concatenate(bad_y).astype(np.int64)
+    blocks = None if len(sizes) == 1 else np.stack([rows0, offsets[:-1]], axis=1)  # (m, 2)
     return Part(index, name, x, y, nan_x, nan_y, int(rows0[0]), blocks, arena)
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from torch.utils.data import get_worker_info
 
 from dask_windows.blocks import merge_rows
-from dask_windows.buffer import Part, decode, decode_pieces, piece_rows, piece_units, unit_rows
+from dask_windows.buffer import Part, decode, decode_chunks, decode_pieces, piece_rows, piece_units, unit_rows
 from dask_windows.errors import SourceReadError
 from dask_windows.faults import SkippedPartition, record_skip, skip_allowed
 from dask_windows.pipeline import stream
@@ -145,15 +145,24 @@ def read_unit(
     index = unit[0].partition
     name = ds.source.partitions[index].name
     blocks = arena.blocks(unit) if arena is not None else _blocks(ds, unit)
+    y_dtype = getattr(ds, "_y_dtype", None)
+    place = arena.place(unit) if arena is not None else None
+    ranges = [(int(a), int(b)) for a, b in blocks]
     try:
-        pieces = reader.read_ranges(index, [(int(a), int(b)) for a, b in blocks])
+        chunks = reader.read_ranges_chunks(index, ranges) if place is not None else None
+        if chunks is not None and place is not None:  # a row group at a time, decoded into the buffer as it comes
+            sizes = blocks[:, 1] - blocks[:, 0]
+            part = decode_chunks(
+                index, name, chunks, blocks[:, 0], sizes, ds.spec, ds._scale(), y_dtype or np.float32, place
+            )
+            if part is not None:
+                return [part] * len(unit)
+        pieces = reader.read_ranges(index, ranges)
     except SourceReadError as exc:
         if not skip_allowed(ds.on_error, exc):
             raise
         record_skip(ds.skipped, name, "read", exc)
         return [None] * len(unit)
-    y_dtype = getattr(ds, "_y_dtype", None)
-    place = arena.place(unit) if arena is not None else None
     part = decode_pieces(index, name, pieces, blocks[:, 0], ds.spec, ds._scale(), y_dtype, place)
     return [part] * len(unit)
 

@@ -284,3 +284,67 @@ def test_parquet_read_ranges_is_read_rows_range_by_range(root):
             for (a, b), columns in zip(ranges, got):
                 want = ds.source.read_rows(index, ["f0", "y"], a, b)
                 assert all(np.array_equal(columns[c], want[c]) for c in ("f0", "y"))
+
+
+def _whole_reads(monkeypatch):
+    """Read every unit whole (``read_ranges``), as before pieces were read a row group at a time."""
+    from dask_windows.sources.parquet_rows import ParquetRows
+
+    monkeypatch.setattr(ParquetRows, "read_ranges_chunks", lambda self, index, columns, ranges: None)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(layout="NLC", stride=3, pieces_per_partition=5),
+        dict(series=None, pieces_per_partition=60, partition_bytes=1),  # partitions cut at row groups, halos
+        dict(nan="drop", normalize={"mean": [1.0, -2.0], "std": [3.0, 0.5]}),
+    ],
+)
+def test_reading_a_row_group_at_a_time_yields_what_whole_reads_yield(tmp_path, monkeypatch, kw):
+    """Row group by row group, decoded into the buffer as they come: the same bits as one read per unit,
+    also where a column converts by what a row group holds (integers with nulls in one row group only)."""
+    rng = np.random.default_rng(5)
+    frames = []
+    for i in range(3):
+        n = 90 + 17 * i
+        f1 = pd.array(rng.integers(-(2**62), 2**62, n), dtype="Int64")  # beyond float64's exact integers
+        if i == 1:
+            f1[40] = pd.NA  # in one row group of one file: the whole read makes it all float64
+            f1[5] = 2**60 + 2**36 + 1  # to float32 through float64: a tie, rounded to even; directly: up
+        y = rng.standard_normal(n)
+        y[n // 2] = 3.0e39 if kw.get("nan") == "drop" else y[n // 2]  # beyond float32: a bad row
+        frames.append(
+            pd.DataFrame(
+                {"sid": np.repeat(np.arange(3), [n // 3, n // 3, n - 2 * (n // 3)]) + 10 * i,
+                 "f0": rng.standard_normal(n).astype(np.float32), "f1": f1, "y": y}
+            )
+        )  # fmt: skip
+    write_parquet(frames, str(tmp_path), row_group_size=16)
+    settings = {**KW, "nan": "drop", **kw}
+    chunked = collect(dw.WindowDataset(str(tmp_path), **settings))
+    _whole_reads(monkeypatch)
+    whole = collect(dw.WindowDataset(str(tmp_path), **settings))
+    assert len(chunked) == len(whole) > 0
+    assert all(np.array_equal(a, b) for p, q in zip(chunked, whole) for a, b in zip(p, q))  # bit for bit
+
+
+def test_row_group_reads_are_the_rows_read_ranges_returns(root):
+    ds = dw.WindowDataset(root, **KW)
+    source = ds.source
+    cols = list(ds.spec.columns)
+    for index in range(len(source.partitions)):
+        rows = source.readable_rows(index)
+        for ranges in ([(0, rows)], [(1, 5), (9, 30), (31, rows)], [(rows - 3, rows)]):
+            whole = source.read_ranges(index, cols, ranges)
+            got: list[list[np.ndarray]] = [[] for _ in ranges]
+            at = [0] * len(ranges)
+            for i, row, columns in source.read_ranges_chunks(index, cols, ranges):
+                assert row == at[i]  # each range's rows in order, none twice
+                at[i] += len(columns["f0"])
+                got[i].append(columns)
+            for piece, chunks in zip(whole, got):
+                for col in cols:
+                    assert np.array_equal(np.concatenate([c[col] for c in chunks]), piece[col])
+        assert source.read_ranges_chunks(index, cols, [(0, rows + 1)]) is None  # clipped: read whole
