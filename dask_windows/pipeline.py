@@ -41,7 +41,7 @@ import numpy as np
 import numpy.random  # (numpy 2 loads it on first use: 0.05-0.14 s of extension modules in the first plan)
 
 from dask_windows.batch import OutputPool, normalize_per_sample
-from dask_windows.buffer import Buffer, Part, permute_head, permute_tail, permute_windows
+from dask_windows.buffer import Buffer, Part, PlannedStarts, permute_head, permute_tail, permute_windows
 from dask_windows.errors import SourceReadError
 from dask_windows.faults import REPLACEMENT_TAG
 from dask_windows.index import WindowGrid
@@ -83,11 +83,12 @@ def _assemble(
     row_offsets: np.ndarray,
     spec: WindowSpec,
     scale: tuple[np.ndarray, np.ndarray] | None,
+    planned: PlannedStarts | None = None,
 ) -> tuple[Buffer | None, int]:
     """Take the group's pieces from ``parts`` and build its buffer; also the windows lost to skips.
 
     Pieces decoded into their buffer's one array (``reading.BufferArena``) are used in place;
-    others are joined by ``Buffer``.
+    others are joined by ``Buffer``. ``planned``: the starts listed before the pieces arrived.
     """
     loaded = [next(parts) for _ in segments]
     kept = [(part, seg) for part, seg in zip(loaded, segments) if part is not None]
@@ -95,7 +96,7 @@ def _assemble(
     del loaded
     if not kept:
         return None, lost
-    return Buffer([p for p, _ in kept], tuple(s for _, s in kept), grid, row_offsets, spec, scale), lost
+    return Buffer([p for p, _ in kept], tuple(s for _, s in kept), grid, row_offsets, spec, scale, planned), lost
 
 
 def _builds(
@@ -108,14 +109,21 @@ def _builds(
     reread: Callable[[Segment], Part | None] | None,
     lazy: bool,
     release: Callable[[int], None] | None = None,
+    prepare: Callable[[int], PlannedStarts | None] | None = None,
 ) -> Generator[_Built, None, None]:
-    """The plan's buffers, replacements added and permuted; the first one lazily when ``lazy``."""
+    """The plan's buffers, replacements added and permuted; the first one lazily when ``lazy``.
+
+    ``prepare(b)`` lists buffer ``b``'s window starts before its pieces are taken: on the builder
+    thread, while the readers read them.
+    """
     skip = plan.skip
     owed = 0  # windows of skipped partitions not yet replaced
     remaining = plan.num_windows  # windows the consumer has still to drain after the buffers built so far
     first = True
     for b, (segments, entropy) in enumerate(zip(plan.buffers, plan.buffer_seeds)):
-        buffer, lost = _assemble(segments, parts, grid, row_offsets, spec, scale)
+        planned = prepare(b) if prepare is not None else None
+        buffer, lost = _assemble(segments, parts, grid, row_offsets, spec, scale, planned)
+        del planned
         if release is not None:
             release(b)  # the readers' arrays of this buffer are held by its parts only
         if buffer is None:  # nothing of this buffer could be read: the next readable buffer stands in
@@ -188,6 +196,7 @@ def stream(
     background: bool = False,
     interrupt: Callable[[], None] | None = None,
     release: Callable[[int], None] | None = None,
+    prepare: Callable[[int], PlannedStarts | None] | None = None,
 ) -> Iterator[object]:
     """Yield ``emit(x, y, rows)`` for each batch of ``plan``.
 
@@ -207,9 +216,11 @@ def stream(
         interrupt: Stops whatever ``parts`` reads from (the prefetcher's ``close``), so that a builder
             thread waiting for a piece wakes up when the stream is closed early.
         release: Called with a buffer's number once its pieces are taken (the readers' arena).
+        prepare: Lists a buffer's window starts from where its pieces will be decoded, before they
+            are (``reading.BufferArena.planned_starts``); ``None``: ``Buffer`` lists them.
     """
     scale = normalize if isinstance(normalize, tuple) else None
-    builds = _builds(plan, iter(parts), grid, row_offsets, spec, scale, reread, background, release)
+    builds = _builds(plan, iter(parts), grid, row_offsets, spec, scale, reread, background, release, prepare)
     source: Iterator[_Built] = Ahead(builds, 1, "dask-windows-build") if background else builds
     batch = spec.batch_size
     remaining = plan.num_windows

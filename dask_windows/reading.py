@@ -19,7 +19,17 @@ import numpy as np
 from torch.utils.data import get_worker_info
 
 from dask_windows.blocks import merge_rows
-from dask_windows.buffer import Part, decode, decode_chunks, decode_pieces, piece_rows, piece_units, unit_rows
+from dask_windows.buffer import (
+    Part,
+    PlannedStarts,
+    decode,
+    decode_chunks,
+    decode_pieces,
+    piece_rows,
+    piece_units,
+    plan_starts,
+    unit_rows,
+)
 from dask_windows.errors import SourceReadError
 from dask_windows.faults import SkippedPartition, record_skip, skip_allowed
 from dask_windows.pipeline import stream
@@ -74,6 +84,7 @@ def batches(ds: WindowDataset, plan: Any, progress: Any = None) -> Iterator[Any]
         batches = stream(
             plan, parts, ds.grid, ds.row_offsets, ds.spec, ds._emit, ds._per_batch_normalize(), reread,
             background=background, interrupt=reader.close, release=None if arena is None else arena.release,
+            prepare=None if arena is None else arena.planned_starts,
         )  # fmt: skip
         for batch in batches:
             ds._resumer.step(progress)  # counted before the consumer gets it: a state then includes it
@@ -238,6 +249,22 @@ class BufferArena:
         if arrays is None:
             return None
         return (*arrays, table[unit][1])
+
+    def layout(self, buffer: int) -> list[tuple[tuple, np.ndarray, int]] | None:
+        """Per unit of ``buffer``, in order: its segments, its row blocks and the buffer row where they
+        go; ``None`` when its pieces are not decoded into shared arrays (``buffer.plan_starts``)."""
+        members = self.members[buffer] if buffer < len(self.members) else []
+        if not members:
+            return None
+        table, arrays = self._state(members[0])
+        if arrays is None:
+            return None
+        return [(unit, *table[unit]) for unit in members]
+
+    def planned_starts(self, buffer: int) -> PlannedStarts | None:
+        """``buffer``'s window starts, listed before its pieces are read (``None``: listed by ``Buffer``)."""
+        layout = self.layout(buffer)
+        return None if layout is None else plan_starts(layout, self.ds.grid, self.ds.spec)
 
     def release(self, buffer: int) -> None:
         """Forget the arrays of buffers up to ``buffer`` (their parts hold them now)."""

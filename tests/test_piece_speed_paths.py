@@ -348,3 +348,34 @@ def test_row_group_reads_are_the_rows_read_ranges_returns(root):
                 for col in cols:
                     assert np.array_equal(np.concatenate([c[col] for c in chunks]), piece[col])
         assert source.read_ranges_chunks(index, cols, [(0, rows + 1)]) is None  # clipped: read whole
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [dict(), dict(stride=3, pieces_per_partition=5, layout="NLC"), dict(series=None, buffer_partitions=3)],
+)
+def test_starts_listed_before_the_reads_are_those_buffer_lists(root, kw):
+    """The builder lists a buffer's starts while its pieces are read (``BufferArena.planned_starts``);
+    ``Buffer`` takes them only where the parts landed where planned."""
+    ds = dw.WindowDataset(root, **{**KW, **kw})
+    plan = ds._plan(World())
+    units = piece_units(plan)
+    reader = ds.source.reader([u[0].partition for u in units], list(ds.spec.columns))
+    arena = reading.BufferArena(ds, plan, units)
+    parts = iter([p for unit in units for p in reading.read_unit(ds, unit, reader, arena)])
+    for b, group in enumerate(plan.buffers):
+        planned = reading.BufferArena(ds, plan, units).planned_starts(b)  # from the plan alone
+        mine = [next(parts) for _ in group]
+        listed = Buffer(mine, group, ds.grid, ds.row_offsets, ds.spec)
+        used = Buffer(mine, group, ds.grid, ds.row_offsets, ds.spec, planned=planned)
+        assert used.starts is planned.starts
+        assert used.starts.dtype == listed.starts.dtype and np.array_equal(used.starts, listed.starts)
+        if len(group) > 1 and mine[0] is not mine[-1]:  # parts out of their planned places: listed again
+            k = next(i for i, p in enumerate(mine) if p is not mine[0])
+            swapped = Buffer(
+                mine[k:] + mine[:k], group[k:] + group[:k], ds.grid, ds.row_offsets, ds.spec, None, planned
+            )
+            assert swapped.starts is not planned.starts
+            assert np.array_equal(
+                np.sort(swapped.global_rows(swapped.starts)), np.sort(listed.global_rows(listed.starts))
+            )
