@@ -221,7 +221,8 @@ def stream(
     """
     scale = normalize if isinstance(normalize, tuple) else None
     builds = _builds(plan, iter(parts), grid, row_offsets, spec, scale, reread, background, release, prepare)
-    source: Iterator[_Built] = Ahead(builds, 1, "dask-windows-build") if background else builds
+    ahead = Ahead(builds, 1, "dask-windows-build") if background else None
+    source: Iterator[_Built] = builds if ahead is None else ahead
     batch = spec.batch_size
     remaining = plan.num_windows
     carry: list[tuple] = []  # pieces of a batch begun in the previous buffer
@@ -259,8 +260,8 @@ def stream(
             del buffer, built  # drop the buffer before the next one is taken
             if large:
                 trim()
-    finally:
-        if isinstance(source, Ahead):
-            source.close(interrupt)
+    finally:  # (no module globals here: this may run while the interpreter exits)
+        if ahead is not None:
+            ahead.close(interrupt)
         else:
             builds.close()

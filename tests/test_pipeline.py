@@ -194,3 +194,22 @@ def test_the_first_buffers_partitions_are_read_at_once(root, monkeypatch):
     assert not both.broken and len(seen) == 4
     monkeypatch.setattr(ParquetSource, "_read_groups", read)
     assert all(np.array_equal(a, b) for p, q in zip(got, epoch(make(root))) for a, b in zip(p, q))
+
+
+def test_an_iterator_left_open_at_exit_ends_quietly(root):
+    """``next(iter(ds))`` at the end of a script: the pass is closed while the interpreter exits."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import dask_windows as dw\n"
+        f"ds = dw.WindowDataset({root!r}, features=['f0', 'f1'], series='sid', window=6, batch_size=64)\n"
+        "it = iter(ds)\n"
+        "x = next(it)\n"
+        "print(tuple(x.shape))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "(64, 2, 6)", out.stderr[-2000:]
+    assert "Exception ignored" not in out.stderr and "Traceback" not in out.stderr, out.stderr[-2000:]
