@@ -9,7 +9,10 @@ permutation) run on the consumer's thread.
 Assembly: the reader threads decode each buffer's pieces straight into one
 array allocated for the whole buffer (``reading.BufferArena``), so a buffer
 never coexists with a second copy of its pieces; the builder releases the
-arena's reference once it holds the buffer.
+arena's reference once it holds the buffer. While the readers read, the
+builder lists the buffer's window starts from where the pieces will land
+(``prepare``, ``buffer.plan_starts``), so the first batch waits for the reads
+and the head of the permutation only.
 
 Permutation (``buffer.permute_head`` / ``permute_tail``): forward
 Fisher-Yates steps fix the first ``HEAD`` positions, then the rest of the
