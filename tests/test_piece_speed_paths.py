@@ -302,9 +302,13 @@ def _whole_reads(monkeypatch):
         dict(nan="drop", normalize={"mean": [1.0, -2.0], "std": [3.0, 0.5]}),
     ],
 )
-def test_reading_a_row_group_at_a_time_yields_what_whole_reads_yield(tmp_path, monkeypatch, kw):
+@pytest.mark.parametrize("chunk_bytes", [1, 600])  # each row group alone; several read together
+def test_reading_a_row_group_at_a_time_yields_what_whole_reads_yield(tmp_path, monkeypatch, kw, chunk_bytes):
     """Row group by row group, decoded into the buffer as they come: the same bits as one read per unit,
     also where a column converts by what a row group holds (integers with nulls in one row group only)."""
+    from dask_windows.sources import parquet_rows
+
+    monkeypatch.setattr(parquet_rows, "CHUNK_BYTES", chunk_bytes)
     rng = np.random.default_rng(5)
     frames = []
     for i in range(3):
@@ -330,7 +334,11 @@ def test_reading_a_row_group_at_a_time_yields_what_whole_reads_yield(tmp_path, m
     assert all(np.array_equal(a, b) for p, q in zip(chunked, whole) for a, b in zip(p, q))  # bit for bit
 
 
-def test_row_group_reads_are_the_rows_read_ranges_returns(root):
+@pytest.mark.parametrize("chunk_bytes", [1, 200, 1 << 24])
+def test_row_group_reads_are_the_rows_read_ranges_returns(root, monkeypatch, chunk_bytes):
+    from dask_windows.sources import parquet_rows
+
+    monkeypatch.setattr(parquet_rows, "CHUNK_BYTES", chunk_bytes)
     ds = dw.WindowDataset(root, **KW)
     source = ds.source
     cols = list(ds.spec.columns)
