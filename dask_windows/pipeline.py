@@ -234,10 +234,32 @@ def stream(
     slots = sys.modules.get("dask_windows.slots")  # imported with torch, by the dataset
     if slots is not None:
         pool = slots.output_pool() or pool  # in a DataLoader worker: gathered straight into shared slots
+    per_sample, channel_major = normalize == "sample", spec.layout == "NCL"
+    want_y, want_rows = bool(spec.targets), spec.return_index
     try:
         for built in source:
             buffer, pos, total = built.buffer, built.skip, len(built.buffer.starts)
             while pos < total and remaining > 0:
+                if not carried and min(total - pos, remaining) >= batch:
+                    # A run of full batches: the gather and the checks chosen once for the run.
+                    k = min(total - pos, remaining) // batch
+                    if built.shuffled is not None and pos < built.head:
+                        k = max(1, min(k, (built.head - pos) // batch))  # the first batches need not wait
+                    built.wait(pos + k * batch)
+                    run = buffer.starts[pos : pos + k * batch]
+                    gather = buffer.gatherer.gather_for(batch, pool)
+                    pos += k * batch
+                    remaining -= k * batch
+                    for a in range(0, k * batch, batch):
+                        starts = run[a : a + batch]
+                        x = gather(starts)
+                        y = buffer.gatherer.targets(starts) if want_y else None
+                        rows = buffer.global_rows(starts) if want_rows else None
+                        if per_sample:
+                            normalize_per_sample(x, channel_major)
+                        yield emit(x, y, rows)
+                    del x  # the pool may reuse its array once the caller drops the batch
+                    continue
                 take = min(batch - carried, total - pos, remaining)
                 built.wait(pos + take)
                 starts = buffer.starts[pos : pos + take]
