@@ -289,7 +289,9 @@ class PlannedStarts:
         )
 
 
-def plan_starts(layout: list[tuple[tuple, np.ndarray, int]], grid: WindowGrid, spec: WindowSpec) -> PlannedStarts:
+def plan_starts(
+    layout: list[tuple[tuple, np.ndarray, int]], grid: WindowGrid, spec: WindowSpec, empty: Any = np.empty
+) -> PlannedStarts:
     """The starts of a buffer whose units will be decoded as ``layout`` says, before they are.
 
     Args:
@@ -297,11 +299,12 @@ def plan_starts(layout: list[tuple[tuple, np.ndarray, int]], grid: WindowGrid, s
             row where they go end to end (``reading.BufferArena.layout``).
         grid: The dataset's window grid.
         spec: Window settings.
+        empty: Allocates the starts (``np.empty`` or ``reading.small_pages``).
     """
     segments = tuple(seg for unit, _, _ in layout for seg in unit)
     unit, blocks, row = layout[-1]
     total = row + int((blocks[:, 1] - blocks[:, 0]).sum())  # rows of the buffer
-    starts = np.empty(sum(seg.num_windows for seg in segments), np.int32 if total < 2**31 else np.int64)
+    starts = empty(sum(seg.num_windows for seg in segments), np.int32 if total < 2**31 else np.int64)
     at, rows, tables = 0, [], []
     for unit, blocks, row in layout:
         sizes = blocks[:, 1] - blocks[:, 0]

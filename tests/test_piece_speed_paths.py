@@ -387,3 +387,34 @@ def test_starts_listed_before_the_reads_are_those_buffer_lists(root, kw):
             assert np.array_equal(
                 np.sort(swapped.global_rows(swapped.starts)), np.sort(listed.global_rows(listed.starts))
             )
+
+
+def test_the_first_buffer_is_mapped_in_small_pages_and_the_others_by_numpy(root, monkeypatch):
+    import mmap
+
+    def mapped(a) -> bool:
+        while isinstance(a, np.ndarray):
+            a = a.base
+        return isinstance(a.obj if isinstance(a, memoryview) else a, mmap.mmap)
+
+    monkeypatch.setattr(
+        reading,
+        "small_pages",
+        lambda shape, dtype: np.frombuffer(
+            mmap.mmap(-1, max(int(np.prod(shape)) * np.dtype(dtype).itemsize, 1)), dtype
+        )[: int(np.prod(shape))].reshape(shape),
+    )  # fmt: skip  (as small_pages, whatever the size)
+    ds = dw.WindowDataset(root, **{**KW, "buffer_partitions": 1})
+    plan = ds._plan(World())
+    units = piece_units(plan)
+    assert len(plan.buffers) > 1
+    arena = reading.BufferArena(ds, plan, units)
+    first, later = arena.place(arena.members[0][0]), arena.place(arena.members[1][0])
+    assert mapped(first[0]) and mapped(first[1])
+    assert not mapped(later[0]) and not mapped(later[1])
+    assert mapped(arena.planned_starts(0).starts) and not mapped(arena.planned_starts(1).starts)
+    monkeypatch.undo()
+    x = reading.small_pages((3, 1 << 20), np.float32)  # 12 MiB: mapped
+    assert mapped(x) and not mapped(reading.small_pages((3, 100), np.float32))
+    assert x.shape == (3, 1 << 20) and x.dtype == np.float32 and x.flags.writeable and x.flags.c_contiguous
+    assert reading.small_pages(7, np.int32).shape == (7,)
