@@ -258,7 +258,9 @@ def stream(
                         if per_sample:
                             normalize_per_sample(x, channel_major)
                         yield emit(x, y, rows)
-                    del x  # the pool may reuse its array once the caller drops the batch
+                    # The pool may reuse x's array once the caller drops the batch; the run and the
+                    # bound gather hold this buffer's arrays, which must go before the next is built.
+                    del x, run, gather
                     continue
                 take = min(batch - carried, total - pos, remaining)
                 built.wait(pos + take)
