@@ -29,6 +29,11 @@ Last, page checksums: the same rows written with page CRCs, read with verificati
     python benchmarks/bench_loader.py --crc-only --partitions 2 --seconds 4
     python benchmarks/bench_loader.py --only pieces --partitions 4 --seconds 2
     python benchmarks/bench_loader.py --only workers --partitions 2 --seconds 2
+    python benchmarks/bench_loader.py --only read-workers --seconds 2 --rounds 3
+
+``--only read-workers`` prints windows/s and first-batch times of ``read_workers=0/1/2`` (decoding in
+worker processes, gathering here) in alternating rounds, with ratios to ``read_workers=0`` from the same
+run: stride 1 from the page cache, zstd files at stride = window, ``normalize="sample"``.
 
 ``--only workers`` prints windows/s with num_workers=0/1/2 (batches in reused shared slots,
 ``dask_windows.slots``) and with 1 worker on torch's own hand-off (``DASK_WINDOWS_SLOTS=0``), at
@@ -196,6 +201,88 @@ def workers_rows(directory: str, root: str, partitions: int, seconds: float) -> 
         print(f"{label:20s} B={b:3d} L={w:3d}  {cells}")
 
 
+READ_ROWS = 500_000  # rows per file of the read-workers comparison
+
+
+def write_walks(root: str, files: int, compression: str, seed: int = 0) -> None:
+    """Random walks rounded to 2 decimals (compressible like sensor data), 2 series per file."""
+    os.makedirs(root, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for p in range(files):
+        path = os.path.join(root, f"part-{p:05d}.parquet")
+        if os.path.exists(path):
+            continue
+        cols = {f"f{c}": np.round(np.cumsum(rng.standard_normal(READ_ROWS)), 2).astype(np.float32) for c in range(C)}
+        cols["sid"] = np.repeat([2 * p, 2 * p + 1], READ_ROWS // 2)
+        level = 9 if compression == "zstd" else None
+        pq.write_table(pa.table(cols), path, row_group_size=READ_ROWS // 4, compression=compression,
+                       compression_level=level)  # fmt: skip
+
+
+def _pass_rate(ds: dw.WindowDataset, seconds: float) -> tuple[float, float]:
+    """``(windows/s after the first batch, first batch s)`` over passes of ``ds`` for about ``seconds``."""
+    epoch = ds.epoch + 1
+    ds.set_epoch(epoch)
+    t0 = time.perf_counter()
+    it = iter(ds)
+    next(it)
+    first = time.perf_counter() - t0
+    n, t0 = 0, time.perf_counter()
+    while True:
+        for x in it:
+            n += len(x)
+            if time.perf_counter() - t0 > seconds:
+                return n / (time.perf_counter() - t0), first
+        epoch += 1
+        ds.set_epoch(epoch)
+        it = iter(ds)
+
+
+def read_workers_rows(directory: str, seconds: float, rounds: int, files: int = 8) -> None:
+    """read_workers 0/1/2 in alternating rounds: windows/s, ratios to 0, first batch (cold and warm pools)."""
+    plain, zstd = os.path.join(directory, f"walks{files}"), os.path.join(directory, f"walks{files}-zstd9")
+    write_walks(plain, files, "none")
+    write_walks(zstd, files, "zstd")
+    features = [f"f{c}" for c in range(C)]
+    cases = [
+        ("stride 1, page cache", plain, 1, None),
+        ("zstd-9, stride = window", zstd, L, None),
+        ('normalize="sample", stride 1', plain, 1, "sample"),
+    ]
+    print(
+        f"read_workers: {files} x {READ_ROWS:,}-row Parquet files, B={B} L={L} C={C}, shuffled, {rounds} alternating "
+        f"rounds of {seconds:.1f} s per figure (median [range]); load before {os.getloadavg()[0]:.2f}"
+    )
+    for label, root, stride, normalize in cases:
+        datasets = {
+            w: dw.WindowDataset(
+                root, features=features, series="sid", window=L, stride=stride, batch_size=B, normalize=normalize,
+                read_workers=w, seed=0,
+            )  # fmt: skip
+            for w in (0, 1, 2)
+        }
+        rates: dict[int, list[float]] = {w: [] for w in datasets}
+        firsts: dict[int, list[float]] = {w: [] for w in datasets}
+        for _ in range(rounds):
+            for w, ds in datasets.items():
+                value, first = _pass_rate(ds, seconds)
+                rates[w].append(value)
+                firsts[w].append(first)
+        zero = np.median(rates[0])
+        cells = "  ".join(
+            f"W={w} {np.median(r):>10,.0f} [{min(r):,.0f}-{max(r):,.0f}] ({np.median(r) / zero:4.2f}x)"
+            for w, r in rates.items()
+        )
+        print(f"  {label:<29} {cells}")
+        cells = "  ".join(
+            f"W={w} {f[0]:.2f} s, then {np.median(f[1:]) if len(f) > 1 else float('nan'):.2f} s" for w, f in firsts.items()
+        )
+        print(f"  {'  first batch (cold, warm)':<29} {cells}")
+        for ds in datasets.values():
+            ds.close()
+    print(f"  load after: {os.getloadavg()[0]:.2f}")
+
+
 def _loader_rate(ds: dw.WindowDataset, b: int, num_workers: int, seconds: float) -> float:
     it = iter(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=num_workers))
     next(it)
@@ -311,8 +398,12 @@ def main() -> None:
     parser.add_argument("--rss-child", help=argparse.SUPPRESS)
     parser.add_argument("--crc-only", action="store_true", help="only the page checksum on/off figures")
     parser.add_argument(
-        "--only", choices=["all", "normalisation", "workers", "pieces"], default="all", help="which figures"
+        "--only",
+        choices=["all", "normalisation", "workers", "read-workers", "pieces"],
+        default="all",
+        help="which figures",
     )
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (read-workers)")
     parser.add_argument("--pieces-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.rss_child:
@@ -324,6 +415,10 @@ def main() -> None:
     if args.only == "pieces":
         torch.set_num_threads(1)
         pieces_rows(args.dir, args.partitions, args.seconds)
+        return
+    if args.only == "read-workers":
+        torch.set_num_threads(1)
+        read_workers_rows(args.dir, args.seconds, args.rounds)
         return
     if args.crc_only:
         print_crc_rates(args.dir, args.partitions, args.seconds)
