@@ -204,7 +204,7 @@ def workers_rows(directory: str, root: str, partitions: int, seconds: float) -> 
 READ_ROWS = 500_000  # rows per file of the read-workers comparison
 
 
-def write_walks(root: str, files: int, compression: str, seed: int = 0) -> None:
+def write_walks(root: str, files: int, compression: str, rows: int = READ_ROWS, seed: int = 0) -> None:
     """Random walks rounded to 2 decimals (compressible like sensor data), 2 series per file."""
     os.makedirs(root, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -212,36 +212,36 @@ def write_walks(root: str, files: int, compression: str, seed: int = 0) -> None:
         path = os.path.join(root, f"part-{p:05d}.parquet")
         if os.path.exists(path):
             continue
-        cols = {f"f{c}": np.round(np.cumsum(rng.standard_normal(READ_ROWS)), 2).astype(np.float32) for c in range(C)}
-        cols["sid"] = np.repeat([2 * p, 2 * p + 1], READ_ROWS // 2)
+        cols = {f"f{c}": np.round(np.cumsum(rng.standard_normal(rows)), 2).astype(np.float32) for c in range(C)}
+        cols["sid"] = np.repeat([2 * p, 2 * p + 1], rows // 2)
         level = 9 if compression == "zstd" else None
-        pq.write_table(pa.table(cols), path, row_group_size=READ_ROWS // 4, compression=compression,
+        pq.write_table(pa.table(cols), path, row_group_size=rows // 4, compression=compression,
                        compression_level=level)  # fmt: skip
 
 
-def _pass_rate(ds: dw.WindowDataset, seconds: float) -> tuple[float, float]:
-    """``(windows/s after the first batch, first batch s)`` over passes of ``ds`` for about ``seconds``."""
-    epoch = ds.epoch + 1
-    ds.set_epoch(epoch)
-    t0 = time.perf_counter()
-    it = iter(ds)
-    next(it)
-    first = time.perf_counter() - t0
-    n, t0 = 0, time.perf_counter()
-    while True:
-        for x in it:
+def _epochs_rate(ds: dw.WindowDataset, seconds: float) -> tuple[float, float, float]:
+    """``(windows/s, first batch s, consumer-thread CPU us per window)`` over whole epochs of ``ds``.
+
+    Whole epochs (at least one, about ``seconds``), first batches included: a pass cut short would
+    leave its read-ahead wasted. The consumer thread's CPU time per window is what the loader costs
+    the training loop's thread, and is far less sensitive to other jobs on the machine than wall time.
+    """
+    n, first, t0, c0 = 0, None, time.perf_counter(), time.thread_time()
+    while n == 0 or time.perf_counter() - t0 < seconds:
+        ds.set_epoch(ds.epoch + 1)
+        t1 = time.perf_counter()
+        for x in ds:
+            if first is None:
+                first = time.perf_counter() - t1
             n += len(x)
-            if time.perf_counter() - t0 > seconds:
-                return n / (time.perf_counter() - t0), first
-        epoch += 1
-        ds.set_epoch(epoch)
-        it = iter(ds)
+    return n / (time.perf_counter() - t0), float(first), (time.thread_time() - c0) / n * 1e6
 
 
 def read_workers_rows(directory: str, seconds: float, rounds: int, files: int = 8) -> None:
     """read_workers 0/1/2 in alternating rounds: windows/s, ratios to 0, first batch (cold and warm pools)."""
-    plain, zstd = os.path.join(directory, f"walks{files}"), os.path.join(directory, f"walks{files}-zstd9")
-    write_walks(plain, files, "none")
+    small = READ_ROWS // 4  # stride 1: an epoch of 8 x 125k windows takes about a second
+    plain, zstd = os.path.join(directory, f"walks{files}x{small}"), os.path.join(directory, f"walks{files}-zstd9")
+    write_walks(plain, files, "none", small)
     write_walks(zstd, files, "zstd")
     features = [f"f{c}" for c in range(C)]
     cases = [
@@ -250,8 +250,9 @@ def read_workers_rows(directory: str, seconds: float, rounds: int, files: int = 
         ('normalize="sample", stride 1', plain, 1, "sample"),
     ]
     print(
-        f"read_workers: {files} x {READ_ROWS:,}-row Parquet files, B={B} L={L} C={C}, shuffled, {rounds} alternating "
-        f"rounds of {seconds:.1f} s per figure (median [range]); load before {os.getloadavg()[0]:.2f}"
+        f"read_workers: {files} Parquet files ({small:,} rows each; zstd: {READ_ROWS:,}), B={B} L={L} C={C}, "
+        f"shuffled, default buffers (4 per epoch), whole epochs for about {seconds:.1f} s per figure, {rounds} "
+        f"alternating rounds (median [range]); load before {os.getloadavg()[0]:.2f}"
     )
     for label, root, stride, normalize in cases:
         datasets = {
@@ -263,21 +264,23 @@ def read_workers_rows(directory: str, seconds: float, rounds: int, files: int = 
         }
         rates: dict[int, list[float]] = {w: [] for w in datasets}
         firsts: dict[int, list[float]] = {w: [] for w in datasets}
+        cpu: dict[int, list[float]] = {w: [] for w in datasets}
         for _ in range(rounds):
             for w, ds in datasets.items():
-                value, first = _pass_rate(ds, seconds)
+                value, first, us = _epochs_rate(ds, seconds)
                 rates[w].append(value)
                 firsts[w].append(first)
-        zero = np.median(rates[0])
-        cells = "  ".join(
-            f"W={w} {np.median(r):>10,.0f} [{min(r):,.0f}-{max(r):,.0f}] ({np.median(r) / zero:4.2f}x)"
-            for w, r in rates.items()
-        )
-        print(f"  {label:<29} {cells}")
-        cells = "  ".join(
-            f"W={w} {f[0]:.2f} s, then {np.median(f[1:]) if len(f) > 1 else float('nan'):.2f} s" for w, f in firsts.items()
-        )
-        print(f"  {'  first batch (cold, warm)':<29} {cells}")
+                cpu[w].append(us)
+        zero, best0, cpu0 = np.median(rates[0]), max(rates[0]), min(cpu[0])
+        print(f"  {label}")
+        for w in datasets:
+            r, f = rates[w], firsts[w]
+            warm = np.median(f[1:]) if len(f) > 1 else float("nan")
+            print(
+                f"    W={w} {np.median(r):>10,.0f} windows/s [{min(r):,.0f}-{max(r):,.0f}]  median {np.median(r) / zero:4.2f}x "
+                f"best {max(r) / best0:4.2f}x of W=0 | consumer thread {min(cpu[w]):6.3f} us/window "
+                f"({cpu0 / min(cpu[w]):4.2f}x W=0's speed) | first batch {f[0]:.2f} s cold, {warm:.2f} s warm"
+            )
         for ds in datasets.values():
             ds.close()
     print(f"  load after: {os.getloadavg()[0]:.2f}")

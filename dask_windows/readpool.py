@@ -65,7 +65,6 @@ from dask_windows.sources import PartitionReader
 __all__ = ["BufferReads", "ReadPool", "close_pool", "pool_for"]
 
 _MIN_SHARED_BYTES = 1 << 16  # smaller arrays are pickled inline
-_PAGE = 4096
 _PRELOAD = ["numpy", "pyarrow.parquet", "torch", "dask_windows.dataset", "dask_windows.readpool"]
 
 
@@ -156,7 +155,7 @@ def _pack_array(array: np.ndarray, memo: dict[int, Any], fds: list[int]) -> Any:
 
 
 def _unpack(value: Any, memo: dict[int, Any], fds: list[int]) -> Any:
-    """Undo ``_pack`` with the received descriptors: numpy arrays over the shared memory (no copy)."""
+    """Undo ``_pack`` with the received descriptors: each shared array copied out once, views as views."""
     key = id(value)
     if key in memo:
         return memo[key]
@@ -165,9 +164,12 @@ def _unpack(value: Any, memo: dict[int, Any], fds: list[int]) -> Any:
         size = max(value.nbytes, 1)
         storage = torch.UntypedStorage._new_shared_fd_cpu(fds[value.fd], size)  # type: ignore[attr-defined]
         raw = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (size,), (1,)).numpy()[: value.nbytes]
-        if raw.size >= _MIN_SHARED_BYTES:  # map every page now (one read each), not in the consumer's gather
-            raw[::_PAGE].sum()
-        out = raw.view(value.dtype).reshape(value.shape)
+        # Copied out (on the builder thread, a memcpy): numpy's large arrays get transparent huge pages
+        # and shared memory does not, and the consumer's random gather is 5-7% slower on 4 KiB pages.
+        # The segment is unmapped as soon as the copy is made.
+        out = np.empty(value.shape, value.dtype)
+        out.reshape(-1).view(np.uint8)[:] = raw
+        del raw, storage
     elif isinstance(value, _View):
         base = _unpack(value.base, memo, fds)
         out = np.ndarray(value.shape, base.dtype, buffer=base, offset=value.offset, strides=value.strides)
@@ -539,9 +541,12 @@ class _ReadBuffer:
         plan = SimpleNamespace(buffers=[tuple(seg for unit in units for seg in unit)])
         arena = BufferArena(ds, plan, units, alloc=_shared_empty)
         reader = PartitionReader(ds.source, [unit[0].partition for unit in units], list(ds.spec.columns))
-        try:
-            parts = [read_unit(ds, unit, reader, arena) for unit in units]
+        read = lambda unit: read_unit(ds, unit, reader, arena)
+        reads = Prefetcher(read, units, len(units), "dask-windows-worker-read", threads=READ_THREADS)
+        try:  # a buffer's units on reader threads, as in the training process: its last unit is not alone
+            parts = list(reads)
         finally:
+            reads.close()
             reader.close()
         records = ds.skipped[before:]
         del ds.skipped[before:]
