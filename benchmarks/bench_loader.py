@@ -255,13 +255,8 @@ def read_workers_rows(directory: str, seconds: float, rounds: int, files: int = 
         f"alternating rounds (median [range]); load before {os.getloadavg()[0]:.2f}"
     )
     for label, root, stride, normalize in cases:
-        datasets = {
-            w: dw.WindowDataset(
-                root, features=features, series="sid", window=L, stride=stride, batch_size=B, normalize=normalize,
-                read_workers=w, seed=0,
-            )  # fmt: skip
-            for w in (0, 1, 2)
-        }
+        kw = dict(features=features, series="sid", window=L, stride=stride, batch_size=B, normalize=normalize, seed=0)
+        datasets = {w: dw.WindowDataset(root, read_workers=w, **kw) for w in (0, 1, 2)}
         rates: dict[int, list[float]] = {w: [] for w in datasets}
         firsts: dict[int, list[float]] = {w: [] for w in datasets}
         cpu: dict[int, list[float]] = {w: [] for w in datasets}
