@@ -49,6 +49,7 @@ import signal
 import socket
 import struct
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection, wait
@@ -58,6 +59,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from dask_windows.faults import SkippedPartitionWarning
 from dask_windows.prefetch import PrefetchClosed, Prefetcher
 from dask_windows.reading import READ_THREADS, BufferArena, read_unit
 from dask_windows.sources import PartitionReader
@@ -229,9 +231,10 @@ def _recv(sock: socket.socket) -> tuple[Any, list[int]]:
 # -- the pool ---------------------------------------------------------------------------------------
 
 
-def _work(read: Callable[[Any], Any], tasks: Connection, results: socket.socket) -> None:
+def _work(blob: bytes, tasks: Connection, results: socket.socket) -> None:
     """A worker's loop: ``(ticket, key)`` in, ``(ticket, ok, value)`` out, until ``None`` or EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the training process, which closes us
+    read = pickle.loads(blob)
     torch.set_num_threads(1)
     try:
         import pyarrow
@@ -305,8 +308,10 @@ class ReadPool:
         self.processes: list[Any] = [None] * num_workers
         # Started on a thread: the first start waits for the forkserver to import torch and pyarrow
         # (seconds), while this process reads its first buffer itself.
+        # ``read`` travels pickled: neither the thread nor the Process objects keep the dataset alive.
+        blob = pickle.dumps(read, protocol=pickle.HIGHEST_PROTOCOL)
         self._thread = threading.Thread(
-            target=self._run, args=(context, read, pipes), name="dask-windows-readpool", daemon=True
+            target=self._run, args=(context, blob, pipes), name="dask-windows-readpool", daemon=True
         )
         self._thread.start()
 
@@ -374,7 +379,7 @@ class ReadPool:
         with self.changed:
             self.changed.notify_all()
 
-    def _run(self, context: Any, read: Callable[[Any], Any], pipes: list[tuple]) -> None:
+    def _run(self, context: Any, blob: bytes, pipes: list[tuple]) -> None:
         """The pool's thread: start the workers, then receive results and deaths until all are gone."""
         live: dict[int, socket.socket] = {}
         for i, (task_r, _, result_r, result_w) in enumerate(pipes):
@@ -382,7 +387,7 @@ class ReadPool:
                 if self.broken:
                     break
             proc = context.Process(
-                target=_work, args=(read, task_r, result_w), name=f"dask-windows-read-{i}", daemon=True
+                target=_work, args=(blob, task_r, result_w), name=f"dask-windows-read-{i}", daemon=True
             )
             try:
                 proc.start()
@@ -397,7 +402,7 @@ class ReadPool:
             with self.changed:
                 self.processes[i] = proc
             live[i] = result_r
-        del read, pipes
+        del pipes
         owner = {sock.fileno(): i for i, sock in live.items()}
         sentinels = {proc.sentinel: i for i, proc in enumerate(self.processes) if proc is not None}
         while live:
@@ -604,7 +609,10 @@ class BufferReads:
                 self._start(g + 1 + self.ahead)
                 parts_per_unit, records = self.pool.result(job, self.cancelled)
                 del self._jobs[g]
-                self.ds.skipped.extend(records)
+                for record in records:  # the worker's warning stayed in the worker: given here again
+                    self.ds.skipped.append(record)
+                    message = f"skipping {record.name} (on_error='skip', while iterating): {record.error}"
+                    warnings.warn(message, SkippedPartitionWarning, stacklevel=2)
                 yield from parts_per_unit
                 continue
             del self._jobs[g]

@@ -249,3 +249,57 @@ def test_read_workers_are_validated(data):
     root, _ = data
     with pytest.raises(ValueError, match="read_workers"):
         open_ds(root, -1)
+
+
+def test_skipped_partitions_travel_back_with_their_warnings(tmp_path):
+    import warnings
+
+    import pyarrow.parquet as pq
+
+    from dask_windows.faults import SkippedPartitionWarning
+
+    frames = make_frames(seed=11, num_files=6, num_series=30, min_len=20, max_len=800)
+    paths = write_parquet(frames, str(tmp_path), row_group_size=300)
+    meta = pq.read_metadata(paths[3])
+    with open(paths[3], "r+b") as f:  # f0's pages of file 3 become garbage; its footer stays valid
+        for g in range(meta.num_row_groups):
+            for j in range(meta.num_columns):
+                chunk = meta.row_group(g).column(j)
+                if chunk.path_in_schema == "f0":
+                    f.seek(min(o for o in (chunk.dictionary_page_offset, chunk.data_page_offset) if o))
+                    f.write(b"\xff" * chunk.total_compressed_size)
+    plain, pooled = open_ds(str(tmp_path), 0, on_error="skip"), open_ds(str(tmp_path), 2, on_error="skip")
+
+    def skips(ds, e: int) -> tuple[list, list[str]]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            batches = epoch(ds, e)
+        return batches, [str(w.message) for w in caught if issubclass(w.category, SkippedPartitionWarning)]
+
+    for e in range(4):
+        (expect, warned), (got, warned_here) = skips(plain, e), skips(pooled, e)
+        assert_same(got, expect)
+        assert len(warned_here) == len(warned) > 0 and all("part-0003" in m for m in warned_here)  # in this process
+    assert [(s.name, s.stage) for s in pooled.skipped] == [(s.name, s.stage) for s in plain.skipped]
+    assert pool_for(pooled, 2).submitted > 0
+    pooled.close()
+
+
+def test_a_collected_dataset_stops_its_workers_and_dataloader_workers_ignore_them(data):
+    import gc
+    import pickle
+
+    import torch
+
+    root, _ = data
+    ds = open_ds(root, 1)
+    pool = pool_for(ds, 1)
+    expect = epoch(open_ds(root, 0), 0)
+    again = pickle.loads(pickle.dumps(ds))  # the pool is not part of the dataset's state
+    loader = torch.utils.data.DataLoader(again, batch_size=None, num_workers=1)
+    got = [(x.numpy().copy(), i.numpy().copy()) for x, i in loader]  # the workers read on their threads
+    assert_same(got, expect)
+    assert pool.alive
+    del ds
+    gc.collect()
+    assert not pool.alive
