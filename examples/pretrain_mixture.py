@@ -160,6 +160,19 @@ def train(rank: int, world_size: int, args: argparse.Namespace, init: str) -> No
     dist.destroy_process_group()
 
 
+def _spawned(rank: int, world_size: int, args: argparse.Namespace, init: str) -> None:
+    """``train`` in a spawned rank, which then exits without interpreter finalisation.
+
+    gloo's threads can abort a process's shutdown even after a clean ``destroy_process_group``
+    ("terminate called without an active exception"; see ``examples/ddp_train.py``). The
+    checkpoint is written by then, so the rank leaves with ``os._exit``.
+    """
+    train(rank, world_size, args, init)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="demo_mixture", help="folder of the two corpora, written if missing")
@@ -186,7 +199,7 @@ def main() -> None:
         os.remove(checkpoint)
     print(open_mixture(args, 0, 1))
     with tempfile.TemporaryDirectory() as tmp:
-        torch.multiprocessing.spawn(train, args=(2, args, f"file://{tmp}/two"), nprocs=2)  # preempted at restart_at
+        torch.multiprocessing.spawn(_spawned, args=(2, args, f"file://{tmp}/two"), nprocs=2)  # preempted at restart_at
         before = torch.load(checkpoint, weights_only=False)["losses"]
         train(0, 1, args, f"file://{tmp}/one")  # the restart: one rank, same checkpoint
     losses = torch.load(checkpoint, weights_only=False)["losses"]
