@@ -237,6 +237,34 @@ def _epochs_rate(ds: dw.WindowDataset, seconds: float) -> tuple[float, float, fl
     return n / (time.perf_counter() - t0), float(first), (time.thread_time() - c0) / n * 1e6
 
 
+def _moto_process() -> tuple[subprocess.Popen, dict]:
+    """moto's S3 server in its own process on 127.0.0.1 (so that its Python does not share our GIL)."""
+    import socket
+
+    import s3fs
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-c", f"from moto.server import run_simple, DomainDispatcherApplication, create_backend_app;"
+         f"run_simple('127.0.0.1', {port}, DomainDispatcherApplication(create_backend_app), threaded=True)"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    options = {
+        "key": "testing", "secret": "testing", "skip_instance_cache": True,
+        "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "us-east-1"},
+    }  # fmt: skip
+    fs = s3fs.S3FileSystem(**options)
+    for _ in range(600):  # up to a minute for the server to listen
+        try:
+            fs.call_s3("create_bucket", Bucket="bench")  # us-east-1: no location constraint
+            break
+        except Exception:
+            time.sleep(0.1)
+    return server, options
+
+
 def read_workers_rows(directory: str, seconds: float, rounds: int, files: int = 8) -> None:
     """read_workers 0/1/2 in alternating rounds: windows/s, ratios to 0, first batch (cold and warm pools)."""
     small = READ_ROWS // 4  # stride 1: an epoch of 8 x 125k windows takes about a second
@@ -249,6 +277,17 @@ def read_workers_rows(directory: str, seconds: float, rounds: int, files: int = 
         ("zstd-9, stride = window", zstd, L, None),
         ('normalize="sample", stride 1', plain, 1, "sample"),
     ]
+    server, options = None, None
+    try:
+        server, options = _moto_process()
+        import s3fs
+
+        fs = s3fs.S3FileSystem(**options)
+        for name in sorted(os.listdir(zstd)):
+            fs.put_file(os.path.join(zstd, name), f"bench/zstd/{name}")
+        cases.append(("S3 on loopback (moto), zstd-9, stride = window", "s3://bench/zstd/", L, None))
+    except ImportError as exc:
+        print(f"  (no S3 case: {exc})")
     print(
         f"read_workers: {files} Parquet files ({small:,} rows each; zstd: {READ_ROWS:,}), B={B} L={L} C={C}, "
         f"shuffled, default buffers (4 per epoch), whole epochs for about {seconds:.1f} s per figure, {rounds} "
@@ -256,6 +295,8 @@ def read_workers_rows(directory: str, seconds: float, rounds: int, files: int = 
     )
     for label, root, stride, normalize in cases:
         kw = dict(features=features, series="sid", window=L, stride=stride, batch_size=B, normalize=normalize, seed=0)
+        if root.startswith("s3://"):
+            kw["storage_options"] = options
         datasets = {w: dw.WindowDataset(root, read_workers=w, **kw) for w in (0, 1, 2)}
         rates: dict[int, list[float]] = {w: [] for w in datasets}
         firsts: dict[int, list[float]] = {w: [] for w in datasets}
@@ -278,6 +319,9 @@ def read_workers_rows(directory: str, seconds: float, rounds: int, files: int = 
             )
         for ds in datasets.values():
             ds.close()
+    if server is not None:
+        server.terminate()
+        server.wait()
     print(f"  load after: {os.getloadavg()[0]:.2f}")
 
 
