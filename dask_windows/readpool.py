@@ -3,8 +3,8 @@
 ``ReadPool(read, num_workers)`` starts ``num_workers`` processes once; each
 receives ``read`` (the dataset) once, then runs ``read(key)`` for every key
 submitted to it and sends the result back. ``BufferReads`` is what a pass over
-a ``WindowDataset`` reads from: a whole buffer per task, decoded by one worker
-into one array of the buffer's rows, so the hand-off is one shared tensor per
+a ``WindowDataset`` reads from: a whole buffer per task, decoded by one worker (its
+units on two reader threads) into one array of the buffer's rows, so the hand-off is one array per
 buffer (tens of MB, once) and the builder has nothing to join.
 
 Why not the usual ``DataLoader(ds, num_workers=W)``: there every worker
@@ -12,13 +12,10 @@ gathers its own batches and each batch crosses to this process (a copy per
 batch, see ``slots``). For windows, where the gather is a memcpy-speed
 operation, moving decoded rows once and gathering here costs less.
 
-Sharing: arrays travel as torch shared-memory tensors (``file_descriptor``
-strategy: the segment is unlinked as soon as it is created, and only file
-descriptors travel), so nothing is left in ``/dev/shm`` whatever process dies.
-A worker's arrays are allocated shared (``_shared_empty``) and decoded into in
-place: the worker copies no byte for the hand-off. Within one result an array
-or object referenced several times travels once (a unit's ``Part`` is the same
-object for each of its segments).
+Sharing (``handoff``): a worker decodes into arrays allocated in shared
+memory and sends their file descriptors inside the result message, so nothing
+is ever named in ``/dev/shm`` and no byte is copied for the hand-off in the
+worker; each object of a result travels once.
 
 Lifetime: one pool per dataset object, started lazily by its first pass with
 ``read_workers`` and kept for later passes, epochs and concurrent iterators
@@ -40,14 +37,12 @@ that runs pyarrow or fsspec threads can deadlock), so a script needs the
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import itertools
 import multiprocessing
 import os
 import pickle
 import signal
 import socket
-import struct
 import threading
 import warnings
 import weakref
@@ -56,176 +51,17 @@ from multiprocessing.connection import Connection, wait
 from types import SimpleNamespace
 from typing import Any
 
-import numpy as np
 import torch
 
 from dask_windows.faults import SkippedPartitionWarning
+from dask_windows.handoff import pack, recv, release, send, shared_empty, unpack
 from dask_windows.prefetch import PrefetchClosed, Prefetcher
 from dask_windows.reading import READ_THREADS, BufferArena, read_unit
 from dask_windows.sources import PartitionReader
 
 __all__ = ["BufferReads", "ReadPool", "close_pool", "pool_for"]
 
-_MIN_SHARED_BYTES = 1 << 16  # smaller arrays are pickled inline
 _PRELOAD = ["numpy", "pyarrow.parquet", "torch", "dask_windows.dataset", "dask_windows.readpool"]
-
-
-# -- packing: arrays as shared tensors, each object once -------------------------------------------
-
-
-@dataclasses.dataclass
-class _Shared:
-    """A numpy array travelling as shared memory: the ``fd``-th descriptor of its message."""
-
-    fd: int
-    nbytes: int
-    dtype: np.dtype
-    shape: tuple
-
-
-@dataclasses.dataclass
-class _View:
-    """A view of a shared array of the same result: ``(base, byte offset, shape, strides)``."""
-
-    base: _Shared
-    offset: int
-    shape: tuple
-    strides: tuple
-
-
-@dataclasses.dataclass
-class _Packed:
-    """A dataclass instance whose fields travel separately (so arrays inside are shared)."""
-
-    cls: type
-    fields: dict
-
-
-_ALLOCATED: dict[int, tuple[np.ndarray, torch.Tensor]] = {}  # worker: id(array) -> (array, its bytes)
-
-
-def _shared_empty(shape: tuple, dtype: Any) -> np.ndarray:
-    """``np.empty`` in shared memory (worker side); ``_pack`` sends it without a copy.
-
-    Torch's ``file_descriptor`` segments are unlinked when created: only descriptors exist.
-    """
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    storage = torch.UntypedStorage._new_shared(max(nbytes, 1))
-    raw = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (max(nbytes, 1),), (1,))
-    array = raw.numpy()[:nbytes].view(dtype).reshape(shape)
-    _ALLOCATED[id(array)] = (array, raw)
-    return array
-
-
-def _pack(value: Any, memo: dict[int, Any], fds: list[int]) -> Any:
-    """``value`` (dataclasses, tuples, lists, dicts, arrays), large arrays as descriptors in ``fds``."""
-    key = id(value)
-    if key in memo:
-        return memo[key]
-    out: Any = value
-    if isinstance(value, np.ndarray):
-        out = _pack_array(value, memo, fds)
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = dataclasses.fields(value)
-        out = _Packed(type(value), {f.name: _pack(getattr(value, f.name), memo, fds) for f in fields})
-    elif isinstance(value, (tuple, list)):
-        out = type(value)(_pack(v, memo, fds) for v in value)
-    elif isinstance(value, dict):
-        out = {k: _pack(v, memo, fds) for k, v in value.items()}
-    memo[key] = out
-    return out
-
-
-def _pack_array(array: np.ndarray, memo: dict[int, Any], fds: list[int]) -> Any:
-    if id(array) in _ALLOCATED:
-        fd, _ = _ALLOCATED[id(array)][1].untyped_storage()._share_fd_cpu_()
-        fds.append(fd)
-        return _Shared(len(fds) - 1, array.nbytes, array.dtype, array.shape)
-    if array.dtype.kind not in "biuf" or not array.dtype.isnative:
-        return array
-    address = array.__array_interface__["data"][0]
-    for base, _ in list(_ALLOCATED.values()):  # a view of an array allocated shared: its place in it
-        start = base.__array_interface__["data"][0]
-        if base.nbytes and start <= address < start + base.nbytes:
-            return _View(_pack(base, memo, fds), address - start, array.shape, array.strides)
-    if array.nbytes < _MIN_SHARED_BYTES:
-        return array
-    copy = _shared_empty(array.shape, array.dtype)
-    copy[...] = array
-    return _pack_array(copy, memo, fds)
-
-
-def _unpack(value: Any, memo: dict[int, Any], fds: list[int]) -> Any:
-    """Undo ``_pack`` with the received descriptors: each shared array copied out once, views as views."""
-    key = id(value)
-    if key in memo:
-        return memo[key]
-    out: Any = value
-    if isinstance(value, _Shared):
-        size = max(value.nbytes, 1)
-        storage = torch.UntypedStorage._new_shared_fd_cpu(fds[value.fd], size)  # type: ignore[attr-defined]
-        raw = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (size,), (1,)).numpy()[: value.nbytes]
-        # Copied out (on the builder thread, a memcpy): numpy's large arrays get transparent huge pages
-        # and shared memory does not, and the consumer's random gather is 5-7% slower on 4 KiB pages.
-        # The segment is unmapped as soon as the copy is made.
-        out = np.empty(value.shape, value.dtype)
-        out.reshape(-1).view(np.uint8)[:] = raw
-        del raw, storage
-    elif isinstance(value, _View):
-        base = _unpack(value.base, memo, fds)
-        out = np.ndarray(value.shape, base.dtype, buffer=base, offset=value.offset, strides=value.strides)
-    elif isinstance(value, _Packed):
-        out = value.cls(**{k: _unpack(v, memo, fds) for k, v in value.fields.items()})
-    elif isinstance(value, (tuple, list)):
-        out = type(value)(_unpack(v, memo, fds) for v in value)
-    elif isinstance(value, dict):
-        out = {k: _unpack(v, memo, fds) for k, v in value.items()}
-    memo[key] = out
-    return out
-
-
-# -- messages: a header with the descriptors attached, then the pickled payload ----------------------
-
-_HEADER = struct.Struct("<QI")  # payload bytes, descriptors
-_MAX_FDS = 253  # SCM_RIGHTS limit per message
-
-
-def _send(sock: socket.socket, message: Any, fds: list[int]) -> None:
-    """Send ``message`` with ``fds`` attached (the kernel holds them until received: a worker may exit)."""
-    if len(fds) > _MAX_FDS:
-        raise ValueError(f"{len(fds)} shared arrays in one result; at most {_MAX_FDS}")
-    payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    socket.send_fds(sock, [_HEADER.pack(len(payload), len(fds))], fds)
-    sock.sendall(payload)
-
-
-def _recv(sock: socket.socket) -> tuple[Any, list[int]]:
-    """One message of ``_send`` and its descriptors (the caller closes them); ``EOFError`` at the end."""
-    head, fds, _, _ = socket.recv_fds(sock, _HEADER.size, _MAX_FDS)
-    try:
-        while len(head) < _HEADER.size:
-            more = sock.recv(_HEADER.size - len(head))
-            if not more:
-                raise EOFError
-            head += more
-        if not head:
-            raise EOFError
-        size, count = _HEADER.unpack(head)
-        if count != len(fds):
-            raise EOFError(f"{count} descriptors announced, {len(fds)} received")
-        chunks, left = [], size
-        while left:
-            chunk = sock.recv(min(left, 1 << 20))
-            if not chunk:
-                raise EOFError
-            chunks.append(chunk)
-            left -= len(chunk)
-        return pickle.loads(b"".join(chunks)), fds
-    except BaseException:
-        for fd in fds:
-            os.close(fd)
-        raise
 
 
 # -- the pool ---------------------------------------------------------------------------------------
@@ -242,7 +78,7 @@ def _work(blob: bytes, tasks: Connection, results: socket.socket) -> None:
         pyarrow.set_cpu_count(1)
     except ImportError:  # pragma: no cover - pyarrow is a dependency
         pass
-    _send(results, (None, True, os.getpid()), [])  # ready
+    send(results, (None, True, os.getpid()), [])  # ready
     while True:
         try:
             task = tasks.recv()
@@ -254,15 +90,15 @@ def _work(blob: bytes, tasks: Connection, results: socket.socket) -> None:
         fds: list[int] = []
         try:
             try:
-                message = (ticket, True, _pack(read(key), {}, fds))
+                message = (ticket, True, pack(read(key), {}, fds))
             except Exception as exc:  # re-raised as itself in the consumer
                 message, fds = (ticket, False, exc), []
             try:
-                _send(results, message, fds)
+                send(results, message, fds)
             except (pickle.PicklingError, TypeError, AttributeError, ValueError) as exc:  # its text travels
-                _send(results, (ticket, False, RuntimeError(f"{type(exc).__name__}: {exc}")), [])
+                send(results, (ticket, False, RuntimeError(f"{type(exc).__name__}: {exc}")), [])
         finally:
-            _ALLOCATED.clear()  # this process's references end here; the message holds the memory
+            release()  # this process's references end here; the message holds the memory
 
 
 class _Ticket:
@@ -358,7 +194,7 @@ class ReadPool:
             raise ticket.error
         payload, fds = ticket.value
         try:
-            return _unpack(payload, {}, fds)
+            return unpack(payload, {}, fds)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -415,7 +251,7 @@ class ReadPool:
                     del sentinels[ready]
                     sock.settimeout(5)
                 try:
-                    (number, ok, value), fds = _recv(sock)
+                    (number, ok, value), fds = recv(sock)
                 except Exception:  # EOF, a torn message or a timeout after its death: the worker is gone
                     del live[i]
                     sock.close()
@@ -544,7 +380,7 @@ class _ReadBuffer:
         ds = self.ds
         before = len(ds.skipped)
         plan = SimpleNamespace(buffers=[tuple(seg for unit in units for seg in unit)])
-        arena = BufferArena(ds, plan, units, alloc=_shared_empty)
+        arena = BufferArena(ds, plan, units, alloc=shared_empty)
         reader = PartitionReader(ds.source, [unit[0].partition for unit in units], list(ds.spec.columns))
         read = lambda unit: read_unit(ds, unit, reader, arena)
         reads = Prefetcher(read, units, len(units), "dask-windows-worker-read", threads=READ_THREADS)

@@ -16,7 +16,8 @@ from helpers import make_frames, oracle_starts, write_parquet
 
 from dask_windows.buffer import Part
 from dask_windows.errors import SourceReadError
-from dask_windows.readpool import ReadPool, _shared_empty, pool_for
+from dask_windows.handoff import shared_empty
+from dask_windows.readpool import ReadPool, pool_for
 
 ROWS = 50_000  # (4, ROWS) float32 = 800 kB: travels through shared memory
 READY_S = 120  # generous: the forkserver imports torch once, on a loaded machine
@@ -32,7 +33,7 @@ def read(i: int) -> Part:
 
 def read_arena(i: int) -> list:
     """One array allocated shared and two parts viewing it, each listed twice (as a unit's segments)."""
-    base = _shared_empty((4, ROWS), np.float32)
+    base = shared_empty((4, ROWS), np.float32)
     base[...] = np.arange(4 * ROWS, dtype=np.float32).reshape(4, ROWS) + i
     a = Part(i, "a", base[:, :100], None, np.zeros(0, np.int64), np.zeros(0, np.int64), arena=(base, None, 0))
     b = Part(i, "b", base[:, 100:], None, np.zeros(0, np.int64), np.zeros(0, np.int64), arena=(base, None, 100))
