@@ -114,7 +114,7 @@ def _pack_array(array: np.ndarray, memo: dict[int, Any], fds: list[int]) -> Any:
         start = base.__array_interface__["data"][0]
         if base.nbytes and start <= address < start + base.nbytes:
             return _View(pack(base, memo, fds), address - start, array.shape, array.strides)
-    if array.nbytes < _MIN_SHARED_BYTES:
+    if array.nbytes < _MIN_SHARED_BYTES or len(fds) >= _MAX_FDS // 2:  # past that, bytes in the message
         return array
     copy = shared_empty(array.shape, array.dtype)
     copy[...] = array
