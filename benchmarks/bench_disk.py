@@ -7,8 +7,9 @@ Three figures, each measured in one run, every loader run in its own process:
           one loader epoch (file bytes / epoch time) against a cold sequential read of the same
           files (the disk's speed), in alternating rounds; with ``--baseline`` (a checkout, e.g. the
           main branch) the same epoch with that code too.
-  first   time from ``WindowDataset(...)`` to the first batch, two 128 MiB partitions, stride 1
-          (16.7M window starts in the first buffer), cold and warm, this checkout and the baseline.
+  first   time from ``WindowDataset(...)`` (opening the files included) to the first batch, two 128 MiB
+          partitions, stride 1 (16.7M window starts in the first buffer), cold and warm, this checkout
+          and the baseline; median, range and the load average of each run (``--rounds 7`` for a median).
   memory  peak RSS of one epoch (``VmHWM`` after resetting it through ``/proc/self/clear_refs``, minus
           the RSS once the dataset is open) over buffer_partitions 1/2/4 x prefetch_partitions 0/1/2,
           in partitions of decoded bytes, against the formula of docs/memory.md.
@@ -189,21 +190,33 @@ def disk_figures(directory: str, partitions: int, rows: int, rounds: int, baseli
         )
 
 
+def _load() -> float:
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
 def first_figures(directory: str, rounds: int, baseline: str | None) -> None:
     rows = (128 << 20) // (4 * C)  # 128 MiB of float32 per partition
     paths = write_files(os.path.join(directory, "first-2x128MiB"), 2, rows)
     checkouts = [("this", HERE)] + ([("baseline", baseline)] if baseline else [])
-    got: dict[str, list[tuple[float, float]]] = {}
+    got: dict[str, list[tuple[float, float, float]]] = {}
     for _ in range(rounds):
         for cold in (True, False):
             for who, checkout in checkouts:
+                load = _load()  # 1-minute load average just before the run
                 out = child(checkout, {"kind": "first", "paths": paths, "cold": cold})
-                got.setdefault(f"{who} {'cold' if cold else 'warm'}", []).append((out["seconds"], out["cpu"]))
+                got.setdefault(f"{who} {'cold' if cold else 'warm'}", []).append((out["seconds"], out["cpu"], load))
     print(f"first batch, 2 partitions x 128 MiB, window={L}, stride 1, B={B}, defaults, {rounds} rounds")
-    print("  (wall: time to the first batch; cpu: process CPU seconds spent until then, all threads)")
-    for key, pairs in got.items():
-        wall, cpu = [p[0] for p in pairs], [p[1] for p in pairs]
-        print(f"  {key:<16} wall {min(wall):.2f}-{max(wall):.2f} s   cpu {min(cpu):.2f}-{max(cpu):.2f} s")
+    print("  (wall: WindowDataset(...) to the first batch, opening included; cpu: process CPU seconds until then,")
+    print("   all threads; load: 1-minute load average before each run; best: the run with the lowest load)")
+    for key, runs in got.items():
+        wall, cpu, load = ([r[i] for r in runs] for i in range(3))
+        calm = min(runs, key=lambda r: r[2])
+        print(
+            f"  {key:<16} wall median {np.median(wall):.2f} s ({min(wall):.2f}-{max(wall):.2f})   "
+            f"cpu {np.median(cpu):.2f} s ({min(cpu):.2f}-{max(cpu):.2f})   load {min(load):.1f}-{max(load):.1f}   "
+            f"at load {calm[2]:.1f}: {calm[0]:.2f} s"
+        )
     if baseline:
         for kind in ("cold", "warm"):
             ratio = [a[0] / b[0] for a, b in zip(got[f"this {kind}"], got[f"baseline {kind}"])]

@@ -4,6 +4,8 @@ Run from the repository root (the defaults take about 1-2 minutes on 2 cores)::
 
     PYTHONPATH=. python benchmarks/bench_peers.py
     PYTHONPATH=. python benchmarks/bench_peers.py --files 16 --rows 1000000 --seconds 5 --rounds 3
+    PYTHONPATH=. python benchmarks/bench_peers.py --files 4 --rows 1000000 --windows 2000000 --rounds 3
+    PYTHONPATH=. python benchmarks/bench_peers.py --files 4 --rows 1000000 --breakdown
 
 The same Parquet files (``--files`` x ``--rows`` rows, ``--series`` series laid
 end to end, 4 float32 features) are read by:
@@ -27,8 +29,17 @@ Each runs in its own process with torch's default intra-op threads
 rounds, and the figures are medians with their range; a ratio is the median
 over rounds of the two contenders' figures in the same round. Cases: stride 1 at B=256 L=512
 C=4 and at B=64 L=128, and stride = window (B=256 L=512). Per case it prints
-windows/s, time to first batch (from opening the data), and the ratios dw /
-hand, dw / memcpy and first batch hand / dw.
+windows/s, time to first batch (from opening the data), CPU time per batch
+(every thread of the contender's process: on a shared machine the steadier
+figure), and the ratios dw / hand, dw / memcpy and first batch hand / dw; a
+warning if the contenders' batches differ in shape or bytes.
+
+``--windows N`` measures N windows (or to the end of the epoch) instead of
+``--seconds``: a few seconds may hold dw's next buffer being built and none of
+the hand loop's partition reads (or the reverse), so only equal windows read
+compare reads as well as gathers. ``--breakdown`` only profiles dw's main
+thread per batch (its CPU clock; gather, wrapping into tensors, the loop and
+its generators, Python calls per batch).
 """
 
 from __future__ import annotations
@@ -178,26 +189,95 @@ def child(args: argparse.Namespace) -> None:
         print(json.dumps({"error": f"not importable: {exc}"}))
         return
     first_s = time.perf_counter() - began
-    windows, start = 0, time.perf_counter()
+    windows, count, start, cpu = 0, 0, time.perf_counter(), time.process_time()
     for x in batches:
         windows += len(x)
-        if time.perf_counter() - start > args.seconds:
+        count += 1
+        if windows >= args.windows if args.windows else time.perf_counter() - start > args.seconds:
             break
     seconds = time.perf_counter() - start
+    cpu = time.process_time() - cpu  # every thread of the process: reads, builds, torch's threads
     print(
         json.dumps(
             {
                 "first_s": first_s,
                 "rate": windows / seconds if seconds else 0.0,
+                "cpu_us": 1e6 * cpu / max(count, 1),  # CPU time per batch, all threads
                 "shape": list(first.shape),
+                "nbytes": first.numel() * first.element_size(),
                 "contiguous": first.is_contiguous(),
             }
         )
     )
 
 
+def breakdown(root: str, batch: int, window: int, stride: int, batches: int = 2000) -> str:
+    """Where ``dw``'s main thread spends each batch (microseconds of its CPU time), by cProfile.
+
+    Counted with the main thread's CPU clock, so a descheduled thread on a busy machine does not
+    inflate it; profiling itself adds roughly a microsecond per Python call, which the call count shows.
+    """
+    import cProfile
+    import itertools
+    import pstats
+
+    stream = dw_loop(root, batch, window, stride)
+    for _ in itertools.islice(stream, 200):  # past the first buffer's head and the path's first round
+        pass
+    wall, own, cpu = time.perf_counter(), time.thread_time(), time.process_time()
+    timed = max(sum(1 for _ in itertools.islice(stream, batches)), 1)
+    wall, own = (time.perf_counter() - wall) / timed * 1e6, (time.thread_time() - own) / timed * 1e6
+    cpu = (time.process_time() - cpu) / timed * 1e6
+    from dask_windows.batch import Gatherer
+
+    chosen = Gatherer.gather_for
+
+    def seen(self: Gatherer, size: int, pool: object) -> object:
+        """The stream's gather wrapped in a Python function, so that cProfile sees it (one call more)."""
+        gather = chosen(self, size, pool)  # type: ignore[arg-type]
+        return lambda starts: gather(starts)
+
+    profile = cProfile.Profile(time.thread_time)
+    Gatherer.gather_for = seen  # type: ignore[method-assign]
+    try:  # a second pass, its gathers chosen (per run of batches) with the wrapper in place
+        stream = dw_loop(root, batch, window, stride)
+        for _ in itertools.islice(stream, 200):
+            pass
+        batches = profile.runcall(lambda: sum(1 for _ in itertools.islice(stream, batches)))
+    finally:
+        Gatherer.gather_for = chosen  # type: ignore[method-assign]
+    if not batches:
+        return f"{wall:.1f} us/batch wall, main thread {own:.1f} us CPU (all threads {cpu:.1f}); too few batches to profile"
+    stats = pstats.Stats(profile).stats  # {(file, line, name): (calls, primitive, tottime, cumtime, callers)}
+    total = sum(entry[2] for entry in stats.values()) / batches * 1e6
+    calls = sum(entry[1] for entry in stats.values()) / batches - 1  # less the wrapper
+
+    def cumulative(name: str, caller: str | None = None) -> float:
+        """Microseconds per batch in ``name`` and what it calls (only its calls from ``caller``)."""
+        seconds = 0.0
+        for (_, _, fn), (_, _, _, cum, callers) in stats.items():
+            if fn == name:
+                seconds += cum if caller is None else sum(c[3] for k, c in callers.items() if k[2] == caller)
+        return seconds / batches * 1e6
+
+    gather = cumulative("<lambda>", "stream")  # the wrapped gather
+    emit = cumulative("_emit")
+    return (
+        f"{wall:.1f} us/batch wall, main thread {own:.1f} us CPU (all threads {cpu:.1f}); profiled: "
+        f"gather {gather:.1f}, wrapping {emit:.1f}, loop and generators {total - gather - emit:.1f} "
+        f"({calls:.1f} Python calls per batch)"
+    )
+
+
 def measure(
-    name: str, root: str, batch: int, window: int, stride: int | None, seconds: float, torch_threads: int = 0
+    name: str,
+    root: str,
+    batch: int,
+    window: int,
+    stride: int | None,
+    seconds: float,
+    torch_threads: int = 0,
+    windows: int = 0,
 ) -> dict:
     command = [
         sys.executable,
@@ -214,6 +294,8 @@ def measure(
         str(stride or 0),
         "--seconds",
         str(seconds),
+        "--windows",
+        str(windows),
         "--torch-threads",
         str(torch_threads),
     ]
@@ -257,12 +339,22 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="measuring time per contender and round")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument(
+        "--windows",
+        type=int,
+        default=0,
+        help="measure this many windows (or to the end of the epoch) instead of --seconds: every contender then "
+        "pays the same reads (a few seconds can hold the loader's next buffer and none of the hand loop's reads)",
+    )
+    parser.add_argument(
         "--contenders", nargs="*", default=["dw", "hand", "handc", "tsai", "memcpy"], choices=list(LOOPS)
     )
     parser.add_argument(
         "--torch-threads", type=int, default=0, help="torch.set_num_threads in every contender (0: torch's default)"
     )
     parser.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "dask_windows_peers"))
+    parser.add_argument(
+        "--breakdown", action="store_true", help="only profile dw's main thread per batch, per case, in this process"
+    )
     parser.add_argument("--child", choices=list(LOOPS), help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, help=argparse.SUPPRESS)
@@ -275,9 +367,15 @@ def main() -> None:
     root = os.path.join(args.dir, f"{args.files}x{args.rows}x{args.series}")
     write_files(root, args.files, args.rows, args.series)
     load = _load()
+    if args.breakdown:
+        print(f"dw per batch, main thread (load average {' '.join(load)}):")
+        for case, batch, window, stride in CASES[:2]:  # stride = window has too few batches to profile
+            print(f"  {case}: {breakdown(root, batch, window, stride)}")
+        return
     print(
         f"{args.files} files x {args.rows:,} rows, {args.series} series, C={C} float32; {args.rounds} alternating "
-        f"rounds of {args.seconds:.0f} s per contender, each in its own process, torch threads "
+        f"rounds of {f'{args.windows:,} windows' if args.windows else f'{args.seconds:.0f} s'} per contender, "
+        "each in its own process, torch threads "
         f"{args.torch_threads or 'default'} (of {os.cpu_count()} CPUs); "
         f"load average {' '.join(load)}"
     )
@@ -285,22 +383,29 @@ def main() -> None:
         results: dict[str, list[dict]] = {name: [] for name in args.contenders}
         for _ in range(args.rounds):
             for name in args.contenders:
-                results[name].append(measure(name, root, batch, window, stride, args.seconds, args.torch_threads))
+                results[name].append(
+                    measure(name, root, batch, window, stride, args.seconds, args.torch_threads, args.windows)
+                )
         print(f"\n{case}")
-        print(f"  {'':<8}{'windows/s (median, range)':>38}{'first batch s':>24}")
+        print(f"  {'':<8}{'windows/s (median, range)':>38}{'first batch s':>24}{'CPU us/batch':>16}")
         medians = {}
+        sizes = set()
         for name, runs in results.items():
             ok = [r for r in runs if "error" not in r]
             if not ok:
                 print(f"  {name:<8}{runs[0]['error'][:90]}")
                 continue
             rate, first = summary([r["rate"] for r in ok]), summary([r["first_s"] for r in ok])
+            cpu = summary([r.get("cpu_us", 0.0) for r in ok])
             medians[name] = (rate[0], first[0])
+            sizes.add((tuple(ok[0]["shape"]), ok[0].get("nbytes")))
             print(
                 f"  {name:<8}{rate[0]:>14,.0f}  [{rate[1]:>10,.0f} - {rate[2]:>10,.0f}]"
-                f"{first[0]:>10.2f}  [{first[1]:.2f} - {first[2]:.2f}]"
+                f"{first[0]:>10.2f}  [{first[1]:.2f} - {first[2]:.2f}]{cpu[0]:>10,.0f}"
                 + ("" if ok[0].get("contiguous", True) else "  (batches not contiguous)")
             )
+        if len(sizes) > 1:  # every contender must produce the same batches' bytes for the ratios to mean anything
+            print(f"  WARNING: contenders' batches differ: {sorted(sizes)}")
         for mine in ("dw", "dw1"):
             for base in ("hand", "handc", "memcpy", "tsai"):
                 if mine in medians and base in medians:

@@ -20,6 +20,10 @@ times both on its own batches (:class:`PathChoice`) and keeps the faster,
 checking again every couple of thousand batches; the values are the same
 either way.
 
+A stream asks :meth:`Gatherer.gather_for` once per run of full batches (a
+buffer's, or its first ``HEAD`` windows'), so a small batch costs numpy's one
+indexing call, without the per-batch checks of :meth:`Gatherer.features`.
+
 A pooled array is reused only when nothing but the pool references it: a
 tensor made by ``torch.from_numpy``, every view of it, its ``.numpy()`` arrays
 and its storage keep the ndarray alive, and a DataLoader worker's batch is
@@ -33,6 +37,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -187,6 +192,19 @@ class Gatherer:
             shape = (1, -1, 1) if self.channel_major else (1, 1, -1)
             inv = 1.0 / np.asarray(std, np.float32)
             self._scale = (np.asarray(mean, np.float32).reshape(shape), inv.reshape(shape))
+
+    def gather_for(self, size: int, pool: OutputPool | None) -> Callable[[np.ndarray], np.ndarray]:
+        """The gather of full batches of ``size`` windows, chosen once for a run of them.
+
+        It returns what :meth:`features` would for each batch, and for batches that numpy gathers
+        (under ``_TORCH_MIN_BYTES``, one torch thread, a buffer torch cannot view) it is numpy's
+        gather itself, so each such batch costs one C call instead of a Python method's checks.
+        """
+        plain = self._scale is None and getattr(pool, "direct_bytes", None) is None  # no scaling, no slots
+        small = not len(self._x) or size * self._x[0].nbytes < _TORCH_MIN_BYTES
+        if plain and (small or not self._torch_ready() or _threads() == 1):
+            return self._x.__getitem__
+        return lambda starts: self.features(starts, pool)
 
     def features(self, starts: np.ndarray, pool: OutputPool | None = None) -> np.ndarray:
         """``(B, C, L)`` (or ``(B, L, C)``) float32, C-contiguous, for windows at ``starts``.

@@ -28,7 +28,7 @@ import numpy as np
 
 from dask_windows.checks import FLOAT32_MAX
 
-__all__ = ["decode_blocks", "merge_rows", "segment_starts"]
+__all__ = ["decode_blocks", "merge_rows", "segment_runs", "segment_starts"]
 
 
 def merge_rows(rows: np.ndarray) -> np.ndarray:
@@ -86,6 +86,34 @@ def segment_starts(
     out = np.repeat(base, take)
     out += k * stride
     return out
+
+
+def segment_runs(
+    run_first: np.ndarray, run_counts: np.ndarray, stride: int, lo: np.ndarray, hi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The windows of ``segment_starts`` as arithmetic progressions, one per (range, run) they share.
+
+    ``segment_starts(...)`` is ``row[p] + stride * arange(count[p])`` for every ``p``, concatenated;
+    a caller writing long progressions straight into its own array saves the int64 temporaries.
+
+    Returns:
+        ``(row, count, range)``, each ``(q,)`` int64: the partition row of each progression's first
+        window, its windows (> 0), the range it belongs to; in range order, then row order.
+    """
+    counts = np.asarray(run_counts, np.int64)
+    ends = np.cumsum(counts)  # (R,) window number just past each run
+    begins = ends - counts
+    lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
+    r0 = np.searchsorted(ends, lo, side="right")  # (n,) run of each range's first window
+    r1 = np.searchsorted(ends, hi - 1, side="right")  # (n,) run of its last window
+    per = r1 - r0 + 1  # (n,) runs each range touches
+    pair = np.repeat(np.arange(len(lo)), per)  # (q,) range of each (range, run) pair
+    run = np.arange(len(pair)) - np.repeat(np.cumsum(per) - per, per) + r0[pair]  # (q,) its run
+    a = np.maximum(begins[run], lo[pair])  # (q,) first window of the pair
+    take = np.maximum(np.minimum(ends[run], hi[pair]) - a, 0)  # (q,) its windows
+    row = np.asarray(run_first, np.int64)[run] + (a - begins[run]) * stride
+    keep = take > 0
+    return row[keep], take[keep], pair[keep]
 
 
 def _bad_mask(values: np.ndarray) -> np.ndarray:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from dask_windows.batch import Gatherer
-from dask_windows.blocks import decode_blocks, segment_starts
+from dask_windows.blocks import decode_blocks, segment_runs, segment_starts
 from dask_windows.checks import value_problem
 from dask_windows.errors import DataError
 from dask_windows.faults import replacement_picks
@@ -39,13 +39,16 @@ __all__ = [
     "HEAD",
     "Buffer",
     "Part",
+    "PlannedStarts",
     "decode",
+    "decode_chunks",
     "decode_pieces",
     "permute_head",
     "permute_tail",
     "permute_windows",
     "piece_rows",
     "piece_units",
+    "plan_starts",
     "stream",
     "unit_rows",
 ]
@@ -53,6 +56,7 @@ __all__ = [
 HEAD = 4096  # leading positions of a buffer's permutation drawn before the rest (see permute_head)
 
 _CHUNK = 1 << 18  # windows whose starts are computed at once
+_RAMP_WINDOWS = 1024  # windows per run of starts from which each run is written in one call (_ramp_starts)
 
 
 @dataclass
@@ -188,6 +192,129 @@ def decode_pieces(
     return Part(index, name, x, y, nan_x, nan_y, int(rows0[0]), blocks, arena)
 
 
+def decode_chunks(
+    index: int,
+    name: str,
+    chunks: Iterator[tuple[int, int, dict]],
+    rows0: np.ndarray,
+    sizes: np.ndarray,
+    spec: WindowSpec,
+    scale: tuple[np.ndarray, np.ndarray] | None,
+    y_dtype: type,
+    arena: tuple,
+) -> Part | None:
+    """``decode_pieces`` of pieces that arrive in chunks (a row group at a time), each written into the
+    buffer's arrays (``arena = (x, y, row)``) as it comes; ``None`` if the chunks cannot stand in for it.
+
+    The same values, bad rows and blocks as ``decode_pieces`` of the joined pieces: the decode is
+    elementwise, so decoding ``chunks[k]`` into its rows is decoding the whole. ``None`` when a
+    column's dtype changes between chunks (integers with nulls in one row group: the whole read
+    would convert every row that way) or the chunks do not tile the pieces; the caller then reads
+    the pieces whole.
+
+    Args:
+        index, name: The partition.
+        chunks: ``(piece, row, columns)``: rows ``row ..`` of piece number ``piece``, in row order.
+        rows0: ``(m,)`` partition row where each piece begins, in row order.
+        sizes: ``(m,)`` rows of each piece.
+        spec, scale, y_dtype: As ``decode_pieces``.
+        arena: ``(x, y, row)``: the buffer's arrays and the row where the first piece goes.
+    """
+    channel_major = spec.layout == "NCL"
+    base_x, base_y, at = arena
+    offsets = np.cumsum([0, *sizes.tolist()]).astype(np.int64)  # (m+1,) part row where each piece begins
+    filled = np.zeros(len(sizes), np.int64)  # rows of each piece written so far
+    dtypes: dict | None = None
+    bad_x, bad_y = [], []
+    for piece, row, columns in chunks:
+        kinds = {col: values.dtype for col, values in columns.items()}
+        if dtypes is None:
+            dtypes = kinds
+        n = len(columns[spec.features[0]])
+        if kinds != dtypes or row != filled[piece] or row + n > sizes[piece]:
+            return None
+        p = at + int(offsets[piece]) + row
+        out_x = base_x[:, p : p + n] if channel_major else base_x[p : p + n]
+        out = (out_x, None if base_y is None else base_y[:, p : p + n])
+        _, _, nan_x, nan_y, _ = decode_blocks(
+            [columns], spec.features, spec.targets, channel_major, spec.nan == "raise", y_dtype, out
+        )
+        bad_x.append(nan_x + (offsets[piece] + row))
+        bad_y.append(nan_y + (offsets[piece] + row))
+        filled[piece] += n
+    if not np.array_equal(filled, sizes):
+        return None
+    rows = int(offsets[-1])
+    x = base_x[:, at : at + rows] if channel_major else base_x[at : at + rows]
+    y = None if base_y is None else base_y[:, at : at + rows]
+    if scale is not None:
+        standardize(x, *scale, channel_major)
+    nan_x = np.concatenate(bad_x).astype(np.int64)  # chunks in row order: sorted
+    nan_y = np.concatenate(bad_y).astype(np.int64)
+    blocks = None if len(sizes) == 1 else np.stack([rows0, offsets[:-1]], axis=1)  # (m, 2)
+    return Part(index, name, x, y, nan_x, nan_y, int(rows0[0]), blocks, arena)
+
+
+@dataclass
+class PlannedStarts:
+    """A buffer's window starts listed from where its parts will be decoded, before they arrive.
+
+    Listing 16.7M starts (two 128 MiB partitions at stride 1) takes 0.05-0.2 s, most of it the
+    first touch of their array; listed on the builder thread while the readers read, it is off
+    the way to the first batch. ``Buffer`` uses them only where its parts landed as planned.
+
+    Attributes:
+        starts: ``(windows,)`` buffer rows, as ``Buffer`` lists them.
+        segments: The segments they are the windows of, in order.
+        rows: Buffer row of each unit's part.
+        tables: Each unit's ``(m, 2)`` ``[partition row, part row]`` where its blocks begin.
+    """
+
+    starts: np.ndarray
+    segments: tuple[Segment, ...]
+    rows: list[int]
+    tables: list[np.ndarray]
+
+    def fits(
+        self, segments: tuple[Segment, ...], held: list[Part], offsets: np.ndarray, tables: list, spec: WindowSpec
+    ) -> bool:
+        """Whether these are the starts of ``held`` (the parts of ``segments`` at buffer rows ``offsets``)."""
+        if spec.nan == "raise" and any(len(p.nan_x) or len(p.nan_y) for p in held):
+            return False  # their windows are checked as the starts are listed
+        return (
+            segments == self.segments
+            and offsets[:-1].tolist() == self.rows
+            and len(tables) == len(self.tables)
+            and all(np.array_equal(a, b) for a, b in zip(tables, self.tables))
+        )
+
+
+def plan_starts(
+    layout: list[tuple[tuple, np.ndarray, int]], grid: WindowGrid, spec: WindowSpec, empty: Any = np.empty
+) -> PlannedStarts:
+    """The starts of a buffer whose units will be decoded as ``layout`` says, before they are.
+
+    Args:
+        layout: Per unit, in order: its segments, its ``(m, 2)`` partition row blocks, and the buffer
+            row where they go end to end (``reading.BufferArena.layout``).
+        grid: The dataset's window grid.
+        spec: Window settings.
+        empty: Allocates the starts (``np.empty`` or ``reading.small_pages``).
+    """
+    segments = tuple(seg for unit, _, _ in layout for seg in unit)
+    unit, blocks, row = layout[-1]
+    total = row + int((blocks[:, 1] - blocks[:, 0]).sum())  # rows of the buffer
+    starts = empty(sum(seg.num_windows for seg in segments), np.int32 if total < 2**31 else np.int64)
+    at, rows, tables = 0, [], []
+    for unit, blocks, row in layout:
+        sizes = blocks[:, 1] - blocks[:, 0]
+        table = np.stack([blocks[:, 0], np.cumsum(sizes) - sizes], axis=1).astype(np.int64)  # as Part.block_table
+        at = _fill_starts(starts, at, None, unit, grid, spec, row, table)
+        rows.append(row)
+        tables.append(table)
+    return PlannedStarts(starts, segments, rows, tables)
+
+
 class Buffer:
     """The partitions of one plan group and their windows.
 
@@ -198,6 +325,8 @@ class Buffer:
         row_offsets: ``(P,)`` global row of each partition's first row.
         spec: Window settings.
         scale: ``(mean, std)`` per feature for global standardisation, or ``None``.
+        planned: The window starts listed before the parts arrived (``plan_starts``), used when the
+            parts are where they were planned; else the starts are listed here.
     """
 
     def __init__(
@@ -208,6 +337,7 @@ class Buffer:
         row_offsets: np.ndarray,
         spec: WindowSpec,
         scale: tuple[np.ndarray, np.ndarray] | None = None,
+        planned: PlannedStarts | None = None,
     ) -> None:
         axis = 1 if spec.layout == "NCL" else 0
         # A part serving several segments (one decode of a partition's pieces) is held once.
@@ -236,8 +366,13 @@ class Buffer:
         ).astype(np.int64)  # (blocks,) dataset row of each block's first row
         # One allocation for the buffer's window starts; int32 halves it when rows allow.
         dtype = np.int32 if self.part_offsets[-1] < 2**31 else np.int64
-        self.starts = np.empty(sum(seg.num_windows for seg in segments), dtype)  # (windows,) buffer rows
-        at, run = 0, 0
+        if planned is not None and shared is not None and planned.fits(segments, held, offsets, tables, spec):
+            self.starts = planned.starts  # listed while the parts were read
+            run = len(parts)
+        else:
+            self.starts = np.empty(sum(seg.num_windows for seg in segments), dtype)  # (windows,) buffer rows
+            run = 0
+        at = 0
         while run < len(parts):  # consecutive segments of one part: their starts in one pass
             end = run + 1
             while end < len(parts) and parts[end] is parts[run]:
@@ -313,7 +448,7 @@ def _shared_arena(held: list[Part], offsets: np.ndarray, axis: int) -> tuple[np.
 def _fill_starts(
     out: np.ndarray,
     at: int,
-    part: Part,
+    part: Part | None,
     segments: tuple[Segment, ...],
     grid: WindowGrid,
     spec: WindowSpec,
@@ -340,7 +475,11 @@ def _fill_starts(
     sizes = hi_a - lo_a
     group = (np.cumsum(sizes) - sizes) // _CHUNK  # (s,) chunk each sub-range is computed in
     cuts = np.flatnonzero(np.diff(group)) + 1
-    check = spec.nan == "raise" and (len(part.nan_x) > 0 or len(part.nan_y) > 0)
+    check = part is not None and spec.nan == "raise" and (len(part.nan_x) > 0 or len(part.nan_y) > 0)
+    if not check:
+        row, take, _ = segment_runs(first, counts, grid.stride, lo_a, hi_a)
+        if len(take) * _RAMP_WINDOWS <= int(sizes.sum()):
+            return _ramp_starts(out, at, row, take, table, offset, grid.stride)
     for g0, g1 in zip([0, *cuts.tolist()], [*cuts.tolist(), len(lo)]):
         rows = segment_starts(first, counts, grid.stride, lo_a[g0:g1], hi_a[g0:g1])  # partition rows
         ends = np.cumsum(sizes[g0:g1])
@@ -348,11 +487,42 @@ def _fill_starts(
         shift = table[block, 0] - table[block, 1]  # (s,) partition row minus part row, per sub-range
         rows -= np.repeat(shift, sizes[g0:g1])  # part rows
         if check:
+            assert part is not None  # checked only with a part's bad rows
             for j, (a, b) in enumerate(zip((ends - sizes[g0:g1]).tolist(), ends.tolist())):
                 _check_nan(part, rows[a:b], spec, int(shift[j]))
         rows += offset
         out[at : at + len(rows)] = rows
         at += len(rows)
+    return at
+
+
+def _ramp_starts(
+    out: np.ndarray, at: int, row: np.ndarray, take: np.ndarray, table: np.ndarray, offset: int, stride: int
+) -> int:
+    """``_fill_starts`` for long runs of windows: each run of starts written into ``out`` in one call.
+
+    The vectorised path builds every start in int64 temporaries (about ten passes over them); a run
+    of ``take[p]`` windows is ``first + stride * arange`` and is written straight in ``out``'s dtype
+    from one ramp, one pass. Worth it when runs are long (``_RAMP_WINDOWS``): one call per run.
+
+    Args:
+        out: The buffer's starts; ``out[at:]`` is written.
+        at: Position of the first start to write.
+        row: ``(q,)`` partition row of each run's first window (``blocks.segment_runs``).
+        take: ``(q,)`` windows of each run, at most ``_CHUNK``.
+        table: ``(m, 2)`` ``[partition row, part row]`` where each of the part's blocks begins.
+        offset: Buffer row of the part's first row.
+        stride: Rows between consecutive windows of a run.
+
+    Returns:
+        The position after the last start written.
+    """
+    block = np.searchsorted(table[:, 0], row, side="right") - 1  # (q,) block holding each run (one piece's rows)
+    begin = row - (table[block, 0] - table[block, 1]) + offset  # (q,) buffer row of each run's first window
+    ramp = np.arange(int(take.max()), dtype=out.dtype) * stride  # buffer rows fit out's dtype, so the ramp does
+    for first, count in zip(begin.tolist(), take.tolist()):
+        np.add(ramp[:count], first, out=out[at : at + count])
+        at += count
     return at
 
 

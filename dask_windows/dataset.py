@@ -445,6 +445,8 @@ class WindowDataset(IterableDataset):
         return self._normalize if isinstance(self._normalize, tuple) else None
 
     def _emit(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None) -> Any:
+        if y is None and rows is None:  # features only: the common case, one call per batch
+            return torch.from_numpy(x)
         out = [torch.from_numpy(x)]
         if y is not None:
             out.append(torch.from_numpy(y))

@@ -9,7 +9,10 @@ permutation) run on the consumer's thread.
 Assembly: the reader threads decode each buffer's pieces straight into one
 array allocated for the whole buffer (``reading.BufferArena``), so a buffer
 never coexists with a second copy of its pieces; the builder releases the
-arena's reference once it holds the buffer.
+arena's reference once it holds the buffer. While the readers read, the
+builder lists the buffer's window starts from where the pieces will land
+(``prepare``, ``buffer.plan_starts``), so the first batch waits for the reads
+and the head of the permutation only.
 
 Permutation (``buffer.permute_head`` / ``permute_tail``): forward
 Fisher-Yates steps fix the first ``HEAD`` positions, then the rest of the
@@ -38,9 +41,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.random  # (numpy 2 loads it on first use: 0.05-0.14 s of extension modules in the first plan)
 
 from dask_windows.batch import OutputPool, normalize_per_sample
-from dask_windows.buffer import Buffer, Part, permute_head, permute_tail, permute_windows
+from dask_windows.buffer import Buffer, Part, PlannedStarts, permute_head, permute_tail, permute_windows
 from dask_windows.errors import SourceReadError
 from dask_windows.faults import REPLACEMENT_TAG
 from dask_windows.index import WindowGrid
@@ -82,11 +86,12 @@ def _assemble(
     row_offsets: np.ndarray,
     spec: WindowSpec,
     scale: tuple[np.ndarray, np.ndarray] | None,
+    planned: PlannedStarts | None = None,
 ) -> tuple[Buffer | None, int]:
     """Take the group's pieces from ``parts`` and build its buffer; also the windows lost to skips.
 
     Pieces decoded into their buffer's one array (``reading.BufferArena``) are used in place;
-    others are joined by ``Buffer``.
+    others are joined by ``Buffer``. ``planned``: the starts listed before the pieces arrived.
     """
     loaded = [next(parts) for _ in segments]
     kept = [(part, seg) for part, seg in zip(loaded, segments) if part is not None]
@@ -94,7 +99,7 @@ def _assemble(
     del loaded
     if not kept:
         return None, lost
-    return Buffer([p for p, _ in kept], tuple(s for _, s in kept), grid, row_offsets, spec, scale), lost
+    return Buffer([p for p, _ in kept], tuple(s for _, s in kept), grid, row_offsets, spec, scale, planned), lost
 
 
 def _builds(
@@ -107,14 +112,21 @@ def _builds(
     reread: Callable[[Segment], Part | None] | None,
     lazy: bool,
     release: Callable[[int], None] | None = None,
+    prepare: Callable[[int], PlannedStarts | None] | None = None,
 ) -> Generator[_Built, None, None]:
-    """The plan's buffers, replacements added and permuted; the first one lazily when ``lazy``."""
+    """The plan's buffers, replacements added and permuted; the first one lazily when ``lazy``.
+
+    ``prepare(b)`` lists buffer ``b``'s window starts before its pieces are taken: on the builder
+    thread, while the readers read them.
+    """
     skip = plan.skip
     owed = 0  # windows of skipped partitions not yet replaced
     remaining = plan.num_windows  # windows the consumer has still to drain after the buffers built so far
     first = True
     for b, (segments, entropy) in enumerate(zip(plan.buffers, plan.buffer_seeds)):
-        buffer, lost = _assemble(segments, parts, grid, row_offsets, spec, scale)
+        planned = prepare(b) if prepare is not None else None
+        buffer, lost = _assemble(segments, parts, grid, row_offsets, spec, scale, planned)
+        del planned
         if release is not None:
             release(b)  # the readers' arrays of this buffer are held by its parts only
         if buffer is None:  # nothing of this buffer could be read: the next readable buffer stands in
@@ -187,6 +199,7 @@ def stream(
     background: bool = False,
     interrupt: Callable[[], None] | None = None,
     release: Callable[[int], None] | None = None,
+    prepare: Callable[[int], PlannedStarts | None] | None = None,
 ) -> Iterator[object]:
     """Yield ``emit(x, y, rows)`` for each batch of ``plan``.
 
@@ -206,10 +219,13 @@ def stream(
         interrupt: Stops whatever ``parts`` reads from (the prefetcher's ``close``), so that a builder
             thread waiting for a piece wakes up when the stream is closed early.
         release: Called with a buffer's number once its pieces are taken (the readers' arena).
+        prepare: Lists a buffer's window starts from where its pieces will be decoded, before they
+            are (``reading.BufferArena.planned_starts``); ``None``: ``Buffer`` lists them.
     """
     scale = normalize if isinstance(normalize, tuple) else None
-    builds = _builds(plan, iter(parts), grid, row_offsets, spec, scale, reread, background, release)
-    source: Iterator[_Built] = Ahead(builds, 1, "dask-windows-build") if background else builds
+    builds = _builds(plan, iter(parts), grid, row_offsets, spec, scale, reread, background, release, prepare)
+    ahead = Ahead(builds, 1, "dask-windows-build") if background else None
+    source: Iterator[_Built] = builds if ahead is None else ahead
     batch = spec.batch_size
     remaining = plan.num_windows
     carry: list[tuple] = []  # pieces of a batch begun in the previous buffer
@@ -218,10 +234,32 @@ def stream(
     slots = sys.modules.get("dask_windows.slots")  # imported with torch, by the dataset
     if slots is not None:
         pool = slots.output_pool() or pool  # in a DataLoader worker: gathered straight into shared slots
+    per_sample, channel_major = normalize == "sample", spec.layout == "NCL"
+    want_y, want_rows = bool(spec.targets), spec.return_index
     try:
         for built in source:
             buffer, pos, total = built.buffer, built.skip, len(built.buffer.starts)
             while pos < total and remaining > 0:
+                if not carried and min(total - pos, remaining) >= batch:
+                    # A run of full batches: the gather and the checks chosen once for the run.
+                    k = min(total - pos, remaining) // batch
+                    if built.shuffled is not None and pos < built.head:
+                        k = max(1, min(k, (built.head - pos) // batch))  # the first batches need not wait
+                    built.wait(pos + k * batch)
+                    run = buffer.starts[pos : pos + k * batch]
+                    gather = buffer.gatherer.gather_for(batch, pool)
+                    pos += k * batch
+                    remaining -= k * batch
+                    for a in range(0, k * batch, batch):
+                        starts = run[a : a + batch]
+                        x = gather(starts)
+                        y = buffer.gatherer.targets(starts) if want_y else None
+                        rows = buffer.global_rows(starts) if want_rows else None
+                        if per_sample:
+                            normalize_per_sample(x, channel_major)
+                        yield emit(x, y, rows)
+                    del x  # the pool may reuse its array once the caller drops the batch
+                    continue
                 take = min(batch - carried, total - pos, remaining)
                 built.wait(pos + take)
                 starts = buffer.starts[pos : pos + take]
@@ -247,8 +285,8 @@ def stream(
             del buffer, built  # drop the buffer before the next one is taken
             if large:
                 trim()
-    finally:
-        if isinstance(source, Ahead):
-            source.close(interrupt)
+    finally:  # (no module globals here: this may run while the interpreter exits)
+        if ahead is not None:
+            ahead.close(interrupt)
         else:
             builds.close()

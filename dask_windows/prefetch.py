@@ -21,6 +21,7 @@ the GIL (file and network I/O, pyarrow decoding).
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -118,6 +119,9 @@ class _Threads:
     """Threads of one prefetcher, their bound and their results; ``close()`` joins them."""
 
     def __init__(self, target: Callable[..., None], args: tuple, depth: int, threads: int, name: str) -> None:
+        # Kept here: ``close`` may run while the interpreter exits, when module globals are gone.
+        self._current_thread = threading.current_thread
+        self._finalizing = sys.is_finalizing
         self.results = _Results()
         self.slots = threading.Semaphore(depth)
         self.stop = threading.Event()
@@ -145,8 +149,10 @@ class _Threads:
         if interrupt is not None:
             interrupt()  # wake a thread waiting on something else, now that it will see the stop
         self.results.close()  # wake a consumer waiting in another thread
+        if self._finalizing():  # an iterator left open at exit: daemon threads are stopped, not joined
+            return
         for thread in self.threads:
-            if thread is not threading.current_thread():
+            if thread is not self._current_thread():
                 thread.join()
 
     def alive(self) -> bool:

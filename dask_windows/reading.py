@@ -9,6 +9,7 @@ decode one partition's pieces, recording unreadable ones with
 
 from __future__ import annotations
 
+import mmap
 import threading
 import warnings
 from collections.abc import Iterator
@@ -18,7 +19,17 @@ import numpy as np
 from torch.utils.data import get_worker_info
 
 from dask_windows.blocks import merge_rows
-from dask_windows.buffer import Part, decode, decode_pieces, piece_rows, piece_units, unit_rows
+from dask_windows.buffer import (
+    Part,
+    PlannedStarts,
+    decode,
+    decode_chunks,
+    decode_pieces,
+    piece_rows,
+    piece_units,
+    plan_starts,
+    unit_rows,
+)
 from dask_windows.errors import SourceReadError
 from dask_windows.faults import record_skip, skip_allowed
 from dask_windows.pipeline import stream
@@ -30,7 +41,7 @@ from dask_windows.world import World
 if TYPE_CHECKING:
     from dask_windows.dataset import WindowDataset
 
-__all__ = ["READ_THREADS", "BufferArena", "batches", "plan", "pool_workers", "read_part", "read_unit"]
+__all__ = ["READ_THREADS", "BufferArena", "batches", "plan", "pool_workers", "read_part", "read_unit", "small_pages"]
 
 READ_THREADS = 2  # pieces read at once by the prefetcher (Parquet files and object stores)
 
@@ -76,6 +87,7 @@ def batches(ds: WindowDataset, plan: Any, progress: Any = None) -> Iterator[Any]
         batches = stream(
             plan, parts, ds.grid, ds.row_offsets, ds.spec, ds._emit, ds._per_batch_normalize(), reread,
             background=background, interrupt=reader.close, release=None if arena is None else arena.release,
+            prepare=None if arena is None else arena.planned_starts,
         )  # fmt: skip
         for batch in batches:
             ds._resumer.step(progress)  # counted before the consumer gets it: a state then includes it
@@ -147,15 +159,24 @@ def read_unit(
     index = unit[0].partition
     name = ds.source.partitions[index].name
     blocks = arena.blocks(unit) if arena is not None else _blocks(ds, unit)
+    y_dtype = getattr(ds, "_y_dtype", None)
+    place = arena.place(unit) if arena is not None else None
+    ranges = [(int(a), int(b)) for a, b in blocks]
     try:
-        pieces = reader.read_ranges(index, [(int(a), int(b)) for a, b in blocks])
+        chunks = reader.read_ranges_chunks(index, ranges) if place is not None else None
+        if chunks is not None and place is not None:  # a row group at a time, decoded into the buffer as it comes
+            sizes = blocks[:, 1] - blocks[:, 0]
+            part = decode_chunks(
+                index, name, chunks, blocks[:, 0], sizes, ds.spec, ds._scale(), y_dtype or np.float32, place
+            )
+            if part is not None:
+                return [part] * len(unit)
+        pieces = reader.read_ranges(index, ranges)
     except SourceReadError as exc:
         if not skip_allowed(ds.on_error, exc):
             raise
         record_skip(ds.skipped, name, "read", exc)
         return [None] * len(unit)
-    y_dtype = getattr(ds, "_y_dtype", None)
-    place = arena.place(unit) if arena is not None else None
     part = decode_pieces(index, name, pieces, blocks[:, 0], ds.spec, ds._scale(), y_dtype, place)
     return [part] * len(unit)
 
@@ -164,6 +185,25 @@ def _blocks(ds: WindowDataset, unit: tuple) -> np.ndarray:
     """``(m, 2)`` disjoint row blocks, in row order, holding the pieces of ``unit``."""
     blocks = merge_rows(unit_rows(ds.grid, unit, ds.spec.span))
     return blocks if len(blocks) else np.zeros((1, 2), np.int64)
+
+
+def small_pages(shape: tuple, dtype: Any) -> np.ndarray:
+    """``np.empty(shape, dtype)`` in the kernel's small pages, for the arrays of the first buffer.
+
+    numpy asks for transparent huge pages on large arrays (``MADV_HUGEPAGE``); where the kernel
+    compacts memory to find them on first touch (``defrag`` set to ``madvise``, the common default)
+    and free memory is fragmented (a page cache full of files), that first touch stalls: 0.6-0.9 s
+    for the 256 MiB of two 128 MiB partitions on the 2-core test machine, more than the rest of
+    the way to the first batch. The first buffer's arrays are therefore mapped without that advice
+    (an anonymous ``mmap``, freed with the array); its gathers were 5-11% slower than from huge
+    pages in the same measurement, the later buffers' arrays, filled off the way to a batch, keep
+    numpy's default.
+    """
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape)) * dtype.itemsize
+    if size < 4 << 20:  # below numpy's huge-page threshold: nothing to avoid
+        return np.empty(shape, dtype)
+    return np.frombuffer(mmap.mmap(-1, size), dtype).reshape(shape)
 
 
 class BufferArena:
@@ -213,8 +253,10 @@ class BufferArena:
             if self.usable and g > self._released:
                 spec = self.ds.spec
                 c = len(spec.features)
-                x = self.alloc((c, at) if spec.layout == "NCL" else (at, c), np.float32)
-                y = self.alloc((len(spec.targets), at), self.ds._y_dtype) if spec.targets else None
+                empty = small_pages if g == 0 else np.empty  # the first buffer: on the way to the first batch
+                empty = empty if self.alloc is np.empty else self.alloc  # shared memory in a read worker
+                x = empty((c, at) if spec.layout == "NCL" else (at, c), np.float32)
+                y = empty((len(spec.targets), at), self.ds._y_dtype) if spec.targets else None
                 arrays = (x, y)
             if g > self._released:
                 self._buffers[g] = (table, arrays)
@@ -232,6 +274,24 @@ class BufferArena:
         if arrays is None:
             return None
         return (*arrays, table[unit][1])
+
+    def layout(self, buffer: int) -> list[tuple[tuple, np.ndarray, int]] | None:
+        """Per unit of ``buffer``, in order: its segments, its row blocks and the buffer row where they
+        go; ``None`` when its pieces are not decoded into shared arrays (``buffer.plan_starts``)."""
+        members = self.members[buffer] if buffer < len(self.members) else []
+        if not members:
+            return None
+        table, arrays = self._state(members[0])
+        if arrays is None:
+            return None
+        return [(unit, *table[unit]) for unit in members]
+
+    def planned_starts(self, buffer: int) -> PlannedStarts | None:
+        """``buffer``'s window starts, listed before its pieces are read (``None``: listed by ``Buffer``)."""
+        layout = self.layout(buffer)
+        if layout is None:
+            return None
+        return plan_starts(layout, self.ds.grid, self.ds.spec, small_pages if buffer == 0 else np.empty)
 
     def release(self, buffer: int) -> None:
         """Forget the arrays of buffers up to ``buffer`` (their parts hold them now)."""

@@ -223,3 +223,50 @@ def test_refusals_name_the_remedy(whole):
         dw.WindowDataset({"f0": [1.0]}, features=["f0"], window=WINDOW)
     with pytest.raises(dw.SchemaError, match="'nope'"):
         dw.WindowDataset(whole, features=["nope"], window=WINDOW)
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        pa.chunked_array([pa.array(np.arange(5, dtype=np.float32)), pa.array(np.arange(3, dtype=np.float32) - 9)]),
+        pa.chunked_array([pa.array(np.arange(9, dtype=np.float64)), pa.array([np.nan, np.inf, -1.5])]).slice(4, 6),
+        pa.chunked_array([pa.array(np.arange(7, dtype=np.int8)).slice(2)]),
+        pa.chunked_array([pa.array(np.arange(4, dtype=np.uint32)), pa.array(np.zeros(0, np.uint32))]),
+        pa.chunked_array([pa.array(np.arange(6, dtype=np.int64) - 3)]),
+        pa.chunked_array([pa.array(np.arange(6, dtype=np.float16))]),
+        pa.chunked_array([], pa.float32()),
+        pa.array(np.arange(10, dtype=np.int16)).slice(3, 4),
+        pa.chunked_array([pa.array([1.5, None, 2.0], pa.float32())]),  # nulls: to_numpy's NaN
+        pa.chunked_array([pa.array([True, False, True])]),
+        pa.chunked_array([pa.array(np.arange(3).astype("datetime64[ms]"))]),
+    ],
+)
+def test_numpy_column_is_to_numpy(column):
+    from dask_windows.sources.arrow import numpy_column
+
+    got = numpy_column(column)
+    expected = column.to_numpy(zero_copy_only=False) if isinstance(column, pa.Array) else column.to_numpy()
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    assert np.array_equal(got, expected, equal_nan=got.dtype.kind == "f")
+
+
+def test_reading_parquet_numbers_does_not_import_pandas(tmp_path):
+    """pyarrow's ``to_numpy`` imports pandas on its first call: 0.3-1 s on the way to the first batch."""
+    import subprocess
+    import sys
+
+    rows = 50
+    pq.write_table(pa.table({"f0": np.arange(rows, dtype=np.float32), "t": np.arange(rows)}), tmp_path / "a.parquet")
+    code = (
+        "import sys, dask_windows as dw\n"
+        f"ds = dw.WindowDataset({str(tmp_path)!r}, features=['f0'], targets=['t'], series=None, window=4,"
+        " batch_size=8, seed=1)\n"
+        "x, y = next(iter(ds))\n"
+        "assert x.shape == (8, 1, 4), x.shape\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == "False"

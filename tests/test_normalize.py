@@ -6,6 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from helpers import collect, make_frames, write_parquet
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import dask_windows as dw
 from dask_windows.batch import Gatherer
@@ -216,3 +218,99 @@ def test_a_constant_window_becomes_zeros_whatever_its_value(channel_major, value
     np.testing.assert_allclose(out[4, 2], expect[4, 2], rtol=0, atol=5e-2)  # ~800 ulps of signal
     others[4, 2] = False
     np.testing.assert_allclose(out[others], expect[others], rtol=1e-4, atol=2e-4)
+
+
+_U32 = float(np.finfo(np.float32).eps)  # 2**-23
+
+
+def _quantisation_bound(x: np.ndarray, channel_major: bool) -> np.ndarray:
+    """Per window and channel, the error float32 alone allows: a few ulps of the mean over the std.
+
+    A window's values are float32, so its mean can be represented only to about ``eps * |mean|``;
+    centred values are off by that much, and standardised ones by that over the std. Broadcast
+    to ``x``'s shape.
+    """
+    axis = 2 if channel_major else 1
+    values = x.astype(np.float64)
+    mean = np.abs(values.mean(axis=axis, keepdims=True))
+    std = np.maximum(values.std(axis=axis, keepdims=True), 1e-8)
+    return np.broadcast_to(16 * _U32 * mean / std, x.shape)
+
+
+@st.composite
+def _batches(draw: st.DrawFn) -> tuple[np.ndarray, list[tuple[int, int]], int]:
+    """A float32 batch ``(B, C, L)`` of offset, scaled noise with some constant windows, and a chunk size."""
+    batch = draw(st.integers(1, 6))
+    channels = draw(st.integers(1, 5))
+    length = draw(st.integers(1, 300))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    offset = draw(st.sampled_from([0.0, 1.0, -3.5, 100.0, 1e4, -1e4, 123.456]))
+    scale = draw(st.sampled_from([0.05, 0.3, 1.0, 7.0, 1e3]))
+    scales = scale * rng.uniform(0.5, 2.0, (batch, channels, 1))
+    x = (rng.standard_normal((batch, channels, length)) * scales + offset).astype(np.float32)
+    constant = draw(st.lists(st.tuples(st.integers(0, batch - 1), st.integers(0, channels - 1)), max_size=4))
+    value = draw(st.sampled_from([0.0, 0.1, 123.456, -2.5, 1.2345678, 1e4 + 0.5]))
+    for b, c in constant:  # one distinct value: zeros out
+        x[b, c] = value
+    chunk = draw(st.integers(1, 4)) * channels * length  # 1-4 windows per chunk: several chunks, reversed
+    return x, constant, chunk
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=_batches(), channel_major=st.booleans())
+def test_windows_equal_the_float64_oracle_to_float32_precision(monkeypatch_module, case, channel_major):
+    """Any batch, chunked any way: the float64 reference within what float32 input allows, constant
+    windows exactly zero; large offsets (1e4 with noise of 0.05) included."""
+    import dask_windows.normalize as normalize
+
+    x, constant, chunk = case
+    monkeypatch_module.setattr(normalize, "_CHUNK_VALUES", chunk)
+    if not channel_major:
+        x = np.ascontiguousarray(x.transpose(0, 2, 1))
+    want = _windows_reference(x, channel_major)
+    got = standardize_windows(x.copy(), channel_major)
+    assert got.dtype == np.float32 and np.isfinite(got).all()
+    excess = np.abs(got - want) - (2e-4 + 1e-4 * np.abs(want) + _quantisation_bound(x, channel_major))
+    assert excess.max() <= 0, f"worst excess {excess.max()} at {np.unravel_index(excess.argmax(), x.shape)}"
+    for b, c in constant:
+        assert (got[b, c] == 0).all() if channel_major else (got[b, :, c] == 0).all()
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    """A monkeypatch that hypothesis examples can share (function-scoped fixtures are not reset between them)."""
+    patch = pytest.MonkeyPatch()
+    yield patch
+    patch.undo()
+
+
+@pytest.mark.parametrize("channel_major", [True, False])
+def test_a_window_standardised_alone_equals_it_in_a_batch_bit_for_bit(monkeypatch, channel_major):
+    """Chunks (processed last first) share nothing: each window's values depend on that window only."""
+    import dask_windows.normalize as normalize
+
+    monkeypatch.setattr(normalize, "_CHUNK_VALUES", 3 * 4 * 96)  # three windows per chunk, the last chunk short
+    rng = np.random.default_rng(8)
+    x = (
+        rng.standard_normal((10, 4, 96)) * rng.uniform(0.1, 9, (10, 4, 1)) + rng.uniform(-1e3, 1e3, (10, 4, 1))
+    ).astype(np.float32)
+    x[6, 2] = 0.1
+    if not channel_major:
+        x = np.ascontiguousarray(x.transpose(0, 2, 1))
+    together = standardize_windows(x.copy(), channel_major)
+    alone = np.concatenate([standardize_windows(x[b : b + 1].copy(), channel_major) for b in range(len(x))])
+    np.testing.assert_array_equal(together, alone)
+
+
+@pytest.mark.parametrize("stride", [1, 16])
+def test_sample_normalisation_through_the_dataset_channel_major(data, stride):
+    """NCL (the default layout), stride 1 and stride = window: every batch equals the oracle."""
+    _frames, root = data
+    kw = dict(features=FEATURES, series="sid", window=16, stride=stride, batch_size=8, return_index=True, seed=2)
+    pairs = list(zip(collect(dw.WindowDataset(root, normalize="sample", **kw)), collect(dw.WindowDataset(root, **kw))))
+    assert len(pairs) > 3
+    for (x, rows), (x0, rows0) in pairs:
+        np.testing.assert_array_equal(rows, rows0)
+        assert x.shape == x0.shape and x.shape[1:] == (3, 16)
+        np.testing.assert_allclose(x, _windows_reference(x0, True), rtol=1e-4, atol=2e-4)

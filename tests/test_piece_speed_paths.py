@@ -18,8 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dask_windows as dw
+from dask_windows import buffer as buffer_module
 from dask_windows import reading
-from dask_windows.blocks import merge_rows, segment_starts
+from dask_windows.blocks import merge_rows, segment_runs, segment_starts
 from dask_windows.buffer import Buffer, decode, decode_pieces, piece_units
 from dask_windows.checks import FLOAT32_MAX
 from dask_windows.spec import WindowSpec
@@ -69,6 +70,58 @@ def test_segment_starts_is_window_starts_range_by_range(counts, stride, data):
     lo, hi = np.array([a for a, _ in ranges]), np.array([b for _, b in ranges])
     expected = np.concatenate([window_starts(first, counts, stride, a, b) for a, b in ranges])
     assert np.array_equal(segment_starts(first, counts, stride, lo, hi), expected)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(0, 6), min_size=1, max_size=6),
+    st.integers(1, 4),
+    st.data(),
+)
+def test_segment_runs_expand_to_segment_starts(counts, stride, data):
+    counts = np.array(counts, np.int64)
+    first = np.cumsum(np.full(len(counts), 40)) + data.draw(st.integers(0, 5))
+    total = int(counts.sum())
+    if total == 0:
+        return
+    n = data.draw(st.integers(1, 5))
+    bounds = [sorted(data.draw(st.tuples(st.integers(0, total - 1), st.integers(1, total)))) for _ in range(n)]
+    ranges = [(a, b) for a, b in bounds if b > a]
+    if not ranges:
+        return
+    lo, hi = np.array([a for a, _ in ranges]), np.array([b for _, b in ranges])
+    row, take, which = segment_runs(first, counts, stride, lo, hi)
+    assert (take > 0).all() and (np.diff(which) >= 0).all()
+    expanded = np.concatenate([r + stride * np.arange(t) for r, t in zip(row, take)])
+    assert np.array_equal(expanded, segment_starts(first, counts, stride, lo, hi))
+    assert np.array_equal(np.bincount(which, take, len(ranges)), hi - lo)  # each range's windows, in its runs
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(stride=3, pieces_per_partition=5),
+        dict(series=None, pieces_per_partition=4, buffer_partitions=3),
+        dict(pieces_per_partition=60, partition_bytes=1),  # windows cross the row-group cuts
+        dict(nan="drop", stride=2),
+    ],
+)
+def test_starts_written_run_by_run_are_the_vectorised_starts(root, kw, monkeypatch):
+    ds = dw.WindowDataset(root, **{**KW, **kw})
+    plan = ds._plan(World())
+    units = piece_units(plan)
+    reader = ds.source.reader([u[0].partition for u in units], list(ds.spec.columns))
+    arena = reading.BufferArena(ds, plan, units)
+    parts = iter([p for unit in units for p in reading.read_unit(ds, unit, reader, arena)])
+    for group in plan.buffers:
+        mine = [next(parts) for _ in group]
+        starts = {}
+        for name, ramp in (("vectorised", 10**18), ("runs", 1)):
+            monkeypatch.setattr(buffer_module, "_RAMP_WINDOWS", ramp)
+            starts[name] = Buffer(mine, group, ds.grid, ds.row_offsets, ds.spec).starts
+        assert starts["runs"].dtype == starts["vectorised"].dtype
+        assert np.array_equal(starts["runs"], starts["vectorised"])
 
 
 @settings(max_examples=300, deadline=None)
@@ -231,3 +284,137 @@ def test_parquet_read_ranges_is_read_rows_range_by_range(root):
             for (a, b), columns in zip(ranges, got):
                 want = ds.source.read_rows(index, ["f0", "y"], a, b)
                 assert all(np.array_equal(columns[c], want[c]) for c in ("f0", "y"))
+
+
+def _whole_reads(monkeypatch):
+    """Read every unit whole (``read_ranges``), as before pieces were read a row group at a time."""
+    from dask_windows.sources.parquet_rows import ParquetRows
+
+    monkeypatch.setattr(ParquetRows, "read_ranges_chunks", lambda self, index, columns, ranges: None)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(layout="NLC", stride=3, pieces_per_partition=5),
+        dict(series=None, pieces_per_partition=60, partition_bytes=1),  # partitions cut at row groups, halos
+        dict(nan="drop", normalize={"mean": [1.0, -2.0], "std": [3.0, 0.5]}),
+    ],
+)
+@pytest.mark.parametrize("chunk_bytes", [1, 600])  # each row group alone; several read together
+def test_reading_a_row_group_at_a_time_yields_what_whole_reads_yield(tmp_path, monkeypatch, kw, chunk_bytes):
+    """Row group by row group, decoded into the buffer as they come: the same bits as one read per unit,
+    also where a column converts by what a row group holds (integers with nulls in one row group only)."""
+    from dask_windows.sources import parquet_rows
+
+    monkeypatch.setattr(parquet_rows, "CHUNK_BYTES", chunk_bytes)
+    rng = np.random.default_rng(5)
+    frames = []
+    for i in range(3):
+        n = 90 + 17 * i
+        f1 = pd.array(rng.integers(-(2**62), 2**62, n), dtype="Int64")  # beyond float64's exact integers
+        if i == 1:
+            f1[40] = pd.NA  # in one row group of one file: the whole read makes it all float64
+            f1[5] = 2**60 + 2**36 + 1  # to float32 through float64: a tie, rounded to even; directly: up
+        y = rng.standard_normal(n)
+        y[n // 2] = 3.0e39 if kw.get("nan") == "drop" else y[n // 2]  # beyond float32: a bad row
+        frames.append(
+            pd.DataFrame(
+                {"sid": np.repeat(np.arange(3), [n // 3, n // 3, n - 2 * (n // 3)]) + 10 * i,
+                 "f0": rng.standard_normal(n).astype(np.float32), "f1": f1, "y": y}
+            )
+        )  # fmt: skip
+    write_parquet(frames, str(tmp_path), row_group_size=16)
+    settings = {**KW, "nan": "drop", **kw}
+    chunked = collect(dw.WindowDataset(str(tmp_path), **settings))
+    _whole_reads(monkeypatch)
+    whole = collect(dw.WindowDataset(str(tmp_path), **settings))
+    assert len(chunked) == len(whole) > 0
+    assert all(np.array_equal(a, b) for p, q in zip(chunked, whole) for a, b in zip(p, q))  # bit for bit
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 200, 1 << 24])
+def test_row_group_reads_are_the_rows_read_ranges_returns(root, monkeypatch, chunk_bytes):
+    from dask_windows.sources import parquet_rows
+
+    monkeypatch.setattr(parquet_rows, "CHUNK_BYTES", chunk_bytes)
+    ds = dw.WindowDataset(root, **KW)
+    source = ds.source
+    cols = list(ds.spec.columns)
+    for index in range(len(source.partitions)):
+        rows = source.readable_rows(index)
+        for ranges in ([(0, rows)], [(1, 5), (9, 30), (31, rows)], [(rows - 3, rows)]):
+            whole = source.read_ranges(index, cols, ranges)
+            got: list[list[np.ndarray]] = [[] for _ in ranges]
+            at = [0] * len(ranges)
+            for i, row, columns in source.read_ranges_chunks(index, cols, ranges):
+                assert row == at[i]  # each range's rows in order, none twice
+                at[i] += len(columns["f0"])
+                got[i].append(columns)
+            for piece, chunks in zip(whole, got):
+                for col in cols:
+                    assert np.array_equal(np.concatenate([c[col] for c in chunks]), piece[col])
+        assert source.read_ranges_chunks(index, cols, [(0, rows + 1)]) is None  # clipped: read whole
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [dict(), dict(stride=3, pieces_per_partition=5, layout="NLC"), dict(series=None, buffer_partitions=3)],
+)
+def test_starts_listed_before_the_reads_are_those_buffer_lists(root, kw):
+    """The builder lists a buffer's starts while its pieces are read (``BufferArena.planned_starts``);
+    ``Buffer`` takes them only where the parts landed where planned."""
+    ds = dw.WindowDataset(root, **{**KW, **kw})
+    plan = ds._plan(World())
+    units = piece_units(plan)
+    reader = ds.source.reader([u[0].partition for u in units], list(ds.spec.columns))
+    arena = reading.BufferArena(ds, plan, units)
+    parts = iter([p for unit in units for p in reading.read_unit(ds, unit, reader, arena)])
+    for b, group in enumerate(plan.buffers):
+        planned = reading.BufferArena(ds, plan, units).planned_starts(b)  # from the plan alone
+        mine = [next(parts) for _ in group]
+        listed = Buffer(mine, group, ds.grid, ds.row_offsets, ds.spec)
+        used = Buffer(mine, group, ds.grid, ds.row_offsets, ds.spec, planned=planned)
+        assert used.starts is planned.starts
+        assert used.starts.dtype == listed.starts.dtype and np.array_equal(used.starts, listed.starts)
+        if len(group) > 1 and mine[0] is not mine[-1]:  # parts out of their planned places: listed again
+            k = next(i for i, p in enumerate(mine) if p is not mine[0])
+            swapped = Buffer(
+                mine[k:] + mine[:k], group[k:] + group[:k], ds.grid, ds.row_offsets, ds.spec, None, planned
+            )
+            assert swapped.starts is not planned.starts
+            assert np.array_equal(
+                np.sort(swapped.global_rows(swapped.starts)), np.sort(listed.global_rows(listed.starts))
+            )
+
+
+def test_the_first_buffer_is_mapped_in_small_pages_and_the_others_by_numpy(root, monkeypatch):
+    import mmap
+
+    def mapped(a) -> bool:
+        while isinstance(a, np.ndarray):
+            a = a.base
+        return isinstance(a.obj if isinstance(a, memoryview) else a, mmap.mmap)
+
+    monkeypatch.setattr(
+        reading,
+        "small_pages",
+        lambda shape, dtype: np.frombuffer(
+            mmap.mmap(-1, max(int(np.prod(shape)) * np.dtype(dtype).itemsize, 1)), dtype
+        )[: int(np.prod(shape))].reshape(shape),
+    )  # fmt: skip  (as small_pages, whatever the size)
+    ds = dw.WindowDataset(root, **{**KW, "buffer_partitions": 1})
+    plan = ds._plan(World())
+    units = piece_units(plan)
+    assert len(plan.buffers) > 1
+    arena = reading.BufferArena(ds, plan, units)
+    first, later = arena.place(arena.members[0][0]), arena.place(arena.members[1][0])
+    assert mapped(first[0]) and mapped(first[1])
+    assert not mapped(later[0]) and not mapped(later[1])
+    assert mapped(arena.planned_starts(0).starts) and not mapped(arena.planned_starts(1).starts)
+    monkeypatch.undo()
+    x = reading.small_pages((3, 1 << 20), np.float32)  # 12 MiB: mapped
+    assert mapped(x) and not mapped(reading.small_pages((3, 100), np.float32))
+    assert x.shape == (3, 1 << 20) and x.dtype == np.float32 and x.flags.writeable and x.flags.c_contiguous
+    assert reading.small_pages(7, np.int32).shape == (7,)

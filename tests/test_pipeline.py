@@ -168,3 +168,48 @@ def test_no_thread_left_after_break_exhaustion_or_garbage_collection(root):
         break
     gc.collect()
     assert not loader_threads()
+
+
+def test_the_first_buffers_partitions_are_read_at_once(root, monkeypatch):
+    """Reads of two partitions of the first buffer overlap: each one's first row group waits for the
+    other's to start (a serial reader would break the barrier and fail the pass)."""
+    from dask_windows.sources.parquet import ParquetSource
+
+    both = threading.Barrier(2, timeout=60)
+    seen: set[int] = set()
+    lock = threading.Lock()
+    read = ParquetSource._read_groups
+
+    def waiting_read(self, index, row_groups, columns):
+        with lock:
+            first = index not in seen and len(seen) < 2
+            seen.add(index)
+        if first:
+            both.wait()
+        return read(self, index, row_groups, columns)
+
+    ds = make(root)  # defaults: a buffer of two partitions' worth of pieces, two reader threads
+    monkeypatch.setattr(ParquetSource, "_read_groups", waiting_read)  # the pass's reads, not the opening's
+    got = epoch(ds)
+    assert not both.broken and len(seen) == 4
+    monkeypatch.setattr(ParquetSource, "_read_groups", read)
+    assert all(np.array_equal(a, b) for p, q in zip(got, epoch(make(root))) for a, b in zip(p, q))
+
+
+def test_an_iterator_left_open_at_exit_ends_quietly(root):
+    """``next(iter(ds))`` at the end of a script: the pass is closed while the interpreter exits."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import dask_windows as dw\n"
+        f"ds = dw.WindowDataset({root!r}, features=['f0', 'f1'], series='sid', window=6, batch_size=64)\n"
+        "it = iter(ds)\n"
+        "x = next(it)\n"
+        "print(tuple(x.shape))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "(64, 2, 6)", out.stderr[-2000:]
+    assert "Exception ignored" not in out.stderr and "Traceback" not in out.stderr, out.stderr[-2000:]

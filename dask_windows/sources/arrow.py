@@ -40,7 +40,7 @@ from dask_windows.errors import ConfigError
 from dask_windows.sources.base import DEFAULT_PARTITION_BYTES, DEFAULT_PARTITION_ROWS, Partition, Source
 from dask_windows.windows import find_runs
 
-__all__ = ["ArrowSource", "arrow_table", "is_arrow_like", "memory_mapped"]
+__all__ = ["ArrowSource", "arrow_table", "is_arrow_like", "memory_mapped", "numpy_column"]
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,32 @@ def _column_numpy(column: Any) -> np.ndarray:
 
     if pa.types.is_dictionary(column.type):
         column = column.cast(column.type.value_type)
-    return np.asarray(column.to_numpy())
+    return numpy_column(column)
+
+
+def numpy_column(column: Any) -> np.ndarray:
+    """A (chunked) Arrow column as a 1-D numpy array, as ``to_numpy()`` gives it, for numbers without pandas.
+
+    pyarrow's ``to_numpy`` runs its pandas converter, whose first call in a process imports pandas
+    (0.3-1 s on two cores, paid by the first read of a pass: on the way to the first batch). An
+    integer or floating column without nulls is one fixed-width buffer per chunk: viewed as it is
+    (one chunk, no copy, read-only like ``to_numpy``'s view) or joined (several chunks, one copy,
+    as ``to_numpy`` does). Anything else (nulls, booleans, dictionaries, dates...) takes ``to_numpy``.
+    """
+    import pyarrow as pa
+
+    kind = column.type
+    signed = pa.types.is_signed_integer(kind) or pa.types.is_floating(kind)
+    if not (signed or pa.types.is_unsigned_integer(kind)) or column.null_count:
+        return np.asarray(column.to_numpy(zero_copy_only=False))
+    dtype = np.dtype(f"{'f' if pa.types.is_floating(kind) else 'i' if signed else 'u'}{kind.bit_width // 8}")
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    views = [
+        np.frombuffer(c.buffers()[1], dtype, count=len(c), offset=c.offset * dtype.itemsize) for c in chunks if len(c)
+    ]
+    if len(views) == 1:
+        return views[0]
+    return np.concatenate(views) if views else np.empty(0, dtype)
 
 
 class _MappedTable:

@@ -49,6 +49,7 @@ from dask_windows.faults import (
     error_text,
     failure_message,
 )
+from dask_windows.sources.arrow import numpy_column
 from dask_windows.sources.base import DEFAULT_PARTITION_BYTES, Partition, Source
 from dask_windows.sources.cache import split_merged
 from dask_windows.sources.footers import (
@@ -359,7 +360,7 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
                 f"{part.name} holds {table.num_rows} rows but its footer said {expected} when the dataset "
                 "was opened; the file changed underneath the dataset; open the dataset again"
             )
-        return {col: table.column(col).to_numpy() for col in columns}
+        return {col: numpy_column(table.column(col)) for col in columns}  # no pandas import (arrow.numpy_column)
 
 
 def _pack_runs(runs: tuple) -> Any:

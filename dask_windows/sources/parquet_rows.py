@@ -6,20 +6,28 @@ rows past its end inside its file (its halo, see ``set_window``);
 ``read_rows`` and ``read_ranges`` read only the row groups covering the rows
 asked for (``read_ranges``: several ranges in one read, one coalesced request
 on an object store), and ``_halo_runs`` joins a partition's runs with its halo's.
+``read_ranges_chunks`` reads the same rows of a local file a row group at a
+time (small row groups together, about ``CHUNK_BYTES`` a read), for a caller
+that decodes each as it comes: one read's Arrow buffers in memory instead of
+the partition's (reused from one read to the next, where a whole partition's
+fresh buffers cost page faults and kernel time).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dask_windows.errors import SourceReadError
 from dask_windows.sources.base import Partition
 from dask_windows.sources.footers import Footer
 from dask_windows.windows import find_runs, join_runs
 
-__all__ = ["ParquetRows"]
+__all__ = ["CHUNK_BYTES", "ParquetRows"]
+
+CHUNK_BYTES = 16 << 20  # about what one read of ``read_ranges_chunks`` decodes: row groups smaller are read together
 
 
 class ParquetRows:
@@ -80,6 +88,57 @@ class ParquetRows:
         a = (at[g0] + first + lo - bounds[g0]).tolist()
         b = (np.asarray(a, np.int64) + hi - lo).tolist()
         return [{col: values[i:j] for col, values in data.items()} for i, j in zip(a, b)]
+
+    def read_ranges_chunks(
+        self, index: int, columns: Sequence, ranges: Sequence[tuple[int, int]]
+    ) -> Iterator[tuple[int, int, dict]] | None:
+        """``read_ranges`` a row group at a time (``CHUNK_BYTES``), for local files; ``None`` where not.
+
+        Yields ``(range, row, columns)``: rows ``row ..`` of range number ``range``, in file order,
+        together exactly the rows ``read_ranges`` returns. Remote files (one coalesced request is
+        what counts there) and ranges clipped at the readable rows return ``None``: read them with
+        ``read_ranges``. The column arrays of one read are what ``read_ranges`` slices from the
+        whole read, with one difference a caller must handle: a column that ``to_numpy`` converts
+        by what the rows hold (integers with nulls become float64) may change dtype between
+        reads, where the whole read has one dtype.
+        """
+        if not getattr(self, "local", False):
+            return None
+        bounds, first, readable = self._file_rows(index)
+        asked = np.asarray(ranges, np.int64).reshape(-1, 2)  # (n, 2) partition rows of each range
+        if len(asked) == 0 or (asked[:, 0] < 0).any() or (asked[:, 1] > readable).any():
+            return None
+        if (asked[:, 1] <= asked[:, 0]).any():  # an empty range: the whole read handles it
+            return None
+        return self._chunks(index, list(columns), asked + first, bounds)
+
+    def _chunks(
+        self, index: int, columns: list, asked: np.ndarray, bounds: np.ndarray
+    ) -> Iterator[tuple[int, int, dict]]:
+        g0 = np.searchsorted(bounds, asked[:, 0], side="right") - 1  # (n,) first row group of each range
+        g1 = np.searchsorted(bounds, asked[:, 1], side="left")  # (n,) one past its last
+        needed = sorted({int(g) for a, b in zip(g0.tolist(), g1.tolist()) for g in range(a, b)})
+        target = max(1, CHUNK_BYTES // (4 * max(len(columns), 1)))  # rows of one read, at 4 bytes a value
+        reads: list[list[int]] = []  # consecutive row groups read together, about ``target`` rows each
+        for g in needed:
+            if reads and reads[-1][-1] == g - 1 and bounds[g] - bounds[reads[-1][0]] < target:
+                reads[-1].append(g)
+            else:
+                reads.append([g])
+        for groups in reads:
+            data = self._read_groups(index, tuple(groups), columns)
+            lo, hi = int(bounds[groups[0]]), int(bounds[groups[-1] + 1])  # file rows of this read
+            if any(len(v) != hi - lo for v in data.values()):
+                raise SourceReadError(
+                    f"{self.partitions[index].name}: row groups {groups[0]}-{groups[-1]} hold other than the "
+                    f"{hi - lo} rows the footer said when the dataset was opened; the file changed underneath "
+                    "the dataset; open the dataset again"
+                )
+            a = np.maximum(asked[:, 0], lo)  # (n,) each range's rows in this read
+            b = np.minimum(asked[:, 1], hi)
+            for i in np.flatnonzero(b > a).tolist():
+                r0, r1 = int(a[i]) - lo, int(b[i]) - lo
+                yield i, int(a[i] - asked[i, 0]), {col: values[r0:r1] for col, values in data.items()}
 
     def _halo_runs(self, index: int, series: Any, runs: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``runs`` of the partition's own rows joined with the runs of its halo rows."""
