@@ -27,7 +27,7 @@ The trade-off: the gather stays on this process's thread, so workers help when
 reading/decoding is the bottleneck (compressed files, object stores) and at
 best keep up at stride 1 from the page cache. Each pass reads its first
 buffer here (reader threads, as with ``read_workers=0``) while the pool starts
-or warms, so the first batch is not later; later buffers go to the workers,
+or warms, so the first batch does not wait for them; later buffers go to the workers,
 ``read_workers`` buffers ahead, so memory holds up to ``read_workers + 2``
 buffers (docs/memory.md). Workers start by ``forkserver`` (forking a process
 that runs pyarrow or fsspec threads can deadlock), so a script needs the
