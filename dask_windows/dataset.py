@@ -352,6 +352,15 @@ class WindowDataset(IterableDataset):
         """
         self.epoch = self._resumer.load(state, self._fingerprint(), self._resolve_ranks()[1], elastic=True)
 
+    def close(self) -> None:
+        """Stop this dataset's ``read_workers`` processes, if any (the next pass starts them again).
+
+        They are also stopped when the dataset is garbage collected and at exit.
+        """
+        from dask_windows.readpool import close_pool
+
+        close_pool(self)
+
     def split(
         self, valid: float | None = None, *, at: Any = None, time: Any = None, embargo: int = 0
     ) -> tuple[WindowDataset, WindowDataset]:

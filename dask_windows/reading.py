@@ -9,7 +9,6 @@ decode one partition's pieces, recording unreadable ones with
 
 from __future__ import annotations
 
-import functools
 import mmap
 import threading
 import warnings
@@ -32,11 +31,10 @@ from dask_windows.buffer import (
     unit_rows,
 )
 from dask_windows.errors import SourceReadError
-from dask_windows.faults import SkippedPartition, record_skip, skip_allowed
+from dask_windows.faults import record_skip, skip_allowed
 from dask_windows.pipeline import stream
 from dask_windows.plan import plan_reader
 from dask_windows.prefetch import Prefetcher
-from dask_windows.readpool import ReadPool
 from dask_windows.sources import PartitionReader
 from dask_windows.world import World
 
@@ -64,12 +62,16 @@ def batches(ds: WindowDataset, plan: Any, progress: Any = None) -> Iterator[Any]
     # Read ahead about prefetch_partitions partitions' worth of pieces.
     ahead = ds.spec.prefetch_partitions * ds.spec.pieces_per_partition * len(units)
     depth = -(-ahead // max(len(plan.segments), 1))
-    reader: Prefetcher | _PoolParts
+    reader: Any
     background = False  # buffers built on a builder thread (see pipeline)
     arena: BufferArena | None = None
-    if pool_workers(ds):
-        pool = ReadPool(functools.partial(_read_in_pool, ds), units, pool_workers(ds), max(depth, 1))
-        reader = _PoolParts(pool, ds.skipped)
+    workers = pool_workers(ds)
+    if workers:  # whole buffers read by the read workers, the first one here (see readpool)
+        from dask_windows.readpool import BufferReads, pool_for
+
+        arena = BufferArena(ds, plan, units)
+        reader = BufferReads(ds, pool_for(ds, workers), arena, source_reader, workers)
+        background = True
     else:
         arena = BufferArena(ds, plan, units)  # the reader threads decode a buffer's units into one array
         threads = READ_THREADS if ds.source.reads_in_processes else 1  # file/object-store reads release the GIL
@@ -215,8 +217,9 @@ class BufferArena:
     and a buffer with a skipped unit is joined as before (``Buffer`` checks that its parts tile).
     """
 
-    def __init__(self, ds: WindowDataset, plan: Any, units: list[tuple]) -> None:
+    def __init__(self, ds: WindowDataset, plan: Any, units: list[tuple], alloc: Any = np.empty) -> None:
         self.ds = ds
+        self.alloc = alloc  # (shape, dtype) -> array: shared memory in a read worker (readpool)
         self.buffer_of: dict[tuple, int] = {}  # unit -> its buffer's number
         self.members: list[list[tuple]] = []  # units of each buffer, in reading order
         k = 0
@@ -251,6 +254,7 @@ class BufferArena:
                 spec = self.ds.spec
                 c = len(spec.features)
                 empty = small_pages if g == 0 else np.empty  # the first buffer: on the way to the first batch
+                empty = empty if self.alloc is np.empty else self.alloc  # shared memory in a read worker
                 x = empty((c, at) if spec.layout == "NCL" else (at, c), np.float32)
                 y = empty((len(spec.targets), at), self.ds._y_dtype) if spec.targets else None
                 arrays = (x, y)
@@ -295,29 +299,3 @@ class BufferArena:
             self._released = max(self._released, buffer)
             for old in [b for b in self._buffers if b <= buffer]:
                 del self._buffers[old]
-
-
-def _read_in_pool(ds: WindowDataset, unit: tuple) -> tuple[list[Part | None], list[SkippedPartition]]:
-    """Read and decode one partition's pieces in a ReadPool worker; its skip records travel back."""
-    before = len(ds.skipped)
-    parts = read_unit(ds, unit, PartitionReader(ds.source, [unit[0].partition], list(ds.spec.columns)))
-    return parts, ds.skipped[before:]
-
-
-class _PoolParts:
-    """A ReadPool's decoded pieces, with the workers' skip records added to this dataset's."""
-
-    def __init__(self, pool: ReadPool, skipped: list) -> None:
-        self.pool = pool
-        self.skipped = skipped
-
-    def __iter__(self) -> Iterator[list[Part | None]]:
-        return self
-
-    def __next__(self) -> list[Part | None]:
-        parts, records = next(self.pool)
-        self.skipped.extend(records)
-        return parts
-
-    def close(self) -> None:
-        self.pool.close()

@@ -1,195 +1,470 @@
-"""Reading and decoding in worker processes while this process gathers batches.
+"""Reading and decoding in worker processes while this process gathers batches (``read_workers``).
 
-``ReadPool(read, keys, num_workers, depth)`` is a drop-in for ``Prefetcher``
-(iterate the results of ``read(key)`` in key order, ``close()``) that runs
-``read`` in ``num_workers`` processes. Each result travels back once, as
-tensors in shared memory (torch's own tensor sharing: a segment is unlinked
-as soon as both sides hold it, so nothing outlives a crash), and the batches
-are then gathered here from those arrays.
+``ReadPool(read, num_workers)`` starts ``num_workers`` processes once; each
+receives ``read`` (the dataset) once, then runs ``read(key)`` for every key
+submitted to it and sends the result back. ``BufferReads`` is what a pass over
+a ``WindowDataset`` reads from: a whole buffer per task, decoded by one worker (its
+units on two reader threads) into one array of the buffer's rows, so the hand-off is one array per
+buffer (tens of MB, once) and the builder has nothing to join.
 
 Why not the usual ``DataLoader(ds, num_workers=W)``: there every worker
-gathers its own batches and torch copies each batch into a new shared-memory
-segment and passes its file descriptor, per batch. For windows, where the
-gather is a memcpy-speed operation, that per-batch hand-off costs more than
-the gather itself (0.15M windows/s with workers against 1M without, B=256
-L=512 C=4). Handing over one decoded partition instead (tens of MB, once)
-amortises the hand-off, and the workers take what is worth moving off this
-process: reading, decompressing, decoding, checking.
+gathers its own batches and each batch crosses to this process (a copy per
+batch, see ``slots``). For windows, where the gather is a memcpy-speed
+operation, moving decoded rows once and gathering here costs less.
 
-The trade-off: the gather stays on one core of this process, so the pool
-helps when reading/decoding is the bottleneck (zstd files, object stores,
-many columns), not at stride 1 from the page cache, where the gather
-dominates and ``num_workers=0`` is as fast. Workers start with
-``multiprocessing_context`` (``"forkserver"`` by default: forking a process
-that already runs pyarrow or fsspec threads can deadlock), whose server
-process imports torch, pyarrow and the loader once; later pools fork from it
-in milliseconds.
+Sharing (``handoff``): a worker decodes into arrays allocated in shared
+memory and sends their file descriptors inside the result message, so nothing
+is ever named in ``/dev/shm`` and no byte is copied for the hand-off in the
+worker; each object of a result travels once.
+
+Lifetime: one pool per dataset object, started lazily by its first pass with
+``read_workers`` and kept for later passes, epochs and concurrent iterators
+(tasks are independent tickets); closed by ``WindowDataset.close()``, when the
+dataset is collected, or at exit. A dead worker fails the tasks it held with a
+``RuntimeError`` naming it (never a hang); the next pass starts a new pool.
+
+The trade-off: the gather stays on this process's thread, so workers help when
+reading/decoding is the bottleneck (compressed files, object stores) and at
+best keep up at stride 1 from the page cache. Each pass reads its first
+buffer here (reader threads, as with ``read_workers=0``) while the pool starts
+or warms, so the first batch does not wait for them; later buffers go to the workers,
+``read_workers`` buffers ahead, so memory holds up to ``read_workers + 2``
+buffers (docs/memory.md). Workers start by ``forkserver`` (forking a process
+that runs pyarrow or fsspec threads can deadlock), so a script needs the
+``if __name__ == "__main__":`` guard; each runs one torch and one Arrow thread.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import atexit
+import itertools
 import multiprocessing
-from collections.abc import Callable, Iterator, Sequence
+import os
+import pickle
+import signal
+import socket
+import threading
+import warnings
+import weakref
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection, wait
+from types import SimpleNamespace
 from typing import Any
 
-import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
 
-__all__ = ["ReadPool"]
+from dask_windows.faults import SkippedPartitionWarning
+from dask_windows.handoff import pack, recv, release, send, shared_empty, unpack
+from dask_windows.prefetch import PrefetchClosed, Prefetcher
+from dask_windows.reading import READ_THREADS, BufferArena, read_unit
+from dask_windows.sources import PartitionReader
 
-_MIN_SHARED_BYTES = 1 << 16  # smaller arrays are pickled inline
-_PRELOAD = ["numpy", "pyarrow.parquet", "torch", "dask_windows.dataset"]
+__all__ = ["BufferReads", "ReadPool", "close_pool", "pool_for"]
 
-
-def _to_shared(value: Any) -> Any:
-    """Replace large numpy arrays in ``value`` (a dataclass, tuple, list or dict) with tensors."""
-    if isinstance(value, np.ndarray):
-        if value.nbytes >= _MIN_SHARED_BYTES and value.dtype.kind in "biuf" and value.dtype.isnative:
-            return _Shared(torch.from_numpy(np.ascontiguousarray(value)), value.shape)
-        return value
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {f.name: _to_shared(getattr(value, f.name)) for f in dataclasses.fields(value)}
-        return _Packed(type(value), fields)
-    if isinstance(value, (tuple, list)):
-        return type(value)(_to_shared(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _to_shared(v) for k, v in value.items()}
-    return value
+_PRELOAD = ["numpy", "pyarrow.parquet", "torch", "dask_windows.dataset", "dask_windows.readpool"]
 
 
-def _from_shared(value: Any) -> Any:
-    """Undo ``_to_shared``: numpy views of the received tensors (no copy)."""
-    if isinstance(value, _Shared):
-        return value.tensor.numpy().reshape(value.shape)
-    if isinstance(value, _Packed):
-        return value.cls(**{k: _from_shared(v) for k, v in value.fields.items()})
-    if isinstance(value, (tuple, list)):
-        return type(value)(_from_shared(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _from_shared(v) for k, v in value.items()}
-    return value
+# -- the pool ---------------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass
-class _Shared:
-    """A numpy array travelling as a tensor (torch shares its storage, not its bytes)."""
+def _work(blob: bytes, tasks: Connection, results: socket.socket) -> None:
+    """A worker's loop: ``(ticket, key)`` in, ``(ticket, ok, value)`` out, until ``None`` or EOF."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the training process, which closes us
+    read = pickle.loads(blob)
+    torch.set_num_threads(1)
+    try:
+        import pyarrow
 
-    tensor: torch.Tensor
-    shape: tuple
-
-
-@dataclasses.dataclass
-class _Packed:
-    """A dataclass instance whose fields travel separately (so tensors inside are shared)."""
-
-    cls: type
-    fields: dict
-
-
-class _Keys(Dataset):
-    """``read(keys[i])`` as a map-style dataset, results packed for sharing."""
-
-    def __init__(self, read: Callable[[Any], Any], keys: Sequence[Any]) -> None:
-        self.read = read
-        self.keys = list(keys)
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    def __getitem__(self, i: int) -> Any:
+        pyarrow.set_cpu_count(1)
+    except ImportError:  # pragma: no cover - pyarrow is a dependency
+        pass
+    send(results, (None, True, os.getpid()), [])  # ready
+    while True:
         try:
-            return _to_shared(self.read(self.keys[i]))
-        except Exception as exc:  # re-raised as itself in the consumer, not as torch's wrapper
-            return _Raised(exc)
+            task = tasks.recv()
+        except EOFError:
+            return
+        if task is None:
+            return
+        ticket, key = task
+        fds: list[int] = []
+        try:
+            try:
+                message = (ticket, True, pack(read(key), {}, fds))
+            except Exception as exc:  # re-raised as itself in the consumer
+                message, fds = (ticket, False, exc), []
+            try:
+                send(results, message, fds)
+            except (pickle.PicklingError, TypeError, AttributeError, ValueError) as exc:  # its text travels
+                send(results, (ticket, False, RuntimeError(f"{type(exc).__name__}: {exc}")), [])
+        finally:
+            release()  # this process's references end here; the message holds the memory
 
 
-@dataclasses.dataclass
-class _Raised:
-    """An exception of ``read``, carried back so the consumer sees its own type and message."""
+class _Ticket:
+    """One submitted key: its result, or the exception to raise, once ``done``."""
 
-    exc: Exception
+    __slots__ = ("done", "error", "value", "worker")
 
-
-def _identity(item: Any) -> Any:
-    return item
+    def __init__(self, worker: int) -> None:
+        self.worker = worker
+        self.done = False
+        self.value: Any = None
+        self.error: BaseException | None = None
 
 
 class ReadPool:
-    """Iterate ``read(key)`` for ``keys`` in order, computed in worker processes.
+    """``num_workers`` processes running ``read(key)`` for submitted keys; results shared as tensors.
 
     Args:
-        read: A picklable callable (it is sent to every worker once).
-        keys: What to read, in order.
+        read: A picklable callable, sent to each worker once when it starts.
         num_workers: Worker processes (>= 1).
-        depth: Results read ahead of the consumer in all, at least one per worker.
         multiprocessing_context: How workers start (``"forkserver"``, ``"spawn"`` or ``"fork"``).
-        timeout: Seconds to wait for one result before raising (0: no limit).
     """
 
     def __init__(
-        self,
-        read: Callable[[Any], Any],
-        keys: Sequence[Any],
-        num_workers: int,
-        depth: int = 2,
-        multiprocessing_context: str | None = "forkserver",
-        timeout: float = 0,
+        self, read: Callable[[Any], Any], num_workers: int, multiprocessing_context: str | None = "forkserver"
     ) -> None:
         if num_workers < 1:
             raise ValueError(f"num_workers={num_workers} must be >= 1 for a ReadPool; use Prefetcher for 0")
-        self._keys = list(keys)
-        workers = max(1, min(num_workers, len(self._keys)))
         context = multiprocessing.get_context(multiprocessing_context)
         if multiprocessing_context == "forkserver":
-            # The server imports these once; every later worker is forked from it ready to read.
-            context.set_forkserver_preload(_PRELOAD)
-        self._loader = DataLoader(
-            _Keys(read, self._keys),
-            batch_size=None,
-            num_workers=workers,
-            collate_fn=_identity,
-            prefetch_factor=max(1, -(-max(depth, workers) // workers)),
-            multiprocessing_context=context,
-            timeout=timeout,
+            context.set_forkserver_preload(_PRELOAD)  # imported once by the server, forked ready
+        self.pid = os.getpid()
+        self.changed = threading.Condition()  # tickets done, workers ready or gone
+        self.workers_ready: set[int] = set()
+        self.broken: str | None = None
+        self._tickets: dict[int, _Ticket] = {}
+        self._numbers = itertools.count()
+        self.submitted = 0  # keys submitted in all
+        self._load = [0] * num_workers  # tickets in flight per worker
+        pipes = [(*context.Pipe(duplex=False), *socket.socketpair()) for _ in range(num_workers)]
+        self._tasks: list[Connection] = [task_w for _, task_w, _, _ in pipes]
+        self._results: list[socket.socket] = [result_r for _, _, result_r, _ in pipes]
+        self.processes: list[Any] = [None] * num_workers
+        # Started on a thread: the first start waits for the forkserver to import torch and pyarrow
+        # (seconds), while this process reads its first buffer itself.
+        # ``read`` travels pickled: neither the thread nor the Process objects keep the dataset alive.
+        blob = pickle.dumps(read, protocol=pickle.HIGHEST_PROTOCOL)
+        self._thread = threading.Thread(
+            target=self._run, args=(context, blob, pipes), name="dask-windows-readpool", daemon=True
         )
-        self._it: Iterator[Any] | None = iter(self._loader) if self._keys else None
-        self._taken = 0
+        self._thread.start()
 
-    def __iter__(self) -> Iterator[Any]:
-        return self
+    @property
+    def ready(self) -> bool:
+        """Whether a worker has started and waits for keys."""
+        return bool(self.workers_ready)
 
-    def __next__(self) -> Any:
-        if self._it is None or self._taken >= len(self._keys):
-            self.close()
-            raise StopIteration
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Block until every worker has started (or the pool broke); whether they all did."""
+        with self.changed:
+            self.changed.wait_for(lambda: len(self.workers_ready) == len(self._load) or self.broken, timeout)
+            return len(self.workers_ready) == len(self._load)
+
+    def submit(self, key: Any) -> int:
+        """Send ``key`` to the least busy started worker; returns its ticket for ``result``."""
+        with self.changed:
+            if self.broken:
+                raise RuntimeError(self.broken)
+            choice = sorted(self.workers_ready) or range(len(self._load))
+            worker = min(choice, key=self._load.__getitem__)
+            number = next(self._numbers)
+            self._tickets[number] = _Ticket(worker)
+            self._load[worker] += 1
+            self.submitted += 1
+            self._tasks[worker].send((number, key))
+        return number
+
+    def result(self, number: int, cancelled: threading.Event | None = None) -> Any:
+        """Wait for ticket ``number``; its value, or its exception raised here.
+
+        Raises:
+            PrefetchClosed: ``cancelled`` was set while waiting (see ``wake``).
+            RuntimeError: The worker holding the ticket died, or the pool was closed.
+        """
+        with self.changed:
+            ticket = self._tickets[number]
+            while not ticket.done and not (cancelled is not None and cancelled.is_set()):
+                self.changed.wait()
+            if not ticket.done:
+                raise PrefetchClosed("the read was cancelled while waiting for a read worker")
+            del self._tickets[number]
+        if ticket.error is not None:
+            raise ticket.error
+        payload, fds = ticket.value
         try:
-            item = next(self._it)
-        except BaseException:
-            self.close()
-            raise
-        self._taken += 1
-        if isinstance(item, _Raised):
-            self.close()
-            raise item.exc
-        return _from_shared(item)
+            return unpack(payload, {}, fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
 
-    def close(self) -> None:
-        """Stop the workers (idempotent); results not yet taken are dropped."""
-        it, self._it = self._it, None
-        shutdown = getattr(it, "_shutdown_workers", None)
-        if shutdown is not None:
-            shutdown()
+    def discard(self, number: int) -> None:
+        """Forget a ticket whose result is no longer wanted (dropped now, or when it arrives)."""
+        with self.changed:
+            ticket = self._tickets.get(number)
+            if ticket is not None and ticket.done:
+                del self._tickets[number]
+                for fd in ticket.value[1] if ticket.value is not None else ():
+                    os.close(fd)
+            elif ticket is not None:
+                ticket.value = _DISCARD
+
+    def wake(self) -> None:
+        """Wake every ``result`` waiting, so that those whose ``cancelled`` is set return."""
+        with self.changed:
+            self.changed.notify_all()
+
+    def _run(self, context: Any, blob: bytes, pipes: list[tuple]) -> None:
+        """The pool's thread: start the workers, then receive results and deaths until all are gone."""
+        live: dict[int, socket.socket] = {}
+        for i, (task_r, _, result_r, result_w) in enumerate(pipes):
+            with self.changed:
+                if self.broken:
+                    break
+            proc = context.Process(
+                target=_work, args=(blob, task_r, result_w), name=f"dask-windows-read-{i}", daemon=True
+            )
+            try:
+                proc.start()
+            except Exception as exc:  # the dataset could not be sent, or no process could start
+                with self.changed:
+                    self.broken = self.broken or f"read workers could not start: {type(exc).__name__}: {exc}"
+                    self._fail(lambda ticket: True)
+                break
+            finally:
+                task_r.close()
+                result_w.close()
+            with self.changed:
+                self.processes[i] = proc
+            live[i] = result_r
+        del pipes
+        owner = {sock.fileno(): i for i, sock in live.items()}
+        sentinels = {proc.sentinel: i for i, proc in enumerate(self.processes) if proc is not None}
+        while live:
+            for ready in wait([*live.values(), *(s for s, i in sentinels.items() if i in live)]):
+                i = sentinels[ready] if isinstance(ready, int) else owner[ready.fileno()]  # type: ignore[union-attr]
+                if i not in live:
+                    continue
+                sock = live[i]
+                if isinstance(ready, int):  # the process ended: what it sent is still read, then EOF
+                    del sentinels[ready]
+                    sock.settimeout(5)
+                try:
+                    (number, ok, value), fds = recv(sock)
+                except Exception:  # EOF, a torn message or a timeout after its death: the worker is gone
+                    del live[i]
+                    sock.close()
+                    self._gone(i)
+                    continue
+                with self.changed:
+                    if number is None:
+                        self.workers_ready.add(i)
+                        self.changed.notify_all()
+                        continue
+                    self._load[i] -= 1
+                    ticket = self._tickets.get(number)
+                    if ticket is None or ticket.value is _DISCARD:
+                        self._tickets.pop(number, None)
+                        for fd in fds:
+                            os.close(fd)
+                    else:
+                        ticket.done, ticket.value = True, (value, fds) if ok else None
+                        ticket.error = None if ok else value
+                    self.changed.notify_all()
+
+    def _fail(self, which: Callable[[_Ticket], bool]) -> None:
+        """Fail the pending tickets ``which`` selects with the pool's error (lock held)."""
+        for number, ticket in list(self._tickets.items()):
+            if which(ticket) and not ticket.done:
+                if ticket.value is _DISCARD:
+                    del self._tickets[number]
+                else:
+                    ticket.done, ticket.error = True, RuntimeError(self.broken)
+        self.changed.notify_all()
+
+    def _gone(self, i: int) -> None:
+        """Worker ``i`` exited: fail its tickets (and, unless the pool was closing, break the pool)."""
+        proc = self.processes[i]
+        proc.join(timeout=5)
+        with self.changed:
+            self.workers_ready.discard(i)
+            if not self.broken:
+                self.broken = (
+                    f"read worker {proc.name} (pid {proc.pid}) exited unexpectedly with code {proc.exitcode} "
+                    "(killed, out of memory, or crashed in native code); the next pass starts new read workers, "
+                    "or use read_workers=0 to read in this process"
+                )
+            self._fail(lambda ticket: ticket.worker == i)
 
     @property
     def alive(self) -> bool:
-        """Whether worker processes are running."""
-        it = self._it
-        return it is not None and any(w.is_alive() for w in getattr(it, "_workers", ()))
+        """Whether any worker process is running."""
+        return any(proc is not None and proc.is_alive() for proc in self.processes)
+
+    def close(self) -> None:
+        """Stop the workers and join them (idempotent); tickets not yet done fail."""
+        if os.getpid() != self.pid:  # a forked child holds a copy: the workers are not its own
+            return
+        with self.changed:
+            if self.broken is None:
+                self.broken = "the read workers were closed (WindowDataset.close() or exit)"
+            tasks, self._tasks = self._tasks, []
+            self._fail(lambda ticket: True)
+        for conn in tasks:
+            try:
+                conn.send(None)
+                conn.close()
+            except OSError:
+                pass
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=30)
+        for proc in self.processes:
+            if proc is not None:
+                proc.join(timeout=10)
+                if proc.is_alive():  # pragma: no cover - a read stuck in native code
+                    proc.kill()
+                    proc.join()
 
     def __del__(self) -> None:
         try:
             self.close()
         except Exception:  # pragma: no cover - interpreter shutdown
             pass
+
+
+_DISCARD = object()
+
+
+# -- one pool per dataset ----------------------------------------------------------------------------
+
+_POOLS: weakref.WeakKeyDictionary[Any, ReadPool] = weakref.WeakKeyDictionary()
+_POOLS_LOCK = threading.Lock()
+
+
+def pool_for(ds: Any, num_workers: int) -> ReadPool:
+    """The dataset's pool of ``num_workers`` read workers, started on first use (or after a failure)."""
+    with _POOLS_LOCK:
+        pool = _POOLS.get(ds)
+        if pool is not None and (pool.broken or len(pool.processes) != num_workers):
+            pool.close()
+            pool = None
+        if pool is None:
+            pool = ReadPool(_ReadBuffer(ds), num_workers)
+            _POOLS[ds] = pool
+            weakref.finalize(ds, pool.close)  # also runs at exit
+        return pool
+
+
+def close_pool(ds: Any) -> None:
+    """Stop the dataset's read workers, if any (the next pass starts new ones)."""
+    with _POOLS_LOCK:
+        pool = _POOLS.pop(ds, None)
+    if pool is not None:
+        pool.close()
+
+
+@atexit.register
+def _close_all() -> None:
+    for pool in list(_POOLS.values()):
+        pool.close()
+
+
+class _ReadBuffer:
+    """Worker side: read and decode a buffer's units into one shared array; skip records travel back."""
+
+    def __init__(self, ds: Any) -> None:
+        self.ds = ds
+
+    def __call__(self, units: list[tuple]) -> tuple[list[list[Any]], list[Any]]:
+        ds = self.ds
+        before = len(ds.skipped)
+        plan = SimpleNamespace(buffers=[tuple(seg for unit in units for seg in unit)])
+        arena = BufferArena(ds, plan, units, alloc=shared_empty)
+        reader = PartitionReader(ds.source, [unit[0].partition for unit in units], list(ds.spec.columns))
+        read = lambda unit: read_unit(ds, unit, reader, arena)
+        reads = Prefetcher(read, units, len(units), "dask-windows-worker-read", threads=READ_THREADS)
+        try:  # a buffer's units on reader threads, as in the training process: its last unit is not alone
+            parts = list(reads)
+        finally:
+            reads.close()
+            reader.close()
+        records = ds.skipped[before:]
+        del ds.skipped[before:]
+        return parts, records
+
+
+# -- a pass's reads ----------------------------------------------------------------------------------
+
+
+class BufferReads:
+    """A pass's decoded units in plan order: each buffer read here or by one read worker.
+
+    The first buffer, and any buffer due while the pool is still starting, is read here on
+    reader threads (into the pass's ``arena``, as with ``read_workers=0``); the others are
+    submitted to the pool ``ahead`` buffers before the builder takes them. Either way the parts
+    hold the same values, so batches do not depend on who read what.
+
+    Args:
+        ds: The dataset being iterated.
+        pool: Its read workers.
+        arena: The pass's ``BufferArena`` (its ``members`` are the units of each buffer).
+        source_reader: This process's reader of the pass's partitions.
+        ahead: Buffers read ahead of the one the builder takes (>= 1).
+    """
+
+    def __init__(self, ds: Any, pool: ReadPool, arena: BufferArena, source_reader: Any, ahead: int) -> None:
+        self.ds, self.pool, self.arena, self.source_reader = ds, pool, arena, source_reader
+        self.members = arena.members
+        self.ahead = max(1, ahead)
+        self.cancelled = threading.Event()
+        self._jobs: dict[int, tuple[str, Any]] = {}  # buffer -> ("local", Prefetcher) | ("pool", ticket)
+        self._next = 0  # next buffer to start
+        self._iter = self._units()
+
+    def _start(self, upto: int) -> None:
+        while self._next < min(upto, len(self.members)) and not self.cancelled.is_set():
+            g, units = self._next, self.members[self._next]
+            if g == 0 or not self.pool.ready or self.pool.broken:
+                read = lambda unit: read_unit(self.ds, unit, self.source_reader, self.arena)
+                self._jobs[g] = ("local", Prefetcher(read, units, len(units), threads=READ_THREADS))
+            else:
+                self._jobs[g] = ("pool", self.pool.submit(units))
+            self._next += 1
+
+    def _units(self) -> Iterator[list[Any]]:
+        for g in range(len(self.members)):
+            self._start(g + 1)
+            kind, job = self._jobs[g]
+            if kind == "local":
+                for i, parts in enumerate(job):
+                    if i == len(self.members[g]) - 1:
+                        self._start(g + 1 + self.ahead)  # this buffer is read: the pool takes the next ones
+                    yield parts
+            else:
+                self._start(g + 1 + self.ahead)
+                parts_per_unit, records = self.pool.result(job, self.cancelled)
+                del self._jobs[g]
+                for record in records:  # the worker's warning stayed in the worker: given here again
+                    self.ds.skipped.append(record)
+                    message = f"skipping {record.name} (on_error='skip', while iterating): {record.error}"
+                    warnings.warn(message, SkippedPartitionWarning, stacklevel=2)
+                yield from parts_per_unit
+                continue
+            del self._jobs[g]
+
+    def __iter__(self) -> Iterator[list[Any]]:
+        return self
+
+    def __next__(self) -> list[Any]:
+        return next(self._iter)
+
+    def close(self) -> None:
+        """Stop this pass's reads (from any thread): local threads joined, pool results dropped."""
+        self.cancelled.set()
+        self.pool.wake()
+        for kind, job in list(self._jobs.values()):
+            if kind == "local":
+                job.close()
+            else:
+                self.pool.discard(job)
