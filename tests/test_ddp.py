@@ -19,7 +19,11 @@ CONFIGS = [
     {"num_workers": 2, "epoch": 0, "dataset": {"window": WINDOW, "batch_size": 7, "drop_last": True}},
     {"num_workers": 2, "epoch": 2, "dataset": {"window": WINDOW, "batch_size": 10, "buffer_partitions": 1}},
     {"num_workers": 2, "epoch": None, "context": "spawn", "dataset": {"window": WINDOW, "batch_size": 16}},
-    {"num_workers": 0, "epoch": 1, "dataset": {"window": WINDOW, "batch_size": 16, "buffer_partitions": 1, "read_workers": 2}},
+    {
+        "num_workers": 0,
+        "epoch": 1,
+        "dataset": {"window": WINDOW, "batch_size": 16, "buffer_partitions": 1, "read_workers": 2},
+    },
 ]
 
 
