@@ -12,7 +12,7 @@ from __future__ import annotations
 import mmap
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -78,7 +78,7 @@ def batches(ds: WindowDataset, plan: Any, progress: Any = None) -> Iterator[Any]
         background = depth > 0
         depth = max(depth, threads) if depth else 0
         reader = Prefetcher(lambda unit: read_unit(ds, unit, source_reader, arena), units, depth, threads=threads)
-    parts = (part for unit_parts in reader for part in unit_parts)
+    parts = _flat(reader)
 
     def reread(seg: Any) -> Part | None:
         return read_part(ds, seg, PartitionReader(ds.source, [seg.partition], list(ds.spec.columns)))
@@ -185,6 +185,18 @@ def _blocks(ds: WindowDataset, unit: tuple) -> np.ndarray:
     """``(m, 2)`` disjoint row blocks, in row order, holding the pieces of ``unit``."""
     blocks = merge_rows(unit_rows(ds.grid, unit, ds.spec.span))
     return blocks if len(blocks) else np.zeros((1, 2), np.int64)
+
+
+def _flat(reader: Iterable[list[Part | None]]) -> Iterator[Part | None]:
+    """The parts of each unit in turn, holding none of a unit's parts while the next unit is read.
+
+    (A generator expression keeps the last unit's list, and so views of its buffer's array, until
+    the next read returns: with ``prefetch_partitions=0`` that kept a drained buffer alive through
+    the next buffer's read.)
+    """
+    for unit_parts in reader:
+        yield from unit_parts
+        del unit_parts
 
 
 def small_pages(shape: tuple, dtype: Any) -> np.ndarray:

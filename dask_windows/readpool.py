@@ -173,7 +173,17 @@ class ReadPool:
             self._tickets[number] = _Ticket(worker)
             self._load[worker] += 1
             self.submitted += 1
-            self._tasks[worker].send((number, key))
+            try:
+                self._tasks[worker].send((number, key))
+            except OSError:  # it died before its exit was seen (``_gone`` follows): the read fails as there
+                proc = self.processes[worker]
+                name = f"{proc.name} (pid {proc.pid})" if proc is not None else f"number {worker}"
+                self._tickets[number].done = True
+                self._tickets[number].error = RuntimeError(
+                    f"read worker {name} exited unexpectedly before it took a read "
+                    "(killed, out of memory, or crashed in native code); the next pass starts new read "
+                    "workers, or use read_workers=0 to read in this process"
+                )
         return number
 
     def result(self, number: int, cancelled: threading.Event | None = None) -> Any:
