@@ -168,6 +168,48 @@ def test_decode_pieces_is_decode_of_the_joined_rows(layout, nan):
         assert np.array_equal(part.block_table(), np.stack([rows0, np.cumsum(lengths) - lengths], axis=1))
 
 
+@pytest.mark.parametrize("layout", ["NCL", "NLC"])
+@pytest.mark.parametrize("group_rows", [1, 6, 1 << 17])  # every chunk alone; a few together; a whole read
+def test_decode_chunks_grouped_is_decode_pieces(layout, group_rows, monkeypatch):
+    """Chunks of one read decoded together (``decode_chunks`` groups them): the values, bad rows and
+    blocks ``decode_pieces`` gives the whole pieces, with reads of several pieces and pieces of several reads."""
+    monkeypatch.setattr(buffer_module, "_GROUP_ROWS", group_rows)
+    rng = np.random.default_rng(3)
+    big = np.float64(FLOAT32_MAX) * (1 + 1e-9)
+    sizes = np.array([5, 1, 9, 3, 7])
+    rows0 = np.cumsum(sizes + 2) - sizes - 2  # gaps between pieces
+    file_rows = int(rows0[-1] + sizes[-1])
+    cols = {"f0": rng.standard_normal(file_rows), "f1": rng.standard_normal(file_rows).astype(np.float32)}
+    cols["f0"][rng.random(file_rows) < 0.15] = big
+    cols["f1"][rng.random(file_rows) < 0.15] = np.nan
+    cols["y"] = rng.standard_normal(file_rows)
+    cols["y"][rng.random(file_rows) < 0.15] = np.nan
+    cuts = [0, 4, 6, 17, file_rows]  # reads of file rows [cuts[i], cuts[i+1]): each its own arrays
+
+    def chunks():
+        for lo, hi in zip(cuts, cuts[1:]):
+            data = {c: v[lo:hi].copy() for c, v in cols.items()}  # one read's arrays
+            for i, (r0, n) in enumerate(zip(rows0.tolist(), sizes.tolist())):
+                a, b = max(r0, lo), min(r0 + n, hi)
+                if b > a:
+                    yield i, a - r0, {c: v[a - lo : b - lo] for c, v in data.items()}
+
+    spec = WindowSpec(features=("f0", "f1"), targets=("y",), window=2, layout=layout, nan="raise")
+    rows = int(sizes.sum())
+    x = np.full((2, rows + 3) if layout == "NCL" else (rows + 3, 2), -7.0, np.float32)
+    y = np.full((1, rows + 3), -7.0, np.float32)
+    part = buffer_module.decode_chunks(4, "p", chunks(), rows0, sizes, spec, None, np.float32, (x, y, 3))
+    pieces = [{c: v[r0 : r0 + n] for c, v in cols.items()} for r0, n in zip(rows0.tolist(), sizes.tolist())]
+    with np.errstate(over="ignore", invalid="ignore"):
+        ref = decode_pieces(4, "p", pieces, rows0, spec, None, np.float32)
+    assert part is not None
+    assert np.array_equal(part.x, ref.x, equal_nan=True) and np.array_equal(part.y, ref.y, equal_nan=True)
+    assert np.array_equal(part.nan_x, ref.nan_x) and np.array_equal(part.nan_y, ref.nan_y) and len(ref.nan_x)
+    assert np.array_equal(part.block_table(), ref.block_table())
+    head = x[:, :3] if layout == "NCL" else x[:3]
+    assert (head == -7.0).all() and (y[:, :3] == -7.0).all()  # nothing written before the arena row
+
+
 # -- the loader against the per-piece path and the oracle -------------------------------------
 
 
