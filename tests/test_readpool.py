@@ -47,7 +47,21 @@ def kill_self(i: int) -> Part:
 
 
 def shm_entries() -> set[str]:
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    """``/dev/shm`` names, less torch's of other live processes (``torch_<pid>_...``: another job's
+    DataLoader workers on the same machine). A dead process's name counts: a killed worker's leak is
+    seen. The pool's own memory has no name at all."""
+    if not os.path.isdir("/dev/shm"):
+        return set()
+    import multiprocessing
+
+    ours = {str(os.getpid()), *(str(p.pid) for p in multiprocessing.active_children())}
+
+    def foreign(name: str) -> bool:
+        parts = name.split("_")
+        pid = parts[1] if name.startswith("torch_") and len(parts) > 2 else None
+        return pid is not None and pid not in ours and os.path.exists(f"/proc/{pid}")
+
+    return {n for n in os.listdir("/dev/shm") if not foreign(n)}
 
 
 @pytest.fixture

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
+from dask_windows.cli.main import run_and_exit
 
-from dask_windows.cli.main import main
-
-sys.exit(main())
+run_and_exit()

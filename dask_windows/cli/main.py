@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -221,5 +222,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def run_and_exit() -> None:
+    """The process entry point (``dask-windows``, ``python -m dask_windows.cli``): ``main()``, then exit.
+
+    The exit skips the interpreter's finalisation: pyarrow's native thread pools can abort a
+    process that has finished its work while the interpreter shuts down ("terminate called
+    without an active exception", apache/arrow#34314; 1 run in a few hundred of the test suite's
+    commands here), which turned exit status 1 into -6. When ``main`` returns, the cluster is
+    closed and every file written and closed; only the standard streams are left to flush.
+    """
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run_and_exit()
