@@ -70,20 +70,9 @@ def segment_starts(
     Returns:
         ``(sum(hi - lo),)`` int64 start rows, range by range, in window order.
     """
-    counts = np.asarray(run_counts, np.int64)
-    ends = np.cumsum(counts)  # (R,) window number just past each run
-    begins = ends - counts
-    lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
-    r0 = np.searchsorted(ends, lo, side="right")  # (n,) run of each range's first window
-    r1 = np.searchsorted(ends, hi - 1, side="right")  # (n,) run of its last window
-    per = r1 - r0 + 1  # (n,) runs each range touches
-    pair = np.repeat(np.arange(len(lo)), per)  # (q,) range of each (range, run) pair
-    run = np.arange(len(pair)) - np.repeat(np.cumsum(per) - per, per) + r0[pair]  # (q,) its run
-    a = np.maximum(begins[run], lo[pair])  # (q,) first window of the pair
-    take = np.maximum(np.minimum(ends[run], hi[pair]) - a, 0)  # (q,) its windows
-    base = np.asarray(run_first, np.int64)[run] - begins[run] * stride  # row of window k is base + k * stride
-    k = np.arange(int(take.sum()), dtype=np.int64) + np.repeat(a - (np.cumsum(take) - take), take)
-    out = np.repeat(base, take)
+    row, take, _ = segment_runs(run_first, run_counts, stride, lo, hi)
+    k = np.arange(int(take.sum()), dtype=np.int64) - np.repeat(np.cumsum(take) - take, take)  # within its run
+    out = np.repeat(row, take)
     out += k * stride
     return out
 
