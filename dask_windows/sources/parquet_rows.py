@@ -59,6 +59,12 @@ class ParquetRows:
             return part.num_rows
         return self._file_rows(index)[2]
 
+    def decode_units(self, index: int) -> np.ndarray:
+        """``(G+1,)`` partition rows where each of the partition's row groups begins, then its rows."""
+        bounds, first, _ = self._file_rows(index)
+        groups = self.partitions[index].key[1]
+        return (bounds[[*groups, groups[-1] + 1]] - first).astype(np.int64)
+
     def read_rows(self, index: int, columns: Sequence, lo: int, hi: int) -> dict:
         """Rows ``[lo, hi)`` (partition rows, halo included): only the row groups covering them."""
         bounds, first, readable = self._file_rows(index)

@@ -1,0 +1,216 @@
+"""Pieces along the source's decode units (Parquet row groups), against brute force.
+
+The arithmetic (``plan.unit_pieces``, ``plan.piece_table`` with cells, ``reading.unit_windows``)
+by hypothesis; the plan over ranks and workers (every window once, equal batches); the loader on
+Parquet files of small row groups against the pandas oracle: coverage with the windows crossing
+row-group cuts, pieces that follow row groups, determinism, resume at every batch, and a state
+of the earlier piece plan refused.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import collect, make_frames, oracle_starts, write_parquet
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import dask_windows as dw
+from dask_windows.errors import ConfigError
+from dask_windows.plan import PIECE_ORDER, batches_per_rank, piece_table, plan_reader, unit_pieces
+from dask_windows.reading import piece_cells, unit_windows
+from dask_windows.windows import window_starts
+from dask_windows.world import World
+
+KW = dict(features=["f0", "f1"], targets=["y"], series="sid", window=8, batch_size=16, return_index=True)
+ROW_GROUP = 23
+
+
+# -- arithmetic ---------------------------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=9), st.integers(1, 30), st.integers(1, 6))
+def test_unit_pieces_tile_the_windows_along_units(cells, n, min_windows):
+    cells = np.array(cells, np.int64)
+    cuts = unit_pieces(cells, n, min_windows)
+    total = int(cells.sum())
+    assert cuts[0] == 0 and cuts[-1] == total and (total == 0 or (np.diff(cuts) > 0).all())
+    if total == 0:
+        return
+    unit = np.repeat(np.arange(len(cells)), cells)  # (total,) unit of each window (brute force)
+    full = int((cells > 0).sum())
+    bounds = set(np.cumsum(cells).tolist())
+    pieces = list(zip(cuts[:-1].tolist(), cuts[1:].tolist()))
+    if n <= full:  # runs of whole units: every cut is a unit boundary, n pieces
+        assert len(pieces) == n and all(c in bounds for c in cuts[1:].tolist())
+    else:  # each piece inside one unit, every unit cut into pieces of its own
+        assert all(len(set(unit[a:b].tolist())) == 1 for a, b in pieces)
+        assert full <= len(pieces) <= n + full
+        for a, b in pieces:
+            size = int(cells[unit[a]])
+            assert b - a >= min(min_windows, size) or size // min_windows <= 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 60), min_size=1, max_size=5),
+    st.integers(1, 12),
+    st.integers(1, 4),
+    st.data(),
+)
+def test_piece_table_with_cells_covers_every_window_once(counts, k, min_windows, data):
+    counts = np.array(counts, np.int64)
+    cells = []
+    for c in counts.tolist():
+        if data.draw(st.booleans()):
+            cells.append(None)
+            continue
+        cuts = sorted(data.draw(st.lists(st.integers(0, c), max_size=6)))
+        cells.append(np.diff(np.array([0, *cuts, c], np.int64)))
+    partition, lo, hi = piece_table(counts, k, min_windows, cells)
+    for p, c in enumerate(counts.tolist()):
+        mine = partition == p
+        assert np.array_equal(np.sort(lo[mine]), lo[mine])  # canonical order: partition, then row
+        seen = np.zeros(c, np.int64)
+        for a, b in zip(lo[mine].tolist(), hi[mine].tolist()):
+            assert b > a
+            seen[a:b] += 1
+        assert (seen == 1).all()
+        if cells[p] is None:  # no units: the equal pieces of before
+            want = piece_table(counts[p : p + 1], k, min_windows)
+            assert np.array_equal(want[1], lo[mine]) and np.array_equal(want[2], hi[mine])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 6), st.integers(0, 7)), min_size=0, max_size=5),
+    st.integers(1, 4),
+    st.lists(st.integers(0, 80), max_size=5),
+)
+def test_unit_windows_counts_the_starts_in_each_unit(runs, stride, cuts):
+    first, counts, row = [], [], 0
+    for gap, count in runs:  # runs in row order, each ``count`` starts ``stride`` apart
+        row += gap
+        first.append(row)
+        counts.append(count)
+        row += max(count, 1) * stride
+    first_a, counts_a = np.array(first, np.int64), np.array(counts, np.int64)
+    rows = max(row, 1)
+    bounds = np.array([0, *sorted(min(c, rows) for c in cuts), rows], np.int64)
+    got = unit_windows(first_a, counts_a, stride, bounds)
+    starts = window_starts(first_a, counts_a, stride, 0, int(counts_a.sum())) if len(first) else np.zeros(0)
+    want = [int(((starts >= a) & (starts < b)).sum()) for a, b in zip(bounds[:-1], bounds[1:])]
+    assert got.tolist() == want
+
+
+@pytest.mark.parametrize("world_size,num_workers,k", [(1, 1, 3), (2, 2, 5), (3, 1, 40)])
+def test_ranks_and_workers_share_unit_pieces_exactly(world_size, num_workers, k):
+    rng = np.random.default_rng(k)
+    counts = rng.integers(0, 90, 7)
+    cells = [np.diff(np.r_[0, np.sort(rng.integers(0, c + 1, 4)), c]) for c in counts.tolist()]
+    total = int(counts.sum())
+    seen, batches = [], []
+    for rank in range(world_size):
+        mine = 0
+        for worker in range(num_workers):
+            world = World(rank=rank, world_size=world_size, worker=worker, num_workers=num_workers)
+            plan = plan_reader(
+                counts, world, seed=4, epoch=1, shuffle=True, batch_size=6, drop_last=False,
+                buffer_partitions=2, pieces_per_partition=k, cells=cells,
+            )  # fmt: skip
+            seen += [(s.partition, w) for s in plan.segments for w in range(s.lo, s.hi)]
+            mine += plan.num_batches
+        batches.append(mine)
+    assert len(set(batches)) == 1 and batches[0] == batches_per_rank(total, world_size, 6, False)
+    assert len(seen) == len(set(seen)) == total - total % world_size
+
+
+# -- the loader on Parquet row groups -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def frames():
+    return make_frames(seed=5, num_files=3, num_series=6, min_len=20, max_len=150)
+
+
+@pytest.fixture(scope="module")
+def root(frames, tmp_path_factory):
+    path = tmp_path_factory.mktemp("unit_pieces")
+    write_parquet(frames, str(path), row_group_size=ROW_GROUP)
+    return str(path)
+
+
+def _indices(batches: list) -> np.ndarray:
+    for x, y, idx in batches:  # values are the rows the index names (see helpers.make_frames)
+        assert np.array_equal(x[:, 0, :], idx[:, None] + np.arange(8))
+    return np.concatenate([b[-1] for b in batches])
+
+
+@pytest.mark.parametrize("pieces", [None, 2, 3, 40])
+def test_pieces_follow_row_groups_and_keep_every_window(frames, root, pieces):
+    ds = dw.WindowDataset(root, **KW, pieces_per_partition=pieces)
+    ds.set_epoch(2)
+    first = collect(ds)
+    idx = _indices(first)
+    expected = oracle_starts(frames, "sid", 8)
+    assert len(idx) == len(np.unique(idx)) and np.array_equal(np.sort(idx), expected)
+    offsets = np.cumsum([0] + [len(f) for f in frames])
+    local = idx - offsets[np.searchsorted(offsets, idx, side="right") - 1]  # file row of each start
+    assert ((local // ROW_GROUP) != ((local + 7) // ROW_GROUP)).any()  # windows crossing row-group cuts
+    k = ds.spec.pieces_per_partition
+    cells = piece_cells(ds)
+    assert cells is not None
+    for seg in ds._plan(World()).segments:  # a piece holds whole row groups or lies inside one
+        unit = np.repeat(np.arange(len(cells[seg.partition])), cells[seg.partition])[seg.lo : seg.hi]
+        units = cells[seg.partition]
+        if k < (units > 0).sum():
+            ends = set(np.cumsum(units).tolist()) | {0}
+            assert seg.lo in ends or seg.hi in ends
+        else:
+            assert len(set(unit.tolist())) == 1
+    again = dw.WindowDataset(root, **KW, pieces_per_partition=pieces)
+    again.set_epoch(2)
+    assert all(all(np.array_equal(u, v) for u, v in zip(p, q)) for p, q in zip(first, collect(again)))
+
+
+@pytest.mark.parametrize("pieces", [None, 3])
+def test_resume_at_every_batch_with_unit_pieces(root, pieces):
+    settings = dict(KW, batch_size=12, pieces_per_partition=pieces)
+    ds = dw.WindowDataset(root, **settings)
+    ds.set_epoch(1)
+    full = collect(ds)
+    for k in range(len(full) + 1):
+        state = ds.state_dict(batches=k, num_workers=0)
+        resumed = dw.WindowDataset(root, **settings)
+        resumed.load_state_dict(state)
+        rest = collect(resumed)
+        assert len(rest) == len(full) - k
+        assert all(np.array_equal(p[-1], q[-1]) and np.array_equal(p[0], q[0]) for p, q in zip(rest, full[k:]))
+
+
+def test_dataloader_workers_share_unit_pieces_exactly(frames, root):
+    ds = dw.WindowDataset(root, **KW, pieces_per_partition=3)
+    batches = collect(ds, dict(num_workers=2))
+    assert len(batches) == len(ds) and np.array_equal(np.sort(_indices(batches)), oracle_starts(frames, "sid", 8))
+
+
+def test_a_state_of_the_earlier_piece_plan_is_refused(root):
+    ds = dw.WindowDataset(root, **KW)
+    state = ds.state_dict(batches=1, num_workers=0)
+    assert state["dataset"]["piece_order"] == PIECE_ORDER == "stratified-units"
+    state["dataset"]["piece_order"] = "stratified"  # as saved before pieces followed row groups
+    with pytest.raises(ConfigError, match="piece_order: 'stratified' in the state, 'stratified-units' here"):
+        dw.WindowDataset(root, **KW).load_state_dict(state)
+
+
+def test_sources_without_units_keep_equal_pieces(frames):
+    arrays = [f[["f0", "f1", "y"]].to_numpy(np.float32) for f in frames]
+    ds = dw.WindowDataset(arrays, features=[0, 1], window=8, batch_size=16, pieces_per_partition=4)
+    assert piece_cells(ds) is None
+    plan = ds._plan(World())
+    counts = ds.grid.windows_per_partition
+    partition, lo, hi = piece_table(counts, 4, -(-ds.spec.span // ds.spec.stride))
+    assert sorted((s.partition, s.lo, s.hi) for s in plan.segments) == sorted(
+        zip(partition.tolist(), lo.tolist(), hi.tolist())
+    )
