@@ -181,6 +181,12 @@ class ParquetRows:
                 out[g] = reach
         return out
 
+    def stable_dtypes(self, index: int, columns: Sequence) -> bool:
+        """Floating columns, or columns without nulls in any of the partition's row groups (and its halo's)."""
+        path, groups = self.partitions[index].key
+        last = min(groups[-1] + 2, len(self._footers[path].rows))  # the halo reaches into the next row group
+        return all(self._head_stable(index, g, list(columns)) for g in range(groups[0], last))
+
     def _head_stable(self, index: int, group: int, columns: list) -> bool:
         """Whether row group ``group`` of partition ``index``'s file converts to numpy the same way in
         part and whole: floating columns, or none with nulls (integers with nulls become float64,
