@@ -473,7 +473,8 @@ class PairedReads:
         except SourceReadError as exc:
             if not skip_allowed(ds.on_error, exc):
                 raise
-            record_skip(ds.skipped, name, "read", exc)
+            for _ in (u, v):  # as reads apart record it: once per unit
+                record_skip(ds.skipped, name, "read", exc)
             return [None] * len(u), [None] * len(v)
         n = len(bu)
         part_u = decode_pieces(index, name, pieces[:n], bu[:, 0], ds.spec, scale, y_known, pu)

@@ -283,3 +283,90 @@ def test_a_row_group_with_nulls_is_decoded_whole_for_its_halo(tmp_path, monkeypa
     cols = list(ds.spec.columns)
     list(ds.source.read_ranges_chunks(0, cols, [(0, ROW_GROUP + 7), (2 * ROW_GROUP, 2 * ROW_GROUP + 30)]))
     assert sorted(g for _, g in seen) == [0, 1, 2]  # row group 1 whole, row group 3's head alone
+
+
+# -- two buffers' pieces from one read (reading.PairedReads) --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def many():
+    return make_frames(seed=6, num_files=4, num_series=16, min_len=60, max_len=400)
+
+
+@pytest.fixture(scope="module")
+def many_root(many, tmp_path_factory):
+    path = tmp_path_factory.mktemp("paired")
+    write_parquet(many, str(path), row_group_size=ROW_GROUP)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "kw,fewer",
+    [
+        (dict(), True),
+        (dict(pieces_per_partition=3, stride=3), False),  # whole row groups: two buffers share none
+        (dict(layout="NLC", normalize={"mean": [1.0, -2.0], "std": [3.0, 0.5]}, pieces_per_partition=120), True),
+        (dict(series=None, partition_bytes=1, buffer_partitions=2), True),  # partitions cut at row groups
+    ],
+)
+def test_paired_reads_yield_the_bits_of_reads_apart_with_fewer_decodes(many, many_root, monkeypatch, kw, fewer):
+    from dask_windows import reading
+
+    settings = {**KW, "buffer_partitions": 1, **kw}
+    ds = dw.WindowDataset(many_root, **settings)
+    ds.set_epoch(4)
+    units = reading.piece_units(ds._plan(World()))
+    assert reading.pairs_allowed(ds, units)
+    seen = _decoded(ds.source, monkeypatch)
+    paired = collect(ds)
+    decoded_paired = len(seen)
+    seen.clear()
+    monkeypatch.setattr(reading, "pairs_allowed", lambda ds, units: False)
+    ds.set_epoch(4)
+    apart = collect(ds)
+    assert len(paired) == len(apart) == len(ds)
+    assert all(all(np.array_equal(u, v) for u, v in zip(p, q)) for p, q in zip(paired, apart))  # bit for bit
+    assert decoded_paired < len(seen) if fewer else decoded_paired <= len(seen), (decoded_paired, len(seen))
+    idx = np.concatenate([b[-1] for b in paired])
+    assert np.array_equal(np.sort(idx), oracle_starts(many, settings["series"], 8, settings.get("stride", 1)))
+
+
+def test_paired_reads_are_off_where_they_could_change_values_or_memory(tmp_path, root):
+    import pandas as pd
+
+    from dask_windows import reading
+
+    def allowed(path, **kw):
+        ds = dw.WindowDataset(path, **{**KW, **kw})
+        return reading.pairs_allowed(ds, reading.piece_units(ds._plan(World())))
+
+    assert allowed(root) and not allowed(root, prefetch_partitions=0) and not allowed(root, pieces_per_partition=1)
+    n = 4 * ROW_GROUP
+    ints = pd.array(np.arange(n), dtype="Int64")
+    ints[3] = pd.NA  # integers with nulls: a read's dtype depends on its row groups
+    frame = pd.DataFrame({"sid": np.zeros(n, np.int64), "f0": ints, "f1": np.ones(n), "y": np.ones(n)})
+    write_parquet([frame, frame], str(tmp_path), row_group_size=ROW_GROUP)
+    assert not allowed(str(tmp_path), nan="drop")
+
+
+def test_paired_reads_skip_an_unreadable_partition_like_reads_apart(many_root, monkeypatch):
+    from dask_windows import reading
+    from dask_windows.errors import SourceReadError
+
+    datasets = [dw.WindowDataset(many_root, **KW, on_error="skip", buffer_partitions=1) for _ in range(2)]
+    original = type(datasets[0].source)._read_groups
+
+    def broken(self, index, row_groups, columns):  # the file breaks after the dataset was opened
+        if index == 1:
+            raise SourceReadError("partition 1 is unreadable")
+        return original(self, index, row_groups, columns)
+
+    monkeypatch.setattr(type(datasets[0].source), "_read_groups", broken)
+    with pytest.warns(Warning, match="unreadable"):
+        paired = collect(datasets[0])
+    monkeypatch.setattr(reading, "pairs_allowed", lambda ds, units: False)
+    with pytest.warns(Warning, match="unreadable"):
+        apart = collect(datasets[1])
+    assert len(paired) == len(apart) == len(datasets[0])
+    assert all(all(np.array_equal(u, v) for u, v in zip(p, q)) for p, q in zip(paired, apart))
+    assert [s.name for s in datasets[0].skipped] == [s.name for s in datasets[1].skipped] != []
