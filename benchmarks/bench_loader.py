@@ -541,19 +541,24 @@ def row_group_reads(ds: dw.WindowDataset) -> str:
     but a row group that only halos reach into (its first ``span - 1`` rows) is a head (sources/parquet_heads)."""
     from dask_windows.blocks import merge_rows
     from dask_windows.buffer import piece_units, unit_rows
+    from dask_windows.pairs import pairs_allowed
     from dask_windows.world import World
 
     size = PIECE_ROWS // 8
-    whole = heads = 0
-    for unit in piece_units(ds._plan(World())):
-        blocks = merge_rows(unit_rows(ds.grid, unit, ds.spec.span))
-        full, head = set(), set()
-        for a, b in blocks.tolist():
+    plan = ds._plan(World())
+    units = piece_units(plan)
+    paired = pairs_allowed(ds, units)  # buffers 2i and 2i+1 read each partition's row groups together
+    buffer_of = {seg: g for g, group in enumerate(plan.buffers) for seg in group}
+    reads: dict[tuple, tuple[set, set]] = {}  # (read, partition) -> (row groups decoded, heads)
+    for unit in units:
+        g = buffer_of[unit[0]]
+        full, head = reads.setdefault((g // 2 if paired else g, unit[0].partition), (set(), set()))
+        for a, b in merge_rows(unit_rows(ds.grid, unit, ds.spec.span)).tolist():
             last = (b - 1) // size
             full.update(range(a // size, last))
             (head if last > a // size and b - last * size < ds.spec.span else full).add(last)
-        whole += len(full)
-        heads += len(head - full)
+    whole = sum(len(full) for full, _ in reads.values())
+    heads = sum(len(head - full) for full, head in reads.values())
     return f"{whole}" + (f" (+{heads} heads)" if heads else "")
 
 

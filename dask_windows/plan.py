@@ -1,7 +1,9 @@
 """Which windows one reader yields in an epoch, as pure arithmetic.
 
 An epoch is a virtual sequence of *pieces*: each partition's windows are cut
-into up to ``pieces_per_partition`` contiguous ranges (``piece_table``), and
+into up to ``pieces_per_partition`` contiguous ranges (``piece_table``; along
+the source's decode units where it has them, ``unit_pieces``: a piece of a
+Parquet file holds whole row groups or lies inside one), and
 the pieces of all partitions are taken in a per-epoch *stratified* random
 order (``piece_order``): the dataset, in file order, is cut into ``m`` strata
 (``m`` = pieces per buffer), and any ``m`` consecutive pieces of the order
@@ -23,8 +25,11 @@ composition (with a plain random piece order they were: lag-1 about
 ``B / (B + m)``). Memory stays that of ``buffer_partitions`` partitions
 (each piece holds ``1 / k`` of one, plus a halo of ``window + horizon - 1``
 rows), but each partition is read up to ``k`` times per epoch (a buffer's
-pieces of one partition are read in one call; a Parquet row group is decoded,
-and fetched remotely, once per buffer that needs it).
+pieces of one partition are read in one call, and with buffer ``2i + 1``'s
+pieces of it when the reader pairs buffers (``reading.PairedReads``); a
+Parquet row group is decoded, and fetched remotely, once per read that needs
+it, and a piece ending at a row-group cut takes its halo from the next row
+group's first rows, kept when that row group was decoded).
 ``pieces_per_partition=1`` is the 0.1 order: buffers of whole partitions in a
 plain permutation. No window index is ever built: the piece table holds
 O(partitions * k) numbers. With ``world_size > 1`` the last

@@ -5,6 +5,10 @@ Moved out of ``dataset`` unchanged: ``plan`` is a reader's plan of an epoch; ``b
 processes) and to ``buffer.stream``; ``read_unit`` and ``read_part`` read and
 decode one partition's pieces, recording unreadable ones with
 ``on_error="skip"``. Each function takes the dataset whose pass it serves.
+
+Units are read in pairs of buffers where ``pairs.pairs_allowed`` says so
+(``pairs.PairedReads``). ``piece_cells`` gives the plan the windows in each of
+the source's decode units (``Source.decode_units``).
 """
 
 from __future__ import annotations
@@ -20,7 +24,6 @@ from torch.utils.data import get_worker_info
 
 from dask_windows.blocks import merge_rows
 from dask_windows.buffer import (
-    ChunkDecoder,
     Part,
     PlannedStarts,
     decode,
@@ -45,13 +48,11 @@ if TYPE_CHECKING:
 __all__ = [
     "READ_THREADS",
     "BufferArena",
-    "PairedReads",
     "batches",
     "piece_cells",
     "plan",
     "pool_workers",
     "read_part",
-    "pairs_allowed",
     "read_unit",
     "small_pages",
     "unit_windows",
@@ -91,7 +92,9 @@ def batches(ds: WindowDataset, plan: Any, progress: Any = None) -> Iterator[Any]
         threads = READ_THREADS if ds.source.reads_in_processes else 1  # file/object-store reads release the GIL
         background = depth > 0
         depth = max(depth, threads) if depth else 0
-        pairs = PairedReads(ds, units, source_reader, arena) if pairs_allowed(ds, units) else None
+        from dask_windows import pairs as pairing
+
+        pairs = pairing.PairedReads(ds, units, source_reader, arena) if pairing.pairs_allowed(ds, units) else None
         read: Any = pairs.read if pairs is not None else (lambda unit: read_unit(ds, unit, source_reader, arena))
         reader = Prefetcher(read, units, depth, threads=threads)
     parts = _flat(reader)
@@ -365,118 +368,3 @@ class BufferArena:
             for old in [b for b in self._buffers if b <= buffer]:
                 del self._buffers[old]
 
-
-def pairs_allowed(ds: WindowDataset, units: list[tuple]) -> bool:
-    """Whether buffer ``2i``'s pieces of a partition may be read with buffer ``2i + 1``'s (``PairedReads``).
-
-    Only where it changes no value and no memory bound: pieces (``pieces_per_partition > 1``) of a
-    source with decode units whose columns convert alike in any read (``Source.stable_dtypes``), and a
-    read-ahead of at least one partition (with ``prefetch_partitions=0`` a buffer is read only once the
-    previous ones are gone).
-    """
-    spec = ds.spec
-    if spec.pieces_per_partition <= 1 or spec.prefetch_partitions < 1 or len(units) < 2:
-        return False
-    columns = list(spec.columns)
-    parts = {unit[0].partition for unit in units}
-    return all(ds.source.decode_units(p) is not None and ds.source.stable_dtypes(p, columns) for p in parts)
-
-
-class _Pending:
-    """The parts of a unit read with its partner's, once that read is done (``None``: read it alone)."""
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.parts: list[Part | None] | None = None
-
-
-class PairedReads:
-    """Reads of units in which buffer ``2i``'s pieces of a partition bring buffer ``2i + 1``'s along.
-
-    The stratified order gives every buffer one piece of every stratum, so two consecutive buffers
-    need the same row groups of each file; read apart, each row group is decoded once per buffer.
-    Read together (one ``read_ranges_chunks`` or ``read_ranges`` call of both units' row blocks),
-    each is decoded once per pair, and its rows are written into both buffers' arrays
-    (``buffer.ChunkDecoder`` per unit). The partner's parts wait here until the prefetcher asks
-    for them. Which windows a buffer holds, and their values, are those of unpaired reads: only
-    whole-row-group decoding is shared, and only where it converts alike (``pairs_allowed``).
-
-    The trade-off: buffer ``2i + 1``'s rows are in memory from the time buffer ``2i`` is read, while
-    buffer ``2i - 1`` may still be drained: up to a third buffer at the start of an even buffer's
-    reads, in exchange for half the row-group decoding (and, remotely, half the requests and bytes).
-    """
-
-    def __init__(self, ds: WindowDataset, units: list[tuple], reader: PartitionReader, arena: BufferArena) -> None:
-        self.ds, self.reader, self.arena = ds, reader, arena
-        by: dict[tuple[int, int], tuple] = {}  # (buffer, partition) -> its unit
-        for unit in units:
-            by.setdefault((arena.buffer_of.get(unit, -1), unit[0].partition), unit)
-        first = min((g for g, _ in by), default=0)  # pairs counted from the pass's first buffer
-        self.partner: dict[tuple, tuple] = {}
-        self.pending: dict[tuple, _Pending] = {}
-        for (g, p), unit in by.items():
-            other = by.get((g + 1, p))
-            if g >= 0 and (g - first) % 2 == 0 and other is not None and by.get((g, p)) is unit:
-                self.partner[unit] = other
-                self.pending[other] = _Pending()
-
-    def read(self, unit: tuple) -> list[Part | None]:
-        """The parts of ``unit``: read alone, with its partner's, or kept from its partner's read."""
-        waiting = self.pending.get(unit)
-        if waiting is not None:
-            waiting.done.wait()  # the partner's read was asked for first (the prefetcher reads in order)
-            del self.pending[unit]
-            if waiting.parts is not None:
-                return waiting.parts
-            return read_unit(self.ds, unit, self.reader, self.arena)
-        other = self.partner.get(unit)
-        if other is None:
-            return read_unit(self.ds, unit, self.reader, self.arena)
-        later = self.pending[other]
-        try:
-            both = self._read_both(unit, other)
-            if both is None:
-                return read_unit(self.ds, unit, self.reader, self.arena)
-            later.parts = both[1]
-            return both[0]
-        finally:
-            later.done.set()
-
-    def _read_both(self, u: tuple, v: tuple) -> tuple[list[Part | None], list[Part | None]] | None:
-        """The parts of ``u`` and ``v`` (one partition) from one read; ``None``: read them apart."""
-        ds, arena = self.ds, self.arena
-        index = u[0].partition
-        name = ds.source.partitions[index].name
-        bu, bv = arena.blocks(u), arena.blocks(v)
-        pu, pv = arena.place(u), arena.place(v)
-        if pu is None or pv is None:
-            return None
-        ranges = [(int(a), int(b)) for a, b in np.concatenate([bu, bv])]
-        y_known = getattr(ds, "_y_dtype", None)
-        y_dtype = y_known or np.float32
-        scale = ds._scale()
-        try:
-            chunks = self.reader.read_ranges_chunks(index, ranges)
-            if chunks is not None:  # a row group at a time, each into the buffer that needs it
-                sizes_u, sizes_v = bu[:, 1] - bu[:, 0], bv[:, 1] - bv[:, 0]
-                du = ChunkDecoder(index, name, bu[:, 0], sizes_u, ds.spec, y_dtype, pu)
-                dv = ChunkDecoder(index, name, bv[:, 0], sizes_v, ds.spec, y_dtype, pv)
-                n = len(bu)
-                for i, row, columns in chunks:
-                    if not (du.feed(i, row, columns) if i < n else dv.feed(i - n, row, columns)):
-                        return None
-                part_u, part_v = du.finish(scale), dv.finish(scale)
-                if part_u is None or part_v is None:
-                    return None
-                return [part_u] * len(u), [part_v] * len(v)
-            pieces = self.reader.read_ranges(index, ranges)
-        except SourceReadError as exc:
-            if not skip_allowed(ds.on_error, exc):
-                raise
-            for _ in (u, v):  # as reads apart record it: once per unit
-                record_skip(ds.skipped, name, "read", exc)
-            return [None] * len(u), [None] * len(v)
-        n = len(bu)
-        part_u = decode_pieces(index, name, pieces[:n], bu[:, 0], ds.spec, scale, y_known, pu)
-        part_v = decode_pieces(index, name, pieces[n:], bv[:, 0], ds.spec, scale, y_known, pv)
-        return [part_u] * len(u), [part_v] * len(v)

@@ -310,18 +310,18 @@ def many_root(many, tmp_path_factory):
     ],
 )
 def test_paired_reads_yield_the_bits_of_reads_apart_with_fewer_decodes(many, many_root, monkeypatch, kw, fewer):
-    from dask_windows import reading
+    from dask_windows import pairs, reading
 
     settings = {**KW, "buffer_partitions": 1, **kw}
     ds = dw.WindowDataset(many_root, **settings)
     ds.set_epoch(4)
     units = reading.piece_units(ds._plan(World()))
-    assert reading.pairs_allowed(ds, units)
+    assert pairs.pairs_allowed(ds, units)
     seen = _decoded(ds.source, monkeypatch)
     paired = collect(ds)
     decoded_paired = len(seen)
     seen.clear()
-    monkeypatch.setattr(reading, "pairs_allowed", lambda ds, units: False)
+    monkeypatch.setattr(pairs, "pairs_allowed", lambda ds, units: False)
     ds.set_epoch(4)
     apart = collect(ds)
     assert len(paired) == len(apart) == len(ds)
@@ -334,11 +334,11 @@ def test_paired_reads_yield_the_bits_of_reads_apart_with_fewer_decodes(many, man
 def test_paired_reads_are_off_where_they_could_change_values_or_memory(tmp_path, root):
     import pandas as pd
 
-    from dask_windows import reading
+    from dask_windows import pairs, reading
 
     def allowed(path, **kw):
         ds = dw.WindowDataset(path, **{**KW, **kw})
-        return reading.pairs_allowed(ds, reading.piece_units(ds._plan(World())))
+        return pairs.pairs_allowed(ds, reading.piece_units(ds._plan(World())))
 
     assert allowed(root) and not allowed(root, prefetch_partitions=0) and not allowed(root, pieces_per_partition=1)
     n = 4 * ROW_GROUP
@@ -350,7 +350,7 @@ def test_paired_reads_are_off_where_they_could_change_values_or_memory(tmp_path,
 
 
 def test_paired_reads_skip_an_unreadable_partition_like_reads_apart(many_root, monkeypatch):
-    from dask_windows import reading
+    from dask_windows import pairs
     from dask_windows.errors import SourceReadError
 
     datasets = [dw.WindowDataset(many_root, **KW, on_error="skip", buffer_partitions=1) for _ in range(2)]
@@ -364,7 +364,7 @@ def test_paired_reads_skip_an_unreadable_partition_like_reads_apart(many_root, m
     monkeypatch.setattr(type(datasets[0].source), "_read_groups", broken)
     with pytest.warns(Warning, match="unreadable"):
         paired = collect(datasets[0])
-    monkeypatch.setattr(reading, "pairs_allowed", lambda ds, units: False)
+    monkeypatch.setattr(pairs, "pairs_allowed", lambda ds, units: False)
     with pytest.warns(Warning, match="unreadable"):
         apart = collect(datasets[1])
     assert len(paired) == len(apart) == len(datasets[0])

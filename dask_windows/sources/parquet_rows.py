@@ -10,7 +10,11 @@ on an object store), and ``_halo_runs`` joins a partition's runs with its halo's
 time (small row groups together, about ``CHUNK_BYTES`` a read), for a caller
 that decodes each as it comes: one read's Arrow buffers in memory instead of
 the partition's (reused from one read to the next, where a whole partition's
-fresh buffers cost page faults and kernel time).
+fresh buffers cost page faults and kernel time). A row group that only halos
+reach into (its first ``window + horizon - 1`` rows) is not decoded: its head
+is kept from an earlier decode, or read alone (``parquet_heads``), where its
+columns convert alike in part and whole (``stable_dtypes``). ``decode_units``
+gives the row groups' bounds, along which pieces are cut.
 """
 
 from __future__ import annotations
