@@ -178,9 +178,11 @@ def unit_pieces(cells: np.ndarray, n: int, min_windows: int = 1) -> np.ndarray:
 
     ``cells``: ``(G,)`` windows starting in each unit (row group). With ``n`` at most the units
     that hold windows, piece ``j`` is the run of whole units ``[j * G' // n, (j + 1) * G' // n)``
-    (``G'`` non-empty units): a unit is decoded for one piece only. With more, unit ``g`` of
-    ``s`` windows is cut into ``clip(n * s // c, 1, s // min_windows)`` near-equal pieces of its
-    own, so a piece never reaches into a second unit but by its halo.
+    (``G'`` non-empty units): a unit is decoded for one piece only. With more, the ``n`` pieces are
+    shared among the units in proportion to their windows (rounded cumulatively, so equal units
+    get equal shares and the shares sum to ``n``), at least one and at most ``s // min_windows``
+    for a unit of ``s`` windows, and each unit is cut into near-equal pieces of its own: a piece
+    never reaches into a second unit but by its halo.
     """
     cells = np.asarray(cells, np.int64)
     full = cells[cells > 0]  # (G',) windows of each unit that holds any
@@ -191,7 +193,8 @@ def unit_pieces(cells: np.ndarray, n: int, min_windows: int = 1) -> np.ndarray:
     if n <= len(full):  # runs of whole units
         j = np.arange(1, n + 1, dtype=np.int64) * len(full) // n  # (n,) units before each cut
         return np.concatenate([[0], ends[j - 1]]).astype(np.int64)
-    per = np.clip(n * full // total, 1, np.maximum(full // max(min_windows, 1), 1))  # (G',) pieces of each unit
+    share = (2 * n * ends + total) // (2 * total)  # (G',) pieces up to each unit's end, rounded: n in all
+    per = np.clip(np.diff(share, prepend=0), 1, np.maximum(full // max(min_windows, 1), 1))  # (G',) each unit's
     unit = np.repeat(np.arange(len(full)), per)  # (n',) unit of each piece
     j = np.arange(len(unit)) - np.repeat(np.cumsum(per) - per, per)  # (n',) piece number inside its unit
     lo = (ends - full)[unit] + j * full[unit] // per[unit]
