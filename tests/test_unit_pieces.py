@@ -47,6 +47,9 @@ def test_unit_pieces_tile_the_windows_along_units(cells, n, min_windows):
     else:  # each piece inside one unit, every unit cut into pieces of its own
         assert all(len(set(unit[a:b].tolist())) == 1 for a, b in pieces)
         assert full <= len(pieces) <= n + full
+        sizes = cells[cells > 0]
+        if (sizes == sizes[0]).all() and n % full == 0 and sizes[0] // min_windows >= n // full:
+            assert len(pieces) == n  # equal units: equal shares, n pieces in all
         for a, b in pieces:
             size = int(cells[unit[a]])
             assert b - a >= min(min_windows, size) or size // min_windows <= 1
