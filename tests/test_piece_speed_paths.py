@@ -252,14 +252,14 @@ def test_adjacent_pieces_of_a_buffer_are_one_block_without_a_second_halo(tmp_pat
     write_parquet([frame, frame.assign(f0=frame.f0 + rows)], str(tmp_path), row_group_size=50)
     settings = dict(features=["f0", "f1"], window=16, stride=2, batch_size=8, return_index=True)
     ds = dw.WindowDataset(str(tmp_path), **settings, buffer_partitions=2, pieces_per_partition=10)
-    plan = ds._plan(World())  # 10 pieces asked of 8 row groups: one piece per row group
+    plan = ds._plan(World())
     assert len(plan.buffers) == 1  # one buffer holds every piece of both files: all adjacent
     reader = ds.source.reader([0, 1], list(ds.spec.columns))
     arena = reading.BufferArena(ds, plan, piece_units(plan))
     every = []
     for unit in piece_units(plan):
         parts = reading.read_unit(ds, unit, reader, arena)
-        assert len(unit) == 8 and all(p is parts[0] for p in parts)
+        assert len(unit) == 10 and all(p is parts[0] for p in parts)
         assert len(parts[0].block_table()) == 1
         last = (rows - 16) // 2 * 2
         assert parts[0].x.shape == (2, last + 16)  # the rows of the windows, each once
@@ -267,7 +267,7 @@ def test_adjacent_pieces_of_a_buffer_are_one_block_without_a_second_halo(tmp_pat
     buffer = Buffer(every, plan.buffers[0], ds.grid, ds.row_offsets, ds.spec)
     assert np.shares_memory(buffer.gatherer._x, every[0].arena[0])  # decoded into the buffer's array: no join
     segs = plan.buffers[0]
-    swapped = Buffer(every[8:] + every[:8], segs[8:] + segs[:8], ds.grid, ds.row_offsets, ds.spec)
+    swapped = Buffer(every[10:] + every[:10], segs[10:] + segs[:10], ds.grid, ds.row_offsets, ds.spec)
     assert not np.shares_memory(swapped.gatherer._x, every[0].arena[0])  # parts out of place: joined
     assert np.array_equal(np.sort(swapped.global_rows(swapped.starts)), np.sort(buffer.global_rows(buffer.starts)))
     idx = np.concatenate([b[-1] for b in collect(ds)])
