@@ -200,7 +200,8 @@ def disk_figures(directory: str, partitions: int, rows: int, rounds: int, baseli
                 figures.setdefault(f"{who} {name} main", []).append(got["main"] / got["cpu"])
                 figures.setdefault(f"{who} {name} read", []).append(got["read"] / (mib * 2**20))
     print(f"cold epoch, window=stride={L}, B={B}, C={C}, {partitions} x {rows:,} rows, {rounds} rounds")
-    print(f"  disk (cold sequential read before each epoch): {min(figures['disk']):.0f}-{max(figures['disk']):.0f} MiB/s")
+    disk = figures["disk"]
+    print(f"  disk (cold sequential read before each epoch): {min(disk):.0f}-{max(disk):.0f} MiB/s")
     print(f"  1-minute load average at the start of each round: {', '.join(f'{x:.1f}' for x in loads)}")
     print("  (ratio: epoch MiB/s over the disk's MiB/s just before it; cpu: process CPU seconds per GiB of files;")
     print("   main: share of that CPU on the consumer's thread; read: bytes the process read / file bytes)")

@@ -31,7 +31,9 @@ def root(tmp_path_factory):
     frames = []
     for i in range(FILES):
         rows = WINDOWS * WINDOW
-        frames.append(pd.DataFrame({"f0": np.arange(i * rows, (i + 1) * rows, dtype=np.float32), "f1": rng.random(rows)}))
+        frames.append(
+            pd.DataFrame({"f0": np.arange(i * rows, (i + 1) * rows, dtype=np.float32), "f1": rng.random(rows)})
+        )
     path = tmp_path_factory.mktemp("ahead")
     write_parquet(frames, str(path), row_group_size=128)
     return str(path)
@@ -72,5 +74,5 @@ def test_reads_run_a_buffer_plus_the_prefetch_depth_ahead_of_the_consumer(
         expect = int(min(len(units), (through[b + 1] if b + 1 < len(through) else through[b]) + depth))
         if last == batches_per_buffer - 1:  # holding buffer b's last batch: the readers get there
             with moved:
-                assert moved.wait_for(lambda: started[0] >= expect, timeout=120), (b, started[0], expect)
+                assert moved.wait_for(lambda e=expect: started[0] >= e, timeout=120), (b, started[0], expect)
         assert started[0] <= expect, f"buffer {b}: {started[0]} units read, at most {expect} expected"

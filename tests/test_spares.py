@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -111,7 +112,7 @@ def root(frames, tmp_path_factory):
 
 
 class _Counted(Spares):
-    made: list[Spares] = []
+    made: ClassVar[list[Spares]] = []
 
     def __init__(self, keep: int = 2, slack: float = 1.25) -> None:
         super().__init__(keep, slack=1e9)  # any larger block serves: the files have random sizes
