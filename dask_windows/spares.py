@@ -74,7 +74,7 @@ class Spares:
         # references. Not a view of ``block`` (numpy would reference ``block`` itself) nor a
         # memoryview (numpy's memoryview of it shares its buffer without referencing it).
         holder = (ctypes.c_char * nbytes).from_buffer(block)
-        weakref.finalize(holder, _give_back, self._free, self._lock, self.keep, block).atexit = False
+        weakref.finalize(holder, _give_back, self._free, self.keep, block).atexit = False
         return np.frombuffer(holder, dtype).reshape(shape)
 
     def _take(self, nbytes: int) -> np.ndarray | None:
@@ -86,8 +86,12 @@ class Spares:
             return self._free.pop(best)  # in place: the finalizers give blocks back to this list
 
 
-def _give_back(free: list[np.ndarray], lock: threading.Lock, keep: int, block: np.ndarray) -> None:
-    """``weakref.finalize`` callback: ``block`` is no longer used by any array; pool it (or let it go)."""
-    with lock:
-        if len(free) < keep:
-            free.append(block)
+def _give_back(free: list[np.ndarray], keep: int, block: np.ndarray) -> None:
+    """``weakref.finalize`` callback: ``block`` is no longer used by any array; pool it (or let it go).
+
+    Takes no lock: it runs wherever the last view is dropped, which may be a garbage collection
+    started inside ``_take`` while its thread holds the pool's lock. An append only adds at the end,
+    so the indices ``_take`` computed stay valid; two callbacks at once may pool ``keep + 1`` blocks.
+    """
+    if len(free) < keep:
+        free.append(block)

@@ -206,3 +206,19 @@ def test_a_refused_advice_changes_nothing(root, monkeypatch):
     monkeypatch.setattr(parquet_rows.os, "posix_fadvise", refuse)
     got = collect(dw.WindowDataset(root, **kw))
     assert len(got) == len(expected) and all(np.array_equal(a, b) for a, b in zip(got, expected))
+
+
+def test_an_array_dropped_while_its_thread_holds_the_pools_lock_comes_back_without_a_deadlock():
+    # As when a garbage collection, started by an allocation inside ``_take``, frees a buffer.
+    pool = Spares()
+    arrays = [pool.empty(SHAPE, np.float32)]
+
+    def drop_under_lock():
+        with pool._lock:
+            arrays.clear()  # the last reference: the finalizer runs here, in this thread
+
+    thread = threading.Thread(target=drop_under_lock, daemon=True)
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive(), "the finalizer waited for the lock its own thread holds"
+    assert pool.waiting == 1
