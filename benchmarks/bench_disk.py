@@ -203,13 +203,16 @@ def disk_figures(directory: str, partitions: int, rows: int, rounds: int, baseli
     disk = figures["disk"]
     print(f"  disk (cold sequential read before each epoch): {min(disk):.0f}-{max(disk):.0f} MiB/s")
     print(f"  1-minute load average at the start of each round: {', '.join(f'{x:.1f}' for x in loads)}")
-    print("  (ratio: epoch MiB/s over the disk's MiB/s just before it; cpu: process CPU seconds per GiB of files;")
+    print("  (ratio: epoch MiB/s over the disk's MiB/s just before it, and over the run's fastest disk read;")
+    print("   cpu: process CPU seconds per GiB of files;")
     print("   main: share of that CPU on the consumer's thread; read: bytes the process read / file bytes)")
     extra = (" mib", " cpu", " main", " read")
     for key in [k for k in figures if k != "disk" and not k.endswith(extra)]:
         ratios, speed, cpu, main, read = (figures[key + e] for e in ("", *extra))
+        of_best = [v / max(disk) for v in speed]
         print(
-            f"  {key:<24} ratio {min(ratios):.2f}-{max(ratios):.2f}   {min(speed):.0f}-{max(speed):.0f} MiB/s   "
+            f"  {key:<24} ratio {min(ratios):.2f}-{max(ratios):.2f} (of the best disk read {min(of_best):.2f}-"
+            f"{max(of_best):.2f})   {min(speed):.0f}-{max(speed):.0f} MiB/s   "
             f"cpu {min(cpu):.2f}-{max(cpu):.2f} s/GiB   main {min(main):.2f}-{max(main):.2f}   "
             f"read x{min(read):.2f}-{max(read):.2f}"
         )
