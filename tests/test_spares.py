@@ -162,39 +162,60 @@ def test_passes_reusing_buffers_memory_yield_the_oracles_windows(frames, root, m
         assert all(np.array_equal(u, v) for u, v in zip(a, b))
 
 
-def test_local_row_groups_are_announced_to_the_kernel_before_they_are_read(root, monkeypatch):
-    advised: list[tuple[str, int, int]] = []
+def test_each_local_read_announces_the_next_to_the_kernel_before_it_is_read(root, monkeypatch):
+    events: list[tuple] = []
     real = os.posix_fadvise
 
     def record(fd, offset, length, advice):
         if advice == os.POSIX_FADV_WILLNEED:
-            advised.append((os.readlink(f"/proc/self/fd/{fd}"), offset, offset + length))
+            events.append(("advise", os.readlink(f"/proc/self/fd/{fd}"), offset, offset + length))
         return real(fd, offset, length, advice)
 
     monkeypatch.setattr(parquet_rows.os, "posix_fadvise", record)
+    monkeypatch.setattr(parquet_rows, "CHUNK_BYTES", 4 * 2 * 150)  # one row group (150 rows, 2 columns) a read
     ds = dw.WindowDataset(root, features=["f0", "f2"], series="sid", window=16, stride=16, batch_size=8)
     source = ds.source
-    reads: list[tuple[int, tuple]] = []
     read_groups = type(source)._read_groups
 
     def tracked(self, index, row_groups, columns):
-        reads.append((index, tuple(row_groups)))
+        events.append(("read", index, tuple(row_groups)))
         return read_groups(self, index, row_groups, columns)
 
     monkeypatch.setattr(type(source), "_read_groups", tracked)
-    ds.set_epoch(0)
-    with_advice = collect(ds)
-    assert reads and advised
-    for index, groups in reads:  # every column chunk read was advised, in its own file
-        path = source.partitions[index].key[0]
-        for a, b in chunk_ranges(source._footers[path].metadata, groups, ["f0", "f2"]):
-            assert any(p == os.path.realpath(path) and s <= a and b <= e for p, s, e in advised), (path, a, b)
-    advised.clear()
+    index = max(range(len(source.partitions)), key=lambda i: source.partitions[i].num_rows)
+    rows = source.partitions[index].num_rows
+    ranges = [(0, 200), (260, 700), (rows - 100, rows)]  # three ranges, row groups between them left out
+    chunks = source.read_ranges_chunks(index, ["f0", "f2"], ranges)
+    got = list(chunks)
+    reads = [e for e in events if e[0] == "read"]
+    assert len(reads) >= 3
+    path = os.path.realpath(source.partitions[index].key[0])
+    meta = source._footers[source.partitions[index].key[0]].metadata
+    for event in events:
+        if event[0] != "read" or event == reads[0]:
+            continue
+        # the read before this one was preceded by the advice of this one's column chunks
+        previous = events.index(reads[reads.index(event) - 1])
+        advised = [e for e in events[:previous] if e[0] == "advise"]
+        for a, b in chunk_ranges(meta, event[2], ["f0", "f2"]):
+            assert any(p == path and s <= a and b <= e for _, p, s, e in advised), (event, a, b)
+    assert len([e for e in events if e[0] == "advise"]) == len(reads) - 1  # one read ahead, no more
+    whole = source.read_ranges(index, ["f0", "f2"], ranges)
+    for col in ("f0", "f2"):  # the chunks are the rows of the ranges
+        for i, piece in enumerate(whole):
+            joined = np.concatenate([c[col] for r, _, c in got if r == i])
+            assert np.array_equal(joined, piece[col])
+    events.clear()
     monkeypatch.setattr(parquet_rows, "ADVISE", False)
     ds.set_epoch(0)
     without = collect(ds)
-    assert not advised
-    assert all(np.array_equal(a, b) for a, b in zip(with_advice, without))
+    assert not [e for e in events if e[0] == "advise"]
+    monkeypatch.setattr(parquet_rows, "ADVISE", True)
+    ds.set_epoch(0)
+    with_advice = collect(ds)
+    assert [e for e in events if e[0] == "advise"]
+    assert len(with_advice) == len(without)
+    assert all(np.array_equal(a, b) for x, y in zip(with_advice, without) for a, b in zip(x, y))
 
 
 def test_a_refused_advice_changes_nothing(root, monkeypatch):

@@ -10,8 +10,8 @@ on an object store), and ``_halo_runs`` joins a partition's runs with its halo's
 time (small row groups together, about ``CHUNK_BYTES`` a read), for a caller
 that decodes each as it comes: one read's Arrow buffers in memory instead of
 the partition's (reused from one read to the next, where a whole partition's
-fresh buffers cost page faults and kernel time); the row groups of such a read
-are announced to the kernel first (``_advise``), so a cold file is read while
+fresh buffers cost page faults and kernel time); the row groups of the next
+read are announced to the kernel (``_advise``), so a cold file is read while
 the row groups before are decoded.
 """
 
@@ -134,8 +134,9 @@ class ParquetRows:
                 reads[-1].append(g)
             else:
                 reads.append([g])
-        self._advise(index, needed, columns)
-        for groups in reads:
+        for k, groups in enumerate(reads):
+            if k + 1 < len(reads):  # the next read comes from disk while this one is decoded
+                self._advise(index, reads[k + 1], columns)
             data = self._read_groups(index, tuple(groups), columns)
             lo, hi = int(bounds[groups[0]]), int(bounds[groups[-1] + 1])  # file rows of this read
             if any(len(v) != hi - lo for v in data.values()):
@@ -153,11 +154,13 @@ class ParquetRows:
     def _advise(self, index: int, row_groups: Sequence[int], columns: Sequence) -> None:
         """Ask the kernel to read the column chunks of ``row_groups`` now (``POSIX_FADV_WILLNEED``).
 
-        The reads that follow go a row group at a time, each decoded before the next is asked for:
-        without the advice a cold file is read only as far as the kernel's read-ahead reaches past
-        each read, so the disk idles while a row group is decoded. With it the disk reads the rest
-        of the unit's row groups meanwhile, into the page cache (not the process's memory); a warm
-        file costs a walk of its cached pages. Where the call is missing or refused, nothing changes.
+        The reads of ``_chunks`` go a row group at a time (about ``CHUNK_BYTES``), each decoded
+        before the next is asked for: without the advice a cold file is read only as far as the
+        kernel's read-ahead reaches past each read, so the disk may idle while a row group is
+        decoded. Advised one read ahead, the disk reads the next row groups meanwhile, into the
+        page cache (not the process's memory): one read's bytes ahead per reader thread, never a
+        whole partition that could push out of the cache what is about to be read. A warm file
+        costs a walk of its cached pages. Where the call is missing or refused, nothing changes.
         """
         if not ADVISE or not row_groups:
             return
