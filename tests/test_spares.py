@@ -1,4 +1,4 @@
-"""Dropped buffers' memory reused by the next buffers (``spares``), and local reads announced to the kernel.
+"""Dropped buffers' memory reused by the next buffers (``spares``).
 
 The pool hands memory out again only when no array, view or tensor of it is left: checked directly
 (weak references and ``np.shares_memory``), and through whole passes whose batches are all kept and
@@ -8,7 +8,6 @@ the same pass without reuse, bit for bit.
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import ClassVar
 
@@ -20,8 +19,6 @@ from helpers import collect, make_frames, oracle_starts, write_parquet
 
 import dask_windows as dw
 from dask_windows import reading, spares
-from dask_windows.sources import parquet_rows
-from dask_windows.sources.ranges import chunk_ranges
 from dask_windows.spares import Spares
 
 SHAPE = (4, 1 << 18)  # 4 MiB of float32: above MIN_BYTES
@@ -160,73 +157,6 @@ def test_passes_reusing_buffers_memory_yield_the_oracles_windows(frames, root, m
     assert none == 0 and len(plain) == len(batches)
     for a, b in zip(plain, batches):  # the same batches, in the same order, bit for bit
         assert all(np.array_equal(u, v) for u, v in zip(a, b))
-
-
-def test_each_local_read_announces_the_next_to_the_kernel_before_it_is_read(root, monkeypatch):
-    events: list[tuple] = []
-    real = os.posix_fadvise
-
-    def record(fd, offset, length, advice):
-        if advice == os.POSIX_FADV_WILLNEED:
-            events.append(("advise", os.readlink(f"/proc/self/fd/{fd}"), offset, offset + length))
-        return real(fd, offset, length, advice)
-
-    monkeypatch.setattr(parquet_rows.os, "posix_fadvise", record)
-    monkeypatch.setattr(parquet_rows, "CHUNK_BYTES", 4 * 2 * 150)  # one row group (150 rows, 2 columns) a read
-    ds = dw.WindowDataset(root, features=["f0", "f2"], series="sid", window=16, stride=16, batch_size=8)
-    source = ds.source
-    read_groups = type(source)._read_groups
-
-    def tracked(self, index, row_groups, columns):
-        events.append(("read", index, tuple(row_groups)))
-        return read_groups(self, index, row_groups, columns)
-
-    monkeypatch.setattr(type(source), "_read_groups", tracked)
-    index = max(range(len(source.partitions)), key=lambda i: source.partitions[i].num_rows)
-    rows = source.partitions[index].num_rows
-    ranges = [(0, 200), (260, 700), (rows - 100, rows)]  # three ranges, row groups between them left out
-    chunks = source.read_ranges_chunks(index, ["f0", "f2"], ranges)
-    got = list(chunks)
-    reads = [e for e in events if e[0] == "read"]
-    assert len(reads) >= 3
-    path = os.path.realpath(source.partitions[index].key[0])
-    meta = source._footers[source.partitions[index].key[0]].metadata
-    for event in events:
-        if event[0] != "read" or event == reads[0]:
-            continue
-        # the read before this one was preceded by the advice of this one's column chunks
-        previous = events.index(reads[reads.index(event) - 1])
-        advised = [e for e in events[:previous] if e[0] == "advise"]
-        for a, b in chunk_ranges(meta, event[2], ["f0", "f2"]):
-            assert any(p == path and s <= a and b <= e for _, p, s, e in advised), (event, a, b)
-    assert len([e for e in events if e[0] == "advise"]) == len(reads) - 1  # one read ahead, no more
-    whole = source.read_ranges(index, ["f0", "f2"], ranges)
-    for col in ("f0", "f2"):  # the chunks are the rows of the ranges
-        for i, piece in enumerate(whole):
-            joined = np.concatenate([c[col] for r, _, c in got if r == i])
-            assert np.array_equal(joined, piece[col])
-    events.clear()
-    monkeypatch.setattr(parquet_rows, "ADVISE", False)
-    ds.set_epoch(0)
-    without = collect(ds)
-    assert not [e for e in events if e[0] == "advise"]
-    monkeypatch.setattr(parquet_rows, "ADVISE", True)
-    ds.set_epoch(0)
-    with_advice = collect(ds)
-    assert [e for e in events if e[0] == "advise"]
-    assert len(with_advice) == len(without)
-    assert all(np.array_equal(a, b) for x, y in zip(with_advice, without) for a, b in zip(x, y))
-
-
-def test_a_refused_advice_changes_nothing(root, monkeypatch):
-    def refuse(fd, offset, length, advice):
-        raise OSError(22, "Invalid argument")
-
-    kw = dict(features=["f0"], series="sid", window=16, stride=16, batch_size=8)
-    expected = collect(dw.WindowDataset(root, **kw))
-    monkeypatch.setattr(parquet_rows.os, "posix_fadvise", refuse)
-    got = collect(dw.WindowDataset(root, **kw))
-    assert len(got) == len(expected) and all(np.array_equal(a, b) for a, b in zip(got, expected))
 
 
 def test_an_array_dropped_while_its_thread_holds_the_pools_lock_comes_back_without_a_deadlock():

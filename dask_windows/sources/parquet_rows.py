@@ -10,14 +10,11 @@ on an object store), and ``_halo_runs`` joins a partition's runs with its halo's
 time (small row groups together, about ``CHUNK_BYTES`` a read), for a caller
 that decodes each as it comes: one read's Arrow buffers in memory instead of
 the partition's (reused from one read to the next, where a whole partition's
-fresh buffers cost page faults and kernel time); the row groups of the next
-read are announced to the kernel (``_advise``), so a cold file is read while
-the row groups before are decoded.
+fresh buffers cost page faults and kernel time).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -26,12 +23,10 @@ import numpy as np
 from dask_windows.errors import SourceReadError
 from dask_windows.sources.base import Partition
 from dask_windows.sources.footers import Footer
-from dask_windows.sources.ranges import chunk_ranges, merge_ranges
 from dask_windows.windows import find_runs, join_runs
 
-__all__ = ["ADVISE", "CHUNK_BYTES", "ParquetRows"]
+__all__ = ["CHUNK_BYTES", "ParquetRows"]
 
-ADVISE = hasattr(os, "posix_fadvise")  # local row groups are announced to the kernel before they are read
 CHUNK_BYTES = 16 << 20  # about what one read of ``read_ranges_chunks`` decodes: row groups smaller are read together
 
 
@@ -134,9 +129,7 @@ class ParquetRows:
                 reads[-1].append(g)
             else:
                 reads.append([g])
-        for k, groups in enumerate(reads):
-            if k + 1 < len(reads):  # the next read comes from disk while this one is decoded
-                self._advise(index, reads[k + 1], columns)
+        for groups in reads:
             data = self._read_groups(index, tuple(groups), columns)
             lo, hi = int(bounds[groups[0]]), int(bounds[groups[-1] + 1])  # file rows of this read
             if any(len(v) != hi - lo for v in data.values()):
@@ -150,32 +143,6 @@ class ParquetRows:
             for i in np.flatnonzero(b > a).tolist():
                 r0, r1 = int(a[i]) - lo, int(b[i]) - lo
                 yield i, int(a[i] - asked[i, 0]), {col: values[r0:r1] for col, values in data.items()}
-
-    def _advise(self, index: int, row_groups: Sequence[int], columns: Sequence) -> None:
-        """Ask the kernel to read the column chunks of ``row_groups`` now (``POSIX_FADV_WILLNEED``).
-
-        The reads of ``_chunks`` go a row group at a time (about ``CHUNK_BYTES``), each decoded
-        before the next is asked for: without the advice a cold file is read only as far as the
-        kernel's read-ahead reaches past each read, so the disk may idle while a row group is
-        decoded. Advised one read ahead, the disk reads the next row groups meanwhile, into the
-        page cache (not the process's memory): one read's bytes ahead per reader thread, never a
-        whole partition that could push out of the cache what is about to be read. A warm file
-        costs a walk of its cached pages. Where the call is missing or refused, nothing changes.
-        """
-        if not ADVISE or not row_groups:
-            return
-        path = self.partitions[index].key[0]
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            return  # the read that follows reports it, with the file's name
-        try:
-            for start, stop in merge_ranges(chunk_ranges(self._footers[path].metadata, row_groups, columns), 1 << 20):
-                os.posix_fadvise(fd, start, stop - start, os.POSIX_FADV_WILLNEED)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
 
     def _halo_runs(self, index: int, series: Any, runs: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``runs`` of the partition's own rows joined with the runs of its halo rows."""
