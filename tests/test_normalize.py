@@ -348,7 +348,13 @@ def test_hostile_values_equal_the_float64_reference_in_worker_processes(tmp_path
     root = str(tmp_path / "hostile")
     write_parquet(frames, root, row_group_size=256)
     kw = dict(
-        features=["f0", "f1", "f2", "f3"], series="sid", window=32, batch_size=64, return_index=True, layout=layout, seed=1
+        features=["f0", "f1", "f2", "f3"],
+        series="sid",
+        window=32,
+        batch_size=64,
+        return_index=True,
+        layout=layout,
+        seed=1,
     )
     plain = collect(dw.WindowDataset(root, **kw))
     alone = collect(dw.WindowDataset(root, normalize="sample", **kw))
