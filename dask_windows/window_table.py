@@ -31,9 +31,11 @@ a stream resumed, and the first batches need not wait for the table.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-__all__ = ["apply_table", "build_table", "worth_building"]
+__all__ = ["WindowTable", "apply_table", "build_table", "worth_building"]
 
 _BLOCK = 4096  # start rows whose sums share one shift and one running sum
 _TOL = 1e-6  # largest relative rounding of a window's std (and of its mean, over its std) taken from the table
@@ -147,34 +149,70 @@ def apply_table(x: np.ndarray, starts: np.ndarray, table: np.ndarray, channel_ma
     Returns:
         ``x``. Windows the table does not vouch for are standardised by ``standardize_windows``.
     """
-    import torch
+    return WindowTable(table, channel_major).apply(x, starts)
 
-    from dask_windows.normalize import _wide_rows, standardize_windows
 
-    if not len(x):
+class WindowTable:
+    """A buffer's ``build_table`` and the arrays its batches' statistics are looked up into.
+
+    The statistics of each batch size live in one array and its torch views, made once: a batch
+    then costs one lookup and the two passes, not the torch tensors of its statistics.
+
+    Args:
+        table: ``build_table`` of the buffer.
+        channel_major: The layout of the batches.
+    """
+
+    def __init__(self, table: np.ndarray, channel_major: bool) -> None:
+        self.table = table
+        self.channel_major = channel_major
+        self.nbytes = table.nbytes
+        self._scratch: dict[tuple[int, ...], tuple] = {}
+
+    def apply(self, x: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """Standardise ``x``, the windows at ``starts``, in place (see ``apply_table``)."""
+        import torch
+
+        from dask_windows.normalize import standardize_windows
+
+        if not len(x):
+            return x
+        channels = self.table.shape[1] // 2
+        scratch = self._scratch.get(x.shape)
+        if scratch is None:
+            scratch = self._scratch[x.shape] = self._views(x.shape, torch)
+        stats, wide_stats, mean, scale = scratch
+        np.take(self.table, starts, axis=0, out=stats)  # (B, 2C)
+        redo = None
+        if np.isnan(stats[:, channels:].sum()):  # some window is not vouched for (one sum when none is)
+            redo = np.flatnonzero(np.isnan(stats[:, channels:]).any(axis=1))
+            own = standardize_windows(np.ascontiguousarray(x[redo]), self.channel_major)
+            stats[redo, :channels], stats[redo, channels:] = 0.0, 1.0  # left as they are, then replaced
+        if self.channel_major:
+            values = torch.from_numpy(x)
+        else:  # rows of k * C values, the statistics tiled k times: a broadcast over C values is slow
+            wide_stats[...] = stats.reshape(len(x), 2, 1, channels)  # each (mean, scale) k times
+            values = torch.from_numpy(x.reshape(len(x), -1, wide_stats.shape[2] * channels))
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # two passes over a batch: a second thread's wake-ups cost more than it does
+        try:
+            values.sub_(mean).mul_(scale)
+        finally:
+            torch.set_num_threads(threads)
+        if redo is not None:
+            x[redo] = own
         return x
-    channels = table.shape[1] // 2
-    stats = table[starts]  # (B, 2C)
-    redo = None
-    if np.isnan(stats[:, channels:].sum()):  # some window is not vouched for (one sum when none is)
-        redo = np.flatnonzero(np.isnan(stats[:, channels:]).any(axis=1))
-        own = standardize_windows(np.ascontiguousarray(x[redo]), channel_major)
-        stats[redo, :channels], stats[redo, channels:] = 0.0, 1.0  # left as they are, then replaced
-    if channel_major:
-        values = torch.from_numpy(x)
-        both = torch.from_numpy(stats)
-        mean, scale = both[:, :channels, None], both[:, channels:, None]  # (B, C, 1) views
-    else:  # rows of k * C values, the statistics tiled k times: a broadcast over C values is slow
-        wide, repeat = _wide_rows(x)
-        values = torch.from_numpy(wide)
-        mean = torch.from_numpy(np.tile(stats[:, None, :channels], (1, 1, repeat)))
-        scale = torch.from_numpy(np.tile(stats[:, None, channels:], (1, 1, repeat)))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # two passes over a batch: a second thread's wake-ups cost more than it does
-    try:
-        values.sub_(mean).mul_(scale)
-    finally:
-        torch.set_num_threads(threads)
-    if redo is not None:
-        x[redo] = own
-    return x
+
+    def _views(self, shape: tuple[int, ...], torch: Any) -> tuple:
+        """The lookup array of batches of ``shape`` and the torch views the two passes broadcast."""
+        from dask_windows.normalize import _wide_rows
+
+        channels = self.table.shape[1] // 2
+        stats = np.empty((shape[0], 2 * channels), np.float32)
+        if self.channel_major:
+            both = torch.from_numpy(stats)
+            return stats, None, both[:, :channels, None], both[:, channels:, None]  # (B, C, 1) views
+        _wide, repeat = _wide_rows(np.empty(shape, np.float32))
+        wide_stats = np.empty((shape[0], 2, repeat, channels), np.float32)  # (B, [mean, scale], k, C)
+        tiled = torch.from_numpy(wide_stats).view(shape[0], 2, 1, repeat * channels)
+        return stats, wide_stats, tiled[:, 0], tiled[:, 1]
