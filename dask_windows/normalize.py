@@ -34,12 +34,13 @@ for). It leaves two passes per batch, but the statistics cost more than the
 two passes they save: about 30 numpy calls per batch (0.26 ms of CPU against
 0.18 ms for the two passes, at (256, 4, 512)), or, computed for thousands of
 windows at once, 0.56 ms per batch for the first and last rows of each window
-read from the buffer; and the sums take half the buffer's memory again. Nor
-a table of every window's mean and ``1 / std`` built once per buffer (float64
-prefix sums per block, a rounding bound per window): a lookup and two passes
-per batch cost 0.23-0.25 ms against 0.33 for the four, for three times the
-buffer's memory and a first batch that waits for the whole table
-(docs/benchmarks.md, normalisation).
+read from the buffer; and the sums take half the buffer's memory again. What
+is taken instead, where windows overlap (``window_table``, used by the
+pipeline): every window's mean and ``1 / std`` once per buffer, for the cost of
+a table twice the size of the buffer's features; a batch then costs a lookup
+and two passes. This module's per-batch code still serves the first positions
+of each buffer, the windows the table does not vouch for, batches that straddle
+two buffers, and strides of a quarter of the window or more.
 
 Constant windows: only windows whose std is below ``2**-12`` of their mean are
 checked, and of those only the ones whose first, middle and last values agree

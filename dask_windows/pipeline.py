@@ -23,6 +23,13 @@ order is the same either way: a function of the buffer's seed alone, so
 batches are bit-for-bit the same per ``(seed, epoch)`` and a resume (the
 plan's ``skip``) finds them where it expects.
 
+``normalize="sample"`` (``_per_sample``): where windows overlap, each buffer
+gets a table of its windows' statistics (``window_table``), built before the
+buffer is handed over, or for the first buffer after its tail's shuffle; the
+positions from ``_table_from`` on use it, the earlier ones (which the first
+buffer's consumer drains while its table is built) are standardised batch by
+batch, the same positions in every buffer whatever the timing.
+
 The trade-off: one buffer built ahead means two buffers in memory (the one
 being drained and the next), which is what keeps the reads going while
 batches are gathered; see docs/memory.md for the formula. A batch may take

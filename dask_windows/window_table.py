@@ -5,11 +5,15 @@ standardisation (``normalize.standardize_windows``) recomputes each window's mea
 and std from its ``L`` values: four passes over every batch. Here every window's
 mean and ``1 / max(std, eps)`` are computed once per buffer, for every start row,
 from float64 prefix sums, and a batch costs a table lookup and two passes
-(subtract, scale): 0.17 ms instead of 0.49 ms per (256, 4, 512) batch in the
-benchmark (docs/benchmarks.md, normalisation), 0.26 µs of table per window.
+(subtract, scale): 0.21 ms per (256, 4, 512) batch in the stream against 0.39
+ms for the per-batch code, and the table about 50 ns per window (0.10 s for a
+buffer of 2M windows of 4 channels); ``normalize="sample"`` went from 1.62x to
+2.05-2.15x of the 0.1 code per second of CPU time (docs/benchmarks.md,
+normalisation).
 
 Accuracy: the sums run over blocks of ``_BLOCK`` start rows (plus the window's
-halo) of values shifted by the block's mean, in float64, so a window's sums
+halo) of values shifted by about the block's mean (that of every 64th value), in
+float64, so a window's sums
 carry rounding proportional to its block's spread, not to its level. Each
 window gets a bound on the rounding of its mean and variance (the standard
 bound of a running sum, ``n * u * sum |terms|``); a window whose bound is not
@@ -20,13 +24,13 @@ values make their block's windows marked, never wrong numbers. Windows
 whose centring could overflow float32 are marked too.
 
 The trade-offs: the table holds two float32 per start row and channel (twice the
-buffer's features), kept as long as the buffer; building it costs about 12 float64
+buffer's features), kept as long as the buffer; building it costs about a dozen float64
 passes over the buffer, so it is built only where windows overlap enough to repay it
 (``worth_building``); and a window's values depend on its block's values through the
 rounding (within the tolerance above, not bit-identical to the per-batch code). The
-pipeline uses the table only from a buffer's ``HEAD``-th window on, the same
-positions in every buffer, so a batch's values never depend on timing or on where
-a stream resumed, and the first batches need not wait for the table.
+pipeline uses the table only from position ``max(HEAD, windows / 32)`` of a buffer on
+(``pipeline._table_from``), so a batch's values never depend on timing or on where a
+stream resumed, and the first batches need not wait for the table.
 """
 
 from __future__ import annotations
