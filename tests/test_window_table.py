@@ -165,3 +165,33 @@ def test_stream_from_the_tables_is_deterministic_and_resumes_bit_for_bit(tmp_pat
         assert (np.abs(x - want) <= _tolerance(x0, want)).all()
         constant = (x0 == x0[:, :, :1]).all(axis=2)
         assert (x[constant] == 0).all()
+
+
+def test_batches_gathered_into_worker_slots_and_decoded_by_read_workers(tmp_path, monkeypatch):
+    """Batches of 288 KiB (DataLoader workers gather them straight into shared slots) standardised
+    from the tables in the workers: the float64 reference; ``read_workers=1`` (decoding in another
+    process, the buffers and tables here): the bits of ``read_workers=0``."""
+    from dask_windows.readpool import pool_for
+
+    _table_from(monkeypatch, 300)
+    root = _series_root(tmp_path, rows=4_000)
+    kw = dict(features=["a", "b", "c"], series="sid", window=128, batch_size=192, return_index=True, seed=3)
+    kw.update(buffer_partitions=1)
+    workers = _batches_of(dw.WindowDataset(root, normalize="sample", **kw), {"num_workers": 2})
+    plain = _batches_of(dw.WindowDataset(root, **kw), {"num_workers": 2})
+    assert len(workers) == len(plain) > 60
+    for (x, rows), (x0, rows0) in zip(workers, plain):
+        np.testing.assert_array_equal(rows, rows0)
+        values = x0.astype(np.float64)
+        want = (values - values.mean(axis=2, keepdims=True)) / np.maximum(values.std(axis=2, keepdims=True), 1e-8)
+        assert (np.abs(x - want) <= _tolerance(x0, want)).all()
+    alone = _batches(dw.WindowDataset(root, normalize="sample", **kw))
+    decoded = dw.WindowDataset(root, normalize="sample", read_workers=1, **kw)
+    assert pool_for(decoded, 1).wait_ready(120)  # generous: the forkserver imports torch on a loaded machine
+    np.testing.assert_equal(_batches(decoded), alone)
+
+
+def _batches_of(ds, loader_kwargs: dict) -> list[tuple[np.ndarray, ...]]:
+    from helpers import collect
+
+    return collect(ds, loader_kwargs)
