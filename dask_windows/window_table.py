@@ -75,6 +75,8 @@ def build_table(x: np.ndarray, window: int, channel_major: bool, eps: float = 1e
     rows = x.shape[1] if channel_major else x.shape[0]
     count = max(rows - window + 1, 0)
     table = np.empty((count, 2 * channels), np.float32)
+    if not count:
+        return table
     block = min(_BLOCK, count)
     work = _Work(channels, block, window)
     with np.errstate(all="ignore"):  # non-finite values are marked, not warned about
@@ -196,7 +198,7 @@ class WindowTable:
             values = torch.from_numpy(x)
         else:  # rows of k * C values, the statistics tiled k times: a broadcast over C values is slow
             wide_stats[...] = stats.reshape(len(x), 2, 1, channels)  # each (mean, scale) k times
-            values = torch.from_numpy(x.reshape(len(x), -1, wide_stats.shape[2] * channels))
+            values = torch.from_numpy(x).view(len(x), -1, wide_stats.shape[2] * channels)  # a view, or an error
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # two passes over a batch: a second thread's wake-ups cost more than it does
         try:

@@ -100,6 +100,7 @@ def test_worth_building_only_where_windows_overlap():
     assert not worth_building(10_000 // 32, 10_000, 64)  # stride 32
     assert not worth_building(10_000 // 64, 10_000, 64)  # stride = window
     assert not worth_building(0, 0, 64)
+    assert build_table(np.zeros((3, 50), np.float32), 64, True).shape == (0, 6)  # shorter than a window
 
 
 def _series_root(tmp_path, rows: int = 1_500) -> str:
