@@ -25,7 +25,7 @@ Last, page checksums: the same rows written with page CRCs, read with verificati
 (the default) and off, as partition reads (MB/s of decoded columns) and as loader windows/s.
 
     python benchmarks/bench_loader.py [--partitions 4] [--seconds 3]
-    python benchmarks/bench_loader.py --only normalisation --partitions 2 --seconds 3 [--cpu]
+    python benchmarks/bench_loader.py --only normalisation [--cpu]   (whole epochs of 2 x 400,000 rows)
     python benchmarks/bench_loader.py --crc-only --partitions 2 --seconds 4
     python benchmarks/bench_loader.py --only pieces --partitions 4 --seconds 2
     python benchmarks/bench_loader.py --only workers --partitions 2 --seconds 2
