@@ -181,6 +181,7 @@ class Gatherer:
         self.channel_major = layout == "NCL"
         self._x = _window_view(x, window, self.channel_major)
         self._source = x
+        self.source = x  # the buffer's features as given, (C, rows) or (rows, C)
         self._runs: Any = None  # torch view of every run a batch copies, made on first use
         self._y = y
         self._window = window
