@@ -460,7 +460,9 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (read-workers)")
     parser.add_argument("--pieces-child", help=argparse.SUPPRESS)
-    parser.add_argument("--pieces-k", type=int, help="--only pieces: pieces_per_partition of 'default' (None: the default)")
+    parser.add_argument(
+        "--pieces-k", type=int, help="--only pieces: pieces_per_partition of 'default' (None: the default)"
+    )
     parser.add_argument("--cpu", action="store_true", help="normalisation rows per second of the process's CPU time")
     args = parser.parse_args()
     if args.rss_child:

@@ -385,4 +385,3 @@ class BufferArena:
             self._released = max(self._released, buffer)
             for old in [b for b in self._buffers if b <= buffer]:
                 del self._buffers[old]
-
