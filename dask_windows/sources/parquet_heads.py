@@ -16,6 +16,7 @@ depend on what the cache held. A pickled cache (DataLoader workers, read workers
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -35,13 +36,20 @@ class HeadCache:
         self._heads: dict[tuple, dict[Any, np.ndarray]] = {}
         self._bytes = 0
         self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def _locked(self) -> threading.Lock:
+        """The lock, a fresh one in a forked process (one held by a thread at the fork stays held)."""
+        if self._pid != os.getpid():
+            self._lock, self._pid = threading.Lock(), os.getpid()
+        return self._lock
 
     def __reduce__(self) -> tuple:
         return (HeadCache, (self.limit,))  # another process starts empty
 
     def get(self, key: tuple, rows: int) -> dict[Any, np.ndarray] | None:
         """The first ``rows`` rows kept under ``key``, or ``None`` when fewer (or none) are kept."""
-        with self._lock:
+        with self._locked():
             head = self._heads.get(key)
         if head is None or any(len(v) < rows for v in head.values()):
             return None
@@ -53,7 +61,7 @@ class HeadCache:
         size = sum(v.nbytes for v in head.values())
         if size > self.limit:
             return
-        with self._lock:
+        with self._locked():
             old = self._heads.pop(key, None)
             self._bytes -= 0 if old is None else sum(v.nbytes for v in old.values())
             while self._heads and self._bytes + size > self.limit:  # oldest first
