@@ -154,6 +154,8 @@ def _builds(
                 built.failure.append(exc)
             finally:
                 built.shuffled.set()
+        if lazy and first:  # small pages on the way to the first batch (reading.small_pages); now huge ones
+            built.buffer.gatherer.settle_pages(len(built.buffer.starts))
         del built  # the consumer alone holds the buffer now
         first = False
         skip = 0

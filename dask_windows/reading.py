@@ -9,7 +9,6 @@ decode one partition's pieces, recording unreadable ones with
 
 from __future__ import annotations
 
-import mmap
 import threading
 import warnings
 from collections.abc import Iterable, Iterator
@@ -32,6 +31,7 @@ from dask_windows.buffer import (
 )
 from dask_windows.errors import SourceReadError
 from dask_windows.faults import record_skip, skip_allowed
+from dask_windows.memory import small_pages_map
 from dask_windows.pipeline import stream
 from dask_windows.plan import plan_reader
 from dask_windows.prefetch import Prefetcher
@@ -215,7 +215,7 @@ def small_pages(shape: tuple, dtype: Any) -> np.ndarray:
     size = int(np.prod(shape)) * dtype.itemsize
     if size < 4 << 20:  # below numpy's huge-page threshold: nothing to avoid
         return np.empty(shape, dtype)
-    return np.frombuffer(mmap.mmap(-1, size), dtype).reshape(shape)
+    return np.frombuffer(small_pages_map(size), dtype).reshape(shape)  # huge pages after its first batches
 
 
 class BufferArena:
