@@ -249,9 +249,14 @@ def stream(
                         k = max(1, min(k, (built.head - pos) // batch))  # the first batches need not wait
                     built.wait(pos + k * batch)
                     run = buffer.starts[pos : pos + k * batch]
-                    gather = buffer.gatherer.gather_for(batch, pool)
                     pos += k * batch
                     remaining -= k * batch
+                    if not (want_y or want_rows or per_sample):  # features only: one generator for the run
+                        for x in buffer.gatherer.gather_run(run, batch, pool):
+                            yield emit(x, None, None)
+                        del x, run  # (as below)
+                        continue
+                    gather = buffer.gatherer.gather_for(batch, pool)
                     for a in range(0, k * batch, batch):
                         starts = run[a : a + batch]
                         x = gather(starts)

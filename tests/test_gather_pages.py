@@ -140,3 +140,68 @@ def test_a_stream_whose_first_buffer_moves_to_huge_pages_yields_the_oracle(frame
             want = feats[r.numpy()[:, None] + np.arange(WINDOW)]  # (B, L, C)
             np.testing.assert_array_equal(x.numpy(), want.transpose(0, 2, 1) if layout == "NCL" else want)
     assert len(settled) == 2  # once per pass, the first buffer's features
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    channels=st.integers(1, 4),
+    window=st.integers(1, 12),
+    size=st.integers(1, 9),
+    batches=st.integers(1, 12),
+    chunk=st.integers(1, 40),
+    channel_major=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_a_run_gathered_a_chunk_of_batches_at_a_time_equals_batch_by_batch(
+    channels, window, size, batches, chunk, channel_major, seed
+):
+    rows = window + 50
+    rng = np.random.default_rng(seed)
+    data = rng.standard_normal((channels, rows) if channel_major else (rows, channels)).astype(np.float32)
+    runs = _run_gather(data, window, channel_major)
+    assert runs is not None
+    run = rng.integers(0, rows - window + 1, size * batches).astype(np.int32)
+    old = batch_module._RUN_INDEX
+    batch_module._RUN_INDEX = chunk  # chunks of the index ending inside, at and past a run's end
+    try:
+        got = list(runs.batches(run, size))
+    finally:
+        batch_module._RUN_INDEX = old
+    assert len(got) == batches
+    for b, x in enumerate(got):
+        assert x.flags.c_contiguous
+        np.testing.assert_array_equal(x, oracle(data, run[b * size : (b + 1) * size], window, channel_major))
+
+
+@pytest.fixture(params=["torch", "numpy"])
+def path(request, monkeypatch):
+    """torch's pooled gather for every call, or numpy's run gather."""
+    monkeypatch.setattr(batch_module, "_TORCH_MIN_BYTES", 1 << 62 if request.param == "numpy" else 0)
+    monkeypatch.setattr(batch_module, "_threads", lambda: 2)
+    monkeypatch.setattr(batch_module.PathChoice, "torch_next", lambda self: True)
+    monkeypatch.setattr(batch_module, "_RUN_INDEX", 100)  # several chunks of index per run
+    return request.param
+
+
+@pytest.mark.parametrize("layout", ["NCL", "NLC"])
+@pytest.mark.parametrize("keep", ["every third", "views", "none"])
+def test_features_only_batches_equal_the_indexed_ones_and_held_ones_keep_their_values(root, path, layout, keep):
+    """A features-only stream (one generator per run) gives the batches of the same stream with its
+    start rows; any batch held (whole or as a view) keeps its values while later ones are gathered."""
+    args = dict(features=FEATURES, series="sid", window=WINDOW, batch_size=24, layout=layout, seed=9)
+    indexed = [x.numpy().copy() for x, _ in dw.WindowDataset(root, return_index=True, **args)]
+    kept, pointers, n = [], [], -1
+    for n, x in enumerate(dw.WindowDataset(root, **args)):
+        np.testing.assert_array_equal(x.numpy(), indexed[n])
+        pointers.append(x.data_ptr())
+        if keep == "every third" and n % 3 == 0:
+            kept.append((n, x))
+        elif keep == "views" and n % 4 == 1:
+            kept.append((n, x[2:5]))
+        del x
+    assert n + 1 == len(indexed) > 30
+    for m, x in kept:
+        want = indexed[m] if keep == "every third" else indexed[m][2:5]
+        np.testing.assert_array_equal(x.numpy(), want)
+    if keep == "none" and path == "torch":  # nothing held: pooled arrays are written again and again
+        assert len(pointers) - len(set(pointers)) > len(pointers) // 2
