@@ -5,9 +5,10 @@ every (window, channel) of an ``NCL`` batch is one contiguous run of ``L``
 values; for ``NLC`` the buffer is row-major ``(rows, C)`` and every window is
 one contiguous run of ``L * C`` values. Two ways to copy those runs:
 
-* numpy fancy indexing of a strided view (one thread, a fresh array): used for
-  batches under ``_TORCH_MIN_BYTES`` and whenever torch runs one intra-op
-  thread (``torch.set_num_threads(1)``, and inside DataLoader workers);
+* numpy fancy indexing of a 2-D view of every run (``_Runs``: one thread, a
+  fresh array, each run one contiguous copy): used for batches under
+  ``_TORCH_MIN_BYTES`` and whenever torch runs one intra-op thread
+  (``torch.set_num_threads(1)``, and inside DataLoader workers);
 * ``torch.index_select`` of the runs (one ``memcpy`` each) split over torch's
   intra-op threads, into an array from an :class:`OutputPool`, so the batch
   pays neither page faults of fresh memory nor a single thread's bandwidth.
@@ -22,7 +23,9 @@ either way.
 
 A stream asks :meth:`Gatherer.gather_for` once per run of full batches (a
 buffer's, or its first ``HEAD`` windows'), so a small batch costs numpy's one
-indexing call, without the per-batch checks of :meth:`Gatherer.features`.
+indexing call, without the per-batch checks of :meth:`Gatherer.features`;
+features-only runs come from :meth:`Gatherer.gather_run`, which computes the
+run's index a chunk of batches at a time.
 
 A pooled array is reused only when nothing but the pool references it: a
 tensor made by ``torch.from_numpy``, every view of it, its ``.numpy()`` arrays
@@ -99,7 +102,8 @@ class _Runs:
         else:
             rows, self.channels = data.shape
             # (rows - L + 1, L * C): the window starting at every row, flattened
-            self.runs = as_strided(data, (rows - window + 1, window * self.channels), (data.strides[0], item), writeable=False)
+            shape = (rows - window + 1, window * self.channels)
+            self.runs = as_strided(data, shape, (data.strides[0], item), writeable=False)
             self.offsets = None
 
     def __call__(self, starts: np.ndarray) -> np.ndarray:
