@@ -182,11 +182,16 @@ class PathChoice:
     starting torch's threads) slower than ``1.5x`` numpy's median ends the round at once, and
     while torch is kept, a running mean ``1.25x`` above numpy's median hands back to numpy: on
     busy cores torch's fork-join is many times slower, and then costs a round's few probes every
-    ``every`` batches. Both copies give the same bits, so the choice changes speed, never a value.
+    ``every`` batches, twice as many batches after each round torch loses, up to ``every *
+    max_backoff`` (on 2 busy cores two probes took 10-12 ms of a 0.25 ms batch: 4% of a long run
+    at ``every`` batches); a round torch wins resets it. Both copies give the same bits, so the
+    choice changes speed, never a value.
     """
 
-    def __init__(self, warmup: int = 16, probes: int = 6, every: int = 2048) -> None:
+    def __init__(self, warmup: int = 16, probes: int = 6, every: int = 2048, max_backoff: int = 32) -> None:
         self.warmup, self.probes, self.every = warmup, probes, every
+        self.max_backoff = max_backoff
+        self.backoff = 1  # rounds come every ``every * backoff`` batches
         self.batches = 0
         self.use_torch = False
         self._round = 0  # batch at which the current round began
@@ -219,8 +224,9 @@ class PathChoice:
                     timed = self._torch[1:] or self._torch
                     self._mean_s = float(np.median(timed))
                     self.use_torch = not slow and self._mean_s < self._numpy_s
+                    self.backoff = 1 if self.use_torch else min(2 * self.backoff, self.max_backoff)
                 self._numpy, self._torch = [], []
-                self._round = self.batches + self.every  # the next round
+                self._round = self.batches + self.every * self.backoff  # the next round
         elif self.use_torch and by_torch:
             # One copy held up by another thread (a buffer being built, a collection) must not hand
             # back on its own: each copy counts at most 3x numpy's median.
