@@ -4,9 +4,10 @@ Three figures, each measured in one run, every loader run in its own process:
 
   disk    stride = window = 512, B=256, C=4, over uncompressed Parquet evicted from the page cache
           (``posix_fadvise(DONTNEED)``, no root needed; the script checks that it works): MiB/s of
-          one loader epoch (file bytes / epoch time) against a cold sequential read of the same
-          files (the disk's speed), in alternating rounds; with ``--baseline`` (a checkout, e.g. the
-          main branch) the same epoch with that code too.
+          one loader epoch (file bytes / epoch time, waiting for reads included) against a cold
+          sequential read of the same files just before it (the disk's speed), in alternating rounds;
+          with ``--baseline`` (a checkout, e.g. the main branch) the same epoch with that code too.
+          Both reads are cold: the files need not be larger than RAM, they are evicted before each.
   first   time from ``WindowDataset(...)`` (opening the files included) to the first batch, two 128 MiB
           partitions, stride 1 (16.7M window starts in the first buffer), cold and warm, this checkout
           and the baseline; median, range and the load average of each run (``--rounds 7`` for a median).
@@ -111,6 +112,15 @@ def _status(field: str) -> int:
     return 0
 
 
+def _read_bytes() -> int:
+    """Bytes this process asked ``read``/``pread`` for (``rchar``: a row group read twice counts twice)."""
+    with open("/proc/self/io") as f:
+        for line in f:
+            if line.startswith("rchar:"):
+                return int(line.split()[1])
+    return 0
+
+
 def _cpu() -> float:
     import resource
 
@@ -142,10 +152,12 @@ def run_child(task: dict) -> dict:
     ds = dw.WindowDataset(paths, **kw)
     if task["kind"] == "epoch":
         evict(paths)
+        r0 = _read_bytes()
         t0, c0, m0 = time.perf_counter(), _cpu(), time.thread_time()
         n = sum(1 for _ in ds)
         cpu, main = _cpu() - c0, time.thread_time() - m0
-        return {"seconds": time.perf_counter() - t0, "batches": n, "cpu": cpu, "main": main}
+        seconds = time.perf_counter() - t0
+        return {"seconds": seconds, "batches": n, "cpu": cpu, "main": main, "read": _read_bytes() - r0}
     # memory: peak over one epoch above the RSS of the open dataset
     base = _status("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
@@ -161,9 +173,8 @@ def disk_figures(directory: str, partitions: int, rows: int, rounds: int, baseli
     before = cached_mib()
     evict(paths)
     print(f"eviction check: page cache {before:.0f} -> {cached_mib():.0f} MiB after evicting {mib:.0f} MiB of files")
-    warm = sequential_read(paths)
-    evict(paths)
-    cold = sequential_read(paths)
+    cold = sequential_read(paths)  # (evicted just above)
+    warm = sequential_read(paths)  # the files are in the page cache now
     print(f"sequential read of {mib:.0f} MiB: warm {mib / warm:.0f} MiB/s, cold {mib / cold:.0f} MiB/s")
     stride = {"stride": L}
     runs = {
@@ -172,25 +183,45 @@ def disk_figures(directory: str, partitions: int, rows: int, rounds: int, baseli
     }
     checkouts = [("this", HERE)] + ([("baseline", baseline)] if baseline else [])
     figures: dict[str, list[float]] = {}
+    loads = []
     for _ in range(rounds):
-        evict(paths)
-        disk = mib / sequential_read(paths)
-        figures.setdefault("disk", []).append(disk)
+        loads.append(_load())
         for name, options in runs.items():
             for who, checkout in checkouts:
+                # The disk's speed measured just before each epoch: the other users of a shared disk
+                # change it from one minute to the next; each epoch is compared with its own neighbour.
+                evict(paths)
+                disk = mib / sequential_read(paths)
+                figures.setdefault("disk", []).append(disk)
                 got = child(checkout, {"kind": "epoch", "paths": paths, "options": options})
                 figures.setdefault(f"{who} {name}", []).append(mib / got["seconds"] / disk)
+                figures.setdefault(f"{who} {name} mib", []).append(mib / got["seconds"])
                 figures.setdefault(f"{who} {name} cpu", []).append(got["cpu"] / (mib / 1024))
                 figures.setdefault(f"{who} {name} main", []).append(got["main"] / got["cpu"])
+                figures.setdefault(f"{who} {name} read", []).append(got["read"] / (mib * 2**20))
     print(f"cold epoch, window=stride={L}, B={B}, C={C}, {partitions} x {rows:,} rows, {rounds} rounds")
-    print(f"  disk (cold sequential read): {min(figures['disk']):.0f}-{max(figures['disk']):.0f} MiB/s")
-    print("  (cpu: process CPU seconds per GiB read; main: share of that CPU spent on the consumer's thread)")
-    for key in [k for k in figures if k != "disk" and not k.endswith((" cpu", " main"))]:
-        ratios, cpu, main = figures[key], figures[key + " cpu"], figures[key + " main"]
+    disk = figures["disk"]
+    print(f"  disk (cold sequential read before each epoch): {min(disk):.0f}-{max(disk):.0f} MiB/s")
+    print(f"  1-minute load average at the start of each round: {', '.join(f'{x:.1f}' for x in loads)}")
+    print("  (ratio: epoch MiB/s over the disk's MiB/s just before it, and over the run's fastest disk read;")
+    print("   cpu: process CPU seconds per GiB of files;")
+    print("   main: share of that CPU on the consumer's thread; read: bytes the process read / file bytes)")
+    extra = (" mib", " cpu", " main", " read")
+    for key in [k for k in figures if k != "disk" and not k.endswith(extra)]:
+        ratios, speed, cpu, main, read = (figures[key + e] for e in ("", *extra))
+        of_best = [v / max(disk) for v in speed]
         print(
-            f"  {key:<24} dw MiB/s / disk MiB/s: {min(ratios):.2f}-{max(ratios):.2f}   "
-            f"cpu {min(cpu):.2f}-{max(cpu):.2f} s/GiB   main {min(main):.2f}-{max(main):.2f}"
+            f"  {key:<24} ratio {min(ratios):.2f}-{max(ratios):.2f} (of the best disk read {min(of_best):.2f}-"
+            f"{max(of_best):.2f})   {min(speed):.0f}-{max(speed):.0f} MiB/s   "
+            f"cpu {min(cpu):.2f}-{max(cpu):.2f} s/GiB   main {min(main):.2f}-{max(main):.2f}   "
+            f"read x{min(read):.2f}-{max(read):.2f}"
         )
+    cores = len(os.sched_getaffinity(0))
+    best = min(min(figures[k]) for k in figures if k.endswith(" cpu"))
+    print(
+        f"  (at {best:.2f} CPU s/GiB, the least above, this machine's {cores} cores, if nothing else ran, could feed "
+        f"at most {cores * 1024 / best:.0f} MiB/s: {cores * 1024 / best / max(disk):.2f} of the fastest disk read)"
+    )
 
 
 def _load() -> float:

@@ -262,6 +262,7 @@ class Gatherer:
         self._x = _window_view(x, window, self.channel_major)
         self._numpy = _run_gather(x, window, self.channel_major) or self._x.__getitem__
         self._source = x
+        self.source = x  # the buffer's features as given, (C, rows) or (rows, C)
         self._runs: Any = None  # torch view of every run a batch copies, made on first use
         self._y = y
         self._window = window

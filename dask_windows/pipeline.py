@@ -23,6 +23,13 @@ order is the same either way: a function of the buffer's seed alone, so
 batches are bit-for-bit the same per ``(seed, epoch)`` and a resume (the
 plan's ``skip``) finds them where it expects.
 
+``normalize="sample"`` (``_per_sample``): where windows overlap, each buffer
+gets a table of its windows' statistics (``window_table``), built before the
+buffer is handed over, or for the first buffer after its tail's shuffle; the
+positions from ``_table_from`` on use it, the earlier ones (which the first
+buffer's consumer drains while its table is built) are standardised batch by
+batch, the same positions in every buffer whatever the timing.
+
 The trade-off: one buffer built ahead means two buffers in memory (the one
 being drained and the next), which is what keeps the reads going while
 batches are gathered; see docs/memory.md for the formula. A batch may take
@@ -44,7 +51,7 @@ import numpy as np
 import numpy.random  # (numpy 2 loads it on first use: 0.05-0.14 s of extension modules in the first plan)
 
 from dask_windows.batch import OutputPool, normalize_per_sample
-from dask_windows.buffer import Buffer, Part, PlannedStarts, permute_head, permute_tail, permute_windows
+from dask_windows.buffer import HEAD, Buffer, Part, PlannedStarts, permute_head, permute_tail, permute_windows
 from dask_windows.errors import SourceReadError
 from dask_windows.faults import REPLACEMENT_TAG
 from dask_windows.index import WindowGrid
@@ -68,6 +75,9 @@ class _Built:
     head: int
     shuffled: threading.Event | None = None
     failure: list[BaseException] = field(default_factory=list)
+    table: Any = None  # window statistics (``window_table.WindowTable``), once ``tabled`` is set
+    table_from: int = sys.maxsize  # the first position whose windows use ``table`` (if it has one)
+    tabled: threading.Event | None = None  # set once ``table`` is built (``None``: it is, or never will be)
 
     def wait(self, upto: int) -> None:
         """Block until windows ``[0, upto)`` are in their final order."""
@@ -75,6 +85,15 @@ class _Built:
             return
         self.shuffled.wait()
         self.shuffled = None
+        if self.failure:
+            raise self.failure[0]
+
+    def wait_table(self) -> None:
+        """Block until ``table`` is built (or known not to be)."""
+        if self.tabled is None:
+            return
+        self.tabled.wait()
+        self.tabled = None
         if self.failure:
             raise self.failure[0]
 
@@ -113,11 +132,13 @@ def _builds(
     lazy: bool,
     release: Callable[[int], None] | None = None,
     prepare: Callable[[int], PlannedStarts | None] | None = None,
+    tables: bool = False,
 ) -> Generator[_Built, None, None]:
     """The plan's buffers, replacements added and permuted; the first one lazily when ``lazy``.
 
     ``prepare(b)`` lists buffer ``b``'s window starts before its pieces are taken: on the builder
-    thread, while the readers read them.
+    thread, while the readers read them. ``tables``: each buffer's window statistics for
+    ``normalize="sample"`` (``_add_table``), the first buffer's after its head is handed over.
     """
     skip = plan.skip
     owed = 0  # windows of skipped partitions not yet replaced
@@ -146,6 +167,12 @@ def _builds(
             built = _Built(buffer, skip, len(buffer.starts))
         del buffer
         remaining -= min(remaining, len(built.buffer.starts) - skip)
+        if tables:  # before the consumer sees it: a position's way never depends on timing
+            built.table_from = _table_from(len(built.buffer.starts))
+            if built.shuffled is None:
+                _add_table(built, spec)
+            else:
+                built.tabled = threading.Event()
         yield built
         if built.shuffled is not None:  # resumed once the consumer holds the first buffer
             try:
@@ -154,6 +181,14 @@ def _builds(
                 built.failure.append(exc)
             finally:
                 built.shuffled.set()
+            if built.tabled is not None:  # while the consumer drains the positions before the table's
+                try:
+                    if not built.failure:
+                        _add_table(built, spec)
+                except BaseException as exc:  # pragma: no cover - relayed to the consumer's wait_table
+                    built.failure.append(exc)
+                finally:
+                    built.tabled.set()
         if lazy and first:  # small pages on the way to the first batch (reading.small_pages); now huge ones
             built.buffer.gatherer.settle_pages(len(built.buffer.starts))
         del built  # the consumer alone holds the buffer now
@@ -161,6 +196,60 @@ def _builds(
         skip = 0
     if owed and remaining > 0:
         yield _last_buffer(plan, min(owed, remaining), grid, row_offsets, spec, scale, reread)
+
+
+def _table_from(windows: int) -> int:
+    """The first position of a buffer of ``windows`` windows served by its table.
+
+    ``HEAD`` at least, and a 32nd of the buffer: the first buffer's table is built on the builder
+    thread while the consumer standardises those windows batch by batch (about the time the table
+    takes: 50 ns a window against 1.5 µs), so the consumer seldom waits long for it; later
+    buffers' tables are built ahead.
+    """
+    return max(HEAD, windows // 32)
+
+
+def _add_table(built: _Built, spec: WindowSpec) -> None:
+    """Give ``built`` its window statistics (``window_table``) where they repay their cost.
+
+    The table serves positions from ``built.table_from`` on in every buffer (``_table_from``), so
+    a window's values depend on its position alone, not on which buffer a stream begins or
+    resumes with or on the threads' timing; buffers of at most ``HEAD`` windows have none.
+    """
+    from dask_windows.window_table import WindowTable, build_table, worth_building
+
+    buffer = built.buffer
+    x = buffer.gatherer.source
+    channel_major = spec.layout == "NCL"
+    rows = x.shape[1] if channel_major else x.shape[0]
+    if len(buffer.starts) > built.table_from and worth_building(len(buffer.starts), rows, spec.window):
+        table = WindowTable(build_table(x, spec.window, channel_major), channel_major)
+        buffer.nbytes += table.nbytes
+        built.table = table
+
+
+def _per_sample(x: np.ndarray, starts: np.ndarray, at: int, built: _Built, channel_major: bool) -> None:
+    """Standardise the batch of windows at buffer positions ``[at, at + len(x))`` in place, per window.
+
+    From ``built.table_from`` on with the buffer's table, before it (or without a table) from the
+    windows' values (``normalize_per_sample``): which one depends on the position alone.
+    """
+    split = built.table_from - at  # windows of the batch before the table's first position
+    if split >= len(x):
+        normalize_per_sample(x, channel_major)
+        return
+    built.wait_table()
+    table = built.table
+    if table is None:  # not worth building for this buffer
+        normalize_per_sample(x, channel_major)
+        return
+    if table is None:
+        normalize_per_sample(x, channel_major)
+        return
+    if split > 0:
+        normalize_per_sample(x[:split], channel_major)
+    split = max(split, 0)
+    table.apply(x[split:], starts[split:])
 
 
 def _last_buffer(
@@ -225,7 +314,9 @@ def stream(
             are (``reading.BufferArena.planned_starts``); ``None``: ``Buffer`` lists them.
     """
     scale = normalize if isinstance(normalize, tuple) else None
-    builds = _builds(plan, iter(parts), grid, row_offsets, spec, scale, reread, background, release, prepare)
+    builds = _builds(
+        plan, iter(parts), grid, row_offsets, spec, scale, reread, background, release, prepare, normalize == "sample"
+    )
     ahead = Ahead(builds, 1, "dask-windows-build") if background else None
     source: Iterator[_Built] = builds if ahead is None else ahead
     batch = spec.batch_size
@@ -249,6 +340,7 @@ def stream(
                         k = max(1, min(k, (built.head - pos) // batch))  # the first batches need not wait
                     built.wait(pos + k * batch)
                     run = buffer.starts[pos : pos + k * batch]
+                    at = pos  # the run's first position, for the per-window statistics
                     pos += k * batch
                     remaining -= k * batch
                     if not (want_y or want_rows or per_sample):  # features only: one generator for the run
@@ -263,7 +355,7 @@ def stream(
                         y = buffer.gatherer.targets(starts) if want_y else None
                         rows = buffer.global_rows(starts) if want_rows else None
                         if per_sample:
-                            normalize_per_sample(x, channel_major)
+                            _per_sample(x, starts, at + a, built, channel_major)
                         yield emit(x, y, rows)
                     # The pool may reuse x's array once the caller drops the batch; the run and the
                     # bound gather hold this buffer's arrays, which must go before the next is built.

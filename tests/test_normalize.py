@@ -314,3 +314,95 @@ def test_sample_normalisation_through_the_dataset_channel_major(data, stride):
         np.testing.assert_array_equal(rows, rows0)
         assert x.shape == x0.shape and x.shape[1:] == (3, 16)
         np.testing.assert_allclose(x, _windows_reference(x0, True), rtol=1e-4, atol=2e-4)
+
+
+def _hostile_frame(rows: int, seed: int) -> pd.DataFrame:
+    """Values a per-window standardisation must survive, one series per frame.
+
+    ``f0``: a level of 1e6 with noise of 1e-3 and steps of one float32 ulp (0.0625): mostly windows
+    that float32 holds as constant, some with a few ulps of spread; ``f1``: runs of one value (of
+    an offset of 1e4) with a change every 40 rows; ``f2``: values of order 1e30; ``f3``: few
+    distinct levels (0.5 apart) around 123.456, so that three values of a window often agree.
+    """
+    rng = np.random.default_rng(seed)
+    f0 = np.float32(1e6) + rng.standard_normal(rows) * 1e-3 + 0.0625 * (rng.random(rows) < 0.02)
+    f1 = 1e4 + np.repeat(rng.standard_normal(rows // 40 + 1), 40)[:rows]
+    f2 = rng.standard_normal(rows) * 1e30
+    f3 = 123.456 + 0.5 * rng.integers(-2, 3, rows)
+    cols = {"f0": f0, "f1": f1, "f2": f2, "f3": f3}
+    frame = pd.DataFrame({k: v.astype(np.float32) for k, v in cols.items()})
+    frame.insert(0, "sid", seed)
+    return frame
+
+
+def _hostile_bound(x0: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """The documented tolerance: 2e-4 + 1e-4 * |reference| + 16 float32 ulps of the mean over the std."""
+    return 2e-4 + 1e-4 * np.abs(want) + _quantisation_bound(x0, True)
+
+
+def _table_from(monkeypatch, head: int) -> None:
+    """Buffers hand over their first ``head`` windows before the table, which serves the rest."""
+    import dask_windows.buffer as buffer_module
+    import dask_windows.pipeline as pipeline_module
+
+    monkeypatch.setattr(buffer_module, "HEAD", head)
+    monkeypatch.setattr(pipeline_module, "HEAD", head)
+
+
+@pytest.mark.parametrize("layout", ["NCL", "NLC"])
+@pytest.mark.parametrize("head", [None, 100])
+def test_hostile_values_equal_the_float64_reference_in_worker_processes(tmp_path, monkeypatch, layout, head):
+    """Through DataLoader workers (where torch runs one thread) and in the process, from each window's
+    values (buffers of at most ``HEAD`` windows) and from the buffers' tables (``head=100``): within the
+    documented tolerance of the float64 reference; constant windows exactly zero."""
+    if head is not None:
+        _table_from(monkeypatch, head)
+    frames = [_hostile_frame(700, seed) for seed in range(3)]
+    root = str(tmp_path / "hostile")
+    write_parquet(frames, root, row_group_size=256)
+    kw = dict(
+        features=["f0", "f1", "f2", "f3"],
+        series="sid",
+        window=32,
+        batch_size=64,
+        return_index=True,
+        layout=layout,
+        seed=1,
+    )
+    plain = collect(dw.WindowDataset(root, **kw))
+    alone = collect(dw.WindowDataset(root, normalize="sample", **kw))
+    workers = collect(dw.WindowDataset(root, normalize="sample", **kw), {"num_workers": 2})
+    in_workers = collect(dw.WindowDataset(root, **kw), {"num_workers": 2})  # the same windows, unnormalised
+    assert len(workers) == len(in_workers) and len(alone) == len(plain) > 20
+    zeros = 0
+    for (x, rows), (x0, rows0) in [*zip(alone, plain), *zip(workers, in_workers)]:
+        np.testing.assert_array_equal(rows, rows0)
+        if layout == "NLC":
+            x, x0 = x.transpose(0, 2, 1), x0.transpose(0, 2, 1)
+        assert np.isfinite(x).all()
+        want = _windows_reference(np.ascontiguousarray(x0), True)
+        assert (np.abs(x - want) <= _hostile_bound(x0, want)).all()
+        constant = (x0 == x0[:, :, :1]).all(axis=2)
+        assert (x[constant] == 0).all() and (x[~constant] != 0).any(axis=1).all()
+        zeros += int(constant.sum())
+    assert zeros > 100  # f0 and f1 hold constant windows, and they came out as zeros
+
+
+@pytest.mark.parametrize("channel_major", [True, False])
+def test_windows_whose_first_middle_and_last_values_agree_are_not_taken_for_constant(channel_major):
+    """The constant-window check reads three values per window first: windows of a large offset
+    whose three values agree but whose other values differ keep their standardised values."""
+    rng = np.random.default_rng(3)
+    x = (1e4 + 0.25 * rng.integers(-3, 4, (40, 3, 64))).astype(np.float32)  # std ~0.5: below 2**-12 of 1e4
+    x[:, :, 32] = x[:, :, 0]
+    x[:, :, 63] = x[:, :, 0]  # first, middle and last agree in every window
+    x[5, 1] = x[5, 1, 0]  # and one window is constant
+    want = _windows_reference(x, True)
+    layout = x if channel_major else np.ascontiguousarray(x.transpose(0, 2, 1))
+    got = standardize_windows(layout.copy(), channel_major)
+    got = got if channel_major else got.transpose(0, 2, 1)
+    assert (got[5, 1] == 0).all()
+    others = np.ones((40, 3), bool)
+    others[5, 1] = False
+    assert (np.abs(got[others]).max(axis=1) > 0.5).all()
+    assert (np.abs(got - want) <= _hostile_bound(x, want)).all()
