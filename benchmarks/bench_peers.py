@@ -215,7 +215,8 @@ def breakdown(root: str, batch: int, window: int, stride: int, batches: int = 20
     """Where ``dw``'s main thread spends each batch (microseconds of its CPU time), by cProfile.
 
     Counted with the main thread's CPU clock, so a descheduled thread on a busy machine does not
-    inflate it; profiling itself adds roughly a microsecond per Python call, which the call count shows.
+    inflate it; profiling itself adds roughly a microsecond per Python call, which the call count shows
+    (a generator's resumption counts as a call).
     """
     import cProfile
     import itertools
@@ -228,29 +229,16 @@ def breakdown(root: str, batch: int, window: int, stride: int, batches: int = 20
     timed = max(sum(1 for _ in itertools.islice(stream, batches)), 1)
     wall, own = (time.perf_counter() - wall) / timed * 1e6, (time.thread_time() - own) / timed * 1e6
     cpu = (time.process_time() - cpu) / timed * 1e6
-    from dask_windows.batch import Gatherer
-
-    chosen = Gatherer.gather_for
-
-    def seen(self: Gatherer, size: int, pool: object) -> object:
-        """The stream's gather wrapped in a Python function, so that cProfile sees it (one call more)."""
-        gather = chosen(self, size, pool)  # type: ignore[arg-type]
-        return lambda starts: gather(starts)
-
     profile = cProfile.Profile(time.thread_time)
-    Gatherer.gather_for = seen  # type: ignore[method-assign]
-    try:  # a second pass, its gathers chosen (per run of batches) with the wrapper in place
-        stream = dw_loop(root, batch, window, stride)
-        for _ in itertools.islice(stream, 200):
-            pass
-        batches = profile.runcall(lambda: sum(1 for _ in itertools.islice(stream, batches)))
-    finally:
-        Gatherer.gather_for = chosen  # type: ignore[method-assign]
+    stream = dw_loop(root, batch, window, stride)  # a second pass, profiled past its first batches
+    for _ in itertools.islice(stream, 200):
+        pass
+    batches = profile.runcall(lambda: sum(1 for _ in itertools.islice(stream, batches)))
     if not batches:
         return f"{wall:.1f} us/batch wall, main thread {own:.1f} us CPU (all threads {cpu:.1f}); too few batches to profile"
     stats = pstats.Stats(profile).stats  # {(file, line, name): (calls, primitive, tottime, cumtime, callers)}
     total = sum(entry[2] for entry in stats.values()) / batches * 1e6
-    calls = sum(entry[1] for entry in stats.values()) / batches - 1  # less the wrapper
+    calls = sum(entry[1] for entry in stats.values()) / batches
 
     def cumulative(name: str, caller: str | None = None) -> float:
         """Microseconds per batch in ``name`` and what it calls (only its calls from ``caller``)."""
@@ -260,7 +248,9 @@ def breakdown(root: str, batch: int, window: int, stride: int, batches: int = 20
                 seconds += cum if caller is None else sum(c[3] for k, c in callers.items() if k[2] == caller)
         return seconds / batches * 1e6
 
-    gather = cumulative("<lambda>", "stream")  # the wrapped gather
+    # The gather as the stream calls it: a run's generator of features-only batches, or per batch
+    # numpy's run gather (``_Runs.__call__``), ``Gatherer.features`` or a bound gather.
+    gather = sum(cumulative(name, "stream") for name in ("gather_run", "__call__", "features", "<lambda>"))
     emit = cumulative("_emit")
     return (
         f"{wall:.1f} us/batch wall, main thread {own:.1f} us CPU (all threads {cpu:.1f}); profiled: "

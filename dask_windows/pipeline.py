@@ -189,6 +189,8 @@ def _builds(
                     built.failure.append(exc)
                 finally:
                     built.tabled.set()
+        if lazy and first:  # small pages on the way to the first batch (reading.small_pages); now huge ones
+            built.buffer.gatherer.settle_pages(len(built.buffer.starts))
         del built  # the consumer alone holds the buffer now
         first = False
         skip = 0
@@ -338,10 +340,15 @@ def stream(
                         k = max(1, min(k, (built.head - pos) // batch))  # the first batches need not wait
                     built.wait(pos + k * batch)
                     run = buffer.starts[pos : pos + k * batch]
-                    gather = buffer.gatherer.gather_for(batch, pool)
                     at = pos  # the run's first position, for the per-window statistics
                     pos += k * batch
                     remaining -= k * batch
+                    if not (want_y or want_rows or per_sample):  # features only: one generator for the run
+                        for x in buffer.gatherer.gather_run(run, batch, pool):
+                            yield emit(x, None, None)
+                        del x, run  # (as below)
+                        continue
+                    gather = buffer.gatherer.gather_for(batch, pool)
                     for a in range(0, k * batch, batch):
                         starts = run[a : a + batch]
                         x = gather(starts)

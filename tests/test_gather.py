@@ -247,12 +247,24 @@ def test_path_choice_keeps_torch_where_it_is_faster():
 
 def test_path_choice_leaves_a_slow_torch_after_two_probes_and_when_it_slows_down():
     choice = PathChoice(warmup=3, probes=3, every=20)
-    seen = _drive(choice, lambda n, by_torch: 20.0 if by_torch else 1.0, 40)
-    assert seen[:5] == [False] * 3 + [True] * 2 and not any(seen[5:25])  # the round ends at the 2nd probe
-    assert seen[25:30] == [False] * 3 + [True] * 2 and not any(seen[30:])  # the next round, 20 batches on
+    seen = _drive(choice, lambda n, by_torch: 20.0 if by_torch else 1.0, 290)
+    assert seen[:5] == [False] * 3 + [True] * 2 and not any(seen[5:45])  # the round ends at the 2nd probe
+    # Each lost round doubles the wait for the next: 40, 80, then 160 batches after the round's end.
+    assert [n for n, t in enumerate(seen) if t] == [3, 4, 48, 49, 133, 134] and choice.backoff == 8
     choice = PathChoice(warmup=3, probes=3, every=1000)
     seen = _drive(choice, lambda n, by_torch: (0.5 if n < 20 else 3.0) if by_torch else 1.0, 40)
     assert all(seen[3:20]) and not any(seen[25:])  # torch got slower than numpy: back to numpy
+
+
+def test_path_choice_backs_off_while_torch_loses_and_comes_back_once_it_wins():
+    # torch is slow for the first 600 batches (busy cores), then faster (the other jobs ended)
+    choice = PathChoice(warmup=3, probes=3, every=20, max_backoff=4)
+    seen = _drive(choice, lambda n, by_torch: (20.0 if n < 600 else 0.5) if by_torch else 1.0, 800)
+    rounds = [n for n in range(1, 800) if seen[n] and not seen[n - 1]]  # each round's first probe
+    gaps = [b - a for a, b in zip(rounds, rounds[1:])]
+    assert gaps[:3] == [45, 85, 85]  # 2 probes + 40 batches, then 2 probes + 80 (capped at 4 x 20)
+    assert {g for r, g in zip(rounds[1:], gaps) if r < 600} == {45, 85}
+    assert gaps[-1] == 26 and choice.use_torch and choice.backoff == 1  # won: kept, rounds every 20 again
 
 
 def test_path_choice_is_not_put_off_by_torch_starting_its_threads_or_one_slow_copy():

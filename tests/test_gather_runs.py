@@ -111,7 +111,7 @@ def test_gather_for_gives_what_features_gives(monkeypatch, layout, threads, thre
             gatherer = Gatherer(x, None, 20, 0, layout, *scale)
             gather = gatherer.gather_for(7, pool)
             direct = threads == 1 or threshold > 0
-            assert (gather == gatherer._x.__getitem__) == (direct and scale[0] is None and pool is not slot_like)
+            assert (gather == gatherer._numpy) == (direct and scale[0] is None and pool is not slot_like)
             for _ in range(3):
                 starts = rng.integers(0, 481, 7)
                 want = data[:, starts[:, None] + np.arange(20)].transpose(1, 0, 2)  # (B, C, L)
