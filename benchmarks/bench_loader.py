@@ -27,7 +27,7 @@ Last, page checksums: the same rows written with page CRCs, read with verificati
     python benchmarks/bench_loader.py [--partitions 4] [--seconds 3]
     python benchmarks/bench_loader.py --only normalisation [--cpu]   (whole epochs of 2 x 400,000 rows)
     python benchmarks/bench_loader.py --crc-only --partitions 2 --seconds 4
-    python benchmarks/bench_loader.py --only pieces --partitions 4 --seconds 2
+    python benchmarks/bench_loader.py --only pieces --partitions 4 --seconds 2 [--pieces-k K]
     python benchmarks/bench_loader.py --only workers --partitions 2 --seconds 2
     python benchmarks/bench_loader.py --only read-workers --seconds 2 --rounds 3
 
@@ -460,6 +460,9 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (read-workers)")
     parser.add_argument("--pieces-child", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--pieces-k", type=int, help="--only pieces: pieces_per_partition of 'default' (None: the default)"
+    )
     parser.add_argument("--cpu", action="store_true", help="normalisation rows per second of the process's CPU time")
     args = parser.parse_args()
     if args.rss_child:
@@ -470,7 +473,7 @@ def main() -> None:
         return
     if args.only == "pieces":
         torch.set_num_threads(1)
-        pieces_rows(args.dir, args.partitions, args.seconds)
+        pieces_rows(args.dir, args.partitions, args.seconds, k=args.pieces_k)
         return
     if args.only == "read-workers":
         torch.set_num_threads(1)
@@ -543,18 +546,30 @@ def pieces_dataset(root: str, case: tuple, ppp: int | None) -> dw.WindowDataset:
     )  # fmt: skip
 
 
-def row_group_reads(ds: dw.WindowDataset) -> int:
-    """Row groups decoded in one epoch: each read of a buffer's pieces of a file decodes those covering them."""
+def row_group_reads(ds: dw.WindowDataset) -> str:
+    """Row groups decoded in one epoch: each read of a buffer's pieces of a file decodes those covering them,
+    but a row group that only halos reach into (its first ``span - 1`` rows) is a head (sources/parquet_heads)."""
     from dask_windows.blocks import merge_rows
     from dask_windows.buffer import piece_units, unit_rows
+    from dask_windows.pairs import pairs_allowed
     from dask_windows.world import World
 
     size = PIECE_ROWS // 8
-    total = 0
-    for unit in piece_units(ds._plan(World())):
-        blocks = merge_rows(unit_rows(ds.grid, unit, ds.spec.span))
-        total += len({g for a, b in blocks for g in range(a // size, (b - 1) // size + 1)})
-    return total
+    plan = ds._plan(World())
+    units = piece_units(plan)
+    paired = pairs_allowed(ds, units)  # buffers 2i and 2i+1 read each partition's row groups together
+    buffer_of = {seg: g for g, group in enumerate(plan.buffers) for seg in group}
+    reads: dict[tuple, tuple[set, set]] = {}  # (read, partition) -> (row groups decoded, heads)
+    for unit in units:
+        g = buffer_of[unit[0]]
+        full, head = reads.setdefault((g // 2 if paired else g, unit[0].partition), (set(), set()))
+        for a, b in merge_rows(unit_rows(ds.grid, unit, ds.spec.span)).tolist():
+            last = (b - 1) // size
+            full.update(range(a // size, last))
+            (head if last > a // size and b - last * size < ds.spec.span else full).add(last)
+    whole = sum(len(full) for full, _ in reads.values())
+    heads = sum(len(head - full) for full, head in reads.values())
+    return f"{whole}" + (f" (+{heads} heads)" if heads else "")
 
 
 def pieces_stream(
@@ -597,8 +612,9 @@ def pieces_child(arg: str) -> None:
     print(json.dumps({"rate": rate_, "peak_rss_mib": peak}))
 
 
-def pieces_rows(directory: str, partitions: int, seconds: float, rounds: int = 2) -> None:
-    """Default piece order against ``pieces_per_partition=1`` (the 0.1 order), same run, alternating."""
+def pieces_rows(directory: str, partitions: int, seconds: float, rounds: int = 2, k: int | None = None) -> None:
+    """Default piece order (or ``pieces_per_partition=k``) against ``pieces_per_partition=1`` (the 0.1
+    order), same run, alternating."""
     root = os.path.join(directory, f"series{partitions}x{PIECE_ROWS}")
     write_series(root, partitions)
     print(
@@ -611,19 +627,19 @@ def pieces_rows(directory: str, partitions: int, seconds: float, rounds: int = 2
         ppp = 1
         for _ in range(rounds):
             for mode in rates:
-                value, k = pieces_stream(root, case, None if mode == "default" else 1, seconds)
+                value, used = pieces_stream(root, case, k if mode == "default" else 1, seconds)
                 rates[mode].append(value)
                 cpu[mode].append(PIECE_CPU[-1])
-                ppp = k if mode == "default" else ppp
+                ppp = used if mode == "default" else ppp
         rss = {}
         for mode in rates:
-            arg = ",".join(map(str, (root, *case, mode, seconds)))
+            arg = ",".join(map(str, (root, *case, k if mode == "default" and k else mode, seconds)))
             out = subprocess.run(
                 [sys.executable, __file__, "--pieces-child", arg], capture_output=True, text=True, check=True
             )
             rss[mode] = json.loads(out.stdout.strip().splitlines()[-1])["peak_rss_mib"]
         best = {mode: max(r) for mode, r in rates.items()}
-        reads = {mode: row_group_reads(pieces_dataset(root, case, None if mode == "default" else 1)) for mode in rates}
+        reads = {mode: row_group_reads(pieces_dataset(root, case, k if mode == "default" else 1)) for mode in rates}
         print(
             f"  L={case[0]:<3} stride {case[1]:<2} B={case[2]:<3} default (k={ppp:<3}) {best['default']:>10,.0f} windows/s "
             f"{rss['default']:4.0f} MiB | k=1 {best['1']:>10,.0f} windows/s {rss['1']:4.0f} MiB | "

@@ -38,6 +38,7 @@ from dask_windows.windows import window_starts
 __all__ = [
     "HEAD",
     "Buffer",
+    "ChunkDecoder",
     "Part",
     "PlannedStarts",
     "decode",
@@ -211,7 +212,7 @@ def decode_chunks(
     elementwise, so decoding ``chunks[k]`` into its rows is decoding the whole. ``None`` when a
     column's dtype changes between chunks (integers with nulls in one row group: the whole read
     would convert every row that way) or the chunks do not tile the pieces; the caller then reads
-    the pieces whole.
+    the pieces whole. (``ChunkDecoder`` does it a chunk at a time, for reads that feed two.)
 
     Args:
         index, name: The partition.
@@ -221,60 +222,83 @@ def decode_chunks(
         spec, scale, y_dtype: As ``decode_pieces``.
         arena: ``(x, y, row)``: the buffer's arrays and the row where the first piece goes.
     """
-    channel_major = spec.layout == "NCL"
-    base_x, base_y, at = arena
-    offsets = np.cumsum([0, *sizes.tolist()]).astype(np.int64)  # (m+1,) part row where each piece begins
-    filled = np.zeros(len(sizes), np.int64)  # rows of each piece written so far
-    dtypes: dict | None = None
-    bad_x: list[np.ndarray] = []
-    bad_y: list[np.ndarray] = []
-    group: list[dict] = []  # chunks of one read that land end to end in the arena, decoded in one call
-    start = end = 0  # part rows ``[start, end)`` of the group
-    owner: Any = None  # the array the group's columns are views of (one read)
+    decoder = ChunkDecoder(index, name, rows0, sizes, spec, y_dtype, arena)
+    for piece, row, columns in chunks:
+        if not decoder.feed(piece, row, columns):
+            return None
+    return decoder.finish(scale)
 
-    def flush() -> None:
-        if not group:
+
+class ChunkDecoder:
+    """``decode_chunks`` one chunk at a time: ``feed`` each, then ``finish`` (arguments as there)."""
+
+    def __init__(
+        self, index: int, name: str, rows0: np.ndarray, sizes: np.ndarray, spec: WindowSpec, y_dtype: type,
+        arena: tuple,
+    ) -> None:  # fmt: skip
+        self.index, self.name, self.rows0, self.sizes, self.spec = index, name, rows0, sizes, spec
+        self.y_dtype, self.arena = y_dtype, arena
+        self.offsets = np.cumsum([0, *sizes.tolist()]).astype(np.int64)  # (m+1,) part row where each piece begins
+        self.filled = np.zeros(len(sizes), np.int64)  # rows of each piece written so far
+        self.dtypes: dict | None = None
+        self.bad_x: list[np.ndarray] = []
+        self.bad_y: list[np.ndarray] = []
+        self.group: list[dict] = []  # chunks of one read that land end to end in the arena, decoded in one call
+        self.start = self.end = 0  # part rows ``[start, end)`` of the group
+        self.owner: Any = None  # the array the group's columns are views of (one read)
+
+    def _flush(self) -> None:
+        if not self.group:
             return
-        p, q = at + start, at + end
+        spec, (base_x, base_y, at) = self.spec, self.arena
+        p, q = at + self.start, at + self.end
+        channel_major = spec.layout == "NCL"
         out = (base_x[:, p:q] if channel_major else base_x[p:q], None if base_y is None else base_y[:, p:q])
         _, _, nan_x, nan_y, _ = decode_blocks(
-            group, spec.features, spec.targets, channel_major, spec.nan == "raise", y_dtype, out
+            self.group, spec.features, spec.targets, channel_major, spec.nan == "raise", self.y_dtype, out
         )
-        bad_x.append(nan_x + start)
-        bad_y.append(nan_y + start)
-        group.clear()
+        self.bad_x.append(nan_x + self.start)
+        self.bad_y.append(nan_y + self.start)
+        self.group.clear()
 
-    for piece, row, columns in chunks:
+    def feed(self, piece: int, row: int, columns: dict) -> bool:
+        """Decode (or group) rows ``row ..`` of piece ``piece``; ``False``: the chunks cannot stand in."""
         kinds = {col: values.dtype for col, values in columns.items()}
-        if dtypes is None:
-            dtypes = kinds
-        first = columns[spec.features[0]]
+        if self.dtypes is None:
+            self.dtypes = kinds
+        first = columns[self.spec.features[0]]
         n = len(first)
-        if kinds != dtypes or row != filled[piece] or row + n > sizes[piece]:
-            return None
-        p = int(offsets[piece]) + row
+        if kinds != self.dtypes or row != self.filled[piece] or row + n > self.sizes[piece]:
+            return False
+        p = int(self.offsets[piece]) + row
         base = first.base
         # One decode per read instead of per chunk (a read holds many small pieces): a constant
         # number of numpy calls per column, fewer GIL hand-offs to the consumer. Bounded in rows so
         # that a float64 column joined before its cast (``blocks._fill``) stays a small temporary.
-        if p != end or base is None or base is not owner or end - start >= _GROUP_ROWS:
-            flush()
-            start, owner = p, base
-        group.append(columns)
-        end = p + n
-        filled[piece] += n
-    flush()
-    if not np.array_equal(filled, sizes):
-        return None
-    rows = int(offsets[-1])
-    x = base_x[:, at : at + rows] if channel_major else base_x[at : at + rows]
-    y = None if base_y is None else base_y[:, at : at + rows]
-    if scale is not None:
-        standardize(x, *scale, channel_major)
-    nan_x = np.concatenate(bad_x).astype(np.int64)  # chunks in row order: sorted
-    nan_y = np.concatenate(bad_y).astype(np.int64)
-    blocks = None if len(sizes) == 1 else np.stack([rows0, offsets[:-1]], axis=1)  # (m, 2)
-    return Part(index, name, x, y, nan_x, nan_y, int(rows0[0]), blocks, arena)
+        if p != self.end or base is None or base is not self.owner or self.end - self.start >= _GROUP_ROWS:
+            self._flush()
+            self.start, self.owner = p, base
+        self.group.append(columns)
+        self.end = p + n
+        self.filled[piece] += n
+        return True
+
+    def finish(self, scale: tuple[np.ndarray, np.ndarray] | None) -> Part | None:
+        """The ``Part`` of the pieces fed; ``None`` when they were not all fed whole."""
+        self._flush()
+        self.owner = None
+        if not np.array_equal(self.filled, self.sizes):
+            return None
+        base_x, base_y, at = self.arena
+        rows = int(self.offsets[-1])
+        x = base_x[:, at : at + rows] if self.spec.layout == "NCL" else base_x[at : at + rows]
+        y = None if base_y is None else base_y[:, at : at + rows]
+        if scale is not None:
+            standardize(x, *scale, self.spec.layout == "NCL")
+        nan_x = np.concatenate(self.bad_x).astype(np.int64)  # chunks in row order: sorted
+        nan_y = np.concatenate(self.bad_y).astype(np.int64)
+        blocks = None if len(self.sizes) == 1 else np.stack([self.rows0, self.offsets[:-1]], axis=1)  # (m, 2)
+        return Part(self.index, self.name, x, y, nan_x, nan_y, int(self.rows0[0]), blocks, self.arena)
 
 
 @dataclass

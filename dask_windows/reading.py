@@ -5,6 +5,10 @@ Moved out of ``dataset`` unchanged: ``plan`` is a reader's plan of an epoch; ``b
 processes) and to ``buffer.stream``; ``read_unit`` and ``read_part`` read and
 decode one partition's pieces, recording unreadable ones with
 ``on_error="skip"``. Each function takes the dataset whose pass it serves.
+
+Units are read in pairs of buffers where ``pairs.pairs_allowed`` says so
+(``pairs.PairedReads``). ``piece_cells`` gives the plan the windows in each of
+the source's decode units (``Source.decode_units``).
 """
 
 from __future__ import annotations
@@ -46,12 +50,14 @@ __all__ = [
     "READ_THREADS",
     "BufferArena",
     "batches",
+    "piece_cells",
     "plan",
     "pool_workers",
     "read_ahead",
     "read_part",
     "read_unit",
     "small_pages",
+    "unit_windows",
 ]
 
 READ_THREADS = 2  # pieces read at once by the prefetcher (Parquet files and object stores)
@@ -85,7 +91,11 @@ def batches(ds: WindowDataset, plan: Any, progress: Any = None) -> Iterator[Any]
         threads = READ_THREADS if ds.source.reads_in_processes else 1  # file/object-store reads release the GIL
         depth = read_ahead(ds, plan, units, threads)
         background = depth > 0
-        reader = Prefetcher(lambda unit: read_unit(ds, unit, source_reader, arena), units, depth, threads=threads)
+        from dask_windows import pairs as pairing
+
+        pairs = pairing.PairedReads(ds, units, source_reader, arena) if pairing.pairs_allowed(ds, units) else None
+        read: Any = pairs.read if pairs is not None else (lambda unit: read_unit(ds, unit, source_reader, arena))
+        reader = Prefetcher(read, units, depth, threads=threads)
     parts = _flat(reader)
 
     def reread(seg: Any) -> Part | None:
@@ -137,7 +147,44 @@ def plan(ds: WindowDataset, world: World, skip_batches: int = 0, epoch: int | No
         skip_batches=skip_batches,
         pieces_per_partition=s.pieces_per_partition,
         min_piece_windows=-(-s.span // s.stride),  # a piece's halo is at most as long as its rows
+        cells=piece_cells(ds) if s.pieces_per_partition > 1 else None,
     )
+
+
+def piece_cells(ds: WindowDataset) -> list[np.ndarray | None] | None:
+    """Per partition, the windows of ``ds.grid`` starting in each of the source's decode units
+    (``Source.decode_units``: Parquet row groups), or ``None`` (computed once per grid)."""
+    cached = ds.__dict__.get("_piece_cells")
+    if cached is not None and cached[0] is ds.grid:
+        return cached[1]
+    cells: list[np.ndarray | None] = []
+    for p, (first, counts) in enumerate(zip(ds.grid.first, ds.grid.counts)):
+        bounds = ds.source.decode_units(p)
+        cells.append(None if bounds is None else unit_windows(first, counts, ds.grid.stride, bounds))
+    out = cells if any(c is not None for c in cells) else None
+    ds.__dict__["_piece_cells"] = (ds.grid, out)
+    return out
+
+
+def unit_windows(first: np.ndarray, counts: np.ndarray, stride: int, bounds: np.ndarray) -> np.ndarray:
+    """``(G,)`` windows starting in each row range ``[bounds[g], bounds[g + 1])`` of one partition.
+
+    Args:
+        first: ``(R,)`` first start row of each run (in row order), as ``WindowGrid.first``.
+        counts: ``(R,)`` windows of each run.
+        stride: Rows between a run's starts.
+        bounds: ``(G+1,)`` partition rows cutting it into units (the last: its row count).
+    """
+    first = np.asarray(first, np.int64)
+    counts = np.asarray(counts, np.int64)
+    cut = np.asarray(bounds, np.int64)[1:-1]  # (G-1,) rows where units after the first begin
+    if len(first) == 0:
+        return np.zeros(len(bounds) - 1, np.int64)
+    run = np.searchsorted(first, cut, side="right") - 1  # (G-1,) last run starting before each cut
+    before = np.concatenate([[0], np.cumsum(counts)])  # (R+1,) windows of the runs before each run
+    inside = np.clip(-(-(cut - first[np.maximum(run, 0)]) // stride), 0, counts[np.maximum(run, 0)])
+    at = np.where(run >= 0, before[np.maximum(run, 0)] + inside, 0)  # (G-1,) windows starting before each cut
+    return np.diff(np.concatenate([[0], at, [before[-1]]])).astype(np.int64)
 
 
 def pool_workers(ds: WindowDataset) -> int:
@@ -299,7 +346,7 @@ class BufferArena:
                 arrays = (x, y)
             if g > self._released:
                 self._buffers[g] = (table, arrays)
-                for old in [b for b in self._buffers if b < g - 1]:  # no read goes that far back
+                for old in [b for b in self._buffers if b < g - 2]:  # no read goes that far back (PairedReads: g + 1)
                     del self._buffers[old]
             return table, arrays
 

@@ -251,7 +251,9 @@ def test_dask_reads_whole_partitions_by_default_and_pieces_when_asked(root):
         ddf = dd.read_parquet(root)
         assert dw.WindowDataset(ddf, **KW).spec.pieces_per_partition == 1
         got = collect(dw.WindowDataset(ddf, **KW, pieces_per_partition=4))
-    want = collect(dw.WindowDataset(root, **KW, pieces_per_partition=4))
+    files = dw.WindowDataset(root, **KW, pieces_per_partition=4)
+    files.source.decode_units = lambda index: None  # Parquet pieces follow row groups; Dask's cannot
+    want = collect(files)
     assert len(got) == len(want) and all(np.array_equal(p[-1], q[-1]) for p, q in zip(got, want))
 
 

@@ -120,6 +120,17 @@ class Source:
         """Rows ``read_rows`` can return for partition ``index``: its own, plus any halo past its end."""
         return self.partitions[index].num_rows
 
+    def stable_dtypes(self, index: int, columns: Sequence) -> bool:
+        """Whether ``columns`` of partition ``index`` convert to numpy alike in any read of its rows
+        (no column whose dtype depends on the rows read, as integers with nulls do)."""
+        return False
+
+    def decode_units(self, index: int) -> np.ndarray | None:
+        """``(G+1,)`` partition rows where each unit the source decodes whole begins (Parquet row
+        groups), then the partition's row count; ``None`` where reading any rows costs only those
+        rows (arrays) or the whole partition (Dask). Pieces follow these units (``plan.piece_table``)."""
+        return None
+
     def read_rows(self, index: int, columns: Sequence, lo: int, hi: int) -> dict:
         """Rows ``[lo, hi)`` of partition ``index``; default: read the partition and slice it.
 

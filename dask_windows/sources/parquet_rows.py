@@ -10,7 +10,11 @@ on an object store), and ``_halo_runs`` joins a partition's runs with its halo's
 time (small row groups together, about ``CHUNK_BYTES`` a read), for a caller
 that decodes each as it comes: one read's Arrow buffers in memory instead of
 the partition's (reused from one read to the next, where a whole partition's
-fresh buffers cost page faults and kernel time).
+fresh buffers cost page faults and kernel time). A row group that only halos
+reach into (its first ``window + horizon - 1`` rows) is not decoded: its head
+is kept from an earlier decode, or read alone (``parquet_heads``), where its
+columns convert alike in part and whole (``stable_dtypes``). ``decode_units``
+gives the row groups' bounds, along which pieces are cut.
 """
 
 from __future__ import annotations
@@ -58,6 +62,12 @@ class ParquetRows:
         if len(row_groups) == len(self._footers[path].rows):  # a whole file: no halo past its end
             return part.num_rows
         return self._file_rows(index)[2]
+
+    def decode_units(self, index: int) -> np.ndarray:
+        """``(G+1,)`` partition rows where each of the partition's row groups begins, then its rows."""
+        bounds, first, _ = self._file_rows(index)
+        groups = self.partitions[index].key[1]
+        return (bounds[[*groups, groups[-1] + 1]] - first).astype(np.int64)
 
     def read_rows(self, index: int, columns: Sequence, lo: int, hi: int) -> dict:
         """Rows ``[lo, hi)`` (partition rows, halo included): only the row groups covering them."""
@@ -122,27 +132,124 @@ class ParquetRows:
         g0 = np.searchsorted(bounds, asked[:, 0], side="right") - 1  # (n,) first row group of each range
         g1 = np.searchsorted(bounds, asked[:, 1], side="left")  # (n,) one past its last
         needed = sorted({int(g) for a, b in zip(g0.tolist(), g1.tolist()) for g in range(a, b)})
+        heads = self._head_groups(index, columns, asked, g0, g1, bounds, needed)
         target = max(1, CHUNK_BYTES // (4 * max(len(columns), 1)))  # rows of one read, at 4 bytes a value
         reads: list[list[int]] = []  # consecutive row groups read together, about ``target`` rows each
         for g in needed:
-            if reads and reads[-1][-1] == g - 1 and bounds[g] - bounds[reads[-1][0]] < target:
+            if g in heads:  # only halos reach into it: its first rows alone (parquet_heads)
+                reads.append([g])
+            elif (
+                reads
+                and reads[-1][-1] == g - 1
+                and reads[-1][0] not in heads
+                and (bounds[g] - bounds[reads[-1][0]] < target)
+            ):
                 reads[-1].append(g)
             else:
                 reads.append([g])
         for groups in reads:
-            data = self._read_groups(index, tuple(groups), columns)
-            lo, hi = int(bounds[groups[0]]), int(bounds[groups[-1] + 1])  # file rows of this read
+            head = self._head(index, groups[0], heads[groups[0]], columns) if groups[0] in heads else None
+            data = head if head is not None else self._read_groups(index, tuple(groups), columns)
+            lo = int(bounds[groups[0]])  # file rows of this read
+            hi = lo + heads[groups[0]] if head is not None else int(bounds[groups[-1] + 1])
             if any(len(v) != hi - lo for v in data.values()):
                 raise SourceReadError(
                     f"{self.partitions[index].name}: row groups {groups[0]}-{groups[-1]} hold other than the "
                     f"{hi - lo} rows the footer said when the dataset was opened; the file changed underneath "
                     "the dataset; open the dataset again"
                 )
+            if head is None:
+                self._keep_heads(index, groups, data, bounds)
             a = np.maximum(asked[:, 0], lo)  # (n,) each range's rows in this read
             b = np.minimum(asked[:, 1], hi)
             for i in np.flatnonzero(b > a).tolist():
                 r0, r1 = int(a[i]) - lo, int(b[i]) - lo
                 yield i, int(a[i] - asked[i, 0]), {col: values[r0:r1] for col, values in data.items()}
+
+    def _head_groups(
+        self, index: int, columns: list, asked: np.ndarray, g0: np.ndarray, g1: np.ndarray, bounds: np.ndarray,
+        needed: list[int],
+    ) -> dict[int, int]:  # fmt: skip
+        """``{row group: rows}`` of the needed row groups that only halos reach into: every range
+        covering one starts before it and needs at most its first ``halo`` rows (fewer than it holds)."""
+        halo = int(getattr(self, "_halo", 0))
+        out: dict[int, int] = {}
+        if halo <= 0:
+            return out
+        for g in needed:
+            if not self._head_stable(index, g, columns):
+                continue
+            cover = (g0 <= g) & (g1 > g)  # (n,) ranges holding rows of row group g
+            reach = int(np.minimum(asked[cover, 1], bounds[g + 1]).max() - bounds[g])
+            if (g0[cover] < g).all() and reach <= halo and reach < int(bounds[g + 1] - bounds[g]):
+                out[g] = reach
+        return out
+
+    def stable_dtypes(self, index: int, columns: Sequence) -> bool:
+        """Floating columns, or columns without nulls in any of the partition's row groups (and its halo's)."""
+        path, groups = self.partitions[index].key
+        last = min(groups[-1] + 2, len(self._footers[path].rows))  # the halo reaches into the next row group
+        return all(self._head_stable(index, g, list(columns)) for g in range(groups[0], last))
+
+    def _head_stable(self, index: int, group: int, columns: list) -> bool:
+        """Whether row group ``group`` of partition ``index``'s file converts to numpy the same way in
+        part and whole: floating columns, or none with nulls (integers with nulls become float64,
+        but only in a read that holds one), as its footer's statistics say."""
+        meta = self._footers[self.partitions[index].key[0]].metadata
+        names = meta.schema.names
+        if any(c not in names for c in columns):
+            return False
+        chunk = meta.row_group(group)
+        for c in columns:
+            col = chunk.column(names.index(c))
+            if col.physical_type in ("FLOAT", "DOUBLE"):
+                continue
+            stats = col.statistics
+            if stats is None or not stats.has_null_count or stats.null_count != 0:
+                return False
+        return True
+
+    def _head(self, index: int, group: int, rows: int, columns: list) -> dict | None:
+        """The first ``rows`` rows of row group ``group``: kept ones, else its first batch read
+        (``parquet_heads.read_head``); ``None`` when that fails (the caller reads the row group)."""
+        from dask_windows.sources.parquet_heads import HeadCache, read_head
+
+        path = self.partitions[index].key[0]
+        cache = self.__dict__.setdefault("_head_cache", HeadCache())
+        key = (path, group, tuple(columns))
+        data = cache.get(key, rows)
+        if data is not None:
+            return data
+        halo = int(getattr(self, "_halo", 0))
+        try:
+            from dask_windows.sources.identity import check_local
+
+            check_local(path, getattr(self, "_identities", {}).get(path))
+            verify = getattr(self, "verify_checksums", True)
+            data = read_head(path, self._footers[path].metadata, group, halo, columns, verify)
+        except Exception:  # the whole read reports what is wrong, with its messages
+            return None
+        if any(len(v) < rows for v in data.values()):
+            return None
+        cache.put(key, data, halo)
+        return {col: values[:rows] for col, values in data.items()}
+
+    def _keep_heads(self, index: int, groups: list[int], data: dict, bounds: np.ndarray) -> None:
+        """Keep the first ``halo`` rows of each row group of a whole read (``parquet_heads``)."""
+        halo = int(getattr(self, "_halo", 0))
+        if halo <= 0:
+            return
+        from dask_windows.sources.parquet_heads import HeadCache
+
+        if not all(self._head_stable(index, g, list(data)) for g in groups):  # a read converted by its nulls
+            return
+        cache = self.__dict__.setdefault("_head_cache", HeadCache())
+        path, lo = self.partitions[index].key[0], int(bounds[groups[0]])
+        for g in groups:
+            a = int(bounds[g]) - lo
+            if any(len(v) < a + halo for v in data.values()):
+                continue
+            cache.put((path, g, tuple(data)), {col: values[a : a + halo] for col, values in data.items()}, halo)
 
     def _halo_runs(self, index: int, series: Any, runs: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``runs`` of the partition's own rows joined with the runs of its halo rows."""
