@@ -157,6 +157,7 @@ class OutputPool:
     def __init__(self, capacity: int = 3) -> None:
         self.capacity = capacity
         self.choice = PathChoice()
+        self.fresh = False  # whether the last ``take`` allocated its array
         self._arrays: dict[tuple, list[np.ndarray]] = {}
         probe = [np.empty(1, np.float32)]
         self._idle = _refs(probe, 0)  # the count of an array held by a list only, in this interpreter
@@ -165,33 +166,44 @@ class OutputPool:
         """An array of ``shape`` and ``dtype`` that no caller references (contents undefined)."""
         key = (tuple(shape), np.dtype(dtype).str)
         arrays = self._arrays.setdefault(key, [])
+        self.fresh = False
         for i in range(len(arrays)):
             if _refs(arrays, i) <= self._idle:
                 return arrays[i]
         out = np.empty(shape, dtype)
+        self.fresh = True  # its pages are touched by the copy into it: not a fair timing of the copy
         if len(arrays) < self.capacity:
             arrays.append(out)
         return out
+
+
+_WAKE = 2  # a round's first torch copies, not timed: torch's threads sleep between rounds and wake slowly
 
 
 class PathChoice:
     """Which copy a stream uses for its full batches, chosen by timing both on its own batches.
 
     A round times ``warmup`` batches copied by numpy, then up to ``probes`` by torch, and keeps
-    torch if its median (without its first copy) is the lower. A torch probe (after the round's first, which may pay for
-    starting torch's threads) slower than ``1.5x`` numpy's median ends the round at once, and
+    torch if its median (without its first ``_WAKE`` copies, which pay for waking torch's threads:
+    365-490 us against 120-160 us once awake, on 2 idle cores) is the lower. A later torch probe
+    more than ``3x`` numpy's median (another thread holds the core torch waits for) ends the
+    round at once, and
     while torch is kept, a running mean ``1.25x`` above numpy's median hands back to numpy: on
     busy cores torch's fork-join is many times slower, and then costs a round's few probes every
-    ``every`` batches, twice as many batches after each round torch loses, up to ``every *
+    ``every`` batches, twice as many batches after each further round torch loses, up to ``every *
     max_backoff`` (on 2 busy cores two probes took 10-12 ms of a 0.25 ms batch: 4% of a long run
-    at ``every`` batches); a round torch wins resets it. Both copies give the same bits, so the
-    choice changes speed, never a value.
+    at ``every`` batches); a round torch wins resets it. A first lost round, or a hand-back while
+    torch was kept, is retried ``every // 8`` batches later: either often meets a burst (the next
+    buffer being built on the other core) rather than a busy machine. A torch copy into a freshly
+    allocated array is not timed (page faults, not the copy). Both copies give the same bits, so
+    the choice changes speed, never a value.
     """
 
-    def __init__(self, warmup: int = 16, probes: int = 6, every: int = 2048, max_backoff: int = 32) -> None:
+    def __init__(self, warmup: int = 16, probes: int = 8, every: int = 2048, max_backoff: int = 32) -> None:
         self.warmup, self.probes, self.every = warmup, probes, every
         self.max_backoff = max_backoff
         self.backoff = 1  # rounds come every ``every * backoff`` batches
+        self._lost = 0  # rounds torch lost in a row
         self.batches = 0
         self.use_torch = False
         self._round = 0  # batch at which the current round began
@@ -209,30 +221,42 @@ class PathChoice:
             return True
         return self.use_torch
 
-    def record(self, by_torch: bool, seconds: float) -> None:
-        """Count one batch copied by torch or numpy in ``seconds``."""
+    def record(self, by_torch: bool, seconds: float, fresh: bool = False) -> None:
+        """Count one batch copied by torch or numpy in ``seconds``.
+
+        ``fresh``: torch copied into a newly allocated array, so the time includes faulting its
+        pages in (the pool's first arrays, or every batch while the caller keeps them all): in a
+        round such a copy is not timed, since a pooled array is reused without that cost.
+        """
         k = self.batches - self._round
         self.batches += 1
         if 0 <= k < self.warmup + self.probes:  # in a round
-            (self._torch if by_torch else self._numpy).append(seconds)
+            if not fresh:
+                (self._torch if by_torch else self._numpy).append(seconds)
             if k == self.warmup - 1:
-                self._numpy_s = float(np.median(self._numpy))
-            slow = by_torch and len(self._torch) > 1 and seconds > 1.5 * self._numpy_s
+                self._numpy_s = float(np.median(self._numpy)) if self._numpy else 0.0
+            slow = by_torch and not fresh and len(self._torch) > _WAKE and seconds > 3 * self._numpy_s
             if slow or k == self.warmup + self.probes - 1:
                 if self._torch and self._numpy:
-                    # The round's first torch copy may pay for starting torch's threads: left out.
-                    timed = self._torch[1:] or self._torch
+                    # The round's first torch copies may pay for waking torch's threads: left out.
+                    timed = self._torch[_WAKE:] or self._torch
                     self._mean_s = float(np.median(timed))
                     self.use_torch = not slow and self._mean_s < self._numpy_s
-                    self.backoff = 1 if self.use_torch else min(2 * self.backoff, self.max_backoff)
+                    # A first lost round (it may have met the next buffer being built) is retried
+                    # soon; each further loss in a row doubles the period.
+                    self._lost = 0 if self.use_torch else self._lost + 1
+                    self.backoff = min(2 ** max(self._lost - 2, 0), self.max_backoff)
                 self._numpy, self._torch = [], []
-                self._round = self.batches + self.every * self.backoff  # the next round
+                soon = self._lost == 1
+                self._round = self.batches + (self.every // 8 if soon else self.every * self.backoff)
         elif self.use_torch and by_torch:
             # One copy held up by another thread (a buffer being built, a collection) must not hand
             # back on its own: each copy counts at most 3x numpy's median.
             self._mean_s = 0.9 * self._mean_s + 0.1 * min(seconds, 3 * self._numpy_s)
             if self._mean_s > 1.25 * self._numpy_s:
+                # Often a burst (the next buffer being built on the other core): try again soon.
                 self.use_torch = False
+                self._round = min(self._round, self.batches + self.every // 8)
 
 
 class Gatherer:
@@ -327,7 +351,7 @@ class Gatherer:
                 self._torch_gather(starts, out)
             else:
                 out = self._numpy(starts)
-            pool.choice.record(by_torch, time.perf_counter() - began)
+            pool.choice.record(by_torch, time.perf_counter() - began, fresh=by_torch and getattr(pool, "fresh", False))
         if self._scale is not None:
             mean, inv = self._scale
             out -= mean

@@ -245,12 +245,14 @@ def test_path_choice_keeps_torch_where_it_is_faster():
     assert seen[26:29] == [False] * 3 and all(seen[29:52]) and not any(seen[52:55])  # every 20 batches after
 
 
-def test_path_choice_leaves_a_slow_torch_after_two_probes_and_when_it_slows_down():
+def test_path_choice_leaves_a_slow_torch_and_when_it_slows_down():
     choice = PathChoice(warmup=3, probes=3, every=20)
     seen = _drive(choice, lambda n, by_torch: 20.0 if by_torch else 1.0, 290)
-    assert seen[:5] == [False] * 3 + [True] * 2 and not any(seen[5:45])  # the round ends at the 2nd probe
-    # Each lost round doubles the wait for the next: 40, 80, then 160 batches after the round's end.
-    assert [n for n, t in enumerate(seen) if t] == [3, 4, 48, 49, 133, 134] and choice.backoff == 8
+    assert seen[:6] == [False] * 3 + [True] * 3 and not any(seen[6:11])  # all 3 probes: 2 wake torch's threads
+    # A first lost round is retried 20 // 8 batches after its end; each further loss doubles the wait
+    # from 20 batches: 20, 40, then 80 after the round's end.
+    assert [n for n, t in enumerate(seen) if t] == [3, 4, 5, 11, 12, 13, 37, 38, 39, 83, 84, 85, 169, 170, 171]
+    assert choice.backoff == 8
     choice = PathChoice(warmup=3, probes=3, every=1000)
     seen = _drive(choice, lambda n, by_torch: (0.5 if n < 20 else 3.0) if by_torch else 1.0, 40)
     assert all(seen[3:20]) and not any(seen[25:])  # torch got slower than numpy: back to numpy
@@ -262,9 +264,25 @@ def test_path_choice_backs_off_while_torch_loses_and_comes_back_once_it_wins():
     seen = _drive(choice, lambda n, by_torch: (20.0 if n < 600 else 0.5) if by_torch else 1.0, 800)
     rounds = [n for n in range(1, 800) if seen[n] and not seen[n - 1]]  # each round's first probe
     gaps = [b - a for a, b in zip(rounds, rounds[1:])]
-    assert gaps[:3] == [45, 85, 85]  # 2 probes + 40 batches, then 2 probes + 80 (capped at 4 x 20)
-    assert {g for r, g in zip(rounds[1:], gaps) if r < 600} == {45, 85}
+    # 3 probes + 2 (first loss: soon) + 3 warm-up, then 3 + 20 + 3, 3 + 40 + 3, 3 + 80 + 3 (capped at 4 x 20)
+    assert gaps[:4] == [8, 26, 46, 86]
+    assert {g for r, g in zip(rounds[1:], gaps[1:]) if r < 600} == {26, 46, 86}
     assert gaps[-1] == 26 and choice.use_torch and choice.backoff == 1  # won: kept, rounds every 20 again
+
+
+def test_path_choice_does_not_time_copies_into_fresh_arrays_and_retries_soon_after_a_hand_back():
+    # A copy into a newly allocated array pays its page faults: not a sample of the copy's speed.
+    choice = PathChoice(warmup=3, probes=4, every=80)
+    for n in range(7):
+        by_torch = choice.torch_next()
+        fresh = by_torch and n >= 5  # the last two probes find every pooled array held: new ones
+        choice.record(by_torch, 50.0 if fresh else 0.5 if by_torch else 1.0, fresh=fresh)
+    assert choice.use_torch  # the two fresh copies (50x numpy's) neither ended the round nor counted
+    # Kept torch slows down for a burst: handed back, and tried again 80 // 8 batches later.
+    seen = _drive(choice, lambda n, by_torch: (3.0 if n < 6 else 0.5) if by_torch else 1.0, 40)
+    back = seen.index(False)
+    assert 0 < back < 6 and not any(seen[back : back + 3]) and all(seen[back + 13 : back + 17])
+    assert all(seen[back + 17 :])  # won that round: kept
 
 
 def test_path_choice_is_not_put_off_by_torch_starting_its_threads_or_one_slow_copy():
