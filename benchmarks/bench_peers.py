@@ -19,6 +19,8 @@ end to end, 4 float32 features) are read by:
   layer pays the transpose), where ``dw`` yields contiguous ``(B, C, L)``;
 * ``dw1``: ``dw`` with one torch intra-op thread (not run unless named in
   ``--contenders``): what torch's threads add to the gather;
+* ``dwt``: ``dw`` with torch's threads copying every large batch, ``PathChoice``
+  overruled (not run unless named): what the automatic choice costs or saves;
 * ``handc``: the same loop with ``.contiguous()`` on each batch, the layout dw yields;
 * ``tsai``: tsai's ``TSUnwindowedDataset`` over the same rows as one array,
   where tsai imports (it needs fastai; otherwise the row says why);
@@ -149,6 +151,14 @@ def dw1_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
     yield from dw_loop(root, batch, window, stride, seed)
 
 
+def dwt_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
+    """``dw`` with every large batch copied by torch's threads (``PathChoice`` overruled): its choice's cost."""
+    from dask_windows.batch import PathChoice
+
+    PathChoice.torch_next = lambda self: True  # type: ignore[method-assign]  # this child process only
+    yield from dw_loop(root, batch, window, stride, seed)
+
+
 def memcpy_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
     """Copies of ``B * C * L`` float32 values from a 256 MiB array (beyond the caches)."""
     import torch
@@ -167,6 +177,7 @@ def memcpy_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
 LOOPS = {
     "dw": dw_loop,
     "dw1": dw1_loop,
+    "dwt": dwt_loop,
     "hand": hand_loop,
     "handc": handc_loop,
     "tsai": tsai_loop,
@@ -396,7 +407,7 @@ def main() -> None:
             )
         if len(sizes) > 1:  # every contender must produce the same batches' bytes for the ratios to mean anything
             print(f"  WARNING: contenders' batches differ: {sorted(sizes)}")
-        for mine in ("dw", "dw1"):
+        for mine in ("dw", "dw1", "dwt"):
             for base in ("hand", "handc", "memcpy", "tsai"):
                 if mine in medians and base in medians:
                     print(f"  {mine} / {base} windows/s {_ratios(results[mine], results[base], 'rate')}")
