@@ -202,7 +202,6 @@ class PathChoice:
     def __init__(self, warmup: int = 16, probes: int = 8, every: int = 2048, max_backoff: int = 32) -> None:
         self.warmup, self.probes, self.every = warmup, probes, every
         self.max_backoff = max_backoff
-        self.backoff = 1  # rounds come every ``every * backoff`` batches
         self._lost = 0  # rounds torch lost in a row
         self.batches = 0
         self.use_torch = False
@@ -211,6 +210,11 @@ class PathChoice:
         self._torch: list[float] = []
         self._numpy_s = 0.0  # numpy's median in the last round
         self._mean_s = 0.0  # running mean of torch's copies while it is kept
+
+    @property
+    def backoff(self) -> int:
+        """Rounds come every ``every * backoff`` batches: 1 up to a second lost round in a row, doubled by each further."""
+        return min(2 ** max(self._lost - 2, 0), self.max_backoff)
 
     def torch_next(self) -> bool:
         """Whether the next batch is copied by torch."""
@@ -245,7 +249,6 @@ class PathChoice:
                     # A first lost round (it may have met the next buffer being built) is retried
                     # soon; each further loss in a row doubles the period.
                     self._lost = 0 if self.use_torch else self._lost + 1
-                    self.backoff = min(2 ** max(self._lost - 2, 0), self.max_backoff)
                 self._numpy, self._torch = [], []
                 soon = self._lost == 1
                 self._round = self.batches + (self.every // 8 if soon else self.every * self.backoff)

@@ -50,6 +50,21 @@ def root(frames, tmp_path_factory):
 # -- pure paths against brute force ----------------------------------------------------------
 
 
+def _runs_and_ranges(counts, data):
+    """``(counts, first, ranges, lo, hi)``: runs at any increasing rows and a few window ranges of them; ``None``: none."""
+    counts = np.array(counts, np.int64)
+    first = np.cumsum(np.full(len(counts), 40)) + data.draw(st.integers(0, 5))  # (R,) any increasing rows
+    total = int(counts.sum())
+    if total == 0:
+        return None
+    n = data.draw(st.integers(1, 5))
+    bounds = [sorted(data.draw(st.tuples(st.integers(0, total - 1), st.integers(1, total)))) for _ in range(n)]
+    ranges = [(a, b) for a, b in bounds if b > a]
+    if not ranges:
+        return None
+    return counts, first, ranges, np.array([a for a, _ in ranges]), np.array([b for _, b in ranges])
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(st.integers(0, 6), min_size=1, max_size=6),
@@ -57,17 +72,10 @@ def root(frames, tmp_path_factory):
     st.data(),
 )
 def test_segment_starts_is_window_starts_range_by_range(counts, stride, data):
-    counts = np.array(counts, np.int64)
-    first = np.cumsum(np.full(len(counts), 40)) + data.draw(st.integers(0, 5))  # (R,) any increasing rows
-    total = int(counts.sum())
-    if total == 0:
+    drawn = _runs_and_ranges(counts, data)
+    if drawn is None:
         return
-    n = data.draw(st.integers(1, 5))
-    bounds = [sorted(data.draw(st.tuples(st.integers(0, total - 1), st.integers(1, total)))) for _ in range(n)]
-    ranges = [(a, b) for a, b in bounds if b > a]
-    if not ranges:
-        return
-    lo, hi = np.array([a for a, _ in ranges]), np.array([b for _, b in ranges])
+    counts, first, ranges, lo, hi = drawn
     expected = np.concatenate([window_starts(first, counts, stride, a, b) for a, b in ranges])
     assert np.array_equal(segment_starts(first, counts, stride, lo, hi), expected)
 
@@ -79,17 +87,10 @@ def test_segment_starts_is_window_starts_range_by_range(counts, stride, data):
     st.data(),
 )
 def test_segment_runs_expand_to_segment_starts(counts, stride, data):
-    counts = np.array(counts, np.int64)
-    first = np.cumsum(np.full(len(counts), 40)) + data.draw(st.integers(0, 5))
-    total = int(counts.sum())
-    if total == 0:
+    drawn = _runs_and_ranges(counts, data)
+    if drawn is None:
         return
-    n = data.draw(st.integers(1, 5))
-    bounds = [sorted(data.draw(st.tuples(st.integers(0, total - 1), st.integers(1, total)))) for _ in range(n)]
-    ranges = [(a, b) for a, b in bounds if b > a]
-    if not ranges:
-        return
-    lo, hi = np.array([a for a, _ in ranges]), np.array([b for _, b in ranges])
+    counts, first, ranges, lo, hi = drawn
     row, take, which = segment_runs(first, counts, stride, lo, hi)
     assert (take > 0).all() and (np.diff(which) >= 0).all()
     expanded = np.concatenate([r + stride * np.arange(t) for r, t in zip(row, take)])
