@@ -350,19 +350,22 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         part = self.partitions[index]
         path = part.key[0]
         if self.local:
-            from dask_windows.sources.identity import check_local
-
-            check_local(path, getattr(self, "_identities", {}).get(path))
+            self._unchanged(path)
         try:
             table = self.retry.call(lambda: self._read_table(path, row_groups, columns), self._url(path))
         except Exception as exc:
+            if self.local:
+                self._unchanged(path)  # rewritten while it was read: say so, not "corrupt"
             name = self._url(path) + part.name[len(path) :]
             kind = classify(exc)
             if kind == "missing":
                 raise failure_message(
                     kind, f"cannot read {name}: the dataset changed after it was opened (open it again)", exc
                 ) from exc
-            raise failure_message(kind, f"cannot read {name}", exc) from exc
+            where = self._corrupt_chunk(path, row_groups, columns) if kind == "corrupt" and self.local else ""
+            raise failure_message(kind, f"cannot read {name}", exc, where) from exc
+        if self.local:
+            self._unchanged(path)  # nor rows of a file rewritten while it was read (old footer, new bytes)
         expected = part.num_rows if tuple(row_groups) == tuple(part.key[1]) else None
         if expected is not None and table.num_rows != expected:
             raise SourceReadError(
