@@ -71,10 +71,11 @@ def oracle(
     for frame in frames:
         xs = frame[features].to_numpy(np.float64, na_value=np.nan)
         ys = frame[targets].to_numpy(np.float64, na_value=np.nan) if targets else None
-        keys = frame[series].to_numpy() if series else np.zeros(len(frame))
+        keys = frame[series].astype(object).to_numpy() if series else np.zeros(len(frame))
+        null = pd.isna(keys) if series else np.zeros(len(frame), bool)  # a null key is one series (windows.find_runs)
         n, begin = len(frame), 0
         for end in range(1, n + 1):
-            if end < n and keys[end] == keys[end - 1]:
+            if end < n and _same_key(keys, null, end):
                 continue
             for s in range(begin, end - window - horizon + 1, stride):
                 rows = slice(s, s + window + horizon)
@@ -88,6 +89,13 @@ def oracle(
             begin = end
         offset += n
     return out
+
+
+def _same_key(keys: np.ndarray, null: np.ndarray, row: int) -> bool:
+    """Whether ``row`` holds the series of ``row - 1``: equal keys, or both null."""
+    if null[row] or null[row - 1]:
+        return bool(null[row] and null[row - 1])
+    return bool(keys[row] == keys[row - 1])
 
 
 def _finite32(values: np.ndarray) -> bool:
@@ -502,6 +510,8 @@ def _with_empty_row_groups(frames: list[pd.DataFrame], root: str) -> None:
         (7, dict(window=40, horizon=5, targets=["y", "z"])),  # the halo spans several row groups
         (5, dict(window=3, stride=4, pieces_per_partition=50)),
         (None, dict(window=12, horizon=2)),  # empty row groups between the others
+        (7, dict(window=20, partition_bytes=1)),  # a partition per row group, halos across three of them
+        (None, dict(window=30, partition_bytes=1, stride=2)),  # ... and across empty ones
     ],
 )
 def test_row_group_shapes_against_the_oracle(frames, tmp_path, row_group, kw):
@@ -531,6 +541,23 @@ def test_series_across_row_groups_unsorted_and_interleaved(tmp_path):
     with pytest.warns(SeriesOrderWarning):
         ds = dw.WindowDataset(root, **{**KW, "window": 6})
     check_epoch(_epoch(ds), oracle(parts, FEATURES, ["y"], window=6))
+
+
+@pytest.mark.parametrize("kind", ["str", "float", "Int64"])
+def test_null_series_ids_are_one_series_not_a_crash(frames, tmp_path, kind):
+    # Strings with None raised a bare TypeError from np.unique in the series-order check.
+    with_nulls = []
+    for frame in frames:
+        keys = frame["sid"].astype({"str": object, "float": np.float64, "Int64": "Int64"}[kind])
+        if kind == "str":
+            keys = keys.map(str).astype(object)
+        keys.iloc[30:40] = None
+        with_nulls.append(frame.assign(sid=keys))
+    root = str(tmp_path / "r")
+    _write(with_nulls, root)
+    with pytest.warns(SeriesOrderWarning, match="'sid' is not grouped"):  # the nulls cut a series in two
+        ds = dw.WindowDataset(root, **KW)
+    check_epoch(_epoch(ds), oracle(with_nulls, FEATURES, ["y"], window=8))
 
 
 # -- real series bundled with statsmodels ------------------------------------------------------------
@@ -565,25 +592,50 @@ def _standardized(x: np.ndarray) -> np.ndarray:
     return (values - mean) / np.maximum(values.std(axis=1, keepdims=True), 1e-8)
 
 
+def _check_sample_normalised(got: list, want: dict) -> None:
+    """Every window once, standardised like the float64 reference within docs/checks.md's bound."""
+    rows = np.concatenate([b[-1] for b in got])
+    assert sorted(rows.tolist()) == sorted(want) and len(rows) == len(set(rows.tolist()))
+    eps32 = np.finfo(np.float32).eps
+    for x, y, starts in got:
+        for j, row in enumerate(starts.tolist()):
+            raw, target = want[row]
+            values = raw.astype(np.float64)
+            reference = _standardized(raw)
+            std = np.maximum(values.std(axis=1, keepdims=True), 1e-8)
+            bound = 2e-4 + 1e-4 * np.abs(reference) + 16 * eps32 * np.abs(values.mean(axis=1, keepdims=True)) / std
+            assert (np.abs(x[j] - reference) <= bound).all(), row
+            assert np.array_equal(y[j], target)
+
+
 def test_real_macro_channels_sample_normalised_like_the_reference(tmp_path):
     real = pytest.importorskip("test_real_data")
     frame = real.macro_frame()
     frame = pd.concat([frame, frame.assign(quarter=frame["quarter"] + pd.Timedelta(days=1))], ignore_index=True)
     frame["sid"] = np.repeat([1, 2], len(frame) // 2)
     root, parts = _real_parts(tmp_path, frame, [150, 290])
-    channels = real.MACRO
     ds = dw.WindowDataset(
-        root, channels, ["infl"], series="sid", window=20, normalize="sample", batch_size=32, return_index=True
+        root, real.MACRO, ["infl"], series="sid", window=20, normalize="sample", batch_size=32, return_index=True
     )  # fmt: skip
-    want = oracle(parts, channels, ["infl"], window=20)
-    got = _epoch(ds)
-    rows = np.concatenate([b[-1] for b in got])
-    assert sorted(rows.tolist()) == sorted(want) and len(rows) == len(set(rows.tolist()))
-    for x, y, starts in got:
-        for j, row in enumerate(starts.tolist()):
-            raw, target = want[row]
-            reference = _standardized(raw)
-            ulps = 16 * np.finfo(np.float32).eps * np.abs(raw.astype(np.float64).mean(axis=1, keepdims=True))
-            bound = 2e-4 + 1e-4 * np.abs(reference) + ulps / np.maximum(raw.astype(np.float64).std(axis=1)[:, None], 1e-8)
-            assert (np.abs(x[j] - reference) <= bound).all(), row
-            assert np.array_equal(y[j], target)
+    _check_sample_normalised(_epoch(ds), oracle(parts, real.MACRO, ["infl"], window=20))
+
+
+def test_real_panel_sample_normalised_from_the_window_table_around_nan_weeks(tmp_path, monkeypatch):
+    # Buffers of more than buffer.HEAD windows: from position max(HEAD, windows / 32) on, the
+    # statistics come from the per-buffer table (window_table), built over rows that hold co2's NaN
+    # weeks, which must only mark their blocks' windows, never give other numbers.
+    from dask_windows import window_table
+
+    real = pytest.importorskip("test_real_data")
+    panel = real.panel_frame()
+    frame = pd.concat([panel.assign(sid=panel["sid"] + f"-{k}") for k in range(3)], ignore_index=True)
+    root, parts = _real_parts(tmp_path, frame, [2500, 5300, 8000])
+    built = []
+    build = window_table.build_table
+    monkeypatch.setattr(window_table, "build_table", lambda *a, **k: built.append(1) or build(*a, **k))
+    ds = dw.WindowDataset(
+        root, ["value"], ["value"], series="sid", window=16, nan="drop", normalize="sample", batch_size=128,
+        buffer_partitions=4, return_index=True,
+    )  # fmt: skip
+    _check_sample_normalised(_epoch(ds), oracle(parts, ["value"], ["value"], window=16, drop=True))
+    assert built  # the table was built and used
