@@ -267,6 +267,17 @@ def test_damaged_partner_rows_skip_what_reads_apart_skip(clean, tmp_path, monkey
     assert same_batches(paired, apart) and wrong_batch(paired, clean["want"]) is None
 
 
+def test_damaged_rows_in_dataloader_workers_raise_or_keep_the_batch_count(clean, tmp_path):
+    partition, group = clean["second"][-1]
+    path = clean["paths"][partition]
+    work, victim = _damaged(clean, tmp_path, path, _chunk_byte(path, group, "f0", np.random.default_rng(1)))
+    with pytest.raises(SourceReadError, match=f"{victim}.*column 'f0' of row group {group} is damaged"):
+        collect(dw.WindowDataset(work, **KW), dict(num_workers=2))
+    ds = dw.WindowDataset(work, **KW, on_error="skip")
+    got = collect(ds, dict(num_workers=2))  # the skips are warned in the worker processes
+    assert len(got) == len(ds) and wrong_batch(got, clean["want"]) is None
+
+
 # -- files changed, deleted, truncated -----------------------------------------------------------
 
 
@@ -373,15 +384,15 @@ def test_a_file_rewritten_during_a_read_raises_not_new_rows_under_the_old_footer
 def test_every_file_gone_mid_pass_with_skip_counts_partitions_not_pieces(clean, copy):
     work, paths = copy
     ds = dw.WindowDataset(work, **KW, on_error="skip")
-    pieces = len(ds._plan(dw.World()).segments) if hasattr(dw, "World") else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SkippedPartitionWarning)
-        with pytest.raises(SourceReadError, match=r"every partition of this reader's share \(3 partitions, \d+ pieces\)"):
+        with pytest.raises(
+            SourceReadError, match=r"every partition of this reader's share \(3 partitions, \d+ pieces\)"
+        ):
             for k, _ in enumerate(ds):
                 if k == 0:
                     for path in paths:
                         os.remove(path)
-    del pieces
 
 
 def test_a_truncated_file_raises_at_open_or_is_left_out(clean, copy, frames):
@@ -455,9 +466,7 @@ def _frames_with(frames: list[pd.DataFrame], column: str, rows: range, value) ->
     return out
 
 
-@pytest.mark.parametrize(
-    "column,value", [("f1", np.nan), ("y", np.inf), ("f0", -np.inf), ("f0", "null"), ("y", 1e39)]
-)
+@pytest.mark.parametrize("column,value", [("f1", np.nan), ("y", np.inf), ("f0", -np.inf), ("f0", "null"), ("y", 1e39)])
 def test_bad_values_in_the_first_rows_of_row_groups(frames, tmp_path, column, value):
     heads = range(ROW_GROUP, 400, 2 * ROW_GROUP)  # the first row of every other row group: kept heads
     if value == 1e39:  # beyond float32: only a float64 column holds it
