@@ -491,6 +491,13 @@ def test_mixed_schemas_across_files(frames, tmp_path):
         _write(mixed, root)
         with pytest.raises(SchemaError, match=r"column 'f0' is .* in .*part-0001.parquet but float in .*part-0000"):
             dw.WindowDataset(root, **KW)
+    table = pa.Table.from_pandas(frames[1], preserve_index=False)
+    zeros = pa.array(np.zeros(len(frames[1]), np.float32))
+    duplicated = pa.table([*table.columns, zeros], names=[*table.column_names, "f0"])  # a bare KeyError before
+    root = str(tmp_path / "duplicated")
+    _write([frames[0], duplicated], root)
+    with pytest.raises(SchemaError, match=r"feature 'f0' appears 2 times in .*part-0001.parquet; rewrite"):
+        dw.WindowDataset(root, **KW)
     # one integer column, with nulls in one file only (same Arrow type): per-file conversions differ
     ints = [f.assign(f0=f["f0"].astype(np.int64)) for f in frames]
     ints[1] = _frames_with([ints[1]], "f0", range(5, 300, 40), "null")[0]

@@ -301,6 +301,11 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
                         f"{role} {col!r} is missing from {self._url(path)} (its columns: {schema.names}); "
                         f"every file of {self.description} must hold the feature, target and series columns"
                     )
+                if schema.names.count(col) > 1:  # pyarrow finds no field of a duplicated name
+                    raise SchemaError(
+                        f"{role} {col!r} appears {schema.names.count(col)} times in {self._url(path)}; "
+                        "rewrite the file with unique column names"
+                    )
                 if col in first.names and schema.field(col).type != first.field(col).type:
                     raise SchemaError(
                         f"schema mismatch: column {col!r} is {schema.field(col).type} in {self._url(path)} but "
