@@ -302,15 +302,20 @@ def test_a_file_rewritten_between_passes_is_not_served_from_kept_heads(clean, co
     _rewrite(paths[1], frames[1])
     with pytest.raises(SourceReadError, match=f"{paths[1]} changed after the dataset was opened.*open the dataset"):
         _epoch(ds)
-    skipping = dw.WindowDataset(work, **KW, on_error="skip")
-    _epoch(skipping)  # heads kept
-    os.remove(paths[1])
-    with pytest.warns(SkippedPartitionWarning, match=paths[1]):
-        got = _epoch(skipping)
+    skipping = dw.WindowDataset(work, **KW, on_error="skip")  # opened on the rewritten file
+    changed = [frames[0], frames[1].assign(f1=frames[1]["f1"] + 1.0), frames[2]]
+    check_epoch(_epoch(skipping), oracle(changed, FEATURES, ["y"], window=8))  # its heads kept
     offsets = np.cumsum([0] + [len(f) for f in frames])
-    rows = np.concatenate([b[-1] for b in got])
-    assert len(got) == len(skipping) and not ((rows >= offsets[1]) & (rows < offsets[2])).any()
-    assert wrong_batch(got, clean["want"]) is None
+    for change in ("rewrite", "delete"):
+        if change == "rewrite":
+            _rewrite(paths[1], changed[1])
+        else:
+            os.remove(paths[1])
+        with pytest.warns(SkippedPartitionWarning, match=paths[1]):
+            got = _epoch(skipping)
+        rows = np.concatenate([b[-1] for b in got])
+        assert len(got) == len(skipping) and not ((rows >= offsets[1]) & (rows < offsets[2])).any()
+        assert wrong_batch(got, clean["want"]) is None  # none of file 1's rows, kept or read
     fresh = dw.WindowDataset(work, **KW)  # opened again: the files as they are now
     check_epoch(_epoch(fresh), oracle([frames[0], frames[2]], FEATURES, ["y"], window=8))
 
