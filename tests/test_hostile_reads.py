@@ -278,6 +278,32 @@ def test_damaged_rows_in_dataloader_workers_raise_or_keep_the_batch_count(clean,
     assert len(got) == len(ds) and wrong_batch(got, clean["want"]) is None
 
 
+def test_damaged_cache_entries_are_fetched_again_not_taken_as_data(frames, tmp_path, caplog):
+    # The local cache of remote bytes (cache_dir=) had only a length check: a flipped byte in an
+    # entry gave other values (files without page CRCs) or blamed, and skipped, the remote object.
+    from helpers import parquet_bytes, s3_endpoint
+
+    endpoint = s3_endpoint("hostile", frames, encode=lambda f: parquet_bytes(f, row_group_size=ROW_GROUP))
+    try:
+        cache = str(tmp_path / "cache")
+        kw = dict(KW, storage_options=endpoint.storage_options(), cache_dir=cache)
+        want = oracle(frames, FEATURES, ["y"], window=8)
+        check_epoch(_epoch(dw.WindowDataset("s3://hostile/data/", **kw)), want)  # fills the cache
+        entries = sorted(os.path.join(cache, n) for n in os.listdir(cache) if n.endswith(".bin"))
+        for entry in entries[::3]:
+            with open(entry, "r+b") as out:
+                out.seek(os.path.getsize(entry) // 2)
+                byte = out.read(1)[0]
+                out.seek(-1, os.SEEK_CUR)
+                out.write(bytes([byte ^ 0x5A]))
+        ds = dw.WindowDataset("s3://hostile/data/", **kw, on_error="skip")
+        check_epoch(_epoch(ds), want)
+        assert not ds.skipped and "is damaged or of another version" in caplog.text
+        check_epoch(_epoch(ds), oracle(frames, FEATURES, ["y"], window=8))  # stored again, whole
+    finally:
+        endpoint.close()
+
+
 # -- files changed, deleted, truncated -----------------------------------------------------------
 
 
