@@ -267,6 +267,25 @@ def test_damaged_partner_rows_skip_what_reads_apart_skip(clean, tmp_path, monkey
     assert same_batches(paired, apart) and wrong_batch(paired, clean["want"]) is None
 
 
+def test_resume_over_damaged_partner_rows_gives_the_rest_of_the_pass(clean, tmp_path):
+    # A resumed pass pairs its own buffers (2i+1 with 2i+2 where the full pass paired 2i with 2i+1):
+    # skipping what reads apart skip keeps the skips, hence the replacement windows, the same.
+    partition, group = clean["second"][0]
+    path = clean["paths"][partition]
+    work, _ = _damaged(clean, tmp_path, path, _chunk_byte(path, group, "f1", np.random.default_rng(2)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SkippedPartitionWarning)
+        ds = dw.WindowDataset(work, **KW, on_error="skip")
+        ds.set_epoch(1)
+        full = _epoch(ds)
+        assert ds.skipped and wrong_batch(full, clean["want"]) is None
+        for k in range(1, len(full), 11):
+            state = ds.state_dict(batches=k, num_workers=0)
+            resumed = dw.WindowDataset(work, **KW, on_error="skip")
+            resumed.load_state_dict(state)
+            assert same_batches(_epoch(resumed), full[k:]), k
+
+
 def test_damaged_rows_in_dataloader_workers_raise_or_keep_the_batch_count(clean, tmp_path):
     partition, group = clean["second"][-1]
     path = clean["paths"][partition]
