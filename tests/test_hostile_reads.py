@@ -286,6 +286,22 @@ def test_resume_over_damaged_partner_rows_gives_the_rest_of_the_pass(clean, tmp_
             assert same_batches(_epoch(resumed), full[k:]), k
 
 
+def test_damaged_rows_keep_equal_batch_counts_on_two_ranks(clean, tmp_path):
+    partition, group = clean["second"][-1]
+    path = clean["paths"][partition]
+    work, victim = _damaged(clean, tmp_path, path, _chunk_byte(path, group, "y", np.random.default_rng(3)))
+    counts, skipped = [], []
+    for rank in range(2):
+        ds = dw.WindowDataset(work, **KW, on_error="skip", rank=rank, world_size=2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SkippedPartitionWarning)
+            got = _epoch(ds)
+        assert wrong_batch(got, clean["want"]) is None
+        counts.append((len(got), len(ds)))
+        skipped += [s.name for s in ds.skipped]
+    assert counts[0] == counts[1] and counts[0][0] == counts[0][1] and skipped and set(skipped) == {victim}
+
+
 def test_damaged_rows_in_dataloader_workers_raise_or_keep_the_batch_count(clean, tmp_path):
     partition, group = clean["second"][-1]
     path = clean["paths"][partition]
