@@ -342,14 +342,14 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         return self._read_groups(index, self.partitions[index].key[1], columns)
 
     def read_chunks(self, index: int, columns: Sequence) -> Iterator[dict]:
-        """Local files one row group at a time (a column scan holds one row group in memory);
-        remote files in one request."""
+        """Local files a few row groups at a time (a column scan holds about ``CHUNK_BYTES``, one
+        row group at least, in memory; ``group_runs``); remote files in one request."""
         row_groups = self.partitions[index].key[1]
         if not self.local:
             yield self._read_groups(index, row_groups, columns)
             return
-        for g in row_groups:
-            yield self._read_groups(index, (g,), columns)
+        for groups in self.group_runs(index, row_groups, len(columns)):
+            yield self._read_groups(index, groups, columns)
 
     def _read_groups(self, index: int, row_groups: Sequence[int], columns: Sequence) -> dict:
         part = self.partitions[index]

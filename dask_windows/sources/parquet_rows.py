@@ -259,6 +259,23 @@ class ParquetRows:
                 continue
             cache.put((path, g, tuple(data)), {col: values[a : a + halo] for col, values in data.items()}, halo)
 
+    def group_runs(self, index: int, row_groups: Sequence[int], columns: int) -> Iterator[tuple[int, ...]]:
+        """``row_groups`` of partition ``index``'s file in runs of about ``CHUNK_BYTES`` (at 8 bytes a value
+        of ``columns`` columns), one row group at least: each read parses the file's footer, which for a
+        file of thousands of small row groups costs more than reading one of them."""
+        rows = self._footers[self.partitions[index].key[0]].rows
+        target = max(1, CHUNK_BYTES // (8 * max(columns, 1)))
+        run: list[int] = []
+        held = 0
+        for g in row_groups:
+            run.append(g)
+            held += rows[g]
+            if held >= target:
+                yield tuple(run)
+                run, held = [], 0
+        if run:
+            yield tuple(run)
+
     def _unchanged(self, path: str) -> None:
         """Raise ``SourceReadError`` if local ``path`` is no longer the file opened (``identity.check_local``)."""
         from dask_windows.sources.identity import check_local
