@@ -192,14 +192,17 @@ def _flips(clean: dict) -> list[tuple[str, str, int, int | None, str | None]]:
             path = where if isinstance(where, str) else paths[where]
             column = FEATURES[int(rng.integers(2))] if kind != "partner" else "y"
             out.append((kind, path, _chunk_byte(path, group, column, rng), group, column))
-    for _ in range(3):
+    for _ in range(5):
         path = paths[int(rng.integers(len(paths)))]
         groups = pq.ParquetFile(path).metadata.num_row_groups
         group, column = int(rng.integers(groups)), ["f0", "f1", "y"][int(rng.integers(3))]
         out.append(("page", path, _chunk_byte(path, group, column, rng), group, column))
-    for _ in range(3):
+    for _ in range(5):
         path = paths[int(rng.integers(len(paths)))]
         out.append(("footer", path, _footer_byte(path, rng), None, None))
+    for _ in range(4):  # anywhere: unread columns, page headers, magic bytes
+        path = paths[int(rng.integers(len(paths)))]
+        out.append(("anywhere", path, int(rng.integers(os.path.getsize(path))), None, None))
     return out
 
 
@@ -217,7 +220,7 @@ def _damaged(clean: dict, tmp_path, path: str, pos: int) -> tuple[str, str]:
 
 def test_damaged_bytes_raise_naming_file_and_column_or_are_skipped(clean, frames, tmp_path):
     flips = _flips(clean)
-    assert {f[0] for f in flips} == {"head", "kept", "partner", "page", "footer"}
+    assert {f[0] for f in flips} == {"head", "kept", "partner", "page", "footer", "anywhere"}
     for n, (kind, path, pos, group, column) in enumerate(flips):
         work, victim = _damaged(clean, tmp_path / str(n), path, pos)
         got: list = []
@@ -226,10 +229,10 @@ def test_damaged_bytes_raise_naming_file_and_column_or_are_skipped(clean, frames
         except SourceReadError as exc:
             message = str(exc)
             assert victim in message and "on_error='skip'" in message, message
-            if kind != "footer":  # a page failing its CRC: the column chunk is named
+            if column is not None:  # a page failing its CRC: the column chunk is named
                 assert f"column {column!r} of row group {group} is damaged" in message, message
-        else:
-            assert kind == "footer", f"{kind} damage at byte {pos} of {victim} read without an error"
+        else:  # a footer or other byte the read does not depend on may change nothing
+            assert column is None, f"{kind} damage at byte {pos} of {victim} read without an error"
         assert wrong_batch(got, clean["want"]) is None, f"{kind}: a wrong batch before the error"
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -237,7 +240,7 @@ def test_damaged_bytes_raise_naming_file_and_column_or_are_skipped(clean, frames
                 ds = dw.WindowDataset(work, **KW, on_error="skip")
                 got = _epoch(ds)
             except SourceReadError as exc:  # only a footer that misstates row counts may still raise
-                assert kind == "footer" and victim in str(exc), str(exc)
+                assert column is None and victim in str(exc), str(exc)
                 continue
         want = clean["want"]
         if any(s.stage == "open" for s in ds.skipped):  # left out at open: the rows of the other files
@@ -245,7 +248,7 @@ def test_damaged_bytes_raise_naming_file_and_column_or_are_skipped(clean, frames
             want = oracle(kept, FEATURES, ["y"], window=8)
         assert len(got) == len(ds) and wrong_batch(got, want) is None, kind
         skips = [str(w.message) for w in caught if issubclass(w.category, SkippedPartitionWarning)]
-        assert kind == "footer" or (skips and all(victim in s for s in skips)), (kind, skips)
+        assert column is None or (skips and all(victim in s for s in skips)), (kind, skips)
 
 
 def test_damaged_partner_rows_skip_what_reads_apart_skip(clean, tmp_path, monkeypatch):
@@ -719,7 +722,8 @@ def test_real_macro_channels_sample_normalised_like_the_reference(tmp_path):
     _check_sample_normalised(_epoch(ds), oracle(parts, real.MACRO, ["infl"], window=20))
 
 
-def test_real_panel_sample_normalised_from_the_window_table_around_nan_weeks(tmp_path, monkeypatch):
+@pytest.mark.parametrize("stride,horizon", [(1, 0), (3, 2)])
+def test_real_panel_sample_normalised_from_the_window_table_around_nan_weeks(tmp_path, monkeypatch, stride, horizon):
     # Buffers of more than buffer.HEAD windows: from position max(HEAD, windows / 32) on, the
     # statistics come from the per-buffer table (window_table), built over rows that hold co2's NaN
     # weeks, which must only mark their blocks' windows, never give other numbers.
@@ -733,8 +737,9 @@ def test_real_panel_sample_normalised_from_the_window_table_around_nan_weeks(tmp
     build = window_table.build_table
     monkeypatch.setattr(window_table, "build_table", lambda *a, **k: built.append(1) or build(*a, **k))
     ds = dw.WindowDataset(
-        root, ["value"], ["value"], series="sid", window=16, nan="drop", normalize="sample", batch_size=128,
-        buffer_partitions=4, return_index=True,
+        root, ["value"], ["value"], series="sid", window=16, stride=stride, horizon=horizon, nan="drop",
+        normalize="sample", batch_size=128, buffer_partitions=4, return_index=True,
     )  # fmt: skip
-    _check_sample_normalised(_epoch(ds), oracle(parts, ["value"], ["value"], window=16, drop=True))
-    assert built  # the table was built and used
+    want = oracle(parts, ["value"], ["value"], window=16, stride=stride, horizon=horizon, drop=True)
+    _check_sample_normalised(_epoch(ds), want)
+    assert built or stride > 1  # at stride 1 the table was built and used (at 3: fewer than HEAD windows)
