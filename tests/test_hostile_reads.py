@@ -25,6 +25,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from helpers import collect, make_frames, oracle_starts, same_batches
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import dask_windows as dw
 from dask_windows import pairs
@@ -611,6 +613,52 @@ def test_row_group_shapes_against_the_oracle(frames, tmp_path, row_group, kw):
     ds.set_epoch(1)
     options = {k: settings[k] for k in ("window", "stride", "horizon") if k in settings}
     check_epoch(_epoch(ds), oracle(frames, FEATURES, settings["targets"], **options))
+
+
+def _write_groups(frames: list[pd.DataFrame], root: str, sizes: list[int]) -> None:
+    """Each frame in row groups of the given sizes, cycled (0: an empty row group)."""
+    os.makedirs(root, exist_ok=True)
+    for i, frame in enumerate(frames):
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        with pq.ParquetWriter(os.path.join(root, f"part-{i:04d}.parquet"), table.schema) as writer:
+            at, k = 0, 0
+            while at < len(frame):
+                size = sizes[k % len(sizes)]
+                writer.write_table(table.slice(at, size))
+                at, k = at + size, k + 1
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    seed=st.integers(0, 2**16),
+    sizes=st.lists(st.integers(0, 40), min_size=1, max_size=5).filter(any),
+    window=st.integers(1, 40),
+    stride=st.integers(1, 5),
+    horizon=st.integers(0, 3),
+    pieces=st.sampled_from([None, 1, 3, 17]),
+    buffers=st.integers(1, 3),
+    split=st.booleans(),
+    holes=st.lists(st.integers(0, 10**4), max_size=6),
+)
+def test_random_row_group_layouts_against_the_oracle(
+    tmp_path_factory, seed, sizes, window, stride, horizon, pieces, buffers, split, holes
+):  # fmt: skip
+    frames = make_frames(seed=seed, num_files=3, num_series=5, min_len=10, max_len=120)
+    for k, hole in enumerate(holes):  # NaN features and inf targets anywhere, heads included
+        frame = frames[k % 3]
+        frame.loc[hole % len(frame), "f1" if k % 2 else "y"] = np.nan if k % 2 else np.inf
+    root = str(tmp_path_factory.mktemp("layout"))
+    _write_groups(frames, root, sizes)
+    kw = dict(window=window, stride=stride, horizon=horizon)
+    want = oracle(frames, FEATURES, ["y"], **kw, drop=True)
+    settings_ = {**KW, **kw, "pieces_per_partition": pieces, "buffer_partitions": buffers, "nan": "drop"}
+    if split:
+        settings_["partition_bytes"] = 1  # a partition per row group: halos across partitions
+    if not want:
+        return
+    ds = dw.WindowDataset(root, **settings_)
+    ds.set_epoch(seed % 3)
+    check_epoch(_epoch(ds), want)
 
 
 def test_tiny_row_groups_open_with_a_read_per_file_not_per_row_group(tmp_path, monkeypatch):
