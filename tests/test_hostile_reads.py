@@ -600,6 +600,8 @@ def _with_empty_row_groups(frames: list[pd.DataFrame], root: str) -> None:
         (None, dict(window=12, horizon=2)),  # empty row groups between the others
         (7, dict(window=20, partition_bytes=1)),  # a partition per row group, halos across three of them
         (None, dict(window=30, partition_bytes=1, stride=2)),  # ... and across empty ones
+        (5, dict(series=None, window=3, stride=2, partition_bytes=1)),  # one series: the file's stride grid
+        (7, dict(series=None, window=9, stride=4, horizon=2, partition_bytes=1)),
     ],
 )
 def test_row_group_shapes_against_the_oracle(frames, tmp_path, row_group, kw):
@@ -611,7 +613,7 @@ def test_row_group_shapes_against_the_oracle(frames, tmp_path, row_group, kw):
     settings = {**KW, **kw}
     ds = dw.WindowDataset(root, **settings)
     ds.set_epoch(1)
-    options = {k: settings[k] for k in ("window", "stride", "horizon") if k in settings}
+    options = {k: settings[k] for k in ("window", "stride", "horizon", "series") if k in settings}
     check_epoch(_epoch(ds), oracle(frames, FEATURES, settings["targets"], **options))
 
 
@@ -639,9 +641,10 @@ def _write_groups(frames: list[pd.DataFrame], root: str, sizes: list[int]) -> No
     buffers=st.integers(1, 3),
     split=st.booleans(),
     holes=st.lists(st.integers(0, 10**4), max_size=6),
+    series=st.sampled_from(["sid", None]),
 )
 def test_random_row_group_layouts_against_the_oracle(
-    tmp_path_factory, seed, sizes, window, stride, horizon, pieces, buffers, split, holes
+    tmp_path_factory, seed, sizes, window, stride, horizon, pieces, buffers, split, holes, series
 ):  # fmt: skip
     frames = make_frames(seed=seed, num_files=3, num_series=5, min_len=10, max_len=120)
     for k, hole in enumerate(holes):  # NaN features and inf targets anywhere, heads included
@@ -649,7 +652,7 @@ def test_random_row_group_layouts_against_the_oracle(
         frame.loc[hole % len(frame), "f1" if k % 2 else "y"] = np.nan if k % 2 else np.inf
     root = str(tmp_path_factory.mktemp("layout"))
     _write_groups(frames, root, sizes)
-    kw = dict(window=window, stride=stride, horizon=horizon)
+    kw = dict(window=window, stride=stride, horizon=horizon, series=series)
     want = oracle(frames, FEATURES, ["y"], **kw, drop=True)
     settings_ = {**KW, **kw, "pieces_per_partition": pieces, "buffer_partitions": buffers, "nan": "drop"}
     if split:

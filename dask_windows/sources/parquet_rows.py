@@ -276,6 +276,16 @@ class ParquetRows:
         if run:
             yield tuple(run)
 
+    def _first_partition(self, index: int) -> int:
+        """The number of the first partition of partition ``index``'s file."""
+        first = self.__dict__.get("_first_partitions")
+        if first is None:
+            first = {}
+            for i, part in enumerate(self.partitions):
+                first.setdefault(part.key[0], i)
+            self.__dict__["_first_partitions"] = first
+        return int(first[self.partitions[index].key[0]])
+
     def _unchanged(self, path: str) -> None:
         """Raise ``SourceReadError`` if local ``path`` is no longer the file opened (``identity.check_local``)."""
         from dask_windows.sources.identity import check_local
@@ -299,7 +309,14 @@ class ParquetRows:
         return ""
 
     def _halo_runs(self, index: int, series: Any, runs: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``runs`` of the partition's own rows joined with the runs of its halo rows."""
+        """``runs`` of the partition's own rows joined with the runs of its halo rows.
+
+        Without a series column a file is one series: the partitions of a file cut at row groups
+        share its key (its first partition's number), so that ``index.chain_origins`` keeps the
+        file's stride grid across the cuts (each partition's own key restarted it at every cut).
+        """
+        if series is None and len(runs[2]) == 1:
+            runs = (runs[0], runs[1], np.array([self._first_partition(index)]))
         rows = self.partitions[index].num_rows
         extra = self.readable_rows(index) - rows
         if extra <= 0:
