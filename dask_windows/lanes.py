@@ -1,0 +1,229 @@
+"""Two lanes: a run of full batches copied on the consumer's thread and on one helper thread at once.
+
+numpy releases the GIL while it copies a large fancy index, so two Python threads that each
+gather whole batches copy at about twice one thread's rate on two idle cores (2.04x at B=256
+L=512 C=4), where ``torch.index_select`` on torch's two threads pays a fork-join per batch and
+costs 1.6x numpy's CPU. A run of full batches (``Gatherer.gather_run``) is cut into *units*:
+consecutive batches gathered by one numpy call into one fresh array, at least ``UNIT_BYTES``
+long, so that a small batch's copy is not dominated by the call and the GIL around it. Each
+unit is gathered by whichever lane claims it first, in increasing order: the helper claims the
+next unit as long as it is at most ``AHEAD`` units past the one the consumer waits for, and the
+consumer, finding its unit claimed but not done, gathers the next unclaimed one meanwhile
+instead of waiting. So both lanes copy while the consumer only drains (a benchmark loop), and
+the helper gathers ahead while the consumer is busy elsewhere (a training step).
+
+The trade-off: up to ``AHEAD + 1`` units gathered and not yet taken besides the one being
+drained (about 2 MiB each at most, more only when one batch is larger), one thread per run,
+started and joined with it; a batch is a view of its unit's array, so a batch the caller keeps
+holds its unit (its neighbours' bytes too) but is never overwritten, since every unit is a
+fresh array. Which lane copies a unit changes timing only: the units, their order and their
+bits are those of one thread's gather. Lanes are used only where there are two CPUs to run
+them on (``os.sched_getaffinity``) and torch is allowed more than one thread (not with
+``torch.set_num_threads(1)``, nor in DataLoader workers, which torch sets to one), and
+``DASK_WINDOWS_LANES=0`` turns them off.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+__all__ = ["LaneChoice", "Lanes", "lane_batches", "lanes_wanted", "unit_batches", "worth"]
+
+UNIT_BYTES = 256 << 10  # a unit of a run: consecutive batches gathered by one call, at least this many bytes
+AHEAD = 1  # units a lane may claim past the one the consumer waits for
+MIN_UNITS = 4  # runs of fewer units are gathered on the consumer's thread alone
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the platform has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def lanes_wanted() -> bool:
+    """Whether a run may be gathered on two lanes: two usable CPUs, torch threads > 1, not turned off."""
+    if os.environ.get("DASK_WINDOWS_LANES", "1") == "0" or usable_cpus() < 2:
+        return False
+    torch = sys.modules.get("torch")  # its thread count is the user's say on parallelism (1 in DataLoader workers)
+    return torch is None or torch.get_num_threads() > 1
+
+
+def unit_batches(size: int, batch_bytes: int) -> int:
+    """Batches per unit: enough for ``UNIT_BYTES``, at least one."""
+    return max(1, -(-UNIT_BYTES // batch_bytes))
+
+
+def worth(runs: Any, windows: int, size: int) -> bool:
+    """Whether a run of ``windows`` windows in batches of ``size`` goes on two lanes (``runs``: a ``batch._Runs``)."""
+    batch_bytes = size * runs.channels * runs.window * runs.runs.itemsize
+    units = windows // size // unit_batches(size, batch_bytes)
+    return units >= MIN_UNITS and lanes_wanted()
+
+
+class _Failure:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+def _lane(gather: Callable[[int], Any], tickets: queue.SimpleQueue, results: queue.SimpleQueue) -> None:
+    """The helper: gather each unit handed over in ``tickets`` into ``results``, until ``None``."""
+    while True:
+        u = tickets.get()
+        if u is None:
+            return
+        try:
+            item = gather(u)
+        except BaseException as exc:  # relayed to the consumer, never swallowed
+            results.put(_Failure(exc))
+            return
+        results.put(item)
+        del item
+
+
+class Lanes:
+    """Units ``0 .. units - 1`` gathered by the consumer and one helper thread, taken in order.
+
+    The consumer decides who gathers what: while ``both`` is set it hands the helper every odd
+    unit, at most ``ahead`` of them not yet taken, and gathers the even ones itself meanwhile;
+    otherwise it gathers every unit not already handed over. Hand-over and results travel through
+    two ``queue.SimpleQueue`` (a C lock each way, no Python-level condition per unit).
+
+    Args:
+        gather: ``gather(u)`` returns unit ``u``; called from either thread, once per ``u``.
+        units: How many units there are.
+        ahead: Units the helper may hold, gathered or being gathered, not yet taken.
+        name: The helper thread's name.
+    """
+
+    def __init__(
+        self, gather: Callable[[int], Any], units: int, ahead: int = AHEAD, name: str = "dask-windows-lane"
+    ) -> None:
+        self._gather, self._units, self._ahead = gather, units, ahead
+        self._tickets: queue.SimpleQueue = queue.SimpleQueue()  # units handed to the helper; None: stop
+        self._results: queue.SimpleQueue = queue.SimpleQueue()  # the helper's units, in the order handed
+        self._handed: collections.deque[int] = collections.deque()  # units handed over, not yet taken
+        self._decided = 0  # units below it are the helper's (handed) or the consumer's
+        self.both = True  # whether the helper is handed units
+        self._thread = threading.Thread(target=_lane, args=(gather, self._tickets, self._results), name=name, daemon=True)
+        self._thread.start()
+
+    def take(self, u: int) -> Any:
+        """Unit ``u`` (one past the last taken): from the helper, or gathered here."""
+        handed = self._handed
+        if self.both:
+            while len(handed) < self._ahead:
+                v = max(self._decided, u + 1)
+                v += 1 - v % 2  # the helper's units are the odd ones
+                if v >= self._units:
+                    break
+                self._tickets.put(v)
+                handed.append(v)
+                self._decided = v + 1
+        if handed and handed[0] == u:
+            handed.popleft()
+            item = self._results.get()
+            if isinstance(item, _Failure):
+                raise item.exc
+            return item
+        self._decided = max(self._decided, u + 1)
+        return self._gather(u)
+
+    def close(self) -> None:
+        """Stop the helper after the unit it is copying and join it; nothing it gathered is kept."""
+        self._tickets.put(None)
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+        self._handed.clear()
+        while not self._results.empty():
+            self._results.get()
+
+
+class LaneChoice:
+    """Whether a stream's runs use both lanes, chosen by timing both on its own units.
+
+    A round gathers ``probes`` units on the consumer alone, then ``probes`` on both lanes, each
+    timed by the consumer's wait for it (its own copy, or the helper's unit not ready yet; so the
+    caller's own work between batches is not counted, and a helper that gathers ahead while the
+    caller is busy counts as free), and keeps the lower mean; again every ``every`` units. On busy cores a second
+    thread mostly waits for a core and adds its hand-overs: there the consumer alone wins.
+    """
+
+    def __init__(self, probes: int = 12, every: int = 512) -> None:
+        self.probes, self.every = probes, every
+        self.both = True
+        self._units = 0
+        self._round = 0  # unit at which the current round began
+        self._alone: list[float] = []
+        self._lanes: list[float] = []
+
+    def both_next(self) -> bool:
+        """Whether the next unit is gathered with the helper's lane handing in."""
+        k = self._units - self._round
+        if 0 <= k < self.probes:
+            return False
+        if 0 <= k - self.probes < self.probes:
+            return True
+        return self.both
+
+    def record(self, both: bool, seconds: float) -> None:
+        """Count one unit taken in ``seconds`` with (``both``) or without the helper."""
+        k = self._units - self._round
+        self._units += 1
+        if not 0 <= k < 2 * self.probes:
+            return
+        (self._lanes if both else self._alone).append(seconds)
+        if k == 2 * self.probes - 1:
+            # Means, since with both lanes a unit is either gathered here or (mostly) waited for; the
+            # first units of each half pay for the switch (the helper's first unit): left out.
+            self.both = float(np.mean(self._lanes[2:])) < float(np.mean(self._alone[2:]))
+            self._alone, self._lanes = [], []
+            self._round = self._units + self.every
+
+
+def lane_batches(
+    runs: Any, run: np.ndarray, size: int, choice: LaneChoice | None = None, ahead: int = AHEAD
+) -> Iterator[np.ndarray]:
+    """The batches of ``run`` (``len(run)`` a multiple of ``size``) that ``runs`` (a ``batch._Runs``) gathers.
+
+    Each unit is ``runs.runs`` indexed once for its batches' runs: the same bits as
+    ``runs.batches(run, size)``, copied on two lanes where ``choice`` finds it faster.
+    """
+    channels, window = runs.channels, runs.window
+    shape = (size, channels, window) if runs.offsets is not None else (size, window, channels)
+    per = unit_batches(size, size * channels * window * runs.runs.itemsize)
+    units = -(-(len(run) // size) // per)
+    choice = choice or LaneChoice()
+    clock = time.perf_counter
+
+    def gather(u: int) -> np.ndarray:
+        part = run[u * per * size : (u + 1) * per * size]
+        if runs.offsets is None:
+            index = part
+        else:
+            # (windows, C) -> (windows * C,): each window's runs, channel by channel
+            index = (part[:, None] + runs.offsets).reshape(-1)
+        return runs.runs[index].reshape(-1, *shape)  # (batches of the unit, *batch shape)
+
+    lanes = Lanes(gather, units, ahead)
+    try:
+        for u in range(units):
+            lanes.both = both = choice.both_next()
+            began = clock()
+            unit = lanes.take(u)
+            choice.record(both, clock() - began)
+            for k in range(len(unit)):
+                yield unit[k]
+            del unit
+    finally:
+        lanes.close()
