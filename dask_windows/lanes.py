@@ -115,6 +115,7 @@ class Lanes:
         self._handed: collections.deque[int] = collections.deque()  # units handed over, not yet taken
         self._decided = 0  # units below it are the helper's (handed) or the consumer's
         self.both = True  # whether the helper is handed units
+        self.limit = units  # units from here on are not handed over (the end of a span on both lanes)
         self._thread = threading.Thread(target=_lane, args=(gather, self._tickets, self._results), name=name, daemon=True)
         self._thread.start()
 
@@ -125,7 +126,7 @@ class Lanes:
             while len(handed) < self._ahead:
                 v = max(self._decided, u + 1)
                 v += 1 - v % 2  # the helper's units are the odd ones
-                if v >= self._units:
+                if v >= self.limit or v >= self._units:
                     break
                 self._tickets.put(v)
                 handed.append(v)
@@ -150,45 +151,63 @@ class Lanes:
 
 
 class LaneChoice:
-    """Whether a stream's runs use both lanes, chosen by timing both on its own units.
+    """Whether a stream's runs use both lanes, chosen by timing both ways on its own units.
 
-    A round gathers ``probes`` units on the consumer alone, then ``probes`` on both lanes, each
-    timed by the consumer's wait for it (its own copy, or the helper's unit not ready yet; so the
-    caller's own work between batches is not counted, and a helper that gathers ahead while the
-    caller is busy counts as free), and keeps the lower mean; again every ``every`` units. On busy cores a second
-    thread mostly waits for a core and adds its hand-overs: there the consumer alone wins.
+    A round gathers ``probes`` units on the consumer alone (numpy's run gather, as without lanes),
+    then ``probes`` on both lanes, each span timed inside the generator only (the caller's own
+    work between batches is not counted, and a helper that gathers ahead while the caller is busy
+    counts as free), its first two units left out (they pay for waking the helper); it keeps the
+    faster per unit for the next ``every`` units. On busy cores a second thread mostly waits for a
+    core and adds its hand-overs: there the consumer alone wins and a round costs about ``probes``
+    slow units every ``every``.
     """
 
-    def __init__(self, probes: int = 12, every: int = 512) -> None:
+    def __init__(self, probes: int = 16, every: int = 512) -> None:
         self.probes, self.every = probes, every
         self.both = True
-        self._units = 0
-        self._round = 0  # unit at which the current round began
-        self._alone: list[float] = []
-        self._lanes: list[float] = []
+        self._phase = 0  # 0: the alone probe next, 1: the both probe, 2: the winner's span
+        self._alone = 0.0  # seconds per unit of the alone probe
 
-    def both_next(self) -> bool:
-        """Whether the next unit is gathered with the helper's lane handing in."""
-        k = self._units - self._round
-        if 0 <= k < self.probes:
-            return False
-        if 0 <= k - self.probes < self.probes:
-            return True
-        return self.both
+    def span(self, left: int) -> tuple[bool, int, bool]:
+        """The next span of at most ``left`` units: on both lanes or not, its units, whether timed."""
+        if self.probes <= 2:  # no rounds: always the current choice
+            return self.both, left, False
+        if self._phase == 0:
+            return False, min(self.probes, left), True
+        if self._phase == 1:
+            return True, min(self.probes, left), True
+        return self.both, min(self.every, left), False
 
-    def record(self, both: bool, seconds: float) -> None:
-        """Count one unit taken in ``seconds`` with (``both``) or without the helper."""
-        k = self._units - self._round
-        self._units += 1
-        if not 0 <= k < 2 * self.probes:
+    def record(self, both: bool, units: int, seconds: float) -> None:
+        """Count a span of ``units`` units timed at ``seconds`` (its first two left out)."""
+        if self.probes <= 2:
             return
-        (self._lanes if both else self._alone).append(seconds)
-        if k == 2 * self.probes - 1:
-            # Means, since with both lanes a unit is either gathered here or (mostly) waited for; the
-            # first units of each half pay for the switch (the helper's first unit): left out.
-            self.both = float(np.mean(self._lanes[2:])) < float(np.mean(self._alone[2:]))
-            self._alone, self._lanes = [], []
-            self._round = self._units + self.every
+        if self._phase == 2:
+            self._phase = 0
+            return
+        if units <= 2:  # a span cut short by the end of a run: not a measurement
+            return
+        per_unit = seconds / (units - 2)
+        if self._phase == 0:
+            self._alone, self._phase = per_unit, 1
+        else:
+            self.both, self._phase = per_unit < self._alone, 2
+
+
+def _timed(batches: Iterator[np.ndarray], spent: list[float], skip: int) -> Iterator[np.ndarray]:
+    """``batches``, adding to ``spent[0]`` the seconds spent producing them after the first ``skip``."""
+    clock = time.perf_counter
+    for _ in range(skip):
+        x = next(batches, None)
+        if x is None:
+            return
+        yield x
+    began = clock()
+    for x in batches:
+        spent[0] += clock() - began
+        yield x
+        began = clock()
+    spent[0] += clock() - began
 
 
 def lane_batches(
@@ -196,15 +215,15 @@ def lane_batches(
 ) -> Iterator[np.ndarray]:
     """The batches of ``run`` (``len(run)`` a multiple of ``size``) that ``runs`` (a ``batch._Runs``) gathers.
 
-    Each unit is ``runs.runs`` indexed once for its batches' runs: the same bits as
-    ``runs.batches(run, size)``, copied on two lanes where ``choice`` finds it faster.
+    Spans of units alternate as ``choice`` says: on the consumer alone, ``runs.batches`` itself;
+    on both lanes, each unit ``runs.runs`` indexed once for its batches' runs. The same bits as
+    ``runs.batches(run, size)`` either way.
     """
     channels, window = runs.channels, runs.window
     shape = (size, channels, window) if runs.offsets is not None else (size, window, channels)
     per = unit_batches(size, size * channels * window * runs.runs.itemsize)
     units = -(-(len(run) // size) // per)
     choice = choice or LaneChoice()
-    clock = time.perf_counter
 
     def gather(u: int) -> np.ndarray:
         part = run[u * per * size : (u + 1) * per * size]
@@ -215,15 +234,33 @@ def lane_batches(
             index = (part[:, None] + runs.offsets).reshape(-1)
         return runs.runs[index].reshape(-1, *shape)  # (batches of the unit, *batch shape)
 
-    lanes = Lanes(gather, units, ahead)
-    try:
-        for u in range(units):
-            lanes.both = both = choice.both_next()
-            began = clock()
+    def both_lanes(lanes: Lanes, first: int, end: int) -> Iterator[np.ndarray]:
+        lanes.limit = end
+        for u in range(first, end):
             unit = lanes.take(u)
-            choice.record(both, clock() - began)
             for k in range(len(unit)):
                 yield unit[k]
             del unit
+
+    lanes: Lanes | None = None
+    try:
+        u = 0
+        while u < units:
+            both, span, timed = choice.span(units - u)
+            if both:
+                if lanes is None:
+                    lanes = Lanes(gather, units, ahead)
+                batches = both_lanes(lanes, u, u + span)
+            else:
+                batches = runs.batches(run[u * per * size : (u + span) * per * size], size)
+            if timed:
+                spent = [0.0]
+                yield from _timed(batches, spent, 2 * per)
+                choice.record(both, span, spent[0])
+            else:
+                yield from batches
+                choice.record(both, span, 0.0)
+            u += span
     finally:
-        lanes.close()
+        if lanes is not None:
+            lanes.close()

@@ -61,17 +61,18 @@ class _Fixed(lanes.LaneChoice):
 
 
 class _Flipping(lanes.LaneChoice):
-    """Both lanes for 3 units, then the consumer alone for 2, and so on."""
+    """Spans of 3 units on both lanes and 2 alone, in turn."""
 
     def __init__(self) -> None:
         super().__init__(probes=0)
-        self.taken = 0
+        self.spans = 0
 
-    def both_next(self) -> bool:
-        self.taken += 1
-        return self.taken % 5 < 3
+    def span(self, left: int) -> tuple[bool, int, bool]:
+        self.spans += 1
+        both = self.spans % 2 == 1
+        return both, min(3 if both else 2, left), self.spans % 4 == 1
 
-    def record(self, both: bool, seconds: float) -> None:
+    def record(self, both: bool, units: int, seconds: float) -> None:
         pass
 
 
@@ -277,10 +278,14 @@ def test_lanes_only_where_two_cpus_and_torch_threads_allow(monkeypatch):
 def test_the_choice_keeps_the_faster_way():
     choice = lanes.LaneChoice(probes=4, every=10)
     for seconds_alone, seconds_both, expect in ((1.0, 0.5, True), (0.5, 1.0, False)):
-        for _ in range(8):
-            both = choice.both_next()
-            choice.record(both, seconds_both if both else seconds_alone)
+        assert choice.span(100) == (False, 4, True)
+        choice.record(False, 4, 2 * seconds_alone)  # two units timed
+        assert choice.span(100) == (True, 4, True)
+        choice.record(True, 4, 2 * seconds_both)
         assert choice.both is expect
-        assert choice.both_next() is expect  # between rounds
-        for _ in range(10):
-            choice.record(choice.both_next(), 0.0)
+        assert choice.span(100) == (expect, 10, False)
+        assert choice.span(3) == (expect, 3, False)
+        choice.record(expect, 10, 0.0)
+    assert choice.span(2) == (False, 2, True)
+    choice.record(False, 2, 5.0)  # cut short by the run's end: no measurement
+    assert choice.span(100) == (False, 4, True)
