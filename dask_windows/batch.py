@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import numpy as np
@@ -316,7 +316,7 @@ class Gatherer:
             return self._numpy
         return lambda starts: self.features(starts, pool)
 
-    def gather_run(self, run: np.ndarray, size: int, pool: OutputPool | None) -> Iterator[np.ndarray]:
+    def gather_run(self, run: np.ndarray, size: int, pool: OutputPool | None) -> Generator[np.ndarray, None, None]:
         """What ``gather_for(size, pool)`` gives for each batch of ``run``, ``len(run)`` a multiple of ``size``.
 
         numpy's run gather computes the whole run's index a chunk of batches at a time; where two

@@ -116,7 +116,9 @@ class Lanes:
         self._decided = 0  # units below it are the helper's (handed) or the consumer's
         self.both = True  # whether the helper is handed units
         self.limit = units  # units from here on are not handed over (the end of a span on both lanes)
-        self._thread = threading.Thread(target=_lane, args=(gather, self._tickets, self._results), name=name, daemon=True)
+        self._thread = threading.Thread(
+            target=_lane, args=(gather, self._tickets, self._results), name=name, daemon=True
+        )
         self._thread.start()
 
     def take(self, u: int) -> Any:
