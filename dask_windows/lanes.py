@@ -156,10 +156,10 @@ class LaneChoice:
     """Whether a stream's runs use both lanes, chosen by timing both ways on its own units.
 
     A round gathers ``probes`` units on the consumer alone (numpy's run gather, as without lanes),
-    then ``probes`` on both lanes, each span timed inside the generator only (the caller's own
-    work between batches is not counted, and a helper that gathers ahead while the caller is busy
-    counts as free), its first two units left out (they pay for waking the helper); it keeps the
-    faster per unit for the next ``every`` units. On busy cores a second thread mostly waits for a
+    then ``probes`` on both lanes, each span timed on the wall clock from its third unit to its
+    end, the caller's own work between batches included (a helper that gathers ahead while the
+    caller's step runs on other cores is free; one that slows the step down is not), and keeps
+    the faster per unit for the next ``every`` units. On busy cores a second thread mostly waits for a
     core and adds its hand-overs: there the consumer alone wins and a round costs about ``probes``
     slow units every ``every``.
     """
@@ -197,19 +197,19 @@ class LaneChoice:
 
 
 def _timed(batches: Iterator[np.ndarray], spent: list[float], skip: int) -> Iterator[np.ndarray]:
-    """``batches``, adding to ``spent[0]`` the seconds spent producing them after the first ``skip``."""
-    clock = time.perf_counter
+    """``batches``; ``spent[0]``: the seconds from the ``skip``-th batch taken to the last one taken.
+
+    Wall time, the caller's own work between batches included: a helper that slows the caller's
+    step down (a model's threads on the same cores) counts against the lanes.
+    """
     for _ in range(skip):
         x = next(batches, None)
         if x is None:
             return
         yield x
-    began = clock()
-    for x in batches:
-        spent[0] += clock() - began
-        yield x
-        began = clock()
-    spent[0] += clock() - began
+    began = time.perf_counter()
+    yield from batches
+    spent[0] = time.perf_counter() - began
 
 
 def lane_batches(
