@@ -116,6 +116,8 @@ class Lanes:
         self._decided = 0  # units below it are the helper's (handed) or the consumer's
         self.both = True  # whether the helper is handed units
         self.limit = units  # units from here on are not handed over (the end of a span on both lanes)
+        # Kept here: ``close`` may run while the interpreter exits, when module globals are gone.
+        self._finalizing, self._current_thread = sys.is_finalizing, threading.current_thread
         self._thread = threading.Thread(
             target=_lane, args=(gather, self._tickets, self._results), name=name, daemon=True
         )
@@ -145,7 +147,8 @@ class Lanes:
     def close(self) -> None:
         """Stop the helper after the unit it is copying and join it; nothing it gathered is kept."""
         self._tickets.put(None)
-        if self._thread is not threading.current_thread():
+        # At exit a daemon thread may already be stopped for good: joining it would never return.
+        if self._thread is not self._current_thread() and not self._finalizing():
             self._thread.join()
         self._handed.clear()
         while not self._results.empty():

@@ -289,3 +289,37 @@ def test_the_choice_keeps_the_faster_way():
     assert choice.span(2) == (False, 2, True)
     choice.record(False, 2, 5.0)  # cut short by the run's end: no measurement
     assert choice.span(100) == (False, 4, True)
+
+
+EXIT_SCRIPT = """
+import sys
+import dask_windows as dw
+from dask_windows import lanes
+
+class Both(lanes.LaneChoice):
+    def __init__(self):
+        super().__init__(probes=0)
+
+lanes.lanes_wanted = lambda: True
+lanes.MIN_UNITS = 1
+lanes.LaneChoice = Both
+ds = dw.WindowDataset(sys.argv[1], features=["f0", "f1", "f2"], series="sid", window=16, batch_size=8)
+it = iter(ds)
+for _ in range(5):
+    next(it)
+assert any(t.name.startswith("dask-windows-lane") for t in __import__("threading").enumerate())
+print("left open")
+"""
+
+
+def test_a_pass_left_open_at_exit_lets_the_interpreter_exit(root, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "left_open.py"
+    script.write_text(EXIT_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(dw.__file__)), *sys.path]))
+    done = subprocess.run([sys.executable, str(script), root], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "left open" in done.stdout
