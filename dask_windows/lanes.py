@@ -76,12 +76,21 @@ class _Failure:
         self.exc = exc
 
 
-def _lane(gather: Callable[[int], Any], tickets: queue.SimpleQueue, results: queue.SimpleQueue) -> None:
-    """The helper: gather each unit handed over in ``tickets`` into ``results``, until ``None``."""
+_HELPER, _CONSUMER = 1, 0  # who claimed a handed unit (``Lanes._owners``)
+
+
+def _lane(gather: Callable[[int], Any], tickets: queue.SimpleQueue, results: queue.SimpleQueue, owners: dict) -> None:
+    """The helper: gather each unit handed over in ``tickets`` into ``results``, until ``None``.
+
+    A unit the consumer claimed first (``owners``, ``dict.setdefault`` being atomic) is skipped.
+    """
     while True:
         u = tickets.get()
         if u is None:
             return
+        if owners.setdefault(u, _HELPER) != _HELPER:  # taken back: the consumer gathers it
+            del owners[u]
+            continue
         try:
             item = gather(u)
         except BaseException as exc:  # relayed to the consumer, never swallowed
@@ -96,8 +105,12 @@ class Lanes:
 
     The consumer decides who gathers what: while ``both`` is set it hands the helper every odd
     unit, at most ``ahead`` of them not yet taken, and gathers the even ones itself meanwhile;
-    otherwise it gathers every unit not already handed over. Hand-over and results travel through
-    two ``queue.SimpleQueue`` (a C lock each way, no Python-level condition per unit).
+    otherwise it gathers every unit not already handed over. Reaching a handed unit the helper
+    has not begun (it is still copying the one before, or waits for a core on a busy machine),
+    the consumer takes it back and gathers it itself, so it never waits for a descheduled thread
+    to start a copy. Hand-over and results travel through two ``queue.SimpleQueue`` (a C lock
+    each way, no Python-level condition per unit); who claimed a unit, through one
+    ``dict.setdefault`` each side.
 
     Args:
         gather: ``gather(u)`` returns unit ``u``; called from either thread, once per ``u``.
@@ -118,9 +131,9 @@ class Lanes:
         self.limit = units  # units from here on are not handed over (the end of a span on both lanes)
         # Kept here: ``close`` may run while the interpreter exits, when module globals are gone.
         self._finalizing, self._current_thread = sys.is_finalizing, threading.current_thread
-        self._thread = threading.Thread(
-            target=_lane, args=(gather, self._tickets, self._results), name=name, daemon=True
-        )
+        self._owners: dict[int, int] = {}  # handed units claimed by the helper or taken back by the consumer
+        args = (gather, self._tickets, self._results, self._owners)
+        self._thread = threading.Thread(target=_lane, args=args, name=name, daemon=True)
         self._thread.start()
 
     def take(self, u: int) -> Any:
@@ -137,15 +150,20 @@ class Lanes:
                 self._decided = v + 1
         if handed and handed[0] == u:
             handed.popleft()
-            item = self._results.get()
-            if isinstance(item, _Failure):
-                raise item.exc
-            return item
+            if self._owners.setdefault(u, _CONSUMER) == _HELPER:  # begun there: wait for it
+                del self._owners[u]
+                item = self._results.get()
+                if isinstance(item, _Failure):
+                    raise item.exc
+                return item
+            # Not begun (the helper is busy or waits for a core): gathered here, skipped there.
         self._decided = max(self._decided, u + 1)
         return self._gather(u)
 
     def close(self) -> None:
         """Stop the helper after the unit it is copying and join it; nothing it gathered is kept."""
+        for u in self._handed:  # units not begun are skipped, so the helper stops after its current one
+            self._owners.setdefault(u, _CONSUMER)
         self._tickets.put(None)
         # At exit a daemon thread may already be stopped for good: joining it would never return.
         if self._thread is not self._current_thread() and not self._finalizing():
