@@ -180,9 +180,10 @@ class LaneChoice:
     then ``probes`` on both lanes, each span timed on the wall clock from its third unit to its
     end, the caller's own work between batches included (a helper that gathers ahead while the
     caller's step runs on other cores is free; one that slows the step down is not), and keeps
-    the faster per unit for the next ``every`` units. On busy cores a second thread mostly waits for a
-    core and adds its hand-overs: there the consumer alone wins and a round costs about ``probes``
-    slow units every ``every``.
+    the faster per unit for the next ``every`` units. On busy cores a second thread mostly waits for
+    a core and adds its hand-overs: there the consumer alone wins, and each further round lost in a
+    row doubles the span before the next (up to ``32 * every``), so the probes' slow units cost
+    little; a round both lanes win resets it.
     """
 
     def __init__(self, probes: int = 16, every: int = 512) -> None:
@@ -190,6 +191,7 @@ class LaneChoice:
         self.both = True
         self._phase = 0  # 0: the alone probe next, 1: the both probe, 2: the winner's span
         self._alone = 0.0  # seconds per unit of the alone probe
+        self._lost = 0  # rounds in a row both lanes lost
 
     def span(self, left: int) -> tuple[bool, int, bool]:
         """The next span of at most ``left`` units: on both lanes or not, its units, whether timed."""
@@ -199,7 +201,7 @@ class LaneChoice:
             return False, min(self.probes, left), True
         if self._phase == 1:
             return True, min(self.probes, left), True
-        return self.both, min(self.every, left), False
+        return self.both, min(self.every * self.backoff, left), False
 
     def record(self, both: bool, units: int, seconds: float) -> None:
         """Count a span of ``units`` units timed at ``seconds`` (its first two left out)."""
@@ -215,6 +217,12 @@ class LaneChoice:
             self._alone, self._phase = per_unit, 1
         else:
             self.both, self._phase = per_unit < self._alone, 2
+            self._lost = 0 if self.both else self._lost + 1
+
+    @property
+    def backoff(self) -> int:
+        """The winner's span is ``every * backoff`` units: doubled by each round lost in a row after the first, up to 32."""
+        return min(2 ** max(self._lost - 1, 0), 32)
 
 
 def _timed(batches: Iterator[np.ndarray], spent: list[float], skip: int) -> Iterator[np.ndarray]:

@@ -332,3 +332,16 @@ def test_a_pass_left_open_at_exit_lets_the_interpreter_exit(root, tmp_path):
     done = subprocess.run([sys.executable, str(script), root], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "left open" in done.stdout
+
+
+def test_rounds_lost_in_a_row_back_off_and_a_win_resets():
+    choice = lanes.LaneChoice(probes=4, every=10)
+    spans = []
+    for both_wins in (False, False, False, True, False):
+        choice.span(10**6)
+        choice.record(False, 4, 1.0)
+        choice.span(10**6)
+        choice.record(True, 4, 0.5 if both_wins else 2.0)
+        spans.append(choice.span(10**6)[1])
+        choice.record(choice.both, spans[-1], 0.0)
+    assert spans == [10, 20, 40, 10, 10]
