@@ -1,26 +1,27 @@
 """Two lanes: a run of full batches copied on the consumer's thread and on one helper thread at once.
 
-numpy releases the GIL while it copies a large fancy index, so two Python threads that each
-gather whole batches copy at about twice one thread's rate on two idle cores (2.04x at B=256
-L=512 C=4), where ``torch.index_select`` on torch's two threads pays a fork-join per batch and
-costs 1.6x numpy's CPU. A run of full batches (``Gatherer.gather_run``) is cut into *units*:
-consecutive batches gathered by one numpy call into one fresh array, at least ``UNIT_BYTES``
-long, so that a small batch's copy is not dominated by the call and the GIL around it. Each
-unit is gathered by whichever lane claims it first, in increasing order: the helper claims the
-next unit as long as it is at most ``AHEAD`` units past the one the consumer waits for, and the
-consumer, finding its unit claimed but not done, gathers the next unclaimed one meanwhile
-instead of waiting. So both lanes copy while the consumer only drains (a benchmark loop), and
-the helper gathers ahead while the consumer is busy elsewhere (a training step).
+numpy releases the GIL while it copies a fancy index (both branches of its ``mapiter_get``), so
+two Python threads can each copy a batch at once, where ``torch.index_select`` on torch's two
+threads pays a fork-join per batch (dw used 445-520 us of CPU per 2 MiB batch with it, against
+about 260 us for one thread's numpy copy). A run of full batches (``Gatherer.gather_run``) is
+cut into *units*: consecutive batches gathered by one numpy call into one fresh array, at least
+``UNIT_BYTES`` long (larger units cost 30% more per byte at B=64 L=128: the outputs leave the
+core's cache). The consumer hands every odd unit to the helper (``Lanes``), at most ``AHEAD``
+of them not yet taken, gathers the even ones itself meanwhile, and takes back a handed unit the
+helper has not begun when it reaches it, so it never waits for a descheduled thread to start.
+On busy cores a second thread still mostly waits for a core, so each stream times spans of
+units on one lane and on two (``LaneChoice``) and keeps the faster, backing off while one lane
+keeps winning; a span on one lane is ``_Runs.batches`` itself, exactly the path without lanes.
 
-The trade-off: up to ``AHEAD + 1`` units gathered and not yet taken besides the one being
-drained (about 2 MiB each at most, more only when one batch is larger), one thread per run,
-started and joined with it; a batch is a view of its unit's array, so a batch the caller keeps
-holds its unit (its neighbours' bytes too) but is never overwritten, since every unit is a
-fresh array. Which lane copies a unit changes timing only: the units, their order and their
-bits are those of one thread's gather. Lanes are used only where there are two CPUs to run
-them on (``os.sched_getaffinity``) and torch is allowed more than one thread (not with
-``torch.set_num_threads(1)``, nor in DataLoader workers, which torch sets to one), and
-``DASK_WINDOWS_LANES=0`` turns them off.
+The trade-off: with two lanes up to three units are alive besides the batches the caller holds
+(the one being drained, the consumer's next, the helper's), where one thread has one batch; one
+thread per run, started with its first span on two lanes and joined when the run ends. A batch
+is a view of its unit's array, so a batch the caller keeps holds its unit (its neighbour's bytes
+too) but is never overwritten, since every unit is a fresh array. Which lane copies a unit
+changes timing only: the units, their order and their bits are those of one thread's gather.
+Lanes are used only where there are two CPUs to run them on (``os.sched_getaffinity``) and
+torch is allowed more than one thread (not with ``torch.set_num_threads(1)``, nor in DataLoader
+workers, which torch sets to one), and ``DASK_WINDOWS_LANES=0`` turns them off.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import numpy as np
 __all__ = ["LaneChoice", "Lanes", "lane_batches", "lanes_wanted", "unit_batches", "worth"]
 
 UNIT_BYTES = 256 << 10  # a unit of a run: consecutive batches gathered by one call, at least this many bytes
-AHEAD = 1  # units a lane may claim past the one the consumer waits for
+AHEAD = 1  # units handed to the helper and not yet taken, at most
 MIN_UNITS = 4  # runs of fewer units are gathered on the consumer's thread alone
 
 
