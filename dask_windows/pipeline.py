@@ -269,7 +269,8 @@ def _last_buffer(
             break
     else:
         raise SourceReadError(
-            f"every partition of this reader's share ({len(every)} partitions) was unreadable and skipped; "
+            f"every partition of this reader's share ({len({seg.partition for seg in every})} partitions, "
+            f"{len(every)} pieces) was unreadable and skipped; "
             f"it cannot yield its remaining {owed} windows, so ranks would disagree on the batch count; "
             "fix the data or its access, or pass on_error='raise' to see the first error"
         )
