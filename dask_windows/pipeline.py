@@ -345,9 +345,13 @@ def stream(
                     pos += k * batch
                     remaining -= k * batch
                     if not (want_y or want_rows or per_sample):  # features only: one generator for the run
-                        for x in buffer.gatherer.gather_run(run, batch, pool):
-                            yield emit(x, None, None)
-                        del x, run  # (as below)
+                        batches = buffer.gatherer.gather_run(run, batch, pool)
+                        try:
+                            for x in batches:
+                                yield emit(x, None, None)
+                        finally:
+                            batches.close()  # its lane thread (``lanes``) ends with the run, however it ends
+                        del x, run, batches  # (as below)
                         continue
                     gather = buffer.gatherer.gather_for(batch, pool)
                     for a in range(0, k * batch, batch):
