@@ -55,13 +55,25 @@ if TYPE_CHECKING:
     from dask_windows.reading import Reads
     from dask_windows.spares import Spares
 
-__all__ = ["JOIN_SECONDS", "NEXT_PASS_SECONDS", "arm", "begin", "check_seconds", "claim", "keep_only", "release", "wanted"]
+__all__ = [
+    "JOIN_SECONDS",
+    "NEXT_PASS_SECONDS",
+    "arm",
+    "begin",
+    "check_seconds",
+    "claim",
+    "keep_only",
+    "release",
+    "release_all",
+    "wanted",
+]
 
 log = logging.getLogger(__name__)
 
 NEXT_PASS_SECONDS = 30.0  # default ``next_pass_seconds``: how long a first buffer read ahead waits for its pass
 JOIN_SECONDS = 5.0  # longest wait for the threads of a released read-ahead (a read in flight finishes alone)
 _SLOT = "_next_pass"  # the dataset's attribute holding its read-ahead (never pickled)
+_LIVE: weakref.WeakSet[_NextPass] = weakref.WeakSet()  # read-aheads not yet taken or released
 
 
 def check_seconds(value: Any) -> float:
@@ -90,6 +102,7 @@ class _NextPass:
         self._timer: threading.Thread | None = None
         self._finalizer = weakref.finalize(owner, self.release)  # the dataset collected
         self._finalizer.atexit = False  # at exit the threads are stopped by prefetch's atexit hook
+        _LIVE.add(self)
 
     def take(self) -> bool:
         """Own it (once, from any thread); ``False`` when it was taken or released already."""
@@ -253,3 +266,10 @@ def release(ds: WindowDataset) -> None:
     pending = ds.__dict__.pop(_SLOT, None)
     if isinstance(pending, _NextPass) and pending.owner() is ds and pending.pid == os.getpid():
         pending.release()
+
+
+def release_all() -> None:
+    """Release every read-ahead of this process (between tests: no thread outlives the test that started it)."""
+    for pending in list(_LIVE):
+        if pending.pid == os.getpid():
+            pending.release()

@@ -93,6 +93,7 @@ def batches(ds: WindowDataset, plan: Any, progress: Any = None, this_pass: tuple
         spares = reads.arena.spares if reads.arena is not None else None
         last = lambda: nextpass.begin(ds, *upcoming, spares=spares)
     arena = reads.arena
+    arm = nextpass.arm  # (no module globals in the finally: it may run while the interpreter exits)
     try:
         batches = stream(
             plan, parts, ds.grid, ds.row_offsets, ds.spec, ds._emit, ds._per_batch_normalize(), reread,
@@ -108,7 +109,10 @@ def batches(ds: WindowDataset, plan: Any, progress: Any = None, this_pass: tuple
             ds._resumer.end(progress)
         reads.close()
         if last is not None:
-            nextpass.arm(ds)  # the next pass's first buffer waits from now on (``next_pass_seconds``)
+            try:
+                arm(ds)  # the next pass's first buffer waits from now on (``next_pass_seconds``)
+            except Exception:  # pragma: no cover - a pass closed while the interpreter exits
+                pass
 
 
 class Reads:
