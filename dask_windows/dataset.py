@@ -312,7 +312,8 @@ class WindowDataset(IterableDataset):
             return shared(elastic_batches(self, *elastic, self._resumer.step))
         reader, skip = self._resumer.begin(epoch, world, len(self))
         progress = self._resumer.progress  # this pass's own count: another iter() never moves it
-        batches = self._batches(self._plan(reader, skip, epoch), progress, (epoch, reader))
+        planned = nextpass.planned(self, epoch, reader, skip)  # the plan a read-ahead was started from
+        batches = self._batches(planned or self._plan(reader, skip, epoch), progress, (epoch, reader))
         if progress is not None:
             self._resumer.track(progress)
             weakref.finalize(batches, self._resumer.end, progress)  # also a pass dropped before its first batch

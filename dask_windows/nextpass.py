@@ -58,11 +58,11 @@ if TYPE_CHECKING:
 __all__ = [
     "JOIN_SECONDS",
     "NEXT_PASS_SECONDS",
-    "arm",
     "begin",
     "check_seconds",
     "claim",
     "keep_only",
+    "planned",
     "release",
     "release_all",
     "wanted",
@@ -167,21 +167,30 @@ def _same(a: tuple, b: tuple) -> bool:
     return a[0] == b[0] and len(a[1]) == len(b[1]) and all(x is y for x, y in zip(a[1], b[1]))
 
 
-def wanted(ds: WindowDataset, reads: Reads) -> bool:
-    """Whether the pass served by ``reads`` reads the next pass's first buffer ahead (see the module)."""
+def wanted(ds: WindowDataset, reads: Reads, plan: EpochPlan) -> bool:
+    """Whether the pass of ``plan``, served by ``reads``, reads the next pass's first buffer ahead.
+
+    Not with paired reads in a pass of fewer than 4 buffers: the read-ahead of buffers 0 and 1 while
+    the last one drains holds three buffers, which such a pass never holds (with 4 or more, the pair
+    ``(2, 3)`` is read while buffer 1 drains: three already).
+    """
     if getattr(ds, "next_pass_seconds", NEXT_PASS_SECONDS) <= 0 or ds.on_error != "raise":
         return False
     if not reads.background or not isinstance(reads.reader, Prefetcher):  # no threads, or read_workers
+        return False
+    if reads.paired and len(plan.buffers) < 4:
         return False
     if get_worker_info() is not None and getattr(ds, "_worker_passes", 0) < 2:
         return False  # a DataLoader worker's first pass: its process may end with it (not persistent)
     return True
 
 
-def begin(ds: WindowDataset, epoch: int, world: World, spares: Spares | None = None) -> None:
+def begin(ds: WindowDataset, epoch: int, world: World, spares: Spares | None = None) -> _NextPass | None:
     """Start reading the first buffer of ``world``'s pass over ``epoch`` (called on the consumer's thread).
 
-    Never raises: whatever goes wrong here is left for the pass itself to meet.
+    Returns:
+        The read-ahead (``arm`` it when the pass that started it ends), or ``None``. Never raises:
+        whatever goes wrong here is left for the pass itself to meet.
     """
     release(ds)
     reads = None
@@ -192,13 +201,13 @@ def begin(ds: WindowDataset, epoch: int, world: World, spares: Spares | None = N
 
         plan = ds._plan(world, 0, epoch)
         if plan.num_windows <= 0:
-            return
+            return None
         proxy: Any = weakref.proxy(ds)
         reads = reading.open_reads(proxy, plan, spares)
         arena = reads.arena
         if not reads.background or not isinstance(reads.reader, Prefetcher) or arena is None:
             reads.close()
-            return
+            return None
         columns = list(ds.spec.columns)
 
         def reread(seg: Any) -> Any:
@@ -212,9 +221,20 @@ def begin(ds: WindowDataset, epoch: int, world: World, spares: Spares | None = N
         log.debug("reading the next pass's first buffer ahead failed; the pass will read it", exc_info=True)
         if reads is not None:
             reads.close()
-        return
+        return None
     seconds = getattr(ds, "next_pass_seconds", NEXT_PASS_SECONDS)
-    ds.__dict__[_SLOT] = _NextPass(ds, _key(ds, epoch, world), plan, reads, builder, seconds)
+    pending = _NextPass(ds, _key(ds, epoch, world), plan, reads, builder, seconds)
+    ds.__dict__[_SLOT] = pending
+    return pending
+
+
+def planned(ds: WindowDataset, epoch: int, world: World, skip: int) -> EpochPlan | None:
+    """The plan the read-ahead was started from, when it is the plan of this pass (``skip`` batches
+    skipped, none for a read-ahead); else ``None``. Plans are pure: the same key, the same plan."""
+    pending = ds.__dict__.get(_SLOT)
+    if not isinstance(pending, _NextPass) or skip or pending.owner() is not ds or pending.pid != os.getpid():
+        return None
+    return pending.plan if _same(pending.key, _key(ds, epoch, world)) else None
 
 
 def claim(ds: WindowDataset, plan: EpochPlan, this_pass: tuple) -> tuple[Reads, Ahead] | None:
@@ -233,7 +253,7 @@ def claim(ds: WindowDataset, plan: EpochPlan, this_pass: tuple) -> tuple[Reads, 
     if not pending.take():
         return None  # released meanwhile (timer)
     reads, builder = pending.reads, pending.builder
-    same = _same(pending.key, _key(ds, *this_pass)) and pending.plan == plan
+    same = _same(pending.key, _key(ds, *this_pass)) and (pending.plan is plan or pending.plan == plan)
     if not same or reads is None or builder is None or pending.failed() or not _unchanged(ds, pending):
         pending.shutdown()
         return None
@@ -245,13 +265,6 @@ def _unchanged(ds: WindowDataset, pending: _NextPass) -> bool:
     """Whether the files read ahead are still those the dataset opened (``Source.unchanged``)."""
     check = getattr(ds.source, "unchanged", None)
     return check is None or bool(check(pending.partitions_read()))
-
-
-def arm(ds: WindowDataset) -> None:
-    """The pass that started the read-ahead has ended: count ``next_pass_seconds`` from now."""
-    pending = ds.__dict__.get(_SLOT)
-    if isinstance(pending, _NextPass) and pending.owner() is ds and pending.pid == os.getpid():
-        pending.arm()
 
 
 def keep_only(ds: WindowDataset, epoch: int) -> None:

@@ -88,12 +88,12 @@ def batches(ds: WindowDataset, plan: Any, progress: Any = None, this_pass: tuple
         return read_part(ds, seg, PartitionReader(ds.source, [seg.partition], list(ds.spec.columns)))
 
     last = None
-    if this_pass is not None and nextpass.wanted(ds, reads):
+    begun: list[Any] = []  # the next pass's read-ahead, once this pass's last buffer is taken
+    if this_pass is not None and nextpass.wanted(ds, reads, plan):
         upcoming = (this_pass[0] + 1, this_pass[1])
         spares = reads.arena.spares if reads.arena is not None else None
-        last = lambda: nextpass.begin(ds, *upcoming, spares=spares)
+        last = lambda: begun.append(nextpass.begin(ds, *upcoming, spares=spares))
     arena = reads.arena
-    arm = nextpass.arm  # (no module globals in the finally: it may run while the interpreter exits)
     try:
         batches = stream(
             plan, parts, ds.grid, ds.row_offsets, ds.spec, ds._emit, ds._per_batch_normalize(), reread,
@@ -108,10 +108,11 @@ def batches(ds: WindowDataset, plan: Any, progress: Any = None, this_pass: tuple
         if progress is not None:
             ds._resumer.end(progress)
         reads.close()
-        if last is not None:
+        for pending in begun:  # (no module globals here: this may run while the interpreter exits)
             try:
-                arm(ds)  # the next pass's first buffer waits from now on (``next_pass_seconds``)
-            except Exception:  # pragma: no cover - a pass closed while the interpreter exits
+                if pending is not None:
+                    pending.arm()  # the next pass's first buffer waits from now on (``next_pass_seconds``)
+            except Exception:  # pragma: no cover - the interpreter is exiting
                 pass
 
 
@@ -123,10 +124,14 @@ class Reads:
         source_reader: The pass's reader of its partitions.
         arena: The arrays buffers are decoded into (``BufferArena``).
         background: Whether buffers are built on a builder thread (``prefetch_partitions >= 1``).
+        paired: Whether buffers are read in pairs (``pairs.PairedReads``).
     """
 
-    def __init__(self, reader: Any, source_reader: Any, arena: BufferArena | None, background: bool) -> None:
+    def __init__(
+        self, reader: Any, source_reader: Any, arena: BufferArena | None, background: bool, paired: bool = False
+    ) -> None:
         self.reader, self.source_reader, self.arena, self.background = reader, source_reader, arena, background
+        self.paired = paired
 
     def close(self) -> None:
         """Stop the reads and join their threads."""
@@ -143,6 +148,7 @@ def open_reads(ds: WindowDataset, plan: Any, spares: Spares | None = None) -> Re
     source_reader = ds.source.reader([unit[0].partition for unit in units], list(ds.spec.columns))
     reader: Any
     background = False  # buffers built on a builder thread (see pipeline)
+    pairs: Any = None
     arena = BufferArena(ds, plan, units)  # the reader threads decode a buffer's units into one array
     if spares is not None:
         arena.spares = spares
@@ -161,7 +167,7 @@ def open_reads(ds: WindowDataset, plan: Any, spares: Spares | None = None) -> Re
         pairs = pairing.PairedReads(ds, units, source_reader, arena) if pairing.pairs_allowed(ds, units) else None
         read: Any = pairs.read if pairs is not None else (lambda unit: read_unit(ds, unit, source_reader, arena))
         reader = Prefetcher(read, units, depth, threads=threads)
-    return Reads(reader, source_reader, arena, background)
+    return Reads(reader, source_reader, arena, background, pairs is not None)
 
 
 def read_ahead(ds: WindowDataset, plan: Any, units: list[tuple], threads: int) -> int:

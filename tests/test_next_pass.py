@@ -27,22 +27,25 @@ from dask_windows.sources.base import PartitionReader
 FILES, ROWS, GROUP = 4, 960, 120  # 8 row groups per file: pieces along row groups, paired reads
 
 
-@pytest.fixture(scope="module")
-def root(tmp_path_factory):
+def write_files(path, files: int = FILES) -> str:
     rng = np.random.default_rng(0)
     frames = []
-    for i in range(FILES):
+    for i in range(files):
         rows = np.arange(i * ROWS, (i + 1) * ROWS)
         frames.append(
             pd.DataFrame({"f0": rows.astype(np.float32), "f1": rng.random(ROWS).astype(np.float32), "y": -rows * 1.0})
         )
-    path = tmp_path_factory.mktemp("nextpass")
     write_parquet(frames, str(path), row_group_size=GROUP)
     return str(path)
 
 
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return write_files(tmp_path_factory.mktemp("nextpass"))
+
+
 def make(root: str, **kwargs) -> dw.WindowDataset:
-    options = dict(features=["f0", "f1"], series=None, window=16, stride=4, batch_size=32, seed=3)
+    options = dict(features=["f0", "f1"], series=None, window=16, stride=4, batch_size=32, seed=3, buffer_partitions=1)
     options.update(kwargs)
     return dw.WindowDataset(root, **options)
 
@@ -91,9 +94,10 @@ def join_loader_threads() -> None:
     [
         {},  # pieces along row groups, paired reads
         {"pieces_per_partition": 1},  # whole partitions (the 0.1 order)
-        {"targets": ["y"], "return_index": True, "horizon": 3},
-        {"normalize": "sample", "prefetch_partitions": 2, "buffer_partitions": 1},
-        {"shuffle": False, "batch_size": 1000},  # one buffer per pass: its tail shuffled after the handover
+        {"targets": ["y"], "return_index": True, "horizon": 3, "batch_size": 16},
+        {"normalize": "sample", "prefetch_partitions": 2},
+        {"shuffle": False, "batch_size": 1000, "pieces_per_partition": 1},  # batches across buffers
+        {"pieces_per_partition": 1, "buffer_partitions": 4},  # one buffer: its tail shuffled after the handover
     ],
 )
 def test_passes_are_bit_identical_with_the_read_ahead(root, claims, kwargs):
@@ -102,6 +106,18 @@ def test_passes_are_bit_identical_with_the_read_ahead(root, claims, kwargs):
     assert claims == [False, True, True]  # the second and third passes took their first buffer read ahead
     for epoch, got in enumerate(passes):
         assert same_batches(got, fresh(root, epoch, **kwargs))
+    ds.close()
+
+
+def test_not_with_paired_reads_in_a_pass_of_fewer_than_four_buffers(root, claims):
+    ds = make(root, buffer_partitions=2)  # two buffers, read as one pair: the pass never holds a third
+    assert len(ds._plan(dw.world.World()).buffers) == 2
+    assert same_batches(epoch_of(ds), fresh(root, 0, buffer_partitions=2))
+    assert loader_threads() == []
+    ds = make(root, buffer_partitions=2, pieces_per_partition=1)  # not paired: read ahead
+    epoch_of(ds)
+    assert same_batches(epoch_of(ds), fresh(root, 1, buffer_partitions=2, pieces_per_partition=1))
+    assert claims == [False, False, True]
     ds.close()
 
 
@@ -260,7 +276,8 @@ def test_pickled_and_split_copies_carry_no_read_ahead(root, claims):
     copy.close()
 
 
-def test_persistent_workers_over_three_epochs_equal_a_fresh_loader_per_epoch(root, tmp_path, monkeypatch):
+def test_persistent_workers_over_three_epochs_equal_a_fresh_loader_per_epoch(tmp_path, monkeypatch):
+    root = write_files(tmp_path / "data", 2 * FILES)  # 4 buffers per worker: paired reads are read ahead
     taken = tmp_path / "claimed"
     claim = nextpass.claim
 
