@@ -28,9 +28,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import bench_loader  # noqa: E402  (the data and cases of --only pieces)
+import bench_loader  # (the data and cases of --only pieces)
 
-import dask_windows as dw  # noqa: E402
+import dask_windows as dw
 
 CASES = bench_loader.PIECE_CASES[:3]  # the short windows, where an epoch lasts a fraction of a second
 
@@ -74,14 +74,23 @@ def memory(directory: str, rows: int) -> None:
     paths = bench_disk.write_files(os.path.join(directory, f"memory-8x{rows}"), 8, rows)
     partition = rows * bench_disk.C * 4
     batch = bench_disk.B * bench_disk.C * bench_disk.L * 4
-    print(f"peak RSS of one epoch (bench_disk --only memory data, partition = {partition / 2**20:.0f} MiB); load "
-          f"{os.getloadavg()[0]:.2f}")
+    print(
+        f"peak RSS of one epoch (bench_disk --only memory data, partition = {partition / 2**20:.0f} MiB); load "
+        f"{os.getloadavg()[0]:.2f}"
+    )
     print("  buffer  prefetch  peak on (P)  peak off (P)  on/off  formula (P)  on/formula")
     for bp, pf in ((1, 1), (2, 1), (4, 1), (2, 2)):
         peaks = {}
         for on in (30, 0):
-            options = {"stride": bench_disk.L, "buffer_partitions": bp, "prefetch_partitions": pf, "next_pass_seconds": on}
-            peaks[on] = bench_disk.child(bench_disk.HERE, {"kind": "memory", "paths": paths, "options": options})["peak"]
+            options = {
+                "stride": bench_disk.L,
+                "buffer_partitions": bp,
+                "prefetch_partitions": pf,
+                "next_pass_seconds": on,
+            }
+            peaks[on] = bench_disk.child(bench_disk.HERE, {"kind": "memory", "paths": paths, "options": options})[
+                "peak"
+            ]
         expect = bench_disk.formula(bp, pf) * partition + 2 * batch
         print(
             f"  {bp:>6}  {pf:>8}  {peaks[30] / partition:>11.2f}  {peaks[0] / partition:>12.2f}  "

@@ -21,15 +21,15 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from dask_windows import nextpass
 from dask_windows.checks import SERIES_FROM_MANIFEST, check_series_order, output_dtype
 from dask_windows.epochs import EpochCounter, worker_token
 from dask_windows.errors import ConfigError, DataError
 from dask_windows.faults import SkippedPartition, check_on_error
-from dask_windows import nextpass
 from dask_windows.index import WindowGrid
+from dask_windows.nextpass import NEXT_PASS_SECONDS, check_seconds
 from dask_windows.opening import check_columns, check_windows, scan
 from dask_windows.options import resolve_normalize, resolve_pieces, source_options
-from dask_windows.nextpass import NEXT_PASS_SECONDS, check_seconds
 from dask_windows.plan import batches_per_rank
 from dask_windows.reading import batches, plan
 from dask_windows.resume import Resumer, check_int, fingerprint

@@ -140,8 +140,7 @@ class _NextPass:
     def failed(self) -> bool:
         """Whether the read ahead raised (the exception waits in the builder's or the readers' results)."""
         return bool(
-            (self.builder is not None and self.builder.failed)
-            or (self.reads is not None and self.reads.reader.failed)
+            (self.builder is not None and self.builder.failed) or (self.reads is not None and self.reads.reader.failed)
         )
 
     def partitions_read(self) -> list[int]:
@@ -180,9 +179,8 @@ def wanted(ds: WindowDataset, reads: Reads, plan: EpochPlan) -> bool:
         return False
     if reads.paired and len(plan.buffers) < 4:
         return False
-    if get_worker_info() is not None and getattr(ds, "_worker_passes", 0) < 2:
-        return False  # a DataLoader worker's first pass: its process may end with it (not persistent)
-    return True
+    # Not in a DataLoader worker's first pass: its process may end with it (not persistent).
+    return get_worker_info() is None or getattr(ds, "_worker_passes", 0) >= 2
 
 
 def begin(ds: WindowDataset, epoch: int, world: World, spares: Spares | None = None) -> _NextPass | None:

@@ -212,8 +212,8 @@ def start_builder(
     """The builder thread of ``stream(..., background=True)``, started now: it builds the plan's first
     buffer and waits for a consumer (``stream(..., started=...)``). Arguments as ``stream``'s."""
     scale = normalize if isinstance(normalize, tuple) else None
-    builds = _builds(plan, iter(parts), grid, row_offsets, spec, scale, reread, True, release, prepare, normalize == "sample")
-    return Ahead(builds, 1, "dask-windows-build")
+    tables = normalize == "sample"
+    return Ahead(_builds(plan, iter(parts), grid, row_offsets, spec, scale, reread, True, release, prepare, tables))
 
 
 def _table_from(windows: int) -> int:
@@ -339,12 +339,13 @@ def stream(
             final windows (the builder and the readers have nothing left to do then).
     """
     scale = normalize if isinstance(normalize, tuple) else None
-    builds = None
+    builds, ahead = None, started
     if started is None:
+        tables = normalize == "sample"
         builds = _builds(
-            plan, iter(parts), grid, row_offsets, spec, scale, reread, background, release, prepare, normalize == "sample"
+            plan, iter(parts), grid, row_offsets, spec, scale, reread, background, release, prepare, tables
         )
-    ahead = started if started is not None else Ahead(builds, 1, "dask-windows-build") if background else None
+        ahead = Ahead(builds, 1, "dask-windows-build") if background else None
     source: Iterator[_Built] = ahead if ahead is not None else builds  # type: ignore[assignment]
     batch = spec.batch_size
     remaining = plan.num_windows

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from torch.utils.data import get_worker_info
 
+from dask_windows import nextpass
 from dask_windows.blocks import merge_rows
 from dask_windows.buffer import (
     Part,
@@ -40,7 +41,6 @@ from dask_windows.pipeline import stream
 from dask_windows.plan import plan_reader
 from dask_windows.prefetch import Prefetcher
 from dask_windows.sources import PartitionReader
-from dask_windows import nextpass
 from dask_windows.spares import Spares
 from dask_windows.world import World
 

@@ -203,7 +203,9 @@ def test_off_without_threads_or_with_zero_seconds(root, claims):
 
 
 def test_a_file_rewritten_between_passes_is_not_served_stale(tmp_path, claims):
-    frames = [pd.DataFrame({"f0": np.arange(ROWS, dtype=np.float32) + i, "f1": np.ones(ROWS, np.float32)}) for i in range(2)]
+    frames = [
+        pd.DataFrame({"f0": np.arange(ROWS, dtype=np.float32) + i, "f1": np.ones(ROWS, np.float32)}) for i in range(2)
+    ]
     paths = write_parquet(frames, str(tmp_path), row_group_size=GROUP)
     ds = make(str(tmp_path))
     epoch_of(ds)  # the first buffer of epoch 1 is read from the files as they are now

@@ -158,7 +158,8 @@ def test_no_thread_left_after_break_exhaustion_or_garbage_collection(root):
     it.close()
     assert not loader_threads()
     list(ds)  # exhausted: only the next pass's read-ahead is left (nextpass), until close()
-    assert set(loader_threads()) <= {"dask-windows-build", "dask-windows-prefetch", "dask-windows-prefetch-1", "dask-windows-next-pass"}
+    left = {"dask-windows-build", "dask-windows-prefetch", "dask-windows-prefetch-1", "dask-windows-next-pass"}
+    assert set(loader_threads()) <= left
     ds.close()
     assert not loader_threads()
     it = iter(ds)
