@@ -314,3 +314,26 @@ def test_workers_that_are_not_persistent_end_cleanly(root):
         fork = {"num_workers": 2, "multiprocessing_context": "fork"}
         assert same_batches(collect(ds, fork), collect(reference, fork))
     assert loader_threads() == []
+
+
+def test_an_object_store_dataset_reads_its_next_pass_ahead_too(claims):
+    pytest.importorskip("s3fs")
+    pytest.importorskip("moto.server")
+    from helpers import make_frames, s3_endpoint
+
+    from dask_windows.world import World
+
+    s3 = s3_endpoint("nextpass", make_frames(seed=5, num_files=5, num_series=40, max_len=200))
+    try:
+        kwargs = dict(features=["f0", "f1"], series="sid", window=8, stride=2, batch_size=16, buffer_partitions=1)
+        url, options = "s3://nextpass/data/", s3.storage_options()
+        ds = dw.WindowDataset(url, storage_options=options, **kwargs)
+        assert len(ds._plan(World()).buffers) >= 4  # paired reads, read ahead
+        passes = [epoch_of(ds) for _ in range(2)]
+        ds.close()
+        for epoch, got in enumerate(passes):
+            reference = dw.WindowDataset(url, storage_options=options, next_pass_seconds=0, **kwargs)
+            assert same_batches(got, epoch_of(reference, epoch))
+        assert claims == [False, True]
+    finally:
+        s3.close()
