@@ -33,7 +33,9 @@ it). A file changed since the dataset was opened is caught as today: local
 files are checked again (``Source.unchanged``) before the buffer is used, and a
 change drops it, so the pass reads the file itself and raises today's error.
 An exception in the read ahead is never raised there: the pass drops what was
-read and reads again.
+read and reads again. Before this process forks (DataLoader workers started by
+``fork`` after a pass here) every read-ahead is released, so no reader thread
+is inside pyarrow at the fork.
 """
 
 from __future__ import annotations
@@ -105,7 +107,10 @@ class _NextPass:
         _LIVE.add(self)
 
     def take(self) -> bool:
-        """Own it (once, from any thread); ``False`` when it was taken or released already."""
+        """Own it (once, from any thread); ``False`` when it was taken or released already, or in a
+        forked process (a copy: the threads and locks are the parent's)."""
+        if self.pid != os.getpid():
+            return False
         with self._lock:
             if self.done.is_set():
                 return False
@@ -280,7 +285,12 @@ def release(ds: WindowDataset) -> None:
 
 
 def release_all() -> None:
-    """Release every read-ahead of this process (between tests: no thread outlives the test that started it)."""
+    """Release every read-ahead of this process: before a fork, and between tests."""
     for pending in list(_LIVE):
         if pending.pid == os.getpid():
             pending.release()
+
+
+# A process forked (DataLoader workers started by fork after a pass in this process) while a reader
+# is inside pyarrow would inherit its locks held; so no read-ahead thread runs at a fork.
+os.register_at_fork(before=release_all)
