@@ -195,9 +195,9 @@ def begin(ds: WindowDataset, epoch: int, world: World, spares: Spares | None = N
         The read-ahead (``arm`` it when the pass that started it ends), or ``None``. Never raises:
         whatever goes wrong here is left for the pass itself to meet.
     """
-    release(ds)
     reads = None
     try:
+        release(ds)  # an earlier one no pass took
         from dask_windows import reading
         from dask_windows.pipeline import start_builder
         from dask_windows.sources import PartitionReader

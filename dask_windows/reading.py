@@ -6,6 +6,10 @@ processes) and to ``buffer.stream``; ``read_unit`` and ``read_part`` read and
 decode one partition's pieces, recording unreadable ones with
 ``on_error="skip"``. Each function takes the dataset whose pass it serves.
 
+``open_reads`` starts a plan's readers; ``batches`` takes those ``nextpass`` started
+ahead for this very plan when there are, and starts the next pass's once the
+consumer takes this pass's last buffer.
+
 Units are read in pairs of buffers where ``pairs.pairs_allowed`` says so
 (``pairs.PairedReads``). ``piece_cells`` gives the plan the windows in each of
 the source's decode units (``Source.decode_units``).

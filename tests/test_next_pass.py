@@ -109,6 +109,18 @@ def test_passes_are_bit_identical_with_the_read_ahead(root, claims, kwargs):
     ds.close()
 
 
+def test_array_data_reads_its_next_pass_ahead_too(claims):
+    rng = np.random.default_rng(1)
+    arrays = [rng.standard_normal((n, 2)).astype(np.float32) for n in (300, 500, 200, 400, 350)]
+    kwargs = dict(window=8, stride=3, batch_size=16, partition_rows=250, seed=2)
+    ds = dw.WindowDataset(arrays, **kwargs)
+    passes = [epoch_of(ds) for _ in range(3)]
+    ds.close()
+    for epoch, got in enumerate(passes):
+        assert same_batches(got, epoch_of(dw.WindowDataset(arrays, next_pass_seconds=0, **kwargs), epoch))
+    assert claims == [False, True, True]
+
+
 def test_not_with_paired_reads_in_a_pass_of_fewer_than_four_buffers(root, claims):
     ds = make(root, buffer_partitions=2)  # two buffers, read as one pair: the pass never holds a third
     assert len(ds._plan(dw.world.World()).buffers) == 2
@@ -317,6 +329,8 @@ def test_workers_that_are_not_persistent_end_cleanly(root):
         assert loader_threads() == []  # released before the fork: no reader inside pyarrow at a fork
         reference.set_epoch(epoch)
         assert same_batches(got, collect(reference, fork))  # (the main process's pass counter moves on)
+
+
 def test_an_object_store_dataset_reads_its_next_pass_ahead_too(claims):
     pytest.importorskip("s3fs")
     pytest.importorskip("moto.server")
