@@ -6,7 +6,8 @@ a small dataset whose epochs last a fraction of a second the wait is a large
 share of the epoch. Yet while the consumer drains a pass's last buffer the
 readers and the builder have nothing to do. So when the consumer takes that
 buffer (``pipeline.stream``'s ``last``), ``begin`` plans the pass the dataset
-will most likely run next (the next epoch, the same reader, nothing skipped)
+will most likely run next (the next epoch, or the one ``set_epoch`` chose during
+the pass; the same reader; nothing skipped)
 and starts its readers and builder (``reading.open_reads``,
 ``pipeline.start_builder``): they read and build its first buffer (with the
 second's pieces when reads are paired, ``pairs``) and then wait, as they wait
@@ -189,7 +190,16 @@ def wanted(ds: WindowDataset, reads: Reads, plan: EpochPlan) -> bool:
 
 
 def begin(ds: WindowDataset, epoch: int, world: World, spares: Spares | None = None) -> _NextPass | None:
-    """Start reading the first buffer of ``world``'s pass over ``epoch`` (called on the consumer's thread).
+    """Start reading the first buffer of ``world``'s next pass (called on the consumer's thread).
+
+    The pass after ``epoch``'s: over the epoch ``set_epoch`` chose meanwhile if it chose another,
+    else over ``epoch + 1`` (``epochs``: what the next pass claims when nothing pins it).
+
+    Args:
+        ds: The dataset.
+        epoch: The epoch of the pass whose last buffer is being drained.
+        world: Its reader.
+        spares: That pass's pool of dropped buffers' memory, for the next pass's buffers.
 
     Returns:
         The read-ahead (``arm`` it when the pass that started it ends), or ``None``. Never raises:
@@ -202,6 +212,8 @@ def begin(ds: WindowDataset, epoch: int, world: World, spares: Spares | None = N
         from dask_windows.pipeline import start_builder
         from dask_windows.sources import PartitionReader
 
+        pinned = ds.epoch  # this pass's epoch, or the one set_epoch chose since it began
+        epoch = pinned if pinned != epoch else epoch + 1
         plan = ds._plan(world, 0, epoch)
         if plan.num_windows <= 0:
             return None

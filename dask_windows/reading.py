@@ -94,9 +94,8 @@ def batches(ds: WindowDataset, plan: Any, progress: Any = None, this_pass: tuple
     last = None
     begun: list[Any] = []  # the next pass's read-ahead, once this pass's last buffer is taken
     if this_pass is not None and nextpass.wanted(ds, reads, plan):
-        upcoming = (this_pass[0] + 1, this_pass[1])
         spares = reads.arena.spares if reads.arena is not None else None
-        last = lambda: begun.append(nextpass.begin(ds, *upcoming, spares=spares))
+        last = lambda: begun.append(nextpass.begin(ds, *this_pass, spares=spares))
     arena = reads.arena
     try:
         batches = stream(

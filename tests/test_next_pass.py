@@ -142,6 +142,19 @@ def test_set_epoch_to_the_epoch_read_ahead_keeps_it(root, claims):
     ds.close()
 
 
+def test_set_epoch_during_a_pass_chooses_the_epoch_read_ahead(root, claims):
+    ds = make(root)
+    it = iter(ds)
+    head = [next(it)]
+    ds.set_epoch(7)  # before the pass's last buffer: the read-ahead is for epoch 7's pass
+    rest = [b for b in it]
+    assert len(head + rest) == len(ds)
+    got = epoch_of(ds)
+    assert claims == [False, True]
+    assert same_batches(got, fresh(root, 7))
+    ds.close()
+
+
 def test_set_epoch_to_another_epoch_releases_it(root, claims):
     ds = make(root)
     epoch_of(ds)
