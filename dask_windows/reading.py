@@ -95,7 +95,8 @@ def batches(ds: WindowDataset, plan: Any, progress: Any = None, this_pass: tuple
     begun: list[Any] = []  # the next pass's read-ahead, once this pass's last buffer is taken
     if this_pass is not None and nextpass.wanted(ds, reads, plan):
         spares = reads.arena.spares if reads.arena is not None else None
-        last = lambda: begun.append(nextpass.begin(ds, *this_pass, spares=spares))
+        epoch, world = this_pass
+        last = lambda: begun.append(nextpass.begin(ds, epoch, world, spares=spares))
     arena = reads.arena
     try:
         batches = stream(

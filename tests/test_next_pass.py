@@ -147,7 +147,7 @@ def test_set_epoch_during_a_pass_chooses_the_epoch_read_ahead(root, claims):
     it = iter(ds)
     head = [next(it)]
     ds.set_epoch(7)  # before the pass's last buffer: the read-ahead is for epoch 7's pass
-    rest = [b for b in it]
+    rest = list(it)
     assert len(head + rest) == len(ds)
     got = epoch_of(ds)
     assert claims == [False, True]
