@@ -27,7 +27,9 @@ dataset is garbage collected, when the next pass's plan differs, and
 ``next_pass_seconds`` (default 30) after the pass ends if no pass claims it: a
 validation loop that runs between two epochs holds it that long, at no CPU
 cost. ``next_pass_seconds=0`` (or ``prefetch_partitions=0``) turns it off; it
-is also off with ``read_workers``, with ``on_error="skip"`` (a skip is recorded
+is also off where the next pass's plan (``PLAN_BYTES_PER_PIECE`` per piece, held beside
+this pass's) would take more than ``1 / PLAN_SHARE`` of a buffer, with ``read_workers``,
+with ``on_error="skip"`` (a skip is recorded
 and warned by the pass that reads it), for elastic resumes and, in a DataLoader
 worker, for the worker's first pass (a worker that is not persistent ends after
 it). A file changed since the dataset was opened is caught as today: local
@@ -61,6 +63,8 @@ if TYPE_CHECKING:
 __all__ = [
     "JOIN_SECONDS",
     "NEXT_PASS_SECONDS",
+    "PLAN_BYTES_PER_PIECE",
+    "PLAN_SHARE",
     "begin",
     "check_seconds",
     "claim",
@@ -74,6 +78,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 NEXT_PASS_SECONDS = 30.0  # default ``next_pass_seconds``: how long a first buffer read ahead waits for its pass
+PLAN_BYTES_PER_PIECE = 200  # a plan's bookkeeping per piece (segment, unit, arena entry; 160 B measured for the plan)
+PLAN_SHARE = 8  # read ahead only where the next pass's plan takes at most 1/PLAN_SHARE of a buffer's memory
 JOIN_SECONDS = 5.0  # longest wait for the threads of a released read-ahead (a read in flight finishes alone)
 _SLOT = "_next_pass"  # the dataset's attribute holding its read-ahead (never pickled)
 _LIVE: weakref.WeakSet[_NextPass] = weakref.WeakSet()  # read-aheads not yet taken or released
@@ -177,7 +183,10 @@ def wanted(ds: WindowDataset, reads: Reads, plan: EpochPlan) -> bool:
 
     Not with paired reads in a pass of fewer than 4 buffers: the read-ahead of buffers 0 and 1 while
     the last one drains holds three buffers, which such a pass never holds (with 4 or more, the pair
-    ``(2, 3)`` is read while buffer 1 drains: three already).
+    ``(2, 3)`` is read while buffer 1 drains: three already). Nor where the next pass's plan, held
+    beside this pass's from the last buffer on, would take more than ``1 / PLAN_SHARE`` of a buffer's
+    memory (``PLAN_BYTES_PER_PIECE`` per piece: many pieces of a few rows, as 1,024 pieces of 64
+    rows per partition of a memmap give).
     """
     if getattr(ds, "next_pass_seconds", NEXT_PASS_SECONDS) <= 0 or ds.on_error != "raise":
         return False
@@ -185,8 +194,22 @@ def wanted(ds: WindowDataset, reads: Reads, plan: EpochPlan) -> bool:
         return False
     if reads.paired and len(plan.buffers) < 4:
         return False
+    if _plan_bytes(plan) * PLAN_SHARE > _buffer_bytes(ds):
+        return False  # the next pass's plan would weigh beside the buffers: many pieces of a few rows
     # Not in a DataLoader worker's first pass: its process may end with it (not persistent).
     return get_worker_info() is None or getattr(ds, "_worker_passes", 0) >= 2
+
+
+def _plan_bytes(plan: EpochPlan) -> int:
+    """About what a plan and its pass's unit tables hold in memory (``PLAN_BYTES_PER_PIECE`` per piece)."""
+    return PLAN_BYTES_PER_PIECE * sum(len(group) for group in plan.buffers)
+
+
+def _buffer_bytes(ds: WindowDataset) -> int:
+    """About the decoded bytes of one buffer: ``buffer_partitions`` partitions of the mean size."""
+    partitions = ds.source.partitions
+    rows = sum(p.num_rows for p in partitions) / max(len(partitions), 1)
+    return int(rows * ds.spec.buffer_partitions * len(ds.spec.features) * 4)
 
 
 def begin(ds: WindowDataset, epoch: int, world: World, spares: Spares | None = None) -> _NextPass | None:

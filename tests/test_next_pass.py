@@ -27,6 +27,13 @@ from dask_windows.sources.base import PartitionReader
 FILES, ROWS, GROUP = 4, 960, 120  # 8 row groups per file: pieces along row groups, paired reads
 
 
+@pytest.fixture(autouse=True)
+def small_plans_allowed(monkeypatch):
+    """These partitions are a few KiB, less than their plans' bookkeeping (``nextpass.PLAN_SHARE``):
+    allow the read-ahead anyway (``test_not_where_the_plan_outweighs_the_buffer`` restores the rule)."""
+    monkeypatch.setattr(nextpass, "PLAN_SHARE", 0)
+
+
 def write_files(path, files: int = FILES) -> str:
     rng = np.random.default_rng(0)
     frames = []
@@ -111,8 +118,8 @@ def test_passes_are_bit_identical_with_the_read_ahead(root, claims, kwargs):
 
 def test_array_data_reads_its_next_pass_ahead_too(claims):
     rng = np.random.default_rng(1)
-    arrays = [rng.standard_normal((n, 2)).astype(np.float32) for n in (300, 500, 200, 400, 350)]
-    kwargs = dict(window=8, stride=3, batch_size=16, partition_rows=250, seed=2)
+    arrays = [rng.standard_normal((n, 2)).astype(np.float32) for n in (3000, 5000, 2000, 4000, 3500)]
+    kwargs = dict(window=8, stride=3, batch_size=16, partition_rows=2500, seed=2)
     ds = dw.WindowDataset(arrays, **kwargs)
     passes = [epoch_of(ds) for _ in range(3)]
     ds.close()
@@ -131,6 +138,19 @@ def test_not_with_paired_reads_in_a_pass_of_fewer_than_four_buffers(root, claims
     assert same_batches(epoch_of(ds), fresh(root, 1, buffer_partitions=2, pieces_per_partition=1))
     assert claims == [False, False, True]
     ds.close()
+
+
+def test_not_where_the_plan_outweighs_the_buffer(root, claims, monkeypatch):
+    monkeypatch.setattr(nextpass, "PLAN_SHARE", 8)
+    ds = make(root)  # 256 pieces of 3.75 KiB: a plan of 51 KiB beside buffers of 7.5 KiB
+    assert nextpass._plan_bytes(ds._plan(dw.world.World())) * 8 > nextpass._buffer_bytes(ds)
+    epoch_of(ds)
+    assert loader_threads() == []
+    big = make(root, pieces_per_partition=1, buffer_partitions=2)  # 4 pieces: 800 bytes
+    epoch_of(big)
+    assert loader_threads()
+    assert claims == [False, False]
+    big.close()
 
 
 def test_set_epoch_to_the_epoch_read_ahead_keeps_it(root, claims):
@@ -229,13 +249,15 @@ def test_off_without_threads_or_with_zero_seconds(root, claims):
 
 def test_a_file_rewritten_between_passes_is_not_served_stale(tmp_path, claims):
     frames = [
-        pd.DataFrame({"f0": np.arange(ROWS, dtype=np.float32) + i, "f1": np.ones(ROWS, np.float32)}) for i in range(2)
+        pd.DataFrame({"f0": np.arange(ROWS, dtype=np.float32) + i, "f1": np.ones(ROWS, np.float32)})
+        for i in range(FILES)
     ]
     paths = write_parquet(frames, str(tmp_path), row_group_size=GROUP)
     ds = make(str(tmp_path))
     epoch_of(ds)  # the first buffer of epoch 1 is read from the files as they are now
+    assert set(ds.__dict__["_next_pass"].partitions_read()) >= {1}
     changed = frames[1].assign(f0=frames[1].f0 * 2)
-    write_parquet([frames[0], changed], str(tmp_path), row_group_size=GROUP)
+    write_parquet([frames[0], changed, *frames[2:]], str(tmp_path), row_group_size=GROUP)
     stat = os.stat(paths[1])
     os.utime(paths[1], ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # a later mtime, whatever the clock's grain
     with pytest.raises(SourceReadError, match="changed after the dataset was opened"):
@@ -353,7 +375,10 @@ def test_an_object_store_dataset_reads_its_next_pass_ahead_too(claims):
 
     s3 = s3_endpoint("nextpass", make_frames(seed=5, num_files=5, num_series=40, max_len=200))
     try:
-        kwargs = dict(features=["f0", "f1"], series="sid", window=8, stride=2, batch_size=16, buffer_partitions=1)
+        kwargs = dict(
+            features=["f0", "f1"], series="sid", window=8, stride=2, batch_size=16, buffer_partitions=1,
+            pieces_per_partition=4,
+        )  # fmt: skip
         url, options = "s3://nextpass/data/", s3.storage_options()
         ds = dw.WindowDataset(url, storage_options=options, **kwargs)
         assert len(ds._plan(World()).buffers) >= 4  # paired reads, read ahead
