@@ -18,27 +18,32 @@ before. What a pass yields is a function of its plan alone, so batches are the
 same bit for bit either way.
 
 What it holds, and when it lets go: from the last buffer's drain to the next
-``iter()``, one buffer (two with paired reads) and the read-ahead's pieces: the
-memory a pass holds while it drains a buffer and builds the next, so no more
-than a pass's peak (docs/memory.md). It is released, its threads stopped and
-joined (at most ``JOIN_SECONDS``; a read in flight then ends on its own), by
-``close()``, by ``set_epoch`` to another epoch, by ``load_state_dict``, when the
-dataset is garbage collected, when the next pass's plan differs, and
-``next_pass_seconds`` (default 30) after the pass ends if no pass claims it: a
-validation loop that runs between two epochs holds it that long, at no CPU
-cost. ``next_pass_seconds=0`` (or ``prefetch_partitions=0``) turns it off; it
-is also off where the next pass's plan (``PLAN_BYTES_PER_PIECE`` per piece, held beside
-this pass's) would take more than ``1 / PLAN_SHARE`` of a buffer, with ``read_workers``,
-with ``on_error="skip"`` (a skip is recorded
-and warned by the pass that reads it), for elastic resumes and, in a DataLoader
+``iter()``, one buffer (two with paired reads, which it reads only in passes of
+4 buffers or more: they hold three while the pair ``(2, 3)`` is read) and the
+read-ahead's pieces: what a pass holds while it drains a buffer and builds the
+next, so no more than a pass's peak (docs/memory.md), plus the next pass's plan.
+It is released, its threads stopped and joined (at most ``JOIN_SECONDS``; a read
+in flight then ends on its own), by ``close()``, by ``set_epoch`` to another
+epoch, by ``load_state_dict``, when the dataset is garbage collected, before the
+process forks (no reader thread inside pyarrow at a fork), when the next pass's
+plan differs, and ``next_pass_seconds`` (default 30) after the pass ends if no
+pass claims it: a validation loop that runs between two epochs holds it that
+long, at no CPU cost. ``next_pass_seconds=0`` (or ``prefetch_partitions=0``)
+turns it off; it is also off where the next pass's plan (``PLAN_BYTES_PER_PIECE``
+per piece, held beside this pass's) would take more than ``1 / PLAN_SHARE`` of a
+buffer, with ``read_workers``, with ``on_error="skip"`` (a skip is recorded and
+warned by the pass that reads it), for elastic resumes and, in a DataLoader
 worker, for the worker's first pass (a worker that is not persistent ends after
-it). A file changed since the dataset was opened is caught as today: local
-files are checked again (``Source.unchanged``) before the buffer is used, and a
-change drops it, so the pass reads the file itself and raises today's error.
-An exception in the read ahead is never raised there: the pass drops what was
-read and reads again. Before this process forks (DataLoader workers started by
-``fork`` after a pass here) every read-ahead is released, so no reader thread
-is inside pyarrow at the fork.
+it). A file changed since the dataset was opened is caught as today: local files
+are checked again (``Source.unchanged``, one ``stat`` each) before the buffer is
+used, and a change drops it, so the pass reads the file itself and raises
+today's error; remote files are checked by their reads only, as in a pass. An
+exception in the read ahead is never raised there: the pass drops what was read
+and reads again.
+
+The trade-off: the first batch of a pass comes sooner (or at once) for memory
+the pass already had and a thread that waits between passes; a pass that is
+not the one predicted wastes one first buffer's reads.
 """
 
 from __future__ import annotations
