@@ -20,7 +20,9 @@ end to end, 4 float32 features) are read by:
 * ``dw1``: ``dw`` with one torch intra-op thread (not run unless named in
   ``--contenders``): what torch's threads add to the gather;
 * ``dwt``: ``dw`` with torch's threads copying every large batch, ``PathChoice``
-  overruled (not run unless named): what the automatic choice costs or saves;
+  overruled and the two lanes off (not run unless named): what the automatic choice costs or saves;
+* ``dw0``: ``dw`` with its two lanes off (``DASK_WINDOWS_LANES=0``, not run unless named): what
+  gathering a run on two threads adds;
 * ``handc``: the same loop with ``.contiguous()`` on each batch, the layout dw yields;
 * ``tsai``: tsai's ``TSUnwindowedDataset`` over the same rows as one array,
   where tsai imports (it needs fastai; otherwise the row says why);
@@ -156,6 +158,13 @@ def dwt_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
     from dask_windows.batch import PathChoice
 
     PathChoice.torch_next = lambda self: True  # type: ignore[method-assign]  # this child process only
+    os.environ["DASK_WINDOWS_LANES"] = "0"  # (a features-only run on two lanes would not ask PathChoice)
+    yield from dw_loop(root, batch, window, stride, seed)
+
+
+def dw0_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
+    """``dw`` without its two lanes (``DASK_WINDOWS_LANES=0``): one thread or torch's, as ``PathChoice`` picks."""
+    os.environ["DASK_WINDOWS_LANES"] = "0"  # this child process only
     yield from dw_loop(root, batch, window, stride, seed)
 
 
@@ -178,6 +187,7 @@ LOOPS = {
     "dw": dw_loop,
     "dw1": dw1_loop,
     "dwt": dwt_loop,
+    "dw0": dw0_loop,
     "hand": hand_loop,
     "handc": handc_loop,
     "tsai": tsai_loop,
@@ -407,8 +417,8 @@ def main() -> None:
             )
         if len(sizes) > 1:  # every contender must produce the same batches' bytes for the ratios to mean anything
             print(f"  WARNING: contenders' batches differ: {sorted(sizes)}")
-        for mine in ("dw", "dw1", "dwt"):
-            for base in ("hand", "handc", "memcpy", "tsai"):
+        for mine in ("dw", "dw1", "dwt", "dw0"):
+            for base in ("hand", "handc", "memcpy", "tsai", *(("dw0",) if mine == "dw" else ())):
                 if mine in medians and base in medians:
                     print(f"  {mine} / {base} windows/s {_ratios(results[mine], results[base], 'rate')}")
             if mine in medians and "hand" in medians:

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import numpy as np
@@ -157,6 +157,7 @@ class OutputPool:
     def __init__(self, capacity: int = 3) -> None:
         self.capacity = capacity
         self.choice = PathChoice()
+        self.lanes: Any = None  # a stream's ``lanes.LaneChoice``, made by its first run on two lanes
         self.fresh = False  # whether the last ``take`` allocated its array
         self._arrays: dict[tuple, list[np.ndarray]] = {}
         probe = [np.empty(1, np.float32)]
@@ -315,11 +316,21 @@ class Gatherer:
             return self._numpy
         return lambda starts: self.features(starts, pool)
 
-    def gather_run(self, run: np.ndarray, size: int, pool: OutputPool | None) -> Iterator[np.ndarray]:
+    def gather_run(self, run: np.ndarray, size: int, pool: OutputPool | None) -> Generator[np.ndarray, None, None]:
         """What ``gather_for(size, pool)`` gives for each batch of ``run``, ``len(run)`` a multiple of ``size``.
 
-        numpy's run gather computes the whole run's index a chunk of batches at a time.
+        numpy's run gather computes the whole run's index a chunk of batches at a time; where two
+        CPUs are free to copy it, on two threads at once (``lanes``: the same batches, in order).
         """
+        from dask_windows import lanes
+
+        plain = self._scale is None and getattr(pool, "direct_bytes", None) is None  # no scaling, no slots
+        if plain and isinstance(self._numpy, _Runs) and lanes.worth(self._numpy, len(run), size):
+            choice = getattr(pool, "lanes", None)
+            if choice is None and pool is not None:
+                choice = pool.lanes = lanes.LaneChoice()  # kept by the stream's pool: one choice for its runs
+            yield from lanes.lane_batches(self._numpy, run, size, choice)
+            return
         gather = self.gather_for(size, pool)
         if isinstance(gather, _Runs):
             yield from gather.batches(run, size)

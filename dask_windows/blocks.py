@@ -119,10 +119,10 @@ def _fill(out: np.ndarray, views: Sequence[np.ndarray], check: bool) -> np.ndarr
     kind, size = views[0].dtype.kind, views[0].dtype.itemsize
     if check and kind in "fc" and not (kind == "f" and size <= 4 and out.dtype.kind == "f"):
         values = views[0] if len(views) == 1 else np.concatenate(views)  # in its own dtype: see beyond float32
-        with np.errstate(invalid="ignore"):  # NaN rows of an int target: in no window (nan= policy)
-            out[...] = values
+        with np.errstate(invalid="ignore", over="ignore"):  # NaN rows of an int target, values beyond
+            out[...] = values  # float32 (inf once cast): in no window (nan= policy)
         return _bad_mask(values)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):  # beyond float32: left out by nan="drop"'s scan
         if len(views) == 1:
             out[...] = views[0]
         else:

@@ -144,7 +144,7 @@ def check_series_order(runs: Sequence[Any], names: Sequence[str], series: Any, s
         if keys is None or len(keys) < 2:
             total_runs += 0 if keys is None else len(keys)
             continue
-        unique = len(np.unique(np.asarray(keys)))
+        unique = _distinct(keys)
         total_runs += len(keys)
         if unique < len(keys) and worst is None:
             worst = (names[i], len(keys), unique)
@@ -164,6 +164,15 @@ def check_series_order(runs: Sequence[Any], names: Sequence[str], series: Any, s
         raise DataError(message)
     _warn(message + " (pass strict=True to raise)", SeriesOrderWarning)
     return f"; the series are not grouped ({unique:,} series form {count:,} runs in {name}): {remedy}"
+
+
+def _distinct(keys: Any) -> int:
+    """Distinct series values of a partition's runs, a null (``None``, ``NaN``) counted once with the others
+    of its kind: ``np.unique`` cannot order ``None`` among strings."""
+    try:
+        return len(np.unique(np.asarray(keys)))
+    except TypeError:
+        return len({None if k is None or k != k else k for k in np.asarray(keys, dtype=object).tolist()})
 
 
 def output_dtype(source: Any, columns: Sequence) -> Any:

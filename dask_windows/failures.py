@@ -264,20 +264,23 @@ REMEDIES = {
 }
 
 
-def failure_message(kind: str, what: str, exc: BaseException) -> SourceReadError:
+def failure_message(kind: str, what: str, exc: BaseException, where: str = "") -> SourceReadError:
     """A ``SourceReadError`` for ``what`` failing with ``exc`` of ``kind``, naming the remedy.
 
     Args:
         kind: One of ``FAILURE_KINDS``.
         what: What could not be done, naming the file or URL (``"cannot read s3://b/k"``).
         exc: The underlying error (set it as the cause: ``raise ... from exc``).
+        where: What is known of the place in the file (``"column 'f1' of row group 3 is damaged"``).
 
     Returns:
         The error, with ``kind`` set on it so ``skip_allowed`` and callers need not classify again.
     """
     tries = describe_failure(exc) if kind == "transient" else ""
-    error = SourceReadError(f"{what}{tries}: {error_text(exc)}; {REMEDIES[kind]}")
+    place = f"; {where}" if where else ""
+    error = SourceReadError(f"{what}{tries}: {error_text(exc)}{place}; {REMEDIES[kind]}")
     error.kind = kind  # type: ignore[attr-defined]
+    error.where = where  # type: ignore[attr-defined]
     return error
 
 

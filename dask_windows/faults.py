@@ -138,7 +138,8 @@ def record_skip(skipped: list, name: str, stage: str, error: BaseException) -> S
         The record appended.
     """
     cause = error.__cause__ if isinstance(error, SourceReadError) and error.__cause__ is not None else error
-    record = SkippedPartition(name, stage, error_text(cause))
+    where = getattr(error, "where", "")  # the damaged column chunk, where the source could tell
+    record = SkippedPartition(name, stage, error_text(cause) + (f"; {where}" if where else ""))
     skipped.append(record)
     message = f"skipping {name} (on_error='skip', while {_STAGES[stage]}): {record.error}"
     log.info(message)

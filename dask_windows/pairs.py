@@ -27,7 +27,7 @@ import numpy as np
 from dask_windows import reading
 from dask_windows.buffer import ChunkDecoder, Part, decode_pieces
 from dask_windows.errors import SourceReadError
-from dask_windows.faults import record_skip, skip_allowed
+from dask_windows.faults import skip_allowed
 from dask_windows.sources import PartitionReader
 
 if TYPE_CHECKING:
@@ -139,9 +139,9 @@ class PairedReads:
         except SourceReadError as exc:
             if not skip_allowed(ds.on_error, exc):
                 raise
-            for _ in (u, v):  # as reads apart record it: once per unit
-                record_skip(ds.skipped, name, "read", exc)
-            return [None] * len(u), [None] * len(v)
+            # Read them apart: a damaged row group in one unit's rows must not cost the other its own
+            # (reads apart skip only the unit that fails, and record it once).
+            return None
         n = len(bu)
         part_u = decode_pieces(index, name, pieces[:n], bu[:, 0], ds.spec, scale, y_known, pu)
         part_v = decode_pieces(index, name, pieces[n:], bv[:, 0], ds.spec, scale, y_known, pv)

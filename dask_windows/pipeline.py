@@ -287,7 +287,8 @@ def _last_buffer(
             break
     else:
         raise SourceReadError(
-            f"every partition of this reader's share ({len(every)} partitions) was unreadable and skipped; "
+            f"every partition of this reader's share ({len({seg.partition for seg in every})} partitions, "
+            f"{len(every)} pieces) was unreadable and skipped; "
             f"it cannot yield its remaining {owed} windows, so ranks would disagree on the batch count; "
             "fix the data or its access, or pass on_error='raise' to see the first error"
         )
@@ -375,9 +376,13 @@ def stream(
                     pos += k * batch
                     remaining -= k * batch
                     if not (want_y or want_rows or per_sample):  # features only: one generator for the run
-                        for x in buffer.gatherer.gather_run(run, batch, pool):
-                            yield emit(x, None, None)
-                        del x, run  # (as below)
+                        batches = buffer.gatherer.gather_run(run, batch, pool)
+                        try:
+                            for x in batches:
+                                yield emit(x, None, None)
+                        finally:
+                            batches.close()  # its lane thread (``lanes``) ends with the run, however it ends
+                        del x, run, batches  # (as below)
                         continue
                     gather = buffer.gatherer.gather_for(batch, pool)
                     for a in range(0, k * batch, batch):

@@ -18,7 +18,8 @@ server:
   place (``os.replace`` is atomic on POSIX), so a reader never sees a partial
   file; a writer killed half-way leaves only a temporary file, which no reader
   opens and a later eviction removes; an entry whose length is not the sum of
-  its ranges is taken as a miss and removed;
+  its ranges, or whose CRC-32 (``CHECK_BYTES`` after its bytes) does not match
+  them, is taken as a miss and removed;
 * writers hold an exclusive ``flock`` on ``.lock`` while they evict and write, so
   the folder's bytes (entries and temporary files) never exceed ``max_bytes``;
 * eviction unlinks the least recently used entries (modification time, touched
@@ -39,6 +40,7 @@ import hashlib
 import logging
 import os
 import tempfile
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -51,6 +53,8 @@ log = logging.getLogger(__name__)
 ENTRY_SUFFIX = ".bin"
 TEMP_PREFIX = ".tmp-"
 LOCK_NAME = ".lock"
+#: Bytes of the CRC-32 stored after each entry's bytes: an entry damaged on the local disk is a miss, not data.
+CHECK_BYTES = 4
 #: Keys of fsspec ``info()`` that change when an object is rewritten, in order of preference.
 VERSION_KEYS = ("ETag", "etag", "md5Hash", "VersionId", "mtime", "LastModified", "last_modified", "created")
 
@@ -126,20 +130,24 @@ class RangeCache:
         digest = hashlib.sha256(f"{url}\n{version}\n{tuple(byte_range)}".encode()).hexdigest()[:40]
         return os.path.join(self.directory, digest + ENTRY_SUFFIX)
 
-    def _read(self, path: str, expected: int) -> bytes | None:
+    def _read(self, path: str, expected: int) -> memoryview | None:
         try:
             with open(path, "rb") as f:  # once open, an eviction cannot take the bytes away
                 data = f.read()
         except FileNotFoundError:
             return None
-        if len(data) != expected:  # not written by this code (or the disk lost it): a miss
-            log.warning("cache entry %s holds %d bytes, expected %d; fetching again", path, len(data), expected)
+        view = memoryview(data)[:expected]
+        if len(data) != expected + CHECK_BYTES or zlib.crc32(view) != int.from_bytes(data[expected:], "little"):
+            # not written by this code, cut short or damaged on the disk: a miss (the CRC-32 of the
+            # entry would otherwise let flipped bits through as values, or blame the remote object)
+            log.warning("cache entry %s is damaged or of another version (%d bytes for %d); fetching again", path,
+                        len(data), expected)  # fmt: skip
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
             return None
         with contextlib.suppress(OSError):
             os.utime(path)  # most recently used
-        return data
+        return view
 
     def _store(self, entries: list[tuple[str, Any]]) -> None:
         """Write ``(path, bytes)`` entries that fit the budget, evicting the least recently used first."""
@@ -147,13 +155,14 @@ class RangeCache:
             with self._locked():
                 room = _Room(self.directory, self.max_bytes)
                 for path, blob in entries:
-                    size = len(blob)
+                    size = len(blob) + CHECK_BYTES
                     if os.path.exists(path) or not room.make(size):  # stored meanwhile, or larger than the budget
                         continue
                     fd, temp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=self.directory)
                     try:
                         with os.fdopen(fd, "wb") as f:
                             f.write(blob)
+                            f.write(zlib.crc32(blob).to_bytes(CHECK_BYTES, "little"))
                         os.replace(temp, path)
                     except BaseException:
                         with contextlib.suppress(FileNotFoundError):

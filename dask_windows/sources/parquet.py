@@ -318,6 +318,11 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
                         f"{role} {col!r} is missing from {self._url(path)} (its columns: {schema.names}); "
                         f"every file of {self.description} must hold the feature, target and series columns"
                     )
+                if schema.names.count(col) > 1:  # pyarrow finds no field of a duplicated name
+                    raise SchemaError(
+                        f"{role} {col!r} appears {schema.names.count(col)} times in {self._url(path)}; "
+                        "rewrite the file with unique column names"
+                    )
                 if col in first.names and schema.field(col).type != first.field(col).type:
                     raise SchemaError(
                         f"schema mismatch: column {col!r} is {schema.field(col).type} in {self._url(path)} but "
@@ -354,32 +359,35 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         return self._read_groups(index, self.partitions[index].key[1], columns)
 
     def read_chunks(self, index: int, columns: Sequence) -> Iterator[dict]:
-        """Local files one row group at a time (a column scan holds one row group in memory);
-        remote files in one request."""
+        """Local files a few row groups at a time (a column scan holds about ``CHUNK_BYTES``, one
+        row group at least, in memory; ``group_runs``); remote files in one request."""
         row_groups = self.partitions[index].key[1]
         if not self.local:
             yield self._read_groups(index, row_groups, columns)
             return
-        for g in row_groups:
-            yield self._read_groups(index, (g,), columns)
+        for groups in self.group_runs(index, row_groups, len(columns)):
+            yield self._read_groups(index, groups, columns)
 
     def _read_groups(self, index: int, row_groups: Sequence[int], columns: Sequence) -> dict:
         part = self.partitions[index]
         path = part.key[0]
         if self.local:
-            from dask_windows.sources.identity import check_local
-
-            check_local(path, getattr(self, "_identities", {}).get(path))
+            self._unchanged(path)
         try:
             table = self.retry.call(lambda: self._read_table(path, row_groups, columns), self._url(path))
         except Exception as exc:
+            if self.local:
+                self._unchanged(path)  # rewritten while it was read: say so, not "corrupt"
             name = self._url(path) + part.name[len(path) :]
             kind = classify(exc)
             if kind == "missing":
                 raise failure_message(
                     kind, f"cannot read {name}: the dataset changed after it was opened (open it again)", exc
                 ) from exc
-            raise failure_message(kind, f"cannot read {name}", exc) from exc
+            where = self._corrupt_chunk(path, row_groups, columns) if kind == "corrupt" and self.local else ""
+            raise failure_message(kind, f"cannot read {name}", exc, where) from exc
+        if self.local:
+            self._unchanged(path)  # nor rows of a file rewritten while it was read (old footer, new bytes)
         expected = part.num_rows if tuple(row_groups) == tuple(part.key[1]) else None
         if expected is not None and table.num_rows != expected:
             raise SourceReadError(

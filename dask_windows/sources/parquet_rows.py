@@ -31,6 +31,7 @@ from dask_windows.windows import find_runs, join_runs
 
 __all__ = ["CHUNK_BYTES", "ParquetRows"]
 
+CORRUPT_PROBES = 256  # column chunks read alone to name the one a corrupt read failed on
 CHUNK_BYTES = 16 << 20  # about what one read of ``read_ranges_chunks`` decodes: row groups smaller are read together
 
 
@@ -43,6 +44,8 @@ class ParquetRows:
     if TYPE_CHECKING:
 
         def _read_groups(self, index: int, row_groups: Sequence[int], columns: Sequence) -> dict: ...
+
+        def _read_table(self, path: str, row_groups: Sequence[int], columns: Sequence) -> Any: ...
 
     def _file_rows(self, index: int) -> tuple[np.ndarray, int, int]:
         """``(row group bounds of the file, file row of the partition's first row, readable rows)``."""
@@ -195,19 +198,25 @@ class ParquetRows:
         """Whether row group ``group`` of partition ``index``'s file converts to numpy the same way in
         part and whole: floating columns, or none with nulls (integers with nulls become float64,
         but only in a read that holds one), as its footer's statistics say."""
-        meta = self._footers[self.partitions[index].key[0]].metadata
+        return bool(self._stable_groups(self.partitions[index].key[0], tuple(columns))[group])
+
+    def _stable_groups(self, path: str, columns: tuple) -> np.ndarray:
+        """``(G,)`` ``_head_stable`` of every row group of ``path``, from one parse of its footer (kept:
+        a footer of many row groups takes milliseconds to parse, and reads ask for each row group)."""
+        known = self.__dict__.setdefault("_stable", {})
+        stable = known.get((path, columns))
+        if stable is not None:
+            return stable
+        meta = self._footers[path].metadata
         names = meta.schema.names
-        if any(c not in names for c in columns):
-            return False
-        chunk = meta.row_group(group)
-        for c in columns:
-            col = chunk.column(names.index(c))
-            if col.physical_type in ("FLOAT", "DOUBLE"):
-                continue
-            stats = col.statistics
-            if stats is None or not stats.has_null_count or stats.null_count != 0:
-                return False
-        return True
+        stable = np.zeros(meta.num_row_groups, bool)
+        if all(c in names for c in columns):
+            at = [names.index(c) for c in columns]
+            for g in range(meta.num_row_groups):
+                chunk = meta.row_group(g)
+                stable[g] = all(_converts_alike(chunk.column(i)) for i in at)
+        known[(path, columns)] = stable
+        return stable
 
     def _head(self, index: int, group: int, rows: int, columns: list) -> dict | None:
         """The first ``rows`` rows of row group ``group``: kept ones, else its first batch read
@@ -222,11 +231,10 @@ class ParquetRows:
             return data
         halo = int(getattr(self, "_halo", 0))
         try:
-            from dask_windows.sources.identity import check_local
-
-            check_local(path, getattr(self, "_identities", {}).get(path))
+            self._unchanged(path)
             verify = getattr(self, "verify_checksums", True)
             data = read_head(path, self._footers[path].metadata, group, halo, columns, verify)
+            self._unchanged(path)  # not rewritten while it was read: else its rows may be the new file's
         except Exception:  # the whole read reports what is wrong, with its messages
             return None
         if any(len(v) < rows for v in data.values()):
@@ -251,8 +259,64 @@ class ParquetRows:
                 continue
             cache.put((path, g, tuple(data)), {col: values[a : a + halo] for col, values in data.items()}, halo)
 
+    def group_runs(self, index: int, row_groups: Sequence[int], columns: int) -> Iterator[tuple[int, ...]]:
+        """``row_groups`` of partition ``index``'s file in runs of about ``CHUNK_BYTES`` (at 8 bytes a value
+        of ``columns`` columns), one row group at least: each read parses the file's footer, which for a
+        file of thousands of small row groups costs more than reading one of them."""
+        rows = self._footers[self.partitions[index].key[0]].rows
+        target = max(1, CHUNK_BYTES // (8 * max(columns, 1)))
+        run: list[int] = []
+        held = 0
+        for g in row_groups:
+            run.append(g)
+            held += rows[g]
+            if held >= target:
+                yield tuple(run)
+                run, held = [], 0
+        if run:
+            yield tuple(run)
+
+    def _first_partition(self, index: int) -> int:
+        """The number of the first partition of partition ``index``'s file."""
+        first = self.__dict__.get("_first_partitions")
+        if first is None:
+            first = {}
+            for i, part in enumerate(self.partitions):
+                first.setdefault(part.key[0], i)
+            self.__dict__["_first_partitions"] = first
+        return int(first[self.partitions[index].key[0]])
+
+    def _unchanged(self, path: str) -> None:
+        """Raise ``SourceReadError`` if local ``path`` is no longer the file opened (``identity.check_local``)."""
+        from dask_windows.sources.identity import check_local
+
+        check_local(path, getattr(self, "_identities", {}).get(path))
+
+    def _corrupt_chunk(self, path: str, row_groups: Sequence[int], columns: Sequence) -> str:
+        """``"column 'f1' of row group 3 is damaged"``: the first column chunk of a failed local read
+        that fails read alone, for the message (at most ``CORRUPT_PROBES`` chunks tried, on the failure
+        path only); ``""`` when none does."""
+        probes = 0
+        for g in row_groups:
+            for col in columns:
+                if probes >= CORRUPT_PROBES:
+                    return ""
+                probes += 1
+                try:
+                    self._read_table(path, (g,), [col])
+                except Exception:
+                    return f"column {col!r} of row group {g} is damaged"
+        return ""
+
     def _halo_runs(self, index: int, series: Any, runs: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``runs`` of the partition's own rows joined with the runs of its halo rows."""
+        """``runs`` of the partition's own rows joined with the runs of its halo rows.
+
+        Without a series column a file is one series: the partitions of a file cut at row groups
+        share its key (its first partition's number), so that ``index.chain_origins`` keeps the
+        file's stride grid across the cuts (each partition's own key restarted it at every cut).
+        """
+        if series is None and len(runs[2]) == 1:
+            runs = (runs[0], runs[1], np.array([self._first_partition(index)]))
         rows = self.partitions[index].num_rows
         extra = self.readable_rows(index) - rows
         if extra <= 0:
@@ -263,3 +327,11 @@ class ParquetRows:
         keys = self.read_rows(index, [series], rows, rows + extra)[series]
         starts, lengths = find_runs(keys)
         return join_runs([runs, (starts + rows, lengths, keys[starts])])
+
+
+def _converts_alike(column: Any) -> bool:
+    """A floating column chunk, or one whose statistics say it holds no null."""
+    if column.physical_type in ("FLOAT", "DOUBLE"):
+        return True
+    stats = column.statistics
+    return stats is not None and stats.has_null_count and stats.null_count == 0

@@ -1,0 +1,298 @@
+"""Two lanes: a run of full batches copied on the consumer's thread and on one helper thread at once.
+
+numpy releases the GIL while it copies a fancy index (both branches of its ``mapiter_get``), so
+two Python threads can each copy a batch at once, where ``torch.index_select`` on torch's two
+threads pays a fork-join per batch (dw used 445-520 us of CPU per 2 MiB batch with it, against
+about 260 us for one thread's numpy copy). A run of full batches (``Gatherer.gather_run``) is
+cut into *units*: consecutive batches gathered by one numpy call into one fresh array, at least
+``UNIT_BYTES`` long (larger units cost 30% more per byte at B=64 L=128: the outputs leave the
+core's cache). The consumer hands every odd unit to the helper (``Lanes``), at most ``AHEAD``
+of them not yet taken, gathers the even ones itself meanwhile, and takes back a handed unit the
+helper has not begun when it reaches it, so it never waits for a descheduled thread to start.
+On busy cores a second thread still mostly waits for a core, so each stream times spans of
+units on one lane and on two (``LaneChoice``) and keeps the faster, backing off while one lane
+keeps winning; a span on one lane is ``_Runs.batches`` itself, exactly the path without lanes.
+
+The trade-off: with two lanes up to three units are alive besides the batches the caller holds
+(the one being drained, the consumer's next, the helper's), where one thread has one batch; one
+thread per run, started with its first span on two lanes and joined when the run ends. A batch
+is a view of its unit's array, so a batch the caller keeps holds its unit (its neighbour's bytes
+too) but is never overwritten, since every unit is a fresh array. Which lane copies a unit
+changes timing only: the units, their order and their bits are those of one thread's gather.
+Lanes are used only where there are two CPUs to run them on (``os.sched_getaffinity``) and
+torch is allowed more than one thread (not with ``torch.set_num_threads(1)``, nor in DataLoader
+workers, which torch sets to one), and ``DASK_WINDOWS_LANES=0`` turns them off.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+__all__ = ["LaneChoice", "Lanes", "lane_batches", "lanes_wanted", "unit_batches", "worth"]
+
+UNIT_BYTES = 256 << 10  # a unit of a run: consecutive batches gathered by one call, at least this many bytes
+AHEAD = 1  # units handed to the helper and not yet taken, at most
+MIN_UNITS = 4  # runs of fewer units are gathered on the consumer's thread alone
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the platform has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def lanes_wanted() -> bool:
+    """Whether a run may be gathered on two lanes: two usable CPUs, torch threads > 1, not turned off."""
+    if os.environ.get("DASK_WINDOWS_LANES", "1") == "0" or usable_cpus() < 2:
+        return False
+    torch = sys.modules.get("torch")  # its thread count is the user's say on parallelism (1 in DataLoader workers)
+    return torch is None or torch.get_num_threads() > 1
+
+
+def unit_batches(size: int, batch_bytes: int) -> int:
+    """Batches per unit: enough for ``UNIT_BYTES``, at least one."""
+    return max(1, -(-UNIT_BYTES // batch_bytes))
+
+
+def worth(runs: Any, windows: int, size: int) -> bool:
+    """Whether a run of ``windows`` windows in batches of ``size`` goes on two lanes (``runs``: a ``batch._Runs``)."""
+    batch_bytes = size * runs.channels * runs.window * runs.runs.itemsize
+    units = windows // size // unit_batches(size, batch_bytes)
+    return units >= MIN_UNITS and lanes_wanted()
+
+
+class _Failure:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+_HELPER, _CONSUMER = 1, 0  # who claimed a handed unit (``Lanes._owners``)
+
+
+def _lane(gather: Callable[[int], Any], tickets: queue.SimpleQueue, results: queue.SimpleQueue, owners: dict) -> None:
+    """The helper: gather each unit handed over in ``tickets`` into ``results``, until ``None``.
+
+    A unit the consumer claimed first (``owners``, ``dict.setdefault`` being atomic) is skipped.
+    """
+    while True:
+        u = tickets.get()
+        if u is None:
+            return
+        if owners.setdefault(u, _HELPER) != _HELPER:  # taken back: the consumer gathers it
+            del owners[u]
+            continue
+        try:
+            item = gather(u)
+        except BaseException as exc:  # relayed to the consumer, never swallowed
+            results.put(_Failure(exc))
+            return
+        results.put(item)
+        del item
+
+
+class Lanes:
+    """Units ``0 .. units - 1`` gathered by the consumer and one helper thread, taken in order.
+
+    The consumer decides who gathers what: while ``both`` is set it hands the helper every odd
+    unit, at most ``ahead`` of them not yet taken, and gathers the even ones itself meanwhile;
+    otherwise it gathers every unit not already handed over. Reaching a handed unit the helper
+    has not begun (it is still copying the one before, or waits for a core on a busy machine),
+    the consumer takes it back and gathers it itself, so it never waits for a descheduled thread
+    to start a copy. Hand-over and results travel through two ``queue.SimpleQueue`` (a C lock
+    each way, no Python-level condition per unit); who claimed a unit, through one
+    ``dict.setdefault`` each side.
+
+    Args:
+        gather: ``gather(u)`` returns unit ``u``; called from either thread, once per ``u``.
+        units: How many units there are.
+        ahead: Units the helper may hold, gathered or being gathered, not yet taken.
+        name: The helper thread's name.
+    """
+
+    def __init__(
+        self, gather: Callable[[int], Any], units: int, ahead: int = AHEAD, name: str = "dask-windows-lane"
+    ) -> None:
+        self._gather, self._units, self._ahead = gather, units, ahead
+        self._tickets: queue.SimpleQueue = queue.SimpleQueue()  # units handed to the helper; None: stop
+        self._results: queue.SimpleQueue = queue.SimpleQueue()  # the helper's units, in the order handed
+        self._handed: collections.deque[int] = collections.deque()  # units handed over, not yet taken
+        self._decided = 0  # units below it are the helper's (handed) or the consumer's
+        self.both = True  # whether the helper is handed units
+        self.limit = units  # units from here on are not handed over (the end of a span on both lanes)
+        # Kept here: ``close`` may run while the interpreter exits, when module globals are gone.
+        self._finalizing, self._current_thread = sys.is_finalizing, threading.current_thread
+        self._owners: dict[int, int] = {}  # handed units claimed by the helper or taken back by the consumer
+        args = (gather, self._tickets, self._results, self._owners)
+        self._thread = threading.Thread(target=_lane, args=args, name=name, daemon=True)
+        self._thread.start()
+
+    def take(self, u: int) -> Any:
+        """Unit ``u`` (one past the last taken): from the helper, or gathered here."""
+        handed = self._handed
+        if self.both:
+            while len(handed) < self._ahead:
+                v = max(self._decided, u + 1)
+                v += 1 - v % 2  # the helper's units are the odd ones
+                if v >= self.limit or v >= self._units:
+                    break
+                self._tickets.put(v)
+                handed.append(v)
+                self._decided = v + 1
+        if handed and handed[0] == u:
+            handed.popleft()
+            if self._owners.setdefault(u, _CONSUMER) == _HELPER:  # begun there: wait for it
+                del self._owners[u]
+                item = self._results.get()
+                if isinstance(item, _Failure):
+                    raise item.exc
+                return item
+            # Not begun (the helper is busy or waits for a core): gathered here, skipped there.
+        self._decided = max(self._decided, u + 1)
+        return self._gather(u)
+
+    def close(self) -> None:
+        """Stop the helper after the unit it is copying and join it; nothing it gathered is kept."""
+        for u in self._handed:  # units not begun are skipped, so the helper stops after its current one
+            self._owners.setdefault(u, _CONSUMER)
+        self._tickets.put(None)
+        # At exit a daemon thread may already be stopped for good: joining it would never return.
+        if self._thread is not self._current_thread() and not self._finalizing():
+            self._thread.join()
+        self._handed.clear()
+        while not self._results.empty():
+            self._results.get()
+
+
+class LaneChoice:
+    """Whether a stream's runs use both lanes, chosen by timing both ways on its own units.
+
+    A round gathers ``probes`` units on the consumer alone (numpy's run gather, as without lanes),
+    then ``probes`` on both lanes, each span timed on the wall clock from its third unit to its
+    end, the caller's own work between batches included (a helper that gathers ahead while the
+    caller's step runs on other cores is free; one that slows the step down is not), and keeps
+    the faster per unit for the next ``every`` units. On busy cores a second thread mostly waits for
+    a core and adds its hand-overs: there the consumer alone wins, and each further round lost in a
+    row doubles the span before the next (up to ``32 * every``), so the probes' slow units cost
+    little; a round both lanes win resets it.
+    """
+
+    def __init__(self, probes: int = 16, every: int = 512) -> None:
+        self.probes, self.every = probes, every
+        self.both = True
+        self._phase = 0  # 0: the alone probe next, 1: the both probe, 2: the winner's span
+        self._alone = 0.0  # seconds per unit of the alone probe
+        self._lost = 0  # rounds in a row both lanes lost
+
+    def span(self, left: int) -> tuple[bool, int, bool]:
+        """The next span of at most ``left`` units: on both lanes or not, its units, whether timed."""
+        if self.probes <= 2:  # no rounds: always the current choice
+            return self.both, left, False
+        if self._phase == 0:
+            return False, min(self.probes, left), True
+        if self._phase == 1:
+            return True, min(self.probes, left), True
+        return self.both, min(self.every * self.backoff, left), False
+
+    def record(self, both: bool, units: int, seconds: float) -> None:
+        """Count a span of ``units`` units timed at ``seconds`` (its first two left out)."""
+        if self.probes <= 2:
+            return
+        if self._phase == 2:
+            self._phase = 0
+            return
+        if units <= 2:  # a span cut short by the end of a run: not a measurement
+            return
+        per_unit = seconds / (units - 2)
+        if self._phase == 0:
+            self._alone, self._phase = per_unit, 1
+        else:
+            self.both, self._phase = per_unit < self._alone, 2
+            self._lost = 0 if self.both else self._lost + 1
+
+    @property
+    def backoff(self) -> int:
+        """The winner's span is ``every * backoff`` units: doubled by each round lost in a row after the first, up to 32."""
+        return min(2 ** max(self._lost - 1, 0), 32)
+
+
+def _timed(batches: Iterator[np.ndarray], spent: list[float], skip: int) -> Iterator[np.ndarray]:
+    """``batches``; ``spent[0]``: the seconds from the ``skip``-th batch taken to the last one taken.
+
+    Wall time, the caller's own work between batches included: a helper that slows the caller's
+    step down (a model's threads on the same cores) counts against the lanes.
+    """
+    for _ in range(skip):
+        x = next(batches, None)
+        if x is None:
+            return
+        yield x
+    began = time.perf_counter()
+    yield from batches
+    spent[0] = time.perf_counter() - began
+
+
+def lane_batches(
+    runs: Any, run: np.ndarray, size: int, choice: LaneChoice | None = None, ahead: int = AHEAD
+) -> Iterator[np.ndarray]:
+    """The batches of ``run`` (``len(run)`` a multiple of ``size``) that ``runs`` (a ``batch._Runs``) gathers.
+
+    Spans of units alternate as ``choice`` says: on the consumer alone, ``runs.batches`` itself;
+    on both lanes, each unit ``runs.runs`` indexed once for its batches' runs. The same bits as
+    ``runs.batches(run, size)`` either way.
+    """
+    channels, window = runs.channels, runs.window
+    shape = (size, channels, window) if runs.offsets is not None else (size, window, channels)
+    per = unit_batches(size, size * channels * window * runs.runs.itemsize)
+    units = -(-(len(run) // size) // per)
+    choice = choice or LaneChoice()
+
+    def gather(u: int) -> np.ndarray:
+        part = run[u * per * size : (u + 1) * per * size]
+        if runs.offsets is None:
+            index = part
+        else:
+            # (windows, C) -> (windows * C,): each window's runs, channel by channel
+            index = (part[:, None] + runs.offsets).reshape(-1)
+        return runs.runs[index].reshape(-1, *shape)  # (batches of the unit, *batch shape)
+
+    def both_lanes(lanes: Lanes, first: int, end: int) -> Iterator[np.ndarray]:
+        lanes.limit = end
+        for u in range(first, end):
+            unit = lanes.take(u)
+            for k in range(len(unit)):
+                yield unit[k]
+            del unit
+
+    lanes: Lanes | None = None
+    try:
+        u = 0
+        while u < units:
+            both, span, timed = choice.span(units - u)
+            if both:
+                if lanes is None:
+                    lanes = Lanes(gather, units, ahead)
+                batches = both_lanes(lanes, u, u + span)
+            else:
+                batches = runs.batches(run[u * per * size : (u + span) * per * size], size)
+            if timed:
+                spent = [0.0]
+                yield from _timed(batches, spent, 2 * per)
+                choice.record(both, span, spent[0])
+            else:
+                yield from batches
+                choice.record(both, span, 0.0)
+            u += span
+    finally:
+        if lanes is not None:
+            lanes.close()
