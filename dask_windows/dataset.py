@@ -21,11 +21,13 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from dask_windows import nextpass
 from dask_windows.checks import SERIES_FROM_MANIFEST, check_series_order, output_dtype
 from dask_windows.epochs import EpochCounter, worker_token
 from dask_windows.errors import ConfigError, DataError
 from dask_windows.faults import SkippedPartition, check_on_error
 from dask_windows.index import WindowGrid
+from dask_windows.nextpass import NEXT_PASS_SECONDS, check_seconds
 from dask_windows.opening import check_columns, check_windows, scan
 from dask_windows.options import resolve_normalize, resolve_pieces, source_options
 from dask_windows.plan import batches_per_rank
@@ -114,6 +116,10 @@ class WindowDataset(IterableDataset):
             (Parquet sources; see ``readpool``): for compressed files and object stores, where
             reading is the bottleneck. 0 (default) reads on one background thread. Use it with
             ``DataLoader(ds, batch_size=None)`` (no DataLoader workers).
+        next_pass_seconds: While a pass's last buffer is drained, the first buffer of the pass after it
+            (the next epoch, same rank and worker) is read and built ahead, and kept this long after the
+            pass ends for the next ``iter()`` to take (the same batches either way; see
+            ``nextpass``): it holds one buffer (two with paired reads) meanwhile. ``0`` turns it off.
 
     Attributes:
         skipped: Partitions skipped in this process: at open, and while iterating in this process.
@@ -154,6 +160,7 @@ class WindowDataset(IterableDataset):
         cache_dir: str | os.PathLike | None = None,
         cache_bytes: int | None = None,
         read_workers: int = 0,
+        next_pass_seconds: float = NEXT_PASS_SECONDS,
     ) -> None:
         super().__init__()
         series_from_manifest = series is SERIES_FROM_MANIFEST
@@ -162,6 +169,7 @@ class WindowDataset(IterableDataset):
         options = source_options(threads, cache_dir, cache_bytes, partition_bytes, partition_rows)
         self.on_error = check_on_error(on_error)
         self.read_workers = check_int("read_workers", read_workers)
+        self.next_pass_seconds = check_seconds(next_pass_seconds)
         self.source: Source = open_source(
             data,
             storage_options,
@@ -246,6 +254,7 @@ class WindowDataset(IterableDataset):
     @epoch.setter
     def epoch(self, epoch: int) -> None:
         self._epochs.pin(check_int("epoch", epoch))
+        nextpass.keep_only(self, epoch)  # a first buffer read ahead for another epoch is let go
 
     def set_epoch(self, epoch: int) -> None:
         """Use the order of ``epoch`` for the next pass; the same ``(seed, epoch)`` gives the same batches.
@@ -303,7 +312,8 @@ class WindowDataset(IterableDataset):
             return shared(elastic_batches(self, *elastic, self._resumer.step))
         reader, skip = self._resumer.begin(epoch, world, len(self))
         progress = self._resumer.progress  # this pass's own count: another iter() never moves it
-        batches = self._batches(self._plan(reader, skip, epoch), progress)
+        planned = nextpass.planned(self, epoch, reader, skip)  # the plan a read-ahead was started from
+        batches = self._batches(planned or self._plan(reader, skip, epoch), progress, (epoch, reader))
         if progress is not None:
             self._resumer.track(progress)
             weakref.finalize(batches, self._resumer.end, progress)  # also a pass dropped before its first batch
@@ -350,15 +360,18 @@ class WindowDataset(IterableDataset):
         Raises:
             ConfigError: The state comes from another dataset or configuration.
         """
+        nextpass.release(self)
         self.epoch = self._resumer.load(state, self._fingerprint(), self._resolve_ranks()[1], elastic=True)
 
     def close(self) -> None:
-        """Stop this dataset's ``read_workers`` processes, if any (the next pass starts them again).
+        """Stop this dataset's ``read_workers`` processes, if any (the next pass starts them again), and
+        drop the next pass's first buffer if it was read ahead (``next_pass_seconds``).
 
         They are also stopped when the dataset is garbage collected and at exit.
         """
         from dask_windows.readpool import close_pool
 
+        nextpass.release(self)
         close_pool(self)
 
     def split(
@@ -405,6 +418,7 @@ class WindowDataset(IterableDataset):
         out._identity = None
         out._resumer = Resumer()
         out._epochs = copy.copy(self._epochs)
+        out.__dict__.pop("_next_pass", None)  # the parent's read-ahead (see nextpass)
         if out.num_windows == 0:
             raise DataError(
                 f"the {part} part of the split of {self.source.description} holds no windows "
@@ -413,8 +427,8 @@ class WindowDataset(IterableDataset):
             )
         return out
 
-    def _batches(self, plan: Any, progress: Any = None) -> Iterator[Any]:
-        return batches(self, plan, progress)
+    def _batches(self, plan: Any, progress: Any = None, this_pass: tuple | None = None) -> Iterator[Any]:
+        return batches(self, plan, progress, this_pass)
 
     def _shape(self) -> tuple[int, int, bool]:
         """``(num_windows, batch_size, drop_last)``: what the division of an epoch depends on."""
@@ -436,6 +450,7 @@ class WindowDataset(IterableDataset):
         # initialised torch.distributed along, since the workers cannot detect them.
         state = self.__dict__.copy()
         state["_ranks"] = self._resolve_ranks()
+        state.pop("_next_pass", None)  # threads and buffers of this process (see nextpass)
         return state
 
     def _plan(self, world: World, skip_batches: int = 0, epoch: int | None = None) -> Any:

@@ -60,7 +60,7 @@ from dask_windows.plan import EpochPlan, Segment, rng_for
 from dask_windows.prefetch import Ahead
 from dask_windows.spec import WindowSpec
 
-__all__ = ["stream"]
+__all__ = ["start_builder", "stream"]
 
 _TRIM_BYTES = 8 << 20  # buffers at least this large hand their memory back when dropped
 
@@ -198,6 +198,24 @@ def _builds(
         yield _last_buffer(plan, min(owed, remaining), grid, row_offsets, spec, scale, reread)
 
 
+def start_builder(
+    plan: EpochPlan,
+    parts: Iterable[Part | None],
+    grid: WindowGrid,
+    row_offsets: np.ndarray,
+    spec: WindowSpec,
+    normalize: tuple[np.ndarray, np.ndarray] | str | None = None,
+    reread: Callable[[Segment], Part | None] | None = None,
+    release: Callable[[int], None] | None = None,
+    prepare: Callable[[int], PlannedStarts | None] | None = None,
+) -> Ahead:
+    """The builder thread of ``stream(..., background=True)``, started now: it builds the plan's first
+    buffer and waits for a consumer (``stream(..., started=...)``). Arguments as ``stream``'s."""
+    scale = normalize if isinstance(normalize, tuple) else None
+    tables = normalize == "sample"
+    return Ahead(_builds(plan, iter(parts), grid, row_offsets, spec, scale, reread, True, release, prepare, tables))
+
+
 def _table_from(windows: int) -> int:
     """The first position of a buffer of ``windows`` windows served by its table.
 
@@ -292,6 +310,8 @@ def stream(
     interrupt: Callable[[], None] | None = None,
     release: Callable[[int], None] | None = None,
     prepare: Callable[[int], PlannedStarts | None] | None = None,
+    started: Ahead | None = None,
+    last: Callable[[], None] | None = None,
 ) -> Iterator[object]:
     """Yield ``emit(x, y, rows)`` for each batch of ``plan``.
 
@@ -313,13 +333,21 @@ def stream(
         release: Called with a buffer's number once its pieces are taken (the readers' arena).
         prepare: Lists a buffer's window starts from where its pieces will be decoded, before they
             are (``reading.BufferArena.planned_starts``); ``None``: ``Buffer`` lists them.
+        started: The builder thread of this very plan, already started (``start_builder``, the next
+            pass read ahead: ``nextpass``); ``parts``, ``reread``, ``release`` and ``prepare`` are then
+            those it was started with and are not used here.
+        last: Called once, on the consumer's thread, when it takes the buffer holding the plan's
+            final windows (the builder and the readers have nothing left to do then).
     """
     scale = normalize if isinstance(normalize, tuple) else None
-    builds = _builds(
-        plan, iter(parts), grid, row_offsets, spec, scale, reread, background, release, prepare, normalize == "sample"
-    )
-    ahead = Ahead(builds, 1, "dask-windows-build") if background else None
-    source: Iterator[_Built] = builds if ahead is None else ahead
+    builds, ahead = None, started
+    if started is None:
+        tables = normalize == "sample"
+        builds = _builds(
+            plan, iter(parts), grid, row_offsets, spec, scale, reread, background, release, prepare, tables
+        )
+        ahead = Ahead(builds, 1, "dask-windows-build") if background else None
+    source: Iterator[_Built] = ahead if ahead is not None else builds  # type: ignore[assignment]
     batch = spec.batch_size
     remaining = plan.num_windows
     carry: list[tuple] = []  # pieces of a batch begun in the previous buffer
@@ -333,6 +361,9 @@ def stream(
     try:
         for built in source:
             buffer, pos, total = built.buffer, built.skip, len(built.buffer.starts)
+            if last is not None and remaining <= total - pos:  # the plan's last buffer: readers idle from now
+                last()
+                last = None
             while pos < total and remaining > 0:
                 if not carried and min(total - pos, remaining) >= batch:
                     # A run of full batches: the gather and the checks chosen once for the run.
@@ -394,5 +425,5 @@ def stream(
     finally:  # (no module globals here: this may run while the interpreter exits)
         if ahead is not None:
             ahead.close(interrupt)
-        else:
+        elif builds is not None:
             builds.close()

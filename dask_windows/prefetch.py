@@ -74,6 +74,11 @@ class _Results:
             self.closed = True
             self.ready.notify_all()
 
+    def failed(self) -> bool:
+        """Whether an exception waits among the results not yet taken."""
+        with self.ready:
+            return any(isinstance(item, _Failure) for item in self.items.values())
+
 
 def _read_ahead(
     read: Callable[[Any], Any],
@@ -179,13 +184,14 @@ class _Threads:
             interrupt()  # wake a thread waiting on something else, now that it will see the stop
         self.results.close()  # wake a consumer waiting in another thread
 
-    def close(self, interrupt: Callable[[], None] | None = None) -> None:
+    def close(self, interrupt: Callable[[], None] | None = None, timeout: float | None = None) -> None:
         self.signal(interrupt)
         if self._finalizing():  # an iterator left open at exit: daemon threads are stopped, not joined
             return
+        deadline = None if timeout is None else time.monotonic() + timeout
         for thread in self.threads:
             if thread is not self._current_thread():
-                thread.join()
+                thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     def alive(self) -> bool:
         return any(t.is_alive() for t in self.threads)
@@ -203,6 +209,12 @@ class _Background:
     def alive(self) -> bool:
         """Whether a background thread is running."""
         return self._threads is not None and self._threads.alive()
+
+    @property
+    def failed(self) -> bool:
+        """Whether an exception of the thread waits for the consumer (relayed when its item is taken)."""
+        threads = self._threads
+        return threads is not None and threads.results.failed()
 
     def __del__(self) -> None:
         try:
@@ -240,6 +252,20 @@ class Prefetcher(_Background):
             count = max(1, min(threads, depth, len(self._keys)))
             self._threads = _Threads(_read_ahead, (read, self._keys), depth, count, name)
 
+    @property
+    def keys(self) -> list[Any]:
+        """What is read, in order."""
+        return self._keys
+
+    @property
+    def started(self) -> int:
+        """Keys whose read has begun (on the threads, or taken without them)."""
+        threads = self._threads
+        if threads is None:
+            return self._taken
+        with threads.results.ready:
+            return min(max(threads.results.next_key, self._taken), len(self._keys))
+
     def __iter__(self) -> Iterator[Any]:
         return self
 
@@ -260,12 +286,16 @@ class Prefetcher(_Background):
         self._taken += 1
         return item
 
-    def close(self) -> None:
-        """Stop reading ahead and join the threads (idempotent, from any thread)."""
+    def close(self, timeout: float | None = None) -> None:
+        """Stop reading ahead and join the threads (idempotent, from any thread).
+
+        Args:
+            timeout: Seconds to wait for the threads (a read in flight finishes first); ``None``: no limit.
+        """
         threads, self._threads = self._threads, None
         self._closed = True
         if threads is not None:
-            threads.close()
+            threads.close(timeout=timeout)
 
 
 class Ahead(_Background):
@@ -303,13 +333,14 @@ class Ahead(_Background):
         self._taken += 1
         return item
 
-    def close(self, interrupt: Callable[[], None] | None = None) -> None:
+    def close(self, interrupt: Callable[[], None] | None = None, timeout: float | None = None) -> None:
         """Stop the thread and join it (idempotent).
 
         Args:
             interrupt: Called after the stop is signalled and before the join, to wake the thread
                 where it waits on something else (the readers it pulls pieces from).
+            timeout: Seconds to wait for the thread; ``None``: no limit.
         """
         threads, self._threads = self._threads, None
         if threads is not None:
-            threads.close(interrupt)
+            threads.close(interrupt, timeout)

@@ -6,6 +6,10 @@ processes) and to ``buffer.stream``; ``read_unit`` and ``read_part`` read and
 decode one partition's pieces, recording unreadable ones with
 ``on_error="skip"``. Each function takes the dataset whose pass it serves.
 
+``open_reads`` starts a plan's readers; ``batches`` takes those ``nextpass`` started
+ahead for this very plan when there are, and starts the next pass's once the
+consumer takes this pass's last buffer.
+
 Units are read in pairs of buffers where ``pairs.pairs_allowed`` says so
 (``pairs.PairedReads``). ``piece_cells`` gives the plan the windows in each of
 the source's decode units (``Source.decode_units``).
@@ -21,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from torch.utils.data import get_worker_info
 
+from dask_windows import nextpass
 from dask_windows.blocks import merge_rows
 from dask_windows.buffer import (
     Part,
@@ -49,7 +54,9 @@ if TYPE_CHECKING:
 __all__ = [
     "READ_THREADS",
     "BufferArena",
+    "Reads",
     "batches",
+    "open_reads",
     "piece_cells",
     "plan",
     "pool_workers",
@@ -63,31 +70,99 @@ __all__ = [
 READ_THREADS = 2  # pieces read at once by the prefetcher (Parquet files and object stores)
 
 
-def batches(ds: WindowDataset, plan: Any, progress: Any = None) -> Iterator[Any]:
+def batches(ds: WindowDataset, plan: Any, progress: Any = None, this_pass: tuple | None = None) -> Iterator[Any]:
     """The batches of ``plan``, read ahead on the prefetch thread or by the ``read_workers`` pool.
 
     Args:
         ds: The dataset being iterated.
         plan: This reader's plan (``WindowDataset._plan``).
         progress: This pass's resume counter, or ``None``.
+        this_pass: ``(epoch, reader's World)`` of a pass that ``iter(ds)`` started: its first buffer
+            may have been read ahead (``nextpass.claim``), and once its last buffer is taken the next
+            pass's is read ahead (``nextpass.begin``); ``None``: neither.
 
     Yields:
         The batches, each counted by the dataset's resumer before it is yielded.
+    """
+    claimed = nextpass.claim(ds, plan, this_pass) if this_pass is not None else None
+    reads, started = claimed if claimed is not None else (open_reads(ds, plan), None)
+    parts = _flat(reads.reader) if started is None else iter(())
+
+    def reread(seg: Any) -> Part | None:
+        return read_part(ds, seg, PartitionReader(ds.source, [seg.partition], list(ds.spec.columns)))
+
+    last = None
+    begun: list[Any] = []  # the next pass's read-ahead, once this pass's last buffer is taken
+    if this_pass is not None and nextpass.wanted(ds, reads, plan):
+        spares = reads.arena.spares if reads.arena is not None else None
+        epoch, world = this_pass
+        last = lambda: begun.append(nextpass.begin(ds, epoch, world, spares=spares))
+    arena = reads.arena
+    try:
+        batches = stream(
+            plan, parts, ds.grid, ds.row_offsets, ds.spec, ds._emit, ds._per_batch_normalize(), reread,
+            background=reads.background, interrupt=reads.reader.close,
+            release=None if arena is None else arena.release,
+            prepare=None if arena is None else arena.planned_starts, started=started, last=last,
+        )  # fmt: skip
+        for batch in batches:
+            ds._resumer.step(progress)  # counted before the consumer gets it: a state then includes it
+            yield batch
+    finally:
+        if progress is not None:
+            ds._resumer.end(progress)
+        reads.close()
+        for pending in begun:  # (no module globals here: this may run while the interpreter exits)
+            try:
+                if pending is not None:
+                    pending.arm()  # the next pass's first buffer waits from now on (``next_pass_seconds``)
+            except Exception:  # pragma: no cover - the interpreter is exiting
+                pass
+
+
+class Reads:
+    """What reads a pass's pieces: the reader the builder takes parts from, and what it needs.
+
+    Attributes:
+        reader: A ``Prefetcher`` of the plan's units, or a ``readpool.BufferReads``.
+        source_reader: The pass's reader of its partitions.
+        arena: The arrays buffers are decoded into (``BufferArena``).
+        background: Whether buffers are built on a builder thread (``prefetch_partitions >= 1``).
+        paired: Whether buffers are read in pairs (``pairs.PairedReads``).
+    """
+
+    def __init__(
+        self, reader: Any, source_reader: Any, arena: BufferArena | None, background: bool, paired: bool = False
+    ) -> None:
+        self.reader, self.source_reader, self.arena, self.background = reader, source_reader, arena, background
+        self.paired = paired
+
+    def close(self) -> None:
+        """Stop the reads and join their threads."""
+        self.reader.close()
+        self.source_reader.close()
+
+
+def open_reads(ds: WindowDataset, plan: Any, spares: Spares | None = None) -> Reads:
+    """The reads of ``plan``: the ``read_workers`` pool, or reader threads started now (``Prefetcher``).
+
+    ``spares``: the pool of dropped buffers' memory the arena draws from (default: a new one).
     """
     units = piece_units(plan)  # a buffer's pieces of one partition are read together
     source_reader = ds.source.reader([unit[0].partition for unit in units], list(ds.spec.columns))
     reader: Any
     background = False  # buffers built on a builder thread (see pipeline)
-    arena: BufferArena | None = None
+    pairs: Any = None
+    arena = BufferArena(ds, plan, units)  # the reader threads decode a buffer's units into one array
+    if spares is not None:
+        arena.spares = spares
     workers = pool_workers(ds)
     if workers:  # whole buffers read by the read workers, the first one here (see readpool)
         from dask_windows.readpool import BufferReads, pool_for
 
-        arena = BufferArena(ds, plan, units)
         reader = BufferReads(ds, pool_for(ds, workers), arena, source_reader, workers)
         background = True
     else:
-        arena = BufferArena(ds, plan, units)  # the reader threads decode a buffer's units into one array
         threads = READ_THREADS if ds.source.reads_in_processes else 1  # file/object-store reads release the GIL
         depth = read_ahead(ds, plan, units, threads)
         background = depth > 0
@@ -96,25 +171,7 @@ def batches(ds: WindowDataset, plan: Any, progress: Any = None) -> Iterator[Any]
         pairs = pairing.PairedReads(ds, units, source_reader, arena) if pairing.pairs_allowed(ds, units) else None
         read: Any = pairs.read if pairs is not None else (lambda unit: read_unit(ds, unit, source_reader, arena))
         reader = Prefetcher(read, units, depth, threads=threads)
-    parts = _flat(reader)
-
-    def reread(seg: Any) -> Part | None:
-        return read_part(ds, seg, PartitionReader(ds.source, [seg.partition], list(ds.spec.columns)))
-
-    try:
-        batches = stream(
-            plan, parts, ds.grid, ds.row_offsets, ds.spec, ds._emit, ds._per_batch_normalize(), reread,
-            background=background, interrupt=reader.close, release=None if arena is None else arena.release,
-            prepare=None if arena is None else arena.planned_starts,
-        )  # fmt: skip
-        for batch in batches:
-            ds._resumer.step(progress)  # counted before the consumer gets it: a state then includes it
-            yield batch
-    finally:
-        if progress is not None:
-            ds._resumer.end(progress)
-        reader.close()
-        source_reader.close()
+    return Reads(reader, source_reader, arena, background, pairs is not None)
 
 
 def read_ahead(ds: WindowDataset, plan: Any, units: list[tuple], threads: int) -> int:

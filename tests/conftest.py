@@ -9,3 +9,16 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 torch.set_num_threads(1)
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _release_next_passes():
+    """Each test's read-ahead of a next pass (``nextpass``) ends with the test: its threads and buffers
+    must not show in the next test's thread or memory checks (a module-scoped dataset keeps one)."""
+    yield
+    from dask_windows import nextpass
+
+    nextpass.release_all()

@@ -315,7 +315,7 @@ def many_root(many, tmp_path_factory):
 def test_paired_reads_yield_the_bits_of_reads_apart_with_fewer_decodes(many, many_root, monkeypatch, kw, fewer):
     from dask_windows import pairs, reading
 
-    settings = {**KW, "buffer_partitions": 1, **kw}
+    settings = {**KW, "buffer_partitions": 1, "next_pass_seconds": 0, **kw}  # decodes of one pass (no read-ahead)
     ds = dw.WindowDataset(many_root, **settings)
     ds.set_epoch(4)
     units = reading.piece_units(ds._plan(World()))

@@ -125,6 +125,11 @@ class Source:
         (no column whose dtype depends on the rows read, as integers with nulls do)."""
         return False
 
+    def unchanged(self, indices: Sequence[int]) -> bool:
+        """Whether partitions ``indices`` are still what the source opened, as far as a cheap check
+        tells (``nextpass`` asks before it uses rows read ahead); default: nothing to check."""
+        return True
+
     def decode_units(self, index: int) -> np.ndarray | None:
         """``(G+1,)`` partition rows where each unit the source decodes whole begins (Parquet row
         groups), then the partition's row count; ``None`` where reading any rows costs only those

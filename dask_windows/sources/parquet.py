@@ -209,6 +209,23 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
             ((ids[p].size if p in ids else None) or self._footers[p].size, self._footers[p].raw) for p in self.files
         )
 
+    def unchanged(self, indices: Sequence[int]) -> bool:
+        """Local files of ``indices``: still the size and ``mtime`` recorded at open (one ``stat``
+        each); remote files are checked by their reads only (``identity``), so ``True``."""
+        if not self.local:
+            return True
+        from dask_windows.sources import identity
+
+        ids = getattr(self, "_identities", {})
+        for path in {self.partitions[i].key[0] for i in indices}:
+            expected = ids.get(path)
+            try:
+                if expected is not None and identity.local(path) != expected:
+                    return False
+            except OSError:
+                return False
+        return True
+
     def continues(self, index: int) -> bool:
         """Partitions of one file cut at row groups follow each other (keys are ``(path, row groups)``)."""
         return index > 0 and self.partitions[index].key[0] == self.partitions[index - 1].key[0]

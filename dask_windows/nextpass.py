@@ -1,0 +1,336 @@
+"""The next pass's first buffer, read while this pass's last buffer is drained.
+
+A pass waits for its first buffer before its first batch; with the piece
+order (``plan.piece_order``) that buffer spans row groups of every file, so on
+a small dataset whose epochs last a fraction of a second the wait is a large
+share of the epoch. Yet while the consumer drains a pass's last buffer the
+readers and the builder have nothing to do. So when the consumer takes that
+buffer (``pipeline.stream``'s ``last``), ``begin`` plans the pass the dataset
+will most likely run next (the next epoch, or the one ``set_epoch`` chose during
+the pass; the same reader; nothing skipped)
+and starts its readers and builder (``reading.open_reads``,
+``pipeline.start_builder``): they read and build its first buffer (with the
+second's pieces when reads are paired, ``pairs``) and then wait, as they wait
+during a pass for the consumer to take a buffer. The next ``iter()`` compares
+its own plan and configuration with the one read ahead (``claim``): the same,
+it takes over those threads and buffers; else they are stopped and it reads as
+before. What a pass yields is a function of its plan alone, so batches are the
+same bit for bit either way.
+
+What it holds, and when it lets go: from the last buffer's drain to the next
+``iter()``, one buffer (two with paired reads, which it reads only in passes of
+4 buffers or more: they hold three while the pair ``(2, 3)`` is read) and the
+read-ahead's pieces: what a pass holds while it drains a buffer and builds the
+next, so no more than a pass's peak (docs/memory.md), plus the next pass's plan.
+It is released, its threads stopped and joined (at most ``JOIN_SECONDS``; a read
+in flight then ends on its own), by ``close()``, by ``set_epoch`` to another
+epoch, by ``load_state_dict``, when the dataset is garbage collected, before the
+process forks (no reader thread inside pyarrow at a fork), when the next pass's
+plan differs, and ``next_pass_seconds`` (default 30) after the pass ends if no
+pass claims it: a validation loop that runs between two epochs holds it that
+long, at no CPU cost. ``next_pass_seconds=0`` (or ``prefetch_partitions=0``)
+turns it off; it is also off where the next pass's plan (``PLAN_BYTES_PER_PIECE``
+per piece, held beside this pass's) would take more than ``1 / PLAN_SHARE`` of a
+buffer, with ``read_workers``, with ``on_error="skip"`` (a skip is recorded and
+warned by the pass that reads it), for elastic resumes and, in a DataLoader
+worker, for the worker's first pass (a worker that is not persistent ends after
+it). A file changed since the dataset was opened is caught as today: local files
+are checked again (``Source.unchanged``, one ``stat`` each) before the buffer is
+used, and a change drops it, so the pass reads the file itself and raises
+today's error; remote files are checked by their reads only, as in a pass. An
+exception in the read ahead is never raised there: the pass drops what was read
+and reads again.
+
+The trade-off: the first batch of a pass comes sooner (or at once) for memory
+the pass already had and a thread that waits between passes; a pass that is
+not the one predicted wastes one first buffer's reads.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from torch.utils.data import get_worker_info
+
+from dask_windows.prefetch import Ahead, Prefetcher
+from dask_windows.world import World
+
+if TYPE_CHECKING:
+    from dask_windows.dataset import WindowDataset
+    from dask_windows.plan import EpochPlan
+    from dask_windows.reading import Reads
+    from dask_windows.spares import Spares
+
+__all__ = [
+    "JOIN_SECONDS",
+    "NEXT_PASS_SECONDS",
+    "PLAN_BYTES_PER_PIECE",
+    "PLAN_SHARE",
+    "begin",
+    "check_seconds",
+    "claim",
+    "keep_only",
+    "planned",
+    "release",
+    "release_all",
+    "wanted",
+]
+
+log = logging.getLogger(__name__)
+
+NEXT_PASS_SECONDS = 30.0  # default ``next_pass_seconds``: how long a first buffer read ahead waits for its pass
+PLAN_BYTES_PER_PIECE = 200  # a plan's bookkeeping per piece (segment, unit, arena entry; 160 B measured for the plan)
+PLAN_SHARE = 8  # read ahead only where the next pass's plan takes at most 1/PLAN_SHARE of a buffer's memory
+JOIN_SECONDS = 5.0  # longest wait for the threads of a released read-ahead (a read in flight finishes alone)
+_SLOT = "_next_pass"  # the dataset's attribute holding its read-ahead (never pickled)
+_LIVE: weakref.WeakSet[_NextPass] = weakref.WeakSet()  # read-aheads not yet taken or released
+
+
+def check_seconds(value: Any) -> float:
+    """``next_pass_seconds`` validated: a number ``>= 0``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError(
+            f"next_pass_seconds={value!r} must be a number of seconds >= 0 (how long the next pass's first "
+            "buffer, read while the last buffer is drained, waits for that pass); 0 turns it off"
+        )
+    return float(value)
+
+
+class _NextPass:
+    """One pass's readers and builder, started ahead of its ``iter()``; taken once or released once."""
+
+    def __init__(
+        self, owner: WindowDataset, key: tuple, plan: EpochPlan, reads: Reads, builder: Ahead, seconds: float
+    ) -> None:
+        self.owner = weakref.ref(owner)  # the threads hold a proxy: the dataset can be collected
+        self.pid = os.getpid()  # a forked DataLoader worker inherits the attribute, not the threads
+        self.key, self.plan, self.seconds = key, plan, seconds
+        self.reads: Reads | None = reads
+        self.builder: Ahead | None = builder
+        self.done = threading.Event()  # taken or released: the timer stops waiting
+        self._lock = threading.Lock()
+        self._timer: threading.Thread | None = None
+        self._finalizer = weakref.finalize(owner, self.release)  # the dataset collected
+        self._finalizer.atexit = False  # at exit the threads are stopped by prefetch's atexit hook
+        _LIVE.add(self)
+
+    def take(self) -> bool:
+        """Own it (once, from any thread); ``False`` when it was taken or released already, or in a
+        forked process (a copy: the threads and locks are the parent's)."""
+        if self.pid != os.getpid():
+            return False
+        with self._lock:
+            if self.done.is_set():
+                return False
+            self.done.set()
+        self._finalizer.detach()
+        return True
+
+    def release(self) -> None:
+        """Stop and join its threads (bounded) and drop its buffers, unless it was taken."""
+        if self.take():
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        """After ``take``: stop the builder and the readers, join them at most ``JOIN_SECONDS`` each."""
+        reads, builder, self.reads, self.builder = self.reads, self.builder, None, None
+        if builder is not None and reads is not None:
+            builder.close(lambda: reads.reader.close(timeout=JOIN_SECONDS), timeout=JOIN_SECONDS)
+        if reads is not None:
+            reads.reader.close(timeout=JOIN_SECONDS)
+            reads.source_reader.close()
+        timer = self._timer
+        if timer is not None and timer is not threading.current_thread():
+            timer.join(JOIN_SECONDS)
+
+    def arm(self) -> None:
+        """Start counting ``seconds``: released then if nothing took it (a named daemon thread waits)."""
+        if self._timer is not None or self.done.is_set():
+            return
+        self._timer = threading.Thread(target=_expire, args=(self,), name="dask-windows-next-pass", daemon=True)
+        self._timer.start()
+
+    def failed(self) -> bool:
+        """Whether the read ahead raised (the exception waits in the builder's or the readers' results)."""
+        return bool(
+            (self.builder is not None and self.builder.failed) or (self.reads is not None and self.reads.reader.failed)
+        )
+
+    def partitions_read(self) -> list[int]:
+        """Partitions whose pieces the readers have begun to read."""
+        reader = self.reads.reader if self.reads is not None else None
+        if not isinstance(reader, Prefetcher):
+            return []
+        return sorted({unit[0].partition for unit in reader.keys[: reader.started]})
+
+
+def _expire(pending: _NextPass) -> None:
+    if not pending.done.wait(pending.seconds):
+        log.debug("the next pass's first buffer was not claimed within %.0f s: released", pending.seconds)
+        pending.release()
+
+
+def _key(ds: WindowDataset, epoch: int, world: World) -> tuple:
+    """What a pass's buffers depend on besides its plan: compared by value, then by identity."""
+    return (epoch, world, ds.spec, ds.on_error), (ds.grid, ds.source, ds._normalize, ds.row_offsets)
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    return a[0] == b[0] and len(a[1]) == len(b[1]) and all(x is y for x, y in zip(a[1], b[1]))
+
+
+def wanted(ds: WindowDataset, reads: Reads, plan: EpochPlan) -> bool:
+    """Whether the pass of ``plan``, served by ``reads``, reads the next pass's first buffer ahead.
+
+    Not with paired reads in a pass of fewer than 4 buffers: the read-ahead of buffers 0 and 1 while
+    the last one drains holds three buffers, which such a pass never holds (with 4 or more, the pair
+    ``(2, 3)`` is read while buffer 1 drains: three already). Nor where the next pass's plan, held
+    beside this pass's from the last buffer on, would take more than ``1 / PLAN_SHARE`` of a buffer's
+    memory (``PLAN_BYTES_PER_PIECE`` per piece: many pieces of a few rows, as 1,024 pieces of 64
+    rows per partition of a memmap give).
+    """
+    if getattr(ds, "next_pass_seconds", NEXT_PASS_SECONDS) <= 0 or ds.on_error != "raise":
+        return False
+    if not reads.background or not isinstance(reads.reader, Prefetcher):  # no threads, or read_workers
+        return False
+    if reads.paired and len(plan.buffers) < 4:
+        return False
+    if _plan_bytes(plan) * PLAN_SHARE > _buffer_bytes(ds):
+        return False  # the next pass's plan would weigh beside the buffers: many pieces of a few rows
+    # Not in a DataLoader worker's first pass: its process may end with it (not persistent).
+    return get_worker_info() is None or getattr(ds, "_worker_passes", 0) >= 2
+
+
+def _plan_bytes(plan: EpochPlan) -> int:
+    """About what a plan and its pass's unit tables hold in memory (``PLAN_BYTES_PER_PIECE`` per piece)."""
+    return PLAN_BYTES_PER_PIECE * sum(len(group) for group in plan.buffers)
+
+
+def _buffer_bytes(ds: WindowDataset) -> int:
+    """About the decoded bytes of one buffer: ``buffer_partitions`` partitions of the mean size."""
+    partitions = ds.source.partitions
+    rows = sum(p.num_rows for p in partitions) / max(len(partitions), 1)
+    return int(rows * ds.spec.buffer_partitions * len(ds.spec.features) * 4)
+
+
+def begin(ds: WindowDataset, epoch: int, world: World, spares: Spares | None = None) -> _NextPass | None:
+    """Start reading the first buffer of ``world``'s next pass (called on the consumer's thread).
+
+    The pass after ``epoch``'s: over the epoch ``set_epoch`` chose meanwhile if it chose another,
+    else over ``epoch + 1`` (``epochs``: what the next pass claims when nothing pins it).
+
+    Args:
+        ds: The dataset.
+        epoch: The epoch of the pass whose last buffer is being drained.
+        world: Its reader.
+        spares: That pass's pool of dropped buffers' memory, for the next pass's buffers.
+
+    Returns:
+        The read-ahead (``arm`` it when the pass that started it ends), or ``None``. Never raises:
+        whatever goes wrong here is left for the pass itself to meet.
+    """
+    reads = None
+    try:
+        release(ds)  # an earlier one no pass took
+        from dask_windows import reading
+        from dask_windows.pipeline import start_builder
+        from dask_windows.sources import PartitionReader
+
+        pinned = ds.epoch  # this pass's epoch, or the one set_epoch chose since it began
+        epoch = pinned if pinned != epoch else epoch + 1
+        plan = ds._plan(world, 0, epoch)
+        if plan.num_windows <= 0:
+            return None
+        proxy: Any = weakref.proxy(ds)
+        reads = reading.open_reads(proxy, plan, spares)
+        arena = reads.arena
+        if not reads.background or not isinstance(reads.reader, Prefetcher) or arena is None:
+            reads.close()
+            return None
+        columns = list(ds.spec.columns)
+
+        def reread(seg: Any) -> Any:
+            return reading.read_part(proxy, seg, PartitionReader(proxy.source, [seg.partition], columns))
+
+        builder = start_builder(
+            plan, reading._flat(reads.reader), ds.grid, ds.row_offsets, ds.spec, ds._per_batch_normalize(),
+            reread, arena.release, arena.planned_starts,
+        )  # fmt: skip
+    except Exception:  # the pass reads it again and raises then, if it still fails
+        log.debug("reading the next pass's first buffer ahead failed; the pass will read it", exc_info=True)
+        if reads is not None:
+            reads.close()
+        return None
+    seconds = getattr(ds, "next_pass_seconds", NEXT_PASS_SECONDS)
+    pending = _NextPass(ds, _key(ds, epoch, world), plan, reads, builder, seconds)
+    ds.__dict__[_SLOT] = pending
+    return pending
+
+
+def planned(ds: WindowDataset, epoch: int, world: World, skip: int) -> EpochPlan | None:
+    """The plan the read-ahead was started from, when it is the plan of this pass (``skip`` batches
+    skipped, none for a read-ahead); else ``None``. Plans are pure: the same key, the same plan."""
+    pending = ds.__dict__.get(_SLOT)
+    if not isinstance(pending, _NextPass) or skip or pending.owner() is not ds or pending.pid != os.getpid():
+        return None
+    return pending.plan if _same(pending.key, _key(ds, epoch, world)) else None
+
+
+def claim(ds: WindowDataset, plan: EpochPlan, this_pass: tuple) -> tuple[Reads, Ahead] | None:
+    """The reads and builder of ``plan`` started ahead for this pass, or ``None`` (what was read is dropped).
+
+    Args:
+        ds: The dataset whose pass starts.
+        plan: The pass's plan.
+        this_pass: ``(epoch, World)`` of the pass.
+    """
+    pending = ds.__dict__.pop(_SLOT, None)
+    if not isinstance(pending, _NextPass):
+        return None
+    if pending.owner() is not ds or pending.pid != os.getpid():
+        return None  # a copy's (split, mixture view) or a forked process's: the owner keeps it
+    if not pending.take():
+        return None  # released meanwhile (timer)
+    reads, builder = pending.reads, pending.builder
+    same = _same(pending.key, _key(ds, *this_pass)) and (pending.plan is plan or pending.plan == plan)
+    if not same or reads is None or builder is None or pending.failed() or not _unchanged(ds, pending):
+        pending.shutdown()
+        return None
+    pending.reads = pending.builder = None
+    return reads, builder
+
+
+def _unchanged(ds: WindowDataset, pending: _NextPass) -> bool:
+    """Whether the files read ahead are still those the dataset opened (``Source.unchanged``)."""
+    check = getattr(ds.source, "unchanged", None)
+    return check is None or bool(check(pending.partitions_read()))
+
+
+def keep_only(ds: WindowDataset, epoch: int) -> None:
+    """Release the read-ahead unless it is for a pass over ``epoch`` (``set_epoch``)."""
+    pending = ds.__dict__.get(_SLOT)
+    if isinstance(pending, _NextPass) and pending.key[0][0] != epoch:
+        release(ds)
+
+
+def release(ds: WindowDataset) -> None:
+    """Stop the dataset's read-ahead, if any, and drop its buffers (``close``, ``load_state_dict``)."""
+    pending = ds.__dict__.pop(_SLOT, None)
+    if isinstance(pending, _NextPass) and pending.owner() is ds and pending.pid == os.getpid():
+        pending.release()
+
+
+def release_all() -> None:
+    """Release every read-ahead of this process: before a fork, and between tests."""
+    for pending in list(_LIVE):
+        if pending.pid == os.getpid():
+            pending.release()
+
+
+# A process forked (DataLoader workers started by fork after a pass in this process) while a reader
+# is inside pyarrow would inherit its locks held; so no read-ahead thread runs at a fork.
+os.register_at_fork(before=release_all)
