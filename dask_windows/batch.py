@@ -49,6 +49,7 @@ from numpy.lib.stride_tricks import as_strided
 __all__ = ["Gatherer", "OutputPool", "PathChoice", "normalize_per_sample"]
 
 _TORCH_MIN_BYTES = 256 << 10  # batches of features at least this large are gathered by torch's threads
+_LANE_RATIO = 8  # rows copied by a run's windows per buffer row, from which a run may go on two lanes
 _SETTLE_RATIO = 64  # rows copied by a buffer's windows per buffer row, from which its move to huge pages pays
 
 
@@ -325,12 +326,21 @@ class Gatherer:
         from dask_windows import lanes
 
         plain = self._scale is None and getattr(pool, "direct_bytes", None) is None  # no scaling, no slots
-        if plain and isinstance(self._numpy, _Runs) and lanes.worth(self._numpy, len(run), size):
+        rows = self._source.shape[1 if self.channel_major else 0]
+        dense = len(run) * self._window >= _LANE_RATIO * rows  # stride near the window: the readers need the core
+        if plain and dense and isinstance(self._numpy, _Runs) and lanes.worth(self._numpy, len(run), size):
             choice = getattr(pool, "lanes", None)
             if choice is None and pool is not None:
                 choice = pool.lanes = lanes.LaneChoice()  # kept by the stream's pool: one choice for its runs
-            yield from lanes.lane_batches(self._numpy, run, size, choice)
+            # against today's path, torch's threads included where they measure faster (PathChoice)
+            yield from lanes.lane_batches(
+                self._numpy, run, size, choice, alone=lambda part: self._alone(part, size, pool)
+            )
             return
+        yield from self._alone(run, size, pool)
+
+    def _alone(self, run: np.ndarray, size: int, pool: OutputPool | None) -> Iterator[np.ndarray]:
+        """``gather_run`` without lanes: numpy's run gather, or batch by batch where torch may copy."""
         gather = self.gather_for(size, pool)
         if isinstance(gather, _Runs):
             yield from gather.batches(run, size)

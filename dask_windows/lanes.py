@@ -243,14 +243,25 @@ def _timed(batches: Iterator[np.ndarray], spent: list[float], skip: int) -> Iter
 
 
 def lane_batches(
-    runs: Any, run: np.ndarray, size: int, choice: LaneChoice | None = None, ahead: int = AHEAD
+    runs: Any,
+    run: np.ndarray,
+    size: int,
+    choice: LaneChoice | None = None,
+    ahead: int = AHEAD,
+    alone: Callable[[np.ndarray], Iterator[np.ndarray]] | None = None,
 ) -> Iterator[np.ndarray]:
     """The batches of ``run`` (``len(run)`` a multiple of ``size``) that ``runs`` (a ``batch._Runs``) gathers.
 
-    Spans of units alternate as ``choice`` says: on the consumer alone, ``runs.batches`` itself;
+    Spans of units alternate as ``choice`` says: on the consumer alone, ``alone(part)`` (the path
+    without lanes: ``runs.batches`` by default, or the gather that also tries torch's threads);
     on both lanes, each unit ``runs.runs`` indexed once for its batches' runs. The same bits as
     ``runs.batches(run, size)`` either way.
     """
+    if alone is None:
+
+        def alone(part: np.ndarray) -> Iterator[np.ndarray]:
+            return runs.batches(part, size)
+
     channels, window = runs.channels, runs.window
     shape = (size, channels, window) if runs.offsets is not None else (size, window, channels)
     per = unit_batches(size, size * channels * window * runs.runs.itemsize)
@@ -284,7 +295,7 @@ def lane_batches(
                     lanes = Lanes(gather, units, ahead)
                 batches = both_lanes(lanes, u, u + span)
             else:
-                batches = runs.batches(run[u * per * size : (u + span) * per * size], size)
+                batches = alone(run[u * per * size : (u + span) * per * size])
             if timed:
                 spent = [0.0]
                 yield from _timed(batches, spent, 2 * per)

@@ -115,6 +115,19 @@ def test_two_lanes_give_the_oracle_and_the_one_thread_batches(root, frames, forc
         assert a.tobytes() == b.numpy().tobytes() == c.tobytes()
 
 
+def test_no_lane_where_the_stride_nears_the_window(root, forced):
+    # stride = window copies each row about once: the other core is the readers', not a lane's
+    args = dict(settings("NCL", 8), stride=WINDOW)
+    seen = []
+    for _ in dw.WindowDataset(root, **args):
+        seen.append(len(lane_threads()))
+    assert len(seen) > 3 and max(seen) == 0
+    dense = []
+    for _ in dw.WindowDataset(root, **settings("NCL", 8)):
+        dense.append(len(lane_threads()))
+    assert max(dense) >= 1  # the same data at stride 1 does use one
+
+
 def test_two_passes_and_a_resume_inside_a_run_give_the_same_batches(root, forced):
     args = settings("NCL", 8)
     ds = dw.WindowDataset(root, **args)
