@@ -34,6 +34,19 @@ def small_plans_allowed(monkeypatch):
     monkeypatch.setattr(nextpass, "PLAN_SHARE", 0)
 
 
+_EARLIER: set[threading.Thread] = set()
+
+
+@pytest.fixture(autouse=True)
+def earlier_threads():
+    """Threads alive before the test (a read pool kept by another file's dataset, ending on its own
+    schedule): not this test's to count."""
+    _EARLIER.clear()
+    _EARLIER.update(threading.enumerate())
+    yield
+    _EARLIER.clear()
+
+
 def write_files(path, files: int = FILES) -> str:
     rng = np.random.default_rng(0)
     frames = []
@@ -88,7 +101,7 @@ def claims(monkeypatch):
 
 
 def loader_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("dask-windows")]
+    return [t for t in threading.enumerate() if t.name.startswith("dask-windows") and t not in _EARLIER]
 
 
 def join_loader_threads() -> None:
