@@ -22,3 +22,16 @@ def _release_next_passes():
     from dask_windows import nextpass
 
     nextpass.release_all()
+
+
+@pytest.fixture(autouse=True)
+def _earlier_threads():
+    """The threads alive when each test begins, for ``helpers.threads_started_here``."""
+    import threading
+
+    from helpers import EARLIER_THREADS
+
+    EARLIER_THREADS.clear()
+    EARLIER_THREADS.update(threading.enumerate())
+    yield
+    EARLIER_THREADS.clear()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 import pandas as pd
@@ -116,3 +117,12 @@ def same_batches(a: list, b: list) -> bool:
     return len(a) == len(b) and all(
         len(x) == len(y) and all(np.array_equal(u, v) for u, v in zip(x, y)) for x, y in zip(a, b)
     )
+
+
+EARLIER_THREADS: set[threading.Thread] = set()  # alive when the running test began (tests/conftest.py)
+
+
+def threads_started_here(prefix: str = "dask-windows") -> list[threading.Thread]:
+    """The threads named ``prefix...`` that the running test started (not, say, a read pool kept by an
+    earlier file's dataset, which ends on its own schedule)."""
+    return [t for t in threading.enumerate() if t.name.startswith(prefix) and t not in EARLIER_THREADS]

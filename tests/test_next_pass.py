@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from helpers import collect, same_batches, write_parquet
+from helpers import collect, same_batches, threads_started_here, write_parquet
 
 import dask_windows as dw
 from dask_windows import nextpass
@@ -32,19 +32,6 @@ def small_plans_allowed(monkeypatch):
     """These partitions are a few KiB, less than their plans' bookkeeping (``nextpass.PLAN_SHARE``):
     allow the read-ahead anyway (``test_not_where_the_plan_outweighs_the_buffer`` restores the rule)."""
     monkeypatch.setattr(nextpass, "PLAN_SHARE", 0)
-
-
-_EARLIER: set[threading.Thread] = set()
-
-
-@pytest.fixture(autouse=True)
-def earlier_threads():
-    """Threads alive before the test (a read pool kept by another file's dataset, ending on its own
-    schedule): not this test's to count."""
-    _EARLIER.clear()
-    _EARLIER.update(threading.enumerate())
-    yield
-    _EARLIER.clear()
 
 
 def write_files(path, files: int = FILES) -> str:
@@ -101,7 +88,7 @@ def claims(monkeypatch):
 
 
 def loader_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("dask-windows") and t not in _EARLIER]
+    return threads_started_here("dask-windows")
 
 
 def join_loader_threads() -> None:

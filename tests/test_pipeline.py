@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from helpers import make_frames, oracle_starts, write_parquet
+from helpers import make_frames, oracle_starts, threads_started_here, write_parquet
 
 import dask_windows as dw
 from dask_windows import buffer
@@ -19,21 +19,9 @@ from dask_windows.errors import DataError
 from dask_windows.mixing import plan_batches
 from dask_windows.plan import rng_for
 
-_EARLIER: set[threading.Thread] = set()
-
-
-@pytest.fixture(autouse=True)
-def earlier_threads():
-    """Threads alive before the test (a read pool kept by another file's dataset, ending on its own
-    schedule): not this test's to count."""
-    _EARLIER.clear()
-    _EARLIER.update(threading.enumerate())
-    yield
-    _EARLIER.clear()
-
 
 def loader_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith("dask-windows-") and t not in _EARLIER]
+    return [t.name for t in threads_started_here("dask-windows-")]
 
 
 @pytest.fixture(autouse=True)
