@@ -120,6 +120,10 @@ class WindowDataset(IterableDataset):
             (the next epoch, same rank and worker) is read and built ahead, and kept this long after the
             pass ends for the next ``iter()`` to take (the same batches either way; see
             ``nextpass``): it holds one buffer (two with paired reads) meanwhile. ``0`` turns it off.
+        index: Parquet paths: the dataset index written by ``dask-windows index`` (or ``convert``), whose
+            one read replaces a read per file at open. ``None`` (default): the one beside a folder or
+            prefix, if any; a path: that one; ``False``: none. A stale index raises naming the file.
+            See docs/startup.md.
 
     Attributes:
         skipped: Partitions skipped in this process: at open, and while iterating in this process.
@@ -161,12 +165,15 @@ class WindowDataset(IterableDataset):
         cache_bytes: int | None = None,
         read_workers: int = 0,
         next_pass_seconds: float = NEXT_PASS_SECONDS,
+        index: Any = None,
     ) -> None:
         super().__init__()
         series_from_manifest = series is SERIES_FROM_MANIFEST
         if series_from_manifest:
             series = None
         options = source_options(threads, cache_dir, cache_bytes, partition_bytes, partition_rows)
+        if index is not None:
+            options["index"] = index  # Parquet paths only (see sources.footer_index)
         self.on_error = check_on_error(on_error)
         self.read_workers = check_int("read_workers", read_workers)
         self.next_pass_seconds = check_seconds(next_pass_seconds)
