@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import time
 import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -39,6 +40,7 @@ from dask_windows.sources.retry import RetryPolicy, resolve_retry, with_deadline
 from dask_windows.spec import WindowSpec
 from dask_windows.split import SeriesTable, cut_positions, split_grid
 from dask_windows.streams import elastic_batches
+from dask_windows.telemetry import Stats, Telemetry, rank_stats, watch_loader, watched
 from dask_windows.world import World, detect_worker, resolve_ranks
 
 __all__ = ["WindowDataset"]
@@ -168,6 +170,7 @@ class WindowDataset(IterableDataset):
         index: Any = None,
     ) -> None:
         super().__init__()
+        opening = time.perf_counter_ns()
         series_from_manifest = series is SERIES_FROM_MANIFEST
         if series_from_manifest:
             series = None
@@ -235,6 +238,7 @@ class WindowDataset(IterableDataset):
         spread = spread.get("manifest", {}).get("version", 1) >= 2  # chunks of a series by design
         order_remedy = "" if spread else check_series_order(self.runs, names, series, strict)
         check_windows(self.source, spec, self.runs, self.num_windows, order_remedy, self.skipped)
+        self._telemetry = Telemetry(time.perf_counter_ns() - opening)
 
     # -- topology ---------------------------------------------------------------------------
 
@@ -316,7 +320,7 @@ class WindowDataset(IterableDataset):
         world = World(self._ranks[0], self._ranks[1], worker, num_workers)
         elastic = self._resumer.elastic_share(epoch, world, self._shape())
         if elastic is not None:  # a state of another topology: this reader's part of the rest of the epoch
-            return shared(elastic_batches(self, *elastic, self._resumer.step))
+            return watched(self, shared(elastic_batches(self, *elastic, self._resumer.step)))
         reader, skip = self._resumer.begin(epoch, world, len(self))
         progress = self._resumer.progress  # this pass's own count: another iter() never moves it
         planned = nextpass.planned(self, epoch, reader, skip)  # the plan a read-ahead was started from
@@ -324,7 +328,21 @@ class WindowDataset(IterableDataset):
         if progress is not None:
             self._resumer.track(progress)
             weakref.finalize(batches, self._resumer.end, progress)  # also a pass dropped before its first batch
-        return shared(batches)  # in a DataLoader worker: each batch in a reused shared slot (see slots)
+        return watched(self, shared(batches))  # in a DataLoader worker: each batch in a reused shared slot (see slots)
+
+    def stats(self, all_ranks: bool = False) -> Stats:
+        """Where the current (or last) pass's time went in this process, and a verdict (see ``telemetry``).
+
+        Args:
+            all_ranks: Gather every rank's figures and name the slowest rank (a collective under an
+                initialised ``torch.distributed``: call it on every rank).
+        """
+        return rank_stats(self, all_ranks)
+
+    def watch(self, loader: Any) -> Iterator[Any]:
+        """``loader``'s batches, the training loop's exposed wait measured in this process (use it with
+        DataLoader workers, whose stages run in the workers; without workers iterating is enough)."""
+        return watch_loader(self, loader)
 
     def state_dict(self, batches: int | None = None, num_workers: int | None = None) -> dict:
         """Where the current epoch stands, as a small dict to save with the model checkpoint.

@@ -312,6 +312,7 @@ def stream(
     prepare: Callable[[int], PlannedStarts | None] | None = None,
     started: Ahead | None = None,
     last: Callable[[], None] | None = None,
+    waits: Callable[[Iterator[_Built], str], Iterator[_Built]] | None = None,
 ) -> Iterator[object]:
     """Yield ``emit(x, y, rows)`` for each batch of ``plan``.
 
@@ -338,6 +339,7 @@ def stream(
             those it was started with and are not used here.
         last: Called once, on the consumer's thread, when it takes the buffer holding the plan's
             final windows (the builder and the readers have nothing left to do then).
+        waits: Wraps the buffers' iterator to time the consumer's waits for them (``telemetry``).
     """
     scale = normalize if isinstance(normalize, tuple) else None
     builds, ahead = None, started
@@ -348,6 +350,8 @@ def stream(
         )
         ahead = Ahead(builds, 1, "dask-windows-build") if background else None
     source: Iterator[_Built] = ahead if ahead is not None else builds  # type: ignore[assignment]
+    if waits is not None:
+        source = waits(source, "buffer_wait_ns")
     batch = spec.batch_size
     remaining = plan.num_windows
     carry: list[tuple] = []  # pieces of a batch begun in the previous buffer

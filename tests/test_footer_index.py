@@ -48,9 +48,16 @@ def test_compact_footer_reads_the_same_rows(columns, row_groups):
     compact = compact_footer(raw)
     assert len(compact) < len(raw)
     whole = pq.read_metadata(io.BytesIO(data))
-    for footer in (compact, with_key_values(compact, key_values_field([(b"ARROW:schema", whole.metadata[b"ARROW:schema"])]))):
+    for footer in (
+        compact,
+        with_key_values(compact, key_values_field([(b"ARROW:schema", whole.metadata[b"ARROW:schema"])])),
+    ):
         meta = metadata_from_bytes(footer)
-        assert (meta.num_rows, meta.num_row_groups, meta.num_columns) == (whole.num_rows, whole.num_row_groups, whole.num_columns)
+        assert (meta.num_rows, meta.num_row_groups, meta.num_columns) == (
+            whole.num_rows,
+            whole.num_row_groups,
+            whole.num_columns,
+        )
         for g in range(meta.num_row_groups):
             for c in range(meta.num_columns):
                 a, b = meta.row_group(g).column(c), whole.row_group(g).column(c)
@@ -59,7 +66,9 @@ def test_compact_footer_reads_the_same_rows(columns, row_groups):
                     b.total_compressed_size,
                     b.dictionary_page_offset,
                 )
-                assert a.statistics is None or (a.statistics.null_count == b.statistics.null_count and not a.statistics.has_min_max)
+                assert a.statistics is None or (
+                    a.statistics.null_count == b.statistics.null_count and not a.statistics.has_min_max
+                )
         got = pq.ParquetFile(io.BytesIO(data), metadata=meta).read()
         if b"ARROW:schema" in (meta.metadata or {}):  # the Arrow types back: the very table
             assert got.equals(table)
@@ -78,7 +87,7 @@ def test_compact_footer_of_one_row_group_is_under_a_kib():
     assert len(compact_footer(raw)) <= 1024 < len(raw)
 
 
-@pytest.fixture()
+@pytest.fixture
 def local(tmp_path):
     frames = make_frames(seed=3, num_files=5)
     root = tmp_path / "data"

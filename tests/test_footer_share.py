@@ -78,7 +78,16 @@ def test_two_gloo_ranks_make_the_footer_requests_of_one(s3, tmp_path):
     s3.reset()
     procs = [
         subprocess.Popen(
-            [sys.executable, child, f"file://{tmp_path / 'rendezvous'}", str(r), "2", url, options, str(tmp_path / f"r{r}.npy")],
+            [
+                sys.executable,
+                child,
+                f"file://{tmp_path / 'rendezvous'}",
+                str(r),
+                "2",
+                url,
+                options,
+                str(tmp_path / f"r{r}.npy"),
+            ],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

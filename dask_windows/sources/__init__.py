@@ -109,9 +109,7 @@ def open_source(
             options["index"] = index
         return ParquetSource(data, storage_options, retry=retry, on_error=on_error, **options)
     if index not in (None, False):
-        raise ConfigError(
-            f"index={index!r} applies to Parquet files, not to {type(data).__name__}; leave index= out"
-        )
+        raise ConfigError(f"index={index!r} applies to Parquet files, not to {type(data).__name__}; leave index= out")
     if options.pop("cache_dir", None) is not None:  # what is not Parquet is read where it is
         options.pop("cache_bytes", None)
         log.info("cache_dir= applies to Parquet in a remote store; %s is read without it", type(data).__name__)

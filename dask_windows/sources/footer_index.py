@@ -127,7 +127,9 @@ def entries_bytes(
         columns["version"].append(None if ident is None or ident.version is None else str(ident.version))
         columns["rows"].append(list(footer.rows))
         columns["group_bytes"].append([meta.row_group(g).total_byte_size for g in range(meta.num_row_groups)])
-        columns["footer"].append(compact_footer(footer.raw) if compact and not isinstance(footer, IndexedFooter) else footer.raw)
+        columns["footer"].append(
+            compact_footer(footer.raw) if compact and not isinstance(footer, IndexedFooter) else footer.raw
+        )
         columns["digest"].append(bytes(footer_digest(footer)))
         columns["schema"].append(number)
         arrays = _int_runs(told)
@@ -186,7 +188,9 @@ def index_bytes(source: ParquetSource, root: str, series: str | None, compact: b
     the open did not tell are scanned from the series column (``series``)."""
     from dask_windows.sources.base import Source
 
-    one_partition = {p.key[0]: i for i, p in enumerate(source.partitions) if len(p.key[1]) == len(source._footers[p.key[0]].rows)}
+    one_partition = {
+        p.key[0]: i for i, p in enumerate(source.partitions) if len(p.key[1]) == len(source._footers[p.key[0]].rows)
+    }
     runs = []
     for path in source.files:
         told = source._tail_runs.get(path) if series == source._tail_series else None
@@ -263,7 +267,13 @@ def write_index(
     else:
         out_fs.pipe_file(target, blob)
     shown = target if _is_local(out_fs) else out_fs.unstrip_protocol(target)
-    return {"index": shown, "files": len(source.files), "bytes": len(blob), "bytes_per_file": len(blob) / len(source.files), "series": series}
+    return {
+        "index": shown,
+        "files": len(source.files),
+        "bytes": len(blob),
+        "bytes_per_file": len(blob) / len(source.files),
+        "series": series,
+    }
 
 
 def _is_local(fs: Any) -> bool:
@@ -301,7 +311,9 @@ def _header(table: Any) -> dict:
         raise DataError("not a dask_windows index (no index header)")
     header = json.loads(meta[_META_KEY])
     if header.get("format") != INDEX_FORMAT or header.get("version") != INDEX_VERSION:
-        raise DataError(f"an index of format {header.get('format')!r} version {header.get('version')!r}, not {INDEX_VERSION}")
+        raise DataError(
+            f"an index of format {header.get('format')!r} version {header.get('version')!r}, not {INDEX_VERSION}"
+        )
     return header
 
 
@@ -318,7 +330,9 @@ def find_index(fs: Any, data: Any, index: Any) -> tuple[str, bytes] | None:
         path = posixpath.join(fs._strip_protocol(os.fspath(data)).rstrip("/"), INDEX_NAME)
         if not fs.exists(path):  # answered from the listing's cache on an object store
             if index is True:
-                raise FileNotFoundError(f"no dataset index at {path}; write one with `dask-windows index {os.fspath(data)}`")
+                raise FileNotFoundError(
+                    f"no dataset index at {path}; write one with `dask-windows index {os.fspath(data)}`"
+                )
             return None
         return path, fs.cat_file(path)
     import fsspec
@@ -327,7 +341,9 @@ def find_index(fs: Any, data: Any, index: Any) -> tuple[str, bytes] | None:
     try:
         return path, index_fs.cat_file(path)
     except FileNotFoundError as exc:
-        raise FileNotFoundError(f"index={os.fspath(index)!r} does not exist; write it with `dask-windows index`") from exc
+        raise FileNotFoundError(
+            f"index={os.fspath(index)!r} does not exist; write it with `dask-windows index`"
+        ) from exc
 
 
 def opened_from_index(
@@ -364,9 +380,13 @@ def opened_from_index(
         table = _read_table(blob)
         header = _header(table)
     except DataError as exc:
-        raise DataError(f"{where} is not a readable dataset index ({exc}); write it again with `dask-windows index`") from exc
+        raise DataError(
+            f"{where} is not a readable dataset index ({exc}); write it again with `dask-windows index`"
+        ) from exc
     except Exception as exc:
-        raise DataError(f"{where} is not a readable dataset index ({exc}); write it again with `dask-windows index`") from exc
+        raise DataError(
+            f"{where} is not a readable dataset index ({exc}); write it again with `dask-windows index`"
+        ) from exc
     root = header["root"].rstrip("/")
     prefix = root + "/" if root else ""
     rel = table.column("path").to_pylist()
@@ -385,9 +405,7 @@ def opened_from_index(
         gone = sorted(set(position) - set(files))
         raise stale(gone[0], f"is in it but not there (deleted; {len(gone)} files in all)")
     schemas = [pa.ipc.read_schema(pa.py_buffer(base64.b64decode(s))) for s in header["schemas"]]
-    kv_fields = [
-        key_values_field([(b"ARROW:schema", base64.b64decode(k))]) if k else b"" for k in header["key_values"]
-    ]
+    kv_fields = [key_values_field([(b"ARROW:schema", base64.b64decode(k))]) if k else b"" for k in header["key_values"]]
     sizes = table.column("size").to_numpy()
     versions = table.column("version").to_pylist()
     rows = table.column("rows").to_pylist()

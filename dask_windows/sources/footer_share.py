@@ -22,7 +22,8 @@ and how many times this process opened it, so ranks that open the same
 datasets in the same order meet; any other order costs at worst the reads a
 rank would have made alone. The bytes are deleted from the store once every
 other rank took them. torch is never imported here: without it in
-``sys.modules`` no process group can exist.
+``sys.modules`` no process group can exist. ``DASK_WINDOWS_SHARE_FOOTERS=0``
+in the environment turns the sharing off (every rank reads its footers).
 """
 
 from __future__ import annotations
@@ -68,11 +69,25 @@ def open_footers(
         data_root = None
         if isinstance(data, (str, os.PathLike)) and not any(ch in os.fspath(data) for ch in "*?["):
             data_root = source.fs._strip_protocol(os.fspath(data)).rstrip("/")
-        where = path if index in (None, True) and source.local else (os.fspath(index) if index not in (None, True) else source._url(path))
-        opened = opened_from_index(blob, where, files, listed, source.local, partition_bytes, series, data_root, source._url)
+        where = (
+            path
+            if index in (None, True) and source.local
+            else (os.fspath(index) if index not in (None, True) else source._url(path))
+        )
+        opened = opened_from_index(
+            blob, where, files, listed, source.local, partition_bytes, series, data_root, source._url
+        )
         log.info("opened %s from its index %s (%d files, one read)", source.description, where, len(files))
         return opened
-    return shared_open(source, files, sizes, listed, partition_bytes, series, lambda: source._open_files(files, sizes, threads, partition_bytes, series))
+    return shared_open(
+        source,
+        files,
+        sizes,
+        listed,
+        partition_bytes,
+        series,
+        lambda: source._open_files(files, sizes, threads, partition_bytes, series),
+    )
 
 
 def _process_group() -> tuple[Any, int] | None:
@@ -100,7 +115,7 @@ def shared_open(
     open_here: Callable[[], dict],
 ) -> dict:
     """``open_here()`` on the first rank to open this listing; the others take its footers (see above)."""
-    group = _process_group()
+    group = _process_group() if os.environ.get("DASK_WINDOWS_SHARE_FOOTERS", "1") != "0" else None
     if group is None:
         return open_here()
     store, world = group
@@ -137,7 +152,16 @@ def shared_open(
     if blob == _FAILED:
         return open_here()
     return opened_from_index(
-        blob, "the footers another rank shared", files, listed, source.local, partition_bytes, series, None, source._url, check=False
+        blob,
+        "the footers another rank shared",
+        files,
+        listed,
+        source.local,
+        partition_bytes,
+        series,
+        None,
+        source._url,
+        check=False,
     )
 
 
