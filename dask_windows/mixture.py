@@ -51,6 +51,7 @@ from dask_windows.resume import Resumer, check_int
 from dask_windows.schedule import labels, member_counts, prefix_counts
 from dask_windows.slots import shared
 from dask_windows.streams import Chunks, reader_windows
+from dask_windows.telemetry import rank_stats, watch_loader, watched
 from dask_windows.world import World, detect_worker, resolve_ranks
 
 __all__ = ["Mixture", "mix"]
@@ -217,10 +218,18 @@ class Mixture(IterableDataset):
             for r, w, lo, hi in pieces:
                 start = self.reader_range(World(r, old_world, w, old_workers))[0]
                 ranges.append((start + lo, start + hi))
-            return shared(self._recut(epoch, ranges, sizes))
+            return watched(self, shared(self._recut(epoch, ranges, sizes)))
         num_batches = batches_per_rank(self.num_windows, world_size, self.batch_size, self.drop_last)
         reader, skip = self._resumer.begin(epoch, world, num_batches)
-        return shared(self._batches(epoch, *self.reader_range(reader, skip)))  # slots in DataLoader workers
+        return watched(self, shared(self._batches(epoch, *self.reader_range(reader, skip))))  # slots in workers
+
+    def stats(self, all_ranks: bool = False) -> Any:
+        """The mixture's ``telemetry.Stats``: the loop's wait on the mixture, its members' stages summed."""
+        return rank_stats(self, all_ranks)
+
+    def watch(self, loader: Any) -> Iterator[Any]:
+        """``loader``'s batches, the loop's wait measured in this process (as ``WindowDataset.watch``)."""
+        return watch_loader(self, loader)
 
     def state_dict(self, batches: int | None = None, num_workers: int | None = None) -> dict:
         """The position in the current epoch (same arguments as ``WindowDataset.state_dict``)."""

@@ -153,20 +153,23 @@ class Telemetry:
 
     def __init__(self, open_ns: int = 0) -> None:
         self.open_ns = open_ns
+        self.children: list[Telemetry] = []  # a mixture's members: their reads are the mixture's
         self._depth = 0  # watchers running: a nested one (the dataset inside a watched loader) only passes through
         self.begin_pass()
 
     def begin_pass(self) -> None:
+        for child in getattr(self, "children", ()):
+            child.begin_pass()
         self.batches = 0
         self.first_ns = self.wait_ns = self.step_ns = 0
         self.fetch_ns = self.fetch_bytes = self.decode_ns = self.reads = 0
         self.reads_waited_ns = self.buffer_wait_ns = 0
-        self.stages_seen = True
+        self.stages_seen = False  # until a pass is watched in this process
 
     def __getstate__(self) -> dict:  # (a DataLoader worker's copy starts its own counters)
         return {"open_ns": self.open_ns}
 
-    def __setstate__(self, state: dict) -> None:
+    def __setstate__(self, state: dict) -> None:  # (children: set again by telemetry_of)
         self.__init__(state["open_ns"])  # type: ignore[misc]
 
     def watch(self, batches: Iterable[Any], stages_here: bool = True) -> Iterator[Any]:
@@ -234,17 +237,22 @@ class Telemetry:
         self.fetch_bytes += nbytes
         self.reads += 1
 
+    def _total(self, name: str) -> int:
+        return getattr(self, name) + sum(child._total(name) for child in self.children)
+
     def snapshot(self, rank: int = 0) -> Stats:
         s = 1e-9
-        gather_ns = max(self.wait_ns + self.first_ns - self.buffer_wait_ns, 0)
+        fetch_ns, decode_ns = self._total("fetch_ns"), self._total("decode_ns")
+        buffer_wait_ns, reads_waited_ns = self._total("buffer_wait_ns"), self._total("reads_waited_ns")
+        gather_ns = max(self.wait_ns + self.first_ns - buffer_wait_ns, 0)
         verdict = judge(
             self.wait_ns * s,
             self.step_ns * s,
             max(self.batches - 1, 0),
             {
-                "fetch": self.fetch_ns * s / 2,  # two reader threads (reading.READ_THREADS)
-                "decode": self.decode_ns * s / 2,
-                "buffer": max(self.buffer_wait_ns - self.reads_waited_ns, 0) * s,
+                "fetch": fetch_ns * s / 2,  # two reader threads (reading.READ_THREADS)
+                "decode": decode_ns * s / 2,
+                "buffer": max(buffer_wait_ns - reads_waited_ns, 0) * s,
                 "gather": gather_ns * s,
             }
             if self.stages_seen
@@ -257,12 +265,12 @@ class Telemetry:
             first_batch_seconds=self.first_ns * s,
             wait_seconds=self.wait_ns * s,
             step_seconds=self.step_ns * s,
-            fetch_seconds=self.fetch_ns * s,
-            fetch_bytes=self.fetch_bytes,
-            decode_seconds=self.decode_ns * s,
-            reads=self.reads,
-            reads_waited_seconds=self.reads_waited_ns * s,
-            buffer_wait_seconds=self.buffer_wait_ns * s,
+            fetch_seconds=fetch_ns * s,
+            fetch_bytes=self._total("fetch_bytes"),
+            decode_seconds=decode_ns * s,
+            reads=self._total("reads"),
+            reads_waited_seconds=reads_waited_ns * s,
+            buffer_wait_seconds=buffer_wait_ns * s,
             gather_seconds=gather_ns * s,
             stages_seen=self.stages_seen,
             verdict=verdict,
@@ -307,6 +315,10 @@ def telemetry_of(ds: Any) -> Telemetry:
     telemetry = ds.__dict__.get("_telemetry")
     if telemetry is None:
         telemetry = ds.__dict__["_telemetry"] = Telemetry()
+    members = getattr(ds, "members", None)  # a Mixture: its members' stages are its own
+    if members is not None and not telemetry.children:
+        telemetry.children = [telemetry_of(m) for m in members]
+        telemetry.open_ns = sum(child.open_ns for child in telemetry.children)
     return telemetry
 
 
@@ -322,7 +334,14 @@ def watched(ds: Any, batches: Iterator[Any]) -> Iterator[Any]:
 
 def watch_loader(ds: Any, loader: Iterable[Any]) -> Iterator[Any]:
     """``loader``'s batches with the training loop's exposed wait counted on ``ds`` (see ``watched``)."""
-    here = getattr(loader, "num_workers", 0) == 0 and getattr(ds, "read_workers", 0) == 0
+    workers = 0
+    inner: Any = loader
+    for _ in range(4):  # a wrapper's loader (DevicePrefetcher.loader, ...) down to the DataLoader
+        workers = max(workers, getattr(inner, "num_workers", 0) or 0)
+        inner = getattr(inner, "loader", None)
+        if inner is None:
+            break
+    here = workers == 0 and getattr(ds, "read_workers", 0) == 0
     return telemetry_of(ds).watch(loader, stages_here=here)
 
 

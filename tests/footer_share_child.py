@@ -1,7 +1,8 @@
 """One gloo rank of tests/test_footer_share.py: ``python footer_share_child.py INIT RANK WORLD URL OPTIONS OUT``.
 
 Opens the dataset at ``URL`` (footers shared between the ranks through the process group's
-store), iterates epoch 0 and saves the window starts it got.
+store), iterates epoch 0 and saves the window starts it got, and every rank's batch count from
+``stats(all_ranks=True)``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ def main(init: str, rank: int, world: int, url: str, options: str, out: str) -> 
     ds = WindowDataset(url, storage_options=json.loads(options), return_index=True, **kw)
     ds.set_epoch(0)
     starts = [batch[-1].numpy() for batch in torch.utils.data.DataLoader(ds, batch_size=None)]
+    stats = ds.stats(all_ranks=True)  # a collective: every rank's figures, the slowest named
     np.save(out, np.concatenate(starts))
+    with open(out + ".json", "w") as dst:
+        json.dump({"ranks": [s.batches for s in stats.ranks], "slowest": stats.slowest_rank, "len": len(ds)}, dst)
     dist.barrier()
     dist.destroy_process_group()
 

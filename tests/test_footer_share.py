@@ -99,6 +99,9 @@ def test_two_gloo_ranks_make_the_footer_requests_of_one(s3, tmp_path):
     tails = [r for r in s3.log.requests if r.kind == "get" and r.range is not None and r.range.startswith("bytes=-")]
     assert len(tails) == files  # one tail GET per object for the whole job, not one per object and rank
     assert s3.log.count("list") == 2  # each rank lists (one request per 1,000 objects)
+    for r in range(2):  # telemetry gathered over the ranks: each rank's batches, the slowest named
+        stats = json.load(open(tmp_path / f"r{r}.npy.json"))
+        assert stats["ranks"] == [stats["len"]] * 2 and stats["slowest"] in (0, 1)
     got = np.sort(np.concatenate([np.load(tmp_path / f"r{r}.npy") for r in range(2)]))
     want = oracle_starts(s3.frames, "sid", 8, 2)
     assert len(np.unique(got)) == len(got) and np.isin(got, want).all() and len(got) >= len(want) - 1

@@ -113,3 +113,16 @@ def test_telemetry_pickles_as_fresh_counters():
     t.add_read(5, 6, 7)
     again = pickle.loads(pickle.dumps(t))
     assert again.open_ns == 123 and again.reads == 0
+
+
+def test_a_mixture_counts_the_loop_and_its_members_reads():
+    from dask_windows import mix
+
+    a, b = _dataset(), _dataset()
+    b.source.read_ranges = SlowReads(b.source.read_ranges, READ_DELAY)
+    mixture = mix({"a": a, "b": b}, batch_size=16)
+    batches = sum(1 for _ in mixture)
+    stats = mixture.stats()
+    assert batches == stats.batches == len(mixture)
+    assert stats.reads >= len(b.partitions) and stats.fetch_seconds >= READ_DELAY * len(b.partitions)
+    assert stats.open_seconds == pytest.approx(a.stats().open_seconds + b.stats().open_seconds)
