@@ -112,7 +112,7 @@ def job(url: str, options: dict, ranks: int, share: bool, work: str) -> list[dic
 
 
 def measure(kind: str, sizes: list[int], ranks: int, delay: float, work: str) -> dict:
-    from dask_windows.sources.footer_index import write_index
+    from dask_windows.sources.parquet.footer_index import write_index
 
     endpoint = None
     if kind == "s3":
@@ -171,7 +171,7 @@ def _requests(endpoint) -> str:
     """The job's requests at open (tail GETs, index GETs, LISTs) and for its first batches (data GETs)."""
     if endpoint is None:
         return "-"
-    from dask_windows.sources.footer_index import INDEX_NAME
+    from dask_windows.sources.parquet.footer_index import INDEX_NAME
 
     gets = [r for r in endpoint.log.requests if r.kind == "get"]
     tails = sum(1 for r in gets if r.range is not None and r.range.startswith("bytes=-"))

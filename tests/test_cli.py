@@ -241,7 +241,7 @@ def test_bench_prints_its_figures(converted):
         "gather",
     ):
         assert figure in text, text
-    from dask_windows.sources.footer_index import INDEX_NAME
+    from dask_windows.sources.parquet.footer_index import INDEX_NAME
 
     assert (root / "out" / INDEX_NAME).exists()  # convert wrote the dataset index
     report = json.loads(

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dask_windows import WindowDataset
-from dask_windows.telemetry import Telemetry, judge
+from dask_windows.runtime.telemetry import Telemetry, judge
 
 STEP = 0.03  # seconds of "training" per batch
 READ_DELAY = 0.15  # seconds added to every read of the slowed loader

@@ -26,7 +26,7 @@ except ImportError:  # pragma: no cover - the older package name
     except ImportError as exc:
         raise ImportError("dask_windows.integrations.lightning_stats needs Lightning: pip install lightning") from exc
 
-from dask_windows.telemetry import Stats, judge
+from dask_windows.runtime.telemetry import Stats, judge
 
 __all__ = ["WindowStats"]
 

@@ -10,7 +10,7 @@
    ``FileStore`` every ``init_process_group`` sets up), in the index's own
    format (full footers: no compaction to wait for). N ranks make the
    requests of one;
-3. else every footer is read (``parquet_open``).
+3. else every footer is read (``opening``).
 
 Why the store and not a broadcast: a collective hangs when one rank does not
 open the dataset (a validation set opened on rank 0 only). Through the store
@@ -36,7 +36,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from dask_windows.sources.footer_index import entries_bytes, find_index, opened_from_index
+from dask_windows.sources.parquet.footer_index import entries_bytes, find_index, opened_from_index
 
 if TYPE_CHECKING:
     from dask_windows.sources.parquet import ParquetSource
@@ -62,7 +62,7 @@ def open_footers(
     series: str | None,
     index: Any,
 ) -> dict:
-    """Every file of ``files`` opened (``parquet_open._Opened`` by path) from the cheapest place."""
+    """Every file of ``files`` opened (``opening._Opened`` by path) from the cheapest place."""
     found = find_index(source.fs, data, index)
     if found is not None:
         path, blob = found

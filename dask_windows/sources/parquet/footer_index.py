@@ -41,9 +41,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dask_windows.errors import DataError
-from dask_windows.sources.footer_compact import compact_footer, key_values_field, with_key_values
-from dask_windows.sources.footers import Footer, metadata_from_bytes
 from dask_windows.sources.identity import FileIdentity, FooterDigest
+from dask_windows.sources.parquet.footer_compact import compact_footer, key_values_field, with_key_values
+from dask_windows.sources.parquet.footers import Footer, metadata_from_bytes
 
 if TYPE_CHECKING:
     from dask_windows.sources.parquet import ParquetSource
@@ -358,7 +358,7 @@ def opened_from_index(
     url: Callable[[str], str],
     check: bool = True,
 ) -> dict:
-    """Each of ``files`` opened from the index ``blob`` (at ``where``), as ``parquet_open._Opened``.
+    """Each of ``files`` opened from the index ``blob`` (at ``where``), as ``opening._Opened``.
 
     Args:
         files: The files listed (full paths, as the filesystem names them).
@@ -374,7 +374,7 @@ def opened_from_index(
     import pyarrow as pa
 
     from dask_windows.sources import identity
-    from dask_windows.sources.parquet_open import _Opened
+    from dask_windows.sources.parquet.opening import _Opened
 
     try:
         table = _read_table(blob)
