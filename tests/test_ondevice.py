@@ -85,7 +85,7 @@ def test_every_window_once_with_the_oracle_values(data, stride):
     window, horizon = 8, 2
     ds = _open(root, "cpu", targets=["y"], horizon=horizon, stride=stride, return_index=True, batch_size=10)
     starts, seen = [], 0
-    table = np.concatenate([f[FEATURES + ["y"]].to_numpy(np.float32) for f in frames])  # (rows, C + 1)
+    table = np.concatenate([f[[*FEATURES, "y"]].to_numpy(np.float32) for f in frames])  # (rows, C + 1)
     for x, y, index in ds:
         rows = index.numpy()
         starts.append(rows)
@@ -103,7 +103,11 @@ def test_sample_normalization_within_float_rounding_of_the_host_and_the_oracle(d
     root, _ = data
     kw = {"normalize": "sample", "window": 24, "return_index": True, "batch_size": 32}
     host, device = list(_open(root, **kw)), list(_open(root, "cpu", **kw))
-    raw = {int(s): w for x, index in _open(root, "cpu", window=24, return_index=True, batch_size=32) for s, w in zip(index, x)}
+    raw = {
+        int(s): w
+        for x, index in _open(root, "cpu", window=24, return_index=True, batch_size=32)
+        for s, w in zip(index, x)
+    }
     assert len(host) == len(device)
     for (hx, hi), (dx, di) in zip(host, device):
         assert torch.equal(hi, di)
@@ -267,3 +271,22 @@ def test_cuda_batches_equal_the_host_batches(data):
     kw = {"targets": ["y", "z"], "horizon": 2, "return_index": True}
     device = [tuple(t.cpu() for t in b) for b in _open(root, "cuda", **kw)]
     _equal(list(_open(root, **kw)), device)
+
+
+def test_the_benchmark_counts_over_100x_fewer_bytes_at_stride_one_and_l512():
+    import pathlib
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        import bench_device
+    finally:
+        sys.path.pop(0)
+    args = bench_device.parse_args(["--sizes", "3000"])
+    data = bench_device.series(3000)
+    host, device = bench_device.epoch(data, None, args), bench_device.epoch(data, "cpu", args)
+    windows = 3000 - 512 + 1
+    assert host["windows"] == device["windows"] == windows and host["batches"] == device["batches"]
+    assert host["bytes"] == windows * 4 * 512 * 4  # every window's values
+    assert device["bytes"] == 3000 * 4 * 4 + windows * 8  # every row once, a start per window
+    assert host["bytes"] > 100 * device["bytes"]

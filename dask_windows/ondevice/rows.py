@@ -85,7 +85,7 @@ class DeviceRows:
             channels, rows = x.shape
             # (C * rows - L + 1, L): the run of L values from every flat position
             self._runs = flat.as_strided((max(flat.numel() - window + 1, 0), window), (1, 1))
-            self._offsets = torch.arange(channels, device=x.device, dtype=torch.int64) * rows  # (C,)
+            self._offsets: torch.Tensor | None = torch.arange(channels, device=x.device, dtype=torch.int64) * rows
         else:
             rows, channels = x.shape
             # (rows - L + 1, L * C): the window starting at every row, flattened
