@@ -209,12 +209,14 @@ def start_builder(
     reread: Callable[[Segment], Part | None] | None = None,
     release: Callable[[int], None] | None = None,
     prepare: Callable[[int], PlannedStarts | None] | None = None,
+    device: Any = None,
 ) -> Ahead:
     """The builder thread of ``stream(..., background=True)``, started now: it builds the plan's first
     buffer and waits for a consumer (``stream(..., started=...)``). Arguments as ``stream``'s."""
     scale = normalize if isinstance(normalize, tuple) else None
-    tables = normalize == "sample"
-    return Ahead(_builds(plan, iter(parts), grid, row_offsets, spec, scale, reread, True, release, prepare, tables))
+    tables = normalize == "sample" and device is None
+    builds = _builds(plan, iter(parts), grid, row_offsets, spec, scale, reread, True, release, prepare, tables)
+    return Ahead(builds if device is None else device.stage(builds))
 
 
 def _table_from(windows: int) -> int:

@@ -76,7 +76,11 @@ def test_device_batches_are_the_host_batches_bit_for_bit(data, kw):
     device = list(ds)
     _equal(list(_open(root, **kw)), device)
     assert all(t.device.type == "cpu" for b in device for t in _columns(b))
-    assert ds.device_traffic.batches == len(device) == len(ds)
+    traffic = ds.device_traffic
+    assert traffic.batches == len(device) == len(ds) and traffic.peak_resident <= 2
+    assert traffic.sent_late == 0  # every buffer sent by its builder (the consumer's, without a builder thread)
+    if kw.get("prefetch_partitions") == 0:
+        assert traffic.peak_resident == 1  # nothing is built ahead
 
 
 @pytest.mark.parametrize("stride", [1, 4])
@@ -142,6 +146,8 @@ def test_same_epoch_same_batches_and_another_epoch_another_order(data):
     host = _open(root, return_index=True)
     host.set_epoch(3)
     _equal(list(host), other)
+    # later passes' buffers too are sent ahead, by the builder nextpass started during the pass before
+    assert ds.device_traffic.sent_late == 0 and ds.device_traffic.peak_resident == 2
 
 
 def test_mid_epoch_resume_yields_the_rest_of_the_host_epoch(data):

@@ -2,9 +2,10 @@
 
 ``pipeline.stream`` hands a :class:`DeviceFeed` the pass's built buffers
 (``pipeline._Built``: the decoded rows and their permuted window starts).
-:meth:`DeviceFeed.stage` wraps the builder, so each buffer's rows go to the
-device on the builder thread as soon as the buffer is built, while the
-consumer still drains the previous one; :meth:`DeviceFeed.batches` walks the
+:meth:`DeviceFeed.stage` wraps the builder (a pass's, or the next pass's
+started ahead by ``nextpass``), so each buffer's rows go to the device on the
+builder thread as soon as the buffer is built, while the consumer still
+drains the previous one; :meth:`DeviceFeed.batches` walks the
 starts exactly as the host path does (same batches, same order, a batch may
 begin in one buffer and end in the next) and gathers every batch on the
 device from a ``(B,)`` start vector.
@@ -71,11 +72,17 @@ def resolve_device(device: Any) -> torch.device | None:
 class Traffic:
     """What a dataset's passes sent to the device, in this process.
 
+    A pass's count includes the next pass's first buffer when ``nextpass`` reads (and sends) it
+    ahead during the pass's last buffer (``next_pass_seconds``).
+
     Attributes:
         row_bytes: Bytes of the buffers' rows sent (features and targets).
         index_bytes: Bytes of the batches' start vectors (and ``return_index`` rows) sent.
         buffers: Buffers sent.
         batches: Batches gathered.
+        sent_late: Buffers that reached the consumer unsent (a builder without ``stage``): 0 where every
+            builder sends ahead. (With ``prefetch_partitions=0`` there is no builder thread: ``stage``
+            sends each buffer when the consumer takes it, and one buffer is resident at a time.)
         resident: Buffers whose rows are on the device now.
         peak_resident: The most at once (at most 2, see the module docstring).
     """
@@ -84,6 +91,7 @@ class Traffic:
     index_bytes: int = 0
     buffers: int = 0
     batches: int = 0
+    sent_late: int = 0
     resident: int = 0
     peak_resident: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -218,7 +226,9 @@ class DeviceFeed:
             if last is not None and remaining <= total - pos:  # the plan's last buffer: readers idle from now
                 last()
                 last = None
-            self._send(built)  # sent by ``stage`` unless a builder started elsewhere (``nextpass``) built it
+            if built.device is None:  # a builder that does not send (``stage``): sent here, on reaching it
+                self.traffic.sent_late += 1
+                self._send(built)
             while pos < total and remaining > 0:
                 take = min(batch - carried, total - pos, remaining)
                 built.wait(pos + take)
