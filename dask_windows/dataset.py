@@ -426,6 +426,7 @@ class WindowDataset(IterableDataset):
         out.num_windows = int(grid.windows_per_partition.sum())
         out._identity = None
         out._resumer = Resumer()
+        out.device_traffic = Traffic()  # its own passes' bytes
         out._epochs = copy.copy(self._epochs)
         out.__dict__.pop("_next_pass", None)  # the parent's read-ahead (see nextpass)
         if out.num_windows == 0:

@@ -166,6 +166,27 @@ def test_mid_epoch_resume_yields_the_rest_of_the_host_epoch(data):
     _equal(list(host), taken + list(resumed))
 
 
+def test_an_elastic_resume_on_one_rank_is_the_host_paths(data):
+    root, _ = data
+    states = []
+    for rank in (0, 1):  # two ranks stop after 3 batches each
+        ds = _open(root, "cpu", return_index=True, rank=rank, world_size=2)
+        it = iter(ds)
+        for _ in range(3):
+            next(it)
+        states.append(ds.state_dict())
+        del it
+    assert states[0] == states[1]
+    rest = []
+    for device in ("cpu", None):  # the rest of the epoch re-cut for one rank
+        ds = _open(root, device, return_index=True, world_size=1)
+        ds.load_state_dict(pickle.loads(pickle.dumps(states[0])))
+        rest.append(list(ds))
+    _equal(rest[1], rest[0])
+    taken = np.concatenate([index.numpy() for _, index in rest[0]])  # the rest: every window not yet yielded
+    assert len(taken) == len(np.unique(taken)) == _open(root).num_windows - 2 * 3 * 16
+
+
 def test_two_ranks_split_the_epoch_as_the_host_path_does(data):
     root, frames = data
     seen = []
