@@ -85,7 +85,8 @@ class DeviceRows:
             channels, rows = x.shape
             # (C * rows - L + 1, L): the run of L values from every flat position
             self._runs = flat.as_strided((max(flat.numel() - window + 1, 0), window), (1, 1))
-            self._offsets: torch.Tensor | None = torch.arange(channels, device=x.device, dtype=torch.int64) * rows
+            self._offsets: torch.Tensor | None = None  # (C,) flat position of each channel's row 0, made by ready()
+            self._rows = rows
         else:
             rows, channels = x.shape
             # (rows - L + 1, L * C): the window starting at every row, flattened
@@ -96,7 +97,9 @@ class DeviceRows:
             weakref.finalize(self, dropped)
 
     def ready(self) -> None:
-        """Order the current stream after the upload (CUDA; once, before the first gather)."""
+        """Order the current stream after the upload (CUDA); once, on the consumer's thread, before the first gather."""
+        if self.channel_major and self._offsets is None:  # on the consumer's stream, as the gathers
+            self._offsets = torch.arange(self._channels, device=self.x.device, dtype=torch.int64) * self._rows
         if self.event is None:
             return
         current = torch.cuda.current_stream(self.x.device)
@@ -108,8 +111,9 @@ class DeviceRows:
 
     def features(self, starts: torch.Tensor) -> torch.Tensor:
         """``(B, C, L)`` (or ``(B, L, C)``) of the windows starting at buffer rows ``starts`` (int64, on the device)."""
-        if self._offsets is None:
+        if not self.channel_major:
             return self._runs.index_select(0, starts).view(len(starts), self.window, self._channels)
+        assert self._offsets is not None  # made by ready()
         index = (starts[:, None] + self._offsets).reshape(-1)  # (B, C) -> (B * C,): each window's run per channel
         return self._runs.index_select(0, index).view(len(starts), self._channels, self.window)
 
