@@ -27,6 +27,7 @@ from torch.utils.data import get_worker_info
 
 from dask_windows.errors import SourceReadError
 from dask_windows.faults import record_skip, skip_allowed
+from dask_windows.ondevice import feed_for
 from dask_windows.planning.plan import plan_reader
 from dask_windows.planning.world import World
 from dask_windows.runtime.blocks import merge_rows
@@ -41,7 +42,6 @@ from dask_windows.runtime.buffer import (
     plan_starts,
     unit_rows,
 )
-from dask_windows.ondevice import feed_for
 from dask_windows.runtime.memory import small_pages_map
 from dask_windows.runtime.pipeline import stream
 from dask_windows.runtime.prefetch import Prefetcher
