@@ -119,7 +119,7 @@ def loader_alone(args: argparse.Namespace, data: str, device: Any) -> dict[str, 
         sent = 0
         for i in range(args.warmup + args.batches):
             if i == args.warmup:
-                began, sent_before = clock.now(), ds.device_traffic.total_bytes
+                began = clock.now()
             x = _first(next(batches))
             if len(kept) < 3 and workers == 0:
                 kept.append(x.cpu())
@@ -127,8 +127,8 @@ def loader_alone(args: argparse.Namespace, data: str, device: Any) -> dict[str, 
                 sent += x.numel() * x.element_size()
             del x
         seconds = clock.now() - began
-        if mode == "device":
-            sent = ds.device_traffic.total_bytes - sent_before
+        if mode == "device":  # over the whole run: a buffer's rows serve many steps (sent ahead, once)
+            sent = ds.device_traffic.total_bytes * args.batches / (args.warmup + args.batches)
         batches.close()
         peak = (torch.cuda.max_memory_allocated(device) - base) if clock.cuda else float("nan")
         label = f"{mode} ({workers} workers)" if mode == "host" else "device"

@@ -92,9 +92,10 @@ def test_gpu_check_sections_on_the_cpu_device(tmp_path):
     alone = gpu_check.loader_alone(args, data, torch.device("cpu"))
     assert alone.pop("equal")["first_batches_equal"] == 1.0
     host, device = alone["host (0 workers)"], alone["device"]
-    # B=8 windows of L=32 x 4 float32 per step on the host path; a start vector of 8 int64 on the device
-    # path, plus each buffer's rows once (a buffer's rows serve hundreds of its windows)
+    # B=8 windows of L=32 x 4 float32 per step on the host path; on the device path a start vector of 8
+    # int64 per step plus each buffer's rows once, spread over the run's steps (5 here: the first buffer
+    # of the tiny dry run weighs; the real run's 630 steps at stride 1 send about 1/300 of the host's)
     assert host["bytes_step"] == 8 * 32 * 4 * 4
-    assert 0 < device["bytes_step"] < host["bytes_step"] / 4 and device["resident"] <= 2
+    assert 8 * 8 < device["bytes_step"] < host["bytes_step"] and device["resident"] <= 2
     masks = gpu_check.mask_times(args, torch.device("cpu"), 2)
     assert masks["mask_bytes"] == 8 * 4 * 16 and masks["device"] > 0 and masks["cpu"] > 0
