@@ -416,7 +416,10 @@ def opened_from_index(
     runs_wanted = series is not None and header.get("series") == series and header.get("key_dtype") is not None
     if runs_wanted:
         key_dtype = np.dtype(header["key_dtype"])
-        starts, lengths, keys = (table.column(c).to_pylist() for c in ("run_starts", "run_lengths", "run_keys"))
+        lists = [table.column(c).combine_chunks() for c in ("run_starts", "run_lengths", "run_keys")]
+        offsets = lists[0].offsets.to_numpy()  # (files + 1,) the same for the three columns
+        known = lists[0].is_valid().to_numpy(zero_copy_only=False)  # (files,) runs were written
+        flat = np.stack([np.asarray(a.values.to_numpy(), np.int64) for a in lists])  # (3, runs of all files)
     opened = {}
     for path in files:
         i = position[path]
@@ -440,9 +443,8 @@ def opened_from_index(
                 raise stale(path, f"changed (indexed: {FileIdentity(size, version).describe()}; now {now.describe()})")
         splits = _splits(group_bytes[i], partition_bytes)
         told = None
-        if runs_wanted and len(splits) == 1 and starts[i] is not None:
-            packed = np.array((starts[i], lengths[i], keys[i]), np.int64).reshape(3, -1)  # (3, runs)
-            told = (packed, key_dtype)
+        if runs_wanted and len(splits) == 1 and known[i]:
+            told = (flat[:, offsets[i] : offsets[i + 1]], key_dtype)  # (3, runs): starts, lengths, keys
         footer = IndexedFooter(footers[i], size, tuple(rows[i]), digests[i], kv_fields[numbers[i]])
         opened[path] = _Opened(footer, schemas[numbers[i]], splits, told, found)
     return opened
