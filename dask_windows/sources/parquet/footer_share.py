@@ -4,12 +4,13 @@
 
 1. an index (``footer_index``: beside the data, or ``index=PATH``) answers in
    one read, checked against the listing;
-2. else, when ``torch.distributed`` is initialised with more than one rank,
-   the first rank to open a listing reads the footers and hands them to the
-   others through the process group's key-value store (the ``TCPStore`` or
-   ``FileStore`` every ``init_process_group`` sets up), in the index's own
-   format (full footers: no compaction to wait for). N ranks make the
-   requests of one;
+2. else, on an object store (any filesystem but local disk, whose page-cached
+   footers open faster than they travel) when ``torch.distributed`` is
+   initialised with more than one rank, the first rank to open a listing
+   reads the footers and hands them to the others through the process
+   group's key-value store (the ``TCPStore`` or ``FileStore`` every
+   ``init_process_group`` sets up), in the index's own format (full footers:
+   no compaction to wait for). N ranks make the requests of one;
 3. else every footer is read (``opening``).
 
 Why the store and not a broadcast: a collective hangs when one rank does not
@@ -115,7 +116,10 @@ def shared_open(
     open_here: Callable[[], dict],
 ) -> dict:
     """``open_here()`` on the first rank to open this listing; the others take its footers (see above)."""
-    group = _process_group() if os.environ.get("DASK_WINDOWS_SHARE_FOOTERS", "1") != "0" else None
+    # Local files (page-cached, tens of microseconds a footer) open faster than the exchange: on 2
+    # ranks 1,000 local files took 1.2 s each reading, 2.4 s shared (benchmarks/bench_startup.py).
+    wanted = not source.local and os.environ.get("DASK_WINDOWS_SHARE_FOOTERS", "1") != "0"
+    group = _process_group() if wanted else None
     if group is None:
         return open_here()
     store, world = group
