@@ -13,7 +13,9 @@ open to its first batch (the processes are started and the process group is
 formed before the clock starts):
 
 * ``per rank``: no index, every rank reads every footer (``DASK_WINDOWS_SHARE_FOOTERS=0``);
-* ``shared``: no index, the first rank reads them and the others take them (``footer_share``);
+* ``shared``: no index, the first rank reads them and the others take them (``footer_share``;
+  object stores only since the run below: local files are read per rank, as cached footers open
+  faster than they travel between ranks);
 * ``index``: the index written by ``dask-windows index`` (its writing time printed apart).
 
 The proxy counts the requests of each job. The cost per object is the slope
