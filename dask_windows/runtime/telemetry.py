@@ -185,26 +185,24 @@ class Telemetry:
         try:
             started = clock()
             try:
-                batch = next(it)
+                held = [next(it)]  # yielded by pop(): this frame keeps no reference while the loop works
             except StopIteration:
                 return
             got = clock()
             self.first_ns = got - started
             self.batches = 1
-            yield batch
-            del batch
+            yield held.pop()
             while True:
                 asked = clock()
                 self.step_ns += asked - got
                 try:
-                    batch = next(it)
+                    held.append(next(it))
                 except StopIteration:
                     return
                 got = clock()
                 self.wait_ns += got - asked
                 self.batches += 1
-                yield batch
-                del batch
+                yield held.pop()
         finally:
             self._depth -= 1
             close = getattr(it, "close", None)
@@ -213,19 +211,20 @@ class Telemetry:
 
     def waits(self, source: Iterator[Any], counter: str) -> Iterator[Any]:
         """``source``, adding the time each ``next`` blocks to ``counter`` (``buffer_wait_ns``,
-        ``reads_waited_ns``); no reference kept to an item once the next one is asked for."""
+        ``reads_waited_ns``); no reference kept to an item once it is yielded (a buffer dropped by
+        the consumer is freed before it trims memory or asks for the next)."""
         clock = time.perf_counter_ns
         it = iter(source)
+        held: list = []
         try:
             while True:
                 asked = clock()
                 try:
-                    item = next(it)
+                    held.append(next(it))
                 except StopIteration:
                     return
                 setattr(self, counter, getattr(self, counter) + clock() - asked)
-                yield item
-                del item
+                yield held.pop()
         finally:
             close = getattr(it, "close", None)
             if close is not None:
