@@ -11,6 +11,11 @@ where a batch costs microseconds, iterated in this process. "off" replaces
 the per-batch wrapper with the bare iterator and removes the dataset's
 counters (no per-read timing either). Passes alternate, ten each, each side first in half of the pairs; CPU time of the process; the
 median ratio is printed. Shared machine: only the ratio of this run counts.
+The pass ratio is confounded: the gather's copy path (``batch.PathChoice``:
+numpy or torch's threads, chosen by timing on the running stream) may differ
+between passes on a busy machine, and a profile of one such run showed the
+gather itself, not the counters, taking the extra time; the wrapper-alone
+figure is the clean cost of the per-batch counters.
 """
 
 from __future__ import annotations
