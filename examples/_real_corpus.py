@@ -98,15 +98,18 @@ def _table(name: str, rows: list, nulls: bool) -> Any:
     )
 
 
-def write_corpus(folder: str, kind: str = "parquet", row_group_size: int = 64) -> dict[str, str]:
-    """Write every data set under ``folder``; ``{name: path}``.
+def write_corpus(
+    folder: str, kind: str = "parquet", row_group_size: int = 64, names: list[str] | None = None
+) -> dict[str, str]:
+    """Write every data set (or those of ``names``) under ``folder``; ``{name: path}``.
 
     ``fertility``'s missing values are written as nulls, ``co2``'s stay NaN.
     """
     import pyarrow.parquet as pq
 
     paths = {}
-    for name, rows in load_corpus().items():
+    for name in names or list(CORPUS_FREQS):
+        rows = _rows(name)
         table = _table(name, rows, nulls=name == "fertility")
         path = os.path.join(folder, name)
         if kind == "parquet":
@@ -115,6 +118,7 @@ def write_corpus(folder: str, kind: str = "parquet", row_group_size: int = 64) -
         elif kind == "datasets":
             import datasets
 
+            datasets.disable_progress_bars()
             datasets.Dataset(table).save_to_disk(path)
         else:
             raise ValueError(f"kind={kind!r} must be 'parquet' or 'datasets'")

@@ -221,7 +221,7 @@ class CorpusDataset(IterableDataset):
         self.members = members
         self.names = [m.name for m in members]
         sizes = np.array([m.units.num_items for m in members], np.int64)
-        if sizes.sum() == 0:
+        if sizes.sum() == 0 and len(members) > 1:
             raise ConfigError(
                 f"{', '.join(self.names)}: no series of at least min_length={self.settings.min_length} steps; "
                 "lower min_length"
@@ -279,6 +279,10 @@ class CorpusDataset(IterableDataset):
         if cached is not None and cached.epoch == epoch:
             return cached
         s = self.settings
+        if self.num_items == 0:
+            raise ConfigError(
+                f"{', '.join(self.names)}: no series of at least min_length={s.min_length} steps; lower min_length"
+            )
         member, item = epoch_items([m.units for m in self.members], self.counts, s.seed, epoch, s.shuffle, s.buffer_partitions)
         tokens = np.zeros(len(item), np.int64)
         for m, mem in enumerate(self.members):
