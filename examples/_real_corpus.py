@@ -37,6 +37,7 @@ CORPUS_FREQS = {
 def _rows(name: str) -> list[tuple[str, str, Any]]:
     """``[(item_id, start, values)]`` of one data set: values ``(T,)`` or ``(C, T)`` float64."""
     import statsmodels.datasets as data
+
     if name == "sunspots":
         d = data.sunspots.load_pandas().data
         return [("sunspots", "1700-01-01", d["SUNACTIVITY"].to_numpy(float))]
@@ -72,7 +73,9 @@ def _rows(name: str) -> list[tuple[str, str, Any]]:
         d = data.grunfeld.load_pandas().data
         out = []
         for firm, g in d.groupby("firm", sort=True):
-            out.append((str(firm), "1935-01-01", g.sort_values("year")[["invest", "value", "capital"]].to_numpy(float).T))
+            out.append(
+                (str(firm), "1935-01-01", g.sort_values("year")[["invest", "value", "capital"]].to_numpy(float).T)
+            )
         return out
     raise KeyError(name)
 

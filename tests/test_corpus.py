@@ -29,7 +29,7 @@ from dask_windows.corpus.packing import pack
 from dask_windows.errors import ConfigError, SchemaError
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
-from _real_corpus import load_corpus, write_corpus  # noqa: E402
+from _real_corpus import load_corpus, write_corpus
 
 KW = dict(patch_size=8, max_length=64, min_length=4, batch_size=4, pack_window=64, return_index=True)
 
@@ -73,7 +73,9 @@ def check_tokens(batches, raw, names, patch, independent=True, packed=True):
                 if independent:
                     assert (variates == variates[0]).all()
                 else:  # channel by channel, each with the same tokens
-                    assert np.array_equal(variates, np.repeat(np.arange(len(np.unique(variates))), len(at) // len(np.unique(variates))))
+                    assert np.array_equal(
+                        variates, np.repeat(np.arange(len(np.unique(variates))), len(at) // len(np.unique(variates)))
+                    )
                 for v in np.unique(variates):
                     vt = at[variates == v]
                     assert np.array_equal(b["time_id"][i, vt], np.arange(len(vt)))
@@ -118,7 +120,12 @@ def test_real_corpus_every_observation_once_with_masks(corpus):
         # the frequency of each token is its data set's
         for b in batches:
             real = b["sample_id"] > 0
-            freq = np.array([ds.freqs.index(dict(zip(paths, ["Y", "Y", "W", "Q", "M", "Y", "Q", "Q", "Y", "Y", "Y"]))[n]) for n in ds.names])
+            freq = np.array(
+                [
+                    ds.freqs.index(dict(zip(paths, ["Y", "Y", "W", "Q", "M", "Y", "Q", "Q", "Y", "Y", "Y"]))[n])
+                    for n in ds.names
+                ]
+            )
             assert np.array_equal(b["freq_id"][real], freq[b["dataset_id"][real]])
 
 
@@ -150,7 +157,7 @@ def test_short_series_left_out_counted_and_warned(corpus):
 
 def test_weighted_mixture_exact_quotas(corpus):
     paths, raw = corpus
-    weights = {name: 1.0 for name in paths}
+    weights = dict.fromkeys(paths, 1.0)
     weights["fertility"] = 0.25
     ds = _open(paths, weights=weights, pack_window=32)
     ds_counts = dict(zip(ds.names, ds.counts.tolist()))
@@ -178,7 +185,7 @@ def test_ranks_equal_and_disjoint_resume_and_workers(corpus):
         per_rank.append(_numpy(list(ds)))
         assert len(per_rank[-1]) == len(ds) == -(-(q // 2) // 4)
     whole = _numpy(list(full))
-    flat = lambda bs: [row for b in bs for row in b["series_id"]]  # noqa: E731
+    flat = lambda bs: [row for b in bs for row in b["series_id"]]
     assert sum(len(flat(r)) for r in per_rank) == 2 * (q // 2)
     assert all(np.array_equal(x, y) for x, y in zip(flat(per_rank[0]) + flat(per_rank[1]), flat(whole)))
 
@@ -200,7 +207,7 @@ def test_ranks_equal_and_disjoint_resume_and_workers(corpus):
     loader = torch.utils.data.DataLoader(full, batch_size=None, num_workers=2)
     full.set_epoch(2)
     got = _numpy(list(loader))
-    key = lambda b: b["series_id"].tobytes() + b["step"].tobytes()  # noqa: E731
+    key = lambda b: b["series_id"].tobytes() + b["step"].tobytes()
     assert sorted(map(key, got)) == sorted(map(key, whole))
 
 
@@ -283,8 +290,14 @@ def test_items_cover_each_step_once_and_packing_keeps_items(lengths, channels, i
     bounds = np.arange(0, len(lengths) + per, per).clip(max=len(lengths))
     partition_series = np.unique(np.append(bounds, len(lengths)))
     units, left = build_units(
-        lengths, chans, partition_series, independent=independent, patch=patch, max_length=8 * patch,
-        min_length=3, budget=8,
+        lengths,
+        chans,
+        partition_series,
+        independent=independent,
+        patch=patch,
+        max_length=8 * patch,
+        min_length=3,
+        budget=8,
     )
     counts = np.zeros((len(lengths), 5, 301), np.int64)
     unit, start, stop = units.locate(np.arange(units.num_items))

@@ -205,8 +205,10 @@ class CorpusDataset(IterableDataset):
         except TypeError as exc:
             raise ConfigError(f"{exc}; see help(CorpusDataset) for the settings") from None
         self.settings.check()
-        source = data if isinstance(data, ListSource) else ListSource(
-            data, target=target, freq=freq, storage_options=storage_options
+        source = (
+            data
+            if isinstance(data, ListSource)
+            else ListSource(data, target=target, freq=freq, storage_options=storage_options)
         )
         member = _open_member(name or source.name, source, self.settings)
         self._setup([member], None, None, (rank, world_size))
@@ -283,7 +285,9 @@ class CorpusDataset(IterableDataset):
             raise ConfigError(
                 f"{', '.join(self.names)}: no series of at least min_length={s.min_length} steps; lower min_length"
             )
-        member, item = epoch_items([m.units for m in self.members], self.counts, s.seed, epoch, s.shuffle, s.buffer_partitions)
+        member, item = epoch_items(
+            [m.units for m in self.members], self.counts, s.seed, epoch, s.shuffle, s.buffer_partitions
+        )
         tokens = np.zeros(len(item), np.int64)
         for m, mem in enumerate(self.members):
             at = member == m
@@ -381,13 +385,20 @@ class CorpusDataset(IterableDataset):
         batch_tokens = np.full(nb, s.tokens, np.int64)
         if s.context_length is not None:  # unpacked: each batch's length drawn, the item's last steps kept
             c_lo, c_hi = s.context_length
-            steps = np.array(
-                [
-                    int(rng_for(s.seed, epoch, first_batch + b, _CONTEXT).integers(c_lo // s.patch_size, c_hi // s.patch_size + 1))
-                    for b in range(nb)
-                ],
-                np.int64,
-            ) * s.patch_size
+            steps = (
+                np.array(
+                    [
+                        int(
+                            rng_for(s.seed, epoch, first_batch + b, _CONTEXT).integers(
+                                c_lo // s.patch_size, c_hi // s.patch_size + 1
+                            )
+                        )
+                        for b in range(nb)
+                    ],
+                    np.int64,
+                )
+                * s.patch_size
+            )
             batch_tokens = steps // s.patch_size
             start = np.maximum(start, stop - steps[batch] // width // s.patch_size * s.patch_size)
         tokens = -(-(stop - start) // s.patch_size)
@@ -413,8 +424,23 @@ class CorpusDataset(IterableDataset):
             at = member == m
             row_in_partition[at] = series[at] - mem.source.partition_series[partition[at]]
         return ReaderWork(
-            batch, row, offset, tokens, member, series, channel, width, start, stop, key, row_in_partition,
-            keys, first_use, last_use, batch_tokens, batch_rows,
+            batch,
+            row,
+            offset,
+            tokens,
+            member,
+            series,
+            channel,
+            width,
+            start,
+            stop,
+            key,
+            row_in_partition,
+            keys,
+            first_use,
+            last_use,
+            batch_tokens,
+            batch_rows,
         )
 
     # -- resume -------------------------------------------------------------------------------
