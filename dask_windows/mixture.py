@@ -71,7 +71,7 @@ def mix(
     if isinstance(members, Mapping) and any(type(m).__name__ == "CorpusDataset" for m in members.values()):
         from dask_windows.corpus import mix_corpora
 
-        return mix_corpora(members, weights, **options)  # type: ignore[return-value]
+        return mix_corpora(members, weights, **options)  # type: ignore[arg-type, return-value]
     return Mixture(members, weights, **options)
 
 

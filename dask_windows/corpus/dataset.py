@@ -508,7 +508,7 @@ def mix_corpora(
         raise ConfigError("mix() needs a non-empty {name: CorpusDataset} dict of members")
     names = list(members)
     first = members[names[0]].settings
-    parts = []
+    parts: list[Member] = []
     for name in names:
         ds = members[name]
         if not isinstance(ds, CorpusDataset):

@@ -68,7 +68,7 @@ def pack(tokens: np.ndarray, budget: int, window: int, seed: int, epoch: int) ->
     """
     tokens = np.asarray(tokens, dtype=np.int64)
     ptr = [0]
-    entries = []
+    entries: list[int] = []
     for block, lo in enumerate(range(0, len(tokens), window)):
         bins = _best_fit(tokens[lo : lo + window], budget)
         for b in rng_for(seed, epoch, block, _SHUFFLE).permutation(len(bins)).tolist():

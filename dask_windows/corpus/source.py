@@ -174,7 +174,10 @@ class ListSource:
         return fs.unstrip_protocol(path)
 
     def _open(self) -> None:
-        lengths, channels, counts, freqs = [], [], [], []
+        lengths: list[np.ndarray] = []
+        channels: list[np.ndarray] = []
+        counts: list[int] = []
+        freqs: list[Any] = []
         self.partitions: list[tuple[int, int]] = []  # (file, row group or record batch)
         for f in range(len(self.files)):
             for unit, column, freq in self._units(f):
@@ -190,16 +193,15 @@ class ListSource:
         self.partition_series = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
         self.freqs: list[str] = []
         codes = []
-        for freq, n in zip(freqs, counts):
-            if freq is None:
-                freq = np.full(n, self.default_freq or "unknown", dtype=object)
+        for given, rows in zip(freqs, counts):
+            freq = np.full(rows, self.default_freq or "unknown", dtype=object) if given is None else given
             names, inverse = np.unique(np.asarray(freq, dtype=object).astype(str), return_inverse=True)
             index = []
             for name in names:
                 if name not in self.freqs:
                     self.freqs.append(str(name))
                 index.append(self.freqs.index(name))
-            codes.append(np.asarray(index, np.int64)[inverse.reshape(-1)] if n else np.zeros(0, np.int64))
+            codes.append(np.asarray(index, np.int64)[inverse.reshape(-1)] if rows else np.zeros(0, np.int64))
         self.freq_codes = np.concatenate(codes) if codes else np.zeros(0, np.int64)
         self._handles = {}
 
