@@ -317,3 +317,33 @@ def test_items_cover_each_step_once_and_packing_keeps_items(lengths, channels, i
     ptr, entries = pack(tokens, 8, 16, seed, 0)
     assert np.array_equal(np.sort(entries), np.arange(len(item)))  # each item once, never split
     assert all(tokens[entries[a:b]].sum() <= 8 for a, b in zip(ptr[:-1], ptr[1:]))
+
+
+def _best_fit_oracle(tokens, budget):
+    """Best-fit decreasing one item at a time: the least room that holds it, lowest bin first."""
+    bins, room = [], []
+    for i in np.argsort(-np.asarray(tokens), kind="stable"):
+        fits = [b for b in range(len(bins)) if room[b] >= tokens[i]]
+        if fits:
+            b = min(fits, key=lambda b: (room[b], b))
+        else:
+            bins.append([])
+            room.append(budget)
+            b = len(bins) - 1
+        bins[b].append(i)
+        room[b] -= tokens[i]
+    return bins
+
+
+@settings(max_examples=80, deadline=None)
+@given(tokens=st.lists(st.integers(1, 12), min_size=1, max_size=120), budget=st.integers(12, 40))
+def test_bulk_best_fit_is_best_fit_decreasing(tokens, budget):
+    from dask_windows.corpus.packing import _best_fit
+
+    tokens = np.array(tokens)
+    bin_of = _best_fit(tokens, budget)
+    loads = np.bincount(bin_of, weights=tokens)
+    assert (loads <= budget).all() and (loads > 0).all()
+    oracle = _best_fit_oracle(tokens, budget)
+    assert len(loads) == len(oracle)
+    assert sorted(loads.tolist()) == sorted(float(sum(tokens[b])) for b in oracle)

@@ -120,6 +120,9 @@ class EpochPlan:
     member: np.ndarray  # (N,)
     item: np.ndarray  # (N,)
     tokens: np.ndarray  # (N,) tokens of each item (all channels)
+    unit: np.ndarray  # (N,) the item's unit in its data set
+    start: np.ndarray  # (N,) its first step
+    stop: np.ndarray  # (N,) one past its last step
     sequence_ptr: np.ndarray  # (Q + 1,)
     entries: np.ndarray  # (N,) positions in the item order, sequence by sequence
 
@@ -288,16 +291,16 @@ class CorpusDataset(IterableDataset):
         member, item = epoch_items(
             [m.units for m in self.members], self.counts, s.seed, epoch, s.shuffle, s.buffer_partitions
         )
-        tokens = np.zeros(len(item), np.int64)
+        tokens, unit, start, stop = (np.zeros(len(item), np.int64) for _ in range(4))
         for m, mem in enumerate(self.members):
-            at = member == m
-            unit, start, stop = mem.units.locate(item[at])
-            tokens[at] = mem.units.width[unit] * -(-(stop - start) // s.patch_size)
+            at = member == m if len(self.members) > 1 else slice(None)
+            unit[at], start[at], stop[at] = mem.units.locate(item[at])
+            tokens[at] = mem.units.width[unit[at]] * -(-(stop[at] - start[at]) // s.patch_size)
         if s.pack:
             ptr, entries = pack(tokens, s.tokens, s.pack_window, s.seed, epoch)
         else:
             ptr, entries = unpacked(len(item))
-        plan = EpochPlan(epoch, member, item, tokens, ptr, entries)
+        plan = EpochPlan(epoch, member, item, tokens, unit, start, stop, ptr, entries)
         self._plan_cache = plan
         return plan
 
@@ -367,16 +370,15 @@ class CorpusDataset(IterableDataset):
         batch = (sequence - lo) // s.batch_size
         row = (sequence - lo) % s.batch_size
         member = plan.member[entries]
-        item = plan.item[entries]
+        unit, start, stop = plan.unit[entries], plan.start[entries], plan.stop[entries]
         n = len(entries)
-        series, channel, width, start, stop, partition = (np.zeros(n, np.int64) for _ in range(6))
+        series, channel, width, partition = (np.zeros(n, np.int64) for _ in range(4))
         for m, mem in enumerate(self.members):
-            at = member == m
-            unit, a, b = mem.units.locate(item[at])
-            series[at] = mem.units.series[unit]
-            channel[at] = np.maximum(mem.units.channel[unit], 0)
-            width[at] = mem.units.width[unit]
-            start[at], stop[at] = a, b
+            at = member == m if len(self.members) > 1 else slice(None)
+            u = unit[at]
+            series[at] = mem.units.series[u]
+            channel[at] = np.maximum(mem.units.channel[u], 0)
+            width[at] = mem.units.width[u]
             partition[at] = np.searchsorted(mem.source.partition_series, series[at], side="right") - 1
         nb = -(-(hi - lo) // s.batch_size) if hi > lo else 0
         batch_rows = np.full(nb, s.batch_size, np.int64)

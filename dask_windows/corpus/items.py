@@ -70,6 +70,7 @@ class Units:
     segment: np.ndarray
     first_item: np.ndarray
     partition_items: np.ndarray
+    item_unit: np.ndarray  # (I,) unit of each item (O(items): the epoch's permutation is as large)
 
     @property
     def num_items(self) -> int:
@@ -78,7 +79,7 @@ class Units:
     def locate(self, items: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(unit, start, stop)`` of ``items``: the steps ``[start, stop)`` of the unit's series each covers."""
         items = np.asarray(items, dtype=np.int64)
-        unit = np.searchsorted(self.first_item, items, side="right") - 1
+        unit = self.item_unit[items]
         count = self.first_item[unit + 1] - self.first_item[unit]
         j = items - self.first_item[unit]
         stop = self.length[unit] - (count - 1 - j) * self.segment[unit]
@@ -140,7 +141,8 @@ def build_units(
     # Units are in series order, so a partition's units (and items) are contiguous.
     unit_of_partition = np.searchsorted(series, np.asarray(partition_series, dtype=np.int64), side="left")
     partition_items = first_item[unit_of_partition]
-    return Units(series, channel, width, length, segment, first_item, partition_items), left
+    item_unit = np.repeat(np.arange(len(series), dtype=np.int64), items)
+    return Units(series, channel, width, length, segment, first_item, partition_items, item_unit), left
 
 
 def member_order(units: Units, seed: int, member: int, epoch: int, shuffle: bool, buffer_partitions: int) -> np.ndarray:
@@ -155,8 +157,8 @@ def member_order(units: Units, seed: int, member: int, epoch: int, shuffle: bool
     offsets = np.cumsum(n) - n
     items = np.repeat(starts[order] - offsets, n) + np.arange(int(n.sum()), dtype=np.int64)  # (I,)
     buffer = np.repeat(np.arange(num_partitions) // max(buffer_partitions, 1), n)  # (I,) buffer of each item
-    keys = rng_for(seed, member, epoch, _INSIDE).random(len(items))
-    return items[np.lexsort((keys, buffer))]
+    keys = buffer + rng_for(seed, member, epoch, _INSIDE).random(len(items))  # buffer, then a random key
+    return items[np.argsort(keys, kind="stable")]
 
 
 def epoch_items(

@@ -31,29 +31,73 @@ __all__ = ["pack", "reader_sequences", "unpacked"]
 _SHUFFLE = 0xC2
 
 
-def _best_fit(tokens: np.ndarray, budget: int) -> list[list[int]]:
-    """Best-fit decreasing of ``tokens`` (each ``<= budget``) into bins of ``budget``; bins of indices."""
-    order = np.argsort(-tokens, kind="stable")
-    bins: list[list[int]] = []
-    room: list[int] = []  # open bins as room * scale + bin, sorted: the best fit is a bisection
-    scale = 1 << 40
-    for i, t in zip(order.tolist(), tokens[order].tolist()):
-        if t >= budget:
-            bins.append([i])
-            continue
-        at = bisect.bisect_left(room, t * scale)
-        if at == len(room):
-            bins.append([i])
-            left = budget - t
-            b = len(bins) - 1
-        else:
-            code = room.pop(at)
-            b = code % scale
-            bins[b].append(i)
-            left = code // scale - t
-        if left > 0:
-            bisect.insort(room, left * scale + b)
-    return bins
+def _best_fit(tokens: np.ndarray, budget: int) -> np.ndarray:
+    """Best-fit decreasing of ``tokens`` (each ``<= budget``) into bins of ``budget``: ``(n,)`` bin of each item.
+
+    Items of one size go in bulk: best fit puts an item of size ``t`` into the open bin of least
+    room ``r >= t``, which keeps the least room while ``r - t >= t``, so that bin takes ``r // t``
+    of them in a row. Cost: one step per (size, room class) visited, not per item.
+    """
+    n = len(tokens)
+    order = np.argsort(-tokens, kind="stable")  # (n,) items by size, largest first, epoch order within a size
+    sizes, first = np.unique(-tokens[order], return_index=True)  # sizes descending (negated)
+    bounds = [*first.tolist(), n]
+    rooms: dict[int, list[int]] = {}  # room -> open bins with that room, in the order they got it
+    open_rooms: list[int] = []  # sorted rooms with bins
+    bins_used = 0
+    got_bin: list[np.ndarray] = []
+    got_count: list[np.ndarray] = []
+
+    def give(room: int, bins: list[int]) -> None:
+        if room <= 0 or not bins:
+            return
+        if room not in rooms:
+            rooms[room] = []
+            bisect.insort(open_rooms, room)
+        rooms[room].extend(bins)
+
+    for g, negated in enumerate(sizes.tolist()):
+        t, need = -negated, bounds[g + 1] - bounds[g]
+        smallest = t  # rooms below are too small, rooms visited are used up
+        while need:
+            at = bisect.bisect_left(open_rooms, smallest)
+            if at == len(open_rooms):
+                break
+            r = open_rooms[at]
+            waiting = rooms[r]
+            k = r // t
+            full = min(len(waiting), need // k)
+            got_bin.append(np.asarray(waiting[:full], np.int64))
+            got_count.append(np.full(full, k, np.int64))
+            need -= full * k
+            moved = [(r - k * t, waiting[:full])]
+            if need and full < len(waiting):  # the next bin of this room takes the last few
+                got_bin.append(np.asarray(waiting[full : full + 1], np.int64))
+                got_count.append(np.asarray([need], np.int64))
+                moved.append((r - need * t, waiting[full : full + 1]))
+                full, need = full + 1, 0
+            if full == len(waiting):
+                del rooms[r]
+                open_rooms.pop(at)
+            else:
+                rooms[r] = waiting[full:]
+            for room, bins in moved:  # rooms below r: not visited again for this size
+                give(room, bins)
+            smallest = r + 1
+        if need:  # new bins, budget // t items each
+            per = budget // t
+            count = -(-need // per)
+            new = list(range(bins_used, bins_used + count))
+            bins_used += count
+            got_bin.append(np.asarray(new, np.int64))
+            fill = np.full(count, per, np.int64)
+            fill[-1] = need - per * (count - 1)
+            got_count.append(fill)
+            give(budget - per * t, new[:-1])
+            give(budget - int(fill[-1]) * t, new[-1:])
+    bin_of = np.empty(n, np.int64)
+    bin_of[order] = np.repeat(np.concatenate(got_bin), np.concatenate(got_count))
+    return bin_of
 
 
 def pack(tokens: np.ndarray, budget: int, window: int, seed: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
@@ -67,14 +111,18 @@ def pack(tokens: np.ndarray, budget: int, window: int, seed: int, epoch: int) ->
         epoch: The epoch.
     """
     tokens = np.asarray(tokens, dtype=np.int64)
-    ptr = [0]
-    entries: list[int] = []
+    sizes = [np.zeros(0, np.int64)]
+    entries = [np.zeros(0, np.int64)]
     for block, lo in enumerate(range(0, len(tokens), window)):
-        bins = _best_fit(tokens[lo : lo + window], budget)
-        for b in rng_for(seed, epoch, block, _SHUFFLE).permutation(len(bins)).tolist():
-            entries.extend(lo + i for i in bins[b])
-            ptr.append(len(entries))
-    return np.asarray(ptr, np.int64), np.asarray(entries, np.int64)
+        bin_of = _best_fit(tokens[lo : lo + window], budget)
+        num_bins = int(bin_of.max()) + 1
+        place = np.empty(num_bins, np.int64)
+        place[rng_for(seed, epoch, block, _SHUFFLE).permutation(num_bins)] = np.arange(num_bins)
+        rank = place[bin_of]  # (n,) the item's sequence inside the block
+        entries.append(lo + np.argsort(rank, kind="stable"))
+        sizes.append(np.bincount(rank, minlength=num_bins))
+    ptr = np.concatenate([[0], np.cumsum(np.concatenate(sizes))]).astype(np.int64)
+    return ptr, np.concatenate(entries)
 
 
 def unpacked(num_items: int) -> tuple[np.ndarray, np.ndarray]:

@@ -52,6 +52,21 @@ def _hf_files(fs: Any, root: str) -> list[str] | None:
     return [root.rstrip("/") + "/" + entry["filename"] for entry in listed]
 
 
+def _codes(column: Any) -> tuple[list[str], np.ndarray]:
+    """A string column as ``(names, (rows,) index into names)``; null as ``"unknown"``."""
+    import pyarrow as pa
+
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if not pa.types.is_dictionary(column.type):
+        column = column.dictionary_encode()
+    names = ["unknown" if v is None else str(v) for v in column.dictionary.to_pylist()]
+    if column.null_count:
+        names.append("unknown")
+    index = column.indices.fill_null(len(names) - 1).to_numpy(zero_copy_only=False).astype(np.int64)
+    return names, index
+
+
 def _list_offsets(column: Any, where: str, target: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any]:
     """``(lengths, channels, value_offsets, values)`` of one list column chunk.
 
@@ -194,14 +209,13 @@ class ListSource:
         self.freqs: list[str] = []
         codes = []
         for given, rows in zip(freqs, counts):
-            freq = np.full(rows, self.default_freq or "unknown", dtype=object) if given is None else given
-            names, inverse = np.unique(np.asarray(freq, dtype=object).astype(str), return_inverse=True)
+            names, inverse = ([self.default_freq or "unknown"], np.zeros(rows, np.int64)) if given is None else given
             index = []
             for name in names:
                 if name not in self.freqs:
                     self.freqs.append(str(name))
                 index.append(self.freqs.index(name))
-            codes.append(np.asarray(index, np.int64)[inverse.reshape(-1)] if rows else np.zeros(0, np.int64))
+            codes.append(np.asarray(index, np.int64)[inverse] if rows else np.zeros(0, np.int64))
         self.freq_codes = np.concatenate(codes) if codes else np.zeros(0, np.int64)
         self._handles = {}
 
@@ -218,13 +232,13 @@ class ListSource:
             cols = [self.target] + (["freq"] if "freq" in names else [])
             for g in range(handle.num_row_groups):
                 table = handle.read_row_group(g, columns=cols)
-                freq = table.column("freq").to_pylist() if "freq" in names else None
+                freq = _codes(table.column("freq")) if "freq" in names else None
                 yield g, table.column(self.target).combine_chunks(), freq
         else:
             names = handle.schema.names
             self._check_column(names, f)
             for b, batch in enumerate(handle.to_batches()):
-                freq = batch.column("freq").to_pylist() if "freq" in names else None
+                freq = _codes(batch.column("freq")) if "freq" in names else None
                 yield b, batch.column(self.target), freq
 
     def _check_column(self, names: Sequence[str], f: int) -> None:
