@@ -347,3 +347,29 @@ def test_bulk_best_fit_is_best_fit_decreasing(tokens, budget):
     oracle = _best_fit_oracle(tokens, budget)
     assert len(loads) == len(oracle)
     assert sorted(loads.tolist()) == sorted(float(sum(tokens[b])) for b in oracle)
+
+
+def test_s3_parquet_equals_local(corpus):
+    pytest.importorskip("s3fs")
+    pytest.importorskip("moto.server")
+    from helpers import s3_endpoint
+
+    paths, raw = corpus
+    endpoint = s3_endpoint("corpus", [])
+    try:
+        for name in ("fertility", "macrodata"):
+            with open(os.path.join(paths[name], "part-0.parquet"), "rb") as f:
+                endpoint.fs.pipe(f"corpus/{name}/part-0.parquet", f.read())
+        options = endpoint.storage_options()
+        remote = _open({n: f"s3://corpus/{n}/" for n in ("fertility", "macrodata")}, storage_options=options)
+        local = _open({n: paths[n] for n in ("fertility", "macrodata")})
+        assert remote.members[0].source.files == ["s3://corpus/fertility/part-0.parquet"]
+        one, two = _numpy(list(remote)), _numpy(list(local))
+        assert len(one) == len(two) and all(all(np.array_equal(x[k], y[k]) for k in x) for x, y in zip(one, two))
+        # DataLoader workers open the objects themselves
+        loader = torch.utils.data.DataLoader(remote, batch_size=None, num_workers=1)
+        remote.set_epoch(0)
+        got = _numpy(list(loader))
+        assert all(all(np.array_equal(x[k], y[k]) for k in x) for x, y in zip(got, two))
+    finally:
+        endpoint.close()
