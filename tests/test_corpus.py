@@ -54,7 +54,7 @@ def _numpy(batches):
     return [{k: v.numpy() for k, v in b.items()} for b in batches]
 
 
-def check_tokens(batches, raw, names, patch, independent=True, packed=True):
+def check_tokens(batches, raw, names, patch, independent=True, packed=True, prediction=0):
     """Every token against the oracle; returns {(name, series): (C, T) times each step was served}."""
     served = {}
     for b in batches:
@@ -79,6 +79,8 @@ def check_tokens(batches, raw, names, patch, independent=True, packed=True):
                 for v in np.unique(variates):
                     vt = at[variates == v]
                     assert np.array_equal(b["time_id"][i, vt], np.arange(len(vt)))
+                    hidden = min(prediction, len(vt) - 1)  # the last patches, one of context kept
+                    assert np.array_equal(b["prediction_mask"][i, vt], np.arange(len(vt)) >= len(vt) - hidden)
                     assert np.array_equal(np.diff(b["step"][i, vt]), np.full(len(vt) - 1, patch))
             for t in np.flatnonzero(ids > 0):
                 name, s = names[b["dataset_id"][i, t]], int(b["series_id"][i, t])
@@ -109,13 +111,13 @@ def _coverage_once(served, raw, skip=()):
 
 def test_real_corpus_every_observation_once_with_masks(corpus):
     paths, raw = corpus
-    ds = _open(paths)
+    ds = _open(paths, prediction_length=12)
     assert ds.freqs == ["Y", "W", "Q", "M"]
     for epoch in (1,):
         ds.set_epoch(epoch)
         batches = _numpy(list(ds))
         assert len(batches) == len(ds)
-        served = check_tokens(batches, raw, ds.names, 8)
+        served = check_tokens(batches, raw, ds.names, 8, prediction=2)
         _coverage_once(served, raw)
         # the frequency of each token is its data set's
         for b in batches:

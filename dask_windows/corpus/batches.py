@@ -85,61 +85,87 @@ class Layout:
     return_index: bool
 
 
+def _runs(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(owner, k)`` of ``sum(counts)`` positions: position ``j`` is the ``k``-th of run ``owner``."""
+    owner = np.repeat(np.arange(len(counts)), counts)
+    first = np.cumsum(counts) - counts
+    return owner, np.arange(int(counts.sum()), dtype=np.int64) - first[owner]
+
+
 def _assemble(work: ReaderWork, b: int, parts: dict, layout: Layout, lo: int, hi: int) -> dict[str, np.ndarray]:
-    """Batch ``b``'s arrays from its items ``[lo, hi)`` of ``work``."""
+    """Batch ``b``'s arrays from its items ``[lo, hi)`` of ``work``, in a few vectorised gathers."""
     rows, tokens, patch = int(work.batch_rows[b]), int(work.batch_tokens[b]), layout.patch
-    target = np.zeros((rows, tokens * patch), np.float32)  # (B, S * P), reshaped at the end
-    real = np.zeros((rows, tokens * patch), bool)  # steps holding a value (padding not)
-    sample_id = np.zeros((rows, tokens), np.int64)  # (B, S)
-    variate_id = np.zeros((rows, tokens), np.int64)
-    time_id = np.zeros((rows, tokens), np.int64)
-    prediction = np.zeros((rows, tokens), bool)
-    dataset_id = np.full((rows, tokens), -1, np.int64)
-    freq_id = np.full((rows, tokens), -1, np.int64)
-    series_id = np.full((rows, tokens), -1, np.int64)
-    step = np.zeros((rows, tokens), np.int64)
-    number = np.zeros(rows, np.int64)  # items placed in each sequence so far
-    for e in range(lo, hi):
-        i, o, n, m = int(work.row[e]), int(work.offset[e]), int(work.tokens[e]), int(work.member[e])
-        s, start, stop = int(work.series[e]), int(work.start[e]), int(work.stop[e])
-        decoded = parts[int(work.key[e])]
-        length = int(layout.lengths[m][s])
-        base = int(decoded.starts[int(work.row_in_partition[e])])
-        pad = n * patch - (stop - start)
-        number[i] += 1
-        first = int(work.channel[e])
-        for v in range(int(work.width[e])):
-            t0 = o + v * n
-            at = base + (first + v) * length
-            target[i, t0 * patch + pad : (t0 + n) * patch] = decoded.values[at + start : at + stop]
-            real[i, t0 * patch + pad : (t0 + n) * patch] = True
-            sample_id[i, t0 : t0 + n] = number[i]
-            variate_id[i, t0 : t0 + n] = first + v
-            time_id[i, t0 : t0 + n] = np.arange(n)
-            hidden = min(layout.prediction_patches, n - 1)
-            if hidden > 0:
-                prediction[i, t0 + n - hidden : t0 + n] = True
-            dataset_id[i, t0 : t0 + n] = m
-            freq_id[i, t0 : t0 + n] = layout.freq_ids[m][s]
-            if layout.return_index:
-                series_id[i, t0 : t0 + n] = s
-                step[i, t0 : t0 + n] = start - pad + np.arange(n) * patch
+    sl = slice(lo, hi)
+    row, offset, n, width = work.row[sl], work.offset[sl], work.tokens[sl], work.width[sl]
+    member, series, key = work.member[sl], work.series[sl], work.key[sl]
+    start, stop, first = work.start[sl], work.stop[sl], work.channel[sl]
+    number = np.arange(len(row)) - np.searchsorted(row, row, side="left") + 1  # (E,) the item's sample_id
+    length = np.zeros(len(row), np.int64)  # (E,) steps of the item's series
+    freq = np.zeros(len(row), np.int64)
+    base = np.zeros(len(row), np.int64)  # (E,) the series' first value in its partition's array
+    for m in np.unique(member).tolist():
+        at = member == m
+        length[at] = layout.lengths[m][series[at]]
+        freq[at] = layout.freq_ids[m][series[at]]
+    for k in np.unique(key).tolist():
+        at = key == k
+        base[at] = parts[k].starts[work.row_in_partition[sl][at]]
+
+    item, v = _runs(width)  # (pieces,): one piece per item and channel
+    t0 = offset[item] + v * n[item]  # its first token in the sequence
+    count = (stop - start)[item]
+    pad = n[item] * patch - count  # left padding inside its first patch
+
+    owner, k = _runs(n[item])  # (T,) every token of every piece
+    pos = row[item][owner] * tokens + t0[owner] + k  # flat (B, S) position
+    e = item[owner]
+    sample_id = np.zeros(rows * tokens, np.int64)
+    sample_id[pos] = number[e]
+    variate_id = np.zeros(rows * tokens, np.int64)
+    variate_id[pos] = first[e] + v[owner]
+    time_id = np.zeros(rows * tokens, np.int64)
+    time_id[pos] = k
+    prediction = np.zeros(rows * tokens, bool)
+    hidden = np.minimum(layout.prediction_patches, n[e] - 1)
+    prediction[pos] = k >= n[e] - hidden
+    dataset_id = np.full(rows * tokens, -1, np.int64)
+    dataset_id[pos] = member[e]
+    freq_id = np.full(rows * tokens, -1, np.int64)
+    freq_id[pos] = freq[e]
+
+    owner, k = _runs(count)  # (steps,) every value served
+    dest = (row[item] * tokens + t0)[owner] * patch + pad[owner] + k
+    src = (base[item] + (first[item] + v) * length[item] + start[item])[owner] + k
+    target = np.zeros(rows * tokens * patch, np.float32)
+    step_key = key[item][owner]
+    for kk in np.unique(step_key).tolist():
+        at = step_key == kk
+        target[dest[at]] = parts[kk].values[src[at]]
+    real = np.zeros(rows * tokens * patch, bool)
+    real[dest] = True
     observed = real & ~np.isnan(target)
     if layout.nan == "mask":
         target[~observed] = 0.0
+    shape = (rows, tokens)
     out = {
         "target": target.reshape(rows, tokens, patch),
         "observed_mask": observed.reshape(rows, tokens, patch),
-        "sample_id": sample_id,
-        "variate_id": variate_id,
-        "time_id": time_id,
-        "prediction_mask": prediction,
-        "dataset_id": dataset_id,
-        "freq_id": freq_id,
+        "sample_id": sample_id.reshape(shape),
+        "variate_id": variate_id.reshape(shape),
+        "time_id": time_id.reshape(shape),
+        "prediction_mask": prediction.reshape(shape),
+        "dataset_id": dataset_id.reshape(shape),
+        "freq_id": freq_id.reshape(shape),
     }
     if layout.return_index:
-        out["series_id"] = series_id
-        out["step"] = step
+        owner, k = _runs(n[item])
+        e = item[owner]
+        series_id = np.full(rows * tokens, -1, np.int64)
+        series_id[pos] = series[e]
+        step = np.zeros(rows * tokens, np.int64)
+        step[pos] = start[e] - pad[owner] + k * patch
+        out["series_id"] = series_id.reshape(shape)
+        out["step"] = step.reshape(shape)
     return out
 
 
