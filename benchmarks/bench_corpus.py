@@ -172,8 +172,11 @@ def throughput(args: argparse.Namespace, folder: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         corpus = dw.mix({n: dw.CorpusDataset(p, min_length=1, **settings) for n, p in paths.items()})
+    plan = corpus.plan(0)
+    bound = -(-int(plan.tokens.sum()) // args.tokens)
     print(
-        f"real corpus itself ({corpus.num_items} items, one epoch): packing efficiency {corpus.packing_efficiency():.4f}"
+        f"real corpus itself ({corpus.num_items} items, {int(plan.tokens.sum()):,} tokens, one epoch): packing "
+        f"efficiency {corpus.packing_efficiency():.4f}, {corpus.num_sequences(0)} sequences (lower bound {bound})"
     )
 
 

@@ -38,9 +38,10 @@ from torch import nn
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import dask_windows as dw  # noqa: E402
-from _real_corpus import write_corpus  # noqa: E402
-from dask_windows.corpus import LeftOutSeriesWarning  # noqa: E402
+from _real_corpus import write_corpus
+
+import dask_windows as dw
+from dask_windows.corpus import LeftOutSeriesWarning
 
 WEIGHTS = "co2=2,fertility=1,macrodata=2,sunspots=1,elnino=1,nile=0.5,danish=0.5,interest=0.5,copper=0.5,longley=0.5,grunfeld=1"
 
@@ -94,8 +95,13 @@ def train(args: argparse.Namespace) -> None:
     if not all(os.path.isdir(p) for p in paths.values()):
         write_corpus(args.data, "parquet", row_group_size=32)
     weights = {name: float(w) for name, w in (pair.split("=") for pair in args.weights.split(","))}
-    settings = dict(patch_size=args.patch, max_length=args.patch * args.tokens, min_length=args.patch // 2,
-                    batch_size=args.batch_size, seed=0)
+    settings = dict(
+        patch_size=args.patch,
+        max_length=args.patch * args.tokens,
+        min_length=args.patch // 2,
+        batch_size=args.batch_size,
+        seed=0,
+    )
     import warnings
 
     with warnings.catch_warnings():
@@ -151,8 +157,10 @@ def train(args: argparse.Namespace) -> None:
         f"waiting for data {waiting / max(waiting + computing, 1e-9):.1%} of the time"
     )
     if not args.resume:
-        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "corpus": state, "step": step},
-                   args.checkpoint)
+        torch.save(
+            {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "corpus": state, "step": step},
+            args.checkpoint,
+        )
         print(f"checkpoint at step {step} (epoch {state['epoch']}, batch {state['batches']}): {args.checkpoint}")
 
 
