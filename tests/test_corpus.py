@@ -42,12 +42,12 @@ def corpus(tmp_path_factory):
     return paths, raw
 
 
-def _open(paths, weights=None, **kw):
+def _open(paths, weights=None, items_per_epoch=None, **kw):
     settings_ = {**KW, **kw}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", LeftOutSeriesWarning)
         members = {name: dw.CorpusDataset(path, **settings_) for name, path in paths.items()}
-    return dw.mix(members, weights)
+    return dw.mix(members, weights, items_per_epoch=items_per_epoch)
 
 
 def _numpy(batches):
@@ -277,7 +277,7 @@ def test_lengths_from_offsets_and_bad_input(tmp_path):
         dw.CorpusDataset(path, context_length=(16, 32), patch_size=16, max_length=32)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(
     lengths=st.lists(st.integers(0, 300), min_size=1, max_size=40),
     channels=st.lists(st.integers(1, 5), min_size=40, max_size=40),
@@ -337,7 +337,7 @@ def _best_fit_oracle(tokens, budget):
     return bins
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(tokens=st.lists(st.integers(1, 12), min_size=1, max_size=120), budget=st.integers(12, 40))
 def test_bulk_best_fit_is_best_fit_decreasing(tokens, budget):
     from dask_windows.corpus.packing import _best_fit
@@ -375,3 +375,17 @@ def test_s3_parquet_equals_local(corpus):
         assert all(all(np.array_equal(x[k], y[k]) for k in x) for x, y in zip(got, two))
     finally:
         endpoint.close()
+
+
+def test_one_data_set_with_items_per_epoch_repeats_without_repeats_inside_its_epochs(corpus):
+    paths, _ = corpus
+    ds = _open({"fertility": paths["fertility"]}, items_per_epoch=300)
+    assert ds.counts.tolist() == [300]
+    ds.set_epoch(0)
+    seen = Counter()
+    for b in _numpy(list(ds)):
+        for i in range(len(b["sample_id"])):
+            for k in np.unique(b["sample_id"][i][b["sample_id"][i] > 0]):
+                seen[int(b["series_id"][i][b["sample_id"][i] == k][0])] += 1
+    # 219 series, one item each: the first 219 of the stream are member epoch 0, the next 81 of epoch 1
+    assert sum(seen.values()) == 300 and set(seen) == set(range(219)) and max(seen.values()) == 2

@@ -90,6 +90,10 @@ class CorpusSettings:
         check_int("read_ahead", self.read_ahead, 0)
         if self.context_length is not None:
             lo, hi = self.context_length
+            if self.channels != "independent":
+                raise ConfigError(
+                    "context_length=(lo, hi) serves univariate items; pass channels='independent' with it"
+                )
             if self.pack:
                 raise ConfigError(
                     "context_length=(lo, hi) draws each batch's length of unpacked sequences; packed sequences "
@@ -233,7 +237,7 @@ class CorpusDataset(IterableDataset):
             )
         w = sizes.astype(np.float64) if weights is None else weights
         total = int(sizes.sum()) if items_per_epoch is None else items_per_epoch
-        self.counts = member_counts(w, total) if len(members) > 1 else sizes
+        self.counts = member_counts(w, total) if sizes.sum() else sizes  # no item at all: len() says why
         for m, count in zip(members, self.counts):
             if count and m.units.num_items == 0:
                 raise ConfigError(f"data set {m.name!r} has no item but weight > 0; give it weight 0")
