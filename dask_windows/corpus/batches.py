@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from dask_windows.prefetch import Prefetcher
+from dask_windows.runtime.prefetch import Prefetcher
 
 __all__ = ["ReaderWork", "batches"]
 

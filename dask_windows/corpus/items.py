@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dask_windows.plan import rng_for
-from dask_windows.schedule import labels
+from dask_windows.planning.plan import rng_for
+from dask_windows.planning.schedule import labels
 
 __all__ = ["LeftOut", "Units", "build_units", "epoch_items", "member_order"]
 

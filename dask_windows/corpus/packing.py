@@ -23,8 +23,8 @@ import bisect
 
 import numpy as np
 
-from dask_windows.plan import batches_per_rank, rng_for, worker_batch_range
-from dask_windows.world import World
+from dask_windows.planning.plan import batches_per_rank, rng_for, worker_batch_range
+from dask_windows.planning.world import World
 
 __all__ = ["pack", "reader_sequences", "unpacked"]
 

@@ -170,7 +170,7 @@ class ListSource:
             hf = _hf_files(fs, root) if fs.isdir(root) else None
             if hf is not None:
                 return [self._url(fs, url, p) for p in hf], "arrow-stream", url
-        from dask_windows.sources.footers import list_files
+        from dask_windows.sources.parquet.footers import list_files
 
         fs, files, _, description = list_files(data, self.storage_options, SUFFIXES)
         if not files:
