@@ -25,12 +25,12 @@ from dask_windows.corpus.batches import Layout, ReaderWork, batches
 from dask_windows.corpus.items import LeftOut, Units, build_units, epoch_items
 from dask_windows.corpus.packing import pack, reader_sequences, unpacked
 from dask_windows.corpus.source import ListSource
-from dask_windows.runtime.epochs import EpochCounter, worker_token
 from dask_windows.errors import ConfigError
 from dask_windows.planning.plan import batches_per_rank, rng_for
 from dask_windows.planning.resume import Resumer, check_int
 from dask_windows.planning.schedule import member_counts
 from dask_windows.planning.world import World, detect_worker, resolve_ranks
+from dask_windows.runtime.epochs import EpochCounter, worker_token
 
 __all__ = ["CorpusDataset", "CorpusSettings", "LeftOutSeriesWarning", "mix_corpora"]
 
