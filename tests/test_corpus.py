@@ -389,3 +389,20 @@ def test_one_data_set_with_items_per_epoch_repeats_without_repeats_inside_its_ep
                 seen[int(b["series_id"][i][b["sample_id"][i] == k][0])] += 1
     # 219 series, one item each: the first 219 of the stream are member epoch 0, the next 81 of epoch 1
     assert sum(seen.values()) == 300 and set(seen) == set(range(219)) and max(seen.values()) == 2
+
+
+def test_one_three_and_321_channels_share_batches(tmp_path):
+    rng = np.random.default_rng(5)
+    raw, paths = {}, {}
+    for name, channels, count in (("one", 1, 6), ("three", 3, 4), ("wide", 321, 2)):
+        series = [rng.standard_normal((channels, int(n))).astype(np.float32) for n in rng.integers(5, 40, count)]
+        kind = pa.list_(pa.list_(pa.float32())) if channels > 1 else pa.list_(pa.float32())
+        values = [s.tolist() if channels > 1 else s[0].tolist() for s in series]
+        os.makedirs(tmp_path / name)
+        pq.write_table(pa.table({"target": pa.array(values, kind)}), str(tmp_path / name / "p.parquet"))
+        raw[name], paths[name] = series, str(tmp_path / name)
+    ds = _open(paths, batch_size=64, min_length=1)
+    batches = _numpy(list(ds))
+    _coverage_once(check_tokens(batches, raw, ds.names, 8), raw)
+    mixed = [set(np.unique(b["dataset_id"][b["sample_id"] > 0]).tolist()) for b in batches]
+    assert {0, 1, 2} in mixed and max(int(b["variate_id"].max()) for b in batches) == 320
