@@ -406,3 +406,28 @@ def test_one_three_and_321_channels_share_batches(tmp_path):
     _coverage_once(check_tokens(batches, raw, ds.names, 8), raw)
     mixed = [set(np.unique(b["dataset_id"][b["sample_id"] > 0]).tolist()) for b in batches]
     assert {0, 1, 2} in mixed and max(int(b["variate_id"].max()) for b in batches) == 320
+
+
+def test_early_break_leaves_no_thread_and_read_errors_name_the_file(corpus, tmp_path):
+    from helpers import threads_started_here
+
+    paths, _ = corpus
+    ds = _open({"fertility": paths["fertility"]}, read_ahead=2)
+    it = iter(ds)
+    next(it)
+    assert threads_started_here("dask-windows-corpus")
+    it.close()
+    assert not threads_started_here("dask-windows-corpus")
+    # a file rewritten after open: the read names it
+    import shutil
+
+    copy = tmp_path / "fertility"
+    shutil.copytree(paths["fertility"], copy)
+    ds = _open({"fertility": str(copy)}, shuffle=False)
+    table = pq.read_table(copy / "part-0.parquet")
+    shorter = pa.table(
+        {"target": pa.array([v[:-1] for v in table.column("target").to_pylist()], pa.list_(pa.float64()))}
+    )
+    pq.write_table(shorter, copy / "part-0.parquet", row_group_size=16)
+    with pytest.raises(dw.SourceReadError, match=r"part-0.parquet \(row group \d+\).*open the corpus again"):
+        list(ds)

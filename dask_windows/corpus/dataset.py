@@ -352,9 +352,13 @@ class CorpusDataset(IterableDataset):
             [m.source.lengths for m in self.members],
             s.return_index,
         )
-        for batch in batches(work, self._read, layout, s.read_ahead):
-            self._resumer.step()
-            yield {k: torch.from_numpy(v) for k, v in batch.items()}
+        arrays = batches(work, self._read, layout, s.read_ahead)
+        try:
+            for batch in arrays:
+                self._resumer.step()
+                yield {k: torch.from_numpy(v) for k, v in batch.items()}
+        finally:
+            arrays.close()  # the read-ahead thread is joined on an early break too
 
     def _freq_ids_per_series(self) -> list[np.ndarray]:
         return [ids[m.source.freq_codes] for ids, m in zip(self._freq_ids, self.members)]

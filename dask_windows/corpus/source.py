@@ -287,13 +287,21 @@ class ListSource:
 
     def read(self, p: int) -> Decoded:
         """Partition ``p``'s series as one flat float32 array and each row's first value."""
+        import pyarrow as pa
+
         f, unit = self.partitions[p]
         handle = self._handle(f)
-        if self.kind == "parquet":
-            column = handle.read_row_group(unit, columns=[self.target]).column(self.target).combine_chunks()
-        else:
-            column = handle.column(self.target).chunk(unit)
-        lengths, channels, starts, values = _list_offsets(column, self._where(f, unit), self.target)
+        try:
+            if self.kind == "parquet":
+                column = handle.read_row_group(unit, columns=[self.target]).column(self.target).combine_chunks()
+            else:
+                column = handle.column(self.target).chunk(unit)
+            lengths, channels, starts, values = _list_offsets(column, self._where(f, unit), self.target)
+        except (OSError, pa.ArrowException, SchemaError) as exc:
+            raise SourceReadError(
+                f"cannot read {self._where(f, unit)}: {exc}; it changed or is damaged since it was opened: "
+                "open the corpus again"
+            ) from exc
         expected = self.lengths[self.partition_series[p] : self.partition_series[p + 1]]
         if not np.array_equal(lengths, expected):
             raise SourceReadError(f"{self._where(f, unit)} changed since it was opened; open the corpus again")
