@@ -19,7 +19,7 @@ right-aligned in its sequence: shorter series are left-padded.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,7 +171,7 @@ def _assemble(work: ReaderWork, b: int, parts: dict, layout: Layout, lo: int, hi
 
 def batches(
     work: ReaderWork, read: Callable[[tuple[int, int]], Any], layout: Layout, read_ahead: int
-) -> Iterator[dict[str, np.ndarray]]:
+) -> Generator[dict[str, np.ndarray], None, None]:
     """The reader's batches, in order, as dicts of numpy arrays."""
     nb = len(work.batch_rows)
     bounds = np.searchsorted(work.batch, np.arange(nb + 1), side="left")  # (nb + 1,) first item of each batch
