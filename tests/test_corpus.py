@@ -205,12 +205,17 @@ def test_ranks_equal_and_disjoint_resume_and_workers(corpus):
     for x, y in zip(rest, whole[3:]):
         assert all(np.array_equal(x[k], y[k]) for k in x)
 
-    # DataLoader worker processes: the same batches, each once
-    loader = torch.utils.data.DataLoader(full, batch_size=None, num_workers=2)
-    full.set_epoch(2)
-    got = _numpy(list(loader))
+    # DataLoader worker processes: the same batches, each once; stopped after 5 and resumed in new workers
     key = lambda b: b["series_id"].tobytes() + b["step"].tobytes()
-    assert sorted(map(key, got)) == sorted(map(key, whole))
+    full.set_epoch(2)
+    loader = iter(torch.utils.data.DataLoader(full, batch_size=None, num_workers=2))
+    got = _numpy([next(loader) for _ in range(5)])
+    state = full.state_dict(batches=5, num_workers=2)
+    del loader
+    again = _open(paths)
+    again.load_state_dict(state)
+    got += _numpy(list(torch.utils.data.DataLoader(again, batch_size=None, num_workers=2)))
+    assert sorted(map(key, got)) == sorted(map(key, whole)) and len(got) == len(whole)
 
 
 def test_multivariate_view(corpus):
