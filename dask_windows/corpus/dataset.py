@@ -21,12 +21,13 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from dask_windows.corpus.batches import Layout, ReaderWork, batches
+from dask_windows.corpus.batches import Layout, batches
 from dask_windows.corpus.items import LeftOut, Units, build_units, epoch_items
 from dask_windows.corpus.packing import pack, reader_sequences, unpacked
 from dask_windows.corpus.source import ListSource
+from dask_windows.corpus.work import EpochPlan, reader_work
 from dask_windows.errors import ConfigError
-from dask_windows.planning.plan import batches_per_rank, rng_for
+from dask_windows.planning.plan import batches_per_rank
 from dask_windows.planning.resume import Resumer, check_int
 from dask_windows.planning.schedule import member_counts
 from dask_windows.planning.world import World, detect_worker, resolve_ranks
@@ -35,8 +36,6 @@ from dask_windows.runtime.epochs import EpochCounter, worker_token
 __all__ = ["CorpusDataset", "CorpusSettings", "LeftOutSeriesWarning", "mix_corpora"]
 
 log = logging.getLogger(__name__)
-
-_CONTEXT = 0xC3
 
 
 class LeftOutSeriesWarning(UserWarning):
@@ -114,21 +113,6 @@ class Member:
     source: ListSource
     units: Units
     left_out: LeftOut
-
-
-@dataclass(frozen=True)
-class EpochPlan:
-    """One epoch's items in order and their sequences."""
-
-    epoch: int
-    member: np.ndarray  # (N,)
-    item: np.ndarray  # (N,)
-    tokens: np.ndarray  # (N,) tokens of each item (all channels)
-    unit: np.ndarray  # (N,) the item's unit in its data set
-    start: np.ndarray  # (N,) its first step
-    stop: np.ndarray  # (N,) one past its last step
-    sequence_ptr: np.ndarray  # (Q + 1,)
-    entries: np.ndarray  # (N,) positions in the item order, sequence by sequence
 
 
 def _open_member(name: str, source: ListSource, settings: CorpusSettings) -> Member:
@@ -343,7 +327,16 @@ class CorpusDataset(IterableDataset):
 
     def _batches(self, epoch: int, lo: int, hi: int, first_batch: int) -> Iterator[dict[str, torch.Tensor]]:
         s = self.settings
-        work = self._work(epoch, lo, hi, first_batch)
+        work = reader_work(
+            self.plan(epoch),
+            [m.units for m in self.members],
+            [m.source.partition_series for m in self.members],
+            s,
+            epoch,
+            lo,
+            hi,
+            first_batch,
+        )
         layout = Layout(
             s.patch_size,
             -(-s.prediction_length // s.patch_size),
@@ -366,92 +359,6 @@ class CorpusDataset(IterableDataset):
     def _read(self, key: tuple[int, int]) -> Any:
         member, partition = key
         return self.members[member].source.read(partition)
-
-    def _work(self, epoch: int, lo: int, hi: int, first_batch: int) -> ReaderWork:
-        """What the reader of sequences ``[lo, hi)`` serves (see ``batches.ReaderWork``)."""
-        s = self.settings
-        plan = self.plan(epoch)
-        ptr = plan.sequence_ptr
-        entries = plan.entries[ptr[lo] : ptr[hi]]  # (E,) positions in the epoch's item order
-        per_sequence = np.diff(ptr[lo : hi + 1])
-        sequence = np.repeat(np.arange(lo, hi), per_sequence)  # (E,)
-        batch = (sequence - lo) // s.batch_size
-        row = (sequence - lo) % s.batch_size
-        member = plan.member[entries]
-        unit, start, stop = plan.unit[entries], plan.start[entries], plan.stop[entries]
-        n = len(entries)
-        series, channel, width, partition = (np.zeros(n, np.int64) for _ in range(4))
-        for m, mem in enumerate(self.members):
-            at = member == m if len(self.members) > 1 else slice(None)
-            u = unit[at]
-            series[at] = mem.units.series[u]
-            channel[at] = np.maximum(mem.units.channel[u], 0)
-            width[at] = mem.units.width[u]
-            partition[at] = np.searchsorted(mem.source.partition_series, series[at], side="right") - 1
-        nb = -(-(hi - lo) // s.batch_size) if hi > lo else 0
-        batch_rows = np.full(nb, s.batch_size, np.int64)
-        if nb:
-            batch_rows[-1] = (hi - lo) - (nb - 1) * s.batch_size
-        batch_tokens = np.full(nb, s.tokens, np.int64)
-        if s.context_length is not None:  # unpacked: each batch's length drawn, the item's last steps kept
-            c_lo, c_hi = s.context_length
-            steps = (
-                np.array(
-                    [
-                        int(
-                            rng_for(s.seed, epoch, first_batch + b, _CONTEXT).integers(
-                                c_lo // s.patch_size, c_hi // s.patch_size + 1
-                            )
-                        )
-                        for b in range(nb)
-                    ],
-                    np.int64,
-                )
-                * s.patch_size
-            )
-            batch_tokens = steps // s.patch_size
-            start = np.maximum(start, stop - steps[batch] // width // s.patch_size * s.patch_size)
-        tokens = -(-(stop - start) // s.patch_size)
-        used = width * tokens
-        if s.pack:  # items follow one another from the sequence's first token
-            first_entry = np.concatenate([[0], np.cumsum(per_sequence)])[:-1]
-            cum = np.cumsum(used) - used
-            offset = cum - np.repeat(cum[first_entry] if n else cum[:0], per_sequence)
-        else:  # one item, right-aligned
-            offset = batch_tokens[batch] - used if n else used
-        key_codes = member * (1 << 40) + partition
-        uniq, first_at, inverse = np.unique(key_codes, return_index=True, return_inverse=True)
-        by_first = np.argsort(first_at, kind="stable")  # keys in order of first use
-        rank_of = np.empty(len(uniq), np.int64)
-        rank_of[by_first] = np.arange(len(uniq))
-        key = rank_of[inverse.reshape(-1)]
-        last_use = np.zeros(len(uniq), np.int64)
-        np.maximum.at(last_use, key, batch)
-        first_use = batch[first_at[by_first]] if n else np.zeros(0, np.int64)
-        keys = [(int(c >> 40), int(c & ((1 << 40) - 1))) for c in uniq[by_first]]
-        row_in_partition = np.zeros(n, np.int64)
-        for m, mem in enumerate(self.members):
-            at = member == m
-            row_in_partition[at] = series[at] - mem.source.partition_series[partition[at]]
-        return ReaderWork(
-            batch,
-            row,
-            offset,
-            tokens,
-            member,
-            series,
-            channel,
-            width,
-            start,
-            stop,
-            key,
-            row_in_partition,
-            keys,
-            first_use,
-            last_use,
-            batch_tokens,
-            batch_rows,
-        )
 
     # -- resume -------------------------------------------------------------------------------
 
