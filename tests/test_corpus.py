@@ -279,7 +279,7 @@ def test_lengths_from_offsets_and_bad_input(tmp_path):
     with pytest.raises(SchemaError, match=r"row 0 of .*ragged.parquet.*differ in length"):
         ListSource(str(tmp_path / "ragged.parquet"))
     with pytest.raises(ConfigError, match="context_length"):
-        dw.CorpusDataset(path, context_length=(16, 32), patch_size=16, max_length=32)
+        dw.CorpusDataset(path, context_length=(16, 32), patch_size=16, max_length=32, channels="multivariate")
 
 
 @settings(max_examples=30, deadline=None)
@@ -321,7 +321,7 @@ def test_items_cover_each_step_once_and_packing_keeps_items(lengths, channels, i
     member, item = epoch_items([units], np.array([units.num_items]), seed, 0, True, 2)
     assert np.array_equal(np.sort(item), np.arange(units.num_items))
     tokens = units.width[unit][item] * -(-(stop - start)[item] // patch)
-    ptr, entries = pack(tokens, 8, 16, seed, 0)
+    ptr, entries = pack(tokens, 8, np.arange(0, len(item) + 16, 16).clip(max=len(item)), seed, 0)
     assert np.array_equal(np.sort(entries), np.arange(len(item)))  # each item once, never split
     assert all(tokens[entries[a:b]].sum() <= 8 for a, b in zip(ptr[:-1], ptr[1:]))
 
@@ -436,3 +436,21 @@ def test_early_break_leaves_no_thread_and_read_errors_name_the_file(corpus, tmp_
     pq.write_table(shorter, copy / "part-0.parquet", row_group_size=16)
     with pytest.raises(dw.SourceReadError, match=r"part-0.parquet \(row group \d+\).*open the corpus again"):
         list(ds)
+
+
+def test_packed_variable_context_every_step_once(corpus):
+    paths, raw = corpus
+    ds = _open(paths, context_length=(16, 48), pack_window=40)
+    ds.set_epoch(1)
+    batches = _numpy(list(ds))
+    _coverage_once(check_tokens(batches, raw, ds.names, 8), raw)  # long items split into samples, no step lost
+    sizes = Counter()
+    for b in batches:
+        for ids in b["sample_id"]:
+            sizes.update(Counter(ids[ids > 0].tolist()).values())
+    assert max(sizes) <= 6 and len(sizes) > 3  # at most 48 steps of 8 per sample; lengths vary
+    plan = ds.plan(1)
+    assert len(plan.item) > ds.num_items  # more samples than items: the long ones were cut
+    same = _open(paths, context_length=(16, 48), pack_window=40)
+    same.set_epoch(1)
+    assert all(all(np.array_equal(x[k], y[k]) for k in x) for x, y in zip(_numpy(list(same)), batches))

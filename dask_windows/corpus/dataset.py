@@ -25,7 +25,7 @@ from dask_windows.corpus.batches import Layout, batches
 from dask_windows.corpus.items import LeftOut, Units, build_units, epoch_items
 from dask_windows.corpus.packing import pack, reader_sequences, unpacked
 from dask_windows.corpus.source import ListSource
-from dask_windows.corpus.work import EpochPlan, reader_work
+from dask_windows.corpus.work import EpochPlan, reader_work, split_to_context
 from dask_windows.errors import ConfigError
 from dask_windows.planning.plan import batches_per_rank
 from dask_windows.planning.resume import Resumer, check_int
@@ -93,11 +93,6 @@ class CorpusSettings:
                 raise ConfigError(
                     "context_length=(lo, hi) serves univariate items; pass channels='independent' with it"
                 )
-            if self.pack:
-                raise ConfigError(
-                    "context_length=(lo, hi) draws each batch's length of unpacked sequences; packed sequences "
-                    "take every item whole: pass pack=False, or leave context_length out"
-                )
             if not (0 < lo <= hi <= self.max_length) or lo % p or hi % p:
                 raise ConfigError(
                     f"context_length={self.context_length} must be multiples of patch_size={p} with "
@@ -156,8 +151,10 @@ class CorpusDataset(IterableDataset):
             ``"multivariate"``: one item of all channels (``budget // C`` tokens per channel).
         pack: Pack items into sequences (``sample_id`` tells them apart); else one item per sequence.
         pack_window: Items packed together.
-        context_length: ``(lo, hi)`` steps, unpacked only: each batch's length drawn from it
-            (multiples of ``patch_size``) by ``(seed, epoch, batch)``; an item longer than it keeps its last steps.
+        context_length: ``(lo, hi)`` steps (multiples of ``patch_size``; channel-independent view), a length
+            drawn from it by ``(seed, epoch, ...)``. Unpacked: per batch, and an item longer than it keeps its
+            last steps. Packed: per block of ``pack_window`` items, and an item longer than it is served as
+            several samples of at most that length (every step still once).
         prediction_length: Steps at the end of each item flagged in ``prediction_mask`` (whole patches,
             at least one patch of context kept).
         nan: ``"mask"``: NaN values become 0 with ``observed_mask`` 0; ``"keep"``: left NaN (mask 0).
@@ -284,8 +281,14 @@ class CorpusDataset(IterableDataset):
             at = member == m if len(self.members) > 1 else slice(None)
             unit[at], start[at], stop[at] = mem.units.locate(item[at])
             tokens[at] = mem.units.width[unit[at]] * -(-(stop[at] - start[at]) // s.patch_size)
+        blocks = np.arange(0, len(item) + s.pack_window, s.pack_window).clip(max=len(item))
+        if s.pack and s.context_length is not None:  # each block's samples at most its drawn length
+            member, item, unit, start, stop, blocks = split_to_context(
+                member, item, unit, start, stop, s.context_length, s.patch_size, s.pack_window, s.seed, epoch
+            )
+            tokens = -(-(stop - start) // s.patch_size)
         if s.pack:
-            ptr, entries = pack(tokens, s.tokens, s.pack_window, s.seed, epoch)
+            ptr, entries = pack(tokens, s.tokens, blocks, s.seed, epoch)
         else:
             ptr, entries = unpacked(len(item))
         plan = EpochPlan(epoch, member, item, tokens, unit, start, stop, ptr, entries)

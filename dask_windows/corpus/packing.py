@@ -100,21 +100,24 @@ def _best_fit(tokens: np.ndarray, budget: int) -> np.ndarray:
     return bin_of
 
 
-def pack(tokens: np.ndarray, budget: int, window: int, seed: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+def pack(tokens: np.ndarray, budget: int, blocks: np.ndarray, seed: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
     """``(sequence_ptr, entries)``: the epoch's items (``tokens`` each, in epoch order) packed.
 
     Args:
         tokens: ``(N,)`` tokens of each item, ``1 <= tokens <= budget``.
         budget: Tokens of one sequence.
-        window: Items packed together (a block of the epoch's order).
+        blocks: ``(K + 1,)`` first item of each block of items packed together (blocks of the epoch's order).
         seed: The dataset seed; with ``epoch`` it orders each block's sequences.
         epoch: The epoch.
     """
     tokens = np.asarray(tokens, dtype=np.int64)
     sizes = [np.zeros(0, np.int64)]
     entries = [np.zeros(0, np.int64)]
-    for block, lo in enumerate(range(0, len(tokens), window)):
-        bin_of = _best_fit(tokens[lo : lo + window], budget)
+    bounds = np.asarray(blocks, np.int64).tolist()
+    for block, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+        if hi <= lo:
+            continue
+        bin_of = _best_fit(tokens[lo:hi], budget)
         num_bins = int(bin_of.max()) + 1
         place = np.empty(num_bins, np.int64)
         place[rng_for(seed, epoch, block, _SHUFFLE).permutation(num_bins)] = np.arange(num_bins)

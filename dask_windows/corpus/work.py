@@ -19,7 +19,7 @@ from dask_windows.corpus.batches import ReaderWork
 from dask_windows.corpus.items import Units
 from dask_windows.planning.plan import rng_for
 
-__all__ = ["EpochPlan", "reader_work"]
+__all__ = ["EpochPlan", "reader_work", "split_to_context"]
 
 _CONTEXT = 0xC3
 
@@ -37,6 +37,44 @@ class EpochPlan:
     stop: np.ndarray  # (N,) one past its last step
     sequence_ptr: np.ndarray  # (Q + 1,)
     entries: np.ndarray  # (N,) positions in the item order, sequence by sequence
+
+
+def split_to_context(
+    member: np.ndarray,
+    item: np.ndarray,
+    unit: np.ndarray,
+    start: np.ndarray,
+    stop: np.ndarray,
+    context: tuple[int, int],
+    patch: int,
+    window: int,
+    seed: int,
+    epoch: int,
+) -> tuple[np.ndarray, ...]:
+    """Items of each block of ``window`` cut, from their end, into samples of at most the block's drawn length.
+
+    Returns ``(member, item, unit, start, stop, blocks)`` per sample, ``blocks`` ``(K + 1,)`` the first
+    sample of each block. The length of block ``k`` is drawn from ``context`` (steps, in whole patches)
+    by ``(seed, epoch, k)``.
+    """
+    n = len(item)
+    num_blocks = -(-n // window)
+    lo, hi = context[0] // patch, context[1] // patch
+    length = (
+        np.asarray(
+            [rng_for(seed, epoch, k, _CONTEXT).integers(lo, hi + 1) for k in range(num_blocks)], np.int64
+        ).reshape(num_blocks)
+        * patch
+    )  # (K,) steps of a sample in each block
+    cap = length[np.arange(n) // window]  # (n,)
+    pieces = -(-(stop - start) // cap)  # (n,) samples of each item
+    owner = np.repeat(np.arange(n), pieces)  # (samples,)
+    j = np.arange(len(owner)) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+    new_stop = stop[owner] - (pieces[owner] - 1 - j) * cap[owner]
+    new_start = np.maximum(start[owner], new_stop - cap[owner])
+    per_block = np.bincount(np.arange(n) // window, weights=pieces, minlength=num_blocks).astype(np.int64)
+    blocks = np.concatenate([[0], np.cumsum(per_block)]).astype(np.int64)
+    return member[owner], item[owner], unit[owner], new_start, new_stop, blocks
 
 
 def reader_work(
@@ -83,7 +121,7 @@ def reader_work(
     if nb:
         batch_rows[-1] = (hi - lo) - (nb - 1) * s.batch_size
     batch_tokens = np.full(nb, s.tokens, np.int64)
-    if s.context_length is not None:  # unpacked: each batch's length drawn, the item's last steps kept
+    if s.context_length is not None and not s.pack:  # each batch's length drawn, the item's last steps kept
         c_lo, c_hi = s.context_length
         p = s.patch_size
         draws = [
