@@ -157,6 +157,22 @@ def test_short_series_left_out_counted_and_warned(corpus):
     _coverage_once(served, raw, skip={("longley", 0)})
 
 
+def test_fixed_frequency_vocabulary(corpus):
+    paths, _ = corpus
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LeftOutSeriesWarning)
+        members = {n: dw.CorpusDataset(paths[n], **KW) for n in ("co2", "nile")}
+    ds = dw.mix(members, freqs=["H", "D", "W", "M", "Q", "Y"])
+    assert ds.freqs == ["H", "D", "W", "M", "Q", "Y"]
+    b = next(iter(ds))
+    real = b["sample_id"] > 0
+    assert set(b["freq_id"][real].tolist()) <= {2, 5}
+    expect = torch.where(b["dataset_id"] == 0, 2, 5)
+    assert torch.equal(b["freq_id"][real], expect[real])
+    with pytest.raises(ConfigError, match=r"holds frequency 'W', which freqs=\['Y'\] does not list"):
+        dw.mix(members, freqs=["Y"])
+
+
 def test_weighted_mixture_exact_quotas(corpus):
     paths, raw = corpus
     weights = dict.fromkeys(paths, 1.0)

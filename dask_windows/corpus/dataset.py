@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -142,6 +142,7 @@ class CorpusDataset(IterableDataset):
         freq: The data set's frequency where no ``freq`` column gives it.
         storage_options: Passed to fsspec.
         name: The data set's name (default: where it lives).
+        freqs: A fixed frequency vocabulary (``freq_id`` = position); default: order of first appearance.
         patch_size: Steps per token.
         max_length: Most steps of one item: a longer series is cut, from its end, into items of this many.
         min_length: Series shorter than this are left out (counted in ``left_out``, warned about at
@@ -183,6 +184,7 @@ class CorpusDataset(IterableDataset):
         freq: str | None = None,
         storage_options: dict | None = None,
         name: str | None = None,
+        freqs: Sequence[str] | None = None,
         rank: int | None = None,
         world_size: int | None = None,
         **settings: Any,
@@ -199,7 +201,7 @@ class CorpusDataset(IterableDataset):
             else ListSource(data, target=target, freq=freq, storage_options=storage_options)
         )
         member = _open_member(name or source.name, source, self.settings)
-        self._setup([member], None, None, (rank, world_size))
+        self._setup([member], None, None, (rank, world_size), freqs)
 
     def _setup(
         self,
@@ -207,6 +209,7 @@ class CorpusDataset(IterableDataset):
         weights: np.ndarray | None,
         items_per_epoch: int | None,
         world: tuple[int | None, int | None],
+        freqs: Sequence[str] | None = None,
     ) -> None:
         self.members = members
         self.names = [m.name for m in members]
@@ -222,9 +225,14 @@ class CorpusDataset(IterableDataset):
         for m, count in zip(members, self.counts):
             if count and m.units.num_items == 0:
                 raise ConfigError(f"data set {m.name!r} has no item but weight > 0; give it weight 0")
-        self.freqs: list[str] = []
+        self.freqs: list[str] = [str(f) for f in freqs] if freqs is not None else []
         for m in members:
             for f in m.source.freqs:
+                if f not in self.freqs and freqs is not None:
+                    raise ConfigError(
+                        f"{m.source.name} holds frequency {f!r}, which freqs={list(freqs)} does not list; "
+                        "add it to freqs (its position is its freq_id)"
+                    )
                 if f not in self.freqs:
                     self.freqs.append(f)
         self._freq_ids = [np.array([self.freqs.index(f) for f in m.source.freqs], np.int64) for m in members]
@@ -410,6 +418,7 @@ def mix_corpora(
     weights: Mapping[str, float] | None = None,
     *,
     items_per_epoch: int | None = None,
+    freqs: Sequence[str] | None = None,
     rank: int | None = None,
     world_size: int | None = None,
 ) -> CorpusDataset:
@@ -419,6 +428,8 @@ def mix_corpora(
         members: ``{name: CorpusDataset}`` opened with the same settings (patch, lengths, packing...).
         weights: ``{name: weight >= 0}`` (a LOTSA-style weight map); default: in proportion to items.
         items_per_epoch: Items per epoch; default: the members' items together.
+        freqs: A fixed frequency vocabulary (``freq_id`` = position), the same across runs and corpora;
+            default: frequencies in order of first appearance.
         rank: This process's rank.
         world_size: Number of ranks.
     """
@@ -446,5 +457,5 @@ def mix_corpora(
     IterableDataset.__init__(out)
     out.settings = first
     total = None if items_per_epoch is None else check_int("items_per_epoch", items_per_epoch, 1)
-    out._setup(parts, w, total, (rank, world_size))
+    out._setup(parts, w, total, (rank, world_size), freqs)
     return out
