@@ -103,13 +103,16 @@ def _assemble(work: ReaderWork, b: int, parts: dict, layout: Layout, lo: int, hi
     length = np.zeros(len(row), np.int64)  # (E,) steps of the item's series
     freq = np.zeros(len(row), np.int64)
     base = np.zeros(len(row), np.int64)  # (E,) the series' first value in its partition's array
-    for m in np.unique(member).tolist():
-        at = member == m
+    many = len(layout.lengths) > 1
+    for m in np.unique(member).tolist() if len(layout.lengths) > 8 else range(len(layout.lengths)):
+        at = member == m if many else slice(None)
         length[at] = layout.lengths[m][series[at]]
         freq[at] = layout.freq_ids[m][series[at]]
-    for k in np.unique(key).tolist():
-        at = key == k
-        base[at] = parts[k].starts[work.row_in_partition[sl][at]]
+    keys = range(int(key.min()), int(key.max()) + 1) if len(key) else range(0)  # first-use order: a short range
+    for part in keys:
+        at = key == part
+        if at.any():  # keys in the range whose partition this batch does not need may be dropped already
+            base[at] = parts[part].starts[work.row_in_partition[sl][at]]
 
     item, v = _runs(width)  # (pieces,): one piece per item and channel
     t0 = offset[item] + v * n[item]  # its first token in the sequence
@@ -138,9 +141,10 @@ def _assemble(work: ReaderWork, b: int, parts: dict, layout: Layout, lo: int, hi
     src = (base[item] + (first[item] + v) * length[item] + start[item])[owner] + k
     target = np.zeros(rows * tokens * patch, np.float32)
     step_key = key[item][owner]
-    for kk in np.unique(step_key).tolist():
+    for kk in keys:
         at = step_key == kk
-        target[dest[at]] = parts[kk].values[src[at]]
+        if at.any():
+            target[dest[at]] = parts[kk].values[src[at]]
     real = np.zeros(rows * tokens * patch, bool)
     real[dest] = True
     observed = real & ~np.isnan(target)
