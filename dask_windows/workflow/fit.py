@@ -87,7 +87,8 @@ def _partial(frame: Any, wf: Workflow) -> dict:
     piece = Piece(n, series)
     import pandas as pd
 
-    out: dict = {"rows": n, "series": set() if series is None else set(_keys(pd.unique(series)))}
+    counts = pd.Series(series).value_counts() if series is not None else pd.Series([n], dtype=np.int64)
+    out: dict = {"rows": n, "series": set(_keys(counts.index)) if series is not None else set(), "lengths": counts}
     tainted: set[str] = set()
     for i, op in enumerate(wf.ops):
         if op.fitted:
@@ -154,7 +155,8 @@ def _merge_moments(frames: list) -> Any:
 
 
 def _merge(a: dict, b: dict, wf: Workflow) -> dict:
-    out = {"rows": a["rows"] + b["rows"], "series": a["series"] | b["series"]}
+    out = {"rows": a["rows"] + b["rows"], "series": a["series"] | b["series"],
+           "lengths": a["lengths"].add(b["lengths"], fill_value=0)}  # fmt: skip
     for i, op in enumerate(wf.ops):
         if not op.fitted:
             continue
@@ -181,6 +183,13 @@ def _scale(value: float) -> float:
 def _finish(wf: Workflow, merged: dict) -> None:
     """Turn merged partials into each operation's JSON-ready state."""
     wf.series_keys = sorted(merged["series"]) if wf.series is not None else []
+    longest = int(merged["lengths"].max()) if len(merged["lengths"]) else 0
+    for op in wf.ops:
+        if op.lookback() >= longest:
+            raise ConfigError(
+                f"{op!r} looks back {op.lookback()} rows: as long as or longer than every series of the data "
+                f"(longest: {longest:,} rows), so no window could be yielded; use shorter lags or a smaller limit"
+            )
     for i, op in enumerate(wf.ops):
         if isinstance(op, Categorify):
             op.state = {}
@@ -314,6 +323,15 @@ def fit(
             "check the spelling or the operations' columns"
         )
     wf.schema = {c: column_kind(frame.dtypes[c]) for c in wf.inputs}
+    made: set[str] = set()
+    for op in wf.ops:
+        for col in op.inputs:
+            if op.numeric and col not in made and wf.schema[col] not in ("number", "bool"):
+                raise SchemaError(
+                    f"{type(op).__name__} needs numbers but column {col!r} of {what} holds {frame.dtypes[col]} "
+                    "values; encode it first (Categorify for categories, TimeFeatures for timestamps) or leave it out"
+                )
+        made.update(op.outputs())
     for op in wf.ops:
         if isinstance(op, TimeFeatures):
             dtype = frame.dtypes[op.columns[0]]

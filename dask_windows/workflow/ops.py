@@ -115,6 +115,7 @@ class Op:
 
     kind: ClassVar[str] = ""
     fitted: ClassVar[bool] = False
+    numeric: ClassVar[bool] = True  # reads numbers only
     per_series: bool = False
 
     def __init__(self, columns: Any) -> None:
@@ -310,6 +311,7 @@ class Categorify(Op):
     """
 
     kind = "categorify"
+    numeric = False
     fitted = True
 
     def __init__(self, columns: Any, min_frequency: int = 1) -> None:
@@ -416,6 +418,7 @@ class TimeFeatures(Op):
     """
 
     kind = "time"
+    numeric = False
 
     def __init__(self, column: str, fields: Sequence[str], cyclic: bool = False, tz: str | None = None) -> None:
         super().__init__(column)
@@ -442,7 +445,7 @@ class TimeFeatures(Op):
         col = self.columns[0]
         values = cols[col]
         stored_tz = (self.state or {}).get("stored_tz")
-        if values.dtype.kind not in "Mo":
+        if values.dtype.kind not in "MO":
             raise SchemaError(f"TimeFeatures needs a timestamp column but {col!r} is {values.dtype}; parse it first")
         stamps = pd.DatetimeIndex(values)
         if stamps.tz is None and stored_tz:  # Arrow gives zoned timestamps as UTC instants
@@ -472,6 +475,7 @@ class Function(Op):
     """
 
     kind = "function"
+    numeric = False
 
     def __init__(self, fn: Callable | str, inputs: Any, outputs: Any) -> None:
         super().__init__(inputs)
