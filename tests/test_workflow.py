@@ -148,7 +148,7 @@ def test_named_batches_equal_the_reference_through_two_workers(co2):
     window, horizon = 10, 3
     ds = WindowDataset(str(root), workflow=wf.named(index=True), window=window, horizon=horizon, stride=2,
                        batch_size=50, nan="drop")  # fmt: skip
-    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="forkserver")
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
     got = gather(list(loader))
     index = got["index"]
     assert len(index) == len(np.unique(index)) > 100
