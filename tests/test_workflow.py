@@ -323,3 +323,25 @@ def test_bad_input_names_the_column_and_the_remedy(tmp_path):
         WindowDataset(str(path), workflow=Workflow([], continuous=["value"]), window=4)
     with pytest.raises(ValueError, match="module level"):
         Function(lambda b: b, ["value"], ["v"])
+
+
+def test_named_batches_through_device_prefetcher_lightning_and_fastai(co2):
+    from dask_windows import DevicePrefetcher
+    from dask_windows.integrations.loaders import window_loader  # what WindowDataModule hands Lightning
+
+    root, _, wf, _ = co2
+    ds = WindowDataset(str(root), workflow=wf.named(), window=8, horizon=2, batch_size=128, nan="drop", shuffle=False)
+    first = next(iter(ds))
+    moved = next(iter(DevicePrefetcher(torch.utils.data.DataLoader(ds, batch_size=None), "cpu")))
+    assert set(moved) == set(first) and all(torch.equal(moved[k], first[k]) for k in first)
+    lightning = next(iter(window_loader(ds, stateful=False)))
+    assert all(torch.equal(lightning[k], first[k]) for k in first)
+
+
+def test_fastai_takes_the_named_batch_as_input_and_its_target_for_the_loss(co2):
+    fastai = pytest.importorskip("fastai") and __import__("dask_windows.fastai").fastai
+    root, _, wf, _ = co2
+    ds = WindowDataset(str(root), workflow=wf.named(), window=8, horizon=2, batch_size=128, nan="drop", shuffle=False)
+    first = next(iter(ds))
+    xb, yb = next(iter(fastai.WindowDL(ds)))
+    assert isinstance(xb, dict) and torch.equal(yb, first["target"])
