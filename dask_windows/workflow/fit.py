@@ -340,21 +340,31 @@ def fit(
             op.state = {"stored_tz": str(getattr(dtype, "tz", None) or "") or None}
     parts = frame.to_delayed()
     partials = [dask.delayed(_partial)(part, wf) for part in parts]
-    merged = _compute(partials, wf, client, scheduler)
+    merged, peaks = _compute(partials, wf, client, scheduler)
     _finish(wf, merged)
     _statics(wf, storage_options)
     from dask_windows.workflow.artifact import digest
 
     wf.fingerprint = None if files is None else {"files": len(files), "digest": digest(files)}
     seconds = time.perf_counter() - started
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peaks[os.getpid()] = _peak_rss()
+    peak = sum(peaks.values())  # this process and the cluster's worker processes
     wf.fit_report = FitReport(len(parts), int(merged["rows"]), seconds, peak)  # type: ignore[attr-defined]
     log.info("fitted %s on %d partitions, %d rows in %.1f s", wf, len(parts), merged["rows"], seconds)
     return wf
 
 
-def _compute(partials: list, wf: Workflow, client: Any, scheduler: str | None) -> dict:
-    """Each partition's partial computed on the cluster, merged here as they finish (progress logged)."""
+def _peak_rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _pid_peak() -> tuple[int, int]:
+    return os.getpid(), _peak_rss()
+
+
+def _compute(partials: list, wf: Workflow, client: Any, scheduler: str | None) -> tuple[dict, dict]:
+    """Each partition's partial computed on the cluster, merged here as they finish (progress logged);
+    and the peak resident bytes of each process that computed them, by pid."""
     if scheduler in ("threads", "sync", "synchronous", "processes"):
         import dask
 
@@ -363,7 +373,7 @@ def _compute(partials: list, wf: Workflow, client: Any, scheduler: str | None) -
             got = dask.compute(part, scheduler=scheduler)[0]
             merged = got if merged is None else _merge(merged, got, wf)
             log.info("fit: %d/%d partitions", k + 1, len(partials))
-        return merged if merged is not None else _empty(wf)
+        return (merged if merged is not None else _empty(wf)), {}
     from distributed import Client, LocalCluster, as_completed
 
     owned = []
@@ -382,7 +392,8 @@ def _compute(partials: list, wf: Workflow, client: Any, scheduler: str | None) -
             got = future.result()
             merged = got if merged is None else _merge(merged, got, wf)
             log.info("fit: %d/%d partitions", k + 1, len(partials))
-        return merged if merged is not None else _empty(wf)
+        peaks = dict(client.run(_pid_peak).values())
+        return (merged if merged is not None else _empty(wf)), peaks
     finally:
         for thing in owned:
             thing.close()
