@@ -193,7 +193,7 @@ class WindowDataset(IterableDataset):
         if workflow is not None:  # pieces transformed as they are read, named batches (dask_windows.workflow)
             from dask_windows.workflow.apply import bind
 
-            self._workflow, self.source, chosen = bind(
+            self._workflow, self.source, chosen = bind(  # type: ignore[assignment]
                 workflow, self.source, features=features, targets=targets, series=series, window=window,
                 horizon=horizon, layout=layout, return_index=return_index, normalize=normalize,
                 storage_options=storage_options,

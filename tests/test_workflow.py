@@ -54,8 +54,16 @@ def co2_workflow(limit: int = 3) -> Workflow:
             TimeFeatures("date", ["year"]),
         ],
         series="decade",
-        continuous=["co2", "co2_observed", "co2_lag1", "co2_lag2", "co2_diff1", "date_month_sin", "date_month_cos",
-                    "date_year"],  # fmt: skip
+        continuous=[
+            "co2",
+            "co2_observed",
+            "co2_lag1",
+            "co2_lag2",
+            "co2_diff1",
+            "date_month_sin",
+            "date_month_cos",
+            "date_year",
+        ],
         categorical=["season", "site"],
         target=["co2"],
         known=["date_month_sin", "date_month_cos", "season"],
@@ -77,7 +85,10 @@ def co2_reference(df: pd.DataFrame, limit: int = 3) -> pd.DataFrame:
         vocab = sorted(df[col].unique())
         out[col] = df[col].map({v: i + 2 for i, v in enumerate(vocab)})
     month, dow = df["date"].dt.month, df["date"].dt.dayofweek
-    out["date_month_sin"], out["date_month_cos"] = np.sin(2 * np.pi * (month - 1) / 12), np.cos(2 * np.pi * (month - 1) / 12)
+    out["date_month_sin"], out["date_month_cos"] = (
+        np.sin(2 * np.pi * (month - 1) / 12),
+        np.cos(2 * np.pi * (month - 1) / 12),
+    )
     out["date_year"] = df["date"].dt.year.astype(float)
     del dow
     return out
@@ -129,7 +140,7 @@ def test_tuple_windows_equal_the_pandas_reference(co2, stride, horizon):
     # Windows holding a NaN the fill left (a gap longer than the limit) are dropped (nan="drop"), in
     # their lookback rows too, except the first lookback rows of a series (lags before its start).
     feats = list(wf.continuous) + list(wf.categorical)
-    bad = ref[feats + ["co2"]].isna().any(axis=1).to_numpy().copy()
+    bad = ref[[*feats, "co2"]].isna().any(axis=1).to_numpy().copy()
     bad[df.groupby("decade").cumcount().to_numpy() < wf.lookback()] = False
     span = window + wf.lookback() + horizon
     clean = np.array([not bad[s - wf.lookback() : s + window + horizon].any() for s in want])
@@ -311,7 +322,9 @@ def test_bad_input_names_the_column_and_the_remedy(tmp_path):
         Workflow([TimeFeatures("year", ["month"])], continuous=["year_month"]).fit(str(path), scheduler="sync")
     dup = pd.concat([table, table.iloc[:2]])
     with pytest.raises(ValueError, match="2 duplicate series ids"):
-        Workflow([], series="firm", continuous=["value"], statics=Statics(dup, numeric=["size"])).fit(df, scheduler="sync")
+        Workflow([], series="firm", continuous=["value"], statics=Statics(dup, numeric=["size"])).fit(
+            df, scheduler="sync"
+        )
     with pytest.raises(ValueError, match="no row for 1 series.*IBM"):
         Workflow([], series="firm", continuous=["value"],
                  statics=Statics(table[table.firm != "IBM"], numeric=["size"])).fit(df, scheduler="sync")  # fmt: skip

@@ -57,6 +57,8 @@ def test_spec_files_and_their_errors(tmp_path):
     (tmp_path / "empty.py").write_text("x = 1\n")
     with pytest.raises(ValueError, match="no Workflow named 'workflow'"):
         load_spec(str(tmp_path / "empty.py"))
-    (tmp_path / "bad.json").write_text(json.dumps({"ops": [{"kind": "nope", "config": {}}], "roles": {"target": ["v"]}}))
+    (tmp_path / "bad.json").write_text(
+        json.dumps({"ops": [{"kind": "nope", "config": {}}], "roles": {"target": ["v"]}})
+    )
     with pytest.raises(ValueError, match="unknown workflow operation 'nope'"):
         load_spec(str(tmp_path / "bad.json"))

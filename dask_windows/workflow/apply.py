@@ -138,7 +138,9 @@ def bind(workflow: Any, source: Any, **settings: Any) -> tuple[Emitter, Workflow
     if isinstance(wf, str):
         wf = Workflow.load(wf, settings.get("storage_options"))
     if not isinstance(wf, Workflow):
-        raise ConfigError(f"workflow={workflow!r} must be a fitted Workflow, Workflow.named(...) or a saved file's path")
+        raise ConfigError(
+            f"workflow={workflow!r} must be a fitted Workflow, Workflow.named(...) or a saved file's path"
+        )
     if not wf.fitted:
         raise ConfigError("workflow= is not fitted; call wf.fit(data) (or load a saved one) first")
     if settings.get("normalize") is not None:

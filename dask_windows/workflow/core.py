@@ -244,9 +244,7 @@ class Workflow:
 
         return load(url, storage_options)
 
-    def named(
-        self, index: bool = False, series_id: bool = True, scale_target: bool = True
-    ) -> Any:
+    def named(self, index: bool = False, series_id: bool = True, scale_target: bool = True) -> Any:
         """This workflow for ``WindowDataset(workflow=...)`` yielding named batches (``batch.NamedBatches``).
 
         Args:

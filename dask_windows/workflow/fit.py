@@ -127,7 +127,10 @@ def _op_partial(op: Any, cols: dict, series: np.ndarray | None) -> dict:
             groups = {k: g.to_numpy() for k, g in frame.groupby("k")["v"]} if op.per_series else {}
             out[col] = (frame["v"].to_numpy(), groups)
             continue
-        out[col] = (_moments(frame["v"]), frame.groupby("k")["v"].agg(["count", "mean", "var"]) if op.per_series else None)
+        out[col] = (
+            _moments(frame["v"]),
+            frame.groupby("k")["v"].agg(["count", "mean", "var"]) if op.per_series else None,
+        )
     return out
 
 
@@ -155,8 +158,8 @@ def _merge_moments(frames: list) -> Any:
 
 
 def _merge(a: dict, b: dict, wf: Workflow) -> dict:
-    out = {"rows": a["rows"] + b["rows"], "series": a["series"] | b["series"],
-           "lengths": a["lengths"].add(b["lengths"], fill_value=0)}  # fmt: skip
+    out: dict[Any, Any] = {"rows": a["rows"] + b["rows"], "series": a["series"] | b["series"],
+                           "lengths": a["lengths"].add(b["lengths"], fill_value=0)}  # fmt: skip
     for i, op in enumerate(wf.ops):
         if not op.fitted:
             continue
@@ -165,7 +168,7 @@ def _merge(a: dict, b: dict, wf: Workflow) -> dict:
             x, y = a[i][col], b[i][col]
             if isinstance(op, Categorify):
                 out[i][col] = x.add(y, fill_value=0)
-            elif op.method == "robust":
+            elif getattr(op, "method", None) == "robust":
                 groups = dict(x[1])
                 for k, v in y[1].items():
                     groups[k] = np.concatenate([groups[k], v]) if k in groups else v

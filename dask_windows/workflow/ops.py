@@ -261,7 +261,9 @@ class Normalize(Op):
     kind = "normalize"
     fitted = True
 
-    def __init__(self, columns: Any, per_series: bool = False, method: str = "standard", unseen: str = "global") -> None:
+    def __init__(
+        self, columns: Any, per_series: bool = False, method: str = "standard", unseen: str = "global"
+    ) -> None:
         super().__init__(columns)
         if method not in ("standard", "robust"):
             raise ConfigError(f"Normalize(method={method!r}) must be 'standard' or 'robust'")
