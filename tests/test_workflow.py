@@ -379,3 +379,23 @@ def test_calendar_arithmetic_equals_pandas(start, step, n, fields):
     got = _calendar(seconds, fields)
     for field in fields:
         np.testing.assert_array_equal(got[field], np.asarray(getattr(stamps, names.get(field, field))), err_msg=field)
+
+
+def test_elastic_resume_of_named_batches(co2):
+    root, _, wf, _ = co2
+    kw = dict(workflow=wf.named(index=True), window=8, horizon=2, batch_size=32, nan="drop", seed=5)
+    whole = gather(list(WindowDataset(str(root), **kw)))
+    first = WindowDataset(str(root), rank=0, world_size=2, **kw)
+    taken = [b for _, b in zip(range(4), first)]
+    state = first.state_dict()
+    other = WindowDataset(str(root), rank=1, world_size=2, **kw)
+    taken += [b for _, b in zip(range(4), other)]
+    again = WindowDataset(str(root), world_size=1, **kw)  # resumed on one rank: the rest of the epoch
+    again.load_state_dict(state)
+    rest = list(again)
+    assert all(isinstance(b, dict) for b in rest)
+    got = gather(taken + rest)
+    _, pos = np.unique(got["index"], return_index=True)
+    assert len(pos) == len(got["index"]) >= len(whole["index"]) - 1  # every window once (2 ranks: 1 left out)
+    keep = np.searchsorted(whole["index"], got["index"])
+    np.testing.assert_array_equal(got["past_cat"], whole["past_cat"][keep])

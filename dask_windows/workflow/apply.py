@@ -68,9 +68,13 @@ class WorkflowSource:
         self._schemas = [pa.schema([(c, pa.float32()) for c in self.made])]
 
     def transform(self, raw: dict, columns: Sequence) -> dict:
-        """The workflow applied to raw columns of one row range; ``columns`` of it, float32."""
-        out = self.wf.transform(raw, self.lookback)
-        return {c: np.asarray(out[c], np.float32) for c in columns}
+        """The workflow applied to raw columns of one row range; ``columns`` of it: outputs as float32,
+        the source's other columns as read (a time column for ``split(at=...)``)."""
+        out = self.wf.transform({c: raw[c] for c in self.raw}, self.lookback)
+        return {c: np.asarray(out[c], np.float32) if c in self.made else raw[c] for c in columns}
+
+    def _inputs(self, columns: Sequence) -> list:
+        return self.raw + [c for c in columns if c not in self.made and c not in self.raw]
 
     def column_names(self) -> list:
         return list(dict.fromkeys([*self.made, *self.inner.column_names()]))
@@ -79,13 +83,14 @@ class WorkflowSource:
         self.inner.check_columns([c for c in columns if c not in self.made], what)
 
     def read(self, index: int, columns: Sequence) -> dict:
-        return self.transform(self.inner.read(index, self.raw), columns)
+        return self.transform(self.inner.read(index, self._inputs(columns)), columns)
 
     def read_rows(self, index: int, columns: Sequence, lo: int, hi: int) -> dict:
-        return self.transform(self.inner.read_rows(index, self.raw, lo, hi), columns)
+        return self.transform(self.inner.read_rows(index, self._inputs(columns), lo, hi), columns)
 
     def read_ranges(self, index: int, columns: Sequence, ranges: Sequence[tuple[int, int]]) -> list[dict]:
-        return [self.transform(piece, columns) for piece in self.inner.read_ranges(index, self.raw, ranges)]
+        pieces = self.inner.read_ranges(index, self._inputs(columns), ranges)
+        return [self.transform(piece, columns) for piece in pieces]
 
     def read_chunks(self, index: int, columns: Sequence) -> Any:
         yield self.read(index, columns)
@@ -94,7 +99,7 @@ class WorkflowSource:
         return False  # whole pieces only: a forward fill or lag needs its block's earlier rows
 
     def reader(self, indices: Sequence[int], columns: Sequence) -> WorkflowReader:
-        return WorkflowReader(self, self.inner.reader(indices, self.raw), columns)
+        return WorkflowReader(self, self.inner.reader(indices, self._inputs(columns)), columns)
 
 
 class WorkflowReader:
