@@ -61,7 +61,7 @@ class Piece:
     """
 
     def __init__(self, num_rows: int, series: np.ndarray | None, codes: Callable | None = None) -> None:
-        from dask_windows.windows import find_runs
+        from dask_windows.planning.windows import find_runs
 
         self.num_rows = num_rows
         if series is None or num_rows == 0:
