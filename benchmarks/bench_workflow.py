@@ -98,7 +98,8 @@ def loader(args: argparse.Namespace) -> None:
     stored = wf.transform_frame(frame[wf.inputs])[channels].astype(np.float32).assign(series=frame["series"])
     for k, at in enumerate(range(0, len(frame), per_file)):
         stored.iloc[at : at + per_file].to_parquet(os.path.join(ready, f"part{k:03d}.parquet"), index=False)
-    common = dict(window=512, stride=1, batch_size=256, seed=0, next_pass_seconds=0)
+    common = dict(window=512, stride=1, batch_size=256, seed=0, next_pass_seconds=0,
+                  pieces_per_partition=args.pieces)  # fmt: skip
     runs = {
         "stored channels (no workflow)": lambda: WindowDataset(ready, features=channels, series="series", **common),
         "workflow (tuple)": lambda: WindowDataset(raw, workflow=wf, **common),
@@ -112,7 +113,8 @@ def loader(args: argparse.Namespace) -> None:
     base = float(np.median(figures["stored channels (no workflow)"]))
     rows = len(frame)
     print(f"loader: {args.series} series x {args.rows_per_series:,} rows = {rows:,} rows, {len(channels)} channels, "
-          f"{args.files} files, stride 1, B=256, L=512, one epoch x {args.rounds} rounds (median)")  # fmt: skip
+          f"{args.files} files, pieces_per_partition={args.pieces or 'default'}, stride 1, B=256, L=512, "
+          f"one epoch x {args.rounds} rounds (median)")  # fmt: skip
     for name, values in figures.items():
         med = float(np.median(values))
         print(f"  {name:<32} {med:>12,.0f} windows/s   ratio {med / base:.3f}")
@@ -152,6 +154,7 @@ def main() -> None:
     parser.add_argument("--series", type=int, default=64)
     parser.add_argument("--rows-per-series", type=int, default=20000)
     parser.add_argument("--files", type=int, default=8)
+    parser.add_argument("--pieces", type=int, default=None, help="pieces_per_partition (default: the loader's)")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--fit-rows", type=int, nargs="*", default=[20000, 200000, 2000000])
     parser.add_argument("--skip-loader", action="store_true")
