@@ -340,6 +340,12 @@ def test_bad_input_names_the_column_and_the_remedy(tmp_path):
         Function(lambda b: b, ["value"], ["v"])
 
 
+def test_a_workflow_with_device_mode_is_refused_with_the_remedy(co2):
+    root, _, wf, _ = co2
+    with pytest.raises(ValueError, match="device=None"):
+        WindowDataset(str(root), workflow=wf, window=8, device="cpu")
+
+
 def test_named_batches_through_device_prefetcher_lightning_and_fastai(co2):
     from dask_windows import DevicePrefetcher
     from dask_windows.integrations.loaders import window_loader  # what WindowDataModule hands Lightning
