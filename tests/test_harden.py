@@ -64,3 +64,88 @@ def test_a_spread_part_rewritten_with_the_same_rows_raises(tmp_path):
     del entry["footer"]
     json.dump(manifest, open(manifest_path, "w"))
     dw.WindowDataset(out, ["v"], series="sid", window=8)
+
+
+# -- items 3 and 5: the cache keeps to its own folder; an entry holds the bytes of its own key ----------
+
+
+def _store(blob: bytes):
+    """A "remote object" as a fetch callable over ``blob``, counting the ranges it was asked for."""
+    asked = []
+
+    def fetch(ranges):
+        asked.extend(ranges)
+        return [blob[a:b] for a, b in ranges]
+
+    return fetch, asked
+
+
+def test_cache_dir_never_touches_the_users_files(tmp_path):
+    from dask_windows.sources.cache import OWN_FOLDER, RangeCache
+
+    folder = tmp_path / "models"
+    folder.mkdir()
+    # files named like the entries and temporary files of 0.2's cache, older than anything it writes
+    mine = {"weights.bin": b"w" * 5000, ".tmp-notes": b"draft", "0" * 40 + ".bin": b"x" * 300}
+    for name, data in mine.items():
+        (folder / name).write_bytes(data)
+        os.utime(folder / name, (1, 1))
+    blob = bytes(range(256)) * 40
+    cache = RangeCache(folder, max_bytes=700)  # a budget far below the user's files: evicts on every store
+    fetch, asked = _store(blob)
+    for start in range(0, 8000, 500):
+        assert bytes(cache.fetch("s3://b/o", "v1", [(start, start + 500)], fetch)[0]) == blob[start : start + 500]
+    assert {name: (folder / name).read_bytes() for name in mine} == mine  # all there, unchanged
+    assert sorted(os.listdir(folder)) == sorted([*mine, OWN_FOLDER])
+    assert 0 < cache.disk_bytes() <= 700
+    # a folder of the cache's name holding someone else's files is refused, not emptied
+    other = tmp_path / "other"
+    (other / OWN_FOLDER).mkdir(parents=True)
+    (other / OWN_FOLDER / "a.bin").write_bytes(b"mine")
+    with pytest.raises(dw.ConfigError, match=rf"{OWN_FOLDER} holds files dask_windows did not write.*'a.bin'"):
+        RangeCache(other, max_bytes=10)
+    assert (other / OWN_FOLDER / "a.bin").read_bytes() == b"mine"
+
+
+def test_cache_dir_with_user_files_through_a_dataset(tmp_path):
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    frames = [pd.DataFrame({"f0": np.arange(400, dtype=np.float32) + 1000 * i}) for i in range(3)]
+    for i, frame in enumerate(frames):
+        with fs.open(f"/harden-cache/part-{i}.parquet", "wb") as f:
+            frame.to_parquet(f, row_group_size=50)
+    (tmp_path / "model.bin").write_bytes(b"weights")
+    (tmp_path / ".tmp-upload").write_bytes(b"half")
+    kw = dict(features=["f0"], window=8, batch_size=64, return_index=True, seed=3)
+    plain = [b[-1].tolist() for b in dw.WindowDataset("memory://harden-cache/", **kw)]
+    cached = dw.WindowDataset("memory://harden-cache/", cache_dir=str(tmp_path), cache_bytes=2000, **kw)
+    for _ in range(2):
+        cached.set_epoch(0)
+        assert [b[-1].tolist() for b in cached] == plain
+    assert (tmp_path / "model.bin").read_bytes() == b"weights"
+    assert (tmp_path / ".tmp-upload").read_bytes() == b"half"
+
+
+def test_exchanged_cache_entries_are_misses_not_values(tmp_path):
+    from dask_windows.sources.cache import RangeCache
+
+    blob = bytes(np.random.default_rng(0).integers(0, 256, 3000, dtype=np.uint8))
+    cache = RangeCache(tmp_path)
+    fetch, asked = _store(blob)
+    ranges = [(0, 1000), (1000, 2000), (2000, 3000)]
+    assert [bytes(b) for b in cache.fetch("s3://b/o", "v1", ranges, fetch)] == [blob[a:b] for a, b in ranges]
+    first, second = cache.path_of("s3://b/o", "v1", ranges[0]), cache.path_of("s3://b/o", "v1", ranges[1])
+    a, b = open(first, "rb").read(), open(second, "rb").read()
+    assert len(a) == len(b) and a != b
+    open(first, "wb").write(b)  # the two entries exchanged: each whole, with its own CRC, under the other's key
+    open(second, "wb").write(a)
+    asked.clear()
+    assert [bytes(b) for b in cache.fetch("s3://b/o", "v1", ranges, fetch)] == [blob[a:b] for a, b in ranges]
+    assert asked == ranges[:2]  # both fetched again; the third was served from disk
+    # an entry copied under the key of the same range of another object is a miss too
+    other = cache.path_of("s3://b/other", "v1", ranges[2])
+    open(other, "wb").write(open(cache.path_of("s3://b/o", "v1", ranges[2]), "rb").read())
+    fetch_other, asked_other = _store(bytes(3000))
+    assert bytes(cache.fetch("s3://b/other", "v1", [ranges[2]], fetch_other)[0]) == bytes(1000)
+    assert asked_other == [ranges[2]]
