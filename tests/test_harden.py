@@ -149,3 +149,62 @@ def test_exchanged_cache_entries_are_misses_not_values(tmp_path):
     fetch_other, asked_other = _store(bytes(3000))
     assert bytes(cache.fetch("s3://b/other", "v1", [ranges[2]], fetch_other)[0]) == bytes(1000)
     assert asked_other == [ranges[2]]
+
+
+# -- item 4: tables in memory get the schema checks files get ------------------------------------------
+
+
+def _table_kinds(frame: pd.DataFrame) -> dict:
+    import pyarrow as pa
+
+    kinds = {"pandas": frame, "pyarrow": pa.Table.from_pandas(frame, preserve_index=False)}
+    try:
+        import polars as pl
+
+        kinds["polars"] = pl.from_pandas(frame)
+    except ImportError:
+        pass
+    return kinds
+
+
+@pytest.mark.parametrize("column", ["when", "label"])
+def test_tables_in_memory_refuse_a_datetime_or_string_feature_at_open(column):
+    frame = pd.DataFrame(
+        {
+            "sid": np.repeat([0, 1], 50),
+            "x": np.arange(100, dtype=np.float32),
+            "when": pd.date_range("2024-01-01", periods=100, freq="min"),
+            "label": [f"s{i % 7}" for i in range(100)],
+        }
+    )
+    kind = "timestamp" if column == "when" else "(large_)?string"
+    remedy = "convert it to numbers first" if column == "when" else "encode it as numbers"
+    for name, table in _table_kinds(frame).items():
+        with pytest.raises(dw.SchemaError, match=rf"feature '{column}' of .* is {kind}.*not a number; .*{remedy}"):
+            dw.WindowDataset(table, features=["x", column], series="sid", window=4)
+        with pytest.raises(dw.SchemaError, match=rf"target '{column}' of .* is {kind}"):
+            dw.WindowDataset(table, features=["x"], targets=[column], series="sid", window=4)
+        # numeric columns open as before, and a series id may be any type
+        assert dw.WindowDataset(table, features=["x"], series="sid", window=4, batch_size=8).num_windows == 94, name
+        by_label = table.sort_values(["label"], kind="stable") if name == "pandas" else None
+        if by_label is not None:
+            assert dw.WindowDataset(by_label, features=["x"], series="label", window=4).num_windows == 100 - 7 * 3
+
+
+def test_a_dask_frame_refuses_a_datetime_or_string_feature_at_open():
+    import dask.dataframe as dd
+
+    frame = pd.DataFrame(
+        {
+            "sid": np.repeat([0, 1], 50),
+            "x": np.arange(100, dtype=np.float32),
+            "when": pd.date_range("2024-01-01", periods=100, freq="min"),
+            "label": [f"s{i % 7}" for i in range(100)],
+        }
+    )
+    ddf = dd.from_pandas(frame, npartitions=2)
+    with pytest.raises(dw.SchemaError, match=r"feature 'when' of .* is datetime64.*not a number; .*convert it to numbers"):
+        dw.WindowDataset(ddf, features=["x", "when"], series="sid", window=4)
+    with pytest.raises(dw.SchemaError, match=r"target 'label' of .* not a number; .*encode it as numbers"):
+        dw.WindowDataset(ddf, features=["x"], targets=["label"], series="sid", window=4)
+    assert dw.WindowDataset(ddf, features=["x"], series="sid", window=4).num_windows == 94
