@@ -28,6 +28,7 @@ from dask_windows.errors import ConfigError, DataError
 from dask_windows.faults import SkippedPartition, check_on_error
 from dask_windows.index import WindowGrid
 from dask_windows.nextpass import NEXT_PASS_SECONDS, check_seconds
+from dask_windows.omissions import check_omissions
 from dask_windows.opening import check_columns, check_windows, scan
 from dask_windows.options import resolve_normalize, resolve_pieces, source_options
 from dask_windows.plan import batches_per_rank
@@ -228,6 +229,7 @@ class WindowDataset(IterableDataset):
         spread = spread.get("manifest", {}).get("version", 1) >= 2  # chunks of a series by design
         order_remedy = "" if spread else check_series_order(self.runs, names, series, strict)
         check_windows(self.source, spec, self.runs, self.num_windows, order_remedy, self.skipped)
+        self.left_out = check_omissions(self, not series_from_manifest or self._series_from_manifest)
 
     # -- topology ---------------------------------------------------------------------------
 

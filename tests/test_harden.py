@@ -50,7 +50,9 @@ def test_a_spread_part_rewritten_with_the_same_rows_raises(tmp_path):
     part = pd.read_parquet(path)
     part.iloc[::-1].to_parquet(path, index=False)  # same rows, same row count, other order
     assert len(pd.read_parquet(path)) == len(part)
-    with pytest.raises(dw.DataError, match=rf"{parts[1]} does not match the manifest.*bytes.*rerun `dask-windows convert`"):
+    with pytest.raises(
+        dw.DataError, match=rf"{parts[1]} does not match the manifest.*bytes.*rerun `dask-windows convert`"
+    ):
         dw.WindowDataset(out, ["v"], series="sid", window=8)
     # the same size as recorded (the manifest's byte count set to today's): the footer still tells
     manifest_path = os.path.join(out, MANIFEST_NAME)
@@ -203,8 +205,101 @@ def test_a_dask_frame_refuses_a_datetime_or_string_feature_at_open():
         }
     )
     ddf = dd.from_pandas(frame, npartitions=2)
-    with pytest.raises(dw.SchemaError, match=r"feature 'when' of .* is datetime64.*not a number; .*convert it to numbers"):
+    with pytest.raises(
+        dw.SchemaError, match=r"feature 'when' of .* is datetime64.*not a number; .*convert it to numbers"
+    ):
         dw.WindowDataset(ddf, features=["x", "when"], series="sid", window=4)
     with pytest.raises(dw.SchemaError, match=r"target 'label' of .* not a number; .*encode it as numbers"):
         dw.WindowDataset(ddf, features=["x"], targets=["label"], series="sid", window=4)
     assert dw.WindowDataset(ddf, features=["x"], series="sid", window=4).num_windows == 94
+
+
+# -- item 6: what opening leaves out is counted and warned about -------------------------------------------
+
+
+def test_series_shorter_than_the_window_are_counted_and_warned_once(tmp_path):
+    from dask_windows.omissions import ShortSeriesWarning
+
+    rng = np.random.default_rng(11)
+    lengths = [[1000, 20], [63, 64, 5, 300], [1, 200]]  # per file; window 60 + horizon 4 = span 64
+    frames, sid = [], 0
+    for f, per_file in enumerate(lengths):
+        sids = np.repeat(np.arange(sid, sid + len(per_file)), per_file)
+        sid += len(per_file)
+        frames.append(pd.DataFrame({"sid": sids, "x": rng.normal(size=len(sids)), "y": rng.normal(size=len(sids))}))
+        frames[-1].to_parquet(tmp_path / f"part-{f}.parquet", index=False, row_group_size=128)
+    span = 64
+    short = [n for per_file in lengths for n in per_file if n < span]  # the oracle: per series in its file
+    with pytest.warns(ShortSeriesWarning) as caught:
+        ds = dw.WindowDataset(str(tmp_path), ["x"], targets=["y"], series="sid", window=60, horizon=4)
+    shorts = [w for w in caught if issubclass(w.category, ShortSeriesWarning)]
+    assert len(shorts) == 1
+    assert f"{len(short)} series" in str(shorts[0].message) and f"{sum(short)} rows are left out" in str(
+        shorts[0].message
+    )
+    assert (ds.left_out.runs, ds.left_out.rows) == (len(short), sum(short))
+    kept = sum(max(0, n - span + 1) for per_file in lengths for n in per_file)
+    assert ds.num_windows == kept
+    # the same counts with partitions cut inside files (halo rows read past a cut are not counted twice)
+    with pytest.warns(ShortSeriesWarning):
+        cut = dw.WindowDataset(
+            str(tmp_path), ["x"], targets=["y"], series="sid", window=60, horizon=4, partition_bytes=1
+        )
+    assert len(cut.partitions) > len(lengths)
+    assert (cut.left_out.runs, cut.left_out.rows, cut.num_windows) == (len(short), sum(short), kept)
+    # nothing to say when every series is long enough
+    with warnings_as_errors(ShortSeriesWarning):
+        fine = dw.WindowDataset(str(tmp_path), ["x"], series="sid", window=1)
+    assert fine.left_out.runs == 0
+
+
+def warnings_as_errors(category):
+    import warnings
+
+    class _Ctx:
+        def __enter__(self):
+            self._c = warnings.catch_warnings()
+            self._c.__enter__()
+            warnings.simplefilter("error", category)
+
+        def __exit__(self, *exc):
+            return self._c.__exit__(*exc)
+
+    return _Ctx()
+
+
+def test_a_likely_series_column_not_passed_is_warned_about(tmp_path):
+    from dask_windows.omissions import SeriesColumnWarning
+
+    n = 400
+    frame = pd.DataFrame({"sensor_id": np.repeat([7, 3, 9, 1], n // 4), "x": np.arange(n, dtype=np.float32)})
+    frame.to_parquet(tmp_path / "multi.parquet", index=False)
+    with pytest.warns(
+        SeriesColumnWarning, match=r"'sensor_id' that looks like a series id \(4 runs.*series='sensor_id'"
+    ):
+        crossing = dw.WindowDataset(str(tmp_path / "multi.parquet"), ["x"], window=16)
+    assert crossing.num_windows == n - 15  # windows across series: what the warning is about
+    passed = dw.WindowDataset(str(tmp_path / "multi.parquet"), ["x"], series="sensor_id", window=16)
+    assert passed.num_windows == 4 * (n // 4 - 15)
+    with warnings_as_errors(SeriesColumnWarning):  # explicit one-series, a single series, a row id: no warning
+        dw.WindowDataset(str(tmp_path / "multi.parquet"), ["x"], series=None, window=16)
+        frame.assign(sensor_id=5).to_parquet(tmp_path / "one.parquet", index=False)
+        dw.WindowDataset(str(tmp_path / "one.parquet"), ["x"], window=16)
+        frame.rename(columns={"sensor_id": "id"}).assign(id=np.arange(n)).to_parquet(tmp_path / "rows.parquet")
+        dw.WindowDataset(str(tmp_path / "rows.parquet"), ["x"], window=16)
+        frame.rename(columns={"sensor_id": "valid"}).to_parquet(tmp_path / "named.parquet")  # not an id word
+        dw.WindowDataset(str(tmp_path / "named.parquet"), ["x"], window=16)
+    # pandas frames are checked the same way
+    with pytest.warns(SeriesColumnWarning, match="'sensor_id'"):
+        dw.WindowDataset(frame, ["x"], window=16)
+
+
+def test_inspect_reports_the_series_left_out(tmp_path):
+    from dask_windows.cli.summary import inspect_dataset
+
+    frame = pd.DataFrame({"sid": np.repeat([0, 1], [1000, 20]), "x": np.arange(1020, dtype=np.float32)})
+    frame.to_parquet(tmp_path / "part-0.parquet", index=False)
+    with pytest.warns(UserWarning, match="1 series"):
+        report = inspect_dataset(str(tmp_path), series="sid", window=64, features=["x"])
+    assert report["left_out"] == {"runs": 1, "rows": 20}
+    assert report["windows"] == 1000 - 63  # the 937 windows of the issue, the 20 rows counted
