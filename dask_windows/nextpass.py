@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Any
 from torch.utils.data import get_worker_info
 
 from dask_windows.prefetch import Ahead, Prefetcher
+from dask_windows.threadguard import GuardedThread
 from dask_windows.world import World
 
 if TYPE_CHECKING:
@@ -151,7 +152,7 @@ class _NextPass:
         """Start counting ``seconds``: released then if nothing took it (a named daemon thread waits)."""
         if self._timer is not None or self.done.is_set():
             return
-        self._timer = threading.Thread(target=_expire, args=(self,), name="dask-windows-next-pass", daemon=True)
+        self._timer = GuardedThread(target=_expire, args=(self,), name="dask-windows-next-pass", daemon=True)
         self._timer.start()
 
     def failed(self) -> bool:

@@ -29,6 +29,8 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+from dask_windows.threadguard import GuardedThread
+
 __all__ = ["Ahead", "PrefetchClosed", "Prefetcher"]
 
 
@@ -158,7 +160,7 @@ class _Threads:
         self.slots = threading.Semaphore(depth)
         self.stop = threading.Event()
         self.threads = [
-            threading.Thread(
+            GuardedThread(
                 target=target,
                 args=(*args, self.results, self.slots, self.stop),
                 name=name if i == 0 else f"{name}-{i}",
@@ -166,8 +168,12 @@ class _Threads:
             )
             for i in range(threads)
         ]
-        for thread in self.threads:
-            thread.start()
+        try:
+            for thread in self.threads:
+                thread.start()
+        except BaseException:  # MemoryError: the threads already started stop, the caller sees the error
+            self.stop.set()
+            raise
         _LIVE.add(self)
 
     def take(self, k: int) -> Any:

@@ -58,6 +58,7 @@ from dask_windows.handoff import pack, recv, release, send, shared_empty, unpack
 from dask_windows.prefetch import PrefetchClosed, Prefetcher
 from dask_windows.reading import READ_THREADS, BufferArena, read_unit
 from dask_windows.sources import PartitionReader
+from dask_windows.threadguard import GuardedThread
 
 __all__ = ["BufferReads", "ReadPool", "close_pool", "pool_for"]
 
@@ -146,7 +147,7 @@ class ReadPool:
         # (seconds), while this process reads its first buffer itself.
         # ``read`` travels pickled: neither the thread nor the Process objects keep the dataset alive.
         blob = pickle.dumps(read, protocol=pickle.HIGHEST_PROTOCOL)
-        self._thread = threading.Thread(
+        self._thread = GuardedThread(
             target=self._run, args=(context, blob, pipes), name="dask-windows-readpool", daemon=True
         )
         self._thread.start()
