@@ -40,6 +40,7 @@ from dask_windows.sources.retry import RetryPolicy, resolve_retry, with_deadline
 from dask_windows.spec import WindowSpec
 from dask_windows.split import SeriesTable, cut_positions, split_grid
 from dask_windows.streams import elastic_batches
+from dask_windows.workerwatch import READ_DEADLINE_SECONDS, check_read_deadline, record_pickler, watch_pickler
 from dask_windows.world import World, detect_worker, resolve_ranks
 
 __all__ = ["WindowDataset"]
@@ -121,6 +122,9 @@ class WindowDataset(IterableDataset):
             (the next epoch, same rank and worker) is read and built ahead, and kept this long after the
             pass ends for the next ``iter()`` to take (the same batches either way; see
             ``nextpass``): it holds one buffer (two with paired reads) meanwhile. ``0`` turns it off.
+        read_deadline: With ``read_workers``: seconds a read worker may send nothing while a buffer it
+            reads is awaited (default 300); past it the worker is killed and ``ReadWorkerStalled``
+            (a ``RuntimeError``) names it, instead of a hang. ``None``: no deadline (see ``workerwatch``).
 
     Attributes:
         skipped: Partitions skipped in this process: at open, and while iterating in this process.
@@ -162,6 +166,7 @@ class WindowDataset(IterableDataset):
         cache_bytes: int | None = None,
         read_workers: int = 0,
         next_pass_seconds: float = NEXT_PASS_SECONDS,
+        read_deadline: float | None = READ_DEADLINE_SECONDS,
     ) -> None:
         super().__init__()
         series_from_manifest = series is SERIES_FROM_MANIFEST
@@ -171,6 +176,7 @@ class WindowDataset(IterableDataset):
         self.on_error = check_on_error(on_error)
         self.read_workers = check_int("read_workers", read_workers)
         self.next_pass_seconds = check_seconds(next_pass_seconds)
+        self.read_deadline = check_read_deadline(read_deadline)
         self.source: Source = open_source(
             data,
             storage_options,
@@ -307,6 +313,7 @@ class WindowDataset(IterableDataset):
             self._resumer.forget(epoch)
         else:  # every worker of this pass claims the same epoch (see epochs.py)
             self._worker_passes += 1
+            watch_pickler(self)  # a forkserver worker: end when the training process does
             epoch = self._epochs.begin_pass(worker_token(info.seed - info.id, self._worker_passes))
         world = World(self._ranks[0], self._ranks[1], worker, num_workers)
         elastic = self._resumer.elastic_share(epoch, world, self._shape())
@@ -453,7 +460,7 @@ class WindowDataset(IterableDataset):
         state = self.__dict__.copy()
         state["_ranks"] = self._resolve_ranks()
         state.pop("_next_pass", None)  # threads and buffers of this process (see nextpass)
-        return state
+        return record_pickler(state)  # forkserver workers end with this process (workerwatch)
 
     def _plan(self, world: World, skip_batches: int = 0, epoch: int | None = None) -> Any:
         return plan(self, world, skip_batches, epoch)

@@ -51,6 +51,7 @@ from dask_windows.resume import Resumer, check_int
 from dask_windows.schedule import labels, member_counts, prefix_counts
 from dask_windows.slots import shared
 from dask_windows.streams import Chunks, reader_windows
+from dask_windows.workerwatch import record_pickler, watch_pickler
 from dask_windows.world import World, detect_worker, resolve_ranks
 
 __all__ = ["Mixture", "mix"]
@@ -158,7 +159,7 @@ class Mixture(IterableDataset):
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_ranks"] = self._resolve_ranks()  # spawned DataLoader workers cannot detect the ranks
-        return state
+        return record_pickler(state)  # forkserver workers end with this process (workerwatch)
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -209,6 +210,7 @@ class Mixture(IterableDataset):
             self._resumer.forget(epoch)
         else:  # every worker of this pass claims the same epoch (see epochs.py)
             self._worker_passes += 1
+            watch_pickler(self)  # a forkserver worker: end when the training process does
             epoch = self._epochs.begin_pass(worker_token(info.seed - info.id, self._worker_passes))
         elastic = self._resumer.elastic_share(epoch, world, self._shape())
         if elastic is not None:  # a state of another topology: this reader's part of the rest (see elastic)

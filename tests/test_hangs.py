@@ -80,3 +80,112 @@ def test_an_epoch_whose_threads_cannot_start_raises_memory_error(tmp_path, monke
     state, error = _in_probe(lambda: sum(len(b) for b in ds))
     assert state == "done", f"the epoch hung for {PROBE_SECONDS} s on a thread that could not start"
     assert isinstance(error, MemoryError) and "died while starting" in str(error), error
+
+
+# -- item 8: a read worker that stops answering ends in an error naming it ---------------------------------
+
+
+def read_or_stop(key):
+    """A read worker's task: ``"stop"`` stops the worker itself (SIGSTOP), as a read stuck in the kernel."""
+    import os
+    import signal
+
+    if key == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+    return np.full(3, key, np.int64)
+
+
+def test_a_stopped_read_worker_raises_after_the_deadline_naming_it():
+    from dask_windows.readpool import ReadPool
+    from dask_windows.workerwatch import ReadWorkerStalled
+
+    pool = ReadPool(read_or_stop, 1)
+    try:
+        assert pool.wait_ready(PROBE_SECONDS)
+        assert pool.result(pool.submit(7), deadline=PROBE_SECONDS).tolist() == [7, 7, 7]  # answers as usual
+        pid = pool.processes[0].pid
+        stuck = pool.submit("stop")
+        state, error = _in_probe(lambda: pool.result(stuck, deadline=1.0))
+        assert state == "done", "the result waited past its deadline"
+        assert isinstance(error, ReadWorkerStalled), error
+        assert f"read worker dask-windows-read-0 (pid {pid}) sent nothing for read_deadline=1 s" in str(error)
+        assert "raise read_deadline=" in str(error) and "read_workers=0" in str(error)
+        pool.processes[0].join(PROBE_SECONDS)  # killed: no stopped process is left behind
+        assert pool.processes[0].exitcode == -9
+        assert pool.broken and "read_deadline" in pool.broken  # the next pass starts a new pool
+        with pytest.raises(RuntimeError, match="read_deadline"):
+            pool.submit(1)
+    finally:
+        pool.close()
+
+
+def test_read_deadline_is_validated():
+    with pytest.raises(ValueError, match=r"read_deadline=0 must be a number of seconds > 0"):
+        dw.WindowDataset(np.zeros((100, 2), np.float32), window=4, read_deadline=0)
+    assert dw.WindowDataset(np.zeros((100, 2), np.float32), window=4, read_deadline=None).read_deadline is None
+    assert dw.WindowDataset(np.zeros((100, 2), np.float32), window=4).read_deadline == 300.0
+
+
+# -- item 9: no worker outlives the training process ---------------------------------------------------
+
+_TRAINING = r"""
+import os, sys
+import numpy as np, pandas as pd
+import dask_windows as dw
+from dask_windows.integrations.loaders import window_loader
+
+if __name__ == "__main__":
+    root = sys.argv[1]
+    pd.DataFrame({"x": np.arange(4000, dtype=np.float32)}).to_parquet(os.path.join(root, "p.parquet"))
+    ds = dw.WindowDataset(root, ["x"], series=None, window=8, batch_size=32)
+    loader = window_loader(ds, num_workers=2, stateful=False)  # forkserver workers, persistent
+    it = iter(loader)
+    next(it)
+    import multiprocessing.forkserver as fsv
+    server = fsv._forkserver._forkserver_pid  # the fork server, the workers' parent
+    print("PIDS", server, *[w.pid for w in it._workers], flush=True)
+    os._exit(0)  # a hard death: no cleanup, no atexit
+"""
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie waiting for its reaper counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+    except OSError:  # pragma: no cover - no /proc: ask the kernel
+        import os
+
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc"), reason="checks processes through /proc (Linux)")
+def test_forkserver_workers_end_with_a_training_process_that_dies_hard(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "train.py"
+    script.write_text(_TRAINING)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
+    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+    with open(out, "w") as stdout, open(err, "w") as stderr:  # files, not pipes: orphans cannot hold run() open
+        code = subprocess.run([sys.executable, str(script), str(tmp_path)], stdout=stdout, stderr=stderr, env=env,
+                              timeout=300).returncode  # fmt: skip
+    assert code == 0, err.read_text()[-3000:]
+    pids = [int(p) for p in out.read_text().split("PIDS", 1)[1].split()]
+    assert len(pids) == 3  # the fork server and two workers
+    deadline = time.monotonic() + 60  # generous; the watch wakes within milliseconds of the death
+    while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [p for p in pids if not _gone(p)]
+    for p in left:  # never leave them running, whatever the result
+        os.kill(p, 9)
+    assert not left, f"the fork server and DataLoader workers {pids}: {left} outlived their training process"
