@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from dask_windows.checks import DataWarning, _warn
-from dask_windows.windows import find_runs
+from dask_windows.planning.windows import find_runs
 
 __all__ = [
     "LeftOut",

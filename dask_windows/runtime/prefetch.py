@@ -29,7 +29,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from dask_windows.threadguard import GuardedThread
+from dask_windows.runtime.threadguard import GuardedThread
 
 __all__ = ["Ahead", "PrefetchClosed", "Prefetcher"]
 

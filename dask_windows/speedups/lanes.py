@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from dask_windows.threadguard import GuardedThread
+from dask_windows.runtime.threadguard import GuardedThread
 
 __all__ = ["LaneChoice", "Lanes", "lane_batches", "lanes_wanted", "unit_batches", "worth"]
 
