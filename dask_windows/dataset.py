@@ -25,6 +25,7 @@ from dask_windows.checks import SERIES_FROM_MANIFEST, check_series_order, output
 from dask_windows.errors import ConfigError, DataError
 from dask_windows.faults import SkippedPartition, check_on_error
 from dask_windows.omissions import check_omissions
+from dask_windows.ondevice import Traffic, resolve_device
 from dask_windows.opening import check_columns, check_windows, scan
 from dask_windows.options import resolve_normalize, resolve_pieces, source_options
 from dask_windows.planning.index import WindowGrid
@@ -118,10 +119,18 @@ class WindowDataset(IterableDataset):
             (Parquet sources; see ``readpool``): for compressed files and object stores, where
             reading is the bottleneck. 0 (default) reads on one background thread. Use it with
             ``DataLoader(ds, batch_size=None)`` (no DataLoader workers).
+        workflow: A fitted ``dask_windows.workflow.Workflow`` (or the path of a saved one, or
+            ``wf.named(...)`` for named batches): its operations run on each piece as it is read;
+            ``features`` / ``targets`` default to its roles and name its outputs. See docs/workflows.md.
         next_pass_seconds: While a pass's last buffer is drained, the first buffer of the pass after it
             (the next epoch, same rank and worker) is read and built ahead, and kept this long after the
             pass ends for the next ``iter()`` to take (the same batches either way; see
             ``nextpass``): it holds one buffer (two with paired reads) meanwhile. ``0`` turns it off.
+        device: Gather the batches on this torch device (``"cuda"``, ``"cpu"``; ``"auto"``: CUDA when
+            available, else the host path): each buffer's decoded rows cross to it once, one buffer
+            ahead, at most two buffers on it, and every batch is cut there by index, the same values
+            in the same order (see docs/device.md and ``ondevice``). ``None`` (default): batches are
+            gathered on the host. Iterate in the training process (no DataLoader workers).
         read_deadline: With ``read_workers``: seconds a read worker may send nothing while a buffer it
             reads is awaited (default 300); past it the worker is killed and ``ReadWorkerStalled``
             (a ``RuntimeError``) names it, instead of a hang. ``None``: no deadline (see ``workerwatch``).
@@ -166,6 +175,8 @@ class WindowDataset(IterableDataset):
         cache_bytes: int | None = None,
         read_workers: int = 0,
         next_pass_seconds: float = NEXT_PASS_SECONDS,
+        device: Any = None,
+        workflow: Any = None,
         read_deadline: float | None = READ_DEADLINE_SECONDS,
     ) -> None:
         super().__init__()
@@ -176,6 +187,8 @@ class WindowDataset(IterableDataset):
         self.on_error = check_on_error(on_error)
         self.read_workers = check_int("read_workers", read_workers)
         self.next_pass_seconds = check_seconds(next_pass_seconds)
+        self.device = resolve_device(device)  # None: the host path (see ondevice)
+        self.device_traffic = Traffic()  # bytes this process's passes sent to ``device``
         self.read_deadline = check_read_deadline(read_deadline)
         self.source: Source = open_source(
             data,
@@ -192,6 +205,23 @@ class WindowDataset(IterableDataset):
         self.skipped: list[SkippedPartition] = list(self.source.skipped)
         if is_series_vector(series):  # the source already cut the array into series
             series = None
+        self._workflow: Any = None
+        if workflow is not None:  # pieces transformed as they are read, named batches (dask_windows.workflow)
+            from dask_windows.workflow.apply import bind
+
+            self._workflow, self.source, chosen = bind(  # type: ignore[assignment]
+                workflow, self.source, features=features, targets=targets, series=series, window=window,
+                horizon=horizon, layout=layout, return_index=return_index, normalize=normalize,
+                storage_options=storage_options,
+            )  # fmt: skip
+            features, targets, series = chosen["features"], chosen["targets"], chosen["series"]
+            window, return_index = chosen["window"], chosen["return_index"]
+            if self.device is not None:  # the device path cuts batches without the workflow's step
+                raise ConfigError(
+                    f"workflow= and device={device!r} cannot be combined yet: the workflow's look-back rows "
+                    "and named batches are made on the host; pass device=None (and move batches with "
+                    "dw.DevicePrefetcher)"
+                )
         if features is None and isinstance(self.source, ArraySource):
             features = self.source.column_names()
         self.spec = WindowSpec(
@@ -426,6 +456,7 @@ class WindowDataset(IterableDataset):
         out.num_windows = int(grid.windows_per_partition.sum())
         out._identity = None
         out._resumer = Resumer()
+        out.device_traffic = Traffic()  # its own passes' bytes
         out._epochs = copy.copy(self._epochs)
         out.__dict__.pop("_next_pass", None)  # the parent's read-ahead (see nextpass)
         if out.num_windows == 0:
@@ -469,6 +500,8 @@ class WindowDataset(IterableDataset):
         return self._normalize if isinstance(self._normalize, tuple) else None
 
     def _emit(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None) -> Any:
+        if self._workflow is not None:  # lookback rows dropped, or a named batch (workflow.batch)
+            return self._workflow(x, y, rows)
         if y is None and rows is None:  # features only: the common case, one call per batch
             return torch.from_numpy(x)
         out = [torch.from_numpy(x)]
