@@ -24,6 +24,7 @@ from torch.utils.data import IterableDataset
 from dask_windows.checks import SERIES_FROM_MANIFEST, check_series_order, output_dtype
 from dask_windows.errors import ConfigError, DataError
 from dask_windows.faults import SkippedPartition, check_on_error
+from dask_windows.ondevice import Traffic, resolve_device
 from dask_windows.opening import check_columns, check_windows, scan
 from dask_windows.options import resolve_normalize, resolve_pieces, source_options
 from dask_windows.planning.index import WindowGrid
@@ -121,6 +122,11 @@ class WindowDataset(IterableDataset):
             (the next epoch, same rank and worker) is read and built ahead, and kept this long after the
             pass ends for the next ``iter()`` to take (the same batches either way; see
             ``nextpass``): it holds one buffer (two with paired reads) meanwhile. ``0`` turns it off.
+        device: Gather the batches on this torch device (``"cuda"``, ``"cpu"``; ``"auto"``: CUDA when
+            available, else the host path): each buffer's decoded rows cross to it once, one buffer
+            ahead, at most two buffers on it, and every batch is cut there by index, the same values
+            in the same order (see docs/device.md and ``ondevice``). ``None`` (default): batches are
+            gathered on the host. Iterate in the training process (no DataLoader workers).
 
     Attributes:
         skipped: Partitions skipped in this process: at open, and while iterating in this process.
@@ -162,6 +168,7 @@ class WindowDataset(IterableDataset):
         cache_bytes: int | None = None,
         read_workers: int = 0,
         next_pass_seconds: float = NEXT_PASS_SECONDS,
+        device: Any = None,
     ) -> None:
         super().__init__()
         series_from_manifest = series is SERIES_FROM_MANIFEST
@@ -171,6 +178,8 @@ class WindowDataset(IterableDataset):
         self.on_error = check_on_error(on_error)
         self.read_workers = check_int("read_workers", read_workers)
         self.next_pass_seconds = check_seconds(next_pass_seconds)
+        self.device = resolve_device(device)  # None: the host path (see ondevice)
+        self.device_traffic = Traffic()  # bytes this process's passes sent to ``device``
         self.source: Source = open_source(
             data,
             storage_options,
@@ -417,6 +426,7 @@ class WindowDataset(IterableDataset):
         out.num_windows = int(grid.windows_per_partition.sum())
         out._identity = None
         out._resumer = Resumer()
+        out.device_traffic = Traffic()  # its own passes' bytes
         out._epochs = copy.copy(self._epochs)
         out.__dict__.pop("_next_pass", None)  # the parent's read-ahead (see nextpass)
         if out.num_windows == 0:

@@ -290,7 +290,8 @@ class Mixture(IterableDataset):
             at = torch.from_numpy(np.flatnonzero(member == m))
             part = streams[m].take(len(at))
             if columns is None:
-                columns = [torch.empty((len(member), *p.shape[1:]), dtype=p.dtype) for p in part]
+                # on the members' device (``WindowDataset(device=...)``), else the host
+                columns = [torch.empty((len(member), *p.shape[1:]), dtype=p.dtype, device=p.device) for p in part]
             for out, p in zip(columns, part):
                 if out.dtype != p.dtype:
                     raise ConfigError(
@@ -300,7 +301,7 @@ class Mixture(IterableDataset):
                 out[at] = p
         assert columns is not None
         if self.return_source:
-            columns.append(torch.from_numpy(member.astype(np.int64)))
+            columns.append(torch.from_numpy(member.astype(np.int64)).to(columns[0].device))
         return tuple(columns)
 
     def _fingerprint(self) -> dict:
@@ -343,8 +344,10 @@ def _check_shapes(names: list[str], members: list[WindowDataset]) -> None:
             differ.append("number of features")
         if bool(s.targets) != bool(first.targets) or len(s.targets) != len(first.targets):
             differ.append("number of targets")
+        if getattr(member, "device", None) != getattr(members[0], "device", None):
+            differ.append("device")
         if differ:
             raise ConfigError(
                 f"member {name!r} differs from {names[0]!r} in {differ}: a mixture's batches need one shape; "
-                "open every member with the same window, horizon, layout, return_index and channel counts"
+                "open every member with the same window, horizon, layout, return_index, device and channel counts"
             )

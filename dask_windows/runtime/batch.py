@@ -300,6 +300,7 @@ class Gatherer:
         self.source = x  # the buffer's features as given, (C, rows) or (rows, C)
         self._runs: Any = None  # torch view of every run a batch copies, made on first use
         self._y = y
+        self.target_source = y  # the buffer's targets as given, (T, rows) or None
         self._window = window
         self._horizon = horizon
         if horizon and y is not None:

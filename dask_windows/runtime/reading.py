@@ -26,6 +26,7 @@ import numpy as np
 
 from dask_windows.errors import SourceReadError
 from dask_windows.faults import record_skip, skip_allowed
+from dask_windows.ondevice import feed_for
 from dask_windows.planning.plan import plan_reader
 from dask_windows.planning.world import World
 from dask_windows.runtime.blocks import merge_rows
@@ -99,11 +100,12 @@ def batches(ds: WindowDataset, plan: Any, progress: Any = None, this_pass: tuple
         last = lambda: begun.append(nextpass.begin(ds, epoch, world, spares=spares))
     arena = reads.arena
     try:
+        feed = feed_for(ds)  # device=...: batches gathered on the training device (ondevice)
         batches = stream(
             plan, parts, ds.grid, ds.row_offsets, ds.spec, ds._emit, ds._per_batch_normalize(), reread,
             background=reads.background, interrupt=reads.reader.close,
             release=None if arena is None else arena.release,
-            prepare=None if arena is None else arena.planned_starts, started=started, last=last,
+            prepare=None if arena is None else arena.planned_starts, started=started, last=last, device=feed,
         )  # fmt: skip
         for batch in batches:
             ds._resumer.step(progress)  # counted before the consumer gets it: a state then includes it

@@ -235,6 +235,7 @@ def begin(ds: WindowDataset, epoch: int, world: World, spares: Spares | None = N
     reads = None
     try:
         release(ds)  # an earlier one no pass took
+        from dask_windows.ondevice import feed_for
         from dask_windows.runtime import reading
         from dask_windows.runtime.pipeline import start_builder
         from dask_windows.sources import PartitionReader
@@ -257,7 +258,7 @@ def begin(ds: WindowDataset, epoch: int, world: World, spares: Spares | None = N
 
         builder = start_builder(
             plan, reading._flat(reads.reader), ds.grid, ds.row_offsets, ds.spec, ds._per_batch_normalize(),
-            reread, arena.release, arena.planned_starts,
+            reread, arena.release, arena.planned_starts, feed_for(proxy),  # device=: rows sent as built
         )  # fmt: skip
     except Exception:  # the pass reads it again and raises then, if it still fails
         log.debug("reading the next pass's first buffer ahead failed; the pass will read it", exc_info=True)
