@@ -118,6 +118,9 @@ class WindowDataset(IterableDataset):
             (Parquet sources; see ``readpool``): for compressed files and object stores, where
             reading is the bottleneck. 0 (default) reads on one background thread. Use it with
             ``DataLoader(ds, batch_size=None)`` (no DataLoader workers).
+        workflow: A fitted ``dask_windows.workflow.Workflow`` (or the path of a saved one, or
+            ``wf.named(...)`` for named batches): its operations run on each piece as it is read;
+            ``features`` / ``targets`` default to its roles and name its outputs. See docs/workflows.md.
         next_pass_seconds: While a pass's last buffer is drained, the first buffer of the pass after it
             (the next epoch, same rank and worker) is read and built ahead, and kept this long after the
             pass ends for the next ``iter()`` to take (the same batches either way; see
@@ -169,6 +172,7 @@ class WindowDataset(IterableDataset):
         read_workers: int = 0,
         next_pass_seconds: float = NEXT_PASS_SECONDS,
         device: Any = None,
+        workflow: Any = None,
     ) -> None:
         super().__init__()
         series_from_manifest = series is SERIES_FROM_MANIFEST
@@ -195,6 +199,23 @@ class WindowDataset(IterableDataset):
         self.skipped: list[SkippedPartition] = list(self.source.skipped)
         if is_series_vector(series):  # the source already cut the array into series
             series = None
+        self._workflow: Any = None
+        if workflow is not None:  # pieces transformed as they are read, named batches (dask_windows.workflow)
+            from dask_windows.workflow.apply import bind
+
+            self._workflow, self.source, chosen = bind(  # type: ignore[assignment]
+                workflow, self.source, features=features, targets=targets, series=series, window=window,
+                horizon=horizon, layout=layout, return_index=return_index, normalize=normalize,
+                storage_options=storage_options,
+            )  # fmt: skip
+            features, targets, series = chosen["features"], chosen["targets"], chosen["series"]
+            window, return_index = chosen["window"], chosen["return_index"]
+            if self.device is not None:  # the device path cuts batches without the workflow's step
+                raise ConfigError(
+                    f"workflow= and device={device!r} cannot be combined yet: the workflow's look-back rows "
+                    "and named batches are made on the host; pass device=None (and move batches with "
+                    "dw.DevicePrefetcher)"
+                )
         if features is None and isinstance(self.source, ArraySource):
             features = self.source.column_names()
         self.spec = WindowSpec(
@@ -470,6 +491,8 @@ class WindowDataset(IterableDataset):
         return self._normalize if isinstance(self._normalize, tuple) else None
 
     def _emit(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None) -> Any:
+        if self._workflow is not None:  # lookback rows dropped, or a named batch (workflow.batch)
+            return self._workflow(x, y, rows)
         if y is None and rows is None:  # features only: the common case, one call per batch
             return torch.from_numpy(x)
         out = [torch.from_numpy(x)]

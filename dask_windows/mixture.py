@@ -65,7 +65,14 @@ def mix(
     weights: Mapping[str, float] | None = None,
     **options: Any,
 ) -> Mixture:
-    """A ``Mixture`` of ``members`` with ``weights`` (see ``Mixture`` for the options)."""
+    """A ``Mixture`` of ``members`` with ``weights`` (see ``Mixture`` for the options).
+
+    Members that are ``CorpusDataset``s give one ``CorpusDataset`` (``corpus.mix_corpora``).
+    """
+    if isinstance(members, Mapping) and any(type(m).__name__ == "CorpusDataset" for m in members.values()):
+        from dask_windows.corpus import mix_corpora
+
+        return mix_corpora(members, weights, **options)  # type: ignore[arg-type, return-value]
     return Mixture(members, weights, **options)
 
 
