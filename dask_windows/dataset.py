@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset
 
 from dask_windows.checks import SERIES_FROM_MANIFEST, check_series_order, output_dtype
 from dask_windows.errors import ConfigError, DataError
@@ -32,17 +32,18 @@ from dask_windows.planning.index import WindowGrid
 from dask_windows.planning.plan import batches_per_rank
 from dask_windows.planning.resume import Resumer, check_int, fingerprint
 from dask_windows.planning.split import SeriesTable, cut_positions, split_grid
-from dask_windows.planning.world import World, detect_worker, resolve_ranks
+from dask_windows.planning.world import World
+from dask_windows.runtime.detect import detect_worker, in_worker, resolve_ranks, worker_info
 from dask_windows.runtime.epochs import EpochCounter, worker_token
 from dask_windows.runtime.reading import batches, plan
 from dask_windows.runtime.streams import elastic_batches
-from dask_windows.runtime.workerwatch import READ_DEADLINE_SECONDS, check_read_deadline, record_pickler, watch_pickler
 from dask_windows.sources import ArraySource, Source, is_series_vector, open_source
 from dask_windows.sources.retry import RetryPolicy, resolve_retry, with_deadline
 from dask_windows.spec import WindowSpec
 from dask_windows.speedups import nextpass
 from dask_windows.speedups.nextpass import NEXT_PASS_SECONDS, check_seconds
 from dask_windows.speedups.slots import shared
+from dask_windows.workerwatch import READ_DEADLINE_SECONDS, check_read_deadline, record_pickler, watch_pickler
 
 __all__ = ["WindowDataset"]
 
@@ -315,7 +316,7 @@ class WindowDataset(IterableDataset):
                 f"{self.source.description}: some ranks would get no window and yield 0 batches; "
                 "use fewer ranks, more data, or a smaller window or stride"
             )
-        info = get_worker_info()  # a change of num_workers alone is seen only inside the workers
+        info = worker_info()  # a change of num_workers alone is seen only inside the workers
         workers = info.num_workers if info is not None else None
         resumed = self._resumer.elastic_len(self.epoch, self._ranks[1], workers, self._shape())
         if resumed is not None:  # elastic resume: the state's batches, then this rank's of the rest
@@ -337,7 +338,7 @@ class WindowDataset(IterableDataset):
         # StatefulDataLoader's state_dict() right after iter() already sees this pass.
         self._ranks = self._resolve_ranks()
         worker, num_workers = detect_worker()
-        info = get_worker_info()
+        info = worker_info()
         if info is None:
             epoch = self._epochs.begin_pass()
             self._resumer.forget(epoch)
@@ -379,9 +380,8 @@ class WindowDataset(IterableDataset):
             state is ambiguous and this raises ``ConfigError``.
         """
         world = World(*self._resolve_ranks(), *detect_worker())
-        in_worker = get_worker_info() is not None
         return self._resumer.save(
-            self._fingerprint(), self.epoch, world, len(self), in_worker, batches, num_workers, self._shape()
+            self._fingerprint(), self.epoch, world, len(self), in_worker(), batches, num_workers, self._shape()
         )
 
     def load_state_dict(self, state: dict) -> None:

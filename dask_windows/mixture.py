@@ -41,18 +41,19 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset
 
 from dask_windows.dataset import WindowDataset
 from dask_windows.errors import ConfigError
 from dask_windows.planning.plan import batches_per_rank, windows_per_rank, worker_batch_range
 from dask_windows.planning.resume import Resumer, check_int
 from dask_windows.planning.schedule import labels, member_counts, prefix_counts
-from dask_windows.planning.world import World, detect_worker, resolve_ranks
+from dask_windows.planning.world import World
+from dask_windows.runtime.detect import detect_worker, in_worker, resolve_ranks, worker_info
 from dask_windows.runtime.epochs import EpochCounter, worker_token
 from dask_windows.runtime.streams import Chunks, reader_windows
-from dask_windows.runtime.workerwatch import record_pickler, watch_pickler
 from dask_windows.speedups.slots import shared
+from dask_windows.workerwatch import record_pickler, watch_pickler
 
 __all__ = ["Mixture", "mix"]
 
@@ -211,7 +212,7 @@ class Mixture(IterableDataset):
     def __iter__(self) -> Iterator[Any]:
         rank, world_size = self._resolve_ranks()
         world = World(rank, world_size, *detect_worker())
-        info = get_worker_info()
+        info = worker_info()
         if info is None:
             epoch = self._epochs.begin_pass()
             self._resumer.forget(epoch)
@@ -234,9 +235,8 @@ class Mixture(IterableDataset):
     def state_dict(self, batches: int | None = None, num_workers: int | None = None) -> dict:
         """The position in the current epoch (same arguments as ``WindowDataset.state_dict``)."""
         world = World(*self._resolve_ranks(), *detect_worker())
-        in_worker = get_worker_info() is not None
         return self._resumer.save(
-            self._fingerprint(), self.epoch, world, len(self), in_worker, batches, num_workers, self._shape()
+            self._fingerprint(), self.epoch, world, len(self), in_worker(), batches, num_workers, self._shape()
         )
 
     def load_state_dict(self, state: dict) -> None:
@@ -329,7 +329,7 @@ class Mixture(IterableDataset):
 
 def _known_workers() -> int | None:
     """This DataLoader worker's ``num_workers``; ``None`` in the training process, which cannot see it."""
-    info = get_worker_info()
+    info = worker_info()
     return None if info is None else info.num_workers
 
 

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 import dask_windows as dw
-from dask_windows.runtime.threadguard import GuardedThread
+from dask_windows.runtime.prefetch import GuardedThread
 
 PROBE_SECONDS = 120  # generous: the machine is shared; a hang is what fails
 
@@ -96,8 +96,8 @@ def read_or_stop(key):
 
 
 def test_a_stopped_read_worker_raises_after_the_deadline_naming_it():
-    from dask_windows.runtime.workerwatch import ReadWorkerStalled
     from dask_windows.speedups.readpool import ReadPool
+    from dask_windows.workerwatch import ReadWorkerStalled
 
     pool = ReadPool(read_or_stop, 1)
     try:

@@ -39,7 +39,7 @@ from typing import TypeVar
 
 from dask_windows.errors import ConfigError
 from dask_windows.faults import is_transient, is_unreachable
-from dask_windows.runtime.threadguard import GuardedThread
+from dask_windows.runtime.prefetch import GuardedThread
 
 __all__ = ["DEFAULT_TIMEOUT", "DeadlineExceeded", "RetryPolicy", "resolve_retry", "with_deadline"]
 

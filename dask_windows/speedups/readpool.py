@@ -55,17 +55,16 @@ from typing import Any
 import torch
 
 from dask_windows.faults import SkippedPartitionWarning
-from dask_windows.runtime.prefetch import PrefetchClosed, Prefetcher
+from dask_windows.runtime.prefetch import GuardedThread, PrefetchClosed, Prefetcher
 from dask_windows.runtime.reading import READ_THREADS, BufferArena, read_unit
-from dask_windows.runtime.threadguard import GuardedThread
-from dask_windows.runtime.workerwatch import (
+from dask_windows.sources import PartitionReader
+from dask_windows.speedups.handoff import pack, recv, release, send, shared_empty, unpack
+from dask_windows.workerwatch import (
     READ_DEADLINE_SECONDS,
     ReadWorkerStalled,
     stalled_message,
     watch_training_process,
 )
-from dask_windows.sources import PartitionReader
-from dask_windows.speedups.handoff import pack, recv, release, send, shared_empty, unpack
 
 __all__ = ["BufferReads", "ReadPool", "close_pool", "pool_for"]
 

@@ -32,7 +32,7 @@ import select
 import threading
 from typing import Any
 
-from dask_windows.runtime.threadguard import GuardedThread
+from dask_windows.runtime.prefetch import GuardedThread
 
 __all__ = [
     "POLL_SECONDS",
