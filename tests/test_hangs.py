@@ -59,6 +59,7 @@ def test_a_guarded_thread_that_dies_in_its_bootstrap_raises(monkeypatch):
     assert "'doomed-1' died while starting" in str(error) and "buffer_partitions" in str(error)
     assert not ran
     thread.join(5)  # returns: the thread counts as stopped
+    assert thread not in threading.enumerate()
 
     def refused(*args, **kwargs):
         raise RuntimeError("can't start new thread")

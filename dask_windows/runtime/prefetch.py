@@ -387,6 +387,10 @@ class GuardedThread(threading.Thread):
             self._start_error = exc
             if hasattr(self, "_is_stopped"):
                 self._is_stopped = True  # so join() returns (Python <= 3.12)
+            limbo, lock = getattr(threading, "_limbo", None), getattr(threading, "_active_limbo_lock", None)
+            if limbo is not None and lock is not None:
+                with lock:
+                    limbo.pop(self, None)  # never ran: not listed by threading.enumerate() any more
             started: Any = getattr(self, "_started", None)
             if started is not None:
                 started.set()  # wake start(), which raises
