@@ -31,6 +31,8 @@ from dask_windows.nextpass import NEXT_PASS_SECONDS, check_seconds
 from dask_windows.opening import check_columns, check_windows, scan
 from dask_windows.options import resolve_normalize, resolve_pieces, source_options
 from dask_windows.plan import batches_per_rank
+from dask_windows.pool.plan import PoolPlan
+from dask_windows.pool.stream import plan_for, pool_batches, resolve_order
 from dask_windows.reading import batches, plan
 from dask_windows.resume import Resumer, check_int, fingerprint
 from dask_windows.slots import shared
@@ -71,15 +73,21 @@ class WindowDataset(IterableDataset):
         shuffle: Shuffle partition order per epoch and windows inside the buffer.
         seed: Base of every random generator.
         buffer_partitions: Partitions' worth of rows decoded together (the loader's memory).
-        pieces_per_partition: The mixing knob: each partition is read as up to this many row ranges
-            (pieces) per epoch, in a random order over all partitions, and a buffer holds
-            ``buffer_partitions * pieces_per_partition`` pieces, so a batch mixes that many places of
-            the dataset. More mixes better and costs more reads: about ``pieces_per_partition``
-            requests per partition per epoch, and a Parquet row group is decoded once per piece
-            inside it. ``1``: buffers of whole partitions (the 0.1 order). ``None`` (default):
-            ``ceil(2 * batch_size / buffer_partitions)``, so a buffer holds ``2 * batch_size`` pieces
-            and the effective batch size is about ``2/3 * batch_size`` on any layout; 1 for a Dask
-            frame (its partitions are computed per read). See docs/mixing.md.
+        pieces_per_partition: Asks for the piece order instead of the default pool order: each
+            partition is read as up to this many row ranges (pieces) per epoch, in a random order
+            over all partitions, and a buffer holds ``buffer_partitions * pieces_per_partition``
+            pieces; a Parquet row group is decoded once per piece inside it. ``1``: buffers of whole
+            partitions (the 0.1 order, the default for a Dask frame and for data spread by
+            ``dask-windows convert``). ``None`` (default): the pool order (``buffer_bytes``).
+        buffer_bytes: The default order's memory budget (``dask_windows.pool``): each unit the source
+            decodes whole (a Parquet row group) is read once per epoch into a pool of this many bytes
+            of decoded rows per rank (shared by its DataLoader workers), its windows spread over the
+            stretch of the epoch while it stays resident, and every batch drawn from all resident
+            units: with at least ``2 * batch_size`` units resident, batches mix like a global
+            shuffle. ``None``: 1 GiB (``pool.stream.BUFFER_BYTES``). Passing ``pieces_per_partition``
+            asks for the piece order instead (``1``: whole partitions, ``buffer_partitions`` of them
+            per buffer), as Dask frames and data spread by ``dask-windows convert`` do by default.
+            See docs/mixing.md.
         prefetch_partitions: Partitions' worth of pieces read ahead of the buffer being built. ``>= 1``:
             reader threads and a builder thread read and build the next buffer while batches are
             gathered from the current one (two buffers in memory, see docs/memory.md); ``0``: no
@@ -161,6 +169,7 @@ class WindowDataset(IterableDataset):
         cache_bytes: int | None = None,
         read_workers: int = 0,
         next_pass_seconds: float = NEXT_PASS_SECONDS,
+        buffer_bytes: int | None = None,
     ) -> None:
         super().__init__()
         series_from_manifest = series is SERIES_FROM_MANIFEST
@@ -178,6 +187,7 @@ class WindowDataset(IterableDataset):
             on_error=on_error,
             **options,
         )
+        pool_bytes = resolve_order(pieces_per_partition, buffer_bytes, self.source)
         manifest_series = getattr(self.source, "manifest_series", None)
         self._series_from_manifest = series_from_manifest and manifest_series is not None
         if self._series_from_manifest:
@@ -199,11 +209,14 @@ class WindowDataset(IterableDataset):
             shuffle=shuffle,
             seed=seed,
             buffer_partitions=buffer_partitions,
-            pieces_per_partition=resolve_pieces(pieces_per_partition, self.source, batch_size, buffer_partitions),
+            pieces_per_partition=resolve_pieces(pieces_per_partition, self.source, batch_size, buffer_partitions)
+            if pieces_per_partition is not None or pool_bytes is None
+            else 1,
             prefetch_partitions=prefetch_partitions,
             layout=layout,
             return_index=return_index,
             nan=nan,
+            buffer_bytes=pool_bytes,
         )
         check_columns(self.source, self.spec, series)
         self._y_dtype = output_dtype(self.source, list(self.spec.targets))
@@ -428,6 +441,8 @@ class WindowDataset(IterableDataset):
         return out
 
     def _batches(self, plan: Any, progress: Any = None, this_pass: tuple | None = None) -> Iterator[Any]:
+        if isinstance(plan, PoolPlan):
+            return pool_batches(self, plan, progress)
         return batches(self, plan, progress, this_pass)
 
     def _shape(self) -> tuple[int, int, bool]:
@@ -454,6 +469,8 @@ class WindowDataset(IterableDataset):
         return state
 
     def _plan(self, world: World, skip_batches: int = 0, epoch: int | None = None) -> Any:
+        if self.spec.buffer_bytes is not None:  # the pool order (the default)
+            return plan_for(self, world, skip_batches, epoch)
         return plan(self, world, skip_batches, epoch)
 
     def _scale(self) -> tuple[np.ndarray, np.ndarray] | None:

@@ -1,0 +1,331 @@
+"""Reading a pool plan: each unit decoded once into the pool's rows, each step's windows cut into batches.
+
+``pool_batches`` walks a reader's ``PoolPlan``: one reader thread reads the
+units in plan order (``Prefetcher``, one unit ahead), decoding each straight
+into its rows of one pool array allocated for the pass (``plan.pool_rows``
+rows: the memory budget); a builder thread (``Ahead``, one step ahead) turns
+each step into the pool rows of its windows, shuffled; ``pipeline.stream``
+gathers the batches from the pool array, as it gathers them from a buffer.
+A unit's rows are overwritten only after its last step has been drained: the
+plan places units so that the ``S`` resident ones, the step built ahead and
+the unit being read never share a row.
+
+Windows across a cut between two units are read with the later one; the
+earlier one keeps the rows they need (``PoolUnit.keep``, a few rows each)
+until then. If that unit was unreadable (``on_error="skip"``) the rows are
+read from the source instead. Windows of an unreadable unit are replaced by
+other windows of the steps it belonged to, so the batch count never changes.
+
+The trade-off: the pool is allocated once per pass at its full size (pages are
+touched as units land, so a small dataset's pool stays small), and reads go
+one unit at a time on one thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dask_windows.batch import Gatherer
+from dask_windows.buffer import Part, _fill_starts, decode_pieces
+from dask_windows.errors import ConfigError, SourceReadError
+from dask_windows.faults import REPLACEMENT_TAG, record_skip, replacement_picks, skip_allowed
+from dask_windows.pipeline import _Built, stream
+from dask_windows.plan import Segment, rng_for
+from dask_windows.pool.plan import PoolPlan, merge_bounds, plan_pool, step_order, step_slices, unit_permutation
+from dask_windows.prefetch import Ahead, Prefetcher
+from dask_windows.world import World
+
+if TYPE_CHECKING:
+    from dask_windows.dataset import WindowDataset
+
+__all__ = ["BUFFER_BYTES", "plan_for", "pool_batches", "pool_rows", "resolve_order", "row_bytes", "unit_bounds"]
+
+BUFFER_BYTES = 1 << 30  # default memory budget of decoded rows per rank (shared by its DataLoader workers)
+UNITS_PER_BATCH = 4  # sources without decode units are cut into units of pool rows / (this * batch size)
+
+
+def resolve_order(pieces_per_partition: Any, buffer_bytes: Any, source: Any) -> Any:
+    """``buffer_bytes`` of the pool order, or ``None`` for the order of ``pieces_per_partition``.
+
+    The pool order is the default; ``pieces_per_partition`` asks for the piece order (``1``: whole
+    partitions), as do Dask frames (a read computes a whole partition) and data ``dask-windows
+    convert`` spread over its files (whole partitions already mix) unless ``buffer_bytes`` is given.
+    """
+    if pieces_per_partition is not None:
+        if buffer_bytes is not None:
+            raise ConfigError(
+                f"buffer_bytes={buffer_bytes!r} and pieces_per_partition={pieces_per_partition!r} ask for two "
+                "orders; pass buffer_bytes for the default pool order, or pieces_per_partition (with "
+                "buffer_partitions) for the piece order"
+            )
+        return None
+    if buffer_bytes is None and source.default_pieces_per_partition is not None:
+        return None
+    return BUFFER_BYTES if buffer_bytes is None else buffer_bytes
+
+
+def row_bytes(ds: WindowDataset) -> float:
+    """Bytes one pool row costs: its features, targets and (about) its window start."""
+    spec = ds.spec
+    y = np.dtype(getattr(ds, "_y_dtype", None) or np.float32).itemsize * len(spec.targets)
+    return 4 * len(spec.features) + y + 8 / spec.stride
+
+
+def pool_rows(ds: WindowDataset, num_workers: int = 1) -> int:
+    """Rows of decoded data one reader may keep resident: the budget, shared by the rank's workers."""
+    budget = ds.spec.buffer_bytes or BUFFER_BYTES
+    return int(budget // max(num_workers, 1) // row_bytes(ds))
+
+
+def unit_bounds(ds: WindowDataset) -> list[np.ndarray]:
+    """Per partition, the rows cutting it into units (``pool.plan.merge_bounds``), computed once per grid.
+
+    Along the source's decode units where it has them (Parquet row groups); otherwise in units of
+    about ``pool_rows / (UNITS_PER_BATCH * batch_size)`` rows, so that the budget holds several
+    units per window of a batch.
+    """
+    cached = ds.__dict__.get("_pool_bounds")
+    if cached is not None and cached[0] is ds.grid:
+        return cached[1]
+    span = ds.spec.span
+    size = max(4 * span, pool_rows(ds) // (UNITS_PER_BATCH * ds.spec.batch_size), 1)
+    out = []
+    for p, part in enumerate(ds.source.partitions):
+        decoded = ds.source.decode_units(p)
+        if decoded is None:
+            decoded = np.array([*range(0, part.num_rows, size), part.num_rows], np.int64)
+        out.append(merge_bounds(np.asarray(decoded, np.int64), span))
+    ds.__dict__["_pool_bounds"] = (ds.grid, out)
+    return out
+
+
+def plan_for(ds: WindowDataset, world: World, skip_batches: int = 0, epoch: int | None = None) -> PoolPlan:
+    """The pool plan of ``world``'s reader for ``epoch`` (default: the dataset's), after ``skip_batches``."""
+    s = ds.spec
+    return plan_pool(
+        ds.grid.first,
+        ds.grid.counts,
+        ds.grid.stride,
+        s.span,
+        unit_bounds(ds),
+        world,
+        seed=s.seed,
+        epoch=ds.epoch if epoch is None else epoch,
+        shuffle=s.shuffle,
+        batch_size=s.batch_size,
+        drop_last=s.drop_last,
+        pool_rows=pool_rows(ds, world.num_workers),
+        skip_batches=skip_batches,
+    )
+
+
+class _Edges:
+    """Rows an earlier unit kept for a later one, by ``(partition, lo, hi)``; ``None`` for an unreadable unit's."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple, dict | None] = {}
+        self._ready = threading.Condition()
+
+    def put(self, key: tuple, columns: dict | None) -> None:
+        with self._ready:
+            self._kept[key] = columns
+            self._ready.notify_all()
+
+    def take(self, key: tuple) -> dict | None:
+        with self._ready:  # kept by an earlier unit: read before this one, or being read
+            self._ready.wait_for(lambda: key in self._kept)
+            return self._kept.pop(key)
+
+
+class _Pool:
+    """The pass's pool arrays and the reads that fill them."""
+
+    def __init__(self, ds: WindowDataset, plan: PoolPlan, reader: Any) -> None:
+        spec = ds.spec
+        self.ds, self.plan, self.reader = ds, plan, reader
+        rows = max(plan.pool_rows, 1)
+        self.x = np.empty((len(spec.features), rows) if spec.layout == "NCL" else (rows, len(spec.features)), np.float32)
+        y_dtype = getattr(ds, "_y_dtype", None) or np.float32
+        self.y = np.empty((len(spec.targets), rows), y_dtype) if spec.targets else None
+        self.edges = _Edges()
+
+    def _rows(self, p: int, lo: int, hi: int) -> dict:
+        return self.reader.read_rows(p, lo, hi)
+
+    def read(self, i: int) -> Part | None:
+        """Read unit ``i`` into its pool rows; ``None`` when unreadable and skipped."""
+        ds, unit = self.ds, self.plan.units[i]
+        p, (r0, r1), (fa, fb) = unit.partition, unit.rows, unit.fresh
+        name = ds.source.partitions[p].name
+        try:
+            fresh = self._rows(p, fa, fb) if fb > fa else None
+        except SourceReadError as exc:
+            if not skip_allowed(ds.on_error, exc):
+                raise
+            record_skip(ds.skipped, name, "read", exc)
+            for a, b in unit.keep:
+                self.edges.put((p, a, b), None)
+            return None
+        for a, b in unit.keep:  # copies: a view would hold the whole decoded read
+            self.edges.put((p, a, b), {c: np.array(v[a - fa : b - fa]) for c, v in fresh.items()})  # type: ignore[union-attr]
+        if r1 <= r0:  # a unit read only for the rows it keeps
+            return Part(p, name, np.zeros((0, 0), np.float32), None, np.zeros(0, np.int64), np.zeros(0, np.int64))
+        pieces, rows0 = [], []
+        try:
+            if r0 < fa:  # the rows before this read: kept by the unit before it
+                kept = self.edges.take((p, r0, fa)) if (p, r0, fa) in unit_keys(self.plan, p) else None
+                pieces.append(kept or self._rows(p, r0, fa))
+                rows0.append(r0)
+            a, b = max(r0, fa), min(r1, fb)
+            if b > a and fresh is not None:
+                pieces.append({c: v[a - fa : b - fa] for c, v in fresh.items()})
+                rows0.append(a)
+            if r1 > fb:  # the rows after it: kept by the unit after it, else read here
+                kept = self.edges.take((p, fb, r1)) if (p, fb, r1) in unit_keys(self.plan, p) else None
+                pieces.append(kept or self._rows(p, fb, r1))
+                rows0.append(fb)
+        except SourceReadError as exc:
+            if not skip_allowed(ds.on_error, exc):
+                raise
+            record_skip(ds.skipped, name, "read", exc)
+            return None
+        del fresh
+        arena = (self.x, self.y, unit.offset)
+        part = decode_pieces(p, name, pieces, rows0, ds.spec, ds._scale(), getattr(ds, "_y_dtype", None), arena)
+        if part.arena is None:  # decoded beside the pool (a dtype only these rows have): copied in
+            n = r1 - r0
+            if ds.spec.layout == "NCL":
+                self.x[:, unit.offset : unit.offset + n] = part.x
+            else:
+                self.x[unit.offset : unit.offset + n] = part.x
+            if self.y is not None and part.y is not None:
+                self.y[:, unit.offset : unit.offset + n] = part.y
+        return part
+
+
+def unit_keys(plan: PoolPlan, p: int) -> set:
+    """``(partition, lo, hi)`` of every row range units of partition ``p`` keep."""
+    cache = plan.__dict__.get("_keys")
+    if cache is None:
+        cache = {}
+        for u in plan.units:
+            for a, b in u.keep:
+                cache.setdefault(u.partition, set()).add((u.partition, a, b))
+        object.__setattr__(plan, "_keys", cache)
+    return cache.get(p, set())
+
+
+class _Step:
+    """One step's windows as ``pipeline.stream`` drains a buffer: pool rows, permuted, and the gatherer."""
+
+    def __init__(self, starts: np.ndarray, gatherer: Gatherer, table: np.ndarray) -> None:
+        self.starts = starts
+        self.gatherer = gatherer
+        self.table = table  # (k, 3) [pool row, rows, dataset row] of the resident units, by pool row
+        self.nbytes = starts.nbytes
+
+    def global_rows(self, starts: np.ndarray) -> np.ndarray:
+        """Dataset rows of windows at pool rows ``starts``."""
+        k = np.searchsorted(self.table[:, 0], starts, side="right") - 1
+        return starts - self.table[k, 0] + self.table[k, 2]
+
+
+def _steps(ds: WindowDataset, plan: PoolPlan, parts: Iterator[Part | None], gatherer: Gatherer) -> Iterator[_Built]:
+    """The plan's steps, each as a built buffer of pool rows (on the builder thread)."""
+    spec, grid = ds.spec, ds.grid
+    dtype = np.int32 if plan.pool_rows < 2**31 else np.int64
+    resident: dict[int, np.ndarray | None] = {}  # unit -> pool rows of its windows, in its draw order
+    skip, owed = plan.skip, 0
+    for step in range(plan.start, plan.last_step + 1):
+        for i in range(plan.first_unit if step == plan.start else step, step + 1):
+            part = next(parts)
+            unit = plan.units[i]
+            if part is None:
+                resident[i] = None
+                continue
+            starts = np.empty(unit.num_windows, dtype)
+            seg = (Segment(unit.partition, unit.lo, unit.hi),)
+            if unit.num_windows:
+                _fill_starts(starts, 0, part, seg, grid, spec, unit.offset, part.block_table())
+            resident[i] = starts[unit_permutation(plan, i)]
+            del part
+        for i in [k for k in resident if k < step - plan.spread + 1]:
+            del resident[i]
+        picks, lost = [], 0
+        for i, a, b in step_slices(plan, step):
+            rows = resident.get(i)
+            if rows is None:
+                lost += b - a
+            else:
+                picks.append(rows[a:b])
+        window = np.concatenate(picks) if picks else np.zeros(0, dtype)
+        lost += owed
+        owed = 0
+        if lost:
+            if not len(window):
+                owed = lost  # nothing readable in this step: a later step stands in
+                continue
+            rng = rng_for(*plan.entropy, REPLACEMENT_TAG, step)
+            window = np.concatenate([window, window[replacement_picks(len(window), lost, rng)]])
+        perm = step_order(plan, step, len(window))
+        if perm is not None:
+            window = window[perm]
+        units = [plan.units[i] for i in resident if resident[i] is not None]
+        table = np.array(
+            sorted((u.offset, u.num_rows, int(ds.row_offsets[u.partition]) + u.rows[0]) for u in units), np.int64
+        ).reshape(-1, 3)
+        yield _Built(_Step(window, gatherer, table), min(skip, len(window)), len(window))  # type: ignore[arg-type]
+        skip -= min(skip, len(window))
+    if owed:
+        raise SourceReadError(
+            f"the last units of this reader's share were unreadable and skipped; it cannot yield its remaining "
+            f"{owed} windows, so ranks would disagree on the batch count; fix the data or its access, or pass "
+            "on_error='raise' to see the first error"
+        )
+
+
+class _Inline:
+    """The steps built on the consumer's thread (``prefetch_partitions=0``), closed as ``Ahead`` is."""
+
+    def __init__(self, items: Iterator[_Built]) -> None:
+        self._items = items
+
+    def __iter__(self) -> _Inline:
+        return self
+
+    def __next__(self) -> _Built:
+        return next(self._items)
+
+    def close(self, interrupt: Any = None) -> None:
+        close = getattr(self._items, "close", None)
+        if close is not None:
+            close()
+
+
+def pool_batches(ds: WindowDataset, plan: PoolPlan, progress: Any = None) -> Iterator[Any]:
+    """The batches of a pool plan, each counted by the dataset's resumer before it is yielded."""
+    keys = list(range(plan.first_unit, len(plan.units)))
+    source_reader = ds.source.reader([plan.units[i].partition for i in keys], list(ds.spec.columns))
+    pool = _Pool(ds, plan, source_reader)
+    background = ds.spec.prefetch_partitions >= 1
+    reads = Prefetcher(pool.read, keys, 1 if background else 0, name="dask-windows-pool")
+    gatherer = Gatherer(pool.x, pool.y, ds.spec.window, ds.spec.horizon, ds.spec.layout)
+    steps = _steps(ds, plan, iter(reads), gatherer)
+    started: Any = Ahead(steps, 1, "dask-windows-build") if background else _Inline(steps)
+    try:
+        batches = stream(
+            plan, (), ds.grid, ds.row_offsets, ds.spec, ds._emit, ds._per_batch_normalize(),  # type: ignore[arg-type]
+            interrupt=reads.close, started=started,
+        )  # fmt: skip
+        for batch in batches:
+            ds._resumer.step(progress)  # counted before the consumer gets it: a state then includes it
+            yield batch
+    finally:
+        if progress is not None:
+            ds._resumer.end(progress)
+        reads.close()
+        source_reader.close()
