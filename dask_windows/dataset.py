@@ -32,6 +32,7 @@ from dask_windows.opening import check_columns, check_windows, scan
 from dask_windows.options import resolve_normalize, resolve_pieces, source_options
 from dask_windows.plan import batches_per_rank
 from dask_windows.pool.plan import PoolPlan
+from dask_windows.pool.report import warn_if_few_units
 from dask_windows.pool.stream import plan_for, pool_batches, resolve_order
 from dask_windows.reading import batches, plan
 from dask_windows.resume import Resumer, check_int, fingerprint
@@ -241,6 +242,7 @@ class WindowDataset(IterableDataset):
         spread = spread.get("manifest", {}).get("version", 1) >= 2  # chunks of a series by design
         order_remedy = "" if spread else check_series_order(self.runs, names, series, strict)
         check_windows(self.source, spec, self.runs, self.num_windows, order_remedy, self.skipped)
+        warn_if_few_units(self)  # the pool order's budget holds too few units to mix like a global shuffle
 
     # -- topology ---------------------------------------------------------------------------
 

@@ -34,6 +34,8 @@ import numpy as np
 
 from dask_windows.buffer import permute_windows
 from dask_windows.plan import rng_for
+from dask_windows.pool.plan import PoolPlan
+from dask_windows.pool.report import pool_rows_of, pool_summary
 from dask_windows.windows import window_starts
 from dask_windows.world import World
 
@@ -83,6 +85,9 @@ def plan_batches(
         plan = ds._plan(world)
     finally:
         ds.epoch = saved
+    if isinstance(plan, PoolPlan):  # the pool order (dask_windows.pool)
+        yield from _cut(pool_rows_of(ds, plan), spec.batch_size, max_batches)
+        return
     skip, remaining, carry, emitted = plan.skip, plan.num_windows, np.zeros(0, np.int64), 0
     for segments, entropy in zip(plan.buffers, plan.buffer_seeds):
         pieces = []
@@ -105,6 +110,22 @@ def plan_batches(
                 return
         remaining -= full
         carry = starts[full:take]
+    if len(carry):
+        yield carry
+
+
+def _cut(steps: Iterator[np.ndarray], batch_size: int, max_batches: int | None) -> Iterator[np.ndarray]:
+    """Batches of ``batch_size`` cut from consecutive arrays, the last one possibly short."""
+    carry, emitted = np.zeros(0, np.int64), 0
+    for step in steps:
+        starts = np.concatenate([carry, step])
+        full = len(starts) // batch_size * batch_size
+        for b in range(0, full, batch_size):
+            yield starts[b : b + batch_size]
+            emitted += 1
+            if max_batches is not None and emitted >= max_batches:
+                return
+        carry = starts[full:]
     if len(carry):
         yield carry
 
@@ -241,13 +262,18 @@ def mixing_report(ds: Any, max_batches: int = 2000, blocks: int = 100, epoch: in
         )
         if len(ds.partitions) * spec.pieces_per_partition < 2 * b:
             advice += f"; with {len(ds.partitions)} partitions, smaller partitions (partition_bytes=) help too"
-    return {
-        "loader": asdict(loader),
-        "global": asdict(reference),
-        "verdict": verdict,
-        "advice": advice,
-        "settings": settings,
-    }
+    out = {"loader": asdict(loader), "global": asdict(reference), "verdict": verdict, "advice": advice}
+    if spec.buffer_bytes is not None:  # the pool order: its reads, memory and places per batch
+        out["pool"] = pool = pool_summary(ds)
+        settings["buffer_bytes"] = spec.buffer_bytes
+        if "nothing to change" not in advice and spec.shuffle:
+            out["advice"] = (
+                f"a batch draws on the {pool['resident_units']} units resident at once ({pool['unit_rows']:,} rows "
+                f"at most each): raise buffer_bytes (now {spec.buffer_bytes:,}) to hold about {2 * b} of them, or "
+                "rewrite the data with `dask-windows convert` (its spread layout mixes at one read per epoch)"
+            )
+    out["settings"] = settings
+    return out
 
 
 def format_report(report: dict) -> str:
@@ -260,6 +286,13 @@ def format_report(report: dict) -> str:
         lines.append(
             f"{name:<16}{s['batches']:>8}{s['distinct_blocks']:>17.1f}{s['tv_distance']:>13.3f}"
             f"{s['lag1']:>8.2f}{s['effective_batch_size']:>13.1f}"
+        )
+    pool = report.get("pool")
+    if pool is not None:
+        lines.append(
+            f"reads per epoch: each of {pool['units']:,} units (row groups) decoded once; resident: "
+            f"{pool['resident_units']:,} units, {pool['pool_bytes'] / 2**20:,.1f} MiB of a budget of "
+            f"{pool['budget_bytes'] / 2**20:,.1f} MiB; a batch draws on at most {pool['places_per_batch']} places"
         )
     lines.append(f"verdict: {report['verdict']}")
     lines.append(f"advice: {report['advice']}")

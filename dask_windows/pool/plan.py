@@ -40,7 +40,7 @@ starts threads.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,11 +55,13 @@ __all__ = [
     "merge_bounds",
     "plan_pool",
     "pool_span",
+    "reader_steps",
     "reader_windows",
     "step_order",
     "step_slices",
     "unit_order",
     "unit_permutation",
+    "unit_steps",
     "windows_before",
 ]
 
@@ -231,6 +233,20 @@ def step_slices(plan: PoolPlan, step: int) -> list[tuple[int, int, int]]:
     return out
 
 
+def unit_steps(plan: PoolPlan, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(steps, a, b)``: unit ``i``'s permutation positions ``[a[k], b[k])`` are drawn at ``steps[k]``
+    (increasing; at most ``min(windows, S)`` entries): ``step_slices`` seen from one unit, vectorised."""
+    s, last = plan.spread, plan.last_step
+    n = plan.units[i].num_windows
+    j = np.arange(s, dtype=np.int64)
+    step = np.clip(i + j, s - 1, last)  # (S,) step of each slice; the first and last steps join several
+    head = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])  # (k,) first slice of each step
+    tail = np.r_[head[1:] - 1, s - 1]  # (k,) last slice of each step
+    a, b = head * n // s, (tail + 1) * n // s
+    keep = b > a
+    return step[head][keep], a[keep], b[keep]
+
+
 def _windows_before_step(counts: np.ndarray, spread: int, step: int) -> int:
     """Windows of the steps before ``step`` (``spread - 1 <= step <= last``)."""
     if step <= spread - 1:
@@ -393,30 +409,37 @@ def step_order(plan: PoolPlan, step: int, size: int) -> np.ndarray | None:
     return rng_for(*plan.entropy, 0x9003, step).permutation(size)
 
 
-def reader_windows(plan: PoolPlan) -> Iterator[tuple[int, int]]:
-    """``(partition, window)`` of every window the reader yields, in order (an oracle for tests and
-    mixing reports: pure, reads nothing)."""
-    if not plan.units:
-        return
-    perms: dict[int, np.ndarray] = {}
-    skip = plan.skip
-    left = plan.num_windows
+def reader_steps(plan: PoolPlan, keys: Callable[[int], np.ndarray]) -> Iterator[np.ndarray]:
+    """What the reader yields, step by step: ``keys(i)`` (one value per window of unit ``i``, in window
+    order) drawn as the plan draws them, the skipped windows left out and the stream cut at
+    ``num_windows``. Pure: with ``keys`` giving window numbers or start rows it lists a pass's windows
+    without reading data (tests' oracle, mixing reports)."""
+    buckets: dict[int, list[np.ndarray]] = {}  # step -> the slices of its units drawn there
+    skip, left = plan.skip, plan.num_windows
+    admitted = plan.first_unit
     for step in range(plan.start, plan.last_step + 1):
-        picks = []
-        for i, a, b in step_slices(plan, step):
-            if i not in perms:
-                perms[i] = unit_permutation(plan, i)
-            unit = plan.units[i]
-            picks.append(np.stack([np.full(b - a, unit.partition), unit.lo + perms[i][a:b]], axis=1))
-        for i in [k for k in perms if k < step - plan.spread + 1]:
-            del perms[i]
-        window = np.concatenate(picks) if picks else np.zeros((0, 2), np.int64)
+        if left <= 0:
+            return
+        for i in range(admitted, step + 1):  # the units read at this step
+            drawn = np.asarray(keys(i))[unit_permutation(plan, i)]
+            for t, a, b in zip(*(v.tolist() for v in unit_steps(plan, i))):
+                if t >= plan.start:
+                    buckets.setdefault(t, []).append(drawn[a:b])
+        admitted = step + 1
+        picks = buckets.pop(step, [])
+        window = np.concatenate(picks) if picks else np.zeros(0, np.int64)
         perm = step_order(plan, step, len(window))
         if perm is not None:
             window = window[perm]
-        window = window[skip:]
+        window = window[skip:][:left]
         skip = 0
-        yield from (tuple(pair) for pair in window[:left].tolist())
-        left -= min(left, len(window))
-        if left <= 0:
-            return
+        left -= len(window)
+        if len(window):
+            yield window
+
+
+def reader_windows(plan: PoolPlan) -> Iterator[tuple[int, int]]:
+    """``(partition, window)`` of every window the reader yields, in order (the tests' oracle)."""
+    keys = lambda i: plan.units[i].partition * (1 << 40) + np.arange(plan.units[i].lo, plan.units[i].hi)
+    for window in reader_steps(plan, keys):
+        yield from ((int(k) >> 40, int(k) & ((1 << 40) - 1)) for k in window)

@@ -35,7 +35,7 @@ from dask_windows.errors import ConfigError, SourceReadError
 from dask_windows.faults import REPLACEMENT_TAG, record_skip, replacement_picks, skip_allowed
 from dask_windows.pipeline import _Built, stream
 from dask_windows.plan import Segment, rng_for
-from dask_windows.pool.plan import PoolPlan, merge_bounds, plan_pool, step_order, step_slices, unit_permutation
+from dask_windows.pool.plan import PoolPlan, merge_bounds, plan_pool, step_order, unit_permutation, unit_steps
 from dask_windows.prefetch import Ahead, Prefetcher
 from dask_windows.world import World
 
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = ["BUFFER_BYTES", "plan_for", "pool_batches", "pool_rows", "resolve_order", "row_bytes", "unit_bounds"]
 
 BUFFER_BYTES = 1 << 30  # default memory budget of decoded rows per rank (shared by its DataLoader workers)
+MIN_UNIT_ROWS = 1024  # fewest rows of a unit cut from a source without decode units
 UNITS_PER_BATCH = 4  # sources without decode units are cut into units of pool rows / (this * batch size)
 
 
@@ -92,7 +93,7 @@ def unit_bounds(ds: WindowDataset) -> list[np.ndarray]:
     if cached is not None and cached[0] is ds.grid:
         return cached[1]
     span = ds.spec.span
-    size = max(4 * span, pool_rows(ds) // (UNITS_PER_BATCH * ds.spec.batch_size), 1)
+    size = max(4 * span, pool_rows(ds) // (UNITS_PER_BATCH * ds.spec.batch_size), MIN_UNIT_ROWS)
     out = []
     for p, part in enumerate(ds.source.partitions):
         decoded = ds.source.decode_units(p)
@@ -238,46 +239,51 @@ def _steps(ds: WindowDataset, plan: PoolPlan, parts: Iterator[Part | None], gath
     """The plan's steps, each as a built buffer of pool rows (on the builder thread)."""
     spec, grid = ds.spec, ds.grid
     dtype = np.int32 if plan.pool_rows < 2**31 else np.int64
-    resident: dict[int, np.ndarray | None] = {}  # unit -> pool rows of its windows, in its draw order
+    buckets: dict[int, list[np.ndarray]] = {}  # step -> pool rows of its windows, a slice per unit
+    lost: dict[int, int] = {}  # step -> windows of unreadable units it loses
+    readable: set[int] = set()  # units read (for the rows of ``return_index``)
     skip, owed = plan.skip, 0
+    admitted = plan.first_unit
     for step in range(plan.start, plan.last_step + 1):
-        for i in range(plan.first_unit if step == plan.start else step, step + 1):
+        for i in range(admitted, step + 1):  # the units read at this step (all of the pool's at the first)
             part = next(parts)
             unit = plan.units[i]
+            steps, lo, hi = unit_steps(plan, i)
             if part is None:
-                resident[i] = None
+                for t, a, b in zip(steps.tolist(), lo.tolist(), hi.tolist()):
+                    lost[t] = lost.get(t, 0) + b - a
                 continue
+            readable.add(i)
             starts = np.empty(unit.num_windows, dtype)
-            seg = (Segment(unit.partition, unit.lo, unit.hi),)
             if unit.num_windows:
+                seg = (Segment(unit.partition, unit.lo, unit.hi),)
                 _fill_starts(starts, 0, part, seg, grid, spec, unit.offset, part.block_table())
-            resident[i] = starts[unit_permutation(plan, i)]
-            del part
-        for i in [k for k in resident if k < step - plan.spread + 1]:
-            del resident[i]
-        picks, lost = [], 0
-        for i, a, b in step_slices(plan, step):
-            rows = resident.get(i)
-            if rows is None:
-                lost += b - a
-            else:
-                picks.append(rows[a:b])
+            drawn = starts[unit_permutation(plan, i)]
+            del part, starts
+            for t, a, b in zip(steps.tolist(), lo.tolist(), hi.tolist()):
+                if t >= plan.start:
+                    buckets.setdefault(t, []).append(drawn[a:b])
+        admitted = step + 1
+        picks = buckets.pop(step, [])
         window = np.concatenate(picks) if picks else np.zeros(0, dtype)
-        lost += owed
+        del picks
+        missing = lost.pop(step, 0) + owed
         owed = 0
-        if lost:
+        if missing:
             if not len(window):
-                owed = lost  # nothing readable in this step: a later step stands in
+                owed = missing  # nothing readable in this step: a later step stands in
                 continue
             rng = rng_for(*plan.entropy, REPLACEMENT_TAG, step)
-            window = np.concatenate([window, window[replacement_picks(len(window), lost, rng)]])
+            window = np.concatenate([window, window[replacement_picks(len(window), missing, rng)]])
         perm = step_order(plan, step, len(window))
         if perm is not None:
             window = window[perm]
-        units = [plan.units[i] for i in resident if resident[i] is not None]
-        table = np.array(
-            sorted((u.offset, u.num_rows, int(ds.row_offsets[u.partition]) + u.rows[0]) for u in units), np.int64
-        ).reshape(-1, 3)
+        table = np.zeros((0, 3), np.int64)
+        if spec.return_index:  # where each resident unit lies in the pool and in the dataset
+            units = [plan.units[i] for i in plan.resident(step) if i in readable]
+            rows = sorted((u.offset, u.num_rows, int(ds.row_offsets[u.partition]) + u.rows[0]) for u in units)
+            table = np.array(rows, np.int64).reshape(-1, 3)
+        readable.discard(step - plan.spread + 1)  # its last windows are in this step
         yield _Built(_Step(window, gatherer, table), min(skip, len(window)), len(window))  # type: ignore[arg-type]
         skip -= min(skip, len(window))
     if owed:
