@@ -51,7 +51,7 @@ def pool_summary(ds: Any, num_workers: int = 1) -> dict:
 
     bounds = unit_bounds(ds)
     sizes = np.concatenate([np.diff(b) for b in bounds]) if bounds else np.zeros(0, np.int64)
-    units = int(len(sizes))
+    units = len(sizes)
     most = int(sizes.max()) + ds.spec.span if units else 0
     spread, rows = pool_span(most, pool_rows(ds, num_workers), units)
     b = ds.spec.batch_size

@@ -149,7 +149,9 @@ class _Pool:
         spec = ds.spec
         self.ds, self.plan, self.reader = ds, plan, reader
         rows = max(plan.pool_rows, 1)
-        self.x = np.empty((len(spec.features), rows) if spec.layout == "NCL" else (rows, len(spec.features)), np.float32)
+        self.x = np.empty(
+            (len(spec.features), rows) if spec.layout == "NCL" else (rows, len(spec.features)), np.float32
+        )
         y_dtype = getattr(ds, "_y_dtype", None) or np.float32
         self.y = np.empty((len(spec.targets), rows), y_dtype) if spec.targets else None
         self.edges = _Edges()
