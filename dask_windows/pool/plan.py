@@ -187,7 +187,7 @@ def pool_span(max_rows: int, pool_rows: int, num_units: int) -> tuple[int, int]:
     budget is then exceeded: the dataset warns at open).
     """
     max_rows = max(int(max_rows), 1)
-    spread = max(1, min(int(pool_rows) // max_rows - AHEAD - 1, max(num_units, 1)))
+    spread = max(1, min(int(pool_rows) // max_rows - AHEAD - 1, num_units))
     return spread, (spread + AHEAD + 1) * max_rows
 
 
@@ -301,6 +301,7 @@ def plan_pool(
     drop_last: bool,
     pool_rows: int,
     skip_batches: int = 0,
+    max_spread: int | None = None,
 ) -> PoolPlan:
     """Plan what ``world``'s reader yields in ``epoch`` under the pool order.
 
@@ -319,6 +320,8 @@ def plan_pool(
         drop_last: Leave out the rank's final partial batch.
         pool_rows: Most rows the pool may hold (the memory budget in rows).
         skip_batches: Batches of this reader already consumed (resumption).
+        max_spread: Most units resident at once (more mix no better than a global shuffle, and the
+            first batch waits for the pool to fill); ``None``: as many as ``pool_rows`` holds.
     """
     counts = np.array([int(np.sum(c)) for c in grid_counts], np.int64)  # (P,) windows of each partition
     total = int(counts.sum())
@@ -339,7 +342,7 @@ def plan_pool(
         a = atoms[k - 1][4] if k and atoms[k - 1][0] == p and atoms[k - 1][1] == g - 1 else wlo
         r0, r1 = _rows(grid_first[p], grid_counts[p], stride, span, a, whi)
         most = max(most, r1 - r0)
-    spread, rows = pool_span(most, pool_rows, len(atoms)) if shuffle else pool_span(most, 0, len(atoms))
+    spread, rows = pool_span(most, pool_rows, min(len(atoms), max_spread or len(atoms)) if shuffle else 1)
     rng = rng_for(*entropy, 0x9002) if shuffle else None
     ordered = unit_order(len(atoms), spread, rng)
     when = np.empty(len(atoms), np.int64)

@@ -53,7 +53,9 @@ def pool_summary(ds: Any, num_workers: int = 1) -> dict:
     sizes = np.concatenate([np.diff(b) for b in bounds]) if bounds else np.zeros(0, np.int64)
     units = len(sizes)
     most = int(sizes.max()) + ds.spec.span if units else 0
-    spread, rows = pool_span(most, pool_rows(ds, num_workers), units)
+    from dask_windows.pool.stream import UNITS_PER_BATCH
+
+    spread, rows = pool_span(most, pool_rows(ds, num_workers), min(units, UNITS_PER_BATCH * ds.spec.batch_size))
     b = ds.spec.batch_size
     return {
         "units": units,
@@ -64,6 +66,7 @@ def pool_summary(ds: Any, num_workers: int = 1) -> dict:
         "reads_per_unit": 1.0,
         "places_per_batch": min(b, spread),
         "mixes_like_global": spread >= 2 * b or spread >= units,
+        "first_batch_units": spread,
     }
 
 

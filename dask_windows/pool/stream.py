@@ -37,6 +37,7 @@ from dask_windows.pipeline import _Built, stream
 from dask_windows.plan import Segment, rng_for
 from dask_windows.pool.plan import PoolPlan, merge_bounds, plan_pool, step_order, unit_permutation, unit_steps
 from dask_windows.prefetch import Ahead, Prefetcher
+from dask_windows.windows import window_starts
 from dask_windows.world import World
 
 if TYPE_CHECKING:
@@ -46,7 +47,8 @@ __all__ = ["BUFFER_BYTES", "plan_for", "pool_batches", "pool_rows", "resolve_ord
 
 BUFFER_BYTES = 1 << 30  # default memory budget of decoded rows per rank (shared by its DataLoader workers)
 MIN_UNIT_ROWS = 1024  # fewest rows of a unit cut from a source without decode units
-UNITS_PER_BATCH = 4  # sources without decode units are cut into units of pool rows / (this * batch size)
+UNITS_PER_BATCH = 4  # most units resident per window of a batch; row groups are merged into units of at least
+# pool rows / (this * batch size) rows (fewer, larger reads where the budget holds the data many times over)
 
 
 def resolve_order(pieces_per_partition: Any, buffer_bytes: Any, source: Any) -> Any:
@@ -93,13 +95,14 @@ def unit_bounds(ds: WindowDataset) -> list[np.ndarray]:
     if cached is not None and cached[0] is ds.grid:
         return cached[1]
     span = ds.spec.span
-    size = max(4 * span, pool_rows(ds) // (UNITS_PER_BATCH * ds.spec.batch_size), MIN_UNIT_ROWS)
+    target = max(span, pool_rows(ds) // (UNITS_PER_BATCH * ds.spec.batch_size))  # rows: 4B units fill the pool
+    size = max(4 * span, target, MIN_UNIT_ROWS)
     out = []
     for p, part in enumerate(ds.source.partitions):
         decoded = ds.source.decode_units(p)
         if decoded is None:
             decoded = np.array([*range(0, part.num_rows, size), part.num_rows], np.int64)
-        out.append(merge_bounds(np.asarray(decoded, np.int64), span))
+        out.append(merge_bounds(np.asarray(decoded, np.int64), target))  # small row groups read together
     ds.__dict__["_pool_bounds"] = (ds.grid, out)
     return out
 
@@ -121,6 +124,7 @@ def plan_for(ds: WindowDataset, world: World, skip_batches: int = 0, epoch: int 
         drop_last=s.drop_last,
         pool_rows=pool_rows(ds, world.num_workers),
         skip_batches=skip_batches,
+        max_spread=UNITS_PER_BATCH * s.batch_size,
     )
 
 
@@ -256,10 +260,14 @@ def _steps(ds: WindowDataset, plan: PoolPlan, parts: Iterator[Part | None], gath
                     lost[t] = lost.get(t, 0) + b - a
                 continue
             readable.add(i)
-            starts = np.empty(unit.num_windows, dtype)
-            if unit.num_windows:
-                seg = (Segment(unit.partition, unit.lo, unit.hi),)
+            p = unit.partition
+            if spec.nan == "raise" and (len(part.nan_x) or len(part.nan_y)):  # its windows checked as listed
+                starts = np.empty(unit.num_windows, dtype)
+                seg = (Segment(p, unit.lo, unit.hi),)
                 _fill_starts(starts, 0, part, seg, grid, spec, unit.offset, part.block_table())
+            else:  # the part holds rows [r0, r1) at pool row ``offset``
+                rows = window_starts(grid.first[p], grid.counts[p], grid.stride, unit.lo, unit.hi)
+                starts = (rows + (unit.offset - unit.rows[0])).astype(dtype)
             drawn = starts[unit_permutation(plan, i)]
             del part, starts
             for t, a, b in zip(steps.tolist(), lo.tolist(), hi.tolist()):
