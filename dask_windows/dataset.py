@@ -21,28 +21,27 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from dask_windows import nextpass
 from dask_windows.checks import SERIES_FROM_MANIFEST, check_series_order, output_dtype
-from dask_windows.epochs import EpochCounter, worker_token
 from dask_windows.errors import ConfigError, DataError
 from dask_windows.faults import SkippedPartition, check_on_error
-from dask_windows.index import WindowGrid
-from dask_windows.nextpass import NEXT_PASS_SECONDS, check_seconds
 from dask_windows.opening import check_columns, check_windows, scan
 from dask_windows.options import resolve_normalize, resolve_pieces, source_options
-from dask_windows.plan import batches_per_rank
-from dask_windows.pool.plan import PoolPlan
-from dask_windows.pool.report import warn_if_few_units
-from dask_windows.pool.stream import plan_for, pool_batches, resolve_order
-from dask_windows.reading import batches, plan
-from dask_windows.resume import Resumer, check_int, fingerprint
-from dask_windows.slots import shared
+from dask_windows.planning.index import WindowGrid
+from dask_windows.planning.plan import batches_per_rank
+from dask_windows.planning.pool import PoolPlan
+from dask_windows.planning.resume import Resumer, check_int, fingerprint
+from dask_windows.planning.split import SeriesTable, cut_positions, split_grid
+from dask_windows.planning.world import World, detect_worker, resolve_ranks
+from dask_windows.runtime.epochs import EpochCounter, worker_token
+from dask_windows.runtime.pool import plan_for, pool_batches, pool_summary, resolve_order, warn_if_few_units
+from dask_windows.runtime.reading import batches, plan
+from dask_windows.runtime.streams import elastic_batches
 from dask_windows.sources import ArraySource, Source, is_series_vector, open_source
 from dask_windows.sources.retry import RetryPolicy, resolve_retry, with_deadline
 from dask_windows.spec import WindowSpec
-from dask_windows.split import SeriesTable, cut_positions, split_grid
-from dask_windows.streams import elastic_batches
-from dask_windows.world import World, detect_worker, resolve_ranks
+from dask_windows.speedups import nextpass
+from dask_windows.speedups.nextpass import NEXT_PASS_SECONDS, check_seconds
+from dask_windows.speedups.slots import shared
 
 __all__ = ["WindowDataset"]
 
@@ -80,7 +79,7 @@ class WindowDataset(IterableDataset):
             pieces; a Parquet row group is decoded once per piece inside it. ``1``: buffers of whole
             partitions (the 0.1 order, the default for a Dask frame and for data spread by
             ``dask-windows convert``). ``None`` (default): the pool order (``buffer_bytes``).
-        buffer_bytes: The default order's memory budget (``dask_windows.pool``): each unit the source
+        buffer_bytes: The default order's memory budget (``dask_windows.planning.pool``, ``runtime.pool``): each unit the source
             decodes whole (a Parquet row group) is read once per epoch into a pool of this many bytes
             of decoded rows per rank (shared by its DataLoader workers), its windows spread over the
             stretch of the epoch while it stays resident, and every batch drawn from all resident
@@ -384,7 +383,7 @@ class WindowDataset(IterableDataset):
 
         They are also stopped when the dataset is garbage collected and at exit.
         """
-        from dask_windows.readpool import close_pool
+        from dask_windows.speedups.readpool import close_pool
 
         nextpass.release(self)
         close_pool(self)
@@ -474,6 +473,10 @@ class WindowDataset(IterableDataset):
         if self.spec.buffer_bytes is not None:  # the pool order (the default)
             return plan_for(self, world, skip_batches, epoch)
         return plan(self, world, skip_batches, epoch)
+
+    def _pool_summary(self) -> dict | None:
+        """Predicted reads, resident memory and places per batch of the pool order (``None``: another order)."""
+        return None if self.spec.buffer_bytes is None else pool_summary(self)
 
     def _scale(self) -> tuple[np.ndarray, np.ndarray] | None:
         return self._normalize if isinstance(self._normalize, tuple) else None

@@ -65,7 +65,7 @@ class WindowSpec:
         layout: ``"NCL"`` gives ``(B, C, L)``, ``"NLC"`` gives ``(B, L, C)``.
         return_index: Also yield each window's global start row.
         nan: ``"raise"`` on NaN inside a window, or ``"drop"`` such windows.
-        buffer_bytes: Memory budget of the pool order (``dask_windows.pool``), in bytes of decoded
+        buffer_bytes: Memory budget of the pool order (``dask_windows.planning.pool``, ``runtime.pool``), in bytes of decoded
             rows per rank; ``None``: the order of ``buffer_partitions`` and ``pieces_per_partition``.
     """
 

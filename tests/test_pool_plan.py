@@ -1,4 +1,4 @@
-"""Property tests of the pool order's plan against a brute-force oracle (``dask_windows.pool.plan``)."""
+"""Property tests of the pool order's plan against a brute-force oracle (``dask_windows.planning.pool``)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dask_windows.plan import batches_per_rank, epoch_order, windows_per_rank, worker_batch_range
-from dask_windows.pool.plan import AHEAD, merge_bounds, plan_pool, reader_windows, windows_before
-from dask_windows.world import World
+from dask_windows.planning.plan import batches_per_rank, epoch_order, windows_per_rank, worker_batch_range
+from dask_windows.planning.pool import AHEAD, merge_bounds, plan_pool, reader_windows, windows_before
+from dask_windows.planning.world import World
 
 
 @st.composite
@@ -110,7 +110,7 @@ def test_resume_is_the_tail_and_plans_are_pure(cfg: dict, skip: int) -> None:
 
 
 def _slices(p):
-    from dask_windows.pool.plan import step_slices
+    from dask_windows.planning.pool import step_slices
 
     for step in range(p.start, p.last_step + 1):
         yield from step_slices(p, step)
@@ -144,7 +144,7 @@ def test_rows_read_once_and_pool_within_budget(cfg: dict) -> None:
             first, counts = cfg["first"][u.partition], cfg["counts"][u.partition]
             b = cfg["bounds"][u.partition]
             if u.hi > u.lo:  # every window's rows inside the rows placed
-                from dask_windows.windows import window_starts
+                from dask_windows.planning.windows import window_starts
 
                 starts = window_starts(first, counts, cfg["stride"], u.lo, u.hi)
                 assert starts.min() >= u.rows[0] and starts.max() + cfg["span"] <= u.rows[1]

@@ -74,7 +74,7 @@ def test_two_ranks_read_each_row_group_about_once_between_them(tmp_path):
 
 
 def _world():
-    from dask_windows.world import World
+    from dask_windows.planning.world import World
 
     return World(0, 1, 0, 1)
 

@@ -45,8 +45,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dask_windows.plan import _segments, batches_per_rank, epoch_order, rng_for, windows_per_rank, worker_batch_range
-from dask_windows.world import World
+from dask_windows.planning.plan import (
+    _segments,
+    batches_per_rank,
+    epoch_order,
+    rng_for,
+    windows_per_rank,
+    worker_batch_range,
+)
+from dask_windows.planning.windows import window_starts
+from dask_windows.planning.world import World
 
 __all__ = [
     "POOL_ORDER",
@@ -55,6 +63,7 @@ __all__ = [
     "merge_bounds",
     "plan_pool",
     "pool_span",
+    "pool_starts",
     "reader_steps",
     "reader_windows",
     "step_order",
@@ -446,3 +455,17 @@ def reader_windows(plan: PoolPlan) -> Iterator[tuple[int, int]]:
     keys = lambda i: plan.units[i].partition * (1 << 40) + np.arange(plan.units[i].lo, plan.units[i].hi)
     for window in reader_steps(plan, keys):
         yield from ((int(k) >> 40, int(k) & ((1 << 40) - 1)) for k in window)
+
+
+def pool_starts(
+    plan: PoolPlan, grid_first: Sequence, grid_counts: Sequence, stride: int, row_offsets: np.ndarray
+) -> Iterator[np.ndarray]:
+    """Dataset start rows of the windows ``plan`` yields, step by step (for the mixing statistics)."""
+
+    def keys(i: int) -> np.ndarray:
+        u = plan.units[i]
+        return window_starts(grid_first[u.partition], grid_counts[u.partition], stride, u.lo, u.hi) + int(
+            row_offsets[u.partition]
+        )
+
+    return reader_steps(plan, keys)

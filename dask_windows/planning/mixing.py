@@ -32,12 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from dask_windows.buffer import permute_windows
-from dask_windows.plan import rng_for
-from dask_windows.pool.plan import PoolPlan
-from dask_windows.pool.report import pool_rows_of, pool_summary
-from dask_windows.windows import window_starts
-from dask_windows.world import World
+from dask_windows.planning.plan import rng_for
+from dask_windows.planning.pool import PoolPlan, pool_starts
+from dask_windows.planning.windows import window_starts
+from dask_windows.planning.world import World
+from dask_windows.runtime.buffer import permute_windows
 
 __all__ = [
     "MixingStats",
@@ -85,8 +84,10 @@ def plan_batches(
         plan = ds._plan(world)
     finally:
         ds.epoch = saved
-    if isinstance(plan, PoolPlan):  # the pool order (dask_windows.pool)
-        yield from _cut(pool_rows_of(ds, plan), spec.batch_size, max_batches)
+    if isinstance(plan, PoolPlan):  # the pool order (planning.pool)
+        yield from _cut(
+            pool_starts(plan, grid.first, grid.counts, grid.stride, ds.row_offsets), spec.batch_size, max_batches
+        )
         return
     skip, remaining, carry, emitted = plan.skip, plan.num_windows, np.zeros(0, np.int64), 0
     for segments, entropy in zip(plan.buffers, plan.buffer_seeds):
@@ -263,8 +264,9 @@ def mixing_report(ds: Any, max_batches: int = 2000, blocks: int = 100, epoch: in
         if len(ds.partitions) * spec.pieces_per_partition < 2 * b:
             advice += f"; with {len(ds.partitions)} partitions, smaller partitions (partition_bytes=) help too"
     out = {"loader": asdict(loader), "global": asdict(reference), "verdict": verdict, "advice": advice}
-    if spec.buffer_bytes is not None:  # the pool order: its reads, memory and places per batch
-        out["pool"] = pool = pool_summary(ds)
+    pool = ds._pool_summary() if hasattr(ds, "_pool_summary") else None
+    if pool is not None:  # the pool order: its reads, memory and places per batch
+        out["pool"] = pool
         settings["buffer_bytes"] = spec.buffer_bytes
         if "nothing to change" not in advice and spec.shuffle:
             out["advice"] = (

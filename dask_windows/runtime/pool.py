@@ -24,26 +24,47 @@ one unit at a time on one thread.
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dask_windows.batch import Gatherer
-from dask_windows.buffer import Part, _fill_starts, decode_pieces
 from dask_windows.errors import ConfigError, SourceReadError
 from dask_windows.faults import REPLACEMENT_TAG, record_skip, replacement_picks, skip_allowed
-from dask_windows.pipeline import _Built, stream
-from dask_windows.plan import Segment, rng_for
-from dask_windows.pool.plan import PoolPlan, merge_bounds, plan_pool, step_order, unit_permutation, unit_steps
-from dask_windows.prefetch import Ahead, Prefetcher
-from dask_windows.windows import window_starts
-from dask_windows.world import World
+from dask_windows.planning.plan import Segment, rng_for
+from dask_windows.planning.pool import (
+    AHEAD,
+    PoolPlan,
+    merge_bounds,
+    plan_pool,
+    pool_span,
+    step_order,
+    unit_permutation,
+    unit_steps,
+)
+from dask_windows.planning.windows import window_starts
+from dask_windows.planning.world import World
+from dask_windows.runtime.batch import Gatherer
+from dask_windows.runtime.buffer import Part, _fill_starts, decode_pieces
+from dask_windows.runtime.pipeline import _Built, stream
+from dask_windows.runtime.prefetch import Ahead, Prefetcher
 
 if TYPE_CHECKING:
     from dask_windows.dataset import WindowDataset
 
-__all__ = ["BUFFER_BYTES", "plan_for", "pool_batches", "pool_rows", "resolve_order", "row_bytes", "unit_bounds"]
+__all__ = [
+    "BUFFER_BYTES",
+    "PoolWarning",
+    "plan_for",
+    "pool_batches",
+    "pool_rows",
+    "pool_summary",
+    "resolve_order",
+    "row_bytes",
+    "unit_bounds",
+    "warn_if_few_units",
+]
 
 BUFFER_BYTES = 1 << 30  # default memory budget of decoded rows per rank (shared by its DataLoader workers)
 MIN_UNIT_ROWS = 1024  # fewest rows of a unit cut from a source without decode units
@@ -345,3 +366,55 @@ def pool_batches(ds: WindowDataset, plan: PoolPlan, progress: Any = None) -> Ite
             ds._resumer.end(progress)
         reads.close()
         source_reader.close()
+
+
+class PoolWarning(UserWarning):
+    """The memory budget holds too few units for batches to mix like a global shuffle."""
+
+
+def pool_summary(ds: Any, num_workers: int = 1) -> dict:
+    """Predicted reads per epoch, resident memory and mixing of ``ds``'s pool order (one reader per rank).
+
+    Returns:
+        ``units`` (decode units of the dataset, after merging short ones), ``unit_rows`` (the largest
+        unit's rows), ``resident_units`` (``S``), ``pool_bytes``, ``budget_bytes``, ``reads_per_unit``
+        (1: each unit decoded once per epoch), ``places_per_batch`` (at most ``min(B, S)``).
+    """
+    bounds = unit_bounds(ds)
+    sizes = np.concatenate([np.diff(b) for b in bounds]) if bounds else np.zeros(0, np.int64)
+    units = len(sizes)
+    most = int(sizes.max()) + ds.spec.span if units else 0
+    spread, rows = pool_span(most, pool_rows(ds, num_workers), min(units, UNITS_PER_BATCH * ds.spec.batch_size))
+    b = ds.spec.batch_size
+    return {
+        "units": units,
+        "unit_rows": most,
+        "resident_units": spread,
+        "pool_bytes": int(min(rows, int(sizes.sum()) + (AHEAD + 1) * most) * row_bytes(ds)),
+        "budget_bytes": int(ds.spec.buffer_bytes),
+        "reads_per_unit": 1.0,
+        "places_per_batch": min(b, spread),
+        "mixes_like_global": spread >= 2 * b or spread >= units,
+        "first_batch_units": spread,
+    }
+
+
+def warn_if_few_units(ds: Any) -> None:
+    """Warn once at open when the budget holds fewer than ``2 * batch_size`` units of a larger dataset."""
+    if ds.spec.buffer_bytes is None or not ds.spec.shuffle:
+        return
+    s = pool_summary(ds)
+    if s["mixes_like_global"]:
+        return
+    b = ds.spec.batch_size
+    need = int((2 * b + AHEAD + 1) * s["unit_rows"] * row_bytes(ds))  # bytes of 2B units and those read ahead
+    warnings.warn(
+        f"buffer_bytes={ds.spec.buffer_bytes:,} holds {s['resident_units']} of the {s['units']} units of "
+        f"{ds.source.description} (the largest: {s['unit_rows']:,} rows, a Parquet row group each): a batch of "
+        f"{b} draws on at most {s['resident_units']} places at once, so it mixes less than a global shuffle "
+        f"(predicted effective batch about {s['places_per_batch']} of {b}). Raise buffer_bytes to about "
+        f"{need:,} bytes, or rewrite the data with `dask-windows convert` (its spread layout mixes at one read per epoch); "
+        "see docs/mixing.md",
+        PoolWarning,
+        stacklevel=3,
+    )
