@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dask_windows.planning.plan import batches_per_rank, epoch_order, windows_per_rank, worker_batch_range
-from dask_windows.planning.pool import AHEAD, merge_bounds, plan_pool, reader_windows, windows_before
+from dask_windows.planning.pool import live_units, merge_bounds, plan_pool, reader_windows, windows_before
 from dask_windows.planning.world import World
 
 
@@ -122,12 +122,13 @@ def test_rows_read_once_and_pool_within_budget(cfg: dict) -> None:
     for rank, worker in readers(cfg):
         p = plan(cfg, rank, worker)
         units = p.units
-        most = max([u.num_rows for u in units], default=0)
-        if cfg["pool_rows"] >= (1 + AHEAD + 1) * most:
+        bounds = cfg["bounds"]  # a unit places at most its rows and a window's rows on each side
+        most = max([int(np.diff(bounds[u.partition])[u.unit]) + 2 * cfg["span"] for u in units], default=0)
+        if cfg["pool_rows"] >= (2 + 2 * p.group) * most:
             assert p.pool_rows <= cfg["pool_rows"]  # the budget holds
         for i, u in enumerate(units):
             assert u.offset >= 0 and u.offset + u.num_rows <= p.pool_rows
-            for k in range(i + 1, min(i + p.spread + AHEAD, len(units))):  # units in memory together
+            for k in range(i + 1, min(i + live_units(p), len(units))):  # units in memory together
                 v = units[k]
                 assert (
                     u.offset + u.num_rows <= v.offset
@@ -191,7 +192,7 @@ def test_pool_mixes_many_units_per_batch() -> None:
     bounds = [merge_bounds(np.array([0, 250, 500, 750, 1000]), span) for _ in rows]
     p = plan_pool(
         first, counts, stride, span, bounds, World(0, 1, 0, 1),
-        seed=0, epoch=0, shuffle=True, batch_size=b, drop_last=False, pool_rows=100 * 270,
+        seed=0, epoch=0, shuffle=True, batch_size=b, drop_last=False, pool_rows=200 * 270,
     )  # fmt: skip
     assert p.spread >= 64
     stream = list(reader_windows(p))

@@ -61,6 +61,7 @@ __all__ = [
     "PoolPlan",
     "PoolUnit",
     "merge_bounds",
+    "live_units",
     "plan_pool",
     "pool_span",
     "pool_starts",
@@ -75,7 +76,8 @@ __all__ = [
 ]
 
 POOL_ORDER = "pool-1"  # recorded in resume states: a state of another order is refused
-AHEAD = 2  # units read beyond the resident ones: one step built ahead and one unit being read
+AHEAD = 2  # units read beyond the resident ones with blocks of one step: one step built ahead, one unit being read
+BLOCK_BATCHES = 16  # a block of steps is shuffled as one: at least this many batches (lag-1 about -1/this)
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,8 @@ class PoolPlan:
         num_batches: Batches this reader yields after the skipped ones.
         entropy: ``(seed, epoch, rank, world_size, worker, num_workers)``: seeds the steps' shuffles.
         shuffle: Whether windows are shuffled (``False``: dataset order).
+        group: Steps per block: a block's windows are shuffled together (``BLOCK_BATCHES`` batches or
+            more), so consecutive batches do not split one small step between them.
     """
 
     units: tuple[PoolUnit, ...]
@@ -136,6 +140,7 @@ class PoolPlan:
     num_batches: int
     entropy: tuple[int, ...]
     shuffle: bool = True
+    group: int = 1
 
     @property
     def first_unit(self) -> int:
@@ -188,16 +193,22 @@ def merge_bounds(bounds: np.ndarray, min_rows: int) -> np.ndarray:
     return np.array([*keep, end], np.int64)
 
 
-def pool_span(max_rows: int, pool_rows: int, num_units: int) -> tuple[int, int]:
+def pool_span(max_rows: int, pool_rows: int, num_units: int, group: int = 1) -> tuple[int, int]:
     """``(S, rows)``: units resident at once and the pool's rows, for units of at most ``max_rows`` rows.
 
-    The pool holds the ``S`` resident units, the ``AHEAD`` read beyond them and one unit's rows lost
-    where placement wraps: ``(S + AHEAD + 1) * max_rows <= pool_rows``. At least one unit (the
-    budget is then exceeded: the dataset warns at open).
+    The pool holds the units of the block being drawn (``S + group - 1``), those of the block built
+    ahead (``group``), the unit being read and one unit's rows lost where placement wraps:
+    ``(S + 2 * group + 1) * max_rows <= pool_rows``. At least one unit (the budget is then
+    exceeded: the dataset warns at open).
     """
     max_rows = max(int(max_rows), 1)
-    spread = max(1, min(int(pool_rows) // max_rows - AHEAD - 1, num_units))
-    return spread, (spread + AHEAD + 1) * max_rows
+    spread = max(1, min(int(pool_rows) // max_rows - 2 * group - 1, num_units))
+    return spread, (spread + 2 * group + 1) * max_rows
+
+
+def live_units(plan: PoolPlan) -> int:
+    """Consecutive units that may be in memory at once (their pool rows never overlap)."""
+    return plan.spread + 2 * plan.group
 
 
 def unit_order(num_units: int, strata: int, rng: np.random.Generator | None) -> np.ndarray:
@@ -351,7 +362,11 @@ def plan_pool(
         a = atoms[k - 1][4] if k and atoms[k - 1][0] == p and atoms[k - 1][1] == g - 1 else wlo
         r0, r1 = _rows(grid_first[p], grid_counts[p], stride, span, a, whi)
         most = max(most, r1 - r0)
-    spread, rows = pool_span(most, pool_rows, min(len(atoms), max_spread or len(atoms)) if shuffle else 1)
+    group = 1
+    if shuffle and atoms:  # steps per block: BLOCK_BATCHES batches' worth of windows, at most a quarter of the pool
+        per_unit = max((hi - lo) / len(atoms), 1.0)
+        group = max(1, min(-(-BLOCK_BATCHES * batch_size // int(per_unit)), pool_rows // max(most, 1) // 4))
+    spread, rows = pool_span(most, pool_rows, min(len(atoms), max_spread or len(atoms)) if shuffle else 1, group)
     rng = rng_for(*entropy, 0x9002) if shuffle else None
     ordered = unit_order(len(atoms), spread, rng)
     when = np.empty(len(atoms), np.int64)
@@ -383,7 +398,7 @@ def plan_pool(
             end = 0  # wrap: the rest of the pool's rows stay unused this time round
         units.append(PoolUnit(p, g, lo_w, hi_w, (r0, r1), fresh, tuple(keep), end))
         end += size
-    plan = PoolPlan(tuple(units), min(spread, max(len(units), 1)), rows, 0, 0, 0, 0, entropy, shuffle)
+    plan = PoolPlan(tuple(units), min(spread, max(len(units), 1)), rows, 0, 0, 0, 0, entropy, shuffle, group)
     start, skip = _resume_step(plan, skip_batches * batch_size)
     return PoolPlan(
         plan.units,
@@ -395,23 +410,25 @@ def plan_pool(
         b1 - b0 - skip_batches,
         entropy,
         shuffle,
+        group,
     )
 
 
 def _resume_step(plan: PoolPlan, skip: int) -> tuple[int, int]:
-    """``(step, windows of it to skip)`` holding window ``skip`` of the reader's stream."""
-    s, last = plan.spread, plan.last_step
+    """``(first step of the block, windows of the block to skip)`` holding window ``skip`` of the stream."""
+    s, last, k = plan.spread, plan.last_step, plan.group
     if last < 0:
         return 0, 0
     counts = np.array([u.num_windows for u in plan.units], np.int64)
-    lo, hi = s - 1, last  # the answer lies in [lo, hi]: the largest step whose windows before <= skip
+    lo, hi = 0, (last - (s - 1)) // k  # blocks: the largest whose windows before <= skip
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if _windows_before_step(counts, s, mid) <= skip:
+        if _windows_before_step(counts, s, s - 1 + mid * k) <= skip:
             lo = mid
         else:
             hi = mid - 1
-    return lo, skip - _windows_before_step(counts, s, lo)
+    start = s - 1 + lo * k
+    return start, skip - _windows_before_step(counts, s, start)
 
 
 def step_order(plan: PoolPlan, step: int, size: int) -> np.ndarray | None:
@@ -429,16 +446,17 @@ def reader_steps(plan: PoolPlan, keys: Callable[[int], np.ndarray]) -> Iterator[
     buckets: dict[int, list[np.ndarray]] = {}  # step -> the slices of its units drawn there
     skip, left = plan.skip, plan.num_windows
     admitted = plan.first_unit
-    for step in range(plan.start, plan.last_step + 1):
+    for step in range(plan.start, plan.last_step + 1, plan.group):  # a block of steps at a time
         if left <= 0:
             return
-        for i in range(admitted, step + 1):  # the units read at this step
+        end = min(step + plan.group, plan.last_step + 1)
+        for i in range(admitted, end):  # the units read for this block
             drawn = np.asarray(keys(i))[unit_permutation(plan, i)]
             for t, a, b in zip(*(v.tolist() for v in unit_steps(plan, i))):
                 if t >= plan.start:
                     buckets.setdefault(t, []).append(drawn[a:b])
-        admitted = step + 1
-        picks = buckets.pop(step, [])
+        admitted = end
+        picks = [piece for t in range(step, end) for piece in buckets.pop(t, [])]
         window = np.concatenate(picks) if picks else np.zeros(0, np.int64)
         perm = step_order(plan, step, len(window))
         if perm is not None:

@@ -271,8 +271,9 @@ def _steps(ds: WindowDataset, plan: PoolPlan, parts: Iterator[Part | None], gath
     readable: set[int] = set()  # units read (for the rows of ``return_index``)
     skip, owed = plan.skip, 0
     admitted = plan.first_unit
-    for step in range(plan.start, plan.last_step + 1):
-        for i in range(admitted, step + 1):  # the units read at this step (all of the pool's at the first)
+    for step in range(plan.start, plan.last_step + 1, plan.group):  # a block of steps at a time
+        end = min(step + plan.group, plan.last_step + 1)
+        for i in range(admitted, end):  # the units read for this block (all of the pool's at the first)
             part = next(parts)
             unit = plan.units[i]
             steps, lo, hi = unit_steps(plan, i)
@@ -294,15 +295,15 @@ def _steps(ds: WindowDataset, plan: PoolPlan, parts: Iterator[Part | None], gath
             for t, a, b in zip(steps.tolist(), lo.tolist(), hi.tolist()):
                 if t >= plan.start:
                     buckets.setdefault(t, []).append(drawn[a:b])
-        admitted = step + 1
-        picks = buckets.pop(step, [])
+        admitted = end
+        picks = [piece for t in range(step, end) for piece in buckets.pop(t, [])]
         window = np.concatenate(picks) if picks else np.zeros(0, dtype)
         del picks
-        missing = lost.pop(step, 0) + owed
+        missing = sum(lost.pop(t, 0) for t in range(step, end)) + owed
         owed = 0
         if missing:
             if not len(window):
-                owed = missing  # nothing readable in this step: a later step stands in
+                owed = missing  # nothing readable in this block: a later one stands in
                 continue
             rng = rng_for(*plan.entropy, REPLACEMENT_TAG, step)
             window = np.concatenate([window, window[replacement_picks(len(window), missing, rng)]])
@@ -311,10 +312,10 @@ def _steps(ds: WindowDataset, plan: PoolPlan, parts: Iterator[Part | None], gath
             window = window[perm]
         table = np.zeros((0, 3), np.int64)
         if spec.return_index:  # where each resident unit lies in the pool and in the dataset
-            units = [plan.units[i] for i in plan.resident(step) if i in readable]
+            units = [plan.units[i] for i in range(plan.resident(step).start, end) if i in readable]
             rows = sorted((u.offset, u.num_rows, int(ds.row_offsets[u.partition]) + u.rows[0]) for u in units)
             table = np.array(rows, np.int64).reshape(-1, 3)
-        readable.discard(step - plan.spread + 1)  # its last windows are in this step
+        readable.difference_update(range(step - plan.spread + 1, end - plan.spread + 1))  # drawn for the last time
         yield _Built(_Step(window, gatherer, table), min(skip, len(window)), len(window))  # type: ignore[arg-type]
         skip -= min(skip, len(window))
     if owed:
