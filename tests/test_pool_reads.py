@@ -95,3 +95,35 @@ def test_s3_gets_about_one_per_row_group():
         assert FILES * GROUPS <= gets <= 1.25 * FILES * GROUPS  # one GET per row group read
     finally:
         endpoint.close()
+
+
+def test_a_budget_of_too_few_units_warns_once_at_open_and_inspect_says_so(tmp_path):
+    from dask_windows.cli.main import main
+    from dask_windows.runtime.pool import PoolWarning
+
+    for i, frame in enumerate(_frames()):
+        frame.to_parquet(tmp_path / f"part-{i}.parquet", row_group_size=ROWS // GROUPS)
+    with pytest.warns(PoolWarning, match=r"holds \d+ of the 24 units.*Raise buffer_bytes.*dask-windows convert") as got:
+        WindowDataset(str(tmp_path), buffer_bytes=8_000, **KW)
+    assert len([w for w in got if issubclass(w.category, PoolWarning)]) == 1
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PoolWarning)  # a budget holding 2B units and more: silent
+        WindowDataset(str(tmp_path), **KW)
+    text = _run_cli(main, [str(tmp_path), "--window", "12", "--stride", "3", "--batch-size", "8", "--mixing",
+                           "--buffer-bytes", "8000"])  # fmt: skip
+    assert "reads per epoch: each of 24 units (row groups) decoded once" in text
+    assert "raise buffer_bytes" in text
+
+
+def _run_cli(main, args: list) -> str:
+    import contextlib
+    import io
+    import warnings
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        main(["inspect", *args])
+    return out.getvalue()

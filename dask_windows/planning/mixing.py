@@ -266,7 +266,7 @@ def mixing_report(ds: Any, max_batches: int = 2000, blocks: int = 100, epoch: in
     out = {"loader": asdict(loader), "global": asdict(reference), "verdict": verdict, "advice": advice}
     pool = ds._pool_summary() if hasattr(ds, "_pool_summary") else None
     if pool is not None:  # the pool order: its reads, memory and places per batch
-        out["pool"] = pool
+        out["pool"] = pool = {k: float(v) if isinstance(v, np.floating) else v for k, v in pool.items()}
         settings["buffer_bytes"] = spec.buffer_bytes
         if "nothing to change" not in advice and spec.shuffle:
             out["advice"] = (
@@ -294,7 +294,8 @@ def format_report(report: dict) -> str:
         lines.append(
             f"reads per epoch: each of {pool['units']:,} units (row groups) decoded once; resident: "
             f"{pool['resident_units']:,} units, {pool['pool_bytes'] / 2**20:,.1f} MiB of a budget of "
-            f"{pool['budget_bytes'] / 2**20:,.1f} MiB; a batch draws on at most {pool['places_per_batch']} places"
+            f"{pool['budget_bytes'] / 2**20:,.1f} MiB; a batch draws on about {pool['places_per_batch']:.0f} units "
+            f"(a global shuffle: {pool['places_global']:.0f})"
         )
     lines.append(f"verdict: {report['verdict']}")
     lines.append(f"advice: {report['advice']}")

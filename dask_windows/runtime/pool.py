@@ -379,7 +379,9 @@ def pool_summary(ds: Any, num_workers: int = 1) -> dict:
     Returns:
         ``units`` (decode units of the dataset, after merging short ones), ``unit_rows`` (the largest
         unit's rows), ``resident_units`` (``S``), ``pool_bytes``, ``budget_bytes``, ``reads_per_unit``
-        (1: each unit decoded once per epoch), ``places_per_batch`` (at most ``min(B, S)``).
+        (1: each unit decoded once per epoch), ``places_per_batch`` (distinct units expected among a
+        batch's ``B`` draws from ``S``: ``S (1 - exp(-B / S))``) and ``places_global`` (the same from all
+        units: a global shuffle).
     """
     bounds = unit_bounds(ds)
     sizes = np.concatenate([np.diff(b) for b in bounds]) if bounds else np.zeros(0, np.int64)
@@ -394,7 +396,8 @@ def pool_summary(ds: Any, num_workers: int = 1) -> dict:
         "pool_bytes": int(min(rows, int(sizes.sum()) + (AHEAD + 1) * most) * row_bytes(ds)),
         "budget_bytes": int(ds.spec.buffer_bytes),
         "reads_per_unit": 1.0,
-        "places_per_batch": min(b, spread),
+        "places_per_batch": round(spread * -np.expm1(-b / max(spread, 1)), 1),  # distinct units among B draws
+        "places_global": round(units * -np.expm1(-b / max(units, 1)), 1),
         "mixes_like_global": spread >= 2 * b or spread >= units,
         "first_batch_units": spread,
     }
@@ -412,8 +415,8 @@ def warn_if_few_units(ds: Any) -> None:
     warnings.warn(
         f"buffer_bytes={ds.spec.buffer_bytes:,} holds {s['resident_units']} of the {s['units']} units of "
         f"{ds.source.description} (the largest: {s['unit_rows']:,} rows, a Parquet row group each): a batch of "
-        f"{b} draws on at most {s['resident_units']} places at once, so it mixes less than a global shuffle "
-        f"(predicted effective batch about {s['places_per_batch']} of {b}). Raise buffer_bytes to about "
+        f"{b} draws on about {s['places_per_batch']:.0f} distinct units (a global shuffle: about "
+        f"{s['places_global']:.0f}), so it mixes less than a global shuffle. Raise buffer_bytes to about "
         f"{need:,} bytes, or rewrite the data with `dask-windows convert` (its spread layout mixes at one read per epoch); "
         "see docs/mixing.md",
         PoolWarning,
