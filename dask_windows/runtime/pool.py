@@ -313,8 +313,8 @@ def _steps(ds: WindowDataset, plan: PoolPlan, parts: Iterator[Part | None], gath
         table = np.zeros((0, 3), np.int64)
         if spec.return_index:  # where each resident unit lies in the pool and in the dataset
             units = [plan.units[i] for i in range(plan.resident(step).start, end) if i in readable]
-            rows = sorted((u.offset, u.num_rows, int(ds.row_offsets[u.partition]) + u.rows[0]) for u in units)
-            table = np.array(rows, np.int64).reshape(-1, 3)
+            placed = sorted((u.offset, u.num_rows, int(ds.row_offsets[u.partition]) + u.rows[0]) for u in units)
+            table = np.array(placed, np.int64).reshape(-1, 3)
         readable.difference_update(range(step - plan.spread + 1, end - plan.spread + 1))  # drawn for the last time
         yield _Built(_Step(window, gatherer, table), min(skip, len(window)), len(window))  # type: ignore[arg-type]
         skip -= min(skip, len(window))
