@@ -38,7 +38,14 @@ from dask_windows.speedups import pairs
 ROW_GROUP = 23
 FEATURES = ["f0", "f1"]
 KW = dict(
-    features=FEATURES, targets=["y"], series="sid", window=8, batch_size=16, return_index=True, buffer_partitions=1
+    features=FEATURES,
+    targets=["y"],
+    series="sid",
+    window=8,
+    batch_size=16,
+    return_index=True,
+    buffer_partitions=1,
+    pieces_per_partition=32,  # the piece order (its former default here): the paths under attack are its reads
 )
 
 

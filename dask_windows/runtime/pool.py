@@ -320,7 +320,7 @@ def _steps(ds: WindowDataset, plan: PoolPlan, parts: Iterator[Part | None], gath
         skip -= min(skip, len(window))
     if owed:
         raise SourceReadError(
-            f"the last units of this reader's share were unreadable and skipped; it cannot yield its remaining "
+            f"every partition of this reader's share left to read was unreadable and skipped; it cannot yield its remaining "
             f"{owed} windows, so ranks would disagree on the batch count; fix the data or its access, or pass "
             "on_error='raise' to see the first error"
         )
