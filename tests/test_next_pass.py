@@ -53,8 +53,9 @@ def root(tmp_path_factory):
 
 def make(root: str, **kwargs) -> dw.WindowDataset:
     options = dict(features=["f0", "f1"], series=None, window=16, stride=4, batch_size=32, seed=3, buffer_partitions=1)
-    options["pieces_per_partition"] = 64  # the next pass is read ahead in the piece order (its former default here)
     options.update(kwargs)
+    if "pieces_per_partition" not in kwargs:  # the next pass is read ahead in the piece order: its former default
+        options["pieces_per_partition"] = -(-2 * options["batch_size"] // options["buffer_partitions"])
     return dw.WindowDataset(root, **options)
 
 
