@@ -19,11 +19,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset
 
 from dask_windows.checks import SERIES_FROM_MANIFEST, check_series_order, output_dtype
 from dask_windows.errors import ConfigError, DataError
 from dask_windows.faults import SkippedPartition, check_on_error
+from dask_windows.ondevice import Traffic, resolve_device
 from dask_windows.opening import check_columns, check_windows, scan
 from dask_windows.options import resolve_normalize, resolve_pieces, source_options
 from dask_windows.planning.index import WindowGrid
@@ -31,7 +32,8 @@ from dask_windows.planning.plan import batches_per_rank
 from dask_windows.planning.pool import PoolPlan
 from dask_windows.planning.resume import Resumer, check_int, fingerprint
 from dask_windows.planning.split import SeriesTable, cut_positions, split_grid
-from dask_windows.planning.world import World, detect_worker, resolve_ranks
+from dask_windows.planning.world import World
+from dask_windows.runtime.detect import detect_worker, in_worker, resolve_ranks, worker_info
 from dask_windows.runtime.epochs import EpochCounter, worker_token
 from dask_windows.runtime.pool import plan_for, pool_batches, pool_summary, resolve_order, warn_if_few_units
 from dask_windows.runtime.reading import batches, plan
@@ -124,10 +126,18 @@ class WindowDataset(IterableDataset):
             (Parquet sources; see ``readpool``): for compressed files and object stores, where
             reading is the bottleneck. 0 (default) reads on one background thread. Use it with
             ``DataLoader(ds, batch_size=None)`` (no DataLoader workers).
+        workflow: A fitted ``dask_windows.workflow.Workflow`` (or the path of a saved one, or
+            ``wf.named(...)`` for named batches): its operations run on each piece as it is read;
+            ``features`` / ``targets`` default to its roles and name its outputs. See docs/workflows.md.
         next_pass_seconds: While a pass's last buffer is drained, the first buffer of the pass after it
             (the next epoch, same rank and worker) is read and built ahead, and kept this long after the
             pass ends for the next ``iter()`` to take (the same batches either way; see
             ``nextpass``): it holds one buffer (two with paired reads) meanwhile. ``0`` turns it off.
+        device: Gather the batches on this torch device (``"cuda"``, ``"cpu"``; ``"auto"``: CUDA when
+            available, else the host path): each buffer's decoded rows cross to it once, one buffer
+            ahead, at most two buffers on it, and every batch is cut there by index, the same values
+            in the same order (see docs/device.md and ``ondevice``). ``None`` (default): batches are
+            gathered on the host. Iterate in the training process (no DataLoader workers).
 
     Attributes:
         skipped: Partitions skipped in this process: at open, and while iterating in this process.
@@ -169,6 +179,8 @@ class WindowDataset(IterableDataset):
         cache_bytes: int | None = None,
         read_workers: int = 0,
         next_pass_seconds: float = NEXT_PASS_SECONDS,
+        device: Any = None,
+        workflow: Any = None,
         buffer_bytes: int | None = None,
     ) -> None:
         super().__init__()
@@ -179,6 +191,8 @@ class WindowDataset(IterableDataset):
         self.on_error = check_on_error(on_error)
         self.read_workers = check_int("read_workers", read_workers)
         self.next_pass_seconds = check_seconds(next_pass_seconds)
+        self.device = resolve_device(device)  # None: the host path (see ondevice)
+        self.device_traffic = Traffic()  # bytes this process's passes sent to ``device``
         self.source: Source = open_source(
             data,
             storage_options,
@@ -195,6 +209,23 @@ class WindowDataset(IterableDataset):
         self.skipped: list[SkippedPartition] = list(self.source.skipped)
         if is_series_vector(series):  # the source already cut the array into series
             series = None
+        self._workflow: Any = None
+        if workflow is not None:  # pieces transformed as they are read, named batches (dask_windows.workflow)
+            from dask_windows.workflow.apply import bind
+
+            self._workflow, self.source, chosen = bind(  # type: ignore[assignment]
+                workflow, self.source, features=features, targets=targets, series=series, window=window,
+                horizon=horizon, layout=layout, return_index=return_index, normalize=normalize,
+                storage_options=storage_options,
+            )  # fmt: skip
+            features, targets, series = chosen["features"], chosen["targets"], chosen["series"]
+            window, return_index = chosen["window"], chosen["return_index"]
+            if self.device is not None:  # the device path cuts batches without the workflow's step
+                raise ConfigError(
+                    f"workflow= and device={device!r} cannot be combined yet: the workflow's look-back rows "
+                    "and named batches are made on the host; pass device=None (and move batches with "
+                    "dw.DevicePrefetcher)"
+                )
         if features is None and isinstance(self.source, ArraySource):
             features = self.source.column_names()
         self.spec = WindowSpec(
@@ -291,7 +322,7 @@ class WindowDataset(IterableDataset):
                 f"{self.source.description}: some ranks would get no window and yield 0 batches; "
                 "use fewer ranks, more data, or a smaller window or stride"
             )
-        info = get_worker_info()  # a change of num_workers alone is seen only inside the workers
+        info = worker_info()  # a change of num_workers alone is seen only inside the workers
         workers = info.num_workers if info is not None else None
         resumed = self._resumer.elastic_len(self.epoch, self._ranks[1], workers, self._shape())
         if resumed is not None:  # elastic resume: the state's batches, then this rank's of the rest
@@ -313,7 +344,7 @@ class WindowDataset(IterableDataset):
         # StatefulDataLoader's state_dict() right after iter() already sees this pass.
         self._ranks = self._resolve_ranks()
         worker, num_workers = detect_worker()
-        info = get_worker_info()
+        info = worker_info()
         if info is None:
             epoch = self._epochs.begin_pass()
             self._resumer.forget(epoch)
@@ -354,9 +385,8 @@ class WindowDataset(IterableDataset):
             state is ambiguous and this raises ``ConfigError``.
         """
         world = World(*self._resolve_ranks(), *detect_worker())
-        in_worker = get_worker_info() is not None
         return self._resumer.save(
-            self._fingerprint(), self.epoch, world, len(self), in_worker, batches, num_workers, self._shape()
+            self._fingerprint(), self.epoch, world, len(self), in_worker(), batches, num_workers, self._shape()
         )
 
     def load_state_dict(self, state: dict) -> None:
@@ -431,6 +461,7 @@ class WindowDataset(IterableDataset):
         out.num_windows = int(grid.windows_per_partition.sum())
         out._identity = None
         out._resumer = Resumer()
+        out.device_traffic = Traffic()  # its own passes' bytes
         out._epochs = copy.copy(self._epochs)
         out.__dict__.pop("_next_pass", None)  # the parent's read-ahead (see nextpass)
         if out.num_windows == 0:
@@ -482,6 +513,8 @@ class WindowDataset(IterableDataset):
         return self._normalize if isinstance(self._normalize, tuple) else None
 
     def _emit(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None) -> Any:
+        if self._workflow is not None:  # lookback rows dropped, or a named batch (workflow.batch)
+            return self._workflow(x, y, rows)
         if y is None and rows is None:  # features only: the common case, one call per batch
             return torch.from_numpy(x)
         out = [torch.from_numpy(x)]

@@ -41,14 +41,15 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset
 
 from dask_windows.dataset import WindowDataset
 from dask_windows.errors import ConfigError
 from dask_windows.planning.plan import batches_per_rank, windows_per_rank, worker_batch_range
 from dask_windows.planning.resume import Resumer, check_int
 from dask_windows.planning.schedule import labels, member_counts, prefix_counts
-from dask_windows.planning.world import World, detect_worker, resolve_ranks
+from dask_windows.planning.world import World
+from dask_windows.runtime.detect import detect_worker, in_worker, resolve_ranks, worker_info
 from dask_windows.runtime.epochs import EpochCounter, worker_token
 from dask_windows.runtime.streams import Chunks, reader_windows
 from dask_windows.speedups.slots import shared
@@ -64,7 +65,14 @@ def mix(
     weights: Mapping[str, float] | None = None,
     **options: Any,
 ) -> Mixture:
-    """A ``Mixture`` of ``members`` with ``weights`` (see ``Mixture`` for the options)."""
+    """A ``Mixture`` of ``members`` with ``weights`` (see ``Mixture`` for the options).
+
+    Members that are ``CorpusDataset``s give one ``CorpusDataset`` (``corpus.mix_corpora``).
+    """
+    if isinstance(members, Mapping) and any(type(m).__name__ == "CorpusDataset" for m in members.values()):
+        from dask_windows.corpus import mix_corpora
+
+        return mix_corpora(members, weights, **options)  # type: ignore[arg-type, return-value]
     return Mixture(members, weights, **options)
 
 
@@ -203,7 +211,7 @@ class Mixture(IterableDataset):
     def __iter__(self) -> Iterator[Any]:
         rank, world_size = self._resolve_ranks()
         world = World(rank, world_size, *detect_worker())
-        info = get_worker_info()
+        info = worker_info()
         if info is None:
             epoch = self._epochs.begin_pass()
             self._resumer.forget(epoch)
@@ -225,9 +233,8 @@ class Mixture(IterableDataset):
     def state_dict(self, batches: int | None = None, num_workers: int | None = None) -> dict:
         """The position in the current epoch (same arguments as ``WindowDataset.state_dict``)."""
         world = World(*self._resolve_ranks(), *detect_worker())
-        in_worker = get_worker_info() is not None
         return self._resumer.save(
-            self._fingerprint(), self.epoch, world, len(self), in_worker, batches, num_workers, self._shape()
+            self._fingerprint(), self.epoch, world, len(self), in_worker(), batches, num_workers, self._shape()
         )
 
     def load_state_dict(self, state: dict) -> None:
@@ -290,7 +297,8 @@ class Mixture(IterableDataset):
             at = torch.from_numpy(np.flatnonzero(member == m))
             part = streams[m].take(len(at))
             if columns is None:
-                columns = [torch.empty((len(member), *p.shape[1:]), dtype=p.dtype) for p in part]
+                # on the members' device (``WindowDataset(device=...)``), else the host
+                columns = [torch.empty((len(member), *p.shape[1:]), dtype=p.dtype, device=p.device) for p in part]
             for out, p in zip(columns, part):
                 if out.dtype != p.dtype:
                     raise ConfigError(
@@ -300,7 +308,7 @@ class Mixture(IterableDataset):
                 out[at] = p
         assert columns is not None
         if self.return_source:
-            columns.append(torch.from_numpy(member.astype(np.int64)))
+            columns.append(torch.from_numpy(member.astype(np.int64)).to(columns[0].device))
         return tuple(columns)
 
     def _fingerprint(self) -> dict:
@@ -319,7 +327,7 @@ class Mixture(IterableDataset):
 
 def _known_workers() -> int | None:
     """This DataLoader worker's ``num_workers``; ``None`` in the training process, which cannot see it."""
-    info = get_worker_info()
+    info = worker_info()
     return None if info is None else info.num_workers
 
 
@@ -343,8 +351,10 @@ def _check_shapes(names: list[str], members: list[WindowDataset]) -> None:
             differ.append("number of features")
         if bool(s.targets) != bool(first.targets) or len(s.targets) != len(first.targets):
             differ.append("number of targets")
+        if getattr(member, "device", None) != getattr(members[0], "device", None):
+            differ.append("device")
         if differ:
             raise ConfigError(
                 f"member {name!r} differs from {names[0]!r} in {differ}: a mixture's batches need one shape; "
-                "open every member with the same window, horizon, layout, return_index and channel counts"
+                "open every member with the same window, horizon, layout, return_index, device and channel counts"
             )
