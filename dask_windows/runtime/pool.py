@@ -26,7 +26,7 @@ from __future__ import annotations
 import threading
 import warnings
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -50,8 +50,7 @@ from dask_windows.runtime.buffer import Part, _fill_starts, decode_pieces
 from dask_windows.runtime.pipeline import _Built, stream
 from dask_windows.runtime.prefetch import Ahead, Prefetcher
 
-if TYPE_CHECKING:
-    from dask_windows.dataset import WindowDataset
+WindowDataset = Any  # the dataset whose pass this serves (not imported: the runtime never imports the dataset)
 
 __all__ = [
     "BUFFER_BYTES",
