@@ -30,11 +30,13 @@ from dask_windows.opening import check_columns, check_windows, scan
 from dask_windows.options import resolve_normalize, resolve_pieces, source_options
 from dask_windows.planning.index import WindowGrid
 from dask_windows.planning.plan import batches_per_rank
+from dask_windows.planning.pool import PoolPlan
 from dask_windows.planning.resume import Resumer, check_int, fingerprint
 from dask_windows.planning.split import SeriesTable, cut_positions, split_grid
 from dask_windows.planning.world import World
 from dask_windows.runtime.detect import detect_worker, in_worker, resolve_ranks, worker_info
 from dask_windows.runtime.epochs import EpochCounter, worker_token
+from dask_windows.runtime.pool import plan_for, pool_batches, pool_summary, resolve_order, warn_if_few_units
 from dask_windows.runtime.reading import batches, plan
 from dask_windows.runtime.streams import elastic_batches
 from dask_windows.sources import ArraySource, Source, is_series_vector, open_source
@@ -75,15 +77,21 @@ class WindowDataset(IterableDataset):
         shuffle: Shuffle partition order per epoch and windows inside the buffer.
         seed: Base of every random generator.
         buffer_partitions: Partitions' worth of rows decoded together (the loader's memory).
-        pieces_per_partition: The mixing knob: each partition is read as up to this many row ranges
-            (pieces) per epoch, in a random order over all partitions, and a buffer holds
-            ``buffer_partitions * pieces_per_partition`` pieces, so a batch mixes that many places of
-            the dataset. More mixes better and costs more reads: about ``pieces_per_partition``
-            requests per partition per epoch, and a Parquet row group is decoded once per piece
-            inside it. ``1``: buffers of whole partitions (the 0.1 order). ``None`` (default):
-            ``ceil(2 * batch_size / buffer_partitions)``, so a buffer holds ``2 * batch_size`` pieces
-            and the effective batch size is about ``2/3 * batch_size`` on any layout; 1 for a Dask
-            frame (its partitions are computed per read). See docs/mixing.md.
+        pieces_per_partition: Asks for the piece order instead of the default pool order: each
+            partition is read as up to this many row ranges (pieces) per epoch, in a random order
+            over all partitions, and a buffer holds ``buffer_partitions * pieces_per_partition``
+            pieces; a Parquet row group is decoded once per piece inside it. ``1``: buffers of whole
+            partitions (the 0.1 order, the default for a Dask frame and for data spread by
+            ``dask-windows convert``). ``None`` (default): the pool order (``buffer_bytes``).
+        buffer_bytes: The default order's memory budget (``dask_windows.planning.pool``, ``runtime.pool``): each unit the source
+            decodes whole (a Parquet row group) is read once per epoch into a pool of this many bytes
+            of decoded rows per rank (shared by its DataLoader workers), its windows spread over the
+            stretch of the epoch while it stays resident, and every batch drawn from all resident
+            units: with at least ``2 * batch_size`` units resident, batches mix like a global
+            shuffle. ``None``: 1 GiB (``pool.stream.BUFFER_BYTES``). Passing ``pieces_per_partition``
+            asks for the piece order instead (``1``: whole partitions, ``buffer_partitions`` of them
+            per buffer), as Dask frames and data spread by ``dask-windows convert`` do by default.
+            See docs/mixing.md.
         prefetch_partitions: Partitions' worth of pieces read ahead of the buffer being built. ``>= 1``:
             reader threads and a builder thread read and build the next buffer while batches are
             gathered from the current one (two buffers in memory, see docs/memory.md); ``0``: no
@@ -179,6 +187,7 @@ class WindowDataset(IterableDataset):
         device: Any = None,
         workflow: Any = None,
         read_deadline: float | None = READ_DEADLINE_SECONDS,
+        buffer_bytes: int | None = None,
     ) -> None:
         super().__init__()
         series_from_manifest = series is SERIES_FROM_MANIFEST
@@ -199,6 +208,7 @@ class WindowDataset(IterableDataset):
             on_error=on_error,
             **options,
         )
+        pool_bytes = resolve_order(pieces_per_partition, buffer_bytes, self.source)
         manifest_series = getattr(self.source, "manifest_series", None)
         self._series_from_manifest = series_from_manifest and manifest_series is not None
         if self._series_from_manifest:
@@ -237,11 +247,14 @@ class WindowDataset(IterableDataset):
             shuffle=shuffle,
             seed=seed,
             buffer_partitions=buffer_partitions,
-            pieces_per_partition=resolve_pieces(pieces_per_partition, self.source, batch_size, buffer_partitions),
+            pieces_per_partition=resolve_pieces(pieces_per_partition, self.source, batch_size, buffer_partitions)
+            if pieces_per_partition is not None or pool_bytes is None
+            else 1,
             prefetch_partitions=prefetch_partitions,
             layout=layout,
             return_index=return_index,
             nan=nan,
+            buffer_bytes=pool_bytes,
         )
         check_columns(self.source, self.spec, series)
         self._y_dtype = output_dtype(self.source, list(self.spec.targets))
@@ -267,6 +280,7 @@ class WindowDataset(IterableDataset):
         order_remedy = "" if spread else check_series_order(self.runs, names, series, strict)
         check_windows(self.source, spec, self.runs, self.num_windows, order_remedy, self.skipped)
         self.left_out = check_omissions(self, not series_from_manifest or self._series_from_manifest)
+        warn_if_few_units(self)  # the pool order's budget holds too few units to mix like a global shuffle
 
     # -- topology ---------------------------------------------------------------------------
 
@@ -468,6 +482,8 @@ class WindowDataset(IterableDataset):
         return out
 
     def _batches(self, plan: Any, progress: Any = None, this_pass: tuple | None = None) -> Iterator[Any]:
+        if isinstance(plan, PoolPlan):
+            return pool_batches(self, plan, progress)
         return batches(self, plan, progress, this_pass)
 
     def _shape(self) -> tuple[int, int, bool]:
@@ -494,7 +510,13 @@ class WindowDataset(IterableDataset):
         return record_pickler(state)  # forkserver workers end with this process (workerwatch)
 
     def _plan(self, world: World, skip_batches: int = 0, epoch: int | None = None) -> Any:
+        if self.spec.buffer_bytes is not None:  # the pool order (the default)
+            return plan_for(self, world, skip_batches, epoch)
         return plan(self, world, skip_batches, epoch)
+
+    def _pool_summary(self) -> dict | None:
+        """Predicted reads, resident memory and places per batch of the pool order (``None``: another order)."""
+        return None if self.spec.buffer_bytes is None else pool_summary(self)
 
     def _scale(self) -> tuple[np.ndarray, np.ndarray] | None:
         return self._normalize if isinstance(self._normalize, tuple) else None

@@ -38,7 +38,14 @@ from dask_windows.speedups import pairs
 ROW_GROUP = 23
 FEATURES = ["f0", "f1"]
 KW = dict(
-    features=FEATURES, targets=["y"], series="sid", window=8, batch_size=16, return_index=True, buffer_partitions=1
+    features=FEATURES,
+    targets=["y"],
+    series="sid",
+    window=8,
+    batch_size=16,
+    return_index=True,
+    buffer_partitions=1,
+    pieces_per_partition=32,  # the piece order (its former default here): the paths under attack are its reads
 )
 
 
@@ -792,7 +799,7 @@ def test_real_panel_sample_normalised_from_the_window_table_around_nan_weeks(tmp
     monkeypatch.setattr(window_table, "build_table", lambda *a, **k: built.append(1) or build(*a, **k))
     ds = dw.WindowDataset(
         root, ["value"], ["value"], series="sid", window=16, stride=stride, horizon=horizon, nan="drop",
-        normalize="sample", batch_size=128, buffer_partitions=4, return_index=True,
+        normalize="sample", batch_size=128, buffer_partitions=4, return_index=True, pieces_per_partition=64,
     )  # fmt: skip
     want = oracle(parts, ["value"], ["value"], window=16, stride=stride, horizon=horizon, drop=True)
     _check_sample_normalised(_epoch(ds), want)

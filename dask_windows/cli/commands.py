@@ -148,6 +148,7 @@ def _cmd_inspect(args: argparse.Namespace) -> dict:
             batch_size=args.batch_size,
             buffer_partitions=args.buffer_partitions,
             pieces_per_partition=args.pieces_per_partition,
+            buffer_bytes=getattr(args, "buffer_bytes", None),
         )
     if args.json:
         return out
