@@ -152,7 +152,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="K",
-        help="the loader's mixing knob (default: the loader's)",
+        help="the piece order's mixing knob (default: the pool order)",
+    )
+    p.add_argument(
+        "--buffer-bytes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the pool order's memory budget per rank (default: 1 GiB)",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(run=_cmd_inspect)

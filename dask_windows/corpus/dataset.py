@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset
 
 from dask_windows.corpus.batches import Layout, batches
 from dask_windows.corpus.items import LeftOut, Units, build_units, epoch_items
@@ -30,7 +30,8 @@ from dask_windows.errors import ConfigError
 from dask_windows.planning.plan import batches_per_rank
 from dask_windows.planning.resume import Resumer, check_int
 from dask_windows.planning.schedule import member_counts
-from dask_windows.planning.world import World, detect_worker, resolve_ranks
+from dask_windows.planning.world import World
+from dask_windows.runtime.detect import detect_worker, in_worker, resolve_ranks, worker_info
 from dask_windows.runtime.epochs import EpochCounter, worker_token
 
 __all__ = ["CorpusDataset", "CorpusSettings", "LeftOutSeriesWarning", "mix_corpora"]
@@ -321,7 +322,7 @@ class CorpusDataset(IterableDataset):
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         rank, world_size = self._resolve_ranks()
         world = World(rank, world_size, *detect_worker())
-        info = get_worker_info()
+        info = worker_info()
         if info is None:
             epoch = self._epochs.begin_pass()
             self._resumer.forget(epoch)
@@ -386,9 +387,7 @@ class CorpusDataset(IterableDataset):
     def state_dict(self, batches: int | None = None, num_workers: int | None = None) -> dict:
         """The position in the current epoch (as ``WindowDataset.state_dict``)."""
         world = World(*self._resolve_ranks(), *detect_worker())
-        return self._resumer.save(
-            self._fingerprint(), self.epoch, world, len(self), get_worker_info() is not None, batches, num_workers
-        )
+        return self._resumer.save(self._fingerprint(), self.epoch, world, len(self), in_worker(), batches, num_workers)
 
     def load_state_dict(self, state: dict) -> None:
         """Resume the epoch of ``state`` after the batches it had yielded, bit for bit (same topology)."""

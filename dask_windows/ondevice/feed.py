@@ -33,10 +33,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import get_worker_info
 
 from dask_windows.errors import ConfigError
 from dask_windows.ondevice.rows import DeviceRows, standardize_windows, upload
+from dask_windows.runtime.detect import in_worker
 
 __all__ = ["DeviceFeed", "Traffic", "feed_for", "resolve_device"]
 
@@ -132,7 +132,7 @@ def feed_for(ds: Any) -> DeviceFeed | None:
     device = getattr(ds, "device", None)
     if device is None:
         return None
-    if get_worker_info() is not None:
+    if in_worker():
         raise ConfigError(
             f"WindowDataset(device={str(device)!r}) gathers batches on the device in the training process, "
             "not in DataLoader workers; use DataLoader(ds, batch_size=None, num_workers=0) or iterate the "

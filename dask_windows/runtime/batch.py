@@ -38,6 +38,7 @@ of features stay allocated.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Generator, Iterator
@@ -54,8 +55,13 @@ _SETTLE_RATIO = 64  # rows copied by a buffer's windows per buffer row, from whi
 
 
 def _threads() -> int:
-    """torch's intra-op threads (torch is imported by then: the torch view of the buffer exists)."""
-    import torch
+    """Threads that may copy a batch: torch's intra-op threads where ``DASK_WINDOWS_TORCH_GATHER=1`` asks
+    for them, else 1 (numpy's copy on the consumer's thread, the default: on the project's 2-core
+    machine torch's threads cost 2.4x the CPU per batch at B=256 L=512 and saved no time; see
+    docs/performance.md). Both copies give the same bits."""
+    if os.environ.get("DASK_WINDOWS_TORCH_GATHER", "0") != "1":
+        return 1
+    import torch  # (imported by then: the torch view of the buffer exists)
 
     return torch.get_num_threads()
 

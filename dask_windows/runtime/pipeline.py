@@ -365,9 +365,9 @@ def stream(
     carry: list[tuple] = []  # pieces of a batch begun in the previous buffer
     carried = 0
     pool: Any = OutputPool()  # full batches' feature arrays, reused once no caller holds them
-    slots = sys.modules.get("dask_windows.speedups.slots")  # imported with torch, by the dataset
-    if slots is not None:
-        pool = slots.output_pool() or pool  # in a DataLoader worker: gathered straight into shared slots
+    from dask_windows.speedups import slots  # (torch-side: imported when a pass streams, not with this module)
+
+    pool = slots.output_pool() or pool  # in a DataLoader worker: gathered straight into shared slots
     per_sample, channel_major = normalize == "sample", spec.layout == "NCL"
     want_y, want_rows = bool(spec.targets), spec.return_index
     try:

@@ -24,7 +24,6 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from torch.utils.data import get_worker_info
 
 from dask_windows.errors import SourceReadError
 from dask_windows.faults import record_skip, skip_allowed
@@ -43,6 +42,7 @@ from dask_windows.runtime.buffer import (
     plan_starts,
     unit_rows,
 )
+from dask_windows.runtime.detect import in_worker
 from dask_windows.runtime.memory import small_pages_map
 from dask_windows.runtime.pipeline import stream
 from dask_windows.runtime.prefetch import Prefetcher
@@ -255,7 +255,7 @@ def pool_workers(ds: WindowDataset) -> int:
     """Processes that read and decode for this pass (0: the prefetch thread does)."""
     if not ds.read_workers or not ds.source.reads_in_processes:
         return 0
-    if get_worker_info() is not None:  # a DataLoader worker is daemonic: it cannot start processes
+    if in_worker():  # a DataLoader worker is daemonic: it cannot start processes
         warnings.warn(
             f"read_workers={ds.read_workers} is ignored inside DataLoader workers; use either "
             "read_workers (workers decode, this process gathers) or DataLoader(num_workers=...)",

@@ -295,18 +295,14 @@ def timed_parts(telemetry: Telemetry | None, parts: Iterator[Any]) -> Iterator[A
 def gather_stats(mine: Stats) -> Stats:
     """Every rank's ``Stats`` (an ``all_gather_object``), the slowest rank named; ``mine`` alone without
     an initialised process group."""
-    import sys
+    from dask_windows.runtime.detect import all_gather
 
-    torch = sys.modules.get("torch")
-    dist = getattr(torch, "distributed", None)
-    if dist is None or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() <= 1:
+    everyone = all_gather(mine)
+    if everyone is None:
         return mine
-    everyone: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, mine)
     slowest = max(everyone, key=lambda s: s.wait_seconds + s.first_batch_seconds)
-    return Stats(
-        **{**{k: getattr(mine, k) for k in mine.__dataclass_fields__}, "ranks": everyone, "slowest_rank": slowest.rank}
-    )
+    fields = {k: getattr(mine, k) for k in mine.__dataclass_fields__}
+    return Stats(**{**fields, "ranks": everyone, "slowest_rank": slowest.rank})
 
 
 def telemetry_of(ds: Any) -> Telemetry:
@@ -324,9 +320,9 @@ def telemetry_of(ds: Any) -> Telemetry:
 def watched(ds: Any, batches: Iterator[Any]) -> Iterator[Any]:
     """A pass's batches timed in this process; as they are inside a DataLoader worker (nobody reads
     a worker's counters: the main process measures the loop with ``watch_loader``)."""
-    from torch.utils.data import get_worker_info
+    from dask_windows.runtime.detect import in_worker
 
-    if get_worker_info() is not None:
+    if in_worker():
         return batches
     return telemetry_of(ds).watch(batches, stages_here=getattr(ds, "read_workers", 0) == 0)
 

@@ -99,7 +99,8 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
             for ``read_runs`` (each given once), so a small file is not read again to scan it.
         index: The dataset index (``footer_index``): ``None`` uses the one beside a folder or prefix if
             there is one, a path that one, ``False`` none. Without one, ranks of an initialised
-            ``torch.distributed`` share the footers one of them read (``footer_share``).
+            ``torch.distributed`` share the footers one of them read (``footer_share``) through
+            ``footer_group``, the process group's ``(store, world size)`` the dataset passes.
     """
 
     reads_in_processes = True
@@ -120,8 +121,10 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         cache_bytes: int | None = None,
         series: str | None = None,
         index: Any = None,
+        footer_group: Any = None,
     ) -> None:
         self.retry = resolve_retry(retry)
+        self.footer_group = footer_group  # (store, world size) of the ranks sharing footers (footer_share)
         self.on_error = check_on_error(on_error)
         self.max_gap = max_gap
         self.storage_options = storage_options
@@ -152,6 +155,7 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
             self.retry = self.retry.unbounded()
         self._pid = os.getpid()
         opened = open_footers(self, data, files, sizes, listed, threads, partition_bytes, series, index)
+        self.footer_group = None  # not kept: a store does not pickle into DataLoader workers
         self.files = [path for path in files if path in opened]
         if not self.files:
             raise SourceReadError(f"no readable Parquet file in {self.description}: every footer failed to read")

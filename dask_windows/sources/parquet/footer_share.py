@@ -22,8 +22,9 @@ the claimer never waits. The key names the listing (paths, sizes, versions)
 and how many times this process opened it, so ranks that open the same
 datasets in the same order meet; any other order costs at worst the reads a
 rank would have made alone. The bytes are deleted from the store once every
-other rank took them. torch is never imported here: without it in
-``sys.modules`` no process group can exist. ``DASK_WINDOWS_SHARE_FOOTERS=0``
+other rank took them. torch is never imported here: the dataset passes the
+group's store (``footer_group=``, from ``runtime.detect``); a source opened
+on its own reads its footers. ``DASK_WINDOWS_SHARE_FOOTERS=0``
 in the environment turns the sharing off (every rank reads its footers).
 """
 
@@ -33,7 +34,6 @@ import datetime
 import hashlib
 import logging
 import os
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -91,21 +91,6 @@ def open_footers(
     )
 
 
-def _process_group() -> tuple[Any, int] | None:
-    """``(store, world size)`` of an initialised ``torch.distributed`` of more than one rank, else ``None``."""
-    torch = sys.modules.get("torch")
-    dist = getattr(torch, "distributed", None) if torch is not None else None
-    try:
-        if dist is None or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() <= 1:
-            return None
-        from torch.distributed import distributed_c10d
-
-        return distributed_c10d._get_default_store(), dist.get_world_size()
-    except Exception:  # no default store (a custom group), or a torch without it
-        log.debug("no process-group store: each rank reads its footers", exc_info=True)
-        return None
-
-
 def shared_open(
     source: ParquetSource,
     files: list[str],
@@ -119,7 +104,7 @@ def shared_open(
     # Local files (page-cached, tens of microseconds a footer) open faster than the exchange: on 2
     # ranks 1,000 local files took 1.2 s each reading, 2.4 s shared (benchmarks/bench_startup.py).
     wanted = not source.local and os.environ.get("DASK_WINDOWS_SHARE_FOOTERS", "1") != "0"
-    group = _process_group() if wanted else None
+    group = getattr(source, "footer_group", None) if wanted else None  # (store, world): the dataset's
     if group is None:
         return open_here()
     store, world = group
