@@ -114,7 +114,7 @@ def job(url: str, options: dict, ranks: int, share: bool, work: str) -> list[dic
 
 
 def measure(kind: str, sizes: list[int], ranks: int, delay: float, work: str) -> dict:
-    from dask_windows.sources.parquet.footer_index import write_index
+    from dask_windows.sources.parquet.index_writer import write_index
 
     endpoint = None
     if kind == "s3":

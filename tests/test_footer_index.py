@@ -17,8 +17,9 @@ from dask_windows.dataset import WindowDataset
 from dask_windows.errors import DataError
 from dask_windows.sources.base import Source
 from dask_windows.sources.parquet.footer_compact import compact_footer, key_values_field, with_key_values
-from dask_windows.sources.parquet.footer_index import INDEX_NAME, IndexedFooter, write_index
+from dask_windows.sources.parquet.footer_index import INDEX_NAME, IndexedFooter
 from dask_windows.sources.parquet.footers import metadata_from_bytes
+from dask_windows.sources.parquet.index_writer import write_index
 from dask_windows.sources.parquet.opening import ParquetOpening
 
 KW = dict(features=["f0", "f1"], targets=["y"], series="sid", window=8, stride=2, batch_size=16, return_index=True)

@@ -13,7 +13,8 @@ from helpers import collect, make_frames, oracle_starts, parquet_bytes, s3_endpo
 
 from dask_windows.dataset import WindowDataset
 from dask_windows.errors import DataError
-from dask_windows.sources.parquet.footer_index import INDEX_NAME, write_index
+from dask_windows.sources.parquet.footer_index import INDEX_NAME
+from dask_windows.sources.parquet.index_writer import write_index
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")

@@ -322,7 +322,7 @@ def convert(
     if manifest is None:
         raise DataError(f"{dst} has no readable manifest after converting; rerun the conversion")
     if entries:
-        from dask_windows.sources.parquet.footer_index import write_index
+        from dask_windows.sources.parquet.index_writer import write_index
 
         write_index(out_fs.unstrip_protocol(root), storage_options=out_fs.storage_options, series=series)
     return ConvertReport(

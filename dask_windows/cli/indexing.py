@@ -38,7 +38,7 @@ def run_index(args: argparse.Namespace) -> dict:
     """The ``index`` subcommand: write the index, report where and its size."""
     import time
 
-    from dask_windows.sources.parquet.footer_index import write_index
+    from dask_windows.sources.parquet.index_writer import write_index
 
     started = time.perf_counter()
     out = write_index(args.path, args.out, series=args.series)

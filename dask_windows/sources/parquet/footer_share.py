@@ -35,12 +35,9 @@ import hashlib
 import logging
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dask_windows.sources.parquet.footer_index import entries_bytes, find_index, opened_from_index
-
-if TYPE_CHECKING:
-    from dask_windows.sources.parquet import ParquetSource
 
 __all__ = ["SHARE_WAIT_SECONDS", "open_footers", "shared_open"]
 
@@ -53,7 +50,7 @@ _OPENS: dict[str, int] = {}  # listing digest -> times this process opened it
 
 
 def open_footers(
-    source: ParquetSource,
+    source: Any,
     data: Any,
     files: list[str],
     sizes: list,
@@ -92,7 +89,7 @@ def open_footers(
 
 
 def shared_open(
-    source: ParquetSource,
+    source: Any,
     files: list[str],
     sizes: list,
     listed: dict,
@@ -154,7 +151,7 @@ def shared_open(
     )
 
 
-def _exchange_bytes(source: ParquetSource, files: list[str], opened: dict, series: str | None) -> bytes:
+def _exchange_bytes(source: Any, files: list[str], opened: dict, series: str | None) -> bytes:
     """The opened files in the index format, full footers (no compaction pass), paths absolute."""
     schemas: list = []
     numbers: dict[int, int] = {}
