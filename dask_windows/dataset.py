@@ -220,7 +220,16 @@ class WindowDataset(IterableDataset):
             on_error=on_error,
             **options,
         )
-        pool_bytes = resolve_order(pieces_per_partition, buffer_bytes, self.source)
+        if self.device is not None:  # device mode sends whole buffers once: the buffer (piece) order
+            if buffer_bytes is not None:
+                raise ConfigError(
+                    f"device={device!r} with buffer_bytes={buffer_bytes!r}: the pool order gathers on the host; "
+                    "device mode cuts batches from whole buffers sent once, in the piece order. Drop buffer_bytes "
+                    "(and set pieces_per_partition / buffer_partitions), or pass device=None"
+                )
+            pool_bytes = None  # pieces_per_partition None: the piece order's own default
+        else:
+            pool_bytes = resolve_order(pieces_per_partition, buffer_bytes, self.source)
         manifest_series = getattr(self.source, "manifest_series", None)
         self._series_from_manifest = series_from_manifest and manifest_series is not None
         if self._series_from_manifest:
