@@ -61,6 +61,7 @@ import numpy as np
 import pandas as pd
 from dask.utils import parse_bytes
 
+from dask_windows.cli.csv_times import time_parsing
 from dask_windows.cli.convert_plan import (
     Compute,
     _profile,
@@ -211,16 +212,11 @@ def convert(
     root = root.rstrip("/")
     fmt, files = list_inputs(srcs, fmt, storage_options)
     check_output(out_fs, root, dst, srcs, files, overwrite, storage_options)
-    schemas = file_schemas(files, fmt, storage_options)
-    mismatch = schema_mismatch(files, schemas)
+    # pyarrow infers ISO-8601 text (what pandas.to_csv writes) as timestamp or date, per file
+    schemas, parsing, remedy = time_parsing(fmt, file_schemas(files, fmt, storage_options), time, parse_time)
+    mismatch = schema_mismatch(files, schemas, remedy)
     if mismatch:
         raise SchemaError(mismatch)
-    parsing: bool | str = parse_time  # "utc": ISO text with offsets, parsed to UTC
-    if fmt == "csv" and not parse_time and schemas and time in schemas[0]:
-        # pyarrow infers ISO-8601 text (what pandas.to_csv writes) as timestamp or date
-        kind = schemas[0][time]
-        if kind.startswith(("timestamp", "date")):
-            parsing = "utc" if "tz=" in kind else True
     leftovers = remove_leftovers(out_fs, root)
     ddf = read_inputs(
         files,
