@@ -55,6 +55,7 @@ import torch
 
 from dask_windows.faults import SkippedPartitionWarning
 from dask_windows.handoff import pack, recv, release, send, shared_empty, unpack
+from dask_windows.main_guard import check_main_guard
 from dask_windows.prefetch import PrefetchClosed, Prefetcher
 from dask_windows.reading import READ_THREADS, BufferArena, read_unit
 from dask_windows.sources import PartitionReader
@@ -127,6 +128,7 @@ class ReadPool:
     ) -> None:
         if num_workers < 1:
             raise ValueError(f"num_workers={num_workers} must be >= 1 for a ReadPool; use Prefetcher for 0")
+        check_main_guard(multiprocessing_context)  # a worker would run an unguarded script again
         context = multiprocessing.get_context(multiprocessing_context)
         if multiprocessing_context == "forkserver":
             context.set_forkserver_preload(_PRELOAD)  # imported once by the server, forked ready

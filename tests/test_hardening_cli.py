@@ -118,3 +118,88 @@ def test_window_longer_than_spread_chunks_names_convert_window(tmp_path, sync_da
     assert "--window 1000" in message and "dask-windows convert" in message
     assert f"{rows:,} rows" in message  # the real series length, not a chunk's
     assert "; ;" not in message
+
+
+# ---------------------------------------------------------------- item 12: read_workers without a main guard
+
+UNGUARDED = """
+import numpy as np, pandas as pd
+import dask_windows as dw
+pd.DataFrame({{"id": np.repeat([0, 1], 100), "x": np.arange(200.0, dtype="f4")}}).to_parquet({path!r})
+ds = dw.WindowDataset({path!r}, window=8, features=["x"], series="id", batch_size=16, read_workers=2)
+print("batches", sum(1 for _ in ds), flush=True)
+"""
+
+
+def test_read_workers_in_a_script_without_main_guard_raises(tmp_path):
+    import subprocess
+
+    script = tmp_path / "train.py"
+    script.write_text(UNGUARDED.format(path=str(tmp_path / "d.parquet")))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode != 0, done.stdout  # it ran the script twice and exited 0
+    assert "batches" not in done.stdout
+    assert 'if __name__ == "__main__":' in done.stderr and "line 6 of" in done.stderr
+    assert "read_workers=0" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "code, line, guarded",
+    [
+        ("import x\nrun()\n", 2, False),
+        ('if __name__ == "__main__":\n    run()\n', 2, True),
+        ("if '__main__' == __name__ and True:\n    run()\n", 2, True),
+        ('if __name__ != "__main__":\n    pass\nelse:\n    run()\n', 4, True),
+        ('try:\n    if __name__ == "__main__":\n        run()\nfinally:\n    pass\n', 3, True),
+        ('if __name__ == "__main__":\n    pass\nrun()\n', 3, False),
+    ],
+)
+def test_main_guard_lines(tmp_path, code, line, guarded):
+    from dask_windows.main_guard import _guarded_lines
+
+    path = tmp_path / "s.py"
+    path.write_text(code)
+    ranges = _guarded_lines(str(path), path.stat().st_mtime)
+    assert any(a <= line <= b for a, b in ranges) == guarded
+
+
+# ---------------------------------------------------------------- item 13: inspect rejects NaN as the loader does
+
+
+def test_inspect_rejects_nan_the_loader_rejects(tmp_path):
+    import torch
+
+    from dask_windows.cli.main import main
+    from dask_windows.cli.summary import inspect_dataset
+
+    x = np.arange(600.0)
+    x[[250, 420]] = [np.nan, np.inf]
+    frame = pd.DataFrame({"id": np.repeat([0, 1], 300), "x": x, "y": np.arange(600.0)})
+    path = str(tmp_path / "d.parquet")
+    frame.to_parquet(path, row_group_size=150)
+    window = 10
+    with pytest.raises(dw.DataError, match="NaN"):  # the loader, on its first epoch
+        for _ in torch.utils.data.DataLoader(
+            dw.WindowDataset(path, window=window, features=["x", "y"], series="id"), batch_size=None
+        ):
+            pass
+    with pytest.raises(dw.DataError) as info:
+        inspect_dataset(path, series="id", window=window, features=["x", "y"])
+    # brute force: windows of each series holding a non-finite x
+    bad = 0
+    for _, g in frame.groupby("id"):
+        v = g["x"].to_numpy()
+        bad += sum(not np.isfinite(v[s : s + window]).all() for s in range(len(v) - window + 1))
+    assert f"{bad:,} of {2 * (300 - window + 1):,} windows" in str(info.value)
+    assert "column 'x'" in str(info.value) and "row 250" in str(info.value)
+    dropped = inspect_dataset(path, series="id", window=window, features=["x", "y"], nan="drop")
+    assert dropped["windows"] == 2 * (300 - window + 1) - bad
+    assert inspect_dataset(path, series="id", window=window, features=["y"])["windows"] == 2 * (300 - window + 1)
+    # the CLI names its flag, not the Python keyword
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(["inspect", path, "--series", "id", "--window", str(window), "--features", "x", "y"]) == 1
+    assert "--nan drop" in err.getvalue() and "nan='drop'" not in err.getvalue()
