@@ -203,3 +203,125 @@ def test_inspect_rejects_nan_the_loader_rejects(tmp_path):
     with contextlib.redirect_stderr(err):
         assert main(["inspect", path, "--series", "id", "--window", str(window), "--features", "x", "y"]) == 1
     assert "--nan drop" in err.getvalue() and "nan='drop'" not in err.getvalue()
+
+
+# ---------------------------------------------------------------- item 17: smaller ones
+
+
+@pytest.fixture(scope="module")
+def small_parquet(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("small") / "d.parquet")
+    pd.DataFrame({"id": np.repeat([0, 1], 50), "x": np.arange(100.0), "y": np.arange(100.0)}).to_parquet(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(window=2**70),
+        dict(window=8, stride=2**70),
+        dict(window=8, horizon=2**70, targets=["y"]),
+        dict(window=8, partition_bytes=-1),
+        dict(window=8, threads=-3),
+        dict(window=8, threads=0),
+    ],
+)
+def test_out_of_range_settings_raise_config_error(small_parquet, settings):
+    name = next(k for k in ("stride", "horizon", "partition_bytes", "threads", "window") if k in settings)
+    with pytest.raises(dw.ConfigError, match=name):
+        dw.WindowDataset(small_parquet, features=["x"], series="id", **settings)
+
+
+def test_resume_state_with_bad_world_size_or_batches_is_refused_at_load(small_parquet):
+    ds = dw.WindowDataset(small_parquet, features=["x"], series="id", window=8, batch_size=4)
+    state = ds.state_dict(batches=3, num_workers=1)
+    ds.load_state_dict(dict(state))  # the state as saved loads
+    with pytest.raises(dw.ConfigError, match="world_size"):
+        ds.load_state_dict(dict(state, world_size="1"))
+    whole = -(-ds.num_windows // 4)
+    ds.load_state_dict(dict(state, batches=whole))
+    for batches in (whole + 1, 10**12):
+        with pytest.raises(dw.ConfigError, match="batches"):
+            ds.load_state_dict(dict(state, batches=batches))
+
+
+@pytest.mark.parametrize("weights, total", [((1, 1, 1), 10), ((1, 1, 1), 11), ((1, 1, 2), 10), ((5, 3, 1), 7)])
+def test_mix_counts_sum_to_windows_per_epoch(small_parquet, weights, total):
+    members = {
+        name: dw.WindowDataset(small_parquet, features=["x"], series="id", window=4, batch_size=4) for name in "abc"
+    }
+    mixture = dw.mix(members, weights=dict(zip("abc", weights)), windows_per_epoch=total)
+    assert int(mixture.counts.sum()) == mixture.num_windows == total
+    share = np.array(weights) / sum(weights) * total
+    assert (np.abs(mixture.counts - share) < 1).all()  # each within one window of its share
+    assert sum(len(b[0] if isinstance(b, (tuple, list)) else b) for b in mixture) == total
+
+
+def test_stats_with_a_vanishing_std_is_refused_naming_the_feature(tmp_path):
+    import json
+
+    from dask_windows.normalize import load_stats
+
+    stats = {"a": {"mean": 0.0, "std": 1.0}, "b": {"mean": 0.0, "std": 1e-30}}
+    path = tmp_path / "stats.json"
+    path.write_text(json.dumps(stats))
+    with pytest.raises(dw.DataError, match="'b'"):
+        load_stats(str(path), ["a", "b"])
+    stats["b"] = {"mean": 1e6, "std": 1e-3}  # below float32's resolution at 1e6 (0.0625)
+    path.write_text(json.dumps(stats))
+    with pytest.raises(dw.DataError, match="'b'"):
+        load_stats(str(path), ["a", "b"])
+    stats["b"] = {"mean": 1e-6, "std": 1e-9}  # small data, legitimately small std
+    path.write_text(json.dumps(stats))
+    np.testing.assert_allclose(load_stats(str(path), ["a", "b"])[1], [1.0, 1e-9])
+    stats["b"] = {"mean": 5.0, "std": 0.0}  # constant: only centred, as before
+    path.write_text(json.dumps(stats))
+    assert load_stats(str(path), ["a", "b"])[1][1] == 0
+
+
+def test_no_windows_message_has_no_empty_clause(tmp_path):
+    path = str(tmp_path / "d.parquet")
+    pd.DataFrame({"id": np.repeat([0, 1, 0], 20), "x": np.arange(60.0)}).to_parquet(path)  # not grouped
+    for series in ("id", None):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with pytest.raises(dw.DataError) as info:
+                dw.WindowDataset(path, features=["x"], series=series, window=500)
+        assert "; ;" not in str(info.value) and ";;" not in str(info.value)
+
+
+def test_cli_names_flags_not_keywords():
+    from dask_windows.cli.options import _cli_message
+
+    text = "clean the data, or pass nan='drop' to leave them out, or on_error='skip'"
+    assert _cli_message(text) == "clean the data, or pass --nan drop to leave them out, or --on-error skip"
+
+
+def test_tsai_example_gives_the_pinned_install_recipe():
+    import ast
+    import pathlib
+
+    source = (pathlib.Path(__file__).parent.parent / "examples" / "tsai_mvp.py").read_text()
+    assert "pip install -c constraints.txt tsai" in source
+    texts = [n.value for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    for text in texts:  # never a bare `pip install tsai`
+        assert "pip install tsai" not in text
+
+
+def test_example_default_folders_are_ignored_by_git():
+    import pathlib
+    import re
+    import shutil
+    import subprocess
+
+    root = pathlib.Path(__file__).parent.parent
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    defaults = []
+    for path in sorted((root / "examples").glob("*.py")):
+        found = re.findall(r'"--(?:data|out)",\s*default="([^"]+)"', path.read_text())
+        defaults += [(path.name, d) for d in found]
+    assert len(defaults) >= 5
+    for name, folder in defaults:
+        done = subprocess.run(["git", "check-ignore", "-q", f"{folder}/x.parquet"], cwd=root)
+        assert done.returncode == 0, f"{name} writes {folder}/ by default, which git does not ignore"

@@ -92,7 +92,8 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         max_gap: Column chunks of a partition closer than this many bytes are fetched in one request.
         cache_dir: Keep the bytes read from a remote store in this local folder (shared by the processes
             of a machine), so later epochs read them from disk (see ``cache``); local files are not cached.
-        cache_bytes: Most bytes ``cache_dir`` may hold (least recently used entries are evicted); ``None``: no limit.
+        cache_bytes: Most bytes ``cache_dir`` may hold (entries unused for 12 hours are evicted, least recently
+            used first; new bytes that do not fit otherwise are not stored); ``None``: no limit.
         series: The series column, if any: runs that the tail read at open already tells are kept
             for ``read_runs`` (each given once), so a small file is not read again to scan it.
     """
