@@ -325,3 +325,36 @@ def test_example_default_folders_are_ignored_by_git():
     for name, folder in defaults:
         done = subprocess.run(["git", "check-ignore", "-q", f"{folder}/x.parquet"], cwd=root)
         assert done.returncode == 0, f"{name} writes {folder}/ by default, which git does not ignore"
+
+
+# ---------------------------------------------------------------- item 14: convert's report of the spread layout
+
+
+def test_convert_report_counts_split_series_and_overlap_rows_from_the_files(tmp_path, sync_dask):
+    import glob
+
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(3)
+    lengths = [300] * 6 + [40, 5]  # none longer than a file, but dealt over the files in chunks
+    frame = pd.DataFrame(
+        {
+            "sid": np.repeat(np.arange(len(lengths)), lengths),
+            "t": np.concatenate([np.arange(n) for n in lengths]),
+            "x": rng.standard_normal(sum(lengths)),
+        }
+    )
+    frame.to_parquet(tmp_path / "in.parquet")
+    report = convert(
+        [str(tmp_path / "in.parquet")], str(tmp_path / "out"), series="sid", time="t", partition_size=20000, window=16,
+        chunk_rows=40,
+    )
+    files = sorted(glob.glob(str(tmp_path / "out" / "*.parquet")))
+    assert len(files) >= 2
+    held = [set(pq.read_table(f, columns=["sid"]).column(0).to_pylist()) for f in files]
+    split = sum(sum(s in h for h in held) > 1 for s in range(len(lengths)))
+    stored = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    assert split >= 2 and stored > len(frame)  # the case: series dealt over files, with overlap rows
+    assert report.split_series == split
+    assert report.rows_out == report.rows_in == len(frame)  # each input row once
+    assert report.rows_stored == stored and report.overlap_rows == stored - len(frame)

@@ -61,6 +61,7 @@ import numpy as np
 import pandas as pd
 from dask.utils import parse_bytes
 
+from dask_windows.cli.convert_report import series_in_several_files, stored_rows
 from dask_windows.cli.csv_times import time_parsing
 from dask_windows.cli.convert_plan import (
     Compute,
@@ -97,6 +98,8 @@ class ConvertReport:
     leftovers_removed: tuple = ()
     layout: str = "contiguous"
     span: int | None = None
+    rows_stored: int = 0  # rows_out plus the overlap rows repeated at chunk cuts (spread layout)
+    overlap_rows: int = 0
 
 
 def _default_compute(label: str, *collections: Any) -> tuple:
@@ -323,12 +326,14 @@ def convert(
         rows_out=rows_out,
         files=len(entries),
         series=len(keys),
-        split_series=int((num_pieces > 1).sum()),
+        split_series=series_in_several_files(entries),
         bytes_out=sum(e["bytes"] for e in entries),
         manifest=manifest,
         layout=layout,
         span=None if spread is None else spread["span"],
         leftovers_removed=tuple(leftovers),
+        rows_stored=stored_rows(entries)[0],
+        overlap_rows=stored_rows(entries)[1],
     )
 
 

@@ -60,6 +60,7 @@ from dask_windows.sources.footers import (
 from dask_windows.sources.parquet_manifest import ParquetManifest
 from dask_windows.sources.parquet_open import ParquetOpening
 from dask_windows.sources.parquet_rows import ParquetRows
+from dask_windows.sources.stats_check import outside_statistics
 from dask_windows.sources.ranges import FetchedFile, chunk_ranges, fetch_ranges, merge_ranges
 from dask_windows.sources.retry import RetryPolicy, resolve_retry
 
@@ -395,6 +396,11 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
                 f"{part.name} holds {table.num_rows} rows but its footer said {expected} when the dataset "
                 "was opened; the file changed underneath the dataset; open the dataset again"
             )
+        if getattr(self, "verify_checksums", True):  # a page without a CRC: its values against the footer's min/max
+            problem = outside_statistics(self._footers[path].metadata, row_groups, table)
+            if problem is not None:
+                name = self._url(path) + part.name[len(path) :]
+                raise failure_message("corrupt", f"cannot read {name}", SourceReadError(problem))
         return {col: numpy_column(table.column(col)) for col in columns}  # no pandas import (arrow.numpy_column)
 
 
