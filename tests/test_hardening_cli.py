@@ -358,3 +358,35 @@ def test_convert_report_counts_split_series_and_overlap_rows_from_the_files(tmp_
     assert report.split_series == split
     assert report.rows_out == report.rows_in == len(frame)  # each input row once
     assert report.rows_stored == stored and report.overlap_rows == stored - len(frame)
+
+
+# ---------------------------------------------------------------- item 15: footer statistics as a check
+
+
+def test_value_outside_footer_statistics_raises_without_page_crcs(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(4)
+    x = rng.random(400)  # in [0, 1)
+    path = tmp_path / "d.parquet"
+    table = pa.table({"id": np.repeat([0, 1], 200), "x": x})
+    pq.write_table(table, path, compression="none", use_dictionary=False, row_group_size=100)
+    data = bytearray(path.read_bytes())
+    target = 250  # row group 2
+    at = bytes(data).find(np.float64(x[target]).tobytes())
+    assert at > 0
+    data[at + 7] ^= 0x80  # the sign bit: a negative value, below every value the footer counted
+    path.write_bytes(bytes(data))
+    damaged = pq.read_table(path).column("x").to_numpy()
+    assert not (0 <= damaged[target] < 1)  # the read itself succeeds: nothing but the values tells
+    ds = dw.WindowDataset(str(path), window=8, features=["x"], series="id", batch_size=32, shuffle=False)
+    with pytest.raises(SourceReadError) as info:
+        for _ in ds:
+            pass
+    message = str(info.value)
+    assert "column 'x' of row group 2" in message and "outside the footer's" in message and str(path) in message
+    skipping = dw.WindowDataset(str(path), window=8, features=["x"], series="id", on_error="skip", shuffle=False)
+    with pytest.warns(UserWarning):
+        got = np.concatenate([b.numpy()[:, 0, :].ravel() for b in skipping])
+    assert (got < 1).all()  # the damaged partition left out, no wrong value yielded
