@@ -32,7 +32,7 @@ __all__ = ["check_main_guard"]
 def _message(where: str) -> str:
     return (
         f"read_workers start worker processes that import the script again ({where} runs at its top "
-        "level, outside `if __name__ == \"__main__\":`), so every worker would run the whole script once "
+        'level, outside `if __name__ == "__main__":`), so every worker would run the whole script once '
         'more; put the script\'s top-level code under `if __name__ == "__main__":` (or in a main() '
         "called there), or use read_workers=0"
     )

@@ -70,9 +70,7 @@ def test_time_column_differing_in_kind_advises_the_flag_not_pandas(tmp_path, syn
     src = tmp_path / "in"
     src.mkdir()
     pd.DataFrame({"sid": [0, 0], "t": [1, 2], "x": [1.0, 2.0]}).to_csv(src / "a.csv", index=False)
-    pd.DataFrame({"sid": [1, 1], "t": ["3 Mar 2021", "4 Mar 2021"], "x": [1.0, 2.0]}).to_csv(
-        src / "b.csv", index=False
-    )
+    pd.DataFrame({"sid": [1, 1], "t": ["3 Mar 2021", "4 Mar 2021"], "x": [1.0, 2.0]}).to_csv(src / "b.csv", index=False)
     with pytest.raises(SchemaError) as info:
         convert([str(src)], str(tmp_path / "out"), series="sid", time="t")
     assert "--parse-time" in str(info.value) and "in pandas" not in str(info.value)
@@ -346,7 +344,12 @@ def test_convert_report_counts_split_series_and_overlap_rows_from_the_files(tmp_
     )
     frame.to_parquet(tmp_path / "in.parquet")
     report = convert(
-        [str(tmp_path / "in.parquet")], str(tmp_path / "out"), series="sid", time="t", partition_size=20000, window=16,
+        [str(tmp_path / "in.parquet")],
+        str(tmp_path / "out"),
+        series="sid",
+        time="t",
+        partition_size=20000,
+        window=16,
         chunk_rows=40,
     )
     files = sorted(glob.glob(str(tmp_path / "out" / "*.parquet")))
@@ -387,6 +390,6 @@ def test_value_outside_footer_statistics_raises_without_page_crcs(tmp_path):
     message = str(info.value)
     assert "column 'x' of row group 2" in message and "outside the footer's" in message and str(path) in message
     skipping = dw.WindowDataset(str(path), window=8, features=["x"], series="id", on_error="skip", shuffle=False)
-    with pytest.warns(UserWarning):
+    with pytest.warns(dw.SkippedPartitionWarning, match="outside the footer"):
         got = np.concatenate([b.numpy()[:, 0, :].ravel() for b in skipping])
     assert (got < 1).all()  # the damaged partition left out, no wrong value yielded

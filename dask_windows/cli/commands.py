@@ -83,7 +83,10 @@ def _cmd_convert(args: argparse.Namespace) -> dict:
             if report.manifest.get("version", 1) >= 2:  # spread: whole series, not their chunks
                 what, longest, remedy = "series", longest_series(report.manifest), ""
             else:
-                what, longest = "series run", max((r[1] for f in report.manifest["files"] for r in f["runs"]), default=0)
+                what, longest = (
+                    "series run",
+                    max((r[1] for f in report.manifest["files"] for r in f["runs"]), default=0),
+                )
                 remedy = " (or a larger --partition-size if series were cut into files)"
             raise ValueError(
                 f"--window {args.window}"

@@ -61,14 +61,14 @@ import numpy as np
 import pandas as pd
 from dask.utils import parse_bytes
 
-from dask_windows.cli.convert_report import series_in_several_files, stored_rows
-from dask_windows.cli.csv_times import time_parsing
 from dask_windows.cli.convert_plan import (
     Compute,
     _profile,
     _split_cuts,
     plan_files,
 )
+from dask_windows.cli.convert_report import series_in_several_files, stored_rows
+from dask_windows.cli.csv_times import time_parsing
 from dask_windows.cli.layout import DEFAULT_SPAN, LAYOUTS
 from dask_windows.cli.readers import FORMATS, file_schemas, list_inputs, read_inputs, schema_mismatch
 from dask_windows.cli.safety import MARKER as _MARKER

@@ -49,9 +49,7 @@ def reject_non_finite(ds: Any, open_dropping: Callable[[], Any]) -> None:
     where = f"in {ds.partitions[index].name}"
     if len(rows):
         row = int(rows[0])
-        column = next(
-            c for c in columns if values[c].dtype.kind in "fc" and not _fits_float32(values[c][row])
-        )
+        column = next(c for c in columns if values[c].dtype.kind in "fc" and not _fits_float32(values[c][row]))
         where = f"{value_problem(float(values[column][row]))} in column {column!r} of {ds.partitions[index].name} at row {row}"
     raise DataError(
         f"{where}: {lost:,} of {ds.num_windows:,} windows hold NaN or inf, which the loader rejects with "

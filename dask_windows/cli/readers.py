@@ -148,9 +148,7 @@ def _same_type(a: str | None, b: str | None) -> bool:
     return a == b or "null" in (a, b)  # a CSV column empty in the sampled rows fits any type
 
 
-def schema_mismatch(
-    urls: Sequence[str], schemas: Sequence[dict[str, str]], remedy: str | None = None
-) -> str | None:
+def schema_mismatch(urls: Sequence[str], schemas: Sequence[dict[str, str]], remedy: str | None = None) -> str | None:
     """The message listing how the inputs' schemas differ, or ``None`` when they agree.
 
     Files with the same schema are listed once ("and N more like it"); each

@@ -60,9 +60,9 @@ from dask_windows.sources.footers import (
 from dask_windows.sources.parquet_manifest import ParquetManifest
 from dask_windows.sources.parquet_open import ParquetOpening
 from dask_windows.sources.parquet_rows import ParquetRows
-from dask_windows.sources.stats_check import outside_statistics
 from dask_windows.sources.ranges import FetchedFile, chunk_ranges, fetch_ranges, merge_ranges
 from dask_windows.sources.retry import RetryPolicy, resolve_retry
+from dask_windows.sources.stats_check import outside_statistics
 
 __all__ = ["ParquetSource"]
 

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from dask_windows.errors import SourceReadError
-from dask_windows.remedies import wrong_format
 from dask_windows.faults import (
     SkippedPartition,
     classify,
@@ -36,6 +35,7 @@ from dask_windows.faults import (
     opening_skip_allowed,
     record_skip,
 )
+from dask_windows.remedies import wrong_format
 from dask_windows.sources.footers import (
     FOOTER_BYTES,
     TAIL_BATCH,
