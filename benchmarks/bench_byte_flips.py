@@ -9,7 +9,7 @@ Run twice: flips anywhere in the file (the test's battery), and flips drawn insi
 column chunks only (data pages: where a flip can change a value). A trial is
 *silent* when the batches differ and nothing raised, *raised* when the read failed (every batch
 before the error is checked), *unchanged* when the flips hit bytes that change nothing. Printed
-for files without page CRCs with the footer min/max check (``sources.stats_check``) off (the
+for files without page CRCs with the footer min/max check (``sources.parquet.stats_check``) off (the
 baseline, measured in the same run) and on, and for files with page CRCs. First it prints the
 check's cost: its time over the time of the partition read it follows (1M rows of 4 float32
 columns, medians of alternating rounds).
@@ -87,7 +87,7 @@ def check_cost(root: pathlib.Path, rows: int = 1_000_000, rounds: int = 7) -> fl
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from dask_windows.sources.stats_check import outside_statistics
+    from dask_windows.sources.parquet.stats_check import outside_statistics
 
     rng = np.random.default_rng(0)
     path = str(root / "cost.parquet")

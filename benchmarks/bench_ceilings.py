@@ -34,8 +34,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import numpy as np  # noqa: E402
 
-from dask_windows import lanes  # noqa: E402
-from dask_windows.batch import _Runs  # noqa: E402
+from dask_windows.runtime.batch import _Runs  # noqa: E402
+from dask_windows.speedups import lanes  # noqa: E402
 
 
 class _Both(lanes.LaneChoice):

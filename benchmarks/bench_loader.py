@@ -36,7 +36,7 @@ worker processes, gathering here) in alternating rounds, with ratios to ``read_w
 run: stride 1 from the page cache, zstd files at stride = window, ``normalize="sample"``.
 
 ``--only workers`` prints windows/s with num_workers=0/1/2 (batches in reused shared slots,
-``dask_windows.slots``) and with 1 worker on torch's own hand-off (``DASK_WINDOWS_SLOTS=0``), at
+``dask_windows.speedups.slots``) and with 1 worker on torch's own hand-off (``DASK_WINDOWS_SLOTS=0``), at
 B=256 L=512 and B=64 L=128, over zstd files and with ``normalize="sample"``, each with its ratio
 to num_workers=0 in the same run, and the DataLoader's own ceiling (batches/s of tiny items).
 """
@@ -550,10 +550,10 @@ def pieces_dataset(root: str, case: tuple, ppp: int | None) -> dw.WindowDataset:
 def row_group_reads(ds: dw.WindowDataset) -> str:
     """Row groups decoded in one epoch: each read of a buffer's pieces of a file decodes those covering them,
     but a row group that only halos reach into (its first ``span - 1`` rows) is a head (sources/parquet_heads)."""
-    from dask_windows.blocks import merge_rows
-    from dask_windows.buffer import piece_units, unit_rows
-    from dask_windows.pairs import pairs_allowed
-    from dask_windows.world import World
+    from dask_windows.planning.world import World
+    from dask_windows.runtime.blocks import merge_rows
+    from dask_windows.runtime.buffer import piece_units, unit_rows
+    from dask_windows.speedups.pairs import pairs_allowed
 
     size = PIECE_ROWS // 8
     plan = ds._plan(World())

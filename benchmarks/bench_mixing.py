@@ -6,7 +6,7 @@ Builds three raw Parquet layouts (files of ``--row-groups`` row groups, in row o
   random  many series, each its own regime, ids unrelated to the regime;
   sorted  the same series with ids ordered by regime;
 
-and prints, per layout, the mixing statistics of ``dask_windows.mixing`` (distinct row blocks
+and prints, per layout, the mixing statistics of ``dask_windows.planning.mixing`` (distinct row blocks
 per batch of 100, TV distance of a batch's block histogram from the dataset's, lag-1
 correlation of consecutive batches' mean block, effective batch size) for
 ``pieces_per_partition=1`` (the 0.1 order: buffers of ``buffer_partitions`` whole partitions),
@@ -47,8 +47,8 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import dask_windows as dw
-import dask_windows.plan as plan_module
-from dask_windows.mixing import block_histogram, global_shuffle_statistics, mixing_report, plan_batches
+import dask_windows.planning.plan as plan_module
+from dask_windows.planning.mixing import block_histogram, global_shuffle_statistics, mixing_report, plan_batches
 
 LAYOUTS = ("long", "random", "sorted")
 

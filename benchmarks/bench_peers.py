@@ -155,7 +155,7 @@ def dw1_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
 
 def dwt_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
     """``dw`` with every large batch copied by torch's threads (``PathChoice`` overruled): its choice's cost."""
-    from dask_windows.batch import PathChoice
+    from dask_windows.runtime.batch import PathChoice
 
     PathChoice.torch_next = lambda self: True  # type: ignore[method-assign]  # this child process only
     os.environ["DASK_WINDOWS_LANES"] = "0"  # (a features-only run on two lanes would not ask PathChoice)

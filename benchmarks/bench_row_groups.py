@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 from helpers import make_frames, write_parquet  # noqa: E402
 
 import dask_windows as dw  # noqa: E402
-from dask_windows.sources.parquet_rows import ParquetRows  # noqa: E402
+from dask_windows.sources.parquet.rows import ParquetRows  # noqa: E402
 
 
 def seconds(root: str, window: int) -> tuple[float, float]:

@@ -1,8 +1,10 @@
-"""Old module paths of 0.1 that still import, with a ``DeprecationWarning``.
+"""Old module paths that still import, with a ``DeprecationWarning``.
 
-Version 0.2 moved the sources into ``dask_windows.sources`` and the command
-line's tools into ``dask_windows.cli``. ``import dask_windows.parquet_source``
-(and the other 0.1 paths below) keeps working until 0.4: a finder on
+Version 0.2 moved the sources into ``dask_windows.sources``, the command
+line's tools into ``dask_windows.cli``, and the loader's modules into
+``planning``, ``runtime`` and ``speedups`` (the Parquet family into
+``sources.parquet``). ``import dask_windows.parquet_source`` (and the other
+old paths below) keeps working until 0.4: a finder on
 ``sys.meta_path`` answers for the old name with the module at its new place,
 so both names refer to the same module object (same classes, same state).
 """
@@ -19,7 +21,7 @@ from types import ModuleType
 
 __all__ = ["MOVED", "install"]
 
-#: 0.1 module path -> where it lives now
+#: old module path -> where it lives now
 MOVED = {
     "dask_windows.array_source": "dask_windows.sources.arrays",
     "dask_windows.bench": "dask_windows.cli.bench",
@@ -31,6 +33,40 @@ MOVED = {
     "dask_windows.retry": "dask_windows.sources.retry",
     "dask_windows.source": "dask_windows.sources",
     "dask_windows.summary": "dask_windows.cli.summary",
+    # 0.2 module paths moved into sub-packages (planning, runtime, speedups, sources.parquet)
+    "dask_windows.batch": "dask_windows.runtime.batch",
+    "dask_windows.blocks": "dask_windows.runtime.blocks",
+    "dask_windows.buffer": "dask_windows.runtime.buffer",
+    "dask_windows.elastic": "dask_windows.planning.elastic",
+    "dask_windows.epochs": "dask_windows.runtime.epochs",
+    "dask_windows.handoff": "dask_windows.speedups.handoff",
+    "dask_windows.index": "dask_windows.planning.index",
+    "dask_windows.lanes": "dask_windows.speedups.lanes",
+    "dask_windows.memory": "dask_windows.runtime.memory",
+    "dask_windows.mixing": "dask_windows.planning.mixing",
+    "dask_windows.nextpass": "dask_windows.speedups.nextpass",
+    "dask_windows.pairs": "dask_windows.speedups.pairs",
+    "dask_windows.pipeline": "dask_windows.runtime.pipeline",
+    "dask_windows.plan": "dask_windows.planning.plan",
+    "dask_windows.prefetch": "dask_windows.runtime.prefetch",
+    "dask_windows.reading": "dask_windows.runtime.reading",
+    "dask_windows.readpool": "dask_windows.speedups.readpool",
+    "dask_windows.resume": "dask_windows.planning.resume",
+    "dask_windows.resume_math": "dask_windows.planning.resume_math",
+    "dask_windows.schedule": "dask_windows.planning.schedule",
+    "dask_windows.slots": "dask_windows.speedups.slots",
+    "dask_windows.sources.footers": "dask_windows.sources.parquet.footers",
+    "dask_windows.sources.parquet_heads": "dask_windows.sources.parquet.heads",
+    "dask_windows.sources.parquet_manifest": "dask_windows.sources.parquet.manifest",
+    "dask_windows.sources.parquet_open": "dask_windows.sources.parquet.opening",
+    "dask_windows.sources.parquet_rows": "dask_windows.sources.parquet.rows",
+    "dask_windows.sources.ranges": "dask_windows.sources.parquet.ranges",
+    "dask_windows.spares": "dask_windows.speedups.spares",
+    "dask_windows.split": "dask_windows.planning.split",
+    "dask_windows.streams": "dask_windows.runtime.streams",
+    "dask_windows.window_table": "dask_windows.runtime.window_table",
+    "dask_windows.windows": "dask_windows.planning.windows",
+    "dask_windows.world": "dask_windows.planning.world",
 }
 
 
@@ -58,6 +94,7 @@ class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def install() -> None:
-    """Put the finder on ``sys.meta_path`` once."""
+    """Put the finder on ``sys.meta_path`` once, first: an old name means the module at its new place
+    even where a stale copy of the old file is still on the path (an older install or checkout)."""
     if not any(isinstance(finder, _MovedFinder) for finder in sys.meta_path):
-        sys.meta_path.append(_MovedFinder())
+        sys.meta_path.insert(0, _MovedFinder())

@@ -21,25 +21,25 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from dask_windows import nextpass
 from dask_windows.checks import SERIES_FROM_MANIFEST, check_series_order, output_dtype
-from dask_windows.epochs import EpochCounter, worker_token
 from dask_windows.errors import ConfigError, DataError
 from dask_windows.faults import SkippedPartition, check_on_error
-from dask_windows.index import WindowGrid
-from dask_windows.nextpass import NEXT_PASS_SECONDS, check_seconds
 from dask_windows.opening import check_columns, check_windows, scan
 from dask_windows.options import resolve_normalize, resolve_pieces, source_options
-from dask_windows.plan import batches_per_rank
-from dask_windows.reading import batches, plan
-from dask_windows.resume import Resumer, check_int, fingerprint
-from dask_windows.slots import shared
+from dask_windows.planning.index import WindowGrid
+from dask_windows.planning.plan import batches_per_rank
+from dask_windows.planning.resume import Resumer, check_int, fingerprint
+from dask_windows.planning.split import SeriesTable, cut_positions, split_grid
+from dask_windows.planning.world import World, detect_worker, resolve_ranks
+from dask_windows.runtime.epochs import EpochCounter, worker_token
+from dask_windows.runtime.reading import batches, plan
+from dask_windows.runtime.streams import elastic_batches
 from dask_windows.sources import ArraySource, Source, is_series_vector, open_source
 from dask_windows.sources.retry import RetryPolicy, resolve_retry, with_deadline
 from dask_windows.spec import WindowSpec
-from dask_windows.split import SeriesTable, cut_positions, split_grid
-from dask_windows.streams import elastic_batches
-from dask_windows.world import World, detect_worker, resolve_ranks
+from dask_windows.speedups import nextpass
+from dask_windows.speedups.nextpass import NEXT_PASS_SECONDS, check_seconds
+from dask_windows.speedups.slots import shared
 
 __all__ = ["WindowDataset"]
 
@@ -374,7 +374,7 @@ class WindowDataset(IterableDataset):
 
         They are also stopped when the dataset is garbage collected and at exit.
         """
-        from dask_windows.readpool import close_pool
+        from dask_windows.speedups.readpool import close_pool
 
         nextpass.release(self)
         close_pool(self)

@@ -45,14 +45,14 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from dask_windows.dataset import WindowDataset
-from dask_windows.epochs import EpochCounter, worker_token
 from dask_windows.errors import ConfigError
-from dask_windows.plan import batches_per_rank, windows_per_rank, worker_batch_range
-from dask_windows.resume import Resumer, check_int
-from dask_windows.schedule import labels, member_counts, prefix_counts
-from dask_windows.slots import shared
-from dask_windows.streams import Chunks, reader_windows
-from dask_windows.world import World, detect_worker, resolve_ranks
+from dask_windows.planning.plan import batches_per_rank, windows_per_rank, worker_batch_range
+from dask_windows.planning.resume import Resumer, check_int
+from dask_windows.planning.schedule import labels, member_counts, prefix_counts
+from dask_windows.planning.world import World, detect_worker, resolve_ranks
+from dask_windows.runtime.epochs import EpochCounter, worker_token
+from dask_windows.runtime.streams import Chunks, reader_windows
+from dask_windows.speedups.slots import shared
 
 __all__ = ["Mixture", "mix"]
 

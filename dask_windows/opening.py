@@ -14,11 +14,11 @@ from typing import Any
 from dask_windows.checks import bad_value_rows, check_column_types
 from dask_windows.errors import DataError
 from dask_windows.faults import SkippedPartition, guard_scan
-from dask_windows.index import scan_runs
-from dask_windows.memory import trim
+from dask_windows.planning.index import scan_runs
 from dask_windows.remedies import no_windows_remedy
+from dask_windows.runtime.memory import trim
 from dask_windows.sources import Source
-from dask_windows.sources.footers import paused_gc
+from dask_windows.sources.parquet.footers import paused_gc
 from dask_windows.spec import WindowSpec
 
 __all__ = ["check_columns", "check_windows", "scan"]

@@ -19,7 +19,7 @@ def _release_next_passes():
     """Each test's read-ahead of a next pass (``nextpass``) ends with the test: its threads and buffers
     must not show in the next test's thread or memory checks (a module-scoped dataset keeps one)."""
     yield
-    from dask_windows import nextpass
+    from dask_windows.speedups import nextpass
 
     nextpass.release_all()
 

@@ -23,7 +23,7 @@ import pytest
 from helpers import make_frames, write_parquet
 
 import dask_windows as dw
-from dask_windows import batch, buffer, reading
+from dask_windows.runtime import batch, buffer, reading
 
 
 @pytest.fixture(scope="module")

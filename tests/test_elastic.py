@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from scale_helpers import make_uneven_frames, open_dataset
 from torch.utils.data import DataLoader
 
-from dask_windows.elastic import batches_of_rest, divide
-from dask_windows.world import World
+from dask_windows.planning.elastic import batches_of_rest, divide
+from dask_windows.planning.world import World
 
 SIZES = [40, 150, 60, 130, 45, 170, 55, 120]
 SETTINGS = {"window": 7, "batch_size": 6, "buffer_partitions": 2}

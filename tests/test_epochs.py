@@ -10,8 +10,8 @@ import torch
 from helpers import make_frames, oracle_starts, write_parquet
 
 import dask_windows as dw
-from dask_windows.epochs import EpochCounter, worker_token
 from dask_windows.errors import ConfigError
+from dask_windows.runtime.epochs import EpochCounter, worker_token
 
 
 def test_counter_claims_pins_and_lets_workers_of_one_pass_agree():

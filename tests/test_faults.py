@@ -17,7 +17,7 @@ from helpers import collect, make_frames, oracle_starts, write_parquet
 from dask_windows.dataset import WindowDataset
 from dask_windows.errors import ConfigError, SourceReadError
 from dask_windows.faults import SkippedPartitionWarning, is_transient, replacement_picks
-from dask_windows.plan import rng_for
+from dask_windows.planning.plan import rng_for
 from dask_windows.sources.retry import RetryPolicy
 
 KW = dict(features=["f0", "f1"], targets=["y"], series="sid", window=6, stride=1, batch_size=16, return_index=True)

@@ -14,7 +14,7 @@ import pytest
 
 from dask_windows.sources import ParquetSource
 from dask_windows.sources.base import Source
-from dask_windows.sources.footers import FOOTER_BYTES, Footer
+from dask_windows.sources.parquet.footers import FOOTER_BYTES, Footer
 
 _NOT_DATA = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
 
@@ -143,7 +143,7 @@ def test_a_different_series_column_is_scanned(tmp_path):
 def test_paused_gc_restores_the_collector_also_on_errors():
     import gc
 
-    from dask_windows.sources.footers import paused_gc
+    from dask_windows.sources.parquet.footers import paused_gc
 
     before = gc.get_threshold()
     with paused_gc():
@@ -163,7 +163,7 @@ def test_local_listing_equals_fsspec_find(tmp_path):
     import fsspec
 
     from dask_windows.sources import identity
-    from dask_windows.sources.footers import _local_find
+    from dask_windows.sources.parquet.footers import _local_find
 
     (tmp_path / "a" / "b").mkdir(parents=True)
     (tmp_path / "_hidden").mkdir()

@@ -17,9 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dask_windows as dw
-from dask_windows import batch as batch_module
-from dask_windows import memory, reading
-from dask_windows.batch import Gatherer, _run_gather
+from dask_windows.runtime import batch as batch_module
+from dask_windows.runtime import memory, reading
+from dask_windows.runtime.batch import Gatherer, _run_gather
 
 FEATURES = ["f0", "f1", "f2"]
 WINDOW = 16

@@ -15,9 +15,9 @@ import torch
 from helpers import make_frames, write_parquet
 
 import dask_windows as dw
-from dask_windows import batch as batch_module
-from dask_windows.batch import Gatherer, OutputPool, PathChoice
 from dask_windows.normalize import standardize_windows
+from dask_windows.runtime import batch as batch_module
+from dask_windows.runtime.batch import Gatherer, OutputPool, PathChoice
 
 FEATURES = ["f0", "f1", "f2"]
 TARGETS = ["y", "z"]

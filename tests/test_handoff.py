@@ -8,8 +8,8 @@ import threading
 
 import numpy as np
 
-from dask_windows.buffer import Part
-from dask_windows.handoff import pack, recv, release, send, shared_empty, unpack
+from dask_windows.runtime.buffer import Part
+from dask_windows.speedups.handoff import pack, recv, release, send, shared_empty, unpack
 
 
 def roundtrip(value):

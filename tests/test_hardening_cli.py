@@ -153,7 +153,7 @@ def test_read_workers_in_a_script_without_main_guard_raises(tmp_path):
     ],
 )
 def test_main_guard_lines(tmp_path, code, line, guarded):
-    from dask_windows.main_guard import _guarded_lines
+    from dask_windows.speedups.main_guard import _guarded_lines
 
     path = tmp_path / "s.py"
     path.write_text(code)

@@ -29,11 +29,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dask_windows as dw
-from dask_windows import pairs
 from dask_windows.checks import SeriesOrderWarning
 from dask_windows.errors import DataError, SchemaError, SourceReadError
 from dask_windows.faults import SkippedPartitionWarning
-from dask_windows.sources import parquet_heads
+from dask_windows.sources.parquet import heads as parquet_heads
+from dask_windows.speedups import pairs
 
 ROW_GROUP = 23
 FEATURES = ["f0", "f1"]
@@ -778,7 +778,7 @@ def test_real_panel_sample_normalised_from_the_window_table_around_nan_weeks(tmp
     # Buffers of more than buffer.HEAD windows: from position max(HEAD, windows / 32) on, the
     # statistics come from the per-buffer table (window_table), built over rows that hold co2's NaN
     # weeks, which must only mark their blocks' windows, never give other numbers.
-    from dask_windows import window_table
+    from dask_windows.runtime import window_table
 
     real = pytest.importorskip("test_real_data")
     panel = real.panel_frame()

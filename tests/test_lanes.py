@@ -1,4 +1,4 @@
-"""Runs of full batches gathered on two lanes (``dask_windows.lanes``) against one thread and an oracle.
+"""Runs of full batches gathered on two lanes (``dask_windows.speedups.lanes``) against one thread and an oracle.
 
 Every batch must be the windows cut by hand from the source rows, for both layouts, small and large
 batches, a partial last batch, batches held while later ones are gathered, in the same order as the
@@ -17,8 +17,8 @@ import pytest
 from helpers import make_frames, write_parquet
 
 import dask_windows as dw
-from dask_windows import lanes
-from dask_windows.batch import _run_gather
+from dask_windows.runtime.batch import _run_gather
+from dask_windows.speedups import lanes
 
 FEATURES = ["f0", "f1", "f2"]
 WINDOW = 16
@@ -316,7 +316,7 @@ def test_the_choice_keeps_the_faster_way():
 EXIT_SCRIPT = """
 import sys
 import dask_windows as dw
-from dask_windows import lanes
+from dask_windows.speedups import lanes
 
 class Both(lanes.LaneChoice):
     def __init__(self):

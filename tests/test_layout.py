@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import dask_windows as dw
 from dask_windows.cli.convert import convert
 from dask_windows.cli.layout import canonical_rows, file_runs, plan_spread, read_converted
-from dask_windows.index import run_grid
+from dask_windows.planning.index import run_grid
 from dask_windows.sources.manifest import MANIFEST_NAME, span_shortfall
 
 

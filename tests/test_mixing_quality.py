@@ -18,10 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dask_windows as dw
-from dask_windows import plan
-from dask_windows.mixing import mixing_report, plan_batches
-from dask_windows.plan import batches_per_rank, piece_order, piece_table, plan_reader, worker_batch_range
-from dask_windows.world import World
+from dask_windows.planning import plan
+from dask_windows.planning.mixing import mixing_report, plan_batches
+from dask_windows.planning.plan import batches_per_rank, piece_order, piece_table, plan_reader, worker_batch_range
+from dask_windows.planning.world import World
 
 # -- the order ------------------------------------------------------------------------------
 

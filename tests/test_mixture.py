@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import dask_windows as dw
 from dask_windows.errors import ConfigError
-from dask_windows.schedule import labels, positions, prefix_counts
+from dask_windows.planning.schedule import labels, positions, prefix_counts
 
 WINDOW = 3
 # Members of very different sizes; values encode (member offset + row) so an index names a window.

@@ -20,9 +20,9 @@ import torch
 from helpers import collect, same_batches, threads_started_here, write_parquet
 
 import dask_windows as dw
-from dask_windows import nextpass
 from dask_windows.errors import SourceReadError
 from dask_windows.sources.base import PartitionReader
+from dask_windows.speedups import nextpass
 
 FILES, ROWS, GROUP = 4, 960, 120  # 8 row groups per file: pieces along row groups, paired reads
 
@@ -130,7 +130,7 @@ def test_array_data_reads_its_next_pass_ahead_too(claims):
 
 def test_not_with_paired_reads_in_a_pass_of_fewer_than_four_buffers(root, claims):
     ds = make(root, buffer_partitions=2)  # two buffers, read as one pair: the pass never holds a third
-    assert len(ds._plan(dw.world.World()).buffers) == 2
+    assert len(ds._plan(dw.planning.world.World()).buffers) == 2
     assert same_batches(epoch_of(ds), fresh(root, 0, buffer_partitions=2))
     assert loader_threads() == []
     ds = make(root, buffer_partitions=2, pieces_per_partition=1)  # not paired: read ahead
@@ -143,7 +143,7 @@ def test_not_with_paired_reads_in_a_pass_of_fewer_than_four_buffers(root, claims
 def test_not_where_the_plan_outweighs_the_buffer(root, claims, monkeypatch):
     monkeypatch.setattr(nextpass, "PLAN_SHARE", 8)
     ds = make(root)  # 256 pieces of 3.75 KiB: a plan of 51 KiB beside buffers of 7.5 KiB
-    assert nextpass._plan_bytes(ds._plan(dw.world.World())) * 8 > nextpass._buffer_bytes(ds)
+    assert nextpass._plan_bytes(ds._plan(dw.planning.world.World())) * 8 > nextpass._buffer_bytes(ds)
     epoch_of(ds)
     assert loader_threads() == []
     big = make(root, pieces_per_partition=1, buffer_partitions=2)  # 4 pieces: 800 bytes
@@ -371,7 +371,7 @@ def test_an_object_store_dataset_reads_its_next_pass_ahead_too(claims):
     pytest.importorskip("moto.server")
     from helpers import make_frames, s3_endpoint
 
-    from dask_windows.world import World
+    from dask_windows.planning.world import World
 
     s3 = s3_endpoint("nextpass", make_frames(seed=5, num_files=5, num_series=40, max_len=200))
     try:

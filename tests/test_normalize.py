@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dask_windows as dw
-from dask_windows.batch import Gatherer
 from dask_windows.normalize import standardize, standardize_windows
+from dask_windows.runtime.batch import Gatherer
 
 FEATURES = ["f0", "f1", "f2"]
 MEAN = np.array([1.5, -2.0, 30.0], np.float32)
@@ -342,8 +342,8 @@ def _hostile_bound(x0: np.ndarray, want: np.ndarray) -> np.ndarray:
 
 def _table_from(monkeypatch, head: int) -> None:
     """Buffers hand over their first ``head`` windows before the table, which serves the rest."""
-    import dask_windows.buffer as buffer_module
-    import dask_windows.pipeline as pipeline_module
+    import dask_windows.runtime.buffer as buffer_module
+    import dask_windows.runtime.pipeline as pipeline_module
 
     monkeypatch.setattr(buffer_module, "HEAD", head)
     monkeypatch.setattr(pipeline_module, "HEAD", head)

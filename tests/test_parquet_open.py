@@ -22,8 +22,8 @@ import pytest
 
 from dask_windows.errors import SourceReadError
 from dask_windows.sources import ParquetSource, identity
-from dask_windows.sources.footers import FOOTER_BYTES, read_local
 from dask_windows.sources.parquet import _unpack_runs
+from dask_windows.sources.parquet.footers import FOOTER_BYTES, read_local
 
 
 def _write(path, frame: pd.DataFrame, **kw) -> str:
@@ -177,7 +177,7 @@ def test_local_opening_gives_the_same_results_on_one_thread_or_many(waits):
     import threading
     import time
 
-    from dask_windows.sources.parquet_open import PROBE_FILES, _open_local
+    from dask_windows.sources.parquet.opening import PROBE_FILES, _open_local
 
     seen: set[int] = set()
 

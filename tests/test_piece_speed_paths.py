@@ -18,14 +18,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dask_windows as dw
-from dask_windows import buffer as buffer_module
-from dask_windows import reading
-from dask_windows.blocks import merge_rows, segment_runs, segment_starts
-from dask_windows.buffer import Buffer, decode, decode_pieces, piece_units
 from dask_windows.checks import FLOAT32_MAX
+from dask_windows.planning.windows import window_starts
+from dask_windows.planning.world import World
+from dask_windows.runtime import buffer as buffer_module
+from dask_windows.runtime import reading
+from dask_windows.runtime.blocks import merge_rows, segment_runs, segment_starts
+from dask_windows.runtime.buffer import Buffer, decode, decode_pieces, piece_units
 from dask_windows.spec import WindowSpec
-from dask_windows.windows import window_starts
-from dask_windows.world import World
 
 KW = dict(features=["f0", "f1"], targets=["y"], series="sid", window=8, batch_size=16, return_index=True)
 
@@ -331,7 +331,7 @@ def test_parquet_read_ranges_is_read_rows_range_by_range(root):
 
 def _whole_reads(monkeypatch):
     """Read every unit whole (``read_ranges``), as before pieces were read a row group at a time."""
-    from dask_windows.sources.parquet_rows import ParquetRows
+    from dask_windows.sources.parquet.rows import ParquetRows
 
     monkeypatch.setattr(ParquetRows, "read_ranges_chunks", lambda self, index, columns, ranges: None)
 
@@ -349,7 +349,7 @@ def _whole_reads(monkeypatch):
 def test_reading_a_row_group_at_a_time_yields_what_whole_reads_yield(tmp_path, monkeypatch, kw, chunk_bytes):
     """Row group by row group, decoded into the buffer as they come: the same bits as one read per unit,
     also where a column converts by what a row group holds (integers with nulls in one row group only)."""
-    from dask_windows.sources import parquet_rows
+    from dask_windows.sources.parquet import rows as parquet_rows
 
     monkeypatch.setattr(parquet_rows, "CHUNK_BYTES", chunk_bytes)
     rng = np.random.default_rng(5)
@@ -379,7 +379,7 @@ def test_reading_a_row_group_at_a_time_yields_what_whole_reads_yield(tmp_path, m
 
 @pytest.mark.parametrize("chunk_bytes", [1, 200, 1 << 24])
 def test_row_group_reads_are_the_rows_read_ranges_returns(root, monkeypatch, chunk_bytes):
-    from dask_windows.sources import parquet_rows
+    from dask_windows.sources.parquet import rows as parquet_rows
 
     monkeypatch.setattr(parquet_rows, "CHUNK_BYTES", chunk_bytes)
     ds = dw.WindowDataset(root, **KW)

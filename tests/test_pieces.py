@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from scale_helpers import make_uneven_frames, run_child, wait
 
 import dask_windows as dw
-from dask_windows.buffer import permute_windows
-from dask_windows.mixing import block_histogram, mixing_report, plan_batches
-from dask_windows.plan import batches_per_rank, piece_table, plan_reader, rng_for, worker_batch_range
-from dask_windows.world import World
+from dask_windows.planning.mixing import block_histogram, mixing_report, plan_batches
+from dask_windows.planning.plan import batches_per_rank, piece_table, plan_reader, rng_for, worker_batch_range
+from dask_windows.planning.world import World
+from dask_windows.runtime.buffer import permute_windows
 
 KW = dict(features=["f0", "f1"], targets=["y"], series="sid", window=8, batch_size=16, return_index=True)
 

@@ -14,10 +14,10 @@ import pytest
 from helpers import make_frames, oracle_starts, threads_started_here, write_parquet
 
 import dask_windows as dw
-from dask_windows import buffer
 from dask_windows.errors import DataError
-from dask_windows.mixing import plan_batches
-from dask_windows.plan import rng_for
+from dask_windows.planning.mixing import plan_batches
+from dask_windows.planning.plan import rng_for
+from dask_windows.runtime import buffer
 
 
 def loader_threads() -> list[str]:
@@ -80,7 +80,7 @@ def test_every_window_once_values_and_order_are_the_same_with_or_without_threads
 
 def test_first_buffer_is_larger_than_the_head(root):
     ds = make(root, buffer_partitions=2, pieces_per_partition=1)
-    first = ds._plan(dw.world.World(0, 1, 0, 1)).buffers[0]
+    first = ds._plan(dw.planning.world.World(0, 1, 0, 1)).buffers[0]
     assert sum(seg.num_windows for seg in first) > 3 * 32 > buffer.HEAD  # the lazy tail is exercised
 
 

@@ -6,10 +6,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dask_windows.buffer import permute_windows
-from dask_windows.plan import batches_per_rank, epoch_order, plan_reader, rng_for, worker_batch_range
-from dask_windows.resume import round_robin
-from dask_windows.world import World
+from dask_windows.planning.plan import batches_per_rank, epoch_order, plan_reader, rng_for, worker_batch_range
+from dask_windows.planning.resume import round_robin
+from dask_windows.planning.world import World
+from dask_windows.runtime.buffer import permute_windows
 
 configs = st.fixed_dictionaries(
     {

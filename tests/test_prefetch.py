@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from dask_windows.prefetch import Ahead, PrefetchClosed, Prefetcher
+from dask_windows.runtime.prefetch import Ahead, PrefetchClosed, Prefetcher
 
 
 def test_yields_in_order_with_and_without_thread():

@@ -19,8 +19,8 @@ import pytest
 from helpers import write_parquet
 
 import dask_windows as dw
-from dask_windows import reading
-from dask_windows.world import World
+from dask_windows.planning.world import World
+from dask_windows.runtime import reading
 
 FILES, WINDOWS, WINDOW, BATCH = 8, 32, 16, 8  # per file: WINDOWS windows of WINDOW rows (stride = window)
 

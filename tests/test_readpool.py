@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from helpers import make_frames, oracle_starts, write_parquet
 
-from dask_windows.buffer import Part
 from dask_windows.errors import SourceReadError
-from dask_windows.handoff import shared_empty
-from dask_windows.readpool import ReadPool, pool_for
+from dask_windows.runtime.buffer import Part
+from dask_windows.speedups.handoff import shared_empty
+from dask_windows.speedups.readpool import ReadPool, pool_for
 
 ROWS = 50_000  # (4, ROWS) float32 = 800 kB: travels through shared memory
 READY_S = 120  # generous: the forkserver imports torch once, on a loaded machine

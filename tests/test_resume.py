@@ -20,11 +20,11 @@ from scale_helpers import (
 )
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from dask_windows.buffer import piece_units
 from dask_windows.errors import ConfigError
-from dask_windows.plan import worker_batch_range
-from dask_windows.resume import round_robin
-from dask_windows.world import World
+from dask_windows.planning.plan import worker_batch_range
+from dask_windows.planning.resume import round_robin
+from dask_windows.planning.world import World
+from dask_windows.runtime.buffer import piece_units
 
 SIZES = [40, 150, 60, 130, 45, 170, 55, 120]
 SETTINGS = {

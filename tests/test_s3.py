@@ -88,8 +88,8 @@ def test_pickled_dataset_does_not_list_again(s3):
 
 def _pieces_read(ds) -> int:
     """GETs of one epoch of ``ds``: one coalesced GET per unit (a buffer's pieces of one partition)."""
-    from dask_windows.buffer import piece_units
-    from dask_windows.world import World
+    from dask_windows.planning.world import World
+    from dask_windows.runtime.buffer import piece_units
 
     plan = ds._plan(World(0, 1, 0, 1))
     assert len(piece_units(plan)) <= len(plan.segments)  # a buffer's pieces of one partition share one GET

@@ -13,7 +13,7 @@ from helpers import make_frames, oracle_starts, write_parquet
 from torch.utils.data import DataLoader
 
 import dask_windows as dw
-from dask_windows import slots
+from dask_windows.speedups import slots
 
 WINDOW = 8
 ROOT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -18,8 +18,9 @@ import torch
 from helpers import collect, make_frames, oracle_starts, write_parquet
 
 import dask_windows as dw
-from dask_windows import reading, spares
-from dask_windows.spares import Spares
+from dask_windows.runtime import reading
+from dask_windows.speedups import spares
+from dask_windows.speedups.spares import Spares
 
 SHAPE = (4, 1 << 18)  # 4 MiB of float32: above MIN_BYTES
 

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 import dask_windows as dw
 from dask_windows.errors import ConfigError
-from dask_windows.plan import PIECE_ORDER, batches_per_rank, piece_table, plan_reader, unit_pieces
-from dask_windows.reading import piece_cells, unit_windows
-from dask_windows.windows import window_starts
-from dask_windows.world import World
+from dask_windows.planning.plan import PIECE_ORDER, batches_per_rank, piece_table, plan_reader, unit_pieces
+from dask_windows.planning.windows import window_starts
+from dask_windows.planning.world import World
+from dask_windows.runtime.reading import piece_cells, unit_windows
 
 KW = dict(features=["f0", "f1"], targets=["y"], series="sid", window=8, batch_size=16, return_index=True)
 ROW_GROUP = 23
@@ -236,7 +236,7 @@ def _decoded(source, monkeypatch) -> list:
 
 
 def test_a_halo_reads_the_next_row_groups_head_not_the_row_group(root, monkeypatch):
-    from dask_windows.sources import parquet_heads
+    from dask_windows.sources.parquet import heads as parquet_heads
 
     ds = dw.WindowDataset(root, **KW)
     source, cols, halo = ds.source, list(ds.spec.columns), ds.spec.span - 1
@@ -262,7 +262,7 @@ def test_a_halo_reads_the_next_row_groups_head_not_the_row_group(root, monkeypat
 def test_head_cache_is_bounded_and_starts_empty_in_another_process():
     import pickle
 
-    from dask_windows.sources.parquet_heads import HeadCache
+    from dask_windows.sources.parquet.heads import HeadCache
 
     cache = HeadCache(limit=3 * 80)
     for g in range(5):
@@ -313,7 +313,8 @@ def many_root(many, tmp_path_factory):
     ],
 )
 def test_paired_reads_yield_the_bits_of_reads_apart_with_fewer_decodes(many, many_root, monkeypatch, kw, fewer):
-    from dask_windows import pairs, reading
+    from dask_windows.runtime import reading
+    from dask_windows.speedups import pairs
 
     settings = {**KW, "buffer_partitions": 1, "next_pass_seconds": 0, **kw}  # decodes of one pass (no read-ahead)
     ds = dw.WindowDataset(many_root, **settings)
@@ -337,7 +338,8 @@ def test_paired_reads_yield_the_bits_of_reads_apart_with_fewer_decodes(many, man
 def test_paired_reads_are_off_where_they_could_change_values_or_memory(tmp_path, root):
     import pandas as pd
 
-    from dask_windows import pairs, reading
+    from dask_windows.runtime import reading
+    from dask_windows.speedups import pairs
 
     def allowed(path, **kw):
         ds = dw.WindowDataset(path, **{**KW, **kw})
@@ -353,8 +355,8 @@ def test_paired_reads_are_off_where_they_could_change_values_or_memory(tmp_path,
 
 
 def test_paired_reads_skip_an_unreadable_partition_like_reads_apart(many_root, monkeypatch):
-    from dask_windows import pairs
     from dask_windows.errors import SourceReadError
+    from dask_windows.speedups import pairs
 
     datasets = [dw.WindowDataset(many_root, **KW, on_error="skip", buffer_partitions=1) for _ in range(2)]
     original = type(datasets[0].source)._read_groups

@@ -8,9 +8,9 @@ import pytest
 from helpers import write_parquet
 
 import dask_windows as dw
-import dask_windows.window_table as window_table
+import dask_windows.runtime.window_table as window_table
 from dask_windows.normalize import standardize_windows
-from dask_windows.window_table import apply_table, build_table, worth_building
+from dask_windows.runtime.window_table import apply_table, build_table, worth_building
 
 _U32 = float(np.finfo(np.float32).eps)
 
@@ -122,8 +122,8 @@ def _series_root(tmp_path, rows: int = 1_500) -> str:
 
 
 def _table_from(monkeypatch, head: int) -> None:
-    import dask_windows.buffer as buffer_module
-    import dask_windows.pipeline as pipeline_module
+    import dask_windows.runtime.buffer as buffer_module
+    import dask_windows.runtime.pipeline as pipeline_module
 
     monkeypatch.setattr(buffer_module, "HEAD", head)
     monkeypatch.setattr(pipeline_module, "HEAD", head)
@@ -172,7 +172,7 @@ def test_batches_gathered_into_worker_slots_and_decoded_by_read_workers(tmp_path
     """Batches of 288 KiB (DataLoader workers gather them straight into shared slots) standardised
     from the tables in the workers: the float64 reference; ``read_workers=1`` (decoding in another
     process, the buffers and tables here): the bits of ``read_workers=0``."""
-    from dask_windows.readpool import pool_for
+    from dask_windows.speedups.readpool import pool_for
 
     _table_from(monkeypatch, 300)
     root = _series_root(tmp_path, rows=4_000)

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dask_windows.index import PartitionRuns, WindowGrid
-from dask_windows.windows import find_runs, split_runs_at, window_starts, windows_per_run
+from dask_windows.planning.index import PartitionRuns, WindowGrid
+from dask_windows.planning.windows import find_runs, split_runs_at, window_starts, windows_per_run
 
 
 def brute_runs(keys):
@@ -90,7 +90,7 @@ def test_grid_restrict_keeps_the_start_grid():
 
 @given(st.lists(st.integers(0, 2), min_size=1, max_size=50), st.data())
 def test_join_runs_over_chunks_equals_runs_of_the_whole(keys, data):
-    from dask_windows.windows import join_runs
+    from dask_windows.planning.windows import join_runs
 
     keys = np.array(keys)
     cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(keys) - 1)), max_size=5)))
@@ -134,7 +134,7 @@ def test_origin_and_owned_place_runs_on_their_series_grid(lengths, span, stride,
 
 def test_nan_drop_keeps_the_run_grid_issue_11_item_5():
     """NaN at row 2, window 2, stride 2: starts [0, 4, 6, 8], not a grid restarted after the NaN."""
-    from dask_windows.index import scan_runs
+    from dask_windows.planning.index import scan_runs
 
     runs = scan_runs(1, lambda i: (np.array([0]), np.array([10]), np.array(["a"])), lambda i: np.array([2]))
     assert _grid_starts(runs[0], 2, 2) == [0, 4, 6, 8]
@@ -146,7 +146,7 @@ def test_nan_drop_keeps_the_run_grid_issue_11_item_5():
 )
 def test_nan_drop_drops_only_windows_holding_a_nan(lengths, span, stride, placed, data):
     """Brute force: the grid of each whole run (with its origin and owned rows), minus windows with a bad row."""
-    from dask_windows.index import scan_runs
+    from dask_windows.planning.index import scan_runs
 
     lengths = np.array(lengths, np.int64)
     starts = np.cumsum(lengths) - lengths

@@ -154,7 +154,7 @@ def _cmd_inspect(args: argparse.Namespace) -> dict:
         retries=args.retries,
     )
     if args.mixing:
-        from dask_windows.mixing import inspect_mixing
+        from dask_windows.planning.mixing import inspect_mixing
 
         out["mixing"] = inspect_mixing(
             args.path,
@@ -215,7 +215,7 @@ def _cmd_inspect(args: argparse.Namespace) -> dict:
         )
     rows.append(("time", f"{out['seconds']:.3f} s"))
     if args.mixing:
-        from dask_windows.mixing import format_report
+        from dask_windows.planning.mixing import format_report
 
         return {"text": _table(rows) + "\n\nmixing\n" + format_report(out["mixing"])}
     return {"text": _table(rows)}

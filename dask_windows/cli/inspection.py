@@ -20,13 +20,13 @@ import pyarrow.parquet as pq
 
 from dask_windows.cli.inspect_nan import reject_non_finite
 from dask_windows.errors import ConfigError
-from dask_windows.index import PartitionRuns, WindowGrid
+from dask_windows.planning.index import PartitionRuns, WindowGrid
+from dask_windows.planning.windows import windows_per_run
 from dask_windows.sources.base import DEFAULT_PARTITION_BYTES
 from dask_windows.sources.manifest import read_manifest, span_shortfall
 from dask_windows.sources.parquet import PARQUET_SUFFIXES, ParquetSource
 from dask_windows.sources.retry import resolve_retry
 from dask_windows.spec import WindowSpec
-from dask_windows.windows import windows_per_run
 
 logger = logging.getLogger("dask_windows.cli.summary")
 

@@ -2,7 +2,7 @@
 
 Lightning iterates each loader once per epoch and calls ``set_epoch`` only on samplers, never on
 an ``IterableDataset``; the dataset advances its epoch by itself on each pass (see
-``dask_windows.epochs``), so epoch ``k`` of the Trainer is the dataset's epoch ``k`` on every rank
+``dask_windows.runtime.epochs``), so epoch ``k`` of the Trainer is the dataset's epoch ``k`` on every rank
 and in every worker. Under DDP each rank's dataset looks its rank up from ``torch.distributed``
 when iterated, so ranks get disjoint windows and the same number of batches (Lightning's
 distributed sampler is not used for an ``IterableDataset``). The loaders are torchdata's

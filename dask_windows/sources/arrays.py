@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from dask_windows.errors import ConfigError, SchemaError
+from dask_windows.planning.windows import find_runs
 from dask_windows.sources.base import DEFAULT_PARTITION_ROWS, Partition, Source
-from dask_windows.windows import find_runs
 
 __all__ = ["ArraySource"]
 

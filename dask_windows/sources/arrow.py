@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 
 from dask_windows.errors import ConfigError
+from dask_windows.planning.windows import find_runs
 from dask_windows.sources.base import DEFAULT_PARTITION_BYTES, DEFAULT_PARTITION_ROWS, Partition, Source
-from dask_windows.windows import find_runs
 
 __all__ = ["ArrowSource", "arrow_table", "is_arrow_like", "memory_mapped", "numpy_column"]
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from dask_windows.errors import SchemaError
 from dask_windows.faults import SkippedPartition
-from dask_windows.windows import find_runs, join_runs
+from dask_windows.planning.windows import find_runs, join_runs
 
 __all__ = [
     "DEFAULT_PARTITION_BYTES",

@@ -42,9 +42,9 @@ from dask_windows.faults import (
     opening_skip_allowed,
     record_skip,
 )
+from dask_windows.planning.windows import find_runs
 from dask_windows.sources.base import Partition, PartitionReader, Source
 from dask_windows.sources.retry import RetryPolicy, resolve_retry
-from dask_windows.windows import find_runs
 
 __all__ = ["DaskSource"]
 

@@ -279,8 +279,8 @@ def span_shortfall(manifest: dict, span: int, stride: int) -> tuple[int, int]:
     """
     import pandas as pd
 
-    from dask_windows.index import run_grid
-    from dask_windows.windows import windows_per_run
+    from dask_windows.planning.index import run_grid
+    from dask_windows.planning.windows import windows_per_run
 
     if manifest.get("version", 1) < 2 or span <= manifest["span"]:
         return 0, 0

@@ -35,10 +35,10 @@ from typing import Any
 import numpy as np
 
 from dask_windows.errors import ConfigError
-from dask_windows.plan import worker_batch_range
-from dask_windows.resume_math import ORDER_SETTINGS as ORDER_SETTINGS
-from dask_windows.resume_math import fingerprint, round_robin
-from dask_windows.world import World
+from dask_windows.planning.plan import worker_batch_range
+from dask_windows.planning.resume_math import ORDER_SETTINGS as ORDER_SETTINGS
+from dask_windows.planning.resume_math import fingerprint, round_robin
+from dask_windows.planning.world import World
 
 __all__ = ["FORMAT", "VERSION", "Resumer", "fingerprint", "round_robin"]
 
@@ -161,7 +161,7 @@ class Resumer:
             world: This process's rank and DataLoader worker.
             shape: ``(num_windows, batch_size, drop_last)`` of the dataset.
         """
-        from dask_windows.elastic import divide, is_elastic
+        from dask_windows.planning.elastic import divide, is_elastic
 
         state = self.pending if self.pending is not None and self.pending["epoch"] == epoch else None
         if state is None or not is_elastic(state, world.world_size, world.num_workers):
@@ -183,7 +183,7 @@ class Resumer:
         ``num_workers`` when known: inside a DataLoader worker) or such a pass is in progress here.
         So, as after a plain resume, a loop yields ``len(ds) - state["batches"]`` batches.
         """
-        from dask_windows.elastic import batches_of_rest, is_elastic
+        from dask_windows.planning.elastic import batches_of_rest, is_elastic
 
         done = getattr(self, "elastic_pass", None)
         due = self.pending is not None and self.pending["epoch"] == epoch  # a state not yet used
@@ -204,7 +204,7 @@ class Resumer:
             done["ended"] = True
 
     def _rest(self, state: dict, shape: tuple[int, int, bool]) -> tuple[list, tuple[int, int]]:
-        from dask_windows.elastic import rest_from_state
+        from dask_windows.planning.elastic import rest_from_state
 
         if state["scope"] != "loader":
             raise ConfigError(
@@ -356,7 +356,7 @@ class Resumer:
         self, epoch: int, world_size: int, num_workers: int | None, shape: tuple[int, int, bool] | None
     ) -> dict | None:
         """The pieces an elastic pass of ``epoch`` divides (begun here, or due by the loaded state)."""
-        from dask_windows.elastic import is_elastic
+        from dask_windows.planning.elastic import is_elastic
 
         done = getattr(self, "elastic_pass", None)
         if done is not None and done["epoch"] == epoch and (self.pending is None or self.pending["epoch"] != epoch):

@@ -56,14 +56,14 @@ from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import get_worker_info
 
-from dask_windows.prefetch import Ahead, Prefetcher
-from dask_windows.world import World
+from dask_windows.planning.world import World
+from dask_windows.runtime.prefetch import Ahead, Prefetcher
 
 if TYPE_CHECKING:
     from dask_windows.dataset import WindowDataset
-    from dask_windows.plan import EpochPlan
-    from dask_windows.reading import Reads
-    from dask_windows.spares import Spares
+    from dask_windows.planning.plan import EpochPlan
+    from dask_windows.runtime.reading import Reads
+    from dask_windows.speedups.spares import Spares
 
 __all__ = [
     "JOIN_SECONDS",
@@ -236,8 +236,8 @@ def begin(ds: WindowDataset, epoch: int, world: World, spares: Spares | None = N
     reads = None
     try:
         release(ds)  # an earlier one no pass took
-        from dask_windows import reading
-        from dask_windows.pipeline import start_builder
+        from dask_windows.runtime import reading
+        from dask_windows.runtime.pipeline import start_builder
         from dask_windows.sources import PartitionReader
 
         pinned = ds.epoch  # this pass's epoch, or the one set_epoch chose since it began

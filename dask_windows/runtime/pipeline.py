@@ -50,14 +50,14 @@ from typing import Any
 import numpy as np
 import numpy.random  # (numpy 2 loads it on first use: 0.05-0.14 s of extension modules in the first plan)
 
-from dask_windows.batch import OutputPool, normalize_per_sample
-from dask_windows.buffer import HEAD, Buffer, Part, PlannedStarts, permute_head, permute_tail, permute_windows
 from dask_windows.errors import SourceReadError
 from dask_windows.faults import REPLACEMENT_TAG
-from dask_windows.index import WindowGrid
-from dask_windows.memory import trim
-from dask_windows.plan import EpochPlan, Segment, rng_for
-from dask_windows.prefetch import Ahead
+from dask_windows.planning.index import WindowGrid
+from dask_windows.planning.plan import EpochPlan, Segment, rng_for
+from dask_windows.runtime.batch import OutputPool, normalize_per_sample
+from dask_windows.runtime.buffer import HEAD, Buffer, Part, PlannedStarts, permute_head, permute_tail, permute_windows
+from dask_windows.runtime.memory import trim
+from dask_windows.runtime.prefetch import Ahead
 from dask_windows.spec import WindowSpec
 
 __all__ = ["start_builder", "stream"]
@@ -234,7 +234,7 @@ def _add_table(built: _Built, spec: WindowSpec) -> None:
     a window's values depend on its position alone, not on which buffer a stream begins or
     resumes with or on the threads' timing; buffers of at most ``HEAD`` windows have none.
     """
-    from dask_windows.window_table import WindowTable, build_table, worth_building
+    from dask_windows.runtime.window_table import WindowTable, build_table, worth_building
 
     buffer = built.buffer
     x = buffer.gatherer.source
@@ -353,7 +353,7 @@ def stream(
     carry: list[tuple] = []  # pieces of a batch begun in the previous buffer
     carried = 0
     pool: Any = OutputPool()  # full batches' feature arrays, reused once no caller holds them
-    slots = sys.modules.get("dask_windows.slots")  # imported with torch, by the dataset
+    slots = sys.modules.get("dask_windows.speedups.slots")  # imported with torch, by the dataset
     if slots is not None:
         pool = slots.output_pool() or pool  # in a DataLoader worker: gathered straight into shared slots
     per_sample, channel_major = normalize == "sample", spec.layout == "NCL"

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dask_windows.errors import SourceReadError
+from dask_windows.planning.windows import find_runs, join_runs
 from dask_windows.sources.base import Partition
-from dask_windows.sources.footers import Footer
-from dask_windows.windows import find_runs, join_runs
+from dask_windows.sources.parquet.footers import Footer
 
 __all__ = ["CHUNK_BYTES", "ParquetRows"]
 
@@ -221,7 +221,7 @@ class ParquetRows:
     def _head(self, index: int, group: int, rows: int, columns: list) -> dict | None:
         """The first ``rows`` rows of row group ``group``: kept ones, else its first batch read
         (``parquet_heads.read_head``); ``None`` when that fails (the caller reads the row group)."""
-        from dask_windows.sources.parquet_heads import HeadCache, read_head
+        from dask_windows.sources.parquet.heads import HeadCache, read_head
 
         path = self.partitions[index].key[0]
         cache = self.__dict__.setdefault("_head_cache", HeadCache())
@@ -247,7 +247,7 @@ class ParquetRows:
         halo = int(getattr(self, "_halo", 0))
         if halo <= 0:
             return
-        from dask_windows.sources.parquet_heads import HeadCache
+        from dask_windows.sources.parquet.heads import HeadCache
 
         if not all(self._head_stable(index, g, list(data)) for g in groups):  # a read converted by its nulls
             return

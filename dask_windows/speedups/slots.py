@@ -78,7 +78,7 @@ def output_pool() -> SlotPool | None:
 
 
 class SlotPool:
-    """:class:`~dask_windows.batch.OutputPool`'s interface over slots: a batch is gathered straight into one.
+    """:class:`~dask_windows.runtime.batch.OutputPool`'s interface over slots: a batch is gathered straight into one.
 
     Each array starts a slot of room for it plus ``HEADROOM`` (targets and start rows, which
     :func:`shared` then copies in after it), so the batch's features are never copied again.
@@ -90,7 +90,7 @@ class SlotPool:
     direct_bytes = DIRECT_BYTES
 
     def __init__(self) -> None:
-        from dask_windows.batch import OutputPool
+        from dask_windows.runtime.batch import OutputPool
 
         self._fallback = OutputPool()
         self.choice = self._fallback.choice

@@ -25,9 +25,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from torch.utils.data import get_worker_info
 
-from dask_windows import nextpass
-from dask_windows.blocks import merge_rows
-from dask_windows.buffer import (
+from dask_windows.errors import SourceReadError
+from dask_windows.faults import record_skip, skip_allowed
+from dask_windows.planning.plan import plan_reader
+from dask_windows.planning.world import World
+from dask_windows.runtime.blocks import merge_rows
+from dask_windows.runtime.buffer import (
     Part,
     PlannedStarts,
     decode,
@@ -38,15 +41,12 @@ from dask_windows.buffer import (
     plan_starts,
     unit_rows,
 )
-from dask_windows.errors import SourceReadError
-from dask_windows.faults import record_skip, skip_allowed
-from dask_windows.memory import small_pages_map
-from dask_windows.pipeline import stream
-from dask_windows.plan import plan_reader
-from dask_windows.prefetch import Prefetcher
+from dask_windows.runtime.memory import small_pages_map
+from dask_windows.runtime.pipeline import stream
+from dask_windows.runtime.prefetch import Prefetcher
 from dask_windows.sources import PartitionReader
-from dask_windows.spares import Spares
-from dask_windows.world import World
+from dask_windows.speedups import nextpass
+from dask_windows.speedups.spares import Spares
 
 if TYPE_CHECKING:
     from dask_windows.dataset import WindowDataset
@@ -158,7 +158,7 @@ def open_reads(ds: WindowDataset, plan: Any, spares: Spares | None = None) -> Re
         arena.spares = spares
     workers = pool_workers(ds)
     if workers:  # whole buffers read by the read workers, the first one here (see readpool)
-        from dask_windows.readpool import BufferReads, pool_for
+        from dask_windows.speedups.readpool import BufferReads, pool_for
 
         reader = BufferReads(ds, pool_for(ds, workers), arena, source_reader, workers)
         background = True
@@ -166,7 +166,7 @@ def open_reads(ds: WindowDataset, plan: Any, spares: Spares | None = None) -> Re
         threads = READ_THREADS if ds.source.reads_in_processes else 1  # file/object-store reads release the GIL
         depth = read_ahead(ds, plan, units, threads)
         background = depth > 0
-        from dask_windows import pairs as pairing
+        from dask_windows.speedups import pairs as pairing
 
         pairs = pairing.PairedReads(ds, units, source_reader, arena) if pairing.pairs_allowed(ds, units) else None
         read: Any = pairs.read if pairs is not None else (lambda unit: read_unit(ds, unit, source_reader, arena))

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from dask_windows.errors import ConfigError, SourceReadError
-from dask_windows.windows import find_runs
+from dask_windows.planning.windows import find_runs
 
 __all__ = [
     "FOOTER_BYTES",

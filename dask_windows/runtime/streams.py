@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from dask_windows.world import World
+from dask_windows.planning.world import World
 
 __all__ = ["Chunks", "concat", "elastic_batches", "reader_windows"]
 
@@ -36,7 +36,7 @@ def reader_windows(ds: Any, epoch: int, reader: World, lo: int, hi: int) -> Iter
     Yields:
         Tuples of tensors (features, then targets and start rows as ``ds`` yields them).
     """
-    from dask_windows.resume import Resumer
+    from dask_windows.planning.resume import Resumer
 
     if hi <= lo:
         return

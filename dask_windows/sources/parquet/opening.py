@@ -36,7 +36,8 @@ from dask_windows.faults import (
     record_skip,
 )
 from dask_windows.remedies import wrong_format
-from dask_windows.sources.footers import (
+from dask_windows.sources.identity import FileIdentity
+from dask_windows.sources.parquet.footers import (
     FOOTER_BYTES,
     TAIL_BATCH,
     Footer,
@@ -48,8 +49,7 @@ from dask_windows.sources.footers import (
     row_group_splits,
     tail_runs,
 )
-from dask_windows.sources.identity import FileIdentity
-from dask_windows.sources.ranges import chunk_ranges
+from dask_windows.sources.parquet.ranges import chunk_ranges
 from dask_windows.sources.retry import DeadlineExceeded, RetryPolicy
 
 __all__ = ["LOCAL_OPEN_THREADS", "ParquetOpening"]

@@ -4,7 +4,7 @@
 (partition rows, window grid and the settings that decide the order, in
 ``ORDER_SETTINGS``); ``round_robin`` is each DataLoader worker's share of the
 batches an in-order loader has yielded. ``resume`` (the ``Resumer``) uses both
-and re-exports them, so ``from dask_windows.resume import round_robin`` keeps
+and re-exports them, so ``from dask_windows.planning.resume import round_robin`` keeps
 working.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from dask_windows.errors import ConfigError
-from dask_windows.index import WindowGrid
-from dask_windows.plan import PIECE_ORDER
+from dask_windows.planning.index import WindowGrid
+from dask_windows.planning.plan import PIECE_ORDER
 from dask_windows.spec import WindowSpec
 
 __all__ = ["ORDER_SETTINGS", "fingerprint", "round_robin"]

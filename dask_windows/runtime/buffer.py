@@ -24,16 +24,16 @@ from typing import Any
 
 import numpy as np
 
-from dask_windows.batch import Gatherer
-from dask_windows.blocks import decode_blocks, segment_runs, segment_starts
 from dask_windows.checks import value_problem
 from dask_windows.errors import DataError
 from dask_windows.faults import replacement_picks
-from dask_windows.index import WindowGrid
 from dask_windows.normalize import standardize
-from dask_windows.plan import EpochPlan, Segment
+from dask_windows.planning.index import WindowGrid
+from dask_windows.planning.plan import EpochPlan, Segment
+from dask_windows.planning.windows import window_starts
+from dask_windows.runtime.batch import Gatherer
+from dask_windows.runtime.blocks import decode_blocks, segment_runs, segment_starts
 from dask_windows.spec import WindowSpec
-from dask_windows.windows import window_starts
 
 __all__ = [
     "HEAD",
@@ -613,6 +613,6 @@ def _check_nan(part: Part, rows: np.ndarray, spec: WindowSpec, shift: int) -> No
 
 def stream(*args: Any, **kwargs: Any) -> Iterator[object]:
     """Yield the batches of a plan: ``pipeline.stream`` (the same arguments), kept importable from here."""
-    from dask_windows.pipeline import stream as pipeline_stream
+    from dask_windows.runtime.pipeline import stream as pipeline_stream
 
     return pipeline_stream(*args, **kwargs)

@@ -52,17 +52,17 @@ from dask_windows.faults import (
 from dask_windows.sources.arrow import numpy_column
 from dask_windows.sources.base import DEFAULT_PARTITION_BYTES, Partition, Source
 from dask_windows.sources.cache import split_merged
-from dask_windows.sources.footers import (
+from dask_windows.sources.parquet.footers import (
     Footer,
     list_files,
     paused_gc,
 )
-from dask_windows.sources.parquet_manifest import ParquetManifest
-from dask_windows.sources.parquet_open import ParquetOpening
-from dask_windows.sources.parquet_rows import ParquetRows
-from dask_windows.sources.ranges import FetchedFile, chunk_ranges, fetch_ranges, merge_ranges
+from dask_windows.sources.parquet.manifest import ParquetManifest
+from dask_windows.sources.parquet.opening import ParquetOpening
+from dask_windows.sources.parquet.ranges import FetchedFile, chunk_ranges, fetch_ranges, merge_ranges
+from dask_windows.sources.parquet.rows import ParquetRows
+from dask_windows.sources.parquet.stats_check import outside_statistics
 from dask_windows.sources.retry import RetryPolicy, resolve_retry
-from dask_windows.sources.stats_check import outside_statistics
 
 __all__ = ["ParquetSource"]
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dask_windows.world import World
+from dask_windows.planning.world import World
 
 __all__ = [
     "PIECE_ORDER",

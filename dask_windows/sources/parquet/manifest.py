@@ -15,7 +15,7 @@ import os
 import posixpath
 from typing import TYPE_CHECKING, Any
 
-from dask_windows.sources.footers import Footer, map_in_blocks
+from dask_windows.sources.parquet.footers import Footer, map_in_blocks
 from dask_windows.sources.retry import RetryPolicy
 
 __all__ = ["ParquetManifest"]

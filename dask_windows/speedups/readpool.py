@@ -54,15 +54,15 @@ from typing import Any
 import torch
 
 from dask_windows.faults import SkippedPartitionWarning
-from dask_windows.handoff import pack, recv, release, send, shared_empty, unpack
-from dask_windows.main_guard import check_main_guard
-from dask_windows.prefetch import PrefetchClosed, Prefetcher
-from dask_windows.reading import READ_THREADS, BufferArena, read_unit
+from dask_windows.runtime.prefetch import PrefetchClosed, Prefetcher
+from dask_windows.runtime.reading import READ_THREADS, BufferArena, read_unit
 from dask_windows.sources import PartitionReader
+from dask_windows.speedups.handoff import pack, recv, release, send, shared_empty, unpack
+from dask_windows.speedups.main_guard import check_main_guard
 
 __all__ = ["BufferReads", "ReadPool", "close_pool", "pool_for"]
 
-_PRELOAD = ["numpy", "pyarrow.parquet", "torch", "dask_windows.dataset", "dask_windows.readpool"]
+_PRELOAD = ["numpy", "pyarrow.parquet", "torch", "dask_windows.dataset", "dask_windows.speedups.readpool"]
 
 
 # -- the pool ---------------------------------------------------------------------------------------

@@ -323,7 +323,7 @@ class Gatherer:
         numpy's run gather computes the whole run's index a chunk of batches at a time; where two
         CPUs are free to copy it, on two threads at once (``lanes``: the same batches, in order).
         """
-        from dask_windows import lanes
+        from dask_windows.speedups import lanes
 
         plain = self._scale is None and getattr(pool, "direct_bytes", None) is None  # no scaling, no slots
         rows = self._source.shape[1 if self.channel_major else 0]
@@ -401,7 +401,7 @@ class Gatherer:
         rows = self._source.shape[1 if self.channel_major else 0]
         if num_windows * self._window < _SETTLE_RATIO * rows:  # rows the windows copy, against rows moved
             return False
-        from dask_windows.memory import huge_pages
+        from dask_windows.runtime.memory import huge_pages
 
         return huge_pages(self._source)
 

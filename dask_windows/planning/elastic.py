@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dask_windows.plan import batches_per_rank, windows_per_rank, worker_batch_range
-from dask_windows.world import World
+from dask_windows.planning.plan import batches_per_rank, windows_per_rank, worker_batch_range
+from dask_windows.planning.world import World
 
 __all__ = [
     "Share",

@@ -24,15 +24,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dask_windows import reading
-from dask_windows.buffer import ChunkDecoder, Part, decode_pieces
 from dask_windows.errors import SourceReadError
 from dask_windows.faults import skip_allowed
+from dask_windows.runtime import reading
+from dask_windows.runtime.buffer import ChunkDecoder, Part, decode_pieces
 from dask_windows.sources import PartitionReader
 
 if TYPE_CHECKING:
     from dask_windows.dataset import WindowDataset
-    from dask_windows.reading import BufferArena
+    from dask_windows.runtime.reading import BufferArena
 
 __all__ = ["PairedReads", "pairs_allowed"]
 

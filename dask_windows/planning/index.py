@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from dask_windows.windows import split_runs_at, windows_per_run
+from dask_windows.planning.windows import split_runs_at, windows_per_run
 
 __all__ = ["PartitionRuns", "WindowGrid", "chain_origins", "cut_runs", "run_grid", "scan_runs"]
 

@@ -32,10 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from dask_windows.buffer import permute_windows
-from dask_windows.plan import rng_for
-from dask_windows.windows import window_starts
-from dask_windows.world import World
+from dask_windows.planning.plan import rng_for
+from dask_windows.planning.windows import window_starts
+from dask_windows.planning.world import World
+from dask_windows.runtime.buffer import permute_windows
 
 __all__ = [
     "MixingStats",

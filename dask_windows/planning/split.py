@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from dask_windows.errors import ConfigError
-from dask_windows.index import PartitionRuns, WindowGrid
+from dask_windows.planning.index import PartitionRuns, WindowGrid
 
 __all__ = ["SeriesTable", "cut_positions", "fraction_cuts", "split_grid", "time_cuts"]
 
