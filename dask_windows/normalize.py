@@ -87,7 +87,7 @@ def load_stats(
         SchemaError: a feature is missing or has no mean/std (all NaN).
         DataError: the file is not a stats document, or a mean is not finite, or a std is
             negative, infinite or NaN (checked like the ``{"mean": .., "std": ..}`` dict form), or positive
-            but below ``TINY_STD`` or float32's resolution of the mean,
+            but below ``TINY_STD`` or float64's resolution of the mean,
             naming the file, the feature and the remedy.
     """
     where = "the stats dict"
@@ -131,11 +131,11 @@ def load_stats(
                 f"{where} gives feature {name!r} the std {entry['std']!r}; a std must be a finite "
                 f"number >= 0 (0 for a constant feature); rerun `dask-windows stats`, or fix the file"
             )
-        if 0 < std[i] < max(TINY_STD, float(np.finfo(np.float32).eps) * abs(float(mean[i]))):
+        if 0 < float(entry["std"]) < max(TINY_STD, float(np.finfo(np.float64).eps) * abs(float(entry["mean"]))):
             raise DataError(
                 f"{where} gives feature {name!r} the std {entry['std']!r} (mean {entry['mean']!r}): below "
-                f"{TINY_STD:g} or below float32's resolution of the mean, so standardising would multiply "
-                f"rounding noise by {1 / float(std[i]):.3g}; if the feature is constant write std 0 (it is then "
+                f"{TINY_STD:g} or below float64's resolution of the mean, so standardising would multiply "
+                f"rounding noise by {1 / float(entry['std']):.3g}; if the feature is constant write std 0 (it is then "
                 f"only centred), else rescale it, rerun `dask-windows stats`, or fix the file"
             )
     if (std == 0).any():
@@ -143,7 +143,7 @@ def load_stats(
     return mean, std
 
 
-#: A std below this (or below float32's resolution of the mean) is refused: no float32 feature varies so little.
+#: A std below this (or below float64's resolution of the mean) is refused: it can only be rounding noise.
 TINY_STD = 1e-20
 
 

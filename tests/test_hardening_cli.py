@@ -265,7 +265,7 @@ def test_stats_with_a_vanishing_std_is_refused_naming_the_feature(tmp_path):
     path.write_text(json.dumps(stats))
     with pytest.raises(dw.DataError, match="'b'"):
         load_stats(str(path), ["a", "b"])
-    stats["b"] = {"mean": 1e6, "std": 1e-3}  # below float32's resolution at 1e6 (0.0625)
+    stats["b"] = {"mean": 1e6, "std": 1e-12}  # below float64's resolution at 1e6 (1.2e-10)
     path.write_text(json.dumps(stats))
     with pytest.raises(dw.DataError, match="'b'"):
         load_stats(str(path), ["a", "b"])
