@@ -30,6 +30,7 @@ Last, page checksums: the same rows written with page CRCs, read with verificati
     python benchmarks/bench_loader.py --only pieces --partitions 4 --seconds 2 [--pieces-k K]
     python benchmarks/bench_loader.py --only workers --partitions 2 --seconds 2
     python benchmarks/bench_loader.py --only read-workers --seconds 2 --rounds 3
+    python benchmarks/bench_loader.py --only pool   (bench_mixing.py --pool: the default pool order)
 
 ``--only read-workers`` prints windows/s and first-batch times of ``read_workers=0/1/2`` (decoding in
 worker processes, gathering here) in alternating rounds, with ratios to ``read_workers=0`` from the same
@@ -454,7 +455,7 @@ def main() -> None:
     parser.add_argument("--crc-only", action="store_true", help="only the page checksum on/off figures")
     parser.add_argument(
         "--only",
-        choices=["all", "normalisation", "workers", "read-workers", "pieces"],
+        choices=["all", "normalisation", "workers", "read-workers", "pieces", "pool"],
         default="all",
         help="which figures",
     )
@@ -470,6 +471,13 @@ def main() -> None:
         return
     if args.pieces_child:
         pieces_child(args.pieces_child)
+        return
+    if args.only == "pool":  # the pool order on the mixing issue's layouts (bench_mixing --pool, its defaults)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import bench_mixing
+
+        sys.argv = [sys.argv[0], "--pool", "--dir", os.path.join(args.dir, "pool")]
+        bench_mixing.main()
         return
     if args.only == "pieces":
         torch.set_num_threads(1)

@@ -29,6 +29,14 @@ Converted data (``dask-windows convert``) is in bench_converted.py.
     python benchmarks/bench_mixing.py [--rows 1000000] [--steps 1500] [--seeds 3] [--loader]
     python benchmarks/bench_mixing.py --train-only --seeds 30 --orders default "global'" [--pieces K]
     python benchmarks/bench_mixing.py --seeds 0 --frontier
+    python benchmarks/bench_mixing.py --pool [--pool-rows 4000] [--pool-windows 200000]
+
+``--pool`` prints the default pool order on the mixing issue's layouts (one long series in 128 and
+1,024 files of one row group and in 512 files of 8): its mixing statistics beside a global
+permutation's, row groups decoded per row group in one epoch, windows/s at stride 16 (a whole
+epoch) and stride 1 (after the first batch), wall clock and per CPU second, as ratios to whole
+partitions in a random order (``pieces_per_partition=1``) measured in the same run, and peak RSS;
+at the default budget and at one holding about ``--pool-units`` x B units.
 """
 
 from __future__ import annotations
@@ -386,6 +394,11 @@ def main() -> None:
     parser.add_argument("--frontier-rows", type=int, default=4_000_000)
     parser.add_argument("--frontier-files", type=int, default=32)
     parser.add_argument("--frontier-k", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    parser.add_argument("--pool", action="store_true", help="the pool order on the issue's layouts, alone")
+    parser.add_argument("--pool-rows", type=int, default=4_000, help="rows per file of the --pool layouts")
+    parser.add_argument("--pool-window", type=int, default=96)
+    parser.add_argument("--pool-windows", type=int, default=200_000, help="most windows timed per run")
+    parser.add_argument("--pool-units", type=float, default=3.0, help="the small budget, in B units")
     parser.add_argument("--train-only", action="store_true", help="skip the mixing table and the epoch timings")
     parser.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=LAYOUTS)
     parser.add_argument("--loader", action="store_true", help="also the bench_loader configuration")
@@ -398,6 +411,11 @@ def main() -> None:
     torch.set_num_threads(1)
     checkpoints = sorted({max(1, args.steps * f // 6) for f in (1, 2, 4, 6)})
     started = time.perf_counter()
+    if args.pool:
+        print(f"load {load()}")
+        pool_layouts(args)
+        print(f"\n{time.perf_counter() - started:.0f} s; load {load()}")
+        return
     print(
         f"{args.rows:,} rows in {args.files} raw Parquet files of {args.row_groups} row groups; window {args.window}, "
         f"horizon 1, stride {args.stride}, B={args.batch_size}, buffer_partitions=2; load {load()}"
@@ -427,13 +445,114 @@ def mixing_table(root: str, args: argparse.Namespace) -> None:
     reports = {}
     for name, ds in datasets.items():
         r = mixing_report(ds)
-        perf = epoch_child(root, args, ds.spec.pieces_per_partition)
+        perf = epoch_child(root, args, None if name == "default" else ds.spec.pieces_per_partition)
         reports[name] = r
-        label = name if name != "default" else f"default (k={ds.spec.pieces_per_partition})"
+        label = name if name != "default" else "default (pool order)"
         print(fmt(label, r["loader"], f"{perf['rate']:>13,.0f}{perf['rss_mib']:>7.0f} MiB"))
     ds = datasets["default"]
     ref = global_shuffle_statistics(block_histogram(ds), args.batch_size, reports["default"]["loader"]["batches"], 0)
     print(fmt("global permutation", ref.__dict__))
+
+
+POOL_LAYOUTS = (("128 files x 1", 128, 1), ("1,024 files x 1", 1024, 1), ("512 files x 8", 512, 8))
+
+POOL_CHILD = """
+import sys, time, json, collections; sys.path.insert(0, sys.argv[1]); import torch; torch.set_num_threads(1)
+import dask_windows as dw
+a = json.loads(sys.argv[2])
+ds = dw.WindowDataset(a['root'], features=['x'], targets=['x'], series=None, window=a['window'],
+    horizon=a['horizon'], stride=a['stride'], batch_size=a['batch_size'], **a['order'])
+decoded = collections.Counter()
+read = ds.source._read_table
+def counted(path, groups, columns):
+    decoded.update((path, g) for g in groups)
+    return read(path, groups, columns)
+ds.source._read_table = counted
+n, limit, first = 0, a['max_windows'], None
+t0, c0 = time.perf_counter(), time.process_time()
+for x, y in ds:
+    if first is None and limit:  # a part of an epoch: timed from its first batch on
+        first = (time.perf_counter() - t0, len(x))
+        t0, c0 = time.perf_counter(), time.process_time()
+    n += len(x)
+    if limit and n >= limit:
+        break
+dt, dc = time.perf_counter() - t0, time.process_time() - c0
+n -= first[1] if first else 0
+hwm = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM'))
+groups = sum(len(f.rows) for f in ds.source._footers.values())
+print(json.dumps({'rate': n / dt, 'cpu_rate': n / dc, 'rss_mib': hwm / 1024, 'decodes': sum(decoded.values()) / groups,
+                  'full': n >= ds.num_windows}))
+"""
+
+
+def pool_child(root: str, args: argparse.Namespace, stride: int, order: dict, max_windows: int) -> dict:
+    """Windows/s (wall and per CPU second), peak RSS and row groups decoded per row group, in a fresh process."""
+    spec = {
+        "root": root, "window": args.pool_window, "horizon": 16, "stride": stride, "batch_size": args.batch_size,
+        "order": order, "max_windows": max_windows,
+    }  # fmt: skip
+    repo = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    out = subprocess.run(
+        [sys.executable, "-c", POOL_CHILD, repo, json.dumps(spec)], capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def pool_layouts(args: argparse.Namespace) -> None:
+    """The pool order on the issue's layouts: one long series in files of ``--pool-rows`` rows."""
+    b, window = args.batch_size, args.pool_window
+    print(
+        f"\npool order: one long series, {args.pool_rows:,} rows per file, window {window}, horizon 16, B={b}; "
+        f"windows/s of one whole epoch at stride 16 (decodes counted over it), at stride 1 over "
+        f"{args.pool_windows:,} windows after the first batch; "
+        "ratios to whole partitions in a random order (pieces_per_partition=1) measured in the same run"
+    )
+    print(
+        f"  {'layout':<16}{'order':<22}{'S':>6}{'eff. B':>8}{'blocks':>8}{'lag-1':>7}"
+        f"{'dec./RG':>8}{'w/s s=16':>10}{'x':>6}{'CPU x':>7}{'w/s s=1':>10}{'x':>6}{'CPU x':>7}{'RSS MiB':>9}"
+    )
+    for name, files, groups in POOL_LAYOUTS:
+        rows = files * args.pool_rows
+        root = os.path.join(args.dir, f"pool-{files}x{groups}-{args.pool_rows}")
+        if not os.path.exists(root):
+            x, sid = make_layout("long", rows, seed=0)
+            write_layout(root, x, sid, files, groups)
+        unit = args.pool_rows // groups + window + 16
+        small = int(args.pool_units * b * unit * (8 + 8 / 16))  # about pool_units x B units resident
+        orders = {
+            "whole partitions": {"pieces_per_partition": 1},
+            "pool, 1 GiB": {},
+            f"pool, {small / 2**20:.1f} MiB": {"buffer_bytes": small},
+        }
+        base: dict = {}
+        for label, order in orders.items():
+            ds = dw.WindowDataset(
+                root, features=["x"], targets=["x"], series=None, window=window, horizon=16, stride=16,
+                batch_size=b, return_index=True, **order,
+            )  # fmt: skip
+            report = mixing_report(ds, max_batches=2000)
+            loader = report["loader"]
+            spread = report.get("pool", {}).get("resident_units", "-")
+            perf = {16: pool_child(root, args, 16, order, 0), 1: pool_child(root, args, 1, order, args.pool_windows)}
+            if not base:
+                base = perf
+                ref = report["global"]
+            ratios = [
+                f"{perf[s]['rate']:>10,.0f}{perf[s]['rate'] / base[s]['rate']:>6.2f}"
+                f"{perf[s]['cpu_rate'] / base[s]['cpu_rate']:>7.2f}"
+                for s in (16, 1)
+            ]
+            print(
+                f"  {name:<16}{label:<22}{spread!s:>6}{loader['effective_batch_size']:>8.1f}"
+                f"{loader['distinct_blocks']:>8.1f}{loader['lag1']:>7.2f}{perf[16]['decodes']:>8.2f}"
+                + "".join(ratios)
+                + f"{max(perf[16]['rss_mib'], perf[1]['rss_mib']):>9.0f}"
+            )
+        print(
+            f"  {name:<16}{'global permutation':<22}{'-':>6}{ref['effective_batch_size']:>8.1f}"
+            f"{ref['distinct_blocks']:>8.1f}{ref['lag1']:>7.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -1,28 +1,31 @@
-"""GPU check: the MVP demo's model fed by dask_windows, device masks against CPU-built masks.
+"""GPU check: windows cut on the GPU against the host gather + copy, and the MVP demo's model fed by each.
 
-Run on a CUDA machine from the repository root (under 5 minutes with the defaults)::
+Run on one CUDA GPU from the repository root (about 1-3 minutes; the limit is 5)::
 
-    PYTHONPATH=. python benchmarks/gpu_check.py [--steps 300] [--num-workers 4] [--batch-size 64]
+    PYTHONPATH=. python benchmarks/gpu_check.py [--batches 600] [--steps 300] [--num-workers 4]
+    PYTHONPATH=. python benchmarks/gpu_check.py --dry-run   # tiny, on the CPU device: checks the script
 
-It trains ``examples/pretrain_mvp.py``'s transformer (its model, loss and
-synthetic data) for ``--steps`` steps twice, after ``--warmup`` steps each:
+It needs torch, numpy, pyarrow, pandas and fsspec, and imports nothing else
+(no dask: ``tests/test_gpu_check.py`` runs the dry run with dask, tqdm and the
+other extras blocked). On the synthetic data of ``examples/_synthetic.py``
+(8 files, 128 series of 4,096 rows, 4 channels) it prints one run, side by side:
 
-* ``device masks``: batches go through ``DevicePrefetcher`` (pinned, copied
-  one batch ahead on a side stream, standardised there) and
-  ``subsequence_mask`` runs on the GPU with a CUDA generator;
-* ``CPU masks``: the same, but the mask is built on the CPU from each batch
-  before it is copied (``subsequence_mask`` on the host, as a loader-side
-  transform would), and travels to the GPU beside the batch.
+1. **The loader alone** at stride 1, ``L = --gather-window`` (512),
+   ``B = --gather-batch-size`` (256): windows/s of the host path (batches gathered on the CPU, in this
+   process and in ``--num-workers`` DataLoader workers, then copied by
+   ``DevicePrefetcher``: pinned, a side stream, one batch ahead) against
+   ``WindowDataset(device="cuda")`` (each buffer's rows sent once, every batch
+   gathered on the GPU); the bytes per step sent over PCIe; the loader's peak
+   device memory; whether the first batches are equal (the gathers must be).
+2. **The MVP demo's transformer** (``examples/pretrain_mvp.py``: its model, loss,
+   ``L = --window`` (128), ``B = --batch-size`` (64)) trained ``--steps`` steps after ``--warmup`` by each
+   loader: the share of step time spent waiting for the next batch (target for
+   the device loader: under 1%), steps/s. Every step ends with
+   ``torch.cuda.synchronize()``, so a step's time is finished work.
+3. **Masks**: ``subsequence_mask`` per step on the GPU (CUDA events) against the
+   same mask built on the CPU (wall time; it then has to be copied too).
 
-For each it prints the share of step time spent waiting for the next batch,
-mask time per step (CUDA events on the device, wall time on the host), the
-host-to-device bandwidth of one batch measured alone (pinned, GB/s) and the
-bytes per step actually sent, and steps/s. Every step ends with
-``torch.cuda.synchronize()`` so that step times are wall times of finished
-work; this costs a little throughput and treats both runs alike.
-
-On a machine without CUDA it prints that it needs CUDA and exits 0, so CPU
-CI can run it.
+Without CUDA (and without ``--dry-run``) it says so and exits 0, so CPU CI can run it.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -41,55 +44,110 @@ ROOT = os.path.dirname(HERE)
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=300, help="timed steps per mode")
-    parser.add_argument("--warmup", type=int, default=30, help="untimed steps first (cuDNN, allocator, workers)")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--window", type=int, default=128)
-    parser.add_argument("--num-workers", type=int, default=4)
+    parser.add_argument("--batches", type=int, default=600, help="timed batches of the loader alone, per loader")
+    parser.add_argument("--steps", type=int, default=300, help="timed training steps per loader")
+    parser.add_argument("--warmup", type=int, default=30, help="untimed steps (and batches) first")
+    parser.add_argument("--batch-size", type=int, default=64, help="B of the model's batches (the MVP demo's)")
+    parser.add_argument("--window", type=int, default=128, help="L of the model's windows (the MVP demo's)")
+    parser.add_argument("--gather-batch-size", type=int, default=256, help="B of the loader alone")
+    parser.add_argument("--gather-window", type=int, default=512, help="L of the loader alone (stride 1)")
+    parser.add_argument("--num-workers", type=int, default=4, help="DataLoader workers of the host path")
     parser.add_argument("--r", type=float, default=0.15)
     parser.add_argument("--lm", type=float, default=3.0)
     parser.add_argument("--data", default=None, help="folder of the synthetic dataset (a temporary one if omitted)")
+    parser.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU device (checks the script)")
     return parser.parse_args(argv)
 
 
-def bandwidth_h2d(shape: tuple[int, ...], repeats: int = 50) -> float:
-    """GB/s of copying one pinned float32 batch of ``shape`` to the GPU, measured with CUDA events."""
-    import torch
+class Clock:
+    """Seconds of finished work on ``device``: synchronises CUDA before reading the time."""
 
-    host = torch.empty(shape, dtype=torch.float32).pin_memory()
-    device = torch.empty(shape, dtype=torch.float32, device="cuda")
-    for _ in range(5):
-        device.copy_(host, non_blocking=True)
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(repeats):
-        device.copy_(host, non_blocking=True)
-    stop.record()
-    torch.cuda.synchronize()
-    seconds = start.elapsed_time(stop) / 1e3
-    return host.numel() * 4 * repeats / seconds / 1e9
-
-
-class CpuMasked:
-    """A loader's batches with a mask built on the host from each: ``(x, mask)`` pairs."""
-
-    def __init__(self, loader: Any, r: float, lm: float, seed: int, timings: list[float]) -> None:
-        self.loader, self.r, self.lm, self.seed, self.timings = loader, r, lm, seed, timings
-
-    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+    def __init__(self, device: Any) -> None:
         import torch
 
-        from dask_windows.masks import subsequence_mask
+        self.cuda = device.type == "cuda"
+        self._sync = torch.cuda.synchronize if self.cuda else (lambda: None)
 
-        generator = torch.Generator().manual_seed(self.seed)
-        for x in self.loader:
-            start = time.perf_counter()
-            mask = subsequence_mask(x, self.r, self.lm, generator=generator)
-            self.timings.append(time.perf_counter() - start)
-            yield x, mask
+    def now(self) -> float:
+        self._sync()
+        return time.perf_counter()
 
 
-def run_mode(mode: str, args: argparse.Namespace, data: str) -> dict[str, float]:
+def _batches_forever(loader: Any, dataset: Any) -> Iterator[Any]:
+    epoch = 0
+    while True:
+        dataset.set_epoch(epoch)
+        yield from loader
+        epoch += 1
+
+
+def _first(batch: Any) -> Any:
+    return batch[0] if isinstance(batch, (tuple, list)) else batch
+
+
+def loader_alone(args: argparse.Namespace, data: str, device: Any) -> dict[str, dict[str, float]]:
+    """Section 1: windows/s, bytes per step and peak device memory of each loader, at stride 1."""
+    import torch
+
+    import dask_windows as dw
+    from dask_windows.device import DevicePrefetcher
+
+    clock = Clock(device)
+    settings = dict(
+        features=FEATURES, series="series_id", window=args.gather_window, batch_size=args.gather_batch_size, seed=0
+    )
+    results: dict[str, dict[str, float]] = {}
+    modes: list[tuple[str, int]] = [("host", 0), ("device", 0)]
+    if args.num_workers:
+        modes.insert(1, ("host", args.num_workers))
+    first_batches: dict[str, list] = {}
+    for mode, workers in modes:
+        ds = dw.WindowDataset(data, device=device if mode == "device" else None, **settings)
+        if mode == "device":
+            loader: Any = ds
+        else:
+            plain = torch.utils.data.DataLoader(
+                ds, batch_size=None, num_workers=workers, pin_memory=clock.cuda, persistent_workers=False
+            )
+            loader = DevicePrefetcher(plain, device)
+        if clock.cuda:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device) if clock.cuda else 0
+        batches = _batches_forever(loader, ds)
+        kept = first_batches.setdefault(mode, [])
+        sent = 0
+        for i in range(args.warmup + args.batches):
+            if i == args.warmup:
+                began = clock.now()
+            x = _first(next(batches))
+            if len(kept) < 3 and workers == 0:
+                kept.append(x.cpu())
+            if mode == "host" and i >= args.warmup:
+                sent += x.numel() * x.element_size()
+            del x
+        seconds = clock.now() - began
+        if mode == "device":  # over the whole run: a buffer's rows serve many steps (sent ahead, once)
+            sent = ds.device_traffic.total_bytes * args.batches / (args.warmup + args.batches)
+        batches.close()
+        peak = (torch.cuda.max_memory_allocated(device) - base) if clock.cuda else float("nan")
+        label = f"{mode} ({workers} workers)" if mode == "host" else "device"
+        results[label] = {
+            "windows_s": args.batches * args.gather_batch_size / seconds,
+            "bytes_step": sent / args.batches,
+            "peak_mib": peak / 2**20,
+        }
+        if mode == "device":
+            traffic = ds.device_traffic
+            results[label]["buffer_mib"] = traffic.row_bytes / max(traffic.buffers, 1) / 2**20
+            results[label]["resident"] = traffic.peak_resident
+    equal = all(torch.equal(a, b) for a, b in zip(first_batches["host"], first_batches["device"]))
+    results["equal"] = {"first_batches_equal": float(equal and len(first_batches["device"]) > 0)}
+    return results
+
+
+def train(mode: str, args: argparse.Namespace, data: str, device: Any) -> dict[str, float]:
+    """Section 2: the MVP transformer fed by the host path or by device batches."""
     import torch
     from torch import nn
 
@@ -98,110 +156,137 @@ def run_mode(mode: str, args: argparse.Namespace, data: str) -> dict[str, float]
     from dask_windows.masks import subsequence_mask
 
     sys.path.insert(0, os.path.join(ROOT, "examples"))
-    from pretrain_mvp import CHANNELS, FEATURES, MaskedValueModel, TransformerEncoder, masked_mse
+    from pretrain_mvp import CHANNELS, MaskedValueModel, TransformerEncoder, masked_mse
 
     torch.manual_seed(0)
-    device = torch.device("cuda")
-    dataset = dw.WindowDataset(
-        data, features=FEATURES, series="series_id", window=args.window, batch_size=args.batch_size, seed=0
-    )
-    loader = torch.utils.data.DataLoader(
-        dataset, batch_size=None, num_workers=args.num_workers, pin_memory=True, persistent_workers=False
-    )
-    host_mask_times: list[float] = []
-    source = CpuMasked(loader, args.r, args.lm, 0, host_mask_times) if mode == "cpu" else loader
-    # standardize: the first element of a (x, mask) pair, or the batch itself
-    prefetcher = DevicePrefetcher(source, device, transform=standardize)
+    clock = Clock(device)
+    window, batch = args.window, args.batch_size
+    ds = dw.WindowDataset(
+        data, features=FEATURES, series="series_id", window=window, batch_size=batch, seed=0,
+        device=device if mode == "device" else None,
+    )  # fmt: skip
+    if mode == "device":
+        loader: Any = ds
+    else:
+        plain = torch.utils.data.DataLoader(
+            ds, batch_size=None, num_workers=args.num_workers, pin_memory=clock.cuda, persistent_workers=False
+        )
+        loader = DevicePrefetcher(plain, device)
     width = 64
-    model = MaskedValueModel(TransformerEncoder(CHANNELS, args.window, width), width, CHANNELS).to(device)
+    model = MaskedValueModel(TransformerEncoder(CHANNELS, window, width), width, CHANNELS).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     generator = torch.Generator(device=device).manual_seed(0)
-
-    def forever() -> Iterator[Any]:
-        epoch = 0
-        while True:
-            dataset.set_epoch(epoch)
-            yield from prefetcher
-            epoch += 1
-
-    batches = forever()
-    wait = step_time = mask_ms = 0.0
-    sent = 0
-    start_event, stop_event = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    total = args.warmup + args.steps
-    for step in range(total):
-        timed = step >= args.warmup
-        began = time.perf_counter()
-        batch = next(batches)
-        asked = time.perf_counter() - began
-        if mode == "cpu":
-            x, mask = batch
-        else:
-            x = batch
-            start_event.record()
-            mask = subsequence_mask(x, args.r, args.lm, generator=generator)
-            stop_event.record()
+    batches = _batches_forever(loader, ds)
+    wait = step_time = 0.0
+    for step in range(args.warmup + args.steps):
+        began = clock.now()
+        x = next(batches)
+        asked = time.perf_counter() - began  # host time until the batch is there (its gather is queued)
+        x = standardize(x)  # per window and channel, on the device, as the demo does
+        mask = subsequence_mask(x, args.r, args.lm, generator=generator)
         loss = masked_mse(model(x, mask), x, mask)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        torch.cuda.synchronize()
-        if timed:
+        if step >= args.warmup:
+            step_time += clock.now() - began
             wait += asked
-            step_time += time.perf_counter() - began
-            sent += x.numel() * x.element_size() + (mask.numel() * mask.element_size() if mode == "cpu" else 0)
-            if mode != "cpu":
-                mask_ms += start_event.elapsed_time(stop_event)
     batches.close()
-    if mode == "cpu":
-        mask_ms = 1e3 * sum(host_mask_times[-args.steps :])
-    return {
-        "wait_share": wait / step_time,
-        "mask_ms": mask_ms / args.steps,
-        "steps_s": args.steps / step_time,
-        "sent_gb_s": sent / step_time / 1e9,
-        "step_ms": 1e3 * step_time / args.steps,
-    }
+    return {"wait_share": wait / step_time, "steps_s": args.steps / step_time, "step_ms": 1e3 * step_time / args.steps}
+
+
+def mask_times(args: argparse.Namespace, device: Any, repeats: int) -> dict[str, float]:
+    """Section 3: ms per step of ``subsequence_mask`` on the device and on the CPU, the MVP batch shape."""
+    import torch
+
+    from dask_windows.masks import subsequence_mask
+
+    shape = (args.batch_size, len(FEATURES), args.window)
+    on_device = torch.empty(shape, device=device)
+    on_host = torch.empty(shape)
+    out: dict[str, float] = {}
+    for label, x in (("device", on_device), ("cpu", on_host)):
+        clock = Clock(x.device)
+        generator = torch.Generator(device=x.device).manual_seed(0)
+        for _ in range(5):
+            subsequence_mask(x, args.r, args.lm, generator=generator)
+        began = clock.now()
+        for _ in range(repeats):
+            mask = subsequence_mask(x, args.r, args.lm, generator=generator)
+        out[label] = 1e3 * (clock.now() - began) / repeats
+        out["mask_bytes"] = mask.numel() * mask.element_size()
+    return out
+
+
+FEATURES = [f"f{c}" for c in range(4)]
+DRY_SIZES = dict(num_files=2, series_per_file=2, rows_per_series=300)  # the synthetic data of a dry run
+
+
+def dry_run(args: argparse.Namespace) -> None:
+    """Tiny sizes for ``--dry-run`` (and the tests), on the CPU device."""
+    args.batches, args.steps, args.warmup, args.num_workers = 4, 3, 1, 0
+    args.batch_size, args.window, args.gather_batch_size, args.gather_window = 8, 16, 8, 32
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch
 
-    if not torch.cuda.is_available():
+    if args.dry_run:
+        dry_run(args)
+        device = torch.device("cpu")
+    elif not torch.cuda.is_available():
         print(
             "gpu_check needs CUDA: no CUDA device is available here (torch "
             f"{torch.__version__}, cuda build {torch.version.cuda}); nothing measured"
         )
         return 0
-    sys.path.insert(0, ROOT)
+    else:
+        device = torch.device("cuda")
     sys.path.insert(0, os.path.join(ROOT, "examples"))
     from _synthetic import make_dataset
-    from pretrain_mvp import CHANNELS
 
     began = time.perf_counter()
+    sizes = DRY_SIZES if args.dry_run else {}
     with tempfile.TemporaryDirectory(prefix="dw-gpu-check-") as tmp:
-        data = make_dataset(args.data or os.path.join(tmp, "train"), channels=CHANNELS, seed=0)
-        name = torch.cuda.get_device_name(0)
-        print(
-            f"{name}; torch {torch.__version__}; B={args.batch_size} C={CHANNELS} L={args.window}; "
-            f"{args.steps} timed steps after {args.warmup}; {args.num_workers} DataLoader workers"
-        )
-        h2d = bandwidth_h2d((args.batch_size, CHANNELS, args.window))
-        h2d_large = bandwidth_h2d((64 * args.batch_size, CHANNELS, args.window), repeats=20)
-        print(f"H2D, one pinned batch: {h2d:.2f} GB/s ({h2d_large:.1f} GB/s for a batch 64x larger)")
-        results = {mode: run_mode(mode, args, data) for mode in ("device", "cpu")}
-    print(f"{'':<14}{'wait share':>12}{'mask ms/step':>14}{'steps/s':>10}{'step ms':>10}{'sent GB/s':>11}")
-    for mode, label in (("device", "device masks"), ("cpu", "CPU masks")):
-        r = results[mode]
-        print(
-            f"{label:<14}{r['wait_share']:>11.1%}{r['mask_ms']:>14.3f}{r['steps_s']:>10.1f}"
-            f"{r['step_ms']:>10.2f}{r['sent_gb_s']:>11.3f}"
-        )
-    ratio = results["device"]["steps_s"] / results["cpu"]["steps_s"]
-    print(f"device masks / CPU masks: {ratio:.2f}x steps/s; total {time.perf_counter() - began:.0f} s")
+        data = make_dataset(args.data or os.path.join(tmp, "train"), channels=len(FEATURES), seed=0, **sizes)
+        name = torch.cuda.get_device_name(0) if device.type == "cuda" else "CPU (dry run)"
+        print(f"{name}; torch {torch.__version__}; {args.num_workers} DataLoader workers on the host path")
+        alone = loader_alone(args, data, device)
+        trained = {mode: train(mode, args, data, device) for mode in ("host", "device")}
+        masks = mask_times(args, device, 3 if args.dry_run else 200)
+    _report(args, alone, trained, masks, time.perf_counter() - began)
     return 0
+
+
+def _report(args: argparse.Namespace, alone: dict, trained: dict, masks: dict, seconds: float) -> None:
+    row: Callable[..., str] = lambda *cells: "".join(f"{c:>16}" if i else f"{c:<22}" for i, c in enumerate(cells))
+    equal = alone.pop("equal")["first_batches_equal"]
+    print(
+        f"\n1. loader alone: stride 1, L={args.gather_window}, B={args.gather_batch_size}, C={len(FEATURES)}, "
+        f"{args.batches} batches"
+    )
+    print(row("", "windows/s", "bytes/step", "peak device MiB"))
+    for label, r in alone.items():
+        print(row(label, f"{r['windows_s']:,.0f}", f"{r['bytes_step']:,.0f}", f"{r['peak_mib']:.1f}"))
+    device = alone["device"]
+    host = alone["host (0 workers)"]
+    print(
+        f"device / host (0 workers): {device['windows_s'] / host['windows_s']:.2f}x windows/s, "
+        f"{host['bytes_step'] / max(device['bytes_step'], 1):.0f}x fewer bytes per step; "
+        f"device buffer {device['buffer_mib']:.1f} MiB of rows, at most {device['resident']:.0f} resident; "
+        f"first batches equal: {'yes' if equal else 'NO'}"
+    )
+    print(f"\n2. MVP transformer (L={args.window}, B={args.batch_size}; {args.steps} steps after {args.warmup})")
+    print(row("", "wait share", "steps/s", "step ms"))
+    for mode, r in trained.items():
+        print(row(f"{mode} loader", f"{r['wait_share']:.2%}", f"{r['steps_s']:.1f}", f"{r['step_ms']:.2f}"))
+    print("\n3. subsequence_mask per step (MVP batch)")
+    print(row("", "ms/step", "bytes to send"))
+    print(row("on the device", f"{masks['device']:.3f}", "0"))
+    print(row("on the CPU", f"{masks['cpu']:.3f}", f"{masks['mask_bytes']:,}"))
+    print(f"\ntotal {seconds:.0f} s")
 
 
 if __name__ == "__main__":

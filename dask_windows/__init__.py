@@ -21,6 +21,7 @@ from dask_windows.sources import ArraySource, DaskSource, ParquetSource, RetryPo
 
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ provides them
     from dask_windows import masks
+    from dask_windows.corpus import CorpusDataset, ListSource
     from dask_windows.dataset import WindowDataset
     from dask_windows.device import DevicePrefetcher, standardize
     from dask_windows.mixture import Mixture, mix
@@ -32,9 +33,11 @@ _install_moved_paths()  # 0.1 module paths (dask_windows.parquet_source, ...) st
 __all__ = [
     "ArraySource",
     "ConfigError",
+    "CorpusDataset",
     "DaskSource",
     "DataError",
     "DevicePrefetcher",
+    "ListSource",
     "Mixture",
     "ParquetSource",
     "RetryPolicy",
@@ -51,6 +54,8 @@ __all__ = [
 
 # exported name -> (module, attribute in it; None for the module itself); these import torch
 _LAZY = {
+    "CorpusDataset": ("dask_windows.corpus", "CorpusDataset"),
+    "ListSource": ("dask_windows.corpus", "ListSource"),
     "DevicePrefetcher": ("dask_windows.device", "DevicePrefetcher"),
     "WindowDataset": ("dask_windows.dataset", "WindowDataset"),
     "Mixture": ("dask_windows.mixture", "Mixture"),

@@ -19,19 +19,24 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset
 
 from dask_windows.checks import SERIES_FROM_MANIFEST, check_series_order, output_dtype
 from dask_windows.errors import ConfigError, DataError
 from dask_windows.faults import SkippedPartition, check_on_error
+from dask_windows.omissions import check_omissions
+from dask_windows.ondevice import Traffic, resolve_device
 from dask_windows.opening import check_columns, check_windows, scan
 from dask_windows.options import resolve_normalize, resolve_pieces, source_options
 from dask_windows.planning.index import WindowGrid
 from dask_windows.planning.plan import batches_per_rank
+from dask_windows.planning.pool import PoolPlan
 from dask_windows.planning.resume import Resumer, check_int, fingerprint
 from dask_windows.planning.split import SeriesTable, cut_positions, split_grid
-from dask_windows.planning.world import World, detect_worker, resolve_ranks
+from dask_windows.planning.world import World
+from dask_windows.runtime.detect import detect_worker, in_worker, resolve_ranks, worker_info
 from dask_windows.runtime.epochs import EpochCounter, worker_token
+from dask_windows.runtime.pool import plan_for, pool_batches, pool_summary, resolve_order, warn_if_few_units
 from dask_windows.runtime.reading import batches, plan
 from dask_windows.runtime.streams import elastic_batches
 from dask_windows.sources import ArraySource, Source, is_series_vector, open_source
@@ -40,6 +45,7 @@ from dask_windows.spec import WindowSpec
 from dask_windows.speedups import nextpass
 from dask_windows.speedups.nextpass import NEXT_PASS_SECONDS, check_seconds
 from dask_windows.speedups.slots import shared
+from dask_windows.workerwatch import READ_DEADLINE_SECONDS, check_read_deadline, record_pickler, watch_pickler
 
 __all__ = ["WindowDataset"]
 
@@ -71,15 +77,21 @@ class WindowDataset(IterableDataset):
         shuffle: Shuffle partition order per epoch and windows inside the buffer.
         seed: Base of every random generator.
         buffer_partitions: Partitions' worth of rows decoded together (the loader's memory).
-        pieces_per_partition: The mixing knob: each partition is read as up to this many row ranges
-            (pieces) per epoch, in a random order over all partitions, and a buffer holds
-            ``buffer_partitions * pieces_per_partition`` pieces, so a batch mixes that many places of
-            the dataset. More mixes better and costs more reads: about ``pieces_per_partition``
-            requests per partition per epoch, and a Parquet row group is decoded once per piece
-            inside it. ``1``: buffers of whole partitions (the 0.1 order). ``None`` (default):
-            ``ceil(2 * batch_size / buffer_partitions)``, so a buffer holds ``2 * batch_size`` pieces
-            and the effective batch size is about ``2/3 * batch_size`` on any layout; 1 for a Dask
-            frame (its partitions are computed per read). See docs/mixing.md.
+        pieces_per_partition: Asks for the piece order instead of the default pool order: each
+            partition is read as up to this many row ranges (pieces) per epoch, in a random order
+            over all partitions, and a buffer holds ``buffer_partitions * pieces_per_partition``
+            pieces; a Parquet row group is decoded once per piece inside it. ``1``: buffers of whole
+            partitions (the 0.1 order, the default for a Dask frame and for data spread by
+            ``dask-windows convert``). ``None`` (default): the pool order (``buffer_bytes``).
+        buffer_bytes: The default order's memory budget (``dask_windows.planning.pool``, ``runtime.pool``): each unit the source
+            decodes whole (a Parquet row group) is read once per epoch into a pool of this many bytes
+            of decoded rows per rank (shared by its DataLoader workers), its windows spread over the
+            stretch of the epoch while it stays resident, and every batch drawn from all resident
+            units: with at least ``2 * batch_size`` units resident, batches mix like a global
+            shuffle. ``None``: 1 GiB (``pool.stream.BUFFER_BYTES``). Passing ``pieces_per_partition``
+            asks for the piece order instead (``1``: whole partitions, ``buffer_partitions`` of them
+            per buffer), as Dask frames and data spread by ``dask-windows convert`` do by default.
+            See docs/mixing.md.
         prefetch_partitions: Partitions' worth of pieces read ahead of the buffer being built. ``>= 1``:
             reader threads and a builder thread read and build the next buffer while batches are
             gathered from the current one (two buffers in memory, see docs/memory.md); ``0``: no
@@ -118,10 +130,21 @@ class WindowDataset(IterableDataset):
             (Parquet sources; see ``readpool``): for compressed files and object stores, where
             reading is the bottleneck. 0 (default) reads on one background thread. Use it with
             ``DataLoader(ds, batch_size=None)`` (no DataLoader workers).
+        workflow: A fitted ``dask_windows.workflow.Workflow`` (or the path of a saved one, or
+            ``wf.named(...)`` for named batches): its operations run on each piece as it is read;
+            ``features`` / ``targets`` default to its roles and name its outputs. See docs/workflows.md.
         next_pass_seconds: While a pass's last buffer is drained, the first buffer of the pass after it
             (the next epoch, same rank and worker) is read and built ahead, and kept this long after the
             pass ends for the next ``iter()`` to take (the same batches either way; see
             ``nextpass``): it holds one buffer (two with paired reads) meanwhile. ``0`` turns it off.
+        device: Gather the batches on this torch device (``"cuda"``, ``"cpu"``; ``"auto"``: CUDA when
+            available, else the host path): each buffer's decoded rows cross to it once, one buffer
+            ahead, at most two buffers on it, and every batch is cut there by index, the same values
+            in the same order (see docs/device.md and ``ondevice``). ``None`` (default): batches are
+            gathered on the host. Iterate in the training process (no DataLoader workers).
+        read_deadline: With ``read_workers``: seconds a read worker may send nothing while a buffer it
+            reads is awaited (default 300); past it the worker is killed and ``ReadWorkerStalled``
+            (a ``RuntimeError``) names it, instead of a hang. ``None``: no deadline (see ``workerwatch``).
 
     Attributes:
         skipped: Partitions skipped in this process: at open, and while iterating in this process.
@@ -163,6 +186,10 @@ class WindowDataset(IterableDataset):
         cache_bytes: int | None = None,
         read_workers: int = 0,
         next_pass_seconds: float = NEXT_PASS_SECONDS,
+        device: Any = None,
+        workflow: Any = None,
+        read_deadline: float | None = READ_DEADLINE_SECONDS,
+        buffer_bytes: int | None = None,
     ) -> None:
         super().__init__()
         series_from_manifest = series is SERIES_FROM_MANIFEST
@@ -172,6 +199,9 @@ class WindowDataset(IterableDataset):
         self.on_error = check_on_error(on_error)
         self.read_workers = check_int("read_workers", read_workers)
         self.next_pass_seconds = check_seconds(next_pass_seconds)
+        self.device = resolve_device(device)  # None: the host path (see ondevice)
+        self.device_traffic = Traffic()  # bytes this process's passes sent to ``device``
+        self.read_deadline = check_read_deadline(read_deadline)
         self.source: Source = open_source(
             data,
             storage_options,
@@ -180,6 +210,7 @@ class WindowDataset(IterableDataset):
             on_error=on_error,
             **options,
         )
+        pool_bytes = resolve_order(pieces_per_partition, buffer_bytes, self.source)
         manifest_series = getattr(self.source, "manifest_series", None)
         self._series_from_manifest = series_from_manifest and manifest_series is not None
         if self._series_from_manifest:
@@ -187,6 +218,23 @@ class WindowDataset(IterableDataset):
         self.skipped: list[SkippedPartition] = list(self.source.skipped)
         if is_series_vector(series):  # the source already cut the array into series
             series = None
+        self._workflow: Any = None
+        if workflow is not None:  # pieces transformed as they are read, named batches (dask_windows.workflow)
+            from dask_windows.workflow.apply import bind
+
+            self._workflow, self.source, chosen = bind(  # type: ignore[assignment]
+                workflow, self.source, features=features, targets=targets, series=series, window=window,
+                horizon=horizon, layout=layout, return_index=return_index, normalize=normalize,
+                storage_options=storage_options,
+            )  # fmt: skip
+            features, targets, series = chosen["features"], chosen["targets"], chosen["series"]
+            window, return_index = chosen["window"], chosen["return_index"]
+            if self.device is not None:  # the device path cuts batches without the workflow's step
+                raise ConfigError(
+                    f"workflow= and device={device!r} cannot be combined yet: the workflow's look-back rows "
+                    "and named batches are made on the host; pass device=None (and move batches with "
+                    "dw.DevicePrefetcher)"
+                )
         if features is None and isinstance(self.source, ArraySource):
             features = self.source.column_names()
         self.spec = WindowSpec(
@@ -201,11 +249,14 @@ class WindowDataset(IterableDataset):
             shuffle=shuffle,
             seed=seed,
             buffer_partitions=buffer_partitions,
-            pieces_per_partition=resolve_pieces(pieces_per_partition, self.source, batch_size, buffer_partitions),
+            pieces_per_partition=resolve_pieces(pieces_per_partition, self.source, batch_size, buffer_partitions)
+            if pieces_per_partition is not None or pool_bytes is None
+            else 1,
             prefetch_partitions=prefetch_partitions,
             layout=layout,
             return_index=return_index,
             nan=nan,
+            buffer_bytes=pool_bytes,
         )
         check_columns(self.source, self.spec, series)
         self._y_dtype = output_dtype(self.source, list(self.spec.targets))
@@ -230,6 +281,8 @@ class WindowDataset(IterableDataset):
         spread = spread.get("manifest", {}).get("version", 1) >= 2  # chunks of a series by design
         order_remedy = "" if spread else check_series_order(self.runs, names, series, strict)
         check_windows(self.source, spec, self.runs, self.num_windows, order_remedy, self.skipped)
+        self.left_out = check_omissions(self, not series_from_manifest or self._series_from_manifest)
+        warn_if_few_units(self)  # the pool order's budget holds too few units to mix like a global shuffle
 
     # -- topology ---------------------------------------------------------------------------
 
@@ -279,7 +332,7 @@ class WindowDataset(IterableDataset):
                 f"{self.source.description}: some ranks would get no window and yield 0 batches; "
                 "use fewer ranks, more data, or a smaller window or stride"
             )
-        info = get_worker_info()  # a change of num_workers alone is seen only inside the workers
+        info = worker_info()  # a change of num_workers alone is seen only inside the workers
         workers = info.num_workers if info is not None else None
         resumed = self._resumer.elastic_len(self.epoch, self._ranks[1], workers, self._shape())
         if resumed is not None:  # elastic resume: the state's batches, then this rank's of the rest
@@ -301,12 +354,13 @@ class WindowDataset(IterableDataset):
         # StatefulDataLoader's state_dict() right after iter() already sees this pass.
         self._ranks = self._resolve_ranks()
         worker, num_workers = detect_worker()
-        info = get_worker_info()
+        info = worker_info()
         if info is None:
             epoch = self._epochs.begin_pass()
             self._resumer.forget(epoch)
         else:  # every worker of this pass claims the same epoch (see epochs.py)
             self._worker_passes += 1
+            watch_pickler(self)  # a forkserver worker: end when the training process does
             epoch = self._epochs.begin_pass(worker_token(info.seed - info.id, self._worker_passes))
         world = World(self._ranks[0], self._ranks[1], worker, num_workers)
         elastic = self._resumer.elastic_share(epoch, world, self._shape())
@@ -342,9 +396,8 @@ class WindowDataset(IterableDataset):
             state is ambiguous and this raises ``ConfigError``.
         """
         world = World(*self._resolve_ranks(), *detect_worker())
-        in_worker = get_worker_info() is not None
         return self._resumer.save(
-            self._fingerprint(), self.epoch, world, len(self), in_worker, batches, num_workers, self._shape()
+            self._fingerprint(), self.epoch, world, len(self), in_worker(), batches, num_workers, self._shape()
         )
 
     def load_state_dict(self, state: dict) -> None:
@@ -422,6 +475,7 @@ class WindowDataset(IterableDataset):
         out.num_windows = int(grid.windows_per_partition.sum())
         out._identity = None
         out._resumer = Resumer()
+        out.device_traffic = Traffic()  # its own passes' bytes
         out._epochs = copy.copy(self._epochs)
         out.__dict__.pop("_next_pass", None)  # the parent's read-ahead (see nextpass)
         if out.num_windows == 0:
@@ -433,6 +487,8 @@ class WindowDataset(IterableDataset):
         return out
 
     def _batches(self, plan: Any, progress: Any = None, this_pass: tuple | None = None) -> Iterator[Any]:
+        if isinstance(plan, PoolPlan):
+            return pool_batches(self, plan, progress)
         return batches(self, plan, progress, this_pass)
 
     def _shape(self) -> tuple[int, int, bool]:
@@ -456,15 +512,23 @@ class WindowDataset(IterableDataset):
         state = self.__dict__.copy()
         state["_ranks"] = self._resolve_ranks()
         state.pop("_next_pass", None)  # threads and buffers of this process (see nextpass)
-        return state
+        return record_pickler(state)  # forkserver workers end with this process (workerwatch)
 
     def _plan(self, world: World, skip_batches: int = 0, epoch: int | None = None) -> Any:
+        if self.spec.buffer_bytes is not None:  # the pool order (the default)
+            return plan_for(self, world, skip_batches, epoch)
         return plan(self, world, skip_batches, epoch)
+
+    def _pool_summary(self) -> dict | None:
+        """Predicted reads, resident memory and places per batch of the pool order (``None``: another order)."""
+        return None if self.spec.buffer_bytes is None else pool_summary(self)
 
     def _scale(self) -> tuple[np.ndarray, np.ndarray] | None:
         return self._normalize if isinstance(self._normalize, tuple) else None
 
     def _emit(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None) -> Any:
+        if self._workflow is not None:  # lookback rows dropped, or a named batch (workflow.batch)
+            return self._workflow(x, y, rows)
         if y is None and rows is None:  # features only: the common case, one call per batch
             return torch.from_numpy(x)
         out = [torch.from_numpy(x)]

@@ -42,17 +42,19 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset
 
 from dask_windows.dataset import WindowDataset
 from dask_windows.errors import ConfigError
 from dask_windows.planning.plan import batches_per_rank, windows_per_rank, worker_batch_range
 from dask_windows.planning.resume import Resumer, check_int
 from dask_windows.planning.schedule import labels, member_counts, prefix_counts
-from dask_windows.planning.world import World, detect_worker, resolve_ranks
+from dask_windows.planning.world import World
+from dask_windows.runtime.detect import detect_worker, in_worker, resolve_ranks, worker_info
 from dask_windows.runtime.epochs import EpochCounter, worker_token
 from dask_windows.runtime.streams import Chunks, reader_windows
 from dask_windows.speedups.slots import shared
+from dask_windows.workerwatch import record_pickler, watch_pickler
 
 __all__ = ["Mixture", "mix"]
 
@@ -65,7 +67,14 @@ def mix(
     weights: Mapping[str, float] | None = None,
     **options: Any,
 ) -> Mixture:
-    """A ``Mixture`` of ``members`` with ``weights`` (see ``Mixture`` for the options)."""
+    """A ``Mixture`` of ``members`` with ``weights`` (see ``Mixture`` for the options).
+
+    Members that are ``CorpusDataset``s give one ``CorpusDataset`` (``corpus.mix_corpora``).
+    """
+    if isinstance(members, Mapping) and any(type(m).__name__ == "CorpusDataset" for m in members.values()):
+        from dask_windows.corpus import mix_corpora
+
+        return mix_corpora(members, weights, **options)  # type: ignore[arg-type, return-value]
     return Mixture(members, weights, **options)
 
 
@@ -160,7 +169,7 @@ class Mixture(IterableDataset):
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_ranks"] = self._resolve_ranks()  # spawned DataLoader workers cannot detect the ranks
-        return state
+        return record_pickler(state)  # forkserver workers end with this process (workerwatch)
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -205,12 +214,13 @@ class Mixture(IterableDataset):
     def __iter__(self) -> Iterator[Any]:
         rank, world_size = self._resolve_ranks()
         world = World(rank, world_size, *detect_worker())
-        info = get_worker_info()
+        info = worker_info()
         if info is None:
             epoch = self._epochs.begin_pass()
             self._resumer.forget(epoch)
         else:  # every worker of this pass claims the same epoch (see epochs.py)
             self._worker_passes += 1
+            watch_pickler(self)  # a forkserver worker: end when the training process does
             epoch = self._epochs.begin_pass(worker_token(info.seed - info.id, self._worker_passes))
         elastic = self._resumer.elastic_share(epoch, world, self._shape())
         if elastic is not None:  # a state of another topology: this reader's part of the rest (see elastic)
@@ -227,9 +237,8 @@ class Mixture(IterableDataset):
     def state_dict(self, batches: int | None = None, num_workers: int | None = None) -> dict:
         """The position in the current epoch (same arguments as ``WindowDataset.state_dict``)."""
         world = World(*self._resolve_ranks(), *detect_worker())
-        in_worker = get_worker_info() is not None
         return self._resumer.save(
-            self._fingerprint(), self.epoch, world, len(self), in_worker, batches, num_workers, self._shape()
+            self._fingerprint(), self.epoch, world, len(self), in_worker(), batches, num_workers, self._shape()
         )
 
     def load_state_dict(self, state: dict) -> None:
@@ -292,7 +301,8 @@ class Mixture(IterableDataset):
             at = torch.from_numpy(np.flatnonzero(member == m))
             part = streams[m].take(len(at))
             if columns is None:
-                columns = [torch.empty((len(member), *p.shape[1:]), dtype=p.dtype) for p in part]
+                # on the members' device (``WindowDataset(device=...)``), else the host
+                columns = [torch.empty((len(member), *p.shape[1:]), dtype=p.dtype, device=p.device) for p in part]
             for out, p in zip(columns, part):
                 if out.dtype != p.dtype:
                     raise ConfigError(
@@ -302,7 +312,7 @@ class Mixture(IterableDataset):
                 out[at] = p
         assert columns is not None
         if self.return_source:
-            columns.append(torch.from_numpy(member.astype(np.int64)))
+            columns.append(torch.from_numpy(member.astype(np.int64)).to(columns[0].device))
         return tuple(columns)
 
     def _fingerprint(self) -> dict:
@@ -321,7 +331,7 @@ class Mixture(IterableDataset):
 
 def _known_workers() -> int | None:
     """This DataLoader worker's ``num_workers``; ``None`` in the training process, which cannot see it."""
-    info = get_worker_info()
+    info = worker_info()
     return None if info is None else info.num_workers
 
 
@@ -345,8 +355,10 @@ def _check_shapes(names: list[str], members: list[WindowDataset]) -> None:
             differ.append("number of features")
         if bool(s.targets) != bool(first.targets) or len(s.targets) != len(first.targets):
             differ.append("number of targets")
+        if getattr(member, "device", None) != getattr(members[0], "device", None):
+            differ.append("device")
         if differ:
             raise ConfigError(
                 f"member {name!r} differs from {names[0]!r} in {differ}: a mixture's batches need one shape; "
-                "open every member with the same window, horizon, layout, return_index and channel counts"
+                "open every member with the same window, horizon, layout, return_index, device and channel counts"
             )

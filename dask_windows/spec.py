@@ -71,6 +71,8 @@ class WindowSpec:
         layout: ``"NCL"`` gives ``(B, C, L)``, ``"NLC"`` gives ``(B, L, C)``.
         return_index: Also yield each window's global start row.
         nan: ``"raise"`` on NaN inside a window, or ``"drop"`` such windows.
+        buffer_bytes: Memory budget of the pool order (``dask_windows.planning.pool``, ``runtime.pool``), in bytes of decoded
+            rows per rank; ``None``: the order of ``buffer_partitions`` and ``pieces_per_partition``.
     """
 
     features: tuple
@@ -89,6 +91,7 @@ class WindowSpec:
     layout: str = "NCL"
     return_index: bool = False
     nan: str = "raise"
+    buffer_bytes: int | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -106,6 +109,8 @@ class WindowSpec:
         ):
             limit = None if name == "seed" else MAX_SETTING
             set_(self, name, _positive_int(name, getattr(self, name), minimum, limit))
+        if self.buffer_bytes is not None:
+            set_(self, "buffer_bytes", _positive_int("buffer_bytes", self.buffer_bytes, 1))
         if self.layout not in LAYOUTS:
             raise ConfigError(f"layout={self.layout!r} must be one of {LAYOUTS}")
         if self.nan not in NAN_POLICIES:

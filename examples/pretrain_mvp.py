@@ -30,7 +30,6 @@ import time
 
 import torch
 from torch import nn
-from tqdm import tqdm
 
 import dask_windows as dw
 from dask_windows.device import DevicePrefetcher, standardize
@@ -134,6 +133,8 @@ def batches_forever(loader: DevicePrefetcher, dataset: dw.WindowDataset):
 
 
 def main() -> None:
+    from tqdm import tqdm  # here: benchmarks/gpu_check.py imports the model on machines without tqdm
+
     args = parse_args()
     torch.manual_seed(args.seed)
     cores = os.cpu_count() or 1

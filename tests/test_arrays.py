@@ -134,7 +134,7 @@ def peak_kib():
 
 array = np.load(sys.argv[1], mmap_mode="r")
 ds = WindowDataset(array, window=32, stride=16, batch_size=1024, partition_rows=65536,
-                   buffer_partitions=2, prefetch_partitions=1)
+                   buffer_partitions=2, prefetch_partitions=1, buffer_bytes=8 << 20)
 before, windows = peak_kib(), 0
 for i, x in enumerate(ds):
     windows += len(x)

@@ -77,7 +77,7 @@ def test_partitions_really_differ_tenfold(data):
 
 def test_pickled_dataset_keeps_detected_ranks(data, monkeypatch):
     # DataLoader workers started by spawn cannot detect torch.distributed: the pickle carries it.
-    import dask_windows.planning.world as world_module  # where ranks are detected
+    import dask_windows.runtime.detect as world_module  # where ranks are detected
 
     root, _ = data
     ds = open_dataset(root, window=WINDOW, batch_size=16)

@@ -163,7 +163,7 @@ def mixture(root, tmp):
     return one_epoch(mixed)
 
 
-# DEFAULT_ORDER: these use the default piece order; issue 22 replaces it and re-records these only.
+# DEFAULT_ORDER: these use the default order, the pool order since issue 22 (its hashes re-recorded then).
 
 
 def default_order(root, tmp):
@@ -210,13 +210,13 @@ KEPT = {
     "mixture": (mixture, "99921c7d552f6f5fa05e1c2cb19219cbf8a8ccfca5f978e4783f97dc808a0d69"),
 }
 
-DEFAULT_ORDER = {  # re-recorded by the mixing issue (22) when the default order changes
-    "default_order": (default_order, "34500c3e809b7ee264a58af8621fb18e92c5eb71e9e2bd7a759c90fec5f15e5d"),
+DEFAULT_ORDER = {  # re-recorded by the mixing issue (22): the pool order (planning/pool.py)
+    "default_order": (default_order, "a0f82715939ecaf3de81ae8e193eeaeefd8fda5eeb0788b09c445ff961f84931"),
     "default_order_two_workers": (
         default_order_two_workers,
-        "74144c5de0a380de9bfbb4a97a73b635efb7c818f018048f5f324a6a8ab9c874",
+        "7e49975ed2ff94cb9e0119d588ae6513a4950cde69390a17009b9be071580ddc",
     ),
-    "default_order_arrays": (default_order_arrays, "01955392c846ec082e6458c385b8da3b5e0282908aa268c24b4ad30c3de92d6a"),
+    "default_order_arrays": (default_order_arrays, "96a7fa815f81dbb0f3fdce8e9f34a1bbdf2d7c0f2104389b67dc5b9b939fbbaf"),
 }
 
 

@@ -38,7 +38,14 @@ from dask_windows.speedups import pairs
 ROW_GROUP = 23
 FEATURES = ["f0", "f1"]
 KW = dict(
-    features=FEATURES, targets=["y"], series="sid", window=8, batch_size=16, return_index=True, buffer_partitions=1
+    features=FEATURES,
+    targets=["y"],
+    series="sid",
+    window=8,
+    batch_size=16,
+    return_index=True,
+    buffer_partitions=1,
+    pieces_per_partition=32,  # the piece order (its former default here): the paths under attack are its reads
 )
 
 
@@ -329,7 +336,10 @@ def test_damaged_cache_entries_are_fetched_again_not_taken_as_data(frames, tmp_p
         kw = dict(KW, storage_options=endpoint.storage_options(), cache_dir=cache)
         want = oracle(frames, FEATURES, ["y"], window=8)
         check_epoch(_epoch(dw.WindowDataset("s3://hostile/data/", **kw)), want)  # fills the cache
-        entries = sorted(os.path.join(cache, n) for n in os.listdir(cache) if n.endswith(".bin"))
+        from dask_windows.sources.cache import OWN_FOLDER  # the entries' folder inside cache_dir
+
+        own = os.path.join(cache, OWN_FOLDER)
+        entries = sorted(os.path.join(own, n) for n in os.listdir(own) if n.endswith(".bin"))
         for entry in entries[::3]:
             with open(entry, "r+b") as out:
                 out.seek(os.path.getsize(entry) // 2)
@@ -789,7 +799,7 @@ def test_real_panel_sample_normalised_from_the_window_table_around_nan_weeks(tmp
     monkeypatch.setattr(window_table, "build_table", lambda *a, **k: built.append(1) or build(*a, **k))
     ds = dw.WindowDataset(
         root, ["value"], ["value"], series="sid", window=16, stride=stride, horizon=horizon, nan="drop",
-        normalize="sample", batch_size=128, buffer_partitions=4, return_index=True,
+        normalize="sample", batch_size=128, buffer_partitions=4, return_index=True, pieces_per_partition=64,
     )  # fmt: skip
     want = oracle(parts, ["value"], ["value"], window=16, stride=stride, horizon=horizon, drop=True)
     _check_sample_normalised(_epoch(ds), want)

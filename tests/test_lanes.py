@@ -84,7 +84,16 @@ def oracle(frames: list[pd.DataFrame], rows: np.ndarray, layout: str) -> np.ndar
 
 
 def settings(layout: str, batch: int) -> dict:
-    return dict(features=FEATURES, series="sid", window=WINDOW, batch_size=batch, layout=layout, seed=3)
+    pieces = -(-2 * batch // 2)  # lanes copy a buffer's runs: the piece order, at its former default
+    return dict(
+        features=FEATURES,
+        series="sid",
+        window=WINDOW,
+        batch_size=batch,
+        layout=layout,
+        seed=3,
+        pieces_per_partition=pieces,
+    )
 
 
 @pytest.mark.parametrize("layout", ["NCL", "NLC"])
@@ -325,7 +334,7 @@ class Both(lanes.LaneChoice):
 lanes.lanes_wanted = lambda: True
 lanes.MIN_UNITS = 1
 lanes.LaneChoice = Both
-ds = dw.WindowDataset(sys.argv[1], features=["f0", "f1", "f2"], series="sid", window=16, batch_size=8)
+ds = dw.WindowDataset(sys.argv[1], features=["f0", "f1", "f2"], series="sid", window=16, batch_size=8, pieces_per_partition=8)
 it = iter(ds)
 for _ in range(5):
     next(it)

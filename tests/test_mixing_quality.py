@@ -180,7 +180,10 @@ def test_default_batches_of_raw_layouts_mix_like_a_global_shuffle(kind, tmp_path
     # replacement: about -1 / (batches per buffer - 1)), stronger where every buffer holds one piece of
     # every row group (pieces along row groups: -0.08 +- 0.07 over 12 seeds on "sorted ids", -0.04
     # with equal pieces); it lowers the variance of a running mean, the bar is lag-1 < 0.05.
-    assert -0.35 < got["lag1"] < 3 / np.sqrt(len(full)) and got["ess"] >= 0.9 * b, (got, ref)
+    # ESS of 186 batches varies by about 10% between uniform permutations (the pool order at the default
+    # budget holds this data whole: one uniform permutation): the bar is 0.9 B or 0.9 of the lowest of three.
+    floor = min(_statistics(_global(every, b, seed), regime, every)["ess"] for seed in range(3))
+    assert -0.35 < got["lag1"] < 3 / np.sqrt(len(full)) and got["ess"] >= 0.9 * min(b, floor), (got, ref)
     assert was["ess"] < 0.25 * b and was["lag1"] > 0.8  # the 0.1 order: whole partitions
     if kind != "random ids":  # a row block stands for the regime: the report agrees with brute force
         report = mixing_report(new)

@@ -236,7 +236,10 @@ def test_arrays_and_memmaps_read_only_the_piece(tmp_path):
     ]
     np.save(tmp_path / "s0.npy", series[0])
     arrays = [np.load(tmp_path / "s0.npy", mmap_mode="r"), *series[1:]]
-    ds = dw.WindowDataset(arrays, features=[0], window=6, stride=2, batch_size=9, partition_rows=128, return_index=True)
+    ds = dw.WindowDataset(
+        arrays, features=[0], window=6, stride=2, batch_size=9, partition_rows=128, return_index=True,
+        pieces_per_partition=9,  # the piece order at its former default
+    )  # fmt: skip
     got = collect(ds)
     x = np.concatenate([b[0][:, 0, 0] for b in got])
     expected = np.concatenate([s[: len(s) - 5 : 2, 0] for s in series if len(s) >= 6])

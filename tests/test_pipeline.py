@@ -44,6 +44,7 @@ def root(frames, tmp_path_factory):
 
 def make(root, **kw):
     args = dict(features=["f0", "f1"], targets=["y"], series="sid", window=6, batch_size=64, return_index=True)
+    args["pieces_per_partition"] = 64  # the piece order's buffers (its former default here)
     args.update(kw)
     return dw.WindowDataset(root, **args)
 
@@ -141,7 +142,9 @@ def test_an_error_in_the_builder_thread_surfaces_in_the_consumer(tmp_path):
     values[3333] = np.nan
     for i, part in enumerate(np.array_split(values, 4)):
         pq.write_table(pa.table({"f0": part}), tmp_path / f"p{i}.parquet")
-    ds = dw.WindowDataset(str(tmp_path), features=["f0"], series=None, window=8, batch_size=16, shuffle=False)
+    ds = dw.WindowDataset(
+        str(tmp_path), features=["f0"], series=None, window=8, batch_size=16, shuffle=False, pieces_per_partition=16
+    )
     with pytest.raises(DataError, match="NaN") as info:
         for _ in ds:
             pass
@@ -207,7 +210,7 @@ def test_an_iterator_left_open_at_exit_ends_quietly(root):
 
     code = (
         "import dask_windows as dw\n"
-        f"ds = dw.WindowDataset({root!r}, features=['f0', 'f1'], series='sid', window=6, batch_size=64)\n"
+        f"ds = dw.WindowDataset({root!r}, features=['f0', 'f1'], series='sid', window=6, batch_size=64, pieces_per_partition=64)\n"
         "it = iter(ds)\n"
         "x = next(it)\n"
         "print(tuple(x.shape))\n"

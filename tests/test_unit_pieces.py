@@ -23,6 +23,7 @@ from dask_windows.planning.world import World
 from dask_windows.runtime.reading import piece_cells, unit_windows
 
 KW = dict(features=["f0", "f1"], targets=["y"], series="sid", window=8, batch_size=16, return_index=True)
+KW["pieces_per_partition"] = 16  # the piece order these tests are about, at its former default
 ROW_GROUP = 23
 
 
@@ -150,9 +151,9 @@ def _indices(batches: list) -> np.ndarray:
     return np.concatenate([b[-1] for b in batches])
 
 
-@pytest.mark.parametrize("pieces", [None, 2, 3, 40])
+@pytest.mark.parametrize("pieces", [16, 2, 3, 40])
 def test_pieces_follow_row_groups_and_keep_every_window(frames, root, pieces):
-    ds = dw.WindowDataset(root, **KW, pieces_per_partition=pieces)
+    ds = dw.WindowDataset(root, **{**KW, "pieces_per_partition": pieces})
     ds.set_epoch(2)
     first = collect(ds)
     idx = _indices(first)
@@ -172,12 +173,12 @@ def test_pieces_follow_row_groups_and_keep_every_window(frames, root, pieces):
             assert seg.lo in ends or seg.hi in ends
         else:
             assert len(set(unit.tolist())) == 1
-    again = dw.WindowDataset(root, **KW, pieces_per_partition=pieces)
+    again = dw.WindowDataset(root, **{**KW, "pieces_per_partition": pieces})
     again.set_epoch(2)
     assert all(all(np.array_equal(u, v) for u, v in zip(p, q)) for p, q in zip(first, collect(again)))
 
 
-@pytest.mark.parametrize("pieces", [None, 3])
+@pytest.mark.parametrize("pieces", [16, 3])
 def test_resume_at_every_batch_with_unit_pieces(root, pieces):
     settings = dict(KW, batch_size=12, pieces_per_partition=pieces)
     ds = dw.WindowDataset(root, **settings)
@@ -193,7 +194,7 @@ def test_resume_at_every_batch_with_unit_pieces(root, pieces):
 
 
 def test_dataloader_workers_share_unit_pieces_exactly(frames, root):
-    ds = dw.WindowDataset(root, **KW, pieces_per_partition=3)
+    ds = dw.WindowDataset(root, **{**KW, "pieces_per_partition": 3})
     batches = collect(ds, dict(num_workers=2))
     assert len(batches) == len(ds) and np.array_equal(np.sort(_indices(batches)), oracle_starts(frames, "sid", 8))
 
@@ -306,10 +307,13 @@ def many_root(many, tmp_path_factory):
 @pytest.mark.parametrize(
     "kw,fewer",
     [
-        (dict(), True),
+        (dict(pieces_per_partition=32), True),  # the former default at buffer_partitions=1
         (dict(pieces_per_partition=3, stride=3), False),  # whole row groups: two buffers share none
         (dict(layout="NLC", normalize={"mean": [1.0, -2.0], "std": [3.0, 0.5]}, pieces_per_partition=120), True),
-        (dict(series=None, partition_bytes=1, buffer_partitions=2), True),  # partitions cut at row groups
+        (
+            dict(series=None, partition_bytes=1, buffer_partitions=2, pieces_per_partition=16),
+            True,
+        ),  # partitions cut at row groups
     ],
 )
 def test_paired_reads_yield_the_bits_of_reads_apart_with_fewer_decodes(many, many_root, monkeypatch, kw, fewer):

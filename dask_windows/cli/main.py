@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from dask_windows.cli.bench import bench  # imports torch only when called
 from dask_windows.cli.commands import _cmd_bench, _cmd_convert, _cmd_inspect, _cmd_stats
+from dask_windows.cli.fit import add_fit_command
 from dask_windows.cli.options import (
     _cli_message,
     _cluster_options,
@@ -150,7 +151,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="K",
-        help="the loader's mixing knob (default: the loader's)",
+        help="the piece order's mixing knob (default: the pool order)",
+    )
+    p.add_argument(
+        "--buffer-bytes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the pool order's memory budget per rank (default: 1 GiB)",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(run=_cmd_inspect)
@@ -200,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress line on stderr (default: show it)")
     p.set_defaults(run=_cmd_bench)
+    add_fit_command(command, _cluster_options)
     return parser
 
 

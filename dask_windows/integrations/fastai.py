@@ -73,6 +73,8 @@ class WindowDL:
 
     def _batches(self, loader: Any) -> Generator[tuple, None, None]:
         for batch in loader:
+            if isinstance(batch, dict):  # a workflow's named batch: the model takes it, the loss its target
+                batch = (batch, batch["target"])
             batch = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
             yield to_device(batch, self.device) if self.device is not None else batch
 

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from dask_windows.planning.plan import rng_for
+from dask_windows.planning.pool import PoolPlan, pool_starts
 from dask_windows.planning.windows import window_starts
 from dask_windows.planning.world import World
 from dask_windows.runtime.buffer import permute_windows
@@ -83,6 +84,11 @@ def plan_batches(
         plan = ds._plan(world)
     finally:
         ds.epoch = saved
+    if isinstance(plan, PoolPlan):  # the pool order (planning.pool)
+        yield from _cut(
+            pool_starts(plan, grid.first, grid.counts, grid.stride, ds.row_offsets), spec.batch_size, max_batches
+        )
+        return
     skip, remaining, carry, emitted = plan.skip, plan.num_windows, np.zeros(0, np.int64), 0
     for segments, entropy in zip(plan.buffers, plan.buffer_seeds):
         pieces = []
@@ -105,6 +111,22 @@ def plan_batches(
                 return
         remaining -= full
         carry = starts[full:take]
+    if len(carry):
+        yield carry
+
+
+def _cut(steps: Iterator[np.ndarray], batch_size: int, max_batches: int | None) -> Iterator[np.ndarray]:
+    """Batches of ``batch_size`` cut from consecutive arrays, the last one possibly short."""
+    carry, emitted = np.zeros(0, np.int64), 0
+    for step in steps:
+        starts = np.concatenate([carry, step])
+        full = len(starts) // batch_size * batch_size
+        for b in range(0, full, batch_size):
+            yield starts[b : b + batch_size]
+            emitted += 1
+            if max_batches is not None and emitted >= max_batches:
+                return
+        carry = starts[full:]
     if len(carry):
         yield carry
 
@@ -241,13 +263,19 @@ def mixing_report(ds: Any, max_batches: int = 2000, blocks: int = 100, epoch: in
         )
         if len(ds.partitions) * spec.pieces_per_partition < 2 * b:
             advice += f"; with {len(ds.partitions)} partitions, smaller partitions (partition_bytes=) help too"
-    return {
-        "loader": asdict(loader),
-        "global": asdict(reference),
-        "verdict": verdict,
-        "advice": advice,
-        "settings": settings,
-    }
+    out = {"loader": asdict(loader), "global": asdict(reference), "verdict": verdict, "advice": advice}
+    pool = ds._pool_summary() if hasattr(ds, "_pool_summary") else None
+    if pool is not None:  # the pool order: its reads, memory and places per batch
+        out["pool"] = pool = {k: float(v) if isinstance(v, np.floating) else v for k, v in pool.items()}
+        settings["buffer_bytes"] = spec.buffer_bytes
+        if "nothing to change" not in advice and spec.shuffle:
+            out["advice"] = (
+                f"a batch draws on the {pool['resident_units']} units resident at once ({pool['unit_rows']:,} rows "
+                f"at most each): raise buffer_bytes (now {spec.buffer_bytes:,}) to hold about {2 * b} of them, or "
+                "rewrite the data with `dask-windows convert` (its spread layout mixes at one read per epoch)"
+            )
+    out["settings"] = settings
+    return out
 
 
 def format_report(report: dict) -> str:
@@ -260,6 +288,14 @@ def format_report(report: dict) -> str:
         lines.append(
             f"{name:<16}{s['batches']:>8}{s['distinct_blocks']:>17.1f}{s['tv_distance']:>13.3f}"
             f"{s['lag1']:>8.2f}{s['effective_batch_size']:>13.1f}"
+        )
+    pool = report.get("pool")
+    if pool is not None:
+        lines.append(
+            f"reads per epoch: each of {pool['units']:,} units (row groups) decoded once; resident: "
+            f"{pool['resident_units']:,} units, {pool['pool_bytes'] / 2**20:,.1f} MiB of a budget of "
+            f"{pool['budget_bytes'] / 2**20:,.1f} MiB; a batch draws on about {pool['places_per_batch']:.0f} units "
+            f"(a global shuffle: {pool['places_global']:.0f})"
         )
     lines.append(f"verdict: {report['verdict']}")
     lines.append(f"advice: {report['advice']}")

@@ -19,6 +19,7 @@ import numpy as np
 from dask_windows.errors import ConfigError
 from dask_windows.planning.index import WindowGrid
 from dask_windows.planning.plan import PIECE_ORDER
+from dask_windows.planning.pool import POOL_ORDER
 from dask_windows.spec import WindowSpec
 
 __all__ = ["ORDER_SETTINGS", "fingerprint", "round_robin"]
@@ -27,7 +28,7 @@ __all__ = ["ORDER_SETTINGS", "fingerprint", "round_robin"]
 ORDER_SETTINGS = (
     "features", "targets", "series", "window", "stride", "horizon",
     "batch_size", "drop_last", "shuffle", "seed", "buffer_partitions",
-    "pieces_per_partition",
+    "pieces_per_partition", "buffer_bytes",
 )  # fmt: skip
 
 
@@ -59,7 +60,9 @@ def fingerprint(grid: WindowGrid, rows_per_partition: np.ndarray, spec: WindowSp
         out[name] = list(value) if isinstance(value, tuple) else value
     if files is not None:
         out["files"] = files
-    if spec.pieces_per_partition > 1:  # how pieces are ordered (a state of another order is refused)
+    if spec.buffer_bytes is not None:  # the pool order (a state of the piece order is refused)
+        out["order"] = POOL_ORDER
+    elif spec.pieces_per_partition > 1:  # how pieces are ordered (a state of another order is refused)
         out["piece_order"] = PIECE_ORDER
     return out
 

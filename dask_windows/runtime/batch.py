@@ -38,6 +38,7 @@ of features stay allocated.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Generator, Iterator
@@ -54,8 +55,13 @@ _SETTLE_RATIO = 64  # rows copied by a buffer's windows per buffer row, from whi
 
 
 def _threads() -> int:
-    """torch's intra-op threads (torch is imported by then: the torch view of the buffer exists)."""
-    import torch
+    """Threads that may copy a batch: torch's intra-op threads where ``DASK_WINDOWS_TORCH_GATHER=1`` asks
+    for them, else 1 (numpy's copy on the consumer's thread, the default: on the project's 2-core
+    machine torch's threads cost 2.4x the CPU per batch at B=256 L=512 and saved no time; see
+    docs/performance.md). Both copies give the same bits."""
+    if os.environ.get("DASK_WINDOWS_TORCH_GATHER", "0") != "1":
+        return 1
+    import torch  # (imported by then: the torch view of the buffer exists)
 
     return torch.get_num_threads()
 
@@ -294,6 +300,7 @@ class Gatherer:
         self.source = x  # the buffer's features as given, (C, rows) or (rows, C)
         self._runs: Any = None  # torch view of every run a batch copies, made on first use
         self._y = y
+        self.target_source = y  # the buffer's targets as given, (T, rows) or None
         self._window = window
         self._horizon = horizon
         if horizon and y is not None:

@@ -50,7 +50,6 @@ __all__ = [
     "piece_rows",
     "piece_units",
     "plan_starts",
-    "stream",
     "unit_rows",
 ]
 
@@ -609,10 +608,3 @@ def _check_nan(part: Part, rows: np.ndarray, spec: WindowSpec, shift: int) -> No
             f"window starting at row {start + shift}; clean the data, or pass nan='drop' to leave out windows "
             "that contain NaN or inf"
         )
-
-
-def stream(*args: Any, **kwargs: Any) -> Iterator[object]:
-    """Yield the batches of a plan: ``pipeline.stream`` (the same arguments), kept importable from here."""
-    from dask_windows.runtime.pipeline import stream as pipeline_stream
-
-    return pipeline_stream(*args, **kwargs)

@@ -40,6 +40,8 @@ def trim() -> None:
     """Return freed heap pages (glibc) and Arrow pool pages to the OS."""
     if _libc is not None:
         _libc.malloc_trim(0)
+    # Arrow's pool holds memory only where pyarrow was loaded (a Parquet or Arrow source); loading it
+    # here only to find an empty pool would cost an array-only process tens of MB.
     pa = sys.modules.get("pyarrow")
     if pa is not None:
         pa.default_memory_pool().release_unused()

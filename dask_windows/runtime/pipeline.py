@@ -78,6 +78,7 @@ class _Built:
     table: Any = None  # window statistics (``window_table.WindowTable``), once ``tabled`` is set
     table_from: int = sys.maxsize  # the first position whose windows use ``table`` (if it has one)
     tabled: threading.Event | None = None  # set once ``table`` is built (``None``: it is, or never will be)
+    device: Any = None  # its rows on the training device (``ondevice.DeviceFeed``), once sent
 
     def wait(self, upto: int) -> None:
         """Block until windows ``[0, upto)`` are in their final order."""
@@ -208,12 +209,14 @@ def start_builder(
     reread: Callable[[Segment], Part | None] | None = None,
     release: Callable[[int], None] | None = None,
     prepare: Callable[[int], PlannedStarts | None] | None = None,
+    device: Any = None,
 ) -> Ahead:
     """The builder thread of ``stream(..., background=True)``, started now: it builds the plan's first
     buffer and waits for a consumer (``stream(..., started=...)``). Arguments as ``stream``'s."""
     scale = normalize if isinstance(normalize, tuple) else None
-    tables = normalize == "sample"
-    return Ahead(_builds(plan, iter(parts), grid, row_offsets, spec, scale, reread, True, release, prepare, tables))
+    tables = normalize == "sample" and device is None
+    builds = _builds(plan, iter(parts), grid, row_offsets, spec, scale, reread, True, release, prepare, tables)
+    return Ahead(builds if device is None else device.stage(builds))
 
 
 def _table_from(windows: int) -> int:
@@ -312,6 +315,7 @@ def stream(
     prepare: Callable[[int], PlannedStarts | None] | None = None,
     started: Ahead | None = None,
     last: Callable[[], None] | None = None,
+    device: Any = None,
 ) -> Iterator[object]:
     """Yield ``emit(x, y, rows)`` for each batch of ``plan``.
 
@@ -338,27 +342,34 @@ def stream(
             those it was started with and are not used here.
         last: Called once, on the consumer's thread, when it takes the buffer holding the plan's
             final windows (the builder and the readers have nothing left to do then).
+        device: An ``ondevice.DeviceFeed``: each buffer's rows are sent to its device as the buffer
+            is built, and the batches are gathered there (the same windows in the same order);
+            ``emit`` is then not used.
     """
     scale = normalize if isinstance(normalize, tuple) else None
-    builds, ahead = None, started
+    builds, ahead, staged = None, started, None
     if started is None:
-        tables = normalize == "sample"
+        tables = normalize == "sample" and device is None  # on the device each batch is standardised there
         builds = _builds(
             plan, iter(parts), grid, row_offsets, spec, scale, reread, background, release, prepare, tables
         )
-        ahead = Ahead(builds, 1, "dask-windows-build") if background else None
-    source: Iterator[_Built] = ahead if ahead is not None else builds  # type: ignore[assignment]
+        staged = builds if device is None else device.stage(builds)  # rows sent on the builder thread
+        ahead = Ahead(staged, 1, "dask-windows-build") if background else None
+    source: Iterator[_Built] = ahead if ahead is not None else staged  # type: ignore[assignment]
     batch = spec.batch_size
     remaining = plan.num_windows
     carry: list[tuple] = []  # pieces of a batch begun in the previous buffer
     carried = 0
     pool: Any = OutputPool()  # full batches' feature arrays, reused once no caller holds them
-    slots = sys.modules.get("dask_windows.speedups.slots")  # imported with torch, by the dataset
-    if slots is not None:
-        pool = slots.output_pool() or pool  # in a DataLoader worker: gathered straight into shared slots
+    from dask_windows.speedups import slots  # (torch-side: imported when a pass streams, not with this module)
+
+    pool = slots.output_pool() or pool  # in a DataLoader worker: gathered straight into shared slots
     per_sample, channel_major = normalize == "sample", spec.layout == "NCL"
     want_y, want_rows = bool(spec.targets), spec.return_index
     try:
+        if device is not None:  # cut on the training device from each buffer's rows (ondevice)
+            yield from device.batches(source, plan.num_windows, last)
+            return
         for built in source:
             buffer, pos, total = built.buffer, built.skip, len(built.buffer.starts)
             if last is not None and remaining <= total - pos:  # the plan's last buffer: readers idle from now
@@ -426,4 +437,6 @@ def stream(
         if ahead is not None:
             ahead.close(interrupt)
         elif builds is not None:
+            if staged is not builds and staged is not None:
+                staged.close()
             builds.close()

@@ -23,10 +23,10 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from torch.utils.data import get_worker_info
 
 from dask_windows.errors import SourceReadError
 from dask_windows.faults import record_skip, skip_allowed
+from dask_windows.ondevice import feed_for
 from dask_windows.planning.plan import plan_reader
 from dask_windows.planning.world import World
 from dask_windows.runtime.blocks import merge_rows
@@ -41,6 +41,7 @@ from dask_windows.runtime.buffer import (
     plan_starts,
     unit_rows,
 )
+from dask_windows.runtime.detect import in_worker
 from dask_windows.runtime.memory import small_pages_map
 from dask_windows.runtime.pipeline import stream
 from dask_windows.runtime.prefetch import Prefetcher
@@ -99,11 +100,12 @@ def batches(ds: WindowDataset, plan: Any, progress: Any = None, this_pass: tuple
         last = lambda: begun.append(nextpass.begin(ds, epoch, world, spares=spares))
     arena = reads.arena
     try:
+        feed = feed_for(ds)  # device=...: batches gathered on the training device (ondevice)
         batches = stream(
             plan, parts, ds.grid, ds.row_offsets, ds.spec, ds._emit, ds._per_batch_normalize(), reread,
             background=reads.background, interrupt=reads.reader.close,
             release=None if arena is None else arena.release,
-            prepare=None if arena is None else arena.planned_starts, started=started, last=last,
+            prepare=None if arena is None else arena.planned_starts, started=started, last=last, device=feed,
         )  # fmt: skip
         for batch in batches:
             ds._resumer.step(progress)  # counted before the consumer gets it: a state then includes it
@@ -248,7 +250,7 @@ def pool_workers(ds: WindowDataset) -> int:
     """Processes that read and decode for this pass (0: the prefetch thread does)."""
     if not ds.read_workers or not ds.source.reads_in_processes:
         return 0
-    if get_worker_info() is not None:  # a DataLoader worker is daemonic: it cannot start processes
+    if in_worker():  # a DataLoader worker is daemonic: it cannot start processes
         warnings.warn(
             f"read_workers={ds.read_workers} is ignored inside DataLoader workers; use either "
             "read_workers (workers decode, this process gathers) or DataLoader(num_workers=...)",

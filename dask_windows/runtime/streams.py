@@ -23,7 +23,7 @@ from dask_windows.planning.world import World
 __all__ = ["Chunks", "concat", "elastic_batches", "reader_windows"]
 
 
-def reader_windows(ds: Any, epoch: int, reader: World, lo: int, hi: int) -> Iterator[tuple]:
+def reader_windows(ds: Any, epoch: int, reader: World, lo: int, hi: int, names: list | None = None) -> Iterator[tuple]:
     """Windows ``[lo, hi)`` of the stream ``reader`` yields in ``epoch`` of ``ds``, in chunks.
 
     Args:
@@ -32,6 +32,8 @@ def reader_windows(ds: Any, epoch: int, reader: World, lo: int, hi: int) -> Iter
         reader: Whose stream: rank, world size, worker and number of workers.
         lo: First window of the stream wanted.
         hi: One past the last.
+        names: Filled with the keys of named batches (a workflow's), whose values are yielded;
+            ``None``: named batches raise (mixtures take tuples).
 
     Yields:
         Tuples of tensors (features, then targets and start rows as ``ds`` yields them).
@@ -49,6 +51,11 @@ def reader_windows(ds: Any, epoch: int, reader: World, lo: int, hi: int) -> Iter
     batches = view._batches(view._plan(reader, lo // chunk, epoch))
     try:
         for batch in batches:
+            if isinstance(batch, dict):  # a workflow's named batch: its values, in key order
+                if names is None:
+                    raise TypeError("named batches (workflow=wf.named()) cannot be mixed; use the tuple (workflow=wf)")
+                names[:] = list(batch)
+                batch = tuple(batch.values())
             parts = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
             if drop:
                 parts, drop = tuple(p[drop:] for p in parts), 0
@@ -109,16 +116,18 @@ def elastic_batches(
 
     epoch = ds.epoch  # the pass's epoch, read once: a later pass may advance the dataset's
 
+    names: list = []  # the keys of named batches (a workflow's), else empty
+
     def windows() -> Iterator[tuple]:
         for rank, worker, lo, hi in pieces:
-            yield from reader_windows(ds, epoch, World(rank, origin[0], worker, origin[1]), lo, hi)
+            yield from reader_windows(ds, epoch, World(rank, origin[0], worker, origin[1]), lo, hi, names)
 
     stream = Chunks(windows())
     try:
         for size in sizes:
             batch = stream.take(size)
             step()
-            yield batch[0] if len(batch) == 1 else batch
+            yield dict(zip(names, batch)) if names else batch[0] if len(batch) == 1 else batch
     finally:
         stream.close()
         ds._resumer.end_elastic(epoch)  # len() is the full epoch's again

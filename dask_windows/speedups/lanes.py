@@ -21,7 +21,8 @@ too) but is never overwritten, since every unit is a fresh array. Which lane cop
 changes timing only: the units, their order and their bits are those of one thread's gather.
 Lanes are used only where there are two CPUs to run them on (``os.sched_getaffinity``) and
 torch is allowed more than one thread (not with ``torch.set_num_threads(1)``, nor in DataLoader
-workers, which torch sets to one), and ``DASK_WINDOWS_LANES=0`` turns them off.
+workers, which torch sets to one), and only when ``DASK_WINDOWS_LANES=1`` asks for them: off by
+default since they did not pay 10% on the project's 2-core machine (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
+
+from dask_windows.runtime.prefetch import GuardedThread
 
 __all__ = ["LaneChoice", "Lanes", "lane_batches", "lanes_wanted", "unit_batches", "worth"]
 
@@ -53,11 +56,12 @@ def usable_cpus() -> int:
 
 
 def lanes_wanted() -> bool:
-    """Whether a run may be gathered on two lanes: two usable CPUs, torch threads > 1, not turned off."""
-    if os.environ.get("DASK_WINDOWS_LANES", "1") == "0" or usable_cpus() < 2:
+    """Whether a run may be gathered on two lanes: asked for (``DASK_WINDOWS_LANES=1``), two usable CPUs, torch threads > 1."""
+    if os.environ.get("DASK_WINDOWS_LANES", "0") != "1" or usable_cpus() < 2:  # opt-in: docs/performance.md
         return False
-    torch = sys.modules.get("torch")  # its thread count is the user's say on parallelism (1 in DataLoader workers)
-    return torch is None or torch.get_num_threads() > 1
+    import torch  # its thread count is the user's say on parallelism (1 in DataLoader workers)
+
+    return torch.get_num_threads() > 1
 
 
 def unit_batches(size: int, batch_bytes: int) -> int:
@@ -134,7 +138,7 @@ class Lanes:
         self._finalizing, self._current_thread = sys.is_finalizing, threading.current_thread
         self._owners: dict[int, int] = {}  # handed units claimed by the helper or taken back by the consumer
         args = (gather, self._tickets, self._results, self._owners)
-        self._thread = threading.Thread(target=_lane, args=args, name=name, daemon=True)
+        self._thread = GuardedThread(target=_lane, args=args, name=name, daemon=True)
         self._thread.start()
 
     def take(self, u: int) -> Any:

@@ -54,10 +54,9 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from torch.utils.data import get_worker_info
-
 from dask_windows.planning.world import World
-from dask_windows.runtime.prefetch import Ahead, Prefetcher
+from dask_windows.runtime.detect import in_worker
+from dask_windows.runtime.prefetch import Ahead, GuardedThread, Prefetcher
 
 if TYPE_CHECKING:
     from dask_windows.dataset import WindowDataset
@@ -151,7 +150,7 @@ class _NextPass:
         """Start counting ``seconds``: released then if nothing took it (a named daemon thread waits)."""
         if self._timer is not None or self.done.is_set():
             return
-        self._timer = threading.Thread(target=_expire, args=(self,), name="dask-windows-next-pass", daemon=True)
+        self._timer = GuardedThread(target=_expire, args=(self,), name="dask-windows-next-pass", daemon=True)
         self._timer.start()
 
     def failed(self) -> bool:
@@ -202,7 +201,7 @@ def wanted(ds: WindowDataset, reads: Reads, plan: EpochPlan) -> bool:
     if _plan_bytes(plan) * PLAN_SHARE > _buffer_bytes(ds):
         return False  # the next pass's plan would weigh beside the buffers: many pieces of a few rows
     # Not in a DataLoader worker's first pass: its process may end with it (not persistent).
-    return get_worker_info() is None or getattr(ds, "_worker_passes", 0) >= 2
+    return not in_worker() or getattr(ds, "_worker_passes", 0) >= 2
 
 
 def _plan_bytes(plan: EpochPlan) -> int:
@@ -236,6 +235,7 @@ def begin(ds: WindowDataset, epoch: int, world: World, spares: Spares | None = N
     reads = None
     try:
         release(ds)  # an earlier one no pass took
+        from dask_windows.ondevice import feed_for
         from dask_windows.runtime import reading
         from dask_windows.runtime.pipeline import start_builder
         from dask_windows.sources import PartitionReader
@@ -258,7 +258,7 @@ def begin(ds: WindowDataset, epoch: int, world: World, spares: Spares | None = N
 
         builder = start_builder(
             plan, reading._flat(reads.reader), ds.grid, ds.row_offsets, ds.spec, ds._per_batch_normalize(),
-            reread, arena.release, arena.planned_starts,
+            reread, arena.release, arena.planned_starts, feed_for(proxy),  # device=: rows sent as built
         )  # fmt: skip
     except Exception:  # the pass reads it again and raises then, if it still fails
         log.debug("reading the next pass's first buffer ahead failed; the pass will read it", exc_info=True)

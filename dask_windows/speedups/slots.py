@@ -40,6 +40,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from dask_windows.runtime.detect import in_worker
+
 __all__ = ["SLOTS", "SlotPool", "enabled", "in_slots", "output_pool", "shared"]
 
 log = logging.getLogger(__name__)
@@ -55,11 +57,9 @@ DIRECT_BYTES = 256 << 10  # batches' features from this size are gathered straig
 
 def enabled() -> bool:
     """Whether batches yielded in this process travel through slots (a DataLoader worker on Linux)."""
-    from torch.utils.data import get_worker_info
-
     if os.environ.get("DASK_WINDOWS_SLOTS", "1") == "0" or not hasattr(os, "memfd_create"):
         return False
-    return get_worker_info() is not None
+    return in_worker()
 
 
 def shared(batches: Iterator[Any]) -> Iterator[Any]:

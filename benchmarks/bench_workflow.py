@@ -1,0 +1,173 @@
+"""What a workflow costs: windows/s with it against the same channels stored ready, and the fit.
+
+Loader: stride 1, B=256, L=512. A raw Parquet dataset (hourly rows of ``--series`` series: a
+value with 2% missing, two string categories, a zoned timestamp) is read through a workflow of
+fill + per-series normalise + 2 categoricals + 4 time features (7 channels). The baseline is the
+same 7 channels computed once and stored as float32 columns (what a rewritten copy would hold),
+read without a workflow: the ratio is the workflow's cost alone, measured in this run, the
+loaders alternated (``--rounds``), each timed over one epoch from its first batch. The named
+batch (``wf.named()``) is measured too, and the workflow on a copy whose two categories are
+stored as integers (what reading strings into Python objects costs the first).
+
+Fit: ``Workflow.fit`` on a LocalCluster of this machine at three sizes 10x apart
+(``--fit-rows``, largest modest on a shared machine), each in a fresh process: seconds, rows/s,
+and peak resident memory of the process (the in-process cluster's workers included).
+
+    python benchmarks/bench_workflow.py [--series 64] [--rows-per-series 20000] [--files 8] [--rounds 1]
+        [--fit-rows 20000 200000 2000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pandas as pd
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+
+def raw_frame(series: int, rows: int, seed: int = 0) -> pd.DataFrame:
+    """``series`` hourly series of ``rows`` rows: value (2% NaN), store, family, a zoned timestamp."""
+    rng = np.random.default_rng(seed)
+    n = series * rows
+    sid = np.repeat(np.arange(series), rows)
+    level = rng.uniform(10, 1000, series)[sid]
+    value = level * (1 + 0.1 * rng.standard_normal(n))
+    value[rng.random(n) < 0.02] = np.nan
+    stamps = pd.date_range("2020-01-01", periods=rows, freq="h", tz="Europe/Berlin")
+    return pd.DataFrame({
+        "series": sid,
+        "time": np.tile(stamps, series),
+        "value": value,
+        "store": np.array([f"store{i % 17}" for i in range(series)])[sid],
+        "family": np.array(["food", "tools", "toys", "garden", "books"])[rng.integers(0, 5, n)],
+    })  # fmt: skip
+
+
+def workflow():
+    from dask_windows.workflow import Categorify, FillMissing, Normalize, TimeFeatures, Workflow
+
+    return Workflow(
+        [FillMissing(["value"], value=0.0), Normalize(["value"], per_series=True), Categorify(["store", "family"]),
+         TimeFeatures("time", ["hour", "dayofweek", "dayofyear", "month"])],
+        series="series", continuous=["value", "time_hour", "time_dayofweek", "time_dayofyear", "time_month"],
+        categorical=["store", "family"],
+    )  # fmt: skip
+
+
+def rate(ds) -> float:
+    """Windows per second over one epoch, from its first batch (the first buffer's wait left out)."""
+    it = iter(ds)
+    first = next(it)
+    windows = 0
+    start = time.perf_counter()
+    for batch in it:
+        windows += len(
+            batch[0] if isinstance(batch, tuple) else batch["past_cont"] if isinstance(batch, dict) else batch
+        )
+    seconds = time.perf_counter() - start
+    del it, first
+    return windows / seconds
+
+
+def loader(args: argparse.Namespace) -> None:
+    from dask_windows import WindowDataset
+
+    folder = tempfile.mkdtemp(prefix="bench_workflow_")
+    frame = raw_frame(args.series, args.rows_per_series)
+    raw, ready, coded = (os.path.join(folder, name) for name in ("raw", "ready", "coded"))
+    for path in (raw, ready, coded):
+        os.makedirs(path)
+    per_file = args.rows_per_series * max(1, args.series // args.files)
+    # The categories as integers: the workflow's cost without Arrow's string-to-object conversion.
+    ints = frame.assign(**{c: pd.factorize(frame[c], sort=True)[0] for c in ("store", "family")})
+    for k, at in enumerate(range(0, len(frame), per_file)):  # series whole in each file
+        frame.iloc[at : at + per_file].to_parquet(os.path.join(raw, f"part{k:03d}.parquet"), index=False)
+        ints.iloc[at : at + per_file].to_parquet(os.path.join(coded, f"part{k:03d}.parquet"), index=False)
+    wf = workflow().fit(raw, scheduler="threads")
+    wf_ints = workflow().fit(coded, scheduler="threads")
+    channels = [*wf.continuous, *wf.categorical]
+    stored = wf.transform_frame(frame[wf.inputs])[channels].astype(np.float32).assign(series=frame["series"])
+    for k, at in enumerate(range(0, len(frame), per_file)):
+        stored.iloc[at : at + per_file].to_parquet(os.path.join(ready, f"part{k:03d}.parquet"), index=False)
+    common = dict(window=512, stride=1, batch_size=256, seed=0, next_pass_seconds=0,
+                  pieces_per_partition=args.pieces)  # fmt: skip
+    runs = {
+        "stored channels (no workflow)": lambda: WindowDataset(ready, features=channels, series="series", **common),
+        "workflow (tuple)": lambda: WindowDataset(raw, workflow=wf, **common),
+        "workflow (tuple), int categories": lambda: WindowDataset(coded, workflow=wf_ints, **common),
+        "workflow (named batch)": lambda: WindowDataset(raw, workflow=wf.named(), **common),
+    }
+    figures: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(args.rounds):
+        for name, make in runs.items():
+            figures[name].append(rate(make()))
+    base = float(np.median(figures["stored channels (no workflow)"]))
+    rows = len(frame)
+    print(f"loader: {args.series} series x {args.rows_per_series:,} rows = {rows:,} rows, {len(channels)} channels, "
+          f"{args.files} files, pieces_per_partition={args.pieces or 'default'}, stride 1, B=256, L=512, "
+          f"one epoch x {args.rounds} rounds (median)")  # fmt: skip
+    for name, values in figures.items():
+        med = float(np.median(values))
+        print(f"  {name:<32} {med:>12,.0f} windows/s   ratio {med / base:.3f}")
+    print(json.dumps({k: float(np.median(v)) / base for k, v in figures.items()}))
+
+
+def fit_child(rows: int, series: int) -> None:
+    from dask_windows.workflow.fit import FitReport  # noqa: F401 (imported before the clock starts)
+
+    folder = tempfile.mkdtemp(prefix="bench_workflow_fit_")
+    per = rows // series
+    for k in range(0, series, max(1, series // 8)):  # about 8 files
+        part = raw_frame(min(max(1, series // 8), series - k), per, seed=k)
+        part["series"] += k
+        part.to_parquet(os.path.join(folder, f"part{k:05d}.parquet"), row_group_size=1 << 16, index=False)
+    wf = workflow().fit(folder)  # a LocalCluster of this machine, in this process
+    r = wf.fit_report
+    print(json.dumps({"rows": r.rows, "partitions": r.partitions, "seconds": r.seconds, "peak": r.peak_rss_bytes}))
+
+
+def fits(args: argparse.Namespace) -> None:
+    print("fit (LocalCluster of this machine, a fresh process per size):")
+    for rows in args.fit_rows:
+        series = max(8, rows // 20000)
+        out = subprocess.run(
+            [sys.executable, __file__, "--fit-child", str(rows), str(series)], capture_output=True, text=True,
+            env=dict(os.environ, PYTHONPATH=REPO), check=True,
+        )  # fmt: skip
+        doc = json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"  {doc['rows']:>12,} rows {series:>6} series {doc['partitions']:>4} partitions  "
+              f"{doc['seconds']:>7.2f} s  {doc['rows'] / doc['seconds']:>12,.0f} rows/s  "
+              f"peak RSS {doc['peak'] / 2**20:>8,.0f} MiB")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--series", type=int, default=64)
+    parser.add_argument("--rows-per-series", type=int, default=20000)
+    parser.add_argument("--files", type=int, default=8)
+    parser.add_argument("--pieces", type=int, default=None, help="pieces_per_partition (default: the loader's)")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--fit-rows", type=int, nargs="*", default=[20000, 200000, 2000000])
+    parser.add_argument("--skip-loader", action="store_true")
+    parser.add_argument("--fit-child", type=int, nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.fit_child:
+        fit_child(*args.fit_child)
+        return
+    if not args.skip_loader:
+        loader(args)
+    if args.fit_rows:
+        fits(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""One reader's packed batches: partitions read ahead in order of first use, items copied into sequences.
+
+``ReaderWork`` lists, for a reader's range of sequences, every item it serves
+(data set, series, channel, steps, token offset inside its sequence) as
+O(items of the range) numpy arrays, and the partitions they need in order of
+first use with the batch of their last use. ``batches`` reads those
+partitions on ``prefetch.Prefetcher`` threads, keeps each only between its
+first and last batch, and fills each batch's arrays item by item (a slice
+copy per item and channel).
+
+Batch layout (Moirai's): ``S`` tokens of ``P`` steps per sequence. An item of
+``C`` channels and ``n`` tokens per channel takes ``C * n`` consecutive
+tokens, channel by channel; its steps are right-aligned inside its ``n * P``
+steps, so the first token of a series shorter than a whole number of patches
+is left-padded (``observed_mask`` 0, ``sample_id`` of the item). Tokens no
+item takes have ``sample_id`` 0. Unpacked (one item per sequence), an item is
+right-aligned in its sequence: shorter series are left-padded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dask_windows.runtime.prefetch import Prefetcher
+
+__all__ = ["ReaderWork", "batches"]
+
+
+@dataclass(frozen=True)
+class ReaderWork:
+    """Everything one reader serves, as arrays over its items (``E``) and partitions (``K``).
+
+    Attributes:
+        batch: ``(E,)`` batch of each item (0-based in this reader's pass).
+        row: ``(E,)`` sequence of the item inside its batch.
+        offset: ``(E,)`` its first token inside the sequence.
+        tokens: ``(E,)`` its tokens per channel.
+        member: ``(E,)`` its data set.
+        series: ``(E,)`` its series (row number in the data set).
+        channel: ``(E,)`` its first channel.
+        width: ``(E,)`` its channels.
+        start: ``(E,)`` first step served.
+        stop: ``(E,)`` one past the last step served.
+        key: ``(E,)`` index into ``keys`` of the partition holding it.
+        row_in_partition: ``(E,)`` the series' row inside that partition.
+        keys: ``[(member, partition)]`` in order of first use.
+        first_use: ``(K,)`` batch of each key's first use.
+        last_use: ``(K,)`` batch of each key's last use.
+        batch_tokens: ``(nb,)`` tokens per sequence of each batch.
+        batch_rows: ``(nb,)`` sequences in each batch.
+    """
+
+    batch: np.ndarray
+    row: np.ndarray
+    offset: np.ndarray
+    tokens: np.ndarray
+    member: np.ndarray
+    series: np.ndarray
+    channel: np.ndarray
+    width: np.ndarray
+    start: np.ndarray
+    stop: np.ndarray
+    key: np.ndarray
+    row_in_partition: np.ndarray
+    keys: list[tuple[int, int]]
+    first_use: np.ndarray
+    last_use: np.ndarray
+    batch_tokens: np.ndarray
+    batch_rows: np.ndarray
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a batch holds besides values: settings the assembly needs."""
+
+    patch: int
+    prediction_patches: int
+    nan: str
+    freq_ids: list[np.ndarray]  # per member: (S,) corpus-wide frequency id of each series
+    lengths: list[np.ndarray]  # per member: (S,) steps of each series
+    return_index: bool
+
+
+def _runs(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(owner, k)`` of ``sum(counts)`` positions: position ``j`` is the ``k``-th of run ``owner``."""
+    owner = np.repeat(np.arange(len(counts)), counts)
+    first = np.cumsum(counts) - counts
+    return owner, np.arange(int(counts.sum()), dtype=np.int64) - first[owner]
+
+
+def _assemble(work: ReaderWork, b: int, parts: dict, layout: Layout, lo: int, hi: int) -> dict[str, np.ndarray]:
+    """Batch ``b``'s arrays from its items ``[lo, hi)`` of ``work``, in a few vectorised gathers."""
+    rows, tokens, patch = int(work.batch_rows[b]), int(work.batch_tokens[b]), layout.patch
+    sl = slice(lo, hi)
+    row, offset, n, width = work.row[sl], work.offset[sl], work.tokens[sl], work.width[sl]
+    member, series, key = work.member[sl], work.series[sl], work.key[sl]
+    start, stop, first = work.start[sl], work.stop[sl], work.channel[sl]
+    number = np.arange(len(row)) - np.searchsorted(row, row, side="left") + 1  # (E,) the item's sample_id
+    length = np.zeros(len(row), np.int64)  # (E,) steps of the item's series
+    freq = np.zeros(len(row), np.int64)
+    base = np.zeros(len(row), np.int64)  # (E,) the series' first value in its partition's array
+    many = len(layout.lengths) > 1
+    for m in np.unique(member).tolist() if len(layout.lengths) > 8 else range(len(layout.lengths)):
+        at = member == m if many else slice(None)
+        length[at] = layout.lengths[m][series[at]]
+        freq[at] = layout.freq_ids[m][series[at]]
+    keys = range(int(key.min()), int(key.max()) + 1) if len(key) else range(0)  # first-use order: a short range
+    for part in keys:
+        at = key == part
+        if at.any():  # keys in the range whose partition this batch does not need may be dropped already
+            base[at] = parts[part].starts[work.row_in_partition[sl][at]]
+
+    item, v = _runs(width)  # (pieces,): one piece per item and channel
+    t0 = offset[item] + v * n[item]  # its first token in the sequence
+    count = (stop - start)[item]
+    pad = n[item] * patch - count  # left padding inside its first patch
+
+    owner, k = _runs(n[item])  # (T,) every token of every piece
+    pos = row[item][owner] * tokens + t0[owner] + k  # flat (B, S) position
+    e = item[owner]
+    sample_id = np.zeros(rows * tokens, np.int64)
+    sample_id[pos] = number[e]
+    variate_id = np.zeros(rows * tokens, np.int64)
+    variate_id[pos] = first[e] + v[owner]
+    time_id = np.zeros(rows * tokens, np.int64)
+    time_id[pos] = k
+    prediction = np.zeros(rows * tokens, bool)
+    hidden = np.minimum(layout.prediction_patches, n[e] - 1)
+    prediction[pos] = k >= n[e] - hidden
+    dataset_id = np.full(rows * tokens, -1, np.int64)
+    dataset_id[pos] = member[e]
+    freq_id = np.full(rows * tokens, -1, np.int64)
+    freq_id[pos] = freq[e]
+
+    owner, k = _runs(count)  # (steps,) every value served
+    dest = (row[item] * tokens + t0)[owner] * patch + pad[owner] + k
+    src = (base[item] + (first[item] + v) * length[item] + start[item])[owner] + k
+    target = np.zeros(rows * tokens * patch, np.float32)
+    step_key = key[item][owner]
+    for kk in keys:
+        at = step_key == kk
+        if at.any():
+            target[dest[at]] = parts[kk].values[src[at]]
+    real = np.zeros(rows * tokens * patch, bool)
+    real[dest] = True
+    observed = real & ~np.isnan(target)
+    if layout.nan == "mask":
+        target[~observed] = 0.0
+    shape = (rows, tokens)
+    out = {
+        "target": target.reshape(rows, tokens, patch),
+        "observed_mask": observed.reshape(rows, tokens, patch),
+        "sample_id": sample_id.reshape(shape),
+        "variate_id": variate_id.reshape(shape),
+        "time_id": time_id.reshape(shape),
+        "prediction_mask": prediction.reshape(shape),
+        "dataset_id": dataset_id.reshape(shape),
+        "freq_id": freq_id.reshape(shape),
+    }
+    if layout.return_index:
+        owner, k = _runs(n[item])
+        e = item[owner]
+        series_id = np.full(rows * tokens, -1, np.int64)
+        series_id[pos] = series[e]
+        step = np.zeros(rows * tokens, np.int64)
+        step[pos] = start[e] - pad[owner] + k * patch
+        out["series_id"] = series_id.reshape(shape)
+        out["step"] = step.reshape(shape)
+    return out
+
+
+def batches(
+    work: ReaderWork, read: Callable[[tuple[int, int]], Any], layout: Layout, read_ahead: int
+) -> Generator[dict[str, np.ndarray], None, None]:
+    """The reader's batches, in order, as dicts of numpy arrays."""
+    nb = len(work.batch_rows)
+    bounds = np.searchsorted(work.batch, np.arange(nb + 1), side="left")  # (nb + 1,) first item of each batch
+    prefetch = Prefetcher(read, work.keys, depth=read_ahead, name="dask-windows-corpus")
+    parts: dict[int, Any] = {}
+    taken = 0
+    try:
+        for b in range(nb):
+            while taken < len(work.keys) and work.first_use[taken] <= b:
+                parts[taken] = next(prefetch)
+                taken += 1
+            yield _assemble(work, b, parts, layout, int(bounds[b]), int(bounds[b + 1]))
+            for k in [k for k in parts if work.last_use[k] <= b]:
+                del parts[k]
+    finally:
+        prefetch.close()

@@ -1,0 +1,460 @@
+"""``CorpusDataset``: a foundation-model corpus as packed batches (wiring only).
+
+At open each data set's ``ListSource`` gives its series lengths and channel
+counts; ``items.build_units`` turns them into items (O(series) numbers) and
+counts what is left out. Each epoch ``items.epoch_items`` orders the items of
+all data sets (exact per-data-set quotas), ``packing.pack`` packs them into
+sequences, ``packing.reader_sequences`` gives this rank and worker its share,
+and ``batches.batches`` reads and fills them. Epochs, resume states and
+worker shares follow ``WindowDataset``'s rules (``epochs``, ``resume``).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset
+
+from dask_windows.corpus.batches import Layout, batches
+from dask_windows.corpus.items import LeftOut, Units, build_units, epoch_items
+from dask_windows.corpus.packing import pack, reader_sequences, unpacked
+from dask_windows.corpus.source import ListSource
+from dask_windows.corpus.work import EpochPlan, reader_work, split_to_context
+from dask_windows.errors import ConfigError
+from dask_windows.planning.plan import batches_per_rank
+from dask_windows.planning.resume import Resumer, check_int
+from dask_windows.planning.schedule import member_counts
+from dask_windows.planning.world import World
+from dask_windows.runtime.detect import detect_worker, in_worker, resolve_ranks, worker_info
+from dask_windows.runtime.epochs import EpochCounter, worker_token
+
+__all__ = ["CorpusDataset", "CorpusSettings", "LeftOutSeriesWarning", "mix_corpora"]
+
+log = logging.getLogger(__name__)
+
+
+class LeftOutSeriesWarning(UserWarning):
+    """Series of a corpus left out at open (shorter than ``min_length``, or too many channels)."""
+
+
+@dataclass(frozen=True)
+class CorpusSettings:
+    """The settings every data set of one corpus shares (they decide a batch's shape)."""
+
+    patch_size: int = 16
+    max_length: int = 512
+    min_length: int = 1
+    sequence_tokens: int | None = None
+    channels: str = "independent"
+    pack: bool = True
+    pack_window: int = 4096
+    context_length: tuple[int, int] | None = None
+    prediction_length: int = 0
+    nan: str = "mask"
+    batch_size: int = 8
+    buffer_partitions: int = 8
+    shuffle: bool = True
+    seed: int = 0
+    drop_last: bool = False
+    return_index: bool = False
+    read_ahead: int = 4
+
+    @property
+    def tokens(self) -> int:
+        """Tokens per sequence."""
+        return self.sequence_tokens or self.max_length // self.patch_size
+
+    def check(self) -> None:
+        p = check_int("patch_size", self.patch_size, 1)
+        if check_int("max_length", self.max_length, 1) % p:
+            raise ConfigError(f"max_length={self.max_length} must be a multiple of patch_size={p}")
+        check_int("min_length", self.min_length, 1)
+        if self.tokens * p < self.max_length and self.channels == "independent":
+            raise ConfigError(
+                f"sequence_tokens={self.tokens} x patch_size={p} holds fewer steps than max_length={self.max_length}; "
+                "raise sequence_tokens or lower max_length"
+            )
+        if self.channels not in ("independent", "multivariate"):
+            raise ConfigError(f"channels={self.channels!r} must be 'independent' or 'multivariate'")
+        if self.nan not in ("mask", "keep"):
+            raise ConfigError(f"nan={self.nan!r} must be 'mask' (filled with 0, observed_mask 0) or 'keep'")
+        for name in ("batch_size", "pack_window", "buffer_partitions"):
+            check_int(name, getattr(self, name), 1)
+        check_int("prediction_length", self.prediction_length, 0)
+        check_int("read_ahead", self.read_ahead, 0)
+        if self.context_length is not None:
+            lo, hi = self.context_length
+            if self.channels != "independent":
+                raise ConfigError(
+                    "context_length=(lo, hi) serves univariate items; pass channels='independent' with it"
+                )
+            if not (0 < lo <= hi <= self.max_length) or lo % p or hi % p:
+                raise ConfigError(
+                    f"context_length={self.context_length} must be multiples of patch_size={p} with "
+                    f"0 < lo <= hi <= max_length={self.max_length}"
+                )
+
+
+@dataclass(frozen=True)
+class Member:
+    """One data set of a corpus."""
+
+    name: str
+    source: ListSource
+    units: Units
+    left_out: LeftOut
+
+
+def _open_member(name: str, source: ListSource, settings: CorpusSettings) -> Member:
+    units, left = build_units(
+        source.lengths,
+        source.channels,
+        source.partition_series,
+        independent=settings.channels == "independent",
+        patch=settings.patch_size,
+        max_length=settings.max_length,
+        min_length=settings.min_length,
+        budget=settings.tokens,
+    )
+    if left.series:
+        warnings.warn(
+            f"{source.name}: {left.short:,} of {len(source.lengths):,} series are shorter than min_length="
+            f"{settings.min_length} steps ({left.short_steps:,} observations) and {left.wide:,} have more channels "
+            f"than sequence_tokens={settings.tokens} holds ({left.wide_steps:,} observations): left out; "
+            "lower min_length (shorter series are served left-padded) or raise sequence_tokens",
+            LeftOutSeriesWarning,
+            stacklevel=3,
+        )
+    return Member(name, source, units, left)
+
+
+class CorpusDataset(IterableDataset):
+    """Packed batches of a corpus of series stored one per row in list columns.
+
+    Args:
+        data: A ``ListSource`` or what it opens (Parquet/Arrow files, a folder, a ``datasets`` folder).
+        target: The list column (``list<float>`` or ``list<list<float>>``, channels x time).
+        freq: The data set's frequency where no ``freq`` column gives it.
+        storage_options: Passed to fsspec.
+        name: The data set's name (default: where it lives).
+        freqs: A fixed frequency vocabulary (``freq_id`` = position); default: order of first appearance.
+        patch_size: Steps per token.
+        max_length: Most steps of one item: a longer series is cut, from its end, into items of this many.
+        min_length: Series shorter than this are left out (counted in ``left_out``, warned about at
+            open); shorter than ``max_length`` they are served left-padded.
+        sequence_tokens: Tokens per sequence (default ``max_length // patch_size``).
+        channels: ``"independent"``: each channel its own univariate item (``variate_id`` its channel);
+            ``"multivariate"``: one item of all channels (``budget // C`` tokens per channel).
+        pack: Pack items into sequences (``sample_id`` tells them apart); else one item per sequence.
+        pack_window: Items packed together.
+        context_length: ``(lo, hi)`` steps (multiples of ``patch_size``; channel-independent view), a length
+            drawn from it by ``(seed, epoch, ...)``. Unpacked: per batch, and an item longer than it keeps its
+            last steps. Packed: per block of ``pack_window`` items, and an item longer than it is served as
+            several samples of at most that length (every step still once).
+        prediction_length: Steps at the end of each item flagged in ``prediction_mask`` (whole patches,
+            at least one patch of context kept).
+        nan: ``"mask"``: NaN values become 0 with ``observed_mask`` 0; ``"keep"``: left NaN (mask 0).
+        batch_size: Sequences per batch.
+        buffer_partitions: Partitions (row groups, record batches) whose items are shuffled together.
+        shuffle: Shuffle partitions and items each epoch.
+        seed: Seed of every order.
+        drop_last: Leave out this rank's final partial batch.
+        return_index: Add ``series_id`` and ``step`` (each token's first step) to the batch.
+        read_ahead: Partitions read ahead on a thread (0: read in the consumer's thread).
+        rank: This process's rank; default from ``torch.distributed``, else 0.
+        world_size: Number of ranks; default from ``torch.distributed``, else 1.
+
+    Attributes:
+        names: Data set names; ``dataset_id`` in a batch indexes them.
+        freqs: Frequencies; ``freq_id`` in a batch indexes them.
+        counts: ``(M,)`` items of each data set per epoch.
+        left_out: ``{name: LeftOut}``: series left out at open.
+    """
+
+    def __init__(
+        self,
+        data: Any,
+        *,
+        target: str = "target",
+        freq: str | None = None,
+        storage_options: dict | None = None,
+        name: str | None = None,
+        freqs: Sequence[str] | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        **settings: Any,
+    ) -> None:
+        super().__init__()
+        try:
+            self.settings = CorpusSettings(**settings)
+        except TypeError as exc:
+            raise ConfigError(f"{exc}; see help(CorpusDataset) for the settings") from None
+        self.settings.check()
+        source = (
+            data
+            if isinstance(data, ListSource)
+            else ListSource(data, target=target, freq=freq, storage_options=storage_options)
+        )
+        member = _open_member(name or source.name, source, self.settings)
+        self._setup([member], None, None, (rank, world_size), freqs)
+
+    def _setup(
+        self,
+        members: list[Member],
+        weights: np.ndarray | None,
+        items_per_epoch: int | None,
+        world: tuple[int | None, int | None],
+        freqs: Sequence[str] | None = None,
+    ) -> None:
+        self.members = members
+        self.names = [m.name for m in members]
+        sizes = np.array([m.units.num_items for m in members], np.int64)
+        if sizes.sum() == 0 and len(members) > 1:
+            raise ConfigError(
+                f"{', '.join(self.names)}: no series of at least min_length={self.settings.min_length} steps; "
+                "lower min_length"
+            )
+        w = sizes.astype(np.float64) if weights is None else weights
+        total = int(sizes.sum()) if items_per_epoch is None else items_per_epoch
+        self.counts = member_counts(w, total) if sizes.sum() else sizes  # no item at all: len() says why
+        for m, count in zip(members, self.counts):
+            if count and m.units.num_items == 0:
+                raise ConfigError(f"data set {m.name!r} has no item but weight > 0; give it weight 0")
+        self.freqs: list[str] = [str(f) for f in freqs] if freqs is not None else []
+        for m in members:
+            for f in m.source.freqs:
+                if f not in self.freqs and freqs is not None:
+                    raise ConfigError(
+                        f"{m.source.name} holds frequency {f!r}, which freqs={list(freqs)} does not list; "
+                        "add it to freqs (its position is its freq_id)"
+                    )
+                if f not in self.freqs:
+                    self.freqs.append(f)
+        self._freq_ids = [np.array([self.freqs.index(f) for f in m.source.freqs], np.int64) for m in members]
+        self.left_out = {m.name: m.left_out for m in members}
+        self._explicit_world = world
+        self._ranks = resolve_ranks(world, (0, 1))
+        self._epochs = EpochCounter(0)
+        self._worker_passes = 0
+        self._resumer = Resumer()
+        self._plan_cache: EpochPlan | None = None
+
+    # -- topology and epochs ------------------------------------------------------------------
+
+    def _resolve_ranks(self) -> tuple[int, int]:
+        return resolve_ranks(self._explicit_world, getattr(self, "_ranks", (0, 1)))
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_ranks"] = self._resolve_ranks()
+        state["_plan_cache"] = None
+        return state
+
+    @property
+    def epoch(self) -> int:
+        return self._epochs.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use the order of ``epoch`` for the next pass."""
+        self._epochs.pin(check_int("epoch", epoch))
+        self._resumer.forget(self.epoch)
+
+    @property
+    def num_items(self) -> int:
+        """Items per epoch (all data sets)."""
+        return int(self.counts.sum())
+
+    # -- the epoch plan -----------------------------------------------------------------------
+
+    def plan(self, epoch: int) -> EpochPlan:
+        """Epoch ``epoch``'s items in order and their sequences (a pure function of the settings)."""
+        cached = self._plan_cache
+        if cached is not None and cached.epoch == epoch:
+            return cached
+        s = self.settings
+        if self.num_items == 0:
+            raise ConfigError(
+                f"{', '.join(self.names)}: no series of at least min_length={s.min_length} steps; lower min_length"
+            )
+        member, item = epoch_items(
+            [m.units for m in self.members], self.counts, s.seed, epoch, s.shuffle, s.buffer_partitions
+        )
+        tokens, unit, start, stop = (np.zeros(len(item), np.int64) for _ in range(4))
+        for m, mem in enumerate(self.members):
+            at = member == m if len(self.members) > 1 else slice(None)
+            unit[at], start[at], stop[at] = mem.units.locate(item[at])
+            tokens[at] = mem.units.width[unit[at]] * -(-(stop[at] - start[at]) // s.patch_size)
+        blocks = np.arange(0, len(item) + s.pack_window, s.pack_window).clip(max=len(item))
+        if s.pack and s.context_length is not None:  # each block's samples at most its drawn length
+            member, item, unit, start, stop, blocks = split_to_context(
+                member, item, unit, start, stop, s.context_length, s.patch_size, s.pack_window, s.seed, epoch
+            )
+            tokens = -(-(stop - start) // s.patch_size)
+        if s.pack:
+            ptr, entries = pack(tokens, s.tokens, blocks, s.seed, epoch)
+        else:
+            ptr, entries = unpacked(len(item))
+        plan = EpochPlan(epoch, member, item, tokens, unit, start, stop, ptr, entries)
+        self._plan_cache = plan
+        return plan
+
+    def num_sequences(self, epoch: int | None = None) -> int:
+        return len(self.plan(self.epoch if epoch is None else epoch).sequence_ptr) - 1
+
+    def packing_efficiency(self, epoch: int | None = None) -> float:
+        """Share of an epoch's tokens that hold an item (packed: padding inside the sequences' budget)."""
+        plan = self.plan(self.epoch if epoch is None else epoch)
+        return float(plan.tokens.sum()) / float(max(self.num_sequences(plan.epoch), 1) * self.settings.tokens)
+
+    def __len__(self) -> int:
+        """Batches this rank yields in the current epoch (the same on every rank and for any ``num_workers``)."""
+        world_size = self._resolve_ranks()[1]
+        return batches_per_rank(self.num_sequences(), world_size, self.settings.batch_size, self.settings.drop_last)
+
+    # -- iterating ----------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        rank, world_size = self._resolve_ranks()
+        world = World(rank, world_size, *detect_worker())
+        info = worker_info()
+        if info is None:
+            epoch = self._epochs.begin_pass()
+            self._resumer.forget(epoch)
+        else:
+            self._worker_passes += 1
+            epoch = self._epochs.begin_pass(worker_token(info.seed - info.id, self._worker_passes))
+        num_sequences = self.num_sequences(epoch)
+        s = self.settings
+        num_batches = batches_per_rank(num_sequences, world_size, s.batch_size, s.drop_last)
+        reader, skip = self._resumer.begin(epoch, world, num_batches)
+        lo, hi = reader_sequences(num_sequences, s.batch_size, s.drop_last, reader, skip)
+        first_batch = (lo - rank * (num_sequences // world_size)) // s.batch_size  # the rank's batch number
+        return self._batches(epoch, lo, hi, first_batch)
+
+    def _batches(self, epoch: int, lo: int, hi: int, first_batch: int) -> Iterator[dict[str, torch.Tensor]]:
+        s = self.settings
+        work = reader_work(
+            self.plan(epoch),
+            [m.units for m in self.members],
+            [m.source.partition_series for m in self.members],
+            s,
+            epoch,
+            lo,
+            hi,
+            first_batch,
+        )
+        layout = Layout(
+            s.patch_size,
+            -(-s.prediction_length // s.patch_size),
+            s.nan,
+            self._freq_ids_per_series(),
+            [m.source.lengths for m in self.members],
+            s.return_index,
+        )
+        arrays = batches(work, self._read, layout, s.read_ahead)
+        try:
+            for batch in arrays:
+                self._resumer.step()
+                yield {k: torch.from_numpy(v) for k, v in batch.items()}
+        finally:
+            arrays.close()  # the read-ahead thread is joined on an early break too
+
+    def _freq_ids_per_series(self) -> list[np.ndarray]:
+        return [ids[m.source.freq_codes] for ids, m in zip(self._freq_ids, self.members)]
+
+    def _read(self, key: tuple[int, int]) -> Any:
+        member, partition = key
+        return self.members[member].source.read(partition)
+
+    # -- resume -------------------------------------------------------------------------------
+
+    def _fingerprint(self) -> dict:
+        s = self.settings
+        return {
+            "corpus": list(self.names),
+            "files": [m.source.files for m in self.members],
+            "series": [len(m.source.lengths) for m in self.members],
+            "counts": [int(c) for c in self.counts],
+            "settings": repr(replace(s, read_ahead=0)),
+        }
+
+    def state_dict(self, batches: int | None = None, num_workers: int | None = None) -> dict:
+        """The position in the current epoch (as ``WindowDataset.state_dict``)."""
+        world = World(*self._resolve_ranks(), *detect_worker())
+        return self._resumer.save(self._fingerprint(), self.epoch, world, len(self), in_worker(), batches, num_workers)
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume the epoch of ``state`` after the batches it had yielded, bit for bit (same topology)."""
+        self._epochs.pin(self._resumer.load(state, self._fingerprint(), self._resolve_ranks()[1]))
+
+    def summary(self) -> dict:
+        """Per data set: series, items per epoch, and what was left out at open."""
+        return {
+            m.name: {
+                "series": len(m.source.lengths),
+                "items": m.units.num_items,
+                "items_per_epoch": int(c),
+                "left_out_short": m.left_out.short,
+                "left_out_wide": m.left_out.wide,
+                "left_out_observations": m.left_out.short_steps + m.left_out.wide_steps,
+            }
+            for m, c in zip(self.members, self.counts)
+        }
+
+    def __repr__(self) -> str:
+        shares = ", ".join(f"{n}={int(c):,}" for n, c in zip(self.names, self.counts))
+        return f"CorpusDataset({shares}; batch_size={self.settings.batch_size})"
+
+
+def mix_corpora(
+    members: Mapping[str, CorpusDataset],
+    weights: Mapping[str, float] | None = None,
+    *,
+    items_per_epoch: int | None = None,
+    freqs: Sequence[str] | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
+) -> CorpusDataset:
+    """One corpus of several data sets, each with an exact share of every epoch (``dw.mix`` of corpora).
+
+    Args:
+        members: ``{name: CorpusDataset}`` opened with the same settings (patch, lengths, packing...).
+        weights: ``{name: weight >= 0}`` (a LOTSA-style weight map); default: in proportion to items.
+        items_per_epoch: Items per epoch; default: the members' items together.
+        freqs: A fixed frequency vocabulary (``freq_id`` = position), the same across runs and corpora;
+            default: frequencies in order of first appearance.
+        rank: This process's rank.
+        world_size: Number of ranks.
+    """
+    from dask_windows.mixture import _weights
+
+    if not isinstance(members, Mapping) or not members:
+        raise ConfigError("mix() needs a non-empty {name: CorpusDataset} dict of members")
+    names = list(members)
+    first = members[names[0]].settings
+    parts: list[Member] = []
+    for name in names:
+        ds = members[name]
+        if not isinstance(ds, CorpusDataset):
+            raise TypeError(f"member {name!r} is a {type(ds).__name__}; a corpus mixes CorpusDataset objects")
+        if ds.settings != first:
+            differ = [k for k in first.__dataclass_fields__ if getattr(ds.settings, k) != getattr(first, k)]
+            raise ConfigError(
+                f"member {name!r} differs from {names[0]!r} in {differ}; open every data set with the same settings"
+            )
+        parts.extend(replace(m, name=name if len(ds.members) == 1 else f"{name}/{m.name}") for m in ds.members)
+    w = None if weights is None else _weights(weights, names)
+    if w is not None and len(parts) != len(names):
+        raise ConfigError("weights need members of one data set each; mix data sets, not mixtures")
+    out = CorpusDataset.__new__(CorpusDataset)
+    IterableDataset.__init__(out)
+    out.settings = first
+    total = None if items_per_epoch is None else check_int("items_per_epoch", items_per_epoch, 1)
+    out._setup(parts, w, total, (rank, world_size), freqs)
+    return out

@@ -1,0 +1,249 @@
+"""A pass's batches gathered on the training device: buffers sent once, batches cut by index.
+
+``pipeline.stream`` hands a :class:`DeviceFeed` the pass's built buffers
+(``pipeline._Built``: the decoded rows and their permuted window starts).
+:meth:`DeviceFeed.stage` wraps the builder (a pass's, or the next pass's
+started ahead by ``nextpass``), so each buffer's rows go to the device on the
+builder thread as soon as the buffer is built, while the consumer still
+drains the previous one; :meth:`DeviceFeed.batches` walks the
+starts exactly as the host path does (same batches, same order, a batch may
+begin in one buffer and end in the next) and gathers every batch on the
+device from a ``(B,)`` start vector.
+
+Memory bound: at most two buffers' rows are on the device at once, the one
+being drained and the next, built and sent ahead. The builder (``Ahead``,
+one item ahead) builds buffer ``k + 2`` only after the consumer took
+``k + 1``, and the consumer lets go of buffer ``k``'s rows before it takes
+``k + 1`` (a batch begun in ``k`` was gathered already). ``Traffic`` counts
+the buffers alive (``peak_resident``), and the tests hold it to 2.
+
+What crosses to the device per epoch: each buffer's rows once, and per batch
+its start vector (and the windows' dataset rows with ``return_index``);
+``Traffic`` counts both. ``normalize`` with global statistics was applied to
+the rows when they were decoded, so it travels with them; ``"sample"`` is
+computed per batch on the device (``rows.standardize_windows``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from dask_windows.errors import ConfigError
+from dask_windows.ondevice.rows import DeviceRows, standardize_windows, upload
+from dask_windows.runtime.detect import in_worker
+
+__all__ = ["DeviceFeed", "Traffic", "feed_for", "resolve_device"]
+
+
+def resolve_device(device: Any) -> torch.device | None:
+    """The device of ``WindowDataset(device=...)``: ``None`` (the host path), ``"auto"`` or a torch device.
+
+    ``"auto"``: ``"cuda"`` when CUDA is available, else ``None`` (a CPU-only machine keeps the host path).
+
+    Raises:
+        ConfigError: ``device`` is not a torch device, or is CUDA while CUDA is not available.
+    """
+    if device is None:
+        return None
+    if device == "auto":
+        return torch.device("cuda") if torch.cuda.is_available() else None
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise ConfigError(
+            f"device={device!r} is not a torch device ({error}); pass 'cuda', 'cuda:1', 'cpu', 'auto' "
+            "(CUDA when available) or None (batches gathered on the host)"
+        ) from None
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(
+            f"device={device!r} but CUDA is not available here; pass device='auto' (CUDA when available, "
+            "else the host path), device='cpu' or None"
+        )
+    return resolved
+
+
+@dataclass
+class Traffic:
+    """What a dataset's passes sent to the device, in this process.
+
+    A pass's count includes the next pass's first buffer when ``nextpass`` reads (and sends) it
+    ahead during the pass's last buffer (``next_pass_seconds``).
+
+    Attributes:
+        row_bytes: Bytes of the buffers' rows sent (features and targets).
+        index_bytes: Bytes of the batches' start vectors (and ``return_index`` rows) sent.
+        buffers: Buffers sent.
+        batches: Batches gathered.
+        sent_late: Buffers that reached the consumer unsent (a builder without ``stage``): 0 where every
+            builder sends ahead. (With ``prefetch_partitions=0`` there is no builder thread: ``stage``
+            sends each buffer when the consumer takes it, and one buffer is resident at a time.)
+        resident: Buffers whose rows are on the device now.
+        peak_resident: The most at once (at most 2, see the module docstring).
+    """
+
+    row_bytes: int = 0
+    index_bytes: int = 0
+    buffers: int = 0
+    batches: int = 0
+    sent_late: int = 0
+    resident: int = 0
+    peak_resident: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @property
+    def total_bytes(self) -> int:
+        """Every byte sent: rows and start vectors."""
+        return self.row_bytes + self.index_bytes
+
+    def sent(self, nbytes: int) -> None:
+        """Count a buffer's rows sent and resident."""
+        with self._lock:
+            self.row_bytes += nbytes
+            self.buffers += 1
+            self.resident += 1
+            self.peak_resident = max(self.peak_resident, self.resident)
+
+    def dropped(self) -> None:
+        """Count a buffer's rows gone from the device."""
+        with self._lock:
+            self.resident -= 1
+
+    def __getstate__(self) -> dict:  # (a dataset pickled for another process takes its counts, not the lock)
+        state = self.__dict__.copy()
+        state.pop("_lock", None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _lock=threading.Lock())
+
+
+def feed_for(ds: Any) -> DeviceFeed | None:
+    """The feed of a pass over ``ds`` (a ``WindowDataset``), or ``None`` on the host path.
+
+    Raises:
+        ConfigError: In a DataLoader worker: device batches are gathered in the training process.
+    """
+    device = getattr(ds, "device", None)
+    if device is None:
+        return None
+    if in_worker():
+        raise ConfigError(
+            f"WindowDataset(device={str(device)!r}) gathers batches on the device in the training process, "
+            "not in DataLoader workers; use DataLoader(ds, batch_size=None, num_workers=0) or iterate the "
+            "dataset itself (reads and decoding already run on background threads; read_workers=N adds "
+            "processes), or pass device=None to gather on the host in workers"
+        )
+    spec = ds.spec
+    per_sample = ds._per_batch_normalize() == "sample"
+    return DeviceFeed(device, spec, per_sample, ds.device_traffic)
+
+
+class DeviceFeed:
+    """One pass's device side: buffers sent ahead (``stage``) and batches gathered there (``batches``).
+
+    Args:
+        device: The training device.
+        spec: The dataset's ``WindowSpec``.
+        per_sample: Standardise each window and channel (``normalize="sample"``).
+        traffic: Where the bytes sent are counted.
+    """
+
+    def __init__(self, device: torch.device, spec: Any, per_sample: bool, traffic: Traffic) -> None:
+        self.device, self.spec, self.per_sample, self.traffic = device, spec, per_sample, traffic
+        self.channel_major = spec.layout == "NCL"
+        self._stream: Any = None  # the side stream of the uploads (CUDA), made on first use
+
+    def stage(self, builds: Iterator[Any]) -> Generator[Any, None, None]:
+        """``builds`` with each buffer's rows sent to the device as it is built (on the builder's thread)."""
+        for built in builds:
+            self._send(built)
+            yield built
+            del built  # the consumer alone holds it now
+
+    def _send(self, built: Any) -> DeviceRows:
+        """Send ``built``'s rows (once) and attach them to it."""
+        if built.device is not None:
+            return built.device
+        gatherer = built.buffer.gatherer
+        if self.device.type == "cuda" and self._stream is None:
+            self._stream = torch.cuda.Stream(device=self.device)
+        x, event = upload(gatherer.source, self.device, self._stream)
+        y = None
+        if self.spec.targets:
+            y, y_event = upload(gatherer.target_source, self.device, self._stream)
+            event = y_event or event  # recorded after both copies (one stream)
+        assert x is not None
+        rows = DeviceRows(x, y, self.spec.window, self.spec.horizon, self.channel_major, event, self.traffic.dropped)
+        self.traffic.sent(rows.nbytes)
+        built.device = rows
+        return rows
+
+    def _index(self, values: np.ndarray) -> torch.Tensor:
+        """An int64 vector of the host on the device (pinned, without blocking, on CUDA)."""
+        host = torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64))
+        self.traffic.index_bytes += host.numel() * 8
+        if self.device.type == "cuda":
+            return host.pin_memory().to(self.device, non_blocking=True)
+        return host.to(self.device)
+
+    def _gather(self, built: Any, starts: np.ndarray) -> tuple:
+        """``(x, y, rows)`` of the windows at buffer rows ``starts`` of ``built``, on the device."""
+        rows = built.device
+        rows.ready()
+        index = self._index(starts)
+        x = rows.features(index)
+        y = rows.targets(index) if self.spec.targets else None
+        where = self._index(built.buffer.global_rows(starts)) if self.spec.return_index else None
+        return x, y, where
+
+    def _emit(self, x: torch.Tensor, y: torch.Tensor | None, where: torch.Tensor | None) -> Any:
+        """The batch as ``WindowDataset`` yields it: ``x``, or ``(x, y)``, ``(x, index)``, ``(x, y, index)``."""
+        if self.per_sample:
+            standardize_windows(x, self.channel_major)
+        self.traffic.batches += 1
+        out = [x] + ([y] if y is not None else []) + ([where] if where is not None else [])
+        return out[0] if len(out) == 1 else tuple(out)
+
+    def batches(self, source: Iterator[Any], num_windows: int, last: Callable[[], None] | None) -> Iterator[Any]:
+        """The batches of a plan of ``num_windows`` windows from its built buffers, in the host path's order.
+
+        Args:
+            source: The plan's ``_Built`` buffers (the builder thread, or its generator).
+            num_windows: Windows the plan yields (``plan.num_windows``).
+            last: Called once when the buffer holding the plan's final windows is taken.
+        """
+        batch, remaining = self.spec.batch_size, num_windows
+        carry: list[tuple] = []  # pieces of a batch begun in the previous buffer, gathered already
+        carried = 0
+        for built in source:
+            pos, total = built.skip, len(built.buffer.starts)
+            if last is not None and remaining <= total - pos:  # the plan's last buffer: readers idle from now
+                last()
+                last = None
+            if built.device is None:  # a builder that does not send (``stage``): sent here, on reaching it
+                self.traffic.sent_late += 1
+                self._send(built)
+            while pos < total and remaining > 0:
+                take = min(batch - carried, total - pos, remaining)
+                built.wait(pos + take)
+                piece = self._gather(built, built.buffer.starts[pos : pos + take])
+                pos += take
+                remaining -= take
+                if carried or (take < batch and remaining > 0):
+                    carry.append(piece)
+                    carried += take
+                    if carried < batch and remaining > 0:
+                        continue  # the rest comes from the next buffer
+                    piece = tuple(None if p[0] is None else torch.cat(p) for p in zip(*carry))
+                    carry, carried = [], 0
+                yield self._emit(*piece)
+                del piece
+            built.wait(total)  # the tail's shuffle is done before the buffer is dropped
+            built.device = None  # its rows leave the device before the next buffer is taken
+            del built

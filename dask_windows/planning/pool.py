@@ -1,0 +1,489 @@
+"""The pool order of an epoch, as pure arithmetic: each decode unit read once, mixing bought with memory.
+
+An epoch's windows are divided between ranks and DataLoader workers exactly as
+the whole-partition order divides them (partitions in a random order per
+epoch, laid end to end; contiguous equal shares per rank; contiguous blocks of
+batches per worker). Each reader then cuts its share into **units** along the
+source's decode units (Parquet row groups, merged where shorter than a window;
+fixed row ranges for sources that read any rows at the same cost) and takes
+them in a *stratified* random order: the reader's units in dataset order are
+cut into ``S`` strata and every ``S`` consecutive units hold one of each, so
+the units resident together are spread over the whole share.
+
+A **pool** of the ``S`` most recently read units stays decoded in one array
+of a fixed number of rows (``pool_rows``, from the memory budget). The epoch is
+a sequence of **steps**: step ``t`` reads unit ``t`` and releases unit
+``t - S``; unit ``i``'s windows, in a random order of their own, are spread
+evenly over the ``S`` steps ``i .. i + S - 1`` (Mosaic's ``py1e`` idea), so
+every step draws from all ``S`` resident units and consecutive steps never
+hold one fixed set of windows. Steps before ``S - 1`` are joined into the
+first step (the pool is filled before any window is drawn) and steps after the
+last unit into the last, so every window is drawn from a full pool. A step's
+windows are shuffled and batches are cut from the steps laid end to end.
+
+The trade-off: a unit is decoded once per epoch (twice at most where a
+reader's share begins or ends inside it), and a batch mixes at most ``S``
+places, ``S`` set by the budget: with ``S >= 2 * batch_size`` batches mix
+like a global shuffle; with fewer, the effective batch shrinks toward ``S``.
+
+Windows that cross a cut between two units of one reader (their rows reach
+into the next unit) are drawn with whichever of the two units is read later;
+the earlier unit keeps the few rows they need (``keep``) until then, so no unit
+is decoded twice for them.
+
+Everything here is a function of the plan's inputs: which units are resident
+when and which windows each step draws, so batches are the same bit for bit per
+``(seed, epoch)``, a resume skips finished units without reading them, and a
+reader's stream can be entered at any window. Nothing here reads data or
+starts threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dask_windows.planning.plan import (
+    _segments,
+    batches_per_rank,
+    epoch_order,
+    rng_for,
+    windows_per_rank,
+    worker_batch_range,
+)
+from dask_windows.planning.windows import window_starts
+from dask_windows.planning.world import World
+
+__all__ = [
+    "POOL_ORDER",
+    "PoolPlan",
+    "PoolUnit",
+    "live_units",
+    "merge_bounds",
+    "plan_pool",
+    "pool_span",
+    "pool_starts",
+    "reader_steps",
+    "reader_windows",
+    "step_order",
+    "step_slices",
+    "unit_order",
+    "unit_permutation",
+    "unit_steps",
+    "windows_before",
+]
+
+POOL_ORDER = "pool-1"  # recorded in resume states: a state of another order is refused
+AHEAD = 2  # units read beyond the resident ones with blocks of one step: one step built ahead, one unit being read
+BLOCK_BATCHES = 16  # a block of steps is shuffled as one: at least this many batches (lag-1 about -1/this)
+
+
+@dataclass(frozen=True)
+class PoolUnit:
+    """One unit of a reader's plan.
+
+    Attributes:
+        partition: Its partition.
+        unit: Number of its decode unit (after merging) inside the partition.
+        lo: First window (numbered inside the partition) it serves.
+        hi: One past its last.
+        rows: Partition rows ``[r0, r1)`` placed in the pool (what its windows need).
+        fresh: Partition rows read from the source (``(0, 0)``: none).
+        keep: Row ranges of ``fresh`` kept for a later unit (windows across a cut).
+        offset: Pool row where ``rows[0]`` goes.
+    """
+
+    partition: int
+    unit: int
+    lo: int
+    hi: int
+    rows: tuple[int, int]
+    fresh: tuple[int, int]
+    keep: tuple[tuple[int, int], ...]
+    offset: int
+
+    @property
+    def num_windows(self) -> int:
+        return self.hi - self.lo
+
+    @property
+    def num_rows(self) -> int:
+        return self.rows[1] - self.rows[0]
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """What one reader (rank, worker) yields in one epoch under the pool order.
+
+    Attributes:
+        units: The reader's units in reading order (all of them; a resume starts at ``first_unit``).
+        spread: ``S``: units resident at once; each unit's windows are spread over ``S`` steps.
+        pool_rows: Rows of the pool array.
+        start: The first step to draw (``spread - 1`` unless resuming).
+        skip: Windows of that step already yielded (resumption).
+        num_windows: Windows this reader yields after the skipped ones.
+        num_batches: Batches this reader yields after the skipped ones.
+        entropy: ``(seed, epoch, rank, world_size, worker, num_workers)``: seeds the steps' shuffles.
+        shuffle: Whether windows are shuffled (``False``: dataset order).
+        group: Steps per block: a block's windows are shuffled together (``BLOCK_BATCHES`` batches or
+            more), so consecutive batches do not split one small step between them.
+    """
+
+    units: tuple[PoolUnit, ...]
+    spread: int
+    pool_rows: int
+    start: int
+    skip: int
+    num_windows: int
+    num_batches: int
+    entropy: tuple[int, ...]
+    shuffle: bool = True
+    group: int = 1
+
+    @property
+    def first_unit(self) -> int:
+        """The first unit a pass reads: units released before step ``start`` are not read."""
+        return 0 if self.start <= self.spread - 1 else self.start - self.spread + 1
+
+    @property
+    def last_step(self) -> int:
+        return len(self.units) - 1
+
+    def resident(self, step: int) -> range:
+        """Units drawn from at ``step``."""
+        first = 0 if step <= self.spread - 1 else step - self.spread + 1
+        return range(first, step + 1)
+
+
+def windows_before(first: np.ndarray, counts: np.ndarray, stride: int, rows: np.ndarray) -> np.ndarray:
+    """How many of a partition's windows start before each of ``rows`` (partition rows).
+
+    Args:
+        first: ``(R,)`` first start row of each run, in row order.
+        counts: ``(R,)`` windows of each run.
+        stride: Rows between a run's starts.
+        rows: ``(n,)`` rows.
+    """
+    first = np.asarray(first, np.int64)
+    counts = np.asarray(counts, np.int64)
+    rows = np.asarray(rows, np.int64)
+    if len(first) == 0:
+        return np.zeros(len(rows), np.int64)
+    # (n, R) windows of each run starting before each row: ceil((row - first) / stride), clipped to the run
+    inside = np.clip(-(-(rows[:, None] - first[None, :]) // stride), 0, counts[None, :])
+    return inside.sum(axis=1).astype(np.int64)
+
+
+def merge_bounds(bounds: np.ndarray, min_rows: int) -> np.ndarray:
+    """Decode unit bounds ``(G+1,)`` with units shorter than ``min_rows`` merged into their neighbours.
+
+    Every unit but a partition's only one then holds at least ``min_rows`` rows, so windows that
+    start in a unit reach at most into the next one (``min_rows >= window + horizon``).
+    """
+    bounds = np.asarray(bounds, np.int64)
+    keep = [int(bounds[0])]
+    for b in bounds[1:-1].tolist():
+        if b - keep[-1] >= min_rows:
+            keep.append(b)
+    end = int(bounds[-1])
+    if len(keep) > 1 and end - keep[-1] < min_rows:
+        keep.pop()  # a short last unit joins the one before
+    return np.array([*keep, end], np.int64)
+
+
+def pool_span(max_rows: int, pool_rows: int, num_units: int, group: int = 1) -> tuple[int, int]:
+    """``(S, rows)``: units resident at once and the pool's rows, for units of at most ``max_rows`` rows.
+
+    The pool holds the units of the block being drawn (``S + group - 1``), those of the block built
+    ahead (``group``), the unit being read and one unit's rows lost where placement wraps:
+    ``(S + 2 * group + 1) * max_rows <= pool_rows``. At least one unit (the budget is then
+    exceeded: the dataset warns at open).
+    """
+    max_rows = max(int(max_rows), 1)
+    spread = max(1, min(int(pool_rows) // max_rows - 2 * group - 1, num_units))
+    return spread, (spread + 2 * group + 1) * max_rows
+
+
+def live_units(plan: PoolPlan) -> int:
+    """Consecutive units that may be in memory at once (their pool rows never overlap)."""
+    return plan.spread + 2 * plan.group
+
+
+def unit_order(num_units: int, strata: int, rng: np.random.Generator | None) -> np.ndarray:
+    """A stratified random order of ``num_units`` units (``rng=None``: their order).
+
+    The units in dataset order are cut into ``strata`` contiguous strata; the order is a sequence
+    of rounds, each holding one random unit of every stratum, the strata in one random order that
+    all rounds share: any ``strata`` consecutive units hold one of each stratum.
+    """
+    if rng is None or num_units <= 1:
+        return np.arange(num_units, dtype=np.int64)
+    m = max(min(strata, num_units), 1)
+    stratum = np.arange(num_units, dtype=np.int64) * m // num_units  # (U,) contiguous strata
+    slot = rng.permutation(m)  # (m,) place of each stratum inside every round
+    within = np.lexsort((rng.random(num_units), stratum))  # units by stratum, randomly inside each
+    first = np.searchsorted(stratum, np.arange(m))  # (m,) first unit of each stratum
+    rounds = np.empty(num_units, np.int64)
+    rounds[within] = np.arange(num_units) - first[stratum[within]]  # (U,) round of each unit
+    return np.lexsort((slot[stratum], rounds)).astype(np.int64)
+
+
+def unit_permutation(plan: PoolPlan, i: int) -> np.ndarray:
+    """``(n,)`` the order in which unit ``i``'s windows (numbered from its ``lo``) are drawn."""
+    unit = plan.units[i]
+    if not plan.shuffle:
+        return np.arange(unit.num_windows, dtype=np.int64)
+    seed, epoch = plan.entropy[:2]
+    return rng_for(seed, epoch, 0x9001, unit.partition, unit.lo).permutation(unit.num_windows).astype(np.int64)
+
+
+def step_slices(plan: PoolPlan, step: int) -> list[tuple[int, int, int]]:
+    """``(unit, a, b)``: positions ``[a, b)`` of unit ``unit``'s permutation drawn at ``step``."""
+    s, last = plan.spread, plan.last_step
+    out = []
+    for i in plan.resident(step):
+        n = plan.units[i].num_windows
+        j0 = 0 if step == s - 1 else step - i  # the first step holds every earlier slice
+        j1 = s - 1 if step == last else step - i  # the last step every later one
+        a, b = j0 * n // s, (j1 + 1) * n // s
+        if b > a:
+            out.append((i, a, b))
+    return out
+
+
+def unit_steps(plan: PoolPlan, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(steps, a, b)``: unit ``i``'s permutation positions ``[a[k], b[k])`` are drawn at ``steps[k]``
+    (increasing; at most ``min(windows, S)`` entries): ``step_slices`` seen from one unit, vectorised."""
+    s, last = plan.spread, plan.last_step
+    n = plan.units[i].num_windows
+    j = np.arange(s, dtype=np.int64)
+    step = np.clip(i + j, s - 1, last)  # (S,) step of each slice; the first and last steps join several
+    head = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])  # (k,) first slice of each step
+    tail = np.r_[head[1:] - 1, s - 1]  # (k,) last slice of each step
+    a, b = head * n // s, (tail + 1) * n // s
+    keep = b > a
+    return step[head][keep], a[keep], b[keep]
+
+
+def _windows_before_step(counts: np.ndarray, spread: int, step: int) -> int:
+    """Windows of the steps before ``step`` (``spread - 1 <= step <= last``)."""
+    if step <= spread - 1:
+        return 0
+    i = np.arange(len(counts), dtype=np.int64)
+    return int((np.clip(step - i, 0, spread) * counts // spread).sum())
+
+
+def _atoms(
+    segments: Sequence, grid_first: Sequence, grid_counts: Sequence, stride: int, span: int, bounds: Sequence
+) -> list[tuple[int, int, int, int, int, int]]:
+    """The reader's units before ordering: ``(partition, unit, wlo, whi, seam, ...)``."""
+    atoms = []
+    for seg in sorted(segments, key=lambda s: s.partition):  # dataset order: strata follow it
+        b = bounds[seg.partition]
+        first, counts = grid_first[seg.partition], grid_counts[seg.partition]
+        c = windows_before(first, counts, stride, b)  # (G+1,) windows starting before each bound
+        c[-1] = int(np.sum(counts))  # the last unit also holds the windows reaching past the end
+        e = windows_before(first, counts, stride, b[1:] - span + 1)  # (G,) windows ending inside each unit
+        e = np.minimum(np.maximum(e, c[:-1]), c[1:])
+        e[-1] = c[-1]  # (no next unit: the last one's windows read past its end themselves)
+        for g in range(len(b) - 1):
+            wlo, whi = max(int(c[g]), seg.lo), min(int(c[g + 1]), seg.hi)
+            if whi > wlo:
+                atoms.append((seg.partition, g, wlo, whi, max(int(e[g]), wlo), int(c[g + 1])))
+    return atoms
+
+
+def _rows(first: np.ndarray, counts: np.ndarray, stride: int, span: int, lo: int, hi: int) -> tuple[int, int]:
+    """Partition rows that windows ``[lo, hi)`` need (``(0, 0)`` when empty)."""
+    if hi <= lo:
+        return 0, 0
+    ends = np.cumsum(np.asarray(counts, np.int64))
+    k = np.array([lo, hi - 1], np.int64)
+    run = np.searchsorted(ends, k, side="right")
+    start = np.asarray(first, np.int64)[run] + (k - (ends[run] - np.asarray(counts, np.int64)[run])) * stride
+    return int(start[0]), int(start[1]) + span
+
+
+def plan_pool(
+    grid_first: Sequence[np.ndarray],
+    grid_counts: Sequence[np.ndarray],
+    stride: int,
+    span: int,
+    bounds: Sequence[np.ndarray],
+    world: World,
+    *,
+    seed: int,
+    epoch: int,
+    shuffle: bool,
+    batch_size: int,
+    drop_last: bool,
+    pool_rows: int,
+    skip_batches: int = 0,
+    max_spread: int | None = None,
+) -> PoolPlan:
+    """Plan what ``world``'s reader yields in ``epoch`` under the pool order.
+
+    Args:
+        grid_first: Per partition, ``(R,)`` first start row of each run (``WindowGrid.first``).
+        grid_counts: Per partition, ``(R,)`` windows of each run.
+        stride: Rows between a run's window starts.
+        span: Rows one window needs (``window + horizon``).
+        bounds: Per partition, ``(G+1,)`` rows cutting it into units (``merge_bounds``), the last
+            its row count.
+        world: The reader's rank and worker.
+        seed: Dataset seed.
+        epoch: The epoch.
+        shuffle: ``False``: windows in dataset order (one unit resident at a time).
+        batch_size: Windows per batch.
+        drop_last: Leave out the rank's final partial batch.
+        pool_rows: Most rows the pool may hold (the memory budget in rows).
+        skip_batches: Batches of this reader already consumed (resumption).
+        max_spread: Most units resident at once (more mix no better than a global shuffle, and the
+            first batch waits for the pool to fill); ``None``: as many as ``pool_rows`` holds.
+    """
+    counts = np.array([int(np.sum(c)) for c in grid_counts], np.int64)  # (P,) windows of each partition
+    total = int(counts.sum())
+    share = windows_per_rank(total, world.world_size)
+    num_batches = batches_per_rank(total, world.world_size, batch_size, drop_last)
+    used = min(share, num_batches * batch_size)
+    b0, b1 = worker_batch_range(num_batches, world.worker, world.num_workers)
+    skip_batches = min(max(skip_batches, 0), b1 - b0)
+    lo = world.rank * share + b0 * batch_size
+    hi = world.rank * share + min(b1 * batch_size, used)
+    order = epoch_order(len(counts), seed, epoch, shuffle)
+    segments = _segments(order, np.zeros(len(order), np.int64), counts[order], lo, hi)
+    atoms = _atoms(segments, grid_first, grid_counts, stride, span, bounds)
+    entropy = (seed, epoch, world.rank, world.world_size, world.worker, world.num_workers)
+    # The most rows a unit may place: its windows and those across both of its cuts.
+    most = 0
+    for k, (p, g, wlo, whi, _, _) in enumerate(atoms):
+        a = atoms[k - 1][4] if k and atoms[k - 1][0] == p and atoms[k - 1][1] == g - 1 else wlo
+        r0, r1 = _rows(grid_first[p], grid_counts[p], stride, span, a, whi)
+        most = max(most, r1 - r0)
+    group = 1
+    if shuffle and atoms:  # steps per block: BLOCK_BATCHES batches' worth of windows, at most a quarter of the pool
+        per_unit = max((hi - lo) / len(atoms), 1.0)
+        group = max(1, min(-(-BLOCK_BATCHES * batch_size // int(per_unit)), pool_rows // max(most, 1) // 4))
+    spread, rows = pool_span(most, pool_rows, min(len(atoms), max_spread or len(atoms)) if shuffle else 1, group)
+    rng = rng_for(*entropy, 0x9002) if shuffle else None
+    ordered = unit_order(len(atoms), spread, rng)
+    when = np.empty(len(atoms), np.int64)
+    when[ordered] = np.arange(len(atoms))  # (U,) reading position of each atom
+    units = []
+    end = 0  # pool row just past the last unit placed
+    for pos, k in enumerate(ordered.tolist()):
+        p, g, wlo, whi, seam, cut = atoms[k]
+        first, cnt = grid_first[p], grid_counts[p]
+        prev = k > 0 and atoms[k - 1][0] == p and atoms[k - 1][1] == g - 1 and atoms[k - 1][3] == wlo
+        after = k + 1 < len(atoms) and atoms[k + 1][0] == p and atoms[k + 1][1] == g + 1 and whi == cut
+        prev_earlier = prev and when[k - 1] < pos
+        next_earlier = after and when[k + 1] < pos
+        lo_w = atoms[k - 1][4] if prev_earlier else wlo  # the later of two units takes the windows across their cut
+        hi_w = seam if after and not next_earlier else whi
+        r0, r1 = _rows(first, cnt, stride, span, lo_w, hi_w)
+        own0, own1 = int(bounds[p][g]), int(bounds[p][g + 1])
+        keep = []
+        if after and not next_earlier and seam < whi:  # the next unit, read later, takes this tail
+            keep.append((_rows(first, cnt, stride, span, seam, whi)[0], own1))
+        if prev and not prev_earlier and atoms[k - 1][4] < wlo:  # the previous unit, read later, this head
+            keep.append((own0, _rows(first, cnt, stride, span, atoms[k - 1][4], wlo)[1]))
+        fa = max(r0, own0) if r1 > r0 else None
+        fb = (min(r1, own1) if next_earlier else r1) if r1 > r0 else None
+        ends = [(a, b) for a, b in [(fa, fb), *keep] if a is not None and b is not None and b > a]
+        fresh = (min(a for a, _ in ends), max(b for _, b in ends)) if ends else (0, 0)
+        size = r1 - r0
+        if end + size > rows:
+            end = 0  # wrap: the rest of the pool's rows stay unused this time round
+        units.append(PoolUnit(p, g, lo_w, hi_w, (r0, r1), fresh, tuple(keep), end))
+        end += size
+    plan = PoolPlan(tuple(units), min(spread, max(len(units), 1)), rows, 0, 0, 0, 0, entropy, shuffle, group)
+    start, skip = _resume_step(plan, skip_batches * batch_size)
+    return PoolPlan(
+        plan.units,
+        plan.spread,
+        rows if len(units) else 0,
+        start,
+        skip,
+        max(hi - lo - skip_batches * batch_size, 0),
+        b1 - b0 - skip_batches,
+        entropy,
+        shuffle,
+        group,
+    )
+
+
+def _resume_step(plan: PoolPlan, skip: int) -> tuple[int, int]:
+    """``(first step of the block, windows of the block to skip)`` holding window ``skip`` of the stream."""
+    s, last, k = plan.spread, plan.last_step, plan.group
+    if last < 0:
+        return 0, 0
+    counts = np.array([u.num_windows for u in plan.units], np.int64)
+    lo, hi = 0, (last - (s - 1)) // k  # blocks: the largest whose windows before <= skip
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _windows_before_step(counts, s, s - 1 + mid * k) <= skip:
+            lo = mid
+        else:
+            hi = mid - 1
+    start = s - 1 + lo * k
+    return start, skip - _windows_before_step(counts, s, start)
+
+
+def step_order(plan: PoolPlan, step: int, size: int) -> np.ndarray | None:
+    """The permutation of a step's ``size`` windows (``None``: kept in their order)."""
+    if not plan.shuffle or size < 2:
+        return None
+    return rng_for(*plan.entropy, 0x9003, step).permutation(size)
+
+
+def reader_steps(plan: PoolPlan, keys: Callable[[int], np.ndarray]) -> Iterator[np.ndarray]:
+    """What the reader yields, step by step: ``keys(i)`` (one value per window of unit ``i``, in window
+    order) drawn as the plan draws them, the skipped windows left out and the stream cut at
+    ``num_windows``. Pure: with ``keys`` giving window numbers or start rows it lists a pass's windows
+    without reading data (tests' oracle, mixing reports)."""
+    buckets: dict[int, list[np.ndarray]] = {}  # step -> the slices of its units drawn there
+    skip, left = plan.skip, plan.num_windows
+    admitted = plan.first_unit
+    for step in range(plan.start, plan.last_step + 1, plan.group):  # a block of steps at a time
+        if left <= 0:
+            return
+        end = min(step + plan.group, plan.last_step + 1)
+        for i in range(admitted, end):  # the units read for this block
+            drawn = np.asarray(keys(i))[unit_permutation(plan, i)]
+            for t, a, b in zip(*(v.tolist() for v in unit_steps(plan, i))):
+                if t >= plan.start:
+                    buckets.setdefault(t, []).append(drawn[a:b])
+        admitted = end
+        picks = [piece for t in range(step, end) for piece in buckets.pop(t, [])]
+        window = np.concatenate(picks) if picks else np.zeros(0, np.int64)
+        perm = step_order(plan, step, len(window))
+        if perm is not None:
+            window = window[perm]
+        window = window[skip:][:left]
+        skip = 0
+        left -= len(window)
+        if len(window):
+            yield window
+
+
+def reader_windows(plan: PoolPlan) -> Iterator[tuple[int, int]]:
+    """``(partition, window)`` of every window the reader yields, in order (the tests' oracle)."""
+    keys = lambda i: plan.units[i].partition * (1 << 40) + np.arange(plan.units[i].lo, plan.units[i].hi)
+    for window in reader_steps(plan, keys):
+        yield from ((int(k) >> 40, int(k) & ((1 << 40) - 1)) for k in window)
+
+
+def pool_starts(
+    plan: PoolPlan, grid_first: Sequence, grid_counts: Sequence, stride: int, row_offsets: np.ndarray
+) -> Iterator[np.ndarray]:
+    """Dataset start rows of the windows ``plan`` yields, step by step (for the mixing statistics)."""
+
+    def keys(i: int) -> np.ndarray:
+        u = plan.units[i]
+        return window_starts(grid_first[u.partition], grid_counts[u.partition], stride, u.lo, u.hi) + int(
+            row_offsets[u.partition]
+        )
+
+    return reader_steps(plan, keys)

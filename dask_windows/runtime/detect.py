@@ -1,0 +1,64 @@
+"""Who is reading: this process's rank and DataLoader worker, asked of torch here and nowhere else.
+
+The plan divides an epoch by a ``planning.world.World``, a plain value; this module is where that
+value's parts come from when the user did not pass them: ``torch.distributed`` for the ranks, torch's
+DataLoader worker context for the worker. Every other module asks these functions (an import-rule
+test holds ``get_worker_info`` and ``torch.distributed`` to this file).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dask_windows.planning.world import World
+
+__all__ = ["detect_ranks", "detect_worker", "in_worker", "resolve_ranks", "worker_info"]
+
+
+def worker_info() -> Any:
+    """torch's ``WorkerInfo`` of the current DataLoader worker (``id``, ``num_workers``, ``seed``), else ``None``."""
+    from torch.utils.data import get_worker_info
+
+    return get_worker_info()
+
+
+def in_worker() -> bool:
+    """Whether this code runs in a DataLoader worker process."""
+    return worker_info() is not None
+
+
+def detect_worker() -> tuple[int, int]:
+    """``(worker, num_workers)`` of the current DataLoader worker, ``(0, 1)`` outside one."""
+    info = worker_info()
+    if info is None:
+        return 0, 1
+    return info.id, info.num_workers
+
+
+def detect_ranks() -> tuple[int, int] | None:
+    """``(rank, world_size)`` from an initialised ``torch.distributed``, else ``None``."""
+    try:
+        import torch.distributed as dist
+    except ImportError:  # pragma: no cover - torch without distributed support
+        return None
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return None
+
+
+def resolve_ranks(explicit: tuple[int | None, int | None], known: tuple[int, int] = (0, 1)) -> tuple[int, int]:
+    """``(rank, world_size)``: the explicit values, else an initialised ``torch.distributed``'s, else ``known``.
+
+    Args:
+        explicit: ``(rank, world_size)`` as the user passed them (``None``: not given).
+        known: The ranks resolved earlier (a pickled copy in a spawned worker cannot detect them).
+
+    Raises:
+        ConfigError: the result is not a valid topology.
+    """
+    rank, world_size = explicit
+    detected = detect_ranks() or known
+    rank = detected[0] if rank is None else rank
+    world_size = detected[1] if world_size is None else world_size
+    World(rank, world_size)  # validates
+    return rank, world_size

@@ -1,0 +1,423 @@
+"""Reading a pool plan: each unit decoded once into the pool's rows, each step's windows cut into batches.
+
+``pool_batches`` walks a reader's ``PoolPlan``: one reader thread reads the
+units in plan order (``Prefetcher``, one unit ahead), decoding each straight
+into its rows of one pool array allocated for the pass (``plan.pool_rows``
+rows: the memory budget); a builder thread (``Ahead``, one step ahead) turns
+each step into the pool rows of its windows, shuffled; ``pipeline.stream``
+gathers the batches from the pool array, as it gathers them from a buffer.
+A unit's rows are overwritten only after its last step has been drained: the
+plan places units so that the ``S`` resident ones, the step built ahead and
+the unit being read never share a row.
+
+Windows across a cut between two units are read with the later one; the
+earlier one keeps the rows they need (``PoolUnit.keep``, a few rows each)
+until then. If that unit was unreadable (``on_error="skip"``) the rows are
+read from the source instead. Windows of an unreadable unit are replaced by
+other windows of the steps it belonged to, so the batch count never changes.
+
+The trade-off: the pool is allocated once per pass at its full size (pages are
+touched as units land, so a small dataset's pool stays small), and reads go
+one unit at a time on one thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from dask_windows.errors import ConfigError, SourceReadError
+from dask_windows.faults import REPLACEMENT_TAG, record_skip, replacement_picks, skip_allowed
+from dask_windows.planning.plan import Segment, rng_for
+from dask_windows.planning.pool import (
+    AHEAD,
+    PoolPlan,
+    merge_bounds,
+    plan_pool,
+    pool_span,
+    step_order,
+    unit_permutation,
+    unit_steps,
+)
+from dask_windows.planning.windows import window_starts
+from dask_windows.planning.world import World
+from dask_windows.runtime.batch import Gatherer
+from dask_windows.runtime.buffer import Part, _fill_starts, decode_pieces
+from dask_windows.runtime.pipeline import _Built, stream
+from dask_windows.runtime.prefetch import Ahead, Prefetcher
+
+WindowDataset = Any  # the dataset whose pass this serves (not imported: the runtime never imports the dataset)
+
+__all__ = [
+    "BUFFER_BYTES",
+    "PoolWarning",
+    "plan_for",
+    "pool_batches",
+    "pool_rows",
+    "pool_summary",
+    "resolve_order",
+    "row_bytes",
+    "unit_bounds",
+    "warn_if_few_units",
+]
+
+BUFFER_BYTES = 1 << 30  # default memory budget of decoded rows per rank (shared by its DataLoader workers)
+MIN_UNIT_ROWS = 1024  # fewest rows of a unit cut from a source without decode units
+UNITS_PER_BATCH = 4  # most units resident per window of a batch; row groups are merged into units of at least
+# pool rows / (this * batch size) rows (fewer, larger reads where the budget holds the data many times over)
+
+
+def resolve_order(pieces_per_partition: Any, buffer_bytes: Any, source: Any) -> Any:
+    """``buffer_bytes`` of the pool order, or ``None`` for the order of ``pieces_per_partition``.
+
+    The pool order is the default; ``pieces_per_partition`` asks for the piece order (``1``: whole
+    partitions), as do Dask frames (a read computes a whole partition) and data ``dask-windows
+    convert`` spread over its files (whole partitions already mix) unless ``buffer_bytes`` is given.
+    """
+    if pieces_per_partition is not None:
+        if buffer_bytes is not None:
+            raise ConfigError(
+                f"buffer_bytes={buffer_bytes!r} and pieces_per_partition={pieces_per_partition!r} ask for two "
+                "orders; pass buffer_bytes for the default pool order, or pieces_per_partition (with "
+                "buffer_partitions) for the piece order"
+            )
+        return None
+    if buffer_bytes is None and source.default_pieces_per_partition is not None:
+        return None
+    return BUFFER_BYTES if buffer_bytes is None else buffer_bytes
+
+
+def row_bytes(ds: WindowDataset) -> float:
+    """Bytes one pool row costs: its features, targets and (about) its window start."""
+    spec = ds.spec
+    y = np.dtype(getattr(ds, "_y_dtype", None) or np.float32).itemsize * len(spec.targets)
+    return 4 * len(spec.features) + y + 8 / spec.stride
+
+
+def pool_rows(ds: WindowDataset, num_workers: int = 1) -> int:
+    """Rows of decoded data one reader may keep resident: the budget, shared by the rank's workers."""
+    budget = ds.spec.buffer_bytes or BUFFER_BYTES
+    return int(budget // max(num_workers, 1) // row_bytes(ds))
+
+
+def unit_bounds(ds: WindowDataset) -> list[np.ndarray]:
+    """Per partition, the rows cutting it into units (``pool.plan.merge_bounds``), computed once per grid.
+
+    Along the source's decode units where it has them (Parquet row groups); otherwise in units of
+    about ``pool_rows / (UNITS_PER_BATCH * batch_size)`` rows, so that the budget holds several
+    units per window of a batch.
+    """
+    cached = ds.__dict__.get("_pool_bounds")
+    if cached is not None and cached[0] is ds.grid:
+        return cached[1]
+    span = ds.spec.span
+    target = max(span, pool_rows(ds) // (UNITS_PER_BATCH * ds.spec.batch_size))  # rows: 4B units fill the pool
+    size = max(4 * span, target, MIN_UNIT_ROWS)
+    out = []
+    for p, part in enumerate(ds.source.partitions):
+        decoded = ds.source.decode_units(p)
+        if decoded is None:
+            decoded = np.array([*range(0, part.num_rows, size), part.num_rows], np.int64)
+        out.append(merge_bounds(np.asarray(decoded, np.int64), target))  # small row groups read together
+    ds.__dict__["_pool_bounds"] = (ds.grid, out)
+    return out
+
+
+def plan_for(ds: WindowDataset, world: World, skip_batches: int = 0, epoch: int | None = None) -> PoolPlan:
+    """The pool plan of ``world``'s reader for ``epoch`` (default: the dataset's), after ``skip_batches``."""
+    s = ds.spec
+    return plan_pool(
+        ds.grid.first,
+        ds.grid.counts,
+        ds.grid.stride,
+        s.span,
+        unit_bounds(ds),
+        world,
+        seed=s.seed,
+        epoch=ds.epoch if epoch is None else epoch,
+        shuffle=s.shuffle,
+        batch_size=s.batch_size,
+        drop_last=s.drop_last,
+        pool_rows=pool_rows(ds, world.num_workers),
+        skip_batches=skip_batches,
+        max_spread=UNITS_PER_BATCH * s.batch_size,
+    )
+
+
+class _Edges:
+    """Rows an earlier unit kept for a later one, by ``(partition, lo, hi)``; ``None`` for an unreadable unit's."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple, dict | None] = {}
+        self._ready = threading.Condition()
+
+    def put(self, key: tuple, columns: dict | None) -> None:
+        with self._ready:
+            self._kept[key] = columns
+            self._ready.notify_all()
+
+    def take(self, key: tuple) -> dict | None:
+        with self._ready:  # kept by an earlier unit: read before this one, or being read
+            self._ready.wait_for(lambda: key in self._kept)
+            return self._kept.pop(key)
+
+
+class _Pool:
+    """The pass's pool arrays and the reads that fill them."""
+
+    def __init__(self, ds: WindowDataset, plan: PoolPlan, reader: Any) -> None:
+        spec = ds.spec
+        self.ds, self.plan, self.reader = ds, plan, reader
+        rows = max(plan.pool_rows, 1)
+        self.x = np.empty(
+            (len(spec.features), rows) if spec.layout == "NCL" else (rows, len(spec.features)), np.float32
+        )
+        y_dtype = getattr(ds, "_y_dtype", None) or np.float32
+        self.y = np.empty((len(spec.targets), rows), y_dtype) if spec.targets else None
+        self.edges = _Edges()
+
+    def _rows(self, p: int, lo: int, hi: int) -> dict:
+        return self.reader.read_rows(p, lo, hi)
+
+    def read(self, i: int) -> Part | None:
+        """Read unit ``i`` into its pool rows; ``None`` when unreadable and skipped."""
+        ds, unit = self.ds, self.plan.units[i]
+        p, (r0, r1), (fa, fb) = unit.partition, unit.rows, unit.fresh
+        name = ds.source.partitions[p].name
+        try:
+            fresh = self._rows(p, fa, fb) if fb > fa else None
+        except SourceReadError as exc:
+            if not skip_allowed(ds.on_error, exc):
+                raise
+            record_skip(ds.skipped, name, "read", exc)
+            for a, b in unit.keep:
+                self.edges.put((p, a, b), None)
+            return None
+        for a, b in unit.keep:  # copies: a view would hold the whole decoded read
+            self.edges.put((p, a, b), {c: np.array(v[a - fa : b - fa]) for c, v in fresh.items()})  # type: ignore[union-attr]
+        if r1 <= r0:  # a unit read only for the rows it keeps
+            return Part(p, name, np.zeros((0, 0), np.float32), None, np.zeros(0, np.int64), np.zeros(0, np.int64))
+        pieces, rows0 = [], []
+        try:
+            if r0 < fa:  # the rows before this read: kept by the unit before it
+                kept = self.edges.take((p, r0, fa)) if (p, r0, fa) in unit_keys(self.plan, p) else None
+                pieces.append(kept or self._rows(p, r0, fa))
+                rows0.append(r0)
+            a, b = max(r0, fa), min(r1, fb)
+            if b > a and fresh is not None:
+                pieces.append({c: v[a - fa : b - fa] for c, v in fresh.items()})
+                rows0.append(a)
+            if r1 > fb:  # the rows after it: kept by the unit after it, else read here
+                kept = self.edges.take((p, fb, r1)) if (p, fb, r1) in unit_keys(self.plan, p) else None
+                pieces.append(kept or self._rows(p, fb, r1))
+                rows0.append(fb)
+        except SourceReadError as exc:
+            if not skip_allowed(ds.on_error, exc):
+                raise
+            record_skip(ds.skipped, name, "read", exc)
+            return None
+        del fresh
+        arena = (self.x, self.y, unit.offset)
+        part = decode_pieces(p, name, pieces, rows0, ds.spec, ds._scale(), getattr(ds, "_y_dtype", None), arena)
+        if part.arena is None:  # decoded beside the pool (a dtype only these rows have): copied in
+            n = r1 - r0
+            if ds.spec.layout == "NCL":
+                self.x[:, unit.offset : unit.offset + n] = part.x
+            else:
+                self.x[unit.offset : unit.offset + n] = part.x
+            if self.y is not None and part.y is not None:
+                self.y[:, unit.offset : unit.offset + n] = part.y
+        return part
+
+
+def unit_keys(plan: PoolPlan, p: int) -> set:
+    """``(partition, lo, hi)`` of every row range units of partition ``p`` keep."""
+    cache = plan.__dict__.get("_keys")
+    if cache is None:
+        cache = {}
+        for u in plan.units:
+            for a, b in u.keep:
+                cache.setdefault(u.partition, set()).add((u.partition, a, b))
+        object.__setattr__(plan, "_keys", cache)
+    return cache.get(p, set())
+
+
+class _Step:
+    """One step's windows as ``pipeline.stream`` drains a buffer: pool rows, permuted, and the gatherer."""
+
+    def __init__(self, starts: np.ndarray, gatherer: Gatherer, table: np.ndarray) -> None:
+        self.starts = starts
+        self.gatherer = gatherer
+        self.table = table  # (k, 3) [pool row, rows, dataset row] of the resident units, by pool row
+        self.nbytes = starts.nbytes
+
+    def global_rows(self, starts: np.ndarray) -> np.ndarray:
+        """Dataset rows of windows at pool rows ``starts``."""
+        k = np.searchsorted(self.table[:, 0], starts, side="right") - 1
+        return starts - self.table[k, 0] + self.table[k, 2]
+
+
+def _steps(ds: WindowDataset, plan: PoolPlan, parts: Iterator[Part | None], gatherer: Gatherer) -> Iterator[_Built]:
+    """The plan's steps, each as a built buffer of pool rows (on the builder thread)."""
+    spec, grid = ds.spec, ds.grid
+    dtype = np.int32 if plan.pool_rows < 2**31 else np.int64
+    buckets: dict[int, list[np.ndarray]] = {}  # step -> pool rows of its windows, a slice per unit
+    lost: dict[int, int] = {}  # step -> windows of unreadable units it loses
+    readable: set[int] = set()  # units read (for the rows of ``return_index``)
+    skip, owed = plan.skip, 0
+    admitted = plan.first_unit
+    for step in range(plan.start, plan.last_step + 1, plan.group):  # a block of steps at a time
+        end = min(step + plan.group, plan.last_step + 1)
+        for i in range(admitted, end):  # the units read for this block (all of the pool's at the first)
+            part = next(parts)
+            unit = plan.units[i]
+            steps, lo, hi = unit_steps(plan, i)
+            if part is None:
+                for t, a, b in zip(steps.tolist(), lo.tolist(), hi.tolist()):
+                    lost[t] = lost.get(t, 0) + b - a
+                continue
+            readable.add(i)
+            p = unit.partition
+            if spec.nan == "raise" and (len(part.nan_x) or len(part.nan_y)):  # its windows checked as listed
+                starts = np.empty(unit.num_windows, dtype)
+                seg = (Segment(p, unit.lo, unit.hi),)
+                _fill_starts(starts, 0, part, seg, grid, spec, unit.offset, part.block_table())
+            else:  # the part holds rows [r0, r1) at pool row ``offset``
+                rows = window_starts(grid.first[p], grid.counts[p], grid.stride, unit.lo, unit.hi)
+                starts = (rows + (unit.offset - unit.rows[0])).astype(dtype)
+            drawn = starts[unit_permutation(plan, i)]
+            del part, starts
+            for t, a, b in zip(steps.tolist(), lo.tolist(), hi.tolist()):
+                if t >= plan.start:
+                    buckets.setdefault(t, []).append(drawn[a:b])
+        admitted = end
+        picks = [piece for t in range(step, end) for piece in buckets.pop(t, [])]
+        window = np.concatenate(picks) if picks else np.zeros(0, dtype)
+        del picks
+        missing = sum(lost.pop(t, 0) for t in range(step, end)) + owed
+        owed = 0
+        if missing:
+            if not len(window):
+                owed = missing  # nothing readable in this block: a later one stands in
+                continue
+            rng = rng_for(*plan.entropy, REPLACEMENT_TAG, step)
+            window = np.concatenate([window, window[replacement_picks(len(window), missing, rng)]])
+        perm = step_order(plan, step, len(window))
+        if perm is not None:
+            window = window[perm]
+        table = np.zeros((0, 3), np.int64)
+        if spec.return_index:  # where each resident unit lies in the pool and in the dataset
+            units = [plan.units[i] for i in range(plan.resident(step).start, end) if i in readable]
+            placed = sorted((u.offset, u.num_rows, int(ds.row_offsets[u.partition]) + u.rows[0]) for u in units)
+            table = np.array(placed, np.int64).reshape(-1, 3)
+        readable.difference_update(range(step - plan.spread + 1, end - plan.spread + 1))  # drawn for the last time
+        yield _Built(_Step(window, gatherer, table), min(skip, len(window)), len(window))  # type: ignore[arg-type]
+        skip -= min(skip, len(window))
+    if owed:
+        raise SourceReadError(
+            f"every partition of this reader's share left to read was unreadable and skipped; it cannot yield its remaining "
+            f"{owed} windows, so ranks would disagree on the batch count; fix the data or its access, or pass "
+            "on_error='raise' to see the first error"
+        )
+
+
+class _Inline:
+    """The steps built on the consumer's thread (``prefetch_partitions=0``), closed as ``Ahead`` is."""
+
+    def __init__(self, items: Iterator[_Built]) -> None:
+        self._items = items
+
+    def __iter__(self) -> _Inline:
+        return self
+
+    def __next__(self) -> _Built:
+        return next(self._items)
+
+    def close(self, interrupt: Any = None) -> None:
+        close = getattr(self._items, "close", None)
+        if close is not None:
+            close()
+
+
+def pool_batches(ds: WindowDataset, plan: PoolPlan, progress: Any = None) -> Iterator[Any]:
+    """The batches of a pool plan, each counted by the dataset's resumer before it is yielded."""
+    keys = list(range(plan.first_unit, len(plan.units)))
+    source_reader = ds.source.reader([plan.units[i].partition for i in keys], list(ds.spec.columns))
+    pool = _Pool(ds, plan, source_reader)
+    background = ds.spec.prefetch_partitions >= 1
+    reads = Prefetcher(pool.read, keys, 1 if background else 0, name="dask-windows-pool")
+    gatherer = Gatherer(pool.x, pool.y, ds.spec.window, ds.spec.horizon, ds.spec.layout)
+    steps = _steps(ds, plan, iter(reads), gatherer)
+    started: Any = Ahead(steps, 1, "dask-windows-build") if background else _Inline(steps)
+    try:
+        batches = stream(
+            plan, (), ds.grid, ds.row_offsets, ds.spec, ds._emit, ds._per_batch_normalize(),  # type: ignore[arg-type]
+            interrupt=reads.close, started=started,
+        )  # fmt: skip
+        for batch in batches:
+            ds._resumer.step(progress)  # counted before the consumer gets it: a state then includes it
+            yield batch
+    finally:
+        if progress is not None:
+            ds._resumer.end(progress)
+        reads.close()
+        source_reader.close()
+
+
+class PoolWarning(UserWarning):
+    """The memory budget holds too few units for batches to mix like a global shuffle."""
+
+
+def pool_summary(ds: Any, num_workers: int = 1) -> dict:
+    """Predicted reads per epoch, resident memory and mixing of ``ds``'s pool order (one reader per rank).
+
+    Returns:
+        ``units`` (decode units of the dataset, after merging short ones), ``unit_rows`` (the largest
+        unit's rows), ``resident_units`` (``S``), ``pool_bytes``, ``budget_bytes``, ``reads_per_unit``
+        (1: each unit decoded once per epoch), ``places_per_batch`` (distinct units expected among a
+        batch's ``B`` draws from ``S``: ``S (1 - exp(-B / S))``) and ``places_global`` (the same from all
+        units: a global shuffle).
+    """
+    bounds = unit_bounds(ds)
+    sizes = np.concatenate([np.diff(b) for b in bounds]) if bounds else np.zeros(0, np.int64)
+    units = len(sizes)
+    most = int(sizes.max()) + ds.spec.span if units else 0
+    spread, rows = pool_span(most, pool_rows(ds, num_workers), min(units, UNITS_PER_BATCH * ds.spec.batch_size))
+    b = ds.spec.batch_size
+    return {
+        "units": units,
+        "unit_rows": most,
+        "resident_units": spread,
+        "pool_bytes": int(min(rows, int(sizes.sum()) + (AHEAD + 1) * most) * row_bytes(ds)),
+        "budget_bytes": int(ds.spec.buffer_bytes),
+        "reads_per_unit": 1.0,
+        "places_per_batch": round(spread * -np.expm1(-b / max(spread, 1)), 1),  # distinct units among B draws
+        "places_global": round(units * -np.expm1(-b / max(units, 1)), 1),
+        "mixes_like_global": spread >= 2 * b or spread >= units,
+        "first_batch_units": spread,
+    }
+
+
+def warn_if_few_units(ds: Any) -> None:
+    """Warn once at open when the budget holds fewer than ``2 * batch_size`` units of a larger dataset."""
+    if ds.spec.buffer_bytes is None or not ds.spec.shuffle:
+        return
+    s = pool_summary(ds)
+    if s["mixes_like_global"]:
+        return
+    b = ds.spec.batch_size
+    need = int((2 * b + AHEAD + 1) * s["unit_rows"] * row_bytes(ds))  # bytes of 2B units and those read ahead
+    warnings.warn(
+        f"buffer_bytes={ds.spec.buffer_bytes:,} holds {s['resident_units']} of the {s['units']} units of "
+        f"{ds.source.description} (the largest: {s['unit_rows']:,} rows, a Parquet row group each): a batch of "
+        f"{b} draws on about {s['places_per_batch']:.0f} distinct units (a global shuffle: about "
+        f"{s['places_global']:.0f}), so it mixes less than a global shuffle. Raise buffer_bytes to about "
+        f"{need:,} bytes, or rewrite the data with `dask-windows convert` (its spread layout mixes at one read per epoch); "
+        "see docs/mixing.md",
+        PoolWarning,
+        stacklevel=3,
+    )

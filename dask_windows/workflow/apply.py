@@ -1,0 +1,179 @@
+"""A fitted workflow applied while the loader streams: a source whose reads come out transformed.
+
+``bind`` wraps the dataset's source in a ``WorkflowSource``: every read (a piece, its row
+blocks, a whole partition at open) reads the workflow's input columns from the real source and
+returns the workflow's output columns as float32, computed on the reader threads before the
+buffer's windows are cut. Nothing is written anywhere.
+
+Lookback: a lag, difference or limited forward fill at a row needs up to ``P`` earlier rows of
+its series (``Workflow.lookback``). The dataset is given windows ``P`` rows longer than asked
+(a window of ``window + P`` rows starts ``P`` rows earlier), so every piece read holds the
+``P`` rows before each window, and ``batch`` drops those rows from what it yields. So each
+window's values are exact (they equal a groupby over the whole series), no window crosses a
+series, and the price is twofold: the first ``P`` start positions of each series yield no
+window (their lags would reach before the series; PyTorch Forecasting drops them too), and the
+NaN policy (``nan=``) also looks at a window's ``P`` lookback rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from dask_windows.errors import ConfigError
+from dask_windows.workflow.artifact import check_source
+from dask_windows.workflow.batch import SERIES_CODE, Emitter, NamedBatches
+from dask_windows.workflow.core import Workflow
+
+__all__ = ["WorkflowReader", "WorkflowSource", "bind"]
+
+
+class WorkflowSource:
+    """``source`` whose reads return the workflow's outputs (and its own columns, as they are).
+
+    Args:
+        source: The dataset's source.
+        wf: The fitted workflow.
+        lookback: Rows read before each window (NaN there from lags become 0: never yielded).
+    """
+
+    def __init__(self, source: Any, wf: Workflow, lookback: int) -> None:
+        import pyarrow as pa
+
+        self.inner, self.wf, self.lookback = source, wf, lookback
+        self.raw = wf.inputs
+        self.made = [*wf.produced(), SERIES_CODE]
+        self.description = source.description
+        self.partitions = source.partitions
+        self.skipped = source.skipped
+        self.reads_in_processes = source.reads_in_processes
+        self.default_pieces_per_partition = source.default_pieces_per_partition
+        self.files = None  # (checks.check_column_types: the outputs are all float32)
+        self._schemas = [pa.schema([(c, pa.float32()) for c in self.made])]  # checks.output_dtype: float32
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # unpickling: not set yet
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_schemas"}
+
+    def __setstate__(self, state: dict) -> None:
+        import pyarrow as pa
+
+        self.__dict__.update(state)
+        self._schemas = [pa.schema([(c, pa.float32()) for c in self.made])]
+
+    def transform(self, raw: dict, columns: Sequence) -> dict:
+        """The workflow applied to raw columns of one row range; ``columns`` of it: outputs as float32,
+        the source's other columns as read (a time column for ``split(at=...)``)."""
+        out = self.wf.transform({c: raw[c] for c in self.raw}, self.lookback)
+        return {c: np.asarray(out[c], np.float32) if c in self.made else raw[c] for c in columns}
+
+    def _inputs(self, columns: Sequence) -> list:
+        return self.raw + [c for c in columns if c not in self.made and c not in self.raw]
+
+    def column_names(self) -> list:
+        return list(dict.fromkeys([*self.made, *self.inner.column_names()]))
+
+    def check_columns(self, columns: Sequence, what: dict) -> None:
+        self.inner.check_columns([c for c in columns if c not in self.made], what)
+
+    def read(self, index: int, columns: Sequence) -> dict:
+        return self.transform(self.inner.read(index, self._inputs(columns)), columns)
+
+    def read_rows(self, index: int, columns: Sequence, lo: int, hi: int) -> dict:
+        return self.transform(self.inner.read_rows(index, self._inputs(columns), lo, hi), columns)
+
+    def read_ranges(self, index: int, columns: Sequence, ranges: Sequence[tuple[int, int]]) -> list[dict]:
+        pieces = self.inner.read_ranges(index, self._inputs(columns), ranges)
+        return [self.transform(piece, columns) for piece in pieces]
+
+    def read_chunks(self, index: int, columns: Sequence) -> Any:
+        yield self.read(index, columns)
+
+    def stable_dtypes(self, index: int, columns: Sequence) -> bool:
+        return False  # whole pieces only: a forward fill or lag needs its block's earlier rows
+
+    def reader(self, indices: Sequence[int], columns: Sequence) -> WorkflowReader:
+        return WorkflowReader(self, self.inner.reader(indices, self._inputs(columns)), columns)
+
+
+class WorkflowReader:
+    """The inner source's reader of one pass (it may read ahead), its reads transformed."""
+
+    def __init__(self, source: WorkflowSource, inner: Any, columns: Sequence) -> None:
+        self.source, self.inner, self.columns = source, inner, list(columns)
+        self.indices = inner.indices
+
+    def read(self, index: int) -> dict:
+        return self.source.transform(self.inner.read(index), self.columns)
+
+    def read_rows(self, index: int, lo: int, hi: int) -> dict:
+        return self.source.transform(self.inner.read_rows(index, lo, hi), self.columns)
+
+    def read_ranges(self, index: int, ranges: Sequence[tuple[int, int]]) -> list[dict]:
+        return [self.source.transform(p, self.columns) for p in self.inner.read_ranges(index, ranges)]
+
+    def read_ranges_chunks(self, index: int, ranges: Sequence[tuple[int, int]]) -> None:
+        return None  # whole blocks: see WorkflowSource.stable_dtypes
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def bind(workflow: Any, source: Any, **settings: Any) -> tuple[Emitter, WorkflowSource, dict]:
+    """Wrap ``source`` for ``workflow`` and adjust the dataset's settings.
+
+    Args:
+        workflow: A fitted ``Workflow``, ``Workflow.named(...)``, or the path/URL of a saved one.
+        source: The dataset's opened source.
+        settings: The dataset's ``features``, ``targets``, ``series``, ``window``, ``horizon``,
+            ``layout``, ``return_index``, ``normalize`` and ``storage_options``.
+
+    Returns:
+        ``(emitter, wrapped source, settings)``: the emitter of the batches, the source, and the
+        ``features``, ``targets``, ``series``, ``window``, ``return_index`` to build the spec from.
+    """
+    named = workflow if isinstance(workflow, NamedBatches) else None
+    wf = named.wf if named is not None else workflow
+    if isinstance(wf, str):
+        wf = Workflow.load(wf, settings.get("storage_options"))
+    if not isinstance(wf, Workflow):
+        raise ConfigError(
+            f"workflow={workflow!r} must be a fitted Workflow, Workflow.named(...) or a saved file's path"
+        )
+    if not wf.fitted:
+        raise ConfigError("workflow= is not fitted; call wf.fit(data) (or load a saved one) first")
+    if settings.get("normalize") is not None:
+        raise ConfigError("normalize= and workflow= both scale the data; use Normalize in the workflow instead")
+    series = settings.get("series")
+    if series is not None and wf.series is not None and series != wf.series:
+        raise ConfigError(f"series={series!r} differs from the workflow's series column {wf.series!r}; drop one")
+    series = wf.series if series is None else series
+    check_source(wf, source)
+    features, targets = settings.get("features"), settings.get("targets")
+    horizon = settings["horizon"]
+    if named is not None:
+        if features is not None or targets is not None:
+            raise ConfigError("with a named batch the workflow's roles choose the columns; leave features/targets out")
+        if settings["layout"] != "NCL":
+            raise ConfigError("a named batch is (B, C, L): use layout='NCL'")
+        if wf.known and not horizon:
+            raise ConfigError(f"known={list(wf.known)} are yielded over the horizon: pass horizon > 0")
+        features = [*wf.continuous, *wf.categorical, SERIES_CODE]
+        targets = [*wf.target, *(wf.known if horizon else ())]
+    else:
+        features = list(features) if features is not None else [*wf.continuous, *wf.categorical]
+        targets = list(targets) if targets is not None else list(wf.target)
+    columns = [c for c in [*features, *targets] if c != SERIES_CODE]
+    lookback = wf.lookback(columns)
+    wrapped = WorkflowSource(source, wf, lookback)
+    emitter = Emitter(wf, named, lookback, settings["layout"], horizon, bool(targets), settings["return_index"])
+    index = settings["return_index"] or (named is not None and named.index)
+    out = {"features": features, "targets": targets or None, "series": series,
+           "window": settings["window"] + lookback, "return_index": index}  # fmt: skip
+    return emitter, wrapped, out

@@ -1,0 +1,129 @@
+"""What a dataset with a workflow yields: today's tuple, or a named batch for models with covariates.
+
+The tuple (default) is ``x`` (continuous then categorical outputs as float32 channels), ``y``
+(the targets) and the index when asked, as without a workflow. The named batch
+(``Workflow.named()``) is a dict with fixed keys (a dict, so that DataLoader workers, default
+collation, ``DevicePrefetcher`` and the framework adapters carry it as they are)::
+
+    past_cont     (B, C, L) float32   continuous inputs over the window
+    past_cat      (B, K, L) int64     categorical codes over the window
+    static_cont   (B, S)    float32   static numeric covariates of each window's series
+    static_cat    (B, Q)    int64     static categorical codes
+    future_cont   (B, F, H) float32   known continuous covariates over the horizon
+    future_cat    (B, G, H) int64     known categorical codes over the horizon
+    target        (B, T, H) float32   targets (``(B, T)`` with horizon 0), scaled as the workflow scales them
+    target_loc    (B, T)    float32   per window: ``units = target * target_scale + target_loc``
+    target_scale  (B, T)    float32
+    series        (B,)      int64     series code (position in ``Workflow.series_keys``), when asked
+    index         (B,)      int64     global start row of the window, when asked
+
+Gathering stays one strided gather of float32 channels per batch (the series code rides as
+one more channel, read at the window's first row); this module slices and casts. ``past_cont``
+and ``target`` are views of the gathered arrays (strided, not contiguous: ``.contiguous()``
+before ``.view``); the categorical codes are cast to int64, a copy of their channels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dask_windows.workflow.core import Workflow
+
+__all__ = ["BATCH_KEYS", "SERIES_CODE", "Emitter", "NamedBatches", "invert_target"]
+
+SERIES_CODE = "__series_code__"
+BATCH_KEYS = ("past_cont", "past_cat", "static_cont", "static_cat", "future_cont", "future_cat", "target",
+              "target_loc", "target_scale")  # fmt: skip
+
+
+@dataclass
+class NamedBatches:
+    """``WindowDataset(workflow=wf.named(...))``: named batches (see the module docstring)."""
+
+    wf: Workflow
+    index: bool = False
+    series_id: bool = True
+    scale_target: bool = True
+
+
+def invert_target(prediction: Any, batch: dict) -> Any:
+    """``prediction`` (shaped like ``batch["target"]``) back in the target's units."""
+    loc, scale = batch["target_loc"], batch["target_scale"]
+    if prediction.ndim == 3:
+        loc, scale = loc[..., None], scale[..., None]
+    return prediction * scale + loc
+
+
+class Emitter:
+    """Turns a gathered batch (``x`` of ``window + lookback`` rows, ``y``, start rows) into what is yielded."""
+
+    def __init__(
+        self, wf: Workflow, named: NamedBatches | None, lookback: int, layout: str, horizon: int, has_y: bool,
+        return_index: bool,
+    ) -> None:  # fmt: skip
+        self.wf, self.named, self.lookback, self.layout = wf, named, lookback, layout
+        self.horizon, self.has_y, self.return_index = horizon, has_y, return_index
+        st = wf.statics.state if wf.statics is not None else None
+        self.static_cont = np.asarray(st["numeric"], np.float32).T if st else np.zeros((0, 0), np.float32)  # (S, n)
+        self.static_cat = np.asarray(st["categorical"], np.int64).T if st else np.zeros((0, 0), np.int64)
+        if not st or not len(st["numeric"]):
+            self.static_cont = np.zeros((len(wf.series_keys or []), 0), np.float32)
+        if not st or not len(st["categorical"]):
+            self.static_cat = np.zeros((len(wf.series_keys or []), 0), np.int64)
+        cats = set(wf.categorical)
+        self.future_cont = [i for i, c in enumerate(wf.known) if c not in cats]  # positions among known
+        self.future_cat = [i for i, c in enumerate(wf.known) if c in cats]
+        self.normalizers = [wf.normalizer(t) for t in wf.target]
+
+    def __call__(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None) -> Any:
+        import torch
+
+        p = self.lookback
+        if rows is not None and p:
+            rows = rows + p
+        if self.named is None:
+            if p:
+                x = np.ascontiguousarray(x[:, :, p:] if self.layout == "NCL" else x[:, p:, :])
+            out = [torch.from_numpy(x)]
+            if y is not None:
+                out.append(torch.from_numpy(y))
+            if self.return_index and rows is not None:
+                out.append(torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)))
+            return out[0] if len(out) == 1 else tuple(out)
+        return self.named_batch(x, y, rows, torch)
+
+    def named_batch(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None, torch: Any) -> dict:
+        wf, p = self.wf, self.lookback
+        c, k = len(wf.continuous), len(wf.categorical)
+        code = x[:, c + k, p].astype(np.int64)  # (B,) series code at each window's first row
+        batch = {
+            "past_cont": torch.from_numpy(x[:, :c, p:]),  # a view of the gathered batch: no second copy
+            "past_cat": torch.from_numpy(x[:, c : c + k, p:].astype(np.int64)),
+            "static_cont": torch.from_numpy(self.static_cont[code]),
+            "static_cat": torch.from_numpy(self.static_cat[code]),
+        }
+        b, t = len(x), len(wf.target)
+        h = self.horizon
+        shape = (b, 0, h)
+        target = np.zeros((b, t, h) if h else (b, t), np.float32) if y is None else y[:, :t]
+        known = y[:, t:] if y is not None and h else np.zeros(shape, np.float32)
+        batch["future_cont"] = torch.from_numpy(np.ascontiguousarray(known[:, self.future_cont]))
+        batch["future_cat"] = torch.from_numpy(known[:, self.future_cat].astype(np.int64))
+        loc, scale = np.zeros((b, t), np.float32), np.ones((b, t), np.float32)
+        for j, op in enumerate(self.normalizers):
+            if op is not None:
+                a, s = op.loc_scale(wf.target[j], code if op.per_series else None)
+                loc[:, j], scale[:, j] = a, s
+        if not (self.named and self.named.scale_target):
+            target = target * (scale[..., None] if h else scale) + (loc[..., None] if h else loc)
+            loc, scale = np.zeros_like(loc), np.ones_like(scale)
+        batch["target"] = torch.from_numpy(np.asarray(target, np.float32))
+        batch["target_loc"], batch["target_scale"] = torch.from_numpy(loc), torch.from_numpy(scale)
+        if self.named is not None and self.named.series_id:
+            batch["series"] = torch.from_numpy(code)
+        if self.named is not None and self.named.index and rows is not None:
+            batch["index"] = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64))
+        return batch

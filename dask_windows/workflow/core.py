@@ -1,0 +1,262 @@
+"""``Workflow``: a chain of column operations, the roles of their outputs, and static covariates.
+
+A workflow is declared once (operations in order, then which columns are continuous or
+categorical inputs, targets, and known in the future), fitted in one Dask pass (``fit``),
+saved as a small JSON artifact (``artifact``) and applied to each decoded piece while the
+loader streams (``apply``). Its state is O(series + vocabulary): per-series statistics in
+the order of ``series_keys``, vocabularies, the static table's rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from dask_windows.errors import ConfigError, DataError, SchemaError
+from dask_windows.workflow.ops import Normalize, Op, Piece
+
+__all__ = ["Statics", "Workflow"]
+
+
+def _columns(what: str, value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    names = (value,) if isinstance(value, str) else tuple(value)
+    if not all(isinstance(c, str) for c in names) or len(set(names)) != len(names):
+        raise ConfigError(f"{what}={value!r} must be distinct column names")
+    return names
+
+
+class Statics:
+    """Static covariates: one row per series in a separate table, keyed by series id.
+
+    Args:
+        table: A pandas DataFrame, or a Parquet/CSV path or URL (read with fsspec at fit).
+        key: The table's series id column (default: the workflow's series column name).
+        numeric: Numeric columns, given as they are (float32).
+        categorical: Columns encoded as codes of a vocabulary fitted on the table (0 null, 1 unseen, 2..).
+    """
+
+    def __init__(self, table: Any, key: str | None = None, numeric: Any = (), categorical: Any = ()) -> None:
+        self.table, self.key = table, key
+        self.numeric, self.categorical = _columns("numeric", numeric), _columns("categorical", categorical)
+        if not self.numeric and not self.categorical:
+            raise ConfigError("Statics needs numeric= or categorical= columns")
+        self.state: dict | None = None
+
+    def config(self) -> dict:
+        return {"key": self.key, "numeric": list(self.numeric), "categorical": list(self.categorical)}
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "table": None}  # fitted: the state holds what is needed
+
+
+class Workflow:
+    """Column operations fitted over a whole dataset and applied to each piece the loader decodes.
+
+    Args:
+        ops: The operations, applied in order to a piece's columns.
+        series: The series id column (per-series statistics, lags, static covariates).
+        continuous: Output columns stacked as continuous inputs (``x``'s channels, ``past_cont``).
+        categorical: Output columns of int codes (``past_cat``); usually ``Categorify`` outputs.
+        target: Columns predicted (``y``; ``target`` in the named batch).
+        known: Columns of ``continuous`` / ``categorical`` known over the horizon (``future_*``).
+        statics: Static covariates per series (``Statics``), or ``None``.
+    """
+
+    def __init__(
+        self,
+        ops: Sequence[Op],
+        *,
+        series: str | None = None,
+        continuous: Any = (),
+        categorical: Any = (),
+        target: Any = (),
+        known: Any = (),
+        statics: Statics | None = None,
+    ) -> None:
+        self.ops = list(ops)
+        bad = [op for op in self.ops if not isinstance(op, Op)]
+        if bad:
+            raise ConfigError(f"Workflow ops must be operations of dask_windows.workflow, got {bad[0]!r}")
+        self.series = series
+        self.continuous = _columns("continuous", continuous)
+        self.categorical = _columns("categorical", categorical)
+        self.target = _columns("target", target)
+        self.known = _columns("known", known)
+        self.statics = statics
+        both = set(self.continuous) & set(self.categorical)
+        if both:
+            raise ConfigError(f"columns {sorted(both)} are both continuous and categorical; pick one role")
+        stray = [c for c in self.known if c not in self.continuous + self.categorical]
+        if stray:
+            raise ConfigError(f"known={stray} must also be continuous or categorical inputs")
+        if not (self.continuous or self.categorical or self.target):
+            raise ConfigError("Workflow needs continuous=, categorical= or target= columns to yield")
+        needs_series = [op for op in self.ops if op.per_series] + ([statics] if statics is not None else [])
+        if needs_series and series is None:
+            raise ConfigError(f"{needs_series[0]!r} works per series: pass Workflow(series='your id column')")
+        if statics is not None and statics.key is None:
+            statics.key = series
+        self.series_keys: list | None = None  # fitted: every series id seen, sorted
+        self.schema: dict[str, str] | None = None  # fitted: kind of each input column
+        self.fingerprint: dict | None = None  # fitted: the files fitted on
+        self._series_index: Any = None
+
+    # -- structure --------------------------------------------------------------------------------
+
+    def produced(self) -> dict[str, int]:
+        """Each column the operations write, with the rows before a row its value depends on."""
+        depth: dict[str, int] = {}
+        for op in self.ops:
+            for out in op.outputs():
+                depth[out] = max([depth.get(c, 0) for c in op.depends(out)], default=0) + op.lookback()
+        return depth
+
+    @property
+    def inputs(self) -> list[str]:
+        """Columns of the data the workflow reads (not made by an operation), the series column last."""
+        made: set[str] = set()
+        needed: list[str] = []
+        for op in self.ops:
+            needed += [c for c in op.inputs if c not in made and c not in needed]
+            made.update(op.outputs())
+        for col in self.continuous + self.categorical + self.target:
+            if col not in made and col not in needed:
+                needed.append(col)
+        if self.series is not None and self.series not in needed:
+            needed.append(self.series)
+        return needed
+
+    @property
+    def outputs(self) -> list[str]:
+        """Every column the loader may yield, in role order."""
+        return list(dict.fromkeys(self.continuous + self.categorical + self.target))
+
+    def lookback(self, columns: Sequence[str] | None = None) -> int:
+        """Rows read before each window so the values of ``columns`` (default: the outputs) are exact."""
+        depth = self.produced()
+        return max([depth.get(c, 0) for c in (columns or self.outputs)], default=0)
+
+    @property
+    def fitted(self) -> bool:
+        return self.series_keys is not None
+
+    def normalizer(self, column: str) -> Normalize | None:
+        """The last ``Normalize`` writing ``column`` (its statistics invert the target), or ``None``."""
+        found = None
+        for op in self.ops:
+            if isinstance(op, Normalize) and column in op.columns:
+                found = op
+            elif column in op.outputs():
+                found = None if not isinstance(op, Normalize) else found
+        return found
+
+    def cardinality(self, column: str) -> int:
+        """Codes a categorical output (or categorical static) takes: vocabulary + null + unseen."""
+        from dask_windows.workflow.ops import Categorify
+
+        for op in reversed(self.ops):
+            if isinstance(op, Categorify) and column in op.columns:
+                return op.cardinality(column)
+        if self.statics is not None and self.statics.state and column in self.statics.categorical:
+            return len(self.statics.state["vocabulary"][column]) + 2
+        raise ConfigError(f"{column!r} is not a Categorify output or a categorical static of this workflow")
+
+    # -- applying -----------------------------------------------------------------------------
+
+    def series_codes(self, keys: np.ndarray) -> np.ndarray:
+        """Codes of series ids (positions in ``series_keys``); ``-1`` for an id the fit did not see."""
+        import pandas as pd
+
+        if self.series_keys is None:
+            raise ConfigError("the workflow is not fitted; call Workflow.fit(...) or Workflow.load(url)")
+        if self._series_index is None:
+            self._series_index = pd.Index(self.series_keys)
+        return np.asarray(self._series_index.get_indexer(np.asarray(keys)), np.int64)
+
+    def transform(self, columns: dict, lookback: int = 0) -> dict:
+        """The operations applied to one piece's columns (1-D arrays of equal length); a new dict.
+
+        ``lookback``: the rows read before each window (``apply``): NaN in the first ``lookback``
+        rows of each run of the piece (lags reaching before it) become 0; no window yields them.
+        Adds ``__series_code__`` (positions in ``series_keys``, ``-1`` unseen).
+        """
+        cols = dict(columns)
+        n = len(next(iter(cols.values()))) if cols else 0
+        series = cols.get(self.series) if self.series is not None else None
+        piece = Piece(n, series, self.series_codes if self.fitted else None)
+        for op in self.ops:
+            missing = [c for c in op.inputs if c not in cols]
+            if missing:
+                raise SchemaError(f"{op!r} reads column {missing[0]!r}, which the data does not hold (and no earlier "
+                                  f"operation writes); columns: {sorted(cols)}")  # fmt: skip
+            op.apply(cols, piece)
+        if self.statics is not None and self.fitted and (piece.run_codes < 0).any():
+            key = piece.keys[int(np.flatnonzero(piece.run_codes < 0)[0])]
+            raise DataError(
+                f"series {key!r} has no static covariates: the workflow was not fitted on it; refit the workflow "
+                "on data holding it (with its row in the static table)"
+            )
+        if lookback:
+            head = np.arange(n) - piece.run_first_row() < lookback  # (rows,) rows no window yields
+            for col, values in list(cols.items()):
+                if values.dtype.kind == "f" and head.any():
+                    hit = head & np.isnan(values)
+                    if hit.any():
+                        values = values.copy()
+                        values[hit] = 0.0
+                        cols[col] = values
+        cols["__series_code__"] = piece.per_row(piece.run_codes).astype(np.float32)
+        return cols
+
+    def transform_frame(self, frame: Any) -> Any:
+        """A pandas DataFrame transformed as the loader does it (one series after another, in row order)."""
+        import pandas as pd
+
+        cols = {c: frame[c].to_numpy() for c in frame.columns}
+        out = self.transform(cols)
+        return pd.DataFrame({c: out[c] for c in out if c != "__series_code__"}, index=frame.index)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_series_index": None}
+
+    # -- fitting and saving --------------------------------------------------------------------
+
+    def fit(self, data: Any, **kwargs: Any) -> Workflow:
+        """Fit the statistics in one Dask pass over ``data`` (see ``workflow.fit.fit``); returns ``self``."""
+        from dask_windows.workflow.fit import fit
+
+        return fit(self, data, **kwargs)
+
+    def save(self, url: str, storage_options: dict | None = None) -> None:
+        """Write the fitted workflow as JSON to a local path or fsspec URL (see ``artifact``)."""
+        from dask_windows.workflow.artifact import save
+
+        save(self, url, storage_options)
+
+    @staticmethod
+    def load(url: str, storage_options: dict | None = None) -> Workflow:
+        """A fitted workflow read back from ``save``'s JSON."""
+        from dask_windows.workflow.artifact import load
+
+        return load(url, storage_options)
+
+    def named(self, index: bool = False, series_id: bool = True, scale_target: bool = True) -> Any:
+        """This workflow for ``WindowDataset(workflow=...)`` yielding named batches (``batch.NamedBatches``).
+
+        Args:
+            index: Add each window's global start row (``"index"``).
+            series_id: Add each window's series code (``"series"``, positions in ``series_keys``).
+            scale_target: Yield the target as the workflow scaled it (with ``target_loc`` /
+                ``target_scale`` to invert); ``False``: in its units, before the ``Normalize``.
+        """
+        from dask_windows.workflow.batch import NamedBatches
+
+        return NamedBatches(self, index=index, series_id=series_id, scale_target=scale_target)
+
+    def __repr__(self) -> str:
+        state = f"fitted on {len(self.series_keys or [])} series" if self.fitted else "not fitted"
+        return f"Workflow({len(self.ops)} ops, series={self.series!r}, outputs={self.outputs}, {state})"

@@ -1,0 +1,129 @@
+"""The pool order reads each row group about once per epoch: decodes counted on local Parquet, GETs on S3."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+import pytest
+from helpers import oracle_starts, parquet_bytes, s3_endpoint
+
+from dask_windows.dataset import WindowDataset
+
+FILES, GROUPS, ROWS = 6, 4, 400  # 6 files of 4 row groups of 100 rows
+
+
+def _frames() -> list[pd.DataFrame]:
+    rng = np.random.default_rng(0)
+    out = []
+    for f in range(FILES):
+        t = np.arange(f * ROWS, (f + 1) * ROWS)
+        out.append(pd.DataFrame({"x": t.astype(np.float32), "y": rng.random(ROWS).astype(np.float32)}))
+    return out
+
+
+def _counting(ds: WindowDataset) -> Counter:
+    """Row groups decoded by ``ds``'s source from now on, by ``(file, row group)``."""
+    counts: Counter = Counter()
+    read = ds.source._read_table
+
+    def counted(path, row_groups, columns):
+        counts.update((path, g) for g in row_groups)
+        return read(path, row_groups, columns)
+
+    ds.source._read_table = counted
+    return counts
+
+
+KW = dict(features=["x"], series=None, window=12, stride=3, batch_size=8, return_index=True)
+
+
+@pytest.mark.parametrize("budget", [None, 20_000])  # the whole dataset resident; a pool of about 10 row groups
+def test_each_row_group_decoded_about_once_per_epoch(tmp_path, budget):
+    for i, frame in enumerate(_frames()):
+        frame.to_parquet(tmp_path / f"part-{i}.parquet", row_group_size=ROWS // GROUPS)
+    ds = WindowDataset(str(tmp_path), buffer_bytes=budget, **KW)
+    counts = _counting(ds)
+    starts = np.concatenate([rows.numpy() for _, rows in ds])
+    want = oracle_starts(_frames(), None, 12, 3)
+    assert np.array_equal(np.sort(starts), want)  # every window once, those across row-group cuts too
+    assert len(counts) == FILES * GROUPS
+    assert sum(counts.values()) <= 1.25 * FILES * GROUPS
+    if budget is not None:  # the pool was smaller than the dataset: a unit per row group
+        assert ds._plan(_world()).spread < len(ds._plan(_world()).units) == FILES * GROUPS
+    # The piece order, for contrast: a row group decoded for each piece that needs it.
+    pieces = WindowDataset(str(tmp_path), pieces_per_partition=8, buffer_partitions=1, **KW)
+    piece_counts = _counting(pieces)
+    list(pieces)
+    assert sum(piece_counts.values()) > sum(counts.values())
+
+
+def test_two_ranks_read_each_row_group_about_once_between_them(tmp_path):
+    for i, frame in enumerate(_frames()):
+        frame.to_parquet(tmp_path / f"part-{i}.parquet", row_group_size=ROWS // GROUPS)
+    total: Counter = Counter()
+    starts = []
+    for rank in (0, 1):
+        ds = WindowDataset(str(tmp_path), rank=rank, world_size=2, **KW)
+        counts = _counting(ds)
+        starts.extend(np.concatenate([rows.numpy() for _, rows in ds]).tolist())
+        total.update(counts)
+    assert len(starts) == len(set(starts))
+    assert sum(total.values()) <= 1.25 * FILES * GROUPS
+
+
+def _world():
+    from dask_windows.planning.world import World
+
+    return World(0, 1, 0, 1)
+
+
+def test_s3_gets_about_one_per_row_group():
+    pytest.importorskip("s3fs")
+    pytest.importorskip("moto.server")
+    endpoint = s3_endpoint("bucket", _frames(), encode=lambda f: parquet_bytes(f, row_group_size=ROWS // GROUPS))
+    try:
+        options = endpoint.storage_options()
+        ds = WindowDataset(
+            "s3://bucket/data/", storage_options=options, buffer_bytes=20_000, **KW
+        )  # a unit per row group
+        endpoint.reset()
+        starts = np.concatenate([rows.numpy() for _, rows in ds])
+        assert np.array_equal(np.sort(starts), oracle_starts(_frames(), None, 12, 3))
+        gets = endpoint.log.count("get")
+        assert FILES * GROUPS <= gets <= 1.25 * FILES * GROUPS  # one GET per row group read
+    finally:
+        endpoint.close()
+
+
+def test_a_budget_of_too_few_units_warns_once_at_open_and_inspect_says_so(tmp_path):
+    from dask_windows.cli.main import main
+    from dask_windows.runtime.pool import PoolWarning
+
+    for i, frame in enumerate(_frames()):
+        frame.to_parquet(tmp_path / f"part-{i}.parquet", row_group_size=ROWS // GROUPS)
+    with pytest.warns(PoolWarning, match=r"holds \d+ of the 24 units.*Raise buffer_bytes.*dask-windows convert") as got:
+        WindowDataset(str(tmp_path), buffer_bytes=8_000, **KW)
+    assert len([w for w in got if issubclass(w.category, PoolWarning)]) == 1
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PoolWarning)  # a budget holding 2B units and more: silent
+        WindowDataset(str(tmp_path), **KW)
+    text = _run_cli(main, [str(tmp_path), "--window", "12", "--stride", "3", "--batch-size", "8", "--mixing",
+                           "--buffer-bytes", "8000"])  # fmt: skip
+    assert "reads per epoch: each of 24 units (row groups) decoded once" in text
+    assert "raise buffer_bytes" in text
+
+
+def _run_cli(main, args: list) -> str:
+    import contextlib
+    import io
+    import warnings
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        main(["inspect", *args])
+    return out.getvalue()
