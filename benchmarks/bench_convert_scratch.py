@@ -1,13 +1,15 @@
 """Peak disk space of ``dask-windows convert`` relative to its input, compressed vs plain scratch.
 
-    PYTHONPATH=. python benchmarks/bench_convert_scratch.py [--rows 400000]
+    PYTHONPATH=. python benchmarks/bench_convert_scratch.py [--rows 400000] [--input-compression snappy zstd]
 
-For a random (incompressible) and a compressible input, each written as one snappy Parquet
-file, it converts with the zstd scratch files convert uses and, as the baseline measured in the
-same run, with uncompressed Arrow scratch (what 0.1 wrote). The peak is the size of
-``DST.tmp-*`` right after each Dask pass; the largest is reached after the last pass, when
-every scratch file and every output file exist at once (scratch is removed only then). Printed:
-peak / input bytes, and the ratio of the two scratch modes. Runs on the synchronous scheduler.
+For a random (incompressible) and a compressible input, each written as one Parquet file
+(snappy, then zstd: a smaller input, so a larger ratio), it converts with the default (spread)
+layout and the zstd scratch files convert uses and, as the baseline measured in the same run,
+with uncompressed Arrow scratch (what 0.1 wrote). The peak is the size of ``DST.tmp-*``
+sampled every 20 ms by a thread while convert runs, and right after each Dask pass; the
+largest is reached in the last passes, when the scratch files, the sorted buckets and the output
+files exist at once (scratch is removed only then). Printed: peak / input bytes, and the ratio
+of the two scratch modes. Runs on the synchronous scheduler.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import argparse
 import glob
 import os
 import tempfile
+import threading
 
 import dask
 import numpy as np
@@ -24,10 +27,17 @@ import pyarrow as pa
 
 
 def folder_bytes(path: str) -> int:
-    return sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(path) for n in names)
+    total = 0
+    for d, _, names in os.walk(path):
+        for n in names:
+            try:
+                total += os.path.getsize(os.path.join(d, n))
+            except FileNotFoundError:  # removed while walking
+                pass
+    return total
 
 
-def inputs(rows: int, root: str) -> dict[str, str]:
+def inputs(rows: int, root: str, compression: str = "snappy") -> dict[str, str]:
     rng = np.random.default_rng(0)
     series = np.repeat(np.arange(rows // 1000), 1000)[:rows]
     shuffled = rng.permutation(rows)  # input order is not output order, as in real exports
@@ -53,8 +63,8 @@ def inputs(rows: int, root: str) -> dict[str, str]:
     }
     paths = {}
     for name, frame in frames.items():
-        paths[name] = os.path.join(root, f"{name}.parquet")
-        frame.iloc[shuffled].to_parquet(paths[name], compression="snappy", index=False)
+        paths[name] = os.path.join(root, f"{name}-{compression}.parquet")
+        frame.iloc[shuffled].to_parquet(paths[name], compression=compression, index=False)
     return paths
 
 
@@ -66,6 +76,13 @@ def peak_ratio(src: str, dst: str, compressed: bool) -> float:
     if not compressed:
         scratch.SCRATCH_OPTIONS = pa.ipc.IpcWriteOptions()
     peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.wait(0.02):
+            for tmp in glob.glob(dst + ".tmp-*"):
+                peak = max(peak, folder_bytes(tmp))
 
     def compute(label, *collections):
         nonlocal peak
@@ -74,11 +91,15 @@ def peak_ratio(src: str, dst: str, compressed: bool) -> float:
             peak = max(peak, folder_bytes(tmp))
         return results
 
+    sampler = threading.Thread(target=sample, name="disk-sampler", daemon=True)
+    sampler.start()
     try:
         module.convert(
             [src], dst, series="sid", time="ts", partition_size="4MB", input_block_size=2**20, compute=compute
         )
     finally:
+        done.set()
+        sampler.join()
         scratch.SCRATCH_OPTIONS = saved
     return peak / os.path.getsize(src)
 
@@ -86,16 +107,19 @@ def peak_ratio(src: str, dst: str, compressed: bool) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=400_000)
+    parser.add_argument("--input-compression", nargs="+", default=["snappy", "zstd"])
     args = parser.parse_args()
     with dask.config.set(scheduler="sync"), tempfile.TemporaryDirectory() as root:
-        for name, src in inputs(args.rows, root).items():
-            zstd = peak_ratio(src, os.path.join(root, f"{name}-zstd"), compressed=True)
-            plain = peak_ratio(src, os.path.join(root, f"{name}-plain"), compressed=False)
-            print(
-                f"{name:>12}: input {os.path.getsize(src) / 1e6:6.1f} MB; peak disk / input: "
-                f"zstd scratch {zstd:.2f}x, uncompressed scratch (baseline) {plain:.2f}x "
-                f"({plain / zstd:.1f}x more)"
-            )
+        for codec in args.input_compression:
+            for name, src in inputs(args.rows, root, codec).items():
+                zstd = peak_ratio(src, os.path.join(root, f"{name}-{codec}-zs"), compressed=True)
+                plain = peak_ratio(src, os.path.join(root, f"{name}-{codec}-plain"), compressed=False)
+                print(
+                    f"{name:>12} ({codec:>6} input {os.path.getsize(src) / 1e6:5.1f} MB): peak disk / input: "
+                    f"zstd scratch {zstd:.2f}x, uncompressed scratch (baseline) {plain:.2f}x "
+                    f"({plain / zstd:.1f}x more)",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

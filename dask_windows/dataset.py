@@ -125,7 +125,9 @@ class WindowDataset(IterableDataset):
         cache_dir: Parquet in a remote store: keep the bytes read in this local folder, shared by the
             ranks and DataLoader workers of a machine, so later epochs make no request for them
             (see ``sources.cache``).
-        cache_bytes: Most bytes ``cache_dir`` may hold; least recently used entries are evicted.
+        cache_bytes: Most bytes ``cache_dir`` may hold; entries unused for 12 hours are evicted, least recently used
+            first, and new bytes that do not fit otherwise are not stored (a budget smaller than the data keeps
+            what it holds across epochs: docs/pretraining.md).
         read_workers: Processes that read and decode while this process gathers the batches
             (Parquet sources; see ``readpool``): for compressed files and object stores, where
             reading is the bottleneck. 0 (default) reads on one background thread. Use it with
@@ -450,7 +452,10 @@ class WindowDataset(IterableDataset):
             ConfigError: The state comes from another dataset or configuration.
         """
         nextpass.release(self)
-        self.epoch = self._resumer.load(state, self._fingerprint(), self._resolve_ranks()[1], elastic=True)
+        whole = -(-self.num_windows // self.spec.batch_size)  # batches of the whole epoch: no reader takes more
+        self.epoch = self._resumer.load(
+            state, self._fingerprint(), self._resolve_ranks()[1], elastic=True, max_batches=whole
+        )
 
     def close(self) -> None:
         """Stop this dataset's ``read_workers`` processes, if any (the next pass starts them again), and

@@ -23,6 +23,7 @@ from __future__ import annotations
 import errno
 
 from dask_windows.errors import SourceReadError
+from dask_windows.remedies import missing_backend
 
 __all__ = [
     "FAILURE_KINDS",
@@ -278,7 +279,8 @@ def failure_message(kind: str, what: str, exc: BaseException, where: str = "") -
     """
     tries = describe_failure(exc) if kind == "transient" else ""
     place = f"; {where}" if where else ""
-    error = SourceReadError(f"{what}{tries}: {error_text(exc)}{place}; {REMEDIES[kind]}")
+    remedy = missing_backend(exc, what) or REMEDIES[kind]
+    error = SourceReadError(f"{what}{tries}: {error_text(exc)}{place}; {remedy}")
     error.kind = kind  # type: ignore[attr-defined]
     error.where = where  # type: ignore[attr-defined]
     return error

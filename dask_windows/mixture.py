@@ -1,8 +1,9 @@
 """Weighted mixtures of window datasets: ``mix({"a": ds_a, "b": ds_b}, weights={...})``.
 
 A mixture epoch is a virtual sequence of ``N = sum(counts)`` windows, where
-member ``m`` contributes exactly ``counts[m] = round(w_m / sum(w) * windows_per_epoch)``
-windows, interleaved by the integer schedule of ``schedule`` (every prefix,
+member ``m`` contributes exactly ``counts[m]``, its share ``w_m / sum(w) * windows_per_epoch``
+rounded by largest remainders so that the counts sum to ``windows_per_epoch``,
+windows interleaved by the integer schedule of ``schedule`` (every prefix,
 hence every batch, holds each member within about two windows of its share).
 Each member is read as one endless stream: its own epochs ``0, 1, 2, ...``
 (each reshuffled by the member's own plan, with ``world_size=1``) laid end to
@@ -104,8 +105,9 @@ class Mixture(IterableDataset):
             ``shuffle`` and ``buffer_partitions`` decide the order of their windows; their
             ``batch_size`` is only the chunk they are read in.
         weights: ``{name: weight >= 0}``; default: proportional to each member's ``num_windows``.
-        windows_per_epoch: ``epoch_windows``; member ``m`` gives ``round(w_m / sum(w) * epoch_windows)``
-            windows per epoch. Default: the sum of the members' ``num_windows``.
+        windows_per_epoch: Windows of every epoch; member ``m`` gives its share ``w_m / sum(w)`` of them,
+            rounded by largest remainders (the counts sum to ``windows_per_epoch``). Default: the sum of
+            the members' ``num_windows``.
         batch_size: Windows per batch; default: the first member's.
         drop_last: Leave out this rank's final partial batch.
         return_source: Append each window's member number (int64 ``(B,)``, index in ``names``).

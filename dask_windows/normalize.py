@@ -86,7 +86,8 @@ def load_stats(
     Raises:
         SchemaError: a feature is missing or has no mean/std (all NaN).
         DataError: the file is not a stats document, or a mean is not finite, or a std is
-            negative, infinite or NaN (checked like the ``{"mean": .., "std": ..}`` dict form),
+            negative, infinite or NaN (checked like the ``{"mean": .., "std": ..}`` dict form), or positive
+            but below ``TINY_STD`` or float64's resolution of the mean,
             naming the file, the feature and the remedy.
     """
     where = "the stats dict"
@@ -130,9 +131,20 @@ def load_stats(
                 f"{where} gives feature {name!r} the std {entry['std']!r}; a std must be a finite "
                 f"number >= 0 (0 for a constant feature); rerun `dask-windows stats`, or fix the file"
             )
+        if 0 < float(entry["std"]) < max(TINY_STD, float(np.finfo(np.float64).eps) * abs(float(entry["mean"]))):
+            raise DataError(
+                f"{where} gives feature {name!r} the std {entry['std']!r} (mean {entry['mean']!r}): below "
+                f"{TINY_STD:g} or below float64's resolution of the mean, so standardising would multiply "
+                f"rounding noise by {1 / float(entry['std']):.3g}; if the feature is constant write std 0 (it is then "
+                f"only centred), else rescale it, rerun `dask-windows stats`, or fix the file"
+            )
     if (std == 0).any():
         logger.warning("features %s are constant in %s (std 0)", [f for f, s in zip(features, std) if s == 0], where)
     return mean, std
+
+
+#: A std below this (or below float64's resolution of the mean) is refused: it can only be rounding noise.
+TINY_STD = 1e-20
 
 
 def _number(value: object, where: str, feature: str, field: str) -> float:

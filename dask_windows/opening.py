@@ -15,6 +15,7 @@ from dask_windows.checks import bad_value_rows, check_column_types
 from dask_windows.errors import DataError
 from dask_windows.faults import SkippedPartition, guard_scan
 from dask_windows.planning.index import scan_runs
+from dask_windows.remedies import no_windows_remedy
 from dask_windows.runtime.memory import trim
 from dask_windows.sources import Source
 from dask_windows.sources.parquet.footers import paused_gc
@@ -108,10 +109,16 @@ def check_windows(
     """
     if num_windows == 0:
         longest = max((int(r.lengths.max()) for r in runs if len(r.lengths)), default=0)
+        manifest = (getattr(source, "_manifest", None) or {}).get("manifest")
+        remedy = (
+            order_remedy.lstrip("; ")
+            or no_windows_remedy(manifest, spec.span, spec.window, spec.horizon)
+            or "use a smaller window or merge series"
+        )
         raise DataError(
             f"no windows: window={spec.window}"
             + (f" + horizon={spec.horizon}" if spec.horizon else "")
             + f" is longer than every series run in {source.description} (longest: {longest:,} rows); "
-            + (order_remedy or "; use a smaller window or merge series")
+            + remedy
             + (f"; {len(skipped)} partitions were skipped as unreadable" if skipped else "")
         )

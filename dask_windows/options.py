@@ -26,14 +26,16 @@ def source_options(
     partition_bytes: int | None,
     partition_rows: int | None,
 ) -> dict:
-    """The keyword arguments of ``open_source`` that the dataset's arguments set."""
-    options: dict = {"threads": threads}
+    """The keyword arguments of ``open_source`` that the dataset's arguments set (validated here)."""
+    from dask_windows.spec import _positive_int
+
+    options: dict = {"threads": _positive_int("threads", threads)}
     if cache_dir is not None:
         options.update(cache_dir=cache_dir, cache_bytes=cache_bytes)
     if partition_bytes is not None:
-        options["partition_bytes"] = partition_bytes
+        options["partition_bytes"] = _positive_int("partition_bytes", partition_bytes)
     if partition_rows is not None:
-        options["partition_rows"] = partition_rows
+        options["partition_rows"] = _positive_int("partition_rows", partition_rows)
     return options
 
 

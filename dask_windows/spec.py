@@ -18,13 +18,19 @@ LAYOUTS = ("NCL", "NLC")
 NAN_POLICIES = ("raise", "drop")
 
 
-def _positive_int(name: str, value: object, minimum: int = 1) -> int:
+#: Largest window, stride, horizon or size: row arithmetic is int64, with room for sums of two.
+MAX_SETTING = 2**61
+
+
+def _positive_int(name: str, value: object, minimum: int = 1, maximum: int | None = MAX_SETTING) -> int:
     if isinstance(value, np.integer):
         value = int(value)  # numpy ints are accepted everywhere, as set_epoch does
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{name}={value!r} must be an int >= {minimum}")
     if value < minimum:
         raise ConfigError(f"{name}={value} must be >= {minimum}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name}={value} is too large: at most 2**61 (rows are counted in int64)")
     return value
 
 
@@ -101,7 +107,8 @@ class WindowSpec:
             ("prefetch_partitions", 0),
             ("seed", 0),
         ):
-            set_(self, name, _positive_int(name, getattr(self, name), minimum))
+            limit = None if name == "seed" else MAX_SETTING
+            set_(self, name, _positive_int(name, getattr(self, name), minimum, limit))
         if self.buffer_bytes is not None:
             set_(self, "buffer_bytes", _positive_int("buffer_bytes", self.buffer_bytes, 1))
         if self.layout not in LAYOUTS:

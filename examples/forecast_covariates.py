@@ -93,7 +93,7 @@ class Forecaster(nn.Module):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", default="forecast_covariates_out", help="output folder (data, workflow, plot)")
+    parser.add_argument("--out", default="runs/forecast_covariates", help="output folder (data, workflow, plot)")
     parser.add_argument("--window", type=int, default=2 * SEASON)
     parser.add_argument("--horizon", type=int, default=13)
     parser.add_argument("--epochs", type=int, default=12)

@@ -175,7 +175,7 @@ def _spawned(rank: int, world_size: int, args: argparse.Namespace, init: str) ->
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default="demo_mixture", help="folder of the two corpora, written if missing")
+    parser.add_argument("--data", default="demo_data/mixture", help="folder of the two corpora, written if missing")
     parser.add_argument("--steps", type=int, default=120, help="optimizer steps in all")
     parser.add_argument("--restart-at", type=int, default=60, help="step at which the 2-rank job is preempted")
     parser.add_argument("--weights", type=float, nargs=2, default=[0.7, 0.3], help="sines, walks")

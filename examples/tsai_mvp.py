@@ -4,8 +4,15 @@
     python examples/tsai_mvp.py --arch InceptionTimePlus
     python examples/tsai_mvp.py --epochs 1 --rows 512    # a quick run
 
-Needs ``pip install tsai`` (fastai, and through it torchvision: tsai's models import
-``fastai.vision.models``, which imports ``torchvision.models``).
+Needs tsai (fastai, and through it torchvision: tsai's models import ``fastai.vision.models``,
+which imports ``torchvision.models``). Install it with the torch you have pinned, or pip replaces
+a CPU torch with a CUDA build of several GB::
+
+    python -c "import torch; print('torch==' + torch.__version__)" > constraints.txt
+    pip install -c constraints.txt tsai   # CPU torch: add --extra-index-url https://download.pytorch.org/whl/cpu
+
+Data and results go under ``demo_data/`` and ``runs/`` (ignored by git) unless ``--data`` and
+``--out`` say otherwise.
 
 A synthetic dataset of multi-channel series in Parquet files is written on first use
 (``--data``). ``WindowDataset`` streams shuffled, per-window standardised windows of it;
@@ -42,10 +49,19 @@ CHANNELS = 4
 FEATURES = [f"f{c}" for c in range(CHANNELS)]
 
 
+#: How to install tsai without pip replacing the installed torch (a CPU torch by a CUDA build of GBs).
+TSAI_INSTALL = (
+    "this example needs tsai; install it with your torch pinned, or pip replaces it:\n"
+    "    python -c \"import torch; print('torch==' + torch.__version__)\" > constraints.txt\n"
+    "    pip install -c constraints.txt tsai\n"
+    "(with a CPU torch add --extra-index-url https://download.pytorch.org/whl/cpu for a CPU torchvision)"
+)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--arch", default="TSTPlus", choices=["TSTPlus", "InceptionTimePlus"])
-    parser.add_argument("--data", default="data/tsai_mvp", help="folder of the synthetic Parquet dataset")
+    parser.add_argument("--data", default="demo_data/tsai_mvp", help="folder of the synthetic Parquet dataset")
     parser.add_argument("--out", default="runs/tsai_mvp", help="where weights and the loss plot go")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--window", type=int, default=64)
@@ -68,10 +84,13 @@ def datasets(args: argparse.Namespace, **kwargs) -> tuple[dw.WindowDataset, dw.W
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    from fastai.losses import MSELossFlat
-    from tsai.callback.MVP import MVP
-    from tsai.learner import ts_learner
-    from tsai.models.utils import transfer_weights
+    try:
+        from fastai.losses import MSELossFlat
+        from tsai.callback.MVP import MVP
+        from tsai.learner import ts_learner
+        from tsai.models.utils import transfer_weights
+    except ImportError as exc:
+        raise SystemExit(f"{exc}\n{TSAI_INSTALL}") from exc
 
     os.makedirs(args.out, exist_ok=True)
     # 1. Self-supervised: batches are (x,); MVP builds the targets by masking x.

@@ -218,3 +218,47 @@ def test_oracle_still_holds_through_the_cache(s3, tmp_path):
         starts = np.sort(np.concatenate([b[-1] for b in collect(ds)]))
         assert np.array_equal(starts, oracle_starts(s3.frames, "sid", 8, 2))
     assert ds.source.cache.hits > 0
+
+
+def test_budget_of_half_the_data_hits_about_half_in_epoch_two(s3, tmp_path, monkeypatch):
+    """A scan over twice the budget keeps what it stored (LRU evicted every entry before its next read)."""
+    url, options = "s3://bucket/data/", s3.storage_options()
+    kw = dict(KW, shuffle=False, buffer_partitions=1)  # a cyclic scan: the same order every epoch
+    stored, store = [], RangeCache._store
+
+    def watched(self, entries):
+        stored.append(sum(len(blob) + 4 for _, blob in entries))  # each read's entries, CRC included
+        store(self, entries)
+
+    monkeypatch.setattr(RangeCache, "_store", watched)
+    whole = WindowDataset(url, storage_options=options, cache_dir=tmp_path / "all", **kw)
+    collect(whole)
+    reads, sizes = whole.source.cache.misses, list(stored)  # one fetch per partition read in an epoch
+    budget = whole.source.cache.disk_bytes() // 2
+    held, kept = 0, 0  # oracle: reads stored while they fit, in read order, the others never
+    for size in sizes:
+        if held + size <= budget:
+            held, kept = held + size, kept + 1
+    ds = WindowDataset(url, storage_options=options, cache_dir=tmp_path / "half", cache_bytes=budget, **kw)
+    cache = ds.source.cache
+    collect(ds)
+    assert (cache.hits, cache.misses) == (0, reads)
+    ds.set_epoch(1)
+    collect(ds)
+    assert cache.hits == kept and cache.misses == 2 * reads - kept
+    assert 0.3 * reads <= kept  # about half: what half the bytes hold
+    assert RangeCache(tmp_path / "half").disk_bytes() <= budget
+
+
+def test_stale_entries_make_room_and_fresh_ones_are_kept():
+    from dask_windows.sources.cache_policy import evictions
+
+    now, hour = 10**18, 3600 * 10**9
+    entries = [(now - 30 * hour, "a", 40), (now - 13 * hour, "b", 30), (now - hour, "c", 20)]
+    assert evictions(entries, 90, 100, 10, now) == []  # fits
+    assert evictions(entries, 90, 100, 40, now) == [0]  # the oldest stale one goes
+    assert evictions(entries, 90, 100, 75, now) == [0, 1]
+    assert evictions(entries, 90, 100, 81, now) is None  # 'c' was used an hour ago: kept, not stored
+    assert evictions(entries, 90, 100, 101, now) is None
+    assert evictions(entries, 90, None, 10**9, now) == []
+    assert evictions(entries, 90, 100, 40, now, keep_seconds=0) == [0]

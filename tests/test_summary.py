@@ -98,8 +98,12 @@ def test_inspect_nan_drop_counts_what_the_loader_yields(tmp_path, window):
     kept = inspect_dataset(str(tmp_path), series="sid", window=window, features=["f0", "f1"], nan="drop")
     ds = dw.WindowDataset(str(tmp_path), features=["f0", "f1"], series="sid", window=window, nan="drop")
     assert kept["windows"] == ds.num_windows == _yielded(ds)
-    every = inspect_dataset(str(tmp_path), series="sid", window=window, features=["f0", "f1"])
-    assert every["windows"] == len(oracle_starts(frames, "sid", window)) > kept["windows"]
+    every = len(oracle_starts(frames, "sid", window))
+    assert every > kept["windows"]
+    with pytest.raises(DataError) as info:  # nan="raise": inspect rejects what the loader rejects (issue 23)
+        inspect_dataset(str(tmp_path), series="sid", window=window, features=["f0", "f1"])
+    assert f"{every - kept['windows']:,} of {every:,} windows hold NaN" in str(info.value)
+    assert "column 'f1'" in str(info.value)
 
 
 def test_inspect_on_error_skip_counts_the_readable_files(datasets, tmp_path):

@@ -77,21 +77,35 @@ def _cmd_convert(args: argparse.Namespace) -> dict:
         kept, lost = manifest_windows(report.manifest, args.window, args.stride, args.horizon)
         out.update(window=args.window, stride=args.stride, horizon=args.horizon, windows=kept, windows_lost=lost)
         if kept == 0:
-            longest = max((n for f in report.manifest["files"] for n in (run[1] for run in f["runs"])), default=0)
+            from dask_windows.cli.convert_report import longest_series
+
             span = args.window + args.horizon
+            if report.manifest.get("version", 1) >= 2:  # spread: whole series, not their chunks
+                what, longest, remedy = "series", longest_series(report.manifest), ""
+            else:
+                what, longest = (
+                    "series run",
+                    max((r[1] for f in report.manifest["files"] for r in f["runs"]), default=0),
+                )
+                remedy = " (or a larger --partition-size if series were cut into files)"
             raise ValueError(
                 f"--window {args.window}"
                 + (f" + --horizon {args.horizon}" if args.horizon else "")
-                + f" leaves 0 windows: every series run in {args.dst} is shorter than {span} "
-                f"rows (longest: {longest:,} rows); the dataset was written, but use a smaller "
-                f"window (or a larger --partition-size if series were cut into files)"
+                + f" leaves 0 windows: every {what} in {args.dst} is shorter than {span} "
+                f"rows (longest: {longest:,} rows); the dataset was written, but use a smaller window{remedy}"
             )
     if args.json:
         return out
     rows = [
         ("output", args.dst),
         ("rows in", f"{out['rows_in']:,}"),
-        ("rows out", f"{out['rows_out']:,}"),
+        (
+            "rows out",
+            f"{out['rows_stored']:,} ({out['rows_out']:,} input rows + {out['overlap_rows']:,} overlap rows "
+            "repeated at chunk cuts)"
+            if out.get("overlap_rows")
+            else f"{out['rows_out']:,}",
+        ),
         (
             "files",
             f"{out['files']:,} ({_size(out['bytes_out'])}, {_size(out['bytes_out'] / max(out['files'], 1))} mean)",

@@ -67,6 +67,8 @@ from dask_windows.cli.convert_plan import (
     _split_cuts,
     plan_files,
 )
+from dask_windows.cli.convert_report import series_in_several_files, stored_rows
+from dask_windows.cli.csv_times import time_parsing
 from dask_windows.cli.layout import DEFAULT_SPAN, LAYOUTS
 from dask_windows.cli.readers import FORMATS, file_schemas, list_inputs, read_inputs, schema_mismatch
 from dask_windows.cli.safety import MARKER as _MARKER
@@ -96,6 +98,8 @@ class ConvertReport:
     leftovers_removed: tuple = ()
     layout: str = "contiguous"
     span: int | None = None
+    rows_stored: int = 0  # rows_out plus the overlap rows repeated at chunk cuts (spread layout)
+    overlap_rows: int = 0
 
 
 def _default_compute(label: str, *collections: Any) -> tuple:
@@ -211,16 +215,11 @@ def convert(
     root = root.rstrip("/")
     fmt, files = list_inputs(srcs, fmt, storage_options)
     check_output(out_fs, root, dst, srcs, files, overwrite, storage_options)
-    schemas = file_schemas(files, fmt, storage_options)
-    mismatch = schema_mismatch(files, schemas)
+    # pyarrow infers ISO-8601 text (what pandas.to_csv writes) as timestamp or date, per file
+    schemas, parsing, remedy = time_parsing(fmt, file_schemas(files, fmt, storage_options), time, parse_time)
+    mismatch = schema_mismatch(files, schemas, remedy)
     if mismatch:
         raise SchemaError(mismatch)
-    parsing: bool | str = parse_time  # "utc": ISO text with offsets, parsed to UTC
-    if fmt == "csv" and not parse_time and schemas and time in schemas[0]:
-        # pyarrow infers ISO-8601 text (what pandas.to_csv writes) as timestamp or date
-        kind = schemas[0][time]
-        if kind.startswith(("timestamp", "date")):
-            parsing = "utc" if "tz=" in kind else True
     leftovers = remove_leftovers(out_fs, root)
     ddf = read_inputs(
         files,
@@ -331,12 +330,14 @@ def convert(
         rows_out=rows_out,
         files=len(entries),
         series=len(keys),
-        split_series=int((num_pieces > 1).sum()),
+        split_series=series_in_several_files(entries),
         bytes_out=sum(e["bytes"] for e in entries),
         manifest=manifest,
         layout=layout,
         span=None if spread is None else spread["span"],
         leftovers_removed=tuple(leftovers),
+        rows_stored=stored_rows(entries)[0],
+        overlap_rows=stored_rows(entries)[1],
     )
 
 

@@ -18,6 +18,7 @@ import fsspec
 import numpy as np
 import pyarrow.parquet as pq
 
+from dask_windows.cli.inspect_nan import reject_non_finite
 from dask_windows.errors import ConfigError
 from dask_windows.planning.index import PartitionRuns, WindowGrid
 from dask_windows.planning.windows import windows_per_run
@@ -169,8 +170,7 @@ def inspect_dataset(
             for f in schema
             if f.name not in (series, time_col) and f.name not in (targets or ()) and _numeric(f.type)
         ]
-    ds = WindowDataset(
-        source,
+    settings = dict(
         features=features,
         targets=targets,
         series=series,
@@ -180,10 +180,12 @@ def inspect_dataset(
         batch_size=batch_size,
         buffer_partitions=buffer_partitions,
         prefetch_partitions=prefetch_partitions,
-        nan=nan,
         on_error=on_error,
         threads=threads,
     )
+    ds = WindowDataset(source, nan=nan, **settings)  # type: ignore[arg-type]
+    if window is not None:  # the loader checks NaN only when it builds a buffer: told here
+        reject_non_finite(ds, lambda: WindowDataset(source, nan="drop", **settings))  # type: ignore[arg-type]
     runs = [r.series_runs for r in ds.runs]
     rows = [p.num_rows for p in ds.partitions]
     used = getattr(source, "_manifest", None)

@@ -203,6 +203,7 @@ def _cli_message(message: str) -> str:
     import re
 
     message = re.sub(r"on_error=['\"]skip['\"]", "--on-error skip", message)
+    message = re.sub(r"\bnan=['\"](drop|raise)['\"]", r"--nan \1", message)
     message = re.sub(r"\bretries=\s?", "--retries ", message)
     message = message.replace("needs targets=[...]", "needs --targets")
     match = re.match(r"(\w+)(=| is required)", message)

@@ -148,11 +148,12 @@ def _same_type(a: str | None, b: str | None) -> bool:
     return a == b or "null" in (a, b)  # a CSV column empty in the sampled rows fits any type
 
 
-def schema_mismatch(urls: Sequence[str], schemas: Sequence[dict[str, str]]) -> str | None:
+def schema_mismatch(urls: Sequence[str], schemas: Sequence[dict[str, str]], remedy: str | None = None) -> str | None:
     """The message listing how the inputs' schemas differ, or ``None`` when they agree.
 
     Files with the same schema are listed once ("and N more like it"); each
     line shows only the columns that differ somewhere, ``-`` for a missing one.
+    ``remedy`` (a flag that fixes it) replaces the advice to rewrite the files.
     """
     if len(schemas) < 2:
         return None
@@ -169,12 +170,14 @@ def schema_mismatch(urls: Sequence[str], schemas: Sequence[dict[str, str]]) -> s
         more = f" (and {len(members) - 1} more like it)" if len(members) > 1 else ""
         cols = ", ".join(f"{n}: {t}" for n, t in zip(differing, key))
         lines.append(f"  {members[0]}{more}: {cols}")
+    advice = remedy or (
+        "rewrite the files with the same columns and types (e.g. cast in pandas and save "
+        "again), or convert each group of files separately"
+    )
     return (
         "the inputs do not share one schema; these columns differ (- means missing):\n"
         + "\n".join(lines)
-        + "\nnothing was converted: rewrite the files with the same "
-        "columns and types (e.g. cast in pandas and save again), or convert each group of "
-        "files separately"
+        + f"\nnothing was converted: {advice}"
     )
 
 

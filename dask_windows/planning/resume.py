@@ -87,8 +87,13 @@ class Resumer:
 
     # -- loading ------------------------------------------------------------------------------
 
-    def load(self, state: Any, expected: dict, world_size: int, elastic: bool = False) -> int:
+    def load(
+        self, state: Any, expected: dict, world_size: int, elastic: bool = False, max_batches: int | None = None
+    ) -> int:
         """Validate ``state`` against this dataset; keep it; return its epoch.
+
+        ``max_batches``: the batches of a whole epoch of the dataset; a state claiming more is refused here
+        rather than when the epoch is iterated.
 
         With ``elastic``, a loader-scope state of another world size (or number of workers) is kept:
         ``elastic_share`` then re-divides the rest of its epoch (see ``elastic``).
@@ -114,6 +119,7 @@ class Resumer:
             for key, value in expected.items()
             if state["dataset"].get(key) != value and (key != "files" or "files" in state["dataset"])
         ]  # a state saved before file identities were recorded has no "files"
+        check_int("state['world_size']", state["world_size"], minimum=1)  # '1' or 1.0 is not a world size
         regroup = elastic and state.get("scope") == "loader"
         if state["world_size"] != world_size and not regroup:
             differ.append(f"world_size: {state['world_size']} in the state, {world_size} here")
@@ -130,6 +136,11 @@ class Resumer:
         for key in ("epoch", "batches") + (("worker", "role") if state["scope"] == "worker" else ()):
             check_int(f"state[{key!r}]", state.get(key))
         check_int("state['num_workers']", state.get("num_workers"), minimum=1)
+        if max_batches is not None and state["batches"] > max_batches:
+            raise ConfigError(
+                f"state['batches']={state['batches']:,} is more than a whole epoch of this dataset holds "
+                f"({max_batches:,} batches); pass the dict returned by WindowDataset.state_dict() unchanged"
+            )
         self.pending = dict(state)
         self.progress = None
         self.elastic_pass = None

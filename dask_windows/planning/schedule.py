@@ -27,9 +27,20 @@ _INT64_SAFE = 2**30  # counts below this keep (2k + 1) * n inside int64
 
 
 def member_counts(weights: np.ndarray, windows_per_epoch: int) -> np.ndarray:
-    """``(M,)`` windows of each member in an epoch: ``floor(w / sum(w) * windows_per_epoch + 1/2)``."""
+    """``(M,)`` windows of each member in an epoch, summing to ``windows_per_epoch`` exactly.
+
+    Largest remainders (Hamilton): each member gets ``floor(w / sum(w) * windows_per_epoch)``, and
+    the windows left go one each to the largest fractional parts (ties: the lower member). Rounding
+    each share alone gave three equal members of 10 windows 3 each, 9 in all.
+    """
     w = np.asarray(weights, dtype=np.float64)
-    return np.floor(w / w.sum() * windows_per_epoch + 0.5).astype(np.int64)
+    share = w / w.sum() * windows_per_epoch  # (M,) exact shares
+    counts = np.floor(share).astype(np.int64)
+    left = int(windows_per_epoch - counts.sum())
+    if left > 0:
+        order = np.lexsort((np.arange(len(w)), -(share - counts)))  # largest remainder first, lower member on ties
+        counts[order[:left]] += 1
+    return counts
 
 
 def _ints(counts: np.ndarray) -> np.ndarray:

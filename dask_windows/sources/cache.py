@@ -33,7 +33,9 @@ server:
 * writers hold an exclusive ``flock`` on ``.lock`` while they evict and write, so
   the folder's bytes (entries and temporary files) never exceed ``max_bytes``;
 * eviction unlinks the least recently used entries (modification time, touched
-  on every hit); a reader that already opened an entry keeps reading it
+  on every hit), but only those unused for ``keep_seconds``: new bytes that do not
+  fit otherwise are not stored (``cache_policy``: a scan over more data than the
+  budget keeps the entries it holds rather than washing them all out); a reader that already opened an entry keeps reading it
   (an open descriptor survives ``unlink`` on POSIX), and one that loses the race
   to open it fetches the bytes from the store.
 
@@ -50,11 +52,13 @@ import hashlib
 import logging
 import os
 import tempfile
+import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from dask_windows.errors import ConfigError
+from dask_windows.sources.cache_policy import KEEP_SECONDS, evictions
 
 __all__ = ["RangeCache", "object_version", "split_merged"]
 
@@ -90,6 +94,7 @@ class RangeCache:
         directory: The cache folder (created if missing); share it between the processes of a machine.
             The entries go into its subfolder ``OWN_FOLDER`` (``root``); other files are left alone.
         max_bytes: Most bytes the entries may take; ``None``: no limit.
+        keep_seconds: Entries used within this long are not evicted for new ones (``cache_policy``).
 
     Raises:
         ConfigError: the folder cannot be made, or ``OWN_FOLDER`` exists holding files the cache did
@@ -101,7 +106,9 @@ class RangeCache:
         misses: Reads fetched from the store in this process.
     """
 
-    def __init__(self, directory: str | os.PathLike, max_bytes: int | None = None) -> None:
+    def __init__(
+        self, directory: str | os.PathLike, max_bytes: int | None = None, keep_seconds: float = KEEP_SECONDS
+    ) -> None:
         if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0):
             raise ConfigError(f"cache_bytes={max_bytes!r} must be an int >= 0 (bytes) or None for no limit")
         self.directory = os.fspath(directory)
@@ -112,6 +119,7 @@ class RangeCache:
         self.root = os.path.join(self.directory, OWN_FOLDER)
         _claim(self.root, self.directory)
         self.max_bytes = max_bytes
+        self.keep_seconds = keep_seconds
         self.hits = 0
         self.misses = 0
 
@@ -172,14 +180,15 @@ class RangeCache:
         return view
 
     def _store(self, entries: list[tuple[str, Any]]) -> None:
-        """Write ``(path, bytes)`` entries that fit the budget, evicting the least recently used first."""
+        """Write ``(path, bytes)`` entries, all or none, evicting stale entries (``cache_policy``) for room."""
         try:
             with self._locked():
-                room = _Room(self.root, self.max_bytes)
+                room = _Room(self.root, self.max_bytes, self.keep_seconds)
+                entries = [(path, blob) for path, blob in entries if not os.path.exists(path)]  # not stored meanwhile
+                if not room.make(sum(len(blob) + CHECK_BYTES for _, blob in entries)):
+                    return  # kept entries in use need the room: these stay uncached
                 for path, blob in entries:
                     size = len(blob) + CHECK_BYTES
-                    if os.path.exists(path) or not room.make(size):  # stored meanwhile, or larger than the budget
-                        continue
                     fd, temp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=self.root)
                     try:
                         with os.fdopen(fd, "wb") as f:
@@ -248,10 +257,10 @@ def _scan(directory: str) -> Iterator[tuple[str, Any]]:
 
 
 class _Room:
-    """Under the lock: the folder's entries by age, stale temporary files removed, LRU eviction."""
+    """Under the lock: the folder's entries by age, stale temporary files removed, eviction by ``cache_policy``."""
 
-    def __init__(self, directory: str, max_bytes: int | None) -> None:
-        self.directory, self.max_bytes = directory, max_bytes
+    def __init__(self, directory: str, max_bytes: int | None, keep_seconds: float = KEEP_SECONDS) -> None:
+        self.directory, self.max_bytes, self.keep_seconds = directory, max_bytes, keep_seconds
         self.entries: list[tuple[int, str, int]] = []  # (mtime_ns, name, size), oldest first
         self.total = 0
         for name, stat in _scan(directory):
@@ -264,17 +273,17 @@ class _Room:
         self.entries.sort()
 
     def make(self, size: int) -> bool:
-        """Evict until ``size`` more bytes fit; ``False`` if they never can."""
-        if self.max_bytes is None:
-            return True
-        if size > self.max_bytes:
+        """Evict stale entries until ``size`` more bytes fit; ``False`` if they may not."""
+        chosen = evictions(self.entries, self.total, self.max_bytes, size, time.time_ns(), self.keep_seconds)
+        if chosen is None:
             return False
-        while self.entries and self.total + size > self.max_bytes:
-            _, name, old = self.entries.pop(0)
+        for i in chosen:  # a prefix: the oldest first
+            _, name, old = self.entries[i]
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(self.directory, name))
             self.total -= old
-        return self.total + size <= self.max_bytes
+        del self.entries[: len(chosen)]
+        return True
 
     def add(self, name: str, size: int) -> None:
         self.entries.append((2**63, name, size))  # newest

@@ -59,6 +59,7 @@ from dask_windows.runtime.prefetch import GuardedThread, PrefetchClosed, Prefetc
 from dask_windows.runtime.reading import READ_THREADS, BufferArena, read_unit
 from dask_windows.sources import PartitionReader
 from dask_windows.speedups.handoff import pack, recv, release, send, shared_empty, unpack
+from dask_windows.speedups.main_guard import check_main_guard
 from dask_windows.workerwatch import (
     READ_DEADLINE_SECONDS,
     ReadWorkerStalled,
@@ -135,6 +136,7 @@ class ReadPool:
     ) -> None:
         if num_workers < 1:
             raise ValueError(f"num_workers={num_workers} must be >= 1 for a ReadPool; use Prefetcher for 0")
+        check_main_guard(multiprocessing_context)  # a worker would run an unguarded script again
         context = multiprocessing.get_context(multiprocessing_context)
         if multiprocessing_context == "forkserver":
             context.set_forkserver_preload(_PRELOAD)  # imported once by the server, forked ready

@@ -63,6 +63,7 @@ from dask_windows.sources.parquet.manifest import ParquetManifest
 from dask_windows.sources.parquet.opening import ParquetOpening
 from dask_windows.sources.parquet.ranges import FetchedFile, chunk_ranges, fetch_ranges, merge_ranges
 from dask_windows.sources.parquet.rows import ParquetRows
+from dask_windows.sources.parquet.stats_check import outside_statistics
 from dask_windows.sources.retry import RetryPolicy, resolve_retry
 
 __all__ = ["ParquetSource"]
@@ -94,7 +95,8 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         max_gap: Column chunks of a partition closer than this many bytes are fetched in one request.
         cache_dir: Keep the bytes read from a remote store in this local folder (shared by the processes
             of a machine), so later epochs read them from disk (see ``cache``); local files are not cached.
-        cache_bytes: Most bytes ``cache_dir`` may hold (least recently used entries are evicted); ``None``: no limit.
+        cache_bytes: Most bytes ``cache_dir`` may hold (entries unused for 12 hours are evicted, least recently
+            used first; new bytes that do not fit otherwise are not stored); ``None``: no limit.
         series: The series column, if any: runs that the tail read at open already tells are kept
             for ``read_runs`` (each given once), so a small file is not read again to scan it.
         index: The dataset index (``footer_index``): ``None`` uses the one beside a folder or prefix if
@@ -262,6 +264,12 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
                 stacklevel=4,
             )
 
+    def _crc_certain(self) -> bool:
+        """Whether every page carries a CRC: files of a version-2 manifest, written by ``convert`` with
+        page CRCs, skip the footer min/max check (``stats_check``: about half a read's time)."""
+        manifest: Any = getattr(self, "_manifest", None)
+        return manifest is not None and manifest["manifest"].get("version", 1) >= 2
+
     def runs_known(self, series: Any) -> bool:
         """Whether ``read_runs(i, series)`` reads nothing for every partition (the manifest, or the tail
         reads at open, told the runs): the series scan then needs no threads."""
@@ -405,6 +413,11 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
                 f"{part.name} holds {table.num_rows} rows but its footer said {expected} when the dataset "
                 "was opened; the file changed underneath the dataset; open the dataset again"
             )
+        if getattr(self, "verify_checksums", True) and not self._crc_certain():  # values against the footer's min/max
+            problem = outside_statistics(self._footers[path].metadata, row_groups, table)
+            if problem is not None:
+                name = self._url(path) + part.name[len(path) :]
+                raise failure_message("corrupt", f"cannot read {name}", SourceReadError(problem))
         return {col: numpy_column(table.column(col)) for col in columns}  # no pandas import (arrow.numpy_column)
 
 

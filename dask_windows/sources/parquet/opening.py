@@ -29,11 +29,13 @@ from dask_windows.errors import SourceReadError
 from dask_windows.faults import (
     SkippedPartition,
     classify,
+    error_text,
     failure_message,
     is_transient,
     opening_skip_allowed,
     record_skip,
 )
+from dask_windows.remedies import wrong_format
 from dask_windows.sources.identity import FileIdentity
 from dask_windows.sources.parquet.footers import (
     FOOTER_BYTES,
@@ -276,6 +278,8 @@ class ParquetOpening:
     def _open_error(self, path: str, exc: BaseException) -> SourceReadError:
         kind = classify(exc)
         error = failure_message(kind, f"cannot read the Parquet footer of {self._url(path)}", exc)
+        if kind == "corrupt" and (other := wrong_format(self._url(path))):
+            error.args = (f"cannot read the Parquet footer of {self._url(path)}: {error_text(exc)}; {other}",)
         if kind == "transient":
             error.args = (
                 error.args[0] + " (a file failing this way is not skipped while opening, even with "

@@ -1,0 +1,68 @@
+"""Which cache entries make room for new ones: least recently used, but never on a scan.
+
+Training reads a dataset in epochs: every partition once, then again. Under
+plain LRU a budget smaller than the data is useless for that pattern: each
+entry is evicted by the scan before the next epoch comes back to it, so two
+epochs at half the data's size made zero hits while paying for every write.
+
+The rule here keeps what is in use and refuses what does not fit:
+
+* an entry used (stored or read) within ``keep_seconds`` is kept; new bytes
+  that would need its room are not stored (the read still succeeds, from the
+  store);
+* entries unused for longer are evicted, least recently used first, as room
+  is needed: data of an earlier dataset, or of objects rewritten since, ages
+  out;
+* a fetch's entries are stored all or none: a partition with one chunk
+  missing costs a request as if none were cached.
+
+A budget of half the data thus holds the first half an epoch reads, and the
+next epochs find those (about half their reads) on disk. The price: after
+switching to other data, the old entries block new ones for ``keep_seconds``
+(default 12 hours) unless the folder is cleared; an epoch longer than that
+degrades towards LRU. Pure: the caller lists the folder and unlinks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = ["KEEP_SECONDS", "evictions"]
+
+#: An entry used within this many seconds is kept even when new bytes do not fit.
+KEEP_SECONDS = 12 * 3600
+
+
+def evictions(
+    entries: Sequence[tuple[int, str, int]],
+    total: int,
+    max_bytes: int | None,
+    needed: int,
+    now_ns: int,
+    keep_seconds: float = KEEP_SECONDS,
+) -> list[int] | None:
+    """The entries to evict so that ``needed`` more bytes fit, or ``None`` when they may not.
+
+    Args:
+        entries: ``(last use in ns, name, bytes)`` of every entry, oldest first.
+        total: Bytes the folder holds now.
+        max_bytes: The budget; ``None``: no limit.
+        needed: Bytes to store.
+        now_ns: The time now, in ns (``time.time_ns()``).
+        keep_seconds: Entries used within this long are never evicted.
+
+    Returns:
+        Indices into ``entries`` (oldest first) to evict, or ``None``: do not store.
+    """
+    if max_bytes is None:
+        return []
+    if needed > max_bytes:
+        return None
+    stale_before = now_ns - int(keep_seconds * 1e9)
+    out: list[int] = []
+    for i, (used, _, size) in enumerate(entries):
+        if total + needed <= max_bytes or used >= stale_before:
+            break
+        out.append(i)
+        total -= size
+    return out if total + needed <= max_bytes else None
