@@ -238,29 +238,71 @@ def check_column_types(source: Any, columns: Sequence, roles: dict) -> None:
 
     Integer, float, decimal and bool columns pass (they become float32 / int64 arrays).
 
-    Only sources with Arrow schemas (Parquet) are checked here; the names are the file and column.
+    Sources with Arrow schemas are checked here: Parquet files (the names are the file and
+    column) and Arrow-world tables (pandas, pyarrow, Polars, Hugging Face, Delta: one ``schema``,
+    named by the source's description), so a datetime or string column of a table in memory
+    raises at open as it does in a file.
     """
-    from dask_windows.errors import SchemaError
-
     schemas = getattr(source, "_schemas", None)
     files = getattr(source, "files", None)
-    if not schemas or not files:
+    if schemas and files:
+        url = getattr(source, "_url", lambda p: p)
+        for path, schema in zip(files, schemas):
+            _check_schema_types(schema, url(path), columns, roles)
         return
+    schema = getattr(source, "schema", None)
+    if schema is not None and hasattr(schema, "field") and hasattr(schema, "names"):  # a pyarrow Schema
+        _check_schema_types(schema, getattr(source, "description", "the table"), columns, roles)
+        return
+    dtypes = getattr(getattr(source, "ddf", None), "dtypes", None)  # a Dask frame's
+    if dtypes is not None:
+        import pandas as pd
+
+        from dask_windows.errors import SchemaError
+
+        for col in columns:
+            if col not in dtypes.index:
+                continue
+            dtype = dtypes[col]
+            if pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype):
+                continue
+            timelike = pd.api.types.is_datetime64_any_dtype(dtype) or pd.api.types.is_timedelta64_dtype(dtype)
+            raise SchemaError(
+                f"{roles.get(col, 'column')} {col!r} of {getattr(source, 'description', 'the Dask frame')} is "
+                f"{dtype}, not a number; features and targets must be integer, float or bool columns; "
+                + (
+                    "convert it to numbers first (e.g. seconds since the epoch, or the seconds between rows)"
+                    if timelike
+                    else "encode it as numbers (e.g. category codes)"
+                )
+                + " or leave it out of features/targets (a series id may be any type: pass it as series=)"
+            )
+
+
+def _check_schema_types(schema: Any, where: str, columns: Sequence, roles: dict) -> None:
+    """Raise ``SchemaError`` for the first of ``columns`` in ``schema`` that is not a number (see check_column_types)."""
     import pyarrow as pa
 
-    url = getattr(source, "_url", lambda p: p)
-    for path, schema in zip(files, schemas):
-        for col in columns:
-            if col not in schema.names:
-                continue
-            kind = schema.field(col).type
-            numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
-            if not (numeric or pa.types.is_boolean(kind)):
-                raise SchemaError(
-                    f"{roles.get(col, 'column')} {col!r} of {url(path)} is {kind}, not a number; features and "
-                    "targets must be integer, float, decimal or bool columns; encode it as numbers (e.g. category codes) "
-                    "or leave it out of features/targets (a series id may be any type: pass it as series=)"
-                )
+    from dask_windows.errors import SchemaError
+
+    for col in columns:
+        if col not in schema.names:
+            continue
+        kind = schema.field(col).type
+        numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
+        if numeric or pa.types.is_boolean(kind):
+            continue
+        timelike = pa.types.is_temporal(kind)
+        how = (
+            "convert it to numbers first (e.g. seconds since the epoch, or the seconds between rows)"
+            if timelike
+            else "encode it as numbers (e.g. category codes)"
+        )
+        raise SchemaError(
+            f"{roles.get(col, 'column')} {col!r} of {where} is {kind}, not a number; features and "
+            f"targets must be integer, float, decimal or bool columns; {how} "
+            "or leave it out of features/targets (a series id may be any type: pass it as series=)"
+        )
 
 
 def runs_disagree_with_footer(meta: Any, series: str, runs: Sequence[Sequence[Any]]) -> str | None:

@@ -24,6 +24,7 @@ from torch.utils.data import IterableDataset
 from dask_windows.checks import SERIES_FROM_MANIFEST, check_series_order, output_dtype
 from dask_windows.errors import ConfigError, DataError
 from dask_windows.faults import SkippedPartition, check_on_error
+from dask_windows.omissions import check_omissions
 from dask_windows.ondevice import Traffic, resolve_device
 from dask_windows.opening import check_columns, check_windows, scan
 from dask_windows.options import resolve_normalize, resolve_pieces, source_options
@@ -44,6 +45,7 @@ from dask_windows.spec import WindowSpec
 from dask_windows.speedups import nextpass
 from dask_windows.speedups.nextpass import NEXT_PASS_SECONDS, check_seconds
 from dask_windows.speedups.slots import shared
+from dask_windows.workerwatch import READ_DEADLINE_SECONDS, check_read_deadline, record_pickler, watch_pickler
 
 __all__ = ["WindowDataset"]
 
@@ -138,6 +140,9 @@ class WindowDataset(IterableDataset):
             ahead, at most two buffers on it, and every batch is cut there by index, the same values
             in the same order (see docs/device.md and ``ondevice``). ``None`` (default): batches are
             gathered on the host. Iterate in the training process (no DataLoader workers).
+        read_deadline: With ``read_workers``: seconds a read worker may send nothing while a buffer it
+            reads is awaited (default 300); past it the worker is killed and ``ReadWorkerStalled``
+            (a ``RuntimeError``) names it, instead of a hang. ``None``: no deadline (see ``workerwatch``).
 
     Attributes:
         skipped: Partitions skipped in this process: at open, and while iterating in this process.
@@ -181,6 +186,7 @@ class WindowDataset(IterableDataset):
         next_pass_seconds: float = NEXT_PASS_SECONDS,
         device: Any = None,
         workflow: Any = None,
+        read_deadline: float | None = READ_DEADLINE_SECONDS,
         buffer_bytes: int | None = None,
     ) -> None:
         super().__init__()
@@ -193,6 +199,7 @@ class WindowDataset(IterableDataset):
         self.next_pass_seconds = check_seconds(next_pass_seconds)
         self.device = resolve_device(device)  # None: the host path (see ondevice)
         self.device_traffic = Traffic()  # bytes this process's passes sent to ``device``
+        self.read_deadline = check_read_deadline(read_deadline)
         self.source: Source = open_source(
             data,
             storage_options,
@@ -201,7 +208,16 @@ class WindowDataset(IterableDataset):
             on_error=on_error,
             **options,
         )
-        pool_bytes = resolve_order(pieces_per_partition, buffer_bytes, self.source)
+        if self.device is not None:  # device mode sends whole buffers once: the buffer (piece) order
+            if buffer_bytes is not None:
+                raise ConfigError(
+                    f"device={device!r} with buffer_bytes={buffer_bytes!r}: the pool order gathers on the host; "
+                    "device mode cuts batches from whole buffers sent once, in the piece order. Drop buffer_bytes "
+                    "(and set pieces_per_partition / buffer_partitions), or pass device=None"
+                )
+            pool_bytes = None  # pieces_per_partition None: the piece order's own default
+        else:
+            pool_bytes = resolve_order(pieces_per_partition, buffer_bytes, self.source)
         manifest_series = getattr(self.source, "manifest_series", None)
         self._series_from_manifest = series_from_manifest and manifest_series is not None
         if self._series_from_manifest:
@@ -272,6 +288,7 @@ class WindowDataset(IterableDataset):
         spread = spread.get("manifest", {}).get("version", 1) >= 2  # chunks of a series by design
         order_remedy = "" if spread else check_series_order(self.runs, names, series, strict)
         check_windows(self.source, spec, self.runs, self.num_windows, order_remedy, self.skipped)
+        self.left_out = check_omissions(self, not series_from_manifest or self._series_from_manifest)
         warn_if_few_units(self)  # the pool order's budget holds too few units to mix like a global shuffle
 
     # -- topology ---------------------------------------------------------------------------
@@ -350,6 +367,7 @@ class WindowDataset(IterableDataset):
             self._resumer.forget(epoch)
         else:  # every worker of this pass claims the same epoch (see epochs.py)
             self._worker_passes += 1
+            watch_pickler(self)  # a forkserver worker: end when the training process does
             epoch = self._epochs.begin_pass(worker_token(info.seed - info.id, self._worker_passes))
         world = World(self._ranks[0], self._ranks[1], worker, num_workers)
         elastic = self._resumer.elastic_share(epoch, world, self._shape())
@@ -498,7 +516,7 @@ class WindowDataset(IterableDataset):
         state = self.__dict__.copy()
         state["_ranks"] = self._resolve_ranks()
         state.pop("_next_pass", None)  # threads and buffers of this process (see nextpass)
-        return state
+        return record_pickler(state)  # forkserver workers end with this process (workerwatch)
 
     def _plan(self, world: World, skip_batches: int = 0, epoch: int | None = None) -> Any:
         if self.spec.buffer_bytes is not None:  # the pool order (the default)

@@ -53,6 +53,7 @@ from dask_windows.runtime.detect import detect_worker, in_worker, resolve_ranks,
 from dask_windows.runtime.epochs import EpochCounter, worker_token
 from dask_windows.runtime.streams import Chunks, reader_windows
 from dask_windows.speedups.slots import shared
+from dask_windows.workerwatch import record_pickler, watch_pickler
 
 __all__ = ["Mixture", "mix"]
 
@@ -166,7 +167,7 @@ class Mixture(IterableDataset):
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_ranks"] = self._resolve_ranks()  # spawned DataLoader workers cannot detect the ranks
-        return state
+        return record_pickler(state)  # forkserver workers end with this process (workerwatch)
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -217,6 +218,7 @@ class Mixture(IterableDataset):
             self._resumer.forget(epoch)
         else:  # every worker of this pass claims the same epoch (see epochs.py)
             self._worker_passes += 1
+            watch_pickler(self)  # a forkserver worker: end when the training process does
             epoch = self._epochs.begin_pass(worker_token(info.seed - info.id, self._worker_passes))
         elastic = self._resumer.elastic_share(epoch, world, self._shape())
         if elastic is not None:  # a state of another topology: this reader's part of the rest (see elastic)

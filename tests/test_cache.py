@@ -12,7 +12,7 @@ from helpers import collect, make_frames, oracle_starts, parquet_bytes, s3_endpo
 
 from dask_windows.dataset import WindowDataset
 from dask_windows.errors import ConfigError
-from dask_windows.sources.cache import TEMP_PREFIX, RangeCache
+from dask_windows.sources.cache import OWN_FOLDER, TEMP_PREFIX, RangeCache
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
@@ -81,7 +81,7 @@ def test_concurrent_processes_share_the_cache(s3, tmp_path):
             for run in range(3):  # every epoch of every process yields the uncached batches
                 assert [got[f"r{run}_{k}"].tolist() for k in range(len(want))] == [b[-1].tolist() for b in want]
     for cache in (shared, tiny):
-        assert not [n for n in os.listdir(cache) if n.startswith(TEMP_PREFIX)]
+        assert not [n for n in os.listdir(cache / OWN_FOLDER) if n.startswith(TEMP_PREFIX)]
     assert RangeCache(tiny).disk_bytes() <= budget
     s3.reset()
     collect(WindowDataset("s3://bucket/data/", storage_options=s3.storage_options(), cache_dir=shared, **KW))
@@ -143,17 +143,17 @@ def test_killed_writer_leaves_nothing_a_reader_takes(s3, tmp_path):
     proc = _child(s3, [(cache, None, 1)], tmp_path / "never.npz", die_mid_write=True)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == -9, out
-    leftovers = [n for n in os.listdir(cache) if n.startswith(TEMP_PREFIX)]
-    assert len(leftovers) == 1 and not [n for n in os.listdir(cache) if n.endswith(".bin")]
+    leftovers = [n for n in os.listdir(cache / OWN_FOLDER) if n.startswith(TEMP_PREFIX)]
+    assert len(leftovers) == 1 and not [n for n in os.listdir(cache / OWN_FOLDER) if n.endswith(".bin")]
     ds = WindowDataset("s3://bucket/data/", storage_options=s3.storage_options(), cache_dir=cache, **KW)
     plain = WindowDataset("s3://bucket/data/", storage_options=s3.storage_options(), **KW)
     s3.reset()
     want = collect(plain)
     uncached = _data_gets(s3)
     assert _same(collect(ds), want)
-    assert not [n for n in os.listdir(cache) if n.startswith(TEMP_PREFIX)]  # the next writer removed it
+    assert not [n for n in os.listdir(cache / OWN_FOLDER) if n.startswith(TEMP_PREFIX)]  # the next writer removed it
     # Entries cut short under their final names (a disk that lost a write) are not taken either.
-    entries = [os.path.join(cache, n) for n in os.listdir(cache) if n.endswith(".bin")]
+    entries = [os.path.join(cache, OWN_FOLDER, n) for n in os.listdir(cache / OWN_FOLDER) if n.endswith(".bin")]
     for entry in entries:
         with open(entry, "r+b") as f:
             f.truncate(10)

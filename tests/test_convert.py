@@ -253,7 +253,15 @@ def test_manifest_write_read_validate(tmp_path):
     import fsspec
 
     fs = fsspec.filesystem("file")
-    files = [{"path": "part-1.parquet", "rows": 3, "bytes": 10, "runs": [[0, 2, np.int64(7)], [2, 1, "x"]]}]
+    files = [
+        {
+            "path": "part-1.parquet",
+            "rows": 3,
+            "bytes": 10,
+            "footer": "0" * 16,
+            "runs": [[0, 2, np.int64(7)], [2, 1, "x"]],
+        }
+    ]
     assert read_manifest(str(tmp_path), fs) is None
     write_manifest(str(tmp_path), fs, series="s", time="t", files=files)
     manifest = read_manifest(str(tmp_path), fs)

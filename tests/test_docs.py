@@ -10,6 +10,11 @@ The convention (also in CONTRIBUTING.md and docs/architecture.md):
 
 * a block directly preceded by a line ``<!-- no-run: REASON -->`` is not run;
   it shows up as a skipped test carrying REASON;
+* a block directly preceded by ``<!-- needs: MODULE[, MODULE...] -->`` runs only
+  where every MODULE imports (a package the ``test`` extra does not install,
+  such as fastai); elsewhere the page runs without it and the block shows up as
+  a skipped test naming the missing module and its ``pip install`` line. A block
+  importing a module of ``OPTIONAL`` must carry the marker (a test checks);
 * an HTML comment ``<!-- setup:`` ... ``-->`` holds Python code that runs at
   its place on the page but is not shown (a reader sees only the result of
   it, e.g. data in an S3 bucket). Prefer a visible setup block;
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import importlib.util
 import json
 import os
 import re
@@ -42,6 +48,13 @@ TIMEOUT_S = 600  # per page; generous because the machine is shared
 
 _FENCE = re.compile(r"^\s*(`{3,}|~{3,})\s*([\w+-]*)")  # a fence opening: its marker and language
 _NO_RUN = re.compile(r"^\s*<!--\s*no-run:(.*?)-->\s*$")
+_NEEDS = re.compile(r"^\s*<!--\s*needs:(.*?)-->\s*$")
+#: modules a snippet may use that the README's test command (the ``test`` extra) does not install,
+#: with the line that installs each (CI installs fastai through .ci/extras)
+OPTIONAL = {
+    "fastai": "bash .ci/extras (fastai without torchvision, beside the pinned torch)",
+    "tsai": "pip install -c .ci/constraints.txt tsai",
+}
 _SETUP_OPEN = re.compile(r"^\s*<!--\s*setup:\s*$")
 _SETUP_CLOSE = re.compile(r"^\s*-->\s*$")
 
@@ -54,6 +67,7 @@ class Block:
     code: str
     skip: str | None = None  # the no-run reason
     hidden: bool = False
+    needs: tuple[str, ...] = ()  # modules the block runs only with (the needs marker)
 
 
 def extract(text: str) -> list[Block]:
@@ -82,12 +96,18 @@ def extract(text: str) -> list[Block]:
                 raise ValueError(f"line {i + 1}: {'```python fence' if opened else 'setup comment'} is never closed")
             code = textwrap.dedent("\n".join(lines[i + 1 : end]))
             skip = None
+            needs: tuple[str, ...] = ()
             marker = _NO_RUN.match(previous) if opened else None
             if marker:
                 skip = marker.group(1).strip()
                 if not skip:
                     raise ValueError(f"line {i + 1}: <!-- no-run: --> needs a reason")
-            blocks.append(Block(i + 2, code, skip, hidden=not opened))
+            needed = _NEEDS.match(previous) if opened else None
+            if needed:
+                needs = tuple(m.strip() for m in needed.group(1).split(",") if m.strip())
+                if not needs:
+                    raise ValueError(f"line {i + 1}: <!-- needs: --> names no module")
+            blocks.append(Block(i + 2, code, skip, hidden=not opened, needs=needs))
             previous, i = lines[end], end + 1
             continue
         if line.strip():
@@ -171,9 +191,15 @@ def _env(endpoint: str | None) -> dict:
     return env
 
 
+def _missing(block: Block) -> list[str]:
+    """The modules a block needs that do not import here."""
+    return [m for m in block.needs if importlib.util.find_spec(m.split(".")[0]) is None]
+
+
 @pytest.mark.parametrize("page", PAGES, ids=_rel)
 def test_page_snippets_run(page, tmp_path, s3_endpoint):
-    blocks = [b for b in _page_blocks(page) if b.skip is None]
+    # a block needing a missing module is left out here and reported by test_needs_snippet as a skip
+    blocks = [b for b in _page_blocks(page) if b.skip is None and not _missing(b)]
     if not blocks:
         pytest.skip(f"{_rel(page)} has no Python block to run")
     endpoint = s3_endpoint() if any("s3://" in b.code for b in blocks) else None
@@ -193,6 +219,36 @@ def test_page_snippets_run(page, tmp_path, s3_endpoint):
         f"a snippet of {_rel(page)} failed (the traceback names the page's line):\n"
         f"{done.stderr[-6000:]}\n--- stdout ---\n{done.stdout[-2000:]}"
     )
+
+
+_NEEDING = [(page, b) for page in PAGES for b in _page_blocks(page) if b.needs and b.skip is None]
+
+
+@pytest.mark.parametrize(("page", "block"), _NEEDING, ids=[f"{_rel(p)}:{b.line}" for p, b in _NEEDING])
+def test_needs_snippet(page, block):
+    """A block with a needs marker ran in its page's test where its modules import; a skip otherwise."""
+    missing = _missing(block)
+    if missing:
+        how = "; ".join(f"{m}: {OPTIONAL.get(m.split('.')[0], f'pip install {m}')}" for m in missing)
+        pytest.skip(f"{_rel(page)}:{block.line - 1} needs {', '.join(missing)}, not installed ({how})")
+
+
+_IMPORT = re.compile(r"^\s*(?:import|from)\s+([A-Za-z_]\w*)", re.M)
+
+
+def _imported(code: str) -> set[str]:
+    """The top-level modules a block's import statements name."""
+    return set(_IMPORT.findall(code))
+
+
+def test_optional_imports_carry_a_needs_marker():
+    unmarked = [
+        f"{_rel(page)}:{b.line} imports {', '.join(sorted(_imported(b.code) & OPTIONAL.keys()))}"
+        for page in PAGES
+        for b in _page_blocks(page)
+        if b.skip is None and (_imported(b.code) & OPTIONAL.keys()) - {m.split(".")[0] for m in b.needs}
+    ]
+    assert not unmarked, "add <!-- needs: MODULE --> before these blocks: " + "; ".join(unmarked)
 
 
 _SKIPPED = [(page, b) for page in PAGES for b in _page_blocks(page) if b.skip is not None]
@@ -248,6 +304,11 @@ def test_extract_follows_the_convention():
         extract("```python\nx = 1\n")
     with pytest.raises(ValueError, match="needs a reason"):
         extract("<!-- no-run: -->\n```python\nx = 1\n```\n")
+    needing = extract("<!-- needs: fastai, tsai.learner -->\n```python\nimport fastai\n```\n```python\ny = 2\n```\n")
+    assert [(b.needs, b.skip) for b in needing] == [(("fastai", "tsai.learner"), None), ((), None)]
+    assert _missing(Block(1, "", needs=("json", "no_such_module_here"))) == ["no_such_module_here"]
+    with pytest.raises(ValueError, match="names no module"):
+        extract("<!-- needs: -->\n```python\nx = 1\n```\n")
 
 
 def test_every_page_parses_and_names_its_skips():

@@ -336,7 +336,10 @@ def test_damaged_cache_entries_are_fetched_again_not_taken_as_data(frames, tmp_p
         kw = dict(KW, storage_options=endpoint.storage_options(), cache_dir=cache)
         want = oracle(frames, FEATURES, ["y"], window=8)
         check_epoch(_epoch(dw.WindowDataset("s3://hostile/data/", **kw)), want)  # fills the cache
-        entries = sorted(os.path.join(cache, n) for n in os.listdir(cache) if n.endswith(".bin"))
+        from dask_windows.sources.cache import OWN_FOLDER  # the entries' folder inside cache_dir
+
+        own = os.path.join(cache, OWN_FOLDER)
+        entries = sorted(os.path.join(own, n) for n in os.listdir(own) if n.endswith(".bin"))
         for entry in entries[::3]:
             with open(entry, "r+b") as out:
                 out.seek(os.path.getsize(entry) // 2)

@@ -350,7 +350,7 @@ def _calls(path: pathlib.Path, names: set[str]) -> set[str]:
     return used
 
 
-THREADS = {"Thread", "ThreadPoolExecutor", "start_new_thread", "Timer"}
+THREADS = {"Thread", "GuardedThread", "ThreadPoolExecutor", "start_new_thread", "Timer"}
 #: outside ``runtime/prefetch.py``, where the package may start threads (each with its reason)
 THREAD_STARTERS = {
     "dask_windows/runtime/prefetch.py",  # the loader's reader and builder threads
@@ -362,6 +362,7 @@ THREAD_STARTERS = {
     "dask_windows/speedups/lanes.py",  # optional: the second copying lane
     "dask_windows/speedups/nextpass.py",  # optional: the read-ahead's expiry
     "dask_windows/cli/readers.py",  # the command line's input listing
+    "dask_windows/workerwatch.py",  # in a forkserver worker: the watch of the training process
 }
 
 

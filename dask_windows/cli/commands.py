@@ -189,6 +189,14 @@ def _cmd_inspect(args: argparse.Namespace) -> dict:
                 f"{out['windows']:,}",
             )
         )
+        if out.get("left_out", {}).get("runs"):
+            rows.append(
+                (
+                    "left out",
+                    f"{out['left_out']['runs']:,} series (or a file's stretch of one) shorter than "
+                    f"window + horizon: {out['left_out']['rows']:,} rows in no window",
+                )
+            )
         rows.append(
             (
                 f"loader memory (buffer={args.buffer_partitions}, "

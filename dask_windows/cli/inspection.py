@@ -220,6 +220,7 @@ def inspect_dataset(
             horizon=horizon,
             windows=ds.num_windows,
             largest_partition_windows=int(per_partition.max(initial=0)),
+            left_out={"runs": ds.left_out.runs, "rows": ds.left_out.rows},  # series shorter than the span
         )
         report["memory"] = loader_memory(
             report["largest_partition_rows"],

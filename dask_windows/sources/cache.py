@@ -11,6 +11,16 @@ group, make no request for a stored chunk. An object rewritten since has
 another size or version, so other keys: it is fetched again and the stale
 entries age out.
 
+The entries live in a folder the cache owns, ``OWN_FOLDER`` inside
+``cache_dir``, marked by a ``MARKER_NAME`` file the cache writes when it makes
+the folder: eviction and the removal of temporary files look only there, so a
+``cache_dir`` holding the user's own files (``"."``, ``"~/models"``) never loses
+one. A folder of that name holding files but no marker is refused.
+
+Each entry's CRC-32 covers its key (the digest naming it) and its bytes, so an
+entry whose bytes belong to another range or object (entries exchanged or
+copied under another name) fails the check like a damaged one: a miss.
+
 Sharing between processes (DDP ranks, DataLoader workers) is safe without a
 server:
 
@@ -53,6 +63,10 @@ log = logging.getLogger(__name__)
 ENTRY_SUFFIX = ".bin"
 TEMP_PREFIX = ".tmp-"
 LOCK_NAME = ".lock"
+#: The folder inside ``cache_dir`` holding the entries; nothing outside it is ever removed.
+OWN_FOLDER = "dask-windows-cache"
+#: The file in ``OWN_FOLDER`` that says the cache made the folder (and may remove files in it).
+MARKER_NAME = ".dask-windows-cache"
 #: Bytes of the CRC-32 stored after each entry's bytes: an entry damaged on the local disk is a miss, not data.
 CHECK_BYTES = 4
 #: Keys of fsspec ``info()`` that change when an object is rewritten, in order of preference.
@@ -74,9 +88,15 @@ class RangeCache:
 
     Args:
         directory: The cache folder (created if missing); share it between the processes of a machine.
-        max_bytes: Most bytes the folder may hold; ``None``: no limit.
+            The entries go into its subfolder ``OWN_FOLDER`` (``root``); other files are left alone.
+        max_bytes: Most bytes the entries may take; ``None``: no limit.
+
+    Raises:
+        ConfigError: the folder cannot be made, or ``OWN_FOLDER`` exists holding files the cache did
+            not write (no ``MARKER_NAME``).
 
     Attributes:
+        root: The folder holding the entries.
         hits: Reads served from disk in this process.
         misses: Reads fetched from the store in this process.
     """
@@ -89,6 +109,8 @@ class RangeCache:
             os.makedirs(self.directory, exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"cannot create the cache folder cache_dir={self.directory!r}: {exc}") from exc
+        self.root = os.path.join(self.directory, OWN_FOLDER)
+        _claim(self.root, self.directory)
         self.max_bytes = max_bytes
         self.hits = 0
         self.misses = 0
@@ -128,7 +150,7 @@ class RangeCache:
     def path_of(self, url: str, version: str, byte_range: tuple[int, int]) -> str:
         """The entry file of one byte range of one version of ``url``."""
         digest = hashlib.sha256(f"{url}\n{version}\n{tuple(byte_range)}".encode()).hexdigest()[:40]
-        return os.path.join(self.directory, digest + ENTRY_SUFFIX)
+        return os.path.join(self.root, digest + ENTRY_SUFFIX)
 
     def _read(self, path: str, expected: int) -> memoryview | None:
         try:
@@ -137,9 +159,9 @@ class RangeCache:
         except FileNotFoundError:
             return None
         view = memoryview(data)[:expected]
-        if len(data) != expected + CHECK_BYTES or zlib.crc32(view) != int.from_bytes(data[expected:], "little"):
-            # not written by this code, cut short or damaged on the disk: a miss (the CRC-32 of the
-            # entry would otherwise let flipped bits through as values, or blame the remote object)
+        if len(data) != expected + CHECK_BYTES or _check(path, view) != int.from_bytes(data[expected:], "little"):
+            # not written by this code, cut short, damaged on the disk or another key's bytes: a miss
+            # (the CRC-32 would otherwise let flipped bits or exchanged entries through as values)
             log.warning("cache entry %s is damaged or of another version (%d bytes for %d); fetching again", path,
                         len(data), expected)  # fmt: skip
             with contextlib.suppress(FileNotFoundError):
@@ -153,16 +175,16 @@ class RangeCache:
         """Write ``(path, bytes)`` entries that fit the budget, evicting the least recently used first."""
         try:
             with self._locked():
-                room = _Room(self.directory, self.max_bytes)
+                room = _Room(self.root, self.max_bytes)
                 for path, blob in entries:
                     size = len(blob) + CHECK_BYTES
                     if os.path.exists(path) or not room.make(size):  # stored meanwhile, or larger than the budget
                         continue
-                    fd, temp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=self.directory)
+                    fd, temp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=self.root)
                     try:
                         with os.fdopen(fd, "wb") as f:
                             f.write(blob)
-                            f.write(zlib.crc32(blob).to_bytes(CHECK_BYTES, "little"))
+                            f.write(_check(path, blob).to_bytes(CHECK_BYTES, "little"))
                         os.replace(temp, path)
                     except BaseException:
                         with contextlib.suppress(FileNotFoundError):
@@ -170,13 +192,13 @@ class RangeCache:
                         raise
                     room.add(os.path.basename(path), size)
         except OSError as exc:  # a full or read-only disk: the read still succeeds, uncached
-            log.warning("cannot store entries in the cache folder %s: %s", self.directory, exc)
+            log.warning("cannot store entries in the cache folder %s: %s", self.root, exc)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         import fcntl
 
-        with open(os.path.join(self.directory, LOCK_NAME), "a+b") as lock:
+        with open(os.path.join(self.root, LOCK_NAME), "a+b") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield
@@ -184,11 +206,36 @@ class RangeCache:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def disk_bytes(self) -> int:
-        """Bytes the cache folder holds now (entries and temporary files)."""
-        return sum(stat.st_size for name, stat in _scan(self.directory) if name != LOCK_NAME)
+        """Bytes the cache's folder holds now (entries and temporary files)."""
+        return sum(stat.st_size for name, stat in _scan(self.root) if name not in (LOCK_NAME, MARKER_NAME))
 
     def __repr__(self) -> str:
         return f"RangeCache({self.directory!r}, max_bytes={self.max_bytes})"
+
+
+def _check(path: str, blob: Any) -> int:
+    """The CRC-32 stored after an entry's bytes: of its key (the entry's file name) and its bytes."""
+    return zlib.crc32(blob, zlib.crc32(os.path.basename(path).encode()))
+
+
+def _claim(root: str, directory: str) -> None:
+    """Make ``root`` the cache's own folder, or check that it is; raise if it holds files of someone else."""
+    marker = os.path.join(root, MARKER_NAME)
+    try:
+        os.makedirs(root, exist_ok=True)
+        if os.path.exists(marker):
+            return
+        others = sorted(os.listdir(root))
+        if others:
+            raise ConfigError(
+                f"cache_dir={directory!r}: {root} holds files dask_windows did not write (first: {others[0]!r}) "
+                f"and no {MARKER_NAME} marker; the cache removes files in that folder, so it will not use it: "
+                "move those files or pass another cache_dir"
+            )
+        with open(marker, "a") as f:
+            f.write("dask_windows RangeCache entries; files here are evicted and may be removed\n")
+    except OSError as exc:
+        raise ConfigError(f"cannot create the cache folder {root} (cache_dir={directory!r}): {exc}") from exc
 
 
 def _scan(directory: str) -> Iterator[tuple[str, Any]]:

@@ -26,11 +26,19 @@ chunk before the cut) and ``"layout"``, and each run is
 ``[start, rows, value, origin, owned]``: ``origin`` is the row of the run's
 first row within its whole series, ``owned`` how many of its first rows may
 start a window (the rest is overlap). Version-1 manifests still open.
+
+Since 0.3 ``write_manifest`` also records each file's ``"footer"``: a digest of
+its serialized Parquet footer (row groups, column chunk offsets and sizes,
+statistics), read back from the file written. A part rewritten with the same
+row count (and even the same size) almost always changes its footer; at open
+the digest is compared with the footer the loader read anyway (no extra read).
+Manifests without it still open (the size check only).
 """
 
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import logging
 import posixpath
@@ -45,6 +53,7 @@ __all__ = [
     "MANIFEST_FORMAT",
     "MANIFEST_NAME",
     "MANIFEST_VERSION",
+    "footer_digest",
     "manifest_run_arrays",
     "read_manifest",
     "series_runs",
@@ -84,6 +93,28 @@ def to_json_scalar(value: Any) -> Any:
     if hasattr(value, "isoformat"):  # pandas.Timestamp
         return value.isoformat()
     return str(value)
+
+
+def footer_digest(raw: bytes) -> str:
+    """A file's content identity: a 64-bit BLAKE2b digest (hex) of its serialized Parquet footer.
+
+    Args:
+        raw: the file's footer as ``Footer.raw`` holds it (thrift metadata, its length, ``PAR1``).
+    """
+    return hashlib.blake2b(raw, digest_size=8).hexdigest()
+
+
+def file_footer_digest(fs: Any, path: str) -> str:
+    """``footer_digest`` of the Parquet file at ``path`` (two reads from its end)."""
+    with fs.open(path, "rb") as src:
+        size = src.seek(0, 2)
+        src.seek(max(0, size - 8))
+        tail = src.read()
+        needed = int.from_bytes(tail[-8:-4], "little") + 8 if tail[-4:] == b"PAR1" else 0
+        if needed <= 8 or needed > size:
+            raise DataError(f"{path} does not end with a Parquet footer; rerun `dask-windows convert`")
+        src.seek(size - needed)
+        return footer_digest(src.read(needed))
 
 
 def series_runs(values: np.ndarray | Sequence[Any]) -> list[list[Any]]:
@@ -150,6 +181,8 @@ def validate_manifest(manifest: Any, where: str = "manifest") -> dict:
             raise fail(f"files[{i}] ({entry['path']}) needs integer rows and bytes")
         if not isinstance(runs, list):
             raise fail(f"files[{i}] ({entry['path']}) has no runs list")
+        if "footer" in entry and not isinstance(entry["footer"], str):
+            raise fail(f"files[{i}] ({entry['path']}) has a footer digest that is not a string")
         expected_start = 0
         for run in runs:
             if not (
@@ -192,13 +225,16 @@ def write_manifest(
         time: the time column.
         files: per file ``{"path", "rows", "bytes", "runs"}``, ``path``
             relative to ``root``; runs ``[start, rows, value]``, or with ``span``
-            ``[start, rows, value, origin, owned]`` (version 2).
+            ``[start, rows, value, origin, owned]`` (version 2). Each file's
+            ``"footer"`` digest is read from the file under ``root`` when the
+            entry has none.
         span: the ``window + horizon`` the chunks overlap for; ``None`` writes version 1.
         layout: how rows are laid out (``"spread"``, ``"contiguous"``), version 2 only.
 
     Returns:
         The path written.
     """
+    base = fs._strip_protocol(root)
     if span is None:
         runs_of = lambda f: [[int(s), int(n), to_json_scalar(v)] for s, n, v in f["runs"]]
         head: dict = {"version": 1}
@@ -212,12 +248,18 @@ def write_manifest(
         "time": time,
         **head,
         "files": [
-            {"path": f["path"], "rows": int(f["rows"]), "bytes": int(f["bytes"]), "runs": runs_of(f)}
+            {
+                "path": f["path"],
+                "rows": int(f["rows"]),
+                "bytes": int(f["bytes"]),
+                "footer": f.get("footer") or file_footer_digest(fs, posixpath.join(base, f["path"])),
+                "runs": runs_of(f),
+            }
             for f in sorted(files, key=lambda f: f["path"])
         ],
     }
     validate_manifest(manifest)
-    path = posixpath.join(fs._strip_protocol(root), MANIFEST_NAME)
+    path = posixpath.join(base, MANIFEST_NAME)
     with fs.open(path, "w") as out:
         json.dump(manifest, out, separators=(",", ":"))
     logger.debug("wrote %s (%d files)", path, len(files))

@@ -39,6 +39,7 @@ from typing import TypeVar
 
 from dask_windows.errors import ConfigError
 from dask_windows.faults import is_transient, is_unreachable
+from dask_windows.runtime.prefetch import GuardedThread
 
 __all__ = ["DEFAULT_TIMEOUT", "DeadlineExceeded", "RetryPolicy", "resolve_retry", "with_deadline"]
 
@@ -67,7 +68,7 @@ def _bounded(fn: Callable[[], T], seconds: float, what: str) -> T:
         finally:
             done.set()
 
-    threading.Thread(target=run, name="dask_windows-deadline", daemon=True).start()
+    GuardedThread(target=run, name="dask_windows-deadline", daemon=True).start()
     if not done.wait(max(seconds, 0.0)):
         raise DeadlineExceeded(
             f"no answer from the store for {what} within the deadline ({seconds:.3g} s left of timeout=)"

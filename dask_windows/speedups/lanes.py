@@ -38,6 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from dask_windows.runtime.prefetch import GuardedThread
+
 __all__ = ["LaneChoice", "Lanes", "lane_batches", "lanes_wanted", "unit_batches", "worth"]
 
 UNIT_BYTES = 256 << 10  # a unit of a run: consecutive batches gathered by one call, at least this many bytes
@@ -136,7 +138,7 @@ class Lanes:
         self._finalizing, self._current_thread = sys.is_finalizing, threading.current_thread
         self._owners: dict[int, int] = {}  # handed units claimed by the helper or taken back by the consumer
         args = (gather, self._tickets, self._results, self._owners)
-        self._thread = threading.Thread(target=_lane, args=args, name=name, daemon=True)
+        self._thread = GuardedThread(target=_lane, args=args, name=name, daemon=True)
         self._thread.start()
 
     def take(self, u: int) -> Any:

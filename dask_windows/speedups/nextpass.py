@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 from dask_windows.planning.world import World
 from dask_windows.runtime.detect import in_worker
-from dask_windows.runtime.prefetch import Ahead, Prefetcher
+from dask_windows.runtime.prefetch import Ahead, GuardedThread, Prefetcher
 
 if TYPE_CHECKING:
     from dask_windows.dataset import WindowDataset
@@ -150,7 +150,7 @@ class _NextPass:
         """Start counting ``seconds``: released then if nothing took it (a named daemon thread waits)."""
         if self._timer is not None or self.done.is_set():
             return
-        self._timer = threading.Thread(target=_expire, args=(self,), name="dask-windows-next-pass", daemon=True)
+        self._timer = GuardedThread(target=_expire, args=(self,), name="dask-windows-next-pass", daemon=True)
         self._timer.start()
 
     def failed(self) -> bool:

@@ -44,6 +44,7 @@ import pickle
 import signal
 import socket
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
@@ -54,10 +55,16 @@ from typing import Any
 import torch
 
 from dask_windows.faults import SkippedPartitionWarning
-from dask_windows.runtime.prefetch import PrefetchClosed, Prefetcher
+from dask_windows.runtime.prefetch import GuardedThread, PrefetchClosed, Prefetcher
 from dask_windows.runtime.reading import READ_THREADS, BufferArena, read_unit
 from dask_windows.sources import PartitionReader
 from dask_windows.speedups.handoff import pack, recv, release, send, shared_empty, unpack
+from dask_windows.workerwatch import (
+    READ_DEADLINE_SECONDS,
+    ReadWorkerStalled,
+    stalled_message,
+    watch_training_process,
+)
 
 __all__ = ["BufferReads", "ReadPool", "close_pool", "pool_for"]
 
@@ -67,9 +74,10 @@ _PRELOAD = ["numpy", "pyarrow.parquet", "torch", "dask_windows.dataset", "dask_w
 # -- the pool ---------------------------------------------------------------------------------------
 
 
-def _work(blob: bytes, tasks: Connection, results: socket.socket) -> None:
+def _work(blob: bytes, tasks: Connection, results: socket.socket, training_pid: int | None = None) -> None:
     """A worker's loop: ``(ticket, key)`` in, ``(ticket, ok, value)`` out, until ``None`` or EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the training process, which closes us
+    watch_training_process(training_pid)  # a forkserver child: ends with the training process (workerwatch)
     read = pickle.loads(blob)
     torch.set_num_threads(1)
     try:
@@ -132,6 +140,7 @@ class ReadPool:
             context.set_forkserver_preload(_PRELOAD)  # imported once by the server, forked ready
         self.pid = os.getpid()
         self.changed = threading.Condition()  # tickets done, workers ready or gone
+        self._heard = [time.monotonic()] * num_workers  # when each worker last sent anything (read_deadline)
         self.workers_ready: set[int] = set()
         self.broken: str | None = None
         self._tickets: dict[int, _Ticket] = {}
@@ -146,7 +155,7 @@ class ReadPool:
         # (seconds), while this process reads its first buffer itself.
         # ``read`` travels pickled: neither the thread nor the Process objects keep the dataset alive.
         blob = pickle.dumps(read, protocol=pickle.HIGHEST_PROTOCOL)
-        self._thread = threading.Thread(
+        self._thread = GuardedThread(
             target=self._run, args=(context, blob, pipes), name="dask-windows-readpool", daemon=True
         )
         self._thread.start()
@@ -186,17 +195,32 @@ class ReadPool:
                 )
         return number
 
-    def result(self, number: int, cancelled: threading.Event | None = None) -> Any:
+    def result(self, number: int, cancelled: threading.Event | None = None, deadline: float | None = None) -> Any:
         """Wait for ticket ``number``; its value, or its exception raised here.
+
+        Args:
+            number: The ticket.
+            cancelled: Set to stop waiting (see ``wake``).
+            deadline: Seconds the worker holding the ticket may send nothing while this waits;
+                past it the worker is killed and ``ReadWorkerStalled`` raised. ``None``: no deadline.
 
         Raises:
             PrefetchClosed: ``cancelled`` was set while waiting (see ``wake``).
+            ReadWorkerStalled: The worker holding the ticket sent nothing for ``deadline`` seconds.
             RuntimeError: The worker holding the ticket died, or the pool was closed.
         """
+        waiting_since = time.monotonic()
         with self.changed:
             ticket = self._tickets[number]
             while not ticket.done and not (cancelled is not None and cancelled.is_set()):
-                self.changed.wait()
+                if deadline is None:
+                    self.changed.wait()
+                    continue
+                left = max(waiting_since, self._heard[ticket.worker]) + deadline - time.monotonic()
+                if left <= 0:
+                    self._stalled(ticket.worker, deadline)
+                    break
+                self.changed.wait(left)
             if not ticket.done:
                 raise PrefetchClosed("the read was cancelled while waiting for a read worker")
             del self._tickets[number]
@@ -233,7 +257,7 @@ class ReadPool:
                 if self.broken:
                     break
             proc = context.Process(
-                target=_work, args=(blob, task_r, result_w), name=f"dask-windows-read-{i}", daemon=True
+                target=_work, args=(blob, task_r, result_w, self.pid), name=f"dask-windows-read-{i}", daemon=True
             )
             try:
                 proc.start()
@@ -268,6 +292,7 @@ class ReadPool:
                     self._gone(i)
                     continue
                 with self.changed:
+                    self._heard[i] = time.monotonic()
                     if number is None:
                         self.workers_ready.add(i)
                         self.changed.notify_all()
@@ -292,6 +317,24 @@ class ReadPool:
                 else:
                     ticket.done, ticket.error = True, RuntimeError(self.broken)
         self.changed.notify_all()
+
+    def _stalled(self, i: int, deadline: float) -> None:
+        """Worker ``i`` sent nothing for ``deadline`` seconds: fail its tickets, break the pool, kill it (lock held)."""
+        proc = self.processes[i]
+        error = ReadWorkerStalled(
+            stalled_message(proc.name if proc is not None else f"number {i}", getattr(proc, "pid", None), deadline)
+        )
+        self.broken = self.broken or str(error)
+        self.workers_ready.discard(i)
+        for ticket in self._tickets.values():
+            if ticket.worker == i and not ticket.done:
+                ticket.done, ticket.error = True, error
+        self.changed.notify_all()
+        if proc is not None and proc.pid is not None:
+            try:
+                os.kill(proc.pid, signal.SIGKILL)  # a stopped process dies too; the pool thread sees it go
+            except OSError:
+                pass
 
     def _gone(self, i: int) -> None:
         """Worker ``i`` exited: fail its tickets (and, unless the pool was closing, break the pool)."""
@@ -453,7 +496,9 @@ class BufferReads:
                     yield parts
             else:
                 self._start(g + 1 + self.ahead)
-                parts_per_unit, records = self.pool.result(job, self.cancelled)
+                parts_per_unit, records = self.pool.result(
+                    job, self.cancelled, getattr(self.ds, "read_deadline", READ_DEADLINE_SECONDS)
+                )
                 del self._jobs[g]
                 for record in records:  # the worker's warning stayed in the worker: given here again
                     self.ds.skipped.append(record)

@@ -71,6 +71,20 @@ class ParquetManifest:
         runs = {}
         for path in self.files:
             entry = entries.get(path)
+            if entry is not None:
+                rewritten = _rewritten(entry, listed.get(path), self._footers[path].raw)
+                if rewritten and manifest["version"] >= 2:
+                    from dask_windows.errors import DataError
+
+                    raise DataError(
+                        f"{self._url(path)} does not match the manifest of {self._url(root)} ({rewritten}): it "
+                        "was rewritten or replaced after `dask-windows convert` wrote it; this dataset was converted in chunks spread over "
+                        "its files, which only the manifest describes, so its windows would cross series; restore "
+                        f"the file or rerun `dask-windows convert` into {self._url(root)}"
+                    )
+                if rewritten:
+                    warn_manifest(self._url(root), [f"{path}: {rewritten}"])
+                    return None
             if entry is None or entry["rows"] != self._footers[path].num_rows:
                 if manifest["version"] >= 2:  # chunks of many stretches: the series column cannot recover them
                     from dask_windows.errors import DataError
@@ -128,3 +142,20 @@ class ParquetManifest:
         cache = RangeCache(cache_dir, cache_bytes)
         infos = map_in_blocks(lambda path: self.retry.call(lambda: self.fs.info(path), path), self.files, 16)
         return cache, {path: object_version(info) for path, info in zip(self.files, infos)}
+
+
+def _rewritten(entry: dict, size: int | None, raw: bytes) -> str:
+    """How a file differs from what its manifest entry recorded at convert ("" when it does not).
+
+    Args:
+        entry: the file's manifest entry (``bytes``; ``footer`` since 0.3).
+        size: the file's size now (``None`` when the listing had none).
+        raw: the file's serialized footer as read at open.
+    """
+    from dask_windows.sources.manifest import footer_digest
+
+    if size is not None and entry["bytes"] != size:
+        return f"{size:,} bytes, the manifest says {entry['bytes']:,}"
+    if "footer" in entry and entry["footer"] != footer_digest(raw):
+        return "its Parquet footer differs from the one the manifest recorded"
+    return ""

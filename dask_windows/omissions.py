@@ -1,0 +1,192 @@
+"""What opening a dataset leaves out or may get wrong without an error: counted, and warned once.
+
+Two things a loader cannot refuse, because the data is usable, but must not do
+silently:
+
+* **Series shorter than the window.** A series (or a stretch of one: a file's
+  part of a series split between files) with fewer than ``window + horizon``
+  rows holds no window; its rows reach no batch. ``left_out`` counts them from
+  the runs the dataset scanned anyway (no I/O): a run that begins its series
+  (``origin`` 0, or no origin) and ends before the span; halo rows read past a
+  partition's end are not counted twice. ``WindowDataset`` warns once at open
+  (``ShortSeriesWarning``) and keeps the count as ``ds.left_out``; ``inspect``
+  reports it.
+* **A likely series column not passed.** Opened without ``series=`` (and
+  without a manifest naming one), a dataset is one series per partition:
+  windows run from one series into the next. When a column not among the
+  features and targets is named like a series id (``id``, ``sid``,
+  ``sensor_id``, ``series``, ``ticker``, ...) and its values change inside the
+  first partition in runs longer than one row, ``series_column_hint`` names it
+  and ``WindowDataset`` warns once (``SeriesColumnWarning``). The check reads
+  that one column of the first partition only, so it costs one small read and
+  decides the same way on every run; a series column that changes only in
+  later partitions is not seen. ``series=None`` says "one series" explicitly
+  and turns it off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from dask_windows.checks import DataWarning, _warn
+from dask_windows.planning.windows import find_runs
+
+__all__ = [
+    "LeftOut",
+    "SeriesColumnWarning",
+    "ShortSeriesWarning",
+    "check_omissions",
+    "left_out",
+    "series_column_hint",
+    "warn_left_out",
+    "warn_series_column",
+]
+
+#: Column names taken for a series id: a whole word of the name (between ``_``, ``-``, spaces or
+#: camel-case humps), compared case-insensitively.
+SERIES_WORDS = frozenset(
+    {"id", "ids", "sid", "uid", "series", "sensor", "station", "device", "ticker", "symbol", "entity", "meter", "unit"}
+)
+_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+
+
+class ShortSeriesWarning(DataWarning):
+    """Series (or stretches of one) shorter than ``window + horizon`` hold no window and are left out."""
+
+
+class SeriesColumnWarning(DataWarning):
+    """A column looks like a series id but ``series=`` was not given: windows may cross series."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LeftOut:
+    """Series runs that hold no window because they are shorter than the span.
+
+    Attributes:
+        runs: How many runs (series, or a file's stretch of one) are left out.
+        rows: Their rows, in no window.
+        first: ``(partition name, series key, rows)`` of the first one, for messages; ``None`` when none.
+    """
+
+    runs: int = 0
+    rows: int = 0
+    first: tuple[str, Any, int] | None = None
+
+
+def left_out(runs: Sequence[Any], partitions: Sequence[Any], span: int) -> LeftOut:
+    """Count the series runs too short for one window of ``span`` rows.
+
+    Args:
+        runs: The dataset's ``index.PartitionRuns``, one per partition.
+        partitions: The source's partitions (``name``, ``num_rows``: its own rows, halo excluded).
+        span: ``window + horizon``.
+
+    Returns:
+        The runs that begin their series and end before ``span`` rows, and their rows.
+    """
+    count, rows, first = 0, 0, None
+    for part, found in zip(partitions, runs):
+        whole = found.series_runs
+        if not len(whole.lengths):
+            continue
+        starts, lengths = whole.starts, whole.lengths
+        begins = np.ones(len(lengths), bool) if whole.origin is None else whole.origin == 0
+        short = begins & (lengths < span) & (starts < part.num_rows)  # (R,): not a halo run of the next partition
+        if whole.owned is not None:
+            short &= whole.owned > 0
+        hit = np.flatnonzero(short)
+        if len(hit):
+            count += len(hit)
+            rows += int(lengths[hit].sum())  # a short run's halo rows are its own (the halo is span - 1 rows)
+            if first is None:
+                key = whole.keys[hit[0]]
+                first = (part.name, key.item() if isinstance(key, np.generic) else key, int(lengths[hit[0]]))
+    return LeftOut(count, rows, first)
+
+
+def warn_left_out(found: LeftOut, span: int, description: str) -> None:
+    """Warn once that ``found`` runs are left out (nothing when none is)."""
+    if not found.runs or found.first is None:
+        return
+    name, key, rows = found.first
+    _warn(
+        f"{found.runs:,} series (or a file's stretch of one) in {description} are shorter than "
+        f"window + horizon = {span} rows and hold no window: {found.rows:,} rows are left out (first: series "
+        f"{key!r} in {name}, {rows:,} rows); use a smaller window, or join a series split between files "
+        "(`dask-windows convert` does); `dask-windows inspect` reports the count",
+        ShortSeriesWarning,
+    )
+
+
+def _looks_like_series(name: Any) -> bool:
+    if not isinstance(name, str):
+        return False
+    return any(word.lower() in SERIES_WORDS for word in _WORD.findall(name))
+
+
+def series_column_hint(source: Any, used: Sequence[Any]) -> tuple[str, int] | None:
+    """A column that looks like a series id and changes inside the first partition, if any.
+
+    Args:
+        source: The opened source (``column_names``, ``read_runs``, ``partitions``).
+        used: The feature and target columns (never taken for a series id).
+
+    Returns:
+        ``(column, runs in the first partition)`` of the first such column, or ``None``.
+    """
+    if not getattr(source, "partitions", None):
+        return None
+    try:
+        names = list(source.column_names())
+    except Exception:  # a source without named columns (arrays)
+        return None
+    for name in names:
+        if name in used or not _looks_like_series(name):
+            continue
+        try:
+            keys = np.asarray(source.read(0, [name])[name])
+        except Exception:  # unreadable here: the scan reports the partition on its own
+            return None
+        if keys.dtype.kind in "fcmM":  # a measurement or a time, not an id
+            continue
+        _, lengths = find_runs(keys)
+        if len(lengths) > 1 and int(np.max(lengths)) > 1:  # runs of many rows: series, not a row id
+            return name, len(lengths)
+    return None
+
+
+def warn_series_column(hint: tuple[str, int] | None, description: str) -> None:
+    """Warn once that the column of ``hint`` looks like a series id that was not passed."""
+    if hint is None:
+        return
+    name, runs = hint
+    _warn(
+        f"{description} has a column {name!r} that looks like a series id ({runs:,} runs of distinct values in its "
+        f"first partition), but series= was not given: each partition is taken as one series, so windows may run "
+        f"from one series into the next; pass series={name!r} (or series=None to keep one series per partition "
+        "and silence this)",
+        SeriesColumnWarning,
+    )
+
+
+def check_omissions(ds: Any, series_given: bool) -> LeftOut:
+    """What ``WindowDataset`` runs at open: count and warn about short series, hint at a series column.
+
+    Args:
+        ds: The dataset, its runs scanned.
+        series_given: Whether ``series=`` was passed (``None`` included) or came from a manifest.
+
+    Returns:
+        The runs left out (kept as ``ds.left_out``).
+    """
+    description = ds.source.description
+    if not series_given and ds.spec.series is None:
+        warn_series_column(series_column_hint(ds.source, list(ds.spec.columns)), description)
+    found = left_out(ds.runs, ds.source.partitions, ds.spec.span)
+    warn_left_out(found, ds.spec.span, description)
+    return found

@@ -1,0 +1,166 @@
+"""Worker processes that stall or outlive their training process: a deadline and a parent watch.
+
+Two ways a process of the loader could wait, or live, forever:
+
+* **A read worker that stops answering** (``read_workers``: stopped by
+  ``SIGSTOP``, or stuck in a read the kernel never returns from). A dead worker
+  is noticed at once (its pipe closes); a stalled one sends nothing. The read
+  pool waits for a buffer at most ``read_deadline`` seconds
+  (``READ_DEADLINE_SECONDS``, 300, by default) after it last heard from the
+  worker that holds it; past that it kills the worker and raises
+  ``ReadWorkerStalled`` naming it (the next pass starts new workers). The
+  deadline must exceed the time one worker needs to read one buffer; each
+  storage request inside that is bounded by ``timeout=`` on its own.
+* **Workers whose training process died hard** (``os._exit``, an OOM kill,
+  preemption). Workers started by ``forkserver`` (the integrations' default, and
+  the read pool's) are children of the fork server, not of the training
+  process, so torch's watchdog (which compares the parent pid) never fires and
+  they live on, holding memory and the training script's stdout pipe. Each
+  such worker runs ``watch_training_process(pid)``: a daemon thread that waits
+  for the training process (the one that pickled the dataset for the worker)
+  to end and then ends the worker with ``os._exit``. On Linux it waits on a
+  ``pidfd`` (``os.pidfd_open``: woken by the kernel, no polling); elsewhere it
+  checks the pid every ``POLL_SECONDS``. Fork workers are the training
+  process's children and need none (torch's own watchdog ends them).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import threading
+from typing import Any
+
+from dask_windows.runtime.prefetch import GuardedThread
+
+__all__ = [
+    "POLL_SECONDS",
+    "READ_DEADLINE_SECONDS",
+    "ReadWorkerStalled",
+    "check_read_deadline",
+    "record_pickler",
+    "stalled_message",
+    "watch_pickler",
+    "watch_training_process",
+]
+
+log = logging.getLogger(__name__)
+
+#: Seconds a read worker may send nothing while a buffer it holds is awaited (``read_deadline=``).
+READ_DEADLINE_SECONDS = 300.0
+#: Where ``os.pidfd_open`` is missing: how often a worker checks that its training process lives.
+POLL_SECONDS = 1.0
+
+_watched: set[int] = set()  # training pids this process already watches
+_watched_lock = threading.Lock()
+
+
+class ReadWorkerStalled(RuntimeError):
+    """A read worker sent nothing for ``read_deadline`` seconds while a buffer it holds was awaited."""
+
+
+def check_read_deadline(value: Any) -> float | None:
+    """``read_deadline`` validated: seconds > 0, or ``None`` for no deadline."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(
+            f"read_deadline={value!r} must be a number of seconds > 0 (how long a read worker may send nothing "
+            "while a buffer it reads is awaited) or None for no deadline"
+        )
+    return float(value)
+
+
+def stalled_message(name: str, pid: int | None, seconds: float) -> str:
+    """What ``ReadWorkerStalled`` says: the worker, the deadline and the remedies."""
+    return (
+        f"read worker {name} (pid {pid}) sent nothing for read_deadline={seconds:g} s while a buffer it reads was "
+        "awaited (stopped, e.g. by SIGSTOP, or stuck in a read the kernel does not return from); it was killed and "
+        "the next pass starts new read workers; if reading one buffer can take longer, raise read_deadline= "
+        "(None: no deadline), or use read_workers=0 to read in this process"
+    )
+
+
+def watch_training_process(pid: int | None) -> bool:
+    """End this worker process when process ``pid`` (its training process) ends.
+
+    Starts one daemon thread per watched pid (idempotent); nothing when ``pid`` is ``None`` or
+    this process itself.
+
+    Returns:
+        Whether a watch runs for ``pid`` now.
+    """
+    if pid is None or pid == os.getpid():
+        return False
+    with _watched_lock:
+        if pid in _watched:
+            return True
+        _watched.add(pid)
+    handle = _pidfd(pid)
+    if handle is None and not _alive(pid):
+        _end(pid)  # gone already: the worker has no one to work for
+    GuardedThread(target=_watch, args=(pid, handle), name=f"dask-windows-watch-{pid}", daemon=True).start()
+    return True
+
+
+def record_pickler(state: dict) -> dict:
+    """Note in a dataset's pickled ``state`` the process pickling it: the training process, for its workers."""
+    state["_pickled_by"] = os.getpid()
+    return state
+
+
+def watch_pickler(obj: Any) -> bool:
+    """In a DataLoader worker: end with the process that pickled ``obj`` for it, unless that is the parent.
+
+    A spawned worker's parent pickled the dataset (torch's watchdog covers it); a forkserver worker's
+    parent is the fork server, so it watches the training process itself. A forked worker received
+    no pickle of its own: whatever ``_pickled_by`` it inherited is not its training process.
+
+    Returns:
+        Whether a watch runs.
+    """
+    pid = getattr(obj, "_pickled_by", None)
+    if pid is None or pid == os.getppid() or pid == os.getpid():
+        return False
+    return watch_training_process(pid)
+
+
+def _pidfd(pid: int) -> int | None:
+    """A pidfd of ``pid`` (readable once it exits), or ``None`` where pidfds are missing."""
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        return opener(pid)
+    except ProcessLookupError:
+        _end(pid)
+    except OSError:  # an old kernel, or not permitted: poll instead
+        return None
+    return None  # pragma: no cover - _end does not return
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by another user (a recycled pid): taken as gone
+        return False
+    return True
+
+
+def _watch(pid: int, handle: int | None) -> None:
+    """The watch thread: wait for ``pid`` to end, then end this process."""
+    if handle is not None:
+        select.select([handle], [], [])  # readable when the process has exited
+    else:
+        stop = threading.Event()  # never set: a bounded wait between checks, not a busy loop
+        while _alive(pid):
+            stop.wait(POLL_SECONDS)
+    _end(pid)
+
+
+def _end(pid: int) -> None:
+    log.warning("the training process %d ended; worker %d exits", pid, os.getpid())
+    os._exit(1)
