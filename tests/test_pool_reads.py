@@ -82,11 +82,12 @@ def _world():
 def test_s3_gets_about_one_per_row_group():
     pytest.importorskip("s3fs")
     pytest.importorskip("moto.server")
-    endpoint = s3_endpoint("bucket", _frames(), encode=lambda f: parquet_bytes(f, row_group_size=ROWS // GROUPS))
+    # a bucket of its own: the moto server outlives this test, and other files use "bucket"
+    endpoint = s3_endpoint("pool-reads", _frames(), encode=lambda f: parquet_bytes(f, row_group_size=ROWS // GROUPS))
     try:
         options = endpoint.storage_options()
         ds = WindowDataset(
-            "s3://bucket/data/", storage_options=options, buffer_bytes=20_000, **KW
+            "s3://pool-reads/data/", storage_options=options, buffer_bytes=20_000, **KW
         )  # a unit per row group
         endpoint.reset()
         starts = np.concatenate([rows.numpy() for _, rows in ds])
