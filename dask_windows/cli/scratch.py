@@ -117,6 +117,7 @@ def _write_files(
             time,
             compression=compression,
             compute=compute,
+            scratch_options=SCRATCH_OPTIONS,
             **spread,
         )
         fs.rm(scratch, recursive=True)
