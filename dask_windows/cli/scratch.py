@@ -117,7 +117,7 @@ def _write_files(
             time,
             compression=compression,
             compute=compute,
-            scratch_options=SCRATCH_OPTIONS,
+            scratch_compression=SCRATCH_OPTIONS.compression,  # a name: the options do not pickle
             **spread,
         )
         fs.rm(scratch, recursive=True)
