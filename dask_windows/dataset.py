@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import time
 import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -34,11 +35,12 @@ from dask_windows.planning.pool import PoolPlan
 from dask_windows.planning.resume import Resumer, check_int, fingerprint
 from dask_windows.planning.split import SeriesTable, cut_positions, split_grid
 from dask_windows.planning.world import World
-from dask_windows.runtime.detect import detect_worker, in_worker, resolve_ranks, worker_info
+from dask_windows.runtime.detect import detect_worker, in_worker, process_group_store, resolve_ranks, worker_info
 from dask_windows.runtime.epochs import EpochCounter, worker_token
 from dask_windows.runtime.pool import plan_for, pool_batches, pool_summary, resolve_order, warn_if_few_units
 from dask_windows.runtime.reading import batches, plan
 from dask_windows.runtime.streams import elastic_batches
+from dask_windows.runtime.telemetry import Stats, Telemetry, rank_stats, watch_loader, watched
 from dask_windows.sources import ArraySource, Source, is_series_vector, open_source
 from dask_windows.sources.retry import RetryPolicy, resolve_retry, with_deadline
 from dask_windows.spec import WindowSpec
@@ -145,6 +147,10 @@ class WindowDataset(IterableDataset):
         read_deadline: With ``read_workers``: seconds a read worker may send nothing while a buffer it
             reads is awaited (default 300); past it the worker is killed and ``ReadWorkerStalled``
             (a ``RuntimeError``) names it, instead of a hang. ``None``: no deadline (see ``workerwatch``).
+        index: Parquet paths: the dataset index written by ``dask-windows index`` (or ``convert``), whose
+            one read replaces a read per file at open. ``None`` (default): the one beside a folder or
+            prefix, if any; a path: that one; ``False``: none. A stale index raises naming the file.
+            See docs/startup.md.
 
     Attributes:
         skipped: Partitions skipped in this process: at open, and while iterating in this process.
@@ -190,12 +196,18 @@ class WindowDataset(IterableDataset):
         workflow: Any = None,
         read_deadline: float | None = READ_DEADLINE_SECONDS,
         buffer_bytes: int | None = None,
+        index: Any = None,
     ) -> None:
         super().__init__()
+        opening = time.perf_counter_ns()
         series_from_manifest = series is SERIES_FROM_MANIFEST
         if series_from_manifest:
             series = None
         options = source_options(threads, cache_dir, cache_bytes, partition_bytes, partition_rows)
+        if index is not None:
+            options["index"] = index  # Parquet paths only (see sources.footer_index)
+        if index is not False and isinstance(data, (str, os.PathLike, list, tuple)):
+            options["footer_group"] = process_group_store()  # ranks share footers (footer_share)
         self.on_error = check_on_error(on_error)
         self.read_workers = check_int("read_workers", read_workers)
         if self.read_workers:  # each worker imports the script: refuse an unguarded one now (speedups.main_guard)
@@ -214,7 +226,16 @@ class WindowDataset(IterableDataset):
             on_error=on_error,
             **options,
         )
-        pool_bytes = resolve_order(pieces_per_partition, buffer_bytes, self.source)
+        if self.device is not None:  # device mode sends whole buffers once: the buffer (piece) order
+            if buffer_bytes is not None:
+                raise ConfigError(
+                    f"device={device!r} with buffer_bytes={buffer_bytes!r}: the pool order gathers on the host; "
+                    "device mode cuts batches from whole buffers sent once, in the piece order. Drop buffer_bytes "
+                    "(and set pieces_per_partition / buffer_partitions), or pass device=None"
+                )
+            pool_bytes = None  # pieces_per_partition None: the piece order's own default
+        else:
+            pool_bytes = resolve_order(pieces_per_partition, buffer_bytes, self.source)
         manifest_series = getattr(self.source, "manifest_series", None)
         self._series_from_manifest = series_from_manifest and manifest_series is not None
         if self._series_from_manifest:
@@ -287,6 +308,7 @@ class WindowDataset(IterableDataset):
         check_windows(self.source, spec, self.runs, self.num_windows, order_remedy, self.skipped)
         self.left_out = check_omissions(self, not series_from_manifest or self._series_from_manifest)
         warn_if_few_units(self)  # the pool order's budget holds too few units to mix like a global shuffle
+        self._telemetry = Telemetry(time.perf_counter_ns() - opening)
 
     # -- topology ---------------------------------------------------------------------------
 
@@ -369,7 +391,7 @@ class WindowDataset(IterableDataset):
         world = World(self._ranks[0], self._ranks[1], worker, num_workers)
         elastic = self._resumer.elastic_share(epoch, world, self._shape())
         if elastic is not None:  # a state of another topology: this reader's part of the rest of the epoch
-            return shared(elastic_batches(self, *elastic, self._resumer.step))
+            return watched(self, shared(elastic_batches(self, *elastic, self._resumer.step)))
         reader, skip = self._resumer.begin(epoch, world, len(self))
         progress = self._resumer.progress  # this pass's own count: another iter() never moves it
         planned = nextpass.planned(self, epoch, reader, skip)  # the plan a read-ahead was started from
@@ -377,7 +399,21 @@ class WindowDataset(IterableDataset):
         if progress is not None:
             self._resumer.track(progress)
             weakref.finalize(batches, self._resumer.end, progress)  # also a pass dropped before its first batch
-        return shared(batches)  # in a DataLoader worker: each batch in a reused shared slot (see slots)
+        return watched(self, shared(batches))  # in a DataLoader worker: each batch in a reused shared slot (see slots)
+
+    def stats(self, all_ranks: bool = False) -> Stats:
+        """Where the current (or last) pass's time went in this process, and a verdict (see ``telemetry``).
+
+        Args:
+            all_ranks: Gather every rank's figures and name the slowest rank (a collective under an
+                initialised ``torch.distributed``: call it on every rank).
+        """
+        return rank_stats(self, all_ranks)
+
+    def watch(self, loader: Any) -> Iterator[Any]:
+        """``loader``'s batches, the training loop's exposed wait measured in this process (use it with
+        DataLoader workers, whose stages run in the workers; without workers iterating is enough)."""
+        return watch_loader(self, loader)
 
     def state_dict(self, batches: int | None = None, num_workers: int | None = None) -> dict:
         """Where the current epoch stands, as a small dict to save with the model checkpoint.

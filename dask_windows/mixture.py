@@ -53,6 +53,7 @@ from dask_windows.planning.world import World
 from dask_windows.runtime.detect import detect_worker, in_worker, resolve_ranks, worker_info
 from dask_windows.runtime.epochs import EpochCounter, worker_token
 from dask_windows.runtime.streams import Chunks, reader_windows
+from dask_windows.runtime.telemetry import rank_stats, watch_loader, watched
 from dask_windows.speedups.slots import shared
 from dask_windows.workerwatch import record_pickler, watch_pickler
 
@@ -229,10 +230,18 @@ class Mixture(IterableDataset):
             for r, w, lo, hi in pieces:
                 start = self.reader_range(World(r, old_world, w, old_workers))[0]
                 ranges.append((start + lo, start + hi))
-            return shared(self._recut(epoch, ranges, sizes))
+            return watched(self, shared(self._recut(epoch, ranges, sizes)))
         num_batches = batches_per_rank(self.num_windows, world_size, self.batch_size, self.drop_last)
         reader, skip = self._resumer.begin(epoch, world, num_batches)
-        return shared(self._batches(epoch, *self.reader_range(reader, skip)))  # slots in DataLoader workers
+        return watched(self, shared(self._batches(epoch, *self.reader_range(reader, skip))))  # slots in workers
+
+    def stats(self, all_ranks: bool = False) -> Any:
+        """The mixture's ``telemetry.Stats``: the loop's wait on the mixture, its members' stages summed."""
+        return rank_stats(self, all_ranks)
+
+    def watch(self, loader: Any) -> Iterator[Any]:
+        """``loader``'s batches, the loop's wait measured in this process (as ``WindowDataset.watch``)."""
+        return watch_loader(self, loader)
 
     def state_dict(self, batches: int | None = None, num_workers: int | None = None) -> dict:
         """The position in the current epoch (same arguments as ``WindowDataset.state_dict``)."""

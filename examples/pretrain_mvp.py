@@ -124,11 +124,12 @@ def parse_args() -> argparse.Namespace:
 
 
 def batches_forever(loader: DevicePrefetcher, dataset: dw.WindowDataset):
-    """Yields batches epoch after epoch, reshuffling through ``set_epoch``."""
+    """Yields batches epoch after epoch, reshuffling through ``set_epoch``; ``dataset.watch`` measures
+    the loop's wait for each batch (read back with ``dataset.stats()``)."""
     epoch = 0
     while True:
         dataset.set_epoch(epoch)
-        yield from loader
+        yield from dataset.watch(loader)
         epoch += 1
 
 
@@ -176,14 +177,11 @@ def main() -> None:
     )
 
     losses, baselines = [], []
-    waiting = 0.0
     started = time.perf_counter()
     batches = batches_forever(train_loader, train_set)
     progress = tqdm(range(args.steps), desc="pretraining", unit="step", dynamic_ncols=True)
     for step in progress:
-        asked = time.perf_counter()
         x = next(batches)
-        waiting += time.perf_counter() - asked
         x = standardize(x)  # per window and channel, on the device
         mask = subsequence_mask(x, args.r, args.lm, generator=mask_generator)
         loss = masked_mse(model(x, mask), x, mask)
@@ -199,14 +197,15 @@ def main() -> None:
             progress.set_postfix(
                 loss=f"{losses[-1][1]:.3f}",
                 windows_s=f"{(step + 1) * args.batch_size / elapsed:,.0f}",
-                data_wait=f"{waiting / elapsed:.0%}",
+                data_wait=f"{train_set.stats().verdict.wait_share:.0%}",  # this epoch, after its first batch
             )
     progress.close()
     batches.close()  # stops the loader's workers
     elapsed = time.perf_counter() - started
+    stats = train_set.stats()  # the last epoch's figures (dask_windows.telemetry)
     print(
-        f"trained {args.steps} steps in {elapsed:.0f} s: {args.steps * args.batch_size / elapsed:,.0f} windows/s, "
-        f"{waiting / elapsed:.1%} of the time waiting for data"
+        f"trained {args.steps} steps in {elapsed:.0f} s: {args.steps * args.batch_size / elapsed:,.0f} windows/s; "
+        f"data: {stats.verdict}"
     )
 
     model_loss, mean_loss = evaluate(model, loader_for(valid_path, args.seed + 1)[1], args, device)

@@ -4,7 +4,9 @@ The client (s3fs, exactly as a user configures it) talks HTTP to the proxy,
 which forwards every request to moto and records it. ``fail(n, kind, match)``
 makes the next ``n`` matching requests fail before they reach moto: an S3
 ``500 InternalError``, a ``503 SlowDown``, a ``403 AccessDenied``, a connection reset, or a ``stall``
-(the request is read and never answered, until ``close()``).
+(the request is read and never answered, until ``close()``). ``delay`` (seconds, default 0) is
+added before every request is forwarded, on its own thread (concurrent requests wait at once), as
+an object store's latency would.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import http.client
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -63,6 +66,7 @@ class Log:
     rules: list[_Rule] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     release: threading.Event = field(default_factory=threading.Event)  # ends every "stall"
+    delay: float = 0.0  # seconds added to every request (latency injection)
 
     def count(self, kind: str | None = None, injected: bool = False) -> int:
         with self.lock:
@@ -89,6 +93,8 @@ def _handler(upstream: tuple[str, int], log: Log) -> type:
                     rule.remaining -= 1
                     request.injected = rule.kind
                 log.requests.append(request)
+            if log.delay:
+                time.sleep(log.delay)
             if rule is not None and rule.kind == "stall":  # accept, read the request, never answer
                 log.release.wait(120)
                 self.close_connection = True
@@ -187,6 +193,10 @@ class S3Endpoint:
         """Fail the next ``n`` requests matching ``match`` (default: object data reads)."""
         with self.log.lock:
             self.log.rules.append(_Rule(n, kind, match or (lambda r: r.kind == "get")))
+
+    def set_delay(self, seconds: float) -> None:
+        """Add ``seconds`` of latency to every later request (0: none)."""
+        self.log.delay = seconds
 
     def reset(self) -> None:
         """Forget requests and fault rules."""

@@ -99,3 +99,20 @@ def test_ddp_two_cpu_ranks_get_equal_disjoint_batches(data, tmp_path, num_worker
         assert not set(valid[0].tolist()) & set(valid[1].tolist())
     orders = [np.concatenate(ranks[0][f"train{e}"]) for e in range(2)]
     assert not np.array_equal(orders[0], orders[1])
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_window_stats_callback_logs_the_loops_figures(data, num_workers):
+    from dask_windows.integrations.lightning_stats import WindowStats
+
+    root, _ = data
+    module = WindowDataModule(dataset(root, WINDOW), num_workers=num_workers, multiprocessing_context="fork")
+    stats = WindowStats()
+    fit = trainer(1, callbacks=[stats])
+    fit.fit(Recorder(WINDOW), module)
+    metrics = fit.callback_metrics
+    assert 0 <= float(metrics["data/wait_share"]) <= 1 and float(metrics["data/open_s"]) > 0
+    assert float(metrics["data/input_bound"]) in (0.0, 1.0)
+    # without workers the dataset saw every batch of the epoch and its stages; with them only the loop
+    assert stats.last.batches == (len(module.train_set) if num_workers == 0 else 0)
+    assert stats.last.stages_seen == (num_workers == 0)

@@ -101,11 +101,11 @@ def test_segment_runs_expand_to_segment_starts(counts, stride, data):
 @pytest.mark.parametrize(
     "kw",
     [
-        dict(),
+        dict(pieces_per_partition=16),  # the piece order at its former default
         dict(stride=3, pieces_per_partition=5),
         dict(series=None, pieces_per_partition=4, buffer_partitions=3),
         dict(pieces_per_partition=60, partition_bytes=1),  # windows cross the row-group cuts
-        dict(nan="drop", stride=2),
+        dict(nan="drop", stride=2, pieces_per_partition=16),
     ],
 )
 def test_starts_written_run_by_run_are_the_vectorised_starts(root, kw, monkeypatch):
@@ -339,10 +339,10 @@ def _whole_reads(monkeypatch):
 @pytest.mark.parametrize(
     "kw",
     [
-        dict(),
+        dict(pieces_per_partition=16),  # the piece order at its former default
         dict(layout="NLC", stride=3, pieces_per_partition=5),
         dict(series=None, pieces_per_partition=60, partition_bytes=1),  # partitions cut at row groups, halos
-        dict(nan="drop", normalize={"mean": [1.0, -2.0], "std": [3.0, 0.5]}),
+        dict(nan="drop", normalize={"mean": [1.0, -2.0], "std": [3.0, 0.5]}, pieces_per_partition=16),
     ],
 )
 @pytest.mark.parametrize("chunk_bytes", [1, 600])  # each row group alone; several read together
@@ -403,7 +403,11 @@ def test_row_group_reads_are_the_rows_read_ranges_returns(root, monkeypatch, chu
 
 @pytest.mark.parametrize(
     "kw",
-    [dict(), dict(stride=3, pieces_per_partition=5, layout="NLC"), dict(series=None, buffer_partitions=3)],
+    [
+        dict(pieces_per_partition=16),
+        dict(stride=3, pieces_per_partition=5, layout="NLC"),
+        dict(series=None, buffer_partitions=3, pieces_per_partition=11),
+    ],
 )
 def test_starts_listed_before_the_reads_are_those_buffer_lists(root, kw):
     """The builder lists a buffer's starts while its pieces are read (``BufferArena.planned_starts``);
@@ -447,7 +451,7 @@ def test_the_first_buffer_is_mapped_in_small_pages_and_the_others_by_numpy(root,
             mmap.mmap(-1, max(int(np.prod(shape)) * np.dtype(dtype).itemsize, 1)), dtype
         )[: int(np.prod(shape))].reshape(shape),
     )  # fmt: skip  (as small_pages, whatever the size)
-    ds = dw.WindowDataset(root, **{**KW, "buffer_partitions": 1})
+    ds = dw.WindowDataset(root, **{**KW, "buffer_partitions": 1, "pieces_per_partition": 32})
     plan = ds._plan(World())
     units = piece_units(plan)
     assert len(plan.buffers) > 1

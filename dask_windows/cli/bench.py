@@ -39,6 +39,17 @@ class _TimedRead:
                 self.seconds.value += clock.perf_counter() - started
 
 
+def _progress_bar(progress: IO[str] | None, total: int) -> Any:
+    """A ``tqdm`` bar on ``progress`` when tqdm is installed (else ``None``: a line a second)."""
+    if progress is None:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, file=progress, unit="batch", desc="bench", leave=False)
+
+
 def bench(
     path: str,
     *,
@@ -67,7 +78,8 @@ def bench(
     Stops at the end of the epoch, after ``max_batches`` or after ``seconds``.
     ``step_ms`` simulates a training step per batch, so that ``wait_share``
     (the part of the wall time the consumer spent waiting for batches) shows
-    whether the loader keeps up with a model of that speed. ``read_share`` is
+    whether the loader keeps up with a model of that speed; ``stats`` and ``breakdown`` are the
+    dataset's telemetry of the run (``WindowDataset.stats``: stages and a verdict). ``read_share`` is
     the time spent reading and decoding partitions, summed over the loader's
     processes, per second of wall time and process: near 1, I/O bounds the
     loader. Peak RSS is this process's and the largest worker's. ``nan``,
@@ -118,7 +130,8 @@ def bench(
     )
     started = clock.perf_counter()
     shown = started
-    batch_iter = iter(loader)
+    bar = _progress_bar(progress, len(ds) if max_batches is None else min(len(ds), max_batches))
+    batch_iter = iter(ds.watch(loader))  # the loop's exposed wait and the stages (telemetry)
     while max_batches is None or batches < max_batches:
         asked = clock.perf_counter()
         try:
@@ -136,7 +149,9 @@ def bench(
         if step_ms:
             clock.sleep(step_ms / 1000)
         now = clock.perf_counter()
-        if now - shown >= 1.0:
+        if bar is not None:
+            bar.update(1)
+        elif now - shown >= 1.0:
             shown = now
             say(
                 f"bench: {batches:,}/{len(ds):,} batches, {windows:,} windows, {now - started:.0f} s",
@@ -145,8 +160,11 @@ def bench(
         if now - started >= seconds:
             break
     elapsed = max(clock.perf_counter() - started, 1e-9)
+    if bar is not None:
+        bar.close()
     say(f"bench: done, {batches:,} batches in {elapsed:.2f} s" + (" " * 20 if tty else ""))
     del batch_iter  # joins the workers, so their peak RSS is known
+    stats = ds.stats()
     processes = max(1, num_workers)
     return {
         "path": path,
@@ -167,6 +185,8 @@ def bench(
         "peak_worker_rss_bytes": (
             resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024 if num_workers else None
         ),
+        "stats": stats.as_dict(),
+        "breakdown": stats.table(),
         "settings": {
             "window": window,
             "stride": stride,

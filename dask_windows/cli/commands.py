@@ -302,4 +302,4 @@ def _cmd_bench(args: argparse.Namespace) -> dict:
         ("reading partitions", f"{out['read_share']:.1%} of loader time"),
         ("peak RSS", rss),
     ]
-    return {"text": _table(rows)}
+    return {"text": _table(rows) + "\n\nwhere the time went\n" + out["breakdown"]}

@@ -320,6 +320,10 @@ def convert(
     manifest = read_manifest(root, out_fs)  # reread: what a loader will see
     if manifest is None:
         raise DataError(f"{dst} has no readable manifest after converting; rerun the conversion")
+    if entries:
+        from dask_windows.sources.parquet.index_writer import write_index
+
+        write_index(out_fs.unstrip_protocol(root), storage_options=out_fs.storage_options, series=series)
     return ConvertReport(
         dst=dst,
         rows_in=rows_in,

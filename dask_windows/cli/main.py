@@ -1,4 +1,4 @@
-"""The ``dask-windows`` command line: convert, inspect, stats, bench.
+"""The ``dask-windows`` command line: convert, inspect, stats, bench, index.
 
 Heavy lifting (convert, stats) runs on Dask: a ``LocalCluster`` of worker
 processes by default, or any running cluster given by ``--scheduler``.
@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dask_windows.cli.bench import bench  # imports torch only when called
 from dask_windows.cli.commands import _cmd_bench, _cmd_convert, _cmd_inspect, _cmd_stats
 from dask_windows.cli.fit import add_fit_command
+from dask_windows.cli.indexing import add_index_command
 from dask_windows.cli.options import (
     _cli_message,
     _cluster_options,
@@ -208,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress line on stderr (default: show it)")
     p.set_defaults(run=_cmd_bench)
+    add_index_command(command)
     add_fit_command(command, _cluster_options)
     return parser
 

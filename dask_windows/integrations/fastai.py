@@ -17,6 +17,7 @@ apply; normalise with the dataset's ``normalize=`` and move data with ``dls.to(d
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Generator, Iterator
 from typing import Any
 
@@ -31,6 +32,9 @@ import torch
 from dask_windows.integrations.loaders import window_loader
 
 __all__ = ["WindowDL", "WindowDataLoaders"]
+
+
+log = logging.getLogger(__name__)
 
 
 class WindowDL:
@@ -79,8 +83,10 @@ class WindowDL:
             yield to_device(batch, self.device) if self.device is not None else batch
 
     def __iter__(self) -> Iterator[tuple]:
-        """One epoch; each pass takes the dataset's next epoch unless ``set_epoch`` chose one."""
-        return self._batches(self.loader)
+        """One epoch; each pass takes the dataset's next epoch unless ``set_epoch`` chose one. The loop's
+        wait for batches is measured (``dataset.stats()``) and the verdict logged at the epoch's end."""
+        yield from self._batches(self.dataset.watch(self.loader))
+        log.info("%s: %s", self.dataset.source.description, self.dataset.stats().verdict)
 
     def to(self, device: Any) -> WindowDL:
         """Move future batches to ``device``."""

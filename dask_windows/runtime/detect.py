@@ -12,7 +12,15 @@ from typing import Any
 
 from dask_windows.planning.world import World
 
-__all__ = ["detect_ranks", "detect_worker", "in_worker", "resolve_ranks", "worker_info"]
+__all__ = [
+    "all_gather",
+    "detect_ranks",
+    "detect_worker",
+    "in_worker",
+    "process_group_store",
+    "resolve_ranks",
+    "worker_info",
+]
 
 
 def worker_info() -> Any:
@@ -62,3 +70,30 @@ def resolve_ranks(explicit: tuple[int | None, int | None], known: tuple[int, int
     world_size = detected[1] if world_size is None else world_size
     World(rank, world_size)  # validates
     return rank, world_size
+
+
+def process_group_store() -> tuple[Any, int] | None:
+    """``(key-value store, world size)`` of an initialised ``torch.distributed`` of more than one rank, else
+    ``None`` (footers shared between ranks: ``sources.parquet.footer_share``)."""
+    ranks = detect_ranks()
+    if ranks is None or ranks[1] <= 1:
+        return None
+    try:
+        from torch.distributed import distributed_c10d
+
+        return distributed_c10d._get_default_store(), ranks[1]
+    except Exception:  # no default store (a custom group), or a torch without it
+        return None
+
+
+def all_gather(obj: Any) -> list | None:
+    """Every rank's ``obj`` (``all_gather_object``, a collective) under an initialised ``torch.distributed``
+    of more than one rank, else ``None``."""
+    ranks = detect_ranks()
+    if ranks is None or ranks[1] <= 1:
+        return None
+    import torch.distributed as dist
+
+    everyone: list = [None] * ranks[1]
+    dist.all_gather_object(everyone, obj)
+    return everyone

@@ -316,6 +316,7 @@ def stream(
     started: Ahead | None = None,
     last: Callable[[], None] | None = None,
     device: Any = None,
+    waits: Callable[[Iterator[_Built], str], Iterator[_Built]] | None = None,
 ) -> Iterator[object]:
     """Yield ``emit(x, y, rows)`` for each batch of ``plan``.
 
@@ -342,6 +343,7 @@ def stream(
             those it was started with and are not used here.
         last: Called once, on the consumer's thread, when it takes the buffer holding the plan's
             final windows (the builder and the readers have nothing left to do then).
+        waits: Wraps the buffers' iterator to time the consumer's waits for them (``telemetry``).
         device: An ``ondevice.DeviceFeed``: each buffer's rows are sent to its device as the buffer
             is built, and the batches are gathered there (the same windows in the same order);
             ``emit`` is then not used.
@@ -356,6 +358,8 @@ def stream(
         staged = builds if device is None else device.stage(builds)  # rows sent on the builder thread
         ahead = Ahead(staged, 1, "dask-windows-build") if background else None
     source: Iterator[_Built] = ahead if ahead is not None else staged  # type: ignore[assignment]
+    if waits is not None:
+        source = waits(source, "buffer_wait_ns")
     batch = spec.batch_size
     remaining = plan.num_windows
     carry: list[tuple] = []  # pieces of a batch begun in the previous buffer

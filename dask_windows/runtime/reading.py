@@ -18,6 +18,7 @@ the source's decode units (``Source.decode_units``).
 from __future__ import annotations
 
 import threading
+import time
 import warnings
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -45,6 +46,7 @@ from dask_windows.runtime.detect import in_worker
 from dask_windows.runtime.memory import small_pages_map
 from dask_windows.runtime.pipeline import stream
 from dask_windows.runtime.prefetch import Prefetcher
+from dask_windows.runtime.telemetry import timed_parts
 from dask_windows.sources import PartitionReader
 from dask_windows.speedups import nextpass
 from dask_windows.speedups.spares import Spares
@@ -88,6 +90,8 @@ def batches(ds: WindowDataset, plan: Any, progress: Any = None, this_pass: tuple
     claimed = nextpass.claim(ds, plan, this_pass) if this_pass is not None else None
     reads, started = claimed if claimed is not None else (open_reads(ds, plan), None)
     parts = _flat(reads.reader) if started is None else iter(())
+    telemetry = getattr(ds, "_telemetry", None)
+    parts = timed_parts(telemetry, parts)  # the builder's waits for the readers (see telemetry)
 
     def reread(seg: Any) -> Part | None:
         return read_part(ds, seg, PartitionReader(ds.source, [seg.partition], list(ds.spec.columns)))
@@ -106,6 +110,7 @@ def batches(ds: WindowDataset, plan: Any, progress: Any = None, this_pass: tuple
             background=reads.background, interrupt=reads.reader.close,
             release=None if arena is None else arena.release,
             prepare=None if arena is None else arena.planned_starts, started=started, last=last, device=feed,
+            waits=None if telemetry is None else telemetry.waits,
         )  # fmt: skip
         for batch in batches:
             ds._resumer.step(progress)  # counted before the consumer gets it: a state then includes it
@@ -266,6 +271,8 @@ def read_part(ds: WindowDataset, segment: Any, reader: PartitionReader) -> Part 
     index = segment.partition
     name = ds.source.partitions[index].name
     r0, r1 = piece_rows(ds.grid, segment, ds.spec.span)
+    telemetry, clock = getattr(ds, "_telemetry", None), time.perf_counter_ns
+    started = clock()
     try:
         columns = reader.read_rows(index, r0, r1)
     except SourceReadError as exc:
@@ -273,7 +280,11 @@ def read_part(ds: WindowDataset, segment: Any, reader: PartitionReader) -> Part 
             raise
         record_skip(ds.skipped, name, "read", exc)
         return None
-    return decode(index, name, columns, ds.spec, ds._scale(), r0, getattr(ds, "_y_dtype", None))
+    fetched = clock()
+    part = decode(index, name, columns, ds.spec, ds._scale(), r0, getattr(ds, "_y_dtype", None))
+    if telemetry is not None:
+        telemetry.add_read(fetched - started, clock() - fetched, (r1 - r0) * len(ds.spec.columns) * 4)
+    return part
 
 
 def read_unit(
@@ -291,6 +302,8 @@ def read_unit(
     y_dtype = getattr(ds, "_y_dtype", None)
     place = arena.place(unit) if arena is not None else None
     ranges = [(int(a), int(b)) for a, b in blocks]
+    telemetry, clock = getattr(ds, "_telemetry", None), time.perf_counter_ns
+    started = clock()
     try:
         chunks = reader.read_ranges_chunks(index, ranges) if place is not None else None
         if chunks is not None and place is not None:  # a row group at a time, decoded into the buffer as it comes
@@ -299,6 +312,8 @@ def read_unit(
                 index, name, chunks, blocks[:, 0], sizes, ds.spec, ds._scale(), y_dtype or np.float32, place
             )
             if part is not None:
+                if telemetry is not None:  # read and decoded together: counted as fetch
+                    telemetry.add_read(clock() - started, 0, int(sizes.sum()) * len(ds.spec.columns) * 4)
                 return [part] * len(unit)
         pieces = reader.read_ranges(index, ranges)
     except SourceReadError as exc:
@@ -306,7 +321,11 @@ def read_unit(
             raise
         record_skip(ds.skipped, name, "read", exc)
         return [None] * len(unit)
+    fetched = clock()
     part = decode_pieces(index, name, pieces, blocks[:, 0], ds.spec, ds._scale(), y_dtype, place)
+    if telemetry is not None:
+        rows = sum(b - a for a, b in ranges)
+        telemetry.add_read(fetched - started, clock() - fetched, rows * len(ds.spec.columns) * 4)
     return [part] * len(unit)
 
 

@@ -91,6 +91,8 @@ def open_source(
     threads = options.pop("threads", None)
     if isinstance(data, Source):
         return data
+    index = options.pop("index", None)
+    footer_group = options.pop("footer_group", None)
     if series is not None and is_series_vector(series) and not isinstance(data, np.ndarray):
         raise ConfigError(
             f"series was given as a vector of {len(series)} ids, which only works with one 2-D numpy array; "
@@ -104,7 +106,13 @@ def open_source(
             options["threads"] = threads
         if isinstance(series, str):
             options["series"] = series  # the runs of small files come out of the footer read
+        if index is not None:
+            options["index"] = index
+        if footer_group is not None:
+            options["footer_group"] = footer_group
         return ParquetSource(data, storage_options, retry=retry, on_error=on_error, **options)
+    if index not in (None, False):
+        raise ConfigError(f"index={index!r} applies to Parquet files, not to {type(data).__name__}; leave index= out")
     if options.pop("cache_dir", None) is not None:  # what is not Parquet is read where it is
         options.pop("cache_bytes", None)
         log.info("cache_dir= applies to Parquet in a remote store; %s is read without it", type(data).__name__)

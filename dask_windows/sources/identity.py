@@ -34,7 +34,7 @@ from typing import Any
 
 from dask_windows.errors import SourceReadError
 
-__all__ = ["FileIdentity", "check_local", "digest", "from_info", "local", "local_from_listing"]
+__all__ = ["FileIdentity", "FooterDigest", "check_local", "digest", "from_info", "local", "local_from_listing"]
 
 #: Keys fsspec filesystems use for a version of an object (first present wins).
 VERSION_KEYS = ("ETag", "etag", "md5Hash", "generation", "version_id", "VersionId", "LastModified", "mtime", "updated")
@@ -105,17 +105,24 @@ def check_local(path: str, expected: FileIdentity | None) -> None:
     raise error
 
 
+class FooterDigest(bytes):
+    """The SHA-256 of a serialised footer, for ``digest`` (a dataset index keeps it, not the footer)."""
+
+
 def digest(files: Iterable[tuple[int | None, Any]]) -> str:
     """A short hash of each file's size and Parquet footer, in order (for the resume fingerprint).
 
     Args:
         files: ``(size, footer)`` per file, in canonical order; the footer is its serialised bytes,
-            a ``pyarrow.parquet.FileMetaData`` (its serialised form is hashed) or ``None``.
+            their SHA-256 as a ``FooterDigest``, a ``pyarrow.parquet.FileMetaData`` (its serialised
+            form is hashed) or ``None``.
     """
     out = hashlib.sha256()
     for size, footer in files:
         out.update(str(size).encode() + b"|")
-        if footer is not None:
+        if isinstance(footer, FooterDigest):
+            out.update(footer)
+        elif footer is not None:
             raw = footer if isinstance(footer, bytes) else pickle.dumps(footer)
             out.update(hashlib.sha256(raw).digest())
     return out.hexdigest()[:24]

@@ -52,6 +52,8 @@ from dask_windows.faults import (
 from dask_windows.sources.arrow import numpy_column
 from dask_windows.sources.base import DEFAULT_PARTITION_BYTES, Partition, Source
 from dask_windows.sources.cache import split_merged
+from dask_windows.sources.parquet.footer_index import footer_digest
+from dask_windows.sources.parquet.footer_share import open_footers
 from dask_windows.sources.parquet.footers import (
     Footer,
     list_files,
@@ -97,6 +99,10 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
             used first; new bytes that do not fit otherwise are not stored); ``None``: no limit.
         series: The series column, if any: runs that the tail read at open already tells are kept
             for ``read_runs`` (each given once), so a small file is not read again to scan it.
+        index: The dataset index (``footer_index``): ``None`` uses the one beside a folder or prefix if
+            there is one, a path that one, ``False`` none. Without one, ranks of an initialised
+            ``torch.distributed`` share the footers one of them read (``footer_share``) through
+            ``footer_group``, the process group's ``(store, world size)`` the dataset passes.
     """
 
     reads_in_processes = True
@@ -116,8 +122,11 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         cache_dir: str | os.PathLike | None = None,
         cache_bytes: int | None = None,
         series: str | None = None,
+        index: Any = None,
+        footer_group: Any = None,
     ) -> None:
         self.retry = resolve_retry(retry)
+        self.footer_group = footer_group  # (store, world size) of the ranks sharing footers (footer_share)
         self.on_error = check_on_error(on_error)
         self.max_gap = max_gap
         self.storage_options = storage_options
@@ -147,7 +156,8 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         if self.local:
             self.retry = self.retry.unbounded()
         self._pid = os.getpid()
-        opened = self._open_files(files, sizes, threads, partition_bytes, series)
+        opened = open_footers(self, data, files, sizes, listed, threads, partition_bytes, series, index)
+        self.footer_group = None  # not kept: a store does not pickle into DataLoader workers
         self.files = [path for path in files if path in opened]
         if not self.files:
             raise SourceReadError(f"no readable Parquet file in {self.description}: every footer failed to read")
@@ -208,7 +218,8 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
 
         ids = getattr(self, "_identities", {})
         return identity.digest(
-            ((ids[p].size if p in ids else None) or self._footers[p].size, self._footers[p].raw) for p in self.files
+            ((ids[p].size if p in ids else None) or self._footers[p].size, footer_digest(self._footers[p]))
+            for p in self.files
         )
 
     def unchanged(self, indices: Sequence[int]) -> bool:

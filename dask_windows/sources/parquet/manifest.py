@@ -72,7 +72,9 @@ class ParquetManifest:
         for path in self.files:
             entry = entries.get(path)
             if entry is not None:
-                rewritten = _rewritten(entry, listed.get(path), self._footers[path].raw)
+                footer = self._footers[path]  # an index's compact footer: its identity was checked against the
+                raw = None if hasattr(footer, "key_values") else footer.raw  # listing at open (footer_index)
+                rewritten = _rewritten(entry, listed.get(path), raw)
                 if rewritten and manifest["version"] >= 2:
                     from dask_windows.errors import DataError
 
@@ -144,18 +146,19 @@ class ParquetManifest:
         return cache, {path: object_version(info) for path, info in zip(self.files, infos)}
 
 
-def _rewritten(entry: dict, size: int | None, raw: bytes) -> str:
+def _rewritten(entry: dict, size: int | None, raw: bytes | None) -> str:
     """How a file differs from what its manifest entry recorded at convert ("" when it does not).
 
     Args:
         entry: the file's manifest entry (``bytes``; ``footer`` since 0.3).
         size: the file's size now (``None`` when the listing had none).
-        raw: the file's serialized footer as read at open.
+        raw: the file's serialized footer as read at open (``None``: opened from the dataset index,
+            whose identity check at open stands for the footer's).
     """
     from dask_windows.sources.manifest import footer_digest
 
     if size is not None and entry["bytes"] != size:
         return f"{size:,} bytes, the manifest says {entry['bytes']:,}"
-    if "footer" in entry and entry["footer"] != footer_digest(raw):
+    if raw is not None and "footer" in entry and entry["footer"] != footer_digest(raw):
         return "its Parquet footer differs from the one the manifest recorded"
     return ""

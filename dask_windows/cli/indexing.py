@@ -1,0 +1,52 @@
+"""``dask-windows index``: write the dataset index of a Parquet folder or prefix (``sources.footer_index``).
+
+The index holds every file's compact footer, identity, row groups and series
+runs, so that opening the dataset reads one object instead of one footer per
+file. The command reads each footer once (the open it saves every later job)
+and writes ``_dask_windows_index.dwi`` beside the files, or to ``--out``; it
+never writes over a file that is not an index of this library.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+__all__ = ["add_index_command", "run_index"]
+
+
+def add_index_command(command: Callable[[str, str, str], argparse.ArgumentParser]) -> None:
+    """Add ``index`` through ``build_parser``'s ``command`` helper."""
+    p = command(
+        "index",
+        "write the dataset index of a Parquet folder or prefix: one read at open instead of one per file",
+        "Reads every footer once and writes _dask_windows_index.dwi beside the files (or "
+        "--out): per file its size and version, row groups, series runs and compact footer. "
+        "WindowDataset finds it beside the data (or takes index=PATH) and checks it against "
+        "the files at open: a stale index raises naming the file.",
+    )
+    p.add_argument("path", metavar="PATH", help="dataset folder, prefix (s3://bucket/data/) or glob")
+    p.add_argument("--out", metavar="PATH", help="write the index here (needed for a glob or a read-only folder)")
+    p.add_argument(
+        "--series", metavar="COL", help="the series column whose runs the index keeps (default: the manifest's)"
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(run=run_index)
+
+
+def run_index(args: argparse.Namespace) -> dict:
+    """The ``index`` subcommand: write the index, report where and its size."""
+    import time
+
+    from dask_windows.sources.parquet.index_writer import write_index
+
+    started = time.perf_counter()
+    out = write_index(args.path, args.out, series=args.series)
+    out["seconds"] = round(time.perf_counter() - started, 3)
+    if args.json:
+        return out
+    series = "no series runs (pass --series)" if out["series"] is None else f"runs of {out['series']!r}"
+    return {
+        "text": f"wrote {out['index']}: {out['files']:,} files, {out['bytes']:,} bytes "
+        f"({out['bytes_per_file']:,.0f} per file), {series}, in {out['seconds']:.2f} s"
+    }

@@ -1,0 +1,347 @@
+"""Where a pass's time goes: counters of each stage, the training loop's exposed wait, and a verdict.
+
+A loader is "input-bound" when the training loop waits for batches. The
+loop's **exposed wait** is the time between asking for a batch and getting
+it; the time between getting one and asking for the next is the loop's own
+work (the step). Both are measured around ``next()`` on the loop's thread,
+two ``time.perf_counter_ns`` calls per batch and no lock (well under 1% of a
+batch's cost). Inside the loader each stage adds its nanoseconds and bytes to
+plain integer counters on the thread doing the work:
+
+* ``open``: opening the dataset (listing, footers or the index, series scan);
+* ``fetch``: a source's read of a buffer's pieces (I/O and Parquet decoding
+  by pyarrow, summed over the reader threads); local files read a row group
+  at a time count here whole;
+* ``decode``: the pieces turned into the buffer's numpy arrays;
+* ``reads waited``: the buffer builder waiting for the readers;
+* ``buffer wait``: the loop's thread waiting for the next buffer;
+* ``gather``: the rest of the exposed wait, the batches cut from the buffer
+  on the loop's thread.
+
+The verdict (``Verdict``): input-bound when the loop waited for at least 10%
+of its time after the first batch (whose wait, the start-up, is reported
+apart) and over 50 us a batch (tf.data's rule of thumb); then the stage with
+the largest share names the bound and the setting that would help.
+
+Counters live in the process that does the work: iterated in this process
+(``num_workers=0``) every stage is seen; with DataLoader workers the stages
+run in the workers and only the exposed wait of the loop is measured here,
+through ``ds.watch(loader)`` (``stats()`` says so). ``read_workers`` decode in
+their own processes: their fetch and decode are not counted. The counters
+are plain ``+=`` from a few threads: CPython may, rarely, lose an addition
+when two threads add at once; they are figures for a verdict, not for
+accounting. Across ranks ``stats(all_ranks=True)`` is a collective
+(``all_gather_object``): call it on every rank.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = [
+    "Stats",
+    "Telemetry",
+    "Verdict",
+    "gather_stats",
+    "judge",
+    "rank_stats",
+    "timed_parts",
+    "watch_loader",
+    "watched",
+]
+
+#: Wait share (after the first batch) from which a loop is input-bound.
+INPUT_BOUND_SHARE = 0.10
+#: Mean exposed wait per batch under which a loop is never input-bound (tf.data's 50 us).
+NEGLIGIBLE_WAIT_S = 50e-6
+
+_ADVICE = {
+    "fetch": "reading bounds the loader: read further ahead (prefetch_partitions=2+), read in processes "
+    "(read_workers=N, or DataLoader num_workers=N); on an object store keep the bytes locally (cache_dir=); "
+    "many small files: `dask-windows convert` them into fewer, larger ones",
+    "decode": "decoding the pieces bounds the loader: decode in processes (read_workers=N or DataLoader "
+    "num_workers=N), or read fewer columns",
+    "buffer": "building buffers bounds the loader: smaller buffers (buffer_partitions=1) start sooner, or "
+    "DataLoader num_workers=N builds several at once",
+    "gather": "cutting batches on the training loop's thread bounds the loader: DataLoader num_workers=N "
+    "gathers in worker processes",
+    "workers": "the DataLoader workers do not keep up: more num_workers, or see their stages by iterating "
+    "with num_workers=0 (or `dask-windows bench`)",
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether the loop is input-bound, which stage bounds it and what would help."""
+
+    input_bound: bool
+    stage: str | None
+    advice: str
+    wait_share: float
+
+    def __str__(self) -> str:
+        if not self.input_bound:
+            return f"not input-bound: the loop waited {self.wait_share:.1%} of its time; {self.advice}"
+        return f"input-bound ({self.wait_share:.1%} of the loop's time waiting), bound by {self.stage}: {self.advice}"
+
+
+@dataclass(frozen=True)
+class Stats:
+    """One rank's figures of the current (or last) pass, in seconds and bytes.
+
+    ``ranks`` holds every rank's ``Stats`` and ``slowest_rank`` the rank that waited longest when
+    gathered (``stats(all_ranks=True)``).
+    """
+
+    rank: int
+    batches: int
+    open_seconds: float
+    first_batch_seconds: float
+    wait_seconds: float
+    step_seconds: float
+    fetch_seconds: float
+    fetch_bytes: int
+    decode_seconds: float
+    reads: int
+    reads_waited_seconds: float
+    buffer_wait_seconds: float
+    gather_seconds: float
+    stages_seen: bool
+    verdict: Verdict
+    ranks: list[Stats] | None = field(default=None, compare=False)
+    slowest_rank: int | None = None
+
+    def as_dict(self) -> dict:
+        out = asdict(self)
+        out["verdict"] = {**asdict(self.verdict), "text": str(self.verdict)}
+        return out
+
+    def table(self) -> str:
+        """The breakdown as text lines (``dask-windows bench`` prints it)."""
+        per = max(self.batches - 1, 1)
+        rows = [
+            ("open (listing, footers, scan)", f"{self.open_seconds:.3f} s"),
+            ("first batch", f"{self.first_batch_seconds:.3f} s"),
+            (
+                "loop waited (after the first)",
+                f"{self.wait_seconds:.3f} s, {self.wait_seconds / per * 1e3:.3f} ms/batch",
+            ),
+            ("loop's own work", f"{self.step_seconds:.3f} s, {self.step_seconds / per * 1e3:.3f} ms/batch"),
+        ]
+        if self.stages_seen:
+            rows += [
+                ("fetch", f"{self.fetch_seconds:.3f} s ({self.reads:,} reads, {self.fetch_bytes / 1e6:,.1f} MB)"),
+                ("decode", f"{self.decode_seconds:.3f} s"),
+                ("builder waited for reads", f"{self.reads_waited_seconds:.3f} s"),
+                ("loop waited for buffers", f"{self.buffer_wait_seconds:.3f} s"),
+                ("gather", f"{self.gather_seconds:.3f} s"),
+            ]
+        else:
+            rows.append(("stages", "run in DataLoader workers: not seen here"))
+        if self.slowest_rank is not None:
+            rows.append(("slowest rank", str(self.slowest_rank)))
+        rows.append(("verdict", str(self.verdict)))
+        width = max(len(k) for k, _ in rows)
+        return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+class Telemetry:
+    """The counters of one dataset in one process (see the module docstring)."""
+
+    def __init__(self, open_ns: int = 0) -> None:
+        self.open_ns = open_ns
+        self.children: list[Telemetry] = []  # a mixture's members: their reads are the mixture's
+        self._depth = 0  # watchers running: a nested one (the dataset inside a watched loader) only passes through
+        self.begin_pass()
+
+    def begin_pass(self) -> None:
+        for child in getattr(self, "children", ()):
+            child.begin_pass()
+        self.batches = 0
+        self.first_ns = self.wait_ns = self.step_ns = 0
+        self.fetch_ns = self.fetch_bytes = self.decode_ns = self.reads = 0
+        self.reads_waited_ns = self.buffer_wait_ns = 0
+        self.stages_seen = False  # until a pass is watched in this process
+
+    def __getstate__(self) -> dict:  # (a DataLoader worker's copy starts its own counters)
+        return {"open_ns": self.open_ns}
+
+    def __setstate__(self, state: dict) -> None:  # (children: set again by telemetry_of)
+        self.__init__(state["open_ns"])  # type: ignore[misc]
+
+    def watch(self, batches: Iterable[Any], stages_here: bool = True) -> Iterator[Any]:
+        """``batches``, timing the exposed wait and the loop's own work between them."""
+        if self._depth:
+            yield from batches
+            return
+        self._depth += 1
+        self.begin_pass()
+        self.stages_seen = stages_here
+        clock = time.perf_counter_ns
+        it = iter(batches)
+        try:
+            started = clock()
+            try:
+                held = [next(it)]  # yielded by pop(): this frame keeps no reference while the loop works
+            except StopIteration:
+                return
+            got = clock()
+            self.first_ns = got - started
+            self.batches = 1
+            yield held.pop()
+            while True:
+                asked = clock()
+                self.step_ns += asked - got
+                try:
+                    held.append(next(it))
+                except StopIteration:
+                    return
+                got = clock()
+                self.wait_ns += got - asked
+                self.batches += 1
+                yield held.pop()
+        finally:
+            self._depth -= 1
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
+
+    def waits(self, source: Iterator[Any], counter: str) -> Iterator[Any]:
+        """``source``, adding the time each ``next`` blocks to ``counter`` (``buffer_wait_ns``,
+        ``reads_waited_ns``); no reference kept to an item once it is yielded (a buffer dropped by
+        the consumer is freed before it trims memory or asks for the next)."""
+        clock = time.perf_counter_ns
+        it = iter(source)
+        held: list = []
+        try:
+            while True:
+                asked = clock()
+                try:
+                    held.append(next(it))
+                except StopIteration:
+                    return
+                setattr(self, counter, getattr(self, counter) + clock() - asked)
+                yield held.pop()
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
+
+    def add_read(self, fetch_ns: int, decode_ns: int, nbytes: int) -> None:
+        self.fetch_ns += fetch_ns
+        self.decode_ns += decode_ns
+        self.fetch_bytes += nbytes
+        self.reads += 1
+
+    def _total(self, name: str) -> int:
+        return getattr(self, name) + sum(child._total(name) for child in self.children)
+
+    def snapshot(self, rank: int = 0) -> Stats:
+        s = 1e-9
+        fetch_ns, decode_ns = self._total("fetch_ns"), self._total("decode_ns")
+        buffer_wait_ns, reads_waited_ns = self._total("buffer_wait_ns"), self._total("reads_waited_ns")
+        gather_ns = max(self.wait_ns + self.first_ns - buffer_wait_ns, 0)
+        verdict = judge(
+            self.wait_ns * s,
+            self.step_ns * s,
+            max(self.batches - 1, 0),
+            {
+                "fetch": fetch_ns * s / 2,  # two reader threads (reading.READ_THREADS)
+                "decode": decode_ns * s / 2,
+                "buffer": max(buffer_wait_ns - reads_waited_ns, 0) * s,
+                "gather": gather_ns * s,
+            }
+            if self.stages_seen
+            else None,
+        )
+        return Stats(
+            rank=rank,
+            batches=self.batches,
+            open_seconds=self.open_ns * s,
+            first_batch_seconds=self.first_ns * s,
+            wait_seconds=self.wait_ns * s,
+            step_seconds=self.step_ns * s,
+            fetch_seconds=fetch_ns * s,
+            fetch_bytes=self._total("fetch_bytes"),
+            decode_seconds=decode_ns * s,
+            reads=self._total("reads"),
+            reads_waited_seconds=reads_waited_ns * s,
+            buffer_wait_seconds=buffer_wait_ns * s,
+            gather_seconds=gather_ns * s,
+            stages_seen=self.stages_seen,
+            verdict=verdict,
+        )
+
+
+def judge(wait: float, step: float, batches: int, stages: dict[str, float] | None) -> Verdict:
+    """The verdict from the loop's wait and own work after its first batch, and each stage's busy seconds."""
+    share = wait / (wait + step) if wait + step > 0 else 0.0
+    if batches == 0 or share < INPUT_BOUND_SHARE or wait / batches < NEGLIGIBLE_WAIT_S:
+        return Verdict(False, None, "a faster loader would not speed training up", share)
+    if stages is None:
+        return Verdict(True, "workers", _ADVICE["workers"], share)
+    stage = max(stages, key=lambda k: stages[k])
+    return Verdict(True, stage, _ADVICE[stage], share)
+
+
+def timed_parts(telemetry: Telemetry | None, parts: Iterator[Any]) -> Iterator[Any]:
+    """The builder's parts, timing its waits for the readers (``parts`` itself without telemetry)."""
+    return parts if telemetry is None else telemetry.waits(parts, "reads_waited_ns")
+
+
+def gather_stats(mine: Stats) -> Stats:
+    """Every rank's ``Stats`` (an ``all_gather_object``), the slowest rank named; ``mine`` alone without
+    an initialised process group."""
+    from dask_windows.runtime.detect import all_gather
+
+    everyone = all_gather(mine)
+    if everyone is None:
+        return mine
+    slowest = max(everyone, key=lambda s: s.wait_seconds + s.first_batch_seconds)
+    fields = {k: getattr(mine, k) for k in mine.__dataclass_fields__}
+    return Stats(**{**fields, "ranks": everyone, "slowest_rank": slowest.rank})
+
+
+def telemetry_of(ds: Any) -> Telemetry:
+    """The dataset's counters (made on first use for a dataset built without them)."""
+    telemetry = ds.__dict__.get("_telemetry")
+    if telemetry is None:
+        telemetry = ds.__dict__["_telemetry"] = Telemetry()
+    members = getattr(ds, "members", None)  # a Mixture: its members' stages are its own
+    if members is not None and not telemetry.children:
+        telemetry.children = [telemetry_of(m) for m in members]
+        telemetry.open_ns = sum(child.open_ns for child in telemetry.children)
+    return telemetry
+
+
+def watched(ds: Any, batches: Iterator[Any]) -> Iterator[Any]:
+    """A pass's batches timed in this process; as they are inside a DataLoader worker (nobody reads
+    a worker's counters: the main process measures the loop with ``watch_loader``)."""
+    from dask_windows.runtime.detect import in_worker
+
+    if in_worker():
+        return batches
+    return telemetry_of(ds).watch(batches, stages_here=getattr(ds, "read_workers", 0) == 0)
+
+
+def watch_loader(ds: Any, loader: Iterable[Any]) -> Iterator[Any]:
+    """``loader``'s batches with the training loop's exposed wait counted on ``ds`` (see ``watched``)."""
+    workers = 0
+    inner: Any = loader
+    for _ in range(4):  # a wrapper's loader (DevicePrefetcher.loader, ...) down to the DataLoader
+        workers = max(workers, getattr(inner, "num_workers", 0) or 0)
+        inner = getattr(inner, "loader", None)
+        if inner is None:
+            break
+    here = workers == 0 and getattr(ds, "read_workers", 0) == 0
+    return telemetry_of(ds).watch(loader, stages_here=here)
+
+
+def rank_stats(ds: Any, all_ranks: bool = False) -> Stats:
+    """``ds``'s ``Stats`` in this process, gathered over the ranks when ``all_ranks``."""
+    rank = getattr(ds, "rank", 0)
+    mine = telemetry_of(ds).snapshot(rank if isinstance(rank, int) else 0)
+    return gather_stats(mine) if all_ranks else mine

@@ -1,0 +1,174 @@
+"""Where a Parquet dataset's footers come from at open: its index, another rank, or the files.
+
+``open_footers`` is the one call ``ParquetSource`` makes after its listing:
+
+1. an index (``footer_index``: beside the data, or ``index=PATH``) answers in
+   one read, checked against the listing;
+2. else, on an object store (any filesystem but local disk, whose page-cached
+   footers open faster than they travel) when ``torch.distributed`` is
+   initialised with more than one rank, the first rank to open a listing
+   reads the footers and hands them to the others through the process
+   group's key-value store (the ``TCPStore`` or ``FileStore`` every
+   ``init_process_group`` sets up), in the index's own format (full footers:
+   no compaction to wait for). N ranks make the requests of one;
+3. else every footer is read (``opening``).
+
+Why the store and not a broadcast: a collective hangs when one rank does not
+open the dataset (a validation set opened on rank 0 only). Through the store
+nothing is collective: the first rank to open a listing claims it (an atomic
+``add``), and a rank that waits longer than ``SHARE_WAIT_SECONDS`` (plus 10 ms
+a file) for it, or finds that the claimer failed, reads the footers itself;
+the claimer never waits. The key names the listing (paths, sizes, versions)
+and how many times this process opened it, so ranks that open the same
+datasets in the same order meet; any other order costs at worst the reads a
+rank would have made alone. The bytes are deleted from the store once every
+other rank took them. torch is never imported here: the dataset passes the
+group's store (``footer_group=``, from ``runtime.detect``); a source opened
+on its own reads its footers. ``DASK_WINDOWS_SHARE_FOOTERS=0``
+in the environment turns the sharing off (every rank reads its footers).
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+from dask_windows.sources.parquet.footer_index import entries_bytes, find_index, opened_from_index
+
+__all__ = ["SHARE_WAIT_SECONDS", "open_footers", "shared_open"]
+
+log = logging.getLogger("dask_windows.sources.parquet")
+
+#: Seconds a rank waits for the footers another rank is reading (plus 10 ms per file) before reading them.
+SHARE_WAIT_SECONDS = 120.0
+_FAILED = b"-"
+_OPENS: dict[str, int] = {}  # listing digest -> times this process opened it
+
+
+def open_footers(
+    source: Any,
+    data: Any,
+    files: list[str],
+    sizes: list,
+    listed: dict,
+    threads: int,
+    partition_bytes: int,
+    series: str | None,
+    index: Any,
+) -> dict:
+    """Every file of ``files`` opened (``opening._Opened`` by path) from the cheapest place."""
+    found = find_index(source.fs, data, index)
+    if found is not None:
+        path, blob = found
+        data_root = None
+        if isinstance(data, (str, os.PathLike)) and not any(ch in os.fspath(data) for ch in "*?["):
+            data_root = source.fs._strip_protocol(os.fspath(data)).rstrip("/")
+        where = (
+            path
+            if index in (None, True) and source.local
+            else (os.fspath(index) if index not in (None, True) else source._url(path))
+        )
+        opened = opened_from_index(
+            blob, where, files, listed, source.local, partition_bytes, series, data_root, source._url
+        )
+        log.info("opened %s from its index %s (%d files, one read)", source.description, where, len(files))
+        return opened
+    return shared_open(
+        source,
+        files,
+        sizes,
+        listed,
+        partition_bytes,
+        series,
+        lambda: source._open_files(files, sizes, threads, partition_bytes, series),
+    )
+
+
+def shared_open(
+    source: Any,
+    files: list[str],
+    sizes: list,
+    listed: dict,
+    partition_bytes: int,
+    series: str | None,
+    open_here: Callable[[], dict],
+) -> dict:
+    """``open_here()`` on the first rank to open this listing; the others take its footers (see above)."""
+    # Local files (page-cached, tens of microseconds a footer) open faster than the exchange: on 2
+    # ranks 1,000 local files took 1.2 s each reading, 2.4 s shared (benchmarks/bench_startup.py).
+    wanted = not source.local and os.environ.get("DASK_WINDOWS_SHARE_FOOTERS", "1") != "0"
+    group = getattr(source, "footer_group", None) if wanted else None  # (store, world): the dataset's
+    if group is None:
+        return open_here()
+    store, world = group
+    versions = [str((listed.get(p) or {}).get("ETag") or (listed.get(p) or {}).get("mtime")) for p in files]
+    digest = hashlib.sha256(repr((files, sizes, versions, partition_bytes, series)).encode()).hexdigest()[:32]
+    _OPENS[digest] = _OPENS.get(digest, 0) + 1
+    key = f"dask_windows/footers/{digest}/{_OPENS[digest]}"
+    if store.add(key + "/claim", 1) == 1:
+        try:
+            opened = open_here()
+        except BaseException:
+            store.set(key, _FAILED)  # the others read on their own, and report what this rank reports
+            raise
+        blob = _FAILED
+        if len(opened) == len(files):  # files skipped at open (on_error="skip"): each rank decides its own
+            try:
+                blob = _exchange_bytes(source, files, opened, series)
+            except Exception:
+                log.warning("could not share the footers of %s with the other ranks", source.description, exc_info=True)
+        store.set(key, blob)
+        return opened
+    wait = SHARE_WAIT_SECONDS + 0.01 * len(files)
+    try:
+        store.wait([key], datetime.timedelta(seconds=wait))
+        blob = store.get(key)
+    except Exception:
+        log.warning("no rank shared the footers of %s within %.0f s: reading them here", source.description, wait)
+        return open_here()
+    if store.add(key + "/taken", 1) >= world - 1:
+        try:
+            store.delete_key(key)
+        except Exception:  # a store without deletes keeps it
+            pass
+    if blob == _FAILED:
+        return open_here()
+    return opened_from_index(
+        blob,
+        "the footers another rank shared",
+        files,
+        listed,
+        source.local,
+        partition_bytes,
+        series,
+        None,
+        source._url,
+        check=False,
+    )
+
+
+def _exchange_bytes(source: Any, files: list[str], opened: dict, series: str | None) -> bytes:
+    """The opened files in the index format, full footers (no compaction pass), paths absolute."""
+    schemas: list = []
+    numbers: dict[int, int] = {}
+    for path in files:
+        schema = opened[path].schema
+        if id(schema) not in numbers:
+            numbers[id(schema)] = len(schemas)
+            schemas.append(schema)
+    return entries_bytes(
+        files,
+        "",
+        [opened[p].footer for p in files],
+        [opened[p].identity for p in files],
+        [numbers[id(opened[p].schema)] for p in files],
+        schemas,
+        [opened[p].runs for p in files],
+        series,
+        source.local,
+        compact=False,
+    )

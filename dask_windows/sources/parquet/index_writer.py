@@ -1,0 +1,126 @@
+"""Writing the dataset index (``footer_index``): ``write_index`` and ``index_bytes``.
+
+Apart from ``footer_index`` because writing opens a ``ParquetSource`` (which
+reads indexes through ``footer_share``): the writer may import the source,
+the reader may not.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from typing import Any
+
+from dask_windows.sources.parquet.footer_index import INDEX_NAME, entries_bytes, is_index
+
+__all__ = ["index_bytes", "write_index"]
+
+
+def index_bytes(source: Any, root: str, series: str | None, compact: bool = True) -> bytes:
+    """The index of an opened ``ParquetSource`` (index=False) as bytes; runs of one-partition files that
+    the open did not tell are scanned from the series column (``series``)."""
+    from dask_windows.sources.base import Source
+
+    one_partition = {
+        p.key[0]: i for i, p in enumerate(source.partitions) if len(p.key[1]) == len(source._footers[p.key[0]].rows)
+    }
+    runs = []
+    for path in source.files:
+        told = source._tail_runs.get(path) if series == source._tail_series else None
+        if told is None and series is not None and path in one_partition:
+            told = Source.read_runs(source, one_partition[path], series)
+        runs.append(told)
+    return entries_bytes(
+        source.files,
+        root,
+        [source._footers[p] for p in source.files],
+        [source._identities.get(p) for p in source.files],
+        source._schema_numbers,
+        source._schemas,
+        runs,
+        series,
+        source.local,
+        compact,
+    )
+
+
+def write_index(
+    data: str | os.PathLike,
+    out: str | None = None,
+    *,
+    series: str | None = None,
+    storage_options: dict | None = None,
+    threads: int = 16,
+) -> dict:
+    """Write the index of the Parquet dataset ``data`` (a folder, prefix, glob or file).
+
+    Args:
+        data: The dataset.
+        out: Where to write it (default: ``INDEX_NAME`` in the folder or prefix ``data``). An existing
+            file there is replaced only when it is an index this library wrote.
+        series: The series column whose runs the index holds (default: the manifest's, if any).
+        storage_options: fsspec options.
+        threads: Threads reading the footers.
+
+    Returns:
+        ``{"index": url, "files": n, "bytes": size, "bytes_per_file": ...}``.
+
+    Raises:
+        FileExistsError: ``out`` holds a file that is not an index of this library.
+        ValueError: ``data`` is a glob or a list and no ``out`` was given.
+    """
+    import fsspec
+
+    from dask_windows.sources.parquet import ParquetSource
+
+    url = os.fspath(data)
+    fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    root = root.rstrip("/")
+    globbed = any(ch in root for ch in "*?[")
+    if out is None:
+        if globbed or not fs.isdir(root):
+            raise ValueError(
+                f"{url} is not a folder or prefix, so the index has no place of its own; pass out=PATH "
+                "(--out PATH) and open the dataset with index=PATH"
+            )
+        target, out_fs = posixpath.join(root, INDEX_NAME), fs
+    else:
+        out_fs, target = fsspec.core.url_to_fs(os.fspath(out), **(storage_options or {}))
+    source = ParquetSource(url, storage_options, threads=threads, series=series, index=False)
+    if series is None:
+        series = source.manifest_series
+    base = posixpath.dirname(root) if globbed else root
+    blob = index_bytes(source, base, series)
+    _refuse_foreign(out_fs, target)
+    if _is_local(out_fs):
+        tmp = f"{target}.tmp-{os.getpid()}"
+        with open(tmp, "wb") as dst:
+            dst.write(blob)
+        os.replace(tmp, target)
+    else:
+        out_fs.pipe_file(target, blob)
+    shown = target if _is_local(out_fs) else out_fs.unstrip_protocol(target)
+    return {
+        "index": shown,
+        "files": len(source.files),
+        "bytes": len(blob),
+        "bytes_per_file": len(blob) / len(source.files),
+        "series": series,
+    }
+
+
+def _is_local(fs: Any) -> bool:
+    from fsspec.implementations.local import LocalFileSystem
+
+    return isinstance(fs, LocalFileSystem)
+
+
+def _refuse_foreign(fs: Any, target: str) -> None:
+    """Raise ``FileExistsError`` when ``target`` exists and is not an index of this library."""
+    if not fs.exists(target):
+        return
+    if not is_index(fs.cat_file(target)):
+        raise FileExistsError(
+            f"{target} exists and is not a dask_windows index; the index is never written over another file: "
+            "choose another out path or remove it"
+        )

@@ -1,0 +1,128 @@
+"""Telemetry (``dask_windows.telemetry``): the figures against a loop of known step time, and the verdict."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from dask_windows import WindowDataset
+from dask_windows.runtime.telemetry import Telemetry, judge
+
+STEP = 0.03  # seconds of "training" per batch
+READ_DELAY = 0.15  # seconds added to every read of the slowed loader
+
+
+def _arrays(n: int = 6, rows: int = 600) -> list[np.ndarray]:
+    return [np.random.default_rng(i).standard_normal((rows, 1)).astype(np.float32) for i in range(n)]
+
+
+class SlowReads:
+    """A source's ``read_ranges`` that sleeps first: the injected I/O delay."""
+
+    def __init__(self, read, delay: float) -> None:
+        self.read, self.delay = read, delay
+
+    def __call__(self, *args, **kwargs):
+        time.sleep(self.delay)
+        return self.read(*args, **kwargs)
+
+
+def _dataset(**kw) -> WindowDataset:
+    return WindowDataset(
+        _arrays(),
+        window=16,
+        stride=16,
+        batch_size=16,
+        partition_rows=600,  # one partition per array
+        buffer_partitions=1,
+        pieces_per_partition=1,
+        next_pass_seconds=0,  # no read of the next pass's first buffer inside this one
+        **kw,
+    )
+
+
+def test_a_loop_with_a_known_step_is_compute_bound():
+    ds = _dataset()
+    for _ in ds:
+        time.sleep(STEP)
+    stats = ds.stats()
+    assert stats.batches == len(ds)
+    assert stats.step_seconds >= STEP * (len(ds) - 1)  # the sleeps between batches, at least
+    assert stats.wait_seconds < stats.step_seconds
+    assert not stats.verdict.input_bound and stats.verdict.stage is None
+    assert stats.open_seconds > 0 and stats.reads == len(ds.partitions) and stats.fetch_bytes > 0
+    assert "not input-bound" in stats.table()
+
+
+def test_a_loader_slowed_by_its_reads_is_input_bound_by_fetch():
+    ds = _dataset()
+    ds.source.read_ranges = SlowReads(ds.source.read_ranges, READ_DELAY)
+    batches = sum(1 for _ in ds)
+    stats = ds.stats()
+    assert batches == stats.batches == len(ds)
+    assert stats.reads == len(ds.partitions)
+    assert stats.fetch_seconds >= READ_DELAY * stats.reads  # each read slept at least that long
+    assert stats.verdict.input_bound and stats.verdict.stage == "fetch"
+    assert "prefetch_partitions" in stats.verdict.advice and "read_workers" in stats.verdict.advice
+    assert stats.as_dict()["verdict"]["stage"] == "fetch"
+
+
+def test_each_pass_counts_its_own_batches_and_an_early_break_closes_the_pass():
+    ds = _dataset(prefetch_partitions=0)
+    it = iter(ds)
+    next(it)
+    next(it)
+    it.close()
+    assert ds.stats().batches == 2
+    assert sum(1 for _ in ds) == ds.stats().batches == len(ds)
+
+
+def test_workers_stages_are_not_seen_but_the_loop_wait_is():
+    ds = _dataset()
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=1)
+    assert sum(1 for _ in ds.watch(loader)) == len(ds)
+    stats = ds.stats()
+    assert stats.batches == len(ds) and not stats.stages_seen and stats.reads == 0
+    assert "DataLoader workers" in stats.table()
+
+
+def test_judge_rules():
+    assert not judge(0.0, 1.0, 10, {"fetch": 1.0}).input_bound
+    assert not judge(0.5, 0.5, 10**5, {"fetch": 1.0}).input_bound  # 5 us a batch: negligible
+    slow = judge(0.9, 0.1, 10, {"fetch": 0.1, "decode": 0.2, "buffer": 0.0, "gather": 0.5})
+    assert slow.input_bound and slow.stage == "gather" and "num_workers" in slow.advice
+    assert judge(0.9, 0.1, 10, None).stage == "workers"
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_watched_loader_over_the_dataset_counts_once(nested):
+    ds = _dataset()
+    loader = torch.utils.data.DataLoader(ds, batch_size=None)
+    batches = sum(1 for _ in (ds.watch(loader) if nested else loader))
+    assert ds.stats().batches == batches == len(ds)
+    assert ds.stats().stages_seen
+
+
+def test_telemetry_pickles_as_fresh_counters():
+    import pickle
+
+    t = Telemetry(123)
+    t.add_read(5, 6, 7)
+    again = pickle.loads(pickle.dumps(t))
+    assert again.open_ns == 123 and again.reads == 0
+
+
+def test_a_mixture_counts_the_loop_and_its_members_reads():
+    from dask_windows import mix
+
+    a, b = _dataset(), _dataset()
+    b.source.read_ranges = SlowReads(b.source.read_ranges, READ_DELAY)
+    mixture = mix({"a": a, "b": b}, batch_size=16)
+    batches = sum(1 for _ in mixture)
+    stats = mixture.stats()
+    assert batches == stats.batches == len(mixture)
+    assert stats.reads >= len(b.partitions) and stats.fetch_seconds >= READ_DELAY * len(b.partitions)
+    assert stats.open_seconds == pytest.approx(a.stats().open_seconds + b.stats().open_seconds)
