@@ -210,6 +210,10 @@ class WindowDataset(IterableDataset):
             options["footer_group"] = process_group_store()  # ranks share footers (footer_share)
         self.on_error = check_on_error(on_error)
         self.read_workers = check_int("read_workers", read_workers)
+        if self.read_workers:  # each worker imports the script: refuse an unguarded one now (speedups.main_guard)
+            from dask_windows.speedups.main_guard import check_main_guard
+
+            check_main_guard("forkserver")
         self.next_pass_seconds = check_seconds(next_pass_seconds)
         self.device = resolve_device(device)  # None: the host path (see ondevice)
         self.device_traffic = Traffic()  # bytes this process's passes sent to ``device``

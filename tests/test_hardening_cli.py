@@ -137,7 +137,7 @@ def test_read_workers_in_a_script_without_main_guard_raises(tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode != 0, done.stdout  # it ran the script twice and exited 0
     assert "batches" not in done.stdout
-    assert 'if __name__ == "__main__":' in done.stderr and "line 6 of" in done.stderr
+    assert 'if __name__ == "__main__":' in done.stderr and "line 5 of" in done.stderr  # the WindowDataset(...) line
     assert "read_workers=0" in done.stderr
 
 

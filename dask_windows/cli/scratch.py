@@ -117,6 +117,7 @@ def _write_files(
             time,
             compression=compression,
             compute=compute,
+            scratch_compression=SCRATCH_OPTIONS.compression,  # a name: the options do not pickle
             **spread,
         )
         fs.rm(scratch, recursive=True)

@@ -73,7 +73,9 @@ def _guarded_lines(path: str, mtime: float) -> tuple[tuple[int, int], ...] | Non
 
 def _script_line() -> tuple[str, int] | None:
     """The script's file and the line its top-level code is running, on the main thread."""
-    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    import __main__
+
+    path = getattr(__main__, "__file__", None)
     if not path:
         return None
     path = os.path.abspath(path)
