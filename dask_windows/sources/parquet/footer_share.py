@@ -37,6 +37,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from dask_windows.errors import DataError
+from dask_windows.sources.manifest import MANIFEST_NAME
 from dask_windows.sources.parquet.footer_index import entries_bytes, find_index, opened_from_index
 
 __all__ = ["SHARE_WAIT_SECONDS", "open_footers", "shared_open"]
@@ -72,11 +74,19 @@ def open_footers(
             if index in (None, True) and source.local
             else (os.fspath(index) if index not in (None, True) else source._url(path))
         )
-        opened = opened_from_index(
-            blob, where, files, listed, source.local, partition_bytes, series, data_root, source._url
-        )
-        log.info("opened %s from its index %s (%d files, one read)", source.description, where, len(files))
-        return opened
+        try:
+            opened = opened_from_index(
+                blob, where, files, listed, source.local, partition_bytes, series, data_root, source._url
+            )
+        except DataError as exc:
+            # The index `convert` wrote beside its manifest: the manifest's checks, which run next on
+            # footers read afresh, name what changed and the remedy of converted data (rerun convert).
+            if index not in (None, True) or data_root is None or not _has_manifest(source, data_root):
+                raise
+            log.warning("%s; reading every footer so the convert manifest's checks can name the change", exc)
+        else:
+            log.info("opened %s from its index %s (%d files, one read)", source.description, where, len(files))
+            return opened
     return shared_open(
         source,
         files,
@@ -86,6 +96,14 @@ def open_footers(
         series,
         lambda: source._open_files(files, sizes, threads, partition_bytes, series),
     )
+
+
+def _has_manifest(source: Any, root: str) -> bool:
+    """Whether ``root`` holds the manifest ``dask-windows convert`` writes."""
+    try:
+        return bool(source.fs.exists(f"{root}/{MANIFEST_NAME}"))
+    except OSError:
+        return False
 
 
 def shared_open(
