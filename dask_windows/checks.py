@@ -186,6 +186,8 @@ def output_dtype(source: Any, columns: Sequence) -> Any:
         return None
     kinds = []
     schemas = getattr(source, "_schemas", None)
+    if not schemas and getattr(source, "schema", None) is not None:  # tables in memory (sources.arrow)
+        schemas = [source.schema]
     if schemas:
         import pyarrow as pa
 

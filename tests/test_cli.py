@@ -599,7 +599,7 @@ def test_version_global_flags_help_and_parse_errors(tmp_path, capsys):
                 assert action.help, (name, action.option_strings)
                 if action.default not in (None, False) and action.nargs != 0:
                     assert "default" in action.help or action.default is not None
-        assert "(default: 1)" in text or name == "stats"
+        assert "(default: 1)" in text or name in ("stats", "index", "fit")
     pd.DataFrame({"sid": [1, 1], "ts": [1, 2], "x": [0.5, 1.5]}).to_parquet(tmp_path / "d.parquet")
     from dask_windows.cli import main
 
