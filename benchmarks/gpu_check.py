@@ -94,7 +94,11 @@ def loader_alone(args: argparse.Namespace, data: str, device: Any) -> dict[str, 
 
     clock = Clock(device)
     settings = dict(
-        features=FEATURES, series="series_id", window=args.gather_window, batch_size=args.gather_batch_size, seed=0,
+        features=FEATURES,
+        series="series_id",
+        window=args.gather_window,
+        batch_size=args.gather_batch_size,
+        seed=0,
         pieces_per_partition=1,  # the order device mode takes, so that host and device batches compare
     )
     results: dict[str, dict[str, float]] = {}
