@@ -308,6 +308,16 @@ class WindowDataset(IterableDataset):
         check_windows(self.source, spec, self.runs, self.num_windows, order_remedy, self.skipped)
         self.left_out = check_omissions(self, not series_from_manifest or self._series_from_manifest)
         warn_if_few_units(self)  # the pool order's budget holds too few units to mix like a global shuffle
+        if self.read_workers and self.spec.buffer_bytes is not None:  # never a setting that silently does nothing
+            import warnings
+
+            warnings.warn(
+                f"read_workers={self.read_workers} serves the piece order: the default pool order reads each row "
+                "group once on one reader thread and starts no read workers; pass pieces_per_partition=1 (whole "
+                "partitions) to use them, or drop read_workers",
+                UserWarning,
+                stacklevel=2,
+            )
         self._telemetry = Telemetry(time.perf_counter_ns() - opening)
 
     # -- topology ---------------------------------------------------------------------------

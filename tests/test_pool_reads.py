@@ -128,3 +128,10 @@ def _run_cli(main, args: list) -> str:
         warnings.simplefilter("ignore")
         main(["inspect", *args])
     return out.getvalue()
+
+
+def test_read_workers_in_the_pool_order_warn_that_they_are_not_used(tmp_path):
+    for i, frame in enumerate(_frames()):
+        frame.to_parquet(tmp_path / f"part-{i}.parquet", row_group_size=ROWS // GROUPS)
+    with pytest.warns(UserWarning, match="read_workers=2 serves the piece order.*pieces_per_partition=1"):
+        WindowDataset(str(tmp_path), read_workers=2, **KW)
