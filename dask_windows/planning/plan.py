@@ -133,6 +133,23 @@ def batches_per_rank(num_windows: int, world_size: int, batch_size: int, drop_la
     return share // batch_size if drop_last else -(-share // batch_size)
 
 
+def reader_span(
+    total: int, world: World, batch_size: int, drop_last: bool, skip_batches: int = 0
+) -> tuple[int, int, int, int]:
+    """This reader's stretch of an epoch of ``total`` windows: the one rule every order divides by.
+
+    Returns:
+        ``(lo, hi, batches, skip)``: the reader's windows are positions ``[lo, hi)`` of the epoch's
+        sequence, ``batches`` its batches before any skip, ``skip`` the skipped ones, clipped to them.
+    """
+    share = windows_per_rank(total, world.world_size)
+    num_batches = batches_per_rank(total, world.world_size, batch_size, drop_last)
+    used = min(share, num_batches * batch_size)
+    b0, b1 = worker_batch_range(num_batches, world.worker, world.num_workers)
+    skip = min(max(skip_batches, 0), b1 - b0)
+    return world.rank * share + b0 * batch_size, world.rank * share + min(b1 * batch_size, used), b1 - b0, skip
+
+
 def worker_batch_range(num_batches: int, worker: int, num_workers: int) -> tuple[int, int]:
     """Contiguous block ``[b0, b1)`` of the rank's batches that ``worker`` yields."""
     return worker * num_batches // num_workers, (worker + 1) * num_batches // num_workers
@@ -320,13 +337,7 @@ def plan_reader(
     """
     counts = np.asarray(windows_per_partition, dtype=np.int64)
     total = int(counts.sum())
-    share = windows_per_rank(total, world.world_size)
-    num_batches = batches_per_rank(total, world.world_size, batch_size, drop_last)
-    used = min(share, num_batches * batch_size)
-    b0, b1 = worker_batch_range(num_batches, world.worker, world.num_workers)
-    skip_batches = min(max(skip_batches, 0), b1 - b0)
-    lo = world.rank * share + b0 * batch_size
-    hi = world.rank * share + min(b1 * batch_size, used)
+    lo, hi, reader_batches, skip_batches = reader_span(total, world, batch_size, drop_last, skip_batches)
     skip = skip_batches * batch_size
     per_buffer = buffer_partitions * pieces_per_partition
     if pieces_per_partition == 1:  # the 0.1 order: whole partitions, in a permutation of partitions
@@ -352,5 +363,5 @@ def plan_reader(
         buffer_seeds=tuple(seeds),
         skip=skip,
         num_windows=max(hi - lo - skip_batches * batch_size, 0),
-        num_batches=b1 - b0 - skip_batches,
+        num_batches=reader_batches - skip_batches,
     )

@@ -47,11 +47,9 @@ import numpy as np
 
 from dask_windows.planning.plan import (
     _segments,
-    batches_per_rank,
     epoch_order,
+    reader_span,
     rng_for,
-    windows_per_rank,
-    worker_batch_range,
 )
 from dask_windows.planning.windows import window_starts
 from dask_windows.planning.world import World
@@ -345,13 +343,7 @@ def plan_pool(
     """
     counts = np.array([int(np.sum(c)) for c in grid_counts], np.int64)  # (P,) windows of each partition
     total = int(counts.sum())
-    share = windows_per_rank(total, world.world_size)
-    num_batches = batches_per_rank(total, world.world_size, batch_size, drop_last)
-    used = min(share, num_batches * batch_size)
-    b0, b1 = worker_batch_range(num_batches, world.worker, world.num_workers)
-    skip_batches = min(max(skip_batches, 0), b1 - b0)
-    lo = world.rank * share + b0 * batch_size
-    hi = world.rank * share + min(b1 * batch_size, used)
+    lo, hi, reader_batches, skip_batches = reader_span(total, world, batch_size, drop_last, skip_batches)
     order = epoch_order(len(counts), seed, epoch, shuffle)
     segments = _segments(order, np.zeros(len(order), np.int64), counts[order], lo, hi)
     atoms = _atoms(segments, grid_first, grid_counts, stride, span, bounds)
@@ -407,7 +399,7 @@ def plan_pool(
         start,
         skip,
         max(hi - lo - skip_batches * batch_size, 0),
-        b1 - b0 - skip_batches,
+        reader_batches - skip_batches,
         entropy,
         shuffle,
         group,
