@@ -126,3 +126,14 @@ def test_a_mixture_counts_the_loop_and_its_members_reads():
     assert batches == stats.batches == len(mixture)
     assert stats.reads >= len(b.partitions) and stats.fetch_seconds >= READ_DELAY * len(b.partitions)
     assert stats.open_seconds == pytest.approx(a.stats().open_seconds + b.stats().open_seconds)
+
+
+def test_the_default_pool_order_reports_its_reads_and_buffer_waits():
+    arrays = _arrays()
+    ds = WindowDataset(arrays, window=16, stride=16, batch_size=16, buffer_bytes=1 << 20)
+    assert ds.spec.buffer_bytes is not None  # the pool order
+    assert sum(1 for _ in ds) == len(ds)
+    stats = ds.stats()
+    assert stats.reads >= 1 and stats.fetch_seconds > 0 and stats.decode_seconds > 0  # (small arrays: merged units)
+    assert 0 < stats.fetch_bytes <= sum(a.shape[0] * a.shape[1] for a in arrays) * 4  # no row read twice
+    assert stats.stages_seen

@@ -24,6 +24,7 @@ one unit at a time on one thread.
 from __future__ import annotations
 
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -188,6 +189,8 @@ class _Pool:
         ds, unit = self.ds, self.plan.units[i]
         p, (r0, r1), (fa, fb) = unit.partition, unit.rows, unit.fresh
         name = ds.source.partitions[p].name
+        clock = time.perf_counter_ns
+        started = clock()
         try:
             fresh = self._rows(p, fa, fb) if fb > fa else None
         except SourceReadError as exc:
@@ -221,8 +224,12 @@ class _Pool:
             record_skip(ds.skipped, name, "read", exc)
             return None
         del fresh
+        fetched = clock()
         arena = (self.x, self.y, unit.offset)
         part = decode_pieces(p, name, pieces, rows0, ds.spec, ds._scale(), getattr(ds, "_y_dtype", None), arena)
+        telemetry = getattr(ds, "_telemetry", None)
+        if telemetry is not None:  # the same stages the buffer order reports (see telemetry)
+            telemetry.add_read(fetched - started, clock() - fetched, (r1 - r0) * len(ds.spec.columns) * 4)
         if part.arena is None:  # decoded beside the pool (a dtype only these rows have): copied in
             n = r1 - r0
             if ds.spec.layout == "NCL":
@@ -352,11 +359,12 @@ def pool_batches(ds: WindowDataset, plan: PoolPlan, progress: Any = None) -> Ite
     reads = Prefetcher(pool.read, keys, 1 if background else 0, name="dask-windows-pool")
     gatherer = Gatherer(pool.x, pool.y, ds.spec.window, ds.spec.horizon, ds.spec.layout)
     steps = _steps(ds, plan, iter(reads), gatherer)
+    telemetry = getattr(ds, "_telemetry", None)
     started: Any = Ahead(steps, 1, "dask-windows-build") if background else _Inline(steps)
     try:
         batches = stream(
             plan, (), ds.grid, ds.row_offsets, ds.spec, ds._emit, ds._per_batch_normalize(),  # type: ignore[arg-type]
-            interrupt=reads.close, started=started,
+            interrupt=reads.close, started=started, waits=None if telemetry is None else telemetry.waits,
         )  # fmt: skip
         for batch in batches:
             ds._resumer.step(progress)  # counted before the consumer gets it: a state then includes it
