@@ -149,6 +149,11 @@ class S3Endpoint:
         self.moto_port = free_port()
         self.moto = ThreadedMotoServer(ip_address="127.0.0.1", port=self.moto_port, verbose=False)
         self.moto.start()
+        # moto keeps its buckets in process-wide backends that outlive a server: start from an empty
+        # store, or a bucket of the same name from an earlier test file leaks its objects in here.
+        import urllib.request
+
+        urllib.request.urlopen(urllib.request.Request(f"{self.moto_url}/moto-api/reset", method="POST"), timeout=30)
         self.log = Log()
         self.proxy = ThreadingHTTPServer(("127.0.0.1", 0), _handler(("127.0.0.1", self.moto_port), self.log))
         self.proxy.daemon_threads = True

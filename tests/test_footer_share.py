@@ -24,15 +24,15 @@ KW = dict(features=["f0", "f1"], targets=["y"], series="sid", window=8, stride=2
 
 @pytest.fixture(scope="module")
 def s3():
-    endpoint = s3_endpoint("bucket", make_frames(seed=3, num_files=6))
+    endpoint = s3_endpoint("shared-footers", make_frames(seed=3, num_files=6))
     yield endpoint
     endpoint.close()
 
 
 def _copy(s3, prefix: str) -> str:
     for i, frame in enumerate(s3.frames):
-        s3.fs.pipe(f"bucket/{prefix}/part-{i:04d}.parquet", parquet_bytes(frame, row_group_size=17))
-    return f"s3://bucket/{prefix}/"
+        s3.fs.pipe(f"shared-footers/{prefix}/part-{i:04d}.parquet", parquet_bytes(frame, row_group_size=17))
+    return f"s3://shared-footers/{prefix}/"
 
 
 def test_index_on_s3_one_get_at_open_same_batches(s3):
@@ -40,7 +40,7 @@ def test_index_on_s3_one_get_at_open_same_batches(s3):
     options = s3.storage_options()
     plain = WindowDataset(url, storage_options=options, **KW)
     report = write_index(url, series="sid", storage_options=options)
-    assert report["index"] == f"s3://bucket/indexed/{INDEX_NAME}"
+    assert report["index"] == f"s3://shared-footers/indexed/{INDEX_NAME}"
     s3.reset()
     indexed = WindowDataset(url, storage_options=options, **KW)
     # the listing and one GET of the index, instead of one GET per object
@@ -56,13 +56,13 @@ def test_index_on_s3_one_get_at_open_same_batches(s3):
 def test_stale_index_on_s3_raises_naming_the_object(s3, change):
     url = _copy(s3, f"stale-{change}")
     write_index(url, series="sid", storage_options=s3.storage_options())
-    key = f"bucket/stale-{change}/part-0003.parquet"
+    key = f"shared-footers/stale-{change}/part-0003.parquet"
     if change == "rewritten":
         s3.fs.pipe(key, parquet_bytes(s3.frames[3].iloc[1:], row_group_size=17))
     elif change == "deleted":
         s3.fs.rm(key)
     else:
-        key = f"bucket/stale-{change}/part-0042.parquet"
+        key = f"shared-footers/stale-{change}/part-0042.parquet"
         s3.fs.pipe(key, parquet_bytes(s3.frames[0], row_group_size=17))
     with pytest.raises(DataError, match=rf"is stale: s3://{key}"):
         WindowDataset(url, storage_options=s3.storage_options(), **KW)
