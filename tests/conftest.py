@@ -1,4 +1,5 @@
-"""Shared test settings: one torch thread (the CI machine has two cores)."""
+"""Shared test settings: one torch thread (the CI machine has two cores), and how many pytest-xdist
+worker processes run the suite (``-n auto`` in setup.cfg)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,42 @@ torch.set_num_threads(1)
 
 
 import pytest  # noqa: E402
+
+# Suite workers (pytest-xdist): most slow tests wait on processes, sockets or sleeps, so more workers
+# than the CI machine's two cores pay. DASK_WINDOWS_TEST_WORKERS overrides; `-n N` on the command line too.
+SUITE_WORKERS = 4
+
+# Files that take longest, started first so that none of them starts last and alone (each file's
+# tests run in one worker: --dist loadfile). Measured with `--durations`; see CONTRIBUTING.md.
+SLOW_FILES = ()
+
+
+def _test_files(config) -> int:
+    """How many test files the command line names (a folder counts its test files)."""
+    count = 0
+    for arg in config.args or ["tests"]:
+        path = os.path.join(str(config.invocation_params.dir), arg.split("::")[0])
+        if os.path.isdir(path):
+            count += sum(
+                name.startswith("test_") and name.endswith(".py") for _, _, names in os.walk(path) for name in names
+            )
+        else:
+            count += 1
+    return count
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto``: no worker process for a file or two (they run in this process, as without
+    xdist), SUITE_WORKERS for more."""
+    if os.environ.get("DASK_WINDOWS_TEST_WORKERS"):
+        return int(os.environ["DASK_WINDOWS_TEST_WORKERS"])
+    return SUITE_WORKERS if _test_files(config) > 2 else 0
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """The slowest files first (a stable sort keeps every file's own order)."""
+    rank = {name: i for i, name in enumerate(SLOW_FILES)}
+    items.sort(key=lambda item: rank.get(os.path.basename(str(item.path)), len(rank)))
 
 
 @pytest.fixture(autouse=True)
