@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -11,13 +12,15 @@ import warnings
 import numpy as np
 import pytest
 
-pytest.importorskip("lightning", reason="pip install lightning")
-pytest.importorskip("torchdata", reason="pip install torchdata (StatefulDataLoader)")
+# Looked up, not imported: importing Lightning costs seconds of CPU, paid by the test that uses it
+# (the `lc` fixture) rather than by every pytest-xdist worker that collects this file.
+for _module, _install in (("lightning", "pip install lightning"), ("torchdata", "pip install torchdata")):
+    if importlib.util.find_spec(_module) is None:
+        pytest.skip(f"{_module} is not installed ({_install})", allow_module_level=True)
 
-from helpers import make_frames, oracle_starts, write_parquet
-from lightning_child import Interrupted, Recorder, dataset, trainer
+from helpers import make_frames, oracle_starts, write_parquet  # noqa: E402
 
-from dask_windows.integrations.lightning import WindowDataModule
+from dask_windows.integrations.lightning import WindowDataModule  # noqa: E402
 
 WINDOW = 6
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lightning_child.py")
@@ -31,18 +34,26 @@ def data(tmp_path_factory):
     return str(root), frames
 
 
+@pytest.fixture(scope="module")
+def lc():
+    """``tests/lightning_child.py``: the Lightning model, dataset and trainer of these tests."""
+    import lightning_child
+
+    return lightning_child
+
+
 def starts_of(model, epoch):
     return np.concatenate([s for e, _, s in model.seen if e == epoch])
 
 
 @pytest.mark.parametrize("num_workers", [0, 1])
-def test_two_epochs_differ_and_validate_without_len_warning(data, num_workers):
+def test_two_epochs_differ_and_validate_without_len_warning(lc, data, num_workers):
     root, frames = data
-    module = WindowDataModule(dataset(root, WINDOW), split={"valid": 0.25}, num_workers=num_workers,
+    module = WindowDataModule(lc.dataset(root, WINDOW), split={"valid": 0.25}, num_workers=num_workers,
                               multiprocessing_context="fork")  # fmt: skip
-    model = Recorder(WINDOW)
+    model = lc.Recorder(WINDOW)
     with warnings.catch_warnings(record=True) as caught:
-        trainer(2).fit(model, module)
+        lc.trainer(2).fit(model, module)
     assert not [w for w in caught if "__len__" in str(w.message)]
     e0, e1 = starts_of(model, 0), starts_of(model, 1)
     assert len([1 for e, _, _ in model.seen if e == 0]) == len(module.train_set)  # len() is what Lightning gets
@@ -55,22 +66,22 @@ def test_two_epochs_differ_and_validate_without_len_warning(data, num_workers):
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_mid_epoch_resume_from_a_lightning_checkpoint(data, tmp_path, num_workers):
+def test_mid_epoch_resume_from_a_lightning_checkpoint(lc, data, tmp_path, num_workers):
     root, _ = data
 
     def module():
-        return WindowDataModule(dataset(root, WINDOW), num_workers=num_workers, multiprocessing_context="fork")
+        return WindowDataModule(lc.dataset(root, WINDOW), num_workers=num_workers, multiprocessing_context="fork")
 
-    full = Recorder(WINDOW)
-    trainer(2).fit(full, module())
+    full = lc.Recorder(WINDOW)
+    lc.trainer(2).fit(full, module())
     steps = len(full.seen)
     stop = steps // 2 + 3  # inside epoch 1
     ckpt = str(tmp_path / "mid.ckpt")
-    first = Recorder(WINDOW, stop_at=stop, save_to=ckpt)
-    with pytest.raises(Interrupted):
-        trainer(2).fit(first, module())
-    resumed = Recorder(WINDOW)
-    trainer(2).fit(resumed, module(), ckpt_path=ckpt)
+    first = lc.Recorder(WINDOW, stop_at=stop, save_to=ckpt)
+    with pytest.raises(lc.Interrupted):
+        lc.trainer(2).fit(first, module())
+    resumed = lc.Recorder(WINDOW)
+    lc.trainer(2).fit(resumed, module(), ckpt_path=ckpt)
     assert [(e, i) for e, i, _ in first.seen + resumed.seen] == [(e, i) for e, i, _ in full.seen]
     for (_, _, a), (_, _, b) in zip(first.seen + resumed.seen, full.seen):
         assert np.array_equal(a, b)
@@ -102,14 +113,14 @@ def test_ddp_two_cpu_ranks_get_equal_disjoint_batches(data, tmp_path, num_worker
 
 
 @pytest.mark.parametrize("num_workers", [0, 1])
-def test_window_stats_callback_logs_the_loops_figures(data, num_workers):
+def test_window_stats_callback_logs_the_loops_figures(lc, data, num_workers):
     from dask_windows.integrations.lightning_stats import WindowStats
 
     root, _ = data
-    module = WindowDataModule(dataset(root, WINDOW), num_workers=num_workers, multiprocessing_context="fork")
+    module = WindowDataModule(lc.dataset(root, WINDOW), num_workers=num_workers, multiprocessing_context="fork")
     stats = WindowStats()
-    fit = trainer(1, callbacks=[stats])
-    fit.fit(Recorder(WINDOW), module)
+    fit = lc.trainer(1, callbacks=[stats])
+    fit.fit(lc.Recorder(WINDOW), module)
     metrics = fit.callback_metrics
     assert 0 <= float(metrics["data/wait_share"]) <= 1 and float(metrics["data/open_s"]) > 0
     assert float(metrics["data/input_bound"]) in (0.0, 1.0)
