@@ -46,20 +46,22 @@ def kill_self(i: int) -> Part:
     return read(i)
 
 
-def shm_entries() -> set[str]:
-    """``/dev/shm`` names, less torch's of other live processes (``torch_<pid>_...``: another job's
-    DataLoader workers on the same machine). A dead process's name counts: a killed worker's leak is
-    seen. The pool's own memory has no name at all."""
+def shm_entries(pids=()) -> set[str]:
+    """``/dev/shm`` names this test could leave: every name but torch's of other processes
+    (``torch_<pid>_...``: another job's DataLoader workers on the same machine, or another pytest-xdist
+    worker's, which may end while the test runs). Torch's names count for this process, its live
+    children and ``pids`` (read workers, dead or alive: a killed worker's leak is seen). The pool's own
+    memory has no name at all."""
     if not os.path.isdir("/dev/shm"):
         return set()
     import multiprocessing
 
-    ours = {str(os.getpid()), *(str(p.pid) for p in multiprocessing.active_children())}
+    ours = {str(os.getpid()), *(str(p.pid) for p in multiprocessing.active_children()), *map(str, pids)}
 
     def foreign(name: str) -> bool:
         parts = name.split("_")
         pid = parts[1] if name.startswith("torch_") and len(parts) > 2 else None
-        return pid is not None and pid not in ours and os.path.exists(f"/proc/{pid}")
+        return pid is not None and pid not in ours
 
     return {n for n in os.listdir("/dev/shm") if not foreign(n)}
 
@@ -122,7 +124,7 @@ def test_a_killed_worker_is_an_error_not_a_hang_and_leaves_no_shared_memory(pool
     assert pool.broken and not pool.alive
     with pytest.raises(RuntimeError, match="exited unexpectedly"):
         pool.submit(1)
-    assert shm_entries() - before == set()
+    assert shm_entries([p.pid for p in pool.processes]) - before == set()
 
 
 def test_close_stops_workers_and_fails_what_was_pending(pool_of):
@@ -244,6 +246,7 @@ def test_a_killed_read_worker_is_an_error_or_nothing_never_a_hang(data):
     before = shm_entries()
     ds = open_ds(root, 2)
     pool = pool_for(ds, 2)
+    workers = [p.pid for p in pool.processes]
     it = iter(ds)
     got = [next(it)]
     for proc in pool.processes:
@@ -256,8 +259,9 @@ def test_a_killed_read_worker_is_an_error_or_nothing_never_a_hang(data):
     del it
     assert_same(epoch(ds, 0), expect)  # the next pass starts new workers
     assert pool_for(ds, 2) is not pool
+    workers += [p.pid for p in pool_for(ds, 2).processes]
     ds.close()
-    assert shm_entries() - before == set()
+    assert shm_entries(workers) - before == set()
 
 
 def test_read_workers_are_validated(data):
