@@ -19,8 +19,21 @@ import pytest  # noqa: E402
 SUITE_WORKERS = 4
 
 # Files that take longest, started first so that none of them starts last and alone (each file's
-# tests run in one worker: --dist loadfile). Measured with `--durations`; see CONTRIBUTING.md.
-SLOW_FILES = ()
+# tests run in one worker: --dist loadfile). Measured with `--durations` (a run of the suite, 4 workers).
+SLOW_FILES = (
+    "test_cli.py",
+    "test_docs.py",
+    "test_convert.py",
+    "test_lightning.py",
+    "test_hostile_reads.py",
+    "test_example_ddp.py",
+    "test_elastic.py",
+    "test_cache.py",
+    "test_layout.py",
+    "test_examples.py",
+    "test_resume.py",
+    "test_pieces.py",
+)
 
 
 def _test_files(config) -> int:
