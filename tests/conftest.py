@@ -50,6 +50,7 @@ def _test_files(config) -> int:
     return count
 
 
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook
 def pytest_xdist_auto_num_workers(config) -> int:
     """``-n auto``: no worker process for a file or two (they run in this process, as without
     xdist), SUITE_WORKERS for more."""
