@@ -37,16 +37,25 @@ from dask_windows.planning.split import SeriesTable, cut_positions, split_grid
 from dask_windows.planning.world import World
 from dask_windows.runtime.detect import detect_worker, in_worker, process_group_store, resolve_ranks, worker_info
 from dask_windows.runtime.epochs import EpochCounter, worker_token
-from dask_windows.runtime.pool import plan_for, pool_batches, pool_summary, resolve_order, warn_if_few_units
+from dask_windows.runtime.pool import (
+    plan_for,
+    pool_batches,
+    pool_summary,
+    resolve_order,
+    unit_bounds,
+    warn_if_few_units,
+)
 from dask_windows.runtime.reading import batches, plan
+from dask_windows.runtime.seams import TorchOutput
 from dask_windows.runtime.streams import elastic_batches
 from dask_windows.runtime.telemetry import Stats, Telemetry, rank_stats, watch_loader, watched
+from dask_windows.runtime.values import PassValues, ReadValues
 from dask_windows.sources import ArraySource, Source, is_series_vector, open_source
 from dask_windows.sources.retry import RetryPolicy, resolve_retry, with_deadline
 from dask_windows.spec import WindowSpec
 from dask_windows.speedups import nextpass
 from dask_windows.speedups.nextpass import NEXT_PASS_SECONDS, check_seconds
-from dask_windows.speedups.slots import shared
+from dask_windows.speedups.slots import SlotAllocator, shared
 from dask_windows.workerwatch import READ_DEADLINE_SECONDS, check_read_deadline, record_pickler, watch_pickler
 
 __all__ = ["WindowDataset"]
@@ -307,7 +316,11 @@ class WindowDataset(IterableDataset):
         order_remedy = "" if spread else check_series_order(self.runs, names, series, strict)
         check_windows(self.source, spec, self.runs, self.num_windows, order_remedy, self.skipped)
         self.left_out = check_omissions(self, not series_from_manifest or self._series_from_manifest)
-        warn_if_few_units(self)  # the pool order's budget holds too few units to mix like a global shuffle
+        # the pool order's units (plan data: they depend on the source and the settings only)
+        self._unit_bounds = unit_bounds(self._read_values()) if spec.buffer_bytes is not None else None
+        self._piece_cells: Any = None  # the piece order's windows per decode unit, computed by its first plan
+        if self._unit_bounds is not None:  # the budget holds too few units to mix like a global shuffle
+            warn_if_few_units(self._read_values(), self._unit_bounds)
         if self.read_workers and self.spec.buffer_bytes is not None:  # never a setting that silently does nothing
             import warnings
 
@@ -528,6 +541,7 @@ class WindowDataset(IterableDataset):
         out.device_traffic = Traffic()  # its own passes' bytes
         out._epochs = copy.copy(self._epochs)
         out.__dict__.pop("_next_pass", None)  # the parent's read-ahead (see nextpass)
+        out._piece_cells = None  # of the parent's grid
         if out.num_windows == 0:
             raise DataError(
                 f"the {part} part of the split of {self.source.description} holds no windows "
@@ -536,9 +550,24 @@ class WindowDataset(IterableDataset):
             )
         return out
 
+    def _read_values(self) -> ReadValues:
+        """What a pass's readers need (``runtime.values``): built here only, by reference."""
+        return ReadValues(
+            self.source, self.spec, self.grid, self.row_offsets, self._y_dtype, self._scale(), self.on_error,
+            self.skipped, getattr(self, "_telemetry", None),  # (None while opening)
+        )  # fmt: skip
+
+    def _pass_values(self) -> PassValues:
+        """A pass's values (``runtime.values``), its seams wired from this dataset's keywords (``runtime.seams``)."""
+        output = self._workflow if self._workflow is not None else TorchOutput(self.spec.return_index)
+        return PassValues(
+            self._read_values(), output=output, allocator=SlotAllocator(), read_backend=None,
+            normalize=self._per_batch_normalize(), device=None, step=self._resumer.step, end=self._resumer.end,
+        )  # fmt: skip
+
     def _batches(self, plan: Any, progress: Any = None, this_pass: tuple | None = None) -> Iterator[Any]:
         if isinstance(plan, PoolPlan):
-            return pool_batches(self, plan, progress)
+            return pool_batches(self._pass_values(), plan, progress)
         return batches(self, plan, progress, this_pass)
 
     def _shape(self) -> tuple[int, int, bool]:
@@ -565,13 +594,14 @@ class WindowDataset(IterableDataset):
         return record_pickler(state)  # forkserver workers end with this process (workerwatch)
 
     def _plan(self, world: World, skip_batches: int = 0, epoch: int | None = None) -> Any:
-        if self.spec.buffer_bytes is not None:  # the pool order (the default)
-            return plan_for(self, world, skip_batches, epoch)
+        epoch = self.epoch if epoch is None else epoch
+        if self._unit_bounds is not None:  # the pool order (the default)
+            return plan_for(self._read_values(), self._unit_bounds, world, skip_batches, epoch)
         return plan(self, world, skip_batches, epoch)
 
     def _pool_summary(self) -> dict | None:
         """Predicted reads, resident memory and places per batch of the pool order (``None``: another order)."""
-        return None if self.spec.buffer_bytes is None else pool_summary(self)
+        return None if self._unit_bounds is None else pool_summary(self._read_values(), self._unit_bounds)
 
     def _scale(self) -> tuple[np.ndarray, np.ndarray] | None:
         return self._normalize if isinstance(self._normalize, tuple) else None

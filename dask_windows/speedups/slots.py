@@ -42,7 +42,7 @@ import torch
 
 from dask_windows.runtime.detect import in_worker
 
-__all__ = ["SLOTS", "SlotPool", "enabled", "in_slots", "output_pool", "shared"]
+__all__ = ["SLOTS", "SlotAllocator", "SlotPool", "enabled", "in_slots", "output_pool", "shared"]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,22 @@ def shared(batches: Iterator[Any]) -> Iterator[Any]:
 def output_pool() -> SlotPool | None:
     """A pool whose arrays lie in slots, for a stream to gather into (in a DataLoader worker; else ``None``)."""
     return SlotPool() if enabled() else None
+
+
+class SlotAllocator:
+    """The allocator seam (``runtime.seams``) of shared slots: a pass's batch arrays in slots inside a
+    DataLoader worker (``output_pool``), plain ``OutputPool`` arrays elsewhere. Wired by the dataset."""
+
+    def __call__(self) -> Any:
+        from dask_windows.runtime.batch import OutputPool
+
+        return output_pool() or OutputPool()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SlotAllocator)
+
+    def __hash__(self) -> int:
+        return hash(SlotAllocator)
 
 
 # -- worker side ---------------------------------------------------------------------------------
