@@ -19,14 +19,13 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 from torch.utils.data import IterableDataset
 
 from dask_windows.checks import SERIES_FROM_MANIFEST, check_series_order, output_dtype
 from dask_windows.errors import ConfigError, DataError
 from dask_windows.faults import SkippedPartition, check_on_error
 from dask_windows.omissions import check_omissions
-from dask_windows.ondevice import Traffic, resolve_device
+from dask_windows.ondevice import Traffic, feed_for, resolve_device
 from dask_windows.opening import check_columns, check_windows, scan
 from dask_windows.options import resolve_normalize, resolve_pieces, source_options
 from dask_windows.planning.index import WindowGrid
@@ -45,8 +44,8 @@ from dask_windows.runtime.pool import (
     unit_bounds,
     warn_if_few_units,
 )
-from dask_windows.runtime.reading import batches, plan
-from dask_windows.runtime.seams import TorchOutput
+from dask_windows.runtime.reading import batches, piece_cells, plan
+from dask_windows.runtime.seams import ThreadReads, TorchOutput
 from dask_windows.runtime.streams import elastic_batches
 from dask_windows.runtime.telemetry import Stats, Telemetry, rank_stats, watch_loader, watched
 from dask_windows.runtime.values import PassValues, ReadValues
@@ -54,7 +53,9 @@ from dask_windows.sources import ArraySource, Source, is_series_vector, open_sou
 from dask_windows.sources.retry import RetryPolicy, resolve_retry, with_deadline
 from dask_windows.spec import WindowSpec
 from dask_windows.speedups import nextpass
-from dask_windows.speedups.nextpass import NEXT_PASS_SECONDS, check_seconds
+from dask_windows.speedups.nextpass import NEXT_PASS_SECONDS, NextPass, check_seconds
+from dask_windows.speedups.pairs import paired_reads
+from dask_windows.speedups.readpool import PoolReads
 from dask_windows.speedups.slots import SlotAllocator, shared
 from dask_windows.workerwatch import READ_DEADLINE_SECONDS, check_read_deadline, record_pickler, watch_pickler
 
@@ -227,6 +228,7 @@ class WindowDataset(IterableDataset):
         self.device = resolve_device(device)  # None: the host path (see ondevice)
         self.device_traffic = Traffic()  # bytes this process's passes sent to ``device``
         self.read_deadline = check_read_deadline(read_deadline)
+        self._pool_reads = PoolReads(self.read_workers, self.read_deadline) if self.read_workers else None
         self.source: Source = open_source(
             data,
             storage_options,
@@ -490,10 +492,9 @@ class WindowDataset(IterableDataset):
 
         They are also stopped when the dataset is garbage collected and at exit.
         """
-        from dask_windows.speedups.readpool import close_pool
-
         nextpass.release(self)
-        close_pool(self)
+        if self._pool_reads is not None:
+            self._pool_reads.close()
 
     def split(
         self, valid: float | None = None, *, at: Any = None, time: Any = None, embargo: int = 0
@@ -542,6 +543,8 @@ class WindowDataset(IterableDataset):
         out._epochs = copy.copy(self._epochs)
         out.__dict__.pop("_next_pass", None)  # the parent's read-ahead (see nextpass)
         out._piece_cells = None  # of the parent's grid
+        if self._pool_reads is not None:  # its workers read with the copy's grid
+            out._pool_reads = PoolReads(self.read_workers, self.read_deadline)
         if out.num_windows == 0:
             raise DataError(
                 f"the {part} part of the split of {self.source.description} holds no windows "
@@ -560,15 +563,18 @@ class WindowDataset(IterableDataset):
     def _pass_values(self) -> PassValues:
         """A pass's values (``runtime.values``), its seams wired from this dataset's keywords (``runtime.seams``)."""
         output = self._workflow if self._workflow is not None else TorchOutput(self.spec.return_index)
+        pairing = paired_reads if self.spec.pieces_per_partition > 1 else None  # the piece order's paired reads
+        backend = self._pool_reads if self._pool_reads is not None else ThreadReads(pairing)
         return PassValues(
-            self._read_values(), output=output, allocator=SlotAllocator(), read_backend=None,
-            normalize=self._per_batch_normalize(), device=None, step=self._resumer.step, end=self._resumer.end,
+            self._read_values(), output=output, allocator=SlotAllocator(), read_backend=backend,
+            normalize=self._per_batch_normalize(), device=feed_for(self), next_pass=NextPass(self),
+            step=self._resumer.step, end=self._resumer.end,
         )  # fmt: skip
 
     def _batches(self, plan: Any, progress: Any = None, this_pass: tuple | None = None) -> Iterator[Any]:
         if isinstance(plan, PoolPlan):
             return pool_batches(self._pass_values(), plan, progress)
-        return batches(self, plan, progress, this_pass)
+        return batches(self._pass_values(), plan, progress, this_pass)
 
     def _shape(self) -> tuple[int, int, bool]:
         """``(num_windows, batch_size, drop_last)``: what the division of an epoch depends on."""
@@ -597,7 +603,12 @@ class WindowDataset(IterableDataset):
         epoch = self.epoch if epoch is None else epoch
         if self._unit_bounds is not None:  # the pool order (the default)
             return plan_for(self._read_values(), self._unit_bounds, world, skip_batches, epoch)
-        return plan(self, world, skip_batches, epoch)
+        cells = None
+        if self.spec.pieces_per_partition > 1:  # plan data of this grid, computed by its first plan
+            if self._piece_cells is None or self._piece_cells[0] is not self.grid:
+                self._piece_cells = (self.grid, piece_cells(self._read_values()))
+            cells = self._piece_cells[1]
+        return plan(self._read_values(), world, skip_batches, epoch, cells)
 
     def _pool_summary(self) -> dict | None:
         """Predicted reads, resident memory and places per batch of the pool order (``None``: another order)."""
@@ -605,18 +616,6 @@ class WindowDataset(IterableDataset):
 
     def _scale(self) -> tuple[np.ndarray, np.ndarray] | None:
         return self._normalize if isinstance(self._normalize, tuple) else None
-
-    def _emit(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None) -> Any:
-        if self._workflow is not None:  # lookback rows dropped, or a named batch (workflow.batch)
-            return self._workflow(x, y, rows)
-        if y is None and rows is None:  # features only: the common case, one call per batch
-            return torch.from_numpy(x)
-        out = [torch.from_numpy(x)]
-        if y is not None:
-            out.append(torch.from_numpy(y))
-        if self.spec.return_index:
-            out.append(torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)))
-        return out[0] if len(out) == 1 else tuple(out)
 
     def __repr__(self) -> str:
         s = self.spec

@@ -56,7 +56,7 @@ class ThreadReads:
 
     pairing: Any = None
 
-    def workers(self) -> int:
+    def workers(self, reads: Any = None) -> int:
         """Processes that read for the pass: none."""
         return 0
 

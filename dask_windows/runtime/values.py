@@ -84,6 +84,8 @@ class PassValues:
         read_backend: The read backend seam of the buffer orders: who reads a plan's units.
         normalize: ``"sample"`` (each window standardised as it is cut) or ``None``.
         device: An ``ondevice.DeviceFeed`` (batches cut on the training device), or ``None``.
+        next_pass: The buffer orders' next pass read ahead (``speedups.nextpass.NextPass``: ``claim``,
+            ``wanted``, ``begin``), or ``None``.
         step: Called with ``progress`` before each batch is yielded (the resume count).
         end: Called with ``progress`` once the pass ends, however it ends.
     """
@@ -91,8 +93,9 @@ class PassValues:
     reads: ReadValues
     output: Callable[[np.ndarray, np.ndarray | None, np.ndarray | None], Any] = field(default_factory=TorchOutput)
     allocator: Callable[[], Any] = field(default_factory=NumpyAllocator)
-    read_backend: Any = field(default_factory=ThreadReads)
+    read_backend: Any = field(default_factory=ThreadReads)  # (``None``: the same)
     normalize: str | None = None
     device: Any = None
+    next_pass: Any = None
     step: Callable[[Any], None] = no_count
     end: Callable[[Any], None] = no_count

@@ -58,8 +58,9 @@ from dask_windows.planning.world import World
 from dask_windows.runtime.detect import in_worker
 from dask_windows.runtime.prefetch import Ahead, GuardedThread, Prefetcher
 
+WindowDataset = Any  # the dataset whose next pass is read ahead (not imported: no import cycle)
+
 if TYPE_CHECKING:
-    from dask_windows.dataset import WindowDataset
     from dask_windows.planning.plan import EpochPlan
     from dask_windows.runtime.reading import Reads
     from dask_windows.speedups.spares import Spares
@@ -69,6 +70,7 @@ __all__ = [
     "NEXT_PASS_SECONDS",
     "PLAN_BYTES_PER_PIECE",
     "PLAN_SHARE",
+    "NextPass",
     "begin",
     "check_seconds",
     "claim",
@@ -167,6 +169,23 @@ class _NextPass:
         return sorted({unit[0].partition for unit in reader.keys[: reader.started]})
 
 
+class NextPass:
+    """The hook a buffer order's pass calls (``runtime.values.PassValues.next_pass``), wired by the dataset:
+    ``claim`` this pass's first buffer if it was read ahead, ``wanted`` / ``begin`` the next pass's."""
+
+    def __init__(self, ds: WindowDataset) -> None:
+        self._ds = ds
+
+    def claim(self, plan: EpochPlan, this_pass: tuple) -> tuple[Reads, Ahead] | None:
+        return claim(self._ds, plan, this_pass)
+
+    def wanted(self, reads: Reads, plan: EpochPlan) -> bool:
+        return wanted(self._ds, reads, plan)
+
+    def begin(self, epoch: int, world: World, spares: Spares | None = None) -> _NextPass | None:
+        return begin(self._ds, epoch, world, spares=spares)
+
+
 def _expire(pending: _NextPass) -> None:
     if not pending.done.wait(pending.seconds):
         log.debug("the next pass's first buffer was not claimed within %.0f s: released", pending.seconds)
@@ -235,7 +254,6 @@ def begin(ds: WindowDataset, epoch: int, world: World, spares: Spares | None = N
     reads = None
     try:
         release(ds)  # an earlier one no pass took
-        from dask_windows.ondevice import feed_for
         from dask_windows.runtime import reading
         from dask_windows.runtime.pipeline import start_builder
         from dask_windows.sources import PartitionReader
@@ -245,20 +263,20 @@ def begin(ds: WindowDataset, epoch: int, world: World, spares: Spares | None = N
         plan = ds._plan(world, 0, epoch)
         if plan.num_windows <= 0:
             return None
-        proxy: Any = weakref.proxy(ds)
-        reads = reading.open_reads(proxy, plan, spares)
+        values = ds._pass_values()  # (the threads hold these values, not the dataset)
+        reads = reading.open_reads(values, plan, spares)
         arena = reads.arena
         if not reads.background or not isinstance(reads.reader, Prefetcher) or arena is None:
             reads.close()
             return None
-        columns = list(ds.spec.columns)
+        r = values.reads
 
         def reread(seg: Any) -> Any:
-            return reading.read_part(proxy, seg, PartitionReader(proxy.source, [seg.partition], columns))
+            return reading.read_part(r, seg, PartitionReader(r.source, [seg.partition], r.columns))
 
         builder = start_builder(
-            plan, reading._flat(reads.reader), ds.grid, ds.row_offsets, ds.spec, ds._per_batch_normalize(),
-            reread, arena.release, arena.planned_starts, feed_for(proxy),  # device=: rows sent as built
+            plan, reading._flat(reads.reader), r.grid, r.row_offsets, r.spec, values.normalize,
+            reread, arena.release, arena.planned_starts, values.device,  # device=: rows sent as built
         )  # fmt: skip
     except Exception:  # the pass reads it again and raises then, if it still fails
         log.debug("reading the next pass's first buffer ahead failed; the pass will read it", exc_info=True)
