@@ -48,7 +48,7 @@ from dask_windows.runtime.reading import batches, piece_cells, plan
 from dask_windows.runtime.seams import ThreadReads, TorchOutput
 from dask_windows.runtime.streams import elastic_batches
 from dask_windows.runtime.telemetry import Stats, Telemetry, rank_stats, watch_loader, watched
-from dask_windows.runtime.values import PassValues, ReadValues
+from dask_windows.runtime.values import PassValues, ReadValues, no_count
 from dask_windows.sources import ArraySource, Source, is_series_vector, open_source
 from dask_windows.sources.retry import RetryPolicy, resolve_retry, with_deadline
 from dask_windows.spec import WindowSpec
@@ -560,21 +560,28 @@ class WindowDataset(IterableDataset):
             self.skipped, getattr(self, "_telemetry", None),  # (None while opening)
         )  # fmt: skip
 
-    def _pass_values(self) -> PassValues:
-        """A pass's values (``runtime.values``), its seams wired from this dataset's keywords (``runtime.seams``)."""
+    def _pass_values(self, counted: bool = True) -> PassValues:
+        """A pass's values (``runtime.values``), its seams wired from this dataset's keywords (``runtime.seams``).
+
+        ``counted=False``: a stream read for a mixture or an elastic resume (``runtime.streams``), which
+        counts nothing in this dataset's resume state and reads no next pass ahead."""
         output = self._workflow if self._workflow is not None else TorchOutput(self.spec.return_index)
         pairing = paired_reads if self.spec.pieces_per_partition > 1 else None  # the piece order's paired reads
         backend = self._pool_reads if self._pool_reads is not None else ThreadReads(pairing)
         return PassValues(
             self._read_values(), output=output, allocator=SlotAllocator(), read_backend=backend,
-            normalize=self._per_batch_normalize(), device=feed_for(self), next_pass=NextPass(self),
-            step=self._resumer.step, end=self._resumer.end,
+            normalize=self._per_batch_normalize(), device=feed_for(self),
+            next_pass=NextPass(self) if counted else None,
+            step=self._resumer.step if counted else no_count, end=self._resumer.end if counted else no_count,
         )  # fmt: skip
 
-    def _batches(self, plan: Any, progress: Any = None, this_pass: tuple | None = None) -> Iterator[Any]:
+    def _batches(
+        self, plan: Any, progress: Any = None, this_pass: tuple | None = None, counted: bool = True
+    ) -> Iterator[Any]:
+        values = self._pass_values(counted)
         if isinstance(plan, PoolPlan):
-            return pool_batches(self._pass_values(), plan, progress)
-        return batches(self._pass_values(), plan, progress, this_pass)
+            return pool_batches(values, plan, progress)
+        return batches(values, plan, progress, this_pass)
 
     def _shape(self) -> tuple[int, int, bool]:
         """``(num_windows, batch_size, drop_last)``: what the division of an epoch depends on."""

@@ -88,7 +88,9 @@ def _dataset(data: dict, source: str, order: str, **kw) -> WindowDataset:
         given: object = data["root"]
         columns: dict = {"features": FEATURES, "targets": ["y"], "series": None}
     elif source == "arrays":  # each array one series: features then the target as its last column
-        given = [np.column_stack([f[FEATURES].to_numpy(np.float32), f["y"].to_numpy(np.float32)]) for f in data["frames"]]
+        given = [
+            np.column_stack([f[FEATURES].to_numpy(np.float32), f["y"].to_numpy(np.float32)]) for f in data["frames"]
+        ]
         columns = {"features": list(range(CHANNELS)), "targets": [CHANNELS]}
     else:  # one table, a series per file's rows, cut into partitions of about 3,000 rows
         frames = [f.assign(sid=i) for i, f in enumerate(data["frames"])]

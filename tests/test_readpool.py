@@ -160,7 +160,9 @@ def open_ds(root: str, read_workers: int, **kw):
 
     ds = WindowDataset(root, read_workers=read_workers, **{**SETTINGS, **kw})
     if read_workers:
-        assert pool_for(ds._pool_reads, read_workers, ds._read_values()).wait_ready(READY_S)  # so that buffers after the first go to it
+        assert pool_for(ds._pool_reads, read_workers, ds._read_values()).wait_ready(
+            READY_S
+        )  # so that buffers after the first go to it
     return ds
 
 
@@ -189,7 +191,9 @@ def test_every_window_once_and_the_batches_of_read_workers_0(data, workers):
         np.testing.assert_array_equal(np.sort(starts), oracle_starts(frames, "sid", 16, 3))  # each once
         x = np.concatenate([x for x, _ in got])  # f0 is the global row: windows hold their own rows
         np.testing.assert_array_equal(x[:, 0, :], starts[:, None] + np.arange(16))
-    assert pool_for(pooled._pool_reads, workers, pooled._read_values()) is pool and pool.submitted >= 2 * (len(frames) - 2)  # buffers 2.. by workers
+    assert pool_for(pooled._pool_reads, workers, pooled._read_values()) is pool and pool.submitted >= 2 * (
+        len(frames) - 2
+    )  # buffers 2.. by workers
     pooled.close()
     assert not pool.alive
 
