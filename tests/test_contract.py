@@ -13,8 +13,10 @@ seams (``runtime.seams``) are injected with ``dataclasses.replace``, never monke
 
 Against a brute-force numpy oracle: every valid window start exactly once, each window's values
 and target those of its rows; and every combination yields the same batches, bit for bit, as the
-plain one (threads, numpy, torch). The batches are large enough (256 KiB of features) and torch
-runs two threads, so that the default gather path (torch's threads after numpy's warm-up) runs.
+plain one (threads, numpy, torch). Torch runs two intra-op threads, as in a user's process, so the
+gather path chosen is the default one (numpy's copy on the consumer's thread); with the opt-in
+``DASK_WINDOWS_TORCH_GATHER=1`` the batches (256 KiB of features) are large enough for torch's
+threads, which ``PathChoice`` times after numpy's warm-up: the same batches again.
 """
 
 from __future__ import annotations
@@ -126,8 +128,18 @@ def _same(a: list[tuple[np.ndarray, ...]], b: list[tuple[np.ndarray, ...]]) -> b
     )
 
 
-def test_batches_are_large_enough_for_the_default_gather_path():
+def test_batches_are_large_enough_for_the_torch_gather_path():
     assert KW["batch_size"] * CHANNELS * KW["window"] * 4 >= _TORCH_MIN_BYTES
+    batches = FILES * ((ROWS - KW["window"]) // KW["stride"] + 1) // KW["batch_size"]
+    assert batches > 16 + 8  # PathChoice's first round: 16 batches copied by numpy, then torch's probes
+
+
+@pytest.mark.parametrize("order", list(ORDERS))
+def test_the_opt_in_torch_gather_gives_the_same_batches(data, order, monkeypatch):
+    ds = _dataset(data, "parquet", order)
+    plain = _run(ds)
+    monkeypatch.setenv("DASK_WINDOWS_TORCH_GATHER", "1")  # the environment a user sets, read per batch run
+    assert _same(_run(ds), plain)
 
 
 @pytest.mark.parametrize("order", list(ORDERS))
