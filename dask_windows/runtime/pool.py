@@ -397,7 +397,7 @@ def pool_summary(reads: ReadValues, bounds: list[np.ndarray], num_workers: int =
         "unit_rows": most,
         "resident_units": spread,
         "pool_bytes": int(min(rows, int(sizes.sum()) + (AHEAD + 1) * most) * row_bytes(ds)),
-        "budget_bytes": int(ds.spec.buffer_bytes),
+        "budget_bytes": int(ds.spec.buffer_bytes or 0),
         "reads_per_unit": 1.0,
         "places_per_batch": round(spread * -np.expm1(-b / max(spread, 1)), 1),  # distinct units among B draws
         "places_global": round(units * -np.expm1(-b / max(units, 1)), 1),

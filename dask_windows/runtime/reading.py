@@ -159,7 +159,7 @@ def open_reads(values: PassValues, plan: Any, spares: Spares | None = None) -> R
     arena = BufferArena(ds, plan, units)  # the reader threads decode a buffer's units into one array
     if spares is not None:
         arena.spares = spares
-    backend = values.read_backend if values.read_backend is not None else ThreadReads()
+    backend: Any = values.read_backend if values.read_backend is not None else ThreadReads()
     if backend.workers(ds):  # whole buffers read by the read workers, the first one here (see readpool)
         reader = backend.open(ds, arena, source_reader)
         return Reads(reader, source_reader, arena, True)
