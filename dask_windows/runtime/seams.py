@@ -84,6 +84,8 @@ class TorchOutput:
 
     def emit(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None) -> Any:
         """``x`` (features only), else the tuple ``(x, y, rows)`` of what there is, as tensors."""
+        if y is None and rows is None:  # features only: one call per batch (no helper: it is per batch)
+            return torch.from_numpy(x)
         return _tuple(x, y, rows, self.return_index, torch.from_numpy)
 
     __call__ = emit
@@ -97,6 +99,8 @@ class NumpyOutput:
 
     def emit(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None) -> Any:
         """``x``, else the tuple of what there is."""
+        if y is None and rows is None:
+            return x
         return _tuple(x, y, rows, self.return_index, lambda a: a)
 
     __call__ = emit
