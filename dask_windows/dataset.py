@@ -229,6 +229,7 @@ class WindowDataset(IterableDataset):
         self.device_traffic = Traffic()  # bytes this process's passes sent to ``device``
         self.read_deadline = check_read_deadline(read_deadline)
         self._pool_reads = PoolReads(self.read_workers, self.read_deadline) if self.read_workers else None
+        self._read_ahead = nextpass.Slot()  # the next pass's first buffer, read ahead (see nextpass)
         self.source: Source = open_source(
             data,
             storage_options,
@@ -541,7 +542,7 @@ class WindowDataset(IterableDataset):
         out._resumer = Resumer()
         out.device_traffic = Traffic()  # its own passes' bytes
         out._epochs = copy.copy(self._epochs)
-        out.__dict__.pop("_next_pass", None)  # the parent's read-ahead (see nextpass)
+        out._read_ahead = nextpass.Slot()  # not the parent's read-ahead (see nextpass)
         out._piece_cells = None  # of the parent's grid
         if self._pool_reads is not None:  # its workers read with the copy's grid
             out._pool_reads = PoolReads(self.read_workers, self.read_deadline)
@@ -603,7 +604,6 @@ class WindowDataset(IterableDataset):
         # initialised torch.distributed along, since the workers cannot detect them.
         state = self.__dict__.copy()
         state["_ranks"] = self._resolve_ranks()
-        state.pop("_next_pass", None)  # threads and buffers of this process (see nextpass)
         return record_pickler(state)  # forkserver workers end with this process (workerwatch)
 
     def _plan(self, world: World, skip_batches: int = 0, epoch: int | None = None) -> Any:

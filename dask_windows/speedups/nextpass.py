@@ -71,6 +71,7 @@ __all__ = [
     "PLAN_BYTES_PER_PIECE",
     "PLAN_SHARE",
     "NextPass",
+    "Slot",
     "begin",
     "check_seconds",
     "claim",
@@ -87,7 +88,6 @@ NEXT_PASS_SECONDS = 30.0  # default ``next_pass_seconds``: how long a first buff
 PLAN_BYTES_PER_PIECE = 200  # a plan's bookkeeping per piece (segment, unit, arena entry; 160 B measured for the plan)
 PLAN_SHARE = 8  # read ahead only where the next pass's plan takes at most 1/PLAN_SHARE of a buffer's memory
 JOIN_SECONDS = 5.0  # longest wait for the threads of a released read-ahead (a read in flight finishes alone)
-_SLOT = "_next_pass"  # the dataset's attribute holding its read-ahead (never pickled)
 _LIVE: weakref.WeakSet[_NextPass] = weakref.WeakSet()  # read-aheads not yet taken or released
 
 
@@ -167,6 +167,25 @@ class _NextPass:
         if not isinstance(reader, Prefetcher):
             return []
         return sorted({unit[0].partition for unit in reader.keys[: reader.started]})
+
+
+class Slot:
+    """Where a dataset keeps its next pass read ahead: one per dataset object, created with it (a split
+    gets its own); pickled empty (the threads and buffers are this process's); guarded by owner and pid
+    where a copy or a forked process shares it."""
+
+    __slots__ = ("pending",)
+
+    def __init__(self) -> None:
+        self.pending: _NextPass | None = None
+
+    def take(self) -> _NextPass | None:
+        """The read-ahead, no longer held here (``None``: none)."""
+        pending, self.pending = self.pending, None
+        return pending
+
+    def __reduce__(self) -> Any:
+        return Slot, ()
 
 
 class NextPass:
@@ -285,14 +304,14 @@ def begin(ds: WindowDataset, epoch: int, world: World, spares: Spares | None = N
         return None
     seconds = getattr(ds, "next_pass_seconds", NEXT_PASS_SECONDS)
     pending = _NextPass(ds, _key(ds, epoch, world), plan, reads, builder, seconds)
-    ds.__dict__[_SLOT] = pending
+    ds._read_ahead.pending = pending
     return pending
 
 
 def planned(ds: WindowDataset, epoch: int, world: World, skip: int) -> EpochPlan | None:
     """The plan the read-ahead was started from, when it is the plan of this pass (``skip`` batches
     skipped, none for a read-ahead); else ``None``. Plans are pure: the same key, the same plan."""
-    pending = ds.__dict__.get(_SLOT)
+    pending = ds._read_ahead.pending
     if not isinstance(pending, _NextPass) or skip or pending.owner() is not ds or pending.pid != os.getpid():
         return None
     return pending.plan if _same(pending.key, _key(ds, epoch, world)) else None
@@ -306,7 +325,7 @@ def claim(ds: WindowDataset, plan: EpochPlan, this_pass: tuple) -> tuple[Reads, 
         plan: The pass's plan.
         this_pass: ``(epoch, World)`` of the pass.
     """
-    pending = ds.__dict__.pop(_SLOT, None)
+    pending = ds._read_ahead.take()
     if not isinstance(pending, _NextPass):
         return None
     if pending.owner() is not ds or pending.pid != os.getpid():
@@ -330,14 +349,14 @@ def _unchanged(ds: WindowDataset, pending: _NextPass) -> bool:
 
 def keep_only(ds: WindowDataset, epoch: int) -> None:
     """Release the read-ahead unless it is for a pass over ``epoch`` (``set_epoch``)."""
-    pending = ds.__dict__.get(_SLOT)
+    pending = ds._read_ahead.pending
     if isinstance(pending, _NextPass) and pending.key[0][0] != epoch:
         release(ds)
 
 
 def release(ds: WindowDataset) -> None:
     """Stop the dataset's read-ahead, if any, and drop its buffers (``close``, ``load_state_dict``)."""
-    pending = ds.__dict__.pop(_SLOT, None)
+    pending = ds._read_ahead.take()
     if isinstance(pending, _NextPass) and pending.owner() is ds and pending.pid == os.getpid():
         pending.release()
 
