@@ -46,7 +46,7 @@ from torch.utils.data import IterableDataset
 
 from dask_windows.dataset import WindowDataset
 from dask_windows.errors import ConfigError
-from dask_windows.planning.plan import batches_per_rank, windows_per_rank, worker_batch_range
+from dask_windows.planning.division import batches_per_rank, reader_share
 from dask_windows.planning.resume import Resumer, check_int
 from dask_windows.planning.schedule import labels, member_counts, prefix_counts
 from dask_windows.planning.world import World
@@ -262,13 +262,8 @@ class Mixture(IterableDataset):
 
     def reader_range(self, reader: World, skip_batches: int = 0) -> tuple[int, int]:
         """Epoch positions ``[lo, hi)`` that ``reader`` yields after ``skip_batches`` batches."""
-        share = windows_per_rank(self.num_windows, reader.world_size)
-        num_batches = batches_per_rank(self.num_windows, reader.world_size, self.batch_size, self.drop_last)
-        used = min(share, num_batches * self.batch_size)
-        b0, b1 = worker_batch_range(num_batches, reader.worker, reader.num_workers)
-        base = reader.rank * share
-        hi = base + min(b1 * self.batch_size, used)
-        return min(base + (b0 + skip_batches) * self.batch_size, hi), hi
+        share = reader_share(self.num_windows, reader, self.batch_size, self.drop_last)
+        return share.start_after(skip_batches), share.hi
 
     def _shape(self) -> tuple[int, int, bool]:
         return self.num_windows, self.batch_size, self.drop_last

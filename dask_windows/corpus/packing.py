@@ -14,7 +14,7 @@ Sequences are laid out as ``sequence_ptr`` (``(Q + 1,)`` first entry of each
 sequence) over ``entries`` (``(N,)`` positions in the epoch's item order).
 Ranks take equal contiguous shares of the sequences (the last ``Q % world``
 left out, as ``plan`` leaves out windows), workers contiguous blocks of a
-rank's batches: the arithmetic of ``plan``.
+rank's batches: the one division of every order (``planning.division``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ import bisect
 
 import numpy as np
 
-from dask_windows.planning.plan import batches_per_rank, rng_for, worker_batch_range
+from dask_windows.planning.division import reader_share
+from dask_windows.planning.plan import rng_for
 from dask_windows.planning.world import World
 
 __all__ = ["pack", "reader_sequences", "unpacked"]
@@ -137,10 +138,5 @@ def reader_sequences(
     num_sequences: int, batch_size: int, drop_last: bool, reader: World, skip_batches: int = 0
 ) -> tuple[int, int]:
     """Sequences ``[lo, hi)`` of the epoch that ``reader`` yields after ``skip_batches`` batches."""
-    share = num_sequences // reader.world_size
-    num_batches = batches_per_rank(num_sequences, reader.world_size, batch_size, drop_last)
-    used = min(share, num_batches * batch_size)
-    b0, b1 = worker_batch_range(num_batches, reader.worker, reader.num_workers)
-    base = reader.rank * share
-    hi = base + min(b1 * batch_size, used)
-    return min(base + (b0 + skip_batches) * batch_size, hi), hi
+    share = reader_share(num_sequences, reader, batch_size, drop_last)
+    return share.start_after(skip_batches), share.hi
