@@ -29,14 +29,13 @@ from dask_windows.omissions import check_omissions
 from dask_windows.ondevice import Traffic, resolve_device
 from dask_windows.opening import check_columns, check_windows, scan
 from dask_windows.options import resolve_normalize, resolve_pieces, source_options
+from dask_windows.passes import PassProtocol
 from dask_windows.planning.index import WindowGrid
-from dask_windows.planning.plan import batches_per_rank
 from dask_windows.planning.pool import PoolPlan
 from dask_windows.planning.resume import Resumer, check_int, fingerprint
 from dask_windows.planning.split import SeriesTable, cut_positions, split_grid
 from dask_windows.planning.world import World
-from dask_windows.runtime.detect import detect_worker, in_worker, process_group_store, resolve_ranks, worker_info
-from dask_windows.runtime.epochs import EpochCounter, worker_token
+from dask_windows.runtime.detect import process_group_store
 from dask_windows.runtime.pool import plan_for, pool_batches, pool_summary, resolve_order, warn_if_few_units
 from dask_windows.runtime.reading import batches, plan
 from dask_windows.runtime.streams import elastic_batches
@@ -47,14 +46,14 @@ from dask_windows.spec import WindowSpec
 from dask_windows.speedups import nextpass
 from dask_windows.speedups.nextpass import NEXT_PASS_SECONDS, check_seconds
 from dask_windows.speedups.slots import shared
-from dask_windows.workerwatch import READ_DEADLINE_SECONDS, check_read_deadline, record_pickler, watch_pickler
+from dask_windows.workerwatch import READ_DEADLINE_SECONDS, check_read_deadline
 
 __all__ = ["WindowDataset"]
 
 log = logging.getLogger(__name__)
 
 
-class WindowDataset(IterableDataset):
+class WindowDataset(PassProtocol, IterableDataset):
     """Shuffled batches of windows streamed from partitioned time series.
 
     Args:
@@ -286,11 +285,7 @@ class WindowDataset(IterableDataset):
         check_columns(self.source, self.spec, series)
         self._y_dtype = output_dtype(self.source, list(self.spec.targets))
         self.source.set_window(self.spec.span, self.spec.stride)
-        self._explicit_world = (rank, world_size)
-        self._ranks = self._resolve_ranks()
-        self._epochs = EpochCounter(0)  # shared with DataLoader workers: each pass takes the next epoch
-        self._worker_passes = 0  # passes over this copy inside one DataLoader worker process
-        self._resumer = Resumer()
+        self._init_passes(rank, world_size)  # epochs, ranks, resume state (see passes)
         self._identity: dict | None = None
         self._series: SeriesTable | None = None
         self._threads = threads
@@ -320,60 +315,28 @@ class WindowDataset(IterableDataset):
             )
         self._telemetry = Telemetry(time.perf_counter_ns() - opening)
 
-    # -- topology ---------------------------------------------------------------------------
+    # -- the pass protocol (epochs, len, resume state, ranks, pickling: see passes) ----------
 
-    def _resolve_ranks(self) -> tuple[int, int]:
-        return resolve_ranks(self._explicit_world, getattr(self, "_ranks", (0, 1)))
+    _process_local = ("_next_pass",)  # threads and buffers of this process (see nextpass)
 
-    @property
-    def rank(self) -> int:
-        """This process's rank."""
-        return self._resolve_ranks()[0]
-
-    @property
-    def world_size(self) -> int:
-        """Number of ranks sharing each epoch."""
-        return self._resolve_ranks()[1]
-
-    # -- public API -------------------------------------------------------------------------
-
-    @property
-    def epoch(self) -> int:
-        """The epoch of the current (or latest) pass, or the one ``set_epoch`` chose for the next pass."""
-        return self._epochs.epoch
-
-    @epoch.setter
-    def epoch(self, epoch: int) -> None:
-        self._epochs.pin(check_int("epoch", epoch))
-        nextpass.keep_only(self, epoch)  # a first buffer read ahead for another epoch is let go
-
-    def set_epoch(self, epoch: int) -> None:
-        """Use the order of ``epoch`` for the next pass; the same ``(seed, epoch)`` gives the same batches.
-
-        Without it each new pass over the dataset (each ``iter(loader)``, in the main process or in
-        DataLoader workers) takes the epoch after the previous pass's; calling it, as with a
-        ``DistributedSampler``, still decides the epoch of the next pass.
-        """
-        self.epoch = check_int("epoch", epoch)
-        self._resumer.forget(self.epoch)
-        self._ranks = self._resolve_ranks()
+    def _epoch_changes(self, epoch: int | None) -> None:
+        if epoch is None:
+            nextpass.release(self)
+        else:
+            nextpass.keep_only(self, epoch)  # a first buffer read ahead for another epoch is let go
 
     def __len__(self) -> int:
         """Exactly how many batches this rank yields per epoch, whatever ``num_workers`` is."""
-        self._ranks = self._resolve_ranks()
-        s = self.spec
-        if 0 < self.num_windows < self._ranks[1]:
+        world_size = self._topology()[1]
+        if 0 < self.num_windows < world_size:
             raise ConfigError(
-                f"world_size={self._ranks[1]} is larger than the {self.num_windows:,} windows of "
+                f"world_size={world_size} is larger than the {self.num_windows:,} windows of "
                 f"{self.source.description}: some ranks would get no window and yield 0 batches; "
                 "use fewer ranks, more data, or a smaller window or stride"
             )
-        info = worker_info()  # a change of num_workers alone is seen only inside the workers
-        workers = info.num_workers if info is not None else None
-        resumed = self._resumer.elastic_len(self.epoch, self._ranks[1], workers, self._shape())
-        if resumed is not None:  # elastic resume: the state's batches, then this rank's of the rest
-            return resumed
-        return batches_per_rank(self.num_windows, self._ranks[1], s.batch_size, s.drop_last)
+        return super().__len__()
+
+    # -- public API -------------------------------------------------------------------------
 
     @property
     def partitions(self) -> list:
@@ -388,17 +351,7 @@ class WindowDataset(IterableDataset):
     def __iter__(self) -> Iterator[Any]:
         # Not a generator itself: the resume position is fixed when iter() is called, so that
         # StatefulDataLoader's state_dict() right after iter() already sees this pass.
-        self._ranks = self._resolve_ranks()
-        worker, num_workers = detect_worker()
-        info = worker_info()
-        if info is None:
-            epoch = self._epochs.begin_pass()
-            self._resumer.forget(epoch)
-        else:  # every worker of this pass claims the same epoch (see epochs.py)
-            self._worker_passes += 1
-            watch_pickler(self)  # a forkserver worker: end when the training process does
-            epoch = self._epochs.begin_pass(worker_token(info.seed - info.id, self._worker_passes))
-        world = World(self._ranks[0], self._ranks[1], worker, num_workers)
+        epoch, world = self._begin_pass()  # every DataLoader worker of this pass claims the same epoch
         elastic = self._resumer.elastic_share(epoch, world, self._shape())
         if elastic is not None:  # a state of another topology: this reader's part of the rest of the epoch
             return watched(self, shared(elastic_batches(self, *elastic, self._resumer.step)))
@@ -424,52 +377,6 @@ class WindowDataset(IterableDataset):
         """``loader``'s batches, the training loop's exposed wait measured in this process (use it with
         DataLoader workers, whose stages run in the workers; without workers iterating is enough)."""
         return watch_loader(self, loader)
-
-    def state_dict(self, batches: int | None = None, num_workers: int | None = None) -> dict:
-        """Where the current epoch stands, as a small dict to save with the model checkpoint.
-
-        Without arguments the dataset counts what it yielded itself: iterated in this process
-        (``num_workers=0``) or inside each DataLoader worker (torchdata's ``StatefulDataLoader``
-        calls this there). A plain ``DataLoader`` with workers iterates copies of the dataset, so
-        tell it what the training loop took instead.
-
-        Args:
-            batches: Batches the DataLoader yielded in the current pass over it (count from 0 each
-                time the loader is iterated; batches a resume skipped are added).
-            num_workers: The DataLoader's ``num_workers`` (required with ``batches``).
-
-        Returns:
-            The state; the same for every rank, so a state saved on one rank resumes all.
-            It describes the most recent pass (``iter(ds)``) still in progress, and that pass's
-            epoch; each pass counts its own batches, so a second iterator (a peek, dropped or
-            closed) never moves the first one's position. While two passes are in progress the
-            state is ambiguous and this raises ``ConfigError``.
-        """
-        world = World(*self._resolve_ranks(), *detect_worker())
-        return self._resumer.save(
-            self._fingerprint(), self.epoch, world, len(self), in_worker(), batches, num_workers, self._shape()
-        )
-
-    def load_state_dict(self, state: dict) -> None:
-        """Resume the epoch ``state`` was saved in, after the batches it had already yielded.
-
-        Sets ``epoch``; every pass over that epoch (until ``set_epoch`` moves to another) yields the
-        remaining batches in the uninterrupted order, with the same ``num_workers``. Buffers already
-        finished are not read again.
-
-        A loader-scope state saved with another ``world_size`` or ``num_workers`` resumes elastically:
-        the windows of that epoch not yet yielded (those of the old in-flight buffers included) are
-        divided between the new ranks and workers, each exactly once, every rank yielding the same
-        number of batches; only their order differs from an uninterrupted run (see ``elastic``).
-
-        Raises:
-            ConfigError: The state comes from another dataset or configuration.
-        """
-        nextpass.release(self)
-        whole = -(-self.num_windows // self.spec.batch_size)  # batches of the whole epoch: no reader takes more
-        self.epoch = self._resumer.load(
-            state, self._fingerprint(), self._resolve_ranks()[1], elastic=True, max_batches=whole
-        )
 
     def close(self) -> None:
         """Stop this dataset's ``read_workers`` processes, if any (the next pass starts them again), and
@@ -555,14 +462,6 @@ class WindowDataset(IterableDataset):
             files = self.source.identity_digest() if hasattr(self.source, "identity_digest") else None
             self._identity = fingerprint(self.grid, rows, self.spec, files)
         return self._identity
-
-    def __getstate__(self) -> dict:
-        # DataLoader workers started by spawn/forkserver get a pickled copy: take the ranks of an
-        # initialised torch.distributed along, since the workers cannot detect them.
-        state = self.__dict__.copy()
-        state["_ranks"] = self._resolve_ranks()
-        state.pop("_next_pass", None)  # threads and buffers of this process (see nextpass)
-        return record_pickler(state)  # forkserver workers end with this process (workerwatch)
 
     def _plan(self, world: World, skip_batches: int = 0, epoch: int | None = None) -> Any:
         if self.spec.buffer_bytes is not None:  # the pool order (the default)

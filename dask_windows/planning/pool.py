@@ -45,10 +45,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dask_windows.planning.division import reader_span
 from dask_windows.planning.plan import (
     _segments,
     epoch_order,
-    reader_span,
     rng_for,
 )
 from dask_windows.planning.windows import window_starts
