@@ -38,7 +38,6 @@ __all__ = [
     "POLL_SECONDS",
     "READ_DEADLINE_SECONDS",
     "ReadWorkerStalled",
-    "check_read_deadline",
     "record_pickler",
     "stalled_message",
     "watch_pickler",
@@ -58,18 +57,6 @@ _watched_lock = threading.Lock()
 
 class ReadWorkerStalled(RuntimeError):
     """A read worker sent nothing for ``read_deadline`` seconds while a buffer it holds was awaited."""
-
-
-def check_read_deadline(value: Any) -> float | None:
-    """``read_deadline`` validated: seconds > 0, or ``None`` for no deadline."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(
-            f"read_deadline={value!r} must be a number of seconds > 0 (how long a read worker may send nothing "
-            "while a buffer it reads is awaited) or None for no deadline"
-        )
-    return float(value)
 
 
 def stalled_message(name: str, pid: int | None, seconds: float) -> str:

@@ -70,7 +70,6 @@ __all__ = [
     "PLAN_BYTES_PER_PIECE",
     "PLAN_SHARE",
     "begin",
-    "check_seconds",
     "claim",
     "keep_only",
     "planned",
@@ -87,16 +86,6 @@ PLAN_SHARE = 8  # read ahead only where the next pass's plan takes at most 1/PLA
 JOIN_SECONDS = 5.0  # longest wait for the threads of a released read-ahead (a read in flight finishes alone)
 _SLOT = "_next_pass"  # the dataset's attribute holding its read-ahead (never pickled)
 _LIVE: weakref.WeakSet[_NextPass] = weakref.WeakSet()  # read-aheads not yet taken or released
-
-
-def check_seconds(value: Any) -> float:
-    """``next_pass_seconds`` validated: a number ``>= 0``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise ValueError(
-            f"next_pass_seconds={value!r} must be a number of seconds >= 0 (how long the next pass's first "
-            "buffer, read while the last buffer is drained, waits for that pass); 0 turns it off"
-        )
-    return float(value)
 
 
 class _NextPass:
