@@ -29,7 +29,7 @@ from dask_windows.faults import check_on_error
 from dask_windows.spec import WindowSpec, _positive_int
 from dask_windows.tuning import NEXT_PASS_SECONDS, OPEN_THREADS, READ_DEADLINE_SECONDS, RETRIES
 
-__all__ = ["KEYWORDS", "Config", "OrderConfig", "ReadConfig", "WindowConfig", "resolve"]
+__all__ = ["KEYWORDS", "Config", "OrderConfig", "ReadConfig", "WindowConfig", "group_of", "resolve"]
 
 
 def _next_pass_seconds(value: Any) -> float:
@@ -146,6 +146,15 @@ _GROUPS = {"window": WindowConfig, "order": OrderConfig, "read": ReadConfig}
 
 #: Every keyword of ``WindowDataset`` but ``data``, and the value that holds it.
 KEYWORDS: dict[str, str] = {f.name: group for group, kind in _GROUPS.items() for f in fields(kind) if f.init}
+
+
+def group_of(keyword: str, caller: str = "WindowDataset") -> str:
+    """The value (``"window"``, ``"order"`` or ``"read"``) that holds ``keyword``; a ``TypeError``
+    naming ``caller`` when ``keyword`` is none of ``WindowDataset``'s, as Python's own."""
+    try:
+        return KEYWORDS[keyword]
+    except KeyError:
+        raise TypeError(f"{caller}() got an unexpected keyword argument {keyword!r}") from None
 
 
 class Config(NamedTuple):
