@@ -84,8 +84,10 @@ RETRY_MAX_DELAY = 5.0
 #: Column chunks of one partition closer than this are fetched in one request (a request costs
 #: more than reading this many bytes it does not need).
 MAX_GAP = 64 * 2**10
-#: Local files open on one thread while it computes (parsing a footer holds the GIL), on up to
-#: this many while it waits (a cold disk, a network filesystem).
+#: Most threads opening local files: opening a cached local file holds the GIL for over half its
+#: 30-40 us, so threads mostly trade the GIL (16 threads on 2 idle cores took 4x the CPU time of
+#: one); files open on one thread while it computes, on up to this many while it waits (a cold
+#: disk, a network filesystem).
 LOCAL_OPEN_THREADS = 4
 #: Files opened on one thread first, to see whether opening computes or waits.
 PROBE_FILES = 256
@@ -116,8 +118,9 @@ BUFFER_BYTES = 1 << 30
 #: *order*: fewest rows of a unit cut from a source without decode units (smaller units cost a
 #: read each for few windows).
 MIN_UNIT_ROWS = 1024
-#: *order*: most units resident per window of a batch; row groups are merged into units until a
-#: budget holds this many per window at most.
+#: *order*: most units resident per window of a batch: row groups are merged into units of at
+#: least pool rows / (this * batch size) rows (fewer, larger reads where the budget holds the data
+#: many times over).
 UNITS_PER_BATCH = 4
 #: *order*: units read beyond the resident ones: one step built ahead, one unit being read.
 POOL_AHEAD_UNITS = 2

@@ -33,6 +33,8 @@ import threading
 from typing import Any
 
 from dask_windows.runtime.prefetch import GuardedThread
+from dask_windows.tuning import READ_DEADLINE_SECONDS
+from dask_windows.tuning import WATCH_POLL_SECONDS as POLL_SECONDS
 
 __all__ = [
     "POLL_SECONDS",
@@ -46,10 +48,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Seconds a read worker may send nothing while a buffer it holds is awaited (``read_deadline=``).
-READ_DEADLINE_SECONDS = 300.0
-#: Where ``os.pidfd_open`` is missing: how often a worker checks that its training process lives.
-POLL_SECONDS = 1.0
 
 _watched: set[int] = set()  # training pids this process already watches
 _watched_lock = threading.Lock()
