@@ -17,6 +17,7 @@ __all__ = [
     "BLOCK_BATCHES",
     "BUFFER_BYTES",
     "CACHE_KEEP_SECONDS",
+    "CONVERT_SPAN",
     "CORRUPT_PROBES",
     "DEFAULT_PARTITION_BYTES",
     "DEFAULT_PARTITION_ROWS",
@@ -33,6 +34,7 @@ __all__ = [
     "LOCAL_OPEN_THREADS",
     "MAX_GAP",
     "MAX_RINGS",
+    "MIN_CHUNK_PER_OVERLAP",
     "MIN_SHARED_BYTES",
     "MIN_UNIT_ROWS",
     "NEGLIGIBLE_WAIT_S",
@@ -56,11 +58,22 @@ __all__ = [
     "SLOT_HEADROOM",
     "SPARE_MIN_BYTES",
     "TAIL_BATCH",
+    "TARGET_CHUNKS_PER_FILE",
     "TORCH_MIN_BYTES",
     "TRIM_BYTES",
     "UNITS_PER_BATCH",
     "WATCH_POLL_SECONDS",
 ]
+
+# -- dask-windows convert (cli/layout.py) ---------------------------------------------------------
+
+#: ``window + horizon`` the chunks of the spread layout overlap for when convert gets no ``--window``.
+CONVERT_SPAN = 128
+#: Chunks per file the spread layout aims for: the strata each file samples, so a few files mix
+#: like the whole dataset.
+TARGET_CHUNKS_PER_FILE = 512
+#: Chunks are at least this many times the overlap (disk and decode overhead at most 1/4).
+MIN_CHUNK_PER_OVERLAP = 4
 
 # -- opening and reading (sources/) ---------------------------------------------------------------
 
