@@ -180,6 +180,13 @@ class Resolved(NamedTuple):
     series_from_manifest: bool  # the series column came from a convert manifest (``repr`` says so)
 
 
+def _held(kind: type, spec: WindowSpec, given: Mapping[str, Any], **resolved: Any) -> Any:
+    """A value of ``kind``: each field as ``spec`` resolved it where ``spec`` has it, else as given."""
+    in_spec = {f.name for f in fields(WindowSpec)}
+    held = {f.name: getattr(spec, f.name) if f.name in in_spec else given[f.name] for f in fields(kind) if f.init}
+    return kind(**{**held, **resolved})
+
+
 def resolve(keywords: Mapping[str, Any], open_source: Callable[[ReadConfig, Any], Any]) -> Resolved:
     """The three values of ``WindowDataset``'s ``keywords`` (every name of :data:`KEYWORDS`).
 
@@ -206,7 +213,7 @@ def resolve(keywords: Mapping[str, Any], open_source: Callable[[ReadConfig, Any]
 
     given = dict(keywords)
     device = resolve_device(given["device"])  # None: the host path (see ondevice)
-    series = given["series"]
+    series = series_given = given["series"]
     asked_manifest = series is SERIES_FROM_MANIFEST
     source = open_source(read, None if asked_manifest else series)
     pieces, buffer_bytes = given["pieces_per_partition"], given["buffer_bytes"]
@@ -226,12 +233,7 @@ def resolve(keywords: Mapping[str, Any], open_source: Callable[[ReadConfig, Any]
     skipped = list(source.skipped)
     if is_series_vector(series):  # the source already cut the array into series
         series = None
-    features, targets, window, return_index = (
-        given["features"],
-        given["targets"],
-        given["window"],
-        given["return_index"],
-    )
+    features, targets, window, return_index = (given[k] for k in ("features", "targets", "window", "return_index"))
     emitter = None
     if given["workflow"] is not None:  # pieces transformed as they are read, named batches (dask_windows.workflow)
         from dask_windows.workflow.apply import bind
@@ -273,29 +275,17 @@ def resolve(keywords: Mapping[str, Any], open_source: Callable[[ReadConfig, Any]
         nan=given["nan"],
         buffer_bytes=pool_bytes,
     )
-    window_config = WindowConfig(
-        window=spec.window,
-        features=spec.features,
-        targets=spec.targets,
-        series=spec.series if from_manifest or given["workflow"] is not None else given["series"],
-        stride=spec.stride,
-        horizon=spec.horizon,
-        layout=spec.layout,
-        return_index=spec.return_index,
-        nan=spec.nan,
-        normalize=given["normalize"],
-        workflow=given["workflow"],
+    window_config = _held(
+        WindowConfig,
+        spec,
+        given,
+        series=spec.series if from_manifest or given["workflow"] is not None else series_given,
     )
-    order = OrderConfig(
-        batch_size=spec.batch_size,
-        drop_last=spec.drop_last,
-        shuffle=spec.shuffle,
-        seed=spec.seed,
-        buffer_partitions=spec.buffer_partitions,
+    order = _held(
+        OrderConfig,
+        spec,
+        given,
         pieces_per_partition=None if spec.buffer_bytes is not None else spec.pieces_per_partition,
-        buffer_bytes=spec.buffer_bytes,
-        rank=given["rank"],
-        world_size=given["world_size"],
         device=device,
     )
     read = replace(read, prefetch_partitions=spec.prefetch_partitions)
