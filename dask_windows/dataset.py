@@ -23,30 +23,29 @@ import torch
 from torch.utils.data import IterableDataset
 
 from dask_windows.checks import SERIES_FROM_MANIFEST, check_series_order, output_dtype
+from dask_windows.config import KEYWORDS, Config, ReadConfig, resolve
 from dask_windows.errors import ConfigError, DataError
-from dask_windows.faults import SkippedPartition, check_on_error
+from dask_windows.faults import SkippedPartition
 from dask_windows.omissions import check_omissions
-from dask_windows.ondevice import Traffic, resolve_device
+from dask_windows.ondevice import Traffic
 from dask_windows.opening import check_columns, check_windows, scan
-from dask_windows.options import resolve_normalize, resolve_pieces, source_options
+from dask_windows.options import resolve_normalize
 from dask_windows.passes import PassProtocol
 from dask_windows.planning.index import WindowGrid
 from dask_windows.planning.pool import PoolPlan
-from dask_windows.planning.resume import Resumer, check_int, fingerprint
+from dask_windows.planning.resume import Resumer, fingerprint
 from dask_windows.planning.split import SeriesTable, cut_positions, split_grid
 from dask_windows.planning.world import World
 from dask_windows.runtime.detect import process_group_store
-from dask_windows.runtime.pool import plan_for, pool_batches, pool_summary, resolve_order, warn_if_few_units
+from dask_windows.runtime.pool import plan_for, pool_batches, pool_summary, warn_if_few_units
 from dask_windows.runtime.reading import batches, plan
 from dask_windows.runtime.streams import elastic_batches
 from dask_windows.runtime.telemetry import Stats, Telemetry, rank_stats, watch_loader, watched
-from dask_windows.sources import ArraySource, Source, is_series_vector, open_source
-from dask_windows.sources.retry import RetryPolicy, resolve_retry, with_deadline
-from dask_windows.spec import WindowSpec
+from dask_windows.sources import ArraySource, Source, open_source
+from dask_windows.sources.retry import RetryPolicy
 from dask_windows.speedups import nextpass
-from dask_windows.speedups.nextpass import NEXT_PASS_SECONDS, check_seconds
 from dask_windows.speedups.slots import shared
-from dask_windows.workerwatch import READ_DEADLINE_SECONDS, check_read_deadline
+from dask_windows.tuning import NEXT_PASS_SECONDS, OPEN_THREADS, READ_DEADLINE_SECONDS, RETRIES
 
 __all__ = ["WindowDataset"]
 
@@ -182,8 +181,8 @@ class WindowDataset(PassProtocol, IterableDataset):
         world_size: int | None = None,
         partition_bytes: int | None = None,
         partition_rows: int | None = None,
-        threads: int = 16,
-        retries: int | RetryPolicy = 3,
+        threads: int = OPEN_THREADS,
+        retries: int | RetryPolicy = RETRIES,
         on_error: str = "raise",
         strict: bool = False,
         timeout: float | None = None,
@@ -199,97 +198,42 @@ class WindowDataset(PassProtocol, IterableDataset):
     ) -> None:
         super().__init__()
         opening = time.perf_counter_ns()
-        series_from_manifest = series is SERIES_FROM_MANIFEST
-        if series_from_manifest:
-            series = None
-        options = source_options(threads, cache_dir, cache_bytes, partition_bytes, partition_rows)
-        if index is not None:
-            options["index"] = index  # Parquet paths only (see sources.footer_index)
-        if index is not False and isinstance(data, (str, os.PathLike, list, tuple)):
-            options["footer_group"] = process_group_store()  # ranks share footers (footer_share)
-        self.on_error = check_on_error(on_error)
-        self.read_workers = check_int("read_workers", read_workers)
-        if self.read_workers:  # each worker imports the script: refuse an unguarded one now (speedups.main_guard)
-            from dask_windows.speedups.main_guard import check_main_guard
+        keywords = {name: value for name, value in locals().items() if name in KEYWORDS}  # every keyword but data
 
-            check_main_guard("forkserver")
-        self.next_pass_seconds = check_seconds(next_pass_seconds)
-        self.device = resolve_device(device)  # None: the host path (see ondevice)
+        def opened(read: ReadConfig, series: Any) -> Source:
+            options = read.source_options()
+            if read.index is not False and isinstance(data, (str, os.PathLike, list, tuple)):
+                options["footer_group"] = process_group_store()  # ranks share footers (footer_share)
+            return open_source(
+                data, read.storage_options, series=series, retry=read.retry, on_error=read.on_error, **options
+            )
+
+        resolved = resolve(keywords, opened)
+        self.config: Config = resolved.config  # the keywords as three frozen values (see config)
+        read = self.config.read
+        self.on_error = read.on_error
+        self.read_workers = read.read_workers
+        self.next_pass_seconds = read.next_pass_seconds
+        self.device = self.config.order.device  # None: the host path (see ondevice)
         self.device_traffic = Traffic()  # bytes this process's passes sent to ``device``
-        self.read_deadline = check_read_deadline(read_deadline)
-        self.source: Source = open_source(
-            data,
-            storage_options,
-            series=series,
-            retry=with_deadline(resolve_retry(retries), timeout),
-            on_error=on_error,
-            **options,
-        )
-        if self.device is not None:  # device mode sends whole buffers once: the buffer (piece) order
-            if buffer_bytes is not None:
-                raise ConfigError(
-                    f"device={device!r} with buffer_bytes={buffer_bytes!r}: the pool order gathers on the host; "
-                    "device mode cuts batches from whole buffers sent once, in the piece order. Drop buffer_bytes "
-                    "(and set pieces_per_partition / buffer_partitions), or pass device=None"
-                )
-            pool_bytes = None  # pieces_per_partition None: the piece order's own default
-        else:
-            pool_bytes = resolve_order(pieces_per_partition, buffer_bytes, self.source)
-        manifest_series = getattr(self.source, "manifest_series", None)
-        self._series_from_manifest = series_from_manifest and manifest_series is not None
-        if self._series_from_manifest:
-            series = manifest_series
-        self.skipped: list[SkippedPartition] = list(self.source.skipped)
-        if is_series_vector(series):  # the source already cut the array into series
-            series = None
-        self._workflow: Any = None
-        if workflow is not None:  # pieces transformed as they are read, named batches (dask_windows.workflow)
-            from dask_windows.workflow.apply import bind
-
-            self._workflow, self.source, chosen = bind(  # type: ignore[assignment]
-                workflow, self.source, features=features, targets=targets, series=series, window=window,
-                horizon=horizon, layout=layout, return_index=return_index, normalize=normalize,
-                storage_options=storage_options,
-            )  # fmt: skip
-            features, targets, series = chosen["features"], chosen["targets"], chosen["series"]
-            window, return_index = chosen["window"], chosen["return_index"]
-            if self.device is not None:  # the device path cuts batches without the workflow's step
-                raise ConfigError(
-                    f"workflow= and device={device!r} cannot be combined yet: the workflow's look-back rows "
-                    "and named batches are made on the host; pass device=None (and move batches with "
-                    "dw.DevicePrefetcher)"
-                )
-        if features is None and isinstance(self.source, ArraySource):
-            features = self.source.column_names()
-        self.spec = WindowSpec(
-            features=features,  # type: ignore[arg-type]
-            targets=targets,  # type: ignore[arg-type]
-            series=series,
-            window=window,
-            stride=stride,
-            horizon=horizon,
-            batch_size=batch_size,
-            drop_last=drop_last,
-            shuffle=shuffle,
-            seed=seed,
-            buffer_partitions=buffer_partitions,
-            pieces_per_partition=resolve_pieces(pieces_per_partition, self.source, batch_size, buffer_partitions)
-            if pieces_per_partition is not None or pool_bytes is None
-            else 1,
-            prefetch_partitions=prefetch_partitions,
-            layout=layout,
-            return_index=return_index,
-            nan=nan,
-            buffer_bytes=pool_bytes,
-        )
+        self.read_deadline = read.read_deadline
+        self.source: Source = resolved.source
+        self._series_from_manifest = resolved.series_from_manifest
+        self.skipped: list[SkippedPartition] = resolved.skipped
+        self._workflow: Any = resolved.workflow
+        self.spec = resolved.spec
+        series, nan, on_error, threads = self.spec.series, self.spec.nan, read.on_error, read.threads
+        series_from_manifest = keywords["series"] is SERIES_FROM_MANIFEST
         check_columns(self.source, self.spec, series)
         self._y_dtype = output_dtype(self.source, list(self.spec.targets))
         self.source.set_window(self.spec.span, self.spec.stride)
-        self._init_passes(rank, world_size)  # epochs, ranks, resume state (see passes)
+        self._init_passes(
+            self.config.order.rank, self.config.order.world_size
+        )  # epochs, ranks, resume state (see passes)
         self._identity: dict | None = None
         self._series: SeriesTable | None = None
         self._threads = threads
-        self._normalize = resolve_normalize(normalize, self.spec, storage_options)
+        self._normalize = resolve_normalize(self.config.window.normalize, self.spec, read.storage_options)
         spec = self.spec
         self.runs = scan(self.source, spec, series, nan, on_error, self.skipped, threads)
         self.grid = WindowGrid.from_runs(self.runs, spec.span, spec.stride)
@@ -299,7 +243,7 @@ class WindowDataset(PassProtocol, IterableDataset):
         names = [p.name for p in self.source.partitions]
         spread = getattr(self.source, "_manifest", None) or {}
         spread = spread.get("manifest", {}).get("version", 1) >= 2  # chunks of a series by design
-        order_remedy = "" if spread else check_series_order(self.runs, names, series, strict)
+        order_remedy = "" if spread else check_series_order(self.runs, names, series, read.strict)
         check_windows(self.source, spec, self.runs, self.num_windows, order_remedy, self.skipped)
         self.left_out = check_omissions(self, not series_from_manifest or self._series_from_manifest)
         warn_if_few_units(self)  # the pool order's budget holds too few units to mix like a global shuffle

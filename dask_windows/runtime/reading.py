@@ -50,6 +50,7 @@ from dask_windows.runtime.telemetry import timed_parts
 from dask_windows.sources import PartitionReader
 from dask_windows.speedups import nextpass
 from dask_windows.speedups.spares import Spares
+from dask_windows.tuning import READ_THREADS
 
 if TYPE_CHECKING:
     from dask_windows.dataset import WindowDataset
@@ -69,8 +70,6 @@ __all__ = [
     "small_pages",
     "unit_windows",
 ]
-
-READ_THREADS = 2  # pieces read at once by the prefetcher (Parquet files and object stores)
 
 
 def batches(ds: WindowDataset, plan: Any, progress: Any = None, this_pass: tuple | None = None) -> Iterator[Any]:
