@@ -144,6 +144,7 @@ def _roots(names: set[str]) -> set[str]:
 PURE_STAGES = [  # rule 3: besides the planning/ sub-package (rule 6)
     "errors",
     "spec",
+    "tuning",
     "runtime/prefetch",
     "runtime/buffer",
     "runtime/batch",
@@ -153,7 +154,7 @@ PURE_STAGES = [  # rule 3: besides the planning/ sub-package (rule 6)
 ]
 
 #: what the planning/ sub-package may import at module level (rule 6): the standard library, numpy, and these
-PLANNING_MAY_IMPORT = {"dask_windows.errors", "dask_windows.spec", "dask_windows.planning"}
+PLANNING_MAY_IMPORT = {"dask_windows.errors", "dask_windows.spec", "dask_windows.tuning", "dask_windows.planning"}
 #: what no planning module imports, even inside a function (rule 6)
 PLANNING_NEVER = ("dask_windows.runtime", "dask_windows.speedups", "dask_windows.sources", "dask_windows.cli")
 #: the exceptions to rule 6 still to be taken out, each with its reason

@@ -59,10 +59,9 @@ from dask_windows.runtime.buffer import HEAD, Buffer, Part, PlannedStarts, permu
 from dask_windows.runtime.memory import trim
 from dask_windows.runtime.prefetch import Ahead
 from dask_windows.spec import WindowSpec
+from dask_windows.tuning import TRIM_BYTES as _TRIM_BYTES
 
 __all__ = ["start_builder", "stream"]
-
-_TRIM_BYTES = 8 << 20  # buffers at least this large hand their memory back when dropped
 
 
 @dataclass

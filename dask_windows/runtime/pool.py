@@ -35,7 +35,6 @@ from dask_windows.errors import ConfigError, SourceReadError
 from dask_windows.faults import REPLACEMENT_TAG, record_skip, replacement_picks, skip_allowed
 from dask_windows.planning.plan import Segment, rng_for
 from dask_windows.planning.pool import (
-    AHEAD,
     PoolPlan,
     merge_bounds,
     plan_pool,
@@ -51,6 +50,8 @@ from dask_windows.runtime.buffer import Part, _fill_starts, decode_pieces
 from dask_windows.runtime.pipeline import _Built, stream
 from dask_windows.runtime.prefetch import Ahead, Prefetcher
 from dask_windows.runtime.values import PassValues, ReadValues
+from dask_windows.tuning import BUFFER_BYTES, MIN_UNIT_ROWS, UNITS_PER_BATCH
+from dask_windows.tuning import POOL_AHEAD_UNITS as AHEAD
 
 __all__ = [
     "BUFFER_BYTES",
@@ -64,11 +65,6 @@ __all__ = [
     "unit_bounds",
     "warn_if_few_units",
 ]
-
-BUFFER_BYTES = 1 << 30  # default memory budget of decoded rows per rank (shared by its DataLoader workers)
-MIN_UNIT_ROWS = 1024  # fewest rows of a unit cut from a source without decode units
-UNITS_PER_BATCH = 4  # most units resident per window of a batch; row groups are merged into units of at least
-# pool rows / (this * batch size) rows (fewer, larger reads where the budget holds the data many times over)
 
 
 def resolve_order(pieces_per_partition: Any, buffer_bytes: Any, source: Any) -> Any:

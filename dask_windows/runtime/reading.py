@@ -51,6 +51,7 @@ from dask_windows.runtime.telemetry import timed_parts
 from dask_windows.runtime.values import PassValues, ReadValues
 from dask_windows.sources import PartitionReader
 from dask_windows.speedups.spares import Spares
+from dask_windows.tuning import READ_THREADS
 
 __all__ = [
     "READ_THREADS",
@@ -66,8 +67,6 @@ __all__ = [
     "small_pages",
     "unit_windows",
 ]
-
-READ_THREADS = 2  # pieces read at once by the prefetcher (Parquet files and object stores)
 
 
 def batches(values: PassValues, plan: Any, progress: Any = None, this_pass: tuple | None = None) -> Iterator[Any]:

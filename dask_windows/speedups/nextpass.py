@@ -57,6 +57,8 @@ from typing import TYPE_CHECKING, Any
 from dask_windows.planning.world import World
 from dask_windows.runtime.detect import in_worker
 from dask_windows.runtime.prefetch import Ahead, GuardedThread, Prefetcher
+from dask_windows.tuning import NEXT_PASS_JOIN_SECONDS as JOIN_SECONDS
+from dask_windows.tuning import NEXT_PASS_SECONDS, PLAN_BYTES_PER_PIECE, PLAN_SHARE
 
 WindowDataset = Any  # the dataset whose next pass is read ahead (not imported: no import cycle)
 
@@ -73,7 +75,6 @@ __all__ = [
     "NextPass",
     "Slot",
     "begin",
-    "check_seconds",
     "claim",
     "keep_only",
     "planned",
@@ -84,21 +85,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-NEXT_PASS_SECONDS = 30.0  # default ``next_pass_seconds``: how long a first buffer read ahead waits for its pass
-PLAN_BYTES_PER_PIECE = 200  # a plan's bookkeeping per piece (segment, unit, arena entry; 160 B measured for the plan)
-PLAN_SHARE = 8  # read ahead only where the next pass's plan takes at most 1/PLAN_SHARE of a buffer's memory
-JOIN_SECONDS = 5.0  # longest wait for the threads of a released read-ahead (a read in flight finishes alone)
 _LIVE: weakref.WeakSet[_NextPass] = weakref.WeakSet()  # read-aheads not yet taken or released
-
-
-def check_seconds(value: Any) -> float:
-    """``next_pass_seconds`` validated: a number ``>= 0``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise ValueError(
-            f"next_pass_seconds={value!r} must be a number of seconds >= 0 (how long the next pass's first "
-            "buffer, read while the last buffer is drained, waits for that pass); 0 turns it off"
-        )
-    return float(value)
 
 
 class _NextPass:
