@@ -284,7 +284,7 @@ def breakdown(root: str, batch: int, window: int, stride: int, batches: int = 20
     # The gather as the stream calls it: a run's generator of features-only batches, or per batch
     # numpy's run gather (``_Runs.__call__``), ``Gatherer.features`` or a bound gather.
     gather = sum(cumulative(name, "stream") for name in ("gather_run", "__call__", "features", "<lambda>"))
-    emit = cumulative("_emit")
+    emit = cumulative("_emit") + cumulative("emit")  # the batch output (``seams.TorchOutput.emit``; ``_emit`` before)
     return (
         f"{wall:.1f} us/batch wall, main thread {own:.1f} us CPU (all threads {cpu:.1f}); profiled: "
         f"gather {gather:.1f}, wrapping {emit:.1f}, loop and generators {total - gather - emit:.1f} "

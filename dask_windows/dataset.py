@@ -19,42 +19,44 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 from torch.utils.data import IterableDataset
 
 from dask_windows.checks import SERIES_FROM_MANIFEST, check_series_order, output_dtype
+from dask_windows.config import KEYWORDS, Config, ReadConfig, resolve
 from dask_windows.errors import ConfigError, DataError
-from dask_windows.faults import SkippedPartition, check_on_error
+from dask_windows.faults import SkippedPartition
 from dask_windows.omissions import check_omissions
-from dask_windows.ondevice import Traffic, resolve_device
+from dask_windows.ondevice import Traffic, feed_for
 from dask_windows.opening import check_columns, check_windows, scan
-from dask_windows.options import resolve_normalize, resolve_pieces, source_options
+from dask_windows.options import resolve_normalize
+from dask_windows.passes import PassProtocol
 from dask_windows.planning.index import WindowGrid
-from dask_windows.planning.plan import batches_per_rank
 from dask_windows.planning.pool import PoolPlan
-from dask_windows.planning.resume import Resumer, check_int, fingerprint
+from dask_windows.planning.resume import Resumer, fingerprint
 from dask_windows.planning.split import SeriesTable, cut_positions, split_grid
 from dask_windows.planning.world import World
-from dask_windows.runtime.detect import detect_worker, in_worker, process_group_store, resolve_ranks, worker_info
-from dask_windows.runtime.epochs import EpochCounter, worker_token
-from dask_windows.runtime.pool import plan_for, pool_batches, pool_summary, resolve_order, warn_if_few_units
-from dask_windows.runtime.reading import batches, plan
+from dask_windows.runtime.detect import process_group_store
+from dask_windows.runtime.pool import plan_for, pool_batches, pool_summary, unit_bounds, warn_if_few_units
+from dask_windows.runtime.reading import batches, piece_cells, plan
+from dask_windows.runtime.seams import ThreadReads, TorchOutput
 from dask_windows.runtime.streams import elastic_batches
 from dask_windows.runtime.telemetry import Stats, Telemetry, rank_stats, watch_loader, watched
-from dask_windows.sources import ArraySource, Source, is_series_vector, open_source
-from dask_windows.sources.retry import RetryPolicy, resolve_retry, with_deadline
-from dask_windows.spec import WindowSpec
+from dask_windows.runtime.values import PassValues, ReadValues, no_count
+from dask_windows.sources import ArraySource, Source, open_source
+from dask_windows.sources.retry import RetryPolicy
 from dask_windows.speedups import nextpass
-from dask_windows.speedups.nextpass import NEXT_PASS_SECONDS, check_seconds
-from dask_windows.speedups.slots import shared
-from dask_windows.workerwatch import READ_DEADLINE_SECONDS, check_read_deadline, record_pickler, watch_pickler
+from dask_windows.speedups.nextpass import NextPass
+from dask_windows.speedups.pairs import paired_reads
+from dask_windows.speedups.readpool import PoolReads
+from dask_windows.speedups.slots import SlotAllocator, shared
+from dask_windows.tuning import NEXT_PASS_SECONDS, OPEN_THREADS, READ_DEADLINE_SECONDS, RETRIES
 
 __all__ = ["WindowDataset"]
 
 log = logging.getLogger(__name__)
 
 
-class WindowDataset(IterableDataset):
+class WindowDataset(PassProtocol, IterableDataset):
     """Shuffled batches of windows streamed from partitioned time series.
 
     Args:
@@ -183,8 +185,8 @@ class WindowDataset(IterableDataset):
         world_size: int | None = None,
         partition_bytes: int | None = None,
         partition_rows: int | None = None,
-        threads: int = 16,
-        retries: int | RetryPolicy = 3,
+        threads: int = OPEN_THREADS,
+        retries: int | RetryPolicy = RETRIES,
         on_error: str = "raise",
         strict: bool = False,
         timeout: float | None = None,
@@ -200,101 +202,44 @@ class WindowDataset(IterableDataset):
     ) -> None:
         super().__init__()
         opening = time.perf_counter_ns()
-        series_from_manifest = series is SERIES_FROM_MANIFEST
-        if series_from_manifest:
-            series = None
-        options = source_options(threads, cache_dir, cache_bytes, partition_bytes, partition_rows)
-        if index is not None:
-            options["index"] = index  # Parquet paths only (see sources.footer_index)
-        if index is not False and isinstance(data, (str, os.PathLike, list, tuple)):
-            options["footer_group"] = process_group_store()  # ranks share footers (footer_share)
-        self.on_error = check_on_error(on_error)
-        self.read_workers = check_int("read_workers", read_workers)
-        if self.read_workers:  # each worker imports the script: refuse an unguarded one now (speedups.main_guard)
-            from dask_windows.speedups.main_guard import check_main_guard
+        keywords = {name: value for name, value in locals().items() if name in KEYWORDS}  # every keyword but data
 
-            check_main_guard("forkserver")
-        self.next_pass_seconds = check_seconds(next_pass_seconds)
-        self.device = resolve_device(device)  # None: the host path (see ondevice)
+        def opened(read: ReadConfig, series: Any) -> Source:
+            options = read.source_options()
+            if read.index is not False and isinstance(data, (str, os.PathLike, list, tuple)):
+                options["footer_group"] = process_group_store()  # ranks share footers (footer_share)
+            return open_source(
+                data, read.storage_options, series=series, retry=read.retry, on_error=read.on_error, **options
+            )
+
+        resolved = resolve(keywords, opened)
+        self.config: Config = resolved.config  # the keywords as three frozen values (see config)
+        read = self.config.read
+        self.on_error = read.on_error
+        self.read_workers = read.read_workers
+        self.next_pass_seconds = read.next_pass_seconds
+        self.device = self.config.order.device  # None: the host path (see ondevice)
         self.device_traffic = Traffic()  # bytes this process's passes sent to ``device``
-        self.read_deadline = check_read_deadline(read_deadline)
-        self.source: Source = open_source(
-            data,
-            storage_options,
-            series=series,
-            retry=with_deadline(resolve_retry(retries), timeout),
-            on_error=on_error,
-            **options,
-        )
-        if self.device is not None:  # device mode sends whole buffers once: the buffer (piece) order
-            if buffer_bytes is not None:
-                raise ConfigError(
-                    f"device={device!r} with buffer_bytes={buffer_bytes!r}: the pool order gathers on the host; "
-                    "device mode cuts batches from whole buffers sent once, in the piece order. Drop buffer_bytes "
-                    "(and set pieces_per_partition / buffer_partitions), or pass device=None"
-                )
-            pool_bytes = None  # pieces_per_partition None: the piece order's own default
-        else:
-            pool_bytes = resolve_order(pieces_per_partition, buffer_bytes, self.source)
-        manifest_series = getattr(self.source, "manifest_series", None)
-        self._series_from_manifest = series_from_manifest and manifest_series is not None
-        if self._series_from_manifest:
-            series = manifest_series
-        self.skipped: list[SkippedPartition] = list(self.source.skipped)
-        if is_series_vector(series):  # the source already cut the array into series
-            series = None
-        self._workflow: Any = None
-        if workflow is not None:  # pieces transformed as they are read, named batches (dask_windows.workflow)
-            from dask_windows.workflow.apply import bind
-
-            self._workflow, self.source, chosen = bind(  # type: ignore[assignment]
-                workflow, self.source, features=features, targets=targets, series=series, window=window,
-                horizon=horizon, layout=layout, return_index=return_index, normalize=normalize,
-                storage_options=storage_options,
-            )  # fmt: skip
-            features, targets, series = chosen["features"], chosen["targets"], chosen["series"]
-            window, return_index = chosen["window"], chosen["return_index"]
-            if self.device is not None:  # the device path cuts batches without the workflow's step
-                raise ConfigError(
-                    f"workflow= and device={device!r} cannot be combined yet: the workflow's look-back rows "
-                    "and named batches are made on the host; pass device=None (and move batches with "
-                    "dw.DevicePrefetcher)"
-                )
-        if features is None and isinstance(self.source, ArraySource):
-            features = self.source.column_names()
-        self.spec = WindowSpec(
-            features=features,  # type: ignore[arg-type]
-            targets=targets,  # type: ignore[arg-type]
-            series=series,
-            window=window,
-            stride=stride,
-            horizon=horizon,
-            batch_size=batch_size,
-            drop_last=drop_last,
-            shuffle=shuffle,
-            seed=seed,
-            buffer_partitions=buffer_partitions,
-            pieces_per_partition=resolve_pieces(pieces_per_partition, self.source, batch_size, buffer_partitions)
-            if pieces_per_partition is not None or pool_bytes is None
-            else 1,
-            prefetch_partitions=prefetch_partitions,
-            layout=layout,
-            return_index=return_index,
-            nan=nan,
-            buffer_bytes=pool_bytes,
-        )
+        self.read_deadline = read.read_deadline
+        self._pool_reads = PoolReads(self.read_workers, self.read_deadline) if self.read_workers else None
+        self._read_ahead = nextpass.Slot()  # the next pass's first buffer, read ahead (see nextpass)
+        self.source: Source = resolved.source
+        self._series_from_manifest = resolved.series_from_manifest
+        self.skipped: list[SkippedPartition] = resolved.skipped
+        self._workflow: Any = resolved.workflow
+        self.spec = resolved.spec
+        series, nan, on_error, threads = self.spec.series, self.spec.nan, read.on_error, read.threads
+        series_from_manifest = keywords["series"] is SERIES_FROM_MANIFEST
         check_columns(self.source, self.spec, series)
         self._y_dtype = output_dtype(self.source, list(self.spec.targets))
         self.source.set_window(self.spec.span, self.spec.stride)
-        self._explicit_world = (rank, world_size)
-        self._ranks = self._resolve_ranks()
-        self._epochs = EpochCounter(0)  # shared with DataLoader workers: each pass takes the next epoch
-        self._worker_passes = 0  # passes over this copy inside one DataLoader worker process
-        self._resumer = Resumer()
+        self._init_passes(
+            self.config.order.rank, self.config.order.world_size
+        )  # epochs, ranks, resume state (see passes)
         self._identity: dict | None = None
         self._series: SeriesTable | None = None
         self._threads = threads
-        self._normalize = resolve_normalize(normalize, self.spec, storage_options)
+        self._normalize = resolve_normalize(self.config.window.normalize, self.spec, read.storage_options)
         spec = self.spec
         self.runs = scan(self.source, spec, series, nan, on_error, self.skipped, threads)
         self.grid = WindowGrid.from_runs(self.runs, spec.span, spec.stride)
@@ -304,10 +249,14 @@ class WindowDataset(IterableDataset):
         names = [p.name for p in self.source.partitions]
         spread = getattr(self.source, "_manifest", None) or {}
         spread = spread.get("manifest", {}).get("version", 1) >= 2  # chunks of a series by design
-        order_remedy = "" if spread else check_series_order(self.runs, names, series, strict)
+        order_remedy = "" if spread else check_series_order(self.runs, names, series, read.strict)
         check_windows(self.source, spec, self.runs, self.num_windows, order_remedy, self.skipped)
         self.left_out = check_omissions(self, not series_from_manifest or self._series_from_manifest)
-        warn_if_few_units(self)  # the pool order's budget holds too few units to mix like a global shuffle
+        # the pool order's units (plan data: they depend on the source and the settings only)
+        self._unit_bounds = unit_bounds(self._read_values()) if spec.buffer_bytes is not None else None
+        self._piece_cells: Any = None  # the piece order's windows per decode unit, computed by its first plan
+        if self._unit_bounds is not None:  # the budget holds too few units to mix like a global shuffle
+            warn_if_few_units(self._read_values(), self._unit_bounds)
         if self.read_workers and self.spec.buffer_bytes is not None:  # never a setting that silently does nothing
             import warnings
 
@@ -320,60 +269,28 @@ class WindowDataset(IterableDataset):
             )
         self._telemetry = Telemetry(time.perf_counter_ns() - opening)
 
-    # -- topology ---------------------------------------------------------------------------
+    # -- the pass protocol (epochs, len, resume state, ranks, pickling: see passes) ----------
 
-    def _resolve_ranks(self) -> tuple[int, int]:
-        return resolve_ranks(self._explicit_world, getattr(self, "_ranks", (0, 1)))
+    _process_local = ()  # (the read-ahead's `nextpass.Slot` pickles empty: its threads and buffers stay here)
 
-    @property
-    def rank(self) -> int:
-        """This process's rank."""
-        return self._resolve_ranks()[0]
-
-    @property
-    def world_size(self) -> int:
-        """Number of ranks sharing each epoch."""
-        return self._resolve_ranks()[1]
-
-    # -- public API -------------------------------------------------------------------------
-
-    @property
-    def epoch(self) -> int:
-        """The epoch of the current (or latest) pass, or the one ``set_epoch`` chose for the next pass."""
-        return self._epochs.epoch
-
-    @epoch.setter
-    def epoch(self, epoch: int) -> None:
-        self._epochs.pin(check_int("epoch", epoch))
-        nextpass.keep_only(self, epoch)  # a first buffer read ahead for another epoch is let go
-
-    def set_epoch(self, epoch: int) -> None:
-        """Use the order of ``epoch`` for the next pass; the same ``(seed, epoch)`` gives the same batches.
-
-        Without it each new pass over the dataset (each ``iter(loader)``, in the main process or in
-        DataLoader workers) takes the epoch after the previous pass's; calling it, as with a
-        ``DistributedSampler``, still decides the epoch of the next pass.
-        """
-        self.epoch = check_int("epoch", epoch)
-        self._resumer.forget(self.epoch)
-        self._ranks = self._resolve_ranks()
+    def _epoch_changes(self, epoch: int | None) -> None:
+        if epoch is None:
+            nextpass.release(self)
+        else:
+            nextpass.keep_only(self, epoch)  # a first buffer read ahead for another epoch is let go
 
     def __len__(self) -> int:
         """Exactly how many batches this rank yields per epoch, whatever ``num_workers`` is."""
-        self._ranks = self._resolve_ranks()
-        s = self.spec
-        if 0 < self.num_windows < self._ranks[1]:
+        world_size = self._topology()[1]
+        if 0 < self.num_windows < world_size:
             raise ConfigError(
-                f"world_size={self._ranks[1]} is larger than the {self.num_windows:,} windows of "
+                f"world_size={world_size} is larger than the {self.num_windows:,} windows of "
                 f"{self.source.description}: some ranks would get no window and yield 0 batches; "
                 "use fewer ranks, more data, or a smaller window or stride"
             )
-        info = worker_info()  # a change of num_workers alone is seen only inside the workers
-        workers = info.num_workers if info is not None else None
-        resumed = self._resumer.elastic_len(self.epoch, self._ranks[1], workers, self._shape())
-        if resumed is not None:  # elastic resume: the state's batches, then this rank's of the rest
-            return resumed
-        return batches_per_rank(self.num_windows, self._ranks[1], s.batch_size, s.drop_last)
+        return super().__len__()
+
+    # -- public API -------------------------------------------------------------------------
 
     @property
     def partitions(self) -> list:
@@ -388,17 +305,7 @@ class WindowDataset(IterableDataset):
     def __iter__(self) -> Iterator[Any]:
         # Not a generator itself: the resume position is fixed when iter() is called, so that
         # StatefulDataLoader's state_dict() right after iter() already sees this pass.
-        self._ranks = self._resolve_ranks()
-        worker, num_workers = detect_worker()
-        info = worker_info()
-        if info is None:
-            epoch = self._epochs.begin_pass()
-            self._resumer.forget(epoch)
-        else:  # every worker of this pass claims the same epoch (see epochs.py)
-            self._worker_passes += 1
-            watch_pickler(self)  # a forkserver worker: end when the training process does
-            epoch = self._epochs.begin_pass(worker_token(info.seed - info.id, self._worker_passes))
-        world = World(self._ranks[0], self._ranks[1], worker, num_workers)
+        epoch, world = self._begin_pass()  # every DataLoader worker of this pass claims the same epoch
         elastic = self._resumer.elastic_share(epoch, world, self._shape())
         if elastic is not None:  # a state of another topology: this reader's part of the rest of the epoch
             return watched(self, shared(elastic_batches(self, *elastic, self._resumer.step)))
@@ -425,62 +332,15 @@ class WindowDataset(IterableDataset):
         DataLoader workers, whose stages run in the workers; without workers iterating is enough)."""
         return watch_loader(self, loader)
 
-    def state_dict(self, batches: int | None = None, num_workers: int | None = None) -> dict:
-        """Where the current epoch stands, as a small dict to save with the model checkpoint.
-
-        Without arguments the dataset counts what it yielded itself: iterated in this process
-        (``num_workers=0``) or inside each DataLoader worker (torchdata's ``StatefulDataLoader``
-        calls this there). A plain ``DataLoader`` with workers iterates copies of the dataset, so
-        tell it what the training loop took instead.
-
-        Args:
-            batches: Batches the DataLoader yielded in the current pass over it (count from 0 each
-                time the loader is iterated; batches a resume skipped are added).
-            num_workers: The DataLoader's ``num_workers`` (required with ``batches``).
-
-        Returns:
-            The state; the same for every rank, so a state saved on one rank resumes all.
-            It describes the most recent pass (``iter(ds)``) still in progress, and that pass's
-            epoch; each pass counts its own batches, so a second iterator (a peek, dropped or
-            closed) never moves the first one's position. While two passes are in progress the
-            state is ambiguous and this raises ``ConfigError``.
-        """
-        world = World(*self._resolve_ranks(), *detect_worker())
-        return self._resumer.save(
-            self._fingerprint(), self.epoch, world, len(self), in_worker(), batches, num_workers, self._shape()
-        )
-
-    def load_state_dict(self, state: dict) -> None:
-        """Resume the epoch ``state`` was saved in, after the batches it had already yielded.
-
-        Sets ``epoch``; every pass over that epoch (until ``set_epoch`` moves to another) yields the
-        remaining batches in the uninterrupted order, with the same ``num_workers``. Buffers already
-        finished are not read again.
-
-        A loader-scope state saved with another ``world_size`` or ``num_workers`` resumes elastically:
-        the windows of that epoch not yet yielded (those of the old in-flight buffers included) are
-        divided between the new ranks and workers, each exactly once, every rank yielding the same
-        number of batches; only their order differs from an uninterrupted run (see ``elastic``).
-
-        Raises:
-            ConfigError: The state comes from another dataset or configuration.
-        """
-        nextpass.release(self)
-        whole = -(-self.num_windows // self.spec.batch_size)  # batches of the whole epoch: no reader takes more
-        self.epoch = self._resumer.load(
-            state, self._fingerprint(), self._resolve_ranks()[1], elastic=True, max_batches=whole
-        )
-
     def close(self) -> None:
         """Stop this dataset's ``read_workers`` processes, if any (the next pass starts them again), and
         drop the next pass's first buffer if it was read ahead (``next_pass_seconds``).
 
         They are also stopped when the dataset is garbage collected and at exit.
         """
-        from dask_windows.speedups.readpool import close_pool
-
         nextpass.release(self)
-        close_pool(self)
+        if self._pool_reads is not None:
+            self._pool_reads.close()
 
     def split(
         self, valid: float | None = None, *, at: Any = None, time: Any = None, embargo: int = 0
@@ -527,7 +387,10 @@ class WindowDataset(IterableDataset):
         out._resumer = Resumer()
         out.device_traffic = Traffic()  # its own passes' bytes
         out._epochs = copy.copy(self._epochs)
-        out.__dict__.pop("_next_pass", None)  # the parent's read-ahead (see nextpass)
+        out._read_ahead = nextpass.Slot()  # not the parent's read-ahead (see nextpass)
+        out._piece_cells = None  # of the parent's grid
+        if self._pool_reads is not None:  # its workers read with the copy's grid
+            out._pool_reads = PoolReads(self.read_workers, self.read_deadline)
         if out.num_windows == 0:
             raise DataError(
                 f"the {part} part of the split of {self.source.description} holds no windows "
@@ -536,10 +399,35 @@ class WindowDataset(IterableDataset):
             )
         return out
 
-    def _batches(self, plan: Any, progress: Any = None, this_pass: tuple | None = None) -> Iterator[Any]:
+    def _read_values(self) -> ReadValues:
+        """What a pass's readers need (``runtime.values``): built here only, by reference."""
+        return ReadValues(
+            self.source, self.spec, self.grid, self.row_offsets, self._y_dtype, self._scale(), self.on_error,
+            self.skipped, getattr(self, "_telemetry", None),  # (None while opening)
+        )  # fmt: skip
+
+    def _pass_values(self, counted: bool = True) -> PassValues:
+        """A pass's values (``runtime.values``), its seams wired from this dataset's keywords (``runtime.seams``).
+
+        ``counted=False``: a stream read for a mixture or an elastic resume (``runtime.streams``), which
+        counts nothing in this dataset's resume state and reads no next pass ahead."""
+        output = self._workflow if self._workflow is not None else TorchOutput(self.spec.return_index)
+        pairing = paired_reads if self.spec.pieces_per_partition > 1 else None  # the piece order's paired reads
+        backend = self._pool_reads if self._pool_reads is not None else ThreadReads(pairing)
+        return PassValues(
+            self._read_values(), output=output, allocator=SlotAllocator(), read_backend=backend,
+            normalize=self._per_batch_normalize(), device=feed_for(self),
+            next_pass=NextPass(self) if counted else None,
+            step=self._resumer.step if counted else no_count, end=self._resumer.end if counted else no_count,
+        )  # fmt: skip
+
+    def _batches(
+        self, plan: Any, progress: Any = None, this_pass: tuple | None = None, counted: bool = True
+    ) -> Iterator[Any]:
+        values = self._pass_values(counted)
         if isinstance(plan, PoolPlan):
-            return pool_batches(self, plan, progress)
-        return batches(self, plan, progress, this_pass)
+            return pool_batches(values, plan, progress)
+        return batches(values, plan, progress, this_pass)
 
     def _shape(self) -> tuple[int, int, bool]:
         """``(num_windows, batch_size, drop_last)``: what the division of an epoch depends on."""
@@ -556,37 +444,23 @@ class WindowDataset(IterableDataset):
             self._identity = fingerprint(self.grid, rows, self.spec, files)
         return self._identity
 
-    def __getstate__(self) -> dict:
-        # DataLoader workers started by spawn/forkserver get a pickled copy: take the ranks of an
-        # initialised torch.distributed along, since the workers cannot detect them.
-        state = self.__dict__.copy()
-        state["_ranks"] = self._resolve_ranks()
-        state.pop("_next_pass", None)  # threads and buffers of this process (see nextpass)
-        return record_pickler(state)  # forkserver workers end with this process (workerwatch)
-
     def _plan(self, world: World, skip_batches: int = 0, epoch: int | None = None) -> Any:
-        if self.spec.buffer_bytes is not None:  # the pool order (the default)
-            return plan_for(self, world, skip_batches, epoch)
-        return plan(self, world, skip_batches, epoch)
+        epoch = self.epoch if epoch is None else epoch
+        if self._unit_bounds is not None:  # the pool order (the default)
+            return plan_for(self._read_values(), self._unit_bounds, world, skip_batches, epoch)
+        cells = None
+        if self.spec.pieces_per_partition > 1:  # plan data of this grid, computed by its first plan
+            if self._piece_cells is None or self._piece_cells[0] is not self.grid:
+                self._piece_cells = (self.grid, piece_cells(self._read_values()))
+            cells = self._piece_cells[1]
+        return plan(self._read_values(), world, skip_batches, epoch, cells)
 
     def _pool_summary(self) -> dict | None:
         """Predicted reads, resident memory and places per batch of the pool order (``None``: another order)."""
-        return None if self.spec.buffer_bytes is None else pool_summary(self)
+        return None if self._unit_bounds is None else pool_summary(self._read_values(), self._unit_bounds)
 
     def _scale(self) -> tuple[np.ndarray, np.ndarray] | None:
         return self._normalize if isinstance(self._normalize, tuple) else None
-
-    def _emit(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None) -> Any:
-        if self._workflow is not None:  # lookback rows dropped, or a named batch (workflow.batch)
-            return self._workflow(x, y, rows)
-        if y is None and rows is None:  # features only: the common case, one call per batch
-            return torch.from_numpy(x)
-        out = [torch.from_numpy(x)]
-        if y is not None:
-            out.append(torch.from_numpy(y))
-        if self.spec.return_index:
-            out.append(torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)))
-        return out[0] if len(out) == 1 else tuple(out)
 
     def __repr__(self) -> str:
         s = self.spec

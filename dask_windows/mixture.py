@@ -26,10 +26,11 @@ both ends of its member ranges whole (up to ``2 * buffer_partitions``
 partitions per member and reader more than a sharded member would read).
 Mixing inside a batch is the members' own buffer shuffle.
 
-Epochs advance per pass as a ``WindowDataset``'s do (``epochs``): each pass
-over the mixture, in this process or in every DataLoader worker of one pass,
-takes the epoch after the previous pass's; ``set_epoch`` and
-``load_state_dict`` pin the epoch of the next pass. The members' own epochs
+Epochs, ``len()``, resume states, ranks and pickling follow the pass protocol
+a ``WindowDataset`` follows (``passes``): each pass over the mixture, in this
+process or in every DataLoader worker of one pass, takes the epoch after the
+previous pass's; ``set_epoch`` and ``load_state_dict`` pin the epoch of the
+next pass. The members' own epochs
 follow from the mixture's (``member_epochs``), never from their own counters.
 """
 
@@ -46,16 +47,14 @@ from torch.utils.data import IterableDataset
 
 from dask_windows.dataset import WindowDataset
 from dask_windows.errors import ConfigError
-from dask_windows.planning.plan import batches_per_rank, windows_per_rank, worker_batch_range
-from dask_windows.planning.resume import Resumer, check_int
+from dask_windows.passes import PassProtocol
+from dask_windows.planning.division import batches_per_rank, reader_share
+from dask_windows.planning.resume import check_int
 from dask_windows.planning.schedule import labels, member_counts, prefix_counts
 from dask_windows.planning.world import World
-from dask_windows.runtime.detect import detect_worker, in_worker, resolve_ranks, worker_info
-from dask_windows.runtime.epochs import EpochCounter, worker_token
 from dask_windows.runtime.streams import Chunks, reader_windows
 from dask_windows.runtime.telemetry import rank_stats, watch_loader, watched
 from dask_windows.speedups.slots import shared
-from dask_windows.workerwatch import record_pickler, watch_pickler
 
 __all__ = ["Mixture", "mix"]
 
@@ -96,7 +95,7 @@ def _stream(member: WindowDataset, start: int, stop: int) -> Iterator[tuple]:
         start = end
 
 
-class Mixture(IterableDataset):
+class Mixture(PassProtocol, IterableDataset):
     """Batches drawn from several ``WindowDataset``s, each with an exact share of every epoch.
 
     Args:
@@ -152,57 +151,9 @@ class Mixture(IterableDataset):
         )
         self.drop_last = bool(drop_last)
         self.return_source = bool(return_source)
-        self._explicit_world = (rank, world_size)
-        self._ranks = self._resolve_ranks()
-        self._epochs = EpochCounter(0)  # shared with DataLoader workers: each pass takes the next epoch
-        self._worker_passes = 0  # passes over this copy inside one DataLoader worker process
-        self._resumer = Resumer()
-
-    # -- topology -----------------------------------------------------------------------------
-
-    def _resolve_ranks(self) -> tuple[int, int]:
-        return resolve_ranks(self._explicit_world, getattr(self, "_ranks", (0, 1)))
-
-    @property
-    def world_size(self) -> int:
-        return self._resolve_ranks()[1]
-
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state["_ranks"] = self._resolve_ranks()  # spawned DataLoader workers cannot detect the ranks
-        return record_pickler(state)  # forkserver workers end with this process (workerwatch)
+        self._init_passes(rank, world_size)  # epochs, ranks, resume state (see passes)
 
     # -- public API ---------------------------------------------------------------------------
-
-    @property
-    def epoch(self) -> int:
-        """The epoch of the latest pass, or the one the next pass uses after ``set_epoch``."""
-        return self._epochs.epoch
-
-    @epoch.setter
-    def epoch(self, epoch: int) -> None:
-        self._epochs.pin(check_int("epoch", epoch))
-
-    def set_epoch(self, epoch: int) -> None:
-        """Use the order of ``epoch`` for the next pass; members advance through their own epochs as needed.
-
-        Without it each new pass (each ``iter(loader)``, in this process or in DataLoader workers)
-        takes the epoch after the previous pass's, as a ``WindowDataset`` does.
-        """
-        self.epoch = check_int("epoch", epoch)
-        self._resumer.forget(self.epoch)
-
-    def __len__(self) -> int:
-        """Exactly how many batches this rank counts in the epoch, whatever ``num_workers`` is.
-
-        During an elastic resume, the batches of the state plus those this rank yields of the rest
-        of the epoch (see ``WindowDataset.__len__``).
-        """
-        world_size = self._resolve_ranks()[1]
-        resumed = self._resumer.elastic_len(self.epoch, world_size, _known_workers(), self._shape())
-        if resumed is not None:
-            return resumed
-        return batches_per_rank(self.num_windows, world_size, self.batch_size, self.drop_last)
 
     def member_epochs(self, epoch: int) -> list[tuple[int, int]]:
         """Per member, the first and last of its own epochs that mixture ``epoch`` reads from."""
@@ -213,16 +164,7 @@ class Mixture(IterableDataset):
         return out
 
     def __iter__(self) -> Iterator[Any]:
-        rank, world_size = self._resolve_ranks()
-        world = World(rank, world_size, *detect_worker())
-        info = worker_info()
-        if info is None:
-            epoch = self._epochs.begin_pass()
-            self._resumer.forget(epoch)
-        else:  # every worker of this pass claims the same epoch (see epochs.py)
-            self._worker_passes += 1
-            watch_pickler(self)  # a forkserver worker: end when the training process does
-            epoch = self._epochs.begin_pass(worker_token(info.seed - info.id, self._worker_passes))
+        epoch, world = self._begin_pass()  # every DataLoader worker of this pass claims the same epoch
         elastic = self._resumer.elastic_share(epoch, world, self._shape())
         if elastic is not None:  # a state of another topology: this reader's part of the rest (see elastic)
             pieces, (old_world, old_workers), sizes = elastic
@@ -231,7 +173,7 @@ class Mixture(IterableDataset):
                 start = self.reader_range(World(r, old_world, w, old_workers))[0]
                 ranges.append((start + lo, start + hi))
             return watched(self, shared(self._recut(epoch, ranges, sizes)))
-        num_batches = batches_per_rank(self.num_windows, world_size, self.batch_size, self.drop_last)
+        num_batches = batches_per_rank(self.num_windows, world.world_size, self.batch_size, self.drop_last)
         reader, skip = self._resumer.begin(epoch, world, num_batches)
         return watched(self, shared(self._batches(epoch, *self.reader_range(reader, skip))))  # slots in workers
 
@@ -243,32 +185,12 @@ class Mixture(IterableDataset):
         """``loader``'s batches, the loop's wait measured in this process (as ``WindowDataset.watch``)."""
         return watch_loader(self, loader)
 
-    def state_dict(self, batches: int | None = None, num_workers: int | None = None) -> dict:
-        """The position in the current epoch (same arguments as ``WindowDataset.state_dict``)."""
-        world = World(*self._resolve_ranks(), *detect_worker())
-        return self._resumer.save(
-            self._fingerprint(), self.epoch, world, len(self), in_worker(), batches, num_workers, self._shape()
-        )
-
-    def load_state_dict(self, state: dict) -> None:
-        """Resume the epoch of ``state`` after the batches it had yielded, bit for bit.
-
-        A loader-scope state of another ``world_size`` or ``num_workers`` resumes elastically, as
-        ``WindowDataset.load_state_dict`` describes: every window not yet yielded, exactly once.
-        """
-        self.epoch = self._resumer.load(state, self._fingerprint(), self._resolve_ranks()[1], elastic=True)
-
     # -- internals ----------------------------------------------------------------------------
 
     def reader_range(self, reader: World, skip_batches: int = 0) -> tuple[int, int]:
         """Epoch positions ``[lo, hi)`` that ``reader`` yields after ``skip_batches`` batches."""
-        share = windows_per_rank(self.num_windows, reader.world_size)
-        num_batches = batches_per_rank(self.num_windows, reader.world_size, self.batch_size, self.drop_last)
-        used = min(share, num_batches * self.batch_size)
-        b0, b1 = worker_batch_range(num_batches, reader.worker, reader.num_workers)
-        base = reader.rank * share
-        hi = base + min(b1 * self.batch_size, used)
-        return min(base + (b0 + skip_batches) * self.batch_size, hi), hi
+        share = reader_share(self.num_windows, reader, self.batch_size, self.drop_last)
+        return share.start_after(skip_batches), share.hi
 
     def _shape(self) -> tuple[int, int, bool]:
         return self.num_windows, self.batch_size, self.drop_last
@@ -336,12 +258,6 @@ class Mixture(IterableDataset):
     def __repr__(self) -> str:
         shares = ", ".join(f"{n}={int(c):,}" for n, c in zip(self.names, self.counts))
         return f"Mixture({shares}; num_windows={self.num_windows:,}, batch_size={self.batch_size})"
-
-
-def _known_workers() -> int | None:
-    """This DataLoader worker's ``num_workers``; ``None`` in the training process, which cannot see it."""
-    info = worker_info()
-    return None if info is None else info.num_workers
 
 
 def _weights(weights: Mapping[str, float], names: list[str]) -> np.ndarray:

@@ -1,8 +1,8 @@
-"""``WindowDataset`` settings resolved when it is opened: source options, pieces, normalize.
+"""``WindowDataset`` settings resolved when it is opened: pieces, normalize.
 
-Moved out of ``dataset`` unchanged: the keyword arguments passed on to
-``open_source``, the default of ``pieces_per_partition``, and ``normalize=``
-turned into ``None``, ``"sample"`` or per-feature ``(mean, std)`` arrays.
+The default of ``pieces_per_partition`` (used by ``config.resolve``), and ``normalize=``
+turned into ``None``, ``"sample"`` or per-feature ``(mean, std)`` arrays. The keyword
+arguments passed on to ``open_source`` are ``config.ReadConfig.source_options``.
 """
 
 from __future__ import annotations
@@ -16,27 +16,7 @@ from dask_windows.errors import ConfigError
 from dask_windows.sources import Source
 from dask_windows.spec import WindowSpec
 
-__all__ = ["resolve_normalize", "resolve_pieces", "source_options"]
-
-
-def source_options(
-    threads: int,
-    cache_dir: str | os.PathLike | None,
-    cache_bytes: int | None,
-    partition_bytes: int | None,
-    partition_rows: int | None,
-) -> dict:
-    """The keyword arguments of ``open_source`` that the dataset's arguments set (validated here)."""
-    from dask_windows.spec import _positive_int
-
-    options: dict = {"threads": _positive_int("threads", threads)}
-    if cache_dir is not None:
-        options.update(cache_dir=cache_dir, cache_bytes=cache_bytes)
-    if partition_bytes is not None:
-        options["partition_bytes"] = _positive_int("partition_bytes", partition_bytes)
-    if partition_rows is not None:
-        options["partition_rows"] = _positive_int("partition_rows", partition_rows)
-    return options
+__all__ = ["resolve_normalize", "resolve_pieces"]
 
 
 def resolve_pieces(pieces_per_partition: Any, source: Source, batch_size: Any, buffer_partitions: Any) -> Any:

@@ -33,12 +33,13 @@ import threading
 from typing import Any
 
 from dask_windows.runtime.prefetch import GuardedThread
+from dask_windows.tuning import READ_DEADLINE_SECONDS
+from dask_windows.tuning import WATCH_POLL_SECONDS as POLL_SECONDS
 
 __all__ = [
     "POLL_SECONDS",
     "READ_DEADLINE_SECONDS",
     "ReadWorkerStalled",
-    "check_read_deadline",
     "record_pickler",
     "stalled_message",
     "watch_pickler",
@@ -47,10 +48,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Seconds a read worker may send nothing while a buffer it holds is awaited (``read_deadline=``).
-READ_DEADLINE_SECONDS = 300.0
-#: Where ``os.pidfd_open`` is missing: how often a worker checks that its training process lives.
-POLL_SECONDS = 1.0
 
 _watched: set[int] = set()  # training pids this process already watches
 _watched_lock = threading.Lock()
@@ -58,18 +55,6 @@ _watched_lock = threading.Lock()
 
 class ReadWorkerStalled(RuntimeError):
     """A read worker sent nothing for ``read_deadline`` seconds while a buffer it holds was awaited."""
-
-
-def check_read_deadline(value: Any) -> float | None:
-    """``read_deadline`` validated: seconds > 0, or ``None`` for no deadline."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(
-            f"read_deadline={value!r} must be a number of seconds > 0 (how long a read worker may send nothing "
-            "while a buffer it reads is awaited) or None for no deadline"
-        )
-    return float(value)
 
 
 def stalled_message(name: str, pid: int | None, seconds: float) -> str:

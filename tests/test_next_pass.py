@@ -257,7 +257,7 @@ def test_a_file_rewritten_between_passes_is_not_served_stale(tmp_path, claims):
     paths = write_parquet(frames, str(tmp_path), row_group_size=GROUP)
     ds = make(str(tmp_path))
     epoch_of(ds)  # the first buffer of epoch 1 is read from the files as they are now
-    assert set(ds.__dict__["_next_pass"].partitions_read()) >= {1}
+    assert set(ds._read_ahead.pending.partitions_read()) >= {1}
     changed = frames[1].assign(f0=frames[1].f0 * 2)
     write_parquet([frames[0], changed, *frames[2:]], str(tmp_path), row_group_size=GROUP)
     stat = os.stat(paths[1])
@@ -295,7 +295,7 @@ def test_an_exception_in_the_read_ahead_is_dropped_and_read_again(root, claims, 
     ds = make(root)
     first = epoch_of(ds)  # no exception here: the read ahead failed quietly
     assert failing_reads.is_set()
-    pending = ds.__dict__["_next_pass"]
+    pending = ds._read_ahead.pending
     pending.builder._threads.threads[0].join(30)  # the builder stopped at the failure
     failing_reads.clear()
     references = fresh(root, 0), fresh(root, 1)
@@ -316,10 +316,11 @@ def test_a_lasting_failure_surfaces_in_the_pass_with_todays_error(root, failing_
 def test_pickled_and_split_copies_carry_no_read_ahead(root, claims):
     ds = make(root)
     epoch_of(ds)
+    assert ds._read_ahead.pending is not None  # the next pass's first buffer, read ahead
     copy = pickle.loads(pickle.dumps(ds))
-    assert "_next_pass" not in copy.__dict__
+    assert copy._read_ahead.pending is None
     train, _ = ds.split(0.5)
-    assert "_next_pass" not in train.__dict__
+    assert train._read_ahead.pending is None and ds._read_ahead.pending is not None
     assert same_batches(epoch_of(copy), fresh(root, 1))
     assert same_batches(epoch_of(ds), fresh(root, 1))
     assert claims == [False, False, True]

@@ -113,8 +113,8 @@ def test_starts_written_run_by_run_are_the_vectorised_starts(root, kw, monkeypat
     plan = ds._plan(World())
     units = piece_units(plan)
     reader = ds.source.reader([u[0].partition for u in units], list(ds.spec.columns))
-    arena = reading.BufferArena(ds, plan, units)
-    parts = iter([p for unit in units for p in reading.read_unit(ds, unit, reader, arena)])
+    arena = reading.BufferArena(ds._read_values(), plan, units)
+    parts = iter([p for unit in units for p in reading.read_unit(ds._read_values(), unit, reader, arena)])
     for group in plan.buffers:
         mine = [next(parts) for _ in group]
         starts = {}
@@ -256,10 +256,10 @@ def test_adjacent_pieces_of_a_buffer_are_one_block_without_a_second_halo(tmp_pat
     plan = ds._plan(World())
     assert len(plan.buffers) == 1  # one buffer holds every piece of both files: all adjacent
     reader = ds.source.reader([0, 1], list(ds.spec.columns))
-    arena = reading.BufferArena(ds, plan, piece_units(plan))
+    arena = reading.BufferArena(ds._read_values(), plan, piece_units(plan))
     every = []
     for unit in piece_units(plan):
-        parts = reading.read_unit(ds, unit, reader, arena)
+        parts = reading.read_unit(ds._read_values(), unit, reader, arena)
         assert len(unit) == 10 and all(p is parts[0] for p in parts)
         assert len(parts[0].block_table()) == 1
         last = (rows - 16) // 2 * 2
@@ -416,10 +416,10 @@ def test_starts_listed_before_the_reads_are_those_buffer_lists(root, kw):
     plan = ds._plan(World())
     units = piece_units(plan)
     reader = ds.source.reader([u[0].partition for u in units], list(ds.spec.columns))
-    arena = reading.BufferArena(ds, plan, units)
-    parts = iter([p for unit in units for p in reading.read_unit(ds, unit, reader, arena)])
+    arena = reading.BufferArena(ds._read_values(), plan, units)
+    parts = iter([p for unit in units for p in reading.read_unit(ds._read_values(), unit, reader, arena)])
     for b, group in enumerate(plan.buffers):
-        planned = reading.BufferArena(ds, plan, units).planned_starts(b)  # from the plan alone
+        planned = reading.BufferArena(ds._read_values(), plan, units).planned_starts(b)  # from the plan alone
         mine = [next(parts) for _ in group]
         listed = Buffer(mine, group, ds.grid, ds.row_offsets, ds.spec)
         used = Buffer(mine, group, ds.grid, ds.row_offsets, ds.spec, planned=planned)
@@ -455,7 +455,7 @@ def test_the_first_buffer_is_mapped_in_small_pages_and_the_others_by_numpy(root,
     plan = ds._plan(World())
     units = piece_units(plan)
     assert len(plan.buffers) > 1
-    arena = reading.BufferArena(ds, plan, units)
+    arena = reading.BufferArena(ds._read_values(), plan, units)
     first, later = arena.place(arena.members[0][0]), arena.place(arena.members[1][0])
     assert mapped(first[0]) and mapped(first[1])
     assert not mapped(later[0]) and not mapped(later[1])

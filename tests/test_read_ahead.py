@@ -62,7 +62,7 @@ def test_reads_run_a_buffer_plus_the_prefetch_depth_ahead_of_the_consumer(
     plan = ds._plan(World(0, 1, 0, 1), 0, 0)
     units = reading.piece_units(plan)
     assert len(units) == FILES  # one unit per partition (whole partitions)
-    depth = reading.read_ahead(ds, plan, units, reading.READ_THREADS)
+    depth = reading.read_ahead(ds._read_values(), plan, units, reading.READ_THREADS)
     assert depth == (max(prefetch_partitions, reading.READ_THREADS) if prefetch_partitions else 0)
     per_buffer = [len(group) for group in plan.buffers]  # units of each buffer
     through = np.cumsum(per_buffer)  # (buffers,) units up to the end of each buffer

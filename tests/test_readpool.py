@@ -162,7 +162,9 @@ def open_ds(root: str, read_workers: int, **kw):
 
     ds = WindowDataset(root, read_workers=read_workers, **{**SETTINGS, **kw})
     if read_workers:
-        assert pool_for(ds, read_workers).wait_ready(READY_S)  # so that buffers after the first go to it
+        assert pool_for(ds._pool_reads, read_workers, ds._read_values()).wait_ready(
+            READY_S
+        )  # so that buffers after the first go to it
     return ds
 
 
@@ -183,7 +185,7 @@ def test_every_window_once_and_the_batches_of_read_workers_0(data, workers):
     root, frames = data
     plain = open_ds(root, 0)
     pooled = open_ds(root, workers)
-    pool = pool_for(pooled, workers)
+    pool = pool_for(pooled._pool_reads, workers, pooled._read_values())
     for e in (0, 1):
         expect, got = epoch(plain, e), epoch(pooled, e)
         assert_same(got, expect)
@@ -191,7 +193,9 @@ def test_every_window_once_and_the_batches_of_read_workers_0(data, workers):
         np.testing.assert_array_equal(np.sort(starts), oracle_starts(frames, "sid", 16, 3))  # each once
         x = np.concatenate([x for x, _ in got])  # f0 is the global row: windows hold their own rows
         np.testing.assert_array_equal(x[:, 0, :], starts[:, None] + np.arange(16))
-    assert pool_for(pooled, workers) is pool and pool.submitted >= 2 * (len(frames) - 2)  # buffers 2.. by workers
+    assert pool_for(pooled._pool_reads, workers, pooled._read_values()) is pool and pool.submitted >= 2 * (
+        len(frames) - 2
+    )  # buffers 2.. by workers
     pooled.close()
     assert not pool.alive
 
@@ -201,7 +205,7 @@ def test_one_pool_for_every_pass_and_a_second_iterator(data):
     plain = open_ds(root, 0)
     expect, expect_next = epoch(plain, 3), epoch(plain, 4)
     ds = open_ds(root, 2)
-    pids = [p.pid for p in pool_for(ds, 2).processes]
+    pids = [p.pid for p in pool_for(ds._pool_reads, 2, ds._read_values()).processes]
     ds.set_epoch(3)
     first, second = iter(ds), iter(ds)
     a, b = [], []
@@ -217,7 +221,7 @@ def test_one_pool_for_every_pass_and_a_second_iterator(data):
     next(peek)
     del peek  # a pass dropped early: its reads are discarded, the pool stays
     assert_same(epoch(ds, 3), expect)
-    assert [p.pid for p in pool_for(ds, 2).processes] == pids
+    assert [p.pid for p in pool_for(ds._pool_reads, 2, ds._read_values()).processes] == pids
     ds.close()
 
 
@@ -245,7 +249,7 @@ def test_a_killed_read_worker_is_an_error_or_nothing_never_a_hang(data):
     expect = epoch(open_ds(root, 0), 0)
     before = shm_entries()
     ds = open_ds(root, 2)
-    pool = pool_for(ds, 2)
+    pool = pool_for(ds._pool_reads, 2, ds._read_values())
     workers = [p.pid for p in pool.processes]
     it = iter(ds)
     got = [next(it)]
@@ -258,8 +262,8 @@ def test_a_killed_read_worker_is_an_error_or_nothing_never_a_hang(data):
         assert "read worker" in str(exc) and "exited unexpectedly" in str(exc)
     del it
     assert_same(epoch(ds, 0), expect)  # the next pass starts new workers
-    assert pool_for(ds, 2) is not pool
-    workers += [p.pid for p in pool_for(ds, 2).processes]
+    assert pool_for(ds._pool_reads, 2, ds._read_values()) is not pool
+    workers += [p.pid for p in pool_for(ds._pool_reads, 2, ds._read_values()).processes]
     ds.close()
     assert shm_entries(workers) - before == set()
 
@@ -300,7 +304,7 @@ def test_skipped_partitions_travel_back_with_their_warnings(tmp_path):
         assert_same(got, expect)
         assert len(warned_here) == len(warned) > 0 and all("part-0003" in m for m in warned_here)  # in this process
     assert [(s.name, s.stage) for s in pooled.skipped] == [(s.name, s.stage) for s in plain.skipped]
-    assert pool_for(pooled, 2).submitted > 0
+    assert pool_for(pooled._pool_reads, 2, pooled._read_values()).submitted > 0
     pooled.close()
 
 
@@ -312,7 +316,7 @@ def test_a_collected_dataset_stops_its_workers_and_dataloader_workers_ignore_the
 
     root, _ = data
     ds = open_ds(root, 1)
-    pool = pool_for(ds, 1)
+    pool = pool_for(ds._pool_reads, 1, ds._read_values())
     expect = epoch(open_ds(root, 0), 0)
     again = pickle.loads(pickle.dumps(ds))  # the pool is not part of the dataset's state
     loader = torch.utils.data.DataLoader(again, batch_size=None, num_workers=1)

@@ -163,7 +163,7 @@ def test_pieces_follow_row_groups_and_keep_every_window(frames, root, pieces):
     local = idx - offsets[np.searchsorted(offsets, idx, side="right") - 1]  # file row of each start
     assert ((local // ROW_GROUP) != ((local + 7) // ROW_GROUP)).any()  # windows crossing row-group cuts
     k = ds.spec.pieces_per_partition
-    cells = piece_cells(ds)
+    cells = piece_cells(ds._read_values())
     assert cells is not None
     for seg in ds._plan(World()).segments:  # a piece holds whole row groups or lies inside one
         unit = np.repeat(np.arange(len(cells[seg.partition])), cells[seg.partition])[seg.lo : seg.hi]
@@ -211,7 +211,7 @@ def test_a_state_of_the_earlier_piece_plan_is_refused(root):
 def test_sources_without_units_keep_equal_pieces(frames):
     arrays = [f[["f0", "f1", "y"]].to_numpy(np.float32) for f in frames]
     ds = dw.WindowDataset(arrays, features=[0, 1], window=8, batch_size=16, pieces_per_partition=4)
-    assert piece_cells(ds) is None
+    assert piece_cells(ds._read_values()) is None
     plan = ds._plan(World())
     counts = ds.grid.windows_per_partition
     partition, lo, hi = piece_table(counts, 4, -(-ds.spec.span // ds.spec.stride))
@@ -324,7 +324,7 @@ def test_paired_reads_yield_the_bits_of_reads_apart_with_fewer_decodes(many, man
     ds = dw.WindowDataset(many_root, **settings)
     ds.set_epoch(4)
     units = reading.piece_units(ds._plan(World()))
-    assert pairs.pairs_allowed(ds, units)
+    assert pairs.pairs_allowed(ds._read_values(), units)
     seen = _decoded(ds.source, monkeypatch)
     paired = collect(ds)
     decoded_paired = len(seen)
@@ -347,7 +347,7 @@ def test_paired_reads_are_off_where_they_could_change_values_or_memory(tmp_path,
 
     def allowed(path, **kw):
         ds = dw.WindowDataset(path, **{**KW, **kw})
-        return pairs.pairs_allowed(ds, reading.piece_units(ds._plan(World())))
+        return pairs.pairs_allowed(ds._read_values(), reading.piece_units(ds._plan(World())))
 
     assert allowed(root) and not allowed(root, prefetch_partitions=0) and not allowed(root, pieces_per_partition=1)
     n = 4 * ROW_GROUP

@@ -188,7 +188,9 @@ def test_batches_gathered_into_worker_slots_and_decoded_by_read_workers(tmp_path
         assert (np.abs(x - want) <= _tolerance(x0, want)).all()
     alone = _batches(dw.WindowDataset(root, normalize="sample", **kw))
     decoded = dw.WindowDataset(root, normalize="sample", read_workers=1, **kw)
-    assert pool_for(decoded, 1).wait_ready(120)  # generous: the forkserver imports torch on a loaded machine
+    assert pool_for(decoded._pool_reads, 1, decoded._read_values()).wait_ready(
+        120
+    )  # generous: the forkserver imports torch on a loaded machine
     np.testing.assert_equal(_batches(decoded), alone)
 
 

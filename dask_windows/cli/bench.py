@@ -18,7 +18,6 @@ module (as the CLI does) stays cheap.
 from __future__ import annotations
 
 import time as clock
-from collections.abc import Sequence
 from typing import IO, Any
 
 __all__ = ["bench"]
@@ -53,25 +52,12 @@ def _progress_bar(progress: IO[str] | None, total: int) -> Any:
 def bench(
     path: str,
     *,
-    features: Sequence[str],
-    series: str,
-    window: int,
-    stride: int = 1,
-    horizon: int = 0,
-    targets: Sequence[str] | None = None,
-    batch_size: int = 256,
     num_workers: int = 0,
-    buffer_partitions: int = 2,
-    prefetch_partitions: int = 1,
     max_batches: int | None = None,
     seconds: float = 30.0,
     step_ms: float = 0.0,
-    seed: int = 0,
-    nan: str = "raise",
-    on_error: str = "raise",
-    partition_bytes: int | None = None,
-    retries: int = 3,
     progress: IO[str] | None = None,
+    **keywords: Any,
 ) -> dict:
     """Time a ``WindowDataset`` through a ``DataLoader`` on real data.
 
@@ -82,9 +68,10 @@ def bench(
     dataset's telemetry of the run (``WindowDataset.stats``: stages and a verdict). ``read_share`` is
     the time spent reading and decoding partitions, summed over the loader's
     processes, per second of wall time and process: near 1, I/O bounds the
-    loader. Peak RSS is this process's and the largest worker's. ``nan``,
-    ``on_error``, ``partition_bytes`` and ``retries`` are the loader's; ``progress`` gets a
-    line about once a second while it runs.
+    loader. Peak RSS is this process's and the largest worker's. ``keywords`` are
+    ``WindowDataset``'s (``features``, ``series``, ``window``, ``batch_size``, ``nan``, ``on_error``,
+    ``partition_bytes``, ``retries``...: every keyword, checked by the dataset);
+    ``progress`` gets a line about once a second while it runs.
     """
     import multiprocessing
     import resource
@@ -100,24 +87,7 @@ def bench(
     tty = progress is not None and getattr(progress, "isatty", lambda: False)()
     say(f"bench: opening {path}")
     opened = clock.perf_counter()
-    ds = WindowDataset(
-        path,
-        features=list(features),
-        targets=list(targets) if targets else None,
-        series=series,
-        window=window,
-        stride=stride,
-        horizon=horizon,
-        batch_size=batch_size,
-        shuffle=True,
-        seed=seed,
-        buffer_partitions=buffer_partitions,
-        prefetch_partitions=prefetch_partitions,
-        nan=nan,
-        on_error=on_error,
-        partition_bytes=partition_bytes,
-        retries=retries,
-    )
+    ds = WindowDataset(path, **keywords)
     open_seconds = clock.perf_counter() - opened
     read_seconds = multiprocessing.get_context().Value("d", 0.0)
     ds.source.read = _TimedRead(ds.source.read, read_seconds)  # type: ignore[method-assign]
@@ -165,6 +135,7 @@ def bench(
     say(f"bench: done, {batches:,} batches in {elapsed:.2f} s" + (" " * 20 if tty else ""))
     del batch_iter  # joins the workers, so their peak RSS is known
     stats = ds.stats()
+    spec = ds.spec
     processes = max(1, num_workers)
     return {
         "path": path,
@@ -188,15 +159,15 @@ def bench(
         "stats": stats.as_dict(),
         "breakdown": stats.table(),
         "settings": {
-            "window": window,
-            "stride": stride,
-            "horizon": horizon,
-            "batch_size": batch_size,
+            "window": spec.window,
+            "stride": spec.stride,
+            "horizon": spec.horizon,
+            "batch_size": spec.batch_size,
             "num_workers": num_workers,
-            "buffer_partitions": buffer_partitions,
-            "prefetch_partitions": prefetch_partitions,
+            "buffer_partitions": spec.buffer_partitions,
+            "prefetch_partitions": spec.prefetch_partitions,
             "step_ms": step_ms,
-            "nan": nan,
-            "on_error": on_error,
+            "nan": spec.nan,
+            "on_error": ds.config.read.on_error,
         },
     }

@@ -15,6 +15,7 @@ from typing import Any
 
 from dask_windows.cli.bench import bench  # imports torch only when called
 from dask_windows.cli.cluster import _Cluster, _input_block_size
+from dask_windows.cli.keywords import dataset_keywords
 
 
 def _size(num_bytes: float) -> str:
@@ -35,12 +36,6 @@ def _figure(value: float) -> str:
 def _table(rows: Sequence[tuple[str, Any]]) -> str:
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
-
-
-def _bytes(text: str | None) -> int | None:
-    from dask.utils import parse_bytes
-
-    return None if text is None else int(parse_bytes(text))
 
 
 def _cmd_convert(args: argparse.Namespace) -> dict:
@@ -136,23 +131,7 @@ def _cmd_convert(args: argparse.Namespace) -> dict:
 def _cmd_inspect(args: argparse.Namespace) -> dict:
     from dask_windows.cli.summary import inspect_dataset
 
-    out = inspect_dataset(
-        args.path,
-        series=args.series,
-        window=args.window,
-        stride=args.stride,
-        horizon=args.horizon,
-        features=args.features,
-        targets=args.targets,
-        batch_size=args.batch_size,
-        buffer_partitions=args.buffer_partitions,
-        prefetch_partitions=args.prefetch_partitions,
-        num_workers=args.num_workers,
-        nan=args.nan,
-        on_error=args.on_error,
-        partition_bytes=_bytes(args.partition_bytes),
-        retries=args.retries,
-    )
+    out = inspect_dataset(args.path, num_workers=args.num_workers, **dataset_keywords(args))
     if args.mixing:
         from dask_windows.planning.mixing import inspect_mixing
 
@@ -256,24 +235,12 @@ def _cmd_stats(args: argparse.Namespace) -> dict:
 def _cmd_bench(args: argparse.Namespace) -> dict:
     out = bench(
         args.path,
-        features=args.features,
-        series=args.series,
-        window=args.window,
-        stride=args.stride,
-        horizon=args.horizon,
-        targets=args.targets,
-        batch_size=args.batch_size,
         num_workers=args.num_workers,
-        buffer_partitions=args.buffer_partitions,
-        prefetch_partitions=args.prefetch_partitions,
         max_batches=args.max_batches,
         seconds=args.seconds,
         step_ms=args.step_ms,
-        nan=args.nan,
-        on_error=args.on_error,
-        partition_bytes=_bytes(args.partition_bytes),
-        retries=args.retries,
         progress=None if args.no_progress else sys.stderr,
+        **dataset_keywords(args),
     )
     if args.json:
         return out

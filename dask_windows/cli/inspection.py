@@ -11,7 +11,6 @@ import json
 import logging
 import posixpath
 import time as clock
-from collections.abc import Sequence
 from typing import Any
 
 import fsspec
@@ -103,89 +102,59 @@ def _manifest_for(path: str, storage_options: dict | None) -> tuple[Any, str, di
     return fs, root, manifest
 
 
-def inspect_dataset(
-    path: str,
-    *,
-    series: str | None = None,
-    window: int | None = None,
-    stride: int = 1,
-    horizon: int = 0,
-    features: Sequence[str] | None = None,
-    targets: Sequence[str] | None = None,
-    batch_size: int = 256,
-    buffer_partitions: int = 2,
-    prefetch_partitions: int = 1,
-    num_workers: int = 0,
-    nan: str = "raise",
-    on_error: str = "raise",
-    partition_bytes: int | None = None,
-    retries: int = 3,
-    storage_options: dict | None = None,
-    threads: int = 16,
-) -> dict:
+def inspect_dataset(path: str, *, num_workers: int = 0, **keywords: Any) -> dict:
     """Describe a Parquet dataset as ``WindowDataset`` sees it, by opening one.
 
-    The arguments are ``WindowDataset``'s and are validated by it, so a
+    The keywords are ``WindowDataset``'s and are validated by it, so a
     setting the loader rejects fails here with the loader's error, and
     ``windows`` equals ``WindowDataset(path, ...).num_windows``; zero windows
-    raise the loader's ``DataError`` naming the longest run.
+    raise the loader's ``DataError`` naming the longest run. Three differ:
 
     Args:
         path: a dataset folder, glob or Parquet file (fsspec URL allowed).
-        series: the series column; default the manifest's (``None``: each
-            partition is one run, as in ``WindowDataset(series=None)``).
-        window, stride, horizon: the window settings; without ``window``
-            only files, rows, series and schema are reported.
-        features, targets: the columns the loader stacks; default every
-            numeric column except series, time and targets.
-        batch_size, buffer_partitions, prefetch_partitions: as the loader's.
         num_workers: DataLoader workers, to size memory for.
-        nan, on_error, partition_bytes, retries, storage_options, threads: as
-            the loader's.
+        keywords: ``WindowDataset``'s (see ``dask_windows.config.KEYWORDS``), but
+            ``series`` defaults to the manifest's (``None``: each partition is
+            one run, as in ``WindowDataset(series=None)``); without ``window``
+            only files, rows, series and schema are reported; ``features``
+            default to every numeric column except series, time and targets.
 
     Returns:
         A JSON-ready dict (see the CLI's ``inspect`` for the fields).
     """
+    from dask_windows.config import ReadConfig, group_of
     from dask_windows.dataset import WindowDataset  # imports torch
 
     started = clock.perf_counter()
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
         raise ConfigError(f"num_workers={num_workers!r} must be an int >= 0")
-    _, _, manifest = _manifest_for(path, storage_options)
+    read = ReadConfig(**{k: v for k, v in keywords.items() if group_of(k, "inspect_dataset") == "read"})
+    _, _, manifest = _manifest_for(path, read.storage_options)
+    series = keywords.get("series")
     series = series if series is not None else (manifest["series"] if manifest else None)
     time_col = manifest["time"] if manifest else None
     source = ParquetSource(
         path,
-        storage_options,
-        threads=threads,
-        retry=resolve_retry(retries),
-        on_error=on_error,
-        partition_bytes=partition_bytes if partition_bytes is not None else DEFAULT_PARTITION_BYTES,
+        read.storage_options,
+        threads=read.threads,
+        retry=resolve_retry(read.retries),
+        on_error=read.on_error,
+        partition_bytes=read.partition_bytes if read.partition_bytes is not None else DEFAULT_PARTITION_BYTES,
     )
     with source.fs.open(source.files[0], "rb") as first:
         schema = pq.read_schema(first)
+    features, targets, window = keywords.get("features"), keywords.get("targets"), keywords.get("window")
     if features is None:
         features = [
             f.name
             for f in schema
             if f.name not in (series, time_col) and f.name not in (targets or ()) and _numeric(f.type)
         ]
-    settings = dict(
-        features=features,
-        targets=targets,
-        series=series,
-        window=window if window is not None else 1,
-        stride=stride,
-        horizon=horizon,
-        batch_size=batch_size,
-        buffer_partitions=buffer_partitions,
-        prefetch_partitions=prefetch_partitions,
-        on_error=on_error,
-        threads=threads,
-    )
-    ds = WindowDataset(source, nan=nan, **settings)  # type: ignore[arg-type]
+    settings = dict(keywords, features=features, series=series, window=window if window is not None else 1)
+    ds = WindowDataset(source, **settings)
     if window is not None:  # the loader checks NaN only when it builds a buffer: told here
-        reject_non_finite(ds, lambda: WindowDataset(source, nan="drop", **settings))  # type: ignore[arg-type]
+        reject_non_finite(ds, lambda: WindowDataset(source, **dict(settings, nan="drop")))
+    spec = ds.spec
     runs = [r.series_runs for r in ds.runs]
     rows = [p.num_rows for p in ds.partitions]
     used = getattr(source, "_manifest", None)
@@ -211,15 +180,15 @@ def inspect_dataset(
         "schema": {f.name: str(f.type) for f in schema},
         "features": list(ds.spec.features),
         "targets": list(ds.spec.targets),
-        "nan": nan,
+        "nan": spec.nan,
         "skipped": [s.name for s in ds.skipped] if ds.skipped else [],
     }
     if window is not None:
         per_partition = ds.windows_per_partition
         report.update(
             window=window,
-            stride=stride,
-            horizon=horizon,
+            stride=spec.stride,
+            horizon=spec.horizon,
             windows=ds.num_windows,
             largest_partition_windows=int(per_partition.max(initial=0)),
             left_out={"runs": ds.left_out.runs, "rows": ds.left_out.rows},  # series shorter than the span
@@ -230,10 +199,10 @@ def inspect_dataset(
             len(report["features"]),
             len(report["targets"]),
             window,
-            horizon,
-            batch_size,
-            buffer_partitions,
-            prefetch_partitions,
+            spec.horizon,
+            spec.batch_size,
+            spec.buffer_partitions,
+            spec.prefetch_partitions,
             num_workers,
         )
     report["seconds"] = round(clock.perf_counter() - started, 4)

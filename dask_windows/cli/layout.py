@@ -37,6 +37,9 @@ from typing import Any
 
 import numpy as np
 
+from dask_windows.tuning import CONVERT_SPAN as DEFAULT_SPAN
+from dask_windows.tuning import MIN_CHUNK_PER_OVERLAP, TARGET_CHUNKS_PER_FILE
+
 __all__ = [
     "DEFAULT_SPAN",
     "LAYOUTS",
@@ -48,12 +51,6 @@ __all__ = [
 ]
 
 LAYOUTS = ("spread", "contiguous")
-#: ``window + horizon`` the chunks overlap for when convert is given no ``--window``.
-DEFAULT_SPAN = 128
-#: Chunks per file ``auto_chunk_rows`` aims for (strata each file samples).
-TARGET_CHUNKS_PER_FILE = 512
-#: Chunks are at least this many times the overlap (disk and decode overhead at most 1/4).
-MIN_CHUNK_PER_OVERLAP = 4
 _LAYOUT_SEED = 0x5EED
 
 

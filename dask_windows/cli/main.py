@@ -133,33 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
         "window counts are the loader's own. No Dask cluster is started.",
     )
     p.add_argument("path", metavar="PATH", help="dataset folder, Parquet file or glob")
-    p.add_argument("--series", metavar="COL", help="the series column (default: the manifest's; none without one)")
-    _window_options(p)
-    p.add_argument(
-        "--features",
-        nargs="+",
-        metavar="COL",
-        help="columns stacked as x (default: every numeric column but series, time and targets)",
-    )
-    _loader_options(p)
+    _loader_options(p, "inspect")  # WindowDataset's keywords (cli.keywords)
     p.add_argument(
         "--mixing",
         action="store_true",
         help="how well batches mix, beside a global shuffle (needs --window; reads no data)",
-    )
-    p.add_argument(
-        "--pieces-per-partition",
-        type=int,
-        default=None,
-        metavar="K",
-        help="the piece order's mixing knob (default: the pool order)",
-    )
-    p.add_argument(
-        "--buffer-bytes",
-        type=int,
-        default=None,
-        metavar="N",
-        help="the pool order's memory budget per rank (default: 1 GiB)",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(run=_cmd_inspect)
@@ -195,10 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
         "epoch ends, --max-batches or --seconds; progress goes to stderr.",
     )
     p.add_argument("path", metavar="PATH", help="dataset folder, Parquet file or glob")
-    p.add_argument("--features", nargs="+", required=True, metavar="COL", help="columns stacked as x (required)")
-    p.add_argument("--series", required=True, metavar="COL", help="the series column (required)")
-    _window_options(p, required=True)
-    _loader_options(p)
+    _loader_options(p, "bench")  # WindowDataset's keywords (cli.keywords)
     p.add_argument("--max-batches", type=int, metavar="N", help="stop after this many batches (default: no limit)")
     p.add_argument(
         "--seconds", type=float, default=30.0, metavar="S", help="stop after this long (the epoch may end first)"

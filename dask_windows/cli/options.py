@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from dask_windows.cli.keywords import FLAGS, OPTIONS
+
 __all__: list[str] = []  # internal to the command line
 
 
@@ -144,57 +146,25 @@ def _window_options(parser: argparse.ArgumentParser, required: bool = False) -> 
     )
 
 
-def _loader_options(parser: argparse.ArgumentParser) -> None:
-    """The ``WindowDataset`` settings that ``inspect`` and ``bench`` share."""
-    parser.add_argument("--targets", nargs="+", metavar="COL", help="columns stacked as y (default: none)")
-    parser.add_argument("--batch-size", type=int, default=256, metavar="B", help="windows per batch")
-    parser.add_argument("--buffer-partitions", type=int, default=2, metavar="N", help="partitions decoded together")
-    parser.add_argument("--prefetch-partitions", type=int, default=1, metavar="N", help="partitions read ahead")
+def _loader_options(parser: argparse.ArgumentParser, command: str) -> None:
+    """The ``WindowDataset`` settings of ``inspect`` and ``bench``: the flags of ``cli.keywords``'s table,
+    and the DataLoader's worker processes."""
+    types = {"count": _count, "size": _parsed("size", _size_arg)}
+    for option in OPTIONS:
+        if option.flag is None:
+            continue
+        settings = {**option.settings, **option.per_command.get(command, {})}
+        if isinstance(settings.get("type"), str):
+            settings["type"] = types[settings["type"]]
+        parser.add_argument(option.flag, dest=option.keyword, **settings)
     parser.add_argument("--num-workers", type=_count, default=0, metavar="N", help="DataLoader worker processes")
-    parser.add_argument(
-        "--nan",
-        choices=("raise", "drop"),
-        default="raise",
-        help="windows holding NaN: raise an error, or drop them (as WindowDataset's nan=)",
-    )
-    parser.add_argument(
-        "--on-error",
-        choices=("raise", "skip"),
-        default="raise",
-        help="unreadable files: raise an error, or skip them (as WindowDataset's on_error=)",
-    )
-    parser.add_argument(
-        "--retries",
-        type=_count,
-        default=3,
-        metavar="N",
-        help="retries of transient storage errors (as WindowDataset's retries=)",
-    )
-    parser.add_argument(
-        "--partition-bytes",
-        type=_parsed("size", _size_arg),
-        metavar="BYTES",
-        help="split Parquet files with more uncompressed bytes at row groups (default: the loader's, 256MiB)",
-    )
 
 
 #: Python keywords in the loader's messages, and the flags that set them here.
 _FLAGS = {
-    "on_error": "--on-error",
-    "batch_size": "--batch-size",
-    "window": "--window",
-    "stride": "--stride",
-    "horizon": "--horizon",
-    "nan": "--nan",
-    "buffer_partitions": "--buffer-partitions",
-    "features": "--features",
-    "prefetch_partitions": "--prefetch-partitions",
-    "targets": "--targets",
-    "series": "--series",
+    **FLAGS,
     "num_workers": "--num-workers",
     "partition_size": "--partition-size",
-    "partition_bytes": "--partition-bytes",
-    "retries": "--retries",
 }
 
 

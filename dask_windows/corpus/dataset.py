@@ -4,9 +4,10 @@ At open each data set's ``ListSource`` gives its series lengths and channel
 counts; ``items.build_units`` turns them into items (O(series) numbers) and
 counts what is left out. Each epoch ``items.epoch_items`` orders the items of
 all data sets (exact per-data-set quotas), ``packing.pack`` packs them into
-sequences, ``packing.reader_sequences`` gives this rank and worker its share,
+sequences, ``planning.division`` gives this rank and worker its share,
 and ``batches.batches`` reads and fills them. Epochs, resume states and
-worker shares follow ``WindowDataset``'s rules (``epochs``, ``resume``).
+worker shares follow ``WindowDataset``'s pass protocol (``passes``), but for
+elastic resume.
 """
 
 from __future__ import annotations
@@ -23,16 +24,14 @@ from torch.utils.data import IterableDataset
 
 from dask_windows.corpus.batches import Layout, batches
 from dask_windows.corpus.items import LeftOut, Units, build_units, epoch_items
-from dask_windows.corpus.packing import pack, reader_sequences, unpacked
+from dask_windows.corpus.packing import pack, unpacked
 from dask_windows.corpus.source import ListSource
 from dask_windows.corpus.work import EpochPlan, reader_work, split_to_context
 from dask_windows.errors import ConfigError
-from dask_windows.planning.plan import batches_per_rank
-from dask_windows.planning.resume import Resumer, check_int
+from dask_windows.passes import PassProtocol
+from dask_windows.planning.division import batches_per_rank, reader_share
+from dask_windows.planning.resume import check_int
 from dask_windows.planning.schedule import member_counts
-from dask_windows.planning.world import World
-from dask_windows.runtime.detect import detect_worker, in_worker, resolve_ranks, worker_info
-from dask_windows.runtime.epochs import EpochCounter, worker_token
 
 __all__ = ["CorpusDataset", "CorpusSettings", "LeftOutSeriesWarning", "mix_corpora"]
 
@@ -134,7 +133,7 @@ def _open_member(name: str, source: ListSource, settings: CorpusSettings) -> Mem
     return Member(name, source, units, left)
 
 
-class CorpusDataset(IterableDataset):
+class CorpusDataset(PassProtocol, IterableDataset):
     """Packed batches of a corpus of series stored one per row in list columns.
 
     Args:
@@ -238,32 +237,19 @@ class CorpusDataset(IterableDataset):
                     self.freqs.append(f)
         self._freq_ids = [np.array([self.freqs.index(f) for f in m.source.freqs], np.int64) for m in members]
         self.left_out = {m.name: m.left_out for m in members}
-        self._explicit_world = world
-        self._ranks = resolve_ranks(world, (0, 1))
-        self._epochs = EpochCounter(0)
-        self._worker_passes = 0
-        self._resumer = Resumer()
-        self._plan_cache: EpochPlan | None = None
+        self._init_passes(*world)  # epochs, ranks, resume state (see passes)
 
-    # -- topology and epochs ------------------------------------------------------------------
+    # -- the pass protocol (see passes): no elastic resume; the plan is rebuilt in each process ----
 
-    def _resolve_ranks(self) -> tuple[int, int]:
-        return resolve_ranks(self._explicit_world, getattr(self, "_ranks", (0, 1)))
+    _elastic = False
+    _process_local = ("_plan_cache",)
+    _plan_cache: EpochPlan | None = None  # the latest epoch's plan (a pickled copy starts without)
 
-    def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state["_ranks"] = self._resolve_ranks()
-        state["_plan_cache"] = None
-        return state
+    def _shape(self) -> tuple[int, int, bool]:
+        return self.num_sequences(), self.settings.batch_size, self.settings.drop_last
 
-    @property
-    def epoch(self) -> int:
-        return self._epochs.epoch
-
-    def set_epoch(self, epoch: int) -> None:
-        """Use the order of ``epoch`` for the next pass."""
-        self._epochs.pin(check_int("epoch", epoch))
-        self._resumer.forget(self.epoch)
+    def _max_batches(self) -> None:
+        return None  # an epoch's sequences depend on its packing: the state's epoch is checked as it is read
 
     @property
     def num_items(self) -> int:
@@ -312,29 +298,17 @@ class CorpusDataset(IterableDataset):
         plan = self.plan(self.epoch if epoch is None else epoch)
         return float(plan.tokens.sum()) / float(max(self.num_sequences(plan.epoch), 1) * self.settings.tokens)
 
-    def __len__(self) -> int:
-        """Batches this rank yields in the current epoch (the same on every rank and for any ``num_workers``)."""
-        world_size = self._resolve_ranks()[1]
-        return batches_per_rank(self.num_sequences(), world_size, self.settings.batch_size, self.settings.drop_last)
-
     # -- iterating ----------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        rank, world_size = self._resolve_ranks()
-        world = World(rank, world_size, *detect_worker())
-        info = worker_info()
-        if info is None:
-            epoch = self._epochs.begin_pass()
-            self._resumer.forget(epoch)
-        else:
-            self._worker_passes += 1
-            epoch = self._epochs.begin_pass(worker_token(info.seed - info.id, self._worker_passes))
+        epoch, world = self._begin_pass()  # every DataLoader worker of this pass claims the same epoch
         num_sequences = self.num_sequences(epoch)
         s = self.settings
-        num_batches = batches_per_rank(num_sequences, world_size, s.batch_size, s.drop_last)
+        num_batches = batches_per_rank(num_sequences, world.world_size, s.batch_size, s.drop_last)
         reader, skip = self._resumer.begin(epoch, world, num_batches)
-        lo, hi = reader_sequences(num_sequences, s.batch_size, s.drop_last, reader, skip)
-        first_batch = (lo - rank * (num_sequences // world_size)) // s.batch_size  # the rank's batch number
+        share = reader_share(num_sequences, reader, s.batch_size, s.drop_last)
+        lo, hi = share.start_after(skip), share.hi
+        first_batch = (lo - share.rank_start) // s.batch_size  # the rank's batch number
         return self._batches(epoch, lo, hi, first_batch)
 
     def _batches(self, epoch: int, lo: int, hi: int, first_batch: int) -> Iterator[dict[str, torch.Tensor]]:
@@ -383,15 +357,6 @@ class CorpusDataset(IterableDataset):
             "counts": [int(c) for c in self.counts],
             "settings": repr(replace(s, read_ahead=0)),
         }
-
-    def state_dict(self, batches: int | None = None, num_workers: int | None = None) -> dict:
-        """The position in the current epoch (as ``WindowDataset.state_dict``)."""
-        world = World(*self._resolve_ranks(), *detect_worker())
-        return self._resumer.save(self._fingerprint(), self.epoch, world, len(self), in_worker(), batches, num_workers)
-
-    def load_state_dict(self, state: dict) -> None:
-        """Resume the epoch of ``state`` after the batches it had yielded, bit for bit (same topology)."""
-        self._epochs.pin(self._resumer.load(state, self._fingerprint(), self._resolve_ranks()[1]))
 
     def summary(self) -> dict:
         """Per data set: series, items per epoch, and what was left out at open."""

@@ -1,4 +1,4 @@
-"""Items packed into sequences of a fixed token budget, and an epoch's sequences divided between readers.
+"""Items packed into sequences of a fixed token budget.
 
 The epoch's items are taken in blocks of ``window`` consecutive items (their
 shuffled order); each block is packed on its own by *best-fit decreasing*:
@@ -12,9 +12,9 @@ of padding; an item is never split nor repeated.
 
 Sequences are laid out as ``sequence_ptr`` (``(Q + 1,)`` first entry of each
 sequence) over ``entries`` (``(N,)`` positions in the epoch's item order).
-Ranks take equal contiguous shares of the sequences (the last ``Q % world``
-left out, as ``plan`` leaves out windows), workers contiguous blocks of a
-rank's batches: the arithmetic of ``plan``.
+The dataset divides an epoch's sequences between ranks and workers as every
+order is divided (``planning.division``): equal contiguous shares per rank (the
+last ``Q % world`` left out), contiguous blocks of a rank's batches per worker.
 """
 
 from __future__ import annotations
@@ -23,10 +23,9 @@ import bisect
 
 import numpy as np
 
-from dask_windows.planning.plan import batches_per_rank, rng_for, worker_batch_range
-from dask_windows.planning.world import World
+from dask_windows.planning.plan import rng_for
 
-__all__ = ["pack", "reader_sequences", "unpacked"]
+__all__ = ["pack", "unpacked"]
 
 _SHUFFLE = 0xC2
 
@@ -131,16 +130,3 @@ def pack(tokens: np.ndarray, budget: int, blocks: np.ndarray, seed: int, epoch: 
 def unpacked(num_items: int) -> tuple[np.ndarray, np.ndarray]:
     """One item per sequence."""
     return np.arange(num_items + 1, dtype=np.int64), np.arange(num_items, dtype=np.int64)
-
-
-def reader_sequences(
-    num_sequences: int, batch_size: int, drop_last: bool, reader: World, skip_batches: int = 0
-) -> tuple[int, int]:
-    """Sequences ``[lo, hi)`` of the epoch that ``reader`` yields after ``skip_batches`` batches."""
-    share = num_sequences // reader.world_size
-    num_batches = batches_per_rank(num_sequences, reader.world_size, batch_size, drop_last)
-    used = min(share, num_batches * batch_size)
-    b0, b1 = worker_batch_range(num_batches, reader.worker, reader.num_workers)
-    base = reader.rank * share
-    hi = base + min(b1 * batch_size, used)
-    return min(base + (b0 + skip_batches) * batch_size, hi), hi

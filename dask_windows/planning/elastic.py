@@ -7,10 +7,10 @@ prefix of each old reader's stream. What is left is a list of *pieces*
 ``(rank, worker, lo, hi)``: windows ``[lo, hi)`` of that old reader's stream,
 including the windows of the buffers the old readers were inside (they are
 read again, not lost). Laid end to end, the pieces form the rest sequence;
-the new topology divides it as the plan divides an epoch: contiguous shares
-per rank, as equal as windows allow, every rank yielding the same number of
-batches (full ones, then at most two shorter ones at the end of the share),
-contiguous blocks of batches per worker. Every window not yet yielded is
+the new topology divides it as the plan divides an epoch (``division``, with
+balanced shares): contiguous shares per rank, as equal as windows allow, every
+rank yielding the same number of batches (full ones, then at most two shorter
+ones at the end of the share), contiguous blocks of batches per worker. Every window not yet yielded is
 yielded exactly once. A state saved during such an epoch records the pieces
 and the new division, so a second elastic restart in the same epoch works the
 same way.
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dask_windows.planning.plan import batches_per_rank, windows_per_rank, worker_batch_range
+from dask_windows.planning.division import ReaderShare, reader_share
 from dask_windows.planning.world import World
 
 __all__ = [
@@ -68,33 +68,19 @@ class Share:
 
 def reader_windows_count(num_windows: int, reader: World, batch_size: int, drop_last: bool) -> int:
     """Windows in the stream of ``reader`` in an epoch of ``num_windows`` (as ``plan`` divides it)."""
-    share = windows_per_rank(num_windows, reader.world_size)
-    num_batches = batches_per_rank(num_windows, reader.world_size, batch_size, drop_last)
-    used = min(share, num_batches * batch_size)
-    b0, b1 = worker_batch_range(num_batches, reader.worker, reader.num_workers)
-    return max(min(b1 * batch_size, used) - b0 * batch_size, 0)
+    share = reader_share(num_windows, reader, batch_size, drop_last)
+    return share.hi - share.lo
 
 
-def _batch_bounds(share: int, num_batches: int, batch_size: int) -> np.ndarray:
-    """``(num_batches + 1,)`` window bounds of a rank's batches: full ones first, no empty one."""
-    j = np.arange(num_batches + 1, dtype=np.int64)
-    return np.minimum(j * batch_size, share - (num_batches - j))
-
-
-def _rank_layout(total: int, world_size: int, batch_size: int) -> tuple[np.ndarray, int]:
-    """``(shares, batches per rank)`` of ``total`` rest windows over ``world_size`` ranks."""
-    shares = np.full(world_size, total // world_size, dtype=np.int64)
-    shares[: total % world_size] += 1
-    num_batches = -(-int(shares.max()) // batch_size)
-    if int(shares.min()) < num_batches:  # cannot give every rank as many non-empty batches
-        left_out = total % world_size
+def _rest_share(total: int, world: World, batch_size: int) -> ReaderShare:
+    """``world``'s part of ``total`` rest windows: balanced shares (``division``), a left-out remainder warned."""
+    share = reader_share(total, world, batch_size, balanced=True)
+    if share.left_out:  # too few windows for equal batch counts with the remainder given out
         log.warning(
             "elastic resume: %d windows of the rest of the epoch cannot be divided into equal batch counts over "
-            "%d ranks and are left out", left_out, world_size,
+            "%d ranks and are left out", share.left_out, world.world_size,
         )  # fmt: skip
-        shares[:] = total // world_size
-        num_batches = -(-int(shares[0]) // batch_size)
-    return shares, num_batches
+    return share
 
 
 def divide(pieces: Sequence[Piece], world: World, batch_size: int) -> Share:
@@ -106,11 +92,8 @@ def divide(pieces: Sequence[Piece], world: World, batch_size: int) -> Share:
         batch_size: Windows per full batch.
     """
     lengths = np.array([hi - lo for _, _, lo, hi in pieces], dtype=np.int64)
-    shares, num_batches = _rank_layout(int(lengths.sum()), world.world_size, batch_size)
-    bounds = _batch_bounds(int(shares[world.rank]), num_batches, batch_size)
-    b0, b1 = worker_batch_range(num_batches, world.worker, world.num_workers)
-    base = int(shares[: world.rank].sum())
-    a, b = base + int(bounds[b0]), base + int(bounds[b1])
+    share = _rest_share(int(lengths.sum()), world, batch_size)
+    a, b = share.lo, share.hi
     ends = np.cumsum(lengths)  # (pieces,) rest position just past each piece
     starts = ends - lengths
     out = []
@@ -121,12 +104,12 @@ def divide(pieces: Sequence[Piece], world: World, batch_size: int) -> Share:
         x, y = max(a, int(starts[k])), min(b, int(ends[k]))
         if y > x:
             out.append((rank, worker, lo + x - int(starts[k]), lo + y - int(starts[k])))
-    return Share(tuple(out), tuple(int(s) for s in np.diff(bounds[b0 : b1 + 1])))
+    return Share(tuple(out), tuple(int(s) for s in share.sizes()))
 
 
 def batches_of_rest(pieces: Sequence[Piece], world_size: int, batch_size: int) -> int:
     """Batches every new rank yields of the rest ``pieces``."""
-    return _rank_layout(sum(hi - lo for _, _, lo, hi in pieces), world_size, batch_size)[1]
+    return _rest_share(sum(hi - lo for _, _, lo, hi in pieces), World(0, world_size), batch_size).rank_batches
 
 
 def rest_of_epoch(
@@ -192,15 +175,10 @@ def rest_from_state(
 
     else:
         origin = (world_size, num_workers)
-        num_batches = batches_per_rank(num_windows, world_size, batch_size, drop_last)
 
         def readers(rank: int, worker: int) -> tuple:
-            b0, b1 = worker_batch_range(num_batches, worker, num_workers)
-            n = reader_windows_count(num_windows, World(rank, world_size, worker, num_workers), batch_size, drop_last)
-            sizes = [batch_size] * (b1 - b0)
-            if sizes:
-                sizes[-1] = n - batch_size * (len(sizes) - 1)
-            return [(rank, worker, 0, n)], sizes
+            share = reader_share(num_windows, World(rank, world_size, worker, num_workers), batch_size, drop_last)
+            return [(rank, worker, 0, share.hi - share.lo)], [int(s) for s in share.sizes()]
 
     per_worker = [len(readers(0, w)[1]) for w in range(num_workers)]
     consumed, _ = round_robin(per_worker, int(state["batches"]))

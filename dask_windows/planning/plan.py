@@ -11,7 +11,8 @@ hold one piece of each stratum. Ranks take equal contiguous slices of that
 sequence (so every rank yields the same number of batches even when
 partitions differ in size tenfold, and two ranks share at most the piece where
 their slices meet); a rank's batches are divided between its DataLoader
-workers as contiguous blocks, so only the rank's final batch can be partial.
+workers as contiguous blocks, so only the rank's final batch can be partial
+(the one division of every order: ``division``).
 A reader's slice is grouped into buffers of ``buffer_partitions *
 pieces_per_partition`` consecutive pieces, and windows are shuffled inside a
 buffer.
@@ -46,6 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dask_windows.planning.division import batches_per_rank, reader_span, windows_per_rank, worker_batch_range
 from dask_windows.planning.world import World
 
 __all__ = [
@@ -57,6 +59,7 @@ __all__ = [
     "piece_order",
     "piece_table",
     "plan_reader",
+    "reader_span",
     "rng_for",
     "unit_pieces",
     "windows_per_rank",
@@ -120,39 +123,6 @@ def epoch_order(num_partitions: int, seed: int, epoch: int, shuffle: bool) -> np
     if not shuffle:
         return np.arange(num_partitions, dtype=np.int64)
     return rng_for(seed, epoch, 0x9A87).permutation(num_partitions).astype(np.int64)
-
-
-def windows_per_rank(num_windows: int, world_size: int) -> int:
-    """Equal share of each rank; ``num_windows % world_size`` windows are left out."""
-    return num_windows // world_size
-
-
-def batches_per_rank(num_windows: int, world_size: int, batch_size: int, drop_last: bool) -> int:
-    """Exactly how many batches every rank yields per epoch."""
-    share = windows_per_rank(num_windows, world_size)
-    return share // batch_size if drop_last else -(-share // batch_size)
-
-
-def reader_span(
-    total: int, world: World, batch_size: int, drop_last: bool, skip_batches: int = 0
-) -> tuple[int, int, int, int]:
-    """This reader's stretch of an epoch of ``total`` windows: the one rule every order divides by.
-
-    Returns:
-        ``(lo, hi, batches, skip)``: the reader's windows are positions ``[lo, hi)`` of the epoch's
-        sequence, ``batches`` its batches before any skip, ``skip`` the skipped ones, clipped to them.
-    """
-    share = windows_per_rank(total, world.world_size)
-    num_batches = batches_per_rank(total, world.world_size, batch_size, drop_last)
-    used = min(share, num_batches * batch_size)
-    b0, b1 = worker_batch_range(num_batches, world.worker, world.num_workers)
-    skip = min(max(skip_batches, 0), b1 - b0)
-    return world.rank * share + b0 * batch_size, world.rank * share + min(b1 * batch_size, used), b1 - b0, skip
-
-
-def worker_batch_range(num_batches: int, worker: int, num_workers: int) -> tuple[int, int]:
-    """Contiguous block ``[b0, b1)`` of the rank's batches that ``worker`` yields."""
-    return worker * num_batches // num_workers, (worker + 1) * num_batches // num_workers
 
 
 def piece_table(

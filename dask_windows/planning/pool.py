@@ -45,14 +45,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dask_windows.planning.division import reader_span
 from dask_windows.planning.plan import (
     _segments,
     epoch_order,
-    reader_span,
     rng_for,
 )
 from dask_windows.planning.windows import window_starts
 from dask_windows.planning.world import World
+from dask_windows.tuning import BLOCK_BATCHES
 
 __all__ = [
     "POOL_ORDER",
@@ -74,8 +75,6 @@ __all__ = [
 ]
 
 POOL_ORDER = "pool-1"  # recorded in resume states: a state of another order is refused
-AHEAD = 2  # units read beyond the resident ones with blocks of one step: one step built ahead, one unit being read
-BLOCK_BATCHES = 16  # a block of steps is shuffled as one: at least this many batches (lag-1 about -1/this)
 
 
 @dataclass(frozen=True)

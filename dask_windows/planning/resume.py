@@ -22,7 +22,7 @@ batches it still owes mix windows of all of them. A state records the
 dataset's fingerprint (partition rows, window grid, the settings that decide
 the order); loading a state of another dataset or configuration raises.
 
-``fingerprint`` and ``round_robin`` live in ``resume_math`` and are re-exported here.
+``fingerprint`` lives in ``resume_math``, ``round_robin`` in ``division``; both are re-exported here.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from typing import Any
 import numpy as np
 
 from dask_windows.errors import ConfigError
-from dask_windows.planning.plan import worker_batch_range
+from dask_windows.planning.division import round_robin, worker_batch_range, worker_batches
 from dask_windows.planning.resume_math import ORDER_SETTINGS as ORDER_SETTINGS
-from dask_windows.planning.resume_math import fingerprint, round_robin
+from dask_windows.planning.resume_math import fingerprint
 from dask_windows.planning.world import World
 
 __all__ = ["FORMAT", "VERSION", "Resumer", "fingerprint", "round_robin"]
@@ -407,7 +407,6 @@ def _resume_point(state: dict, world: World, num_batches: int) -> tuple[int, int
         if skip > b1 - b0:
             raise ConfigError(f"the state says worker {role} yielded {skip} batches but it has only {b1 - b0}")
         return role, skip
-    per_worker = [b1 - b0 for b0, b1 in (worker_batch_range(num_batches, w, readers) for w in range(readers))]
-    consumed, next_worker = round_robin(per_worker, int(state["batches"]))
+    consumed, next_worker = round_robin(worker_batches(num_batches, readers), int(state["batches"]))
     role = (next_worker + world.worker) % readers
     return role, int(consumed[role])

@@ -2,21 +2,20 @@
 
 ``fingerprint`` is what a state records to identify a dataset's epochs
 (partition rows, window grid and the settings that decide the order, in
-``ORDER_SETTINGS``); ``round_robin`` is each DataLoader worker's share of the
-batches an in-order loader has yielded. ``resume`` (the ``Resumer``) uses both
-and re-exports them, so ``from dask_windows.planning.resume import round_robin`` keeps
-working.
+``ORDER_SETTINGS``). ``round_robin``, each DataLoader worker's share of the
+batches an in-order loader has yielded, belongs to the division of an epoch
+(``division``) and is re-exported here; ``resume`` (the ``Resumer``) re-exports
+both, so ``from dask_windows.planning.resume import round_robin`` keeps working.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from dask_windows.errors import ConfigError
+from dask_windows.planning.division import round_robin as round_robin
 from dask_windows.planning.index import WindowGrid
 from dask_windows.planning.plan import PIECE_ORDER
 from dask_windows.planning.pool import POOL_ORDER
@@ -65,36 +64,3 @@ def fingerprint(grid: WindowGrid, rows_per_partition: np.ndarray, spec: WindowSp
     elif spec.pieces_per_partition > 1:  # how pieces are ordered (a state of another order is refused)
         out["piece_order"] = PIECE_ORDER
     return out
-
-
-def round_robin(batches_per_worker: Sequence[int], taken: int) -> tuple[np.ndarray, int]:
-    """Each worker's share of the first ``taken`` batches of an in-order DataLoader.
-
-    The loader asks workers ``0, 1, ..., W-1, 0, ...`` in turn and skips a worker that
-    has no batches left, so after round ``r`` every worker has yielded ``min(n_w, r)``.
-
-    Args:
-        batches_per_worker: ``(W,)`` batches each worker yields in the epoch.
-        taken: Batches the loader has yielded, ``0 <= taken <= sum``.
-
-    Returns:
-        ``(consumed, next_worker)``: ``(W,)`` batches each worker had yielded, and the worker
-        that yields the next batch (``0`` once every batch is taken).
-    """
-    n = np.asarray(batches_per_worker, dtype=np.int64)
-    total = int(n.sum())
-    if not 0 <= taken <= total:
-        raise ConfigError(f"batches={taken} must be in [0, {total}], the batches of this rank's epoch")
-    lo, hi = 0, int(n.max(initial=0))
-    while lo < hi:  # largest round r with sum(min(n, r)) <= taken
-        mid = (lo + hi + 1) // 2
-        if int(np.minimum(n, mid).sum()) <= taken:
-            lo = mid
-        else:
-            hi = mid - 1
-    consumed = np.minimum(n, lo)
-    active = np.flatnonzero(n > lo)  # workers still yielding in round lo, in asking order
-    rest = taken - int(consumed.sum())
-    consumed[active[:rest]] += 1
-    next_worker = int(active[rest]) if rest < len(active) else 0
-    return consumed, next_worker

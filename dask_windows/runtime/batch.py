@@ -47,11 +47,11 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-__all__ = ["Gatherer", "OutputPool", "PathChoice", "normalize_per_sample"]
+from dask_windows.tuning import LANE_RATIO as _LANE_RATIO
+from dask_windows.tuning import SETTLE_RATIO as _SETTLE_RATIO
+from dask_windows.tuning import TORCH_MIN_BYTES as _TORCH_MIN_BYTES
 
-_TORCH_MIN_BYTES = 256 << 10  # batches of features at least this large are gathered by torch's threads
-_LANE_RATIO = 8  # rows copied by a run's windows per buffer row, from which a run may go on two lanes
-_SETTLE_RATIO = 64  # rows copied by a buffer's windows per buffer row, from which its move to huge pages pays
+__all__ = ["Gatherer", "OutputPool", "PathChoice", "normalize_per_sample"]
 
 
 def _threads() -> int:

@@ -34,6 +34,7 @@ from dask_windows.planning.windows import window_starts
 from dask_windows.runtime.batch import Gatherer
 from dask_windows.runtime.blocks import decode_blocks, segment_runs, segment_starts
 from dask_windows.spec import WindowSpec
+from dask_windows.tuning import PERMUTATION_HEAD as HEAD
 
 __all__ = [
     "HEAD",
@@ -53,7 +54,6 @@ __all__ = [
     "unit_rows",
 ]
 
-HEAD = 4096  # leading positions of a buffer's permutation drawn before the rest (see permute_head)
 
 _CHUNK = 1 << 18  # windows whose starts are computed at once
 _GROUP_ROWS = 1 << 17  # most rows of read chunks decoded in one call (decode_chunks)

@@ -59,10 +59,9 @@ from dask_windows.runtime.buffer import HEAD, Buffer, Part, PlannedStarts, permu
 from dask_windows.runtime.memory import trim
 from dask_windows.runtime.prefetch import Ahead
 from dask_windows.spec import WindowSpec
+from dask_windows.tuning import TRIM_BYTES as _TRIM_BYTES
 
 __all__ = ["start_builder", "stream"]
-
-_TRIM_BYTES = 8 << 20  # buffers at least this large hand their memory back when dropped
 
 
 @dataclass
@@ -317,6 +316,7 @@ def stream(
     last: Callable[[], None] | None = None,
     device: Any = None,
     waits: Callable[[Iterator[_Built], str], Iterator[_Built]] | None = None,
+    allocator: Callable[[], Any] | None = None,
 ) -> Iterator[object]:
     """Yield ``emit(x, y, rows)`` for each batch of ``plan``.
 
@@ -344,6 +344,8 @@ def stream(
         last: Called once, on the consumer's thread, when it takes the buffer holding the plan's
             final windows (the builder and the readers have nothing left to do then).
         waits: Wraps the buffers' iterator to time the consumer's waits for them (``telemetry``).
+        allocator: Makes the pool full batches' features are gathered into (the allocator seam,
+            ``seams``: shared slots in a DataLoader worker); ``None``: a plain ``batch.OutputPool``.
         device: An ``ondevice.DeviceFeed``: each buffer's rows are sent to its device as the buffer
             is built, and the batches are gathered there (the same windows in the same order);
             ``emit`` is then not used.
@@ -364,10 +366,8 @@ def stream(
     remaining = plan.num_windows
     carry: list[tuple] = []  # pieces of a batch begun in the previous buffer
     carried = 0
-    pool: Any = OutputPool()  # full batches' feature arrays, reused once no caller holds them
-    from dask_windows.speedups import slots  # (torch-side: imported when a pass streams, not with this module)
-
-    pool = slots.output_pool() or pool  # in a DataLoader worker: gathered straight into shared slots
+    # Full batches' feature arrays, reused once no caller holds them (the allocator seam: ``seams``).
+    pool: Any = allocator() if allocator is not None else OutputPool()
     per_sample, channel_major = normalize == "sample", spec.layout == "NCL"
     want_y, want_rows = bool(spec.targets), spec.return_index
     try:

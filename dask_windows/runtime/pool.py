@@ -35,7 +35,6 @@ from dask_windows.errors import ConfigError, SourceReadError
 from dask_windows.faults import REPLACEMENT_TAG, record_skip, replacement_picks, skip_allowed
 from dask_windows.planning.plan import Segment, rng_for
 from dask_windows.planning.pool import (
-    AHEAD,
     PoolPlan,
     merge_bounds,
     plan_pool,
@@ -50,8 +49,9 @@ from dask_windows.runtime.batch import Gatherer
 from dask_windows.runtime.buffer import Part, _fill_starts, decode_pieces
 from dask_windows.runtime.pipeline import _Built, stream
 from dask_windows.runtime.prefetch import Ahead, Prefetcher
-
-WindowDataset = Any  # the dataset whose pass this serves (not imported: the runtime never imports the dataset)
+from dask_windows.runtime.values import PassValues, ReadValues
+from dask_windows.tuning import BUFFER_BYTES, MIN_UNIT_ROWS, UNITS_PER_BATCH
+from dask_windows.tuning import POOL_AHEAD_UNITS as AHEAD
 
 __all__ = [
     "BUFFER_BYTES",
@@ -65,11 +65,6 @@ __all__ = [
     "unit_bounds",
     "warn_if_few_units",
 ]
-
-BUFFER_BYTES = 1 << 30  # default memory budget of decoded rows per rank (shared by its DataLoader workers)
-MIN_UNIT_ROWS = 1024  # fewest rows of a unit cut from a source without decode units
-UNITS_PER_BATCH = 4  # most units resident per window of a batch; row groups are merged into units of at least
-# pool rows / (this * batch size) rows (fewer, larger reads where the budget holds the data many times over)
 
 
 def resolve_order(pieces_per_partition: Any, buffer_bytes: Any, source: Any) -> Any:
@@ -92,58 +87,55 @@ def resolve_order(pieces_per_partition: Any, buffer_bytes: Any, source: Any) -> 
     return BUFFER_BYTES if buffer_bytes is None else buffer_bytes
 
 
-def row_bytes(ds: WindowDataset) -> float:
+def row_bytes(reads: ReadValues) -> float:
     """Bytes one pool row costs: its features, targets and (about) its window start."""
-    spec = ds.spec
-    y = np.dtype(getattr(ds, "_y_dtype", None) or np.float32).itemsize * len(spec.targets)
+    spec = reads.spec
+    y = np.dtype(reads.y_dtype or np.float32).itemsize * len(spec.targets)
     return 4 * len(spec.features) + y + 8 / spec.stride
 
 
-def pool_rows(ds: WindowDataset, num_workers: int = 1) -> int:
+def pool_rows(reads: ReadValues, num_workers: int = 1) -> int:
     """Rows of decoded data one reader may keep resident: the budget, shared by the rank's workers."""
-    budget = ds.spec.buffer_bytes or BUFFER_BYTES
-    return int(budget // max(num_workers, 1) // row_bytes(ds))
+    budget = reads.spec.buffer_bytes or BUFFER_BYTES
+    return int(budget // max(num_workers, 1) // row_bytes(reads))
 
 
-def unit_bounds(ds: WindowDataset) -> list[np.ndarray]:
-    """Per partition, the rows cutting it into units (``pool.plan.merge_bounds``), computed once per grid.
+def unit_bounds(reads: ReadValues) -> list[np.ndarray]:
+    """Per partition, the rows cutting it into units (``pool.plan.merge_bounds``): plan data, computed
+    once by the dataset (they depend on the source and the settings, not on the grid or the epoch).
 
     Along the source's decode units where it has them (Parquet row groups); otherwise in units of
     about ``pool_rows / (UNITS_PER_BATCH * batch_size)`` rows, so that the budget holds several
     units per window of a batch.
     """
-    cached = ds.__dict__.get("_pool_bounds")
-    if cached is not None and cached[0] is ds.grid:
-        return cached[1]
-    span = ds.spec.span
-    target = max(span, pool_rows(ds) // (UNITS_PER_BATCH * ds.spec.batch_size))  # rows: 4B units fill the pool
+    span = reads.spec.span
+    target = max(span, pool_rows(reads) // (UNITS_PER_BATCH * reads.spec.batch_size))  # rows: 4B units fill the pool
     size = max(4 * span, target, MIN_UNIT_ROWS)
     out = []
-    for p, part in enumerate(ds.source.partitions):
-        decoded = ds.source.decode_units(p)
+    for p, part in enumerate(reads.source.partitions):
+        decoded = reads.source.decode_units(p)
         if decoded is None:
             decoded = np.array([*range(0, part.num_rows, size), part.num_rows], np.int64)
         out.append(merge_bounds(np.asarray(decoded, np.int64), target))  # small row groups read together
-    ds.__dict__["_pool_bounds"] = (ds.grid, out)
     return out
 
 
-def plan_for(ds: WindowDataset, world: World, skip_batches: int = 0, epoch: int | None = None) -> PoolPlan:
-    """The pool plan of ``world``'s reader for ``epoch`` (default: the dataset's), after ``skip_batches``."""
-    s = ds.spec
+def plan_for(reads: ReadValues, bounds: list[np.ndarray], world: World, skip_batches: int, epoch: int) -> PoolPlan:
+    """The pool plan of ``world``'s reader for ``epoch``, after ``skip_batches``; ``bounds``: ``unit_bounds``."""
+    s, grid = reads.spec, reads.grid
     return plan_pool(
-        ds.grid.first,
-        ds.grid.counts,
-        ds.grid.stride,
+        grid.first,
+        grid.counts,
+        grid.stride,
         s.span,
-        unit_bounds(ds),
+        bounds,
         world,
         seed=s.seed,
-        epoch=ds.epoch if epoch is None else epoch,
+        epoch=epoch,
         shuffle=s.shuffle,
         batch_size=s.batch_size,
         drop_last=s.drop_last,
-        pool_rows=pool_rows(ds, world.num_workers),
+        pool_rows=pool_rows(reads, world.num_workers),
         skip_batches=skip_batches,
         max_spread=UNITS_PER_BATCH * s.batch_size,
     )
@@ -170,23 +162,24 @@ class _Edges:
 class _Pool:
     """The pass's pool arrays and the reads that fill them."""
 
-    def __init__(self, ds: WindowDataset, plan: PoolPlan, reader: Any) -> None:
-        spec = ds.spec
-        self.ds, self.plan, self.reader = ds, plan, reader
+    def __init__(self, reads: ReadValues, plan: PoolPlan, reader: Any) -> None:
+        spec = reads.spec
+        self.reads, self.plan, self.reader = reads, plan, reader
         rows = max(plan.pool_rows, 1)
         self.x = np.empty(
             (len(spec.features), rows) if spec.layout == "NCL" else (rows, len(spec.features)), np.float32
         )
-        y_dtype = getattr(ds, "_y_dtype", None) or np.float32
+        y_dtype = reads.y_dtype or np.float32
         self.y = np.empty((len(spec.targets), rows), y_dtype) if spec.targets else None
         self.edges = _Edges()
+        self.kept = kept_rows(plan)  # partition -> the (partition, lo, hi) its units keep for later ones
 
     def _rows(self, p: int, lo: int, hi: int) -> dict:
         return self.reader.read_rows(p, lo, hi)
 
     def read(self, i: int) -> Part | None:
         """Read unit ``i`` into its pool rows; ``None`` when unreadable and skipped."""
-        ds, unit = self.ds, self.plan.units[i]
+        ds, unit = self.reads, self.plan.units[i]
         p, (r0, r1), (fa, fb) = unit.partition, unit.rows, unit.fresh
         name = ds.source.partitions[p].name
         clock = time.perf_counter_ns
@@ -207,7 +200,7 @@ class _Pool:
         pieces, rows0 = [], []
         try:
             if r0 < fa:  # the rows before this read: kept by the unit before it
-                kept = self.edges.take((p, r0, fa)) if (p, r0, fa) in unit_keys(self.plan, p) else None
+                kept = self.edges.take((p, r0, fa)) if (p, r0, fa) in self.kept.get(p, ()) else None
                 pieces.append(kept or self._rows(p, r0, fa))
                 rows0.append(r0)
             a, b = max(r0, fa), min(r1, fb)
@@ -215,7 +208,7 @@ class _Pool:
                 pieces.append({c: v[a - fa : b - fa] for c, v in fresh.items()})
                 rows0.append(a)
             if r1 > fb:  # the rows after it: kept by the unit after it, else read here
-                kept = self.edges.take((p, fb, r1)) if (p, fb, r1) in unit_keys(self.plan, p) else None
+                kept = self.edges.take((p, fb, r1)) if (p, fb, r1) in self.kept.get(p, ()) else None
                 pieces.append(kept or self._rows(p, fb, r1))
                 rows0.append(fb)
         except SourceReadError as exc:
@@ -226,8 +219,8 @@ class _Pool:
         del fresh
         fetched = clock()
         arena = (self.x, self.y, unit.offset)
-        part = decode_pieces(p, name, pieces, rows0, ds.spec, ds._scale(), getattr(ds, "_y_dtype", None), arena)
-        telemetry = getattr(ds, "_telemetry", None)
+        part = decode_pieces(p, name, pieces, rows0, ds.spec, ds.scale, ds.y_dtype, arena)
+        telemetry = ds.telemetry
         if telemetry is not None:  # the same stages the buffer order reports (see telemetry)
             telemetry.add_read(fetched - started, clock() - fetched, (r1 - r0) * len(ds.spec.columns) * 4)
         if part.arena is None:  # decoded beside the pool (a dtype only these rows have): copied in
@@ -241,16 +234,13 @@ class _Pool:
         return part
 
 
-def unit_keys(plan: PoolPlan, p: int) -> set:
-    """``(partition, lo, hi)`` of every row range units of partition ``p`` keep."""
-    cache = plan.__dict__.get("_keys")
-    if cache is None:
-        cache = {}
-        for u in plan.units:
-            for a, b in u.keep:
-                cache.setdefault(u.partition, set()).add((u.partition, a, b))
-        object.__setattr__(plan, "_keys", cache)
-    return cache.get(p, set())
+def kept_rows(plan: PoolPlan) -> dict[int, set[tuple[int, int, int]]]:
+    """Per partition, ``(partition, lo, hi)`` of every row range its units keep for a later unit."""
+    kept: dict[int, set[tuple[int, int, int]]] = {}
+    for u in plan.units:
+        for a, b in u.keep:
+            kept.setdefault(u.partition, set()).add((u.partition, a, b))
+    return kept
 
 
 class _Step:
@@ -268,7 +258,7 @@ class _Step:
         return starts - self.table[k, 0] + self.table[k, 2]
 
 
-def _steps(ds: WindowDataset, plan: PoolPlan, parts: Iterator[Part | None], gatherer: Gatherer) -> Iterator[_Built]:
+def _steps(ds: ReadValues, plan: PoolPlan, parts: Iterator[Part | None], gatherer: Gatherer) -> Iterator[_Built]:
     """The plan's steps, each as a built buffer of pool rows (on the builder thread)."""
     spec, grid = ds.spec, ds.grid
     dtype = np.int32 if plan.pool_rows < 2**31 else np.int64
@@ -350,28 +340,30 @@ class _Inline:
             close()
 
 
-def pool_batches(ds: WindowDataset, plan: PoolPlan, progress: Any = None) -> Iterator[Any]:
-    """The batches of a pool plan, each counted by the dataset's resumer before it is yielded."""
+def pool_batches(values: PassValues, plan: PoolPlan, progress: Any = None) -> Iterator[Any]:
+    """The batches of a pool plan, each counted (``values.step(progress)``) before it is yielded."""
+    ds = values.reads
     keys = list(range(plan.first_unit, len(plan.units)))
-    source_reader = ds.source.reader([plan.units[i].partition for i in keys], list(ds.spec.columns))
+    source_reader = ds.source.reader([plan.units[i].partition for i in keys], ds.columns)
     pool = _Pool(ds, plan, source_reader)
     background = ds.spec.prefetch_partitions >= 1
     reads = Prefetcher(pool.read, keys, 1 if background else 0, name="dask-windows-pool")
     gatherer = Gatherer(pool.x, pool.y, ds.spec.window, ds.spec.horizon, ds.spec.layout)
     steps = _steps(ds, plan, iter(reads), gatherer)
-    telemetry = getattr(ds, "_telemetry", None)
+    telemetry = ds.telemetry
     started: Any = Ahead(steps, 1, "dask-windows-build") if background else _Inline(steps)
     try:
         batches = stream(
-            plan, (), ds.grid, ds.row_offsets, ds.spec, ds._emit, ds._per_batch_normalize(),  # type: ignore[arg-type]
+            plan, (), ds.grid, ds.row_offsets, ds.spec, values.output, values.normalize,  # type: ignore[arg-type]
             interrupt=reads.close, started=started, waits=None if telemetry is None else telemetry.waits,
+            allocator=values.allocator,
         )  # fmt: skip
         for batch in batches:
-            ds._resumer.step(progress)  # counted before the consumer gets it: a state then includes it
+            values.step(progress)  # counted before the consumer gets it: a state then includes it
             yield batch
     finally:
         if progress is not None:
-            ds._resumer.end(progress)
+            values.end(progress)
         reads.close()
         source_reader.close()
 
@@ -380,8 +372,8 @@ class PoolWarning(UserWarning):
     """The memory budget holds too few units for batches to mix like a global shuffle."""
 
 
-def pool_summary(ds: Any, num_workers: int = 1) -> dict:
-    """Predicted reads per epoch, resident memory and mixing of ``ds``'s pool order (one reader per rank).
+def pool_summary(reads: ReadValues, bounds: list[np.ndarray], num_workers: int = 1) -> dict:
+    """Predicted reads per epoch, resident memory and mixing of the pool order (one reader per rank).
 
     Returns:
         ``units`` (decode units of the dataset, after merging short ones), ``unit_rows`` (the largest
@@ -390,7 +382,7 @@ def pool_summary(ds: Any, num_workers: int = 1) -> dict:
         batch's ``B`` draws from ``S``: ``S (1 - exp(-B / S))``) and ``places_global`` (the same from all
         units: a global shuffle).
     """
-    bounds = unit_bounds(ds)
+    ds = reads
     sizes = np.concatenate([np.diff(b) for b in bounds]) if bounds else np.zeros(0, np.int64)
     units = len(sizes)
     most = int(sizes.max()) + ds.spec.span if units else 0
@@ -401,7 +393,7 @@ def pool_summary(ds: Any, num_workers: int = 1) -> dict:
         "unit_rows": most,
         "resident_units": spread,
         "pool_bytes": int(min(rows, int(sizes.sum()) + (AHEAD + 1) * most) * row_bytes(ds)),
-        "budget_bytes": int(ds.spec.buffer_bytes),
+        "budget_bytes": int(ds.spec.buffer_bytes or 0),
         "reads_per_unit": 1.0,
         "places_per_batch": round(spread * -np.expm1(-b / max(spread, 1)), 1),  # distinct units among B draws
         "places_global": round(units * -np.expm1(-b / max(units, 1)), 1),
@@ -410,11 +402,11 @@ def pool_summary(ds: Any, num_workers: int = 1) -> dict:
     }
 
 
-def warn_if_few_units(ds: Any) -> None:
+def warn_if_few_units(ds: ReadValues, bounds: list[np.ndarray]) -> None:
     """Warn once at open when the budget holds fewer than ``2 * batch_size`` units of a larger dataset."""
     if ds.spec.buffer_bytes is None or not ds.spec.shuffle:
         return
-    s = pool_summary(ds)
+    s = pool_summary(ds, bounds)
     if s["mixes_like_global"]:
         return
     b = ds.spec.batch_size

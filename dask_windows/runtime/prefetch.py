@@ -29,6 +29,8 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+from dask_windows.tuning import EXIT_JOIN_SECONDS as _EXIT_JOIN_SECONDS
+
 __all__ = ["Ahead", "GuardedThread", "PrefetchClosed", "Prefetcher"]
 
 
@@ -124,7 +126,6 @@ _END = object()
 
 
 _LIVE: weakref.WeakSet[_Threads] = weakref.WeakSet()  # every prefetcher's threads not yet collected
-_EXIT_JOIN_SECONDS = 10.0
 
 
 def _stop_at_exit() -> None:

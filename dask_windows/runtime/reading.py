@@ -1,33 +1,34 @@
-"""How a pass over a ``WindowDataset`` reads: the prefetch thread or the ``read_workers`` pool.
+"""How a pass of the buffer orders (whole partitions, pieces) reads: reader threads or another read backend.
 
-Moved out of ``dataset`` unchanged: ``plan`` is a reader's plan of an epoch; ``batches`` connects a reader's plan to the
-``Prefetcher`` (one background thread) or to a ``ReadPool`` (``read_workers``
-processes) and to ``buffer.stream``; ``read_unit`` and ``read_part`` read and
-decode one partition's pieces, recording unreadable ones with
-``on_error="skip"``. Each function takes the dataset whose pass it serves.
+``plan`` is a reader's plan of an epoch; ``batches`` connects a reader's plan
+to its read backend (the seam ``PassValues.read_backend``: ``seams.ThreadReads``,
+reader threads of this process, by default; ``speedups.readpool.PoolReads``,
+``read_workers`` processes) and to ``pipeline.stream``; ``read_unit`` and
+``read_part`` read and decode one partition's pieces, recording unreadable
+ones with ``on_error="skip"``. Each function takes the frozen values of its
+pass (``runtime.values``), never the dataset.
 
-``open_reads`` starts a plan's readers; ``batches`` takes those ``nextpass`` started
-ahead for this very plan when there are, and starts the next pass's once the
-consumer takes this pass's last buffer.
+``open_reads`` starts a plan's readers; ``batches`` takes those the next-pass
+hook (``PassValues.next_pass``: ``speedups.nextpass``, wired by the dataset)
+started ahead for this very plan when there are, and starts the next pass's
+once the consumer takes this pass's last buffer.
 
-Units are read in pairs of buffers where ``pairs.pairs_allowed`` says so
-(``pairs.PairedReads``). ``piece_cells`` gives the plan the windows in each of
-the source's decode units (``Source.decode_units``).
+Units are read in pairs of buffers where the backend's ``pairing`` (wired by the
+dataset: ``speedups.pairs.paired_reads``) says so. ``piece_cells`` gives the
+plan the windows in each of the source's decode units (``Source.decode_units``).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-import warnings
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from dask_windows.errors import SourceReadError
 from dask_windows.faults import record_skip, skip_allowed
-from dask_windows.ondevice import feed_for
 from dask_windows.planning.plan import plan_reader
 from dask_windows.planning.world import World
 from dask_windows.runtime.blocks import merge_rows
@@ -42,17 +43,15 @@ from dask_windows.runtime.buffer import (
     plan_starts,
     unit_rows,
 )
-from dask_windows.runtime.detect import in_worker
 from dask_windows.runtime.memory import small_pages_map
 from dask_windows.runtime.pipeline import stream
 from dask_windows.runtime.prefetch import Prefetcher
+from dask_windows.runtime.seams import ThreadReads
 from dask_windows.runtime.telemetry import timed_parts
+from dask_windows.runtime.values import PassValues, ReadValues
 from dask_windows.sources import PartitionReader
-from dask_windows.speedups import nextpass
 from dask_windows.speedups.spares import Spares
-
-if TYPE_CHECKING:
-    from dask_windows.dataset import WindowDataset
+from dask_windows.tuning import READ_THREADS
 
 __all__ = [
     "READ_THREADS",
@@ -62,7 +61,6 @@ __all__ = [
     "open_reads",
     "piece_cells",
     "plan",
-    "pool_workers",
     "read_ahead",
     "read_part",
     "read_unit",
@@ -70,54 +68,53 @@ __all__ = [
     "unit_windows",
 ]
 
-READ_THREADS = 2  # pieces read at once by the prefetcher (Parquet files and object stores)
 
-
-def batches(ds: WindowDataset, plan: Any, progress: Any = None, this_pass: tuple | None = None) -> Iterator[Any]:
-    """The batches of ``plan``, read ahead on the prefetch thread or by the ``read_workers`` pool.
+def batches(values: PassValues, plan: Any, progress: Any = None, this_pass: tuple | None = None) -> Iterator[Any]:
+    """The batches of ``plan``, read ahead by the pass's read backend.
 
     Args:
-        ds: The dataset being iterated.
+        values: The pass's values (``runtime.values``).
         plan: This reader's plan (``WindowDataset._plan``).
         progress: This pass's resume counter, or ``None``.
         this_pass: ``(epoch, reader's World)`` of a pass that ``iter(ds)`` started: its first buffer
-            may have been read ahead (``nextpass.claim``), and once its last buffer is taken the next
-            pass's is read ahead (``nextpass.begin``); ``None``: neither.
+            may have been read ahead (``values.next_pass.claim``), and once its last buffer is taken the
+            next pass's is read ahead (``values.next_pass.begin``); ``None``: neither.
 
     Yields:
-        The batches, each counted by the dataset's resumer before it is yielded.
+        The batches, each counted (``values.step(progress)``) before it is yielded.
     """
-    claimed = nextpass.claim(ds, plan, this_pass) if this_pass is not None else None
-    reads, started = claimed if claimed is not None else (open_reads(ds, plan), None)
+    ds, ahead = values.reads, values.next_pass if this_pass is not None else None
+    claimed = ahead.claim(plan, this_pass) if ahead is not None else None
+    reads, started = claimed if claimed is not None else (open_reads(values, plan), None)
     parts = _flat(reads.reader) if started is None else iter(())
-    telemetry = getattr(ds, "_telemetry", None)
+    telemetry = ds.telemetry
     parts = timed_parts(telemetry, parts)  # the builder's waits for the readers (see telemetry)
 
     def reread(seg: Any) -> Part | None:
-        return read_part(ds, seg, PartitionReader(ds.source, [seg.partition], list(ds.spec.columns)))
+        return read_part(ds, seg, PartitionReader(ds.source, [seg.partition], ds.columns))
 
     last = None
     begun: list[Any] = []  # the next pass's read-ahead, once this pass's last buffer is taken
-    if this_pass is not None and nextpass.wanted(ds, reads, plan):
+    if ahead is not None and this_pass is not None and ahead.wanted(reads, plan):
         spares = reads.arena.spares if reads.arena is not None else None
         epoch, world = this_pass
-        last = lambda: begun.append(nextpass.begin(ds, epoch, world, spares=spares))
+        last = lambda: begun.append(ahead.begin(epoch, world, spares))
     arena = reads.arena
     try:
-        feed = feed_for(ds)  # device=...: batches gathered on the training device (ondevice)
         batches = stream(
-            plan, parts, ds.grid, ds.row_offsets, ds.spec, ds._emit, ds._per_batch_normalize(), reread,
+            plan, parts, ds.grid, ds.row_offsets, ds.spec, values.output, values.normalize, reread,
             background=reads.background, interrupt=reads.reader.close,
             release=None if arena is None else arena.release,
-            prepare=None if arena is None else arena.planned_starts, started=started, last=last, device=feed,
-            waits=None if telemetry is None else telemetry.waits,
+            prepare=None if arena is None else arena.planned_starts, started=started, last=last,
+            device=values.device, waits=None if telemetry is None else telemetry.waits,
+            allocator=values.allocator,
         )  # fmt: skip
         for batch in batches:
-            ds._resumer.step(progress)  # counted before the consumer gets it: a state then includes it
+            values.step(progress)  # counted before the consumer gets it: a state then includes it
             yield batch
     finally:
         if progress is not None:
-            ds._resumer.end(progress)
+            values.end(progress)
         reads.close()
         for pending in begun:  # (no module globals here: this may run while the interpreter exits)
             try:
@@ -150,38 +147,30 @@ class Reads:
         self.source_reader.close()
 
 
-def open_reads(ds: WindowDataset, plan: Any, spares: Spares | None = None) -> Reads:
-    """The reads of ``plan``: the ``read_workers`` pool, or reader threads started now (``Prefetcher``).
+def open_reads(values: PassValues, plan: Any, spares: Spares | None = None) -> Reads:
+    """The reads of ``plan``, started now by the pass's read backend (``seams``).
 
     ``spares``: the pool of dropped buffers' memory the arena draws from (default: a new one).
     """
+    ds = values.reads
     units = piece_units(plan)  # a buffer's pieces of one partition are read together
-    source_reader = ds.source.reader([unit[0].partition for unit in units], list(ds.spec.columns))
-    reader: Any
-    background = False  # buffers built on a builder thread (see pipeline)
-    pairs: Any = None
+    source_reader = ds.source.reader([unit[0].partition for unit in units], ds.columns)
     arena = BufferArena(ds, plan, units)  # the reader threads decode a buffer's units into one array
     if spares is not None:
         arena.spares = spares
-    workers = pool_workers(ds)
-    if workers:  # whole buffers read by the read workers, the first one here (see readpool)
-        from dask_windows.speedups.readpool import BufferReads, pool_for
-
-        reader = BufferReads(ds, pool_for(ds, workers), arena, source_reader, workers)
-        background = True
-    else:
-        threads = READ_THREADS if ds.source.reads_in_processes else 1  # file/object-store reads release the GIL
-        depth = read_ahead(ds, plan, units, threads)
-        background = depth > 0
-        from dask_windows.speedups import pairs as pairing
-
-        pairs = pairing.PairedReads(ds, units, source_reader, arena) if pairing.pairs_allowed(ds, units) else None
-        read: Any = pairs.read if pairs is not None else (lambda unit: read_unit(ds, unit, source_reader, arena))
-        reader = Prefetcher(read, units, depth, threads=threads)
-    return Reads(reader, source_reader, arena, background, pairs is not None)
+    backend: Any = values.read_backend if values.read_backend is not None else ThreadReads()
+    if backend.workers(ds):  # whole buffers read by the read workers, the first one here (see readpool)
+        reader = backend.open(ds, arena, source_reader)
+        return Reads(reader, source_reader, arena, True)
+    threads = READ_THREADS if ds.source.reads_in_processes else 1  # file/object-store reads release the GIL
+    depth = read_ahead(ds, plan, units, threads)
+    pairs = backend.pairing(ds, units, source_reader, arena) if backend.pairing is not None else None
+    read: Any = pairs if pairs is not None else (lambda unit: read_unit(ds, unit, source_reader, arena))
+    reader = Prefetcher(read, units, depth, threads=threads)
+    return Reads(reader, source_reader, arena, depth > 0, pairs is not None)
 
 
-def read_ahead(ds: WindowDataset, plan: Any, units: list[tuple], threads: int) -> int:
+def read_ahead(ds: ReadValues, plan: Any, units: list[tuple], threads: int) -> int:
     """Units the reader threads may hold read (or being read) beyond those the builder has taken.
 
     ``prefetch_partitions`` partitions' worth of ``units`` (the plan's units in reading order), and at
@@ -196,14 +185,17 @@ def read_ahead(ds: WindowDataset, plan: Any, units: list[tuple], threads: int) -
     return max(depth, threads) if depth else 0
 
 
-def plan(ds: WindowDataset, world: World, skip_batches: int = 0, epoch: int | None = None) -> Any:
-    """The plan of ``world``'s reader for ``epoch`` (default: the dataset's), after ``skip_batches``."""
+def plan(
+    ds: ReadValues, world: World, skip_batches: int, epoch: int, cells: list[np.ndarray | None] | None = None
+) -> Any:
+    """The plan of ``world``'s reader for ``epoch``, after ``skip_batches``; ``cells``: ``piece_cells``
+    (the piece order's windows per decode unit, plan data the dataset computes once per grid)."""
     s = ds.spec
     return plan_reader(
         ds.grid.windows_per_partition,
         world,
         seed=s.seed,
-        epoch=ds.epoch if epoch is None else epoch,
+        epoch=epoch,
         shuffle=s.shuffle,
         batch_size=s.batch_size,
         drop_last=s.drop_last,
@@ -211,23 +203,18 @@ def plan(ds: WindowDataset, world: World, skip_batches: int = 0, epoch: int | No
         skip_batches=skip_batches,
         pieces_per_partition=s.pieces_per_partition,
         min_piece_windows=-(-s.span // s.stride),  # a piece's halo is at most as long as its rows
-        cells=piece_cells(ds) if s.pieces_per_partition > 1 else None,
+        cells=cells if s.pieces_per_partition > 1 else None,
     )
 
 
-def piece_cells(ds: WindowDataset) -> list[np.ndarray | None] | None:
+def piece_cells(ds: ReadValues) -> list[np.ndarray | None] | None:
     """Per partition, the windows of ``ds.grid`` starting in each of the source's decode units
-    (``Source.decode_units``: Parquet row groups), or ``None`` (computed once per grid)."""
-    cached = ds.__dict__.get("_piece_cells")
-    if cached is not None and cached[0] is ds.grid:
-        return cached[1]
+    (``Source.decode_units``: Parquet row groups), or ``None``."""
     cells: list[np.ndarray | None] = []
     for p, (first, counts) in enumerate(zip(ds.grid.first, ds.grid.counts)):
         bounds = ds.source.decode_units(p)
         cells.append(None if bounds is None else unit_windows(first, counts, ds.grid.stride, bounds))
-    out = cells if any(c is not None for c in cells) else None
-    ds.__dict__["_piece_cells"] = (ds.grid, out)
-    return out
+    return cells if any(c is not None for c in cells) else None
 
 
 def unit_windows(first: np.ndarray, counts: np.ndarray, stride: int, bounds: np.ndarray) -> np.ndarray:
@@ -251,27 +238,12 @@ def unit_windows(first: np.ndarray, counts: np.ndarray, stride: int, bounds: np.
     return np.diff(np.concatenate([[0], at, [before[-1]]])).astype(np.int64)
 
 
-def pool_workers(ds: WindowDataset) -> int:
-    """Processes that read and decode for this pass (0: the prefetch thread does)."""
-    if not ds.read_workers or not ds.source.reads_in_processes:
-        return 0
-    if in_worker():  # a DataLoader worker is daemonic: it cannot start processes
-        warnings.warn(
-            f"read_workers={ds.read_workers} is ignored inside DataLoader workers; use either "
-            "read_workers (workers decode, this process gathers) or DataLoader(num_workers=...)",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        return 0
-    return ds.read_workers
-
-
-def read_part(ds: WindowDataset, segment: Any, reader: PartitionReader) -> Part | None:
+def read_part(ds: ReadValues, segment: Any, reader: PartitionReader) -> Part | None:
     """Read and decode a segment's piece; ``None`` when it is unreadable and ``on_error="skip"``."""
     index = segment.partition
     name = ds.source.partitions[index].name
     r0, r1 = piece_rows(ds.grid, segment, ds.spec.span)
-    telemetry, clock = getattr(ds, "_telemetry", None), time.perf_counter_ns
+    telemetry, clock = ds.telemetry, time.perf_counter_ns
     started = clock()
     try:
         columns = reader.read_rows(index, r0, r1)
@@ -281,14 +253,14 @@ def read_part(ds: WindowDataset, segment: Any, reader: PartitionReader) -> Part 
         record_skip(ds.skipped, name, "read", exc)
         return None
     fetched = clock()
-    part = decode(index, name, columns, ds.spec, ds._scale(), r0, getattr(ds, "_y_dtype", None))
+    part = decode(index, name, columns, ds.spec, ds.scale, r0, ds.y_dtype)
     if telemetry is not None:
         telemetry.add_read(fetched - started, clock() - fetched, (r1 - r0) * len(ds.spec.columns) * 4)
     return part
 
 
 def read_unit(
-    ds: WindowDataset, unit: tuple, reader: PartitionReader, arena: BufferArena | None = None
+    ds: ReadValues, unit: tuple, reader: PartitionReader, arena: BufferArena | None = None
 ) -> list[Part | None]:
     """Read one partition's pieces of a buffer in one call and decode them together; ``None``s when unreadable.
 
@@ -299,17 +271,17 @@ def read_unit(
     index = unit[0].partition
     name = ds.source.partitions[index].name
     blocks = arena.blocks(unit) if arena is not None else _blocks(ds, unit)
-    y_dtype = getattr(ds, "_y_dtype", None)
+    y_dtype = ds.y_dtype
     place = arena.place(unit) if arena is not None else None
     ranges = [(int(a), int(b)) for a, b in blocks]
-    telemetry, clock = getattr(ds, "_telemetry", None), time.perf_counter_ns
+    telemetry, clock = ds.telemetry, time.perf_counter_ns
     started = clock()
     try:
         chunks = reader.read_ranges_chunks(index, ranges) if place is not None else None
         if chunks is not None and place is not None:  # a row group at a time, decoded into the buffer as it comes
             sizes = blocks[:, 1] - blocks[:, 0]
             part = decode_chunks(
-                index, name, chunks, blocks[:, 0], sizes, ds.spec, ds._scale(), y_dtype or np.float32, place
+                index, name, chunks, blocks[:, 0], sizes, ds.spec, ds.scale, y_dtype or np.float32, place
             )
             if part is not None:
                 if telemetry is not None:  # read and decoded together: counted as fetch
@@ -322,14 +294,14 @@ def read_unit(
         record_skip(ds.skipped, name, "read", exc)
         return [None] * len(unit)
     fetched = clock()
-    part = decode_pieces(index, name, pieces, blocks[:, 0], ds.spec, ds._scale(), y_dtype, place)
+    part = decode_pieces(index, name, pieces, blocks[:, 0], ds.spec, ds.scale, y_dtype, place)
     if telemetry is not None:
         rows = sum(b - a for a, b in ranges)
         telemetry.add_read(fetched - started, clock() - fetched, rows * len(ds.spec.columns) * 4)
     return [part] * len(unit)
 
 
-def _blocks(ds: WindowDataset, unit: tuple) -> np.ndarray:
+def _blocks(ds: ReadValues, unit: tuple) -> np.ndarray:
     """``(m, 2)`` disjoint row blocks, in row order, holding the pieces of ``unit``."""
     blocks = merge_rows(unit_rows(ds.grid, unit, ds.spec.span))
     return blocks if len(blocks) else np.zeros((1, 2), np.int64)
@@ -379,7 +351,7 @@ class BufferArena:
     and a buffer with a skipped unit is joined as before (``Buffer`` checks that its parts tile).
     """
 
-    def __init__(self, ds: WindowDataset, plan: Any, units: list[tuple], alloc: Any = np.empty) -> None:
+    def __init__(self, ds: ReadValues, plan: Any, units: list[tuple], alloc: Any = np.empty) -> None:
         self.ds = ds
         self.alloc = alloc  # (shape, dtype) -> array: shared memory in a read worker (readpool)
         self.buffer_of: dict[tuple, int] = {}  # unit -> its buffer's number
@@ -393,7 +365,7 @@ class BufferArena:
                 self.buffer_of[units[k]] = len(self.members)
                 k += 1
             self.members.append(mine)
-        self.usable = not (ds.spec.targets and getattr(ds, "_y_dtype", None) is None)
+        self.usable = not (ds.spec.targets and ds.y_dtype is None)
         # Per buffer: its units' (blocks, first row) and its arrays. Reader threads (several at once)
         # may work on two buffers; the builder releases a buffer once it holds its parts.
         self._buffers: dict[int, tuple[dict[tuple, tuple[np.ndarray, int]], tuple | None]] = {}
@@ -420,7 +392,7 @@ class BufferArena:
                 empty = small_pages if g == 0 else self.spares.empty
                 empty = empty if self.alloc is np.empty else self.alloc  # shared memory in a read worker
                 x = empty((c, at) if spec.layout == "NCL" else (at, c), np.float32)
-                y = empty((len(spec.targets), at), self.ds._y_dtype) if spec.targets else None
+                y = empty((len(spec.targets), at), self.ds.y_dtype) if spec.targets else None
                 arrays = (x, y)
             if g > self._released:
                 self._buffers[g] = (table, arrays)

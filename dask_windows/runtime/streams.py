@@ -12,7 +12,6 @@ pieces of any size; ``concat`` joins pieces into one batch.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -38,17 +37,14 @@ def reader_windows(ds: Any, epoch: int, reader: World, lo: int, hi: int, names: 
     Yields:
         Tuples of tensors (features, then targets and start rows as ``ds`` yields them).
     """
-    from dask_windows.planning.resume import Resumer
-
     if hi <= lo:
         return
-    view = copy.copy(ds)
-    # The view reads epoch `epoch` whatever the dataset's own passes do: its epoch is passed to the
-    # plan, never written into the epoch word the dataset shares with other DataLoader workers.
-    view._resumer = Resumer()  # the view's passes are not the dataset's
-    chunk = view.spec.batch_size
+    # Epoch `epoch` whatever the dataset's own passes do: the epoch is passed to the plan, never
+    # written into the epoch word the dataset shares with other DataLoader workers; and the batches
+    # are not counted as the dataset's pass (``counted=False``: no resume count, no read-ahead).
+    chunk = ds.spec.batch_size
     drop, left = lo % chunk, hi - lo
-    batches = view._batches(view._plan(reader, lo // chunk, epoch))
+    batches = ds._batches(ds._plan(reader, lo // chunk, epoch), counted=False)
     try:
         for batch in batches:
             if isinstance(batch, dict):  # a workflow's named batch: its values, in key order

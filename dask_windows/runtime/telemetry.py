@@ -41,6 +41,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from dask_windows.tuning import INPUT_BOUND_SHARE, NEGLIGIBLE_WAIT_S
+
 __all__ = [
     "Stats",
     "Telemetry",
@@ -53,10 +55,6 @@ __all__ = [
     "watched",
 ]
 
-#: Wait share (after the first batch) from which a loop is input-bound.
-INPUT_BOUND_SHARE = 0.10
-#: Mean exposed wait per batch under which a loop is never input-bound (tf.data's 50 us).
-NEGLIGIBLE_WAIT_S = 50e-6
 
 _ADVICE = {
     "fetch": "reading bounds the loader: read further ahead (prefetch_partitions=2+), read in processes "

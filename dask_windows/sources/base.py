@@ -20,6 +20,7 @@ import numpy as np
 from dask_windows.errors import SchemaError
 from dask_windows.faults import SkippedPartition
 from dask_windows.planning.windows import find_runs, join_runs
+from dask_windows.tuning import DEFAULT_PARTITION_BYTES, DEFAULT_PARTITION_ROWS
 
 __all__ = [
     "DEFAULT_PARTITION_BYTES",
@@ -28,9 +29,6 @@ __all__ = [
     "PartitionReader",
     "Source",
 ]
-
-DEFAULT_PARTITION_BYTES = 256 * 2**20
-DEFAULT_PARTITION_ROWS = 1_000_000
 
 
 @dataclass(frozen=True)

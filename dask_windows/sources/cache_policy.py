@@ -27,10 +27,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["KEEP_SECONDS", "evictions"]
+from dask_windows.tuning import CACHE_KEEP_SECONDS as KEEP_SECONDS
 
-#: An entry used within this many seconds is kept even when new bytes do not fit.
-KEEP_SECONDS = 12 * 3600
+__all__ = ["KEEP_SECONDS", "evictions"]
 
 
 def evictions(

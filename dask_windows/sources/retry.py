@@ -40,15 +40,13 @@ from typing import TypeVar
 from dask_windows.errors import ConfigError
 from dask_windows.faults import is_transient, is_unreachable
 from dask_windows.runtime.prefetch import GuardedThread
+from dask_windows.tuning import DEFAULT_TIMEOUT, RETRIES, RETRY_BASE_DELAY, RETRY_MAX_DELAY
 
 __all__ = ["DEFAULT_TIMEOUT", "DeadlineExceeded", "RetryPolicy", "resolve_retry", "with_deadline"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-#: Default seconds of one remote partition read, retries included (opening calls get twice this).
-DEFAULT_TIMEOUT = 60.0
 
 
 class DeadlineExceeded(TimeoutError):
@@ -90,9 +88,9 @@ class RetryPolicy:
         timeout: Seconds one call may take, retries included (``None``: no deadline).
     """
 
-    retries: int = 3
-    base_delay: float = 0.2
-    max_delay: float = 5.0
+    retries: int = RETRIES
+    base_delay: float = RETRY_BASE_DELAY
+    max_delay: float = RETRY_MAX_DELAY
     transient: Callable[[BaseException], bool] = is_transient
     timeout: float | None = None
 

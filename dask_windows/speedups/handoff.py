@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["pack", "recv", "release", "send", "shared_empty", "unpack"]
+from dask_windows.tuning import MIN_SHARED_BYTES as _MIN_SHARED_BYTES
 
-_MIN_SHARED_BYTES = 1 << 16  # smaller arrays are pickled inline
+__all__ = ["pack", "recv", "release", "send", "shared_empty", "unpack"]
 
 
 # -- packing: arrays as shared tensors, each object once -------------------------------------------

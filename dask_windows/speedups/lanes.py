@@ -39,12 +39,11 @@ from typing import Any
 import numpy as np
 
 from dask_windows.runtime.prefetch import GuardedThread
+from dask_windows.tuning import LANE_AHEAD_UNITS as AHEAD
+from dask_windows.tuning import LANE_MIN_UNITS as MIN_UNITS
+from dask_windows.tuning import LANE_UNIT_BYTES as UNIT_BYTES
 
 __all__ = ["LaneChoice", "Lanes", "lane_batches", "lanes_wanted", "unit_batches", "worth"]
-
-UNIT_BYTES = 256 << 10  # a unit of a run: consecutive batches gathered by one call, at least this many bytes
-AHEAD = 1  # units handed to the helper and not yet taken, at most
-MIN_UNITS = 4  # runs of fewer units are gathered on the consumer's thread alone
 
 
 def usable_cpus() -> int:

@@ -57,9 +57,12 @@ from typing import TYPE_CHECKING, Any
 from dask_windows.planning.world import World
 from dask_windows.runtime.detect import in_worker
 from dask_windows.runtime.prefetch import Ahead, GuardedThread, Prefetcher
+from dask_windows.tuning import NEXT_PASS_JOIN_SECONDS as JOIN_SECONDS
+from dask_windows.tuning import NEXT_PASS_SECONDS, PLAN_BYTES_PER_PIECE, PLAN_SHARE
+
+WindowDataset = Any  # the dataset whose next pass is read ahead (not imported: no import cycle)
 
 if TYPE_CHECKING:
-    from dask_windows.dataset import WindowDataset
     from dask_windows.planning.plan import EpochPlan
     from dask_windows.runtime.reading import Reads
     from dask_windows.speedups.spares import Spares
@@ -69,8 +72,9 @@ __all__ = [
     "NEXT_PASS_SECONDS",
     "PLAN_BYTES_PER_PIECE",
     "PLAN_SHARE",
+    "NextPass",
+    "Slot",
     "begin",
-    "check_seconds",
     "claim",
     "keep_only",
     "planned",
@@ -81,22 +85,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-NEXT_PASS_SECONDS = 30.0  # default ``next_pass_seconds``: how long a first buffer read ahead waits for its pass
-PLAN_BYTES_PER_PIECE = 200  # a plan's bookkeeping per piece (segment, unit, arena entry; 160 B measured for the plan)
-PLAN_SHARE = 8  # read ahead only where the next pass's plan takes at most 1/PLAN_SHARE of a buffer's memory
-JOIN_SECONDS = 5.0  # longest wait for the threads of a released read-ahead (a read in flight finishes alone)
-_SLOT = "_next_pass"  # the dataset's attribute holding its read-ahead (never pickled)
 _LIVE: weakref.WeakSet[_NextPass] = weakref.WeakSet()  # read-aheads not yet taken or released
-
-
-def check_seconds(value: Any) -> float:
-    """``next_pass_seconds`` validated: a number ``>= 0``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise ValueError(
-            f"next_pass_seconds={value!r} must be a number of seconds >= 0 (how long the next pass's first "
-            "buffer, read while the last buffer is drained, waits for that pass); 0 turns it off"
-        )
-    return float(value)
 
 
 class _NextPass:
@@ -167,6 +156,42 @@ class _NextPass:
         return sorted({unit[0].partition for unit in reader.keys[: reader.started]})
 
 
+class Slot:
+    """Where a dataset keeps its next pass read ahead: one per dataset object, created with it (a split
+    gets its own); pickled empty (the threads and buffers are this process's); guarded by owner and pid
+    where a copy or a forked process shares it."""
+
+    __slots__ = ("pending",)
+
+    def __init__(self) -> None:
+        self.pending: _NextPass | None = None
+
+    def take(self) -> _NextPass | None:
+        """The read-ahead, no longer held here (``None``: none)."""
+        pending, self.pending = self.pending, None
+        return pending
+
+    def __reduce__(self) -> Any:
+        return Slot, ()
+
+
+class NextPass:
+    """The hook a buffer order's pass calls (``runtime.values.PassValues.next_pass``), wired by the dataset:
+    ``claim`` this pass's first buffer if it was read ahead, ``wanted`` / ``begin`` the next pass's."""
+
+    def __init__(self, ds: WindowDataset) -> None:
+        self._ds = ds
+
+    def claim(self, plan: EpochPlan, this_pass: tuple) -> tuple[Reads, Ahead] | None:
+        return claim(self._ds, plan, this_pass)
+
+    def wanted(self, reads: Reads, plan: EpochPlan) -> bool:
+        return wanted(self._ds, reads, plan)
+
+    def begin(self, epoch: int, world: World, spares: Spares | None = None) -> _NextPass | None:
+        return begin(self._ds, epoch, world, spares=spares)
+
+
 def _expire(pending: _NextPass) -> None:
     if not pending.done.wait(pending.seconds):
         log.debug("the next pass's first buffer was not claimed within %.0f s: released", pending.seconds)
@@ -235,7 +260,6 @@ def begin(ds: WindowDataset, epoch: int, world: World, spares: Spares | None = N
     reads = None
     try:
         release(ds)  # an earlier one no pass took
-        from dask_windows.ondevice import feed_for
         from dask_windows.runtime import reading
         from dask_windows.runtime.pipeline import start_builder
         from dask_windows.sources import PartitionReader
@@ -245,20 +269,20 @@ def begin(ds: WindowDataset, epoch: int, world: World, spares: Spares | None = N
         plan = ds._plan(world, 0, epoch)
         if plan.num_windows <= 0:
             return None
-        proxy: Any = weakref.proxy(ds)
-        reads = reading.open_reads(proxy, plan, spares)
+        values = ds._pass_values()  # (the threads hold these values, not the dataset)
+        reads = reading.open_reads(values, plan, spares)
         arena = reads.arena
         if not reads.background or not isinstance(reads.reader, Prefetcher) or arena is None:
             reads.close()
             return None
-        columns = list(ds.spec.columns)
+        r = values.reads
 
         def reread(seg: Any) -> Any:
-            return reading.read_part(proxy, seg, PartitionReader(proxy.source, [seg.partition], columns))
+            return reading.read_part(r, seg, PartitionReader(r.source, [seg.partition], r.columns))
 
         builder = start_builder(
-            plan, reading._flat(reads.reader), ds.grid, ds.row_offsets, ds.spec, ds._per_batch_normalize(),
-            reread, arena.release, arena.planned_starts, feed_for(proxy),  # device=: rows sent as built
+            plan, reading._flat(reads.reader), r.grid, r.row_offsets, r.spec, values.normalize,
+            reread, arena.release, arena.planned_starts, values.device,  # device=: rows sent as built
         )  # fmt: skip
     except Exception:  # the pass reads it again and raises then, if it still fails
         log.debug("reading the next pass's first buffer ahead failed; the pass will read it", exc_info=True)
@@ -267,14 +291,14 @@ def begin(ds: WindowDataset, epoch: int, world: World, spares: Spares | None = N
         return None
     seconds = getattr(ds, "next_pass_seconds", NEXT_PASS_SECONDS)
     pending = _NextPass(ds, _key(ds, epoch, world), plan, reads, builder, seconds)
-    ds.__dict__[_SLOT] = pending
+    ds._read_ahead.pending = pending
     return pending
 
 
 def planned(ds: WindowDataset, epoch: int, world: World, skip: int) -> EpochPlan | None:
     """The plan the read-ahead was started from, when it is the plan of this pass (``skip`` batches
     skipped, none for a read-ahead); else ``None``. Plans are pure: the same key, the same plan."""
-    pending = ds.__dict__.get(_SLOT)
+    pending = ds._read_ahead.pending
     if not isinstance(pending, _NextPass) or skip or pending.owner() is not ds or pending.pid != os.getpid():
         return None
     return pending.plan if _same(pending.key, _key(ds, epoch, world)) else None
@@ -288,7 +312,7 @@ def claim(ds: WindowDataset, plan: EpochPlan, this_pass: tuple) -> tuple[Reads, 
         plan: The pass's plan.
         this_pass: ``(epoch, World)`` of the pass.
     """
-    pending = ds.__dict__.pop(_SLOT, None)
+    pending = ds._read_ahead.take()
     if not isinstance(pending, _NextPass):
         return None
     if pending.owner() is not ds or pending.pid != os.getpid():
@@ -312,14 +336,14 @@ def _unchanged(ds: WindowDataset, pending: _NextPass) -> bool:
 
 def keep_only(ds: WindowDataset, epoch: int) -> None:
     """Release the read-ahead unless it is for a pass over ``epoch`` (``set_epoch``)."""
-    pending = ds.__dict__.get(_SLOT)
+    pending = ds._read_ahead.pending
     if isinstance(pending, _NextPass) and pending.key[0][0] != epoch:
         release(ds)
 
 
 def release(ds: WindowDataset) -> None:
     """Stop the dataset's read-ahead, if any, and drop its buffers (``close``, ``load_state_dict``)."""
-    pending = ds.__dict__.pop(_SLOT, None)
+    pending = ds._read_ahead.take()
     if isinstance(pending, _NextPass) and pending.owner() is ds and pending.pid == os.getpid():
         pending.release()
 

@@ -20,7 +20,7 @@ differ (``pairs_allowed``: columns that convert alike in any read) and off with
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,13 +31,19 @@ from dask_windows.runtime.buffer import ChunkDecoder, Part, decode_pieces
 from dask_windows.sources import PartitionReader
 
 if TYPE_CHECKING:
-    from dask_windows.dataset import WindowDataset
     from dask_windows.runtime.reading import BufferArena
+    from dask_windows.runtime.values import ReadValues
 
-__all__ = ["PairedReads", "pairs_allowed"]
+__all__ = ["PairedReads", "paired_reads", "pairs_allowed"]
 
 
-def pairs_allowed(ds: WindowDataset, units: list[tuple]) -> bool:
+def paired_reads(ds: ReadValues, units: list[tuple], reader: PartitionReader, arena: BufferArena) -> Any:
+    """The read of a pass's units where they may be read in pairs (``pairs_allowed``), else ``None``:
+    the ``pairing`` of the read backend ``seams.ThreadReads``, wired by the dataset for the piece order."""
+    return PairedReads(ds, units, reader, arena).read if pairs_allowed(ds, units) else None
+
+
+def pairs_allowed(ds: ReadValues, units: list[tuple]) -> bool:
     """Whether buffer ``2i``'s pieces of a partition may be read with buffer ``2i + 1``'s (``PairedReads``).
 
     Only where it changes no value and no memory bound: pieces (``pieces_per_partition > 1``) of a
@@ -66,13 +72,13 @@ class PairedReads:
     (pairs counted from the pass's first buffer, so a resumed pass pairs its own buffers).
 
     Args:
-        ds: The dataset being iterated.
+        ds: What the pass's readers need (``runtime.values.ReadValues``).
         units: The pass's units in reading order (``buffer.piece_units``).
         reader: The pass's partition reader.
         arena: The pass's ``reading.BufferArena`` (each unit's blocks and place).
     """
 
-    def __init__(self, ds: WindowDataset, units: list[tuple], reader: PartitionReader, arena: BufferArena) -> None:
+    def __init__(self, ds: ReadValues, units: list[tuple], reader: PartitionReader, arena: BufferArena) -> None:
         self.ds, self.reader, self.arena = ds, reader, arena
         by: dict[tuple[int, int], tuple] = {}  # (buffer, partition) -> its unit
         for unit in units:
@@ -118,9 +124,9 @@ class PairedReads:
         if pu is None or pv is None:
             return None
         ranges = [(int(a), int(b)) for a, b in np.concatenate([bu, bv])]
-        y_known = getattr(ds, "_y_dtype", None)
+        y_known = ds.y_dtype
         y_dtype = y_known or np.float32
-        scale = ds._scale()
+        scale = ds.scale
         try:
             chunks = self.reader.read_ranges_chunks(index, ranges)
             if chunks is not None:  # a row group at a time, each into the buffer that needs it

@@ -1,9 +1,11 @@
 """Reading and decoding in worker processes while this process gathers batches (``read_workers``).
 
 ``ReadPool(read, num_workers)`` starts ``num_workers`` processes once; each
-receives ``read`` (the dataset) once, then runs ``read(key)`` for every key
-submitted to it and sends the result back. ``BufferReads`` is what a pass over
-a ``WindowDataset`` reads from: a whole buffer per task, decoded by one worker (its
+receives ``read`` (a ``_ReadBuffer`` over the pass's ``runtime.values.ReadValues``,
+never the dataset) once, then runs ``read(key)`` for every key submitted to it
+and sends the result back. ``PoolReads`` is the read backend seam
+(``runtime.seams``) the dataset wires for ``read_workers``; ``BufferReads`` is
+what a pass reads from: a whole buffer per task, decoded by one worker (its
 units on two reader threads) into one array of the buffer's rows, so the hand-off is one array per
 buffer (tens of MB, once) and the builder has nothing to join.
 
@@ -17,10 +19,10 @@ memory and sends their file descriptors inside the result message, so nothing
 is ever named in ``/dev/shm`` and no byte is copied for the hand-off in the
 worker; each object of a result travels once.
 
-Lifetime: one pool per dataset object, started lazily by its first pass with
-``read_workers`` and kept for later passes, epochs and concurrent iterators
+Lifetime: one pool per ``PoolReads`` (one per dataset object), started lazily
+by its first pass and kept for later passes, epochs and concurrent iterators
 (tasks are independent tickets); closed by ``WindowDataset.close()``, when the
-dataset is collected, or at exit. A dead worker fails the tasks it held with a
+backend (with its dataset) is collected, or at exit. A dead worker fails the tasks it held with a
 ``RuntimeError`` naming it (never a hang); the next pass starts a new pool.
 
 The trade-off: the gather stays on this process's thread, so workers help when
@@ -55,8 +57,10 @@ from typing import Any
 import torch
 
 from dask_windows.faults import SkippedPartitionWarning
+from dask_windows.runtime.detect import in_worker
 from dask_windows.runtime.prefetch import GuardedThread, PrefetchClosed, Prefetcher
 from dask_windows.runtime.reading import READ_THREADS, BufferArena, read_unit
+from dask_windows.runtime.values import ReadValues
 from dask_windows.sources import PartitionReader
 from dask_windows.speedups.handoff import pack, recv, release, send, shared_empty, unpack
 from dask_windows.speedups.main_guard import check_main_guard
@@ -67,9 +71,9 @@ from dask_windows.workerwatch import (
     watch_training_process,
 )
 
-__all__ = ["BufferReads", "ReadPool", "close_pool", "pool_for"]
+__all__ = ["BufferReads", "PoolReads", "ReadPool", "close_pool", "pool_for"]
 
-_PRELOAD = ["numpy", "pyarrow.parquet", "torch", "dask_windows.dataset", "dask_windows.speedups.readpool"]
+_PRELOAD = ["numpy", "pyarrow.parquet", "torch", "dask_windows.runtime.values", "dask_windows.speedups.readpool"]
 
 
 # -- the pool ---------------------------------------------------------------------------------------
@@ -397,24 +401,27 @@ _POOLS: weakref.WeakKeyDictionary[Any, ReadPool] = weakref.WeakKeyDictionary()
 _POOLS_LOCK = threading.Lock()
 
 
-def pool_for(ds: Any, num_workers: int) -> ReadPool:
-    """The dataset's pool of ``num_workers`` read workers, started on first use (or after a failure)."""
+def pool_for(owner: Any, num_workers: int, reads: ReadValues | None = None) -> ReadPool:
+    """``owner``'s pool of ``num_workers`` read workers (a ``PoolReads``), started on first use (or after a
+    failure) with ``reads``, what its workers read with; ``reads`` ``None``: the pool started already."""
     with _POOLS_LOCK:
-        pool = _POOLS.get(ds)
+        pool = _POOLS.get(owner)
         if pool is not None and (pool.broken or len(pool.processes) != num_workers):
             pool.close()
             pool = None
         if pool is None:
-            pool = ReadPool(_ReadBuffer(ds), num_workers)
-            _POOLS[ds] = pool
-            weakref.finalize(ds, pool.close)  # also runs at exit
+            if reads is None:
+                raise RuntimeError("no read pool was started for this dataset yet: iterate it first")
+            pool = ReadPool(_ReadBuffer(reads), num_workers)
+            _POOLS[owner] = pool
+            weakref.finalize(owner, pool.close)  # also runs at exit
         return pool
 
 
-def close_pool(ds: Any) -> None:
-    """Stop the dataset's read workers, if any (the next pass starts new ones)."""
+def close_pool(owner: Any) -> None:
+    """Stop ``owner``'s read workers, if any (the next pass starts new ones)."""
     with _POOLS_LOCK:
-        pool = _POOLS.pop(ds, None)
+        pool = _POOLS.pop(owner, None)
     if pool is not None:
         pool.close()
 
@@ -425,18 +432,58 @@ def _close_all() -> None:
         pool.close()
 
 
+class PoolReads:
+    """The read backend seam (``runtime.seams``) of ``read_workers`` processes, wired by the dataset.
+
+    Args:
+        num_workers: Read worker processes (``read_workers``).
+        deadline: Seconds a worker may send nothing while a buffer it reads is awaited (``read_deadline``).
+    """
+
+    pairing = None  # buffers are read whole by one worker: no paired reads
+
+    def __init__(self, num_workers: int, deadline: float | None = READ_DEADLINE_SECONDS) -> None:
+        self.num_workers, self.deadline = num_workers, deadline
+
+    def workers(self, reads: ReadValues) -> int:
+        """Processes that read and decode for this pass (0: reader threads of this process do)."""
+        if not self.num_workers or not reads.source.reads_in_processes:
+            return 0
+        if in_worker():  # a DataLoader worker is daemonic: it cannot start processes
+            warnings.warn(
+                f"read_workers={self.num_workers} is ignored inside DataLoader workers; use either "
+                "read_workers (workers decode, this process gathers) or DataLoader(num_workers=...)",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            return 0
+        return self.num_workers
+
+    def open(self, reads: ReadValues, arena: BufferArena, source_reader: Any) -> BufferReads:
+        """A pass's reads: its first buffer here, the others by this backend's pool (started now if needed)."""
+        pool = pool_for(self, self.num_workers, reads)
+        return BufferReads(reads, pool, arena, source_reader, self.num_workers, self.deadline)
+
+    def close(self) -> None:
+        """Stop the read workers, if any (the next pass starts new ones)."""
+        close_pool(self)
+
+    def __reduce__(self) -> Any:  # a copy for another process: its own pool, started there if ever
+        return PoolReads, (self.num_workers, self.deadline)
+
+
 class _ReadBuffer:
     """Worker side: read and decode a buffer's units into one shared array; skip records travel back."""
 
-    def __init__(self, ds: Any) -> None:
-        self.ds = ds
+    def __init__(self, reads: ReadValues) -> None:
+        self.ds = reads
 
     def __call__(self, units: list[tuple]) -> tuple[list[list[Any]], list[Any]]:
         ds = self.ds
         before = len(ds.skipped)
         plan = SimpleNamespace(buffers=[tuple(seg for unit in units for seg in unit)])
         arena = BufferArena(ds, plan, units, alloc=shared_empty)
-        reader = PartitionReader(ds.source, [unit[0].partition for unit in units], list(ds.spec.columns))
+        reader = PartitionReader(ds.source, [unit[0].partition for unit in units], ds.columns)
         read = lambda unit: read_unit(ds, unit, reader, arena)
         reads = Prefetcher(read, units, len(units), "dask-windows-worker-read", threads=READ_THREADS)
         try:  # a buffer's units on reader threads, as in the training process: its last unit is not alone
@@ -461,15 +508,25 @@ class BufferReads:
     hold the same values, so batches do not depend on who read what.
 
     Args:
-        ds: The dataset being iterated.
-        pool: Its read workers.
+        ds: What the pass's readers need (``runtime.values.ReadValues``).
+        pool: The read workers.
         arena: The pass's ``BufferArena`` (its ``members`` are the units of each buffer).
         source_reader: This process's reader of the pass's partitions.
         ahead: Buffers read ahead of the one the builder takes (>= 1).
+        deadline: ``read_deadline``: seconds a worker may send nothing while its buffer is awaited.
     """
 
-    def __init__(self, ds: Any, pool: ReadPool, arena: BufferArena, source_reader: Any, ahead: int) -> None:
+    def __init__(
+        self,
+        ds: ReadValues,
+        pool: ReadPool,
+        arena: BufferArena,
+        source_reader: Any,
+        ahead: int,
+        deadline: float | None = READ_DEADLINE_SECONDS,
+    ) -> None:
         self.ds, self.pool, self.arena, self.source_reader = ds, pool, arena, source_reader
+        self.deadline = deadline
         self.members = arena.members
         self.ahead = max(1, ahead)
         self.cancelled = threading.Event()
@@ -498,9 +555,7 @@ class BufferReads:
                     yield parts
             else:
                 self._start(g + 1 + self.ahead)
-                parts_per_unit, records = self.pool.result(
-                    job, self.cancelled, getattr(self.ds, "read_deadline", READ_DEADLINE_SECONDS)
-                )
+                parts_per_unit, records = self.pool.result(job, self.cancelled, self.deadline)
                 del self._jobs[g]
                 for record in records:  # the worker's warning stayed in the worker: given here again
                     self.ds.skipped.append(record)

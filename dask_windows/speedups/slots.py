@@ -41,18 +41,17 @@ import numpy as np
 import torch
 
 from dask_windows.runtime.detect import in_worker
+from dask_windows.tuning import DIRECT_BYTES, MAX_RINGS
+from dask_windows.tuning import SLOT_HEADROOM as HEADROOM
+from dask_windows.tuning import SLOTS_PER_RING as SLOTS
 
-__all__ = ["SLOTS", "SlotPool", "enabled", "in_slots", "output_pool", "shared"]
+__all__ = ["SLOTS", "SlotAllocator", "SlotPool", "enabled", "in_slots", "output_pool", "shared"]
 
 log = logging.getLogger(__name__)
 
-SLOTS = 8  # slots per ring: batches in flight (queued, pinned, held by the loop) before the fallback
-MAX_RINGS = 4  # rings per worker process (one per batch size seen); past that, torch's path
 ALIGN = 64  # bytes between the tensors of one batch in a slot
 HEADER = 4096  # the ring's first page: SLOTS released counters (uint64) and the mapped flag
 _MAPPED = 512  # byte offset of the flag the main process sets once it has mapped the ring
-HEADROOM = 64 << 10  # bytes after a batch's features gathered into a slot, for its other tensors
-DIRECT_BYTES = 256 << 10  # batches' features from this size are gathered straight into a slot
 
 
 def enabled() -> bool:
@@ -72,6 +71,22 @@ def shared(batches: Iterator[Any]) -> Iterator[Any]:
 def output_pool() -> SlotPool | None:
     """A pool whose arrays lie in slots, for a stream to gather into (in a DataLoader worker; else ``None``)."""
     return SlotPool() if enabled() else None
+
+
+class SlotAllocator:
+    """The allocator seam (``runtime.seams``) of shared slots: a pass's batch arrays in slots inside a
+    DataLoader worker (``output_pool``), plain ``OutputPool`` arrays elsewhere. Wired by the dataset."""
+
+    def __call__(self) -> Any:
+        from dask_windows.runtime.batch import OutputPool
+
+        return output_pool() or OutputPool()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SlotAllocator)
+
+    def __hash__(self) -> int:
+        return hash(SlotAllocator)
 
 
 # -- worker side ---------------------------------------------------------------------------------

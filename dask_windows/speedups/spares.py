@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MIN_BYTES", "Spares"]
+from dask_windows.tuning import SPARE_MIN_BYTES as MIN_BYTES
 
-MIN_BYTES = 1 << 20  # arrays smaller than this are plain ``np.empty``: their faults cost little
+__all__ = ["MIN_BYTES", "Spares"]
 
 
 class Spares:

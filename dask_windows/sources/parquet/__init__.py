@@ -65,14 +65,13 @@ from dask_windows.sources.parquet.ranges import FetchedFile, chunk_ranges, fetch
 from dask_windows.sources.parquet.rows import ParquetRows
 from dask_windows.sources.parquet.stats_check import outside_statistics
 from dask_windows.sources.retry import RetryPolicy, resolve_retry
+from dask_windows.tuning import MAX_GAP
 
 __all__ = ["ParquetSource"]
 
 log = logging.getLogger(__name__)
 
 PARQUET_SUFFIXES = (".parquet", ".parq", ".pq")
-#: Column chunks of one partition closer than this are fetched in one request.
-MAX_GAP = 64 * 2**10
 
 
 def _is_local(fs: Any) -> bool:

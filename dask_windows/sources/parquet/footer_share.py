@@ -40,13 +40,12 @@ from typing import Any
 from dask_windows.errors import DataError
 from dask_windows.sources.manifest import MANIFEST_NAME
 from dask_windows.sources.parquet.footer_index import entries_bytes, find_index, opened_from_index
+from dask_windows.tuning import SHARE_WAIT_SECONDS
 
 __all__ = ["SHARE_WAIT_SECONDS", "open_footers", "shared_open"]
 
 log = logging.getLogger("dask_windows.sources.parquet")
 
-#: Seconds a rank waits for the footers another rank is reading (plus 10 ms per file) before reading them.
-SHARE_WAIT_SECONDS = 120.0
 _FAILED = b"-"
 _OPENS: dict[str, int] = {}  # listing digest -> times this process opened it
 

@@ -33,6 +33,7 @@ import numpy as np
 
 from dask_windows.errors import ConfigError, SourceReadError
 from dask_windows.planning.windows import find_runs
+from dask_windows.tuning import FOOTER_BYTES, TAIL_BATCH
 
 __all__ = [
     "FOOTER_BYTES",
@@ -49,11 +50,6 @@ __all__ = [
     "row_group_splits",
     "tail_runs",
 ]
-
-#: Bytes read from the end of each file to find its footer (one request when it fits).
-FOOTER_BYTES = 64 * 2**10
-#: Files whose tails are fetched by one ``cat_ranges`` call at open (bounds the tails held in memory).
-TAIL_BATCH = 512
 
 
 class Footer:

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["HEAD_CACHE_BYTES", "HeadCache", "read_head"]
+from dask_windows.tuning import HEAD_CACHE_BYTES
 
-HEAD_CACHE_BYTES = 32 << 20  # most bytes of row-group heads one source keeps
+__all__ = ["HEAD_CACHE_BYTES", "HeadCache", "read_head"]
 
 
 class HeadCache:

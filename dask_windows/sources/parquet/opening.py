@@ -51,16 +51,10 @@ from dask_windows.sources.parquet.footers import (
 )
 from dask_windows.sources.parquet.ranges import chunk_ranges
 from dask_windows.sources.retry import DeadlineExceeded, RetryPolicy
+from dask_windows.tuning import LOCAL_OPEN_THREADS, PROBE_FILES
 
 __all__ = ["LOCAL_OPEN_THREADS", "ParquetOpening"]
 
-#: Most threads opening local files. Opening a cached local file holds the GIL for over half its
-#: 30-40 us (pyarrow parses without it), so threads mostly trade the GIL back and forth (16 threads
-#: on 2 idle cores took 4x the CPU time of one): files are opened on one thread while that thread
-#: is busy computing, on up to this many while it waits (a cold disk, a network filesystem).
-LOCAL_OPEN_THREADS = 4
-#: Files opened on one thread first, to see whether opening computes or waits (``_open_local``).
-PROBE_FILES = 256
 
 log = logging.getLogger("dask_windows.sources.parquet")
 

@@ -28,11 +28,10 @@ from dask_windows.errors import SourceReadError
 from dask_windows.planning.windows import find_runs, join_runs
 from dask_windows.sources.base import Partition
 from dask_windows.sources.parquet.footers import Footer
+from dask_windows.tuning import CORRUPT_PROBES
+from dask_windows.tuning import READ_CHUNK_BYTES as CHUNK_BYTES
 
 __all__ = ["CHUNK_BYTES", "ParquetRows"]
-
-CORRUPT_PROBES = 256  # column chunks read alone to name the one a corrupt read failed on
-CHUNK_BYTES = 16 << 20  # about what one read of ``read_ranges_chunks`` decodes: row groups smaller are read together
 
 
 class ParquetRows:

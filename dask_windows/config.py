@@ -1,0 +1,292 @@
+"""``WindowDataset``'s keywords as three frozen values: the windows, their order, the reading.
+
+``WindowDataset`` keeps its keywords (public names are a promise); :func:`resolve` turns them,
+once, into a :class:`WindowConfig` (what a window is and what a batch holds), an
+:class:`OrderConfig` (which windows go into which batch, in what order, on which rank and
+device) and a :class:`ReadConfig` (how the data is opened and read), each a frozen dataclass
+whose fields are the keywords of its group. The fields are the one list of the keywords:
+:data:`KEYWORDS` is derived from them, the command line builds its dataset options from it, and
+a test checks it against ``WindowDataset``'s signature.
+
+The trade-off: some defaults depend on the data (the features of arrays, the series column of a
+``dask-windows convert`` manifest, the order a Dask frame reads best in, a workflow's columns),
+so resolving takes the opened source, and the reading settings are checked before the source is
+opened (their errors come first, as they always did). The values hold the resolved settings:
+``WindowDataset(data, **ds.config.keywords())`` opens the same dataset. ``WindowSpec`` (``ds.spec``)
+stays the runtime's view of the window and order values until the runtime takes these values.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, NamedTuple
+
+from dask_windows.checks import SERIES_FROM_MANIFEST
+from dask_windows.errors import ConfigError
+from dask_windows.faults import check_on_error
+from dask_windows.spec import WindowSpec, _positive_int
+from dask_windows.tuning import NEXT_PASS_SECONDS, OPEN_THREADS, READ_DEADLINE_SECONDS, RETRIES
+
+__all__ = ["KEYWORDS", "Config", "OrderConfig", "ReadConfig", "WindowConfig", "group_of", "resolve"]
+
+
+def _next_pass_seconds(value: Any) -> float:
+    """``next_pass_seconds`` validated: a number ``>= 0`` (see ``speedups.nextpass``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError(
+            f"next_pass_seconds={value!r} must be a number of seconds >= 0 (how long the next pass's first "
+            "buffer, read while the last buffer is drained, waits for that pass); 0 turns it off"
+        )
+    return float(value)
+
+
+def _read_deadline(value: Any) -> float | None:
+    """``read_deadline`` validated: seconds > 0, or ``None`` for no deadline (see ``workerwatch``)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(
+            f"read_deadline={value!r} must be a number of seconds > 0 (how long a read worker may send nothing "
+            "while a buffer it reads is awaited) or None for no deadline"
+        )
+    return float(value)
+
+
+@dataclass(frozen=True)
+class WindowConfig:
+    """What a window is and what a batch holds (resolved: the columns a manifest, the arrays or a
+    workflow chose). The fields are ``WindowDataset``'s keywords of the same names."""
+
+    window: int
+    features: Any = None
+    targets: Any = None
+    series: Any = SERIES_FROM_MANIFEST
+    stride: int = 1
+    horizon: int = 0
+    layout: str = "NCL"
+    return_index: bool = False
+    nan: str = "raise"
+    normalize: Any = None
+    workflow: Any = None
+
+
+@dataclass(frozen=True)
+class OrderConfig:
+    """Which windows go into which batch, in what order, on which rank and device (resolved: the
+    order the source reads best in, and the pool order's budget). ``pieces_per_partition`` is
+    ``None`` in the pool order and ``buffer_bytes`` ``None`` in the piece order."""
+
+    batch_size: int = 256
+    drop_last: bool = False
+    shuffle: bool = True
+    seed: int = 0
+    buffer_partitions: int = 2
+    pieces_per_partition: int | None = None
+    buffer_bytes: int | None = None
+    rank: int | None = None
+    world_size: int | None = None
+    device: Any = None
+
+
+@dataclass(frozen=True)
+class ReadConfig:
+    """How the data is opened and read; validated when made, before anything is opened.
+
+    ``retry`` (not a keyword) is the policy ``retries`` and ``timeout`` make together.
+    """
+
+    storage_options: dict | None = None
+    partition_bytes: int | None = None
+    partition_rows: int | None = None
+    threads: int = OPEN_THREADS
+    retries: Any = RETRIES
+    timeout: float | None = None
+    on_error: str = "raise"
+    strict: bool = False
+    cache_dir: str | os.PathLike | None = None
+    cache_bytes: int | None = None
+    index: Any = None
+    prefetch_partitions: int = 1
+    read_workers: int = 0
+    read_deadline: float | None = READ_DEADLINE_SECONDS
+    next_pass_seconds: float = NEXT_PASS_SECONDS
+    retry: Any = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        from dask_windows.planning.resume import check_int
+        from dask_windows.sources.retry import resolve_retry, with_deadline
+
+        set_ = object.__setattr__
+        set_(self, "threads", _positive_int("threads", self.threads))
+        for name in ("partition_bytes", "partition_rows"):
+            if getattr(self, name) is not None:
+                set_(self, name, _positive_int(name, getattr(self, name)))
+        set_(self, "on_error", check_on_error(self.on_error))
+        set_(self, "read_workers", check_int("read_workers", self.read_workers))
+        set_(self, "next_pass_seconds", _next_pass_seconds(self.next_pass_seconds))
+        set_(self, "read_deadline", _read_deadline(self.read_deadline))
+        set_(self, "retry", with_deadline(resolve_retry(self.retries), self.timeout))
+
+    def source_options(self) -> dict:
+        """The keyword arguments of ``open_source`` these settings give (besides storage, retry, errors)."""
+        options: dict = {"threads": self.threads}
+        if self.cache_dir is not None:
+            options.update(cache_dir=self.cache_dir, cache_bytes=self.cache_bytes)
+        for name in ("partition_bytes", "partition_rows"):
+            if getattr(self, name) is not None:
+                options[name] = getattr(self, name)
+        if self.index is not None:
+            options["index"] = self.index  # Parquet paths only (see sources.footer_index)
+        return options
+
+
+_GROUPS = {"window": WindowConfig, "order": OrderConfig, "read": ReadConfig}
+
+#: Every keyword of ``WindowDataset`` but ``data``, and the value that holds it.
+KEYWORDS: dict[str, str] = {f.name: group for group, kind in _GROUPS.items() for f in fields(kind) if f.init}
+
+
+def group_of(keyword: str, caller: str = "WindowDataset") -> str:
+    """The value (``"window"``, ``"order"`` or ``"read"``) that holds ``keyword``; a ``TypeError``
+    naming ``caller`` when ``keyword`` is none of ``WindowDataset``'s, as Python's own."""
+    try:
+        return KEYWORDS[keyword]
+    except KeyError:
+        raise TypeError(f"{caller}() got an unexpected keyword argument {keyword!r}") from None
+
+
+class Config(NamedTuple):
+    """A dataset's three values (``WindowDataset.config``)."""
+
+    window: WindowConfig
+    order: OrderConfig
+    read: ReadConfig
+
+    def keywords(self) -> dict:
+        """The keywords that open the same dataset again: ``WindowDataset(data, **config.keywords())``."""
+        return {name: getattr(getattr(self, group), name) for name, group in KEYWORDS.items()}
+
+
+class Resolved(NamedTuple):
+    """What :func:`resolve` returns besides the values: the source and what the dataset wires."""
+
+    config: Config
+    spec: WindowSpec
+    source: Any  # the opened source, wrapped by the workflow when there is one
+    skipped: list  # partitions the source left out when it was opened
+    workflow: Any  # the workflow's batch emitter, or None
+    series_from_manifest: bool  # the series column came from a convert manifest (``repr`` says so)
+
+
+def _held(kind: type, spec: WindowSpec, given: Mapping[str, Any], **resolved: Any) -> Any:
+    """A value of ``kind``: each field as ``spec`` resolved it where ``spec`` has it, else as given."""
+    in_spec = {f.name for f in fields(WindowSpec)}
+    held = {f.name: getattr(spec, f.name) if f.name in in_spec else given[f.name] for f in fields(kind) if f.init}
+    return kind(**{**held, **resolved})
+
+
+def resolve(keywords: Mapping[str, Any], open_source: Callable[[ReadConfig, Any], Any]) -> Resolved:
+    """The three values of ``WindowDataset``'s ``keywords`` (every name of :data:`KEYWORDS`).
+
+    Args:
+        keywords: The dataset's keywords, each given or at its default.
+        open_source: ``open_source(read, series)``: the source of the dataset's data (the I/O,
+            passed in), called once the reading settings are valid.
+
+    Raises:
+        ConfigError: A setting is invalid (the message names the keyword, the rule and the remedy).
+    """
+    unknown = set(keywords) ^ set(KEYWORDS)
+    if unknown:
+        raise TypeError(f"resolve() needs exactly the keywords of WindowDataset; these differ: {sorted(unknown)}")
+    read = ReadConfig(**{name: keywords[name] for name, group in KEYWORDS.items() if group == "read"})
+    if read.read_workers:  # each worker imports the script: refuse an unguarded one now (speedups.main_guard)
+        from dask_windows.speedups.main_guard import check_main_guard
+
+        check_main_guard("forkserver")
+    from dask_windows.ondevice import resolve_device
+    from dask_windows.options import resolve_pieces
+    from dask_windows.runtime.pool import resolve_order
+    from dask_windows.sources import ArraySource, is_series_vector
+
+    given = dict(keywords)
+    device = resolve_device(given["device"])  # None: the host path (see ondevice)
+    series = series_given = given["series"]
+    asked_manifest = series is SERIES_FROM_MANIFEST
+    source = open_source(read, None if asked_manifest else series)
+    pieces, buffer_bytes = given["pieces_per_partition"], given["buffer_bytes"]
+    if device is not None:  # device mode sends whole buffers once: the buffer (piece) order
+        if buffer_bytes is not None:
+            raise ConfigError(
+                f"device={given['device']!r} with buffer_bytes={buffer_bytes!r}: the pool order gathers on the host; "
+                "device mode cuts batches from whole buffers sent once, in the piece order. Drop buffer_bytes "
+                "(and set pieces_per_partition / buffer_partitions), or pass device=None"
+            )
+        pool_bytes = None  # pieces_per_partition None: the piece order's own default
+    else:
+        pool_bytes = resolve_order(pieces, buffer_bytes, source)
+    manifest_series = getattr(source, "manifest_series", None)
+    from_manifest = asked_manifest and manifest_series is not None
+    series = manifest_series if from_manifest else (None if asked_manifest else series)
+    skipped = list(source.skipped)
+    if is_series_vector(series):  # the source already cut the array into series
+        series = None
+    features, targets, window, return_index = (given[k] for k in ("features", "targets", "window", "return_index"))
+    emitter = None
+    if given["workflow"] is not None:  # pieces transformed as they are read, named batches (dask_windows.workflow)
+        from dask_windows.workflow.apply import bind
+
+        emitter, source, chosen = bind(
+            given["workflow"], source, features=features, targets=targets, series=series, window=window,
+            horizon=given["horizon"], layout=given["layout"], return_index=return_index,
+            normalize=given["normalize"], storage_options=read.storage_options,
+        )  # fmt: skip
+        features, targets, series = chosen["features"], chosen["targets"], chosen["series"]
+        window, return_index = chosen["window"], chosen["return_index"]
+        if device is not None:  # the device path cuts batches without the workflow's step
+            raise ConfigError(
+                f"workflow= and device={given['device']!r} cannot be combined yet: the workflow's look-back rows "
+                "and named batches are made on the host; pass device=None (and move batches with "
+                "dw.DevicePrefetcher)"
+            )
+    if features is None and isinstance(source, ArraySource):
+        features = source.column_names()
+    batch_size, buffer_partitions = given["batch_size"], given["buffer_partitions"]
+    spec = WindowSpec(
+        features=features,
+        targets=targets,
+        series=series,
+        window=window,
+        stride=given["stride"],
+        horizon=given["horizon"],
+        batch_size=batch_size,
+        drop_last=given["drop_last"],
+        shuffle=given["shuffle"],
+        seed=given["seed"],
+        buffer_partitions=buffer_partitions,
+        pieces_per_partition=resolve_pieces(pieces, source, batch_size, buffer_partitions)
+        if pieces is not None or pool_bytes is None
+        else 1,
+        prefetch_partitions=read.prefetch_partitions,
+        layout=given["layout"],
+        return_index=return_index,
+        nan=given["nan"],
+        buffer_bytes=pool_bytes,
+    )
+    window_config = _held(
+        WindowConfig,
+        spec,
+        given,
+        series=spec.series if from_manifest or given["workflow"] is not None else series_given,
+    )
+    order = _held(
+        OrderConfig,
+        spec,
+        given,
+        pieces_per_partition=None if spec.buffer_bytes is not None else spec.pieces_per_partition,
+        device=device,
+    )
+    read = replace(read, prefetch_partitions=spec.prefetch_partitions)
+    return Resolved(Config(window_config, order, read), spec, source, skipped, emitter, from_manifest)

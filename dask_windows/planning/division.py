@@ -1,0 +1,214 @@
+"""The division of an epoch between ranks and DataLoader workers: the rule that keeps DDP from hanging.
+
+Every order of the package is a sequence of ``total`` units laid end to end: a
+dataset's windows (the piece and pool orders), a mixture's schedule, a
+corpus's packed sequences, the rest of an epoch in an elastic resume. All of
+them are divided here, by one rule, so that every rank yields the same number
+of batches and no rank waits at a collective for another that ran out:
+
+* **Ranks** take contiguous shares of the sequence. *Equal* shares (an epoch):
+  ``total // world_size`` units each, the last ``total % world_size`` left out.
+  *Balanced* shares (the rest of an epoch after an elastic resume, where every
+  unit is owed): the remainder goes to the first ranks, one unit each, as long
+  as every rank can still fill the same number of non-empty batches; when it
+  cannot (a tiny rest with ``batch_size=1``), equal shares.
+* **Batches**: every rank cuts its share into the same ``num_batches``: full
+  batches of ``batch_size`` first, then the shorter ones (one partial batch at
+  the end of an equal share; with ``drop_last`` it is left out), never an
+  empty one. Batch ``j`` of a share of ``s`` units ends at
+  ``min(j * batch_size, s - (num_batches - j))``.
+* **Workers**: DataLoader worker ``w`` of ``W`` takes the contiguous block of
+  its rank's batches ``[w * n // W, (w + 1) * n // W)`` (``worker_batch_range``),
+  so only a rank's final batch can be partial; the DataLoader asks its workers
+  in turn, so after ``k`` batches each worker has yielded the share
+  ``round_robin`` gives (what a loader-scope resume state counts).
+
+The trade-off: equal shares drop up to ``world_size - 1`` units of each epoch
+(a different few each epoch when the order is shuffled) rather than repeat
+some, as ``DistributedSampler``'s padding would. Nothing here reads data;
+integers and numpy only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dask_windows.errors import ConfigError
+from dask_windows.planning.world import World
+
+__all__ = [
+    "ReaderShare",
+    "batches_per_rank",
+    "reader_share",
+    "reader_span",
+    "round_robin",
+    "windows_per_rank",
+    "worker_batch_range",
+    "worker_batches",
+]
+
+
+@dataclass(frozen=True)
+class ReaderShare:
+    """One reader's (rank, worker) part of an epoch of units.
+
+    Attributes:
+        rank_start: Epoch position of the rank's first unit.
+        rank_units: Units of the rank's share (its batches may leave the last few out: ``drop_last``).
+        rank_batches: Batches of every rank.
+        batch_size: Units per full batch.
+        first_batch: The reader's first batch, numbered among its rank's.
+        stop_batch: One past its last.
+        left_out: Units of the epoch no rank yields (besides a ``drop_last`` batch).
+    """
+
+    rank_start: int
+    rank_units: int
+    rank_batches: int
+    batch_size: int
+    first_batch: int
+    stop_batch: int
+    left_out: int
+
+    def bound(self, batch: int) -> int:
+        """Epoch position where the rank's batch ``batch`` starts (``rank_batches``: where its last ends)."""
+        end = min(batch * self.batch_size, self.rank_units - (self.rank_batches - batch))
+        return self.rank_start + end
+
+    @property
+    def lo(self) -> int:
+        """Epoch position of the reader's first unit."""
+        return self.bound(self.first_batch)
+
+    @property
+    def hi(self) -> int:
+        """One past the reader's last unit."""
+        return self.bound(self.stop_batch)
+
+    @property
+    def num_batches(self) -> int:
+        """The reader's batches."""
+        return self.stop_batch - self.first_batch
+
+    def start_after(self, skip_batches: int) -> int:
+        """Epoch position of the reader's first unit after its first ``skip_batches`` batches (clipped to them)."""
+        return self.bound(self.first_batch + min(max(skip_batches, 0), self.num_batches))
+
+    def sizes(self) -> np.ndarray:
+        """``(num_batches,)`` units of each of the reader's batches."""
+        j = np.arange(self.first_batch, self.stop_batch + 1, dtype=np.int64)  # (num_batches + 1,) batch numbers
+        return np.diff(np.minimum(j * self.batch_size, self.rank_units - (self.rank_batches - j)))
+
+
+def _rank_layout(total: int, world_size: int, batch_size: int, drop_last: bool, balanced: bool) -> tuple[int, int, int]:
+    """``(share, extra, num_batches)``: every rank holds ``share`` units, the first ``extra`` ranks one more,
+    and every rank yields ``num_batches`` batches."""
+    share = total // world_size
+    if balanced:
+        extra = total % world_size
+        num_batches = -(-(share + (extra > 0)) // batch_size)
+        if share >= num_batches:  # every rank, the smallest share too, fills that many non-empty batches
+            return share, extra, num_batches
+    return share, 0, share // batch_size if drop_last else -(-share // batch_size)
+
+
+def reader_share(
+    total: int, world: World, batch_size: int, drop_last: bool = False, *, balanced: bool = False
+) -> ReaderShare:
+    """What reader ``world`` yields of an epoch of ``total`` units: the one division every order uses.
+
+    Args:
+        total: Units of the epoch (windows, sequences, the windows of an elastic rest).
+        world: The reader: rank, world size, DataLoader worker, number of workers.
+        batch_size: Units per full batch.
+        drop_last: Leave out each rank's final partial batch (equal shares only).
+        balanced: Give the remainder to the first ranks instead of leaving it out (see the module).
+
+    Raises:
+        ConfigError: ``balanced`` with ``drop_last`` (a balanced division owes every unit), or a
+            ``batch_size`` below 1.
+    """
+    if balanced and drop_last:
+        raise ConfigError("a balanced division yields every unit: it takes no drop_last")
+    if batch_size < 1:
+        raise ConfigError(f"batch_size={batch_size} must be >= 1")
+    share, extra, num_batches = _rank_layout(total, world.world_size, batch_size, drop_last, balanced)
+    b0, b1 = worker_batch_range(num_batches, world.worker, world.num_workers)
+    return ReaderShare(
+        rank_start=world.rank * share + min(world.rank, extra),
+        rank_units=share + (world.rank < extra),
+        rank_batches=num_batches,
+        batch_size=batch_size,
+        first_batch=b0,
+        stop_batch=b1,
+        left_out=total - world.world_size * share - extra,
+    )
+
+
+def reader_span(
+    total: int, world: World, batch_size: int, drop_last: bool, skip_batches: int = 0
+) -> tuple[int, int, int, int]:
+    """This reader's stretch of an epoch of ``total`` windows, as the piece and pool orders take it.
+
+    Returns:
+        ``(lo, hi, batches, skip)``: the reader's windows are positions ``[lo, hi)`` of the epoch's
+        sequence, ``batches`` its batches before any skip, ``skip`` the skipped ones, clipped to them.
+    """
+    share = reader_share(total, world, batch_size, drop_last)
+    return share.lo, share.hi, share.num_batches, min(max(skip_batches, 0), share.num_batches)
+
+
+def windows_per_rank(num_windows: int, world_size: int) -> int:
+    """Equal share of each rank; ``num_windows % world_size`` windows are left out."""
+    return _rank_layout(num_windows, world_size, 1, False, False)[0]
+
+
+def batches_per_rank(num_windows: int, world_size: int, batch_size: int, drop_last: bool) -> int:
+    """Exactly how many batches every rank yields per epoch."""
+    return _rank_layout(num_windows, world_size, batch_size, drop_last, False)[2]
+
+
+def worker_batch_range(num_batches: int, worker: int, num_workers: int) -> tuple[int, int]:
+    """Contiguous block ``[b0, b1)`` of the rank's batches that ``worker`` yields."""
+    return worker * num_batches // num_workers, (worker + 1) * num_batches // num_workers
+
+
+def worker_batches(num_batches: int, num_workers: int) -> list[int]:
+    """``(num_workers,)`` batches each DataLoader worker yields of its rank's ``num_batches``."""
+    return [b1 - b0 for b0, b1 in (worker_batch_range(num_batches, w, num_workers) for w in range(num_workers))]
+
+
+def round_robin(batches_per_worker: Sequence[int], taken: int) -> tuple[np.ndarray, int]:
+    """Each worker's share of the first ``taken`` batches of an in-order DataLoader.
+
+    The loader asks workers ``0, 1, ..., W-1, 0, ...`` in turn and skips a worker that
+    has no batches left, so after round ``r`` every worker has yielded ``min(n_w, r)``.
+
+    Args:
+        batches_per_worker: ``(W,)`` batches each worker yields in the epoch (``worker_batches``).
+        taken: Batches the loader has yielded, ``0 <= taken <= sum``.
+
+    Returns:
+        ``(consumed, next_worker)``: ``(W,)`` batches each worker had yielded, and the worker
+        that yields the next batch (``0`` once every batch is taken).
+    """
+    n = np.asarray(batches_per_worker, dtype=np.int64)
+    total = int(n.sum())
+    if not 0 <= taken <= total:
+        raise ConfigError(f"batches={taken} must be in [0, {total}], the batches of this rank's epoch")
+    lo, hi = 0, int(n.max(initial=0))
+    while lo < hi:  # largest round r with sum(min(n, r)) <= taken
+        mid = (lo + hi + 1) // 2
+        if int(np.minimum(n, mid).sum()) <= taken:
+            lo = mid
+        else:
+            hi = mid - 1
+    consumed = np.minimum(n, lo)
+    active = np.flatnonzero(n > lo)  # workers still yielding in round lo, in asking order
+    rest = taken - int(consumed.sum())
+    consumed[active[:rest]] += 1
+    next_worker = int(active[rest]) if rest < len(active) else 0
+    return consumed, next_worker

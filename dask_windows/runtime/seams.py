@@ -1,0 +1,127 @@
+"""The named seams a pass runs through, and their plain implementations.
+
+Three seams, each a value in ``values.PassValues`` that only the dataset wires
+(from its keywords); the runtime calls them and never looks up which one it got:
+
+* **read backend** (``read_backend``): who reads the units of a buffer order's
+  plan. ``ThreadReads`` (``runtime.reading``): reader threads in this process,
+  the default. ``speedups.readpool.PoolReads``: ``read_workers`` processes.
+  The pool order always reads on its one reader thread.
+* **allocator** (``allocator``): makes the pool of arrays a pass gathers its
+  batches' features into. ``NumpyAllocator``: ``batch.OutputPool``, plain numpy
+  arrays reused once the caller drops them. ``speedups.slots.SlotAllocator``:
+  arrays in shared slots inside a DataLoader worker (none are copied again
+  when torch sends the batch to the main process).
+* **batch output** (``output``): the batch yielded from its numpy arrays
+  ``(x, y, rows)``. ``TorchOutput``: tensors over the arrays (no copy), the
+  default. ``NumpyOutput``: the arrays themselves. ``PinnedOutput``: tensors
+  copied into pinned (page-locked) memory, for a copy to CUDA that overlaps
+  compute (needs CUDA). A workflow's ``Emitter`` is an output too.
+
+Whatever the seams, a pass yields the same windows in the same order with the
+same values (``tests/test_contract.py`` runs every combination against an
+oracle): they change where bytes live and who moves them, never which.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from dask_windows.errors import ConfigError
+from dask_windows.runtime.batch import OutputPool
+
+__all__ = ["NumpyAllocator", "NumpyOutput", "PinnedOutput", "ThreadReads", "TorchOutput"]
+
+
+@dataclass(frozen=True)
+class NumpyAllocator:
+    """The allocator seam's default: a ``batch.OutputPool`` of plain numpy arrays per pass."""
+
+    def __call__(self) -> OutputPool:
+        return OutputPool()
+
+
+@dataclass(frozen=True)
+class ThreadReads:
+    """The read backend's default: the plan's units read by reader threads of this process.
+
+    Attributes:
+        pairing: Reads buffer ``2i``'s pieces of a partition with buffer ``2i + 1``'s where it may
+            (``speedups.pairs.paired_reads``, wired by the dataset for the piece order), or ``None``.
+    """
+
+    pairing: Any = None
+
+    def workers(self, reads: Any = None) -> int:
+        """Processes that read for the pass: none."""
+        return 0
+
+
+def _tuple(x: Any, y: Any, rows: Any, return_index: bool, wrap: Any) -> Any:
+    if y is None and rows is None:  # features only: the common case, one call per batch
+        return wrap(x)
+    out = [wrap(x)]
+    if y is not None:
+        out.append(wrap(y))
+    if return_index:
+        out.append(wrap(np.ascontiguousarray(rows, dtype=np.int64)))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+@dataclass(frozen=True)
+class TorchOutput:
+    """Batches as tensors over the gathered arrays (``torch.from_numpy``: no copy).
+
+    Attributes:
+        return_index: Also yield each window's dataset start row, int64 ``(B,)``.
+    """
+
+    return_index: bool = False
+
+    def emit(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None) -> Any:
+        """``x`` (features only), else the tuple ``(x, y, rows)`` of what there is, as tensors."""
+        if y is None and rows is None:  # features only: one call per batch (no helper: it is per batch)
+            return torch.from_numpy(x)
+        return _tuple(x, y, rows, self.return_index, torch.from_numpy)
+
+    __call__ = emit
+
+
+@dataclass(frozen=True)
+class NumpyOutput:
+    """Batches as the gathered numpy arrays themselves (no torch); shapes and order as ``TorchOutput``'s."""
+
+    return_index: bool = False
+
+    def emit(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None) -> Any:
+        """``x``, else the tuple of what there is."""
+        if y is None and rows is None:
+            return x
+        return _tuple(x, y, rows, self.return_index, lambda a: a)
+
+    __call__ = emit
+
+
+@dataclass(frozen=True)
+class PinnedOutput:
+    """Batches as tensors in pinned (page-locked) host memory: ``.to("cuda", non_blocking=True)`` then
+    overlaps compute. One copy per batch; needs CUDA (refused at construction without it)."""
+
+    return_index: bool = False
+
+    def __post_init__(self) -> None:
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                "PinnedOutput needs CUDA (pinned memory is page-locked for a CUDA copy) and torch sees none; "
+                "use TorchOutput, or dw.DevicePrefetcher on a machine with a GPU"
+            )
+
+    def emit(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None) -> Any:
+        """The tuple of ``TorchOutput``, each tensor copied into pinned memory."""
+        return _tuple(x, y, rows, self.return_index, lambda a: torch.from_numpy(a).pin_memory())
+
+    __call__ = emit

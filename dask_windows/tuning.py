@@ -1,0 +1,202 @@
+"""Every tuning constant of the package in one place, each with the reason for its value.
+
+A tuning constant trades one cost against another (memory against mixing, threads against
+the GIL, a wait against a hang) and has no right value, only a measured one; the modules that
+use one import it from here under the name they always had, so a test may still patch it there.
+Constants that are not trade-offs stay with their code: file-format layouts and versions,
+arithmetic limits (``spec.MAX_SETTING``), numeric tolerances and the chunk sizes of vectorised
+loops. Values that change the order of an epoch (marked *order*) change the golden hashes
+of ``tests/test_golden.py`` and the resume states saved before.
+
+Standard library only: ``planning/`` imports it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BLOCK_BATCHES",
+    "BUFFER_BYTES",
+    "CACHE_KEEP_SECONDS",
+    "CONVERT_SPAN",
+    "CORRUPT_PROBES",
+    "DEFAULT_PARTITION_BYTES",
+    "DEFAULT_PARTITION_ROWS",
+    "DEFAULT_TIMEOUT",
+    "DIRECT_BYTES",
+    "EXIT_JOIN_SECONDS",
+    "FOOTER_BYTES",
+    "HEAD_CACHE_BYTES",
+    "INPUT_BOUND_SHARE",
+    "LANE_AHEAD_UNITS",
+    "LANE_MIN_UNITS",
+    "LANE_RATIO",
+    "LANE_UNIT_BYTES",
+    "LOCAL_OPEN_THREADS",
+    "MAX_GAP",
+    "MAX_RINGS",
+    "MIN_CHUNK_PER_OVERLAP",
+    "MIN_SHARED_BYTES",
+    "MIN_UNIT_ROWS",
+    "NEGLIGIBLE_WAIT_S",
+    "NEXT_PASS_JOIN_SECONDS",
+    "NEXT_PASS_SECONDS",
+    "OPEN_THREADS",
+    "PERMUTATION_HEAD",
+    "PLAN_BYTES_PER_PIECE",
+    "PLAN_SHARE",
+    "POOL_AHEAD_UNITS",
+    "PROBE_FILES",
+    "READ_CHUNK_BYTES",
+    "READ_DEADLINE_SECONDS",
+    "READ_THREADS",
+    "RETRIES",
+    "RETRY_BASE_DELAY",
+    "RETRY_MAX_DELAY",
+    "SETTLE_RATIO",
+    "SHARE_WAIT_SECONDS",
+    "SLOTS_PER_RING",
+    "SLOT_HEADROOM",
+    "SPARE_MIN_BYTES",
+    "TAIL_BATCH",
+    "TARGET_CHUNKS_PER_FILE",
+    "TORCH_MIN_BYTES",
+    "TRIM_BYTES",
+    "UNITS_PER_BATCH",
+    "WATCH_POLL_SECONDS",
+]
+
+# -- dask-windows convert (cli/layout.py) ---------------------------------------------------------
+
+#: ``window + horizon`` the chunks of the spread layout overlap for when convert gets no ``--window``.
+CONVERT_SPAN = 128
+#: Chunks per file the spread layout aims for: the strata each file samples, so a few files mix
+#: like the whole dataset.
+TARGET_CHUNKS_PER_FILE = 512
+#: Chunks are at least this many times the overlap (disk and decode overhead at most 1/4).
+MIN_CHUNK_PER_OVERLAP = 4
+
+# -- opening and reading (sources/) ---------------------------------------------------------------
+
+#: ``WindowDataset(threads=)``: footers and series columns are read at open on this many threads;
+#: remote stores answer in parallel (local files open on at most ``LOCAL_OPEN_THREADS``).
+OPEN_THREADS = 16
+#: Parquet files with more uncompressed bytes are split at row groups: a partition is what one
+#: read decodes, so this bounds the loader's memory per partition.
+DEFAULT_PARTITION_BYTES = 256 * 2**20
+#: Rows per partition of array data: large enough that a read is not dominated by its overhead.
+DEFAULT_PARTITION_ROWS = 1_000_000
+#: Seconds one remote partition read may take, retries included (opening calls get twice this):
+#: past it an error names the object instead of a hang.
+DEFAULT_TIMEOUT = 60.0
+#: ``WindowDataset(retries=)``: retries of a transient storage error (throttling, 5xx, resets).
+RETRIES = 3
+#: First backoff delay in seconds, doubled per retry: short enough for a reset connection.
+RETRY_BASE_DELAY = 0.2
+#: Longest backoff delay in seconds: a throttled store gets room without stalling a pass long.
+RETRY_MAX_DELAY = 5.0
+#: Column chunks of one partition closer than this are fetched in one request (a request costs
+#: more than reading this many bytes it does not need).
+MAX_GAP = 64 * 2**10
+#: Most threads opening local files: opening a cached local file holds the GIL for over half its
+#: 30-40 us, so threads mostly trade the GIL (16 threads on 2 idle cores took 4x the CPU time of
+#: one); files open on one thread while it computes, on up to this many while it waits (a cold
+#: disk, a network filesystem).
+LOCAL_OPEN_THREADS = 4
+#: Files opened on one thread first, to see whether opening computes or waits.
+PROBE_FILES = 256
+#: Column chunks read alone to name the one a corrupt read failed on (bounded: a bad file
+#: is named quickly even when it has thousands of chunks).
+CORRUPT_PROBES = 256
+#: About what one read of ``read_ranges_chunks`` decodes: row groups smaller are read together,
+#: so small row groups do not pay a call each.
+READ_CHUNK_BYTES = 16 << 20
+#: Seconds a rank waits for the footers another rank is reading (plus 10 ms per file) before
+#: reading them itself: a dead peer delays opening, never hangs it.
+SHARE_WAIT_SECONDS = 120.0
+#: Bytes read from the end of each file to find its footer: one request for most footers.
+FOOTER_BYTES = 64 * 2**10
+#: Files whose tails are fetched by one ``cat_ranges`` call at open (bounds the tails in memory).
+TAIL_BATCH = 512
+#: Most bytes of row-group heads one source keeps (the piece order reads them again per piece).
+HEAD_CACHE_BYTES = 32 << 20
+#: ``cache_dir``: an entry used within this many seconds is kept even when new bytes do not fit,
+#: so a budget smaller than the data keeps what it holds across epochs.
+CACHE_KEEP_SECONDS = 12 * 3600
+
+# -- the order of an epoch and its memory (planning/, runtime/) -----------------------------------
+
+#: ``buffer_bytes=None``: the pool order's memory budget of decoded rows per rank (shared by its
+#: DataLoader workers); 1 GiB holds enough row groups for batches that mix like a global shuffle.
+BUFFER_BYTES = 1 << 30
+#: *order*: fewest rows of a unit cut from a source without decode units (smaller units cost a
+#: read each for few windows).
+MIN_UNIT_ROWS = 1024
+#: *order*: most units resident per window of a batch: row groups are merged into units of at
+#: least pool rows / (this * batch size) rows (fewer, larger reads where the budget holds the data
+#: many times over).
+UNITS_PER_BATCH = 4
+#: *order*: units read beyond the resident ones: one step built ahead, one unit being read.
+POOL_AHEAD_UNITS = 2
+#: *order*: a block of steps is shuffled as one, of at least this many batches (the lag-1
+#: correlation of the pool order is about ``-1 / BLOCK_BATCHES``).
+BLOCK_BATCHES = 16
+#: *order*: leading positions of a buffer's permutation drawn before the rest, so the first
+#: batch of a buffer does not wait for its whole permutation.
+PERMUTATION_HEAD = 4096
+#: Pieces read at once by the prefetcher: two reads in flight hide a read's latency on 2 cores.
+READ_THREADS = 2
+#: Buffers at least this large hand their memory back to the system when dropped (smaller ones
+#: are reused by the allocator at no cost).
+TRIM_BYTES = 8 << 20
+#: Seconds the exit hook waits for a prefetcher's threads (a read in flight finishes alone).
+EXIT_JOIN_SECONDS = 10.0
+
+# -- gathering batches (runtime/batch.py) ---------------------------------------------------------
+
+#: Batches of features at least this large are gathered by torch's threads; smaller ones cost
+#: more to hand over than to copy on the consumer's thread.
+TORCH_MIN_BYTES = 256 << 10
+#: Rows copied by a run's windows per buffer row, from which a run may go on two lanes.
+LANE_RATIO = 8
+#: Rows copied by a buffer's windows per buffer row, from which its move to huge pages pays.
+SETTLE_RATIO = 64
+
+# -- telemetry's verdict (runtime/telemetry.py) ---------------------------------------------------
+
+#: Wait share (after the first batch) from which a loop is input-bound.
+INPUT_BOUND_SHARE = 0.10
+#: Mean exposed wait per batch under which a loop is never input-bound (tf.data's 50 us).
+NEGLIGIBLE_WAIT_S = 50e-6
+
+# -- optional accelerators (speedups/) and their watchdogs ----------------------------------------
+
+#: ``next_pass_seconds``: how long a next pass's first buffer, read ahead, waits for its pass.
+NEXT_PASS_SECONDS = 30.0
+#: A plan's bookkeeping per piece in bytes (segment, unit, arena entry; 160 B measured).
+PLAN_BYTES_PER_PIECE = 200
+#: Read the next pass ahead only where its plan takes at most ``1 / PLAN_SHARE`` of a buffer.
+PLAN_SHARE = 8
+#: Longest wait in seconds for the threads of a released read-ahead.
+NEXT_PASS_JOIN_SECONDS = 5.0
+#: ``read_deadline``: seconds a read worker may send nothing while a buffer it holds is awaited.
+READ_DEADLINE_SECONDS = 300.0
+#: Where ``os.pidfd_open`` is missing: how often a worker checks that its training process lives.
+WATCH_POLL_SECONDS = 1.0
+#: Shared slots per ring: batches in flight (queued, pinned, held by the loop) before the fallback.
+SLOTS_PER_RING = 8
+#: Rings per worker process (one per batch size seen); past that, torch's path.
+MAX_RINGS = 4
+#: Bytes after a batch's features gathered into a slot, for its other tensors.
+SLOT_HEADROOM = 64 << 10
+#: Batches' features from this size are gathered straight into a slot (smaller ones are copied).
+DIRECT_BYTES = 256 << 10
+#: Arrays smaller than this are plain ``np.empty``: their page faults cost little.
+SPARE_MIN_BYTES = 1 << 20
+#: A lane's unit: consecutive batches gathered by one call, at least this many bytes.
+LANE_UNIT_BYTES = 256 << 10
+#: Units handed to the lane helper and not yet taken, at most.
+LANE_AHEAD_UNITS = 1
+#: Runs of fewer units are gathered on the consumer's thread alone.
+LANE_MIN_UNITS = 4
+#: Arrays sent to the read pool's workers smaller than this are pickled inline.
+MIN_SHARED_BYTES = 1 << 16
