@@ -302,7 +302,7 @@ def test_larger_than_memory_on_a_local_cluster(tmp_path):
     """
     import shutil
 
-    from distributed import Client, LocalCluster
+    from distributed import Client, LocalCluster, wait
 
     limit = _worker_baseline_bytes() + 180 * 2**20
     channels = 96
@@ -334,7 +334,10 @@ def test_larger_than_memory_on_a_local_cluster(tmp_path):
             pids = client.run(os.getpid)
 
             def compute(label, *collections):
-                return tuple(client.gather(client.compute(list(collections))))
+                futures = client.compute(list(collections))
+                # a worker paused at its memory limit for good would hang the suite: fail instead
+                wait(futures, timeout=900)
+                return tuple(client.gather(futures))
 
             report = convert(
                 [str(tmp_path / "in.npy")],
