@@ -358,12 +358,8 @@ def pool_batches(values: PassValues, plan: PoolPlan, progress: Any = None) -> It
             interrupt=reads.close, started=started, waits=None if telemetry is None else telemetry.waits,
             allocator=values.allocator,
         )  # fmt: skip
-        for batch in batches:
-            values.step(progress)  # counted before the consumer gets it: a state then includes it
-            yield batch
+        yield from values.counted(batches, progress)
     finally:
-        if progress is not None:
-            values.end(progress)
         reads.close()
         source_reader.close()
 

@@ -109,12 +109,8 @@ def batches(values: PassValues, plan: Any, progress: Any = None, this_pass: tupl
             device=values.device, waits=None if telemetry is None else telemetry.waits,
             allocator=values.allocator,
         )  # fmt: skip
-        for batch in batches:
-            values.step(progress)  # counted before the consumer gets it: a state then includes it
-            yield batch
+        yield from values.counted(batches, progress)
     finally:
-        if progress is not None:
-            values.end(progress)
         reads.close()
         for pending in begun:  # (no module globals here: this may run while the interpreter exits)
             try:

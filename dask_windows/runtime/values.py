@@ -24,7 +24,7 @@ after ``split``) reaches the next pass and never one in flight.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,3 +99,14 @@ class PassValues:
     next_pass: Any = None
     step: Callable[[Any], None] = no_count
     end: Callable[[Any], None] = no_count
+
+    def counted(self, batches: Iterable[Any], progress: Any) -> Iterator[Any]:
+        """``batches``, each counted (``step``) before the consumer gets it, so a state taken then
+        includes it; ``end`` once the pass ends, however it ends (``progress`` ``None``: no end)."""
+        try:
+            for batch in batches:
+                self.step(progress)
+                yield batch
+        finally:
+            if progress is not None:
+                self.end(progress)
