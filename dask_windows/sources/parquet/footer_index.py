@@ -43,7 +43,7 @@ import numpy as np
 from dask_windows.errors import DataError
 from dask_windows.sources.identity import FileIdentity, FooterDigest
 from dask_windows.sources.parquet.footer_compact import compact_footer, key_values_field, with_key_values
-from dask_windows.sources.parquet.footers import Footer, metadata_from_bytes
+from dask_windows.sources.parquet.footers import Footer, metadata_from_bytes, split_sizes
 
 __all__ = [
     "INDEX_FORMAT",
@@ -334,23 +334,10 @@ def opened_from_index(
                 now.version is not None and version is not None and now.version != version
             ):
                 raise stale(path, f"changed (indexed: {FileIdentity(size, version).describe()}; now {now.describe()})")
-        splits = _splits(group_bytes[i], partition_bytes)
+        splits = split_sizes(group_bytes[i], partition_bytes)
         told = None
         if runs_wanted and len(splits) == 1 and known[i]:
             told = (flat[:, offsets[i] : offsets[i + 1]], key_dtype)  # (3, runs): starts, lengths, keys
         footer = IndexedFooter(footers[i], size, tuple(rows[i]), digests[i], kv_fields[numbers[i]])
         opened[path] = _Opened(footer, schemas[numbers[i]], splits, told, found)
     return opened
-
-
-def _splits(group_bytes: list[int], partition_bytes: int) -> list[tuple[int, ...]]:
-    """Row groups cut into partitions of at most ``partition_bytes`` (``footers.row_group_splits``'s rule)."""
-    groups: list[list[int]] = [[]]
-    nbytes = 0
-    for g, size in enumerate(group_bytes):
-        if groups[-1] and nbytes + size > partition_bytes:
-            groups.append([])
-            nbytes = 0
-        groups[-1].append(g)
-        nbytes += size
-    return [tuple(g) for g in groups]

@@ -48,6 +48,7 @@ __all__ = [
     "paused_gc",
     "read_local",
     "row_group_splits",
+    "split_sizes",
     "tail_runs",
 ]
 
@@ -280,10 +281,15 @@ def _runs_from_statistics(meta: Any, schema: Any, series: str) -> tuple[np.ndarr
 
 def row_group_splits(meta: Any, partition_bytes: int) -> list[tuple[int, ...]]:
     """Row groups of a file cut into consecutive partitions of at most ``partition_bytes`` uncompressed bytes."""
+    return split_sizes([meta.row_group(g).total_byte_size for g in range(meta.num_row_groups)], partition_bytes)
+
+
+def split_sizes(group_bytes: list[int], partition_bytes: int) -> list[tuple[int, ...]]:
+    """Row groups of ``group_bytes`` bytes each cut into consecutive partitions of at most ``partition_bytes``
+    (a row group larger than that is a partition of its own)."""
     groups: list[list[int]] = [[]]
     nbytes = 0
-    for g in range(meta.num_row_groups):
-        size = meta.row_group(g).total_byte_size
+    for g, size in enumerate(group_bytes):
         if groups[-1] and nbytes + size > partition_bytes:
             groups.append([])
             nbytes = 0
