@@ -18,7 +18,7 @@ import dask_windows as dw
 from dask_windows.normalize import load_stats
 from dask_windows.sources.manifest import MANIFEST_NAME
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(os.path.dirname(__file__))))
 CLUSTER = ["--workers", "1", "--no-progress"]
 
 
