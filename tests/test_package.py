@@ -405,7 +405,9 @@ def test_tests_are_laid_out_like_the_package():
     package = os.path.join(REPO, "dask_windows")
     folders = {d for d in os.listdir(tests) if os.path.isdir(os.path.join(tests, d)) and not d.startswith((".", "_"))}
     subpackages = {d for d in os.listdir(package) if os.path.isfile(os.path.join(package, d, "__init__.py"))}
-    assert folders <= subpackages, f"test folders that are no sub-package of dask_windows: {sorted(folders - subpackages)}"
+    assert folders <= subpackages, (
+        f"test folders that are no sub-package of dask_windows: {sorted(folders - subpackages)}"
+    )
     at_top = {n for n in os.listdir(tests) if n.startswith("test_") and n.endswith(".py")}
     assert at_top <= ROOT_TESTS, (
         f"move {sorted(at_top - ROOT_TESTS)} into tests/<sub-package>/ (the package folder of the module "
