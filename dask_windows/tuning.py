@@ -17,6 +17,7 @@ __all__ = [
     "BLOCK_BATCHES",
     "BUFFER_BYTES",
     "CACHE_KEEP_SECONDS",
+    "CONVERT_DECODED_RATIO",
     "CONVERT_SPAN",
     "CORRUPT_PROBES",
     "DEFAULT_PARTITION_BYTES",
@@ -69,6 +70,11 @@ __all__ = [
 
 #: ``window + horizon`` the chunks of the spread layout overlap for when convert gets no ``--window``.
 CONVERT_SPAN = 128
+#: An output file holds at most this many times ``--partition-size`` of decoded (in-memory) rows.
+#: ``--partition-size`` counts compressed bytes on disk; data that compresses 50x (constant or
+#: zero channels) would otherwise make a file, and the sort of its rows, 50x that in a worker's
+#: memory (a 348 MB worker was restarted until the task failed), and every loader buffer too.
+CONVERT_DECODED_RATIO = 4
 #: Chunks per file the spread layout aims for: the strata each file samples, so a few files mix
 #: like the whole dataset.
 TARGET_CHUNKS_PER_FILE = 512

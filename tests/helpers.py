@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -126,3 +128,39 @@ def threads_started_here(prefix: str = "dask-windows") -> list[threading.Thread]
     """The threads named ``prefix...`` that the running test started (not, say, a read pool kept by an
     earlier file's dataset, which ends on its own schedule)."""
     return [t for t in threading.enumerate() if t.name.startswith(prefix) and t not in EARLIER_THREADS]
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def cli(*args: str, expect: int = 0, process: bool = False) -> subprocess.CompletedProcess:
+    """``dask-windows ARGS``: in this process through ``main`` (a subprocess costs an interpreter
+    and its imports, about 5 CPU-s), or as the console entry point in a subprocess with
+    ``process=True`` (the ``converted`` fixture and the version check do)."""
+    if not process:
+        import contextlib
+        import io
+
+        from dask_windows.cli import main
+
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse's usage errors and --version
+                code = exc.code or 0
+        done = subprocess.CompletedProcess(["dask-windows", *args], code, out.getvalue(), err.getvalue())
+        assert done.returncode == expect, done.stderr
+        return done
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([REPO, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    done = subprocess.run(
+        [sys.executable, "-m", "dask_windows.cli", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == expect, done.stderr
+    return done

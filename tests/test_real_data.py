@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from test_cli import cli  # the console entry point as a subprocess
+from helpers import cli  # the dask-windows command (in this process)
 
 import dask_windows as dw
 from dask_windows.checks import SeriesOrderWarning

@@ -75,6 +75,7 @@ from dask_windows.cli.safety import MARKER as _MARKER
 from dask_windows.cli.safety import check_output, remove_leftovers
 from dask_windows.cli.scratch import _write_files
 from dask_windows.errors import ConfigError, DataError, SchemaError
+from dask_windows.tuning import CONVERT_DECODED_RATIO
 from dask_windows.sources.manifest import read_manifest, write_manifest
 
 # FORMATS, list_inputs and read_inputs live in readers.py; still importable from here
@@ -242,7 +243,13 @@ def convert(
             series,
             time,
             compression,
-            meta={"rows": "i8", "null_time": "i8", "bytes_per_row": "f8", "bytes_per_file": "f8"},
+            meta={
+                "rows": "i8",
+                "null_time": "i8",
+                "bytes_per_row": "f8",
+                "bytes_per_file": "f8",
+                "decoded_per_row": "f8",
+            },
         ),
     )
     rows_in = int(profile["rows"].sum())
@@ -265,6 +272,10 @@ def convert(
     bytes_per_row = float(np.nanmax(np.append(profile["bytes_per_row"].to_numpy(), 1.0)))
     bytes_per_file = float(np.nan_to_num(profile["bytes_per_file"].iloc[0]))
     target_rows = max(1, int((target_bytes - min(bytes_per_file, target_bytes / 2)) / bytes_per_row))
+    # and at most CONVERT_DECODED_RATIO x partition_size in memory: a file of data that compresses
+    # well would otherwise be many times its size in the worker sorting it and in every loader buffer
+    decoded_per_row = float(np.nanmax(np.append(profile["decoded_per_row"].to_numpy(), 1.0)))
+    target_rows = max(1, min(target_rows, int(CONVERT_DECODED_RATIO * target_bytes / decoded_per_row)))
     keys = counts.index
     first_file, num_pieces = plan_files(counts.to_numpy(), target_rows)
     num_files = int(first_file[-1] + num_pieces[-1]) if len(keys) else 0

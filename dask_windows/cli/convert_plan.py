@@ -67,15 +67,17 @@ def _parquet_bytes(df: pd.DataFrame, compression: str) -> int:
 
 
 def _profile(df: pd.DataFrame, series: str, time: str, compression: str, partition_info=None) -> pd.DataFrame:
-    """Rows and null times; for the first partition also Parquet bytes per row and per file.
+    """Rows and null times; for the first partition also Parquet bytes per row and per file, and
+    decoded (in-memory) bytes per row.
 
     The sample is sorted like the output, which compresses better than raw
     input. Bytes per row are the marginal cost (the size of a sample minus
     that of its first half), so a file's footer and headers do not inflate them.
     """
-    per_row = per_file = np.nan
+    per_row = per_file = decoded = np.nan
     if partition_info is not None and partition_info["number"] == 0 and len(df):
         sample = df.iloc[:50_000]
+        decoded = float(sample.memory_usage(index=False, deep=True).sum()) / len(sample)
         try:
             sample = sample.sort_values([series, time], kind="stable")
         except TypeError:  # unorderable values: reported with a remedy after this pass
@@ -93,6 +95,7 @@ def _profile(df: pd.DataFrame, series: str, time: str, compression: str, partiti
             "null_time": [int(df[time].isna().sum())],
             "bytes_per_row": [per_row],
             "bytes_per_file": [per_file],
+            "decoded_per_row": [decoded],
         }
     )
 

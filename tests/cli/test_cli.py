@@ -13,6 +13,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import cli
 
 import dask_windows as dw
 from dask_windows.normalize import load_stats
@@ -34,39 +35,6 @@ def run_main(capsys, *args: str, expect: int = 0) -> str:
     err = capsys.readouterr().err
     assert code == expect, err
     return err
-
-
-def cli(*args: str, expect: int = 0, process: bool = False) -> subprocess.CompletedProcess:
-    """``dask-windows ARGS``: in this process through ``main`` (a subprocess costs an interpreter
-    and its imports, about 5 CPU-s), or as the console entry point in a subprocess with
-    ``process=True`` (the ``converted`` fixture and the version check do)."""
-    if not process:
-        import contextlib
-        import io
-
-        from dask_windows.cli import main
-
-        out, err = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = main(list(args))
-            except SystemExit as exc:  # argparse's usage errors and --version
-                code = exc.code or 0
-        done = subprocess.CompletedProcess(["dask-windows", *args], code, out.getvalue(), err.getvalue())
-        assert done.returncode == expect, done.stderr
-        return done
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([REPO, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    done = subprocess.run(
-        [sys.executable, "-m", "dask_windows.cli", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == expect, done.stderr
-    return done
 
 
 def frame(seed: int = 0, num_series: int = 6) -> pd.DataFrame:

@@ -107,6 +107,34 @@ def test_parquet_round_trip_is_exact_and_cut_at_series(tmp_path, size):
     assert not [n for n in os.listdir(tmp_path) if ".tmp-" in n]
 
 
+def test_files_of_data_that_compresses_well_hold_at_most_four_partition_sizes_in_memory(tmp_path):
+    """--partition-size counts bytes on disk; 40 zero channels compress about 100x, and a file of
+    them still holds at most CONVERT_DECODED_RATIO x partition_size of decoded rows."""
+    from dask_windows.tuning import CONVERT_DECODED_RATIO
+
+    n = 60_000
+    frame = pd.DataFrame({"sid": np.repeat(np.arange(3), n // 3), "ts": np.tile(np.arange(n // 3), 3)})
+    frame["x"] = np.random.default_rng(0).standard_normal(n)
+    for i in range(40):
+        frame[f"z{i}"] = np.float32(0)
+    frame.to_parquet(tmp_path / "in.parquet", index=False)
+    row_bytes = 8 + 8 + 8 + 40 * 4
+    report = convert(
+        [str(tmp_path / "in.parquet")],
+        str(tmp_path / "out"),
+        series="sid",
+        time="ts",
+        partition_size="64KB",
+        layout="contiguous",
+    )
+    manifest = check_manifest(str(tmp_path / "out"))
+    biggest = max(f["rows"] for f in manifest["files"])
+    assert biggest * row_bytes <= CONVERT_DECODED_RATIO * 64_000
+    assert max(f["bytes"] for f in manifest["files"]) < 64_000  # the disk target alone would allow far more rows
+    pd.testing.assert_frame_equal(read_back(str(tmp_path / "out")), frame, check_dtype=False)
+    assert report.rows_out == n
+
+
 def test_csv_npy_and_structured_npy(tmp_path):
     frame = shuffled_frame(seed=1, num_series=4, max_len=50).drop(columns=["c"])
     frame.to_csv(tmp_path / "in.csv", index=False)
@@ -298,7 +326,9 @@ def test_larger_than_memory_on_a_local_cluster(tmp_path):
     """A one-worker cluster whose memory limit is below the input size converts it, unharmed.
 
     The limit is the worker's idle footprint (imports) plus 180 MB, and the input is 10%
-    larger than the limit, so the input can never be held in the worker's memory.
+    larger than the limit, so the input can never be held in the worker's memory. The channels
+    hold random bytes: with zeros there (data that compresses 50x) the worker's memory stayed
+    above dask's pause threshold after its tasks and the conversion waited for good.
     """
     import shutil
 
