@@ -121,32 +121,89 @@ def loader(args: argparse.Namespace) -> None:
     print(json.dumps({k: float(np.median(v)) / base for k, v in figures.items()}))
 
 
-def fit_child(rows: int, series: int) -> None:
+def write_fit_data(folder: str, files: int, rows_per_file: int) -> list[str]:
+    """``files`` Parquet files of ``rows_per_file`` rows, ``raw_frame``'s columns (written with pyarrow: fast).
+
+    Each file holds its own ``rows_per_file // 20000`` hourly series (so the series, hence the
+    artifact, grow with the data), 2% of the values missing; files already there are kept."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    os.makedirs(folder, exist_ok=True)
+    series = max(1, rows_per_file // 20000)
+    per = rows_per_file // series
+    n = series * per
+    rng = np.random.default_rng(0)
+    hours = np.tile(np.arange(per, dtype=np.int64) * 3_600_000_000, series)  # (n,) microseconds from the start
+    start = np.datetime64("2020-01-01T00:00:00", "us").astype(np.int64)
+    stores = pa.array(np.repeat(np.array([f"store{i % 17}" for i in range(series)]), per))
+    family = pa.array(np.array(["food", "tools", "toys", "garden", "books"])[rng.integers(0, 5, n)])
+    paths = []
+    for k in range(files):
+        path = os.path.join(folder, f"part{k:05d}.parquet")
+        paths.append(path)
+        if os.path.exists(path):
+            continue
+        level = np.repeat(rng.uniform(10, 1000, series), per)
+        value = level * (1 + 0.1 * rng.standard_normal(n))
+        value[rng.random(n) < 0.02] = np.nan
+        table = pa.table({
+            "series": pa.array(np.repeat(np.arange(series) + k * series, per)),
+            "time": pa.array(start + hours, pa.timestamp("us", tz="Europe/Berlin")),
+            "value": pa.array(value, from_pandas=True),
+            "store": stores,
+            "family": family,
+        })  # fmt: skip
+        pq.write_table(table, path + ".tmp", row_group_size=1 << 17)
+        os.replace(path + ".tmp", path)
+    return paths
+
+
+def fit_child(files: list[str]) -> None:
+    import logging
+
     from dask_windows.workflow.fit import FitReport  # noqa: F401 (imported before the clock starts)
 
-    folder = tempfile.mkdtemp(prefix="bench_workflow_fit_")
-    per = rows // series
-    for k in range(0, series, max(1, series // 8)):  # about 8 files
-        part = raw_frame(min(max(1, series // 8), series - k), per, seed=k)
-        part["series"] += k
-        part.to_parquet(os.path.join(folder, f"part{k:05d}.parquet"), row_group_size=1 << 16, index=False)
-    wf = workflow().fit(folder)  # a LocalCluster of this machine, in this process
+    progress = logging.getLogger("dask_windows.workflow.fit")  # the fit's progress, on stderr
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("    %(asctime)s %(message)s", "%H:%M:%S"))
+    progress.addHandler(handler)
+    progress.setLevel(logging.INFO)
+    progress.propagate = False
+    wf = workflow().fit(files)  # a LocalCluster of this machine, in this process
     r = wf.fit_report
-    print(json.dumps({"rows": r.rows, "partitions": r.partitions, "seconds": r.seconds, "peak": r.peak_rss_bytes}))
+    artifact = os.path.join(tempfile.mkdtemp(prefix="bench_workflow_fit_"), "wf.json")
+    wf.save(artifact)
+    print(json.dumps({"rows": r.rows, "partitions": r.partitions, "seconds": r.seconds, "peak": r.peak_rss_bytes,
+                      "series": len(wf.series_keys or []), "artifact": os.path.getsize(artifact)}))  # fmt: skip
 
 
 def fits(args: argparse.Namespace) -> None:
-    print("fit (LocalCluster of this machine, a fresh process per size):")
-    for rows in args.fit_rows:
-        series = max(8, rows // 20000)
+    sizes = sorted(args.fit_rows)
+    per_file = min(1_000_000, sizes[0])
+    if any(rows % per_file for rows in sizes):
+        raise SystemExit(f"--fit-rows {sizes}: each a multiple of the smallest (or of 1,000,000)")
+    folder = args.fit_data or tempfile.mkdtemp(prefix="bench_workflow_fit_")
+    began = time.perf_counter()
+    paths = write_fit_data(folder, sizes[-1] // per_file, per_file)
+    print(f"fit data: {len(paths)} files of {per_file:,} rows in {folder} ({time.perf_counter() - began:.0f} s to "
+          "write); a LocalCluster of this machine (1 worker process-less, 2 threads), a fresh process per size:")  # fmt: skip
+    previous = None
+    for rows in sizes:
         out = subprocess.run(
-            [sys.executable, __file__, "--fit-child", str(rows), str(series)], capture_output=True, text=True,
-            env=dict(os.environ, PYTHONPATH=REPO), check=True,
+            [sys.executable, __file__, "--fit-child", *paths[: rows // per_file]], stdout=subprocess.PIPE,
+            text=True, env=dict(os.environ, PYTHONPATH=REPO), check=True,
         )  # fmt: skip
         doc = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"  {doc['rows']:>12,} rows {series:>6} series {doc['partitions']:>4} partitions  "
-              f"{doc['seconds']:>7.2f} s  {doc['rows'] / doc['seconds']:>12,.0f} rows/s  "
-              f"peak RSS {doc['peak'] / 2**20:>8,.0f} MiB")  # fmt: skip
+        line = (f"  {doc['rows']:>12,} rows {doc['series']:>6,} series {doc['partitions']:>4} partitions  "
+                f"{doc['seconds']:>8.1f} s  {doc['rows'] / doc['seconds']:>10,.0f} rows/s  "
+                f"peak RSS {doc['peak'] / 2**20:>7,.0f} MiB  artifact {doc['artifact'] / 1024:>8,.1f} KiB")  # fmt: skip
+        if previous is not None:
+            x = doc["rows"] / previous["rows"]
+            line += (f"  | x{x:g} rows: time x{doc['seconds'] / previous['seconds']:.2f}, "
+                     f"peak x{doc['peak'] / previous['peak']:.2f}, artifact x{doc['artifact'] / previous['artifact']:.2f}")  # fmt: skip
+        print(line, flush=True)
+        previous = doc
 
 
 def main() -> None:
@@ -158,10 +215,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--fit-rows", type=int, nargs="*", default=[20000, 200000, 2000000])
     parser.add_argument("--skip-loader", action="store_true")
-    parser.add_argument("--fit-child", type=int, nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--fit-data", default=None, help="folder of the fit's Parquet files (kept; default: a temp one)"
+    )
+    parser.add_argument("--fit-child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.fit_child:
-        fit_child(*args.fit_child)
+        fit_child(args.fit_child)
         return
     if not args.skip_loader:
         loader(args)

@@ -17,8 +17,9 @@ collation, ``DevicePrefetcher`` and the framework adapters carry it as they are)
     series        (B,)      int64     series code (position in ``Workflow.series_keys``), when asked
     index         (B,)      int64     global start row of the window, when asked
 
-Gathering stays one strided gather of float32 channels per batch (the series code rides as
-one more channel, read at the window's first row); this module slices and casts. ``past_cont``
+Gathering stays one strided gather of float32 channels per batch, and the targets' (the series
+code rides as the last target column, read at the window's last row or first horizon row: the
+same series); this module slices and casts. ``past_cont``
 and ``target`` are views of the gathered arrays (strided, not contiguous: ``.contiguous()``
 before ``.view``); the categorical codes are cast to int64, a copy of their channels, into
 arrays of a small pool reused once the caller drops a batch (a fresh 2 MiB array per batch
@@ -126,24 +127,25 @@ class Emitter:
         return out
 
     def named_batch(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None, torch: Any) -> dict:
-        p, c, k, t, h = self.lookback, self.num_cont, self.num_cat, self.num_target, self.horizon
+        p, c, t, h = self.lookback, self.num_cont, self.num_target, self.horizon
+        assert y is not None  # (the series code is the last target: ``apply.bind``)
         b = len(x)
-        code = x[:, c + k, p].astype(np.int64)  # (B,) series code at each window's first row
+        code = (y[:, -1, 0] if h else y[:, -1]).astype(np.int64)  # (B,) series code of each window
         batch = {
             "past_cont": torch.from_numpy(x[:, :c, p:]),  # a view of the gathered batch: no second copy
             "past_cat": torch.from_numpy(self.codes(x)),
             "static_cont": torch.from_numpy(self.static_cont[code]),
             "static_cat": torch.from_numpy(self.static_cat[code]),
         }
-        if y is not None and h:
-            known = y[:, t:]  # (B, F + G, H)
+        if h:
+            known = y[:, t:-1]  # (B, F + G, H)
             future_cont = known[:, self.future_cont]  # (fancy indexing: contiguous copies)
             future_cat = known[:, self.future_cat].astype(np.int64)
         else:
-            future_cont, future_cat = np.zeros((b, 0, h), np.float32), np.zeros((b, 0, h), np.int64)
+            future_cont, future_cat = np.zeros((b, 0, 0), np.float32), np.zeros((b, 0, 0), np.int64)
         batch["future_cont"] = torch.from_numpy(future_cont)
         batch["future_cat"] = torch.from_numpy(future_cat)
-        target = np.zeros((b, t, h) if h else (b, t), np.float32) if y is None else y[:, :t]
+        target = y[:, :t]
         loc, scale = np.zeros((b, t), np.float32), np.ones((b, t), np.float32)
         for j, table in enumerate(self.scales):
             if table is not None:
