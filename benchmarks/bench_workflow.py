@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+sys.path.insert(0, os.environ.get("BENCH_WORKFLOW_PACKAGE", REPO))  # (--before: another commit's package)
 
 
 def raw_frame(series: int, rows: int, seed: int = 0) -> pd.DataFrame:
@@ -78,9 +78,53 @@ def rate(ds) -> float:
     return windows / seconds
 
 
-def loader(args: argparse.Namespace) -> None:
-    from dask_windows import WindowDataset
+LOADERS = {  # name -> what a child process opens (``loader_child``)
+    "stored channels (no workflow)": "stored",
+    "workflow (tuple)": "tuple",
+    "workflow (tuple), int categories": "ints",
+    "workflow (named batch)": "named",
+}
 
+
+def loader_child(kind: str, folder: str, profile: bool) -> None:
+    """One loader's windows/s over one epoch, printed as JSON (``--profile``: cProfile of this thread on stderr)."""
+    from dask_windows import WindowDataset
+    from dask_windows.workflow import Workflow
+
+    with open(os.path.join(folder, "settings.json")) as f:
+        settings = json.load(f)
+    common, channels = settings["common"], settings["channels"]
+    raw, ready, coded = (os.path.join(folder, name) for name in ("raw", "ready", "coded"))
+    if kind == "stored":
+        ds = WindowDataset(ready, features=channels, series="series", **common)
+    elif kind == "ints":
+        ds = WindowDataset(coded, workflow=Workflow.load(os.path.join(folder, "wf_ints.json")), **common)
+    else:
+        wf = Workflow.load(os.path.join(folder, "wf.json"))
+        ds = WindowDataset(raw, workflow=wf.named() if kind == "named" else wf, **common)
+    if not profile:
+        print(json.dumps({"rate": rate(ds)}))
+        return
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    value = rate(ds)
+    prof.disable()
+    pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(12)
+    print(json.dumps({"rate": value}))
+
+
+def export(ref: str) -> str:
+    """The package as commit ``ref`` holds it, in a temporary folder (for ``--before``)."""
+    where = tempfile.mkdtemp(prefix="bench_workflow_before_")
+    archive = subprocess.run(["git", "-C", REPO, "archive", ref, "dask_windows"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", where], input=archive.stdout, check=True)
+    return where
+
+
+def loader(args: argparse.Namespace) -> None:
     folder = tempfile.mkdtemp(prefix="bench_workflow_")
     frame = raw_frame(args.series, args.rows_per_series)
     raw, ready, coded = (os.path.join(folder, name) for name in ("raw", "ready", "coded"))
@@ -93,31 +137,36 @@ def loader(args: argparse.Namespace) -> None:
         frame.iloc[at : at + per_file].to_parquet(os.path.join(raw, f"part{k:03d}.parquet"), index=False)
         ints.iloc[at : at + per_file].to_parquet(os.path.join(coded, f"part{k:03d}.parquet"), index=False)
     wf = workflow().fit(raw, scheduler="threads")
-    wf_ints = workflow().fit(coded, scheduler="threads")
+    workflow().fit(coded, scheduler="threads").save(os.path.join(folder, "wf_ints.json"))
+    wf.save(os.path.join(folder, "wf.json"))
     channels = [*wf.continuous, *wf.categorical]
     stored = wf.transform_frame(frame[wf.inputs])[channels].astype(np.float32).assign(series=frame["series"])
     for k, at in enumerate(range(0, len(frame), per_file)):
         stored.iloc[at : at + per_file].to_parquet(os.path.join(ready, f"part{k:03d}.parquet"), index=False)
     common = dict(window=512, stride=1, batch_size=256, seed=0, next_pass_seconds=0,
                   pieces_per_partition=args.pieces)  # fmt: skip
-    runs = {
-        "stored channels (no workflow)": lambda: WindowDataset(ready, features=channels, series="series", **common),
-        "workflow (tuple)": lambda: WindowDataset(raw, workflow=wf, **common),
-        "workflow (tuple), int categories": lambda: WindowDataset(coded, workflow=wf_ints, **common),
-        "workflow (named batch)": lambda: WindowDataset(raw, workflow=wf.named(), **common),
-    }
+    with open(os.path.join(folder, "settings.json"), "w") as f:
+        json.dump({"common": common, "channels": channels}, f)
+    runs = {name: (kind, REPO) for name, kind in LOADERS.items()}
+    if args.before:  # the named batch as commit REF made it, in the same run
+        runs[f"workflow (named batch) at {args.before}"] = ("named", export(args.before))
     figures: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(args.rounds):
-        for name, make in runs.items():
-            figures[name].append(rate(make()))
+    for _ in range(args.rounds):  # the loaders alternated, each in a fresh process
+        for name, (kind, package) in runs.items():
+            profile = "profile" if args.profile == kind and package == REPO else "plain"
+            command = [sys.executable, __file__, "--loader-child", kind, folder, profile]
+            out = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True,
+                                 env=dict(os.environ, PYTHONPATH=package, BENCH_WORKFLOW_PACKAGE=package))  # fmt: skip
+            figures[name].append(json.loads(out.stdout.strip().splitlines()[-1])["rate"])
     base = float(np.median(figures["stored channels (no workflow)"]))
     rows = len(frame)
     print(f"loader: {args.series} series x {args.rows_per_series:,} rows = {rows:,} rows, {len(channels)} channels, "
           f"{args.files} files, pieces_per_partition={args.pieces or 'default'}, stride 1, B=256, L=512, "
-          f"one epoch x {args.rounds} rounds (median)")  # fmt: skip
+          f"one epoch x {args.rounds} rounds (median), each loader in a fresh process")  # fmt: skip
     for name, values in figures.items():
         med = float(np.median(values))
-        print(f"  {name:<32} {med:>12,.0f} windows/s   ratio {med / base:.3f}")
+        print(f"  {name:<44} {med:>12,.0f} windows/s   ratio {med / base:.3f}   "
+              f"(rounds: {', '.join(f'{v / base:.3f}' for v in values)})")  # fmt: skip
     print(json.dumps({k: float(np.median(v)) / base for k, v in figures.items()}))
 
 
@@ -215,6 +264,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--fit-rows", type=int, nargs="*", default=[20000, 200000, 2000000])
     parser.add_argument("--skip-loader", action="store_true")
+    parser.add_argument("--before", metavar="REF", help="also the named batch as git commit REF made it, same run")
+    parser.add_argument("--profile", choices=sorted(set(LOADERS.values())),
+                        help="cProfile this loader's consuming thread (on stderr)")  # fmt: skip
+    parser.add_argument("--loader-child", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument(
         "--fit-data", default=None, help="folder of the fit's Parquet files (kept; default: a temp one)"
     )
@@ -222,6 +275,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.fit_child:
         fit_child(args.fit_child)
+        return
+    if args.loader_child:
+        kind, folder, profile = args.loader_child
+        loader_child(kind, folder, profile == "profile")
         return
     if not args.skip_loader:
         loader(args)

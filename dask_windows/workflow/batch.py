@@ -90,9 +90,10 @@ class Emitter:
         self.scales = [_scale_table(op, col, n) for op, col in zip(self.normalizers, wf.target)]
         self._pool: OutputPool | None = None  # the past_cat arrays (made where batches are emitted)
         self._lock = threading.Lock()
+        self._zero_size: dict[int, dict] = {}  # batch size -> the fields without values (``_fixed``)
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_pool": None, "_lock": None}  # a worker makes its own
+        return {**self.__dict__, "_pool": None, "_lock": None, "_zero_size": {}}  # a worker makes its own
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -119,6 +120,8 @@ class Emitter:
         """``(B, K, L)`` int64 categorical codes of a gathered ``x``, in an array of the pool."""
         p, c, k = self.lookback, self.num_cont, self.num_cat
         shape = (len(x), k, x.shape[2] - p)
+        if not k:
+            return np.zeros(shape, np.int64)
         with self._lock:  # two passes of one dataset may emit on two threads
             if self._pool is None:
                 self._pool = OutputPool()
@@ -126,26 +129,59 @@ class Emitter:
         np.copyto(out, x[:, c : c + k, p:], casting="unsafe")  # codes are small integers: exact in float32
         return out
 
+    def _fixed(self, b: int, torch: Any) -> dict:
+        """The fields of a batch of ``b`` windows that hold no value (no statics, no horizon, no target...),
+        made once per batch size: zero-size tensors, so sharing them between batches shares nothing."""
+        found = self._zero_size.get(b)
+        if found is None:
+            t, h, s, q = self.num_target, self.horizon, self.static_cont.shape[1], self.static_cat.shape[1]
+            shapes = {
+                "static_cont": ((b, 0), np.float32, not s),
+                "static_cat": ((b, 0), np.int64, not q),
+                "future_cont": ((b, 0, h), np.float32, not (h and self.future_cont)),
+                "future_cat": ((b, 0, h), np.int64, not (h and self.future_cat)),
+                "target": (((b, 0, h) if h else (b, 0)), np.float32, not t),
+                "target_loc": ((b, 0), np.float32, not t),
+                "target_scale": ((b, 0), np.float32, not t),
+            }
+            found = {
+                k: torch.from_numpy(np.zeros(shape, dtype)) for k, (shape, dtype, empty) in shapes.items() if empty
+            }
+            self._zero_size[b] = found
+        return found
+
     def named_batch(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None, torch: Any) -> dict:
         p, c, t, h = self.lookback, self.num_cont, self.num_target, self.horizon
         assert y is not None  # (the series code is the last target: ``apply.bind``)
         b = len(x)
         code = (y[:, -1, 0] if h else y[:, -1]).astype(np.int64)  # (B,) series code of each window
-        batch = {
-            "past_cont": torch.from_numpy(x[:, :c, p:]),  # a view of the gathered batch: no second copy
-            "past_cat": torch.from_numpy(self.codes(x)),
-            "static_cont": torch.from_numpy(self.static_cont[code]),
-            "static_cat": torch.from_numpy(self.static_cat[code]),
-        }
-        if h:
-            known = y[:, t:-1]  # (B, F + G, H)
-            future_cont = known[:, self.future_cont]  # (fancy indexing: contiguous copies)
-            future_cat = known[:, self.future_cat].astype(np.int64)
+        # Each numpy call below that copies (fancy indexing, a large cast) lets go of the GIL, and getting it back
+        # waits for the reader threads (the workflow's operations): fields without values are made once (_fixed).
+        fixed = self._fixed(b, torch)
+        batch = {"past_cont": torch.from_numpy(x[:, :c, p:])}  # a view of the gathered batch: no second copy
+        batch["past_cat"] = torch.from_numpy(self.codes(x))
+        for key, table in (("static_cont", self.static_cont), ("static_cat", self.static_cat)):
+            batch[key] = fixed[key] if key in fixed else torch.from_numpy(table[code])
+        known = y[:, t:-1]  # (B, F + G, H)
+        for key, at in (("future_cont", self.future_cont), ("future_cat", self.future_cat)):
+            if key in fixed:
+                batch[key] = fixed[key]
+            else:
+                values = known[:, at]  # (fancy indexing: a contiguous copy)
+                batch[key] = torch.from_numpy(values if key == "future_cont" else values.astype(np.int64))
+        if t:
+            self._targets(batch, y[:, :t], code, torch)
         else:
-            future_cont, future_cat = np.zeros((b, 0, 0), np.float32), np.zeros((b, 0, 0), np.int64)
-        batch["future_cont"] = torch.from_numpy(future_cont)
-        batch["future_cat"] = torch.from_numpy(future_cat)
-        target = y[:, :t]
+            batch.update(target=fixed["target"], target_loc=fixed["target_loc"], target_scale=fixed["target_scale"])
+        if self.named is not None and self.named.series_id:
+            batch["series"] = torch.from_numpy(code)
+        if self.named is not None and self.named.index and rows is not None:
+            batch["index"] = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64))
+        return batch
+
+    def _targets(self, batch: dict, target: np.ndarray, code: np.ndarray, torch: Any) -> None:
+        """``target``, ``target_loc`` and ``target_scale`` of ``batch`` (``target``: ``(B, T[, H])``)."""
+        b, t, h = len(target), self.num_target, self.horizon
         loc, scale = np.zeros((b, t), np.float32), np.ones((b, t), np.float32)
         for j, table in enumerate(self.scales):
             if table is not None:
@@ -157,11 +193,6 @@ class Emitter:
             loc, scale = np.zeros_like(loc), np.ones_like(scale)
         batch["target"] = torch.from_numpy(np.asarray(target, np.float32))
         batch["target_loc"], batch["target_scale"] = torch.from_numpy(loc), torch.from_numpy(scale)
-        if self.named is not None and self.named.series_id:
-            batch["series"] = torch.from_numpy(code)
-        if self.named is not None and self.named.index and rows is not None:
-            batch["index"] = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64))
-        return batch
 
 
 def _scale_table(op: Any, column: str, num_series: int) -> np.ndarray | None:
