@@ -5,16 +5,24 @@ value with 2% missing, two string categories, a zoned timestamp) is read through
 fill + per-series normalise + 2 categoricals + 4 time features (7 channels). The baseline is the
 same 7 channels computed once and stored as float32 columns (what a rewritten copy would hold),
 read without a workflow: the ratio is the workflow's cost alone, measured in this run, the
-loaders alternated (``--rounds``), each timed over one epoch from its first batch. The named
-batch (``wf.named()``) is measured too, and the workflow on a copy whose two categories are
-stored as integers (what reading strings into Python objects costs the first).
+loaders alternated (``--rounds``), each in a fresh process timed over one epoch from its first
+batch. The named batch (``wf.named()``) is measured too, and the workflow on a copy whose two
+categories are stored as integers (what reading strings into Python objects costs the first).
+``--before REF...`` adds the named batch as other git commits make it (their package exported
+with ``git archive``), in the same run; ``--profile KIND`` prints a cProfile of that loader's
+consuming thread.
 
-Fit: ``Workflow.fit`` on a LocalCluster of this machine at three sizes 10x apart
-(``--fit-rows``, largest modest on a shared machine), each in a fresh process: seconds, rows/s,
-and peak resident memory of the process (the in-process cluster's workers included).
+Fit: ``Workflow.fit`` on a LocalCluster of this machine (the default: one in-process worker of 2
+threads) at sizes 10x apart (``--fit-rows``), each in a fresh process, on files of up to 1M rows
+written with pyarrow (``--fit-data DIR`` keeps them for the next run; each file its own series,
+so the series grow with the rows): seconds, rows/s, the peak resident memory of the process (the
+client and its in-process workers), the artifact's size, and each one's growth against the
+previous size. The fit's progress goes to stderr.
 
     python benchmarks/bench_workflow.py [--series 64] [--rows-per-series 20000] [--files 8] [--rounds 1]
-        [--fit-rows 20000 200000 2000000]
+        [--before REF ...] [--profile named] [--fit-rows 20000 200000 2000000] [--fit-data DIR] [--skip-loader]
+    python benchmarks/bench_workflow.py --series 16 --rows-per-series 10000 --files 4 --rounds 3 --before 0eaecb2 --fit-rows
+    python benchmarks/bench_workflow.py --skip-loader --fit-rows 1000000 10000000 100000000 --fit-data /tmp/fit
 """
 
 from __future__ import annotations
@@ -148,8 +156,8 @@ def loader(args: argparse.Namespace) -> None:
     with open(os.path.join(folder, "settings.json"), "w") as f:
         json.dump({"common": common, "channels": channels}, f)
     runs = {name: (kind, REPO) for name, kind in LOADERS.items()}
-    if args.before:  # the named batch as commit REF made it, in the same run
-        runs[f"workflow (named batch) at {args.before}"] = ("named", export(args.before))
+    for ref in args.before or ():  # the named batch as commit REF made it, in the same run
+        runs[f"workflow (named batch) at {ref}"] = ("named", export(ref))
     figures: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(args.rounds):  # the loaders alternated, each in a fresh process
         for name, (kind, package) in runs.items():
@@ -264,7 +272,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--fit-rows", type=int, nargs="*", default=[20000, 200000, 2000000])
     parser.add_argument("--skip-loader", action="store_true")
-    parser.add_argument("--before", metavar="REF", help="also the named batch as git commit REF made it, same run")
+    parser.add_argument("--before", metavar="REF", nargs="+", help="also the named batch as git commits REF made it")
     parser.add_argument("--profile", choices=sorted(set(LOADERS.values())),
                         help="cProfile this loader's consuming thread (on stderr)")  # fmt: skip
     parser.add_argument("--loader-child", nargs=3, help=argparse.SUPPRESS)
