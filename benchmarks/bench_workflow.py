@@ -71,18 +71,23 @@ def workflow():
     )  # fmt: skip
 
 
-def rate(ds) -> float:
-    """Windows per second over one epoch, from its first batch (the first buffer's wait left out)."""
+def rate(ds, cpu: list | None = None) -> float:
+    """Windows per second over one epoch, from its first batch (the first buffer's wait left out).
+
+    ``cpu``: gets the windows per second of this process's CPU time (all its threads) over the same
+    span, a figure that other jobs on a shared machine move much less than the wall clock."""
     it = iter(ds)
     first = next(it)
     windows = 0
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     for batch in it:
         windows += len(
             batch[0] if isinstance(batch, tuple) else batch["past_cont"] if isinstance(batch, dict) else batch
         )
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - start_cpu
     del it, first
+    if cpu is not None:
+        cpu.append(windows / cpu_seconds)
     return windows / seconds
 
 
@@ -110,18 +115,19 @@ def loader_child(kind: str, folder: str, profile: bool) -> None:
     else:
         wf = Workflow.load(os.path.join(folder, "wf.json"))
         ds = WindowDataset(raw, workflow=wf.named() if kind == "named" else wf, **common)
+    cpu: list[float] = []
     if not profile:
-        print(json.dumps({"rate": rate(ds)}))
+        print(json.dumps({"rate": rate(ds, cpu), "cpu": cpu[0]}))
         return
     import cProfile
     import pstats
 
     prof = cProfile.Profile()
     prof.enable()
-    value = rate(ds)
+    value = rate(ds, cpu)
     prof.disable()
     pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(12)
-    print(json.dumps({"rate": value}))
+    print(json.dumps({"rate": value, "cpu": cpu[0]}))
 
 
 def export(ref: str) -> str:
@@ -159,23 +165,30 @@ def loader(args: argparse.Namespace) -> None:
     for ref in args.before or ():  # the named batch as commit REF made it, in the same run
         runs[f"workflow (named batch) at {ref}"] = ("named", export(ref))
     figures: dict[str, list[float]] = {name: [] for name in runs}
+    per_cpu: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(args.rounds):  # the loaders alternated, each in a fresh process
         for name, (kind, package) in runs.items():
             profile = "profile" if args.profile == kind and package == REPO else "plain"
             command = [sys.executable, __file__, "--loader-child", kind, folder, profile]
             out = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True,
                                  env=dict(os.environ, PYTHONPATH=package, BENCH_WORKFLOW_PACKAGE=package))  # fmt: skip
-            figures[name].append(json.loads(out.stdout.strip().splitlines()[-1])["rate"])
+            doc = json.loads(out.stdout.strip().splitlines()[-1])
+            figures[name].append(doc["rate"])
+            per_cpu[name].append(doc["cpu"])
     base = float(np.median(figures["stored channels (no workflow)"]))
+    base_cpu = float(np.median(per_cpu["stored channels (no workflow)"]))
     rows = len(frame)
     print(f"loader: {args.series} series x {args.rows_per_series:,} rows = {rows:,} rows, {len(channels)} channels, "
           f"{args.files} files, pieces_per_partition={args.pieces or 'default'}, stride 1, B=256, L=512, "
           f"one epoch x {args.rounds} rounds (median), each loader in a fresh process")  # fmt: skip
     for name, values in figures.items():
         med = float(np.median(values))
-        print(f"  {name:<44} {med:>12,.0f} windows/s   ratio {med / base:.3f}   "
-              f"(rounds: {', '.join(f'{v / base:.3f}' for v in values)})")  # fmt: skip
+        cpu = float(np.median(per_cpu[name]))
+        print(f"  {name:<44} {med:>9,.0f} windows/s  ratio {med / base:.3f} "
+              f"(rounds {', '.join(f'{v / base:.3f}' for v in values)})  "
+              f"{cpu:>9,.0f} windows/CPU-s  ratio {cpu / base_cpu:.3f}")  # fmt: skip
     print(json.dumps({k: float(np.median(v)) / base for k, v in figures.items()}))
+    print(json.dumps({k: float(np.median(v)) / base_cpu for k, v in per_cpu.items()}))
 
 
 def write_fit_data(folder: str, files: int, rows_per_file: int) -> list[str]:
