@@ -106,3 +106,12 @@ def test_per_series_target_scales_and_the_global_ones_of_an_unseen_series(co2, s
         np.testing.assert_allclose(got["target"][:, 0], units, rtol=1e-6)
     back = invert_target(torch.from_numpy(got["target"]), {k: torch.from_numpy(v) for k, v in got.items()})
     np.testing.assert_allclose(back.numpy()[:, 0], units, rtol=1e-6)
+
+
+@pytest.mark.parametrize("named", [False, True])
+def test_device_mode_is_refused_saying_what_to_do(co2, named):
+    path, df = co2
+    wf = Workflow([], series="decade", continuous=["co2"]).fit(df, scheduler="sync")
+    with pytest.raises(ValueError, match=r"device='cpu' cannot be combined yet.*Pass device=None and move the batches "
+                       r"with dw\.DevicePrefetcher\(DataLoader\(ds, batch_size=None, pin_memory=True\), device\)"):  # fmt: skip
+        WindowDataset(path, workflow=wf.named() if named else wf, window=4, device="cpu")
