@@ -187,3 +187,13 @@ def test_tuple_members_whose_lookbacks_differ_mix_by_the_window_they_yield(co2):
         mixture = dw.mix({"a": a, "b": b}, windows_per_epoch=100, batch_size=25)
     x, y, index = next(iter(mixture))
     assert x.shape == (25, 4, WINDOW)
+
+
+def test_two_ranks_take_equal_disjoint_slices_of_the_named_epoch(co2):
+    root, _, wf = co2
+    kw = dict(windows_per_epoch=PER_EPOCH, batch_size=BATCH, return_source=True)
+    whole = joined(list(dw.mix(members(root, wf), WEIGHTS, **kw)))
+    ranks = [joined(list(dw.mix(members(root, wf), WEIGHTS, rank=r, world_size=2, **kw))) for r in range(2)]
+    assert len(ranks[0]["index"]) == len(ranks[1]["index"]) == PER_EPOCH // 2
+    for key in whole:  # rank 0 the first half of the epoch, rank 1 the second, field by field
+        np.testing.assert_array_equal(np.concatenate([ranks[0][key], ranks[1][key]]), whole[key], err_msg=key)
