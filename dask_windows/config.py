@@ -247,9 +247,11 @@ def resolve(keywords: Mapping[str, Any], open_source: Callable[[ReadConfig, Any]
         window, return_index = chosen["window"], chosen["return_index"]
         if device is not None:  # the device path cuts batches without the workflow's step
             raise ConfigError(
-                f"workflow= and device={given['device']!r} cannot be combined yet: the workflow's look-back rows "
-                "and named batches are made on the host; pass device=None (and move batches with "
-                "dw.DevicePrefetcher)"
+                f"workflow= and device={given['device']!r} cannot be combined yet: the workflow's operations, its "
+                "look-back rows and named batches are made on the host, and device mode cuts batches on the device "
+                "without them. Pass device=None and move the batches with "
+                "dw.DevicePrefetcher(DataLoader(ds, batch_size=None, pin_memory=True), device) (it moves named "
+                "batches too, overlapping the copy with compute on CUDA); see docs/workflows.md"
             )
     if features is None and isinstance(source, ArraySource):
         features = source.column_names()

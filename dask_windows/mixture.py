@@ -78,20 +78,22 @@ def mix(
     return Mixture(members, weights, **options)
 
 
-def member_windows(member: WindowDataset, epoch: int, lo: int, hi: int) -> Iterator[tuple]:
-    """Windows ``[lo, hi)`` of ``member``'s epoch ``epoch`` read as one reader (no ``drop_last``), in chunks."""
+def member_windows(member: WindowDataset, epoch: int, lo: int, hi: int, names: list | None = None) -> Iterator[tuple]:
+    """Windows ``[lo, hi)`` of ``member``'s epoch ``epoch`` read as one reader (no ``drop_last``), in chunks.
+
+    ``names``: filled with the keys of named batches (whose values are yielded); ``None``: they raise."""
     view = copy.copy(member)
     view.spec = dataclasses.replace(member.spec, drop_last=False)
-    return reader_windows(view, epoch, World(), lo, hi)
+    return reader_windows(view, epoch, World(), lo, hi, names)
 
 
-def _stream(member: WindowDataset, start: int, stop: int) -> Iterator[tuple]:
+def _stream(member: WindowDataset, start: int, stop: int, names: list | None = None) -> Iterator[tuple]:
     """Positions ``[start, stop)`` of a member's endless stream of epochs laid end to end."""
     per_epoch = member.num_windows
     while start < stop:
         epoch, offset = divmod(start, per_epoch)
         end = min(stop, (epoch + 1) * per_epoch)
-        yield from member_windows(member, epoch, offset, end - epoch * per_epoch)
+        yield from member_windows(member, epoch, offset, end - epoch * per_epoch, names)
         start = end
 
 
@@ -109,13 +111,19 @@ class Mixture(PassProtocol, IterableDataset):
             the members' ``num_windows``.
         batch_size: Windows per batch; default: the first member's.
         drop_last: Leave out this rank's final partial batch.
-        return_source: Append each window's member number (int64 ``(B,)``, index in ``names``).
+        return_source: Append each window's member number (int64 ``(B,)``, index in ``names``; named
+            batches get it as ``"source"``).
         rank: This process's rank; default from ``torch.distributed``, else 0.
         world_size: Number of ranks; default from ``torch.distributed``, else 1.
+
+    Members yielding named batches (``workflow=wf.named()``) give named batches, each field
+    assembled from the members' fields; every member must yield the same fields, dtypes, shapes
+    and columns (``workflow.mixing``).
 
     Attributes:
         names: Member names, in the order of the source labels.
         counts: ``(M,)`` windows of each member in every epoch.
+        keys: The keys of the named batches, or ``None`` (tuples).
     """
 
     def __init__(
@@ -138,7 +146,13 @@ class Mixture(PassProtocol, IterableDataset):
         for name, member in zip(self.names, self.members):
             if not isinstance(member, WindowDataset):
                 raise TypeError(f"member {name!r} is a {type(member).__name__}; mix WindowDataset objects")
-        _check_shapes(self.names, self.members)
+        self.keys: list[str] | None = None
+        if any(getattr(m, "_workflow", None) is not None for m in self.members):
+            from dask_windows.workflow.mixing import named_keys
+
+            self.keys = named_keys(self.names, self.members)  # named batches: fields checked there
+        if self.keys is None:
+            _check_shapes(self.names, self.members)
         sizes = np.array([m.num_windows for m in self.members], dtype=np.int64)
         w = sizes.astype(np.float64) if weights is None else _weights(weights, self.names)
         total = int(sizes.sum()) if windows_per_epoch is None else check_int("windows_per_epoch", windows_per_epoch, 1)
@@ -198,8 +212,9 @@ class Mixture(PassProtocol, IterableDataset):
     def _chunks(self, epoch: int, lo: int, hi: int) -> Iterator[tuple]:
         """Positions ``[lo, hi)`` of ``epoch`` in batches of ``batch_size``, as tuples of tensors."""
         first, last = prefix_counts(self.counts, lo), prefix_counts(self.counts, hi)
+        names: list | None = None if self.keys is None else []  # (filled with the keys self.keys already holds)
         streams = [
-            Chunks(_stream(member, epoch * int(n) + int(a), epoch * int(n) + int(b)))
+            Chunks(_stream(member, epoch * int(n) + int(a), epoch * int(n) + int(b), names))
             for member, n, a, b in zip(self.members, self.counts, first, last)
         ]
         try:
@@ -213,7 +228,13 @@ class Mixture(PassProtocol, IterableDataset):
     def _batches(self, epoch: int, lo: int, hi: int) -> Iterator[Any]:
         for batch in self._chunks(epoch, lo, hi):
             self._resumer.step()  # counted before the consumer gets it, as WindowDataset does
-            yield batch[0] if len(batch) == 1 else batch
+            yield self._yielded(batch)
+
+    def _yielded(self, batch: tuple) -> Any:
+        """A batch's tensors as yielded: the named batch, the tuple, or the one tensor."""
+        if self.keys is not None:
+            return dict(zip([*self.keys, "source"] if self.return_source else self.keys, batch))
+        return batch[0] if len(batch) == 1 else batch
 
     def _recut(self, epoch: int, ranges: list[tuple[int, int]], sizes: tuple[int, ...]) -> Iterator[Any]:
         stream = Chunks(batch for lo, hi in ranges for batch in self._chunks(epoch, lo, hi))
@@ -221,7 +242,7 @@ class Mixture(PassProtocol, IterableDataset):
             for size in sizes:
                 batch = stream.take(size)
                 self._resumer.step()
-                yield batch[0] if len(batch) == 1 else batch
+                yield self._yielded(batch)
         finally:
             stream.close()
             self._resumer.end_elastic(epoch)
@@ -275,7 +296,7 @@ def _check_shapes(names: list[str], members: list[WindowDataset]) -> None:
     first = members[0].spec
     for name, member in zip(names[1:], members[1:]):
         s = member.spec
-        differ = [k for k in SHAPE_SETTINGS if getattr(s, k) != getattr(first, k)]
+        differ = [k for k in SHAPE_SETTINGS if _as_yielded(member, k) != _as_yielded(members[0], k)]
         if len(s.features) != len(first.features):
             differ.append("number of features")
         if bool(s.targets) != bool(first.targets) or len(s.targets) != len(first.targets):
@@ -287,3 +308,11 @@ def _check_shapes(names: list[str], members: list[WindowDataset]) -> None:
                 f"member {name!r} differs from {names[0]!r} in {differ}: a mixture's batches need one shape; "
                 "open every member with the same window, horizon, layout, return_index, device and channel counts"
             )
+
+
+def _as_yielded(member: WindowDataset, setting: str) -> Any:
+    """A shape setting of ``member`` as its batches show it (a workflow reads ``lookback`` rows more than it yields)."""
+    value = getattr(member.spec, setting)
+    if setting == "window":
+        value -= getattr(getattr(member, "_workflow", None), "lookback", 0)
+    return value

@@ -32,7 +32,7 @@ def reader_windows(ds: Any, epoch: int, reader: World, lo: int, hi: int, names: 
         lo: First window of the stream wanted.
         hi: One past the last.
         names: Filled with the keys of named batches (a workflow's), whose values are yielded;
-            ``None``: named batches raise (mixtures take tuples).
+            ``None``: named batches raise (the caller takes tuples only).
 
     Yields:
         Tuples of tensors (features, then targets and start rows as ``ds`` yields them).
@@ -49,7 +49,9 @@ def reader_windows(ds: Any, epoch: int, reader: World, lo: int, hi: int, names: 
         for batch in batches:
             if isinstance(batch, dict):  # a workflow's named batch: its values, in key order
                 if names is None:
-                    raise TypeError("named batches (workflow=wf.named()) cannot be mixed; use the tuple (workflow=wf)")
+                    raise TypeError(
+                        "named batches (workflow=wf.named()) reached a reader of tuples; use the tuple (workflow=wf)"
+                    )
                 names[:] = list(batch)
                 batch = tuple(batch.values())
             parts = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)

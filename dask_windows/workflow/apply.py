@@ -164,8 +164,10 @@ def bind(workflow: Any, source: Any, **settings: Any) -> tuple[Emitter, Workflow
             raise ConfigError("a named batch is (B, C, L): use layout='NCL'")
         if wf.known and not horizon:
             raise ConfigError(f"known={list(wf.known)} are yielded over the horizon: pass horizon > 0")
-        features = [*wf.continuous, *wf.categorical, SERIES_CODE]
-        targets = [*wf.target, *(wf.known if horizon else ())]
+        # The series code rides last among the targets: one value per window at horizon 0 (``H`` with a
+        # horizon), where as a feature channel it would be gathered ``L`` times (1/8 more of the gather at 7 channels).
+        features = [*wf.continuous, *wf.categorical] or [SERIES_CODE]  # (a feature channel is needed)
+        targets = [*wf.target, *(wf.known if horizon else ()), SERIES_CODE]
     else:
         features = list(features) if features is not None else [*wf.continuous, *wf.categorical]
         targets = list(targets) if targets is not None else list(wf.target)

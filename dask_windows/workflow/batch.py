@@ -17,19 +17,26 @@ collation, ``DevicePrefetcher`` and the framework adapters carry it as they are)
     series        (B,)      int64     series code (position in ``Workflow.series_keys``), when asked
     index         (B,)      int64     global start row of the window, when asked
 
-Gathering stays one strided gather of float32 channels per batch (the series code rides as
-one more channel, read at the window's first row); this module slices and casts. ``past_cont``
+Gathering stays one strided gather of float32 channels per batch, and the targets' (the series
+code rides as the last target column, read at the window's last row or first horizon row: the
+same series); this module slices and casts. ``past_cont``
 and ``target`` are views of the gathered arrays (strided, not contiguous: ``.contiguous()``
-before ``.view``); the categorical codes are cast to int64, a copy of their channels.
+before ``.view``); the categorical codes are cast to int64, a copy of their channels, into
+arrays of a small pool reused once the caller drops a batch (a fresh 2 MiB array per batch
+at B=256, L=512, K=2 cost more in page faults than the cast itself). Everything that does not
+depend on the batch (slices, static and per-series scale tables, the empty fields) is worked
+out once when the dataset is opened.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from dask_windows.runtime.batch import OutputPool
 from dask_windows.workflow.core import Workflow
 
 __all__ = ["BATCH_KEYS", "SERIES_CODE", "Emitter", "NamedBatches", "invert_target"]
@@ -66,17 +73,31 @@ class Emitter:
     ) -> None:  # fmt: skip
         self.wf, self.named, self.lookback, self.layout = wf, named, lookback, layout
         self.horizon, self.has_y, self.return_index = horizon, has_y, return_index
+        n = len(wf.series_keys or [])
         st = wf.statics.state if wf.statics is not None else None
-        self.static_cont = np.asarray(st["numeric"], np.float32).T if st else np.zeros((0, 0), np.float32)  # (S, n)
-        self.static_cat = np.asarray(st["categorical"], np.int64).T if st else np.zeros((0, 0), np.int64)
-        if not st or not len(st["numeric"]):
-            self.static_cont = np.zeros((len(wf.series_keys or []), 0), np.float32)
-        if not st or not len(st["categorical"]):
-            self.static_cat = np.zeros((len(wf.series_keys or []), 0), np.int64)
+        self.static_cont = np.zeros((n, 0), np.float32)  # (series, S)
+        self.static_cat = np.zeros((n, 0), np.int64)  # (series, Q)
+        if st and len(st["numeric"]):
+            self.static_cont = np.ascontiguousarray(np.asarray(st["numeric"], np.float32).T)
+        if st and len(st["categorical"]):
+            self.static_cat = np.ascontiguousarray(np.asarray(st["categorical"], np.int64).T)
         cats = set(wf.categorical)
         self.future_cont = [i for i, c in enumerate(wf.known) if c not in cats]  # positions among known
         self.future_cat = [i for i, c in enumerate(wf.known) if c in cats]
         self.normalizers = [wf.normalizer(t) for t in wf.target]
+        self.num_cont, self.num_cat, self.num_target = len(wf.continuous), len(wf.categorical), len(wf.target)
+        # (series + 1, 2) loc and scale of each target by series code, the global row last (code -1: unseen)
+        self.scales = [_scale_table(op, col, n) for op, col in zip(self.normalizers, wf.target)]
+        self._pool: OutputPool | None = None  # the past_cat arrays (made where batches are emitted)
+        self._lock = threading.Lock()
+        self._zero_size: dict[int, dict] = {}  # batch size -> the fields without values (``_fixed``)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_pool": None, "_lock": None, "_zero_size": {}}  # a worker makes its own
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def __call__(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None) -> Any:
         import torch
@@ -95,35 +116,92 @@ class Emitter:
             return out[0] if len(out) == 1 else tuple(out)
         return self.named_batch(x, y, rows, torch)
 
+    def codes(self, x: np.ndarray) -> np.ndarray:
+        """``(B, K, L)`` int64 categorical codes of a gathered ``x``, in an array of the pool."""
+        p, c, k = self.lookback, self.num_cont, self.num_cat
+        shape = (len(x), k, x.shape[2] - p)
+        if not k:
+            return np.zeros(shape, np.int64)
+        with self._lock:  # two passes of one dataset may emit on two threads
+            if self._pool is None:
+                self._pool = OutputPool()
+            out = self._pool.take(shape, np.int64)
+        np.copyto(out, x[:, c : c + k, p:], casting="unsafe")  # codes are small integers: exact in float32
+        return out
+
+    def _fixed(self, b: int, torch: Any) -> dict:
+        """The fields of a batch of ``b`` windows that hold no value (no statics, no horizon, no target...),
+        made once per batch size: zero-size tensors, so sharing them between batches shares nothing."""
+        found = self._zero_size.get(b)
+        if found is None:
+            t, h, s, q = self.num_target, self.horizon, self.static_cont.shape[1], self.static_cat.shape[1]
+            shapes = {
+                "static_cont": ((b, 0), np.float32, not s),
+                "static_cat": ((b, 0), np.int64, not q),
+                "future_cont": ((b, 0, h), np.float32, not (h and self.future_cont)),
+                "future_cat": ((b, 0, h), np.int64, not (h and self.future_cat)),
+                "target": (((b, 0, h) if h else (b, 0)), np.float32, not t),
+                "target_loc": ((b, 0), np.float32, not t),
+                "target_scale": ((b, 0), np.float32, not t),
+            }
+            found = {
+                k: torch.from_numpy(np.zeros(shape, dtype)) for k, (shape, dtype, empty) in shapes.items() if empty
+            }
+            self._zero_size[b] = found
+        return found
+
     def named_batch(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None, torch: Any) -> dict:
-        wf, p = self.wf, self.lookback
-        c, k = len(wf.continuous), len(wf.categorical)
-        code = x[:, c + k, p].astype(np.int64)  # (B,) series code at each window's first row
-        batch = {
-            "past_cont": torch.from_numpy(x[:, :c, p:]),  # a view of the gathered batch: no second copy
-            "past_cat": torch.from_numpy(x[:, c : c + k, p:].astype(np.int64)),
-            "static_cont": torch.from_numpy(self.static_cont[code]),
-            "static_cat": torch.from_numpy(self.static_cat[code]),
-        }
-        b, t = len(x), len(wf.target)
-        h = self.horizon
-        shape = (b, 0, h)
-        target = np.zeros((b, t, h) if h else (b, t), np.float32) if y is None else y[:, :t]
-        known = y[:, t:] if y is not None and h else np.zeros(shape, np.float32)
-        batch["future_cont"] = torch.from_numpy(np.ascontiguousarray(known[:, self.future_cont]))
-        batch["future_cat"] = torch.from_numpy(known[:, self.future_cat].astype(np.int64))
-        loc, scale = np.zeros((b, t), np.float32), np.ones((b, t), np.float32)
-        for j, op in enumerate(self.normalizers):
-            if op is not None:
-                a, s = op.loc_scale(wf.target[j], code if op.per_series else None)
-                loc[:, j], scale[:, j] = a, s
-        if not (self.named and self.named.scale_target):
-            target = target * (scale[..., None] if h else scale) + (loc[..., None] if h else loc)
-            loc, scale = np.zeros_like(loc), np.ones_like(scale)
-        batch["target"] = torch.from_numpy(np.asarray(target, np.float32))
-        batch["target_loc"], batch["target_scale"] = torch.from_numpy(loc), torch.from_numpy(scale)
+        p, c, t, h = self.lookback, self.num_cont, self.num_target, self.horizon
+        assert y is not None  # (the series code is the last target: ``apply.bind``)
+        b = len(x)
+        code = (y[:, -1, 0] if h else y[:, -1]).astype(np.int64)  # (B,) series code of each window
+        # Each numpy call below that copies (fancy indexing, a large cast) lets go of the GIL, and getting it back
+        # waits for the reader threads (the workflow's operations): fields without values are made once (_fixed).
+        fixed = self._fixed(b, torch)
+        batch = {"past_cont": torch.from_numpy(x[:, :c, p:])}  # a view of the gathered batch: no second copy
+        batch["past_cat"] = torch.from_numpy(self.codes(x))
+        for key, table in (("static_cont", self.static_cont), ("static_cat", self.static_cat)):
+            batch[key] = fixed[key] if key in fixed else torch.from_numpy(table[code])
+        known = y[:, t:-1]  # (B, F + G, H)
+        for key, at in (("future_cont", self.future_cont), ("future_cat", self.future_cat)):
+            if key in fixed:
+                batch[key] = fixed[key]
+            else:
+                values = known[:, at]  # (fancy indexing: a contiguous copy)
+                batch[key] = torch.from_numpy(values if key == "future_cont" else values.astype(np.int64))
+        if t:
+            self._targets(batch, y[:, :t], code, torch)
+        else:
+            batch.update(target=fixed["target"], target_loc=fixed["target_loc"], target_scale=fixed["target_scale"])
         if self.named is not None and self.named.series_id:
             batch["series"] = torch.from_numpy(code)
         if self.named is not None and self.named.index and rows is not None:
             batch["index"] = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64))
         return batch
+
+    def _targets(self, batch: dict, target: np.ndarray, code: np.ndarray, torch: Any) -> None:
+        """``target``, ``target_loc`` and ``target_scale`` of ``batch`` (``target``: ``(B, T[, H])``)."""
+        b, t, h = len(target), self.num_target, self.horizon
+        loc, scale = np.zeros((b, t), np.float32), np.ones((b, t), np.float32)
+        for j, table in enumerate(self.scales):
+            if table is not None:
+                if (code < 0).any() and self.normalizers[j].unseen == "raise":  # type: ignore[union-attr]
+                    self.normalizers[j].loc_scale(self.wf.target[j], code)  # type: ignore[union-attr]  # raises
+                loc[:, j], scale[:, j] = table[code].T
+        if not (self.named and self.named.scale_target):
+            target = target * (scale[..., None] if h else scale) + (loc[..., None] if h else loc)
+            loc, scale = np.zeros_like(loc), np.ones_like(scale)
+        batch["target"] = torch.from_numpy(np.asarray(target, np.float32))
+        batch["target_loc"], batch["target_scale"] = torch.from_numpy(loc), torch.from_numpy(scale)
+
+
+def _scale_table(op: Any, column: str, num_series: int) -> np.ndarray | None:
+    """``(series + 1, 2)`` float32 loc and scale of ``column`` per series code, the global ones last
+    (so code ``-1``, a series the fit did not see, takes them)."""
+    if op is None:
+        return None
+    glob = np.stack(op.loc_scale(column, None), axis=1)  # (1, 2)
+    if not op.per_series:
+        return np.repeat(glob, num_series + 1, axis=0).astype(np.float32)
+    per = np.stack(op.loc_scale(column, np.arange(num_series)), axis=1)  # (series, 2)
+    return np.concatenate([per, glob]).astype(np.float32)
