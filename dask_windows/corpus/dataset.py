@@ -372,6 +372,17 @@ class CorpusDataset(PassProtocol, IterableDataset):
             for m, c in zip(self.members, self.counts)
         }
 
+    def report(self, *, values: bool = False, epoch: int | None = None, world_size: int | None = None) -> dict:
+        """Per data set: what it holds, what is left out at open and what an epoch does not serve.
+
+        ``values=True`` reads the data once to count missing values and series served fully masked;
+        ``epoch`` and ``world_size`` (default: the dataset's) decide the division counted. See
+        ``corpus.report.corpus_report``; ``dask-windows inspect --corpus`` prints it.
+        """
+        from dask_windows.corpus.report import corpus_report
+
+        return corpus_report(self, values=values, epoch=epoch, world_size=world_size)
+
     def __repr__(self) -> str:
         shares = ", ".join(f"{n}={int(c):,}" for n, c in zip(self.names, self.counts))
         return f"CorpusDataset({shares}; batch_size={self.settings.batch_size})"
