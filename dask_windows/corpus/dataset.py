@@ -6,8 +6,9 @@ counts what is left out. Each epoch ``items.epoch_items`` orders the items of
 all data sets (exact per-data-set quotas), ``packing.pack`` packs them into
 sequences, ``planning.division`` gives this rank and worker its share,
 and ``batches.batches`` reads and fills them. Epochs, resume states and
-worker shares follow ``WindowDataset``'s pass protocol (``passes``), but for
-elastic resume.
+worker shares follow ``WindowDataset``'s pass protocol (``passes``), elastic
+resume included: the rest of an epoch's sequences re-divided by
+``planning.elastic`` between another number of ranks and workers.
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ from dask_windows.corpus.source import ListSource
 from dask_windows.corpus.work import EpochPlan, reader_work, split_to_context
 from dask_windows.errors import ConfigError
 from dask_windows.passes import PassProtocol
-from dask_windows.planning.division import batches_per_rank, reader_share
+from dask_windows.planning.division import batches_per_rank, reader_share, worker_batch_range
+from dask_windows.planning.elastic import batches_of_rest
 from dask_windows.planning.resume import check_int
 from dask_windows.planning.schedule import member_counts
+from dask_windows.planning.world import World
 
 __all__ = ["CorpusDataset", "CorpusSettings", "LeftOutSeriesWarning", "mix_corpora"]
 
@@ -239,9 +242,8 @@ class CorpusDataset(PassProtocol, IterableDataset):
         self.left_out = {m.name: m.left_out for m in members}
         self._init_passes(*world)  # epochs, ranks, resume state (see passes)
 
-    # -- the pass protocol (see passes): no elastic resume; the plan is rebuilt in each process ----
+    # -- the pass protocol (see passes); the plan is rebuilt in each process -----------------------
 
-    _elastic = False
     _process_local = ("_plan_cache",)
     _plan_cache: EpochPlan | None = None  # the latest epoch's plan (a pickled copy starts without)
 
@@ -304,6 +306,9 @@ class CorpusDataset(PassProtocol, IterableDataset):
         epoch, world = self._begin_pass()  # every DataLoader worker of this pass claims the same epoch
         num_sequences = self.num_sequences(epoch)
         s = self.settings
+        elastic = self._resumer.elastic_share(epoch, world, self._shape())
+        if elastic is not None:  # a state of another topology: this reader's part of the rest (planning.elastic)
+            return self._elastic_batches(epoch, world, num_sequences, *elastic)
         num_batches = batches_per_rank(num_sequences, world.world_size, s.batch_size, s.drop_last)
         reader, skip = self._resumer.begin(epoch, world, num_batches)
         share = reader_share(num_sequences, reader, s.batch_size, s.drop_last)
@@ -311,7 +316,32 @@ class CorpusDataset(PassProtocol, IterableDataset):
         first_batch = (lo - share.rank_start) // s.batch_size  # the rank's batch number
         return self._batches(epoch, lo, hi, first_batch)
 
-    def _batches(self, epoch: int, lo: int, hi: int, first_batch: int) -> Iterator[dict[str, torch.Tensor]]:
+    def _elastic_batches(
+        self, epoch: int, world: World, num_sequences: int, pieces: tuple, origin: tuple[int, int], sizes: tuple
+    ) -> Iterator[dict[str, torch.Tensor]]:
+        """The sequences of old readers' streams (``pieces``) this reader yields, in batches of ``sizes``."""
+        s = self.settings
+        runs = []
+        for r, w, a, b in pieces:  # (old rank, old worker, first, stop) of that old reader's sequences
+            start = reader_share(num_sequences, World(r, origin[0], w, origin[1]), s.batch_size, s.drop_last).lo
+            runs.append(np.arange(start + a, start + b, dtype=np.int64))
+        sequences = np.concatenate(runs) if runs else np.zeros(0, np.int64)
+        rest = self._resumer.elastic_pass["rest"]["pieces"] if self._resumer.elastic_pass else []
+        first_batch = worker_batch_range(
+            batches_of_rest(rest, world.world_size, s.batch_size), world.worker, world.num_workers
+        )[0]
+        return self._batches(epoch, 0, 0, first_batch, sequences, np.asarray(sizes, np.int64), elastic=True)
+
+    def _batches(
+        self,
+        epoch: int,
+        lo: int,
+        hi: int,
+        first_batch: int,
+        sequences: np.ndarray | None = None,
+        batch_rows: np.ndarray | None = None,
+        elastic: bool = False,
+    ) -> Iterator[dict[str, torch.Tensor]]:
         s = self.settings
         work = reader_work(
             self.plan(epoch),
@@ -322,6 +352,8 @@ class CorpusDataset(PassProtocol, IterableDataset):
             lo,
             hi,
             first_batch,
+            sequences,
+            batch_rows,
         )
         layout = Layout(
             s.patch_size,
@@ -338,6 +370,8 @@ class CorpusDataset(PassProtocol, IterableDataset):
                 yield {k: torch.from_numpy(v) for k, v in batch.items()}
         finally:
             arrays.close()  # the read-ahead thread is joined on an early break too
+            if elastic:
+                self._resumer.end_elastic(epoch)  # len() is the full epoch's again
 
     def _freq_ids_per_series(self) -> list[np.ndarray]:
         return [ids[m.source.freq_codes] for ids, m in zip(self._freq_ids, self.members)]
