@@ -83,6 +83,7 @@ class Layout:
     freq_ids: list[np.ndarray]  # per member: (S,) corpus-wide frequency id of each series
     lengths: list[np.ndarray]  # per member: (S,) steps of each series
     return_index: bool
+    planes: int = 0  # the padded view's channels (0: channels laid out along the sequence)
 
 
 def _runs(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -114,8 +115,9 @@ def _assemble(work: ReaderWork, b: int, parts: dict, layout: Layout, lo: int, hi
         if at.any():  # keys in the range whose partition this batch does not need may be dropped already
             base[at] = parts[part].starts[work.row_in_partition[sl][at]]
 
+    planes = layout.planes
     item, v = _runs(width)  # (pieces,): one piece per item and channel
-    t0 = offset[item] + v * n[item]  # its first token in the sequence
+    t0 = offset[item] if planes else offset[item] + v * n[item]  # its first token in the sequence
     count = (stop - start)[item]
     pad = n[item] * patch - count  # left padding inside its first patch
 
@@ -137,23 +139,25 @@ def _assemble(work: ReaderWork, b: int, parts: dict, layout: Layout, lo: int, hi
     freq_id[pos] = freq[e]
 
     owner, k = _runs(count)  # (steps,) every value served
-    dest = (row[item] * tokens + t0)[owner] * patch + pad[owner] + k
+    line = row[item] * max(planes, 1) + (v if planes else 0)  # (pieces,) the piece's row of tokens
+    dest = (line * tokens + t0)[owner] * patch + pad[owner] + k
     src = (base[item] + (first[item] + v) * length[item] + start[item])[owner] + k
-    target = np.zeros(rows * tokens * patch, np.float32)
+    target = np.zeros(rows * max(planes, 1) * tokens * patch, np.float32)
     step_key = key[item][owner]
     for kk in keys:
         at = step_key == kk
         if at.any():
             target[dest[at]] = parts[kk].values[src[at]]
-    real = np.zeros(rows * tokens * patch, bool)
+    real = np.zeros(len(target), bool)
     real[dest] = True
     observed = real & ~np.isnan(target)
     if layout.nan == "mask":
         target[~observed] = 0.0
     shape = (rows, tokens)
-    out = {
-        "target": target.reshape(rows, tokens, patch),
-        "observed_mask": observed.reshape(rows, tokens, patch),
+    values = (rows, planes, tokens, patch) if planes else (rows, tokens, patch)
+    out: dict[str, np.ndarray] = {
+        "target": target.reshape(values),
+        "observed_mask": observed.reshape(values),
         "sample_id": sample_id.reshape(shape),
         "variate_id": variate_id.reshape(shape),
         "time_id": time_id.reshape(shape),
@@ -161,6 +165,12 @@ def _assemble(work: ReaderWork, b: int, parts: dict, layout: Layout, lo: int, hi
         "dataset_id": dataset_id.reshape(shape),
         "freq_id": freq_id.reshape(shape),
     }
+    if planes:  # channels are planes: which of them each token's item has, instead of a variate id
+        owner, k = _runs(n[item])
+        channel_mask = np.zeros(rows * planes * tokens, bool)
+        channel_mask[(line * tokens + t0)[owner] + k] = True
+        out["channel_mask"] = channel_mask.reshape(rows, planes, tokens)
+        del out["variate_id"]
     if layout.return_index:
         owner, k = _runs(n[item])
         e = item[owner]

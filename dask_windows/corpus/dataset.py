@@ -54,6 +54,7 @@ class CorpusSettings:
     min_length: int = 1
     sequence_tokens: int | None = None
     channels: str = "independent"
+    max_channels: int | None = None
     pack: bool = True
     pack_window: int = 4096
     context_length: tuple[int, int] | None = None
@@ -77,13 +78,20 @@ class CorpusSettings:
         if check_int("max_length", self.max_length, 1) % p:
             raise ConfigError(f"max_length={self.max_length} must be a multiple of patch_size={p}")
         check_int("min_length", self.min_length, 1)
-        if self.tokens * p < self.max_length and self.channels == "independent":
+        if self.tokens * p < self.max_length and self.channels != "multivariate":
             raise ConfigError(
                 f"sequence_tokens={self.tokens} x patch_size={p} holds fewer steps than max_length={self.max_length}; "
                 "raise sequence_tokens or lower max_length"
             )
-        if self.channels not in ("independent", "multivariate"):
-            raise ConfigError(f"channels={self.channels!r} must be 'independent' or 'multivariate'")
+        if self.channels not in ("independent", "multivariate", "padded"):
+            raise ConfigError(f"channels={self.channels!r} must be 'independent', 'multivariate' or 'padded'")
+        if (self.channels == "padded") != (self.max_channels is not None):
+            raise ConfigError(
+                f"channels={self.channels!r} with max_channels={self.max_channels!r}: the padded view "
+                "(channels='padded') needs max_channels=, the channels of every item's planes; the others take none"
+            )
+        if self.max_channels is not None:
+            check_int("max_channels", self.max_channels, 1)
         if self.nan not in ("mask", "keep"):
             raise ConfigError(f"nan={self.nan!r} must be 'mask' (filled with 0, observed_mask 0) or 'keep'")
         for name in ("batch_size", "pack_window", "buffer_partitions"):
@@ -92,9 +100,10 @@ class CorpusSettings:
         check_int("read_ahead", self.read_ahead, 0)
         if self.context_length is not None:
             lo, hi = self.context_length
-            if self.channels != "independent":
+            if self.channels == "multivariate":
                 raise ConfigError(
-                    "context_length=(lo, hi) serves univariate items; pass channels='independent' with it"
+                    "context_length=(lo, hi) needs items whose channels share their tokens; pass "
+                    "channels='independent' or channels='padded' with it"
                 )
             if not (0 < lo <= hi <= self.max_length) or lo % p or hi % p:
                 raise ConfigError(
@@ -123,13 +132,17 @@ def _open_member(name: str, source: ListSource, settings: CorpusSettings) -> Mem
         max_length=settings.max_length,
         min_length=settings.min_length,
         budget=settings.tokens,
+        max_channels=settings.max_channels,
     )
     if left.series:
+        padded = settings.max_channels is not None
+        holds = f"max_channels={settings.max_channels}" if padded else f"sequence_tokens={settings.tokens} holds"
+        knob = "max_channels" if padded else "sequence_tokens"
         warnings.warn(
             f"{source.name}: {left.short:,} of {len(source.lengths):,} series are shorter than min_length="
             f"{settings.min_length} steps ({left.short_steps:,} observations) and {left.wide:,} have more channels "
-            f"than sequence_tokens={settings.tokens} holds ({left.wide_steps:,} observations): left out; "
-            "lower min_length (shorter series are served left-padded) or raise sequence_tokens",
+            f"than {holds} ({left.wide_steps:,} observations): left out; "
+            f"lower min_length (shorter series are served left-padded) or raise {knob}",
             LeftOutSeriesWarning,
             stacklevel=3,
         )
@@ -152,7 +165,10 @@ class CorpusDataset(PassProtocol, IterableDataset):
             open); shorter than ``max_length`` they are served left-padded.
         sequence_tokens: Tokens per sequence (default ``max_length // patch_size``).
         channels: ``"independent"``: each channel its own univariate item (``variate_id`` its channel);
-            ``"multivariate"``: one item of all channels (``budget // C`` tokens per channel).
+            ``"multivariate"``: one item of all channels laid out one after another (``budget // C`` tokens
+            per channel); ``"padded"``: one item of all channels side by side, each channel a plane of the
+            batch (``target`` ``(B, max_channels, S, P)``, ``channel_mask`` ``(B, max_channels, S)``).
+        max_channels: Planes of the padded view; series of more channels are left out (counted).
         pack: Pack items into sequences (``sample_id`` tells them apart); else one item per sequence.
         pack_window: Items packed together.
         context_length: ``(lo, hi)`` steps (multiples of ``patch_size``; channel-independent view), a length
@@ -277,7 +293,8 @@ class CorpusDataset(PassProtocol, IterableDataset):
         for m, mem in enumerate(self.members):
             at = member == m if len(self.members) > 1 else slice(None)
             unit[at], start[at], stop[at] = mem.units.locate(item[at])
-            tokens[at] = mem.units.width[unit[at]] * -(-(stop[at] - start[at]) // s.patch_size)
+            per_token = 1 if s.channels == "padded" else mem.units.width[unit[at]]  # padded: channels in planes
+            tokens[at] = per_token * -(-(stop[at] - start[at]) // s.patch_size)
         blocks = np.arange(0, len(item) + s.pack_window, s.pack_window).clip(max=len(item))
         if s.pack and s.context_length is not None:  # each block's samples at most its drawn length
             member, item, unit, start, stop, blocks = split_to_context(
@@ -362,6 +379,7 @@ class CorpusDataset(PassProtocol, IterableDataset):
             self._freq_ids_per_series(),
             [m.source.lengths for m in self.members],
             s.return_index,
+            s.max_channels or 0,
         )
         arrays = batches(work, self._read, layout, s.read_ahead)
         try:
@@ -389,7 +407,7 @@ class CorpusDataset(PassProtocol, IterableDataset):
             "files": [m.source.files for m in self.members],
             "series": [len(m.source.lengths) for m in self.members],
             "counts": [int(c) for c in self.counts],
-            "settings": repr(replace(s, read_ahead=0)),
+            "settings": repr(replace(s, read_ahead=0)).replace(", max_channels=None", ""),  # states saved before
         }
 
     def summary(self) -> dict:

@@ -8,9 +8,13 @@ first item holds what is left over), so every observation of a kept series is
 in exactly one item. Items are never listed: ``Units.first_item`` (cumulative
 item counts per unit) locates item ``k`` by bisection.
 
+In the padded multivariate view a series is one unit too, its channels side
+by side (planes of the batch, up to ``max_channels``), cut into items of
+``max_length`` steps as a univariate series is.
+
 A series shorter than ``min_length`` steps, with no channel, or with more
-channels than the token budget holds (multivariate view) is left out, and
-counted in ``LeftOut``.
+channels than the token budget holds (multivariate view) or than
+``max_channels`` (padded view) is left out, and counted in ``LeftOut``.
 
 The epoch order of one data set follows the loader's shuffle: its
 partitions in a per-epoch permutation, grouped into buffers of
@@ -96,6 +100,7 @@ def build_units(
     max_length: int,
     min_length: int,
     budget: int,
+    max_channels: int | None = None,
 ) -> tuple[Units, LeftOut]:
     """The units of a data set of series ``lengths`` x ``channels`` (see the module docstring).
 
@@ -108,6 +113,9 @@ def build_units(
         max_length: Most steps of one item (a multiple of ``patch``).
         min_length: Fewest steps of a series kept.
         budget: Tokens of one sequence: a multivariate item of ``C`` channels gets ``budget // C`` tokens per channel.
+        max_channels: The padded multivariate view (with ``independent=False``): an item of all a series'
+            channels, each in its own plane of the batch, items of ``max_length`` steps; series of more
+            channels are left out.
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     channels = np.asarray(channels, dtype=np.int64)
@@ -115,7 +123,7 @@ def build_units(
     if independent:
         wide = np.zeros(len(lengths), bool)
     else:
-        wide = ~short & (channels > budget)
+        wide = ~short & (channels > (budget if max_channels is None else max_channels))
     keep = ~(short | wide)
     left = LeftOut(
         int(short.sum()),
@@ -134,7 +142,10 @@ def build_units(
     else:
         channel = np.full(len(series), -1, np.int64)
         width = channels[series]
-        segment = np.minimum(max_length, (budget // np.maximum(width, 1)) * patch)
+        if max_channels is None:  # channels laid out one after another in the sequence
+            segment = np.minimum(max_length, (budget // np.maximum(width, 1)) * patch)
+        else:  # channels side by side, in planes
+            segment = np.full(len(series), max_length, np.int64)
     length = lengths[series]
     items = -(-length // segment)
     first_item = np.concatenate([[0], np.cumsum(items)]).astype(np.int64)

@@ -131,6 +131,7 @@ def reader_work(
         width[at] = own.width[u]
         partition[at] = np.searchsorted(firsts, series[at], side="right") - 1
     batch_tokens = np.full(nb, s.tokens, np.int64)
+    planes = s.channels == "padded"
     if s.context_length is not None and not s.pack:  # each batch's length drawn, the item's last steps kept
         c_lo, c_hi = s.context_length
         p = s.patch_size
@@ -139,9 +140,10 @@ def reader_work(
         ]
         batch_tokens = np.asarray(draws, np.int64).reshape(nb)
         steps = batch_tokens * p
-        start = np.maximum(start, stop - steps[batch] // width // s.patch_size * s.patch_size)
+        per_token = 1 if planes else width  # padded: the channels side by side share the tokens
+        start = np.maximum(start, stop - steps[batch] // per_token // s.patch_size * s.patch_size)
     tokens = -(-(stop - start) // s.patch_size)
-    used = width * tokens
+    used = tokens if planes else width * tokens
     if s.pack:  # items follow one another from the sequence's first token
         cum = np.cumsum(used) - used
         offset = cum - np.repeat(cum[before] if n else cum[:0], per_sequence)

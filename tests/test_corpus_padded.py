@@ -1,0 +1,114 @@
+"""The padded multivariate view (``channels="padded"``) on the real corpus, against a numpy oracle.
+
+Each item holds all its series' channels side by side, one plane of the batch each,
+up to ``max_channels``: ``target`` ``(B, C, S, P)``, ``channel_mask`` ``(B, C, S)``.
+The oracle reads the original arrays: every value and mask of every plane, the
+padding planes empty, each observation of each kept series exactly once per epoch,
+series of more channels left out and counted.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import dask_windows as dw
+from dask_windows.corpus import LeftOutSeriesWarning
+from dask_windows.errors import ConfigError
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+from _real_corpus import load_corpus, write_corpus
+
+PATCH, MAX_CHANNELS = 8, 4
+KW = dict(patch_size=PATCH, max_length=64, min_length=4, batch_size=4, pack_window=64, return_index=True)
+KW.update(channels="padded", max_channels=MAX_CHANNELS)
+NAMES = ["nile", "co2", "fertility", "grunfeld", "interest", "macrodata"]  # 1, 1, 1, 3, 4 and 12 channels
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    paths = write_corpus(str(tmp_path_factory.mktemp("padded")), "parquet", row_group_size=16, names=NAMES)
+    raw = load_corpus()
+    return paths, {n: [np.atleast_2d(v) for _, _, v in raw[n]] for n in NAMES}
+
+
+def _open(paths, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LeftOutSeriesWarning)
+        members = {n: dw.CorpusDataset(paths[n], **{**KW, **kw}) for n in NAMES}
+    return dw.mix(members)
+
+
+def _check(batches, raw, names, packed=True):
+    """Every token of every plane against the oracle; ``{(name, series): (C, T) times served}``."""
+    served: dict = {}
+    for b in (({k: v.numpy() for k, v in b.items()}) for b in batches):
+        rows, planes, tokens, patch = b["target"].shape
+        assert planes == MAX_CHANNELS and patch == PATCH and b["channel_mask"].shape == (rows, planes, tokens)
+        for i in range(rows):
+            ids = b["sample_id"][i]
+            for t in range(tokens):
+                if ids[t] == 0:  # padding: nothing in any plane
+                    assert not b["channel_mask"][i, :, t].any() and not b["observed_mask"][i, :, t].any()
+                    assert (b["target"][i, :, t] == 0).all()
+                    continue
+                name, s, first = names[b["dataset_id"][i, t]], int(b["series_id"][i, t]), int(b["step"][i, t])
+                values = raw[name][s]
+                channels = values.shape[0]
+                assert np.array_equal(b["channel_mask"][i, :, t], np.arange(planes) < channels)
+                count = served.setdefault((name, s), np.zeros(values.shape, np.int64))
+                steps = first + np.arange(patch)
+                inside = steps >= 0
+                for c in range(planes):
+                    expect = np.zeros(patch, np.float32)
+                    if c < channels:
+                        expect[inside] = values[c, steps[inside]]
+                        count[c, steps[inside]] += 1
+                    observed = inside & ~np.isnan(expect) & (c < channels)
+                    assert np.array_equal(b["observed_mask"][i, c, t], observed)
+                    assert np.array_equal(b["target"][i, c, t], np.where(observed, expect, 0).astype(np.float32))
+            if not packed:  # one item, right-aligned
+                assert set(np.unique(ids)) <= {0, 1} and ids[-1] == 1
+    return served
+
+
+def test_padded_view_every_observation_once_with_channel_masks(corpus):
+    paths, raw = corpus
+    ds = _open(paths)
+    assert ds.left_out["macrodata"].wide == 1 and ds.left_out["macrodata"].wide_steps == 12 * 203
+    ds.set_epoch(1)
+    batches = list(ds)
+    assert len(batches) == len(ds)
+    served = _check(batches, raw, ds.names)
+    for name, series in raw.items():
+        for s, values in enumerate(series):
+            if values.shape[0] > MAX_CHANNELS:
+                assert (name, s) not in served
+            else:
+                assert (served[(name, s)] == 1).all(), (name, s)
+    report = ds.report(world_size=1)["datasets"]["macrodata"]["left_out"]
+    assert report["wide_series"] == 1 and report["observations"] == 12 * 203
+
+
+def test_padded_view_unpacked_context_keeps_the_last_steps(corpus):
+    paths, raw = corpus
+    ds = _open(paths, pack=False, context_length=(16, 48))
+    ds.set_epoch(2)
+    batches = list(ds)
+    assert len({b["target"].shape[2] for b in batches}) > 1
+    served = _check(batches, raw, ds.names, packed=False)
+    assert all((c <= 1).all() for c in served.values())
+
+
+def test_padded_settings_are_checked(corpus):
+    paths, _ = corpus
+    with pytest.raises(ConfigError, match="needs max_channels="):
+        dw.CorpusDataset(paths["nile"], channels="padded")
+    with pytest.raises(ConfigError, match="needs max_channels="):
+        dw.CorpusDataset(paths["nile"], max_channels=3)
+    with pytest.warns(LeftOutSeriesWarning, match="more channels than max_channels=4"):
+        dw.CorpusDataset(paths["macrodata"], **KW)
