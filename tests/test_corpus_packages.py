@@ -4,9 +4,9 @@ pmdarima ships half-hourly demand, heart rate every half second, daily prices an
 (5 channels, 7,983 days), and monthly to yearly series; statsmodels adds many short
 yearly series with nulls and a 3-channel panel. All are read from files inside the
 packages (``examples/_real_corpus.py``; nothing downloaded), written as list-column
-Parquet and as a Hugging Face ``datasets`` folder, and mixed into one corpus. The
-oracle reads the original arrays: every token's values and masks, every observation
-exactly once per epoch, the same batches from both formats, and the report's counts.
+Parquet (``tests/test_corpus.py`` reads ``datasets`` folders) and mixed into one corpus.
+The oracle reads the original arrays: every token's values and masks, every
+observation exactly once per epoch, and the report's counts.
 Skipped when pmdarima is not installed.
 """
 
@@ -95,23 +95,3 @@ def test_two_packages_one_corpus_every_observation_once(corpus):
         assert report[name]["missing"]["missing_observations"] == missing
         assert report[name]["observations"] == sum(v.size for v in series)
     assert report["ausbeer"]["missing"]["series_with_missing"] == 1
-
-
-def test_datasets_folder_serves_the_same_batches(corpus):
-    pytest.importorskip("datasets")
-    root, paths, _ = corpus
-    names = ["msft", "taylor", "lynx", "fertility"]
-    folders = write_corpus(str(root / "hf"), "datasets", names=names)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", LeftOutSeriesWarning)
-        a = dw.mix({n: dw.CorpusDataset(paths[n], **KW) for n in names})
-        b = dw.mix({n: dw.CorpusDataset(folders[n], **KW) for n in names})
-    one, two = list(a), list(b)
-    assert len(one) == len(two) > 0
-    # row groups and record batches differ, so the order may: compare each item's tokens as a set
-    key = lambda bs: sorted(
-        (int(x["dataset_id"][i, t]), int(x["series_id"][i, t]), int(x["variate_id"][i, t]), int(x["step"][i, t]),
-         x["target"][i, t].numpy().tobytes())
-        for x in bs for i, t in zip(*np.nonzero(x["sample_id"].numpy() > 0))
-    )  # fmt: skip
-    assert key(one) == key(two)

@@ -32,7 +32,7 @@ NAMES = ["nile", "co2", "fertility", "grunfeld", "interest", "macrodata"]  # 1, 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     paths = write_corpus(str(tmp_path_factory.mktemp("padded")), "parquet", row_group_size=16, names=NAMES)
-    raw = load_corpus()
+    raw = load_corpus(NAMES)
     return paths, {n: [np.atleast_2d(v) for _, _, v in raw[n]] for n in NAMES}
 
 

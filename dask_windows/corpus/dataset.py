@@ -50,6 +50,7 @@ class CorpusSettings:
     """The settings every data set of one corpus shares (they decide a batch's shape)."""
 
     patch_size: int = 16
+    patch_sizes: tuple[tuple[str, int], ...] | None = None
     max_length: int = 512
     min_length: int = 1
     sequence_tokens: int | None = None
@@ -92,6 +93,14 @@ class CorpusSettings:
             )
         if self.max_channels is not None:
             check_int("max_channels", self.max_channels, 1)
+        for freq, size in self.patch_sizes or ():
+            if check_int(f"patch_sizes[{freq!r}]", size, 1) > p:
+                raise ConfigError(
+                    f"patch_sizes[{freq!r}]={size} is larger than patch_size={p}, the batch's patch width; "
+                    "raise patch_size to the largest patch size"
+                )
+        if self.patch_sizes and self.context_length is not None:
+            raise ConfigError("context_length=(lo, hi) with per-frequency patch_sizes is not supported; pass one")
         if self.nan not in ("mask", "keep"):
             raise ConfigError(f"nan={self.nan!r} must be 'mask' (filled with 0, observed_mask 0) or 'keep'")
         for name in ("batch_size", "pack_window", "buffer_partitions"):
@@ -122,13 +131,22 @@ class Member:
     left_out: LeftOut
 
 
+def _series_patch(source: ListSource, settings: CorpusSettings) -> int | np.ndarray:
+    """Steps per token of each series: its frequency's in ``patch_sizes``, else ``patch_size``."""
+    if not settings.patch_sizes:
+        return settings.patch_size
+    sizes = dict(settings.patch_sizes)
+    per_freq = np.array([sizes.get(f, settings.patch_size) for f in source.freqs], np.int64)
+    return per_freq[source.freq_codes] if len(per_freq) else settings.patch_size
+
+
 def _open_member(name: str, source: ListSource, settings: CorpusSettings) -> Member:
     units, left = build_units(
         source.lengths,
         source.channels,
         source.partition_series,
         independent=settings.channels == "independent",
-        patch=settings.patch_size,
+        patch=_series_patch(source, settings),
         max_length=settings.max_length,
         min_length=settings.min_length,
         budget=settings.tokens,
@@ -159,7 +177,11 @@ class CorpusDataset(PassProtocol, IterableDataset):
         storage_options: Passed to fsspec.
         name: The data set's name (default: where it lives).
         freqs: A fixed frequency vocabulary (``freq_id`` = position); default: order of first appearance.
-        patch_size: Steps per token.
+        patch_size: Steps per token, and the width of a batch's patches.
+        patch_sizes: ``{freq: steps per token}`` for the frequencies with a smaller patch (Moirai's
+            per-frequency patch sizes); the batch gains ``patch_size`` ``(B, S)``, and a token of patch ``p``
+            holds its values in the first ``p`` of the ``patch_size`` columns. An item holds at most
+            ``sequence_tokens`` tokens of its patch size (a longer series is cut into more items).
         max_length: Most steps of one item: a longer series is cut, from its end, into items of this many.
         min_length: Series shorter than this are left out (counted in ``left_out``, warned about at
             open); shorter than ``max_length`` they are served left-padded.
@@ -209,6 +231,8 @@ class CorpusDataset(PassProtocol, IterableDataset):
         **settings: Any,
     ) -> None:
         super().__init__()
+        if isinstance(settings.get("patch_sizes"), Mapping):  # kept as sorted pairs: the settings compare and hash
+            settings["patch_sizes"] = tuple(sorted((str(f), p) for f, p in settings["patch_sizes"].items()))
         try:
             self.settings = CorpusSettings(**settings)
         except TypeError as exc:
@@ -294,7 +318,7 @@ class CorpusDataset(PassProtocol, IterableDataset):
             at = member == m if len(self.members) > 1 else slice(None)
             unit[at], start[at], stop[at] = mem.units.locate(item[at])
             per_token = 1 if s.channels == "padded" else mem.units.width[unit[at]]  # padded: channels in planes
-            tokens[at] = per_token * -(-(stop[at] - start[at]) // s.patch_size)
+            tokens[at] = per_token * -(-(stop[at] - start[at]) // mem.units.patch[unit[at]])
         blocks = np.arange(0, len(item) + s.pack_window, s.pack_window).clip(max=len(item))
         if s.pack and s.context_length is not None:  # each block's samples at most its drawn length
             member, item, unit, start, stop, blocks = split_to_context(
@@ -374,12 +398,13 @@ class CorpusDataset(PassProtocol, IterableDataset):
         )
         layout = Layout(
             s.patch_size,
-            -(-s.prediction_length // s.patch_size),
+            s.prediction_length,
             s.nan,
             self._freq_ids_per_series(),
             [m.source.lengths for m in self.members],
             s.return_index,
             s.max_channels or 0,
+            bool(s.patch_sizes),
         )
         arrays = batches(work, self._read, layout, s.read_ahead)
         try:
@@ -407,7 +432,9 @@ class CorpusDataset(PassProtocol, IterableDataset):
             "files": [m.source.files for m in self.members],
             "series": [len(m.source.lengths) for m in self.members],
             "counts": [int(c) for c in self.counts],
-            "settings": repr(replace(s, read_ahead=0)).replace(", max_channels=None", ""),  # states saved before
+            "settings": repr(replace(s, read_ahead=0))  # states saved before these two settings still load
+            .replace(", max_channels=None", "")
+            .replace(", patch_sizes=None", ""),
         }
 
     def summary(self) -> dict:

@@ -75,6 +75,7 @@ class Units:
     first_item: np.ndarray
     partition_items: np.ndarray
     item_unit: np.ndarray  # (I,) unit of each item (O(items): the epoch's permutation is as large)
+    patch: np.ndarray  # (U,) steps per token of the unit (its frequency's patch size)
 
     @property
     def num_items(self) -> int:
@@ -96,7 +97,7 @@ def build_units(
     partition_series: np.ndarray,
     *,
     independent: bool,
-    patch: int,
+    patch: int | np.ndarray,
     max_length: int,
     min_length: int,
     budget: int,
@@ -109,7 +110,8 @@ def build_units(
         channels: ``(S,)`` channels of each series.
         partition_series: ``(P + 1,)`` first series of each partition.
         independent: One unit per channel (else one per series).
-        patch: Steps per token.
+        patch: Steps per token, or ``(S,)`` of each series (per-frequency patch sizes): an item holds at most
+            ``budget`` tokens of its patch size.
         max_length: Most steps of one item (a multiple of ``patch``).
         min_length: Fewest steps of a series kept.
         budget: Tokens of one sequence: a multivariate item of ``C`` channels gets ``budget // C`` tokens per channel.
@@ -131,6 +133,7 @@ def build_units(
         int(wide.sum()),
         int((lengths * channels)[wide].sum()),
     )
+    patches = np.broadcast_to(np.asarray(patch, dtype=np.int64), lengths.shape)
     kept = np.flatnonzero(keep)
     per = channels[kept] if independent else np.ones(len(kept), np.int64)  # units of each kept series
     series = np.repeat(kept, per)
@@ -138,14 +141,14 @@ def build_units(
         first = np.cumsum(per) - per
         channel = np.arange(len(series), dtype=np.int64) - np.repeat(first, per)
         width = np.ones(len(series), np.int64)
-        segment = np.full(len(series), max_length, np.int64)
+        segment = np.minimum(max_length, budget * patches[series])
     else:
         channel = np.full(len(series), -1, np.int64)
         width = channels[series]
         if max_channels is None:  # channels laid out one after another in the sequence
-            segment = np.minimum(max_length, (budget // np.maximum(width, 1)) * patch)
+            segment = np.minimum(max_length, (budget // np.maximum(width, 1)) * patches[series])
         else:  # channels side by side, in planes
-            segment = np.full(len(series), max_length, np.int64)
+            segment = np.minimum(max_length, budget * patches[series])
     length = lengths[series]
     items = -(-length // segment)
     first_item = np.concatenate([[0], np.cumsum(items)]).astype(np.int64)
@@ -153,7 +156,8 @@ def build_units(
     unit_of_partition = np.searchsorted(series, np.asarray(partition_series, dtype=np.int64), side="left")
     partition_items = first_item[unit_of_partition]
     item_unit = np.repeat(np.arange(len(series), dtype=np.int64), items)
-    return Units(series, channel, width, length, segment, first_item, partition_items, item_unit), left
+    units = Units(series, channel, width, length, segment, first_item, partition_items, item_unit, patches[series])
+    return units, left
 
 
 def member_order(units: Units, seed: int, member: int, epoch: int, shuffle: bool, buffer_partitions: int) -> np.ndarray:

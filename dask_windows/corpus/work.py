@@ -122,13 +122,14 @@ def reader_work(
     member = plan.member[entries]
     unit, start, stop = plan.unit[entries], plan.start[entries], plan.stop[entries]
     n = len(entries)
-    series, channel, width, partition = (np.zeros(n, np.int64) for _ in range(4))
+    series, channel, width, partition, patch = (np.zeros(n, np.int64) for _ in range(5))
     for m, (own, firsts) in enumerate(zip(units, partition_series)):
         at = member == m if len(units) > 1 else slice(None)
         u = unit[at]
         series[at] = own.series[u]
         channel[at] = np.maximum(own.channel[u], 0)
         width[at] = own.width[u]
+        patch[at] = own.patch[u]
         partition[at] = np.searchsorted(firsts, series[at], side="right") - 1
     batch_tokens = np.full(nb, s.tokens, np.int64)
     planes = s.channels == "padded"
@@ -142,7 +143,7 @@ def reader_work(
         steps = batch_tokens * p
         per_token = 1 if planes else width  # padded: the channels side by side share the tokens
         start = np.maximum(start, stop - steps[batch] // per_token // s.patch_size * s.patch_size)
-    tokens = -(-(stop - start) // s.patch_size)
+    tokens = -(-(stop - start) // patch)
     used = tokens if planes else width * tokens
     if s.pack:  # items follow one another from the sequence's first token
         cum = np.cumsum(used) - used
@@ -181,4 +182,5 @@ def reader_work(
         last_use,
         batch_tokens,
         batch_rows,
+        patch,
     )
