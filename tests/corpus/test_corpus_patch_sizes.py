@@ -19,7 +19,7 @@ import dask_windows as dw
 from dask_windows.corpus import LeftOutSeriesWarning
 from dask_windows.errors import ConfigError
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "..", "examples"))
 from _real_corpus import CORPUS_FREQS, load_corpus, write_corpus
 
 SIZES = {"Y": 4, "Q": 4, "M": 8}

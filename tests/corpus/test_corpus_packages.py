@@ -24,7 +24,7 @@ from dask_windows.corpus import LeftOutSeriesWarning
 
 pytest.importorskip("pmdarima")
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "..", "examples"))
 from _real_corpus import PACKAGE_FREQS, load_corpus, write_corpus
 
 NAMES = [*PACKAGE_FREQS, "fertility", "grunfeld"]

@@ -20,7 +20,7 @@ import dask_windows as dw
 from dask_windows.corpus import LeftOutSeriesWarning
 from dask_windows.errors import ConfigError
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "..", "examples"))
 from _real_corpus import load_corpus, write_corpus
 
 PATCH, MAX_CHANNELS = 8, 4
