@@ -134,18 +134,22 @@ def _assemble(work: ReaderWork, b: int, parts: dict, layout: Layout, lo: int, hi
     time_id = np.zeros(rows * tokens, np.int64)
     time_id[pos] = k
     prediction = np.zeros(rows * tokens, bool)
-    hidden = np.minimum(-(-layout.prediction_length // size[e]), n[e] - 1)
-    prediction[pos] = k >= n[e] - hidden
+    if layout.prediction_length:  # the last whole patches of each item, one of context kept
+        hidden = np.minimum(-(-layout.prediction_length // size[e]), n[e] - 1)
+        prediction[pos] = k >= n[e] - hidden
     dataset_id = np.full(rows * tokens, -1, np.int64)
     dataset_id[pos] = member[e]
     freq_id = np.full(rows * tokens, -1, np.int64)
     freq_id[pos] = freq[e]
 
     owner, k = _runs(count)  # (steps,) every value served
-    line = row[item] * max(planes, 1) + (v if planes else 0)  # (pieces,) the piece's row of tokens
-    q = pad[owner] + k  # (steps,) the value's place in its piece's tokens
-    p = size[item][owner]
-    dest = ((line * tokens + t0)[owner] + q // p) * patch + q % p
+    line = row[item] * planes + v if planes else row[item]  # (pieces,) the piece's row of tokens
+    if (size == patch).all():  # one patch size: a piece's values are contiguous
+        dest = (line * tokens + t0)[owner] * patch + pad[owner] + k
+    else:  # a token of patch p fills its first p columns
+        q = pad[owner] + k  # (steps,) the value's place in its piece's tokens
+        p = size[item][owner]
+        dest = ((line * tokens + t0)[owner] + q // p) * patch + q % p
     src = (base[item] + (first[item] + v) * length[item] + start[item])[owner] + k
     target = np.zeros(rows * max(planes, 1) * tokens * patch, np.float32)
     step_key = key[item][owner]

@@ -156,7 +156,8 @@ def build_units(
     unit_of_partition = np.searchsorted(series, np.asarray(partition_series, dtype=np.int64), side="left")
     partition_items = first_item[unit_of_partition]
     item_unit = np.repeat(np.arange(len(series), dtype=np.int64), items)
-    units = Units(series, channel, width, length, segment, first_item, partition_items, item_unit, patches[series])
+    unit_patch = patches[series] if np.ndim(patch) else np.broadcast_to(np.int64(patch), series.shape)  # no copy
+    units = Units(series, channel, width, length, segment, first_item, partition_items, item_unit, unit_patch)
     return units, left
 
 
