@@ -87,6 +87,7 @@ class Layout:
     return_index: bool
     planes: int = 0  # the padded view's channels (0: channels laid out along the sequence)
     patch_field: bool = False  # per-frequency patch sizes: a patch_size field in the batch
+    covariates: list[np.ndarray] | None = None  # per member: (planes,) whether each plane is a covariate
 
 
 def _runs(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -180,6 +181,12 @@ def _assemble(work: ReaderWork, b: int, parts: dict, layout: Layout, lo: int, hi
         channel_mask[(line * tokens + t0)[owner] + k] = True
         out["channel_mask"] = channel_mask.reshape(rows, planes, tokens)
         del out["variate_id"]
+        if layout.covariates is not None:  # the item's channels that are covariates (Chronos-2's extra rows)
+            at = (line * tokens + t0)[owner] + k
+            covariate_mask = np.zeros(rows * planes * tokens, bool)
+            is_covariate = np.stack(layout.covariates)[member[item], v]  # (pieces,)
+            covariate_mask[at] = is_covariate[owner]
+            out["covariate_mask"] = covariate_mask.reshape(rows, planes, tokens)
     if layout.patch_field:
         patch_size = np.zeros(rows * tokens, np.int64)
         patch_size[pos] = size[e]

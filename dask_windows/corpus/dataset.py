@@ -129,6 +129,7 @@ class Member:
     source: ListSource
     units: Units
     left_out: LeftOut
+    covariates: tuple[int, ...] = ()  # channels that are covariates (padded view)
 
 
 def _series_patch(source: ListSource, settings: CorpusSettings) -> int | np.ndarray:
@@ -138,6 +139,22 @@ def _series_patch(source: ListSource, settings: CorpusSettings) -> int | np.ndar
     sizes = dict(settings.patch_sizes)
     per_freq = np.array([sizes.get(f, settings.patch_size) for f in source.freqs], np.int64)
     return per_freq[source.freq_codes] if len(per_freq) else settings.patch_size
+
+
+def _check_covariates(covariates: Sequence[int] | None, settings: CorpusSettings) -> tuple[int, ...]:
+    """The covariate channels of a data set, checked against the padded view's planes."""
+    if not covariates:
+        return ()
+    if settings.max_channels is None:
+        raise ConfigError(
+            f"covariates={list(covariates)} mark channels of an item's planes; pass channels='padded' with them"
+        )
+    out = tuple(sorted({check_int("covariates[...]", c) for c in covariates}))
+    if out[-1] >= settings.max_channels:
+        raise ConfigError(
+            f"covariates={list(covariates)}: channel {out[-1]} is not below max_channels={settings.max_channels}"
+        )
+    return out
 
 
 def _open_member(name: str, source: ListSource, settings: CorpusSettings) -> Member:
@@ -191,6 +208,9 @@ class CorpusDataset(PassProtocol, IterableDataset):
             per channel); ``"padded"``: one item of all channels side by side, each channel a plane of the
             batch (``target`` ``(B, max_channels, S, P)``, ``channel_mask`` ``(B, max_channels, S)``).
         max_channels: Planes of the padded view; series of more channels are left out (counted).
+        covariates: Channels of this data set that are covariates (padded view): the batch gains
+            ``covariate_mask`` ``(B, max_channels, S)``, the planes of each token's item that are covariates
+            (Chronos-2's extra rows: known over the prediction window, where the other planes are the targets).
         pack: Pack items into sequences (``sample_id`` tells them apart); else one item per sequence.
         pack_window: Items packed together.
         context_length: ``(lo, hi)`` steps (multiples of ``patch_size``; channel-independent view), a length
@@ -226,6 +246,7 @@ class CorpusDataset(PassProtocol, IterableDataset):
         storage_options: dict | None = None,
         name: str | None = None,
         freqs: Sequence[str] | None = None,
+        covariates: Sequence[int] | None = None,
         rank: int | None = None,
         world_size: int | None = None,
         **settings: Any,
@@ -243,7 +264,10 @@ class CorpusDataset(PassProtocol, IterableDataset):
             if isinstance(data, ListSource)
             else ListSource(data, target=target, freq=freq, storage_options=storage_options)
         )
-        member = _open_member(name or source.name, source, self.settings)
+        member = replace(
+            _open_member(name or source.name, source, self.settings),
+            covariates=_check_covariates(covariates, self.settings),
+        )
         self._setup([member], None, None, (rank, world_size), freqs)
 
     def _setup(
@@ -405,6 +429,7 @@ class CorpusDataset(PassProtocol, IterableDataset):
             s.return_index,
             s.max_channels or 0,
             bool(s.patch_sizes),
+            self._covariate_planes(),
         )
         arrays = batches(work, self._read, layout, s.read_ahead)
         try:
@@ -415,6 +440,17 @@ class CorpusDataset(PassProtocol, IterableDataset):
             arrays.close()  # the read-ahead thread is joined on an early break too
             if elastic:
                 self._resumer.end_elastic(epoch)  # len() is the full epoch's again
+
+    def _covariate_planes(self) -> list[np.ndarray] | None:
+        """Per data set, ``(max_channels,)`` whether each plane is a covariate; ``None`` without covariates."""
+        if not any(m.covariates for m in self.members):
+            return None
+        out = []
+        for m in self.members:
+            planes = np.zeros(self.settings.max_channels or 0, bool)
+            planes[list(m.covariates)] = True
+            out.append(planes)
+        return out
 
     def _freq_ids_per_series(self) -> list[np.ndarray]:
         return [ids[m.source.freq_codes] for ids, m in zip(self._freq_ids, self.members)]
@@ -432,6 +468,7 @@ class CorpusDataset(PassProtocol, IterableDataset):
             "files": [m.source.files for m in self.members],
             "series": [len(m.source.lengths) for m in self.members],
             "counts": [int(c) for c in self.counts],
+            **({"covariates": [list(m.covariates) for m in self.members]} if self._covariate_planes() else {}),
             "settings": repr(replace(s, read_ahead=0))  # states saved before these two settings still load
             .replace(", max_channels=None", "")
             .replace(", patch_sizes=None", ""),

@@ -26,7 +26,7 @@ from _real_corpus import load_corpus, write_corpus
 PATCH, MAX_CHANNELS = 8, 4
 KW = dict(patch_size=PATCH, max_length=64, min_length=4, batch_size=4, pack_window=64, return_index=True)
 KW.update(channels="padded", max_channels=MAX_CHANNELS)
-NAMES = ["nile", "co2", "fertility", "grunfeld", "interest", "macrodata"]  # 1, 1, 1, 3, 4 and 12 channels
+NAMES = ["nile", "co2", "fertility", "grunfeld", "interest", "macrodata"]  # 1, 1, 1, 3, 2 and 12 channels
 
 
 @pytest.fixture(scope="module")
@@ -112,3 +112,29 @@ def test_padded_settings_are_checked(corpus):
         dw.CorpusDataset(paths["nile"], max_channels=3)
     with pytest.warns(LeftOutSeriesWarning, match="more channels than max_channels=4"):
         dw.CorpusDataset(paths["macrodata"], **KW)
+
+
+def test_covariates_are_marked_planes_of_their_data_set(corpus):
+    """Chronos-2's extra rows: a data set's covariate channels flagged per plane, the values served as the rest."""
+    paths, raw = corpus
+    covariates = {"grunfeld": [1, 2], "interest": [1]}  # value and capital beside investment; the rate beside inflation
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LeftOutSeriesWarning)
+        members = {n: dw.CorpusDataset(paths[n], covariates=covariates.get(n), **KW) for n in NAMES}
+    ds = dw.mix(members)
+    batches = list(ds)
+    _check(batches, raw, ds.names)  # values and masks as without covariates
+    seen = set()
+    for b in batches:
+        d = b["dataset_id"].numpy()  # (B, S)
+        want = np.zeros(b["channel_mask"].shape, bool)
+        for name, planes in covariates.items():
+            for c in planes:
+                want[:, c] |= d == ds.names.index(name)
+        assert np.array_equal(b["covariate_mask"].numpy(), want & b["channel_mask"].numpy())
+        seen |= {ds.names[i] for i in np.unique(d[b["covariate_mask"].numpy().any(axis=1)])}
+    assert seen == set(covariates)
+    with pytest.raises(ConfigError, match="pass channels='padded'"):
+        dw.CorpusDataset(paths["nile"], covariates=[0])
+    with pytest.raises(ConfigError, match="not below max_channels=4"):
+        dw.CorpusDataset(paths["grunfeld"], covariates=[4], **KW)
