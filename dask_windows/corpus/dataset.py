@@ -213,7 +213,7 @@ class CorpusDataset(PassProtocol, IterableDataset):
             (Chronos-2's extra rows: known over the prediction window, where the other planes are the targets).
         pack: Pack items into sequences (``sample_id`` tells them apart); else one item per sequence.
         pack_window: Items packed together.
-        context_length: ``(lo, hi)`` steps (multiples of ``patch_size``; channel-independent view), a length
+        context_length: ``(lo, hi)`` steps (multiples of ``patch_size``; channel-independent or padded view), a length
             drawn from it by ``(seed, epoch, ...)``. Unpacked: per batch, and an item longer than it keeps its
             last steps. Packed: per block of ``pack_window`` items, and an item longer than it is served as
             several samples of at most that length (every step still once).
