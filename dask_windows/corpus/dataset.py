@@ -141,7 +141,22 @@ def _series_patch(source: ListSource, settings: CorpusSettings) -> int | np.ndar
     return per_freq[source.freq_codes] if len(per_freq) else settings.patch_size
 
 
-def _check_covariates(covariates: Sequence[int] | None, settings: CorpusSettings) -> tuple[int, ...]:
+def _column_planes(source: ListSource, columns: list[str], settings: CorpusSettings) -> list[int]:
+    """The planes of covariates read from list columns: after the target's channels, the same in every series."""
+    real = source.lengths > 0
+    own = np.unique(source.target_channels[real])
+    extra = np.unique((source.channels - source.target_channels)[real])
+    if len(own) > 1 or len(extra) > 1:
+        raise ConfigError(
+            f"{source.name}: covariates={columns} need the same number of target and covariate channels in every "
+            f"series (targets: {own.tolist()}, covariates: {extra.tolist()}); split the data set by channel count"
+        )
+    if not len(own):
+        return []
+    return list(range(int(own[0]), int(own[0] + extra[0])))
+
+
+def _check_covariates(covariates: Sequence[Any] | None, settings: CorpusSettings) -> tuple[int, ...]:
     """The covariate channels of a data set, checked against the padded view's planes."""
     if not covariates:
         return ()
@@ -211,6 +226,8 @@ class CorpusDataset(PassProtocol, IterableDataset):
         covariates: Channels of this data set that are covariates (padded view): the batch gains
             ``covariate_mask`` ``(B, max_channels, S)``, the planes of each token's item that are covariates
             (Chronos-2's extra rows: known over the prediction window, where the other planes are the targets).
+            Channel numbers, or names of list columns (GluonTS's ``feat_dynamic_real``) read as further
+            channels after the target's.
         pack: Pack items into sequences (``sample_id`` tells them apart); else one item per sequence.
         pack_window: Items packed together.
         context_length: ``(lo, hi)`` steps (multiples of ``patch_size``; channel-independent or padded view), a length
@@ -246,7 +263,7 @@ class CorpusDataset(PassProtocol, IterableDataset):
         storage_options: dict | None = None,
         name: str | None = None,
         freqs: Sequence[str] | None = None,
-        covariates: Sequence[int] | None = None,
+        covariates: Sequence[int] | Sequence[str] | None = None,
         rank: int | None = None,
         world_size: int | None = None,
         **settings: Any,
@@ -259,14 +276,18 @@ class CorpusDataset(PassProtocol, IterableDataset):
         except TypeError as exc:
             raise ConfigError(f"{exc}; see help(CorpusDataset) for the settings") from None
         self.settings.check()
+        columns = [c for c in covariates or () if isinstance(c, str)]  # covariates in their own list columns
+        if columns and len(columns) != len(covariates or ()):
+            raise ConfigError(f"covariates={list(covariates or ())}: give channel numbers or column names, not both")
         source = (
             data
             if isinstance(data, ListSource)
-            else ListSource(data, target=target, freq=freq, storage_options=storage_options)
+            else ListSource(data, target=target, covariates=columns, freq=freq, storage_options=storage_options)
         )
+        planes = _column_planes(source, columns, self.settings) if columns else covariates
         member = replace(
             _open_member(name or source.name, source, self.settings),
-            covariates=_check_covariates(covariates, self.settings),
+            covariates=_check_covariates(planes, self.settings),
         )
         self._setup([member], None, None, (rank, world_size), freqs)
 

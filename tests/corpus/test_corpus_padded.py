@@ -18,7 +18,7 @@ import pytest
 
 import dask_windows as dw
 from dask_windows.corpus import LeftOutSeriesWarning
-from dask_windows.errors import ConfigError
+from dask_windows.errors import ConfigError, SchemaError
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "..", "examples"))
 from _real_corpus import load_corpus, write_corpus
@@ -138,3 +138,44 @@ def test_covariates_are_marked_planes_of_their_data_set(corpus):
         dw.CorpusDataset(paths["nile"], covariates=[0])
     with pytest.raises(ConfigError, match="not below max_channels=4"):
         dw.CorpusDataset(paths["grunfeld"], covariates=[4], **KW)
+
+
+def test_covariates_from_their_own_list_column(corpus, tmp_path):
+    """GluonTS's layout: ``target`` list<float> and ``feat_dynamic_real`` list<list<float>>, read as planes 0 and 1, 2."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    paths, raw = corpus
+    series = raw["grunfeld"]  # invest, value, capital per firm
+    table = pa.table(
+        {
+            "target": pa.array([s[0].tolist() for s in series], pa.list_(pa.float64())),
+            "feat_dynamic_real": pa.array([s[1:].tolist() for s in series], pa.list_(pa.list_(pa.float32()))),
+        }
+    )
+    pq.write_table(table, str(tmp_path / "gluonts.parquet"), row_group_size=4)
+    ds = dw.CorpusDataset(
+        str(tmp_path / "gluonts.parquet"), covariates=["feat_dynamic_real"], name="grunfeld", freq="Y", **KW
+    )
+    assert ds.members[0].covariates == (1, 2)
+    batches = list(ds)
+    served = _check(batches, {"grunfeld": [s.astype(np.float32).astype(float) for s in series]}, ds.names)
+    assert all((served[("grunfeld", s)] == 1).all() for s in range(len(series)))
+    for b in batches:
+        want = b["channel_mask"].numpy() & (np.arange(MAX_CHANNELS) >= 1)[None, :, None]
+        assert np.array_equal(b["covariate_mask"].numpy(), want)
+    sink = str(tmp_path / "gluonts.arrow")  # Arrow IPC, record batches as the row groups
+    with pa.OSFile(sink, "wb") as out, pa.ipc.new_file(out, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=4):
+            writer.write_batch(batch)
+    arrow = dw.CorpusDataset(
+        str(tmp_path / "gluonts.arrow"), covariates=["feat_dynamic_real"], name="grunfeld", freq="Y", **KW
+    )
+    for x, y in zip(list(arrow), batches, strict=True):
+        assert all(np.array_equal(x[k].numpy(), y[k].numpy()) for k in y)
+    short = table.set_column(1, "feat_dynamic_real", pa.array([s[1:, :-1].tolist() for s in series]))
+    pq.write_table(short, str(tmp_path / "short.parquet"))
+    with pytest.raises(
+        SchemaError, match="covariate column 'feat_dynamic_real' holds 19 steps where 'target' holds 20"
+    ):
+        dw.CorpusDataset(str(tmp_path / "short.parquet"), covariates=["feat_dynamic_real"], **KW)
