@@ -8,6 +8,12 @@ ships these files.
 
     write_corpus(folder, kind="parquet")   # {name: path}, one folder per data set
     write_corpus(folder, kind="datasets")  # Hugging Face save_to_disk folders
+
+``PACKAGE_FREQS`` lists data sets bundled with pmdarima (an optional install: every
+one read from files inside the package, none of its loaders that download): half-hourly
+electricity demand, heart rate every half second, Microsoft's daily prices and volume
+(5 channels, 7,983 days), monthly to yearly series of 89 to 2,820 steps, one with a
+missing value. ``write_corpus(folder, names=[...])`` writes any of both lists.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CORPUS_FREQS", "load_corpus", "write_corpus"]
+__all__ = ["CORPUS_FREQS", "PACKAGE_FREQS", "load_corpus", "write_corpus"]
 
 CORPUS_FREQS = {
     "sunspots": "Y",
@@ -34,10 +40,51 @@ CORPUS_FREQS = {
 }
 
 
+#: Data sets shipped inside pmdarima (``pmdarima.datasets``), by frequency.
+PACKAGE_FREQS = {
+    "airpassengers": "M",
+    "ausbeer": "Q",
+    "austres": "Q",
+    "heartrate": "500ms",
+    "lynx": "Y",
+    "msft": "D",
+    "pm_sunspots": "M",
+    "taylor": "30min",
+    "wineind": "M",
+    "woolyrnq": "Q",
+}
+
+_PACKAGE_STARTS = {
+    "airpassengers": "1949-01-01",
+    "ausbeer": "1956-01-01",
+    "austres": "1971-03-01",
+    "heartrate": "2000-01-01",
+    "lynx": "1821-01-01",
+    "pm_sunspots": "1749-01-01",
+    "taylor": "2000-06-05",
+    "wineind": "1980-01-01",
+    "woolyrnq": "1965-01-01",
+}
+
+
+def _package_rows(name: str) -> list[tuple[str, str, Any]]:
+    """One pmdarima data set as ``[(item_id, start, values)]`` (files inside the package, nothing downloaded)."""
+    import pmdarima.datasets as data
+
+    if name == "msft":
+        d = data.load_msft()
+        values = d[["Open", "High", "Low", "Close", "Volume"]].to_numpy(float).T
+        return [("MSFT", str(d["Date"].iloc[0])[:10], values)]
+    loader = getattr(data, "load_" + name.removeprefix("pm_"))
+    return [(name, _PACKAGE_STARTS[name], np.asarray(loader(as_series=False), float))]
+
+
 def _rows(name: str) -> list[tuple[str, str, Any]]:
     """``[(item_id, start, values)]`` of one data set: values ``(T,)`` or ``(C, T)`` float64."""
     import statsmodels.datasets as data
 
+    if name in PACKAGE_FREQS:
+        return _package_rows(name)
     if name == "sunspots":
         d = data.sunspots.load_pandas().data
         return [("sunspots", "1700-01-01", d["SUNACTIVITY"].to_numpy(float))]
@@ -80,9 +127,9 @@ def _rows(name: str) -> list[tuple[str, str, Any]]:
     raise KeyError(name)
 
 
-def load_corpus() -> dict[str, list[tuple[str, str, np.ndarray]]]:
-    """``{name: [(item_id, start, values)]}``, values ``(T,)`` or ``(C, T)``."""
-    return {name: _rows(name) for name in CORPUS_FREQS}
+def load_corpus(names: list[str] | None = None) -> dict[str, list[tuple[str, str, np.ndarray]]]:
+    """``{name: [(item_id, start, values)]}`` of the statsmodels data sets (or ``names``), values ``(T,)`` or ``(C, T)``."""
+    return {name: _rows(name) for name in names or CORPUS_FREQS}
 
 
 def _table(name: str, rows: list, nulls: bool) -> Any:
@@ -95,7 +142,7 @@ def _table(name: str, rows: list, nulls: bool) -> Any:
         {
             "item_id": pa.array([r[0] for r in rows], pa.string()),
             "start": pa.array(np.array([r[1] for r in rows], dtype="datetime64[s]")),
-            "freq": pa.array([CORPUS_FREQS[name]] * len(rows), pa.string()),
+            "freq": pa.array([{**CORPUS_FREQS, **PACKAGE_FREQS}[name]] * len(rows), pa.string()),
             "target": pa.array(values, kind, from_pandas=nulls),  # from_pandas: NaN written as null
         }
     )

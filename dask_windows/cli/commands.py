@@ -131,6 +131,13 @@ def _cmd_convert(args: argparse.Namespace) -> dict:
 def _cmd_inspect(args: argparse.Namespace) -> dict:
     from dask_windows.cli.summary import inspect_dataset
 
+    if getattr(args, "corpus", False):
+        from dask_windows.cli.corpus_inspect import inspect_corpus
+
+        return inspect_corpus(args)
+    if len(args.path) > 1:
+        raise ValueError(f"inspect takes one PATH ({len(args.path)} given); several are data sets of --corpus")
+    args.path = args.path[0]
     out = inspect_dataset(args.path, num_workers=args.num_workers, **dataset_keywords(args))
     if args.mixing:
         from dask_windows.planning.mixing import inspect_mixing

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from dask_windows.cli.bench import bench  # imports torch only when called
 from dask_windows.cli.commands import _cmd_bench, _cmd_convert, _cmd_inspect, _cmd_stats
+from dask_windows.cli.corpus_inspect import add_corpus_options
 from dask_windows.cli.fit import add_fit_command
 from dask_windows.cli.indexing import add_index_command
 from dask_windows.cli.options import (
@@ -132,8 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
         "Opens the WindowDataset these options describe, so the checks, errors and "
         "window counts are the loader's own. No Dask cluster is started.",
     )
-    p.add_argument("path", metavar="PATH", help="dataset folder, Parquet file or glob")
+    p.add_argument("path", metavar="PATH", nargs="+", help="dataset folder, Parquet file or glob (several: --corpus)")
     _loader_options(p, "inspect")  # WindowDataset's keywords (cli.keywords)
+    add_corpus_options(p)  # inspect --corpus (cli.corpus_inspect)
     p.add_argument(
         "--mixing",
         action="store_true",

@@ -52,6 +52,7 @@ class ReaderWork:
         last_use: ``(K,)`` batch of each key's last use.
         batch_tokens: ``(nb,)`` tokens per sequence of each batch.
         batch_rows: ``(nb,)`` sequences in each batch.
+        patch: ``(E,)`` steps per token of each item (its values fill that many of a token's columns).
     """
 
     batch: np.ndarray
@@ -71,18 +72,22 @@ class ReaderWork:
     last_use: np.ndarray
     batch_tokens: np.ndarray
     batch_rows: np.ndarray
+    patch: np.ndarray  # (E,) steps per token of each item (per-frequency patch sizes)
 
 
 @dataclass(frozen=True)
 class Layout:
     """What a batch holds besides values: settings the assembly needs."""
 
-    patch: int
-    prediction_patches: int
+    patch: int  # a token's columns: the largest patch size
+    prediction_length: int  # steps, rounded up to whole patches of each item
     nan: str
     freq_ids: list[np.ndarray]  # per member: (S,) corpus-wide frequency id of each series
     lengths: list[np.ndarray]  # per member: (S,) steps of each series
     return_index: bool
+    planes: int = 0  # the padded view's channels (0: channels laid out along the sequence)
+    patch_field: bool = False  # per-frequency patch sizes: a patch_size field in the batch
+    covariates: list[np.ndarray] | None = None  # per member: (planes,) whether each plane is a covariate
 
 
 def _runs(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -98,7 +103,7 @@ def _assemble(work: ReaderWork, b: int, parts: dict, layout: Layout, lo: int, hi
     sl = slice(lo, hi)
     row, offset, n, width = work.row[sl], work.offset[sl], work.tokens[sl], work.width[sl]
     member, series, key = work.member[sl], work.series[sl], work.key[sl]
-    start, stop, first = work.start[sl], work.stop[sl], work.channel[sl]
+    start, stop, first, size = work.start[sl], work.stop[sl], work.channel[sl], work.patch[sl]
     number = np.arange(len(row)) - np.searchsorted(row, row, side="left") + 1  # (E,) the item's sample_id
     length = np.zeros(len(row), np.int64)  # (E,) steps of the item's series
     freq = np.zeros(len(row), np.int64)
@@ -114,10 +119,11 @@ def _assemble(work: ReaderWork, b: int, parts: dict, layout: Layout, lo: int, hi
         if at.any():  # keys in the range whose partition this batch does not need may be dropped already
             base[at] = parts[part].starts[work.row_in_partition[sl][at]]
 
+    planes = layout.planes
     item, v = _runs(width)  # (pieces,): one piece per item and channel
-    t0 = offset[item] + v * n[item]  # its first token in the sequence
+    t0 = offset[item] if planes else offset[item] + v * n[item]  # its first token in the sequence
     count = (stop - start)[item]
-    pad = n[item] * patch - count  # left padding inside its first patch
+    pad = n[item] * size[item] - count  # left padding inside its first patch
 
     owner, k = _runs(n[item])  # (T,) every token of every piece
     pos = row[item][owner] * tokens + t0[owner] + k  # flat (B, S) position
@@ -129,31 +135,39 @@ def _assemble(work: ReaderWork, b: int, parts: dict, layout: Layout, lo: int, hi
     time_id = np.zeros(rows * tokens, np.int64)
     time_id[pos] = k
     prediction = np.zeros(rows * tokens, bool)
-    hidden = np.minimum(layout.prediction_patches, n[e] - 1)
-    prediction[pos] = k >= n[e] - hidden
+    if layout.prediction_length:  # the last whole patches of each item, one of context kept
+        hidden = np.minimum(-(-layout.prediction_length // size[e]), n[e] - 1)
+        prediction[pos] = k >= n[e] - hidden
     dataset_id = np.full(rows * tokens, -1, np.int64)
     dataset_id[pos] = member[e]
     freq_id = np.full(rows * tokens, -1, np.int64)
     freq_id[pos] = freq[e]
 
     owner, k = _runs(count)  # (steps,) every value served
-    dest = (row[item] * tokens + t0)[owner] * patch + pad[owner] + k
+    line = row[item] * planes + v if planes else row[item]  # (pieces,) the piece's row of tokens
+    if (size == patch).all():  # one patch size: a piece's values are contiguous
+        dest = (line * tokens + t0)[owner] * patch + pad[owner] + k
+    else:  # a token of patch p fills its first p columns
+        q = pad[owner] + k  # (steps,) the value's place in its piece's tokens
+        p = size[item][owner]
+        dest = ((line * tokens + t0)[owner] + q // p) * patch + q % p
     src = (base[item] + (first[item] + v) * length[item] + start[item])[owner] + k
-    target = np.zeros(rows * tokens * patch, np.float32)
+    target = np.zeros(rows * max(planes, 1) * tokens * patch, np.float32)
     step_key = key[item][owner]
     for kk in keys:
         at = step_key == kk
         if at.any():
             target[dest[at]] = parts[kk].values[src[at]]
-    real = np.zeros(rows * tokens * patch, bool)
+    real = np.zeros(len(target), bool)
     real[dest] = True
     observed = real & ~np.isnan(target)
     if layout.nan == "mask":
         target[~observed] = 0.0
     shape = (rows, tokens)
-    out = {
-        "target": target.reshape(rows, tokens, patch),
-        "observed_mask": observed.reshape(rows, tokens, patch),
+    values = (rows, planes, tokens, patch) if planes else (rows, tokens, patch)
+    out: dict[str, np.ndarray] = {
+        "target": target.reshape(values),
+        "observed_mask": observed.reshape(values),
         "sample_id": sample_id.reshape(shape),
         "variate_id": variate_id.reshape(shape),
         "time_id": time_id.reshape(shape),
@@ -161,13 +175,29 @@ def _assemble(work: ReaderWork, b: int, parts: dict, layout: Layout, lo: int, hi
         "dataset_id": dataset_id.reshape(shape),
         "freq_id": freq_id.reshape(shape),
     }
+    if planes:  # channels are planes: which of them each token's item has, instead of a variate id
+        owner, k = _runs(n[item])
+        channel_mask = np.zeros(rows * planes * tokens, bool)
+        channel_mask[(line * tokens + t0)[owner] + k] = True
+        out["channel_mask"] = channel_mask.reshape(rows, planes, tokens)
+        del out["variate_id"]
+        if layout.covariates is not None:  # the item's channels that are covariates (Chronos-2's extra rows)
+            at = (line * tokens + t0)[owner] + k
+            covariate_mask = np.zeros(rows * planes * tokens, bool)
+            is_covariate = np.stack(layout.covariates)[member[item], v]  # (pieces,)
+            covariate_mask[at] = is_covariate[owner]
+            out["covariate_mask"] = covariate_mask.reshape(rows, planes, tokens)
+    if layout.patch_field:
+        patch_size = np.zeros(rows * tokens, np.int64)
+        patch_size[pos] = size[e]
+        out["patch_size"] = patch_size.reshape(shape)
     if layout.return_index:
         owner, k = _runs(n[item])
         e = item[owner]
         series_id = np.full(rows * tokens, -1, np.int64)
         series_id[pos] = series[e]
         step = np.zeros(rows * tokens, np.int64)
-        step[pos] = start[e] - pad[owner] + k * patch
+        step[pos] = start[e] - pad[owner] + k * size[e]
         out["series_id"] = series_id.reshape(shape)
         out["step"] = step.reshape(shape)
     return out

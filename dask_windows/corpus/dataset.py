@@ -6,8 +6,9 @@ counts what is left out. Each epoch ``items.epoch_items`` orders the items of
 all data sets (exact per-data-set quotas), ``packing.pack`` packs them into
 sequences, ``planning.division`` gives this rank and worker its share,
 and ``batches.batches`` reads and fills them. Epochs, resume states and
-worker shares follow ``WindowDataset``'s pass protocol (``passes``), but for
-elastic resume.
+worker shares follow ``WindowDataset``'s pass protocol (``passes``), elastic
+resume included: the rest of an epoch's sequences re-divided by
+``planning.elastic`` between another number of ranks and workers.
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ from dask_windows.corpus.source import ListSource
 from dask_windows.corpus.work import EpochPlan, reader_work, split_to_context
 from dask_windows.errors import ConfigError
 from dask_windows.passes import PassProtocol
-from dask_windows.planning.division import batches_per_rank, reader_share
+from dask_windows.planning.division import batches_per_rank, reader_share, worker_batch_range
+from dask_windows.planning.elastic import batches_of_rest
 from dask_windows.planning.resume import check_int
 from dask_windows.planning.schedule import member_counts
+from dask_windows.planning.world import World
 
 __all__ = ["CorpusDataset", "CorpusSettings", "LeftOutSeriesWarning", "mix_corpora"]
 
@@ -47,10 +50,12 @@ class CorpusSettings:
     """The settings every data set of one corpus shares (they decide a batch's shape)."""
 
     patch_size: int = 16
+    patch_sizes: tuple[tuple[str, int], ...] | None = None
     max_length: int = 512
     min_length: int = 1
     sequence_tokens: int | None = None
     channels: str = "independent"
+    max_channels: int | None = None
     pack: bool = True
     pack_window: int = 4096
     context_length: tuple[int, int] | None = None
@@ -74,13 +79,28 @@ class CorpusSettings:
         if check_int("max_length", self.max_length, 1) % p:
             raise ConfigError(f"max_length={self.max_length} must be a multiple of patch_size={p}")
         check_int("min_length", self.min_length, 1)
-        if self.tokens * p < self.max_length and self.channels == "independent":
+        if self.tokens * p < self.max_length and self.channels != "multivariate":
             raise ConfigError(
                 f"sequence_tokens={self.tokens} x patch_size={p} holds fewer steps than max_length={self.max_length}; "
                 "raise sequence_tokens or lower max_length"
             )
-        if self.channels not in ("independent", "multivariate"):
-            raise ConfigError(f"channels={self.channels!r} must be 'independent' or 'multivariate'")
+        if self.channels not in ("independent", "multivariate", "padded"):
+            raise ConfigError(f"channels={self.channels!r} must be 'independent', 'multivariate' or 'padded'")
+        if (self.channels == "padded") != (self.max_channels is not None):
+            raise ConfigError(
+                f"channels={self.channels!r} with max_channels={self.max_channels!r}: the padded view "
+                "(channels='padded') needs max_channels=, the channels of every item's planes; the others take none"
+            )
+        if self.max_channels is not None:
+            check_int("max_channels", self.max_channels, 1)
+        for freq, size in self.patch_sizes or ():
+            if check_int(f"patch_sizes[{freq!r}]", size, 1) > p:
+                raise ConfigError(
+                    f"patch_sizes[{freq!r}]={size} is larger than patch_size={p}, the batch's patch width; "
+                    "raise patch_size to the largest patch size"
+                )
+        if self.patch_sizes and self.context_length is not None:
+            raise ConfigError("context_length=(lo, hi) with per-frequency patch_sizes is not supported; pass one")
         if self.nan not in ("mask", "keep"):
             raise ConfigError(f"nan={self.nan!r} must be 'mask' (filled with 0, observed_mask 0) or 'keep'")
         for name in ("batch_size", "pack_window", "buffer_partitions"):
@@ -89,9 +109,10 @@ class CorpusSettings:
         check_int("read_ahead", self.read_ahead, 0)
         if self.context_length is not None:
             lo, hi = self.context_length
-            if self.channels != "independent":
+            if self.channels == "multivariate":
                 raise ConfigError(
-                    "context_length=(lo, hi) serves univariate items; pass channels='independent' with it"
+                    "context_length=(lo, hi) needs items whose channels share their tokens; pass "
+                    "channels='independent' or channels='padded' with it"
                 )
             if not (0 < lo <= hi <= self.max_length) or lo % p or hi % p:
                 raise ConfigError(
@@ -108,6 +129,47 @@ class Member:
     source: ListSource
     units: Units
     left_out: LeftOut
+    covariates: tuple[int, ...] = ()  # channels that are covariates (padded view)
+
+
+def _series_patch(source: ListSource, settings: CorpusSettings) -> int | np.ndarray:
+    """Steps per token of each series: its frequency's in ``patch_sizes``, else ``patch_size``."""
+    if not settings.patch_sizes:
+        return settings.patch_size
+    sizes = dict(settings.patch_sizes)
+    per_freq = np.array([sizes.get(f, settings.patch_size) for f in source.freqs], np.int64)
+    return per_freq[source.freq_codes] if len(per_freq) else settings.patch_size
+
+
+def _column_planes(source: ListSource, columns: list[str], settings: CorpusSettings) -> list[int]:
+    """The planes of covariates read from list columns: after the target's channels, the same in every series."""
+    real = source.lengths > 0
+    own = np.unique(source.target_channels[real])
+    extra = np.unique((source.channels - source.target_channels)[real])
+    if len(own) > 1 or len(extra) > 1:
+        raise ConfigError(
+            f"{source.name}: covariates={columns} need the same number of target and covariate channels in every "
+            f"series (targets: {own.tolist()}, covariates: {extra.tolist()}); split the data set by channel count"
+        )
+    if not len(own):
+        return []
+    return list(range(int(own[0]), int(own[0] + extra[0])))
+
+
+def _check_covariates(covariates: Sequence[Any] | None, settings: CorpusSettings) -> tuple[int, ...]:
+    """The covariate channels of a data set, checked against the padded view's planes."""
+    if not covariates:
+        return ()
+    if settings.max_channels is None:
+        raise ConfigError(
+            f"covariates={list(covariates)} mark channels of an item's planes; pass channels='padded' with them"
+        )
+    out = tuple(sorted({check_int("covariates[...]", c) for c in covariates}))
+    if out[-1] >= settings.max_channels:
+        raise ConfigError(
+            f"covariates={list(covariates)}: channel {out[-1]} is not below max_channels={settings.max_channels}"
+        )
+    return out
 
 
 def _open_member(name: str, source: ListSource, settings: CorpusSettings) -> Member:
@@ -116,17 +178,21 @@ def _open_member(name: str, source: ListSource, settings: CorpusSettings) -> Mem
         source.channels,
         source.partition_series,
         independent=settings.channels == "independent",
-        patch=settings.patch_size,
+        patch=_series_patch(source, settings),
         max_length=settings.max_length,
         min_length=settings.min_length,
         budget=settings.tokens,
+        max_channels=settings.max_channels,
     )
     if left.series:
+        padded = settings.max_channels is not None
+        holds = f"max_channels={settings.max_channels}" if padded else f"sequence_tokens={settings.tokens} holds"
+        knob = "max_channels" if padded else "sequence_tokens"
         warnings.warn(
             f"{source.name}: {left.short:,} of {len(source.lengths):,} series are shorter than min_length="
             f"{settings.min_length} steps ({left.short_steps:,} observations) and {left.wide:,} have more channels "
-            f"than sequence_tokens={settings.tokens} holds ({left.wide_steps:,} observations): left out; "
-            "lower min_length (shorter series are served left-padded) or raise sequence_tokens",
+            f"than {holds} ({left.wide_steps:,} observations): left out; "
+            f"lower min_length (shorter series are served left-padded) or raise {knob}",
             LeftOutSeriesWarning,
             stacklevel=3,
         )
@@ -143,16 +209,28 @@ class CorpusDataset(PassProtocol, IterableDataset):
         storage_options: Passed to fsspec.
         name: The data set's name (default: where it lives).
         freqs: A fixed frequency vocabulary (``freq_id`` = position); default: order of first appearance.
-        patch_size: Steps per token.
+        patch_size: Steps per token, and the width of a batch's patches.
+        patch_sizes: ``{freq: steps per token}`` for the frequencies with a smaller patch (Moirai's
+            per-frequency patch sizes); the batch gains ``patch_size`` ``(B, S)``, and a token of patch ``p``
+            holds its values in the first ``p`` of the ``patch_size`` columns. An item holds at most
+            ``sequence_tokens`` tokens of its patch size (a longer series is cut into more items).
         max_length: Most steps of one item: a longer series is cut, from its end, into items of this many.
         min_length: Series shorter than this are left out (counted in ``left_out``, warned about at
             open); shorter than ``max_length`` they are served left-padded.
         sequence_tokens: Tokens per sequence (default ``max_length // patch_size``).
         channels: ``"independent"``: each channel its own univariate item (``variate_id`` its channel);
-            ``"multivariate"``: one item of all channels (``budget // C`` tokens per channel).
+            ``"multivariate"``: one item of all channels laid out one after another (``budget // C`` tokens
+            per channel); ``"padded"``: one item of all channels side by side, each channel a plane of the
+            batch (``target`` ``(B, max_channels, S, P)``, ``channel_mask`` ``(B, max_channels, S)``).
+        max_channels: Planes of the padded view; series of more channels are left out (counted).
+        covariates: Channels of this data set that are covariates (padded view): the batch gains
+            ``covariate_mask`` ``(B, max_channels, S)``, the planes of each token's item that are covariates
+            (Chronos-2's extra rows: known over the prediction window, where the other planes are the targets).
+            Channel numbers, or names of list columns (GluonTS's ``feat_dynamic_real``) read as further
+            channels after the target's.
         pack: Pack items into sequences (``sample_id`` tells them apart); else one item per sequence.
         pack_window: Items packed together.
-        context_length: ``(lo, hi)`` steps (multiples of ``patch_size``; channel-independent view), a length
+        context_length: ``(lo, hi)`` steps (multiples of ``patch_size``; channel-independent or padded view), a length
             drawn from it by ``(seed, epoch, ...)``. Unpacked: per batch, and an item longer than it keeps its
             last steps. Packed: per block of ``pack_window`` items, and an item longer than it is served as
             several samples of at most that length (every step still once).
@@ -185,22 +263,32 @@ class CorpusDataset(PassProtocol, IterableDataset):
         storage_options: dict | None = None,
         name: str | None = None,
         freqs: Sequence[str] | None = None,
+        covariates: Sequence[int] | Sequence[str] | None = None,
         rank: int | None = None,
         world_size: int | None = None,
         **settings: Any,
     ) -> None:
         super().__init__()
+        if isinstance(settings.get("patch_sizes"), Mapping):  # kept as sorted pairs: the settings compare and hash
+            settings["patch_sizes"] = tuple(sorted((str(f), p) for f, p in settings["patch_sizes"].items()))
         try:
             self.settings = CorpusSettings(**settings)
         except TypeError as exc:
             raise ConfigError(f"{exc}; see help(CorpusDataset) for the settings") from None
         self.settings.check()
+        columns = [c for c in covariates or () if isinstance(c, str)]  # covariates in their own list columns
+        if columns and len(columns) != len(covariates or ()):
+            raise ConfigError(f"covariates={list(covariates or ())}: give channel numbers or column names, not both")
         source = (
             data
             if isinstance(data, ListSource)
-            else ListSource(data, target=target, freq=freq, storage_options=storage_options)
+            else ListSource(data, target=target, covariates=columns, freq=freq, storage_options=storage_options)
         )
-        member = _open_member(name or source.name, source, self.settings)
+        planes = _column_planes(source, columns, self.settings) if columns else covariates
+        member = replace(
+            _open_member(name or source.name, source, self.settings),
+            covariates=_check_covariates(planes, self.settings),
+        )
         self._setup([member], None, None, (rank, world_size), freqs)
 
     def _setup(
@@ -239,9 +327,8 @@ class CorpusDataset(PassProtocol, IterableDataset):
         self.left_out = {m.name: m.left_out for m in members}
         self._init_passes(*world)  # epochs, ranks, resume state (see passes)
 
-    # -- the pass protocol (see passes): no elastic resume; the plan is rebuilt in each process ----
+    # -- the pass protocol (see passes); the plan is rebuilt in each process -----------------------
 
-    _elastic = False
     _process_local = ("_plan_cache",)
     _plan_cache: EpochPlan | None = None  # the latest epoch's plan (a pickled copy starts without)
 
@@ -275,7 +362,8 @@ class CorpusDataset(PassProtocol, IterableDataset):
         for m, mem in enumerate(self.members):
             at = member == m if len(self.members) > 1 else slice(None)
             unit[at], start[at], stop[at] = mem.units.locate(item[at])
-            tokens[at] = mem.units.width[unit[at]] * -(-(stop[at] - start[at]) // s.patch_size)
+            per_token = 1 if s.channels == "padded" else mem.units.width[unit[at]]  # padded: channels in planes
+            tokens[at] = per_token * -(-(stop[at] - start[at]) // mem.units.patch[unit[at]])
         blocks = np.arange(0, len(item) + s.pack_window, s.pack_window).clip(max=len(item))
         if s.pack and s.context_length is not None:  # each block's samples at most its drawn length
             member, item, unit, start, stop, blocks = split_to_context(
@@ -304,6 +392,9 @@ class CorpusDataset(PassProtocol, IterableDataset):
         epoch, world = self._begin_pass()  # every DataLoader worker of this pass claims the same epoch
         num_sequences = self.num_sequences(epoch)
         s = self.settings
+        elastic = self._resumer.elastic_share(epoch, world, self._shape())
+        if elastic is not None:  # a state of another topology: this reader's part of the rest (planning.elastic)
+            return self._elastic_batches(epoch, world, num_sequences, *elastic)
         num_batches = batches_per_rank(num_sequences, world.world_size, s.batch_size, s.drop_last)
         reader, skip = self._resumer.begin(epoch, world, num_batches)
         share = reader_share(num_sequences, reader, s.batch_size, s.drop_last)
@@ -311,7 +402,32 @@ class CorpusDataset(PassProtocol, IterableDataset):
         first_batch = (lo - share.rank_start) // s.batch_size  # the rank's batch number
         return self._batches(epoch, lo, hi, first_batch)
 
-    def _batches(self, epoch: int, lo: int, hi: int, first_batch: int) -> Iterator[dict[str, torch.Tensor]]:
+    def _elastic_batches(
+        self, epoch: int, world: World, num_sequences: int, pieces: tuple, origin: tuple[int, int], sizes: tuple
+    ) -> Iterator[dict[str, torch.Tensor]]:
+        """The sequences of old readers' streams (``pieces``) this reader yields, in batches of ``sizes``."""
+        s = self.settings
+        runs = []
+        for r, w, a, b in pieces:  # (old rank, old worker, first, stop) of that old reader's sequences
+            start = reader_share(num_sequences, World(r, origin[0], w, origin[1]), s.batch_size, s.drop_last).lo
+            runs.append(np.arange(start + a, start + b, dtype=np.int64))
+        sequences = np.concatenate(runs) if runs else np.zeros(0, np.int64)
+        rest = self._resumer.elastic_pass["rest"]["pieces"] if self._resumer.elastic_pass else []
+        first_batch = worker_batch_range(
+            batches_of_rest(rest, world.world_size, s.batch_size), world.worker, world.num_workers
+        )[0]
+        return self._batches(epoch, 0, 0, first_batch, sequences, np.asarray(sizes, np.int64), elastic=True)
+
+    def _batches(
+        self,
+        epoch: int,
+        lo: int,
+        hi: int,
+        first_batch: int,
+        sequences: np.ndarray | None = None,
+        batch_rows: np.ndarray | None = None,
+        elastic: bool = False,
+    ) -> Iterator[dict[str, torch.Tensor]]:
         s = self.settings
         work = reader_work(
             self.plan(epoch),
@@ -322,14 +438,19 @@ class CorpusDataset(PassProtocol, IterableDataset):
             lo,
             hi,
             first_batch,
+            sequences,
+            batch_rows,
         )
         layout = Layout(
             s.patch_size,
-            -(-s.prediction_length // s.patch_size),
+            s.prediction_length,
             s.nan,
             self._freq_ids_per_series(),
             [m.source.lengths for m in self.members],
             s.return_index,
+            s.max_channels or 0,
+            bool(s.patch_sizes),
+            self._covariate_planes(),
         )
         arrays = batches(work, self._read, layout, s.read_ahead)
         try:
@@ -338,6 +459,19 @@ class CorpusDataset(PassProtocol, IterableDataset):
                 yield {k: torch.from_numpy(v) for k, v in batch.items()}
         finally:
             arrays.close()  # the read-ahead thread is joined on an early break too
+            if elastic:
+                self._resumer.end_elastic(epoch)  # len() is the full epoch's again
+
+    def _covariate_planes(self) -> list[np.ndarray] | None:
+        """Per data set, ``(max_channels,)`` whether each plane is a covariate; ``None`` without covariates."""
+        if not any(m.covariates for m in self.members):
+            return None
+        out = []
+        for m in self.members:
+            planes = np.zeros(self.settings.max_channels or 0, bool)
+            planes[list(m.covariates)] = True
+            out.append(planes)
+        return out
 
     def _freq_ids_per_series(self) -> list[np.ndarray]:
         return [ids[m.source.freq_codes] for ids, m in zip(self._freq_ids, self.members)]
@@ -355,7 +489,10 @@ class CorpusDataset(PassProtocol, IterableDataset):
             "files": [m.source.files for m in self.members],
             "series": [len(m.source.lengths) for m in self.members],
             "counts": [int(c) for c in self.counts],
-            "settings": repr(replace(s, read_ahead=0)),
+            **({"covariates": [list(m.covariates) for m in self.members]} if self._covariate_planes() else {}),
+            "settings": repr(replace(s, read_ahead=0))  # states saved before these two settings still load
+            .replace(", max_channels=None", "")
+            .replace(", patch_sizes=None", ""),
         }
 
     def summary(self) -> dict:
@@ -371,6 +508,17 @@ class CorpusDataset(PassProtocol, IterableDataset):
             }
             for m, c in zip(self.members, self.counts)
         }
+
+    def report(self, *, values: bool = False, epoch: int | None = None, world_size: int | None = None) -> dict:
+        """Per data set: what it holds, what is left out at open and what an epoch does not serve.
+
+        ``values=True`` reads the data once to count missing values and series served fully masked;
+        ``epoch`` and ``world_size`` (default: the dataset's) decide the division counted. See
+        ``corpus.report.corpus_report``; ``dask-windows inspect --corpus`` prints it.
+        """
+        from dask_windows.corpus.report import corpus_report
+
+        return corpus_report(self, values=values, epoch=epoch, world_size=world_size)
 
     def __repr__(self) -> str:
         shares = ", ".join(f"{n}={int(c):,}" for n, c in zip(self.names, self.counts))

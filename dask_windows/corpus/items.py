@@ -8,9 +8,13 @@ first item holds what is left over), so every observation of a kept series is
 in exactly one item. Items are never listed: ``Units.first_item`` (cumulative
 item counts per unit) locates item ``k`` by bisection.
 
+In the padded multivariate view a series is one unit too, its channels side
+by side (planes of the batch, up to ``max_channels``), cut into items of
+``max_length`` steps as a univariate series is.
+
 A series shorter than ``min_length`` steps, with no channel, or with more
-channels than the token budget holds (multivariate view) is left out, and
-counted in ``LeftOut``.
+channels than the token budget holds (multivariate view) or than
+``max_channels`` (padded view) is left out, and counted in ``LeftOut``.
 
 The epoch order of one data set follows the loader's shuffle: its
 partitions in a per-epoch permutation, grouped into buffers of
@@ -71,6 +75,7 @@ class Units:
     first_item: np.ndarray
     partition_items: np.ndarray
     item_unit: np.ndarray  # (I,) unit of each item (O(items): the epoch's permutation is as large)
+    patch: np.ndarray  # (U,) steps per token of the unit (its frequency's patch size)
 
     @property
     def num_items(self) -> int:
@@ -92,10 +97,11 @@ def build_units(
     partition_series: np.ndarray,
     *,
     independent: bool,
-    patch: int,
+    patch: int | np.ndarray,
     max_length: int,
     min_length: int,
     budget: int,
+    max_channels: int | None = None,
 ) -> tuple[Units, LeftOut]:
     """The units of a data set of series ``lengths`` x ``channels`` (see the module docstring).
 
@@ -104,10 +110,14 @@ def build_units(
         channels: ``(S,)`` channels of each series.
         partition_series: ``(P + 1,)`` first series of each partition.
         independent: One unit per channel (else one per series).
-        patch: Steps per token.
+        patch: Steps per token, or ``(S,)`` of each series (per-frequency patch sizes): an item holds at most
+            ``budget`` tokens of its patch size.
         max_length: Most steps of one item (a multiple of ``patch``).
         min_length: Fewest steps of a series kept.
         budget: Tokens of one sequence: a multivariate item of ``C`` channels gets ``budget // C`` tokens per channel.
+        max_channels: The padded multivariate view (with ``independent=False``): an item of all a series'
+            channels, each in its own plane of the batch, items of ``max_length`` steps; series of more
+            channels are left out.
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     channels = np.asarray(channels, dtype=np.int64)
@@ -115,7 +125,7 @@ def build_units(
     if independent:
         wide = np.zeros(len(lengths), bool)
     else:
-        wide = ~short & (channels > budget)
+        wide = ~short & (channels > (budget if max_channels is None else max_channels))
     keep = ~(short | wide)
     left = LeftOut(
         int(short.sum()),
@@ -123,6 +133,7 @@ def build_units(
         int(wide.sum()),
         int((lengths * channels)[wide].sum()),
     )
+    patches = np.broadcast_to(np.asarray(patch, dtype=np.int64), lengths.shape)
     kept = np.flatnonzero(keep)
     per = channels[kept] if independent else np.ones(len(kept), np.int64)  # units of each kept series
     series = np.repeat(kept, per)
@@ -130,11 +141,14 @@ def build_units(
         first = np.cumsum(per) - per
         channel = np.arange(len(series), dtype=np.int64) - np.repeat(first, per)
         width = np.ones(len(series), np.int64)
-        segment = np.full(len(series), max_length, np.int64)
+        segment = np.minimum(max_length, budget * patches[series])
     else:
         channel = np.full(len(series), -1, np.int64)
         width = channels[series]
-        segment = np.minimum(max_length, (budget // np.maximum(width, 1)) * patch)
+        if max_channels is None:  # channels laid out one after another in the sequence
+            segment = np.minimum(max_length, (budget // np.maximum(width, 1)) * patches[series])
+        else:  # channels side by side, in planes
+            segment = np.minimum(max_length, budget * patches[series])
     length = lengths[series]
     items = -(-length // segment)
     first_item = np.concatenate([[0], np.cumsum(items)]).astype(np.int64)
@@ -142,7 +156,9 @@ def build_units(
     unit_of_partition = np.searchsorted(series, np.asarray(partition_series, dtype=np.int64), side="left")
     partition_items = first_item[unit_of_partition]
     item_unit = np.repeat(np.arange(len(series), dtype=np.int64), items)
-    return Units(series, channel, width, length, segment, first_item, partition_items, item_unit), left
+    unit_patch = patches[series] if np.ndim(patch) else np.broadcast_to(np.int64(patch), series.shape)  # no copy
+    units = Units(series, channel, width, length, segment, first_item, partition_items, item_unit, unit_patch)
+    return units, left
 
 
 def member_order(units: Units, seed: int, member: int, epoch: int, shuffle: bool, buffer_partitions: int) -> np.ndarray:

@@ -116,6 +116,17 @@ def _list_offsets(column: Any, where: str, target: str) -> tuple[np.ndarray, np.
     return lengths, channels, starts.astype(np.int64), values
 
 
+def _check_lengths(lengths: np.ndarray, other: np.ndarray, where: str, name: str, target: str) -> None:
+    """A covariate column holds the target's number of steps in every row that has a target."""
+    bad = np.flatnonzero((lengths > 0) & (other != lengths))
+    if len(bad):
+        r = int(bad[0])
+        raise SchemaError(
+            f"row {r} of {where}: covariate column {name!r} holds {int(other[r])} steps where {target!r} holds "
+            f"{int(lengths[r])}; a covariate needs the target's length in every row (pad it with null)"
+        )
+
+
 class ListSource:
     """Series stored one per row in a list column.
 
@@ -123,13 +134,17 @@ class ListSource:
         data: A Parquet or Arrow IPC file, a folder or glob of them, a list of paths or URLs, a Hugging Face
             ``datasets`` folder (``save_to_disk``), or a ``datasets.Dataset``.
         target: The list column holding the values.
+        covariates: Further list columns (GluonTS's ``feat_dynamic_real``, ``past_feat_dynamic_real``), each
+            ``list<float>`` or ``list<list<float>>`` of the target's length per row: served as extra channels
+            after the target's (``target_channels`` says where they start).
         freq: The data set's frequency (``"h"``, ``"D"``, ``"W"``, ...) where no ``freq`` column says it.
         storage_options: Passed to fsspec (credentials, endpoint, ...).
 
     Attributes:
         name: Where the data lives, for messages.
         lengths: ``(S,)`` time steps of each series (0 for a null row).
-        channels: ``(S,)`` channels of each series.
+        channels: ``(S,)`` channels of each series (the target's, then the covariates').
+        target_channels: ``(S,)`` the target's channels of each series.
         partition_series: ``(P + 1,)`` first series of each partition, then ``S``.
         freqs: Frequencies met, in order of first appearance; ``freq_codes`` ``(S,)`` indexes them.
     """
@@ -139,10 +154,12 @@ class ListSource:
         data: Any,
         *,
         target: str = "target",
+        covariates: Sequence[str] = (),
         freq: str | None = None,
         storage_options: dict | None = None,
     ) -> None:
         self.target = target
+        self.covariates = tuple(covariates)
         self.storage_options = dict(storage_options or {})
         self.default_freq = freq
         self.files, self.kind, self.name = self._resolve(data)
@@ -191,13 +208,19 @@ class ListSource:
     def _open(self) -> None:
         lengths: list[np.ndarray] = []
         channels: list[np.ndarray] = []
+        own: list[np.ndarray] = []
         counts: list[int] = []
         freqs: list[Any] = []
         self.partitions: list[tuple[int, int]] = []  # (file, row group or record batch)
         for f in range(len(self.files)):
-            for unit, column, freq in self._units(f):
+            for unit, column, freq, extra in self._units(f):
                 where = self._where(f, unit)
                 n, c, _, _ = _list_offsets(column, where, self.target)
+                own.append(c)
+                for name, col in zip(self.covariates, extra):
+                    n_k, c_k, _, _ = _list_offsets(col, where, name)
+                    _check_lengths(n, n_k, where, name, self.target)
+                    c = c + np.where(n > 0, c_k, 0)
                 lengths.append(n)
                 channels.append(c)
                 counts.append(len(n))
@@ -205,6 +228,7 @@ class ListSource:
                 self.partitions.append((f, unit))
         self.lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
         self.channels = np.concatenate(channels) if channels else np.zeros(0, np.int64)
+        self.target_channels = np.concatenate(own) if own else np.zeros(0, np.int64)
         self.partition_series = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
         self.freqs: list[str] = []
         codes = []
@@ -229,23 +253,29 @@ class ListSource:
         if self.kind == "parquet":
             names = handle.schema_arrow.names
             self._check_column(names, f)
-            cols = [self.target] + (["freq"] if "freq" in names else [])
+            cols = [self.target, *self.covariates] + (["freq"] if "freq" in names else [])
             for g in range(handle.num_row_groups):
                 table = handle.read_row_group(g, columns=cols)
                 freq = _codes(table.column("freq")) if "freq" in names else None
-                yield g, table.column(self.target).combine_chunks(), freq
+                extra = [table.column(c).combine_chunks() for c in self.covariates]
+                yield g, table.column(self.target).combine_chunks(), freq, extra
         else:
             names = handle.schema.names
             self._check_column(names, f)
             for b, batch in enumerate(handle.to_batches()):
                 freq = _codes(batch.column("freq")) if "freq" in names else None
-                yield b, batch.column(self.target), freq
+                yield b, batch.column(self.target), freq, [batch.column(c) for c in self.covariates]
 
     def _check_column(self, names: Sequence[str], f: int) -> None:
         if self.target not in names:
             raise SchemaError(
                 f"target {self.target!r} is not a column of {self.files[f]}; available columns: {list(names)}; "
                 "pass target= the list column holding the values"
+            )
+        missing = [c for c in self.covariates if c not in names]
+        if missing:
+            raise SchemaError(
+                f"covariates {missing} are not columns of {self.files[f]}; available columns: {list(names)}"
             )
 
     def _handle(self, f: int) -> Any:
@@ -289,6 +319,8 @@ class ListSource:
         """Partition ``p``'s series as one flat float32 array and each row's first value."""
         import pyarrow as pa
 
+        if self.covariates:
+            return self._read_with_covariates(p)
         f, unit = self.partitions[p]
         handle = self._handle(f)
         try:
@@ -310,6 +342,51 @@ class ListSource:
         flat = values.slice(lo, hi - lo)
         out = np.asarray(flat.to_numpy(zero_copy_only=False), dtype=np.float32)
         return Decoded(out, starts - lo)
+
+    def _read_column(self, p: int, name: str) -> tuple[Decoded, np.ndarray]:
+        """Partition ``p``'s column ``name`` alone, flat (as ``read`` reads the target), and its channels per row."""
+        import pyarrow as pa
+
+        f, unit = self.partitions[p]
+        handle = self._handle(f)
+        try:
+            if self.kind == "parquet":
+                column = handle.read_row_group(unit, columns=[name]).column(name).combine_chunks()
+            else:
+                column = handle.column(name).chunk(unit)
+            lengths, channels, starts, values = _list_offsets(column, self._where(f, unit), name)
+        except (OSError, pa.ArrowException, SchemaError) as exc:
+            raise SourceReadError(
+                f"cannot read column {name!r} of {self._where(f, unit)}: {exc}; it changed or is damaged since it "
+                "was opened: open the corpus again"
+            ) from exc
+        expected = self.lengths[self.partition_series[p] : self.partition_series[p + 1]]
+        if not np.array_equal(np.where(expected > 0, lengths, 0), expected):
+            raise SourceReadError(f"{self._where(f, unit)} changed since it was opened; open the corpus again")
+        lo = int(starts.min()) if len(starts) else 0
+        hi = int((starts + lengths * channels).max()) if len(starts) else 0
+        out = np.asarray(values.slice(lo, hi - lo).to_numpy(zero_copy_only=False), dtype=np.float32)
+        return Decoded(out, starts - lo), channels
+
+    def _read_with_covariates(self, p: int) -> Decoded:
+        """Partition ``p``: each row's target channels, then each covariate column's, one flat array."""
+        a, b = int(self.partition_series[p]), int(self.partition_series[p + 1])
+        lengths, channels = self.lengths[a:b], self.channels[a:b]
+        sizes = lengths * channels  # (rows,) values of each row, all columns
+        starts = np.cumsum(sizes) - sizes
+        out = np.full(int(sizes.sum()), np.nan, np.float32)
+        done = np.zeros(b - a, np.int64)  # (rows,) values of each row written so far
+        for name, width in [(self.target, self.target_channels[a:b]), *((c, None) for c in self.covariates)]:
+            part, own = self._read_column(p, name)
+            if width is None:  # a covariate: its channels are what its list offsets say
+                width = np.where(lengths > 0, own, 0)
+            seg = lengths * width  # (rows,) values of this column per row
+            first = np.cumsum(seg) - seg
+            src = np.repeat(part.starts - first, seg) + np.arange(int(seg.sum()), dtype=np.int64)
+            dst = np.repeat(starts + done - first, seg) + np.arange(int(seg.sum()), dtype=np.int64)
+            out[dst] = part.values[src]
+            done += seg
+        return Decoded(out, starts)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()

@@ -86,6 +86,8 @@ def reader_work(
     lo: int,
     hi: int,
     first_batch: int,
+    sequences: np.ndarray | None = None,
+    batch_rows: np.ndarray | None = None,
 ) -> ReaderWork:
     """What the reader of sequences ``[lo, hi)`` of ``plan`` serves (see ``batches.ReaderWork``).
 
@@ -98,29 +100,39 @@ def reader_work(
         lo: First sequence.
         hi: One past the last.
         first_batch: The rank's number of the reader's first batch.
+        sequences: The reader's sequences in order, instead of ``[lo, hi)`` (an elastic resume's rest).
+        batch_rows: Sequences of each batch (default: ``batch_size`` each, the last one partial).
     """
     ptr = plan.sequence_ptr
-    entries = plan.entries[ptr[lo] : ptr[hi]]  # (E,) positions in the epoch's item order
-    per_sequence = np.diff(ptr[lo : hi + 1])
-    sequence = np.repeat(np.arange(lo, hi), per_sequence)  # (E,)
-    batch = (sequence - lo) // s.batch_size
-    row = (sequence - lo) % s.batch_size
+    seqs = np.arange(lo, hi, dtype=np.int64) if sequences is None else np.asarray(sequences, np.int64)
+    per_sequence = ptr[seqs + 1] - ptr[seqs]  # (Q',) items of each of the reader's sequences
+    before = np.cumsum(per_sequence) - per_sequence
+    total = int(per_sequence.sum())
+    entries = plan.entries[np.repeat(ptr[seqs] - before, per_sequence) + np.arange(total, dtype=np.int64)]  # (E,)
+    if batch_rows is None:  # full batches, then a partial one
+        nb = -(-len(seqs) // s.batch_size)
+        batch_rows = np.full(nb, s.batch_size, np.int64)
+        if nb:
+            batch_rows[-1] = len(seqs) - (nb - 1) * s.batch_size
+    batch_rows = np.asarray(batch_rows, np.int64)
+    nb = len(batch_rows)
+    place = np.repeat(np.arange(len(seqs)), per_sequence)  # (E,) the item's sequence among the reader's
+    batch = np.repeat(np.arange(nb), batch_rows)[place]
+    row = (np.arange(len(seqs)) - np.repeat(np.cumsum(batch_rows) - batch_rows, batch_rows))[place]
     member = plan.member[entries]
     unit, start, stop = plan.unit[entries], plan.start[entries], plan.stop[entries]
     n = len(entries)
-    series, channel, width, partition = (np.zeros(n, np.int64) for _ in range(4))
+    series, channel, width, partition, patch = (np.zeros(n, np.int64) for _ in range(5))
     for m, (own, firsts) in enumerate(zip(units, partition_series)):
         at = member == m if len(units) > 1 else slice(None)
         u = unit[at]
         series[at] = own.series[u]
         channel[at] = np.maximum(own.channel[u], 0)
         width[at] = own.width[u]
+        patch[at] = own.patch[u]
         partition[at] = np.searchsorted(firsts, series[at], side="right") - 1
-    nb = -(-(hi - lo) // s.batch_size) if hi > lo else 0
-    batch_rows = np.full(nb, s.batch_size, np.int64)
-    if nb:
-        batch_rows[-1] = (hi - lo) - (nb - 1) * s.batch_size
     batch_tokens = np.full(nb, s.tokens, np.int64)
+    planes = s.channels == "padded"
     if s.context_length is not None and not s.pack:  # each batch's length drawn, the item's last steps kept
         c_lo, c_hi = s.context_length
         p = s.patch_size
@@ -129,13 +141,13 @@ def reader_work(
         ]
         batch_tokens = np.asarray(draws, np.int64).reshape(nb)
         steps = batch_tokens * p
-        start = np.maximum(start, stop - steps[batch] // width // s.patch_size * s.patch_size)
-    tokens = -(-(stop - start) // s.patch_size)
-    used = width * tokens
+        per_token = 1 if planes else width  # padded: the channels side by side share the tokens
+        start = np.maximum(start, stop - steps[batch] // per_token // s.patch_size * s.patch_size)
+    tokens = -(-(stop - start) // patch)
+    used = tokens if planes else width * tokens
     if s.pack:  # items follow one another from the sequence's first token
-        first_entry = np.concatenate([[0], np.cumsum(per_sequence)])[:-1]
         cum = np.cumsum(used) - used
-        offset = cum - np.repeat(cum[first_entry] if n else cum[:0], per_sequence)
+        offset = cum - np.repeat(cum[before] if n else cum[:0], per_sequence)
     else:  # one item, right-aligned
         offset = batch_tokens[batch] - used if n else used
     key_codes = member * (1 << 40) + partition
@@ -170,4 +182,5 @@ def reader_work(
         last_use,
         batch_tokens,
         batch_rows,
+        patch,
     )
