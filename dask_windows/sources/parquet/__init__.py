@@ -54,12 +54,12 @@ from dask_windows.sources.base import DEFAULT_PARTITION_BYTES, Partition, Source
 from dask_windows.sources.cache import split_merged
 from dask_windows.sources.parquet.footer_index import footer_digest
 from dask_windows.sources.parquet.footer_share import open_footers
-from dask_windows.sources.parquet.index_open import IndexedFiles, adopt_index
 from dask_windows.sources.parquet.footers import (
     Footer,
     list_files,
     paused_gc,
 )
+from dask_windows.sources.parquet.index_open import IndexedFiles, adopt_index
 from dask_windows.sources.parquet.manifest import ParquetManifest
 from dask_windows.sources.parquet.opening import ParquetOpening
 from dask_windows.sources.parquet.ranges import FetchedFile, chunk_ranges, fetch_ranges, merge_ranges

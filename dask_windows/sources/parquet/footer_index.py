@@ -42,7 +42,7 @@ import numpy as np
 
 from dask_windows.errors import DataError
 from dask_windows.sources.identity import FileIdentity, FooterDigest
-from dask_windows.sources.parquet.footer_compact import compact_footer, key_values_field, with_key_values
+from dask_windows.sources.parquet.footer_compact import compact_footer, with_key_values
 from dask_windows.sources.parquet.footers import Footer, metadata_from_bytes
 
 __all__ = [

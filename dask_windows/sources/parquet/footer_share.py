@@ -154,7 +154,9 @@ def shared_open(
             pass
     if blob == _FAILED:
         return open_here()
-    return open_index(blob, "the footers another rank shared", files, listed, source.local, series, None, source._url, False)
+    return open_index(
+        blob, "the footers another rank shared", files, listed, source.local, series, None, source._url, False
+    )
 
 
 def _exchange_bytes(source: Any, files: list[str], opened: dict, series: str | None) -> bytes:

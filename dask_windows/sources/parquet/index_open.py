@@ -168,7 +168,7 @@ class _RowFooter(IndexedFooter):
 
     __slots__ = ("_files", "_row")
 
-    def __init__(self, files: IndexedFiles, row: int) -> None:  # noqa: D107 - no field copied
+    def __init__(self, files: IndexedFiles, row: int) -> None:
         self._files, self._row = files, row
 
     raw = property(lambda self: self._files.raw(self._row))  # type: ignore[assignment]
