@@ -96,8 +96,12 @@ def left_out(runs: Sequence[Any], partitions: Sequence[Any], span: int) -> LeftO
     # (R,) every run of every partition, partition after partition
     starts = np.concatenate([w.starts for w in wholes])
     lengths = np.concatenate([w.lengths for w in wholes])
-    begins = np.concatenate([np.ones(len(w.lengths), bool) if w.origin is None else w.origin == 0 for w in wholes])
-    owns = np.concatenate([np.ones(len(w.lengths), bool) if w.owned is None else w.owned > 0 for w in wholes])
+    begins: Any = True  # every run begins its series, and owns its rows, unless some say otherwise
+    if any(w.origin is not None for w in wholes):
+        begins = np.concatenate([np.ones(len(w.lengths), bool) if w.origin is None else w.origin == 0 for w in wholes])
+    owns: Any = True
+    if any(w.owned is not None for w in wholes):
+        owns = np.concatenate([np.ones(len(w.lengths), bool) if w.owned is None else w.owned > 0 for w in wholes])
     part = np.repeat(np.arange(len(wholes)), sizes)  # (R,) partition of each run
     own_rows = np.fromiter((p.num_rows for p in partitions), np.int64, len(wholes))
     short = begins & (lengths < span) & (starts < own_rows[part]) & owns  # not a halo run of the next

@@ -47,6 +47,7 @@ def test_series_keys_of_any_type_come_from_the_index_and_give_the_same_epoch(tmp
     indexed = WindowDataset(str(root), series="sid", **KW)
     monkeypatch.undo()
     assert isinstance(indexed.source._footers[indexed.source.files[0]], IndexedFooter)
+    assert indexed.source.runs_at_once("sid") is not None  # every file's runs at once, no scan per partition
     for runs_a, runs_b in zip(indexed.runs, plain.runs):
         assert np.array_equal(runs_a.starts, runs_b.starts) and np.array_equal(runs_a.lengths, runs_b.lengths)
         assert list(runs_a.keys) == list(runs_b.keys)

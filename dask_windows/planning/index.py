@@ -24,7 +24,7 @@ import numpy as np
 
 from dask_windows.planning.windows import split_runs_at, windows_per_run
 
-__all__ = ["PartitionRuns", "WindowGrid", "chain_origins", "cut_runs", "run_grid", "scan_runs"]
+__all__ = ["PartitionRuns", "WindowGrid", "chain_origins", "cut_runs", "run_grid", "runs_of_files", "scan_runs"]
 
 
 @dataclass(frozen=True)
@@ -192,6 +192,12 @@ def scan_runs(
         own = [int(r.starts[-1] + r.lengths[-1]) if num_rows is None else int(num_rows[i]) for i, r in enumerate(runs)]
         runs = chain_origins(runs, [i > 0 and continues(i) for i in range(num_partitions)], own)
     return [r if bad is None or not len(bad) else cut_runs(r, bad) for r, (_, bad) in zip(runs, found)]
+
+
+def runs_of_files(starts: Sequence[np.ndarray], lengths: Sequence[np.ndarray], keys: Sequence[np.ndarray]) -> list:
+    """``PartitionRuns`` of partitions that are whole files (no halo, none continues another), from their
+    runs told at once: what ``scan_runs`` gives for them, without a call per partition."""
+    return [PartitionRuns(s, n, k) for s, n, k in zip(starts, lengths, keys)]
 
 
 def _same_key(a: Any, b: Any) -> bool:

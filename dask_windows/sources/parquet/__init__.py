@@ -281,6 +281,16 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
             return True
         return series is not None and series == self._tail_series and len(self._tail_runs) == len(self.partitions)
 
+    def runs_at_once(self, series: Any) -> tuple[list, list, list] | None:
+        """Every partition's ``(starts, lengths, keys)`` at once, when the index tells them all (each file one
+        partition, no manifest); ``None`` otherwise (``read_runs`` partition by partition)."""
+        every = getattr(self._tail_runs, "every_file", None)
+        if every is None or series is None or series != self._tail_series or getattr(self, "_manifest", None):
+            return None
+        if len(self.partitions) != len(self.files):
+            return None
+        return every()
+
     def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, ...]:
         """Runs from the manifest when it covers ``series``, else those the tail read at open told
         (once), else from the series column.
