@@ -18,9 +18,11 @@ per-object request cost of a remote store is ``bench_startup.py``'s.
 
 For each size, in a fresh process (imports and first calls warmed on a tiny
 dataset first): seconds to open and to the first batch (best of
-``--repeat``), then in another fresh process the bytes the opened source and
-the opened dataset hold per file (``tracemalloc``, which slows the open, so
-not timed). The growth between sizes is printed; nothing is asserted (the
+``--repeat``), the resident memory the open and the first batch added (``/proc/self/statm``:
+the Python objects, numpy arrays and the allocator's slack), and up to
+``--traced`` files, in another fresh process, the bytes the opened source and
+the opened dataset hold per file (``tracemalloc``: exact, but several times
+slower, so not timed). The growth between sizes is printed; nothing is asserted (the
 machine is shared: compare the figures of one run).
 """
 
@@ -104,13 +106,20 @@ def child(folder: str, mode: str, repeat: int) -> None:
         best: dict = {}
         for _ in range(repeat):
             gc.collect()
+            rss = _rss()
             started, cpu = time.perf_counter(), time.process_time()
             ds = WindowDataset(folder, prefetch_partitions=0, **KW)
             opened = time.perf_counter()
             next(iter(ds))
             first = time.perf_counter()
             spent = time.process_time() - cpu  # CPU seconds of every thread: less moved by other jobs
-            for key, value in (("open", opened - started), ("first_batch", first - started), ("cpu", spent)):
+            grown = _rss() - rss  # resident bytes the open and the first batch added
+            for key, value in (
+                ("open", opened - started),
+                ("first_batch", first - started),
+                ("cpu", spent),
+                ("rss", grown),
+            ):
                 best[key] = min(best.get(key, value), value)
             del ds
         out = {**best, "files": len(ParquetSource(folder, series="sid").files)}
@@ -132,6 +141,15 @@ def child(folder: str, mode: str, repeat: int) -> None:
     print(json.dumps(out))
 
 
+def _rss() -> int:
+    """Resident bytes of this process (``/proc/self/statm``; 0 where there is none)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
+
+
 def run_child(folder: str, mode: str, repeat: int) -> dict:
     env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
@@ -151,6 +169,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--real", type=int, default=100000, help="largest size written as real files")
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--traced", type=int, default=100000, help="largest size measured with tracemalloc (slow)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     real_sizes = [s for s in sizes if s <= args.real]
@@ -166,13 +185,18 @@ def main() -> None:
             make_linked(folder, size, os.path.join(args.work, f"n{base}"), base)
             kind = f"hard links to {base:,} files, synthetic index"
         timed = run_child(folder, "time", args.repeat)
-        memory = run_child(folder, "memory", 1)
+        memory = run_child(folder, "memory", 1) if size <= args.traced else None
         rows[size] = (timed, memory)
         print(
             f"  {size:>9,} files ({kind}): open {timed['open']:.2f} s, first batch {timed['first_batch']:.2f} s "
             f"({timed['first_batch'] / size * 1e6:.1f} us/file; CPU {timed['cpu']:.2f} s, "
-            f"{timed['cpu'] / size * 1e6:.1f} us/file); held per file: source {memory['source'] / size:.0f} B, "
-            f"dataset {memory['dataset'] / size:.0f} B",
+            f"{timed['cpu'] / size * 1e6:.1f} us/file); resident memory grown {timed['rss'] / size:.0f} B/file"
+            + (
+                ""
+                if memory is None
+                else f"; held per file (tracemalloc): source {memory['source'] / size:.0f} B, "
+                f"dataset {memory['dataset'] / size:.0f} B"
+            ),
             flush=True,
         )
     for a, b in zip(sizes, sizes[1:]):

@@ -143,9 +143,9 @@ class IndexedFiles:
         """``(F,)`` rows of each file."""
         return _sums(self.group_rows, self.row_offsets)
 
-    def splits(self, partition_bytes: int) -> list[tuple[int, ...]]:
-        """Per file, its row groups cut into partitions (``footers.split_sizes``), as a flat list with
-        ``split_counts`` of them per file: a file under ``partition_bytes`` is one partition (no loop)."""
+    def splits(self, partition_bytes: int) -> list[list[tuple[int, ...]]]:
+        """Per file, its row groups cut into partitions (``footers.split_sizes``): a file under
+        ``partition_bytes`` is one partition of all its row groups (one tuple shared by such files)."""
         groups = np.diff(self.row_offsets)  # (F,) row groups of each file
         whole = _sums(self.group_bytes, self.row_offsets) <= partition_bytes
         ranges: dict[int, tuple[int, ...]] = {}  # one tuple per row-group count: shared by the files
@@ -159,7 +159,7 @@ class IndexedFiles:
             else:
                 lo, hi = self.row_offsets[i], self.row_offsets[i + 1]
                 out.append(split_sizes(self.group_bytes[lo:hi].tolist(), partition_bytes))
-        return out  # type: ignore[return-value]
+        return out
 
 
 class _RowFooter(IndexedFooter):
