@@ -21,8 +21,9 @@ dataset first): seconds to open and to the first batch (best of
 ``--repeat``), the resident memory the open and the first batch added (``/proc/self/statm``:
 the Python objects, numpy arrays and the allocator's slack), and up to
 ``--traced`` files, in another fresh process, the bytes the opened source and
-the opened dataset hold per file (``tracemalloc``: exact, but several times
-slower, so not timed). The growth between sizes is printed; nothing is asserted (the
+the opened dataset hold per file (``tracemalloc`` for Python's allocations,
+exact but several times slower, so not timed, plus Arrow's allocated bytes:
+the index's footers stay in Arrow's buffer). The growth between sizes is printed; nothing is asserted (the
 machine is shared: compare the figures of one run).
 """
 
@@ -126,16 +127,19 @@ def child(folder: str, mode: str, repeat: int) -> None:
     else:
         import tracemalloc
 
+        import pyarrow as pa
+
         gc.collect()
+        arrow = pa.total_allocated_bytes()  # Arrow's own memory (the index's footer bytes): not traced
         tracemalloc.start()
         source = ParquetSource(folder, series="sid")
-        out["source"] = tracemalloc.get_traced_memory()[0]
+        out["source"] = tracemalloc.get_traced_memory()[0] + pa.total_allocated_bytes() - arrow
         del source
         gc.collect()
         tracemalloc.reset_peak()
-        base = tracemalloc.get_traced_memory()[0]
+        base, arrow = tracemalloc.get_traced_memory()[0], pa.total_allocated_bytes()
         ds = WindowDataset(folder, prefetch_partitions=0, **KW)
-        out["dataset"] = tracemalloc.get_traced_memory()[0] - base
+        out["dataset"] = tracemalloc.get_traced_memory()[0] - base + pa.total_allocated_bytes() - arrow
         out["files"] = len(ds.source.files)
         tracemalloc.stop()
     print(json.dumps(out))
@@ -194,7 +198,7 @@ def main() -> None:
             + (
                 ""
                 if memory is None
-                else f"; held per file (tracemalloc): source {memory['source'] / size:.0f} B, "
+                else f"; held per file (tracemalloc + Arrow): source {memory['source'] / size:.0f} B, "
                 f"dataset {memory['dataset'] / size:.0f} B"
             ),
             flush=True,

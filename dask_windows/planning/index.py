@@ -27,7 +27,7 @@ from dask_windows.planning.windows import split_runs_at, windows_per_run
 __all__ = ["PartitionRuns", "WindowGrid", "chain_origins", "cut_runs", "run_grid", "runs_of_files", "scan_runs"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per partition: no per-instance dict
 class PartitionRuns:
     """Runs of one partition (partition rows): ``starts``, ``lengths`` and series ``keys``.
 
