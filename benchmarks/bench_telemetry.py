@@ -1,25 +1,35 @@
-"""The telemetry's overhead: passes with and without its counters, alternated, in one run.
+"""The telemetry's overhead: passes with the counters on and off, interleaved, the gather path forced alike.
 
 Run from the repository root::
 
-    PYTHONPATH=. python benchmarks/bench_telemetry.py            # ~30 s
+    PYTHONPATH=. python benchmarks/bench_telemetry.py            # ~30-60 s
+    PYTHONPATH=. python benchmarks/bench_telemetry.py --pairs 30 --passes 2
+    PYTHONPATH=. python benchmarks/bench_telemetry.py --shape 256,128,8   # batches of a typical model
 
-First the per-batch wrapper alone (the two clock reads and counters around
-``next``, in ns a batch); then a features-only pass over in-memory arrays (the loader's cheapest batches, so
-the counters' share is the largest it gets): small batches (B=64, L=64, C=4)
-where a batch costs microseconds, iterated in this process. "off" replaces
-the per-batch wrapper with the bare iterator and removes the dataset's
-counters (no per-read timing either). Passes alternate, ten each, each side first in half of the pairs; CPU time of the process; the
-median ratio is printed. Shared machine: only the ratio of this run counts.
-The pass ratio is confounded: the gather's copy path (``batch.PathChoice``:
-numpy or torch's threads, chosen by timing on the running stream) may differ
-between passes on a busy machine, and a profile of one such run showed the
-gather itself, not the counters, taking the extra time; the wrapper-alone
-figure is the clean cost of the per-batch counters.
+What is compared: whole passes over in-memory arrays, features only, small
+batches (B=64, L=64, C=4), iterated in this process: the loader's cheapest
+batches (a few microseconds each), where the counters' share is the largest it
+gets. "off" is ``telemetry.set_enabled(False)``: no wrapper around ``next``,
+no clock reads around reads and waits (the runtime receives no telemetry).
+
+Both arms take the same gather path: the adaptive choices that pick a copy
+by timing the running stream (``batch.PathChoice``: numpy or torch's
+threads; ``lanes``: one or two copying threads) are forced to numpy on one
+thread, since on a busy machine they may pick differently between passes,
+and a profile of the earlier, unforced run showed that choice, not the
+counters, taking the extra time.
+
+Rounds are interleaved: pair ``i`` runs on-then-off for even ``i`` and
+off-then-on for odd ``i``; each arm's figure is the process CPU time of
+``--passes`` passes (less moved by other processes than wall time). The ratio
+of each pair is printed as its median with the quartiles and extremes, and the
+per-batch cost of the wrapper alone (the clock reads around ``next``). The
+machine is shared: only the ratios of one run count.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import sys
@@ -29,16 +39,17 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np
 
-from dask_windows import dataset as dataset_module
 from dask_windows.dataset import WindowDataset
+from dask_windows.runtime import batch as batch_module
+from dask_windows.runtime import telemetry as telemetry_module
+from dask_windows.speedups import lanes
 
 
-def one_pass(ds: WindowDataset) -> tuple[float, int]:
-    """CPU seconds of this process (all its threads) for one pass: what the counters add is CPU work,
-    and CPU time is less moved than wall time by the other processes of a shared machine."""
+def passes(ds: WindowDataset, count: int) -> tuple[float, int]:
+    """CPU seconds of this process (all its threads) for ``count`` passes, and batches per pass."""
     started, batches = time.process_time(), 0
-    for _ in ds:
-        batches += 1
+    for _ in range(count):
+        batches = sum(1 for _ in ds)
     return time.process_time() - started, batches
 
 
@@ -48,33 +59,48 @@ def _seconds(fn) -> float:
     return time.process_time() - started
 
 
+def force_one_gather_path() -> None:
+    """numpy's copy on this thread in both arms (no torch copy, no second lane)."""
+    batch_module.PathChoice.torch_next = lambda self: False  # type: ignore[method-assign]
+    lanes.worth = lambda *args, **kwargs: False  # type: ignore[assignment]
+
+
 def main() -> None:
-    series = [np.random.default_rng(i).standard_normal((50_000, 4)).astype(np.float32) for i in range(8)]
-    ds = WindowDataset(series, window=64, stride=4, batch_size=64, next_pass_seconds=0)
-    watched, telemetry = dataset_module.watched, ds._telemetry
-    one_pass(ds)  # warm-up
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pairs", type=int, default=20)
+    parser.add_argument("--passes", type=int, default=2, help="passes per arm of a pair")
+    parser.add_argument("--shape", default="64,64,4", help="batch size, window, channels (B,L,C)")
+    args = parser.parse_args()
+    force_one_gather_path()
+    size, window, channels = (int(v) for v in args.shape.split(","))
+    series = [np.random.default_rng(i).standard_normal((50_000, channels)).astype(np.float32) for i in range(8)]
+    ds = WindowDataset(series, window=window, stride=4, batch_size=size, next_pass_seconds=0)
+    passes(ds, 2)  # warm-up
     on, off = [], []
-    for i in range(10):  # alternated, each side first in half of the pairs
-        for with_telemetry in (True, False) if i % 2 == 0 else (False, True):
-            if with_telemetry:
-                dataset_module.watched, ds._telemetry = watched, telemetry
-            else:
-                dataset_module.watched = lambda _ds, batches: batches
-                ds.__dict__.pop("_telemetry", None)
-            seconds, batches = one_pass(ds)
-            (on if with_telemetry else off).append(seconds)
-    dataset_module.watched, ds._telemetry = watched, telemetry
-    ratio = statistics.median(a / b for a, b in zip(on, off))
-    from dask_windows.runtime.telemetry import Telemetry
+    for i in range(args.pairs):
+        for enabled in (True, False) if i % 2 == 0 else (False, True):
+            telemetry_module.set_enabled(enabled)
+            seconds, batches = passes(ds, args.passes)
+            (on if enabled else off).append(seconds)
+    telemetry_module.set_enabled(True)
+    ratios = sorted(a / b for a, b in zip(on, off))
+    q1, median, q3 = np.percentile(ratios, [25, 50, 75])
 
     items = list(range(200_000))
     bare = min(_seconds(lambda: sum(1 for _ in items)) for _ in range(5))
-    timed = min(_seconds(lambda: sum(1 for _ in Telemetry().watch(items))) for _ in range(5))
-    print(f"the per-batch wrapper alone: {(timed - bare) / len(items) * 1e9:.0f} ns a batch (CPU, best of 5)")
+    timed = min(_seconds(lambda: sum(1 for _ in telemetry_module.Telemetry().watch(items))) for _ in range(5))
+    per_batch_off = statistics.median(off) / (batches * args.passes)
+    wrapper = (timed - bare) / len(items)
+    print("gather path forced in both arms: numpy, one thread (PathChoice and lanes off)")
     print(
-        f"{batches:,} batches per pass ({statistics.median(off) / batches * 1e6:.1f} us CPU a batch without telemetry)"
+        f"batches of B={size}, L={window}, C={channels}: {batches:,} per pass, {per_batch_off * 1e6:.1f} us CPU a batch with telemetry off"
     )
-    print(f"with telemetry / without: {ratio:.4f} (median of 10 alternated pairs; overhead {ratio - 1:+.2%})")
+    print(f"the per-batch wrapper alone: {wrapper * 1e9:.0f} ns a batch ({wrapper / per_batch_off:.2%} of a batch)")
+    print(
+        f"on / off over {args.pairs} interleaved pairs of {args.passes} passes: median {median:.4f} "
+        f"(overhead {median - 1:+.2%}), quartiles {q1:.4f}-{q3:.4f}, range {ratios[0]:.4f}-{ratios[-1]:.4f}; "
+        f"fastest on / fastest off {min(on) / min(off):.4f}"
+    )
 
 
 if __name__ == "__main__":

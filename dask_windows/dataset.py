@@ -40,7 +40,7 @@ from dask_windows.runtime.pool import plan_for, pool_batches, pool_summary, unit
 from dask_windows.runtime.reading import batches, piece_cells, plan
 from dask_windows.runtime.seams import ThreadReads, TorchOutput
 from dask_windows.runtime.streams import elastic_batches
-from dask_windows.runtime.telemetry import Stats, Telemetry, rank_stats, watch_loader, watched
+from dask_windows.runtime.telemetry import Stats, Telemetry, rank_stats, reads_telemetry, watch_loader, watched
 from dask_windows.runtime.values import PassValues, ReadValues, no_count
 from dask_windows.sources import ArraySource, Source, open_source
 from dask_windows.sources.retry import RetryPolicy
@@ -403,7 +403,7 @@ class WindowDataset(PassProtocol, IterableDataset):
         """What a pass's readers need (``runtime.values``): built here only, by reference."""
         return ReadValues(
             self.source, self.spec, self.grid, self.row_offsets, self._y_dtype, self._scale(), self.on_error,
-            self.skipped, getattr(self, "_telemetry", None),  # (None while opening)
+            self.skipped, reads_telemetry(self),  # (None while opening, or off)
         )  # fmt: skip
 
     def _pass_values(self, counted: bool = True) -> PassValues:

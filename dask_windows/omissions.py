@@ -89,24 +89,30 @@ def left_out(runs: Sequence[Any], partitions: Sequence[Any], span: int) -> LeftO
     Returns:
         The runs that begin their series and end before ``span`` rows, and their rows.
     """
-    count, rows, first = 0, 0, None
-    for part, found in zip(partitions, runs):
-        whole = found.series_runs
-        if not len(whole.lengths):
-            continue
-        starts, lengths = whole.starts, whole.lengths
-        begins = np.ones(len(lengths), bool) if whole.origin is None else whole.origin == 0
-        short = begins & (lengths < span) & (starts < part.num_rows)  # (R,): not a halo run of the next partition
-        if whole.owned is not None:
-            short &= whole.owned > 0
-        hit = np.flatnonzero(short)
-        if len(hit):
-            count += len(hit)
-            rows += int(lengths[hit].sum())  # a short run's halo rows are its own (the halo is span - 1 rows)
-            if first is None:
-                key = whole.keys[hit[0]]
-                first = (part.name, key.item() if isinstance(key, np.generic) else key, int(lengths[hit[0]]))
-    return LeftOut(count, rows, first)
+    wholes = [found.series_runs for found in runs]
+    sizes = np.fromiter(map(len, (w.lengths for w in wholes)), np.int64, len(wholes))  # (P,) runs of each
+    if not sizes.sum():
+        return LeftOut()
+    # (R,) every run of every partition, partition after partition
+    starts = np.concatenate([w.starts for w in wholes])
+    lengths = np.concatenate([w.lengths for w in wholes])
+    begins: Any = True  # every run begins its series, and owns its rows, unless some say otherwise
+    if any(w.origin is not None for w in wholes):
+        begins = np.concatenate([np.ones(len(w.lengths), bool) if w.origin is None else w.origin == 0 for w in wholes])
+    owns: Any = True
+    if any(w.owned is not None for w in wholes):
+        owns = np.concatenate([np.ones(len(w.lengths), bool) if w.owned is None else w.owned > 0 for w in wholes])
+    part = np.repeat(np.arange(len(wholes)), sizes)  # (R,) partition of each run
+    own_rows = np.fromiter((p.num_rows for p in partitions), np.int64, len(wholes))
+    short = begins & (lengths < span) & (starts < own_rows[part]) & owns  # not a halo run of the next
+    hit = np.flatnonzero(short)
+    if not len(hit):
+        return LeftOut()
+    h = int(hit[0])
+    p = int(part[h])
+    key = wholes[p].keys[h - int(np.cumsum(sizes)[p] - sizes[p])]
+    first = (partitions[p].name, key.item() if isinstance(key, np.generic) else key, int(lengths[h]))
+    return LeftOut(len(hit), int(lengths[hit].sum()), first)  # a short run's halo rows are its own
 
 
 def warn_left_out(found: LeftOut, span: int, description: str) -> None:

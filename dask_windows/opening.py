@@ -14,7 +14,7 @@ from typing import Any
 from dask_windows.checks import bad_value_rows, check_column_types
 from dask_windows.errors import DataError
 from dask_windows.faults import SkippedPartition, guard_scan
-from dask_windows.planning.index import scan_runs
+from dask_windows.planning.index import runs_of_files, scan_runs
 from dask_windows.remedies import no_windows_remedy
 from dask_windows.runtime.memory import trim
 from dask_windows.sources import Source
@@ -75,6 +75,9 @@ def scan(
 
     if bad_rows is None and getattr(source, "runs_known", lambda _: False)(series):
         threads = 1  # nothing to read: threads would only trade the GIL
+        told = getattr(source, "runs_at_once", lambda _: None)(series)  # a dataset index: every file's runs
+        if told is not None:
+            return runs_of_files(*told)
     if on_error == "skip":
         read_runs, bad_rows = guard_scan(read_runs, bad_rows, source.partitions, skipped)  # type: ignore[assignment]
     with paused_gc():  # the runs of every partition live on: see paused_gc

@@ -27,6 +27,7 @@ computed per batch on the device (``rows.standardize_windows``).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,6 +93,7 @@ class Traffic:
     buffers: int = 0
     batches: int = 0
     sent_late: int = 0
+    send_ns: int = 0  # time spent sending rows (the telemetry's ``device copy`` stage)
     resident: int = 0
     peak_resident: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -173,11 +175,13 @@ class DeviceFeed:
         gatherer = built.buffer.gatherer
         if self.device.type == "cuda" and self._stream is None:
             self._stream = torch.cuda.Stream(device=self.device)
+        started = time.perf_counter_ns()
         x, event = upload(gatherer.source, self.device, self._stream)
         y = None
         if self.spec.targets:
             y, y_event = upload(gatherer.target_source, self.device, self._stream)
             event = y_event or event  # recorded after both copies (one stream)
+        self.traffic.send_ns += time.perf_counter_ns() - started  # (the copy's issue time on CUDA: asynchronous)
         assert x is not None
         rows = DeviceRows(x, y, self.spec.window, self.spec.horizon, self.channel_major, event, self.traffic.dropped)
         self.traffic.sent(rows.nbytes)

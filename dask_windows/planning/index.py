@@ -24,10 +24,10 @@ import numpy as np
 
 from dask_windows.planning.windows import split_runs_at, windows_per_run
 
-__all__ = ["PartitionRuns", "WindowGrid", "chain_origins", "cut_runs", "run_grid", "scan_runs"]
+__all__ = ["PartitionRuns", "WindowGrid", "chain_origins", "cut_runs", "run_grid", "runs_of_files", "scan_runs"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per partition: no per-instance dict
 class PartitionRuns:
     """Runs of one partition (partition rows): ``starts``, ``lengths`` and series ``keys``.
 
@@ -71,6 +71,10 @@ class WindowGrid:
     @classmethod
     def from_runs(cls, runs: Sequence[PartitionRuns], span: int, stride: int) -> WindowGrid:
         """The grid of ``runs``, honouring each run's ``origin`` and ``owned`` rows."""
+        if runs and all(r.origin is None and r.owned is None for r in runs):  # one numpy pass over every run
+            sizes = np.fromiter(map(len, (r.lengths for r in runs)), np.int64, len(runs))  # (P,) runs
+            every = windows_per_run(np.concatenate([r.lengths for r in runs]), span, stride)  # (runs of all,)
+            return cls(tuple(r.starts for r in runs), tuple(np.split(every, np.cumsum(sizes)[:-1])), stride)
         first, counts = [], []
         for r in runs:
             if r.origin is None and r.owned is None:
@@ -85,7 +89,12 @@ class WindowGrid:
     @property
     def windows_per_partition(self) -> np.ndarray:
         """``(P,)`` windows of each partition."""
-        return np.array([int(c.sum()) for c in self.counts], dtype=np.int64)
+        if not self.counts:
+            return np.zeros(0, np.int64)
+        sizes = np.fromiter(map(len, self.counts), np.int64, len(self.counts))  # (P,) runs of each
+        totals = np.concatenate([[0], np.cumsum(np.concatenate(self.counts), dtype=np.int64)])
+        ends = np.cumsum(sizes)  # (P,) one past each partition's last run
+        return (totals[ends] - totals[ends - sizes]).astype(np.int64)
 
     def restrict(self, keep_lo: Sequence[np.ndarray], keep_hi: Sequence[np.ndarray]) -> WindowGrid:
         """Keep windows ``[keep_lo, keep_hi)`` of each run's grid (clipped to the run)."""
@@ -183,6 +192,12 @@ def scan_runs(
         own = [int(r.starts[-1] + r.lengths[-1]) if num_rows is None else int(num_rows[i]) for i, r in enumerate(runs)]
         runs = chain_origins(runs, [i > 0 and continues(i) for i in range(num_partitions)], own)
     return [r if bad is None or not len(bad) else cut_runs(r, bad) for r, (_, bad) in zip(runs, found)]
+
+
+def runs_of_files(starts: Sequence[np.ndarray], lengths: Sequence[np.ndarray], keys: Sequence[np.ndarray]) -> list:
+    """``PartitionRuns`` of partitions that are whole files (no halo, none continues another), from their
+    runs told at once: what ``scan_runs`` gives for them, without a call per partition."""
+    return [PartitionRuns(s, n, k) for s, n, k in zip(starts, lengths, keys)]
 
 
 def _same_key(a: Any, b: Any) -> bool:

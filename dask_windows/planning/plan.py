@@ -261,13 +261,14 @@ def _segments(partition: np.ndarray, first: np.ndarray, counts: np.ndarray, lo: 
     starts = ends - counts
     k0 = int(np.searchsorted(ends, lo, side="right"))
     k1 = int(np.searchsorted(starts, hi, side="left"))
-    segments = []
-    for k in range(k0, k1):
-        a, b = max(lo, int(starts[k])), min(hi, int(ends[k]))
-        if b > a:
-            base = int(first[k]) - int(starts[k])
-            segments.append(Segment(int(partition[k]), a + base, b + base))
-    return segments
+    a = np.maximum(starts[k0:k1], lo)  # (K,) epoch positions each piece covers, clipped to [lo, hi)
+    b = np.minimum(ends[k0:k1], hi)
+    base = first[k0:k1] - starts[k0:k1]  # (K,) window in its partition minus epoch position
+    keep = b > a
+    return [
+        Segment(p, x, y)
+        for p, x, y in zip(partition[k0:k1][keep].tolist(), (a + base)[keep].tolist(), (b + base)[keep].tolist())
+    ]
 
 
 def plan_reader(

@@ -49,6 +49,7 @@ from dask_windows.runtime.batch import Gatherer
 from dask_windows.runtime.buffer import Part, _fill_starts, decode_pieces
 from dask_windows.runtime.pipeline import _Built, stream
 from dask_windows.runtime.prefetch import Ahead, Prefetcher
+from dask_windows.runtime.telemetry import timed_output
 from dask_windows.runtime.values import PassValues, ReadValues
 from dask_windows.tuning import BUFFER_BYTES, MIN_UNIT_ROWS, UNITS_PER_BATCH
 from dask_windows.tuning import POOL_AHEAD_UNITS as AHEAD
@@ -354,7 +355,7 @@ def pool_batches(values: PassValues, plan: PoolPlan, progress: Any = None) -> It
     started: Any = Ahead(steps, 1, "dask-windows-build") if background else _Inline(steps)
     try:
         batches = stream(
-            plan, (), ds.grid, ds.row_offsets, ds.spec, values.output, values.normalize,  # type: ignore[arg-type]
+            plan, (), ds.grid, ds.row_offsets, ds.spec, timed_output(telemetry, values.output), values.normalize,  # type: ignore[arg-type]
             interrupt=reads.close, started=started, waits=None if telemetry is None else telemetry.waits,
             allocator=values.allocator,
         )  # fmt: skip

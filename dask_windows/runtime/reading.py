@@ -47,7 +47,7 @@ from dask_windows.runtime.memory import small_pages_map
 from dask_windows.runtime.pipeline import stream
 from dask_windows.runtime.prefetch import Prefetcher
 from dask_windows.runtime.seams import ThreadReads
-from dask_windows.runtime.telemetry import timed_parts
+from dask_windows.runtime.telemetry import timed_output, timed_parts
 from dask_windows.runtime.values import PassValues, ReadValues
 from dask_windows.sources import PartitionReader
 from dask_windows.speedups.spares import Spares
@@ -102,7 +102,7 @@ def batches(values: PassValues, plan: Any, progress: Any = None, this_pass: tupl
     arena = reads.arena
     try:
         batches = stream(
-            plan, parts, ds.grid, ds.row_offsets, ds.spec, values.output, values.normalize, reread,
+            plan, parts, ds.grid, ds.row_offsets, ds.spec, timed_output(telemetry, values.output), values.normalize, reread,
             background=reads.background, interrupt=reads.reader.close,
             release=None if arena is None else arena.release,
             prepare=None if arena is None else arena.planned_starts, started=started, last=last,

@@ -26,7 +26,7 @@ oracle): they change where bytes live and who moves them, never which.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -112,6 +112,7 @@ class PinnedOutput:
     overlaps compute. One copy per batch; needs CUDA (refused at construction without it)."""
 
     return_index: bool = False
+    copies: ClassVar[bool] = True  # timed as the telemetry's ``device copy`` stage (``telemetry.timed_output``)
 
     def __post_init__(self) -> None:
         if not torch.cuda.is_available():

@@ -16,7 +16,13 @@ plain integer counters on the thread doing the work:
 * ``reads waited``: the buffer builder waiting for the readers;
 * ``buffer wait``: the loop's thread waiting for the next buffer;
 * ``gather``: the rest of the exposed wait, the batches cut from the buffer
-  on the loop's thread.
+  on the loop's thread;
+* ``device copy``: batches copied for the device by the output seam on the
+  loop's thread (``PinnedOutput``'s copy into page-locked memory), and the
+  buffers' rows sent to the training device (``device=``, ``ondevice``:
+  ``Traffic.send_ns``, on the builder's thread). Outputs that wrap the
+  gathered arrays without a copy (``TorchOutput``, ``NumpyOutput``) are not
+  timed at all: on a CPU-only run the stage reads 0.
 
 The verdict (``Verdict``): input-bound when the loop waited for at least 10%
 of its time after the first batch (whose wait, the start-up, is reported
@@ -36,6 +42,7 @@ accounting. Across ranks ``stats(all_ranks=True)`` is a collective
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -50,6 +57,9 @@ __all__ = [
     "gather_stats",
     "judge",
     "rank_stats",
+    "reads_telemetry",
+    "set_enabled",
+    "timed_output",
     "timed_parts",
     "watch_loader",
     "watched",
@@ -60,6 +70,8 @@ _ADVICE = {
     "fetch": "reading bounds the loader: read further ahead (prefetch_partitions=2+), read in processes "
     "(read_workers=N, or DataLoader num_workers=N); on an object store keep the bytes locally (cache_dir=); "
     "many small files: `dask-windows convert` them into fewer, larger ones",
+    "device": "copying batches to the device bounds the loader: send each buffer's rows once and cut batches "
+    "on the device (device='cuda'), or overlap the copies with compute (dw.DevicePrefetcher on pinned batches)",
     "decode": "decoding the pieces bounds the loader: decode in processes (read_workers=N or DataLoader "
     "num_workers=N), or read fewer columns",
     "buffer": "building buffers bounds the loader: smaller buffers (buffer_partitions=1) start sooner, or "
@@ -111,6 +123,8 @@ class Stats:
     verdict: Verdict
     ranks: list[Stats] | None = field(default=None, compare=False)
     slowest_rank: int | None = None
+    device_copy_seconds: float = 0.0
+    device_copy_bytes: int = 0
 
     def as_dict(self) -> dict:
         out = asdict(self)
@@ -136,6 +150,7 @@ class Stats:
                 ("builder waited for reads", f"{self.reads_waited_seconds:.3f} s"),
                 ("loop waited for buffers", f"{self.buffer_wait_seconds:.3f} s"),
                 ("gather", f"{self.gather_seconds:.3f} s"),
+                ("device copy", f"{self.device_copy_seconds:.3f} s ({self.device_copy_bytes / 1e6:,.1f} MB)"),
             ]
         else:
             rows.append(("stages", "run in DataLoader workers: not seen here"))
@@ -152,6 +167,7 @@ class Telemetry:
     def __init__(self, open_ns: int = 0) -> None:
         self.open_ns = open_ns
         self.children: list[Telemetry] = []  # a mixture's members: their reads are the mixture's
+        self.traffic: Any = None  # the dataset's ``ondevice.Traffic`` (device=), set by ``watched``
         self._depth = 0  # watchers running: a nested one (the dataset inside a watched loader) only passes through
         self.begin_pass()
 
@@ -162,6 +178,9 @@ class Telemetry:
         self.first_ns = self.wait_ns = self.step_ns = 0
         self.fetch_ns = self.fetch_bytes = self.decode_ns = self.reads = 0
         self.reads_waited_ns = self.buffer_wait_ns = 0
+        self.device_ns = self.device_bytes = 0  # the output seam's copies on the loop's thread
+        traffic = getattr(self, "traffic", None)  # rows sent to the training device (ondevice.Traffic)
+        self._sent_before = (getattr(traffic, "send_ns", 0), getattr(traffic, "row_bytes", 0))
         self.stages_seen = False  # until a pass is watched in this process
 
     def __getstate__(self) -> dict:  # (a DataLoader worker's copy starts its own counters)
@@ -180,27 +199,29 @@ class Telemetry:
         self.stages_seen = stages_here
         clock = time.perf_counter_ns
         it = iter(batches)
+        # for-loops rather than next(): a fifth less per batch. Each batch is let go (`del`) as soon as the
+        # loop asks for the next, before it is made (an output pool may then reuse its array).
         try:
-            started = clock()
-            try:
-                held = [next(it)]  # yielded by pop(): this frame keeps no reference while the loop works
-            except StopIteration:
+            asked = clock()
+            for item in it:
+                got = clock()
+                self.first_ns = got - asked
+                self.batches = 1
+                yield item
+                del item
+                break
+            else:
                 return
-            got = clock()
-            self.first_ns = got - started
-            self.batches = 1
-            yield held.pop()
-            while True:
-                asked = clock()
-                self.step_ns += asked - got
-                try:
-                    held.append(next(it))
-                except StopIteration:
-                    return
+            asked = clock()
+            self.step_ns += asked - got
+            for item in it:
                 got = clock()
                 self.wait_ns += got - asked
                 self.batches += 1
-                yield held.pop()
+                yield item
+                del item
+                asked = clock()
+                self.step_ns += asked - got
         finally:
             self._depth -= 1
             close = getattr(it, "close", None)
@@ -241,7 +262,10 @@ class Telemetry:
         s = 1e-9
         fetch_ns, decode_ns = self._total("fetch_ns"), self._total("decode_ns")
         buffer_wait_ns, reads_waited_ns = self._total("buffer_wait_ns"), self._total("reads_waited_ns")
-        gather_ns = max(self.wait_ns + self.first_ns - buffer_wait_ns, 0)
+        device_ns = self._total("device_ns")
+        sent_ns = getattr(self.traffic, "send_ns", 0) - self._sent_before[0]  # this pass's rows sent (ondevice)
+        sent_bytes = getattr(self.traffic, "row_bytes", 0) - self._sent_before[1]
+        gather_ns = max(self.wait_ns + self.first_ns - buffer_wait_ns - device_ns, 0)
         verdict = judge(
             self.wait_ns * s,
             self.step_ns * s,
@@ -251,6 +275,7 @@ class Telemetry:
                 "decode": decode_ns * s / 2,
                 "buffer": max(buffer_wait_ns - reads_waited_ns, 0) * s,
                 "gather": gather_ns * s,
+                "device": (device_ns + sent_ns) * s,
             }
             if self.stages_seen
             else None,
@@ -271,6 +296,8 @@ class Telemetry:
             gather_seconds=gather_ns * s,
             stages_seen=self.stages_seen,
             verdict=verdict,
+            device_copy_seconds=(device_ns + sent_ns) * s,
+            device_copy_bytes=self._total("device_bytes") + sent_bytes,
         )
 
 
@@ -283,6 +310,23 @@ def judge(wait: float, step: float, batches: int, stages: dict[str, float] | Non
         return Verdict(True, "workers", _ADVICE["workers"], share)
     stage = max(stages, key=lambda k: stages[k])
     return Verdict(True, stage, _ADVICE[stage], share)
+
+
+def timed_output(telemetry: Telemetry | None, output: Any) -> Any:
+    """The output seam, timed as the ``device copy`` stage when it copies (``copies``: ``PinnedOutput``);
+    ``output`` itself without telemetry or for an output that wraps the arrays as they are."""
+    if telemetry is None or not getattr(output, "copies", False):
+        return output
+    clock = time.perf_counter_ns
+
+    def emit(x: Any, y: Any, rows: Any) -> Any:
+        started = clock()
+        out = output(x, y, rows)
+        telemetry.device_ns += clock() - started
+        telemetry.device_bytes += x.nbytes + (0 if y is None else y.nbytes)
+        return out
+
+    return emit
 
 
 def timed_parts(telemetry: Telemetry | None, parts: Iterator[Any]) -> Iterator[Any]:
@@ -315,13 +359,34 @@ def telemetry_of(ds: Any) -> Telemetry:
     return telemetry
 
 
+_ENABLED = [os.environ.get("DASK_WINDOWS_TELEMETRY", "1") != "0"]
+
+
+def set_enabled(on: bool) -> bool:
+    """Turn the counters on or off for the passes started afterwards in this process; the previous
+    setting. Internal (``benchmarks/bench_telemetry.py`` measures their cost with it);
+    ``DASK_WINDOWS_TELEMETRY=0`` in the environment starts them off. Off, ``stats()`` reads zeros."""
+    before = _ENABLED[0]
+    _ENABLED[0] = bool(on)
+    return before
+
+
+def reads_telemetry(ds: Any) -> Telemetry | None:
+    """The sink of a pass's read and wait times: the dataset's counters, ``None`` while opening or off."""
+    return getattr(ds, "_telemetry", None) if _ENABLED[0] else None
+
+
 def watched(ds: Any, batches: Iterator[Any]) -> Iterator[Any]:
     """A pass's batches timed in this process; as they are inside a DataLoader worker (nobody reads
-    a worker's counters: the main process measures the loop with ``watch_loader``)."""
+    a worker's counters: the main process measures the loop with ``watch_loader``), or when off."""
     from dask_windows.runtime.detect import in_worker
 
     if in_worker():
         return batches
+    if not _ENABLED[0]:
+        telemetry_of(ds).begin_pass()  # stats() of a pass run with the counters off: zeros
+        return batches
+    telemetry_of(ds).traffic = getattr(ds, "device_traffic", None)
     return telemetry_of(ds).watch(batches, stages_here=getattr(ds, "read_workers", 0) == 0)
 
 

@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per partition: no per-instance dict
 class Partition:
     """One unit of reading.
 

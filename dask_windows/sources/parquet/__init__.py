@@ -59,6 +59,7 @@ from dask_windows.sources.parquet.footers import (
     list_files,
     paused_gc,
 )
+from dask_windows.sources.parquet.index_open import IndexedFiles, adopt_index
 from dask_windows.sources.parquet.manifest import ParquetManifest
 from dask_windows.sources.parquet.opening import ParquetOpening
 from dask_windows.sources.parquet.ranges import FetchedFile, chunk_ranges, fetch_ranges, merge_ranges
@@ -157,33 +158,36 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         self._pid = os.getpid()
         opened = open_footers(self, data, files, sizes, listed, threads, partition_bytes, series, index)
         self.footer_group = None  # not kept: a store does not pickle into DataLoader workers
-        self.files = [path for path in files if path in opened]
-        if not self.files:
-            raise SourceReadError(f"no readable Parquet file in {self.description}: every footer failed to read")
-        self._footers: dict[str, Footer] = {path: opened[path].footer for path in self.files}
-        self._identities = self._record_identities(listed, opened)
-        # One schema object per distinct schema, and its number per file (files usually share one).
-        numbers: dict[int, int] = {}
-        self._schemas: list[Any] = []
-        self._schema_numbers = []
-        for path in self.files:
-            schema = opened[path].schema
-            if id(schema) not in numbers:
-                numbers[id(schema)] = len(self._schemas)
-                self._schemas.append(schema)
-            self._schema_numbers.append(numbers[id(schema)])
-        self._seen_schemas.clear()
-        self._tail_runs = {path: _pack_runs(o.runs) for path, o in opened.items() if o.runs is not None}
-        self.partitions = []
-        for path in self.files:
-            footer, splits = self._footers[path], opened[path].splits
-            for rgs in splits:
-                rows = sum(footer.rows) if len(splits) == 1 else sum(footer.rows[g] for g in rgs)
-                name = path if len(splits) == 1 else f"{path}[row groups {rgs[0]}-{rgs[-1]}]"
-                if rows:
-                    self.partitions.append(Partition(name, rows, (path, rgs)))
+        if isinstance(opened, IndexedFiles):  # columnar: no object per file (index_open)
+            adopt_index(self, opened, partition_bytes)
+        else:
+            self.files = [path for path in files if path in opened]
+            if not self.files:
+                raise SourceReadError(f"no readable Parquet file in {self.description}: every footer failed to read")
+            self._footers: dict[str, Footer] = {path: opened[path].footer for path in self.files}
+            self._identities = self._record_identities(listed, opened)
+            # One schema object per distinct schema, and its number per file (files usually share one).
+            numbers: dict[int, int] = {}
+            self._schemas: list[Any] = []
+            self._schema_numbers = []
+            for path in self.files:
+                schema = opened[path].schema
+                if id(schema) not in numbers:
+                    numbers[id(schema)] = len(self._schemas)
+                    self._schemas.append(schema)
+                self._schema_numbers.append(numbers[id(schema)])
+            self._seen_schemas.clear()
+            self._tail_runs = {path: _pack_runs(o.runs) for path, o in opened.items() if o.runs is not None}
+            self.partitions = []
+            for path in self.files:
+                footer, splits = self._footers[path], opened[path].splits
+                for rgs in splits:
+                    rows = sum(footer.rows) if len(splits) == 1 else sum(footer.rows[g] for g in rgs)
+                    name = path if len(splits) == 1 else f"{path}[row groups {rgs[0]}-{rgs[-1]}]"
+                    if rows:
+                        self.partitions.append(Partition(name, rows, (path, rgs)))
         del opened
-        self._listed = dict(zip(files, sizes))
+        self._listed_sizes = (files, sizes)  # the listing's sizes (ParquetManifest._listed)
         self.manifest_series: str | None = None  # the manifest's series column, even when it is stale
         self._manifest = self._load_manifest(data)
         self._halo = 0  # rows a partition reads past its end, inside its file (set_window)
@@ -277,6 +281,16 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
             return True
         return series is not None and series == self._tail_series and len(self._tail_runs) == len(self.partitions)
 
+    def runs_at_once(self, series: Any) -> tuple[list, list, list] | None:
+        """Every partition's ``(starts, lengths, keys)`` at once, when the index tells them all (each file one
+        partition, no manifest); ``None`` otherwise (``read_runs`` partition by partition)."""
+        every = getattr(self._tail_runs, "every_file", None)
+        if every is None or series is None or series != self._tail_series or getattr(self, "_manifest", None):
+            return None
+        if len(self.partitions) != len(self.files):
+            return None
+        return every()
+
     def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, ...]:
         """Runs from the manifest when it covers ``series``, else those the tail read at open told
         (once), else from the series column.
@@ -324,9 +338,8 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
 
     def check_columns(self, columns: Sequence, what: dict) -> None:
         first = self._schemas[0]
-        paths: dict[int, str] = {}  # the first file of each distinct schema
-        for path, number in zip(self.files, self._schema_numbers):
-            paths.setdefault(number, path)
+        distinct, first_file = np.unique(np.asarray(self._schema_numbers, np.int64), return_index=True)
+        paths = {int(n): self.files[int(i)] for n, i in zip(distinct, first_file)}  # the first file of each schema
         for number, path in paths.items():
             schema = self._schemas[number]
             for col in columns:

@@ -35,15 +35,15 @@ import json
 import logging
 import os
 import posixpath
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from dask_windows.errors import DataError
 from dask_windows.sources.identity import FileIdentity, FooterDigest
-from dask_windows.sources.parquet.footer_compact import compact_footer, key_values_field, with_key_values
-from dask_windows.sources.parquet.footers import Footer, metadata_from_bytes, split_sizes
+from dask_windows.sources.parquet.footer_compact import compact_footer, with_key_values
+from dask_windows.sources.parquet.footers import Footer, metadata_from_bytes
 
 __all__ = [
     "INDEX_FORMAT",
@@ -53,7 +53,6 @@ __all__ = [
     "find_index",
     "footer_digest",
     "is_index",
-    "opened_from_index",
 ]
 
 log = logging.getLogger("dask_windows.sources.parquet")
@@ -109,8 +108,8 @@ def entries_bytes(
     prefix = root.rstrip("/") + "/" if root else ""
     key_values: list[str | None] = [None] * len(schemas)
     columns: dict[str, list] = {k: [] for k in ("path", "size", "version", "rows", "group_bytes", "footer", "digest")}
-    columns.update(schema=[], run_starts=[], run_lengths=[], run_keys=[])
-    key_dtype: str | None = None
+    columns.update(schema=[])
+    told_runs: list = []
     for path, footer, ident, number, told in zip(files, footers, identities, schema_numbers, runs):
         meta = metadata_from_bytes(footer.raw) if not isinstance(footer, IndexedFooter) else footer.metadata
         if compact and key_values[number] is None:
@@ -128,12 +127,10 @@ def entries_bytes(
         )
         columns["digest"].append(bytes(footer_digest(footer)))
         columns["schema"].append(number)
-        arrays = _int_runs(told)
-        if arrays is not None:
-            key_dtype = key_dtype or arrays[3]
-        for name, values in zip(("run_starts", "run_lengths", "run_keys"), arrays[:3] if arrays else (None,) * 3):
-            columns[name].append(None if values is None else values.tolist())
+        told_runs.append(_runs_arrays(told))
         del meta
+    _runs_columns(told_runs, columns)
+    key_dtype = next((r[3] for r in told_runs if r is not None and r[3] is not None), None)
     header = {
         "format": INDEX_FORMAT,
         "version": INDEX_VERSION,
@@ -158,15 +155,17 @@ def entries_bytes(
         "run_lengths": pa.list_(pa.int64()),
         "run_keys": pa.list_(pa.int64()),
     }
-    table = pa.table({k: pa.array(v, type=types[k]) for k, v in columns.items()})
+    arrays = {k: v if k == "run_keys_any" else pa.array(v, type=types[k]) for k, v in columns.items()}
+    table = pa.table(arrays)
     table = table.replace_schema_metadata({_META_KEY: json.dumps(header).encode()})
     out = io.BytesIO()
     pq.write_table(table, out, compression="zstd", row_group_size=1 << 20)
     return out.getvalue()
 
 
-def _int_runs(told: Any) -> tuple | None:
-    """``(starts, lengths, keys, key dtype)`` as int64 arrays of runs told at open, when the keys are integers."""
+def _runs_arrays(told: Any) -> tuple | None:
+    """``(starts, lengths, keys, key dtype)`` of runs told at open: int64 keys and their dtype when the keys
+    are integers, else the keys as they are and ``None``."""
     if told is None:
         return None
     if len(told) == 2:  # packed: ((3, R) int64, key dtype)
@@ -174,9 +173,35 @@ def _int_runs(told: Any) -> tuple | None:
         return packed[0], packed[1], packed[2], np.dtype(dtype).str
     starts, lengths, keys = told
     keys = np.asarray(keys)
-    if keys.dtype.kind not in "iu" or keys.dtype.itemsize > 8:
-        return None
-    return np.asarray(starts, np.int64), np.asarray(lengths, np.int64), keys.astype(np.int64), keys.dtype.str
+    starts, lengths = np.asarray(starts, np.int64), np.asarray(lengths, np.int64)
+    if keys.dtype.kind in "iu" and keys.dtype.itemsize <= 8:
+        return starts, lengths, keys.astype(np.int64), keys.dtype.str
+    return starts, lengths, keys, None
+
+
+def _runs_columns(told: list, columns: dict) -> None:
+    """The runs' columns of the index: ``run_keys`` (int64) when every file's keys are integers, else
+    ``run_keys_any`` (a list of the keys' Arrow type: strings, floats, dates...); files whose keys
+    differ in kind from the others', or that Arrow cannot hold, get no runs (scanned at open)."""
+    import pyarrow as pa
+
+    integer = [r is not None and r[3] is not None for r in told]
+    other = [r is not None and r[3] is None for r in told]
+    if any(other) and not any(integer):
+        try:
+            keys = pa.array([None if r is None else r[2] for r in told])
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            told = [None] * len(told)
+        else:
+            if not pa.types.is_list(keys.type) and not pa.types.is_null(keys.type):
+                told = [None] * len(told)
+            else:
+                columns["run_keys_any"] = keys
+    if any(other) and any(integer):
+        told = [r if k else None for r, k in zip(told, integer)]
+    columns["run_starts"] = [None if r is None else r[0].tolist() for r in told]
+    columns["run_lengths"] = [None if r is None else r[1].tolist() for r in told]
+    columns["run_keys"] = [None if r is None or r[3] is None else r[2].tolist() for r in told]
 
 
 def is_index(blob: bytes) -> bool:
@@ -237,107 +262,3 @@ def find_index(fs: Any, data: Any, index: Any) -> tuple[str, bytes] | None:
         raise FileNotFoundError(
             f"index={os.fspath(index)!r} does not exist; write it with `dask-windows index`"
         ) from exc
-
-
-def opened_from_index(
-    blob: bytes,
-    where: str,
-    files: list[str],
-    listed: dict,
-    local: bool,
-    partition_bytes: int,
-    series: str | None,
-    data_root: str | None,
-    url: Callable[[str], str],
-    check: bool = True,
-) -> dict:
-    """Each of ``files`` opened from the index ``blob`` (at ``where``), as ``opening._Opened``.
-
-    Args:
-        files: The files listed (full paths, as the filesystem names them).
-        listed: The listing's ``info`` entries by path (sizes and versions on an object store).
-        data_root: The folder or prefix opened (``None`` for a glob or list): when it is the index's own,
-            a file indexed but not listed is reported as deleted.
-        url: A path as messages show it.
-        check: Compare identities (``False`` for the footers ranks exchange: same listing by construction).
-
-    Raises:
-        DataError: The index is stale (a file added, deleted or changed), naming the file.
-    """
-    import pyarrow as pa
-
-    from dask_windows.sources import identity
-    from dask_windows.sources.parquet.opening import _Opened
-
-    try:
-        table = _read_table(blob)
-        header = _header(table)
-    except DataError as exc:
-        raise DataError(
-            f"{where} is not a readable dataset index ({exc}); write it again with `dask-windows index`"
-        ) from exc
-    except Exception as exc:
-        raise DataError(
-            f"{where} is not a readable dataset index ({exc}); write it again with `dask-windows index`"
-        ) from exc
-    root = header["root"].rstrip("/")
-    prefix = root + "/" if root else ""
-    rel = table.column("path").to_pylist()
-    position = {prefix + p: i for i, p in enumerate(rel)}  # full path -> row
-
-    def stale(path: str, what: str) -> DataError:
-        return DataError(
-            f"the dataset index {where} is stale: {url(path)} {what}; write the index again "
-            f"(`dask-windows index`), or pass index=False to read every footer"
-        )
-
-    for path in files:
-        if path not in position:
-            raise stale(path, "is not in it (added after the index was written)")
-    if data_root is not None and data_root == root and len(position) != len(files):
-        gone = sorted(set(position) - set(files))
-        raise stale(gone[0], f"is in it but not there (deleted; {len(gone)} files in all)")
-    schemas = [pa.ipc.read_schema(pa.py_buffer(base64.b64decode(s))) for s in header["schemas"]]
-    kv_fields = [key_values_field([(b"ARROW:schema", base64.b64decode(k))]) if k else b"" for k in header["key_values"]]
-    sizes = table.column("size").to_numpy()
-    versions = table.column("version").to_pylist()
-    rows = table.column("rows").to_pylist()
-    group_bytes = table.column("group_bytes").to_pylist()
-    footers = table.column("footer").to_pylist()
-    digests = table.column("digest").to_pylist()
-    numbers = table.column("schema").to_numpy()
-    runs_wanted = series is not None and header.get("series") == series and header.get("key_dtype") is not None
-    if runs_wanted:
-        key_dtype = np.dtype(header["key_dtype"])
-        lists = [table.column(c).combine_chunks() for c in ("run_starts", "run_lengths", "run_keys")]
-        offsets = lists[0].offsets.to_numpy()  # (files + 1,) the same for the three columns
-        known = lists[0].is_valid().to_numpy(zero_copy_only=False)  # (files,) runs were written
-        flat = np.stack([np.asarray(a.values.to_numpy(), np.int64) for a in lists])  # (3, runs of all files)
-    opened = {}
-    for path in files:
-        i = position[path]
-        size = int(sizes[i])
-        version = versions[i]
-        found = None
-        if local:
-            found = None if version is None else FileIdentity(size, int(version))
-            if check and found is not None:
-                try:
-                    now = identity.local(path)
-                except OSError:
-                    raise stale(path, "cannot be read (deleted?)") from None
-                if now != found:
-                    raise stale(path, f"changed (indexed: {found.describe()}; now {now.describe()})")
-        elif check:
-            now = identity.from_info(listed.get(path))
-            if (now.size is not None and now.size != size) or (
-                now.version is not None and version is not None and now.version != version
-            ):
-                raise stale(path, f"changed (indexed: {FileIdentity(size, version).describe()}; now {now.describe()})")
-        splits = split_sizes(group_bytes[i], partition_bytes)
-        told = None
-        if runs_wanted and len(splits) == 1 and known[i]:
-            told = (flat[:, offsets[i] : offsets[i + 1]], key_dtype)  # (3, runs): starts, lengths, keys
-        footer = IndexedFooter(footers[i], size, tuple(rows[i]), digests[i], kv_fields[numbers[i]])
-        opened[path] = _Opened(footer, schemas[numbers[i]], splits, told, found)
-    return opened

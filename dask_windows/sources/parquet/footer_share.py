@@ -39,7 +39,8 @@ from typing import Any
 
 from dask_windows.errors import DataError
 from dask_windows.sources.manifest import MANIFEST_NAME
-from dask_windows.sources.parquet.footer_index import entries_bytes, find_index, opened_from_index
+from dask_windows.sources.parquet.footer_index import entries_bytes, find_index
+from dask_windows.sources.parquet.index_open import open_index
 from dask_windows.tuning import SHARE_WAIT_SECONDS
 
 __all__ = ["SHARE_WAIT_SECONDS", "open_footers", "shared_open"]
@@ -60,8 +61,9 @@ def open_footers(
     partition_bytes: int,
     series: str | None,
     index: Any,
-) -> dict:
-    """Every file of ``files`` opened (``opening._Opened`` by path) from the cheapest place."""
+) -> Any:
+    """Every file of ``files`` opened from the cheapest place: ``opening._Opened`` by path, or the columns
+    of an index (``index_open.IndexedFiles``)."""
     found = find_index(source.fs, data, index)
     if found is not None:
         path, blob = found
@@ -74,9 +76,7 @@ def open_footers(
             else (os.fspath(index) if index not in (None, True) else source._url(path))
         )
         try:
-            opened = opened_from_index(
-                blob, where, files, listed, source.local, partition_bytes, series, data_root, source._url
-            )
+            opened = open_index(blob, where, files, listed, source.local, series, data_root, source._url)
         except DataError as exc:
             # The index `convert` wrote beside its manifest: the manifest's checks, which run next on
             # footers read afresh, name what changed and the remedy of converted data (rerun convert).
@@ -113,7 +113,7 @@ def shared_open(
     partition_bytes: int,
     series: str | None,
     open_here: Callable[[], dict],
-) -> dict:
+) -> Any:
     """``open_here()`` on the first rank to open this listing; the others take its footers (see above)."""
     # Local files (page-cached, tens of microseconds a footer) open faster than the exchange: on 2
     # ranks 1,000 local files took 1.2 s each reading, 2.4 s shared (benchmarks/bench_startup.py).
@@ -154,17 +154,8 @@ def shared_open(
             pass
     if blob == _FAILED:
         return open_here()
-    return opened_from_index(
-        blob,
-        "the footers another rank shared",
-        files,
-        listed,
-        source.local,
-        partition_bytes,
-        series,
-        None,
-        source._url,
-        check=False,
+    return open_index(
+        blob, "the footers another rank shared", files, listed, source.local, series, None, source._url, False
     )
 
 

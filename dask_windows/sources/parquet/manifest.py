@@ -30,11 +30,16 @@ class ParquetManifest:
     files: list[str]
     manifest_series: str | None
     _footers: dict[str, Footer]
-    _listed: dict
+    _listed_sizes: tuple[list[str], list]
 
     if TYPE_CHECKING:
 
         def _url(self, path: str) -> str: ...
+
+    @property
+    def _listed(self) -> dict:
+        """The listing's size of each file (``None`` where it had none), built when a manifest asks."""
+        return dict(zip(*self._listed_sizes))
 
     def _load_manifest(self, data: Any) -> dict | None:
         """Series runs per file from a ``dask-windows convert`` manifest, if it matches the files.

@@ -289,7 +289,11 @@ class ParquetRows:
         """Raise ``SourceReadError`` if local ``path`` is no longer the file opened (``identity.check_local``)."""
         from dask_windows.sources.identity import check_local
 
-        check_local(path, getattr(self, "_identities", {}).get(path))
+        identities = getattr(self, "_identities", {})
+        if hasattr(identities, "check_local"):  # opened from an index: a change says the index is stale
+            identities.check_local(path)
+            return
+        check_local(path, identities.get(path))
 
     def _corrupt_chunk(self, path: str, row_groups: Sequence[int], columns: Sequence) -> str:
         """``"column 'f1' of row group 3 is damaged"``: the first column chunk of a failed local read

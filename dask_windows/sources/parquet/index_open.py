@@ -1,0 +1,427 @@
+"""Opening a Parquet dataset from its index, columnar: no Python object per file until one is asked for.
+
+``footer_index`` reads the index (one Parquet file, one row per data file);
+this module turns it into what ``ParquetSource`` keeps, as a few numpy arrays
+over all files instead of a ``Footer``, a ``FileIdentity``, a runs array and
+a dict entry per file:
+
+* ``IndexedFiles`` holds the columns, in the listing's order: sizes, versions,
+  rows per row group (flat, with offsets), the compact footers and their
+  digests (one byte array each, with offsets), schema numbers and the series
+  runs (flat ``starts``, ``lengths``, ``keys`` with offsets);
+* ``footers``, ``identities`` and ``runs`` are read-only mappings by path over
+  them, which build a file's ``IndexedFooter``, ``FileIdentity`` or runs when
+  a read asks for it (a path is found by bisection in the sorted listing, or
+  a dict for a list given out of order).
+
+The identities are compared with the listing at open only where the listing
+already holds them (an object store's sizes and ETags, no request more). A
+local file's size and ``mtime`` are compared at each read of it
+(``IndexedIdentities.check_local``, one ``stat``, as without an index) rather
+than at open: one ``stat`` per file costs 15-25 s for 10^6 files, before the
+first batch. A file changed after the index was written then raises at its
+first read, naming the file and the index as stale.
+
+The trade-off: a path look-up costs a bisection (a few microseconds) on every
+footer a read asks for, against holding 10^6 dict entries and objects.
+"""
+
+from __future__ import annotations
+
+import base64
+import bisect
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from dask_windows.errors import DataError
+from dask_windows.sources.identity import FileIdentity, from_info
+from dask_windows.sources.parquet.footer_compact import key_values_field
+from dask_windows.sources.parquet.footer_index import IndexedFooter, _header, _read_table
+from dask_windows.sources.parquet.footers import split_sizes
+
+__all__ = ["IndexedFiles", "IndexedFooters", "IndexedIdentities", "IndexedRuns", "open_index"]
+
+
+def _offsets(array: Any) -> np.ndarray:
+    """``(n + 1,)`` int64 offsets of a binary array into its data buffer (absolute)."""
+    if not len(array):
+        return np.zeros(1, np.int64)
+    kind = np.int64 if array.type in (_large_binary(),) else np.int32
+    raw = np.frombuffer(array.buffers()[1], kind)
+    return raw[array.offset : array.offset + len(array) + 1].astype(np.int64)
+
+
+def _large_binary() -> Any:
+    import pyarrow as pa
+
+    return pa.large_binary()
+
+
+def _flat(array: Any, dtype: Any = np.int64) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, (n + 1,) offsets)`` of an Arrow list array, its null lists empty."""
+    import pyarrow.compute as pc
+
+    lengths = pc.fill_null(pc.list_value_length(array), 0).to_numpy()
+    offsets = np.zeros(len(array) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    values = pc.list_flatten(array).to_numpy(zero_copy_only=False)
+    return (values if dtype is None else np.asarray(values, dtype)), offsets
+
+
+class IndexedFiles:
+    """The columns of an index for the files opened, row ``i`` for ``files[i]``.
+
+    Attributes:
+        files: The files, in the listing's order.
+        sizes: ``(F,)`` bytes of each file.
+        versions: ``(F,)`` object array: each file's version as indexed (ETag text, local ``mtime`` in
+            ns as text) or ``None``.
+        row_offsets: ``(F + 1,)`` where each file's rows per row group begin in ``group_rows``.
+        group_rows: ``(G,)`` rows of every row group, file after file (``group_bytes``: their bytes).
+        footer_offsets: ``(F + 1,)`` where each compact footer begins in ``footer_data`` (uint8).
+        digests: ``(F, 32)`` uint8: SHA-256 of each file's own footer.
+        numbers: ``(F,)`` schema number of each file; ``schemas``, ``kv_fields`` by number.
+        runs: ``(starts, lengths, keys, offsets, known, key dtype)`` of the series runs, or ``None``.
+    """
+
+    def __init__(self, table: Any, header: dict, files: list[str], where: str, local: bool, series: Any) -> None:
+        import pyarrow as pa
+
+        self.files, self.where, self.local = files, where, local
+        col = {name: table.column(name).combine_chunks() for name in table.column_names}
+        self.sizes = np.asarray(col["size"].to_numpy(), np.int64)
+        self.versions = np.asarray(col["version"].to_numpy(zero_copy_only=False), object)
+        self.group_rows, self.row_offsets = _flat(col["rows"])
+        self.group_bytes = _flat(col["group_bytes"])[0]  # the same offsets as rows
+        footers = col["footer"]
+        self.footer_offsets = _offsets(footers)
+        self.footer_data = np.frombuffer(footers.buffers()[2], np.uint8) if len(footers) else np.empty(0, np.uint8)
+        digests = col["digest"]
+        self.digest_offsets = _offsets(digests)
+        self.digest_data = np.frombuffer(digests.buffers()[2], np.uint8) if len(digests) else np.empty(0, np.uint8)
+        self.numbers = np.asarray(col["schema"].to_numpy(), np.int64)
+        self.schemas = [pa.ipc.read_schema(pa.py_buffer(base64.b64decode(s))) for s in header["schemas"]]
+        self.kv_fields = [
+            key_values_field([(b"ARROW:schema", base64.b64decode(k))]) if k else b"" for k in header["key_values"]
+        ]
+        self.runs = None
+        if series is not None and header.get("series") == series:
+            self.runs = _runs_columns(col, header)
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def positions(self) -> dict[str, int] | None:
+        """``path -> row`` for a listing out of order; ``None`` when sorted (found by bisection)."""
+        if not hasattr(self, "_positions"):
+            paths = self.files
+            ordered = all(a < b for a, b in zip(paths, paths[1:]))
+            self._positions = None if ordered else {p: i for i, p in enumerate(paths)}
+        return self._positions
+
+    def rows(self, i: int) -> tuple[int, ...]:
+        return tuple(self.group_rows[self.row_offsets[i] : self.row_offsets[i + 1]].tolist())
+
+    def footer(self, i: int) -> IndexedFooter:
+        return _RowFooter(self, i)
+
+    def raw(self, i: int) -> bytes:
+        return self.footer_data[self.footer_offsets[i] : self.footer_offsets[i + 1]].tobytes()
+
+    def digest(self, i: int) -> bytes:
+        return self.digest_data[self.digest_offsets[i] : self.digest_offsets[i + 1]].tobytes()
+
+    def identity(self, i: int) -> FileIdentity | None:
+        version = self.versions[i]
+        if self.local:
+            return None if version is None else FileIdentity(int(self.sizes[i]), int(version))
+        return FileIdentity(int(self.sizes[i]), version)
+
+    def file_rows(self) -> np.ndarray:
+        """``(F,)`` rows of each file."""
+        return _sums(self.group_rows, self.row_offsets)
+
+    def splits(self, partition_bytes: int) -> list[list[tuple[int, ...]]]:
+        """Per file, its row groups cut into partitions (``footers.split_sizes``): a file under
+        ``partition_bytes`` is one partition of all its row groups (one tuple shared by such files)."""
+        groups = np.diff(self.row_offsets)  # (F,) row groups of each file
+        whole = _sums(self.group_bytes, self.row_offsets) <= partition_bytes
+        ranges: dict[int, tuple[int, ...]] = {}  # one tuple per row-group count: shared by the files
+        out: list[list[tuple[int, ...]]] = []
+        for i, (g, one) in enumerate(zip(groups.tolist(), whole.tolist())):
+            if one:
+                rgs = ranges.get(g)
+                if rgs is None:
+                    rgs = ranges[g] = tuple(range(g))
+                out.append([rgs])
+            else:
+                lo, hi = self.row_offsets[i], self.row_offsets[i + 1]
+                out.append(split_sizes(self.group_bytes[lo:hi].tolist(), partition_bytes))
+        return out
+
+
+class _RowFooter(IndexedFooter):
+    """The ``IndexedFooter`` of one row of ``IndexedFiles``, its fields read from the columns when asked
+    (a read asks for ``rows`` far more often than for the footer's bytes)."""
+
+    __slots__ = ("_files", "_row")
+
+    def __init__(self, files: IndexedFiles, row: int) -> None:
+        self._files, self._row = files, row
+
+    raw = property(lambda self: self._files.raw(self._row))  # type: ignore[assignment]
+    size = property(lambda self: int(self._files.sizes[self._row]))  # type: ignore[assignment]
+    rows = property(lambda self: self._files.rows(self._row))  # type: ignore[assignment]
+    digest = property(lambda self: self._files.digest(self._row))  # type: ignore[assignment]
+    key_values = property(lambda self: self._files.kv_fields[self._files.numbers[self._row]])  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple:
+        return IndexedFooter, (self.raw, self.size, self.rows, self.digest, self.key_values)
+
+
+def _sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """``(F,)`` the sum of each ``values[offsets[i]:offsets[i + 1]]`` (empty slices: 0)."""
+    totals = np.concatenate([[0], np.cumsum(values)])  # (G + 1,) running sums
+    return totals[offsets[1:]] - totals[offsets[:-1]]
+
+
+def _runs_columns(col: dict, header: dict) -> tuple | None:
+    """The flat series runs of the index, or ``None`` when it holds none for its series."""
+    if header.get("key_dtype") is None and "run_keys_any" not in col:
+        return None
+    known = np.asarray(col["run_starts"].is_valid().to_numpy(zero_copy_only=False), bool)  # (F,) runs written
+    starts, offsets = _flat(col["run_starts"])  # (runs of all files,), (F + 1,)
+    lengths = _flat(col["run_lengths"])[0]
+    if header.get("key_dtype") is not None:
+        return starts, lengths, _flat(col["run_keys"])[0], offsets, known, np.dtype(header["key_dtype"])
+    return starts, lengths, _flat(col["run_keys_any"], None)[0], offsets, known, None
+
+
+class _ByPath(Mapping):
+    """A read-only mapping ``path -> value of its row`` over ``IndexedFiles``."""
+
+    def __init__(self, files: IndexedFiles) -> None:
+        self._files = files
+        self._position = files.positions()  # None: bisection in the sorted listing
+
+    def row(self, path: str) -> int:
+        if self._position is not None:
+            return self._position[path]
+        paths = self._files.files
+        i = bisect.bisect_left(paths, path)
+        if i == len(paths) or paths[i] != path:
+            raise KeyError(path)
+        return i
+
+    def __contains__(self, path: object) -> bool:
+        try:
+            self.row(path)  # type: ignore[arg-type]
+        except (KeyError, TypeError):
+            return False
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._files.files)
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    def __getitem__(self, path: str) -> Any:
+        return self.value(self.row(path))
+
+    def value(self, i: int) -> Any:
+        raise NotImplementedError
+
+
+class IndexedFooters(_ByPath):
+    """``path -> IndexedFooter``, built when asked for."""
+
+    def value(self, i: int) -> IndexedFooter:
+        return self._files.footer(i)
+
+
+class IndexedIdentities(_ByPath):
+    """``path -> FileIdentity`` as indexed; ``check_local`` compares a local file with it at a read."""
+
+    def value(self, i: int) -> FileIdentity | None:
+        return self._files.identity(i)
+
+    def check_local(self, path: str) -> None:
+        """Raise ``DataError`` when local ``path`` is not the file indexed (the index is stale)."""
+        from dask_windows.sources import identity
+
+        expected = self.get(path)
+        if expected is None:
+            return
+        try:
+            now = identity.local(path)
+        except FileNotFoundError:
+            return  # the read itself reports the missing file
+        if now != expected:
+            raise stale(self._files.where, path, f"changed (indexed: {expected.describe()}; now {now.describe()})")
+
+
+class IndexedRuns(_ByPath):
+    """``path -> (starts, lengths, keys)`` told by the index, for the files it has them of."""
+
+    def __init__(self, files: IndexedFiles, one_partition: np.ndarray) -> None:
+        super().__init__(files)
+        assert files.runs is not None
+        self._known = files.runs[4] & one_partition  # (F,) files whose runs the index tells
+        self._count = int(self._known.sum())
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[str]:
+        return (p for p, k in zip(self._files.files, self._known.tolist()) if k)
+
+    def __getitem__(self, path: str) -> Any:
+        i = self.row(path)
+        if not self._known[i]:
+            raise KeyError(path)
+        return self.value(i)
+
+    def pop(self, path: str, default: Any = None) -> Any:
+        """The runs of ``path`` (kept: the index's arrays are shared, nothing is freed by removing them)."""
+        return self.get(path, default)
+
+    def every_file(self) -> tuple[list, list, list] | None:
+        """``(starts, lengths, keys)``: each a list of every file's array (views of the index's, keys in
+        their dtype), when the index tells every file's runs; else ``None``."""
+        if self._count != len(self._files):
+            return None
+        starts, lengths, keys, offsets, _, dtype = self._files.runs  # type: ignore[misc]
+        cuts = offsets[1:-1]
+        keys = keys if dtype is None else keys.astype(dtype)
+        return np.split(starts, cuts), np.split(lengths, cuts), np.split(keys, cuts)
+
+    def value(self, i: int) -> Any:
+        starts, lengths, keys, offsets, _, dtype = self._files.runs  # type: ignore[misc]
+        lo, hi = offsets[i], offsets[i + 1]
+        if dtype is None:  # keys of another type than integers
+            return starts[lo:hi], lengths[lo:hi], keys[lo:hi]
+        return starts[lo:hi], lengths[lo:hi], keys[lo:hi].astype(dtype)
+
+
+def stale(where: str, path: str, what: str, url: Callable[[str], str] = str) -> DataError:
+    return DataError(
+        f"the dataset index {where} is stale: {url(path)} {what}; write the index again "
+        f"(`dask-windows index`), or pass index=False to read every footer"
+    )
+
+
+def open_index(
+    blob: bytes,
+    where: str,
+    files: list[str],
+    listed: dict,
+    local: bool,
+    series: str | None,
+    data_root: str | None,
+    url: Callable[[str], str],
+    check: bool = True,
+) -> IndexedFiles:
+    """The files ``files`` opened from the index ``blob`` (at ``where``), columnar.
+
+    Args:
+        files: The files listed (full paths, as the filesystem names them).
+        listed: The listing's ``info`` entries by path (sizes and versions on an object store).
+        data_root: The folder or prefix opened (``None`` for a glob or list): when it is the index's own,
+            a file indexed but not listed is reported as deleted.
+        url: A path as messages show it.
+        check: Compare the listing's identities (``False`` for the footers ranks exchange).
+
+    Raises:
+        DataError: The index is stale (a file added, deleted, or on an object store changed), naming the file.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        table = _read_table(blob)
+        header = _header(table)
+    except Exception as exc:
+        raise DataError(
+            f"{where} is not a readable dataset index ({exc}); write it again with `dask-windows index`"
+        ) from exc
+    root = header["root"].rstrip("/")
+    prefix = root + "/" if root else ""
+    indexed = pc.binary_join_element_wise(pa.scalar(prefix), table.column("path"), "").combine_chunks()
+    listing = pa.array(files, pa.string())
+    if len(indexed) != len(listing) or not pc.all(pc.equal(indexed, listing)).as_py():
+        rows = _match(indexed.to_pylist(), files, where, data_root, root, url)
+        table = table.take(pa.array(rows, pa.int64()))
+    opened = IndexedFiles(table, header, files, where, local, series)
+    if check and not local:
+        _check_listing(opened, listed, url)
+    return opened
+
+
+def _match(indexed: list[str], files: list[str], where: str, data_root: str | None, root: str, url: Callable) -> list:
+    """Row of the index of each listed file; raises when one is not indexed, or one indexed is gone."""
+    position = {p: i for i, p in enumerate(indexed)}
+    rows = []
+    for path in files:
+        i = position.get(path)
+        if i is None:
+            raise stale(where, path, "is not in it (added after the index was written)", url)
+        rows.append(i)
+    if data_root is not None and data_root == root and len(position) != len(files):
+        gone = sorted(set(position) - set(files))
+        raise stale(where, gone[0], f"is in it but not there (deleted; {len(gone)} files in all)", url)
+    return rows
+
+
+def _check_listing(opened: IndexedFiles, listed: dict, url: Callable) -> None:
+    """Raise when an object's listed size or version is not the one indexed (no request: the listing's)."""
+    infos = [listed.get(p) for p in opened.files]
+    sizes = np.array([-1 if not i or not isinstance(i.get("size"), int) else i["size"] for i in infos], np.int64)
+    bad = (sizes >= 0) & (sizes != opened.sizes)
+    first = next((i for i in infos if i), None)
+    key = None if first is None else next((k for k in _version_keys() if first.get(k) is not None), None)
+    if key is not None:
+        now = np.array([None if not i or i.get(key) is None else str(i[key]) for i in infos], object)
+        bad |= (now != None) & (opened.versions != None) & (now != opened.versions)  # noqa: E711
+    hit = np.flatnonzero(bad)
+    if len(hit):
+        i = int(hit[0])
+        path, found = opened.files[i], FileIdentity(int(opened.sizes[i]), opened.versions[i])
+        now_id = from_info(infos[i])
+        raise stale(opened.where, path, f"changed (indexed: {found.describe()}; now {now_id.describe()})", url)
+
+
+def _version_keys() -> tuple[str, ...]:
+    from dask_windows.sources.identity import VERSION_KEYS
+
+    return VERSION_KEYS
+
+
+def adopt_index(source: Any, opened: IndexedFiles, partition_bytes: int) -> None:
+    """Set what ``ParquetSource`` keeps of its files from ``opened``: mappings over its columns, and one
+    ``Partition`` per file (or per cut of a file larger than ``partition_bytes``)."""
+    from dask_windows.sources.base import Partition
+
+    files = opened.files
+    source.files = files
+    source._footers = IndexedFooters(opened)
+    source._identities = IndexedIdentities(opened)
+    source._schemas = opened.schemas
+    source._schema_numbers = opened.numbers
+    splits = opened.splits(partition_bytes)
+    whole = np.fromiter((len(s) == 1 for s in splits), bool, len(splits))  # (F,) files of one partition
+    source._tail_runs = IndexedRuns(opened, whole) if opened.runs is not None else {}
+    partitions = []
+    for i, (path, rows, cuts) in enumerate(zip(files, opened.file_rows().tolist(), splits)):
+        if len(cuts) == 1:
+            if rows:
+                partitions.append(Partition(path, rows, (path, cuts[0])))
+            continue
+        group_rows = opened.group_rows[opened.row_offsets[i] : opened.row_offsets[i + 1]]
+        for rgs in cuts:
+            count = int(group_rows[list(rgs)].sum())
+            if count:
+                partitions.append(Partition(f"{path}[row groups {rgs[0]}-{rgs[-1]}]", count, (path, rgs)))
+    source.partitions = partitions

@@ -1,0 +1,86 @@
+"""Opening from the dataset index, columnar (``sources.parquet.index_open``): against the footers it replaces."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pandas as pd
+import pytest
+from helpers import collect, same_batches
+
+from dask_windows.dataset import WindowDataset
+from dask_windows.sources import ParquetSource
+from dask_windows.sources.base import Source
+from dask_windows.sources.parquet.footer_index import IndexedFooter
+from dask_windows.sources.parquet.index_writer import write_index
+
+KW = dict(features=["f0"], window=6, stride=1, batch_size=8, return_index=True)
+
+
+def _write(root, keys: list, seed: int = 0) -> None:
+    """One file per entry of ``keys``: each a few series (runs of the given key values)."""
+    rng = np.random.default_rng(seed)
+    root.mkdir()
+    for i, file_keys in enumerate(keys):
+        sid = np.repeat(np.asarray(file_keys, dtype=object if isinstance(file_keys[0], str) else None), 9 + i)
+        pd.DataFrame({"sid": sid, "f0": rng.standard_normal(len(sid)).astype(np.float32)}).to_parquet(
+            root / f"part-{i:03d}.parquet", row_group_size=7
+        )
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        [["a", "b"], ["c"], ["d", "e", "f"]],  # strings
+        [[0.5, 1.5], [2.5], [3.5, 4.5, 5.5]],  # floats
+        [[3, 1], [2], [7, 5, 6]],  # integers, not sorted
+    ],
+    ids=["str", "float", "int"],
+)
+def test_series_keys_of_any_type_come_from_the_index_and_give_the_same_epoch(tmp_path, keys, monkeypatch):
+    root = tmp_path / "data"
+    _write(root, keys)
+    plain = WindowDataset(str(root), series="sid", index=False, **KW)
+    write_index(str(root), series="sid")
+    monkeypatch.setattr(Source, "read_runs", lambda *a: pytest.fail("series scanned despite the index"))
+    indexed = WindowDataset(str(root), series="sid", **KW)
+    monkeypatch.undo()
+    assert isinstance(indexed.source._footers[indexed.source.files[0]], IndexedFooter)
+    assert indexed.source.runs_at_once("sid") is not None  # every file's runs at once, no scan per partition
+    for runs_a, runs_b in zip(indexed.runs, plain.runs):
+        assert np.array_equal(runs_a.starts, runs_b.starts) and np.array_equal(runs_a.lengths, runs_b.lengths)
+        assert list(runs_a.keys) == list(runs_b.keys)
+    for epoch in (0, 1):
+        plain.set_epoch(epoch)
+        indexed.set_epoch(epoch)
+        assert same_batches(collect(indexed), collect(plain))  # the same epoch, bit for bit
+
+
+def test_indexed_footers_equal_the_files_and_survive_pickling(tmp_path):
+    root = tmp_path / "data"
+    _write(root, [[1, 2], [3], [4, 5]])
+    write_index(str(root), series="sid")
+    read = ParquetSource(str(root), series="sid", index=False)
+    indexed = ParquetSource(str(root), series="sid")
+    assert indexed.files == read.files and len(indexed._footers) == len(read.files)
+    for path in read.files:
+        a, b = read._footers[path], indexed._footers[path]
+        assert (a.size, a.rows) == (b.size, b.rows)
+        assert b.metadata.num_rows == a.metadata.num_rows and b.metadata.num_row_groups == a.metadata.num_row_groups
+        assert indexed._identities[path] == read._identities[path]
+    assert "missing.parquet" not in indexed._footers
+    copy = pickle.loads(pickle.dumps(indexed))  # what DataLoader workers receive
+    assert [copy._footers[p].rows for p in copy.files] == [read._footers[p].rows for p in read.files]
+    assert copy.identity_digest() == read.identity_digest()  # the resume fingerprint is that of the files
+
+
+def test_a_list_out_of_order_opens_from_an_index_elsewhere(tmp_path):
+    root = tmp_path / "data"
+    _write(root, [[1], [2], [3], [4]])
+    write_index(str(root), str(tmp_path / "idx.dwi"), series="sid")
+    files = [str(root / f"part-{i:03d}.parquet") for i in (3, 0, 2)]
+    indexed = WindowDataset(files, series="sid", index=str(tmp_path / "idx.dwi"), **KW)
+    plain = WindowDataset(files, series="sid", index=False, **KW)
+    assert [p.name for p in indexed.partitions] == [p.name for p in plain.partitions]
+    assert same_batches(collect(indexed), collect(plain))
