@@ -261,9 +261,9 @@ class WindowDataset(PassProtocol, IterableDataset):
             import warnings
 
             warnings.warn(
-                f"read_workers={self.read_workers} serves the piece order: the default pool order reads each row "
-                "group once on one reader thread and starts no read workers; pass pieces_per_partition=1 (whole "
-                "partitions) to use them, or drop read_workers",
+                f"read_workers={self.read_workers} serves the order of whole partitions: the default pool order reads "
+                "each row group once on one reader thread and starts no read workers; pass pieces_per_partition=1 "
+                "(whole partitions) to use them, or drop read_workers",
                 UserWarning,
                 stacklevel=2,
             )
