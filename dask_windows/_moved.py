@@ -45,7 +45,6 @@ MOVED = {
     "dask_windows.memory": "dask_windows.runtime.memory",
     "dask_windows.mixing": "dask_windows.planning.mixing",
     "dask_windows.nextpass": "dask_windows.speedups.nextpass",
-    "dask_windows.pairs": "dask_windows.speedups.pairs",
     "dask_windows.pipeline": "dask_windows.runtime.pipeline",
     "dask_windows.plan": "dask_windows.planning.plan",
     "dask_windows.prefetch": "dask_windows.runtime.prefetch",

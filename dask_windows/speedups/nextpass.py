@@ -210,9 +210,7 @@ def _same(a: tuple, b: tuple) -> bool:
 def wanted(ds: WindowDataset, reads: Reads, plan: EpochPlan) -> bool:
     """Whether the pass of ``plan``, served by ``reads``, reads the next pass's first buffer ahead.
 
-    Not with paired reads in a pass of fewer than 4 buffers: the read-ahead of buffers 0 and 1 while
-    the last one drains holds three buffers, which such a pass never holds (with 4 or more, the pair
-    ``(2, 3)`` is read while buffer 1 drains: three already). Nor where the next pass's plan, held
+    Not where the next pass's plan, held
     beside this pass's from the last buffer on, would take more than ``1 / PLAN_SHARE`` of a buffer's
     memory (``PLAN_BYTES_PER_PIECE`` per piece: many pieces of a few rows, as 1,024 pieces of 64
     rows per partition of a memmap give).
@@ -220,8 +218,6 @@ def wanted(ds: WindowDataset, reads: Reads, plan: EpochPlan) -> bool:
     if getattr(ds, "next_pass_seconds", NEXT_PASS_SECONDS) <= 0 or ds.on_error != "raise":
         return False
     if not reads.background or not isinstance(reads.reader, Prefetcher):  # no threads, or read_workers
-        return False
-    if reads.paired and len(plan.buffers) < 4:
         return False
     if _plan_bytes(plan) * PLAN_SHARE > _buffer_bytes(ds):
         return False  # the next pass's plan would weigh beside the buffers: many pieces of a few rows
