@@ -39,7 +39,7 @@ from dask_windows.runtime.detect import process_group_store
 from dask_windows.runtime.pool import plan_for, pool_batches, pool_summary, unit_bounds, warn_if_few_units
 from dask_windows.runtime.reading import batches, plan
 from dask_windows.runtime.seams import ThreadReads, TorchOutput
-from dask_windows.runtime.streams import elastic_batches
+from dask_windows.runtime.streams import StreamValues, elastic_batches
 from dask_windows.runtime.telemetry import Stats, Telemetry, rank_stats, watch_loader, watched
 from dask_windows.runtime.values import PassValues, ReadValues, no_count
 from dask_windows.sources import ArraySource, Source, open_source
@@ -306,7 +306,10 @@ class WindowDataset(PassProtocol, IterableDataset):
         epoch, world = self._begin_pass()  # every DataLoader worker of this pass claims the same epoch
         elastic = self._resumer.elastic_share(epoch, world, self._shape())
         if elastic is not None:  # a state of another topology: this reader's part of the rest of the epoch
-            return watched(self, shared(elastic_batches(self, *elastic, self._resumer.step)))
+            stream = elastic_batches(
+                self._stream_values(), epoch, *elastic, self._resumer.step, self._resumer.end_elastic
+            )
+            return watched(self, shared(stream))
         reader, skip = self._resumer.begin(epoch, world, len(self))
         progress = self._resumer.progress  # this pass's own count: another iter() never moves it
         planned = nextpass.planned(self, epoch, reader, skip)  # the plan a read-ahead was started from
@@ -424,6 +427,10 @@ class WindowDataset(PassProtocol, IterableDataset):
         if isinstance(plan, PoolPlan):
             return pool_batches(values, plan, progress)
         return batches(values, plan, progress, this_pass)
+
+    def _stream_values(self) -> StreamValues:
+        """What a mixture or an elastic resume reads this dataset's reader streams from (``runtime.streams``)."""
+        return StreamValues(self._pass_values(counted=False), self._unit_bounds)
 
     def _shape(self) -> tuple[int, int, bool]:
         """``(num_windows, batch_size, drop_last)``: what the division of an epoch depends on."""

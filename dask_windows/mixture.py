@@ -36,8 +36,6 @@ follow from the mixture's (``member_epochs``), never from their own counters.
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -80,9 +78,7 @@ def mix(
 
 def member_windows(member: WindowDataset, epoch: int, lo: int, hi: int) -> Iterator[tuple]:
     """Windows ``[lo, hi)`` of ``member``'s epoch ``epoch`` read as one reader (no ``drop_last``), in chunks."""
-    view = copy.copy(member)
-    view.spec = dataclasses.replace(member.spec, drop_last=False)
-    return reader_windows(view, epoch, World(), lo, hi)
+    return reader_windows(member._stream_values().without_drop_last(), epoch, World(), lo, hi)
 
 
 def _stream(member: WindowDataset, start: int, stop: int) -> Iterator[tuple]:

@@ -131,7 +131,7 @@ def _pass(root, monkeypatch, reuse: bool, **kw):
     [
         dict(stride=16),
         dict(stride=3, layout="NLC", targets=["y", "z"]),
-        dict(stride=16, pieces_per_partition=8, buffer_partitions=2),  # the piece order (its former default)
+        dict(stride=16, buffer_partitions=2, partition_bytes=1),  # two partitions (row groups) per buffer
         dict(stride=5, prefetch_partitions=2, targets=["y"], horizon=2),
     ],
 )
