@@ -43,9 +43,9 @@ KW = dict(
     batch_size=16,
     return_index=True,
     buffer_partitions=1,
-    pieces_per_partition=1,  # whole partitions ...
-    partition_bytes=1,  # ... of one row group each: every halo reaches into the next row group's head
+    pieces_per_partition=1,  # whole partitions
 )
+SPLIT = {**KW, "partition_bytes": 1}  # a partition per row group: every halo reaches into the next one's head
 
 
 # -- data, oracle --------------------------------------------------------------------------------
@@ -154,7 +154,7 @@ def clean(frames, tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(parquet_heads, "read_head", lambda *a: heads.append((a[0], a[2])) or read_head(*a))
         mp.setattr(parquet_heads.HeadCache, "put", lambda self, key, c, r: kept.append(key[:2]) or put(self, key, c, r))
-        ds = dw.WindowDataset(root, **KW)
+        ds = dw.WindowDataset(root, **SPLIT)
         check_epoch(_epoch(ds), want)
     paths = sorted(ds.source.files)
     assert heads and kept  # the paths under attack are taken on this data
@@ -225,7 +225,7 @@ def test_damaged_bytes_raise_naming_file_and_column_or_are_skipped(clean, frames
         work, victim = _damaged(clean, tmp_path / str(n), path, pos)
         got: list = []
         try:
-            got.extend(_epoch(dw.WindowDataset(work, **KW)))
+            got.extend(_epoch(dw.WindowDataset(work, **SPLIT)))
         except SourceReadError as exc:
             message = str(exc)
             assert victim in message and "on_error='skip'" in message, message
@@ -237,7 +237,7 @@ def test_damaged_bytes_raise_naming_file_and_column_or_are_skipped(clean, frames
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                ds = dw.WindowDataset(work, **KW, on_error="skip")
+                ds = dw.WindowDataset(work, **SPLIT, on_error="skip")
                 got = _epoch(ds)
             except SourceReadError as exc:  # only a footer that misstates row counts may still raise
                 assert column is None and victim in str(exc), str(exc)
@@ -252,25 +252,25 @@ def test_damaged_bytes_raise_naming_file_and_column_or_are_skipped(clean, frames
 
 
 def test_resume_over_a_damaged_kept_head_gives_the_rest_of_the_pass(clean, tmp_path):
-    # A resumed pass skips what the full pass skipped: the replacement windows are the same.
+    # A resumed pass skips what the full pass skipped: the replacement windows (drawn from the other
+    # partitions of the damaged one's buffer) are the same.
     path, group = clean["kept"][0]
     work, _ = _damaged(clean, tmp_path, path, _chunk_byte(path, group, "f1", np.random.default_rng(2)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SkippedPartitionWarning)
-        ds = dw.WindowDataset(work, **KW, on_error="skip")
+        ds = dw.WindowDataset(work, **{**SPLIT, "buffer_partitions": 4}, on_error="skip")
         ds.set_epoch(1)
         full = _epoch(ds)
         assert ds.skipped and wrong_batch(full, clean["want"]) is None
         for k in range(1, len(full), 11):
             state = ds.state_dict(batches=k, num_workers=0)
-            resumed = dw.WindowDataset(work, **KW, on_error="skip")
+            resumed = dw.WindowDataset(work, **{**SPLIT, "buffer_partitions": 4}, on_error="skip")
             resumed.load_state_dict(state)
             assert same_batches(_epoch(resumed), full[k:]), k
 
 
 def test_damaged_rows_keep_equal_batch_counts_on_two_ranks(clean, tmp_path):
-    partition, group = clean["second"][-1]
-    path = clean["paths"][partition]
+    path, group = clean["kept"][-1]
     work, victim = _damaged(clean, tmp_path, path, _chunk_byte(path, group, "y", np.random.default_rng(3)))
     counts, skipped = [], []
     for rank in range(2):
@@ -285,8 +285,7 @@ def test_damaged_rows_keep_equal_batch_counts_on_two_ranks(clean, tmp_path):
 
 
 def test_damaged_rows_in_dataloader_workers_raise_or_keep_the_batch_count(clean, tmp_path):
-    partition, group = clean["second"][-1]
-    path = clean["paths"][partition]
+    path, group = clean["kept"][-1]
     work, victim = _damaged(clean, tmp_path, path, _chunk_byte(path, group, "f0", np.random.default_rng(1)))
     with pytest.raises(SourceReadError, match=f"{victim}.*column 'f0' of row group {group} is damaged"):
         collect(dw.WindowDataset(work, **KW), dict(num_workers=2))
@@ -342,13 +341,13 @@ def _rewrite(path: str, frame: pd.DataFrame) -> None:
 
 def test_a_file_rewritten_between_passes_is_not_served_from_kept_heads(clean, copy, frames):
     work, paths = copy
-    ds = dw.WindowDataset(work, **KW)
+    ds = dw.WindowDataset(work, **SPLIT)
     check_epoch(_epoch(ds), clean["want"])
     assert ds.source.__dict__["_head_cache"]._heads  # heads kept from the first pass
     _rewrite(paths[1], frames[1])
     with pytest.raises(SourceReadError, match=f"{paths[1]} changed after the dataset was opened.*open the dataset"):
         _epoch(ds)
-    skipping = dw.WindowDataset(work, **KW, on_error="skip")  # opened on the rewritten file
+    skipping = dw.WindowDataset(work, **SPLIT, on_error="skip")  # opened on the rewritten file
     changed = [frames[0], frames[1].assign(f1=frames[1]["f1"] + 1.0), frames[2]]
     check_epoch(_epoch(skipping), oracle(changed, FEATURES, ["y"], window=8))  # its heads kept
     offsets = np.cumsum([0] + [len(f) for f in frames])
@@ -362,7 +361,7 @@ def test_a_file_rewritten_between_passes_is_not_served_from_kept_heads(clean, co
         rows = np.concatenate([b[-1] for b in got])
         assert len(got) == len(skipping) and not ((rows >= offsets[1]) & (rows < offsets[2])).any()
         assert wrong_batch(got, clean["want"]) is None  # none of file 1's rows, kept or read
-    fresh = dw.WindowDataset(work, **KW)  # opened again: the files as they are now
+    fresh = dw.WindowDataset(work, **SPLIT)  # opened again: the files as they are now
     check_epoch(_epoch(fresh), oracle([frames[0], frames[2]], FEATURES, ["y"], window=8))
 
 

@@ -243,7 +243,7 @@ def test_a_file_rewritten_between_passes_is_not_served_stale(tmp_path, claims):
         for i in range(FILES)
     ]
     paths = write_parquet(frames, str(tmp_path), row_group_size=GROUP)
-    ds = make(str(tmp_path))
+    ds = make(str(tmp_path), buffer_partitions=FILES)  # one buffer of every file
     epoch_of(ds)  # the first buffer of epoch 1 is read from the files as they are now
     assert set(ds._read_ahead.pending.partitions_read()) >= {1}
     changed = frames[1].assign(f0=frames[1].f0 * 2)

@@ -19,7 +19,6 @@ KW = dict(features=["f0", "f1"], targets=["y"], series="sid", window=8, batch_si
 ROW_GROUP = 23
 
 
-
 @pytest.fixture(scope="module")
 def frames():
     return make_frames(seed=5, num_files=3, num_series=6, min_len=20, max_len=150)
