@@ -1,13 +1,15 @@
-"""Whole partitions (``pieces_per_partition=1``) with and without two mechanisms they still use.
+"""Whole partitions (``pieces_per_partition=1``) with and without the row-group heads they still use.
 
 * **heads** (``sources/parquet/heads.py``): a partition of a file cut at row groups
   (``partition_bytes``) reads ``window + horizon - 1`` rows past its end, from the next row
   group; with heads only that row group's first rows are read (its first data pages, kept for
   later reads), without them the whole next row group is decoded for its first rows.
-* **spares** (``speedups/spares.py``): the memory of a pass's dropped buffers reused for its next
-  buffers, instead of fresh ``np.empty`` arrays.
 
-For each, whole epochs are streamed with the mechanism on and off in alternating rounds (the best
+(Round 3 measured ``speedups/spares.py``, dropped buffers' memory reused, the same way, with
+``--only spares`` at commit f761e8d: 1.09x and 0.98x wall, 0.99x and 0.96x per CPU second; below the
+10% bar, it was removed.)
+
+Whole epochs are streamed with the mechanism on and off in alternating rounds (the best
 round of each reported), and the ratio on/off of windows per second and of windows per CPU second
 is printed. The data: one random-walk series in ``--files`` Parquet files of 8 row groups of
 ``--rows / 8`` rows, 4 float32 channels, cut into one partition per row group.
@@ -29,7 +31,6 @@ import pyarrow.parquet as pq
 
 import dask_windows as dw
 from dask_windows.sources.parquet.rows import ParquetRows
-from dask_windows.speedups.spares import Spares
 
 C = 4
 CASES = ((32, 8, 128), (96, 16, 128))  # (window, stride, batch)
@@ -52,20 +53,12 @@ def switched(name: str, on: bool):
     if on:
         yield
         return
-    if name == "heads":
-        saved = ParquetRows._head_groups
-        ParquetRows._head_groups = lambda self, *args: {}  # every needed row group decoded whole
-        try:
-            yield
-        finally:
-            ParquetRows._head_groups = saved
-    else:
-        saved = Spares.empty
-        Spares.empty = lambda self, shape, dtype: np.empty(shape, dtype)  # fresh memory for every buffer
-        try:
-            yield
-        finally:
-            Spares.empty = saved
+    saved = ParquetRows._head_groups
+    ParquetRows._head_groups = lambda self, *args: {}  # every needed row group decoded whole
+    try:
+        yield
+    finally:
+        ParquetRows._head_groups = saved
 
 
 def epochs(root: str, case: tuple, seconds: float, partition_bytes: int) -> tuple[float, float]:
@@ -94,7 +87,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--only", choices=["heads", "spares"], nargs="*", default=["heads", "spares"])
+    parser.add_argument("--only", choices=["heads"], nargs="*", default=["heads"])
     parser.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "dask_windows_bench_heads"))
     args = parser.parse_args()
     root = os.path.join(args.dir, f"{args.files}x{args.rows}")

@@ -60,7 +60,6 @@ MOVED = {
     "dask_windows.sources.parquet_open": "dask_windows.sources.parquet.opening",
     "dask_windows.sources.parquet_rows": "dask_windows.sources.parquet.rows",
     "dask_windows.sources.ranges": "dask_windows.sources.parquet.ranges",
-    "dask_windows.spares": "dask_windows.speedups.spares",
     "dask_windows.split": "dask_windows.planning.split",
     "dask_windows.streams": "dask_windows.runtime.streams",
     "dask_windows.window_table": "dask_windows.runtime.window_table",

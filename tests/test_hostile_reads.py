@@ -474,7 +474,7 @@ def test_two_live_iterators_interleaved_each_give_their_exact_batches(clean, ext
     a = iter(ds)
     b = iter(ds)  # the next pass: epoch 4
     got_a, got_b = [], []
-    for _ in range(len(third)):  # shared head cache and spares between two passes at once
+    for _ in range(len(third)):  # a shared head cache between two passes at once
         got_a.append(tuple(t.numpy() for t in next(a)))
         got_b.append(tuple(t.numpy() for t in next(b)))
     assert same_batches(got_a, third) and same_batches(got_b, fourth)

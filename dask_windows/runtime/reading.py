@@ -48,7 +48,6 @@ from dask_windows.runtime.seams import ThreadReads
 from dask_windows.runtime.telemetry import timed_parts
 from dask_windows.runtime.values import PassValues, ReadValues
 from dask_windows.sources import PartitionReader
-from dask_windows.speedups.spares import Spares
 from dask_windows.tuning import READ_THREADS
 
 __all__ = [
@@ -92,9 +91,8 @@ def batches(values: PassValues, plan: Any, progress: Any = None, this_pass: tupl
     last = None
     begun: list[Any] = []  # the next pass's read-ahead, once this pass's last buffer is taken
     if ahead is not None and this_pass is not None and ahead.wanted(reads, plan):
-        spares = reads.arena.spares if reads.arena is not None else None
         epoch, world = this_pass
-        last = lambda: begun.append(ahead.begin(epoch, world, spares))
+        last = lambda: begun.append(ahead.begin(epoch, world))
     arena = reads.arena
     try:
         batches = stream(
@@ -135,17 +133,12 @@ class Reads:
         self.source_reader.close()
 
 
-def open_reads(values: PassValues, plan: Any, spares: Spares | None = None) -> Reads:
-    """The reads of ``plan``, started now by the pass's read backend (``seams``).
-
-    ``spares``: the pool of dropped buffers' memory the arena draws from (default: a new one).
-    """
+def open_reads(values: PassValues, plan: Any) -> Reads:
+    """The reads of ``plan``, started now by the pass's read backend (``seams``)."""
     ds = values.reads
     units = piece_units(plan)  # a buffer's pieces of one partition are read together
     source_reader = ds.source.reader([unit[0].partition for unit in units], ds.columns)
     arena = BufferArena(ds, plan, units)  # the reader threads decode a buffer's units into one array
-    if spares is not None:
-        arena.spares = spares
     backend: Any = values.read_backend if values.read_backend is not None else ThreadReads()
     if backend.workers(ds):  # whole buffers read by the read workers, the first one here (see readpool)
         reader = backend.open(ds, arena, source_reader)
@@ -319,7 +312,6 @@ class BufferArena:
         # may work on two buffers; the builder releases a buffer once it holds its parts.
         self._buffers: dict[int, tuple[dict[tuple, tuple[np.ndarray, int]], tuple | None]] = {}
         self._released = -1  # buffers up to this one are released
-        self.spares = Spares()  # the memory of buffers the consumer dropped, for the next ones (spares)
         self._lock = threading.Lock()
 
     def _state(self, unit: tuple) -> tuple[dict[tuple, tuple[np.ndarray, int]], tuple | None]:
@@ -337,8 +329,8 @@ class BufferArena:
             if self.usable and g > self._released:
                 spec = self.ds.spec
                 c = len(spec.features)
-                # The first buffer: on the way to the first batch; the later ones in dropped buffers' memory.
-                empty = small_pages if g == 0 else self.spares.empty
+                # The first buffer, on the way to the first batch, in small pages; the later ones by numpy.
+                empty = small_pages if g == 0 else np.empty
                 empty = empty if self.alloc is np.empty else self.alloc  # shared memory in a read worker
                 x = empty((c, at) if spec.layout == "NCL" else (at, c), np.float32)
                 y = empty((len(spec.targets), at), self.ds.y_dtype) if spec.targets else None
