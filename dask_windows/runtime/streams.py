@@ -63,7 +63,7 @@ class StreamValues:
         return reading.plan(self.values.reads, reader, skip_batches, epoch)
 
     def batches(self, plan: Any) -> Iterator[Any]:
-        """The batches of ``plan``."""
+        """The batches of ``plan`` (a generator: ``close`` ends its reads)."""
         if isinstance(plan, PoolPlan):
             return pool_batches(self.values, plan)
         return reading.batches(self.values, plan)
@@ -93,7 +93,7 @@ def reader_windows(
     # are not counted as the dataset's pass (``counted=False``: no resume count, no read-ahead).
     chunk = ds.batch_size
     drop, left = lo % chunk, hi - lo
-    batches = ds.batches(ds.plan(reader, lo // chunk, epoch))
+    batches: Any = ds.batches(ds.plan(reader, lo // chunk, epoch))  # a generator
     try:
         for batch in batches:
             if isinstance(batch, dict):  # a workflow's named batch: its values, in key order
