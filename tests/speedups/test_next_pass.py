@@ -12,6 +12,7 @@ import gc
 import os
 import pickle
 import threading
+import time
 
 import numpy as np
 import pandas as pd
@@ -245,7 +246,10 @@ def test_a_file_rewritten_between_passes_is_not_served_stale(tmp_path, claims):
     paths = write_parquet(frames, str(tmp_path), row_group_size=GROUP)
     ds = make(str(tmp_path), buffer_partitions=FILES)  # one buffer of every file
     epoch_of(ds)  # the first buffer of epoch 1 is read from the files as they are now
-    assert set(ds._read_ahead.pending.partitions_read()) >= {1}
+    pending, waited = ds._read_ahead.pending, time.monotonic() + 60
+    while 1 not in pending.partitions_read() and time.monotonic() < waited:  # the readers reach file 1 in time
+        time.sleep(0.01)
+    assert 1 in pending.partitions_read()
     changed = frames[1].assign(f0=frames[1].f0 * 2)
     write_parquet([frames[0], changed, *frames[2:]], str(tmp_path), row_group_size=GROUP)
     stat = os.stat(paths[1])
