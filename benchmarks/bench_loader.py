@@ -16,8 +16,9 @@ Then the same stream through a DataLoader with 0, 1 and 2 worker processes, and 
 RSS of streaming a dataset and one four times as large (separate processes).
 ``--only normalisation`` prints windows/s with no, global and per-window normalisation
 against the 0.1 per-batch arithmetic, in alternating rounds.
-``--only pieces`` prints windows/s and peak RSS of the default piece order against
-``pieces_per_partition=1`` (the 0.1 order, whole partitions) for short and long windows
+``--only pieces`` prints windows/s and peak RSS of the default order (or ``--pieces-k K``; above 1
+deprecated since 0.3, served by the pool order) against ``pieces_per_partition=1`` (the 0.1 order,
+whole partitions) for short and long windows
 (L=32 stride 8, L=64 stride 16, L=512 stride 1; B=64..256) over one long series in
 Parquet files of 8 row groups, alternating rounds, ratios from the same run.
 
@@ -561,12 +562,13 @@ def row_group_reads(ds: dw.WindowDataset) -> str:
     from dask_windows.planning.world import World
     from dask_windows.runtime.blocks import merge_rows
     from dask_windows.runtime.buffer import piece_units, unit_rows
-    from dask_windows.speedups.pairs import pairs_allowed
 
     size = PIECE_ROWS // 8
     plan = ds._plan(World())
+    if not hasattr(plan, "buffers"):  # the pool order: each unit (a row group, or small ones merged) once
+        return f"{len(plan.units)} (pool)"
     units = piece_units(plan)
-    paired = pairs_allowed(ds, units)  # buffers 2i and 2i+1 read each partition's row groups together
+    paired = False  # (0.2's paired reads, retired with the piece order, read buffers 2i and 2i+1 together)
     buffer_of = {seg: g for g, group in enumerate(plan.buffers) for seg in group}
     reads: dict[tuple, tuple[set, set]] = {}  # (read, partition) -> (row groups decoded, heads)
     for unit in units:

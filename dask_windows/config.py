@@ -76,7 +76,8 @@ class WindowConfig:
 class OrderConfig:
     """Which windows go into which batch, in what order, on which rank and device (resolved: the
     order the source reads best in, and the pool order's budget). ``pieces_per_partition`` is
-    ``None`` in the pool order and ``buffer_bytes`` ``None`` in the piece order."""
+    ``None`` in the pool order (a deprecated count above 1 included: its budget is in ``buffer_bytes``)
+    and ``buffer_bytes`` ``None`` in the buffer order of whole partitions."""
 
     batch_size: int = 256
     drop_last: bool = False
@@ -207,7 +208,7 @@ def resolve(keywords: Mapping[str, Any], open_source: Callable[[ReadConfig, Any]
 
         check_main_guard("forkserver")
     from dask_windows.ondevice import resolve_device
-    from dask_windows.options import resolve_pieces
+    from dask_windows.options import deprecated_pieces, piece_budget, resolve_pieces
     from dask_windows.runtime.pool import resolve_order
     from dask_windows.sources import ArraySource, is_series_vector
 
@@ -217,16 +218,20 @@ def resolve(keywords: Mapping[str, Any], open_source: Callable[[ReadConfig, Any]
     asked_manifest = series is SERIES_FROM_MANIFEST
     source = open_source(read, None if asked_manifest else series)
     pieces, buffer_bytes = given["pieces_per_partition"], given["buffer_bytes"]
-    if device is not None:  # device mode sends whole buffers once: the buffer (piece) order
+    asked_pieces = pieces  # a deprecated pieces_per_partition > 1 is served by the pool order (options)
+    pieces = deprecated_pieces(pieces, device)
+    if device is not None:  # device mode sends whole buffers once: whole partitions (NOTE: until device mode
+        # moves onto the pool order, branch devpool; its piece-order default went with the piece order)
         if buffer_bytes is not None:
             raise ConfigError(
                 f"device={given['device']!r} with buffer_bytes={buffer_bytes!r}: the pool order gathers on the host; "
-                "device mode cuts batches from whole buffers sent once, in the piece order. Drop buffer_bytes "
-                "(and set pieces_per_partition / buffer_partitions), or pass device=None"
+                "device mode cuts batches from whole buffers sent once, of whole partitions. Drop buffer_bytes "
+                "(and set buffer_partitions), or pass device=None"
             )
-        pool_bytes = None  # pieces_per_partition None: the piece order's own default
+        pool_bytes = None  # pieces_per_partition None: whole partitions (options.resolve_pieces)
     else:
         pool_bytes = resolve_order(pieces, buffer_bytes, source)
+    served = pieces is None and asked_pieces is not None and buffer_bytes is None  # budget once the columns are known
     manifest_series = getattr(source, "manifest_series", None)
     from_manifest = asked_manifest and manifest_series is not None
     series = manifest_series if from_manifest else (None if asked_manifest else series)
@@ -256,6 +261,8 @@ def resolve(keywords: Mapping[str, Any], open_source: Callable[[ReadConfig, Any]
     if features is None and isinstance(source, ArraySource):
         features = source.column_names()
     batch_size, buffer_partitions = given["batch_size"], given["buffer_partitions"]
+    if served:  # the memory the piece order held: two buffers of buffer_partitions partitions
+        pool_bytes = piece_budget(source, buffer_partitions, features, targets, given["stride"]) or pool_bytes
     spec = WindowSpec(
         features=features,
         targets=targets,
@@ -268,9 +275,7 @@ def resolve(keywords: Mapping[str, Any], open_source: Callable[[ReadConfig, Any]
         shuffle=given["shuffle"],
         seed=given["seed"],
         buffer_partitions=buffer_partitions,
-        pieces_per_partition=resolve_pieces(pieces, source, batch_size, buffer_partitions)
-        if pieces is not None or pool_bytes is None
-        else 1,
+        pieces_per_partition=resolve_pieces(pieces, source) if pieces is not None or pool_bytes is None else 1,
         prefetch_partitions=read.prefetch_partitions,
         layout=given["layout"],
         return_index=return_index,

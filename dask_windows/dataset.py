@@ -37,16 +37,15 @@ from dask_windows.planning.split import SeriesTable, cut_positions, split_grid
 from dask_windows.planning.world import World
 from dask_windows.runtime.detect import process_group_store
 from dask_windows.runtime.pool import plan_for, pool_batches, pool_summary, unit_bounds, warn_if_few_units
-from dask_windows.runtime.reading import batches, piece_cells, plan
+from dask_windows.runtime.reading import batches, plan
 from dask_windows.runtime.seams import ThreadReads, TorchOutput
-from dask_windows.runtime.streams import elastic_batches
+from dask_windows.runtime.streams import StreamValues, elastic_batches
 from dask_windows.runtime.telemetry import Stats, Telemetry, rank_stats, reads_telemetry, watch_loader, watched
 from dask_windows.runtime.values import PassValues, ReadValues, no_count
 from dask_windows.sources import ArraySource, Source, open_source
 from dask_windows.sources.retry import RetryPolicy
 from dask_windows.speedups import nextpass
 from dask_windows.speedups.nextpass import NextPass
-from dask_windows.speedups.pairs import paired_reads
 from dask_windows.speedups.readpool import PoolReads
 from dask_windows.speedups.slots import SlotAllocator, shared
 from dask_windows.tuning import NEXT_PASS_SECONDS, OPEN_THREADS, READ_DEADLINE_SECONDS, RETRIES
@@ -140,7 +139,7 @@ class WindowDataset(PassProtocol, IterableDataset):
         next_pass_seconds: While a pass's last buffer is drained, the first buffer of the pass after it
             (the next epoch, same rank and worker) is read and built ahead, and kept this long after the
             pass ends for the next ``iter()`` to take (the same batches either way; see
-            ``nextpass``): it holds one buffer (two with paired reads) meanwhile. ``0`` turns it off.
+            ``nextpass``): it holds one buffer meanwhile. ``0`` turns it off.
         device: Gather the batches on this torch device (``"cuda"``, ``"cpu"``; ``"auto"``: CUDA when
             available, else the host path): each buffer's decoded rows cross to it once, one buffer
             ahead, at most two buffers on it, and every batch is cut there by index, the same values
@@ -254,16 +253,15 @@ class WindowDataset(PassProtocol, IterableDataset):
         self.left_out = check_omissions(self, not series_from_manifest or self._series_from_manifest)
         # the pool order's units (plan data: they depend on the source and the settings only)
         self._unit_bounds = unit_bounds(self._read_values()) if spec.buffer_bytes is not None else None
-        self._piece_cells: Any = None  # the piece order's windows per decode unit, computed by its first plan
         if self._unit_bounds is not None:  # the budget holds too few units to mix like a global shuffle
             warn_if_few_units(self._read_values(), self._unit_bounds)
         if self.read_workers and self.spec.buffer_bytes is not None:  # never a setting that silently does nothing
             import warnings
 
             warnings.warn(
-                f"read_workers={self.read_workers} serves the piece order: the default pool order reads each row "
-                "group once on one reader thread and starts no read workers; pass pieces_per_partition=1 (whole "
-                "partitions) to use them, or drop read_workers",
+                f"read_workers={self.read_workers} serves the order of whole partitions: the default pool order reads "
+                "each row group once on one reader thread and starts no read workers; pass pieces_per_partition=1 "
+                "(whole partitions) to use them, or drop read_workers",
                 UserWarning,
                 stacklevel=2,
             )
@@ -308,7 +306,10 @@ class WindowDataset(PassProtocol, IterableDataset):
         epoch, world = self._begin_pass()  # every DataLoader worker of this pass claims the same epoch
         elastic = self._resumer.elastic_share(epoch, world, self._shape())
         if elastic is not None:  # a state of another topology: this reader's part of the rest of the epoch
-            return watched(self, shared(elastic_batches(self, *elastic, self._resumer.step)))
+            stream = elastic_batches(
+                self._stream_values(), epoch, *elastic, self._resumer.step, self._resumer.end_elastic
+            )
+            return watched(self, shared(stream))
         reader, skip = self._resumer.begin(epoch, world, len(self))
         progress = self._resumer.progress  # this pass's own count: another iter() never moves it
         planned = nextpass.planned(self, epoch, reader, skip)  # the plan a read-ahead was started from
@@ -388,7 +389,6 @@ class WindowDataset(PassProtocol, IterableDataset):
         out.device_traffic = Traffic()  # its own passes' bytes
         out._epochs = copy.copy(self._epochs)
         out._read_ahead = nextpass.Slot()  # not the parent's read-ahead (see nextpass)
-        out._piece_cells = None  # of the parent's grid
         if self._pool_reads is not None:  # its workers read with the copy's grid
             out._pool_reads = PoolReads(self.read_workers, self.read_deadline)
         if out.num_windows == 0:
@@ -412,8 +412,7 @@ class WindowDataset(PassProtocol, IterableDataset):
         ``counted=False``: a stream read for a mixture or an elastic resume (``runtime.streams``), which
         counts nothing in this dataset's resume state and reads no next pass ahead."""
         output = self._workflow if self._workflow is not None else TorchOutput(self.spec.return_index)
-        pairing = paired_reads if self.spec.pieces_per_partition > 1 else None  # the piece order's paired reads
-        backend = self._pool_reads if self._pool_reads is not None else ThreadReads(pairing)
+        backend = self._pool_reads if self._pool_reads is not None else ThreadReads()
         return PassValues(
             self._read_values(), output=output, allocator=SlotAllocator(), read_backend=backend,
             normalize=self._per_batch_normalize(), device=feed_for(self),
@@ -428,6 +427,10 @@ class WindowDataset(PassProtocol, IterableDataset):
         if isinstance(plan, PoolPlan):
             return pool_batches(values, plan, progress)
         return batches(values, plan, progress, this_pass)
+
+    def _stream_values(self) -> StreamValues:
+        """What a mixture or an elastic resume reads this dataset's reader streams from (``runtime.streams``)."""
+        return StreamValues(self._pass_values(counted=False), self._unit_bounds)
 
     def _shape(self) -> tuple[int, int, bool]:
         """``(num_windows, batch_size, drop_last)``: what the division of an epoch depends on."""
@@ -448,12 +451,7 @@ class WindowDataset(PassProtocol, IterableDataset):
         epoch = self.epoch if epoch is None else epoch
         if self._unit_bounds is not None:  # the pool order (the default)
             return plan_for(self._read_values(), self._unit_bounds, world, skip_batches, epoch)
-        cells = None
-        if self.spec.pieces_per_partition > 1:  # plan data of this grid, computed by its first plan
-            if self._piece_cells is None or self._piece_cells[0] is not self.grid:
-                self._piece_cells = (self.grid, piece_cells(self._read_values()))
-            cells = self._piece_cells[1]
-        return plan(self._read_values(), world, skip_batches, epoch, cells)
+        return plan(self._read_values(), world, skip_batches, epoch)  # whole partitions
 
     def _pool_summary(self) -> dict | None:
         """Predicted reads, resident memory and places per batch of the pool order (``None``: another order)."""

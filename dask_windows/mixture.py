@@ -36,8 +36,6 @@ follow from the mixture's (``member_epochs``), never from their own counters.
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -82,9 +80,7 @@ def member_windows(member: WindowDataset, epoch: int, lo: int, hi: int, names: l
     """Windows ``[lo, hi)`` of ``member``'s epoch ``epoch`` read as one reader (no ``drop_last``), in chunks.
 
     ``names``: filled with the keys of named batches (whose values are yielded); ``None``: they raise."""
-    view = copy.copy(member)
-    view.spec = dataclasses.replace(member.spec, drop_last=False)
-    return reader_windows(view, epoch, World(), lo, hi, names)
+    return reader_windows(member._stream_values().without_drop_last(), epoch, World(), lo, hi, names)
 
 
 def _stream(member: WindowDataset, start: int, stop: int, names: list | None = None) -> Iterator[tuple]:

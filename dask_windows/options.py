@@ -1,13 +1,17 @@
 """``WindowDataset`` settings resolved when it is opened: pieces, normalize.
 
-The default of ``pieces_per_partition`` (used by ``config.resolve``), and ``normalize=``
-turned into ``None``, ``"sample"`` or per-feature ``(mean, std)`` arrays. The keyword
-arguments passed on to ``open_source`` are ``config.ReadConfig.source_options``.
+The default of ``pieces_per_partition`` where the buffer order is used (used by
+``config.resolve``), the deprecated ``pieces_per_partition > 1`` served by the pool order
+(``deprecated_pieces``, ``piece_budget``), and ``normalize=`` turned into ``None``,
+``"sample"`` or per-feature ``(mean, std)`` arrays. The keyword arguments passed on to
+``open_source`` are ``config.ReadConfig.source_options``.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import warnings
 from typing import Any
 
 import numpy as np
@@ -16,17 +20,58 @@ from dask_windows.errors import ConfigError
 from dask_windows.sources import Source
 from dask_windows.spec import WindowSpec
 
-__all__ = ["resolve_normalize", "resolve_pieces"]
+__all__ = ["deprecated_pieces", "piece_budget", "resolve_normalize", "resolve_pieces"]
 
 
-def resolve_pieces(pieces_per_partition: Any, source: Source, batch_size: Any, buffer_partitions: Any) -> Any:
-    """``pieces_per_partition``, or its default: enough for ``2 * batch_size`` pieces per buffer."""
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def resolve_pieces(pieces_per_partition: Any, source: Source) -> Any:
+    """``pieces_per_partition`` of the buffer order, or its default: ``1``, whole partitions (the source's
+    own default where it has one). Only ``1`` reaches here valid (``deprecated_pieces``); other values
+    reach ``WindowSpec``, which raises."""
     if pieces_per_partition is not None:
         return pieces_per_partition
     if source.default_pieces_per_partition is not None:
         return source.default_pieces_per_partition
-    valid = all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (batch_size, buffer_partitions))
-    return -(-2 * batch_size // buffer_partitions) if valid else 1  # invalid values: WindowSpec raises
+    return 1
+
+
+def deprecated_pieces(pieces_per_partition: Any, device: Any) -> Any:
+    """``pieces_per_partition`` as the order resolution takes it: a count above 1 (the piece order, deprecated)
+    warns once and becomes ``None`` (the pool order, with ``piece_budget``), or ``1`` on a device
+    (``device=`` cuts batches from whole buffers; see ``ondevice``); any other value is returned as given."""
+    if not (_count(pieces_per_partition) and pieces_per_partition > 1):
+        return pieces_per_partition
+    warnings.warn(
+        f"pieces_per_partition={pieces_per_partition} is deprecated: the piece order it asked for decoded each "
+        "row group once per piece, so its reads grew with the dataset, and it is no longer served. "
+        + (
+            "With device= the batches are cut from whole partitions (pieces_per_partition=1) instead. "
+            if device is not None
+            else "The default pool order (each row group read once per epoch) now serves it, with a memory budget "
+            "of two buffers of buffer_partitions partitions. "
+        )
+        + "Drop pieces_per_partition for the default pool order, set buffer_bytes to size its memory, or pass "
+        "pieces_per_partition=1 for whole partitions (docs/configuration.md)",
+        DeprecationWarning,
+        stacklevel=4,  # WindowDataset(...) in the caller's code (this <- config.resolve <- WindowDataset)
+    )
+    return None if device is None else 1
+
+
+def piece_budget(source: Source, buffer_partitions: Any, features: Any, targets: Any, stride: Any) -> int | None:
+    """The pool order's ``buffer_bytes`` for a deprecated ``pieces_per_partition > 1``: the memory the piece
+    order held, two buffers (the one drained and the one built ahead) of ``buffer_partitions`` partitions of
+    average size, at 4 bytes per feature and target value and 8 bytes per window start every ``stride`` rows.
+    ``None`` for invalid settings (``WindowSpec`` raises on them)."""
+    if not (_count(buffer_partitions) and buffer_partitions >= 1 and _count(stride) and stride >= 1):
+        return None
+    partitions = source.partitions
+    rows = math.ceil(sum(p.num_rows for p in partitions) / max(len(partitions), 1))
+    columns = sum(0 if v is None else 1 if isinstance(v, (str, int)) else len(list(v)) for v in (features, targets))
+    return max(1, int(2 * buffer_partitions * rows * (4 * max(columns, 1) + 8 / stride)))
 
 
 def resolve_normalize(normalize: Any, spec: WindowSpec, storage_options: dict | None = None) -> Any:

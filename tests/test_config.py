@@ -103,6 +103,9 @@ def test_the_values_agree_with_the_keywords_and_reopen_the_same_dataset(path, kw
         for name, value in kw.items():
             if value is None and name == "buffer_bytes":
                 continue  # resolved: the pool order's default budget (checked below)
+            if name == "pieces_per_partition" and value > 1:  # deprecated: the pool order serves it
+                assert ds.config.order.pieces_per_partition is None and ds.config.order.buffer_bytes is not None
+                continue
             held = getattr(getattr(ds.config, KEYWORDS[name]), name)
             assert held == (tuple(value) if isinstance(value, list) else value), name
         for f in dataclasses.fields(WindowSpec):  # the runtime's view agrees with the values
@@ -140,7 +143,7 @@ def test_defaults_resolved_from_the_data_are_held_and_reopen_the_same_dataset(tm
         ({"retries": 1.5}, r"retries=1.5 must be an int >= 0"),
         ({"batch_size": 0}, "batch_size=0 must be >= 1"),
         ({"layout": "LNC"}, "layout='LNC' must be one of"),
-        ({"buffer_bytes": 1 << 20, "pieces_per_partition": 2}, "ask for two orders"),
+        ({"buffer_bytes": 1 << 20, "pieces_per_partition": 1}, "ask for two orders"),
     ],
 )
 def test_errors_name_the_keyword_as_before(path, bad, message):
@@ -173,7 +176,7 @@ def test_the_commands_offer_each_flag_of_the_table_and_forward_it(path, command)
     for option in flagged:
         assert option.flag in dests[option.keyword].option_strings
     argv = [command, path, "--features", "f0", "f1", "--series", "sid", "--window", "6", "--stride", "2"]
-    argv += ["--batch-size", "8", "--partition-bytes", "2kB", "--pieces-per-partition", "2", "--nan", "drop"]
+    argv += ["--batch-size", "8", "--partition-bytes", "2kB", "--pieces-per-partition", "1", "--nan", "drop"]
     given = cli_keywords.dataset_keywords(parser.parse_args(argv))
     assert given == {
         "features": ["f0", "f1"],
@@ -184,14 +187,14 @@ def test_the_commands_offer_each_flag_of_the_table_and_forward_it(path, command)
         "batch_size": 8,
         "buffer_partitions": 2,
         "prefetch_partitions": 1,
-        "pieces_per_partition": 2,
+        "pieces_per_partition": 1,
         "nan": "drop",
         "on_error": "raise",
         "retries": 3,
         "partition_bytes": 2000,
     }
     ds = dw.WindowDataset(path, **given)  # the keywords the command hands the dataset
-    assert ds.config.read.partition_bytes == 2000 and ds.config.order.pieces_per_partition == 2
+    assert ds.config.read.partition_bytes == 2000 and ds.config.order.pieces_per_partition == 1
 
 
 def test_the_flag_defaults_are_the_dataset_defaults():

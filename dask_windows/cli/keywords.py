@@ -109,7 +109,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "pieces_per_partition",
         "--pieces-per-partition",
-        {"type": int, "metavar": "K", "help": "the piece order's mixing knob (default: the pool order)"},
+        {"type": int, "metavar": "K", "help": "1: whole partitions (default: the pool order); above 1: deprecated"},
     ),
     Option(
         "buffer_bytes",

@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 
 from dask_windows.cli.bench import bench  # imports torch only when called
@@ -197,6 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.verbose += getattr(args, "verbose_sub", 0)
     level = (logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)]
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    warnings.filterwarnings("default", category=DeprecationWarning, module=r"dask_windows\.")  # e.g. a retired flag
     try:
         out = args.run(args)
     except (ValueError, TypeError, KeyError, OSError, ImportError, MemoryError) as exc:

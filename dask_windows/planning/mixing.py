@@ -212,7 +212,7 @@ def mixing_report(ds: Any, max_batches: int = 2000, blocks: int = 100, epoch: in
     reference = global_shuffle_statistics(histogram, ds.spec.batch_size, loader.batches, ds.spec.seed)
     spec = ds.spec
     b = spec.batch_size
-    in_buffer = spec.buffer_partitions * spec.pieces_per_partition
+    in_buffer = spec.buffer_partitions  # whole partitions per buffer (the pool order: see below)
     settings = {
         "batch_size": b,
         "buffer_partitions": spec.buffer_partitions,
@@ -231,9 +231,10 @@ def mixing_report(ds: Any, max_batches: int = 2000, blocks: int = 100, epoch: in
     elif eff >= 0.5 * b and loader.distinct_blocks >= 0.75 * reference.distinct_blocks:
         verdict = f"mixes well (effective batch size {eff:.0f} of {b}; a global shuffle: {reference.effective_batch_size:.0f})"
         advice = (
-            f"a batch draws on its buffer's {in_buffer} pieces ({loader.distinct_blocks:.1f} of {blocks} row blocks; "
-            f"a global shuffle: {reference.distinct_blocks:.1f}; lag-1 {loader.lag1:.2f}): raise pieces_per_partition "
-            "for more places per batch, or `dask-windows convert` spreads each series over the files"
+            f"a batch draws on its buffer's {in_buffer} partitions ({loader.distinct_blocks:.1f} of {blocks} row "
+            f"blocks; a global shuffle: {reference.distinct_blocks:.1f}; lag-1 {loader.lag1:.2f}): drop "
+            "pieces_per_partition for the default pool order (buffer_bytes), or `dask-windows convert` spreads "
+            "each series over the files"
         )
     elif eff >= 0.5 * b and spec.shuffle:
         verdict = (
@@ -241,10 +242,10 @@ def mixing_report(ds: Any, max_batches: int = 2000, blocks: int = 100, epoch: in
             f"({loader.distinct_blocks:.1f} of {blocks} row blocks; a global shuffle: {reference.distinct_blocks:.1f})"
         )
         advice = (
-            f"raise pieces_per_partition (now {spec.pieces_per_partition}: a buffer holds {in_buffer} pieces; about "
-            f"{2 * b} pieces per buffer touch as many places as a global shuffle) at the price of more reads, or "
-            "rewrite the data with `dask-windows convert`: with few places per batch, training on many series "
-            "was measured 10-13% worse (docs/mixing.md)"
+            f"drop pieces_per_partition for the default pool order (a buffer here holds {in_buffer} partitions; the "
+            f"pool order draws each batch from about {2 * b} row groups at one read per epoch), or rewrite the data "
+            "with `dask-windows convert`: with few places per batch, training on many series was measured 10-13% "
+            "worse (docs/mixing.md)"
         )
     elif not spec.shuffle:
         verdict = (
@@ -257,11 +258,10 @@ def mixing_report(ds: Any, max_batches: int = 2000, blocks: int = 100, epoch: in
             f"({loader.distinct_blocks:.1f} of {blocks} row blocks; a global shuffle: {reference.distinct_blocks:.1f})"
         )
         advice = (
-            f"raise pieces_per_partition (now {spec.pieces_per_partition}: a buffer holds {in_buffer} pieces; "
-            "a batch touches at most that many places of the data) at the price of more reads per partition, "
-            "or rewrite the data with `dask-windows convert`"
+            f"drop pieces_per_partition for the default pool order (a buffer here holds {in_buffer} partitions: "
+            "a batch touches at most that many places of the data), or rewrite the data with `dask-windows convert`"
         )
-        if len(ds.partitions) * spec.pieces_per_partition < 2 * b:
+        if len(ds.partitions) < 2 * b:
             advice += f"; with {len(ds.partitions)} partitions, smaller partitions (partition_bytes=) help too"
     out = {"loader": asdict(loader), "global": asdict(reference), "verdict": verdict, "advice": advice}
     pool = ds._pool_summary() if hasattr(ds, "_pool_summary") else None
@@ -308,7 +308,8 @@ def inspect_mixing(path: str, summary: dict, **settings: Any) -> dict:
     Args:
         path: The dataset.
         summary: ``inspect_dataset``'s report (window settings, series column, features).
-        **settings: ``batch_size``, ``buffer_partitions``, ``pieces_per_partition`` (``None``: default).
+        **settings: ``batch_size``, ``buffer_partitions``, ``pieces_per_partition`` (``None``: default; ``1``:
+            whole partitions), ``buffer_bytes``.
     """
     from dask_windows.dataset import WindowDataset
     from dask_windows.errors import ConfigError

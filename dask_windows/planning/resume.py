@@ -119,6 +119,12 @@ class Resumer:
             for key, value in expected.items()
             if state["dataset"].get(key) != value and (key != "files" or "files" in state["dataset"])
         ]  # a state saved before file identities were recorded has no "files"
+        if "piece_order" in state["dataset"]:  # saved by the piece order (pieces_per_partition > 1), now retired
+            differ.insert(
+                0,
+                f"the state was saved by the piece order (pieces_per_partition="
+                f"{state['dataset'].get('pieces_per_partition')!r}), which is no longer served",
+            )
         check_int("state['world_size']", state["world_size"], minimum=1)  # '1' or 1.0 is not a world size
         regroup = elastic and state.get("scope") == "loader"
         if state["world_size"] != world_size and not regroup:

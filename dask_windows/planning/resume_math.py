@@ -17,7 +17,6 @@ import numpy as np
 
 from dask_windows.planning.division import round_robin as round_robin
 from dask_windows.planning.index import WindowGrid
-from dask_windows.planning.plan import PIECE_ORDER
 from dask_windows.planning.pool import POOL_ORDER
 from dask_windows.spec import WindowSpec
 
@@ -59,8 +58,6 @@ def fingerprint(grid: WindowGrid, rows_per_partition: np.ndarray, spec: WindowSp
         out[name] = list(value) if isinstance(value, tuple) else value
     if files is not None:
         out["files"] = files
-    if spec.buffer_bytes is not None:  # the pool order (a state of the piece order is refused)
+    if spec.buffer_bytes is not None:  # the pool order (a state of another order is refused)
         out["order"] = POOL_ORDER
-    elif spec.pieces_per_partition > 1:  # how pieces are ordered (a state of another order is refused)
-        out["piece_order"] = PIECE_ORDER
     return out

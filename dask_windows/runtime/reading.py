@@ -1,4 +1,4 @@
-"""How a pass of the buffer orders (whole partitions, pieces) reads: reader threads or another read backend.
+"""How a pass of the buffer order (whole partitions) reads: reader threads or another read backend.
 
 ``plan`` is a reader's plan of an epoch; ``batches`` connects a reader's plan
 to its read backend (the seam ``PassValues.read_backend``: ``seams.ThreadReads``,
@@ -6,16 +6,14 @@ reader threads of this process, by default; ``speedups.readpool.PoolReads``,
 ``read_workers`` processes) and to ``pipeline.stream``; ``read_unit`` and
 ``read_part`` read and decode one partition's pieces, recording unreadable
 ones with ``on_error="skip"``. Each function takes the frozen values of its
-pass (``runtime.values``), never the dataset.
+pass (``runtime.values``), never the dataset. (A reader's share of an epoch may begin
+or end inside a partition: that partition is read as a piece of it, its windows'
+rows and their halo.)
 
 ``open_reads`` starts a plan's readers; ``batches`` takes those the next-pass
 hook (``PassValues.next_pass``: ``speedups.nextpass``, wired by the dataset)
 started ahead for this very plan when there are, and starts the next pass's
 once the consumer takes this pass's last buffer.
-
-Units are read in pairs of buffers where the backend's ``pairing`` (wired by the
-dataset: ``speedups.pairs.paired_reads``) says so. ``piece_cells`` gives the
-plan the windows in each of the source's decode units (``Source.decode_units``).
 """
 
 from __future__ import annotations
@@ -50,7 +48,6 @@ from dask_windows.runtime.seams import ThreadReads
 from dask_windows.runtime.telemetry import timed_output, timed_parts
 from dask_windows.runtime.values import PassValues, ReadValues
 from dask_windows.sources import PartitionReader
-from dask_windows.speedups.spares import Spares
 from dask_windows.tuning import READ_THREADS
 
 __all__ = [
@@ -59,13 +56,11 @@ __all__ = [
     "Reads",
     "batches",
     "open_reads",
-    "piece_cells",
     "plan",
     "read_ahead",
     "read_part",
     "read_unit",
     "small_pages",
-    "unit_windows",
 ]
 
 
@@ -96,9 +91,8 @@ def batches(values: PassValues, plan: Any, progress: Any = None, this_pass: tupl
     last = None
     begun: list[Any] = []  # the next pass's read-ahead, once this pass's last buffer is taken
     if ahead is not None and this_pass is not None and ahead.wanted(reads, plan):
-        spares = reads.arena.spares if reads.arena is not None else None
         epoch, world = this_pass
-        last = lambda: begun.append(ahead.begin(epoch, world, spares))
+        last = lambda: begun.append(ahead.begin(epoch, world))
     arena = reads.arena
     try:
         batches = stream(
@@ -128,14 +122,10 @@ class Reads:
         source_reader: The pass's reader of its partitions.
         arena: The arrays buffers are decoded into (``BufferArena``).
         background: Whether buffers are built on a builder thread (``prefetch_partitions >= 1``).
-        paired: Whether buffers are read in pairs (``pairs.PairedReads``).
     """
 
-    def __init__(
-        self, reader: Any, source_reader: Any, arena: BufferArena | None, background: bool, paired: bool = False
-    ) -> None:
+    def __init__(self, reader: Any, source_reader: Any, arena: BufferArena | None, background: bool) -> None:
         self.reader, self.source_reader, self.arena, self.background = reader, source_reader, arena, background
-        self.paired = paired
 
     def close(self) -> None:
         """Stop the reads and join their threads."""
@@ -143,27 +133,20 @@ class Reads:
         self.source_reader.close()
 
 
-def open_reads(values: PassValues, plan: Any, spares: Spares | None = None) -> Reads:
-    """The reads of ``plan``, started now by the pass's read backend (``seams``).
-
-    ``spares``: the pool of dropped buffers' memory the arena draws from (default: a new one).
-    """
+def open_reads(values: PassValues, plan: Any) -> Reads:
+    """The reads of ``plan``, started now by the pass's read backend (``seams``)."""
     ds = values.reads
     units = piece_units(plan)  # a buffer's pieces of one partition are read together
     source_reader = ds.source.reader([unit[0].partition for unit in units], ds.columns)
     arena = BufferArena(ds, plan, units)  # the reader threads decode a buffer's units into one array
-    if spares is not None:
-        arena.spares = spares
     backend: Any = values.read_backend if values.read_backend is not None else ThreadReads()
     if backend.workers(ds):  # whole buffers read by the read workers, the first one here (see readpool)
         reader = backend.open(ds, arena, source_reader)
         return Reads(reader, source_reader, arena, True)
     threads = READ_THREADS if ds.source.reads_in_processes else 1  # file/object-store reads release the GIL
     depth = read_ahead(ds, plan, units, threads)
-    pairs = backend.pairing(ds, units, source_reader, arena) if backend.pairing is not None else None
-    read: Any = pairs if pairs is not None else (lambda unit: read_unit(ds, unit, source_reader, arena))
-    reader = Prefetcher(read, units, depth, threads=threads)
-    return Reads(reader, source_reader, arena, depth > 0, pairs is not None)
+    reader = Prefetcher(lambda unit: read_unit(ds, unit, source_reader, arena), units, depth, threads=threads)
+    return Reads(reader, source_reader, arena, depth > 0)
 
 
 def read_ahead(ds: ReadValues, plan: Any, units: list[tuple], threads: int) -> int:
@@ -176,16 +159,13 @@ def read_ahead(ds: ReadValues, plan: Any, units: list[tuple], threads: int) -> i
     buffer is read while the current one is drained, whatever ``prefetch_partitions`` is
     (tests/runtime/test_read_ahead.py), and the memory formula's ``pf`` term is this depth.
     """
-    ahead = ds.spec.prefetch_partitions * ds.spec.pieces_per_partition * len(units)
+    ahead = ds.spec.prefetch_partitions * len(units)
     depth = -(-ahead // max(len(plan.segments), 1))
     return max(depth, threads) if depth else 0
 
 
-def plan(
-    ds: ReadValues, world: World, skip_batches: int, epoch: int, cells: list[np.ndarray | None] | None = None
-) -> Any:
-    """The plan of ``world``'s reader for ``epoch``, after ``skip_batches``; ``cells``: ``piece_cells``
-    (the piece order's windows per decode unit, plan data the dataset computes once per grid)."""
+def plan(ds: ReadValues, world: World, skip_batches: int, epoch: int) -> Any:
+    """The plan of ``world``'s reader for ``epoch``, after ``skip_batches``."""
     s = ds.spec
     return plan_reader(
         ds.grid.windows_per_partition,
@@ -197,41 +177,7 @@ def plan(
         drop_last=s.drop_last,
         buffer_partitions=s.buffer_partitions,
         skip_batches=skip_batches,
-        pieces_per_partition=s.pieces_per_partition,
-        min_piece_windows=-(-s.span // s.stride),  # a piece's halo is at most as long as its rows
-        cells=cells if s.pieces_per_partition > 1 else None,
     )
-
-
-def piece_cells(ds: ReadValues) -> list[np.ndarray | None] | None:
-    """Per partition, the windows of ``ds.grid`` starting in each of the source's decode units
-    (``Source.decode_units``: Parquet row groups), or ``None``."""
-    cells: list[np.ndarray | None] = []
-    for p, (first, counts) in enumerate(zip(ds.grid.first, ds.grid.counts)):
-        bounds = ds.source.decode_units(p)
-        cells.append(None if bounds is None else unit_windows(first, counts, ds.grid.stride, bounds))
-    return cells if any(c is not None for c in cells) else None
-
-
-def unit_windows(first: np.ndarray, counts: np.ndarray, stride: int, bounds: np.ndarray) -> np.ndarray:
-    """``(G,)`` windows starting in each row range ``[bounds[g], bounds[g + 1])`` of one partition.
-
-    Args:
-        first: ``(R,)`` first start row of each run (in row order), as ``WindowGrid.first``.
-        counts: ``(R,)`` windows of each run.
-        stride: Rows between a run's starts.
-        bounds: ``(G+1,)`` partition rows cutting it into units (the last: its row count).
-    """
-    first = np.asarray(first, np.int64)
-    counts = np.asarray(counts, np.int64)
-    cut = np.asarray(bounds, np.int64)[1:-1]  # (G-1,) rows where units after the first begin
-    if len(first) == 0:
-        return np.zeros(len(bounds) - 1, np.int64)
-    run = np.searchsorted(first, cut, side="right") - 1  # (G-1,) last run starting before each cut
-    before = np.concatenate([[0], np.cumsum(counts)])  # (R+1,) windows of the runs before each run
-    inside = np.clip(-(-(cut - first[np.maximum(run, 0)]) // stride), 0, counts[np.maximum(run, 0)])
-    at = np.where(run >= 0, before[np.maximum(run, 0)] + inside, 0)  # (G-1,) windows starting before each cut
-    return np.diff(np.concatenate([[0], at, [before[-1]]])).astype(np.int64)
 
 
 def read_part(ds: ReadValues, segment: Any, reader: PartitionReader) -> Part | None:
@@ -366,7 +312,6 @@ class BufferArena:
         # may work on two buffers; the builder releases a buffer once it holds its parts.
         self._buffers: dict[int, tuple[dict[tuple, tuple[np.ndarray, int]], tuple | None]] = {}
         self._released = -1  # buffers up to this one are released
-        self.spares = Spares()  # the memory of buffers the consumer dropped, for the next ones (spares)
         self._lock = threading.Lock()
 
     def _state(self, unit: tuple) -> tuple[dict[tuple, tuple[np.ndarray, int]], tuple | None]:
@@ -384,15 +329,15 @@ class BufferArena:
             if self.usable and g > self._released:
                 spec = self.ds.spec
                 c = len(spec.features)
-                # The first buffer: on the way to the first batch; the later ones in dropped buffers' memory.
-                empty = small_pages if g == 0 else self.spares.empty
+                # The first buffer, on the way to the first batch, in small pages; the later ones by numpy.
+                empty = small_pages if g == 0 else np.empty
                 empty = empty if self.alloc is np.empty else self.alloc  # shared memory in a read worker
                 x = empty((c, at) if spec.layout == "NCL" else (at, c), np.float32)
                 y = empty((len(spec.targets), at), self.ds.y_dtype) if spec.targets else None
                 arrays = (x, y)
             if g > self._released:
                 self._buffers[g] = (table, arrays)
-                for old in [b for b in self._buffers if b < g - 2]:  # no read goes that far back (PairedReads: g + 1)
+                for old in [b for b in self._buffers if b < g - 2]:  # no read goes that far back
                     del self._buffers[old]
             return table, arrays
 

@@ -47,14 +47,7 @@ class NumpyAllocator:
 
 @dataclass(frozen=True)
 class ThreadReads:
-    """The read backend's default: the plan's units read by reader threads of this process.
-
-    Attributes:
-        pairing: Reads buffer ``2i``'s pieces of a partition with buffer ``2i + 1``'s where it may
-            (``speedups.pairs.paired_reads``, wired by the dataset for the piece order), or ``None``.
-    """
-
-    pairing: Any = None
+    """The read backend's default: the plan's units read by reader threads of this process."""
 
     def workers(self, reads: Any = None) -> int:
         """Processes that read for the pass: none."""

@@ -8,25 +8,74 @@ enters a stream at window ``lo``: the plan skips the buffers before it
 without reading them (the buffer holding ``lo`` is read whole, and its
 windows before ``lo`` are dropped). ``Chunks`` re-cuts streamed batches into
 pieces of any size; ``concat`` joins pieces into one batch.
+
+A stream is read from frozen values (``StreamValues``: the dataset's pass values, counting
+nothing, and the pool order's unit bounds), never from the dataset.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import dataclasses
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
+from dask_windows.planning.pool import PoolPlan
 from dask_windows.planning.world import World
+from dask_windows.runtime import reading
+from dask_windows.runtime.pool import plan_for, pool_batches
+from dask_windows.runtime.values import PassValues
 
-__all__ = ["Chunks", "concat", "elastic_batches", "reader_windows"]
+__all__ = ["Chunks", "StreamValues", "concat", "elastic_batches", "reader_windows"]
 
 
-def reader_windows(ds: Any, epoch: int, reader: World, lo: int, hi: int, names: list | None = None) -> Iterator[tuple]:
-    """Windows ``[lo, hi)`` of the stream ``reader`` yields in ``epoch`` of ``ds``, in chunks.
+@dataclass(frozen=True, eq=False)
+class StreamValues:
+    """What a dataset's reader streams are read from, built by the dataset (``WindowDataset._stream_values``).
+
+    Attributes:
+        values: The dataset's pass values, counting nothing (no resume count, no next pass read ahead).
+        unit_bounds: The pool order's units per partition (``runtime.pool.unit_bounds``); ``None``: the
+            buffer order (whole partitions).
+    """
+
+    values: PassValues
+    unit_bounds: list[np.ndarray] | None = None
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.values.reads.spec.batch_size)
+
+    def without_drop_last(self) -> StreamValues:
+        """The same streams with every reader's final partial batch (a mixture reads its members so)."""
+        reads = self.values.reads
+        spec = dataclasses.replace(reads.spec, drop_last=False)
+        values = dataclasses.replace(self.values, reads=dataclasses.replace(reads, spec=spec))
+        return StreamValues(values, self.unit_bounds)
+
+    def plan(self, reader: World, skip_batches: int, epoch: int) -> Any:
+        """``reader``'s plan of ``epoch`` after ``skip_batches`` (a pool plan, or the buffer order's)."""
+        if self.unit_bounds is not None:
+            return plan_for(self.values.reads, self.unit_bounds, reader, skip_batches, epoch)
+        return reading.plan(self.values.reads, reader, skip_batches, epoch)
+
+    def batches(self, plan: Any) -> Iterator[Any]:
+        """The batches of ``plan`` (a generator: ``close`` ends its reads)."""
+        if isinstance(plan, PoolPlan):
+            return pool_batches(self.values, plan)
+        return reading.batches(self.values, plan)
+
+
+def reader_windows(
+    ds: StreamValues, epoch: int, reader: World, lo: int, hi: int, names: list | None = None
+) -> Iterator[tuple]:
+    """Windows ``[lo, hi)`` of the stream ``reader`` yields in ``epoch`` of a dataset, in chunks.
 
     Args:
-        ds: A ``WindowDataset`` (its ``spec`` decides batch size, order and ``drop_last``).
+        ds: The dataset's stream values (its ``spec`` decides batch size, order and ``drop_last``).
         epoch: The dataset epoch.
         reader: Whose stream: rank, world size, worker and number of workers.
         lo: First window of the stream wanted.
@@ -42,9 +91,9 @@ def reader_windows(ds: Any, epoch: int, reader: World, lo: int, hi: int, names: 
     # Epoch `epoch` whatever the dataset's own passes do: the epoch is passed to the plan, never
     # written into the epoch word the dataset shares with other DataLoader workers; and the batches
     # are not counted as the dataset's pass (``counted=False``: no resume count, no read-ahead).
-    chunk = ds.spec.batch_size
+    chunk = ds.batch_size
     drop, left = lo % chunk, hi - lo
-    batches = ds._batches(ds._plan(reader, lo // chunk, epoch), counted=False)
+    batches: Any = ds.batches(ds.plan(reader, lo // chunk, epoch))  # a generator
     try:
         for batch in batches:
             if isinstance(batch, dict):  # a workflow's named batch: its values, in key order
@@ -100,20 +149,26 @@ class Chunks:
 
 
 def elastic_batches(
-    ds: Any, pieces: Sequence, origin: tuple[int, int], sizes: Sequence[int], step: Any
+    ds: StreamValues,
+    epoch: int,
+    pieces: Sequence,
+    origin: tuple[int, int],
+    sizes: Sequence[int],
+    step: Callable[[], Any],
+    end: Callable[[int], Any],
 ) -> Iterator[Any]:
     """The batches of an elastic resume: ``pieces`` of old readers' streams, cut into ``sizes``.
 
     Args:
-        ds: The ``WindowDataset``.
+        ds: The dataset's stream values.
+        epoch: The pass's epoch.
         pieces: ``(rank, worker, lo, hi)`` of old readers (of the ``origin`` topology), in order.
         origin: ``(world_size, num_workers)`` the old readers divided the epoch by.
         sizes: Windows of each batch to yield.
         step: Called once per batch before it is yielded (the resume count).
+        end: Called with ``epoch`` once the batches end, however they end (``len()`` is the full
+            epoch's again).
     """
-
-    epoch = ds.epoch  # the pass's epoch, read once: a later pass may advance the dataset's
-
     names: list = []  # the keys of named batches (a workflow's), else empty
 
     def windows() -> Iterator[tuple]:
@@ -128,4 +183,4 @@ def elastic_batches(
             yield dict(zip(names, batch)) if names else batch[0] if len(batch) == 1 else batch
     finally:
         stream.close()
-        ds._resumer.end_elastic(epoch)  # len() is the full epoch's again
+        end(epoch)

@@ -65,7 +65,6 @@ WindowDataset = Any  # the dataset whose next pass is read ahead (not imported: 
 if TYPE_CHECKING:
     from dask_windows.planning.plan import EpochPlan
     from dask_windows.runtime.reading import Reads
-    from dask_windows.speedups.spares import Spares
 
 __all__ = [
     "JOIN_SECONDS",
@@ -188,8 +187,8 @@ class NextPass:
     def wanted(self, reads: Reads, plan: EpochPlan) -> bool:
         return wanted(self._ds, reads, plan)
 
-    def begin(self, epoch: int, world: World, spares: Spares | None = None) -> _NextPass | None:
-        return begin(self._ds, epoch, world, spares=spares)
+    def begin(self, epoch: int, world: World) -> _NextPass | None:
+        return begin(self._ds, epoch, world)
 
 
 def _expire(pending: _NextPass) -> None:
@@ -210,9 +209,7 @@ def _same(a: tuple, b: tuple) -> bool:
 def wanted(ds: WindowDataset, reads: Reads, plan: EpochPlan) -> bool:
     """Whether the pass of ``plan``, served by ``reads``, reads the next pass's first buffer ahead.
 
-    Not with paired reads in a pass of fewer than 4 buffers: the read-ahead of buffers 0 and 1 while
-    the last one drains holds three buffers, which such a pass never holds (with 4 or more, the pair
-    ``(2, 3)`` is read while buffer 1 drains: three already). Nor where the next pass's plan, held
+    Not where the next pass's plan, held
     beside this pass's from the last buffer on, would take more than ``1 / PLAN_SHARE`` of a buffer's
     memory (``PLAN_BYTES_PER_PIECE`` per piece: many pieces of a few rows, as 1,024 pieces of 64
     rows per partition of a memmap give).
@@ -220,8 +217,6 @@ def wanted(ds: WindowDataset, reads: Reads, plan: EpochPlan) -> bool:
     if getattr(ds, "next_pass_seconds", NEXT_PASS_SECONDS) <= 0 or ds.on_error != "raise":
         return False
     if not reads.background or not isinstance(reads.reader, Prefetcher):  # no threads, or read_workers
-        return False
-    if reads.paired and len(plan.buffers) < 4:
         return False
     if _plan_bytes(plan) * PLAN_SHARE > _buffer_bytes(ds):
         return False  # the next pass's plan would weigh beside the buffers: many pieces of a few rows
@@ -241,7 +236,7 @@ def _buffer_bytes(ds: WindowDataset) -> int:
     return int(rows * ds.spec.buffer_partitions * len(ds.spec.features) * 4)
 
 
-def begin(ds: WindowDataset, epoch: int, world: World, spares: Spares | None = None) -> _NextPass | None:
+def begin(ds: WindowDataset, epoch: int, world: World) -> _NextPass | None:
     """Start reading the first buffer of ``world``'s next pass (called on the consumer's thread).
 
     The pass after ``epoch``'s: over the epoch ``set_epoch`` chose meanwhile if it chose another,
@@ -251,7 +246,6 @@ def begin(ds: WindowDataset, epoch: int, world: World, spares: Spares | None = N
         ds: The dataset.
         epoch: The epoch of the pass whose last buffer is being drained.
         world: Its reader.
-        spares: That pass's pool of dropped buffers' memory, for the next pass's buffers.
 
     Returns:
         The read-ahead (``arm`` it when the pass that started it ends), or ``None``. Never raises:
@@ -270,7 +264,7 @@ def begin(ds: WindowDataset, epoch: int, world: World, spares: Spares | None = N
         if plan.num_windows <= 0:
             return None
         values = ds._pass_values()  # (the threads hold these values, not the dataset)
-        reads = reading.open_reads(values, plan, spares)
+        reads = reading.open_reads(values, plan)
         arena = reads.arena
         if not reads.background or not isinstance(reads.reader, Prefetcher) or arena is None:
             reads.close()

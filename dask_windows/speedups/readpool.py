@@ -440,8 +440,6 @@ class PoolReads:
         deadline: Seconds a worker may send nothing while a buffer it reads is awaited (``read_deadline``).
     """
 
-    pairing = None  # buffers are read whole by one worker: no paired reads
-
     def __init__(self, num_workers: int, deadline: float | None = READ_DEADLINE_SECONDS) -> None:
         self.num_workers, self.deadline = num_workers, deadline
 

@@ -311,7 +311,9 @@ class _Mapped:
             return False
         import select
 
-        ready, _, _ = select.select([self.alive], [], [], 0)
+        poll = select.poll()  # (not select.select: it refuses descriptors past 1023, which a long run reaches)
+        poll.register(self.alive, select.POLLIN)
+        ready = poll.poll(0)
         return bool(ready)
 
     def close(self) -> None:

@@ -1,8 +1,6 @@
-"""Mixing quality of the stratified piece order: plan invariants (hypothesis) and statistics of small layouts.
+"""Mixing quality of the default order: statistics of small layouts against brute force.
 
-The piece order is checked against its definition (strata of the canonical order, one piece of
-each in any buffer's worth of consecutive pieces); the plan's buffers against the piece table;
-and the batches of small synthetic raw layouts (one long series in time-ordered files, many
+The batches of small synthetic raw layouts (one long series in time-ordered files, many
 series with ids random or ordered by behaviour) against a brute-force computation of the
 issue's statistics from the rows ``plan_batches`` lists (the rows ``return_index=True`` yields)
 and the known regime of every row. No timing.
@@ -14,92 +12,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import dask_windows as dw
-from dask_windows.planning import plan
 from dask_windows.planning.mixing import mixing_report, plan_batches
-from dask_windows.planning.plan import batches_per_rank, piece_order, piece_table, plan_reader, worker_batch_range
-from dask_windows.planning.world import World
-
-# -- the order ------------------------------------------------------------------------------
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.integers(0, 200), st.integers(1, 40), st.integers(0, 5), st.integers(0, 5))
-def test_any_buffer_of_consecutive_pieces_holds_one_piece_of_each_stratum(n, m, seed, epoch):
-    order = piece_order(n, seed, epoch, True, m)
-    assert np.array_equal(np.sort(order), np.arange(n))  # a permutation: every piece once
-    assert np.array_equal(order, piece_order(n, seed, epoch, True, m))  # deterministic per (seed, epoch)
-    k = max(min(m, n), 1)
-    stratum = order * k // max(n, 1)  # stratum of each position's piece (contiguous canonical strata)
-    full = n // k * k  # positions of full rounds (every stratum once per round)
-    for i in range(0, max(full - k, 0) + 1):
-        window = stratum[i : i + k]
-        if i + k <= full:
-            assert len(np.unique(window)) == len(window)
-    for i in range(max(n - k + 1, 0)):  # anywhere: a stratum at most twice in a buffer's worth
-        assert np.bincount(stratum[i : i + k]).max() <= 2
-    assert np.array_equal(piece_order(n, seed, epoch, False, m), np.arange(n))
-
-
-def test_strata_orders_differ_between_epochs_and_seeds():
-    a, b, c = (piece_order(500, s, e, True, 20) for s, e in ((0, 0), (0, 1), (1, 0)))
-    assert not np.array_equal(a, b) and not np.array_equal(a, c)
-    # Inside each round the pieces of one stratum are a random choice, not the canonical order.
-    first = a[:20] * 20 // 500
-    assert len(set(first)) == 20 and not np.array_equal(np.sort(a[:20]) % 25, np.zeros(20))
-
-
-configs = st.fixed_dictionaries(
-    {
-        "counts": st.lists(st.integers(0, 80), min_size=1, max_size=8),
-        "world_size": st.integers(1, 3),
-        "num_workers": st.integers(1, 3),
-        "batch_size": st.integers(1, 9),
-        "drop_last": st.booleans(),
-        "buffer_partitions": st.integers(1, 3),
-        "pieces_per_partition": st.integers(2, 8),
-        "seed": st.integers(0, 3),
-        "epoch": st.integers(0, 3),
-    }
-)
-
-
-@settings(max_examples=200, deadline=None)
-@given(configs)
-def test_every_readers_buffers_are_spread_over_the_strata(cfg):
-    counts = np.array(cfg["counts"])
-    m = cfg["buffer_partitions"] * cfg["pieces_per_partition"]
-    partition, lo, hi = piece_table(counts, cfg["pieces_per_partition"])
-    n = len(partition)
-    strata = max(min(m, n), 1)
-    num_batches = batches_per_rank(int(counts.sum()), cfg["world_size"], cfg["batch_size"], cfg["drop_last"])
-    seen = []
-    for rank in range(cfg["world_size"]):
-        for worker in range(cfg["num_workers"]):
-            reader = plan_reader(
-                counts,
-                World(rank, cfg["world_size"], worker, cfg["num_workers"]),
-                shuffle=True,
-                **{k: cfg[k] for k in ("seed", "epoch", "batch_size", "drop_last", "buffer_partitions")},
-                pieces_per_partition=cfg["pieces_per_partition"],
-            )
-            b0, b1 = worker_batch_range(num_batches, worker, cfg["num_workers"])
-            assert reader.num_batches == b1 - b0
-            for group in reader.buffers:
-                assert len(group) <= m  # memory: at most a buffer's worth of pieces
-                # Canonical piece of each segment (a segment is a piece or, at a slice cut, part of one).
-                piece = [
-                    int(np.flatnonzero((partition == s.partition) & (lo <= s.lo) & (s.hi <= hi))[0]) for s in group
-                ]
-                stratum = np.array(piece) * strata // max(n, 1)
-                assert np.bincount(stratum).max() <= 2
-                seen += [(s.partition, w) for s in group for w in range(s.lo, s.hi)]
-    assert len(seen) == len(set(seen))  # no window twice across ranks and workers
-    assert set(seen) <= {(p, w) for p, c in enumerate(counts) for w in range(c)}
-
 
 # -- statistics of small raw layouts against brute force -----------------------------------
 
@@ -189,36 +104,3 @@ def test_default_batches_of_raw_layouts_mix_like_a_global_shuffle(kind, tmp_path
         report = mixing_report(new)
         assert report["loader"]["distinct_blocks"] == pytest.approx(got["distinct"], rel=0.02)
         assert "global shuffle" in report["verdict"] or "mixes well" in report["verdict"]
-
-
-@pytest.mark.parametrize("k", [4, 16])
-def test_fewer_pieces_trade_places_and_stratified_buffers_beat_a_plain_piece_order(k, tmp_path, monkeypatch):
-    rows, b = 96_000, 64
-    x, sid, regime = _layout("long", rows)
-    _write(tmp_path, x, sid, files=16, row_groups=8)
-
-    def figures() -> dict:
-        ds = dw.WindowDataset(
-            str(tmp_path), features=["x"], window=16, stride=8, batch_size=b, pieces_per_partition=k, return_index=True
-        )
-        every = np.sort(np.concatenate(list(plan_batches(ds))))
-        return _statistics([r for r in plan_batches(ds) if len(r) == b], regime, every)
-
-    got = figures()
-    if k == 16:  # unbiased batches of few places: the report says so and names the knob
-        report = mixing_report(
-            dw.WindowDataset(str(tmp_path), features=["x"], window=16, stride=8, batch_size=b, pieces_per_partition=k)
-        )
-        assert "few places" in report["verdict"] and "pieces_per_partition" in report["advice"], report
-    m = 2 * k  # pieces per buffer: a batch touches at most m places of 100 / (16 k) row blocks each
-    assert got["distinct"] <= m * (100 // (16 * k) + 2)
-    # The same pieces in a plain random order (before stratification): buffers biased, batches correlated.
-    stratified = plan.piece_order
-    monkeypatch.setattr(
-        plan, "piece_order", lambda n, seed, epoch, shuffle, m=None: stratified(n, seed, epoch, shuffle)
-    )
-    was = figures()
-    # k=4: lag-1 0.54-0.55 stratified (pieces cut equally or along row groups) against 0.80 plain
-    assert got["lag1"] < was["lag1"] - 0.2 and got["ess"] > 1.5 * was["ess"], (got, was)
-    if k == 16:
-        assert abs(got["lag1"]) < 0.1 and got["ess"] >= 0.9 * b, got

@@ -1,8 +1,10 @@
-"""Pieces: partitions read as row ranges in a random order over all partitions.
+"""Whole partitions (``pieces_per_partition=1``) and the default against the pandas oracle.
 
-The plan arithmetic against brute force (hypothesis), the loader against the pandas oracle on
-every source (coverage, values, determinism, workers, real gloo ranks, resume at every batch),
-windows crossing the row-group cuts of a split Parquet file, and the mixing statistics.
+The loader on every source (coverage, values, determinism, workers, real gloo ranks, resume at
+every batch), windows crossing the row-group cuts of a split Parquet file, and the mixing
+statistics. (The piece order these tests were written for was retired in 0.3; its plan arithmetic
+went with it, and ``pieces_per_partition > 1`` is served by the pool order:
+tests/test_pieces_retired.py.)
 """
 
 from __future__ import annotations
@@ -10,120 +12,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from helpers import collect, make_frames, oracle_starts, write_parquet
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from scale_helpers import make_uneven_frames, run_child, wait
 
 import dask_windows as dw
 from dask_windows.planning.mixing import block_histogram, mixing_report, plan_batches
-from dask_windows.planning.plan import batches_per_rank, piece_table, plan_reader, rng_for, worker_batch_range
-from dask_windows.planning.world import World
-from dask_windows.runtime.buffer import permute_windows
 
 KW = dict(features=["f0", "f1"], targets=["y"], series="sid", window=8, batch_size=16, return_index=True)
-
-
-# -- plan arithmetic ------------------------------------------------------------------------
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    st.lists(st.integers(0, 60), min_size=1, max_size=6),
-    st.integers(1, 9),
-    st.integers(1, 5),
-)
-def test_piece_table_cuts_each_partition_into_near_equal_contiguous_ranges(counts, k, min_windows):
-    partition, lo, hi = piece_table(np.array(counts), k, min_windows)
-    for p, c in enumerate(counts):
-        mine = partition == p
-        n = int(mine.sum())
-        assert n == (0 if c == 0 else min(k, max(1, c // min_windows)))
-        if n:
-            # Contiguous, in order, covering [0, c), sizes differ by at most one.
-            assert lo[mine][0] == 0 and hi[mine][-1] == c and np.array_equal(lo[mine][1:], hi[mine][:-1])
-            sizes = hi[mine] - lo[mine]
-            assert sizes.max() - sizes.min() <= 1 and (sizes >= min(min_windows, c)).all()
-
-
-configs = st.fixed_dictionaries(
-    {
-        "counts": st.lists(st.integers(0, 40), min_size=1, max_size=6),
-        "world_size": st.integers(1, 3),
-        "num_workers": st.integers(1, 3),
-        "batch_size": st.integers(1, 9),
-        "drop_last": st.booleans(),
-        "shuffle": st.booleans(),
-        "buffer_partitions": st.integers(1, 3),
-        "pieces_per_partition": st.integers(2, 6),
-        "seed": st.integers(0, 3),
-        "epoch": st.integers(0, 3),
-    }
-)
-
-
-def _plan(cfg: dict, rank: int, worker: int, skip: int = 0):
-    keys = ("seed", "epoch", "shuffle", "batch_size", "drop_last", "buffer_partitions", "pieces_per_partition")
-    world = World(rank, cfg["world_size"], worker, cfg["num_workers"])
-    return plan_reader(np.array(cfg["counts"]), world, skip_batches=skip, **{k: cfg[k] for k in keys})
-
-
-def _windows(p, shuffle: bool) -> list[tuple[int, int]]:
-    """(partition, window) of every window a plan covers, in buffer order, permuted as ``stream`` does."""
-    out = []
-    for group, entropy in zip(p.buffers, p.buffer_seeds):
-        ids = [(s.partition, w) for s in group for w in range(s.lo, s.hi)]
-        if ids and shuffle:
-            order = np.arange(len(ids))
-            permute_windows(order, rng_for(*entropy))
-            ids = [ids[i] for i in order]
-        out += ids
-    return out[p.skip : p.skip + p.num_windows]
-
-
-@settings(max_examples=300, deadline=None)
-@given(configs)
-def test_pieces_split_the_epoch_exactly_and_resume_is_the_tail(cfg):
-    total = sum(cfg["counts"])
-    ws, nw, b = cfg["world_size"], cfg["num_workers"], cfg["batch_size"]
-    num_batches = batches_per_rank(total, ws, b, cfg["drop_last"])
-    seen = []
-    for rank in range(ws):
-        rank_windows = []
-        for worker in range(nw):
-            p = _plan(cfg, rank, worker)
-            got = _windows(p, cfg["shuffle"])
-            b0, b1 = worker_batch_range(num_batches, worker, nw)
-            assert p.num_batches == b1 - b0 and len(got) == p.num_windows
-            # Memory: a buffer holds at most buffer_partitions * pieces_per_partition pieces.
-            assert all(len(g) <= cfg["buffer_partitions"] * cfg["pieces_per_partition"] for g in p.buffers)
-            for skip in range(p.num_batches + 1):  # resuming after any batch yields exactly the tail
-                assert _windows(_plan(cfg, rank, worker, skip), cfg["shuffle"]) == got[skip * b :]
-            rank_windows += got
-        seen += rank_windows
-        share = total // ws
-        assert len(rank_windows) == (share // b * b if cfg["drop_last"] else share)
-    assert len(set(seen)) == len(seen)  # no window twice, across ranks and workers
-    valid = {(p, w) for p, c in enumerate(cfg["counts"]) for w in range(c)}
-    assert set(seen) <= valid
-
-
-def test_one_piece_per_partition_is_the_01_order():
-    counts = np.array([5, 0, 12, 7])
-    a = plan_reader(
-        counts, World(0, 1), seed=1, epoch=2, shuffle=True, batch_size=4, drop_last=False, buffer_partitions=2
-    )
-    b = plan_reader(
-        counts,
-        World(0, 1),
-        seed=1,
-        epoch=2,
-        shuffle=True,
-        batch_size=4,
-        drop_last=False,
-        buffer_partitions=2,
-        pieces_per_partition=1,
-    )
-    assert a == b and sorted(a.partitions) == [0, 2, 3]
 
 
 # -- the loader against the oracle ------------------------------------------------------------
@@ -149,7 +43,7 @@ def _check(batches: list, window: int) -> np.ndarray:
     return np.concatenate([b[-1] for b in batches])
 
 
-@pytest.mark.parametrize("pieces,stride,batch_size", [(None, 1, 16), (5, 3, 7), (64, 1, 32), (2, 2, 5)])
+@pytest.mark.parametrize("pieces,stride,batch_size", [(None, 1, 16), (1, 3, 7), (None, 1, 32), (1, 2, 5)])
 def test_coverage_values_and_determinism(frames, root, pieces, stride, batch_size):
     ds = dw.WindowDataset(root, **{**KW, "batch_size": batch_size, "stride": stride}, pieces_per_partition=pieces)
     ds.set_epoch(3)
@@ -166,9 +60,9 @@ def test_coverage_values_and_determinism(frames, root, pieces, stride, batch_siz
     assert all(all(np.array_equal(u, v) for u, v in zip(p, q)) for p, q in zip(first, collect(clone)))
 
 
-def test_pieces_mix_many_partitions_per_batch(root):
+def test_the_default_mixes_many_partitions_per_batch(root):
     whole = dw.WindowDataset(root, **KW, pieces_per_partition=1, buffer_partitions=1)
-    pieces = dw.WindowDataset(root, **KW, pieces_per_partition=8, buffer_partitions=1)
+    pieces = dw.WindowDataset(root, **KW)
     files = np.cumsum([p.num_rows for p in whole.partitions])
     spread = [len(np.unique(np.searchsorted(files, b[-1], side="right"))) for b in collect(pieces)[:-1]]
     alone = [len(np.unique(np.searchsorted(files, b[-1], side="right"))) for b in collect(whole)[:-1]]
@@ -177,7 +71,7 @@ def test_pieces_mix_many_partitions_per_batch(root):
 
 @pytest.mark.parametrize("num_workers", [1, 2])
 def test_dataloader_workers_share_the_epoch_exactly(frames, root, num_workers):
-    ds = dw.WindowDataset(root, **KW, pieces_per_partition=6)
+    ds = dw.WindowDataset(root, **KW, pieces_per_partition=1)
     ds.set_epoch(1)
     inline = collect(ds)
     ds.set_epoch(1)  # each pass would otherwise take the next epoch
@@ -190,7 +84,7 @@ def test_dataloader_workers_share_the_epoch_exactly(frames, root, num_workers):
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_resume_at_every_batch(root, num_workers):
-    settings = dict(KW, batch_size=12, pieces_per_partition=4)
+    settings = dict(KW, batch_size=12, pieces_per_partition=1)
     ds = dw.WindowDataset(root, **settings)
     ds.set_epoch(2)
     full = collect(ds, dict(num_workers=num_workers))
@@ -208,7 +102,7 @@ def test_windows_crossing_row_group_cuts_are_kept(frames, root):
     """A file split at row groups: every window of the file, none twice (stride 1, with a horizon)."""
     for kw in (dict(), dict(horizon=3), dict(series=None)):
         settings = {**KW, "targets": ["y"], **kw}
-        ds = dw.WindowDataset(root, **settings, partition_bytes=1, pieces_per_partition=3)
+        ds = dw.WindowDataset(root, **settings, partition_bytes=1, pieces_per_partition=1)
         assert any("row groups" in p.name for p in ds.partitions) and len(ds.partitions) > 3 * len(frames)
         idx = np.concatenate([b[-1] for b in collect(ds)])
         expected = oracle_starts(frames, settings["series"], 8, 1, kw.get("horizon", 0))
@@ -238,25 +132,23 @@ def test_arrays_and_memmaps_read_only_the_piece(tmp_path):
     arrays = [np.load(tmp_path / "s0.npy", mmap_mode="r"), *series[1:]]
     ds = dw.WindowDataset(
         arrays, features=[0], window=6, stride=2, batch_size=9, partition_rows=128, return_index=True,
-        pieces_per_partition=9,  # the piece order at its former default
+        pieces_per_partition=1,
     )  # fmt: skip
     got = collect(ds)
     x = np.concatenate([b[0][:, 0, 0] for b in got])
     expected = np.concatenate([s[: len(s) - 5 : 2, 0] for s in series if len(s) >= 6])
-    assert np.array_equal(np.sort(x), np.sort(expected)) and ds.spec.pieces_per_partition == 9  # ceil(2 * 9 / 2)
+    assert np.array_equal(np.sort(x), np.sort(expected)) and ds.spec.pieces_per_partition == 1
 
 
-def test_dask_reads_whole_partitions_by_default_and_pieces_when_asked(root):
+def test_dask_reads_whole_partitions_by_default_as_files_do(root):
     dd = pytest.importorskip("dask.dataframe")
     import dask
 
     with dask.config.set(scheduler="sync"):
         ddf = dd.read_parquet(root)
         assert dw.WindowDataset(ddf, **KW).spec.pieces_per_partition == 1
-        got = collect(dw.WindowDataset(ddf, **KW, pieces_per_partition=4))
-    files = dw.WindowDataset(root, **KW, pieces_per_partition=4)
-    files.source.decode_units = lambda index: None  # Parquet pieces follow row groups; Dask's cannot
-    want = collect(files)
+        got = collect(dw.WindowDataset(ddf, **KW))
+    want = collect(dw.WindowDataset(root, **KW, pieces_per_partition=1))
     assert len(got) == len(want) and all(np.array_equal(p[-1], q[-1]) for p, q in zip(got, want))
 
 
@@ -266,12 +158,12 @@ def test_bad_pieces_per_partition_is_a_clear_error(root):
             dw.WindowDataset(root, **KW, pieces_per_partition=bad)
 
 
-def test_real_gloo_ranks_with_pieces(tmp_path):
+def test_real_gloo_ranks_with_whole_partitions(tmp_path):
     sizes = [31, 310, 45, 290, 36]
     frames = make_uneven_frames(sizes, seed=2)
     write_parquet(frames, str(tmp_path / "data"))
     configs = [
-        {"num_workers": 2, "epoch": 1, "dataset": {"window": 9, "batch_size": 10, "pieces_per_partition": 7}},
+        {"num_workers": 2, "epoch": 1, "dataset": {"window": 9, "batch_size": 10, "pieces_per_partition": 1}},
         {"num_workers": 0, "epoch": 2, "dataset": {"window": 9, "batch_size": 6, "stride": 2, "drop_last": True}},
     ]
     init = f"file://{tmp_path / 'rendezvous'}"

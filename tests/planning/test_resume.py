@@ -32,7 +32,7 @@ SETTINGS = {
     "window": 7,
     "batch_size": 6,
     "buffer_partitions": 2,
-    "pieces_per_partition": 3,
+    "pieces_per_partition": 1,  # the buffer order of whole partitions (the pool order: tests/test_pool_plan.py)
     "targets": ["y"],
     "horizon": 2,
 }

@@ -45,7 +45,7 @@ def root(frames, tmp_path_factory):
 
 def make(root, **kw):
     args = dict(features=["f0", "f1"], targets=["y"], series="sid", window=6, batch_size=64, return_index=True)
-    args["pieces_per_partition"] = 64  # the piece order's buffers (its former default here)
+    args["pieces_per_partition"] = 1  # the buffer order's buffers (whole partitions; the pool order: test_pool_plan)
     args.update(kw)
     return dw.WindowDataset(root, **args)
 
@@ -144,7 +144,7 @@ def test_an_error_in_the_builder_thread_surfaces_in_the_consumer(tmp_path):
     for i, part in enumerate(np.array_split(values, 4)):
         pq.write_table(pa.table({"f0": part}), tmp_path / f"p{i}.parquet")
     ds = dw.WindowDataset(
-        str(tmp_path), features=["f0"], series=None, window=8, batch_size=16, shuffle=False, pieces_per_partition=16
+        str(tmp_path), features=["f0"], series=None, window=8, batch_size=16, shuffle=False, pieces_per_partition=1
     )
     with pytest.raises(DataError, match="NaN") as info:
         for _ in ds:
@@ -210,7 +210,7 @@ def test_an_iterator_left_open_at_exit_ends_quietly(root):
 
     code = (
         "import dask_windows as dw\n"
-        f"ds = dw.WindowDataset({root!r}, features=['f0', 'f1'], series='sid', window=6, batch_size=64, pieces_per_partition=64)\n"
+        f"ds = dw.WindowDataset({root!r}, features=['f0', 'f1'], series='sid', window=6, batch_size=64, pieces_per_partition=1)\n"
         "it = iter(ds)\n"
         "x = next(it)\n"
         "print(tuple(x.shape))\n"

@@ -52,11 +52,12 @@ def test_each_row_group_decoded_about_once_per_epoch(tmp_path, budget):
     assert sum(counts.values()) <= 1.25 * FILES * GROUPS
     if budget is not None:  # the pool was smaller than the dataset: a unit per row group
         assert ds._plan(_world()).spread < len(ds._plan(_world()).units) == FILES * GROUPS
-    # The piece order, for contrast: a row group decoded for each piece that needs it.
-    pieces = WindowDataset(str(tmp_path), pieces_per_partition=8, buffer_partitions=1, **KW)
+    # The retired piece order's keyword is served by the pool order: each row group about once too.
+    with pytest.warns(DeprecationWarning, match="pieces_per_partition=8 is deprecated"):
+        pieces = WindowDataset(str(tmp_path), pieces_per_partition=8, buffer_partitions=1, **KW)
     piece_counts = _counting(pieces)
-    list(pieces)
-    assert sum(piece_counts.values()) > sum(counts.values())
+    assert np.array_equal(np.sort(np.concatenate([rows.numpy() for _, rows in pieces])), want)
+    assert sum(piece_counts.values()) <= 1.25 * FILES * GROUPS
 
 
 def test_two_ranks_read_each_row_group_about_once_between_them(tmp_path):
@@ -133,5 +134,5 @@ def _run_cli(main, args: list) -> str:
 def test_read_workers_in_the_pool_order_warn_that_they_are_not_used(tmp_path):
     for i, frame in enumerate(_frames()):
         frame.to_parquet(tmp_path / f"part-{i}.parquet", row_group_size=ROWS // GROUPS)
-    with pytest.warns(UserWarning, match="read_workers=2 serves the piece order.*pieces_per_partition=1"):
+    with pytest.warns(UserWarning, match="read_workers=2 serves the order of whole partitions.*pieces_per_partition=1"):
         WindowDataset(str(tmp_path), read_workers=2, **KW)

@@ -1,12 +1,11 @@
-"""Hostile input against the read paths of row-group pieces, kept heads, paired reads and reused memory.
+"""Hostile input against the read paths of row-group partitions, kept heads and reused memory.
 
 Every batch that comes back is compared with a brute-force oracle of the clean data (the values
 of the rows ``return_index`` names); a damaged, changed, deleted or truncated file must raise a
 ``SourceReadError`` naming it (and, for a damaged page, its column and row group) or be skipped
 per ``on_error`` (docs/checks.md) - never give other numbers, never hang. The damage is aimed at
-the new paths: the row groups whose heads are read or kept for halos (``parquet_heads``) and the
-rows a paired read decodes for its partner buffer (``pairs``), besides random data pages and
-footers, at fixed seeded positions. Then: two live iterators interleaved and one abandoned, NaN
+the new paths: the row groups whose heads are read or kept for halos (``parquet_heads``: files
+cut into a partition per row group), besides random data pages and footers, at fixed seeded positions. Then: two live iterators interleaved and one abandoned, NaN
 and nulls in the kept heads, mixed schemas, row groups of one row, empty ones, windows longer
 than a row group, unsorted series; and real series bundled with statsmodels in 37-row row
 groups over several files, every window exactly once against numpy, with ``normalize="sample"``.
@@ -33,7 +32,6 @@ from dask_windows.checks import SeriesOrderWarning
 from dask_windows.errors import DataError, SchemaError, SourceReadError
 from dask_windows.faults import SkippedPartitionWarning
 from dask_windows.sources.parquet import heads as parquet_heads
-from dask_windows.speedups import pairs
 
 ROW_GROUP = 23
 FEATURES = ["f0", "f1"]
@@ -45,8 +43,9 @@ KW = dict(
     batch_size=16,
     return_index=True,
     buffer_partitions=1,
-    pieces_per_partition=32,  # the piece order (its former default here): the paths under attack are its reads
+    pieces_per_partition=1,  # whole partitions
 )
+SPLIT = {**KW, "partition_bytes": 1}  # a partition per row group: every halo reaches into the next one's head
 
 
 # -- data, oracle --------------------------------------------------------------------------------
@@ -150,24 +149,16 @@ def clean(frames, tmp_path_factory):
     assert sorted(want) == oracle_starts(frames, "sid", 8).tolist()
     heads: list = []
     kept: list = []
-    second: list = []
-    read_head, put, read_both = parquet_heads.read_head, parquet_heads.HeadCache.put, pairs.PairedReads._read_both
-
-    def record_both(self, u, v):
-        mine = {r // ROW_GROUP for a, b in self.arena.blocks(u).tolist() for r in range(a, b)}
-        theirs = {r // ROW_GROUP for a, b in self.arena.blocks(v).tolist() for r in range(a, b)}
-        second.extend((u[0].partition, g) for g in sorted(theirs - mine))  # decoded only for the partner
-        return read_both(self, u, v)
+    read_head, put = parquet_heads.read_head, parquet_heads.HeadCache.put
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(parquet_heads, "read_head", lambda *a: heads.append((a[0], a[2])) or read_head(*a))
         mp.setattr(parquet_heads.HeadCache, "put", lambda self, key, c, r: kept.append(key[:2]) or put(self, key, c, r))
-        mp.setattr(pairs.PairedReads, "_read_both", record_both)
-        ds = dw.WindowDataset(root, **KW)
+        ds = dw.WindowDataset(root, **SPLIT)
         check_epoch(_epoch(ds), want)
     paths = sorted(ds.source.files)
-    assert heads and kept and second  # the paths under attack are taken on this data
-    return dict(root=root, want=want, paths=paths, heads=heads, kept=kept, second=second)
+    assert heads and kept  # the paths under attack are taken on this data
+    return dict(root=root, want=want, paths=paths, heads=heads, kept=kept)
 
 
 # -- damaged bytes -------------------------------------------------------------------------------
@@ -190,16 +181,16 @@ def _footer_byte(path: str, rng: np.random.Generator) -> int:
 
 
 def _flips(clean: dict) -> list[tuple[str, str, int, int | None, str | None]]:
-    """Fixed ``(kind, file, byte, row group, column)`` damage: heads, partner rows, data pages, footers."""
+    """Fixed ``(kind, file, byte, row group, column)`` damage: heads, data pages, footers."""
     rng = np.random.default_rng(2026)
     paths = clean["paths"]
     out = []
-    for kind, found in (("head", clean["heads"]), ("kept", clean["kept"]), ("partner", clean["second"])):
+    for kind, found in (("head", clean["heads"]), ("kept", clean["kept"])):
         picks = sorted(set(found))
         for k in rng.choice(len(picks), min(2, len(picks)), replace=False).tolist():
             where, group = picks[k]
             path = where if isinstance(where, str) else paths[where]
-            column = FEATURES[int(rng.integers(2))] if kind != "partner" else "y"
+            column = FEATURES[int(rng.integers(2))]
             out.append((kind, path, _chunk_byte(path, group, column, rng), group, column))
     for _ in range(5):
         path = paths[int(rng.integers(len(paths)))]
@@ -229,12 +220,12 @@ def _damaged(clean: dict, tmp_path, path: str, pos: int) -> tuple[str, str]:
 
 def test_damaged_bytes_raise_naming_file_and_column_or_are_skipped(clean, frames, tmp_path):
     flips = _flips(clean)
-    assert {f[0] for f in flips} == {"head", "kept", "partner", "page", "footer", "anywhere"}
+    assert {f[0] for f in flips} == {"head", "kept", "page", "footer", "anywhere"}
     for n, (kind, path, pos, group, column) in enumerate(flips):
         work, victim = _damaged(clean, tmp_path / str(n), path, pos)
         got: list = []
         try:
-            got.extend(_epoch(dw.WindowDataset(work, **KW)))
+            got.extend(_epoch(dw.WindowDataset(work, **SPLIT)))
         except SourceReadError as exc:
             message = str(exc)
             assert victim in message and "on_error='skip'" in message, message
@@ -246,7 +237,7 @@ def test_damaged_bytes_raise_naming_file_and_column_or_are_skipped(clean, frames
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                ds = dw.WindowDataset(work, **KW, on_error="skip")
+                ds = dw.WindowDataset(work, **SPLIT, on_error="skip")
                 got = _epoch(ds)
             except SourceReadError as exc:  # only a footer that misstates row counts may still raise
                 assert column is None and victim in str(exc), str(exc)
@@ -260,47 +251,26 @@ def test_damaged_bytes_raise_naming_file_and_column_or_are_skipped(clean, frames
         assert column is None or (skips and all(victim in s for s in skips)), (kind, skips)
 
 
-def test_damaged_partner_rows_skip_what_reads_apart_skip(clean, tmp_path, monkeypatch):
-    # A paired read failing on its partner's rows skipped both buffers' pieces of the file, where
-    # reads apart skip only the partner's: more replaced windows, other batches than reads apart.
-    partition, group = clean["second"][0]
-    path = clean["paths"][partition]
-    work, victim = _damaged(clean, tmp_path, path, _chunk_byte(path, group, "f1", np.random.default_rng(0)))
-    runs = []
-    for allowed in (True, False):
-        if not allowed:
-            monkeypatch.setattr(pairs, "pairs_allowed", lambda ds, units: False)
-        ds = dw.WindowDataset(work, **KW, on_error="skip")
-        ds.set_epoch(0)
-        with pytest.warns(SkippedPartitionWarning, match="column 'f1' of row group"):
-            runs.append((_epoch(ds), [s.name for s in ds.skipped]))
-    (paired, skipped_paired), (apart, skipped_apart) = runs
-    assert skipped_paired == skipped_apart == [victim]
-    assert same_batches(paired, apart) and wrong_batch(paired, clean["want"]) is None
-
-
-def test_resume_over_damaged_partner_rows_gives_the_rest_of_the_pass(clean, tmp_path):
-    # A resumed pass pairs its own buffers (2i+1 with 2i+2 where the full pass paired 2i with 2i+1):
-    # skipping what reads apart skip keeps the skips, hence the replacement windows, the same.
-    partition, group = clean["second"][0]
-    path = clean["paths"][partition]
+def test_resume_over_a_damaged_kept_head_gives_the_rest_of_the_pass(clean, tmp_path):
+    # A resumed pass skips what the full pass skipped: the replacement windows (drawn from the other
+    # partitions of the damaged one's buffer) are the same.
+    path, group = clean["kept"][0]
     work, _ = _damaged(clean, tmp_path, path, _chunk_byte(path, group, "f1", np.random.default_rng(2)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SkippedPartitionWarning)
-        ds = dw.WindowDataset(work, **KW, on_error="skip")
+        ds = dw.WindowDataset(work, **{**SPLIT, "buffer_partitions": 4}, on_error="skip")
         ds.set_epoch(1)
         full = _epoch(ds)
         assert ds.skipped and wrong_batch(full, clean["want"]) is None
         for k in range(1, len(full), 11):
             state = ds.state_dict(batches=k, num_workers=0)
-            resumed = dw.WindowDataset(work, **KW, on_error="skip")
+            resumed = dw.WindowDataset(work, **{**SPLIT, "buffer_partitions": 4}, on_error="skip")
             resumed.load_state_dict(state)
             assert same_batches(_epoch(resumed), full[k:]), k
 
 
 def test_damaged_rows_keep_equal_batch_counts_on_two_ranks(clean, tmp_path):
-    partition, group = clean["second"][-1]
-    path = clean["paths"][partition]
+    path, group = clean["kept"][-1]
     work, victim = _damaged(clean, tmp_path, path, _chunk_byte(path, group, "y", np.random.default_rng(3)))
     counts, skipped = [], []
     for rank in range(2):
@@ -315,8 +285,7 @@ def test_damaged_rows_keep_equal_batch_counts_on_two_ranks(clean, tmp_path):
 
 
 def test_damaged_rows_in_dataloader_workers_raise_or_keep_the_batch_count(clean, tmp_path):
-    partition, group = clean["second"][-1]
-    path = clean["paths"][partition]
+    path, group = clean["kept"][-1]
     work, victim = _damaged(clean, tmp_path, path, _chunk_byte(path, group, "f0", np.random.default_rng(1)))
     with pytest.raises(SourceReadError, match=f"{victim}.*column 'f0' of row group {group} is damaged"):
         collect(dw.WindowDataset(work, **KW), dict(num_workers=2))
@@ -372,13 +341,13 @@ def _rewrite(path: str, frame: pd.DataFrame) -> None:
 
 def test_a_file_rewritten_between_passes_is_not_served_from_kept_heads(clean, copy, frames):
     work, paths = copy
-    ds = dw.WindowDataset(work, **KW)
+    ds = dw.WindowDataset(work, **SPLIT)
     check_epoch(_epoch(ds), clean["want"])
     assert ds.source.__dict__["_head_cache"]._heads  # heads kept from the first pass
     _rewrite(paths[1], frames[1])
     with pytest.raises(SourceReadError, match=f"{paths[1]} changed after the dataset was opened.*open the dataset"):
         _epoch(ds)
-    skipping = dw.WindowDataset(work, **KW, on_error="skip")  # opened on the rewritten file
+    skipping = dw.WindowDataset(work, **SPLIT, on_error="skip")  # opened on the rewritten file
     changed = [frames[0], frames[1].assign(f1=frames[1]["f1"] + 1.0), frames[2]]
     check_epoch(_epoch(skipping), oracle(changed, FEATURES, ["y"], window=8))  # its heads kept
     offsets = np.cumsum([0] + [len(f) for f in frames])
@@ -392,7 +361,7 @@ def test_a_file_rewritten_between_passes_is_not_served_from_kept_heads(clean, co
         rows = np.concatenate([b[-1] for b in got])
         assert len(got) == len(skipping) and not ((rows >= offsets[1]) & (rows < offsets[2])).any()
         assert wrong_batch(got, clean["want"]) is None  # none of file 1's rows, kept or read
-    fresh = dw.WindowDataset(work, **KW)  # opened again: the files as they are now
+    fresh = dw.WindowDataset(work, **SPLIT)  # opened again: the files as they are now
     check_epoch(_epoch(fresh), oracle([frames[0], frames[2]], FEATURES, ["y"], window=8))
 
 
@@ -505,7 +474,7 @@ def test_two_live_iterators_interleaved_each_give_their_exact_batches(clean, ext
     a = iter(ds)
     b = iter(ds)  # the next pass: epoch 4
     got_a, got_b = [], []
-    for _ in range(len(third)):  # shared head cache, spares and pairs between two passes at once
+    for _ in range(len(third)):  # a shared head cache between two passes at once
         got_a.append(tuple(t.numpy() for t in next(a)))
         got_b.append(tuple(t.numpy() for t in next(b)))
     assert same_batches(got_a, third) and same_batches(got_b, fourth)
@@ -606,7 +575,7 @@ def _with_empty_row_groups(frames: list[pd.DataFrame], root: str) -> None:
         (1, dict(window=30, stride=3)),
         (10**6, dict()),  # one row group per file
         (7, dict(window=40, horizon=5, targets=["y", "z"])),  # the halo spans several row groups
-        (5, dict(window=3, stride=4, pieces_per_partition=50)),
+        (5, dict(window=3, stride=4)),
         (None, dict(window=12, horizon=2)),  # empty row groups between the others
         (7, dict(window=20, partition_bytes=1)),  # a partition per row group, halos across three of them
         (None, dict(window=30, partition_bytes=1, stride=2)),  # ... and across empty ones
@@ -620,7 +589,7 @@ def test_row_group_shapes_against_the_oracle(frames, tmp_path, row_group, kw):
         _with_empty_row_groups(frames, root)
     else:
         _write(frames, root, row_group_size=row_group)
-    settings = {**KW, **kw}
+    settings = {**KW, "partition_bytes": None, **kw}
     ds = dw.WindowDataset(root, **settings)
     ds.set_epoch(1)
     options = {k: settings[k] for k in ("window", "stride", "horizon", "series") if k in settings}
@@ -647,7 +616,7 @@ def _write_groups(frames: list[pd.DataFrame], root: str, sizes: list[int]) -> No
     window=st.integers(1, 40),
     stride=st.integers(1, 5),
     horizon=st.integers(0, 3),
-    pieces=st.sampled_from([None, 1, 3, 17]),
+    pieces=st.sampled_from([None, 1]),
     buffers=st.integers(1, 3),
     split=st.booleans(),
     holes=st.lists(st.integers(0, 10**4), max_size=6),
@@ -665,8 +634,7 @@ def test_random_row_group_layouts_against_the_oracle(
     kw = dict(window=window, stride=stride, horizon=horizon, series=series)
     want = oracle(frames, FEATURES, ["y"], **kw, drop=True)
     settings_ = {**KW, **kw, "pieces_per_partition": pieces, "buffer_partitions": buffers, "nan": "drop"}
-    if split:
-        settings_["partition_bytes"] = 1  # a partition per row group: halos across partitions
+    settings_["partition_bytes"] = 1 if split else None  # a partition per row group: halos across partitions
     if not want:
         return
     ds = dw.WindowDataset(root, **settings_)
@@ -799,7 +767,7 @@ def test_real_panel_sample_normalised_from_the_window_table_around_nan_weeks(tmp
     monkeypatch.setattr(window_table, "build_table", lambda *a, **k: built.append(1) or build(*a, **k))
     ds = dw.WindowDataset(
         root, ["value"], ["value"], series="sid", window=16, stride=stride, horizon=horizon, nan="drop",
-        normalize="sample", batch_size=128, buffer_partitions=4, return_index=True, pieces_per_partition=64,
+        normalize="sample", batch_size=128, buffer_partitions=4, return_index=True, pieces_per_partition=1,
     )  # fmt: skip
     want = oracle(parts, ["value"], ["value"], window=16, stride=stride, horizon=horizon, drop=True)
     _check_sample_normalised(_epoch(ds), want)

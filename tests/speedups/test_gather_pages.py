@@ -130,7 +130,7 @@ def test_a_stream_whose_first_buffer_moves_to_huge_pages_yields_the_oracle(frame
     for epoch in range(2):  # each pass's first buffer
         ds = dw.WindowDataset(
             root, features=FEATURES, series="sid", window=WINDOW, batch_size=32, layout=layout, seed=5,
-            return_index=True, buffer_partitions=2, pieces_per_partition=32,  # the buffer order's first buffer
+            return_index=True, buffer_partitions=2, pieces_per_partition=1,  # the buffer order's first buffer
         )  # fmt: skip
         ds.set_epoch(epoch)
         kept = list(ds)  # every batch held at once

@@ -84,7 +84,7 @@ def oracle(frames: list[pd.DataFrame], rows: np.ndarray, layout: str) -> np.ndar
 
 
 def settings(layout: str, batch: int) -> dict:
-    pieces = -(-2 * batch // 2)  # lanes copy a buffer's runs: the piece order, at its former default
+    pieces = 1  # lanes copy a buffer's runs: the buffer order of whole partitions
     return dict(
         features=FEATURES,
         series="sid",
@@ -334,7 +334,7 @@ class Both(lanes.LaneChoice):
 lanes.lanes_wanted = lambda: True
 lanes.MIN_UNITS = 1
 lanes.LaneChoice = Both
-ds = dw.WindowDataset(sys.argv[1], features=["f0", "f1", "f2"], series="sid", window=16, batch_size=8, pieces_per_partition=8)
+ds = dw.WindowDataset(sys.argv[1], features=["f0", "f1", "f2"], series="sid", window=16, batch_size=8, pieces_per_partition=1)
 it = iter(ds)
 for _ in range(5):
     next(it)

@@ -12,6 +12,7 @@ import gc
 import os
 import pickle
 import threading
+import time
 
 import numpy as np
 import pandas as pd
@@ -24,7 +25,7 @@ from dask_windows.errors import SourceReadError
 from dask_windows.sources.base import PartitionReader
 from dask_windows.speedups import nextpass
 
-FILES, ROWS, GROUP = 4, 960, 120  # 8 row groups per file: pieces along row groups, paired reads
+FILES, ROWS, GROUP = 4, 960, 120  # 8 row groups per file (partition_bytes=1: a partition each)
 
 
 @pytest.fixture(autouse=True)
@@ -54,8 +55,8 @@ def root(tmp_path_factory):
 def make(root: str, **kwargs) -> dw.WindowDataset:
     options = dict(features=["f0", "f1"], series=None, window=16, stride=4, batch_size=32, seed=3, buffer_partitions=1)
     options.update(kwargs)
-    if "pieces_per_partition" not in kwargs:  # the next pass is read ahead in the piece order: its former default
-        options["pieces_per_partition"] = -(-2 * options["batch_size"] // options["buffer_partitions"])
+    if "pieces_per_partition" not in kwargs:  # the next pass is read ahead in the order of whole partitions
+        options["pieces_per_partition"] = 1
     return dw.WindowDataset(root, **options)
 
 
@@ -101,8 +102,8 @@ def join_loader_threads() -> None:
 @pytest.mark.parametrize(
     "kwargs",
     [
-        {},  # pieces along row groups, paired reads
-        {"pieces_per_partition": 1},  # whole partitions (the 0.1 order)
+        {},  # whole files, one per buffer
+        {"partition_bytes": 1},  # a partition per row group
         {"targets": ["y"], "return_index": True, "horizon": 3, "batch_size": 16},
         {"normalize": "sample", "prefetch_partitions": 2},
         {"shuffle": False, "batch_size": 1000, "pieces_per_partition": 1},  # batches across buffers
@@ -121,7 +122,7 @@ def test_passes_are_bit_identical_with_the_read_ahead(root, claims, kwargs):
 def test_array_data_reads_its_next_pass_ahead_too(claims):
     rng = np.random.default_rng(1)
     arrays = [rng.standard_normal((n, 2)).astype(np.float32) for n in (3000, 5000, 2000, 4000, 3500)]
-    kwargs = dict(window=8, stride=3, batch_size=16, partition_rows=2500, seed=2, pieces_per_partition=16)
+    kwargs = dict(window=8, stride=3, batch_size=16, partition_rows=2500, seed=2, pieces_per_partition=1)
     ds = dw.WindowDataset(arrays, **kwargs)
     passes = [epoch_of(ds) for _ in range(3)]
     ds.close()
@@ -130,25 +131,13 @@ def test_array_data_reads_its_next_pass_ahead_too(claims):
     assert claims == [False, True, True]
 
 
-def test_not_with_paired_reads_in_a_pass_of_fewer_than_four_buffers(root, claims):
-    ds = make(root, buffer_partitions=2)  # two buffers, read as one pair: the pass never holds a third
-    assert len(ds._plan(dw.planning.world.World()).buffers) == 2
-    assert same_batches(epoch_of(ds), fresh(root, 0, buffer_partitions=2))
-    assert loader_threads() == []
-    ds = make(root, buffer_partitions=2, pieces_per_partition=1)  # not paired: read ahead
-    epoch_of(ds)
-    assert same_batches(epoch_of(ds), fresh(root, 1, buffer_partitions=2, pieces_per_partition=1))
-    assert claims == [False, False, True]
-    ds.close()
-
-
 def test_not_where_the_plan_outweighs_the_buffer(root, claims, monkeypatch):
     monkeypatch.setattr(nextpass, "PLAN_SHARE", 8)
-    ds = make(root)  # 256 pieces of 3.75 KiB: a plan of 51 KiB beside buffers of 7.5 KiB
+    ds = make(root, partition_bytes=1)  # 32 partitions of 120 rows: a plan beside buffers of 960 bytes
     assert nextpass._plan_bytes(ds._plan(dw.planning.world.World())) * 8 > nextpass._buffer_bytes(ds)
     epoch_of(ds)
     assert loader_threads() == []
-    big = make(root, pieces_per_partition=1, buffer_partitions=2)  # 4 pieces: 800 bytes
+    big = make(root, pieces_per_partition=1, buffer_partitions=2)  # 4 whole files: a plan of 800 bytes
     epoch_of(big)
     assert loader_threads()
     assert claims == [False, False]
@@ -255,9 +244,12 @@ def test_a_file_rewritten_between_passes_is_not_served_stale(tmp_path, claims):
         for i in range(FILES)
     ]
     paths = write_parquet(frames, str(tmp_path), row_group_size=GROUP)
-    ds = make(str(tmp_path))
+    ds = make(str(tmp_path), buffer_partitions=FILES)  # one buffer of every file
     epoch_of(ds)  # the first buffer of epoch 1 is read from the files as they are now
-    assert set(ds._read_ahead.pending.partitions_read()) >= {1}
+    pending, waited = ds._read_ahead.pending, time.monotonic() + 60
+    while 1 not in pending.partitions_read() and time.monotonic() < waited:  # the readers reach file 1 in time
+        time.sleep(0.01)
+    assert 1 in pending.partitions_read()
     changed = frames[1].assign(f0=frames[1].f0 * 2)
     write_parquet([frames[0], changed, *frames[2:]], str(tmp_path), row_group_size=GROUP)
     stat = os.stat(paths[1])
@@ -329,7 +321,7 @@ def test_pickled_and_split_copies_carry_no_read_ahead(root, claims):
 
 
 def test_persistent_workers_over_three_epochs_equal_a_fresh_loader_per_epoch(tmp_path, monkeypatch):
-    root = write_files(tmp_path / "data", 2 * FILES)  # 4 buffers per worker: paired reads are read ahead
+    root = write_files(tmp_path / "data", 2 * FILES)  # 4 buffers per worker
     taken = tmp_path / "claimed"
     claim = nextpass.claim
 
@@ -380,11 +372,11 @@ def test_an_object_store_dataset_reads_its_next_pass_ahead_too(claims):
     try:
         kwargs = dict(
             features=["f0", "f1"], series="sid", window=8, stride=2, batch_size=16, buffer_partitions=1,
-            pieces_per_partition=4,
+            pieces_per_partition=1,
         )  # fmt: skip
         url, options = "s3://nextpass/data/", s3.storage_options()
         ds = dw.WindowDataset(url, storage_options=options, **kwargs)
-        assert len(ds._plan(World()).buffers) >= 4  # paired reads, read ahead
+        assert len(ds._plan(World()).buffers) >= 4
         passes = [epoch_of(ds) for _ in range(2)]
         ds.close()
         for epoch, got in enumerate(passes):

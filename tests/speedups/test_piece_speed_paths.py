@@ -101,11 +101,11 @@ def test_segment_runs_expand_to_segment_starts(counts, stride, data):
 @pytest.mark.parametrize(
     "kw",
     [
-        dict(pieces_per_partition=16),  # the piece order at its former default
-        dict(stride=3, pieces_per_partition=5),
-        dict(series=None, pieces_per_partition=4, buffer_partitions=3),
-        dict(pieces_per_partition=60, partition_bytes=1),  # windows cross the row-group cuts
-        dict(nan="drop", stride=2, pieces_per_partition=16),
+        dict(pieces_per_partition=1),  # whole partitions
+        dict(stride=3, pieces_per_partition=1),
+        dict(series=None, pieces_per_partition=1, buffer_partitions=3),
+        dict(pieces_per_partition=1, partition_bytes=1),  # windows cross the row-group cuts
+        dict(nan="drop", stride=2, pieces_per_partition=1),
     ],
 )
 def test_starts_written_run_by_run_are_the_vectorised_starts(root, kw, monkeypatch):
@@ -221,19 +221,16 @@ def _flat(batches):
 @pytest.mark.parametrize(
     "kw",
     [
-        dict(pieces_per_partition=60),
-        dict(pieces_per_partition=60, stride=3, horizon=2, buffer_partitions=2),
-        dict(pieces_per_partition=7, layout="NLC", series=None, batch_size=5),
-        dict(pieces_per_partition=60, partition_bytes=1),  # files cut at row groups: windows cross the cuts
+        dict(pieces_per_partition=1),
+        dict(pieces_per_partition=1, stride=3, horizon=2, buffer_partitions=2),
+        dict(pieces_per_partition=1, layout="NLC", series=None, batch_size=5),
+        dict(pieces_per_partition=1, partition_bytes=1),  # files cut at row groups: windows cross the cuts
     ],
 )
 def test_many_tiny_pieces_yield_what_the_per_piece_path_yields(frames, root, kw, monkeypatch):
     settings = {**KW, **kw}
     ds = dw.WindowDataset(root, **settings)
     ds.set_epoch(1)
-    units = piece_units(ds._plan(World()))
-    if "partition_bytes" not in kw:  # (cut at row groups of 7 rows, a partition is one piece)
-        assert len(units) < len(ds._plan(World()).segments)  # pieces were read together
     fast = collect(ds)
     monkeypatch.setattr(reading, "read_unit", per_piece_read_unit)
     ds.set_epoch(1)  # a pass would otherwise take the next epoch
@@ -245,34 +242,6 @@ def test_many_tiny_pieces_yield_what_the_per_piece_path_yields(frames, root, kw,
     assert len(np.unique(idx)) == len(idx) and np.array_equal(np.sort(idx), expected)
     rows = x[:, :, 0] if settings.get("layout", "NCL") == "NLC" else x[:, 0, :]  # f0 == global row
     assert np.array_equal(rows, idx[:, None] + np.arange(8)[None, :])
-
-
-def test_adjacent_pieces_of_a_buffer_are_one_block_without_a_second_halo(tmp_path):
-    rows = 400
-    frame = pd.DataFrame({"f0": np.arange(rows, dtype=np.float32), "f1": np.ones(rows, np.float32)})
-    write_parquet([frame, frame.assign(f0=frame.f0 + rows)], str(tmp_path), row_group_size=50)
-    settings = dict(features=["f0", "f1"], window=16, stride=2, batch_size=8, return_index=True)
-    ds = dw.WindowDataset(str(tmp_path), **settings, buffer_partitions=2, pieces_per_partition=10)
-    plan = ds._plan(World())
-    assert len(plan.buffers) == 1  # one buffer holds every piece of both files: all adjacent
-    reader = ds.source.reader([0, 1], list(ds.spec.columns))
-    arena = reading.BufferArena(ds._read_values(), plan, piece_units(plan))
-    every = []
-    for unit in piece_units(plan):
-        parts = reading.read_unit(ds._read_values(), unit, reader, arena)
-        assert len(unit) == 10 and all(p is parts[0] for p in parts)
-        assert len(parts[0].block_table()) == 1
-        last = (rows - 16) // 2 * 2
-        assert parts[0].x.shape == (2, last + 16)  # the rows of the windows, each once
-        every += parts
-    buffer = Buffer(every, plan.buffers[0], ds.grid, ds.row_offsets, ds.spec)
-    assert np.shares_memory(buffer.gatherer._x, every[0].arena[0])  # decoded into the buffer's array: no join
-    segs = plan.buffers[0]
-    swapped = Buffer(every[10:] + every[:10], segs[10:] + segs[:10], ds.grid, ds.row_offsets, ds.spec)
-    assert not np.shares_memory(swapped.gatherer._x, every[0].arena[0])  # parts out of place: joined
-    assert np.array_equal(np.sort(swapped.global_rows(swapped.starts)), np.sort(buffer.global_rows(buffer.starts)))
-    idx = np.concatenate([b[-1] for b in collect(ds)])
-    assert np.array_equal(np.sort(idx), np.concatenate([np.arange(0, rows - 15, 2), np.arange(rows, 2 * rows - 15, 2)]))
 
 
 def _raise_message(ds) -> str:
@@ -288,7 +257,7 @@ def test_nan_raise_names_the_same_row_and_window_as_the_per_piece_path(frames, t
     r = next(r for r in range(len(sid) // 2, len(sid)) if (sid[r - 9 : r + 1] == sid[r]).all())  # inside windows
     frames[1].loc[r, column] = np.nan
     write_parquet(frames, str(tmp_path), row_group_size=7)
-    settings = {**KW, "pieces_per_partition": 40, "stride": 2 if role == "feature" else 1}  # a target: one row
+    settings = {**KW, "pieces_per_partition": 1, "stride": 2 if role == "feature" else 1}  # a target: one row
     fast = _raise_message(dw.WindowDataset(str(tmp_path), **settings))
     monkeypatch.setattr(reading, "read_unit", per_piece_read_unit)
     slow = _raise_message(dw.WindowDataset(str(tmp_path), **settings))
@@ -302,7 +271,7 @@ def test_nan_raise_names_the_same_row_and_window_as_the_per_piece_path(frames, t
 
 
 def test_resume_at_several_points_is_the_tail_of_the_whole_epoch(root):
-    settings = {**KW, "pieces_per_partition": 30, "batch_size": 7, "stride": 2}
+    settings = {**KW, "pieces_per_partition": 1, "batch_size": 7, "stride": 2}
     ds = dw.WindowDataset(root, **settings)
     ds.set_epoch(3)
     full = collect(ds)
@@ -339,10 +308,10 @@ def _whole_reads(monkeypatch):
 @pytest.mark.parametrize(
     "kw",
     [
-        dict(pieces_per_partition=16),  # the piece order at its former default
-        dict(layout="NLC", stride=3, pieces_per_partition=5),
-        dict(series=None, pieces_per_partition=60, partition_bytes=1),  # partitions cut at row groups, halos
-        dict(nan="drop", normalize={"mean": [1.0, -2.0], "std": [3.0, 0.5]}, pieces_per_partition=16),
+        dict(pieces_per_partition=1),  # whole partitions
+        dict(layout="NLC", stride=3, pieces_per_partition=1),
+        dict(series=None, pieces_per_partition=1, partition_bytes=1),  # partitions cut at row groups, halos
+        dict(nan="drop", normalize={"mean": [1.0, -2.0], "std": [3.0, 0.5]}, pieces_per_partition=1),
     ],
 )
 @pytest.mark.parametrize("chunk_bytes", [1, 600])  # each row group alone; several read together
@@ -404,9 +373,9 @@ def test_row_group_reads_are_the_rows_read_ranges_returns(root, monkeypatch, chu
 @pytest.mark.parametrize(
     "kw",
     [
-        dict(pieces_per_partition=16),
-        dict(stride=3, pieces_per_partition=5, layout="NLC"),
-        dict(series=None, buffer_partitions=3, pieces_per_partition=11),
+        dict(pieces_per_partition=1),
+        dict(stride=3, pieces_per_partition=1, layout="NLC"),
+        dict(series=None, buffer_partitions=3, pieces_per_partition=1),
     ],
 )
 def test_starts_listed_before_the_reads_are_those_buffer_lists(root, kw):
@@ -451,7 +420,7 @@ def test_the_first_buffer_is_mapped_in_small_pages_and_the_others_by_numpy(root,
             mmap.mmap(-1, max(int(np.prod(shape)) * np.dtype(dtype).itemsize, 1)), dtype
         )[: int(np.prod(shape))].reshape(shape),
     )  # fmt: skip  (as small_pages, whatever the size)
-    ds = dw.WindowDataset(root, **{**KW, "buffer_partitions": 1, "pieces_per_partition": 32})
+    ds = dw.WindowDataset(root, **{**KW, "buffer_partitions": 1, "pieces_per_partition": 1})
     plan = ds._plan(World())
     units = piece_units(plan)
     assert len(plan.buffers) > 1

@@ -152,7 +152,7 @@ def test_close_stops_workers_and_fails_what_was_pending(pool_of):
 
 FEATURES = ["f0", "f1"]
 SETTINGS = dict(features=FEATURES, series="sid", window=16, stride=3, batch_size=64, return_index=True, seed=5)
-SETTINGS.update(buffer_partitions=1, pieces_per_partition=2)
+SETTINGS.update(buffer_partitions=1, pieces_per_partition=1)
 
 
 @pytest.fixture(scope="module")
