@@ -217,16 +217,7 @@ def resolve(keywords: Mapping[str, Any], open_source: Callable[[ReadConfig, Any]
     asked_manifest = series is SERIES_FROM_MANIFEST
     source = open_source(read, None if asked_manifest else series)
     pieces, buffer_bytes = given["pieces_per_partition"], given["buffer_bytes"]
-    if device is not None:  # device mode sends whole buffers once: the buffer (piece) order
-        if buffer_bytes is not None:
-            raise ConfigError(
-                f"device={given['device']!r} with buffer_bytes={buffer_bytes!r}: the pool order gathers on the host; "
-                "device mode cuts batches from whole buffers sent once, in the piece order. Drop buffer_bytes "
-                "(and set pieces_per_partition / buffer_partitions), or pass device=None"
-            )
-        pool_bytes = None  # pieces_per_partition None: the piece order's own default
-    else:
-        pool_bytes = resolve_order(pieces, buffer_bytes, source)
+    pool_bytes = resolve_order(pieces, buffer_bytes, source)  # device mode too: its pool on the device (ondevice.pool)
     manifest_series = getattr(source, "manifest_series", None)
     from_manifest = asked_manifest and manifest_series is not None
     series = manifest_series if from_manifest else (None if asked_manifest else series)

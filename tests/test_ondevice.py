@@ -77,8 +77,8 @@ def test_device_batches_are_the_host_batches_bit_for_bit(data, kw):
     root, _ = data
     ds = _open(root, "cpu", **kw)
     device = list(ds)
-    # device mode takes the piece order (whole buffers sent once): the host path in that same order
-    host = {**kw, "pieces_per_partition": ds.spec.pieces_per_partition}
+    # the host path in the order the device dataset took (the pool order when pieces_per_partition is None)
+    host = {**kw, "pieces_per_partition": ds.config.order.pieces_per_partition}
     _equal(list(_open(root, **host)), device)
     assert all(t.device.type == "cpu" for b in device for t in _columns(b))
     traffic = ds.device_traffic
@@ -366,7 +366,7 @@ def test_batch_cuts_across_buffers_match_the_host_path(lengths, window, stride, 
     assert device.device_traffic.peak_resident <= 2
 
 
-def test_device_mode_refuses_the_pool_order_budget(data):
+def test_device_mode_takes_the_pool_order_budget(data):
     root, _ = data
-    with pytest.raises(ValueError, match="buffer_bytes.*device=None"):
-        _open(root, "cpu", pieces_per_partition=None, buffer_bytes=1 << 20)
+    ds = _open(root, "cpu", pieces_per_partition=None, buffer_bytes=1 << 20)
+    assert ds.spec.buffer_bytes == 1 << 20 and ds.config.order.pieces_per_partition is None  # (ondevice.pool)

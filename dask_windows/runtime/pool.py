@@ -345,23 +345,31 @@ def pool_batches(values: PassValues, plan: PoolPlan, progress: Any = None) -> It
     ds = values.reads
     keys = list(range(plan.first_unit, len(plan.units)))
     source_reader = ds.source.reader([plan.units[i].partition for i in keys], ds.columns)
-    pool = _Pool(ds, plan, source_reader)
+    # device mode (``ondevice.pool``): each unit decoded into a one-unit staging array, then sent to its
+    # place in a pool on the device, and the batches gathered there from the same steps
+    device = None if values.device is None else values.device.pool(plan)
+    pool = _Pool(ds, plan if device is None else device.staging, source_reader)
     background = ds.spec.prefetch_partitions >= 1
-    reads = Prefetcher(pool.read, keys, 1 if background else 0, name="dask-windows-pool")
+    read = pool.read if device is None else device.landing(pool)
+    reads = Prefetcher(read, keys, 1 if background else 0, name="dask-windows-pool")
     gatherer = Gatherer(pool.x, pool.y, ds.spec.window, ds.spec.horizon, ds.spec.layout)
     steps = _steps(ds, plan, iter(reads), gatherer)
+    if device is not None:
+        steps = device.stage(steps)
     telemetry = ds.telemetry
     started: Any = Ahead(steps, 1, "dask-windows-build") if background else _Inline(steps)
     try:
         batches = stream(
             plan, (), ds.grid, ds.row_offsets, ds.spec, values.output, values.normalize,  # type: ignore[arg-type]
             interrupt=reads.close, started=started, waits=None if telemetry is None else telemetry.waits,
-            allocator=values.allocator,
+            allocator=values.allocator, device=values.device,
         )  # fmt: skip
         yield from values.counted(batches, progress)
     finally:
         reads.close()
         source_reader.close()
+        if device is not None:
+            device.close()
 
 
 class PoolWarning(UserWarning):
