@@ -235,9 +235,13 @@ class _Pool:
 
 
 def kept_rows(plan: PoolPlan) -> dict[int, set[tuple[int, int, int]]]:
-    """Per partition, ``(partition, lo, hi)`` of every row range its units keep for a later unit."""
+    """Per partition, ``(partition, lo, hi)`` of every row range its units keep for a later unit.
+
+    Only the units this pass reads keep rows: after a resume, the rows a unit before ``first_unit``
+    (not read again) would have kept are read from the source by the unit that needs them.
+    """
     kept: dict[int, set[tuple[int, int, int]]] = {}
-    for u in plan.units:
+    for u in plan.units[plan.first_unit :]:
         for a, b in u.keep:
             kept.setdefault(u.partition, set()).add((u.partition, a, b))
     return kept
