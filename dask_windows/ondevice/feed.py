@@ -1,4 +1,9 @@
-"""A pass's batches gathered on the training device: buffers sent once, batches cut by index.
+"""A pass's batches gathered on the training device: rows sent once, batches cut by index.
+
+In the pool order (the default) ``runtime.pool.pool_batches`` asks the feed for
+the pass's pool on the device (:meth:`DeviceFeed.pool`, ``ondevice.pool``) and
+hands :meth:`DeviceFeed.batches` the plan's steps, each with its view of that
+pool; what follows describes the buffer orders (``pieces_per_partition``).
 
 ``pipeline.stream`` hands a :class:`DeviceFeed` the pass's built buffers
 (``pipeline._Built``: the decoded rows and their permuted window starts).
