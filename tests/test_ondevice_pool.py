@@ -136,7 +136,7 @@ def test_small_budgets_wrap_the_pool_and_every_row_crosses_about_once(layouts):
     starts = np.concatenate([index.numpy() for _, index in ds])
     assert np.array_equal(np.sort(starts), oracle_starts(layouts["long"][1], None, 16))  # every window once
     assert len(decoded) == 18 and sum(decoded.values()) <= 1.25 * 18
-    rows, cuts = 900, 12  # every row once, and at each cut between row groups of a file the rows a window across it needs
+    rows, cuts = 900, 12  # every row once; at each cut between a file's row groups, the rows a window across it needs
     assert rows * 12 <= ds.device_traffic.row_bytes <= (rows + cuts * 15) * 12
     assert ds.device_traffic.pool_bytes <= 12_000
 
