@@ -6,7 +6,7 @@ Run on one CUDA GPU from the repository root (about 1-3 minutes; the limit is 5)
     PYTHONPATH=. python benchmarks/gpu_check.py --dry-run   # tiny, on the CPU device: checks the script
 
 It needs torch, numpy, pyarrow, pandas and fsspec, and imports nothing else
-(no dask: ``tests/test_gpu_check.py`` runs the dry run with dask, tqdm and the
+(no dask: ``tests/ondevice/test_gpu_check.py`` runs the dry run with dask, tqdm and the
 other extras blocked). On the synthetic data of ``examples/_synthetic.py``
 (8 files, 128 series of 4,096 rows, 4 channels) it prints one run, side by side:
 

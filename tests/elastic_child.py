@@ -1,4 +1,4 @@
-"""One gloo rank of tests/test_elastic.py: ``python elastic_child.py '<json args>'``.
+"""One gloo rank of tests/planning/test_elastic.py: ``python elastic_child.py '<json args>'``.
 
 ``phase == "stop"``: iterate epoch 1 through a DataLoader, stop after ``taken`` batches and (rank 0)
 save the state. ``phase == "resume"``: load that state and run the rest of the epoch. Every rank

@@ -1,4 +1,4 @@
-"""One gloo rank of tests/test_footer_share.py: ``python footer_share_child.py INIT RANK WORLD URL OPTIONS OUT``.
+"""One gloo rank of tests/sources/test_footer_share.py: ``python footer_share_child.py INIT RANK WORLD URL OPTIONS OUT``.
 
 Opens the dataset at ``URL`` (footers shared between the ranks through the process group's
 store), iterates epoch 0 and saves the window starts it got, and every rank's batch count from

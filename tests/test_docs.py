@@ -1,9 +1,11 @@
 """Every ```python block of README.md and docs/*.md runs, as a reader would run it.
 
 Each Markdown file's blocks run in order in one fresh namespace, in a fresh
-subprocess whose working directory is an empty temporary folder, so a block
+process whose working directory is an empty temporary folder, so a block
 may use what an earlier block of the same page defined or wrote, and nothing
-else. Files are globbed when the tests are collected, so a new page is tested
+else. The process is forked from one that has imported the heavy libraries
+(torch, pandas, pyarrow, dask, dask_windows) once, instead of importing them
+again for every page (about 5 CPU-s a page); names are never shared. Files are globbed when the tests are collected, so a new page is tested
 without touching this file.
 
 The convention (also in CONTRIBUTING.md and docs/architecture.md):
@@ -134,6 +136,102 @@ for block in blocks:
     exec(compile("\n" * (block["line"] - 1) + block["code"], page, "exec"), namespace)
 """
 
+#: A process that imports the heavy libraries once, then forks a child per page (one request, a
+#: JSON line on stdin, at a time). The child starts a session of its own (so that a timeout kills
+#: it and what it started), takes the page's working folder, environment and output files, runs
+#: the page like ``python -c _DRIVER page spec``, and exits the way an interpreter does (exit
+#: functions, non-daemon threads joined). The parent answers ``{"pid": ...}``, then ``{"rc": ...}``.
+_ZYGOTE = r"""
+import atexit, json, os, sys, threading, traceback
+import numpy, pandas, pyarrow.parquet, torch, dask, dask.dataframe, distributed, dask_windows
+assert threading.active_count() == 1, "the zygote must hold no thread when it forks"
+driver = sys.argv[1]
+for line in sys.stdin:
+    job = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        os.chdir(job["cwd"])
+        os.environ.update(job["env"])
+        for fd, name in ((1, job["out"]), (2, job["err"])):
+            target = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(target, fd)
+            os.close(target)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        sys.argv = ["-c", job["page"], job["spec"]]
+        code = 0
+        try:
+            exec(compile(driver, "<driver>", "exec"), {"__name__": "__driver__"})
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        try:
+            threading._shutdown()  # what the interpreter does at exit: thread-pool exit hooks, joins
+            atexit._run_exitfuncs()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    print(json.dumps({"pid": pid}), flush=True)
+    _, status = os.waitpid(pid, 0)
+    print(json.dumps({"rc": os.waitstatus_to_exitcode(status)}), flush=True)
+"""
+
+
+class _Zygote:
+    """The test's end of ``_ZYGOTE``: ``run`` one page in a forked child, with a time limit."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _ZYGOTE, _DRIVER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=_env(None),
+            text=True,
+        )
+
+    def _answer(self, deadline: float) -> dict:
+        import selectors
+
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            if not sel.select(max(deadline - time.monotonic(), 0)):
+                raise TimeoutError
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the docs test's zygote process exited ({self.proc.wait()})")
+        return json.loads(line)
+
+    def run(self, page: str, spec: str, cwd: str, env: dict, timeout: float) -> subprocess.CompletedProcess:
+        out, err = os.path.join(os.path.dirname(spec), "out.txt"), os.path.join(os.path.dirname(spec), "err.txt")
+        job = {"page": page, "spec": spec, "cwd": cwd, "env": env, "out": out, "err": err}
+        self.proc.stdin.write(json.dumps(job) + "\n")
+        self.proc.stdin.flush()
+        deadline = time.monotonic() + timeout
+        pid = self._answer(deadline)["pid"]
+        try:
+            rc = self._answer(deadline)["rc"]
+        except TimeoutError:
+            os.killpg(pid, 9)
+            self._answer(time.monotonic() + 60)
+            raise subprocess.TimeoutExpired(page, timeout) from None
+        with open(out, encoding="utf-8", errors="replace") as o, open(err, encoding="utf-8", errors="replace") as e:
+            return subprocess.CompletedProcess(page, rc, o.read(), e.read())
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def zygote():
+    started = _Zygote()
+    yield started
+    started.close()
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -197,7 +295,7 @@ def _missing(block: Block) -> list[str]:
 
 
 @pytest.mark.parametrize("page", PAGES, ids=_rel)
-def test_page_snippets_run(page, tmp_path, s3_endpoint):
+def test_page_snippets_run(page, tmp_path, s3_endpoint, zygote):
     # a block needing a missing module is left out here and reported by test_needs_snippet as a skip
     blocks = [b for b in _page_blocks(page) if b.skip is None and not _missing(b)]
     if not blocks:
@@ -207,14 +305,8 @@ def test_page_snippets_run(page, tmp_path, s3_endpoint):
     work.mkdir()
     spec = tmp_path / "blocks.json"
     spec.write_text(json.dumps([{"line": b.line, "code": b.code} for b in blocks]))
-    done = subprocess.run(
-        [sys.executable, "-c", _DRIVER, page, str(spec)],
-        cwd=work,
-        env=_env(endpoint),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
+    extra = {k: v for k, v in _env(endpoint).items() if os.environ.get(k) != v and k != "PYTHONPATH"}
+    done = zygote.run(page, str(spec), str(work), extra, TIMEOUT_S)
     assert done.returncode == 0, (
         f"a snippet of {_rel(page)} failed (the traceback names the page's line):\n"
         f"{done.stderr[-6000:]}\n--- stdout ---\n{done.stdout[-2000:]}"

@@ -165,7 +165,7 @@ def pairs_of(batches: list) -> list[tuple[int, int]]:
     return sorted(zip(label.tolist(), index.tolist()))
 
 
-# Persistent workers iterate their copies once per pass (spawned ones: tests/test_epochs.py).
+# Persistent workers iterate their copies once per pass (spawned ones: tests/runtime/test_epochs.py).
 PERSISTENT = {"num_workers": 2, "persistent_workers": True}
 
 

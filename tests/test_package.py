@@ -376,3 +376,42 @@ def test_no_module_looks_itself_up_in_sys_modules():
     (one left: ``runtime/memory.py`` asks whether pyarrow was loaded before releasing Arrow's pool)."""
     lookups = {name for name, path in _modules().items() if "sys.modules.get(" in path.read_text(encoding="utf-8")}
     assert lookups <= {"dask_windows/runtime/memory.py", "dask_windows/_moved.py"}, sorted(lookups)
+
+
+#: Test files kept in ``tests/`` itself: tests of the top-level modules and of the package as a whole.
+ROOT_TESTS = {
+    "test_config.py",  # config.py
+    "test_dataset.py",  # dataset.py
+    "test_mixture.py",  # mixture.py
+    "test_passes.py",  # passes.py
+    "test_normalize.py",  # normalize.py
+    "test_masks.py",  # masks.py
+    "test_package.py",  # import rules, the architecture page, this layout
+    "test_golden.py",  # whole epochs, bit for bit
+    "test_docs.py",  # README.md and docs/
+    "test_examples.py",  # examples/
+    "test_example_ddp.py",
+    "test_example_mixture.py",
+    "test_ddp.py",  # gloo ranks through the whole package
+    "test_harden.py",  # hostile input across the package
+    "test_hangs.py",
+    "test_real_data.py",  # data sets shipped in PyPI packages
+}
+
+
+def test_tests_are_laid_out_like_the_package():
+    """A module's tests live in ``tests/<sub-package>/``; only ROOT_TESTS stay at the top."""
+    tests = os.path.join(REPO, "tests")
+    package = os.path.join(REPO, "dask_windows")
+    folders = {d for d in os.listdir(tests) if os.path.isdir(os.path.join(tests, d)) and not d.startswith((".", "_"))}
+    subpackages = {d for d in os.listdir(package) if os.path.isfile(os.path.join(package, d, "__init__.py"))}
+    assert folders <= subpackages, (
+        f"test folders that are no sub-package of dask_windows: {sorted(folders - subpackages)}"
+    )
+    at_top = {n for n in os.listdir(tests) if n.startswith("test_") and n.endswith(".py")}
+    assert at_top <= ROOT_TESTS, (
+        f"move {sorted(at_top - ROOT_TESTS)} into tests/<sub-package>/ (the package folder of the module "
+        "they test), or add them to ROOT_TESTS with the reason they test the package as a whole"
+    )
+    for folder in folders:
+        assert any(n.startswith("test_") for n in os.listdir(os.path.join(tests, folder))), folder

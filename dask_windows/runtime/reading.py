@@ -174,7 +174,7 @@ def read_ahead(ds: ReadValues, plan: Any, units: list[tuple], threads: int) -> i
     ``prefetch_partitions=0``. The builder takes the units of the buffer after the one being drained
     as they arrive, so the reads run that buffer plus this depth ahead of the consumer: the next
     buffer is read while the current one is drained, whatever ``prefetch_partitions`` is
-    (tests/test_read_ahead.py), and the memory formula's ``pf`` term is this depth.
+    (tests/runtime/test_read_ahead.py), and the memory formula's ``pf`` term is this depth.
     """
     ahead = ds.spec.prefetch_partitions * ds.spec.pieces_per_partition * len(units)
     depth = -(-ahead // max(len(plan.segments), 1))

@@ -19,7 +19,7 @@ Three seams, each a value in ``values.PassValues`` that only the dataset wires
   compute (needs CUDA). A workflow's ``Emitter`` is an output too.
 
 Whatever the seams, a pass yields the same windows in the same order with the
-same values (``tests/test_contract.py`` runs every combination against an
+same values (``tests/runtime/test_contract.py`` runs every combination against an
 oracle): they change where bytes live and who moves them, never which.
 """
 

@@ -265,7 +265,7 @@ def test_reading_parquet_numbers_does_not_import_pandas(tmp_path):
         "assert x.shape == (8, 1, 4), x.shape\n"
         "print('pandas' in sys.modules)\n"
     )
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(os.path.dirname(__file__))))
     env = dict(os.environ, PYTHONPATH=root)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import os
 import threading
 import traceback
 
@@ -204,7 +205,6 @@ def test_the_first_buffers_partitions_are_read_at_once(root, monkeypatch):
 
 def test_an_iterator_left_open_at_exit_ends_quietly(root):
     """``next(iter(ds))`` at the end of a script: the pass is closed while the interpreter exits."""
-    import os
     import subprocess
     import sys
 
@@ -215,7 +215,7 @@ def test_an_iterator_left_open_at_exit_ends_quietly(root):
         "x = next(it)\n"
         "print(tuple(x.shape))\n"
     )
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(os.path.dirname(__file__)))))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "(64, 2, 6)", out.stderr[-2000:]
     assert "Exception ignored" not in out.stderr and "Traceback" not in out.stderr, out.stderr[-2000:]

@@ -28,7 +28,7 @@ from dask_windows.corpus.items import build_units, epoch_items
 from dask_windows.corpus.packing import pack
 from dask_windows.errors import ConfigError, SchemaError
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "..", "examples"))
 from _real_corpus import load_corpus, write_corpus
 
 KW = dict(patch_size=8, max_length=64, min_length=4, batch_size=4, pack_window=64, return_index=True)

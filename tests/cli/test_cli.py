@@ -1,4 +1,5 @@
-"""The ``dask-windows`` console entry point, run as a subprocess on real files."""
+"""The ``dask-windows`` commands on real files: in this process through ``main``, and the console
+entry point as a subprocess where the process itself is under test (exit status, output, limits)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import dask_windows as dw
 from dask_windows.normalize import load_stats
 from dask_windows.sources.manifest import MANIFEST_NAME
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(os.path.dirname(__file__))))
 CLUSTER = ["--workers", "1", "--no-progress"]
 
 
@@ -35,7 +36,25 @@ def run_main(capsys, *args: str, expect: int = 0) -> str:
     return err
 
 
-def cli(*args: str, expect: int = 0) -> subprocess.CompletedProcess:
+def cli(*args: str, expect: int = 0, process: bool = False) -> subprocess.CompletedProcess:
+    """``dask-windows ARGS``: in this process through ``main`` (a subprocess costs an interpreter
+    and its imports, about 5 CPU-s), or as the console entry point in a subprocess with
+    ``process=True`` (the ``converted`` fixture and the version check do)."""
+    if not process:
+        import contextlib
+        import io
+
+        from dask_windows.cli import main
+
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse's usage errors and --version
+                code = exc.code or 0
+        done = subprocess.CompletedProcess(["dask-windows", *args], code, out.getvalue(), err.getvalue())
+        assert done.returncode == expect, done.stderr
+        return done
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([REPO, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     done = subprocess.run(
@@ -92,6 +111,7 @@ def converted(tmp_path_factory):
         "16",
         "--workers",
         "1",
+        process=True,
     )
     return root, rows, done
 
@@ -445,6 +465,7 @@ def test_iso_csv_times_parsed_and_leftovers_of_a_killed_run_removed(tmp_path):
         "5000",
         *CLUSTER,
         expect=1,
+        process=True,  # the leftovers are reported through logging, set up once per process
     )
     assert "removed leftovers of an interrupted convert" in done.stderr
     assert str(killed) in done.stderr and str(old_style) in done.stderr
@@ -584,7 +605,7 @@ def test_inspect_validates_like_the_loader_and_exits_1(converted, capsys):
 
 
 def test_version_global_flags_help_and_parse_errors(tmp_path, capsys):
-    assert cli("--version").stdout.strip() == f"dask-windows {dw.__version__}"
+    assert cli("--version", process=True).stdout.strip() == f"dask-windows {dw.__version__}"
     assert dw.__version__ == "0.2.0.dev0"
     from dask_windows.cli.main import build_parser
 

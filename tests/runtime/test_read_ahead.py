@@ -57,7 +57,7 @@ def test_reads_run_a_buffer_plus_the_prefetch_depth_ahead_of_the_consumer(
     ds = dw.WindowDataset(
         root, features=["f0", "f1"], series=None, window=WINDOW, stride=WINDOW, batch_size=BATCH,
         pieces_per_partition=1, buffer_partitions=buffer_partitions, prefetch_partitions=prefetch_partitions,
-        next_pass_seconds=0,  # this pass's reads only (the next pass's read-ahead: tests/test_next_pass.py)
+        next_pass_seconds=0,  # this pass's reads only (the next pass's read-ahead: tests/speedups/test_next_pass.py)
     )  # fmt: skip
     plan = ds._plan(World(0, 1, 0, 1), 0, 0)
     units = reading.piece_units(plan)

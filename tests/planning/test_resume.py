@@ -198,7 +198,7 @@ def test_state_is_the_same_on_every_rank(root):
         ({"batch_size": 9}, "batch_size: 6 in the state, 9 here"),
         ({"seed": 1}, "seed: 0 in the state, 1 here"),
         ({"window": 6}, "window: 7 in the state, 6 here"),
-        # another world_size resumes elastically (tests/test_elastic.py)
+        # another world_size resumes elastically (tests/planning/test_elastic.py)
         ({"buffer_partitions": 3}, "buffer_partitions: 2 in the state, 3 here"),
     ],
 )
@@ -230,7 +230,7 @@ def test_misuse_gets_a_clear_error(root):
         ds.state_dict(batches=3)
     with pytest.raises(ConfigError, match="more than the"):
         ds.state_dict(batches=len(ds) + 1, num_workers=0)
-    # (a state of another num_workers resumes elastically: tests/test_elastic.py)
+    # (a state of another num_workers resumes elastically: tests/planning/test_elastic.py)
 
 
 class _Labelled(IterableDataset):

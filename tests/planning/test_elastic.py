@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 
 import numpy as np
@@ -178,14 +179,17 @@ def test_division_covers_the_rest_exactly_once(lengths, world_size, num_workers,
 def test_real_gloo_ranks_two_by_two_to_three_by_zero(root, tmp_path):
     """(1, 1) is a single process: the in-process test above covers it; gloo adds nothing there."""
     import json
-    import os
     import subprocess
     import sys
 
     from scale_helpers import ROOT, wait
 
-    child = os.path.join(os.path.dirname(__file__), "elastic_child.py")
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.path.dirname(__file__)}", "OMP_NUM_THREADS": "1"}
+    child = os.path.join(os.path.dirname(os.path.dirname(__file__)), "elastic_child.py")
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{os.path.dirname(os.path.dirname(__file__))}",
+        "OMP_NUM_THREADS": "1",
+    }
 
     def phase(name: str, world_size: int, num_workers: int, state: str, **extra) -> list[dict]:
         init = f"file://{tmp_path / ('rendezvous-' + name)}"

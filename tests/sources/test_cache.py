@@ -19,7 +19,7 @@ pytest.importorskip("moto.server")
 
 
 KW = dict(features=["f0", "f1"], targets=["y"], series="sid", window=8, stride=2, batch_size=16, return_index=True)
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.abspath(os.path.dirname(__file__)))
 ROOT = os.path.dirname(HERE)
 
 

@@ -16,7 +16,7 @@ from helpers import collect, oracle_starts
 from dask_windows.dataset import WindowDataset
 from dask_windows.errors import ConfigError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(os.path.dirname(__file__))))
 
 
 def _series(lengths: list[int], channels: int = 3) -> list[np.ndarray]:

@@ -290,7 +290,7 @@ def _worker_baseline_bytes() -> int:
         "import os, distributed, dask.dataframe, dask_windows.cli.convert; "
         "print(int(open('/proc/self/statm').read().split()[1]) * os.sysconf('SC_PAGE_SIZE'))"
     )
-    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(__file__))}
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(__file__)))}
     return int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout)
 
 

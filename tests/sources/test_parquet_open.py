@@ -163,7 +163,7 @@ def test_a_damaged_footer_never_aborts_the_process(tmp_path):
         print("opened", len(source.files), len(source.skipped))
         """
     )
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(os.path.dirname(__file__)))))
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     opened, skipped = map(int, out.stdout.split()[1:])

@@ -16,7 +16,7 @@ import dask_windows as dw
 from dask_windows.speedups import slots
 
 WINDOW = 8
-ROOT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(os.path.dirname(__file__))))
 
 
 @pytest.fixture(autouse=True)

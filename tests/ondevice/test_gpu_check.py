@@ -8,7 +8,7 @@ import pathlib
 import subprocess
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(os.path.dirname(__file__)).resolve().parents[1]
 
 
 def test_gpu_check_arguments_parse():

@@ -23,7 +23,7 @@ from helpers import make_frames, oracle_starts, write_parquet  # noqa: E402
 from dask_windows.integrations.lightning import WindowDataModule  # noqa: E402
 
 WINDOW = 6
-CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lightning_child.py")
+CHILD = os.path.join(os.path.dirname(os.path.abspath(os.path.dirname(__file__))), "lightning_child.py")
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -118,11 +120,10 @@ def test_tsai_mvp_example_pretrains_and_fine_tunes(tmp_path):
         import tsai.learner  # noqa: F401
     except ImportError as exc:  # tsai's models import fastai.vision.models, which imports torchvision
         pytest.skip(f"tsai does not import beside this torch: {exc!r}")
-    import os
     import subprocess
     import sys
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(os.path.dirname(__file__))))
     script = os.path.join(root, "examples", "tsai_mvp.py")
     for arch in ("TSTPlus", "InceptionTimePlus"):
         args = ["--arch", arch, "--epochs", "1", "--rows", "512", "--window", "32", "--horizon", "4",

@@ -167,7 +167,7 @@ def test_manifest_file_deleted_locally_warns_and_scans(converted):
         ds = WindowDataset(root, return_index=True, **KW)
     starts = np.sort(np.concatenate([b[-1] for b in _batches(ds)]))
     assert np.array_equal(starts, oracle_starts([frames[0], frames[1], frames[3]], "sid", 4))
-    # (on an object store the same state is an unfinished commit and raises: tests/test_checks_s3.py)
+    # (on an object store the same state is an unfinished commit and raises: tests/sources/test_checks_s3.py)
 
 
 def test_manifest_extra_or_rewritten_file_warns_and_scans(converted):

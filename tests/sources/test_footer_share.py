@@ -73,7 +73,7 @@ def test_two_gloo_ranks_make_the_footer_requests_of_one(s3, tmp_path):
 
     url = _copy(s3, "shared")
     files = len(s3.frames)
-    child = os.path.join(os.path.dirname(__file__), "footer_share_child.py")
+    child = os.path.join(os.path.dirname(os.path.dirname(__file__)), "footer_share_child.py")
     env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
     options = json.dumps(s3.storage_options())
     s3.reset()

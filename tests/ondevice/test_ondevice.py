@@ -10,6 +10,7 @@ and DataLoader workers refused.
 from __future__ import annotations
 
 import gc
+import os
 import pickle
 import threading
 
@@ -327,7 +328,7 @@ def test_the_benchmark_counts_over_100x_fewer_bytes_at_stride_one_and_l512():
     import pathlib
     import sys
 
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+    sys.path.insert(0, str(pathlib.Path(os.path.dirname(__file__)).resolve().parents[1] / "benchmarks"))
     try:
         import bench_device
     finally:

@@ -7,6 +7,7 @@ pandas or plain-Python reference.
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 
@@ -299,7 +300,7 @@ def test_tsai_example_gives_the_pinned_install_recipe():
     import ast
     import pathlib
 
-    source = (pathlib.Path(__file__).parent.parent / "examples" / "tsai_mvp.py").read_text()
+    source = (pathlib.Path(os.path.dirname(__file__)).parent.parent / "examples" / "tsai_mvp.py").read_text()
     assert "pip install -c constraints.txt tsai" in source
     texts = [n.value for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
     for text in texts:  # never a bare `pip install tsai`
@@ -312,7 +313,7 @@ def test_example_default_folders_are_ignored_by_git():
     import shutil
     import subprocess
 
-    root = pathlib.Path(__file__).parent.parent
+    root = pathlib.Path(os.path.dirname(__file__)).parent.parent
     if shutil.which("git") is None or not (root / ".git").exists():
         pytest.skip("not a git checkout")
     defaults = []

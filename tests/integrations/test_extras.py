@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import configparser
+import os
 import pathlib
 import re
 from importlib import metadata
@@ -11,7 +12,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(os.path.dirname(__file__)).resolve().parents[1]
 
 
 def _extras() -> dict[str, list[Requirement]]:

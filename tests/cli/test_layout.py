@@ -317,7 +317,7 @@ def test_cli_convert_sizes_the_overlap_from_window_and_horizon(tmp_path):
 
     frame = series_frame([900, 500])
     src = write_input(tmp_path, frame)
-    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(os.path.dirname(__file__))))}
     done = subprocess.run(
         [
             sys.executable,
