@@ -16,6 +16,11 @@ until then. If that unit was unreadable (``on_error="skip"``) the rows are
 read from the source instead. Windows of an unreadable unit are replaced by
 other windows of the steps it belonged to, so the batch count never changes.
 
+With a device feed (``WindowDataset(device=...)``) the pool lives on the device
+(``ondevice.pool``): each unit is decoded into a one-unit staging array and its
+rows sent once to their place in the device pool; the steps are built here as
+always and the batches gathered there.
+
 The trade-off: the pool is allocated once per pass at its full size (pages are
 touched as units land, so a small dataset's pool stays small), and reads go
 one unit at a time on one thread.
