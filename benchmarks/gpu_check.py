@@ -11,12 +11,15 @@ other extras blocked). On the synthetic data of ``examples/_synthetic.py``
 (8 files, 128 series of 4,096 rows, 4 channels) it prints one run, side by side:
 
 1. **The loader alone** at stride 1, ``L = --gather-window`` (512),
-   ``B = --gather-batch-size`` (256): windows/s of the host path (batches gathered on the CPU, in this
-   process and in ``--num-workers`` DataLoader workers, then copied by
-   ``DevicePrefetcher``: pinned, a side stream, one batch ahead) against
-   ``WindowDataset(device="cuda")`` (each buffer's rows sent once, every batch
-   gathered on the GPU); the bytes per step sent over PCIe; the loader's peak
-   device memory; whether the first batches are equal (the gathers must be).
+   ``B = --gather-batch-size`` (256), in the default (pool) order: windows/s of the host path
+   (batches gathered on the CPU, in this process and in ``--num-workers`` DataLoader workers, then
+   copied by ``DevicePrefetcher``: pinned, one batch ahead) against ``WindowDataset(device="cuda")``
+   (each row group's rows sent once into a pool on the GPU, every batch gathered there:
+   ``dask_windows/ondevice/pool.py``); the bytes per step sent over PCIe; the loader's peak device
+   memory and its pool; whether the first batches are equal (the gathers must be). Then one whole
+   epoch at ``--equal-stride`` under a small pool budget (``--equal-budget``: units overwrite pool
+   rows many times, so a copy racing a gather would show) compared bit for bit with the host pool
+   order, with the rows sent against the dataset's rows (1.00: each row once).
 2. **The MVP demo's transformer** (``examples/pretrain_mvp.py``: its model, loss,
    ``L = --window`` (128), ``B = --batch-size`` (64)) trained ``--steps`` steps after ``--warmup`` by each
    loader: the share of step time spent waiting for the next batch (target for
@@ -35,6 +38,7 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -52,6 +56,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--gather-batch-size", type=int, default=256, help="B of the loader alone")
     parser.add_argument("--gather-window", type=int, default=512, help="L of the loader alone (stride 1)")
     parser.add_argument("--num-workers", type=int, default=4, help="DataLoader workers of the host path")
+    parser.add_argument("--equal-stride", type=int, default=8, help="stride of the whole-epoch equality check")
+    parser.add_argument("--equal-budget", type=int, default=4 << 20, help="buffer_bytes of the equality check")
     parser.add_argument("--r", type=float, default=0.15)
     parser.add_argument("--lm", type=float, default=3.0)
     parser.add_argument("--data", default=None, help="folder of the synthetic dataset (a temporary one if omitted)")
@@ -98,8 +104,7 @@ def loader_alone(args: argparse.Namespace, data: str, device: Any) -> dict[str, 
         series="series_id",
         window=args.gather_window,
         batch_size=args.gather_batch_size,
-        seed=0,
-        pieces_per_partition=1,  # the order device mode takes, so that host and device batches compare
+        seed=0,  # the default (pool) order on both paths: the same batches
     )
     results: dict[str, dict[str, float]] = {}
     modes: list[tuple[str, int]] = [("host", 0), ("device", 0)]
@@ -144,11 +149,40 @@ def loader_alone(args: argparse.Namespace, data: str, device: Any) -> dict[str, 
         }
         if mode == "device":
             traffic = ds.device_traffic
-            results[label]["buffer_mib"] = traffic.row_bytes / max(traffic.buffers, 1) / 2**20
+            results[label]["pool_mib"] = traffic.pool_bytes / 2**20
+            results[label]["units"] = traffic.units
             results[label]["resident"] = traffic.peak_resident
     equal = all(torch.equal(a, b) for a, b in zip(first_batches["host"], first_batches["device"]))
     results["equal"] = {"first_batches_equal": float(equal and len(first_batches["device"]) > 0)}
+    results["equal"].update(epoch_equal(args, data, device, settings))
     return results
+
+
+def epoch_equal(args: argparse.Namespace, data: str, device: Any, settings: dict) -> dict[str, float]:
+    """One whole epoch of the device pool against the host pool order, bit for bit, under a small budget."""
+    import torch
+
+    import dask_windows as dw
+
+    kw = dict(settings, stride=args.equal_stride, buffer_bytes=args.equal_budget, return_index=True)
+    with warnings.catch_warnings():  # a budget of few units on purpose (PoolWarning)
+        warnings.simplefilter("ignore")
+        host = dw.WindowDataset(data, **kw)
+        on_device = dw.WindowDataset(data, device=device, **kw)
+    batches = same = 0
+    for (hx, hi), (dx, di) in zip(host, on_device):
+        batches += 1
+        same += int(torch.equal(hx.to(device), dx) and torch.equal(hi.to(device), di))
+    traffic = on_device.device_traffic
+    rows = sum(p.num_rows for p in on_device.partitions)
+    row_bytes = 4 * len(on_device.spec.features)
+    return {
+        "epoch_equal": float(batches == same == len(host) > 0),
+        "epoch_batches": float(batches),
+        "rows_sent": traffic.row_bytes / row_bytes / rows,
+        "units": float(traffic.units),
+        "pool_mib": traffic.pool_bytes / 2**20,
+    }
 
 
 def train(mode: str, args: argparse.Namespace, data: str, device: Any) -> dict[str, float]:
@@ -232,6 +266,7 @@ def dry_run(args: argparse.Namespace) -> None:
     """Tiny sizes for ``--dry-run`` (and the tests), on the CPU device."""
     args.batches, args.steps, args.warmup, args.num_workers = 4, 3, 1, 0
     args.batch_size, args.window, args.gather_batch_size, args.gather_window = 8, 16, 8, 32
+    args.equal_stride, args.equal_budget = 4, 40_000  # the dry run's 1,200 rows: a pool of a few units
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -267,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _report(args: argparse.Namespace, alone: dict, trained: dict, masks: dict, seconds: float) -> None:
     row: Callable[..., str] = lambda *cells: "".join(f"{c:>16}" if i else f"{c:<22}" for i, c in enumerate(cells))
-    equal = alone.pop("equal")["first_batches_equal"]
+    equal = alone.pop("equal")
     print(
         f"\n1. loader alone: stride 1, L={args.gather_window}, B={args.gather_batch_size}, C={len(FEATURES)}, "
         f"{args.batches} batches"
@@ -280,8 +315,14 @@ def _report(args: argparse.Namespace, alone: dict, trained: dict, masks: dict, s
     print(
         f"device / host (0 workers): {device['windows_s'] / host['windows_s']:.2f}x windows/s, "
         f"{host['bytes_step'] / max(device['bytes_step'], 1):.0f}x fewer bytes per step; "
-        f"device buffer {device['buffer_mib']:.1f} MiB of rows, at most {device['resident']:.0f} resident; "
-        f"first batches equal: {'yes' if equal else 'NO'}"
+        f"device pool {device['pool_mib']:.1f} MiB ({device['units']:.0f} units sent); "
+        f"first batches equal: {'yes' if equal['first_batches_equal'] else 'NO'}"
+    )
+    print(
+        f"whole epoch at stride {args.equal_stride}, buffer_bytes={args.equal_budget:,} (pool "
+        f"{equal['pool_mib']:.2f} MiB, {equal['units']:.0f} units): {equal['epoch_batches']:.0f} batches "
+        f"{'bit for bit the host pool order' if equal['epoch_equal'] else 'NOT EQUAL to the host pool order'}; "
+        f"rows sent / rows: {equal['rows_sent']:.3f}"
     )
     print(f"\n2. MVP transformer (L={args.window}, B={args.batch_size}; {args.steps} steps after {args.warmup})")
     print(row("", "wait share", "steps/s", "step ms"))

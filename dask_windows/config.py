@@ -220,17 +220,7 @@ def resolve(keywords: Mapping[str, Any], open_source: Callable[[ReadConfig, Any]
     pieces, buffer_bytes = given["pieces_per_partition"], given["buffer_bytes"]
     asked_pieces = pieces  # a deprecated pieces_per_partition > 1 is served by the pool order (options)
     pieces = deprecated_pieces(pieces, device)
-    if device is not None:  # device mode sends whole buffers once: whole partitions (NOTE: until device mode
-        # moves onto the pool order, branch devpool; its piece-order default went with the piece order)
-        if buffer_bytes is not None:
-            raise ConfigError(
-                f"device={given['device']!r} with buffer_bytes={buffer_bytes!r}: the pool order gathers on the host; "
-                "device mode cuts batches from whole buffers sent once, of whole partitions. Drop buffer_bytes "
-                "(and set buffer_partitions), or pass device=None"
-            )
-        pool_bytes = None  # pieces_per_partition None: whole partitions (options.resolve_pieces)
-    else:
-        pool_bytes = resolve_order(pieces, buffer_bytes, source)
+    pool_bytes = resolve_order(pieces, buffer_bytes, source)  # device mode too: its pool on the device (ondevice.pool)
     served = pieces is None and asked_pieces is not None and buffer_bytes is None  # budget once the columns are known
     manifest_series = getattr(source, "manifest_series", None)
     from_manifest = asked_manifest and manifest_series is not None

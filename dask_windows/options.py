@@ -40,25 +40,21 @@ def resolve_pieces(pieces_per_partition: Any, source: Source) -> Any:
 
 def deprecated_pieces(pieces_per_partition: Any, device: Any) -> Any:
     """``pieces_per_partition`` as the order resolution takes it: a count above 1 (the piece order, deprecated)
-    warns once and becomes ``None`` (the pool order, with ``piece_budget``), or ``1`` on a device
-    (``device=`` cuts batches from whole buffers; see ``ondevice``); any other value is returned as given."""
+    warns once and becomes ``None`` (the pool order, with ``piece_budget``; with ``device=`` too: its pool on
+    the device, see ``ondevice.pool``); any other value is returned as given."""
     if not (_count(pieces_per_partition) and pieces_per_partition > 1):
         return pieces_per_partition
     warnings.warn(
         f"pieces_per_partition={pieces_per_partition} is deprecated: the piece order it asked for decoded each "
         "row group once per piece, so its reads grew with the dataset, and it is no longer served. "
-        + (
-            "With device= the batches are cut from whole partitions (pieces_per_partition=1) instead. "
-            if device is not None
-            else "The default pool order (each row group read once per epoch) now serves it, with a memory budget "
-            "of two buffers of buffer_partitions partitions. "
-        )
-        + "Drop pieces_per_partition for the default pool order, set buffer_bytes to size its memory, or pass "
+        "The default pool order (each row group read once per epoch) now serves it, with a memory budget "
+        "of two buffers of buffer_partitions partitions. "
+        "Drop pieces_per_partition for the default pool order, set buffer_bytes to size its memory, or pass "
         "pieces_per_partition=1 for whole partitions (docs/configuration.md)",
         DeprecationWarning,
         stacklevel=4,  # WindowDataset(...) in the caller's code (this <- config.resolve <- WindowDataset)
     )
-    return None if device is None else 1
+    return None
 
 
 def piece_budget(source: Source, buffer_partitions: Any, features: Any, targets: Any, stride: Any) -> int | None:

@@ -24,6 +24,12 @@ CONFIGS = [
         "epoch": 1,
         "dataset": {"window": WINDOW, "batch_size": 16, "buffer_partitions": 1, "read_workers": 2},
     },
+    # the pool order on the (CPU) device: each rank's units sent once into its pool there (ondevice.pool)
+    {
+        "num_workers": 0,
+        "epoch": 1,
+        "dataset": {"window": WINDOW, "batch_size": 16, "device": "cpu", "buffer_bytes": 4_000},
+    },
 ]
 
 

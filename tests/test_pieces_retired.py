@@ -87,13 +87,13 @@ def test_whole_partitions_and_the_default_do_not_warn(data):
             _open(root, pieces_per_partition=bad)
 
 
-def test_device_mode_cuts_whole_partitions(data):
+def test_device_mode_takes_the_pool_order(data):
     root, frames = data
     ds, got = _open(root, device="cpu")
-    assert not got and ds.spec.pieces_per_partition == 1 and ds.spec.buffer_bytes is None
-    ds, got = _open(root, device="cpu", pieces_per_partition=8)
-    assert len(got) == 1 and "whole partitions" in str(got[0].message)
-    assert ds.spec.pieces_per_partition == 1 and ds.spec.buffer_bytes is None
+    assert not got and ds.config.order.pieces_per_partition is None and ds.spec.buffer_bytes is not None
+    ds, got = _open(root, device="cpu", pieces_per_partition=8)  # served by the pool order, on the device
+    assert len(got) == 1 and "pool order" in str(got[0].message)
+    assert ds.config.order.pieces_per_partition is None and ds.spec.buffer_bytes is not None
     assert np.array_equal(_starts(ds), oracle_starts(frames, "sid", 8, 2))
 
 

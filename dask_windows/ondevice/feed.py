@@ -1,4 +1,9 @@
-"""A pass's batches gathered on the training device: buffers sent once, batches cut by index.
+"""A pass's batches gathered on the training device: rows sent once, batches cut by index.
+
+In the pool order (the default) ``runtime.pool.pool_batches`` asks the feed for
+the pass's pool on the device (:meth:`DeviceFeed.pool`, ``ondevice.pool``) and
+hands :meth:`DeviceFeed.batches` the plan's steps, each with its view of that
+pool; what follows describes the buffer orders (``pieces_per_partition``).
 
 ``pipeline.stream`` hands a :class:`DeviceFeed` the pass's built buffers
 (``pipeline._Built``: the decoded rows and their permuted window starts).
@@ -36,6 +41,7 @@ import numpy as np
 import torch
 
 from dask_windows.errors import ConfigError
+from dask_windows.ondevice.pool import DevicePool
 from dask_windows.ondevice.rows import DeviceRows, standardize_windows, upload
 from dask_windows.runtime.detect import in_worker
 
@@ -79,23 +85,27 @@ class Traffic:
     Attributes:
         row_bytes: Bytes of the buffers' rows sent (features and targets).
         index_bytes: Bytes of the batches' start vectors (and ``return_index`` rows) sent.
-        buffers: Buffers sent.
+        buffers: Buffers sent (the buffer orders).
+        units: Units sent (the pool order: each unit's rows once per epoch, see ``ondevice.pool``).
         batches: Batches gathered.
         sent_late: Buffers that reached the consumer unsent (a builder without ``stage``): 0 where every
             builder sends ahead. (With ``prefetch_partitions=0`` there is no builder thread: ``stage``
             sends each buffer when the consumer takes it, and one buffer is resident at a time.)
-        resident: Buffers whose rows are on the device now.
-        peak_resident: The most at once (at most 2, see the module docstring).
+        resident: Buffers whose rows are on the device now (the pool order: pools, one per pass).
+        peak_resident: The most at once (at most 2, see the module docstring; the pool order: 1 per pass).
+        pool_bytes: The largest device pool a pass of the pool order allocated (within ``buffer_bytes``).
     """
 
     row_bytes: int = 0
     index_bytes: int = 0
     buffers: int = 0
+    units: int = 0
     batches: int = 0
     sent_late: int = 0
     send_ns: int = 0  # time spent sending rows (the telemetry's ``device copy`` stage)
     resident: int = 0
     peak_resident: int = 0
+    pool_bytes: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
@@ -110,6 +120,19 @@ class Traffic:
             self.buffers += 1
             self.resident += 1
             self.peak_resident = max(self.peak_resident, self.resident)
+
+    def pooled(self, nbytes: int) -> None:
+        """Count a pass's device pool (the pool order) allocated and resident."""
+        with self._lock:
+            self.pool_bytes = max(self.pool_bytes, nbytes)
+            self.resident += 1
+            self.peak_resident = max(self.peak_resident, self.resident)
+
+    def landed(self, nbytes: int) -> None:
+        """Count a unit's rows sent into a device pool."""
+        with self._lock:
+            self.row_bytes += nbytes
+            self.units += 1
 
     def dropped(self) -> None:
         """Count a buffer's rows gone from the device."""
@@ -167,6 +190,10 @@ class DeviceFeed:
             self._send(built)
             yield built
             del built  # the consumer alone holds it now
+
+    def pool(self, plan: Any) -> DevicePool:
+        """The device side of a pass over a pool plan (``runtime.pool.pool_batches`` wires it; ``ondevice.pool``)."""
+        return DevicePool(self, plan)
 
     def _send(self, built: Any) -> DeviceRows:
         """Send ``built``'s rows (once) and attach them to it."""

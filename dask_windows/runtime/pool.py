@@ -16,6 +16,11 @@ until then. If that unit was unreadable (``on_error="skip"``) the rows are
 read from the source instead. Windows of an unreadable unit are replaced by
 other windows of the steps it belonged to, so the batch count never changes.
 
+With a device feed (``WindowDataset(device=...)``) the pool lives on the device
+(``ondevice.pool``): each unit is decoded into a one-unit staging array and its
+rows sent once to their place in the device pool; the steps are built here as
+always and the batches gathered there.
+
 The trade-off: the pool is allocated once per pass at its full size (pages are
 touched as units land, so a small dataset's pool stays small), and reads go
 one unit at a time on one thread.
@@ -236,9 +241,13 @@ class _Pool:
 
 
 def kept_rows(plan: PoolPlan) -> dict[int, set[tuple[int, int, int]]]:
-    """Per partition, ``(partition, lo, hi)`` of every row range its units keep for a later unit."""
+    """Per partition, ``(partition, lo, hi)`` of every row range its units keep for a later unit.
+
+    Only the units this pass reads keep rows: after a resume, the rows a unit before ``first_unit``
+    (not read again) would have kept are read from the source by the unit that needs them.
+    """
     kept: dict[int, set[tuple[int, int, int]]] = {}
-    for u in plan.units:
+    for u in plan.units[plan.first_unit :]:
         for a, b in u.keep:
             kept.setdefault(u.partition, set()).add((u.partition, a, b))
     return kept
@@ -346,23 +355,31 @@ def pool_batches(values: PassValues, plan: PoolPlan, progress: Any = None) -> It
     ds = values.reads
     keys = list(range(plan.first_unit, len(plan.units)))
     source_reader = ds.source.reader([plan.units[i].partition for i in keys], ds.columns)
-    pool = _Pool(ds, plan, source_reader)
+    # device mode (``ondevice.pool``): each unit decoded into a one-unit staging array, then sent to its
+    # place in a pool on the device, and the batches gathered there from the same steps
+    device = None if values.device is None else values.device.pool(plan)
+    pool = _Pool(ds, plan if device is None else device.staging, source_reader)
     background = ds.spec.prefetch_partitions >= 1
-    reads = Prefetcher(pool.read, keys, 1 if background else 0, name="dask-windows-pool")
+    read = pool.read if device is None else device.landing(pool)
+    reads = Prefetcher(read, keys, 1 if background else 0, name="dask-windows-pool")
     gatherer = Gatherer(pool.x, pool.y, ds.spec.window, ds.spec.horizon, ds.spec.layout)
     steps = _steps(ds, plan, iter(reads), gatherer)
+    if device is not None:
+        steps = device.stage(steps)
     telemetry = ds.telemetry
     started: Any = Ahead(steps, 1, "dask-windows-build") if background else _Inline(steps)
     try:
         batches = stream(
             plan, (), ds.grid, ds.row_offsets, ds.spec, timed_output(telemetry, values.output), values.normalize,  # type: ignore[arg-type]
             interrupt=reads.close, started=started, waits=None if telemetry is None else telemetry.waits,
-            allocator=values.allocator,
+            allocator=values.allocator, device=values.device,
         )  # fmt: skip
         yield from values.counted(batches, progress)
     finally:
         reads.close()
         source_reader.close()
+        if device is not None:
+            device.close()
 
 
 class PoolWarning(UserWarning):

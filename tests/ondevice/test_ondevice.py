@@ -78,8 +78,8 @@ def test_device_batches_are_the_host_batches_bit_for_bit(data, kw):
     root, _ = data
     ds = _open(root, "cpu", **kw)
     device = list(ds)
-    # device mode takes the piece order (whole buffers sent once): the host path in that same order
-    host = {**kw, "pieces_per_partition": ds.spec.pieces_per_partition}
+    # the host path in the order the device dataset took (the pool order when pieces_per_partition is None)
+    host = {**kw, "pieces_per_partition": ds.config.order.pieces_per_partition}
     _equal(list(_open(root, **host)), device)
     assert all(t.device.type == "cpu" for b in device for t in _columns(b))
     traffic = ds.device_traffic
@@ -363,12 +363,11 @@ def test_batch_cuts_across_buffers_match_the_host_path(lengths, window, stride, 
         seed=seed, buffer_partitions=1, partition_rows=32, return_index=True,
     )  # fmt: skip
     device = dw.WindowDataset(arrays, device="cpu", **kw)
-    host = {**kw, "pieces_per_partition": device.spec.pieces_per_partition}  # (above 1: deprecated, 1 on a device)
-    _equal(list(dw.WindowDataset(arrays, **host)), list(device))
+    _equal(list(dw.WindowDataset(arrays, **kw)), list(device))
     assert device.device_traffic.peak_resident <= 2
 
 
-def test_device_mode_refuses_the_pool_order_budget(data):
+def test_device_mode_takes_the_pool_order_budget(data):
     root, _ = data
-    with pytest.raises(ValueError, match="buffer_bytes.*device=None"):
-        _open(root, "cpu", pieces_per_partition=None, buffer_bytes=1 << 20)
+    ds = _open(root, "cpu", pieces_per_partition=None, buffer_bytes=1 << 20)
+    assert ds.spec.buffer_bytes == 1 << 20 and ds.config.order.pieces_per_partition is None  # (ondevice.pool)
