@@ -450,7 +450,6 @@ ROOT_TESTS = {
     "test_dataset.py",  # dataset.py
     "test_mixture.py",  # mixture.py
     "test_passes.py",  # passes.py
-    "test_pieces_retired.py",  # options.py: the deprecated pieces_per_partition > 1
     "test_normalize.py",  # normalize.py
     "test_masks.py",  # masks.py
     "test_package.py",  # import rules, the architecture page, this layout
