@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -108,6 +109,7 @@ class DevicePool:
             pairs = [(x[:n], rows.x[at : at + n])]
         if y is not None and rows.y is not None:
             pairs.append((y[:, :n], rows.y[:, at : at + n]))
+        started = time.perf_counter_ns()
         if self.stream is None:  # the CPU device: a plain copy
             for host, out in pairs:
                 out.copy_(torch.from_numpy(host))
@@ -119,6 +121,7 @@ class DevicePool:
             with self._lock, torch.cuda.stream(self.stream):
                 for pinned, (_, out) in zip(staged, pairs):
                     out.copy_(pinned, non_blocking=True)
+        self.feed.traffic.send_ns += time.perf_counter_ns() - started  # the device-copy stage (issue time on CUDA)
         self.feed.traffic.landed(sum(host.nbytes for host, _ in pairs))
 
     def stage(self, steps: Iterator[Any]) -> Iterator[Any]:

@@ -77,6 +77,14 @@ def open_footers(
         )
         try:
             opened = open_index(blob, where, files, listed, source.local, series, data_root, source._url)
+            if source.local and index in (None, True) and data_root is not None and _has_manifest(source, data_root):
+                # converted data: every file checked now (one stat each), not at its first read, so that a
+                # file changed after convert reaches the manifest's checks below and their remedy
+                from dask_windows.sources.parquet.index_open import IndexedIdentities
+
+                identities = IndexedIdentities(opened)
+                for file in opened.files:
+                    identities.check_local(file)
         except DataError as exc:
             # The index `convert` wrote beside its manifest: the manifest's checks, which run next on
             # footers read afresh, name what changed and the remedy of converted data (rerun convert).
