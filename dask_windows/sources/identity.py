@@ -81,6 +81,18 @@ def local_from_listing(info: dict | None) -> FileIdentity | None:
     return FileIdentity(info["size"], info["mtime_ns"])
 
 
+def changed(path: str, expected: FileIdentity | None) -> FileIdentity | None:
+    """The identity local ``path`` has now where it is not ``expected``; ``None`` where nothing is
+    expected, the file is unchanged, or it is gone (the read itself reports a missing file)."""
+    if expected is None:
+        return None
+    try:
+        now = local(path)
+    except FileNotFoundError:
+        return None
+    return None if now == expected else now
+
+
 def check_local(path: str, expected: FileIdentity | None) -> None:
     """Raise ``SourceReadError`` when local ``path`` is no longer the file planned at open.
 
@@ -88,14 +100,10 @@ def check_local(path: str, expected: FileIdentity | None) -> None:
         SourceReadError: naming the file, what changed and the remedy (``kind`` ``"corrupt"``:
             ``on_error="skip"`` may leave it out, since its planned rows no longer exist).
     """
-    if expected is None:
+    now = changed(path, expected)
+    if now is None:
         return
-    try:
-        now = local(path)
-    except FileNotFoundError:
-        return  # the read itself reports the missing file
-    if now == expected:
-        return
+    assert expected is not None
     error = SourceReadError(
         f"{path} changed after the dataset was opened (then {expected.describe()}, now {now.describe()}); "
         "the epoch plan was made from the old file, so its rows would be wrong; open the dataset again "

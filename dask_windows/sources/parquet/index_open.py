@@ -253,13 +253,9 @@ class IndexedIdentities(_ByPath):
         from dask_windows.sources import identity
 
         expected = self.get(path)
-        if expected is None:
-            return
-        try:
-            now = identity.local(path)
-        except FileNotFoundError:
-            return  # the read itself reports the missing file
-        if now != expected:
+        now = identity.changed(path, expected)
+        if now is not None:
+            assert expected is not None
             raise stale(self._files.where, path, f"changed (indexed: {expected.describe()}; now {now.describe()})")
 
 
