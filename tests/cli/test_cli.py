@@ -23,20 +23,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(os.path.dirname(__file__)
 CLUSTER = ["--workers", "1", "--no-progress"]
 
 
-def run_main(capsys, *args: str, expect: int = 0) -> str:
-    """``dask-windows ARGS`` in this process (cheap); returns stderr. Each test also runs the
-    console entry point as a subprocess at least once through ``cli``."""
-    from dask_windows.cli import main
-
-    try:
-        code = main(list(args))
-    except SystemExit as exc:  # argparse's usage errors
-        code = exc.code
-    err = capsys.readouterr().err
-    assert code == expect, err
-    return err
-
-
 def frame(seed: int = 0, num_series: int = 6) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     lengths = rng.integers(20, 200, num_series)
@@ -358,7 +344,7 @@ def test_convert_refuses_to_replace_what_it_did_not_write(converted, tmp_path, c
     before = snapshot(tmp_path)
     for i, (argv, message) in enumerate(cases):
         args = ("convert", *argv, "--series", "sid", "--time", "ts", "--overwrite", *CLUSTER)
-        err = cli(*args, expect=1).stderr if i == 0 else run_main(capsys, *args, expect=1)
+        err = cli(*args, expect=1, process=i == 0).stderr  # the first through the console entry point
         assert re.search(message, err), (argv, err)
         assert "whatever the flags" in err and "Traceback" not in err
     assert snapshot(tmp_path) == before  # nothing changed, nothing added
@@ -560,15 +546,15 @@ def test_inspect_validates_like_the_loader_and_exits_1(converted, capsys):
     ]
     for i, (extra, message) in enumerate(cases):
         args = ("inspect", path, "--window", "8", *extra)
-        err = cli(*args, expect=1).stderr if i == 0 else run_main(capsys, *args, expect=1)
+        err = cli(*args, expect=1, process=i == 0).stderr  # the first through the console entry point
         assert message in err and err.startswith("dask-windows inspect: error:")
     with open(os.path.join(path, MANIFEST_NAME)) as src:
         longest = max(n for f in json.load(src)["files"] for n in (run[1] for run in f["runs"]))
     assert f"longest: {longest:,} rows" in err
-    err = run_main(capsys, "bench", path, "--features", "a", "--series", "sid", "--window", "5000", expect=1)
+    err = cli("bench", path, "--features", "a", "--series", "sid", "--window", "5000", expect=1).stderr
     assert "no windows: window=5000" in err
     pd.DataFrame({"sid": [1, 2], "ts": [1, 2], "x": [0.5, 1.5]}).to_parquet(root / "raw.parquet")
-    err = run_main(capsys, "stats", str(root / "raw.parquet"), *CLUSTER, expect=1)
+    err = cli("stats", str(root / "raw.parquet"), *CLUSTER, expect=1).stderr
     assert "an integer series id would be summarised" in err and "--series" in err
 
 
@@ -615,7 +601,7 @@ def test_version_global_flags_help_and_parse_errors(tmp_path, capsys):
     ]
     assert bad[0][1] in cli(*bad[0][0], expect=2).stderr
     for argv, message in bad:
-        assert message in run_main(capsys, *argv, expect=2)
+        assert message in cli(*argv, expect=2).stderr
     # the loader's Python keyword becomes the CLI flag that sets it
     from dask_windows.cli.options import _cli_message
 
