@@ -8,6 +8,7 @@ batches as ``read_workers=0`` for a seed, resume, a second iterator, one pool fo
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 
@@ -48,11 +49,11 @@ def kill_self(i: int) -> Part:
 
 
 def shm_entries(pids=()) -> set[str]:
-    """``/dev/shm`` names this test could leave: every name but torch's of other processes
-    (``torch_<pid>_...``: another job's DataLoader workers on the same machine, or another pytest-xdist
-    worker's, which may end while the test runs). Torch's names count for this process, its live
-    children and ``pids`` (read workers, dead or alive: a killed worker's leak is seen). The pool's own
-    memory has no name at all."""
+    """``/dev/shm`` names this test could leave: every name but those that carry another process's pid
+    (torch's ``torch_<pid>_...`` and joblib/loky's ``sem.loky-<pid>-...``: another job's DataLoader workers
+    or Dask/joblib pools on the same machine, or another pytest-xdist worker's, which may end while the
+    test runs). Such names count for this process, its live children and ``pids`` (read workers, dead or
+    alive: a killed worker's leak is seen). The pool's own memory has no name at all."""
     if not os.path.isdir("/dev/shm"):
         return set()
     import multiprocessing
@@ -60,9 +61,8 @@ def shm_entries(pids=()) -> set[str]:
     ours = {str(os.getpid()), *(str(p.pid) for p in multiprocessing.active_children()), *map(str, pids)}
 
     def foreign(name: str) -> bool:
-        parts = name.split("_")
-        pid = parts[1] if name.startswith("torch_") and len(parts) > 2 else None
-        return pid is not None and pid not in ours
+        found = re.match(r"(?:torch_|sem\.loky-)(\d+)[_-]", name)
+        return found is not None and found.group(1) not in ours
 
     # a name must outlive a short pause: multiprocessing's ``sem.mp-*`` semaphores of any process on the
     # machine (another suite's DataLoader queues) are unlinked right after they are made, so a listing
