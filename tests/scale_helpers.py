@@ -67,14 +67,10 @@ def reads(log_path: str, column: str = "f0") -> list[int]:
 
 def run_child(command: str, args: dict) -> subprocess.Popen:
     """Start ``scale_child.py command`` with ``args`` as JSON; the caller waits on it."""
+    import forkrun
+
     env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen(
-        [sys.executable, CHILD, command, json.dumps(args)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    return forkrun.popen([sys.executable, CHILD, command, json.dumps(args)], env=env)
 
 
 def wait(procs: list[subprocess.Popen], timeout: float = 120) -> None:

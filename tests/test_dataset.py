@@ -7,6 +7,7 @@ import pickle
 import threading
 import tracemalloc
 
+import forkrun
 import numpy as np
 import pandas as pd
 import pytest
@@ -399,7 +400,6 @@ def test_manifest_runs_replace_the_series_scan(frames, tmp_path):
 
 def test_persistent_workers_follow_set_epoch_and_advance_without_it(root):
     """Worker copies read the epoch from memory shared with the main process."""
-    import subprocess
     import sys
 
     script = f"""
@@ -418,6 +418,6 @@ print(np.array_equal(first, second), np.array_equal(first, again), np.array_equa
 """
     root_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=root_dir)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=180)
+    out = forkrun.run([sys.executable, "-c", script], env=env, timeout=180)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "True", "True", "True"]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
+
+import forkrun
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -13,13 +14,8 @@ def test_mixture_example_restarts_elastically(tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
     args = ["--steps", "6", "--restart-at", "3", "--window", "32", "--batch-size", "8", "--out", str(tmp_path / "run"),
             "--data", str(tmp_path / "data")]  # fmt: skip
-    out = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "examples", "pretrain_mixture.py"), *args],
-        cwd=str(tmp_path),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    out = forkrun.run(
+        [sys.executable, os.path.join(ROOT, "examples", "pretrain_mixture.py"), *args], cwd=str(tmp_path), env=env
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "[2 ranks] step    3" in out.stdout and "[1 rank] step    6" in out.stdout

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
+import forkrun
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -13,14 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def run(script: str, *args: str, cwd: str) -> str:
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
-    out = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "examples", script), *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    out = forkrun.run([sys.executable, os.path.join(ROOT, "examples", script), *args], cwd=cwd, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout + out.stderr
 

@@ -6,6 +6,7 @@ import os
 import pickle
 from fractions import Fraction
 
+import forkrun
 import numpy as np
 import pytest
 import torch
@@ -250,7 +251,6 @@ def test_schedule_arithmetic_matches_brute_force(counts, data):
 
 
 def test_ddp_two_gloo_ranks(members, expected, tmp_path):
-    import subprocess
     import sys
 
     from scale_helpers import ROOT, wait
@@ -259,14 +259,7 @@ def test_ddp_two_gloo_ranks(members, expected, tmp_path):
     init = f"file://{tmp_path / 'rendezvous'}"
     env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
     procs = [
-        subprocess.Popen(
-            [sys.executable, child, init, str(r), str(tmp_path / f"rank{r}.npz")],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for r in range(2)
+        forkrun.popen([sys.executable, child, init, str(r), str(tmp_path / f"rank{r}.npz")], env=env) for r in range(2)
     ]
     wait(procs, timeout=180)
     got = [np.load(tmp_path / f"rank{r}.npz") for r in range(2)]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import warnings
 
+import forkrun
 import numpy as np
 import pytest
 
@@ -91,8 +91,7 @@ def test_ddp_two_cpu_ranks_get_equal_disjoint_batches(data, tmp_path, num_worker
     root, _ = data
     config = {"data": root, "window": WINDOW, "num_workers": num_workers, "out": str(tmp_path)}
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(CHILD)), OMP_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, CHILD, json.dumps(config)], capture_output=True, text=True, env=env,
-                         timeout=600, cwd=str(tmp_path))  # fmt: skip
+    out = forkrun.run([sys.executable, CHILD, json.dumps(config)], env=env, timeout=600, cwd=str(tmp_path))
     assert out.returncode == 0, out.stderr[-4000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert {r["rank"] for r in ranks} == {0, 1}

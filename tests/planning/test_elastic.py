@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pickle
 
+import forkrun
 import numpy as np
 import pytest
 import torch
@@ -179,7 +180,6 @@ def test_division_covers_the_rest_exactly_once(lengths, world_size, num_workers,
 def test_real_gloo_ranks_two_by_two_to_three_by_zero(root, tmp_path):
     """(1, 1) is a single process: the in-process test above covers it; gloo adds nothing there."""
     import json
-    import subprocess
     import sys
 
     from scale_helpers import ROOT, wait
@@ -199,10 +199,7 @@ def test_real_gloo_ranks_two_by_two_to_three_by_zero(root, tmp_path):
                 "data": root, "dataset": SETTINGS, "init": init, "rank": r, "world_size": world_size,
                 "num_workers": num_workers, "state": state, "out": str(tmp_path / f"{name}{r}.npz"), **extra,
             }  # fmt: skip
-            procs.append(subprocess.Popen(
-                [sys.executable, child, json.dumps(args)], env=env,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            ))  # fmt: skip
+            procs.append(forkrun.popen([sys.executable, child, json.dumps(args)], env=env))
         wait(procs, timeout=180)
         return [dict(np.load(tmp_path / f"{name}{r}.npz")) for r in range(world_size)]
 

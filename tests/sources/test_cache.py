@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import forkrun
 import numpy as np
 import pytest
 from helpers import collect, make_frames, oracle_starts, parquet_bytes, s3_endpoint, same_batches, skip_unless_installed
@@ -194,9 +195,7 @@ for cache, budget, epochs in {runs!r}:
 np.savez({str(out)!r}, **saved)
 """
     env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen(
-        [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    return forkrun.popen([sys.executable, "-c", code], env=env)
 
 
 def _wait(procs: list) -> None:

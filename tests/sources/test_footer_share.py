@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
+import forkrun
 import numpy as np
 import pytest
 from helpers import collect, make_frames, oracle_starts, parquet_bytes, s3_endpoint, same_batches, skip_unless_installed
@@ -76,22 +76,10 @@ def test_two_gloo_ranks_make_the_footer_requests_of_one(s3, tmp_path):
     env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
     options = json.dumps(s3.storage_options())
     s3.reset()
+    rendezvous = f"file://{tmp_path / 'rendezvous'}"
     procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                child,
-                f"file://{tmp_path / 'rendezvous'}",
-                str(r),
-                "2",
-                url,
-                options,
-                str(tmp_path / f"r{r}.npy"),
-            ],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
+        forkrun.popen(
+            [sys.executable, child, rendezvous, str(r), "2", url, options, str(tmp_path / f"r{r}.npy")], env=env
         )
         for r in range(2)
     ]

@@ -9,11 +9,11 @@ abort the process.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import textwrap
 import warnings
 
+import forkrun
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -164,7 +164,7 @@ def test_a_damaged_footer_never_aborts_the_process(tmp_path):
         """
     )
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(os.path.dirname(__file__)))))
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    out = forkrun.run([sys.executable, "-c", script], env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     opened, skipped = map(int, out.stdout.split()[1:])
     assert opened + skipped == 21 and opened >= 1
