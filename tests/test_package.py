@@ -462,6 +462,7 @@ ROOT_TESTS = {
     "test_harden.py",  # hostile input across the package
     "test_hangs.py",
     "test_real_data.py",  # data sets shipped in PyPI packages
+    "test_forkrun.py",  # the suite's own child-process runner (tests/forkrun.py)
 }
 
 
