@@ -73,6 +73,10 @@ class WindowSpec:
         nan: ``"raise"`` on NaN inside a window, or ``"drop"`` such windows.
         buffer_bytes: Memory budget of the pool order (``dask_windows.planning.pool``, ``runtime.pool``), in bytes of decoded
             rows per rank; ``None``: the order of ``buffer_partitions`` and ``pieces_per_partition``.
+        code_features: The last ``K`` features are integer codes (a workflow's categories, ``NCL``
+            only): the buffer keeps an int64 copy of their rows, made once per row, and each batch
+            gathers them from it as ``(B, K, L)`` int64 beside the ``(B, C - K, L)`` float32 of the
+            others (``runtime.batch.Gatherer``), instead of casting every window's values.
     """
 
     features: tuple
@@ -92,6 +96,7 @@ class WindowSpec:
     return_index: bool = False
     nan: str = "raise"
     buffer_bytes: int | None = None
+    code_features: int = 0
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -111,6 +116,11 @@ class WindowSpec:
             set_(self, name, _positive_int(name, getattr(self, name), minimum, limit))
         if self.buffer_bytes is not None:
             set_(self, "buffer_bytes", _positive_int("buffer_bytes", self.buffer_bytes, 1))
+        set_(self, "code_features", _positive_int("code_features", self.code_features, 0))
+        if self.code_features > len(self.features):
+            raise ConfigError(f"code_features={self.code_features} is more than the {len(self.features)} features")
+        if self.code_features and self.layout != "NCL":
+            raise ConfigError(f"code_features={self.code_features} needs layout='NCL' (the codes are (B, K, L))")
         if self.layout not in LAYOUTS:
             raise ConfigError(f"layout={self.layout!r} must be one of {LAYOUTS}")
         if self.nan not in NAN_POLICIES:

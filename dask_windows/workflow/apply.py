@@ -136,7 +136,8 @@ def bind(workflow: Any, source: Any, **settings: Any) -> tuple[Emitter, Workflow
 
     Returns:
         ``(emitter, wrapped source, settings)``: the emitter of the batches, the source, and the
-        ``features``, ``targets``, ``series``, ``window``, ``return_index`` to build the spec from.
+        ``features``, ``targets``, ``series``, ``window``, ``return_index``, ``code_features`` to
+        build the spec from.
     """
     named = workflow if isinstance(workflow, NamedBatches) else None
     wf = named.wf if named is not None else workflow
@@ -168,14 +169,18 @@ def bind(workflow: Any, source: Any, **settings: Any) -> tuple[Emitter, Workflow
         # horizon), where as a feature channel it would be gathered ``L`` times (1/8 more of the gather at 7 channels).
         features = [*wf.continuous, *wf.categorical] or [SERIES_CODE]  # (a feature channel is needed)
         targets = [*wf.target, *(wf.known if horizon else ()), SERIES_CODE]
+        # The categories, last among the features, are gathered as int64 from a copy the buffer casts once
+        # per row (``WindowSpec.code_features``), not cast from float32 for every window's L rows.
+        codes = len(wf.categorical)
     else:
         features = list(features) if features is not None else [*wf.continuous, *wf.categorical]
         targets = list(targets) if targets is not None else list(wf.target)
+        codes = 0
     columns = [c for c in [*features, *targets] if c != SERIES_CODE]
     lookback = wf.lookback(columns)
     wrapped = WorkflowSource(source, wf, lookback)
     emitter = Emitter(wf, named, lookback, settings["layout"], horizon, bool(targets), settings["return_index"])
     index = settings["return_index"] or (named is not None and named.index)
     out = {"features": features, "targets": targets or None, "series": series,
-           "window": settings["window"] + lookback, "return_index": index}  # fmt: skip
+           "window": settings["window"] + lookback, "return_index": index, "code_features": codes}  # fmt: skip
     return emitter, wrapped, out

@@ -99,7 +99,11 @@ class Emitter:
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
-    def __call__(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None) -> Any:
+    def __call__(
+        self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None, codes: np.ndarray | None = None
+    ) -> Any:
+        """The batch of gathered ``x``, ``y``, start rows and, for a named batch, the ``(B, K, L + lookback)``
+        int64 codes gathered on their own (``WindowSpec.code_features``; ``x`` then holds the other channels)."""
         import torch
 
         p = self.lookback
@@ -114,7 +118,7 @@ class Emitter:
             if self.return_index and rows is not None:
                 out.append(torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)))
             return out[0] if len(out) == 1 else tuple(out)
-        return self.named_batch(x, y, rows, torch)
+        return self.named_batch(x, y, rows, torch, codes)
 
     def codes(self, x: np.ndarray) -> np.ndarray:
         """``(B, K, L)`` int64 categorical codes of a gathered ``x``, in an array of the pool."""
@@ -150,7 +154,9 @@ class Emitter:
             self._zero_size[b] = found
         return found
 
-    def named_batch(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None, torch: Any) -> dict:
+    def named_batch(
+        self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None, torch: Any, codes: np.ndarray | None = None
+    ) -> dict:
         p, c, t, h = self.lookback, self.num_cont, self.num_target, self.horizon
         assert y is not None  # (the series code is the last target: ``apply.bind``)
         b = len(x)
@@ -159,7 +165,11 @@ class Emitter:
         # waits for the reader threads (the workflow's operations): fields without values are made once (_fixed).
         fixed = self._fixed(b, torch)
         batch = {"past_cont": torch.from_numpy(x[:, :c, p:])}  # a view of the gathered batch: no second copy
-        batch["past_cat"] = torch.from_numpy(self.codes(x))
+        if codes is None:  # cast from x's last channels (the runtime gathered them as float32)
+            codes = self.codes(x)
+        elif p:  # the lookback rows dropped: contiguous, as the cast made it
+            codes = np.ascontiguousarray(codes[:, :, p:])
+        batch["past_cat"] = torch.from_numpy(codes)
         for key, table in (("static_cont", self.static_cont), ("static_cat", self.static_cat)):
             batch[key] = fixed[key] if key in fixed else torch.from_numpy(table[code])
         known = y[:, t:-1]  # (B, F + G, H)
