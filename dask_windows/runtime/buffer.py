@@ -428,7 +428,8 @@ class Buffer:
         codes = None
         if spec.code_features:  # (K, rows) the last K channels as int64 codes: cast once a row, not once a window
             codes = x[len(x) - spec.code_features :].astype(np.int64)
-        self.gatherer = Gatherer(x, y, spec.window, spec.horizon, spec.layout, *(scale or (None, None)), codes=codes)
+        mean, std = scale or (None, None)
+        self.gatherer = Gatherer(x, y, spec.window, spec.horizon, spec.layout, mean, std, codes=codes)
         self.nbytes = x.nbytes + (0 if y is None else y.nbytes) + self.starts.nbytes
         self.nbytes += 0 if codes is None else codes.nbytes
 

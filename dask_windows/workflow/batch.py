@@ -19,24 +19,24 @@ collation, ``DevicePrefetcher`` and the framework adapters carry it as they are)
 
 Gathering stays one strided gather of float32 channels per batch, and the targets' (the series
 code rides as the last target column, read at the window's last row or first horizon row: the
-same series); this module slices and casts. ``past_cont``
-and ``target`` are views of the gathered arrays (strided, not contiguous: ``.contiguous()``
-before ``.view``); the categorical codes are cast to int64, a copy of their channels, into
-arrays of a small pool reused once the caller drops a batch (a fresh 2 MiB array per batch
-at B=256, L=512, K=2 cost more in page faults than the cast itself). Everything that does not
-depend on the batch (slices, static and per-series scale tables, the empty fields) is worked
-out once when the dataset is opened.
+same series); this module slices. ``past_cont`` and ``target`` are views of the gathered arrays
+(strided, not contiguous: ``.contiguous()`` before ``.view``). The categorical codes are the
+last feature channels, marked ``WindowSpec.code_features``: the buffer (or the pool, as each
+unit lands) casts their rows to int64 once, and each batch gathers ``past_cat`` from that copy
+as int64 beside the float32 gather of the other channels (``runtime.batch.Gatherer.codes_at``).
+Casting the gathered float32 codes instead cast every row ``L`` times at stride 1 (0.5 ms of
+a 1.4 ms batch at B=256, L=512, K=2); the int64 copy costs 8 bytes a row per category on top of
+``buffer_bytes``. Everything that does not depend on the batch (slices, static and per-series
+scale tables, the empty fields) is worked out once when the dataset is opened.
 """
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from dask_windows.runtime.batch import OutputPool
 from dask_windows.workflow.core import Workflow
 
 __all__ = ["BATCH_KEYS", "SERIES_CODE", "Emitter", "NamedBatches", "invert_target"]
@@ -88,16 +88,10 @@ class Emitter:
         self.num_cont, self.num_cat, self.num_target = len(wf.continuous), len(wf.categorical), len(wf.target)
         # (series + 1, 2) loc and scale of each target by series code, the global row last (code -1: unseen)
         self.scales = [_scale_table(op, col, n) for op, col in zip(self.normalizers, wf.target)]
-        self._pool: OutputPool | None = None  # the past_cat arrays (made where batches are emitted)
-        self._lock = threading.Lock()
         self._zero_size: dict[int, dict] = {}  # batch size -> the fields without values (``_fixed``)
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_pool": None, "_lock": None, "_zero_size": {}}  # a worker makes its own
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
+        return {**self.__dict__, "_zero_size": {}}  # a worker makes its own
 
     def __call__(
         self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None, codes: np.ndarray | None = None
@@ -121,17 +115,12 @@ class Emitter:
         return self.named_batch(x, y, rows, torch, codes)
 
     def codes(self, x: np.ndarray) -> np.ndarray:
-        """``(B, K, L)`` int64 categorical codes of a gathered ``x``, in an array of the pool."""
+        """``(B, K, L)`` int64 categorical codes cast from a gathered ``x``'s last channels: where the runtime
+        did not gather them on their own (no categories: ``K = 0``)."""
         p, c, k = self.lookback, self.num_cont, self.num_cat
-        shape = (len(x), k, x.shape[2] - p)
         if not k:
-            return np.zeros(shape, np.int64)
-        with self._lock:  # two passes of one dataset may emit on two threads
-            if self._pool is None:
-                self._pool = OutputPool()
-            out = self._pool.take(shape, np.int64)
-        np.copyto(out, x[:, c : c + k, p:], casting="unsafe")  # codes are small integers: exact in float32
-        return out
+            return np.zeros((len(x), 0, x.shape[2] - p), np.int64)
+        return x[:, c : c + k, p:].astype(np.int64)  # codes are small integers: exact in float32
 
     def _fixed(self, b: int, torch: Any) -> dict:
         """The fields of a batch of ``b`` windows that hold no value (no statics, no horizon, no target...),
