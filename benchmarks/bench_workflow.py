@@ -6,8 +6,9 @@ fill + per-series normalise + 2 categoricals + 4 time features (7 channels). The
 same 7 channels computed once and stored as float32 columns (what a rewritten copy would hold),
 read without a workflow: the ratio is the workflow's cost alone, measured in this run, the
 loaders alternated (``--rounds``), each in a fresh process timed over one epoch from its first
-batch. The named batch (``wf.named()``) is measured too, and the workflow on a copy whose two
-categories are stored as integers (what reading strings into Python objects costs the first).
+batch. The named batch (``wf.named()``, and ``wf.named(code_dtype="int32")``) is measured too,
+and the workflow on a copy whose two categories are stored as integers (what reading strings
+into Python objects costs the first).
 Besides windows/s, each loader's windows per CPU-second of its process and of its consuming
 thread alone (the gather and the batch's tensors, which is what the named batch changes; other
 jobs on a shared machine move it least). ``--before REF...`` adds the named batch as other git commits make it (their package exported
@@ -101,6 +102,7 @@ LOADERS = {  # name -> what a child process opens (``loader_child``)
     "workflow (tuple)": "tuple",
     "workflow (tuple), int categories": "ints",
     "workflow (named batch)": "named",
+    "workflow (named batch), int32 codes": "named32",
 }
 
 
@@ -119,7 +121,8 @@ def loader_child(kind: str, folder: str, profile: bool) -> None:
         ds = WindowDataset(coded, workflow=Workflow.load(os.path.join(folder, "wf_ints.json")), **common)
     else:
         wf = Workflow.load(os.path.join(folder, "wf.json"))
-        ds = WindowDataset(raw, workflow=wf.named() if kind == "named" else wf, **common)
+        named = {"named": wf.named(), "named32": wf.named(code_dtype="int32")}
+        ds = WindowDataset(raw, workflow=named.get(kind, wf), **common)
     cpu: list[float] = []
     if not profile:
         print(json.dumps({"rate": rate(ds, cpu), "cpu": cpu[0], "thread": cpu[1]}))

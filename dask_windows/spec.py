@@ -16,6 +16,7 @@ __all__ = ["WindowSpec"]
 
 LAYOUTS = ("NCL", "NLC")
 NAN_POLICIES = ("raise", "drop")
+CODE_DTYPES = ("int64", "int32")
 
 
 #: Largest window, stride, horizon or size: row arithmetic is int64, with room for sums of two.
@@ -77,6 +78,7 @@ class WindowSpec:
             only): the buffer keeps an int64 copy of their rows, made once per row, and each batch
             gathers them from it as ``(B, K, L)`` int64 beside the ``(B, C - K, L)`` float32 of the
             others (``runtime.batch.Gatherer``), instead of casting every window's values.
+        code_dtype: ``"int64"`` or ``"int32"``: the dtype of that copy, hence of the gathered codes.
     """
 
     features: tuple
@@ -97,6 +99,7 @@ class WindowSpec:
     nan: str = "raise"
     buffer_bytes: int | None = None
     code_features: int = 0
+    code_dtype: str = "int64"
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -119,6 +122,8 @@ class WindowSpec:
         set_(self, "code_features", _positive_int("code_features", self.code_features, 0))
         if self.code_features > len(self.features):
             raise ConfigError(f"code_features={self.code_features} is more than the {len(self.features)} features")
+        if self.code_dtype not in CODE_DTYPES:
+            raise ConfigError(f"code_dtype={self.code_dtype!r} must be one of {CODE_DTYPES}")
         if self.code_features and self.layout != "NCL":
             raise ConfigError(f"code_features={self.code_features} needs layout='NCL' (the codes are (B, K, L))")
         if self.layout not in LAYOUTS:

@@ -281,7 +281,7 @@ class Gatherer:
         layout: ``"NCL"`` or ``"NLC"``.
         mean: Optional ``(C,)`` subtracted from every feature value.
         std: Optional ``(C,)`` dividing every feature value after the mean.
-        codes: Optional ``(K, rows)`` int64, the last ``K`` channels of ``x`` (``NCL``) as integer
+        codes: Optional ``(K, rows)`` int64 (or int32), the last ``K`` channels of ``x`` (``NCL``) as integer
             codes (``WindowSpec.code_features``), made once per row by the buffer's owner: the
             batches' features are then the first ``C - K`` channels, and :meth:`codes_at` gathers
             the codes from here, at 8 bytes a value instead of a float32 copy and a cast per window.
@@ -401,7 +401,7 @@ class Gatherer:
         return out
 
     def codes_at(self, starts: np.ndarray) -> np.ndarray:
-        """``(B, K, L)`` int64, C-contiguous: the codes of the windows at ``starts`` (a fresh array)."""
+        """``(B, K, L)`` of the codes' dtype, C-contiguous: the codes of the windows at ``starts`` (a fresh array)."""
         if self._codes is None:
             assert self.codes is not None
             self._codes = (

@@ -426,8 +426,8 @@ class Buffer:
             at = _fill_starts(self.starts, at, parts[run], segments[run:end], grid, spec, int(offsets[k]), tables[k])
             run = end
         codes = None
-        if spec.code_features:  # (K, rows) the last K channels as int64 codes: cast once a row, not once a window
-            codes = x[len(x) - spec.code_features :].astype(np.int64)
+        if spec.code_features:  # (K, rows) the last K channels as integer codes: cast once a row, not once a window
+            codes = x[len(x) - spec.code_features :].astype(spec.code_dtype)
         mean, std = scale or (None, None)
         self.gatherer = Gatherer(x, y, spec.window, spec.horizon, spec.layout, mean, std, codes=codes)
         self.nbytes = x.nbytes + (0 if y is None else y.nbytes) + self.starts.nbytes

@@ -97,7 +97,7 @@ def row_bytes(reads: ReadValues) -> float:
     """Bytes one pool row costs: its features, targets and (about) its window start."""
     spec = reads.spec
     y = np.dtype(reads.y_dtype or np.float32).itemsize * len(spec.targets)
-    return 4 * len(spec.features) + y + 8 / spec.stride  # (code_features' int64 copy not counted: the same plan)
+    return 4 * len(spec.features) + y + 8 / spec.stride  # (code_features' copy not counted: the same plan)
 
 
 def pool_rows(reads: ReadValues, num_workers: int = 1) -> int:
@@ -177,8 +177,8 @@ class _Pool:
         )
         y_dtype = reads.y_dtype or np.float32
         self.y = np.empty((len(spec.targets), rows), y_dtype) if spec.targets else None
-        # (K, rows) the last K features as int64 codes (``WindowSpec.code_features``), cast as each unit lands
-        self.codes = np.empty((spec.code_features, rows), np.int64) if spec.code_features else None
+        # (K, rows) the last K features as integer codes (``WindowSpec.code_features``), cast as each unit lands
+        self.codes = np.empty((spec.code_features, rows), spec.code_dtype) if spec.code_features else None
         self.edges = _Edges()
         self.kept = kept_rows(plan)  # partition -> the (partition, lo, hi) its units keep for later ones
 

@@ -158,8 +158,8 @@ def bind(workflow: Any, source: Any, **settings: Any) -> tuple[Emitter, Workflow
 
     Returns:
         ``(emitter, wrapped source, settings)``: the emitter of the batches, the source, and the
-        ``features``, ``targets``, ``series``, ``window``, ``return_index``, ``code_features`` to
-        build the spec from.
+        ``features``, ``targets``, ``series``, ``window``, ``return_index``, ``code_features``,
+        ``code_dtype`` to build the spec from.
     """
     named = workflow if isinstance(workflow, NamedBatches) else None
     wf = named.wf if named is not None else workflow
@@ -204,5 +204,6 @@ def bind(workflow: Any, source: Any, **settings: Any) -> tuple[Emitter, Workflow
     emitter = Emitter(wf, named, lookback, settings["layout"], horizon, bool(targets), settings["return_index"])
     index = settings["return_index"] or (named is not None and named.index)
     out = {"features": features, "targets": targets or None, "series": series,
-           "window": settings["window"] + lookback, "return_index": index, "code_features": codes}  # fmt: skip
+           "window": settings["window"] + lookback, "return_index": index, "code_features": codes,
+           "code_dtype": named.code_dtype if named is not None else "int64"}  # fmt: skip
     return emitter, wrapped, out

@@ -17,6 +17,10 @@ collation, ``DevicePrefetcher`` and the framework adapters carry it as they are)
     series        (B,)      int64     series code (position in ``Workflow.series_keys``), when asked
     index         (B,)      int64     global start row of the window, when asked
 
+``named(code_dtype="int32")`` makes the three categorical fields int32: ``nn.Embedding`` takes
+them as they are, and ``past_cat``, 8 bytes a value in int64, is most of what a named batch
+writes beyond the float32 channels (``one_hot``, ``gather`` and class targets need int64).
+
 Gathering stays one strided gather of float32 channels per batch, and the targets' (the series
 code rides as the last target column, read at the window's last row or first horizon row: the
 same series); this module slices. ``past_cont`` and ``target`` are views of the gathered arrays
@@ -54,6 +58,7 @@ class NamedBatches:
     index: bool = False
     series_id: bool = True
     scale_target: bool = True
+    code_dtype: str = "int64"
 
 
 def invert_target(prediction: Any, batch: dict) -> Any:
@@ -76,11 +81,12 @@ class Emitter:
         n = len(wf.series_keys or [])
         st = wf.statics.state if wf.statics is not None else None
         self.static_cont = np.zeros((n, 0), np.float32)  # (series, S)
-        self.static_cat = np.zeros((n, 0), np.int64)  # (series, Q)
+        self.code_dtype = np.dtype(named.code_dtype if named is not None else np.int64)  # the categorical fields'
+        self.static_cat = np.zeros((n, 0), self.code_dtype)  # (series, Q)
         if st and len(st["numeric"]):
             self.static_cont = np.ascontiguousarray(np.asarray(st["numeric"], np.float32).T)
         if st and len(st["categorical"]):
-            self.static_cat = np.ascontiguousarray(np.asarray(st["categorical"], np.int64).T)
+            self.static_cat = np.ascontiguousarray(np.asarray(st["categorical"], self.code_dtype).T)
         cats = set(wf.categorical)
         self.future_cont = [i for i, c in enumerate(wf.known) if c not in cats]  # positions among known
         self.future_cat = [i for i, c in enumerate(wf.known) if c in cats]
@@ -115,12 +121,12 @@ class Emitter:
         return self.named_batch(x, y, rows, torch, codes)
 
     def codes(self, x: np.ndarray) -> np.ndarray:
-        """``(B, K, L)`` int64 categorical codes cast from a gathered ``x``'s last channels: where the runtime
+        """``(B, K, L)`` categorical codes cast from a gathered ``x``'s last channels: where the runtime
         did not gather them on their own (no categories: ``K = 0``)."""
         p, c, k = self.lookback, self.num_cont, self.num_cat
         if not k:
-            return np.zeros((len(x), 0, x.shape[2] - p), np.int64)
-        return x[:, c : c + k, p:].astype(np.int64)  # codes are small integers: exact in float32
+            return np.zeros((len(x), 0, x.shape[2] - p), self.code_dtype)
+        return x[:, c : c + k, p:].astype(self.code_dtype)  # codes are small integers: exact in float32
 
     def _fixed(self, b: int, torch: Any) -> dict:
         """The fields of a batch of ``b`` windows that hold no value (no statics, no horizon, no target...),
@@ -130,9 +136,9 @@ class Emitter:
             t, h, s, q = self.num_target, self.horizon, self.static_cont.shape[1], self.static_cat.shape[1]
             shapes = {
                 "static_cont": ((b, 0), np.float32, not s),
-                "static_cat": ((b, 0), np.int64, not q),
+                "static_cat": ((b, 0), self.code_dtype, not q),
                 "future_cont": ((b, 0, h), np.float32, not (h and self.future_cont)),
-                "future_cat": ((b, 0, h), np.int64, not (h and self.future_cat)),
+                "future_cat": ((b, 0, h), self.code_dtype, not (h and self.future_cat)),
                 "target": (((b, 0, h) if h else (b, 0)), np.float32, not t),
                 "target_loc": ((b, 0), np.float32, not t),
                 "target_scale": ((b, 0), np.float32, not t),
@@ -167,7 +173,7 @@ class Emitter:
                 batch[key] = fixed[key]
             else:
                 values = known[:, at]  # (fancy indexing: a contiguous copy)
-                batch[key] = torch.from_numpy(values if key == "future_cont" else values.astype(np.int64))
+                batch[key] = torch.from_numpy(values if key == "future_cont" else values.astype(self.code_dtype))
         if t:
             self._targets(batch, y[:, :t], code, torch)
         else:

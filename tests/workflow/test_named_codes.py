@@ -5,7 +5,8 @@ With ``workflow=wf.named()`` the categories are the last feature channels
 later overwritten by other units), a buffer of the piece order casts its rows once, and each
 batch gathers the codes from there. Every window's codes and continuous values are checked
 against the vocabulary applied with pandas, in both orders, with a lag's look-back rows,
-batches cut across buffers, and DataLoader workers.
+batches cut across buffers, and DataLoader workers; ``named(code_dtype="int32")`` against the
+default int64 batches.
 
 The lag's values are checked where two row ranges transformed apart meet inside a series (a
 small pool's units and the rows each keeps for the next, two pieces per partition): each range
@@ -15,6 +16,7 @@ first rows of a range were 0 in the yielded window.
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import numpy as np
@@ -23,6 +25,7 @@ import pytest
 import torch
 
 from dask_windows import WindowDataset
+from dask_windows.errors import ConfigError
 from dask_windows.workflow import Categorify, FillMissing, Lag, Workflow
 
 WINDOW = 12
@@ -106,3 +109,30 @@ def test_codes_through_dataloader_workers(data):
     ds = WindowDataset(path, workflow=wf.named(index=True), window=WINDOW, batch_size=50, seed=4)
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
     check(list(loader), df, wf)
+
+
+def test_int32_codes_hold_the_same_values(data):
+    """``named(code_dtype="int32")``: the same windows in the same order, every value equal, the
+    categorical fields int32 (what ``nn.Embedding`` takes), the other fields unchanged."""
+    path, df = data
+    wf = workflow(df, lag=True)
+    kw = dict(window=WINDOW, batch_size=37, seed=5, buffer_bytes=8_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (a pool of few units warns)
+        wide = list(WindowDataset(path, workflow=wf.named(index=True), **kw))
+        narrow = list(WindowDataset(path, workflow=wf.named(index=True, code_dtype="int32"), **kw))
+    assert len(wide) == len(narrow)
+    for a, b in zip(wide, narrow):
+        assert list(a) == list(b)
+        for key in a:
+            want = torch.int32 if key in ("past_cat", "static_cat", "future_cat") else a[key].dtype
+            assert b[key].dtype == want, key
+            np.testing.assert_array_equal(b[key].numpy(), a[key].numpy(), err_msg=key)
+    embedded = torch.nn.Embedding(8, 3)(narrow[0]["past_cat"])
+    assert tuple(embedded.shape) == (37, 2, WINDOW, 3)
+
+
+def test_code_dtype_refuses_other_dtypes(data):
+    _, df = data
+    with pytest.raises(ConfigError, match=re.escape("named(code_dtype='int16') must be 'int64' or 'int32'")):
+        workflow(df, lag=False).named(code_dtype="int16")
