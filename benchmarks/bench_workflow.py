@@ -121,8 +121,9 @@ def loader_child(kind: str, folder: str, profile: bool) -> None:
         ds = WindowDataset(coded, workflow=Workflow.load(os.path.join(folder, "wf_ints.json")), **common)
     else:
         wf = Workflow.load(os.path.join(folder, "wf.json"))
-        named = {"named": wf.named(), "named32": wf.named(code_dtype="int32")}
-        ds = WindowDataset(raw, workflow=named.get(kind, wf), **common)
+        if kind == "named32":  # (only then: a --before commit's package may not know code_dtype)
+            wf = wf.named(code_dtype="int32")
+        ds = WindowDataset(raw, workflow=wf.named() if kind == "named" else wf, **common)
     cpu: list[float] = []
     if not profile:
         print(json.dumps({"rate": rate(ds, cpu), "cpu": cpu[0], "thread": cpu[1]}))
