@@ -13,6 +13,22 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 
+def skip_unless_installed(*modules: str) -> None:
+    """Skip the calling test module (at collection) when one of ``modules`` is not installed.
+
+    Looked up with ``importlib.util.find_spec``, not imported: every pytest-xdist worker collects
+    every test file, so a module-level ``pytest.importorskip`` of a heavy package (s3fs and moto's
+    server, pmdarima, fastai, Lightning) cost each worker its import. The tests import it when
+    they run (their fixtures do)."""
+    import importlib.util
+
+    import pytest
+
+    for name in modules:
+        if importlib.util.find_spec(name.split(".")[0]) is None:
+            pytest.skip(f"{name} is not installed (pip install {name.split('.')[0]})", allow_module_level=True)
+
+
 def make_frames(
     seed: int = 0,
     num_files: int = 4,

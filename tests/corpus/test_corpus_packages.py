@@ -18,14 +18,15 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers import skip_unless_installed
 
 import dask_windows as dw
 from dask_windows.corpus import LeftOutSeriesWarning
 
-pytest.importorskip("pmdarima")
+skip_unless_installed("pmdarima")
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "..", "examples"))
-from _real_corpus import PACKAGE_FREQS, load_corpus, write_corpus
+from _real_corpus import PACKAGE_FREQS, load_corpus, write_corpus  # noqa: E402
 
 NAMES = [*PACKAGE_FREQS, "fertility", "grunfeld"]
 PATCH = 16

@@ -2,22 +2,41 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import types
 
 import numpy as np
 import pytest
 import torch
-
-pytest.importorskip("fastai.learner", reason="pip install fastai")
-
-from fastai.callback.core import Callback
-from fastai.learner import Learner
 from helpers import make_frames, oracle_starts, write_parquet
 
 import dask_windows as dw
-from dask_windows.fastai import WindowDataLoaders, WindowDL
+
+# Looked up, not imported: importing fastai.learner costs about as much CPU as torch, paid by the tests
+# here (the `fa` fixture) rather than by every pytest-xdist worker that collects this file.
+if importlib.util.find_spec("fastai") is None:
+    pytest.skip("fastai is not installed (pip install fastai)", allow_module_level=True)
 
 WINDOW = 8
+
+
+@pytest.fixture(scope="module")
+def fa():
+    """fastai's ``Learner`` and ``Callback``, the adapter's classes and this file's epoch-marking callback."""
+    pytest.importorskip("fastai.learner", reason="pip install fastai")
+    from fastai.callback.core import Callback
+    from fastai.learner import Learner
+
+    from dask_windows.fastai import WindowDataLoaders, WindowDL
+
+    class EpochMark(Callback):
+        def before_epoch(self):
+            self.learn.model.seen["train"].append(None)
+
+    return types.SimpleNamespace(
+        Learner=Learner, EpochMark=EpochMark, WindowDataLoaders=WindowDataLoaders, WindowDL=WindowDL
+    )
 
 
 @pytest.fixture(scope="module")
@@ -42,11 +61,6 @@ class Seen(torch.nn.Module):
         return self.net(x)
 
 
-class EpochMark(Callback):
-    def before_epoch(self):
-        self.learn.model.seen["train"].append(None)
-
-
 def split_epochs(records):
     out, current = [], None
     for r in records:
@@ -59,14 +73,14 @@ def split_epochs(records):
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_learner_sees_every_window_once_per_epoch_in_a_new_order(data, num_workers):
+def test_learner_sees_every_window_once_per_epoch_in_a_new_order(fa, data, num_workers):
     root, frames = data
     ds = dw.WindowDataset(root, features=["f0", "f1"], series="sid", window=WINDOW, batch_size=16, seed=1)
     train, valid = ds.split(valid=0.3)
-    dls = WindowDataLoaders.from_datasets(train, valid, num_workers=num_workers, multiprocessing_context="fork")
+    dls = fa.WindowDataLoaders.from_datasets(train, valid, num_workers=num_workers, multiprocessing_context="fork")
     assert isinstance(dls.one_batch(), tuple) and len(dls.one_batch()) == 1  # (x,) without targets
     model = Seen(2, 2)
-    learn = Learner(dls, model, loss_func=lambda pred, *yb: pred.pow(2).mean(), cbs=[EpochMark()])
+    learn = fa.Learner(dls, model, loss_func=lambda pred, *yb: pred.pow(2).mean(), cbs=[fa.EpochMark()])
     learn.fit(2, lr=1e-3)
     epochs = split_epochs(model.seen["train"])
     assert len(epochs) == 2
@@ -81,11 +95,11 @@ def test_learner_sees_every_window_once_per_epoch_in_a_new_order(data, num_worke
     assert len(learn.recorder.values) == 2
 
 
-def test_targets_become_yb_and_tsai_attributes(data):
+def test_targets_become_yb_and_tsai_attributes(fa, data):
     root, _ = data
     ds = dw.WindowDataset(root, features=["f0", "f1"], targets=["y"], series="sid", window=WINDOW, horizon=3,
                           batch_size=16)  # fmt: skip
-    dls = WindowDataLoaders.from_datasets(*ds.split(valid=0.3), device=torch.device("cpu"))
+    dls = fa.WindowDataLoaders.from_datasets(*ds.split(valid=0.3), device=torch.device("cpu"))
     assert (dls.vars, dls.len, dls.c, dls.d, dls.cat, dls.n_inp) == (2, WINDOW, 1, [1, 3], False, 1)
     got = []
 
@@ -93,15 +107,15 @@ def test_targets_become_yb_and_tsai_attributes(data):
         got.append(tuple(y.shape))
         return pred.mean() * 0 + (pred.mean() - y.mean()) ** 2
 
-    learn = Learner(dls, Seen(2, 1), loss_func=loss)
+    learn = fa.Learner(dls, Seen(2, 1), loss_func=loss)
     learn.fit(1, lr=1e-3)
     assert got and all(s[1:] == (1, 3) for s in got)  # y, not a slice of x, reaches the loss
 
 
-def test_one_batch_does_not_advance_the_epoch(data):
+def test_one_batch_does_not_advance_the_epoch(fa, data):
     root, _ = data
     ds = dw.WindowDataset(root, features=["f0"], series="sid", window=WINDOW, batch_size=8)
-    dl = WindowDL(ds)
+    dl = fa.WindowDL(ds)
     peek = dl.one_batch()[0]
     first = next(iter(dl))[0]
     assert torch.equal(peek, first) and ds.epoch == 0
@@ -111,7 +125,7 @@ def test_one_batch_does_not_advance_the_epoch(data):
     matplotlib.use("Agg")
     assert len(dl.show_batch(max_n=4).axes) >= 4
     with pytest.raises(ValueError, match="return_index"):
-        WindowDL(dw.WindowDataset(root, features=["f0"], window=WINDOW, return_index=True))
+        fa.WindowDL(dw.WindowDataset(root, features=["f0"], window=WINDOW, return_index=True))
 
 
 def test_tsai_mvp_example_pretrains_and_fine_tunes(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import time
 
@@ -9,12 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("fastai.learner", reason="pip install fastai (bash .ci/extras)")
-
-from fastai.learner import Learner
-
 import dask_windows as dw
-from dask_windows.integrations.fastai import WindowDataLoaders
+
+# Looked up, not imported (as in test_fastai.py): fastai.learner is imported by the test that uses it.
+if importlib.util.find_spec("fastai") is None:
+    pytest.skip("fastai is not installed (pip install fastai; bash .ci/extras)", allow_module_level=True)
 
 STEP = 0.02  # seconds of "training" per training batch
 READ_DELAY = 0.12  # seconds added to every read of the slowed loader
@@ -45,6 +45,11 @@ class Sleepy(torch.nn.Module):
 
 
 def _fit(step: float, read_delay: float, caplog) -> list[str]:
+    pytest.importorskip("fastai.learner", reason="pip install fastai (bash .ci/extras)")
+    from fastai.learner import Learner
+
+    from dask_windows.integrations.fastai import WindowDataLoaders
+
     arrays = [np.random.default_rng(i).standard_normal((320, 1)).astype(np.float32) for i in range(4)]
     ds = dw.WindowDataset(arrays, window=16, stride=16, batch_size=8, partition_rows=320, buffer_partitions=1,
                           pieces_per_partition=1, next_pass_seconds=0)  # fmt: skip

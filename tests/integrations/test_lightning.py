@@ -20,8 +20,6 @@ for _module, _install in (("lightning", "pip install lightning"), ("torchdata", 
 
 from helpers import make_frames, oracle_starts, write_parquet  # noqa: E402
 
-from dask_windows.integrations.lightning import WindowDataModule  # noqa: E402
-
 WINDOW = 6
 CHILD = os.path.join(os.path.dirname(os.path.abspath(os.path.dirname(__file__))), "lightning_child.py")
 
@@ -49,7 +47,7 @@ def starts_of(model, epoch):
 @pytest.mark.parametrize("num_workers", [0, 1])
 def test_two_epochs_differ_and_validate_without_len_warning(lc, data, num_workers):
     root, frames = data
-    module = WindowDataModule(lc.dataset(root, WINDOW), split={"valid": 0.25}, num_workers=num_workers,
+    module = lc.WindowDataModule(lc.dataset(root, WINDOW), split={"valid": 0.25}, num_workers=num_workers,
                               multiprocessing_context="fork")  # fmt: skip
     model = lc.Recorder(WINDOW)
     with warnings.catch_warnings(record=True) as caught:
@@ -70,7 +68,7 @@ def test_mid_epoch_resume_from_a_lightning_checkpoint(lc, data, tmp_path, num_wo
     root, _ = data
 
     def module():
-        return WindowDataModule(lc.dataset(root, WINDOW), num_workers=num_workers, multiprocessing_context="fork")
+        return lc.WindowDataModule(lc.dataset(root, WINDOW), num_workers=num_workers, multiprocessing_context="fork")
 
     full = lc.Recorder(WINDOW)
     lc.trainer(2).fit(full, module())
@@ -117,7 +115,7 @@ def test_window_stats_callback_logs_the_loops_figures(lc, data, num_workers):
     from dask_windows.integrations.lightning_stats import WindowStats
 
     root, _ = data
-    module = WindowDataModule(lc.dataset(root, WINDOW), num_workers=num_workers, multiprocessing_context="fork")
+    module = lc.WindowDataModule(lc.dataset(root, WINDOW), num_workers=num_workers, multiprocessing_context="fork")
     stats = WindowStats()
     fit = lc.trainer(1, callbacks=[stats])
     fit.fit(lc.Recorder(WINDOW), module)

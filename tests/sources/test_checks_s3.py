@@ -10,17 +10,16 @@ import json
 
 import numpy as np
 import pytest
-from helpers import make_frames, oracle_starts, parquet_bytes, s3_endpoint
+from helpers import make_frames, oracle_starts, parquet_bytes, s3_endpoint, skip_unless_installed
 
 from dask_windows.dataset import WindowDataset
 from dask_windows.errors import DataError, SourceReadError
 from dask_windows.sources.manifest import MANIFEST_FORMAT, MANIFEST_NAME, series_runs
 from dask_windows.sources.retry import RetryPolicy
 
-pytest.importorskip("s3fs")
-pytest.importorskip("moto.server")
+skip_unless_installed("s3fs", "moto")
 
-from s3proxy import free_port
+from s3proxy import free_port  # noqa: E402
 
 KW = dict(
     features=["f0", "f1"],

@@ -9,15 +9,14 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import collect, make_frames, oracle_starts, parquet_bytes, s3_endpoint, same_batches
+from helpers import collect, make_frames, oracle_starts, parquet_bytes, s3_endpoint, same_batches, skip_unless_installed
 
 from dask_windows.dataset import WindowDataset
 from dask_windows.errors import DataError
 from dask_windows.sources.parquet.footer_index import INDEX_NAME
 from dask_windows.sources.parquet.index_writer import write_index
 
-pytest.importorskip("s3fs")
-pytest.importorskip("moto.server")
+skip_unless_installed("s3fs", "moto")
 
 KW = dict(features=["f0", "f1"], targets=["y"], series="sid", window=8, stride=2, batch_size=16, return_index=True)
 

@@ -13,15 +13,23 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from helpers import collect, make_frames, oracle_starts, parquet_bytes, s3_endpoint, same_batches, write_parquet
+from helpers import (
+    collect,
+    make_frames,
+    oracle_starts,
+    parquet_bytes,
+    s3_endpoint,
+    same_batches,
+    skip_unless_installed,
+    write_parquet,
+)
 
 from dask_windows.dataset import WindowDataset
 from dask_windows.errors import SourceReadError
 from dask_windows.faults import SkippedPartitionWarning
 from dask_windows.sources.retry import RetryPolicy
 
-pytest.importorskip("s3fs")
-pytest.importorskip("moto.server")
+skip_unless_installed("s3fs", "moto")
 
 
 KW = dict(features=["f0", "f1"], targets=["y"], series="sid", window=8, stride=2, batch_size=16, return_index=True)
