@@ -98,8 +98,8 @@ def named_keys(names: Sequence[str], members: Sequence[Any]) -> list[str] | None
                 raise ConfigError(
                     f"member {name!r} yields {key!r} of shape (B, {', '.join(map(str, shape))}) {dtype} where "
                     f"{names[0]!r} yields (B, {', '.join(map(str, want_shape))}) {want_dtype}; a mixture's batches "
-                    "need one shape: open every member with the same window and horizon, and workflows with the "
-                    "same roles"
+                    "need one shape and dtype: open every member with the same window and horizon, workflows with "
+                    "the same roles, and the same wf.named(code_dtype=...)"
                 )
             if columns != want_columns:
                 raise ConfigError(

@@ -136,3 +136,18 @@ def test_code_dtype_refuses_other_dtypes(data):
     _, df = data
     with pytest.raises(ConfigError, match=re.escape("named(code_dtype='int16') must be 'int64' or 'int32'")):
         workflow(df, lag=False).named(code_dtype="int16")
+
+
+def test_int32_members_mix_and_a_member_of_another_code_dtype_is_refused(data):
+    import dask_windows as dw
+
+    path, df = data
+    wf = workflow(df, lag=False)
+    kw = dict(window=WINDOW, batch_size=20, seed=1)
+    a = WindowDataset(path, workflow=wf.named(code_dtype="int32"), **kw)
+    b = WindowDataset(path, workflow=wf.named(code_dtype="int32"), stride=3, **kw)
+    batch = next(iter(dw.mix({"a": a, "b": b}, windows_per_epoch=100, batch_size=20)))
+    assert batch["past_cat"].dtype == torch.int32 and tuple(batch["past_cat"].shape) == (20, 2, WINDOW)
+    wide = WindowDataset(path, workflow=wf.named(), **kw)
+    with pytest.raises(ConfigError, match="'past_cat' .* int64 where 'a' yields .* int32.*code_dtype"):
+        dw.mix({"a": a, "wide": wide})
