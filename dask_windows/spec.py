@@ -75,9 +75,10 @@ class WindowSpec:
         buffer_bytes: Memory budget of the pool order (``dask_windows.planning.pool``, ``runtime.pool``), in bytes of decoded
             rows per rank; ``None``: the order of ``buffer_partitions`` and ``pieces_per_partition``.
         code_features: The last ``K`` features are integer codes (a workflow's categories, ``NCL``
-            only): the buffer keeps an int64 copy of their rows, made once per row, and each batch
-            gathers them from it as ``(B, K, L)`` int64 beside the ``(B, C - K, L)`` float32 of the
-            others (``runtime.batch.Gatherer``), instead of casting every window's values.
+            only): the buffer keeps an integer copy of their rows (``code_dtype``), made once per
+            row, and each batch gathers them from it as ``(B, K, L)`` beside the ``(B, C - K, L)``
+            float32 of the others (``runtime.batch.Gatherer``), instead of casting every window's
+            values.
         code_dtype: ``"int64"`` or ``"int32"``: the dtype of that copy, hence of the gathered codes.
     """
 

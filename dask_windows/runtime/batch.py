@@ -284,7 +284,7 @@ class Gatherer:
         codes: Optional ``(K, rows)`` int64 (or int32), the last ``K`` channels of ``x`` (``NCL``) as integer
             codes (``WindowSpec.code_features``), made once per row by the buffer's owner: the
             batches' features are then the first ``C - K`` channels, and :meth:`codes_at` gathers
-            the codes from here, at 8 bytes a value instead of a float32 copy and a cast per window.
+            the codes from here instead of copying them as float32 and casting them per window.
     """
 
     def __init__(

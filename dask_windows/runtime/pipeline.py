@@ -329,7 +329,7 @@ def stream(
         spec: Window settings.
         emit: Wraps one batch's numpy arrays (features, targets or ``None``, global start rows or
             ``None`` unless ``spec.return_index``); with ``spec.code_features``, a fourth: the
-            ``(B, K, L)`` int64 codes, the features then being the other ``C - K`` channels.
+            ``(B, K, L)`` codes (``spec.code_dtype``), the features then being the other ``C - K`` channels.
         normalize: ``(mean, std)`` per feature, ``"sample"`` (per window and channel) or ``None``.
         reread: Reads a segment's piece again (``None`` if unreadable), for windows still owed at the
             end because every piece of the last buffers was skipped.
