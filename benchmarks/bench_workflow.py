@@ -6,9 +6,12 @@ fill + per-series normalise + 2 categoricals + 4 time features (7 channels). The
 same 7 channels computed once and stored as float32 columns (what a rewritten copy would hold),
 read without a workflow: the ratio is the workflow's cost alone, measured in this run, the
 loaders alternated (``--rounds``), each in a fresh process timed over one epoch from its first
-batch. The named batch (``wf.named()``) is measured too, and the workflow on a copy whose two
-categories are stored as integers (what reading strings into Python objects costs the first).
-``--before REF...`` adds the named batch as other git commits make it (their package exported
+batch. The named batch (``wf.named()``, and ``wf.named(code_dtype="int32")``) is measured too,
+and the workflow on a copy whose two categories are stored as integers (what reading strings
+into Python objects costs the first).
+Besides windows/s, each loader's windows per CPU-second of its process and of its consuming
+thread alone (the gather and the batch's tensors, which is what the named batch changes; other
+jobs on a shared machine move it least). ``--before REF...`` adds the named batch as other git commits make it (their package exported
 with ``git archive``), in the same run; ``--profile KIND`` prints a cProfile of that loader's
 consuming thread.
 
@@ -75,19 +78,22 @@ def rate(ds, cpu: list | None = None) -> float:
     """Windows per second over one epoch, from its first batch (the first buffer's wait left out).
 
     ``cpu``: gets the windows per second of this process's CPU time (all its threads) over the same
-    span, a figure that other jobs on a shared machine move much less than the wall clock."""
+    span, a figure that other jobs on a shared machine move much less than the wall clock, then
+    the windows per second of the consuming thread's own CPU time (the gather and the batch's
+    tensors, without the reader threads: what the named batch changes)."""
     it = iter(ds)
     first = next(it)
     windows = 0
-    start, start_cpu = time.perf_counter(), time.process_time()
+    start, start_cpu, start_thread = time.perf_counter(), time.process_time(), time.thread_time()
     for batch in it:
         windows += len(
             batch[0] if isinstance(batch, tuple) else batch["past_cont"] if isinstance(batch, dict) else batch
         )
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - start_cpu
+    thread_seconds = time.thread_time() - start_thread
     del it, first
     if cpu is not None:
-        cpu.append(windows / cpu_seconds)
+        cpu += [windows / cpu_seconds, windows / thread_seconds]
     return windows / seconds
 
 
@@ -96,6 +102,7 @@ LOADERS = {  # name -> what a child process opens (``loader_child``)
     "workflow (tuple)": "tuple",
     "workflow (tuple), int categories": "ints",
     "workflow (named batch)": "named",
+    "workflow (named batch), int32 codes": "named32",
 }
 
 
@@ -114,10 +121,12 @@ def loader_child(kind: str, folder: str, profile: bool) -> None:
         ds = WindowDataset(coded, workflow=Workflow.load(os.path.join(folder, "wf_ints.json")), **common)
     else:
         wf = Workflow.load(os.path.join(folder, "wf.json"))
+        if kind == "named32":  # (only then: a --before commit's package may not know code_dtype)
+            wf = wf.named(code_dtype="int32")
         ds = WindowDataset(raw, workflow=wf.named() if kind == "named" else wf, **common)
     cpu: list[float] = []
     if not profile:
-        print(json.dumps({"rate": rate(ds, cpu), "cpu": cpu[0]}))
+        print(json.dumps({"rate": rate(ds, cpu), "cpu": cpu[0], "thread": cpu[1]}))
         return
     import cProfile
     import pstats
@@ -127,7 +136,7 @@ def loader_child(kind: str, folder: str, profile: bool) -> None:
     value = rate(ds, cpu)
     prof.disable()
     pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(12)
-    print(json.dumps({"rate": value, "cpu": cpu[0]}))
+    print(json.dumps({"rate": value, "cpu": cpu[0], "thread": cpu[1]}))
 
 
 def export(ref: str) -> str:
@@ -166,6 +175,7 @@ def loader(args: argparse.Namespace) -> None:
         runs[f"workflow (named batch) at {ref}"] = ("named", export(ref))
     figures: dict[str, list[float]] = {name: [] for name in runs}
     per_cpu: dict[str, list[float]] = {name: [] for name in runs}
+    per_thread: dict[str, list[float]] = {name: [] for name in runs}  # the consuming thread's CPU
     for _ in range(args.rounds):  # the loaders alternated, each in a fresh process
         for name, (kind, package) in runs.items():
             profile = "profile" if args.profile == kind and package == REPO else "plain"
@@ -175,8 +185,10 @@ def loader(args: argparse.Namespace) -> None:
             doc = json.loads(out.stdout.strip().splitlines()[-1])
             figures[name].append(doc["rate"])
             per_cpu[name].append(doc["cpu"])
+            per_thread[name].append(doc["thread"])
     base = float(np.median(figures["stored channels (no workflow)"]))
     base_cpu = float(np.median(per_cpu["stored channels (no workflow)"]))
+    base_thread = float(np.median(per_thread["stored channels (no workflow)"]))
     rows = len(frame)
     print(f"loader: {args.series} series x {args.rows_per_series:,} rows = {rows:,} rows, {len(channels)} channels, "
           f"{args.files} files, pieces_per_partition={args.pieces or 'default'}, stride 1, B=256, L=512, "
@@ -184,11 +196,14 @@ def loader(args: argparse.Namespace) -> None:
     for name, values in figures.items():
         med = float(np.median(values))
         cpu = float(np.median(per_cpu[name]))
+        thread = float(np.median(per_thread[name]))
         print(f"  {name:<44} {med:>9,.0f} windows/s  ratio {med / base:.3f} "
               f"(rounds {', '.join(f'{v / base:.3f}' for v in values)})  "
-              f"{cpu:>9,.0f} windows/CPU-s  ratio {cpu / base_cpu:.3f}")  # fmt: skip
+              f"{cpu:>9,.0f} windows/CPU-s  ratio {cpu / base_cpu:.3f}  "
+              f"{thread:>9,.0f} windows/consumer-CPU-s  ratio {thread / base_thread:.3f}")  # fmt: skip
     print(json.dumps({k: float(np.median(v)) / base for k, v in figures.items()}))
     print(json.dumps({k: float(np.median(v)) / base_cpu for k, v in per_cpu.items()}))
+    print(json.dumps({k: float(np.median(v)) / base_thread for k, v in per_thread.items()}))
 
 
 def write_fit_data(folder: str, files: int, rows_per_file: int) -> list[str]:

@@ -16,6 +16,7 @@ __all__ = ["WindowSpec"]
 
 LAYOUTS = ("NCL", "NLC")
 NAN_POLICIES = ("raise", "drop")
+CODE_DTYPES = ("int64", "int32")
 
 
 #: Largest window, stride, horizon or size: row arithmetic is int64, with room for sums of two.
@@ -73,6 +74,12 @@ class WindowSpec:
         nan: ``"raise"`` on NaN inside a window, or ``"drop"`` such windows.
         buffer_bytes: Memory budget of the pool order (``dask_windows.planning.pool``, ``runtime.pool``), in bytes of decoded
             rows per rank; ``None``: the order of ``buffer_partitions`` and ``pieces_per_partition``.
+        code_features: The last ``K`` features are integer codes (a workflow's categories, ``NCL``
+            only): the buffer keeps an integer copy of their rows (``code_dtype``), made once per
+            row, and each batch gathers them from it as ``(B, K, L)`` beside the ``(B, C - K, L)``
+            float32 of the others (``runtime.batch.Gatherer``), instead of casting every window's
+            values.
+        code_dtype: ``"int64"`` or ``"int32"``: the dtype of that copy, hence of the gathered codes.
     """
 
     features: tuple
@@ -92,6 +99,8 @@ class WindowSpec:
     return_index: bool = False
     nan: str = "raise"
     buffer_bytes: int | None = None
+    code_features: int = 0
+    code_dtype: str = "int64"
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -111,6 +120,13 @@ class WindowSpec:
             set_(self, name, _positive_int(name, getattr(self, name), minimum, limit))
         if self.buffer_bytes is not None:
             set_(self, "buffer_bytes", _positive_int("buffer_bytes", self.buffer_bytes, 1))
+        set_(self, "code_features", _positive_int("code_features", self.code_features, 0))
+        if self.code_features > len(self.features):
+            raise ConfigError(f"code_features={self.code_features} is more than the {len(self.features)} features")
+        if self.code_dtype not in CODE_DTYPES:
+            raise ConfigError(f"code_dtype={self.code_dtype!r} must be one of {CODE_DTYPES}")
+        if self.code_features and self.layout != "NCL":
+            raise ConfigError(f"code_features={self.code_features} needs layout='NCL' (the codes are (B, K, L))")
         if self.layout not in LAYOUTS:
             raise ConfigError(f"layout={self.layout!r} must be one of {LAYOUTS}")
         if self.nan not in NAN_POLICIES:

@@ -281,6 +281,10 @@ class Gatherer:
         layout: ``"NCL"`` or ``"NLC"``.
         mean: Optional ``(C,)`` subtracted from every feature value.
         std: Optional ``(C,)`` dividing every feature value after the mean.
+        codes: Optional ``(K, rows)`` int64 (or int32), the last ``K`` channels of ``x`` (``NCL``) as integer
+            codes (``WindowSpec.code_features``), made once per row by the buffer's owner: the
+            batches' features are then the first ``C - K`` channels, and :meth:`codes_at` gathers
+            the codes from here instead of copying them as float32 and casting them per window.
     """
 
     def __init__(
@@ -292,12 +296,19 @@ class Gatherer:
         layout: str,
         mean: np.ndarray | None = None,
         std: np.ndarray | None = None,
+        codes: np.ndarray | None = None,
     ) -> None:
         self.channel_major = layout == "NCL"
+        self.source = x  # the buffer's features as given, (C, rows) or (rows, C)
+        self.codes = codes  # (K, rows) int64 or None
+        self._codes: Any = None  # numpy's gather of the codes' runs, made on first use
+        if codes is not None:
+            if not self.channel_major:
+                raise ValueError("integer code channels need the NCL layout")
+            x = x[: len(x) - len(codes)]  # (C - K, rows): the channels gathered as float32
         self._x = _window_view(x, window, self.channel_major)
         self._numpy = _run_gather(x, window, self.channel_major) or self._x.__getitem__
         self._source = x
-        self.source = x  # the buffer's features as given, (C, rows) or (rows, C)
         self._runs: Any = None  # torch view of every run a batch copies, made on first use
         self._y = y
         self.target_source = y  # the buffer's targets as given, (T, rows) or None
@@ -389,6 +400,15 @@ class Gatherer:
             out *= inv
         return out
 
+    def codes_at(self, starts: np.ndarray) -> np.ndarray:
+        """``(B, K, L)`` of the codes' dtype, C-contiguous: the codes of the windows at ``starts`` (a fresh array)."""
+        if self._codes is None:
+            assert self.codes is not None
+            self._codes = (
+                _run_gather(self.codes, self._window, True) or _window_view(self.codes, self._window, True).__getitem__
+            )
+        return self._codes(starts)
+
     def targets(self, starts: np.ndarray) -> np.ndarray:
         """``(B, T)`` at each window's last row, or ``(B, T, H)`` for the ``H`` rows after it."""
         assert self._y is not None
@@ -416,7 +436,7 @@ class Gatherer:
         """Build the torch view of the buffer's runs once; ``False`` where torch cannot view it."""
         if self._runs is None:
             x = self._source
-            if not (x.flags.c_contiguous and x.flags.writeable and len(self._x) and x.dtype == np.float32):
+            if not (x.flags.c_contiguous and x.flags.writeable and len(self._x) and x.size and x.dtype == np.float32):
                 self._runs = False
                 return False
             import torch  # only here: `import dask_windows` does not import torch

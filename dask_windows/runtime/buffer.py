@@ -425,8 +425,13 @@ class Buffer:
             k = unique[id(parts[run])]
             at = _fill_starts(self.starts, at, parts[run], segments[run:end], grid, spec, int(offsets[k]), tables[k])
             run = end
-        self.gatherer = Gatherer(x, y, spec.window, spec.horizon, spec.layout, *(scale or (None, None)))
+        codes = None
+        if spec.code_features:  # (K, rows) the last K channels as integer codes: cast once a row, not once a window
+            codes = x[len(x) - spec.code_features :].astype(spec.code_dtype)
+        mean, std = scale or (None, None)
+        self.gatherer = Gatherer(x, y, spec.window, spec.horizon, spec.layout, mean, std, codes=codes)
         self.nbytes = x.nbytes + (0 if y is None else y.nbytes) + self.starts.nbytes
+        self.nbytes += 0 if codes is None else codes.nbytes
 
     def permute(self, rng: np.random.Generator | None) -> None:
         """Shuffle the windows in place with ``rng`` (``permute_windows``); ``None`` keeps row order."""

@@ -305,7 +305,7 @@ def stream(
     grid: WindowGrid,
     row_offsets: np.ndarray,
     spec: WindowSpec,
-    emit: Callable[[np.ndarray, np.ndarray | None, np.ndarray | None], object],
+    emit: Callable[..., object],
     normalize: tuple[np.ndarray, np.ndarray] | str | None = None,
     reread: Callable[[Segment], Part | None] | None = None,
     background: bool = False,
@@ -328,7 +328,8 @@ def stream(
         row_offsets: ``(P,)`` global row of each partition's first row.
         spec: Window settings.
         emit: Wraps one batch's numpy arrays (features, targets or ``None``, global start rows or
-            ``None`` unless ``spec.return_index``).
+            ``None`` unless ``spec.return_index``); with ``spec.code_features``, a fourth: the
+            ``(B, K, L)`` codes (``spec.code_dtype``), the features then being the other ``C - K`` channels.
         normalize: ``(mean, std)`` per feature, ``"sample"`` (per window and channel) or ``None``.
         reread: Reads a segment's piece again (``None`` if unreadable), for windows still owed at the
             end because every piece of the last buffers was skipped.
@@ -370,6 +371,7 @@ def stream(
     pool: Any = allocator() if allocator is not None else OutputPool()
     per_sample, channel_major = normalize == "sample", spec.layout == "NCL"
     want_y, want_rows = bool(spec.targets), spec.return_index
+    coded = spec.code_features > 0  # ``emit(x, y, rows, codes)``: the codes gathered on their own (Gatherer.codes_at)
     try:
         if device is not None:  # cut on the training device from each buffer's rows (ondevice)
             yield from device.batches(source, plan.num_windows, last)
@@ -390,7 +392,7 @@ def stream(
                     at = pos  # the run's first position, for the per-window statistics
                     pos += k * batch
                     remaining -= k * batch
-                    if not (want_y or want_rows or per_sample):  # features only: one generator for the run
+                    if not (want_y or want_rows or per_sample or coded):  # features only: one generator for the run
                         batches = buffer.gatherer.gather_run(run, batch, pool)
                         try:
                             for x in batches:
@@ -407,6 +409,9 @@ def stream(
                         rows = buffer.global_rows(starts) if want_rows else None
                         if per_sample:
                             _per_sample(x, starts, at + a, built, channel_major)
+                        if coded:
+                            yield emit(x, y, rows, buffer.gatherer.codes_at(starts))
+                            continue
                         yield emit(x, y, rows)
                     # The pool may reuse x's array once the caller drops the batch; the run and the
                     # bound gather hold this buffer's arrays, which must go before the next is built.
@@ -418,19 +423,24 @@ def stream(
                 x = buffer.gatherer.features(starts, pool if take == batch else None)
                 y = buffer.gatherer.targets(starts) if spec.targets else None
                 rows = buffer.global_rows(starts) if spec.return_index else None  # only yielded with the index
+                codes = buffer.gatherer.codes_at(starts) if coded else None
                 pos += take
                 remaining -= take
                 if carried or (take < batch and remaining > 0):
-                    carry.append((x, y, rows))
+                    carry.append((x, y, rows, codes))
                     carried += take
                     if carried < batch and remaining > 0:
                         continue
                     x = np.concatenate([c[0] for c in carry])
                     y = np.concatenate([c[1] for c in carry]) if spec.targets else None
                     rows = np.concatenate([c[2] for c in carry]) if spec.return_index else None
+                    codes = np.concatenate([c[3] for c in carry]) if coded else None
                     carry, carried = [], 0
                 if normalize == "sample":
                     normalize_per_sample(x, spec.layout == "NCL")
+                if coded:
+                    yield emit(x, y, rows, codes)
+                    continue
                 yield emit(x, y, rows)
             built.wait(total)  # the tail's shuffle is done before the buffer is dropped
             large = buffer.nbytes >= _TRIM_BYTES

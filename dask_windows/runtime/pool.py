@@ -97,7 +97,7 @@ def row_bytes(reads: ReadValues) -> float:
     """Bytes one pool row costs: its features, targets and (about) its window start."""
     spec = reads.spec
     y = np.dtype(reads.y_dtype or np.float32).itemsize * len(spec.targets)
-    return 4 * len(spec.features) + y + 8 / spec.stride
+    return 4 * len(spec.features) + y + 8 / spec.stride  # (code_features' copy not counted: the same plan)
 
 
 def pool_rows(reads: ReadValues, num_workers: int = 1) -> int:
@@ -177,6 +177,8 @@ class _Pool:
         )
         y_dtype = reads.y_dtype or np.float32
         self.y = np.empty((len(spec.targets), rows), y_dtype) if spec.targets else None
+        # (K, rows) the last K features as integer codes (``WindowSpec.code_features``), cast as each unit lands
+        self.codes = np.empty((spec.code_features, rows), spec.code_dtype) if spec.code_features else None
         self.edges = _Edges()
         self.kept = kept_rows(plan)  # partition -> the (partition, lo, hi) its units keep for later ones
 
@@ -237,6 +239,11 @@ class _Pool:
                 self.x[unit.offset : unit.offset + n] = part.x
             if self.y is not None and part.y is not None:
                 self.y[:, unit.offset : unit.offset + n] = part.y
+        if self.codes is not None:  # once per row here, where each window's gather would cast L rows
+            at, n = unit.offset, r1 - r0
+            np.copyto(
+                self.codes[:, at : at + n], self.x[len(self.x) - len(self.codes) :, at : at + n], casting="unsafe"
+            )
         return part
 
 
@@ -362,7 +369,7 @@ def pool_batches(values: PassValues, plan: PoolPlan, progress: Any = None) -> It
     background = ds.spec.prefetch_partitions >= 1
     read = pool.read if device is None else device.landing(pool)
     reads = Prefetcher(read, keys, 1 if background else 0, name="dask-windows-pool")
-    gatherer = Gatherer(pool.x, pool.y, ds.spec.window, ds.spec.horizon, ds.spec.layout)
+    gatherer = Gatherer(pool.x, pool.y, ds.spec.window, ds.spec.horizon, ds.spec.layout, codes=pool.codes)
     steps = _steps(ds, plan, iter(reads), gatherer)
     if device is not None:
         steps = device.stage(steps)

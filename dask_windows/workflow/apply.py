@@ -76,6 +76,21 @@ class WorkflowSource:
     def _inputs(self, columns: Sequence) -> list:
         return self.raw + [c for c in columns if c not in self.made and c not in self.raw]
 
+    def transform_range(self, raw: dict, columns: Sequence, extra: int) -> dict:
+        """``transform`` of a row range read with ``extra`` rows before it (``halo``), those rows dropped."""
+        out = self.transform(raw, columns)
+        return {c: v[extra:] for c, v in out.items()} if extra else out
+
+    def halo(self, ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Each range with the ``lookback`` rows before it (within the partition).
+
+        A range that begins inside a series (a pool unit, a piece, the rows one unit keeps for the
+        next) is transformed on its own: without the rows before it, a lag or difference in its first
+        ``lookback`` rows would reach before the range (NaN, then 0), where a window joining it to the
+        rows before it yields those rows.
+        """
+        return [(max(0, lo - self.lookback), hi) for lo, hi in ranges]
+
     def column_names(self) -> list:
         return list(dict.fromkeys([*self.made, *self.inner.column_names()]))
 
@@ -86,11 +101,13 @@ class WorkflowSource:
         return self.transform(self.inner.read(index, self._inputs(columns)), columns)
 
     def read_rows(self, index: int, columns: Sequence, lo: int, hi: int) -> dict:
-        return self.transform(self.inner.read_rows(index, self._inputs(columns), lo, hi), columns)
+        ((a, _),) = self.halo([(lo, hi)])
+        return self.transform_range(self.inner.read_rows(index, self._inputs(columns), a, hi), columns, lo - a)
 
     def read_ranges(self, index: int, columns: Sequence, ranges: Sequence[tuple[int, int]]) -> list[dict]:
-        pieces = self.inner.read_ranges(index, self._inputs(columns), ranges)
-        return [self.transform(piece, columns) for piece in pieces]
+        wide = self.halo(ranges)
+        pieces = self.inner.read_ranges(index, self._inputs(columns), wide)
+        return [self.transform_range(p, columns, lo - a) for p, (lo, _), (a, _) in zip(pieces, ranges, wide)]
 
     def read_chunks(self, index: int, columns: Sequence) -> Any:
         yield self.read(index, columns)
@@ -113,10 +130,15 @@ class WorkflowReader:
         return self.source.transform(self.inner.read(index), self.columns)
 
     def read_rows(self, index: int, lo: int, hi: int) -> dict:
-        return self.source.transform(self.inner.read_rows(index, lo, hi), self.columns)
+        ((a, _),) = self.source.halo([(lo, hi)])
+        return self.source.transform_range(self.inner.read_rows(index, a, hi), self.columns, lo - a)
 
     def read_ranges(self, index: int, ranges: Sequence[tuple[int, int]]) -> list[dict]:
-        return [self.source.transform(p, self.columns) for p in self.inner.read_ranges(index, ranges)]
+        wide = self.source.halo(ranges)
+        pieces = self.inner.read_ranges(index, wide)
+        return [
+            self.source.transform_range(p, self.columns, lo - a) for p, (lo, _), (a, _) in zip(pieces, ranges, wide)
+        ]
 
     def read_ranges_chunks(self, index: int, ranges: Sequence[tuple[int, int]]) -> None:
         return None  # whole blocks: see WorkflowSource.stable_dtypes
@@ -136,7 +158,8 @@ def bind(workflow: Any, source: Any, **settings: Any) -> tuple[Emitter, Workflow
 
     Returns:
         ``(emitter, wrapped source, settings)``: the emitter of the batches, the source, and the
-        ``features``, ``targets``, ``series``, ``window``, ``return_index`` to build the spec from.
+        ``features``, ``targets``, ``series``, ``window``, ``return_index``, ``code_features``,
+        ``code_dtype`` to build the spec from.
     """
     named = workflow if isinstance(workflow, NamedBatches) else None
     wf = named.wf if named is not None else workflow
@@ -168,14 +191,19 @@ def bind(workflow: Any, source: Any, **settings: Any) -> tuple[Emitter, Workflow
         # horizon), where as a feature channel it would be gathered ``L`` times (1/8 more of the gather at 7 channels).
         features = [*wf.continuous, *wf.categorical] or [SERIES_CODE]  # (a feature channel is needed)
         targets = [*wf.target, *(wf.known if horizon else ()), SERIES_CODE]
+        # The categories, last among the features, are gathered as int64 from a copy the buffer casts once
+        # per row (``WindowSpec.code_features``), not cast from float32 for every window's L rows.
+        codes = len(wf.categorical)
     else:
         features = list(features) if features is not None else [*wf.continuous, *wf.categorical]
         targets = list(targets) if targets is not None else list(wf.target)
+        codes = 0
     columns = [c for c in [*features, *targets] if c != SERIES_CODE]
     lookback = wf.lookback(columns)
     wrapped = WorkflowSource(source, wf, lookback)
     emitter = Emitter(wf, named, lookback, settings["layout"], horizon, bool(targets), settings["return_index"])
     index = settings["return_index"] or (named is not None and named.index)
     out = {"features": features, "targets": targets or None, "series": series,
-           "window": settings["window"] + lookback, "return_index": index}  # fmt: skip
+           "window": settings["window"] + lookback, "return_index": index, "code_features": codes,
+           "code_dtype": named.code_dtype if named is not None else "int64"}  # fmt: skip
     return emitter, wrapped, out

@@ -17,26 +17,30 @@ collation, ``DevicePrefetcher`` and the framework adapters carry it as they are)
     series        (B,)      int64     series code (position in ``Workflow.series_keys``), when asked
     index         (B,)      int64     global start row of the window, when asked
 
+``named(code_dtype="int32")`` makes the three categorical fields int32: ``nn.Embedding`` takes
+them as they are, and ``past_cat``, 8 bytes a value in int64, is most of what a named batch
+writes beyond the float32 channels (``one_hot``, ``gather`` and class targets need int64).
+
 Gathering stays one strided gather of float32 channels per batch, and the targets' (the series
 code rides as the last target column, read at the window's last row or first horizon row: the
-same series); this module slices and casts. ``past_cont``
-and ``target`` are views of the gathered arrays (strided, not contiguous: ``.contiguous()``
-before ``.view``); the categorical codes are cast to int64, a copy of their channels, into
-arrays of a small pool reused once the caller drops a batch (a fresh 2 MiB array per batch
-at B=256, L=512, K=2 cost more in page faults than the cast itself). Everything that does not
-depend on the batch (slices, static and per-series scale tables, the empty fields) is worked
-out once when the dataset is opened.
+same series); this module slices. ``past_cont`` and ``target`` are views of the gathered arrays
+(strided, not contiguous: ``.contiguous()`` before ``.view``). The categorical codes are the
+last feature channels, marked ``WindowSpec.code_features``: the buffer (or the pool, as each
+unit lands) casts their rows to int64 once, and each batch gathers ``past_cat`` from that copy
+as int64 beside the float32 gather of the other channels (``runtime.batch.Gatherer.codes_at``).
+Casting the gathered float32 codes instead cast every row ``L`` times at stride 1 (0.5 ms of
+a 1.4 ms batch at B=256, L=512, K=2); the int64 copy costs 8 bytes a row per category on top of
+``buffer_bytes``. Everything that does not depend on the batch (slices, static and per-series
+scale tables, the empty fields) is worked out once when the dataset is opened.
 """
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from dask_windows.runtime.batch import OutputPool
 from dask_windows.workflow.core import Workflow
 
 __all__ = ["BATCH_KEYS", "SERIES_CODE", "Emitter", "NamedBatches", "invert_target"]
@@ -54,6 +58,7 @@ class NamedBatches:
     index: bool = False
     series_id: bool = True
     scale_target: bool = True
+    code_dtype: str = "int64"
 
 
 def invert_target(prediction: Any, batch: dict) -> Any:
@@ -76,11 +81,12 @@ class Emitter:
         n = len(wf.series_keys or [])
         st = wf.statics.state if wf.statics is not None else None
         self.static_cont = np.zeros((n, 0), np.float32)  # (series, S)
-        self.static_cat = np.zeros((n, 0), np.int64)  # (series, Q)
+        self.code_dtype = np.dtype(named.code_dtype if named is not None else np.int64)  # the categorical fields'
+        self.static_cat = np.zeros((n, 0), self.code_dtype)  # (series, Q)
         if st and len(st["numeric"]):
             self.static_cont = np.ascontiguousarray(np.asarray(st["numeric"], np.float32).T)
         if st and len(st["categorical"]):
-            self.static_cat = np.ascontiguousarray(np.asarray(st["categorical"], np.int64).T)
+            self.static_cat = np.ascontiguousarray(np.asarray(st["categorical"], self.code_dtype).T)
         cats = set(wf.categorical)
         self.future_cont = [i for i, c in enumerate(wf.known) if c not in cats]  # positions among known
         self.future_cat = [i for i, c in enumerate(wf.known) if c in cats]
@@ -88,18 +94,16 @@ class Emitter:
         self.num_cont, self.num_cat, self.num_target = len(wf.continuous), len(wf.categorical), len(wf.target)
         # (series + 1, 2) loc and scale of each target by series code, the global row last (code -1: unseen)
         self.scales = [_scale_table(op, col, n) for op, col in zip(self.normalizers, wf.target)]
-        self._pool: OutputPool | None = None  # the past_cat arrays (made where batches are emitted)
-        self._lock = threading.Lock()
         self._zero_size: dict[int, dict] = {}  # batch size -> the fields without values (``_fixed``)
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_pool": None, "_lock": None, "_zero_size": {}}  # a worker makes its own
+        return {**self.__dict__, "_zero_size": {}}  # a worker makes its own
 
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-
-    def __call__(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None) -> Any:
+    def __call__(
+        self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None, codes: np.ndarray | None = None
+    ) -> Any:
+        """The batch of gathered ``x``, ``y``, start rows and, for a named batch, the ``(B, K, L + lookback)``
+        int64 codes gathered on their own (``WindowSpec.code_features``; ``x`` then holds the other channels)."""
         import torch
 
         p = self.lookback
@@ -114,20 +118,15 @@ class Emitter:
             if self.return_index and rows is not None:
                 out.append(torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)))
             return out[0] if len(out) == 1 else tuple(out)
-        return self.named_batch(x, y, rows, torch)
+        return self.named_batch(x, y, rows, torch, codes)
 
     def codes(self, x: np.ndarray) -> np.ndarray:
-        """``(B, K, L)`` int64 categorical codes of a gathered ``x``, in an array of the pool."""
+        """``(B, K, L)`` categorical codes cast from a gathered ``x``'s last channels: where the runtime
+        did not gather them on their own (no categories: ``K = 0``)."""
         p, c, k = self.lookback, self.num_cont, self.num_cat
-        shape = (len(x), k, x.shape[2] - p)
         if not k:
-            return np.zeros(shape, np.int64)
-        with self._lock:  # two passes of one dataset may emit on two threads
-            if self._pool is None:
-                self._pool = OutputPool()
-            out = self._pool.take(shape, np.int64)
-        np.copyto(out, x[:, c : c + k, p:], casting="unsafe")  # codes are small integers: exact in float32
-        return out
+            return np.zeros((len(x), 0, x.shape[2] - p), self.code_dtype)
+        return x[:, c : c + k, p:].astype(self.code_dtype)  # codes are small integers: exact in float32
 
     def _fixed(self, b: int, torch: Any) -> dict:
         """The fields of a batch of ``b`` windows that hold no value (no statics, no horizon, no target...),
@@ -137,9 +136,9 @@ class Emitter:
             t, h, s, q = self.num_target, self.horizon, self.static_cont.shape[1], self.static_cat.shape[1]
             shapes = {
                 "static_cont": ((b, 0), np.float32, not s),
-                "static_cat": ((b, 0), np.int64, not q),
+                "static_cat": ((b, 0), self.code_dtype, not q),
                 "future_cont": ((b, 0, h), np.float32, not (h and self.future_cont)),
-                "future_cat": ((b, 0, h), np.int64, not (h and self.future_cat)),
+                "future_cat": ((b, 0, h), self.code_dtype, not (h and self.future_cat)),
                 "target": (((b, 0, h) if h else (b, 0)), np.float32, not t),
                 "target_loc": ((b, 0), np.float32, not t),
                 "target_scale": ((b, 0), np.float32, not t),
@@ -150,7 +149,9 @@ class Emitter:
             self._zero_size[b] = found
         return found
 
-    def named_batch(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None, torch: Any) -> dict:
+    def named_batch(
+        self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None, torch: Any, codes: np.ndarray | None = None
+    ) -> dict:
         p, c, t, h = self.lookback, self.num_cont, self.num_target, self.horizon
         assert y is not None  # (the series code is the last target: ``apply.bind``)
         b = len(x)
@@ -159,7 +160,11 @@ class Emitter:
         # waits for the reader threads (the workflow's operations): fields without values are made once (_fixed).
         fixed = self._fixed(b, torch)
         batch = {"past_cont": torch.from_numpy(x[:, :c, p:])}  # a view of the gathered batch: no second copy
-        batch["past_cat"] = torch.from_numpy(self.codes(x))
+        if codes is None:  # cast from x's last channels (the runtime gathered them as float32)
+            codes = self.codes(x)
+        elif p:  # the lookback rows dropped: contiguous, as the cast made it
+            codes = np.ascontiguousarray(codes[:, :, p:])
+        batch["past_cat"] = torch.from_numpy(codes)
         for key, table in (("static_cont", self.static_cont), ("static_cat", self.static_cat)):
             batch[key] = fixed[key] if key in fixed else torch.from_numpy(table[code])
         known = y[:, t:-1]  # (B, F + G, H)
@@ -168,7 +173,7 @@ class Emitter:
                 batch[key] = fixed[key]
             else:
                 values = known[:, at]  # (fancy indexing: a contiguous copy)
-                batch[key] = torch.from_numpy(values if key == "future_cont" else values.astype(np.int64))
+                batch[key] = torch.from_numpy(values if key == "future_cont" else values.astype(self.code_dtype))
         if t:
             self._targets(batch, y[:, :t], code, torch)
         else:

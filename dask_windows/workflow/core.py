@@ -244,7 +244,9 @@ class Workflow:
 
         return load(url, storage_options)
 
-    def named(self, index: bool = False, series_id: bool = True, scale_target: bool = True) -> Any:
+    def named(
+        self, index: bool = False, series_id: bool = True, scale_target: bool = True, code_dtype: str = "int64"
+    ) -> Any:
         """This workflow for ``WindowDataset(workflow=...)`` yielding named batches (``batch.NamedBatches``).
 
         Args:
@@ -252,10 +254,16 @@ class Workflow:
             series_id: Add each window's series code (``"series"``, positions in ``series_keys``).
             scale_target: Yield the target as the workflow scaled it (with ``target_loc`` /
                 ``target_scale`` to invert); ``False``: in its units, before the ``Normalize``.
+            code_dtype: ``"int64"`` (PyTorch's index dtype: ``one_hot``, ``gather``, class targets)
+                or ``"int32"`` for the categorical fields (``past_cat``, ``static_cat``,
+                ``future_cat``): half the bytes of ``past_cat``, which ``nn.Embedding`` takes as
+                they are (see docs/workflows.md for what it saves).
         """
         from dask_windows.workflow.batch import NamedBatches
 
-        return NamedBatches(self, index=index, series_id=series_id, scale_target=scale_target)
+        if code_dtype not in ("int64", "int32"):
+            raise ConfigError(f"named(code_dtype={code_dtype!r}) must be 'int64' or 'int32'")
+        return NamedBatches(self, index=index, series_id=series_id, scale_target=scale_target, code_dtype=code_dtype)
 
     def __repr__(self) -> str:
         state = f"fitted on {len(self.series_keys or [])} series" if self.fitted else "not fitted"

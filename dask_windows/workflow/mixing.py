@@ -47,11 +47,11 @@ def named_fields(member: Any) -> dict[str, tuple[str, tuple[int, ...], tuple[str
     per_target = (len(wf.target), h) if h else (len(wf.target),)
     fields = {
         "past_cont": ("float32", (len(wf.continuous), window), tuple(wf.continuous)),
-        "past_cat": ("int64", (len(wf.categorical), window), tuple(wf.categorical)),
+        "past_cat": (named.code_dtype, (len(wf.categorical), window), tuple(wf.categorical)),
         "static_cont": ("float32", (len(numeric),), numeric),
-        "static_cat": ("int64", (len(categorical),), categorical),
+        "static_cat": (named.code_dtype, (len(categorical),), categorical),
         "future_cont": ("float32", (len(future_cont), h), future_cont),
-        "future_cat": ("int64", (len(future_cat), h), future_cat),
+        "future_cat": (named.code_dtype, (len(future_cat), h), future_cat),
         "target": ("float32", per_target, tuple(wf.target)),
         "target_loc": ("float32", (len(wf.target),), tuple(wf.target)),
         "target_scale": ("float32", (len(wf.target),), tuple(wf.target)),
@@ -98,8 +98,8 @@ def named_keys(names: Sequence[str], members: Sequence[Any]) -> list[str] | None
                 raise ConfigError(
                     f"member {name!r} yields {key!r} of shape (B, {', '.join(map(str, shape))}) {dtype} where "
                     f"{names[0]!r} yields (B, {', '.join(map(str, want_shape))}) {want_dtype}; a mixture's batches "
-                    "need one shape: open every member with the same window and horizon, and workflows with the "
-                    "same roles"
+                    "need one shape and dtype: open every member with the same window and horizon, workflows with "
+                    "the same roles, and the same wf.named(code_dtype=...)"
                 )
             if columns != want_columns:
                 raise ConfigError(

@@ -1,0 +1,153 @@
+"""The named batch's categorical codes, gathered as int64 from the rows' own int64 copy, against pandas.
+
+With ``workflow=wf.named()`` the categories are the last feature channels
+(``WindowSpec.code_features``): the pool casts each unit's rows once as the unit lands (rows
+later overwritten by other units), a buffer of the piece order casts its rows once, and each
+batch gathers the codes from there. Every window's codes and continuous values are checked
+against the vocabulary applied with pandas, in both orders, with a lag's look-back rows,
+batches cut across buffers, and DataLoader workers; ``named(code_dtype="int32")`` against the
+default int64 batches.
+
+The lag's values are checked where two row ranges transformed apart meet inside a series (a
+small pool's units and the rows each keeps for the next, two pieces per partition): each range
+is read with the look-back rows before it (``WorkflowSource.halo``); without them the lag's
+first rows of a range were 0 in the yielded window.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from dask_windows import WindowDataset
+from dask_windows.errors import ConfigError
+from dask_windows.workflow import Categorify, FillMissing, Lag, Workflow
+
+WINDOW = 12
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("namedcodes")
+    rng = np.random.default_rng(7)
+    lengths = [90, 140, 60, 200, 75, 130]
+    sid = np.repeat(np.arange(len(lengths)), lengths)
+    n = len(sid)
+    store = np.array(["north", "south", "east", "west", "depot"], dtype=object)[rng.integers(0, 5, n)]
+    store[rng.random(n) < 0.05] = None  # nulls: code 0
+    kind = np.array(["a", "b", "c"], dtype=object)[sid % 3]
+    df = pd.DataFrame({"series": sid, "value": rng.standard_normal(n).astype(np.float32), "store": store, "kind": kind})
+    bounds = [0, 230, 490, n]  # series whole in each file
+    for k in range(3):
+        df.iloc[bounds[k] : bounds[k + 1]].to_parquet(root / f"part{k}.parquet", row_group_size=64, index=False)
+    return str(root), df
+
+
+def oracle(df: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Per row: each category's code (0 null, then 2, 3, ... in sorted order) and the lag."""
+    out = {}
+    for col in ("store", "kind"):
+        vocabulary = sorted(df[col].dropna().unique())
+        out[col] = df[col].map({v: i + 2 for i, v in enumerate(vocabulary)}).fillna(0).to_numpy(np.int64)
+    out["value"] = df["value"].to_numpy(np.float32)
+    out["value_lag2"] = df.groupby("series")["value"].shift(2).to_numpy(np.float32)
+    return out
+
+
+def valid_starts(df: pd.DataFrame, lookback: int) -> np.ndarray:
+    """Start rows of every yielded window: inside its series, after the look-back rows."""
+    out = []
+    for rows in df.groupby("series").indices.values():
+        out += list(rows[lookback : len(rows) - WINDOW + 1])
+    return np.array(sorted(out))
+
+
+def workflow(df: pd.DataFrame, lag: bool) -> Workflow:
+    ops = [FillMissing(["value"], value=0.0), Categorify(["store", "kind"])]
+    cont = ["value"]
+    if lag:
+        ops.append(Lag("value", [2]))
+        cont.append("value_lag2")
+    return Workflow(ops, series="series", continuous=cont, categorical=["store", "kind"]).fit(df, scheduler="sync")
+
+
+def check(batches: list, df: pd.DataFrame, wf: Workflow) -> None:
+    want = oracle(df)
+    index = np.concatenate([b["index"].numpy() for b in batches])
+    np.testing.assert_array_equal(np.sort(index), valid_starts(df, wf.lookback(wf.continuous)))
+    for b in batches:
+        rows = b["index"].numpy()[:, None] + np.arange(WINDOW)  # (B, L) dataset rows of each window
+        cat = b["past_cat"]
+        assert cat.dtype == torch.int64 and cat.is_contiguous() and tuple(cat.shape) == (len(rows), 2, WINDOW)
+        for j, col in enumerate(("store", "kind")):
+            np.testing.assert_array_equal(cat.numpy()[:, j], want[col][rows], err_msg=col)
+        for j, col in enumerate(wf.continuous):
+            np.testing.assert_array_equal(b["past_cont"].numpy()[:, j], want[col][rows], err_msg=col)
+
+
+@pytest.mark.parametrize(
+    "order", [dict(buffer_bytes=8_000), dict(pieces_per_partition=1), dict(pieces_per_partition=2)]
+)
+@pytest.mark.parametrize("lag", [False, True])
+def test_codes_equal_pandas_in_both_orders(data, order, lag):
+    path, df = data
+    wf = workflow(df, lag)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (a pool of few units warns)
+        ds = WindowDataset(path, workflow=wf.named(index=True), window=WINDOW, batch_size=37, seed=2, **order)
+        check(list(ds), df, wf)
+
+
+def test_codes_through_dataloader_workers(data):
+    path, df = data
+    wf = workflow(df, lag=True)
+    ds = WindowDataset(path, workflow=wf.named(index=True), window=WINDOW, batch_size=50, seed=4)
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+    check(list(loader), df, wf)
+
+
+def test_int32_codes_hold_the_same_values(data):
+    """``named(code_dtype="int32")``: the same windows in the same order, every value equal, the
+    categorical fields int32 (what ``nn.Embedding`` takes), the other fields unchanged."""
+    path, df = data
+    wf = workflow(df, lag=True)
+    kw = dict(window=WINDOW, batch_size=37, seed=5, buffer_bytes=8_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (a pool of few units warns)
+        wide = list(WindowDataset(path, workflow=wf.named(index=True), **kw))
+        narrow = list(WindowDataset(path, workflow=wf.named(index=True, code_dtype="int32"), **kw))
+    assert len(wide) == len(narrow)
+    for a, b in zip(wide, narrow):
+        assert list(a) == list(b)
+        for key in a:
+            want = torch.int32 if key in ("past_cat", "static_cat", "future_cat") else a[key].dtype
+            assert b[key].dtype == want, key
+            np.testing.assert_array_equal(b[key].numpy(), a[key].numpy(), err_msg=key)
+    embedded = torch.nn.Embedding(8, 3)(narrow[0]["past_cat"])
+    assert tuple(embedded.shape) == (37, 2, WINDOW, 3)
+
+
+def test_code_dtype_refuses_other_dtypes(data):
+    _, df = data
+    with pytest.raises(ConfigError, match=re.escape("named(code_dtype='int16') must be 'int64' or 'int32'")):
+        workflow(df, lag=False).named(code_dtype="int16")
+
+
+def test_int32_members_mix_and_a_member_of_another_code_dtype_is_refused(data):
+    import dask_windows as dw
+
+    path, df = data
+    wf = workflow(df, lag=False)
+    kw = dict(window=WINDOW, batch_size=20, seed=1)
+    a = WindowDataset(path, workflow=wf.named(code_dtype="int32"), **kw)
+    b = WindowDataset(path, workflow=wf.named(code_dtype="int32"), stride=3, **kw)
+    batch = next(iter(dw.mix({"a": a, "b": b}, windows_per_epoch=100, batch_size=20)))
+    assert batch["past_cat"].dtype == torch.int32 and tuple(batch["past_cat"].shape) == (20, 2, WINDOW)
+    wide = WindowDataset(path, workflow=wf.named(), **kw)
+    with pytest.raises(ConfigError, match="'past_cat' .* int64 where 'a' yields .* int32.*code_dtype"):
+        dw.mix({"a": a, "wide": wide})
