@@ -206,7 +206,10 @@ class ForkedChild:
         return texts
 
     def kill(self) -> None:
-        """The child and its session (its gloo peers' launcher aside: each child is its own)."""
+        """The child and its session (its gloo peers' launcher aside: each child is its own); nothing once
+        the zygote reaped it (its pid may then be another process's)."""
+        if self.poll() is not None:
+            return
         for kill in (os.killpg, os.kill):  # the group, and the child itself should it not lead one yet
             try:
                 kill(self.pid, signal.SIGKILL)
