@@ -225,15 +225,10 @@ def test_mixing_of_one_long_series_in_time_ordered_files(tmp_path):
 
 
 def test_inspect_mixing_on_the_command_line(root):
-    import subprocess
-    import sys
+    from helpers import cli
 
-    from scale_helpers import ROOT
-
-    env = {"PYTHONPATH": ROOT, "PATH": "/usr/bin:/bin"}
-    cmd = [sys.executable, "-m", "dask_windows.cli", "inspect", root, "--series", "sid", "--window", "8", "--mixing"]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
+    args = ["inspect", root, "--series", "sid", "--window", "8", "--mixing"]
+    out = cli(*args)  # in this process, through the command line's main
     assert "global shuffle" in out.stdout and "verdict:" in out.stdout
-    bad = subprocess.run([*cmd[:-3], "--mixing"], env=env, capture_output=True, text=True, timeout=120)
-    assert bad.returncode != 0 and "--window" in bad.stderr + bad.stdout
+    bad = cli(*args[:-3], "--mixing", expect=1)  # without --window: refused, saying what to pass
+    assert "--window" in bad.stderr + bad.stdout
