@@ -13,6 +13,17 @@ torch.set_num_threads(1)
 
 
 import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+# Hypothesis draws the same examples on every run ("suite", the default: a test that passed once cannot
+# fail later on new random draws, so the suite is never flaky); `--hypothesis-profile=explore` draws
+# new ones each run (do that when you change index, plan or schedule arithmetic, and keep what it finds
+# as an @example). No deadline and no too-slow check in either: timing is not what these tests assert,
+# and a loaded 2-core machine would make it fail.
+_QUIET = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("suite", derandomize=True, **_QUIET)
+settings.register_profile("explore", derandomize=False, **_QUIET)
+settings.load_profile("suite")
 
 # Suite workers (pytest-xdist): most slow tests wait on processes, sockets or sleeps, so more workers
 # than the CI machine's two cores pay. DASK_WINDOWS_TEST_WORKERS overrides; `-n N` on the command line too.
