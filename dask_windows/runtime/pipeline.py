@@ -409,10 +409,7 @@ def stream(
                         rows = buffer.global_rows(starts) if want_rows else None
                         if per_sample:
                             _per_sample(x, starts, at + a, built, channel_major)
-                        if coded:
-                            yield emit(x, y, rows, buffer.gatherer.codes_at(starts))
-                            continue
-                        yield emit(x, y, rows)
+                        yield emit(x, y, rows, buffer.gatherer.codes_at(starts)) if coded else emit(x, y, rows)
                     # The pool may reuse x's array once the caller drops the batch; the run and the
                     # bound gather hold this buffer's arrays, which must go before the next is built.
                     del x, run, gather
@@ -438,10 +435,7 @@ def stream(
                     carry, carried = [], 0
                 if normalize == "sample":
                     normalize_per_sample(x, spec.layout == "NCL")
-                if coded:
-                    yield emit(x, y, rows, codes)
-                    continue
-                yield emit(x, y, rows)
+                yield emit(x, y, rows, codes) if coded else emit(x, y, rows)
             built.wait(total)  # the tail's shuffle is done before the buffer is dropped
             large = buffer.nbytes >= _TRIM_BYTES
             del buffer, built  # drop the buffer before the next one is taken

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from dask_windows.errors import ConfigError, DataError, SchemaError
+from dask_windows.spec import CODE_DTYPES
 from dask_windows.workflow.ops import Normalize, Op, Piece
 
 __all__ = ["Statics", "Workflow"]
@@ -261,7 +262,7 @@ class Workflow:
         """
         from dask_windows.workflow.batch import NamedBatches
 
-        if code_dtype not in ("int64", "int32"):
+        if code_dtype not in CODE_DTYPES:
             raise ConfigError(f"named(code_dtype={code_dtype!r}) must be 'int64' or 'int32'")
         return NamedBatches(self, index=index, series_id=series_id, scale_target=scale_target, code_dtype=code_dtype)
 
