@@ -60,9 +60,24 @@ def shm_entries(pids=()) -> set[str]:
 
     ours = {str(os.getpid()), *(str(p.pid) for p in multiprocessing.active_children()), *map(str, pids)}
 
+    holders: dict[str, set[str]] = {}  # /dev/shm name -> pids that map it (a named semaphore is mapped)
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/maps") as maps:
+                for line in maps:
+                    if "/dev/shm/" in line:
+                        holders.setdefault(line.rsplit("/dev/shm/", 1)[1].split()[0], set()).add(pid)
+        except OSError:  # gone, or not ours to read
+            continue
+
     def foreign(name: str) -> bool:
         found = re.match(r"(?:torch_|sem\.loky-)(\d+)[_-]", name)
-        return found is not None and found.group(1) not in ours
+        if found is not None:
+            return found.group(1) not in ours
+        # multiprocessing's ``sem.mp-*`` of a spawn or forkserver context live as long as their owner:
+        # another process's (another xdist worker's DataLoader queues) when only other processes map it
+        held = holders.get(name, set())
+        return bool(held) and not held & ours
 
     # a name must outlive a short pause: multiprocessing's ``sem.mp-*`` semaphores of any process on the
     # machine (another suite's DataLoader queues) are unlinked right after they are made, so a listing
