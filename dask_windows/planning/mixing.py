@@ -271,8 +271,8 @@ def mixing_report(ds: Any, max_batches: int = 2000, blocks: int = 100, epoch: in
         if "nothing to change" not in advice and spec.shuffle:
             out["advice"] = (
                 f"a batch draws on the {pool['resident_units']} units resident at once ({pool['unit_rows']:,} rows "
-                f"at most each): raise buffer_bytes (now {spec.buffer_bytes:,}) to hold about {2 * b} of them, or "
-                "rewrite the data with `dask-windows convert` (its spread layout mixes at one read per epoch)"
+                f"at most each): raise buffer_bytes (now {spec.buffer_bytes:,}) to hold about "
+                f"{min(2 * b, pool['units'])} of them, or rewrite the data with `dask-windows convert` (its spread layout mixes at one read per epoch)"
             )
     out["settings"] = settings
     return out

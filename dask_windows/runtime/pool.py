@@ -28,6 +28,7 @@ one unit at a time on one thread.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import warnings
@@ -431,7 +432,9 @@ def warn_if_few_units(ds: ReadValues, bounds: list[np.ndarray]) -> None:
     if s["mixes_like_global"]:
         return
     b = ds.spec.batch_size
-    need = int((2 * b + AHEAD + 1) * s["unit_rows"] * row_bytes(ds))  # bytes of 2B units and those read ahead
+    enough = min(2 * b, s["units"])  # units that mix like a global shuffle (every unit, when fewer than 2B)
+    # pool_span's rows for that many: the units drawn from, the block read ahead, the unit being read, one lost to wrap
+    need = math.ceil((enough + 2 + 1) * s["unit_rows"] * row_bytes(ds)) + 1  # rounded up: pool_rows floors
     warnings.warn(
         f"buffer_bytes={ds.spec.buffer_bytes:,} holds {s['resident_units']} of the {s['units']} units of "
         f"{ds.source.description} (the largest: {s['unit_rows']:,} rows, a Parquet row group each): a batch of "

@@ -108,7 +108,19 @@ def test_a_budget_of_too_few_units_warns_once_at_open_and_inspect_says_so(tmp_pa
     with pytest.warns(PoolWarning, match=r"holds \d+ of the 24 units.*Raise buffer_bytes.*dask-windows convert") as got:
         WindowDataset(str(tmp_path), buffer_bytes=8_000, **KW)
     assert len([w for w in got if issubclass(w.category, PoolWarning)]) == 1
+    import re
     import warnings
+
+    for batch_size in (8, 32):  # 2B units fewer than the 24, and more: then every unit is enough
+        kw = {**KW, "batch_size": batch_size}
+        with pytest.warns(PoolWarning) as got:
+            WindowDataset(str(tmp_path), buffer_bytes=8_000, **kw)
+        advised = int(re.search(r"Raise buffer_bytes to about ([\d,]+)", str(got[0].message))[1].replace(",", ""))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PoolWarning)
+            WindowDataset(str(tmp_path), buffer_bytes=advised, **kw)  # the advice is enough...
+        with pytest.warns(PoolWarning):
+            WindowDataset(str(tmp_path), buffer_bytes=int(advised * 0.8), **kw)  # ...and not inflated
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", PoolWarning)  # a budget holding 2B units and more: silent
