@@ -17,8 +17,13 @@ end to end, 4 float32 features) are read by:
   lines in ``hand_loop`` below) - the baseline; its ``(B, C, L)`` batches are a
   transposed view of ``(B, L, C)`` memory (not contiguous: the model's first
   layer pays the transpose), where ``dw`` yields contiguous ``(B, C, L)``;
+* ``dwp``: ``dw`` with ``buffer_bytes`` of one file's rows, the memory the hand loop shuffles in
+  (not run unless named): the default mixes across 8x that memory, and its random windows pay in
+  cache misses what this row does not;
+* ``dwn``: ``dw`` with no lanes (``DASK_WINDOWS_LANES=0``), ``dw2`` with lanes at every batch size
+  (``=1``; by default only batches of 1 MiB and more go on two lanes); not run unless named;
 * ``dw1``: ``dw`` with one torch intra-op thread (not run unless named in
-  ``--contenders``); since issue 21 the same path as ``dw`` (torch's threads are opt-in);
+  ``--contenders``): ``dwn``'s path, since lanes need torch allowed more than one thread;
 * ``dwt``: ``dw`` with torch's threads copying every large batch, ``PathChoice``
   overruled and the two lanes off (not run unless named);
 * ``dw0``: ``dw`` with the opt-in ``DASK_WINDOWS_TORCH_GATHER=1`` (torch's threads where
@@ -147,6 +152,32 @@ def dw_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
     yield from ds
 
 
+def dwp_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
+    """``dw`` mixing within the memory the hand loop holds: ``buffer_bytes`` of one file's decoded rows.
+
+    The hand loop shuffles the windows of one file at a time; ``dw`` by default mixes every file its
+    1 GiB budget holds (here all of them), so its random windows range over 8x the memory, which
+    costs a gather in cache misses. This row separates that price of mixing from the runtime's own.
+    """
+    import dask_windows as dw
+
+    name = sorted(f for f in os.listdir(root) if f.endswith(".parquet"))[0]
+    import pyarrow.parquet as pq
+
+    rows = pq.ParquetFile(os.path.join(root, name)).metadata.num_rows
+    ds = dw.WindowDataset(
+        root,
+        features=FEATURES,
+        series="sid",
+        window=window,
+        stride=stride,
+        batch_size=batch,
+        seed=seed,
+        buffer_bytes=rows * (C + 2) * 4,
+    )
+    yield from ds
+
+
 def dw1_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
     """``dw`` with one torch intra-op thread (``torch.set_num_threads(1)``): what the threads add."""
     import torch
@@ -169,6 +200,19 @@ def dw0_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
     """``dw`` with torch's threads as ``PathChoice`` picks, lanes off: the opt-in ``DASK_WINDOWS_TORCH_GATHER=1``."""
     os.environ["DASK_WINDOWS_LANES"] = "0"  # this child process only
     os.environ["DASK_WINDOWS_TORCH_GATHER"] = "1"
+    yield from dw_loop(root, batch, window, stride, seed)
+
+
+def dw2_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
+    """``dw`` with two lanes at every batch size (``DASK_WINDOWS_LANES=1``; by default from 1 MiB)."""
+    os.environ["DASK_WINDOWS_LANES"] = "1"  # this child process only
+    os.environ["DASK_WINDOWS_TORCH_GATHER"] = "0"
+    yield from dw_loop(root, batch, window, stride, seed)
+
+
+def dwn_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
+    """``dw`` with no lanes (``DASK_WINDOWS_LANES=0``): one copying thread, what they add by default."""
+    os.environ["DASK_WINDOWS_LANES"] = "0"  # this child process only
     yield from dw_loop(root, batch, window, stride, seed)
 
 
@@ -196,9 +240,12 @@ def memcpy_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
 
 LOOPS = {
     "dw": dw_loop,
+    "dwp": dwp_loop,
     "dw1": dw1_loop,
     "dwt": dwt_loop,
     "dw0": dw0_loop,
+    "dw2": dw2_loop,
+    "dwn": dwn_loop,
     "dwl": dwl_loop,
     "hand": hand_loop,
     "handc": handc_loop,

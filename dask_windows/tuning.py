@@ -29,6 +29,7 @@ __all__ = [
     "HEAD_CACHE_BYTES",
     "INPUT_BOUND_SHARE",
     "LANE_AHEAD_UNITS",
+    "LANE_DEFAULT_BATCH_BYTES",
     "LANE_MIN_UNITS",
     "LANE_RATIO",
     "LANE_UNIT_BYTES",
@@ -204,5 +205,9 @@ LANE_UNIT_BYTES = 256 << 10
 LANE_AHEAD_UNITS = 1
 #: Runs of fewer units are gathered on the consumer's thread alone.
 LANE_MIN_UNITS = 4
+#: Batches of features at least this large go on two lanes by default (``DASK_WINDOWS_LANES`` unset):
+#: 1.48x windows/s at B=256 L=512 C=4 (2 MiB) on 2 idle cores and 1.00x with both cores busy; at
+#: B=64 L=128 (128 KiB) 1.10x idle but 0.88x busy (``bench_peers.py --contenders dw dw2 hand``).
+LANE_DEFAULT_BATCH_BYTES = 1 << 20
 #: Arrays sent to the read pool's workers smaller than this are pickled inline.
 MIN_SHARED_BYTES = 1 << 16

@@ -349,7 +349,7 @@ THREAD_STARTERS = {
     "dask_windows/sources/parquet/footers.py",  # footers read at open, likewise
     "dask_windows/sources/retry.py",  # a remote call's deadline
     "dask_windows/speedups/readpool.py",  # optional: the read pool's receiver
-    "dask_windows/speedups/lanes.py",  # optional: the second copying lane
+    "dask_windows/speedups/lanes.py",  # the second copying lane (batches of 1 MiB and more)
     "dask_windows/speedups/nextpass.py",  # optional: the read-ahead's expiry
     "dask_windows/cli/readers.py",  # the command line's input listing
     "dask_windows/workerwatch.py",  # in a forkserver worker: the watch of the training process

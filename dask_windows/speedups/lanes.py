@@ -21,8 +21,11 @@ too) but is never overwritten, since every unit is a fresh array. Which lane cop
 changes timing only: the units, their order and their bits are those of one thread's gather.
 Lanes are used only where there are two CPUs to run them on (``os.sched_getaffinity``) and
 torch is allowed more than one thread (not with ``torch.set_num_threads(1)``, nor in DataLoader
-workers, which torch sets to one), and only when ``DASK_WINDOWS_LANES=1`` asks for them: off by
-default since they did not pay 10% on the project's 2-core machine (docs/performance.md).
+workers, which torch sets to one), and by default only for batches of at least
+``LANE_DEFAULT_BATCH_BYTES`` (1 MiB): there two lanes gave 1.48x windows/s on 2 idle cores and
+1.00x with both cores busy (``LaneChoice`` keeps one lane there), where batches of 128 KiB gained
+1.10x idle and lost 12% busy (docs/performance.md). ``DASK_WINDOWS_LANES=1`` asks for them at any
+batch size, ``DASK_WINDOWS_LANES=0`` never.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import numpy as np
 
 from dask_windows.runtime.prefetch import GuardedThread
 from dask_windows.tuning import LANE_AHEAD_UNITS as AHEAD
+from dask_windows.tuning import LANE_DEFAULT_BATCH_BYTES as DEFAULT_BATCH_BYTES
 from dask_windows.tuning import LANE_MIN_UNITS as MIN_UNITS
 from dask_windows.tuning import LANE_UNIT_BYTES as UNIT_BYTES
 
@@ -54,9 +58,16 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def lanes_wanted() -> bool:
-    """Whether a run may be gathered on two lanes: asked for (``DASK_WINDOWS_LANES=1``), two usable CPUs, torch threads > 1."""
-    if os.environ.get("DASK_WINDOWS_LANES", "0") != "1" or usable_cpus() < 2:  # opt-in: docs/performance.md
+def lanes_wanted(batch_bytes: int) -> bool:
+    """Whether a run of batches of ``batch_bytes`` may be gathered on two lanes.
+
+    ``DASK_WINDOWS_LANES=1``: at any size; ``0``: never; unset: from ``LANE_DEFAULT_BATCH_BYTES``.
+    In every case only with two usable CPUs and torch allowed more than one thread.
+    """
+    asked = os.environ.get("DASK_WINDOWS_LANES", "")
+    if asked == "0" or usable_cpus() < 2:
+        return False
+    if asked != "1" and batch_bytes < DEFAULT_BATCH_BYTES:  # small batches: docs/performance.md
         return False
     import torch  # its thread count is the user's say on parallelism (1 in DataLoader workers)
 
@@ -72,7 +83,7 @@ def worth(runs: Any, windows: int, size: int) -> bool:
     """Whether a run of ``windows`` windows in batches of ``size`` goes on two lanes (``runs``: a ``batch._Runs``)."""
     batch_bytes = size * runs.channels * runs.window * runs.runs.itemsize
     units = windows // size // unit_batches(size, batch_bytes)
-    return units >= MIN_UNITS and lanes_wanted()
+    return units >= MIN_UNITS and lanes_wanted(batch_bytes)
 
 
 class _Failure:

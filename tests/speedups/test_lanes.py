@@ -44,7 +44,7 @@ def root(tmp_path_factory, frames) -> str:
 def forced(request, monkeypatch):
     """Two lanes for every run of at least one unit, units of one to a few batches; ``switching``:
     the timing choice changes its mind every few units, so runs mix both ways of taking units."""
-    monkeypatch.setattr(lanes, "lanes_wanted", lambda: True)
+    monkeypatch.setattr(lanes, "lanes_wanted", lambda batch_bytes: True)
     monkeypatch.setattr(lanes, "MIN_UNITS", 1)
     monkeypatch.setattr(lanes, "UNIT_BYTES", 3 * 8 * WINDOW * len(FEATURES) * 4)  # 3 batches of 8
     if request.param == "both":
@@ -284,7 +284,7 @@ def test_each_unit_is_gathered_once_the_helper_only_odd_ones_and_a_late_one_is_t
     assert not lane_threads()
 
 
-def test_lanes_only_where_two_cpus_and_torch_threads_allow(monkeypatch):
+def test_lanes_by_default_for_large_batches_only_where_two_cpus_and_torch_threads_allow(monkeypatch):
     import torch
 
     wanted = lanes.lanes_wanted
@@ -292,16 +292,22 @@ def test_lanes_only_where_two_cpus_and_torch_threads_allow(monkeypatch):
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
+        big, small = 2 << 20, 128 << 10  # B=256 L=512 C=4 float32, and B=64 L=128
+        monkeypatch.delenv("DASK_WINDOWS_LANES", raising=False)
+        assert wanted(big) and not wanted(small)  # by default: batches of 1 MiB and more
+        assert wanted(lanes.DEFAULT_BATCH_BYTES) and not wanted(lanes.DEFAULT_BATCH_BYTES - 1)
         monkeypatch.setenv("DASK_WINDOWS_LANES", "1")
-        assert wanted()
+        assert wanted(big) and wanted(small)
         monkeypatch.setenv("DASK_WINDOWS_LANES", "0")
-        assert not wanted()
-        monkeypatch.setenv("DASK_WINDOWS_LANES", "1")
-        torch.set_num_threads(1)  # as in a DataLoader worker
-        assert not wanted()
-        torch.set_num_threads(2)
-        monkeypatch.setattr(lanes, "usable_cpus", lambda: 1)
-        assert not wanted()
+        assert not wanted(big) and not wanted(small)
+        for asked in ("1", ""):
+            monkeypatch.setenv("DASK_WINDOWS_LANES", asked)
+            torch.set_num_threads(1)  # as in a DataLoader worker
+            assert not wanted(big)
+            torch.set_num_threads(2)
+            monkeypatch.setattr(lanes, "usable_cpus", lambda: 1)
+            assert not wanted(big)
+            monkeypatch.setattr(lanes, "usable_cpus", lambda: 2)
     finally:
         torch.set_num_threads(threads)
 
@@ -331,7 +337,7 @@ class Both(lanes.LaneChoice):
     def __init__(self):
         super().__init__(probes=0)
 
-lanes.lanes_wanted = lambda: True
+lanes.lanes_wanted = lambda batch_bytes: True
 lanes.MIN_UNITS = 1
 lanes.LaneChoice = Both
 ds = dw.WindowDataset(sys.argv[1], features=["f0", "f1", "f2"], series="sid", window=16, batch_size=8, pieces_per_partition=1)
@@ -367,3 +373,35 @@ def test_rounds_lost_in_a_row_back_off_and_a_win_resets():
         spans.append(choice.span(10**6)[1])
         choice.record(choice.both, spans[-1], 0.0)
     assert spans == [10, 20, 40, 10, 10]
+
+
+def test_by_default_only_batches_from_the_size_threshold_go_on_two_lanes(root, frames, monkeypatch):
+    import torch
+
+    batch_bytes = lambda b: b * WINDOW * len(FEATURES) * 4
+    monkeypatch.delenv("DASK_WINDOWS_LANES", raising=False)
+    monkeypatch.setattr(lanes, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(lanes, "DEFAULT_BATCH_BYTES", batch_bytes(100))  # 100 windows: between 8 and 200
+    monkeypatch.setattr(lanes, "MIN_UNITS", 1)
+    monkeypatch.setattr(lanes, "UNIT_BYTES", 1)  # a unit per batch
+    monkeypatch.setattr(lanes, "LaneChoice", lambda: _Fixed(True))
+    from dask_windows.runtime import batch as gathering
+
+    monkeypatch.setattr(gathering, "_LANE_RATIO", 0)  # short windows: the pool's runs count as dense
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for batch, expect in ((8, False), (200, True)):
+            args = dict(settings("NCL", batch), pieces_per_partition=None)  # the default pool order
+            indexed = [r.numpy() for _, r in dw.WindowDataset(root, return_index=True, **args)]
+            seen, got = [], []
+            for x in dw.WindowDataset(root, **args):  # features only: what lanes copy
+                seen.append(len(lane_threads()))
+                got.append(x.numpy())
+            assert (max(seen) >= 1) is expect, (batch, max(seen))
+            assert not lane_threads()
+            assert len(got) == len(indexed)
+            for x, rows in zip(got, indexed):
+                np.testing.assert_array_equal(x, oracle(frames, rows, "NCL"))
+    finally:
+        torch.set_num_threads(threads)

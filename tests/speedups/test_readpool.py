@@ -74,9 +74,13 @@ def shm_entries(pids=()) -> set[str]:
         found = re.match(r"(?:torch_|sem\.loky-)(\d+)[_-]", name)
         if found is not None:
             return found.group(1) not in ours
-        # multiprocessing's ``sem.mp-*`` of a spawn or forkserver context live as long as their owner:
-        # another process's (another xdist worker's DataLoader queues) when only other processes map it
         held = holders.get(name, set())
+        if name.startswith("sem.mp-"):
+            # multiprocessing's named semaphores (queues and locks of a spawn or forkserver context): the
+            # pool makes none (pipes and socket pairs only), so one is ours only where our processes map
+            # it; others come and go with other jobs (another xdist worker's or session's DataLoader
+            # queues, left until their resource tracker ends when their owner was killed)
+            return not held & ours
         return bool(held) and not held & ours
 
     # a name must outlive a short pause: multiprocessing's ``sem.mp-*`` semaphores of any process on the
