@@ -46,8 +46,8 @@ and put in a pass's values (``runtime.values.PassValues.next_pass``), holds the
 dataset's ``Slot``, its settings and what a pass's buffers depend on as values,
 and what must be asked when the read-ahead starts (the epoch ``set_epoch`` chose,
 the worker's pass count, a plan, pass values) as callables; never the dataset's
-members. A read-ahead keeps nothing of it but the ``Slot``, weakly: the threads
-and the expiry timer never keep the dataset alive.
+members. A read-ahead keeps its key's values and its plan, and watches the
+``Slot`` weakly: the threads and the expiry timer never keep the dataset alive.
 
 The trade-off: the first batch of a pass comes sooner (or at once) for memory
 the pass already had and a thread that waits between passes; a pass that is
