@@ -273,9 +273,9 @@ class WindowDataset(PassProtocol, IterableDataset):
 
     def _epoch_changes(self, epoch: int | None) -> None:
         if epoch is None:
-            nextpass.release(self)
+            nextpass.release(self._read_ahead)
         else:
-            nextpass.keep_only(self, epoch)  # a first buffer read ahead for another epoch is let go
+            nextpass.keep_only(self._read_ahead, epoch)  # a first buffer read ahead for another epoch is let go
 
     def __len__(self) -> int:
         """Exactly how many batches this rank yields per epoch, whatever ``num_workers`` is."""
@@ -312,7 +312,7 @@ class WindowDataset(PassProtocol, IterableDataset):
             return watched(self, shared(stream))
         reader, skip = self._resumer.begin(epoch, world, len(self))
         progress = self._resumer.progress  # this pass's own count: another iter() never moves it
-        planned = nextpass.planned(self, epoch, reader, skip)  # the plan a read-ahead was started from
+        planned = nextpass.planned(self._next_pass(), epoch, reader, skip)  # the plan a read-ahead was started from
         batches = self._batches(planned or self._plan(reader, skip, epoch), progress, (epoch, reader))
         if progress is not None:
             self._resumer.track(progress)
@@ -339,7 +339,7 @@ class WindowDataset(PassProtocol, IterableDataset):
 
         They are also stopped when the dataset is garbage collected and at exit.
         """
-        nextpass.release(self)
+        nextpass.release(self._read_ahead)
         if self._pool_reads is not None:
             self._pool_reads.close()
 
@@ -416,8 +416,17 @@ class WindowDataset(PassProtocol, IterableDataset):
         return PassValues(
             self._read_values(), output=output, allocator=SlotAllocator(), read_backend=backend,
             normalize=self._per_batch_normalize(), device=feed_for(self),
-            next_pass=NextPass(self) if counted else None,
+            next_pass=self._next_pass() if counted else None,
             step=self._resumer.step if counted else no_count, end=self._resumer.end if counted else no_count,
+        )  # fmt: skip
+
+    def _next_pass(self) -> NextPass:
+        """The next pass's read-ahead hook (``speedups.nextpass``): this dataset's slot, settings and what its
+        buffers depend on, as values; what is asked when the read-ahead starts, as callables."""
+        return NextPass(
+            self._read_ahead, self.next_pass_seconds, self.on_error, self.spec, self.source, self.grid,
+            self._normalize, self.row_offsets, epoch=lambda: self.epoch, worker_passes=lambda: self._worker_passes,
+            plan=self._plan, pass_values=self._pass_values,
         )  # fmt: skip
 
     def _batches(

@@ -41,6 +41,14 @@ today's error; remote files are checked by their reads only, as in a pass. An
 exception in the read ahead is never raised there: the pass drops what was read
 and reads again.
 
+What it receives: a ``NextPass``, built by the dataset (``WindowDataset._next_pass``)
+and put in a pass's values (``runtime.values.PassValues.next_pass``), holds the
+dataset's ``Slot``, its settings and what a pass's buffers depend on as values,
+and what must be asked when the read-ahead starts (the epoch ``set_epoch`` chose,
+the worker's pass count, a plan, pass values) as callables; never the dataset's
+members. A read-ahead keeps its key's values and its plan, and watches the
+``Slot`` weakly: the threads and the expiry timer never keep the dataset alive.
+
 The trade-off: the first batch of a pass comes sooner (or at once) for memory
 the pass already had and a thread that waits between passes; a pass that is
 not the one predicted wastes one first buffer's reads.
@@ -52,6 +60,8 @@ import logging
 import os
 import threading
 import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dask_windows.planning.world import World
@@ -60,11 +70,10 @@ from dask_windows.runtime.prefetch import Ahead, GuardedThread, Prefetcher
 from dask_windows.tuning import NEXT_PASS_JOIN_SECONDS as JOIN_SECONDS
 from dask_windows.tuning import NEXT_PASS_SECONDS, PLAN_BYTES_PER_PIECE, PLAN_SHARE
 
-WindowDataset = Any  # the dataset whose next pass is read ahead (not imported: no import cycle)
-
 if TYPE_CHECKING:
     from dask_windows.planning.plan import EpochPlan
     from dask_windows.runtime.reading import Reads
+    from dask_windows.runtime.values import PassValues
 
 __all__ = [
     "JOIN_SECONDS",
@@ -90,10 +99,7 @@ _LIVE: weakref.WeakSet[_NextPass] = weakref.WeakSet()  # read-aheads not yet tak
 class _NextPass:
     """One pass's readers and builder, started ahead of its ``iter()``; taken once or released once."""
 
-    def __init__(
-        self, owner: WindowDataset, key: tuple, plan: EpochPlan, reads: Reads, builder: Ahead, seconds: float
-    ) -> None:
-        self.owner = weakref.ref(owner)  # the threads hold a proxy: the dataset can be collected
+    def __init__(self, slot: Slot, key: tuple, plan: EpochPlan, reads: Reads, builder: Ahead, seconds: float) -> None:
         self.pid = os.getpid()  # a forked DataLoader worker inherits the attribute, not the threads
         self.key, self.plan, self.seconds = key, plan, seconds
         self.reads: Reads | None = reads
@@ -101,7 +107,9 @@ class _NextPass:
         self.done = threading.Event()  # taken or released: the timer stops waiting
         self._lock = threading.Lock()
         self._timer: threading.Thread | None = None
-        self._finalizer = weakref.finalize(owner, self.release)  # the dataset collected
+        # Released when its slot goes, that is with the dataset that owns the slot (the slot is watched
+        # weakly: the threads hold neither the slot nor the dataset, which can be collected).
+        self._finalizer = weakref.finalize(slot, self.release)
         self._finalizer.atexit = False  # at exit the threads are stopped by prefetch's atexit hook
         _LIVE.add(self)
 
@@ -156,11 +164,16 @@ class _NextPass:
 
 
 class Slot:
-    """Where a dataset keeps its next pass read ahead: one per dataset object, created with it (a split
-    gets its own); pickled empty (the threads and buffers are this process's); guarded by owner and pid
-    where a copy or a forked process shares it."""
+    """Where a dataset keeps its next pass read ahead, and who owns it: one per dataset object, created
+    with it (a split gets its own); pickled empty (the threads and buffers are this process's).
 
-    __slots__ = ("pending",)
+    A read-ahead is kept in the slot of the dataset that started it and nowhere else, so a copy with its
+    own slot (a split, a DataLoader worker's unpickled copy) never claims or releases another's; a
+    forked process inherits the slot but not the threads (each read-ahead is guarded by its pid); the
+    read-ahead is released when the slot is collected (``__weakref__``: watched, never kept alive).
+    """
+
+    __slots__ = ("__weakref__", "pending")
 
     def __init__(self) -> None:
         self.pending: _NextPass | None = None
@@ -174,21 +187,48 @@ class Slot:
         return Slot, ()
 
 
+@dataclass(frozen=True, eq=False)
 class NextPass:
-    """The hook a buffer order's pass calls (``runtime.values.PassValues.next_pass``), wired by the dataset:
-    ``claim`` this pass's first buffer if it was read ahead, ``wanted`` / ``begin`` the next pass's."""
+    """The hook a buffer order's pass calls (``runtime.values.PassValues.next_pass``), built by the dataset
+    (``WindowDataset._next_pass``): ``claim`` this pass's first buffer if it was read ahead, ``wanted`` /
+    ``begin`` the next pass's. It holds values and callables, never the dataset's members.
 
-    def __init__(self, ds: WindowDataset) -> None:
-        self._ds = ds
+    Attributes:
+        slot: The dataset's ``Slot``: where the read-ahead is kept, and its owner.
+        seconds: ``next_pass_seconds``: how long an unclaimed read-ahead waits (``0``: none is read).
+        on_error: The dataset's fault policy (a read-ahead only with ``"raise"``).
+        spec: The window semantics and batching (``WindowSpec``).
+        source: The source handle: its partitions' sizes, and ``unchanged`` before rows read ahead are used.
+        grid: The window grid.
+        normalize: The dataset's normalisation, as resolved (global statistics, ``"sample"`` or ``None``).
+        row_offsets: ``(P,)`` dataset row of each partition's first row.
+        epoch: The dataset's epoch now: the next pass's, when ``set_epoch`` chose it during this pass.
+        worker_passes: Passes over this copy inside one DataLoader worker process (``0`` outside one), now.
+        plan: ``(world, skip_batches, epoch)``: that reader's plan of that epoch.
+        pass_values: The values of a pass that counts its batches (``runtime.values.PassValues``).
+    """
+
+    slot: Slot
+    seconds: float
+    on_error: str
+    spec: Any
+    source: Any
+    grid: Any
+    normalize: Any
+    row_offsets: Any
+    epoch: Callable[[], int]
+    worker_passes: Callable[[], int]
+    plan: Callable[[World, int, int], EpochPlan]
+    pass_values: Callable[[], PassValues]
 
     def claim(self, plan: EpochPlan, this_pass: tuple) -> tuple[Reads, Ahead] | None:
-        return claim(self._ds, plan, this_pass)
+        return claim(self, plan, this_pass)
 
     def wanted(self, reads: Reads, plan: EpochPlan) -> bool:
-        return wanted(self._ds, reads, plan)
+        return wanted(self, reads, plan)
 
     def begin(self, epoch: int, world: World) -> _NextPass | None:
-        return begin(self._ds, epoch, world)
+        return begin(self, epoch, world)
 
 
 def _expire(pending: _NextPass) -> None:
@@ -197,16 +237,16 @@ def _expire(pending: _NextPass) -> None:
         pending.release()
 
 
-def _key(ds: WindowDataset, epoch: int, world: World) -> tuple:
+def _key(ahead: NextPass, epoch: int, world: World) -> tuple:
     """What a pass's buffers depend on besides its plan: compared by value, then by identity."""
-    return (epoch, world, ds.spec, ds.on_error), (ds.grid, ds.source, ds._normalize, ds.row_offsets)
+    return (epoch, world, ahead.spec, ahead.on_error), (ahead.grid, ahead.source, ahead.normalize, ahead.row_offsets)
 
 
 def _same(a: tuple, b: tuple) -> bool:
     return a[0] == b[0] and len(a[1]) == len(b[1]) and all(x is y for x, y in zip(a[1], b[1]))
 
 
-def wanted(ds: WindowDataset, reads: Reads, plan: EpochPlan) -> bool:
+def wanted(ahead: NextPass, reads: Reads, plan: EpochPlan) -> bool:
     """Whether the pass of ``plan``, served by ``reads``, reads the next pass's first buffer ahead.
 
     Not where the next pass's plan, held
@@ -214,14 +254,14 @@ def wanted(ds: WindowDataset, reads: Reads, plan: EpochPlan) -> bool:
     memory (``PLAN_BYTES_PER_PIECE`` per piece: many pieces of a few rows, as 1,024 pieces of 64
     rows per partition of a memmap give).
     """
-    if getattr(ds, "next_pass_seconds", NEXT_PASS_SECONDS) <= 0 or ds.on_error != "raise":
+    if ahead.seconds <= 0 or ahead.on_error != "raise":
         return False
     if not reads.background or not isinstance(reads.reader, Prefetcher):  # no threads, or read_workers
         return False
-    if _plan_bytes(plan) * PLAN_SHARE > _buffer_bytes(ds):
+    if _plan_bytes(plan) * PLAN_SHARE > _buffer_bytes(ahead):
         return False  # the next pass's plan would weigh beside the buffers: many pieces of a few rows
     # Not in a DataLoader worker's first pass: its process may end with it (not persistent).
-    return not in_worker() or getattr(ds, "_worker_passes", 0) >= 2
+    return not in_worker() or ahead.worker_passes() >= 2
 
 
 def _plan_bytes(plan: EpochPlan) -> int:
@@ -229,21 +269,21 @@ def _plan_bytes(plan: EpochPlan) -> int:
     return PLAN_BYTES_PER_PIECE * sum(len(group) for group in plan.buffers)
 
 
-def _buffer_bytes(ds: WindowDataset) -> int:
+def _buffer_bytes(ahead: NextPass) -> int:
     """About the decoded bytes of one buffer: ``buffer_partitions`` partitions of the mean size."""
-    partitions = ds.source.partitions
+    partitions = ahead.source.partitions
     rows = sum(p.num_rows for p in partitions) / max(len(partitions), 1)
-    return int(rows * ds.spec.buffer_partitions * len(ds.spec.features) * 4)
+    return int(rows * ahead.spec.buffer_partitions * len(ahead.spec.features) * 4)
 
 
-def begin(ds: WindowDataset, epoch: int, world: World) -> _NextPass | None:
+def begin(ahead: NextPass, epoch: int, world: World) -> _NextPass | None:
     """Start reading the first buffer of ``world``'s next pass (called on the consumer's thread).
 
     The pass after ``epoch``'s: over the epoch ``set_epoch`` chose meanwhile if it chose another,
     else over ``epoch + 1`` (``epochs``: what the next pass claims when nothing pins it).
 
     Args:
-        ds: The dataset.
+        ahead: The dataset's hook (its slot, values and callables).
         epoch: The epoch of the pass whose last buffer is being drained.
         world: Its reader.
 
@@ -253,17 +293,17 @@ def begin(ds: WindowDataset, epoch: int, world: World) -> _NextPass | None:
     """
     reads = None
     try:
-        release(ds)  # an earlier one no pass took
+        release(ahead.slot)  # an earlier one no pass took
         from dask_windows.runtime import reading
         from dask_windows.runtime.pipeline import start_builder
         from dask_windows.sources import PartitionReader
 
-        pinned = ds.epoch  # this pass's epoch, or the one set_epoch chose since it began
+        pinned = ahead.epoch()  # this pass's epoch, or the one set_epoch chose since it began
         epoch = pinned if pinned != epoch else epoch + 1
-        plan = ds._plan(world, 0, epoch)
+        plan = ahead.plan(world, 0, epoch)
         if plan.num_windows <= 0:
             return None
-        values = ds._pass_values()  # (the threads hold these values, not the dataset)
+        values = ahead.pass_values()  # (the threads hold these values, not the dataset)
         reads = reading.open_reads(values, plan)
         arena = reads.arena
         if not reads.background or not isinstance(reads.reader, Prefetcher) or arena is None:
@@ -283,62 +323,61 @@ def begin(ds: WindowDataset, epoch: int, world: World) -> _NextPass | None:
         if reads is not None:
             reads.close()
         return None
-    seconds = getattr(ds, "next_pass_seconds", NEXT_PASS_SECONDS)
-    pending = _NextPass(ds, _key(ds, epoch, world), plan, reads, builder, seconds)
-    ds._read_ahead.pending = pending
+    pending = _NextPass(ahead.slot, _key(ahead, epoch, world), plan, reads, builder, ahead.seconds)
+    ahead.slot.pending = pending
     return pending
 
 
-def planned(ds: WindowDataset, epoch: int, world: World, skip: int) -> EpochPlan | None:
+def planned(ahead: NextPass, epoch: int, world: World, skip: int) -> EpochPlan | None:
     """The plan the read-ahead was started from, when it is the plan of this pass (``skip`` batches
     skipped, none for a read-ahead); else ``None``. Plans are pure: the same key, the same plan."""
-    pending = ds._read_ahead.pending
-    if not isinstance(pending, _NextPass) or skip or pending.owner() is not ds or pending.pid != os.getpid():
+    pending = ahead.slot.pending
+    if not isinstance(pending, _NextPass) or skip or pending.pid != os.getpid():
         return None
-    return pending.plan if _same(pending.key, _key(ds, epoch, world)) else None
+    return pending.plan if _same(pending.key, _key(ahead, epoch, world)) else None
 
 
-def claim(ds: WindowDataset, plan: EpochPlan, this_pass: tuple) -> tuple[Reads, Ahead] | None:
+def claim(ahead: NextPass, plan: EpochPlan, this_pass: tuple) -> tuple[Reads, Ahead] | None:
     """The reads and builder of ``plan`` started ahead for this pass, or ``None`` (what was read is dropped).
 
     Args:
-        ds: The dataset whose pass starts.
+        ahead: The hook of the dataset whose pass starts.
         plan: The pass's plan.
         this_pass: ``(epoch, World)`` of the pass.
     """
-    pending = ds._read_ahead.take()
+    pending = ahead.slot.take()
     if not isinstance(pending, _NextPass):
         return None
-    if pending.owner() is not ds or pending.pid != os.getpid():
-        return None  # a copy's (split, mixture view) or a forked process's: the owner keeps it
+    if pending.pid != os.getpid():
+        return None  # a forked process's copy: the threads are the parent's
     if not pending.take():
         return None  # released meanwhile (timer)
     reads, builder = pending.reads, pending.builder
-    same = _same(pending.key, _key(ds, *this_pass)) and (pending.plan is plan or pending.plan == plan)
-    if not same or reads is None or builder is None or pending.failed() or not _unchanged(ds, pending):
+    same = _same(pending.key, _key(ahead, *this_pass)) and (pending.plan is plan or pending.plan == plan)
+    if not same or reads is None or builder is None or pending.failed() or not _unchanged(ahead, pending):
         pending.shutdown()
         return None
     pending.reads = pending.builder = None
     return reads, builder
 
 
-def _unchanged(ds: WindowDataset, pending: _NextPass) -> bool:
+def _unchanged(ahead: NextPass, pending: _NextPass) -> bool:
     """Whether the files read ahead are still those the dataset opened (``Source.unchanged``)."""
-    check = getattr(ds.source, "unchanged", None)
+    check = getattr(ahead.source, "unchanged", None)
     return check is None or bool(check(pending.partitions_read()))
 
 
-def keep_only(ds: WindowDataset, epoch: int) -> None:
-    """Release the read-ahead unless it is for a pass over ``epoch`` (``set_epoch``)."""
-    pending = ds._read_ahead.pending
+def keep_only(slot: Slot, epoch: int) -> None:
+    """Release the read-ahead kept in ``slot`` unless it is for a pass over ``epoch`` (``set_epoch``)."""
+    pending = slot.pending
     if isinstance(pending, _NextPass) and pending.key[0][0] != epoch:
-        release(ds)
+        release(slot)
 
 
-def release(ds: WindowDataset) -> None:
-    """Stop the dataset's read-ahead, if any, and drop its buffers (``close``, ``load_state_dict``)."""
-    pending = ds._read_ahead.take()
-    if isinstance(pending, _NextPass) and pending.owner() is ds and pending.pid == os.getpid():
+def release(slot: Slot) -> None:
+    """Stop the read-ahead kept in ``slot``, if any, and drop its buffers (``close``, ``load_state_dict``)."""
+    pending = slot.take()
+    if isinstance(pending, _NextPass) and pending.pid == os.getpid():
         pending.release()
 
 

@@ -80,9 +80,9 @@ def claims(monkeypatch):
     seen: list[bool] = []
     claim = nextpass.claim
 
-    def recorded(ds, *args):
-        out = claim(ds, *args)
-        if ds.next_pass_seconds > 0:  # not the references, read with it off
+    def recorded(ahead, *args):
+        out = claim(ahead, *args)
+        if ahead.seconds > 0:  # not the references, read with it off
             seen.append(out is not None)
         return out
 
@@ -134,7 +134,7 @@ def test_array_data_reads_its_next_pass_ahead_too(claims):
 def test_not_where_the_plan_outweighs_the_buffer(root, claims, monkeypatch):
     monkeypatch.setattr(nextpass, "PLAN_SHARE", 8)
     ds = make(root, partition_bytes=1)  # 32 partitions of 120 rows: a plan beside buffers of 960 bytes
-    assert nextpass._plan_bytes(ds._plan(dw.planning.world.World())) * 8 > nextpass._buffer_bytes(ds)
+    assert nextpass._plan_bytes(ds._plan(dw.planning.world.World())) * 8 > nextpass._buffer_bytes(ds._next_pass())
     epoch_of(ds)
     assert loader_threads() == []
     big = make(root, pieces_per_partition=1, buffer_partitions=2)  # 4 whole files: a plan of 800 bytes
