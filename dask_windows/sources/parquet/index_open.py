@@ -284,15 +284,14 @@ class IndexedRuns(_ByPath):
         """The runs of ``path`` (kept: the index's arrays are shared, nothing is freed by removing them)."""
         return self.get(path, default)
 
-    def every_file(self) -> tuple[list, list, list] | None:
-        """``(starts, lengths, keys)``: each a list of every file's array (views of the index's, keys in
-        their dtype), when the index tells every file's runs; else ``None``."""
+    def every_file(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """``(starts, lengths, keys, offsets)`` of every file at once, when the index tells every file's runs
+        (else ``None``): the index's flat ``(R,)`` arrays (keys in their dtype), file ``i``'s runs from
+        ``offsets[i]`` to ``offsets[i + 1]`` (``(F + 1,)``), not an array per file."""
         if self._count != len(self._files):
             return None
         starts, lengths, keys, offsets, _, dtype = self._files.runs  # type: ignore[misc]
-        cuts = offsets[1:-1]
-        keys = keys if dtype is None else keys.astype(dtype)
-        return np.split(starts, cuts), np.split(lengths, cuts), np.split(keys, cuts)
+        return starts, lengths, (keys if dtype is None else keys.astype(dtype)), offsets
 
     def value(self, i: int) -> Any:
         starts, lengths, keys, offsets, _, dtype = self._files.runs  # type: ignore[misc]
