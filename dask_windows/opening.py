@@ -9,12 +9,13 @@ non-finite values), skipping unreadable partitions with ``on_error="skip"``;
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from dask_windows.checks import bad_value_rows, check_column_types
 from dask_windows.errors import DataError
 from dask_windows.faults import SkippedPartition, guard_scan
-from dask_windows.planning.index import runs_of_files, scan_runs
+from dask_windows.planning.index import PartitionRuns, runs_of_files, scan_runs
 from dask_windows.remedies import no_windows_remedy
 from dask_windows.runtime.memory import trim
 from dask_windows.sources import Source
@@ -48,7 +49,7 @@ def scan(
     on_error: str,
     skipped: list[SkippedPartition],
     threads: int,
-) -> list:
+) -> Sequence[PartitionRuns]:
     """The series runs of every partition of ``source``, read on ``threads`` threads.
 
     Args:
@@ -62,7 +63,8 @@ def scan(
         threads: Threads reading the partitions.
 
     Returns:
-        The runs of each partition, as ``index.scan_runs`` gives them.
+        The runs of each partition, as ``index.scan_runs`` gives them (``FileRuns``, columnar, when a dataset
+        index tells every file's runs).
     """
     bad_rows = (  # every row a window may hold, the halo past a partition's end included
         (lambda i: bad_value_rows(source.read_rows(i, list(spec.columns), 0, source.readable_rows(i))))
@@ -98,7 +100,7 @@ def _scan(source: Source, read_runs: Any, bad_rows: Any, threads: int) -> list:
 
 
 def check_windows(
-    source: Source, spec: WindowSpec, runs: list, num_windows: int, order_remedy: str, skipped: list
+    source: Source, spec: WindowSpec, runs: Sequence[PartitionRuns], num_windows: int, order_remedy: str, skipped: list
 ) -> None:
     """Raise ``DataError`` when the runs hold no window, naming the longest run and the remedy.
 

@@ -15,16 +15,26 @@ so rows repeated in a neighbouring chunk's overlap never start a window twice.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from dask_windows.planning.ragged import Ragged
 from dask_windows.planning.windows import split_runs_at, windows_per_run
 
-__all__ = ["PartitionRuns", "WindowGrid", "chain_origins", "cut_runs", "run_grid", "runs_of_files", "scan_runs"]
+__all__ = [
+    "FileRuns",
+    "PartitionRuns",
+    "WindowGrid",
+    "chain_origins",
+    "cut_runs",
+    "run_grid",
+    "runs_of_files",
+    "scan_runs",
+]
 
 
 @dataclass(frozen=True, slots=True)  # one per partition: no per-instance dict
@@ -54,9 +64,41 @@ class PartitionRuns:
         return self if self.whole is None else self.whole
 
 
+class FileRuns(Sequence[PartitionRuns]):
+    """The runs of partitions that are whole files (no halo, none continues another, nothing cut), columnar.
+
+    Item ``p`` is partition ``p``'s ``PartitionRuns``, built when asked for: a dataset of 10^5 files
+    holds three arrays, not three array objects and a ``PartitionRuns`` per file.
+
+    Attributes:
+        starts: ``(R,)`` ``Ragged``: per partition, its runs' first rows (int64).
+        lengths: ``(R,)`` ``Ragged``: per partition, its runs' rows (int64), the same offsets.
+        keys: ``(R,)`` ``Ragged``: per partition, its runs' series keys, the same offsets.
+    """
+
+    __slots__ = ("keys", "lengths", "starts")
+
+    def __init__(self, starts: np.ndarray, lengths: np.ndarray, keys: np.ndarray, offsets: np.ndarray) -> None:
+        self.starts = Ragged(np.asarray(starts, np.int64), offsets)
+        self.lengths = self.starts.with_values(np.asarray(lengths, np.int64))
+        self.keys = self.starts.with_values(np.asarray(keys))
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __getitem__(self, p: Any) -> Any:
+        if isinstance(p, slice):  # a list: nothing here slices, a Sequence must allow it
+            return [self[i] for i in range(*p.indices(len(self)))]
+        return PartitionRuns(self.starts[p], self.lengths[p], self.keys[p])
+
+    def __iter__(self) -> Iterator[PartitionRuns]:
+        return map(PartitionRuns, self.starts, self.lengths, self.keys)
+
+
 @dataclass(frozen=True)
 class WindowGrid:
-    """The windows of every partition.
+    """The windows of every partition, columnar (``Ragged``: one flat array and offsets, not an array per
+    partition; ``first[p]`` and ``counts[p]`` are partition ``p``'s arrays).
 
     Attributes:
         first: Per partition, ``(R,)`` row of each run's first window.
@@ -64,47 +106,43 @@ class WindowGrid:
         stride: Rows between consecutive windows of a run.
     """
 
-    first: tuple[np.ndarray, ...]
-    counts: tuple[np.ndarray, ...]
+    first: Ragged
+    counts: Ragged
     stride: int
 
     @classmethod
     def from_runs(cls, runs: Sequence[PartitionRuns], span: int, stride: int) -> WindowGrid:
         """The grid of ``runs``, honouring each run's ``origin`` and ``owned`` rows."""
+        if isinstance(runs, FileRuns):  # columnar already: the grid's first rows are the runs' starts
+            return cls(runs.starts, runs.starts.with_values(windows_per_run(runs.lengths.values, span, stride)), stride)
         if runs and all(r.origin is None and r.owned is None for r in runs):  # one numpy pass over every run
-            sizes = np.fromiter(map(len, (r.lengths for r in runs)), np.int64, len(runs))  # (P,) runs
-            every = windows_per_run(np.concatenate([r.lengths for r in runs]), span, stride)  # (runs of all,)
-            return cls(tuple(r.starts for r in runs), tuple(np.split(every, np.cumsum(sizes)[:-1])), stride)
-        first, counts = [], []
+            first = Ragged.of([r.starts for r in runs])
+            lengths = np.concatenate([r.lengths for r in runs])  # (runs of all,)
+            return cls(first, first.with_values(windows_per_run(lengths, span, stride)), stride)
+        firsts, counts = [], []
         for r in runs:
             if r.origin is None and r.owned is None:
-                first.append(r.starts)
+                firsts.append(r.starts)
                 counts.append(windows_per_run(r.lengths, span, stride))
                 continue
             f, c = run_grid(r.starts, r.lengths, span, stride, r.origin, r.owned)
-            first.append(f)
+            firsts.append(f)
             counts.append(c)
-        return cls(tuple(first), tuple(counts), stride)
+        return cls(Ragged.of(firsts), Ragged.of(counts), stride)
 
     @property
     def windows_per_partition(self) -> np.ndarray:
         """``(P,)`` windows of each partition."""
-        if not self.counts:
-            return np.zeros(0, np.int64)
-        sizes = np.fromiter(map(len, self.counts), np.int64, len(self.counts))  # (P,) runs of each
-        totals = np.concatenate([[0], np.cumsum(np.concatenate(self.counts), dtype=np.int64)])
-        ends = np.cumsum(sizes)  # (P,) one past each partition's last run
-        return (totals[ends] - totals[ends - sizes]).astype(np.int64)
+        return self.counts.sums()
 
     def restrict(self, keep_lo: Sequence[np.ndarray], keep_hi: Sequence[np.ndarray]) -> WindowGrid:
-        """Keep windows ``[keep_lo, keep_hi)`` of each run's grid (clipped to the run)."""
-        first, counts = [], []
-        for f, c, lo, hi in zip(self.first, self.counts, keep_lo, keep_hi):
-            lo = np.clip(lo, 0, c)
-            hi = np.clip(hi, lo, c)
-            first.append(f + lo * self.stride)
-            counts.append(hi - lo)
-        return replace(self, first=tuple(first), counts=tuple(counts))
+        """Keep windows ``[keep_lo, keep_hi)`` of each run's grid (clipped to the run); ``keep_lo`` and
+        ``keep_hi``: per partition, ``(R,)`` window numbers of each run."""
+        counts = self.counts.values  # (runs of all,)
+        lo = np.clip(Ragged.of(keep_lo).values, 0, counts)
+        hi = np.clip(Ragged.of(keep_hi).values, lo, counts)
+        first = self.first.with_values(self.first.values + lo * self.stride)
+        return replace(self, first=first, counts=self.counts.with_values(hi - lo))
 
 
 def run_grid(
@@ -194,10 +232,11 @@ def scan_runs(
     return [r if bad is None or not len(bad) else cut_runs(r, bad) for r, (_, bad) in zip(runs, found)]
 
 
-def runs_of_files(starts: Sequence[np.ndarray], lengths: Sequence[np.ndarray], keys: Sequence[np.ndarray]) -> list:
-    """``PartitionRuns`` of partitions that are whole files (no halo, none continues another), from their
-    runs told at once: what ``scan_runs`` gives for them, without a call per partition."""
-    return [PartitionRuns(s, n, k) for s, n, k in zip(starts, lengths, keys)]
+def runs_of_files(starts: np.ndarray, lengths: np.ndarray, keys: np.ndarray, offsets: np.ndarray) -> FileRuns:
+    """The runs of partitions that are whole files (no halo, none continues another), from their runs told at
+    once, flat (``(R,)`` each, partition ``p``'s from ``offsets[p]`` to ``offsets[p + 1]``): what ``scan_runs``
+    gives for them, without a call or an object per partition."""
+    return FileRuns(starts, lengths, keys, offsets)
 
 
 def _same_key(a: Any, b: Any) -> bool:

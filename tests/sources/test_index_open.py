@@ -10,6 +10,7 @@ import pytest
 from helpers import collect, same_batches
 
 from dask_windows.dataset import WindowDataset
+from dask_windows.planning.index import FileRuns
 from dask_windows.sources import ParquetSource
 from dask_windows.sources.base import Source
 from dask_windows.sources.parquet.footer_index import IndexedFooter
@@ -48,6 +49,8 @@ def test_series_keys_of_any_type_come_from_the_index_and_give_the_same_epoch(tmp
     monkeypatch.undo()
     assert isinstance(indexed.source._footers[indexed.source.files[0]], IndexedFooter)
     assert indexed.source.runs_at_once("sid") is not None  # every file's runs at once, no scan per partition
+    assert isinstance(indexed.runs, FileRuns)  # columnar: no array nor PartitionRuns held per file
+    assert indexed.grid.first is indexed.runs.starts and indexed.grid.counts.offsets is indexed.runs.starts.offsets
     for runs_a, runs_b in zip(indexed.runs, plain.runs):
         assert np.array_equal(runs_a.starts, runs_b.starts) and np.array_equal(runs_a.lengths, runs_b.lengths)
         assert list(runs_a.keys) == list(runs_b.keys)

@@ -76,8 +76,8 @@ class IndexedFiles:
     Attributes:
         files: The files, in the listing's order.
         sizes: ``(F,)`` bytes of each file.
-        versions: ``(F,)`` object array: each file's version as indexed (ETag text, local ``mtime`` in
-            ns as text) or ``None``.
+        versions: ``(F,)`` Arrow string array (kept in Arrow: a Python string per file costs ~50 bytes more):
+            each file's version as indexed (ETag text, local ``mtime`` in ns as text) or null.
         row_offsets: ``(F + 1,)`` where each file's rows per row group begin in ``group_rows``.
         group_rows: ``(G,)`` rows of every row group, file after file (``group_bytes``: their bytes).
         footer_offsets: ``(F + 1,)`` where each compact footer begins in ``footer_data`` (uint8).
@@ -92,7 +92,7 @@ class IndexedFiles:
         self.files, self.where, self.local = files, where, local
         col = {name: table.column(name).combine_chunks() for name in table.column_names}
         self.sizes = np.asarray(col["size"].to_numpy(), np.int64)
-        self.versions = np.asarray(col["version"].to_numpy(zero_copy_only=False), object)
+        self.versions = col["version"]
         self.group_rows, self.row_offsets = _flat(col["rows"])
         self.group_bytes = _flat(col["group_bytes"])[0]  # the same offsets as rows
         footers = col["footer"]
@@ -134,7 +134,7 @@ class IndexedFiles:
         return self.digest_data[self.digest_offsets[i] : self.digest_offsets[i + 1]].tobytes()
 
     def identity(self, i: int) -> FileIdentity | None:
-        version = self.versions[i]
+        version = self.versions[i].as_py()
         if self.local:
             return None if version is None else FileIdentity(int(self.sizes[i]), int(version))
         return FileIdentity(int(self.sizes[i]), version)
@@ -284,15 +284,14 @@ class IndexedRuns(_ByPath):
         """The runs of ``path`` (kept: the index's arrays are shared, nothing is freed by removing them)."""
         return self.get(path, default)
 
-    def every_file(self) -> tuple[list, list, list] | None:
-        """``(starts, lengths, keys)``: each a list of every file's array (views of the index's, keys in
-        their dtype), when the index tells every file's runs; else ``None``."""
+    def every_file(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """``(starts, lengths, keys, offsets)`` of every file at once, when the index tells every file's runs
+        (else ``None``): the index's flat ``(R,)`` arrays (keys in their dtype), file ``i``'s runs from
+        ``offsets[i]`` to ``offsets[i + 1]`` (``(F + 1,)``), not an array per file."""
         if self._count != len(self._files):
             return None
         starts, lengths, keys, offsets, _, dtype = self._files.runs  # type: ignore[misc]
-        cuts = offsets[1:-1]
-        keys = keys if dtype is None else keys.astype(dtype)
-        return np.split(starts, cuts), np.split(lengths, cuts), np.split(keys, cuts)
+        return starts, lengths, (keys if dtype is None else keys.astype(dtype)), offsets
 
     def value(self, i: int) -> Any:
         starts, lengths, keys, offsets, _, dtype = self._files.runs  # type: ignore[misc]
@@ -380,11 +379,12 @@ def _check_listing(opened: IndexedFiles, listed: dict, url: Callable) -> None:
     key = None if first is None else next((k for k in _version_keys() if first.get(k) is not None), None)
     if key is not None:
         now = np.array([None if not i or i.get(key) is None else str(i[key]) for i in infos], object)
-        bad |= (now != None) & (opened.versions != None) & (now != opened.versions)  # noqa: E711
+        versions = np.asarray(opened.versions.to_numpy(zero_copy_only=False), object)  # (F,) as indexed or None
+        bad |= (now != None) & (versions != None) & (now != versions)  # noqa: E711
     hit = np.flatnonzero(bad)
     if len(hit):
         i = int(hit[0])
-        path, found = opened.files[i], FileIdentity(int(opened.sizes[i]), opened.versions[i])
+        path, found = opened.files[i], FileIdentity(int(opened.sizes[i]), opened.versions[i].as_py())
         now_id = from_info(infos[i])
         raise stale(opened.where, path, f"changed (indexed: {found.describe()}; now {now_id.describe()})", url)
 
