@@ -32,7 +32,7 @@ import torch
 
 from dask_windows.tuning import MIN_SHARED_BYTES as _MIN_SHARED_BYTES
 
-__all__ = ["pack", "recv", "release", "send", "shared_empty", "unpack"]
+__all__ = ["pack", "recv", "release", "send", "shared_empty", "unlink_leftovers", "unpack"]
 
 
 # -- packing: arrays as shared tensors, each object once -------------------------------------------
@@ -67,6 +67,29 @@ class _Packed:
 
 
 _ALLOCATED: dict[int, tuple[np.ndarray, torch.Tensor]] = {}  # worker: id(array) -> (array, its bytes)
+
+
+def unlink_leftovers(pid: int, folder: str = "/dev/shm") -> list[str]:
+    """Unlink the shared-memory names a killed process ``pid`` left: the names it unlinked.
+
+    torch makes a segment under a name (``torch_<pid>_<random>_<n>``) and unlinks it at once; a
+    worker killed between the two (SIGKILL, the out-of-memory killer) leaves the name, and its
+    memory, until the machine restarts. Only for a child known dead: the pid is in the name, so
+    no live process's segment is touched.
+    """
+    prefix = f"torch_{int(pid)}_"
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(prefix)]
+    except OSError:  # no such folder (not Linux)
+        return []
+    gone = []
+    for name in names:
+        try:
+            os.unlink(os.path.join(folder, name))
+            gone.append(name)
+        except OSError:  # unlinked meanwhile
+            pass
+    return gone
 
 
 def shared_empty(shape: tuple, dtype: Any) -> np.ndarray:

@@ -62,7 +62,7 @@ from dask_windows.runtime.prefetch import GuardedThread, PrefetchClosed, Prefetc
 from dask_windows.runtime.reading import READ_THREADS, BufferArena, read_unit
 from dask_windows.runtime.values import ReadValues
 from dask_windows.sources import PartitionReader
-from dask_windows.speedups.handoff import pack, recv, release, send, shared_empty, unpack
+from dask_windows.speedups.handoff import pack, recv, release, send, shared_empty, unlink_leftovers, unpack
 from dask_windows.speedups.main_guard import check_main_guard
 from dask_windows.workerwatch import (
     READ_DEADLINE_SECONDS,
@@ -346,6 +346,7 @@ class ReadPool:
         """Worker ``i`` exited: fail its tickets (and, unless the pool was closing, break the pool)."""
         proc = self.processes[i]
         proc.join(timeout=5)
+        _clean_after(proc)
         with self.changed:
             self.workers_ready.discard(i)
             if not self.broken:
@@ -384,6 +385,7 @@ class ReadPool:
                 if proc.is_alive():  # pragma: no cover - a read stuck in native code
                     proc.kill()
                     proc.join()
+                _clean_after(proc)
 
     def __del__(self) -> None:
         try:
@@ -393,6 +395,12 @@ class ReadPool:
 
 
 _DISCARD = object()
+
+
+def _clean_after(proc: Any) -> None:
+    """A worker killed by a signal may leave a shared-memory name half made: unlink it (``handoff``)."""
+    if proc.exitcode is not None and proc.exitcode < 0 and proc.pid is not None:
+        unlink_leftovers(proc.pid)
 
 
 # -- one pool per dataset ----------------------------------------------------------------------------

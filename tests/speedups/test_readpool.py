@@ -152,6 +152,36 @@ def test_a_killed_worker_is_an_error_not_a_hang_and_leaves_no_shared_memory(pool
     assert shm_entries([p.pid for p in pool.processes]) - before == set()
 
 
+def killed_mid_segment(i: int) -> Part:
+    """Read ``i``; at 2, die as torch's allocation would between naming a segment and unlinking it."""
+    if i == 2:
+        fd = os.open(f"/dev/shm/torch_{os.getpid()}_12345_0", os.O_CREAT | os.O_RDWR, 0o600)
+        os.ftruncate(fd, 1 << 20)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return read(i)
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm")
+def test_a_worker_killed_inside_a_shared_allocation_leaves_no_name_in_dev_shm(pool_of):
+    other = f"/dev/shm/torch_{os.getpid()}_12345_0"  # a live process's name: never touched
+    with open(other, "wb"):
+        pass
+    try:
+        pool = pool_of(killed_mid_segment, 1)
+        pid = pool.processes[0].pid
+        doomed = pool.submit(2)
+        with pytest.raises(RuntimeError, match="exited unexpectedly"):
+            pool.result(doomed)
+        deadline = time.monotonic() + 10
+        while pool.alive and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pool.close()
+        assert not os.path.exists(f"/dev/shm/torch_{pid}_12345_0")  # the dead worker's, unlinked
+        assert os.path.exists(other)
+    finally:
+        os.unlink(other)
+
+
 def test_close_stops_workers_and_fails_what_was_pending(pool_of):
     pool = pool_of(read, 2)
     ticket = pool.submit(1)
