@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 import torch
 
@@ -78,8 +79,17 @@ def main(config: dict) -> None:
     for epoch in range(2):
         out[f"train{epoch}"] = [s.tolist() for e, _, s in model.seen if e == epoch]
         out[f"valid{epoch}"] = [s.tolist() for e, s in model.validated if e == epoch]
-    with open(os.path.join(config["out"], f"rank{fit.global_rank}.json"), "w") as f:
+    path = os.path.join(config["out"], f"rank{fit.global_rank}.json")
+    with open(path + ".tmp", "w") as f:
         json.dump(out, f)
+    os.replace(path + ".tmp", path)  # whole or absent
+    if fit.global_rank == 0:
+        # Rank 1 is a process Lightning started by running this script again, and the test waits for
+        # rank 0 only: rank 0 exits once every rank has written its figures (rank 1 could be later).
+        deadline = time.monotonic() + 300
+        others = [os.path.join(config["out"], f"rank{r}.json") for r in range(1, fit.world_size)]
+        while not all(map(os.path.exists, others)) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 if __name__ == "__main__":
