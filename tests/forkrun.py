@@ -16,6 +16,9 @@ environment differs in a variable that an imported module has already read
 ``PYTHONPATH``): ``popen`` and ``run`` start those with ``subprocess`` themselves. Every child
 gets ``OMP_NUM_THREADS=1`` and ``MKL_NUM_THREADS=1`` unless its environment says otherwise (the
 zygote's torch was imported with them).
+The zygote imports under the pytest worker's environment as it is when a child starts: when that
+environment has changed in such a variable since (a test set it, a library wrote ``os.environ``), a
+new zygote is started for the children that follow and the old one exits once its own children have.
 ``DASK_WINDOWS_TEST_FORK=0`` starts every child with ``subprocess``.
 """
 
@@ -111,7 +114,7 @@ class _Zygote:
     """The pytest worker's end of the zygote: starts jobs, and a thread that files its answers."""
 
     def __init__(self) -> None:
-        env = dict(os.environ, **_BASE_ENV)
+        env = {**_BASE_ENV, **os.environ}  # as ``run`` and ``popen`` make a child's
         env["PYTHONPATH"] = os.pathsep.join([ROOT, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         self.env = env
         self.proc = subprocess.Popen(
@@ -150,6 +153,13 @@ class _Zygote:
             self.lock.wait_for(lambda: "rc" in self.answers.get(job_id, {}) or self.dead, timeout=timeout)
             return self.answers.get(job_id, {}).get("rc")
 
+    def retire(self) -> None:
+        """No new jobs: the zygote exits once the children it started have (their answers still come)."""
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+
     def close(self) -> None:
         try:
             self.proc.stdin.close()
@@ -161,9 +171,20 @@ class _Zygote:
 _ZYGOTE: list[_Zygote] = []
 
 
+def _read_at_import(env: dict) -> dict:
+    """The part of an environment that an import may already have read (``PYTHONPATH`` aside)."""
+    return {k: v for k, v in env.items() if k.startswith(_READ_AT_IMPORT) and k != "PYTHONPATH"}
+
+
 def _zygote() -> _Zygote:
-    if not _ZYGOTE or _ZYGOTE[0].proc.poll() is not None:
-        _ZYGOTE[:] = [_Zygote()]
+    """The zygote, started again when it died or when this process's environment no longer is the one
+    it imported under (a test that set ``DASK_WINDOWS_*`` when the first child started must not leave
+    every later child of this pytest worker to start cold)."""
+    now = _read_at_import({**_BASE_ENV, **os.environ})
+    if _ZYGOTE and (_ZYGOTE[0].proc.poll() is not None or _read_at_import(_ZYGOTE[0].env) != now):
+        _ZYGOTE.pop().retire()
+    if not _ZYGOTE:
+        _ZYGOTE.append(_Zygote())
         atexit.register(_ZYGOTE[0].close)
     return _ZYGOTE[0]
 
@@ -222,11 +243,7 @@ def _forkable(argv: list[str], env: dict) -> bool:
         return False
     if argv[1].startswith("-") and argv[1] != "-c":
         return False  # -m, -X, ...
-    base = _zygote().env
-    for key in set(env) | set(base):
-        if key.startswith(_READ_AT_IMPORT) and key != "PYTHONPATH" and env.get(key) != base.get(key):
-            return False
-    return True
+    return _read_at_import(env) == _read_at_import(_zygote().env)
 
 
 def popen(argv: list[str], env: dict | None = None, cwd: str | None = None) -> Any:

@@ -53,3 +53,18 @@ def test_an_environment_an_import_already_read_starts_cold(monkeypatch):
     assert forkrun.run([sys.executable, "-c", code], env=cold).stdout == "False\n"
     monkeypatch.setenv("DASK_WINDOWS_TEST_FORK", "0")
     assert forkrun.run([sys.executable, "-c", code]).stdout == "False\n"
+
+
+def test_a_zygote_started_under_another_environment_is_started_again(monkeypatch):
+    code = "import os, sys; print('dask_windows' in sys.modules, os.environ.get('DASK_WINDOWS_PROBE'))"
+    monkeypatch.setenv("DASK_WINDOWS_PROBE", "set")
+    assert forkrun.run([sys.executable, "-c", code]).stdout == "True set\n"  # a zygote imported under it
+    monkeypatch.delenv("DASK_WINDOWS_PROBE")
+    assert forkrun.run([sys.executable, "-c", code]).stdout == "True None\n"  # not left to start cold
+
+
+def test_a_variable_set_for_good_by_an_earlier_test_still_forks(monkeypatch):
+    code = "import os, sys; print('dask_windows' in sys.modules, os.environ['OMP_NUM_THREADS'])"
+    assert forkrun.run([sys.executable, "-c", code]).stdout == "True 1\n"
+    monkeypatch.setitem(os.environ, "OMP_NUM_THREADS", "2")  # as a library that writes os.environ does
+    assert forkrun.run([sys.executable, "-c", code]).stdout == "True 2\n"
