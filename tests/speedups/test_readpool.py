@@ -317,8 +317,10 @@ def test_a_killed_read_worker_is_an_error_or_nothing_never_a_hang(data):
         assert "read worker" in str(exc) and "exited unexpectedly" in str(exc)
     del it
     assert_same(epoch(ds, 0), expect)  # the next pass starts new workers
-    assert pool_for(ds._pool_reads, 2, ds._read_values()) is not pool
-    workers += [p.pid for p in pool_for(ds._pool_reads, 2, ds._read_values()).processes]
+    again = pool_for(ds._pool_reads, 2, ds._read_values())
+    assert again is not pool
+    assert again.wait_ready(READY_S)  # started on the pool's thread: a worker may not have started yet
+    workers += [p.pid for p in again.processes]
     ds.close()
     assert shm_entries(workers) - before == set()
 
