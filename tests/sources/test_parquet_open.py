@@ -195,3 +195,49 @@ def test_local_opening_gives_the_same_results_on_one_thread_or_many(waits):
         assert len(seen) > 1
     seen.clear()
     assert _open_local(one, files[:10], 4) == [f.upper() for f in files[:10]] and len(seen) == 1
+
+
+def test_a_schema_added_on_one_thread_while_another_looks_through_them_fails_no_file(tmp_path):
+    """Files are opened on several threads (every remote one; local blocks): a thread adding a new
+    schema while another compares its file's schema with those met so far made that file fail with
+    ``RuntimeError: dictionary changed size during iteration`` (found by a CI run on S3; with
+    ``on_error="skip"`` a good file would have been left out)."""
+    import threading
+    import time
+
+    from dask_windows.sources.parquet.opening import ParquetOpening
+
+    opened = []
+    for name in ("a", "b"):
+        path = _write(tmp_path / f"{name}.parquet", pd.DataFrame({"sid": [1, 1], name: [0.5, 1.5]}))
+        opened.append(pq.ParquetFile(path))
+
+    class Slow:
+        """A schema met earlier whose comparison takes a while (the thread loses the GIL in it)."""
+
+        entered = threading.Event()
+
+        def equals(self, other) -> bool:
+            self.entered.set()
+            time.sleep(0.3)
+            return False
+
+    opening = ParquetOpening()
+    opening.__dict__["_open_schemas"] = {"earlier": [Slow(), None]}
+    results: dict = {}
+
+    def open_one(k: int) -> None:
+        try:
+            results[k] = opening._file_schema(opened[k], opened[k].metadata, "sid")
+        except Exception as exc:  # reported below
+            results[k] = exc
+
+    first = threading.Thread(target=open_one, args=(0,))
+    first.start()
+    assert Slow.entered.wait(30)
+    open_one(1)  # a new schema, added while the first thread compares
+    first.join(30)
+    for k, name in enumerate("ab"):
+        assert not isinstance(results[k], Exception), results[k]
+        schema, column, _ = results[k]
+        assert schema.names == ["sid", name] and column == 0

@@ -19,6 +19,7 @@ retried way, which reports what is wrong.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -257,11 +258,14 @@ class ParquetOpening:
         entry = known.get((arrow, meta.num_columns)) if arrow is not None else None
         if entry is None:
             schema = reader.schema_arrow.remove_metadata()
-            entry = next((e for e in known.values() if e[0].equals(schema)), None)
-            if entry is None:
-                entry = [schema, None]
-                if len(known) < 64:  # files usually share one or two
-                    known[(arrow, meta.num_columns) if arrow is not None else len(known)] = entry
+            # files are opened on several threads: one may add a schema while another looks through them
+            # (a RuntimeError that would fail, or with on_error="skip" leave out, a good file)
+            with _SCHEMAS_LOCK:
+                entry = next((e for e in known.values() if e[0].equals(schema)), None)
+                if entry is None:
+                    entry = [schema, None]
+                    if len(known) < 64:  # files usually share one or two
+                        known[(arrow, meta.num_columns) if arrow is not None else len(known)] = entry
         if entry[1] is None or entry[1][0] != series:
             found = (series, *_leaf_column(meta, entry[0], series))
             if meta.num_row_groups == 0:  # no column paths to tell: found again for the next file
@@ -281,6 +285,9 @@ class ParquetOpening:
             )
         return error
 
+
+#: Held while the schemas met so far are looked through or added to (``_file_schema``).
+_SCHEMAS_LOCK = threading.Lock()
 
 #: ``_leaf_column`` of a schema without the series column (or no series given): no runs at open.
 _NO_SERIES = -2
