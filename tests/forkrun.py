@@ -161,8 +161,8 @@ class _Zygote:
             pass
 
     def close(self) -> None:
+        self.retire()
         try:
-            self.proc.stdin.close()
             self.proc.wait(timeout=30)
         except Exception:
             self.proc.kill()
