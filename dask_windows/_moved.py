@@ -1,12 +1,12 @@
 """Old module paths that still import, with a ``DeprecationWarning``.
 
-Version 0.2 moved the sources into ``dask_windows.sources``, the command
-line's tools into ``dask_windows.cli``, and the loader's modules into
-``planning``, ``runtime`` and ``speedups`` (the Parquet family into
-``sources.parquet``). ``import dask_windows.parquet_source`` (and the other
-old paths below) keeps working until 0.4: a finder on
-``sys.meta_path`` answers for the old name with the module at its new place,
-so both names refer to the same module object (same classes, same state).
+Only the paths of a release (0.1.0) are kept: 0.2 moved the sources into
+``dask_windows.sources`` and the command line's tools into
+``dask_windows.cli``; 0.3 moved the loader's modules into ``planning`` and
+``runtime``. ``import dask_windows.parquet_source`` (and the other old paths
+below) keeps working until 0.4: a finder on ``sys.meta_path`` answers for the
+old name with the module at its new place, so both names refer to the same
+module object (same classes, same state).
 """
 
 from __future__ import annotations
@@ -33,43 +33,22 @@ MOVED = {
     "dask_windows.retry": "dask_windows.sources.retry",
     "dask_windows.source": "dask_windows.sources",
     "dask_windows.summary": "dask_windows.cli.summary",
-    # 0.2 module paths moved into sub-packages (planning, runtime, speedups, sources.parquet)
+    # 0.1.0's loader modules, moved into sub-packages in 0.3 (planning, runtime)
     "dask_windows.batch": "dask_windows.runtime.batch",
-    "dask_windows.blocks": "dask_windows.runtime.blocks",
     "dask_windows.buffer": "dask_windows.runtime.buffer",
-    "dask_windows.elastic": "dask_windows.planning.elastic",
-    "dask_windows.epochs": "dask_windows.runtime.epochs",
-    "dask_windows.handoff": "dask_windows.speedups.handoff",
     "dask_windows.index": "dask_windows.planning.index",
-    "dask_windows.lanes": "dask_windows.speedups.lanes",
     "dask_windows.memory": "dask_windows.runtime.memory",
-    "dask_windows.mixing": "dask_windows.planning.mixing",
-    "dask_windows.nextpass": "dask_windows.speedups.nextpass",
-    "dask_windows.pipeline": "dask_windows.runtime.pipeline",
     "dask_windows.plan": "dask_windows.planning.plan",
     "dask_windows.prefetch": "dask_windows.runtime.prefetch",
-    "dask_windows.reading": "dask_windows.runtime.reading",
-    "dask_windows.readpool": "dask_windows.speedups.readpool",
     "dask_windows.resume": "dask_windows.planning.resume",
-    "dask_windows.resume_math": "dask_windows.planning.resume_math",
-    "dask_windows.schedule": "dask_windows.planning.schedule",
-    "dask_windows.slots": "dask_windows.speedups.slots",
-    "dask_windows.sources.footers": "dask_windows.sources.parquet.footers",
-    "dask_windows.sources.parquet_heads": "dask_windows.sources.parquet.heads",
-    "dask_windows.sources.parquet_manifest": "dask_windows.sources.parquet.manifest",
-    "dask_windows.sources.parquet_open": "dask_windows.sources.parquet.opening",
-    "dask_windows.sources.parquet_rows": "dask_windows.sources.parquet.rows",
-    "dask_windows.sources.ranges": "dask_windows.sources.parquet.ranges",
     "dask_windows.split": "dask_windows.planning.split",
-    "dask_windows.streams": "dask_windows.runtime.streams",
-    "dask_windows.window_table": "dask_windows.runtime.window_table",
     "dask_windows.windows": "dask_windows.planning.windows",
     "dask_windows.world": "dask_windows.planning.world",
 }
 
 
 class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds the 0.1 names and loads them as the module at its new path."""
+    """Finds the 0.1.0 names and loads them as the module at its new path."""
 
     def find_spec(
         self, fullname: str, path: object = None, target: object = None
@@ -81,7 +60,7 @@ class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
         new = MOVED[spec.name]
         warnings.warn(
-            f"{spec.name} moved to {new} in dask_windows 0.2; import it from there (the old path stops working in 0.4)",
+            f"{spec.name} moved to {new}; import it from there (the old path stops working in 0.4)",
             DeprecationWarning,
             stacklevel=2,
         )

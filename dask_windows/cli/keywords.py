@@ -20,10 +20,6 @@ from dask_windows.config import KEYWORDS
 
 __all__: list[str] = []  # internal to the command line
 
-#: The commands that open a ``WindowDataset`` from these options.
-COMMANDS = ("inspect", "bench")
-
-
 def _size(text: str | None) -> int | None:
     from dask.utils import parse_bytes
 

@@ -43,7 +43,6 @@ __all__ = [
     "batches_of_rest",
     "divide",
     "is_elastic",
-    "reader_windows_count",
     "rest_from_state",
     "rest_of_epoch",
 ]
@@ -64,12 +63,6 @@ class Share:
 
     pieces: tuple[Piece, ...]
     sizes: tuple[int, ...]
-
-
-def reader_windows_count(num_windows: int, reader: World, batch_size: int, drop_last: bool) -> int:
-    """Windows in the stream of ``reader`` in an epoch of ``num_windows`` (as ``plan`` divides it)."""
-    share = reader_share(num_windows, reader, batch_size, drop_last)
-    return share.hi - share.lo
 
 
 def _rest_share(total: int, world: World, batch_size: int) -> ReaderShare:

@@ -272,13 +272,3 @@ def chain_origins(
         origin[0] = n - int(prev.starts[j]) + (0 if prev.origin is None else int(prev.origin[j]))
         out[i] = replace(cur, origin=origin)
     return out
-
-
-def nan_rows(columns: dict[Any, np.ndarray]) -> np.ndarray:
-    """Sorted rows where any of ``columns`` is NaN."""
-    bad = None
-    for values in columns.values():
-        if values.dtype.kind in "fc":
-            isnan = np.isnan(values)
-            bad = isnan if bad is None else bad | isnan
-    return np.zeros(0, np.int64) if bad is None else np.flatnonzero(bad).astype(np.int64)

@@ -433,11 +433,6 @@ class Buffer:
         self.nbytes = x.nbytes + (0 if y is None else y.nbytes) + self.starts.nbytes
         self.nbytes += 0 if codes is None else codes.nbytes
 
-    def permute(self, rng: np.random.Generator | None) -> None:
-        """Shuffle the windows in place with ``rng`` (``permute_windows``); ``None`` keeps row order."""
-        if rng is not None:
-            permute_windows(self.starts, rng)
-
     def global_rows(self, starts: np.ndarray) -> np.ndarray:
         """Dataset rows of windows at buffer rows ``starts``."""
         part = np.searchsorted(self.part_offsets, starts, side="right") - 1  # (B,) part of each window

@@ -263,9 +263,6 @@ def _per_sample(x: np.ndarray, starts: np.ndarray, at: int, built: _Built, chann
     if table is None:  # not worth building for this buffer
         normalize_per_sample(x, channel_major)
         return
-    if table is None:
-        normalize_per_sample(x, channel_major)
-        return
     if split > 0:
         normalize_per_sample(x[:split], channel_major)
     split = max(split, 0)

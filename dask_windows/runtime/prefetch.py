@@ -318,7 +318,6 @@ class Ahead(_Background):
 
     def __init__(self, items: Iterable[Any], depth: int = 1, name: str = "dask-windows-build") -> None:
         self._taken = 0
-        self._done = False
         self._threads: _Threads | None = _Threads(_iterate_ahead, (iter(items),), max(depth, 1), 1, name)
 
     def __iter__(self) -> Iterator[Any]:

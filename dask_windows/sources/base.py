@@ -118,11 +118,6 @@ class Source:
         """Rows ``read_rows`` can return for partition ``index``: its own, plus any halo past its end."""
         return self.partitions[index].num_rows
 
-    def stable_dtypes(self, index: int, columns: Sequence) -> bool:
-        """Whether ``columns`` of partition ``index`` convert to numpy alike in any read of its rows
-        (no column whose dtype depends on the rows read, as integers with nulls do)."""
-        return False
-
     def unchanged(self, indices: Sequence[int]) -> bool:
         """Whether partitions ``indices`` are still what the source opened, as far as a cheap check
         tells (``nextpass`` asks before it uses rows read ahead); default: nothing to check."""

@@ -112,9 +112,6 @@ class WorkflowSource:
     def read_chunks(self, index: int, columns: Sequence) -> Any:
         yield self.read(index, columns)
 
-    def stable_dtypes(self, index: int, columns: Sequence) -> bool:
-        return False  # whole pieces only: a forward fill or lag needs its block's earlier rows
-
     def reader(self, indices: Sequence[int], columns: Sequence) -> WorkflowReader:
         return WorkflowReader(self, self.inner.reader(indices, self._inputs(columns)), columns)
 
@@ -141,7 +138,7 @@ class WorkflowReader:
         ]
 
     def read_ranges_chunks(self, index: int, ranges: Sequence[tuple[int, int]]) -> None:
-        return None  # whole blocks: see WorkflowSource.stable_dtypes
+        return None  # whole blocks only: a forward fill or lag needs its block's earlier rows
 
     def close(self) -> None:
         self.inner.close()

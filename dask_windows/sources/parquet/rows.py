@@ -13,7 +13,7 @@ the partition's (reused from one read to the next, where a whole partition's
 fresh buffers cost page faults and kernel time). A row group that only halos
 reach into (its first ``window + horizon - 1`` rows) is not decoded: its head
 is kept from an earlier decode, or read alone (``parquet_heads``), where its
-columns convert alike in part and whole (``stable_dtypes``). ``decode_units``
+columns convert alike in part and whole (``_head_stable``). ``decode_units``
 gives the row groups' bounds, along which pieces are cut.
 """
 
@@ -186,12 +186,6 @@ class ParquetRows:
             if (g0[cover] < g).all() and reach <= halo and reach < int(bounds[g + 1] - bounds[g]):
                 out[g] = reach
         return out
-
-    def stable_dtypes(self, index: int, columns: Sequence) -> bool:
-        """Floating columns, or columns without nulls in any of the partition's row groups (and its halo's)."""
-        path, groups = self.partitions[index].key
-        last = min(groups[-1] + 2, len(self._footers[path].rows))  # the halo reaches into the next row group
-        return all(self._head_stable(index, g, list(columns)) for g in range(groups[0], last))
 
     def _head_stable(self, index: int, group: int, columns: list) -> bool:
         """Whether row group ``group`` of partition ``index``'s file converts to numpy the same way in
