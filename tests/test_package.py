@@ -244,6 +244,213 @@ def test_the_import_rules_catch_a_planning_module_reaching_into_the_runtime(tmp_
         test_import_rules_of_the_architecture_page()
 
 
+# --- the "may import" cells of docs/architecture.md are the imports of the code, both ways ---
+#
+# A cell lists what its module imports, each once: the package's modules relative to ``dask_windows``
+# (``errors``, ``planning.index``; ``planning.{plan, pool}`` for several of one sub-package; a sub-package
+# stands for any of its modules; ``dask_windows`` is the package's ``__init__``; a module named like a
+# third-party package keeps its prefix: ``dask_windows.fastai``) and third-party packages by their top-level
+# name (``numpy``, ``torch``); the standard library is not listed. What is imported only inside functions
+# (or only for type checking) follows ``; inside functions:``. ``stdlib`` or ``nothing`` is an empty list;
+# text in parentheses is a comment.
+
+INSIDE = "; inside functions:"
+
+
+def _module_name(rel: str) -> str:
+    """``dask_windows/planning/index.py`` -> ``dask_windows.planning.index`` (``x/__init__.py`` -> ``x``)."""
+    return rel.removesuffix(".py").replace("/", ".").removesuffix(".__init__")
+
+
+def _real_imports(path: pathlib.Path, modules: set[str]) -> dict[str, tuple[bool, int]]:
+    """What ``path`` imports -> (at module level?, first line): the package's modules by full name,
+    third-party packages by their top-level name, the standard library left out. ``from package import
+    name`` counts as ``package.name`` where that is a module, else as ``package``."""
+    found: dict[str, tuple[bool, int]] = {}
+
+    def add(name: str, top: bool, line: int) -> None:
+        if not name.startswith("dask_windows"):
+            name = name.split(".")[0]
+            if name in sys.stdlib_module_names or name == "__future__":
+                return
+        if name not in found or (top and not found[name][0]):
+            found[name] = (top, line)
+
+    def visit(node: ast.AST, top: bool) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) or (
+            isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        ):
+            top = False
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                add(alias.name, top, node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                add(full if full in modules else node.module, top, node.lineno)
+        for child in ast.iter_child_nodes(node):
+            visit(child, top)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")), True)
+    found.pop(_module_name(path.relative_to(REPO).as_posix()), None)
+    return found
+
+
+def _cell_names(cell: str) -> tuple[list[str], list[str]]:
+    """(names imported at module level, names imported inside functions) as a "may import" cell writes them."""
+    cell = re.sub(r"\([^()]*\)", "", cell.replace("`", ""))
+    top, _, inside = cell.partition(INSIDE)
+
+    def names(part: str) -> list[str]:
+        out = []
+        for group, members in re.findall(r"([\w.]+)\.\{([^}]*)\}", part):
+            out += [f"{group}.{m.strip()}" for m in members.split(",") if m.strip()]
+        part = re.sub(r"[\w.]+\.\{[^}]*\}", "", part)
+        return out + [n.strip() for n in part.split(",") if n.strip() and n.strip() not in ("stdlib", "nothing")]
+
+    return names(top), names(inside)
+
+
+def _resolve(name: str, third_party: set[str]) -> str:
+    """A cell's name -> the key of ``_real_imports``."""
+    if name.startswith("dask_windows") or name in third_party:
+        return name
+    return f"dask_windows.{name}"
+
+
+def _cell_text(key: str, third_party: set[str]) -> str:
+    short = key.removeprefix("dask_windows.")
+    return key if key == "dask_windows" or short.split(".")[0] in third_party else short
+
+
+def _render(imports: dict[str, tuple[bool, int]], third_party: set[str]) -> str:
+    """The cell that lists ``imports`` exactly (what ``python tests/test_package.py`` prints)."""
+
+    def names(level: bool) -> str:
+        chosen = sorted(n for n, (top, _) in imports.items() if top is level)
+        own = [n for n in chosen if n.startswith("dask_windows.")]
+        groups: dict[str, list[str]] = {}
+        for name in own:
+            parent, _, leaf = _cell_text(name, third_party).rpartition(".")
+            groups.setdefault(parent, []).append(leaf)
+        items = []  # (sort key, text)
+        for parent, leaves in groups.items():
+            if parent and len(leaves) > 1:
+                items.append((parent, f"{parent}.{{{', '.join(leaves)}}}"))
+            else:
+                items += [(f"{parent}.{leaf}".lstrip("."),) * 2 for leaf in leaves]
+        texts = [text for _, text in sorted(items)]
+        return ", ".join(texts + [n for n in chosen if not n.startswith("dask_windows.")])
+
+    top, inside = names(True), names(False)
+    return (top or "stdlib") + (f"{INSIDE} {inside}" if inside else "")
+
+
+def _import_rows() -> dict[str, str]:
+    """``dask_windows/x.py`` -> its "may import" cell, from the tables of docs/architecture.md."""
+    rows: dict[str, str] = {}
+    for line in ARCHITECTURE.read_text(encoding="utf-8").splitlines():
+        match = re.match(r"\| `(dask_windows/[\w/]+\.py)` \|.*\| ([^|]*) \|$", line)
+        if match:
+            assert match[1] not in rows, f"docs/architecture.md has two rows for {match[1]}"
+            rows[match[1]] = match[2]
+    return rows
+
+
+def _cell_problems(cell: str, imports: dict[str, tuple[bool, int]], modules: set[str], third_party: set[str]):
+    """What is wrong with a cell, each as an instruction."""
+    top, inside = ([(n, _resolve(n, third_party)) for n in names] for names in _cell_names(cell))  # (as written, key)
+    problems = [
+        f"`{n}` names no module of the package and no package it imports: remove it (renamed? moved?)"
+        for n, key in top + inside
+        if key.startswith("dask_windows") and key not in modules
+    ]
+
+    def covers(listed: list[tuple[str, str]], real: str) -> bool:
+        return any(real == key or (key != "dask_windows" and real.startswith(key + ".")) for _, key in listed)
+
+    for real, (at_top, line) in sorted(imports.items()):
+        text = _cell_text(real, third_party)
+        if at_top and not covers(top, real):
+            hint = " (move it before `; inside functions:`)" if covers(inside, real) else ""
+            problems.append(f"add `{text}`: imported at module level, line {line}{hint}")
+        elif not at_top and not covers(top + inside, real):
+            problems.append(f"add `{text}` after `; inside functions:`: imported inside a function, line {line}")
+        elif not at_top and not covers(inside, real):
+            problems.append(f"move `{text}` after `; inside functions:`: imported only inside a function, line {line}")
+    for n, key in top + inside:
+        if (key in modules or not key.startswith("dask_windows")) and not any(covers([(n, key)], r) for r in imports):
+            problems.append(f"remove `{n}`: not imported")
+    return problems
+
+
+def _architecture_import_problems() -> list[str]:
+    files = _modules()
+    modules = {_module_name(rel) for rel in files}
+    imports = {rel: _real_imports(path, modules) for rel, path in files.items()}
+    third_party = {n for found in imports.values() for n in found if not n.startswith("dask_windows")}
+    rows = _import_rows()
+    out = []
+    for rel in sorted(files):
+        cell = _render(imports[rel], third_party)
+        if rel not in rows:
+            out.append(f"docs/architecture.md has no row for `{rel}`: add one, with this 'may import' cell: | {cell} |")
+        elif problems := _cell_problems(rows[rel], imports[rel], modules, third_party):
+            out.append(
+                f"docs/architecture.md, the row of `{rel}`, column 'may import': "
+                + "; ".join(problems)
+                + f"\n    the cell that matches the code: | {cell} |"
+            )
+    out += [
+        f"docs/architecture.md has a row for `{r}`, which does not exist: remove it" for r in rows if r not in files
+    ]
+    return out
+
+
+def test_may_import_cells_of_the_architecture_page_are_the_real_imports():
+    """Every import of every module is in its row's "may import" cell, at its level, and every name in a cell
+    is a module or package that the row's module imports (``python tests/test_package.py`` prints the cells
+    as the code has them)."""
+    problems = _architecture_import_problems()
+    assert not problems, "\n".join(problems)
+
+
+def test_the_cell_check_names_the_row_and_what_to_change(tmp_path, monkeypatch):
+    """The check is not vacuous: an import missing from a cell, a module that is gone, an import at the
+    other level, a name not imported are each reported with the row to edit."""
+    (tmp_path / "dask_windows" / "planning").mkdir(parents=True)
+    (tmp_path / "dask_windows" / "errors.py").write_text("import os\nimport numpy\n")
+    (tmp_path / "dask_windows" / "planning" / "plan.py").write_text(
+        "import numpy\nfrom dask_windows import errors\n\ndef f():\n    import pyarrow.parquet\n"
+    )
+    (tmp_path / "docs").mkdir()
+    page = tmp_path / "docs" / "architecture.md"
+    page.write_text(
+        "| `dask_windows/errors.py` | x | numpy, pyarrow |\n"
+        "| `dask_windows/planning/plan.py` | x | errors, pyarrow, gone |\n"
+    )
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path / "dask_windows")
+    monkeypatch.setattr(sys.modules[__name__], "REPO", str(tmp_path))
+    monkeypatch.setattr(sys.modules[__name__], "ARCHITECTURE", page)
+    errors, plan = _architecture_import_problems()
+    assert errors.startswith("docs/architecture.md, the row of `dask_windows/errors.py`, column 'may import'")
+    assert "remove `pyarrow`: not imported" in errors
+    assert plan.startswith("docs/architecture.md, the row of `dask_windows/planning/plan.py`, column 'may import'")
+    assert "`gone` names no module of the package" in plan
+    assert "add `numpy`: imported at module level, line 1" in plan
+    assert "move `pyarrow` after `; inside functions:`" in plan
+    assert plan.endswith("| errors, numpy; inside functions: pyarrow |")
+    page.write_text(
+        "| `dask_windows/errors.py` | x | numpy |\n"
+        "| `dask_windows/planning/plan.py` | x | errors, numpy (a comment); inside functions: pyarrow |\n"
+    )
+    assert _architecture_import_problems() == []
+    (tmp_path / "dask_windows" / "planning" / "plan.py").unlink()
+    assert _architecture_import_problems() == [
+        "docs/architecture.md has a row for `dask_windows/planning/plan.py`, which does not exist: remove it"
+    ]
+
+
 def test_import_dask_windows_leaves_dask_alone():
     done = run_python(
         "import dask_windows, sys; assert not {'dask', 'distributed'} & set(sys.modules), "
@@ -499,3 +706,11 @@ def test_tests_are_laid_out_like_the_package():
     )
     for folder in folders:
         assert any(n.startswith("test_") for n in os.listdir(os.path.join(tests, folder))), folder
+
+
+if __name__ == "__main__":  # print every module's "may import" cell, as the code has it
+    _names = {_module_name(rel) for rel in _modules()}
+    _found = {rel: _real_imports(path, _names) for rel, path in _modules().items()}
+    _third = {n for found in _found.values() for n in found if not n.startswith("dask_windows")}
+    for _rel in sorted(_found):
+        print(f"{_rel}: {_render(_found[_rel], _third)}")

@@ -20,6 +20,7 @@ from dask_windows.config import KEYWORDS
 
 __all__: list[str] = []  # internal to the command line
 
+
 def _size(text: str | None) -> int | None:
     from dask.utils import parse_bytes
 
