@@ -19,7 +19,7 @@ stays the runtime's view of the window and order values until the runtime takes 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, NamedTuple
 
@@ -181,28 +181,28 @@ class Resolved(NamedTuple):
     series_from_manifest: bool  # the series column came from a convert manifest (``repr`` says so)
 
 
-def _held(kind: type, spec: WindowSpec, given: Mapping[str, Any], **resolved: Any) -> Any:
+def _held(kind: type, spec: WindowSpec, given: WindowConfig | OrderConfig, **resolved: Any) -> Any:
     """A value of ``kind``: each field as ``spec`` resolved it where ``spec`` has it, else as given."""
     in_spec = {f.name for f in fields(WindowSpec)}
-    held = {f.name: getattr(spec, f.name) if f.name in in_spec else given[f.name] for f in fields(kind) if f.init}
+    held = {f.name: getattr(spec if f.name in in_spec else given, f.name) for f in fields(kind) if f.init}
     return kind(**{**held, **resolved})
 
 
-def resolve(keywords: Mapping[str, Any], open_source: Callable[[ReadConfig, Any], Any]) -> Resolved:
-    """The three values of ``WindowDataset``'s ``keywords`` (every name of :data:`KEYWORDS`).
+def resolve(
+    given: WindowConfig, order_given: OrderConfig, read: ReadConfig, open_source: Callable[[ReadConfig, Any], Any]
+) -> Resolved:
+    """The three values of ``WindowDataset``'s keywords, resolved against the opened source.
 
     Args:
-        keywords: The dataset's keywords, each given or at its default.
+        given: The window keywords as given (or at their defaults).
+        order_given: The order keywords as given.
+        read: The reading keywords (validated when made, so their errors come first).
         open_source: ``open_source(read, series)``: the source of the dataset's data (the I/O,
             passed in), called once the reading settings are valid.
 
     Raises:
         ConfigError: A setting is invalid (the message names the keyword, the rule and the remedy).
     """
-    unknown = set(keywords) ^ set(KEYWORDS)
-    if unknown:
-        raise TypeError(f"resolve() needs exactly the keywords of WindowDataset; these differ: {sorted(unknown)}")
-    read = ReadConfig(**{name: keywords[name] for name, group in KEYWORDS.items() if group == "read"})
     if read.read_workers:  # each worker imports the script: refuse an unguarded one now (speedups.main_guard)
         from dask_windows.speedups.main_guard import check_main_guard
 
@@ -212,12 +212,11 @@ def resolve(keywords: Mapping[str, Any], open_source: Callable[[ReadConfig, Any]
     from dask_windows.runtime.pool import resolve_order
     from dask_windows.sources import ArraySource, is_series_vector
 
-    given = dict(keywords)
-    device = resolve_device(given["device"])  # None: the host path (see ondevice)
-    series = series_given = given["series"]
+    device = resolve_device(order_given.device)  # None: the host path (see ondevice)
+    series = series_given = given.series
     asked_manifest = series is SERIES_FROM_MANIFEST
     source = open_source(read, None if asked_manifest else series)
-    pieces, buffer_bytes = given["pieces_per_partition"], given["buffer_bytes"]
+    pieces, buffer_bytes = order_given.pieces_per_partition, order_given.buffer_bytes
     asked_pieces = pieces  # a deprecated pieces_per_partition > 1 is served by the pool order (options)
     pieces = deprecated_pieces(pieces, device)
     pool_bytes = resolve_order(pieces, buffer_bytes, source)  # device mode too: its pool on the device (ondevice.pool)
@@ -228,22 +227,22 @@ def resolve(keywords: Mapping[str, Any], open_source: Callable[[ReadConfig, Any]
     skipped = list(source.skipped)
     if is_series_vector(series):  # the source already cut the array into series
         series = None
-    features, targets, window, return_index = (given[k] for k in ("features", "targets", "window", "return_index"))
+    features, targets, window, return_index = given.features, given.targets, given.window, given.return_index
     emitter, code_features, code_dtype = None, 0, "int64"
-    if given["workflow"] is not None:  # pieces transformed as they are read, named batches (dask_windows.workflow)
+    if given.workflow is not None:  # pieces transformed as they are read, named batches (dask_windows.workflow)
         from dask_windows.workflow.apply import bind
 
         emitter, source, chosen = bind(
-            given["workflow"], source, features=features, targets=targets, series=series, window=window,
-            horizon=given["horizon"], layout=given["layout"], return_index=return_index,
-            normalize=given["normalize"], storage_options=read.storage_options,
+            given.workflow, source, features=features, targets=targets, series=series, window=window,
+            horizon=given.horizon, layout=given.layout, return_index=return_index,
+            normalize=given.normalize, storage_options=read.storage_options,
         )  # fmt: skip
         features, targets, series = chosen["features"], chosen["targets"], chosen["series"]
         window, return_index, code_features = chosen["window"], chosen["return_index"], chosen["code_features"]
         code_dtype = chosen["code_dtype"]
         if device is not None:  # the device path cuts batches without the workflow's step
             raise ConfigError(
-                f"workflow= and device={given['device']!r} cannot be combined yet: the workflow's operations, its "
+                f"workflow= and device={order_given.device!r} cannot be combined yet: the workflow's operations, its "
                 "look-back rows and named batches are made on the host, and device mode cuts batches on the device "
                 "without them. Pass device=None and move the batches with "
                 "dw.DevicePrefetcher(DataLoader(ds, batch_size=None, pin_memory=True), device) (it moves named "
@@ -251,26 +250,26 @@ def resolve(keywords: Mapping[str, Any], open_source: Callable[[ReadConfig, Any]
             )
     if features is None and isinstance(source, ArraySource):
         features = source.column_names()
-    batch_size, buffer_partitions = given["batch_size"], given["buffer_partitions"]
+    batch_size, buffer_partitions = order_given.batch_size, order_given.buffer_partitions
     if served:  # the memory the piece order held: two buffers of buffer_partitions partitions
-        pool_bytes = piece_budget(source, buffer_partitions, features, targets, given["stride"]) or pool_bytes
+        pool_bytes = piece_budget(source, buffer_partitions, features, targets, given.stride) or pool_bytes
     spec = WindowSpec(
         features=features,
         targets=targets,
         series=series,
         window=window,
-        stride=given["stride"],
-        horizon=given["horizon"],
+        stride=given.stride,
+        horizon=given.horizon,
         batch_size=batch_size,
-        drop_last=given["drop_last"],
-        shuffle=given["shuffle"],
-        seed=given["seed"],
+        drop_last=order_given.drop_last,
+        shuffle=order_given.shuffle,
+        seed=order_given.seed,
         buffer_partitions=buffer_partitions,
         pieces_per_partition=resolve_pieces(pieces, source) if pieces is not None or pool_bytes is None else 1,
         prefetch_partitions=read.prefetch_partitions,
-        layout=given["layout"],
+        layout=given.layout,
         return_index=return_index,
-        nan=given["nan"],
+        nan=given.nan,
         buffer_bytes=pool_bytes,
         code_features=code_features,
         code_dtype=code_dtype,
@@ -279,12 +278,12 @@ def resolve(keywords: Mapping[str, Any], open_source: Callable[[ReadConfig, Any]
         WindowConfig,
         spec,
         given,
-        series=spec.series if from_manifest or given["workflow"] is not None else series_given,
+        series=spec.series if from_manifest or given.workflow is not None else series_given,
     )
     order = _held(
         OrderConfig,
         spec,
-        given,
+        order_given,
         pieces_per_partition=None if spec.buffer_bytes is not None else spec.pieces_per_partition,
         device=device,
     )

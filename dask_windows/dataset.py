@@ -22,7 +22,7 @@ import numpy as np
 from torch.utils.data import IterableDataset
 
 from dask_windows.checks import SERIES_FROM_MANIFEST, check_series_order, output_dtype
-from dask_windows.config import KEYWORDS, Config, ReadConfig, resolve
+from dask_windows.config import Config, OrderConfig, ReadConfig, WindowConfig, resolve
 from dask_windows.errors import ConfigError, DataError
 from dask_windows.faults import SkippedPartition
 from dask_windows.omissions import check_omissions
@@ -201,7 +201,6 @@ class WindowDataset(PassProtocol, IterableDataset):
     ) -> None:
         super().__init__()
         opening = time.perf_counter_ns()
-        keywords = {name: value for name, value in locals().items() if name in KEYWORDS}  # every keyword but data
 
         def opened(read: ReadConfig, series: Any) -> Source:
             options = read.source_options()
@@ -211,7 +210,24 @@ class WindowDataset(PassProtocol, IterableDataset):
                 data, read.storage_options, series=series, retry=read.retry, on_error=read.on_error, **options
             )
 
-        resolved = resolve(keywords, opened)
+        resolved = resolve(
+            WindowConfig(
+                window=window, features=features, targets=targets, series=series, stride=stride, horizon=horizon,
+                layout=layout, return_index=return_index, nan=nan, normalize=normalize, workflow=workflow,
+            ),
+            OrderConfig(
+                batch_size=batch_size, drop_last=drop_last, shuffle=shuffle, seed=seed,
+                buffer_partitions=buffer_partitions, pieces_per_partition=pieces_per_partition,
+                buffer_bytes=buffer_bytes, rank=rank, world_size=world_size, device=device,
+            ),
+            ReadConfig(  # validated here, before anything is opened
+                storage_options=storage_options, partition_bytes=partition_bytes, partition_rows=partition_rows,
+                threads=threads, retries=retries, timeout=timeout, on_error=on_error, strict=strict,
+                cache_dir=cache_dir, cache_bytes=cache_bytes, index=index, prefetch_partitions=prefetch_partitions,
+                read_workers=read_workers, read_deadline=read_deadline, next_pass_seconds=next_pass_seconds,
+            ),
+            opened,
+        )  # fmt: skip
         self.config: Config = resolved.config  # the keywords as three frozen values (see config)
         read = self.config.read
         self.on_error = read.on_error
@@ -227,8 +243,8 @@ class WindowDataset(PassProtocol, IterableDataset):
         self.skipped: list[SkippedPartition] = resolved.skipped
         self._workflow: Any = resolved.workflow
         self.spec = resolved.spec
+        series_from_manifest = series is SERIES_FROM_MANIFEST  # the keyword, before it is resolved
         series, nan, on_error, threads = self.spec.series, self.spec.nan, read.on_error, read.threads
-        series_from_manifest = keywords["series"] is SERIES_FROM_MANIFEST
         check_columns(self.source, self.spec, series)
         self._y_dtype = output_dtype(self.source, list(self.spec.targets))
         self.source.set_window(self.spec.span, self.spec.stride)

@@ -8,10 +8,17 @@ arithmetic limits (``spec.MAX_SETTING``), numeric tolerances and the chunk sizes
 loops. Values that change the order of an epoch (marked *order*) change the golden hashes
 of ``tests/test_golden.py`` and the resume states saved before.
 
+The package's environment switches (``DASK_WINDOWS_*``) are read here too, by ``switches()``, into
+one frozen ``Switches`` value.
+
 Standard library only: ``planning/`` imports it.
 """
 
 from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 __all__ = [
     "BLOCK_BATCHES",
@@ -65,6 +72,8 @@ __all__ = [
     "TRIM_BYTES",
     "UNITS_PER_BATCH",
     "WATCH_POLL_SECONDS",
+    "Switches",
+    "switches",
 ]
 
 # -- dask-windows convert (cli/layout.py) ---------------------------------------------------------
@@ -211,3 +220,34 @@ LANE_MIN_UNITS = 4
 LANE_DEFAULT_BATCH_BYTES = 1 << 20
 #: Arrays sent to the read pool's workers smaller than this are pickled inline.
 MIN_SHARED_BYTES = 1 << 16
+
+
+@dataclass(frozen=True)
+class Switches:
+    """The environment switches of the package, each named by its variable (what a user or a benchmark
+    sets to turn a path on or off; the batches are the same bits either way)."""
+
+    #: ``DASK_WINDOWS_TELEMETRY=0``: a process starts with its passes' counters off (``runtime.telemetry``).
+    telemetry: bool = True
+    #: ``DASK_WINDOWS_TORCH_GATHER=1``: batches copied on torch's intra-op threads (``runtime.batch``).
+    torch_gather: bool = False
+    #: ``DASK_WINDOWS_SLOTS=0``: DataLoader workers send batches through torch's path (``speedups.slots``).
+    slots: bool = True
+    #: ``DASK_WINDOWS_LANES=1`` / ``=0``: two copying lanes at any batch size / never; unset (``None``): from
+    #: ``LANE_DEFAULT_BATCH_BYTES`` (``speedups.lanes``).
+    lanes: bool | None = None
+    #: ``DASK_WINDOWS_SHARE_FOOTERS=0``: each rank reads its own footers (``sources.parquet.footer_share``).
+    share_footers: bool = True
+
+
+def switches(environ: Mapping[str, str] | None = None) -> Switches:
+    """The switches ``environ`` (default: this process's environment, read now) sets."""
+    env = os.environ if environ is None else environ
+    lanes = env.get("DASK_WINDOWS_LANES", "")
+    return Switches(
+        telemetry=env.get("DASK_WINDOWS_TELEMETRY", "1") != "0",
+        torch_gather=env.get("DASK_WINDOWS_TORCH_GATHER", "0") == "1",
+        slots=env.get("DASK_WINDOWS_SLOTS", "1") != "0",
+        lanes={"1": True, "0": False}.get(lanes),
+        share_footers=env.get("DASK_WINDOWS_SHARE_FOOTERS", "1") != "0",
+    )

@@ -153,9 +153,27 @@ def test_errors_name_the_keyword_as_before(path, bad, message):
         dw.WindowDataset(path, features=["f0"], series="sid", window=4, **bad)
 
 
-def test_resolve_takes_exactly_the_keywords():
-    with pytest.raises(TypeError, match="window_size"):
-        config.resolve({**dict.fromkeys(KEYWORDS), "window_size": 3}, lambda read, series: None)
+def test_each_keyword_reaches_its_value_by_name():
+    """``WindowDataset.__init__`` hands every keyword, by name and as itself, to the value that holds it
+    (no ``locals()``: a keyword left out would silently take the value's default)."""
+    init = next(
+        node
+        for node in ast.walk(ast.parse(inspect.getsource(dw.WindowDataset)))
+        if isinstance(node, ast.FunctionDef) and node.name == "__init__"
+    )
+    passed: dict[str, set] = {}
+    for call in (n for n in ast.walk(init) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)):
+        for keyword in call.keywords:
+            if isinstance(keyword.value, ast.Name) and keyword.value.id == keyword.arg:
+                passed.setdefault(call.func.id, set()).add(keyword.arg)
+    for group, kind in (("window", "WindowConfig"), ("order", "OrderConfig"), ("read", "ReadConfig")):
+        assert passed.get(kind) == {name for name, g in KEYWORDS.items() if g == group}, kind
+    assert "locals" not in {
+        n.func.id for n in ast.walk(init) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+    }
+
+
+def test_an_unknown_keyword_is_named_as_python_names_it():
     with pytest.raises(TypeError, match=r"inspect_dataset\(\) got an unexpected keyword argument 'windows'"):
         config.group_of("windows", "inspect_dataset")
 
@@ -218,7 +236,7 @@ def test_every_tuning_constant_says_why_and_is_a_number():
             names.append(name)
             assert lines[node.lineno - 2].startswith("#: "), f"{name} has no line saying why"
             assert isinstance(getattr(tuning, name), (int, float)) and not isinstance(getattr(tuning, name), bool)
-    assert sorted(names) == sorted(tuning.__all__)
+    assert sorted(names) == sorted(n for n in tuning.__all__ if n.isupper())
 
 
 def test_the_modules_read_the_tuning_constants():
@@ -229,3 +247,42 @@ def test_the_modules_read_the_tuning_constants():
     assert batch._TORCH_MIN_BYTES is tuning.TORCH_MIN_BYTES
     assert retry.RetryPolicy().retries == tuning.RETRIES and retry.RetryPolicy().max_delay == tuning.RETRY_MAX_DELAY
     assert SIGNATURE["threads"].default == tuning.OPEN_THREADS
+
+
+def test_the_environment_switches_are_one_value():
+    assert tuning.switches({}) == tuning.Switches()  # the defaults: every accelerator as measured best
+    env = {
+        "DASK_WINDOWS_TELEMETRY": "0",
+        "DASK_WINDOWS_TORCH_GATHER": "1",
+        "DASK_WINDOWS_SLOTS": "0",
+        "DASK_WINDOWS_LANES": "1",
+        "DASK_WINDOWS_SHARE_FOOTERS": "0",
+    }
+    assert tuning.switches(env) == tuning.Switches(False, True, False, True, False)
+    assert tuning.switches({"DASK_WINDOWS_LANES": "0"}).lanes is False
+    assert tuning.switches({"DASK_WINDOWS_LANES": "2"}).lanes is None  # as unset
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        tuning.switches().slots = False  # type: ignore[misc]
+
+
+def test_only_tuning_reads_the_environment_switches():
+    """``DASK_WINDOWS_*`` variables are read by ``tuning.switches()`` alone (one place, one value)."""
+    package = pathlib.Path(tuning.__file__).parent
+    readers = sorted(
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if any(
+            isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("DASK_WINDOWS_")
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        )
+    )
+    assert readers == ["tuning.py"], readers
+
+
+def test_a_switch_set_after_import_still_counts(monkeypatch):
+    from dask_windows.speedups import lanes, slots
+
+    monkeypatch.setenv("DASK_WINDOWS_SLOTS", "0")
+    assert not slots.enabled()
+    monkeypatch.setenv("DASK_WINDOWS_LANES", "0")
+    assert not lanes.lanes_wanted(1 << 30)

@@ -38,7 +38,6 @@ of features stay allocated.
 from __future__ import annotations
 
 import math
-import os
 import sys
 import time
 from collections.abc import Callable, Generator, Iterator
@@ -50,6 +49,7 @@ from numpy.lib.stride_tricks import as_strided
 from dask_windows.tuning import LANE_RATIO as _LANE_RATIO
 from dask_windows.tuning import SETTLE_RATIO as _SETTLE_RATIO
 from dask_windows.tuning import TORCH_MIN_BYTES as _TORCH_MIN_BYTES
+from dask_windows.tuning import switches
 
 __all__ = ["Gatherer", "OutputPool", "PathChoice", "normalize_per_sample"]
 
@@ -59,7 +59,7 @@ def _threads() -> int:
     for them, else 1 (numpy's copy on the consumer's thread, the default: on the project's 2-core
     machine torch's threads cost 2.4x the CPU per batch at B=256 L=512 and saved no time; see
     docs/performance.md). Both copies give the same bits."""
-    if os.environ.get("DASK_WINDOWS_TORCH_GATHER", "0") != "1":
+    if not switches().torch_gather:
         return 1
     import torch  # (imported by then: the torch view of the buffer exists)
 

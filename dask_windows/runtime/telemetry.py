@@ -42,13 +42,12 @@ accounting. Across ranks ``stats(all_ranks=True)`` is a collective
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dask_windows.tuning import INPUT_BOUND_SHARE, NEGLIGIBLE_WAIT_S
+from dask_windows.tuning import INPUT_BOUND_SHARE, NEGLIGIBLE_WAIT_S, switches
 
 __all__ = [
     "Stats",
@@ -359,7 +358,7 @@ def telemetry_of(ds: Any) -> Telemetry:
     return telemetry
 
 
-_ENABLED = [os.environ.get("DASK_WINDOWS_TELEMETRY", "1") != "0"]
+_ENABLED = [switches().telemetry]
 
 
 def set_enabled(on: bool) -> bool:

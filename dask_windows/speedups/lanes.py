@@ -46,6 +46,7 @@ from dask_windows.tuning import LANE_AHEAD_UNITS as AHEAD
 from dask_windows.tuning import LANE_DEFAULT_BATCH_BYTES as DEFAULT_BATCH_BYTES
 from dask_windows.tuning import LANE_MIN_UNITS as MIN_UNITS
 from dask_windows.tuning import LANE_UNIT_BYTES as UNIT_BYTES
+from dask_windows.tuning import switches
 
 __all__ = ["LaneChoice", "Lanes", "lane_batches", "lanes_wanted", "unit_batches", "worth"]
 
@@ -64,10 +65,10 @@ def lanes_wanted(batch_bytes: int) -> bool:
     ``DASK_WINDOWS_LANES=1``: at any size; ``0``: never; unset: from ``LANE_DEFAULT_BATCH_BYTES``.
     In every case only with two usable CPUs and torch allowed more than one thread.
     """
-    asked = os.environ.get("DASK_WINDOWS_LANES", "")
-    if asked == "0" or usable_cpus() < 2:
+    asked = switches().lanes
+    if asked is False or usable_cpus() < 2:
         return False
-    if asked != "1" and batch_bytes < DEFAULT_BATCH_BYTES:  # small batches: docs/performance.md
+    if asked is None and batch_bytes < DEFAULT_BATCH_BYTES:  # small batches: docs/performance.md
         return False
     import torch  # its thread count is the user's say on parallelism (1 in DataLoader workers)
 

@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from dask_windows.runtime.detect import in_worker
-from dask_windows.tuning import DIRECT_BYTES, MAX_RINGS
+from dask_windows.tuning import DIRECT_BYTES, MAX_RINGS, switches
 from dask_windows.tuning import SLOT_HEADROOM as HEADROOM
 from dask_windows.tuning import SLOTS_PER_RING as SLOTS
 
@@ -56,7 +56,7 @@ _MAPPED = 512  # byte offset of the flag the main process sets once it has mappe
 
 def enabled() -> bool:
     """Whether batches yielded in this process travel through slots (a DataLoader worker on Linux)."""
-    if os.environ.get("DASK_WINDOWS_SLOTS", "1") == "0" or not hasattr(os, "memfd_create"):
+    if not switches().slots or not hasattr(os, "memfd_create"):
         return False
     return in_worker()
 

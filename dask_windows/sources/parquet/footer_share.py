@@ -41,7 +41,7 @@ from dask_windows.errors import DataError
 from dask_windows.sources.manifest import MANIFEST_NAME
 from dask_windows.sources.parquet.footer_index import entries_bytes, find_index
 from dask_windows.sources.parquet.index_open import open_index
-from dask_windows.tuning import SHARE_WAIT_SECONDS
+from dask_windows.tuning import SHARE_WAIT_SECONDS, switches
 
 __all__ = ["SHARE_WAIT_SECONDS", "open_footers", "shared_open"]
 
@@ -125,7 +125,7 @@ def shared_open(
     """``open_here()`` on the first rank to open this listing; the others take its footers (see above)."""
     # Local files (page-cached, tens of microseconds a footer) open faster than the exchange: on 2
     # ranks 1,000 local files took 1.2 s each reading, 2.4 s shared (benchmarks/bench_startup.py).
-    wanted = not source.local and os.environ.get("DASK_WINDOWS_SHARE_FOOTERS", "1") != "0"
+    wanted = not source.local and switches().share_footers
     group = getattr(source, "footer_group", None) if wanted else None  # (store, world): the dataset's
     if group is None:
         return open_here()
