@@ -70,8 +70,23 @@ def pytest_xdist_auto_num_workers(config) -> int:
     return SUITE_WORKERS if _test_files(config) > 2 else 0
 
 
+#: The tests marked ``slow`` (``python -m pytest -m "not slow"`` leaves them out: about a minute on 2 cores,
+#: where the whole suite takes about six): file -> its slow tests by function name (every parametrisation),
+#: or ``ALL``. Chosen from ``python -m pytest -n 0 --durations=0 tests/<folder>`` run one folder at a time;
+#: a test of several seconds may carry ``@pytest.mark.slow`` itself instead. tests/test_package.py checks
+#: that every name here is a test that exists.
+ALL = "*"
+SLOW_TESTS: dict[str, str | set[str]] = {}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m "not slow" deselects
 def pytest_collection_modifyitems(config, items) -> None:
-    """The slowest files first (a stable sort keeps every file's own order)."""
+    """Mark ``SLOW_TESTS`` slow; the slowest files first (a stable sort keeps every file's own order)."""
+    root = str(config.rootpath)
+    for item in items:
+        slow = SLOW_TESTS.get(os.path.relpath(str(item.path), root).replace(os.sep, "/"), ())
+        if slow == ALL or getattr(item, "originalname", item.name) in slow:
+            item.add_marker(pytest.mark.slow)
     rank = {name: i for i, name in enumerate(SLOW_FILES)}
     items.sort(key=lambda item: rank.get(os.path.basename(str(item.path)), len(rank)))
 

@@ -690,6 +690,29 @@ ROOT_TESTS = {
 }
 
 
+def test_the_slow_tests_conftest_names_exist(request):
+    """Every file and test of ``tests/conftest.py``'s ``SLOW_TESTS`` exists (a renamed test would
+    otherwise silently join the quick run)."""
+    (conftest,) = (
+        p
+        for p in request.config.pluginmanager.get_plugins()
+        if str(getattr(p, "__file__", "")).endswith(os.path.join("tests", "conftest.py"))
+    )
+    all_tests, slow_tests = conftest.ALL, conftest.SLOW_TESTS
+
+    missing = []
+    for rel, names in slow_tests.items():
+        path = pathlib.Path(REPO) / rel
+        if not path.is_file():
+            missing.append(rel)
+            continue
+        tests = {
+            n.name for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(n, ast.FunctionDef)
+        }
+        missing += [f"{rel}::{name}" for name in ([] if names == all_tests else sorted(names)) if name not in tests]
+    assert not missing, f"tests/conftest.py SLOW_TESTS names tests that do not exist (rename or remove): {missing}"
+
+
 def test_tests_are_laid_out_like_the_package():
     """A module's tests live in ``tests/<sub-package>/``; only ROOT_TESTS stay at the top."""
     tests = os.path.join(REPO, "tests")
