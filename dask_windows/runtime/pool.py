@@ -57,7 +57,7 @@ from dask_windows.runtime.pipeline import _Built, stream
 from dask_windows.runtime.prefetch import Ahead, Prefetcher
 from dask_windows.runtime.telemetry import timed_output
 from dask_windows.runtime.values import PassValues, ReadValues
-from dask_windows.tuning import BUFFER_BYTES, MIN_UNIT_ROWS, UNITS_PER_BATCH
+from dask_windows.tuning import BUFFER_BYTES, MIN_UNIT_ROWS, POOL_FIRST_BYTES, UNITS_PER_BATCH
 from dask_windows.tuning import POOL_AHEAD_UNITS as AHEAD
 
 __all__ = [
@@ -145,6 +145,7 @@ def plan_for(reads: ReadValues, bounds: list[np.ndarray], world: World, skip_bat
         pool_rows=pool_rows(reads, world.num_workers),
         skip_batches=skip_batches,
         max_spread=UNITS_PER_BATCH * s.batch_size,
+        first_rows=int(POOL_FIRST_BYTES // row_bytes(reads)),
     )
 
 
@@ -420,7 +421,7 @@ def pool_summary(reads: ReadValues, bounds: list[np.ndarray], num_workers: int =
         "places_per_batch": round(spread * -np.expm1(-b / max(spread, 1)), 1),  # distinct units among B draws
         "places_global": round(units * -np.expm1(-b / max(units, 1)), 1),
         "mixes_like_global": spread >= 2 * b or spread >= units,
-        "first_batch_units": spread,
+        "first_batch_units": max(1, min(spread, int(POOL_FIRST_BYTES // row_bytes(ds)) // max(most, 1))),
     }
 
 
