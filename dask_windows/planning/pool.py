@@ -351,8 +351,9 @@ def plan_pool(
         skip_batches: Batches of this reader already consumed (resumption).
         max_spread: Most units resident at once (more mix no better than a global shuffle);
             ``None``: as many as ``pool_rows`` holds.
-        first_rows: Rows of units read before the first step draws (``F``: at least one unit, at
-            most ``S``); the pool then fills one unit per step. ``None``: the whole pool first.
+        first_rows: Rows of units read before the first step draws (``F``: at least one unit); the
+            pool then fills one unit per step. ``None``, or ``F > S / 2`` (the fill would save at most
+            half the wait, and the first batches would mix over fewer units): the whole pool first.
     """
     counts = np.array([int(np.sum(c)) for c in grid_counts], np.int64)  # (P,) windows of each partition
     total = int(counts.sum())
@@ -404,7 +405,8 @@ def plan_pool(
         units.append(PoolUnit(p, g, lo_w, hi_w, (r0, r1), fresh, tuple(keep), end))
         end += size
     spread = min(spread, max(len(units), 1))
-    fill = spread if first_rows is None else max(1, min(spread, int(first_rows) // max(most, 1)))
+    fill = spread if first_rows is None else max(1, int(first_rows) // max(most, 1))
+    fill = spread if 2 * fill > spread else fill  # a fill of half the pool or more: the whole pool mixes better
     plan = PoolPlan(tuple(units), spread, rows, 0, 0, 0, 0, entropy, shuffle, group, fill)
     start, skip = _resume_step(plan, skip_batches * batch_size)
     return PoolPlan(

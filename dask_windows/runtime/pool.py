@@ -402,14 +402,16 @@ def pool_summary(reads: ReadValues, bounds: list[np.ndarray], num_workers: int =
         ``units`` (decode units of the dataset, after merging short ones), ``unit_rows`` (the largest
         unit's rows), ``resident_units`` (``S``), ``pool_bytes``, ``budget_bytes``, ``reads_per_unit``
         (1: each unit decoded once per epoch), ``places_per_batch`` (distinct units expected among a
-        batch's ``B`` draws from ``S``: ``S (1 - exp(-B / S))``) and ``places_global`` (the same from all
-        units: a global shuffle).
+        batch's ``B`` draws from ``S``: ``S (1 - exp(-B / S))``), ``places_global`` (the same from all
+        units: a global shuffle) and ``first_batch_units`` (units read before the first batch: about
+        ``POOL_FIRST_BYTES`` of them, or ``S`` where that is more than half of them).
     """
     ds = reads
     sizes = np.concatenate([np.diff(b) for b in bounds]) if bounds else np.zeros(0, np.int64)
     units = len(sizes)
     most = int(sizes.max()) + ds.spec.span if units else 0
     spread, rows = pool_span(most, pool_rows(ds, num_workers), min(units, UNITS_PER_BATCH * ds.spec.batch_size))
+    fill = max(1, int(POOL_FIRST_BYTES // row_bytes(ds)) // max(most, 1))  # units read before the first step
     b = ds.spec.batch_size
     return {
         "units": units,
@@ -421,7 +423,7 @@ def pool_summary(reads: ReadValues, bounds: list[np.ndarray], num_workers: int =
         "places_per_batch": round(spread * -np.expm1(-b / max(spread, 1)), 1),  # distinct units among B draws
         "places_global": round(units * -np.expm1(-b / max(units, 1)), 1),
         "mixes_like_global": spread >= 2 * b or spread >= units,
-        "first_batch_units": max(1, min(spread, int(POOL_FIRST_BYTES // row_bytes(ds)) // max(most, 1))),
+        "first_batch_units": fill if 2 * fill <= spread else spread,
     }
 
 
