@@ -235,7 +235,7 @@ DEFAULT_ORDER = {  # re-recorded by the mixing issue (22): the pool order (plann
     # recorded by issue 33: the pool filled progressively (its first step after one unit)
     "default_order_filling": (
         default_order_filling,
-        "e34943de8d1559bf08212cbcc41fef8d97c62d923c8d16b08fe2fe763aea27bd",
+        "f80ff7867c1fa0e69862007a66fed925aaac32e7804d479954cd35d48ac5783e",
     ),
 }
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -69,6 +70,7 @@ __all__ = [
     "pool_starts",
     "reader_steps",
     "reader_windows",
+    "slice_ends",
     "step_order",
     "step_slices",
     "unit_order",
@@ -247,6 +249,22 @@ def unit_permutation(plan: PoolPlan, i: int) -> np.ndarray:
     return rng_for(seed, epoch, 0x9001, unit.partition, unit.lo).permutation(unit.num_windows).astype(np.int64)
 
 
+def slice_ends(plan: PoolPlan, i: Any, j: Any, n: Any) -> Any:
+    """Permutation positions where slice ``j`` of unit ``i`` (of ``n`` windows) begins (``j = S``: ``n``).
+
+    A full pool's steps draw ``1 / S`` of each resident unit. While the pool fills (``F < S``), a step
+    ``t < S - 1`` weighs ``1 / S`` of a full one: it draws little, so few windows are drawn from the
+    few units read so far, and the rest of those units' windows wait for the full pool. Works on
+    integers and on arrays of them alike.
+    """
+    s = plan.spread
+    ramp = np.clip(s - 1 - i, 0, s) if plan.fill and plan.fill < s else 0  # slices of i at filling steps
+    heavy = s if plan.fill and plan.fill < s else 1  # a full step's weight
+    done = np.minimum(j, ramp) + heavy * np.maximum(j - ramp, 0)  # weight of slices before j
+    total = np.minimum(s, ramp) + heavy * np.maximum(s - ramp, 0)
+    return done * n // total
+
+
 def step_slices(plan: PoolPlan, step: int) -> list[tuple[int, int, int]]:
     """``(unit, a, b)``: positions ``[a, b)`` of unit ``unit``'s permutation drawn at ``step``."""
     s, last, first = plan.spread, plan.last_step, plan.first_step
@@ -255,7 +273,7 @@ def step_slices(plan: PoolPlan, step: int) -> list[tuple[int, int, int]]:
         n = plan.units[i].num_windows
         j0 = 0 if step == first else step - i  # the first step holds every earlier slice
         j1 = s - 1 if step == last else step - i  # the last step every later one
-        a, b = j0 * n // s, (j1 + 1) * n // s
+        a, b = int(slice_ends(plan, i, j0, n)), int(slice_ends(plan, i, j1 + 1, n))
         if b > a:
             out.append((i, a, b))
     return out
@@ -270,17 +288,17 @@ def unit_steps(plan: PoolPlan, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
     step = np.clip(i + j, plan.first_step, last)  # (S,) step of each slice; the first and last join several
     head = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])  # (k,) first slice of each step
     tail = np.r_[head[1:] - 1, s - 1]  # (k,) last slice of each step
-    a, b = head * n // s, (tail + 1) * n // s
+    a, b = slice_ends(plan, i, head, n), slice_ends(plan, i, tail + 1, n)
     keep = b > a
     return step[head][keep], a[keep], b[keep]
 
 
-def _windows_before_step(counts: np.ndarray, spread: int, first: int, step: int) -> int:
-    """Windows of the steps before ``step`` (``first <= step <= last``; ``first``: the first step)."""
-    if step <= first:
+def _windows_before_step(plan: PoolPlan, counts: np.ndarray, step: int) -> int:
+    """Windows of the steps before ``step`` (``first_step <= step <= last``)."""
+    if step <= plan.first_step:
         return 0
     i = np.arange(len(counts), dtype=np.int64)
-    return int((np.clip(step - i, 0, spread) * counts // spread).sum())
+    return int(slice_ends(plan, i, np.clip(step - i, 0, plan.spread), counts).sum())
 
 
 def _atoms(
@@ -426,19 +444,19 @@ def plan_pool(
 
 def _resume_step(plan: PoolPlan, skip: int) -> tuple[int, int]:
     """``(first step of the block, windows of the block to skip)`` holding window ``skip`` of the stream."""
-    s, last, k, first = plan.spread, plan.last_step, plan.group, plan.first_step
+    last, k, first = plan.last_step, plan.group, plan.first_step
     if last < 0:
         return 0, 0
     counts = np.array([u.num_windows for u in plan.units], np.int64)
     lo, hi = 0, (last - first) // k  # blocks: the largest whose windows before <= skip
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if _windows_before_step(counts, s, first, first + mid * k) <= skip:
+        if _windows_before_step(plan, counts, first + mid * k) <= skip:
             lo = mid
         else:
             hi = mid - 1
     start = first + lo * k
-    return start, skip - _windows_before_step(counts, s, first, start)
+    return start, skip - _windows_before_step(plan, counts, start)
 
 
 def step_order(plan: PoolPlan, step: int, size: int) -> np.ndarray | None:

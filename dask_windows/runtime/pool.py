@@ -42,6 +42,7 @@ from dask_windows.faults import REPLACEMENT_TAG, record_skip, replacement_picks,
 from dask_windows.planning.plan import Segment, rng_for
 from dask_windows.planning.pool import (
     PoolPlan,
+    live_units,
     merge_bounds,
     plan_pool,
     pool_span,
@@ -370,7 +371,10 @@ def pool_batches(values: PassValues, plan: PoolPlan, progress: Any = None) -> It
     pool = _Pool(ds, plan if device is None else device.staging, source_reader)
     background = ds.spec.prefetch_partitions >= 1
     read = pool.read if device is None else device.landing(pool)
-    reads = Prefetcher(read, keys, 1 if background else 0, name="dask-windows-pool")
+    # While the pool fills, its first units are read as fast as they decode (no row of theirs is in use):
+    # ``live_units`` consecutive units never share a row, and one more is read ahead once they are taken.
+    burst = live_units(plan) - 1 if device is None and plan.first_step < plan.spread - 1 else 0
+    reads = Prefetcher(read, keys, 1 if background else 0, name="dask-windows-pool", burst=burst)
     gatherer = Gatherer(pool.x, pool.y, ds.spec.window, ds.spec.horizon, ds.spec.layout, codes=pool.codes)
     steps = _steps(ds, plan, iter(reads), gatherer)
     if device is not None:
