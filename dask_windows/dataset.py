@@ -434,7 +434,7 @@ class WindowDataset(PassProtocol, IterableDataset):
     ) -> Iterator[Any]:
         values = self._pass_values(counted)
         if isinstance(plan, PoolPlan):
-            return pool_batches(values, plan, progress)
+            return pool_batches(values, plan, progress, this_pass)
         return batches(values, plan, progress, this_pass)
 
     def _stream_values(self) -> StreamValues:

@@ -63,6 +63,7 @@ from dask_windows.tuning import POOL_AHEAD_UNITS as AHEAD
 
 __all__ = [
     "BUFFER_BYTES",
+    "PoolReads",
     "PoolWarning",
     "plan_for",
     "pool_batches",
@@ -360,39 +361,91 @@ class _Inline:
             close()
 
 
-def pool_batches(values: PassValues, plan: PoolPlan, progress: Any = None) -> Iterator[Any]:
-    """The batches of a pool plan, each counted (``values.step(progress)``) before it is yielded."""
+class PoolReads:
+    """A pass's pool arrays and the reads filling them, in plan order: what the next pass's read-ahead
+    (``speedups.nextpass``) starts early and hands to the pass.
+
+    Attributes:
+        reader: The ``Prefetcher`` of the plan's units (one ahead of the builder; the first
+            ``live_units`` at once while the pool fills: no row of theirs is in use yet).
+        source_reader: The pass's reader of its partitions.
+        pool: The pool arrays (``_Pool``).
+        device: The device pool (``ondevice.pool``), or ``None``.
+        background: Whether units are read and steps built on threads (``prefetch_partitions >= 1``).
+    """
+
+    def __init__(self, values: PassValues, plan: PoolPlan, first_units: int | None = None) -> None:
+        ds = values.reads
+        self.plan = plan
+        keys = list(range(plan.first_unit, len(plan.units)))
+        self.source_reader = ds.source.reader([plan.units[i].partition for i in keys], ds.columns)
+        # device mode (``ondevice.pool``): each unit decoded into a one-unit staging array, then sent to its
+        # place in a pool on the device, and the batches gathered there from the same steps
+        self.device = None if values.device is None else values.device.pool(plan)
+        self.pool = _Pool(ds, plan if self.device is None else self.device.staging, self.source_reader)
+        self.background = ds.spec.prefetch_partitions >= 1
+        read = self.pool.read if self.device is None else self.device.landing(self.pool)
+        filling = self.device is None and plan.first_step < plan.spread - 1
+        self.burst = live_units(plan) - 1 if filling else 0  # (one more is read ahead once they are taken)
+        burst = self.burst if first_units is None else min(first_units, len(keys)) - 1
+        self.reader = Prefetcher(read, keys, 1 if self.background else 0, name="dask-windows-pool", burst=burst)
+
+    def widen(self) -> None:
+        """Read the pass's whole burst (after a read-ahead of its first units only)."""
+        self.reader.widen(self.burst)
+
+    def partitions_read(self) -> list[int]:
+        """Partitions of the units whose reads have begun."""
+        return sorted({self.plan.units[i].partition for i in self.reader.keys[: self.reader.started]})
+
+    def close(self) -> None:
+        self.reader.close()
+        self.source_reader.close()
+        if self.device is not None:
+            self.device.close()
+
+
+def pool_batches(
+    values: PassValues, plan: PoolPlan, progress: Any = None, this_pass: tuple | None = None
+) -> Iterator[Any]:
+    """The batches of a pool plan, each counted (``values.step(progress)``) before it is yielded.
+
+    ``this_pass``: ``(epoch, reader's World)`` of a pass ``iter(ds)`` started: its first units may have
+    been read ahead (``values.next_pass.claim``), and once its last step is taken the next pass's first
+    units are read ahead (``values.next_pass.begin``); ``None``: neither.
+    """
     ds = values.reads
-    keys = list(range(plan.first_unit, len(plan.units)))
-    source_reader = ds.source.reader([plan.units[i].partition for i in keys], ds.columns)
-    # device mode (``ondevice.pool``): each unit decoded into a one-unit staging array, then sent to its
-    # place in a pool on the device, and the batches gathered there from the same steps
-    device = None if values.device is None else values.device.pool(plan)
-    pool = _Pool(ds, plan if device is None else device.staging, source_reader)
-    background = ds.spec.prefetch_partitions >= 1
-    read = pool.read if device is None else device.landing(pool)
-    # While the pool fills, its first units are read as fast as they decode (no row of theirs is in use):
-    # ``live_units`` consecutive units never share a row, and one more is read ahead once they are taken.
-    burst = live_units(plan) - 1 if device is None and plan.first_step < plan.spread - 1 else 0
-    reads = Prefetcher(read, keys, 1 if background else 0, name="dask-windows-pool", burst=burst)
+    ahead = values.next_pass if this_pass is not None else None
+    claimed = ahead.claim(plan, this_pass) if ahead is not None else None
+    reads: PoolReads = claimed[0] if claimed is not None else PoolReads(values, plan)
+    reads.widen()
+    pool = reads.pool
     gatherer = Gatherer(pool.x, pool.y, ds.spec.window, ds.spec.horizon, ds.spec.layout, codes=pool.codes)
-    steps = _steps(ds, plan, iter(reads), gatherer)
-    if device is not None:
-        steps = device.stage(steps)
+    steps = _steps(ds, plan, iter(reads.reader), gatherer)
+    if reads.device is not None:
+        steps = reads.device.stage(steps)
     telemetry = ds.telemetry
-    started: Any = Ahead(steps, 1, "dask-windows-build") if background else _Inline(steps)
+    started: Any = Ahead(steps, 1, "dask-windows-build") if reads.background else _Inline(steps)
+    last = None
+    begun: list[Any] = []  # the next pass's read-ahead, once this pass's last step is taken
+    if ahead is not None and this_pass is not None and ahead.wanted(reads, plan):
+        epoch, world = this_pass
+        last = lambda: begun.append(ahead.begin(epoch, world))
     try:
         batches = stream(
             plan, (), ds.grid, ds.row_offsets, ds.spec, timed_output(telemetry, values.output), values.normalize,  # type: ignore[arg-type]
-            interrupt=reads.close, started=started, waits=None if telemetry is None else telemetry.waits,
-            allocator=values.allocator, device=values.device,
+            interrupt=reads.reader.close, started=started, waits=None if telemetry is None else telemetry.waits,
+            allocator=values.allocator, device=values.device, last=last,
         )  # fmt: skip
         yield from values.counted(batches, progress)
     finally:
         reads.close()
-        source_reader.close()
-        if device is not None:
-            device.close()
+        for pending in begun:  # (no module globals here: this may run while the interpreter exits)
+            try:
+                if pending is not None:
+                    pending.arm()  # the next pass's first units wait from now on (``next_pass_seconds``)
+            except Exception:  # pragma: no cover - the interpreter is exiting
+                pass
 
 
 class PoolWarning(UserWarning):

@@ -269,6 +269,13 @@ class Prefetcher(_Background):
         """What is read, in order."""
         return self._keys
 
+    def widen(self, burst: int) -> None:
+        """Read the first ``burst`` keys without waiting for the consumer (before any item is taken)."""
+        threads = self._threads
+        if threads is not None and burst > threads.burst and self._taken == 0:
+            more, threads.burst = burst - threads.burst, burst
+            threads.slots.release(more)
+
     @property
     def started(self) -> int:
         """Keys whose read has begun (on the threads, or taken without them)."""
