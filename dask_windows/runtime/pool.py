@@ -63,8 +63,8 @@ from dask_windows.tuning import POOL_AHEAD_UNITS as AHEAD
 
 __all__ = [
     "BUFFER_BYTES",
-    "PoolReads",
     "PoolWarning",
+    "UnitReads",
     "plan_for",
     "pool_batches",
     "pool_rows",
@@ -361,7 +361,7 @@ class _Inline:
             close()
 
 
-class PoolReads:
+class UnitReads:
     """A pass's pool arrays and the reads filling them, in plan order: what the next pass's read-ahead
     (``speedups.nextpass``) starts early and hands to the pass.
 
@@ -417,7 +417,7 @@ def pool_batches(
     ds = values.reads
     ahead = values.next_pass if this_pass is not None else None
     claimed = ahead.claim(plan, this_pass) if ahead is not None else None
-    reads: PoolReads = claimed[0] if claimed is not None else PoolReads(values, plan)
+    reads: UnitReads = claimed[0] if claimed is not None else UnitReads(values, plan)
     reads.widen()
     pool = reads.pool
     gatherer = Gatherer(pool.x, pool.y, ds.spec.window, ds.spec.horizon, ds.spec.layout, codes=pool.codes)

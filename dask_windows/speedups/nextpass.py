@@ -67,7 +67,7 @@ from typing import TYPE_CHECKING, Any
 from dask_windows.planning.pool import PoolPlan
 from dask_windows.planning.world import World
 from dask_windows.runtime.detect import in_worker
-from dask_windows.runtime.pool import PoolReads
+from dask_windows.runtime.pool import UnitReads
 from dask_windows.runtime.prefetch import Ahead, GuardedThread, Prefetcher
 from dask_windows.tuning import NEXT_PASS_JOIN_SECONDS as JOIN_SECONDS
 from dask_windows.tuning import NEXT_PASS_SECONDS, PLAN_BYTES_PER_PIECE, PLAN_SHARE
@@ -102,11 +102,11 @@ class _NextPass:
     """One pass's readers and builder, started ahead of its ``iter()``; taken once or released once."""
 
     def __init__(
-        self, slot: Slot, key: tuple, plan: Any, reads: Reads | PoolReads, builder: Ahead | None, seconds: float
+        self, slot: Slot, key: tuple, plan: Any, reads: Reads | UnitReads, builder: Ahead | None, seconds: float
     ) -> None:
         self.pid = os.getpid()  # a forked DataLoader worker inherits the attribute, not the threads
         self.key, self.plan, self.seconds = key, plan, seconds
-        self.reads: Reads | PoolReads | None = reads
+        self.reads: Reads | UnitReads | None = reads
         self.builder: Ahead | None = builder
         self.done = threading.Event()  # taken or released: the timer stops waiting
         self._lock = threading.Lock()
@@ -161,7 +161,7 @@ class _NextPass:
 
     def partitions_read(self) -> list[int]:
         """Partitions whose pieces the readers have begun to read."""
-        if isinstance(self.reads, PoolReads):
+        if isinstance(self.reads, UnitReads):
             return self.reads.partitions_read()
         reader = self.reads.reader if self.reads is not None else None
         if not isinstance(reader, Prefetcher):
@@ -252,7 +252,7 @@ def _same(a: tuple, b: tuple) -> bool:
     return a[0] == b[0] and len(a[1]) == len(b[1]) and all(x is y for x, y in zip(a[1], b[1]))
 
 
-def wanted(ahead: NextPass, reads: Reads | PoolReads, plan: Any) -> bool:
+def wanted(ahead: NextPass, reads: Reads | UnitReads, plan: Any) -> bool:
     """Whether the pass of ``plan``, served by ``reads``, reads the next pass's first buffer (the pool
     order: its first units) ahead.
 
@@ -266,7 +266,7 @@ def wanted(ahead: NextPass, reads: Reads | PoolReads, plan: Any) -> bool:
         return False
     if not reads.background or not isinstance(reads.reader, Prefetcher):  # no threads, or read_workers
         return False
-    if isinstance(reads, PoolReads):
+    if isinstance(reads, UnitReads):
         return reads.device is None and (not in_worker() or ahead.worker_passes() >= 2)
     if _plan_bytes(plan) * PLAN_SHARE > _buffer_bytes(ahead):
         return False  # the next pass's plan would weigh beside the buffers: many pieces of a few rows
@@ -317,7 +317,7 @@ def begin(ahead: NextPass, epoch: int, world: World) -> _NextPass | None:
         if isinstance(plan, PoolPlan):  # the pool order: its first units, into the next pass's own pool arrays
             if values.device is not None or not values.reads.spec.prefetch_partitions:
                 return None
-            reads = PoolReads(values, plan, first_units=plan.fill or plan.spread)
+            reads = UnitReads(values, plan, first_units=plan.fill or plan.spread)
             pending = _NextPass(ahead.slot, _key(ahead, epoch, world), plan, reads, None, ahead.seconds)
             ahead.slot.pending = pending
             return pending
@@ -371,7 +371,7 @@ def claim(ahead: NextPass, plan: Any, this_pass: tuple) -> tuple[Any, Ahead | No
         return None  # released meanwhile (timer)
     reads, builder = pending.reads, pending.builder
     same = _same(pending.key, _key(ahead, *this_pass)) and (pending.plan is plan or pending.plan == plan)
-    built = builder is not None or isinstance(reads, PoolReads)  # (the pool order reads ahead, builds nothing)
+    built = builder is not None or isinstance(reads, UnitReads)  # (the pool order reads ahead, builds nothing)
     if not same or reads is None or not built or pending.failed() or not _unchanged(ahead, pending):
         pending.shutdown()
         return None
