@@ -1,7 +1,8 @@
 """Reading a pool plan: each unit decoded once into the pool's rows, each step's windows cut into batches.
 
 ``pool_batches`` walks a reader's ``PoolPlan``: one reader thread reads the
-units in plan order (``Prefetcher``, one unit ahead), decoding each straight
+units in plan order (``Prefetcher``, one unit ahead; while the pool fills, its
+first ``live_units`` at once, as no row of theirs is in use), decoding each straight
 into its rows of one pool array allocated for the pass (``plan.pool_rows``
 rows: the memory budget); a builder thread (``Ahead``, one step ahead) turns
 each step into the pool rows of its windows, shuffled; ``pipeline.stream``
@@ -20,6 +21,9 @@ With a device feed (``WindowDataset(device=...)``) the pool lives on the device
 (``ondevice.pool``): each unit is decoded into a one-unit staging array and its
 rows sent once to their place in the device pool; the steps are built here as
 always and the batches gathered there.
+
+The next pass's first units (its fill) may be read before its ``iter()``, into
+its own pool arrays (``UnitReads``, started and claimed by ``speedups.nextpass``).
 
 The trade-off: the pool is allocated once per pass at its full size (pages are
 touched as units land, so a small dataset's pool stays small), and reads go

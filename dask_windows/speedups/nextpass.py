@@ -49,6 +49,12 @@ the worker's pass count, a plan, pass values) as callables; never the dataset's
 members. A read-ahead keeps its key's values and its plan, and watches the
 ``Slot`` weakly: the threads and the expiry timer never keep the dataset alive.
 
+In the pool order (``runtime.pool``) the same hook reads, once the consumer
+takes a pass's last step, the next pass's first units (its fill, ``PoolPlan.fill``:
+about ``POOL_FIRST_BYTES`` decoded) into that pass's own pool arrays
+(``UnitReads``): nothing is built ahead, and the pass that claims them reads the
+rest of its fill at once (``Prefetcher.widen``). Not with a device feed.
+
 The trade-off: the first batch of a pass comes sooner (or at once) for memory
 the pass already had and a thread that waits between passes; a pass that is
 not the one predicted wastes one first buffer's reads.
