@@ -32,6 +32,13 @@ Last, page checksums: the same rows written with page CRCs, read with verificati
     python benchmarks/bench_loader.py --only workers --partitions 2 --seconds 2
     python benchmarks/bench_loader.py --only read-workers --seconds 2 --rounds 3
     python benchmarks/bench_loader.py --only pool   (bench_mixing.py --pool: the default pool order)
+    python benchmarks/bench_loader.py --only first [--partitions 8] [--rows 1000000] [--rounds 3]
+
+``--only first`` prints, for the default settings and the hand-written Dask loop (``bench_peers.hand_loop``),
+each in a fresh process per round (rounds alternate; medians and ranges): seconds to open, to the first
+batch after it, their sum, and steady windows/s after the first batch, with the ratios dw / hand; then
+the series scan at open: seconds to open 8, 80 and 800 files of 10,000 rows (10 series each) with
+``series=`` and without (the difference is the scan), and its growth per file.
 
 ``--only read-workers`` prints windows/s and first-batch times of ``read_workers=0/1/2`` (decoding in
 worker processes, gathering here) in alternating rounds, with ratios to ``read_workers=0`` from the same
@@ -77,6 +84,117 @@ def write_dataset(root: str, partitions: int, seed: int = 0, rows: int = ROWS) -
         cols = {f"f{c}": rng.standard_normal(rows, dtype=np.float32) for c in range(C)}
         cols["sid"] = np.repeat(np.arange(p * 10, p * 10 + 10), rows // 10)
         pq.write_table(pa.table(cols), path, row_group_size=250_000)
+
+
+def first_child(arg: str) -> None:
+    """One contender of ``--only first`` in this fresh process: prints ``{open, first, rate}`` as JSON."""
+    job = json.loads(arg)
+    root, seconds, kind = job["root"], job["seconds"], job["kind"]
+    features = [f"f{c}" for c in range(C)]
+    if kind == "hand":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import dask.dataframe as dd
+        from bench_peers import hand_batches
+
+        t0 = time.perf_counter()
+        frame = dd.read_parquet(root, columns=["sid", *features])
+        opened = time.perf_counter()
+        it = hand_batches(frame, features, B, L, 1)
+    else:
+        if job.get("whole_pool"):  # the order before issue 33: the whole pool read before the first step
+            import dask_windows.runtime.pool as pool_module
+
+            pool_module.POOL_FIRST_BYTES = 1 << 62
+        t0 = time.perf_counter()
+        ds = dw.WindowDataset(root, features=features, series="sid", window=L, batch_size=B, seed=0, **job["kw"])
+        opened = time.perf_counter()
+        it = iter(ds)
+    next(it)
+    first = time.perf_counter()
+    n, t1 = 0, time.perf_counter()
+    for _ in it:
+        n += 1
+        if time.perf_counter() - t1 > seconds:
+            break
+    print(json.dumps({"open": opened - t0, "first": first - opened, "rate": n * B / (time.perf_counter() - t1)}))
+
+
+def scan_child(arg: str) -> None:
+    """Seconds to open ``root`` with and without ``series=`` in this fresh process (warmed on a tiny open)."""
+    job = json.loads(arg)
+    features = [f"f{c}" for c in range(C)]
+    dw.WindowDataset(job["warm"], features=features, series="sid", window=8, batch_size=4)  # imports, first calls
+    out = {}
+    for series in ("sid", None):
+        t0 = time.perf_counter()
+        dw.WindowDataset(job["root"], features=features, series=series, window=8, batch_size=4)
+        out[str(series)] = time.perf_counter() - t0
+    print(json.dumps(out))
+
+
+def _child(flag: str, job: dict) -> dict:
+    done = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), flag, json.dumps(job)], capture_output=True, text=True, check=True
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def first_rows(directory: str, partitions: int, rows: int, seconds: float, rounds: int) -> None:
+    """Open, first batch and steady windows/s of the default against the hand-written Dask loop; the scan."""
+    root = os.path.join(directory, f"first{partitions}x{rows}")
+    write_dataset(root, partitions, rows=rows)
+    contenders = {
+        "dw (default)": {"kind": "dw", "kw": {}},
+        "hand (Dask loop)": {"kind": "hand"},
+        "dw, pool filled": {"kind": "dw", "kw": {}, "whole_pool": True},  # before issue 33
+    }
+    got: dict[str, list[dict]] = {name: [] for name in contenders}
+    for _ in range(rounds):
+        for name, job in contenders.items():
+            got[name].append(_child("--first-child", {**job, "root": root, "seconds": seconds}))
+    print(
+        f"open and first batch: {partitions} x {rows:,}-row Parquet files (10 series each, row groups of 250,000), "
+        f"B={B} L={L} C={C} stride 1, shuffled; {rounds} alternating rounds, a fresh process each, steady windows/s "
+        f"over {seconds:.0f} s after the first batch (median [range]); load {os.getloadavg()[0]:.2f}"
+    )
+    med = {
+        name: {k: float(np.median([r[k] for r in runs])) for k in ("open", "first", "rate")}
+        for name, runs in got.items()
+    }
+    for name, runs in got.items():
+        cells = []
+        for key, unit in (("open", "s"), ("first", "s")):
+            v = [r[key] for r in runs]
+            cells.append(f"{key} {np.median(v):5.2f} {unit} [{min(v):.2f}-{max(v):.2f}]")
+        both = [r["open"] + r["first"] for r in runs]
+        v = [r["rate"] for r in runs]
+        print(
+            f"  {name:<18} " + "  ".join(cells) + f"  open+first {np.median(both):5.2f} s  "
+            f"steady {np.median(v):10,.0f} windows/s [{min(v):,.0f}-{max(v):,.0f}]"
+        )
+    dw_, hand = med["dw (default)"], med["hand (Dask loop)"]
+    print(
+        f"  dw / hand: open+first {(dw_['open'] + dw_['first']) / (hand['open'] + hand['first']):.2f}x (goal <= 2), "
+        f"first batch after open {dw_['first'] / hand['first']:.2f}x, steady {dw_['rate'] / hand['rate']:.2f}x (goal >= 0.9)"
+    )
+    scan_root = os.path.join(directory, "scan")
+    write_dataset(os.path.join(scan_root, "warm"), 1, rows=1_000)
+    times = {}
+    for files in (8, 80, 800):
+        folder = os.path.join(scan_root, f"n{files}")
+        write_dataset(folder, files, rows=10_000)
+        times[files] = _child("--scan-child", {"root": folder, "warm": os.path.join(scan_root, "warm")})
+    print("series scan at open: files of 10,000 rows (10 series each), open with series= and without, fresh processes")
+    for files, t in times.items():
+        scan = t["sid"] - t["None"]
+        print(
+            f"  {files:>4} files: open {t['sid']:6.2f} s with series=, {t['None']:6.2f} s without: scan {scan:6.3f} s"
+        )
+    per = [
+        (times[b]["sid"] - times[b]["None"] - times[a]["sid"] + times[a]["None"]) / (b - a)
+        for a, b in ((8, 80), (80, 800))
+    ]
+    print(f"  scan growth: {per[0] * 1e3:.2f} ms per file (8 -> 80), {per[1] * 1e3:.2f} ms per file (80 -> 800)")
 
 
 def rate(fn, seconds: float) -> float:
@@ -456,12 +574,15 @@ def main() -> None:
     parser.add_argument("--crc-only", action="store_true", help="only the page checksum on/off figures")
     parser.add_argument(
         "--only",
-        choices=["all", "normalisation", "workers", "read-workers", "pieces", "pool"],
+        choices=["all", "normalisation", "workers", "read-workers", "pieces", "pool", "first"],
         default="all",
         help="which figures",
     )
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (read-workers)")
     parser.add_argument("--pieces-child", help=argparse.SUPPRESS)
+    parser.add_argument("--first-child", help=argparse.SUPPRESS)
+    parser.add_argument("--scan-child", help=argparse.SUPPRESS)
+    parser.add_argument("--rows", type=int, default=ROWS, help="--only first: rows per file")
     parser.add_argument(
         "--pieces-k", type=int, help="--only pieces: pieces_per_partition of 'default' (None: the default)"
     )
@@ -472,6 +593,15 @@ def main() -> None:
         return
     if args.pieces_child:
         pieces_child(args.pieces_child)
+        return
+    if args.first_child:
+        first_child(args.first_child)
+        return
+    if args.scan_child:
+        scan_child(args.scan_child)
+        return
+    if args.only == "first":
+        first_rows(args.dir, args.partitions, args.rows, args.seconds, args.rounds)
         return
     if args.only == "pool":  # the pool order on the mixing issue's layouts (bench_mixing --pool, its defaults)
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

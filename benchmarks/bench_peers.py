@@ -96,14 +96,19 @@ def write_files(root: str, files: int, rows: int, series: int, seed: int = 0) ->
 def hand_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
     """The loop by hand: one Dask partition at a time, every window of each series, shuffled."""
     import dask.dataframe as dd
+
+    yield from hand_batches(dd.read_parquet(root, columns=["sid", *FEATURES]), FEATURES, batch, window, stride, seed)
+
+
+def hand_batches(frame, features: list, batch: int, window: int, stride: int, seed: int = 0):
+    """``hand_loop``'s batches from an opened Dask DataFrame (``bench_loader --only first`` times the open apart)."""
     import torch
     from numpy.lib.stride_tricks import sliding_window_view
 
-    frame = dd.read_parquet(root, columns=["sid", *FEATURES])
     rng = np.random.default_rng(seed)
     for p in rng.permutation(frame.npartitions):
         part = frame.get_partition(int(p)).compute()
-        x = part[FEATURES].to_numpy(np.float32)  # (rows, C)
+        x = part[features].to_numpy(np.float32)  # (rows, C)
         sid = part["sid"].to_numpy()
         bounds = np.flatnonzero(np.diff(sid)) + 1
         edges = np.concatenate([[0], bounds, [len(sid)]])

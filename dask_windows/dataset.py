@@ -139,7 +139,8 @@ class WindowDataset(PassProtocol, IterableDataset):
         next_pass_seconds: While a pass's last buffer is drained, the first buffer of the pass after it
             (the next epoch, same rank and worker) is read and built ahead, and kept this long after the
             pass ends for the next ``iter()`` to take (the same batches either way; see
-            ``nextpass``): it holds one buffer meanwhile. ``0`` turns it off.
+            ``nextpass``): it holds one buffer meanwhile (the pool order: the next pass's first units,
+            about 16 MiB decoded). ``0`` turns it off.
         device: Gather the batches on this torch device (``"cuda"``, ``"cpu"``; ``"auto"``: CUDA when
             available, else the host path): each buffer's decoded rows cross to it once, one buffer
             ahead, at most two buffers on it, and every batch is cut there by index, the same values
@@ -450,7 +451,7 @@ class WindowDataset(PassProtocol, IterableDataset):
     ) -> Iterator[Any]:
         values = self._pass_values(counted)
         if isinstance(plan, PoolPlan):
-            return pool_batches(values, plan, progress)
+            return pool_batches(values, plan, progress, this_pass)
         return batches(values, plan, progress, this_pass)
 
     def _stream_values(self) -> StreamValues:

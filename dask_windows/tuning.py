@@ -54,6 +54,7 @@ __all__ = [
     "PLAN_BYTES_PER_PIECE",
     "PLAN_SHARE",
     "POOL_AHEAD_UNITS",
+    "POOL_FIRST_BYTES",
     "PROBE_FILES",
     "READ_CHUNK_BYTES",
     "READ_DEADLINE_SECONDS",
@@ -153,6 +154,11 @@ MIN_UNIT_ROWS = 1024
 UNITS_PER_BATCH = 4
 #: *order*: units read beyond the resident ones: one step built ahead, one unit being read.
 POOL_AHEAD_UNITS = 2
+#: *order*: decoded bytes of units the pool order reads before its first step (at least one unit,
+#: at most the pool); then it fills one unit per step. The first batch waits for about this much,
+#: not for the whole budget (1 GiB of 250k-row groups took 1-2 s); a smaller fill mixes the
+#: first batches over fewer units (the hand-written loop's first batch waits for one partition).
+POOL_FIRST_BYTES = 16 << 20
 #: *order*: a block of steps is shuffled as one, of at least this many batches (the lag-1
 #: correlation of the pool order is about ``-1 / BLOCK_BATCHES``).
 BLOCK_BATCHES = 16

@@ -180,6 +180,21 @@ def default_order_arrays(root, tmp):
     return one_epoch(open_ds(arrays, window=6, batch_size=8, partition_rows=40, return_index=True))
 
 
+def default_order_filling(root, tmp):
+    """A pool of about 30 units whose first step draws after one (issue 33's progressive fill)."""
+    import dask_windows.runtime.pool as pool_module
+    from dask_windows.planning.world import World
+
+    saved, pool_module.POOL_FIRST_BYTES = pool_module.POOL_FIRST_BYTES, 200
+    try:
+        ds = open_ds(root, **{**COMMON, "return_index": True, "buffer_bytes": 30_000})
+        plan = ds._plan(World(0, 1, 0, 1))
+        assert plan.fill == 1 < plan.spread, (plan.fill, plan.spread)
+        return one_epoch(ds)
+    finally:
+        pool_module.POOL_FIRST_BYTES = saved
+
+
 KEPT = {
     "whole_shuffled": (whole_shuffled, "b8238bcd49fde83e8c82cde98e9d836747f2a0117e502adb51af39392be6882b"),
     "whole_in_order": (whole_in_order, "cc07450b22c881173477b41398d266ce09313ef95131cd376244c71f87637811"),
@@ -217,6 +232,11 @@ DEFAULT_ORDER = {  # re-recorded by the mixing issue (22): the pool order (plann
         "7e49975ed2ff94cb9e0119d588ae6513a4950cde69390a17009b9be071580ddc",
     ),
     "default_order_arrays": (default_order_arrays, "96a7fa815f81dbb0f3fdce8e9f34a1bbdf2d7c0f2104389b67dc5b9b939fbbaf"),
+    # recorded by issue 33: the pool filled progressively (its first step after one unit)
+    "default_order_filling": (
+        default_order_filling,
+        "f80ff7867c1fa0e69862007a66fed925aaac32e7804d479954cd35d48ac5783e",
+    ),
 }
 
 

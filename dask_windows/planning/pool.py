@@ -16,10 +16,13 @@ a sequence of **steps**: step ``t`` reads unit ``t`` and releases unit
 ``t - S``; unit ``i``'s windows, in a random order of their own, are spread
 evenly over the ``S`` steps ``i .. i + S - 1`` (Mosaic's ``py1e`` idea), so
 every step draws from all ``S`` resident units and consecutive steps never
-hold one fixed set of windows. Steps before ``S - 1`` are joined into the
-first step (the pool is filled before any window is drawn) and steps after the
-last unit into the last, so every window is drawn from a full pool. A step's
-windows are shuffled and batches are cut from the steps laid end to end.
+hold one fixed set of windows. Steps before ``F - 1`` are joined into the
+first step and steps after the last unit into the last. ``F <= S`` (``fill``)
+is the units read before the first step: the pool fills progressively, each
+later step adding one unit, so the first batch waits for ``F`` units (about
+``POOL_FIRST_BYTES`` of rows), not for the whole pool; a step ``t < S - 1``
+draws from the ``t + 1`` units read so far. A step's windows are shuffled and
+batches are cut from the steps laid end to end.
 
 The trade-off: a unit is decoded once per epoch (twice at most where a
 reader's share begins or ends inside it), and a batch mixes at most ``S``
@@ -42,6 +45,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -66,6 +70,7 @@ __all__ = [
     "pool_starts",
     "reader_steps",
     "reader_windows",
+    "slice_ends",
     "step_order",
     "step_slices",
     "unit_order",
@@ -74,7 +79,7 @@ __all__ = [
     "windows_before",
 ]
 
-POOL_ORDER = "pool-1"  # recorded in resume states: a state of another order is refused
+POOL_ORDER = "pool-2"  # recorded in resume states: a state of another order is refused (pool-1: no fill)
 
 
 @dataclass(frozen=True)
@@ -118,7 +123,7 @@ class PoolPlan:
         units: The reader's units in reading order (all of them; a resume starts at ``first_unit``).
         spread: ``S``: units resident at once; each unit's windows are spread over ``S`` steps.
         pool_rows: Rows of the pool array.
-        start: The first step to draw (``spread - 1`` unless resuming).
+        start: The first step to draw (``fill - 1`` unless resuming).
         skip: Windows of that step already yielded (resumption).
         num_windows: Windows this reader yields after the skipped ones.
         num_batches: Batches this reader yields after the skipped ones.
@@ -126,6 +131,8 @@ class PoolPlan:
         shuffle: Whether windows are shuffled (``False``: dataset order).
         group: Steps per block: a block's windows are shuffled together (``BLOCK_BATCHES`` batches or
             more), so consecutive batches do not split one small step between them.
+        fill: ``F``: units read before the first step (``1 <= F <= S``); steps before ``S - 1`` draw
+            from the units read so far (``spread`` when ``0``: the whole pool before the first step).
     """
 
     units: tuple[PoolUnit, ...]
@@ -138,6 +145,12 @@ class PoolPlan:
     entropy: tuple[int, ...]
     shuffle: bool = True
     group: int = 1
+    fill: int = 0
+
+    @property
+    def first_step(self) -> int:
+        """The step that draws first: every slice due before it is drawn there."""
+        return (self.fill or self.spread) - 1
 
     @property
     def first_unit(self) -> int:
@@ -236,15 +249,31 @@ def unit_permutation(plan: PoolPlan, i: int) -> np.ndarray:
     return rng_for(seed, epoch, 0x9001, unit.partition, unit.lo).permutation(unit.num_windows).astype(np.int64)
 
 
+def slice_ends(plan: PoolPlan, i: Any, j: Any, n: Any) -> Any:
+    """Permutation positions where slice ``j`` of unit ``i`` (of ``n`` windows) begins (``j = S``: ``n``).
+
+    A full pool's steps draw ``1 / S`` of each resident unit. While the pool fills (``F < S``), a step
+    ``t < S - 1`` weighs ``1 / S`` of a full one: it draws little, so few windows are drawn from the
+    few units read so far, and the rest of those units' windows wait for the full pool. Works on
+    integers and on arrays of them alike.
+    """
+    s = plan.spread
+    ramp = np.clip(s - 1 - i, 0, s) if plan.fill and plan.fill < s else 0  # slices of i at filling steps
+    heavy = s if plan.fill and plan.fill < s else 1  # a full step's weight
+    done = np.minimum(j, ramp) + heavy * np.maximum(j - ramp, 0)  # weight of slices before j
+    total = np.minimum(s, ramp) + heavy * np.maximum(s - ramp, 0)
+    return done * n // total
+
+
 def step_slices(plan: PoolPlan, step: int) -> list[tuple[int, int, int]]:
     """``(unit, a, b)``: positions ``[a, b)`` of unit ``unit``'s permutation drawn at ``step``."""
-    s, last = plan.spread, plan.last_step
+    s, last, first = plan.spread, plan.last_step, plan.first_step
     out = []
     for i in plan.resident(step):
         n = plan.units[i].num_windows
-        j0 = 0 if step == s - 1 else step - i  # the first step holds every earlier slice
+        j0 = 0 if step == first else step - i  # the first step holds every earlier slice
         j1 = s - 1 if step == last else step - i  # the last step every later one
-        a, b = j0 * n // s, (j1 + 1) * n // s
+        a, b = int(slice_ends(plan, i, j0, n)), int(slice_ends(plan, i, j1 + 1, n))
         if b > a:
             out.append((i, a, b))
     return out
@@ -256,20 +285,20 @@ def unit_steps(plan: PoolPlan, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
     s, last = plan.spread, plan.last_step
     n = plan.units[i].num_windows
     j = np.arange(s, dtype=np.int64)
-    step = np.clip(i + j, s - 1, last)  # (S,) step of each slice; the first and last steps join several
+    step = np.clip(i + j, plan.first_step, last)  # (S,) step of each slice; the first and last join several
     head = np.flatnonzero(np.r_[True, step[1:] != step[:-1]])  # (k,) first slice of each step
     tail = np.r_[head[1:] - 1, s - 1]  # (k,) last slice of each step
-    a, b = head * n // s, (tail + 1) * n // s
+    a, b = slice_ends(plan, i, head, n), slice_ends(plan, i, tail + 1, n)
     keep = b > a
     return step[head][keep], a[keep], b[keep]
 
 
-def _windows_before_step(counts: np.ndarray, spread: int, step: int) -> int:
-    """Windows of the steps before ``step`` (``spread - 1 <= step <= last``)."""
-    if step <= spread - 1:
+def _windows_before_step(plan: PoolPlan, counts: np.ndarray, step: int) -> int:
+    """Windows of the steps before ``step`` (``first_step <= step <= last``)."""
+    if step <= plan.first_step:
         return 0
     i = np.arange(len(counts), dtype=np.int64)
-    return int((np.clip(step - i, 0, spread) * counts // spread).sum())
+    return int(slice_ends(plan, i, np.clip(step - i, 0, plan.spread), counts).sum())
 
 
 def _atoms(
@@ -319,6 +348,7 @@ def plan_pool(
     pool_rows: int,
     skip_batches: int = 0,
     max_spread: int | None = None,
+    first_rows: int | None = None,
 ) -> PoolPlan:
     """Plan what ``world``'s reader yields in ``epoch`` under the pool order.
 
@@ -337,8 +367,11 @@ def plan_pool(
         drop_last: Leave out the rank's final partial batch.
         pool_rows: Most rows the pool may hold (the memory budget in rows).
         skip_batches: Batches of this reader already consumed (resumption).
-        max_spread: Most units resident at once (more mix no better than a global shuffle, and the
-            first batch waits for the pool to fill); ``None``: as many as ``pool_rows`` holds.
+        max_spread: Most units resident at once (more mix no better than a global shuffle);
+            ``None``: as many as ``pool_rows`` holds.
+        first_rows: Rows of units read before the first step draws (``F``: at least one unit); the
+            pool then fills one unit per step. ``None``, or ``F > S / 2`` (the fill would save at most
+            half the wait, and the first batches would mix over fewer units): the whole pool first.
     """
     counts = np.array([int(np.sum(c)) for c in grid_counts], np.int64)  # (P,) windows of each partition
     total = int(counts.sum())
@@ -389,7 +422,10 @@ def plan_pool(
             end = 0  # wrap: the rest of the pool's rows stay unused this time round
         units.append(PoolUnit(p, g, lo_w, hi_w, (r0, r1), fresh, tuple(keep), end))
         end += size
-    plan = PoolPlan(tuple(units), min(spread, max(len(units), 1)), rows, 0, 0, 0, 0, entropy, shuffle, group)
+    spread = min(spread, max(len(units), 1))
+    fill = spread if first_rows is None else max(1, int(first_rows) // max(most, 1))
+    fill = spread if 2 * fill > spread else fill  # a fill of half the pool or more: the whole pool mixes better
+    plan = PoolPlan(tuple(units), spread, rows, 0, 0, 0, 0, entropy, shuffle, group, fill)
     start, skip = _resume_step(plan, skip_batches * batch_size)
     return PoolPlan(
         plan.units,
@@ -402,24 +438,25 @@ def plan_pool(
         entropy,
         shuffle,
         group,
+        fill,
     )
 
 
 def _resume_step(plan: PoolPlan, skip: int) -> tuple[int, int]:
     """``(first step of the block, windows of the block to skip)`` holding window ``skip`` of the stream."""
-    s, last, k = plan.spread, plan.last_step, plan.group
+    last, k, first = plan.last_step, plan.group, plan.first_step
     if last < 0:
         return 0, 0
     counts = np.array([u.num_windows for u in plan.units], np.int64)
-    lo, hi = 0, (last - (s - 1)) // k  # blocks: the largest whose windows before <= skip
+    lo, hi = 0, (last - first) // k  # blocks: the largest whose windows before <= skip
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if _windows_before_step(counts, s, s - 1 + mid * k) <= skip:
+        if _windows_before_step(plan, counts, first + mid * k) <= skip:
             lo = mid
         else:
             hi = mid - 1
-    start = s - 1 + lo * k
-    return start, skip - _windows_before_step(counts, s, start)
+    start = first + lo * k
+    return start, skip - _windows_before_step(plan, counts, start)
 
 
 def step_order(plan: PoolPlan, step: int, size: int) -> np.ndarray | None:

@@ -1,7 +1,8 @@
 """Reading a pool plan: each unit decoded once into the pool's rows, each step's windows cut into batches.
 
 ``pool_batches`` walks a reader's ``PoolPlan``: one reader thread reads the
-units in plan order (``Prefetcher``, one unit ahead), decoding each straight
+units in plan order (``Prefetcher``, one unit ahead; while the pool fills, its
+first ``live_units`` at once, as no row of theirs is in use), decoding each straight
 into its rows of one pool array allocated for the pass (``plan.pool_rows``
 rows: the memory budget); a builder thread (``Ahead``, one step ahead) turns
 each step into the pool rows of its windows, shuffled; ``pipeline.stream``
@@ -20,6 +21,9 @@ With a device feed (``WindowDataset(device=...)``) the pool lives on the device
 (``ondevice.pool``): each unit is decoded into a one-unit staging array and its
 rows sent once to their place in the device pool; the steps are built here as
 always and the batches gathered there.
+
+The next pass's first units (its fill) may be read before its ``iter()``, into
+its own pool arrays (``UnitReads``, started and claimed by ``speedups.nextpass``).
 
 The trade-off: the pool is allocated once per pass at its full size (pages are
 touched as units land, so a small dataset's pool stays small), and reads go
@@ -42,6 +46,7 @@ from dask_windows.faults import REPLACEMENT_TAG, record_skip, replacement_picks,
 from dask_windows.planning.plan import Segment, rng_for
 from dask_windows.planning.pool import (
     PoolPlan,
+    live_units,
     merge_bounds,
     plan_pool,
     pool_span,
@@ -57,12 +62,13 @@ from dask_windows.runtime.pipeline import _Built, stream
 from dask_windows.runtime.prefetch import Ahead, Prefetcher
 from dask_windows.runtime.telemetry import timed_output
 from dask_windows.runtime.values import PassValues, ReadValues
-from dask_windows.tuning import BUFFER_BYTES, MIN_UNIT_ROWS, UNITS_PER_BATCH
+from dask_windows.tuning import BUFFER_BYTES, MIN_UNIT_ROWS, POOL_FIRST_BYTES, UNITS_PER_BATCH
 from dask_windows.tuning import POOL_AHEAD_UNITS as AHEAD
 
 __all__ = [
     "BUFFER_BYTES",
     "PoolWarning",
+    "UnitReads",
     "plan_for",
     "pool_batches",
     "pool_rows",
@@ -145,6 +151,7 @@ def plan_for(reads: ReadValues, bounds: list[np.ndarray], world: World, skip_bat
         pool_rows=pool_rows(reads, world.num_workers),
         skip_batches=skip_batches,
         max_spread=UNITS_PER_BATCH * s.batch_size,
+        first_rows=int(POOL_FIRST_BYTES // row_bytes(reads)),
     )
 
 
@@ -358,36 +365,91 @@ class _Inline:
             close()
 
 
-def pool_batches(values: PassValues, plan: PoolPlan, progress: Any = None) -> Iterator[Any]:
-    """The batches of a pool plan, each counted (``values.step(progress)``) before it is yielded."""
+class UnitReads:
+    """A pass's pool arrays and the reads filling them, in plan order: what the next pass's read-ahead
+    (``speedups.nextpass``) starts early and hands to the pass.
+
+    Attributes:
+        reader: The ``Prefetcher`` of the plan's units (one ahead of the builder; the first
+            ``live_units`` at once while the pool fills: no row of theirs is in use yet).
+        source_reader: The pass's reader of its partitions.
+        pool: The pool arrays (``_Pool``).
+        device: The device pool (``ondevice.pool``), or ``None``.
+        background: Whether units are read and steps built on threads (``prefetch_partitions >= 1``).
+    """
+
+    def __init__(self, values: PassValues, plan: PoolPlan, first_units: int | None = None) -> None:
+        ds = values.reads
+        self.plan = plan
+        keys = list(range(plan.first_unit, len(plan.units)))
+        self.source_reader = ds.source.reader([plan.units[i].partition for i in keys], ds.columns)
+        # device mode (``ondevice.pool``): each unit decoded into a one-unit staging array, then sent to its
+        # place in a pool on the device, and the batches gathered there from the same steps
+        self.device = None if values.device is None else values.device.pool(plan)
+        self.pool = _Pool(ds, plan if self.device is None else self.device.staging, self.source_reader)
+        self.background = ds.spec.prefetch_partitions >= 1
+        read = self.pool.read if self.device is None else self.device.landing(self.pool)
+        filling = self.device is None and plan.first_step < plan.spread - 1
+        self.burst = live_units(plan) - 1 if filling else 0  # (one more is read ahead once they are taken)
+        burst = self.burst if first_units is None else min(first_units, len(keys)) - 1
+        self.reader = Prefetcher(read, keys, 1 if self.background else 0, name="dask-windows-pool", burst=burst)
+
+    def widen(self) -> None:
+        """Read the pass's whole burst (after a read-ahead of its first units only)."""
+        self.reader.widen(self.burst)
+
+    def partitions_read(self) -> list[int]:
+        """Partitions of the units whose reads have begun."""
+        return sorted({self.plan.units[i].partition for i in self.reader.keys[: self.reader.started]})
+
+    def close(self) -> None:
+        self.reader.close()
+        self.source_reader.close()
+        if self.device is not None:
+            self.device.close()
+
+
+def pool_batches(
+    values: PassValues, plan: PoolPlan, progress: Any = None, this_pass: tuple | None = None
+) -> Iterator[Any]:
+    """The batches of a pool plan, each counted (``values.step(progress)``) before it is yielded.
+
+    ``this_pass``: ``(epoch, reader's World)`` of a pass ``iter(ds)`` started: its first units may have
+    been read ahead (``values.next_pass.claim``), and once its last step is taken the next pass's first
+    units are read ahead (``values.next_pass.begin``); ``None``: neither.
+    """
     ds = values.reads
-    keys = list(range(plan.first_unit, len(plan.units)))
-    source_reader = ds.source.reader([plan.units[i].partition for i in keys], ds.columns)
-    # device mode (``ondevice.pool``): each unit decoded into a one-unit staging array, then sent to its
-    # place in a pool on the device, and the batches gathered there from the same steps
-    device = None if values.device is None else values.device.pool(plan)
-    pool = _Pool(ds, plan if device is None else device.staging, source_reader)
-    background = ds.spec.prefetch_partitions >= 1
-    read = pool.read if device is None else device.landing(pool)
-    reads = Prefetcher(read, keys, 1 if background else 0, name="dask-windows-pool")
+    ahead = values.next_pass if this_pass is not None else None
+    claimed = ahead.claim(plan, this_pass) if ahead is not None else None
+    reads: UnitReads = claimed[0] if claimed is not None else UnitReads(values, plan)
+    reads.widen()
+    pool = reads.pool
     gatherer = Gatherer(pool.x, pool.y, ds.spec.window, ds.spec.horizon, ds.spec.layout, codes=pool.codes)
-    steps = _steps(ds, plan, iter(reads), gatherer)
-    if device is not None:
-        steps = device.stage(steps)
+    steps = _steps(ds, plan, iter(reads.reader), gatherer)
+    if reads.device is not None:
+        steps = reads.device.stage(steps)
     telemetry = ds.telemetry
-    started: Any = Ahead(steps, 1, "dask-windows-build") if background else _Inline(steps)
+    started: Any = Ahead(steps, 1, "dask-windows-build") if reads.background else _Inline(steps)
+    last = None
+    begun: list[Any] = []  # the next pass's read-ahead, once this pass's last step is taken
+    if ahead is not None and this_pass is not None and ahead.wanted(reads, plan):
+        epoch, world = this_pass
+        last = lambda: begun.append(ahead.begin(epoch, world))
     try:
         batches = stream(
             plan, (), ds.grid, ds.row_offsets, ds.spec, timed_output(telemetry, values.output), values.normalize,  # type: ignore[arg-type]
-            interrupt=reads.close, started=started, waits=None if telemetry is None else telemetry.waits,
-            allocator=values.allocator, device=values.device,
+            interrupt=reads.reader.close, started=started, waits=None if telemetry is None else telemetry.waits,
+            allocator=values.allocator, device=values.device, last=last,
         )  # fmt: skip
         yield from values.counted(batches, progress)
     finally:
         reads.close()
-        source_reader.close()
-        if device is not None:
-            device.close()
+        for pending in begun:  # (no module globals here: this may run while the interpreter exits)
+            try:
+                if pending is not None:
+                    pending.arm()  # the next pass's first units wait from now on (``next_pass_seconds``)
+            except Exception:  # pragma: no cover - the interpreter is exiting
+                pass
 
 
 class PoolWarning(UserWarning):
@@ -401,14 +463,16 @@ def pool_summary(reads: ReadValues, bounds: list[np.ndarray], num_workers: int =
         ``units`` (decode units of the dataset, after merging short ones), ``unit_rows`` (the largest
         unit's rows), ``resident_units`` (``S``), ``pool_bytes``, ``budget_bytes``, ``reads_per_unit``
         (1: each unit decoded once per epoch), ``places_per_batch`` (distinct units expected among a
-        batch's ``B`` draws from ``S``: ``S (1 - exp(-B / S))``) and ``places_global`` (the same from all
-        units: a global shuffle).
+        batch's ``B`` draws from ``S``: ``S (1 - exp(-B / S))``), ``places_global`` (the same from all
+        units: a global shuffle) and ``first_batch_units`` (units read before the first batch: about
+        ``POOL_FIRST_BYTES`` of them, or ``S`` where that is more than half of them).
     """
     ds = reads
     sizes = np.concatenate([np.diff(b) for b in bounds]) if bounds else np.zeros(0, np.int64)
     units = len(sizes)
     most = int(sizes.max()) + ds.spec.span if units else 0
     spread, rows = pool_span(most, pool_rows(ds, num_workers), min(units, UNITS_PER_BATCH * ds.spec.batch_size))
+    fill = max(1, int(POOL_FIRST_BYTES // row_bytes(ds)) // max(most, 1))  # units read before the first step
     b = ds.spec.batch_size
     return {
         "units": units,
@@ -420,7 +484,7 @@ def pool_summary(reads: ReadValues, bounds: list[np.ndarray], num_workers: int =
         "places_per_batch": round(spread * -np.expm1(-b / max(spread, 1)), 1),  # distinct units among B draws
         "places_global": round(units * -np.expm1(-b / max(units, 1)), 1),
         "mixes_like_global": spread >= 2 * b or spread >= units,
-        "first_batch_units": spread,
+        "first_batch_units": fill if 2 * fill <= spread else spread,
     }
 
 

@@ -151,12 +151,15 @@ atexit.register(_stop_at_exit)
 class _Threads:
     """Threads of one prefetcher, their bound and their results; ``close()`` joins them."""
 
-    def __init__(self, target: Callable[..., None], args: tuple, depth: int, threads: int, name: str) -> None:
+    def __init__(
+        self, target: Callable[..., None], args: tuple, depth: int, threads: int, name: str, burst: int = 0
+    ) -> None:
         # Kept here: ``close`` may run while the interpreter exits, when module globals are gone.
         self._current_thread = threading.current_thread
         self._finalizing = sys.is_finalizing
         self.results = _Results()
-        self.slots = threading.Semaphore(depth)
+        self.slots = threading.Semaphore(depth + burst)
+        self.burst = burst  # the first ``burst`` items taken give back no slot: they were read beyond ``depth``
         self.stop = threading.Event()
         self.threads = [
             GuardedThread(
@@ -177,7 +180,8 @@ class _Threads:
 
     def take(self, k: int) -> Any:
         item = self.results.take(k)
-        self.slots.release()
+        if k >= self.burst:
+            self.slots.release()
         return item
 
     def signal(self, interrupt: Callable[[], None] | None = None) -> None:
@@ -238,6 +242,8 @@ class Prefetcher(_Background):
         depth: Results that may be read ahead of the consumer (the items being read included).
         name: Thread name (shown in stack dumps); ``name-1``, ``name-2``... for the other threads.
         threads: Threads reading at once (at most ``depth`` of them are ever busy).
+        burst: The first ``burst`` keys are read without waiting for the consumer (then ``depth``
+            ahead of it): the pool order's first units, whose rows nothing else uses yet.
     """
 
     def __init__(
@@ -247,6 +253,7 @@ class Prefetcher(_Background):
         depth: int,
         name: str = "dask-windows-prefetch",
         threads: int = 1,
+        burst: int = 0,
     ) -> None:
         self._read = read
         self._keys = list(keys)
@@ -255,12 +262,19 @@ class Prefetcher(_Background):
         self._threads: _Threads | None = None
         if depth > 0 and self._keys:
             count = max(1, min(threads, depth, len(self._keys)))
-            self._threads = _Threads(_read_ahead, (read, self._keys), depth, count, name)
+            self._threads = _Threads(_read_ahead, (read, self._keys), depth, count, name, burst)
 
     @property
     def keys(self) -> list[Any]:
         """What is read, in order."""
         return self._keys
+
+    def widen(self, burst: int) -> None:
+        """Read the first ``burst`` keys without waiting for the consumer (before any item is taken)."""
+        threads = self._threads
+        if threads is not None and burst > threads.burst and self._taken == 0:
+            more, threads.burst = burst - threads.burst, burst
+            threads.slots.release(more)
 
     @property
     def started(self) -> int:

@@ -49,6 +49,12 @@ the worker's pass count, a plan, pass values) as callables; never the dataset's
 members. A read-ahead keeps its key's values and its plan, and watches the
 ``Slot`` weakly: the threads and the expiry timer never keep the dataset alive.
 
+In the pool order (``runtime.pool``) the same hook reads, once the consumer
+takes a pass's last step, the next pass's first units (its fill, ``PoolPlan.fill``:
+about ``POOL_FIRST_BYTES`` decoded) into that pass's own pool arrays
+(``UnitReads``): nothing is built ahead, and the pass that claims them reads the
+rest of its fill at once (``Prefetcher.widen``). Not with a device feed.
+
 The trade-off: the first batch of a pass comes sooner (or at once) for memory
 the pass already had and a thread that waits between passes; a pass that is
 not the one predicted wastes one first buffer's reads.
@@ -64,8 +70,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dask_windows.planning.pool import PoolPlan
 from dask_windows.planning.world import World
 from dask_windows.runtime.detect import in_worker
+from dask_windows.runtime.pool import UnitReads
 from dask_windows.runtime.prefetch import Ahead, GuardedThread, Prefetcher
 from dask_windows.tuning import NEXT_PASS_JOIN_SECONDS as JOIN_SECONDS
 from dask_windows.tuning import NEXT_PASS_SECONDS, PLAN_BYTES_PER_PIECE, PLAN_SHARE
@@ -99,10 +107,12 @@ _LIVE: weakref.WeakSet[_NextPass] = weakref.WeakSet()  # read-aheads not yet tak
 class _NextPass:
     """One pass's readers and builder, started ahead of its ``iter()``; taken once or released once."""
 
-    def __init__(self, slot: Slot, key: tuple, plan: EpochPlan, reads: Reads, builder: Ahead, seconds: float) -> None:
+    def __init__(
+        self, slot: Slot, key: tuple, plan: Any, reads: Reads | UnitReads, builder: Ahead | None, seconds: float
+    ) -> None:
         self.pid = os.getpid()  # a forked DataLoader worker inherits the attribute, not the threads
         self.key, self.plan, self.seconds = key, plan, seconds
-        self.reads: Reads | None = reads
+        self.reads: Reads | UnitReads | None = reads
         self.builder: Ahead | None = builder
         self.done = threading.Event()  # taken or released: the timer stops waiting
         self._lock = threading.Lock()
@@ -157,6 +167,8 @@ class _NextPass:
 
     def partitions_read(self) -> list[int]:
         """Partitions whose pieces the readers have begun to read."""
+        if isinstance(self.reads, UnitReads):
+            return self.reads.partitions_read()
         reader = self.reads.reader if self.reads is not None else None
         if not isinstance(reader, Prefetcher):
             return []
@@ -221,10 +233,10 @@ class NextPass:
     plan: Callable[[World, int, int], EpochPlan]
     pass_values: Callable[[], PassValues]
 
-    def claim(self, plan: EpochPlan, this_pass: tuple) -> tuple[Reads, Ahead] | None:
+    def claim(self, plan: Any, this_pass: tuple) -> tuple[Any, Ahead | None] | None:
         return claim(self, plan, this_pass)
 
-    def wanted(self, reads: Reads, plan: EpochPlan) -> bool:
+    def wanted(self, reads: Any, plan: Any) -> bool:
         return wanted(self, reads, plan)
 
     def begin(self, epoch: int, world: World) -> _NextPass | None:
@@ -246,9 +258,11 @@ def _same(a: tuple, b: tuple) -> bool:
     return a[0] == b[0] and len(a[1]) == len(b[1]) and all(x is y for x, y in zip(a[1], b[1]))
 
 
-def wanted(ahead: NextPass, reads: Reads, plan: EpochPlan) -> bool:
-    """Whether the pass of ``plan``, served by ``reads``, reads the next pass's first buffer ahead.
+def wanted(ahead: NextPass, reads: Reads | UnitReads, plan: Any) -> bool:
+    """Whether the pass of ``plan``, served by ``reads``, reads the next pass's first buffer (the pool
+    order: its first units) ahead.
 
+    Not with a device feed in the pool order (its pool lives on the device).
     Not where the next pass's plan, held
     beside this pass's from the last buffer on, would take more than ``1 / PLAN_SHARE`` of a buffer's
     memory (``PLAN_BYTES_PER_PIECE`` per piece: many pieces of a few rows, as 1,024 pieces of 64
@@ -258,6 +272,8 @@ def wanted(ahead: NextPass, reads: Reads, plan: EpochPlan) -> bool:
         return False
     if not reads.background or not isinstance(reads.reader, Prefetcher):  # no threads, or read_workers
         return False
+    if isinstance(reads, UnitReads):
+        return reads.device is None and (not in_worker() or ahead.worker_passes() >= 2)
     if _plan_bytes(plan) * PLAN_SHARE > _buffer_bytes(ahead):
         return False  # the next pass's plan would weigh beside the buffers: many pieces of a few rows
     # Not in a DataLoader worker's first pass: its process may end with it (not persistent).
@@ -304,6 +320,13 @@ def begin(ahead: NextPass, epoch: int, world: World) -> _NextPass | None:
         if plan.num_windows <= 0:
             return None
         values = ahead.pass_values()  # (the threads hold these values, not the dataset)
+        if isinstance(plan, PoolPlan):  # the pool order: its first units, into the next pass's own pool arrays
+            if values.device is not None or not values.reads.spec.prefetch_partitions:
+                return None
+            reads = UnitReads(values, plan, first_units=plan.fill or plan.spread)
+            pending = _NextPass(ahead.slot, _key(ahead, epoch, world), plan, reads, None, ahead.seconds)
+            ahead.slot.pending = pending
+            return pending
         reads = reading.open_reads(values, plan)
         arena = reads.arena
         if not reads.background or not isinstance(reads.reader, Prefetcher) or arena is None:
@@ -337,7 +360,7 @@ def planned(ahead: NextPass, epoch: int, world: World, skip: int) -> EpochPlan |
     return pending.plan if _same(pending.key, _key(ahead, epoch, world)) else None
 
 
-def claim(ahead: NextPass, plan: EpochPlan, this_pass: tuple) -> tuple[Reads, Ahead] | None:
+def claim(ahead: NextPass, plan: Any, this_pass: tuple) -> tuple[Any, Ahead | None] | None:
     """The reads and builder of ``plan`` started ahead for this pass, or ``None`` (what was read is dropped).
 
     Args:
@@ -354,7 +377,8 @@ def claim(ahead: NextPass, plan: EpochPlan, this_pass: tuple) -> tuple[Reads, Ah
         return None  # released meanwhile (timer)
     reads, builder = pending.reads, pending.builder
     same = _same(pending.key, _key(ahead, *this_pass)) and (pending.plan is plan or pending.plan == plan)
-    if not same or reads is None or builder is None or pending.failed() or not _unchanged(ahead, pending):
+    built = builder is not None or isinstance(reads, UnitReads)  # (the pool order reads ahead, builds nothing)
+    if not same or reads is None or not built or pending.failed() or not _unchanged(ahead, pending):
         pending.shutdown()
         return None
     pending.reads = pending.builder = None

@@ -46,11 +46,12 @@ def layouts(draw: st.DrawFn) -> dict:
         "seed": draw(st.integers(0, 3)),
         "epoch": draw(st.integers(0, 3)),
         "pool_rows": draw(st.integers(1, 400)),
+        "first_rows": draw(st.one_of(st.none(), st.integers(0, 200))),  # None: the whole pool before a step
     }
 
 
 def plan(cfg: dict, rank: int, worker: int, skip_batches: int = 0):
-    keys = ("seed", "epoch", "shuffle", "batch_size", "drop_last", "pool_rows")
+    keys = ("seed", "epoch", "shuffle", "batch_size", "drop_last", "pool_rows", "first_rows")
     return plan_pool(
         cfg["first"], cfg["counts"], cfg["stride"], cfg["span"], cfg["bounds"],
         World(rank, cfg["world_size"], worker, cfg["num_workers"]), skip_batches=skip_batches,
@@ -198,3 +199,33 @@ def test_pool_mixes_many_units_per_batch() -> None:
     stream = list(reader_windows(p))
     distinct = [len({(q, w // 25) for q, w in stream[i : i + b]}) for i in range(0, len(stream) - b, b)]
     assert np.mean(distinct) > 0.8 * b
+
+
+def test_the_first_step_reads_the_fill_not_the_whole_pool() -> None:
+    """With ``first_rows`` of two units, the first windows come after two units are read (a block's more),
+    not after the whole pool; later steps add one unit each, and the epoch is still every window once."""
+    from dask_windows.planning.pool import reader_steps
+
+    span, stride, b = 20, 1, 16
+    first = [np.array([0])] * 8
+    counts = [np.array([1000 - span + 1])] * 8
+    bounds = [merge_bounds(np.array([0, 250, 500, 750, 1000]), span) for _ in range(8)]
+
+    def units_read_before_first_step(first_rows):
+        p = plan_pool(
+            first, counts, stride, span, bounds, World(0, 1, 0, 1), seed=1, epoch=2, shuffle=True,
+            batch_size=b, drop_last=False, pool_rows=10**6, first_rows=first_rows,
+        )  # fmt: skip
+        asked: list = []
+        keys = lambda i: asked.append(i) or np.arange(p.units[i].lo, p.units[i].hi) + p.units[i].partition * 10**6
+        steps = reader_steps(p, keys)
+        head = next(steps)
+        read = len(asked)
+        windows = np.concatenate([head, *steps])
+        assert sorted(windows.tolist()) == sorted(q * 10**6 + w for q in range(8) for w in range(int(counts[q][0])))
+        return p, read, len(head)
+
+    whole, read_whole, _ = units_read_before_first_step(None)
+    assert whole.spread == len(whole.units) == 32 and read_whole == 32  # the first step is the last
+    fill, read_fill, head = units_read_before_first_step(2 * 300)
+    assert fill.fill == 2 and read_fill == 2 + fill.group - 1 and head >= b

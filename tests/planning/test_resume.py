@@ -251,3 +251,15 @@ def test_torch_dataloader_asks_workers_in_round_robin():
     for taken in range(len(order) + 1):
         consumed, _ = round_robin(counts, taken)
         assert consumed.tolist() == [order[:taken].count(w) for w in range(3)]
+
+
+def test_a_pool_state_saved_before_the_progressive_fill_is_refused(root):
+    """The pool order's first step no longer waits for the whole pool (order "pool-2"): a "pool-1" state
+    would resume into other batches, so it is refused with the error naming the order."""
+    pool = {k: v for k, v in SETTINGS.items() if k not in ("buffer_partitions", "pieces_per_partition")}
+    state = open_dataset(root, **pool).state_dict(batches=2, num_workers=0)
+    assert state["dataset"]["order"] == "pool-2"
+    open_dataset(root, **pool).load_state_dict(state)
+    state["dataset"] = {**state["dataset"], "order": "pool-1"}
+    with pytest.raises(ConfigError, match="order: 'pool-1' in the state, 'pool-2' here.*start the epoch over"):
+        open_dataset(root, **pool).load_state_dict(state)

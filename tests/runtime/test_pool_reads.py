@@ -148,3 +148,31 @@ def test_read_workers_in_the_pool_order_warn_that_they_are_not_used(tmp_path):
         frame.to_parquet(tmp_path / f"part-{i}.parquet", row_group_size=ROWS // GROUPS)
     with pytest.warns(UserWarning, match="read_workers=2 serves the order of whole partitions.*pieces_per_partition=1"):
         WindowDataset(str(tmp_path), read_workers=2, **KW)
+
+
+def test_a_pool_filled_progressively_yields_every_window_once_and_resumes_to_the_tail(tmp_path, monkeypatch):
+    """With a first fill of one unit, the first step draws before the pool is full; every window still comes
+    once (its rows right), in the same batches for any run, and a resume mid-fill yields the rest."""
+    import torch
+
+    import dask_windows.runtime.pool as pool_module
+
+    for i, frame in enumerate(_frames()):
+        frame.to_parquet(tmp_path / f"part-{i}.parquet", row_group_size=ROWS // GROUPS)
+    kw = {**KW, "buffer_bytes": 20_000}  # a pool of about 10 of the 24 row groups
+    ds = WindowDataset(str(tmp_path), **kw)
+    monkeypatch.setattr(pool_module, "POOL_FIRST_BYTES", int(pool_module.row_bytes(ds._read_values()) * 120))
+    plan = ds._plan(_world())
+    assert plan.fill == 1 and plan.spread >= 4 and len(plan.units) == FILES * GROUPS  # one unit, then one per step
+    batches = [(x.clone(), rows.clone()) for x, rows in ds]
+    starts = np.concatenate([rows.numpy() for _, rows in batches])
+    assert np.array_equal(np.sort(starts), oracle_starts(_frames(), None, 12, 3))
+    for x, rows in batches:  # x is the row number: each window's rows are its own
+        assert torch.equal(x[:, 0, :], rows[:, None].float() + torch.arange(12).float())
+    again = WindowDataset(str(tmp_path), **kw)
+    assert all(torch.equal(a[1], b[1]) for a, b in zip(batches, again, strict=True))  # the same batches again
+    state = WindowDataset(str(tmp_path), **kw).state_dict(batches=5, num_workers=0)
+    again = WindowDataset(str(tmp_path), **kw)
+    again.load_state_dict(state)
+    tail = np.concatenate([rows.numpy() for _, rows in again])
+    assert np.array_equal(tail, starts[5 * KW["batch_size"] :])

@@ -156,3 +156,27 @@ def test_ahead_relays_errors_and_close_joins():
     b.close(interrupt=lambda: None)
     assert not b.alive
     assert not [t for t in threading.enumerate() if t.name == "dask-windows-build"]
+
+
+def test_a_burst_reads_the_first_keys_without_the_consumer_then_depth_ahead():
+    read = []
+    gate = threading.Event()
+
+    def reaches(count: int) -> None:  # (the machine may be busy: wait for the reads, up to 30 s)
+        deadline = time.monotonic() + 30
+        while len(read) < count and time.monotonic() < deadline:
+            gate.wait(0.01)
+        gate.wait(0.1)  # and give the thread every chance to read too far
+
+    p = Prefetcher(lambda key: read.append(key) or key, range(20), depth=1, burst=4)
+    reaches(5)
+    assert read == [0, 1, 2, 3, 4]  # the burst and one more, nothing taken yet
+    it = iter(p)
+    assert [next(it) for _ in range(4)] == [0, 1, 2, 3]  # the burst's items give back no slot
+    gate.wait(0.1)
+    assert read == [0, 1, 2, 3, 4]
+    assert next(it) == 4
+    reaches(6)
+    assert read == [0, 1, 2, 3, 4, 5]  # then one ahead of the consumer, as depth=1 reads
+    assert list(it) == list(range(5, 20))
+    p.close()

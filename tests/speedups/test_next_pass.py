@@ -119,6 +119,28 @@ def test_passes_are_bit_identical_with_the_read_ahead(root, claims, kwargs):
     ds.close()
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")  # (PoolWarning: the small budget mixes less)
+@pytest.mark.parametrize("first_bytes", [None, 1000])  # the whole pool first (small data); one unit first
+@pytest.mark.parametrize("budget", [None, 12_000])  # the data resident (a file a unit); row groups, a few resident
+def test_the_pool_order_reads_its_next_pass_first_units_ahead(root, claims, monkeypatch, first_bytes, budget):
+    import dask_windows.runtime.pool as pool_module
+    from dask_windows.planning.world import World
+
+    if first_bytes is not None:
+        monkeypatch.setattr(pool_module, "POOL_FIRST_BYTES", first_bytes)
+    options = dict(features=["f0", "f1"], series=None, window=16, stride=4, batch_size=32, seed=3, return_index=True)
+    ds = dw.WindowDataset(root, buffer_bytes=budget, **options)
+    plan = ds._plan(World(0, 1, 0, 1))
+    assert (plan.fill < plan.spread) == (first_bytes is not None)
+    passes = [epoch_of(ds) for _ in range(3)]
+    assert claims == [False, True, True]  # the second and third passes took their first units read ahead
+    for epoch, got in enumerate(passes):
+        assert same_batches(
+            got, epoch_of(dw.WindowDataset(root, buffer_bytes=budget, next_pass_seconds=0, **options), epoch)
+        )
+    ds.close()
+
+
 def test_array_data_reads_its_next_pass_ahead_too(claims):
     rng = np.random.default_rng(1)
     arrays = [rng.standard_normal((n, 2)).astype(np.float32) for n in (3000, 5000, 2000, 4000, 3500)]
