@@ -18,7 +18,6 @@ import pytest
 
 import dask_windows as dw
 from dask_windows.corpus import ListSource
-from dask_windows.corpus.report import verify_report
 from dask_windows.errors import ConfigError, DataError, SchemaError
 
 KW = dict(patch_size=4, max_length=16, batch_size=4, shuffle=False, return_index=True)
@@ -178,6 +177,8 @@ def test_bad_frequencies_and_unmatched_patch_sizes_are_refused(tmp_path):
 
 
 def test_tampered_report_is_refused(tmp_path):
+    from dask_windows.corpus.report import verify_report
+
     path = str(tmp_path / "x.parquet")
     pq.write_table(pa.table({"target": pa.array([[1.0, None, 3.0]] * 4, pa.list_(pa.float64()))}), path)
     with warnings.catch_warnings():
