@@ -67,9 +67,7 @@ def _check_numbers(values: Any, kind: Any, where: str, target: str) -> None:
         )
 
 
-def list_offsets(
-    column: Any, shape: Any, where: str, target: str
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any]:
+def list_offsets(column: Any, shape: Any, where: str, target: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any]:
     """``(lengths, channels, starts, values)`` of one list column chunk (see the module docstring).
 
     Args:
@@ -144,9 +142,7 @@ def _nested(
     return lengths, channels, first, child.values
 
 
-def _shaped(
-    shape: Any, flat: np.ndarray, valid: np.ndarray, where: str, target: str
-) -> tuple[np.ndarray, np.ndarray]:
+def _shaped(shape: Any, flat: np.ndarray, valid: np.ndarray, where: str, target: str) -> tuple[np.ndarray, np.ndarray]:
     """``(lengths, channels)`` of GluonTS's flat list beside its ``_np_shape`` (``[steps]`` or ``[channels, steps]``)."""
     name = target + SHAPE_SUFFIX
     if not is_list(shape.type):

@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from dask_windows.errors import DataError
 from dask_windows.corpus.work import reader_work
+from dask_windows.errors import DataError
 from dask_windows.planning.division import reader_share
 from dask_windows.planning.world import World
 

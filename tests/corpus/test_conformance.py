@@ -214,7 +214,9 @@ def write_polars(series, path, multivariate):
 def _hf(series, multivariate, length=None, dtype="float64"):
     datasets = pytest.importorskip("datasets")
     value = datasets.Value(dtype)
-    kind = datasets.Sequence(datasets.Sequence(value), length=length or -1) if multivariate else datasets.Sequence(value)
+    kind = (
+        datasets.Sequence(datasets.Sequence(value), length=length or -1) if multivariate else datasets.Sequence(value)
+    )
     rows = [s if multivariate or s is None else s[0] for s in series]
     return datasets.Dataset.from_dict({"target": rows}, features=datasets.Features({"target": kind}))
 

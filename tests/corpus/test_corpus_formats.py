@@ -90,9 +90,7 @@ def test_gluonts_arrow_writer_is_read_as_channels_by_steps(tmp_path, multivariat
 
 
 def test_gluonts_shape_that_does_not_fit_the_values_is_refused(tmp_path):
-    table = pa.table(
-        {"target": pa.array([[1.0] * 6], pa.list_(pa.float32())), "target._np_shape": pa.array([[4, 2]])}
-    )
+    table = pa.table({"target": pa.array([[1.0] * 6], pa.list_(pa.float32())), "target._np_shape": pa.array([[4, 2]])})
     pq.write_table(table, str(tmp_path / "x.parquet"))
     with pytest.raises(SchemaError, match=r"_np_shape.*4 x 2 values where column 'target' holds 6"):
         ListSource(str(tmp_path / "x.parquet"))
