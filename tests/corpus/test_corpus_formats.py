@@ -63,23 +63,28 @@ def _gluonts_rows(shapes, seed=0):
     return [rng.standard_normal(s).astype(np.float32) for s in shapes]
 
 
+@pytest.mark.parametrize("suffix", ["arrow", "parquet"])
 @pytest.mark.parametrize("multivariate", [False, True])
-def test_gluonts_arrow_writer_is_read_as_channels_by_steps(tmp_path, multivariate):
+def test_gluonts_writers_are_read_as_channels_by_steps(tmp_path, multivariate, suffix):
     pd = pytest.importorskip("pandas")
     shapes = [(3, 12), (4, 7), (3, 9)] if multivariate else [(12,), (7,), (9,)]
     arrays = _gluonts_rows(shapes)
-    path = tmp_path / "g.arrow"
+    path = tmp_path / f"g.{suffix}"
     try:
-        from gluonts.dataset.arrow import ArrowWriter
+        from gluonts.dataset.arrow import ArrowWriter, ParquetWriter
 
         entries = [{"start": pd.Period("2000-01-01", "D"), "target": a, "freq": "D"} for a in arrays]
-        ArrowWriter(compression=None).write_to_file(entries, path)
+        writer = ArrowWriter(compression=None) if suffix == "arrow" else ParquetWriter()
+        writer.write_to_file(entries, path)
     except ImportError:  # GluonTS's layout by hand: a flat list beside target._np_shape
         columns = {"target": pa.array([a.ravel() for a in arrays], pa.list_(pa.float32())), "freq": ["D"] * 3}
         if multivariate:
             columns["target._np_shape"] = pa.array([list(a.shape) for a in arrays], pa.list_(pa.int64()))
-        with pa.OSFile(str(path), "wb") as f, pa.ipc.new_file(f, pa.table(columns).schema) as w:
-            w.write_table(pa.table(columns))
+        if suffix == "parquet":
+            pq.write_table(pa.table(columns), str(path))
+        else:
+            with pa.OSFile(str(path), "wb") as f, pa.ipc.new_file(f, pa.table(columns).schema) as w:
+                w.write_table(pa.table(columns))
     src = ListSource(str(path))
     assert src.lengths.tolist() == [s[-1] for s in shapes]
     assert src.channels.tolist() == [s[0] if multivariate else 1 for s in shapes]
