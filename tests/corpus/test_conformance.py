@@ -190,8 +190,10 @@ def write_parquet_pyarrow(series, path, multivariate):
 
 
 def write_arrow_ipc(series, path, multivariate):
-    table = pa.table({"target": pa.array(series, pa.list_(pa.list_(pa.float64())))})
-    with pa.OSFile(str(path / "x.arrow"), "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+    kind = pa.list_(pa.list_(pa.float64())) if multivariate else pa.large_list(pa.float64())
+    table = pa.table({"target": pa.array([s if multivariate or s is None else s[0] for s in series], kind)})
+    new = pa.ipc.new_file if multivariate else pa.ipc.new_stream  # the file and the stream format
+    with pa.OSFile(str(path / "x.arrow"), "wb") as f, new(f, table.schema) as w:
         w.write_table(table, max_chunksize=2)
     return str(path / "x.arrow")
 
@@ -260,12 +262,15 @@ def write_gluonts(series, path, multivariate):
 FORMATS = {
     "parquet-uni": (write_parquet_pyarrow, False, set()),
     "parquet-multi": (write_parquet_pyarrow, True, set()),
-    "arrow-ipc": (write_arrow_ipc, True, set()),
+    "arrow-ipc-file": (write_arrow_ipc, True, set()),
+    "arrow-ipc-stream-uni": (write_arrow_ipc, False, set()),
     "pandas-nested": (write_pandas_nested, True, set()),
     "polars-uni": (write_polars, False, set()),
     "polars-nested": (write_polars, True, set()),
-    "hf-folder": (write_hf_folder, True, set()),
+    "hf-folder-multi": (write_hf_folder, True, set()),
+    "hf-folder-uni": (write_hf_folder, False, set()),
     "hf-object": (write_hf_object, False, set()),
+    "hf-object-multi": (write_hf_object, True, set()),
     "lotsa-fixed-size": (write_lotsa, True, {"overflow"}),  # float32 storage: 1e39 is written as inf
     "gluonts-uni": (write_gluonts, False, {"null_row"}),
     "gluonts-multi": (write_gluonts, True, {"null_row", "nested_null", "ragged"}),  # numpy: no ragged arrays
