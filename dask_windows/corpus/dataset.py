@@ -94,8 +94,11 @@ class CorpusSettings:
             )
         if self.max_channels is not None:
             check_int("max_channels", self.max_channels, 1)
+        keys: dict[str, str] = {}
         for freq, size in self.patch_sizes or ():
-            check_freq(freq, "a key of patch_sizes")
+            same = keys.setdefault(freq_key(check_freq(freq, "a key of patch_sizes")), freq)
+            if same != freq:
+                raise ConfigError(f"patch_sizes keys {same!r} and {freq!r} name one frequency; give it once")
             if check_int(f"patch_sizes[{freq!r}]", size, 1) > p:
                 raise ConfigError(
                     f"patch_sizes[{freq!r}]={size} is larger than patch_size={p}, the batch's patch width; "
@@ -384,7 +387,7 @@ class CorpusDataset(PassProtocol, IterableDataset):
     def _check_patch_sizes(self) -> None:
         """Refuse ``patch_sizes`` keys that name no frequency of the data (checked when the corpus is used:
         a member of a mixture is opened with every member's keys)."""
-        have = {freq_key(f) for f in self.freqs}
+        have = {freq_key(f) for m in self.members for f in m.source.freqs}
         unmatched = [f for f, _ in self.settings.patch_sizes or () if freq_key(f) not in have]
         if unmatched:
             raise ConfigError(

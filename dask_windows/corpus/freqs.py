@@ -29,7 +29,7 @@ UNKNOWN = "unknown"
 _CANON = {
     "n": "ns", "ns": "ns", "u": "us", "us": "us", "l": "ms", "ms": "ms",
     "s": "s", "sec": "s", "t": "min", "min": "min", "h": "h", "d": "D", "b": "B", "c": "C",
-    "bh": "bh", "cbh": "cbh", "w": "W", "m": "M", "me": "M", "mon": "MS", "bm": "BM", "bme": "BM",
+    "bh": "bh", "cbh": "cbh", "w": "W", "m": "M", "me": "M", "bm": "BM", "bme": "BM",
     "bms": "BMS", "sm": "SM", "sme": "SM", "sms": "SMS", "cbm": "CBM", "cbme": "CBM", "cbms": "CBMS",
     "q": "Q", "qe": "Q", "qs": "QS", "bq": "BQ", "bqe": "BQ", "bqs": "BQS",
     "a": "Y", "y": "Y", "ye": "Y", "as": "YS", "ys": "YS", "ba": "BY", "by": "BY", "bye": "BY",

@@ -172,11 +172,27 @@ def test_bad_frequencies_and_unmatched_patch_sizes_are_refused(tmp_path):
     ds = dw.CorpusDataset(path, patch_sizes={"D": 2}, **KW)
     with pytest.raises(ConfigError, match=r"patch_sizes keys \['D'\] match no frequency .*\['H'\]"):
         len(ds)
+    with pytest.raises(ConfigError, match=r"patch_sizes keys 'H' and 'h' name one frequency"):
+        dw.CorpusDataset(path, patch_sizes={"H": 2, "h": 4}, **KW)
     lower = dw.CorpusDataset(path, patch_sizes={"1h": 2}, **KW)  # "H" and "1h" are one frequency
     assert {int(v) for b in lower for v in b["patch_size"][b["sample_id"] > 0]} == {2}
     pq.write_table(pa.table({"target": pa.array([[1.0]], pa.list_(pa.float64())), "freq": ["daily"]}), path)
     with pytest.raises(SchemaError, match=r"x.parquet.*column 'freq' holds 'daily', which is not a frequency"):
         ListSource(path)
+
+
+@pytest.mark.parametrize(
+    "spellings",
+    [("H", "h", "1h", "1H"), ("15T", "15min"), ("A", "Y", "YE", "Y-DEC", "A-DEC"), ("W", "W-SUN"), ("M", "ME"),
+     ("Q", "QE-DEC"), ("S", "s", "1s"), ("MS",), ("ms", "L")],
+)  # fmt: skip
+def test_freq_key_joins_the_spellings_of_one_frequency(spellings):
+    from dask_windows.corpus.freqs import freq_key
+
+    keys = {freq_key(f) for f in spellings}
+    assert len(keys) == 1
+    others = {"H", "15T", "A", "W", "M", "Q", "S", "MS", "ms"} - {spellings[0]}
+    assert not keys & {freq_key(f) for f in others}
 
 
 def test_tampered_report_is_refused(tmp_path):
