@@ -213,3 +213,50 @@ def test_tampered_report_is_refused(tmp_path):
     del loaded["checksum"]
     with pytest.raises(DataError, match="has no checksum"):
         verify_report(loaded)
+
+
+def test_gluonts_covariates_with_shape_are_read_as_channels(tmp_path):
+    """GluonTS writes ``feat_dynamic_real`` (features x steps) flat beside ``feat_dynamic_real._np_shape``."""
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(1)
+    rows = [(rng.standard_normal(n), rng.standard_normal((2, n))) for n in (9, 13, 6)]
+    path = tmp_path / "cov.arrow"
+    try:
+        from gluonts.dataset.arrow import ArrowWriter
+
+        entries = [{"start": pd.Period("2000-01-01", "D"), "target": t, "feat_dynamic_real": x} for t, x in rows]
+        ArrowWriter(compression=None).write_to_file(entries, path)
+    except ImportError:
+        table = pa.table(
+            {
+                "target": pa.array([t for t, _ in rows], pa.list_(pa.float64())),
+                "feat_dynamic_real._np_shape": pa.array([list(x.shape) for _, x in rows], pa.list_(pa.int64())),
+                "feat_dynamic_real": pa.array([x.ravel() for _, x in rows], pa.list_(pa.float64())),
+            }
+        )
+        with pa.OSFile(str(path), "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+            w.write_table(table)
+    src = ListSource(str(path), covariates=["feat_dynamic_real"])
+    assert src.channels.tolist() == [3, 3, 3] and src.target_channels.tolist() == [1, 1, 1]
+    part = src.read(0)
+    for r, (t, x) in enumerate(rows):
+        n = len(t)
+        got = part.values[part.starts[r] : part.starts[r] + 3 * n].reshape(3, n)
+        np.testing.assert_array_equal(got, np.vstack([t, x]).astype(np.float32))
+
+
+def test_hf_dataset_changed_in_memory_reaches_dataloader_workers(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    torch = pytest.importorskip("torch")
+    datasets.Dataset.from_dict({"target": [[0.0] * 5] * 8}).save_to_disk(str(tmp_path / "hf"))
+    data = datasets.load_from_disk(str(tmp_path / "hf"))
+    changed = data.rename_column("target", "old").add_column("target", [[float(i)] * (3 + i) for i in range(8)])
+    ds = dw.CorpusDataset(changed, **{**KW, "return_index": True})
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+    seen: dict = {}
+    for b in loader:
+        real = b["observed_mask"].numpy()
+        sid = np.broadcast_to(b["series_id"].numpy()[..., None], real.shape)
+        for s, v in zip(sid[real], b["target"].numpy()[real]):
+            seen.setdefault(int(s), []).append(float(v))
+    assert seen == {i: [float(i)] * (3 + i) for i in range(8)}
