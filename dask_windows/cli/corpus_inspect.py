@@ -85,7 +85,8 @@ def _text(report: dict) -> str:
             rows.append(
                 (
                     "missing",
-                    f"{m['missing_observations']:,} values in {m['series_with_missing']:,} series; "
+                    f"{m['missing_observations']:,} values in {m['series_with_missing']:,} series "
+                    f"({m.get('infinite_observations', 0):,} of them inf or beyond float32, served masked); "
                     f"{m['series_all_missing']:,} series and {m['channels_all_missing']:,} channels with no "
                     "observed value (served fully masked)",
                 )

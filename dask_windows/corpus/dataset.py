@@ -24,6 +24,7 @@ import torch
 from torch.utils.data import IterableDataset
 
 from dask_windows.corpus.batches import Layout, batches
+from dask_windows.corpus.freqs import check_freq, freq_key
 from dask_windows.corpus.items import LeftOut, Units, build_units, epoch_items
 from dask_windows.corpus.packing import pack, unpacked
 from dask_windows.corpus.source import ListSource
@@ -93,7 +94,11 @@ class CorpusSettings:
             )
         if self.max_channels is not None:
             check_int("max_channels", self.max_channels, 1)
+        keys: dict[str, str] = {}
         for freq, size in self.patch_sizes or ():
+            same = keys.setdefault(freq_key(check_freq(freq, "a key of patch_sizes")), freq)
+            if same != freq:
+                raise ConfigError(f"patch_sizes keys {same!r} and {freq!r} name one frequency; give it once")
             if check_int(f"patch_sizes[{freq!r}]", size, 1) > p:
                 raise ConfigError(
                     f"patch_sizes[{freq!r}]={size} is larger than patch_size={p}, the batch's patch width; "
@@ -136,8 +141,8 @@ def _series_patch(source: ListSource, settings: CorpusSettings) -> int | np.ndar
     """Steps per token of each series: its frequency's in ``patch_sizes``, else ``patch_size``."""
     if not settings.patch_sizes:
         return settings.patch_size
-    sizes = dict(settings.patch_sizes)
-    per_freq = np.array([sizes.get(f, settings.patch_size) for f in source.freqs], np.int64)
+    sizes = {freq_key(f): p for f, p in settings.patch_sizes}  # "H" and "h" are one frequency
+    per_freq = np.array([sizes.get(freq_key(f), settings.patch_size) for f in source.freqs], np.int64)
     return per_freq[source.freq_codes] if len(per_freq) else settings.patch_size
 
 
@@ -313,7 +318,7 @@ class CorpusDataset(PassProtocol, IterableDataset):
         for m, count in zip(members, self.counts):
             if count and m.units.num_items == 0:
                 raise ConfigError(f"data set {m.name!r} has no item but weight > 0; give it weight 0")
-        self.freqs: list[str] = [str(f) for f in freqs] if freqs is not None else []
+        self.freqs: list[str] = [check_freq(f, "freqs[...]") for f in freqs] if freqs is not None else []
         for m in members:
             for f in m.source.freqs:
                 if f not in self.freqs and freqs is not None:
@@ -355,6 +360,7 @@ class CorpusDataset(PassProtocol, IterableDataset):
             raise ConfigError(
                 f"{', '.join(self.names)}: no series of at least min_length={s.min_length} steps; lower min_length"
             )
+        self._check_patch_sizes()
         member, item = epoch_items(
             [m.units for m in self.members], self.counts, s.seed, epoch, s.shuffle, s.buffer_partitions
         )
@@ -377,6 +383,17 @@ class CorpusDataset(PassProtocol, IterableDataset):
         plan = EpochPlan(epoch, member, item, tokens, unit, start, stop, ptr, entries)
         self._plan_cache = plan
         return plan
+
+    def _check_patch_sizes(self) -> None:
+        """Refuse ``patch_sizes`` keys that name no frequency of the data (checked when the corpus is used:
+        a member of a mixture is opened with every member's keys)."""
+        have = {freq_key(f) for m in self.members for f in m.source.freqs}
+        unmatched = [f for f, _ in self.settings.patch_sizes or () if freq_key(f) not in have]
+        if unmatched:
+            raise ConfigError(
+                f"patch_sizes keys {unmatched} match no frequency of {', '.join(self.names)} (frequencies: "
+                f"{self.freqs}); key patch_sizes by the data's frequencies, or pass freq= where no freq column says it"
+            )
 
     def num_sequences(self, epoch: int | None = None) -> int:
         return len(self.plan(self.epoch if epoch is None else epoch).sequence_ptr) - 1

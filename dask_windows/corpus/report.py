@@ -7,31 +7,38 @@ series and observation, and where each that is not served goes:
   ``min_length``, series with more channels than a sequence holds
   (multivariate view);
 * **served without an observed value** (read with ``values=True``, one pass
-  over the data): series whose every value is NaN or null, and channels of
-  that kind (channel-independent view: each is its own, fully masked item);
+  over the data): series whose every value is NaN, null or infinite, and
+  channels of that kind (channel-independent view: each is its own, fully
+  masked item); ``±inf`` and float64 values beyond float32's range are served
+  masked, as missing values are, and counted apart (``infinite_observations``);
 * **not served in an epoch** (``epoch=``, ``world_size=``): the items of the
   sequences no rank yields (the last ``num_sequences % world_size``, a
   ``drop_last`` batch), the steps an unpacked ``context_length`` cuts off, and
   the quota of a mixture (items repeated or not drawn in that epoch).
 
 The report is a dict of plain values (JSON-ready); ``dask-windows inspect
---corpus`` prints it. Counting reads no data unless ``values=True``.
+--corpus`` prints it. Counting reads no data unless ``values=True``. It carries
+``checksum``, a SHA-256 of the rest of its content, so a report saved as JSON and
+edited by hand is refused by ``verify_report``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 import numpy as np
 
 from dask_windows.corpus.work import reader_work
+from dask_windows.errors import DataError
 from dask_windows.planning.division import reader_share
 from dask_windows.planning.world import World
 
 CorpusDataset = Any  # corpus.dataset's class (not imported: it imports this module)
 Member = Any
 
-__all__ = ["corpus_report", "missing_per_channel"]
+__all__ = ["corpus_report", "missing_per_channel", "report_checksum", "verify_report"]
 
 
 def missing_per_channel(
@@ -53,11 +60,13 @@ def missing_per_channel(
 def _missing(member: Member) -> dict[str, int]:
     """Missing observations, all-missing series and all-missing channels of one data set (reads it)."""
     source = member.source
-    missing = series_all = series_some = channels_all = 0
+    missing = series_all = series_some = channels_all = infinite = 0
     for p in range(source.num_partitions):
         a, b = int(source.partition_series[p]), int(source.partition_series[p + 1])
         lengths, channels = source.lengths[a:b], source.channels[a:b]
         decoded = source.read(p)
+        if decoded.infinite is not None:  # served masked (NaN in decoded.values): counted apart too
+            infinite += int(np.count_nonzero(decoded.infinite))
         per_channel = missing_per_channel(decoded.values, decoded.starts, lengths, channels)
         size = np.repeat(lengths, channels)
         row = np.repeat(np.arange(b - a), channels)
@@ -73,6 +82,7 @@ def _missing(member: Member) -> dict[str, int]:
         "series_with_missing": series_some,
         "series_all_missing": series_all,
         "channels_all_missing": channels_all,
+        "infinite_observations": infinite,
     }
 
 
@@ -179,4 +189,31 @@ def corpus_report(
             "sequences_not_served": int(losses["sequences"][0]),
             "packing_efficiency": ds.packing_efficiency(epoch),
         }
+    out["checksum"] = report_checksum(out)
     return out
+
+
+def report_checksum(report: dict[str, Any]) -> str:
+    """SHA-256 of a report's content (all but its ``checksum``), as JSON with sorted keys: tuples and lists alike."""
+    content = {k: v for k, v in report.items() if k != "checksum"}
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def verify_report(report: Any, where: str = "the corpus report") -> dict[str, Any]:
+    """``report`` if its ``checksum`` matches its content, else ``DataError`` (edited, truncated, or not a report).
+
+    Args:
+        report: A report from ``CorpusDataset.report`` (or ``json.load`` of one saved).
+        where: Where it came from, for the message.
+    """
+    if not isinstance(report, dict) or "datasets" not in report:
+        raise DataError(f"{where} is not a corpus report; make one with CorpusDataset.report()")
+    if "checksum" not in report:
+        raise DataError(f"{where} has no checksum; make it again with CorpusDataset.report()")
+    if report_checksum(report) != report["checksum"]:
+        raise DataError(
+            f"{where} does not match its checksum: it was edited after it was made; make it again with "
+            "CorpusDataset.report() (or dask-windows inspect --corpus --json)"
+        )
+    return report

@@ -3,9 +3,11 @@
 A foundation-model corpus stores one series per row: ``target: list<float>``
 (univariate) or ``list<list<float>>`` (channels x time), with optional
 ``freq``, ``start`` and ``item_id`` columns (GluonTS / Chronos Arrow files,
-Hugging Face ``datasets`` folders written by ``save_to_disk``, LOTSA).
-``ListSource`` opens such files: Parquet (local or any fsspec URL), Arrow IPC
-files or streams, a ``datasets`` folder or a ``datasets.Dataset``.
+Hugging Face ``datasets`` folders written by ``save_to_disk``, LOTSA). The list
+layouts (nested, fixed-size, GluonTS's flat list with ``_np_shape``) are read by
+``corpus.columns``. ``ListSource`` opens such files: Parquet (local or any fsspec
+URL), Arrow IPC files or streams, a ``datasets`` folder (one split of a
+``DatasetDict``) or a ``datasets.Dataset``, read as it is in memory.
 
 The unit of reading is a *partition*: a Parquet row group, an Arrow record
 batch. At open only the list offsets are looked at: each series' length and
@@ -13,7 +15,10 @@ channel count (O(series) integers kept). Arrow files are memory-mapped, so the
 offsets are read without touching the values; Parquet has no offsets on disk,
 so its target column is decoded once, a row group at a time, and only the
 offsets kept. ``read(p)`` returns one partition's values as one flat float32
-array (NaN where a value is null) and where each row starts.
+array and where each row starts: NaN where a value is null, and where it is
+``±inf`` or a float64 beyond float32's range (which the cast would make
+``inf``), those positions flagged in ``Decoded.infinite`` for the report: a
+corpus serves every non-finite value masked, never as an observation.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from dask_windows.corpus.columns import SHAPE_SUFFIX, list_offsets
+from dask_windows.corpus.freqs import check_freq, freq_codes
 from dask_windows.errors import SchemaError, SourceReadError
 
 __all__ = ["Decoded", "ListSource"]
@@ -38,82 +45,50 @@ SUFFIXES = (".parquet", ".parq", *ARROW_SUFFIXES)
 class Decoded:
     """One partition's series: row ``r``'s channel ``c`` is ``values[starts[r] + c * L_r :][:L_r]``."""
 
-    values: np.ndarray  # (n,) float32, NaN where the file holds null
+    values: np.ndarray  # (n,) float32, NaN where the file holds null, inf or a value beyond float32
     starts: np.ndarray  # (rows,) int64
+    infinite: np.ndarray | None = None  # (n,) bool, where the file held inf or beyond float32 (None: nowhere)
 
 
-def _hf_files(fs: Any, root: str) -> list[str] | None:
-    """The Arrow files of a ``datasets`` folder written by ``save_to_disk``, in order; ``None`` if it is not one."""
+def as_float32(values: Any) -> tuple[np.ndarray, np.ndarray | None]:
+    """An Arrow numeric array as float32 with NaN for null, ``±inf`` and beyond float32; where those were.
+
+    The cast of a float64 beyond float32's range gives ``inf``; NaN and infinity are found from
+    the minimum and maximum (both finite: every value is), so finite data pay two reductions.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float32)
+        if not out.size or (np.isfinite(out.min()) and np.isfinite(out.max())):
+            return out, None
+    infinite = np.isinf(out)
+    if not infinite.any():
+        return out, None
+    out = out if out.flags.writeable else out.copy()
+    out[infinite] = np.nan
+    return out, infinite
+
+
+def _hf_files(fs: Any, root: str, url: str) -> list[str] | None:
+    """The Arrow files of a ``datasets`` folder written by ``save_to_disk``, in order; ``None`` if it is not one.
+
+    A ``DatasetDict`` folder (``dataset_dict.json``, one folder per split) is refused: its splits
+    are separate data sets (train and test read together would leak), so one must be chosen.
+    """
+    splits = root.rstrip("/") + "/dataset_dict.json"
+    if fs.exists(splits):
+        with fs.open(splits, "rb") as f:
+            names = json.load(f).get("splits", [])
+        first = names[0] if names else "train"
+        raise SchemaError(
+            f"{url} is a Hugging Face DatasetDict folder of the splits {names}; a corpus reads one split: pass "
+            f"its folder, e.g. {url.rstrip('/')}/{first}"
+        )
     state = root.rstrip("/") + "/state.json"
     if not fs.exists(state):
         return None
     with fs.open(state, "rb") as f:
         listed = json.load(f).get("_data_files", [])
     return [root.rstrip("/") + "/" + entry["filename"] for entry in listed]
-
-
-def _codes(column: Any) -> tuple[list[str], np.ndarray]:
-    """A string column as ``(names, (rows,) index into names)``; null as ``"unknown"``."""
-    import pyarrow as pa
-
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    if not pa.types.is_dictionary(column.type):
-        column = column.dictionary_encode()
-    names = ["unknown" if v is None else str(v) for v in column.dictionary.to_pylist()]
-    if column.null_count:
-        names.append("unknown")
-    index = column.indices.fill_null(len(names) - 1).to_numpy(zero_copy_only=False).astype(np.int64)
-    return names, index
-
-
-def _list_offsets(column: Any, where: str, target: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any]:
-    """``(lengths, channels, value_offsets, values)`` of one list column chunk.
-
-    ``value_offsets[r]`` is row ``r``'s first value in ``values`` (the flat float child).
-    """
-    import pyarrow as pa
-
-    kind = column.type
-    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)):
-        raise SchemaError(
-            f"column {target!r} of {where} is {kind}, not a list; a corpus holds one series per row in a "
-            "list<float> (or list<list<float>>) column; for one row per time step use WindowDataset"
-        )
-    outer = np.asarray(column.offsets, dtype=np.int64)  # (rows + 1,), the slice's own
-    rows = len(column)
-    valid = np.ones(rows, bool) if column.null_count == 0 else ~np.asarray(column.is_null())
-    child = column.values
-    if pa.types.is_list(child.type) or pa.types.is_large_list(child.type):  # list<list<float>>: channels x time
-        inner = np.asarray(child.offsets, dtype=np.int64)
-        channels = np.diff(outer)
-        first = inner[np.minimum(outer[:-1], len(inner) - 1)]
-        nxt = inner[np.minimum(outer[:-1] + 1, len(inner) - 1)]
-        lengths = np.where(channels > 0, nxt - first, 0)
-        per_channel = np.diff(inner)[outer[0] : outer[-1]]  # (sum channels,)
-        if len(per_channel) and not np.array_equal(per_channel, np.repeat(lengths, channels)):
-            bad = int(np.flatnonzero(per_channel != np.repeat(lengths, channels))[0])
-            row = int(np.searchsorted(outer[1:] - outer[0], bad, side="right"))
-            raise SchemaError(
-                f"row {row} of {where}: the channels of column {target!r} differ in length; a multivariate "
-                "series needs one length per channel (pad the short channels with null)"
-            )
-        values = child.values
-        starts = first
-        if not (pa.types.is_floating(values.type) or pa.types.is_integer(values.type)):
-            raise SchemaError(f"column {target!r} of {where} holds {values.type}; it needs numbers")
-    else:
-        channels = np.ones(rows, np.int64)
-        lengths = np.diff(outer)
-        values = child
-        starts = outer[:-1]
-        if not (pa.types.is_floating(values.type) or pa.types.is_integer(values.type)):
-            raise SchemaError(
-                f"column {target!r} of {where} is {kind}; it needs list<float> or list<list<float>> (numbers)"
-            )
-    lengths = np.where(valid, lengths, 0).astype(np.int64)
-    channels = np.where(valid, channels, 0).astype(np.int64)
-    return lengths, channels, starts.astype(np.int64), values
 
 
 def _check_lengths(lengths: np.ndarray, other: np.ndarray, where: str, name: str, target: str) -> None:
@@ -132,12 +107,14 @@ class ListSource:
 
     Args:
         data: A Parquet or Arrow IPC file, a folder or glob of them, a list of paths or URLs, a Hugging Face
-            ``datasets`` folder (``save_to_disk``), or a ``datasets.Dataset``.
-        target: The list column holding the values.
+            ``datasets`` folder (``save_to_disk``; one split of a ``DatasetDict``), or a ``datasets.Dataset``
+            (read as it is in memory: renamed, added or mapped columns included).
+        target: The list column holding the values (see ``corpus.columns`` for the layouts read).
         covariates: Further list columns (GluonTS's ``feat_dynamic_real``, ``past_feat_dynamic_real``), each
             ``list<float>`` or ``list<list<float>>`` of the target's length per row: served as extra channels
             after the target's (``target_channels`` says where they start).
-        freq: The data set's frequency (``"h"``, ``"D"``, ``"W"``, ...) where no ``freq`` column says it.
+        freq: The data set's frequency (``"h"``, ``"D"``, ``"W"``, ...) where no ``freq`` column says it
+            (and for the rows whose ``freq`` is null).
         storage_options: Passed to fsspec (credentials, endpoint, ...).
 
     Attributes:
@@ -146,7 +123,7 @@ class ListSource:
         channels: ``(S,)`` channels of each series (the target's, then the covariates').
         target_channels: ``(S,)`` the target's channels of each series.
         partition_series: ``(P + 1,)`` first series of each partition, then ``S``.
-        freqs: Frequencies met, in order of first appearance; ``freq_codes`` ``(S,)`` indexes them.
+        freqs: Frequencies met, in order of first appearance by row; ``freq_codes`` ``(S,)`` indexes them.
     """
 
     def __init__(
@@ -161,7 +138,8 @@ class ListSource:
         self.target = target
         self.covariates = tuple(covariates)
         self.storage_options = dict(storage_options or {})
-        self.default_freq = freq
+        self.default_freq = None if freq is None else check_freq(freq, "freq")
+        self._table: Any = None  # a datasets.Dataset's table (kind "table"): pickles as its files and edits
         self.files, self.kind, self.name = self._resolve(data)
         self._handles: dict[int, Any] = {}
         self._open()
@@ -169,22 +147,29 @@ class ListSource:
     # -- opening ------------------------------------------------------------------------------
 
     def _resolve(self, data: Any) -> tuple[list[str], str, str]:
+        if isinstance(data, dict) and hasattr(data, "column_names"):  # a datasets.DatasetDict
+            raise SchemaError(
+                f"this Hugging Face DatasetDict holds the splits {list(data)}; a corpus reads one split: pass "
+                f"data[{next(iter(data), 'train')!r}]"
+            )
         if hasattr(data, "cache_files") and hasattr(data, "column_names"):  # a datasets.Dataset
             if getattr(data, "_indices", None) is not None:
                 raise SchemaError(
                     "this Hugging Face dataset has an indices mapping (after shuffle/select/filter); call "
                     "dataset.flatten_indices() first or pass it unshuffled"
                 )
+            # Its table as it is in memory: after rename_column, add_column or an in-memory map the cache
+            # files no longer say what the dataset holds.
+            self._table = data.data
             files = [f["filename"] for f in data.cache_files]
-            if not files:
-                raise SchemaError("this Hugging Face dataset lives in memory; save_to_disk() it and pass the folder")
-            return files, "arrow-stream", f"datasets.Dataset ({files[0]})"
+            where = ", ".join(files) if files else "in memory"
+            return [f"datasets.Dataset ({where})"], "table", f"datasets.Dataset ({files[0] if files else where})"
         import fsspec
 
         if isinstance(data, (str, os.PathLike)):
             url = os.fspath(data)
             fs, root = fsspec.core.url_to_fs(url, **self.storage_options)
-            hf = _hf_files(fs, root) if fs.isdir(root) else None
+            hf = _hf_files(fs, root, url) if fs.isdir(root) else None
             if hf is not None:
                 return [self._url(fs, url, p) for p in hf], "arrow-stream", url
         from dask_windows.sources.parquet.footers import list_files
@@ -213,12 +198,12 @@ class ListSource:
         freqs: list[Any] = []
         self.partitions: list[tuple[int, int]] = []  # (file, row group or record batch)
         for f in range(len(self.files)):
-            for unit, column, freq, extra in self._units(f):
+            for unit, table, freq in self._units(f):
                 where = self._where(f, unit)
-                n, c, _, _ = _list_offsets(column, where, self.target)
+                n, c, _, _ = list_offsets(*self._column(table, self.target), where, self.target)
                 own.append(c)
-                for name, col in zip(self.covariates, extra):
-                    n_k, c_k, _, _ = _list_offsets(col, where, name)
+                for name in self.covariates:
+                    n_k, c_k, _, _ = list_offsets(*self._column(table, name), where, name)
                     _check_lengths(n, n_k, where, name, self.target)
                     c = c + np.where(n > 0, c_k, 0)
                 lengths.append(n)
@@ -247,24 +232,40 @@ class ListSource:
         what = "row group" if self.kind == "parquet" else "record batch"
         return f"{self.files[f]} ({what} {unit})"
 
+    @staticmethod
+    def _column(table: Any, name: str) -> tuple[Any, Any]:
+        """``(column, its GluonTS shape column or None)`` of one partition's table or record batch."""
+        column = table.column(name)
+        shape = table.column(name + SHAPE_SUFFIX) if name + SHAPE_SUFFIX in table.schema.names else None
+        if hasattr(column, "combine_chunks"):  # a Parquet row group's table
+            column = column.combine_chunks()
+            shape = None if shape is None else shape.combine_chunks()
+        return column, shape
+
+    def _columns(self, names: Sequence[str], wanted: Sequence[str]) -> list[str]:
+        """``wanted`` and the GluonTS shape columns beside them in a file of columns ``names``."""
+        return [c for w in wanted for c in (w, w + SHAPE_SUFFIX) if c in names]
+
     def _units(self, f: int) -> Any:
-        """``(unit, target column chunk, freq values or None)`` of file ``f``, unit by unit."""
+        """``(unit, its table or record batch, freq codes or None)`` of file ``f``, unit by unit."""
         handle = self._handle(f)
         if self.kind == "parquet":
             names = handle.schema_arrow.names
             self._check_column(names, f)
-            cols = [self.target, *self.covariates] + (["freq"] if "freq" in names else [])
+            cols = self._columns(names, [self.target, *self.covariates]) + (["freq"] if "freq" in names else [])
             for g in range(handle.num_row_groups):
                 table = handle.read_row_group(g, columns=cols)
-                freq = _codes(table.column("freq")) if "freq" in names else None
-                extra = [table.column(c).combine_chunks() for c in self.covariates]
-                yield g, table.column(self.target).combine_chunks(), freq, extra
+                yield g, table, self._freqs(table, names, f, g)
         else:
-            names = handle.schema.names
+            names, batches = handle
             self._check_column(names, f)
-            for b, batch in enumerate(handle.to_batches()):
-                freq = _codes(batch.column("freq")) if "freq" in names else None
-                yield b, batch.column(self.target), freq, [batch.column(c) for c in self.covariates]
+            for b, batch in enumerate(batches):
+                yield b, batch, self._freqs(batch, names, f, b)
+
+    def _freqs(self, table: Any, names: Sequence[str], f: int, unit: int) -> Any:
+        if "freq" not in names:
+            return None
+        return freq_codes(table.column("freq"), self.default_freq, self._where(f, unit))
 
     def _check_column(self, names: Sequence[str], f: int) -> None:
         if self.target not in names:
@@ -279,7 +280,7 @@ class ListSource:
             )
 
     def _handle(self, f: int) -> Any:
-        """File ``f`` opened in this process: a ``ParquetFile``, or the Arrow table (memory-mapped when local)."""
+        """File ``f`` opened in this process: a ``ParquetFile``, or ``(columns, record batches)`` (memory-mapped)."""
         handle = self._handles.get(f)
         if handle is not None:
             return handle
@@ -287,6 +288,11 @@ class ListSource:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        if self.kind == "table":  # a datasets.Dataset: its table as it is now, cut where its columns' chunks are
+            table = self._table.table
+            handle = (table.schema.names, table.to_batches())
+            self._handles[f] = handle
+            return handle
         url = self.files[f]
         try:
             fs, path = fsspec.core.url_to_fs(url, **self.storage_options)
@@ -296,10 +302,11 @@ class ListSource:
             else:
                 raw = pa.memory_map(path, "r") if local else pa.BufferReader(fs.cat_file(path))
                 try:
-                    handle = pa.ipc.open_file(raw).read_all()
+                    table = pa.ipc.open_file(raw).read_all()
                 except pa.ArrowInvalid:
                     raw.seek(0)
-                    handle = pa.ipc.open_stream(raw).read_all()
+                    table = pa.ipc.open_stream(raw).read_all()
+                handle = (table.schema.names, table.to_batches())
         except (OSError, pa.ArrowException) as exc:
             if isinstance(exc, FileNotFoundError):
                 raise
@@ -317,45 +324,25 @@ class ListSource:
 
     def read(self, p: int) -> Decoded:
         """Partition ``p``'s series as one flat float32 array and each row's first value."""
-        import pyarrow as pa
-
         if self.covariates:
             return self._read_with_covariates(p)
-        f, unit = self.partitions[p]
-        handle = self._handle(f)
-        try:
-            if self.kind == "parquet":
-                column = handle.read_row_group(unit, columns=[self.target]).column(self.target).combine_chunks()
-            else:
-                column = handle.column(self.target).chunk(unit)
-            lengths, channels, starts, values = _list_offsets(column, self._where(f, unit), self.target)
-        except (OSError, pa.ArrowException, SchemaError) as exc:
-            raise SourceReadError(
-                f"cannot read {self._where(f, unit)}: {exc}; it changed or is damaged since it was opened: "
-                "open the corpus again"
-            ) from exc
-        expected = self.lengths[self.partition_series[p] : self.partition_series[p + 1]]
-        if not np.array_equal(lengths, expected):
-            raise SourceReadError(f"{self._where(f, unit)} changed since it was opened; open the corpus again")
-        lo = int(starts.min()) if len(starts) else 0
-        hi = int((starts + lengths * channels).max()) if len(starts) else 0
-        flat = values.slice(lo, hi - lo)
-        out = np.asarray(flat.to_numpy(zero_copy_only=False), dtype=np.float32)
-        return Decoded(out, starts - lo)
+        part, _ = self._read_column(p, self.target)
+        return part
 
     def _read_column(self, p: int, name: str) -> tuple[Decoded, np.ndarray]:
-        """Partition ``p``'s column ``name`` alone, flat (as ``read`` reads the target), and its channels per row."""
+        """Partition ``p``'s column ``name`` alone, flat, and its channels per row."""
         import pyarrow as pa
 
         f, unit = self.partitions[p]
         handle = self._handle(f)
         try:
             if self.kind == "parquet":
-                column = handle.read_row_group(unit, columns=[name]).column(name).combine_chunks()
+                names = handle.schema_arrow.names
+                table = handle.read_row_group(unit, columns=self._columns(names, [name]))
             else:
-                column = handle.column(name).chunk(unit)
-            lengths, channels, starts, values = _list_offsets(column, self._where(f, unit), name)
-        except (OSError, pa.ArrowException, SchemaError) as exc:
+                table = handle[1][unit]
+            lengths, channels, starts, values = list_offsets(*self._column(table, name), self._where(f, unit), name)
+        except (OSError, pa.ArrowException, SchemaError, IndexError, KeyError) as exc:
             raise SourceReadError(
                 f"cannot read column {name!r} of {self._where(f, unit)}: {exc}; it changed or is damaged since it "
                 "was opened: open the corpus again"
@@ -365,8 +352,8 @@ class ListSource:
             raise SourceReadError(f"{self._where(f, unit)} changed since it was opened; open the corpus again")
         lo = int(starts.min()) if len(starts) else 0
         hi = int((starts + lengths * channels).max()) if len(starts) else 0
-        out = np.asarray(values.slice(lo, hi - lo).to_numpy(zero_copy_only=False), dtype=np.float32)
-        return Decoded(out, starts - lo), channels
+        out, infinite = as_float32(values.slice(lo, hi - lo))
+        return Decoded(out, starts - lo, infinite), channels
 
     def _read_with_covariates(self, p: int) -> Decoded:
         """Partition ``p``: each row's target channels, then each covariate column's, one flat array."""
@@ -375,6 +362,7 @@ class ListSource:
         sizes = lengths * channels  # (rows,) values of each row, all columns
         starts = np.cumsum(sizes) - sizes
         out = np.full(int(sizes.sum()), np.nan, np.float32)
+        infinite = np.zeros(len(out), bool)
         done = np.zeros(b - a, np.int64)  # (rows,) values of each row written so far
         for name, width in [(self.target, self.target_channels[a:b]), *((c, None) for c in self.covariates)]:
             part, own = self._read_column(p, name)
@@ -385,8 +373,10 @@ class ListSource:
             src = np.repeat(part.starts - first, seg) + np.arange(int(seg.sum()), dtype=np.int64)
             dst = np.repeat(starts + done - first, seg) + np.arange(int(seg.sum()), dtype=np.int64)
             out[dst] = part.values[src]
+            if part.infinite is not None:
+                infinite[dst] = part.infinite[src]
             done += seg
-        return Decoded(out, starts)
+        return Decoded(out, starts, infinite if infinite.any() else None)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()

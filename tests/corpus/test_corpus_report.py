@@ -123,6 +123,7 @@ def test_report_counts_every_observation_against_the_oracle_and_the_batches(corp
             "series_with_missing": sum(bool(m.any()) for m in missing),
             "series_all_missing": sum(bool(m.all()) for m in missing),
             "channels_all_missing": sum(int(m.all(axis=1).sum()) for m in missing),
+            "infinite_observations": 0,
         }
         assert d["left_out"]["series"] > 0 and d["missing"]["series_all_missing"] > 0  # the cases are there
         assert independent or name == "uni" or d["left_out"]["wide_series"] > 0
