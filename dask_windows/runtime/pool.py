@@ -435,13 +435,16 @@ def warn_if_few_units(ds: ReadValues, bounds: list[np.ndarray]) -> None:
     enough = min(2 * b, s["units"])  # units that mix like a global shuffle (every unit, when fewer than 2B)
     # pool_span's rows for that many: the units drawn from, the block read ahead, the unit being read, one lost to wrap
     need = math.ceil((enough + 2 + 1) * s["unit_rows"] * row_bytes(ds)) + 1  # rounded up: pool_rows floors
+    over = ""
+    if s["pool_bytes"] > ds.spec.buffer_bytes:  # a unit is never split: the smallest pool holds a few whole ones
+        over = f" The pool takes {s['pool_bytes']:,} bytes, over the budget: a row group is decoded whole."
     warnings.warn(
         f"buffer_bytes={ds.spec.buffer_bytes:,} holds {s['resident_units']} of the {s['units']} units of "
         f"{ds.source.description} (the largest: {s['unit_rows']:,} rows, a Parquet row group each): a batch of "
         f"{b} draws on about {s['places_per_batch']:.0f} distinct units (a global shuffle: about "
         f"{s['places_global']:.0f}), so it mixes less than a global shuffle. Raise buffer_bytes to about "
         f"{need:,} bytes, or rewrite the data with `dask-windows convert` (its spread layout mixes at one read per epoch); "
-        "see docs/mixing.md",
+        f"see docs/mixing.md.{over}",
         PoolWarning,
         stacklevel=3,
     )
