@@ -177,7 +177,8 @@ SETTLE_RATIO = 64
 
 #: Wait share (after the first batch) from which a loop is input-bound.
 INPUT_BOUND_SHARE = 0.10
-#: Mean exposed wait per batch under which a loop is never input-bound (tf.data's 50 us).
+#: Unused since the verdict counts every wait (a wait share above ``INPUT_BOUND_SHARE`` is input-bound however
+#: short each wait); kept for code that imported it.
 NEGLIGIBLE_WAIT_S = 50e-6
 
 # -- optional accelerators (speedups/) and their watchdogs ----------------------------------------

@@ -55,7 +55,7 @@ from dask_windows.runtime.batch import Gatherer
 from dask_windows.runtime.buffer import Part, _fill_starts, decode_pieces
 from dask_windows.runtime.pipeline import _Built, stream
 from dask_windows.runtime.prefetch import Ahead, Prefetcher
-from dask_windows.runtime.telemetry import timed_output
+from dask_windows.runtime.telemetry import timed_output, timed_parts
 from dask_windows.runtime.values import PassValues, ReadValues
 from dask_windows.tuning import BUFFER_BYTES, MIN_UNIT_ROWS, UNITS_PER_BATCH
 from dask_windows.tuning import POOL_AHEAD_UNITS as AHEAD
@@ -371,10 +371,12 @@ def pool_batches(values: PassValues, plan: PoolPlan, progress: Any = None) -> It
     read = pool.read if device is None else device.landing(pool)
     reads = Prefetcher(read, keys, 1 if background else 0, name="dask-windows-pool")
     gatherer = Gatherer(pool.x, pool.y, ds.spec.window, ds.spec.horizon, ds.spec.layout, codes=pool.codes)
-    steps = _steps(ds, plan, iter(reads), gatherer)
+    telemetry = ds.telemetry
+    if telemetry is not None:
+        telemetry.order = "pool"
+    steps = _steps(ds, plan, timed_parts(telemetry, iter(reads)), gatherer)  # the builder's waits for the reader
     if device is not None:
         steps = device.stage(steps)
-    telemetry = ds.telemetry
     started: Any = Ahead(steps, 1, "dask-windows-build") if background else _Inline(steps)
     try:
         batches = stream(
