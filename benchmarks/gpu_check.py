@@ -35,7 +35,9 @@ other extras blocked). On the synthetic data of ``examples/_synthetic.py``
 2. **The MVP demo's transformer** (``examples/pretrain_mvp.py``: its model, loss,
    ``L = --window`` (128), ``B = --batch-size`` (64)) trained ``--steps`` steps after ``--warmup`` by each
    loader: the share of step time spent waiting for the next batch (target for
-   the device loader: under 1%), steps/s. Every step ends with
+   the device loader: under 1%), steps/s, this process's CPU milliseconds per step (the host path's
+   DataLoader workers not included) and the device-copy stage of the telemetry (the device path: the
+   rows sent; not seen for the host path's workers), and each loader's verdict. Every step ends with
    ``torch.cuda.synchronize()``, so a step's time is finished work.
 3. **Masks**: ``subsequence_mask`` per step on the GPU (CUDA events) against the
    same mask built on the CPU (wall time; it then has to be copied too).
@@ -300,8 +302,10 @@ def train(mode: str, args: argparse.Namespace, data: str, device: Any) -> dict[s
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     generator = torch.Generator(device=device).manual_seed(0)
     batches = _batches_forever(loader, ds)
-    wait = step_time = 0.0
+    wait = step_time = cpu = 0.0
     for step in range(args.warmup + args.steps):
+        if step == args.warmup:
+            cpu = time.process_time()  # this process's CPU seconds over the timed steps (not its workers')
         began = clock.now()
         x = next(batches)
         asked = time.perf_counter() - began  # host time until the batch is there (its gather is queued)
@@ -315,8 +319,17 @@ def train(mode: str, args: argparse.Namespace, data: str, device: Any) -> dict[s
         if step >= args.warmup:
             step_time += clock.now() - began
             wait += asked
+    cpu = time.process_time() - cpu
     batches.close()
-    return {"wait_share": wait / step_time, "steps_s": args.steps / step_time, "step_ms": 1e3 * step_time / args.steps}
+    stats = ds.stats()  # the device path's stages (the host path's run in its DataLoader workers: not seen here)
+    return {
+        "wait_share": wait / step_time,
+        "steps_s": args.steps / step_time,
+        "step_ms": 1e3 * step_time / args.steps,
+        "host_cpu_ms": 1e3 * cpu / args.steps,
+        "device_copy_s": stats.device_copy_seconds if stats.stages_seen else float("nan"),
+        "verdict": str(stats.verdict),
+    }
 
 
 def mask_times(args: argparse.Namespace, device: Any, repeats: int) -> dict[str, float]:
@@ -475,9 +488,16 @@ def _report(args: argparse.Namespace, alone: dict, counted: dict, trained: dict,
         f"epoch {counted['rows_sent']:.3f}"
     )
     print(f"\n2. MVP transformer (L={args.window}, B={args.batch_size}; {args.steps} steps after {args.warmup})")
-    print(row("", "wait share", "steps/s", "step ms"))
+    print(row("", "wait share", "steps/s", "step ms", "CPU ms/step", "copy s"))
     for mode, r in trained.items():
-        print(row(f"{mode} loader", f"{r['wait_share']:.2%}", f"{r['steps_s']:.1f}", f"{r['step_ms']:.2f}"))
+        print(
+            row(
+                f"{mode} loader", f"{r['wait_share']:.2%}", f"{r['steps_s']:.1f}", f"{r['step_ms']:.2f}",
+                f"{r['host_cpu_ms']:.2f}", f"{r['device_copy_s']:.3f}",
+            )
+        )  # fmt: skip
+    for mode, r in trained.items():
+        print(f"{mode} loader's verdict: {r['verdict']}")
     print("\n3. subsequence_mask per step (MVP batch)")
     print(row("", "ms/step", "bytes to send"))
     print(row("on the device", f"{masks['device']:.3f}", "0"))

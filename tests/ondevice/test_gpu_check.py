@@ -141,7 +141,15 @@ def _stub_sections(gpu_check, monkeypatch, equal: dict) -> None:
     counted = {**COUNTED, "epochs": 1.0, "batches": 3.0, "host_bytes": 8.0, "device_bytes": 2.0, "fewer_bytes": 4.0}
     monkeypatch.setattr(gpu_check, "loader_alone", lambda *a: alone)
     monkeypatch.setattr(gpu_check, "epoch_bytes", lambda *a: counted)
-    monkeypatch.setattr(gpu_check, "train", lambda *a: {"wait_share": 0.0, "steps_s": 1.0, "step_ms": 1.0})
+    trained = {
+        "wait_share": 0.0,
+        "steps_s": 1.0,
+        "step_ms": 1.0,
+        "host_cpu_ms": 1.0,
+        "device_copy_s": 0.0,
+        "verdict": "-",
+    }
+    monkeypatch.setattr(gpu_check, "train", lambda *a: trained)
     monkeypatch.setattr(gpu_check, "mask_times", lambda *a: {"device": 1.0, "cpu": 1.0, "mask_bytes": 8})
 
 
