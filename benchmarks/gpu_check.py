@@ -1,7 +1,8 @@
 """GPU check: windows cut on the GPU against the host gather + copy, and the MVP demo's model fed by each.
 
-Run on one CUDA GPU from the repository root (it prints its own estimate first; the defaults
-estimate about 2 minutes and stop at ``--timeout``, 480 s)::
+Run on one CUDA GPU from the repository root (it prints its own estimate first: about 45 s for the
+defaults at ``RATES``, rates assumed for an H100 and not yet measured on one; it stops at
+``--timeout``, 480 s)::
 
     PYTHONPATH=. python benchmarks/gpu_check.py --json $OUT/gpu_check.json [--batches 600] [--steps 300]
     PYTHONPATH=. python benchmarks/gpu_check.py --dry-run   # tiny, on the CPU device: checks the script
@@ -93,7 +94,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-#: Rough seconds per item on one H100 (conservative; the CPU device is slower): the estimate printed first.
+#: Seconds per item assumed for one H100 (rough and meant to be high; not yet measured on a GPU, the CPU device is
+#: slower): the estimate printed first. Correct them from the first run's JSON (``seconds`` against the estimate).
 RATES = {
     "start": 25.0,  # imports, the synthetic data, DataLoader workers started per loader
     "batch_host": 4e-3,  # one batch of the loader alone (L=512, B=256) on the host path, copied
