@@ -5,6 +5,13 @@ Run from the repository root::
     PYTHONPATH=. python benchmarks/bench_telemetry.py            # ~30-60 s
     PYTHONPATH=. python benchmarks/bench_telemetry.py --pairs 30 --passes 2
     PYTHONPATH=. python benchmarks/bench_telemetry.py --shape 256,128,8   # batches of a typical model
+    PYTHONPATH=. python benchmarks/bench_telemetry.py --verdict   # wait share and verdict, ~15 s
+
+``--verdict`` runs real loops instead: an input-bound one (``--read-ms`` injected into each read of
+the source, nothing done with the batches) and a compute-bound one (``--step-ms`` of sleep per batch,
+reads as they are), in the default pool order and the buffer order of whole partitions, and prints
+each loop's wait share beside its verdict: the verdict must say input-bound exactly when the share
+reaches ``tuning.INPUT_BOUND_SHARE``.
 
 What is compared: whole passes over in-memory arrays, features only, small
 batches (B=64, L=64, C=4), iterated in this process: the loader's cheapest
@@ -65,12 +72,61 @@ def force_one_gather_path() -> None:
     lanes.worth = lambda *args, **kwargs: False  # type: ignore[assignment]
 
 
+class _SlowReads:
+    """A source read method that sleeps first: the injected read latency."""
+
+    def __init__(self, read, seconds: float) -> None:
+        self.read, self.seconds = read, seconds
+
+    def __call__(self, *args, **kwargs):
+        time.sleep(self.seconds)
+        return self.read(*args, **kwargs)
+
+
+def verdicts(read_ms: float, step_ms: float) -> None:
+    """Wait share and verdict of an input-bound and a compute-bound loop, in both orders."""
+    import warnings
+
+    from dask_windows.tuning import INPUT_BOUND_SHARE
+
+    series = [np.random.default_rng(i).standard_normal((2_000, 4)).astype(np.float32) for i in range(24)]
+    orders = {
+        "pool": dict(buffer_bytes=64 << 10),  # holds a few of the 24 units: reads go on through the pass
+        "buffer": dict(pieces_per_partition=1, buffer_partitions=1, partition_rows=2_000),
+    }
+    print(f"threshold: input-bound from a wait share of {INPUT_BOUND_SHARE:.0%} after the first batch")
+    for order, settings in orders.items():
+        for loop in ("input-bound", "compute-bound"):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # PoolWarning: the small budget is on purpose
+                ds = WindowDataset(series, window=64, stride=16, batch_size=64, next_pass_seconds=0, **settings)
+            if loop == "input-bound":
+                for name in ("read_rows", "read_ranges", "read"):
+                    setattr(ds.source, name, _SlowReads(getattr(ds.source, name), read_ms / 1e3))
+            for _ in ds:
+                if loop == "compute-bound":
+                    time.sleep(step_ms / 1e3)
+            stats = ds.stats()
+            agrees = stats.verdict.input_bound == (stats.verdict.wait_share >= INPUT_BOUND_SHARE)
+            print(
+                f"{order:6} {loop:13} reads {stats.reads:3} fetch {stats.fetch_seconds:6.3f} s, reads waited "
+                f"{stats.reads_waited_seconds:6.3f} s | wait share {stats.verdict.wait_share:6.1%} | "
+                f"{'agrees' if agrees else 'CONTRADICTS'} | {stats.verdict}"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=20)
     parser.add_argument("--passes", type=int, default=2, help="passes per arm of a pair")
     parser.add_argument("--shape", default="64,64,4", help="batch size, window, channels (B,L,C)")
+    parser.add_argument("--verdict", action="store_true", help="wait share and verdict of real loops instead")
+    parser.add_argument("--read-ms", type=float, default=40.0, help="--verdict: latency injected into each read")
+    parser.add_argument("--step-ms", type=float, default=20.0, help="--verdict: the compute-bound loop's step")
     args = parser.parse_args()
+    if args.verdict:
+        verdicts(args.read_ms, args.step_ms)
+        return
     force_one_gather_path()
     size, window, channels = (int(v) for v in args.shape.split(","))
     series = [np.random.default_rng(i).standard_normal((50_000, channels)).astype(np.float32) for i in range(8)]

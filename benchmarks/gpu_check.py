@@ -1,9 +1,17 @@
 """GPU check: windows cut on the GPU against the host gather + copy, and the MVP demo's model fed by each.
 
-Run on one CUDA GPU from the repository root (about 1-3 minutes; the limit is 5)::
+Run on one CUDA GPU from the repository root (it prints its own estimate first: about 45 s for the
+defaults at ``RATES``, rates assumed for an H100 and not yet measured on one; it stops at
+``--timeout``, 480 s)::
 
-    PYTHONPATH=. python benchmarks/gpu_check.py [--batches 600] [--steps 300] [--num-workers 4]
+    PYTHONPATH=. python benchmarks/gpu_check.py --json $OUT/gpu_check.json [--batches 600] [--steps 300]
     PYTHONPATH=. python benchmarks/gpu_check.py --dry-run   # tiny, on the CPU device: checks the script
+
+Exit status: 0 when every check holds; 1 when any equality check fails (the first batches, the
+whole epoch bit for bit), when the byte count's pool is not smaller than the data, or the run passes ``--timeout`` (a stack dump
+of every thread goes to stderr first: ``faulthandler``); 2 without CUDA, unless ``--allow-cpu``
+(the same run on the CPU device) or ``--dry-run`` (tiny sizes on the CPU device). ``--json PATH``
+writes every figure, the failures and the exit status.
 
 It needs torch, numpy, pyarrow, pandas and fsspec, and imports nothing else
 (no dask: ``tests/ondevice/test_gpu_check.py`` runs the dry run with dask, tqdm and the
@@ -19,21 +27,31 @@ other extras blocked). On the synthetic data of ``examples/_synthetic.py``
    memory and its pool; whether the first batches are equal (the gathers must be). Then one whole
    epoch at ``--equal-stride`` under a small pool budget (``--equal-budget``: units overwrite pool
    rows many times, so a copy racing a gather would show) compared bit for bit with the host pool
-   order, with the rows sent against the dataset's rows (1.00: each row once).
+   order, with the rows sent against the dataset's rows (1.00: each row once; a little more where
+   windows across a unit's cut send their rows with both units, most on tiny units). Then the bytes
+   sent over whole epochs (``--bytes-epochs``) at the loader-alone settings, on a pool smaller than
+   the data (``--bytes-budget``, a quarter of it by default: units are overwritten and every one is
+   sent once an epoch), against what the host path sends (every batch); the timed steps above
+   under-count the device path's bytes (a small dataset's rows are all sent before them).
 2. **The MVP demo's transformer** (``examples/pretrain_mvp.py``: its model, loss,
    ``L = --window`` (128), ``B = --batch-size`` (64)) trained ``--steps`` steps after ``--warmup`` by each
    loader: the share of step time spent waiting for the next batch (target for
-   the device loader: under 1%), steps/s. Every step ends with
+   the device loader: under 1%), steps/s, this process's CPU milliseconds per step (the host path's
+   DataLoader workers not included) and the device-copy stage of the telemetry (the device path: the
+   rows sent; not seen for the host path's workers), and each loader's verdict. Every step ends with
    ``torch.cuda.synchronize()``, so a step's time is finished work.
 3. **Masks**: ``subsequence_mask`` per step on the GPU (CUDA events) against the
    same mask built on the CPU (wall time; it then has to be copied too).
 
-Without CUDA (and without ``--dry-run``) it says so and exits 0, so CPU CI can run it.
+Without CUDA (and without ``--allow-cpu`` or ``--dry-run``) it says so and exits 2: a run that
+measured nothing must not read as a pass.
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
+import json
 import os
 import sys
 import tempfile
@@ -61,8 +79,44 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--r", type=float, default=0.15)
     parser.add_argument("--lm", type=float, default=3.0)
     parser.add_argument("--data", default=None, help="folder of the synthetic dataset (a temporary one if omitted)")
+    parser.add_argument("--bytes-epochs", type=int, default=1, help="whole epochs whose device bytes are counted")
+    parser.add_argument(
+        "--bytes-budget", type=int, default=None, help="buffer_bytes of the byte count (default: a quarter of the data)"
+    )
     parser.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU device (checks the script)")
+    parser.add_argument(
+        "--allow-cpu", action="store_true", help="without CUDA, run on the CPU device (exit 0 if equal)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=480.0, help="seconds before a stack dump of every thread and exit 1"
+    )
+    parser.add_argument("--json", default=None, help="write the results (and failures) to this file")
     return parser.parse_args(argv)
+
+
+#: Seconds per item assumed for one H100 (rough and meant to be high; not yet measured on a GPU, the CPU device is
+#: slower): the estimate printed first. Correct them from the first run's JSON (``seconds`` against the estimate).
+RATES = {
+    "start": 25.0,  # imports, the synthetic data, DataLoader workers started per loader
+    "batch_host": 4e-3,  # one batch of the loader alone (L=512, B=256) on the host path, copied
+    "batch_device": 1e-3,  # the same gathered on the device
+    "window": 4e-6,  # one window of a whole epoch compared or counted (host pool order, device)
+    "step": 12e-3,  # one training step of the MVP transformer (L=128, B=64)
+    "mask": 2e-3,  # one subsequence_mask, on the device and on the CPU
+}
+
+
+def estimate_seconds(args: argparse.Namespace, windows_per_series: int, series: int) -> float:
+    """What the run should take at ``RATES``: printed before it starts, so a slow run is noticed early."""
+    scale = (args.gather_batch_size * args.gather_window) / (256 * 512)
+    host_modes = 2 if args.num_workers else 1
+    alone = (args.warmup + args.batches) * scale * (host_modes * RATES["batch_host"] + RATES["batch_device"])
+    equal_windows = 2 * series * windows_per_series / max(args.equal_stride, 1)  # host and device epochs
+    bytes_windows = args.bytes_epochs * series * windows_per_series
+    train_steps = 2 * (args.warmup + args.steps) * RATES["step"]
+    return (
+        RATES["start"] + alone + (equal_windows + bytes_windows) * RATES["window"] + train_steps + 400 * RATES["mask"]
+    )
 
 
 class Clock:
@@ -178,10 +232,44 @@ def epoch_equal(args: argparse.Namespace, data: str, device: Any, settings: dict
     row_bytes = 4 * len(on_device.spec.features)
     return {
         "epoch_equal": float(batches == same == len(host) > 0),
+        "stride": float(args.equal_stride),
         "epoch_batches": float(batches),
         "rows_sent": traffic.row_bytes / row_bytes / rows,
         "units": float(traffic.units),
         "pool_mib": traffic.pool_bytes / 2**20,
+    }
+
+
+def epoch_bytes(args: argparse.Namespace, data: str, device: Any, settings: dict) -> dict[str, float]:
+    """Bytes sent to the device over ``--bytes-epochs`` whole epochs, the pool smaller than the data,
+    against the host path's (every batch copied: the batches' own bytes)."""
+    import dask_windows as dw
+
+    probe = dw.WindowDataset(data, **settings)
+    rows = sum(p.num_rows for p in probe.partitions)
+    data_bytes = rows * 4 * len(probe.spec.features)
+    budget = args.bytes_budget or max(data_bytes // 4, 1)
+    with warnings.catch_warnings():  # a budget of few units on purpose (PoolWarning)
+        warnings.simplefilter("ignore")
+        ds = dw.WindowDataset(data, device=device, buffer_bytes=budget, **settings)
+    host_bytes = batches = 0
+    for epoch in range(args.bytes_epochs):
+        ds.set_epoch(epoch)
+        for batch in ds:
+            x = _first(batch)
+            host_bytes += x.numel() * x.element_size()
+            batches += 1
+    traffic = ds.device_traffic
+    return {
+        "epochs": float(args.bytes_epochs),
+        "batches": float(batches),
+        "budget_bytes": float(budget),
+        "data_bytes": float(data_bytes),
+        "pool_bytes": float(traffic.pool_bytes),
+        "host_bytes": float(host_bytes),
+        "device_bytes": float(traffic.total_bytes),
+        "fewer_bytes": host_bytes / max(traffic.total_bytes, 1),
+        "rows_sent": traffic.row_bytes / (4 * len(ds.spec.features)) / rows / args.bytes_epochs,
     }
 
 
@@ -216,8 +304,10 @@ def train(mode: str, args: argparse.Namespace, data: str, device: Any) -> dict[s
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     generator = torch.Generator(device=device).manual_seed(0)
     batches = _batches_forever(loader, ds)
-    wait = step_time = 0.0
+    wait = step_time = cpu = 0.0
     for step in range(args.warmup + args.steps):
+        if step == args.warmup:
+            cpu = time.process_time()  # this process's CPU seconds over the timed steps (not its workers')
         began = clock.now()
         x = next(batches)
         asked = time.perf_counter() - began  # host time until the batch is there (its gather is queued)
@@ -231,8 +321,17 @@ def train(mode: str, args: argparse.Namespace, data: str, device: Any) -> dict[s
         if step >= args.warmup:
             step_time += clock.now() - began
             wait += asked
+    cpu = time.process_time() - cpu
     batches.close()
-    return {"wait_share": wait / step_time, "steps_s": args.steps / step_time, "step_ms": 1e3 * step_time / args.steps}
+    stats = ds.stats()  # the device path's stages (the host path's run in its DataLoader workers: not seen here)
+    return {
+        "wait_share": wait / step_time,
+        "steps_s": args.steps / step_time,
+        "step_ms": 1e3 * step_time / args.steps,
+        "host_cpu_ms": 1e3 * cpu / args.steps,
+        "device_copy_s": stats.device_copy_seconds if stats.stages_seen else float("nan"),
+        "verdict": str(stats.verdict),
+    }
 
 
 def mask_times(args: argparse.Namespace, device: Any, repeats: int) -> dict[str, float]:
@@ -269,39 +368,99 @@ def dry_run(args: argparse.Namespace) -> None:
     args.equal_stride, args.equal_budget = 4, 40_000  # the dry run's 1,200 rows: a pool of a few units
 
 
+NO_CUDA, UNEQUAL = 2, 1  # exit statuses besides 0
+
+
+def failures(alone: dict, counted: dict) -> list[str]:
+    """Each equality check that failed, in words (empty: all hold)."""
+    equal, out = alone["equal"], []
+    if equal["first_batches_equal"] != 1.0:
+        out.append("the first batches of the device loader differ from the host path's")
+    if equal["epoch_equal"] != 1.0:
+        out.append(f"the whole epoch at stride {equal.get('stride', '?')} differs from the host pool order")
+    if counted["pool_bytes"] >= counted["data_bytes"]:  # else every row was sent once, up front: nothing counted
+        out.append(
+            f"the byte count's pool ({counted['pool_bytes']:,.0f} bytes) is not smaller than the data "
+            f"({counted['data_bytes']:,.0f} bytes); pass a smaller --bytes-budget"
+        )
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # a hang (a stuck worker, a device sync that never returns) ends with every thread's stack on stderr
+    try:
+        sys.stderr.fileno()
+        dump = sys.stderr
+    except (AttributeError, OSError, ValueError):  # a captured stderr (pytest): the process's own
+        dump = sys.__stderr__
+    faulthandler.dump_traceback_later(args.timeout, exit=True, file=dump)
+    try:
+        return _run(args)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
+def _run(args: argparse.Namespace) -> int:
     import torch
 
+    result: dict[str, Any] = {"args": vars(args), "torch": torch.__version__, "cuda_build": torch.version.cuda}
     if args.dry_run:
         dry_run(args)
         device = torch.device("cpu")
-    elif not torch.cuda.is_available():
-        print(
-            "gpu_check needs CUDA: no CUDA device is available here (torch "
-            f"{torch.__version__}, cuda build {torch.version.cuda}); nothing measured"
-        )
-        return 0
-    else:
+    elif torch.cuda.is_available():
         device = torch.device("cuda")
+    elif args.allow_cpu:
+        device = torch.device("cpu")
+    else:
+        message = (
+            "gpu_check needs CUDA: no CUDA device is available here (torch "
+            f"{torch.__version__}, cuda build {torch.version.cuda}); nothing measured. Pass --allow-cpu "
+            "(or --dry-run) to run it on the CPU device"
+        )
+        print(message)
+        _write(args, {**result, "ok": False, "exit": NO_CUDA, "failures": [message]})
+        return NO_CUDA
     sys.path.insert(0, os.path.join(ROOT, "examples"))
     from _synthetic import make_dataset
 
     began = time.perf_counter()
     sizes = DRY_SIZES if args.dry_run else {}
+    rows, series = sizes.get("rows_per_series", 4096), sizes.get("num_files", 8) * sizes.get("series_per_file", 16)
+    estimate = estimate_seconds(args, rows - args.gather_window + 1, series)
+    print(f"estimate: about {estimate:.0f} s at one H100's rates (stopped with a stack dump at {args.timeout:.0f} s)")
+    result["estimate_seconds"] = estimate
     with tempfile.TemporaryDirectory(prefix="dw-gpu-check-") as tmp:
         data = make_dataset(args.data or os.path.join(tmp, "train"), channels=len(FEATURES), seed=0, **sizes)
         name = torch.cuda.get_device_name(0) if device.type == "cuda" else "CPU (dry run)"
         print(f"{name}; torch {torch.__version__}; {args.num_workers} DataLoader workers on the host path")
         alone = loader_alone(args, data, device)
+        settings = dict(
+            features=FEATURES, series="series_id", window=args.gather_window, batch_size=args.gather_batch_size, seed=0
+        )
+        counted = epoch_bytes(args, data, device, settings)
         trained = {mode: train(mode, args, data, device) for mode in ("host", "device")}
         masks = mask_times(args, device, 3 if args.dry_run else 200)
-    _report(args, alone, trained, masks, time.perf_counter() - began)
-    return 0
+    seconds = time.perf_counter() - began
+    failed = failures(alone, counted)
+    result.update(device=name, seconds=seconds, loader_alone=alone, epoch_bytes=counted, train=trained, masks=masks)
+    _report(args, alone, counted, trained, masks, seconds)
+    status = UNEQUAL if failed else 0
+    for problem in failed:
+        print(f"FAILED: {problem}")
+    _write(args, {**result, "ok": not failed, "exit": status, "failures": failed})
+    return status
 
 
-def _report(args: argparse.Namespace, alone: dict, trained: dict, masks: dict, seconds: float) -> None:
+def _write(args: argparse.Namespace, result: dict) -> None:
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(result, out, indent=1, default=str)
+
+
+def _report(args: argparse.Namespace, alone: dict, counted: dict, trained: dict, masks: dict, seconds: float) -> None:
     row: Callable[..., str] = lambda *cells: "".join(f"{c:>16}" if i else f"{c:<22}" for i, c in enumerate(cells))
+    alone = dict(alone)
     equal = alone.pop("equal")
     print(
         f"\n1. loader alone: stride 1, L={args.gather_window}, B={args.gather_batch_size}, C={len(FEATURES)}, "
@@ -324,10 +483,23 @@ def _report(args: argparse.Namespace, alone: dict, trained: dict, masks: dict, s
         f"{'bit for bit the host pool order' if equal['epoch_equal'] else 'NOT EQUAL to the host pool order'}; "
         f"rows sent / rows: {equal['rows_sent']:.3f}"
     )
+    print(
+        f"{counted['epochs']:.0f} whole epoch(s), {counted['batches']:.0f} batches, pool {counted['pool_bytes'] / 2**20:.2f} "
+        f"MiB for {counted['data_bytes'] / 2**20:.2f} MiB of data: host path {counted['host_bytes'] / 1e6:,.1f} MB, "
+        f"device {counted['device_bytes'] / 1e6:,.2f} MB ({counted['fewer_bytes']:.0f}x fewer); rows sent / rows per "
+        f"epoch {counted['rows_sent']:.3f}"
+    )
     print(f"\n2. MVP transformer (L={args.window}, B={args.batch_size}; {args.steps} steps after {args.warmup})")
-    print(row("", "wait share", "steps/s", "step ms"))
+    print(row("", "wait share", "steps/s", "step ms", "CPU ms/step", "copy s"))
     for mode, r in trained.items():
-        print(row(f"{mode} loader", f"{r['wait_share']:.2%}", f"{r['steps_s']:.1f}", f"{r['step_ms']:.2f}"))
+        print(
+            row(
+                f"{mode} loader", f"{r['wait_share']:.2%}", f"{r['steps_s']:.1f}", f"{r['step_ms']:.2f}",
+                f"{r['host_cpu_ms']:.2f}", f"{r['device_copy_s']:.3f}",
+            )
+        )  # fmt: skip
+    for mode, r in trained.items():
+        print(f"{mode} loader's verdict: {r['verdict']}")
     print("\n3. subsequence_mask per step (MVP batch)")
     print(row("", "ms/step", "bytes to send"))
     print(row("on the device", f"{masks['device']:.3f}", "0"))

@@ -4,9 +4,9 @@ The measurement runs in this process with the real loader, its worker
 processes and its prefetch thread, so the figures are what training would
 see, not a model of it. The price is that the numbers include this machine's
 page cache and disk state (a second run reads from cache) and that read time
-is counted by wrapping ``source.read``: a shared ``multiprocessing.Value``
+is counted by wrapping the source's read methods (``read``, ``read_rows``, ...): a shared ``multiprocessing.Value``
 adds each call's seconds across DataLoader workers, which costs a lock per
-partition read, not per batch. Peak RSS comes from ``getrusage``, so it is
+read, not per batch. Peak RSS comes from ``getrusage``, so it is
 the peak of the whole process lifetime, imports included. Figures are kept
 at full precision (a slow run's GB/s is small, never rounded to 0); a
 progress line goes to ``progress`` (stderr in the CLI) about once a second.
@@ -17,25 +17,70 @@ module (as the CLI does) stays cheap.
 
 from __future__ import annotations
 
+import threading
 import time as clock
+from collections.abc import Iterator
 from typing import IO, Any
 
 __all__ = ["bench"]
 
 
+#: The source's read methods: every pass reads through one of them (the pool order through
+#: ``read_rows``, the buffer order through ``read`` / ``read_ranges`` / ``read_ranges_chunks``).
+_READS = ("read", "read_rows", "read_ranges", "read_ranges_chunks", "read_chunks")
+
+
 class _TimedRead:
-    """``source.read`` that adds its seconds to a counter shared with DataLoader workers."""
+    """A source's read method that adds its seconds to a counter shared with DataLoader workers.
+
+    A read that calls another read method of the source (``read_rows`` through ``read``) counts
+    once, on its outermost call; a read returning an iterator (``read_ranges_chunks``) is timed
+    while it is iterated.
+    """
+
+    _depth = threading.local()
 
     def __init__(self, read: Any, seconds: Any) -> None:
         self.read, self.seconds = read, seconds
 
+    def _add(self, started: float) -> None:
+        with self.seconds.get_lock():
+            self.seconds.value += clock.perf_counter() - started
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        depth = getattr(self._depth, "n", 0)
         started = clock.perf_counter()
+        self._depth.n = depth + 1
         try:
-            return self.read(*args, **kwargs)
+            out = self.read(*args, **kwargs)
         finally:
-            with self.seconds.get_lock():
-                self.seconds.value += clock.perf_counter() - started
+            self._depth.n = depth
+            if depth == 0:
+                self._add(started)
+        if depth == 0 and isinstance(out, Iterator) and not isinstance(out, (list, tuple, dict)):
+            return self._timed(out)
+        return out
+
+    def _timed(self, chunks: Iterator[Any]) -> Iterator[Any]:
+        while True:
+            started = clock.perf_counter()
+            self._depth.n = 1
+            try:
+                chunk = next(chunks)
+            except StopIteration:
+                return
+            finally:
+                self._depth.n = 0
+                self._add(started)
+            yield chunk
+
+
+def _time_reads(source: Any, seconds: Any) -> None:
+    """Wrap each of ``source``'s read methods (``_READS``) it has with ``_TimedRead``."""
+    for name in _READS:
+        read = getattr(source, name, None)
+        if read is not None:
+            setattr(source, name, _TimedRead(read, seconds))
 
 
 def _progress_bar(progress: IO[str] | None, total: int) -> Any:
@@ -90,7 +135,7 @@ def bench(
     ds = WindowDataset(path, **keywords)
     open_seconds = clock.perf_counter() - opened
     read_seconds = multiprocessing.get_context().Value("d", 0.0)
-    ds.source.read = _TimedRead(ds.source.read, read_seconds)  # type: ignore[method-assign]
+    _time_reads(ds.source, read_seconds)
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=num_workers)
     batches = windows = num_bytes = 0
     waited = first_batch = 0.0

@@ -60,7 +60,7 @@ from dask_windows.runtime.batch import Gatherer
 from dask_windows.runtime.buffer import Part, _fill_starts, decode_pieces
 from dask_windows.runtime.pipeline import _Built, stream
 from dask_windows.runtime.prefetch import Ahead, Prefetcher
-from dask_windows.runtime.telemetry import timed_output
+from dask_windows.runtime.telemetry import timed_output, timed_parts
 from dask_windows.runtime.values import PassValues, ReadValues
 from dask_windows.tuning import BUFFER_BYTES, MIN_UNIT_ROWS, POOL_FIRST_BYTES, UNITS_PER_BATCH
 from dask_windows.tuning import POOL_AHEAD_UNITS as AHEAD
@@ -425,10 +425,12 @@ def pool_batches(
     reads.widen()
     pool = reads.pool
     gatherer = Gatherer(pool.x, pool.y, ds.spec.window, ds.spec.horizon, ds.spec.layout, codes=pool.codes)
-    steps = _steps(ds, plan, iter(reads.reader), gatherer)
+    telemetry = ds.telemetry
+    if telemetry is not None:
+        telemetry.order = "pool"
+    steps = _steps(ds, plan, timed_parts(telemetry, iter(reads.reader)), gatherer)  # the builder's waits for the reader
     if reads.device is not None:
         steps = reads.device.stage(steps)
-    telemetry = ds.telemetry
     started: Any = Ahead(steps, 1, "dask-windows-build") if reads.background else _Inline(steps)
     last = None
     begun: list[Any] = []  # the next pass's read-ahead, once this pass's last step is taken
@@ -499,13 +501,16 @@ def warn_if_few_units(ds: ReadValues, bounds: list[np.ndarray]) -> None:
     enough = min(2 * b, s["units"])  # units that mix like a global shuffle (every unit, when fewer than 2B)
     # pool_span's rows for that many: the units drawn from, the block read ahead, the unit being read, one lost to wrap
     need = math.ceil((enough + 2 + 1) * s["unit_rows"] * row_bytes(ds)) + 1  # rounded up: pool_rows floors
+    over = ""
+    if s["pool_bytes"] > ds.spec.buffer_bytes:  # a unit is never split: the smallest pool holds a few whole ones
+        over = f" The pool takes {s['pool_bytes']:,} bytes, over the budget: a row group is decoded whole."
     warnings.warn(
         f"buffer_bytes={ds.spec.buffer_bytes:,} holds {s['resident_units']} of the {s['units']} units of "
         f"{ds.source.description} (the largest: {s['unit_rows']:,} rows, a Parquet row group each): a batch of "
         f"{b} draws on about {s['places_per_batch']:.0f} distinct units (a global shuffle: about "
         f"{s['places_global']:.0f}), so it mixes less than a global shuffle. Raise buffer_bytes to about "
         f"{need:,} bytes, or rewrite the data with `dask-windows convert` (its spread layout mixes at one read per epoch); "
-        "see docs/mixing.md",
+        f"see docs/mixing.md.{over}",
         PoolWarning,
         stacklevel=3,
     )

@@ -83,6 +83,8 @@ def batches(values: PassValues, plan: Any, progress: Any = None, this_pass: tupl
     reads, started = claimed if claimed is not None else (open_reads(values, plan), None)
     parts = _flat(reads.reader) if started is None else iter(())
     telemetry = ds.telemetry
+    if telemetry is not None:
+        telemetry.order = "buffer"
     parts = timed_parts(telemetry, parts)  # the builder's waits for the readers (see telemetry)
 
     def reread(seg: Any) -> Part | None:

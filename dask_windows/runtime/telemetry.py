@@ -24,10 +24,18 @@ plain integer counters on the thread doing the work:
   gathered arrays without a copy (``TorchOutput``, ``NumpyOutput``) are not
   timed at all: on a CPU-only run the stage reads 0.
 
-The verdict (``Verdict``): input-bound when the loop waited for at least 10%
-of its time after the first batch (whose wait, the start-up, is reported
-apart) and over 50 us a batch (tf.data's rule of thumb); then the stage with
-the largest share names the bound and the setting that would help.
+The verdict (``Verdict``): input-bound whenever the loop waited for at least
+``INPUT_BOUND_SHARE`` (10%) of its time after the first batch, however short
+each wait. The bound is the stage the loop's waits after the first batch are
+attributed to: the loop's waits for the next buffer (or pool step) as far as
+the builder waited for reads (``fetch`` and ``decode``, split by their busy
+seconds) and the rest of them (``buffer``), the batch cut on the loop's thread
+(``gather``) and the device copies (``device``): exposed seconds, never a
+stage's busy time divided by an assumed thread count. The remedy named is a
+setting of the order the pass ran (the pool order has no ``buffer_partitions``
+nor ``prefetch_partitions`` depth to raise). A loop that waited below the share
+after its first batch but whose first batch took at least the share of the
+whole loop is reported as bound by its **start-up**, not as "not input-bound".
 
 Counters live in the process that does the work: iterated in this process
 (``num_workers=0``) every stage is seen; with DataLoader workers the stages
@@ -47,9 +55,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dask_windows.tuning import INPUT_BOUND_SHARE, NEGLIGIBLE_WAIT_S, switches
+from dask_windows.tuning import INPUT_BOUND_SHARE, switches
 
 __all__ = [
+    "STARTUP",
     "Stats",
     "Telemetry",
     "Verdict",
@@ -65,7 +74,7 @@ __all__ = [
 ]
 
 
-_ADVICE = {
+_ADVICE = {  # the buffer orders (pieces_per_partition=1)
     "fetch": "reading bounds the loader: read further ahead (prefetch_partitions=2+), read in processes "
     "(read_workers=N, or DataLoader num_workers=N); on an object store keep the bytes locally (cache_dir=); "
     "many small files: `dask-windows convert` them into fewer, larger ones",
@@ -80,6 +89,22 @@ _ADVICE = {
     "workers": "the DataLoader workers do not keep up: more num_workers, or see their stages by iterating "
     "with num_workers=0 (or `dask-windows bench`)",
 }
+_POOL_ADVICE = {  # the pool order (the default): one reader thread a unit ahead, no buffer_partitions
+    "fetch": "reading bounds the loader (the pool order reads one unit ahead on one thread): read in DataLoader "
+    "worker processes (num_workers=N, each reads its share); on an object store keep the bytes locally "
+    "(cache_dir=); many small files or tiny row groups: `dask-windows convert` them into fewer, larger ones",
+    "decode": "decoding the units bounds the loader: decode in DataLoader worker processes (num_workers=N), or "
+    "read fewer columns",
+    "buffer": "building the pool's steps bounds the loader: DataLoader num_workers=N builds them in worker processes",
+}
+_STARTUP_ADVICE = {
+    "pool": "the first batch waits for the pool to fill: a smaller buffer_bytes fills it sooner (mixing less); "
+    "over a longer run it is paid once",
+    "buffer": "the first batch waits for the first buffer: buffer_partitions=1 starts sooner; over a longer "
+    "run it is paid once",
+    None: "the first batch waits for the first reads; over a longer run it is paid once",
+}
+STARTUP = "start-up"  # the stage of a verdict whose loop waited only for its first batch
 
 
 @dataclass(frozen=True)
@@ -90,8 +115,14 @@ class Verdict:
     stage: str | None
     advice: str
     wait_share: float
+    startup_share: float = 0.0  # the first batch's wait over the whole loop's time
 
     def __str__(self) -> str:
+        if self.stage == STARTUP:
+            return (
+                f"bound by start-up: the loop waited {self.startup_share:.1%} of its time for its first batch and "
+                f"{self.wait_share:.1%} after it; {self.advice}"
+            )
         if not self.input_bound:
             return f"not input-bound: the loop waited {self.wait_share:.1%} of its time; {self.advice}"
         return f"input-bound ({self.wait_share:.1%} of the loop's time waiting), bound by {self.stage}: {self.advice}"
@@ -178,6 +209,8 @@ class Telemetry:
         self.fetch_ns = self.fetch_bytes = self.decode_ns = self.reads = 0
         self.reads_waited_ns = self.buffer_wait_ns = 0
         self.device_ns = self.device_bytes = 0  # the output seam's copies on the loop's thread
+        self.order: str | None = None  # "pool" or "buffer": set by the pass (runtime.pool, runtime.reading)
+        self._at_first = (0, 0)  # (buffer waits, reads waited) when the first batch came: the start-up's
         traffic = getattr(self, "traffic", None)  # rows sent to the training device (ondevice.Traffic)
         self._sent_before = (getattr(traffic, "send_ns", 0), getattr(traffic, "row_bytes", 0))
         self.stages_seen = False  # until a pass is watched in this process
@@ -206,6 +239,7 @@ class Telemetry:
                 got = clock()
                 self.first_ns = got - asked
                 self.batches = 1
+                self._at_first = (self._total("buffer_wait_ns"), self._total("reads_waited_ns"))
                 yield item
                 del item
                 break
@@ -257,6 +291,26 @@ class Telemetry:
     def _total(self, name: str) -> int:
         return getattr(self, name) + sum(child._total(name) for child in self.children)
 
+    def _order(self) -> str | None:
+        """The order of the pass (a mixture: its first member's)."""
+        return self.order or next((c._order() for c in self.children if c._order()), None)
+
+    def exposed(self, fetch_ns: int, decode_ns: int, buffer_wait_ns: int, reads_waited_ns: int,
+                gather_ns: int, device_ns: int) -> dict[str, float]:  # fmt: skip
+        """Seconds of the loop's waits each stage accounts for (see the module docstring): its waits for the
+        next buffer or step, as far as the builder waited for reads, split between fetch and decode by their
+        busy seconds; the rest of them building; the gather and the device copies on the loop's thread."""
+        reading = min(reads_waited_ns, buffer_wait_ns)
+        busy = fetch_ns + decode_ns
+        fetch = reading * fetch_ns / busy if busy else float(reading)
+        return {
+            "fetch": fetch * 1e-9,
+            "decode": (reading - fetch) * 1e-9,
+            "buffer": max(buffer_wait_ns - reading, 0) * 1e-9,
+            "gather": gather_ns * 1e-9,
+            "device": device_ns * 1e-9,
+        }
+
     def snapshot(self, rank: int = 0) -> Stats:
         s = 1e-9
         fetch_ns, decode_ns = self._total("fetch_ns"), self._total("decode_ns")
@@ -265,19 +319,20 @@ class Telemetry:
         sent_ns = getattr(self.traffic, "send_ns", 0) - self._sent_before[0]  # this pass's rows sent (ondevice)
         sent_bytes = getattr(self.traffic, "row_bytes", 0) - self._sent_before[1]
         gather_ns = max(self.wait_ns + self.first_ns - buffer_wait_ns - device_ns, 0)
+        # the stages of the waits after the first batch (the verdict's), the start-up's taken out
+        later_buffer = max(buffer_wait_ns - self._at_first[0], 0)
+        later_reads = max(reads_waited_ns - self._at_first[1], 0)
+        stages = self.exposed(
+            fetch_ns, decode_ns, later_buffer, later_reads, max(self.wait_ns - later_buffer - device_ns, 0),
+            device_ns + min(sent_ns, max(later_buffer - later_reads, 0)),
+        )  # fmt: skip
         verdict = judge(
             self.wait_ns * s,
             self.step_ns * s,
             max(self.batches - 1, 0),
-            {
-                "fetch": fetch_ns * s / 2,  # two reader threads (reading.READ_THREADS)
-                "decode": decode_ns * s / 2,
-                "buffer": max(buffer_wait_ns - reads_waited_ns, 0) * s,
-                "gather": gather_ns * s,
-                "device": (device_ns + sent_ns) * s,
-            }
-            if self.stages_seen
-            else None,
+            stages if self.stages_seen else None,
+            first=self.first_ns * s,
+            order=self._order(),
         )
         return Stats(
             rank=rank,
@@ -300,15 +355,38 @@ class Telemetry:
         )
 
 
-def judge(wait: float, step: float, batches: int, stages: dict[str, float] | None) -> Verdict:
-    """The verdict from the loop's wait and own work after its first batch, and each stage's busy seconds."""
+def judge(
+    wait: float,
+    step: float,
+    batches: int,
+    stages: dict[str, float] | None,
+    first: float = 0.0,
+    order: str | None = None,
+) -> Verdict:
+    """The verdict from the loop's wait and own work after its first batch.
+
+    Args:
+        wait: Seconds the loop waited for batches after the first.
+        step: Seconds of the loop's own work.
+        batches: Batches after the first.
+        stages: Seconds of those waits each stage accounts for (``Telemetry.exposed``); ``None``: the
+            stages ran where they were not seen (DataLoader workers).
+        first: Seconds the loop waited for its first batch (the start-up).
+        order: ``"pool"`` or ``"buffer"``: the order whose settings the remedy names (``None``: the
+            buffer order's wording).
+    """
     share = wait / (wait + step) if wait + step > 0 else 0.0
-    if batches == 0 or share < INPUT_BOUND_SHARE or wait / batches < NEGLIGIBLE_WAIT_S:
-        return Verdict(False, None, "a faster loader would not speed training up", share)
-    if stages is None:
-        return Verdict(True, "workers", _ADVICE["workers"], share)
-    stage = max(stages, key=lambda k: stages[k])
-    return Verdict(True, stage, _ADVICE[stage], share)
+    if batches > 0 and share >= INPUT_BOUND_SHARE:
+        if stages is None:
+            return Verdict(True, "workers", _ADVICE["workers"], share)
+        stage = max(stages, key=lambda k: stages[k])
+        advice = (_POOL_ADVICE if order == "pool" else {}).get(stage, _ADVICE[stage])
+        return Verdict(True, stage, advice, share)
+    total = first + wait + step
+    startup = first / total if total > 0 else 0.0
+    if startup >= INPUT_BOUND_SHARE:
+        return Verdict(False, STARTUP, _STARTUP_ADVICE.get(order, _STARTUP_ADVICE[None]), share, startup)
+    return Verdict(False, None, "a faster loader would not speed training up", share, startup)
 
 
 def timed_output(telemetry: Telemetry | None, output: Any) -> Any:

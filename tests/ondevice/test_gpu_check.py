@@ -1,8 +1,10 @@
-"""benchmarks/gpu_check.py: on a machine without CUDA it says so and exits 0; it imports nothing the GPU
-machine lacks; its sections run on the CPU device (the dry run's sizes)."""
+"""benchmarks/gpu_check.py: on a machine without CUDA it says so and exits 2 (``--allow-cpu``: runs on the CPU
+device); an inequality exits 1; a hang ends in a stack dump; it writes JSON; it imports nothing the GPU machine
+lacks; its sections run on the CPU device (the dry run's sizes)."""
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import subprocess
@@ -39,11 +41,13 @@ class Blocker:
 sys.meta_path.insert(0, Blocker())
 import contextlib, io, runpy
 out = io.StringIO()
-with contextlib.redirect_stdout(out):  # the script as run on a machine without CUDA: it says so, exits 0
+with contextlib.redirect_stdout(out):  # the script as run on a machine without CUDA: it says so, exits 2
     try:
         runpy.run_path(ROOT + "/benchmarks/gpu_check.py", run_name="__main__")
     except SystemExit as done:
-        assert done.code == 0, done.code
+        assert done.code == 2, done.code
+    else:
+        raise AssertionError("gpu_check returned without an exit status")
 assert "needs CUDA" in out.getvalue() and "steps/s" not in out.getvalue(), out.getvalue()
 sys.path.insert(0, ROOT + "/benchmarks")
 sys.path.insert(0, ROOT + "/examples")
@@ -75,7 +79,7 @@ def test_gpu_check_exits_cleanly_without_cuda_and_imports_only_what_the_gpu_mach
     assert done.stdout.strip().endswith("clean")
 
 
-def test_gpu_check_sections_on_the_cpu_device(tmp_path):
+def _gpu_check():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     sys.path.insert(0, str(ROOT / "examples"))
     try:
@@ -84,6 +88,11 @@ def test_gpu_check_sections_on_the_cpu_device(tmp_path):
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
         sys.path.remove(str(ROOT / "examples"))
+    return gpu_check, make_dataset
+
+
+def test_gpu_check_sections_on_the_cpu_device(tmp_path):
+    gpu_check, make_dataset = _gpu_check()
     import torch
 
     args = gpu_check.parse_args(["--dry-run"])
@@ -99,3 +108,82 @@ def test_gpu_check_sections_on_the_cpu_device(tmp_path):
     assert 8 * 8 < device["bytes_step"] < host["bytes_step"] and device["resident"] <= 2
     masks = gpu_check.mask_times(args, torch.device("cpu"), 2)
     assert masks["mask_bytes"] == 8 * 4 * 16 and masks["device"] > 0 and masks["cpu"] > 0
+    counted = gpu_check.epoch_bytes(args, data, torch.device("cpu"), dict(
+        features=gpu_check.FEATURES, series="series_id", window=32, batch_size=8, seed=0
+    ))  # fmt: skip
+    # a whole epoch on a pool smaller than the data: every batch counted on the host side, every unit sent
+    assert counted["pool_bytes"] < counted["data_bytes"] and counted["batches"] > 0
+    assert counted["host_bytes"] == counted["batches"] * 8 * 32 * 4 * 4 or counted["host_bytes"] < (
+        counted["batches"] * 8 * 32 * 4 * 4
+    )  # the last batch may be short
+    assert 1.0 <= counted["rows_sent"] < 1.5 and counted["device_bytes"] < counted["host_bytes"]
+
+
+EQUAL = {"first_batches_equal": 1.0, "epoch_equal": 1.0, "stride": 4.0, "rows_sent": 1.1}
+COUNTED = {"pool_bytes": 10.0, "data_bytes": 40.0, "rows_sent": 1.1}
+
+
+def test_gpu_check_failures_name_each_inequality():
+    gpu_check, _ = _gpu_check()
+    assert gpu_check.failures({"equal": EQUAL}, COUNTED) == []
+    assert "first batches" in gpu_check.failures({"equal": {**EQUAL, "first_batches_equal": 0.0}}, COUNTED)[0]
+    assert "whole epoch at stride 4" in gpu_check.failures({"equal": {**EQUAL, "epoch_equal": 0.0}}, COUNTED)[0]
+    assert "--bytes-budget" in gpu_check.failures({"equal": EQUAL}, {**COUNTED, "pool_bytes": 40.0})[0]
+
+
+def _stub_sections(gpu_check, monkeypatch, equal: dict) -> None:
+    """The sections replaced by canned figures: the exit status and the JSON without the minutes."""
+    alone = {
+        "host (0 workers)": {"windows_s": 1.0, "bytes_step": 4.0, "peak_mib": 0.0},
+        "device": {"windows_s": 2.0, "bytes_step": 1.0, "peak_mib": 0.0, "pool_mib": 0.1, "units": 2, "resident": 1},
+        "equal": {**equal, "epoch_batches": 3.0, "units": 2.0, "pool_mib": 0.1},
+    }
+    counted = {**COUNTED, "epochs": 1.0, "batches": 3.0, "host_bytes": 8.0, "device_bytes": 2.0, "fewer_bytes": 4.0}
+    monkeypatch.setattr(gpu_check, "loader_alone", lambda *a: alone)
+    monkeypatch.setattr(gpu_check, "epoch_bytes", lambda *a: counted)
+    trained = {
+        "wait_share": 0.0,
+        "steps_s": 1.0,
+        "step_ms": 1.0,
+        "host_cpu_ms": 1.0,
+        "device_copy_s": 0.0,
+        "verdict": "-",
+    }
+    monkeypatch.setattr(gpu_check, "train", lambda *a: trained)
+    monkeypatch.setattr(gpu_check, "mask_times", lambda *a: {"device": 1.0, "cpu": 1.0, "mask_bytes": 8})
+
+
+def test_gpu_check_exit_codes_and_json(tmp_path, monkeypatch, capsys):
+    gpu_check, _ = _gpu_check()
+    import torch
+
+    out = tmp_path / "result.json"
+    common = ["--dry-run", "--data", str(tmp_path / "data"), "--json", str(out)]
+    _stub_sections(gpu_check, monkeypatch, EQUAL)
+    assert gpu_check.main(common) == 0
+    written = json.loads(out.read_text())
+    assert written["ok"] and written["exit"] == 0 and written["failures"] == [] and written["estimate_seconds"] > 0
+    assert capsys.readouterr().out.startswith("estimate: about ")
+
+    _stub_sections(gpu_check, monkeypatch, {**EQUAL, "epoch_equal": 0.0})
+    assert gpu_check.main(common) == 1
+    written = json.loads(out.read_text())
+    assert not written["ok"] and written["exit"] == 1 and "whole epoch" in written["failures"][0]
+    assert "FAILED: the whole epoch" in capsys.readouterr().out
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gpu_check.main(["--json", str(out)]) == 2  # no CUDA, no --allow-cpu: nothing measured is no pass
+    assert json.loads(out.read_text())["exit"] == 2 and "needs CUDA" in capsys.readouterr().out
+    _stub_sections(gpu_check, monkeypatch, EQUAL)
+    assert gpu_check.main(["--allow-cpu", "--data", str(tmp_path / "full"), "--json", str(out)]) == 0
+
+
+def test_gpu_check_past_its_timeout_dumps_every_thread_and_exits_1(tmp_path):
+    from tests import forkrun
+
+    script = str(ROOT / "benchmarks" / "gpu_check.py")
+    done = forkrun.run(
+        [sys.executable, script, "--dry-run", "--timeout", "0.5", "--data", str(tmp_path / "d")], timeout=300
+    )
+    assert done.returncode == 1, (done.returncode, done.stderr[-2000:])
+    assert "Timeout (0:00:00" in done.stderr and "most recent call first" in done.stderr

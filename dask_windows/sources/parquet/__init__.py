@@ -374,7 +374,7 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         import pyarrow.parquet as pq
 
         footer = self._footers[path]
-        meta = footer.metadata
+        meta = self._metadata(path)
         if self.local:
             file: Any = path
         else:
@@ -427,7 +427,7 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
                 "was opened; the file changed underneath the dataset; open the dataset again"
             )
         if getattr(self, "verify_checksums", True) and not self._crc_certain():  # values against the footer's min/max
-            problem = outside_statistics(self._footers[path].metadata, row_groups, table)
+            problem = outside_statistics(self._metadata(path), row_groups, table)
             if problem is not None:
                 name = self._url(path) + part.name[len(path) :]
                 raise failure_message("corrupt", f"cannot read {name}", SourceReadError(problem))

@@ -47,7 +47,10 @@ def outside_statistics(meta: Any, row_groups: Sequence[int], table: Any) -> str 
     """
     import pyarrow.compute as pc
 
-    paths = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
+    # column names from a row group's chunks, not ``meta.schema``: the schema and its metadata refer to each
+    # other, a cycle that kept every read's parsed footer alive until a full garbage collection
+    first = meta.row_group(0) if meta.num_row_groups else None
+    paths = {} if first is None else {first.column(i).path_in_schema: i for i in range(meta.num_columns)}
     for name in table.column_names:
         index = paths.get(name)
         if index is None:
