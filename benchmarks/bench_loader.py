@@ -32,7 +32,7 @@ Last, page checksums: the same rows written with page CRCs, read with verificati
     python benchmarks/bench_loader.py --only workers --partitions 2 --seconds 2
     python benchmarks/bench_loader.py --only read-workers --seconds 2 --rounds 3
     python benchmarks/bench_loader.py --only pool   (bench_mixing.py --pool: the default pool order)
-    python benchmarks/bench_loader.py --only first [--partitions 8] [--rows 1000000] [--rounds 3]
+    python benchmarks/bench_loader.py --only first [--partitions 8] [--rows 1000000] [--rounds 3] [--windows N]
 
 ``--only first`` prints, for the default settings and the hand-written Dask loop (``bench_peers.hand_loop``),
 each in a fresh process per round (rounds alternate; medians and ranges): seconds to open, to the first
@@ -111,10 +111,10 @@ def first_child(arg: str) -> None:
         it = iter(ds)
     next(it)
     first = time.perf_counter()
-    n, t1 = 0, time.perf_counter()
+    n, t1, windows = 0, time.perf_counter(), job.get("windows", 0)
     for _ in it:
         n += 1
-        if time.perf_counter() - t1 > seconds:
+        if (n * B >= windows) if windows else (time.perf_counter() - t1 > seconds):
             break
     print(json.dumps({"open": opened - t0, "first": first - opened, "rate": n * B / (time.perf_counter() - t1)}))
 
@@ -139,7 +139,7 @@ def _child(flag: str, job: dict) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def first_rows(directory: str, partitions: int, rows: int, seconds: float, rounds: int) -> None:
+def first_rows(directory: str, partitions: int, rows: int, seconds: float, rounds: int, windows: int = 0) -> None:
     """Open, first batch and steady windows/s of the default against the hand-written Dask loop; the scan."""
     root = os.path.join(directory, f"first{partitions}x{rows}")
     write_dataset(root, partitions, rows=rows)
@@ -151,11 +151,12 @@ def first_rows(directory: str, partitions: int, rows: int, seconds: float, round
     got: dict[str, list[dict]] = {name: [] for name in contenders}
     for _ in range(rounds):
         for name, job in contenders.items():
-            got[name].append(_child("--first-child", {**job, "root": root, "seconds": seconds}))
+            got[name].append(_child("--first-child", {**job, "root": root, "seconds": seconds, "windows": windows}))
     print(
         f"open and first batch: {partitions} x {rows:,}-row Parquet files (10 series each, row groups of 250,000), "
         f"B={B} L={L} C={C} stride 1, shuffled; {rounds} alternating rounds, a fresh process each, steady windows/s "
-        f"over {seconds:.0f} s after the first batch (median [range]); load {os.getloadavg()[0]:.2f}"
+        f"over {f'{windows:,} windows' if windows else f'{seconds:.0f} s'} after the first batch (median [range]); "
+        f"load {os.getloadavg()[0]:.2f}"
     )
     med = {
         name: {k: float(np.median([r[k] for r in runs])) for k in ("open", "first", "rate")}
@@ -584,6 +585,9 @@ def main() -> None:
     parser.add_argument("--scan-child", help=argparse.SUPPRESS)
     parser.add_argument("--rows", type=int, default=ROWS, help="--only first: rows per file")
     parser.add_argument(
+        "--windows", type=int, default=0, help="--only first: steady windows/s over this many windows (0: --seconds)"
+    )
+    parser.add_argument(
         "--pieces-k", type=int, help="--only pieces: pieces_per_partition of 'default' (None: the default)"
     )
     parser.add_argument("--cpu", action="store_true", help="normalisation rows per second of the process's CPU time")
@@ -601,7 +605,7 @@ def main() -> None:
         scan_child(args.scan_child)
         return
     if args.only == "first":
-        first_rows(args.dir, args.partitions, args.rows, args.seconds, args.rounds)
+        first_rows(args.dir, args.partitions, args.rows, args.seconds, args.rounds, args.windows)
         return
     if args.only == "pool":  # the pool order on the mixing issue's layouts (bench_mixing --pool, its defaults)
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

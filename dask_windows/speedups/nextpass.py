@@ -307,7 +307,7 @@ def begin(ahead: NextPass, epoch: int, world: World) -> _NextPass | None:
         The read-ahead (``arm`` it when the pass that started it ends), or ``None``. Never raises:
         whatever goes wrong here is left for the pass itself to meet.
     """
-    reads = None
+    opened: Reads | UnitReads | None = None  # closed if starting fails
     try:
         release(ahead.slot)  # an earlier one no pass took
         from dask_windows.runtime import reading
@@ -323,11 +323,11 @@ def begin(ahead: NextPass, epoch: int, world: World) -> _NextPass | None:
         if isinstance(plan, PoolPlan):  # the pool order: its first units, into the next pass's own pool arrays
             if values.device is not None or not values.reads.spec.prefetch_partitions:
                 return None
-            reads = UnitReads(values, plan, first_units=plan.fill or plan.spread)
-            pending = _NextPass(ahead.slot, _key(ahead, epoch, world), plan, reads, None, ahead.seconds)
+            units = opened = UnitReads(values, plan, first_units=plan.fill or plan.spread)
+            pending = _NextPass(ahead.slot, _key(ahead, epoch, world), plan, units, None, ahead.seconds)
             ahead.slot.pending = pending
             return pending
-        reads = reading.open_reads(values, plan)
+        reads = opened = reading.open_reads(values, plan)
         arena = reads.arena
         if not reads.background or not isinstance(reads.reader, Prefetcher) or arena is None:
             reads.close()
@@ -343,8 +343,8 @@ def begin(ahead: NextPass, epoch: int, world: World) -> _NextPass | None:
         )  # fmt: skip
     except Exception:  # the pass reads it again and raises then, if it still fails
         log.debug("reading the next pass's first buffer ahead failed; the pass will read it", exc_info=True)
-        if reads is not None:
-            reads.close()
+        if opened is not None:
+            opened.close()
         return None
     pending = _NextPass(ahead.slot, _key(ahead, epoch, world), plan, reads, builder, ahead.seconds)
     ahead.slot.pending = pending
