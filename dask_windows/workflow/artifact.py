@@ -123,10 +123,64 @@ def _source_kinds(source: Any) -> dict[str, str]:
     return kinds
 
 
+def _source_zones(source: Any) -> dict[str, str | None]:
+    """The time zone of each timestamp column of ``source`` (``None``: naive), where its schema tells."""
+    from dask_windows.workflow.fit import column_kind
+
+    zones: dict[str, str | None] = {}
+    schemas = list(getattr(source, "_schemas", None) or [])
+    if getattr(source, "schema", None) is not None and hasattr(source.schema, "names"):
+        schemas.append(source.schema)  # an Arrow table or pandas frame
+    for schema in schemas:
+        for field in schema:
+            if str(field.type).startswith("timestamp"):
+                zones.setdefault(field.name, getattr(field.type, "tz", None) or None)
+    dtypes = getattr(getattr(source, "ddf", None), "dtypes", None)  # a Dask frame
+    for name, dtype in dtypes.items() if dtypes is not None else ():
+        if column_kind(dtype) == "datetime":
+            zones.setdefault(str(name), str(getattr(dtype, "tz", None) or "") or None)
+    return zones
+
+
+def check_zones(wf: Any, zones: dict[str, str | None], where: str) -> None:
+    """Raise when a ``TimeFeatures`` column is stored with another time zone (or none) than the fit saw.
+
+    Arrow hands a zoned column over as UTC instants and a naive one as wall times; the fit recorded
+    which it was, so a change would shift every calendar field by the zone's offset, silently.
+    """
+    from dask_windows.workflow.ops import TimeFeatures
+
+    for op in wf.ops:
+        col = op.columns[0]
+        if not isinstance(op, TimeFeatures) or op.state is None or col not in zones:
+            continue
+        fitted, have = op.state.get("stored_tz"), zones[col]
+        if fitted == have or (fitted and have and op.tz):  # instants both ways, taken in ``op.tz``
+            continue
+
+        def say(zone: str | None) -> str:
+            return f"with time zone {zone!r}" if zone else "naive (no time zone)"
+
+        remedy = (
+            f"localize it as the fit saw it (pandas: frame[{col!r}].dt.tz_localize({fitted!r}))"
+            if fitted and not have
+            else f"store it as the fit saw it (pandas: frame[{col!r}].dt.tz_localize(None) on wall times)"
+            if have and not fitted
+            else f"convert it to the fitted zone (pandas: frame[{col!r}].dt.tz_convert({fitted!r}))"
+        )
+        raise SchemaError(
+            f"TimeFeatures column {col!r} of {where} is stored {say(have)}, but the workflow was fitted on it "
+            f"stored {say(fitted)}: its calendar fields would shift by the zones' offset; {remedy}, or refit the "
+            "workflow on this data"
+        )
+
+
 def check_source(wf: Any, source: Any) -> None:
-    """Raise if ``source`` lacks a column ``wf`` reads or holds it with another kind; warn on other files."""
+    """Raise if ``source`` lacks a column ``wf`` reads or holds it with another kind (or a timestamp with
+    another time zone); warn on other files."""
     names = set(source.column_names())
     kinds = _source_kinds(source)
+    check_zones(wf, _source_zones(source), source.description)
     for col, kind in (wf.schema or {}).items():
         if col not in names:
             raise SchemaError(

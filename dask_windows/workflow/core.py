@@ -112,8 +112,9 @@ class Workflow:
         """Each column the operations write, with the rows before a row its value depends on."""
         depth: dict[str, int] = {}
         for op in self.ops:
+            before = dict(depth)  # an in-place output must not count this operation's own look-back twice
             for out in op.outputs():
-                depth[out] = max([depth.get(c, 0) for c in op.depends(out)], default=0) + op.lookback()
+                depth[out] = max([before.get(c, 0) for c in op.depends(out)], default=0) + op.lookback(out)
         return depth
 
     @property

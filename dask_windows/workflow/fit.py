@@ -12,6 +12,12 @@ The trade-off: one pass means a fitted operation cannot read a column another fi
 operation writes (normalise a category code, say): that raises. Operations that look at
 earlier rows (lags, a forward fill) see each Dask partition alone during the fit; with
 series cut across files their statistics at the cut differ from a whole-series pass.
+
+``dask-windows convert``'s spread layout stores the first rows after each chunk cut twice
+(the overlap, so no window is lost at a cut); its manifest says which rows each file owns, so
+the fit reads one partition per file and counts each row once. There every chunk is a series
+stretch of its own: a lag or forward fill at a chunk's first rows is NaN in the fit (left out
+of the statistics of columns made from it).
 """
 
 from __future__ import annotations
@@ -79,16 +85,30 @@ def frame_columns(frame: Any, columns: list[str]) -> dict:
     return out
 
 
-def _partial(frame: Any, wf: Workflow) -> dict:
-    """One partition's partials: series ids, and per fitted operation what its statistics need."""
+def _partial(frame: Any, wf: Workflow, runs: list | None = None) -> dict:
+    """One partition's partials: series ids, and per fitted operation what its statistics need.
+
+    ``runs``: the file's runs from a spread-layout manifest (``[start, rows, value, origin, owned]``):
+    each run is a series stretch of its own (two chunks of one series side by side in a file are
+    not joined), and only its ``owned`` rows count (the rest repeats the next chunk's first rows).
+    """
+    import pandas as pd
+
     cols = frame_columns(frame, wf.inputs)
     n = len(frame)
     series = cols.get(wf.series) if wf.series is not None else None
-    piece = Piece(n, series)
-    import pandas as pd
-
-    counts = pd.Series(series).value_counts() if series is not None else pd.Series([n], dtype=np.int64)
-    out: dict = {"rows": n, "series": set(_keys(counts.index)) if series is not None else set(), "lengths": counts}
+    keep = None
+    if runs is None:
+        piece = Piece(n, series)
+    else:
+        lengths = np.array([r[1] for r in runs], np.int64)
+        piece = Piece(n, np.repeat(np.arange(len(runs)), lengths))  # (rows,) run of each row
+        owned = np.array([r[4] for r in runs], np.int64)
+        keep = np.arange(n) - piece.run_first_row() < np.repeat(owned, lengths)  # (rows,) stored once
+    kept = series if series is None or keep is None else series[keep]
+    rows = n if keep is None else int(keep.sum())
+    counts = pd.Series(kept).value_counts() if kept is not None else pd.Series([rows], dtype=np.int64)
+    out: dict = {"rows": rows, "series": set(_keys(counts.index)) if kept is not None else set(), "lengths": counts}
     tainted: set[str] = set()
     for i, op in enumerate(wf.ops):
         if op.fitted:
@@ -98,7 +118,7 @@ def _partial(frame: Any, wf: Workflow) -> dict:
                     f"{op!r} reads {col!r}, which an earlier fitted operation writes: one pass cannot fit both; "
                     "fit them as two workflows, or reorder the operations"
                 )
-            out[i] = _op_partial(op, cols, series)
+            out[i] = _op_partial(op, cols if keep is None else {c: cols[c][keep] for c in op.inputs}, kept)
             tainted |= set(op.outputs())
         elif set(op.inputs) & tainted:
             tainted |= set(op.outputs())
@@ -274,6 +294,32 @@ def _statics(wf: Workflow, storage_options: dict | None) -> None:
     }
 
 
+def _converted(data: Any, storage_options: dict | None) -> tuple[str, dict] | None:
+    """``(root URL, manifest)`` of a spread-layout ``dask-windows convert`` output, else ``None``."""
+    import fsspec
+
+    from dask_windows.sources.manifest import read_manifest
+
+    if not isinstance(data, (str, os.PathLike)):
+        return None
+    fs, root = fsspec.core.url_to_fs(str(data), **(storage_options or {}))
+    root = root.rstrip("/")
+    if not fs.isdir(root):
+        return None
+    manifest = read_manifest(root, fs)
+    if manifest is None or manifest["version"] < 2:
+        return None  # no overlap rows: every row is stored once
+    return fs.unstrip_protocol(root), manifest
+
+
+def _read_file(url: str, columns: list[str], storage_options: dict | None) -> Any:
+    import fsspec
+    import pyarrow.parquet as pq
+
+    with fsspec.open(url, "rb", **(storage_options or {})) as src:
+        return pq.read_table(src, columns=columns).to_pandas()
+
+
 def _open(data: Any, columns: list[str], storage_options: dict | None, blocksize: Any) -> tuple[Any, list | None]:
     """A Dask DataFrame of ``columns``, and the files it reads (``None`` for in-memory data)."""
     import dask.dataframe as dd
@@ -341,8 +387,15 @@ def fit(
             if wf.schema.get(op.columns[0], "datetime") != "datetime":
                 raise SchemaError(f"TimeFeatures column {op.columns[0]!r} of {what} is {dtype}, not a timestamp")
             op.state = {"stored_tz": str(getattr(dtype, "tz", None) or "") or None}
-    parts = frame.to_delayed()
-    partials = [dask.delayed(_partial)(part, wf) for part in parts]
+    converted = _converted(data, storage_options)
+    if converted is None:
+        parts = frame.to_delayed()
+        partials = [dask.delayed(_partial)(part, wf) for part in parts]
+    else:  # one partition per file, its overlap rows (stored twice by the spread layout) counted once
+        root, manifest = converted
+        read = dask.delayed(_read_file)
+        parts = [read(f"{root}/{e['path']}", wf.inputs, storage_options) for e in manifest["files"]]
+        partials = [dask.delayed(_partial)(part, wf, e["runs"]) for part, e in zip(parts, manifest["files"])]
     merged, peaks = _compute(partials, wf, client, scheduler)
     _finish(wf, merged)
     _statics(wf, storage_options)

@@ -131,8 +131,8 @@ class Op:
         """Columns written (an input written in place counts)."""
         return list(self.columns)
 
-    def lookback(self) -> int:
-        """Rows before a row that its output depends on (within its series)."""
+    def lookback(self, output: str | None = None) -> int:
+        """Rows before a row that its output (default: any output) depends on, within its series."""
         return 0
 
     def depends(self, output: str) -> list[str]:
@@ -190,7 +190,9 @@ class FillMissing(Op):
     def outputs(self) -> list[str]:
         return list(self.columns) + ([f"{c}_observed" for c in self.columns] if self.mask else [])
 
-    def lookback(self) -> int:
+    def lookback(self, output: str | None = None) -> int:
+        if output is not None and output not in self.columns:
+            return 0  # the observed mask looks at its own row only
         return (self.limit or 0) if self.method else 0
 
     def config(self) -> dict:
@@ -370,8 +372,8 @@ class Lag(Op):
     def outputs(self) -> list[str]:
         return [f"{self.columns[0]}_lag{k}" for k in self.lags]
 
-    def lookback(self) -> int:
-        return max(self.lags)
+    def lookback(self, output: str | None = None) -> int:
+        return max(self.lags) if output is None else self.lags[self.outputs().index(output)]
 
     def config(self) -> dict:
         return {"column": self.columns[0], "lags": self.lags}
@@ -397,7 +399,7 @@ class Difference(Op):
     def outputs(self) -> list[str]:
         return [f"{self.columns[0]}_diff{self.periods}"]
 
-    def lookback(self) -> int:
+    def lookback(self, output: str | None = None) -> int:
         return self.periods
 
     def config(self) -> dict:
@@ -451,6 +453,12 @@ class TimeFeatures(Op):
         if values.dtype.kind not in "MO":
             raise SchemaError(f"TimeFeatures needs a timestamp column but {col!r} is {values.dtype}; parse it first")
         stamps = pd.DatetimeIndex(values)
+        if stamps.tz is not None and self.state is not None and not stored_tz and not self.tz:
+            raise SchemaError(
+                f"TimeFeatures column {col!r} holds timestamps with time zone {str(stamps.tz)!r}, but the workflow "
+                f"was fitted on it naive (no time zone): its calendar fields would shift; drop the zone as the fit "
+                f"saw it (pandas: .dt.tz_localize(None) on wall times), pass TimeFeatures(tz=...), or refit"
+            )
         if stamps.tz is None and stored_tz:  # Arrow gives zoned timestamps as UTC instants
             stamps = stamps.tz_localize("UTC")
         zone = self.tz or stored_tz
