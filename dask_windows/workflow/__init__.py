@@ -22,6 +22,7 @@ from dask_windows.workflow.ops import (
     Op,
     TimeFeatures,
 )
+from dask_windows.workflow.transforms import Transform
 
 __all__ = [
     "BATCH_KEYS",
@@ -37,6 +38,7 @@ __all__ = [
     "Op",
     "Statics",
     "TimeFeatures",
+    "Transform",
     "Workflow",
     "invert_target",
 ]

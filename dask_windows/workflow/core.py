@@ -16,7 +16,7 @@ import numpy as np
 
 from dask_windows.errors import ConfigError, DataError, SchemaError
 from dask_windows.spec import CODE_DTYPES
-from dask_windows.workflow.ops import Normalize, Op, Piece
+from dask_windows.workflow.ops import Log1p, Normalize, Op, Piece
 
 __all__ = ["Statics", "Workflow"]
 
@@ -155,6 +155,48 @@ class Workflow:
             elif column in op.outputs():
                 found = None if not isinstance(op, Normalize) else found
         return found
+
+    def target_chain(self, column: str) -> list[Op]:
+        """The operations that write ``column`` in place, in order (what ``invert_target`` undoes)."""
+        return [op for op in self.ops if column in op.columns and column in op.outputs()]
+
+    def target_transforms(self, column: str) -> list[Op]:
+        """The transformations of ``column`` (``Log1p``, ``Transform``) before its scale, in order: what a
+        model's output goes back through after ``target_loc`` / ``target_scale`` (PyTorch Forecasting's
+        ``transformation=`` when there is one)."""
+        from dask_windows.workflow.transforms import Transform
+
+        return [op for op in self.target_chain(column) if isinstance(op, (Transform, Log1p))]
+
+    def invert_target(self, prediction: Any, batch: dict) -> Any:
+        """``prediction`` (shaped like ``batch["target"]``, numpy or torch) back in the target's units: the
+        scale undone (``target_loc``, ``target_scale``), then every transformation of each target, last first.
+
+        Raises:
+            ConfigError: An operation on a target that cannot be undone (a ``Function`` writing it, or a
+                ``Normalize`` before a transformation: put the transformation first).
+        """
+        loc, scale = batch["target_loc"], batch["target_scale"]
+        if isinstance(prediction, np.ndarray):
+            loc, scale = np.asarray(loc), np.asarray(scale)
+        if prediction.ndim == 3:
+            loc, scale = loc[..., None], scale[..., None]
+        out = prediction * scale + loc
+        for j, column in enumerate(self.target):
+            last = self.normalizer(column)  # the scale the batch carries: the last operation writing it
+            values = out[:, j]
+            for op in reversed(self.target_chain(column)):
+                if op is last:
+                    continue
+                values = op.invert(values, column)
+                if values is NotImplemented:
+                    raise ConfigError(
+                        f"invert_target cannot undo {op!r} of the target {column!r}: only the last Normalize "
+                        "(the batch's target_loc / target_scale), transformations (Log1p, Transform), fills and "
+                        "clips are undone; apply transformations before the Normalize"
+                    )
+            out[:, j] = values
+        return out
 
     def cardinality(self, column: str) -> int:
         """Codes a categorical output (or categorical static) takes: vocabulary + null + unseen."""

@@ -203,7 +203,7 @@ def _scale(value: float) -> float:
     return float(value) if np.isfinite(value) and value > 0 else 1.0
 
 
-def _finish(wf: Workflow, merged: dict) -> None:
+def _finish(wf: Workflow, merged: dict, what: Any = "the data") -> None:
     """Turn merged partials into each operation's JSON-ready state."""
     wf.series_keys = sorted(merged["series"]) if wf.series is not None else []
     longest = int(merged["lengths"].max()) if len(merged["lengths"]) else 0
@@ -221,29 +221,37 @@ def _finish(wf: Workflow, merged: dict) -> None:
                 kept = counts[counts >= op.min_frequency].index
                 op.state[col] = sorted(_keys(kept))
         elif isinstance(op, Normalize):
-            op.state = {col: _normalize_state(op, merged[i][col], wf.series_keys) for col in op.columns}
+            op.state = {col: _normalize_state(op, col, merged[i][col], wf.series_keys, what) for col in op.columns}
 
 
-def _normalize_state(op: Normalize, partial: tuple, keys: list) -> dict:
+def _normalize_state(op: Normalize, col: str, partial: tuple, keys: list, what: Any) -> dict:
+    """``{"global": [loc, scale], "series": [[loc, scale], ...] or None}``; a series without a value in
+    ``col`` takes the global statistics (as a series the fit did not see); a column without one raises."""
     if op.method == "robust":
         values, groups = partial
+        count = len(values)
 
         def loc_scale(v: np.ndarray) -> list:
-            if not len(v):
-                return [float("nan"), 1.0]
             q25, q50, q75 = np.quantile(v, [0.25, 0.5, 0.75])
             return [float(q50), _scale(q75 - q25)]
 
-        glob = loc_scale(values)
-        per = [loc_scale(groups.get(k, np.zeros(0))) for k in keys] if op.per_series else None
+        glob = loc_scale(values) if count else []
+        per = [loc_scale(groups[k]) if len(groups.get(k, ())) else glob for k in keys] if op.per_series else None
     else:
         total, by_series = partial
         row = total.iloc[0]
-        glob = [float(row["mean"]) if row["count"] else float("nan"), _scale(np.sqrt(row["var"]))]
+        count = int(row["count"])
+        glob = [float(row["mean"]), _scale(np.sqrt(row["var"]))] if count else []
         per = None
         if op.per_series:
             table = by_series.reindex(keys)
-            per = [[float(m), _scale(np.sqrt(v))] for m, v in zip(table["mean"], table["var"])]
+            per = [[float(m), _scale(np.sqrt(v))] if n > 0 else glob
+                   for m, v, n in zip(table["mean"], table["var"], table["count"].fillna(0))]  # fmt: skip
+    if not count:
+        raise DataError(
+            f"{op!r}: column {col!r} of {what} holds no value (every row is null or NaN), so it has no mean or "
+            "scale to fit; fill it first (FillMissing(value=...) before Normalize), or leave the column out"
+        )
     return {"global": glob, "series": per}
 
 
@@ -397,7 +405,7 @@ def fit(
         parts = [read(f"{root}/{e['path']}", wf.inputs, storage_options) for e in manifest["files"]]
         partials = [dask.delayed(_partial)(part, wf, e["runs"]) for part, e in zip(parts, manifest["files"])]
     merged, peaks = _compute(partials, wf, client, scheduler)
-    _finish(wf, merged)
+    _finish(wf, merged, what)
     _statics(wf, storage_options)
     from dask_windows.workflow.artifact import digest
 

@@ -151,6 +151,16 @@ class Op:
         """Write this operation's outputs into ``cols`` (a piece's columns)."""
         raise NotImplementedError
 
+    def invert(self, values: Any, column: str) -> Any:
+        """``values`` of the in-place output ``column`` (a prediction: numpy or torch) taken back through
+        this operation, or ``NotImplemented`` where it cannot be undone (``Workflow.invert_target``)."""
+        return NotImplemented
+
+    def check_state(self, num_series: int) -> None:
+        """Raise ``ValueError`` naming what is wrong when ``state`` is not what a fit writes (a loaded file)."""
+        if self.fitted and not (isinstance(self.state, dict) and set(self.state) == set(self.columns)):
+            raise ValueError(f"{self!r} has no fitted state for each of its columns")
+
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
         return f"{type(self).__name__}({args})"
@@ -199,6 +209,9 @@ class FillMissing(Op):
         return {"columns": list(self.columns), "value": self.value, "method": self.method, "limit": self.limit,
                 "mask": self.mask}  # fmt: skip
 
+    def invert(self, values: Any, column: str) -> Any:
+        return values  # a prediction has no missing value to unfill
+
     def apply(self, cols: dict, piece: Piece) -> None:
         for col in self.columns:
             values = _float(cols, col, "FillMissing")
@@ -220,7 +233,7 @@ class FillMissing(Op):
 
 
 class Log1p(Op):
-    """``log(1 + x)`` in place."""
+    """``log(1 + x)`` in place (``Transform(columns, "log1p")``); ``invert_target`` undoes it (``expm1``)."""
 
     kind = "log1p"
 
@@ -228,6 +241,9 @@ class Log1p(Op):
         for col in self.columns:
             with np.errstate(invalid="ignore", divide="ignore"):
                 cols[col] = np.log1p(_float(cols, col, "Log1p"))
+
+    def invert(self, values: Any, column: str) -> Any:
+        return values.expm1() if hasattr(values, "expm1") else np.expm1(values)
 
 
 class Clip(Op):
@@ -243,6 +259,9 @@ class Clip(Op):
 
     def config(self) -> dict:
         return {"columns": list(self.columns), "lower": self.lower, "upper": self.upper}
+
+    def invert(self, values: Any, column: str) -> Any:
+        return values  # inside the bounds clipping is the identity; a value clipped is not recovered
 
     def apply(self, cols: dict, piece: Piece) -> None:
         for col in self.columns:
@@ -297,6 +316,16 @@ class Normalize(Op):
         picked[unseen] = glob
         return picked[:, 0], picked[:, 1]
 
+    def check_state(self, num_series: int) -> None:
+        super().check_state(num_series)
+        for col, stats in (self.state or {}).items():
+            rows = [stats["global"]] + (list(stats["series"]) if self.per_series else [])
+            if self.per_series and len(rows) != num_series + 1:
+                raise ValueError(f"{self!r} has statistics of {col!r} for {len(rows) - 1} series, not {num_series}")
+            for loc, scale in rows:
+                if not (np.isfinite(scale) and scale > 0) or np.isinf(loc):
+                    raise ValueError(f"{self!r} has a location {loc!r} or scale {scale!r} of {col!r} a fit never gives")
+
     def apply(self, cols: dict, piece: Piece) -> None:
         for col in self.columns:
             values = _float(cols, col, "Normalize")
@@ -337,6 +366,12 @@ class Categorify(Op):
     def cardinality(self, col: str) -> int:
         """Codes ``col`` takes: the vocabulary plus null and unseen (an embedding's size)."""
         return len(self.vocabulary(col)) + 2
+
+    def check_state(self, num_series: int) -> None:
+        super().check_state(num_series)
+        for col, vocabulary in (self.state or {}).items():
+            if not isinstance(vocabulary, list) or len(set(map(repr, vocabulary))) != len(vocabulary):
+                raise ValueError(f"{self!r} has a vocabulary of {col!r} that is not a list of distinct values")
 
     def apply(self, cols: dict, piece: Piece) -> None:
         import pandas as pd
@@ -595,7 +630,7 @@ def _resolve(name: str) -> Callable:
     return target
 
 
-OPS: dict[str, type[Op]] = {
+OPS: dict[str, type[Op]] = {  # by kind; ``transforms`` adds ``Transform`` when imported (the package does)
     cls.kind: cls for cls in (FillMissing, Log1p, Clip, Normalize, Categorify, Lag, Difference, TimeFeatures, Function)
 }
 

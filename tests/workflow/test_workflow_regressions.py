@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import dask
@@ -17,12 +18,26 @@ import numpy as np
 import pandas as pd
 import pytest
 import statsmodels.datasets as smd
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dask_windows import WindowDataset
 from dask_windows.cli.convert import convert
-from dask_windows.errors import DataError, SchemaError
+from dask_windows.errors import ConfigError, DataError, SchemaError
 from dask_windows.omissions import ShortSeriesWarning
-from dask_windows.workflow import FillMissing, Lag, Normalize, TimeFeatures, Workflow
+from dask_windows.workflow import (
+    Categorify,
+    FillMissing,
+    Lag,
+    Log1p,
+    Normalize,
+    TimeFeatures,
+    Transform,
+    Workflow,
+    invert_target,
+)
+from dask_windows.workflow.transforms import forward, inverse
 
 
 def fertility_long() -> pd.DataFrame:
@@ -48,13 +63,15 @@ def test_fit_on_converted_spread_data_counts_each_row_once(tmp_path, chunk_rows)
     want = frame.groupby("country")["rate"].agg(["mean", "std"])
     got = pd.DataFrame(wf.ops[0].state["rate"]["series"], index=wf.series_keys, columns=["mean", "std"])
     assert list(got.index) == sorted(want.index)
-    np.testing.assert_allclose(got["mean"], want["mean"].reindex(got.index), rtol=1e-12, equal_nan=True)
-    std = want["std"].reindex(got.index)
-    std = std.where(np.isfinite(std) & (std > 0), 1.0)  # the workflow's scale of an undefined spread
-    np.testing.assert_allclose(got["std"], std, rtol=1e-9)
     glob = wf.ops[0].state["rate"]["global"]
     assert glob[0] == pytest.approx(frame["rate"].mean(), rel=1e-12)
     assert glob[1] == pytest.approx(frame["rate"].std(), rel=1e-12)
+    empty = want["mean"].isna().reindex(got.index).to_numpy()  # countries without a value: the global ones
+    assert empty.sum() == 9 and (got[empty].to_numpy() == glob).all()
+    np.testing.assert_allclose(got["mean"][~empty], want["mean"].reindex(got.index)[~empty], rtol=1e-12)
+    std = want["std"].reindex(got.index)[~empty]
+    std = std.where(np.isfinite(std) & (std > 0), 1.0)  # the workflow's scale of an undefined spread
+    np.testing.assert_allclose(got["std"][~empty], std, rtol=1e-9)
 
 
 def hourly(tz: str | None) -> pd.DataFrame:
@@ -123,3 +140,142 @@ def test_messages_quote_the_window_asked_for_not_the_lookback_added():
         WindowDataset(frame, workflow=wf, series="s", window=5, horizon=2)
     with pytest.raises(DataError, match=r"no windows: window=40 \+ 3 look-back rows of the workflow = 43 rows"):
         WindowDataset(frame, workflow=wf, series="s", window=40)
+
+
+def saved(tmp_path) -> tuple[str, pd.DataFrame]:
+    frame = pd.DataFrame({"s": np.repeat(["a", "b"], 30), "x": np.arange(60, dtype=np.float64) ** 1.5,
+                          "c": np.tile(["u", "v", "w"], 20)})  # fmt: skip
+    wf = Workflow([Normalize(["x"], per_series=True), Categorify(["c"])], series="s", continuous=["x"],
+                  categorical=["c"])  # fmt: skip
+    wf.fit(frame, scheduler="sync").save(str(tmp_path / "wf.json"))
+    return str(tmp_path / "wf.json"), frame
+
+
+def edit(path: str, change) -> str:
+    doc = json.loads(open(path).read())
+    change(doc)
+    out = path.replace(".json", "-edited.json")
+    with open(out, "w") as f:
+        json.dump(doc, f)
+    return out
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda d: d["ops"][0]["state"]["x"]["series"][0].__setitem__(1, -1.0),
+        lambda d: d["ops"][0]["state"]["x"]["series"][1].__setitem__(1, 1e-30),
+        lambda d: d["ops"][1]["state"]["c"].reverse(),
+        lambda d: d["series_keys"].pop(),
+        lambda d: d["ops"][0]["config"].pop("columns"),
+        lambda d: d.pop("roles"),
+    ],
+    ids=["negative-std", "tiny-std", "vocabulary-order", "series-dropped", "config-field", "roles"],
+)
+def test_an_edited_saved_workflow_is_refused_naming_the_file(tmp_path, change):
+    path, _ = saved(tmp_path)
+    Workflow.load(path)  # as saved: fine
+    edited = edit(path, change)
+    with pytest.raises(ConfigError, match=r"edited.json .*(checksum|refit)"):
+        Workflow.load(edited)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda d: d["ops"][0]["state"]["x"]["series"][0].__setitem__(1, -1.0),
+        lambda d: d["series_keys"].pop(),
+        lambda d: d["ops"][0]["config"].pop("columns"),
+        lambda d: d["ops"][1].pop("state"),
+    ],
+    ids=["negative-std", "series-dropped", "config-field", "no-state"],
+)
+def test_a_broken_workflow_without_checksum_gets_a_clear_error_not_a_bare_one(tmp_path, change):
+    path, _ = saved(tmp_path)
+
+    def old_and_broken(doc: dict) -> None:
+        doc.pop("checksum")
+        doc["version"] = 1  # files of version 1 have no checksum: their fields are still checked
+        change(doc)
+
+    with pytest.raises(ConfigError, match=r"edited.json .*refit"):
+        Workflow.load(edit(path, old_and_broken))
+
+
+def test_a_workflow_file_of_a_newer_version_says_to_upgrade(tmp_path):
+    path, _ = saved(tmp_path)
+    newer = edit(path, lambda d: d.__setitem__("version", 3))
+    with pytest.raises(ConfigError, match=r"version 3.*upgrade dask_windows"):
+        Workflow.load(newer)
+
+
+@pytest.mark.parametrize("method", ["standard", "robust"])
+def test_fitting_an_all_null_column_is_refused(method):
+    frame = pd.DataFrame({"s": np.repeat([0, 1], 10), "x": np.nan, "y": np.arange(20.0)})
+    wf = Workflow([Normalize(["x"], method=method)], series="s", continuous=["x", "y"])
+    with pytest.raises(DataError, match=r"column 'x' of DataFrame holds no value.*FillMissing"):
+        wf.fit(frame, scheduler="sync")
+
+
+@pytest.mark.parametrize("method", ["standard", "robust"])
+def test_a_series_without_values_takes_the_global_statistics(method):
+    frame = pd.DataFrame({"s": np.repeat([0, 1], 10), "x": np.r_[np.full(10, np.nan), np.arange(10.0)]})
+    wf = Workflow([Normalize(["x"], per_series=True, method=method)], series="s", continuous=["x"])
+    state = wf.fit(frame, scheduler="sync").ops[0].state["x"]
+    assert state["series"][0] == state["global"]
+    assert np.isfinite(state["series"][0]).all()
+
+
+DOMAINS = {  # values each transform takes back exactly (relu: its predictions are clamped at 0)
+    "log": (1e-6, 1e6),
+    "log1p": (0.0, 1e6),
+    "logit": (1e-6, 1 - 1e-6),
+    "softplus": (1e-6, 500.0),
+    "relu": (0.0, 1e6),
+    "boxcox": (1e-6, 1e6),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DOMAINS))
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_each_transform_is_undone_exactly_by_its_inverse(name, data):
+    lo, hi = DOMAINS[name]
+    x = np.array(data.draw(st.lists(st.floats(lo, hi), min_size=1, max_size=20)))
+    lmbda = data.draw(st.sampled_from([-0.5, 0.0, 0.3, 1.0])) if name == "boxcox" else None
+    y = forward(name, x, lmbda)
+    assert np.isfinite(y).all()
+    np.testing.assert_allclose(inverse(name, y, lmbda), x, rtol=1e-9, atol=1e-12)
+    back = inverse(name, torch.from_numpy(y), lmbda).numpy()  # predictions are tensors
+    np.testing.assert_allclose(back, x, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "transform",
+    [Log1p(["price"]), *(Transform(["price"], n, 0.25 if n == "boxcox" else None) for n in sorted(DOMAINS))],
+    ids=lambda op: getattr(op, "name", "Log1p"),
+)
+@pytest.mark.parametrize("scale_target", [True, False])
+def test_invert_target_undoes_every_target_transform(transform, scale_target):
+    rng = np.random.default_rng(0)
+    n = 50
+    price = rng.uniform(0.05, 0.95, 2 * n) * np.repeat([1.0, 0.9], n)  # in every domain, logit's included
+    frame = pd.DataFrame({"s": np.repeat(["a", "b"], n), "price": price, "i": np.arange(2 * n, dtype=np.float64)})
+    wf = Workflow([transform, Normalize(["price"], per_series=True)], series="s", continuous=["i"], target=["price"])
+    wf.fit(frame, scheduler="sync")
+    ds = WindowDataset(frame, workflow=wf.named(scale_target=scale_target), series="s", window=4, horizon=3,
+                       batch_size=200, shuffle=False)  # fmt: skip
+    b = next(iter(ds))
+    starts = b["past_cont"][:, 0, 0].numpy().astype(np.int64)  # "i" is the row
+    want = price[starts[:, None] + 4 + np.arange(3)]  # (B, H) the horizon's prices
+    got = invert_target(b["target"], b, wf)
+    np.testing.assert_allclose(got[:, 0].numpy(), want, rtol=2e-5)
+    np.testing.assert_allclose(invert_target(b["target"].numpy(), b, wf.named())[:, 0], want, rtol=2e-5)
+
+
+def test_a_target_transformed_after_its_scale_is_refused_by_invert_target():
+    frame = pd.DataFrame({"s": 0, "y": np.arange(1.0, 41.0)})
+    wf = Workflow([Normalize(["y"]), Transform(["y"], "relu")], series="s", target=["y"]).fit(frame, scheduler="sync")
+    b = next(iter(WindowDataset(frame, workflow=wf.named(), series="s", window=3, horizon=1, batch_size=4)))
+    with pytest.raises(ConfigError, match=r"cannot undo Normalize.*before the Normalize"):
+        invert_target(b["target"], b, wf)
