@@ -22,6 +22,7 @@ from dask_windows.workflow.ops import (
     Op,
     TimeFeatures,
 )
+from dask_windows.workflow.timesteps import fill_timesteps
 from dask_windows.workflow.transforms import Transform
 
 __all__ = [
@@ -40,5 +41,6 @@ __all__ = [
     "TimeFeatures",
     "Transform",
     "Workflow",
+    "fill_timesteps",
     "invert_target",
 ]

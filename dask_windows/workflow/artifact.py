@@ -78,6 +78,7 @@ def to_json(wf: Any) -> dict:
         "format": FORMAT,
         "version": VERSION,
         "series": wf.series,
+        "time": {"column": wf.time, "freq": wf.freq, "missing_timesteps": wf.missing_timesteps},
         "roles": {r: list(getattr(wf, r)) for r in ("continuous", "categorical", "target", "known")},
         "ops": [{"kind": op.kind, "config": op.config(), "state": op.state} for op in wf.ops],
         "statics": None if st is None else {"config": st.config(), "state": st.state},
@@ -139,7 +140,9 @@ def _workflow(doc: dict, fitted: bool) -> Any:
     if doc.get("statics"):
         statics = Statics(None, **doc["statics"]["config"])
         statics.state = doc["statics"]["state"]
-    wf = Workflow([op_from_json(e) for e in doc["ops"]], series=doc["series"], statics=statics, **doc["roles"])
+    time = doc.get("time") or {}  # (version 1 has none)
+    wf = Workflow([op_from_json(e) for e in doc["ops"]], series=doc["series"], statics=statics, **doc["roles"],
+                  time=time.get("column"), freq=time.get("freq"), missing_timesteps=time.get("missing_timesteps", "raise"))  # fmt: skip
     wf.series_keys, wf.schema, wf.fingerprint = doc["series_keys"], doc["schema"], doc.get("fingerprint")
     if not fitted:
         return wf

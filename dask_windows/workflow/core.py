@@ -65,6 +65,13 @@ class Workflow:
         target: Columns predicted (``y``; ``target`` in the named batch).
         known: Columns of ``continuous`` / ``categorical`` known over the horizon (``future_*``).
         statics: Static covariates per series (``Statics``), or ``None``.
+        time: The time column: the fit counts the time steps missing inside each series (and
+            duplicate or decreasing ones) and refuses them, as PyTorch Forecasting does by default.
+        freq: The step of ``time``: a pandas frequency (``"h"``, ``"D"``, ``"W-SAT"``, ``"MS"``) for
+            timestamps, a number for a numeric time index (default 1, PyTorch Forecasting's
+            ``time_idx``); ``None`` with timestamps: the smallest step in the data.
+        missing_timesteps: ``"raise"`` (default), or ``"allow"``: window over the gaps as they are.
+            To fill them instead, write the data with ``fill_timesteps`` first.
     """
 
     def __init__(
@@ -77,6 +84,9 @@ class Workflow:
         target: Any = (),
         known: Any = (),
         statics: Statics | None = None,
+        time: str | None = None,
+        freq: Any = None,
+        missing_timesteps: str = "raise",
     ) -> None:
         self.ops = list(ops)
         bad = [op for op in self.ops if not isinstance(op, Op)]
@@ -88,6 +98,14 @@ class Workflow:
         self.target = _columns("target", target)
         self.known = _columns("known", known)
         self.statics = statics
+        if time is not None and not isinstance(time, str):
+            raise ConfigError(f"time={time!r} must be a column name")
+        if missing_timesteps not in ("raise", "allow"):
+            raise ConfigError(f"missing_timesteps={missing_timesteps!r} must be 'raise' or 'allow'")
+        if freq is not None and time is None:
+            raise ConfigError(f"freq={freq!r} is the step of the time column: pass time= too")
+        self.time, self.freq, self.missing_timesteps = time, freq, missing_timesteps
+        self.timesteps: dict | None = None  # fitted: the step, and the steps missing ("allow") or backwards
         both = set(self.continuous) & set(self.categorical)
         if both:
             raise ConfigError(f"columns {sorted(both)} are both continuous and categorical; pick one role")

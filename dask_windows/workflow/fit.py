@@ -34,6 +34,7 @@ import numpy as np
 from dask_windows.errors import ConfigError, DataError, SchemaError
 from dask_windows.workflow.core import Workflow
 from dask_windows.workflow.ops import Categorify, Normalize, Piece, TimeFeatures
+from dask_windows.workflow.timesteps import check_timesteps, merge_timesteps, ticks, time_partial
 
 __all__ = ["FitReport", "column_kind", "fit", "frame_columns"]
 
@@ -85,12 +86,13 @@ def frame_columns(frame: Any, columns: list[str]) -> dict:
     return out
 
 
-def _partial(frame: Any, wf: Workflow, runs: list | None = None) -> dict:
+def _partial(frame: Any, wf: Workflow, runs: list | None = None, index: int = 0) -> dict:
     """One partition's partials: series ids, and per fitted operation what its statistics need.
 
     ``runs``: the file's runs from a spread-layout manifest (``[start, rows, value, origin, owned]``):
     each run is a series stretch of its own (two chunks of one series side by side in a file are
     not joined), and only its ``owned`` rows count (the rest repeats the next chunk's first rows).
+    ``index``: the partition's position (the order of a series' runs across partitions).
     """
     import pandas as pd
 
@@ -109,6 +111,8 @@ def _partial(frame: Any, wf: Workflow, runs: list | None = None) -> dict:
     rows = n if keep is None else int(keep.sum())
     counts = pd.Series(kept).value_counts() if kept is not None else pd.Series([rows], dtype=np.int64)
     out: dict = {"rows": rows, "series": set(_keys(counts.index)) if kept is not None else set(), "lengths": counts}
+    if wf.time is not None:
+        out["time"] = _time_partial(frame, wf, piece, runs, keep, index)
     tainted: set[str] = set()
     for i, op in enumerate(wf.ops):
         if op.fitted:
@@ -125,6 +129,21 @@ def _partial(frame: Any, wf: Workflow, runs: list | None = None) -> dict:
         else:
             op.apply(cols, piece)
     return out
+
+
+def _time_partial(frame: Any, wf: Workflow, piece: Piece, runs: list | None, keep: Any, index: int) -> dict:
+    """The steps of the time column inside this partition's runs (``timesteps.time_partial``)."""
+    raw = frame_columns(frame, [wf.time])[wf.time]
+    times, step = ticks(raw, wf.freq)
+    if runs is None:  # runs of one series in the order of the partitions, then of their rows
+        order = index * 2.0**40 + piece.starts
+        out = time_partial(times, step, piece.keys, piece.starts, piece.lengths, order)
+    else:
+        owned = np.array([r[4] for r in runs], np.int64)
+        starts = np.cumsum(owned) - owned  # (runs,) first row of each run among the owned rows
+        origin = np.array([r[3] for r in runs], np.float64)  # where each run lies in its whole series
+        out = time_partial(times[keep], step, [r[2] for r in runs], starts, owned, origin)
+    return {**out, "datetime": raw.dtype.kind in "MO"}
 
 
 def _keys(values: Any) -> list:
@@ -180,6 +199,8 @@ def _merge_moments(frames: list) -> Any:
 def _merge(a: dict, b: dict, wf: Workflow) -> dict:
     out: dict[Any, Any] = {"rows": a["rows"] + b["rows"], "series": a["series"] | b["series"],
                            "lengths": a["lengths"].add(b["lengths"], fill_value=0)}  # fmt: skip
+    if "time" in a:
+        out["time"] = merge_timesteps(a["time"], b["time"])
     for i, op in enumerate(wf.ops):
         if not op.fitted:
             continue
@@ -206,6 +227,8 @@ def _scale(value: float) -> float:
 def _finish(wf: Workflow, merged: dict, what: Any = "the data") -> None:
     """Turn merged partials into each operation's JSON-ready state."""
     wf.series_keys = sorted(merged["series"]) if wf.series is not None else []
+    if wf.time is not None:
+        wf.timesteps = check_timesteps(wf, merged["time"], what)
     longest = int(merged["lengths"].max()) if len(merged["lengths"]) else 0
     for op in wf.ops:
         if op.lookback() >= longest:
@@ -371,9 +394,10 @@ def fit(
     import dask
 
     started = time.perf_counter()
-    frame, files = _open(data, wf.inputs, storage_options, blocksize)
+    columns = [*wf.inputs, *([wf.time] if wf.time is not None and wf.time not in wf.inputs else [])]
+    frame, files = _open(data, columns, storage_options, blocksize)
     what = data if isinstance(data, (str, os.PathLike)) else type(data).__name__
-    missing = [c for c in wf.inputs if c not in frame.columns]
+    missing = [c for c in columns if c not in frame.columns]
     if missing:
         raise SchemaError(
             f"column {missing[0]!r}, read by the workflow, is not in {what}; columns: {list(frame.columns)}; "
@@ -398,11 +422,11 @@ def fit(
     converted = _converted(data, storage_options)
     if converted is None:
         parts = frame.to_delayed()
-        partials = [dask.delayed(_partial)(part, wf) for part in parts]
+        partials = [dask.delayed(_partial)(part, wf, None, k) for k, part in enumerate(parts)]
     else:  # one partition per file, its overlap rows (stored twice by the spread layout) counted once
         root, manifest = converted
         read = dask.delayed(_read_file)
-        parts = [read(f"{root}/{e['path']}", wf.inputs, storage_options) for e in manifest["files"]]
+        parts = [read(f"{root}/{e['path']}", columns, storage_options) for e in manifest["files"]]
         partials = [dask.delayed(_partial)(part, wf, e["runs"]) for part, e in zip(parts, manifest["files"])]
     merged, peaks = _compute(partials, wf, client, scheduler)
     _finish(wf, merged, what)

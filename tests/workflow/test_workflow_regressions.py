@@ -35,6 +35,7 @@ from dask_windows.workflow import (
     TimeFeatures,
     Transform,
     Workflow,
+    fill_timesteps,
     invert_target,
 )
 from dask_windows.workflow.transforms import forward, inverse
@@ -279,3 +280,51 @@ def test_a_target_transformed_after_its_scale_is_refused_by_invert_target():
     b = next(iter(WindowDataset(frame, workflow=wf.named(), series="s", window=3, horizon=1, batch_size=4)))
     with pytest.raises(ConfigError, match=r"cannot undo Normalize.*before the Normalize"):
         invert_target(b["target"], b, wf)
+
+
+def pandas_missing_steps(frame: pd.DataFrame, series: str, time: str, step: float) -> int:
+    """The oracle: per series sorted by time, the steps missing between consecutive rows."""
+    gaps = frame.sort_values([series, time]).groupby(series)[time].diff().dropna()
+    return int((gaps / step - 1).round().clip(lower=0).sum())
+
+
+@pytest.mark.parametrize("layout", ["frame", "files", "converted"])
+def test_missing_time_steps_are_refused_with_their_count(tmp_path, layout):
+    frame = fertility_long()
+    gappy_frame = frame.drop(index=frame.sample(40, random_state=1).index).reset_index(drop=True)
+    want = pandas_missing_steps(gappy_frame, "country", "year", 1.0)
+    assert want > 0
+    data: object = gappy_frame
+    if layout == "files":  # each series cut across files, in order
+        (tmp_path / "files").mkdir()
+        ordered = gappy_frame.sort_values(["country", "year"])
+        for k, part in enumerate(np.array_split(np.arange(len(ordered)), 4)):
+            ordered.iloc[part].to_parquet(tmp_path / "files" / f"p{k}.parquet", index=False)
+        data = str(tmp_path / "files")
+    elif layout == "converted":
+        gappy_frame.to_parquet(tmp_path / "raw.parquet", index=False)
+        with dask.config.set(scheduler="sync"):
+            convert([str(tmp_path / "raw.parquet")], str(tmp_path / "conv"), series="country", time="year",
+                    partition_size="40KB", chunk_rows=20, window=4)  # fmt: skip
+        data = str(tmp_path / "conv")
+    wf = Workflow([Normalize(["rate"])], series="country", continuous=["rate"], time="year")
+    with pytest.raises(DataError, match=rf"has {want:,} missing time steps.*'year'.*fill_timesteps"):
+        wf.fit(data, scheduler="sync")
+    allowed = Workflow([Normalize(["rate"])], series="country", continuous=["rate"], time="year",
+                       missing_timesteps="allow").fit(data, scheduler="sync")  # fmt: skip
+    assert allowed.timesteps["missing"] == want
+    whole = Workflow([Normalize(["rate"])], series="country", continuous=["rate"], time="year")
+    whole.fit(frame, scheduler="sync")
+    assert whole.timesteps == {"step": 1.0, "missing": 0, "backwards": 0}
+
+
+def test_filled_time_steps_fit_and_duplicates_are_refused():
+    df = smd.co2.load_pandas().data.rename_axis("date").reset_index()
+    df["decade"] = (df["date"].dt.year // 10 * 10).astype(str)
+    gap = df.drop(index=[10, 11, 500])
+    filled = fill_timesteps(gap, "decade", "date", "W-SAT")
+    assert len(filled) == len(df) and filled["co2"].isna().sum() == gap["co2"].isna().sum() + 3
+    wf = Workflow([Normalize(["co2"])], series="decade", continuous=["co2"], time="date", freq="W-SAT")
+    assert wf.fit(filled, scheduler="sync").timesteps["missing"] == 0
+    with pytest.raises(DataError, match=r"1 time steps of zero or less.*duplicate"):
+        wf.fit(pd.concat([df, df.iloc[[5]]]), scheduler="sync")
