@@ -288,7 +288,10 @@ class Workflow:
     # -- fitting and saving --------------------------------------------------------------------
 
     def fit(self, data: Any, **kwargs: Any) -> Workflow:
-        """Fit the statistics in one Dask pass over ``data`` (see ``workflow.fit.fit``); returns ``self``."""
+        """Fit the statistics in one Dask pass over ``data`` (see ``workflow.fit.fit``); returns ``self``.
+
+        ``fit(data, at="2024-06-01", time="timestamp")`` fits on the training period only: the rows
+        of ``WindowDataset.split(at=..., time=...)``'s train part."""
         from dask_windows.workflow.fit import fit
 
         return fit(self, data, **kwargs)

@@ -25,8 +25,8 @@ from __future__ import annotations
 import logging
 import os
 import resource
-import time
 from dataclasses import dataclass
+from time import perf_counter
 from typing import Any
 
 import numpy as np
@@ -86,33 +86,58 @@ def frame_columns(frame: Any, columns: list[str]) -> dict:
     return out
 
 
-def _partial(frame: Any, wf: Workflow, runs: list | None = None, index: int = 0) -> dict:
+def _bound(at: Any, dtype: Any, column: str) -> Any:
+    """``at`` as the values ``frame_columns`` gives of a column of ``dtype`` (naive UTC for a zoned one)."""
+    import pandas as pd
+
+    kind = column_kind(dtype)
+    try:
+        if kind == "datetime":
+            stamp = pd.Timestamp(at)
+            zoned = getattr(dtype, "tz", None) is not None
+            if zoned and stamp.tz is None:
+                stamp = stamp.tz_localize(dtype.tz)
+            if stamp.tz is not None:
+                stamp = stamp.tz_convert("UTC").tz_localize(None) if zoned else stamp.tz_localize(None)
+            return stamp.to_datetime64()
+        if kind in ("number", "bool"):
+            return float(at)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"fit(at={at!r}) cannot be compared with the {dtype} column {column!r}: {exc}") from exc
+    return at
+
+
+def _partial(frame: Any, wf: Workflow, runs: list | None = None, index: int = 0, train: tuple | None = None) -> dict:
     """One partition's partials: series ids, and per fitted operation what its statistics need.
 
     ``runs``: the file's runs from a spread-layout manifest (``[start, rows, value, origin, owned]``):
     each run is a series stretch of its own (two chunks of one series side by side in a file are
     not joined), and only its ``owned`` rows count (the rest repeats the next chunk's first rows).
     ``index``: the partition's position (the order of a series' runs across partitions).
+    ``train``: ``(time column, bound)``: only the rows before the bound count (``fit(at=...)``).
     """
     import pandas as pd
 
     cols = frame_columns(frame, wf.inputs)
     n = len(frame)
     series = cols.get(wf.series) if wf.series is not None else None
-    keep = None
+    stored_once = keep = None
     if runs is None:
         piece = Piece(n, series)
     else:
         lengths = np.array([r[1] for r in runs], np.int64)
         piece = Piece(n, np.repeat(np.arange(len(runs)), lengths))  # (rows,) run of each row
         owned = np.array([r[4] for r in runs], np.int64)
-        keep = np.arange(n) - piece.run_first_row() < np.repeat(owned, lengths)  # (rows,) stored once
+        stored_once = keep = np.arange(n) - piece.run_first_row() < np.repeat(owned, lengths)  # (rows,)
+    if train is not None:
+        before = np.asarray(frame_columns(frame, [train[0]])[train[0]] < train[1], bool)  # (rows,) in training
+        keep = before if keep is None else keep & before
     kept = series if series is None or keep is None else series[keep]
     rows = n if keep is None else int(keep.sum())
     counts = pd.Series(kept).value_counts() if kept is not None else pd.Series([rows], dtype=np.int64)
     out: dict = {"rows": rows, "series": set(_keys(counts.index)) if kept is not None else set(), "lengths": counts}
     if wf.time is not None:
-        out["time"] = _time_partial(frame, wf, piece, runs, keep, index)
+        out["time"] = _time_partial(frame, wf, piece, runs, stored_once, index)
     tainted: set[str] = set()
     for i, op in enumerate(wf.ops):
         if op.fitted:
@@ -375,6 +400,8 @@ def fit(
     scheduler: str | None = None,
     storage_options: dict | None = None,
     blocksize: Any = None,
+    at: Any = None,
+    time: str | None = None,
 ) -> Workflow:
     """Fit ``wf``'s statistics in one pass over ``data`` with Dask; returns ``wf``.
 
@@ -387,14 +414,26 @@ def fit(
             ``LocalCluster`` of this machine, closed after the fit.
         storage_options: fsspec options for ``data`` and a static table given by path.
         blocksize: Passed to ``dask.dataframe.read_parquet`` (rows per partition read).
+        at: Fit on the training period only: the rows whose ``time`` is before ``at`` (strings and
+            timestamps are converted for a timestamp column), the rows of the train part of
+            ``WindowDataset.split(at=at, time=time)`` when time increases inside each series. The
+            operations still see every row (a lag at the first row after the cut reads the rows
+            before it); the series ids, statistics and vocabularies count the rows before ``at``.
+        time: The time column ``at`` is compared with (default: the workflow's ``time``).
 
     Raises:
         SchemaError: A column the workflow reads is not in the data.
     """
     import dask
 
-    started = time.perf_counter()
-    columns = [*wf.inputs, *([wf.time] if wf.time is not None and wf.time not in wf.inputs else [])]
+    started = perf_counter()
+    time = time or (wf.time if at is not None else None)
+    if at is not None and time is None:
+        raise ConfigError(f"fit(at={at!r}) needs time= (the time column), or a workflow made with time=")
+    if time is not None and at is None:
+        raise ConfigError(f"fit(time={time!r}) is the column that at= is compared with: pass at= too")
+    extra = [c for c in dict.fromkeys([wf.time, time]) if c is not None and c not in wf.inputs]
+    columns = [*wf.inputs, *extra]
     frame, files = _open(data, columns, storage_options, blocksize)
     what = data if isinstance(data, (str, os.PathLike)) else type(data).__name__
     missing = [c for c in columns if c not in frame.columns]
@@ -419,22 +458,23 @@ def fit(
             if wf.schema.get(op.columns[0], "datetime") != "datetime":
                 raise SchemaError(f"TimeFeatures column {op.columns[0]!r} of {what} is {dtype}, not a timestamp")
             op.state = {"stored_tz": str(getattr(dtype, "tz", None) or "") or None}
+    train = None if at is None else (time, _bound(at, frame.dtypes[time], time))
     converted = _converted(data, storage_options)
     if converted is None:
         parts = frame.to_delayed()
-        partials = [dask.delayed(_partial)(part, wf, None, k) for k, part in enumerate(parts)]
+        partials = [dask.delayed(_partial)(part, wf, None, k, train) for k, part in enumerate(parts)]
     else:  # one partition per file, its overlap rows (stored twice by the spread layout) counted once
         root, manifest = converted
         read = dask.delayed(_read_file)
         parts = [read(f"{root}/{e['path']}", columns, storage_options) for e in manifest["files"]]
-        partials = [dask.delayed(_partial)(part, wf, e["runs"]) for part, e in zip(parts, manifest["files"])]
+        partials = [dask.delayed(_partial)(part, wf, e["runs"], 0, train) for part, e in zip(parts, manifest["files"])]
     merged, peaks = _compute(partials, wf, client, scheduler)
     _finish(wf, merged, what)
     _statics(wf, storage_options)
     from dask_windows.workflow.artifact import digest
 
     wf.fingerprint = None if files is None else {"files": len(files), "digest": digest(files)}
-    seconds = time.perf_counter() - started
+    seconds = perf_counter() - started
     peaks[os.getpid()] = _peak_rss()
     peak = sum(peaks.values())  # this process and the cluster's worker processes
     wf.fit_report = FitReport(len(parts), int(merged["rows"]), seconds, peak)  # type: ignore[attr-defined]

@@ -328,3 +328,25 @@ def test_filled_time_steps_fit_and_duplicates_are_refused():
     assert wf.fit(filled, scheduler="sync").timesteps["missing"] == 0
     with pytest.raises(DataError, match=r"1 time steps of zero or less.*duplicate"):
         wf.fit(pd.concat([df, df.iloc[[5]]]), scheduler="sync")
+
+
+@pytest.mark.parametrize("tz", [None, "UTC"])
+def test_fit_at_counts_only_the_training_period_of_a_split(tmp_path, tz):
+    df = smd.co2.load_pandas().data.rename_axis("date").reset_index()
+    df["decade"] = (df["date"].dt.year // 10 * 10).astype(str)
+    if tz:
+        df["date"] = df["date"].dt.tz_localize(tz)
+    df.to_parquet(tmp_path / "co2.parquet", index=False, row_group_size=300)
+    cut = "1985-01-01"
+    wf = Workflow([Normalize(["co2"], per_series=True)], series="decade", continuous=["co2"])
+    wf.fit(str(tmp_path / "co2.parquet"), at=cut, time="date", scheduler="sync")
+    train = df[df["date"] < pd.Timestamp(cut, tz=tz)]
+    want = train.groupby("decade")["co2"].agg(["mean", "std"])
+    assert wf.series_keys == sorted(want.index) and wf.fit_report.rows == len(train)
+    np.testing.assert_allclose(np.array(wf.ops[0].state["co2"]["series"]), want.to_numpy(), rtol=1e-12)
+    # The same rows as the split's train part: every train window ends before the cut.
+    ds = WindowDataset(str(tmp_path / "co2.parquet"), ["co2"], series="decade", window=8, nan="drop",
+                       return_index=True)  # fmt: skip
+    part, _ = ds.split(at=cut, time="date")
+    rows = np.concatenate([r.numpy() for _, r in part])
+    assert df["date"].iloc[rows + 7].max() < pd.Timestamp(cut, tz=tz)
