@@ -102,6 +102,8 @@ class Workflow:
             raise ConfigError(f"time={time!r} must be a column name")
         if missing_timesteps not in ("raise", "allow"):
             raise ConfigError(f"missing_timesteps={missing_timesteps!r} must be 'raise' or 'allow'")
+        if freq is not None and (isinstance(freq, bool) or not isinstance(freq, (str, int, float))):
+            raise ConfigError(f"freq={freq!r} must be a pandas frequency string ('h', 'W-SAT') or a number")
         if freq is not None and time is None:
             raise ConfigError(f"freq={freq!r} is the step of the time column: pass time= too")
         self.time, self.freq, self.missing_timesteps = time, freq, missing_timesteps

@@ -158,7 +158,8 @@ def _partial(frame: Any, wf: Workflow, runs: list | None = None, index: int = 0,
 
 def _time_partial(frame: Any, wf: Workflow, piece: Piece, runs: list | None, keep: Any, index: int) -> dict:
     """The steps of the time column inside this partition's runs (``timesteps.time_partial``)."""
-    raw = frame_columns(frame, [wf.time])[wf.time]
+    column = str(wf.time)
+    raw = frame_columns(frame, [column])[column]
     times, step = ticks(raw, wf.freq)
     if runs is None:  # runs of one series in the order of the partitions, then of their rows
         order = index * 2.0**40 + piece.starts
@@ -458,7 +459,7 @@ def fit(
             if wf.schema.get(op.columns[0], "datetime") != "datetime":
                 raise SchemaError(f"TimeFeatures column {op.columns[0]!r} of {what} is {dtype}, not a timestamp")
             op.state = {"stored_tz": str(getattr(dtype, "tz", None) or "") or None}
-    train = None if at is None else (time, _bound(at, frame.dtypes[time], time))
+    train = None if at is None or time is None else (time, _bound(at, frame.dtypes[time], time))
     converted = _converted(data, storage_options)
     if converted is None:
         parts = frame.to_delayed()

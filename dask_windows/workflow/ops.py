@@ -236,6 +236,8 @@ class Log1p(Op):
     """``log(1 + x)`` in place (``Transform(columns, "log1p")``); ``invert_target`` undoes it (``expm1``)."""
 
     kind = "log1p"
+    name: str = "log1p"  # as ``Transform.name`` (PyTorch Forecasting's ``transformation``)
+    lmbda: float | None = None
 
     def apply(self, cols: dict, piece: Piece) -> None:
         for col in self.columns:
