@@ -280,6 +280,11 @@ class Workflow:
         """A pandas DataFrame transformed as the loader does it (one series after another, in row order)."""
         import pandas as pd
 
+        from dask_windows.workflow.artifact import check_zones
+
+        zones = {c: str(d.tz) if isinstance(d, pd.DatetimeTZDtype) else None
+                 for c, d in frame.dtypes.items() if d.kind == "M" or isinstance(d, pd.DatetimeTZDtype)}  # fmt: skip
+        check_zones(self, zones, "the frame")  # a naive column where the fit saw a zoned one would shift
         cols = {c: frame[c].to_numpy() for c in frame.columns}
         out = self.transform(cols)
         return pd.DataFrame({c: out[c] for c in out if c != "__series_code__"}, index=frame.index)

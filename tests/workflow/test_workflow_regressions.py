@@ -350,3 +350,11 @@ def test_fit_at_counts_only_the_training_period_of_a_split(tmp_path, tz):
     part, _ = ds.split(at=cut, time="date")
     rows = np.concatenate([r.numpy() for _, r in part])
     assert df["date"].iloc[rows + 7].max() < pd.Timestamp(cut, tz=tz)
+
+
+def test_transform_frame_refuses_a_naive_column_fitted_zoned():
+    wf = calendar_workflow().fit(hourly("Asia/Tokyo"), scheduler="sync")
+    out = wf.transform_frame(hourly("Asia/Tokyo"))
+    np.testing.assert_array_equal(out["t_hour"], hourly("Asia/Tokyo")["t"].dt.hour)
+    with pytest.raises(SchemaError, match=r"column 't' of the frame is stored naive"):
+        wf.transform_frame(hourly(None))
