@@ -138,7 +138,8 @@ def test_messages_quote_the_window_asked_for_not_the_lookback_added():
     frame = pd.concat([gappy(40).fillna(0.0), pd.DataFrame({"s": 1, "x": np.zeros(8)})], ignore_index=True)
     wf.fit(frame, scheduler="sync")
     with pytest.warns(ShortSeriesWarning, match=r"window=5 \+ horizon=2 \+ 3 look-back rows of the workflow = 10"):
-        WindowDataset(frame, workflow=wf, series="s", window=5, horizon=2)
+        ds = WindowDataset(frame, workflow=wf, series="s", window=5, horizon=2)
+    assert "window=5," in repr(ds)
     with pytest.raises(DataError, match=r"no windows: window=40 \+ 3 look-back rows of the workflow = 43 rows"):
         WindowDataset(frame, workflow=wf, series="s", window=40)
 
