@@ -1,17 +1,27 @@
 """What a workflow costs: windows/s with it against the same channels stored ready, and the fit.
 
-Loader: stride 1, B=256, L=512. A raw Parquet dataset (hourly rows of ``--series`` series: a
-value with 2% missing, two string categories, a zoned timestamp) is read through a workflow of
-fill + per-series normalise + 2 categoricals + 4 time features (7 channels). The baseline is the
-same 7 channels computed once and stored as float32 columns (what a rewritten copy would hold),
-read without a workflow: the ratio is the workflow's cost alone, measured in this run, the
-loaders alternated (``--rounds``), each in a fresh process timed over one epoch from its first
-batch. The named batch (``wf.named()``, and ``wf.named(code_dtype="int32")``) is measured too,
-and the workflow on a copy whose two categories are stored as integers (what reading strings
-into Python objects costs the first).
-Besides windows/s, each loader's windows per CPU-second of its process and of its consuming
-thread alone (the gather and the batch's tensors, which is what the named batch changes; other
-jobs on a shared machine move it least). ``--before REF...`` adds the named batch as other git commits make it (their package exported
+Loader (default shape: B=128, window 96, horizon 24, stride 4; ``--batch --window --horizon
+--stride``). A raw Parquet dataset (hourly rows of ``--series`` series: a value with 2% missing,
+two string categories, a zoned timestamp) is read through a workflow of fill + per-series
+normalise + 2 categoricals + 4 time features (7 channels, the value also the target over the
+horizon). The baseline is the same 7 channels computed once and stored as float32 columns (what
+a rewritten copy would hold), read without a workflow: the ratio is the workflow's cost alone,
+measured in this run, the loaders alternated (``--rounds``), each in a fresh process.
+
+Two figures per loader:
+
+* **whole epoch**: from before ``WindowDataset(...)`` (the saved workflow loaded, the files
+  opened) to the epoch's last batch, every window counted: the transforms are in it wherever
+  they run (with the default pool, data that fit in it are transformed before the first batch);
+* **steady state**: from the first batch to the last, the first batch's wait left out (what the
+  gather costs once the rows are in memory; it leaves out the transforms when they all ran
+  before the first batch).
+
+Each as windows per wall-clock second and per CPU-second of the process (all its threads; other
+jobs on a shared machine move it much less than the wall clock). The named batch
+(``wf.named()``, and ``wf.named(code_dtype="int32")``) is measured too, and the workflow on a
+copy whose two categories are stored as integers (what reading strings into Python objects
+costs the first). ``--before REF...`` adds the named batch as other git commits make it (their package exported
 with ``git archive``), in the same run; ``--profile KIND`` prints a cProfile of that loader's
 consuming thread.
 
@@ -23,8 +33,9 @@ client and its in-process workers), the artifact's size, and each one's growth a
 previous size. The fit's progress goes to stderr.
 
     python benchmarks/bench_workflow.py [--series 64] [--rows-per-series 20000] [--files 8] [--rounds 1]
+        [--batch 128 --window 96 --horizon 24 --stride 4] [--buffer-bytes N]
         [--before REF ...] [--profile named] [--fit-rows 20000 200000 2000000] [--fit-data DIR] [--skip-loader]
-    python benchmarks/bench_workflow.py --series 16 --rows-per-series 10000 --files 4 --rounds 3 --before 0eaecb2 --fit-rows
+    python benchmarks/bench_workflow.py --batch 256 --window 512 --horizon 0 --stride 1
     python benchmarks/bench_workflow.py --skip-loader --fit-rows 1000000 10000000 100000000 --fit-data /tmp/fit
 """
 
@@ -63,38 +74,42 @@ def raw_frame(series: int, rows: int, seed: int = 0) -> pd.DataFrame:
     })  # fmt: skip
 
 
-def workflow():
+def workflow(target: bool = False):
     from dask_windows.workflow import Categorify, FillMissing, Normalize, TimeFeatures, Workflow
 
     return Workflow(
         [FillMissing(["value"], value=0.0), Normalize(["value"], per_series=True), Categorify(["store", "family"]),
          TimeFeatures("time", ["hour", "dayofweek", "dayofyear", "month"])],
         series="series", continuous=["value", "time_hour", "time_dayofweek", "time_dayofyear", "time_month"],
-        categorical=["store", "family"],
+        categorical=["store", "family"], target=["value"] if target else (),
     )  # fmt: skip
 
 
-def rate(ds, cpu: list | None = None) -> float:
-    """Windows per second over one epoch, from its first batch (the first buffer's wait left out).
+def measure(make) -> dict:
+    """Windows per second of one epoch of ``make()``'s dataset: whole (from before ``make``) and steady.
 
-    ``cpu``: gets the windows per second of this process's CPU time (all its threads) over the same
-    span, a figure that other jobs on a shared machine move much less than the wall clock, then
-    the windows per second of the consuming thread's own CPU time (the gather and the batch's
-    tensors, without the reader threads: what the named batch changes)."""
-    it = iter(ds)
+    Returns:
+        ``{"whole", "whole_cpu", "steady", "steady_cpu"}``: windows per wall-clock second and per
+        CPU-second of this process (all its threads), over the whole epoch (every window, from
+        before the dataset is made) and in steady state (from the first batch, its windows left out).
+    """
+    start, start_cpu = time.perf_counter(), time.process_time()
+    it = iter(make())
     first = next(it)
+    ready, ready_cpu = time.perf_counter(), time.process_time()
+    count = lambda b: len(b[0] if isinstance(b, tuple) else b["past_cont"] if isinstance(b, dict) else b)
+    head = count(first)
     windows = 0
-    start, start_cpu, start_thread = time.perf_counter(), time.process_time(), time.thread_time()
     for batch in it:
-        windows += len(
-            batch[0] if isinstance(batch, tuple) else batch["past_cont"] if isinstance(batch, dict) else batch
-        )
-    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - start_cpu
-    thread_seconds = time.thread_time() - start_thread
+        windows += count(batch)
+    end, end_cpu = time.perf_counter(), time.process_time()
     del it, first
-    if cpu is not None:
-        cpu += [windows / cpu_seconds, windows / thread_seconds]
-    return windows / seconds
+    return {
+        "whole": (head + windows) / (end - start),
+        "whole_cpu": (head + windows) / (end_cpu - start_cpu),
+        "steady": windows / (end - ready),
+        "steady_cpu": windows / (end_cpu - ready_cpu),
+    }
 
 
 LOADERS = {  # name -> what a child process opens (``loader_child``)
@@ -107,36 +122,37 @@ LOADERS = {  # name -> what a child process opens (``loader_child``)
 
 
 def loader_child(kind: str, folder: str, profile: bool) -> None:
-    """One loader's windows/s over one epoch, printed as JSON (``--profile``: cProfile of this thread on stderr)."""
+    """One loader's epoch (``measure``), printed as JSON (``--profile``: cProfile of this thread on stderr)."""
     from dask_windows import WindowDataset
     from dask_windows.workflow import Workflow
 
     with open(os.path.join(folder, "settings.json")) as f:
         settings = json.load(f)
-    common, channels = settings["common"], settings["channels"]
+    common, channels, targets = settings["common"], settings["channels"], settings["targets"]
     raw, ready, coded = (os.path.join(folder, name) for name in ("raw", "ready", "coded"))
-    if kind == "stored":
-        ds = WindowDataset(ready, features=channels, series="series", **common)
-    elif kind == "ints":
-        ds = WindowDataset(coded, workflow=Workflow.load(os.path.join(folder, "wf_ints.json")), **common)
-    else:
+
+    def make():
+        if kind == "stored":
+            return WindowDataset(ready, features=channels, targets=targets, series="series", **common)
+        if kind == "ints":
+            return WindowDataset(coded, workflow=Workflow.load(os.path.join(folder, "wf_ints.json")), **common)
         wf = Workflow.load(os.path.join(folder, "wf.json"))
         if kind == "named32":  # (only then: a --before commit's package may not know code_dtype)
             wf = wf.named(code_dtype="int32")
-        ds = WindowDataset(raw, workflow=wf.named() if kind == "named" else wf, **common)
-    cpu: list[float] = []
+        return WindowDataset(raw, workflow=wf.named() if kind == "named" else wf, **common)
+
     if not profile:
-        print(json.dumps({"rate": rate(ds, cpu), "cpu": cpu[0], "thread": cpu[1]}))
+        print(json.dumps(measure(make)))
         return
     import cProfile
     import pstats
 
     prof = cProfile.Profile()
     prof.enable()
-    value = rate(ds, cpu)
+    doc = measure(make)
     prof.disable()
     pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(12)
-    print(json.dumps({"rate": value, "cpu": cpu[0], "thread": cpu[1]}))
+    print(json.dumps(doc))
 
 
 def export(ref: str) -> str:
@@ -159,23 +175,23 @@ def loader(args: argparse.Namespace) -> None:
     for k, at in enumerate(range(0, len(frame), per_file)):  # series whole in each file
         frame.iloc[at : at + per_file].to_parquet(os.path.join(raw, f"part{k:03d}.parquet"), index=False)
         ints.iloc[at : at + per_file].to_parquet(os.path.join(coded, f"part{k:03d}.parquet"), index=False)
-    wf = workflow().fit(raw, scheduler="threads")
-    workflow().fit(coded, scheduler="threads").save(os.path.join(folder, "wf_ints.json"))
+    target = args.horizon > 0  # the value predicted over the horizon
+    wf = workflow(target).fit(raw, scheduler="threads")
+    workflow(target).fit(coded, scheduler="threads").save(os.path.join(folder, "wf_ints.json"))
     wf.save(os.path.join(folder, "wf.json"))
     channels = [*wf.continuous, *wf.categorical]
     stored = wf.transform_frame(frame[wf.inputs])[channels].astype(np.float32).assign(series=frame["series"])
     for k, at in enumerate(range(0, len(frame), per_file)):
         stored.iloc[at : at + per_file].to_parquet(os.path.join(ready, f"part{k:03d}.parquet"), index=False)
-    common = dict(window=512, stride=1, batch_size=256, seed=0, next_pass_seconds=0,
-                  pieces_per_partition=args.pieces)  # fmt: skip
+    common = dict(window=args.window, horizon=args.horizon, stride=args.stride, batch_size=args.batch, seed=0,
+                  next_pass_seconds=0, pieces_per_partition=args.pieces, buffer_bytes=args.buffer_bytes)  # fmt: skip
     with open(os.path.join(folder, "settings.json"), "w") as f:
-        json.dump({"common": common, "channels": channels}, f)
+        json.dump({"common": common, "channels": channels, "targets": list(wf.target)}, f)
     runs = {name: (kind, REPO) for name, kind in LOADERS.items()}
     for ref in args.before or ():  # the named batch as commit REF made it, in the same run
         runs[f"workflow (named batch) at {ref}"] = ("named", export(ref))
-    figures: dict[str, list[float]] = {name: [] for name in runs}
-    per_cpu: dict[str, list[float]] = {name: [] for name in runs}
-    per_thread: dict[str, list[float]] = {name: [] for name in runs}  # the consuming thread's CPU
+    keys = ("whole", "whole_cpu", "steady", "steady_cpu")
+    figures: dict[str, dict[str, list[float]]] = {name: {k: [] for k in keys} for name in runs}
     for _ in range(args.rounds):  # the loaders alternated, each in a fresh process
         for name, (kind, package) in runs.items():
             profile = "profile" if args.profile == kind and package == REPO else "plain"
@@ -183,27 +199,20 @@ def loader(args: argparse.Namespace) -> None:
             out = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True,
                                  env=dict(os.environ, PYTHONPATH=package, BENCH_WORKFLOW_PACKAGE=package))  # fmt: skip
             doc = json.loads(out.stdout.strip().splitlines()[-1])
-            figures[name].append(doc["rate"])
-            per_cpu[name].append(doc["cpu"])
-            per_thread[name].append(doc["thread"])
-    base = float(np.median(figures["stored channels (no workflow)"]))
-    base_cpu = float(np.median(per_cpu["stored channels (no workflow)"]))
-    base_thread = float(np.median(per_thread["stored channels (no workflow)"]))
-    rows = len(frame)
-    print(f"loader: {args.series} series x {args.rows_per_series:,} rows = {rows:,} rows, {len(channels)} channels, "
-          f"{args.files} files, pieces_per_partition={args.pieces or 'default'}, stride 1, B=256, L=512, "
-          f"one epoch x {args.rounds} rounds (median), each loader in a fresh process")  # fmt: skip
-    for name, values in figures.items():
-        med = float(np.median(values))
-        cpu = float(np.median(per_cpu[name]))
-        thread = float(np.median(per_thread[name]))
-        print(f"  {name:<44} {med:>9,.0f} windows/s  ratio {med / base:.3f} "
-              f"(rounds {', '.join(f'{v / base:.3f}' for v in values)})  "
-              f"{cpu:>9,.0f} windows/CPU-s  ratio {cpu / base_cpu:.3f}  "
-              f"{thread:>9,.0f} windows/consumer-CPU-s  ratio {thread / base_thread:.3f}")  # fmt: skip
-    print(json.dumps({k: float(np.median(v)) / base for k, v in figures.items()}))
-    print(json.dumps({k: float(np.median(v)) / base_cpu for k, v in per_cpu.items()}))
-    print(json.dumps({k: float(np.median(v)) / base_thread for k, v in per_thread.items()}))
+            for k in keys:
+                figures[name][k].append(doc[k])
+    median = {name: {k: float(np.median(v)) for k, v in per.items()} for name, per in figures.items()}
+    base = median["stored channels (no workflow)"]
+    print(f"loader: {args.series} series x {args.rows_per_series:,} rows = {len(frame):,} rows, {len(channels)} "
+          f"channels, {args.files} files, B={args.batch}, window {args.window}, horizon {args.horizon}, stride "
+          f"{args.stride}, buffer_bytes={args.buffer_bytes or 'default'}, one epoch x {args.rounds} rounds (median), "
+          "each loader in a fresh process; ratios to the stored channels")  # fmt: skip
+    print(f"  {'':<38} {'whole epoch: windows/s':>30} {'windows/CPU-s':>24} | {'steady state: windows/s':>30} "
+          f"{'windows/CPU-s':>24}")  # fmt: skip
+    for name, m in median.items():
+        cells = [f"{m[k]:>12,.0f} ({m[k] / base[k]:.2f}x)" for k in keys]
+        print(f"  {name:<38} {cells[0]:>30} {cells[1]:>24} | {cells[2]:>30} {cells[3]:>24}")
+    print(json.dumps({name: {k: round(m[k] / base[k], 3) for k in keys} for name, m in median.items()}))
 
 
 def write_fit_data(folder: str, files: int, rows_per_file: int) -> list[str]:
@@ -298,7 +307,12 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--pieces", type=int, default=None, help="pieces_per_partition (default: the loader's)")
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--fit-rows", type=int, nargs="*", default=[20000, 200000, 2000000])
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--window", type=int, default=96)
+    parser.add_argument("--horizon", type=int, default=24)
+    parser.add_argument("--stride", type=int, default=4)
+    parser.add_argument("--buffer-bytes", type=int, default=None, help="the pool's budget (default: the loader's)")
+    parser.add_argument("--fit-rows", type=int, nargs="*", default=[], help="also time the fit at these sizes")
     parser.add_argument("--skip-loader", action="store_true")
     parser.add_argument("--before", metavar="REF", nargs="+", help="also the named batch as git commits REF made it")
     parser.add_argument("--profile", choices=sorted(set(LOADERS.values())),

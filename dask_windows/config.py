@@ -228,7 +228,7 @@ def resolve(
     if is_series_vector(series):  # the source already cut the array into series
         series = None
     features, targets, window, return_index = given.features, given.targets, given.window, given.return_index
-    emitter, code_features, code_dtype = None, 0, "int64"
+    emitter, code_features, code_dtype, lookback = None, 0, "int64", 0
     if given.workflow is not None:  # pieces transformed as they are read, named batches (dask_windows.workflow)
         from dask_windows.workflow.apply import bind
 
@@ -239,7 +239,7 @@ def resolve(
         )  # fmt: skip
         features, targets, series = chosen["features"], chosen["targets"], chosen["series"]
         window, return_index, code_features = chosen["window"], chosen["return_index"], chosen["code_features"]
-        code_dtype = chosen["code_dtype"]
+        code_dtype, lookback = chosen["code_dtype"], chosen["lookback"]
         if device is not None:  # the device path cuts batches without the workflow's step
             raise ConfigError(
                 f"workflow= and device={order_given.device!r} cannot be combined yet: the workflow's operations, its "
@@ -273,6 +273,7 @@ def resolve(
         buffer_bytes=pool_bytes,
         code_features=code_features,
         code_dtype=code_dtype,
+        lookback=lookback,
     )
     window_config = _held(
         WindowConfig,

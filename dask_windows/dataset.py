@@ -411,7 +411,7 @@ class WindowDataset(PassProtocol, IterableDataset):
         if out.num_windows == 0:
             raise DataError(
                 f"the {part} part of the split of {self.source.description} holds no windows "
-                f"(window={self.spec.window}, horizon={self.spec.horizon}); use a smaller embargo, "
+                f"({self.spec.describe_span()}); use a smaller embargo, "
                 "another valid fraction or cut time, or a smaller window"
             )
         return out
@@ -490,7 +490,7 @@ class WindowDataset(PassProtocol, IterableDataset):
         s = self.spec
         return (
             f"WindowDataset({self.source.description!r}, partitions={len(self.partitions)}, "
-            f"num_windows={self.num_windows:,}, window={s.window}, stride={s.stride}, horizon={s.horizon}, "
+            f"num_windows={self.num_windows:,}, window={s.window - s.lookback}, stride={s.stride}, horizon={s.horizon}, "
             f"batch_size={s.batch_size}, features={list(s.features)}, targets={list(s.targets)}, series={s.series!r}"
             + (" (from the manifest)" if getattr(self, "_series_from_manifest", False) else "")
             + ")"

@@ -115,14 +115,15 @@ def left_out(runs: Sequence[Any], partitions: Sequence[Any], span: int) -> LeftO
     return LeftOut(len(hit), int(lengths[hit].sum()), first)  # a short run's halo rows are its own
 
 
-def warn_left_out(found: LeftOut, span: int, description: str) -> None:
-    """Warn once that ``found`` runs are left out (nothing when none is)."""
+def warn_left_out(found: LeftOut, span: int, description: str, asked: str | None = None) -> None:
+    """Warn once that ``found`` runs are left out (nothing when none is); ``asked``: the span as the user
+    asked for it (``WindowSpec.describe_span``)."""
     if not found.runs or found.first is None:
         return
     name, key, rows = found.first
     _warn(
         f"{found.runs:,} series (or a file's stretch of one) in {description} are shorter than "
-        f"window + horizon = {span} rows and hold no window: {found.rows:,} rows are left out (first: series "
+        f"{asked or f'window + horizon = {span} rows'} and hold no window: {found.rows:,} rows are left out (first: series "
         f"{key!r} in {name}, {rows:,} rows); use a smaller window, or join a series split between files "
         "(`dask-windows convert` does); `dask-windows inspect` reports the count",
         ShortSeriesWarning,
@@ -194,5 +195,5 @@ def check_omissions(ds: Any, series_given: bool) -> LeftOut:
     if not series_given and ds.spec.series is None:
         warn_series_column(series_column_hint(ds.source, list(ds.spec.columns)), description)
     found = left_out(ds.runs, ds.source.partitions, ds.spec.span)
-    warn_left_out(found, ds.spec.span, description)
+    warn_left_out(found, ds.spec.span, description, ds.spec.describe_span())
     return found

@@ -121,8 +121,7 @@ def check_windows(
             or "use a smaller window or merge series"
         )
         raise DataError(
-            f"no windows: window={spec.window}"
-            + (f" + horizon={spec.horizon}" if spec.horizon else "")
+            f"no windows: {spec.describe_span()}"
             + f" is longer than every series run in {source.description} (longest: {longest:,} rows); "
             + remedy
             + (f"; {len(skipped)} partitions were skipped as unreadable" if skipped else "")

@@ -80,6 +80,8 @@ class WindowSpec:
             float32 of the others (``runtime.batch.Gatherer``), instead of casting every window's
             values.
         code_dtype: ``"int64"`` or ``"int32"``: the dtype of that copy, hence of the gathered codes.
+        lookback: Rows of ``window`` a workflow reads before each window it yields (its lags and
+            fills need them; ``window`` counts them): messages quote the window asked for.
     """
 
     features: tuple
@@ -101,6 +103,7 @@ class WindowSpec:
     buffer_bytes: int | None = None
     code_features: int = 0
     code_dtype: str = "int64"
+    lookback: int = 0
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -121,6 +124,7 @@ class WindowSpec:
         if self.buffer_bytes is not None:
             set_(self, "buffer_bytes", _positive_int("buffer_bytes", self.buffer_bytes, 1))
         set_(self, "code_features", _positive_int("code_features", self.code_features, 0))
+        set_(self, "lookback", _positive_int("lookback", self.lookback, 0, None))
         if self.code_features > len(self.features):
             raise ConfigError(f"code_features={self.code_features} is more than the {len(self.features)} features")
         if self.code_dtype not in CODE_DTYPES:
@@ -140,6 +144,14 @@ class WindowSpec:
     def span(self) -> int:
         """Rows one window needs inside its run: ``window + horizon``."""
         return self.window + self.horizon
+
+    def describe_span(self) -> str:
+        """The rows a window needs, as the user asked for them: ``window=104 + horizon=13 + 3 look-back rows
+        of the workflow = 120 rows`` (``window=104`` alone when that is all)."""
+        asked = f"window={self.window - self.lookback}" + (f" + horizon={self.horizon}" if self.horizon else "")
+        if self.lookback:
+            asked += f" + {self.lookback} look-back rows of the workflow"
+        return f"{asked} = {self.span} rows" if self.lookback or self.horizon else asked
 
     @property
     def columns(self) -> tuple:

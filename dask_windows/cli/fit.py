@@ -33,7 +33,7 @@ def load_spec(spec: str) -> Any:
             doc = json.load(f)
         doc = {"format": FORMAT, "version": VERSION, "series_keys": None, "schema": None, **doc}
         doc.setdefault("roles", {})
-        return from_json(doc, spec)
+        return from_json(doc, spec, fitted=False)
     if spec.endswith(".py"):
         loader = importlib.util.spec_from_file_location("dask_windows_fit_spec", spec)
         if loader is None or loader.loader is None:

@@ -22,6 +22,8 @@ from dask_windows.workflow.ops import (
     Op,
     TimeFeatures,
 )
+from dask_windows.workflow.timesteps import fill_timesteps
+from dask_windows.workflow.transforms import Transform
 
 __all__ = [
     "BATCH_KEYS",
@@ -37,6 +39,8 @@ __all__ = [
     "Op",
     "Statics",
     "TimeFeatures",
+    "Transform",
     "Workflow",
+    "fill_timesteps",
     "invert_target",
 ]

@@ -155,8 +155,8 @@ def bind(workflow: Any, source: Any, **settings: Any) -> tuple[Emitter, Workflow
 
     Returns:
         ``(emitter, wrapped source, settings)``: the emitter of the batches, the source, and the
-        ``features``, ``targets``, ``series``, ``window``, ``return_index``, ``code_features``,
-        ``code_dtype`` to build the spec from.
+        ``features``, ``targets``, ``series``, ``window`` (look-back rows included), ``return_index``,
+        ``code_features``, ``code_dtype`` and ``lookback`` to build the spec from.
     """
     named = workflow if isinstance(workflow, NamedBatches) else None
     wf = named.wf if named is not None else workflow
@@ -202,5 +202,5 @@ def bind(workflow: Any, source: Any, **settings: Any) -> tuple[Emitter, Workflow
     index = settings["return_index"] or (named is not None and named.index)
     out = {"features": features, "targets": targets or None, "series": series,
            "window": settings["window"] + lookback, "return_index": index, "code_features": codes,
-           "code_dtype": named.code_dtype if named is not None else "int64"}  # fmt: skip
+           "code_dtype": named.code_dtype if named is not None else "int64", "lookback": lookback}  # fmt: skip
     return emitter, wrapped, out

@@ -2,7 +2,10 @@
 
 The file holds the operations (their arguments and fitted state), the roles, the series ids,
 the static table's rows, the schema of the input columns and a fingerprint of the files it
-was fitted on (their names and sizes). Loading checks the format and version; binding it to a
+was fitted on (their names and sizes), and (version 2) a SHA-256 checksum of all of that: a
+file edited by hand (a standard deviation set to -1 or 1e-30, a vocabulary reordered) or damaged
+is refused at load, naming the file, as is a version this library does not read (a newer one
+says to upgrade). Loading checks the format and version; binding it to a
 dataset (``check_source``) raises on another schema, naming the column, and warns when the
 files differ but the schema is the same (a refit may be due). A user ``Function`` is stored by
 its import name, never pickled.
@@ -18,10 +21,24 @@ from typing import Any
 
 from dask_windows.errors import ConfigError, SchemaError
 
-__all__ = ["FORMAT", "VERSION", "check_source", "digest", "from_json", "list_files", "load", "save", "to_json"]
+__all__ = [
+    "FORMAT",
+    "READ_VERSIONS",
+    "VERSION",
+    "check_source",
+    "check_zones",
+    "checksum",
+    "digest",
+    "from_json",
+    "list_files",
+    "load",
+    "save",
+    "to_json",
+]
 
 FORMAT = "dask-windows-workflow"
-VERSION = 1
+VERSION = 2  # 2: a checksum of the content; 1 (no checksum) still loads
+READ_VERSIONS = (1, 2)
 
 
 def list_files(data: Any, storage_options: dict | None = None) -> list[tuple[str, int]]:
@@ -61,6 +78,7 @@ def to_json(wf: Any) -> dict:
         "format": FORMAT,
         "version": VERSION,
         "series": wf.series,
+        "time": {"column": wf.time, "freq": wf.freq, "missing_timesteps": wf.missing_timesteps},
         "roles": {r: list(getattr(wf, r)) for r in ("continuous", "categorical", "target", "known")},
         "ops": [{"kind": op.kind, "config": op.config(), "state": op.state} for op in wf.ops],
         "statics": None if st is None else {"config": st.config(), "state": st.state},
@@ -70,32 +88,93 @@ def to_json(wf: Any) -> dict:
     }
 
 
-def from_json(doc: dict, where: str = "the workflow") -> Any:
-    """The fitted ``Workflow`` of an artifact's content."""
+def checksum(doc: dict) -> str:
+    """A SHA-256 of an artifact's content (every field but ``"checksum"``, keys sorted)."""
+    content = {k: v for k, v in doc.items() if k != "checksum"}
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def from_json(doc: dict, where: str = "the workflow", fitted: bool = True) -> Any:
+    """The fitted ``Workflow`` of an artifact's content (``fitted=False``: a spec's, unfitted, unchecked).
+
+    Raises:
+        ConfigError: Not a workflow file, a version this library does not read, a checksum that
+            does not match the content (the file was edited), or a field that is not what a fit
+            writes; each names the file and says to refit.
+    """
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ConfigError(f"{where} is not a dask-windows workflow file (no format {FORMAT!r}); fit and save one")
+    version = doc.get("version")
+    if version not in READ_VERSIONS:
+        newer = isinstance(version, int) and version > VERSION
+        raise ConfigError(
+            f"{where} is a workflow file of version {version!r}; this dask_windows reads versions "
+            f"{', '.join(map(str, READ_VERSIONS))}: "
+            + ("upgrade dask_windows to read it, or " if newer else "")
+            + "refit it with this version (dask-windows fit)"
+        )
+    if fitted and version >= 2 and doc.get("checksum") != checksum(doc):
+        raise ConfigError(
+            f"{where} was changed after it was saved: its checksum does not match its content (a fitted statistic, "
+            "vocabulary or setting was edited, or the file is damaged); refit and save it again (dask-windows fit) "
+            "rather than editing it"
+        )
+    try:
+        wf = _workflow(doc, fitted)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        if isinstance(exc, ConfigError):
+            raise ConfigError(f"{where}: {exc}") from exc
+        raise ConfigError(
+            f"{where} is not a workflow file this dask_windows can read ({type(exc).__name__}: {exc}); refit and "
+            "save it again (dask-windows fit)"
+        ) from exc
+    return wf
+
+
+def _workflow(doc: dict, fitted: bool) -> Any:
     from dask_windows.workflow.core import Statics, Workflow
     from dask_windows.workflow.ops import op_from_json
 
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise ConfigError(f"{where} is not a dask-windows workflow file (no format {FORMAT!r}); fit and save one")
-    if doc.get("version") != VERSION:
-        raise ConfigError(
-            f"{where} is a workflow file of version {doc.get('version')!r}; this dask_windows reads version "
-            f"{VERSION}: refit it with this version (dask-windows fit)"
-        )
     statics = None
     if doc.get("statics"):
         statics = Statics(None, **doc["statics"]["config"])
         statics.state = doc["statics"]["state"]
-    wf = Workflow([op_from_json(e) for e in doc["ops"]], series=doc["series"], statics=statics, **doc["roles"])
+    time = doc.get("time") or {}  # (version 1 has none)
+    wf = Workflow([op_from_json(e) for e in doc["ops"]], series=doc["series"], statics=statics, **doc["roles"],
+                  time=time.get("column"), freq=time.get("freq"), missing_timesteps=time.get("missing_timesteps", "raise"))  # fmt: skip
     wf.series_keys, wf.schema, wf.fingerprint = doc["series_keys"], doc["schema"], doc.get("fingerprint")
+    if not fitted:
+        return wf
+    if not isinstance(wf.series_keys, list) or not isinstance(wf.schema, dict):
+        raise ValueError("series_keys must be a list and schema a dict")
+    for op in wf.ops:
+        op.check_state(len(wf.series_keys))
+    if statics is not None:
+        _check_statics(statics, len(wf.series_keys))
     return wf
+
+
+def _check_statics(st: Any, num_series: int) -> None:
+    state = st.state
+    if not isinstance(state, dict):
+        raise ValueError("statics has no fitted state")
+    for name, rows in zip((*st.numeric, *st.categorical), (*state["numeric"], *state["categorical"])):
+        if len(rows) != num_series:
+            raise ValueError(f"static column {name!r} has {len(rows)} rows for {num_series} series")
+    for name, codes in zip(st.categorical, state["categorical"]):
+        size = len(state["vocabulary"][name]) + 2
+        if any(not isinstance(c, int) or not 0 <= c < size for c in codes):
+            raise ValueError(f"static column {name!r} has codes outside its vocabulary (0..{size - 1})")
 
 
 def save(wf: Any, url: str, storage_options: dict | None = None) -> None:
     """Write ``wf`` as JSON to ``url`` (local path or fsspec URL)."""
     import fsspec
 
-    text = json.dumps(to_json(wf), indent=1, allow_nan=True)
+    doc = to_json(wf)
+    doc["checksum"] = checksum(doc)
+    text = json.dumps(doc, indent=1, allow_nan=True)
     with fsspec.open(str(url), "w", **(storage_options or {})) as f:
         f.write(text)
 
@@ -123,10 +202,64 @@ def _source_kinds(source: Any) -> dict[str, str]:
     return kinds
 
 
+def _source_zones(source: Any) -> dict[str, str | None]:
+    """The time zone of each timestamp column of ``source`` (``None``: naive), where its schema tells."""
+    from dask_windows.workflow.fit import column_kind
+
+    zones: dict[str, str | None] = {}
+    schemas = list(getattr(source, "_schemas", None) or [])
+    if getattr(source, "schema", None) is not None and hasattr(source.schema, "names"):
+        schemas.append(source.schema)  # an Arrow table or pandas frame
+    for schema in schemas:
+        for field in schema:
+            if str(field.type).startswith("timestamp"):
+                zones.setdefault(field.name, getattr(field.type, "tz", None) or None)
+    dtypes = getattr(getattr(source, "ddf", None), "dtypes", None)  # a Dask frame
+    for name, dtype in dtypes.items() if dtypes is not None else ():
+        if column_kind(dtype) == "datetime":
+            zones.setdefault(str(name), str(getattr(dtype, "tz", None) or "") or None)
+    return zones
+
+
+def check_zones(wf: Any, zones: dict[str, str | None], where: str) -> None:
+    """Raise when a ``TimeFeatures`` column is stored with another time zone (or none) than the fit saw.
+
+    Arrow hands a zoned column over as UTC instants and a naive one as wall times; the fit recorded
+    which it was, so a change would shift every calendar field by the zone's offset, silently.
+    """
+    from dask_windows.workflow.ops import TimeFeatures
+
+    for op in wf.ops:
+        col = op.columns[0]
+        if not isinstance(op, TimeFeatures) or op.state is None or col not in zones:
+            continue
+        fitted, have = op.state.get("stored_tz"), zones[col]
+        if fitted == have or (fitted and have and op.tz):  # instants both ways, taken in ``op.tz``
+            continue
+
+        def say(zone: str | None) -> str:
+            return f"with time zone {zone!r}" if zone else "naive (no time zone)"
+
+        remedy = (
+            f"localize it as the fit saw it (pandas: frame[{col!r}].dt.tz_localize({fitted!r}))"
+            if fitted and not have
+            else f"store it as the fit saw it (pandas: frame[{col!r}].dt.tz_localize(None) on wall times)"
+            if have and not fitted
+            else f"convert it to the fitted zone (pandas: frame[{col!r}].dt.tz_convert({fitted!r}))"
+        )
+        raise SchemaError(
+            f"TimeFeatures column {col!r} of {where} is stored {say(have)}, but the workflow was fitted on it "
+            f"stored {say(fitted)}: its calendar fields would shift by the zones' offset; {remedy}, or refit the "
+            "workflow on this data"
+        )
+
+
 def check_source(wf: Any, source: Any) -> None:
-    """Raise if ``source`` lacks a column ``wf`` reads or holds it with another kind; warn on other files."""
+    """Raise if ``source`` lacks a column ``wf`` reads or holds it with another kind (or a timestamp with
+    another time zone); warn on other files."""
     names = set(source.column_names())
     kinds = _source_kinds(source)
+    check_zones(wf, _source_zones(source), source.description)
     for col, kind in (wf.schema or {}).items():
         if col not in names:
             raise SchemaError(

@@ -61,8 +61,20 @@ class NamedBatches:
     code_dtype: str = "int64"
 
 
-def invert_target(prediction: Any, batch: dict) -> Any:
-    """``prediction`` (shaped like ``batch["target"]``) back in the target's units."""
+def invert_target(prediction: Any, batch: dict, workflow: Any = None) -> Any:
+    """``prediction`` (shaped like ``batch["target"]``) back in the target's units.
+
+    Args:
+        prediction: ``(B, T, H)`` or ``(B, T)``, numpy or torch.
+        batch: The named batch it was predicted for (its ``target_loc`` and ``target_scale``).
+        workflow: The workflow (or ``Workflow.named(...)``) that made the batch: with it every
+            transformation of the target (``Log1p``, ``Transform``) is undone after the scale
+            (``Workflow.invert_target``). Without it only the scale is, which is the units only
+            when no transformation writes the target.
+    """
+    if workflow is not None:
+        wf = workflow.wf if isinstance(workflow, NamedBatches) else workflow
+        return wf.invert_target(prediction, batch)
     loc, scale = batch["target_loc"], batch["target_scale"]
     if prediction.ndim == 3:
         loc, scale = loc[..., None], scale[..., None]

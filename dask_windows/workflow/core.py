@@ -16,7 +16,7 @@ import numpy as np
 
 from dask_windows.errors import ConfigError, DataError, SchemaError
 from dask_windows.spec import CODE_DTYPES
-from dask_windows.workflow.ops import Normalize, Op, Piece
+from dask_windows.workflow.ops import Log1p, Normalize, Op, Piece
 
 __all__ = ["Statics", "Workflow"]
 
@@ -65,6 +65,13 @@ class Workflow:
         target: Columns predicted (``y``; ``target`` in the named batch).
         known: Columns of ``continuous`` / ``categorical`` known over the horizon (``future_*``).
         statics: Static covariates per series (``Statics``), or ``None``.
+        time: The time column: the fit counts the time steps missing inside each series (and
+            duplicate or decreasing ones) and refuses them, as PyTorch Forecasting does by default.
+        freq: The step of ``time``: a pandas frequency (``"h"``, ``"D"``, ``"W-SAT"``, ``"MS"``) for
+            timestamps, a number for a numeric time index (default 1, PyTorch Forecasting's
+            ``time_idx``); ``None`` with timestamps: the smallest step in the data.
+        missing_timesteps: ``"raise"`` (default), or ``"allow"``: window over the gaps as they are.
+            To fill them instead, write the data with ``fill_timesteps`` first.
     """
 
     def __init__(
@@ -77,6 +84,9 @@ class Workflow:
         target: Any = (),
         known: Any = (),
         statics: Statics | None = None,
+        time: str | None = None,
+        freq: Any = None,
+        missing_timesteps: str = "raise",
     ) -> None:
         self.ops = list(ops)
         bad = [op for op in self.ops if not isinstance(op, Op)]
@@ -88,6 +98,16 @@ class Workflow:
         self.target = _columns("target", target)
         self.known = _columns("known", known)
         self.statics = statics
+        if time is not None and not isinstance(time, str):
+            raise ConfigError(f"time={time!r} must be a column name")
+        if missing_timesteps not in ("raise", "allow"):
+            raise ConfigError(f"missing_timesteps={missing_timesteps!r} must be 'raise' or 'allow'")
+        if freq is not None and (isinstance(freq, bool) or not isinstance(freq, (str, int, float))):
+            raise ConfigError(f"freq={freq!r} must be a pandas frequency string ('h', 'W-SAT') or a number")
+        if freq is not None and time is None:
+            raise ConfigError(f"freq={freq!r} is the step of the time column: pass time= too")
+        self.time, self.freq, self.missing_timesteps = time, freq, missing_timesteps
+        self.timesteps: dict | None = None  # fitted: the step, and the steps missing ("allow") or backwards
         both = set(self.continuous) & set(self.categorical)
         if both:
             raise ConfigError(f"columns {sorted(both)} are both continuous and categorical; pick one role")
@@ -112,8 +132,9 @@ class Workflow:
         """Each column the operations write, with the rows before a row its value depends on."""
         depth: dict[str, int] = {}
         for op in self.ops:
+            before = dict(depth)  # an in-place output must not count this operation's own look-back twice
             for out in op.outputs():
-                depth[out] = max([depth.get(c, 0) for c in op.depends(out)], default=0) + op.lookback()
+                depth[out] = max([before.get(c, 0) for c in op.depends(out)], default=0) + op.lookback(out)
         return depth
 
     @property
@@ -154,6 +175,48 @@ class Workflow:
             elif column in op.outputs():
                 found = None if not isinstance(op, Normalize) else found
         return found
+
+    def target_chain(self, column: str) -> list[Op]:
+        """The operations that write ``column`` in place, in order (what ``invert_target`` undoes)."""
+        return [op for op in self.ops if column in op.columns and column in op.outputs()]
+
+    def target_transforms(self, column: str) -> list[Op]:
+        """The transformations of ``column`` (``Log1p``, ``Transform``) before its scale, in order: what a
+        model's output goes back through after ``target_loc`` / ``target_scale`` (PyTorch Forecasting's
+        ``transformation=`` when there is one)."""
+        from dask_windows.workflow.transforms import Transform
+
+        return [op for op in self.target_chain(column) if isinstance(op, (Transform, Log1p))]
+
+    def invert_target(self, prediction: Any, batch: dict) -> Any:
+        """``prediction`` (shaped like ``batch["target"]``, numpy or torch) back in the target's units: the
+        scale undone (``target_loc``, ``target_scale``), then every transformation of each target, last first.
+
+        Raises:
+            ConfigError: An operation on a target that cannot be undone (a ``Function`` writing it, or a
+                ``Normalize`` before a transformation: put the transformation first).
+        """
+        loc, scale = batch["target_loc"], batch["target_scale"]
+        if isinstance(prediction, np.ndarray):
+            loc, scale = np.asarray(loc), np.asarray(scale)
+        if prediction.ndim == 3:
+            loc, scale = loc[..., None], scale[..., None]
+        out = prediction * scale + loc
+        for j, column in enumerate(self.target):
+            last = self.normalizer(column)  # the scale the batch carries: the last operation writing it
+            values = out[:, j]
+            for op in reversed(self.target_chain(column)):
+                if op is last:
+                    continue
+                values = op.invert(values, column)
+                if values is NotImplemented:
+                    raise ConfigError(
+                        f"invert_target cannot undo {op!r} of the target {column!r}: only the last Normalize "
+                        "(the batch's target_loc / target_scale), transformations (Log1p, Transform), fills and "
+                        "clips are undone; apply transformations before the Normalize"
+                    )
+            out[:, j] = values
+        return out
 
     def cardinality(self, column: str) -> int:
         """Codes a categorical output (or categorical static) takes: vocabulary + null + unseen."""
@@ -217,6 +280,11 @@ class Workflow:
         """A pandas DataFrame transformed as the loader does it (one series after another, in row order)."""
         import pandas as pd
 
+        from dask_windows.workflow.artifact import check_zones
+
+        zones = {c: str(d.tz) if isinstance(d, pd.DatetimeTZDtype) else None
+                 for c, d in frame.dtypes.items() if d.kind == "M" or isinstance(d, pd.DatetimeTZDtype)}  # fmt: skip
+        check_zones(self, zones, "the frame")  # a naive column where the fit saw a zoned one would shift
         cols = {c: frame[c].to_numpy() for c in frame.columns}
         out = self.transform(cols)
         return pd.DataFrame({c: out[c] for c in out if c != "__series_code__"}, index=frame.index)
@@ -227,7 +295,10 @@ class Workflow:
     # -- fitting and saving --------------------------------------------------------------------
 
     def fit(self, data: Any, **kwargs: Any) -> Workflow:
-        """Fit the statistics in one Dask pass over ``data`` (see ``workflow.fit.fit``); returns ``self``."""
+        """Fit the statistics in one Dask pass over ``data`` (see ``workflow.fit.fit``); returns ``self``.
+
+        ``fit(data, at="2024-06-01", time="timestamp")`` fits on the training period only: the rows
+        of ``WindowDataset.split(at=..., time=...)``'s train part."""
         from dask_windows.workflow.fit import fit
 
         return fit(self, data, **kwargs)

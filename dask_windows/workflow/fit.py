@@ -12,6 +12,12 @@ The trade-off: one pass means a fitted operation cannot read a column another fi
 operation writes (normalise a category code, say): that raises. Operations that look at
 earlier rows (lags, a forward fill) see each Dask partition alone during the fit; with
 series cut across files their statistics at the cut differ from a whole-series pass.
+
+``dask-windows convert``'s spread layout stores the first rows after each chunk cut twice
+(the overlap, so no window is lost at a cut); its manifest says which rows each file owns, so
+the fit reads one partition per file and counts each row once. There every chunk is a series
+stretch of its own: a lag or forward fill at a chunk's first rows is NaN in the fit (left out
+of the statistics of columns made from it).
 """
 
 from __future__ import annotations
@@ -19,8 +25,8 @@ from __future__ import annotations
 import logging
 import os
 import resource
-import time
 from dataclasses import dataclass
+from time import perf_counter
 from typing import Any
 
 import numpy as np
@@ -28,6 +34,7 @@ import numpy as np
 from dask_windows.errors import ConfigError, DataError, SchemaError
 from dask_windows.workflow.core import Workflow
 from dask_windows.workflow.ops import Categorify, Normalize, Piece, TimeFeatures
+from dask_windows.workflow.timesteps import check_timesteps, merge_timesteps, ticks, time_partial
 
 __all__ = ["FitReport", "column_kind", "fit", "frame_columns"]
 
@@ -79,16 +86,58 @@ def frame_columns(frame: Any, columns: list[str]) -> dict:
     return out
 
 
-def _partial(frame: Any, wf: Workflow) -> dict:
-    """One partition's partials: series ids, and per fitted operation what its statistics need."""
+def _bound(at: Any, dtype: Any, column: str) -> Any:
+    """``at`` as the values ``frame_columns`` gives of a column of ``dtype`` (naive UTC for a zoned one)."""
+    import pandas as pd
+
+    kind = column_kind(dtype)
+    try:
+        if kind == "datetime":
+            stamp = pd.Timestamp(at)
+            zoned = getattr(dtype, "tz", None) is not None
+            if zoned and stamp.tz is None:
+                stamp = stamp.tz_localize(dtype.tz)
+            if stamp.tz is not None:
+                stamp = stamp.tz_convert("UTC").tz_localize(None) if zoned else stamp.tz_localize(None)
+            return stamp.to_datetime64()
+        if kind in ("number", "bool"):
+            return float(at)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"fit(at={at!r}) cannot be compared with the {dtype} column {column!r}: {exc}") from exc
+    return at
+
+
+def _partial(frame: Any, wf: Workflow, runs: list | None = None, index: int = 0, train: tuple | None = None) -> dict:
+    """One partition's partials: series ids, and per fitted operation what its statistics need.
+
+    ``runs``: the file's runs from a spread-layout manifest (``[start, rows, value, origin, owned]``):
+    each run is a series stretch of its own (two chunks of one series side by side in a file are
+    not joined), and only its ``owned`` rows count (the rest repeats the next chunk's first rows).
+    ``index``: the partition's position (the order of a series' runs across partitions).
+    ``train``: ``(time column, bound)``: only the rows before the bound count (``fit(at=...)``).
+    """
+    import pandas as pd
+
     cols = frame_columns(frame, wf.inputs)
     n = len(frame)
     series = cols.get(wf.series) if wf.series is not None else None
-    piece = Piece(n, series)
-    import pandas as pd
-
-    counts = pd.Series(series).value_counts() if series is not None else pd.Series([n], dtype=np.int64)
-    out: dict = {"rows": n, "series": set(_keys(counts.index)) if series is not None else set(), "lengths": counts}
+    stored_once = keep = None
+    if runs is None:
+        piece = Piece(n, series)
+    else:
+        lengths = np.array([r[1] for r in runs], np.int64)
+        piece = Piece(n, np.repeat(np.arange(len(runs)), lengths))  # (rows,) run of each row
+        owned = np.array([r[4] for r in runs], np.int64)
+        stored_once = keep = np.arange(n) - piece.run_first_row() < np.repeat(owned, lengths)  # (rows,)
+    if train is not None:
+        before = np.asarray(frame_columns(frame, [train[0]])[train[0]] < train[1], bool)  # (rows,) in training
+        keep = before if keep is None else keep & before
+    kept = series if series is None or keep is None else series[keep]
+    rows = n if keep is None else int(keep.sum())
+    counts = pd.Series(kept).value_counts() if kept is not None else pd.Series([rows], dtype=np.int64)
+    out: dict = {"rows": rows, "series": set(_keys(counts.index)) if kept is not None else set(), "lengths": counts}
+    if wf.time is not None:
+        out["time"] = _time_partial(frame, wf, piece, runs, stored_once, index)
     tainted: set[str] = set()
     for i, op in enumerate(wf.ops):
         if op.fitted:
@@ -98,13 +147,29 @@ def _partial(frame: Any, wf: Workflow) -> dict:
                     f"{op!r} reads {col!r}, which an earlier fitted operation writes: one pass cannot fit both; "
                     "fit them as two workflows, or reorder the operations"
                 )
-            out[i] = _op_partial(op, cols, series)
+            out[i] = _op_partial(op, cols if keep is None else {c: cols[c][keep] for c in op.inputs}, kept)
             tainted |= set(op.outputs())
         elif set(op.inputs) & tainted:
             tainted |= set(op.outputs())
         else:
             op.apply(cols, piece)
     return out
+
+
+def _time_partial(frame: Any, wf: Workflow, piece: Piece, runs: list | None, keep: Any, index: int) -> dict:
+    """The steps of the time column inside this partition's runs (``timesteps.time_partial``)."""
+    column = str(wf.time)
+    raw = frame_columns(frame, [column])[column]
+    times, step = ticks(raw, wf.freq)
+    if runs is None:  # runs of one series in the order of the partitions, then of their rows
+        order = index * 2.0**40 + piece.starts
+        out = time_partial(times, step, piece.keys, piece.starts, piece.lengths, order)
+    else:
+        owned = np.array([r[4] for r in runs], np.int64)
+        starts = np.cumsum(owned) - owned  # (runs,) first row of each run among the owned rows
+        origin = np.array([r[3] for r in runs], np.float64)  # where each run lies in its whole series
+        out = time_partial(times[keep], step, [r[2] for r in runs], starts, owned, origin)
+    return {**out, "datetime": raw.dtype.kind in "MO"}
 
 
 def _keys(values: Any) -> list:
@@ -160,6 +225,8 @@ def _merge_moments(frames: list) -> Any:
 def _merge(a: dict, b: dict, wf: Workflow) -> dict:
     out: dict[Any, Any] = {"rows": a["rows"] + b["rows"], "series": a["series"] | b["series"],
                            "lengths": a["lengths"].add(b["lengths"], fill_value=0)}  # fmt: skip
+    if "time" in a:
+        out["time"] = merge_timesteps(a["time"], b["time"])
     for i, op in enumerate(wf.ops):
         if not op.fitted:
             continue
@@ -183,9 +250,11 @@ def _scale(value: float) -> float:
     return float(value) if np.isfinite(value) and value > 0 else 1.0
 
 
-def _finish(wf: Workflow, merged: dict) -> None:
+def _finish(wf: Workflow, merged: dict, what: Any = "the data") -> None:
     """Turn merged partials into each operation's JSON-ready state."""
     wf.series_keys = sorted(merged["series"]) if wf.series is not None else []
+    if wf.time is not None:
+        wf.timesteps = check_timesteps(wf, merged["time"], what)
     longest = int(merged["lengths"].max()) if len(merged["lengths"]) else 0
     for op in wf.ops:
         if op.lookback() >= longest:
@@ -201,29 +270,37 @@ def _finish(wf: Workflow, merged: dict) -> None:
                 kept = counts[counts >= op.min_frequency].index
                 op.state[col] = sorted(_keys(kept))
         elif isinstance(op, Normalize):
-            op.state = {col: _normalize_state(op, merged[i][col], wf.series_keys) for col in op.columns}
+            op.state = {col: _normalize_state(op, col, merged[i][col], wf.series_keys, what) for col in op.columns}
 
 
-def _normalize_state(op: Normalize, partial: tuple, keys: list) -> dict:
+def _normalize_state(op: Normalize, col: str, partial: tuple, keys: list, what: Any) -> dict:
+    """``{"global": [loc, scale], "series": [[loc, scale], ...] or None}``; a series without a value in
+    ``col`` takes the global statistics (as a series the fit did not see); a column without one raises."""
     if op.method == "robust":
         values, groups = partial
+        count = len(values)
 
         def loc_scale(v: np.ndarray) -> list:
-            if not len(v):
-                return [float("nan"), 1.0]
             q25, q50, q75 = np.quantile(v, [0.25, 0.5, 0.75])
             return [float(q50), _scale(q75 - q25)]
 
-        glob = loc_scale(values)
-        per = [loc_scale(groups.get(k, np.zeros(0))) for k in keys] if op.per_series else None
+        glob = loc_scale(values) if count else []
+        per = [loc_scale(groups[k]) if len(groups.get(k, ())) else glob for k in keys] if op.per_series else None
     else:
         total, by_series = partial
         row = total.iloc[0]
-        glob = [float(row["mean"]) if row["count"] else float("nan"), _scale(np.sqrt(row["var"]))]
+        count = int(row["count"])
+        glob = [float(row["mean"]), _scale(np.sqrt(row["var"]))] if count else []
         per = None
         if op.per_series:
             table = by_series.reindex(keys)
-            per = [[float(m), _scale(np.sqrt(v))] for m, v in zip(table["mean"], table["var"])]
+            per = [[float(m), _scale(np.sqrt(v))] if n > 0 else glob
+                   for m, v, n in zip(table["mean"], table["var"], table["count"].fillna(0))]  # fmt: skip
+    if not count:
+        raise DataError(
+            f"{op!r}: column {col!r} of {what} holds no value (every row is null or NaN), so it has no mean or "
+            "scale to fit; fill it first (FillMissing(value=...) before Normalize), or leave the column out"
+        )
     return {"global": glob, "series": per}
 
 
@@ -274,6 +351,32 @@ def _statics(wf: Workflow, storage_options: dict | None) -> None:
     }
 
 
+def _converted(data: Any, storage_options: dict | None) -> tuple[str, dict] | None:
+    """``(root URL, manifest)`` of a spread-layout ``dask-windows convert`` output, else ``None``."""
+    import fsspec
+
+    from dask_windows.sources.manifest import read_manifest
+
+    if not isinstance(data, (str, os.PathLike)):
+        return None
+    fs, root = fsspec.core.url_to_fs(str(data), **(storage_options or {}))
+    root = root.rstrip("/")
+    if not fs.isdir(root):
+        return None
+    manifest = read_manifest(root, fs)
+    if manifest is None or manifest["version"] < 2:
+        return None  # no overlap rows: every row is stored once
+    return fs.unstrip_protocol(root), manifest
+
+
+def _read_file(url: str, columns: list[str], storage_options: dict | None) -> Any:
+    import fsspec
+    import pyarrow.parquet as pq
+
+    with fsspec.open(url, "rb", **(storage_options or {})) as src:
+        return pq.read_table(src, columns=columns).to_pandas()
+
+
 def _open(data: Any, columns: list[str], storage_options: dict | None, blocksize: Any) -> tuple[Any, list | None]:
     """A Dask DataFrame of ``columns``, and the files it reads (``None`` for in-memory data)."""
     import dask.dataframe as dd
@@ -298,6 +401,8 @@ def fit(
     scheduler: str | None = None,
     storage_options: dict | None = None,
     blocksize: Any = None,
+    at: Any = None,
+    time: str | None = None,
 ) -> Workflow:
     """Fit ``wf``'s statistics in one pass over ``data`` with Dask; returns ``wf``.
 
@@ -310,16 +415,29 @@ def fit(
             ``LocalCluster`` of this machine, closed after the fit.
         storage_options: fsspec options for ``data`` and a static table given by path.
         blocksize: Passed to ``dask.dataframe.read_parquet`` (rows per partition read).
+        at: Fit on the training period only: the rows whose ``time`` is before ``at`` (strings and
+            timestamps are converted for a timestamp column), the rows of the train part of
+            ``WindowDataset.split(at=at, time=time)`` when time increases inside each series. The
+            operations still see every row (a lag at the first row after the cut reads the rows
+            before it); the series ids, statistics and vocabularies count the rows before ``at``.
+        time: The time column ``at`` is compared with (default: the workflow's ``time``).
 
     Raises:
         SchemaError: A column the workflow reads is not in the data.
     """
     import dask
 
-    started = time.perf_counter()
-    frame, files = _open(data, wf.inputs, storage_options, blocksize)
+    started = perf_counter()
+    time = time or (wf.time if at is not None else None)
+    if at is not None and time is None:
+        raise ConfigError(f"fit(at={at!r}) needs time= (the time column), or a workflow made with time=")
+    if time is not None and at is None:
+        raise ConfigError(f"fit(time={time!r}) is the column that at= is compared with: pass at= too")
+    extra = [c for c in dict.fromkeys([wf.time, time]) if c is not None and c not in wf.inputs]
+    columns = [*wf.inputs, *extra]
+    frame, files = _open(data, columns, storage_options, blocksize)
     what = data if isinstance(data, (str, os.PathLike)) else type(data).__name__
-    missing = [c for c in wf.inputs if c not in frame.columns]
+    missing = [c for c in columns if c not in frame.columns]
     if missing:
         raise SchemaError(
             f"column {missing[0]!r}, read by the workflow, is not in {what}; columns: {list(frame.columns)}; "
@@ -341,15 +459,23 @@ def fit(
             if wf.schema.get(op.columns[0], "datetime") != "datetime":
                 raise SchemaError(f"TimeFeatures column {op.columns[0]!r} of {what} is {dtype}, not a timestamp")
             op.state = {"stored_tz": str(getattr(dtype, "tz", None) or "") or None}
-    parts = frame.to_delayed()
-    partials = [dask.delayed(_partial)(part, wf) for part in parts]
+    train = None if at is None or time is None else (time, _bound(at, frame.dtypes[time], time))
+    converted = _converted(data, storage_options)
+    if converted is None:
+        parts = frame.to_delayed()
+        partials = [dask.delayed(_partial)(part, wf, None, k, train) for k, part in enumerate(parts)]
+    else:  # one partition per file, its overlap rows (stored twice by the spread layout) counted once
+        root, manifest = converted
+        read = dask.delayed(_read_file)
+        parts = [read(f"{root}/{e['path']}", columns, storage_options) for e in manifest["files"]]
+        partials = [dask.delayed(_partial)(part, wf, e["runs"], 0, train) for part, e in zip(parts, manifest["files"])]
     merged, peaks = _compute(partials, wf, client, scheduler)
-    _finish(wf, merged)
+    _finish(wf, merged, what)
     _statics(wf, storage_options)
     from dask_windows.workflow.artifact import digest
 
     wf.fingerprint = None if files is None else {"files": len(files), "digest": digest(files)}
-    seconds = time.perf_counter() - started
+    seconds = perf_counter() - started
     peaks[os.getpid()] = _peak_rss()
     peak = sum(peaks.values())  # this process and the cluster's worker processes
     wf.fit_report = FitReport(len(parts), int(merged["rows"]), seconds, peak)  # type: ignore[attr-defined]

@@ -131,8 +131,8 @@ class Op:
         """Columns written (an input written in place counts)."""
         return list(self.columns)
 
-    def lookback(self) -> int:
-        """Rows before a row that its output depends on (within its series)."""
+    def lookback(self, output: str | None = None) -> int:
+        """Rows before a row that its output (default: any output) depends on, within its series."""
         return 0
 
     def depends(self, output: str) -> list[str]:
@@ -150,6 +150,16 @@ class Op:
     def apply(self, cols: dict, piece: Piece) -> None:
         """Write this operation's outputs into ``cols`` (a piece's columns)."""
         raise NotImplementedError
+
+    def invert(self, values: Any, column: str) -> Any:
+        """``values`` of the in-place output ``column`` (a prediction: numpy or torch) taken back through
+        this operation, or ``NotImplemented`` where it cannot be undone (``Workflow.invert_target``)."""
+        return NotImplemented
+
+    def check_state(self, num_series: int) -> None:
+        """Raise ``ValueError`` naming what is wrong when ``state`` is not what a fit writes (a loaded file)."""
+        if self.fitted and not (isinstance(self.state, dict) and set(self.state) == set(self.columns)):
+            raise ValueError(f"{self!r} has no fitted state for each of its columns")
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
@@ -190,12 +200,17 @@ class FillMissing(Op):
     def outputs(self) -> list[str]:
         return list(self.columns) + ([f"{c}_observed" for c in self.columns] if self.mask else [])
 
-    def lookback(self) -> int:
+    def lookback(self, output: str | None = None) -> int:
+        if output is not None and output not in self.columns:
+            return 0  # the observed mask looks at its own row only
         return (self.limit or 0) if self.method else 0
 
     def config(self) -> dict:
         return {"columns": list(self.columns), "value": self.value, "method": self.method, "limit": self.limit,
                 "mask": self.mask}  # fmt: skip
+
+    def invert(self, values: Any, column: str) -> Any:
+        return values  # a prediction has no missing value to unfill
 
     def apply(self, cols: dict, piece: Piece) -> None:
         for col in self.columns:
@@ -218,14 +233,19 @@ class FillMissing(Op):
 
 
 class Log1p(Op):
-    """``log(1 + x)`` in place."""
+    """``log(1 + x)`` in place (``Transform(columns, "log1p")``); ``invert_target`` undoes it (``expm1``)."""
 
     kind = "log1p"
+    name: str = "log1p"  # as ``Transform.name`` (PyTorch Forecasting's ``transformation``)
+    lmbda: float | None = None
 
     def apply(self, cols: dict, piece: Piece) -> None:
         for col in self.columns:
             with np.errstate(invalid="ignore", divide="ignore"):
                 cols[col] = np.log1p(_float(cols, col, "Log1p"))
+
+    def invert(self, values: Any, column: str) -> Any:
+        return values.expm1() if hasattr(values, "expm1") else np.expm1(values)
 
 
 class Clip(Op):
@@ -241,6 +261,9 @@ class Clip(Op):
 
     def config(self) -> dict:
         return {"columns": list(self.columns), "lower": self.lower, "upper": self.upper}
+
+    def invert(self, values: Any, column: str) -> Any:
+        return values  # inside the bounds clipping is the identity; a value clipped is not recovered
 
     def apply(self, cols: dict, piece: Piece) -> None:
         for col in self.columns:
@@ -295,6 +318,16 @@ class Normalize(Op):
         picked[unseen] = glob
         return picked[:, 0], picked[:, 1]
 
+    def check_state(self, num_series: int) -> None:
+        super().check_state(num_series)
+        for col, stats in (self.state or {}).items():
+            rows = [stats["global"]] + (list(stats["series"]) if self.per_series else [])
+            if self.per_series and len(rows) != num_series + 1:
+                raise ValueError(f"{self!r} has statistics of {col!r} for {len(rows) - 1} series, not {num_series}")
+            for loc, scale in rows:
+                if not (np.isfinite(scale) and scale > 0) or np.isinf(loc):
+                    raise ValueError(f"{self!r} has a location {loc!r} or scale {scale!r} of {col!r} a fit never gives")
+
     def apply(self, cols: dict, piece: Piece) -> None:
         for col in self.columns:
             values = _float(cols, col, "Normalize")
@@ -336,6 +369,12 @@ class Categorify(Op):
         """Codes ``col`` takes: the vocabulary plus null and unseen (an embedding's size)."""
         return len(self.vocabulary(col)) + 2
 
+    def check_state(self, num_series: int) -> None:
+        super().check_state(num_series)
+        for col, vocabulary in (self.state or {}).items():
+            if not isinstance(vocabulary, list) or len(set(map(repr, vocabulary))) != len(vocabulary):
+                raise ValueError(f"{self!r} has a vocabulary of {col!r} that is not a list of distinct values")
+
     def apply(self, cols: dict, piece: Piece) -> None:
         import pandas as pd
 
@@ -370,8 +409,8 @@ class Lag(Op):
     def outputs(self) -> list[str]:
         return [f"{self.columns[0]}_lag{k}" for k in self.lags]
 
-    def lookback(self) -> int:
-        return max(self.lags)
+    def lookback(self, output: str | None = None) -> int:
+        return max(self.lags) if output is None else self.lags[self.outputs().index(output)]
 
     def config(self) -> dict:
         return {"column": self.columns[0], "lags": self.lags}
@@ -397,7 +436,7 @@ class Difference(Op):
     def outputs(self) -> list[str]:
         return [f"{self.columns[0]}_diff{self.periods}"]
 
-    def lookback(self) -> int:
+    def lookback(self, output: str | None = None) -> int:
         return self.periods
 
     def config(self) -> dict:
@@ -451,6 +490,12 @@ class TimeFeatures(Op):
         if values.dtype.kind not in "MO":
             raise SchemaError(f"TimeFeatures needs a timestamp column but {col!r} is {values.dtype}; parse it first")
         stamps = pd.DatetimeIndex(values)
+        if stamps.tz is not None and self.state is not None and not stored_tz and not self.tz:
+            raise SchemaError(
+                f"TimeFeatures column {col!r} holds timestamps with time zone {str(stamps.tz)!r}, but the workflow "
+                f"was fitted on it naive (no time zone): its calendar fields would shift; drop the zone as the fit "
+                f"saw it (pandas: .dt.tz_localize(None) on wall times), pass TimeFeatures(tz=...), or refit"
+            )
         if stamps.tz is None and stored_tz:  # Arrow gives zoned timestamps as UTC instants
             stamps = stamps.tz_localize("UTC")
         zone = self.tz or stored_tz
@@ -587,7 +632,7 @@ def _resolve(name: str) -> Callable:
     return target
 
 
-OPS: dict[str, type[Op]] = {
+OPS: dict[str, type[Op]] = {  # by kind; ``transforms`` adds ``Transform`` when imported (the package does)
     cls.kind: cls for cls in (FillMissing, Log1p, Clip, Normalize, Categorify, Lag, Difference, TimeFeatures, Function)
 }
 

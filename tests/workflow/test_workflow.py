@@ -220,7 +220,7 @@ def test_save_load_keeps_every_value_and_checks_the_data(co2, tmp_path):
     df.assign(season=np.arange(len(df))).to_parquet(bad / "x.parquet", index=False)
     with pytest.raises(KeyError, match="'season'.*number.*fitted on string"):
         WindowDataset(str(bad), workflow=back, window=8, nan="drop")
-    doc = (tmp_path / "wf.json").read_text().replace('"version": 1', '"version": 99')
+    doc = (tmp_path / "wf.json").read_text().replace('"version": 2', '"version": 99')
     (tmp_path / "v99.json").write_text(doc)
     with pytest.raises(ValueError, match="version 99"):
         Workflow.load(str(tmp_path / "v99.json"))
