@@ -169,7 +169,9 @@ class PFAdapter:
 
     @property
     def categoricals(self) -> list[str]:
-        return self._static_categoricals + self._time_varying_known_categoricals + self._time_varying_unknown_categoricals
+        return (
+            self._static_categoricals + self._time_varying_known_categoricals + self._time_varying_unknown_categoricals
+        )
 
     @property
     def flat_categoricals(self) -> list[str]:
@@ -341,10 +343,8 @@ class PFAdapter:
             units = torch.cat([past_units[:, j], future_units[:, j]], dim=1)  # (B, L + H)
             return (units - loc[:, j, None]) / scale[:, j, None]
         if name == "relative_time_idx":
-            steps = torch.arange(length + horizon, dtype=torch.float32)[None, :] - length  # (1, L + H)
-            if self.min_encoder_length < self.max_encoder_length:  # encoder rows start at -n
-                steps = steps.expand(b, -1).clone()
-                steps[:, :length] += length - lengths[:, None].float()
+            # (1, L + H) -L .. H - 1; a shorter encoder keeps its last n rows: -n .. -1 (``_shorten``)
+            steps = torch.arange(length + horizon, dtype=torch.float32)[None, :] - length
             return (steps / self.max_encoder_length).expand(b, -1)
         if name.endswith(("_center", "_scale")) and name.rsplit("_", 1)[0] in self.target_names:
             target, part = name.rsplit("_", 1)
