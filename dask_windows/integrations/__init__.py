@@ -1,4 +1,4 @@
-"""Training frameworks, each imported only when used: ``lightning`` (a ``LightningDataModule``) and
+"""Training frameworks, each imported only when used: ``lightning`` (a ``LightningDataModule``),
 ``fastai`` (fastai/tsai ``DataLoaders``; also importable as ``dask_windows.fastai``) and
 ``pytorch_forecasting`` (PyTorch Forecasting's models on named batches: ``PFAdapter``).
 
