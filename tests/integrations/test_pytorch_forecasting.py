@@ -219,3 +219,37 @@ def test_what_the_adapter_refuses(grunfeld):
     short = PFAdapter(wf, WINDOW, HORIZON, min_encoder_length=2)
     with pytest.raises(ConfigError, match="index=True"):
         short(next(iter(WindowDataset(path, workflow=wf.named(), window=WINDOW, horizon=HORIZON, batch_size=8))))
+
+
+def test_two_targets_give_pf_lists_and_a_multiloss_model(grunfeld):
+    path, df, table = grunfeld
+    statics = Statics(table, numeric=["size"])
+    wf = Workflow([Normalize(["invest", "value"], per_series=True)], series="firm",
+                  continuous=["year", "invest", "value"], target=["invest", "value"], known=["year"],
+                  statics=statics).fit(df, scheduler="sync")  # fmt: skip
+    adapter = PFAdapter(wf, WINDOW, HORIZON)
+    batch = next(iter(WindowDataset(path, workflow=wf.named(index=True), window=WINDOW, horizon=HORIZON,
+                                    batch_size=16)))  # fmt: skip
+    x, (y, weight) = adapter(batch)
+    assert weight is None and isinstance(y, list) and len(y) == len(x["target_scale"]) == 2
+    for j, name in enumerate(["invest", "value"]):
+        units = batch["target"][:, j] * batch["target_scale"][:, j, None] + batch["target_loc"][:, j, None]
+        np.testing.assert_allclose(y[j], units, rtol=1e-6)
+        np.testing.assert_allclose(x["target_scale"][j][:, 1], batch["target_scale"][:, j])
+    model = pf.TemporalFusionTransformer.from_dataset(adapter, hidden_size=8)
+    assert isinstance(model.loss, pf.MultiLoss)
+    with torch.no_grad():
+        assert np.isfinite(float(model.loss(model(x)["prediction"], (y, weight))))
+
+
+def test_the_adapter_pickles_for_dataloader_workers(grunfeld):
+    import pickle
+
+    path, df, table = grunfeld
+    wf = workflow(df, table)
+    adapter = PFAdapter(wf, WINDOW, HORIZON, min_encoder_length=2, add_target_scales=True)
+    batch = next(iter(WindowDataset(path, workflow=wf.named(index=True), window=WINDOW, horizon=HORIZON,
+                                    batch_size=16)))  # fmt: skip
+    again = pickle.loads(pickle.dumps(adapter))
+    for key, value in adapter(batch)[0].items():
+        assert torch.equal(value, again(batch)[0][key]), key
