@@ -133,7 +133,7 @@ class PFAdapter:
         self.target_names = list(wf.target)
         self.multi_target = len(wf.target) > 1
         self.group_ids = [wf.series] if isinstance(wf.series, str) else list(wf.series or [])
-        self.time_idx = "__row__"
+        self.time_idx = "row"  # decoder_time_idx counts global rows (``index=True``)
 
         cats, known = set(wf.categorical), set(wf.known)
         statics = wf.statics
@@ -212,11 +212,13 @@ class PFAdapter:
         }
 
     def x_to_index(self, x: dict) -> Any:
-        """Series id and first decoder step of each window (PF's ``predict(..., return_index=True)``)."""
+        """First decoder step and series id of each window (PF's ``predict(..., return_index=True)``); the id's
+        column is named after the workflow's ``series`` column (``"series"`` for several)."""
         import pandas as pd
 
         keys = np.asarray(self.wf.series_keys, dtype=object)[x["groups"][:, 0].cpu().numpy()]
-        return pd.DataFrame({self.time_idx: x["decoder_time_idx"][:, 0].cpu().numpy(), "series": keys})
+        name = self.group_ids[0] if len(self.group_ids) == 1 else "series"
+        return pd.DataFrame({self.time_idx: x["decoder_time_idx"][:, 0].cpu().numpy(), name: keys})
 
     # -- batches ----------------------------------------------------------------------------
 

@@ -200,7 +200,7 @@ def test_last_windows_are_each_series_last_rows(grunfeld):
     for firm, enc, dec in zip(firms, x["encoder_target"].numpy(), x["decoder_target"].numpy()):
         np.testing.assert_allclose(np.concatenate([enc, dec]), tails[firm], rtol=1e-5)
     index = adapter.x_to_index(x)
-    assert list(index["series"]) == firms
+    assert list(index["firm"]) == firms
 
 
 def test_what_the_adapter_refuses(grunfeld):
