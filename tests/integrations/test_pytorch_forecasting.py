@@ -56,13 +56,14 @@ def joined(dataset, adapter=None) -> dict:
     return batch if adapter is None else adapter(batch)[0]
 
 
-def train(model, loader, steps=2):
+def train(model, loader, valid=None, steps=2):
     import lightning
 
     trainer = lightning.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                                enable_model_summary=False, accelerator="cpu")  # fmt: skip
-    trainer.fit(model, loader)
-    return float(trainer.callback_metrics["train_loss_step"])
+                                enable_model_summary=False, accelerator="cpu", limit_val_batches=1,
+                                num_sanity_val_steps=0)  # fmt: skip
+    trainer.fit(model, loader, valid)
+    return {k: float(v) for k, v in trainer.callback_metrics.items()}
 
 
 @pytest.mark.parametrize("model", ["TemporalFusionTransformer", "DeepAR", "NHiTS"])
@@ -80,9 +81,10 @@ def test_each_model_trains_from_parquet_through_window_dataset(grunfeld, model):
     torch.manual_seed(0)
     net = cls.from_dataset(adapter, **({} if model == "NHiTS" else {"hidden_size": 8}))
     ds = WindowDataset(path, workflow=wf.named(index=True), window=WINDOW, horizon=HORIZON, batch_size=32)
+    fitting, held_out = ds.split(valid=0.45)  # 4 training and 2 held-out windows a firm
     before = [p.detach().clone() for p in net.parameters()]
-    loss = train(net, adapter.loader(ds), steps=2)
-    assert np.isfinite(loss)
+    metrics = train(net, adapter.loader(fitting), adapter.loader(held_out), steps=2)
+    assert np.isfinite(metrics["train_loss_step"]) and np.isfinite(metrics["val_loss"])
     assert any(not torch.equal(a, b.detach()) for a, b in zip(before, net.parameters()))  # it learned something
 
 
