@@ -22,6 +22,8 @@ normaliser (fitted on each window's encoder part) and shorter encoders drawn bet
   ``GroupNormalizer``: mean and ``std`` of each series, without PF's ``eps``), or per window with
   ``target_normalizer="encoder"`` (PF's ``EncoderNormalizer``: mean and ``std`` of the encoder part,
   ``+ float32 eps``);
+* a transformation the workflow applies to the target before its ``Normalize`` (``Log1p``, ...) stays
+  applied: targets and predictions are in the transformed units (PF's ``transformation=`` is not used);
 * unknown reals other than the targets are zeros over the decoder (PF fills them with values no
   model reads: models read only known reals there);
 * ``groups`` is the series code (position in ``Workflow.series_keys``), ``decoder_time_idx`` counts
