@@ -56,6 +56,7 @@ _NEEDS = re.compile(r"^\s*<!--\s*needs:(.*?)-->\s*$")
 OPTIONAL = {
     "fastai": "bash .ci/extras (fastai without torchvision, beside the pinned torch)",
     "tsai": "pip install -c .ci/constraints.txt tsai",
+    "pytorch_forecasting": "bash .ci/extras (pytorch-forecasting --no-deps, beside pandas 3.1)",
 }
 _SETUP_OPEN = re.compile(r"^\s*<!--\s*setup:\s*$")
 _SETUP_CLOSE = re.compile(r"^\s*-->\s*$")

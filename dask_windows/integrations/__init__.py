@@ -1,5 +1,6 @@
-"""Training frameworks, each imported only when used: ``lightning`` (a ``LightningDataModule``) and
-``fastai`` (fastai/tsai ``DataLoaders``; also importable as ``dask_windows.fastai``).
+"""Training frameworks, each imported only when used: ``lightning`` (a ``LightningDataModule``),
+``fastai`` (fastai/tsai ``DataLoaders``; also importable as ``dask_windows.fastai``) and
+``pytorch_forecasting`` (PyTorch Forecasting's models on named batches: ``PFAdapter``).
 
 Nothing here is imported by ``import dask_windows``; each module raises an ``ImportError`` with the
 ``pip install`` line when its framework is missing.
