@@ -109,7 +109,7 @@ def test_the_values_agree_with_the_keywords_and_reopen_the_same_dataset(path, kw
             held = getattr(getattr(ds.config, KEYWORDS[name]), name)
             assert held == (tuple(value) if isinstance(value, list) else value), name
         for f in dataclasses.fields(WindowSpec):  # the runtime's view agrees with the values
-            if f.name in ("code_features", "code_dtype"):  # derived from workflow= (none here): the defaults
+            if f.name in ("code_features", "code_dtype", "lookback"):  # derived from workflow= (none here): defaults
                 assert getattr(ds.spec, f.name) == f.default, f.name
             elif f.name != "pieces_per_partition":
                 assert getattr(ds.spec, f.name) == getattr(getattr(ds.config, KEYWORDS[f.name]), f.name), f.name
