@@ -412,7 +412,8 @@ def test_may_import_cells_of_the_architecture_page_are_the_real_imports():
     is a module or package that the row's module imports (``python tests/test_package.py`` prints the cells
     as the code has them)."""
     problems = _architecture_import_problems()
-    assert not problems, "\n".join(problems)
+    fix = "(`python tests/test_package.py --write` puts the cells that match the code into the page)"
+    assert not problems, "\n".join([*problems, fix])
 
 
 def test_the_cell_check_names_the_row_and_what_to_change(tmp_path, monkeypatch):
@@ -731,9 +732,29 @@ def test_tests_are_laid_out_like_the_package():
         assert any(n.startswith("test_") for n in os.listdir(os.path.join(tests, folder))), folder
 
 
-if __name__ == "__main__":  # print every module's "may import" cell, as the code has it
-    _names = {_module_name(rel) for rel in _modules()}
-    _found = {rel: _real_imports(path, _names) for rel, path in _modules().items()}
-    _third = {n for found in _found.values() for n in found if not n.startswith("dask_windows")}
-    for _rel in sorted(_found):
-        print(f"{_rel}: {_render(_found[_rel], _third)}")
+def _write_cells() -> int:
+    """Every "may import" cell of docs/architecture.md set to what the code imports; the rows changed."""
+    modules = {_module_name(rel) for rel in _modules()}
+    found = {rel: _real_imports(path, modules) for rel, path in _modules().items()}
+    third_party = {n for imports in found.values() for n in imports if not n.startswith("dask_windows")}
+    lines, changed = [], 0
+    for line in ARCHITECTURE.read_text(encoding="utf-8").split("\n"):
+        match = re.match(r"(\| `(dask_windows/[\w/]+\.py)` \|.*\| )([^|]*)( \|)$", line)
+        if match and match[2] in found and _cell_problems(match[3], found[match[2]], modules, third_party):
+            line = match[1] + _render(found[match[2]], third_party) + match[4]
+            changed += 1
+        lines.append(line)
+    ARCHITECTURE.write_text("\n".join(lines), encoding="utf-8")
+    return changed
+
+
+if __name__ == "__main__":
+    # print every module's "may import" cell as the code has it; --write: put them in docs/architecture.md
+    if sys.argv[1:] == ["--write"]:
+        print(f"{_write_cells()} rows of docs/architecture.md updated")
+    else:
+        _names = {_module_name(rel) for rel in _modules()}
+        _found = {rel: _real_imports(path, _names) for rel, path in _modules().items()}
+        _third = {n for found in _found.values() for n in found if not n.startswith("dask_windows")}
+        for _rel in sorted(_found):
+            print(f"{_rel}: {_render(_found[_rel], _third)}")
