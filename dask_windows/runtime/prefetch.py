@@ -444,8 +444,9 @@ class GuardedThread(threading.Thread):
         Raises:
             MemoryError: naming the thread, chained to what failed.
         """
-        if isinstance(getattr(self, "_started", None), threading.Event) and not self._started.is_set():
-            self._started = _Started(self._gone)
+        started: Any = getattr(self, "_started", None)
+        if isinstance(started, threading.Event) and not started.is_set():
+            started = self._started = _Started(self._gone)
         try:
             super().start()
         except RuntimeError as exc:
@@ -453,7 +454,7 @@ class GuardedThread(threading.Thread):
                 raise  # started twice, or not initialised: a bug, not a resource
             raise MemoryError(f"cannot start the thread {self.name!r} ({exc}): {_REMEDY}") from exc
         error = self._start_error
-        if error is None and self._started.is_set():
+        if error is None and (started is None or started.is_set()):
             return
         self._forget()
         if error is not None:
@@ -466,7 +467,9 @@ class GuardedThread(threading.Thread):
         """A thread that never ran: stopped for ``join``, no longer listed by ``threading.enumerate``."""
         if hasattr(self, "_is_stopped"):
             self._is_stopped = True  # so join() returns (Python <= 3.12)
-        self._started.set()  # join() of a thread never started raises; this one ended
+        started: Any = getattr(self, "_started", None)
+        if started is not None:
+            started.set()  # join() of a thread never started raises; this one ended
         limbo, lock = getattr(threading, "_limbo", None), getattr(threading, "_active_limbo_lock", None)
         if limbo is not None and lock is not None:
             with lock:

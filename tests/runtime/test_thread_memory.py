@@ -140,7 +140,9 @@ def test_a_thread_that_ends_before_running_any_code_fails_its_start(monkeypatch)
     import operator
 
     # a fresh C callable per thread, raising before any Python frame (held by the new thread alone)
-    monkeypatch.setattr(GuardedThread, "_guarded_bootstrap", property(lambda self: functools.partial(operator.truediv, 1, 0)))
+    monkeypatch.setattr(
+        GuardedThread, "_guarded_bootstrap", property(lambda self: functools.partial(operator.truediv, 1, 0))
+    )
     monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: None)  # keeps no reference to it
     ran = []
     thread = GuardedThread(target=lambda: ran.append(1), name="doomed", daemon=True)
