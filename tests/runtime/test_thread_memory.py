@@ -83,6 +83,8 @@ try:
 except MemoryError as exc:
     outcome = {"error": str(exc)}
 outcome["starts"] = starts
+pending = ds._read_ahead.pending  # a next pass read ahead, not released (nextpass)
+outcome["held"] = pending is not None and not pending.done.is_set()
 print("OUTCOME", json.dumps(outcome), flush=True)
 """
 
@@ -112,6 +114,16 @@ def test_a_lane_helper_that_cannot_start_leaves_the_work_to_the_consumer(tmp_pat
     assert "'dask-windows-lane' died while starting" in outcome["starts"][0] or "cannot start" in outcome["starts"][0]
     assert outcome.get("same") is True, outcome  # the same batches, gathered on one thread
     assert "gathering on one thread" in stdout
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="measures the process's mappings through /proc (Linux)")
+def test_a_next_pass_timer_that_cannot_start_releases_the_read_ahead(tmp_path):
+    """The timer that would release an unclaimed read-ahead starts when a pass ends: if it cannot, the
+    read-ahead is released at once and the pass ends as usual (the next one reads for itself)."""
+    outcome, _ = _run(tmp_path, "whole", "dask-windows-next-pass")
+    assert outcome["starts"] and outcome["starts"][0].startswith("MemoryError"), outcome
+    assert outcome.get("same") is True, outcome
+    assert outcome["held"] is False, "a read-ahead no timer will release is still held"
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="measures the process's mappings through /proc (Linux)")
