@@ -115,17 +115,35 @@ def left_out(runs: Sequence[Any], partitions: Sequence[Any], span: int) -> LeftO
     return LeftOut(len(hit), int(lengths[hit].sum()), first)  # a short run's halo rows are its own
 
 
-def warn_left_out(found: LeftOut, span: int, description: str, asked: str | None = None) -> None:
-    """Warn once that ``found`` runs are left out (nothing when none is); ``asked``: the span as the user
-    asked for it (``WindowSpec.describe_span``)."""
+def warn_left_out(
+    found: LeftOut, span: int, description: str, asked: str | None = None, converted_span: int | None = None
+) -> None:
+    """Warn once that ``found`` runs are left out (nothing when none is).
+
+    ``asked``: the span as the user asked for it (``WindowSpec.describe_span``). ``converted_span``: the
+    data were written by ``dask-windows convert`` for windows of up to that many rows (``None``: not
+    converted). Its series are whole already, so joining them is no remedy: a smaller window is, or (past
+    that span, where a short run is a series' first chunk) converting again.
+    """
     if not found.runs or found.first is None:
         return
     name, key, rows = found.first
+    if converted_span is None:
+        what = "series (or a file's stretch of one)"
+        remedy = "use a smaller window, or join a series split between files (`dask-windows convert` does)"
+    elif span <= converted_span:
+        what = "series"
+        remedy = "use a smaller window (these series are whole: `dask-windows convert` joined them)"
+    else:
+        what = "series (or the first chunk of one)"
+        remedy = (
+            f"the data were converted for window + horizon <= {converted_span}: re-run `dask-windows convert` "
+            "with a --window this large, or use a smaller window"
+        )
     _warn(
-        f"{found.runs:,} series (or a file's stretch of one) in {description} are shorter than "
-        f"{asked or f'window + horizon = {span} rows'} and hold no window: {found.rows:,} rows are left out (first: series "
-        f"{key!r} in {name}, {rows:,} rows); use a smaller window, or join a series split between files "
-        "(`dask-windows convert` does); `dask-windows inspect` reports the count",
+        f"{found.runs:,} {what} in {description} are shorter than "
+        f"{asked or f'window + horizon = {span} rows'} and hold no window: {found.rows:,} rows are left out "
+        f"(first: series {key!r} in {name}, {rows:,} rows); {remedy}; `dask-windows inspect` reports the count",
         ShortSeriesWarning,
     )
 
@@ -195,5 +213,11 @@ def check_omissions(ds: Any, series_given: bool) -> LeftOut:
     if not series_given and ds.spec.series is None:
         warn_series_column(series_column_hint(ds.source, list(ds.spec.columns)), description)
     found = left_out(ds.runs, ds.source.partitions, ds.spec.span)
-    warn_left_out(found, ds.spec.span, description, ds.spec.describe_span())
+    manifest = getattr(ds.source, "_manifest", None)  # a `dask-windows convert` output's
+    converted_span = None
+    if manifest is not None:  # whole series; in chunks overlapping for a span in the spread layout
+        head = manifest["manifest"]
+        chunked = head.get("version", 1) >= 2 and head.get("layout", "spread") == "spread"
+        converted_span = int(head["span"]) if chunked else ds.spec.span
+    warn_left_out(found, ds.spec.span, description, ds.spec.describe_span(), converted_span)
     return found

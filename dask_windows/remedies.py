@@ -9,6 +9,8 @@ fit their kind. A few do not, and the generic remedy is then wrong:
 * a CSV, Avro, JSON or ``.npy`` file handed to the Parquet source is "not
   Parquet, truncated or corrupt", where the remedy is ``dask-windows
   convert`` (or the reader of that format);
+* a folder of CSV (or other) files handed to ``fit`` finds "no Parquet
+  file", where the remedy is ``dask-windows convert``;
 * a window longer than every chunk of a spread-converted dataset is "longer
   than every series run", where the series are long and the remedy is to
   convert again with ``--window``.
@@ -22,7 +24,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["missing_backend", "no_windows_remedy", "wrong_format"]
+__all__ = ["missing_backend", "no_parquet_remedy", "no_windows_remedy", "wrong_format"]
 
 #: fsspec protocol -> (package, the pip line that installs it)
 _BACKENDS = {
@@ -87,6 +89,33 @@ def wrong_format(path: str) -> str | None:
                 f"frame to WindowDataset"
             )
     return None
+
+
+def no_parquet_remedy(data: str, names: list[str]) -> str | None:
+    """The remedy when a folder holds no Parquet file but files of another format (``names``).
+
+    Args:
+        data: The folder or glob given.
+        names: The names of the files found under it.
+
+    Returns:
+        A sentence naming how many files of which format and ``dask-windows convert``, or ``None``.
+    """
+    kinds: dict[str, list[str]] = {}
+    for name in names:
+        lower = name.lower()
+        suffix = next((s for s in _OTHER_FORMATS if lower.endswith(s)), None)
+        if suffix is not None:
+            kinds.setdefault(_OTHER_FORMATS[suffix][0], []).append(name)
+    if not kinds:
+        return None
+    what, found = max(kinds.items(), key=lambda kv: len(kv[1]))
+    kind = what.split(" ", 1)[1]  # "CSV file"
+    return (
+        f"it holds {len(found):,} {kind}{'s' if len(found) > 1 else ''} (first: {sorted(found)[0]}): rewrite "
+        f"{'them' if len(found) > 1 else 'it'} as Parquet with `dask-windows convert {data} OUT --series S --time T` "
+        "and use OUT"
+    )
 
 
 def no_windows_remedy(manifest: Any, span: int, window: int, horizon: int) -> str | None:

@@ -70,6 +70,7 @@ __all__ = [
     "SPARE_MIN_BYTES",
     "TAIL_BATCH",
     "TARGET_CHUNKS_PER_FILE",
+    "THREAD_WATCH_SECONDS",
     "TORCH_MIN_BYTES",
     "TRIM_BYTES",
     "UNITS_PER_BATCH",
@@ -177,6 +178,9 @@ READ_THREADS = 2
 TRIM_BYTES = 8 << 20
 #: Seconds the exit hook waits for a prefetcher's threads (a read in flight finishes alone).
 EXIT_JOIN_SECONDS = 10.0
+#: How often a wait for a loader thread (its start, its next item) checks that the thread still lives:
+#: one that died where it could not report (out of memory) ends the wait after at most this long.
+THREAD_WATCH_SECONDS = 0.5
 
 # -- gathering batches (runtime/batch.py) ---------------------------------------------------------
 

@@ -166,15 +166,23 @@ def main() -> None:
             break
 
     model.eval()
-    total = torch.zeros(2, device=device)
+    total = torch.zeros(4, device=device)  # squared errors, values, and their sum and sum of squares
     with torch.no_grad():
         for x, y in DataLoader(valid, batch_size=None, num_workers=0):
             x, y = x.to(device), y.to(device)
             total[0] += F.mse_loss(model(x), y, reduction="sum")
             total[1] += y.numel()
+            total[2] += y.sum()
+            total[3] += y.square().sum()
     dist.all_reduce(total)
     if rank == 0:
-        print(f"done at step {step}: validation mse {(total[0] / total[1]).item():.5f}")
+        mse, n = (total[0] / total[1]).item(), total[1].item()
+        mean = total[2].item() / n
+        baseline = total[3].item() / n - mean**2  # every forecast the validation targets' mean
+        print(
+            f"done at step {step}: validation mse {mse:.5f}, predict-the-mean baseline {baseline:.5f} "
+            f"({mse / baseline:.1%} of the baseline)"
+        )
     dist.barrier()  # every rank is done with gloo before any tears it down (else a rank may abort at exit)
     dist.destroy_process_group()
     # Even after a clean destroy_process_group, a rank sometimes aborts while the interpreter shuts

@@ -110,6 +110,7 @@ def train(rank: int, world_size: int, args: argparse.Namespace, init: str) -> No
         optimizer.load_state_dict(saved["optimizer"])
         mixture.load_state_dict(saved["data"])  # saved by 2 ranks, loaded by 1: resumes elastically
         step, losses, stop = saved["step"], saved["losses"], args.steps
+    baselines: list[float] = []  # the masked MSE of predicting each window's mean (0 once standardised)
     generator = torch.Generator().manual_seed(args.seed + 1000 * step + rank)
     loader = torch.utils.data.DataLoader(mixture, batch_size=None, num_workers=args.num_workers)
     epoch, shares = mixture.epoch, np.zeros(2)
@@ -126,11 +127,12 @@ def train(rank: int, world_size: int, args: argparse.Namespace, init: str) -> No
             taken += 1
             step += 1
             losses.append(loss.item())
+            baselines.append(x.square().masked_select(mask).mean().item())  # the window's mean (0) predicted
             shares += np.bincount(source.numpy(), minlength=2)
             if rank == 0 and (step % 10 == 0 or step == stop):
                 print(
                     f"[{world_size} rank{'s' if world_size > 1 else ''}] step {step:4d}  epoch {epoch}  "
-                    f"masked MSE {np.mean(losses[-10:]):.3f}",
+                    f"masked MSE {np.mean(losses[-10:]):.3f}, predict-the-mean baseline {np.mean(baselines[-10:]):.3f}",
                     flush=True,
                 )
             if step == stop:

@@ -57,6 +57,7 @@ def test_example_trains_checkpoints_and_resumes(tmp_path):
     assert "2 ranks on cpu" in first and "step 6 epoch 0" in first
     second = ranks(str(tmp_path), "--steps", "9", "--resume")
     assert "resumed at step 6, epoch 0, 6 batches into it" in second and "done at step 9" in second
+    assert "predict-the-mean baseline" in second  # the score beside a baseline (issue 34 item 9)
     assert "checkpoint " + os.path.join(str(tmp_path), "checkpoint.pt") in second
     again = ranks(str(tmp_path), "--steps", "9", "--resume")  # already there: trains nothing
     assert "resumed at step 9" in again and "nothing to train" in again and "done at step 9" in again

@@ -19,4 +19,5 @@ def test_mixture_example_restarts_elastically(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "[2 ranks] step    3" in out.stdout and "[1 rank] step    6" in out.stdout
+    assert "predict-the-mean baseline" in out.stdout
     assert "after it" in out.stdout and (tmp_path / "run" / "checkpoint.pt").exists()

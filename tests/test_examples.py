@@ -98,3 +98,67 @@ def test_examples_share_the_demo_data_in_any_order(data, tmp_path):
     assert (tmp_path / "runs" / "mvp" / "cnn" / "encoder.pt").exists()
     assert not (tmp_path / "runs" / "mvp" / "encoder.pt").exists()  # the transformer's folder is its own
     assert sorted(os.listdir(data)) == ["train", "valid"]
+
+
+# -- issue 34 item 9: every example runs where the README's demo command installs, beside a baseline -----
+
+# Imported only on paths the examples' defaults never take (each says what to install where it does).
+_OPTIONAL_IMPORTS = {
+    "tsai": "tsai_mvp.py: SystemExit with the install line",
+    "fastai": "tsai_mvp.py, with tsai",
+    "pmdarima": "_real_corpus.py: its package data sets, asked for by name only",
+    "datasets": "_real_corpus.py: kind='datasets' only",
+}
+# Installed with dask_windows itself (install_requires) or by torch.
+_DISTRIBUTIONS = {"yaml": "pyyaml", "sklearn": "scikit-learn"}
+
+
+def test_the_demo_extra_installs_what_every_example_imports():
+    """The README's demo command (``pip install -e ".[demo]"``) gives every example what it imports."""
+    import ast
+    import configparser
+    import re
+
+    config = configparser.ConfigParser()
+    config.read(os.path.join(ROOT, "setup.cfg"))
+    requirements = config["options"]["install_requires"].split() + config["options.extras_require"]["demo"].split()
+    installed = {re.split(r"[<>=\[;]", r, maxsplit=1)[0].lower() for r in requirements if r.strip()}
+    installed |= {"dask_windows", "torch", "numpy"}
+    examples = os.path.join(ROOT, "examples")
+    local = {name[:-3] for name in os.listdir(examples) if name.endswith(".py")}
+    missing = {}
+    for name in sorted(os.listdir(examples)):
+        if not name.endswith(".py"):
+            continue
+        tree = ast.parse(open(os.path.join(examples, name)).read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules = [node.module]
+            else:
+                continue
+            for module in modules:
+                top = module.split(".")[0]
+                if top in sys.stdlib_module_names or top in local or top in _OPTIONAL_IMPORTS:
+                    continue
+                if _DISTRIBUTIONS.get(top, top).lower().replace("_", "-") not in {
+                    i.replace("_", "-") for i in installed
+                }:
+                    missing.setdefault(top, []).append(name)
+    assert not missing, f"examples import what the demo extra (setup.cfg) does not install: {missing}"
+
+
+def test_forecast_covariates_example_prints_its_score_beside_seasonal_naive(tmp_path):
+    pytest.importorskip("statsmodels")
+    out = run("forecast_covariates.py", "--epochs", "1", "--out", str(tmp_path / "run"), cwd=str(tmp_path))
+    assert "held-out MAE: model" in out and "seasonal naive" in out
+
+
+def test_pretrain_foundation_example_prints_its_loss_beside_the_mean_baseline(tmp_path):
+    pytest.importorskip("statsmodels")
+    args = ["--steps", "2", "--stop-at", "1", "--log-every", "1", "--items-per-epoch", "64"]
+    args += ["--data", str(tmp_path / "corpus"), "--checkpoint", str(tmp_path / "run.pt")]
+    out = run("pretrain_foundation.py", *args, cwd=str(tmp_path))
+    assert "masked MSE" in out and "predict-the-item's-mean baseline" in out
+    assert "resumed at step 1" in out

@@ -197,6 +197,17 @@ def _cmd_inspect(args: argparse.Namespace) -> dict:
                     f"window + horizon: {out['left_out']['rows']:,} rows in no window",
                 )
             )
+        cuts = out.get("chunk_cuts")
+        if cuts:
+            flags = f"--window {out['window']}" + (f" --horizon {out['horizon']}" if out["horizon"] else "")
+            rows.append(
+                (
+                    "left out at chunk cuts",
+                    f"{cuts['lost']:,} of {cuts['total']:,} windows ({cuts['lost'] / cuts['total']:.1%}): converted "
+                    f"for window + horizon <= {cuts['converted_span']}; re-run `dask-windows convert` with {flags} "
+                    "(or larger), or use a smaller window",
+                )
+            )
         rows.append(
             (
                 f"loader memory (buffer={args.buffer_partitions}, "

@@ -193,6 +193,12 @@ def inspect_dataset(path: str, *, num_workers: int = 0, **keywords: Any) -> dict
             largest_partition_windows=int(per_partition.max(initial=0)),
             left_out={"runs": ds.left_out.runs, "rows": ds.left_out.rows},  # series shorter than the span
         )
+        if used is not None:  # converted for a shorter span: windows across its chunk cuts are lost
+            from dask_windows.sources.manifest import span_shortfall
+
+            lost, total = span_shortfall(used["manifest"], spec.span, spec.stride)
+            if lost:
+                report["chunk_cuts"] = {"lost": lost, "total": total, "converted_span": used["manifest"]["span"]}
         report["memory"] = loader_memory(
             report["largest_partition_rows"],
             report["largest_partition_windows"],

@@ -491,11 +491,23 @@ def pool_summary(reads: ReadValues, bounds: list[np.ndarray], num_workers: int =
 
 
 def warn_if_few_units(ds: ReadValues, bounds: list[np.ndarray]) -> None:
-    """Warn once at open when the budget holds fewer than ``2 * batch_size`` units of a larger dataset."""
-    if ds.spec.buffer_bytes is None or not ds.spec.shuffle:
+    """Warn once at open when a unit does not fit the budget (``pool_span`` then exceeds it), and when
+    the budget holds fewer than ``2 * batch_size`` units of a larger dataset."""
+    if ds.spec.buffer_bytes is None:
         return
     s = pool_summary(ds, bounds)
-    if s["mixes_like_global"]:
+    if s["pool_bytes"] > s["budget_bytes"]:  # at least one unit, its block and the one read ahead are held
+        unit_bytes = math.ceil(s["unit_rows"] * row_bytes(ds))
+        warnings.warn(
+            f"buffer_bytes={s['budget_bytes']:,} is smaller than the largest unit of {ds.source.description} needs: "
+            f"{s['unit_rows']:,} rows ({unit_bytes:,} bytes decoded, a Parquet row group read whole), so the pool "
+            f"holds about {s['pool_bytes']:,} bytes, {s['pool_bytes'] / max(s['budget_bytes'], 1):,.1f}x the budget. "
+            "Write smaller row groups (pyarrow's row_group_size=, or `dask-windows convert`), or raise buffer_bytes "
+            f"to {s['pool_bytes']:,}; see docs/memory.md",
+            PoolWarning,
+            stacklevel=3,
+        )
+    if not ds.spec.shuffle or s["mixes_like_global"]:
         return
     b = ds.spec.batch_size
     enough = min(2 * b, s["units"])  # units that mix like a global shuffle (every unit, when fewer than 2B)

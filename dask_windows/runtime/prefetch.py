@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from dask_windows.tuning import EXIT_JOIN_SECONDS as _EXIT_JOIN_SECONDS
+from dask_windows.tuning import THREAD_WATCH_SECONDS
 
 __all__ = ["Ahead", "GuardedThread", "PrefetchClosed", "Prefetcher"]
 
@@ -63,10 +64,14 @@ class _Results:
             self.items[k] = item
             self.ready.notify_all()
 
-    def take(self, k: int) -> Any:
+    def take(self, k: int, alive: Callable[[], bool] | None = None) -> Any:
+        """Item ``k``, once put; ``alive`` (the producers run) is checked every ``THREAD_WATCH_SECONDS``."""
         with self.ready:
             while k not in self.items and not self.closed:
-                self.ready.wait()
+                if alive is None:
+                    self.ready.wait()
+                elif not self.ready.wait(THREAD_WATCH_SECONDS) and not alive() and k not in self.items:
+                    return _Failure(k, MemoryError(_died(k)))  # its thread is gone: it will never come
             if k not in self.items:
                 raise PrefetchClosed("the prefetcher was closed while waiting for its next item")
             return self.items.pop(k)
@@ -125,6 +130,14 @@ def _iterate_ahead(items: Iterator[Any], results: _Results, slots: threading.Sem
 _END = object()
 
 
+def _died(k: int) -> str:
+    """Why item ``k`` never came: its thread ended without handing it over or an error."""
+    return (
+        f"a dask_windows reader or builder thread ended without handing over item {k} or an error (it failed where "
+        f"it could not report, as when memory runs out: see the 'Exception in thread' above, if printed): {_REMEDY}"
+    )
+
+
 _LIVE: weakref.WeakSet[_Threads] = weakref.WeakSet()  # every prefetcher's threads not yet collected
 
 
@@ -174,12 +187,12 @@ class _Threads:
             for thread in self.threads:
                 thread.start()
         except BaseException:  # MemoryError: the threads already started stop, the caller sees the error
-            self.stop.set()
+            self.signal()
             raise
         _LIVE.add(self)
 
     def take(self, k: int) -> Any:
-        item = self.results.take(k)
+        item = self.results.take(k, self.alive)
         if k >= self.burst:
             self.slots.release()
         return item
@@ -364,24 +377,30 @@ class Ahead(_Background):
             threads.close(interrupt, timeout)
 
 
-# -- threads whose failed start raises (issue 23) ----------------------------------------------------
+# -- threads whose failed start raises (issues 23 and 34) -------------------------------------------
 # Threads whose failed start raises ``MemoryError`` instead of hanging the caller.
 #
 # ``threading.Thread.start`` waits, without a timeout, for the new thread to
-# signal that it runs. A thread that the OS created but that fails in Python's
-# own bootstrap, before that signal (the allocation of its thread state or
-# locks, when memory is exhausted), exits silently, and ``start`` then waits
-# forever: a loader that starts a thread late in an epoch (the read pool's
-# starter, the next pass's timer, a lane helper, the prefetch threads of each
-# pass) hangs where it should fail.
+# signal that it runs. A thread that the OS created but that fails before that
+# signal exits silently, and ``start`` then waits forever: a loader that starts
+# a thread in an epoch (the prefetch and builder threads of each pass, a lane
+# helper, the read pool's starter, the next pass's timer) hangs where it should
+# fail. Under ``RLIMIT_AS`` the new thread cannot even allocate the first frame
+# of its bootstrap: no Python code of it ever runs, and CPython prints
+# "Exception ignored in thread started by: <object repr() failed> MemoryError".
 #
-# ``GuardedThread`` is a ``threading.Thread`` whose bootstrap, when it fails,
-# records the error and wakes ``start``, which raises ``MemoryError`` naming the
-# thread and the remedy. An OS refusal to create the thread (``RuntimeError:
-# can't start new thread``: memory or a thread limit) raises the same way. The
-# trade-off: it relies on ``Thread._bootstrap`` and ``Thread._started``, private
-# but unchanged from Python 3.8 to 3.13; on a Python without them it behaves as a
-# plain thread.
+# ``GuardedThread`` hands ``Thread.start`` a bootstrap method of its own that
+# only the new thread holds (the thread and ``start`` keep a weak reference), and
+# a ``_started`` event whose unbounded wait checks that reference every
+# ``THREAD_WATCH_SECONDS``: the thread releases the method when it ends, however
+# it ends, so a thread gone without signalling ends the wait, and ``start``
+# raises ``MemoryError`` naming the thread and the remedy. A failure inside the
+# bootstrap's Python code is recorded for the message and wakes ``start`` at
+# once. An OS refusal to create the thread (``RuntimeError: can't start new
+# thread``: memory or a thread limit) raises the same way. The trade-off: it
+# relies on ``Thread._bootstrap``, ``Thread._started`` and ``threading._limbo``,
+# private but unchanged from Python 3.8 to 3.13; on a Python without them it
+# behaves as a plain thread.
 
 _REMEDY = (
     "the process is out of memory (or at its thread limit); lower buffer_partitions, prefetch_partitions, "
@@ -389,25 +408,48 @@ _REMEDY = (
 )
 
 
+class _Started(threading.Event):
+    """A thread's ``_started`` event whose unbounded ``wait`` ends when the thread is gone unstarted."""
+
+    def __init__(self, gone: Callable[[], bool]) -> None:
+        super().__init__()
+        self._gone = gone
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if timeout is not None:
+            return super().wait(timeout)
+        while not super().wait(THREAD_WATCH_SECONDS):
+            if self._gone():
+                return self.is_set()  # set just before it ended: started after all
+        return True
+
+
 class GuardedThread(threading.Thread):
     """A ``threading.Thread`` whose ``start`` raises ``MemoryError`` when the thread cannot start."""
 
     _start_error: BaseException | None = None
+    _handed: Callable[[], Any] | None = None  # weak reference to the bootstrap only the new thread holds
 
-    def _bootstrap(self) -> None:
+    @property  # type: ignore[override]
+    def _bootstrap(self) -> Callable[[], None]:
+        """What ``Thread.start`` runs on the new thread: a fresh bound method, held by that thread alone."""
+        method = self._guarded_bootstrap
+        self._handed = weakref.ref(method)
+        return method
+
+    def _guarded_bootstrap(self) -> None:
         try:
-            super()._bootstrap()  # type: ignore[misc]
+            threading.Thread._bootstrap(self)  # type: ignore[attr-defined]
         except BaseException as exc:  # the thread's own bookkeeping failed: run() never ran
             self._start_error = exc
-            if hasattr(self, "_is_stopped"):
-                self._is_stopped = True  # so join() returns (Python <= 3.12)
-            limbo, lock = getattr(threading, "_limbo", None), getattr(threading, "_active_limbo_lock", None)
-            if limbo is not None and lock is not None:
-                with lock:
-                    limbo.pop(self, None)  # never ran: not listed by threading.enumerate() any more
             started: Any = getattr(self, "_started", None)
             if started is not None:
                 started.set()  # wake start(), which raises
+
+    def _gone(self) -> bool:
+        """Whether the new thread has ended (it released its bootstrap), whether or not it started."""
+        handed = self._handed
+        return handed is not None and handed() is None
 
     def start(self) -> None:
         """Start the thread; raise ``MemoryError`` if it could not start.
@@ -415,14 +457,33 @@ class GuardedThread(threading.Thread):
         Raises:
             MemoryError: naming the thread, chained to what failed.
         """
+        started: Any = getattr(self, "_started", None)
+        if isinstance(started, threading.Event) and not started.is_set():
+            started = self._started = _Started(self._gone)
         try:
             super().start()
         except RuntimeError as exc:
             if "start" not in str(exc) or "new thread" not in str(exc):
                 raise  # started twice, or not initialised: a bug, not a resource
             raise MemoryError(f"cannot start the thread {self.name!r} ({exc}): {_REMEDY}") from exc
-        if self._start_error is not None:
-            error = self._start_error
+        error = self._start_error
+        if error is None and (started is None or started.is_set()):
+            return
+        self._forget()
+        if error is not None:
             raise MemoryError(
                 f"the thread {self.name!r} died while starting ({type(error).__name__}: {error}): {_REMEDY}"
             ) from error
+        raise MemoryError(f"the thread {self.name!r} died while starting, before it could run any code: {_REMEDY}")
+
+    def _forget(self) -> None:
+        """A thread that never ran: stopped for ``join``, no longer listed by ``threading.enumerate``."""
+        if hasattr(self, "_is_stopped"):
+            self._is_stopped = True  # so join() returns (Python <= 3.12)
+        started: Any = getattr(self, "_started", None)
+        if started is not None:
+            started.set()  # join() of a thread never started raises; this one ended
+        limbo, lock = getattr(threading, "_limbo", None), getattr(threading, "_active_limbo_lock", None)
+        if limbo is not None and lock is not None:
+            with lock:
+                limbo.pop(self, None)

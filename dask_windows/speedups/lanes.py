@@ -31,6 +31,7 @@ batch size, ``DASK_WINDOWS_LANES=0`` never.
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import queue
 import sys
@@ -46,9 +47,11 @@ from dask_windows.tuning import LANE_AHEAD_UNITS as AHEAD
 from dask_windows.tuning import LANE_DEFAULT_BATCH_BYTES as DEFAULT_BATCH_BYTES
 from dask_windows.tuning import LANE_MIN_UNITS as MIN_UNITS
 from dask_windows.tuning import LANE_UNIT_BYTES as UNIT_BYTES
-from dask_windows.tuning import switches
+from dask_windows.tuning import THREAD_WATCH_SECONDS, switches
 
 __all__ = ["LaneChoice", "Lanes", "lane_batches", "lanes_wanted", "unit_batches", "worth"]
+
+log = logging.getLogger(__name__)
 
 
 def usable_cpus() -> int:
@@ -168,13 +171,27 @@ class Lanes:
             handed.popleft()
             if self._owners.setdefault(u, _CONSUMER) == _HELPER:  # begun there: wait for it
                 del self._owners[u]
-                item = self._results.get()
+                item = self._result(u)
                 if isinstance(item, _Failure):
                     raise item.exc
                 return item
             # Not begun (the helper is busy or waits for a core): gathered here, skipped there.
         self._decided = max(self._decided, u + 1)
         return self._gather(u)
+
+    def _result(self, u: int) -> Any:
+        """The helper's next unit (``u``); ``MemoryError`` if the helper ended without it."""
+        while True:
+            try:
+                return self._results.get(timeout=THREAD_WATCH_SECONDS)
+            except queue.Empty:
+                if self._thread.is_alive() or not self._results.empty():
+                    continue
+                raise MemoryError(
+                    f"the lane thread {self._thread.name!r} ended without unit {u} or an error (it failed where it "
+                    "could not report, as when memory runs out); give the process more memory, or set "
+                    "DASK_WINDOWS_LANES=0 to gather on one thread"
+                ) from None
 
     def close(self) -> None:
         """Stop the helper after the unit it is copying and join it; nothing it gathered is kept."""
@@ -218,6 +235,10 @@ class LaneChoice:
         if self._phase == 1:
             return True, min(self.probes, left), True
         return self.both, min(self.every * self.backoff, left), False
+
+    def give_up(self) -> None:
+        """One lane from now on (the helper thread could not start)."""
+        self.probes, self.both = 0, False
 
     def record(self, both: bool, units: int, seconds: float) -> None:
         """Count a span of ``units`` units timed at ``seconds`` (its first two left out)."""
@@ -305,9 +326,14 @@ def lane_batches(
         u = 0
         while u < units:
             both, span, timed = choice.span(units - u)
-            if both:
-                if lanes is None:
+            if both and lanes is None:
+                try:
                     lanes = Lanes(gather, units, ahead)
+                except MemoryError as exc:  # no helper thread (out of memory): this stream gathers on one lane
+                    log.warning("gathering on one thread: %s", exc)
+                    choice.give_up()
+                    both, span, timed = choice.span(units - u)
+            if both and lanes is not None:
                 batches = both_lanes(lanes, u, u + span)
             else:
                 batches = alone(run[u * per * size : (u + span) * per * size])

@@ -156,8 +156,14 @@ class _NextPass:
         """Start counting ``seconds``: released then if nothing took it (a named daemon thread waits)."""
         if self._timer is not None or self.done.is_set():
             return
-        self._timer = GuardedThread(target=_expire, args=(self,), name="dask-windows-next-pass", daemon=True)
-        self._timer.start()
+        timer = GuardedThread(target=_expire, args=(self,), name="dask-windows-next-pass", daemon=True)
+        try:
+            timer.start()
+        except MemoryError:  # no timer would release it (out of memory): let it go now, the pass reads again
+            log.debug("the next pass's timer could not start: its first buffer is released", exc_info=True)
+            self.release()
+            return
+        self._timer = timer
 
     def failed(self) -> bool:
         """Whether the read ahead raised (the exception waits in the builder's or the readers' results)."""

@@ -47,17 +47,25 @@ def list_files(data: Any, storage_options: dict | None = None) -> list[tuple[str
 
     urls = [data] if isinstance(data, (str, os.PathLike)) else list(data)
     found: list[tuple[str, int]] = []
+    others: list[str] = []  # files of a folder that are not Parquet (for the remedy)
     for url in urls:
         fs, path = fsspec.core.url_to_fs(str(url), **(storage_options or {}))
         paths = fs.glob(path) if any(ch in path for ch in "*?[") else [path]
         for p in paths:
             if fs.isdir(p):
-                infos = [i for i in fs.find(p, detail=True).values() if i["name"].endswith((".parquet", ".parq"))]
+                every = fs.find(p, detail=True).values()
+                infos = [i for i in every if i["name"].endswith((".parquet", ".parq"))]
+                if not infos:
+                    others += [fs.unstrip_protocol(i["name"]) for i in every]
             else:
                 infos = [fs.info(p)]
             found += [(fs.unstrip_protocol(i["name"]), int(i["size"])) for i in infos]
     if not found:
-        raise ConfigError(f"no Parquet file found under {data!r}; check the path")
+        from dask_windows.remedies import no_parquet_remedy
+
+        shown = data if isinstance(data, (str, os.PathLike)) else " ".join(map(str, data))
+        remedy = no_parquet_remedy(str(shown), others) or "check the path"
+        raise ConfigError(f"no Parquet file found under {data!r}; {remedy}")
     return sorted(found)
 
 

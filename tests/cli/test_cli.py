@@ -628,3 +628,65 @@ def test_a_run_killed_while_swapping_outputs_is_repaired(converted, tmp_path):
     (tmp_path / "out.old-notours").mkdir()  # not a name convert makes: left alone
     assert remove_leftovers(fs, dst) == [dst + ".old-00000000abce"]
     assert sorted(os.listdir(tmp_path)) == ["out", "out.old-notours"]
+
+
+# -- issue 34, loud failures: remedies that fit converted data ------------------------------------------
+
+
+def test_a_short_series_on_converted_data_is_not_told_to_join_files(converted, tmp_path):
+    """Converted series are whole: the ShortSeriesWarning's remedy is a smaller window, or (past the span
+    convert was run for, where a short run is a series' first chunk) converting again; never joining files."""
+    import warnings
+
+    rows = pd.concat(
+        [
+            pd.DataFrame({"sid": sid, "ts": np.arange(n), "a": np.arange(n, dtype=np.float64)})
+            for sid, n in [(1, 5), (2, 60)]
+        ]
+    )
+    rows.to_parquet(tmp_path / "in.parquet", index=False)
+    cli("convert", str(tmp_path / "in.parquet"), str(tmp_path / "out"), "--series", "sid", "--time", "ts",
+        "--window", "16", *CLUSTER)  # fmt: skip
+
+    def short_warnings(root, window):
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            ds = dw.WindowDataset(str(root), ["a"], window=window)
+        return ds, [str(w.message) for w in got if type(w.message).__name__ == "ShortSeriesWarning"]
+
+    ds, short = short_warnings(tmp_path / "out", 10)  # within convert's span: series 1 (5 rows) is short
+    assert len(short) == 1 and ds.left_out.runs == 1 and ds.left_out.rows == 5, short
+    assert "join a series" not in short[0] and "use a smaller window (these series are whole" in short[0]
+    root, _, _ = converted
+    ds, short = short_warnings(root / "out", 40)  # past it: first chunks of long series fall short
+    assert short and "join a series" not in short[0], short
+    assert "converted for window + horizon <= 16: re-run `dask-windows convert` with a --window" in short[0]
+
+
+def test_inspect_past_the_converted_span_suggests_convert_window(converted):
+    """Windows longer than convert's --window lose those across its chunk cuts: inspect says so and how to fix it."""
+    root, _, _ = converted
+    done = cli("inspect", str(root / "out"), "--window", "40")
+    assert "left out at chunk cuts" in done.stdout, done.stdout
+    line = next(line for line in done.stdout.splitlines() if line.startswith("left out at chunk cuts"))
+    assert "converted for window + horizon <= 16" in line and "`dask-windows convert` with --window 40" in line
+    import fsspec
+
+    from dask_windows.sources.manifest import read_manifest, span_shortfall
+
+    lost, total = span_shortfall(read_manifest(str(root / "out"), fsspec.filesystem("file")), 40, 1)
+    assert f"{lost:,} of {total:,} windows" in line and lost > 0
+
+
+def test_fit_on_a_folder_of_csv_files_names_convert(tmp_path):
+    from dask_windows.errors import ConfigError
+    from dask_windows.workflow.artifact import list_files
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for i in range(2):
+        frame(i).to_csv(raw / f"part-{i}.csv", index=False)
+    with pytest.raises(ConfigError, match=r"no Parquet file found.*2 CSV files.*`dask-windows convert .*raw.* OUT"):
+        list_files(str(raw))
+    with pytest.raises(ConfigError, match="check the path"):  # nothing of a known format: the plain message
+        list_files(str(tmp_path / "empty*"))

@@ -131,6 +131,26 @@ def test_a_budget_of_too_few_units_warns_once_at_open_and_inspect_says_so(tmp_pa
     assert "raise buffer_bytes" in text
 
 
+def test_a_row_group_larger_than_the_budget_warns_at_open_with_what_the_pool_holds(tmp_path):
+    """One row group many times buffer_bytes: the pool holds it whole (over the budget), and says so."""
+    import re
+    import warnings
+
+    from dask_windows.runtime.pool import PoolWarning
+
+    rows = 20_000
+    pd.DataFrame({"x": np.arange(rows, dtype=np.float32)}).to_parquet(tmp_path / "one.parquet", row_group_size=rows)
+    with pytest.warns(PoolWarning, match=r"buffer_bytes=4,000 is smaller than the largest unit.*row_group_size") as got:
+        WindowDataset(str(tmp_path), ["x"], series=None, window=8, buffer_bytes=4_000)
+    message = str(got[0].message)
+    held = int(re.search(r"the pool holds about ([\d,]+) bytes", message)[1].replace(",", ""))
+    assert held >= rows * 4  # at least the row group's decoded features (a row: 4 B of x and its start)
+    assert f"{held / 4000:,.1f}x the budget" in message
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PoolWarning)  # the advised budget: silent
+        WindowDataset(str(tmp_path), ["x"], series=None, window=8, buffer_bytes=held)
+
+
 def _run_cli(main, args: list) -> str:
     import contextlib
     import io

@@ -241,3 +241,27 @@ def test_a_schema_added_on_one_thread_while_another_looks_through_them_fails_no_
         assert not isinstance(results[k], Exception), results[k]
         schema, column, _ = results[k]
         assert schema.names == ["sid", name] and column == 0
+
+
+def test_a_hive_folder_missing_its_key_column_hints_partitioning_hive(tmp_path):
+    """pandas' partition_cols moves the key into folder names (sid=1/): the error says how to read it back."""
+    import pyarrow.dataset as pads
+
+    import dask_windows as dw
+    from dask_windows.errors import SchemaError
+
+    frame = pd.DataFrame({"sid": np.repeat([1, 2], 40), "x": np.arange(80, dtype=np.float32)})
+    frame.to_parquet(tmp_path / "hive", partition_cols=["sid"])
+    with pytest.raises(SchemaError, match=r"series column 'sid' is missing.*'sid' is the key of its folders.*"
+                                          r"partitioning=\"hive\""):  # fmt: skip
+        dw.WindowDataset(str(tmp_path / "hive"), ["x"], series="sid", window=8)
+    with pytest.raises(SchemaError, match=r"feature 'y' is missing.*keyed by \['sid'\].*partitioning=\"hive\""):
+        dw.WindowDataset(str(tmp_path / "hive"), ["x", "y"], series=None, window=8)
+    hive = pads.dataset(str(tmp_path / "hive"), format="parquet", partitioning="hive")  # the remedy works
+    assert len(dw.WindowDataset(hive, ["x"], series="sid", window=8, batch_size=1)) == 2 * (40 - 8 + 1)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    frame.to_parquet(plain / "p.parquet")
+    with pytest.raises(SchemaError) as info:  # no key=value folders: no hint
+        dw.WindowDataset(str(plain), ["x", "y"], series="sid", window=8)
+    assert "partitioning" not in str(info.value)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import posixpath
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -349,6 +350,7 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
                     raise SchemaError(
                         f"{role} {col!r} is missing from {self._url(path)} (its columns: {schema.names}); "
                         f"every file of {self.description} must hold the feature, target and series columns"
+                        f"{_hive_hint(path, col, self.files)}"
                     )
                 if schema.names.count(col) > 1:  # pyarrow finds no field of a duplicated name
                     raise SchemaError(
@@ -454,3 +456,21 @@ def _unpack_runs(packed: Any) -> tuple | None:
         return packed
     stacked, key_dtype = packed
     return stacked[0], stacked[1], stacked[2].astype(key_dtype)
+
+
+def _hive_hint(path: str, column: str, files: Sequence[str]) -> str:
+    """The remedy where ``path`` lies in Hive-style folders (``key=value/``) of the dataset: their keys are
+    columns only through ``pyarrow.dataset``'s ``partitioning="hive"`` (files are read one by one here)."""
+    dirs = {posixpath.dirname(f.replace("\\", "/")) for f in files[:10_000]}
+    common = posixpath.commonpath(dirs) if dirs else ""
+    while "=" in posixpath.basename(common):  # all files below one key folder: it is a key too
+        common = posixpath.dirname(common)
+    below = posixpath.dirname(path.replace("\\", "/"))[len(common) :].split("/")
+    keys = [part.split("=", 1)[0] for part in below if "=" in part and not part.startswith("=")]
+    if not keys:
+        return ""
+    which = f"{column!r} is the key of its folders" if column in keys else f"its folders are keyed by {keys}"
+    return (
+        f'; {which} (Hive partitioning): open the folder with pyarrow.dataset.dataset(path, format="parquet", '
+        'partitioning="hive") and pass that dataset, whose folder keys are columns (docs/frameworks.md)'
+    )
