@@ -34,13 +34,14 @@ import datetime
 import hashlib
 import logging
 import os
+import posixpath
 from collections.abc import Callable
 from typing import Any
 
 from dask_windows.errors import DataError
 from dask_windows.sources.manifest import MANIFEST_NAME
 from dask_windows.sources.parquet.footer_index import entries_bytes, find_index
-from dask_windows.sources.parquet.index_open import open_index
+from dask_windows.sources.parquet.index_open import OldIndex, open_index
 from dask_windows.tuning import SHARE_WAIT_SECONDS
 
 __all__ = ["SHARE_WAIT_SECONDS", "open_footers", "shared_open"]
@@ -76,7 +77,9 @@ def open_footers(
             else (os.fspath(index) if index not in (None, True) else source._url(path))
         )
         try:
-            opened = open_index(blob, where, files, listed, source.local, series, data_root, source._url)
+            opened = open_index(
+                blob, where, files, listed, source.local, series, data_root, source._url, index_dir=_folder(path)
+            )
             if source.local and index in (None, True) and data_root is not None and _has_manifest(source, data_root):
                 # converted data: every file checked now (one stat each), not at its first read, so that a
                 # file changed after convert reaches the manifest's checks below and their remedy
@@ -85,6 +88,10 @@ def open_footers(
                 identities = IndexedIdentities(opened)
                 for file in opened.files:
                     identities.check_local(file)
+        except OldIndex as exc:
+            if index not in (None, True):
+                raise
+            log.warning("%s; reading every footer instead", exc)  # found beside the data: still opens
         except DataError as exc:
             # The index `convert` wrote beside its manifest: the manifest's checks, which run next on
             # footers read afresh, name what changed and the remedy of converted data (rerun convert).
@@ -103,6 +110,11 @@ def open_footers(
         series,
         lambda: source._open_files(files, sizes, threads, partition_bytes, series),
     )
+
+
+def _folder(path: str) -> str:
+    """The folder of ``path`` (an index's: the folder its paths are relative to)."""
+    return posixpath.dirname(path.rstrip("/"))
 
 
 def _has_manifest(source: Any, root: str) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from dask_windows.sources.parquet.footer_index import INDEX_NAME, entries_bytes, is_index
@@ -16,20 +17,27 @@ from dask_windows.sources.parquet.footer_index import INDEX_NAME, entries_bytes,
 __all__ = ["index_bytes", "write_index"]
 
 
-def index_bytes(source: Any, root: str, series: str | None, compact: bool = True) -> bytes:
+def index_bytes(
+    source: Any, root: str, series: str | None, compact: bool = True, where: str | None = None, threads: int = 16
+) -> bytes:
     """The index of an opened ``ParquetSource`` (index=False) as bytes; runs of one-partition files that
-    the open did not tell are scanned from the series column (``series``)."""
+    the open did not tell are scanned from the series column (``series``) on ``threads`` threads.
+    ``where``: the folder the index goes to (its paths are written relative to it), ``None`` to keep
+    ``root`` as it is (an index on another filesystem or bucket)."""
     from dask_windows.sources.base import Source
 
     one_partition = {
         p.key[0]: i for i, p in enumerate(source.partitions) if len(p.key[1]) == len(source._footers[p.key[0]].rows)
     }
-    runs = []
-    for path in source.files:
-        told = source._tail_runs.get(path) if series == source._tail_series else None
-        if told is None and series is not None and path in one_partition:
-            told = Source.read_runs(source, one_partition[path], series)
-        runs.append(told)
+    runs = [source._tail_runs.get(path) if series == source._tail_series else None for path in source.files]
+    scan = [i for i, (path, told) in enumerate(zip(source.files, runs)) if told is None and path in one_partition]
+    if series is not None and scan:
+        # the series column of each file whose runs the open did not tell: one read each, many at once
+        # (an object store answers concurrent requests in about the time of one)
+        with ThreadPoolExecutor(max(1, min(threads, len(scan)))) as pool:
+            found = pool.map(lambda i: Source.read_runs(source, one_partition[source.files[i]], series), scan)
+            for i, told in zip(scan, found):
+                runs[i] = told
     return entries_bytes(
         source.files,
         root,
@@ -41,6 +49,7 @@ def index_bytes(source: Any, root: str, series: str | None, compact: bool = True
         series,
         source.local,
         compact,
+        base=where,
     )
 
 
@@ -90,7 +99,8 @@ def write_index(
     if series is None:
         series = source.manifest_series
     base = posixpath.dirname(root) if globbed else root
-    blob = index_bytes(source, base, series)
+    same_fs = type(out_fs) is type(fs) and _bucket(out_fs, target) == _bucket(fs, base)
+    blob = index_bytes(source, base, series, where=posixpath.dirname(target) if same_fs else None, threads=threads)
     _refuse_foreign(out_fs, target)
     if _is_local(out_fs):
         tmp = f"{target}.tmp-{os.getpid()}"
@@ -107,6 +117,11 @@ def write_index(
         "bytes_per_file": len(blob) / len(source.files),
         "series": series,
     }
+
+
+def _bucket(fs: Any, path: str) -> str:
+    """The part of ``path`` a relative path cannot leave: the bucket on an object store, else ``""``."""
+    return "" if _is_local(fs) else path.lstrip("/").split("/", 1)[0]
 
 
 def _is_local(fs: Any) -> bool:
