@@ -110,13 +110,15 @@ def entries_bytes(
     local: bool,
     compact: bool,
     base: str | None = None,
+    manifest: bool = True,
 ) -> bytes:
     """The index of ``files`` as Parquet bytes (see the module docstring).
 
     ``root`` is the folder or prefix the files are under; ``base``, when given, the folder the index
     is written to: the header then holds ``root`` relative to it (``"."`` beside the data), so that the
     folder moved or copied with its index still opens. Without it (``None``: another filesystem, or the
-    footers ranks exchange) ``root`` is kept as it is."""
+    footers ranks exchange) ``root`` is kept as it is. ``manifest``: whether the folder holds a ``convert``
+    manifest (``False`` spares an open without listing the request that looks for it)."""
     import pyarrow as pa
 
     prefix = root.rstrip("/") + "/" if root else ""
@@ -151,6 +153,7 @@ def entries_bytes(
         "root": root if base is None else (posixpath.relpath(root or "/", base or "/") if root else root),
         "relative": base is not None and bool(root),
         "files": len(columns["path"]),
+        "manifest": manifest,
         "series": series,
         "key_dtype": key_dtype,
         "local": local,

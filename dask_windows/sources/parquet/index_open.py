@@ -94,6 +94,8 @@ class IndexedFiles:
         runs: ``(starts, lengths, keys, offsets, known, key dtype)`` of the series runs, or ``None``.
     """
 
+    unlisted = False  # opened without a listing (footer_share.open_unlisted): the index is the source of truth
+
     def __init__(self, table: Any, header: dict, files: list[str], where: str, local: bool, series: Any) -> None:
         import pyarrow as pa
 
@@ -114,6 +116,7 @@ class IndexedFiles:
         self.kv_fields = [
             key_values_field([(b"ARROW:schema", base64.b64decode(k))]) if k else b"" for k in header["key_values"]
         ]
+        self.manifest = bool(header.get("manifest", True))  # whether the folder held a manifest when indexed
         self.runs = None
         if series is not None and header.get("series") == series:
             self.runs = _runs_columns(col, header)
@@ -327,6 +330,7 @@ def open_index(
     url: Callable[[str], str],
     check: bool = True,
     index_dir: str | None = None,
+    read: tuple[Any, dict] | None = None,
 ) -> IndexedFiles:
     """The files ``files`` opened from the index ``blob`` (at ``where``), columnar.
 
@@ -339,6 +343,7 @@ def open_index(
         check: Compare the listing's identities (``False`` for the footers ranks exchange).
         index_dir: The folder the index is in, as the filesystem names it: the index's paths are
             relative to it.
+        read: ``(table, header)`` of ``blob`` when read already (``read_index``).
 
     Raises:
         DataError: The index is stale (a file added, deleted, or on an object store changed), naming the file.
@@ -346,7 +351,7 @@ def open_index(
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    table, header = read_index(blob, where)
+    table, header = read_index(blob, where) if read is None else read
     root = index_root(header, index_dir)
     prefix = root + "/" if root else ""
     indexed = pc.binary_join_element_wise(pa.scalar(prefix), table.column("path"), "").combine_chunks()

@@ -14,7 +14,7 @@ from typing import Any
 
 from dask_windows.sources.parquet.footer_index import INDEX_NAME, entries_bytes, is_index
 
-__all__ = ["index_bytes", "write_index"]
+__all__ = ["index_bytes", "verify_index", "write_index"]
 
 
 def index_bytes(
@@ -50,6 +50,7 @@ def index_bytes(
         source.local,
         compact,
         base=where,
+        manifest=source.manifest_series is not None,
     )
 
 
@@ -139,3 +140,41 @@ def _refuse_foreign(fs: Any, target: str) -> None:
             f"{target} exists and is not a dask_windows index; the index is never written over another file: "
             "choose another out path or remove it"
         )
+
+
+def verify_index(data: str | os.PathLike, index: Any = None, *, storage_options: dict | None = None) -> dict:
+    """List the dataset ``data`` and compare every file with its index (``index``: as ``ParquetSource``'s).
+
+    Opening an object store's folder from its index does not list it (``footer_share.open_unlisted``);
+    this is the check on request: a file added, deleted, or of another size or version than indexed
+    raises, naming it.
+
+    Returns:
+        ``{"index": where, "files": n}`` when every file is the one indexed.
+
+    Raises:
+        DataError: The index is stale (naming the first file that differs and the remedy), damaged, or
+            of an earlier format.
+        FileNotFoundError: No index there.
+    """
+    from dask_windows.sources.parquet import PARQUET_SUFFIXES
+    from dask_windows.sources.parquet.footer_index import find_index
+    from dask_windows.sources.parquet.footers import list_files
+    from dask_windows.sources.parquet.index_open import IndexedIdentities, open_index
+
+    url = os.fspath(data)
+    listed: dict = {}
+    fs, files, _, _ = list_files(data, storage_options, PARQUET_SUFFIXES, listed)
+    local = _is_local(fs)
+    found = find_index(fs, data, True if index is None else index)
+    assert found is not None
+    path, blob = found
+    show = (lambda p: p) if local else fs.unstrip_protocol
+    where = show(path) if index is None else os.fspath(index)
+    root = None if any(ch in url for ch in "*?[") else fs._strip_protocol(url).rstrip("/")
+    opened = open_index(blob, where, files, listed, local, None, root, show, True, posixpath.dirname(path))
+    if local:
+        identities = IndexedIdentities(opened)
+        for file in files:
+            identities.check_local(file)
+    return {"index": where, "files": len(files)}
