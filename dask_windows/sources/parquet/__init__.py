@@ -202,7 +202,7 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         """``"; ..."`` naming the index as the likely cause of a failed read when the dataset was opened from it
         without listing the store (``footer_share.open_unlisted``), else ``""``."""
         files = getattr(getattr(self, "_footers", None), "_files", None)
-        if not getattr(files, "unlisted", False):
+        if files is None or not getattr(files, "unlisted", False):
             return ""
         return (
             f"; {self.description} was opened from its index {files.where} without listing the store, so an "
