@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 import posixpath
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from dask_windows.sources.parquet.footer_index import INDEX_NAME, entries_bytes, is_index
+from dask_windows.sources.parquet.footers import map_in_blocks
 
 __all__ = ["index_bytes", "verify_index", "write_index"]
 
@@ -34,10 +34,9 @@ def index_bytes(
     if series is not None and scan:
         # the series column of each file whose runs the open did not tell: one read each, many at once
         # (an object store answers concurrent requests in about the time of one)
-        with ThreadPoolExecutor(max(1, min(threads, len(scan)))) as pool:
-            found = pool.map(lambda i: Source.read_runs(source, one_partition[source.files[i]], series), scan)
-            for i, told in zip(scan, found):
-                runs[i] = told
+        found = map_in_blocks(lambda i: Source.read_runs(source, one_partition[source.files[i]], series), scan, threads)
+        for i, told in zip(scan, found):
+            runs[i] = told
     return entries_bytes(
         source.files,
         root,
