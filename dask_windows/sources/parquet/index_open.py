@@ -100,7 +100,7 @@ class IndexedFiles:
         import pyarrow as pa
 
         self.files, self.where, self.local = files, where, local
-        col = {name: table.column(name).combine_chunks() for name in table.column_names}
+        col = {name: _one_chunk(table.column(name)) for name in table.column_names}
         self.sizes = np.asarray(col["size"].to_numpy(), np.int64)
         self.versions = col["version"]
         self.group_rows, self.row_offsets = _flat(col["rows"])
@@ -190,6 +190,11 @@ class _RowFooter(IndexedFooter):
 
     def __reduce__(self) -> tuple:
         return IndexedFooter, (self.raw, self.size, self.rows, self.digest, self.key_values)
+
+
+def _one_chunk(column: Any) -> Any:
+    """The Arrow array of a column: its one chunk as it is (no copy), or its chunks joined."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
 def _sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -373,7 +378,7 @@ def read_index(blob: bytes, where: str) -> tuple[Any, dict]:
             truncated or not an index: each naming ``where`` and the remedy (write it again).
     """
     try:
-        table = _read_table(blob)
+        table = _read_table(blob).combine_chunks()  # one chunk per column, shared by the checks and the open
         header = _header(table)
         _check_numbers(table, header)
     except OldIndex as exc:
@@ -434,7 +439,7 @@ def _check_numbers(table: Any, header: dict) -> None:
     for name in ("path", "size", "rows", "group_bytes", "footer", "digest", "schema"):
         if table.column(name).null_count:
             raise IndexDamaged(f"its column {name!r} has nulls")
-    col = {name: table.column(name).combine_chunks() for name in table.column_names}
+    col = {name: _one_chunk(table.column(name)) for name in table.column_names}
     sizes = col["size"].to_numpy()
     rows, row_offsets = _flat(col["rows"])
     group_bytes, byte_offsets = _flat(col["group_bytes"])
@@ -450,7 +455,9 @@ def _check_numbers(table: Any, header: dict) -> None:
         raise IndexDamaged("a footer's digest is not 32 bytes")
     if len(numbers) and (numbers.min() < 0 or numbers.max() >= len(header["schemas"])):
         raise IndexDamaged("a schema number is of no schema")
-    if len(col["path"]) != len(pc.unique(col["path"])):
+    paths = col["path"]
+    ascending = len(paths) < 2 or pc.all(pc.greater(paths.slice(1), paths.slice(0, len(paths) - 1))).as_py()
+    if not ascending and len(paths) != len(pc.unique(paths)):  # (a listing's order is ascending: no hash)
         raise IndexDamaged("a file is in it twice")
     _check_runs(col, _sums(rows, row_offsets), header["key_dtype"])
 
