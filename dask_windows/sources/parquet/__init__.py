@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from dask_windows.errors import ConfigError, SchemaError, SourceReadError
+from dask_windows.errors import ConfigError, DataError, SchemaError, SourceReadError
 from dask_windows.faults import (
     SkippedPartition,
     check_on_error,
@@ -135,8 +135,10 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         self._seen_schemas: list[list] = []  # [parquet schema, ARROW:schema bytes, arrow schema, series] while opening
         target = os.fspath(data) if isinstance(data, (str, os.PathLike)) else f"{len(data)} paths"
         listed: dict = {}
-        unlisted = self._open_unlisted(data, storage_options, series, index)
+        unlisted = None
         try:
+            # an object store's folder with an index: the index alone, no listing (its errors named as the listing's)
+            unlisted = self._open_unlisted(data, storage_options, series, index)
             if unlisted is not None:
                 self.fs, files, sizes, self.description, opened = unlisted
             else:
@@ -145,10 +147,10 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
                     target,
                     timeout=self.retry.open_timeout,
                 )
-        except ConfigError:
+        except (ConfigError, DataError):
             raise
         except FileNotFoundError as exc:
-            if target in str(exc):
+            if target in str(exc) or "index" in str(exc):
                 raise  # our own message, naming the path
             raise FileNotFoundError(
                 f"{target} does not exist ({error_text(exc)}); check the bucket, folder and key, and that the "
@@ -226,7 +228,9 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         if _is_local(fs):
             return None
         self.fs, self.local = fs, False
-        found = self.retry.call(lambda: open_unlisted(fs, data, index, series, self._url), url)
+        found = self.retry.call(
+            lambda: open_unlisted(fs, data, index, series, self._url), url, timeout=self.retry.open_timeout
+        )
         return None if found is None else (fs, found[0], found[1], url, found[2])
 
     @property
