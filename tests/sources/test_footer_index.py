@@ -235,3 +235,31 @@ def test_an_index_of_format_1_is_read_around_beside_the_data_and_refused_when_na
         WindowDataset(str(root), index=str(root / INDEX_NAME), **KW)
     write_index(str(root), series="sid")  # written over: it is an index of this library
     assert all(isinstance(f, IndexedFooter) for f in WindowDataset(str(root), **KW).source._footers.values())
+
+
+def test_objects_added_are_indexed_by_reading_only_their_footers(local, monkeypatch):
+    root, frames = local
+    write_index(str(root), series="sid")
+    (root / "part-0007.parquet").write_bytes(
+        parquet_bytes(frames[0].assign(sid=frames[0]["sid"] + 1000), row_group_size=17)
+    )
+    (root / "part-0001.parquet").write_bytes(parquet_bytes(frames[1].iloc[:-3], row_group_size=17))  # rewritten
+    opened = []
+    open_files = ParquetOpening._open_files
+
+    def counted(self, files, *args, **kwargs):
+        opened.extend(files)
+        return open_files(self, files, *args, **kwargs)
+
+    monkeypatch.setattr(ParquetOpening, "_open_files", counted)
+    report = write_index(str(root), series="sid")
+    assert sorted(os.path.basename(f) for f in opened) == ["part-0001.parquet", "part-0007.parquet"]
+    assert report["files"] == 6 and report["footers_read"] == 2
+    monkeypatch.undo()
+    want = WindowDataset(str(root), index=False, **KW)
+    got = WindowDataset(str(root), **KW)
+    assert all(isinstance(f, IndexedFooter) for f in got.source._footers.values())
+    assert got._fingerprint() == want._fingerprint()
+    assert same_batches(collect(got), collect(want))
+    full = write_index(str(root), series="sid")  # nothing changed: no footer read at all
+    assert full["footers_read"] == 0

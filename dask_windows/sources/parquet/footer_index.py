@@ -221,7 +221,8 @@ def verify_checksum(blob: bytes) -> None:
     """
     at = blob.rfind(_SUM_MARK)
     if at < 0:
-        if _META_KEY in blob[-(1 << 20) :] and blob[-4:] == b"PAR1":
+        tail = blob[-(1 << 20) :]  # format 1 had no checksum; a format-2 index whose checksum key is damaged is not one
+        if _META_KEY in tail and b'"version": 1,' in tail and b'"version": 2,' not in tail and blob[-4:] == b"PAR1":
             raise OldIndex("an index of an earlier format (no checksum, absolute paths)")
         raise IndexDamaged("not a dask_windows index, or damaged (no index checksum in it)")
     at += len(_SUM_MARK)
