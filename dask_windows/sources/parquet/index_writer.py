@@ -186,7 +186,8 @@ def _incremental(
         return None
     rows = {root + "/" + p: i for i, p in enumerate(table.column("path").to_pylist())}
     sizes, versions = table.column("size").to_pylist(), table.column("version").to_pylist()
-    kept, added = [], []
+    kept: list[str] = []
+    added: list[str] = []
     for path in files:
         i, info = rows.get(path), listed.get(path) or {}
         now = _version(info, _is_local(fs))
