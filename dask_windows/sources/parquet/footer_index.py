@@ -11,14 +11,22 @@ chunk instead of 600-900; each schema's ``ARROW:schema`` kept once). The index
 is itself a Parquet file (one row per data file), so it is compressed and read
 by one request.
 
-Opening with an index (found beside the data, or ``index=PATH``) costs the
-listing and that one read, instead of one read per file. The index is a copy
-of facts the files hold, so it is checked against what is there before it is
-trusted: a file listed but not indexed, indexed but gone, or of another size
-or version than indexed raises ``DataError`` naming the file and the remedy
-(write the index again, or ``index=False``). On local disk each file's
-``stat`` is compared (microseconds per file); on an object store the listing's
-size and ETag (no request more). Reads check identities as without an index.
+Opening with an index (found beside the data, or ``index=PATH``) costs one
+read of it instead of one read per file: on an object store no listing either
+(``footer_share.open_unlisted``: the index is the source of truth; a file
+deleted or rewritten since fails at its read, naming the index, and
+``dask-windows index --verify`` lists and compares), on local disk after a
+listing without ``stat`` (a file added or deleted raises ``DataError`` at
+open, one changed at its first read, naming the file and the remedy).
+
+Format 2 makes a damaged index harmless: the SHA-256 of the whole file sits in
+its own Parquet footer (``_SUM_KEY``, computed with that value as zeros) and
+is checked before any byte is parsed (``verify_checksum``), then every number
+against its bounds (``index_open.read_index``); its paths are relative to the
+folder the index is in (``root`` in the header: ``"."`` beside the data), so
+a folder moved or copied with its index opens. An index of format 1 (no
+checksum, an absolute root) found beside the data is warned about and every
+footer read; named with ``index=`` it raises with the remedy.
 
 The trade-off: the index holds only the compact footer, so a reader that
 wanted min/max statistics would not find them here (the loader uses none after

@@ -14,8 +14,10 @@ a dict entry per file:
   a read asks for it (a path is found by bisection in the sorted listing, or
   a dict for a list given out of order).
 
-The identities are compared with the listing at open only where the listing
-already holds them (an object store's sizes and ETags, no request more). A
+The identities are compared with the listing at open only where there is one
+and it already holds them (an object store opened from its index is not listed:
+``footer_share.open_unlisted``). The index is read by ``read_index``: its
+checksum, then bounds on every number (``_check_numbers``). A
 local file's size and ``mtime`` are compared at each read of it
 (``IndexedIdentities.check_local``, one ``stat``, as without an index) rather
 than at open: one ``stat`` per file costs 15-25 s for 10^6 files, before the
