@@ -119,3 +119,17 @@ def test_two_gloo_ranks_make_the_footer_requests_of_one(s3, tmp_path):
     got = np.sort(np.concatenate([np.load(tmp_path / f"r{r}.npy") for r in range(2)]))
     want = oracle_starts(s3.frames, "sid", 8, 2)
     assert len(np.unique(got)) == len(got) and np.isin(got, want).all() and len(got) >= len(want) - 1
+
+
+def test_a_prefix_copied_with_its_index_opens_from_it_without_listing(s3):
+    url = _copy(s3, "original")
+    options = s3.storage_options()
+    write_index(url, series="sid", storage_options=options)
+    want = collect(WindowDataset(url, storage_options=options, index=False, **KW))
+    for key in s3.fs.find("shared-footers/original/"):
+        s3.fs.copy(key, key.replace("/original/", "/copied/"))
+    s3.reset()
+    copied = WindowDataset("s3://shared-footers/copied/", storage_options=options, **KW)
+    assert (s3.log.count("list"), s3.log.count("get")) == (0, 1)
+    assert all(f.startswith("shared-footers/copied/") for f in copied.source.files)
+    assert same_batches(collect(copied), want)
