@@ -66,7 +66,7 @@ def make_linked(folder: str, size: int, real: str, real_size: int) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from dask_windows.sources.parquet.footer_index import _META_KEY, INDEX_NAME
+    from dask_windows.sources.parquet.footer_index import _META_KEY, INDEX_NAME, table_bytes
 
     if os.path.exists(os.path.join(folder, INDEX_NAME)):
         return
@@ -77,12 +77,12 @@ def make_linked(folder: str, size: int, real: str, real_size: int) -> None:
             os.link(os.path.join(real, f"part-{k % real_size:07d}.parquet"), link)
     table = pq.read_table(os.path.join(real, INDEX_NAME))
     header = json.loads(table.schema.metadata[_META_KEY])
-    header["root"] = folder
     table = table.take(pa.array(np.arange(size) % real_size))
     paths = pa.array([f"part-{k:07d}.parquet" for k in range(size)], pa.string())
     table = table.set_column(table.column_names.index("path"), "path", paths)
-    table = table.replace_schema_metadata({_META_KEY: json.dumps(header).encode()})
-    pq.write_table(table, os.path.join(folder, INDEX_NAME), compression="zstd", row_group_size=1 << 20)
+    header["files"] = size  # its root is relative to its folder (".")
+    with open(os.path.join(folder, INDEX_NAME), "wb") as dst:
+        dst.write(table_bytes(table.replace_schema_metadata(None), header))
 
 
 def child(folder: str, mode: str, repeat: int) -> None:

@@ -30,6 +30,15 @@ def add_index_command(command: Callable[[str, str, str], argparse.ArgumentParser
     p.add_argument(
         "--series", metavar="COL", help="the series column whose runs the index keeps (default: the manifest's)"
     )
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="write nothing: list the files and compare them with the index there (or --out), naming any "
+        "file added, deleted or changed since it was written (opening an object store from its index does not list it)",
+    )
+    p.add_argument(
+        "--threads", type=int, default=16, help="concurrent reads of footers and series columns (default: 16)"
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(run=run_index)
 
@@ -38,10 +47,16 @@ def run_index(args: argparse.Namespace) -> dict:
     """The ``index`` subcommand: write the index, report where and its size."""
     import time
 
-    from dask_windows.sources.parquet.index_writer import write_index
+    from dask_windows.sources.parquet.index_writer import verify_index, write_index
 
     started = time.perf_counter()
-    out = write_index(args.path, args.out, series=args.series)
+    if args.verify:
+        out = verify_index(args.path, args.out)
+        out["seconds"] = round(time.perf_counter() - started, 3)
+        if args.json:
+            return out
+        return {"text": f"{out['index']} matches the {out['files']:,} files there ({out['seconds']:.2f} s)"}
+    out = write_index(args.path, args.out, series=args.series, threads=args.threads)
     out["seconds"] = round(time.perf_counter() - started, 3)
     if args.json:
         return out

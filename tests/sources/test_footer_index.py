@@ -188,3 +188,78 @@ def test_cli_index_writes_and_reports(local, capsys):
     assert out["files"] == 5 and out["index"].endswith(INDEX_NAME) and out["series"] == "sid"
     assert main(["index", str(root / "*.parquet")]) == 1
     assert "--out" in capsys.readouterr().err
+
+
+def test_a_dataset_moved_or_copied_with_its_index_opens_from_it(local, tmp_path, monkeypatch):
+    import shutil
+
+    root, frames = local
+    write_index(str(root), series="sid")
+    want = collect(WindowDataset(str(root), index=False, **KW))
+    elsewhere = tmp_path / "copies" / "moved"
+    shutil.copytree(root, elsewhere)
+    shutil.rmtree(root)  # nothing left where the index was written
+    monkeypatch.setattr(ParquetOpening, "_open_files", lambda *a, **k: pytest.fail("footers read despite the index"))
+    moved = WindowDataset(str(elsewhere), **KW)
+    assert all(isinstance(f, IndexedFooter) for f in moved.source._footers.values())
+    assert same_batches(collect(moved), want)
+    monkeypatch.undo()
+    # an index kept apart from the data: its paths are relative to its own folder, so both move together
+    write_index(str(elsewhere), str(tmp_path / "copies" / "idx.dwi"), series="sid")
+    shutil.move(tmp_path / "copies", tmp_path / "again")
+    apart = WindowDataset(str(tmp_path / "again" / "moved"), index=str(tmp_path / "again" / "idx.dwi"), **KW)
+    assert same_batches(collect(apart), want)
+
+
+def test_an_index_of_format_1_is_read_around_beside_the_data_and_refused_when_named(local, caplog):
+    from dask_windows.sources.parquet import footer_index
+
+    root, frames = local
+    write_index(str(root), series="sid")
+    table = pq.read_table(root / INDEX_NAME)
+    header = json.loads(table.schema.metadata[b"dask_windows.index"])
+    header.update(version=1, root=str(root))  # format 1: an absolute root, no checksum
+    for key in ("relative", "files"):
+        del header[key]
+    old = io.BytesIO()
+    pq.write_table(table.replace_schema_metadata({b"dask_windows.index": json.dumps(header).encode()}), old)
+    (root / INDEX_NAME).write_bytes(old.getvalue())
+    assert footer_index.is_index(old.getvalue())
+    want = collect(WindowDataset(str(root), index=False, **KW))
+    with caplog.at_level("WARNING", "dask_windows.sources.parquet"):
+        beside = WindowDataset(str(root), **KW)
+    assert "earlier format" in caplog.text and "dask-windows index" in caplog.text
+    assert not any(isinstance(f, IndexedFooter) for f in beside.source._footers.values())
+    assert same_batches(collect(beside), want)
+    with pytest.raises(DataError, match="earlier format.*write it again with `dask-windows index`"):
+        WindowDataset(str(root), index=str(root / INDEX_NAME), **KW)
+    write_index(str(root), series="sid")  # written over: it is an index of this library
+    assert all(isinstance(f, IndexedFooter) for f in WindowDataset(str(root), **KW).source._footers.values())
+
+
+def test_objects_added_are_indexed_by_reading_only_their_footers(local, monkeypatch):
+    root, frames = local
+    write_index(str(root), series="sid")
+    (root / "part-0007.parquet").write_bytes(
+        parquet_bytes(frames[0].assign(sid=frames[0]["sid"] + 1000), row_group_size=17)
+    )
+    (root / "part-0001.parquet").write_bytes(parquet_bytes(frames[1].iloc[:-3], row_group_size=17))  # rewritten
+    opened = []
+    open_files = ParquetOpening._open_files
+
+    def counted(self, files, *args, **kwargs):
+        opened.extend(files)
+        return open_files(self, files, *args, **kwargs)
+
+    monkeypatch.setattr(ParquetOpening, "_open_files", counted)
+    report = write_index(str(root), series="sid")
+    assert sorted(os.path.basename(f) for f in opened) == ["part-0001.parquet", "part-0007.parquet"]
+    assert report["files"] == 6 and report["footers_read"] == 2
+    monkeypatch.undo()
+    want = WindowDataset(str(root), index=False, **KW)
+    got = WindowDataset(str(root), **KW)
+    assert all(isinstance(f, IndexedFooter) for f in got.source._footers.values())
+    assert got._fingerprint() == want._fingerprint()
+    assert same_batches(collect(got), collect(want))
+    full = write_index(str(root), series="sid")  # nothing changed: no footer read at all
+    assert full["footers_read"] == 0

@@ -87,3 +87,35 @@ def test_a_list_out_of_order_opens_from_an_index_elsewhere(tmp_path):
     plain = WindowDataset(files, series="sid", index=False, **KW)
     assert [p.name for p in indexed.partitions] == [p.name for p in plain.partitions]
     assert same_batches(collect(indexed), collect(plain))
+
+
+def test_the_index_build_scans_series_columns_on_threads(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    from dask_windows.sources.parquet import opening
+
+    root, kw = tmp_path / "data", {**KW, "series": "sid"}
+    _write(root, [["a", "b"], ["c", "d"], ["e"], ["f", "g"], ["h"], ["i", "j"]])
+    plain = collect(WindowDataset(str(root), index=False, **kw))
+    monkeypatch.setattr(opening, "tail_runs", lambda *a: None)  # no runs from the tails: every file is scanned
+    read_runs, running, most = Source.read_runs, [0], [0]
+    lock = threading.Lock()
+
+    def slow(self, index, series):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.05)  # an object store's latency
+        try:
+            return read_runs(self, index, series)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(Source, "read_runs", slow)
+    write_index(str(root), series="sid", threads=4)
+    assert most[0] > 1  # one file at a time before
+    monkeypatch.undo()
+    monkeypatch.setattr(Source, "read_runs", lambda *a: pytest.fail("series scanned despite the index"))
+    assert same_batches(collect(WindowDataset(str(root), **kw)), plain)

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from dask_windows.errors import ConfigError, SchemaError, SourceReadError
+from dask_windows.errors import ConfigError, DataError, SchemaError, SourceReadError
 from dask_windows.faults import (
     SkippedPartition,
     check_on_error,
@@ -54,7 +54,7 @@ from dask_windows.sources.arrow import numpy_column
 from dask_windows.sources.base import DEFAULT_PARTITION_BYTES, Partition, Source
 from dask_windows.sources.cache import split_merged
 from dask_windows.sources.parquet.footer_index import footer_digest
-from dask_windows.sources.parquet.footer_share import open_footers
+from dask_windows.sources.parquet.footer_share import open_footers, open_unlisted
 from dask_windows.sources.parquet.footers import (
     Footer,
     list_files,
@@ -136,16 +136,22 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         self._seen_schemas: list[list] = []  # [parquet schema, ARROW:schema bytes, arrow schema, series] while opening
         target = os.fspath(data) if isinstance(data, (str, os.PathLike)) else f"{len(data)} paths"
         listed: dict = {}
+        unlisted = None
         try:
-            self.fs, files, sizes, self.description = self.retry.call(
-                lambda: list_files(data, storage_options, PARQUET_SUFFIXES, listed, stat_local=False),
-                target,
-                timeout=self.retry.open_timeout,
-            )
-        except ConfigError:
+            # an object store's folder with an index: the index alone, no listing (its errors named as the listing's)
+            unlisted = self._open_unlisted(data, storage_options, series, index)
+            if unlisted is not None:
+                self.fs, files, sizes, self.description, opened = unlisted
+            else:
+                self.fs, files, sizes, self.description = self.retry.call(
+                    lambda: list_files(data, storage_options, PARQUET_SUFFIXES, listed, stat_local=False),
+                    target,
+                    timeout=self.retry.open_timeout,
+                )
+        except (ConfigError, DataError):
             raise
         except FileNotFoundError as exc:
-            if target in str(exc):
+            if target in str(exc) or "index" in str(exc):
                 raise  # our own message, naming the path
             raise FileNotFoundError(
                 f"{target} does not exist ({error_text(exc)}); check the bucket, folder and key, and that the "
@@ -157,7 +163,8 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         if self.local:
             self.retry = self.retry.unbounded()
         self._pid = os.getpid()
-        opened = open_footers(self, data, files, sizes, listed, threads, partition_bytes, series, index)
+        if unlisted is None:
+            opened = open_footers(self, data, files, sizes, listed, threads, partition_bytes, series, index)
         self.footer_group = None  # not kept: a store does not pickle into DataLoader workers
         if isinstance(opened, IndexedFiles):  # columnar: no object per file (index_open)
             adopt_index(self, opened, partition_bytes)
@@ -193,6 +200,39 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         self._manifest = self._load_manifest(data)
         self._halo = 0  # rows a partition reads past its end, inside its file (set_window)
         self.cache, self._versions = self._open_cache(cache_dir, cache_bytes)
+
+    def _stale_index_hint(self) -> str:
+        """``"; ..."`` naming the index as the likely cause of a failed read when the dataset was opened from it
+        without listing the store (``footer_share.open_unlisted``), else ``""``."""
+        files = getattr(getattr(self, "_footers", None), "_files", None)
+        if files is None or not getattr(files, "unlisted", False):
+            return ""
+        return (
+            f"; {self.description} was opened from its index {files.where} without listing the store, so an "
+            f"object deleted or rewritten since the index was written is found here: `dask-windows index --verify "
+            f"{self.description}` lists the store and names what changed, `dask-windows index {self.description}` "
+            "writes the index again"
+        )
+
+    def _open_unlisted(self, data: Any, storage_options: dict | None, series: str | None, index: Any) -> Any:
+        """``(fs, files, sizes, description, IndexedFiles)`` of an object-store folder opened from its index
+        alone (``footer_share.open_unlisted``), or ``None`` (then the store is listed)."""
+        import fsspec
+
+        if index is False or not isinstance(data, (str, os.PathLike)):
+            return None
+        url = os.fspath(data)
+        try:
+            fs = fsspec.core.url_to_fs(url, **(storage_options or {}))[0]
+        except Exception:
+            return None  # the listing reports it
+        if _is_local(fs):
+            return None
+        self.fs, self.local = fs, False
+        found = self.retry.call(
+            lambda: open_unlisted(fs, data, index, series, self._url), url, timeout=self.retry.open_timeout
+        )
+        return None if found is None else (fs, found[0], found[1], url, found[2])
 
     @property
     def default_pieces_per_partition(self) -> int | None:  # type: ignore[override]
@@ -414,11 +454,14 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
                 self._unchanged(path)  # rewritten while it was read: say so, not "corrupt"
             name = self._url(path) + part.name[len(path) :]
             kind = classify(exc)
+            stale = self._stale_index_hint() if kind in ("missing", "corrupt") else ""
             if kind == "missing":
                 raise failure_message(
-                    kind, f"cannot read {name}: the dataset changed after it was opened (open it again)", exc
+                    kind,
+                    f"cannot read {name}: the dataset changed after it was opened (open it again){stale}",
+                    exc,
                 ) from exc
-            where = self._corrupt_chunk(path, row_groups, columns) if kind == "corrupt" and self.local else ""
+            where = self._corrupt_chunk(path, row_groups, columns) if kind == "corrupt" and self.local else stale[2:]
             raise failure_message(kind, f"cannot read {name}", exc, where) from exc
         if self.local:
             self._unchanged(path)  # nor rows of a file rewritten while it was read (old footer, new bytes)
@@ -426,7 +469,7 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         if expected is not None and table.num_rows != expected:
             raise SourceReadError(
                 f"{part.name} holds {table.num_rows} rows but its footer said {expected} when the dataset "
-                "was opened; the file changed underneath the dataset; open the dataset again"
+                f"was opened; the file changed underneath the dataset; open the dataset again{self._stale_index_hint()}"
             )
         if getattr(self, "verify_checksums", True) and not self._crc_certain():  # values against the footer's min/max
             problem = outside_statistics(self._metadata(path), row_groups, table)

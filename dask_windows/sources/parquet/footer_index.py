@@ -11,14 +11,22 @@ chunk instead of 600-900; each schema's ``ARROW:schema`` kept once). The index
 is itself a Parquet file (one row per data file), so it is compressed and read
 by one request.
 
-Opening with an index (found beside the data, or ``index=PATH``) costs the
-listing and that one read, instead of one read per file. The index is a copy
-of facts the files hold, so it is checked against what is there before it is
-trusted: a file listed but not indexed, indexed but gone, or of another size
-or version than indexed raises ``DataError`` naming the file and the remedy
-(write the index again, or ``index=False``). On local disk each file's
-``stat`` is compared (microseconds per file); on an object store the listing's
-size and ETag (no request more). Reads check identities as without an index.
+Opening with an index (found beside the data, or ``index=PATH``) costs one
+read of it instead of one read per file: on an object store no listing either
+(``footer_share.open_unlisted``: the index is the source of truth; a file
+deleted or rewritten since fails at its read, naming the index, and
+``dask-windows index --verify`` lists and compares), on local disk after a
+listing without ``stat`` (a file added or deleted raises ``DataError`` at
+open, one changed at its first read, naming the file and the remedy).
+
+Format 2 makes a damaged index harmless: the SHA-256 of the whole file sits in
+its own Parquet footer (``_SUM_KEY``, computed with that value as zeros) and
+is checked before any byte is parsed (``verify_checksum``), then every number
+against its bounds (``index_open.read_index``); its paths are relative to the
+folder the index is in (``root`` in the header: ``"."`` beside the data), so
+a folder moved or copied with its index opens. An index of format 1 (no
+checksum, an absolute root) found beside the data is warned about and every
+footer read; named with ``index=`` it raises with the remedy.
 
 The trade-off: the index holds only the compact footer, so a reader that
 wanted min/max statistics would not find them here (the loader uses none after
@@ -48,19 +56,28 @@ from dask_windows.sources.parquet.footers import Footer, metadata_from_bytes
 __all__ = [
     "INDEX_FORMAT",
     "INDEX_NAME",
+    "IndexDamaged",
     "IndexedFooter",
+    "OldIndex",
     "entries_bytes",
     "find_index",
     "footer_digest",
     "is_index",
+    "table_bytes",
+    "verify_checksum",
 ]
 
 log = logging.getLogger("dask_windows.sources.parquet")
 
 INDEX_NAME = "_dask_windows_index.dwi"
 INDEX_FORMAT = "dask_windows.index"
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: a checksum of the whole file, paths relative to the index's folder
 _META_KEY = b"dask_windows.index"
+#: The key of the index's checksum in its Parquet footer: SHA-256 (hex) of the whole file with the value
+#: itself written as 64 zeros. It follows its key in the Thrift bytes as a binary field of 64 bytes.
+_SUM_KEY = b"dask_windows.index.sha256"
+_SUM_MARK = _SUM_KEY + b"\x18\x40"  # field 2 (value), binary; length 64
+_SUM_ZEROS = b"0" * 64
 
 
 class IndexedFooter(Footer):
@@ -100,10 +117,17 @@ def entries_bytes(
     series: str | None,
     local: bool,
     compact: bool,
+    base: str | None = None,
+    manifest: bool = True,
 ) -> bytes:
-    """The index of ``files`` as Parquet bytes (see the module docstring)."""
+    """The index of ``files`` as Parquet bytes (see the module docstring).
+
+    ``root`` is the folder or prefix the files are under; ``base``, when given, the folder the index
+    is written to: the header then holds ``root`` relative to it (``"."`` beside the data), so that the
+    folder moved or copied with its index still opens. Without it (``None``: another filesystem, or the
+    footers ranks exchange) ``root`` is kept as it is. ``manifest``: whether the folder holds a ``convert``
+    manifest (``False`` spares an open without listing the request that looks for it)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     prefix = root.rstrip("/") + "/" if root else ""
     key_values: list[str | None] = [None] * len(schemas)
@@ -134,7 +158,10 @@ def entries_bytes(
     header = {
         "format": INDEX_FORMAT,
         "version": INDEX_VERSION,
-        "root": root,
+        "root": root if base is None else (posixpath.relpath(root or "/", base or "/") if root else root),
+        "relative": base is not None and bool(root),
+        "files": len(columns["path"]),
+        "manifest": manifest,
         "series": series,
         "key_dtype": key_dtype,
         "local": local,
@@ -157,10 +184,59 @@ def entries_bytes(
     }
     arrays = {k: v if k == "run_keys_any" else pa.array(v, type=types[k]) for k, v in columns.items()}
     table = pa.table(arrays)
-    table = table.replace_schema_metadata({_META_KEY: json.dumps(header).encode()})
+    return table_bytes(table, header)
+
+
+def table_bytes(table: Any, header: dict) -> bytes:
+    """``table`` with ``header`` as an index file: Parquet, zstd, its checksum written in its footer."""
+    import pyarrow.parquet as pq
+
+    table = table.replace_schema_metadata({_META_KEY: json.dumps(header).encode(), _SUM_KEY: _SUM_ZEROS})
     out = io.BytesIO()
     pq.write_table(table, out, compression="zstd", row_group_size=1 << 20)
-    return out.getvalue()
+    blob = bytearray(out.getvalue())
+    at = blob.rfind(_SUM_MARK + _SUM_ZEROS) + len(_SUM_MARK)
+    assert at >= len(_SUM_MARK), "the index's checksum field was not found in its footer"
+    blob[at : at + 64] = _checksum(blob, at).encode()
+    return bytes(blob)
+
+
+def _checksum(blob: bytes | bytearray, at: int) -> str:
+    """SHA-256 (hex) of ``blob`` with its 64 bytes at ``at`` (the checksum's value) taken as zeros."""
+    view = memoryview(blob)
+    digest = hashlib.sha256(view[:at])
+    digest.update(_SUM_ZEROS)
+    digest.update(view[at + 64 :])
+    return digest.hexdigest()
+
+
+class IndexDamaged(DataError):
+    """The bytes of an index are not the ones written (its checksum or a bound on a number failed)."""
+
+
+class OldIndex(DataError):
+    """An index of an earlier format (no checksum, paths under an absolute root): written again, it opens."""
+
+
+def verify_checksum(blob: bytes) -> None:
+    """Raise unless ``blob`` is an index of this format whose checksum matches: nothing in it is parsed
+    before this (a damaged Parquet footer can abort the process in pyarrow; a damaged number can ask
+    for any amount of memory).
+
+    Raises:
+        OldIndex: An index of format 1 (it has no checksum).
+        IndexDamaged: Anything else: not an index, truncated, or a byte changed.
+    """
+    at = blob.rfind(_SUM_MARK)
+    if at < 0:
+        tail = blob[-(1 << 20) :]  # format 1 had no checksum; a format-2 index whose checksum key is damaged is not one
+        if _META_KEY in tail and b'"version": 1,' in tail and b'"version": 2,' not in tail and blob[-4:] == b"PAR1":
+            raise OldIndex("an index of an earlier format (no checksum, absolute paths)")
+        raise IndexDamaged("not a dask_windows index, or damaged (no index checksum in it)")
+    at += len(_SUM_MARK)
+    stored = bytes(blob[at : at + 64])
+    if len(stored) != 64 or _checksum(blob, at).encode() != stored:
+        raise IndexDamaged(f"its checksum does not match its bytes (damaged or truncated; {len(blob):,} bytes)")
 
 
 def _runs_arrays(told: Any) -> tuple | None:
@@ -205,33 +281,45 @@ def _runs_columns(told: list, columns: dict) -> None:
 
 
 def is_index(blob: bytes) -> bool:
-    """Whether ``blob`` is an index this library wrote."""
-    try:
-        _header(_read_table(blob))
-    except Exception:
-        return False
-    return True
+    """Whether ``blob`` is an index this library wrote (of any format; damaged or not: only its key is
+    looked for, nothing is parsed)."""
+    return blob[-4:] == b"PAR1" and (_SUM_MARK in blob[-(1 << 20) :] or _META_KEY in blob[-(1 << 20) :])
 
 
 # -- reading ---------------------------------------------------------------------------------------
 
 
 def _read_table(blob: bytes) -> Any:
+    """The index's table, its checksum verified first (``verify_checksum``), read by pyarrow's public API."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    verify_checksum(blob)
     return pq.read_table(pa.BufferReader(blob))
 
 
 def _header(table: Any) -> dict:
+    """The index's header, each field checked for its type (``IndexDamaged`` otherwise)."""
     meta = table.schema.metadata or {}
     if _META_KEY not in meta:
-        raise DataError("not a dask_windows index (no index header)")
+        raise IndexDamaged("not a dask_windows index (no index header)")
     header = json.loads(meta[_META_KEY])
-    if header.get("format") != INDEX_FORMAT or header.get("version") != INDEX_VERSION:
-        raise DataError(
-            f"an index of format {header.get('format')!r} version {header.get('version')!r}, not {INDEX_VERSION}"
-        )
+    if not isinstance(header, dict) or header.get("format") != INDEX_FORMAT:
+        raise IndexDamaged(f"not a dask_windows index (format {header.get('format')!r})")
+    if header.get("version") != INDEX_VERSION:
+        raise OldIndex(f"an index of version {header.get('version')!r}, not {INDEX_VERSION}")
+    kinds = {"root": str, "relative": bool, "files": int, "local": bool, "compact": bool, "schemas": list}
+    kinds.update(key_values=list)
+    for key, kind in kinds.items():
+        if not isinstance(header.get(key), kind):
+            raise IndexDamaged(f"its header's {key!r} is not a {kind.__name__}")
+    for key in ("series", "key_dtype"):
+        if header.get(key) is not None and not isinstance(header[key], str):
+            raise IndexDamaged(f"its header's {key!r} is not text")
+    if len(header["key_values"]) != len(header["schemas"]) or header["files"] != table.num_rows:
+        raise IndexDamaged("its header does not match its rows")
+    if header["key_dtype"] is not None and np.dtype(header["key_dtype"]).kind not in "iu":
+        raise IndexDamaged(f"its series keys' dtype {header['key_dtype']!r} is not an integer type")
     return header
 
 

@@ -34,16 +34,17 @@ import datetime
 import hashlib
 import logging
 import os
+import posixpath
 from collections.abc import Callable
 from typing import Any
 
 from dask_windows.errors import DataError
 from dask_windows.sources.manifest import MANIFEST_NAME
 from dask_windows.sources.parquet.footer_index import entries_bytes, find_index
-from dask_windows.sources.parquet.index_open import open_index
+from dask_windows.sources.parquet.index_open import OldIndex, open_index
 from dask_windows.tuning import SHARE_WAIT_SECONDS, switches
 
-__all__ = ["SHARE_WAIT_SECONDS", "open_footers", "shared_open"]
+__all__ = ["SHARE_WAIT_SECONDS", "open_footers", "open_unlisted", "shared_open"]
 
 log = logging.getLogger("dask_windows.sources.parquet")
 
@@ -76,7 +77,9 @@ def open_footers(
             else (os.fspath(index) if index not in (None, True) else source._url(path))
         )
         try:
-            opened = open_index(blob, where, files, listed, source.local, series, data_root, source._url)
+            opened = open_index(
+                blob, where, files, listed, source.local, series, data_root, source._url, index_dir=_folder(path)
+            )
             if source.local and index in (None, True) and data_root is not None and _has_manifest(source, data_root):
                 # converted data: every file checked now (one stat each), not at its first read, so that a
                 # file changed after convert reaches the manifest's checks below and their remedy
@@ -85,6 +88,10 @@ def open_footers(
                 identities = IndexedIdentities(opened)
                 for file in opened.files:
                     identities.check_local(file)
+        except OldIndex as exc:
+            if index not in (None, True):
+                raise
+            log.warning("%s; reading every footer instead", exc)  # found beside the data: still opens
         except DataError as exc:
             # The index `convert` wrote beside its manifest: the manifest's checks, which run next on
             # footers read afresh, name what changed and the remedy of converted data (rerun convert).
@@ -103,6 +110,73 @@ def open_footers(
         series,
         lambda: source._open_files(files, sizes, threads, partition_bytes, series),
     )
+
+
+def open_unlisted(fs: Any, data: Any, index: Any, series: str | None, url: Callable[[str], str]) -> Any:
+    """The files of an object-store folder or prefix opened from its index without listing the store, or
+    ``None`` where the index does not answer alone (none there, local disk, a glob or list, an index of
+    another folder, or ``index=False``): ``(files, sizes, IndexedFiles)``.
+
+    The index is the source of truth (as a listing would be): its files, sizes and versions are taken as
+    they are, at the cost of one GET (its own bytes), where a listing costs a request per 1,000 objects
+    and a check of every entry. An object added after the index was written is not opened; one deleted
+    or rewritten fails at its first read, the message naming the index as the likely cause and
+    `dask-windows index --verify`, which lists the store and names every difference.
+    """
+    from fsspec.implementations.local import LocalFileSystem
+
+    from dask_windows.sources.parquet.footer_index import INDEX_NAME
+    from dask_windows.sources.parquet.index_open import index_root, read_index
+
+    if index is False or isinstance(fs, LocalFileSystem) or not isinstance(data, (str, os.PathLike)):
+        return None
+    if any(ch in os.fspath(data) for ch in "*?["):
+        return None
+    data_root = fs._strip_protocol(os.fspath(data)).rstrip("/")
+    if index in (None, True):
+        path, where = posixpath.join(data_root, INDEX_NAME), None
+        try:
+            blob = fs.cat_file(path, start=0)  # a ranged GET: no HEAD first (fsspec sizes a whole-object read)
+        except FileNotFoundError:
+            if index is True:
+                raise FileNotFoundError(
+                    f"no dataset index at {url(path)}; write one with `dask-windows index {os.fspath(data)}`"
+                ) from None
+            return None
+        where = url(path)
+    else:
+        import fsspec
+
+        index_fs, path = fsspec.core.url_to_fs(os.fspath(index), **getattr(fs, "storage_options", {}))
+        if type(index_fs) is not type(fs):
+            return None
+        try:
+            blob = index_fs.cat_file(path, start=0)
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(
+                f"index={os.fspath(index)!r} does not exist; write it with `dask-windows index`"
+            ) from exc
+        where = os.fspath(index)
+    try:
+        table, header = read_index(blob, where)
+    except OldIndex:
+        if index not in (None, True):
+            raise
+        return None  # listed, and open_footers warns and reads every footer
+    root = index_root(header, _folder(path))
+    if root != data_root or header["local"]:
+        return None  # an index of another folder, or of local files: the listing picks the files
+    prefix = root + "/" if root else ""
+    files = [prefix + p for p in table.column("path").to_pylist()]
+    opened = open_index(blob, where, files, {}, False, series, data_root, url, False, _folder(path), (table, header))
+    opened.unlisted = True
+    log.info("opened %s from its index %s (%d objects, one read, no listing)", url(data_root), where, len(files))
+    return files, opened.sizes.tolist(), opened
+
+
+def _folder(path: str) -> str:
+    """The folder of ``path`` (an index's: the folder its paths are relative to)."""
+    return posixpath.dirname(path.rstrip("/"))
 
 
 def _has_manifest(source: Any, root: str) -> bool:

@@ -83,18 +83,15 @@ class Footer:
 def metadata_from_bytes(raw: bytes) -> Any:
     """Parse a serialized footer (thrift metadata, length, magic) into a ``FileMetaData``.
 
-    Uses the function pyarrow unpickles ``FileMetaData`` with (half the time of
-    ``read_metadata``, which opens a reader), or ``read_metadata`` where it is missing.
+    Through pyarrow's public reader (``ParquetFile`` on the bytes), which raises on damaged bytes:
+    the private function pyarrow unpickles ``FileMetaData`` with took half the time (about 90 us
+    against 160 us for a 3 KiB footer, once per partition read) but aborts the whole process on a
+    footer it cannot parse (a C++ exception it does not raise), so no bytes ever go to it.
     """
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
-    try:
-        from pyarrow._parquet import _reconstruct_filemetadata
-    except ImportError:  # pragma: no cover - a pyarrow without it
-        import pyarrow.parquet as pq
-
-        return pq.read_metadata(pa.BufferReader(raw))
-    return _reconstruct_filemetadata(pa.py_buffer(raw[:-8]))
+    return pq.ParquetFile(pa.BufferReader(raw)).metadata
 
 
 def parse_footer(tail: bytes, path: str) -> tuple[Any, int]:
@@ -117,8 +114,7 @@ def footer_reader(tail: bytes, path: str) -> tuple[Any, int]:
         return None, needed
     buffer_reader, parquet_reader = _readers()
     # Bytes read from a file are untrusted: pyarrow's unpickling fast path aborts the process on a
-    # damaged footer (a C++ exception it cannot raise), a reader's open raises. Re-parsing the bytes
-    # once they parsed here (Footer.metadata) takes the fast path.
+    # damaged footer (a C++ exception it cannot raise), a reader's open raises.
     source = buffer_reader(tail[-needed:] if needed < len(tail) else tail)
     if parquet_reader is None:  # pragma: no cover - a pyarrow without it: read_metadata's own reader
         import pyarrow.parquet as pq

@@ -14,8 +14,10 @@ a dict entry per file:
   a read asks for it (a path is found by bisection in the sorted listing, or
   a dict for a list given out of order).
 
-The identities are compared with the listing at open only where the listing
-already holds them (an object store's sizes and ETags, no request more). A
+The identities are compared with the listing at open only where there is one
+and it already holds them (an object store opened from its index is not listed:
+``footer_share.open_unlisted``). The index is read by ``read_index``: its
+checksum, then bounds on every number (``_check_numbers``). A
 local file's size and ``mtime`` are compared at each read of it
 (``IndexedIdentities.check_local``, one ``stat``, as without an index) rather
 than at open: one ``stat`` per file costs 15-25 s for 10^6 files, before the
@@ -38,10 +40,18 @@ import numpy as np
 from dask_windows.errors import DataError
 from dask_windows.sources.identity import FileIdentity, from_info
 from dask_windows.sources.parquet.footer_compact import key_values_field
-from dask_windows.sources.parquet.footer_index import IndexedFooter, _header, _read_table
+from dask_windows.sources.parquet.footer_index import IndexDamaged, IndexedFooter, OldIndex, _header, _read_table
 from dask_windows.sources.parquet.footers import split_sizes
 
-__all__ = ["IndexedFiles", "IndexedFooters", "IndexedIdentities", "IndexedRuns", "open_index"]
+__all__ = [
+    "IndexedFiles",
+    "IndexedFooters",
+    "IndexedIdentities",
+    "IndexedRuns",
+    "index_root",
+    "open_index",
+    "read_index",
+]
 
 
 def _offsets(array: Any) -> np.ndarray:
@@ -86,11 +96,13 @@ class IndexedFiles:
         runs: ``(starts, lengths, keys, offsets, known, key dtype)`` of the series runs, or ``None``.
     """
 
+    unlisted = False  # opened without a listing (footer_share.open_unlisted): the index is the source of truth
+
     def __init__(self, table: Any, header: dict, files: list[str], where: str, local: bool, series: Any) -> None:
         import pyarrow as pa
 
         self.files, self.where, self.local = files, where, local
-        col = {name: table.column(name).combine_chunks() for name in table.column_names}
+        col = {name: _one_chunk(table.column(name)) for name in table.column_names}
         self.sizes = np.asarray(col["size"].to_numpy(), np.int64)
         self.versions = col["version"]
         self.group_rows, self.row_offsets = _flat(col["rows"])
@@ -106,6 +118,7 @@ class IndexedFiles:
         self.kv_fields = [
             key_values_field([(b"ARROW:schema", base64.b64decode(k))]) if k else b"" for k in header["key_values"]
         ]
+        self.manifest = bool(header.get("manifest", True))  # whether the folder held a manifest when indexed
         self.runs = None
         if series is not None and header.get("series") == series:
             self.runs = _runs_columns(col, header)
@@ -179,6 +192,11 @@ class _RowFooter(IndexedFooter):
 
     def __reduce__(self) -> tuple:
         return IndexedFooter, (self.raw, self.size, self.rows, self.digest, self.key_values)
+
+
+def _one_chunk(column: Any) -> Any:
+    """The Arrow array of a column: its one chunk as it is (no copy), or its chunks joined."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
 def _sums(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -318,6 +336,8 @@ def open_index(
     data_root: str | None,
     url: Callable[[str], str],
     check: bool = True,
+    index_dir: str | None = None,
+    read: tuple[Any, dict] | None = None,
 ) -> IndexedFiles:
     """The files ``files`` opened from the index ``blob`` (at ``where``), columnar.
 
@@ -328,6 +348,9 @@ def open_index(
             a file indexed but not listed is reported as deleted.
         url: A path as messages show it.
         check: Compare the listing's identities (``False`` for the footers ranks exchange).
+        index_dir: The folder the index is in, as the filesystem names it: the index's paths are
+            relative to it.
+        read: ``(table, header)`` of ``blob`` when read already (``read_index``).
 
     Raises:
         DataError: The index is stale (a file added, deleted, or on an object store changed), naming the file.
@@ -335,14 +358,8 @@ def open_index(
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    try:
-        table = _read_table(blob)
-        header = _header(table)
-    except Exception as exc:
-        raise DataError(
-            f"{where} is not a readable dataset index ({exc}); write it again with `dask-windows index`"
-        ) from exc
-    root = header["root"].rstrip("/")
+    table, header = read_index(blob, where) if read is None else read
+    root = index_root(header, index_dir)
     prefix = root + "/" if root else ""
     indexed = pc.binary_join_element_wise(pa.scalar(prefix), table.column("path"), "").combine_chunks()
     listing = pa.array(files, pa.string())
@@ -353,6 +370,123 @@ def open_index(
     if check and not local:
         _check_listing(opened, listed, url)
     return opened
+
+
+def read_index(blob: bytes, where: str) -> tuple[Any, dict]:
+    """``(table, header)`` of the index ``blob``, its checksum and every number in it checked.
+
+    Raises:
+        DataError: ``OldIndex`` for an index of an earlier format, ``DataError`` for one damaged,
+            truncated or not an index: each naming ``where`` and the remedy (write it again).
+    """
+    try:
+        table = _read_table(blob).combine_chunks()  # one chunk per column, shared by the checks and the open
+        header = _header(table)
+        _check_numbers(table, header)
+    except OldIndex as exc:
+        raise OldIndex(
+            f"{where} is {exc}; write it again with `dask-windows index` (or pass index=False to read every footer)"
+        ) from exc
+    except Exception as exc:
+        raise IndexDamaged(
+            f"{where} is not a readable dataset index ({exc}); write it again with `dask-windows index` "
+            "(or pass index=False to read every footer)"
+        ) from exc
+    return table, header
+
+
+def index_root(header: dict, index_dir: str | None) -> str:
+    """The folder or prefix the index's paths are under: its header's root, relative to ``index_dir``."""
+    import posixpath
+
+    root = header["root"].rstrip("/")
+    if header["relative"]:
+        if index_dir is None:
+            raise DataError("an index of relative paths was given without its folder")
+        root = posixpath.normpath(posixpath.join(index_dir, root))
+    return root
+
+
+_LIST = "list of int64"
+_TYPES = {
+    "path": "string",
+    "size": "int64",
+    "version": "string",
+    "rows": _LIST,
+    "group_bytes": _LIST,
+    "footer": "binary",
+    "digest": "binary",
+    "schema": "int32",
+    "run_starts": _LIST,
+    "run_lengths": _LIST,
+    "run_keys": _LIST,
+}
+
+
+def _check_numbers(table: Any, header: dict) -> None:
+    """Raise ``IndexDamaged`` unless every number of the index is within its bounds: the columns of
+    their types, no nulls where a value is needed, sizes and row counts not negative, a footer within
+    its file, schema numbers of schemas there, and each file's series runs laid end to end over
+    exactly its rows. The checksum makes a changed byte fail first; these stand behind it (an index
+    written by another tool, or by a bug) so that no number asks for memory or reorders windows."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for name, kind in _TYPES.items():
+        found = table.schema.field(name).type if name in table.column_names else None
+        if found is None or kind != (f"list of {found.value_type}" if pa.types.is_list(found) else str(found)):
+            raise IndexDamaged(f"its column {name!r} is missing or not {kind}")
+    if "run_keys_any" in table.column_names and not pa.types.is_list(table.schema.field("run_keys_any").type):
+        raise IndexDamaged("its column 'run_keys_any' is not a list")
+    for name in ("path", "size", "rows", "group_bytes", "footer", "digest", "schema"):
+        if table.column(name).null_count:
+            raise IndexDamaged(f"its column {name!r} has nulls")
+    col = {name: _one_chunk(table.column(name)) for name in table.column_names}
+    sizes = col["size"].to_numpy()
+    rows, row_offsets = _flat(col["rows"])
+    group_bytes, byte_offsets = _flat(col["group_bytes"])
+    footer_lengths = pc.binary_length(col["footer"]).to_numpy()
+    numbers = col["schema"].to_numpy()
+    if (sizes < 0).any() or (rows < 0).any() or (group_bytes < 0).any():
+        raise IndexDamaged("a size, row count or row group's bytes is negative")
+    if not np.array_equal(row_offsets, byte_offsets):
+        raise IndexDamaged("a file's row groups and their bytes differ in number")
+    if (footer_lengths < 12).any() or (footer_lengths > sizes).any():
+        raise IndexDamaged("a footer is longer than its file")
+    if (pc.binary_length(col["digest"]).to_numpy() != 32).any():
+        raise IndexDamaged("a footer's digest is not 32 bytes")
+    if len(numbers) and (numbers.min() < 0 or numbers.max() >= len(header["schemas"])):
+        raise IndexDamaged("a schema number is of no schema")
+    paths = col["path"]
+    ascending = len(paths) < 2 or pc.all(pc.greater(paths.slice(1), paths.slice(0, len(paths) - 1))).as_py()
+    if not ascending and len(paths) != len(pc.unique(paths)):  # (a listing's order is ascending: no hash)
+        raise IndexDamaged("a file is in it twice")
+    _check_runs(col, _sums(rows, row_offsets), header["key_dtype"])
+
+
+def _check_runs(col: dict, file_rows: np.ndarray, key_dtype: str | None) -> None:
+    """Raise ``IndexDamaged`` unless every file's runs (where told) start at 0, follow each other and end at
+    its last row, with as many keys as runs."""
+    known = np.asarray(col["run_starts"].is_valid().to_numpy(zero_copy_only=False), bool)
+    starts, offsets = _flat(col["run_starts"])
+    lengths, length_offsets = _flat(col["run_lengths"])
+    told = known & np.asarray(col["run_lengths"].is_valid().to_numpy(zero_copy_only=False), bool)
+    if not np.array_equal(known, told) or not np.array_equal(offsets, length_offsets):
+        raise IndexDamaged("a file's run starts and run lengths differ in number")
+    name = "run_keys" if key_dtype is not None else ("run_keys_any" if "run_keys_any" in col else None)
+    if name is not None and known.any():
+        key_offsets = _flat(col[name], None)[1]
+        key_known = np.asarray(col[name].is_valid().to_numpy(zero_copy_only=False), bool)
+        if not np.array_equal(key_offsets, offsets) or not (key_known | ~known).all():
+            raise IndexDamaged("a file's runs and their keys differ in number")
+    if (lengths < 1).any():
+        raise IndexDamaged("a series run is empty or negative")
+    totals = _sums(lengths, offsets)  # (F,) rows the runs cover
+    ends = np.concatenate([[0], np.cumsum(lengths)])  # (R + 1,) running end of each run
+    first = offsets[:-1]  # (F,) each file's first run
+    expected = ends[:-1] - np.repeat(ends[first], np.diff(offsets))  # (R,) each run's start from its lengths
+    if not np.array_equal(starts, expected) or (known & (totals != file_rows)).any():
+        raise IndexDamaged("a file's series runs do not lie end to end over its rows")
 
 
 def _match(indexed: list[str], files: list[str], where: str, data_root: str | None, root: str, url: Callable) -> list:

@@ -11,37 +11,76 @@ import os
 import posixpath
 from typing import Any
 
+from dask_windows.errors import DataError
 from dask_windows.sources.parquet.footer_index import INDEX_NAME, entries_bytes, is_index
+from dask_windows.sources.parquet.footers import map_in_blocks
 
-__all__ = ["index_bytes", "write_index"]
+__all__ = ["index_bytes", "verify_index", "write_index"]
 
 
-def index_bytes(source: Any, root: str, series: str | None, compact: bool = True) -> bytes:
+def index_bytes(
+    source: Any,
+    root: str,
+    series: str | None,
+    compact: bool = True,
+    where: str | None = None,
+    threads: int = 16,
+    kept: Any = None,
+) -> bytes:
     """The index of an opened ``ParquetSource`` (index=False) as bytes; runs of one-partition files that
-    the open did not tell are scanned from the series column (``series``)."""
+    the open did not tell are scanned from the series column (``series``) on ``threads`` threads.
+    ``where``: the folder the index goes to (its paths are written relative to it), ``None`` to keep
+    ``root`` as it is (an index on another filesystem or bucket). ``kept``: a second source, opened from
+    the previous index, whose files join ``source``'s (an incremental build; ``source`` may be ``None``)."""
+    entries = sorted(
+        (entry for src in (source, kept) if src is not None for entry in _entries(src, series, threads)),
+        key=lambda e: e[0],
+    )
+    schemas: list = []
+    numbers = []
+    for entry in entries:  # one number per distinct schema over both sources
+        found = next((k for k, known in enumerate(schemas) if known.equals(entry[3], check_metadata=True)), None)
+        if found is None:
+            found = len(schemas)
+            schemas.append(entry[3])
+        numbers.append(found)
+    first = source if source is not None else kept
+    return entries_bytes(
+        [e[0] for e in entries],
+        root,
+        [e[1] for e in entries],
+        [e[2] for e in entries],
+        numbers,
+        schemas,
+        [e[4] for e in entries],
+        series,
+        first.local,
+        compact,
+        base=where,
+        manifest=first.manifest_series is not None,
+    )
+
+
+def _entries(source: Any, series: str | None, threads: int) -> list[tuple]:
+    """``(path, footer, identity, schema, runs)`` of each file of ``source``, the runs the open did not
+    tell scanned on ``threads`` threads."""
     from dask_windows.sources.base import Source
 
     one_partition = {
         p.key[0]: i for i, p in enumerate(source.partitions) if len(p.key[1]) == len(source._footers[p.key[0]].rows)
     }
-    runs = []
-    for path in source.files:
-        told = source._tail_runs.get(path) if series == source._tail_series else None
-        if told is None and series is not None and path in one_partition:
-            told = Source.read_runs(source, one_partition[path], series)
-        runs.append(told)
-    return entries_bytes(
-        source.files,
-        root,
-        [source._footers[p] for p in source.files],
-        [source._identities.get(p) for p in source.files],
-        source._schema_numbers,
-        source._schemas,
-        runs,
-        series,
-        source.local,
-        compact,
-    )
+    runs = [source._tail_runs.get(path) if series == source._tail_series else None for path in source.files]
+    scan = [i for i, (path, told) in enumerate(zip(source.files, runs)) if told is None and path in one_partition]
+    if series is not None and scan:
+        # the series column of each file whose runs the open did not tell: one read each, many at once
+        # (an object store answers concurrent requests in about the time of one)
+        found = map_in_blocks(lambda i: Source.read_runs(source, one_partition[source.files[i]], series), scan, threads)
+        for i, told in zip(scan, found):
+            runs[i] = told
+    return [
+        (path, source._footers[path], source._identities.get(path), source._schemas[number], told)
+        for path, number, told in zip(source.files, source._schema_numbers, runs)
+    ]
 
 
 def write_index(
@@ -86,11 +125,24 @@ def write_index(
         target, out_fs = posixpath.join(root, INDEX_NAME), fs
     else:
         out_fs, target = fsspec.core.url_to_fs(os.fspath(out), **(storage_options or {}))
-    source = ParquetSource(url, storage_options, threads=threads, series=series, index=False)
-    if series is None:
-        series = source.manifest_series
     base = posixpath.dirname(root) if globbed else root
-    blob = index_bytes(source, base, series)
+    same_fs = type(out_fs) is type(fs) and _bucket(out_fs, target) == _bucket(fs, base)
+    where = posixpath.dirname(target) if same_fs else None
+    split = _incremental(fs, url, out_fs, target, where, series, storage_options) if not globbed else None
+    if split is not None:  # the previous index tells the files it holds unchanged: only the others are read
+        (kept, added), series = split
+        previous = target if _is_local(out_fs) else out_fs.unstrip_protocol(target)
+        opened = [ParquetSource(kept, storage_options, threads=threads, series=series, index=previous)]
+        if added:
+            opened.append(ParquetSource(added, storage_options, threads=threads, series=series, index=False))
+        source, other = opened[-1], (opened[0] if added else None)
+        files = len(kept) + len(added)
+    else:
+        source = ParquetSource(url, storage_options, threads=threads, series=series, index=False)
+        other, files = None, len(source.files)
+        if series is None:
+            series = source.manifest_series
+    blob = index_bytes(source, base, series, where=where, threads=threads, kept=other)
     _refuse_foreign(out_fs, target)
     if _is_local(out_fs):
         tmp = f"{target}.tmp-{os.getpid()}"
@@ -102,11 +154,61 @@ def write_index(
     shown = target if _is_local(out_fs) else out_fs.unstrip_protocol(target)
     return {
         "index": shown,
-        "files": len(source.files),
+        "files": files,
         "bytes": len(blob),
-        "bytes_per_file": len(blob) / len(source.files),
+        "bytes_per_file": len(blob) / files,
         "series": series,
+        "footers_read": len(added) if split is not None else files,
     }
+
+
+def _incremental(
+    fs: Any, url: str, out_fs: Any, target: str, where: str | None, series: str | None, options: dict | None
+) -> tuple[tuple[list[str], list[str]], str | None] | None:
+    """``((files the index at target holds unchanged, files added or changed), its series)``, as URLs in
+    listing order, when ``target`` holds a readable index of this dataset's folder whose series is ``series``
+    (or ``series`` is ``None``) and some file is unchanged; else ``None`` (the whole index is built)."""
+    from dask_windows.sources.parquet import PARQUET_SUFFIXES
+    from dask_windows.sources.parquet.footers import list_files
+    from dask_windows.sources.parquet.index_open import index_root, read_index
+
+    try:
+        blob = out_fs.cat_file(target)
+        table, header = read_index(blob, target)
+    except (OSError, DataError):
+        return None  # none there, damaged, or of the earlier format: built whole
+    if (series is not None and header["series"] != series) or where is None or header["local"] != _is_local(fs):
+        return None
+    root = index_root(header, where)
+    listed: dict = {}
+    _, files, _, _ = list_files(url, options, PARQUET_SUFFIXES, listed)
+    if fs._strip_protocol(url).rstrip("/") != root:
+        return None
+    rows = {root + "/" + p: i for i, p in enumerate(table.column("path").to_pylist())}
+    sizes, versions = table.column("size").to_pylist(), table.column("version").to_pylist()
+    kept: list[str] = []
+    added: list[str] = []
+    for path in files:
+        i, info = rows.get(path), listed.get(path) or {}
+        now = _version(info, _is_local(fs))
+        same = i is not None and info.get("size") == sizes[i] and now is not None and now == versions[i]
+        (kept if same else added).append(path if _is_local(fs) else fs.unstrip_protocol(path))
+    return ((kept, added), header["series"]) if kept else None
+
+
+def _version(info: dict, local: bool) -> str | None:
+    """A listing entry's version as the index writes it (``mtime`` in ns on local disk, else the store's)."""
+    from dask_windows.sources.identity import from_info
+
+    if local:
+        return None if info.get("mtime_ns") is None else str(info["mtime_ns"])
+    version = from_info(info).version
+    return None if version is None else str(version)
+
+
+def _bucket(fs: Any, path: str) -> str:
+    """The part of ``path`` a relative path cannot leave: the bucket on an object store, else ``""``."""
+    return "" if _is_local(fs) else path.lstrip("/").split("/", 1)[0]
 
 
 def _is_local(fs: Any) -> bool:
@@ -124,3 +226,41 @@ def _refuse_foreign(fs: Any, target: str) -> None:
             f"{target} exists and is not a dask_windows index; the index is never written over another file: "
             "choose another out path or remove it"
         )
+
+
+def verify_index(data: str | os.PathLike, index: Any = None, *, storage_options: dict | None = None) -> dict:
+    """List the dataset ``data`` and compare every file with its index (``index``: as ``ParquetSource``'s).
+
+    Opening an object store's folder from its index does not list it (``footer_share.open_unlisted``);
+    this is the check on request: a file added, deleted, or of another size or version than indexed
+    raises, naming it.
+
+    Returns:
+        ``{"index": where, "files": n}`` when every file is the one indexed.
+
+    Raises:
+        DataError: The index is stale (naming the first file that differs and the remedy), damaged, or
+            of an earlier format.
+        FileNotFoundError: No index there.
+    """
+    from dask_windows.sources.parquet import PARQUET_SUFFIXES
+    from dask_windows.sources.parquet.footer_index import find_index
+    from dask_windows.sources.parquet.footers import list_files
+    from dask_windows.sources.parquet.index_open import IndexedIdentities, open_index
+
+    url = os.fspath(data)
+    listed: dict = {}
+    fs, files, _, _ = list_files(data, storage_options, PARQUET_SUFFIXES, listed)
+    local = _is_local(fs)
+    found = find_index(fs, data, True if index is None else index)
+    assert found is not None
+    path, blob = found
+    show = (lambda p: p) if local else fs.unstrip_protocol
+    where = show(path) if index is None else os.fspath(index)
+    root = None if any(ch in url for ch in "*?[") else fs._strip_protocol(url).rstrip("/")
+    opened = open_index(blob, where, files, listed, local, None, root, show, True, posixpath.dirname(path))
+    if local:
+        identities = IndexedIdentities(opened)
+        for file in files:
+            identities.check_local(file)
+    return {"index": where, "files": len(files)}

@@ -53,7 +53,11 @@ class ParquetManifest:
         if not isinstance(data, (str, os.PathLike)) or any(ch in os.fspath(data) for ch in "*?["):
             return None
         root = self.fs._strip_protocol(os.fspath(data)).rstrip("/")
-        if not self.fs.isdir(root):
+        footers = getattr(self, "_footers", None)
+        if getattr(getattr(footers, "_files", None), "unlisted", False):  # opened from an index, no listing
+            if not footers._files.manifest:  # type: ignore[union-attr]
+                return None  # none when it was written: no request to look
+        elif not self.fs.isdir(root):
             return None
         manifest = read_manifest(root, self.fs)
         if manifest is None:
