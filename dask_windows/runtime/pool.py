@@ -189,6 +189,7 @@ class _Pool:
         self.codes = np.empty((spec.code_features, rows), spec.code_dtype) if spec.code_features else None
         self.edges = _Edges()
         self.kept = kept_rows(plan)  # partition -> the (partition, lo, hi) its units keep for later ones
+        self.telemetry = reads.telemetry  # where reads are reported (``None`` while read ahead of the pass)
 
     def _rows(self, p: int, lo: int, hi: int) -> dict:
         return self.reader.read_rows(p, lo, hi)
@@ -236,7 +237,7 @@ class _Pool:
         fetched = clock()
         arena = (self.x, self.y, unit.offset)
         part = decode_pieces(p, name, pieces, rows0, ds.spec, ds.scale, ds.y_dtype, arena)
-        telemetry = ds.telemetry
+        telemetry = self.telemetry
         if telemetry is not None:  # the same stages the buffer order reports (see telemetry)
             telemetry.add_read(fetched - started, clock() - fetched, (r1 - r0) * len(ds.spec.columns) * 4)
         if part.arena is None:  # decoded beside the pool (a dtype only these rows have): copied in
@@ -387,6 +388,8 @@ class UnitReads:
         # place in a pool on the device, and the batches gathered there from the same steps
         self.device = None if values.device is None else values.device.pool(plan)
         self.pool = _Pool(ds, plan if self.device is None else self.device.staging, self.source_reader)
+        if first_units is not None:  # read ahead during another pass: counted in neither pass's figures
+            self.pool.telemetry = None
         self.background = ds.spec.prefetch_partitions >= 1
         read = self.pool.read if self.device is None else self.device.landing(self.pool)
         filling = self.device is None and plan.first_step < plan.spread - 1
@@ -422,6 +425,7 @@ def pool_batches(
     ahead = values.next_pass if this_pass is not None else None
     claimed = ahead.claim(plan, this_pass) if ahead is not None else None
     reads: UnitReads = claimed[0] if claimed is not None else UnitReads(values, plan)
+    reads.pool.telemetry = ds.telemetry  # (the units still to read, when they were read ahead)
     reads.widen()
     pool = reads.pool
     gatherer = Gatherer(pool.x, pool.y, ds.spec.window, ds.spec.horizon, ds.spec.layout, codes=pool.codes)
