@@ -95,6 +95,15 @@ def scores(model, batches, keys) -> dict:
 
 
 def main() -> None:
+    try:
+        import lightning  # noqa: F401
+        import pytorch_forecasting  # noqa: F401
+    except ImportError as exc:
+        raise SystemExit(
+            f"this example needs PyTorch Forecasting and Lightning ({exc}); install them without replacing torch: "
+            'pip install -c .ci/constraints.txt "lightning>=2.2" && '
+            'pip install --no-deps "pytorch-forecasting==1.8.0" "scikit-base==1.0.2"'
+        ) from exc
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="runs/forecast_pytorch_forecasting", help="output folder (data)")
     parser.add_argument("--model", choices=["nhits", "tft"], default="nhits")

@@ -108,6 +108,8 @@ _OPTIONAL_IMPORTS = {
     "fastai": "tsai_mvp.py, with tsai",
     "pmdarima": "_real_corpus.py: its package data sets, asked for by name only",
     "datasets": "_real_corpus.py: kind='datasets' only",
+    "pytorch_forecasting": "forecast_pytorch_forecasting.py: SystemExit with the install line",
+    "lightning": "forecast_pytorch_forecasting.py, with pytorch_forecasting",
 }
 # Installed with dask_windows itself (install_requires) or by torch.
 _DISTRIBUTIONS = {"yaml": "pyyaml", "sklearn": "scikit-learn"}

@@ -1,7 +1,7 @@
 """Corpora read as their writers mean them (issue 34): each test guards one case that was silently wrong.
 
 Written with the ecosystem's own writers (GluonTS's ``ArrowWriter``, Hugging Face ``datasets``,
-pyarrow) where they install; ``tests/corpus/test_conformance.py`` crosses the formats with
+pyarrow) where they install; ``tests/corpus/test_corpus_conformance.py`` crosses the formats with
 hostile values.
 """
 

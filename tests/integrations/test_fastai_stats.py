@@ -67,7 +67,8 @@ def test_a_compute_bound_learner_logs_not_input_bound_each_epoch(caplog):
     logged = _fit(STEP, 0.0, caplog)
     assert len(logged) == 4  # the training and the validation loader, each of 2 epochs
     train = logged[0::2]
-    assert all("not input-bound" in m for m in train), train
+    # a short epoch's first batch can be most of its waiting: "bound by start-up" (not input-bound either)
+    assert all("not input-bound" in m or "bound by start-up" in m for m in train), train
 
 
 def test_a_learner_waiting_on_slow_reads_logs_input_bound_by_fetch(caplog):

@@ -137,9 +137,11 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         target = os.fspath(data) if isinstance(data, (str, os.PathLike)) else f"{len(data)} paths"
         listed: dict = {}
         unlisted = None
+        doing = "look for a dataset index in"  # what failed, for the message
         try:
             # an object store's folder with an index: the index alone, no listing (its errors named as the listing's)
             unlisted = self._open_unlisted(data, storage_options, series, index)
+            doing = "list"
             if unlisted is not None:
                 self.fs, files, sizes, self.description, opened = unlisted
             else:
@@ -158,7 +160,13 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
                 "credentials in storage_options may see them"
             ) from exc
         except Exception as exc:
-            raise failure_message(classify(exc), f"cannot list {target}", exc) from exc
+            error = failure_message(classify(exc), f"cannot {doing} {target}", exc)
+            if classify(exc) == "transient":
+                error.args = (
+                    error.args[0] + " (not skipped while opening, even with on_error='skip', so every rank opens "
+                    "the same dataset)",
+                )
+            raise error from exc
         self.local = _is_local(self.fs)
         if self.local:
             self.retry = self.retry.unbounded()
