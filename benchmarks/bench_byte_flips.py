@@ -24,7 +24,8 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))  # helpers
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "sources"))  # test_checks, the battery
 
 
 def page_flip_trials(root: pathlib.Path, crc: bool, trials: int) -> tuple[int, int, int]:

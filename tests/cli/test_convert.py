@@ -420,3 +420,21 @@ def test_long_series_split_on_tz_aware_and_nullable_int_times(tmp_path, time):
     pd.testing.assert_frame_equal(
         read_back(str(tmp_path / "out")), frame.sort_values(["s", time]).reset_index(drop=True), check_dtype=False
     )
+
+
+@pytest.mark.parametrize("layout", ["spread", "contiguous"])
+def test_converting_the_same_input_twice_gives_the_same_bytes(tmp_path, layout):
+    src = str(tmp_path / "in.parquet")
+    shuffled_frame(seed=5).to_parquet(src, index=False)
+    dst = str(tmp_path / "out")
+
+    def written() -> dict:
+        return {name: open(os.path.join(dst, name), "rb").read() for name in sorted(os.listdir(dst))}
+
+    convert([src], dst, series="sid", time="ts", partition_size=20_000, layout=layout)
+    first = written()
+    assert "_dask_windows_index.dwi" in first and len(first) > 3  # several parts, the manifest and the index
+    convert([src], dst, series="sid", time="ts", partition_size=20_000, layout=layout, overwrite=True)
+    again = written()
+    assert sorted(again) == sorted(first)
+    assert [name for name in first if first[name] != again[name]] == []
