@@ -325,8 +325,12 @@ def mixing_report(ds: Any, max_batches: int = 2000, blocks: int = 100, epoch: in
             out["advice"] = (
                 f"a batch draws on the {pool['resident_units']} units resident at once ({pool['unit_rows']:,} rows "
                 f"at most each): raise buffer_bytes (now {spec.buffer_bytes:,}) to hold about "
-                f"{min(2 * b, pool['units'])} of them, or rewrite the data with `dask-windows convert` "
-                "(its spread layout mixes at one read per epoch)"
+                f"{min(2 * b, pool['units'])} of them, "
+                + (
+                    "or drop buffer_bytes: this data is convert's spread layout, which mixes in whole partitions"
+                    if places is not None
+                    else "or rewrite the data with `dask-windows convert` (its spread layout mixes at one read per epoch)"
+                )
             )
     out["settings"] = settings
     return out
