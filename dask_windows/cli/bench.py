@@ -145,7 +145,11 @@ def bench(
     )
     say(
         "bench: waiting for the first batch"
-        + (f" ({num_workers} DataLoader worker processes starting)" if num_workers else "")
+        + (
+            f" ({num_workers} DataLoader worker process{'es' if num_workers > 1 else ''} starting)"
+            if num_workers
+            else ""
+        )
     )
     started = clock.perf_counter()
     shown = started
