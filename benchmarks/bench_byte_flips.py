@@ -18,17 +18,23 @@ columns, medians of alternating rounds).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import pathlib
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))  # helpers
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "sources"))  # test_checks, the battery
 
 
-def page_flip_trials(root: pathlib.Path, crc: bool, trials: int) -> tuple[int, int, int]:
-    """As ``_flip_trials``, with the 1-8 flipped bytes drawn inside the files' column chunks (data pages)."""
+def page_flip_trials(root: pathlib.Path, crc: bool, trials: int, random_values: bool = False) -> tuple[int, int, int]:
+    """As ``_flip_trials``, with the 1-8 flipped bytes drawn inside the files' column chunks (data pages).
+
+    ``random_values``: ``f0`` and ``y`` hold random normal values instead of the row number (and ten
+    times it), so every row group's values fill its min/max range, as most real data do.
+    """
     import shutil
     import warnings
 
@@ -41,6 +47,11 @@ def page_flip_trials(root: pathlib.Path, crc: bool, trials: int) -> tuple[int, i
 
     src = str(root / "src")
     frames = make_frames(seed=1, num_files=3, num_series=6, max_len=200)
+    if random_values:
+        values = np.random.default_rng(5)
+        for frame in frames:
+            for column in ("f0", "y"):
+                frame[column] = values.standard_normal(len(frame)).astype(np.float32)
     test_checks._write(frames, src, crc=crc, row_group_size=100)
     kw = dict(test_checks.KW, series="sid", batch_size=64)
     want = test_checks._batches(WindowDataset(src, **kw))
@@ -110,6 +121,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, default=150)
     parser.add_argument("--cost-only", action="store_true", help="only the check's time against the read's")
+    parser.add_argument(
+        "--random-values",
+        action="store_true",
+        help="only flips inside data pages, on files whose values fill their row groups' ranges (random normals)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as root:
         ratio = check_cost(pathlib.Path(root))
@@ -123,7 +139,10 @@ def main() -> None:
     check = parquet.outside_statistics
     runs = [("no page CRCs, min/max check off", False, False), ("no page CRCs, min/max check on", False, True),
             ("page CRCs, min/max check on", True, True)]  # fmt: skip
-    for where, trial in (("anywhere in the file", test_checks._flip_trials), ("inside data pages", page_flip_trials)):
+    places = (("anywhere in the file", test_checks._flip_trials), ("inside data pages", page_flip_trials))
+    if args.random_values:
+        places = (("in pages, random values", functools.partial(page_flip_trials, random_values=True)),)
+    for where, trial in places:
         for label, crc, stats in runs:
             parquet.outside_statistics = check if stats else (lambda *a: None)  # type: ignore[assignment]
             with tempfile.TemporaryDirectory() as root:

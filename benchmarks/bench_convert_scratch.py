@@ -37,7 +37,7 @@ def folder_bytes(path: str) -> int:
     return total
 
 
-def inputs(rows: int, root: str, compression: str = "snappy") -> dict[str, str]:
+def inputs(rows: int, root: str, compression: str = "snappy", kinds: list[str] | None = None) -> dict[str, str]:
     rng = np.random.default_rng(0)
     series = np.repeat(np.arange(rows // 1000), 1000)[:rows]
     shuffled = rng.permutation(rows)  # input order is not output order, as in real exports
@@ -60,7 +60,19 @@ def inputs(rows: int, root: str, compression: str = "snappy") -> dict[str, str]:
                 "c": np.arange(rows) % 7,
             }
         ),
+        # what a pandas export of real readings looks like: string ids, datetimes, short series
+        # (200 rows, so the overlap rows stored at chunk cuts are a larger share), rounded readings
+        "compressible-short": pd.DataFrame(
+            {
+                "sid": pd.Series(series * 5 + np.arange(rows) % 1000 // 200).map("sensor-{:05d}".format),
+                "ts": pd.Timestamp("2024-01-01") + pd.to_timedelta(np.arange(rows) % 200, unit="min"),
+                "a": np.round(20 + 5 * np.sin(np.arange(rows) / 30), 1),
+                "b": np.round(rng.standard_normal(rows).cumsum() % 10, 1),
+                "c": np.arange(rows) % 7,
+            }
+        ),
     }
+    frames = {name: frame for name, frame in frames.items() if kinds is None or name in kinds}
     paths = {}
     for name, frame in frames.items():
         paths[name] = os.path.join(root, f"{name}-{compression}.parquet")
@@ -108,14 +120,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=400_000)
     parser.add_argument("--input-compression", nargs="+", default=["snappy", "zstd"])
+    parser.add_argument("--kinds", nargs="+", help="random, compressible, compressible-short (default: all)")
     args = parser.parse_args()
     with dask.config.set(scheduler="sync"), tempfile.TemporaryDirectory() as root:
         for codec in args.input_compression:
-            for name, src in inputs(args.rows, root, codec).items():
+            for name, src in inputs(args.rows, root, codec, args.kinds).items():
                 zstd = peak_ratio(src, os.path.join(root, f"{name}-{codec}-zs"), compressed=True)
                 plain = peak_ratio(src, os.path.join(root, f"{name}-{codec}-plain"), compressed=False)
                 print(
-                    f"{name:>12} ({codec:>6} input {os.path.getsize(src) / 1e6:5.1f} MB): peak disk / input: "
+                    f"{name:>18} ({codec:>6} input {os.path.getsize(src) / 1e6:5.1f} MB): peak disk / input: "
                     f"zstd scratch {zstd:.2f}x, uncompressed scratch (baseline) {plain:.2f}x "
                     f"({plain / zstd:.1f}x more)",
                     flush=True,

@@ -140,12 +140,20 @@ def bench(
     batches = windows = num_bytes = 0
     waited = first_batch = 0.0
     say(
-        f"bench: {ds.num_windows:,} windows, {len(ds):,} batches/epoch; measuring for up to "
-        f"{seconds:g} s" + (f" or {max_batches:,} batches" if max_batches else "")
+        f"bench: opened in {open_seconds:.2f} s: {ds.num_windows:,} windows, {len(ds):,} batches/epoch; measuring "
+        f"for up to {seconds:g} s" + (f" or {max_batches:,} batches" if max_batches else "")
+    )
+    say(
+        "bench: waiting for the first batch"
+        + (
+            f" ({num_workers} DataLoader worker process{'es' if num_workers > 1 else ''} starting)"
+            if num_workers
+            else ""
+        )
     )
     started = clock.perf_counter()
     shown = started
-    bar = _progress_bar(progress, len(ds) if max_batches is None else min(len(ds), max_batches))
+    bar = None  # a bar from the first batch on, below the lines said before it
     batch_iter = iter(ds.watch(loader))  # the loop's exposed wait and the stages (telemetry)
     while max_batches is None or batches < max_batches:
         asked = clock.perf_counter()
@@ -157,6 +165,8 @@ def bench(
         waited += now - asked
         if batches == 0:
             first_batch = now - started
+            say(f"bench: first batch after {first_batch:.2f} s")
+            bar = _progress_bar(progress, len(ds) if max_batches is None else min(len(ds), max_batches))
         tensors = batch if isinstance(batch, (tuple, list)) else (batch,)
         batches += 1
         windows += tensors[0].shape[0]

@@ -287,4 +287,24 @@ def _cmd_bench(args: argparse.Namespace) -> dict:
         ("reading partitions", f"{out['read_share']:.1%} of loader time"),
         ("peak RSS", rss),
     ]
-    return {"text": _table(rows) + "\n\nwhere the time went\n" + out["breakdown"]}
+    return {"text": _table(rows) + "\n\nwhere the time went\n" + _bench_flags(out["breakdown"])}
+
+
+def _bench_flags(text: str) -> str:
+    """The breakdown's advice in ``bench``'s flags: ``num_workers=N`` is ``--num-workers N``, and the advice
+    to see the stages with ``dask-windows bench`` is the flag that does it here (a DataLoader worker's
+    stages are not seen by the training loop)."""
+    import re
+
+    from dask_windows.cli.options import _FLAGS
+
+    text = text.replace(
+        "iterating with num_workers=0 (or `dask-windows bench`)", "running `dask-windows bench` with --num-workers 0"
+    )
+    text = text.replace("DataLoader num_workers=N", "--num-workers N").replace("more num_workers", "more --num-workers")
+
+    def flag(match: re.Match) -> str:
+        keyword, value = match.group(1), match.group(2)
+        return f"{_FLAGS[keyword]} {value.rstrip('+')}" if keyword in _FLAGS else match.group(0)
+
+    return re.sub(r"\b([a-z_]+)=([0-9N]+\+?)", flag, text)

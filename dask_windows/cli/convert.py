@@ -334,6 +334,8 @@ def convert(
     if entries:
         from dask_windows.sources.parquet.index_writer import write_index
 
+        _date_outputs_as_inputs(out_fs, root, entries, files, storage_options)
+
         write_index(out_fs.unstrip_protocol(root), storage_options=out_fs.storage_options, series=series)
     return ConvertReport(
         dst=dst,
@@ -363,6 +365,28 @@ def _spread_options(layout: str, window: int | None, horizon: int, chunk_rows: i
         return None
     span = DEFAULT_SPAN if window is None else int(window) + int(horizon)
     return {"span": span, "chunk_rows": None if chunk_rows is None else int(chunk_rows)}
+
+
+def _date_outputs_as_inputs(
+    out_fs: Any, root: str, entries: list[dict], files: Sequence[str], storage_options: dict | None
+) -> None:
+    """Give every local output file the modification time of the newest input file.
+
+    The index records each local file's ``mtime`` (the loader compares it at every read), so with the
+    time of writing two runs on the same input wrote different indexes; dated as their inputs, the
+    output of a second run is byte-identical. An input changed since has a newer ``mtime``, so its
+    output is dated anew. Outputs on object stores keep theirs (their versions are ETags).
+    """
+    if "file" not in out_fs.protocol and "local" not in out_fs.protocol:
+        return
+    newest = 0
+    for url in files:
+        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+        if "file" not in fs.protocol and "local" not in fs.protocol:
+            return  # a remote input: no local time to date the outputs with
+        newest = max(newest, os.stat(path).st_mtime_ns)
+    for entry in entries:
+        os.utime(posixpath.join(root, entry["path"]), ns=(newest, newest))
 
 
 def _move_into_place(fs: Any, tmp: str, root: str) -> None:

@@ -34,8 +34,15 @@ def _scatter(
         ``(path, [(file_id, batch_index, rows), ...])``.
     """
     file_ids = _file_ids(df, *plan)
-    order = np.argsort(file_ids, kind="stable")  # input order kept within a file id
-    table = pa.Table.from_pandas(df, schema=schema, preserve_index=False).take(order)
+    table = pa.Table.from_pandas(df, schema=schema, preserve_index=False)
+    # Sorted by (file id, series, time), each batch compresses as the sorted data does (a shuffled
+    # input's batches were larger than the input itself); the sort is stable, so rows with equal keys
+    # keep their input order, as the sort of the whole bucket later does.
+    keyed = table.select([plan[0], plan[1]]).append_column("_file_id", pa.array(file_ids))
+    order = pc.sort_indices(
+        keyed, sort_keys=[("_file_id", "ascending"), (plan[0], "ascending"), (plan[1], "ascending")]
+    ).to_numpy()
+    table = table.take(order)
     file_ids = file_ids[order]
     bounds = np.flatnonzero(np.diff(file_ids)) + 1  # where the next file id starts
     path = posixpath.join(scratch, f"in-{number:06d}.arrow")

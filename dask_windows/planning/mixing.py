@@ -26,7 +26,7 @@ verdict and advice. Fault replacement (``on_error="skip"``) is not simulated.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -47,6 +47,7 @@ __all__ = [
     "inspect_mixing",
     "mixing_report",
     "plan_batches",
+    "spread_places",
 ]
 
 _CHUNK = 1 << 20  # windows whose start rows are listed at once
@@ -131,18 +132,66 @@ def _cut(steps: Iterator[np.ndarray], batch_size: int, max_batches: int | None) 
         yield carry
 
 
-def block_histogram(ds: Any, blocks: int = 100) -> np.ndarray:
+def spread_places(ds: Any) -> tuple[Callable[[np.ndarray], np.ndarray], int] | None:
+    """For data ``dask-windows convert`` spread over its files: each stored row's place in the data.
+
+    A spread file holds chunks of every part of the data, so a stored row's position says nothing of
+    where in the data it lies; its place is its row in (series, time) order (series in sorted order,
+    as ``convert`` sorts them), from the manifest's runs (``origin``: the row within its series).
+
+    Returns:
+        ``(place, rows)``: a function of ``(N,)`` global stored rows (window starts: owned rows) to their
+        places, and the rows of the data (owned rows, each counted once); ``None`` for other data, or
+        when a partition is not a whole file of the manifest.
+    """
+    source = getattr(ds, "source", None)
+    manifest = (getattr(source, "_manifest", None) or {}).get("manifest") or {}
+    if manifest.get("version", 1) < 2:
+        return None
+    by_path = {f["path"]: f["runs"] for f in manifest["files"]}
+    owned: dict[Any, int] = {}
+    for runs in by_path.values():
+        for run in runs:
+            owned[run[2]] = owned.get(run[2], 0) + run[4]
+    series_start, rows = {}, 0
+    for key in sorted(owned):
+        series_start[key], rows = rows, rows + owned[key]
+    starts, shifts = [], []  # per run: its first global stored row, and place minus stored row
+    for p, part in enumerate(ds.partitions):
+        path = str(part.key[0]) if isinstance(part.key, tuple) else ""
+        name = next((n for n in by_path if path == n or path.endswith("/" + n)), None)
+        if name is None or part.num_rows != sum(run[1] for run in by_path[name]):
+            return None
+        for run in by_path[name]:
+            first = int(ds.row_offsets[p]) + run[0]
+            starts.append(first)
+            shifts.append(series_start[run[2]] + run[3] - first)
+    order = np.argsort(starts, kind="stable")
+    first_rows = np.asarray(starts, np.int64)[order]  # (R,) sorted
+    shift = np.asarray(shifts, np.int64)[order]  # (R,)
+
+    def place(stored: np.ndarray) -> np.ndarray:
+        stored = np.asarray(stored, np.int64)
+        return stored + shift[np.maximum(np.searchsorted(first_rows, stored, "right") - 1, 0)]
+
+    return place, rows
+
+
+def block_histogram(ds: Any, blocks: int = 100, places: Any = None) -> np.ndarray:
     """``(blocks,)`` windows of the dataset whose start row falls in each of ``blocks`` equal row blocks.
 
-    Exact, from each run's first window and count: O(runs * blocks), no window listed.
+    Exact, from each run's first window and count: O(runs * blocks), no window listed. ``places``
+    (``spread_places``): blocks of the data's (series, time) order instead of stored rows.
     """
-    total = int(sum(p.num_rows for p in ds.partitions))
+    total = int(sum(p.num_rows for p in ds.partitions)) if places is None else places[1]
     edges = (np.arange(blocks + 1, dtype=np.int64) * total + blocks - 1) // blocks  # first row of each block
     out = np.zeros(blocks, np.int64)
     stride = ds.grid.stride
     for p, (first, counts) in enumerate(zip(ds.grid.first, ds.grid.counts)):
         keep = counts > 0
         f = (np.asarray(first, np.int64)[keep] + ds.row_offsets[p])[:, None]  # (R, 1) first start row
+        if places is not None:  # a run lies within one manifest run, whose rows keep their order
+            f = places[0](f)
         c = np.asarray(counts, np.int64)[keep][:, None]
         if not len(f):
             continue
@@ -152,8 +201,11 @@ def block_histogram(ds: Any, blocks: int = 100) -> np.ndarray:
     return out
 
 
-def batch_statistics(batches: list[np.ndarray], histogram: np.ndarray, total_rows: int) -> MixingStats:
-    """Statistics of ``batches`` (global start rows) against the dataset's block ``histogram``."""
+def batch_statistics(
+    batches: list[np.ndarray], histogram: np.ndarray, total_rows: int, place: Callable | None = None
+) -> MixingStats:
+    """Statistics of ``batches`` (global start rows; ``place`` maps them to the data's order) against the
+    dataset's block ``histogram``."""
     blocks = len(histogram)
     p = histogram / max(histogram.sum(), 1)  # (blocks,) the dataset's block distribution
     centres = np.arange(blocks, dtype=np.float64)
@@ -161,7 +213,8 @@ def batch_statistics(batches: list[np.ndarray], histogram: np.ndarray, total_row
     batches = [b for b in batches if len(b)]
     distinct, tv, means = [], [], []
     for rows in batches:
-        block = np.minimum(np.asarray(rows, np.int64) * blocks // max(total_rows, 1), blocks - 1)
+        rows = np.asarray(rows, np.int64) if place is None else place(rows)
+        block = np.minimum(rows * blocks // max(total_rows, 1), blocks - 1)
         q = np.bincount(block, minlength=blocks) / len(block)
         distinct.append(np.count_nonzero(q))
         tv.append(0.5 * np.abs(q - p).sum())
@@ -206,9 +259,11 @@ def mixing_report(ds: Any, max_batches: int = 2000, blocks: int = 100, epoch: in
     Returns:
         ``{"loader": MixingStats dict, "global": ..., "verdict": str, "advice": str, "settings": ...}``.
     """
-    histogram = block_histogram(ds, blocks)
-    total = int(sum(p.num_rows for p in ds.partitions))
-    loader = batch_statistics(list(plan_batches(ds, epoch, 0, max_batches)), histogram, total)
+    places = spread_places(ds)
+    histogram = block_histogram(ds, blocks, places)
+    total = int(sum(p.num_rows for p in ds.partitions)) if places is None else places[1]
+    batches = list(plan_batches(ds, epoch, 0, max_batches))
+    loader = batch_statistics(batches, histogram, total, None if places is None else places[0])
     reference = global_shuffle_statistics(histogram, ds.spec.batch_size, loader.batches, ds.spec.seed)
     spec = ds.spec
     b = spec.batch_size
@@ -219,49 +274,47 @@ def mixing_report(ds: Any, max_batches: int = 2000, blocks: int = 100, epoch: in
         "pieces_per_partition": spec.pieces_per_partition,
         "partitions": len(ds.partitions),
         "windows": ds.num_windows,
+        "blocks_of": "stored rows" if places is None else "the data's (series, time) order (spread layout)",
     }
     eff = loader.effective_batch_size
+    effective = f"effective batch size {eff:.0f} of {b}" + (
+        ": above the batch size because each batch is drawn more evenly over the data than random draws are"
+        if eff > 1.05 * b
+        else ""
+    )
+    remedy = _remedy(ds, places is not None, in_buffer)
     near = (
         loader.distinct_blocks >= 0.95 * reference.distinct_blocks
         and loader.tv_distance <= 1.05 * reference.tv_distance
     )
-    if eff >= 0.9 * b and near and abs(loader.lag1) < 0.05:
-        verdict = f"mixes like a global shuffle (effective batch size {eff:.0f} of {b})"
+    # consecutive independent batches: their lag-1 correlation is noise of about 1 / sqrt(batches)
+    if eff >= 0.9 * b and near and abs(loader.lag1) < max(0.05, 3 / np.sqrt(max(loader.batches, 1))):
+        verdict = f"mixes like a global shuffle ({effective})"
         advice = "nothing to change"
     elif eff >= 0.5 * b and loader.distinct_blocks >= 0.75 * reference.distinct_blocks:
-        verdict = f"mixes well (effective batch size {eff:.0f} of {b}; a global shuffle: {reference.effective_batch_size:.0f})"
+        verdict = f"mixes well ({effective}; a global shuffle: {reference.effective_batch_size:.0f})"
         advice = (
             f"a batch draws on its buffer's {in_buffer} partitions ({loader.distinct_blocks:.1f} of {blocks} row "
-            f"blocks; a global shuffle: {reference.distinct_blocks:.1f}; lag-1 {loader.lag1:.2f}): drop "
-            "pieces_per_partition for the default pool order (buffer_bytes), or `dask-windows convert` spreads "
-            "each series over the files"
+            f"blocks; a global shuffle: {reference.distinct_blocks:.1f}; lag-1 {loader.lag1:.2f}): {remedy}"
         )
     elif eff >= 0.5 * b and spec.shuffle:
         verdict = (
-            f"batches are unbiased (effective batch size {eff:.0f} of {b}) but each draws on few places of the data "
+            f"batches are unbiased ({effective}) but each draws on few places of the data "
             f"({loader.distinct_blocks:.1f} of {blocks} row blocks; a global shuffle: {reference.distinct_blocks:.1f})"
         )
         advice = (
-            f"drop pieces_per_partition for the default pool order (a buffer here holds {in_buffer} partitions; the "
-            f"pool order draws each batch from about {2 * b} row groups at one read per epoch), or rewrite the data "
-            "with `dask-windows convert`: with few places per batch, training on many series was measured 10-13% "
-            "worse (docs/mixing.md)"
+            f"{remedy}: with few places per batch, training on many series was measured 10-13% worse (docs/mixing.md)"
         )
     elif not spec.shuffle:
-        verdict = (
-            f"not shuffled (shuffle=False): batches follow the data's order (effective batch size {eff:.0f} of {b})"
-        )
+        verdict = f"not shuffled (shuffle=False): batches follow the data's order ({effective})"
         advice = "pass shuffle=True for training"
     else:
         verdict = (
             f"mixes poorly: a batch holds about {eff:.0f} independent places of the data, not {b} "
             f"({loader.distinct_blocks:.1f} of {blocks} row blocks; a global shuffle: {reference.distinct_blocks:.1f})"
         )
-        advice = (
-            f"drop pieces_per_partition for the default pool order (a buffer here holds {in_buffer} partitions: "
-            "a batch touches at most that many places of the data), or rewrite the data with `dask-windows convert`"
-        )
-        if len(ds.partitions) < 2 * b:
+        advice = remedy
+        if len(ds.partitions) < 2 * b and places is None:
             advice += f"; with {len(ds.partitions)} partitions, smaller partitions (partition_bytes=) help too"
     out = {"loader": asdict(loader), "global": asdict(reference), "verdict": verdict, "advice": advice}
     pool = ds._pool_summary() if hasattr(ds, "_pool_summary") else None
@@ -272,11 +325,38 @@ def mixing_report(ds: Any, max_batches: int = 2000, blocks: int = 100, epoch: in
             out["advice"] = (
                 f"a batch draws on the {pool['resident_units']} units resident at once ({pool['unit_rows']:,} rows "
                 f"at most each): raise buffer_bytes (now {spec.buffer_bytes:,}) to hold about "
-                f"{min(2 * b, pool['units'])} of them, or rewrite the data with `dask-windows convert` "
-                "(its spread layout mixes at one read per epoch)"
+                f"{min(2 * b, pool['units'])} of them, "
+                + (
+                    "or drop buffer_bytes: this data is convert's spread layout, which mixes in whole partitions"
+                    if places is not None
+                    else "or rewrite the data with `dask-windows convert` (its spread layout mixes at one read per epoch)"
+                )
             )
     out["settings"] = settings
     return out
+
+
+def _remedy(ds: Any, spread: bool, in_buffer: int) -> str:
+    """What raises the places a batch of the order of (pieces of) whole partitions draws on, for this data."""
+    partitions = len(ds.partitions)
+    if spread:  # convert's own output: whole partitions are already the order it was written for
+        fewer = "convert again with a smaller --chunk-rows (more, shorter chunks in each file)"
+        if in_buffer >= partitions:
+            return fewer
+        return (
+            f"raise buffer_partitions (now {in_buffer} of {partitions} files: every file holds chunks of every "
+            f"part of the data, and a batch draws on the files in its buffer), or {fewer}"
+        )
+    if getattr(ds.source, "default_pieces_per_partition", None) is None:  # pieces_per_partition was asked for
+        return (
+            f"drop pieces_per_partition for the default pool order (a buffer here holds {in_buffer} partitions: a "
+            "batch touches at most that many places of the data), or rewrite the data with `dask-windows convert`"
+        )
+    return (  # a source read in whole partitions by default (Dask frames)
+        f"raise buffer_partitions (now {in_buffer} of {partitions} partitions: a batch touches at most that many "
+        "places of the data), or write the data with `dask-windows convert` (its spread layout mixes in whole "
+        "partitions)"
+    )
 
 
 def format_report(report: dict) -> str:

@@ -24,6 +24,8 @@ share the table's pages with the main process; spawn/forkserver workers each
 receive a pickled copy of it. A Hugging Face dataset backed by its Arrow cache
 files travels to workers as those file names and is memory-mapped there
 (shared page cache, no copy); so does a table built with :func:`memory_mapped`.
+One changed in memory since (``rename_column``, ``add_column``, a contiguous
+``select``: edits its cache files do not hold) is read as its table in memory.
 For data larger than memory, write Parquet (``dask-windows convert``) and pass
 the folder, or a ``pyarrow.dataset`` of it.
 """
@@ -148,14 +150,34 @@ def _hf_table(data: Any) -> Any:
             "(WindowDataset shuffles windows itself)"
         )
     files = [f["filename"] for f in data.cache_files]
-    if files:
+    if files and _is_its_cache_files(data.data, files):
         mapped = _MappedTable(files, stream=True)
-        if mapped.table.num_rows == data.num_rows and mapped.table.schema.names[: len(data.column_names)] == list(
-            data.column_names
-        ):
+        if mapped.table.num_rows == data.num_rows and mapped.table.schema.names == list(data.column_names):
             return mapped
-        log.info("the cache files of %s do not match its table; using the table in memory", data)
+    if files:
+        log.info("%s was changed in memory since its cache files were written; using the table in memory", data)
     return data.data.table
+
+
+#: ``datasets`` table edits that leave the values and columns of the cache files as they are
+_UNCHANGING_REPLAYS = frozenset({"replace_schema_metadata"})
+
+
+def _is_its_cache_files(table: Any, files: list[str]) -> bool:
+    """Whether a ``datasets`` table is ``files`` as written, so mapping the files reads what it holds.
+
+    ``rename_column``, ``remove_columns``, ``add_column``, ``cast`` or a contiguous ``select`` edit the
+    table in memory and leave the cache files as they were: the table records such an edit as a
+    replay of its memory-mapped blocks, or as a block held in memory beside them.
+    """
+    rows = getattr(table, "blocks", None) or [[table]]  # a ConcatenationTable: rows of blocks side by side
+    if any(len(row) != 1 for row in rows):  # columns joined side by side (add_column)
+        return False
+    blocks = [row[0] for row in rows]
+    # a MemoryMappedTable has the path of its file and the edits made since; an InMemoryTable has neither
+    return [getattr(b, "path", None) for b in blocks] == files and all(
+        all(replay[0] in _UNCHANGING_REPLAYS for replay in getattr(b, "replays", None) or ()) for b in blocks
+    )
 
 
 def arrow_table(data: Any, series: Any = None) -> Any:

@@ -249,6 +249,26 @@ def test_bench_prints_its_figures(converted):
     assert report["stats"]["batches"] == 3 and not report["stats"]["stages_seen"]
 
 
+def test_bench_says_each_phase_on_stderr_and_its_advice_in_its_own_flags(converted):
+    import io
+
+    from dask_windows.cli.bench import bench
+    from dask_windows.cli.commands import _bench_flags
+    from dask_windows.runtime import telemetry
+
+    root, _, _ = converted
+    progress = io.StringIO()
+    bench(str(root / "out"), features=["a"], series="sid", window=16, batch_size=32, max_batches=3, progress=progress)
+    said = progress.getvalue()
+    for phase in ("bench: opening", "bench: opened in", "waiting for the first batch", "first batch after", "done"):
+        assert phase in said, said
+    advice = [*telemetry._ADVICE.values(), *telemetry._POOL_ADVICE.values()]
+    for text in map(_bench_flags, advice):
+        assert "num_workers=" not in text and "buffer_partitions=" not in text and "prefetch_partitions=" not in text
+        assert "(or `dask-windows bench`)" not in text  # bench never sends its user to itself
+    assert "--num-workers 0" in _bench_flags(telemetry._ADVICE["workers"])
+
+
 def test_errors_are_clear(converted, tmp_path):
     root, _, _ = converted
     src, out = str(root / "in-0.csv"), str(tmp_path / "new")

@@ -104,3 +104,71 @@ def test_default_batches_of_raw_layouts_mix_like_a_global_shuffle(kind, tmp_path
         report = mixing_report(new)
         assert report["loader"]["distinct_blocks"] == pytest.approx(got["distinct"], rel=0.02)
         assert "global shuffle" in report["verdict"] or "mixes well" in report["verdict"]
+
+
+# -- data `dask-windows convert` spread over its files ---------------------------------------
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    import dask
+    import pandas as pd
+
+    from dask_windows.cli.convert import convert
+
+    root = tmp_path_factory.mktemp("spread")
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(50, 400, 40)
+    frame = pd.DataFrame(
+        {
+            "sid": np.repeat(np.arange(40), lengths),
+            "ts": np.concatenate([np.arange(n) for n in lengths]),
+            "x": rng.standard_normal(lengths.sum()),
+        }
+    ).sample(frac=1.0, random_state=0)
+    frame.to_parquet(root / "in.parquet", index=False)
+    with dask.config.set(scheduler="sync"):
+        convert([str(root / "in.parquet")], str(root / "out"), series="sid", time="ts", partition_size=30_000,
+                window=4, chunk_rows=16)  # fmt: skip
+    return str(root / "out"), frame
+
+
+def test_mixing_of_converted_data_places_rows_in_the_datas_order(converted):
+    from dask_windows.planning.mixing import spread_places
+
+    path, frame = converted
+    ds = dw.WindowDataset(path, features=["x"], window=4, batch_size=32, buffer_partitions=1)
+    assert len(ds.partitions) >= 4
+    stored = pq.ParquetDataset(path).read(columns=["sid", "ts"]).to_pandas()  # files in partition order
+    assert [p.name for p in ds.partitions] == sorted(p.name for p in ds.partitions)
+    # the oracle: each stored row's row in the whole data sorted by (series, time)
+    canonical = frame.sort_values(["sid", "ts"]).reset_index(drop=True)
+    position = pd_index(canonical).get_indexer(pd_index(stored))
+    place, rows = spread_places(ds)
+    assert rows == len(frame)
+    starts = np.concatenate(list(plan_batches(ds)))  # every window start of the epoch (owned rows)
+    assert len(starts) == ds.num_windows
+    assert np.array_equal(place(starts), position[starts])
+
+
+def pd_index(frame):
+    import pandas as pd
+
+    return pd.MultiIndex.from_frame(frame[["sid", "ts"]])
+
+
+def test_mixing_advice_on_converted_data_is_what_applies(converted):
+    path, _ = converted
+    for buffers in (1, 2):
+        report = mixing_report(dw.WindowDataset(path, features=["x"], window=4, batch_size=128,
+                                                buffer_partitions=buffers))  # fmt: skip
+        # every file holds chunks of every part of the data: one buffered file mixes like the whole
+        assert report["loader"]["distinct_blocks"] >= 0.9 * report["global"]["distinct_blocks"]
+        assert "global shuffle" in report["verdict"], report["verdict"]
+    from dask_windows.planning.mixing import _remedy
+
+    ds = dw.WindowDataset(path, features=["x"], window=4, batch_size=32, buffer_partitions=1)
+    for advice in (_remedy(ds, True, 1), _remedy(ds, True, len(ds.partitions))):
+        assert "pieces_per_partition" not in advice and "rewrite" not in advice  # neither applies to its output
+        assert "--chunk-rows" in advice
+    assert "raise buffer_partitions" in _remedy(ds, True, 1)

@@ -153,6 +153,32 @@ def test_pickles_file_names_not_data(whole, tmp_path):
         assert np.array_equal(clone.source.read(0, ["f0"])["f0"], ds.source.read(0, ["f0"])["f0"])
 
 
+def _hf_edits(loaded):
+    """A loaded Hugging Face dataset changed in memory, each way that leaves its cache files as they were."""
+    replaced = list(np.arange(loaded.num_rows, dtype=np.float64) * 100)
+    return {  # "z" is the last column: replacing it keeps the column names and their order
+        "remove+add": loaded.remove_columns("z").add_column("z", replaced),
+        "rename+add": loaded.rename_column("z", "old_z").add_column("z", replaced),
+        "contiguous select": loaded.select(range(5, loaded.num_rows)),
+    }
+
+
+def test_hf_dataset_changed_in_memory_is_read_as_it_is_in_memory(whole, tmp_path):
+    loaded = _hf_on_disk(whole, tmp_path)
+    assert loaded.column_names[-1] == "z"
+    for edit, changed in _hf_edits(loaded).items():
+        assert changed.cache_files == loaded.cache_files, edit  # the files still hold the old table
+        expected = changed.to_pandas()  # the oracle: the dataset as it is in memory
+        ds = dw.WindowDataset(changed, features=["z"], targets=["y"], series="sid", window=WINDOW, batch_size=64,
+                              return_index=True)  # fmt: skip
+        batches = epoch_batches(ds)
+        starts = np.concatenate([b[-1] for b in batches])
+        assert np.array_equal(np.sort(starts), oracle_starts([expected], "sid", WINDOW)), edit
+        z = expected["z"].to_numpy(np.float32)
+        for x, _, start in batches:
+            assert np.array_equal(x[:, 0, :], z[start[:, None] + np.arange(WINDOW)]), edit
+
+
 @pytest.fixture(scope="module")
 def parquet_files(frames, tmp_path_factory):
     root = tmp_path_factory.mktemp("pads")
