@@ -22,8 +22,9 @@ def add_index_command(command: Callable[[str, str, str], argparse.ArgumentParser
         "write the dataset index of a Parquet folder or prefix: one read at open instead of one per file",
         "Reads every footer once and writes _dask_windows_index.dwi beside the files (or "
         "--out): per file its size and version, row groups, series runs and compact footer. "
-        "WindowDataset finds it beside the data (or takes index=PATH) and checks it against "
-        "the files at open: a stale index raises naming the file.",
+        "WindowDataset finds it beside the data (or takes index=PATH). On local disk it is checked "
+        "against the folder at open; on an object store the index is the source of truth (no listing): "
+        "a changed object raises at its read, naming it, and --verify lists the store and compares.",
     )
     p.add_argument("path", metavar="PATH", help="dataset folder, prefix (s3://bucket/data/) or glob")
     p.add_argument("--out", metavar="PATH", help="write the index here (needed for a glob or a read-only folder)")
