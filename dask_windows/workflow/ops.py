@@ -410,7 +410,6 @@ def _dictionary_codes(column: Any, index: Any) -> np.ndarray:
     """``(rows,)`` float32 codes of an Arrow dictionary column: its few distinct values looked up, then its
     indices mapped through them (no Python string per row)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     chunks = column.unify_dictionaries().chunks  # one dictionary for every chunk
     if not chunks:
@@ -419,6 +418,8 @@ def _dictionary_codes(column: Any, index: Any) -> np.ndarray:
     table = _code_table(index, dictionary.to_numpy(zero_copy_only=False))
     indices = pa.chunked_array([c.indices for c in chunks])
     if indices.null_count:
+        import pyarrow.compute as pc
+
         indices = pc.fill_null(indices, len(dictionary))  # a null row picks the last entry (NULL_CODE)
     return table[np.asarray(indices.to_numpy())]
 
