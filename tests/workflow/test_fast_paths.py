@@ -45,7 +45,7 @@ def categories_workflow() -> Workflow:
     )  # fmt: skip
 
 
-@pytest.fixture()
+@pytest.fixture
 def parquet_categories(tmp_path):
     """A file of small row groups (each its own dictionary); the fit saw neither the color "teal" nor
     the shop of the last series (unseen in the data read)."""
