@@ -1,7 +1,9 @@
 """What a workflow costs: windows/s with it against the same channels stored ready, and the fit.
 
-Loader (default shape: B=128, window 96, horizon 24, stride 4; ``--batch --window --horizon
---stride``). A raw Parquet dataset (hourly rows of ``--series`` series: a value with 2% missing,
+Loader, at two shapes in one run (``SHAPES``): B=128, window 96, horizon 24, stride 4 on 64
+series x 20,000 rows, and B=256, window 512, horizon 0, stride 1 on 64 series x 5,000 rows (each
+row copied 512 times: fewer rows keep the run short); ``--batch --window --horizon --stride``
+(``--rows-per-series``) measure one shape instead. A raw Parquet dataset (hourly rows of ``--series`` series: a value with 2% missing,
 two string categories, a zoned timestamp) is read through a workflow of fill + per-series
 normalise + 2 categoricals + 4 time features (7 channels, the value also the target over the
 horizon). The baseline is the same 7 channels computed once and stored as float32 columns (what
@@ -32,7 +34,7 @@ so the series grow with the rows): seconds, rows/s, the peak resident memory of 
 client and its in-process workers), the artifact's size, and each one's growth against the
 previous size. The fit's progress goes to stderr.
 
-    python benchmarks/bench_workflow.py [--series 64] [--rows-per-series 20000] [--files 8] [--rounds 1]
+    python benchmarks/bench_workflow.py [--series 64] [--rows-per-series N] [--files 8] [--rounds 1]
         [--batch 128 --window 96 --horizon 24 --stride 4] [--buffer-bytes N]
         [--before REF ...] [--profile named] [--fit-rows 20000 200000 2000000] [--fit-data DIR] [--skip-loader]
     python benchmarks/bench_workflow.py --batch 256 --window 512 --horizon 0 --stride 1
@@ -300,17 +302,23 @@ def fits(args: argparse.Namespace) -> None:
         previous = doc
 
 
+SHAPES = (  # the two shapes of one run (issue 35): (B, window, horizon, stride, rows per series)
+    (128, 96, 24, 4, 20000),
+    (256, 512, 0, 1, 5000),  # stride 1: each row copied 512 times, so fewer rows keep the run short
+)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--series", type=int, default=64)
-    parser.add_argument("--rows-per-series", type=int, default=20000)
+    parser.add_argument("--rows-per-series", type=int, default=None, help="default: the shape's (SHAPES)")
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--pieces", type=int, default=None, help="pieces_per_partition (default: the loader's)")
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--batch", type=int, default=128)
-    parser.add_argument("--window", type=int, default=96)
-    parser.add_argument("--horizon", type=int, default=24)
-    parser.add_argument("--stride", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=None, help="one shape only (with --window --horizon --stride)")
+    parser.add_argument("--window", type=int, default=None)
+    parser.add_argument("--horizon", type=int, default=None)
+    parser.add_argument("--stride", type=int, default=None)
     parser.add_argument("--buffer-bytes", type=int, default=None, help="the pool's budget (default: the loader's)")
     parser.add_argument("--fit-rows", type=int, nargs="*", default=[], help="also time the fit at these sizes")
     parser.add_argument("--skip-loader", action="store_true")
@@ -331,7 +339,14 @@ def main() -> None:
         loader_child(kind, folder, profile == "profile")
         return
     if not args.skip_loader:
-        loader(args)
+        shapes = SHAPES
+        custom = (args.batch, args.window, args.horizon, args.stride)
+        if custom != (None,) * 4:  # one shape: the first's settings where not given
+            shapes = ((*(d if v is None else v for v, d in zip(custom, SHAPES[0])), SHAPES[0][4]),)
+        for batch, window, horizon, stride, rows in shapes:
+            at = {"batch": batch, "window": window, "horizon": horizon, "stride": stride}
+            shape = argparse.Namespace(**{**vars(args), **at, "rows_per_series": args.rows_per_series or rows})
+            loader(shape)
     if args.fit_rows:
         fits(args)
 

@@ -27,7 +27,7 @@ from dask_windows.workflow.artifact import check_source
 from dask_windows.workflow.batch import SERIES_CODE, Emitter, NamedBatches
 from dask_windows.workflow.core import Workflow
 
-__all__ = ["WorkflowReader", "WorkflowSource", "bind"]
+__all__ = ["WorkflowReader", "WorkflowSource", "bind", "dictionary_inputs"]
 
 
 class WorkflowSource:
@@ -51,6 +51,8 @@ class WorkflowSource:
         self.reads_in_processes = source.reads_in_processes
         self.default_pieces_per_partition = source.default_pieces_per_partition
         self.files = None  # (checks.check_column_types: the outputs are all float32)
+        if hasattr(source, "dictionary_columns"):  # Parquet: the categories read as Arrow dictionaries
+            source.dictionary_columns = frozenset(dictionary_inputs(wf))
         self._schemas = [pa.schema([(c, pa.float32()) for c in self.made])]  # checks.output_dtype: float32
 
     def __getattr__(self, name: str) -> Any:
@@ -71,7 +73,7 @@ class WorkflowSource:
         """The workflow applied to raw columns of one row range; ``columns`` of it: outputs as float32,
         the source's other columns as read (a time column for ``split(at=...)``)."""
         out = self.wf.transform({c: raw[c] for c in self.raw}, self.lookback)
-        return {c: np.asarray(out[c], np.float32) if c in self.made else raw[c] for c in columns}
+        return {c: np.asarray(out[c], np.float32) if c in self.made else _numpy(raw[c]) for c in columns}
 
     def _inputs(self, columns: Sequence) -> list:
         return self.raw + [c for c in columns if c not in self.made and c not in self.raw]
@@ -142,6 +144,25 @@ class WorkflowReader:
 
     def close(self) -> None:
         self.inner.close()
+
+
+def dictionary_inputs(wf: Workflow) -> list[str]:
+    """String input columns that only ``Categorify`` reads first: read as Arrow dictionaries, they are
+    mapped to codes through their distinct values (``ops._dictionary_codes``), no Python string per row."""
+    from dask_windows.workflow.ops import Categorify
+
+    read: set[str] = set()  # columns an operation read before
+    found = []
+    for op in wf.ops:
+        if isinstance(op, Categorify):
+            found += [c for c in op.columns if c not in read and (wf.schema or {}).get(c) == "string"]
+        read.update(op.inputs)
+    return [c for c in found if c not in (wf.series, wf.time)]
+
+
+def _numpy(values: Any) -> Any:
+    """A column the source returned as an Arrow array (``dictionary_columns``) as numpy; others as they are."""
+    return values if isinstance(values, np.ndarray) else np.asarray(values.to_numpy())
 
 
 def bind(workflow: Any, source: Any, **settings: Any) -> tuple[Emitter, WorkflowSource, dict]:

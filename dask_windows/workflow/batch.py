@@ -106,6 +106,12 @@ class Emitter:
         self.num_cont, self.num_cat, self.num_target = len(wf.continuous), len(wf.categorical), len(wf.target)
         # (series + 1, 2) loc and scale of each target by series code, the global row last (code -1: unseen)
         self.scales = [_scale_table(op, col, n) for op, col in zip(self.normalizers, wf.target)]
+        # (series + 1, T) each, the same by target: a batch's ``target_loc`` and ``target_scale`` are one take each
+        self.target_loc = np.zeros((n + 1, self.num_target), np.float32)
+        self.target_scale = np.ones((n + 1, self.num_target), np.float32)
+        for j, table in enumerate(self.scales):
+            if table is not None:
+                self.target_loc[:, j], self.target_scale[:, j] = table.T
         self._zero_size: dict[int, dict] = {}  # batch size -> the fields without values (``_fixed``)
 
     def __getstate__(self) -> dict:
@@ -198,13 +204,12 @@ class Emitter:
 
     def _targets(self, batch: dict, target: np.ndarray, code: np.ndarray, torch: Any) -> None:
         """``target``, ``target_loc`` and ``target_scale`` of ``batch`` (``target``: ``(B, T[, H])``)."""
-        b, t, h = len(target), self.num_target, self.horizon
-        loc, scale = np.zeros((b, t), np.float32), np.ones((b, t), np.float32)
-        for j, table in enumerate(self.scales):
-            if table is not None:
-                if (code < 0).any() and self.normalizers[j].unseen == "raise":  # type: ignore[union-attr]
+        h = self.horizon
+        if code.min(initial=0) < 0:  # a series the fit did not see: the global statistics, or refused
+            for j, table in enumerate(self.scales):
+                if table is not None and self.normalizers[j].unseen == "raise":  # type: ignore[union-attr]
                     self.normalizers[j].loc_scale(self.wf.target[j], code)  # type: ignore[union-attr]  # raises
-                loc[:, j], scale[:, j] = table[code].T
+        loc, scale = self.target_loc[code], self.target_scale[code]  # (B, T) each; code -1: the last row
         if not (self.named and self.named.scale_target):
             target = target * (scale[..., None] if h else scale) + (loc[..., None] if h else loc)
             loc, scale = np.zeros_like(loc), np.ones_like(scale)

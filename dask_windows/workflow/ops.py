@@ -382,15 +382,46 @@ class Categorify(Op):
             index = self._index.get(col)
             if index is None:
                 index = self._index[col] = pd.Index(self.vocabulary(col), dtype=object)
+            values = cols[col]
+            if not isinstance(values, np.ndarray) and hasattr(values, "unify_dictionaries"):
+                cols[col] = _dictionary_codes(values, index)  # read as an Arrow dictionary (ParquetSource)
+                continue
             # Hash the piece's values once (factorize), then look up only its distinct values: 4x
             # faster than a lookup per row on strings. A null factorizes to -1.
-            rows, distinct = pd.factorize(cols[col], use_na_sentinel=True)
-            found = index.get_indexer(np.asarray(distinct, dtype=object))
-            table = np.append(np.where(found >= 0, found + 2, UNSEEN_CODE), NULL_CODE).astype(np.float32)
-            cols[col] = table[rows]  # (rows,) -1 (null) picks the last entry
+            rows, distinct = pd.factorize(values, use_na_sentinel=True)
+            cols[col] = _code_table(index, distinct)[rows]  # (rows,) -1 (null) picks the last entry
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_index": {}}
+
+
+def _code_table(index: Any, distinct: Any) -> np.ndarray:
+    """``(len(distinct) + 1,)`` float32 code of each distinct value (``index``: the vocabulary), null last."""
+    import pandas as pd
+
+    values = np.asarray(distinct, dtype=object)
+    found = index.get_indexer(values)
+    codes = np.where(found >= 0, found + 2, UNSEEN_CODE)
+    codes[pd.isna(values)] = NULL_CODE  # (a null among a dictionary's values)
+    return np.append(codes, NULL_CODE).astype(np.float32)
+
+
+def _dictionary_codes(column: Any, index: Any) -> np.ndarray:
+    """``(rows,)`` float32 codes of an Arrow dictionary column: its few distinct values looked up, then its
+    indices mapped through them (no Python string per row)."""
+    import pyarrow as pa
+
+    chunks = column.unify_dictionaries().chunks  # one dictionary for every chunk
+    if not chunks:
+        return np.zeros(0, np.float32)
+    dictionary = chunks[0].dictionary
+    table = _code_table(index, dictionary.to_numpy(zero_copy_only=False))
+    indices = pa.chunked_array([c.indices for c in chunks])
+    if indices.null_count:
+        import pyarrow.compute as pc
+
+        indices = pc.fill_null(indices, len(dictionary))  # a null row picks the last entry (NULL_CODE)
+    return table[np.asarray(indices.to_numpy())]
 
 
 class Lag(Op):
@@ -503,12 +534,9 @@ class TimeFeatures(Op):
             stamps = stamps.tz_convert(zone)
         if stamps.tz is not None:
             stamps = stamps.tz_localize(None)  # wall time in the zone
-        fields = _calendar(stamps.values.astype("datetime64[s]").astype(np.int64), self.fields)
+        fields = _calendar(stamps.values.astype("datetime64[s]").astype(np.int64), self.fields, np.float64)
         for field in self.fields:
-            if field == "weekofyear":
-                value = stamps.isocalendar().week.to_numpy(np.float64)
-            else:
-                value = fields[field].astype(np.float64)
+            value = fields[field]
             if not self.cyclic:
                 cols[f"{col}_{field}"] = value
                 continue
@@ -517,21 +545,47 @@ class TimeFeatures(Op):
             cols[f"{col}_{field}_sin"], cols[f"{col}_{field}_cos"] = np.sin(angle), np.cos(angle)
 
 
-def _calendar(seconds: np.ndarray, fields: Sequence[str] = tuple(CALENDAR_PERIODS)) -> dict[str, np.ndarray]:
+def _calendar(seconds: np.ndarray, fields: Sequence[str] = tuple(CALENDAR_PERIODS), dtype: Any = None) -> dict:
     """Calendar ``fields`` of wall-clock seconds since 1970 (proleptic Gregorian), in integer numpy.
 
     The civil-from-days arithmetic (Howard Hinnant's algorithm) instead of pandas' per-field
-    accessors (4-6x more per row on the reader threads), run once per distinct day of the piece
-    when its days are fewer than its rows (hourly data: 24x fewer), then looked up.
+    accessors (4-6x more per row on the reader threads). Every field but ``minute`` is constant
+    within an hour: when a piece spans fewer hours than it has rows (hourly data of several
+    series: the same hours again and again), the fields are worked out once per hour of its span
+    and each row takes its hour's (one division and one gather per field). ``dtype``: of the
+    values returned (default int64), cast on the table, before the gather.
     """
+    out: dict[str, np.ndarray] = {}
+    if "minute" in fields:
+        out["minute"] = seconds // 60 % 60
+    hourly = [f for f in fields if f != "minute"]
+    if hourly and len(seconds):
+        hours = seconds // 3600
+        first, last = int(hours.min()), int(hours.max())
+        if last - first < len(hours):
+            table = _calendar_rows(np.arange(first, last + 1, dtype=np.int64) * 3600, hourly)
+            at = hours - first  # (rows,) each row's hour in the table
+            out.update({f: table[f].astype(dtype or np.int64)[at] for f in hourly})
+        else:
+            out.update(_calendar_rows(seconds, hourly))
+    if dtype is not None:
+        out = {f: v.astype(dtype, copy=False) for f, v in out.items()}
+    return out
+
+
+def _calendar_rows(seconds: np.ndarray, fields: Sequence[str]) -> dict[str, np.ndarray]:
+    """``_calendar``'s fields of each of ``seconds`` (days through a table when they are fewer than the rows)."""
     days = seconds // 86400
     out: dict[str, np.ndarray] = {}
     if "hour" in fields:
         out["hour"] = seconds // 3600 % 24
-    if "minute" in fields:
-        out["minute"] = seconds // 60 % 60
     if "dayofweek" in fields:
         out["dayofweek"] = (days + 3) % 7
+    if "weekofyear" in fields:  # ISO week: pandas (per row here, per hour of the span through ``_calendar``)
+        import pandas as pd
+
+        stamps = pd.DatetimeIndex(seconds.astype("datetime64[s]"))
+        out["weekofyear"] = stamps.isocalendar().week.to_numpy(np.int64)
     civil = [f for f in fields if f in ("year", "month", "day", "dayofyear", "quarter")]
     if civil and len(days):
         first, last = int(days.min()), int(days.max())

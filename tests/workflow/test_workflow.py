@@ -373,18 +373,21 @@ def test_fastai_takes_the_named_batch_as_input_and_its_target_for_the_loss(co2):
     start=st.integers(-(2**35), 2**35),
     step=st.integers(1, 10**7),
     n=st.integers(1, 300),
-    fields=st.lists(st.sampled_from(["year", "month", "day", "dayofweek", "dayofyear", "hour", "minute", "quarter"]),
-                    min_size=1, unique=True),
+    fields=st.lists(st.sampled_from(["year", "month", "day", "dayofweek", "dayofyear", "hour", "minute", "quarter",
+                                     "weekofyear"]), min_size=1, unique=True),
+    repeats=st.integers(1, 3),
 )  # fmt: skip
-def test_calendar_arithmetic_equals_pandas(start, step, n, fields):
+def test_calendar_arithmetic_equals_pandas(start, step, n, fields, repeats):
+    """Per row, and through the table of the span's hours (small steps, series repeating the same hours)."""
     from dask_windows.workflow.ops import _calendar
 
-    seconds = start + step * np.arange(n, dtype=np.int64)
+    seconds = np.tile(start + step * np.arange(n, dtype=np.int64), repeats)
     stamps = pd.DatetimeIndex(seconds.astype("datetime64[s]"))
     names = {"dayofyear": "day_of_year", "dayofweek": "day_of_week"}
     got = _calendar(seconds, fields)
     for field in fields:
-        np.testing.assert_array_equal(got[field], np.asarray(getattr(stamps, names.get(field, field))), err_msg=field)
+        want = stamps.isocalendar().week if field == "weekofyear" else getattr(stamps, names.get(field, field))
+        np.testing.assert_array_equal(got[field], np.asarray(want, np.int64), err_msg=field)
 
 
 def test_elastic_resume_of_named_batches(co2):

@@ -109,6 +109,10 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
     reads_in_processes = True
 
     cache: Any = None  # the RangeCache of cache_dir=, if any
+    # String columns read as Arrow dictionary arrays and returned as such (a ``pyarrow.ChunkedArray``, sliced like
+    # the numpy columns), not as numpy arrays of Python strings: a workflow's ``Categorify`` inputs (set by
+    # ``workflow.apply``), mapped to codes through their few distinct values (a tenth of the decode).
+    dictionary_columns: frozenset[str] = frozenset()
 
     @paused_gc()  # a few lasting objects per file: see paused_gc
     def __init__(
@@ -434,7 +438,10 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
             else:
                 file = self._cached(path, footer.size, chunk_ranges(meta, row_groups, columns))
         verify = getattr(self, "verify_checksums", True)  # pages without a CRC are read unverified
-        reader = pq.ParquetFile(file, metadata=meta, pre_buffer=False, page_checksum_verification=verify)
+        coded = [c for c in columns if c in self.dictionary_columns]
+        reader = pq.ParquetFile(
+            file, metadata=meta, pre_buffer=False, page_checksum_verification=verify, read_dictionary=coded or None
+        )
         return reader.read_row_groups(list(row_groups), columns=list(columns), use_threads=False)
 
     def read(self, index: int, columns: Sequence) -> dict:
@@ -484,7 +491,18 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
             if problem is not None:
                 name = self._url(path) + part.name[len(path) :]
                 raise failure_message("corrupt", f"cannot read {name}", SourceReadError(problem))
-        return {col: numpy_column(table.column(col)) for col in columns}  # no pandas import (arrow.numpy_column)
+        return {  # no pandas import (arrow.numpy_column)
+            col: _dictionary_or_numpy(table.column(col), col in self.dictionary_columns) for col in columns
+        }
+
+
+def _dictionary_or_numpy(column: Any, coded: bool) -> Any:
+    """``column`` as it is where it was read as a dictionary (``dictionary_columns``), else as numpy."""
+    import pyarrow as pa
+
+    if coded and pa.types.is_dictionary(column.type):
+        return column
+    return numpy_column(column)
 
 
 def _pack_runs(runs: tuple) -> Any:
