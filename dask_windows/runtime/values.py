@@ -4,12 +4,10 @@
 source handle and its columns, the window semantics (``WindowSpec``), the
 window grid and each partition's first row, the dtype of the targets, global
 normalisation, the fault policy (``on_error``) with the list skips are
-recorded in, and the telemetry sink. It pickles (the read pool's workers
-receive it, not the dataset).
+recorded in, and the telemetry sink.
 
 ``PassValues`` adds what a pass does with the rows once read: the seams
-(``runtime.seams``: the read backend, the allocator of batch arrays, the batch
-output), per-window normalisation and the device feed, and the two counters a
+(``runtime.seams``: the allocator of batch arrays, the batch output), per-window normalisation and the device feed, and the two counters a
 pass reports its batches to (the resume state's ``step`` and ``end``).
 
 ``WindowDataset._pass_values`` builds them (``dataset.py``); the runtime
