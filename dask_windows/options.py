@@ -64,10 +64,11 @@ def deprecated_read_workers(read_workers: Any, read_deadline: Any) -> None:
         ("read_workers", read_workers, 0), ("read_deadline", read_deadline, None)) if value != unset]  # fmt: skip
     if not given:
         return
+    one = len(given) == 1
     warnings.warn(
-        f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} deprecated and ignored (removed in 0.4): the read processes it started served "
-        "only whole partitions (pieces_per_partition=1), and the default pool order reads each unit once on a "
-        "reader thread; drop it",
+        f"{' and '.join(given)} {'is' if one else 'are'} deprecated and ignored, and will be removed in 0.4: "
+        "read_workers started read processes that served only whole partitions (pieces_per_partition=1), while "
+        f"the default pool order reads each unit once on a reader thread; drop {'it' if one else 'them'}",
         DeprecationWarning,
         stacklevel=3,  # WindowDataset(...) in the caller's code (this <- WindowDataset.__init__)
     )

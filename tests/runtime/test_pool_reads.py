@@ -170,7 +170,9 @@ def test_read_workers_warn_that_they_are_deprecated_and_change_no_batch(tmp_path
         frame.to_parquet(tmp_path / f"part-{i}.parquet", row_group_size=ROWS // GROUPS)
     kw = {**KW, **order}
     plain = [[t.numpy() for t in batch] for batch in WindowDataset(str(tmp_path), **kw)]
-    with pytest.warns(DeprecationWarning, match=r"read_workers=2 is deprecated and ignored \(removed in 0\.4\)"):
+    with pytest.warns(
+        DeprecationWarning, match=r"read_workers=2 is deprecated and ignored, and will be removed in 0\.4"
+    ):
         ds = WindowDataset(str(tmp_path), read_workers=2, **kw)
     got = [[t.numpy() for t in batch] for batch in ds]
     assert len(got) == len(plain) > 1
