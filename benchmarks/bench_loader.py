@@ -30,7 +30,6 @@ Last, page checksums: the same rows written with page CRCs, read with verificati
     python benchmarks/bench_loader.py --crc-only --partitions 2 --seconds 4
     python benchmarks/bench_loader.py --only pieces --partitions 4 --seconds 2 [--pieces-k K]
     python benchmarks/bench_loader.py --only workers --partitions 2 --seconds 2
-    python benchmarks/bench_loader.py --only read-workers --seconds 2 --rounds 3
     python benchmarks/bench_loader.py --only pool   (bench_mixing.py --pool: the default pool order)
     python benchmarks/bench_loader.py --only first [--partitions 8] [--rows 1000000] [--rounds 3] [--windows N]
 
@@ -39,10 +38,6 @@ each in a fresh process per round (rounds alternate; medians and ranges): second
 batch after it, their sum, and steady windows/s after the first batch, with the ratios dw / hand; then
 the series scan at open: seconds to open 8, 80 and 800 files of 10,000 rows (10 series each) with
 ``series=`` and without (the difference is the scan), and its growth per file.
-
-``--only read-workers`` prints windows/s and first-batch times of ``read_workers=0/1/2`` (decoding in
-worker processes, gathering here) in alternating rounds, with ratios to ``read_workers=0`` from the same
-run: stride 1 from the page cache, zstd files at stride = window, ``normalize="sample"``.
 
 ``--only workers`` prints windows/s with num_workers=0/1/2 (batches in reused shared slots,
 ``dask_windows.speedups.slots``) and with 1 worker on torch's own hand-off (``DASK_WINDOWS_SLOTS=0``), at
@@ -322,130 +317,6 @@ def workers_rows(directory: str, root: str, partitions: int, seconds: float) -> 
         print(f"{label:20s} B={b:3d} L={w:3d}  {cells}")
 
 
-READ_ROWS = 500_000  # rows per file of the read-workers comparison
-
-
-def write_walks(root: str, files: int, compression: str, rows: int = READ_ROWS, seed: int = 0) -> None:
-    """Random walks rounded to 2 decimals (compressible like sensor data), 2 series per file."""
-    os.makedirs(root, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    for p in range(files):
-        path = os.path.join(root, f"part-{p:05d}.parquet")
-        if os.path.exists(path):
-            continue
-        cols = {f"f{c}": np.round(np.cumsum(rng.standard_normal(rows)), 2).astype(np.float32) for c in range(C)}
-        cols["sid"] = np.repeat([2 * p, 2 * p + 1], rows // 2)
-        level = 9 if compression == "zstd" else None
-        pq.write_table(pa.table(cols), path, row_group_size=rows // 4, compression=compression,
-                       compression_level=level)  # fmt: skip
-
-
-def _epochs_rate(ds: dw.WindowDataset, seconds: float) -> tuple[float, float, float]:
-    """``(windows/s, first batch s, consumer-thread CPU us per window)`` over whole epochs of ``ds``.
-
-    Whole epochs (at least one, about ``seconds``), first batches included: a pass cut short would
-    leave its read-ahead wasted. The consumer thread's CPU time per window is what the loader costs
-    the training loop's thread, and is far less sensitive to other jobs on the machine than wall time.
-    """
-    n, first, t0, c0 = 0, None, time.perf_counter(), time.thread_time()
-    while n == 0 or time.perf_counter() - t0 < seconds:
-        ds.set_epoch(ds.epoch + 1)
-        t1 = time.perf_counter()
-        for x in ds:
-            if first is None:
-                first = time.perf_counter() - t1
-            n += len(x)
-    return n / (time.perf_counter() - t0), float(first), (time.thread_time() - c0) / n * 1e6
-
-
-def _moto_process() -> tuple[subprocess.Popen, dict]:
-    """moto's S3 server in its own process on 127.0.0.1 (so that its Python does not share our GIL)."""
-    import socket
-
-    import s3fs
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = subprocess.Popen(
-        [sys.executable, "-c", f"from moto.server import run_simple, DomainDispatcherApplication, create_backend_app;"
-         f"run_simple('127.0.0.1', {port}, DomainDispatcherApplication(create_backend_app), threaded=True)"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    options = {
-        "key": "testing", "secret": "testing", "skip_instance_cache": True,
-        "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "us-east-1"},
-    }  # fmt: skip
-    fs = s3fs.S3FileSystem(**options)
-    for _ in range(600):  # up to a minute for the server to listen
-        try:
-            fs.call_s3("create_bucket", Bucket="bench")  # us-east-1: no location constraint
-            break
-        except Exception:
-            time.sleep(0.1)
-    return server, options
-
-
-def read_workers_rows(directory: str, seconds: float, rounds: int, files: int = 8) -> None:
-    """read_workers 0/1/2 in alternating rounds: windows/s, ratios to 0, first batch (cold and warm pools)."""
-    small = READ_ROWS // 4  # stride 1: an epoch of 8 x 125k windows takes about a second
-    plain, zstd = os.path.join(directory, f"walks{files}x{small}"), os.path.join(directory, f"walks{files}-zstd9")
-    write_walks(plain, files, "none", small)
-    write_walks(zstd, files, "zstd")
-    features = [f"f{c}" for c in range(C)]
-    cases = [
-        ("stride 1, page cache", plain, 1, None),
-        ("zstd-9, stride = window", zstd, L, None),
-        ('normalize="sample", stride 1', plain, 1, "sample"),
-    ]
-    server, options = None, None
-    try:
-        server, options = _moto_process()
-        import s3fs
-
-        fs = s3fs.S3FileSystem(**options)
-        for name in sorted(os.listdir(zstd)):
-            fs.put_file(os.path.join(zstd, name), f"bench/zstd/{name}")
-        cases.append(("S3 on loopback (moto), zstd-9, stride = window", "s3://bench/zstd/", L, None))
-    except ImportError as exc:
-        print(f"  (no S3 case: {exc})")
-    print(
-        f"read_workers: {files} Parquet files ({small:,} rows each; zstd: {READ_ROWS:,}), B={B} L={L} C={C}, "
-        f"shuffled, default buffers (4 per epoch), whole epochs for about {seconds:.1f} s per figure, {rounds} "
-        f"alternating rounds (median [range]); load before {os.getloadavg()[0]:.2f}"
-    )
-    for label, root, stride, normalize in cases:
-        kw = dict(features=features, series="sid", window=L, stride=stride, batch_size=B, normalize=normalize, seed=0)
-        if root.startswith("s3://"):
-            kw["storage_options"] = options
-        datasets = {w: dw.WindowDataset(root, read_workers=w, **kw) for w in (0, 1, 2)}
-        rates: dict[int, list[float]] = {w: [] for w in datasets}
-        firsts: dict[int, list[float]] = {w: [] for w in datasets}
-        cpu: dict[int, list[float]] = {w: [] for w in datasets}
-        for _ in range(rounds):
-            for w, ds in datasets.items():
-                value, first, us = _epochs_rate(ds, seconds)
-                rates[w].append(value)
-                firsts[w].append(first)
-                cpu[w].append(us)
-        zero, best0, cpu0 = np.median(rates[0]), max(rates[0]), min(cpu[0])
-        print(f"  {label}")
-        for w in datasets:
-            r, f = rates[w], firsts[w]
-            warm = np.median(f[1:]) if len(f) > 1 else float("nan")
-            print(
-                f"    W={w} {np.median(r):>10,.0f} windows/s [{min(r):,.0f}-{max(r):,.0f}]  median {np.median(r) / zero:4.2f}x "
-                f"best {max(r) / best0:4.2f}x of W=0 | consumer thread {min(cpu[w]):6.3f} us/window "
-                f"({cpu0 / min(cpu[w]):4.2f}x W=0's speed) | first batch {f[0]:.2f} s cold, {warm:.2f} s warm"
-            )
-        for ds in datasets.values():
-            ds.close()
-    if server is not None:
-        server.terminate()
-        server.wait()
-    print(f"  load after: {os.getloadavg()[0]:.2f}")
-
-
 def _loader_rate(ds: dw.WindowDataset, b: int, num_workers: int, seconds: float) -> float:
     it = iter(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=num_workers))
     next(it)
@@ -575,11 +446,11 @@ def main() -> None:
     parser.add_argument("--crc-only", action="store_true", help="only the page checksum on/off figures")
     parser.add_argument(
         "--only",
-        choices=["all", "normalisation", "workers", "read-workers", "pieces", "pool", "first"],
+        choices=["all", "normalisation", "workers", "pieces", "pool", "first"],
         default="all",
         help="which figures",
     )
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (read-workers)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (first)")
     parser.add_argument("--pieces-child", help=argparse.SUPPRESS)
     parser.add_argument("--first-child", help=argparse.SUPPRESS)
     parser.add_argument("--scan-child", help=argparse.SUPPRESS)
@@ -617,10 +488,6 @@ def main() -> None:
     if args.only == "pieces":
         torch.set_num_threads(1)
         pieces_rows(args.dir, args.partitions, args.seconds, k=args.pieces_k)
-        return
-    if args.only == "read-workers":
-        torch.set_num_threads(1)
-        read_workers_rows(args.dir, args.seconds, args.rounds)
         return
     if args.crc_only:
         print_crc_rates(args.dir, args.partitions, args.seconds)

@@ -27,9 +27,18 @@ from dask_windows.checks import SERIES_FROM_MANIFEST
 from dask_windows.errors import ConfigError
 from dask_windows.faults import check_on_error
 from dask_windows.spec import WindowSpec, _positive_int
-from dask_windows.tuning import NEXT_PASS_SECONDS, OPEN_THREADS, READ_DEADLINE_SECONDS, RETRIES
+from dask_windows.tuning import NEXT_PASS_SECONDS, OPEN_THREADS, RETRIES
 
-__all__ = ["KEYWORDS", "Config", "OrderConfig", "ReadConfig", "WindowConfig", "group_of", "resolve"]
+__all__ = [
+    "DEPRECATED_KEYWORDS",
+    "KEYWORDS",
+    "Config",
+    "OrderConfig",
+    "ReadConfig",
+    "WindowConfig",
+    "group_of",
+    "resolve",
+]
 
 
 def _next_pass_seconds(value: Any) -> float:
@@ -38,18 +47,6 @@ def _next_pass_seconds(value: Any) -> float:
         raise ValueError(
             f"next_pass_seconds={value!r} must be a number of seconds >= 0 (how long the next pass's first "
             "buffer, read while the last buffer is drained, waits for that pass); 0 turns it off"
-        )
-    return float(value)
-
-
-def _read_deadline(value: Any) -> float | None:
-    """``read_deadline`` validated: seconds > 0, or ``None`` for no deadline (see ``workerwatch``)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(
-            f"read_deadline={value!r} must be a number of seconds > 0 (how long a read worker may send nothing "
-            "while a buffer it reads is awaited) or None for no deadline"
         )
     return float(value)
 
@@ -110,13 +107,10 @@ class ReadConfig:
     cache_bytes: int | None = None
     index: Any = None
     prefetch_partitions: int = 1
-    read_workers: int = 0
-    read_deadline: float | None = READ_DEADLINE_SECONDS
     next_pass_seconds: float = NEXT_PASS_SECONDS
     retry: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        from dask_windows.planning.resume import check_int
         from dask_windows.sources.retry import resolve_retry, with_deadline
 
         set_ = object.__setattr__
@@ -125,9 +119,7 @@ class ReadConfig:
             if getattr(self, name) is not None:
                 set_(self, name, _positive_int(name, getattr(self, name)))
         set_(self, "on_error", check_on_error(self.on_error))
-        set_(self, "read_workers", check_int("read_workers", self.read_workers))
         set_(self, "next_pass_seconds", _next_pass_seconds(self.next_pass_seconds))
-        set_(self, "read_deadline", _read_deadline(self.read_deadline))
         set_(self, "retry", with_deadline(resolve_retry(self.retries), self.timeout))
 
     def source_options(self) -> dict:
@@ -147,6 +139,9 @@ _GROUPS = {"window": WindowConfig, "order": OrderConfig, "read": ReadConfig}
 
 #: Every keyword of ``WindowDataset`` but ``data``, and the value that holds it.
 KEYWORDS: dict[str, str] = {f.name: group for group, kind in _GROUPS.items() for f in fields(kind) if f.init}
+
+#: Keywords ``WindowDataset`` still accepts, warns about and ignores (``options.deprecated_read_workers``).
+DEPRECATED_KEYWORDS = ("read_workers", "read_deadline")
 
 
 def group_of(keyword: str, caller: str = "WindowDataset") -> str:
@@ -203,10 +198,6 @@ def resolve(
     Raises:
         ConfigError: A setting is invalid (the message names the keyword, the rule and the remedy).
     """
-    if read.read_workers:  # each worker imports the script: refuse an unguarded one now (speedups.main_guard)
-        from dask_windows.speedups.main_guard import check_main_guard
-
-        check_main_guard("forkserver")
     from dask_windows.ondevice import resolve_device
     from dask_windows.options import deprecated_pieces, piece_budget, resolve_pieces
     from dask_windows.runtime.pool import resolve_order

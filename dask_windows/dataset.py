@@ -28,7 +28,7 @@ from dask_windows.faults import SkippedPartition
 from dask_windows.omissions import check_omissions
 from dask_windows.ondevice import Traffic, feed_for
 from dask_windows.opening import check_columns, check_windows, scan
-from dask_windows.options import resolve_normalize
+from dask_windows.options import deprecated_read_workers, resolve_normalize
 from dask_windows.passes import PassProtocol
 from dask_windows.planning.index import WindowGrid
 from dask_windows.planning.pool import PoolPlan
@@ -38,7 +38,7 @@ from dask_windows.planning.world import World
 from dask_windows.runtime.detect import process_group_store
 from dask_windows.runtime.pool import plan_for, pool_batches, pool_summary, unit_bounds, warn_if_few_units
 from dask_windows.runtime.reading import batches, plan
-from dask_windows.runtime.seams import ThreadReads, TorchOutput
+from dask_windows.runtime.seams import TorchOutput
 from dask_windows.runtime.streams import StreamValues, elastic_batches
 from dask_windows.runtime.telemetry import Stats, Telemetry, rank_stats, reads_telemetry, watch_loader, watched
 from dask_windows.runtime.values import PassValues, ReadValues, no_count
@@ -46,9 +46,8 @@ from dask_windows.sources import ArraySource, Source, open_source
 from dask_windows.sources.retry import RetryPolicy
 from dask_windows.speedups import nextpass
 from dask_windows.speedups.nextpass import NextPass
-from dask_windows.speedups.readpool import PoolReads
 from dask_windows.speedups.slots import SlotAllocator, shared
-from dask_windows.tuning import NEXT_PASS_SECONDS, OPEN_THREADS, READ_DEADLINE_SECONDS, RETRIES
+from dask_windows.tuning import NEXT_PASS_SECONDS, OPEN_THREADS, RETRIES
 
 __all__ = ["WindowDataset"]
 
@@ -129,10 +128,9 @@ class WindowDataset(PassProtocol, IterableDataset):
         cache_bytes: Most bytes ``cache_dir`` may hold; entries unused for 12 hours are evicted, least recently used
             first, and new bytes that do not fit otherwise are not stored (a budget smaller than the data keeps
             what it holds across epochs: docs/pretraining.md).
-        read_workers: Processes that read and decode while this process gathers the batches
-            (Parquet sources; see ``readpool``): for compressed files and object stores, where
-            reading is the bottleneck. 0 (default) reads on one background thread. Use it with
-            ``DataLoader(ds, batch_size=None)`` (no DataLoader workers).
+        read_workers: Deprecated and ignored (a ``DeprecationWarning``; removed in 0.4): the read processes
+            it started served only whole partitions (``pieces_per_partition=1``), and the default pool
+            order reads each unit once on a reader thread.
         workflow: A fitted ``dask_windows.workflow.Workflow`` (or the path of a saved one, or
             ``wf.named(...)`` for named batches): its operations run on each piece as it is read;
             ``features`` / ``targets`` default to its roles and name its outputs. See docs/workflows.md.
@@ -146,9 +144,7 @@ class WindowDataset(PassProtocol, IterableDataset):
             ahead, at most two buffers on it, and every batch is cut there by index, the same values
             in the same order (see docs/device.md and ``ondevice``). ``None`` (default): batches are
             gathered on the host. Iterate in the training process (no DataLoader workers).
-        read_deadline: With ``read_workers``: seconds a read worker may send nothing while a buffer it
-            reads is awaited (default 300); past it the worker is killed and ``ReadWorkerStalled``
-            (a ``RuntimeError``) names it, instead of a hang. ``None``: no deadline (see ``workerwatch``).
+        read_deadline: Deprecated and ignored, like ``read_workers`` (it bounded their waits).
         index: Parquet paths: the dataset index written by ``dask-windows index`` (or ``convert``), whose
             one read replaces a read per file at open. ``None`` (default): the one beside a folder or
             prefix, if any; a path: that one; ``False``: none. A stale index raises naming the file.
@@ -196,12 +192,13 @@ class WindowDataset(PassProtocol, IterableDataset):
         next_pass_seconds: float = NEXT_PASS_SECONDS,
         device: Any = None,
         workflow: Any = None,
-        read_deadline: float | None = READ_DEADLINE_SECONDS,
+        read_deadline: float | None = None,
         buffer_bytes: int | None = None,
         index: Any = None,
     ) -> None:
         super().__init__()
         opening = time.perf_counter_ns()
+        deprecated_read_workers(read_workers, read_deadline)  # a warning: both are ignored
 
         def opened(read: ReadConfig, series: Any) -> Source:
             options = read.source_options()
@@ -225,19 +222,16 @@ class WindowDataset(PassProtocol, IterableDataset):
                 storage_options=storage_options, partition_bytes=partition_bytes, partition_rows=partition_rows,
                 threads=threads, retries=retries, timeout=timeout, on_error=on_error, strict=strict,
                 cache_dir=cache_dir, cache_bytes=cache_bytes, index=index, prefetch_partitions=prefetch_partitions,
-                read_workers=read_workers, read_deadline=read_deadline, next_pass_seconds=next_pass_seconds,
+                next_pass_seconds=next_pass_seconds,
             ),
             opened,
         )  # fmt: skip
         self.config: Config = resolved.config  # the keywords as three frozen values (see config)
         read = self.config.read
         self.on_error = read.on_error
-        self.read_workers = read.read_workers
         self.next_pass_seconds = read.next_pass_seconds
         self.device = self.config.order.device  # None: the host path (see ondevice)
         self.device_traffic = Traffic()  # bytes this process's passes sent to ``device``
-        self.read_deadline = read.read_deadline
-        self._pool_reads = PoolReads(self.read_workers, self.read_deadline) if self.read_workers else None
         self._read_ahead = nextpass.Slot()  # the next pass's first buffer, read ahead (see nextpass)
         self.source: Source = resolved.source
         self._series_from_manifest = resolved.series_from_manifest
@@ -272,16 +266,6 @@ class WindowDataset(PassProtocol, IterableDataset):
         self._unit_bounds = unit_bounds(self._read_values()) if spec.buffer_bytes is not None else None
         if self._unit_bounds is not None:  # the budget holds too few units to mix like a global shuffle
             warn_if_few_units(self._read_values(), self._unit_bounds)
-        if self.read_workers and self.spec.buffer_bytes is not None:  # never a setting that silently does nothing
-            import warnings
-
-            warnings.warn(
-                f"read_workers={self.read_workers} serves the order of whole partitions: the default pool order reads "
-                "each row group once on one reader thread and starts no read workers; pass pieces_per_partition=1 "
-                "(whole partitions) to use them, or drop read_workers",
-                UserWarning,
-                stacklevel=2,
-            )
         self._telemetry = Telemetry(time.perf_counter_ns() - opening)
 
     # -- the pass protocol (epochs, len, resume state, ranks, pickling: see passes) ----------
@@ -351,14 +335,8 @@ class WindowDataset(PassProtocol, IterableDataset):
         return watch_loader(self, loader)
 
     def close(self) -> None:
-        """Stop this dataset's ``read_workers`` processes, if any (the next pass starts them again), and
-        drop the next pass's first buffer if it was read ahead (``next_pass_seconds``).
-
-        They are also stopped when the dataset is garbage collected and at exit.
-        """
+        """Drop the next pass's first buffer if it was read ahead (``next_pass_seconds``)."""
         nextpass.release(self._read_ahead)
-        if self._pool_reads is not None:
-            self._pool_reads.close()
 
     def split(
         self, valid: float | None = None, *, at: Any = None, time: Any = None, embargo: int = 0
@@ -406,8 +384,6 @@ class WindowDataset(PassProtocol, IterableDataset):
         out.device_traffic = Traffic()  # its own passes' bytes
         out._epochs = copy.copy(self._epochs)
         out._read_ahead = nextpass.Slot()  # not the parent's read-ahead (see nextpass)
-        if self._pool_reads is not None:  # its workers read with the copy's grid
-            out._pool_reads = PoolReads(self.read_workers, self.read_deadline)
         if out.num_windows == 0:
             raise DataError(
                 f"the {part} part of the split of {self.source.description} holds no windows "
@@ -429,9 +405,8 @@ class WindowDataset(PassProtocol, IterableDataset):
         ``counted=False``: a stream read for a mixture or an elastic resume (``runtime.streams``), which
         counts nothing in this dataset's resume state and reads no next pass ahead."""
         output = self._workflow if self._workflow is not None else TorchOutput(self.spec.return_index)
-        backend = self._pool_reads if self._pool_reads is not None else ThreadReads()
         return PassValues(
-            self._read_values(), output=output, allocator=SlotAllocator(), read_backend=backend,
+            self._read_values(), output=output, allocator=SlotAllocator(),
             normalize=self._per_batch_normalize(), device=feed_for(self),
             next_pass=self._next_pass() if counted else None,
             step=self._resumer.step if counted else no_count, end=self._resumer.end if counted else no_count,

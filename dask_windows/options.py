@@ -20,7 +20,7 @@ from dask_windows.errors import ConfigError
 from dask_windows.sources import Source
 from dask_windows.spec import WindowSpec
 
-__all__ = ["deprecated_pieces", "piece_budget", "resolve_normalize", "resolve_pieces"]
+__all__ = ["deprecated_pieces", "deprecated_read_workers", "piece_budget", "resolve_normalize", "resolve_pieces"]
 
 
 def _count(value: Any) -> bool:
@@ -55,6 +55,23 @@ def deprecated_pieces(pieces_per_partition: Any, device: Any) -> Any:
         stacklevel=4,  # WindowDataset(...) in the caller's code (this <- config.resolve <- WindowDataset)
     )
     return None
+
+
+def deprecated_read_workers(read_workers: Any, read_deadline: Any) -> None:
+    """Warn that ``read_workers`` (and ``read_deadline``, which bounded their waits) are ignored: the read
+    processes served only whole partitions, and the default pool order reads each unit once on a reader thread."""
+    given = [f"{name}={value!r}" for name, value, unset in (
+        ("read_workers", read_workers, 0), ("read_deadline", read_deadline, None)) if value != unset]  # fmt: skip
+    if not given:
+        return
+    one = len(given) == 1
+    warnings.warn(
+        f"{' and '.join(given)} {'is' if one else 'are'} deprecated and ignored, and will be removed in 0.4: "
+        "read_workers started read processes that served only whole partitions (pieces_per_partition=1), while "
+        f"the default pool order reads each unit once on a reader thread; drop {'it' if one else 'them'}",
+        DeprecationWarning,
+        stacklevel=3,  # WindowDataset(...) in the caller's code (this <- WindowDataset.__init__)
+    )
 
 
 def piece_budget(source: Source, buffer_partitions: Any, features: Any, targets: Any, stride: Any) -> int | None:

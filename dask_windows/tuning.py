@@ -44,7 +44,6 @@ __all__ = [
     "MAX_GAP",
     "MAX_RINGS",
     "MIN_CHUNK_PER_OVERLAP",
-    "MIN_SHARED_BYTES",
     "MIN_UNIT_ROWS",
     "NEGLIGIBLE_WAIT_S",
     "NEXT_PASS_JOIN_SECONDS",
@@ -58,7 +57,6 @@ __all__ = [
     "POOL_FIRST_BYTES",
     "PROBE_FILES",
     "READ_CHUNK_BYTES",
-    "READ_DEADLINE_SECONDS",
     "READ_THREADS",
     "RETRIES",
     "RETRY_BASE_DELAY",
@@ -210,8 +208,6 @@ PLAN_BYTES_PER_PIECE = 200
 PLAN_SHARE = 8
 #: Longest wait in seconds for the threads of a released read-ahead.
 NEXT_PASS_JOIN_SECONDS = 5.0
-#: ``read_deadline``: seconds a read worker may send nothing while a buffer it holds is awaited.
-READ_DEADLINE_SECONDS = 300.0
 #: Where ``os.pidfd_open`` is missing: how often a worker checks that its training process lives.
 WATCH_POLL_SECONDS = 1.0
 #: Shared slots per ring: batches in flight (queued, pinned, held by the loop) before the fallback.
@@ -234,8 +230,6 @@ LANE_MIN_UNITS = 4
 #: 1.48x windows/s at B=256 L=512 C=4 (2 MiB) on 2 idle cores and 1.00x with both cores busy; at
 #: B=64 L=128 (128 KiB) 1.10x idle but 0.88x busy (``bench_peers.py --contenders dw dw2 hand``).
 LANE_DEFAULT_BATCH_BYTES = 1 << 20
-#: Arrays sent to the read pool's workers smaller than this are pickled inline.
-MIN_SHARED_BYTES = 1 << 16
 
 
 @dataclass(frozen=True)

@@ -1,27 +1,16 @@
-"""Worker processes that stall or outlive their training process: a deadline and a parent watch.
+"""Worker processes that outlive their training process: each one watches it.
 
-Two ways a process of the loader could wait, or live, forever:
-
-* **A read worker that stops answering** (``read_workers``: stopped by
-  ``SIGSTOP``, or stuck in a read the kernel never returns from). A dead worker
-  is noticed at once (its pipe closes); a stalled one sends nothing. The read
-  pool waits for a buffer at most ``read_deadline`` seconds
-  (``READ_DEADLINE_SECONDS``, 300, by default) after it last heard from the
-  worker that holds it; past that it kills the worker and raises
-  ``ReadWorkerStalled`` naming it (the next pass starts new workers). The
-  deadline must exceed the time one worker needs to read one buffer; each
-  storage request inside that is bounded by ``timeout=`` on its own.
-* **Workers whose training process died hard** (``os._exit``, an OOM kill,
-  preemption). Workers started by ``forkserver`` (the integrations' default, and
-  the read pool's) are children of the fork server, not of the training
-  process, so torch's watchdog (which compares the parent pid) never fires and
-  they live on, holding memory and the training script's stdout pipe. Each
-  such worker runs ``watch_training_process(pid)``: a daemon thread that waits
-  for the training process (the one that pickled the dataset for the worker)
-  to end and then ends the worker with ``os._exit``. On Linux it waits on a
-  ``pidfd`` (``os.pidfd_open``: woken by the kernel, no polling); elsewhere it
-  checks the pid every ``POLL_SECONDS``. Fork workers are the training
-  process's children and need none (torch's own watchdog ends them).
+Workers whose training process died hard (``os._exit``, an OOM kill,
+preemption): workers started by ``forkserver`` (the integrations' default) are
+children of the fork server, not of the training process, so torch's watchdog
+(which compares the parent pid) never fires and they live on, holding memory
+and the training script's stdout pipe. Each such worker runs
+``watch_training_process(pid)``: a daemon thread that waits for the training
+process (the one that pickled the dataset for the worker) to end and then ends
+the worker with ``os._exit``. On Linux it waits on a ``pidfd``
+(``os.pidfd_open``: woken by the kernel, no polling); elsewhere it checks the
+pid every ``POLL_SECONDS``. Fork workers are the training process's children
+and need none (torch's own watchdog ends them).
 """
 
 from __future__ import annotations
@@ -33,15 +22,11 @@ import threading
 from typing import Any
 
 from dask_windows.runtime.prefetch import GuardedThread
-from dask_windows.tuning import READ_DEADLINE_SECONDS
 from dask_windows.tuning import WATCH_POLL_SECONDS as POLL_SECONDS
 
 __all__ = [
     "POLL_SECONDS",
-    "READ_DEADLINE_SECONDS",
-    "ReadWorkerStalled",
     "record_pickler",
-    "stalled_message",
     "watch_pickler",
     "watch_training_process",
 ]
@@ -51,20 +36,6 @@ log = logging.getLogger(__name__)
 
 _watched: set[int] = set()  # training pids this process already watches
 _watched_lock = threading.Lock()
-
-
-class ReadWorkerStalled(RuntimeError):
-    """A read worker sent nothing for ``read_deadline`` seconds while a buffer it holds was awaited."""
-
-
-def stalled_message(name: str, pid: int | None, seconds: float) -> str:
-    """What ``ReadWorkerStalled`` says: the worker, the deadline and the remedies."""
-    return (
-        f"read worker {name} (pid {pid}) sent nothing for read_deadline={seconds:g} s while a buffer it reads was "
-        "awaited (stopped, e.g. by SIGSTOP, or stuck in a read the kernel does not return from); it was killed and "
-        "the next pass starts new read workers; if reading one buffer can take longer, raise read_deadline= "
-        "(None: no deadline), or use read_workers=0 to read in this process"
-    )
 
 
 def watch_training_process(pid: int | None) -> bool:

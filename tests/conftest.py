@@ -98,7 +98,6 @@ SLOW_TESTS: dict[str, str | set[str]] = {
     },
     "tests/cli/test_hardening_cli.py": {
         "test_convert_unifies_date_second_and_fraction_csv_times",
-        "test_read_workers_in_a_script_without_main_guard_raises",
     },
     "tests/cli/test_layout.py": {
         "test_cli_convert_sizes_the_overlap_from_window_and_horizon",
@@ -161,7 +160,6 @@ SLOW_TESTS: dict[str, str | set[str]] = {
         "test_origin_and_owned_place_runs_on_their_series_grid",
         "test_window_starts_enumerate_the_grid",
     },
-    "tests/runtime/test_contract.py": {"test_the_read_pool_backend_gives_the_thread_backends_batches"},
     "tests/runtime/test_epochs.py": {"test_pass_k_is_epoch_k_in_every_worker"},
     "tests/runtime/test_gather.py": {
         "test_kept_batches_equal_the_oracle",
@@ -181,7 +179,7 @@ SLOW_TESTS: dict[str, str | set[str]] = {
     },
     "tests/runtime/test_pool_reads.py": {"test_s3_gets_about_one_per_row_group"},
     "tests/runtime/test_telemetry.py": {"test_a_mixture_counts_the_loop_and_its_members_reads"},
-    "tests/runtime/test_window_table.py": {"test_batches_gathered_into_worker_slots_and_decoded_by_read_workers"},
+    "tests/runtime/test_window_table.py": {"test_batches_gathered_into_worker_slots_are_standardised_from_the_tables"},
     "tests/sources/test_arrays.py": {
         "test_memmaps_give_the_same_batches_and_pickle_by_reference",
         "test_streaming_a_memmap_larger_than_the_buffer_keeps_rss_bounded",
@@ -258,18 +256,6 @@ SLOW_TESTS: dict[str, str | set[str]] = {
         "test_segment_runs_expand_to_segment_starts",
         "test_segment_starts_is_window_starts_range_by_range",
     },
-    "tests/speedups/test_readpool.py": {
-        "test_a_collected_dataset_stops_its_workers_and_dataloader_workers_ignore_them",
-        "test_a_killed_read_worker_is_an_error_or_nothing_never_a_hang",
-        "test_a_killed_worker_is_an_error_not_a_hang_and_leaves_no_shared_memory",
-        "test_an_error_in_a_worker_is_raised_as_itself_and_the_pool_goes_on",
-        "test_close_stops_workers_and_fails_what_was_pending",
-        "test_every_window_once_and_the_batches_of_read_workers_0",
-        "test_one_pool_for_every_pass_and_a_second_iterator",
-        "test_results_come_back_per_ticket_with_equal_values",
-        "test_resume_mid_epoch_and_normalized_values",
-        "test_skipped_partitions_travel_back_with_their_warnings",
-    },
     "tests/speedups/test_slots.py": {
         "test_a_killed_worker_raises_and_leaves_no_shared_memory",
         "test_a_mixture_through_workers_uses_slots_and_keeps_its_windows",
@@ -293,7 +279,6 @@ SLOW_TESTS: dict[str, str | set[str]] = {
     },
     "tests/test_golden.py": {"test_kept_orders_reproduce_their_golden_hash"},
     "tests/test_hangs.py": {
-        "test_a_stopped_read_worker_raises_after_the_deadline_naming_it",
         "test_forkserver_workers_end_with_a_training_process_that_dies_hard",
     },
     "tests/test_harden.py": {"test_a_spread_part_rewritten_with_the_same_rows_raises"},

@@ -18,7 +18,7 @@ from dask_windows import config, tuning
 from dask_windows.checks import SERIES_FROM_MANIFEST
 from dask_windows.cli import keywords as cli_keywords
 from dask_windows.cli.main import build_parser
-from dask_windows.config import KEYWORDS, OrderConfig, ReadConfig, WindowConfig
+from dask_windows.config import DEPRECATED_KEYWORDS, KEYWORDS, OrderConfig, ReadConfig, WindowConfig
 from dask_windows.errors import ConfigError
 from dask_windows.spec import WindowSpec
 from tests.helpers import make_frames, write_parquet
@@ -38,7 +38,7 @@ def _epoch(ds) -> list[list[np.ndarray]]:
 
 
 def test_the_keywords_are_the_fields_of_the_three_values_with_the_same_defaults():
-    assert set(KEYWORDS) == set(SIGNATURE) - {"self", "data"}
+    assert set(KEYWORDS) == set(SIGNATURE) - {"self", "data", *DEPRECATED_KEYWORDS}
     for group, kind in (("window", WindowConfig), ("order", OrderConfig), ("read", ReadConfig)):
         for f in dataclasses.fields(kind):
             if not f.init:
@@ -81,7 +81,6 @@ def _keywords():
         "timeout": st.sampled_from([None, 5.0]),
         "partition_bytes": st.sampled_from([None, 2_000]),
         "next_pass_seconds": st.sampled_from([0.0, 1.5]),
-        "read_deadline": st.sampled_from([None, 10.0]),
         "rank": st.just(0),
         "world_size": st.sampled_from([None, 1]),
     }
@@ -138,9 +137,7 @@ def test_defaults_resolved_from_the_data_are_held_and_reopen_the_same_dataset(tm
         ({"threads": 0}, "threads=0 must be >= 1"),
         ({"partition_bytes": -1}, "partition_bytes=-1 must be >= 1"),
         ({"on_error": "ignore"}, "on_error='ignore' must be one of"),
-        ({"read_workers": -1}, "read_workers=-1 must be an int >= 0"),
         ({"next_pass_seconds": -1}, r"next_pass_seconds=-1 must be a number of seconds >= 0"),
-        ({"read_deadline": 0}, r"read_deadline=0 must be a number of seconds > 0"),
         ({"timeout": "soon"}, "timeout='soon' must be a number of seconds > 0"),
         ({"retries": 1.5}, r"retries=1.5 must be an int >= 0"),
         ({"batch_size": 0}, "batch_size=0 must be >= 1"),

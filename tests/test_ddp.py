@@ -19,11 +19,6 @@ CONFIGS = [
     {"num_workers": 2, "epoch": 0, "dataset": {"window": WINDOW, "batch_size": 7, "drop_last": True}},
     {"num_workers": 2, "epoch": 2, "dataset": {"window": WINDOW, "batch_size": 10, "buffer_partitions": 1}},
     {"num_workers": 2, "epoch": None, "context": "spawn", "dataset": {"window": WINDOW, "batch_size": 16}},
-    {
-        "num_workers": 0,
-        "epoch": 1,
-        "dataset": {"window": WINDOW, "batch_size": 16, "buffer_partitions": 1, "read_workers": 2},
-    },
     # the pool order on the (CPU) device: each rank's units sent once into its pool there (ondevice.pool)
     {
         "num_workers": 0,

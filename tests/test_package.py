@@ -575,7 +575,6 @@ THREAD_STARTERS = {
     "dask_windows/planning/split.py",  # the time split's scan at open, likewise
     "dask_windows/sources/parquet/footers.py",  # footers read at open, likewise
     "dask_windows/sources/retry.py",  # a remote call's deadline
-    "dask_windows/speedups/readpool.py",  # optional: the read pool's receiver
     "dask_windows/speedups/lanes.py",  # the second copying lane (batches of 1 MiB and more)
     "dask_windows/speedups/nextpass.py",  # optional: the read-ahead's expiry
     "dask_windows/cli/readers.py",  # the command line's input listing

@@ -169,8 +169,6 @@ OPTIONS: tuple[Option, ...] = (
     _no_flag("cache_dir", "a local cache across epochs: one command is one pass"),
     _no_flag("cache_bytes", "goes with cache_dir"),
     _no_flag("index", "the dataset index beside a folder is used when there is one (dask-windows index writes it)"),
-    _no_flag("read_workers", "an optional accelerator of the piece order, measured in Python"),
-    _no_flag("read_deadline", "goes with read_workers"),
     _no_flag("next_pass_seconds", "one command is one pass: nothing to read ahead for"),
 )
 

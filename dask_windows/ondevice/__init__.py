@@ -17,7 +17,7 @@ windows at all. Two orders, the host path's batches bit for bit in each:
 The trade-off: the resident rows live on the device (docs/device.md gives the
 bounds), and the batches are made in the training process, so DataLoader
 workers are refused (``feed.feed_for``); the reads and decoding still run on
-the loader's background threads (and ``read_workers`` processes).
+the loader's background threads.
 """
 
 from __future__ import annotations

@@ -161,8 +161,8 @@ def feed_for(ds: Any) -> DeviceFeed | None:
         raise ConfigError(
             f"WindowDataset(device={str(device)!r}) gathers batches on the device in the training process, "
             "not in DataLoader workers; use DataLoader(ds, batch_size=None, num_workers=0) or iterate the "
-            "dataset itself (reads and decoding already run on background threads; read_workers=N adds "
-            "processes), or pass device=None to gather on the host in workers"
+            "dataset itself (reads and decoding already run on background threads), "
+            "or pass device=None to gather on the host in workers"
         )
     spec = ds.spec
     per_sample = ds._per_batch_normalize() == "sample"

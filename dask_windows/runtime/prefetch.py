@@ -384,7 +384,7 @@ class Ahead(_Background):
 # signal that it runs. A thread that the OS created but that fails before that
 # signal exits silently, and ``start`` then waits forever: a loader that starts
 # a thread in an epoch (the prefetch and builder threads of each pass, a lane
-# helper, the read pool's starter, the next pass's timer) hangs where it should
+# helper, the next pass's timer) hangs where it should
 # fail. Under ``RLIMIT_AS`` the new thread cannot even allocate the first frame
 # of its bootstrap: no Python code of it ever runs, and CPython prints
 # "Exception ignored in thread started by: <object repr() failed> MemoryError".

@@ -1,9 +1,7 @@
-"""How a pass of the buffer order (whole partitions) reads: reader threads or another read backend.
+"""How a pass of the buffer order (whole partitions) reads: reader threads of this process.
 
 ``plan`` is a reader's plan of an epoch; ``batches`` connects a reader's plan
-to its read backend (the seam ``PassValues.read_backend``: ``seams.ThreadReads``,
-reader threads of this process, by default; ``speedups.readpool.PoolReads``,
-``read_workers`` processes) and to ``pipeline.stream``; ``read_unit`` and
+to its reader threads and to ``pipeline.stream``; ``read_unit`` and
 ``read_part`` read and decode one partition's pieces, recording unreadable
 ones with ``on_error="skip"``. Each function takes the frozen values of its
 pass (``runtime.values``), never the dataset. (A reader's share of an epoch may begin
@@ -44,7 +42,6 @@ from dask_windows.runtime.buffer import (
 from dask_windows.runtime.memory import small_pages_map
 from dask_windows.runtime.pipeline import stream
 from dask_windows.runtime.prefetch import Prefetcher
-from dask_windows.runtime.seams import ThreadReads
 from dask_windows.runtime.telemetry import timed_output, timed_parts
 from dask_windows.runtime.values import PassValues, ReadValues
 from dask_windows.sources import PartitionReader
@@ -120,7 +117,7 @@ class Reads:
     """What reads a pass's pieces: the reader the builder takes parts from, and what it needs.
 
     Attributes:
-        reader: A ``Prefetcher`` of the plan's units, or a ``readpool.BufferReads``.
+        reader: A ``Prefetcher`` of the plan's units.
         source_reader: The pass's reader of its partitions.
         arena: The arrays buffers are decoded into (``BufferArena``).
         background: Whether buffers are built on a builder thread (``prefetch_partitions >= 1``).
@@ -136,15 +133,11 @@ class Reads:
 
 
 def open_reads(values: PassValues, plan: Any) -> Reads:
-    """The reads of ``plan``, started now by the pass's read backend (``seams``)."""
+    """The reads of ``plan``, started now on reader threads."""
     ds = values.reads
     units = piece_units(plan)  # a buffer's pieces of one partition are read together
     source_reader = ds.source.reader([unit[0].partition for unit in units], ds.columns)
     arena = BufferArena(ds, plan, units)  # the reader threads decode a buffer's units into one array
-    backend: Any = values.read_backend if values.read_backend is not None else ThreadReads()
-    if backend.workers(ds):  # whole buffers read by the read workers, the first one here (see readpool)
-        reader = backend.open(ds, arena, source_reader)
-        return Reads(reader, source_reader, arena, True)
     threads = READ_THREADS if ds.source.reads_in_processes else 1  # file/object-store reads release the GIL
     depth = read_ahead(ds, plan, units, threads)
     reader = Prefetcher(lambda unit: read_unit(ds, unit, source_reader, arena), units, depth, threads=threads)
@@ -295,9 +288,8 @@ class BufferArena:
     and a buffer with a skipped unit is joined as before (``Buffer`` checks that its parts tile).
     """
 
-    def __init__(self, ds: ReadValues, plan: Any, units: list[tuple], alloc: Any = np.empty) -> None:
+    def __init__(self, ds: ReadValues, plan: Any, units: list[tuple]) -> None:
         self.ds = ds
-        self.alloc = alloc  # (shape, dtype) -> array: shared memory in a read worker (readpool)
         self.buffer_of: dict[tuple, int] = {}  # unit -> its buffer's number
         self.members: list[list[tuple]] = []  # units of each buffer, in reading order
         k = 0
@@ -333,7 +325,6 @@ class BufferArena:
                 c = len(spec.features)
                 # The first buffer, on the way to the first batch, in small pages; the later ones by numpy.
                 empty = small_pages if g == 0 else np.empty
-                empty = empty if self.alloc is np.empty else self.alloc  # shared memory in a read worker
                 x = empty((c, at) if spec.layout == "NCL" else (at, c), np.float32)
                 y = empty((len(spec.targets), at), self.ds.y_dtype) if spec.targets else None
                 arrays = (x, y)

@@ -1,12 +1,8 @@
 """The named seams a pass runs through, and their plain implementations.
 
-Three seams, each a value in ``values.PassValues`` that only the dataset wires
+Two seams, each a value in ``values.PassValues`` that only the dataset wires
 (from its keywords); the runtime calls them and never looks up which one it got:
 
-* **read backend** (``read_backend``): who reads the units of a buffer order's
-  plan. ``ThreadReads`` (``runtime.reading``): reader threads in this process,
-  the default. ``speedups.readpool.PoolReads``: ``read_workers`` processes.
-  The pool order always reads on its one reader thread.
 * **allocator** (``allocator``): makes the pool of arrays a pass gathers its
   batches' features into. ``NumpyAllocator``: ``batch.OutputPool``, plain numpy
   arrays reused once the caller drops them. ``speedups.slots.SlotAllocator``:
@@ -34,7 +30,7 @@ import torch
 from dask_windows.errors import ConfigError
 from dask_windows.runtime.batch import OutputPool
 
-__all__ = ["NumpyAllocator", "NumpyOutput", "PinnedOutput", "ThreadReads", "TorchOutput"]
+__all__ = ["NumpyAllocator", "NumpyOutput", "PinnedOutput", "TorchOutput"]
 
 
 @dataclass(frozen=True)
@@ -43,15 +39,6 @@ class NumpyAllocator:
 
     def __call__(self) -> OutputPool:
         return OutputPool()
-
-
-@dataclass(frozen=True)
-class ThreadReads:
-    """The read backend's default: the plan's units read by reader threads of this process."""
-
-    def workers(self, reads: Any = None) -> int:
-        """Processes that read for the pass: none."""
-        return 0
 
 
 def _tuple(x: Any, y: Any, rows: Any, return_index: bool, wrap: Any) -> Any:

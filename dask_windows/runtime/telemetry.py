@@ -40,8 +40,7 @@ whole loop is reported as bound by its **start-up**, not as "not input-bound".
 Counters live in the process that does the work: iterated in this process
 (``num_workers=0``) every stage is seen; with DataLoader workers the stages
 run in the workers and only the exposed wait of the loop is measured here,
-through ``ds.watch(loader)`` (``stats()`` says so). ``read_workers`` decode in
-their own processes: their fetch and decode are not counted. The counters
+through ``ds.watch(loader)`` (``stats()`` says so). The counters
 are plain ``+=`` from a few threads: CPython may, rarely, lose an addition
 when two threads add at once; they are figures for a verdict, not for
 accounting. Across ranks ``stats(all_ranks=True)`` is a collective
@@ -76,11 +75,11 @@ __all__ = [
 
 _ADVICE = {  # the buffer orders (pieces_per_partition=1)
     "fetch": "reading bounds the loader: read further ahead (prefetch_partitions=2+), read in processes "
-    "(read_workers=N, or DataLoader num_workers=N); on an object store keep the bytes locally (cache_dir=); "
+    "(DataLoader num_workers=N); on an object store keep the bytes locally (cache_dir=); "
     "many small files: `dask-windows convert` them into fewer, larger ones",
     "device": "copying batches to the device bounds the loader: send each buffer's rows once and cut batches "
     "on the device (device='cuda'), or overlap the copies with compute (dw.DevicePrefetcher on pinned batches)",
-    "decode": "decoding the pieces bounds the loader: decode in processes (read_workers=N or DataLoader "
+    "decode": "decoding the pieces bounds the loader: decode in processes (DataLoader "
     "num_workers=N), or read fewer columns",
     "buffer": "building buffers bounds the loader: smaller buffers (buffer_partitions=1) start sooner, or "
     "DataLoader num_workers=N builds several at once",
@@ -464,7 +463,7 @@ def watched(ds: Any, batches: Iterator[Any]) -> Iterator[Any]:
         telemetry_of(ds).begin_pass()  # stats() of a pass run with the counters off: zeros
         return batches
     telemetry_of(ds).traffic = getattr(ds, "device_traffic", None)
-    return telemetry_of(ds).watch(batches, stages_here=getattr(ds, "read_workers", 0) == 0)
+    return telemetry_of(ds).watch(batches, stages_here=True)
 
 
 def watch_loader(ds: Any, loader: Iterable[Any]) -> Iterator[Any]:
@@ -476,8 +475,7 @@ def watch_loader(ds: Any, loader: Iterable[Any]) -> Iterator[Any]:
         inner = getattr(inner, "loader", None)
         if inner is None:
             break
-    here = workers == 0 and getattr(ds, "read_workers", 0) == 0
-    return telemetry_of(ds).watch(loader, stages_here=here)
+    return telemetry_of(ds).watch(loader, stages_here=workers == 0)
 
 
 def rank_stats(ds: Any, all_ranks: bool = False) -> Stats:

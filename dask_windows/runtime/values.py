@@ -4,12 +4,10 @@
 source handle and its columns, the window semantics (``WindowSpec``), the
 window grid and each partition's first row, the dtype of the targets, global
 normalisation, the fault policy (``on_error``) with the list skips are
-recorded in, and the telemetry sink. It pickles (the read pool's workers
-receive it, not the dataset).
+recorded in, and the telemetry sink.
 
 ``PassValues`` adds what a pass does with the rows once read: the seams
-(``runtime.seams``: the read backend, the allocator of batch arrays, the batch
-output), per-window normalisation and the device feed, and the two counters a
+(``runtime.seams``: the allocator of batch arrays, the batch output), per-window normalisation and the device feed, and the two counters a
 pass reports its batches to (the resume state's ``step`` and ``end``).
 
 ``WindowDataset._pass_values`` builds them (``dataset.py``); the runtime
@@ -31,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from dask_windows.planning.index import WindowGrid
-from dask_windows.runtime.seams import NumpyAllocator, ThreadReads, TorchOutput
+from dask_windows.runtime.seams import NumpyAllocator, TorchOutput
 from dask_windows.spec import WindowSpec
 
 __all__ = ["PassValues", "ReadValues", "no_count"]
@@ -81,7 +79,6 @@ class PassValues:
         reads: What the readers need (``ReadValues``).
         output: The batch output seam: ``(x, y, rows)`` numpy arrays to the batch yielded.
         allocator: The allocator seam: makes the pool a pass gathers batch arrays into.
-        read_backend: The read backend seam of the buffer orders: who reads a plan's units.
         normalize: ``"sample"`` (each window standardised as it is cut) or ``None``.
         device: An ``ondevice.DeviceFeed`` (batches cut on the training device), or ``None``.
         next_pass: The buffer orders' next pass read ahead (``speedups.nextpass.NextPass``: ``claim``,
@@ -93,7 +90,6 @@ class PassValues:
     reads: ReadValues
     output: Callable[[np.ndarray, np.ndarray | None, np.ndarray | None], Any] = field(default_factory=TorchOutput)
     allocator: Callable[[], Any] = field(default_factory=NumpyAllocator)
-    read_backend: Any = field(default_factory=ThreadReads)  # (``None``: the same)
     normalize: str | None = None
     device: Any = None
     next_pass: Any = None

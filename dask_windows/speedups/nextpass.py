@@ -31,7 +31,7 @@ pass claims it: a validation loop that runs between two epochs holds it that
 long, at no CPU cost. ``next_pass_seconds=0`` (or ``prefetch_partitions=0``)
 turns it off; it is also off where the next pass's plan (``PLAN_BYTES_PER_PIECE``
 per piece, held beside this pass's) would take more than ``1 / PLAN_SHARE`` of a
-buffer, with ``read_workers``, with ``on_error="skip"`` (a skip is recorded and
+buffer, with ``on_error="skip"`` (a skip is recorded and
 warned by the pass that reads it), for elastic resumes and, in a DataLoader
 worker, for the worker's first pass (a worker that is not persistent ends after
 it). A file changed since the dataset was opened is caught as today: local files
@@ -276,7 +276,7 @@ def wanted(ahead: NextPass, reads: Reads | UnitReads, plan: Any) -> bool:
     """
     if ahead.seconds <= 0 or ahead.on_error != "raise":
         return False
-    if not reads.background or not isinstance(reads.reader, Prefetcher):  # no threads, or read_workers
+    if not reads.background:  # no reader threads
         return False
     if isinstance(reads, UnitReads):
         return reads.device is None and (not in_worker() or ahead.worker_passes() >= 2)
@@ -335,7 +335,7 @@ def begin(ahead: NextPass, epoch: int, world: World) -> _NextPass | None:
             return pending
         reads = opened = reading.open_reads(values, plan)
         arena = reads.arena
-        if not reads.background or not isinstance(reads.reader, Prefetcher) or arena is None:
+        if not reads.background or arena is None:
             reads.close()
             return None
         r = values.reads

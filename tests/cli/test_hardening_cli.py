@@ -119,49 +119,6 @@ def test_window_longer_than_spread_chunks_names_convert_window(tmp_path, sync_da
     assert "; ;" not in message
 
 
-# ---------------------------------------------------------------- item 12: read_workers without a main guard
-
-UNGUARDED = """
-import numpy as np, pandas as pd
-import dask_windows as dw
-pd.DataFrame({{"id": np.repeat([0, 1], 100), "x": np.arange(200.0, dtype="f4")}}).to_parquet({path!r})
-ds = dw.WindowDataset({path!r}, window=8, features=["x"], series="id", batch_size=16, read_workers=2)
-print("batches", sum(1 for _ in ds), flush=True)
-"""
-
-
-def test_read_workers_in_a_script_without_main_guard_raises(tmp_path):
-    import subprocess
-
-    script = tmp_path / "train.py"
-    script.write_text(UNGUARDED.format(path=str(tmp_path / "d.parquet")))
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert done.returncode != 0, done.stdout  # it ran the script twice and exited 0
-    assert "batches" not in done.stdout
-    assert 'if __name__ == "__main__":' in done.stderr and "line 5 of" in done.stderr  # the WindowDataset(...) line
-    assert "read_workers=0" in done.stderr
-
-
-@pytest.mark.parametrize(
-    "code, line, guarded",
-    [
-        ("import x\nrun()\n", 2, False),
-        ('if __name__ == "__main__":\n    run()\n', 2, True),
-        ("if '__main__' == __name__ and True:\n    run()\n", 2, True),
-        ('if __name__ != "__main__":\n    pass\nelse:\n    run()\n', 4, True),
-        ('try:\n    if __name__ == "__main__":\n        run()\nfinally:\n    pass\n', 3, True),
-        ('if __name__ == "__main__":\n    pass\nrun()\n', 3, False),
-    ],
-)
-def test_main_guard_lines(tmp_path, code, line, guarded):
-    from dask_windows.speedups.main_guard import _guarded_lines
-
-    path = tmp_path / "s.py"
-    path.write_text(code)
-    ranges = _guarded_lines(str(path), path.stat().st_mtime)
-    assert any(a <= line <= b for a, b in ranges) == guarded
-
-
 # ---------------------------------------------------------------- item 13: inspect rejects NaN as the loader does
 
 

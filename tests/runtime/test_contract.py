@@ -1,11 +1,9 @@
-"""The runtime's contract: every read backend x allocator x batch output x source x order gives the oracle's windows.
+"""The runtime's contract: every allocator x batch output x source x order gives the oracle's windows.
 
 A pass is driven through its runtime entry point (``runtime.pool.pool_batches`` for the pool order,
 ``runtime.reading.batches`` for whole partitions) with frozen values (``runtime.values``) whose
 seams (``runtime.seams``) are injected with ``dataclasses.replace``, never monkeypatched:
 
-* read backend: reader threads (``ThreadReads``) or the read pool (``speedups.readpool.PoolReads``;
-  the pool order reads on its own thread and has no such seam);
 * allocator: plain numpy (``NumpyAllocator``) or shared slots (``speedups.slots.SlotAllocator``, which
   uses slots only inside a DataLoader worker: that case runs in one);
 * batch output: torch tensors, numpy arrays, pinned tensors (CUDA only: skipped here without it);
@@ -35,8 +33,7 @@ from dask_windows.planning.world import World
 from dask_windows.runtime import reading
 from dask_windows.runtime.batch import _TORCH_MIN_BYTES
 from dask_windows.runtime.pool import pool_batches
-from dask_windows.runtime.seams import NumpyAllocator, NumpyOutput, PinnedOutput, ThreadReads, TorchOutput
-from dask_windows.speedups.readpool import PoolReads, pool_for
+from dask_windows.runtime.seams import NumpyAllocator, NumpyOutput, PinnedOutput, TorchOutput
 from dask_windows.speedups.slots import SlotAllocator
 
 FILES, ROWS, CHANNELS = 4, 5_000, 4
@@ -146,9 +143,9 @@ def test_the_opt_in_torch_gather_gives_the_same_batches(data, order, monkeypatch
 @pytest.mark.parametrize("source", SOURCES)
 def test_every_output_gives_the_oracle_and_the_same_batches(data, source, order):
     ds = _dataset(data, source, order)
-    plain = _run(ds, output=TorchOutput(True), allocator=NumpyAllocator(), read_backend=ThreadReads())
+    plain = _run(ds, output=TorchOutput(True), allocator=NumpyAllocator())
     _check_oracle(data, plain)
-    as_numpy = _run(ds, output=NumpyOutput(True), allocator=NumpyAllocator(), read_backend=ThreadReads())
+    as_numpy = _run(ds, output=NumpyOutput(True), allocator=NumpyAllocator())
     assert _same(as_numpy, plain)
     assert _same(_run(ds), plain)  # the seams the dataset wires itself
     assert _same([tuple(t.numpy() for t in batch) for batch in ds], plain)  # and iterating the dataset
@@ -178,21 +175,6 @@ def test_pinned_output_without_cuda_is_refused_naming_the_remedy():
         pytest.skip("CUDA is available here")
     with pytest.raises(ValueError, match="PinnedOutput needs CUDA.*use TorchOutput"):
         PinnedOutput()
-
-
-def test_the_read_pool_backend_gives_the_thread_backends_batches(data):
-    ds = _dataset(data, "parquet", "whole", buffer_partitions=1)  # 4 buffers: 3 of them for the pool
-    plain = _run(ds, read_backend=ThreadReads())
-    backend = PoolReads(1)
-    try:
-        pool = pool_for(backend, 1, ds._read_values())
-        assert pool.wait_ready(120)  # generous: the forkserver imports torch on a loaded machine
-        pooled = _run(ds, read_backend=backend)
-        assert pool.submitted >= 2  # buffers after the first were read by the worker
-    finally:
-        backend.close()
-    assert _same(pooled, plain)
-    _check_oracle(data, pooled)
 
 
 class _Passes(torch.utils.data.IterableDataset):

@@ -164,11 +164,21 @@ def _run_cli(main, args: list) -> str:
     return out.getvalue()
 
 
-def test_read_workers_in_the_pool_order_warn_that_they_are_not_used(tmp_path):
+@pytest.mark.parametrize("order", [dict(), dict(pieces_per_partition=1)], ids=["pool", "whole partitions"])
+def test_read_workers_warn_that_they_are_deprecated_and_change_no_batch(tmp_path, order):
     for i, frame in enumerate(_frames()):
         frame.to_parquet(tmp_path / f"part-{i}.parquet", row_group_size=ROWS // GROUPS)
-    with pytest.warns(UserWarning, match="read_workers=2 serves the order of whole partitions.*pieces_per_partition=1"):
-        WindowDataset(str(tmp_path), read_workers=2, **KW)
+    kw = {**KW, **order}
+    plain = [[t.numpy() for t in batch] for batch in WindowDataset(str(tmp_path), **kw)]
+    with pytest.warns(
+        DeprecationWarning, match=r"read_workers=2 is deprecated and ignored, and will be removed in 0\.4"
+    ):
+        ds = WindowDataset(str(tmp_path), read_workers=2, **kw)
+    got = [[t.numpy() for t in batch] for batch in ds]
+    assert len(got) == len(plain) > 1
+    assert all(np.array_equal(a, b) for g, w in zip(got, plain) for a, b in zip(g, w, strict=True))
+    with pytest.warns(DeprecationWarning, match=r"read_deadline=5 is deprecated.*pool order reads each unit once"):
+        WindowDataset(str(tmp_path), read_deadline=5, **kw)
 
 
 def test_a_pool_filled_progressively_yields_every_window_once_and_resumes_to_the_tail(tmp_path, monkeypatch):

@@ -68,7 +68,7 @@ def test_a_loader_slowed_by_its_reads_is_input_bound_by_fetch():
     assert stats.reads == len(ds.partitions)
     assert stats.fetch_seconds >= READ_DELAY * stats.reads  # each read slept at least that long
     assert stats.verdict.input_bound and stats.verdict.stage == "fetch"
-    assert "prefetch_partitions" in stats.verdict.advice and "read_workers" in stats.verdict.advice
+    assert "prefetch_partitions" in stats.verdict.advice and "num_workers" in stats.verdict.advice
     assert stats.as_dict()["verdict"]["stage"] == "fetch"
 
 
@@ -121,7 +121,7 @@ def test_the_bound_is_the_stage_with_the_most_exposed_seconds_and_its_remedy_exi
         stages = {name: 1.0 if name == stage else 0.5 for name in STAGES}
         pool = judge(0.5, 0.5, 10, stages, order="pool")
         assert pool.stage == stage and pool.input_bound
-        for setting in ("buffer_partitions", "prefetch_partitions", "read_workers"):  # settings of the buffer orders
+        for setting in ("buffer_partitions", "prefetch_partitions"):  # settings of the buffer orders
             assert setting not in pool.advice, (stage, pool.advice)
         assert judge(0.5, 0.5, 10, stages, order="buffer").stage == stage
     assert "num_workers" in judge(0.5, 0.5, 10, {"fetch": 1.0}, order="pool").advice

@@ -463,9 +463,7 @@ def _reference(root: str, kw: dict, epoch: int) -> list:
     return _epoch(ds)
 
 
-@pytest.mark.parametrize(
-    "extra", [dict(), dict(normalize="sample", stride=2), dict(prefetch_partitions=0), dict(read_workers=1)]
-)
+@pytest.mark.parametrize("extra", [dict(), dict(normalize="sample", stride=2), dict(prefetch_partitions=0)])
 def test_two_live_iterators_interleaved_each_give_their_exact_batches(clean, extra):
     kw = {**KW, **extra}
     third, fourth = _reference(clean["root"], kw, 3), _reference(clean["root"], kw, 4)

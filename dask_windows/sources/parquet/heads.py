@@ -11,7 +11,7 @@ first batch (``read_head``: the pages holding those rows, on files of many pages
 The trade-off: ``halo x columns`` values per row group held (8 KiB for 511 rows of 4 float32
 columns), against one row-group decode per piece ending at a cut. The values are those a whole
 read gives (a copy of its first rows), so which windows a batch holds, and their values, do not
-depend on what the cache held. A pickled cache (DataLoader workers, read workers) starts empty.
+depend on what the cache held. A pickled cache (DataLoader workers) starts empty.
 """
 
 from __future__ import annotations
