@@ -324,3 +324,40 @@ def test_workflow_target_transformations_are_pfs_transformation(grunfeld, steps,
     back = adapter.target_normalizer({"prediction": scaled, "target_scale": x["target_scale"]}).numpy()
     np.testing.assert_allclose(back, span[:, WINDOW:] + (pf_name == "log1p"), rtol=1e-4)
     np.testing.assert_allclose(wf.invert_target(batch["target"], batch)[:, 0], span[:, WINDOW:], rtol=1e-4)
+
+
+@pytest.mark.slow  # about 10 s: moto's server, a Dask fit over S3 and a short Lightning run
+def test_a_model_fits_its_workflow_and_trains_from_parquet_on_s3(grunfeld):
+    """Parquet on S3 (moto's server on 127.0.0.1, s3fs as a user configures it): the workflow fitted on the
+    bucket, a TFT trained a few steps from it, and the streamed windows the same as from the local file."""
+    from helpers import s3_endpoint, skip_unless_installed
+
+    skip_unless_installed("s3fs", "moto")
+    path, df, table = grunfeld
+    frames = [df.iloc[:120].reset_index(drop=True), df.iloc[120:].reset_index(drop=True)]  # 6 and 5 firms, in order
+    s3 = s3_endpoint("panel", frames)
+    try:
+        url, options = "s3://panel/data/", s3.storage_options()
+        statics = Statics(table, numeric=["size"], categorical=["kind"])
+        wf = Workflow([Normalize(["invest"], per_series=True), Normalize(["value", "year"]), Categorify(["era"])],
+                      series="firm", continuous=["year", "invest", "value"], categorical=["era"],
+                      target=["invest"], known=["year", "era"], statics=statics)  # fmt: skip
+        wf.fit(url, storage_options=options, scheduler="sync")
+        local = workflow(df, table)
+        assert wf.series_keys == local.series_keys
+        adapter = PFAdapter(wf, WINDOW, HORIZON, add_relative_time_idx=True)
+        ds = WindowDataset(url, storage_options=options, workflow=wf.named(index=True), window=WINDOW,
+                           horizon=HORIZON, batch_size=32)  # fmt: skip
+        ours = joined(ds, adapter)
+        theirs = joined(WindowDataset(path, workflow=local.named(index=True), window=WINDOW, horizon=HORIZON,
+                                      batch_size=32), adapter)  # fmt: skip
+        for key in ("encoder_cont", "decoder_cont", "encoder_target", "decoder_target", "target_scale"):
+            np.testing.assert_allclose(ours[key], theirs[key], rtol=1e-5, atol=1e-6)
+        torch.manual_seed(0)
+        net = pf.TemporalFusionTransformer.from_dataset(adapter, hidden_size=8)
+        before = [p.detach().clone() for p in net.parameters()]
+        metrics = train(net, adapter.loader(ds), steps=3)
+        assert np.isfinite(metrics["train_loss_step"])
+        assert any(not torch.equal(a, b.detach()) for a, b in zip(before, net.parameters()))
+    finally:
+        s3.close()
