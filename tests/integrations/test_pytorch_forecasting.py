@@ -8,6 +8,10 @@ the shorter encoders and the last windows.
 
 from __future__ import annotations
 
+import json
+import os
+import sys
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -361,3 +365,27 @@ def test_a_model_fits_its_workflow_and_trains_from_parquet_on_s3(grunfeld):
         assert any(not torch.equal(a, b.detach()) for a, b in zip(before, net.parameters()))
     finally:
         s3.close()
+
+
+@pytest.mark.slow  # two DDP processes on gloo, each starting Lightning
+def test_ddp_two_gloo_ranks_train_a_tft_each_on_its_share(grunfeld, tmp_path):
+    """Each rank trains on its own windows (disjoint, as many batches on both, all windows between them)
+    and DDP keeps the weights in step: the same fingerprint on both ranks after training."""
+    import forkrun
+
+    path, df, table = grunfeld
+    child = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pf_ddp_child.py")
+    config = {"data": path, "window": WINDOW, "horizon": HORIZON, "out": str(tmp_path)}
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(child)), OMP_NUM_THREADS="1")
+    out = forkrun.run([sys.executable, child, json.dumps(config)], env=env, timeout=600, cwd=str(tmp_path))
+    assert out.returncode == 0, out.stderr[-4000:]
+    ranks = sorted((json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)), key=lambda r: r["rank"])
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert ranks[0]["steps"] == ranks[1]["steps"] > 0  # as many batches on each: DDP cannot hang
+    shares = [{tuple(w) for w in r["windows"]} for r in ranks]
+    assert not shares[0] & shares[1] and all(len(s) == len(r["windows"]) for s, r in zip(shares, ranks))
+    windows = ranks[0]["num_windows"]
+    assert windows == 11 * (20 - WINDOW - HORIZON + 1)
+    assert len(shares[0] | shares[1]) == windows - windows % 2  # every window once, less what does not divide
+    assert np.isfinite(ranks[0]["loss"]) and np.isfinite(ranks[1]["loss"])
+    np.testing.assert_allclose(ranks[0]["weights"], ranks[1]["weights"], rtol=1e-6)  # gradients all-reduced
