@@ -22,8 +22,15 @@ normaliser (fitted on each window's encoder part) and shorter encoders drawn bet
   ``GroupNormalizer``: mean and ``std`` of each series, without PF's ``eps``), or per window with
   ``target_normalizer="encoder"`` (PF's ``EncoderNormalizer``: mean and ``std`` of the encoder part,
   ``+ float32 eps``);
-* a transformation the workflow applies to the target before its ``Normalize`` (``Log1p``, ...) stays
-  applied: targets and predictions are in the transformed units (PF's ``transformation=`` is not used);
+* a transformation the workflow applies to the target before its ``Normalize`` (``Log1p``, ``Transform``)
+  is PF's ``transformation=``: ``encoder_target`` and ``decoder_target`` are in the data's units (the
+  transformation undone), ``target_scale`` and the scaled target in ``encoder_cont`` in the transformed
+  units, and the target normaliser carries the transformation, so PF's ``transform_output`` (predictions,
+  losses, ``predict``) maps a model's output back to the data's units as ``TimeSeriesDataSet`` does. One
+  ``log``, ``log1p``, ``logit``, ``softplus`` or ``relu`` is passed by name (PF's own functions: its
+  ``log1p`` maps back with ``exp``, one more than ``expm1``, as in PF); ``boxcox`` or several
+  transformations in a row as ``{"forward", "reverse"}`` functions whose ``reverse`` is
+  ``Workflow.invert_target``'s exact inverse (PF's distribution losses need a named transformation);
 * unknown reals other than the targets are zeros over the decoder (PF fills them with values no
   model reads: models read only known reals there);
 * ``groups`` is the series code (position in ``Workflow.series_keys``), ``decoder_time_idx`` counts
@@ -155,9 +162,12 @@ class PFAdapter:
         self.dropout_categoricals: list = []
         self._categorical_encoders = {name: WorkflowCodes.of(_vocabulary(wf, name)) for name in self.categoricals}
         self._scalers: dict = dict.fromkeys(self.reals)
+        self.transformations = [_transformation(wf, t) for t in wf.target]
         normalizers = [
-            pf.EncoderNormalizer() if target_normalizer == "encoder" else pf.GroupNormalizer(groups=self.group_ids)
-            for _ in wf.target
+            pf.EncoderNormalizer(transformation=transformation)
+            if target_normalizer == "encoder"
+            else pf.GroupNormalizer(groups=self.group_ids, transformation=transformation)
+            for transformation in self.transformations
         ]
         self.target_normalizer = pf.MultiNormalizer(normalizers) if self.multi_target else normalizers[0]
         self._scale_features = self._target_scale_standardisation() if add_target_scales else None
@@ -252,16 +262,17 @@ class PFAdapter:
         future_units = target.float() * scale[..., None] + loc[..., None]  # (B, T, H)
         if self.normalizer_kind == "encoder":
             loc, scale = _encoder_scale(past_units, self.encoder_lengths(batch))
+        past_data, future_data = self._data_units(past_units), self._data_units(future_units)
 
         lengths = self.encoder_lengths(batch)  # (B,)
         reals = [self._real(name, batch, past_units, future_units, loc, scale, lengths) for name in self.reals]
         cats = [self._categorical(name, batch) for name in self.categoricals]
         full_cont = torch.stack(reals, dim=-1) if reals else past.new_zeros((b, length + horizon, 0))  # (B, L+H, R)
         full_cat = torch.stack(cats, dim=-1) if cats else torch.zeros((b, length + horizon, 0), dtype=torch.long)
-        encoder_target = past_units.transpose(1, 2)  # (B, L, T)
+        encoder_target = past_data.transpose(1, 2)  # (B, L, T)
         if self.min_encoder_length < self.max_encoder_length:
             full_cont, full_cat, encoder_target = _shorten(full_cont, full_cat, encoder_target, lengths, length)
-        decoder_target = future_units.transpose(1, 2)  # (B, H, T)
+        decoder_target = future_data.transpose(1, 2)  # (B, H, T)
         if "index" in batch:
             first = batch["index"].long() + length  # the first horizon row, counted in global rows
         else:
@@ -302,6 +313,13 @@ class PFAdapter:
         return torch.from_numpy((self.min_encoder_length + mixed % np.uint64(span)).astype(np.int64))
 
     # -- internals --------------------------------------------------------------------------
+
+    def _data_units(self, units: torch.Tensor) -> torch.Tensor:
+        """``(B, T, N)`` targets in the transformed units back in the data's: each target's transformations undone."""
+        if all(t is None for t in self.transformations):
+            return units
+        columns = [_undo(self.wf, name, units[:, j]) for j, name in enumerate(self.target_names)]
+        return torch.stack(columns, dim=1).to(units.dtype)
 
     def _sources(self) -> dict:
         """Where each real and categorical comes from in a named batch (positions worked out once)."""
@@ -392,6 +410,60 @@ def _vocabulary(wf: Any, name: str) -> list:
     if wf.statics is not None and wf.statics.state and name in wf.statics.categorical:
         return list(wf.statics.state["vocabulary"][name])
     raise ConfigError(f"{name!r} is not a Categorify output or a categorical static of the workflow")
+
+
+def _transformation(wf: Any, column: str) -> str | dict | None:
+    """PF's ``transformation=`` for the target ``column``: the name of its one transformation where PF has
+    it, else ``{"forward", "reverse"}`` through the workflow's own functions, or ``None``.
+
+    Raises:
+        ConfigError: The target goes through an operation ``invert_target`` cannot undo (checked here, on
+            one value, so it is refused before training rather than at the first prediction).
+    """
+    chain, last = wf.target_chain(column), wf.normalizer(column)
+    for op in chain:
+        if op is not last and op.invert(np.full(1, 0.5), column) is NotImplemented:
+            raise ConfigError(
+                f"PFAdapter cannot map predictions of the target {column!r} back through {op!r}: write the target "
+                "with transformations (Log1p, Transform) first and one Normalize last"
+            )
+    ops = wf.target_transforms(column)
+    if not ops:
+        return None
+    if len(ops) == 1 and ops[0].name in _PF_NAMED:
+        return str(ops[0].name)
+    return {"forward": _Chain(column, ops, inverse=False), "reverse": _Chain(column, ops, inverse=True)}
+
+
+_PF_NAMED = ("log", "log1p", "logit", "softplus", "relu")  # PF's TorchNormalizer.TRANSFORMATIONS that match ours
+
+
+class _Chain:
+    """The workflow's transformations of one target as a function of tensors (PF's custom ``transformation``)."""
+
+    def __init__(self, column: str, ops: list, inverse: bool) -> None:
+        self.column, self.ops, self.inverse = column, list(ops), inverse
+
+    def __call__(self, values: torch.Tensor) -> torch.Tensor:
+        from dask_windows.workflow.transforms import forward
+
+        if self.inverse:
+            for op in reversed(self.ops):
+                values = op.invert(values, self.column)
+            return values
+        data = values.detach().cpu().numpy().astype(np.float64)
+        for op in self.ops:
+            data = forward(op.name, data, op.lmbda)
+        return torch.as_tensor(data, dtype=values.dtype, device=values.device)
+
+
+def _undo(wf: Any, column: str, values: torch.Tensor) -> torch.Tensor:
+    """Values of ``column`` in its transformed units (after the scale is undone) back in the data's units."""
+    last = wf.normalizer(column)
+    for op in reversed(wf.target_chain(column)):
+        if op is not last:
+            values = op.invert(values, column)
+    return values
 
 
 def _encoder_scale(units: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -8,6 +8,10 @@ the shorter encoders and the last windows.
 
 from __future__ import annotations
 
+import json
+import os
+import sys
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -88,13 +92,18 @@ def test_each_model_trains_from_parquet_through_window_dataset(grunfeld, model):
     assert any(not torch.equal(a, b.detach()) for a, b in zip(before, net.parameters()))  # it learned something
 
 
-def test_same_windows_and_first_loss_as_timeseriesdataset(grunfeld):
-    """One TFT's loss on PF's batch of every window equals its loss on ours (same weights, loaded across)."""
+@pytest.mark.parametrize("transformation", [None, "log"])
+def test_same_windows_and_first_loss_as_timeseriesdataset(grunfeld, transformation):
+    """One TFT's loss on PF's batch of every window equals its loss on ours (same weights, loaded across);
+    with ``log``, PF's ``GroupNormalizer(transformation="log")`` against the workflow's ``Transform``."""
     from pytorch_forecasting import GroupNormalizer, TemporalFusionTransformer, TimeSeriesDataSet
+
+    from dask_windows.workflow import Transform
 
     path, df, table = grunfeld
     statics = Statics(table, numeric=["size"])
-    wf = Workflow([Normalize(["invest"], per_series=True)], series="firm", continuous=["year", "invest", "value"],
+    ops = [Transform(["invest"], transformation)] if transformation else []
+    wf = Workflow([*ops, Normalize(["invest"], per_series=True)], series="firm", continuous=["year", "invest", "value"],
                   target=["invest"], known=["year"], statics=statics).fit(df, scheduler="sync")  # fmt: skip
     adapter = PFAdapter(wf, WINDOW, HORIZON, add_relative_time_idx=True)
     ds = WindowDataset(path, workflow=wf.named(index=True), window=WINDOW, horizon=HORIZON, batch_size=64)
@@ -104,7 +113,7 @@ def test_same_windows_and_first_loss_as_timeseriesdataset(grunfeld):
         df.merge(table, on="firm"), time_idx="time_idx", target="invest", group_ids=["firm"],
         min_encoder_length=WINDOW, max_encoder_length=WINDOW, min_prediction_length=HORIZON,
         max_prediction_length=HORIZON, static_reals=["size"], time_varying_known_reals=["year"],
-        time_varying_unknown_reals=["invest", "value"], target_normalizer=GroupNormalizer(groups=["firm"]),
+        time_varying_unknown_reals=["invest", "value"], target_normalizer=GroupNormalizer(groups=["firm"], transformation=transformation),
         scalers={"size": None, "year": None, "value": None}, add_relative_time_idx=True,
     )  # fmt: skip
     x, y = next(iter(tsd.to_dataloader(train=False, batch_size=1000, num_workers=0)))
@@ -134,6 +143,14 @@ def test_same_windows_and_first_loss_as_timeseriesdataset(grunfeld):
         np.testing.assert_allclose(*in_units, rtol=1e-5, atol=1e-3)
     for key in ("encoder_target", "decoder_target", "encoder_lengths", "decoder_lengths"):
         np.testing.assert_allclose(ours[key], x[key], rtol=1e-6)
+
+    # PF's eps in each series' std is the one difference (under log, ~0.3% of a std of ~0.4): with it added
+    # to ours, and the scaled target scaled by it, one model's losses on both agree
+    center, spread = ours["target_scale"][:, 0, None], ours["target_scale"][:, 1, None]
+    for key in ("encoder_cont", "decoder_cont"):
+        ours[key] = ours[key].clone()
+        ours[key][..., invest] = ours[key][..., invest] * spread / (spread + eps)
+    ours["target_scale"] = torch.cat([center, spread + eps], dim=1)
 
     torch.manual_seed(0)
     theirs_model = TemporalFusionTransformer.from_dataset(tsd, hidden_size=8)
@@ -218,6 +235,12 @@ def test_what_the_adapter_refuses(grunfeld):
     wide = WindowDataset(path, workflow=wf.named(), window=WINDOW + 1, horizon=HORIZON, batch_size=8)
     with pytest.raises(ConfigError, match="window=7, horizon=2 does not match"):
         adapter(next(iter(wide)))
+    from dask_windows.workflow import Transform
+
+    scaled_first = Workflow([Normalize(["invest"], per_series=True), Transform(["invest"], "relu")], series="firm",
+                            continuous=["invest"], target=["invest"]).fit(df, scheduler="sync")  # fmt: skip
+    with pytest.raises(ConfigError, match="transformations .* first and one Normalize last"):
+        PFAdapter(scaled_first, WINDOW, HORIZON)
     short = PFAdapter(wf, WINDOW, HORIZON, min_encoder_length=2)
     with pytest.raises(ConfigError, match="index=True"):
         short(next(iter(WindowDataset(path, workflow=wf.named(), window=WINDOW, horizon=HORIZON, batch_size=8))))
@@ -255,3 +278,114 @@ def test_the_adapter_pickles_for_dataloader_workers(grunfeld):
     again = pickle.loads(pickle.dumps(adapter))
     for key, value in adapter(batch)[0].items():
         assert torch.equal(value, again(batch)[0][key]), key
+
+
+@pytest.mark.parametrize(
+    "steps, pf_name",
+    [([("log",)], "log"), ([("log1p",)], "log1p"), ([("logit",)], "logit"), ([("softplus",)], "softplus"),
+     ([("relu",)], "relu"), (["Log1p"], "log1p"), ([("boxcox", 0.5)], None), ([("relu",), ("log",)], None)],
+    ids=["log", "log1p", "logit", "softplus", "relu", "Log1p-op", "boxcox", "relu-then-log"],
+)  # fmt: skip
+def test_workflow_target_transformations_are_pfs_transformation(grunfeld, steps, pf_name):
+    """Targets in the data's units, the scale in the transformed units, and PF's normaliser (what
+    ``transform_output`` calls) mapping a perfect scaled forecast back to the data: all against numpy."""
+    from dask_windows.workflow import Log1p, Transform
+    from dask_windows.workflow.transforms import forward
+
+    path, df, table = grunfeld
+    frame = df.assign(invest=df["invest"] / (1.5 * df["invest"].max()))  # in (0, 1): every transformation's domain
+    share_path = path.replace(".parquet", "-share.parquet")
+    frame.to_parquet(share_path, index=False, row_group_size=64)
+    ops = [Log1p(["invest"]) if step == "Log1p" else Transform(["invest"], *step) for step in steps]
+    wf = Workflow([*ops, Normalize(["invest"], per_series=True)], series="firm", continuous=["year", "invest"],
+                  target=["invest"], known=["year"]).fit(frame, scheduler="sync")  # fmt: skip
+    adapter = PFAdapter(wf, WINDOW, HORIZON)
+    transformation = adapter.target_normalizer.transformation
+    assert transformation == pf_name if pf_name else set(transformation) == {"forward", "reverse"}
+    batch = joined(WindowDataset(share_path, workflow=wf.named(index=True), window=WINDOW, horizon=HORIZON,
+                                 batch_size=64))  # fmt: skip
+    x, (y, _) = adapter(batch)
+
+    # numpy: each window's rows of its firm, from its first row
+    firms = [wf.series_keys[int(g)] for g in x["groups"][:, 0]]
+    first_row = frame.groupby("firm").apply(lambda g: g.index.min())
+    values = frame.groupby("firm")["invest"].apply(lambda s: s.to_numpy())
+    starts = batch["index"].numpy() - first_row[firms].to_numpy()
+    span = np.stack([values[f][i : i + WINDOW + HORIZON] for f, i in zip(firms, starts)])  # (B, L + H)
+    np.testing.assert_allclose(x["encoder_target"], span[:, :WINDOW], rtol=1e-5)
+    np.testing.assert_allclose(y, span[:, WINDOW:], rtol=1e-5)
+
+    # the scale and the scaled target are in the transformed units (where PF's GroupNormalizer fits them)
+    transformed = span.astype(np.float64)
+    for op in ops:
+        transformed = forward(op.name, transformed, op.lmbda)
+    loc, scale = x["target_scale"][:, 0].double().numpy(), x["target_scale"][:, 1].double().numpy()
+    scaled = x["decoder_cont"][..., adapter.reals.index("invest")]
+    np.testing.assert_allclose(scaled.double().numpy() * scale[:, None] + loc[:, None], transformed[:, WINDOW:],
+                               rtol=1e-4, atol=1e-5)  # fmt: skip
+
+    # PF maps a perfect scaled forecast back to the data (its log1p with exp: one more); invert_target too
+    back = adapter.target_normalizer({"prediction": scaled, "target_scale": x["target_scale"]}).numpy()
+    np.testing.assert_allclose(back, span[:, WINDOW:] + (pf_name == "log1p"), rtol=1e-4)
+    np.testing.assert_allclose(wf.invert_target(batch["target"], batch)[:, 0], span[:, WINDOW:], rtol=1e-4)
+
+
+@pytest.mark.slow  # about 10 s: moto's server, a Dask fit over S3 and a short Lightning run
+def test_a_model_fits_its_workflow_and_trains_from_parquet_on_s3(grunfeld):
+    """Parquet on S3 (moto's server on 127.0.0.1, s3fs as a user configures it): the workflow fitted on the
+    bucket, a TFT trained a few steps from it, and the streamed windows the same as from the local file."""
+    from helpers import s3_endpoint, skip_unless_installed
+
+    skip_unless_installed("s3fs", "moto")
+    path, df, table = grunfeld
+    frames = [df.iloc[:120].reset_index(drop=True), df.iloc[120:].reset_index(drop=True)]  # 6 and 5 firms, in order
+    s3 = s3_endpoint("panel", frames)
+    try:
+        url, options = "s3://panel/data/", s3.storage_options()
+        statics = Statics(table, numeric=["size"], categorical=["kind"])
+        wf = Workflow([Normalize(["invest"], per_series=True), Normalize(["value", "year"]), Categorify(["era"])],
+                      series="firm", continuous=["year", "invest", "value"], categorical=["era"],
+                      target=["invest"], known=["year", "era"], statics=statics)  # fmt: skip
+        wf.fit(url, storage_options=options, scheduler="sync")
+        local = workflow(df, table)
+        assert wf.series_keys == local.series_keys
+        adapter = PFAdapter(wf, WINDOW, HORIZON, add_relative_time_idx=True)
+        ds = WindowDataset(url, storage_options=options, workflow=wf.named(index=True), window=WINDOW,
+                           horizon=HORIZON, batch_size=32)  # fmt: skip
+        ours = joined(ds, adapter)
+        theirs = joined(WindowDataset(path, workflow=local.named(index=True), window=WINDOW, horizon=HORIZON,
+                                      batch_size=32), adapter)  # fmt: skip
+        for key in ("encoder_cont", "decoder_cont", "encoder_target", "decoder_target", "target_scale"):
+            np.testing.assert_allclose(ours[key], theirs[key], rtol=1e-5, atol=1e-6)
+        torch.manual_seed(0)
+        net = pf.TemporalFusionTransformer.from_dataset(adapter, hidden_size=8)
+        before = [p.detach().clone() for p in net.parameters()]
+        metrics = train(net, adapter.loader(ds), steps=3)
+        assert np.isfinite(metrics["train_loss_step"])
+        assert any(not torch.equal(a, b.detach()) for a, b in zip(before, net.parameters()))
+    finally:
+        s3.close()
+
+
+@pytest.mark.slow  # two DDP processes on gloo, each starting Lightning
+def test_ddp_two_gloo_ranks_train_a_tft_each_on_its_share(grunfeld, tmp_path):
+    """Each rank trains on its own windows (disjoint, as many batches on both, all windows between them)
+    and DDP keeps the weights in step: the same fingerprint on both ranks after training."""
+    import forkrun
+
+    path, df, table = grunfeld
+    child = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pf_ddp_child.py")
+    config = {"data": path, "window": WINDOW, "horizon": HORIZON, "out": str(tmp_path)}
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(child)), OMP_NUM_THREADS="1")
+    out = forkrun.run([sys.executable, child, json.dumps(config)], env=env, timeout=600, cwd=str(tmp_path))
+    assert out.returncode == 0, out.stderr[-4000:]
+    ranks = sorted((json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)), key=lambda r: r["rank"])
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert ranks[0]["steps"] == ranks[1]["steps"] > 0  # as many batches on each: DDP cannot hang
+    shares = [{tuple(w) for w in r["windows"]} for r in ranks]
+    assert not shares[0] & shares[1] and all(len(s) == len(r["windows"]) for s, r in zip(shares, ranks))
+    windows = ranks[0]["num_windows"]
+    assert windows == 11 * (20 - WINDOW - HORIZON + 1)
+    assert len(shares[0] | shares[1]) == windows - windows % 2  # every window once, less what does not divide
+    assert np.isfinite(ranks[0]["loss"]) and np.isfinite(ranks[1]["loss"])
+    np.testing.assert_allclose(ranks[0]["weights"], ranks[1]["weights"], rtol=1e-6)  # gradients all-reduced
