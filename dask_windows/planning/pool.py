@@ -67,6 +67,7 @@ __all__ = [
     "PoolUnit",
     "live_units",
     "merge_bounds",
+    "merge_bounds_items",
     "plan_pool",
     "pool_span",
     "pool_starts",
@@ -79,6 +80,7 @@ __all__ = [
     "unit_permutation",
     "unit_steps",
     "windows_before",
+    "windows_before_items",
 ]
 
 POOL_ORDER = "pool-2"  # recorded in resume states: a state of another order is refused (pool-1: no fill)
@@ -203,6 +205,39 @@ def merge_bounds(bounds: np.ndarray, min_rows: int) -> np.ndarray:
     if len(keep) > 1 and end - keep[-1] < min_rows:
         keep.pop()  # a short last unit joins the one before
     return np.array([*keep, end], np.int64)
+
+
+def merge_bounds_items(bounds: Ragged, min_rows: int) -> Ragged:
+    """``merge_bounds`` of every item of ``bounds`` at once.
+
+    An item whose units but the last all hold ``min_rows`` rows keeps its bounds (less the one before a
+    short last unit) and is done over the flat arrays; the others, where units merge, go through
+    ``merge_bounds`` one at a time.
+    """
+    values = np.asarray(bounds.values, np.int64)
+    offsets, item = bounds.offsets, bounds.item_of()
+    sizes = bounds.sizes()
+    ends = offsets[1:] - 1  # (P,) position of each item's last bound (of an empty item: its next item's first - 1)
+    # (N,) per value: the unit it begins is too short, and it is not the last unit of its item
+    is_end = np.zeros(len(values) + 1, bool)
+    is_end[ends[sizes > 0]] = True
+    unit_rows = np.r_[values[1:] - values[:-1], np.int64(0)]  # (N,) rows of the unit each value begins
+    last_unit = is_end[1:]  # (N,) the unit a value begins ends its item
+    short_inside = ~is_end[: len(values)] & ~last_unit & (unit_rows < min_rows)
+    merged = (np.bincount(item[short_inside], minlength=len(sizes)) > 0) | (sizes < 2)  # (P,) through the loop
+    keep = ~merged[item]
+    # the bound before a short last unit of an item of two units or more
+    before_last = ends[~merged & (sizes > 2)] - 1
+    keep[before_last[values[before_last + 1] - values[before_last] < min_rows]] = False
+    pieces, items = [values[keep]], [item[keep]]
+    for p in np.flatnonzero(merged).tolist():
+        pieces.append(merge_bounds(values[offsets[p] : offsets[p + 1]], min_rows))
+        items.append(np.full(len(pieces[-1]), p, np.int64))
+    of = np.concatenate(items)
+    order = np.argsort(of, kind="stable")  # item after item, each item's bounds in their order
+    out = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(np.bincount(of, minlength=len(sizes)), out=out[1:])
+    return Ragged(np.concatenate(pieces)[order], out)
 
 
 def pool_span(max_rows: int, pool_rows: int, num_units: int, group: int = 1) -> tuple[int, int]:

@@ -94,6 +94,14 @@ class Ragged(Sequence[np.ndarray]):
         at = np.repeat(begins - offsets[:-1], sizes) + np.arange(offsets[-1], dtype=np.int64)
         return Ragged(self.values[at], offsets)
 
+    def diffs(self) -> np.ndarray:
+        """``np.diff`` of each item, item after item (``(N - P,)`` for items of one value or more)."""
+        values = np.asarray(self.values)
+        inside = np.ones(max(len(values) - 1, 0), bool)  # (N - 1,) the pair (i, i + 1) lies in one item
+        ends = self.offsets[1:-1] - 1  # where an item but the last ends
+        inside[ends[(ends >= 0) & (ends < len(inside))]] = False
+        return np.diff(values)[inside]
+
     def item_of(self) -> np.ndarray:
         """``(N,)`` the item each value belongs to."""
         return np.repeat(np.arange(len(self), dtype=np.int64), self.sizes())

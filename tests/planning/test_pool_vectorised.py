@@ -189,3 +189,15 @@ def test_windows_before_items_in_chunks(monkeypatch) -> None:
     assert np.array_equal(windows_before_items(first, counts, 3, rows), whole)
     expected = [windows_before(f, c, 3, r) for f, c, r in zip(first, counts, rows)]
     assert np.array_equal(whole, np.concatenate(expected))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 40), min_size=0, max_size=8), min_size=1, max_size=8), st.integers(1, 30))
+def test_merge_bounds_items_equals_merge_bounds_per_item(units: list, min_rows: int) -> None:
+    from dask_windows.planning.pool import merge_bounds, merge_bounds_items
+
+    bounds = [np.cumsum([0, *rows]) for rows in units]  # per item, (G+1,) bounds of units of those rows
+    got = merge_bounds_items(Ragged.of(bounds), min_rows)
+    assert len(got) == len(bounds)
+    for item, expected in zip(got, (merge_bounds(b, min_rows) for b in bounds)):
+        assert np.array_equal(item, expected)

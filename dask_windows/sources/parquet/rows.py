@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dask_windows.errors import SourceReadError
+from dask_windows.planning.ragged import Ragged
 from dask_windows.planning.windows import find_runs, join_runs
 from dask_windows.sources.base import Partition
 from dask_windows.sources.parquet.footers import Footer
@@ -125,6 +126,40 @@ class ParquetRows:
         bounds, first, _ = self._file_rows(index)
         groups = self.partitions[index].key[1]
         return (bounds[[*groups, groups[-1] + 1]] - first).astype(np.int64)
+
+    def decode_units_all(self) -> Ragged:
+        """Every partition's ``decode_units`` at once, as one flat array and ``(P + 1,)`` offsets: from the
+        index's rows per row group as they are (flat), otherwise from each footer's; no array per file."""
+        files = getattr(self._footers, "_files", None)  # the index's columns, when opened from one
+        if files is not None:
+            group_rows, group_offsets, listed = files.group_rows, files.row_offsets, files.files
+        else:
+            listed = list(self._footers)
+            per_file = Ragged.of([self._footers[path].rows for path in listed])
+            group_rows, group_offsets = per_file.values, per_file.offsets
+        position = {path: i for i, path in enumerate(listed)} if files is None else None
+        # (P,) per partition: its file's row, its first row group and its row groups (contiguous, as cut)
+        file_of, group0, count = [], [], []
+        i = -1
+        for part in self.partitions:
+            path, groups = part.key
+            if not (0 <= i < len(listed) and listed[i] == path):  # mostly the next file, or the same again
+                i = i + 1 if i + 1 < len(listed) and listed[i + 1] == path else -1
+                if i < 0:
+                    i = position[path] if position is not None else self._footers.row(path)  # type: ignore[attr-defined]
+            if groups[-1] - groups[0] + 1 != len(groups):
+                return Ragged.of([self.decode_units(p) for p in range(len(self.partitions))])
+            file_of.append(i)
+            group0.append(groups[0])
+            count.append(len(groups))
+        sizes = np.array(count, np.int64) + 1  # (P,) bounds of each partition
+        offsets = np.zeros(len(sizes) + 1, np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        first = group_offsets[np.array(file_of, np.int64)] + np.array(group0, np.int64)  # (P,) its first row group
+        running = np.zeros(len(group_rows) + 1, np.int64)  # (G + 1,) rows before each row group, all files
+        np.cumsum(group_rows, out=running[1:])
+        at = np.repeat(first - offsets[:-1], sizes) + np.arange(offsets[-1], dtype=np.int64)  # (N,) row group
+        return Ragged(running[at] - np.repeat(running[first], sizes), offsets)
 
     def read_rows(self, index: int, columns: Sequence, lo: int, hi: int) -> dict:
         """Rows ``[lo, hi)`` (partition rows, halo included): only the row groups covering them."""
