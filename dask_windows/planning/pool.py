@@ -52,9 +52,9 @@ import numpy as np
 
 from dask_windows.planning.division import reader_span
 from dask_windows.planning.plan import (
-    _segments,
     epoch_order,
     rng_for,
+    segment_arrays,
 )
 from dask_windows.planning.ragged import Ragged
 from dask_windows.planning.windows import window_starts
@@ -370,13 +370,21 @@ def windows_before_items(first: Ragged, counts: Ragged, stride: int, rows: Ragge
 
 
 def _atoms(
-    segments: Sequence, grid_first: Ragged, grid_counts: Ragged, stride: int, span: int, bounds: Ragged
+    part: np.ndarray,
+    seg_lo: np.ndarray,
+    seg_hi: np.ndarray,
+    grid_first: Ragged,
+    grid_counts: Ragged,
+    stride: int,
+    span: int,
+    bounds: Ragged,
 ) -> np.ndarray:
-    """The reader's units before ordering: ``(A, 6)`` rows ``(partition, unit, wlo, whi, seam, cut)``."""
-    segs = sorted(segments, key=lambda s: s.partition)  # dataset order: strata follow it
-    if not segs:
+    """The reader's units before ordering: ``(A, 6)`` rows ``(partition, unit, wlo, whi, seam, cut)``, of
+    the segments ``(K,)`` windows ``[seg_lo, seg_hi)`` of partitions ``part``."""
+    if not len(part):
         return np.zeros((0, 6), np.int64)
-    part, seg_lo, seg_hi = (np.array(column, np.int64) for column in zip(*((s.partition, s.lo, s.hi) for s in segs)))
+    by = np.argsort(part, kind="stable")  # dataset order: strata follow it
+    part, seg_lo, seg_hi = (np.asarray(x, np.int64)[by] for x in (part, seg_lo, seg_hi))
     b = bounds.take(part)  # per segment, its partition's (G+1,) bounds
     first, counts = grid_first.take(part), grid_counts.take(part)
     c = windows_before_items(first, counts, stride, b)  # (sum G+1,) windows starting before each bound
@@ -387,7 +395,7 @@ def _atoms(
     lo_at = np.flatnonzero(~last)
     hi_at = lo_at + 1
     unit_offsets = b.offsets - np.arange(len(b.offsets), dtype=np.int64)  # (K+1,) G of each segment summed
-    seg = np.repeat(np.arange(len(segs), dtype=np.int64), np.diff(unit_offsets))
+    seg = np.repeat(np.arange(len(part), dtype=np.int64), np.diff(unit_offsets))
     g = np.arange(len(lo_at), dtype=np.int64) - unit_offsets[seg]
     ending = Ragged(b.values[hi_at] - span + 1, unit_offsets)
     e = windows_before_items(first, counts, stride, ending)  # (U,) windows ending inside each unit
@@ -463,10 +471,10 @@ def plan_pool(
     total = int(counts.sum())
     lo, hi, reader_batches, skip_batches = reader_span(total, world, batch_size, drop_last, skip_batches)
     order = epoch_order(len(counts), seed, epoch, shuffle)
-    segments = _segments(order, np.zeros(len(order), np.int64), counts[order], lo, hi)
+    segments = segment_arrays(order, np.zeros(len(order), np.int64), counts[order], lo, hi)
     # (A,) each atom's partition, unit, windows [wlo, whi), the seam (windows from it on end in the next
     # unit) and the cut (the unit's last window bound)
-    part, unit, wlo, whi, seam, cut = _atoms(segments, grid_first, grid_counts, stride, span, bounds).T
+    part, unit, wlo, whi, seam, cut = _atoms(*segments, grid_first, grid_counts, stride, span, bounds).T
     num = len(part)
     entropy = (seed, epoch, world.rank, world.world_size, world.worker, world.num_workers)
     # (A,) atom k follows atom k - 1 in its partition (the next unit): ``link[k]``
@@ -511,13 +519,12 @@ def plan_pool(
     fresh_hi = np.where(valid, range_hi, np.iinfo(np.int64).min).max(axis=0)
     any_valid = valid.any(axis=0)
     fresh_lo, fresh_hi = np.where(any_valid, fresh_lo, 0), np.where(any_valid, fresh_hi, 0)
-    columns = [x.tolist() for x in (part, unit, lo_w, hi_w, r0, r1, fresh_lo, fresh_hi)]
-    kept = [x.tolist() for x in (tail, tail_lo, own1, head, own0, head_hi)]
+    columns = (part, unit, lo_w, hi_w, r0, r1, fresh_lo, fresh_hi, tail, tail_lo, own1, head, own0, head_hi)
     units = []
     end = 0  # pool row just past the last unit placed
-    for k in ordered.tolist():
-        p, g, a, b, x0, x1, f0, f1 = (column[k] for column in columns)
-        has_tail, t0, t1, has_head, h0, h1 = (column[k] for column in kept)
+    for p, g, a, b, x0, x1, f0, f1, has_tail, t0, t1, has_head, h0, h1 in zip(
+        *(column[ordered].tolist() for column in columns)
+    ):  # in reading order
         keep = ((t0, t1),) if has_tail else ()
         if has_head:
             keep += ((h0, h1),)
