@@ -137,25 +137,22 @@ class ParquetRows:
             listed = list(self._footers)
             per_file = Ragged.of([self._footers[path].rows for path in listed])
             group_rows, group_offsets = per_file.values, per_file.offsets
-        position = {path: i for i, path in enumerate(listed)} if files is None else None
-        # (P,) per partition: its file's row, its first row group and its row groups (contiguous, as cut)
-        file_of, group0, count = [], [], []
-        i = -1
-        for part in self.partitions:
-            path, groups = part.key
-            if not (0 <= i < len(listed) and listed[i] == path):  # mostly the next file, or the same again
-                i = i + 1 if i + 1 < len(listed) and listed[i + 1] == path else -1
-                if i < 0:
-                    i = position[path] if position is not None else self._footers.row(path)  # type: ignore[attr-defined]
-            if groups[-1] - groups[0] + 1 != len(groups):
-                return Ragged.of([self.decode_units(p) for p in range(len(self.partitions))])
-            file_of.append(i)
-            group0.append(groups[0])
-            count.append(len(groups))
+        keys = [part.key for part in self.partitions]
+        paths = [key[0] for key in keys]
+        if paths == listed:  # a partition per file, in the listing's order (what the index opens)
+            file_of: Any = np.arange(len(paths), dtype=np.int64)
+        else:
+            position = {path: i for i, path in enumerate(listed)}
+            file_of = np.array([position[path] for path in paths], np.int64)
+        # (P,) per partition: its first and last row group and how many (contiguous, as cut)
+        group0 = np.array([key[1][0] for key in keys], np.int64)
+        count = np.array([len(key[1]) for key in keys], np.int64)
+        if np.any(np.array([key[1][-1] for key in keys], np.int64) - group0 + 1 != count):
+            return Ragged.of([self.decode_units(p) for p in range(len(self.partitions))])
         sizes = np.array(count, np.int64) + 1  # (P,) bounds of each partition
         offsets = np.zeros(len(sizes) + 1, np.int64)
         np.cumsum(sizes, out=offsets[1:])
-        first = group_offsets[np.array(file_of, np.int64)] + np.array(group0, np.int64)  # (P,) its first row group
+        first = group_offsets[file_of] + group0  # (P,) its first row group, over every file's
         running = np.zeros(len(group_rows) + 1, np.int64)  # (G + 1,) rows before each row group, all files
         np.cumsum(group_rows, out=running[1:])
         at = np.repeat(first - offsets[:-1], sizes) + np.arange(offsets[-1], dtype=np.int64)  # (N,) row group
