@@ -186,10 +186,10 @@ def _regrouped_columnar(runs: Sequence[Any], names: Sequence[str]) -> tuple[tupl
         per = [getattr(getattr(r, "series_runs", r), "keys", None) for r in runs]
         if any(k is None for k in per):
             return None
-        per = [np.asarray(k) for k in per]
-        if len({k.dtype for k in per}) > 1:  # (a common type could round large integers)
+        arrays = [np.asarray(k) for k in per]
+        if len({k.dtype for k in arrays}) > 1:  # (a common type could round large integers)
             return None
-        keys = Ragged.of(per)
+        keys = Ragged.of(arrays)
     values = np.asarray(keys.values)
     if values.dtype.kind not in "iub":
         return None

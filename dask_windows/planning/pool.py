@@ -525,7 +525,7 @@ def plan_pool(
     for p, g, a, b, x0, x1, f0, f1, has_tail, t0, t1, has_head, h0, h1 in zip(
         *(column[ordered].tolist() for column in columns)
     ):  # in reading order
-        keep = ((t0, t1),) if has_tail else ()
+        keep: tuple[tuple[int, int], ...] = ((t0, t1),) if has_tail else ()
         if has_head:
             keep += ((h0, h1),)
         size = x1 - x0
