@@ -41,7 +41,14 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
-KW = dict(features=["f0", "f1"], series="sid", window=16, batch_size=32, buffer_partitions=1, pieces_per_partition=1)
+BASE = dict(features=["f0", "f1"], series="sid", window=16, batch_size=32)
+KW = dict(BASE, buffer_partitions=1, pieces_per_partition=1, prefetch_partitions=0)
+
+
+def settings(defaults: bool) -> dict:
+    """The dataset's keywords: every other setting at its default (``--defaults``: the pool order, its
+    1 GiB budget and read-ahead), or whole partitions one at a time with nothing read ahead."""
+    return BASE if defaults else KW
 
 
 def make_real(folder: str, size: int) -> None:
@@ -85,7 +92,7 @@ def make_linked(folder: str, size: int, real: str, real_size: int) -> None:
         dst.write(table_bytes(table.replace_schema_metadata(None), header))
 
 
-def child(folder: str, mode: str, repeat: int) -> None:
+def child(folder: str, mode: str, repeat: int, defaults: bool = False) -> None:
     """Time (``mode="time"``) or measure the memory (``"memory"``) of opening ``folder``."""
     import gc
     import tempfile
@@ -101,7 +108,7 @@ def child(folder: str, mode: str, repeat: int) -> None:
         from dask_windows.sources.parquet.index_writer import write_index
 
         write_index(warm, series="sid")
-        next(iter(WindowDataset(warm, prefetch_partitions=0, **KW)))
+        next(iter(WindowDataset(warm, **settings(defaults))))
     out: dict = {}
     if mode == "time":
         best: dict = {}
@@ -109,7 +116,7 @@ def child(folder: str, mode: str, repeat: int) -> None:
             gc.collect()
             rss = _rss()
             started, cpu = time.perf_counter(), time.process_time()
-            ds = WindowDataset(folder, prefetch_partitions=0, **KW)
+            ds = WindowDataset(folder, **settings(defaults))
             opened = time.perf_counter()
             next(iter(ds))
             first = time.perf_counter()
@@ -138,7 +145,7 @@ def child(folder: str, mode: str, repeat: int) -> None:
         gc.collect()
         tracemalloc.reset_peak()
         base, arrow = tracemalloc.get_traced_memory()[0], pa.total_allocated_bytes()
-        ds = WindowDataset(folder, prefetch_partitions=0, **KW)
+        ds = WindowDataset(folder, **settings(defaults))
         out["dataset"] = tracemalloc.get_traced_memory()[0] - base + pa.total_allocated_bytes() - arrow
         out["files"] = len(ds.source.files)
         tracemalloc.stop()
@@ -154,10 +161,13 @@ def _rss() -> int:
         return 0
 
 
-def run_child(folder: str, mode: str, repeat: int) -> dict:
+def run_child(folder: str, mode: str, repeat: int, defaults: bool = False) -> dict:
     env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
-        [sys.executable, __file__, "--child", folder, mode, str(repeat)], env=env, capture_output=True, text=True
+        [sys.executable, __file__, "--child", folder, mode, str(repeat), str(int(defaults))],
+        env=env,
+        capture_output=True,
+        text=True,
     )
     if done.returncode != 0:
         raise SystemExit(done.stderr[-3000:])
@@ -166,7 +176,7 @@ def run_child(folder: str, mode: str, repeat: int) -> dict:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        child(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5:6] == ["1"])
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", required=True, help="folder for the data (kept: writing 10^5 files takes minutes)")
@@ -174,10 +184,19 @@ def main() -> None:
     parser.add_argument("--real", type=int, default=100000, help="largest size written as real files")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--traced", type=int, default=100000, help="largest size measured with tracemalloc (slow)")
+    parser.add_argument(
+        "--defaults",
+        action="store_true",
+        help="the dataset's default settings (pool order, 1 GiB budget) instead of whole partitions one at a time",
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     real_sizes = [s for s in sizes if s <= args.real]
-    print("opening local Parquet with its index (shared, loaded machine: compare within this run)")
+    which = (
+        "default settings" if args.defaults else "buffer_partitions=1, pieces_per_partition=1, prefetch_partitions=0"
+    )
+    print(f"opening local Parquet with its index, {which} (shared, loaded machine: compare within this run)")
+    print(f"load average at start: {os.getloadavg()[0]:.1f}")
     rows = {}
     for size in sizes:
         folder = os.path.join(args.work, f"n{size}")
@@ -188,8 +207,8 @@ def main() -> None:
             base = max(real_sizes)
             make_linked(folder, size, os.path.join(args.work, f"n{base}"), base)
             kind = f"hard links to {base:,} files, synthetic index"
-        timed = run_child(folder, "time", args.repeat)
-        memory = run_child(folder, "memory", 1) if size <= args.traced else None
+        timed = run_child(folder, "time", args.repeat, args.defaults)
+        memory = run_child(folder, "memory", 1, args.defaults) if size <= args.traced else None
         rows[size] = (timed, memory)
         print(
             f"  {size:>9,} files ({kind}): open {timed['open']:.2f} s, first batch {timed['first_batch']:.2f} s "
@@ -200,7 +219,8 @@ def main() -> None:
                 if memory is None
                 else f"; held per file (tracemalloc + Arrow): source {memory['source'] / size:.0f} B, "
                 f"dataset {memory['dataset'] / size:.0f} B"
-            ),
+            )
+            + f"; load average {os.getloadavg()[0]:.1f}",
             flush=True,
         )
     for a, b in zip(sizes, sizes[1:]):

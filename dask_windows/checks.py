@@ -134,6 +134,30 @@ def check_series_order(runs: Sequence[Any], names: Sequence[str], series: Any, s
     """
     if series is None:
         return ""
+    found = _regrouped_columnar(runs, names)
+    if found is None:  # keys of no integer type, or some partition without runs: one partition at a time
+        found = _regrouped(runs, names)
+    worst, total_runs, distinct = found
+    if worst is None:
+        return ""
+    name, count, unique = worst
+    remedy = (
+        f"sort the rows by {series!r} and time (e.g. df.sort_values([{series!r}, time])), "
+        "or run `dask-windows convert`, which does"
+    )
+    message = (
+        f"series column {series!r} is not grouped: in {name} {unique:,} series form {count:,} runs "
+        f"({total_runs:,} runs of {distinct:,} series in all partitions), so a series reappears after another "
+        f"and windows that would cross the breaks are lost; {remedy}"
+    )
+    if strict:
+        raise DataError(message)
+    _warn(message + " (pass strict=True to raise)", SeriesOrderWarning)
+    return f"; the series are not grouped ({unique:,} series form {count:,} runs in {name}): {remedy}"
+
+
+def _regrouped(runs: Sequence[Any], names: Sequence[str]) -> tuple[tuple | None, int, int]:
+    """``(first partition whose series reappear as (name, runs, series), runs, distinct series of all)``."""
     worst = None
     total_runs = 0
     distinct: set = set()  # series values over all partitions (a series spanning files counts once)
@@ -148,22 +172,36 @@ def check_series_order(runs: Sequence[Any], names: Sequence[str], series: Any, s
         total_runs += len(keys)
         if unique < len(keys) and worst is None:
             worst = (names[i], len(keys), unique)
-    if worst is None:
-        return ""
-    name, count, unique = worst
-    remedy = (
-        f"sort the rows by {series!r} and time (e.g. df.sort_values([{series!r}, time])), "
-        "or run `dask-windows convert`, which does"
-    )
-    message = (
-        f"series column {series!r} is not grouped: in {name} {unique:,} series form {count:,} runs "
-        f"({total_runs:,} runs of {len(distinct):,} series in all partitions), so a series reappears after another "
-        f"and windows that would cross the breaks are lost; {remedy}"
-    )
-    if strict:
-        raise DataError(message)
-    _warn(message + " (pass strict=True to raise)", SeriesOrderWarning)
-    return f"; the series are not grouped ({unique:,} series form {count:,} runs in {name}): {remedy}"
+    return worst, total_runs, len(distinct)
+
+
+def _regrouped_columnar(runs: Sequence[Any], names: Sequence[str]) -> tuple[tuple | None, int, int] | None:
+    """``_regrouped`` over every partition's keys at once (one sort), for integer keys; ``None`` otherwise."""
+    from dask_windows.planning.index import FileRuns
+    from dask_windows.planning.ragged import Ragged
+
+    if isinstance(runs, FileRuns):
+        keys = runs.keys
+    else:
+        per = [getattr(getattr(r, "series_runs", r), "keys", None) for r in runs]
+        if any(k is None for k in per):
+            return None
+        arrays = [np.asarray(k) for k in per]
+        if len({k.dtype for k in arrays}) > 1:  # (a common type could round large integers)
+            return None
+        keys = Ragged.of(arrays)
+    values = np.asarray(keys.values)
+    if values.dtype.kind not in "iub":
+        return None
+    sizes, item = keys.sizes(), keys.item_of()
+    # (N,) the keys sorted within each partition: a key equal to its neighbour in one partition repeats
+    order = np.lexsort((values, item))
+    key, of = values[order], item[order]
+    repeated = (of[1:] == of[:-1]) & (key[1:] == key[:-1])
+    unique = sizes - np.bincount(of[1:][repeated], minlength=len(sizes))  # (P,) distinct keys of each
+    bad = np.flatnonzero((sizes >= 2) & (unique < sizes))
+    worst = None if not len(bad) else (names[int(bad[0])], int(sizes[bad[0]]), int(unique[bad[0]]))
+    return worst, len(values), len(np.unique(values))
 
 
 def _distinct(keys: Any) -> int:

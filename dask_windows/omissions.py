@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from dask_windows.checks import DataWarning, _warn
+from dask_windows.planning.index import FileRuns
 from dask_windows.planning.windows import find_runs
 
 __all__ = [
@@ -89,28 +90,36 @@ def left_out(runs: Sequence[Any], partitions: Sequence[Any], span: int) -> LeftO
     Returns:
         The runs that begin their series and end before ``span`` rows, and their rows.
     """
-    wholes = [found.series_runs for found in runs]
-    sizes = np.fromiter(map(len, (w.lengths for w in wholes)), np.int64, len(wholes))  # (P,) runs of each
-    if not sizes.sum():
-        return LeftOut()
-    # (R,) every run of every partition, partition after partition
-    starts = np.concatenate([w.starts for w in wholes])
-    lengths = np.concatenate([w.lengths for w in wholes])
     begins: Any = True  # every run begins its series, and owns its rows, unless some say otherwise
-    if any(w.origin is not None for w in wholes):
-        begins = np.concatenate([np.ones(len(w.lengths), bool) if w.origin is None else w.origin == 0 for w in wholes])
     owns: Any = True
-    if any(w.owned is not None for w in wholes):
-        owns = np.concatenate([np.ones(len(w.lengths), bool) if w.owned is None else w.owned > 0 for w in wholes])
-    part = np.repeat(np.arange(len(wholes)), sizes)  # (R,) partition of each run
-    own_rows = np.fromiter((p.num_rows for p in partitions), np.int64, len(wholes))
+    if isinstance(runs, FileRuns):  # columnar (opened from the index): no origin, owned or whole; no loop
+        sizes, starts, lengths, keys = runs.starts.sizes(), runs.starts.values, runs.lengths.values, runs.keys.values
+        if not sizes.sum():
+            return LeftOut()
+    else:
+        wholes = [found.series_runs for found in runs]
+        sizes = np.fromiter(map(len, (w.lengths for w in wholes)), np.int64, len(wholes))  # (P,) runs of each
+        if not sizes.sum():
+            return LeftOut()
+        # (R,) every run of every partition, partition after partition
+        starts = np.concatenate([w.starts for w in wholes])
+        lengths = np.concatenate([w.lengths for w in wholes])
+        keys = None
+        if any(w.origin is not None for w in wholes):
+            begins = np.concatenate(
+                [np.ones(len(w.lengths), bool) if w.origin is None else w.origin == 0 for w in wholes]
+            )
+        if any(w.owned is not None for w in wholes):
+            owns = np.concatenate([np.ones(len(w.lengths), bool) if w.owned is None else w.owned > 0 for w in wholes])
+    part = np.repeat(np.arange(len(sizes)), sizes)  # (R,) partition of each run
+    own_rows = np.fromiter((p.num_rows for p in partitions), np.int64, len(sizes))
     short = begins & (lengths < span) & (starts < own_rows[part]) & owns  # not a halo run of the next
     hit = np.flatnonzero(short)
     if not len(hit):
         return LeftOut()
     h = int(hit[0])
     p = int(part[h])
-    key = wholes[p].keys[h - int(np.cumsum(sizes)[p] - sizes[p])]
+    key = keys[h] if keys is not None else wholes[p].keys[h - int(np.cumsum(sizes)[p] - sizes[p])]
     first = (partitions[p].name, key.item() if isinstance(key, np.generic) else key, int(lengths[h]))
     return LeftOut(len(hit), int(lengths[hit].sum()), first)  # a short run's halo rows are its own
 

@@ -112,6 +112,14 @@ def _segments(partition: np.ndarray, first: np.ndarray, counts: np.ndarray, lo: 
         lo: First epoch position wanted.
         hi: One past the last.
     """
+    part, a, b = segment_arrays(partition, first, counts, lo, hi)
+    return [Segment(p, x, y) for p, x, y in zip(part.tolist(), a.tolist(), b.tolist())]
+
+
+def segment_arrays(
+    partition: np.ndarray, first: np.ndarray, counts: np.ndarray, lo: int, hi: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``_segments`` as three ``(K,)`` arrays: each segment's partition and windows ``[lo, hi)``."""
     ends = np.cumsum(counts)  # (N,) epoch position just past each ordered piece
     starts = ends - counts
     k0 = int(np.searchsorted(ends, lo, side="right"))
@@ -120,10 +128,7 @@ def _segments(partition: np.ndarray, first: np.ndarray, counts: np.ndarray, lo: 
     b = np.minimum(ends[k0:k1], hi)
     base = first[k0:k1] - starts[k0:k1]  # (K,) window in its partition minus epoch position
     keep = b > a
-    return [
-        Segment(p, x, y)
-        for p, x, y in zip(partition[k0:k1][keep].tolist(), (a + base)[keep].tolist(), (b + base)[keep].tolist())
-    ]
+    return partition[k0:k1][keep], (a + base)[keep], (b + base)[keep]
 
 
 def plan_reader(

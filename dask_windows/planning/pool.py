@@ -45,16 +45,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from dask_windows.planning.division import reader_span
 from dask_windows.planning.plan import (
-    _segments,
     epoch_order,
     rng_for,
+    segment_arrays,
 )
+from dask_windows.planning.ragged import Ragged
 from dask_windows.planning.windows import window_starts
 from dask_windows.planning.world import World
 from dask_windows.tuning import BLOCK_BATCHES
@@ -65,6 +67,7 @@ __all__ = [
     "PoolUnit",
     "live_units",
     "merge_bounds",
+    "merge_bounds_items",
     "plan_pool",
     "pool_span",
     "pool_starts",
@@ -77,6 +80,7 @@ __all__ = [
     "unit_permutation",
     "unit_steps",
     "windows_before",
+    "windows_before_items",
 ]
 
 POOL_ORDER = "pool-2"  # recorded in resume states: a state of another order is refused (pool-1: no fill)
@@ -203,6 +207,39 @@ def merge_bounds(bounds: np.ndarray, min_rows: int) -> np.ndarray:
     return np.array([*keep, end], np.int64)
 
 
+def merge_bounds_items(bounds: Ragged, min_rows: int) -> Ragged:
+    """``merge_bounds`` of every item of ``bounds`` at once.
+
+    An item whose units but the last all hold ``min_rows`` rows keeps its bounds (less the one before a
+    short last unit) and is done over the flat arrays; the others, where units merge, go through
+    ``merge_bounds`` one at a time.
+    """
+    values = np.asarray(bounds.values, np.int64)
+    offsets, item = bounds.offsets, bounds.item_of()
+    sizes = bounds.sizes()
+    ends = offsets[1:] - 1  # (P,) position of each item's last bound (of an empty item: its next item's first - 1)
+    # (N,) per value: the unit it begins is too short, and it is not the last unit of its item
+    is_end = np.zeros(len(values) + 1, bool)
+    is_end[ends[sizes > 0]] = True
+    unit_rows = np.r_[values[1:] - values[:-1], np.int64(0)]  # (N,) rows of the unit each value begins
+    last_unit = is_end[1:]  # (N,) the unit a value begins ends its item
+    short_inside = ~is_end[: len(values)] & ~last_unit & (unit_rows < min_rows)
+    merged = (np.bincount(item[short_inside], minlength=len(sizes)) > 0) | (sizes < 2)  # (P,) through the loop
+    keep = ~merged[item]
+    # the bound before a short last unit of an item of two units or more
+    before_last = ends[~merged & (sizes > 2)] - 1
+    keep[before_last[values[before_last + 1] - values[before_last] < min_rows]] = False
+    pieces, items = [values[keep]], [item[keep]]
+    for p in np.flatnonzero(merged).tolist():
+        pieces.append(merge_bounds(values[offsets[p] : offsets[p + 1]], min_rows))
+        items.append(np.full(len(pieces[-1]), p, np.int64))
+    of = np.concatenate(items)
+    order = np.argsort(of, kind="stable")  # item after item, each item's bounds in their order
+    out = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(np.bincount(of, minlength=len(sizes)), out=out[1:])
+    return Ragged(np.concatenate(pieces)[order], out)
+
+
 def pool_span(max_rows: int, pool_rows: int, num_units: int, group: int = 1) -> tuple[int, int]:
     """``(S, rows)``: units resident at once and the pool's rows, for units of at most ``max_rows`` rows.
 
@@ -301,35 +338,91 @@ def _windows_before_step(plan: PoolPlan, counts: np.ndarray, step: int) -> int:
     return int(slice_ends(plan, i, np.clip(step - i, 0, plan.spread), counts).sum())
 
 
+#: Most (row, run) pairs ``windows_before_items`` holds at once (int64 arrays of this length, a few of them).
+PAIRS_PER_CHUNK = 1 << 20
+
+
+def windows_before_items(first: Ragged, counts: Ragged, stride: int, rows: Ragged) -> np.ndarray:
+    """``windows_before`` of every item at once: ``(N,)`` for ``rows.values``, item ``p``'s rows against
+    item ``p``'s runs (``first`` and ``counts`` share their offsets). The same sums as ``windows_before``
+    per item, over every (row, run) pair of an item, a chunk of items at a time."""
+    n, r = rows.sizes(), first.sizes()  # (P,) rows and runs of each item
+    out = np.zeros(len(rows.values), np.int64)
+    pairs = np.cumsum(n * r)  # (P,) pairs of the items up to each
+    done = 0
+    while done < len(n):
+        before = int(pairs[done - 1]) if done else 0
+        end = max(done + 1, int(np.searchsorted(pairs, before + PAIRS_PER_CHUNK, side="right")))
+        items = np.arange(done, end, dtype=np.int64)
+        at = np.arange(rows.offsets[done], rows.offsets[end], dtype=np.int64)  # (n',) the chunk's rows
+        runs_of = np.repeat(r[items], n[items])  # (n',) runs of each row's item
+        run0 = np.repeat(first.offsets[items], n[items])  # (n',) where its item's runs begin
+        pair_ends = np.cumsum(runs_of)  # (n',) pairs up to each row
+        # (T,) one entry per (row, run) pair of the chunk, row after row
+        row = np.repeat(at, runs_of)
+        run = np.repeat(run0 - (pair_ends - runs_of), runs_of) + np.arange(pair_ends[-1] if len(at) else 0)
+        inside = np.clip(-(-(rows.values[row].astype(np.int64) - first.values[run]) // stride), 0, counts.values[run])
+        sums = np.zeros(len(inside) + 1, np.int64)
+        np.cumsum(inside, out=sums[1:])
+        out[at] = sums[pair_ends] - sums[pair_ends - runs_of]
+        done = end
+    return out
+
+
 def _atoms(
-    segments: Sequence, grid_first: Sequence, grid_counts: Sequence, stride: int, span: int, bounds: Sequence
-) -> list[tuple[int, int, int, int, int, int]]:
-    """The reader's units before ordering: ``(partition, unit, wlo, whi, seam, ...)``."""
-    atoms = []
-    for seg in sorted(segments, key=lambda s: s.partition):  # dataset order: strata follow it
-        b = bounds[seg.partition]
-        first, counts = grid_first[seg.partition], grid_counts[seg.partition]
-        c = windows_before(first, counts, stride, b)  # (G+1,) windows starting before each bound
-        c[-1] = int(np.sum(counts))  # the last unit also holds the windows reaching past the end
-        e = windows_before(first, counts, stride, b[1:] - span + 1)  # (G,) windows ending inside each unit
-        e = np.minimum(np.maximum(e, c[:-1]), c[1:])
-        e[-1] = c[-1]  # (no next unit: the last one's windows read past its end themselves)
-        for g in range(len(b) - 1):
-            wlo, whi = max(int(c[g]), seg.lo), min(int(c[g + 1]), seg.hi)
-            if whi > wlo:
-                atoms.append((seg.partition, g, wlo, whi, max(int(e[g]), wlo), int(c[g + 1])))
-    return atoms
+    part: np.ndarray,
+    seg_lo: np.ndarray,
+    seg_hi: np.ndarray,
+    grid_first: Ragged,
+    grid_counts: Ragged,
+    stride: int,
+    span: int,
+    bounds: Ragged,
+) -> np.ndarray:
+    """The reader's units before ordering: ``(A, 6)`` rows ``(partition, unit, wlo, whi, seam, cut)``, of
+    the segments ``(K,)`` windows ``[seg_lo, seg_hi)`` of partitions ``part``."""
+    if not len(part):
+        return np.zeros((0, 6), np.int64)
+    by = np.argsort(part, kind="stable")  # dataset order: strata follow it
+    part, seg_lo, seg_hi = (np.asarray(x, np.int64)[by] for x in (part, seg_lo, seg_hi))
+    b = bounds.take(part)  # per segment, its partition's (G+1,) bounds
+    first, counts = grid_first.take(part), grid_counts.take(part)
+    c = windows_before_items(first, counts, stride, b)  # (sum G+1,) windows starting before each bound
+    c[b.offsets[1:] - 1] = counts.sums()  # the last unit also holds the windows reaching past the end
+    # (U,) each unit of each segment: its bounds' positions in ``b.values``, its segment, its number
+    last = np.zeros(len(b.values), bool)
+    last[b.offsets[1:] - 1] = True
+    lo_at = np.flatnonzero(~last)
+    hi_at = lo_at + 1
+    unit_offsets = b.offsets - np.arange(len(b.offsets), dtype=np.int64)  # (K+1,) G of each segment summed
+    seg = np.repeat(np.arange(len(part), dtype=np.int64), np.diff(unit_offsets))
+    g = np.arange(len(lo_at), dtype=np.int64) - unit_offsets[seg]
+    ending = Ragged(b.values[hi_at] - span + 1, unit_offsets)
+    e = windows_before_items(first, counts, stride, ending)  # (U,) windows ending inside each unit
+    e = np.minimum(np.maximum(e, c[lo_at]), c[hi_at])
+    has = np.diff(unit_offsets) > 0  # (K,) segments with a unit (every one: bounds hold two rows at least)
+    e[unit_offsets[1:][has] - 1] = c[b.offsets[1:][has] - 1]  # (no next unit: its windows read past its end)
+    wlo, whi = np.maximum(c[lo_at], seg_lo[seg]), np.minimum(c[hi_at], seg_hi[seg])
+    keep = whi > wlo
+    atoms = np.stack([part[seg], g, wlo, whi, np.maximum(e, wlo), c[hi_at]], axis=1)  # (U, 6)
+    return atoms[keep]
 
 
-def _rows(first: np.ndarray, counts: np.ndarray, stride: int, span: int, lo: int, hi: int) -> tuple[int, int]:
-    """Partition rows that windows ``[lo, hi)`` need (``(0, 0)`` when empty)."""
-    if hi <= lo:
-        return 0, 0
-    ends = np.cumsum(np.asarray(counts, np.int64))
-    k = np.array([lo, hi - 1], np.int64)
-    run = np.searchsorted(ends, k, side="right")
-    start = np.asarray(first, np.int64)[run] + (k - (ends[run] - np.asarray(counts, np.int64)[run])) * stride
-    return int(start[0]), int(start[1]) + span
+def _rows(
+    first: Ragged, counts: Ragged, stride: int, span: int, part: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(r0, r1)``: per entry, the rows of partition ``part`` that its windows ``[lo, hi)`` need (``(0, 0)``
+    when empty); all entries at once, over the runs of every partition laid end to end."""
+    ends = np.cumsum(counts.values, dtype=np.int64)  # (R,) windows of the runs up to each, all partitions
+    empty = hi <= lo
+    if not len(ends):
+        zero = np.zeros(len(part), np.int64)
+        return zero, zero.copy()
+    base = np.r_[np.int64(0), ends][first.offsets[part]]  # (n,) windows of the partitions before each
+    k = np.stack([base + lo, base + hi - 1])  # (2, n) the first and last window, numbered over all partitions
+    run = np.minimum(np.searchsorted(ends, k, side="right"), len(ends) - 1)
+    start = first.values[run].astype(np.int64) + (k - (ends[run] - counts.values[run])) * stride
+    return np.where(empty, 0, start[0]), np.where(empty, 0, start[1] + span)
 
 
 def plan_pool(
@@ -373,54 +466,72 @@ def plan_pool(
             pool then fills one unit per step. ``None``, or ``F > S / 2`` (the fill would save at most
             half the wait, and the first batches would mix over fewer units): the whole pool first.
     """
-    counts = np.array([int(np.sum(c)) for c in grid_counts], np.int64)  # (P,) windows of each partition
+    grid_first, grid_counts, bounds = Ragged.of(grid_first), Ragged.of(grid_counts), Ragged.of(bounds)
+    counts = grid_counts.sums()  # (P,) windows of each partition
     total = int(counts.sum())
     lo, hi, reader_batches, skip_batches = reader_span(total, world, batch_size, drop_last, skip_batches)
     order = epoch_order(len(counts), seed, epoch, shuffle)
-    segments = _segments(order, np.zeros(len(order), np.int64), counts[order], lo, hi)
-    atoms = _atoms(segments, grid_first, grid_counts, stride, span, bounds)
+    segments = segment_arrays(order, np.zeros(len(order), np.int64), counts[order], lo, hi)
+    # (A,) each atom's partition, unit, windows [wlo, whi), the seam (windows from it on end in the next
+    # unit) and the cut (the unit's last window bound)
+    part, unit, wlo, whi, seam, cut = _atoms(*segments, grid_first, grid_counts, stride, span, bounds).T
+    num = len(part)
     entropy = (seed, epoch, world.rank, world.world_size, world.worker, world.num_workers)
+    # (A,) atom k follows atom k - 1 in its partition (the next unit): ``link[k]``
+    link = np.zeros(num, bool)
+    link[1:] = (part[1:] == part[:-1]) & (unit[1:] == unit[:-1] + 1)
+    seam_before = np.r_[np.int64(0), seam[:-1]]  # (A,) the previous atom's seam
+    rows_of = partial(_rows, grid_first, grid_counts, stride, span)  # (partitions, lo, hi) -> (r0, r1)
     # The most rows a unit may place: its windows and those across both of its cuts.
-    most = 0
-    for k, (p, g, wlo, whi, _, _) in enumerate(atoms):
-        a = atoms[k - 1][4] if k and atoms[k - 1][0] == p and atoms[k - 1][1] == g - 1 else wlo
-        r0, r1 = _rows(grid_first[p], grid_counts[p], stride, span, a, whi)
-        most = max(most, r1 - r0)
+    r0, r1 = rows_of(part, np.where(link, seam_before, wlo), whi)
+    most = max(0, int((r1 - r0).max())) if num else 0
     group = 1
-    if shuffle and atoms:  # steps per block: BLOCK_BATCHES batches' worth of windows, at most a quarter of the pool
-        per_unit = max((hi - lo) / len(atoms), 1.0)
+    if shuffle and num:  # steps per block: BLOCK_BATCHES batches' worth of windows, at most a quarter of the pool
+        per_unit = max((hi - lo) / num, 1.0)
         group = max(1, min(-(-BLOCK_BATCHES * batch_size // int(per_unit)), pool_rows // max(most, 1) // 4))
-    spread, rows = pool_span(most, pool_rows, min(len(atoms), max_spread or len(atoms)) if shuffle else 1, group)
+    spread, rows = pool_span(most, pool_rows, min(num, max_spread or num) if shuffle else 1, group)
     rng = rng_for(*entropy, 0x9002) if shuffle else None
-    ordered = unit_order(len(atoms), spread, rng)
-    when = np.empty(len(atoms), np.int64)
-    when[ordered] = np.arange(len(atoms))  # (U,) reading position of each atom
+    ordered = unit_order(num, spread, rng)
+    when = np.empty(num, np.int64)
+    when[ordered] = np.arange(num)  # (A,) reading position of each atom
+    # (A,) per atom, what its neighbours in the partition take (all atoms at once; placed in reading order below)
+    prev = link & (np.r_[np.int64(-1), whi[:-1]] == wlo)  # the previous unit's windows end where these begin
+    after = np.r_[link[1:], False] & (whi == cut)  # the next unit's windows begin where these end
+    prev_earlier = prev & (np.r_[np.int64(0), when[:-1]] < when)
+    next_earlier = after & (np.r_[when[1:], np.int64(0)] < when)
+    lo_w = np.where(prev_earlier, seam_before, wlo)  # the later of two units takes the windows across their cut
+    hi_w = np.where(after & ~next_earlier, seam, whi)
+    r0, r1 = rows_of(part, lo_w, hi_w)
+    own0 = bounds.values[bounds.offsets[part] + unit].astype(np.int64)  # (A,) the unit's own rows
+    own1 = bounds.values[bounds.offsets[part] + unit + 1].astype(np.int64)
+    tail = after & ~next_earlier & (seam < whi)  # the next unit, read later, takes this tail
+    tail_lo = rows_of(part, seam, whi)[0]
+    head = prev & ~prev_earlier & (seam_before < wlo)  # the previous unit, read later, this head
+    head_hi = rows_of(part, seam_before, wlo)[1]
+    placed = r1 > r0
+    fb = np.where(next_earlier, np.minimum(r1, own1), r1)
+    fa = np.maximum(r0, own0)
+    # (3, A) the row ranges read for each atom: its own rows placed, the tail kept, the head kept
+    range_lo = np.stack([fa, tail_lo, own0])
+    range_hi = np.stack([fb, own1, head_hi])
+    valid = np.stack([placed, tail, head]) & (range_hi > range_lo)
+    fresh_lo = np.where(valid, range_lo, np.iinfo(np.int64).max).min(axis=0)
+    fresh_hi = np.where(valid, range_hi, np.iinfo(np.int64).min).max(axis=0)
+    any_valid = valid.any(axis=0)
+    fresh_lo, fresh_hi = np.where(any_valid, fresh_lo, 0), np.where(any_valid, fresh_hi, 0)
+    columns = (part, unit, lo_w, hi_w, r0, r1, fresh_lo, fresh_hi, tail, tail_lo, own1, head, own0, head_hi)
     units = []
     end = 0  # pool row just past the last unit placed
-    for pos, k in enumerate(ordered.tolist()):
-        p, g, wlo, whi, seam, cut = atoms[k]
-        first, cnt = grid_first[p], grid_counts[p]
-        prev = k > 0 and atoms[k - 1][0] == p and atoms[k - 1][1] == g - 1 and atoms[k - 1][3] == wlo
-        after = k + 1 < len(atoms) and atoms[k + 1][0] == p and atoms[k + 1][1] == g + 1 and whi == cut
-        prev_earlier = prev and when[k - 1] < pos
-        next_earlier = after and when[k + 1] < pos
-        lo_w = atoms[k - 1][4] if prev_earlier else wlo  # the later of two units takes the windows across their cut
-        hi_w = seam if after and not next_earlier else whi
-        r0, r1 = _rows(first, cnt, stride, span, lo_w, hi_w)
-        own0, own1 = int(bounds[p][g]), int(bounds[p][g + 1])
-        keep = []
-        if after and not next_earlier and seam < whi:  # the next unit, read later, takes this tail
-            keep.append((_rows(first, cnt, stride, span, seam, whi)[0], own1))
-        if prev and not prev_earlier and atoms[k - 1][4] < wlo:  # the previous unit, read later, this head
-            keep.append((own0, _rows(first, cnt, stride, span, atoms[k - 1][4], wlo)[1]))
-        fa = max(r0, own0) if r1 > r0 else None
-        fb = (min(r1, own1) if next_earlier else r1) if r1 > r0 else None
-        ends = [(a, b) for a, b in [(fa, fb), *keep] if a is not None and b is not None and b > a]
-        fresh = (min(a for a, _ in ends), max(b for _, b in ends)) if ends else (0, 0)
-        size = r1 - r0
+    for p, g, a, b, x0, x1, f0, f1, has_tail, t0, t1, has_head, h0, h1 in zip(
+        *(column[ordered].tolist() for column in columns)
+    ):  # in reading order
+        keep: tuple[tuple[int, int], ...] = ((t0, t1),) if has_tail else ()
+        if has_head:
+            keep += ((h0, h1),)
+        size = x1 - x0
         if end + size > rows:
             end = 0  # wrap: the rest of the pool's rows stay unused this time round
-        units.append(PoolUnit(p, g, lo_w, hi_w, (r0, r1), fresh, tuple(keep), end))
+        units.append(PoolUnit(p, g, a, b, (x0, x1), (f0, f1), keep, end))
         end += size
     spread = min(spread, max(len(units), 1))
     fill = spread if first_rows is None else max(1, int(first_rows) // max(most, 1))

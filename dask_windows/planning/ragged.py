@@ -82,3 +82,26 @@ class Ragged(Sequence[np.ndarray]):
     def with_values(self, values: np.ndarray) -> Ragged:
         """The same items' shape over ``values`` (``(N,)``, e.g. computed from ``self.values``)."""
         return Ragged(values, self.offsets)
+
+    def take(self, items: np.ndarray) -> Ragged:
+        """Items ``items`` (``(K,)`` item numbers, repeats allowed) in that order, copied into one ``Ragged``."""
+        items = np.asarray(items, np.int64)
+        begins = self.offsets[items]  # (K,) where each taken item begins in ``values``
+        sizes = self.offsets[items + 1] - begins
+        offsets = np.zeros(len(items) + 1, np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        # (N',) position in ``values`` of each taken value: its item's beginning plus its place in the item
+        at = np.repeat(begins - offsets[:-1], sizes) + np.arange(offsets[-1], dtype=np.int64)
+        return Ragged(self.values[at], offsets)
+
+    def diffs(self) -> np.ndarray:
+        """``np.diff`` of each item, item after item (``(N - P,)`` for items of one value or more)."""
+        values = np.asarray(self.values)
+        inside = np.ones(max(len(values) - 1, 0), bool)  # (N - 1,) the pair (i, i + 1) lies in one item
+        ends = self.offsets[1:-1] - 1  # where an item but the last ends
+        inside[ends[(ends >= 0) & (ends < len(inside))]] = False
+        return np.diff(values)[inside]
+
+    def item_of(self) -> np.ndarray:
+        """``(N,)`` the item each value belongs to."""
+        return np.repeat(np.arange(len(self), dtype=np.int64), self.sizes())

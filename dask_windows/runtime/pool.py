@@ -36,7 +36,7 @@ import math
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -47,13 +47,14 @@ from dask_windows.planning.plan import Segment, rng_for
 from dask_windows.planning.pool import (
     PoolPlan,
     live_units,
-    merge_bounds,
+    merge_bounds_items,
     plan_pool,
     pool_span,
     step_order,
     unit_permutation,
     unit_steps,
 )
+from dask_windows.planning.ragged import Ragged
 from dask_windows.planning.windows import window_starts
 from dask_windows.planning.world import World
 from dask_windows.runtime.batch import Gatherer
@@ -113,27 +114,31 @@ def pool_rows(reads: ReadValues, num_workers: int = 1) -> int:
     return int(budget // max(num_workers, 1) // row_bytes(reads))
 
 
-def unit_bounds(reads: ReadValues) -> list[np.ndarray]:
+def unit_bounds(reads: ReadValues) -> Ragged:
     """Per partition, the rows cutting it into units (``pool.plan.merge_bounds``): plan data, computed
     once by the dataset (they depend on the source and the settings, not on the grid or the epoch).
 
     Along the source's decode units where it has them (Parquet row groups); otherwise in units of
     about ``pool_rows / (UNITS_PER_BATCH * batch_size)`` rows, so that the budget holds several
-    units per window of a batch.
+    units per window of a batch. Every partition at once where the source tells all its decode units
+    at once (``decode_units_all``: Parquet).
     """
     span = reads.spec.span
     target = max(span, pool_rows(reads) // (UNITS_PER_BATCH * reads.spec.batch_size))  # rows: 4B units fill the pool
     size = max(4 * span, target, MIN_UNIT_ROWS)
-    out = []
+    every = getattr(reads.source, "decode_units_all", None)
+    if every is not None:
+        return merge_bounds_items(every(), target)  # small row groups read together
+    decoded = []
     for p, part in enumerate(reads.source.partitions):
-        decoded = reads.source.decode_units(p)
-        if decoded is None:
-            decoded = np.array([*range(0, part.num_rows, size), part.num_rows], np.int64)
-        out.append(merge_bounds(np.asarray(decoded, np.int64), target))  # small row groups read together
-    return out
+        units = reads.source.decode_units(p)
+        if units is None:
+            units = np.array([*range(0, part.num_rows, size), part.num_rows], np.int64)
+        decoded.append(np.asarray(units, np.int64))
+    return merge_bounds_items(Ragged.of(decoded), target)
 
 
-def plan_for(reads: ReadValues, bounds: list[np.ndarray], world: World, skip_batches: int, epoch: int) -> PoolPlan:
+def plan_for(reads: ReadValues, bounds: Sequence[np.ndarray], world: World, skip_batches: int, epoch: int) -> PoolPlan:
     """The pool plan of ``world``'s reader for ``epoch``, after ``skip_batches``; ``bounds``: ``unit_bounds``."""
     s, grid = reads.spec, reads.grid
     return plan_pool(
@@ -462,7 +467,7 @@ class PoolWarning(UserWarning):
     """The memory budget holds too few units for batches to mix like a global shuffle."""
 
 
-def pool_summary(reads: ReadValues, bounds: list[np.ndarray], num_workers: int = 1) -> dict:
+def pool_summary(reads: ReadValues, bounds: Sequence[np.ndarray], num_workers: int = 1) -> dict:
     """Predicted reads per epoch, resident memory and mixing of the pool order (one reader per rank).
 
     Returns:
@@ -474,7 +479,7 @@ def pool_summary(reads: ReadValues, bounds: list[np.ndarray], num_workers: int =
         ``POOL_FIRST_BYTES`` of them, or ``S`` where that is more than half of them).
     """
     ds = reads
-    sizes = np.concatenate([np.diff(b) for b in bounds]) if bounds else np.zeros(0, np.int64)
+    sizes = Ragged.of(bounds).diffs() if len(bounds) else np.zeros(0, np.int64)  # (U,) rows of every unit
     units = len(sizes)
     most = int(sizes.max()) + ds.spec.span if units else 0
     spread, rows = pool_span(most, pool_rows(ds, num_workers), min(units, UNITS_PER_BATCH * ds.spec.batch_size))
@@ -494,7 +499,7 @@ def pool_summary(reads: ReadValues, bounds: list[np.ndarray], num_workers: int =
     }
 
 
-def warn_if_few_units(ds: ReadValues, bounds: list[np.ndarray]) -> None:
+def warn_if_few_units(ds: ReadValues, bounds: Sequence[np.ndarray]) -> None:
     """Warn once at open when a unit does not fit the budget (``pool_span`` then exceeds it), and when
     the budget holds fewer than ``2 * batch_size`` units of a larger dataset."""
     if ds.spec.buffer_bytes is None:

@@ -43,7 +43,7 @@ class StreamValues:
     """
 
     values: PassValues
-    unit_bounds: list[np.ndarray] | None = None
+    unit_bounds: Sequence[np.ndarray] | None = None
 
     @property
     def batch_size(self) -> int:

@@ -295,7 +295,9 @@ def _read_table(blob: bytes) -> Any:
     import pyarrow.parquet as pq
 
     verify_checksum(blob)
-    return pq.read_table(pa.BufferReader(blob))
+    # one chunk per row group (``read_table`` cuts columns into batches of 131,072 rows: joining the
+    # chunks of 10^6 files' footers again cost 0.4-1.8 s)
+    return pq.ParquetFile(pa.BufferReader(blob)).read()
 
 
 def _header(table: Any) -> dict:

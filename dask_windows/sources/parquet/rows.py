@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dask_windows.errors import SourceReadError
+from dask_windows.planning.ragged import Ragged
 from dask_windows.planning.windows import find_runs, join_runs
 from dask_windows.sources.base import Partition
 from dask_windows.sources.parquet.footers import Footer
@@ -125,6 +126,37 @@ class ParquetRows:
         bounds, first, _ = self._file_rows(index)
         groups = self.partitions[index].key[1]
         return (bounds[[*groups, groups[-1] + 1]] - first).astype(np.int64)
+
+    def decode_units_all(self) -> Ragged:
+        """Every partition's ``decode_units`` at once, as one flat array and ``(P + 1,)`` offsets: from the
+        index's rows per row group as they are (flat), otherwise from each footer's; no array per file."""
+        files = getattr(self._footers, "_files", None)  # the index's columns, when opened from one
+        if files is not None:
+            group_rows, group_offsets, listed = files.group_rows, files.row_offsets, files.files
+        else:
+            listed = list(self._footers)
+            per_file = Ragged.of([self._footers[path].rows for path in listed])
+            group_rows, group_offsets = per_file.values, per_file.offsets
+        keys = [part.key for part in self.partitions]
+        paths = [key[0] for key in keys]
+        if paths == listed:  # a partition per file, in the listing's order (what the index opens)
+            file_of: Any = np.arange(len(paths), dtype=np.int64)
+        else:
+            position = {path: i for i, path in enumerate(listed)}
+            file_of = np.array([position[path] for path in paths], np.int64)
+        # (P,) per partition: its first and last row group and how many (contiguous, as cut)
+        group0 = np.array([key[1][0] for key in keys], np.int64)
+        count = np.array([len(key[1]) for key in keys], np.int64)
+        if np.any(np.array([key[1][-1] for key in keys], np.int64) - group0 + 1 != count):
+            return Ragged.of([self.decode_units(p) for p in range(len(self.partitions))])
+        sizes = np.array(count, np.int64) + 1  # (P,) bounds of each partition
+        offsets = np.zeros(len(sizes) + 1, np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        first = group_offsets[file_of] + group0  # (P,) its first row group, over every file's
+        running = np.zeros(len(group_rows) + 1, np.int64)  # (G + 1,) rows before each row group, all files
+        np.cumsum(group_rows, out=running[1:])
+        at = np.repeat(first - offsets[:-1], sizes) + np.arange(offsets[-1], dtype=np.int64)  # (N,) row group
+        return Ragged(running[at] - np.repeat(running[first], sizes), offsets)
 
     def read_rows(self, index: int, columns: Sequence, lo: int, hi: int) -> dict:
         """Rows ``[lo, hi)`` (partition rows, halo included): only the row groups covering them."""
