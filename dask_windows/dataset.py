@@ -199,6 +199,7 @@ class WindowDataset(PassProtocol, IterableDataset):
         super().__init__()
         opening = time.perf_counter_ns()
         deprecated_read_workers(read_workers, read_deadline)  # a warning: both are ignored
+        self.read_workers, self.read_deadline = 0, None  # the attributes 0.2 had, as the setting now acts
 
         def opened(read: ReadConfig, series: Any) -> Source:
             options = read.source_options()
