@@ -77,22 +77,15 @@ def pytest_xdist_auto_num_workers(config) -> int:
 #: that every name here is a test that exists.
 ALL = "*"
 SLOW_TESTS: dict[str, str | set[str]] = {
-    "tests/cli/test_cli.py": {
-        "test_convert_avro_and_npy_round_trip",
-        "test_convert_refuses_to_replace_what_it_did_not_write",
-        "test_disk_full_names_the_path",
-        "test_errors_are_clear",
-        "test_inspect_validates_like_the_loader_and_exits_1",
-        "test_iso_csv_times_parsed_and_leftovers_of_a_killed_run_removed",
-        "test_stats_match_numpy",
-        "test_version_global_flags_help_and_parse_errors",
-    },
+    "tests/cli/test_cli.py": ALL,
     "tests/cli/test_convert.py": {
         "test_avro_round_trip_with_nulls_and_timestamps",
         "test_csv_npy_and_structured_npy",
         "test_errors_are_clear_and_leave_nothing_behind",
+        "test_failure_midway_removes_the_temporary_folder",
         "test_files_of_data_that_compresses_well_hold_at_most_four_partition_sizes_in_memory",
         "test_larger_than_memory_on_a_local_cluster",
+        "test_long_series_split_on_tz_aware_and_nullable_int_times",
         "test_parquet_round_trip_is_exact_and_cut_at_series",
         "test_plan_files_packs_whole_series_and_splits_only_long_ones",
     },
@@ -100,6 +93,8 @@ SLOW_TESTS: dict[str, str | set[str]] = {
         "test_convert_unifies_date_second_and_fraction_csv_times",
     },
     "tests/cli/test_layout.py": {
+        "test_a_longer_span_than_converted_for_loses_exactly_the_counted_windows",
+        "test_a_spread_dataset_with_a_file_missing_raises",
         "test_cli_convert_sizes_the_overlap_from_window_and_horizon",
         "test_default_loader_on_converted_data_mixes_like_a_global_shuffle",
         "test_loader_yields_exactly_each_series_windows_on_converted_data",
@@ -108,48 +103,93 @@ SLOW_TESTS: dict[str, str | set[str]] = {
         "test_split_on_converted_data_cuts_each_series_by_its_rows",
         "test_spread_plan_keeps_exactly_the_windows_of_each_whole_series",
         "test_stats_of_a_spread_dataset_count_each_row_once",
+        "test_version_1_manifests_and_the_contiguous_layout_still_open",
     },
     "tests/corpus/test_corpus.py": {
+        "test_bulk_best_fit_is_best_fit_decreasing",
         "test_datasets_folder_and_arrow_equal_parquet",
         "test_items_cover_each_step_once_and_packing_keeps_items",
         "test_ranks_equal_and_disjoint_resume_and_workers",
         "test_s3_parquet_equals_local",
     },
+    "tests/corpus/test_corpus_conformance.py": {
+        "test_conformance",
+    },
     "tests/corpus/test_corpus_elastic.py": ALL,
-    "tests/corpus/test_corpus_patch_sizes.py": {"test_each_frequency_its_patch_every_observation_once"},
-    "tests/integrations/test_fastai.py": {"test_one_batch_does_not_advance_the_epoch"},
-    "tests/integrations/test_fastai_stats.py": {"test_a_learner_waiting_on_slow_reads_logs_input_bound_by_fetch"},
+    "tests/corpus/test_corpus_formats.py": {
+        "test_lotsa_fixed_size_list_is_read_as_multivariate",
+    },
+    "tests/corpus/test_corpus_patch_sizes.py": {
+        "test_each_frequency_its_patch_every_observation_once",
+    },
+    "tests/integrations/test_fastai.py": {
+        "test_one_batch_does_not_advance_the_epoch",
+    },
+    "tests/integrations/test_fastai_stats.py": {
+        "test_a_compute_bound_learner_logs_not_input_bound_each_epoch",
+        "test_a_learner_waiting_on_slow_reads_logs_input_bound_by_fetch",
+    },
     "tests/integrations/test_lightning.py": {
         "test_ddp_two_cpu_ranks_get_equal_disjoint_batches",
         "test_mid_epoch_resume_from_a_lightning_checkpoint",
         "test_two_epochs_differ_and_validate_without_len_warning",
     },
+    "tests/integrations/test_pytorch_forecasting.py": {
+        "test_each_model_trains_from_parquet_through_window_dataset",
+    },
     "tests/ondevice/test_gpu_check.py": {
-        "test_gpu_check_exits_cleanly_without_cuda_and_imports_only_what_the_gpu_machine_has"
+        "test_gpu_check_exit_codes_and_json",
+        "test_gpu_check_exits_cleanly_without_cuda_and_imports_only_what_the_gpu_machine_has",
+        "test_gpu_check_past_its_timeout_dumps_every_thread_and_exits_1",
     },
     "tests/ondevice/test_ondevice.py": {
+        "test_an_early_break_leaves_no_thread_and_no_resident_buffer",
         "test_batch_cuts_across_buffers_match_the_host_path",
         "test_dataloader_workers_are_refused_with_the_remedy",
     },
-    "tests/ondevice/test_ondevice_pool.py": {"test_device_pool_batches_are_the_host_pool_batches_over_whole_epochs"},
+    "tests/ondevice/test_ondevice_pool.py": {
+        "test_an_early_break_leaves_no_thread_and_no_resident_pool",
+        "test_device_pool_batches_are_the_host_pool_batches_over_whole_epochs",
+        "test_random_layouts_and_budgets_match_the_host_pool",
+        "test_two_ranks_and_an_elastic_resume_are_the_host_pool_orders",
+    },
     "tests/planning/test_division.py": {
         "test_every_caller_gets_what_it_computed_before",
         "test_reader_share_matches_brute_force_and_the_contract",
+        "test_round_robin_over_the_worker_blocks_is_the_dataloader_prefix",
     },
     "tests/planning/test_elastic.py": {
         "test_a_second_elastic_restart_in_the_same_epoch",
         "test_division_covers_the_rest_exactly_once",
         "test_len_is_the_states_batches_plus_what_the_rank_yields",
+        "test_next_epochs_are_those_of_the_new_topology",
         "test_real_gloo_ranks_two_by_two_to_three_by_zero",
         "test_two_ranks_two_workers_to_three_ranks_and_to_one_worker",
     },
     "tests/planning/test_mixing_quality.py": ALL,
+    "tests/planning/test_open_checks_columnar.py": {
+        "test_left_out_columnar_equals_the_per_partition_runs",
+        "test_series_order_columnar_equals_the_per_partition_loop",
+    },
     "tests/planning/test_pieces.py": {
         "test_dask_reads_whole_partitions_by_default_as_files_do",
+        "test_real_gloo_ranks_with_whole_partitions",
         "test_resume_at_every_batch",
     },
     "tests/planning/test_plan.py": ALL,
-    "tests/planning/test_ragged.py": {"test_restrict_equals_clipping_each_run"},
+    "tests/planning/test_pool_plan.py": {
+        "test_every_window_once_and_equal_shares",
+        "test_resume_is_the_tail_and_plans_are_pure",
+    },
+    "tests/planning/test_pool_vectorised.py": {
+        "test_merge_bounds_items_equals_merge_bounds_per_item",
+        "test_vectorised_plan_pool_equals_the_per_unit_loops",
+        "test_windows_before_items_equals_windows_before_per_item",
+    },
+    "tests/planning/test_ragged.py": {
+        "test_grid_of_file_runs_equals_the_grid_of_each_partition",
+        "test_restrict_equals_clipping_each_run",
+    },
     "tests/planning/test_resume.py": {
         "test_resume_in_a_new_process_matches_the_uninterrupted_run",
         "test_resume_twice_with_a_plain_dataloader",
@@ -160,7 +200,12 @@ SLOW_TESTS: dict[str, str | set[str]] = {
         "test_origin_and_owned_place_runs_on_their_series_grid",
         "test_window_starts_enumerate_the_grid",
     },
-    "tests/runtime/test_epochs.py": {"test_pass_k_is_epoch_k_in_every_worker"},
+    "tests/runtime/test_contract.py": {
+        "test_the_slot_allocator_in_a_dataloader_worker_gives_the_same_batches",
+    },
+    "tests/runtime/test_epochs.py": {
+        "test_pass_k_is_epoch_k_in_every_worker",
+    },
     "tests/runtime/test_gather.py": {
         "test_kept_batches_equal_the_oracle",
         "test_normalisation_is_the_same_on_both_paths",
@@ -177,9 +222,25 @@ SLOW_TESTS: dict[str, str | set[str]] = {
         "test_permutation_is_a_deterministic_uniform_permutation",
         "test_resume_yields_exactly_the_rest",
     },
-    "tests/runtime/test_pool_reads.py": {"test_s3_gets_about_one_per_row_group"},
-    "tests/runtime/test_telemetry.py": {"test_a_mixture_counts_the_loop_and_its_members_reads"},
-    "tests/runtime/test_window_table.py": {"test_batches_gathered_into_worker_slots_are_standardised_from_the_tables"},
+    "tests/runtime/test_pool_memory.py": {
+        "test_pool_rss_stays_within_the_budget_over_passes_of_tiny_row_groups",
+    },
+    "tests/runtime/test_pool_reads.py": {
+        "test_s3_gets_about_one_per_row_group",
+    },
+    "tests/runtime/test_telemetry.py": {
+        "test_a_loader_slowed_by_its_reads_is_input_bound_by_fetch",
+        "test_a_mixture_counts_the_loop_and_its_members_reads",
+        "test_a_pool_order_loop_with_a_known_step_is_compute_bound",
+    },
+    "tests/runtime/test_thread_memory.py": {
+        "test_a_lane_helper_that_cannot_start_leaves_the_work_to_the_consumer",
+        "test_a_next_pass_timer_that_cannot_start_releases_the_read_ahead",
+        "test_a_reader_or_builder_that_cannot_start_raises_memory_error",
+    },
+    "tests/runtime/test_window_table.py": {
+        "test_batches_gathered_into_worker_slots_are_standardised_from_the_tables",
+    },
     "tests/sources/test_arrays.py": {
         "test_memmaps_give_the_same_batches_and_pickle_by_reference",
         "test_streaming_a_memmap_larger_than_the_buffer_keeps_rss_bounded",
@@ -209,10 +270,16 @@ SLOW_TESTS: dict[str, str | set[str]] = {
         "test_dataloader_workers_reconnect_to_the_scheduler",
         "test_read_csv_on_the_cluster",
     },
-    "tests/sources/test_faults.py": {"test_skipped_partition_keeps_equal_batches_on_two_ranks"},
-    "tests/sources/test_footer_index.py": {"test_same_windows_and_batches_with_the_index_and_no_footer_read"},
+    "tests/sources/test_faults.py": {
+        "test_skipped_partition_keeps_equal_batches_on_two_ranks",
+    },
+    "tests/sources/test_footer_index.py": {
+        "test_same_windows_and_batches_with_the_index_and_no_footer_read",
+    },
     "tests/sources/test_footer_share.py": ALL,
-    "tests/sources/test_footers.py": {"test_many_small_files_keep_small_footers"},
+    "tests/sources/test_footers.py": {
+        "test_many_small_files_keep_small_footers",
+    },
     "tests/sources/test_hostile_reads.py": {
         "test_a_file_rewritten_between_passes_is_not_served_from_kept_heads",
         "test_damaged_bytes_raise_naming_file_and_column_or_are_skipped",
@@ -227,16 +294,27 @@ SLOW_TESTS: dict[str, str | set[str]] = {
         "test_tiny_row_groups_open_with_a_read_per_file_not_per_row_group",
         "test_two_live_iterators_interleaved_each_give_their_exact_batches",
     },
+    "tests/sources/test_index_flips.py": {
+        "test_a_byte_flipped_anywhere_in_the_index_is_refused_or_changes_nothing",
+    },
+    "tests/sources/test_parquet_open.py": {
+        "test_a_damaged_footer_never_aborts_the_process",
+    },
     "tests/sources/test_s3.py": {
         "test_corrupt_object_raises_or_is_skipped",
         "test_coverage_listing_once_and_requests_per_partition",
         "test_object_glob_and_list_of_urls",
         "test_one_get_per_object_at_open_when_the_tail_tells_the_runs",
+        "test_persistent_failure_names_the_object",
         "test_pickled_dataset_does_not_list_again",
         "test_transient_faults_complete_the_epoch_with_identical_batches",
         "test_transient_faults_while_opening_are_retried",
     },
+    "tests/sources/test_source_conformance.py": {
+        "test_every_format_serves_or_refuses_every_hostile_value_as_the_oracle_says",
+    },
     "tests/speedups/test_gather_pages.py": {
+        "test_a_run_gathered_a_chunk_of_batches_at_a_time_equals_batch_by_batch",
         "test_huge_pages_keeps_every_value_and_ignores_other_arrays",
         "test_run_gather_cuts_every_window_as_the_oracle",
     },
@@ -247,6 +325,7 @@ SLOW_TESTS: dict[str, str | set[str]] = {
     },
     "tests/speedups/test_next_pass.py": {
         "test_an_object_store_dataset_reads_its_next_pass_ahead_too",
+        "test_close_and_garbage_collection_release_it",
         "test_persistent_workers_over_three_epochs_equal_a_fresh_loader_per_epoch",
         "test_workers_that_are_not_persistent_end_cleanly",
     },
@@ -259,6 +338,7 @@ SLOW_TESTS: dict[str, str | set[str]] = {
     "tests/speedups/test_slots.py": {
         "test_a_killed_worker_raises_and_leaves_no_shared_memory",
         "test_a_mixture_through_workers_uses_slots_and_keeps_its_windows",
+        "test_batches_kept_by_the_loop_are_never_overwritten",
         "test_persistent_workers_two_iterators_and_an_abandoned_one",
         "test_ranks_with_workers_cover_the_epoch_once",
         "test_same_seed_gives_the_same_batches_in_the_same_order",
@@ -266,9 +346,19 @@ SLOW_TESTS: dict[str, str | set[str]] = {
         "test_stateful_loader_resumes_mid_epoch_with_workers",
         "test_workers_yield_the_oracle_windows_through_slots_and_the_same_as_no_workers",
     },
-    "tests/test_config.py": {"test_the_values_agree_with_the_keywords_and_reopen_the_same_dataset"},
-    "tests/test_dataset.py": {"test_persistent_workers_follow_set_epoch_and_advance_without_it"},
-    "tests/test_docs.py": {"test_page_snippets_run", "test_readme_commands_are_what_ci_and_the_demo_run"},
+    "tests/test_config.py": {
+        "test_only_tuning_reads_the_environment_switches",
+        "test_the_values_agree_with_the_keywords_and_reopen_the_same_dataset",
+    },
+    "tests/test_dataset.py": {
+        "test_persistent_workers_follow_set_epoch_and_advance_without_it",
+        "test_same_seed_and_epoch_give_identical_batches",
+    },
+    "tests/test_ddp.py": ALL,
+    "tests/test_docs.py": {
+        "test_page_snippets_run",
+        "test_readme_commands_are_what_ci_and_the_demo_run",
+    },
     "tests/test_example_ddp.py": ALL,
     "tests/test_example_mixture.py": ALL,
     "tests/test_examples.py": ALL,
@@ -277,13 +367,20 @@ SLOW_TESTS: dict[str, str | set[str]] = {
         "test_a_variable_set_for_good_by_an_earlier_test_still_forks",
         "test_a_zygote_started_under_another_environment_is_started_again",
     },
-    "tests/test_golden.py": {"test_kept_orders_reproduce_their_golden_hash"},
+    "tests/test_golden.py": {
+        "test_kept_orders_reproduce_their_golden_hash",
+    },
     "tests/test_hangs.py": {
         "test_forkserver_workers_end_with_a_training_process_that_dies_hard",
     },
-    "tests/test_harden.py": {"test_a_spread_part_rewritten_with_the_same_rows_raises"},
-    "tests/test_masks.py": {"test_every_call_starts_masked_with_probability_r"},
+    "tests/test_harden.py": {
+        "test_a_spread_part_rewritten_with_the_same_rows_raises",
+    },
+    "tests/test_masks.py": {
+        "test_every_call_starts_masked_with_probability_r",
+    },
     "tests/test_mixture.py": {
+        "test_counts_streams_and_order_over_four_epochs",
         "test_dataloader_workers_yield_the_same_batches",
         "test_ddp_two_gloo_ranks",
         "test_each_pass_takes_the_next_epoch_and_workers_agree",
@@ -297,16 +394,34 @@ SLOW_TESTS: dict[str, str | set[str]] = {
         "test_windows_equal_the_float64_oracle_to_float32_precision",
     },
     "tests/test_package.py": {
+        "test_import_rules_of_the_architecture_page",
         "test_imports_leave_torch_alone",
+        "test_may_import_cells_of_the_architecture_page_are_the_real_imports",
+        "test_no_import_cycle_but_the_known_ones",
         "test_old_module_paths_warn_and_are_the_new_modules",
+        "test_the_slow_tests_conftest_names_exist",
+        "test_threads_start_in_the_listed_modules_only_and_in_one_runtime_module",
         "test_torch_side_exports_resolve_on_access",
+        "test_worker_and_rank_detection_live_in_one_module",
     },
-    "tests/workflow/test_batch.py": {"test_fields_without_values_keep_their_shapes_and_dtypes"},
+    "tests/test_real_data.py": ALL,
+    "tests/workflow/test_batch.py": {
+        "test_fields_without_values_keep_their_shapes_and_dtypes",
+    },
+    "tests/workflow/test_mixing.py": {
+        "test_members_that_differ_are_refused_naming_the_member_and_the_field",
+        "test_named_mixture_through_two_workers_and_a_resume",
+    },
     "tests/workflow/test_workflow.py": {
         "test_calendar_arithmetic_equals_pandas",
         "test_fastai_takes_the_named_batch_as_input_and_its_target_for_the_loss",
     },
-    "tests/workflow/test_workflow_cli.py": {"test_fit_command_writes_what_python_fits"},
+    "tests/workflow/test_workflow_cli.py": {
+        "test_fit_command_writes_what_python_fits",
+    },
+    "tests/workflow/test_workflow_regressions.py": {
+        "test_missing_time_steps_are_refused_with_their_count",
+    },
 }
 
 
