@@ -277,6 +277,7 @@ SLOW_TESTS: dict[str, str | set[str]] = {
         "test_same_windows_and_batches_with_the_index_and_no_footer_read",
     },
     "tests/sources/test_footer_share.py": ALL,
+    "tests/sources/test_index_cluster.py": ALL,  # a LocalCluster for the module
     "tests/sources/test_footers.py": {
         "test_many_small_files_keep_small_footers",
     },

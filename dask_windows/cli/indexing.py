@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from dask_windows.cli.options import _duration_arg, _parsed
+
 __all__ = ["add_index_command", "run_index"]
 
 
@@ -40,6 +42,20 @@ def add_index_command(command: Callable[[str, str, str], argparse.ArgumentParser
     p.add_argument(
         "--threads", type=int, default=16, help="concurrent reads of footers and series columns (default: 16)"
     )
+    p.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="read the footers and series columns on the workers of this running Dask scheduler, e.g. "
+        "tcp://10.0.0.5:8786, for a store too large for one node (default: threads of this process); the "
+        "index is the same, and the workers must reach PATH as this process does",
+    )
+    p.add_argument(
+        "--connect-timeout",
+        default="10s",
+        metavar="TIME",
+        type=_parsed("duration", _duration_arg),
+        help="how long to try reaching --scheduler",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(run=run_index)
 
@@ -57,7 +73,21 @@ def run_index(args: argparse.Namespace) -> dict:
         if args.json:
             return out
         return {"text": f"{out['index']} matches the {out['files']:,} files there ({out['seconds']:.2f} s)"}
-    out = write_index(args.path, args.out, series=args.series, threads=args.threads)
+    if args.scheduler:
+        from dask_windows.cli.cluster import _Cluster
+
+        with _Cluster(args) as cluster:  # connected as convert and stats connect
+            try:
+                client = cluster._start()
+            except ConnectionError as exc:
+                raise ConnectionError(
+                    f"{str(exc).split('; check')[0]}; check the address and that the scheduler is running, "
+                    f"or leave out --scheduler to read the footers on threads of this process (--threads)"
+                ) from exc
+            out = write_index(args.path, args.out, series=args.series, threads=args.threads, client=client)
+            out["workers"] = len(client.scheduler_info().get("workers", {}))
+    else:
+        out = write_index(args.path, args.out, series=args.series, threads=args.threads)
     out["seconds"] = round(time.perf_counter() - started, 3)
     if args.json:
         return out
@@ -65,4 +95,5 @@ def run_index(args: argparse.Namespace) -> dict:
     return {
         "text": f"wrote {out['index']}: {out['files']:,} files, {out['bytes']:,} bytes "
         f"({out['bytes_per_file']:,.0f} per file), {series}, in {out['seconds']:.2f} s"
+        + (f" on {out['workers']} Dask workers" if args.scheduler else "")
     }

@@ -15,7 +15,7 @@ from dask_windows.errors import DataError
 from dask_windows.sources.parquet.footer_index import INDEX_NAME, entries_bytes, is_index
 from dask_windows.sources.parquet.footers import map_in_blocks
 
-__all__ = ["index_bytes", "verify_index", "write_index"]
+__all__ = ["entries_index", "index_bytes", "source_entries", "verify_index", "write_index"]
 
 
 def index_bytes(
@@ -32,10 +32,23 @@ def index_bytes(
     ``where``: the folder the index goes to (its paths are written relative to it), ``None`` to keep
     ``root`` as it is (an index on another filesystem or bucket). ``kept``: a second source, opened from
     the previous index, whose files join ``source``'s (an incremental build; ``source`` may be ``None``)."""
-    entries = sorted(
-        (entry for src in (source, kept) if src is not None for entry in _entries(src, series, threads)),
-        key=lambda e: e[0],
-    )
+    entries = [entry for src in (source, kept) if src is not None for entry in source_entries(src, series, threads)]
+    first = source if source is not None else kept
+    return entries_index(entries, root, series, first.local, compact, where, first.manifest_series is not None)
+
+
+def entries_index(
+    entries: list[tuple],
+    root: str,
+    series: str | None,
+    local: bool,
+    compact: bool = True,
+    where: str | None = None,
+    manifest: bool = False,
+) -> bytes:
+    """The index of ``entries`` (``source_entries``'s, of one source or of several: sorted by path here) as
+    bytes; ``local``: the files are on local disk; ``manifest``: the folder holds a ``convert`` manifest."""
+    entries = sorted(entries, key=lambda e: e[0])
     schemas: list = []
     numbers = []
     for entry in entries:  # one number per distinct schema over both sources
@@ -44,7 +57,6 @@ def index_bytes(
             found = len(schemas)
             schemas.append(entry[3])
         numbers.append(found)
-    first = source if source is not None else kept
     return entries_bytes(
         [e[0] for e in entries],
         root,
@@ -54,14 +66,14 @@ def index_bytes(
         schemas,
         [e[4] for e in entries],
         series,
-        first.local,
+        local,
         compact,
         base=where,
-        manifest=first.manifest_series is not None,
+        manifest=manifest,
     )
 
 
-def _entries(source: Any, series: str | None, threads: int) -> list[tuple]:
+def source_entries(source: Any, series: str | None, threads: int) -> list[tuple]:
     """``(path, footer, identity, schema, runs)`` of each file of ``source``, the runs the open did not
     tell scanned on ``threads`` threads."""
     from dask_windows.sources.base import Source
@@ -90,6 +102,7 @@ def write_index(
     series: str | None = None,
     storage_options: dict | None = None,
     threads: int = 16,
+    client: Any = None,
 ) -> dict:
     """Write the index of the Parquet dataset ``data`` (a folder, prefix, glob or file).
 
@@ -99,7 +112,10 @@ def write_index(
             file there is replaced only when it is an index this library wrote.
         series: The series column whose runs the index holds (default: the manifest's, if any).
         storage_options: fsspec options.
-        threads: Threads reading the footers.
+        threads: Threads reading the footers (on each Dask worker with ``client``).
+        client: A ``distributed.Client``: the footers and series columns are read on its workers, in
+            blocks of files (``index_cluster``), for a store too large for one node; the index written
+            is the same as without it. The workers must reach ``data`` by the same path or URL.
 
     Returns:
         ``{"index": url, "files": n, "bytes": size, "bytes_per_file": ...}``.
@@ -133,16 +149,34 @@ def write_index(
         (kept, added), series = split
         previous = target if _is_local(out_fs) else out_fs.unstrip_protocol(target)
         opened = [ParquetSource(kept, storage_options, threads=threads, series=series, index=previous)]
-        if added:
+        if added and client is None:
             opened.append(ParquetSource(added, storage_options, threads=threads, series=series, index=False))
-        source, other = opened[-1], (opened[0] if added else None)
         files = len(kept) + len(added)
+        if client is None:
+            source, other = opened[-1], (opened[0] if added else None)
+            blob = index_bytes(source, base, series, where=where, threads=threads, kept=other)
+        else:  # the added files' footers read on the cluster, as a list of files (no listing there)
+            from dask_windows.sources.parquet.index_cluster import cluster_entries
+
+            entries = source_entries(opened[0], series, threads)
+            if added:
+                entries += cluster_entries(client, source_entries, added, storage_options, series, series, threads)
+            blob = entries_index(entries, base, series, _is_local(fs), where=where, manifest=False)
+    elif client is not None:  # listed here, every footer (and series column) read on the cluster
+        from dask_windows.sources.parquet.index_cluster import cluster_entries, listed_entries
+
+        listing, manifest_series = listed_entries(url, storage_options)
+        files = len(listing.files)
+        scan = series if series is not None else manifest_series
+        entries = cluster_entries(client, source_entries, listing.urls, storage_options, series, scan, threads, listing)
+        blob = entries_index(entries, base, scan, _is_local(fs), where=where, manifest=manifest_series is not None)
+        series = scan
     else:
         source = ParquetSource(url, storage_options, threads=threads, series=series, index=False)
-        other, files = None, len(source.files)
+        files = len(source.files)
         if series is None:
             series = source.manifest_series
-    blob = index_bytes(source, base, series, where=where, threads=threads, kept=other)
+        blob = index_bytes(source, base, series, where=where, threads=threads)
     _refuse_foreign(out_fs, target)
     if _is_local(out_fs):
         tmp = f"{target}.tmp-{os.getpid()}"
