@@ -29,11 +29,16 @@ def cluster():
     every block's entries travel pickled as from a remote worker."""
     import logging
 
-    with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=False, protocol="tcp", dashboard_address=":0", silence_logs=logging.ERROR
-    ) as local:
-        with distributed.Client(local.scheduler_address) as client:
-            yield client
+    local = distributed.LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=False,
+        protocol="tcp",
+        dashboard_address=":0",
+        silence_logs=logging.ERROR,
+    )
+    with local, distributed.Client(local.scheduler_address) as client:
+        yield client
 
 
 def _write(root, frames, keys: str = "int", first: int = 0) -> None:
@@ -45,7 +50,9 @@ def _write(root, frames, keys: str = "int", first: int = 0) -> None:
             rng = np.random.default_rng(i)
             pad = [rng.bytes(1024) for _ in range(len(frame))]
             frame = frame.assign(sid=frame["sid"].map(lambda s: f"s{s:03d}"), pad=pad)
-        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), root / f"part-{i:04d}.parquet", row_group_size=17)
+        pq.write_table(
+            pa.Table.from_pandas(frame, preserve_index=False), root / f"part-{i:04d}.parquet", row_group_size=17
+        )
 
 
 def _frames() -> list[pd.DataFrame]:

@@ -82,9 +82,9 @@ def cluster_entries(
     listing replace those a worker's source of a list of URLs cannot know (an object store's)."""
     workers = max(len(client.scheduler_info().get("workers", {})), 1)
     per = max(min(BLOCK_FILES, math.ceil(len(urls) / (4 * workers))), 1)
+    settings = (storage_options, open_series, scan_series, threads)
     futures = [
-        client.submit(_block_entries, entries_of, urls[lo : lo + per], storage_options, open_series, scan_series,
-                      threads, pure=False)  # fmt: skip
+        client.submit(_block_entries, entries_of, urls[lo : lo + per], *settings, pure=False)
         for lo in range(0, len(urls), per)
     ]
     try:
@@ -93,7 +93,9 @@ def cluster_entries(
         client.cancel(futures)
     if listing is not None and listing.identities is not None:
         known = listing.identities
-        entries = [(path, footer, known.get(path, ident), schema, runs) for path, footer, ident, schema, runs in entries]
+        entries = [
+            (path, footer, known.get(path, ident), schema, runs) for path, footer, ident, schema, runs in entries
+        ]
     return entries
 
 
