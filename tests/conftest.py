@@ -200,6 +200,7 @@ SLOW_TESTS: dict[str, str | set[str]] = {
         "test_origin_and_owned_place_runs_on_their_series_grid",
         "test_window_starts_enumerate_the_grid",
     },
+    "tests/runtime/test_verdict_loops.py": ALL,  # real loops: sleeps, worker processes, two ranks
     "tests/runtime/test_contract.py": {
         "test_the_slot_allocator_in_a_dataloader_worker_gives_the_same_batches",
     },
