@@ -96,9 +96,13 @@ def main() -> None:
     parser.add_argument("--budgets", type=int, nargs="+", default=[128 << 10, 1 << 20], help="buffer_bytes")
     parser.add_argument("--passes", type=int, default=3)
     args = parser.parse_args()
-    print(f"2 files x 4 float32 columns, row groups of {args.group_rows} rows; {args.passes} passes; MiB above the open")
+    print(
+        f"2 files x 4 float32 columns, row groups of {args.group_rows} rows; {args.passes} passes; MiB above the open"
+    )
     print(f"load average at start: {os.getloadavg()[0]:.2f}")
-    print("rows/file  budget  groups   batches  s/pass  peak per pass (MiB)   end per pass (MiB)   growth first->last end")
+    print(
+        "rows/file  budget  groups   batches  s/pass  peak per pass (MiB)   end per pass (MiB)   growth first->last end"
+    )
     for rows in args.rows:
         with tempfile.TemporaryDirectory() as root:
             write(root, rows, args.group_rows)
