@@ -178,3 +178,31 @@ def test_an_unreachable_scheduler_fails_in_its_timeout_naming_the_remedy(tmp_pat
     assert err.startswith("dask-windows index: error: could not reach the Dask scheduler at tcp://127.0.0.1:9")
     assert "leave out --scheduler" in err and "Traceback" not in err
     assert not (root / INDEX_NAME).exists()
+
+
+def test_a_damaged_file_read_on_the_cluster_raises_naming_it(cluster, tmp_path):
+    from dask_windows.errors import SourceReadError
+
+    root = tmp_path / "data"
+    _write(root, _frames()[:4])
+    (root / "part-0002.parquet").write_bytes(b"not parquet at all" * 10)
+    with pytest.raises(SourceReadError, match="part-0002.parquet"):
+        write_index(str(root), series="sid", client=cluster)
+    assert not (root / INDEX_NAME).exists()
+
+
+def test_a_scheduler_without_workers_raises_in_its_wait_naming_the_remedy(tmp_path, monkeypatch):
+    import logging
+
+    from dask_windows.sources.parquet import index_cluster
+
+    root = tmp_path / "data"
+    _write(root, _frames()[:2])
+    monkeypatch.setattr(index_cluster, "WORKER_WAIT_SECONDS", 0.5)
+    empty = distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=":0", silence_logs=logging.ERROR)
+    with empty, distributed.Client(empty) as client:
+        started = time.monotonic()
+        with pytest.raises(ConnectionError, match="has no worker.*start workers on it"):
+            write_index(str(root), series="sid", client=client)
+        assert time.monotonic() - started < 10
+    assert not (root / INDEX_NAME).exists()

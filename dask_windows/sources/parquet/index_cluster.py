@@ -23,11 +23,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["BLOCK_FILES", "Listing", "cluster_entries", "listed_entries"]
+__all__ = ["BLOCK_FILES", "WORKER_WAIT_SECONDS", "Listing", "cluster_entries", "listed_entries"]
 
 #: Most files of one task: enough tasks to spread a store over the workers (four per worker) and report
 #: progress, few enough that a task's scheduling (a few ms) stays small beside its reads.
 BLOCK_FILES = 2_000
+#: Seconds to wait for a worker when the scheduler has none (workers still starting), then raise: a build
+#: on a cluster without workers would otherwise wait for ever.
+WORKER_WAIT_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,17 @@ def cluster_entries(
     ``open_series``: the series column the blocks are opened with (the runs their tails tell);
     ``scan_series``: the one whose runs the entries hold. ``listing``: identities from the client's
     listing replace those a worker's source of a list of URLs cannot know (an object store's)."""
-    workers = max(len(client.scheduler_info().get("workers", {})), 1)
+    workers = len(client.scheduler_info().get("workers", {}))
+    if workers == 0:
+        try:
+            client.wait_for_workers(1, timeout=WORKER_WAIT_SECONDS)
+        except TimeoutError as exc:
+            raise ConnectionError(
+                f"the Dask scheduler at {client.scheduler.address} has no worker (none joined in "
+                f"{WORKER_WAIT_SECONDS:g} s), so no footer can be read there; start workers on it "
+                "(`dask worker ADDRESS`), or build the index without a cluster (leave out --scheduler / client=)"
+            ) from exc
+        workers = max(len(client.scheduler_info().get("workers", {})), 1)
     per = max(min(BLOCK_FILES, math.ceil(len(urls) / (4 * workers))), 1)
     settings = (storage_options, open_series, scan_series, threads)
     futures = [
