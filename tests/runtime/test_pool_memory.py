@@ -120,3 +120,28 @@ def test_parsed_footers_parse_each_file_once_and_drop_the_least_recent_past_the_
     kept.get("a", replaced)
     assert replaced.parses == 1
     assert pickle.loads(pickle.dumps(kept))._parsed == {}
+
+
+def test_a_footer_too_large_to_keep_warns_once_naming_the_file_and_the_remedy(tiny_row_groups):
+    import warnings
+
+    from dask_windows.sources.parquet.footers import metadata_from_bytes
+    from dask_windows.sources.parquet.rows import ParsedFooters
+
+    class Footer:
+        def __init__(self, raw):
+            self.raw = raw
+
+        @property
+        def metadata(self):
+            return metadata_from_bytes(self.raw)
+
+    data = (tiny_row_groups / "part-0.parquet").read_bytes()
+    footer = Footer(data[-8 - int.from_bytes(data[-8:-4], "little") :])
+    kept = ParsedFooters(limit=1)  # nothing fits: parsed on every read
+    with pytest.warns(RuntimeWarning, match=r"part-0\.parquet.*500 row groups.*dask-windows convert"):
+        kept.get("/data/part-0.parquet", footer)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once per file
+        assert kept.get("/data/part-0.parquet", footer).num_row_groups == 500
+    assert kept._parsed == {}

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +55,7 @@ class ParsedFooters:
         self._bytes = 0
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        self._warned: set[str] = set()
 
     def __reduce__(self) -> tuple:
         return (ParsedFooters, (self.limit,))
@@ -72,6 +74,7 @@ class ParsedFooters:
         meta = footer.metadata
         size = PARSED_PER_BYTE * int(getattr(meta, "serialized_size", 0) or 0)
         if size > self.limit:
+            self._warn_once(path, meta, size)
             return meta
         with self._lock:
             old = self._parsed.pop(path, None)
@@ -81,6 +84,20 @@ class ParsedFooters:
             self._parsed[path] = (footer, meta, size)
             self._bytes += size
         return meta
+
+    def _warn_once(self, path: str, meta: Any, size: int) -> None:
+        """Say once per file that its footer is parsed on every read (the time it costs, the remedy)."""
+        if path in self._warned:
+            return
+        self._warned.add(path)
+        warnings.warn(
+            f"{path}: its footer ({meta.num_row_groups:,} row groups) parses to about {size >> 20} MiB, more than "
+            f"the {self.limit >> 20} MiB of parsed footers a source keeps (PARSED_FOOTER_BYTES), so every read of "
+            "it parses it again (tens to hundreds of milliseconds a read). Memory stays bounded; to read it "
+            "faster, rewrite the data in larger row groups (`dask-windows convert`, about a million rows each)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
 
 class ParquetRows:
