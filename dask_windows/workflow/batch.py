@@ -180,6 +180,8 @@ class Emitter:
         batch = {"past_cont": torch.from_numpy(x[:, :c, p:])}  # a view of the gathered batch: no second copy
         if codes is None:  # cast from x's last channels (the runtime gathered them as float32)
             codes = self.codes(x)
+        elif codes.dtype != self.code_dtype:  # gathered from a narrower copy (``apply.copy_dtype``): widened
+            codes = codes[:, :, p:].astype(self.code_dtype)
         elif p:  # the lookback rows dropped: contiguous, as the cast made it
             codes = np.ascontiguousarray(codes[:, :, p:])
         batch["past_cat"] = torch.from_numpy(codes)
