@@ -110,6 +110,8 @@ class Emitter:
         self.future_cont = [i for i, c in enumerate(wf.known) if c not in cats]  # positions among known
         self.future_cat = [i for i, c in enumerate(wf.known) if c in cats]
         self.normalizers = [wf.normalizer(t) for t in wf.target]
+        # whether a target's scale refuses a series the fit did not see (else code -1 takes the global row)
+        self.refuses_unseen = any(op is not None and op.unseen == "raise" for op in self.normalizers)
         self.num_cont, self.num_cat, self.num_target = len(wf.continuous), len(wf.categorical), len(wf.target)
         # (series + 1, 2) loc and scale of each target by series code, the global row last (code -1: unseen)
         self.scales = [_scale_table(op, col, n) for op, col in zip(self.normalizers, wf.target)]
@@ -214,7 +216,7 @@ class Emitter:
     def _targets(self, batch: dict, target: np.ndarray, code: np.ndarray, torch: Any) -> None:
         """``target``, ``target_loc`` and ``target_scale`` of ``batch`` (``target``: ``(B, T[, H])``)."""
         h = self.horizon
-        if code.min(initial=0) < 0:  # a series the fit did not see: the global statistics, or refused
+        if self.refuses_unseen and code.min(initial=0) < 0:  # a series the fit did not see: refused
             for j, table in enumerate(self.scales):
                 if table is not None and self.normalizers[j].unseen == "raise":  # type: ignore[union-attr]
                     self.normalizers[j].loc_scale(self.wf.target[j], code)  # type: ignore[union-attr]  # raises
