@@ -25,7 +25,10 @@ jobs on a shared machine move it much less than the wall clock). The named batch
 copy whose two categories are stored as integers (what reading strings into Python objects
 costs the first). ``--before REF...`` adds the named batch as other git commits make it (their package exported
 with ``git archive``), in the same run; ``--profile KIND`` prints a cProfile of that loader's
-consuming thread.
+consuming thread; ``--breakdown`` adds one more epoch of each loader (not among the timed rounds: its
+timers cost about 1 us a call) and prints where its CPU goes per batch: the consuming thread's gathers
+of the features, targets and categorical codes and the batch's making (the emitter: tensors, a named
+batch's fields), and the other threads (reads and, with a workflow, its transforms).
 
 Fit: ``Workflow.fit`` on a LocalCluster of this machine (the default: one in-process worker of 2
 threads) at sizes 10x apart (``--fit-rows``), each in a fresh process, on files of up to 1M rows
@@ -36,7 +39,7 @@ previous size. The fit's progress goes to stderr.
 
     python benchmarks/bench_workflow.py [--series 64] [--rows-per-series N] [--files 8] [--rounds 1]
         [--batch 128 --window 96 --horizon 24 --stride 4] [--buffer-bytes N]
-        [--before REF ...] [--profile named] [--fit-rows 20000 200000 2000000] [--fit-data DIR] [--skip-loader]
+        [--before REF ...] [--profile named] [--breakdown] [--fit-rows 20000 200000 2000000] [--fit-data DIR] [--skip-loader]
     python benchmarks/bench_workflow.py --batch 256 --window 512 --horizon 0 --stride 1
     python benchmarks/bench_workflow.py --skip-loader --fit-rows 1000000 10000000 100000000 --fit-data /tmp/fit
 """
@@ -45,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -93,7 +97,8 @@ def measure(make) -> dict:
     Returns:
         ``{"whole", "whole_cpu", "steady", "steady_cpu"}``: windows per wall-clock second and per
         CPU-second of this process (all its threads), over the whole epoch (every window, from
-        before the dataset is made) and in steady state (from the first batch, its windows left out).
+        before the dataset is made) and in steady state (from the first batch, its windows left out);
+        ``"windows"``: the epoch's windows.
     """
     start, start_cpu = time.perf_counter(), time.process_time()
     it = iter(make())
@@ -111,6 +116,7 @@ def measure(make) -> dict:
         "whole_cpu": (head + windows) / (end_cpu - start_cpu),
         "steady": windows / (end - ready),
         "steady_cpu": windows / (end_cpu - ready_cpu),
+        "windows": head + windows,
     }
 
 
@@ -123,8 +129,32 @@ LOADERS = {  # name -> what a child process opens (``loader_child``)
 }
 
 
-def loader_child(kind: str, folder: str, profile: bool) -> None:
-    """One loader's epoch (``measure``), printed as JSON (``--profile``: cProfile of this thread on stderr)."""
+def timed_parts(parts: dict) -> None:
+    """Wrap the consuming thread's steps so that ``parts`` adds up their thread CPU (ns) per step."""
+    from dask_windows.runtime.batch import Gatherer, _Runs
+    from dask_windows.workflow.batch import Emitter
+
+    def wrap(cls, name: str, key: str) -> None:
+        inner = getattr(cls, name)
+
+        def timed(*args, **kwargs):
+            began = time.thread_time_ns()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                parts[key] = parts.get(key, 0) + time.thread_time_ns() - began
+
+        setattr(cls, name, timed)
+
+    wrap(_Runs, "__call__", "gathers")  # every numpy run gather: features, and inside the next two
+    wrap(Gatherer, "targets", "targets")
+    wrap(Gatherer, "codes_at", "codes")
+    wrap(Emitter, "__call__", "emitter")
+
+
+def loader_child(kind: str, folder: str, profile: str) -> None:
+    """One loader's epoch (``measure``), printed as JSON (``profile``: ``"profile"`` a cProfile of this
+    thread on stderr, ``"breakdown"`` the CPU per batch of its steps, ``timed_parts``)."""
     from dask_windows import WindowDataset
     from dask_windows.workflow import Workflow
 
@@ -143,7 +173,20 @@ def loader_child(kind: str, folder: str, profile: bool) -> None:
             wf = wf.named(code_dtype="int32")
         return WindowDataset(raw, workflow=wf.named() if kind == "named" else wf, **common)
 
-    if not profile:
+    if profile == "breakdown":
+        parts: dict = {}
+        timed_parts(parts)
+        thread, process = time.thread_time_ns(), time.process_time_ns()
+        doc = measure(make)
+        thread, process = time.thread_time_ns() - thread, time.process_time_ns() - process
+        batches = math.ceil(doc["windows"] / settings["common"]["batch_size"])
+        features = parts.get("gathers", 0) - parts.get("targets", 0) - parts.get("codes", 0)
+        steps = {"features": features, **{k: parts.get(k, 0) for k in ("targets", "codes", "emitter")}}
+        steps["consumer, the rest"] = thread - sum(steps.values())
+        steps["other threads"] = process - thread
+        print(json.dumps({k: v / batches / 1e3 for k, v in steps.items()}))  # us a batch
+        return
+    if profile != "profile":
         print(json.dumps(measure(make)))
         return
     import cProfile
@@ -215,6 +258,17 @@ def loader(args: argparse.Namespace) -> None:
         cells = [f"{m[k]:>12,.0f} ({m[k] / base[k]:.2f}x)" for k in keys]
         print(f"  {name:<38} {cells[0]:>30} {cells[1]:>24} | {cells[2]:>30} {cells[3]:>24}")
     print(json.dumps({name: {k: round(m[k] / base[k], 3) for k in keys} for name, m in median.items()}))
+    if args.breakdown:  # one more epoch each, its steps timed (not among the rounds above)
+        print("  CPU per batch (us), one epoch from the constructor, each loader in a fresh process:")
+        for name, (kind, package) in runs.items():
+            if package != REPO:
+                continue
+            command = [sys.executable, __file__, "--loader-child", kind, folder, "breakdown"]
+            out = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True,
+                                 env=dict(os.environ, PYTHONPATH=package, BENCH_WORKFLOW_PACKAGE=package))  # fmt: skip
+            steps = json.loads(out.stdout.strip().splitlines()[-1])
+            cells = ", ".join(f"{k} {v:,.1f}" for k, v in steps.items())
+            print(f"  {name:<38} {sum(steps.values()):>8,.1f}: {cells}")
 
 
 def write_fit_data(folder: str, files: int, rows_per_file: int) -> list[str]:
@@ -325,6 +379,7 @@ def main() -> None:
     parser.add_argument("--before", metavar="REF", nargs="+", help="also the named batch as git commits REF made it")
     parser.add_argument("--profile", choices=sorted(set(LOADERS.values())),
                         help="cProfile this loader's consuming thread (on stderr)")  # fmt: skip
+    parser.add_argument("--breakdown", action="store_true", help="also the CPU per batch of each loader's steps")
     parser.add_argument("--loader-child", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument(
         "--fit-data", default=None, help="folder of the fit's Parquet files (kept; default: a temp one)"
@@ -336,7 +391,7 @@ def main() -> None:
         return
     if args.loader_child:
         kind, folder, profile = args.loader_child
-        loader_child(kind, folder, profile == "profile")
+        loader_child(kind, folder, profile)
         return
     if not args.skip_loader:
         shapes = SHAPES

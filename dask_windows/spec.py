@@ -17,6 +17,9 @@ __all__ = ["WindowSpec"]
 LAYOUTS = ("NCL", "NLC")
 NAN_POLICIES = ("raise", "drop")
 CODE_DTYPES = ("int64", "int32")
+#: Dtypes of the buffer's copy of the code channels (``WindowSpec.code_dtype``): a named batch's fields
+#: are ``CODE_DTYPES``, widened from a narrower copy when every code fits it (``workflow.apply.bind``).
+COPY_CODE_DTYPES = ("int8", "int16", *CODE_DTYPES)
 
 
 #: Largest window, stride, horizon or size: row arithmetic is int64, with room for sums of two.
@@ -79,7 +82,8 @@ class WindowSpec:
             row, and each batch gathers them from it as ``(B, K, L)`` beside the ``(B, C - K, L)``
             float32 of the others (``runtime.batch.Gatherer``), instead of casting every window's
             values.
-        code_dtype: ``"int64"`` or ``"int32"``: the dtype of that copy, hence of the gathered codes.
+        code_dtype: The dtype of that copy, hence of the gathered codes: ``"int64"``, ``"int32"``, or
+            ``"int16"`` / ``"int8"`` where every code fits (a workflow's emitter widens them per batch).
         lookback: Rows of ``window`` a workflow reads before each window it yields (its lags and
             fills need them; ``window`` counts them): messages quote the window asked for.
     """
@@ -127,8 +131,8 @@ class WindowSpec:
         set_(self, "lookback", _positive_int("lookback", self.lookback, 0, None))
         if self.code_features > len(self.features):
             raise ConfigError(f"code_features={self.code_features} is more than the {len(self.features)} features")
-        if self.code_dtype not in CODE_DTYPES:
-            raise ConfigError(f"code_dtype={self.code_dtype!r} must be one of {CODE_DTYPES}")
+        if self.code_dtype not in COPY_CODE_DTYPES:
+            raise ConfigError(f"code_dtype={self.code_dtype!r} must be one of {COPY_CODE_DTYPES}")
         if self.code_features and self.layout != "NCL":
             raise ConfigError(f"code_features={self.code_features} needs layout='NCL' (the codes are (B, K, L))")
         if self.layout not in LAYOUTS:

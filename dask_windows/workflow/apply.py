@@ -27,7 +27,7 @@ from dask_windows.workflow.artifact import check_source
 from dask_windows.workflow.batch import SERIES_CODE, Emitter, NamedBatches
 from dask_windows.workflow.core import Workflow
 
-__all__ = ["WorkflowReader", "WorkflowSource", "bind", "dictionary_inputs"]
+__all__ = ["WorkflowReader", "WorkflowSource", "bind", "copy_dtype", "dictionary_inputs"]
 
 
 class WorkflowSource:
@@ -223,5 +223,30 @@ def bind(workflow: Any, source: Any, **settings: Any) -> tuple[Emitter, Workflow
     index = settings["return_index"] or (named is not None and named.index)
     out = {"features": features, "targets": targets or None, "series": series,
            "window": settings["window"] + lookback, "return_index": index, "code_features": codes,
-           "code_dtype": named.code_dtype if named is not None else "int64", "lookback": lookback}  # fmt: skip
+           "code_dtype": copy_dtype(wf, named.code_dtype) if named is not None else "int64",
+           "lookback": lookback}  # fmt: skip
     return emitter, wrapped, out
+
+
+def copy_dtype(wf: Workflow, code_dtype: str) -> str:
+    """The dtype of the buffer's copy of the categorical channels (``WindowSpec.code_dtype``): the narrowest
+    integer holding every code, where each categorical output is written last by ``Categorify`` (codes
+    ``0 .. cardinality - 1``), else ``code_dtype``, the named batch's own.
+
+    Each batch gathers a window's codes from that copy (``runtime.batch.Gatherer.codes_at``) and the
+    emitter widens them to ``code_dtype``: the gather reads 1 byte a code instead of 8 (int64), which at
+    B=128, window 96, stride 4 is most of what a named batch's gather reads beyond the float32 channels
+    (the windows start at random rows of the pool: the bytes read, not the bytes written, cost most).
+    """
+    from dask_windows.workflow.ops import Categorify
+
+    bound = 0  # the largest cardinality
+    for column in wf.categorical:
+        last = [op for op in wf.ops if column in op.outputs()]
+        if not last or not isinstance(last[-1], Categorify):
+            return code_dtype  # codes of unknown range: as the batch holds them
+        bound = max(bound, last[-1].cardinality(column))
+    for narrow in ("int8", "int16"):
+        if bound <= np.iinfo(narrow).max + 1:
+            return narrow
+    return code_dtype

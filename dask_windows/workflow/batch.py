@@ -26,12 +26,19 @@ code rides as the last target column, read at the window's last row or first hor
 same series); this module slices. ``past_cont`` and ``target`` are views of the gathered arrays
 (strided, not contiguous: ``.contiguous()`` before ``.view``). The categorical codes are the
 last feature channels, marked ``WindowSpec.code_features``: the buffer (or the pool, as each
-unit lands) casts their rows to int64 once, and each batch gathers ``past_cat`` from that copy
-as int64 beside the float32 gather of the other channels (``runtime.batch.Gatherer.codes_at``).
+unit lands) casts their rows once to the narrowest integer holding every code (``int8`` for
+vocabularies of up to 126 values, ``int16`` up to 32,766: ``apply.copy_dtype``; the batch's
+own dtype where a categorical is not written by ``Categorify``), each batch gathers their
+windows from that copy beside the float32 gather of the other channels
+(``runtime.batch.Gatherer.codes_at``), and this module widens them to ``code_dtype``.
 Casting the gathered float32 codes instead cast every row ``L`` times at stride 1 (0.5 ms of
-a 1.4 ms batch at B=256, L=512, K=2); the int64 copy costs 8 bytes a row per category on top of
-``buffer_bytes``. Everything that does not depend on the batch (slices, static and per-series
-scale tables, the empty fields) is worked out once when the dataset is opened.
+a 1.4 ms batch at B=256, L=512, K=2); gathering from an int64 copy read 8 bytes a code from
+rows spread over the pool, where the int8 copy reads 1 and the widening writes the same 8 bytes
+into the batch (B=128, window 96, stride 4: 29 us to gather a batch's codes and about 6 to widen
+them, against 55 us from an int64 copy, in the pipeline on 2 shared cores). The copy costs 1
+(2, 4, 8) bytes a row per category on top of ``buffer_bytes``. Everything that does not depend
+on the batch (slices, static and per-series scale tables, the empty fields) is worked out once
+when the dataset is opened.
 """
 
 from __future__ import annotations
@@ -103,6 +110,8 @@ class Emitter:
         self.future_cont = [i for i, c in enumerate(wf.known) if c not in cats]  # positions among known
         self.future_cat = [i for i, c in enumerate(wf.known) if c in cats]
         self.normalizers = [wf.normalizer(t) for t in wf.target]
+        # whether a target's scale refuses a series the fit did not see (else code -1 takes the global row)
+        self.refuses_unseen = any(op is not None and op.unseen == "raise" for op in self.normalizers)
         self.num_cont, self.num_cat, self.num_target = len(wf.continuous), len(wf.categorical), len(wf.target)
         # (series + 1, 2) loc and scale of each target by series code, the global row last (code -1: unseen)
         self.scales = [_scale_table(op, col, n) for op, col in zip(self.normalizers, wf.target)]
@@ -180,6 +189,8 @@ class Emitter:
         batch = {"past_cont": torch.from_numpy(x[:, :c, p:])}  # a view of the gathered batch: no second copy
         if codes is None:  # cast from x's last channels (the runtime gathered them as float32)
             codes = self.codes(x)
+        elif codes.dtype != self.code_dtype:  # gathered from a narrower copy (``apply.copy_dtype``): widened
+            codes = codes[:, :, p:].astype(self.code_dtype)
         elif p:  # the lookback rows dropped: contiguous, as the cast made it
             codes = np.ascontiguousarray(codes[:, :, p:])
         batch["past_cat"] = torch.from_numpy(codes)
@@ -205,7 +216,7 @@ class Emitter:
     def _targets(self, batch: dict, target: np.ndarray, code: np.ndarray, torch: Any) -> None:
         """``target``, ``target_loc`` and ``target_scale`` of ``batch`` (``target``: ``(B, T[, H])``)."""
         h = self.horizon
-        if code.min(initial=0) < 0:  # a series the fit did not see: the global statistics, or refused
+        if self.refuses_unseen and code.min(initial=0) < 0:  # a series the fit did not see: refused
             for j, table in enumerate(self.scales):
                 if table is not None and self.normalizers[j].unseen == "raise":  # type: ignore[union-attr]
                     self.normalizers[j].loc_scale(self.wf.target[j], code)  # type: ignore[union-attr]  # raises

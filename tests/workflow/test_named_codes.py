@@ -151,3 +151,59 @@ def test_int32_members_mix_and_a_member_of_another_code_dtype_is_refused(data):
     wide = WindowDataset(path, workflow=wf.named(), **kw)
     with pytest.raises(ConfigError, match="'past_cat' .* int64 where 'a' yields .* int32.*code_dtype"):
         dw.mix({"a": a, "wide": wide})
+
+
+@pytest.fixture(scope="module")
+def wide_vocabulary(tmp_path_factory):
+    """A category of 300 distinct values (codes up to 301: past int8), one of 4, and an integer
+    column declared categorical without ``Categorify`` (values up to 5,000: range unknown to the fit)."""
+    root = tmp_path_factory.mktemp("widecodes")
+    rng = np.random.default_rng(11)
+    sid = np.repeat(np.arange(4), 80)
+    n = len(sid)
+    df = pd.DataFrame({
+        "series": sid,
+        "value": rng.standard_normal(n).astype(np.float32),
+        "item": np.array([f"item{i:03d}" for i in range(300)], dtype=object)[rng.integers(0, 300, n)],
+        "kind": np.array(["a", "b", "c", "d"], dtype=object)[rng.integers(0, 4, n)],
+        "level": rng.integers(0, 5000, n).astype(np.float32),
+    })  # fmt: skip
+    df.to_parquet(root / "part0.parquet", index=False, row_group_size=64)
+    return str(root), df
+
+
+@pytest.mark.parametrize(
+    ("categorical", "code_dtype", "copy"),
+    [(["kind"], "int64", "int8"), (["item", "kind"], "int64", "int16"), (["kind"], "int32", "int8"),
+     (["kind", "level"], "int64", "int64"), (["level"], "int32", "int32")],
+)  # fmt: skip
+def test_codes_kept_in_the_narrowest_dtype_hold_every_value(wide_vocabulary, categorical, code_dtype, copy):
+    """The buffer keeps the codes in the narrowest integer holding every ``Categorify`` code (``int8``
+    up to 128 codes, ``int16`` beyond), or as the batch holds them where a categorical is not written
+    by ``Categorify``; each batch widens them: every code equals pandas' (codes past 127 included)."""
+    path, df = wide_vocabulary
+    coded = [c for c in categorical if c != "level"]
+    ops = [Categorify(coded)] if coded else []
+    wf = Workflow(ops, series="series", continuous=["value"], categorical=categorical).fit(df, scheduler="sync")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (a pool of few units warns)
+        ds = WindowDataset(path, workflow=wf.named(index=True, code_dtype=code_dtype), window=WINDOW, batch_size=29,
+                           seed=3, buffer_bytes=6_000)  # fmt: skip
+        batches = list(ds)
+    assert ds.spec.code_dtype == copy
+    want = {}
+    for col in categorical:
+        if col == "level":
+            want[col] = df[col].to_numpy(np.int64)
+        else:
+            vocabulary = sorted(df[col].unique())
+            want[col] = df[col].map({v: i + 2 for i, v in enumerate(vocabulary)}).to_numpy(np.int64)
+    assert max(w.max() for w in want.values()) > 127 or copy == "int8"
+    starts = np.concatenate([b["index"].numpy() for b in batches])
+    assert len(starts) == len(valid_starts(df, 0))
+    for b in batches:
+        rows = b["index"].numpy()[:, None] + np.arange(WINDOW)  # (B, L) dataset rows of each window
+        cat = b["past_cat"]
+        assert cat.dtype == getattr(torch, code_dtype) and cat.is_contiguous()
+        for j, col in enumerate(categorical):
+            np.testing.assert_array_equal(cat.numpy()[:, j], want[col][rows], err_msg=col)
