@@ -73,7 +73,8 @@ class SeriesOrderWarning(DataWarning):
 
 
 def _warn(message: str, category: type) -> None:
-    log.warning(message)
+    if log.hasHandlers():  # logging configured: the record too (without, Python's last-resort handler would
+        log.warning(message)  # print the message a second time beside the warning)
     warnings.warn(message, category, stacklevel=4)
 
 
