@@ -24,12 +24,6 @@ end to end, 4 float32 features) are read by:
   (``=1``; by default only batches of 1 MiB and more go on two lanes); not run unless named;
 * ``dw1``: ``dw`` with one torch intra-op thread (not run unless named in
   ``--contenders``): ``dwn``'s path, since lanes need torch allowed more than one thread;
-* ``dwt``: ``dw`` with torch's threads copying every large batch, ``PathChoice``
-  overruled and the two lanes off (not run unless named);
-* ``dw0``: ``dw`` with the opt-in ``DASK_WINDOWS_TORCH_GATHER=1`` (torch's threads where
-  ``PathChoice`` times them faster), lanes off (not run unless named): what that opt-in adds;
-* ``dwl``: ``dw`` with both opt-ins, two lanes and torch's threads: the default before issue 21
-  (not run unless named);
 * ``handc``: the same loop with ``.contiguous()`` on each batch, the layout dw yields;
 * ``tsai``: tsai's ``TSUnwindowedDataset`` over the same rows as one array,
   where tsai imports (it needs fastai; otherwise the row says why);
@@ -191,40 +185,15 @@ def dw1_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
     yield from dw_loop(root, batch, window, stride, seed)
 
 
-def dwt_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
-    """``dw`` with every large batch copied by torch's threads (``PathChoice`` overruled): its choice's cost."""
-    from dask_windows.runtime.batch import PathChoice
-
-    PathChoice.torch_next = lambda self: True  # type: ignore[method-assign]  # this child process only
-    os.environ["DASK_WINDOWS_TORCH_GATHER"] = "1"  # (opt-in since issue 21)
-    os.environ["DASK_WINDOWS_LANES"] = "0"  # (a features-only run on two lanes would not ask PathChoice)
-    yield from dw_loop(root, batch, window, stride, seed)
-
-
-def dw0_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
-    """``dw`` with torch's threads as ``PathChoice`` picks, lanes off: the opt-in ``DASK_WINDOWS_TORCH_GATHER=1``."""
-    os.environ["DASK_WINDOWS_LANES"] = "0"  # this child process only
-    os.environ["DASK_WINDOWS_TORCH_GATHER"] = "1"
-    yield from dw_loop(root, batch, window, stride, seed)
-
-
 def dw2_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
     """``dw`` with two lanes at every batch size (``DASK_WINDOWS_LANES=1``; by default from 1 MiB)."""
     os.environ["DASK_WINDOWS_LANES"] = "1"  # this child process only
-    os.environ["DASK_WINDOWS_TORCH_GATHER"] = "0"
     yield from dw_loop(root, batch, window, stride, seed)
 
 
 def dwn_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
     """``dw`` with no lanes (``DASK_WINDOWS_LANES=0``): one copying thread, what they add by default."""
     os.environ["DASK_WINDOWS_LANES"] = "0"  # this child process only
-    yield from dw_loop(root, batch, window, stride, seed)
-
-
-def dwl_loop(root: str, batch: int, window: int, stride: int, seed: int = 0):
-    """``dw`` with both opt-ins, lanes and torch's threads (the default before issue 21)."""
-    os.environ["DASK_WINDOWS_LANES"] = "1"  # this child process only
-    os.environ["DASK_WINDOWS_TORCH_GATHER"] = "1"
     yield from dw_loop(root, batch, window, stride, seed)
 
 
@@ -247,11 +216,8 @@ LOOPS = {
     "dw": dw_loop,
     "dwp": dwp_loop,
     "dw1": dw1_loop,
-    "dwt": dwt_loop,
-    "dw0": dw0_loop,
     "dw2": dw2_loop,
     "dwn": dwn_loop,
-    "dwl": dwl_loop,
     "hand": hand_loop,
     "handc": handc_loop,
     "tsai": tsai_loop,
@@ -481,8 +447,8 @@ def main() -> None:
             )
         if len(sizes) > 1:  # every contender must produce the same batches' bytes for the ratios to mean anything
             print(f"  WARNING: contenders' batches differ: {sorted(sizes)}")
-        for mine in ("dw", "dw1", "dwt", "dw0", "dwl"):
-            for base in ("hand", "handc", "memcpy", "tsai", *(("dw0", "dwl") if mine == "dw" else ())):
+        for mine in ("dw", "dw1"):
+            for base in ("hand", "handc", "memcpy", "tsai"):
                 if mine in medians and base in medians:
                     print(f"  {mine} / {base} windows/s {_ratios(results[mine], results[base], 'rate')}")
             if mine in medians and "hand" in medians:

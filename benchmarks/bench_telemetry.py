@@ -23,10 +23,9 @@ batches (a few microseconds each), where the counters' share is the largest it
 gets. "off" is ``telemetry.set_enabled(False)``: no wrapper around ``next``,
 no clock reads around reads and waits (the runtime receives no telemetry).
 
-Both arms take the same gather path: the adaptive choices that pick a copy
-by timing the running stream (``batch.PathChoice``: numpy or torch's
-threads; ``lanes``: one or two copying threads) are forced to numpy on one
-thread, since on a busy machine they may pick differently between passes,
+Both arms take the same gather path: the adaptive choice that picks a copy
+by timing the running stream (``lanes``: one or two copying threads) is
+forced to numpy on one thread, since on a busy machine they may pick differently between passes,
 and a profile of the earlier, unforced run showed that choice, not the
 counters, taking the extra time.
 
@@ -51,7 +50,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np
 
 from dask_windows.dataset import WindowDataset
-from dask_windows.runtime import batch as batch_module
 from dask_windows.runtime import telemetry as telemetry_module
 from dask_windows.speedups import lanes
 
@@ -71,8 +69,7 @@ def _seconds(fn) -> float:
 
 
 def force_one_gather_path() -> None:
-    """numpy's copy on this thread in both arms (no torch copy, no second lane)."""
-    batch_module.PathChoice.torch_next = lambda self: False  # type: ignore[method-assign]
+    """numpy's copy on this thread in both arms (no second lane)."""
     lanes.worth = lambda *args, **kwargs: False  # type: ignore[assignment]
 
 
@@ -259,7 +256,7 @@ def main() -> None:
     bare = min(_seconds(lambda: sum(1 for _ in items)) for _ in range(5))
     timed = min(_seconds(lambda: sum(1 for _ in telemetry_module.Telemetry().watch(items))) for _ in range(5))
     wrapper = (timed - bare) / len(items)
-    print("gather path forced in both arms: numpy, one thread (PathChoice and lanes off)")
+    print("gather path forced in both arms: numpy, one thread (lanes off)")
     print(f"the per-batch wrapper alone: {wrapper * 1e9:.0f} ns a batch")
     for shape in args.shape or ["64,64,4"]:
         overhead(shape, args.pairs, args.passes, wrapper)

@@ -69,7 +69,6 @@ __all__ = [
     "TAIL_BATCH",
     "TARGET_CHUNKS_PER_FILE",
     "THREAD_WATCH_SECONDS",
-    "TORCH_MIN_BYTES",
     "TRIM_BYTES",
     "UNITS_PER_BATCH",
     "WATCH_POLL_SECONDS",
@@ -182,9 +181,6 @@ THREAD_WATCH_SECONDS = 0.5
 
 # -- gathering batches (runtime/batch.py) ---------------------------------------------------------
 
-#: Batches of features at least this large are gathered by torch's threads; smaller ones cost
-#: more to hand over than to copy on the consumer's thread.
-TORCH_MIN_BYTES = 256 << 10
 #: Rows copied by a run's windows per buffer row, from which a run may go on two lanes.
 LANE_RATIO = 8
 #: Rows copied by a buffer's windows per buffer row, from which its move to huge pages pays.
@@ -239,8 +235,6 @@ class Switches:
 
     #: ``DASK_WINDOWS_TELEMETRY=0``: a process starts with its passes' counters off (``runtime.telemetry``).
     telemetry: bool = True
-    #: ``DASK_WINDOWS_TORCH_GATHER=1``: batches copied on torch's intra-op threads (``runtime.batch``).
-    torch_gather: bool = False
     #: ``DASK_WINDOWS_SLOTS=0``: DataLoader workers send batches through torch's path (``speedups.slots``).
     slots: bool = True
     #: ``DASK_WINDOWS_LANES=1`` / ``=0``: two copying lanes at any batch size / never; unset (``None``): from
@@ -253,10 +247,18 @@ class Switches:
 def switches(environ: Mapping[str, str] | None = None) -> Switches:
     """The switches ``environ`` (default: this process's environment, read now) sets."""
     env = os.environ if environ is None else environ
+    if env.get("DASK_WINDOWS_TORCH_GATHER", "0") != "0":
+        import warnings
+
+        warnings.warn(
+            "DASK_WINDOWS_TORCH_GATHER no longer does anything: batches are copied by numpy on the consumer's "
+            "thread, or on two lanes (DASK_WINDOWS_LANES), which measured faster (issue 33); unset it",
+            FutureWarning,
+            stacklevel=2,
+        )
     lanes = env.get("DASK_WINDOWS_LANES", "")
     return Switches(
         telemetry=env.get("DASK_WINDOWS_TELEMETRY", "1") != "0",
-        torch_gather=env.get("DASK_WINDOWS_TORCH_GATHER", "0") == "1",
         slots=env.get("DASK_WINDOWS_SLOTS", "1") != "0",
         lanes={"1": True, "0": False}.get(lanes),
         share_footers=env.get("DASK_WINDOWS_SHARE_FOOTERS", "1") != "0",

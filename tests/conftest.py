@@ -209,7 +209,6 @@ SLOW_TESTS: dict[str, str | set[str]] = {
     },
     "tests/runtime/test_gather.py": {
         "test_kept_batches_equal_the_oracle",
-        "test_normalisation_is_the_same_on_both_paths",
         "test_through_a_dataloader_every_kept_batch_equals_the_oracle",
         "test_what_the_caller_keeps_is_never_overwritten",
     },

@@ -241,7 +241,7 @@ def test_the_modules_read_the_tuning_constants():
     from dask_windows.sources import retry
 
     assert pool.BUFFER_BYTES is tuning.BUFFER_BYTES and reading.READ_THREADS is tuning.READ_THREADS
-    assert batch._TORCH_MIN_BYTES is tuning.TORCH_MIN_BYTES
+    assert batch._LANE_RATIO is tuning.LANE_RATIO and batch._SETTLE_RATIO is tuning.SETTLE_RATIO
     assert retry.RetryPolicy().retries == tuning.RETRIES and retry.RetryPolicy().max_delay == tuning.RETRY_MAX_DELAY
     assert SIGNATURE["threads"].default == tuning.OPEN_THREADS
 
@@ -250,16 +250,20 @@ def test_the_environment_switches_are_one_value():
     assert tuning.switches({}) == tuning.Switches()  # the defaults: every accelerator as measured best
     env = {
         "DASK_WINDOWS_TELEMETRY": "0",
-        "DASK_WINDOWS_TORCH_GATHER": "1",
         "DASK_WINDOWS_SLOTS": "0",
         "DASK_WINDOWS_LANES": "1",
         "DASK_WINDOWS_SHARE_FOOTERS": "0",
     }
-    assert tuning.switches(env) == tuning.Switches(False, True, False, True, False)
+    assert tuning.switches(env) == tuning.Switches(False, False, True, False)
     assert tuning.switches({"DASK_WINDOWS_LANES": "0"}).lanes is False
     assert tuning.switches({"DASK_WINDOWS_LANES": "2"}).lanes is None  # as unset
     with pytest.raises(dataclasses.FrozenInstanceError):
         tuning.switches().slots = False  # type: ignore[misc]
+
+
+def test_the_removed_torch_gather_switch_warns_and_changes_nothing():
+    with pytest.warns(FutureWarning, match="DASK_WINDOWS_TORCH_GATHER no longer does anything"):
+        assert tuning.switches({"DASK_WINDOWS_TORCH_GATHER": "1"}) == tuning.Switches()
 
 
 def test_only_tuning_reads_the_environment_switches():

@@ -3,43 +3,36 @@
 A buffer's features are stored channel-major, ``(C, rows)`` float32, so that
 every (window, channel) of an ``NCL`` batch is one contiguous run of ``L``
 values; for ``NLC`` the buffer is row-major ``(rows, C)`` and every window is
-one contiguous run of ``L * C`` values. Two ways to copy those runs:
+one contiguous run of ``L * C`` values. numpy's fancy indexing of a 2-D view of
+every run (``_Runs``: a fresh array, each run one contiguous copy) gathers a
+batch on the consumer's thread; a run of full batches may be split over two
+threads (``speedups.lanes``). Into a DataLoader worker's shared slot
+(``speedups.slots``: a pool with ``direct_bytes``), ``torch.index_select`` of
+the runs copies straight into the slot's array.
 
-* numpy fancy indexing of a 2-D view of every run (``_Runs``: one thread, a
-  fresh array, each run one contiguous copy): used for batches under
-  ``_TORCH_MIN_BYTES`` and whenever torch runs one intra-op thread
-  (``torch.set_num_threads(1)``, and inside DataLoader workers);
-* ``torch.index_select`` of the runs (one ``memcpy`` each) split over torch's
-  intra-op threads, into an array from an :class:`OutputPool`, so the batch
-  pays neither page faults of fresh memory nor a single thread's bandwidth.
-
-The trade-off of the second: it is a fork-join per batch, so on a machine
-whose cores are already busy (more runnable threads than cores, a container
-whose CPU quota is below its visible cores) a batch waits for a descheduled
-thread and the copy is several times slower than numpy's. So each stream
-times both on its own batches (:class:`PathChoice`) and keeps the faster,
-checking again every couple of thousand batches; the values are the same
-either way.
+Copying on torch's intra-op threads was an opt-in until issue 33 (``PathChoice``,
+``DASK_WINDOWS_TORCH_GATHER=1``): at B=256 L=512 C=4 it took 15-18% more CPU per
+batch than numpy's one thread and 0.70-0.91x its windows/s
+(benchmarks/log/gather.md), so it went.
 
 A stream asks :meth:`Gatherer.gather_for` once per run of full batches (a
-buffer's, or its first ``HEAD`` windows'), so a small batch costs numpy's one
+buffer's, or its first ``HEAD`` windows'), so a batch costs numpy's one
 indexing call, without the per-batch checks of :meth:`Gatherer.features`;
 features-only runs come from :meth:`Gatherer.gather_run`, which computes the
 run's index a chunk of batches at a time.
 
-A pooled array is reused only when nothing but the pool references it: a
-tensor made by ``torch.from_numpy``, every view of it, its ``.numpy()`` arrays
-and its storage keep the ndarray alive, and a DataLoader worker's batch is
-moved to shared memory when torch pickles it, which drops that reference. So a
-batch the caller still holds is never overwritten; up to ``capacity`` batches
-of features stay allocated.
+A pooled array (a slot pool's fallback) is reused only when nothing but the
+pool references it: a tensor made by ``torch.from_numpy``, every view of it,
+its ``.numpy()`` arrays and its storage keep the ndarray alive, and a
+DataLoader worker's batch is moved to shared memory when torch pickles it,
+which drops that reference. So a batch the caller still holds is never
+overwritten; up to ``capacity`` batches of features stay allocated.
 """
 
 from __future__ import annotations
 
 import math
 import sys
-import time
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
@@ -48,22 +41,8 @@ from numpy.lib.stride_tricks import as_strided
 
 from dask_windows.tuning import LANE_RATIO as _LANE_RATIO
 from dask_windows.tuning import SETTLE_RATIO as _SETTLE_RATIO
-from dask_windows.tuning import TORCH_MIN_BYTES as _TORCH_MIN_BYTES
-from dask_windows.tuning import switches
 
-__all__ = ["Gatherer", "OutputPool", "PathChoice", "normalize_per_sample"]
-
-
-def _threads() -> int:
-    """Threads that may copy a batch: torch's intra-op threads where ``DASK_WINDOWS_TORCH_GATHER=1`` asks
-    for them, else 1 (numpy's copy on the consumer's thread, the default: on the project's 2-core
-    machine torch's threads cost 2.4x the CPU per batch at B=256 L=512 and saved no time; see
-    docs/performance.md). Both copies give the same bits."""
-    if not switches().torch_gather:
-        return 1
-    import torch  # (imported by then: the torch view of the buffer exists)
-
-    return torch.get_num_threads()
+__all__ = ["Gatherer", "OutputPool", "normalize_per_sample"]
 
 
 def _window_view(data: np.ndarray, window: int, channel_major: bool) -> np.ndarray:
@@ -163,9 +142,7 @@ class OutputPool:
 
     def __init__(self, capacity: int = 3) -> None:
         self.capacity = capacity
-        self.choice = PathChoice()
         self.lanes: Any = None  # a stream's ``lanes.LaneChoice``, made by its first run on two lanes
-        self.fresh = False  # whether the last ``take`` allocated its array
         self._arrays: dict[tuple, list[np.ndarray]] = {}
         probe = [np.empty(1, np.float32)]
         self._idle = _refs(probe, 0)  # the count of an array held by a list only, in this interpreter
@@ -174,100 +151,13 @@ class OutputPool:
         """An array of ``shape`` and ``dtype`` that no caller references (contents undefined)."""
         key = (tuple(shape), np.dtype(dtype).str)
         arrays = self._arrays.setdefault(key, [])
-        self.fresh = False
         for i in range(len(arrays)):
             if _refs(arrays, i) <= self._idle:
                 return arrays[i]
         out = np.empty(shape, dtype)
-        self.fresh = True  # its pages are touched by the copy into it: not a fair timing of the copy
         if len(arrays) < self.capacity:
             arrays.append(out)
         return out
-
-
-_WAKE = 2  # a round's first torch copies, not timed: torch's threads sleep between rounds and wake slowly
-
-
-class PathChoice:
-    """Which copy a stream uses for its full batches, chosen by timing both on its own batches.
-
-    A round times ``warmup`` batches copied by numpy, then up to ``probes`` by torch, and keeps
-    torch if its median (without its first ``_WAKE`` copies, which pay for waking torch's threads:
-    365-490 us against 120-160 us once awake, on 2 idle cores) is the lower. A later torch probe
-    more than ``3x`` numpy's median (another thread holds the core torch waits for) ends the
-    round at once, and
-    while torch is kept, a running mean ``1.25x`` above numpy's median hands back to numpy: on
-    busy cores torch's fork-join is many times slower, and then costs a round's few probes every
-    ``every`` batches, twice as many batches after each further round torch loses, up to ``every *
-    max_backoff`` (on 2 busy cores two probes took 10-12 ms of a 0.25 ms batch: 4% of a long run
-    at ``every`` batches); a round torch wins resets it. A first lost round, or a hand-back while
-    torch was kept, is retried ``every // 8`` batches later: either often meets a burst (the next
-    buffer being built on the other core) rather than a busy machine. A torch copy into a freshly
-    allocated array is not timed (page faults, not the copy). Both copies give the same bits, so
-    the choice changes speed, never a value.
-    """
-
-    def __init__(self, warmup: int = 16, probes: int = 8, every: int = 2048, max_backoff: int = 32) -> None:
-        self.warmup, self.probes, self.every = warmup, probes, every
-        self.max_backoff = max_backoff
-        self._lost = 0  # rounds torch lost in a row
-        self.batches = 0
-        self.use_torch = False
-        self._round = 0  # batch at which the current round began
-        self._numpy: list[float] = []
-        self._torch: list[float] = []
-        self._numpy_s = 0.0  # numpy's median in the last round
-        self._mean_s = 0.0  # running mean of torch's copies while it is kept
-
-    @property
-    def backoff(self) -> int:
-        """Rounds come every ``every * backoff`` batches: 1 up to a second lost round in a row, doubled by each further."""
-        return min(2 ** max(self._lost - 2, 0), self.max_backoff)
-
-    def torch_next(self) -> bool:
-        """Whether the next batch is copied by torch."""
-        k = self.batches - self._round  # negative between rounds
-        if 0 <= k < self.warmup:
-            return False
-        if 0 <= k - self.warmup < self.probes:
-            return True
-        return self.use_torch
-
-    def record(self, by_torch: bool, seconds: float, fresh: bool = False) -> None:
-        """Count one batch copied by torch or numpy in ``seconds``.
-
-        ``fresh``: torch copied into a newly allocated array, so the time includes faulting its
-        pages in (the pool's first arrays, or every batch while the caller keeps them all): in a
-        round such a copy is not timed, since a pooled array is reused without that cost.
-        """
-        k = self.batches - self._round
-        self.batches += 1
-        if 0 <= k < self.warmup + self.probes:  # in a round
-            if not fresh:
-                (self._torch if by_torch else self._numpy).append(seconds)
-            if k == self.warmup - 1:
-                self._numpy_s = float(np.median(self._numpy)) if self._numpy else 0.0
-            slow = by_torch and not fresh and len(self._torch) > _WAKE and seconds > 3 * self._numpy_s
-            if slow or k == self.warmup + self.probes - 1:
-                if self._torch and self._numpy:
-                    # The round's first torch copies may pay for waking torch's threads: left out.
-                    timed = self._torch[_WAKE:] or self._torch
-                    self._mean_s = float(np.median(timed))
-                    self.use_torch = not slow and self._mean_s < self._numpy_s
-                    # A first lost round (it may have met the next buffer being built) is retried
-                    # soon; each further loss in a row doubles the period.
-                    self._lost = 0 if self.use_torch else self._lost + 1
-                self._numpy, self._torch = [], []
-                soon = self._lost == 1
-                self._round = self.batches + (self.every // 8 if soon else self.every * self.backoff)
-        elif self.use_torch and by_torch:
-            # One copy held up by another thread (a buffer being built, a collection) must not hand
-            # back on its own: each copy counts at most 3x numpy's median.
-            self._mean_s = 0.9 * self._mean_s + 0.1 * min(seconds, 3 * self._numpy_s)
-            if self._mean_s > 1.25 * self._numpy_s:
-                # Often a burst (the next buffer being built on the other core): try again soon.
-                self.use_torch = False
-                self._round = min(self._round, self.batches + self.every // 8)
 
 
 class Gatherer:
@@ -327,13 +217,10 @@ class Gatherer:
     def gather_for(self, size: int, pool: OutputPool | None) -> Callable[[np.ndarray], np.ndarray]:
         """The gather of full batches of ``size`` windows, chosen once for a run of them.
 
-        It returns what :meth:`features` would for each batch, and for batches that numpy gathers
-        (under ``_TORCH_MIN_BYTES``, one torch thread, a buffer torch cannot view) it is numpy's
-        gather itself, so each such batch costs one C call instead of a Python method's checks.
+        It returns what :meth:`features` would for each batch; without scaling or slots it is
+        numpy's gather itself, so each batch costs one C call instead of a Python method's checks.
         """
-        plain = self._scale is None and getattr(pool, "direct_bytes", None) is None  # no scaling, no slots
-        small = not len(self._x) or size * self._x[0].nbytes < _TORCH_MIN_BYTES
-        if plain and (small or not self._torch_ready() or _threads() == 1):
+        if self._scale is None and getattr(pool, "direct_bytes", None) is None:  # no scaling, no slots
             return self._numpy
         return lambda starts: self.features(starts, pool)
 
@@ -352,7 +239,6 @@ class Gatherer:
             choice = getattr(pool, "lanes", None)
             if choice is None and pool is not None:
                 choice = pool.lanes = lanes.LaneChoice()  # kept by the stream's pool: one choice for its runs
-            # against today's path, torch's threads included where they measure faster (PathChoice)
             yield from lanes.lane_batches(
                 self._numpy, run, size, choice, alone=lambda part: self._alone(part, size, pool)
             )
@@ -360,7 +246,7 @@ class Gatherer:
         yield from self._alone(run, size, pool)
 
     def _alone(self, run: np.ndarray, size: int, pool: OutputPool | None) -> Iterator[np.ndarray]:
-        """``gather_run`` without lanes: numpy's run gather, or batch by batch where torch may copy."""
+        """``gather_run`` without lanes: numpy's run gather, or batch by batch with scaling or slots."""
         gather = self.gather_for(size, pool)
         if isinstance(gather, _Runs):
             yield from gather.batches(run, size)
@@ -373,29 +259,17 @@ class Gatherer:
 
         Args:
             starts: Buffer rows of the windows' first rows.
-            pool: Where the output array comes from; ``None``: a new array.
+            pool: A pool of shared slots (``direct_bytes``) gathers into its array; otherwise (or
+                ``None``) numpy's gather makes a new array.
         """
         shape = (len(starts), *self._x.shape[1:])
         nbytes = math.prod(shape) * self._x.itemsize
-        big = nbytes >= _TORCH_MIN_BYTES
         direct = getattr(pool, "direct_bytes", None)  # a pool of shared slots: gather into it from this size
         if pool is not None and direct is not None and nbytes >= direct and len(starts) and self._torch_ready():
             out = pool.take(shape, self._x.dtype)  # a DataLoader worker's slot: no copy after this one
             self._torch_gather(starts, out)
-        elif not (big and len(starts) and self._torch_ready() and _threads() > 1):
-            out = self._numpy(starts)
-        elif pool is None:
-            out = np.empty(shape, self._x.dtype)
-            self._torch_gather(starts, out)
         else:
-            by_torch = pool.choice.torch_next()
-            began = time.perf_counter()
-            if by_torch:
-                out = pool.take(shape, self._x.dtype)
-                self._torch_gather(starts, out)
-            else:
-                out = self._numpy(starts)
-            pool.choice.record(by_torch, time.perf_counter() - began, fresh=by_torch and getattr(pool, "fresh", False))
+            out = self._numpy(starts)
         if self._scale is not None:
             mean, inv = self._scale
             out -= mean

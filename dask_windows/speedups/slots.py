@@ -108,7 +108,6 @@ class SlotPool:
         from dask_windows.runtime.batch import OutputPool
 
         self._fallback = OutputPool()
-        self.choice = self._fallback.choice
 
     def take(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         """An array of ``shape`` and ``dtype`` at the start of a free slot (else from the fallback pool)."""

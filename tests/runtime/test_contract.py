@@ -11,10 +11,7 @@ seams (``runtime.seams``) are injected with ``dataclasses.replace``, never monke
 
 Against a brute-force numpy oracle: every valid window start exactly once, each window's values
 and target those of its rows; and every combination yields the same batches, bit for bit, as the
-plain one (threads, numpy, torch). Torch runs two intra-op threads, as in a user's process, so the
-gather path chosen is the default one (numpy's copy on the consumer's thread); with the opt-in
-``DASK_WINDOWS_TORCH_GATHER=1`` the batches (256 KiB of features) are large enough for torch's
-threads, which ``PathChoice`` times after numpy's warm-up: the same batches again.
+plain one (threads, numpy, torch). Torch runs two intra-op threads, as in a user's process.
 """
 
 from __future__ import annotations
@@ -31,7 +28,6 @@ from helpers import oracle_starts, write_parquet
 from dask_windows.dataset import WindowDataset
 from dask_windows.planning.world import World
 from dask_windows.runtime import reading
-from dask_windows.runtime.batch import _TORCH_MIN_BYTES
 from dask_windows.runtime.pool import pool_batches
 from dask_windows.runtime.seams import NumpyAllocator, NumpyOutput, PinnedOutput, TorchOutput
 from dask_windows.speedups.slots import SlotAllocator
@@ -123,20 +119,6 @@ def _same(a: list[tuple[np.ndarray, ...]], b: list[tuple[np.ndarray, ...]]) -> b
     return len(a) == len(b) and all(
         len(p) == len(q) and all(np.array_equal(u, v) for u, v in zip(p, q)) for p, q in zip(a, b)
     )
-
-
-def test_batches_are_large_enough_for_the_torch_gather_path():
-    assert KW["batch_size"] * CHANNELS * KW["window"] * 4 >= _TORCH_MIN_BYTES
-    batches = FILES * ((ROWS - KW["window"]) // KW["stride"] + 1) // KW["batch_size"]
-    assert batches > 16 + 8  # PathChoice's first round: 16 batches copied by numpy, then torch's probes
-
-
-@pytest.mark.parametrize("order", list(ORDERS))
-def test_the_opt_in_torch_gather_gives_the_same_batches(data, order, monkeypatch):
-    ds = _dataset(data, "parquet", order)
-    plain = _run(ds)
-    monkeypatch.setenv("DASK_WINDOWS_TORCH_GATHER", "1")  # the environment a user sets, read per batch run
-    assert _same(_run(ds), plain)
 
 
 @pytest.mark.parametrize("order", list(ORDERS))

@@ -1,9 +1,9 @@
 """Runs of full batches (``pipeline.stream`` with ``Gatherer.gather_for``) against the oracle.
 
 The stream cuts a buffer's full batches as one run whose gather is chosen once (numpy's own
-indexing for small batches, ``Gatherer.features`` otherwise): values, order, resume and the pool's
+indexing, ``Gatherer.features`` with scaling or slots): values, order, resume and the pool's
 promise (an array a caller still holds a batch of is never written again) must be those of the
-oracle, on torch's path (pooled arrays) and numpy's (fresh arrays).
+oracle, on numpy's path (fresh arrays) and torch's copy into a slot pool's arrays (pooled).
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from helpers import make_frames, write_parquet
 
 import dask_windows as dw
 from dask_windows.normalize import standardize_windows
-from dask_windows.runtime import batch as batch_module
-from dask_windows.runtime.batch import Gatherer, OutputPool, PathChoice
+from dask_windows.runtime.batch import Gatherer, OutputPool
 
 FEATURES = ["f0", "f1", "f2"]
 TARGETS = ["y", "z"]
@@ -41,12 +40,11 @@ def root(frames, tmp_path_factory):
     return str(path)
 
 
-@pytest.fixture(params=["torch", "numpy"])
+@pytest.fixture(params=["numpy", "slots"])
 def path(request, monkeypatch):
-    """torch's pooled gather for every call, or numpy's fresh arrays for every call."""
-    monkeypatch.setattr(batch_module, "_TORCH_MIN_BYTES", 1 << 62 if request.param == "numpy" else 0)
-    monkeypatch.setattr(batch_module, "_threads", lambda: 2)
-    monkeypatch.setattr(PathChoice, "torch_next", lambda self: True)
+    """numpy's fresh arrays for every call, or torch's copy into pooled arrays (as into a DataLoader worker's slots)."""
+    if request.param == "slots":
+        monkeypatch.setattr(OutputPool, "direct_bytes", 0, raising=False)
     return request.param
 
 
@@ -96,10 +94,7 @@ def test_every_batch_equals_the_oracle(full, root, path, layout, horizon, target
 
 
 @pytest.mark.parametrize("layout", ["NCL", "NLC"])
-@pytest.mark.parametrize("threads,threshold", [(2, 0), (2, 1 << 62), (1, 0)])
-def test_gather_for_gives_what_features_gives(monkeypatch, layout, threads, threshold):
-    monkeypatch.setattr(batch_module, "_threads", lambda: threads)
-    monkeypatch.setattr(batch_module, "_TORCH_MIN_BYTES", threshold)
+def test_gather_for_gives_what_features_gives(layout):
     rng = np.random.default_rng(4)
     data = rng.standard_normal((3, 500)).astype(np.float32)
     x = data if layout == "NCL" else np.ascontiguousarray(data.T)
@@ -110,8 +105,7 @@ def test_gather_for_gives_what_features_gives(monkeypatch, layout, threads, thre
         for pool in [OutputPool(), slot_like]:
             gatherer = Gatherer(x, None, 20, 0, layout, *scale)
             gather = gatherer.gather_for(7, pool)
-            direct = threads == 1 or threshold > 0
-            assert (gather == gatherer._numpy) == (direct and scale[0] is None and pool is not slot_like)
+            assert (gather == gatherer._numpy) == (scale[0] is None and pool is not slot_like)
             for _ in range(3):
                 starts = rng.integers(0, 481, 7)
                 want = data[:, starts[:, None] + np.arange(20)].transpose(1, 0, 2)  # (B, C, L)
@@ -142,7 +136,7 @@ def test_a_held_batch_of_a_run_is_never_overwritten(full, root, path, keep):
     assert n + 1 == len(ds) > 30
     for x, idx in kept:
         np.testing.assert_array_equal(np.asarray(x), expected_x(full, idx.numpy()))
-    if keep == "none" and path == "torch":
+    if keep == "none" and path == "slots":
         # nothing held: the stream's pooled arrays are written again and again
         assert len(pointers) - len(set(pointers)) > len(pointers) // 2
 

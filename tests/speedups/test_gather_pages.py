@@ -173,12 +173,11 @@ def test_a_run_gathered_a_chunk_of_batches_at_a_time_equals_batch_by_batch(
         np.testing.assert_array_equal(x, oracle(data, run[b * size : (b + 1) * size], window, channel_major))
 
 
-@pytest.fixture(params=["torch", "numpy"])
+@pytest.fixture(params=["slots", "numpy"])
 def path(request, monkeypatch):
-    """torch's pooled gather for every call, or numpy's run gather."""
-    monkeypatch.setattr(batch_module, "_TORCH_MIN_BYTES", 1 << 62 if request.param == "numpy" else 0)
-    monkeypatch.setattr(batch_module, "_threads", lambda: 2)
-    monkeypatch.setattr(batch_module.PathChoice, "torch_next", lambda self: True)
+    """torch's copy into pooled arrays (as into a DataLoader worker's slots) for every call, or numpy's run gather."""
+    if request.param == "slots":
+        monkeypatch.setattr(batch_module.OutputPool, "direct_bytes", 0, raising=False)
     monkeypatch.setattr(batch_module, "_RUN_INDEX", 100)  # several chunks of index per run
     return request.param
 
@@ -203,5 +202,5 @@ def test_features_only_batches_equal_the_indexed_ones_and_held_ones_keep_their_v
     for m, x in kept:
         want = indexed[m] if keep == "every third" else indexed[m][2:5]
         np.testing.assert_array_equal(x.numpy(), want)
-    if keep == "none" and path == "torch":  # nothing held: pooled arrays are written again and again
+    if keep == "none" and path == "slots":  # nothing held: pooled arrays are written again and again
         assert len(pointers) - len(set(pointers)) > len(pointers) // 2

@@ -1,0 +1,149 @@
+"""Where a batch's CPU goes: the default order against the hand-written Dask loop, thread by thread.
+
+``bench_loader.py --only first`` prints wall-clock windows/s; on a shared machine those move with
+the load. This prints, for the same shape (B=256, L=512, C=4, stride 1, 8 x 1M-row Parquet files of
+10 series), the CPU time per batch of every thread of a fresh process over a stretch of batches,
+which the load moves far less:
+
+    python benchmarks/bench_gather.py [--skip 0] [--windows 600000] [--rounds 2] [--whole]
+
+``--skip N`` leaves out the first N batches after the first one: at this shape the default reads
+all 32 row groups (its pool) and builds 31 short steps over its first ~2,200 batches, then drains
+one last step of 7.4M windows, so ``--skip 2300`` times the gather alone. ``--whole`` adds the
+default with its whole pool read before the first batch (and no next-pass read-ahead).
+
+``--footprint`` prints the CPU of one batch's gather alone (numpy, one thread) from one in-RAM
+array of 1M rows (one partition: what the hand loop gathers from) and of 8M rows (the whole
+dataset: what the default's pool holds), channel-major as both loaders store it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_loader import B, C, L, write_dataset
+
+FEATURES = [f"f{c}" for c in range(C)]
+
+
+def _thread_ticks() -> dict[str, tuple[str, int]]:
+    """Per thread id: its name and its user + system CPU ticks (Linux ``/proc``)."""
+    out = {}
+    for task in glob.glob("/proc/self/task/*"):
+        with open(task + "/stat") as f:
+            fields = f.read().rsplit(")", 1)[-1].split()
+        with open(task + "/comm") as f:
+            out[task.rsplit("/", 1)[-1]] = (f.read().strip(), int(fields[11]) + int(fields[12]))
+    return out
+
+
+def child(job: dict) -> dict:
+    """One contender in this process: CPU per batch over ``windows`` windows after ``skip`` batches."""
+    if job["kind"] == "hand":
+        import dask.dataframe as dd
+        from bench_peers import hand_batches
+
+        it = hand_batches(dd.read_parquet(job["root"], columns=["sid", *FEATURES]), FEATURES, B, L, 1)
+    else:
+        import dask_windows as dw
+
+        kw = {}
+        if job["kind"] == "whole":
+            import dask_windows.runtime.pool as pool_module
+
+            pool_module.POOL_FIRST_BYTES = 1 << 62
+            kw["next_pass_seconds"] = 0
+        ds = dw.WindowDataset(job["root"], features=FEATURES, series="sid", window=L, batch_size=B, seed=0, **kw)
+        it = iter(ds)
+    for _ in range(job["skip"] + 1):
+        next(it)
+    before, cpu, began, n = _thread_ticks(), time.process_time(), time.perf_counter(), 0
+    for _ in it:
+        n += 1
+        if n * B >= job["windows"]:
+            break
+    wall, cpu = time.perf_counter() - began, time.process_time() - cpu
+    names = {str(t.native_id): t.name for t in threading.enumerate()}
+    tick = 1e6 / os.sysconf("SC_CLK_TCK")
+    threads = {
+        names.get(k, name): round((ticks - before.get(k, ("", 0))[1]) * tick / n)
+        for k, (name, ticks) in _thread_ticks().items()
+        if ticks > before.get(k, ("", 0))[1]
+    }
+    threads["threads ended meanwhile"] = round(cpu / n * 1e6 - sum(threads.values()))  # (the builder's, readers')
+    return {"rate": n * B / wall, "cpu_us": cpu / n * 1e6, "threads_us": threads}
+
+
+def footprint(rounds: int) -> None:
+    """CPU per batch of numpy's gather of B windows from 1M and 8M channel-major rows."""
+    from numpy.lib.stride_tricks import as_strided
+
+    rng = np.random.default_rng(0)
+    print(
+        f"gather alone: B={B} L={L} C={C} random windows, (B*C, L) runs of a (C, rows) array, one thread, CPU us/batch"
+    )
+    for rows in (1_000_000, 8_000_000):
+        x = rng.standard_normal((C, rows), dtype=np.float32)
+        flat = x.reshape(-1)
+        runs = as_strided(flat, (flat.size - L + 1, L), (4, 4), writeable=False)
+        offsets = np.arange(C) * rows
+        got = []
+        for _ in range(rounds):
+            t = time.process_time()
+            for _ in range(300):
+                runs[(rng.integers(0, rows - L, B)[:, None] + offsets).reshape(-1)]
+            got.append((time.process_time() - t) / 300 * 1e6)
+        print(f"  {rows:>9,} rows ({x.nbytes >> 20} MiB): " + ", ".join(f"{v:.0f}" for v in got))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--skip", type=int, default=0, help="batches left out after the first")
+    parser.add_argument("--windows", type=int, default=600_000, help="windows timed")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--whole", action="store_true", help="also the default with its pool filled first")
+    parser.add_argument("--footprint", action="store_true", help="only the gather alone from 1M and 8M rows")
+    parser.add_argument("--dir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "dask_windows_bench"))
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))))
+        return
+    if args.footprint:
+        footprint(args.rounds)
+        return
+    root = os.path.join(args.dir, "first8x1000000")
+    write_dataset(root, 8, rows=1_000_000)
+    kinds = ["dw", "hand"] + (["whole"] if args.whole else [])
+    print(
+        f"CPU per batch (us) by thread, {args.windows:,} windows after {args.skip} batches, B={B} L={L} C={C} "
+        f"stride 1, 8 x 1M-row files; load {os.getloadavg()[0]:.2f}"
+    )
+    for r in range(args.rounds):
+        for kind in kinds:
+            job = {"kind": kind, "root": root, "skip": args.skip, "windows": args.windows}
+            done = subprocess.run(
+                [sys.executable, os.path.abspath(__file__), "--child", json.dumps(job)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            got = json.loads(done.stdout.strip().splitlines()[-1])
+            threads = ", ".join(f"{k} {v}" for k, v in sorted(got["threads_us"].items(), key=lambda kv: -kv[1]))
+            print(
+                f"  round {r + 1} {kind:<5} {got['rate']:9,.0f} windows/s  CPU {got['cpu_us']:5.0f} us/batch  ({threads})"
+            )
+
+
+if __name__ == "__main__":
+    main()
