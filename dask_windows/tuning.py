@@ -50,14 +50,10 @@ __all__ = [
     "NEXT_PASS_SECONDS",
     "OPEN_THREADS",
     "PARSED_FOOTER_BYTES",
-    "PERMUTATION_HEAD",
-    "PLAN_BYTES_PER_PIECE",
-    "PLAN_SHARE",
     "POOL_AHEAD_UNITS",
     "POOL_FIRST_BYTES",
     "PROBE_FILES",
     "READ_CHUNK_BYTES",
-    "READ_THREADS",
     "RETRIES",
     "RETRY_BASE_DELAY",
     "RETRY_MAX_DELAY",
@@ -166,11 +162,6 @@ POOL_FIRST_BYTES = 16 << 20
 #: *order*: a block of steps is shuffled as one, of at least this many batches (the lag-1
 #: correlation of the pool order is about ``-1 / BLOCK_BATCHES``).
 BLOCK_BATCHES = 16
-#: *order*: leading positions of a buffer's permutation drawn before the rest, so the first
-#: batch of a buffer does not wait for its whole permutation.
-PERMUTATION_HEAD = 4096
-#: Pieces read at once by the prefetcher: two reads in flight hide a read's latency on 2 cores.
-READ_THREADS = 2
 #: Buffers at least this large hand their memory back to the system when dropped (smaller ones
 #: are reused by the allocator at no cost).
 TRIM_BYTES = 8 << 20
@@ -202,10 +193,6 @@ NEGLIGIBLE_WAIT_S = 50e-6
 
 #: ``next_pass_seconds``: how long a next pass's first buffer, read ahead, waits for its pass.
 NEXT_PASS_SECONDS = 30.0
-#: A plan's bookkeeping per piece in bytes (segment, unit, arena entry; 160 B measured).
-PLAN_BYTES_PER_PIECE = 200
-#: Read the next pass ahead only where its plan takes at most ``1 / PLAN_SHARE`` of a buffer.
-PLAN_SHARE = 8
 #: Longest wait in seconds for the threads of a released read-ahead.
 NEXT_PASS_JOIN_SECONDS = 5.0
 #: Where ``os.pidfd_open`` is missing: how often a worker checks that its training process lives.
