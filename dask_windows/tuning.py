@@ -33,7 +33,6 @@ __all__ = [
     "DIRECT_BYTES",
     "EXIT_JOIN_SECONDS",
     "FOOTER_BYTES",
-    "HEAD_CACHE_BYTES",
     "INPUT_BOUND_SHARE",
     "LANE_AHEAD_UNITS",
     "LANE_DEFAULT_BATCH_BYTES",
@@ -120,8 +119,8 @@ PROBE_FILES = 256
 #: Column chunks read alone to name the one a corrupt read failed on (bounded: a bad file
 #: is named quickly even when it has thousands of chunks).
 CORRUPT_PROBES = 256
-#: About what one read of ``read_ranges_chunks`` decodes: row groups smaller are read together,
-#: so small row groups do not pay a call each.
+#: About what one read of a column scan holds (``ParquetRows.group_runs``): row groups smaller are
+#: read together, so small row groups do not pay a call each.
 READ_CHUNK_BYTES = 16 << 20
 #: Seconds a rank waits for the footers another rank is reading (plus 10 ms per file) before
 #: reading them itself: a dead peer delays opening, never hangs it.
@@ -130,8 +129,6 @@ SHARE_WAIT_SECONDS = 120.0
 FOOTER_BYTES = 64 * 2**10
 #: Files whose tails are fetched by one ``cat_ranges`` call at open (bounds the tails in memory).
 TAIL_BATCH = 512
-#: Most bytes of row-group heads one source keeps (the piece order reads them again per piece).
-HEAD_CACHE_BYTES = 32 << 20
 #: Most bytes of parsed footers one source keeps (about ten times the footer's serialized size): a
 #: footer of thousands of row groups takes tens of milliseconds to parse, so units of a few row groups
 #: each would otherwise parse it again on every read.

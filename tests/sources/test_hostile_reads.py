@@ -1,11 +1,11 @@
-"""Hostile input against the read paths of row-group partitions, kept heads and reused memory.
+"""Hostile input against the read paths of row-group partitions and reused memory.
 
 Every batch that comes back is compared with a brute-force oracle of the clean data (the values
 of the rows ``return_index`` names); a damaged, changed, deleted or truncated file must raise a
 ``SourceReadError`` naming it (and, for a damaged page, its column and row group) or be skipped
 per ``on_error`` (docs/checks.md) - never give other numbers, never hang. The damage is aimed at
-the new paths: the row groups whose heads are read or kept for halos (``parquet_heads``: files
-cut into a partition per row group), besides random data pages and footers, at fixed seeded positions. Then: two live iterators interleaved and one abandoned, NaN
+the row groups the pool reads (files cut into a partition per row group), besides random data
+pages and footers, at fixed seeded positions. Then: two live iterators interleaved and one abandoned, NaN
 and nulls in the kept heads, mixed schemas, row groups of one row, empty ones, windows longer
 than a row group, unsorted series; and real series bundled with statsmodels in 37-row row
 groups over several files, every window exactly once against numpy, with ``normalize="sample"``.

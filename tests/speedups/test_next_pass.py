@@ -266,7 +266,7 @@ def test_a_file_rewritten_between_passes_is_not_served_stale(tmp_path, claims):
 def failing_reads(monkeypatch):
     """An event that, while set, makes every partition read raise a ``SourceReadError``."""
     failing = threading.Event()
-    for name in ("read_ranges", "read_ranges_chunks", "read_rows"):
+    for name in ("read_ranges", "read_rows"):
         original = getattr(PartitionReader, name)
 
         def read(self, *args, _original=original, **kwargs):
