@@ -259,7 +259,7 @@ def first_figures(directory: str, rounds: int, baseline: str | None) -> None:
 
 READ_PARTITIONS = 3.5  # what one of the reads in flight holds, in partitions (docs/memory.md)
 READ_ALONE = 4.5  # what the one read of prefetch_partitions=0 holds, buffer being filled included
-READ_THREADS = 2  # reads in flight with a background thread (dask_windows.runtime.reading.READ_THREADS)
+READ_THREADS = 2  # reads in flight with a background thread (as the retired buffer order read)
 
 
 def formula(bp: int, pf: int) -> float:

@@ -560,30 +560,12 @@ def pieces_dataset(root: str, case: tuple, ppp: int | None) -> dw.WindowDataset:
 
 
 def row_group_reads(ds: dw.WindowDataset) -> str:
-    """Row groups decoded in one epoch: each read of a buffer's pieces of a file decodes those covering them,
-    but a row group that only halos reach into (its first ``span - 1`` rows) is a head (sources/parquet_heads)."""
+    """Units decoded in one epoch: each unit (a row group, or small ones merged; whole partitions: a partition)
+    once."""
     from dask_windows.planning.world import World
-    from dask_windows.runtime.blocks import merge_rows
-    from dask_windows.runtime.buffer import piece_units, unit_rows
 
-    size = PIECE_ROWS // 8
     plan = ds._plan(World())
-    if not hasattr(plan, "buffers"):  # the pool order: each unit (a row group, or small ones merged) once
-        return f"{len(plan.units)} (pool)"
-    units = piece_units(plan)
-    paired = False  # (0.2's paired reads, retired with the piece order, read buffers 2i and 2i+1 together)
-    buffer_of = {seg: g for g, group in enumerate(plan.buffers) for seg in group}
-    reads: dict[tuple, tuple[set, set]] = {}  # (read, partition) -> (row groups decoded, heads)
-    for unit in units:
-        g = buffer_of[unit[0]]
-        full, head = reads.setdefault((g // 2 if paired else g, unit[0].partition), (set(), set()))
-        for a, b in merge_rows(unit_rows(ds.grid, unit, ds.spec.span)).tolist():
-            last = (b - 1) // size
-            full.update(range(a // size, last))
-            (head if last > a // size and b - last * size < ds.spec.span else full).add(last)
-    whole = sum(len(full) for full, _ in reads.values())
-    heads = sum(len(head - full) for full, head in reads.values())
-    return f"{whole}" + (f" (+{heads} heads)" if heads else "")
+    return f"{len(plan.units)} (pool)"
 
 
 def pieces_stream(

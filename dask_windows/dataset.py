@@ -37,7 +37,6 @@ from dask_windows.planning.split import SeriesTable, cut_positions, split_grid
 from dask_windows.planning.world import World
 from dask_windows.runtime.detect import process_group_store
 from dask_windows.runtime.pool import plan_for, pool_batches, pool_summary, unit_bounds, warn_if_few_units
-from dask_windows.runtime.reading import batches, plan
 from dask_windows.runtime.seams import TorchOutput
 from dask_windows.runtime.streams import StreamValues, elastic_batches
 from dask_windows.runtime.telemetry import Stats, Telemetry, rank_stats, reads_telemetry, watch_loader, watched
@@ -76,28 +75,27 @@ class WindowDataset(PassProtocol, IterableDataset):
             ``H > 0``: the targets of the ``H`` rows after the window, ``(B, T, H)``.
         batch_size: Windows per batch ``B``.
         drop_last: Leave out this rank's final partial batch.
-        shuffle: Shuffle partition order per epoch and windows inside the buffer.
+        shuffle: Shuffle partition order per epoch and windows among the resident units.
         seed: Base of every random generator.
-        buffer_partitions: Partitions' worth of rows decoded together (the loader's memory).
-        pieces_per_partition: Asks for the piece order instead of the default pool order: each
-            partition is read as up to this many row ranges (pieces) per epoch, in a random order
-            over all partitions, and a buffer holds ``buffer_partitions * pieces_per_partition``
-            pieces; a Parquet row group is decoded once per piece inside it. ``1``: buffers of whole
-            partitions (the 0.1 order, the default for a Dask frame and for data spread by
-            ``dask-windows convert``). ``None`` (default): the pool order (``buffer_bytes``).
+        buffer_partitions: With whole partitions, how many are resident at once (a batch draws on
+            that many; the loader's memory).
+        pieces_per_partition: ``1``: whole partitions (the 0.1 order, the default for a Dask frame
+            and for data spread by ``dask-windows convert``): the pool order with each partition one
+            unit and ``buffer_partitions`` of them resident. A count above 1 (0.2's piece order) is
+            deprecated and served by the pool order. ``None`` (default): the pool order (``buffer_bytes``).
         buffer_bytes: The default order's memory budget (``dask_windows.planning.pool``, ``runtime.pool``): each unit the source
             decodes whole (a Parquet row group) is read once per epoch into a pool of this many bytes
             of decoded rows per rank (shared by its DataLoader workers), its windows spread over the
             stretch of the epoch while it stays resident, and every batch drawn from all resident
             units: with at least ``2 * batch_size`` units resident, batches mix like a global
-            shuffle. ``None``: 1 GiB (``pool.stream.BUFFER_BYTES``). Passing ``pieces_per_partition``
-            asks for the piece order instead (``1``: whole partitions, ``buffer_partitions`` of them
-            per buffer), as Dask frames and data spread by ``dask-windows convert`` do by default.
+            shuffle. ``None``: 1 GiB (``runtime.pool.BUFFER_BYTES``). Passing ``pieces_per_partition=1``
+            asks for whole partitions instead (``buffer_partitions`` of them resident), as Dask frames
+            and data spread by ``dask-windows convert`` do by default.
             See docs/mixing.md.
-        prefetch_partitions: Partitions' worth of pieces read ahead of the buffer being built. ``>= 1``:
-            reader threads and a builder thread read and build the next buffer while batches are
-            gathered from the current one (two buffers in memory, see docs/memory.md); ``0``: no
-            thread, everything in the consumer's thread.
+        prefetch_partitions: ``>= 1``: a reader thread reads the next unit and a builder thread builds
+            the next step while batches are gathered (see docs/memory.md); ``0``: no thread,
+            everything in the consumer's thread. (Before 0.3, with whole partitions, the partitions'
+            worth read ahead; the pool reads one unit ahead whatever the count.)
         layout: ``"NCL"`` gives ``x`` as ``(B, C, L)``, ``"NLC"`` as ``(B, L, C)``.
         return_index: Also yield each window's global start row, int64 ``(B,)``.
         storage_options: Passed to fsspec.
@@ -134,11 +132,10 @@ class WindowDataset(PassProtocol, IterableDataset):
         workflow: A fitted ``dask_windows.workflow.Workflow`` (or the path of a saved one, or
             ``wf.named(...)`` for named batches): its operations run on each piece as it is read;
             ``features`` / ``targets`` default to its roles and name its outputs. See docs/workflows.md.
-        next_pass_seconds: While a pass's last buffer is drained, the first buffer of the pass after it
-            (the next epoch, same rank and worker) is read and built ahead, and kept this long after the
-            pass ends for the next ``iter()`` to take (the same batches either way; see
-            ``nextpass``): it holds one buffer meanwhile (the pool order: the next pass's first units,
-            about 16 MiB decoded). ``0`` turns it off.
+        next_pass_seconds: While a pass's last step is drained, the first units of the pass after it
+            (the next epoch, same rank and worker; about 16 MiB decoded, whole partitions: the first
+            ``buffer_partitions``) are read ahead, and kept this long after the pass ends for the next
+            ``iter()`` to take (the same batches either way; see ``nextpass``). ``0`` turns it off.
         device: Gather the batches on this torch device (``"cuda"``, ``"cpu"``; ``"auto"``: CUDA when
             available, else the host path): each buffer's decoded rows cross to it once, one buffer
             ahead, at most two buffers on it, and every batch is cut there by index, the same values
@@ -264,8 +261,8 @@ class WindowDataset(PassProtocol, IterableDataset):
         check_windows(self.source, spec, self.runs, self.num_windows, order_remedy, self.skipped)
         self.left_out = check_omissions(self, not series_from_manifest or self._series_from_manifest)
         # the pool order's units (plan data: they depend on the source and the settings only)
-        self._unit_bounds = unit_bounds(self._read_values()) if spec.buffer_bytes is not None else None
-        if self._unit_bounds is not None:  # the budget holds too few units to mix like a global shuffle
+        self._unit_bounds = unit_bounds(self._read_values())  # (whole partitions: one unit each)
+        if spec.buffer_bytes is not None:  # the budget holds too few units to mix like a global shuffle
             warn_if_few_units(self._read_values(), self._unit_bounds)
         self._telemetry = Telemetry(time.perf_counter_ns() - opening)
 
@@ -425,10 +422,7 @@ class WindowDataset(PassProtocol, IterableDataset):
     def _batches(
         self, plan: Any, progress: Any = None, this_pass: tuple | None = None, counted: bool = True
     ) -> Iterator[Any]:
-        values = self._pass_values(counted)
-        if isinstance(plan, PoolPlan):
-            return pool_batches(values, plan, progress, this_pass)
-        return batches(values, plan, progress, this_pass)
+        return pool_batches(self._pass_values(counted), plan, progress, this_pass)
 
     def _stream_values(self) -> StreamValues:
         """What a mixture or an elastic resume reads this dataset's reader streams from (``runtime.streams``)."""
@@ -449,15 +443,13 @@ class WindowDataset(PassProtocol, IterableDataset):
             self._identity = fingerprint(self.grid, rows, self.spec, files)
         return self._identity
 
-    def _plan(self, world: World, skip_batches: int = 0, epoch: int | None = None) -> Any:
-        epoch = self.epoch if epoch is None else epoch
-        if self._unit_bounds is not None:  # the pool order (the default)
-            return plan_for(self._read_values(), self._unit_bounds, world, skip_batches, epoch)
-        return plan(self._read_values(), world, skip_batches, epoch)  # whole partitions
+    def _plan(self, world: World, skip_batches: int = 0, epoch: int | None = None) -> PoolPlan:
+        epoch = self.epoch if epoch is None else epoch  # (whole partitions: a pool of buffer_partitions of them)
+        return plan_for(self._read_values(), self._unit_bounds, world, skip_batches, epoch)
 
     def _pool_summary(self) -> dict | None:
         """Predicted reads, resident memory and places per batch of the pool order (``None``: another order)."""
-        return None if self._unit_bounds is None else pool_summary(self._read_values(), self._unit_bounds)
+        return None if self.spec.buffer_bytes is None else pool_summary(self._read_values(), self._unit_bounds)
 
     def _scale(self) -> tuple[np.ndarray, np.ndarray] | None:
         return self._normalize if isinstance(self._normalize, tuple) else None

@@ -33,7 +33,6 @@ __all__ = [
     "DIRECT_BYTES",
     "EXIT_JOIN_SECONDS",
     "FOOTER_BYTES",
-    "HEAD_CACHE_BYTES",
     "INPUT_BOUND_SHARE",
     "LANE_AHEAD_UNITS",
     "LANE_DEFAULT_BATCH_BYTES",
@@ -50,14 +49,10 @@ __all__ = [
     "NEXT_PASS_SECONDS",
     "OPEN_THREADS",
     "PARSED_FOOTER_BYTES",
-    "PERMUTATION_HEAD",
-    "PLAN_BYTES_PER_PIECE",
-    "PLAN_SHARE",
     "POOL_AHEAD_UNITS",
     "POOL_FIRST_BYTES",
     "PROBE_FILES",
     "READ_CHUNK_BYTES",
-    "READ_THREADS",
     "RETRIES",
     "RETRY_BASE_DELAY",
     "RETRY_MAX_DELAY",
@@ -123,8 +118,8 @@ PROBE_FILES = 256
 #: Column chunks read alone to name the one a corrupt read failed on (bounded: a bad file
 #: is named quickly even when it has thousands of chunks).
 CORRUPT_PROBES = 256
-#: About what one read of ``read_ranges_chunks`` decodes: row groups smaller are read together,
-#: so small row groups do not pay a call each.
+#: About what one read of a column scan holds (``ParquetRows.group_runs``): row groups smaller are
+#: read together, so small row groups do not pay a call each.
 READ_CHUNK_BYTES = 16 << 20
 #: Seconds a rank waits for the footers another rank is reading (plus 10 ms per file) before
 #: reading them itself: a dead peer delays opening, never hangs it.
@@ -133,8 +128,6 @@ SHARE_WAIT_SECONDS = 120.0
 FOOTER_BYTES = 64 * 2**10
 #: Files whose tails are fetched by one ``cat_ranges`` call at open (bounds the tails in memory).
 TAIL_BATCH = 512
-#: Most bytes of row-group heads one source keeps (the piece order reads them again per piece).
-HEAD_CACHE_BYTES = 32 << 20
 #: Most bytes of parsed footers one source keeps (about ten times the footer's serialized size): a
 #: footer of thousands of row groups takes tens of milliseconds to parse, so units of a few row groups
 #: each would otherwise parse it again on every read.
@@ -165,11 +158,6 @@ POOL_FIRST_BYTES = 16 << 20
 #: *order*: a block of steps is shuffled as one, of at least this many batches (the lag-1
 #: correlation of the pool order is about ``-1 / BLOCK_BATCHES``).
 BLOCK_BATCHES = 16
-#: *order*: leading positions of a buffer's permutation drawn before the rest, so the first
-#: batch of a buffer does not wait for its whole permutation.
-PERMUTATION_HEAD = 4096
-#: Pieces read at once by the prefetcher: two reads in flight hide a read's latency on 2 cores.
-READ_THREADS = 2
 #: Buffers at least this large hand their memory back to the system when dropped (smaller ones
 #: are reused by the allocator at no cost).
 TRIM_BYTES = 8 << 20
@@ -198,10 +186,6 @@ NEGLIGIBLE_WAIT_S = 50e-6
 
 #: ``next_pass_seconds``: how long a next pass's first buffer, read ahead, waits for its pass.
 NEXT_PASS_SECONDS = 30.0
-#: A plan's bookkeeping per piece in bytes (segment, unit, arena entry; 160 B measured).
-PLAN_BYTES_PER_PIECE = 200
-#: Read the next pass ahead only where its plan takes at most ``1 / PLAN_SHARE`` of a buffer.
-PLAN_SHARE = 8
 #: Longest wait in seconds for the threads of a released read-ahead.
 NEXT_PASS_JOIN_SECONDS = 5.0
 #: Where ``os.pidfd_open`` is missing: how often a worker checks that its training process lives.

@@ -219,7 +219,6 @@ SLOW_TESTS: dict[str, str | set[str]] = {
     "tests/runtime/test_pipeline.py": {
         "test_an_iterator_left_open_at_exit_ends_quietly",
         "test_no_thread_left_after_break_exhaustion_or_garbage_collection",
-        "test_permutation_is_a_deterministic_uniform_permutation",
         "test_resume_yields_exactly_the_rest",
     },
     "tests/runtime/test_pool_memory.py": {
@@ -331,8 +330,6 @@ SLOW_TESTS: dict[str, str | set[str]] = {
         "test_workers_that_are_not_persistent_end_cleanly",
     },
     "tests/speedups/test_piece_speed_paths.py": {
-        "test_many_tiny_pieces_yield_what_the_per_piece_path_yields",
-        "test_merge_rows_covers_exactly_the_union_in_disjoint_blocks",
         "test_segment_runs_expand_to_segment_starts",
         "test_segment_starts_is_window_starts_range_by_range",
     },

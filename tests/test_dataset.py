@@ -192,13 +192,13 @@ def test_pickle_round_trip(root):
 
 
 def test_breaking_early_stops_the_reader_thread(root):
-    # Whole partitions: the thread is still waiting for a free slot when the first batch is taken.
+    # Whole partitions (a pool of buffer_partitions of them): the reader is still reading ahead when the first batch is taken.
     ds = make(root, buffer_partitions=1, prefetch_partitions=2, pieces_per_partition=1)
     it = iter(ds)
     next(it)
-    assert any(t.name == "dask-windows-prefetch" for t in threading.enumerate())
+    assert any(t.name == "dask-windows-pool" for t in threading.enumerate())
     it.close()
-    assert not any(t.name == "dask-windows-prefetch" for t in threading.enumerate())
+    assert not any(t.name == "dask-windows-pool" for t in threading.enumerate())
 
 
 def test_normalize_sample_and_global(root):
@@ -267,7 +267,7 @@ def test_file_damaged_after_open_raises_in_the_training_loop(frames, tmp_path):
     with pytest.raises(dw.SourceReadError, match="part-0002.parquet"):
         for _ in ds:
             pass
-    assert not any(t.name == "dask-windows-prefetch" for t in threading.enumerate())
+    assert not any(t.name == "dask-windows-pool" for t in threading.enumerate())
 
 
 def test_nan_inside_a_window_raises_naming_file_column_row(frames, tmp_path):

@@ -340,23 +340,16 @@ def _hostile_bound(x0: np.ndarray, want: np.ndarray) -> np.ndarray:
     return 2e-4 + 1e-4 * np.abs(want) + _quantisation_bound(x0, True)
 
 
-def _table_from(monkeypatch, head: int) -> None:
-    """Buffers hand over their first ``head`` windows before the table, which serves the rest."""
-    import dask_windows.runtime.buffer as buffer_module
-    import dask_windows.runtime.pipeline as pipeline_module
-
-    monkeypatch.setattr(buffer_module, "HEAD", head)
-    monkeypatch.setattr(pipeline_module, "HEAD", head)
-
-
 @pytest.mark.parametrize("layout", ["NCL", "NLC"])
-@pytest.mark.parametrize("head", [None, 100])
-def test_hostile_values_equal_the_float64_reference_in_worker_processes(tmp_path, monkeypatch, layout, head):
+@pytest.mark.parametrize("table", [False, True])
+def test_hostile_values_equal_the_float64_reference_in_worker_processes(tmp_path, monkeypatch, layout, table):
     """Through DataLoader workers (where torch runs one thread) and in the process, from each window's
-    values (buffers of at most ``HEAD`` windows) and from the buffers' tables (``head=100``): within the
-    documented tolerance of the float64 reference; constant windows exactly zero."""
-    if head is not None:
-        _table_from(monkeypatch, head)
+    values (no table) and from the units' tables: within the documented tolerance of the float64
+    reference; constant windows exactly zero."""
+    import dask_windows.runtime.pool as pool_module
+
+    if not table:  # every unit standardised window by window
+        monkeypatch.setattr(pool_module, "worth_building", lambda windows, rows, window: False)
     frames = [_hostile_frame(700, seed) for seed in range(3)]
     root = str(tmp_path / "hostile")
     write_parquet(frames, root, row_group_size=256)

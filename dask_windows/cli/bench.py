@@ -26,15 +26,15 @@ __all__ = ["bench"]
 
 
 #: The source's read methods: every pass reads through one of them (the pool order through
-#: ``read_rows``, the buffer order through ``read`` / ``read_ranges`` / ``read_ranges_chunks``).
-_READS = ("read", "read_rows", "read_ranges", "read_ranges_chunks", "read_chunks")
+#: ``read_rows``; ``read`` / ``read_ranges`` / ``read_chunks`` elsewhere).
+_READS = ("read", "read_rows", "read_ranges", "read_chunks")
 
 
 class _TimedRead:
     """A source's read method that adds its seconds to a counter shared with DataLoader workers.
 
     A read that calls another read method of the source (``read_rows`` through ``read``) counts
-    once, on its outermost call; a read returning an iterator (``read_ranges_chunks``) is timed
+    once, on its outermost call; a read returning an iterator (``read_chunks``) is timed
     while it is iterated.
     """
 

@@ -1,39 +1,24 @@
 """A pass's batches gathered on the training device: rows sent once, batches cut by index.
 
-In the pool order (the default) ``runtime.pool.pool_batches`` asks the feed for
-the pass's pool on the device (:meth:`DeviceFeed.pool`, ``ondevice.pool``) and
-hands :meth:`DeviceFeed.batches` the plan's steps, each with its view of that
-pool; what follows describes the buffer orders (``pieces_per_partition``).
+``runtime.pool.pool_batches`` asks the feed for the pass's pool on the device
+(:meth:`DeviceFeed.pool`, ``ondevice.pool``: each unit's rows sent once, as it
+lands, to its place there; whole partitions too, a pool of ``buffer_partitions``
+of them) and hands :meth:`DeviceFeed.batches` the plan's steps, each with its
+view of that pool. :meth:`DeviceFeed.batches` walks the starts exactly as the
+host path does (same batches, same order, a batch may begin in one step and end
+in the next) and gathers every batch on the device from a ``(B,)`` start vector.
 
-``pipeline.stream`` hands a :class:`DeviceFeed` the pass's built buffers
-(``pipeline._Built``: the decoded rows and their permuted window starts).
-:meth:`DeviceFeed.stage` wraps the builder (a pass's, or the next pass's
-started ahead by ``nextpass``), so each buffer's rows go to the device on the
-builder thread as soon as the buffer is built, while the consumer still
-drains the previous one; :meth:`DeviceFeed.batches` walks the
-starts exactly as the host path does (same batches, same order, a batch may
-begin in one buffer and end in the next) and gathers every batch on the
-device from a ``(B,)`` start vector.
-
-Memory bound: at most two buffers' rows are on the device at once, the one
-being drained and the next, built and sent ahead. The builder (``Ahead``,
-one item ahead) builds buffer ``k + 2`` only after the consumer took
-``k + 1``, and the consumer lets go of buffer ``k``'s rows before it takes
-``k + 1`` (a batch begun in ``k`` was gathered already). ``Traffic`` counts
-the buffers alive (``peak_resident``), and the tests hold it to 2.
-
-What crosses to the device per epoch: each buffer's rows once, and per batch
-its start vector (and the windows' dataset rows with ``return_index``);
-``Traffic`` counts both. ``normalize`` with global statistics was applied to
-the rows when they were decoded, so it travels with them; ``"sample"`` is
-computed per batch on the device (``rows.standardize_windows``).
+What crosses to the device per epoch: each unit's rows once, and per batch its
+start vector (and the windows' dataset rows with ``return_index``); ``Traffic``
+counts both. ``normalize`` with global statistics was applied to the rows when
+they were decoded, so it travels with them; ``"sample"`` is computed per batch
+on the device (``rows.standardize_windows``).
 """
 
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +27,7 @@ import torch
 
 from dask_windows.errors import ConfigError
 from dask_windows.ondevice.pool import DevicePool
-from dask_windows.ondevice.rows import DeviceRows, standardize_windows, upload
+from dask_windows.ondevice.rows import standardize_windows
 from dask_windows.runtime.detect import in_worker
 
 __all__ = ["DeviceFeed", "Traffic", "feed_for", "resolve_device"]
@@ -170,7 +155,7 @@ def feed_for(ds: Any) -> DeviceFeed | None:
 
 
 class DeviceFeed:
-    """One pass's device side: buffers sent ahead (``stage``) and batches gathered there (``batches``).
+    """One pass's device side: its pool there (``pool``) and batches gathered there (``batches``).
 
     Args:
         device: The training device.
@@ -184,36 +169,9 @@ class DeviceFeed:
         self.channel_major = spec.layout == "NCL"
         self._stream: Any = None  # the side stream of the uploads (CUDA), made on first use
 
-    def stage(self, builds: Iterator[Any]) -> Generator[Any, None, None]:
-        """``builds`` with each buffer's rows sent to the device as it is built (on the builder's thread)."""
-        for built in builds:
-            self._send(built)
-            yield built
-            del built  # the consumer alone holds it now
-
     def pool(self, plan: Any) -> DevicePool:
         """The device side of a pass over a pool plan (``runtime.pool.pool_batches`` wires it; ``ondevice.pool``)."""
         return DevicePool(self, plan)
-
-    def _send(self, built: Any) -> DeviceRows:
-        """Send ``built``'s rows (once) and attach them to it."""
-        if built.device is not None:
-            return built.device
-        gatherer = built.buffer.gatherer
-        if self.device.type == "cuda" and self._stream is None:
-            self._stream = torch.cuda.Stream(device=self.device)
-        started = time.perf_counter_ns()
-        x, event = upload(gatherer.source, self.device, self._stream)
-        y = None
-        if self.spec.targets:
-            y, y_event = upload(gatherer.target_source, self.device, self._stream)
-            event = y_event or event  # recorded after both copies (one stream)
-        self.traffic.send_ns += time.perf_counter_ns() - started  # (the copy's issue time on CUDA: asynchronous)
-        assert x is not None
-        rows = DeviceRows(x, y, self.spec.window, self.spec.horizon, self.channel_major, event, self.traffic.dropped)
-        self.traffic.sent(rows.nbytes)
-        built.device = rows
-        return rows
 
     def _index(self, values: np.ndarray) -> torch.Tensor:
         """An int64 vector of the host on the device (pinned, without blocking, on CUDA)."""
@@ -257,12 +215,8 @@ class DeviceFeed:
             if last is not None and remaining <= total - pos:  # the plan's last buffer: readers idle from now
                 last()
                 last = None
-            if built.device is None:  # a builder that does not send (``stage``): sent here, on reaching it
-                self.traffic.sent_late += 1
-                self._send(built)
             while pos < total and remaining > 0:
                 take = min(batch - carried, total - pos, remaining)
-                built.wait(pos + take)
                 piece = self._gather(built, built.buffer.starts[pos : pos + take])
                 pos += take
                 remaining -= take
@@ -275,6 +229,5 @@ class DeviceFeed:
                     carry, carried = [], 0
                 yield self._emit(*piece)
                 del piece
-            built.wait(total)  # the tail's shuffle is done before the buffer is dropped
             built.device = None  # its rows leave the device before the next buffer is taken
             del built

@@ -33,10 +33,8 @@ from typing import Any
 import numpy as np
 
 from dask_windows.planning.plan import rng_for
-from dask_windows.planning.pool import PoolPlan, pool_starts
-from dask_windows.planning.windows import window_starts
+from dask_windows.planning.pool import pool_starts
 from dask_windows.planning.world import World
-from dask_windows.runtime.buffer import permute_windows
 
 __all__ = [
     "MixingStats",
@@ -69,7 +67,7 @@ def plan_batches(
 ) -> Iterator[np.ndarray]:
     """Global start rows of each batch one reader (``rank``, no DataLoader workers) yields.
 
-    Computed from the plan and the grid only, as ``buffer.stream`` orders them: equal to the
+    Computed from the plan and the grid only, as ``runtime.pool`` orders them: equal to the
     rows ``return_index=True`` yields when no partition is skipped.
 
     Args:
@@ -85,35 +83,10 @@ def plan_batches(
         plan = ds._plan(world)
     finally:
         ds.epoch = saved
-    if isinstance(plan, PoolPlan):  # the pool order (planning.pool)
-        yield from _cut(
-            pool_starts(plan, grid.first, grid.counts, grid.stride, ds.row_offsets), spec.batch_size, max_batches
-        )
-        return
-    skip, remaining, carry, emitted = plan.skip, plan.num_windows, np.zeros(0, np.int64), 0
-    for segments, entropy in zip(plan.buffers, plan.buffer_seeds):
-        pieces = []
-        for seg in segments:
-            first, counts = grid.first[seg.partition], grid.counts[seg.partition]
-            for lo in range(seg.lo, seg.hi, _CHUNK):
-                rows = window_starts(first, counts, grid.stride, lo, min(lo + _CHUNK, seg.hi))
-                pieces.append(rows + ds.row_offsets[seg.partition])
-        starts = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)  # (windows,) dataset rows
-        if spec.shuffle:
-            permute_windows(starts, rng_for(*entropy))
-        starts = np.concatenate([carry, starts[skip:]])
-        skip = 0
-        take = min(len(starts), remaining)
-        full = take // spec.batch_size * spec.batch_size
-        for b in range(0, full, spec.batch_size):
-            yield starts[b : b + spec.batch_size]
-            emitted += 1
-            if max_batches is not None and emitted >= max_batches:
-                return
-        remaining -= full
-        carry = starts[full:take]
-    if len(carry):
-        yield carry
+    # the pool order (planning.pool; whole partitions are a pool of buffer_partitions of them)
+    yield from _cut(
+        pool_starts(plan, grid.first, grid.counts, grid.stride, ds.row_offsets), spec.batch_size, max_batches
+    )
 
 
 def _cut(steps: Iterator[np.ndarray], batch_size: int, max_batches: int | None) -> Iterator[np.ndarray]:

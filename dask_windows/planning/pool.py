@@ -62,6 +62,7 @@ from dask_windows.planning.world import World
 from dask_windows.tuning import BLOCK_BATCHES
 
 __all__ = [
+    "PARTITIONS_ORDER",
     "POOL_ORDER",
     "PoolPlan",
     "PoolUnit",
@@ -84,6 +85,8 @@ __all__ = [
 ]
 
 POOL_ORDER = "pool-2"  # recorded in resume states: a state of another order is refused (pool-1: no fill)
+# whole partitions as a pool of ``buffer_partitions`` units (their states before it recorded no order)
+PARTITIONS_ORDER = "partitions-2"
 
 
 @dataclass(frozen=True)
@@ -442,6 +445,7 @@ def plan_pool(
     skip_batches: int = 0,
     max_spread: int | None = None,
     first_rows: int | None = None,
+    resident: int | None = None,
 ) -> PoolPlan:
     """Plan what ``world``'s reader yields in ``epoch`` under the pool order.
 
@@ -465,6 +469,8 @@ def plan_pool(
         first_rows: Rows of units read before the first step draws (``F``: at least one unit); the
             pool then fills one unit per step. ``None``, or ``F > S / 2`` (the fill would save at most
             half the wait, and the first batches would mix over fewer units): the whole pool first.
+        resident: ``S`` as asked (whole partitions: ``buffer_partitions``), one step per block, and a
+            pool sized to hold them (``pool_rows`` and ``max_spread`` are then not used).
     """
     grid_first, grid_counts, bounds = Ragged.of(grid_first), Ragged.of(grid_counts), Ragged.of(bounds)
     counts = grid_counts.sums()  # (P,) windows of each partition
@@ -486,7 +492,9 @@ def plan_pool(
     r0, r1 = rows_of(part, np.where(link, seam_before, wlo), whi)
     most = max(0, int((r1 - r0).max())) if num else 0
     group = 1
-    if shuffle and num:  # steps per block: BLOCK_BATCHES batches' worth of windows, at most a quarter of the pool
+    if resident is not None:  # S asked for: the pool holds those units, the block built ahead and the one read
+        pool_rows, max_spread = (resident + 2 * group + 1) * max(most, 1), resident
+    elif shuffle and num:  # steps per block: BLOCK_BATCHES batches' worth of windows, at most a quarter of the pool
         per_unit = max((hi - lo) / num, 1.0)
         group = max(1, min(-(-BLOCK_BATCHES * batch_size // int(per_unit)), pool_rows // max(most, 1) // 4))
     spread, rows = pool_span(most, pool_rows, min(num, max_spread or num) if shuffle else 1, group)

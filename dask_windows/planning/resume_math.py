@@ -17,7 +17,7 @@ import numpy as np
 
 from dask_windows.planning.division import round_robin as round_robin
 from dask_windows.planning.index import WindowGrid
-from dask_windows.planning.pool import POOL_ORDER
+from dask_windows.planning.pool import PARTITIONS_ORDER, POOL_ORDER
 from dask_windows.spec import WindowSpec
 
 __all__ = ["ORDER_SETTINGS", "fingerprint", "round_robin"]
@@ -58,6 +58,6 @@ def fingerprint(grid: WindowGrid, rows_per_partition: np.ndarray, spec: WindowSp
         out[name] = list(value) if isinstance(value, tuple) else value
     if files is not None:
         out["files"] = files
-    if spec.buffer_bytes is not None:  # the pool order (a state of another order is refused)
-        out["order"] = POOL_ORDER
+    # the pool order, or whole partitions served by it: a state of another order is refused
+    out["order"] = POOL_ORDER if spec.buffer_bytes is not None else PARTITIONS_ORDER
     return out

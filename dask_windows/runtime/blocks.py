@@ -1,23 +1,17 @@
-"""A partition's pieces in one buffer as a few row blocks, decoded and indexed in one pass.
+"""A unit's row ranges as a few row blocks, decoded and indexed in one pass.
 
-A buffer holds many small pieces (row ranges of partitions); the pieces of one
-partition are read together (``buffer.piece_units``). Handled one by one, each
-piece costs a fixed amount of Python and of small numpy calls (a decode, a NaN
-scan, a window-start computation) that dwarfs its rows when windows are short,
-and each small numpy call may hand the GIL to the other thread and wait up to
-the switch interval to get it back. Here a partition's pieces are instead:
+A unit of the pool is decoded from up to three disjoint row ranges of its
+partition (the rows kept for it by the unit before, its own, those kept by the
+unit after). Here they are:
 
-* merged into *blocks* where their row ranges overlap or touch (two adjacent
-  pieces share ``window + horizon - 1`` rows of halo: kept once; ``merge_rows``),
 * decoded with a constant number of numpy calls per column, whatever the number
   of blocks (``decode_blocks``: the blocks are laid end to end in one array), and
-* given their window starts for all segments at once (``segment_starts``: a
-  ``repeat``/``cumsum`` pass instead of a loop per segment).
+* given their window starts for all segments at once (``segment_starts``,
+  ``segment_runs``: a ``repeat``/``cumsum`` pass instead of a loop per segment).
 
-The trade-off: the decoded rows stay those the pieces need (no rows between
-non-adjacent pieces are kept), at the price of one ``(n,)`` bookkeeping array
-per block; a float64 column with ``nan="raise"`` is joined once in its own dtype
-before the cast, so that values beyond float32's range are seen as such.
+The trade-off: one ``(n,)`` bookkeeping array per block; a float64 column with
+``nan="raise"`` is joined once in its own dtype before the cast, so that values
+beyond float32's range are seen as such.
 """
 
 from __future__ import annotations
@@ -28,29 +22,7 @@ import numpy as np
 
 from dask_windows.checks import FLOAT32_MAX
 
-__all__ = ["decode_blocks", "merge_rows", "segment_runs", "segment_starts"]
-
-
-def merge_rows(rows: np.ndarray) -> np.ndarray:
-    """Join row ranges that overlap or touch.
-
-    Args:
-        rows: ``(n, 2)`` partition rows ``[r0, r1)`` of each piece, any order.
-
-    Returns:
-        ``(m, 2)`` disjoint ranges in row order covering exactly the rows of ``rows``.
-    """
-    rows = np.asarray(rows, np.int64).reshape(-1, 2)
-    rows = rows[rows[:, 1] > rows[:, 0]]
-    if len(rows) <= 1:
-        return rows
-    rows = rows[np.argsort(rows[:, 0], kind="stable")]
-    reach = np.maximum.accumulate(rows[:, 1])  # (n,) furthest row covered by ranges up to each
-    new = np.ones(len(rows), bool)  # (n,) range starts a new block
-    new[1:] = rows[1:, 0] > reach[:-1]
-    first = np.flatnonzero(new)
-    last = np.append(first[1:], len(rows)) - 1
-    return np.stack([rows[first, 0], reach[last]], axis=1)
+__all__ = ["decode_blocks", "segment_runs", "segment_starts"]
 
 
 def segment_starts(

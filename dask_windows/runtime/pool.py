@@ -63,6 +63,7 @@ from dask_windows.runtime.pipeline import _Built, stream
 from dask_windows.runtime.prefetch import Ahead, Prefetcher
 from dask_windows.runtime.telemetry import timed_output, timed_parts
 from dask_windows.runtime.values import PassValues, ReadValues
+from dask_windows.runtime.window_table import WindowTable, build_table, worth_building
 from dask_windows.tuning import BUFFER_BYTES, MIN_UNIT_ROWS, POOL_FIRST_BYTES, UNITS_PER_BATCH
 from dask_windows.tuning import POOL_AHEAD_UNITS as AHEAD
 
@@ -121,8 +122,11 @@ def unit_bounds(reads: ReadValues) -> Ragged:
     Along the source's decode units where it has them (Parquet row groups); otherwise in units of
     about ``pool_rows / (UNITS_PER_BATCH * batch_size)`` rows, so that the budget holds several
     units per window of a batch. Every partition at once where the source tells all its decode units
-    at once (``decode_units_all``: Parquet).
+    at once (``decode_units_all``: Parquet). Whole partitions (``buffer_bytes=None``): one unit each.
     """
+    if reads.spec.buffer_bytes is None:
+        rows = np.array([p.num_rows for p in reads.source.partitions], np.int64)
+        return Ragged(np.stack([np.zeros_like(rows), rows], axis=1).ravel(), np.arange(0, 2 * len(rows) + 1, 2))
     span = reads.spec.span
     target = max(span, pool_rows(reads) // (UNITS_PER_BATCH * reads.spec.batch_size))  # rows: 4B units fill the pool
     size = max(4 * span, target, MIN_UNIT_ROWS)
@@ -139,8 +143,11 @@ def unit_bounds(reads: ReadValues) -> Ragged:
 
 
 def plan_for(reads: ReadValues, bounds: Sequence[np.ndarray], world: World, skip_batches: int, epoch: int) -> PoolPlan:
-    """The pool plan of ``world``'s reader for ``epoch``, after ``skip_batches``; ``bounds``: ``unit_bounds``."""
+    """The pool plan of ``world``'s reader for ``epoch``, after ``skip_batches``; ``bounds``: ``unit_bounds``.
+
+    Whole partitions (``buffer_bytes=None``): each partition a unit, ``buffer_partitions`` of them resident."""
     s, grid = reads.spec, reads.grid
+    whole = s.buffer_bytes is None
     return plan_pool(
         grid.first,
         grid.counts,
@@ -156,7 +163,8 @@ def plan_for(reads: ReadValues, bounds: Sequence[np.ndarray], world: World, skip
         pool_rows=pool_rows(reads, world.num_workers),
         skip_batches=skip_batches,
         max_spread=UNITS_PER_BATCH * s.batch_size,
-        first_rows=int(POOL_FIRST_BYTES // row_bytes(reads)),
+        first_rows=None if whole else int(POOL_FIRST_BYTES // row_bytes(reads)),
+        resident=s.buffer_partitions if whole else None,
     )
 
 
@@ -181,7 +189,7 @@ class _Edges:
 class _Pool:
     """The pass's pool arrays and the reads that fill them."""
 
-    def __init__(self, reads: ReadValues, plan: PoolPlan, reader: Any) -> None:
+    def __init__(self, reads: ReadValues, plan: PoolPlan, reader: Any, sample: bool = False) -> None:
         spec = reads.spec
         self.reads, self.plan, self.reader = reads, plan, reader
         rows = max(plan.pool_rows, 1)
@@ -192,6 +200,9 @@ class _Pool:
         self.y = np.empty((len(spec.targets), rows), y_dtype) if spec.targets else None
         # (K, rows) the last K features as integer codes (``WindowSpec.code_features``), cast as each unit lands
         self.codes = np.empty((spec.code_features, rows), spec.code_dtype) if spec.code_features else None
+        # normalize="sample": per pool row, the mean and inverse std of the window starting there (window_table),
+        # built once per unit as it lands
+        self.table = np.empty((rows, 2 * len(spec.features)), np.float32) if sample else None
         self.edges = _Edges()
         self.kept = kept_rows(plan)  # partition -> the (partition, lo, hi) its units keep for later ones
         self.telemetry = reads.telemetry  # where reads are reported (``None`` while read ahead of the pass)
@@ -258,7 +269,21 @@ class _Pool:
             np.copyto(
                 self.codes[:, at : at + n], self.x[len(self.x) - len(self.codes) :, at : at + n], casting="unsafe"
             )
+        if self.table is not None:
+            self._tabulate(unit.offset, r1 - r0, unit.num_windows)
         return part
+
+    def _tabulate(self, at: int, n: int, windows: int) -> None:
+        """The window statistics of the unit at pool rows ``[at, at + n)`` (``NaN``: standardised from the
+        window's values when its batch comes, where the table does not repay its cost); a function of the
+        unit's rows alone, so a window's values never depend on timing or on where a pass resumed."""
+        window, channel_major = self.reads.spec.window, self.reads.spec.layout == "NCL"
+        count = max(n - window + 1, 0)
+        if worth_building(windows, n, window):
+            x = self.x[:, at : at + n] if channel_major else self.x[at : at + n]
+            self.table[at : at + count] = build_table(x, window, channel_major)  # type: ignore[index]
+        else:
+            self.table[at : at + count] = np.nan  # type: ignore[index]
 
 
 def kept_rows(plan: PoolPlan) -> dict[int, set[tuple[int, int, int]]]:
@@ -289,8 +314,11 @@ class _Step:
         return starts - self.table[k, 0] + self.table[k, 2]
 
 
-def _steps(ds: ReadValues, plan: PoolPlan, parts: Iterator[Part | None], gatherer: Gatherer) -> Iterator[_Built]:
-    """The plan's steps, each as a built buffer of pool rows (on the builder thread)."""
+def _steps(
+    ds: ReadValues, plan: PoolPlan, parts: Iterator[Part | None], gatherer: Gatherer, statistics: Any = None
+) -> Iterator[_Built]:
+    """The plan's steps, each as a built buffer of pool rows (on the builder thread); ``table``: the pool's
+    window statistics (``normalize="sample"``: a ``WindowTable``), used at every position."""
     spec, grid = ds.spec, ds.grid
     dtype = np.int32 if plan.pool_rows < 2**31 else np.int64
     buckets: dict[int, list[np.ndarray]] = {}  # step -> pool rows of its windows, a slice per unit
@@ -298,6 +326,7 @@ def _steps(ds: ReadValues, plan: PoolPlan, parts: Iterator[Part | None], gathere
     readable: set[int] = set()  # units read (for the rows of ``return_index``)
     skip, owed = plan.skip, 0
     admitted = plan.first_unit
+    last = None  # (step, windows, table) of the last step drawn
     for step in range(plan.start, plan.last_step + 1, plan.group):  # a block of steps at a time
         end = min(step + plan.group, plan.last_step + 1)
         for i in range(admitted, end):  # the units read for this block (all of the pool's at the first)
@@ -343,11 +372,18 @@ def _steps(ds: ReadValues, plan: PoolPlan, parts: Iterator[Part | None], gathere
             placed = sorted((u.offset, u.num_rows, int(ds.row_offsets[u.partition]) + u.rows[0]) for u in units)
             table = np.array(placed, np.int64).reshape(-1, 3)
         readable.difference_update(range(step - plan.spread + 1, end - plan.spread + 1))  # drawn for the last time
-        yield _Built(_Step(window, gatherer, table), min(skip, len(window)), len(window))  # type: ignore[arg-type]
+        yield _Built(_Step(window, gatherer, table), min(skip, len(window)), statistics)
         skip -= min(skip, len(window))
-    if owed:
+        last = (step, window, table)
+    if owed and last is not None:  # every unit after the last drawn step unreadable: its windows stand in
+        # (their pool rows still hold them: an unreadable unit writes no row of the pool)
+        step, window, table = last
+        rng = rng_for(*plan.entropy, REPLACEMENT_TAG, step, 1)
+        yield _Built(_Step(window[replacement_picks(len(window), owed, rng)], gatherer, table), 0, statistics)
+    elif owed:
         raise SourceReadError(
-            f"every partition of this reader's share left to read was unreadable and skipped; it cannot yield its remaining "
+            f"every partition of this reader's share left to read ({len({u.partition for u in plan.units})} partitions, "
+            f"{len(plan.units)} units) was unreadable and skipped; it cannot yield its remaining "
             f"{owed} windows, so ranks would disagree on the batch count; fix the data or its access, or pass "
             "on_error='raise' to see the first error"
         )
@@ -392,7 +428,8 @@ class UnitReads:
         # device mode (``ondevice.pool``): each unit decoded into a one-unit staging array, then sent to its
         # place in a pool on the device, and the batches gathered there from the same steps
         self.device = None if values.device is None else values.device.pool(plan)
-        self.pool = _Pool(ds, plan if self.device is None else self.device.staging, self.source_reader)
+        sample = values.normalize == "sample" and self.device is None  # (on the device: standardised there)
+        self.pool = _Pool(ds, plan if self.device is None else self.device.staging, self.source_reader, sample)
         if first_units is not None:  # read ahead during another pass: counted in neither pass's figures
             self.pool.telemetry = None
         self.background = ds.spec.prefetch_partitions >= 1
@@ -429,7 +466,7 @@ def pool_batches(
     ds = values.reads
     ahead = values.next_pass if this_pass is not None else None
     claimed = ahead.claim(plan, this_pass) if ahead is not None else None
-    reads: UnitReads = claimed[0] if claimed is not None else UnitReads(values, plan)
+    reads: UnitReads = claimed if claimed is not None else UnitReads(values, plan)
     reads.pool.telemetry = ds.telemetry  # (the units still to read, when they were read ahead)
     reads.widen()
     pool = reads.pool
@@ -437,7 +474,8 @@ def pool_batches(
     telemetry = ds.telemetry
     if telemetry is not None:
         telemetry.order = "pool"
-    steps = _steps(ds, plan, timed_parts(telemetry, iter(reads.reader)), gatherer)  # the builder's waits for the reader
+    statistics = None if pool.table is None else WindowTable(pool.table, ds.spec.layout == "NCL")
+    steps = _steps(ds, plan, timed_parts(telemetry, iter(reads.reader)), gatherer, statistics)  # (waits timed)
     if reads.device is not None:
         steps = reads.device.stage(steps)
     started: Any = Ahead(steps, 1, "dask-windows-build") if reads.background else _Inline(steps)
@@ -448,12 +486,13 @@ def pool_batches(
         last = lambda: begun.append(ahead.begin(epoch, world))
     try:
         batches = stream(
-            plan, (), ds.grid, ds.row_offsets, ds.spec, timed_output(telemetry, values.output), values.normalize,  # type: ignore[arg-type]
-            interrupt=reads.reader.close, started=started, waits=None if telemetry is None else telemetry.waits,
-            allocator=values.allocator, device=values.device, last=last,
+            plan.num_windows, started, ds.spec, timed_output(telemetry, values.output), values.normalize,
+            waits=None if telemetry is None else telemetry.waits, allocator=values.allocator,
+            device=values.device, last=last,
         )  # fmt: skip
         yield from values.counted(batches, progress)
-    finally:
+    finally:  # (no module globals here: this may run while the interpreter exits)
+        started.close(reads.reader.close)  # a builder waiting for a unit wakes up
         reads.close()
         for pending in begun:  # (no module globals here: this may run while the interpreter exits)
             try:

@@ -25,7 +25,6 @@ import torch
 
 from dask_windows.planning.pool import PoolPlan
 from dask_windows.planning.world import World
-from dask_windows.runtime import reading
 from dask_windows.runtime.pool import plan_for, pool_batches
 from dask_windows.runtime.values import PassValues
 
@@ -38,12 +37,12 @@ class StreamValues:
 
     Attributes:
         values: The dataset's pass values, counting nothing (no resume count, no next pass read ahead).
-        unit_bounds: The pool order's units per partition (``runtime.pool.unit_bounds``); ``None``: the
-            buffer order (whole partitions).
+        unit_bounds: The pool order's units per partition (``runtime.pool.unit_bounds``; whole
+            partitions: one each).
     """
 
     values: PassValues
-    unit_bounds: Sequence[np.ndarray] | None = None
+    unit_bounds: Sequence[np.ndarray]
 
     @property
     def batch_size(self) -> int:
@@ -56,17 +55,13 @@ class StreamValues:
         values = dataclasses.replace(self.values, reads=dataclasses.replace(reads, spec=spec))
         return StreamValues(values, self.unit_bounds)
 
-    def plan(self, reader: World, skip_batches: int, epoch: int) -> Any:
-        """``reader``'s plan of ``epoch`` after ``skip_batches`` (a pool plan, or the buffer order's)."""
-        if self.unit_bounds is not None:
-            return plan_for(self.values.reads, self.unit_bounds, reader, skip_batches, epoch)
-        return reading.plan(self.values.reads, reader, skip_batches, epoch)
+    def plan(self, reader: World, skip_batches: int, epoch: int) -> PoolPlan:
+        """``reader``'s pool plan of ``epoch`` after ``skip_batches``."""
+        return plan_for(self.values.reads, self.unit_bounds, reader, skip_batches, epoch)
 
-    def batches(self, plan: Any) -> Iterator[Any]:
+    def batches(self, plan: PoolPlan) -> Iterator[Any]:
         """The batches of ``plan`` (a generator: ``close`` ends its reads)."""
-        if isinstance(plan, PoolPlan):
-            return pool_batches(self.values, plan)
-        return reading.batches(self.values, plan)
+        return pool_batches(self.values, plan)
 
 
 def reader_windows(

@@ -208,7 +208,7 @@ class Telemetry:
         self.fetch_ns = self.fetch_bytes = self.decode_ns = self.reads = 0
         self.reads_waited_ns = self.buffer_wait_ns = 0
         self.device_ns = self.device_bytes = 0  # the output seam's copies on the loop's thread
-        self.order: str | None = None  # "pool" or "buffer": set by the pass (runtime.pool, runtime.reading)
+        self.order: str | None = None  # "pool": set by the pass (runtime.pool)
         self._at_first = (0, 0)  # (buffer waits, reads waited) when the first batch came: the start-up's
         traffic = getattr(self, "traffic", None)  # rows sent to the training device (ondevice.Traffic)
         self._sent_before = (getattr(traffic, "send_ns", 0), getattr(traffic, "row_bytes", 0))

@@ -11,7 +11,7 @@ recorded in, and the telemetry sink.
 pass reports its batches to (the resume state's ``step`` and ``end``).
 
 ``WindowDataset._pass_values`` builds them (``dataset.py``); the runtime
-modules (``runtime.pool``, ``runtime.reading``) take them as arguments, so a
+modules (``runtime.pool``, ``runtime.pipeline``) take them as arguments, so a
 test drives a pass with values of its own, and a field the runtime reads is a
 field here, named and typed, instead of a member of the dataset.
 

@@ -1,4 +1,4 @@
-"""Per-window statistics once per buffer, for ``normalize="sample"`` at overlapping windows.
+"""Per-window statistics once per unit of the pool, for ``normalize="sample"`` at overlapping windows.
 
 At stride 1 a buffer row is read by up to ``window`` windows, and the per-batch
 standardisation (``normalize.standardize_windows``) recomputes each window's mean
@@ -28,9 +28,9 @@ buffer's features), kept as long as the buffer; building it costs about a dozen 
 passes over the buffer, so it is built only where windows overlap enough to repay it
 (``worth_building``); and a window's values depend on its block's values through the
 rounding (within the tolerance above, not bit-identical to the per-batch code). The
-pipeline uses the table only from position ``max(HEAD, windows / 32)`` of a buffer on
-(``pipeline._table_from``), so a batch's values never depend on timing or on where a
-stream resumed, and the first batches need not wait for the table.
+pool (``runtime.pool``) builds a unit's table on the reader thread as the unit lands, over
+the unit's rows alone, and every window of the unit is standardised from it; so a batch's
+values never depend on timing or on where a stream resumed.
 """
 
 from __future__ import annotations

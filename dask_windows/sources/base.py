@@ -76,13 +76,6 @@ class PartitionReader:
         """Rows ``[lo, hi)`` of partition ``index`` for each of ``ranges``, in one read where the source can."""
         return self.source.read_ranges(index, self.columns, ranges)
 
-    def read_ranges_chunks(
-        self, index: int, ranges: Sequence[tuple[int, int]]
-    ) -> Iterator[tuple[int, int, dict]] | None:
-        """``read_ranges`` a row group at a time, where the source does it (``ParquetRows``); else ``None``."""
-        chunks = getattr(self.source, "read_ranges_chunks", None)
-        return None if chunks is None else chunks(index, self.columns, ranges)
-
     def close(self) -> None:
         """Give up partitions started early (idempotent)."""
 

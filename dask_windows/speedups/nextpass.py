@@ -1,63 +1,50 @@
-"""The next pass's first buffer, read while this pass's last buffer is drained.
+"""The next pass's first units, read while this pass's last step is drained.
 
-A pass waits for its first buffer before its first batch; with the piece
-order (``plan.piece_order``) that buffer spans row groups of every file, so on
-a small dataset whose epochs last a fraction of a second the wait is a large
-share of the epoch. Yet while the consumer drains a pass's last buffer the
-readers and the builder have nothing to do. So when the consumer takes that
-buffer (``pipeline.stream``'s ``last``), ``begin`` plans the pass the dataset
+A pass waits for its first units (its fill, ``PoolPlan.fill``: about
+``POOL_FIRST_BYTES`` decoded; whole partitions: ``buffer_partitions`` of them)
+before its first batch; on a small dataset whose epochs last a fraction of a
+second that wait is a large share of the epoch. Yet while the consumer drains a
+pass's last step the reader has nothing to do. So when the consumer takes that
+step (``pipeline.stream``'s ``last``), ``begin`` plans the pass the dataset
 will most likely run next (the next epoch, or the one ``set_epoch`` chose during
-the pass; the same reader; nothing skipped)
-and starts its readers and builder (``reading.open_reads``,
-``pipeline.start_builder``): they read and build its first buffer (with the
-second's pieces when reads are paired, ``pairs``) and then wait, as they wait
-during a pass for the consumer to take a buffer. The next ``iter()`` compares
-its own plan and configuration with the one read ahead (``claim``): the same,
-it takes over those threads and buffers; else they are stopped and it reads as
-before. What a pass yields is a function of its plan alone, so batches are the
-same bit for bit either way.
+the pass; the same reader; nothing skipped) and reads its first units into that
+pass's own pool arrays (``runtime.pool.UnitReads``); nothing is built ahead. The
+next ``iter()`` compares its own plan and configuration with the one read ahead
+(``claim``): the same, it takes over those reads and reads the rest of its fill at
+once (``Prefetcher.widen``); else they are stopped and it reads as before. What a
+pass yields is a function of its plan alone, so batches are the same bit for bit
+either way.
 
-What it holds, and when it lets go: from the last buffer's drain to the next
-``iter()``, one buffer (two with paired reads, which it reads only in passes of
-4 buffers or more: they hold three while the pair ``(2, 3)`` is read) and the
-read-ahead's pieces: what a pass holds while it drains a buffer and builds the
-next, so no more than a pass's peak (docs/memory.md), plus the next pass's plan.
-It is released, its threads stopped and joined (at most ``JOIN_SECONDS``; a read
-in flight then ends on its own), by ``close()``, by ``set_epoch`` to another
-epoch, by ``load_state_dict``, when the dataset is garbage collected, before the
-process forks (no reader thread inside pyarrow at a fork), when the next pass's
-plan differs, and ``next_pass_seconds`` (default 30) after the pass ends if no
-pass claims it: a validation loop that runs between two epochs holds it that
-long, at no CPU cost. ``next_pass_seconds=0`` (or ``prefetch_partitions=0``)
-turns it off; it is also off where the next pass's plan (``PLAN_BYTES_PER_PIECE``
-per piece, held beside this pass's) would take more than ``1 / PLAN_SHARE`` of a
-buffer, with ``on_error="skip"`` (a skip is recorded and
-warned by the pass that reads it), for elastic resumes and, in a DataLoader
-worker, for the worker's first pass (a worker that is not persistent ends after
-it). A file changed since the dataset was opened is caught as today: local files
-are checked again (``Source.unchanged``, one ``stat`` each) before the buffer is
-used, and a change drops it, so the pass reads the file itself and raises
-today's error; remote files are checked by their reads only, as in a pass. An
-exception in the read ahead is never raised there: the pass drops what was read
-and reads again.
+What it holds, and when it lets go: from the last step's drain to the next
+``iter()``, the next pass's first units and its plan. It is released, its thread
+stopped and joined (at most ``JOIN_SECONDS``; a read in flight then ends on its
+own), by ``close()``, by ``set_epoch`` to another epoch, by ``load_state_dict``,
+when the dataset is garbage collected, before the process forks (no reader
+thread inside pyarrow at a fork), when the next pass's plan differs, and
+``next_pass_seconds`` (default 30) after the pass ends if no pass claims it: a
+validation loop that runs between two epochs holds it that long, at no CPU cost.
+``next_pass_seconds=0`` (or ``prefetch_partitions=0``) turns it off; it is also
+off with ``on_error="skip"`` (a skip is recorded and warned by the pass that
+reads it), with a device feed (its pool lives on the device), for elastic resumes
+and, in a DataLoader worker, for the worker's first pass (a worker that is not
+persistent ends after it). A file changed since the dataset was opened is caught
+as today: local files are checked again (``Source.unchanged``, one ``stat``
+each) before the units are used, and a change drops them, so the pass reads the
+file itself and raises today's error; remote files are checked by their reads
+only, as in a pass. An exception in the read ahead is never raised there: the
+pass drops what was read and reads again.
 
 What it receives: a ``NextPass``, built by the dataset (``WindowDataset._next_pass``)
 and put in a pass's values (``runtime.values.PassValues.next_pass``), holds the
-dataset's ``Slot``, its settings and what a pass's buffers depend on as values,
+dataset's ``Slot``, its settings and what a pass's units depend on as values,
 and what must be asked when the read-ahead starts (the epoch ``set_epoch`` chose,
 the worker's pass count, a plan, pass values) as callables; never the dataset's
 members. A read-ahead keeps its key's values and its plan, and watches the
-``Slot`` weakly: the threads and the expiry timer never keep the dataset alive.
-
-In the pool order (``runtime.pool``) the same hook reads, once the consumer
-takes a pass's last step, the next pass's first units (its fill, ``PoolPlan.fill``:
-about ``POOL_FIRST_BYTES`` decoded) into that pass's own pool arrays
-(``UnitReads``): nothing is built ahead, and the pass that claims them reads the
-rest of its fill at once (``Prefetcher.widen``). Not with a device feed.
+``Slot`` weakly: the thread and the expiry timer never keep the dataset alive.
 
 The trade-off: the first batch of a pass comes sooner (or at once) for memory
 the pass already had and a thread that waits between passes; a pass that is
-not the one predicted wastes one first buffer's reads.
+not the one predicted wastes its first units' reads.
 """
 
 from __future__ import annotations
@@ -74,20 +61,16 @@ from dask_windows.planning.pool import PoolPlan
 from dask_windows.planning.world import World
 from dask_windows.runtime.detect import in_worker
 from dask_windows.runtime.pool import UnitReads
-from dask_windows.runtime.prefetch import Ahead, GuardedThread, Prefetcher
+from dask_windows.runtime.prefetch import GuardedThread
 from dask_windows.tuning import NEXT_PASS_JOIN_SECONDS as JOIN_SECONDS
-from dask_windows.tuning import NEXT_PASS_SECONDS, PLAN_BYTES_PER_PIECE, PLAN_SHARE
+from dask_windows.tuning import NEXT_PASS_SECONDS
 
 if TYPE_CHECKING:
-    from dask_windows.planning.plan import EpochPlan
-    from dask_windows.runtime.reading import Reads
     from dask_windows.runtime.values import PassValues
 
 __all__ = [
     "JOIN_SECONDS",
     "NEXT_PASS_SECONDS",
-    "PLAN_BYTES_PER_PIECE",
-    "PLAN_SHARE",
     "NextPass",
     "Slot",
     "begin",
@@ -105,15 +88,12 @@ _LIVE: weakref.WeakSet[_NextPass] = weakref.WeakSet()  # read-aheads not yet tak
 
 
 class _NextPass:
-    """One pass's readers and builder, started ahead of its ``iter()``; taken once or released once."""
+    """One pass's first units, read ahead of its ``iter()``; taken once or released once."""
 
-    def __init__(
-        self, slot: Slot, key: tuple, plan: Any, reads: Reads | UnitReads, builder: Ahead | None, seconds: float
-    ) -> None:
+    def __init__(self, slot: Slot, key: tuple, plan: PoolPlan, reads: UnitReads, seconds: float) -> None:
         self.pid = os.getpid()  # a forked DataLoader worker inherits the attribute, not the threads
         self.key, self.plan, self.seconds = key, plan, seconds
-        self.reads: Reads | UnitReads | None = reads
-        self.builder: Ahead | None = builder
+        self.reads: UnitReads | None = reads
         self.done = threading.Event()  # taken or released: the timer stops waiting
         self._lock = threading.Lock()
         self._timer: threading.Thread | None = None
@@ -141,10 +121,8 @@ class _NextPass:
             self.shutdown()
 
     def shutdown(self) -> None:
-        """After ``take``: stop the builder and the readers, join them at most ``JOIN_SECONDS`` each."""
-        reads, builder, self.reads, self.builder = self.reads, self.builder, None, None
-        if builder is not None and reads is not None:
-            builder.close(lambda: reads.reader.close(timeout=JOIN_SECONDS), timeout=JOIN_SECONDS)
+        """After ``take``: stop the reader, join it at most ``JOIN_SECONDS``."""
+        reads, self.reads = self.reads, None
         if reads is not None:
             reads.reader.close(timeout=JOIN_SECONDS)
             reads.source_reader.close()
@@ -166,19 +144,12 @@ class _NextPass:
         self._timer = timer
 
     def failed(self) -> bool:
-        """Whether the read ahead raised (the exception waits in the builder's or the readers' results)."""
-        return bool(
-            (self.builder is not None and self.builder.failed) or (self.reads is not None and self.reads.reader.failed)
-        )
+        """Whether the read ahead raised (the exception waits in the reader's results)."""
+        return bool(self.reads is not None and self.reads.reader.failed)
 
     def partitions_read(self) -> list[int]:
-        """Partitions whose pieces the readers have begun to read."""
-        if isinstance(self.reads, UnitReads):
-            return self.reads.partitions_read()
-        reader = self.reads.reader if self.reads is not None else None
-        if not isinstance(reader, Prefetcher):
-            return []
-        return sorted({unit[0].partition for unit in reader.keys[: reader.started]})
+        """Partitions whose units the reader has begun to read."""
+        return [] if self.reads is None else self.reads.partitions_read()
 
 
 class Slot:
@@ -236,13 +207,13 @@ class NextPass:
     row_offsets: Any
     epoch: Callable[[], int]
     worker_passes: Callable[[], int]
-    plan: Callable[[World, int, int], EpochPlan]
+    plan: Callable[[World, int, int], PoolPlan]
     pass_values: Callable[[], PassValues]
 
-    def claim(self, plan: Any, this_pass: tuple) -> tuple[Any, Ahead | None] | None:
+    def claim(self, plan: PoolPlan, this_pass: tuple) -> UnitReads | None:
         return claim(self, plan, this_pass)
 
-    def wanted(self, reads: Any, plan: Any) -> bool:
+    def wanted(self, reads: UnitReads, plan: PoolPlan) -> bool:
         return wanted(self, reads, plan)
 
     def begin(self, epoch: int, world: World) -> _NextPass | None:
@@ -264,38 +235,16 @@ def _same(a: tuple, b: tuple) -> bool:
     return a[0] == b[0] and len(a[1]) == len(b[1]) and all(x is y for x, y in zip(a[1], b[1]))
 
 
-def wanted(ahead: NextPass, reads: Reads | UnitReads, plan: Any) -> bool:
-    """Whether the pass of ``plan``, served by ``reads``, reads the next pass's first buffer (the pool
-    order: its first units) ahead.
+def wanted(ahead: NextPass, reads: UnitReads, plan: PoolPlan) -> bool:
+    """Whether the pass of ``plan``, served by ``reads``, reads the next pass's first units ahead.
 
-    Not with a device feed in the pool order (its pool lives on the device).
-    Not where the next pass's plan, held
-    beside this pass's from the last buffer on, would take more than ``1 / PLAN_SHARE`` of a buffer's
-    memory (``PLAN_BYTES_PER_PIECE`` per piece: many pieces of a few rows, as 1,024 pieces of 64
-    rows per partition of a memmap give).
+    Not with a device feed (its pool lives on the device), without a reader thread, with
+    ``on_error="skip"``, nor in a DataLoader worker's first pass (its process may end with it: not
+    persistent).
     """
-    if ahead.seconds <= 0 or ahead.on_error != "raise":
+    if ahead.seconds <= 0 or ahead.on_error != "raise" or not reads.background or reads.device is not None:
         return False
-    if not reads.background:  # no reader threads
-        return False
-    if isinstance(reads, UnitReads):
-        return reads.device is None and (not in_worker() or ahead.worker_passes() >= 2)
-    if _plan_bytes(plan) * PLAN_SHARE > _buffer_bytes(ahead):
-        return False  # the next pass's plan would weigh beside the buffers: many pieces of a few rows
-    # Not in a DataLoader worker's first pass: its process may end with it (not persistent).
     return not in_worker() or ahead.worker_passes() >= 2
-
-
-def _plan_bytes(plan: EpochPlan) -> int:
-    """About what a plan and its pass's unit tables hold in memory (``PLAN_BYTES_PER_PIECE`` per piece)."""
-    return PLAN_BYTES_PER_PIECE * sum(len(group) for group in plan.buffers)
-
-
-def _buffer_bytes(ahead: NextPass) -> int:
-    """About the decoded bytes of one buffer: ``buffer_partitions`` partitions of the mean size."""
-    partitions = ahead.source.partitions
-    rows = sum(p.num_rows for p in partitions) / max(len(partitions), 1)
-    return int(rows * ahead.spec.buffer_partitions * len(ahead.spec.features) * 4)
 
 
 def begin(ahead: NextPass, epoch: int, world: World) -> _NextPass | None:
@@ -313,51 +262,28 @@ def begin(ahead: NextPass, epoch: int, world: World) -> _NextPass | None:
         The read-ahead (``arm`` it when the pass that started it ends), or ``None``. Never raises:
         whatever goes wrong here is left for the pass itself to meet.
     """
-    opened: Reads | UnitReads | None = None  # closed if starting fails
+    opened: UnitReads | None = None  # closed if starting fails
     try:
         release(ahead.slot)  # an earlier one no pass took
-        from dask_windows.runtime import reading
-        from dask_windows.runtime.pipeline import start_builder
-        from dask_windows.sources import PartitionReader
-
         pinned = ahead.epoch()  # this pass's epoch, or the one set_epoch chose since it began
         epoch = pinned if pinned != epoch else epoch + 1
         plan = ahead.plan(world, 0, epoch)
-        if plan.num_windows <= 0:
-            return None
         values = ahead.pass_values()  # (the threads hold these values, not the dataset)
-        if isinstance(plan, PoolPlan):  # the pool order: its first units, into the next pass's own pool arrays
-            if values.device is not None or not values.reads.spec.prefetch_partitions:
-                return None
-            units = opened = UnitReads(values, plan, first_units=plan.fill or plan.spread)
-            pending = _NextPass(ahead.slot, _key(ahead, epoch, world), plan, units, None, ahead.seconds)
-            ahead.slot.pending = pending
-            return pending
-        reads = opened = reading.open_reads(values, plan)
-        arena = reads.arena
-        if not reads.background or arena is None:
-            reads.close()
+        if plan.num_windows <= 0 or values.device is not None or not values.reads.spec.prefetch_partitions:
             return None
-        r = values.reads
-
-        def reread(seg: Any) -> Any:
-            return reading.read_part(r, seg, PartitionReader(r.source, [seg.partition], r.columns))
-
-        builder = start_builder(
-            plan, reading._flat(reads.reader), r.grid, r.row_offsets, r.spec, values.normalize,
-            reread, arena.release, arena.planned_starts, values.device,  # device=: rows sent as built
-        )  # fmt: skip
+        # its first units (its fill), into the next pass's own pool arrays
+        opened = UnitReads(values, plan, first_units=plan.fill or plan.spread)
     except Exception:  # the pass reads it again and raises then, if it still fails
-        log.debug("reading the next pass's first buffer ahead failed; the pass will read it", exc_info=True)
+        log.debug("reading the next pass's first units ahead failed; the pass will read them", exc_info=True)
         if opened is not None:
             opened.close()
         return None
-    pending = _NextPass(ahead.slot, _key(ahead, epoch, world), plan, reads, builder, ahead.seconds)
+    pending = _NextPass(ahead.slot, _key(ahead, epoch, world), plan, opened, ahead.seconds)
     ahead.slot.pending = pending
     return pending
 
 
-def planned(ahead: NextPass, epoch: int, world: World, skip: int) -> EpochPlan | None:
+def planned(ahead: NextPass, epoch: int, world: World, skip: int) -> PoolPlan | None:
     """The plan the read-ahead was started from, when it is the plan of this pass (``skip`` batches
     skipped, none for a read-ahead); else ``None``. Plans are pure: the same key, the same plan."""
     pending = ahead.slot.pending
@@ -366,8 +292,8 @@ def planned(ahead: NextPass, epoch: int, world: World, skip: int) -> EpochPlan |
     return pending.plan if _same(pending.key, _key(ahead, epoch, world)) else None
 
 
-def claim(ahead: NextPass, plan: Any, this_pass: tuple) -> tuple[Any, Ahead | None] | None:
-    """The reads and builder of ``plan`` started ahead for this pass, or ``None`` (what was read is dropped).
+def claim(ahead: NextPass, plan: PoolPlan, this_pass: tuple) -> UnitReads | None:
+    """The reads of ``plan`` started ahead for this pass, or ``None`` (what was read is dropped).
 
     Args:
         ahead: The hook of the dataset whose pass starts.
@@ -381,14 +307,13 @@ def claim(ahead: NextPass, plan: Any, this_pass: tuple) -> tuple[Any, Ahead | No
         return None  # a forked process's copy: the threads are the parent's
     if not pending.take():
         return None  # released meanwhile (timer)
-    reads, builder = pending.reads, pending.builder
+    reads = pending.reads
     same = _same(pending.key, _key(ahead, *this_pass)) and (pending.plan is plan or pending.plan == plan)
-    built = builder is not None or isinstance(reads, UnitReads)  # (the pool order reads ahead, builds nothing)
-    if not same or reads is None or not built or pending.failed() or not _unchanged(ahead, pending):
+    if not same or reads is None or pending.failed() or not _unchanged(ahead, pending):
         pending.shutdown()
         return None
-    pending.reads = pending.builder = None
-    return reads, builder
+    pending.reads = None
+    return reads
 
 
 def _unchanged(ahead: NextPass, pending: _NextPass) -> bool:

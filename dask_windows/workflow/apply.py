@@ -139,9 +139,6 @@ class WorkflowReader:
             self.source.transform_range(p, self.columns, lo - a) for p, (lo, _), (a, _) in zip(pieces, ranges, wide)
         ]
 
-    def read_ranges_chunks(self, index: int, ranges: Sequence[tuple[int, int]]) -> None:
-        return None  # whole blocks only: a forward fill or lag needs its block's earlier rows
-
     def close(self) -> None:
         self.inner.close()
 

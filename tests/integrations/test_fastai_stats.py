@@ -55,7 +55,7 @@ def _fit(step: float, read_delay: float, caplog) -> list[str]:
                           pieces_per_partition=1, next_pass_seconds=0)  # fmt: skip
     train, valid = ds.split(valid=0.25)
     if read_delay:
-        train.source.read_ranges = SlowReads(train.source.read_ranges, read_delay)
+        train.source.read_rows = SlowReads(train.source.read_rows, read_delay)
     dls = WindowDataLoaders.from_datasets(train, valid, device=torch.device("cpu"))
     learn = Learner(dls, Sleepy(step), loss_func=lambda pred, *yb: pred.pow(2).mean())
     with caplog.at_level(logging.INFO, logger=LOGGER):

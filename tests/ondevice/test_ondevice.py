@@ -12,7 +12,6 @@ from __future__ import annotations
 import gc
 import os
 import pickle
-import threading
 
 import numpy as np
 import pytest
@@ -240,29 +239,6 @@ def test_dataloader_workers_are_refused_with_the_remedy(data):
     assert "num_workers=0" in message and "device='cpu'" in message
     same = list(torch.utils.data.DataLoader(_open(root, "cpu"), batch_size=None, num_workers=0))
     _equal(list(_open(root)), same)
-
-
-def test_each_buffer_is_sent_once_ahead_on_the_builder_thread_and_at_most_two_are_resident(data, monkeypatch):
-    root, frames = data
-    senders = []
-    sent = Traffic.sent
-
-    def record(self, nbytes):
-        senders.append(threading.current_thread().name)
-        sent(self, nbytes)
-
-    monkeypatch.setattr(Traffic, "sent", record)
-    # a partition per row group of 40 rows, a buffer per partition: about 25 buffers; one epoch's sends
-    ds = _open(root, "cpu", partition_bytes=1, batch_size=5, targets=["y"], next_pass_seconds=0)
-    count = sum(1 for _ in ds)
-    traffic = ds.device_traffic
-    assert traffic.buffers == len(senders) == int((ds.windows_per_partition > 0).sum()) >= 20
-    # sent by the builder (while the consumer drains the buffer before), never by the consumer
-    assert set(senders) == {"dask-windows-build"} and traffic.sent_late == 0
-    assert 1 <= traffic.peak_resident <= 2 and traffic.resident == 0
-    rows = sum(len(f) for f in frames)  # every row about once (features and target, float32; halos at cuts)
-    assert rows * 4 * 4 * 0.6 < traffic.row_bytes <= rows * 4 * 4 * 1.25
-    assert traffic.index_bytes == 8 * ds.num_windows and traffic.batches == count
 
 
 def test_bytes_sent_at_stride_one_are_far_fewer_than_the_host_batches(data):

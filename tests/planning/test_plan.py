@@ -1,4 +1,5 @@
-"""Property tests of the plan arithmetic: exact shares across ranks and workers, and skipping."""
+"""Property tests of the plan arithmetic for whole partitions (a pool of ``buffer_partitions`` partitions):
+exact shares across ranks and workers, and skipping."""
 
 from __future__ import annotations
 
@@ -6,10 +7,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dask_windows.planning.plan import batches_per_rank, epoch_order, plan_reader, rng_for, worker_batch_range
+from dask_windows.planning.plan import batches_per_rank, epoch_order, worker_batch_range
+from dask_windows.planning.pool import plan_pool, reader_windows
 from dask_windows.planning.resume import round_robin
 from dask_windows.planning.world import World
-from dask_windows.runtime.buffer import permute_windows
 
 configs = st.fixed_dictionaries(
     {
@@ -27,33 +28,31 @@ configs = st.fixed_dictionaries(
 
 
 def plan(cfg: dict, rank: int, worker: int, skip_batches: int = 0):
+    """Whole partitions: the pool plan of one unit per partition, ``buffer_partitions`` resident (one run of
+    ``counts[p]`` windows at stride 1 and span 1 per partition)."""
     world = World(rank, cfg["world_size"], worker, cfg["num_workers"])
-    keys = ("seed", "epoch", "shuffle", "batch_size", "drop_last", "buffer_partitions")
-    return plan_reader(np.array(cfg["counts"]), world, skip_batches=skip_batches, **{k: cfg[k] for k in keys})
+    counts = [int(c) for c in cfg["counts"]]
+    first = [np.zeros(1, np.int64) for _ in counts]
+    runs = [np.array([c], np.int64) for c in counts]
+    bounds = [np.array([0, c], np.int64) for c in counts]
+    keys = ("seed", "epoch", "shuffle", "batch_size", "drop_last")
+    return plan_pool(
+        first, runs, 1, 1, bounds, world, pool_rows=0, skip_batches=skip_batches,
+        resident=cfg["buffer_partitions"], **{k: cfg[k] for k in keys},
+    )  # fmt: skip
 
 
 def epoch_positions(cfg: dict, p) -> np.ndarray:
-    """Epoch-order position of each window a plan covers (skip included), in plan order."""
+    """Epoch-order position of each window a plan yields, in the order it yields them."""
     counts = np.array(cfg["counts"], dtype=np.int64)
     order = epoch_order(len(counts), cfg["seed"], cfg["epoch"], cfg["shuffle"])
     start_of = dict(zip(order.tolist(), (np.cumsum(counts[order]) - counts[order]).tolist()))
-    segments = [seg for group in p.buffers for seg in group]
-    pieces = [start_of[s.partition] + np.arange(s.lo, s.hi) for s in segments]
-    return np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
+    return np.array([start_of[q] + w for q, w in reader_windows(p)], np.int64)
 
 
 def batch_stream(cfg: dict, p) -> list[list[int]]:
-    """The batches a plan yields, as epoch positions, drawn the way ``buffer.stream`` draws them."""
-    counts = np.array(cfg["counts"], dtype=np.int64)
-    order = epoch_order(len(counts), cfg["seed"], cfg["epoch"], cfg["shuffle"])
-    start_of = dict(zip(order.tolist(), (np.cumsum(counts[order]) - counts[order]).tolist()))
-    drawn = []
-    for group, entropy in zip(p.buffers, p.buffer_seeds):
-        windows = np.concatenate([start_of[s.partition] + np.arange(s.lo, s.hi) for s in group])
-        if cfg["shuffle"]:
-            permute_windows(windows, rng_for(*entropy))
-        drawn.append(windows)
-    flat = np.concatenate(drawn)[p.skip : p.skip + p.num_windows] if drawn else np.zeros(0, np.int64)
+    """The batches a plan yields, as epoch positions."""
+    flat = epoch_positions(cfg, p)
     b = cfg["batch_size"]
     return [flat[i : i + b].tolist() for i in range(0, len(flat), b)]
 
@@ -73,8 +72,9 @@ def test_readers_split_the_epoch_exactly(cfg):
         last_with_batches = max((w for w, (b0, b1) in enumerate(blocks) if b1 > b0), default=-1)
         for worker in range(nw):
             p = plan(cfg, rank, worker)
-            positions = epoch_positions(cfg, p)
+            positions = np.sort(epoch_positions(cfg, p))
             assert p.skip == 0 and len(positions) == p.num_windows
+            assert len({u.partition for u in p.units}) == len(p.units)  # one unit per partition
             # Only the rank's last worker with batches may end with a partial batch.
             if worker == last_with_batches:
                 assert (p.num_batches - 1) * b < p.num_windows <= p.num_batches * b
@@ -86,6 +86,8 @@ def test_readers_split_the_epoch_exactly(cfg):
         got = np.concatenate(rank_positions)
         # Workers take contiguous blocks of the rank's slice of the epoch order, in worker order.
         np.testing.assert_array_equal(got, np.arange(rank * share, rank * share + used))
+        for p in (plan(cfg, rank, w) for w in range(nw)):  # at most buffer_partitions partitions resident
+            assert p.spread <= cfg["buffer_partitions"] or not p.units
         seen.append(got)
     union = np.concatenate(seen)
     assert len(np.unique(union)) == len(union)  # no window read by two readers
@@ -102,11 +104,8 @@ def test_skip_batches_drops_the_first_batches(cfg, data):
     skipped = plan(cfg, rank, worker, skip_batches=k)
     assert batch_stream(cfg, skipped) == batch_stream(cfg, full)[k:]
     assert skipped.num_batches == max(full.num_batches - k, 0)
-    # Buffers wholly inside the skipped batches are not read at all.
-    skipped_windows = min(k, full.num_batches) * cfg["batch_size"]
-    sizes = [sum(s.num_windows for s in group) for group in full.buffers]
-    finished = int(np.searchsorted(np.cumsum(sizes), skipped_windows, side="right"))
-    assert skipped.buffers == full.buffers[finished:]
+    # Partitions whose windows were all drawn before the resume are not read at all.
+    assert skipped.units == full.units and skipped.first_unit >= full.first_unit
 
 
 @settings(max_examples=300, deadline=None)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from test_pool_plan import layouts
 
 from dask_windows.planning.division import reader_span
-from dask_windows.planning.plan import _segments, epoch_order, rng_for
+from dask_windows.planning.plan import Segment, epoch_order, rng_for, segment_arrays
 from dask_windows.planning.pool import (
     BLOCK_BATCHES,
     PoolPlan,
@@ -84,7 +84,8 @@ def old_plan_pool(
     total = int(counts.sum())
     lo, hi, reader_batches, skip_batches = reader_span(total, world, batch_size, drop_last, skip_batches)
     order = epoch_order(len(counts), seed, epoch, shuffle)
-    segments = _segments(order, np.zeros(len(order), np.int64), counts[order], lo, hi)
+    arrays = segment_arrays(order, np.zeros(len(order), np.int64), counts[order], lo, hi)
+    segments = [Segment(p, a, b) for p, a, b in zip(*(v.tolist() for v in arrays))]
     atoms = old_atoms(segments, grid_first, grid_counts, stride, span, bounds)
     entropy = (seed, epoch, world.rank, world.world_size, world.worker, world.num_workers)
     # The most rows a unit may place: its windows and those across both of its cuts.

@@ -22,9 +22,9 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from dask_windows.errors import ConfigError
 from dask_windows.planning.plan import worker_batch_range
+from dask_windows.planning.pool import reader_steps
 from dask_windows.planning.resume import round_robin
 from dask_windows.planning.world import World
-from dask_windows.runtime.buffer import piece_units
 
 SIZES = [40, 150, 60, 130, 45, 170, 55, 120]
 SETTINGS = {
@@ -32,7 +32,7 @@ SETTINGS = {
     "window": 7,
     "batch_size": 6,
     "buffer_partitions": 2,
-    "pieces_per_partition": 1,  # the buffer order of whole partitions (the pool order: tests/test_pool_plan.py)
+    "pieces_per_partition": 1,  # whole partitions (a pool of buffer_partitions of them)
     "targets": ["y"],
     "horizon": 2,
 }
@@ -60,20 +60,21 @@ def interrupt_points(root: str, num_workers: int) -> dict[str, int]:
     ds.set_epoch(EPOCH)
     readers = max(num_workers, 1)
     plan = ds._plan(World(0, 1, 0, readers))
-    edge = sum(s.num_windows for s in plan.buffers[0]) / SETTINGS["batch_size"]  # worker 0's first buffer end
+    sizes = [len(w) for w in reader_steps(plan, lambda i: np.arange(plan.units[i].num_windows))]  # windows per step
+    edge = sizes[0] / SETTINGS["batch_size"]  # worker 0's first step end
     points = {
         "first": 1,
         "inside": int(edge // 2) * readers,
-        "edge_straddle": int(np.floor(edge)) * readers,  # the next batch spans two buffers
-        "edge_after": int(np.ceil(edge)) * readers,  # the next batch starts in the second buffer
+        "edge_straddle": int(np.floor(edge)) * readers,  # the next batch spans two steps
+        "edge_after": int(np.ceil(edge)) * readers,  # the next batch starts in the second step
         "last_buffer": len(ds) - 3,
         "last_batch": len(ds) - 1,
     }
-    ends = np.cumsum([sum(s.num_windows for s in group) for group in plan.buffers])
+    ends = np.cumsum(sizes)
     exact = [int(e) // SETTINGS["batch_size"] * readers for e in ends if e % SETTINGS["batch_size"] == 0]
-    if exact:  # the state ends exactly where a buffer ends
+    if exact:  # the state ends exactly where a step ends
         points["edge_exact"] = min(exact[0], len(ds))
-    assert len(plan.buffers) >= 2 and 0 < points["inside"] < points["edge_straddle"] < points["last_buffer"]
+    assert len(sizes) >= 2 and 0 < points["inside"] < points["edge_straddle"] < points["last_buffer"]
     return points
 
 
@@ -118,12 +119,17 @@ def test_resume_in_a_new_process_matches_the_uninterrupted_run(root, tmp_path, k
         consumed, _ = round_robin(per_worker, k)
         expected = []
         for role, skip in enumerate(consumed):
-            expected += [unit[0].partition for unit in piece_units(ds._plan(World(0, 1, role, readers), int(skip)))]
+            expected += units_read(ds._plan(World(0, 1, role, readers), int(skip)))
         got = reads(job["log"])
         assert sorted(got) == sorted(expected), name
         if name in ("last_buffer", "last_batch"):  # far fewer pieces read than a whole epoch reads
-            whole = sum(len(piece_units(ds._plan(World(0, 1, role, readers)))) for role in range(readers))
-            assert len(got) < whole // 2
+            whole = sum(len(units_read(ds._plan(World(0, 1, role, readers)))) for role in range(readers))
+            assert len(got) <= whole // 2  # (the units resident at the resume point are read again)
+
+
+def units_read(plan) -> list[int]:
+    """The partition of each unit a pass over ``plan`` reads (units finished before a resume are not)."""
+    return [u.partition for u in plan.units[plan.first_unit :] if u.fresh[1] > u.fresh[0]]
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
@@ -263,3 +269,14 @@ def test_a_pool_state_saved_before_the_progressive_fill_is_refused(root):
     state["dataset"] = {**state["dataset"], "order": "pool-1"}
     with pytest.raises(ConfigError, match="order: 'pool-1' in the state, 'pool-2' here.*start the epoch over"):
         open_dataset(root, **pool).load_state_dict(state)
+
+
+def test_a_whole_partition_state_saved_by_the_buffer_order_is_refused(root):
+    """Whole partitions are now a pool of ``buffer_partitions`` partitions (order "partitions-2"): a state the
+    buffer order saved (it recorded no order) would resume into other batches, so it is refused by name."""
+    state = open_dataset(root, **SETTINGS).state_dict(batches=2, num_workers=0)
+    assert state["dataset"]["order"] == "partitions-2"
+    open_dataset(root, **SETTINGS).load_state_dict(state)
+    state["dataset"] = {k: v for k, v in state["dataset"].items() if k != "order"}
+    with pytest.raises(ConfigError, match="order: None in the state, 'partitions-2' here.*start the epoch over"):
+        open_dataset(root, **SETTINGS).load_state_dict(state)

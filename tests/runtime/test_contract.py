@@ -1,7 +1,7 @@
 """The runtime's contract: every allocator x batch output x source x order gives the oracle's windows.
 
 A pass is driven through its runtime entry point (``runtime.pool.pool_batches`` for the pool order,
-``runtime.reading.batches`` for whole partitions) with frozen values (``runtime.values``) whose
+whole partitions too) with frozen values (``runtime.values``) whose
 seams (``runtime.seams``) are injected with ``dataclasses.replace``, never monkeypatched:
 
 * allocator: plain numpy (``NumpyAllocator``) or shared slots (``speedups.slots.SlotAllocator``, which
@@ -27,7 +27,6 @@ from helpers import oracle_starts, write_parquet
 
 from dask_windows.dataset import WindowDataset
 from dask_windows.planning.world import World
-from dask_windows.runtime import reading
 from dask_windows.runtime.pool import pool_batches
 from dask_windows.runtime.seams import NumpyAllocator, NumpyOutput, PinnedOutput, TorchOutput
 from dask_windows.speedups.slots import SlotAllocator
@@ -98,7 +97,7 @@ def _run(ds: WindowDataset, **seams) -> list[tuple[np.ndarray, ...]]:
     """One pass of epoch 0 through the runtime entry point of ``ds``'s order, with ``seams`` injected."""
     values = dataclasses.replace(ds._pass_values(), **seams)
     plan = ds._plan(World(), 0, 0)
-    run = pool_batches if ds.spec.buffer_bytes is not None else reading.batches
+    run = pool_batches
     return [tuple(np.array(t) for t in batch) for batch in run(values, plan)]  # copies: arrays may be reused
 
 
@@ -146,7 +145,7 @@ def test_numpy_output_yields_arrays_and_torch_output_tensors(data):
 def test_pinned_output_gives_the_same_batches(data, order):  # pragma: no cover - CUDA machines
     ds = _dataset(data, "parquet", order)
     pinned = dataclasses.replace(ds._pass_values(), output=PinnedOutput(True))
-    run = pool_batches if ds.spec.buffer_bytes is not None else reading.batches
+    run = pool_batches
     batches = list(run(pinned, ds._plan(World(), 0, 0)))
     assert all(t.is_pinned() for batch in batches for t in batch)
     assert _same([tuple(t.numpy() for t in b) for b in batches], _run(ds))
@@ -168,7 +167,7 @@ class _Passes(torch.utils.data.IterableDataset):
     def __iter__(self):
         for key, ds in self.datasets.items():
             values = dataclasses.replace(ds._pass_values(), allocator=SlotAllocator(), output=TorchOutput(True))
-            run = pool_batches if ds.spec.buffer_bytes is not None else reading.batches
+            run = pool_batches
             for batch in run(values, ds._plan(World(), 0, 0)):
                 yield key, batch
 

@@ -84,9 +84,11 @@ def test_every_batch_equals_the_oracle(full, root, path, layout, horizon, target
         assert got[0].is_contiguous() and got[0].shape[0] <= BATCH
         rows = got[-1].numpy()
         want = expected_x(full, rows, layout)
-        if normalize == "sample":
+        if normalize == "sample":  # from the pool's window table: within its tolerance (runtime.window_table)
             want = standardize_windows(np.ascontiguousarray(want), layout == "NCL", 1e-8)
-        np.testing.assert_array_equal(got[0].numpy(), want)
+            np.testing.assert_allclose(got[0].numpy(), want, rtol=1e-4, atol=2e-4)
+        else:
+            np.testing.assert_array_equal(got[0].numpy(), want)
         if targets:
             np.testing.assert_array_equal(got[1].numpy(), expected_y(full, rows, horizon))
     rows = np.concatenate([b[-1].numpy() for b in kept])

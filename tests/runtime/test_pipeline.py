@@ -1,11 +1,10 @@
-"""The background pipeline (reader threads, builder thread, lazy permutation) against brute force."""
+"""The background pipeline (reader thread, builder thread) of whole partitions and the default order against
+brute force."""
 
 from __future__ import annotations
 
 import gc
-import itertools
 import os
-import threading
 import traceback
 
 import numpy as np
@@ -17,18 +16,10 @@ from helpers import make_frames, oracle_starts, threads_started_here, write_parq
 import dask_windows as dw
 from dask_windows.errors import DataError
 from dask_windows.planning.mixing import plan_batches
-from dask_windows.planning.plan import rng_for
-from dask_windows.runtime import buffer
 
 
 def loader_threads() -> list[str]:
     return [t.name for t in threads_started_here("dask-windows-")]
-
-
-@pytest.fixture(autouse=True)
-def small_head(monkeypatch):
-    # A head of 50 positions: the first buffer's tail (shuffled after it is handed over) is exercised.
-    monkeypatch.setattr(buffer, "HEAD", 50)
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +36,9 @@ def root(frames, tmp_path_factory):
 
 def make(root, **kw):
     args = dict(features=["f0", "f1"], targets=["y"], series="sid", window=6, batch_size=64, return_index=True)
-    args["pieces_per_partition"] = 1  # the buffer order's buffers (whole partitions; the pool order: test_pool_plan)
+    args["pieces_per_partition"] = (
+        1  # whole partitions (a pool of buffer_partitions of them; the default: test_pool_plan)
+    )
     args.update(kw)
     return dw.WindowDataset(root, **args)
 
@@ -80,12 +73,6 @@ def test_every_window_once_values_and_order_are_the_same_with_or_without_threads
     assert all(np.array_equal(p, b[-1]) for p, b in zip(planned, runs[1])) and len(planned) == len(runs[1])
 
 
-def test_first_buffer_is_larger_than_the_head(root):
-    ds = make(root, buffer_partitions=2, pieces_per_partition=1)
-    first = ds._plan(dw.planning.world.World(0, 1, 0, 1)).buffers[0]
-    assert sum(seg.num_windows for seg in first) > 3 * 32 > buffer.HEAD  # the lazy tail is exercised
-
-
 def test_same_seed_and_epoch_same_batches_other_epoch_other_order(root):
     a, b = epoch(make(root, seed=5)), epoch(make(root, seed=5))
     assert all(np.array_equal(p[-1], q[-1]) for p, q in zip(a, b))
@@ -94,7 +81,7 @@ def test_same_seed_and_epoch_same_batches_other_epoch_other_order(root):
     assert not np.array_equal(np.concatenate([p[-1] for p in a]), np.concatenate([p[-1] for p in epoch(other)]))
 
 
-@pytest.mark.parametrize("stop", [1, 3, 70])  # inside the head of the first buffer, past it, a later buffer
+@pytest.mark.parametrize("stop", [1, 3, 70])  # in the first step, past it, a later one
 def test_resume_yields_exactly_the_rest(root, stop):
     kw = dict(buffer_partitions=2, pieces_per_partition=1, batch_size=32)
     full = epoch(make(root, **kw))
@@ -111,33 +98,6 @@ def test_resume_yields_exactly_the_rest(root, stop):
     assert all(np.array_equal(p[-1], q[-1]) and np.array_equal(p[0], q[0]) for p, q in zip(rest, full[stop:]))
 
 
-def test_permutation_is_a_deterministic_uniform_permutation(monkeypatch):
-    monkeypatch.setattr(buffer, "HEAD", 2)  # head of 2 Fisher-Yates steps, then the shuffled tail
-    n, draws = 4, 4800
-    counts: dict[tuple, int] = {}
-    for seed in range(draws):
-        order = np.arange(n)
-        buffer.permute_windows(order, rng_for(seed))
-        counts[tuple(order)] = counts.get(tuple(order), 0) + 1
-    assert sorted(counts) == sorted(itertools.permutations(range(n)))
-    expected = draws / 24
-    assert all(abs(c - expected) < 0.35 * expected for c in counts.values()), counts
-    a, b = np.arange(50), np.arange(50)
-    buffer.permute_windows(a, rng_for(1, 2))
-    buffer.permute_windows(b, rng_for(1, 2))
-    assert np.array_equal(a, b) and not np.array_equal(a, np.arange(50))
-
-
-def test_head_then_tail_equals_the_whole_permutation():
-    whole, lazy = np.arange(10_000), np.arange(10_000)
-    buffer.permute_windows(whole, rng_for(9))
-    rng = rng_for(9)
-    head = buffer.permute_head(lazy, rng)
-    assert head == buffer.HEAD
-    buffer.permute_tail(lazy, rng, head)
-    assert np.array_equal(whole, lazy)
-
-
 def test_an_error_in_the_builder_thread_surfaces_in_the_consumer(tmp_path):
     values = np.arange(4000, dtype=np.float32)
     values[3333] = np.nan
@@ -150,7 +110,7 @@ def test_an_error_in_the_builder_thread_surfaces_in_the_consumer(tmp_path):
         for _ in ds:
             pass
     frames = [f.name for f in traceback.extract_tb(info.value.__traceback__)]
-    assert "_check_nan" in frames  # raised where the buffer was built, traceback kept
+    assert "_check_nan" in frames  # raised where the step was built, traceback kept
     assert not loader_threads()
 
 
@@ -158,11 +118,11 @@ def test_no_thread_left_after_break_exhaustion_or_garbage_collection(root):
     ds = make(root, prefetch_partitions=2, pieces_per_partition=1, buffer_partitions=1)
     it = iter(ds)
     next(it)
-    assert "dask-windows-build" in loader_threads() and "dask-windows-prefetch" in loader_threads()
+    assert "dask-windows-build" in loader_threads() and "dask-windows-pool" in loader_threads()
     it.close()
     assert not loader_threads()
     list(ds)  # exhausted: only the next pass's read-ahead is left (nextpass), until close()
-    left = {"dask-windows-build", "dask-windows-prefetch", "dask-windows-prefetch-1", "dask-windows-next-pass"}
+    left = {"dask-windows-pool", "dask-windows-next-pass"}
     assert set(loader_threads()) <= left
     ds.close()
     assert not loader_threads()
@@ -175,32 +135,6 @@ def test_no_thread_left_after_break_exhaustion_or_garbage_collection(root):
         break
     gc.collect()
     assert not loader_threads()
-
-
-def test_the_first_buffers_partitions_are_read_at_once(root, monkeypatch):
-    """Reads of two partitions of the first buffer overlap: each one's first row group waits for the
-    other's to start (a serial reader would break the barrier and fail the pass)."""
-    from dask_windows.sources.parquet import ParquetSource
-
-    both = threading.Barrier(2, timeout=60)
-    seen: set[int] = set()
-    lock = threading.Lock()
-    read = ParquetSource._read_groups
-
-    def waiting_read(self, index, row_groups, columns):
-        with lock:
-            first = index not in seen and len(seen) < 2
-            seen.add(index)
-        if first:
-            both.wait()
-        return read(self, index, row_groups, columns)
-
-    ds = make(root)  # defaults: a buffer of two partitions' worth of pieces, two reader threads
-    monkeypatch.setattr(ParquetSource, "_read_groups", waiting_read)  # the pass's reads, not the opening's
-    got = epoch(ds)
-    assert not both.broken and len(seen) == 4
-    monkeypatch.setattr(ParquetSource, "_read_groups", read)
-    assert all(np.array_equal(a, b) for p, q in zip(got, epoch(make(root))) for a, b in zip(p, q))
 
 
 def test_an_iterator_left_open_at_exit_ends_quietly(root):

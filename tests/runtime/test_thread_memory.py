@@ -132,7 +132,7 @@ def test_a_next_pass_timer_that_cannot_start_releases_the_read_ahead(tmp_path):
     [
         pytest.param("pool", "dask-windows-pool", id="pool-order-reader"),
         pytest.param("pool", "dask-windows-build", id="pool-order-builder"),
-        pytest.param("whole", "dask-windows-prefetch", id="whole-partition-reader"),
+        pytest.param("whole", "dask-windows-pool", id="whole-partition-reader"),
         pytest.param("whole", "dask-windows-build", id="whole-partition-builder"),
     ],
 )

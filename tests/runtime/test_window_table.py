@@ -121,24 +121,15 @@ def _series_root(tmp_path, rows: int = 1_500) -> str:
     return root
 
 
-def _table_from(monkeypatch, head: int) -> None:
-    import dask_windows.runtime.buffer as buffer_module
-    import dask_windows.runtime.pipeline as pipeline_module
-
-    monkeypatch.setattr(buffer_module, "HEAD", head)
-    monkeypatch.setattr(pipeline_module, "HEAD", head)
-
-
 def _batches(ds) -> list[tuple[np.ndarray, ...]]:
     return [tuple(t.numpy().copy() for t in b) for b in ds]
 
 
 @pytest.mark.parametrize("layout", ["NCL", "NLC"])
 def test_stream_from_the_tables_is_deterministic_and_resumes_bit_for_bit(tmp_path, monkeypatch, layout):
-    """Buffers of 1,477 windows, the first 200 positions of each from the windows' values and the
-    rest from the table: with and without the builder thread, and resumed mid-buffer, the same
-    bits; every batch within the tolerance of the float64 reference."""
-    _table_from(monkeypatch, 200)
+    """Every window from its unit's table (built as the unit lands in the pool): with and without the
+    builder thread, and resumed mid-step, the same bits; every batch within the tolerance of the
+    float64 reference."""
     root = _series_root(tmp_path)
     kw = dict(features=["a", "b", "c"], series="sid", window=24, batch_size=50, return_index=True, layout=layout)
     kw.update(buffer_partitions=1, seed=5)
@@ -146,7 +137,7 @@ def test_stream_from_the_tables_is_deterministic_and_resumes_bit_for_bit(tmp_pat
     full = _batches(ds)
     assert len(full) > 60
     np.testing.assert_equal(_batches(dw.WindowDataset(root, normalize="sample", prefetch_partitions=0, **kw)), full)
-    for taken in (12, 37):  # past the head of the first buffer (1,477 windows), and of the second
+    for taken in (12, 37):
         partial = dw.WindowDataset(root, normalize="sample", **kw)
         it = iter(partial)
         for _ in range(taken):
@@ -171,7 +162,6 @@ def test_stream_from_the_tables_is_deterministic_and_resumes_bit_for_bit(tmp_pat
 def test_batches_gathered_into_worker_slots_are_standardised_from_the_tables(tmp_path, monkeypatch):
     """Batches of 288 KiB (DataLoader workers gather them straight into shared slots) standardised
     from the tables in the workers: the float64 reference."""
-    _table_from(monkeypatch, 300)
     root = _series_root(tmp_path, rows=4_000)
     kw = dict(features=["a", "b", "c"], series="sid", window=128, batch_size=192, return_index=True, seed=3)
     kw.update(buffer_partitions=1)

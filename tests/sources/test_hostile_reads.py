@@ -1,11 +1,11 @@
-"""Hostile input against the read paths of row-group partitions, kept heads and reused memory.
+"""Hostile input against the read paths of row-group partitions and reused memory.
 
 Every batch that comes back is compared with a brute-force oracle of the clean data (the values
 of the rows ``return_index`` names); a damaged, changed, deleted or truncated file must raise a
 ``SourceReadError`` naming it (and, for a damaged page, its column and row group) or be skipped
 per ``on_error`` (docs/checks.md) - never give other numbers, never hang. The damage is aimed at
-the new paths: the row groups whose heads are read or kept for halos (``parquet_heads``: files
-cut into a partition per row group), besides random data pages and footers, at fixed seeded positions. Then: two live iterators interleaved and one abandoned, NaN
+the row groups the pool reads (files cut into a partition per row group), besides random data
+pages and footers, at fixed seeded positions. Then: two live iterators interleaved and one abandoned, NaN
 and nulls in the kept heads, mixed schemas, row groups of one row, empty ones, windows longer
 than a row group, unsorted series; and real series bundled with statsmodels in 37-row row
 groups over several files, every window exactly once against numpy, with ``normalize="sample"``.
@@ -31,7 +31,6 @@ import dask_windows as dw
 from dask_windows.checks import SeriesOrderWarning
 from dask_windows.errors import DataError, SchemaError, SourceReadError
 from dask_windows.faults import SkippedPartitionWarning
-from dask_windows.sources.parquet import heads as parquet_heads
 
 ROW_GROUP = 23
 FEATURES = ["f0", "f1"]
@@ -147,17 +146,12 @@ def clean(frames, tmp_path_factory):
     _write(frames, root)
     want = oracle(frames, FEATURES, ["y"], window=8)
     assert sorted(want) == oracle_starts(frames, "sid", 8).tolist()
-    heads: list = []
-    kept: list = []
-    read_head, put = parquet_heads.read_head, parquet_heads.HeadCache.put
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(parquet_heads, "read_head", lambda *a: heads.append((a[0], a[2])) or read_head(*a))
-        mp.setattr(parquet_heads.HeadCache, "put", lambda self, key, c, r: kept.append(key[:2]) or put(self, key, c, r))
-        ds = dw.WindowDataset(root, **SPLIT)
-        check_epoch(_epoch(ds), want)
+    ds = dw.WindowDataset(root, **SPLIT)
+    check_epoch(_epoch(ds), want)
     paths = sorted(ds.source.files)
-    assert heads and kept  # the paths under attack are taken on this data
+    # the row groups the pass reads (a unit each), in two halves that the damage tests attack in turn
+    groups = [(path, g) for path in paths for g in range(pq.ParquetFile(path).metadata.num_row_groups)]
+    heads, kept = groups[::2], groups[1::2]
     return dict(root=root, want=want, paths=paths, heads=heads, kept=kept)
 
 
@@ -343,7 +337,6 @@ def test_a_file_rewritten_between_passes_is_not_served_from_kept_heads(clean, co
     work, paths = copy
     ds = dw.WindowDataset(work, **SPLIT)
     check_epoch(_epoch(ds), clean["want"])
-    assert ds.source.__dict__["_head_cache"]._heads  # heads kept from the first pass
     _rewrite(paths[1], frames[1])
     with pytest.raises(SourceReadError, match=f"{paths[1]} changed after the dataset was opened.*open the dataset"):
         _epoch(ds)
@@ -439,7 +432,7 @@ def test_every_file_gone_after_open_with_skip_counts_partitions_not_pieces(clean
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SkippedPartitionWarning)
         with pytest.raises(
-            SourceReadError, match=r"every partition of this reader's share \(3 partitions, \d+ pieces\)"
+            SourceReadError, match=r"every partition of this reader's share left to read \(3 partitions, \d+ units\)"
         ):
             _epoch(ds)
 
@@ -752,9 +745,9 @@ def test_real_macro_channels_sample_normalised_like_the_reference(tmp_path):
 @pytest.mark.parametrize("stride,horizon", [(1, 0), (3, 2)])
 def test_real_panel_sample_normalised_from_the_window_table_around_nan_weeks(tmp_path, monkeypatch, stride, horizon):
     # Buffers of more than buffer.HEAD windows: from position max(HEAD, windows / 32) on, the
-    # statistics come from the per-buffer table (window_table), built over rows that hold co2's NaN
+    # statistics come from the per-unit table (window_table), built over rows that hold co2's NaN
     # weeks, which must only mark their blocks' windows, never give other numbers.
-    from dask_windows.runtime import window_table
+    from dask_windows.runtime import pool as window_table  # (the pool builds each unit's table: its name there)
 
     real = pytest.importorskip("test_real_data")
     panel = real.panel_frame()

@@ -101,15 +101,11 @@ def test_pickled_dataset_does_not_list_again(s3):
 
 
 def _pieces_read(ds) -> int:
-    """GETs of one epoch of ``ds``: one coalesced GET per unit (a pool unit; a buffer's pieces of one partition)."""
+    """GETs of one epoch of ``ds``: one GET per unit of the pool (whole partitions: a partition)."""
     from dask_windows.planning.world import World
-    from dask_windows.runtime.buffer import piece_units
 
-    plan = ds._plan(World(0, 1, 0, 1))
-    if hasattr(plan, "units"):  # the pool order: one GET per unit read (rows kept across cuts need none)
-        return sum(1 for unit in plan.units if unit.fresh[1] > unit.fresh[0])
-    assert len(piece_units(plan)) <= len(plan.segments)  # a buffer's pieces of one partition share one GET
-    return len(piece_units(plan))
+    plan = ds._plan(World(0, 1, 0, 1))  # one GET per unit read (rows kept across cuts need none)
+    return sum(1 for unit in plan.units if unit.fresh[1] > unit.fresh[0])
 
 
 @pytest.mark.parametrize("kind", ["500", "reset"])

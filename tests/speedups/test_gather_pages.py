@@ -10,7 +10,6 @@ and a stream whose first buffer is in small pages must still yield the oracle's 
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 from helpers import make_frames, write_parquet
 from hypothesis import given, settings
@@ -18,7 +17,7 @@ from hypothesis import strategies as st
 
 import dask_windows as dw
 from dask_windows.runtime import batch as batch_module
-from dask_windows.runtime import memory, reading
+from dask_windows.runtime import memory
 from dask_windows.runtime.batch import Gatherer, _run_gather
 
 FEATURES = ["f0", "f1", "f2"]
@@ -112,34 +111,6 @@ def root(frames, tmp_path_factory):
     path = tmp_path_factory.mktemp("pages")
     write_parquet(frames, str(path), row_group_size=113)
     return str(path)
-
-
-@pytest.mark.parametrize("layout", ["NCL", "NLC"])
-def test_a_stream_whose_first_buffer_moves_to_huge_pages_yields_the_oracle(frames, root, monkeypatch, layout):
-    def mapped(shape: tuple, dtype: object) -> np.ndarray:  # every first buffer in a small-pages mapping
-        size = max(int(np.prod(shape)) * np.dtype(dtype).itemsize, 1)
-        return np.frombuffer(memory.small_pages_map(size), dtype)[: int(np.prod(shape))].reshape(shape)
-
-    settled = []
-    real = memory.huge_pages
-    monkeypatch.setattr(reading, "small_pages", mapped)
-    monkeypatch.setattr(batch_module, "_SETTLE_RATIO", 1)  # small windows: moved all the same
-    monkeypatch.setattr(memory, "huge_pages", lambda array: settled.append(array.shape) or real(array))
-    full = pd.concat(frames, ignore_index=True)
-    feats = full[FEATURES].to_numpy(np.float32)
-    for epoch in range(2):  # each pass's first buffer
-        ds = dw.WindowDataset(
-            root, features=FEATURES, series="sid", window=WINDOW, batch_size=32, layout=layout, seed=5,
-            return_index=True, buffer_partitions=2, pieces_per_partition=1,  # the buffer order's first buffer
-        )  # fmt: skip
-        ds.set_epoch(epoch)
-        kept = list(ds)  # every batch held at once
-        rows = np.concatenate([r.numpy() for _, r in kept])
-        assert len(np.unique(rows)) == len(rows) == ds.num_windows
-        for x, r in kept:
-            want = feats[r.numpy()[:, None] + np.arange(WINDOW)]  # (B, L, C)
-            np.testing.assert_array_equal(x.numpy(), want.transpose(0, 2, 1) if layout == "NCL" else want)
-    assert len(settled) == 2  # once per pass, the first buffer's features
 
 
 @settings(max_examples=150, deadline=None)

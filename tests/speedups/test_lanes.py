@@ -17,6 +17,7 @@ import pytest
 from helpers import make_frames, write_parquet
 
 import dask_windows as dw
+from dask_windows.runtime import batch as gathering
 from dask_windows.runtime.batch import _run_gather
 from dask_windows.speedups import lanes
 
@@ -47,6 +48,9 @@ def forced(request, monkeypatch):
     monkeypatch.setattr(lanes, "lanes_wanted", lambda batch_bytes: True)
     monkeypatch.setattr(lanes, "MIN_UNITS", 1)
     monkeypatch.setattr(lanes, "UNIT_BYTES", 3 * 8 * WINDOW * len(FEATURES) * 4)  # 3 batches of 8
+    # a step's run reads a fifth of the pool's rows (whole partitions: 2 resident, 5 in the pool), so a run at
+    # stride 1 copies about 16 / 5 rows per pool row, at stride = window 1 / 5
+    monkeypatch.setattr(gathering, "_LANE_RATIO", 1)
     if request.param == "both":
         monkeypatch.setattr(lanes, "LaneChoice", lambda: _Fixed(True))
     else:
@@ -84,7 +88,7 @@ def oracle(frames: list[pd.DataFrame], rows: np.ndarray, layout: str) -> np.ndar
 
 
 def settings(layout: str, batch: int) -> dict:
-    pieces = 1  # lanes copy a buffer's runs: the buffer order of whole partitions
+    pieces = 1  # whole partitions: steps of about a partition's windows each
     return dict(
         features=FEATURES,
         series="sid",
@@ -331,6 +335,7 @@ def test_the_choice_keeps_the_faster_way():
 EXIT_SCRIPT = """
 import sys
 import dask_windows as dw
+from dask_windows.runtime import batch
 from dask_windows.speedups import lanes
 
 class Both(lanes.LaneChoice):
@@ -339,6 +344,7 @@ class Both(lanes.LaneChoice):
 
 lanes.lanes_wanted = lambda batch_bytes: True
 lanes.MIN_UNITS = 1
+batch._LANE_RATIO = 1  # (as the ``forced`` fixture: a step reads a fifth of the pool's rows)
 lanes.LaneChoice = Both
 ds = dw.WindowDataset(sys.argv[1], features=["f0", "f1", "f2"], series="sid", window=16, batch_size=8, pieces_per_partition=1)
 it = iter(ds)
@@ -385,8 +391,6 @@ def test_by_default_only_batches_from_the_size_threshold_go_on_two_lanes(root, f
     monkeypatch.setattr(lanes, "MIN_UNITS", 1)
     monkeypatch.setattr(lanes, "UNIT_BYTES", 1)  # a unit per batch
     monkeypatch.setattr(lanes, "LaneChoice", lambda: _Fixed(True))
-    from dask_windows.runtime import batch as gathering
-
     monkeypatch.setattr(gathering, "_LANE_RATIO", 0)  # short windows: the pool's runs count as dense
     threads = torch.get_num_threads()
     torch.set_num_threads(2)

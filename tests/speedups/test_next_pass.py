@@ -28,13 +28,6 @@ from dask_windows.speedups import nextpass
 FILES, ROWS, GROUP = 4, 960, 120  # 8 row groups per file (partition_bytes=1: a partition each)
 
 
-@pytest.fixture(autouse=True)
-def small_plans_allowed(monkeypatch):
-    """These partitions are a few KiB, less than their plans' bookkeeping (``nextpass.PLAN_SHARE``):
-    allow the read-ahead anyway (``test_not_where_the_plan_outweighs_the_buffer`` restores the rule)."""
-    monkeypatch.setattr(nextpass, "PLAN_SHARE", 0)
-
-
 def write_files(path, files: int = FILES) -> str:
     rng = np.random.default_rng(0)
     frames = []
@@ -153,19 +146,6 @@ def test_array_data_reads_its_next_pass_ahead_too(claims):
     assert claims == [False, True, True]
 
 
-def test_not_where_the_plan_outweighs_the_buffer(root, claims, monkeypatch):
-    monkeypatch.setattr(nextpass, "PLAN_SHARE", 8)
-    ds = make(root, partition_bytes=1)  # 32 partitions of 120 rows: a plan beside buffers of 960 bytes
-    assert nextpass._plan_bytes(ds._plan(dw.planning.world.World())) * 8 > nextpass._buffer_bytes(ds._next_pass())
-    epoch_of(ds)
-    assert loader_threads() == []
-    big = make(root, pieces_per_partition=1, buffer_partitions=2)  # 4 whole files: a plan of 800 bytes
-    epoch_of(big)
-    assert loader_threads()
-    assert claims == [False, False]
-    big.close()
-
-
 def test_set_epoch_to_the_epoch_read_ahead_keeps_it(root, claims):
     ds = make(root)
     epoch_of(ds, 0)
@@ -228,7 +208,7 @@ def test_close_and_garbage_collection_release_it(root):
     ds = make(root)
     epoch_of(ds)
     names = {t.name for t in loader_threads()}
-    assert {"dask-windows-next-pass", "dask-windows-build", "dask-windows-prefetch"} <= names
+    assert {"dask-windows-next-pass", "dask-windows-pool"} <= names
     ds.close()
     assert loader_threads() == []
     ds = make(root)
@@ -286,7 +266,7 @@ def test_a_file_rewritten_between_passes_is_not_served_stale(tmp_path, claims):
 def failing_reads(monkeypatch):
     """An event that, while set, makes every partition read raise a ``SourceReadError``."""
     failing = threading.Event()
-    for name in ("read_ranges", "read_ranges_chunks", "read_rows"):
+    for name in ("read_ranges", "read_rows"):
         original = getattr(PartitionReader, name)
 
         def read(self, *args, _original=original, **kwargs):
@@ -310,7 +290,7 @@ def test_an_exception_in_the_read_ahead_is_dropped_and_read_again(root, claims, 
     first = epoch_of(ds)  # no exception here: the read ahead failed quietly
     assert failing_reads.is_set()
     pending = ds._read_ahead.pending
-    pending.builder._threads.threads[0].join(30)  # the builder stopped at the failure
+    pending.reads.reader._threads.threads[0].join(30)  # the reader stopped at the failure
     failing_reads.clear()
     references = fresh(root, 0), fresh(root, 1)
     assert same_batches(first, references[0])
@@ -398,7 +378,7 @@ def test_an_object_store_dataset_reads_its_next_pass_ahead_too(claims):
         )  # fmt: skip
         url, options = "s3://nextpass/data/", s3.storage_options()
         ds = dw.WindowDataset(url, storage_options=options, **kwargs)
-        assert len(ds._plan(World()).buffers) >= 4
+        assert len(ds._plan(World()).units) >= 4
         passes = [epoch_of(ds) for _ in range(2)]
         ds.close()
         for epoch, got in enumerate(passes):

@@ -6,15 +6,7 @@ rows past its end inside its file (its halo, see ``set_window``);
 ``read_rows`` and ``read_ranges`` read only the row groups covering the rows
 asked for (``read_ranges``: several ranges in one read, one coalesced request
 on an object store), and ``_halo_runs`` joins a partition's runs with its halo's.
-``read_ranges_chunks`` reads the same rows of a local file a row group at a
-time (small row groups together, about ``CHUNK_BYTES`` a read), for a caller
-that decodes each as it comes: one read's Arrow buffers in memory instead of
-the partition's (reused from one read to the next, where a whole partition's
-fresh buffers cost page faults and kernel time). A row group that only halos
-reach into (its first ``window + horizon - 1`` rows) is not decoded: its head
-is kept from an earlier decode, or read alone (``parquet_heads``), where its
-columns convert alike in part and whole (``_head_stable``). ``decode_units``
-gives the row groups' bounds, along which pieces are cut.
+``decode_units`` gives the row groups' bounds, along which the pool's units are cut.
 """
 
 from __future__ import annotations
@@ -27,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dask_windows.errors import SourceReadError
 from dask_windows.planning.ragged import Ragged
 from dask_windows.planning.windows import find_runs, join_runs
 from dask_windows.sources.base import Partition
@@ -209,154 +200,6 @@ class ParquetRows:
         b = (np.asarray(a, np.int64) + hi - lo).tolist()
         return [{col: values[i:j] for col, values in data.items()} for i, j in zip(a, b)]
 
-    def read_ranges_chunks(
-        self, index: int, columns: Sequence, ranges: Sequence[tuple[int, int]]
-    ) -> Iterator[tuple[int, int, dict]] | None:
-        """``read_ranges`` a row group at a time (``CHUNK_BYTES``), for local files; ``None`` where not.
-
-        Yields ``(range, row, columns)``: rows ``row ..`` of range number ``range``, in file order,
-        together exactly the rows ``read_ranges`` returns. Remote files (one coalesced request is
-        what counts there) and ranges clipped at the readable rows return ``None``: read them with
-        ``read_ranges``. The column arrays of one read are what ``read_ranges`` slices from the
-        whole read, with one difference a caller must handle: a column that ``to_numpy`` converts
-        by what the rows hold (integers with nulls become float64) may change dtype between
-        reads, where the whole read has one dtype.
-        """
-        if not getattr(self, "local", False):
-            return None
-        bounds, first, readable = self._file_rows(index)
-        asked = np.asarray(ranges, np.int64).reshape(-1, 2)  # (n, 2) partition rows of each range
-        if len(asked) == 0 or (asked[:, 0] < 0).any() or (asked[:, 1] > readable).any():
-            return None
-        if (asked[:, 1] <= asked[:, 0]).any():  # an empty range: the whole read handles it
-            return None
-        return self._chunks(index, list(columns), asked + first, bounds)
-
-    def _chunks(
-        self, index: int, columns: list, asked: np.ndarray, bounds: np.ndarray
-    ) -> Iterator[tuple[int, int, dict]]:
-        g0 = np.searchsorted(bounds, asked[:, 0], side="right") - 1  # (n,) first row group of each range
-        g1 = np.searchsorted(bounds, asked[:, 1], side="left")  # (n,) one past its last
-        needed = sorted({int(g) for a, b in zip(g0.tolist(), g1.tolist()) for g in range(a, b)})
-        heads = self._head_groups(index, columns, asked, g0, g1, bounds, needed)
-        target = max(1, CHUNK_BYTES // (4 * max(len(columns), 1)))  # rows of one read, at 4 bytes a value
-        reads: list[list[int]] = []  # consecutive row groups read together, about ``target`` rows each
-        for g in needed:
-            if g in heads:  # only halos reach into it: its first rows alone (parquet_heads)
-                reads.append([g])
-            elif (
-                reads
-                and reads[-1][-1] == g - 1
-                and reads[-1][0] not in heads
-                and (bounds[g] - bounds[reads[-1][0]] < target)
-            ):
-                reads[-1].append(g)
-            else:
-                reads.append([g])
-        for groups in reads:
-            head = self._head(index, groups[0], heads[groups[0]], columns) if groups[0] in heads else None
-            data = head if head is not None else self._read_groups(index, tuple(groups), columns)
-            lo = int(bounds[groups[0]])  # file rows of this read
-            hi = lo + heads[groups[0]] if head is not None else int(bounds[groups[-1] + 1])
-            if any(len(v) != hi - lo for v in data.values()):
-                raise SourceReadError(
-                    f"{self.partitions[index].name}: row groups {groups[0]}-{groups[-1]} hold other than the "
-                    f"{hi - lo} rows the footer said when the dataset was opened; the file changed underneath "
-                    "the dataset; open the dataset again"
-                )
-            if head is None:
-                self._keep_heads(index, groups, data, bounds)
-            a = np.maximum(asked[:, 0], lo)  # (n,) each range's rows in this read
-            b = np.minimum(asked[:, 1], hi)
-            for i in np.flatnonzero(b > a).tolist():
-                r0, r1 = int(a[i]) - lo, int(b[i]) - lo
-                yield i, int(a[i] - asked[i, 0]), {col: values[r0:r1] for col, values in data.items()}
-
-    def _head_groups(
-        self, index: int, columns: list, asked: np.ndarray, g0: np.ndarray, g1: np.ndarray, bounds: np.ndarray,
-        needed: list[int],
-    ) -> dict[int, int]:  # fmt: skip
-        """``{row group: rows}`` of the needed row groups that only halos reach into: every range
-        covering one starts before it and needs at most its first ``halo`` rows (fewer than it holds)."""
-        halo = int(getattr(self, "_halo", 0))
-        out: dict[int, int] = {}
-        if halo <= 0:
-            return out
-        for g in needed:
-            if not self._head_stable(index, g, columns):
-                continue
-            cover = (g0 <= g) & (g1 > g)  # (n,) ranges holding rows of row group g
-            reach = int(np.minimum(asked[cover, 1], bounds[g + 1]).max() - bounds[g])
-            if (g0[cover] < g).all() and reach <= halo and reach < int(bounds[g + 1] - bounds[g]):
-                out[g] = reach
-        return out
-
-    def _head_stable(self, index: int, group: int, columns: list) -> bool:
-        """Whether row group ``group`` of partition ``index``'s file converts to numpy the same way in
-        part and whole: floating columns, or none with nulls (integers with nulls become float64,
-        but only in a read that holds one), as its footer's statistics say."""
-        return bool(self._stable_groups(self.partitions[index].key[0], tuple(columns))[group])
-
-    def _stable_groups(self, path: str, columns: tuple) -> np.ndarray:
-        """``(G,)`` ``_head_stable`` of every row group of ``path``, from one parse of its footer (kept:
-        a footer of many row groups takes milliseconds to parse, and reads ask for each row group)."""
-        known = self.__dict__.setdefault("_stable", {})
-        stable = known.get((path, columns))
-        if stable is not None:
-            return stable
-        meta = self._metadata(path)
-        first = meta.row_group(0) if meta.num_row_groups else None  # names without ``meta.schema`` (a cycle)
-        names = [] if first is None else [first.column(i).path_in_schema for i in range(meta.num_columns)]
-        stable = np.zeros(meta.num_row_groups, bool)
-        if all(c in names for c in columns):
-            at = [names.index(c) for c in columns]
-            for g in range(meta.num_row_groups):
-                chunk = meta.row_group(g)
-                stable[g] = all(_converts_alike(chunk.column(i)) for i in at)
-        known[(path, columns)] = stable
-        return stable
-
-    def _head(self, index: int, group: int, rows: int, columns: list) -> dict | None:
-        """The first ``rows`` rows of row group ``group``: kept ones, else its first batch read
-        (``parquet_heads.read_head``); ``None`` when that fails (the caller reads the row group)."""
-        from dask_windows.sources.parquet.heads import HeadCache, read_head
-
-        path = self.partitions[index].key[0]
-        cache = self.__dict__.setdefault("_head_cache", HeadCache())
-        key = (path, group, tuple(columns))
-        data = cache.get(key, rows)
-        if data is not None:
-            return data
-        halo = int(getattr(self, "_halo", 0))
-        try:
-            self._unchanged(path)
-            verify = getattr(self, "verify_checksums", True)
-            data = read_head(path, self._metadata(path), group, halo, columns, verify)
-            self._unchanged(path)  # not rewritten while it was read: else its rows may be the new file's
-        except Exception:  # the whole read reports what is wrong, with its messages
-            return None
-        if any(len(v) < rows for v in data.values()):
-            return None
-        cache.put(key, data, halo)
-        return {col: values[:rows] for col, values in data.items()}
-
-    def _keep_heads(self, index: int, groups: list[int], data: dict, bounds: np.ndarray) -> None:
-        """Keep the first ``halo`` rows of each row group of a whole read (``parquet_heads``)."""
-        halo = int(getattr(self, "_halo", 0))
-        if halo <= 0:
-            return
-        from dask_windows.sources.parquet.heads import HeadCache
-
-        if not all(self._head_stable(index, g, list(data)) for g in groups):  # a read converted by its nulls
-            return
-        cache = self.__dict__.setdefault("_head_cache", HeadCache())
-        path, lo = self.partitions[index].key[0], int(bounds[groups[0]])
-        for g in groups:
-            a = int(bounds[g]) - lo
-            if any(len(v) < a + halo for v in data.values()):
-                continue
-            cache.put((path, g, tuple(data)), {col: values[a : a + halo] for col, values in data.items()}, halo)
-
     def group_runs(self, index: int, row_groups: Sequence[int], columns: int) -> Iterator[tuple[int, ...]]:
         """``row_groups`` of partition ``index``'s file in runs of about ``CHUNK_BYTES`` (at 8 bytes a value
         of ``columns`` columns), one row group at least: each read parses the file's footer, which for a
@@ -429,11 +272,3 @@ class ParquetRows:
         keys = self.read_rows(index, [series], rows, rows + extra)[series]
         starts, lengths = find_runs(keys)
         return join_runs([runs, (starts + rows, lengths, keys[starts])])
-
-
-def _converts_alike(column: Any) -> bool:
-    """A floating column chunk, or one whose statistics say it holds no null."""
-    if column.physical_type in ("FLOAT", "DOUBLE"):
-        return True
-    stats = column.statistics
-    return stats is not None and stats.has_null_count and stats.null_count == 0
