@@ -395,6 +395,7 @@ class WindowDataset(PassProtocol, IterableDataset):
         return ReadValues(
             self.source, self.spec, self.grid, self.row_offsets, self._y_dtype, self._scale(), self.on_error,
             self.skipped, reads_telemetry(self),  # (None while opening, or off)
+            8 * len(self.spec.features) if getattr(self, "_normalize", None) == "sample" else 0,
         )  # fmt: skip
 
     def _pass_values(self, counted: bool = True) -> PassValues:

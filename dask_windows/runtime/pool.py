@@ -103,10 +103,12 @@ def resolve_order(pieces_per_partition: Any, buffer_bytes: Any, source: Any) -> 
 
 
 def row_bytes(reads: ReadValues) -> float:
-    """Bytes one pool row costs: its features, targets and (about) its window start."""
+    """Bytes one pool row costs: its features, targets, (about) its window start and ``normalize="sample"``'s
+    window table."""
     spec = reads.spec
     y = np.dtype(reads.y_dtype or np.float32).itemsize * len(spec.targets)
-    return 4 * len(spec.features) + y + 8 / spec.stride  # (code_features' copy not counted: the same plan)
+    # (code_features' copy not counted: the same plan)
+    return 4 * len(spec.features) + y + 8 / spec.stride + reads.table_bytes
 
 
 def pool_rows(reads: ReadValues, num_workers: int = 1) -> int:

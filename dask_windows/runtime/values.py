@@ -49,6 +49,8 @@ class ReadValues:
         on_error: ``"raise"`` or ``"skip"`` an unreadable partition (``faults``).
         skipped: Where skips are recorded (``faults.record_skip``): the dataset's ``skipped`` list.
         telemetry: The sink of read and wait times (``runtime.telemetry.Telemetry``), or ``None``.
+        table_bytes: Bytes per pool row besides its columns: ``normalize="sample"``'s window table
+            (a mean and an inverse std per feature, float32), counted in the budget.
     """
 
     source: Any
@@ -60,6 +62,7 @@ class ReadValues:
     on_error: str = "raise"
     skipped: list = field(default_factory=list)
     telemetry: Any = None
+    table_bytes: int = 0
 
     @property
     def columns(self) -> list[str]:

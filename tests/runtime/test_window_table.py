@@ -179,3 +179,25 @@ def _batches_of(ds, loader_kwargs: dict) -> list[tuple[np.ndarray, ...]]:
     from helpers import collect
 
     return collect(ds, loader_kwargs)
+
+
+def test_the_window_table_is_counted_in_the_pool_budget(tmp_path, monkeypatch):
+    """normalize="sample" keeps a mean and an inverse std per feature for every pool row: the pool's
+    arrays, table included, stay within ``buffer_bytes`` (the table used to come on top: 3x the budget)."""
+    import dask_windows.runtime.pool as pool_module
+
+    root = _series_root(tmp_path, rows=4_000)
+    held = []
+    init = pool_module._Pool.__init__
+
+    def counted(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        held.append(sum(a.nbytes for a in (self.x, self.y, self.table) if a is not None))
+
+    monkeypatch.setattr(pool_module._Pool, "__init__", counted)
+    budget = 256 << 10
+    kw = dict(features=["a", "b", "c"], series="sid", window=24, batch_size=16, buffer_bytes=budget, seed=1)
+    for normalize in (None, "sample"):
+        held.clear()
+        assert sum(len(b) for b in dw.WindowDataset(root, normalize=normalize, **kw)) > 0
+        assert held and max(held) <= budget, (normalize, held)
