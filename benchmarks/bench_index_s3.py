@@ -110,7 +110,7 @@ def _rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def child(url: str, options: str, index: str, rank: int, world: int, first: bool) -> None:
+def child(url: str, options: str, index: str, rank: int, world: int, first: bool, budget: int) -> None:
     """One rank: open ``url`` and take its first batch; print a JSON line of seconds and resident bytes."""
     import json
     import resource
@@ -124,8 +124,9 @@ def child(url: str, options: str, index: str, rank: int, world: int, first: bool
     warnings.simplefilter("ignore")
     out: dict = {"rss_start": _rss()}
     started = time.perf_counter()
+    kw = dict(KW, buffer_bytes=budget) if budget else KW
     ds = WindowDataset(
-        url, storage_options=json.loads(options), index=json.loads(index), rank=rank, world_size=world, **KW
+        url, storage_options=json.loads(options), index=json.loads(index), rank=rank, world_size=world, **kw
     )
     out["open"] = time.perf_counter() - started
     out["rss_open"] = _rss()
@@ -138,7 +139,7 @@ def child(url: str, options: str, index: str, rank: int, world: int, first: bool
     print(json.dumps(out), flush=True)
 
 
-def open_ranks(url: str, options: dict, index, s3, ranks: int, first: bool) -> tuple[list[dict], dict]:
+def open_ranks(url: str, options: dict, index, s3, ranks: int, first: bool, budget: int = 0) -> tuple[list[dict], dict]:
     """``ranks`` processes opening ``url`` at once: each one's figures, and the requests of all by kind."""
     import json
     import subprocess
@@ -147,7 +148,9 @@ def open_ranks(url: str, options: dict, index, s3, ranks: int, first: bool) -> t
     argv = [sys.executable, __file__, "--child", url, json.dumps(options), json.dumps(index)]
     s3.reset()  # the ranks make no request before their open (imports only)
     procs = [
-        subprocess.Popen([*argv, str(r), str(ranks), str(int(first))], env=env, stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [*argv, str(r), str(ranks), str(int(first)), str(budget)], env=env, stdout=subprocess.PIPE, text=True
+        )
         for r in range(ranks)
     ]
     outs = []
@@ -167,8 +170,8 @@ def main() -> None:
     from dask_windows.sources.parquet.index_writer import write_index
 
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        url, options, index, rank, world, first = sys.argv[2:8]
-        child(url, options, index, int(rank), int(world), first == "1")
+        url, options, index, rank, world, first, budget = sys.argv[2:9]
+        child(url, options, index, int(rank), int(world), first == "1", int(budget))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="100,1000,10000")
@@ -178,7 +181,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--ranks", type=int, default=1, help="processes opening at once (ranks of one job)")
     parser.add_argument("--populate", choices=("put", "backend"), default="put")
-    parser.add_argument("--first-batch", action="store_true", help="also time the first batch (default settings)")
+    parser.add_argument("--first-batch", action="store_true", help="also time the first batch")
+    parser.add_argument(
+        "--buffer-bytes", type=int, default=0, help="the ranks' buffer_bytes (0: the default budget, 1 GiB)"
+    )
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -191,7 +197,7 @@ def main() -> None:
     blob = object_bytes()
     print(
         f"S3 (moto on loopback, {args.latency * 1e3:.0f} ms added per request); objects of {len(blob):,} bytes; "
-        f"{args.ranks} rank(s); load average {os.getloadavg()[0]:.1f}"
+        f"{args.ranks} rank(s); buffer_bytes={args.buffer_bytes or 'default'}; load average {os.getloadavg()[0]:.1f}"
     )
     built = None
     rows = []
@@ -220,10 +226,9 @@ def main() -> None:
                 assert built is not None, "--real must cover the smallest size"
                 synthetic_index(direct, built[0], prefix, size, built[1])
                 build = f"index: the {built[1]:,}-object index's rows repeated"
-            runs = [open_ranks(f"s3://{prefix}/", options, None, s3, args.ranks, args.first_batch)]
-            runs += [
-                open_ranks(f"s3://{prefix}/", options, None, s3, args.ranks, args.first_batch)
-                for _ in range(args.repeat - 1)
+            runs = [
+                open_ranks(f"s3://{prefix}/", options, None, s3, args.ranks, args.first_batch, args.buffer_bytes)
+                for _ in range(args.repeat)
             ]
             outs, kinds = min(runs, key=lambda r: max(o["open"] for o in r[0]))
             slowest = max(outs, key=lambda o: o["open"])
