@@ -123,28 +123,34 @@ def child(url: str, options: str, index: str, rank: int, world: int, first: bool
 
     warnings.simplefilter("ignore")
     out: dict = {"rss_start": _rss()}
+    cpu = time.process_time()  # CPU seconds of every thread: less moved by other jobs on the machine
     started = time.perf_counter()
     kw = dict(KW, buffer_bytes=budget) if budget else KW
     ds = WindowDataset(
         url, storage_options=json.loads(options), index=json.loads(index), rank=rank, world_size=world, **kw
     )
     out["open"] = time.perf_counter() - started
+    out["cpu_open"] = time.process_time() - cpu
     out["rss_open"] = _rss()
     if first:
         started = time.perf_counter()
         next(iter(ds))
         out["first"] = time.perf_counter() - started
+        out["cpu_first"] = time.process_time() - cpu
         out["rss_first"] = _rss()
     out["rss_peak"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps(out), flush=True)
 
 
-def open_ranks(url: str, options: dict, index, s3, ranks: int, first: bool, budget: int = 0) -> tuple[list[dict], dict]:
-    """``ranks`` processes opening ``url`` at once: each one's figures, and the requests of all by kind."""
+def open_ranks(
+    url: str, options: dict, index, s3, ranks: int, first: bool, budget: int = 0, root: str = ROOT
+) -> tuple[list[dict], dict]:
+    """``ranks`` processes opening ``url`` at once with the package under ``root``: each one's figures, and
+    the requests of all by kind."""
     import json
     import subprocess
 
-    env = {**os.environ, "PYTHONPATH": ROOT, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": root, "OMP_NUM_THREADS": "1"}
     argv = [sys.executable, __file__, "--child", url, json.dumps(options), json.dumps(index)]
     s3.reset()  # the ranks make no request before their open (imports only)
     procs = [
@@ -160,6 +166,24 @@ def open_ranks(url: str, options: dict, index, s3, ranks: int, first: bool, budg
             raise SystemExit(f"a rank failed (exit {proc.returncode})")
         outs.append(json.loads(stdout.strip().splitlines()[-1]))
     return outs, {k: s3.log.count(k) for k in ("list", "head", "get")}
+
+
+def describe(outs: list[dict], kinds: dict, first: bool) -> str:
+    """One line of the ranks' figures: the slowest rank's seconds, the largest rank's memory."""
+    mib = 1 << 20
+    slowest = max(outs, key=lambda o: o["open"])
+    line = (
+        f"open {slowest['open']:6.2f} s (CPU {max(o['cpu_open'] for o in outs):.2f} s; slowest of {len(outs)} rank(s))"
+    )
+    if first:
+        line += f", first batch {max(o['first'] for o in outs):5.2f} s after it (CPU from the open "
+        line += f"{max(o['cpu_first'] for o in outs):.2f} s)"
+    line += f", requests of all ranks: list {kinds['list']} head {kinds['head']} get {kinds['get']}; RSS per rank: "
+    line += f"{max(o['rss_start'] for o in outs) / mib:.0f} MiB after imports, "
+    line += f"+{max(o['rss_open'] - o['rss_start'] for o in outs) / mib:.0f} MiB by the open"
+    if first:
+        line += f", +{max(o['rss_first'] - o['rss_start'] for o in outs) / mib:.0f} MiB by the first batch"
+    return line + f", peak {max(o['rss_peak'] for o in outs) / mib:.0f} MiB"
 
 
 def main() -> None:
@@ -182,6 +206,12 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=1, help="processes opening at once (ranks of one job)")
     parser.add_argument("--populate", choices=("put", "backend"), default="put")
     parser.add_argument("--first-batch", action="store_true", help="also time the first batch")
+    parser.add_argument(
+        "--baseline",
+        default="",
+        help="a folder holding another version of the package (e.g. `git archive main dask_windows`): its ranks "
+        "open each size too, right after these, for a ratio measured in the same run",
+    )
     parser.add_argument(
         "--buffer-bytes", type=int, default=0, help="the ranks' buffer_bytes (0: the default budget, 1 GiB)"
     )
@@ -226,41 +256,34 @@ def main() -> None:
                 assert built is not None, "--real must cover the smallest size"
                 synthetic_index(direct, built[0], prefix, size, built[1])
                 build = f"index: the {built[1]:,}-object index's rows repeated"
-            runs = [
-                open_ranks(f"s3://{prefix}/", options, None, s3, args.ranks, args.first_batch, args.buffer_bytes)
-                for _ in range(args.repeat)
-            ]
-            outs, kinds = min(runs, key=lambda r: max(o["open"] for o in r[0]))
-            slowest = max(outs, key=lambda o: o["open"])
-            mib = 1 << 20
-            line = (
-                f"{size:>9,} objects: open {slowest['open']:6.2f} s (slowest of {len(outs)} rank(s))"
-                + (f", first batch {max(o['first'] for o in outs):5.2f} s after" if args.first_batch else "")
-                + f", requests of all ranks: list {kinds['list']} head {kinds['head']} get {kinds['get']}; "
-                f"RSS per rank: {max(o['rss_start'] for o in outs) / mib:.0f} MiB after imports, "
-                f"+{max(o['rss_open'] - o['rss_start'] for o in outs) / mib:.0f} MiB by the open"
-                + (
-                    f", +{max(o['rss_first'] - o['rss_start'] for o in outs) / mib:.0f} MiB by the first batch"
-                    if args.first_batch
-                    else ""
-                )
-                + f", peak {max(o['rss_peak'] for o in outs) / mib:.0f} MiB; {build}; "
-                f"populated in {uploaded:.1f} s; load average {os.getloadavg()[0]:.1f}"
-            )
+            versions = [("", ROOT)] + ([("baseline: ", args.baseline)] if args.baseline else [])
+            line = f"{size:>9,} objects: {build}; populated in {uploaded:.1f} s"
+            for label, root in versions:
+                runs = [
+                    open_ranks(
+                        f"s3://{prefix}/", options, None, s3, args.ranks, args.first_batch, args.buffer_bytes, root
+                    )
+                    for _ in range(args.repeat)
+                ]
+                outs, kinds = min(runs, key=lambda r: max(o["open"] for o in r[0]))
+                line += "\n    " + label + describe(outs, kinds, args.first_batch)
+                line += f"; load average {os.getloadavg()[0]:.1f}"
+                if not label:
+                    opened = max(o["open"] for o in outs), max(o["rss_open"] - o["rss_start"] for o in outs)
+                    rows.append((size, *opened, max(o["cpu_open"] for o in outs)))
             if size <= args.unindexed:
                 plain = open_ranks(f"s3://{prefix}/", options, False, s3, 1, False)
                 line += f"; without the index: open {plain[0][0]['open']:.2f} s, {plain[1]['get']} GETs, "
                 line += f"{plain[1]['list']} lists"
             print(line, flush=True)
-            rows.append((size, slowest["open"], max(o["rss_open"] - o["rss_start"] for o in outs)))
             s3.log.delay = 0.0
     finally:
         s3.close()
-    for (n0, t0, m0), (n1, t1, m1) in zip(rows, rows[1:]):
+    for (n0, t0, m0, c0), (n1, t1, m1, c1) in zip(rows, rows[1:]):
         per = (t1 - t0) / (n1 - n0)
         print(
-            f"growth with the index between {n0:,} and {n1:,} objects: {per * 1e6:.1f} us and "
-            f"{(m1 - m0) / (n1 - n0):.0f} B of RSS an object (open, per rank)"
+            f"growth with the index between {n0:,} and {n1:,} objects: {per * 1e6:.1f} us (CPU "
+            f"{(c1 - c0) / (n1 - n0) * 1e6:.1f} us) and {(m1 - m0) / (n1 - n0):.0f} B of RSS an object (open, per rank)"
         )
 
 
