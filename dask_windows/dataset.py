@@ -365,7 +365,7 @@ class WindowDataset(PassProtocol, IterableDataset):
         """
         if self._series is None:
             one_series = self.spec.series is None and not isinstance(self.source, ArraySource)
-            rows = rows_per_partition(self.source.partitions)
+            rows = rows_per_partition(self.source.partitions).tolist()
             self._series = SeriesTable.from_runs(self.runs, one_series=one_series, num_rows=rows)
         if time is not None:
             self.source.check_columns([time], {time: "time column"})

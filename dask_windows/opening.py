@@ -96,7 +96,7 @@ def _scan(source: Source, read_runs: Any, bad_rows: Any, threads: int) -> list:
         bad_rows,
         threads,
         source.continues,
-        rows_per_partition(source.partitions),
+        rows_per_partition(source.partitions).tolist(),
     )
 
 

@@ -84,7 +84,7 @@ class PoolUnits(Sequence[PoolUnit]):
     h1: np.ndarray
     offset: np.ndarray
 
-    def __init__(self, **columns: np.ndarray) -> None:
+    def __init__(self, **columns: Any) -> None:
         for name in _COLUMNS:
             kind = bool if name in ("tail", "head") else np.int64
             setattr(self, name, np.asarray(columns[name], kind))
