@@ -1,8 +1,9 @@
 """Opening an S3 prefix from its dataset index at object counts 10x apart, with request latency.
 
     PYTHONPATH=. python benchmarks/bench_index_s3.py [--sizes 100,1000,10000] [--latency 0.02] [--real 1000]
-    PYTHONPATH=. python benchmarks/bench_index_s3.py --sizes 10000,100000,1000000 --real 100000 \
-        --populate backend --ranks 2 --first-batch --unindexed 0 --repeat 1
+    PYTHONPATH=. python benchmarks/bench_index_s3.py --sizes 1000,10000,100000,1000000 --real 1000 \
+        --populate backend --ranks 2 --first-batch --unindexed 0 --repeat 1 [--buffer-bytes 16384] \
+        [--baseline /tmp/main]      # /tmp/main: `git archive main dask_windows | tar -x -C /tmp/main`
 
 moto's S3 server behind the counting proxy of the tests (``tests/s3proxy``),
 ``--latency`` seconds added to every request, s3fs configured as a user would.
@@ -29,7 +30,9 @@ construction, its imports done before the clock starts) and, with
 ``--first-batch``, take the first batch at the default settings; each prints
 its open and first-batch seconds and its resident memory (``/proc/self/statm``
 after imports, after the open, after the first batch; and its peak). The
-requests of all ranks are counted by kind at the proxy. Then the open without
+requests of all ranks are counted by kind at the proxy; ``--baseline`` has the
+ranks of another version of the package open the same objects right after, for
+a ratio measured in the same run. Then the open without
 the index where it is affordable (``--unindexed`` objects at most, one rank).
 The growth per object is the slope between the two largest sizes. Printed as
 it goes; nothing is asserted.
