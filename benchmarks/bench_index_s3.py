@@ -113,10 +113,19 @@ def _rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _peak() -> int:
+    """Peak resident bytes of this process since its ``exec`` (``VmHWM``; ``ru_maxrss`` would carry the
+    parent's resident memory at the fork over the ``exec``: the benchmark's server, not the rank)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def child(url: str, options: str, index: str, rank: int, world: int, first: bool, budget: int) -> None:
     """One rank: open ``url`` and take its first batch; print a JSON line of seconds and resident bytes."""
     import json
-    import resource
     import warnings
 
     import s3fs  # noqa: F401  (imports off the clock, as in a process that trains)
@@ -141,7 +150,7 @@ def child(url: str, options: str, index: str, rank: int, world: int, first: bool
         out["first"] = time.perf_counter() - started
         out["cpu_first"] = time.process_time() - cpu
         out["rss_first"] = _rss()
-    out["rss_peak"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    out["rss_peak"] = _peak()
     print(json.dumps(out), flush=True)
 
 
