@@ -42,6 +42,7 @@ from dask_windows.runtime.streams import StreamValues, elastic_batches
 from dask_windows.runtime.telemetry import Stats, Telemetry, rank_stats, reads_telemetry, watch_loader, watched
 from dask_windows.runtime.values import PassValues, ReadValues, no_count
 from dask_windows.sources import ArraySource, Source, open_source
+from dask_windows.sources.base import partition_names, rows_per_partition
 from dask_windows.sources.retry import RetryPolicy
 from dask_windows.speedups import nextpass
 from dask_windows.speedups.nextpass import NextPass
@@ -251,10 +252,10 @@ class WindowDataset(PassProtocol, IterableDataset):
         spec = self.spec
         self.runs = scan(self.source, spec, series, nan, on_error, self.skipped, threads)
         self.grid = WindowGrid.from_runs(self.runs, spec.span, spec.stride)
-        rows = np.array([p.num_rows for p in self.source.partitions], dtype=np.int64)
+        rows = rows_per_partition(self.source.partitions)
         self.row_offsets = np.cumsum(rows) - rows  # (P,) global row of each partition's first row
         self.num_windows = int(self.grid.windows_per_partition.sum())
-        names = [p.name for p in self.source.partitions]
+        names = partition_names(self.source.partitions)
         spread = getattr(self.source, "_manifest", None) or {}
         spread = spread.get("manifest", {}).get("version", 1) >= 2  # chunks of a series by design
         order_remedy = "" if spread else check_series_order(self.runs, names, series, read.strict)
@@ -361,7 +362,7 @@ class WindowDataset(PassProtocol, IterableDataset):
         """
         if self._series is None:
             one_series = self.spec.series is None and not isinstance(self.source, ArraySource)
-            rows = [p.num_rows for p in self.source.partitions]
+            rows = rows_per_partition(self.source.partitions).tolist()
             self._series = SeriesTable.from_runs(self.runs, one_series=one_series, num_rows=rows)
         if time is not None:
             self.source.check_columns([time], {time: "time column"})
@@ -439,7 +440,7 @@ class WindowDataset(PassProtocol, IterableDataset):
 
     def _fingerprint(self) -> dict:
         if self._identity is None:
-            rows = np.array([p.num_rows for p in self.source.partitions], dtype=np.int64)
+            rows = rows_per_partition(self.source.partitions)
             files = self.source.identity_digest() if hasattr(self.source, "identity_digest") else None
             self._identity = fingerprint(self.grid, rows, self.spec, files)
         return self._identity

@@ -36,6 +36,7 @@ import numpy as np
 from dask_windows.checks import DataWarning, _warn
 from dask_windows.planning.index import FileRuns
 from dask_windows.planning.windows import find_runs
+from dask_windows.sources.base import rows_per_partition
 
 __all__ = [
     "LeftOut",
@@ -112,7 +113,7 @@ def left_out(runs: Sequence[Any], partitions: Sequence[Any], span: int) -> LeftO
         if any(w.owned is not None for w in wholes):
             owns = np.concatenate([np.ones(len(w.lengths), bool) if w.owned is None else w.owned > 0 for w in wholes])
     part = np.repeat(np.arange(len(sizes)), sizes)  # (R,) partition of each run
-    own_rows = np.fromiter((p.num_rows for p in partitions), np.int64, len(sizes))
+    own_rows = rows_per_partition(partitions)[: len(sizes)]
     short = begins & (lengths < span) & (starts < own_rows[part]) & owns  # not a halo run of the next
     hit = np.flatnonzero(short)
     if not len(hit):

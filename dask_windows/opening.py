@@ -19,6 +19,7 @@ from dask_windows.planning.index import PartitionRuns, runs_of_files, scan_runs
 from dask_windows.remedies import no_windows_remedy
 from dask_windows.runtime.memory import trim
 from dask_windows.sources import Source
+from dask_windows.sources.base import rows_per_partition
 from dask_windows.sources.parquet.footers import paused_gc
 from dask_windows.spec import WindowSpec
 
@@ -95,7 +96,7 @@ def _scan(source: Source, read_runs: Any, bad_rows: Any, threads: int) -> list:
         bad_rows,
         threads,
         source.continues,
-        [p.num_rows for p in source.partitions],
+        rows_per_partition(source.partitions).tolist(),
     )
 
 

@@ -194,6 +194,7 @@ SLOW_TESTS: dict[str, str | set[str]] = {
         "test_resume_in_a_new_process_matches_the_uninterrupted_run",
         "test_resume_twice_with_a_plain_dataloader",
     },
+    "tests/planning/test_units.py": ALL,
     "tests/planning/test_windows.py": {
         "test_join_runs_over_chunks_equals_runs_of_the_whole",
         "test_nan_drop_drops_only_windows_holding_a_nan",

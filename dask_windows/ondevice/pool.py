@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from dask_windows.ondevice.rows import DeviceRows
+from dask_windows.planning.units import PoolUnits
 
 __all__ = ["DevicePool"]
 
@@ -60,11 +61,10 @@ class DevicePool:
 
     def __init__(self, feed: Any, plan: Any) -> None:
         self.feed, self.plan = feed, plan
-        most = max((u.num_rows for u in plan.units), default=0)
+        units = PoolUnits.of(plan.units)
+        most = int(units.num_rows.max()) if len(units) else 0
         #: the plan the host reads by: every unit decoded at row 0 of a staging array of one unit
-        self.staging = dataclasses.replace(
-            plan, units=tuple(dataclasses.replace(u, offset=0) for u in plan.units), pool_rows=most
-        )
+        self.staging = dataclasses.replace(plan, units=units.with_offsets(0), pool_rows=most)
         self.rows: DeviceRows | None = None  # the device pool, made by ``landing``
         self.stream: Any = None  # CUDA: the stream the copies and the gathers are queued on
         self._lock = threading.Lock()  # a copy and a change of stream, one at a time
@@ -76,7 +76,8 @@ class DevicePool:
         """
         spec, feed = self.feed.spec, self.feed
         # the rows the plan places units in (at most ``plan.pool_rows``: a small dataset's pool is its size)
-        size = max((u.offset + u.num_rows for u in self.plan.units), default=0)
+        units = PoolUnits.of(self.plan.units)
+        size = int((units.offset + units.num_rows).max()) if len(units) else 0
         channels = len(spec.features)
         shape = (channels, size) if feed.channel_major else (size, channels)
         x = torch.empty(shape, dtype=torch.float32, device=feed.device)

@@ -57,6 +57,7 @@ from dask_windows.planning.plan import (
     segment_arrays,
 )
 from dask_windows.planning.ragged import Ragged
+from dask_windows.planning.units import PoolUnit, PoolUnits, place_units
 from dask_windows.planning.windows import window_starts
 from dask_windows.planning.world import World
 from dask_windows.tuning import BLOCK_BATCHES
@@ -66,6 +67,7 @@ __all__ = [
     "POOL_ORDER",
     "PoolPlan",
     "PoolUnit",
+    "PoolUnits",
     "live_units",
     "merge_bounds",
     "merge_bounds_items",
@@ -90,44 +92,12 @@ PARTITIONS_ORDER = "partitions-2"
 
 
 @dataclass(frozen=True)
-class PoolUnit:
-    """One unit of a reader's plan.
-
-    Attributes:
-        partition: Its partition.
-        unit: Number of its decode unit (after merging) inside the partition.
-        lo: First window (numbered inside the partition) it serves.
-        hi: One past its last.
-        rows: Partition rows ``[r0, r1)`` placed in the pool (what its windows need).
-        fresh: Partition rows read from the source (``(0, 0)``: none).
-        keep: Row ranges of ``fresh`` kept for a later unit (windows across a cut).
-        offset: Pool row where ``rows[0]`` goes.
-    """
-
-    partition: int
-    unit: int
-    lo: int
-    hi: int
-    rows: tuple[int, int]
-    fresh: tuple[int, int]
-    keep: tuple[tuple[int, int], ...]
-    offset: int
-
-    @property
-    def num_windows(self) -> int:
-        return self.hi - self.lo
-
-    @property
-    def num_rows(self) -> int:
-        return self.rows[1] - self.rows[0]
-
-
-@dataclass(frozen=True)
 class PoolPlan:
     """What one reader (rank, worker) yields in one epoch under the pool order.
 
     Attributes:
-        units: The reader's units in reading order (all of them; a resume starts at ``first_unit``).
+        units: The reader's units in reading order (all of them; a resume starts at ``first_unit``):
+            ``PoolUnits``, their columns (a tuple of ``PoolUnit`` is taken as well).
         spread: ``S``: units resident at once; each unit's windows are spread over ``S`` steps.
         pool_rows: Rows of the pool array.
         start: The first step to draw (``fill - 1`` unless resuming).
@@ -142,7 +112,7 @@ class PoolPlan:
             from the units read so far (``spread`` when ``0``: the whole pool before the first step).
     """
 
-    units: tuple[PoolUnit, ...]
+    units: Sequence[PoolUnit]
     spread: int
     pool_rows: int
     start: int
@@ -527,24 +497,15 @@ def plan_pool(
     fresh_hi = np.where(valid, range_hi, np.iinfo(np.int64).min).max(axis=0)
     any_valid = valid.any(axis=0)
     fresh_lo, fresh_hi = np.where(any_valid, fresh_lo, 0), np.where(any_valid, fresh_hi, 0)
-    columns = (part, unit, lo_w, hi_w, r0, r1, fresh_lo, fresh_hi, tail, tail_lo, own1, head, own0, head_hi)
-    units = []
-    end = 0  # pool row just past the last unit placed
-    for p, g, a, b, x0, x1, f0, f1, has_tail, t0, t1, has_head, h0, h1 in zip(
-        *(column[ordered].tolist() for column in columns)
-    ):  # in reading order
-        keep: tuple[tuple[int, int], ...] = ((t0, t1),) if has_tail else ()
-        if has_head:
-            keep += ((h0, h1),)
-        size = x1 - x0
-        if end + size > rows:
-            end = 0  # wrap: the rest of the pool's rows stay unused this time round
-        units.append(PoolUnit(p, g, a, b, (x0, x1), (f0, f1), keep, end))
-        end += size
+    # (A,) each column in reading order
+    columns = dict(partition=part, unit=unit, lo=lo_w, hi=hi_w, r0=r0, r1=r1, f0=fresh_lo, f1=fresh_hi)
+    columns.update(tail=tail, t0=tail_lo, t1=own1, head=head, h0=own0, h1=head_hi)
+    columns = {name: values[ordered] for name, values in columns.items()}
+    units = PoolUnits(**columns, offset=place_units(columns["r1"] - columns["r0"], rows))
     spread = min(spread, max(len(units), 1))
     fill = spread if first_rows is None else max(1, int(first_rows) // max(most, 1))
     fill = spread if 2 * fill > spread else fill  # a fill of half the pool or more: the whole pool mixes better
-    plan = PoolPlan(tuple(units), spread, rows, 0, 0, 0, 0, entropy, shuffle, group, fill)
+    plan = PoolPlan(units, spread, rows, 0, 0, 0, 0, entropy, shuffle, group, fill)
     start, skip = _resume_step(plan, skip_batches * batch_size)
     return PoolPlan(
         plan.units,
@@ -566,7 +527,7 @@ def _resume_step(plan: PoolPlan, skip: int) -> tuple[int, int]:
     last, k, first = plan.last_step, plan.group, plan.first_step
     if last < 0:
         return 0, 0
-    counts = np.array([u.num_windows for u in plan.units], np.int64)
+    counts = PoolUnits.of(plan.units).num_windows  # (A,) windows of each unit
     lo, hi = 0, (last - first) // k  # blocks: the largest whose windows before <= skip
     while lo < hi:
         mid = (lo + hi + 1) // 2

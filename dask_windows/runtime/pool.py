@@ -46,6 +46,7 @@ from dask_windows.faults import REPLACEMENT_TAG, record_skip, replacement_picks,
 from dask_windows.planning.plan import Segment, rng_for
 from dask_windows.planning.pool import (
     PoolPlan,
+    PoolUnits,
     live_units,
     merge_bounds_items,
     plan_pool,
@@ -295,9 +296,8 @@ def kept_rows(plan: PoolPlan) -> dict[int, set[tuple[int, int, int]]]:
     (not read again) would have kept are read from the source by the unit that needs them.
     """
     kept: dict[int, set[tuple[int, int, int]]] = {}
-    for u in plan.units[plan.first_unit :]:
-        for a, b in u.keep:
-            kept.setdefault(u.partition, set()).add((u.partition, a, b))
+    for p, a, b in zip(*(v.tolist() for v in PoolUnits.of(plan.units)[plan.first_unit :].kept())):
+        kept.setdefault(p, set()).add((p, a, b))
     return kept
 
 
@@ -425,8 +425,9 @@ class UnitReads:
     def __init__(self, values: PassValues, plan: PoolPlan, first_units: int | None = None) -> None:
         ds = values.reads
         self.plan = plan
-        keys = list(range(plan.first_unit, len(plan.units)))
-        self.source_reader = ds.source.reader([plan.units[i].partition for i in keys], ds.columns)
+        keys = range(plan.first_unit, len(plan.units))
+        partitions = PoolUnits.of(plan.units).partition[plan.first_unit :]  # (A',) in reading order
+        self.source_reader = ds.source.reader(partitions.tolist(), ds.columns)
         # device mode (``ondevice.pool``): each unit decoded into a one-unit staging array, then sent to its
         # place in a pool on the device, and the batches gathered there from the same steps
         self.device = None if values.device is None else values.device.pool(plan)

@@ -28,6 +28,8 @@ __all__ = [
     "Partition",
     "PartitionReader",
     "Source",
+    "partition_names",
+    "rows_per_partition",
 ]
 
 
@@ -44,6 +46,20 @@ class Partition:
     name: str
     num_rows: int
     key: Any
+
+
+def rows_per_partition(partitions: Sequence[Partition]) -> np.ndarray:
+    """``(P,)`` rows of each partition: a columnar sequence's ``num_rows`` array as it is, else one per item."""
+    rows = getattr(partitions, "num_rows", None)
+    if isinstance(rows, np.ndarray):
+        return rows
+    return np.fromiter((p.num_rows for p in partitions), np.int64, len(partitions))
+
+
+def partition_names(partitions: Sequence[Partition]) -> Sequence[str]:
+    """Each partition's name, for messages: a columnar sequence's lazy ``names``, else a list."""
+    names = getattr(partitions, "names", None)
+    return names if names is not None else [p.name for p in partitions]
 
 
 class PartitionReader:

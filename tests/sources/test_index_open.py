@@ -119,3 +119,30 @@ def test_the_index_build_scans_series_columns_on_threads(tmp_path, monkeypatch):
     monkeypatch.undo()
     monkeypatch.setattr(Source, "read_runs", lambda *a: pytest.fail("series scanned despite the index"))
     assert same_batches(collect(WindowDataset(str(root), **kw)), plain)
+
+
+def test_partitions_opened_from_the_index_are_columns_equal_to_the_footers_partitions(tmp_path):
+    from dask_windows.sources.parquet.partitions import FilePartitions
+
+    root = tmp_path / "data"
+    _write(root, [[1, 2], [3], [4, 5, 6], [7]])
+    pd.DataFrame({"sid": np.zeros(0, np.int64), "f0": np.zeros(0, np.float32)}).to_parquet(root / "part-009.parquet")
+    write_index(str(root), series="sid")
+    for partition_bytes in (1 << 20, 60):  # every file whole; most files cut at their row groups
+        plain = ParquetSource(str(root), series="sid", index=False, partition_bytes=partition_bytes)
+        indexed = ParquetSource(str(root), series="sid", partition_bytes=partition_bytes)
+        parts = indexed.partitions
+        assert isinstance(parts, FilePartitions)  # no Partition object held per file
+        assert list(parts) == list(plain.partitions) and len(parts) == len(plain.partitions)  # the empty file: none
+        assert [parts[i] for i in range(-len(parts), 0)] == list(plain.partitions)
+        assert parts[1:3] == list(plain.partitions)[1:3] and list(parts.names) == [p.name for p in plain.partitions]
+        assert np.array_equal(parts.num_rows, [p.num_rows for p in plain.partitions])
+        assert [indexed.continues(i) for i in range(len(parts))] == [plain.continues(i) for i in range(len(parts))]
+        assert [indexed._first_partition(i) for i in range(len(parts))] == [
+            plain._first_partition(i) for i in range(len(parts))
+        ]
+        units, expected = indexed.decode_units_all(), plain.decode_units_all()
+        assert np.array_equal(units.values, expected.values) and np.array_equal(units.offsets, expected.offsets)
+    assert any("row groups" in p.name for p in plain.partitions)  # the cut case was reached
+    ds_plain = WindowDataset(str(root), series="sid", index=False, partition_bytes=60, **KW)
+    assert same_batches(collect(WindowDataset(str(root), series="sid", partition_bytes=60, **KW)), collect(ds_plain))

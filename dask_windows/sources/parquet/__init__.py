@@ -63,6 +63,7 @@ from dask_windows.sources.parquet.footers import (
 from dask_windows.sources.parquet.index_open import IndexedFiles, adopt_index
 from dask_windows.sources.parquet.manifest import ParquetManifest
 from dask_windows.sources.parquet.opening import ParquetOpening
+from dask_windows.sources.parquet.partitions import FilePartitions
 from dask_windows.sources.parquet.ranges import FetchedFile, chunk_ranges, fetch_ranges, merge_ranges
 from dask_windows.sources.parquet.rows import ParquetRows
 from dask_windows.sources.parquet.stats_check import outside_statistics
@@ -297,6 +298,8 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
 
     def continues(self, index: int) -> bool:
         """Partitions of one file cut at row groups follow each other (keys are ``(path, row groups)``)."""
+        if isinstance(self.partitions, FilePartitions):  # columnar: no partition built
+            return self.partitions.continues(index)
         return index > 0 and self.partitions[index].key[0] == self.partitions[index - 1].key[0]
 
     def set_window(self, span: int, stride: int) -> None:

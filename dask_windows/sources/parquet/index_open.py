@@ -129,9 +129,12 @@ class IndexedFiles:
     def positions(self) -> dict[str, int] | None:
         """``path -> row`` for a listing out of order; ``None`` when sorted (found by bisection)."""
         if not hasattr(self, "_positions"):
-            paths = self.files
-            ordered = all(a < b for a, b in zip(paths, paths[1:]))
-            self._positions = None if ordered else {p: i for i, p in enumerate(paths)}
+            import pyarrow as pa
+            import pyarrow.compute as pc
+
+            paths = pa.array(self.files, pa.string())
+            ordered = len(paths) < 2 or pc.all(pc.greater(paths.slice(1), paths.slice(0, len(paths) - 1))).as_py()
+            self._positions = None if ordered else {p: i for i, p in enumerate(self.files)}
         return self._positions
 
     def rows(self, i: int) -> tuple[int, ...]:
@@ -156,23 +159,20 @@ class IndexedFiles:
         """``(F,)`` rows of each file."""
         return _sums(self.group_rows, self.row_offsets)
 
-    def splits(self, partition_bytes: int) -> list[list[tuple[int, ...]]]:
-        """Per file, its row groups cut into partitions (``footers.split_sizes``): a file under
-        ``partition_bytes`` is one partition of all its row groups (one tuple shared by such files)."""
-        groups = np.diff(self.row_offsets)  # (F,) row groups of each file
-        whole = _sums(self.group_bytes, self.row_offsets) <= partition_bytes
-        ranges: dict[int, tuple[int, ...]] = {}  # one tuple per row-group count: shared by the files
-        out: list[list[tuple[int, ...]]] = []
-        for i, (g, one) in enumerate(zip(groups.tolist(), whole.tolist())):
-            if one:
-                rgs = ranges.get(g)
-                if rgs is None:
-                    rgs = ranges[g] = tuple(range(g))
-                out.append([rgs])
+    def splits(self, partition_bytes: int) -> tuple[np.ndarray, dict[int, list[tuple[int, ...]]]]:
+        """``(whole, cuts)``: ``(F,)`` the files that are one partition of all their row groups, and for each
+        other file its row groups cut into partitions (``footers.split_sizes``; only files over
+        ``partition_bytes`` are cut, so this loops over those few, not over every file)."""
+        whole = _sums(self.group_bytes, self.row_offsets) <= partition_bytes  # (F,)
+        cuts: dict[int, list[tuple[int, ...]]] = {}
+        for i in np.flatnonzero(~whole).tolist():
+            lo, hi = self.row_offsets[i], self.row_offsets[i + 1]
+            found = split_sizes(self.group_bytes[lo:hi].tolist(), partition_bytes)
+            if len(found) == 1:  # one row group larger than the budget: still one partition
+                whole[i] = True
             else:
-                lo, hi = self.row_offsets[i], self.row_offsets[i + 1]
-                out.append(split_sizes(self.group_bytes[lo:hi].tolist(), partition_bytes))
-        return out
+                cuts[i] = found
+        return whole, cuts
 
 
 class _RowFooter(IndexedFooter):
@@ -530,9 +530,10 @@ def _version_keys() -> tuple[str, ...]:
 
 
 def adopt_index(source: Any, opened: IndexedFiles, partition_bytes: int) -> None:
-    """Set what ``ParquetSource`` keeps of its files from ``opened``: mappings over its columns, and one
-    ``Partition`` per file (or per cut of a file larger than ``partition_bytes``)."""
-    from dask_windows.sources.base import Partition
+    """Set what ``ParquetSource`` keeps of its files from ``opened``: mappings over its columns, and its
+    partitions as columns too (``FilePartitions``: one per file, or per cut of a file larger than
+    ``partition_bytes``; no ``Partition`` object until one is asked for)."""
+    from dask_windows.sources.parquet.partitions import FilePartitions
 
     files = opened.files
     source.files = files
@@ -540,18 +541,6 @@ def adopt_index(source: Any, opened: IndexedFiles, partition_bytes: int) -> None
     source._identities = IndexedIdentities(opened)
     source._schemas = opened.schemas
     source._schema_numbers = opened.numbers
-    splits = opened.splits(partition_bytes)
-    whole = np.fromiter((len(s) == 1 for s in splits), bool, len(splits))  # (F,) files of one partition
+    whole, cuts = opened.splits(partition_bytes)  # (F,) files of one partition; the others' cuts
     source._tail_runs = IndexedRuns(opened, whole) if opened.runs is not None else {}
-    partitions = []
-    for i, (path, rows, cuts) in enumerate(zip(files, opened.file_rows().tolist(), splits)):
-        if len(cuts) == 1:
-            if rows:
-                partitions.append(Partition(path, rows, (path, cuts[0])))
-            continue
-        group_rows = opened.group_rows[opened.row_offsets[i] : opened.row_offsets[i + 1]]
-        for rgs in cuts:
-            count = int(group_rows[list(rgs)].sum())
-            if count:
-                partitions.append(Partition(f"{path}[row groups {rgs[0]}-{rgs[-1]}]", count, (path, rgs)))
-    source.partitions = partitions
+    source.partitions = FilePartitions.of_files(files, opened.group_rows, opened.row_offsets, whole, cuts)

@@ -23,6 +23,7 @@ from dask_windows.planning.ragged import Ragged
 from dask_windows.planning.windows import find_runs, join_runs
 from dask_windows.sources.base import Partition
 from dask_windows.sources.parquet.footers import Footer
+from dask_windows.sources.parquet.partitions import FilePartitions
 from dask_windows.tuning import CORRUPT_PROBES, PARSED_FOOTER_BYTES
 from dask_windows.tuning import READ_CHUNK_BYTES as CHUNK_BYTES
 
@@ -145,18 +146,23 @@ class ParquetRows:
             listed = list(self._footers)
             per_file = Ragged.of([self._footers[path].rows for path in listed])
             group_rows, group_offsets = per_file.values, per_file.offsets
-        keys = [part.key for part in self.partitions]
-        paths = [key[0] for key in keys]
-        if paths == listed:  # a partition per file, in the listing's order (what the index opens)
-            file_of: Any = np.arange(len(paths), dtype=np.int64)
+        parts = self.partitions
+        if isinstance(parts, FilePartitions) and parts.files is listed:  # columnar, over the index's files
+            file_of: Any = parts.file_of
+            group0, count = parts.group_start, parts.group_stop - parts.group_start
         else:
-            position = {path: i for i, path in enumerate(listed)}
-            file_of = np.array([position[path] for path in paths], np.int64)
-        # (P,) per partition: its first and last row group and how many (contiguous, as cut)
-        group0 = np.array([key[1][0] for key in keys], np.int64)
-        count = np.array([len(key[1]) for key in keys], np.int64)
-        if np.any(np.array([key[1][-1] for key in keys], np.int64) - group0 + 1 != count):
-            return Ragged.of([self.decode_units(p) for p in range(len(self.partitions))])
+            keys = [part.key for part in parts]
+            paths = [key[0] for key in keys]
+            if paths == listed:  # a partition per file, in the listing's order
+                file_of = np.arange(len(paths), dtype=np.int64)
+            else:
+                position = {path: i for i, path in enumerate(listed)}
+                file_of = np.array([position[path] for path in paths], np.int64)
+            # (P,) per partition: its first and last row group and how many (contiguous, as cut)
+            group0 = np.array([key[1][0] for key in keys], np.int64)
+            count = np.array([len(key[1]) for key in keys], np.int64)
+            if np.any(np.array([key[1][-1] for key in keys], np.int64) - group0 + 1 != count):
+                return Ragged.of([self.decode_units(p) for p in range(len(self.partitions))])
         sizes = np.array(count, np.int64) + 1  # (P,) bounds of each partition
         offsets = np.zeros(len(sizes) + 1, np.int64)
         np.cumsum(sizes, out=offsets[1:])
@@ -219,6 +225,8 @@ class ParquetRows:
 
     def _first_partition(self, index: int) -> int:
         """The number of the first partition of partition ``index``'s file."""
+        if isinstance(self.partitions, FilePartitions):  # columnar: a search, no dict of every file
+            return self.partitions.first_of_file(index)
         first = self.__dict__.get("_first_partitions")
         if first is None:
             first = {}
