@@ -19,6 +19,10 @@ Two figures per loader:
   gather costs once the rows are in memory; it leaves out the transforms when they all ran
   before the first batch).
 
+``--epochs E`` (E > 1) runs ``E`` epochs of one dataset in each process and adds the first epoch,
+the later ones pooled, and all of them: the workflow loaders with their transformed rows kept across
+epochs (``Workflow(cache_bytes=)``'s default) and not (``cache_bytes=0``), and the bytes kept.
+
 Each as windows per wall-clock second and per CPU-second of the process (all its threads; other
 jobs on a shared machine move it much less than the wall clock). The named batch
 (``wf.named()``, and ``wf.named(code_dtype="int32")``) is measured too, and the workflow on a
@@ -39,7 +43,7 @@ previous size. The fit's progress goes to stderr.
 
     python benchmarks/bench_workflow.py [--series 64] [--rows-per-series N] [--files 8] [--rounds 1]
         [--batch 128 --window 96 --horizon 24 --stride 4] [--buffer-bytes N]
-        [--before REF ...] [--profile named] [--breakdown] [--fit-rows 20000 200000 2000000] [--fit-data DIR] [--skip-loader]
+        [--epochs 3] [--before REF ...] [--profile named] [--breakdown] [--fit-rows 20000 200000 2000000] [--fit-data DIR] [--skip-loader]
     python benchmarks/bench_workflow.py --batch 256 --window 512 --horizon 0 --stride 1
     python benchmarks/bench_workflow.py --skip-loader --fit-rows 1000000 10000000 100000000 --fit-data /tmp/fit
 """
@@ -136,6 +140,7 @@ def measure_epochs(make, epochs: int) -> dict:
         windows = sum(d["windows"] for d in docs)
         doc[key] = windows / sum(d["seconds"] for d in docs) if docs else math.nan
         doc[key + "_cpu"] = windows / sum(d["cpu_seconds"] for d in docs) if docs else math.nan
+    doc["kept"] = getattr(getattr(made[0].source, "cache", None), "held", 0)  # bytes kept across epochs
     return doc
 
 
@@ -267,7 +272,7 @@ def loader(args: argparse.Namespace) -> None:
     runs = {name: (kind, REPO) for name, kind in (EPOCH_LOADERS if args.epochs > 1 else LOADERS).items()}
     for ref in args.before or ():  # the named batch as commit REF made it, in the same run
         runs[f"workflow (named batch) at {ref}"] = ("named", export(ref))
-    keys = ("whole", "whole_cpu", "steady", "steady_cpu", "later", "later_cpu", "all", "all_cpu")
+    keys = ("whole", "whole_cpu", "steady", "steady_cpu", "later", "later_cpu", "all", "all_cpu", "kept")
     figures: dict[str, dict[str, list[float]]] = {name: {k: [] for k in keys} for name in runs}
     for _ in range(args.rounds):  # the loaders alternated, each in a fresh process
         for name, (kind, package) in runs.items():
@@ -287,7 +292,7 @@ def loader(args: argparse.Namespace) -> None:
     print(f"  {'':<38} {'whole epoch: windows/s':>30} {'windows/CPU-s':>24} | {'steady state: windows/s':>30} "
           f"{'windows/CPU-s':>24}")  # fmt: skip
     for name, m in median.items():
-        cells = [f"{m[k]:>12,.0f} ({m[k] / base[k]:.2f}x)" for k in keys]
+        cells = [f"{m[k]:>12,.0f} ({m[k] / base[k]:.2f}x)" for k in keys[:4]]
         print(f"  {name:<38} {cells[0]:>30} {cells[1]:>24} | {cells[2]:>30} {cells[3]:>24}")
     if args.epochs > 1:
         print(f"  {args.epochs} epochs of one dataset in each process: {'epoch 1: windows/s':>26} {'windows/CPU-s':>24} | "
@@ -296,8 +301,8 @@ def loader(args: argparse.Namespace) -> None:
             cells = [f"{m[k]:>12,.0f} ({m[k] / base[k]:.2f}x)" for k in ("whole", "whole_cpu", "later", "later_cpu",
                                                                             "all", "all_cpu")]  # fmt: skip
             print(f"  {name:<44} {cells[0]:>20} {cells[1]:>24} | {cells[2]:>30} {cells[3]:>24} | "
-                  f"{cells[4]:>30} {cells[5]:>24}")  # fmt: skip
-    print(json.dumps({name: {k: round(m[k] / base[k], 3) for k in keys} for name, m in median.items()}))
+                  f"{cells[4]:>30} {cells[5]:>24} | kept {m['kept'] / 2**20:,.1f} MiB")  # fmt: skip
+    print(json.dumps({name: {k: round(m[k] / base[k], 3) for k in keys[:-1]} for name, m in median.items()}))
     if args.breakdown:  # one more epoch each, its steps timed (not among the rounds above)
         print("  CPU per batch (us), one epoch from the constructor, each loader in a fresh process:")
         for name, (kind, package) in runs.items():

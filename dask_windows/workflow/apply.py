@@ -132,9 +132,12 @@ class WorkflowSource:
 
     def reader(self, indices: Sequence[int], columns: Sequence) -> WorkflowReader:
         if self.cache.budget:
+            from torch.utils.data import get_worker_info
+
             from dask_windows.workflow.artifact import checksum, to_json
 
-            self.cache.check(checksum(to_json(self.wf)))  # once a pass: a refitted workflow's rows are not kept ones
+            info = get_worker_info()  # a rank's workers share cache_bytes, as they share buffer_bytes
+            self.cache.check(checksum(to_json(self.wf)), info.num_workers if info is not None else 1)  # once a pass
         return WorkflowReader(self, self.inner.reader(indices, self._inputs(columns)), columns)
 
 

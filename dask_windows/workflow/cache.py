@@ -43,18 +43,20 @@ class TransformCache:
 
     Attributes:
         hits: Reads answered from memory. ``misses``: reads transformed (kept or not).
-        held: Bytes kept, never above ``budget``.
+        held: Bytes kept, never above ``limit``: ``budget``, or its share in a DataLoader worker.
     """
 
     def __init__(self, budget: int) -> None:
-        self.budget, self.held, self.hits, self.misses = budget, 0, 0, 0
+        self.budget, self.limit, self.held, self.hits, self.misses = budget, budget, 0, 0, 0
         self.token: Hashable = None
         self._kept: dict[Hashable, dict] = {}
         self._lock = threading.Lock()
 
-    def check(self, token: Hashable) -> None:
-        """Forget everything kept if the workflow's ``token`` changed (refitted) since it was kept."""
+    def check(self, token: Hashable, workers: int = 1) -> None:
+        """Forget everything kept if the workflow's ``token`` changed (refitted) since it was kept; keep up
+        to ``budget / workers`` bytes (each of a rank's DataLoader workers reads about its share of the units)."""
         with self._lock:
+            self.limit = self.budget // workers
             if token != self.token:
                 self._kept.clear()
                 self.held, self.token = 0, token
@@ -75,7 +77,7 @@ class TransformCache:
             return columns
         size = held_bytes(columns)
         with self._lock:
-            if key not in self._kept and self.held + size <= self.budget:
+            if key not in self._kept and self.held + size <= self.limit:
                 for values in columns.values():
                     if isinstance(values, np.ndarray):
                         values.flags.writeable = False  # shared by every later read: a change would show there

@@ -12,6 +12,7 @@ import pickle
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from dask_windows import WindowDataset
 from dask_windows.errors import ConfigError
@@ -68,10 +69,12 @@ def epochs(root: str, wf: Workflow, n: int = 3) -> tuple[list, list, WindowDatas
 
 def test_kept_reads_yield_the_batches_of_fresh_reads_every_epoch(data):
     root, df, ref = data
-    fresh, _, _ = epochs(root, make_workflow(0).fit(root, scheduler="sync"))
+    wf = make_workflow(0).fit(root, scheduler="sync")
+    fresh, _, _ = epochs(root, wf)
     total = None
     for budget in (1 << 30, 12_000, 0):
-        got, counts, ds = epochs(root, make_workflow(budget).fit(root, scheduler="sync"))
+        wf.cache_bytes = budget  # (read when a dataset is made)
+        got, counts, ds = epochs(root, wf)
         for epoch, (mine, want) in enumerate(zip(got, fresh)):
             assert len(mine) == len(want)
             for b, w in zip(mine, want):
@@ -130,6 +133,26 @@ def test_a_worker_starts_with_an_empty_cache_and_bytes_stay_in_budget():
         cache.find(0)["x"][0] = 1.0  # kept arrays are read-only: a caller's change cannot reach the next read
     worker = pickle.loads(pickle.dumps(cache))
     assert (worker.budget, worker.held, worker.hits) == (1_000, 0, 0) and worker.find(0) is None
+    worker.check("fitted", workers=2)  # one of a rank's 2 DataLoader workers: half the budget
+    for key in range(2):
+        worker.keep(key, {"x": np.zeros(100, np.float32)})
+    assert worker.held == 400 <= worker.limit == 500
+
+
+def test_persistent_workers_yield_the_batches_of_fresh_reads(data):
+    root, _, _ = data
+    fresh, _, _ = epochs(root, make_workflow(0).fit(root, scheduler="sync"), n=2)
+    wf = make_workflow(1 << 30).fit(root, scheduler="sync")
+    ds = WindowDataset(root, workflow=wf.named(index=True), window=WINDOW, horizon=HORIZON, batch_size=40, seed=2,
+                       buffer_bytes=80_000)  # fmt: skip
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True)
+    for epoch, want in enumerate(fresh):
+        ds.set_epoch(epoch)
+        got = [{k: v.numpy() for k, v in b.items()} for b in loader]
+        for k in want[0]:  # the same windows (the workers interleave their batches): in start-row order
+            mine, theirs = (np.concatenate([b[k] for b in part]) for part in (got, want))
+            order = [np.argsort(np.concatenate([b["index"] for b in part]), kind="stable") for part in (got, want)]
+            np.testing.assert_array_equal(mine[order[0]], theirs[order[1]], err_msg=f"epoch {epoch}, {k}")
 
 
 def test_cache_bytes_must_be_a_byte_count():
