@@ -121,6 +121,17 @@ def test_a_refit_workflow_reads_again(data, tmp_path):
     assert source.cache.hits == 1 and source.cache.misses == 2 and not np.array_equal(rows(), first)
 
 
+def test_reads_of_other_columns_are_kept_apart(data):
+    root, _, ref = data
+    source = WindowDataset(root, workflow=make_workflow(1 << 30).fit(root, scheduler="sync"), window=WINDOW).source
+    assert set(source.read_rows(0, ["kind"], 100, 250)) == {"kind"}
+    for _ in range(2):  # read, then kept
+        both = source.read_rows(0, ["value", "kind"], 100, 250)
+        assert set(both) == {"value", "kind"}
+        np.testing.assert_allclose(both["value"], ref["value"].to_numpy()[100:250], rtol=2e-6, atol=2e-6)
+    assert source.cache.hits == 1
+
+
 def test_a_worker_starts_with_an_empty_cache_and_bytes_stay_in_budget():
     cache = TransformCache(1_000)
     for key in range(4):
