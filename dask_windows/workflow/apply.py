@@ -132,12 +132,11 @@ class WorkflowSource:
 
     def reader(self, indices: Sequence[int], columns: Sequence) -> WorkflowReader:
         if self.cache.budget:
-            from torch.utils.data import get_worker_info
-
+            from dask_windows.runtime.detect import detect_worker
             from dask_windows.workflow.artifact import checksum, to_json
 
-            info = get_worker_info()  # a rank's workers share cache_bytes, as they share buffer_bytes
-            self.cache.check(checksum(to_json(self.wf)), info.num_workers if info is not None else 1)  # once a pass
+            _, workers = detect_worker()  # a rank's workers share cache_bytes, as they share buffer_bytes
+            self.cache.check(checksum(to_json(self.wf)), workers)  # once a pass: a refit workflow's rows read again
         return WorkflowReader(self, self.inner.reader(indices, self._inputs(columns)), columns)
 
 
