@@ -19,6 +19,10 @@ Two figures per loader:
   gather costs once the rows are in memory; it leaves out the transforms when they all ran
   before the first batch).
 
+``--epochs E`` (E > 1) runs ``E`` epochs of one dataset in each process and adds the first epoch,
+the later ones pooled, and all of them: the workflow loaders with their transformed rows kept across
+epochs (``Workflow(cache_bytes=)``'s default) and not (``cache_bytes=0``), and the bytes kept.
+
 Each as windows per wall-clock second and per CPU-second of the process (all its threads; other
 jobs on a shared machine move it much less than the wall clock). The named batch
 (``wf.named()``, and ``wf.named(code_dtype="int32")``) is measured too, and the workflow on a
@@ -39,7 +43,7 @@ previous size. The fit's progress goes to stderr.
 
     python benchmarks/bench_workflow.py [--series 64] [--rows-per-series N] [--files 8] [--rounds 1]
         [--batch 128 --window 96 --horizon 24 --stride 4] [--buffer-bytes N]
-        [--before REF ...] [--profile named] [--breakdown] [--fit-rows 20000 200000 2000000] [--fit-data DIR] [--skip-loader]
+        [--epochs 3] [--before REF ...] [--profile named] [--breakdown] [--fit-rows 20000 200000 2000000] [--fit-data DIR] [--skip-loader]
     python benchmarks/bench_workflow.py --batch 256 --window 512 --horizon 0 --stride 1
     python benchmarks/bench_workflow.py --skip-loader --fit-rows 1000000 10000000 100000000 --fit-data /tmp/fit
 """
@@ -117,7 +121,27 @@ def measure(make) -> dict:
         "steady": windows / (end - ready),
         "steady_cpu": windows / (end_cpu - ready_cpu),
         "windows": head + windows,
+        "seconds": end - start,
+        "cpu_seconds": end_cpu - start_cpu,
     }
+
+
+def measure_epochs(make, epochs: int) -> dict:
+    """``measure`` of ``epochs`` epochs of one dataset: the first from before ``make``, each later one
+    from its ``iter``; the keys of ``measure`` are the first epoch's, ``"later"`` / ``"later_cpu"`` the
+    epochs after it pooled (windows over seconds), ``"all"`` / ``"all_cpu"`` every epoch's."""
+    made: list = []
+    doc = measure(lambda: made.append(make()) or made[0])
+    rest = []
+    for epoch in range(1, epochs):
+        made[0].set_epoch(epoch)
+        rest.append(measure(lambda: made[0]))
+    for key, docs in (("later", rest), ("all", [doc, *rest])):
+        windows = sum(d["windows"] for d in docs)
+        doc[key] = windows / sum(d["seconds"] for d in docs) if docs else math.nan
+        doc[key + "_cpu"] = windows / sum(d["cpu_seconds"] for d in docs) if docs else math.nan
+    doc["kept"] = getattr(getattr(made[0].source, "cache", None), "held", 0)  # bytes kept across epochs
+    return doc
 
 
 LOADERS = {  # name -> what a child process opens (``loader_child``)
@@ -126,6 +150,15 @@ LOADERS = {  # name -> what a child process opens (``loader_child``)
     "workflow (tuple), int categories": "ints",
     "workflow (named batch)": "named",
     "workflow (named batch), int32 codes": "named32",
+}
+#: With ``--epochs`` above 1: the workflow loaders with their transformed rows kept across epochs (the
+#: default, ``Workflow(cache_bytes=)``) and without (``cache_bytes=0``), against the stored channels.
+EPOCH_LOADERS = {
+    "stored channels (no workflow)": "stored",
+    "workflow (tuple), kept across epochs": "tuple",
+    "workflow (tuple), not kept (cache_bytes=0)": "tuple0",
+    "workflow (named batch), kept across epochs": "named",
+    "workflow (named batch), not kept": "named0",
 }
 
 
@@ -152,7 +185,7 @@ def timed_parts(parts: dict) -> None:
     wrap(Emitter, "__call__", "emitter")
 
 
-def loader_child(kind: str, folder: str, profile: str) -> None:
+def loader_child(kind: str, folder: str, profile: str, epochs: int = 1) -> None:
     """One loader's epoch (``measure``), printed as JSON (``profile``: ``"profile"`` a cProfile of this
     thread on stderr, ``"breakdown"`` the CPU per batch of its steps, ``timed_parts``)."""
     from dask_windows import WindowDataset
@@ -162,6 +195,8 @@ def loader_child(kind: str, folder: str, profile: str) -> None:
         settings = json.load(f)
     common, channels, targets = settings["common"], settings["channels"], settings["targets"]
     raw, ready, coded = (os.path.join(folder, name) for name in ("raw", "ready", "coded"))
+    keep = not kind.endswith("0")  # "tuple0", "named0": the loader with cache_bytes=0
+    kind = kind.rstrip("0")
 
     def make():
         if kind == "stored":
@@ -169,6 +204,8 @@ def loader_child(kind: str, folder: str, profile: str) -> None:
         if kind == "ints":
             return WindowDataset(coded, workflow=Workflow.load(os.path.join(folder, "wf_ints.json")), **common)
         wf = Workflow.load(os.path.join(folder, "wf.json"))
+        if not keep:  # tuple0, named0: nothing kept across epochs
+            wf.cache_bytes = 0
         if kind == "named32":  # (only then: a --before commit's package may not know code_dtype)
             wf = wf.named(code_dtype="int32")
         return WindowDataset(raw, workflow=wf.named() if kind == "named" else wf, **common)
@@ -187,7 +224,7 @@ def loader_child(kind: str, folder: str, profile: str) -> None:
         print(json.dumps({k: v / batches / 1e3 for k, v in steps.items()}))  # us a batch
         return
     if profile != "profile":
-        print(json.dumps(measure(make)))
+        print(json.dumps(measure_epochs(make, epochs)))
         return
     import cProfile
     import pstats
@@ -232,15 +269,15 @@ def loader(args: argparse.Namespace) -> None:
                   next_pass_seconds=0, pieces_per_partition=args.pieces, buffer_bytes=args.buffer_bytes)  # fmt: skip
     with open(os.path.join(folder, "settings.json"), "w") as f:
         json.dump({"common": common, "channels": channels, "targets": list(wf.target)}, f)
-    runs = {name: (kind, REPO) for name, kind in LOADERS.items()}
+    runs = {name: (kind, REPO) for name, kind in (EPOCH_LOADERS if args.epochs > 1 else LOADERS).items()}
     for ref in args.before or ():  # the named batch as commit REF made it, in the same run
         runs[f"workflow (named batch) at {ref}"] = ("named", export(ref))
-    keys = ("whole", "whole_cpu", "steady", "steady_cpu")
+    keys = ("whole", "whole_cpu", "steady", "steady_cpu", "later", "later_cpu", "all", "all_cpu", "kept")
     figures: dict[str, dict[str, list[float]]] = {name: {k: [] for k in keys} for name in runs}
     for _ in range(args.rounds):  # the loaders alternated, each in a fresh process
         for name, (kind, package) in runs.items():
             profile = "profile" if args.profile == kind and package == REPO else "plain"
-            command = [sys.executable, __file__, "--loader-child", kind, folder, profile]
+            command = [sys.executable, __file__, "--loader-child", kind, folder, profile, str(args.epochs)]
             out = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True,
                                  env=dict(os.environ, PYTHONPATH=package, BENCH_WORKFLOW_PACKAGE=package))  # fmt: skip
             doc = json.loads(out.stdout.strip().splitlines()[-1])
@@ -255,15 +292,23 @@ def loader(args: argparse.Namespace) -> None:
     print(f"  {'':<38} {'whole epoch: windows/s':>30} {'windows/CPU-s':>24} | {'steady state: windows/s':>30} "
           f"{'windows/CPU-s':>24}")  # fmt: skip
     for name, m in median.items():
-        cells = [f"{m[k]:>12,.0f} ({m[k] / base[k]:.2f}x)" for k in keys]
+        cells = [f"{m[k]:>12,.0f} ({m[k] / base[k]:.2f}x)" for k in keys[:4]]
         print(f"  {name:<38} {cells[0]:>30} {cells[1]:>24} | {cells[2]:>30} {cells[3]:>24}")
-    print(json.dumps({name: {k: round(m[k] / base[k], 3) for k in keys} for name, m in median.items()}))
+    if args.epochs > 1:
+        print(f"  {args.epochs} epochs of one dataset in each process: {'epoch 1: windows/s':>26} {'windows/CPU-s':>24} | "
+              f"{'epochs 2+: windows/s':>30} {'windows/CPU-s':>24} | {'all epochs: windows/s':>30} {'windows/CPU-s':>24}")  # fmt: skip
+        for name, m in median.items():
+            cells = [f"{m[k]:>12,.0f} ({m[k] / base[k]:.2f}x)" for k in ("whole", "whole_cpu", "later", "later_cpu",
+                                                                            "all", "all_cpu")]  # fmt: skip
+            print(f"  {name:<44} {cells[0]:>20} {cells[1]:>24} | {cells[2]:>30} {cells[3]:>24} | "
+                  f"{cells[4]:>30} {cells[5]:>24} | kept {m['kept'] / 2**20:,.1f} MiB")  # fmt: skip
+    print(json.dumps({name: {k: round(m[k] / base[k], 3) for k in keys[:-1]} for name, m in median.items()}))
     if args.breakdown:  # one more epoch each, its steps timed (not among the rounds above)
         print("  CPU per batch (us), one epoch from the constructor, each loader in a fresh process:")
         for name, (kind, package) in runs.items():
             if package != REPO:
                 continue
-            command = [sys.executable, __file__, "--loader-child", kind, folder, "breakdown"]
+            command = [sys.executable, __file__, "--loader-child", kind, folder, "breakdown", "1"]
             out = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True,
                                  env=dict(os.environ, PYTHONPATH=package, BENCH_WORKFLOW_PACKAGE=package))  # fmt: skip
             steps = json.loads(out.stdout.strip().splitlines()[-1])
@@ -380,7 +425,10 @@ def main() -> None:
     parser.add_argument("--profile", choices=sorted(set(LOADERS.values())),
                         help="cProfile this loader's consuming thread (on stderr)")  # fmt: skip
     parser.add_argument("--breakdown", action="store_true", help="also the CPU per batch of each loader's steps")
-    parser.add_argument("--loader-child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--epochs", type=int, default=1,
+                        help="epochs of one dataset per process: epoch 1 and epochs 2+ apart, the workflow's "
+                        "transformed rows kept across epochs and not")  # fmt: skip
+    parser.add_argument("--loader-child", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument(
         "--fit-data", default=None, help="folder of the fit's Parquet files (kept; default: a temp one)"
     )
@@ -390,8 +438,8 @@ def main() -> None:
         fit_child(args.fit_child)
         return
     if args.loader_child:
-        kind, folder, profile = args.loader_child
-        loader_child(kind, folder, profile)
+        kind, folder, profile, epochs = args.loader_child
+        loader_child(kind, folder, profile, int(epochs))
         return
     if not args.skip_loader:
         shapes = SHAPES

@@ -411,6 +411,10 @@ SLOW_TESTS: dict[str, str | set[str]] = {
         "test_members_that_differ_are_refused_naming_the_member_and_the_field",
         "test_named_mixture_through_two_workers_and_a_resume",
     },
+    "tests/workflow/test_transform_cache.py": {
+        "test_kept_reads_yield_the_batches_of_fresh_reads_every_epoch",
+        "test_persistent_workers_yield_the_batches_of_fresh_reads",
+    },
     "tests/workflow/test_workflow.py": {
         "test_calendar_arithmetic_equals_pandas",
         "test_fastai_takes_the_named_batch_as_input_and_its_target_for_the_loss",

@@ -3,7 +3,8 @@
 ``bind`` wraps the dataset's source in a ``WorkflowSource``: every read (a piece, its row
 blocks, a whole partition at open) reads the workflow's input columns from the real source and
 returns the workflow's output columns as float32, computed on the reader threads before the
-buffer's windows are cut. Nothing is written anywhere.
+buffer's windows are cut. Nothing is written anywhere; the transformed ranges are kept in memory
+across epochs up to ``Workflow.cache_bytes`` (``cache.TransformCache``), read again otherwise.
 
 Lookback: a lag, difference or limited forward fill at a row needs up to ``P`` earlier rows of
 its series (``Workflow.lookback``). The dataset is given windows ``P`` rows longer than asked
@@ -25,6 +26,7 @@ import numpy as np
 from dask_windows.errors import ConfigError
 from dask_windows.workflow.artifact import check_source
 from dask_windows.workflow.batch import SERIES_CODE, Emitter, NamedBatches
+from dask_windows.workflow.cache import TransformCache
 from dask_windows.workflow.core import Workflow
 
 __all__ = ["WorkflowReader", "WorkflowSource", "bind", "copy_dtype", "dictionary_inputs"]
@@ -54,6 +56,7 @@ class WorkflowSource:
         if hasattr(source, "dictionary_columns"):  # Parquet: the categories read as Arrow dictionaries
             source.dictionary_columns = frozenset(dictionary_inputs(wf))
         self._schemas = [pa.schema([(c, pa.float32()) for c in self.made])]  # checks.output_dtype: float32
+        self.cache = TransformCache(wf.cache_bytes)
 
     def __getattr__(self, name: str) -> Any:
         if name == "inner":  # unpickling: not set yet
@@ -100,21 +103,40 @@ class WorkflowSource:
         self.inner.check_columns([c for c in columns if c not in self.made], what)
 
     def read(self, index: int, columns: Sequence) -> dict:
-        return self.transform(self.inner.read(index, self._inputs(columns)), columns)
+        read = lambda: self.transform(self.inner.read(index, self._inputs(columns)), columns)
+        return self.cache.get((index, None, None, tuple(columns)), read)
 
     def read_rows(self, index: int, columns: Sequence, lo: int, hi: int) -> dict:
-        ((a, _),) = self.halo([(lo, hi)])
-        return self.transform_range(self.inner.read_rows(index, self._inputs(columns), a, hi), columns, lo - a)
+        read = lambda wide: [self.inner.read_rows(index, self._inputs(columns), *wide[0])]
+        return self.kept_ranges(index, columns, [(lo, hi)], read)[0]
 
     def read_ranges(self, index: int, columns: Sequence, ranges: Sequence[tuple[int, int]]) -> list[dict]:
-        wide = self.halo(ranges)
-        pieces = self.inner.read_ranges(index, self._inputs(columns), wide)
-        return [self.transform_range(p, columns, lo - a) for p, (lo, _), (a, _) in zip(pieces, ranges, wide)]
+        return self.kept_ranges(
+            index, columns, ranges, lambda wide: self.inner.read_ranges(index, self._inputs(columns), wide)
+        )
+
+    def kept_ranges(self, index: int, columns: Sequence, ranges: Sequence[tuple[int, int]], read: Any) -> list[dict]:
+        """Rows ``ranges`` of partition ``index`` transformed: those kept (``cache``), the others read with
+        ``read(ranges with their halo)`` in one call, transformed and kept."""
+        keys = [(index, lo, hi, tuple(columns)) for lo, hi in ranges]
+        out = [self.cache.find(key) for key in keys]
+        todo = [i for i, found in enumerate(out) if found is None]
+        if todo:
+            wide = self.halo([ranges[i] for i in todo])
+            for i, piece, (a, _) in zip(todo, read(wide), wide):
+                out[i] = self.cache.keep(keys[i], self.transform_range(piece, columns, ranges[i][0] - a))
+        return out  # type: ignore[return-value]
 
     def read_chunks(self, index: int, columns: Sequence) -> Any:
         yield self.read(index, columns)
 
     def reader(self, indices: Sequence[int], columns: Sequence) -> WorkflowReader:
+        if self.cache.budget:
+            from dask_windows.runtime.detect import detect_worker
+            from dask_windows.workflow.artifact import checksum, to_json
+
+            _, workers = detect_worker()  # a rank's workers share cache_bytes, as they share buffer_bytes
+            self.cache.check(checksum(to_json(self.wf)), workers)  # once a pass: a refit workflow's rows read again
         return WorkflowReader(self, self.inner.reader(indices, self._inputs(columns)), columns)
 
 
@@ -126,18 +148,15 @@ class WorkflowReader:
         self.indices = inner.indices
 
     def read(self, index: int) -> dict:
-        return self.source.transform(self.inner.read(index), self.columns)
+        read = lambda: self.source.transform(self.inner.read(index), self.columns)
+        return self.source.cache.get((index, None, None, tuple(self.columns)), read)
 
     def read_rows(self, index: int, lo: int, hi: int) -> dict:
-        ((a, _),) = self.source.halo([(lo, hi)])
-        return self.source.transform_range(self.inner.read_rows(index, a, hi), self.columns, lo - a)
+        read = lambda wide: [self.inner.read_rows(index, *wide[0])]
+        return self.source.kept_ranges(index, self.columns, [(lo, hi)], read)[0]
 
     def read_ranges(self, index: int, ranges: Sequence[tuple[int, int]]) -> list[dict]:
-        wide = self.source.halo(ranges)
-        pieces = self.inner.read_ranges(index, wide)
-        return [
-            self.source.transform_range(p, self.columns, lo - a) for p, (lo, _), (a, _) in zip(pieces, ranges, wide)
-        ]
+        return self.source.kept_ranges(index, self.columns, ranges, lambda wide: self.inner.read_ranges(index, wide))
 
     def close(self) -> None:
         self.inner.close()

@@ -18,7 +18,10 @@ from dask_windows.errors import ConfigError, DataError, SchemaError
 from dask_windows.spec import CODE_DTYPES
 from dask_windows.workflow.ops import Log1p, Normalize, Op, Piece
 
-__all__ = ["Statics", "Workflow"]
+__all__ = ["CACHE_BYTES", "Statics", "Workflow"]
+
+#: ``Workflow(cache_bytes=)``'s default: the transformed rows kept across epochs, per process.
+CACHE_BYTES = 512 << 20
 
 
 def _columns(what: str, value: Any) -> tuple[str, ...]:
@@ -72,6 +75,11 @@ class Workflow:
             ``time_idx``); ``None`` with timestamps: the smallest step in the data.
         missing_timesteps: ``"raise"`` (default), or ``"allow"``: window over the gaps as they are.
             To fill them instead, write the data with ``fill_timesteps`` first.
+        cache_bytes: Memory per process for the transformed rows kept across epochs
+            (``cache.TransformCache``), on top of the dataset's ``buffer_bytes``: from the second
+            epoch the rows kept are not read nor transformed again. Default 512 MiB (``CACHE_BYTES``);
+            0 turns it off. A loader setting, not saved with the workflow: set ``wf.cache_bytes``
+            on a loaded one. DataLoader workers each keep their own: use ``persistent_workers=True``.
     """
 
     def __init__(
@@ -87,6 +95,7 @@ class Workflow:
         time: str | None = None,
         freq: Any = None,
         missing_timesteps: str = "raise",
+        cache_bytes: int = CACHE_BYTES,
     ) -> None:
         self.ops = list(ops)
         bad = [op for op in self.ops if not isinstance(op, Op)]
@@ -107,6 +116,7 @@ class Workflow:
         if freq is not None and time is None:
             raise ConfigError(f"freq={freq!r} is the step of the time column: pass time= too")
         self.time, self.freq, self.missing_timesteps = time, freq, missing_timesteps
+        self.cache_bytes = cache_bytes
         self.timesteps: dict | None = None  # fitted: the step, and the steps missing ("allow") or backwards
         both = set(self.continuous) & set(self.categorical)
         if both:
@@ -125,6 +135,17 @@ class Workflow:
         self.schema: dict[str, str] | None = None  # fitted: kind of each input column
         self.fingerprint: dict | None = None  # fitted: the files fitted on
         self._series_index: Any = None
+
+    @property
+    def cache_bytes(self) -> int:
+        """Bytes per process of transformed rows kept across epochs (the constructor's ``cache_bytes``)."""
+        return self.__dict__.get("_cache_bytes", CACHE_BYTES)
+
+    @cache_bytes.setter
+    def cache_bytes(self, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"cache_bytes={value!r} must be a number of bytes >= 0 (0: keep nothing)")
+        self._cache_bytes = value
 
     # -- structure --------------------------------------------------------------------------------
 
