@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python benchmarks/bench_byte_flips.py [--trials 150] [--cost-only]
 
-The battery of ``tests/sources/test_checks.py`` (``_flip_trials``): three Parquet files (row groups of
+The battery of ``tests/opening/test_checks.py`` (``_flip_trials``): three Parquet files (row groups of
 100 rows, pyarrow's default statistics), and per seeded trial 1-8 random bytes of one file
 XORed with a random byte; each trial's batches are compared with the undamaged ones. A trial is
 Run twice: flips anywhere in the file (the test's battery), and flips drawn inside the
@@ -26,7 +26,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))  # helpers
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "sources"))  # test_checks, the battery
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "opening"))  # test_checks, the battery
 
 
 def page_flip_trials(root: pathlib.Path, crc: bool, trials: int, random_values: bool = False) -> tuple[int, int, int]:

@@ -1,4 +1,4 @@
-"""Time per mask of dask_windows.masks against tsai and ``torch.rand(...) < r``.
+"""Time per mask of dask_windows.ondevice.masks against tsai and ``torch.rand(...) < r``.
 
 Usage::
 
@@ -33,7 +33,7 @@ import torch
 from torch.distributions.binomial import Binomial
 from torch.distributions.geometric import Geometric
 
-from dask_windows import masks
+from dask_windows.ondevice import masks
 
 SHAPES = [(256, 4, 512), (64, 64, 1024)]
 

@@ -199,7 +199,7 @@ def _rank(args: dict) -> None:
 
 
 def _line(setting: str, loop: str, share: float, input_bound: bool, text: str) -> str:
-    from dask_windows.tuning import INPUT_BOUND_SHARE
+    from dask_windows.settings.tuning import INPUT_BOUND_SHARE
 
     agrees = input_bound == (share >= INPUT_BOUND_SHARE) and input_bound == (loop == "input-bound")
     return f"{setting:17} {loop:13} | wait share {share:6.1%} | {'agrees' if agrees else 'CONTRADICTS'} | {text}"
@@ -208,7 +208,7 @@ def _line(setting: str, loop: str, share: float, input_bound: bool, text: str) -
 def verdicts(read_ms: float, step_ms: float, series: int = 24, rows: int = 2_000) -> None:
     """Wait share and verdict of an input-bound and a compute-bound loop: in both orders with no worker,
     with two DataLoader workers and on two ranks (the pool order)."""
-    from dask_windows.tuning import INPUT_BOUND_SHARE
+    from dask_windows.settings.tuning import INPUT_BOUND_SHARE
 
     print(f"threshold: input-bound from a wait share of {INPUT_BOUND_SHARE:.0%} after the first batch")
     print(

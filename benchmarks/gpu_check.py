@@ -150,7 +150,7 @@ def loader_alone(args: argparse.Namespace, data: str, device: Any) -> dict[str, 
     import torch
 
     import dask_windows as dw
-    from dask_windows.device import DevicePrefetcher
+    from dask_windows.ondevice.prefetcher import DevicePrefetcher
 
     clock = Clock(device)
     settings = dict(
@@ -279,8 +279,8 @@ def train(mode: str, args: argparse.Namespace, data: str, device: Any) -> dict[s
     from torch import nn
 
     import dask_windows as dw
-    from dask_windows.device import DevicePrefetcher, standardize
-    from dask_windows.masks import subsequence_mask
+    from dask_windows.ondevice.masks import subsequence_mask
+    from dask_windows.ondevice.prefetcher import DevicePrefetcher, standardize
 
     sys.path.insert(0, os.path.join(ROOT, "examples"))
     from pretrain_mvp import CHANNELS, MaskedValueModel, TransformerEncoder, masked_mse
@@ -338,7 +338,7 @@ def mask_times(args: argparse.Namespace, device: Any, repeats: int) -> dict[str,
     """Section 3: ms per step of ``subsequence_mask`` on the device and on the CPU, the MVP batch shape."""
     import torch
 
-    from dask_windows.masks import subsequence_mask
+    from dask_windows.ondevice.masks import subsequence_mask
 
     shape = (args.batch_size, len(FEATURES), args.window)
     on_device = torch.empty(shape, device=device)

@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 from dask_windows._moved import install as _install_moved_paths
 from dask_windows.errors import ConfigError, DataError, SchemaError, SourceReadError
-from dask_windows.faults import SkippedPartition, SkippedPartitionWarning
+from dask_windows.errors.faults import SkippedPartition, SkippedPartitionWarning
 from dask_windows.sources import ArraySource, DaskSource, ParquetSource, RetryPolicy
 
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ provides them
-    from dask_windows import masks
     from dask_windows.corpus import CorpusDataset, ListSource
     from dask_windows.dataset import WindowDataset
-    from dask_windows.device import DevicePrefetcher, standardize
     from dask_windows.mixture import Mixture, mix
+    from dask_windows.ondevice import masks
+    from dask_windows.ondevice.prefetcher import DevicePrefetcher, standardize
 
 __version__ = "0.2.0.dev0"  # the one place: setup.cfg and `dask-windows --version` read it
 
@@ -56,12 +56,12 @@ __all__ = [
 _LAZY = {
     "CorpusDataset": ("dask_windows.corpus", "CorpusDataset"),
     "ListSource": ("dask_windows.corpus", "ListSource"),
-    "DevicePrefetcher": ("dask_windows.device", "DevicePrefetcher"),
+    "DevicePrefetcher": ("dask_windows.ondevice.prefetcher", "DevicePrefetcher"),
     "WindowDataset": ("dask_windows.dataset", "WindowDataset"),
     "Mixture": ("dask_windows.mixture", "Mixture"),
-    "masks": ("dask_windows.masks", None),
+    "masks": ("dask_windows.ondevice.masks", None),
     "mix": ("dask_windows.mixture", "mix"),
-    "standardize": ("dask_windows.device", "standardize"),
+    "standardize": ("dask_windows.ondevice.prefetcher", "standardize"),
 }
 
 

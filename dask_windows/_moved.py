@@ -3,7 +3,8 @@
 Only the paths of a release (0.1.0) are kept: 0.2 moved the sources into
 ``dask_windows.sources`` and the command line's tools into
 ``dask_windows.cli``; 0.3 moved the loader's modules into ``planning`` and
-``runtime``. ``import dask_windows.parquet_source`` (and the other old paths
+``runtime``, and the top level's into ``errors``, ``settings``, ``opening``,
+``passes`` and ``ondevice``. ``import dask_windows.parquet_source`` (and the other old paths
 below) keeps working until 0.4: a finder on ``sys.meta_path`` answers for the
 old name with the module at its new place, so both names refer to the same
 module object (same classes, same state).
@@ -44,6 +45,11 @@ MOVED = {
     "dask_windows.split": "dask_windows.planning.split",
     "dask_windows.windows": "dask_windows.planning.windows",
     "dask_windows.world": "dask_windows.planning.world",
+    # 0.1.0's top-level modules, moved into sub-packages in 0.3 (errors, settings, ondevice)
+    "dask_windows.device": "dask_windows.ondevice.prefetcher",
+    "dask_windows.faults": "dask_windows.errors.faults",
+    "dask_windows.masks": "dask_windows.ondevice.masks",
+    "dask_windows.spec": "dask_windows.settings.spec",
 }
 
 

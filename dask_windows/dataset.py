@@ -21,14 +21,12 @@ from typing import Any
 import numpy as np
 from torch.utils.data import IterableDataset
 
-from dask_windows.checks import SERIES_FROM_MANIFEST, check_series_order, output_dtype
-from dask_windows.config import Config, OrderConfig, ReadConfig, WindowConfig, resolve
 from dask_windows.errors import ConfigError, DataError
-from dask_windows.faults import SkippedPartition
-from dask_windows.omissions import check_omissions
+from dask_windows.errors.faults import SkippedPartition
 from dask_windows.ondevice import Traffic, feed_for
 from dask_windows.opening import check_columns, check_windows, scan
-from dask_windows.options import deprecated_read_workers, resolve_normalize
+from dask_windows.opening.checks import SERIES_FROM_MANIFEST, check_series_order, output_dtype
+from dask_windows.opening.omissions import check_omissions
 from dask_windows.passes import PassProtocol
 from dask_windows.planning.index import WindowGrid
 from dask_windows.planning.pool import PoolPlan
@@ -41,13 +39,15 @@ from dask_windows.runtime.seams import TorchOutput
 from dask_windows.runtime.streams import StreamValues, elastic_batches
 from dask_windows.runtime.telemetry import Stats, Telemetry, rank_stats, reads_telemetry, watch_loader, watched
 from dask_windows.runtime.values import PassValues, ReadValues, no_count
+from dask_windows.settings.config import Config, OrderConfig, ReadConfig, WindowConfig, resolve
+from dask_windows.settings.options import deprecated_read_workers, resolve_normalize
+from dask_windows.settings.tuning import NEXT_PASS_SECONDS, OPEN_THREADS, RETRIES
 from dask_windows.sources import ArraySource, Source, open_source
 from dask_windows.sources.base import partition_names, rows_per_partition
 from dask_windows.sources.retry import RetryPolicy
 from dask_windows.speedups import nextpass
 from dask_windows.speedups.nextpass import NextPass
 from dask_windows.speedups.slots import SlotAllocator, shared
-from dask_windows.tuning import NEXT_PASS_SECONDS, OPEN_THREADS, RETRIES
 
 __all__ = ["WindowDataset"]
 

@@ -34,8 +34,8 @@ import torch.distributed as dist
 from torch import nn
 
 import dask_windows as dw
-from dask_windows.device import standardize
-from dask_windows.masks import subsequence_mask
+from dask_windows.ondevice.masks import subsequence_mask
+from dask_windows.ondevice.prefetcher import standardize
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _synthetic import make_dataset

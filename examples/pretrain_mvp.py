@@ -32,8 +32,8 @@ import torch
 from torch import nn
 
 import dask_windows as dw
-from dask_windows.device import DevicePrefetcher, standardize
-from dask_windows.masks import subsequence_mask
+from dask_windows.ondevice.masks import subsequence_mask
+from dask_windows.ondevice.prefetcher import DevicePrefetcher, standardize
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _synthetic import demo_dataset

@@ -16,7 +16,7 @@ Data and results go under ``demo_data/`` and ``runs/`` (ignored by git) unless `
 
 A synthetic dataset of multi-channel series in Parquet files is written on first use
 (``--data``). ``WindowDataset`` streams shuffled, per-window standardised windows of it;
-``dask_windows.fastai.WindowDataLoaders`` hands them to tsai as fastai ``DataLoaders`` (with
+``dask_windows.integrations.fastai.WindowDataLoaders`` hands them to tsai as fastai ``DataLoaders`` (with
 ``vars``, ``len``, ``c``, ``d``), batches ``(x,)`` for the self-supervised pretraining.
 
 1. **Pretraining**: tsai's ``MVP`` callback masks subsequences of each window and trains the
@@ -40,7 +40,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 import dask_windows as dw
-from dask_windows.fastai import WindowDataLoaders
+from dask_windows.integrations.fastai import WindowDataLoaders
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _synthetic import make_dataset

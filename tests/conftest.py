@@ -167,7 +167,7 @@ SLOW_TESTS: dict[str, str | set[str]] = {
         "test_two_ranks_two_workers_to_three_ranks_and_to_one_worker",
     },
     "tests/planning/test_mixing_quality.py": ALL,
-    "tests/planning/test_open_checks_columnar.py": {
+    "tests/opening/test_open_checks_columnar.py": {
         "test_left_out_columnar_equals_the_per_partition_runs",
         "test_series_order_columnar_equals_the_per_partition_loop",
     },
@@ -259,18 +259,18 @@ SLOW_TESTS: dict[str, str | set[str]] = {
         "test_oracle_still_holds_through_the_cache",
         "test_second_epoch_and_second_open_make_no_get",
     },
-    "tests/sources/test_checks.py": {
+    "tests/opening/test_checks.py": {
         "test_random_byte_flips_with_page_checksums_never_give_silent_differences",
         "test_too_many_open_files_is_a_resource_error_not_skipped",
     },
-    "tests/sources/test_checks_s3.py": ALL,
+    "tests/opening/test_checks_s3.py": ALL,
     "tests/sources/test_dask_source.py": {
         "test_avro_through_from_map_on_the_cluster",
         "test_cluster_computes_partitions_and_keeps_them_in_flight",
         "test_dataloader_workers_reconnect_to_the_scheduler",
         "test_read_csv_on_the_cluster",
     },
-    "tests/sources/test_faults.py": {
+    "tests/errors/test_faults.py": {
         "test_skipped_partition_keeps_equal_batches_on_two_ranks",
     },
     "tests/sources/test_footer_index.py": {
@@ -345,7 +345,7 @@ SLOW_TESTS: dict[str, str | set[str]] = {
         "test_stateful_loader_resumes_mid_epoch_with_workers",
         "test_workers_yield_the_oracle_windows_through_slots_and_the_same_as_no_workers",
     },
-    "tests/test_config.py": {
+    "tests/settings/test_config.py": {
         "test_only_tuning_reads_the_environment_switches",
         "test_the_values_agree_with_the_keywords_and_reopen_the_same_dataset",
     },
@@ -375,7 +375,7 @@ SLOW_TESTS: dict[str, str | set[str]] = {
     "tests/test_harden.py": {
         "test_a_spread_part_rewritten_with_the_same_rows_raises",
     },
-    "tests/test_masks.py": {
+    "tests/ondevice/test_masks.py": {
         "test_every_call_starts_masked_with_probability_r",
     },
     "tests/test_mixture.py": {
@@ -387,7 +387,7 @@ SLOW_TESTS: dict[str, str | set[str]] = {
         "test_resume_at_every_interruption_point",
         "test_schedule_arithmetic_matches_brute_force",
     },
-    "tests/test_normalize.py": {
+    "tests/runtime/test_normalize.py": {
         "test_global_statistics_equal_the_reference",
         "test_hostile_values_equal_the_float64_reference_in_worker_processes",
         "test_windows_equal_the_float64_oracle_to_float32_precision",

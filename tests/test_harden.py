@@ -218,7 +218,7 @@ def test_a_dask_frame_refuses_a_datetime_or_string_feature_at_open():
 
 
 def test_series_shorter_than_the_window_are_counted_and_warned_once(tmp_path):
-    from dask_windows.omissions import ShortSeriesWarning
+    from dask_windows.opening.omissions import ShortSeriesWarning
 
     rng = np.random.default_rng(11)
     lengths = [[1000, 20], [63, 64, 5, 300], [1, 200]]  # per file; window 60 + horizon 4 = span 64
@@ -269,7 +269,7 @@ def warnings_as_errors(category):
 
 
 def test_a_likely_series_column_not_passed_is_warned_about(tmp_path):
-    from dask_windows.omissions import SeriesColumnWarning
+    from dask_windows.opening.omissions import SeriesColumnWarning
 
     n = 400
     frame = pd.DataFrame({"sensor_id": np.repeat([7, 3, 9, 1], n // 4), "x": np.arange(n, dtype=np.float32)})

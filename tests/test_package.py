@@ -42,8 +42,8 @@ def test_torch_side_exports_resolve_on_access():
         "assert 'torch' in sys.modules\n"
         "assert callable(dw.masks.subsequence_mask)\n"
         "from dask_windows import DevicePrefetcher, WindowDataset, masks, standardize\n"
-        "assert WindowDataset is dw.WindowDataset and masks is sys.modules['dask_windows.masks']\n"
-        "assert DevicePrefetcher.__module__ == 'dask_windows.device' and callable(standardize)\n"
+        "assert WindowDataset is dw.WindowDataset and masks is sys.modules['dask_windows.ondevice.masks']\n"
+        "assert DevicePrefetcher.__module__ == 'dask_windows.ondevice.prefetcher' and callable(standardize)\n"
     )
     assert done.returncode == 0, done.stderr
 
@@ -62,13 +62,13 @@ def test_namespace():
 
 def test_old_module_paths_warn_and_are_the_new_modules():
     """Every old path of ``MOVED`` imports, warns naming the new path, and is the new module object; the
-    old paths of torch-free modules (all but ``runtime`` and ``speedups``) import no torch.
+    old paths of torch-free modules (all but ``runtime``, ``speedups`` and ``ondevice``) import no torch.
 
     One interpreter for all of them (each old name is imported there for the first time)."""
     done = run_python(
         "import importlib, sys, warnings\n"
         "from dask_windows._moved import MOVED\n"
-        "torch_side = ('dask_windows.runtime', 'dask_windows.speedups')\n"
+        "torch_side = ('dask_windows.runtime', 'dask_windows.speedups', 'dask_windows.ondevice')\n"
         "order = sorted(MOVED, key=lambda old: (MOVED[old].startswith(torch_side), old))\n"
         "problems = []\n"
         "for old in order:\n"
@@ -83,7 +83,7 @@ def test_old_module_paths_warn_and_are_the_new_modules():
         "    if not new.startswith(torch_side) and 'torch' in sys.modules:\n"
         "        problems.append(f'{old} imported torch')\n"
         "assert not problems, problems\n"
-        "assert len(order) == len(MOVED) == 20\n"
+        "assert len(order) == len(MOVED) == 24\n"
     )
     assert done.returncode == 0, done.stderr
 
@@ -161,19 +161,24 @@ def _roots(names: set[str]) -> set[str]:
 
 
 PURE_STAGES = [  # rule 3: besides the planning/ sub-package (rule 6)
-    "errors",
-    "spec",
-    "tuning",
+    "errors/__init__",
+    "settings/spec",
+    "settings/tuning",
     "runtime/prefetch",
     "runtime/buffer",
     "runtime/batch",
     "runtime/memory",
-    "faults",
-    "failures",
+    "errors/faults",
+    "errors/failures",
 ]
 
 #: what the planning/ sub-package may import at module level (rule 6): the standard library, numpy, and these
-PLANNING_MAY_IMPORT = {"dask_windows.errors", "dask_windows.spec", "dask_windows.tuning", "dask_windows.planning"}
+PLANNING_MAY_IMPORT = {
+    "dask_windows.errors",
+    "dask_windows.settings.spec",
+    "dask_windows.settings.tuning",
+    "dask_windows.planning",
+}
 #: what no planning module imports, even inside a function (rule 6)
 PLANNING_NEVER = ("dask_windows.runtime", "dask_windows.speedups", "dask_windows.sources", "dask_windows.cli")
 #: the exceptions to rule 6 still to be taken out, each with its reason
@@ -213,15 +218,15 @@ def test_import_rules_of_the_architecture_page():
         top, _ = _imports(PACKAGE / f"{stage}.py")
         third_party = {m for m in _roots(top) if m not in sys.stdlib_module_names} - {"numpy", "dask_windows"}
         own = {m for m in top if m.startswith("dask_windows.")}
-        others = {m for m in own if m.split(".")[1] in {"sources", "dataset", "device", "masks", "cli"}}
+        others = {m for m in own if m.split(".")[1] in {"sources", "dataset", "ondevice", "cli"}}
         if third_party or others:
             problems.append(f"dask_windows/{stage}.py imports {sorted(third_party | others)} at module level (rule 3)")
     _, base_imports = _imports(PACKAGE / "sources" / "base.py")
     concrete = {m for m in base_imports if m.startswith("dask_windows.sources.")}
     if concrete:
         problems.append(f"dask_windows/sources/base.py imports the concrete sources {sorted(concrete)} (rule 4)")
-    allowed = {"masks": "dask_windows._mask_checks"}  # its private argument checks, themselves a leaf
-    for leaf in ("device", "masks", "_mask_checks"):
+    allowed = {"ondevice/masks": "dask_windows.ondevice._mask_checks"}  # its private argument checks, themselves a leaf
+    for leaf in ("ondevice/prefetcher", "ondevice/masks", "ondevice/_mask_checks"):
         _, anywhere = _imports(PACKAGE / f"{leaf}.py")
         own = {m for m in anywhere if m.startswith("dask_windows")}
         if any(m != allowed.get(leaf) and not m.startswith(f"{allowed.get(leaf)}.") for m in own):
@@ -237,7 +242,7 @@ def test_the_import_rules_catch_a_planning_module_reaching_into_the_runtime(tmp_
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path / "dask_windows")
     monkeypatch.setattr(sys.modules[__name__], "REPO", str(tmp_path))
     monkeypatch.setattr(sys.modules[__name__], "PURE_STAGES", [])
-    for leaf in ("device", "masks", "_mask_checks", "sources/base"):
+    for leaf in ("ondevice/prefetcher", "ondevice/masks", "ondevice/_mask_checks", "sources/base"):
         (tmp_path / "dask_windows" / f"{leaf}.py").parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "dask_windows" / f"{leaf}.py").write_text("")
     with pytest.raises(AssertionError, match=r"sneaky.py imports .*'dask_windows.runtime.buffer'.* \(rule 6\)"):
@@ -249,7 +254,7 @@ def test_the_import_rules_catch_a_planning_module_reaching_into_the_runtime(tmp_
 # A cell lists what its module imports, each once: the package's modules relative to ``dask_windows``
 # (``errors``, ``planning.index``; ``planning.{plan, pool}`` for several of one sub-package; a sub-package
 # stands for any of its modules; ``dask_windows`` is the package's ``__init__``; a module named like a
-# third-party package keeps its prefix: ``dask_windows.fastai``) and third-party packages by their top-level
+# third-party package would keep its prefix) and third-party packages by their top-level
 # name (``numpy``, ``torch``); the standard library is not listed. What is imported only inside functions
 # (or only for type checking) follows ``; inside functions:``. ``stdlib`` or ``nothing`` is an empty list;
 # text in parentheses is a comment.
@@ -578,7 +583,7 @@ THREAD_STARTERS = {
     "dask_windows/speedups/lanes.py",  # the second copying lane (batches of 1 MiB and more)
     "dask_windows/speedups/nextpass.py",  # optional: the read-ahead's expiry
     "dask_windows/cli/readers.py",  # the command line's input listing
-    "dask_windows/workerwatch.py",  # in a forkserver worker: the watch of the training process
+    "dask_windows/passes/workerwatch.py",  # in a forkserver worker: the watch of the training process
 }
 
 
@@ -669,13 +674,8 @@ def test_the_dataset_rule_catches_a_runtime_module_calling_the_dataset(tmp_path)
 
 #: Test files kept in ``tests/`` itself: tests of the top-level modules and of the package as a whole.
 ROOT_TESTS = {
-    "test_config.py",  # config.py
-    "test_pieces_retired.py",  # options.py and config.py: the deprecated piece order served by the pool order
     "test_dataset.py",  # dataset.py
     "test_mixture.py",  # mixture.py
-    "test_passes.py",  # passes.py
-    "test_normalize.py",  # normalize.py
-    "test_masks.py",  # masks.py
     "test_package.py",  # import rules, the architecture page, this layout
     "test_golden.py",  # whole epochs, bit for bit
     "test_docs.py",  # README.md and docs/
@@ -729,6 +729,47 @@ def test_tests_are_laid_out_like_the_package():
     )
     for folder in folders:
         assert any(n.startswith("test_") for n in os.listdir(os.path.join(tests, folder))), folder
+
+
+#: The package's top level (issue 33): the public objects and sub-packages whose names say what they hold. A new
+#: module goes into a sub-package; one that must be at the top is added here with its reason.
+TOP_LEVEL = {
+    "__init__.py",
+    "_moved.py",
+    "dataset.py",
+    "mixture.py",
+    *("cli", "corpus", "errors", "integrations", "ondevice", "opening", "passes"),
+    *("planning", "runtime", "settings", "sources", "speedups", "workflow"),
+}
+
+
+def test_the_top_level_is_the_public_objects_and_the_sub_packages():
+    found = {p.name for p in PACKAGE.iterdir() if p.suffix == ".py" or (p / "__init__.py").is_file()}
+    assert found == TOP_LEVEL, (sorted(found - TOP_LEVEL), sorted(TOP_LEVEL - found))
+    assert len(TOP_LEVEL - {"__init__.py", "_moved.py"}) <= 16
+
+
+def test_the_0_1_paths_of_the_top_level_modules_moved_in_0_3_still_import():
+    """0.1.0's ``spec``, ``faults``, ``device`` and ``masks`` moved into sub-packages (issue 33): their old
+    paths import the same objects, each with one ``DeprecationWarning``, and no torch for the first two."""
+    done = run_python(
+        "import sys, warnings\n"
+        "import dask_windows as dw\n"
+        "with warnings.catch_warnings(record=True) as seen:\n"
+        "    warnings.simplefilter('always')\n"
+        "    from dask_windows.spec import WindowSpec\n"  # 0.1 path
+        "    from dask_windows.faults import SkippedPartitionWarning, classify\n"  # 0.1 path
+        "    assert 'torch' not in sys.modules\n"
+        "    import dask_windows.masks as old_masks\n"  # 0.1 path
+        "    from dask_windows.device import DevicePrefetcher\n"  # 0.1 path
+        "from dask_windows.errors.failures import classify as new_classify\n"
+        "from dask_windows.settings.spec import WindowSpec as new_spec\n"
+        "assert WindowSpec is new_spec and SkippedPartitionWarning is dw.SkippedPartitionWarning\n"
+        "assert classify is new_classify and old_masks is dw.masks and DevicePrefetcher is dw.DevicePrefetcher\n"
+        "moved = [w for w in seen if issubclass(w.category, DeprecationWarning) and ' moved to ' in str(w.message)]\n"
+        "assert len(moved) == 4, [str(w.message) for w in seen]\n"
+    )
+    assert done.returncode == 0, done.stderr
 
 
 def _write_cells() -> int:

@@ -22,7 +22,7 @@ import pytest
 from helpers import cli  # the dask-windows command (in this process)
 
 import dask_windows as dw
-from dask_windows.checks import SeriesOrderWarning
+from dask_windows.opening.checks import SeriesOrderWarning
 
 sm_datasets = pytest.importorskip("statsmodels.datasets")
 

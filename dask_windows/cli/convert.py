@@ -75,8 +75,8 @@ from dask_windows.cli.safety import MARKER as _MARKER
 from dask_windows.cli.safety import check_output, remove_leftovers
 from dask_windows.cli.scratch import _write_files
 from dask_windows.errors import ConfigError, DataError, SchemaError
+from dask_windows.settings.tuning import CONVERT_DECODED_RATIO
 from dask_windows.sources.manifest import read_manifest, write_manifest
-from dask_windows.tuning import CONVERT_DECODED_RATIO
 
 # FORMATS, list_inputs and read_inputs live in readers.py; still importable from here
 __all__ = ["FORMATS", "ConvertReport", "convert", "list_inputs", "plan_files", "read_inputs"]

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from dask_windows.checks import bad_value_rows, value_problem
 from dask_windows.errors import DataError
+from dask_windows.opening.checks import bad_value_rows, value_problem
 
 __all__ = ["reject_non_finite"]
 

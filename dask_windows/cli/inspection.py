@@ -21,11 +21,11 @@ from dask_windows.cli.inspect_nan import reject_non_finite
 from dask_windows.errors import ConfigError
 from dask_windows.planning.index import PartitionRuns, WindowGrid
 from dask_windows.planning.windows import windows_per_run
+from dask_windows.settings.spec import WindowSpec
 from dask_windows.sources.base import DEFAULT_PARTITION_BYTES
 from dask_windows.sources.manifest import read_manifest, span_shortfall
 from dask_windows.sources.parquet import PARQUET_SUFFIXES, ParquetSource
 from dask_windows.sources.retry import resolve_retry
-from dask_windows.spec import WindowSpec
 
 logger = logging.getLogger("dask_windows.cli.summary")
 
@@ -113,7 +113,7 @@ def inspect_dataset(path: str, *, num_workers: int = 0, **keywords: Any) -> dict
     Args:
         path: a dataset folder, glob or Parquet file (fsspec URL allowed).
         num_workers: DataLoader workers, to size memory for.
-        keywords: ``WindowDataset``'s (see ``dask_windows.config.KEYWORDS``), but
+        keywords: ``WindowDataset``'s (see ``dask_windows.settings.config.KEYWORDS``), but
             ``series`` defaults to the manifest's (``None``: each partition is
             one run, as in ``WindowDataset(series=None)``); without ``window``
             only files, rows, series and schema are reported; ``features``
@@ -122,8 +122,8 @@ def inspect_dataset(path: str, *, num_workers: int = 0, **keywords: Any) -> dict
     Returns:
         A JSON-ready dict (see the CLI's ``inspect`` for the fields).
     """
-    from dask_windows.config import ReadConfig, group_of
     from dask_windows.dataset import WindowDataset  # imports torch
+    from dask_windows.settings.config import ReadConfig, group_of
 
     started = clock.perf_counter()
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:

@@ -2,7 +2,7 @@
 
 ``inspect`` and ``bench`` open a ``WindowDataset``; instead of listing its settings in each
 command, the parser's options and the keywords handed to the dataset both come from
-:data:`OPTIONS`, one row per keyword of ``dask_windows.config.KEYWORDS``: the flag and its
+:data:`OPTIONS`, one row per keyword of ``dask_windows.settings.config.KEYWORDS``: the flag and its
 argparse settings (per command where they differ), or the reason the keyword has no flag. A
 test checks that every keyword has a row, so a keyword added to ``WindowDataset`` needs a
 decision here. The table costs a little indirection; in return a flag's name, help, default and
@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dask_windows.config import KEYWORDS
+from dask_windows.settings.config import KEYWORDS
 
 __all__: list[str] = []  # internal to the command line
 

@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from dask_windows.tuning import CONVERT_SPAN as DEFAULT_SPAN
-from dask_windows.tuning import MIN_CHUNK_PER_OVERLAP, TARGET_CHUNKS_PER_FILE
+from dask_windows.settings.tuning import CONVERT_SPAN as DEFAULT_SPAN
+from dask_windows.settings.tuning import MIN_CHUNK_PER_OVERLAP, TARGET_CHUNKS_PER_FILE
 
 __all__ = [
     "DEFAULT_SPAN",

@@ -20,10 +20,10 @@ import pyarrow.parquet as pq
 
 from dask_windows.cli.readers import list_inputs, read_inputs
 from dask_windows.errors import ConfigError, SchemaError
-from dask_windows.normalize import STATS_FORMAT, STATS_VERSION
+from dask_windows.runtime.normalize import STATS_FORMAT, STATS_VERSION
+from dask_windows.settings.spec import WindowSpec
 from dask_windows.sources.manifest import read_manifest
 from dask_windows.sources.parquet import ParquetSource
-from dask_windows.spec import WindowSpec
 
 
 def _owned_stats(fs: Any, path: str, runs: list, features: list[str]) -> pd.DataFrame:

@@ -1,4 +1,4 @@
-"""fastai / tsai ``DataLoaders`` over ``WindowDataset``s (also importable as ``dask_windows.fastai``).
+"""fastai / tsai ``DataLoaders`` over ``WindowDataset``s.
 
 fastai's ``Learner`` takes any loaders that iterate batches, know their ``len`` and have a
 ``device``; tsai's learners and callbacks (``ts_learner``, ``MVP``) also read ``dls.vars``,
@@ -25,7 +25,7 @@ try:
     from fastai.data.core import DataLoaders
     from fastai.torch_core import to_device
 except ImportError as exc:  # pragma: no cover - depends on what is installed
-    raise ImportError("dask_windows.fastai needs fastai: pip install fastai") from exc
+    raise ImportError("dask_windows.integrations.fastai needs fastai: pip install fastai") from exc
 
 import torch
 

@@ -18,6 +18,10 @@ The trade-off: the resident rows live on the device (docs/device.md gives the
 bounds), and the batches are made in the training process, so DataLoader
 workers are refused (``feed.feed_for``); the reads and decoding still run on
 the loader's background threads.
+
+The package also holds what serves any loader's batches on the device, torch only:
+``prefetcher`` (``DevicePrefetcher``: batches onto the device one step ahead; ``standardize``)
+and ``masks`` (mask generators for masked-value pretraining, with their argument checks).
 """
 
 from __future__ import annotations

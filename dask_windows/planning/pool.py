@@ -60,7 +60,7 @@ from dask_windows.planning.ragged import Ragged
 from dask_windows.planning.units import PoolUnit, PoolUnits, place_units
 from dask_windows.planning.windows import window_starts
 from dask_windows.planning.world import World
-from dask_windows.tuning import BLOCK_BATCHES
+from dask_windows.settings.tuning import BLOCK_BATCHES
 
 __all__ = [
     "PARTITIONS_ORDER",

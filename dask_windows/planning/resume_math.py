@@ -18,7 +18,7 @@ import numpy as np
 from dask_windows.planning.division import round_robin as round_robin
 from dask_windows.planning.index import WindowGrid
 from dask_windows.planning.pool import PARTITIONS_ORDER, POOL_ORDER
-from dask_windows.spec import WindowSpec
+from dask_windows.settings.spec import WindowSpec
 
 __all__ = ["ORDER_SETTINGS", "fingerprint", "round_robin"]
 

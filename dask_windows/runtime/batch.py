@@ -39,8 +39,8 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from dask_windows.tuning import LANE_RATIO as _LANE_RATIO
-from dask_windows.tuning import SETTLE_RATIO as _SETTLE_RATIO
+from dask_windows.settings.tuning import LANE_RATIO as _LANE_RATIO
+from dask_windows.settings.tuning import SETTLE_RATIO as _SETTLE_RATIO
 
 __all__ = ["Gatherer", "OutputPool", "normalize_per_sample"]
 
@@ -343,6 +343,6 @@ class Gatherer:
 
 def normalize_per_sample(x: np.ndarray, channel_major: bool, eps: float = 1e-8) -> np.ndarray:
     """Standardise each window and channel in place: ``(x - mean) / std`` over its ``L`` values."""
-    from dask_windows.normalize import standardize_windows
+    from dask_windows.runtime.normalize import standardize_windows
 
     return standardize_windows(x, channel_major, eps)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dask_windows.checks import FLOAT32_MAX
+from dask_windows.opening.checks import FLOAT32_MAX
 
 __all__ = ["decode_blocks", "segment_runs", "segment_starts"]
 

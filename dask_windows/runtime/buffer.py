@@ -14,13 +14,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dask_windows.checks import value_problem
 from dask_windows.errors import DataError
-from dask_windows.normalize import standardize
+from dask_windows.opening.checks import value_problem
 from dask_windows.planning.index import WindowGrid
 from dask_windows.planning.plan import Segment
 from dask_windows.runtime.blocks import decode_blocks, segment_runs, segment_starts
-from dask_windows.spec import WindowSpec
+from dask_windows.runtime.normalize import standardize
+from dask_windows.settings.spec import WindowSpec
 
 __all__ = ["Part", "decode_pieces"]
 

@@ -24,8 +24,8 @@ import numpy.random  # (numpy 2 loads it on first use: 0.05-0.14 s of extension 
 
 from dask_windows.runtime.batch import OutputPool, normalize_per_sample
 from dask_windows.runtime.memory import trim
-from dask_windows.spec import WindowSpec
-from dask_windows.tuning import TRIM_BYTES as _TRIM_BYTES
+from dask_windows.settings.spec import WindowSpec
+from dask_windows.settings.tuning import TRIM_BYTES as _TRIM_BYTES
 
 __all__ = ["stream"]
 

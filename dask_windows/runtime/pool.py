@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from dask_windows.errors import ConfigError, SourceReadError
-from dask_windows.faults import REPLACEMENT_TAG, record_skip, replacement_picks, skip_allowed
+from dask_windows.errors.faults import REPLACEMENT_TAG, record_skip, replacement_picks, skip_allowed
 from dask_windows.planning.plan import Segment, rng_for
 from dask_windows.planning.pool import (
     PoolPlan,
@@ -65,8 +65,8 @@ from dask_windows.runtime.prefetch import Ahead, Prefetcher
 from dask_windows.runtime.telemetry import timed_output, timed_parts
 from dask_windows.runtime.values import PassValues, ReadValues
 from dask_windows.runtime.window_table import WindowTable, build_table, worth_building
-from dask_windows.tuning import BUFFER_BYTES, MIN_UNIT_ROWS, POOL_FIRST_BYTES, UNITS_PER_BATCH
-from dask_windows.tuning import POOL_AHEAD_UNITS as AHEAD
+from dask_windows.settings.tuning import BUFFER_BYTES, MIN_UNIT_ROWS, POOL_FIRST_BYTES, UNITS_PER_BATCH
+from dask_windows.settings.tuning import POOL_AHEAD_UNITS as AHEAD
 
 __all__ = [
     "BUFFER_BYTES",

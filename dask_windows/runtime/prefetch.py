@@ -29,8 +29,8 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from dask_windows.tuning import EXIT_JOIN_SECONDS as _EXIT_JOIN_SECONDS
-from dask_windows.tuning import THREAD_WATCH_SECONDS
+from dask_windows.settings.tuning import EXIT_JOIN_SECONDS as _EXIT_JOIN_SECONDS
+from dask_windows.settings.tuning import THREAD_WATCH_SECONDS
 
 __all__ = ["Ahead", "GuardedThread", "PrefetchClosed", "Prefetcher"]
 

@@ -54,7 +54,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from dask_windows.tuning import INPUT_BOUND_SHARE, switches
+from dask_windows.settings.tuning import INPUT_BOUND_SHARE, switches
 
 __all__ = [
     "STARTUP",

@@ -30,7 +30,7 @@ import numpy as np
 
 from dask_windows.planning.index import WindowGrid
 from dask_windows.runtime.seams import NumpyAllocator, TorchOutput
-from dask_windows.spec import WindowSpec
+from dask_windows.settings.spec import WindowSpec
 
 __all__ = ["PassValues", "ReadValues", "no_count"]
 

@@ -179,7 +179,7 @@ class WindowTable:
         """Standardise ``x``, the windows at ``starts``, in place (see ``apply_table``)."""
         import torch
 
-        from dask_windows.normalize import standardize_windows
+        from dask_windows.runtime.normalize import standardize_windows
 
         if not len(x):
             return x
@@ -211,7 +211,7 @@ class WindowTable:
 
     def _views(self, shape: tuple[int, ...], torch: Any) -> tuple:
         """The lookup array of batches of ``shape`` and the torch views the two passes broadcast."""
-        from dask_windows.normalize import _wide_rows
+        from dask_windows.runtime.normalize import _wide_rows
 
         channels = self.table.shape[1] // 2
         stats = np.empty((shape[0], 2 * channels), np.float32)

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from dask_windows.errors import ConfigError
-from dask_windows.faults import check_on_error
+from dask_windows.errors.faults import check_on_error
 from dask_windows.sources.arrays import ArraySource
 from dask_windows.sources.base import Partition, PartitionReader, Source
 from dask_windows.sources.dask_frame import DaskSource

@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from dask_windows.errors import SchemaError
-from dask_windows.faults import SkippedPartition
+from dask_windows.errors.faults import SkippedPartition
 from dask_windows.planning.windows import find_runs, join_runs
-from dask_windows.tuning import DEFAULT_PARTITION_BYTES, DEFAULT_PARTITION_ROWS
+from dask_windows.settings.tuning import DEFAULT_PARTITION_BYTES, DEFAULT_PARTITION_ROWS
 
 __all__ = [
     "DEFAULT_PARTITION_BYTES",

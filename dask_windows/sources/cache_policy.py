@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dask_windows.tuning import CACHE_KEEP_SECONDS as KEEP_SECONDS
+from dask_windows.settings.tuning import CACHE_KEEP_SECONDS as KEEP_SECONDS
 
 __all__ = ["KEEP_SECONDS", "evictions"]
 

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from dask_windows.errors import ConfigError, SourceReadError
-from dask_windows.faults import (
+from dask_windows.errors.faults import (
     check_on_error,
     describe_failure,
     error_text,

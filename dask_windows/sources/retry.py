@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from dask_windows.errors import ConfigError
-from dask_windows.faults import is_transient, is_unreachable
+from dask_windows.errors.faults import is_transient, is_unreachable
 from dask_windows.runtime.prefetch import GuardedThread
-from dask_windows.tuning import DEFAULT_TIMEOUT, RETRIES, RETRY_BASE_DELAY, RETRY_MAX_DELAY
+from dask_windows.settings.tuning import DEFAULT_TIMEOUT, RETRIES, RETRY_BASE_DELAY, RETRY_MAX_DELAY
 
 __all__ = ["DEFAULT_TIMEOUT", "DeadlineExceeded", "RetryPolicy", "resolve_retry", "with_deadline"]
 

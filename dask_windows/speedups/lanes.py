@@ -43,11 +43,11 @@ from typing import Any
 import numpy as np
 
 from dask_windows.runtime.prefetch import GuardedThread
-from dask_windows.tuning import LANE_AHEAD_UNITS as AHEAD
-from dask_windows.tuning import LANE_DEFAULT_BATCH_BYTES as DEFAULT_BATCH_BYTES
-from dask_windows.tuning import LANE_MIN_UNITS as MIN_UNITS
-from dask_windows.tuning import LANE_UNIT_BYTES as UNIT_BYTES
-from dask_windows.tuning import THREAD_WATCH_SECONDS, switches
+from dask_windows.settings.tuning import LANE_AHEAD_UNITS as AHEAD
+from dask_windows.settings.tuning import LANE_DEFAULT_BATCH_BYTES as DEFAULT_BATCH_BYTES
+from dask_windows.settings.tuning import LANE_MIN_UNITS as MIN_UNITS
+from dask_windows.settings.tuning import LANE_UNIT_BYTES as UNIT_BYTES
+from dask_windows.settings.tuning import THREAD_WATCH_SECONDS, switches
 
 __all__ = ["LaneChoice", "Lanes", "lane_batches", "lanes_wanted", "unit_batches", "worth"]
 

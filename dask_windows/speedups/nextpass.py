@@ -62,8 +62,8 @@ from dask_windows.planning.world import World
 from dask_windows.runtime.detect import in_worker
 from dask_windows.runtime.pool import UnitReads
 from dask_windows.runtime.prefetch import GuardedThread
-from dask_windows.tuning import NEXT_PASS_JOIN_SECONDS as JOIN_SECONDS
-from dask_windows.tuning import NEXT_PASS_SECONDS
+from dask_windows.settings.tuning import NEXT_PASS_JOIN_SECONDS as JOIN_SECONDS
+from dask_windows.settings.tuning import NEXT_PASS_SECONDS
 
 if TYPE_CHECKING:
     from dask_windows.runtime.values import PassValues

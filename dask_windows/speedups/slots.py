@@ -41,9 +41,9 @@ import numpy as np
 import torch
 
 from dask_windows.runtime.detect import in_worker
-from dask_windows.tuning import DIRECT_BYTES, MAX_RINGS, switches
-from dask_windows.tuning import SLOT_HEADROOM as HEADROOM
-from dask_windows.tuning import SLOTS_PER_RING as SLOTS
+from dask_windows.settings.tuning import DIRECT_BYTES, MAX_RINGS, switches
+from dask_windows.settings.tuning import SLOT_HEADROOM as HEADROOM
+from dask_windows.settings.tuning import SLOTS_PER_RING as SLOTS
 
 __all__ = ["SLOTS", "SlotAllocator", "SlotPool", "enabled", "in_slots", "output_pool", "shared"]
 

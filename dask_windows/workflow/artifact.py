@@ -61,7 +61,7 @@ def list_files(data: Any, storage_options: dict | None = None) -> list[tuple[str
                 infos = [fs.info(p)]
             found += [(fs.unstrip_protocol(i["name"]), int(i["size"])) for i in infos]
     if not found:
-        from dask_windows.remedies import no_parquet_remedy
+        from dask_windows.errors.remedies import no_parquet_remedy
 
         shown = data if isinstance(data, (str, os.PathLike)) else " ".join(map(str, data))
         remedy = no_parquet_remedy(str(shown), others) or "check the path"

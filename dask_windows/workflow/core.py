@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from dask_windows.errors import ConfigError, DataError, SchemaError
-from dask_windows.spec import CODE_DTYPES
+from dask_windows.settings.spec import CODE_DTYPES
 from dask_windows.workflow.ops import Log1p, Normalize, Op, Piece
 
 __all__ = ["CACHE_BYTES", "Statics", "Workflow"]

@@ -16,7 +16,7 @@ import pytest
 from helpers import cli
 
 import dask_windows as dw
-from dask_windows.normalize import load_stats
+from dask_windows.runtime.normalize import load_stats
 from dask_windows.sources.manifest import MANIFEST_NAME
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(os.path.dirname(__file__))))

@@ -110,7 +110,7 @@ def test_parquet_round_trip_is_exact_and_cut_at_series(tmp_path, size):
 def test_files_of_data_that_compresses_well_hold_at_most_four_partition_sizes_in_memory(tmp_path):
     """--partition-size counts bytes on disk; 40 zero channels compress about 100x, and a file of
     them still holds at most CONVERT_DECODED_RATIO x partition_size of decoded rows."""
-    from dask_windows.tuning import CONVERT_DECODED_RATIO
+    from dask_windows.settings.tuning import CONVERT_DECODED_RATIO
 
     n = 60_000
     frame = pd.DataFrame({"sid": np.repeat(np.arange(3), n // 3), "ts": np.tile(np.arange(n // 3), 3)})

@@ -216,7 +216,7 @@ def test_mix_counts_sum_to_windows_per_epoch(small_parquet, weights, total):
 def test_stats_with_a_vanishing_std_is_refused_naming_the_feature(tmp_path):
     import json
 
-    from dask_windows.normalize import load_stats
+    from dask_windows.runtime.normalize import load_stats
 
     stats = {"a": {"mean": 0.0, "std": 1.0}, "b": {"mean": 0.0, "std": 1e-30}}
     path = tmp_path / "stats.json"

@@ -21,7 +21,7 @@ from dask_windows.cli.summary import (
     manifest_windows,
 )
 from dask_windows.errors import ConfigError, DataError, SchemaError, SourceReadError
-from dask_windows.normalize import load_stats
+from dask_windows.runtime.normalize import load_stats
 from dask_windows.sources.manifest import MANIFEST_NAME, write_manifest
 
 

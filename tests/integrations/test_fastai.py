@@ -1,4 +1,4 @@
-"""dask_windows.fastai with fastai's own Learner: tuples, every window reaches the model, new order per epoch."""
+"""dask_windows.integrations.fastai with fastai's own Learner: tuples, every window reaches the model, new order per epoch."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def fa():
     from fastai.callback.core import Callback
     from fastai.learner import Learner
 
-    from dask_windows.fastai import WindowDataLoaders, WindowDL
+    from dask_windows.integrations.fastai import WindowDataLoaders, WindowDL
 
     class EpochMark(Callback):
         def before_epoch(self):

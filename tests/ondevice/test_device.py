@@ -1,4 +1,4 @@
-"""Tests of dask_windows.device: DevicePrefetcher and standardize."""
+"""Tests of dask_windows.ondevice.prefetcher: DevicePrefetcher and standardize."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections import namedtuple
 import pytest
 import torch
 
-from dask_windows.device import DevicePrefetcher, standardize
+from dask_windows.ondevice.prefetcher import DevicePrefetcher, standardize
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 Pair = namedtuple("Pair", ["x", "y"])

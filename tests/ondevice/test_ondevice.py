@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 import dask_windows as dw
 from dask_windows.errors import ConfigError
-from dask_windows.masks import subsequence_mask
 from dask_windows.ondevice import Traffic, resolve_device, standardize_windows
+from dask_windows.ondevice.masks import subsequence_mask
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 FEATURES = ["f0", "f1", "f2"]

@@ -4,7 +4,7 @@ The loader on every source (coverage, values, determinism, workers, real gloo ra
 every batch), windows crossing the row-group cuts of a split Parquet file, and the mixing
 statistics. (The piece order these tests were written for was retired in 0.3; its plan arithmetic
 went with it, and ``pieces_per_partition > 1`` is served by the pool order:
-tests/test_pieces_retired.py.)
+tests/settings/test_pieces_retired.py.)
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import pytest
 
 from dask_windows.errors import ConfigError
 from dask_windows.runtime.batch import Gatherer, OutputPool
-from dask_windows.spec import WindowSpec
+from dask_windows.settings.spec import WindowSpec
 
 
 def rows_with_codes(channels: int, codes: int, rows: int, seed: int = 0) -> np.ndarray:

@@ -15,8 +15,8 @@ import torch
 from helpers import make_frames, write_parquet
 
 import dask_windows as dw
-from dask_windows.normalize import standardize_windows
 from dask_windows.runtime.batch import Gatherer, OutputPool
+from dask_windows.runtime.normalize import standardize_windows
 
 FEATURES = ["f0", "f1", "f2"]
 TARGETS = ["y", "z"]

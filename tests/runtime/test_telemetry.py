@@ -11,7 +11,7 @@ import torch
 
 from dask_windows import WindowDataset
 from dask_windows.runtime.telemetry import STARTUP, Telemetry, judge
-from dask_windows.tuning import INPUT_BOUND_SHARE
+from dask_windows.settings.tuning import INPUT_BOUND_SHARE
 
 STEP = 0.03  # seconds of "training" per batch
 READ_DELAY = 0.15  # seconds added to every read of the slowed loader

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from dask_windows.tuning import INPUT_BOUND_SHARE
+from dask_windows.settings.tuning import INPUT_BOUND_SHARE
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "benchmarks"))
 

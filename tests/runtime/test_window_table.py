@@ -9,7 +9,7 @@ from helpers import write_parquet
 
 import dask_windows as dw
 import dask_windows.runtime.window_table as window_table
-from dask_windows.normalize import standardize_windows
+from dask_windows.runtime.normalize import standardize_windows
 from dask_windows.runtime.window_table import apply_table, build_table, worth_building
 
 _U32 = float(np.finfo(np.float32).eps)

@@ -22,7 +22,7 @@ from helpers import collect, make_frames, oracle_starts, write_parquet  # noqa: 
 
 from dask_windows.dataset import WindowDataset  # noqa: E402
 from dask_windows.errors import SourceReadError  # noqa: E402
-from dask_windows.faults import SkippedPartitionWarning  # noqa: E402
+from dask_windows.errors.faults import SkippedPartitionWarning  # noqa: E402
 from dask_windows.sources.dask_frame import DaskSource, _active_client, _DaskReader, _known_lengths  # noqa: E402
 
 KW = dict(features=["f0", "f1"], targets=["y"], series="sid", window=7, stride=2, batch_size=16, return_index=True)

@@ -28,9 +28,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dask_windows as dw
-from dask_windows.checks import SeriesOrderWarning
 from dask_windows.errors import DataError, SchemaError, SourceReadError
-from dask_windows.faults import SkippedPartitionWarning
+from dask_windows.errors.faults import SkippedPartitionWarning
+from dask_windows.opening.checks import SeriesOrderWarning
 
 ROW_GROUP = 23
 FEATURES = ["f0", "f1"]

@@ -26,7 +26,7 @@ from helpers import (
 
 from dask_windows.dataset import WindowDataset
 from dask_windows.errors import SourceReadError
-from dask_windows.faults import SkippedPartitionWarning
+from dask_windows.errors.faults import SkippedPartitionWarning
 from dask_windows.sources.retry import RetryPolicy
 
 skip_unless_installed("s3fs", "moto")

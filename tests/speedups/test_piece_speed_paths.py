@@ -15,11 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dask_windows as dw
-from dask_windows.checks import FLOAT32_MAX
+from dask_windows.opening.checks import FLOAT32_MAX
 from dask_windows.planning.windows import window_starts
 from dask_windows.runtime.blocks import segment_runs, segment_starts
 from dask_windows.runtime.buffer import decode_pieces
-from dask_windows.spec import WindowSpec
+from dask_windows.settings.spec import WindowSpec
 
 KW = dict(features=["f0", "f1"], targets=["y"], series="sid", window=8, batch_size=16, return_index=True)
 

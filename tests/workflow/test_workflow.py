@@ -360,7 +360,7 @@ def test_named_batches_through_device_prefetcher_lightning_and_fastai(co2):
 
 
 def test_fastai_takes_the_named_batch_as_input_and_its_target_for_the_loss(co2):
-    fastai = pytest.importorskip("fastai") and __import__("dask_windows.fastai").fastai
+    fastai = pytest.importorskip("fastai") and __import__("dask_windows.integrations.fastai").integrations.fastai
     root, _, wf, _ = co2
     ds = WindowDataset(str(root), workflow=wf.named(), window=8, horizon=2, batch_size=128, nan="drop", shuffle=False)
     first = next(iter(ds))

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from dask_windows import WindowDataset
 from dask_windows.cli.convert import convert
 from dask_windows.errors import ConfigError, DataError, SchemaError
-from dask_windows.omissions import ShortSeriesWarning
+from dask_windows.opening.omissions import ShortSeriesWarning
 from dask_windows.workflow import (
     Categorify,
     FillMissing,

@@ -43,13 +43,14 @@ from typing import Any
 import numpy as np
 
 from dask_windows.errors import ConfigError, DataError, SchemaError, SourceReadError
-from dask_windows.faults import (
+from dask_windows.errors.faults import (
     SkippedPartition,
     check_on_error,
     classify,
     error_text,
     failure_message,
 )
+from dask_windows.settings.tuning import MAX_GAP
 from dask_windows.sources.arrow import numpy_column
 from dask_windows.sources.base import DEFAULT_PARTITION_BYTES, Partition, Source
 from dask_windows.sources.cache import split_merged
@@ -68,7 +69,6 @@ from dask_windows.sources.parquet.ranges import FetchedFile, chunk_ranges, fetch
 from dask_windows.sources.parquet.rows import ParquetRows
 from dask_windows.sources.parquet.stats_check import outside_statistics
 from dask_windows.sources.retry import RetryPolicy, resolve_retry
-from dask_windows.tuning import MAX_GAP
 
 __all__ = ["ParquetSource"]
 

@@ -39,10 +39,10 @@ from collections.abc import Callable
 from typing import Any
 
 from dask_windows.errors import DataError
+from dask_windows.settings.tuning import SHARE_WAIT_SECONDS, switches
 from dask_windows.sources.manifest import MANIFEST_NAME
 from dask_windows.sources.parquet.footer_index import entries_bytes, find_index
 from dask_windows.sources.parquet.index_open import OldIndex, open_index
-from dask_windows.tuning import SHARE_WAIT_SECONDS, switches
 
 __all__ = ["SHARE_WAIT_SECONDS", "open_footers", "open_unlisted", "shared_open"]
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from dask_windows.errors import ConfigError, SourceReadError
 from dask_windows.planning.windows import find_runs
-from dask_windows.tuning import FOOTER_BYTES, TAIL_BATCH
+from dask_windows.settings.tuning import FOOTER_BYTES, TAIL_BATCH
 
 __all__ = [
     "FOOTER_BYTES",

@@ -62,7 +62,7 @@ class ParquetManifest:
         manifest = read_manifest(root, self.fs)
         if manifest is None:
             return None
-        from dask_windows.checks import compare_manifest, runs_disagree_with_footer, warn_manifest
+        from dask_windows.opening.checks import compare_manifest, runs_disagree_with_footer, warn_manifest
 
         self.manifest_series = manifest["series"]
         entries = {posixpath.join(root, f["path"]): f for f in manifest["files"]}

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from dask_windows.errors import SourceReadError
-from dask_windows.faults import (
+from dask_windows.errors.faults import (
     SkippedPartition,
     classify,
     error_text,
@@ -36,7 +36,8 @@ from dask_windows.faults import (
     opening_skip_allowed,
     record_skip,
 )
-from dask_windows.remedies import wrong_format
+from dask_windows.errors.remedies import wrong_format
+from dask_windows.settings.tuning import LOCAL_OPEN_THREADS, PROBE_FILES
 from dask_windows.sources.identity import FileIdentity
 from dask_windows.sources.parquet.footers import (
     FOOTER_BYTES,
@@ -52,7 +53,6 @@ from dask_windows.sources.parquet.footers import (
 )
 from dask_windows.sources.parquet.ranges import chunk_ranges
 from dask_windows.sources.retry import DeadlineExceeded, RetryPolicy
-from dask_windows.tuning import LOCAL_OPEN_THREADS, PROBE_FILES
 
 __all__ = ["LOCAL_OPEN_THREADS", "ParquetOpening"]
 

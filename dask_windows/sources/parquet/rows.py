@@ -21,11 +21,11 @@ import numpy as np
 
 from dask_windows.planning.ragged import Ragged
 from dask_windows.planning.windows import find_runs, join_runs
+from dask_windows.settings.tuning import CORRUPT_PROBES, PARSED_FOOTER_BYTES
+from dask_windows.settings.tuning import READ_CHUNK_BYTES as CHUNK_BYTES
 from dask_windows.sources.base import Partition
 from dask_windows.sources.parquet.footers import Footer
 from dask_windows.sources.parquet.partitions import FilePartitions
-from dask_windows.tuning import CORRUPT_PROBES, PARSED_FOOTER_BYTES
-from dask_windows.tuning import READ_CHUNK_BYTES as CHUNK_BYTES
 
 __all__ = ["CHUNK_BYTES", "ParquetRows", "ParsedFooters"]
 

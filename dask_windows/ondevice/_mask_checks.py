@@ -1,4 +1,4 @@
-"""Argument checks shared by the mask generators of ``dask_windows.masks``.
+"""Argument checks shared by the mask generators of ``dask_windows.ondevice.masks``.
 
 Private: ``masks`` validates its batch (``_check_batch``), ratio
 (``_check_ratio``) and generator (``_check_generator``) with these, and they

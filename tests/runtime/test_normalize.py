@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dask_windows as dw
-from dask_windows.normalize import standardize, standardize_windows
 from dask_windows.runtime.batch import Gatherer
+from dask_windows.runtime.normalize import standardize, standardize_windows
 
 FEATURES = ["f0", "f1", "f2"]
 MEAN = np.array([1.5, -2.0, 30.0], np.float32)
@@ -122,7 +122,7 @@ def test_sample_normalisation_through_the_dataset(data):
 def test_windows_standardised_chunk_by_chunk_like_the_reference(monkeypatch, channel_major):
     """Batches longer than a chunk: every chunk, the last one short, and a chunk of huge values
     (the float64 path) between ordinary ones, each equal to the reference."""
-    import dask_windows.normalize as normalize
+    import dask_windows.runtime.normalize as normalize
 
     monkeypatch.setattr(normalize, "_CHUNK_VALUES", 3 * 2 * 50)  # three windows of (2, 50) per chunk
     rng = np.random.default_rng(11)
@@ -153,7 +153,7 @@ def _huge_windows(rng: np.random.Generator) -> np.ndarray:
 @pytest.mark.parametrize("chunk", [None, 3 * 40])
 def test_huge_values_stay_finite_and_equal_the_reference(monkeypatch, chunk):
     """Values up to +-3e38: every path (row sums or squares overflowing) gives the float64 reference."""
-    import dask_windows.normalize as normalize
+    import dask_windows.runtime.normalize as normalize
 
     if chunk is not None:  # one window per chunk: each fallback on its own chunk, ordinary ones beside it
         monkeypatch.setattr(normalize, "_CHUNK_VALUES", chunk)
@@ -198,7 +198,7 @@ def test_batch_of_the_benchmark_shape_equals_the_reference_and_keeps_torch_threa
 def test_a_constant_window_becomes_zeros_whatever_its_value(channel_major, value, length):
     # The float32 mean of 512 copies of 0.1 is a rounding step off 0.1; without the check that step
     # became the std and the window came out as +-1 everywhere. Its neighbours keep mean 0, std 1.
-    from dask_windows.normalize import standardize_windows
+    from dask_windows.runtime.normalize import standardize_windows
 
     x = np.random.default_rng(0).standard_normal((6, 3, length)).astype(np.float32)
     x[2, 1] = value
@@ -262,7 +262,7 @@ def _batches(draw: st.DrawFn) -> tuple[np.ndarray, list[tuple[int, int]], int]:
 def test_windows_equal_the_float64_oracle_to_float32_precision(monkeypatch_module, case, channel_major):
     """Any batch, chunked any way: the float64 reference within what float32 input allows, constant
     windows exactly zero; large offsets (1e4 with noise of 0.05) included."""
-    import dask_windows.normalize as normalize
+    import dask_windows.runtime.normalize as normalize
 
     x, constant, chunk = case
     monkeypatch_module.setattr(normalize, "_CHUNK_VALUES", chunk)
@@ -288,7 +288,7 @@ def monkeypatch_module():
 @pytest.mark.parametrize("channel_major", [True, False])
 def test_a_window_standardised_alone_equals_it_in_a_batch_bit_for_bit(monkeypatch, channel_major):
     """Chunks (processed last first) share nothing: each window's values depend on that window only."""
-    import dask_windows.normalize as normalize
+    import dask_windows.runtime.normalize as normalize
 
     monkeypatch.setattr(normalize, "_CHUNK_VALUES", 3 * 4 * 96)  # three windows per chunk, the last chunk short
     rng = np.random.default_rng(8)

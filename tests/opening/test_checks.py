@@ -22,10 +22,10 @@ import pytest
 from helpers import make_frames, oracle_starts, write_parquet
 
 import dask_windows as dw
-from dask_windows.checks import ManifestWarning, SeriesOrderWarning
 from dask_windows.dataset import WindowDataset
 from dask_windows.errors import ConfigError, DataError, SchemaError, SourceReadError
-from dask_windows.faults import classify, skip_allowed
+from dask_windows.errors.faults import classify, skip_allowed
+from dask_windows.opening.checks import ManifestWarning, SeriesOrderWarning
 from dask_windows.sources.manifest import series_runs, write_manifest
 
 KW = dict(features=["f0", "f1"], targets=["y"], window=4, batch_size=32, shuffle=False, prefetch_partitions=0)
@@ -167,7 +167,7 @@ def test_manifest_file_deleted_locally_warns_and_scans(converted):
         ds = WindowDataset(root, return_index=True, **KW)
     starts = np.sort(np.concatenate([b[-1] for b in _batches(ds)]))
     assert np.array_equal(starts, oracle_starts([frames[0], frames[1], frames[3]], "sid", 4))
-    # (on an object store the same state is an unfinished commit and raises: tests/sources/test_checks_s3.py)
+    # (on an object store the same state is an unfinished commit and raises: tests/opening/test_checks_s3.py)
 
 
 def test_manifest_extra_or_rewritten_file_warns_and_scans(converted):

@@ -27,18 +27,21 @@ class attributes, whether it resumes elastically (another ``world_size`` or
 ``num_workers``) and what it does not pickle. The trade-off: one base class
 fixes the method names and the order of the steps for all three; a dataset
 that needs another order of steps overrides the method and calls this one.
+
+The package also holds ``workerwatch``: a forkserver DataLoader worker watches the training
+process that pickled its dataset and ends with it.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
+from dask_windows.passes.workerwatch import record_pickler, watch_pickler
 from dask_windows.planning.division import batches_per_rank
 from dask_windows.planning.resume import Resumer, check_int
 from dask_windows.planning.world import World
 from dask_windows.runtime.detect import detect_worker, in_worker, resolve_ranks, worker_info
 from dask_windows.runtime.epochs import EpochCounter, worker_token
-from dask_windows.workerwatch import record_pickler, watch_pickler
 
 __all__ = ["PassProtocol"]
 

@@ -1,4 +1,9 @@
-"""Exception types. Each subclasses a built-in so callers may catch either."""
+"""Exception types. Each subclasses a built-in so callers may catch either.
+
+The package holds the fault machinery beside them: ``faults`` (an unreadable partition: raise,
+or skip it and keep the batch count), ``failures`` (which kind of failure an error is, and the
+message naming its remedy) and ``remedies`` (the remedy where the generic one would mislead).
+"""
 
 from __future__ import annotations
 

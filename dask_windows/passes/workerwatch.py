@@ -22,7 +22,7 @@ import threading
 from typing import Any
 
 from dask_windows.runtime.prefetch import GuardedThread
-from dask_windows.tuning import WATCH_POLL_SECONDS as POLL_SECONDS
+from dask_windows.settings.tuning import WATCH_POLL_SECONDS as POLL_SECONDS
 
 __all__ = [
     "POLL_SECONDS",

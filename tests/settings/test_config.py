@@ -1,4 +1,4 @@
-"""``dask_windows.config``: the keywords as three frozen values, the command line's table, ``tuning``."""
+"""``dask_windows.settings.config``: the keywords as three frozen values, the command line's table, ``tuning``."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dask_windows as dw
-from dask_windows import config, tuning
-from dask_windows.checks import SERIES_FROM_MANIFEST
 from dask_windows.cli import keywords as cli_keywords
 from dask_windows.cli.main import build_parser
-from dask_windows.config import DEPRECATED_KEYWORDS, KEYWORDS, OrderConfig, ReadConfig, WindowConfig
 from dask_windows.errors import ConfigError
-from dask_windows.spec import WindowSpec
+from dask_windows.opening.checks import SERIES_FROM_MANIFEST
+from dask_windows.settings import config, tuning
+from dask_windows.settings.config import DEPRECATED_KEYWORDS, KEYWORDS, OrderConfig, ReadConfig, WindowConfig
+from dask_windows.settings.spec import WindowSpec
 from tests.helpers import make_frames, write_parquet
 
 SIGNATURE = inspect.signature(dw.WindowDataset.__init__).parameters
@@ -268,7 +268,7 @@ def test_the_removed_torch_gather_switch_warns_and_changes_nothing():
 
 def test_only_tuning_reads_the_environment_switches():
     """``DASK_WINDOWS_*`` variables are read by ``tuning.switches()`` alone (one place, one value)."""
-    package = pathlib.Path(tuning.__file__).parent
+    package = pathlib.Path(tuning.__file__).parents[1]
     readers = sorted(
         str(path.relative_to(package))
         for path in package.rglob("*.py")
@@ -277,7 +277,7 @@ def test_only_tuning_reads_the_environment_switches():
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
         )
     )
-    assert readers == ["tuning.py"], readers
+    assert readers == ["settings/tuning.py"], readers
 
 
 def test_a_switch_set_after_import_still_counts(monkeypatch):

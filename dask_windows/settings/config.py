@@ -23,11 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, NamedTuple
 
-from dask_windows.checks import SERIES_FROM_MANIFEST
 from dask_windows.errors import ConfigError
-from dask_windows.faults import check_on_error
-from dask_windows.spec import WindowSpec, _positive_int
-from dask_windows.tuning import NEXT_PASS_SECONDS, OPEN_THREADS, RETRIES
+from dask_windows.errors.faults import check_on_error
+from dask_windows.opening.checks import SERIES_FROM_MANIFEST
+from dask_windows.settings.spec import WindowSpec, _positive_int
+from dask_windows.settings.tuning import NEXT_PASS_SECONDS, OPEN_THREADS, RETRIES
 
 __all__ = [
     "DEPRECATED_KEYWORDS",
@@ -199,8 +199,8 @@ def resolve(
         ConfigError: A setting is invalid (the message names the keyword, the rule and the remedy).
     """
     from dask_windows.ondevice import resolve_device
-    from dask_windows.options import deprecated_pieces, piece_budget, resolve_pieces
     from dask_windows.runtime.pool import resolve_order
+    from dask_windows.settings.options import deprecated_pieces, piece_budget, resolve_pieces
     from dask_windows.sources import ArraySource, is_series_vector
 
     device = resolve_device(order_given.device)  # None: the host path (see ondevice)

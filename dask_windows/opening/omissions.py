@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from dask_windows.checks import DataWarning, _warn
+from dask_windows.opening.checks import DataWarning, _warn
 from dask_windows.planning.index import FileRuns
 from dask_windows.planning.windows import find_runs
 from dask_windows.sources.base import rows_per_partition

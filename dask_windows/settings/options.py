@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from dask_windows.errors import ConfigError
+from dask_windows.settings.spec import WindowSpec
 from dask_windows.sources import Source
-from dask_windows.spec import WindowSpec
 
 __all__ = ["deprecated_pieces", "deprecated_read_workers", "piece_budget", "resolve_normalize", "resolve_pieces"]
 
@@ -110,7 +110,7 @@ def resolve_normalize(normalize: Any, spec: WindowSpec, storage_options: dict | 
             )
         return mean, std
     if isinstance(normalize, (str, os.PathLike, dict)):
-        from dask_windows.normalize import load_stats
+        from dask_windows.runtime.normalize import load_stats
 
         try:
             mean, std = load_stats(normalize, list(spec.features), storage_options)

@@ -16,7 +16,7 @@ from helpers import collect, make_frames, oracle_starts, write_parquet
 
 from dask_windows.dataset import WindowDataset
 from dask_windows.errors import ConfigError, SourceReadError
-from dask_windows.faults import SkippedPartitionWarning, is_transient, replacement_picks
+from dask_windows.errors.faults import SkippedPartitionWarning, is_transient, replacement_picks
 from dask_windows.planning.plan import rng_for
 from dask_windows.sources.retry import RetryPolicy
 

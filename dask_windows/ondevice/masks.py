@@ -30,7 +30,7 @@ import numbers
 import numpy as np
 import torch
 
-from dask_windows._mask_checks import _check_batch, _check_generator, _check_ratio
+from dask_windows.ondevice._mask_checks import _check_batch, _check_generator, _check_ratio
 
 __all__ = ["future_mask", "random_mask", "subsequence_mask", "variable_mask"]
 

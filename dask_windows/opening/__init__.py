@@ -5,6 +5,10 @@ holds the feature, target and series columns with usable types; ``scan`` reads
 the series runs of every partition (and, with ``nan="drop"``, the rows holding
 non-finite values), skipping unreadable partitions with ``on_error="skip"``;
 ``check_windows`` raises when the scanned runs hold no window.
+
+The package also holds ``checks`` (checks of the data itself at open: a manifest against the
+listing, series order, output dtypes) and ``omissions`` (what opening leaves out, counted and
+warned once).
 """
 
 from __future__ import annotations
@@ -12,16 +16,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dask_windows.checks import bad_value_rows, check_column_types
 from dask_windows.errors import DataError
-from dask_windows.faults import SkippedPartition, guard_scan
+from dask_windows.errors.faults import SkippedPartition, guard_scan
+from dask_windows.errors.remedies import no_windows_remedy
+from dask_windows.opening.checks import bad_value_rows, check_column_types
 from dask_windows.planning.index import PartitionRuns, runs_of_files, scan_runs
-from dask_windows.remedies import no_windows_remedy
 from dask_windows.runtime.memory import trim
+from dask_windows.settings.spec import WindowSpec
 from dask_windows.sources import Source
 from dask_windows.sources.base import rows_per_partition
 from dask_windows.sources.parquet.footers import paused_gc
-from dask_windows.spec import WindowSpec
 
 __all__ = ["check_columns", "check_windows", "scan"]
 

@@ -1,4 +1,4 @@
-"""Statistical and contract tests of dask_windows.masks.
+"""Statistical and contract tests of dask_windows.ondevice.masks.
 
 Tolerances are derived from each estimator's standard error and set at about
 six of them, so a correct implementation fails with negligible probability
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from dask_windows import masks
-from dask_windows.masks import future_mask, random_mask, subsequence_mask, variable_mask
+from dask_windows.ondevice import masks
+from dask_windows.ondevice.masks import future_mask, random_mask, subsequence_mask, variable_mask
 
 ALL_MASKS = [random_mask, subsequence_mask, variable_mask, future_mask]
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -10,8 +10,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dask_windows.checks import _regrouped, _regrouped_columnar
-from dask_windows.omissions import left_out
+from dask_windows.opening.checks import _regrouped, _regrouped_columnar
+from dask_windows.opening.omissions import left_out
 from dask_windows.planning.index import FileRuns, PartitionRuns
 from dask_windows.sources.base import Partition
 

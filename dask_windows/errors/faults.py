@@ -21,7 +21,7 @@ with a message naming it. ``on_error="skip"`` leaves it out, warns
   last readable partition, read again.
 
 Every failure is classified once, by ``failures.classify`` (re-exported here
-with the rest of ``dask_windows.failures``): ``transient``, ``resource``,
+with the rest of ``dask_windows.errors.failures``): ``transient``, ``resource``,
 ``permission``, ``missing`` or ``corrupt``. Each kind has its own ``on_error``
 rule (``skip_allowed``): only corrupt or missing data is ever skipped.
 
@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from dask_windows.errors import ConfigError, SourceReadError
-from dask_windows.failures import (
+from dask_windows.errors.failures import (
     FAILURE_KINDS,
     classify,
     describe_failure,

@@ -14,7 +14,7 @@ importing any of them.
 This module holds the classification only (``classify``, ``failure_kind``,
 ``is_transient``, ``is_unreachable``, ``failure_message``, ``error_text``,
 ``describe_failure`` and their tables); ``faults`` holds the ``on_error``
-policy and re-exports these names, so ``from dask_windows.faults import
+policy and re-exports these names, so ``from dask_windows.errors.faults import
 classify`` keeps working.
 """
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 import errno
 
 from dask_windows.errors import SourceReadError
-from dask_windows.remedies import missing_backend
+from dask_windows.errors.remedies import missing_backend
 
 __all__ = [
     "FAILURE_KINDS",
