@@ -283,6 +283,7 @@ SLOW_TESTS: dict[str, str | set[str]] = {
     },
     "tests/sources/test_hostile_reads.py": {
         "test_a_file_rewritten_between_passes_is_not_served_from_kept_heads",
+        "test_a_deleted_file_never_lets_reads_overwrite_rows_a_slow_loop_still_draws",
         "test_damaged_bytes_raise_naming_file_and_column_or_are_skipped",
         "test_damaged_cache_entries_are_fetched_again_not_taken_as_data",
         "test_damaged_rows_in_dataloader_workers_raise_or_keep_the_batch_count",

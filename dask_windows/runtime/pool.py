@@ -360,8 +360,11 @@ def _steps(
         missing = sum(lost.pop(t, 0) for t in range(step, end)) + owed
         owed = 0
         if missing:
-            if not len(window):
-                owed = missing  # nothing readable in this block: a later one stands in
+            if not len(window):  # nothing readable in this block: a later one stands in for its windows
+                owed = missing
+                # an empty step all the same: the builder stays one step ahead of the consumer, so the
+                # reader (one unit ahead of the builder) never overwrites pool rows a drawn step still uses
+                yield _Built(_Step(window, gatherer, np.zeros((0, 3), np.int64)), 0, statistics)
                 continue
             rng = rng_for(*plan.entropy, REPLACEMENT_TAG, step)
             window = np.concatenate([window, window[replacement_picks(len(window), missing, rng)]])

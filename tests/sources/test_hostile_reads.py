@@ -763,3 +763,23 @@ def test_real_panel_sample_normalised_from_the_window_table_around_nan_weeks(tmp
     want = oracle(parts, ["value"], ["value"], window=16, stride=stride, horizon=horizon, drop=True)
     _check_sample_normalised(_epoch(ds), want)
     assert built or stride > 1  # at stride 1 the table was built and used (at 3: fewer than HEAD windows)
+
+
+def test_a_deleted_file_never_lets_reads_overwrite_rows_a_slow_loop_still_draws(clean, copy, frames):
+    """A file's units all unreadable (``on_error="skip"``): its steps are empty, yet the builder stays one
+    step ahead of a slow consumer, so the reader never writes pool rows a drawn step still uses (it used
+    to run ahead through the empty steps: windows of the next file's rows over the one being drawn)."""
+    import time
+
+    work, paths = copy
+    skipping = dw.WindowDataset(work, **SPLIT, on_error="skip", next_pass_seconds=0)
+    os.remove(paths[1])
+    with pytest.warns(SkippedPartitionWarning, match=paths[1]):
+        got = []
+        for batch in skipping:
+            got.append(tuple(t.numpy().copy() for t in batch))
+            time.sleep(0.003)  # the loop's step: the reader is done long before each batch is taken
+    offsets = np.cumsum([0] + [len(f) for f in frames])
+    rows = np.concatenate([b[-1] for b in got])
+    assert len(got) == len(skipping) and not ((rows >= offsets[1]) & (rows < offsets[2])).any()
+    assert wrong_batch(got, clean["want"]) is None
