@@ -224,15 +224,15 @@ class _Pool:
         name = ds.source.partitions[p].name
         clock = time.perf_counter_ns
         started = clock()
-        kept = 0  # rows kept for later units handed over so far
+        handed = 0  # row ranges kept for later units handed over so far
         try:
             fresh = self._rows(p, fa, fb) if fb > fa else None
             for a, b in unit.keep:  # copies: a view would hold the whole decoded read
                 self.edges.put((p, a, b), {c: np.array(v[a - fa : b - fa]) for c, v in fresh.items()})  # type: ignore[union-attr]
-                kept += 1
+                handed += 1
         except BaseException as exc:
             # a later unit on another reader thread may wait for these rows: it reads them itself
-            for a, b in unit.keep[kept:]:
+            for a, b in unit.keep[handed:]:
                 self.edges.put((p, a, b), None)
             if not isinstance(exc, SourceReadError) or not skip_allowed(ds.on_error, exc):
                 raise
