@@ -227,6 +227,8 @@ SLOW_TESTS: dict[str, str | set[str]] = {
     },
     "tests/runtime/test_pool_reads.py": {
         "test_s3_gets_about_one_per_row_group",
+        "test_the_fill_of_a_remote_store_is_read_several_units_at_a_time_into_the_same_batches",
+        "test_a_failed_read_of_the_fill_wakes_a_unit_waiting_on_another_thread_for_its_kept_rows",
     },
     "tests/runtime/test_telemetry.py": {
         "test_a_loader_slowed_by_its_reads_is_input_bound_by_fetch",

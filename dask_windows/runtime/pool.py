@@ -1,8 +1,9 @@
 """Reading a pool plan: each unit decoded once into the pool's rows, each step's windows cut into batches.
 
-``pool_batches`` walks a reader's ``PoolPlan``: one reader thread reads the
+``pool_batches`` walks a reader's ``PoolPlan``: a reader thread reads the
 units in plan order (``Prefetcher``, one unit ahead; while the pool fills, its
-first ``live_units`` at once, as no row of theirs is in use), decoding each straight
+first ``live_units`` at once, as no row of theirs is in use: on a remote store
+on ``fill_threads`` threads, each unit into its planned rows), decoding each straight
 into its rows of one pool array allocated for the pass (``plan.pool_rows``
 rows: the memory budget); a builder thread (``Ahead``, one step ahead) turns
 each step into the pool rows of its windows, shuffled; ``pipeline.stream``
@@ -27,7 +28,10 @@ its own pool arrays (``UnitReads``, started and claimed by ``speedups.nextpass``
 
 The trade-off: the pool is allocated once per pass at its full size (pages are
 touched as units land, so a small dataset's pool stays small), and reads go
-one unit at a time on one thread.
+one unit at a time on one thread, but for a remote store's fill: up to
+``FILL_THREADS`` units in flight (at most ``POOL_FIRST_BYTES`` decoded, on top
+of the pool) for a first batch that waits for its latency once per
+``FILL_THREADS`` units.
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ from dask_windows.runtime.prefetch import Ahead, Prefetcher
 from dask_windows.runtime.telemetry import timed_output, timed_parts
 from dask_windows.runtime.values import PassValues, ReadValues
 from dask_windows.runtime.window_table import WindowTable, build_table, worth_building
-from dask_windows.settings.tuning import BUFFER_BYTES, MIN_UNIT_ROWS, POOL_FIRST_BYTES, UNITS_PER_BATCH
+from dask_windows.settings.tuning import BUFFER_BYTES, FILL_THREADS, MIN_UNIT_ROWS, POOL_FIRST_BYTES, UNITS_PER_BATCH
 from dask_windows.settings.tuning import POOL_AHEAD_UNITS as AHEAD
 
 __all__ = [
@@ -220,17 +224,20 @@ class _Pool:
         name = ds.source.partitions[p].name
         clock = time.perf_counter_ns
         started = clock()
+        handed = 0  # row ranges kept for later units handed over so far
         try:
             fresh = self._rows(p, fa, fb) if fb > fa else None
-        except SourceReadError as exc:
-            if not skip_allowed(ds.on_error, exc):
+            for a, b in unit.keep:  # copies: a view would hold the whole decoded read
+                self.edges.put((p, a, b), {c: np.array(v[a - fa : b - fa]) for c, v in fresh.items()})  # type: ignore[union-attr]
+                handed += 1
+        except BaseException as exc:
+            # a later unit on another reader thread may wait for these rows: it reads them itself
+            for a, b in unit.keep[handed:]:
+                self.edges.put((p, a, b), None)
+            if not isinstance(exc, SourceReadError) or not skip_allowed(ds.on_error, exc):
                 raise
             record_skip(ds.skipped, name, "read", exc)
-            for a, b in unit.keep:
-                self.edges.put((p, a, b), None)
             return None
-        for a, b in unit.keep:  # copies: a view would hold the whole decoded read
-            self.edges.put((p, a, b), {c: np.array(v[a - fa : b - fa]) for c, v in fresh.items()})  # type: ignore[union-attr]
         if r1 <= r0:  # a unit read only for the rows it keeps
             return Part(p, name, np.zeros((0, 0), np.float32), None, np.zeros(0, np.int64), np.zeros(0, np.int64))
         pieces, rows0 = [], []
@@ -412,6 +419,26 @@ class _Inline:
             close()
 
 
+def fill_threads(reads: ReadValues, plan: PoolPlan, burst: int) -> int:
+    """Threads reading the pool's fill (its first ``burst + 1`` units, read before their rows are in use).
+
+    ``FILL_THREADS`` on a remote store, where a read mostly waits for the store's latency, so that
+    the first batch waits for about ``burst / FILL_THREADS`` reads; as few as keep the units in flight
+    within ``POOL_FIRST_BYTES`` (decoded) on top of the pool; 1 on local files (their reads decode:
+    threads there trade the GIL) and without a burst. After the burst a read starts only once the
+    unit before it is taken (``Prefetcher``'s depth), whatever the thread count. Units are claimed
+    in plan order, so a unit waiting for rows an earlier unit keeps (``_Edges``) waits for a read
+    already under way on another thread, never for one queued behind it.
+    """
+    if burst <= 0 or getattr(reads.source, "local", True):
+        return 1
+    units = PoolUnits.of(plan.units)
+    fill = slice(plan.first_unit, plan.first_unit + burst + 1)
+    held = (units.r1[fill] - units.r0[fill]) + (units.f1[fill] - units.f0[fill])  # rows a read holds at most
+    in_flight = int(POOL_FIRST_BYTES // max(int(held.max(initial=0)) * row_bytes(reads), 1))
+    return max(1, min(FILL_THREADS, in_flight, burst + 1))
+
+
 class UnitReads:
     """A pass's pool arrays and the reads filling them, in plan order: what the next pass's read-ahead
     (``speedups.nextpass``) starts early and hands to the pass.
@@ -440,10 +467,16 @@ class UnitReads:
             self.pool.telemetry = None
         self.background = ds.spec.prefetch_partitions >= 1
         read = self.pool.read if self.device is None else self.device.landing(self.pool)
-        filling = self.device is None and plan.first_step < plan.spread - 1
-        self.burst = live_units(plan) - 1 if filling else 0  # (one more is read ahead once they are taken)
+        # the first live units are read without waiting for the consumer while the pool fills progressively,
+        # or wherever several threads read them (one more is read ahead once they are taken); the device's
+        # one-unit staging array takes one unit at a time
+        live = live_units(plan) - 1 if self.device is None else 0
+        threads = fill_threads(ds, plan, live)
+        self.burst = live if plan.first_step < plan.spread - 1 or threads > 1 else 0
         burst = self.burst if first_units is None else min(first_units, len(keys)) - 1
-        self.reader = Prefetcher(read, keys, 1 if self.background else 0, name="dask-windows-pool", burst=burst)
+        self.reader = Prefetcher(
+            read, keys, 1 if self.background else 0, name="dask-windows-pool", threads=threads, burst=burst
+        )
 
     def widen(self) -> None:
         """Read the pass's whole burst (after a read-ahead of its first units only)."""

@@ -254,7 +254,8 @@ class Prefetcher(_Background):
         keys: What to read, in order.
         depth: Results that may be read ahead of the consumer (the items being read included).
         name: Thread name (shown in stack dumps); ``name-1``, ``name-2``... for the other threads.
-        threads: Threads reading at once (at most ``depth`` of them are ever busy).
+        threads: Threads reading at once (at most ``depth`` of them busy, ``depth + burst`` while
+            the burst lasts); keys are claimed in order, so a read never waits behind a later one.
         burst: The first ``burst`` keys are read without waiting for the consumer (then ``depth``
             ahead of it): the pool order's first units, whose rows nothing else uses yet.
     """
@@ -274,7 +275,7 @@ class Prefetcher(_Background):
         self._closed = False
         self._threads: _Threads | None = None
         if depth > 0 and self._keys:
-            count = max(1, min(threads, depth, len(self._keys)))
+            count = max(1, min(threads, depth + burst, len(self._keys)))
             self._threads = _Threads(_read_ahead, (read, self._keys), depth, count, name, burst)
 
     @property

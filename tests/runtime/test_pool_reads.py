@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
 
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from helpers import oracle_starts, parquet_bytes, s3_endpoint
 
 from dask_windows.dataset import WindowDataset
@@ -207,3 +210,113 @@ def test_a_pool_filled_progressively_yields_every_window_once_and_resumes_to_the
     again.load_state_dict(state)
     tail = np.concatenate([rows.numpy() for _, rows in again])
     assert np.array_equal(tail, starts[5 * KW["batch_size"] :])
+
+
+def _slowed(ds: WindowDataset, seconds: float) -> dict:
+    """Make each read of ``ds``'s source take ``seconds`` more (a store's latency); count reads in flight."""
+    state = {"now": 0, "most": 0}
+    lock = threading.Lock()
+    read = ds.source._read_table
+
+    def slow(path, row_groups, columns):
+        with lock:
+            state["now"] += 1
+            state["most"] = max(state["most"], state["now"])
+        try:
+            time.sleep(seconds)
+            return read(path, row_groups, columns)
+        finally:
+            with lock:
+                state["now"] -= 1
+
+    ds.source._read_table = slow
+    return state
+
+
+def test_the_fill_of_a_remote_store_is_read_several_units_at_a_time_into_the_same_batches(monkeypatch):
+    """On S3 the pool's fill is read on several threads (its reads wait on latency): they overlap, and
+    the batches (units keeping rows for later units included) equal those of one reader thread, resumed too."""
+    import dask_windows.runtime.pool as pool_module
+
+    pytest.importorskip("s3fs")
+    pytest.importorskip("moto.server")
+    endpoint = s3_endpoint("pool-fill", _frames(), encode=lambda f: parquet_bytes(f, row_group_size=ROWS // GROUPS))
+    try:
+        options = endpoint.storage_options()
+        kw = {**KW, "buffer_bytes": 20_000}  # a unit per row group, about 10 in the pool
+
+        def epoch(threads: int) -> tuple[list, int]:
+            monkeypatch.setattr(pool_module, "FILL_THREADS", threads, raising=False)
+            ds = WindowDataset("s3://pool-fill/data/", storage_options=options, **kw)
+            plan = ds._plan(_world())
+            assert any(u.keep for u in plan.units)  # windows across a cut: rows kept for a later unit
+            slowed = _slowed(ds, 0.02 if threads > 1 else 0.0)
+            return [(x.clone(), rows.clone()) for x, rows in ds], slowed["most"]
+
+        one, most = epoch(1)
+        assert most == 1
+        several, most = epoch(4)
+        assert most > 1  # the fill's reads overlapped
+        assert len(several) == len(one)
+        assert all(torch.equal(a, b) for s, t in zip(several, one) for a, b in zip(s, t))
+        starts = np.concatenate([rows.numpy() for _, rows in several])
+        assert np.array_equal(np.sort(starts), oracle_starts(_frames(), None, 12, 3))
+        ds = WindowDataset("s3://pool-fill/data/", storage_options=options, **kw)
+        resumed = WindowDataset("s3://pool-fill/data/", storage_options=options, **kw)
+        resumed.load_state_dict(ds.state_dict(batches=5, num_workers=0))
+        assert np.array_equal(np.concatenate([rows.numpy() for _, rows in resumed]), starts[5 * KW["batch_size"] :])
+    finally:
+        endpoint.close()
+
+
+def test_a_failed_read_of_the_fill_wakes_a_unit_waiting_on_another_thread_for_its_kept_rows():
+    """A unit whose read fails hands its kept rows over as missing: the later unit that waits for them on
+    another reader thread reads them itself, and the pass raises the error instead of hanging at close."""
+    from dask_windows.errors import SourceReadError
+    from dask_windows.runtime.pool import _Pool
+
+    pytest.importorskip("s3fs")
+    pytest.importorskip("moto.server")
+    endpoint = s3_endpoint("pool-fail", _frames(), encode=lambda f: parquet_bytes(f, row_group_size=ROWS // GROUPS))
+    try:
+        options = endpoint.storage_options()
+        ds = WindowDataset("s3://pool-fail/data/", storage_options=options, buffer_bytes=20_000, **KW)
+        units = ds._plan(_world()).units
+        first = next(i for i, u in enumerate(units) if u.keep)  # the first unit keeping rows for a later one
+        p, (a, b) = units[first].partition, units[first].fresh
+        wanted = {(p, lo, hi) for lo, hi in units[first].keep}
+        later = [j for j, u in enumerate(units) if j > first and _takes(u) & wanted]
+        assert later  # a later unit of the fill waits for those rows
+        read = _Pool._rows
+
+        def failing(pool, q, lo, hi):
+            if (q, lo, hi) == (p, a, b):
+                time.sleep(0.3)  # the later unit is read meanwhile, and waits
+                raise SourceReadError("part unreadable on purpose")
+            return read(pool, q, lo, hi)
+
+        outcome: list = []
+
+        def run() -> None:
+            try:
+                list(ds)
+            except SourceReadError as exc:
+                outcome.append(exc)
+
+        _Pool._rows = failing
+        try:
+            thread = threading.Thread(target=run, daemon=True)
+            thread.start()
+            thread.join(30)
+        finally:
+            _Pool._rows = read
+        assert not thread.is_alive(), "the pass hung"
+        assert len(outcome) == 1 and "on purpose" in str(outcome[0])
+    finally:
+        endpoint.close()
+
+
+def _takes(unit) -> set:
+    """``(partition, lo, hi)`` of the rows ``unit`` may take from another unit: before and after its read."""
+    (r0, r1), (fa, fb) = unit.rows, unit.fresh
+    return {(unit.partition, r0, fa), (unit.partition, fb, r1)}
