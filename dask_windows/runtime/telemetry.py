@@ -49,6 +49,7 @@ accounting. Across ranks ``stats(all_ranks=True)`` is a collective
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -104,6 +105,10 @@ _STARTUP_ADVICE = {
     None: "the first batch waits for the first reads; over a longer run it is paid once",
 }
 STARTUP = "start-up"  # the stage of a verdict whose loop waited only for its first batch
+
+
+#: Guards the read counters: a unit's read is counted once, whichever thread read it (one lock a read: ms apart).
+_READS = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -282,10 +287,11 @@ class Telemetry:
                 close()
 
     def add_read(self, fetch_ns: int, decode_ns: int, nbytes: int) -> None:
-        self.fetch_ns += fetch_ns
-        self.decode_ns += decode_ns
-        self.fetch_bytes += nbytes
-        self.reads += 1
+        with _READS:  # the fill's reads on an object store run on several threads (runtime/pool.py)
+            self.fetch_ns += fetch_ns
+            self.decode_ns += decode_ns
+            self.fetch_bytes += nbytes
+            self.reads += 1
 
     def _total(self, name: str) -> int:
         return getattr(self, name) + sum(child._total(name) for child in self.children)
