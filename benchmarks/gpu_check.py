@@ -8,7 +8,7 @@ defaults at ``RATES``, rates assumed for an H100 and not yet measured on one; it
     PYTHONPATH=. python benchmarks/gpu_check.py --dry-run   # tiny, on the CPU device: checks the script
 
 Exit status: 0 when every check holds; 1 when any equality check fails (the first batches, the
-whole epoch bit for bit), when the byte count's pool is not smaller than the data, or the run passes ``--timeout`` (a stack dump
+whole epoch bit for bit, the mid-epoch resume, the non-default stream), when the byte count's pool is not smaller than the data, or the run passes ``--timeout`` (a stack dump
 of every thread goes to stderr first: ``faulthandler``); 2 without CUDA, unless ``--allow-cpu``
 (the same run on the CPU device) or ``--dry-run`` (tiny sizes on the CPU device). ``--json PATH``
 writes every figure, the failures and the exit status.
@@ -32,7 +32,13 @@ other extras blocked). On the synthetic data of ``examples/_synthetic.py``
    sent over whole epochs (``--bytes-epochs``) at the loader-alone settings, on a pool smaller than
    the data (``--bytes-budget``, a quarter of it by default: units are overwritten and every one is
    sent once an epoch), against what the host path sends (every batch); the timed steps above
-   under-count the device path's bytes (a small dataset's rows are all sent before them).
+   under-count the device path's bytes (a small dataset's rows are all sent before them). Then, at the
+   whole-epoch check's stride and budget, on the device: a **mid-epoch resume** (half an epoch taken,
+   ``state_dict()``, a fresh dataset given ``load_state_dict``: the taken batches and the resumed rest
+   against one uninterrupted epoch, bit for bit) and a **non-default CUDA stream** (an epoch consumed
+   inside ``with torch.cuda.stream(torch.cuda.Stream()):`` against the default stream's, bit for bit: a
+   missing stream sync shows); both compared on the host. Without CUDA the stream check is reported
+   "skipped: no CUDA" (no failure); the resume check runs on the CPU device.
 2. **The MVP demo's transformer** (``examples/pretrain_mvp.py``: its model, loss,
    ``L = --window`` (128), ``B = --batch-size`` (64)) trained ``--steps`` steps after ``--warmup`` by each
    loader: the share of step time spent waiting for the next batch (target for
@@ -111,7 +117,8 @@ def estimate_seconds(args: argparse.Namespace, windows_per_series: int, series: 
     scale = (args.gather_batch_size * args.gather_window) / (256 * 512)
     host_modes = 2 if args.num_workers else 1
     alone = (args.warmup + args.batches) * scale * (host_modes * RATES["batch_host"] + RATES["batch_device"])
-    equal_windows = 2 * series * windows_per_series / max(args.equal_stride, 1)  # host and device epochs
+    # host and device epochs; then two each for the resume (whole, taken + resumed) and the stream checks
+    equal_windows = (2 + 2 + 2) * series * windows_per_series / max(args.equal_stride, 1)
     bytes_windows = args.bytes_epochs * series * windows_per_series
     train_steps = 2 * (args.warmup + args.steps) * RATES["step"]
     return (
@@ -238,6 +245,83 @@ def epoch_equal(args: argparse.Namespace, data: str, device: Any, settings: dict
         "units": float(traffic.units),
         "pool_mib": traffic.pool_bytes / 2**20,
     }
+
+
+def _check_settings(args: argparse.Namespace, settings: dict) -> dict:
+    """The whole-epoch checks' settings: the equality check's stride and small pool budget, indices returned."""
+    return dict(settings, stride=args.equal_stride, buffer_bytes=args.equal_budget, return_index=True)
+
+
+def _open_quietly(data: str, **kw: Any) -> Any:
+    import dask_windows as dw
+
+    with warnings.catch_warnings():  # a budget of few units on purpose (PoolWarning)
+        warnings.simplefilter("ignore")
+        return dw.WindowDataset(data, **kw)
+
+
+def _same_batch(a: Any, b: Any) -> bool:
+    """Two ``(windows, index)`` batches bit for bit, compared on the host (CUDA: after every queued copy and gather)."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return len(a) == len(b) and all(torch.equal(x.cpu(), y.cpu()) for x, y in zip(a, b))
+
+
+def resume_equal(args: argparse.Namespace, data: str, device: Any, settings: dict) -> dict[str, float]:
+    """A mid-epoch resume on the device: ``k`` batches taken, ``state_dict()``, a fresh dataset given
+    ``load_state_dict``; the taken batches and the resumed rest against one uninterrupted epoch, bit for bit."""
+    kw = dict(_check_settings(args, settings), device=device)
+    whole = _open_quietly(data, **kw)
+    whole.set_epoch(1)  # not the first epoch: the state carries it
+    interrupted = _open_quietly(data, **kw)
+    interrupted.set_epoch(1)
+    taken = max(len(whole) // 2, 1)
+    reference = iter(whole)
+    batches = same = 0
+    part = iter(interrupted)
+    for _ in range(taken):
+        batches += 1
+        same += int(_same_batch(next(reference), next(part)))
+    state = interrupted.state_dict()
+    del part
+    resumed = _open_quietly(data, **kw)
+    resumed.load_state_dict(state)
+    rest = iter(resumed)
+    for batch in rest:
+        batches += 1
+        same += int(_same_batch(next(reference, ()), batch))
+    left = sum(1 for _ in reference)  # batches of the uninterrupted epoch the resume never yielded
+    return {
+        "resume_equal": float(batches == same == len(whole) > 0 and left == 0),
+        "taken": float(taken),
+        "epoch_batches": float(len(whole)),
+        "resumed_batches": float(batches - taken),
+        "units_resumed": float(resumed.device_traffic.units),
+    }
+
+
+def stream_equal(args: argparse.Namespace, data: str, device: Any, settings: dict) -> dict[str, Any]:
+    """An epoch consumed while the current stream is a non-default ``torch.cuda.Stream()`` against the same epoch
+    on the default stream, bit for bit (a missing stream sync shows as different values). CUDA only."""
+    import torch
+
+    if device.type != "cuda":
+        return {"stream_equal": float("nan"), "skipped": "no CUDA"}
+    kw = dict(_check_settings(args, settings), device=device)
+    default, side = _open_quietly(data, **kw), _open_quietly(data, **kw)
+    reference = iter(default)
+    stream = torch.cuda.Stream(device)
+    batches = same = 0
+    with torch.cuda.stream(stream):
+        for batch in side:  # gathered while ``stream`` is current
+            with torch.cuda.stream(torch.cuda.default_stream(device)):
+                expected = next(reference, ())
+            batches += 1
+            same += int(_same_batch(expected, batch))
+    left = sum(1 for _ in reference)
+    return {"stream_equal": float(batches == same == len(default) > 0 and left == 0), "epoch_batches": float(batches)}
 
 
 def epoch_bytes(args: argparse.Namespace, data: str, device: Any, settings: dict) -> dict[str, float]:
@@ -371,8 +455,8 @@ def dry_run(args: argparse.Namespace) -> None:
 NO_CUDA, UNEQUAL = 2, 1  # exit statuses besides 0
 
 
-def failures(alone: dict, counted: dict) -> list[str]:
-    """Each equality check that failed, in words (empty: all hold)."""
+def failures(alone: dict, counted: dict, checks: dict) -> list[str]:
+    """Each equality check that failed, in words (empty: all hold; a skipped check is no failure)."""
     equal, out = alone["equal"], []
     if equal["first_batches_equal"] != 1.0:
         out.append("the first batches of the device loader differ from the host path's")
@@ -383,6 +467,13 @@ def failures(alone: dict, counted: dict) -> list[str]:
             f"the byte count's pool ({counted['pool_bytes']:,.0f} bytes) is not smaller than the data "
             f"({counted['data_bytes']:,.0f} bytes); pass a smaller --bytes-budget"
         )
+    if checks["resume"]["resume_equal"] != 1.0:
+        out.append(
+            f"the epoch resumed after {checks['resume'].get('taken', 0):.0f} batches (state_dict / load_state_dict) "
+            "differs from the uninterrupted epoch"
+        )
+    if "skipped" not in checks["stream"] and checks["stream"]["stream_equal"] != 1.0:
+        out.append("the epoch consumed on a non-default CUDA stream differs from the default stream's")
     return out
 
 
@@ -439,12 +530,18 @@ def _run(args: argparse.Namespace) -> int:
             features=FEATURES, series="series_id", window=args.gather_window, batch_size=args.gather_batch_size, seed=0
         )
         counted = epoch_bytes(args, data, device, settings)
+        checks = {
+            "resume": resume_equal(args, data, device, settings),
+            "stream": stream_equal(args, data, device, settings),
+        }
         trained = {mode: train(mode, args, data, device) for mode in ("host", "device")}
         masks = mask_times(args, device, 3 if args.dry_run else 200)
     seconds = time.perf_counter() - began
-    failed = failures(alone, counted)
-    result.update(device=name, seconds=seconds, loader_alone=alone, epoch_bytes=counted, train=trained, masks=masks)
-    _report(args, alone, counted, trained, masks, seconds)
+    failed = failures(alone, counted, checks)
+    result.update(
+        device=name, seconds=seconds, loader_alone=alone, epoch_bytes=counted, checks=checks, train=trained, masks=masks
+    )
+    _report(args, alone, counted, checks, trained, masks, seconds)
     status = UNEQUAL if failed else 0
     for problem in failed:
         print(f"FAILED: {problem}")
@@ -458,7 +555,9 @@ def _write(args: argparse.Namespace, result: dict) -> None:
             json.dump(result, out, indent=1, default=str)
 
 
-def _report(args: argparse.Namespace, alone: dict, counted: dict, trained: dict, masks: dict, seconds: float) -> None:
+def _report(
+    args: argparse.Namespace, alone: dict, counted: dict, checks: dict, trained: dict, masks: dict, seconds: float
+) -> None:
     row: Callable[..., str] = lambda *cells: "".join(f"{c:>16}" if i else f"{c:<22}" for i, c in enumerate(cells))
     alone = dict(alone)
     equal = alone.pop("equal")
@@ -489,6 +588,19 @@ def _report(args: argparse.Namespace, alone: dict, counted: dict, trained: dict,
         f"device {counted['device_bytes'] / 1e6:,.2f} MB ({counted['fewer_bytes']:.0f}x fewer); rows sent / rows per "
         f"epoch {counted['rows_sent']:.3f}"
     )
+    resume, stream = checks["resume"], checks["stream"]
+    print(
+        f"mid-epoch resume after {resume['taken']:.0f} of {resume['epoch_batches']:.0f} batches (a fresh dataset, "
+        f"load_state_dict): {resume['resumed_batches']:.0f} batches "
+        f"{'bit for bit the uninterrupted epoch' if resume['resume_equal'] else 'NOT EQUAL to the uninterrupted epoch'}"
+    )
+    if "skipped" in stream:
+        print(f"non-default CUDA stream: skipped: {stream['skipped']}")
+    else:
+        print(
+            f"non-default CUDA stream: {stream['epoch_batches']:.0f} batches "
+            f"{'bit for bit the default stream' if stream['stream_equal'] else 'NOT EQUAL to the default stream'}"
+        )
     print(f"\n2. MVP transformer (L={args.window}, B={args.batch_size}; {args.steps} steps after {args.warmup})")
     print(row("", "wait share", "steps/s", "step ms", "CPU ms/step", "copy s"))
     for mode, r in trained.items():

@@ -121,14 +121,24 @@ def test_gpu_check_sections_on_the_cpu_device(tmp_path):
 
 EQUAL = {"first_batches_equal": 1.0, "epoch_equal": 1.0, "stride": 4.0, "rows_sent": 1.1}
 COUNTED = {"pool_bytes": 10.0, "data_bytes": 40.0, "rows_sent": 1.1}
+RESUMED = {"resume_equal": 1.0, "taken": 2.0, "epoch_batches": 5.0, "resumed_batches": 3.0, "units_resumed": 1.0}
+CHECKS = {"resume": RESUMED, "stream": {"stream_equal": 1.0, "epoch_batches": 5.0}}
 
 
 def test_gpu_check_failures_name_each_inequality():
     gpu_check, _ = _gpu_check()
-    assert gpu_check.failures({"equal": EQUAL}, COUNTED) == []
-    assert "first batches" in gpu_check.failures({"equal": {**EQUAL, "first_batches_equal": 0.0}}, COUNTED)[0]
-    assert "whole epoch at stride 4" in gpu_check.failures({"equal": {**EQUAL, "epoch_equal": 0.0}}, COUNTED)[0]
-    assert "--bytes-budget" in gpu_check.failures({"equal": EQUAL}, {**COUNTED, "pool_bytes": 40.0})[0]
+    assert gpu_check.failures({"equal": EQUAL}, COUNTED, CHECKS) == []
+    unequal = {"equal": {**EQUAL, "first_batches_equal": 0.0}}
+    assert "first batches" in gpu_check.failures(unequal, COUNTED, CHECKS)[0]
+    unequal = {"equal": {**EQUAL, "epoch_equal": 0.0}}
+    assert "whole epoch at stride 4" in gpu_check.failures(unequal, COUNTED, CHECKS)[0]
+    assert "--bytes-budget" in gpu_check.failures({"equal": EQUAL}, {**COUNTED, "pool_bytes": 40.0}, CHECKS)[0]
+    resumed = {**CHECKS, "resume": {**RESUMED, "resume_equal": 0.0}}
+    assert "resumed after 2 batches" in gpu_check.failures({"equal": EQUAL}, COUNTED, resumed)[0]
+    streamed = {**CHECKS, "stream": {"stream_equal": 0.0, "epoch_batches": 5.0}}
+    assert "non-default CUDA stream" in gpu_check.failures({"equal": EQUAL}, COUNTED, streamed)[0]
+    skipped = {**CHECKS, "stream": {"stream_equal": float("nan"), "skipped": "no CUDA"}}
+    assert gpu_check.failures({"equal": EQUAL}, COUNTED, skipped) == []  # skipped: no failure
 
 
 def _stub_sections(gpu_check, monkeypatch, equal: dict) -> None:
@@ -175,7 +185,34 @@ def test_gpu_check_exit_codes_and_json(tmp_path, monkeypatch, capsys):
     assert gpu_check.main(["--json", str(out)]) == 2  # no CUDA, no --allow-cpu: nothing measured is no pass
     assert json.loads(out.read_text())["exit"] == 2 and "needs CUDA" in capsys.readouterr().out
     _stub_sections(gpu_check, monkeypatch, EQUAL)
+    monkeypatch.setattr(gpu_check, "resume_equal", lambda *a: RESUMED)  # full sizes: the real one is tested below
     assert gpu_check.main(["--allow-cpu", "--data", str(tmp_path / "full"), "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["checks"]["stream"]["skipped"] == "no CUDA"
+    assert "non-default CUDA stream: skipped: no CUDA" in capsys.readouterr().out
+
+
+def test_gpu_check_resume_on_the_cpu_path_fails_the_run_when_the_resume_differs(tmp_path, monkeypatch, capsys):
+    """The resume check runs for real on the CPU device (the stream check is skipped there), and a resume
+    that does not continue the epoch (here: a ``load_state_dict`` that restores nothing) exits 1."""
+    gpu_check, _ = _gpu_check()
+    import dask_windows as dw
+
+    out = tmp_path / "result.json"
+    common = ["--dry-run", "--data", str(tmp_path / "data"), "--json", str(out)]
+    _stub_sections(gpu_check, monkeypatch, EQUAL)  # every section but the resume and stream checks
+    assert gpu_check.main(common) == 0
+    written = json.loads(out.read_text())
+    resume = written["checks"]["resume"]
+    assert resume["resume_equal"] == 1.0 and 0 < resume["taken"] < resume["epoch_batches"]
+    assert resume["taken"] + resume["resumed_batches"] == resume["epoch_batches"]
+    assert written["checks"]["stream"]["skipped"] == "no CUDA"
+    assert "bit for bit the uninterrupted epoch" in capsys.readouterr().out
+
+    monkeypatch.setattr(dw.WindowDataset, "load_state_dict", lambda self, state: None)
+    assert gpu_check.main(common) == 1
+    written = json.loads(out.read_text())
+    assert written["checks"]["resume"]["resume_equal"] == 0.0 and "resumed after" in written["failures"][0]
+    assert "NOT EQUAL to the uninterrupted epoch" in capsys.readouterr().out
 
 
 def test_gpu_check_past_its_timeout_dumps_every_thread_and_exits_1(tmp_path):
