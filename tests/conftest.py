@@ -319,7 +319,6 @@ SLOW_TESTS: dict[str, str | set[str]] = {
     },
     "tests/speedups/test_gather_pages.py": {
         "test_a_run_gathered_a_chunk_of_batches_at_a_time_equals_batch_by_batch",
-        "test_huge_pages_keeps_every_value_and_ignores_other_arrays",
         "test_run_gather_cuts_every_window_as_the_oracle",
     },
     "tests/speedups/test_lanes.py": {

@@ -40,7 +40,6 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from dask_windows.settings.tuning import LANE_RATIO as _LANE_RATIO
-from dask_windows.settings.tuning import SETTLE_RATIO as _SETTLE_RATIO
 
 __all__ = ["Gatherer", "OutputPool", "normalize_per_sample"]
 
@@ -291,22 +290,6 @@ class Gatherer:
         if self._horizon:
             return self._y_runs(starts + self._window)
         return np.ascontiguousarray(self._y[:, starts + self._window - 1].T)
-
-    def settle_pages(self, num_windows: int) -> bool:
-        """Move the features to huge pages (``memory.huge_pages``) when ``num_windows`` gathers pay for it.
-
-        The move copies the features once in the kernel (0.5-1 ns per byte on the 2-core test
-        machine, about 10x a gather's copy per byte) and makes every later window's copy cheaper
-        (20% at B=64 L=128, 6% at B=256 L=512 C=4 there): worth it when the windows copy at least
-        ``_SETTLE_RATIO`` times the features' bytes (stride 1 and long windows), not at strides near
-        the window, where each row is copied about once.
-        """
-        rows = self._source.shape[1 if self.channel_major else 0]
-        if num_windows * self._window < _SETTLE_RATIO * rows:  # rows the windows copy, against rows moved
-            return False
-        from dask_windows.runtime.memory import huge_pages
-
-        return huge_pages(self._source)
 
     def _torch_ready(self) -> bool:
         """Build the torch view of the buffer's runs once; ``False`` where torch cannot view it."""

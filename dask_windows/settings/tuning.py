@@ -57,7 +57,6 @@ __all__ = [
     "RETRIES",
     "RETRY_BASE_DELAY",
     "RETRY_MAX_DELAY",
-    "SETTLE_RATIO",
     "SHARE_WAIT_SECONDS",
     "SLOTS_PER_RING",
     "SLOT_HEADROOM",
@@ -179,8 +178,6 @@ THREAD_WATCH_SECONDS = 0.5
 
 #: Rows copied by a run's windows per buffer row, from which a run may go on two lanes.
 LANE_RATIO = 8
-#: Rows copied by a buffer's windows per buffer row, from which its move to huge pages pays.
-SETTLE_RATIO = 64
 
 # -- telemetry's verdict (runtime/telemetry.py) ---------------------------------------------------
 

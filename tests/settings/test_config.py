@@ -241,7 +241,7 @@ def test_the_modules_read_the_tuning_constants():
     from dask_windows.sources import retry
 
     assert pool.BUFFER_BYTES is tuning.BUFFER_BYTES
-    assert batch._LANE_RATIO is tuning.LANE_RATIO and batch._SETTLE_RATIO is tuning.SETTLE_RATIO
+    assert batch._LANE_RATIO is tuning.LANE_RATIO
     assert retry.RetryPolicy().retries == tuning.RETRIES and retry.RetryPolicy().max_delay == tuning.RETRY_MAX_DELAY
     assert SIGNATURE["threads"].default == tuning.OPEN_THREADS
 

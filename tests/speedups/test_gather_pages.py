@@ -1,10 +1,8 @@
-"""numpy's run gather and the first buffer's move to huge pages, against a brute-force oracle.
+"""numpy's run gather against a brute-force oracle.
 
 ``batch._run_gather`` indexes a 2-D view of every contiguous run of the buffer (``(C * rows - L + 1,
 L)`` channel-major, ``(rows - L + 1, L * C)`` row-major): each batch must be the windows cut by hand,
 for both layouts, windows at both ends of every channel, empty batches, int32 and int64 starts.
-``memory.huge_pages`` moves a ``small_pages_map`` mapping to huge pages: the values must not move,
-and a stream whose first buffer is in small pages must still yield the oracle's batches.
 """
 
 from __future__ import annotations
@@ -17,7 +15,6 @@ from hypothesis import strategies as st
 
 import dask_windows as dw
 from dask_windows.runtime import batch as batch_module
-from dask_windows.runtime import memory
 from dask_windows.runtime.batch import Gatherer, _run_gather
 
 FEATURES = ["f0", "f1", "f2"]
@@ -70,35 +67,6 @@ def test_gatherer_numpy_path_equals_the_oracle_and_a_view_falls_back(layout):
         np.testing.assert_array_equal(got, oracle(x, starts, WINDOW, channel_major))
         got[...] = 0  # the batch is the caller's own: the buffer is not written through it
         np.testing.assert_array_equal(gatherer.features(starts), oracle(x, starts, WINDOW, channel_major))
-
-
-def test_huge_pages_keeps_every_value_and_ignores_other_arrays():
-    rng = np.random.default_rng(1)
-    want = rng.standard_normal((4, 3 << 20)).astype(np.float32)  # 48 MiB: several aligned 2 MiB ranges
-    x = np.frombuffer(memory.small_pages_map(want.nbytes), np.float32).reshape(want.shape)
-    x[...] = want
-    moved = memory.huge_pages(x[:, 100:])  # a view finds its mapping
-    assert isinstance(moved, bool)
-    np.testing.assert_array_equal(x, want)
-    x[1, 5] = 42.0  # still the process's own, writable memory
-    assert x[1, 5] == 42.0
-    if moved:
-        with open("/proc/self/smaps_rollup") as src:
-            huge_kb = next(int(line.split()[1]) for line in src if line.startswith("AnonHugePages"))
-        assert huge_kb >= 2048
-    assert memory.huge_pages(want) is False  # numpy's own memory: left to numpy
-    assert memory.huge_pages(np.frombuffer(bytearray(64), np.float32)) is False
-
-
-@pytest.mark.parametrize("layout", ["NCL", "NLC"])
-@pytest.mark.parametrize("window,stride,moved", [(100, 1, True), (100, 2, False), (100, 100, False), (40, 1, False)])
-def test_settle_pages_only_where_the_gathers_pay_for_the_move(monkeypatch, layout, window, stride, moved):
-    calls = []
-    monkeypatch.setattr(memory, "huge_pages", lambda array: calls.append(array) or True)
-    x = np.zeros((3, 1000) if layout == "NCL" else (1000, 3), np.float32)
-    windows = len(range(0, 1000 - window + 1, stride))  # 100 at stride 1: 901 x 100 rows copied >= 64 x 1000
-    assert Gatherer(x, None, window, 0, layout).settle_pages(windows) is moved
-    assert [a is x for a in calls] == ([True] if moved else [])
 
 
 @pytest.fixture(scope="module")
