@@ -21,6 +21,8 @@ classify`` keeps working.
 from __future__ import annotations
 
 import errno
+from collections.abc import Callable
+from typing import Any
 
 from dask_windows.errors import SourceReadError
 from dask_windows.errors.remedies import missing_backend
@@ -128,6 +130,20 @@ def _classify(exc: BaseException) -> bool | None:
     return None
 
 
+def _first_decided(exc: BaseException, judge: Callable[[BaseException], Any]) -> Any:
+    """``judge``'s first answer other than ``None`` along ``exc``'s ``__cause__`` / ``__context__``
+    chain (at most 16 links, each once: wrappers such as s3fs and pyarrow re-raise the store's error)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(seen) < 16:
+        seen.add(id(current))
+        verdict = judge(current)
+        if verdict is not None:
+            return verdict
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def is_transient(exc: BaseException) -> bool:
     """Whether ``exc`` (or what caused it) is a failure a later attempt may not see.
 
@@ -137,15 +153,8 @@ def is_transient(exc: BaseException) -> bool:
     ``__cause__`` / ``__context__`` because wrappers (s3fs, pyarrow) re-raise
     the store's error as their own.
     """
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen and len(seen) < 16:
-        seen.add(id(current))
-        verdict = _classify(current)
-        if verdict is not None:
-            return verdict
-        current = current.__cause__ or current.__context__
-    return False
+    verdict = _first_decided(exc, _classify)
+    return False if verdict is None else verdict
 
 
 #: The kinds of failure, each with its own message and ``on_error`` behaviour (``classify``).
@@ -224,15 +233,8 @@ def classify(exc: BaseException) -> str:
     The exception is followed through ``__cause__`` / ``__context__``; the first decisive
     link wins, and an exception nothing recognises is ``corrupt``.
     """
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen and len(seen) < 16:
-        seen.add(id(current))
-        kind = _kind(current)
-        if kind is not None:
-            return kind
-        current = current.__cause__ or current.__context__
-    return "corrupt"
+    kind = _first_decided(exc, _kind)
+    return "corrupt" if kind is None else kind
 
 
 def failure_kind(exc: BaseException) -> str:
