@@ -6,8 +6,8 @@ writers (pyarrow, Spark, DuckDB, polars) do store each column chunk's min and
 max in the footer, which the loader has read anyway. A decoded value outside
 them is proof of damage, so each numeric column read is compared with its
 row groups' statistics (numpy's minimum and maximum of each row group's values,
-viewed where Arrow decoded them: ``_min_max``; Arrow's own ``min_max`` cost a
-third of the decode it follows, numpy's a fiftieth). A flip that keeps the
+viewed where Arrow decoded them: ``_min_max``; Arrow's own ``min_max`` cost
+38-47% of the time of the read it follows, numpy's 3-17%). A flip that keeps the
 value inside the range (a low mantissa byte of a float, most flips of a small
 integer) still passes: this narrows what only page CRCs close (docs/checks.md
 gives the measured share). Only signed integer and floating columns are
