@@ -98,7 +98,7 @@ def test_a_value_outside_its_row_groups_footer_range_is_found(written, name, gro
 
 
 def test_clean_numeric_columns_take_no_arrow_reduction(written, monkeypatch):
-    """The check of a clean column is numpy's (Arrow's ``min_max`` cost 16 times as much per column)."""
+    """The check of a clean column is numpy's (Arrow's ``min_max`` cost 17-35 times as much per column)."""
     meta, table = written
 
     def refuse(*args, **kwargs):
