@@ -64,21 +64,14 @@ def resolve_device(device: Any) -> torch.device | None:
 class Traffic:
     """What a dataset's passes sent to the device, in this process.
 
-    A pass's count includes the next pass's first buffer when ``nextpass`` reads (and sends) it
-    ahead during the pass's last buffer (``next_pass_seconds``).
-
     Attributes:
-        row_bytes: Bytes of the buffers' rows sent (features and targets).
+        row_bytes: Bytes of rows sent (features and targets).
         index_bytes: Bytes of the batches' start vectors (and ``return_index`` rows) sent.
-        buffers: Buffers sent (the buffer orders).
-        units: Units sent (the pool order: each unit's rows once per epoch, see ``ondevice.pool``).
+        buffers: Buffers sent (``sent``); ``sent_late``: those that reached the consumer unsent.
+        units: Units sent into device pools (each unit's rows once per epoch).
         batches: Batches gathered.
-        sent_late: Buffers that reached the consumer unsent (a builder without ``stage``): 0 where every
-            builder sends ahead. (With ``prefetch_partitions=0`` there is no builder thread: ``stage``
-            sends each buffer when the consumer takes it, and one buffer is resident at a time.)
-        resident: Buffers whose rows are on the device now (the pool order: pools, one per pass).
-        peak_resident: The most at once (at most 2, see the module docstring; the pool order: 1 per pass).
-        pool_bytes: The largest device pool a pass of the pool order allocated (within ``buffer_bytes``).
+        resident: Pools (or buffers) on the device now; ``peak_resident``: the most at once.
+        pool_bytes: The largest device pool a pass allocated (within ``buffer_bytes``).
     """
 
     row_bytes: int = 0
