@@ -1,15 +1,11 @@
 """Column operations of a workflow, each applied to the decoded columns of one piece.
 
-An operation reads columns of a piece (1-D numpy arrays of equal length) and writes
-columns: in place (``FillMissing``, ``Log1p``, ``Clip``, ``Normalize``, ``Categorify``) or new
-ones (``Lag``, ``Difference``, ``TimeFeatures``, ``Function``, the observed mask). Everything
-is per row or per series run of the piece, so a piece costs a few numpy calls per column,
-never a call per window.
-
-Operations that look at earlier rows of their series (``Lag``, ``Difference``, a limited
-forward fill) declare their ``lookback``; the dataset reads that many rows before every
-window (see ``apply``), so their values inside a window are exact. Fitted operations
-(``Normalize``, ``Categorify``) learn statistics in ``fit`` and keep them as JSON-ready state.
+An operation reads columns of a piece (1-D numpy arrays of equal length) and
+writes columns, in place or new ones, per row or per series run: a few numpy
+calls per column, never a call per window. Operations that look at earlier
+rows of their series declare their ``lookback``, the rows the dataset reads
+before every window (``apply``); fitted ones (``Normalize``, ``Categorify``)
+keep JSON-ready statistics learned by ``fit``.
 """
 
 from __future__ import annotations
@@ -156,6 +152,11 @@ class Op:
         this operation, or ``NotImplemented`` where it cannot be undone (``Workflow.invert_target``)."""
         return NotImplemented
 
+    def _fitted(self) -> dict:
+        if self.state is None:
+            raise ConfigError(f"{self!r} is not fitted; call Workflow.fit first")
+        return self.state
+
     def check_state(self, num_series: int) -> None:
         """Raise ``ValueError`` naming what is wrong when ``state`` is not what a fit writes (a loaded file)."""
         if self.fitted and not (isinstance(self.state, dict) and set(self.state) == set(self.columns)):
@@ -300,9 +301,7 @@ class Normalize(Op):
 
     def loc_scale(self, col: str, codes: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """``loc`` and ``scale`` of ``col`` for series ``codes`` (``-1``: unseen), or global (``None``)."""
-        if self.state is None:
-            raise ConfigError(f"{self!r} is not fitted; call Workflow.fit first")
-        stats = self.state[col]
+        stats = self._fitted()[col]
         glob = np.array(stats["global"], np.float64)
         if codes is None or not self.per_series:
             n = 1 if codes is None else len(codes)
@@ -361,9 +360,7 @@ class Categorify(Op):
 
     def vocabulary(self, col: str) -> list:
         """The fitted values of ``col``, in code order from 2."""
-        if self.state is None:
-            raise ConfigError(f"{self!r} is not fitted; call Workflow.fit first")
-        return list(self.state[col])
+        return list(self._fitted()[col])
 
     def cardinality(self, col: str) -> int:
         """Codes ``col`` takes: the vocabulary plus null and unseen (an embedding's size)."""
@@ -386,8 +383,7 @@ class Categorify(Op):
             if not isinstance(values, np.ndarray) and hasattr(values, "unify_dictionaries"):
                 cols[col] = _dictionary_codes(values, index)  # read as an Arrow dictionary (ParquetSource)
                 continue
-            # Hash the piece's values once (factorize), then look up only its distinct values: 4x
-            # faster than a lookup per row on strings. A null factorizes to -1.
+            # Hash the piece's values once, then look up only its distinct values (a null factorizes to -1).
             rows, distinct = pd.factorize(values, use_na_sentinel=True)
             cols[col] = _code_table(index, distinct)[rows]  # (rows,) -1 (null) picks the last entry
 
@@ -548,12 +544,9 @@ class TimeFeatures(Op):
 def _calendar(seconds: np.ndarray, fields: Sequence[str] = tuple(CALENDAR_PERIODS), dtype: Any = None) -> dict:
     """Calendar ``fields`` of wall-clock seconds since 1970 (proleptic Gregorian), in integer numpy.
 
-    The civil-from-days arithmetic (Howard Hinnant's algorithm) instead of pandas' per-field
-    accessors (4-6x more per row on the reader threads). Every field but ``minute`` is constant
-    within an hour: when a piece spans fewer hours than it has rows (hourly data of several
-    series: the same hours again and again), the fields are worked out once per hour of its span
-    and each row takes its hour's (one division and one gather per field). ``dtype``: of the
-    values returned (default int64), cast on the table, before the gather.
+    Civil-from-days arithmetic (Howard Hinnant's algorithm). When a piece spans fewer hours than
+    it has rows, the fields but ``minute`` are worked out once per hour of its span and gathered.
+    ``dtype``: of the values returned (default int64).
     """
     out: dict[str, np.ndarray] = {}
     if "minute" in fields:
