@@ -1,20 +1,14 @@
 """One reader's packed batches: partitions read ahead in order of first use, items copied into sequences.
 
-``ReaderWork`` lists, for a reader's range of sequences, every item it serves
-(data set, series, channel, steps, token offset inside its sequence) as
-O(items of the range) numpy arrays, and the partitions they need in order of
-first use with the batch of their last use. ``batches`` reads those
-partitions on ``prefetch.Prefetcher`` threads, keeps each only between its
-first and last batch, and fills each batch's arrays item by item (a slice
-copy per item and channel).
+``batches`` reads the partitions a ``ReaderWork`` needs on
+``prefetch.Prefetcher`` threads, keeps each only between its first and last
+batch, and fills each batch's arrays in a few vectorised gathers.
 
 Batch layout (Moirai's): ``S`` tokens of ``P`` steps per sequence. An item of
-``C`` channels and ``n`` tokens per channel takes ``C * n`` consecutive
-tokens, channel by channel; its steps are right-aligned inside its ``n * P``
-steps, so the first token of a series shorter than a whole number of patches
-is left-padded (``observed_mask`` 0, ``sample_id`` of the item). Tokens no
-item takes have ``sample_id`` 0. Unpacked (one item per sequence), an item is
-right-aligned in its sequence: shorter series are left-padded.
+``C`` channels and ``n`` tokens per channel takes ``C * n`` consecutive tokens,
+channel by channel, its steps right-aligned (a first token left-padded with
+``observed_mask`` 0). Tokens no item takes have ``sample_id`` 0. Unpacked, an
+item is right-aligned in its sequence.
 """
 
 from __future__ import annotations

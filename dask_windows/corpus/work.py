@@ -1,11 +1,9 @@
 """One reader's share of an epoch as arrays over its items: where each sits in its batch and what it reads.
 
-Given the epoch's plan (items in order, packed into sequences) and a reader's
-range of sequences, ``reader_work`` lists every item the reader serves (its
-batch, row and first token, its data set, series, channels and steps) and the
-partitions they need in order of first use with the batch of their last use:
-O(items of the range) numpy arrays, no loop per item. With ``context_length``
-(unpacked) each batch's length is drawn here from ``(seed, epoch, batch)``.
+``reader_work`` lists every item of a reader's range of sequences and the
+partitions they need (in order of first use, with the batch of their last
+use) as O(items) numpy arrays. Unpacked with ``context_length``, each batch's
+length is drawn here from ``(seed, epoch, batch)``.
 """
 
 from __future__ import annotations
@@ -92,14 +90,10 @@ def reader_work(
     """What the reader of sequences ``[lo, hi)`` of ``plan`` serves (see ``batches.ReaderWork``).
 
     Args:
-        plan: The epoch's items and sequences.
-        units: Each data set's units.
         partition_series: Each data set's first series per partition.
         s: The ``CorpusSettings``.
-        epoch: The epoch (with ``first_batch``, it draws unpacked batches' context lengths).
-        lo: First sequence.
-        hi: One past the last.
-        first_batch: The rank's number of the reader's first batch.
+        first_batch: The rank's number of the reader's first batch (with ``epoch``, it draws unpacked
+            batches' context lengths).
         sequences: The reader's sequences in order, instead of ``[lo, hi)`` (an elastic resume's rest).
         batch_rows: Sequences of each batch (default: ``batch_size`` each, the last one partial).
     """
