@@ -26,47 +26,26 @@ __all__ = ["ReaderWork", "batches"]
 
 @dataclass(frozen=True)
 class ReaderWork:
-    """Everything one reader serves, as arrays over its items (``E``) and partitions (``K``).
+    """Everything one reader serves, as arrays over its items (``E``) and partitions (``K``)."""
 
-    Attributes:
-        batch: ``(E,)`` batch of each item (0-based in this reader's pass).
-        row: ``(E,)`` sequence of the item inside its batch.
-        offset: ``(E,)`` its first token inside the sequence.
-        tokens: ``(E,)`` its tokens per channel.
-        member: ``(E,)`` its data set.
-        series: ``(E,)`` its series (row number in the data set).
-        channel: ``(E,)`` its first channel.
-        width: ``(E,)`` its channels.
-        start: ``(E,)`` first step served.
-        stop: ``(E,)`` one past the last step served.
-        key: ``(E,)`` index into ``keys`` of the partition holding it.
-        row_in_partition: ``(E,)`` the series' row inside that partition.
-        keys: ``[(member, partition)]`` in order of first use.
-        first_use: ``(K,)`` batch of each key's first use.
-        last_use: ``(K,)`` batch of each key's last use.
-        batch_tokens: ``(nb,)`` tokens per sequence of each batch.
-        batch_rows: ``(nb,)`` sequences in each batch.
-        patch: ``(E,)`` steps per token of each item (its values fill that many of a token's columns).
-    """
-
-    batch: np.ndarray
-    row: np.ndarray
-    offset: np.ndarray
-    tokens: np.ndarray
-    member: np.ndarray
-    series: np.ndarray
-    channel: np.ndarray
-    width: np.ndarray
-    start: np.ndarray
-    stop: np.ndarray
-    key: np.ndarray
-    row_in_partition: np.ndarray
-    keys: list[tuple[int, int]]
-    first_use: np.ndarray
-    last_use: np.ndarray
-    batch_tokens: np.ndarray
-    batch_rows: np.ndarray
-    patch: np.ndarray  # (E,) steps per token of each item (per-frequency patch sizes)
+    batch: np.ndarray  # (E,) batch of each item (0-based in this reader's pass)
+    row: np.ndarray  # (E,) sequence of the item inside its batch
+    offset: np.ndarray  # (E,) its first token inside the sequence
+    tokens: np.ndarray  # (E,) its tokens per channel
+    member: np.ndarray  # (E,) its data set
+    series: np.ndarray  # (E,) its series (row number in the data set)
+    channel: np.ndarray  # (E,) its first channel
+    width: np.ndarray  # (E,) its channels
+    start: np.ndarray  # (E,) first step served
+    stop: np.ndarray  # (E,) one past the last step served
+    key: np.ndarray  # (E,) index into ``keys`` of the partition holding it
+    row_in_partition: np.ndarray  # (E,) the series' row inside that partition
+    keys: list[tuple[int, int]]  # [(member, partition)] in order of first use
+    first_use: np.ndarray  # (K,) batch of each key's first use
+    last_use: np.ndarray  # (K,) batch of each key's last use
+    batch_tokens: np.ndarray  # (nb,) tokens per sequence of each batch
+    batch_rows: np.ndarray  # (nb,) sequences in each batch
+    patch: np.ndarray  # (E,) steps per token of each item (its values fill that many of a token's columns)
 
 
 @dataclass(frozen=True)

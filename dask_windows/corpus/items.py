@@ -46,25 +46,15 @@ class LeftOut:
 
 @dataclass(frozen=True)
 class Units:
-    """The units of one data set, in partition order.
+    """The units of one data set, in partition order."""
 
-    Attributes:
-        series: ``(U,)`` the unit's series (row number in the data set).
-        channel: ``(U,)`` its channel (channel-independent view) or -1 (all channels).
-        width: ``(U,)`` channels it serves (1 in the channel-independent view).
-        length: ``(U,)`` its time steps.
-        segment: ``(U,)`` steps of its items (the first may be shorter).
-        first_item: ``(U + 1,)`` first item of each unit, then the item count.
-        partition_items: ``(P + 1,)`` first item of each partition, then the item count.
-    """
-
-    series: np.ndarray
-    channel: np.ndarray
-    width: np.ndarray
-    length: np.ndarray
-    segment: np.ndarray
-    first_item: np.ndarray
-    partition_items: np.ndarray
+    series: np.ndarray  # (U,) the unit's series (row number in the data set)
+    channel: np.ndarray  # (U,) its channel (channel-independent view) or -1 (all channels)
+    width: np.ndarray  # (U,) channels it serves (1 in the channel-independent view)
+    length: np.ndarray  # (U,) its time steps
+    segment: np.ndarray  # (U,) steps of its items (the first may be shorter)
+    first_item: np.ndarray  # (U + 1,) first item of each unit, then the item count
+    partition_items: np.ndarray  # (P + 1,) first item of each partition, then the item count
     item_unit: np.ndarray  # (I,) unit of each item (O(items): the epoch's permutation is as large)
     patch: np.ndarray  # (U,) steps per token of the unit (its frequency's patch size)
 

@@ -45,9 +45,6 @@ class WindowDataModule(pl.LightningDataModule):
     keyword arguments of ``WindowDataset.split`` (``{"valid": 0.2, "embargo": 512}``), applied once.
 
     Args:
-        train: The training dataset (or the dataset to split).
-        valid: The validation dataset; ``None`` without validation (or from ``split``).
-        split: Arguments of ``train.split(...)`` giving ``(train, valid)``.
         num_workers: DataLoader workers of each loader (0 reads on the dataset's prefetch thread).
         stateful: Use torchdata's ``StatefulDataLoader`` (``None``: when installed; needed for
             mid-epoch resume from Lightning checkpoints).

@@ -73,8 +73,7 @@ class PFAdapter:
 
     Args:
         wf: A fitted ``Workflow`` whose targets are among its ``continuous`` outputs.
-        max_encoder_length: The dataset's ``window``.
-        max_prediction_length: The dataset's ``horizon`` (at least 1).
+        max_encoder_length: The dataset's ``window``; ``max_prediction_length``: its ``horizon``.
         min_encoder_length: Shorter encoders: each window keeps its last ``n`` encoder rows, ``n`` drawn
             uniformly in ``[min_encoder_length, max_encoder_length]`` from ``(seed, the window's start row)``
             (needs ``wf.named(index=True)``), the rest padded as PF pads. Default: ``max_encoder_length``.

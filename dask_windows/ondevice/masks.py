@@ -64,16 +64,12 @@ def subsequence_mask(
 ) -> torch.Tensor:
     """Hides alternating runs of values along time (Zerveas et al., KDD 2021).
 
-    With ``stateful=True`` every variable of every sample (every sample, with
-    ``sync=True``) is its own two-state Markov chain along time: a masked run
-    ends after each step with probability ``1 / lm`` and an unmasked run with
-    probability ``r / (lm * (1 - r))``, so run lengths are geometric with
-    means ``lm`` (masked) and ``lm * (1 - r) / r`` (unmasked). The state at
-    the first step is masked with probability ``r``, the chain's stationary
-    share, so every position is hidden with probability ``r``, at the window's
-    start as anywhere else. Rows are independent: unlike tsai's
-    ``create_subsequence_mask``, runs never flow from one variable or sample
-    into the next.
+    With ``stateful=True`` each variable of each sample (each sample, with
+    ``sync=True``) is a two-state Markov chain along time started in its
+    stationary state: geometric runs of mean ``lm`` (masked) and
+    ``lm * (1 - r) / r`` (unmasked), so every position is hidden with
+    probability ``r``. Unlike tsai's ``create_subsequence_mask``, runs never
+    flow from one row into the next.
 
     With ``stateful=False`` every value is hidden independently with
     probability ``r`` (``lm`` is ignored). With ``sync=True`` all variables of

@@ -28,18 +28,12 @@ class DevicePrefetcher:
     stream waits for it and records its tensors, so they may be kept, freed or
     modified as usual. Elsewhere batches pass through ``.to(device)``.
 
-    Example:
-        >>> loader = torch.utils.data.DataLoader(ds, batch_size=None, pin_memory=True)
-        >>> for x in DevicePrefetcher(loader, "cuda", transform=standardize):
-        ...     mask = subsequence_mask(x)
-
     Args:
         loader: Any iterable of batches, typically a ``DataLoader``.
         device: Target device; ``None`` picks ``"cuda"`` when available,
             else ``"cpu"``.
-        transform: Optional function applied to each batch after it reached
-            the device (on the side stream on CUDA), e.g. :func:`standardize`.
-            It must return the batch.
+        transform: Optional function of each batch once on the device (on
+            the side stream on CUDA), e.g. :func:`standardize`; returns it.
 
     Raises:
         ValueError: ``device`` is not a device, or is CUDA while CUDA is not

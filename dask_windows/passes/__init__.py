@@ -164,10 +164,9 @@ class PassProtocol:
     def state_dict(self, batches: int | None = None, num_workers: int | None = None) -> dict:
         """Where the current epoch stands, as a small dict to save with the model checkpoint.
 
-        Without arguments the dataset counts what it yielded itself: iterated in this process
-        (``num_workers=0``) or inside each DataLoader worker (torchdata's ``StatefulDataLoader``
-        calls this there). A plain ``DataLoader`` with workers iterates copies of the dataset, so
-        tell it what the training loop took instead.
+        Without arguments the dataset counts what it yielded itself (in this process, or in each
+        worker under torchdata's ``StatefulDataLoader``); with a plain ``DataLoader`` and workers,
+        pass what the training loop took.
 
         Args:
             batches: Batches the DataLoader yielded in the current pass over it (count from 0 each

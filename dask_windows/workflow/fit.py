@@ -402,19 +402,15 @@ def fit(
     """Fit ``wf``'s statistics in one pass over ``data`` with Dask; returns ``wf``.
 
     Args:
-        wf: The workflow.
         data: Parquet path(s), folder, glob or fsspec URL; a Dask or pandas DataFrame.
         client: A ``distributed.Client`` to compute on.
-        scheduler: A scheduler address (``tcp://host:8786``) to connect to; ``"threads"`` or
-            ``"sync"`` for Dask's local schedulers without a cluster. Neither given: a
-            ``LocalCluster`` of this machine, closed after the fit.
+        scheduler: A scheduler address (``tcp://host:8786``), or ``"threads"`` / ``"sync"`` for
+            Dask's local schedulers. Neither given: a ``LocalCluster``, closed after the fit.
         storage_options: fsspec options for ``data`` and a static table given by path.
-        blocksize: Passed to ``dask.dataframe.read_parquet`` (rows per partition read).
-        at: Fit on the training period only: the rows whose ``time`` is before ``at`` (strings and
-            timestamps are converted for a timestamp column), the rows of the train part of
-            ``WindowDataset.split(at=at, time=time)`` when time increases inside each series. The
-            operations still see every row (a lag at the first row after the cut reads the rows
-            before it); the series ids, statistics and vocabularies count the rows before ``at``.
+        blocksize: Passed to ``dask.dataframe.read_parquet``.
+        at: Fit on the rows whose ``time`` is before ``at`` (the train part of
+            ``WindowDataset.split(at=at, time=time)``); the operations still see every row, the
+            series ids, statistics and vocabularies count only those.
         time: The time column ``at`` is compared with (default: the workflow's ``time``).
 
     Raises:
