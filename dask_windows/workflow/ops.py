@@ -113,6 +113,10 @@ class Op:
     fitted: ClassVar[bool] = False
     numeric: ClassVar[bool] = True  # reads numbers only
     per_series: bool = False
+    #: Constructor arguments besides the columns, kept as attributes of the same name (``config``).
+    arguments: ClassVar[tuple[str, ...]] = ()
+    #: One input column, given as ``column=`` (``Lag``, ``Difference``, ``TimeFeatures``).
+    one_column: ClassVar[bool] = False
 
     def __init__(self, columns: Any) -> None:
         self.columns = _names(f"{type(self).__name__} columns", columns)
@@ -141,7 +145,8 @@ class Op:
 
     def config(self) -> dict:
         """Constructor arguments, JSON-ready."""
-        return {"columns": list(self.columns)}
+        head = {"column": self.columns[0]} if self.one_column else {"columns": list(self.columns)}
+        return {**head, **{name: getattr(self, name) for name in self.arguments}}
 
     def apply(self, cols: dict, piece: Piece) -> None:
         """Write this operation's outputs into ``cols`` (a piece's columns)."""
@@ -180,6 +185,7 @@ class FillMissing(Op):
     """
 
     kind = "fill"
+    arguments = ("value", "method", "limit", "mask")
 
     def __init__(
         self, columns: Any, value: float | None = None, method: str | None = None, limit: int | None = None,
@@ -205,10 +211,6 @@ class FillMissing(Op):
         if output is not None and output not in self.columns:
             return 0  # the observed mask looks at its own row only
         return (self.limit or 0) if self.method else 0
-
-    def config(self) -> dict:
-        return {"columns": list(self.columns), "value": self.value, "method": self.method, "limit": self.limit,
-                "mask": self.mask}  # fmt: skip
 
     def invert(self, values: Any, column: str) -> Any:
         return values  # a prediction has no missing value to unfill
@@ -253,15 +255,13 @@ class Clip(Op):
     """Values limited to ``[lower, upper]`` in place (``None``: no bound on that side)."""
 
     kind = "clip"
+    arguments = ("lower", "upper")
 
     def __init__(self, columns: Any, lower: float | None = None, upper: float | None = None) -> None:
         super().__init__(columns)
         if lower is None and upper is None:
             raise ConfigError("Clip needs lower= or upper=")
         self.lower, self.upper = lower, upper
-
-    def config(self) -> dict:
-        return {"columns": list(self.columns), "lower": self.lower, "upper": self.upper}
 
     def invert(self, values: Any, column: str) -> Any:
         return values  # inside the bounds clipping is the identity; a value clipped is not recovered
@@ -284,6 +284,7 @@ class Normalize(Op):
 
     kind = "normalize"
     fitted = True
+    arguments = ("per_series", "method", "unseen")
 
     def __init__(
         self, columns: Any, per_series: bool = False, method: str = "standard", unseen: str = "global"
@@ -294,10 +295,6 @@ class Normalize(Op):
         if unseen not in ("global", "raise"):
             raise ConfigError(f"Normalize(unseen={unseen!r}) must be 'global' or 'raise'")
         self.per_series, self.method, self.unseen = bool(per_series), method, unseen
-
-    def config(self) -> dict:
-        return {"columns": list(self.columns), "per_series": self.per_series, "method": self.method,
-                "unseen": self.unseen}  # fmt: skip
 
     def loc_scale(self, col: str, codes: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """``loc`` and ``scale`` of ``col`` for series ``codes`` (``-1``: unseen), or global (``None``)."""
@@ -347,6 +344,7 @@ class Categorify(Op):
     kind = "categorify"
     numeric = False
     fitted = True
+    arguments = ("min_frequency",)
 
     def __init__(self, columns: Any, min_frequency: int = 1) -> None:
         super().__init__(columns)
@@ -354,9 +352,6 @@ class Categorify(Op):
             raise ConfigError(f"Categorify(min_frequency={min_frequency!r}) must be an int >= 1")
         self.min_frequency = min_frequency
         self._index: dict = {}
-
-    def config(self) -> dict:
-        return {"columns": list(self.columns), "min_frequency": self.min_frequency}
 
     def vocabulary(self, col: str) -> list:
         """The fitted values of ``col``, in code order from 2."""
@@ -425,6 +420,8 @@ class Lag(Op):
 
     kind = "lag"
     per_series = True
+    one_column = True
+    arguments = ("lags",)
 
     def __init__(self, column: str, lags: Sequence[int]) -> None:
         super().__init__(column)
@@ -439,9 +436,6 @@ class Lag(Op):
     def lookback(self, output: str | None = None) -> int:
         return max(self.lags) if output is None else self.lags[self.outputs().index(output)]
 
-    def config(self) -> dict:
-        return {"column": self.columns[0], "lags": self.lags}
-
     def apply(self, cols: dict, piece: Piece) -> None:
         values = _float(cols, self.columns[0], "Lag")
         for k, name in zip(self.lags, self.outputs()):
@@ -453,6 +447,8 @@ class Difference(Op):
 
     kind = "diff"
     per_series = True
+    one_column = True
+    arguments = ("periods",)
 
     def __init__(self, column: str, periods: int = 1) -> None:
         super().__init__(column)
@@ -465,9 +461,6 @@ class Difference(Op):
 
     def lookback(self, output: str | None = None) -> int:
         return self.periods
-
-    def config(self) -> dict:
-        return {"column": self.columns[0], "periods": self.periods}
 
     def apply(self, cols: dict, piece: Piece) -> None:
         values = _float(cols, self.columns[0], "Difference")
@@ -488,6 +481,8 @@ class TimeFeatures(Op):
 
     kind = "time"
     numeric = False
+    one_column = True
+    arguments = ("fields", "cyclic", "tz")
 
     def __init__(self, column: str, fields: Sequence[str], cyclic: bool = False, tz: str | None = None) -> None:
         super().__init__(column)
@@ -504,9 +499,6 @@ class TimeFeatures(Op):
         if self.cyclic:
             return [f"{c}_{f}_{w}" for f in self.fields for w in ("sin", "cos")]
         return [f"{c}_{f}" for f in self.fields]
-
-    def config(self) -> dict:
-        return {"column": self.columns[0], "fields": self.fields, "cyclic": self.cyclic, "tz": self.tz}
 
     def apply(self, cols: dict, piece: Piece) -> None:
         import pandas as pd
