@@ -1,18 +1,11 @@
 """A pass's batches gathered on the training device: rows sent once, batches cut by index.
 
 ``runtime.pool.pool_batches`` asks the feed for the pass's pool on the device
-(:meth:`DeviceFeed.pool`, ``ondevice.pool``: each unit's rows sent once, as it
-lands, to its place there; whole partitions too, a pool of ``buffer_partitions``
-of them) and hands :meth:`DeviceFeed.batches` the plan's steps, each with its
-view of that pool. :meth:`DeviceFeed.batches` walks the starts exactly as the
-host path does (same batches, same order, a batch may begin in one step and end
-in the next) and gathers every batch on the device from a ``(B,)`` start vector.
-
-What crosses to the device per epoch: each unit's rows once, and per batch its
-start vector (and the windows' dataset rows with ``return_index``); ``Traffic``
-counts both. ``normalize`` with global statistics was applied to the rows when
-they were decoded, so it travels with them; ``"sample"`` is computed per batch
-on the device (``rows.standardize_windows``).
+(:meth:`DeviceFeed.pool`) and hands :meth:`DeviceFeed.batches` the plan's
+steps, each with its view of that pool; the batches are the host path's, in
+its order, each gathered from a ``(B,)`` start vector. ``Traffic`` counts what
+crosses. ``normalize`` with global statistics travels with the decoded rows;
+``"sample"`` is computed per batch on the device.
 """
 
 from __future__ import annotations
@@ -150,11 +143,7 @@ def feed_for(ds: Any) -> DeviceFeed | None:
 class DeviceFeed:
     """One pass's device side: its pool there (``pool``) and batches gathered there (``batches``).
 
-    Args:
-        device: The training device.
-        spec: The dataset's ``WindowSpec``.
-        per_sample: Standardise each window and channel (``normalize="sample"``).
-        traffic: Where the bytes sent are counted.
+    ``per_sample``: standardise each window and channel (``normalize="sample"``).
     """
 
     def __init__(self, device: torch.device, spec: Any, per_sample: bool, traffic: Traffic) -> None:
@@ -195,10 +184,7 @@ class DeviceFeed:
     def batches(self, source: Iterator[Any], num_windows: int, last: Callable[[], None] | None) -> Iterator[Any]:
         """The batches of a plan of ``num_windows`` windows from its built buffers, in the host path's order.
 
-        Args:
-            source: The plan's ``_Built`` buffers (the builder thread, or its generator).
-            num_windows: Windows the plan yields (``plan.num_windows``).
-            last: Called once when the buffer holding the plan's final windows is taken.
+        ``last`` is called once when the buffer holding the plan's final windows is taken.
         """
         batch, remaining = self.spec.batch_size, num_windows
         carry: list[tuple] = []  # pieces of a batch begun in the previous buffer, gathered already

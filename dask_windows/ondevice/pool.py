@@ -39,12 +39,7 @@ __all__ = ["DevicePool"]
 
 
 class DevicePool:
-    """One pass's pool on the device (made by ``DeviceFeed.pool``; ``runtime.pool.pool_batches`` wires it).
-
-    Args:
-        feed: The pass's ``feed.DeviceFeed`` (device, spec, traffic).
-        plan: The reader's ``planning.pool.PoolPlan``.
-    """
+    """One pass's pool on the device for the reader's ``planning.pool.PoolPlan`` (made by ``DeviceFeed.pool``)."""
 
     def __init__(self, feed: Any, plan: Any) -> None:
         self.feed, self.plan = feed, plan

@@ -15,14 +15,12 @@ __all__ = ["DeviceRows", "standardize_windows"]
 
 
 class DeviceRows:
-    """A buffer's rows on the device and the gathers of its batches.
+    """A pool's rows on the device and the gathers of its batches.
 
     Args:
         x: Features ``(C, rows)`` when ``channel_major`` else ``(rows, C)``, float32, on the device.
         y: Targets ``(T, rows)`` on the device, or ``None``.
-        window: Rows per window ``L``.
         horizon: ``0``: ``y`` at each window's last row, ``(B, T)``; ``H``: the next ``H`` rows, ``(B, T, H)``.
-        channel_major: The layout of ``x`` and of the batches.
     """
 
     def __init__(
