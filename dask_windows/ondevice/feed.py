@@ -149,7 +149,6 @@ class DeviceFeed:
     def __init__(self, device: torch.device, spec: Any, per_sample: bool, traffic: Traffic) -> None:
         self.device, self.spec, self.per_sample, self.traffic = device, spec, per_sample, traffic
         self.channel_major = spec.layout == "NCL"
-        self._stream: Any = None  # the side stream of the uploads (CUDA), made on first use
 
     def pool(self, plan: Any) -> DevicePool:
         """The device side of a pass over a pool plan (``runtime.pool.pool_batches`` wires it; ``ondevice.pool``)."""
