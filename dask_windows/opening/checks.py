@@ -138,14 +138,12 @@ def _regrouped(runs: Sequence[Any], names: Sequence[str]) -> tuple[tuple | None,
     distinct: set = set()  # series values over all partitions (a series spanning files counts once)
     for i, r in enumerate(runs):
         keys = getattr(getattr(r, "series_runs", r), "keys", None)
-        if keys is not None:
-            distinct.update(np.asarray(keys).tolist())
-        if keys is None or len(keys) < 2:
-            total_runs += 0 if keys is None else len(keys)
+        if keys is None:
             continue
-        unique = _distinct(keys)
+        distinct.update(np.asarray(keys).tolist())
         total_runs += len(keys)
-        if unique < len(keys) and worst is None:
+        unique = _distinct(keys) if len(keys) >= 2 and worst is None else len(keys)
+        if unique < len(keys):
             worst = (names[i], len(keys), unique)
     return worst, total_runs, len(distinct)
 
