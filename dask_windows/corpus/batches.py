@@ -98,19 +98,19 @@ def _assemble(work: ReaderWork, b: int, parts: dict, layout: Layout, lo: int, hi
     count = (stop - start)[item]
     pad = n[item] * size[item] - count  # left padding inside its first patch
 
-    owner, k = _runs(n[item])  # (T,) every token of every piece
-    pos = row[item][owner] * tokens + t0[owner] + k  # flat (B, S) position
-    e = item[owner]
+    tp, tk = _runs(n[item])  # (T,) every token of every piece: its piece, its place in the piece
+    pos = row[item][tp] * tokens + t0[tp] + tk  # flat (B, S) position
+    e = item[tp]
     sample_id = np.zeros(rows * tokens, np.int64)
     sample_id[pos] = number[e]
     variate_id = np.zeros(rows * tokens, np.int64)
-    variate_id[pos] = first[e] + v[owner]
+    variate_id[pos] = first[e] + v[tp]
     time_id = np.zeros(rows * tokens, np.int64)
-    time_id[pos] = k
+    time_id[pos] = tk
     prediction = np.zeros(rows * tokens, bool)
     if layout.prediction_length:  # the last whole patches of each item, one of context kept
         hidden = np.minimum(-(-layout.prediction_length // size[e]), n[e] - 1)
-        prediction[pos] = k >= n[e] - hidden
+        prediction[pos] = tk >= n[e] - hidden
     dataset_id = np.full(rows * tokens, -1, np.int64)
     dataset_id[pos] = member[e]
     freq_id = np.full(rows * tokens, -1, np.int64)
@@ -149,28 +149,25 @@ def _assemble(work: ReaderWork, b: int, parts: dict, layout: Layout, lo: int, hi
         "freq_id": freq_id.reshape(shape),
     }
     if planes:  # channels are planes: which of them each token's item has, instead of a variate id
-        owner, k = _runs(n[item])
+        at = (line * tokens + t0)[tp] + tk
         channel_mask = np.zeros(rows * planes * tokens, bool)
-        channel_mask[(line * tokens + t0)[owner] + k] = True
+        channel_mask[at] = True
         out["channel_mask"] = channel_mask.reshape(rows, planes, tokens)
         del out["variate_id"]
         if layout.covariates is not None:  # the item's channels that are covariates (Chronos-2's extra rows)
-            at = (line * tokens + t0)[owner] + k
             covariate_mask = np.zeros(rows * planes * tokens, bool)
             is_covariate = np.stack(layout.covariates)[member[item], v]  # (pieces,)
-            covariate_mask[at] = is_covariate[owner]
+            covariate_mask[at] = is_covariate[tp]
             out["covariate_mask"] = covariate_mask.reshape(rows, planes, tokens)
     if layout.patch_field:
         patch_size = np.zeros(rows * tokens, np.int64)
         patch_size[pos] = size[e]
         out["patch_size"] = patch_size.reshape(shape)
     if layout.return_index:
-        owner, k = _runs(n[item])
-        e = item[owner]
         series_id = np.full(rows * tokens, -1, np.int64)
         series_id[pos] = series[e]
         step = np.zeros(rows * tokens, np.int64)
-        step[pos] = start[e] - pad[owner] + k * size[e]
+        step[pos] = start[e] - pad[tp] + tk * size[e]
         out["series_id"] = series_id.reshape(shape)
         out["step"] = step.reshape(shape)
     return out
