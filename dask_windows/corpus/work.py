@@ -116,7 +116,7 @@ def reader_work(
     member = plan.member[entries]
     unit, start, stop = plan.unit[entries], plan.start[entries], plan.stop[entries]
     n = len(entries)
-    series, channel, width, partition, patch = (np.zeros(n, np.int64) for _ in range(5))
+    series, channel, width, partition, patch, row_in_partition = (np.zeros(n, np.int64) for _ in range(6))
     for m, (own, firsts) in enumerate(zip(units, partition_series)):
         at = member == m if len(units) > 1 else slice(None)
         u = unit[at]
@@ -125,6 +125,7 @@ def reader_work(
         width[at] = own.width[u]
         patch[at] = own.patch[u]
         partition[at] = np.searchsorted(firsts, series[at], side="right") - 1
+        row_in_partition[at] = series[at] - firsts[partition[at]]
     batch_tokens = np.full(nb, s.tokens, np.int64)
     planes = s.channels == "padded"
     if s.context_length is not None and not s.pack:  # each batch's length drawn, the item's last steps kept
@@ -154,10 +155,6 @@ def reader_work(
     np.maximum.at(last_use, key, batch)
     first_use = batch[first_at[by_first]] if n else np.zeros(0, np.int64)
     keys = [(int(c >> 40), int(c & ((1 << 40) - 1))) for c in uniq[by_first]]
-    row_in_partition = np.zeros(n, np.int64)
-    for m, firsts in enumerate(partition_series):
-        at = member == m
-        row_in_partition[at] = series[at] - firsts[partition[at]]
     return ReaderWork(
         batch,
         row,
