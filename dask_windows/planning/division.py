@@ -1,32 +1,20 @@
 """The division of an epoch between ranks and DataLoader workers: the rule that keeps DDP from hanging.
 
-Every order of the package is a sequence of ``total`` units laid end to end: a
-dataset's windows (the piece and pool orders), a mixture's schedule, a
-corpus's packed sequences, the rest of an epoch in an elastic resume. All of
-them are divided here, by one rule, so that every rank yields the same number
-of batches and no rank waits at a collective for another that ran out:
+Every order (a dataset's windows, a mixture's schedule, a corpus's sequences,
+an elastic rest) is a sequence of ``total`` units divided here, so every rank
+yields the same number of batches:
 
-* **Ranks** take contiguous shares of the sequence. *Equal* shares (an epoch):
-  ``total // world_size`` units each, the last ``total % world_size`` left out.
-  *Balanced* shares (the rest of an epoch after an elastic resume, where every
-  unit is owed): the remainder goes to the first ranks, one unit each, as long
-  as every rank can still fill the same number of non-empty batches; when it
-  cannot (a tiny rest with ``batch_size=1``), equal shares.
-* **Batches**: every rank cuts its share into the same ``num_batches``: full
-  batches of ``batch_size`` first, then the shorter ones (one partial batch at
-  the end of an equal share; with ``drop_last`` it is left out), never an
-  empty one. Batch ``j`` of a share of ``s`` units ends at
-  ``min(j * batch_size, s - (num_batches - j))``.
-* **Workers**: DataLoader worker ``w`` of ``W`` takes the contiguous block of
-  its rank's batches ``[w * n // W, (w + 1) * n // W)`` (``worker_batch_range``),
-  so only a rank's final batch can be partial; the DataLoader asks its workers
-  in turn, so after ``k`` batches each worker has yielded the share
-  ``round_robin`` gives (what a loader-scope resume state counts).
+* **Ranks** take contiguous shares: *equal* (``total // world_size`` each, the
+  remainder left out) or *balanced* (an elastic rest, where every unit is
+  owed: the remainder to the first ranks while every rank can still fill the
+  same number of non-empty batches).
+* **Batches**: full batches first, then the shorter ones, never an empty one;
+  batch ``j`` of a share of ``s`` units ends at ``min(j * batch_size, s - (num_batches - j))``.
+* **Workers**: worker ``w`` of ``W`` takes batches ``[w * n // W, (w + 1) * n // W)``;
+  after ``k`` batches of an in-order DataLoader each has yielded ``round_robin``'s share.
 
-The trade-off: equal shares drop up to ``world_size - 1`` units of each epoch
-(a different few each epoch when the order is shuffled) rather than repeat
-some, as ``DistributedSampler``'s padding would. Nothing here reads data;
-integers and numpy only.
+The trade-off: equal shares drop up to ``world_size - 1`` units an epoch
+rather than repeat some, as ``DistributedSampler``'s padding would.
 """
 
 from __future__ import annotations

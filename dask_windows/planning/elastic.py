@@ -1,30 +1,17 @@
 """Elastic resume: the rest of an epoch re-divided between another number of ranks and workers.
 
-A reader (rank, DataLoader worker) yields a fixed stream of windows in an
-epoch, and a loader-scope state says how many batches each rank's DataLoader
-yielded, hence (``resume.round_robin``) how many each worker had yielded: a
-prefix of each old reader's stream. What is left is a list of *pieces*
-``(rank, worker, lo, hi)``: windows ``[lo, hi)`` of that old reader's stream,
-including the windows of the buffers the old readers were inside (they are
-read again, not lost). Laid end to end, the pieces form the rest sequence;
-the new topology divides it as the plan divides an epoch (``division``, with
-balanced shares): contiguous shares per rank, as equal as windows allow, every
-rank yielding the same number of batches (full ones, then at most two shorter
-ones at the end of the share), contiguous blocks of batches per worker. Every window not yet yielded is
-yielded exactly once. A state saved during such an epoch records the pieces
-and the new division, so a second elastic restart in the same epoch works the
-same way.
+A loader-scope state says how many batches each old reader yielded: a prefix
+of its stream. The rest is a list of *pieces* ``(rank, worker, lo, hi)``
+(windows ``[lo, hi)`` of an old reader's stream, those of the buffers it was
+inside included), laid end to end and divided by the new topology as
+``division`` divides an epoch (balanced shares). Every window not yet yielded
+is yielded exactly once; a state saved during such an epoch records the
+pieces, so a second elastic restart works the same way.
 
-The trade-off, the one thing that cannot be kept: the order of the rest of the
-epoch. The new readers take the old readers' streams one after another instead
-of interleaving them, so the rest of the epoch is not the order an
-uninterrupted run would have produced (nor the order a run started with the
-new topology would have). Which windows remain is exact; the next epochs are
-exactly those of a job always run with the new topology. When fewer windows
-remain than ranks times batches can hold (a tiny rest with ``batch_size=1``),
-the last ``rest % world_size`` windows are left out, as an epoch's are.
-
-Pure arithmetic on integers; nothing reads data.
+The trade-off: the order of the rest is not an uninterrupted run's (old
+streams are taken one after another); the next epochs are exactly those of the
+new topology. A tiny rest that cannot fill equal batch counts leaves out its
+last ``rest % world_size`` windows, as an epoch does.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """The dataset's window grid: per partition, its runs and how many windows each holds.
 
-Built once when a dataset is opened from row counts and the series column
-(plus the feature columns only with ``nan="drop"``). It holds O(runs)
-numbers per partition: for every run its first window's row and its window
-count. Any filter of whole stretches of a run's window grid (NaN rows,
-temporal splits) is expressed by moving a run's first window and shrinking
-its count, so the rest of the loader never changes.
-
-A run may be a piece of a longer series (a chunk of a converted dataset, or a
-stretch between NaN rows): ``origin`` places it in its series, so its windows
-stay on the series' stride grid, and ``owned`` limits where they may start,
-so rows repeated in a neighbouring chunk's overlap never start a window twice.
+Built once at open from row counts and the series column (and the features
+with ``nan="drop"``): O(runs) numbers per partition. Filters (NaN rows,
+temporal splits) move a run's first window and shrink its count. A run that
+is a piece of a longer series keeps the series' stride grid (``origin``), and
+``owned`` stops rows repeated in a neighbouring chunk's overlap from starting
+a window twice.
 """
 
 from __future__ import annotations

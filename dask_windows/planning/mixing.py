@@ -1,27 +1,18 @@
 """How well a dataset's batches mix, measured beside a global shuffle of the same windows.
 
-A loader that never builds a global window index cannot shuffle globally: a
-batch holds windows of the pieces in its buffer. Whether that matters depends
-on the layout: on one long series stored in time order, a batch of few pieces
-is a short stretch of time. This module measures it for a dataset as
-configured, without reading any data: the plan and the window grid say which
-windows form each batch (``plan_batches``, the same global start rows that
-``return_index=True`` yields), and the dataset is cut into ``blocks`` equal
-row blocks, a block's number standing in for the regime of its rows.
+Without reading data: the plan and the grid give each batch's global start
+rows (``plan_batches``, as ``return_index=True`` yields them), and the dataset
+is cut into ``blocks`` equal row blocks, a block standing for the regime of its
+rows. ``batch_statistics`` over a reader's first batches:
 
-Statistics (``batch_statistics``), over a reader's first batches of an epoch:
-
-* ``distinct_blocks``: row blocks a batch touches (of ``blocks``);
-* ``tv_distance``: total-variation distance of a batch's block histogram from
-  the dataset's (0: the batch looks like the dataset, 1: disjoint);
+* ``distinct_blocks``: row blocks a batch touches;
+* ``tv_distance``: total-variation distance of a batch's block histogram from the dataset's;
 * ``lag1``: correlation of consecutive batches' mean block (0 for a shuffle);
-* ``effective_batch_size``: variance of one window's block over the variance
-  of a batch's mean block: ``B`` for an ideal shuffle, about the number of
-  distinct places when batches are made of a few stretches.
+* ``effective_batch_size``: variance of one window's block over that of a
+  batch's mean block (``B`` for an ideal shuffle).
 
-The reference is a global shuffle: batches of ``B`` windows drawn from the
-dataset's block histogram. ``mixing_report`` returns both with a one-line
-verdict and advice. Fault replacement (``on_error="skip"``) is not simulated.
+``mixing_report`` sets them beside a global shuffle's with a verdict and
+advice. Fault replacement (``on_error="skip"``) is not simulated.
 """
 
 from __future__ import annotations

@@ -1,28 +1,17 @@
 """Mid-epoch resumption: what a state holds, how it is checked, and each reader's skip.
 
 An epoch's plan is a pure function of the dataset, ``(seed, epoch)`` and the
-topology, so a position inside an epoch is just a count of batches. A state
-is a small dict of plain values (ints, strings, lists; ``torch.save``/JSON friendly):
+topology, so a position is a count of batches, saved as a dict of plain values:
 
-* **loader scope** — ``batches`` the rank's DataLoader yielded this epoch.
-  An in-order DataLoader asks its workers in turn (0, 1, ..., W-1, 0, ...,
-  skipping a worker that ran out), so every worker's share of those batches
-  is a pure function of the count (``round_robin``). A resumed loader starts
-  asking worker 0 again, so its workers take over the roles of the original
-  ones rotated to the worker that was due next; the batches then come out
-  in exactly the uninterrupted order. Every rank yields the same number of
-  batches, so one loader-scope state (saved on rank 0, say) resumes all ranks.
-* **worker scope** — what torchdata's ``StatefulDataLoader`` gathers: inside
-  each DataLoader worker, the batches that worker yielded. The loader restores
-  each worker's state in that worker and its own round-robin position.
+* **loader scope**: ``batches`` the rank's DataLoader yielded this epoch; each
+  worker's share follows (``round_robin``). A resumed loader's workers take
+  over the roles of the original ones, rotated to the worker due next, so the
+  batches come out in the uninterrupted order; one state resumes all ranks.
+* **worker scope** (torchdata's ``StatefulDataLoader``): the batches one
+  DataLoader worker yielded, restored in that worker.
 
-The trade-off: a reader skips whole buffers it had finished without reading
-them, but re-reads the partitions of the buffer it was inside, because the
-batches it still owes mix windows of all of them. A state records the
-dataset's fingerprint (partition rows, window grid, the settings that decide
-the order); loading a state of another dataset or configuration raises.
-
-``fingerprint`` lives in ``resume_math``, ``round_robin`` in ``division``; both are re-exported here.
+A state records the dataset's ``fingerprint``; a state of another dataset or
+configuration is refused. ``fingerprint`` and ``round_robin`` are re-exported.
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """The interleave of a mixture's epoch, as pure integer arithmetic.
 
-A mixture epoch holds ``counts[m]`` windows of member ``m``, ``N = sum(counts)``
-in all. Their order is Webster's (Sainte-Laguë) apportionment read as a
-schedule: the ``k``-th window of member ``m`` gets the key
-``(2k + 1) / (2 counts[m])`` and the epoch lists all ``N`` windows by key
-(ties: lower member first). Every prefix of the epoch then holds each member
-within about one window of its exact share (a divisor method never lets a
-member lose windows as the prefix grows), so a batch cut anywhere out of the
-epoch holds ``B * counts[m] / N`` windows of member ``m`` give or take two,
-far inside the binomial band of sampling with replacement.
-
-Nothing is materialised: the position of any ``(m, k)`` is a closed form, the
-members' counts in the first ``i`` windows are a bisection over it, and the
-labels of positions ``[lo, hi)`` are a sort of the ``hi - lo`` keys falling
-there. All arithmetic is exact (int64, or Python ints for members of more
-than 2**31 windows an epoch), so every rank and worker agrees on it.
+A mixture epoch holds ``counts[m]`` windows of member ``m``, ``N`` in all,
+ordered by Webster's (Sainte-Laguë) apportionment: window ``k`` of member ``m``
+has the key ``(2k + 1) / (2 counts[m])`` and the epoch lists windows by key
+(ties: lower member first). Every prefix then holds each member within about
+one window of its share, so any batch holds ``B * counts[m] / N`` windows of
+member ``m`` give or take two. Nothing is materialised: positions are a closed
+form, exact in integers, so every rank and worker agrees.
 """
 
 from __future__ import annotations

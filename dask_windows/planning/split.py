@@ -1,19 +1,14 @@
 """Temporal train/valid splits per series, as filters of the unsplit window grid.
 
-A series may span runs and partitions (files). Its rows are numbered in the
-dataset's canonical order from 0; with ``n`` rows and a cut position ``cut``,
-a window starting at position ``p`` is in train when
-``p + window + horizon <= cut`` and in valid when ``p >= cut + embargo``;
-windows in between are in neither. ``cut`` is ``floor(n * (1 - valid))``, or
-for a split by time the position of the series' first row whose time is
-``>= at`` (``n`` when there is none).
+A series' rows are numbered from 0 in the dataset's order; with ``n`` rows
+and a cut ``cut``, a window starting at position ``p`` is in train when
+``p + window + horizon <= cut`` and in valid when ``p >= cut + embargo``.
+``cut`` is ``floor(n * (1 - valid))``, or the position of the series' first row
+whose time is ``>= at`` (``n`` when none).
 
-The trade-off: a split never builds a window list. It keeps the unsplit
-dataset's start grid and moves each run's first window and window count
-(``WindowGrid.restrict``), so both parts stream, shard and resume like the
-parent with no extra memory. Series lengths come from the runs scanned when
-the dataset was opened (``SeriesTable``, built once and reused); only a split
-by time reads data again, the time column, once.
+The trade-off: a split builds no window list; it moves each run's first window
+and count (``WindowGrid.restrict``), so both parts stream, shard and resume like
+the parent at no memory cost. Only a split by time reads data (the time column, once).
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Where a partition's windows start, computed from its series runs alone.
 
-A *run* is a maximal stretch of rows of one series inside one partition
-(``run_starts``, ``run_lengths`` in partition rows). A run of ``n`` rows holds
-``max(0, (n - span) // stride + 1)`` windows, ``span = window + horizon``,
-starting at its first row and stepping by ``stride``. Window ``k`` of a
-partition is found by a binary search over the cumulative counts, so the
-memory for window bookkeeping is O(runs) per partition plus O(windows) for
-the buffer being drawn from, never O(windows in the dataset).
+A *run* is a maximal stretch of one series' rows inside a partition. A run of
+``n`` rows holds ``max(0, (n - span) // stride + 1)`` windows (``span = window +
+horizon``), from its first row by ``stride``: O(runs) memory per partition,
+never O(windows in the dataset).
 """
 
 from __future__ import annotations
