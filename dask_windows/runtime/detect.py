@@ -1,10 +1,5 @@
-"""Who is reading: this process's rank and DataLoader worker, asked of torch here and nowhere else.
-
-The plan divides an epoch by a ``planning.world.World``, a plain value; this module is where that
-value's parts come from when the user did not pass them: ``torch.distributed`` for the ranks, torch's
-DataLoader worker context for the worker. Every other module asks these functions (an import-rule
-test holds ``get_worker_info`` and ``torch.distributed`` to this file).
-"""
+"""Who is reading: this process's rank and DataLoader worker, asked of torch here and nowhere else
+(an import-rule test holds ``get_worker_info`` and ``torch.distributed`` to this file)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
 """From a pass's steps to batches: the consumer's side of a pass.
 
-``stream`` takes a reader's steps (``runtime.pool``: each step the pool rows
-of its windows, shuffled, built one ahead on the builder thread) and cuts
-them into batches, one gather each (``batch.Gatherer``). Runs of full batches
-are gathered in one call (``Gatherer.gather_run`` / ``gather_for``); a batch
-may take its first windows from one step and the rest from the next, so only
-the plan's final batch can be partial.
-
-``normalize="sample"`` (``_per_sample``): where the pool keeps its windows'
-statistics (``window_table``, built once per unit as it lands) a batch is
-standardised from the table, else from its windows' values; which one depends
-on the unit alone, never on timing or on where a pass resumed.
+``stream`` cuts a reader's steps (``runtime.pool``: pool rows of each step's
+windows, shuffled) into batches, gathering runs of full batches in one call
+(``batch.Gatherer``); a batch may span two steps, so only the final batch can be
+partial. ``normalize="sample"`` standardises from the pool's ``window_table``
+where it has one, else from the windows' values, as the unit alone decides.
 """
 
 from __future__ import annotations

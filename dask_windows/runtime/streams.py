@@ -1,16 +1,11 @@
 """A dataset reader's window stream entered at any window, and batches re-cut from such streams.
 
-In one epoch a reader (rank, DataLoader worker) of a ``WindowDataset``
-yields a fixed sequence of windows: its plan's buffers, each permuted. A
-mixture reads its members as one such stream each (``world_size=1``), and an
-elastic resume reads the rest of the old readers' streams. ``reader_windows``
-enters a stream at window ``lo``: the plan skips the buffers before it
-without reading them (the buffer holding ``lo`` is read whole, and its
-windows before ``lo`` are dropped). ``Chunks`` re-cuts streamed batches into
-pieces of any size; ``concat`` joins pieces into one batch.
-
-A stream is read from frozen values (``StreamValues``: the dataset's pass values, counting
-nothing, and the pool order's unit bounds), never from the dataset.
+A reader (rank, DataLoader worker) yields a fixed sequence of windows per
+epoch. Mixtures read their members as one stream each and an elastic resume
+reads the rest of old readers' streams: ``reader_windows`` enters a stream at
+window ``lo`` without reading the units before it, ``Chunks`` re-cuts batches
+into pieces of any size and ``concat`` joins pieces into one batch. A stream is
+read from frozen values (``StreamValues``), never from the dataset.
 """
 
 from __future__ import annotations

@@ -1,50 +1,29 @@
 """Where a pass's time goes: counters of each stage, the training loop's exposed wait, and a verdict.
 
-A loader is "input-bound" when the training loop waits for batches. The
-loop's **exposed wait** is the time between asking for a batch and getting
-it; the time between getting one and asking for the next is the loop's own
-work (the step). Both are measured around ``next()`` on the loop's thread,
-two ``time.perf_counter_ns`` calls per batch and no lock (well under 1% of a
-batch's cost). Inside the loader each stage adds its nanoseconds and bytes to
-plain integer counters on the thread doing the work:
+The loop's **exposed wait** is the time between asking for a batch and getting
+it; the time until it asks again is its own work (the step). Both are measured
+around ``next()`` on the loop's thread, without a lock. Inside the loader each
+stage adds its nanoseconds and bytes to plain integer counters on the thread
+doing the work:
 
 * ``open``: opening the dataset (listing, footers or the index, series scan);
-* ``fetch``: a source's read of a buffer's pieces (I/O and Parquet decoding
-  by pyarrow, summed over the reader threads); local files read a row group
-  at a time count here whole;
-* ``decode``: the pieces turned into the buffer's numpy arrays;
-* ``reads waited``: the buffer builder waiting for the readers;
-* ``buffer wait``: the loop's thread waiting for the next buffer;
-* ``gather``: the rest of the exposed wait, the batches cut from the buffer
-  on the loop's thread;
-* ``device copy``: batches copied for the device by the output seam on the
-  loop's thread (``PinnedOutput``'s copy into page-locked memory), and the
-  buffers' rows sent to the training device (``device=``, ``ondevice``:
-  ``Traffic.send_ns``, on the builder's thread). Outputs that wrap the
-  gathered arrays without a copy (``TorchOutput``, ``NumpyOutput``) are not
-  timed at all: on a CPU-only run the stage reads 0.
+* ``fetch``: a source's reads (I/O and Parquet decoding, summed over reader threads);
+* ``decode``: the rows turned into the pool's numpy arrays;
+* ``reads waited``: the builder waiting for the readers;
+* ``buffer wait``: the loop's thread waiting for the next step;
+* ``gather``: the rest of the exposed wait, batches cut on the loop's thread;
+* ``device copy``: batches copied by the output seam (``PinnedOutput``) and rows
+  sent to the training device (``Traffic.send_ns``); zero-copy outputs are not timed.
 
-The verdict (``Verdict``): input-bound whenever the loop waited for at least
-``INPUT_BOUND_SHARE`` (10%) of its time after the first batch, however short
-each wait. The bound is the stage the loop's waits after the first batch are
-attributed to: the loop's waits for the next buffer (or pool step) as far as
-the builder waited for reads (``fetch`` and ``decode``, split by their busy
-seconds) and the rest of them (``buffer``), the batch cut on the loop's thread
-(``gather``) and the device copies (``device``): exposed seconds, never a
-stage's busy time divided by an assumed thread count. The remedy named is a
-setting of the order the pass ran (the pool order has no ``buffer_partitions``
-nor ``prefetch_partitions`` depth to raise). A loop that waited below the share
-after its first batch but whose first batch took at least the share of the
-whole loop is reported as bound by its **start-up**, not as "not input-bound".
+The verdict (``Verdict``): input-bound when the loop waited at least
+``INPUT_BOUND_SHARE`` of its time after the first batch; the bound is the stage
+those waits are attributed to (exposed seconds, never busy time divided by a
+thread count), and a slow first batch alone is reported as **start-up**.
 
-Counters live in the process that does the work: iterated in this process
-(``num_workers=0``) every stage is seen; with DataLoader workers the stages
-run in the workers and only the exposed wait of the loop is measured here,
-through ``ds.watch(loader)`` (``stats()`` says so). The counters
-are plain ``+=`` from a few threads: CPython may, rarely, lose an addition
-when two threads add at once; they are figures for a verdict, not for
-accounting. Across ranks ``stats(all_ranks=True)`` is a collective
-(``all_gather_object``): call it on every rank.
+Counters live in the process doing the work: with DataLoader workers only the
+loop's exposed wait is measured here (``ds.watch(loader)``). The ``+=`` from a
+few threads may rarely lose an addition: figures for a verdict, not accounting.
+``stats(all_ranks=True)`` is a collective: call it on every rank.
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
 """What a pass's runtime receives: frozen values built by the dataset in one place, never the dataset.
 
-``ReadValues`` is what readers need to read and decode a partition's rows: the
-source handle and its columns, the window semantics (``WindowSpec``), the
-window grid and each partition's first row, the dtype of the targets, global
-normalisation, the fault policy (``on_error``) with the list skips are
-recorded in, and the telemetry sink.
-
-``PassValues`` adds what a pass does with the rows once read: the seams
-(``runtime.seams``: the allocator of batch arrays, the batch output), per-window normalisation and the device feed, and the two counters a
-pass reports its batches to (the resume state's ``step`` and ``end``).
-
-``WindowDataset._pass_values`` builds them (``dataset.py``); the runtime
-modules (``runtime.pool``, ``runtime.pipeline``) take them as arguments, so a
-test drives a pass with values of its own, and a field the runtime reads is a
-field here, named and typed, instead of a member of the dataset.
-
-The trade-off: the values are rebuilt per pass (references only: no array is
-copied), so what the dataset changes between passes (its epoch, a new grid
-after ``split``) reaches the next pass and never one in flight.
+``ReadValues`` is what readers need to read and decode rows; ``PassValues``
+adds the seams, per-window normalisation, the device feed and the counters a
+pass reports its batches to. ``WindowDataset._pass_values`` builds them per
+pass (references only), so a test can drive a pass with values of its own and
+what the dataset changes between passes never reaches one in flight.
 """
 
 from __future__ import annotations
