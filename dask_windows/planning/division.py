@@ -41,17 +41,9 @@ __all__ = [
 
 @dataclass(frozen=True)
 class ReaderShare:
-    """One reader's (rank, worker) part of an epoch of units.
-
-    Attributes:
-        rank_start: Epoch position of the rank's first unit.
-        rank_units: Units of the rank's share (its batches may leave the last few out: ``drop_last``).
-        rank_batches: Batches of every rank.
-        batch_size: Units per full batch.
-        first_batch: The reader's first batch, numbered among its rank's.
-        stop_batch: One past its last.
-        left_out: Units of the epoch no rank yields (besides a ``drop_last`` batch).
-    """
+    """One reader's (rank, worker) part of an epoch of units: the rank's share (``rank_start``,
+    ``rank_units``), every rank's ``rank_batches``, the reader's batches ``[first_batch, stop_batch)``
+    and the units no rank yields (``left_out``, besides a ``drop_last`` batch)."""
 
     rank_start: int
     rank_units: int
@@ -108,16 +100,8 @@ def reader_share(
 ) -> ReaderShare:
     """What reader ``world`` yields of an epoch of ``total`` units: the one division every order uses.
 
-    Args:
-        total: Units of the epoch (windows, sequences, the windows of an elastic rest).
-        world: The reader: rank, world size, DataLoader worker, number of workers.
-        batch_size: Units per full batch.
-        drop_last: Leave out each rank's final partial batch (equal shares only).
-        balanced: Give the remainder to the first ranks instead of leaving it out (see the module).
-
-    Raises:
-        ConfigError: ``balanced`` with ``drop_last`` (a balanced division owes every unit), or a
-            ``batch_size`` below 1.
+    ``balanced``: the remainder to the first ranks (see the module). Raises ``ConfigError`` for
+    ``balanced`` with ``drop_last`` or a ``batch_size`` below 1.
     """
     if balanced and drop_last:
         raise ConfigError("a balanced division yields every unit: it takes no drop_last")
@@ -139,12 +123,8 @@ def reader_share(
 def reader_span(
     total: int, world: World, batch_size: int, drop_last: bool, skip_batches: int = 0
 ) -> tuple[int, int, int, int]:
-    """This reader's stretch of an epoch of ``total`` windows, as the piece and pool orders take it.
-
-    Returns:
-        ``(lo, hi, batches, skip)``: the reader's windows are positions ``[lo, hi)`` of the epoch's
-        sequence, ``batches`` its batches before any skip, ``skip`` the skipped ones, clipped to them.
-    """
+    """``(lo, hi, batches, skip)``: the reader's positions of an epoch of ``total`` windows, its batches
+    before any skip and ``skip_batches`` clipped to them."""
     share = reader_share(total, world, batch_size, drop_last)
     return share.lo, share.hi, share.num_batches, min(max(skip_batches, 0), share.num_batches)
 
@@ -170,19 +150,9 @@ def worker_batches(num_batches: int, num_workers: int) -> list[int]:
 
 
 def round_robin(batches_per_worker: Sequence[int], taken: int) -> tuple[np.ndarray, int]:
-    """Each worker's share of the first ``taken`` batches of an in-order DataLoader.
-
-    The loader asks workers ``0, 1, ..., W-1, 0, ...`` in turn and skips a worker that
-    has no batches left, so after round ``r`` every worker has yielded ``min(n_w, r)``.
-
-    Args:
-        batches_per_worker: ``(W,)`` batches each worker yields in the epoch (``worker_batches``).
-        taken: Batches the loader has yielded, ``0 <= taken <= sum``.
-
-    Returns:
-        ``(consumed, next_worker)``: ``(W,)`` batches each worker had yielded, and the worker
-        that yields the next batch (``0`` once every batch is taken).
-    """
+    """``(consumed, next_worker)``: ``(W,)`` batches each worker had yielded of the first ``taken`` of an
+    in-order DataLoader (it asks workers in turn, skipping one with none left), and the worker due next
+    (``0`` once every batch is taken)."""
     n = np.asarray(batches_per_worker, dtype=np.int64)
     total = int(n.sum())
     if not 0 <= taken <= total:

@@ -41,12 +41,7 @@ Piece = tuple[int, int, int, int]  # (old rank, old worker, lo, hi) of that old 
 
 @dataclass(frozen=True)
 class Share:
-    """What one new reader yields of the rest of an epoch.
-
-    Attributes:
-        pieces: Pieces of old readers' streams, in reading order.
-        sizes: Windows of each batch.
-    """
+    """What one new reader yields of the rest of an epoch: ``pieces`` in reading order, ``sizes`` of batches."""
 
     pieces: tuple[Piece, ...]
     sizes: tuple[int, ...]
@@ -64,13 +59,7 @@ def _rest_share(total: int, world: World, batch_size: int) -> ReaderShare:
 
 
 def divide(pieces: Sequence[Piece], world: World, batch_size: int) -> Share:
-    """The part of the rest sequence ``pieces`` that new reader ``world`` yields.
-
-    Args:
-        pieces: The rest of the epoch, in canonical order.
-        world: The new reader: rank, world size, worker, number of workers.
-        batch_size: Windows per full batch.
-    """
+    """The part of the rest sequence ``pieces`` that new reader ``world`` yields."""
     lengths = np.array([hi - lo for _, _, lo, hi in pieces], dtype=np.int64)
     share = _rest_share(int(lengths.sum()), world, batch_size)
     a, b = share.lo, share.hi
@@ -98,18 +87,8 @@ def rest_of_epoch(
     num_workers: int,
     readers: Callable[[int, int], tuple[Sequence[Piece], Sequence[int]]],
 ) -> list[Piece]:
-    """Pieces not yet yielded, given each worker's consumed batches (the same on every rank).
-
-    Args:
-        consumed: ``(num_workers,)`` batches each DataLoader worker of every rank had yielded.
-        world_size: Ranks that yielded them.
-        num_workers: Workers per rank.
-        readers: ``readers(rank, worker)`` gives that reader's ``(pieces, sizes)``: the pieces its
-            stream is made of and the windows of each of its batches.
-
-    Returns:
-        The rest of the epoch: ``(rank, worker, lo, hi)`` of the original readers' streams.
-    """
+    """The pieces not yet yielded, given ``(num_workers,)`` batches each worker of every rank had yielded
+    (``consumed``) and ``readers(rank, worker) -> (pieces, sizes)`` of each original reader."""
     out: list[Piece] = []
     for rank in range(world_size):
         for worker in range(num_workers):
@@ -135,15 +114,7 @@ def is_elastic(state: dict, world_size: int, num_workers: int | None) -> bool:
 def rest_from_state(
     state: dict, round_robin: Callable, num_windows: int, batch_size: int, drop_last: bool
 ) -> tuple[list[Piece], tuple[int, int]]:
-    """``(pieces, origin)``: the rest of the epoch of loader-scope ``state`` and the topology of its streams.
-
-    Args:
-        state: A loader-scope state (``batches`` yielded by each rank's DataLoader of ``num_workers``).
-        round_robin: ``resume.round_robin``.
-        num_windows: The dataset's windows per epoch.
-        batch_size: Windows per batch.
-        drop_last: The dataset's ``drop_last``.
-    """
+    """``(pieces, origin)``: the rest of the epoch of loader-scope ``state`` and the topology of its streams."""
     world_size, num_workers = int(state["world_size"]), int(state["num_workers"])
     if "rest" in state:  # saved during an elastic epoch: its readers divided these pieces
         base: list[Piece] = [(int(r), int(w), int(a), int(b)) for r, w, a, b in state["rest"]["pieces"]]

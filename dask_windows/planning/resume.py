@@ -61,11 +61,9 @@ def check_int(name: str, value: object, minimum: int = 0) -> int:
 class Resumer:
     """The one owner of a dataset's resume state: a loaded state and the current pass.
 
-    ``load`` keeps a validated state; the next pass over its epoch starts where the state
-    says (``begin``) and uses it up. A plain DataLoader with workers iterates copies, so
-    in the main process the state stays until ``forget`` (``set_epoch``) moves to another
-    epoch, and every pass of the workers over that epoch resumes. ``step`` counts the
-    batches a pass yields and ``save`` turns the position into a state.
+    ``load`` keeps a validated state, which the next pass over its epoch uses up (``begin``; in the
+    main process it stays until ``forget``, as workers iterate copies); ``step`` counts batches and
+    ``save`` turns the position into a state.
     """
 
     def __init__(self) -> None:
@@ -81,11 +79,8 @@ class Resumer:
     ) -> int:
         """Validate ``state`` against this dataset; keep it; return its epoch.
 
-        ``max_batches``: the batches of a whole epoch of the dataset; a state claiming more is refused here
-        rather than when the epoch is iterated.
-
-        With ``elastic``, a loader-scope state of another world size (or number of workers) is kept:
-        ``elastic_share`` then re-divides the rest of its epoch (see ``elastic``).
+        ``max_batches``: a whole epoch's batches (a state claiming more is refused). With ``elastic``, a
+        loader-scope state of another topology is kept for ``elastic_share`` to re-divide.
         """
         if not isinstance(state, dict) or state.get("format") != FORMAT:
             raise ConfigError(
@@ -146,16 +141,8 @@ class Resumer:
     def elastic_share(
         self, epoch: int, world: World, shape: tuple[int, int, bool]
     ) -> tuple[tuple, tuple[int, int], tuple[int, ...]] | None:
-        """Start a pass of an elastic resume: ``(pieces, origin, sizes)`` this reader yields, or ``None``.
-
-        ``None`` unless a loaded state of ``epoch`` was saved with another world size or number of
-        workers (or during an elastic epoch); then see ``elastic.divide``.
-
-        Args:
-            epoch: The dataset's epoch.
-            world: This process's rank and DataLoader worker.
-            shape: ``(num_windows, batch_size, drop_last)`` of the dataset.
-        """
+        """Start a pass of an elastic resume: ``(pieces, origin, sizes)`` this reader yields (``None`` unless
+        a loaded state of ``epoch`` resumes elastically); ``shape``: ``(num_windows, batch_size, drop_last)``."""
         from dask_windows.planning.elastic import divide, is_elastic
 
         state = self.pending if self.pending is not None and self.pending["epoch"] == epoch else None
@@ -172,12 +159,8 @@ class Resumer:
     def elastic_len(
         self, epoch: int, world_size: int, num_workers: int | None, shape: tuple[int, int, bool]
     ) -> int | None:
-        """``len()`` of an elastic epoch: the state's ``batches`` plus this rank's batches of the rest.
-
-        ``None`` unless a loaded state of ``epoch`` resumes elastically (another world size, or
-        ``num_workers`` when known: inside a DataLoader worker) or such a pass is in progress here.
-        So, as after a plain resume, a loop yields ``len(ds) - state["batches"]`` batches.
-        """
+        """``len()`` of an elastic epoch: the state's ``batches`` plus this rank's batches of the rest
+        (``None`` unless a loaded state of ``epoch`` resumes elastically or such a pass is in progress)."""
         from dask_windows.planning.elastic import batches_of_rest, is_elastic
 
         done = getattr(self, "elastic_pass", None)
@@ -227,17 +210,8 @@ class Resumer:
     # -- iterating ----------------------------------------------------------------------------
 
     def begin(self, epoch: int, world: World, num_batches: int) -> tuple[World, int]:
-        """Start a pass: the reader whose plan ``world`` follows, and its batches to skip.
-
-        Args:
-            epoch: The dataset's epoch.
-            world: This process's rank and DataLoader worker.
-            num_batches: Batches of the rank's epoch (``len(ds)``).
-
-        Returns:
-            ``(reader, skip_batches)``: ``reader`` is ``world`` with the worker whose role this
-            worker takes over (its plan and seeds), ``skip_batches`` that role's batches yielded.
-        """
+        """Start a pass: ``(reader, skip_batches)``, ``world`` with the worker whose role (plan and seeds)
+        this worker takes over, and that role's batches already yielded (``num_batches``: ``len(ds)``)."""
         role, skip = world.worker, 0
         state = self.pending if self.pending is not None and self.pending["epoch"] == epoch else None
         if state is not None:
@@ -257,11 +231,7 @@ class Resumer:
         self.live = [*getattr(self, "live", []), progress]
 
     def end(self, progress: _Progress) -> None:
-        """Pass ``progress`` finished, was closed or dropped: a state describes the other live one.
-
-        Idempotent. When the most recent pass ends while an older one is still live (a peek
-        with a second ``iter(ds)`` during a training loop), the older one is current again.
-        """
+        """Pass ``progress`` finished, was closed or dropped (idempotent): an older live pass is current again."""
         self.live = [p for p in getattr(self, "live", []) if p is not progress]
         if progress is self.progress and self.live:
             self.progress = self.live[-1]
@@ -283,13 +253,8 @@ class Resumer:
 
         Args:
             identity: The dataset's ``fingerprint``.
-            epoch: The dataset's epoch.
-            world: This process's rank and DataLoader worker.
-            num_batches: Batches of the rank's epoch (``len(ds)``).
-            in_worker: Whether this runs inside a DataLoader worker.
             batches: Batches the DataLoader yielded in its current pass (loader scope), or ``None``
-                to use this process's own count.
-            num_workers: The DataLoader's ``num_workers``; required with ``batches``.
+                to use this process's own count; ``num_workers`` is then required.
             shape: ``(num_windows, batch_size, drop_last)``, for a state inside an elastic resume.
         """
         state = {"format": FORMAT, "version": VERSION, "dataset": identity, "world_size": world.world_size}

@@ -58,22 +58,14 @@ def stream(
     """Yield ``emit(x, y, rows)`` for each batch of a plan's ``num_windows`` windows.
 
     Args:
-        num_windows: Windows the plan yields (``plan.num_windows``).
-        steps: The plan's steps (the builder thread, ``prefetch.Ahead``, or its generator; the caller
-            closes it).
-        spec: Window settings.
-        emit: Wraps one batch's numpy arrays (features, targets or ``None``, global start rows or
-            ``None`` unless ``spec.return_index``); with ``spec.code_features``, a fourth: the
-            ``(B, K, L)`` codes (``spec.code_dtype``), the features then being the other ``C - K`` channels.
-        normalize: ``"sample"`` (per window and channel) or anything else (global statistics were
-            applied as the rows were decoded).
-        last: Called once, on the consumer's thread, when it takes the step holding the plan's
-            final windows (the builder and the reader have nothing left to do then).
-        waits: Wraps the steps' iterator to time the consumer's waits for them (``telemetry``).
-        allocator: Makes the pool full batches' features are gathered into (the allocator seam,
-            ``seams``: shared slots in a DataLoader worker); ``None``: a plain ``batch.OutputPool``.
-        device: An ``ondevice.DeviceFeed``: the batches are gathered on its device (the same windows
-            in the same order); ``emit`` is then not used.
+        steps: The plan's steps (``prefetch.Ahead`` or a generator; the caller closes it).
+        emit: Wraps a batch's arrays (features, targets or ``None``, start rows or ``None``; with
+            ``code_features`` a fourth, the ``(B, K, L)`` codes, the features the other channels).
+        normalize: ``"sample"`` (per window and channel); else the rows were scaled at decode.
+        last: Called once, on the consumer's thread, when it takes the step holding the final windows.
+        waits: Times the consumer's waits for the steps (``telemetry``).
+        allocator: The allocator seam; ``None``: a plain ``batch.OutputPool``.
+        device: An ``ondevice.DeviceFeed`` gathering the batches on its device (``emit`` unused).
     """
     source: Iterator[_Built] = steps if waits is None else waits(steps, "buffer_wait_ns")
     batch = spec.batch_size

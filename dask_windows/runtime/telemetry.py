@@ -113,11 +113,8 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Stats:
-    """One rank's figures of the current (or last) pass, in seconds and bytes.
-
-    ``ranks`` holds every rank's ``Stats`` and ``slowest_rank`` the rank that waited longest when
-    gathered (``stats(all_ranks=True)``).
-    """
+    """One rank's figures of the current (or last) pass, in seconds and bytes (``ranks``, ``slowest_rank``:
+    when gathered by ``stats(all_ranks=True)``)."""
 
     rank: int
     batches: int
@@ -214,8 +211,7 @@ class Telemetry:
         self.stages_seen = stages_here
         clock = time.perf_counter_ns
         it = iter(batches)
-        # for-loops rather than next(): a fifth less per batch. Each batch is let go (`del`) as soon as the
-        # loop asks for the next, before it is made (an output pool may then reuse its array).
+        # each batch is let go (`del`) before the next is made: an output pool may then reuse its array
         try:
             asked = clock()
             for item in it:
@@ -245,9 +241,8 @@ class Telemetry:
                 close()
 
     def waits(self, source: Iterator[Any], counter: str) -> Iterator[Any]:
-        """``source``, adding the time each ``next`` blocks to ``counter`` (``buffer_wait_ns``,
-        ``reads_waited_ns``); no reference kept to an item once it is yielded (a buffer dropped by
-        the consumer is freed before it trims memory or asks for the next)."""
+        """``source``, adding the time each ``next`` blocks to ``counter``; no reference kept to an item
+        once it is yielded."""
         clock = time.perf_counter_ns
         it = iter(source)
         held: list = []
@@ -281,9 +276,8 @@ class Telemetry:
 
     def exposed(self, fetch_ns: int, decode_ns: int, buffer_wait_ns: int, reads_waited_ns: int,
                 gather_ns: int, device_ns: int) -> dict[str, float]:  # fmt: skip
-        """Seconds of the loop's waits each stage accounts for (see the module docstring): its waits for the
-        next buffer or step, as far as the builder waited for reads, split between fetch and decode by their
-        busy seconds; the rest of them building; the gather and the device copies on the loop's thread."""
+        """Seconds of the loop's waits each stage accounts for: waits for the next step as far as the builder
+        waited for reads, split between fetch and decode by busy time; the rest building; gather; device."""
         reading = min(reads_waited_ns, buffer_wait_ns)
         busy = fetch_ns + decode_ns
         fetch = reading * fetch_ns / busy if busy else float(reading)
@@ -347,17 +341,10 @@ def judge(
     first: float = 0.0,
     order: str | None = None,
 ) -> Verdict:
-    """The verdict from the loop's wait and own work after its first batch.
+    """The verdict from the loop's ``wait`` and own work (``step``) in seconds after its first batch.
 
-    Args:
-        wait: Seconds the loop waited for batches after the first.
-        step: Seconds of the loop's own work.
-        batches: Batches after the first.
-        stages: Seconds of those waits each stage accounts for (``Telemetry.exposed``); ``None``: the
-            stages ran where they were not seen (DataLoader workers).
-        first: Seconds the loop waited for its first batch (the start-up).
-        order: ``"pool"`` or ``"buffer"``: the order whose settings the remedy names (``None``: the
-            buffer order's wording).
+    ``stages``: ``Telemetry.exposed`` (``None``: the stages ran unseen, in DataLoader workers);
+    ``first``: the first batch's wait; ``order``: ``"pool"`` names the pool order's settings.
     """
     share = wait / (wait + step) if wait + step > 0 else 0.0
     if batches > 0 and share >= INPUT_BOUND_SHARE:
@@ -374,8 +361,7 @@ def judge(
 
 
 def timed_output(telemetry: Telemetry | None, output: Any) -> Any:
-    """The output seam, timed as the ``device copy`` stage when it copies (``copies``: ``PinnedOutput``);
-    ``output`` itself without telemetry or for an output that wraps the arrays as they are."""
+    """The output seam, timed as the ``device copy`` stage when it copies (``PinnedOutput``)."""
     if telemetry is None or not getattr(output, "copies", False):
         return output
     clock = time.perf_counter_ns
@@ -396,8 +382,7 @@ def timed_parts(telemetry: Telemetry | None, parts: Iterator[Any]) -> Iterator[A
 
 
 def gather_stats(mine: Stats) -> Stats:
-    """Every rank's ``Stats`` (an ``all_gather_object``), the slowest rank named; ``mine`` alone without
-    an initialised process group."""
+    """Every rank's ``Stats`` (an ``all_gather_object``), the slowest rank named; else ``mine``."""
     from dask_windows.runtime.detect import all_gather
 
     everyone = all_gather(mine)
@@ -424,9 +409,7 @@ _ENABLED = [switches().telemetry]
 
 
 def set_enabled(on: bool) -> bool:
-    """Turn the counters on or off for the passes started afterwards in this process; the previous
-    setting. Internal (``benchmarks/bench_telemetry.py`` measures their cost with it);
-    ``DASK_WINDOWS_TELEMETRY=0`` in the environment starts them off. Off, ``stats()`` reads zeros."""
+    """Turn the counters on or off for later passes in this process; return the previous setting."""
     before = _ENABLED[0]
     _ENABLED[0] = bool(on)
     return before
@@ -438,8 +421,7 @@ def reads_telemetry(ds: Any) -> Telemetry | None:
 
 
 def watched(ds: Any, batches: Iterator[Any]) -> Iterator[Any]:
-    """A pass's batches timed in this process; as they are inside a DataLoader worker (nobody reads
-    a worker's counters: the main process measures the loop with ``watch_loader``), or when off."""
+    """A pass's batches timed in this process (untimed in a DataLoader worker or when off)."""
     from dask_windows.runtime.detect import in_worker
 
     if in_worker():

@@ -63,16 +63,11 @@ def no_count(*_: Any) -> None:
 
 @dataclass(frozen=True, eq=False)
 class PassValues:
-    """A pass's values: its readers' (``reads``), the seams it runs through, and its counters.
+    """A pass's values: its readers' (``reads``), the seams it runs through (``seams``), and its counters.
 
     Attributes:
-        reads: What the readers need (``ReadValues``).
-        output: The batch output seam: ``(x, y, rows)`` numpy arrays to the batch yielded.
-        allocator: The allocator seam: makes the pool a pass gathers batch arrays into.
-        normalize: ``"sample"`` (each window standardised as it is cut) or ``None``.
         device: An ``ondevice.DeviceFeed`` (batches cut on the training device), or ``None``.
-        next_pass: The buffer orders' next pass read ahead (``speedups.nextpass.NextPass``: ``claim``,
-            ``wanted``, ``begin``), or ``None``.
+        next_pass: The next pass read ahead (``speedups.nextpass.NextPass``), or ``None``.
         step: Called with ``progress`` before each batch is yielded (the resume count).
         end: Called with ``progress`` once the pass ends, however it ends.
     """

@@ -32,28 +32,16 @@ _OVERLAP = 4  # windows read each row at least this often (on average) for the t
 
 
 def worth_building(windows: int, rows: int, window: int) -> bool:
-    """Whether a buffer of ``rows`` rows whose ``windows`` windows are drawn repays a table.
-
-    The table costs about 12 float64 passes over the buffer's values; the per-batch statistics
-    two passes over every window's ``window`` values. With fewer than ``_OVERLAP`` window values
-    per buffer value (stride of a quarter of the window or more) the table is not built.
-    """
+    """Whether ``windows`` windows drawn from ``rows`` rows repay a table (at least ``_OVERLAP`` window
+    values per row: the table costs about 12 passes, per-batch statistics two per window value)."""
     return rows > 0 and windows * window >= _OVERLAP * rows
 
 
 def build_table(x: np.ndarray, window: int, channel_major: bool, eps: float = 1e-8) -> np.ndarray:
     """Every window's mean and ``1 / max(std, eps)`` per channel, for each start row of ``x``.
 
-    Args:
-        x: A buffer's features, ``(C, rows)`` when ``channel_major`` else ``(rows, C)``, float32.
-        window: Rows per window ``L``.
-        channel_major: The layout of ``x``.
-        eps: Floor of the std.
-
-    Returns:
-        ``(rows - L + 1, 2 * C)`` float32: the means, then the inverse stds, of the window
-        starting at each row; an inverse std is ``NaN`` where the window must be standardised
-        from its values (see the module docstring).
+    ``x``: float32 ``(C, rows)`` when ``channel_major`` else ``(rows, C)``. Returns ``(rows - L + 1, 2 * C)``
+    float32, the means then the inverse stds; ``NaN`` where a window must be standardised from its values.
     """
     channels = x.shape[0] if channel_major else x.shape[1]
     rows = x.shape[1] if channel_major else x.shape[0]
@@ -127,31 +115,13 @@ class _Work:
 
 
 def apply_table(x: np.ndarray, starts: np.ndarray, table: np.ndarray, channel_major: bool) -> np.ndarray:
-    """Standardise a batch in place with the table's statistics of the windows at ``starts``.
-
-    Args:
-        x: ``(B, C, L)`` when ``channel_major`` else ``(B, L, C)``, float32, C-contiguous: the windows
-            at buffer rows ``starts``.
-        starts: ``(B,)`` start rows.
-        table: ``build_table`` of the buffer.
-        channel_major: The layout of ``x``.
-
-    Returns:
-        ``x``. Windows the table does not vouch for are standardised by ``standardize_windows``.
-    """
+    """Standardise ``x`` (float32 ``(B, C, L)`` when ``channel_major`` else ``(B, L, C)``, the windows at
+    rows ``starts``) in place with ``table`` and return it; the rest by ``standardize_windows``."""
     return WindowTable(table, channel_major).apply(x, starts)
 
 
 class WindowTable:
-    """A buffer's ``build_table`` and the arrays its batches' statistics are looked up into.
-
-    The statistics of each batch size live in one array and its torch views, made once: a batch
-    then costs one lookup and the two passes, not the torch tensors of its statistics.
-
-    Args:
-        table: ``build_table`` of the buffer.
-        channel_major: The layout of the batches.
-    """
+    """A pool's ``build_table`` and, per batch size, one array (and torch views) its statistics land in."""
 
     def __init__(self, table: np.ndarray, channel_major: bool) -> None:
         self.table = table
