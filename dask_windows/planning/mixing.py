@@ -171,9 +171,7 @@ def batch_statistics(
     """Statistics of ``batches`` (global start rows; ``place`` maps them to the data's order) against the
     dataset's block ``histogram``."""
     blocks = len(histogram)
-    p = histogram / max(histogram.sum(), 1)  # (blocks,) the dataset's block distribution
-    centres = np.arange(blocks, dtype=np.float64)
-    var_window = float(np.sum(p * (centres - np.sum(p * centres)) ** 2))
+    p, _, var_window = _block_spread(histogram)
     batches = [b for b in batches if len(b)]
     distinct, tv, means = [], [], []
     for rows in batches:
@@ -184,6 +182,13 @@ def batch_statistics(
         tv.append(0.5 * np.abs(q - p).sum())
         means.append(block.mean())
     return _summarise(distinct, tv, np.array(means), var_window)
+
+
+def _block_spread(histogram: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """``(p, centres, var)``: the dataset's block distribution, block numbers and one window's block variance."""
+    p = histogram / max(histogram.sum(), 1)
+    centres = np.arange(len(histogram), dtype=np.float64)
+    return p, centres, float(np.sum(p * (centres - np.sum(p * centres)) ** 2))
 
 
 def _summarise(distinct: list, tv: list, means: np.ndarray, var_window: float) -> MixingStats:
@@ -200,10 +205,7 @@ def _summarise(distinct: list, tv: list, means: np.ndarray, var_window: float) -
 
 def global_shuffle_statistics(histogram: np.ndarray, batch_size: int, num_batches: int, seed: int = 0) -> MixingStats:
     """The reference: ``num_batches`` batches of ``batch_size`` windows drawn from the whole dataset."""
-    blocks = len(histogram)
-    p = histogram / max(histogram.sum(), 1)
-    centres = np.arange(blocks, dtype=np.float64)
-    var_window = float(np.sum(p * (centres - np.sum(p * centres)) ** 2))
+    p, centres, var_window = _block_spread(histogram)
     counts = rng_for(seed, 0x313C).multinomial(batch_size, p, size=max(num_batches, 3))  # (batches, blocks)
     q = counts / batch_size
     return _summarise(

@@ -55,16 +55,8 @@ def epoch_order(num_partitions: int, seed: int, epoch: int, shuffle: bool) -> np
 def segment_arrays(
     partition: np.ndarray, first: np.ndarray, counts: np.ndarray, lo: int, hi: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Segments covering epoch positions ``[lo, hi)`` of pieces laid end to end in epoch order, as three
-    ``(K,)`` arrays: each segment's partition and windows ``[lo, hi)``.
-
-    Args:
-        partition: ``(N,)`` partition of each piece, in epoch order.
-        first: ``(N,)`` first window (in its partition) of each piece.
-        counts: ``(N,)`` windows of each piece.
-        lo: First epoch position wanted.
-        hi: One past the last.
-    """
+    """Segments covering epoch positions ``[lo, hi)`` of pieces (``(N,)`` ``partition``, ``first`` window,
+    ``counts``) laid end to end, as three ``(K,)`` arrays: each segment's partition and windows ``[lo, hi)``."""
     ends = np.cumsum(counts)  # (N,) epoch position just past each ordered piece
     starts = ends - counts
     k0 = int(np.searchsorted(ends, lo, side="right"))

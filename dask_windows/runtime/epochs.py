@@ -42,11 +42,8 @@ def worker_token(base_seed: int, passes: int) -> int:
 
 
 class EpochCounter:
-    """The epoch of each pass over one dataset, shared by the process and its DataLoader workers.
-
-    Args:
-        epoch: The epoch the first pass uses.
-    """
+    """The epoch of each pass over one dataset, shared by the process and its DataLoader workers
+    (``epoch``: the first pass's)."""
 
     def __init__(self, epoch: int = 0) -> None:
         self._word = torch.zeros(1, dtype=torch.int64).share_memory_()
@@ -71,12 +68,8 @@ class EpochCounter:
         self._write(_PINNED, int(epoch))
 
     def begin_pass(self, token: int | None = None) -> int:
-        """Claim the epoch of a pass that starts now and return it.
-
-        Args:
-            token: ``worker_token`` of a DataLoader worker's pass; ``None`` in the main process,
-                where every call is a new pass.
-        """
+        """Claim the epoch of a pass that starts now and return it (``token``: ``worker_token`` of a
+        worker's pass; ``None`` in the main process, where every call is a new pass)."""
         seen, epoch = self._read()
         if token is not None and seen == token:
             return epoch  # another worker of this pass claimed it
