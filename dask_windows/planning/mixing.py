@@ -56,17 +56,8 @@ class MixingStats:
 def plan_batches(
     ds: Any, epoch: int | None = None, rank: int = 0, max_batches: int | None = None
 ) -> Iterator[np.ndarray]:
-    """Global start rows of each batch one reader (``rank``, no DataLoader workers) yields.
-
-    Computed from the plan and the grid only, as ``runtime.pool`` orders them: equal to the
-    rows ``return_index=True`` yields when no partition is skipped.
-
-    Args:
-        ds: A ``WindowDataset``.
-        epoch: The epoch (default: the dataset's).
-        rank: The rank whose batches are listed.
-        max_batches: Stop after this many batches.
-    """
+    """Global start rows of each batch one reader (``rank``, no DataLoader workers) yields, from the plan
+    and the grid alone: the rows ``return_index=True`` yields when no partition is skipped."""
     spec, grid = ds.spec, ds.grid
     world = World(rank, ds.world_size, 0, 1)
     saved, ds.epoch = ds.epoch, ds.epoch if epoch is None else epoch
@@ -99,14 +90,9 @@ def _cut(steps: Iterator[np.ndarray], batch_size: int, max_batches: int | None) 
 def spread_places(ds: Any) -> tuple[Callable[[np.ndarray], np.ndarray], int] | None:
     """For data ``dask-windows convert`` spread over its files: each stored row's place in the data.
 
-    A spread file holds chunks of every part of the data, so a stored row's position says nothing of
-    where in the data it lies; its place is its row in (series, time) order (series in sorted order,
-    as ``convert`` sorts them), from the manifest's runs (``origin``: the row within its series).
-
-    Returns:
-        ``(place, rows)``: a function of ``(N,)`` global stored rows (window starts: owned rows) to their
-        places, and the rows of the data (owned rows, each counted once); ``None`` for other data, or
-        when a partition is not a whole file of the manifest.
+    A stored row's place is its row in (series, time) order, from the manifest's runs. Returns
+    ``(place, rows)``: a function of ``(N,)`` global stored rows to their places, and the data's (owned)
+    rows; ``None`` for other data, or when a partition is not a whole file of the manifest.
     """
     source = getattr(ds, "source", None)
     manifest = (getattr(source, "_manifest", None) or {}).get("manifest") or {}
@@ -216,14 +202,8 @@ def global_shuffle_statistics(histogram: np.ndarray, batch_size: int, num_batche
 def mixing_report(ds: Any, max_batches: int = 2000, blocks: int = 100, epoch: int | None = None) -> dict:
     """The mixing statistics of ``ds`` as configured, a global shuffle's, a verdict and advice.
 
-    Args:
-        ds: A ``WindowDataset`` (nothing is read; its plan and grid are used).
-        max_batches: Batches of rank 0's epoch measured (from its start).
-        blocks: Equal row blocks the dataset is cut into.
-        epoch: The epoch (default: the dataset's).
-
-    Returns:
-        ``{"loader": MixingStats dict, "global": ..., "verdict": str, "advice": str, "settings": ...}``.
+    Nothing is read; ``max_batches`` of rank 0's epoch are measured over ``blocks`` equal row blocks.
+    Returns ``{"loader": MixingStats dict, "global": ..., "verdict", "advice", "settings"}``.
     """
     places = spread_places(ds)
     histogram = block_histogram(ds, blocks, places)
@@ -352,11 +332,7 @@ def format_report(report: dict) -> str:
 def inspect_mixing(path: str, summary: dict, **settings: Any) -> dict:
     """``mixing_report`` of the Parquet dataset at ``path`` as ``dask-windows inspect`` describes it.
 
-    Args:
-        path: The dataset.
-        summary: ``inspect_dataset``'s report (window settings, series column, features).
-        **settings: ``batch_size``, ``buffer_partitions``, ``pieces_per_partition`` (``None``: default; ``1``:
-            whole partitions), ``buffer_bytes``.
+    ``summary``: ``inspect_dataset``'s report; ``settings``: ``WindowDataset`` keywords of the order.
     """
     from dask_windows.dataset import WindowDataset
     from dask_windows.errors import ConfigError

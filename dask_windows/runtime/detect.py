@@ -50,15 +50,8 @@ def detect_ranks() -> tuple[int, int] | None:
 
 
 def resolve_ranks(explicit: tuple[int | None, int | None], known: tuple[int, int] = (0, 1)) -> tuple[int, int]:
-    """``(rank, world_size)``: the explicit values, else an initialised ``torch.distributed``'s, else ``known``.
-
-    Args:
-        explicit: ``(rank, world_size)`` as the user passed them (``None``: not given).
-        known: The ranks resolved earlier (a pickled copy in a spawned worker cannot detect them).
-
-    Raises:
-        ConfigError: the result is not a valid topology.
-    """
+    """``(rank, world_size)``: the ``explicit`` values, else an initialised ``torch.distributed``'s, else
+    ``known`` (resolved earlier: a spawned worker's copy cannot detect them); ``ConfigError`` if invalid."""
     rank, world_size = explicit
     detected = detect_ranks() or known
     rank = detected[0] if rank is None else rank
