@@ -73,20 +73,14 @@ class PoolPlan:
     """What one reader (rank, worker) yields in one epoch under the pool order.
 
     Attributes:
-        units: The reader's units in reading order (all of them; a resume starts at ``first_unit``):
-            ``PoolUnits``, their columns (a tuple of ``PoolUnit`` is taken as well).
+        units: The reader's units in reading order (``PoolUnits``, or a tuple of ``PoolUnit``); a
+            resume starts at ``first_unit``.
         spread: ``S``: units resident at once; each unit's windows are spread over ``S`` steps.
-        pool_rows: Rows of the pool array.
-        start: The first step to draw (``fill - 1`` unless resuming).
-        skip: Windows of that step already yielded (resumption).
-        num_windows: Windows this reader yields after the skipped ones.
-        num_batches: Batches this reader yields after the skipped ones.
+        start: The first step to draw (``fill - 1`` unless resuming); ``skip`` its windows already yielded.
+        num_windows: Windows this reader yields after the skipped ones (``num_batches``: batches).
         entropy: ``(seed, epoch, rank, world_size, worker, num_workers)``: seeds the steps' shuffles.
-        shuffle: Whether windows are shuffled (``False``: dataset order).
-        group: Steps per block: a block's windows are shuffled together (``BLOCK_BATCHES`` batches or
-            more), so consecutive batches do not split one small step between them.
-        fill: ``F``: units read before the first step (``1 <= F <= S``); steps before ``S - 1`` draw
-            from the units read so far (``spread`` when ``0``: the whole pool before the first step).
+        group: Steps per block, whose windows are shuffled together (``BLOCK_BATCHES`` batches or more).
+        fill: ``F``: units read before the first step (``1 <= F <= S``; ``0``: ``S``).
     """
 
     units: Sequence[PoolUnit]
