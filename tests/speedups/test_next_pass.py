@@ -157,7 +157,7 @@ def test_by_default_the_next_pass_first_units_are_read_before_the_loop_asks_for_
     fill = range(plan.first_unit, plan.first_unit + plan.fill)
     assert 0 < len(fill) <= len(plan.units) and (len(fill) < len(plan.units)) == (first_bytes is not None)
     this_pass = log[0][0]
-    ahead = lambda: [i for pool, i, _ in log if pool is not this_pass]  # noqa: E731
+    ahead = lambda: [i for pool, i, _ in log if pool is not this_pass]
     deadline = time.monotonic() + 30
     while sorted(ahead()) != list(fill) and time.monotonic() < deadline:  # the reader thread may still be busy
         time.sleep(0.01)
