@@ -10,9 +10,9 @@ is printed before and after each case: on a loaded machine a ratio within 0.90-1
 verdict (the same case gave 0.87x and 1.57x in two runs at load 7-11; benchmarks/log/accelerators.md).
 
 * ``lanes``: two copying lanes (``speedups/lanes.py``; off: ``DASK_WINDOWS_LANES=0``). B=256 L=512
-  C=4 stride 1 (2 MiB batches), local Parquet, one process: seconds per batch after the first.
+  C=4 stride 1 (2 MiB batches), local Parquet, one process: milliseconds per batch after the first.
 * ``slots``: batches of DataLoader workers in shared slots (``speedups/slots.py``; off:
-  ``DASK_WINDOWS_SLOTS=0``). The same shape through ``DataLoader(num_workers=2)``: seconds per batch
+  ``DASK_WINDOWS_SLOTS=0``). The same shape through ``DataLoader(num_workers=2)``: milliseconds per batch
   after the first.
 * ``nextpass``: the next pass's first units read ahead (``next_pass_seconds=30``, the default; off:
   ``0``). Four epochs back to back (``set_epoch`` before each) of short epochs (8 files of 40,000 rows,
@@ -114,7 +114,7 @@ def env(name: str, value: str | None) -> None:
 
 
 def big_batches(root: str, batches: int, workers: int) -> dict[str, float]:
-    """Seconds per batch after the first, over ``batches`` batches (``workers``: a DataLoader's)."""
+    """Milliseconds per batch after the first, over ``batches`` batches (``workers``: a DataLoader's)."""
     ds = dw.WindowDataset(root, features=FEATURES, series=None, window=512, stride=1, batch_size=256)
     if workers:
         import torch
@@ -127,10 +127,10 @@ def big_batches(root: str, batches: int, workers: int) -> dict[str, float]:
     t0 = time.perf_counter()
     for _ in range(batches):
         next(it)
-    seconds = (time.perf_counter() - t0) / batches
+    ms = (time.perf_counter() - t0) / batches * 1e3
     del it
     ds.close()
-    return {"s per batch": seconds}
+    return {"ms per batch": ms}
 
 
 def case_lanes(root: str, rounds: int, batches: int) -> None:
