@@ -28,7 +28,7 @@ verdict (the same case gave 0.87x and 1.57x in two runs at load 7-11; benchmarks
   thread). ``iter()`` to the first batch of a dataset already open on S3 (32 files of 10,000 rows).
 * ``footers``: ranks under ``torch.distributed`` sharing the footers one rank read
   (``sources/parquet/footer_share.py``; off: ``DASK_WINDOWS_SHARE_FOOTERS=0``). Two gloo ranks (fresh
-  processes each round) open ``--footer-files`` (512) objects on S3 at once: the slower rank's open,
+  processes each round) open ``--footer-files`` (1,000) objects on S3 at once: the slower rank's open,
   and the requests the store served.
 """
 
@@ -324,7 +324,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=150, help="batches timed per round (lanes, slots)")
     parser.add_argument("--latency", type=float, default=0.02, help="seconds added to every S3 request")
     parser.add_argument("--step-ms", type=float, default=2.0, help="a model's step per batch (nextpass)")
-    parser.add_argument("--footer-files", type=int, default=512, help="objects the ranks open (footers)")
+    parser.add_argument("--footer-files", type=int, default=1000, help="objects the ranks open (footers)")
     parser.add_argument("--ranks", type=int, default=2, help="gloo ranks opening at once (footers)")
     parser.add_argument("--only", default=ALL)
     parser.add_argument("--rank-child", nargs=5, help=argparse.SUPPRESS)
