@@ -1,27 +1,10 @@
-"""Where rows come from: the source interface, the concrete sources, and picking one.
+"""Where rows come from: the source interface (``base``), one module per kind of data, and picking one.
 
-The sources are the only modules that open files. A source exposes
-``partitions`` (name and row count, known from metadata without reading data)
-and ``read(i, columns)`` returning one numpy array per column; ``reader()``
-gives the reader of one iteration (a source that can start work early, like
-the Dask one, keeps the next partitions in flight).
-
-* ``base``: the interface (``Source``, ``Partition``, ``PartitionReader``);
-* ``parquet``: Parquet on local disk, ``s3://``, ``gs://``, ``az://``,
-  ``memory://`` or any fsspec URL; listing and footers read once, coalesced
-  column-chunk reads, retries, ``on_error``;
-* ``dask_frame``: any Dask DataFrame, computed on a ``dask.distributed``
-  cluster when a client is active;
-* ``arrays``: numpy arrays and ``.npy`` memmaps, or one 2-D array cut into
-  series by an id vector;
-* ``arrow``: pandas, pyarrow Tables and Datasets (fragments, hive keys), Polars,
-  Hugging Face and Delta data (imported when such data is passed);
-* ``manifest``: the JSON file ``dask-windows convert`` writes beside its parts;
-* ``retry``: retrying transient storage errors.
-
-The interface module imports none of the concrete sources; ``open_source``
-here picks one from the type of the data. Importing this package imports
-neither dask nor torch (the Dask source imports dask when it is used).
+The sources are the only modules that open files: ``parquet`` (any fsspec URL), ``dask_frame``,
+``arrays`` (numpy, ``.npy`` memmaps), ``arrow`` (pandas, pyarrow, Polars, Hugging Face, Delta),
+``manifest`` (what ``dask-windows convert`` writes) and ``retry`` (transient storage errors).
+``open_source`` picks one from the type of the data; importing this package imports neither dask
+nor torch.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Numpy arrays and ``.npy`` memmaps as a source.
 
-Each array is one series, ``(rows, C)``; or one 2-D array is cut into series
-where a per-row id vector changes (``ArraySource.from_series``), each series a
-view, nothing copied. Short series are grouped into partitions of about
-``partition_rows`` rows. A longer one is cut into partitions of
-``partition_rows`` rows (a multiple of the stride) that read
-``window + horizon - 1`` rows past their end, so every window of the series is
-yielded exactly once, by the partition where it starts: a tsai-style single
-long memmap streams without losing windows at the cuts.
-
-Memmapped rows are copied once, sequentially, and their pages handed back to
-the kernel (``madvise(MADV_DONTNEED)``; they stay in the page cache), so
-streaming a memmap larger than memory keeps the resident set bounded by the
-buffer. Memmaps pickle into DataLoader workers as file references.
+Each array is one series, ``(rows, C)``, or one 2-D array is cut into series by an id vector
+(``ArraySource.from_series``, views, nothing copied). Short series are grouped into partitions
+of about ``partition_rows`` rows; a longer one is cut into partitions that read
+``window + horizon - 1`` rows past their end, so each window is yielded once. Memmapped rows are
+copied once and their pages handed back to the kernel, so a memmap larger than memory streams
+in bounded memory; memmaps pickle into DataLoader workers as file references.
 """
 
 from __future__ import annotations

@@ -1,33 +1,16 @@
 """Arrow-world data as a source: pandas, pyarrow Tables and Datasets, Polars, Hugging Face, Delta.
 
-Two shapes, two ways of cutting partitions:
+* A ``pyarrow.dataset.Dataset`` of files (Parquet, Feather, CSV, hive folders, Delta's
+  ``to_pyarrow_dataset()``): a partition is a fragment, or a few row groups of a large Parquet
+  fragment; windows never cross a fragment; hive keys are columns like any other.
+* A table in memory (pyarrow, pandas, Polars, a Hugging Face ``datasets.Dataset``): partitions
+  are row ranges of about ``partition_rows`` cut at series changes; a longer series is cut into
+  ranges reading ``window + horizon - 1`` rows past their end, so no window is lost at a cut.
 
-* **A ``pyarrow.dataset.Dataset`` of files** (Parquet, Feather/IPC, CSV; a
-  hive-partitioned folder ``sid=S0/...``; Delta Lake's ``to_pyarrow_dataset()``):
-  a partition is a fragment (a file), or a few row groups of a large Parquet
-  file, like the Parquet source. Windows never cross a fragment, as they never
-  cross a file there. Hive partition keys are columns like any other: usable as
-  ``series``, features or targets. DataLoader workers receive the fragments
-  (paths, filesystem, format, partition key expression) pickled, never data.
-* **A table in memory** (``pyarrow.Table``, a pandas or Polars DataFrame, a
-  Polars LazyFrame collected once, a Hugging Face ``datasets.Dataset``): the
-  table's row order is canonical and windows follow its series over the whole
-  table. Partitions are row ranges of about ``partition_rows`` rows cut at
-  series changes; a series longer than that is cut into ranges that read
-  ``window + horizon - 1`` rows past their end, so no window is lost or
-  doubled at a cut (as the array source does). Reading a partition slices the
-  table (zero copy) and converts the columns it needs.
-
-The cost of in-memory tables: pandas frames are converted to Arrow once (one
-copy), Polars frames mostly without a copy. DataLoader workers started by fork
-share the table's pages with the main process; spawn/forkserver workers each
-receive a pickled copy of it. A Hugging Face dataset backed by its Arrow cache
-files travels to workers as those file names and is memory-mapped there
-(shared page cache, no copy); so does a table built with :func:`memory_mapped`.
-One changed in memory since (``rename_column``, ``add_column``, a contiguous
-``select``: edits its cache files do not hold) is read as its table in memory.
-For data larger than memory, write Parquet (``dask-windows convert``) and pass
-the folder, or a ``pyarrow.dataset`` of it.
+The cost of tables in memory: pandas frames are converted once (one copy); spawned DataLoader
+workers each receive a pickled copy, except Hugging Face cache files and ``memory_mapped``
+tables, which travel as file names and are memory-mapped. Data larger than memory: write
+Parquet (``dask-windows convert``).
 """
 
 from __future__ import annotations

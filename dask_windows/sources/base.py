@@ -1,12 +1,8 @@
 """The source interface: what the loader asks of any kind of data.
 
-A source exposes ``partitions`` (name and row count, known from metadata
-without reading data) and ``read(i, columns)`` returning one numpy array per
-column; ``read_rows(i, columns, lo, hi)`` returns only rows ``[lo, hi)`` (the
-loader's unit of reading is such a *piece* of a partition: a source reads the
-least that covers it, by default the whole partition); ``reader()`` gives the
-reader of one iteration. This module imports
-none of the concrete sources (they import it).
+A source exposes ``partitions`` (name and row count, known from metadata) and reads columns of
+one partition, or of row ranges of it (the loader's pieces), as numpy arrays. This module
+imports none of the concrete sources (they import it).
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
-"""Any Dask DataFrame as a source: a partition is ``ddf.partitions[i]``.
+"""Any Dask DataFrame as a source: a partition is ``ddf.partitions[i]``, computed for the columns read.
 
-Whatever built the frame (``dd.read_csv``, ``dd.from_map`` over Avro files,
-``dd.read_sql_table``, a chain of ``map_partitions``), reading partition ``i``
-computes ``ddf[columns].partitions[i]``, so only the wanted columns are
-produced and only the pandas result travels. With a ``dask.distributed``
-client the partition is computed on the cluster, and the reader of an epoch
-keeps the next ``read_ahead`` partitions computing there while the training
-loop works through the current buffer; without one it is computed locally
-with Dask's default scheduler on the prefetch thread.
-
-Row counts come from what the graph already knows (Parquet statistics,
-``from_pandas`` locations), otherwise from one counted pass over the
-partitions, done once when the dataset is opened. When the series column is
-known at that point the same pass also finds its runs, so opening costs one
-pass, not two.
-
-DataLoader workers are other processes, and a distributed client does not
-survive being pickled or forked: a worker process connects its own client to
-the scheduler address seen when the source was opened. The cluster already
-computes partitions in parallel, so ``num_workers=0`` is usually enough and
-keeps one client. A partition whose graph is expensive (a shuffle, a join)
-is recomputed each epoch: ``persist()`` such a frame first.
+With a ``dask.distributed`` client partitions are computed on the cluster and an epoch's reader
+keeps the next ``read_ahead`` in flight; without one, locally on the prefetch thread. Row counts
+come from the graph where it knows them, else from one pass at open that also finds the series
+runs. A DataLoader worker connects its own client to the scheduler seen at open. The trade-off:
+a partition's graph is recomputed each epoch; ``persist()`` an expensive frame first.
 """
 
 from __future__ import annotations

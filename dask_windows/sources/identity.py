@@ -1,26 +1,9 @@
 """One definition of "this file is the one we planned": its size and version, recorded at open.
 
-A dataset's epoch plan is made from what the files held when it was opened
-(row counts, series runs, footers). If a file is replaced, rewritten or
-truncated afterwards, reading it by the planned row groups and byte ranges
-would hand the model other rows without a word. So each file's identity is
-recorded when the dataset is opened and compared when it is read:
-
-* ``size`` in bytes, and ``version``: the store's ETag (S3, GCS, Azure) or
-  modification time (``mtime`` in ns on local disk), whichever the store has;
-* local files are checked at every read (one ``os.stat``, microseconds);
-  remote files are checked through what the read itself returns (row counts,
-  page checksums when the file has them) rather than a second request per
-  read: a ``HEAD`` would double the requests of a partition;
-* the resume fingerprint (``digest``) holds each file's size and a hash of its
-  Parquet footer, which depends only on the content (row groups, column
-  statistics): a state saved before files were swapped or rewritten is
-  rejected, while the same dataset copied elsewhere (new paths, new mtimes)
-  still resumes.
-
-The trade-off: a rewrite that keeps the footer byte-identical and the size
-(same rows, same statistics) is not caught by the fingerprint; at read time
-local files still catch it by mtime.
+Local files are compared at every read (one ``os.stat``); remote files through what the read
+returns (row counts, page checksums), not a second request. The resume fingerprint (``digest``)
+hashes each file's size and footer, so a copied dataset still resumes. The trade-off: a rewrite
+keeping the footer and size is not caught by the fingerprint (local reads still catch it by mtime).
 """
 
 from __future__ import annotations

@@ -1,38 +1,18 @@
 """The manifest ``dask-windows convert`` writes next to its Parquet files.
 
-A converted dataset's root holds ``_dask_windows_manifest.json``: per file its
-row count, its size in bytes and its series runs (maximal contiguous stretches
-of one series value, in file order). With it a loader knows every partition's
-row count and where each series starts without opening a single file, so a
-dataset of 10,000 files is planned in milliseconds. The trade-off: the
-manifest is a copy of facts the files also hold, so it is trusted only when it
-names exactly the files that are there; :func:`read_manifest` checks its
-shape, and callers compare its file list with the listing they made.
+``_dask_windows_manifest.json`` holds per file (``path`` relative to the root, sorted in row
+order) its ``rows``, ``bytes``, ``footer`` digest and series ``runs`` ``[start, rows, value]``::
 
-Layout (``version`` 1)::
-
-    {"format": "dask_windows.manifest", "version": 1,
-     "series": "sensor_id", "time": "timestamp",
-     "files": [{"path": "part-00000.parquet", "rows": 1000, "bytes": 40960,
+    {"format": "dask_windows.manifest", "version": 1, "series": "sid", "time": "ts",
+     "files": [{"path": "part-0.parquet", "rows": 1000, "bytes": 40960, "footer": "...",
                 "runs": [[0, 600, "a"], [600, 400, "b"]]}, ...]}
 
-``path`` is relative to the root and files are named so that sorted order is
-the canonical row order.
+Version 2 (the spread layout, ``docs/converted.md``) adds ``"span"`` (chunks overlap by
+``span - 1`` rows) and ``"layout"``, and runs ``[start, rows, value, origin, owned]``: the run's
+first row within its series, and how many of its rows may start a window.
 
-Version 2 (written by ``convert`` since the spread layout, see
-``docs/converted.md``) adds ``"span"`` (the ``window + horizon`` the chunks
-overlap for: ``span - 1`` rows of each chunk cut repeat at the end of the
-chunk before the cut) and ``"layout"``, and each run is
-``[start, rows, value, origin, owned]``: ``origin`` is the row of the run's
-first row within its whole series, ``owned`` how many of its first rows may
-start a window (the rest is overlap). Version-1 manifests still open.
-
-Since 0.3 ``write_manifest`` also records each file's ``"footer"``: a digest of
-its serialized Parquet footer (row groups, column chunk offsets and sizes,
-statistics), read back from the file written. A part rewritten with the same
-row count (and even the same size) almost always changes its footer; at open
-the digest is compared with the footer the loader read anyway (no extra read).
-Manifests without it still open (the size check only).
+The trade-off: the manifest copies facts the files hold (a dataset is planned without opening
+them), so it is trusted only where it names exactly the files there and their footers.
 """
 
 from __future__ import annotations

@@ -1,30 +1,11 @@
-"""Retrying transient storage errors with capped exponential backoff.
+"""Retrying transient storage errors with capped exponential backoff, under a deadline.
 
-Object stores fail in passing: a connection is reset, a request is throttled
-(HTTP 429 / ``SlowDown``), a server answers 5xx. Such a failure is retried a
-few times with growing delays; anything else (a missing object, a denied
-permission, a corrupt file) is raised at once, because trying again cannot
-help and only delays the message the user needs.
-
-Which errors are transient is decided in one place, ``faults.is_transient``.
-The delay of try ``k`` is
-``min(max_delay, base_delay * 2**k)`` scaled by a jitter in ``[0.5, 1)`` derived
-from the object's name, so ranks retrying the same object do not stampede in
-step and a rerun waits the same time (no clock or pid enters it).
-
-Every call also has a deadline (``timeout``, seconds, retries and backoff
-included; ``WindowDataset(timeout=...)``, default ``DEFAULT_TIMEOUT`` per
-partition read and twice that per call made while opening). Each attempt runs
-on a helper thread that the caller waits on for at most the time left, so a
-stalled endpoint (connections accepted, never answered) ends in a
-``DeadlineExceeded`` whatever s3fs or botocore retry underneath; the abandoned
-attempt finishes or fails on its own thread later. Local files are read
-without the helper thread (``timeout=None``): a local read cannot stall on a
-network, and a thread per read would cost more than the deadline is worth.
-
-The trade-off: a store that is down for longer than the total backoff
-(about ``base_delay * 2**retries``) fails the read; raise ``retries`` for flaky
-links rather than hiding outages behind unbounded waits.
+Which errors are transient is decided by ``faults.is_transient``; anything else raises at once.
+The delay of try ``k`` is ``min(max_delay, base_delay * 2**k)`` times a jitter in ``[0.5, 1)``
+derived from the object's name (no clock or pid). With a ``timeout`` each attempt runs on a
+helper thread waited on for the time left, so a stalled endpoint ends in ``DeadlineExceeded``;
+local files are read without it. The trade-off: a store down for longer than the total backoff
+fails the read; raise ``retries`` rather than waiting without bound.
 """
 
 from __future__ import annotations

@@ -1,33 +1,13 @@
 """Partitioned Parquet on any fsspec filesystem, read with pyarrow.
 
-The listing is one ``find`` (or ``glob``) and the footers are read once, when
-the dataset is opened: one tail read per file (``footers``), concurrently in
-``cat_ranges`` calls on an object store, in blocks of files per thread on
-local disk. Only the serialized footer, the size and the rows per row group
-are kept (about 1.3 KiB a file for a few columns); they travel with the source
-into DataLoader workers, so no epoch and no worker lists or reads a footer
-again. Given the series column (``series=``, passed by the dataset), the runs
-of small files come out of the same tail read, so opening costs one request
-per file.
-
-Reading a partition then costs one ``cat_ranges`` call of its column chunks
-(``ranges``): one request per partition for a typical dataset. Local files
-stay on pyarrow's own file reader. A file with more than ``partition_bytes``
-uncompressed bytes is split at row-group boundaries; such a partition reads
-``window + horizon - 1`` rows into the next row groups of its file (its halo),
-so the windows that cross the cut are kept, each yielded once, by the
-partition where it starts. ``read_rows`` / ``read_ranges`` read only the row
-groups covering row ranges (the loader's pieces: a buffer's pieces of one
-partition in one call, one coalesced request on an object store).
-
-Transient store errors are retried (``retry.RetryPolicy``). A file whose
-footer cannot be read raises, or with ``on_error="skip"`` is left out and
-recorded in ``skipped``.
-
-The opening of the files (``parquet_open``), the manifest, identities and
-cache versions recorded at open (``parquet_manifest``) and the reads of row
-ranges with their halo (``parquet_rows``) are mixins of ``ParquetSource`` in
-their own modules.
+Opening lists once and reads each footer once (``footers``, ``opening``); only the serialized
+footer, the size and the rows per row group are kept, and they travel with the source into
+DataLoader workers. Given the series column, the runs of small files come out of the same tail
+read. Reading a partition costs one ``cat_ranges`` call of its column chunks (``ranges``); local
+files stay on pyarrow's reader. A file over ``partition_bytes`` is split at row groups, and
+each such partition reads ``window + horizon - 1`` rows past its end (its halo) so no window is
+lost at a cut. The opening, the manifest and the row-range reads are mixins in ``opening``,
+``manifest`` and ``rows``.
 """
 
 from __future__ import annotations

@@ -1,37 +1,16 @@
-"""The dataset index: every file's footer, identity, row groups and series runs in one object.
+"""The dataset index: every file's footer, identity, row groups and series runs in one file.
 
-Opening a Parquet dataset reads each file's footer: one request per object,
-and every rank of a job makes them all. ``dask-windows index PATH`` (and
-``convert``) writes ``_dask_windows_index.dwi`` beside the files: per file its
-path, size and version (ETag on an object store, ``mtime`` in ns on local
-disk, as ``identity`` records them), the rows and uncompressed bytes of each
-row group, the series runs of the column it was written for, and the footer
-cut down to what reading needs (``footer_compact``: about 200 bytes per column
-chunk instead of 600-900; each schema's ``ARROW:schema`` kept once). The index
-is itself a Parquet file (one row per data file), so it is compressed and read
-by one request.
+``dask-windows index PATH`` (and ``convert``) writes ``_dask_windows_index.dwi`` beside the
+files, itself a Parquet file of one row per data file: path, size, version, rows and bytes of
+each row group, the series runs, and the footer cut down by ``footer_compact``. Opening with it
+costs one read instead of one per file (on an object store no listing either:
+``footer_share.open_unlisted``). The SHA-256 of the whole file sits in its own footer
+(``_SUM_KEY``) and is checked before any byte is parsed; paths are relative to the index's
+folder, so a folder moved with its index opens. An index of format 1 is warned about beside
+the data, and raises when named with ``index=``.
 
-Opening with an index (found beside the data, or ``index=PATH``) costs one
-read of it instead of one read per file: on an object store no listing either
-(``footer_share.open_unlisted``: the index is the source of truth; a file
-deleted or rewritten since fails at its read, naming the index, and
-``dask-windows index --verify`` lists and compares), on local disk after a
-listing without ``stat`` (a file added or deleted raises ``DataError`` at
-open, one changed at its first read, naming the file and the remedy).
-
-Format 2 makes a damaged index harmless: the SHA-256 of the whole file sits in
-its own Parquet footer (``_SUM_KEY``, computed with that value as zeros) and
-is checked before any byte is parsed (``verify_checksum``), then every number
-against its bounds (``index_open.read_index``); its paths are relative to the
-folder the index is in (``root`` in the header: ``"."`` beside the data), so
-a folder moved or copied with its index opens. An index of format 1 (no
-checksum, an absolute root) found beside the data is warned about and every
-footer read; named with ``index=`` it raises with the remedy.
-
-The trade-off: the index holds only the compact footer, so a reader that
-wanted min/max statistics would not find them here (the loader uses none after
-open); and a rewrite that keeps a file's size and version is not seen, as
-without an index.
+The trade-off: the index holds no min/max statistics, and a rewrite keeping a file's size and
+version is not seen, as without an index.
 """
 
 from __future__ import annotations

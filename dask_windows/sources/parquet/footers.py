@@ -1,22 +1,11 @@
 """Opening Parquet files: one listing, one tail read per file, and only what planning needs kept.
 
-The listing (``list_files``) is one ``find`` or ``glob`` that also gives the sizes.
-
-Each file's last ``FOOTER_BYTES`` are read once (a ``cat_ranges`` call of
-``TAIL_BATCH`` tails on an object store, one ``pread`` on local disk); a
-second read only for a footer larger than that. From the parsed footer the
-source keeps a ``Footer``: the serialized footer bytes (about 1 KiB for a
-file of a few columns), the file size and the rows per row group, never the
-parsed ``FileMetaData`` (about 12 KiB of C++ objects each, 1.25 GiB for
-100,000 files). A partition read parses the bytes again, which costs tens of
-microseconds against milliseconds of reading.
-
-With the series column known at open, the runs of one series are found from
-what the tail read already holds: from the footer's statistics when every row
-group holds one integer series id (min equals max), or by decoding the series
-column out of the tail when the tail is the whole file. Either way opening a
-small file costs one request and one read, the series scan included; other
-files are scanned by the source as before.
+The listing (``list_files``) is one ``find`` or ``glob`` that also gives the sizes. Each file's
+last ``FOOTER_BYTES`` are read once (a second read only for a larger footer), and a ``Footer``
+keeps the serialized bytes, not the parsed ``FileMetaData`` (about 12 KiB of C++ objects each):
+a read parses the bytes again, tens of microseconds against milliseconds of reading. The series
+runs come from the tail too, from the footer's statistics or by decoding a tail that is the
+whole file.
 """
 
 from __future__ import annotations

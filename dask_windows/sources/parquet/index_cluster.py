@@ -1,19 +1,9 @@
 """The dataset index built on a Dask cluster: ``write_index(client=...)``, ``dask-windows index --scheduler``.
 
-On one node the build reads every footer, and the series column of each file
-whose runs its footer does not tell, on threads of one process: about 5 ms an
-object on an object store, 90 minutes for 10^6 objects. Here the store is
-listed once on the client (an object's size and version come from that
-listing, as on one node), the listing is cut into contiguous blocks, and each
-block is opened on a worker by a ``ParquetSource`` of its files (``threads``
-concurrent reads there) which returns its entries: footer, identity, schema
-and series runs (``index_writer.source_entries``). The client writes the index
-from the entries as the one-node build does (``index_writer.entries_index``),
-so the bytes are the same.
-
-The trade-off: every file's footer passes through the client (the one-node
-build holds them all too, before compacting them into the index), and the
-workers must reach the data by the same path or URL as the client.
+The store is listed once on the client; blocks of the listing are opened on workers by a
+``ParquetSource`` each, which return their entries (``index_writer.source_entries``), and the
+client writes the same bytes as a one-node build. The trade-off: every footer passes through
+the client, and the workers must reach the data by the client's path or URL.
 """
 
 from __future__ import annotations

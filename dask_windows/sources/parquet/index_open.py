@@ -1,31 +1,11 @@
 """Opening a Parquet dataset from its index, columnar: no Python object per file until one is asked for.
 
-``footer_index`` reads the index (one Parquet file, one row per data file);
-this module turns it into what ``ParquetSource`` keeps, as a few numpy arrays
-over all files instead of a ``Footer``, a ``FileIdentity``, a runs array and
-a dict entry per file:
-
-* ``IndexedFiles`` holds the columns, in the listing's order: sizes, versions,
-  rows per row group (flat, with offsets), the compact footers and their
-  digests (one byte array each, with offsets), schema numbers and the series
-  runs (flat ``starts``, ``lengths``, ``keys`` with offsets);
-* ``footers``, ``identities`` and ``runs`` are read-only mappings by path over
-  them, which build a file's ``IndexedFooter``, ``FileIdentity`` or runs when
-  a read asks for it (a path is found by bisection in the sorted listing, or
-  a dict for a list given out of order).
-
-The identities are compared with the listing at open only where there is one
-and it already holds them (an object store opened from its index is not listed:
-``footer_share.open_unlisted``). The index is read by ``read_index``: its
-checksum, then bounds on every number (``_check_numbers``). A
-local file's size and ``mtime`` are compared at each read of it
-(``IndexedIdentities.check_local``, one ``stat``, as without an index) rather
-than at open: one ``stat`` per file costs 15-25 s for 10^6 files, before the
-first batch. A file changed after the index was written then raises at its
-first read, naming the file and the index as stale.
-
-The trade-off: a path look-up costs a bisection (a few microseconds) on every
-footer a read asks for, against holding 10^6 dict entries and objects.
+``IndexedFiles`` holds the index's columns as numpy arrays (sizes, versions, rows per row group,
+compact footers, digests, schema numbers, series runs); ``IndexedFooters``, ``IndexedIdentities``
+and ``IndexedRuns`` are read-only mappings by path over them. The index's checksum and the
+bounds of every number are checked when it is read. A local file is compared with the index at
+its first read (one ``stat``), not at open. The trade-off: a path look-up costs a bisection on
+every footer a read asks for, against holding a dict entry and objects per file.
 """
 
 from __future__ import annotations

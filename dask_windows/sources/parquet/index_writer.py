@@ -1,9 +1,4 @@
-"""Writing the dataset index (``footer_index``): ``write_index`` and ``index_bytes``.
-
-Apart from ``footer_index`` because writing opens a ``ParquetSource`` (which
-reads indexes through ``footer_share``): the writer may import the source,
-the reader may not.
-"""
+"""Writing the dataset index (``footer_index``); apart from it because writing opens a ``ParquetSource``."""
 
 from __future__ import annotations
 

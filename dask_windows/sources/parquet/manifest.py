@@ -1,12 +1,7 @@
-"""What ``ParquetSource`` records and checks at open: the manifest, file identities, cache versions.
+"""What ``ParquetSource`` records at open: the manifest, file identities, cache versions (a mixin).
 
-Moved out of ``parquet`` unchanged, as the ``ParquetManifest`` mixin of
-``ParquetSource``: a ``dask-windows convert`` manifest is loaded when it
-describes exactly the files and row counts opened (else it is warned about and
-the series column is scanned; a spread, version-2 manifest raises instead);
-each file's size and version are recorded for the checks at local reads and the
-resume fingerprint (``identity``), and for the keys of the local cache
-(``cache_dir=``).
+A ``dask-windows convert`` manifest is used when it describes exactly the files opened (else it
+is warned about and the series column is scanned; a version-2 manifest raises instead).
 """
 
 from __future__ import annotations

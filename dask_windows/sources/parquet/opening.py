@@ -1,19 +1,9 @@
-"""Opening Parquet files for ``ParquetSource``: one tail read per file, footers parsed, schemas shared.
+"""Opening Parquet files for ``ParquetSource`` (a mixin): one tail read per file, schemas shared.
 
-Moved out of ``parquet`` as the ``ParquetOpening`` mixin of
-``ParquetSource``: every file is opened from one tail read (concurrent
-``cat_ranges`` calls on an object store; on local disk one ``open``/``fstat``/
-``pread``/``close``, whose ``fstat`` is the file's identity), its footer parsed
-and kept compact (``footers``), its schema shared with the files that have the
-same, and the series runs the tail tells kept. Unreadable files raise, or are
-recorded and left out with ``on_error="skip"``. See ``parquet`` for the trade-offs.
-
-Local opening is CPU work once the files are cached (about 40 us a file, over
-half of it holding the GIL), so it stays on one thread while that thread
-computes, and goes to ``LOCAL_OPEN_THREADS`` threads only while it waits (a
-cold disk, a network filesystem): 16 threads trading the GIL took four times
-the CPU time of one. A file the fast path cannot open is opened again the
-retried way, which reports what is wrong.
+Unreadable files raise, or are recorded and left out with ``on_error="skip"``. Local opening is
+CPU work once files are cached, so it stays on one thread while that thread computes and goes to
+``LOCAL_OPEN_THREADS`` threads only while it waits (threads trading the GIL cost more CPU). A
+file the fast local path cannot open is opened again the retried way, which reports the fault.
 """
 
 from __future__ import annotations

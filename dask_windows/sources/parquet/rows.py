@@ -1,12 +1,8 @@
-"""Row ranges of ``ParquetSource`` partitions: row groups covering them, and the halo.
+"""Row ranges of ``ParquetSource`` partitions (a mixin): the row groups covering them, and the halo.
 
-Moved out of ``parquet`` unchanged, as the ``ParquetRows`` mixin of
-``ParquetSource``: a partition cut at row groups reads ``window + horizon - 1``
-rows past its end inside its file (its halo, see ``set_window``);
-``read_rows`` and ``read_ranges`` read only the row groups covering the rows
-asked for (``read_ranges``: several ranges in one read, one coalesced request
-on an object store), and ``_halo_runs`` joins a partition's runs with its halo's.
-``decode_units`` gives the row groups' bounds, along which the pool's units are cut.
+A partition cut at row groups reads ``window + horizon - 1`` rows past its end inside its file;
+``read_ranges`` reads several ranges in one coalesced request; ``decode_units`` gives the row
+group bounds the pool's units follow.
 """
 
 from __future__ import annotations
