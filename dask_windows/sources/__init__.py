@@ -54,16 +54,14 @@ def open_source(
     on_error: str = "raise",
     **options: Any,
 ) -> Source:
-    """Pick the source for ``data``: a path/URL/list of paths, a Dask DataFrame, or numpy arrays.
+    """The source for ``data``: a path/URL/list of paths, a Dask DataFrame, numpy arrays, Arrow-like data
+    or a ready ``Source`` (returned as is).
 
     Args:
-        data: What to read, or a ready ``Source`` (returned as is).
-        storage_options: Passed to fsspec for paths and URLs.
-        series: The series column (a hint: a Dask source scans it while counting rows), or for one
-            2-D array a ``(rows,)`` series id vector.
+        series: The series column (a hint for scans at open), or for one 2-D array a ``(rows,)`` id vector.
         retry: Retries of transient storage errors.
         on_error: ``"raise"`` or ``"skip"`` for partitions unreadable when the source is opened.
-        **options: ``partition_bytes`` (Parquet), ``partition_rows`` (arrays), ``threads``.
+        **options: ``partition_bytes`` (Parquet), ``partition_rows`` (arrays), ``threads``, ...
     """
     check_on_error(on_error)
     if storage_options is not None and not isinstance(storage_options, dict):

@@ -97,9 +97,9 @@ class ArraySource(Source):
 
     Args:
         arrays: The series, in canonical order.
-        partition_rows: Consecutive small arrays are grouped into partitions of about this many rows;
-            a longer array is cut into partitions of this many rows (overlapping by a window's span).
-        series_ids: Per array, the series id reported as the run key (default: the array's position).
+        partition_rows: Small arrays are grouped into partitions of about this many rows; a longer
+            array is cut into partitions of this many rows (overlapping by a window's span).
+        series_ids: Per array, the series id reported as the run key (default: its position).
     """
 
     def __init__(

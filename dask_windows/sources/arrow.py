@@ -65,11 +65,8 @@ def _column_numpy(column: Any) -> np.ndarray:
 def numpy_column(column: Any) -> np.ndarray:
     """A (chunked) Arrow column as a 1-D numpy array, as ``to_numpy()`` gives it, for numbers without pandas.
 
-    pyarrow's ``to_numpy`` runs its pandas converter, whose first call in a process imports pandas
-    (0.3-1 s on two cores, paid by the first read of a pass: on the way to the first batch). An
-    integer or floating column without nulls is one fixed-width buffer per chunk: viewed as it is
-    (one chunk, no copy, read-only like ``to_numpy``'s view) or joined (several chunks, one copy,
-    as ``to_numpy`` does). Anything else (nulls, booleans, dictionaries, dates...) takes ``to_numpy``.
+    ``to_numpy`` imports pandas on its first call (0.3-1 s on the way to the first batch). Integer
+    or floating columns without nulls are viewed (one chunk) or joined; anything else takes ``to_numpy``.
     """
     import pyarrow as pa
 
@@ -113,13 +110,9 @@ class _MappedTable:
 
 
 def memory_mapped(paths: str | Sequence[str], stream: bool = False) -> _MappedTable:
-    """Arrow IPC (Feather v2) files as one memory-mapped table, for ``WindowDataset``.
-
-    DataLoader workers receive the file names and map the files themselves: no copy per worker.
-
-    Args:
-        paths: One file or several, concatenated in order.
-        stream: The files are in the IPC stream format (Hugging Face cache files) instead of the file format.
+    """Arrow IPC (Feather v2) files (``paths``, concatenated) as one memory-mapped table, for
+    ``WindowDataset``; DataLoader workers receive the names and map the files themselves.
+    ``stream``: the files are in the IPC stream format (Hugging Face cache files).
     """
     return _MappedTable([paths] if isinstance(paths, str) else paths, stream)
 
@@ -203,8 +196,7 @@ class ArrowSource(Source):
     """Windows from an Arrow table in memory or a ``pyarrow.dataset.Dataset`` of files.
 
     Args:
-        data: What ``arrow_table`` accepts: a pyarrow ``Table``/``RecordBatch``/``dataset.Dataset``, a pandas or
-            Polars DataFrame, a Polars LazyFrame, a Hugging Face ``datasets.Dataset``, a ``deltalake.DeltaTable``.
+        data: What ``arrow_table`` accepts.
         series: The series column (tables in memory cut partitions where it changes).
         partition_rows: Rows per partition of a table in memory.
         partition_bytes: Parquet fragments with more uncompressed bytes are split at row groups.

@@ -31,12 +31,8 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)  # one per partition: no per-instance dict
 class Partition:
-    """One unit of reading.
-
-    Attributes:
-        name: Where it lives, for messages (``path`` or ``path[row groups 2-3]``).
-        num_rows: Rows it holds.
-        key: What the source needs to read it (path and row groups, array ids, ...).
+    """One unit of reading: ``name`` for messages (``path[row groups 2-3]``), ``num_rows``, and ``key``,
+    what the source needs to read it.
     """
 
     name: str
@@ -59,16 +55,8 @@ def partition_names(partitions: Sequence[Partition]) -> Sequence[str]:
 
 
 class PartitionReader:
-    """Reads the partitions of one iteration, in the order given when it was made.
-
-    The base reader reads each partition when asked; a source that can start
-    work early (``DaskSource`` keeps the next partitions computing on the
-    cluster) returns its own reader.
-
-    Args:
-        source: The source to read from.
-        indices: Partitions in the order they will be asked for.
-        columns: Columns to read.
+    """Reads the partitions ``indices`` of one iteration, in that order; a source that can start work
+    early (``DaskSource``) returns its own.
     """
 
     def __init__(self, source: Source, indices: Sequence[int], columns: Sequence) -> None:
@@ -93,11 +81,10 @@ class PartitionReader:
 
 
 class Source:
-    """Base of all sources: a list of partitions and a way to read one.
+    """Base of all sources: ``partitions`` in canonical order, and reads of them.
 
     Attributes:
         description: What the data is, for messages.
-        partitions: Partitions in canonical order.
         skipped: Partitions left out when the source was opened (``on_error="skip"``).
     """
 

@@ -57,19 +57,16 @@ class RangeCache:
     """Byte ranges of remote objects kept in a local folder under a byte budget.
 
     Args:
-        directory: The cache folder (created if missing); share it between the processes of a machine.
-            The entries go into its subfolder ``OWN_FOLDER`` (``root``); other files are left alone.
+        directory: The cache folder (created if missing), shared by the processes of a machine; the
+            entries go into its subfolder ``OWN_FOLDER`` (``root``).
         max_bytes: Most bytes the entries may take; ``None``: no limit.
         keep_seconds: Entries used within this long are not evicted for new ones (``cache_policy``).
 
     Raises:
-        ConfigError: the folder cannot be made, or ``OWN_FOLDER`` exists holding files the cache did
-            not write (no ``MARKER_NAME``).
+        ConfigError: The folder cannot be made, or ``OWN_FOLDER`` holds files without ``MARKER_NAME``.
 
     Attributes:
-        root: The folder holding the entries.
-        hits: Reads served from disk in this process.
-        misses: Reads fetched from the store in this process.
+        hits, misses: Reads served from disk, and fetched from the store, in this process.
     """
 
     def __init__(
@@ -96,17 +93,8 @@ class RangeCache:
         ranges: Sequence[tuple[int, int]],
         fetch: Callable[[list[tuple[int, int]]], list[Any]],
     ) -> list[Any]:
-        """The bytes of ``ranges`` (column chunks) of ``url``: from the cache, the missing ones fetched and stored.
-
-        Args:
-            url: The object.
-            version: Its ``object_version``.
-            ranges: ``[start, stop)`` byte ranges; each is one entry.
-            fetch: Reads a list of ranges from the store (in as few requests as it likes), one
-                bytes-like per range.
-
-        Returns:
-            One bytes-like per range of ``ranges``.
+        """The bytes of ``ranges`` (column chunks, one entry each) of ``url`` at ``version``: from the cache,
+        the missing ones read by ``fetch`` (a list of ranges -> one bytes-like each) and stored.
         """
         paths = [self.path_of(url, version, r) for r in ranges]
         blobs: list[Any] = [self._read(path, b - a) for path, (a, b) in zip(paths, ranges)]

@@ -25,18 +25,9 @@ def evictions(
     now_ns: int,
     keep_seconds: float = KEEP_SECONDS,
 ) -> list[int] | None:
-    """The entries to evict so that ``needed`` more bytes fit, or ``None`` when they may not.
-
-    Args:
-        entries: ``(last use in ns, name, bytes)`` of every entry, oldest first.
-        total: Bytes the folder holds now.
-        max_bytes: The budget; ``None``: no limit.
-        needed: Bytes to store.
-        now_ns: The time now, in ns (``time.time_ns()``).
-        keep_seconds: Entries used within this long are never evicted.
-
-    Returns:
-        Indices into ``entries`` (oldest first) to evict, or ``None``: do not store.
+    """Indices into ``entries`` (``(last use in ns, name, bytes)``, oldest first) to evict so that
+    ``needed`` more bytes fit beside ``total`` under ``max_bytes`` (``None``: no limit), or ``None``
+    when they may not (entries used within ``keep_seconds`` of ``now_ns`` are never evicted).
     """
     if max_bytes is None:
         return []

@@ -139,16 +139,14 @@ class _DaskReader(PartitionReader):
 class DaskSource(Source):
     """A Dask DataFrame; partition ``i`` is ``ddf.partitions[i]``.
 
-    A piece of a partition costs computing the whole partition, so the loader reads whole
-    partitions by default (``default_pieces_per_partition = 1``); pass ``pieces_per_partition``
-    to mix more at that price (best on a ``persist()``-ed frame).
+    A piece costs computing the whole partition, so the loader reads whole partitions by default.
 
     Args:
         ddf: The frame (a Dask Series is taken as a one-column frame).
-        series: The series column, when known: its runs are found in the same pass that counts rows.
+        series: The series column, when known: its runs are found in the pass that counts rows.
         retry: Retries of transient failures (an int of retries or a ``RetryPolicy``).
-        on_error: ``"raise"`` if a partition fails during the counting pass, or ``"skip"`` it: it is
-            then given no rows and recorded in ``skipped``.
+        on_error: ``"raise"`` if a partition fails in the counting pass, or ``"skip"`` it (no rows,
+            recorded in ``skipped``).
         read_ahead: Partitions kept computing on the cluster ahead of the one being read.
     """
 
@@ -254,13 +252,8 @@ class DaskSource(Source):
         return self.ddf[list(columns)]
 
     def delayed_partitions(self, columns: Sequence) -> list:
-        """One ``Delayed`` per partition of the frame projected on ``columns``, built once.
-
-        The graph is optimised and materialised here, in the calling thread, once per column
-        set: later computes hand the scheduler a plain graph. Building a fresh expression per
-        partition from the prefetch thread would re-run Dask's metadata inference each time
-        and, on Python 3.11, can deadlock with the in-process scheduler on the expression
-        classes' ``cached_property`` locks.
+        """One ``Delayed`` per partition of the frame projected on ``columns``, built once per column set in
+        the calling thread (built on the prefetch thread, Dask's expression locks can deadlock).
         """
         key = tuple(columns)
         with self._lock:

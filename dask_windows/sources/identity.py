@@ -25,12 +25,8 @@ VERSION_KEYS = ("ETag", "etag", "md5Hash", "generation", "version_id", "VersionI
 
 @dataclass(frozen=True, slots=True)  # one per file: no per-instance dict
 class FileIdentity:
-    """What a file was when the dataset was opened.
-
-    Attributes:
-        size: Bytes, or ``None`` when the store did not say.
-        version: ETag / generation as text, a local file's modification time in ns (an int: one
-            identity is kept per file), or ``None``.
+    """What a file was when the dataset was opened: ``size`` in bytes and ``version`` (ETag or
+    generation as text, a local ``mtime`` in ns as an int), each ``None`` when unknown.
     """
 
     size: int | None
@@ -77,11 +73,8 @@ def changed(path: str, expected: FileIdentity | None) -> FileIdentity | None:
 
 
 def check_local(path: str, expected: FileIdentity | None) -> None:
-    """Raise ``SourceReadError`` when local ``path`` is no longer the file planned at open.
-
-    Raises:
-        SourceReadError: naming the file, what changed and the remedy (``kind`` ``"corrupt"``:
-            ``on_error="skip"`` may leave it out, since its planned rows no longer exist).
+    """Raise ``SourceReadError`` (``kind`` ``"corrupt"``) naming the file, the change and the remedy
+    when local ``path`` is no longer the file planned at open.
     """
     now = changed(path, expected)
     if now is None:
@@ -101,12 +94,8 @@ class FooterDigest(bytes):
 
 
 def digest(files: Iterable[tuple[int | None, Any]]) -> str:
-    """A short hash of each file's size and Parquet footer, in order (for the resume fingerprint).
-
-    Args:
-        files: ``(size, footer)`` per file, in canonical order; the footer is its serialised bytes,
-            their SHA-256 as a ``FooterDigest``, a ``pyarrow.parquet.FileMetaData`` (its serialised
-            form is hashed) or ``None``.
+    """A short hash of each file's ``(size, footer)``, in order, for the resume fingerprint; a footer is
+    its bytes, their SHA-256 as a ``FooterDigest``, a ``FileMetaData`` (pickled) or ``None``.
     """
     out = hashlib.sha256()
     for size, footer in files:

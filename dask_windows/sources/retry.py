@@ -59,14 +59,9 @@ def _bounded(fn: Callable[[], T], seconds: float, what: str) -> T:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How often and how patiently a storage call is tried.
-
-    Attributes:
-        retries: Attempts after the first one (``0`` never retries).
-        base_delay: Seconds before the first retry; doubles with each retry.
-        max_delay: Cap of one delay, in seconds.
-        transient: Predicate deciding whether an exception is worth another try.
-        timeout: Seconds one call may take, retries included (``None``: no deadline).
+    """How often and how patiently a storage call is tried: ``retries`` after the first attempt, the
+    first delay ``base_delay`` doubling up to ``max_delay`` seconds, the ``transient`` predicate, and
+    the ``timeout`` of one call in seconds, retries included (``None``: no deadline).
     """
 
     retries: int = RETRIES
@@ -102,20 +97,11 @@ class RetryPolicy:
         )
 
     def call(self, fn: Callable[[], T], what: str, timeout: float | None = None) -> T:
-        """Run ``fn()``, retrying transient failures; the last failure propagates unchanged.
+        """Run ``fn()`` (a storage call on object ``what``), retrying transient failures.
 
-        Args:
-            fn: The storage call.
-            what: The object it touches, for logs and the backoff jitter.
-            timeout: Deadline of this call in seconds, retries included (default ``self.timeout``);
-                past it ``DeadlineExceeded`` (a ``TimeoutError``) is raised and nothing is retried.
-
-        Returns:
-            What ``fn`` returned.
-
-        Raises:
-            Exception: Whatever ``fn`` raised on its last attempt or on a permanent failure;
-                ``attempts`` (an int) is set on it when it can be, for the caller's message.
+        ``timeout`` (default ``self.timeout``) bounds the call, retries included: past it
+        ``DeadlineExceeded`` is raised and nothing is retried. The last failure propagates unchanged,
+        with ``attempts`` set on it when it can be.
         """
         attempt = 0
         seconds = self.timeout if timeout is None else timeout

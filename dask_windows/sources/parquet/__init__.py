@@ -36,11 +36,7 @@ from dask_windows.sources.base import DEFAULT_PARTITION_BYTES, Partition, Source
 from dask_windows.sources.cache import split_merged
 from dask_windows.sources.parquet.footer_index import footer_digest
 from dask_windows.sources.parquet.footer_share import open_footers, open_unlisted
-from dask_windows.sources.parquet.footers import (
-    Footer,
-    list_files,
-    paused_gc,
-)
+from dask_windows.sources.parquet.footers import Footer, is_local, list_files, paused_gc
 from dask_windows.sources.parquet.index_open import IndexedFiles, adopt_index
 from dask_windows.sources.parquet.manifest import ParquetManifest
 from dask_windows.sources.parquet.opening import ParquetOpening
@@ -57,12 +53,6 @@ log = logging.getLogger(__name__)
 PARQUET_SUFFIXES = (".parquet", ".parq", ".pq")
 
 
-def _is_local(fs: Any) -> bool:
-    from fsspec.implementations.local import LocalFileSystem
-
-    return isinstance(fs, LocalFileSystem)
-
-
 class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
     """Partitioned Parquet on any fsspec filesystem.
 
@@ -70,21 +60,16 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         data: A file, folder, glob or URL, or a list of them (taken in the given order).
         storage_options: Passed to fsspec (credentials, endpoint, ...).
         partition_bytes: Files with more uncompressed bytes are split at row-group boundaries.
-        threads: Threads reading footers when the dataset is opened (local files: at most
-            ``parquet_open.LOCAL_OPEN_THREADS``, and only while the reads wait on the disk).
+        threads: Threads reading footers at open (local files: at most ``LOCAL_OPEN_THREADS``).
         retry: Retries of transient store errors (an int of retries or a ``RetryPolicy``).
-        on_error: ``"raise"`` on a file whose footer cannot be read, or ``"skip"`` it (recorded in ``skipped``).
+        on_error: ``"raise"`` on a file whose footer cannot be read, or ``"skip"`` it (in ``skipped``).
         max_gap: Column chunks of a partition closer than this many bytes are fetched in one request.
-        cache_dir: Keep the bytes read from a remote store in this local folder (shared by the processes
-            of a machine), so later epochs read them from disk (see ``cache``); local files are not cached.
-        cache_bytes: Most bytes ``cache_dir`` may hold (entries unused for 12 hours are evicted, least recently
-            used first; new bytes that do not fit otherwise are not stored); ``None``: no limit.
-        series: The series column, if any: runs that the tail read at open already tells are kept
-            for ``read_runs`` (each given once), so a small file is not read again to scan it.
-        index: The dataset index (``footer_index``): ``None`` uses the one beside a folder or prefix if
-            there is one, a path that one, ``False`` none. Without one, ranks of an initialised
-            ``torch.distributed`` share the footers one of them read (``footer_share``) through
-            ``footer_group``, the process group's ``(store, world size)`` the dataset passes.
+        cache_dir: Keep the bytes read from a remote store in this local folder (``cache``).
+        cache_bytes: Most bytes ``cache_dir`` may hold (``cache_policy``); ``None``: no limit.
+        series: The series column: runs the tail reads at open tell are kept for ``read_runs``.
+        index: The dataset index (``footer_index``): ``None`` the one beside a folder or prefix if
+            any, a path that one, ``False`` none. Without one, the ranks of ``footer_group`` (a process
+            group's ``(store, world size)``) share the footers one of them read (``footer_share``).
     """
 
     reads_in_processes = True
@@ -152,7 +137,7 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
                     "the same dataset)",
                 )
             raise error from exc
-        self.local = _is_local(self.fs)
+        self.local = is_local(self.fs)
         if self.local:
             self.retry = self.retry.unbounded()
         self._pid = os.getpid()
@@ -219,7 +204,7 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
             fs = fsspec.core.url_to_fs(url, **(storage_options or {}))[0]
         except Exception:
             return None  # the listing reports it
-        if _is_local(fs):
+        if is_local(fs):
             return None
         self.fs, self.local = fs, False
         found = self.retry.call(

@@ -99,13 +99,11 @@ def entries_bytes(
     base: str | None = None,
     manifest: bool = True,
 ) -> bytes:
-    """The index of ``files`` as Parquet bytes (see the module docstring).
+    """The index of ``files`` (under the folder or prefix ``root``) as Parquet bytes.
 
-    ``root`` is the folder or prefix the files are under; ``base``, when given, the folder the index
-    is written to: the header then holds ``root`` relative to it (``"."`` beside the data), so that the
-    folder moved or copied with its index still opens. Without it (``None``: another filesystem, or the
-    footers ranks exchange) ``root`` is kept as it is. ``manifest``: whether the folder holds a ``convert``
-    manifest (``False`` spares an open without listing the request that looks for it)."""
+    ``base``: the folder the index is written to, which the header's root is made relative to
+    (``None``: kept as it is). ``manifest``: whether the folder holds a ``convert`` manifest.
+    """
     import pyarrow as pa
 
     prefix = root.rstrip("/") + "/" if root else ""
@@ -198,13 +196,8 @@ class OldIndex(DataError):
 
 
 def verify_checksum(blob: bytes) -> None:
-    """Raise unless ``blob`` is an index of this format whose checksum matches: nothing in it is parsed
-    before this (a damaged Parquet footer can abort the process in pyarrow; a damaged number can ask
-    for any amount of memory).
-
-    Raises:
-        OldIndex: An index of format 1 (it has no checksum).
-        IndexDamaged: Anything else: not an index, truncated, or a byte changed.
+    """Raise ``OldIndex`` (format 1, no checksum) or ``IndexDamaged`` unless ``blob`` is an index whose
+    checksum matches; nothing in it is parsed before (a damaged footer can abort pyarrow).
     """
     at = blob.rfind(_SUM_MARK)
     if at < 0:

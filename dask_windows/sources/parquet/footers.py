@@ -30,10 +30,10 @@ __all__ = [
     "Footer",
     "footer_of",
     "footer_reader",
+    "is_local",
     "list_files",
     "local_tail",
     "map_in_blocks",
-    "parse_footer",
     "paused_gc",
     "read_local",
     "row_group_splits",
@@ -43,12 +43,8 @@ __all__ = [
 
 
 class Footer:
-    """What is kept of one file after opening it.
-
-    Attributes:
-        raw: The serialized footer (thrift metadata, its length and the magic bytes).
-        size: File size in bytes (a lower bound when the store did not list it).
-        rows: Rows of each row group.
+    """What is kept of one file after opening it: ``raw``, the serialized footer (thrift, length,
+    magic); ``size`` in bytes (a lower bound when not listed); ``rows`` of each row group.
     """
 
     __slots__ = ("raw", "rows", "size")
@@ -72,10 +68,8 @@ class Footer:
 def metadata_from_bytes(raw: bytes) -> Any:
     """Parse a serialized footer (thrift metadata, length, magic) into a ``FileMetaData``.
 
-    Through pyarrow's public reader (``ParquetFile`` on the bytes), which raises on damaged bytes:
-    the private function pyarrow unpickles ``FileMetaData`` with took half the time (about 90 us
-    against 160 us for a 3 KiB footer, once per partition read) but aborts the whole process on a
-    footer it cannot parse (a C++ exception it does not raise), so no bytes ever go to it.
+    Through pyarrow's public reader, which raises on damaged bytes (pyarrow's private unpickling
+    path is faster but aborts the process on a footer it cannot parse).
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -83,18 +77,11 @@ def metadata_from_bytes(raw: bytes) -> Any:
     return pq.ParquetFile(pa.BufferReader(raw)).metadata
 
 
-def parse_footer(tail: bytes, path: str) -> tuple[Any, int]:
-    """``(metadata, bytes needed)`` from the last bytes of a Parquet file; metadata ``None`` if ``tail`` is short."""
-    reader, needed = footer_reader(tail, path)
-    return (None if reader is None else reader.metadata), needed
-
-
 def footer_reader(tail: bytes, path: str) -> tuple[Any, int]:
     """``(pyarrow ParquetReader opened on the footer, bytes needed)``; the reader ``None`` if ``tail`` is short.
 
-    The reader rather than its ``FileMetaData``: a caller that asks the metadata for its ``schema``
-    makes a reference cycle (the schema keeps its metadata, which keeps the schema), so that every
-    file's parsed footer waits for the garbage collector; the reader's ``schema_arrow`` does not.
+    The reader, not its ``FileMetaData``: the metadata's ``schema`` makes a reference cycle that
+    leaves every parsed footer to the garbage collector; the reader's ``schema_arrow`` does not.
     """
     if len(tail) < 12 or tail[-4:] != b"PAR1":
         raise SourceReadError(f"{path} does not end with the Parquet magic bytes: it is not Parquet or is truncated")
@@ -102,15 +89,12 @@ def footer_reader(tail: bytes, path: str) -> tuple[Any, int]:
     if needed > len(tail):
         return None, needed
     buffer_reader, parquet_reader = _readers()
-    # Bytes read from a file are untrusted: pyarrow's unpickling fast path aborts the process on a
-    # damaged footer (a C++ exception it cannot raise), a reader's open raises.
     source = buffer_reader(tail[-needed:] if needed < len(tail) else tail)
     if parquet_reader is None:  # pragma: no cover - a pyarrow without it: read_metadata's own reader
         import pyarrow.parquet as pq
 
         return pq.ParquetFile(source), needed
-    # What read_metadata does, without ParquetFile's Python set-up (half the time per file).
-    reader = parquet_reader()
+    reader = parquet_reader()  # what read_metadata does, without ParquetFile's Python set-up
     reader.open(source)
     return reader, needed
 
@@ -132,6 +116,13 @@ def _readers() -> tuple[Any, Any]:
     return _READERS
 
 
+def is_local(fs: Any) -> bool:
+    """Whether ``fs`` is fsspec's local filesystem."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    return isinstance(fs, LocalFileSystem)
+
+
 def local_tail(path: str, nbytes: int = FOOTER_BYTES) -> tuple[bytes, int]:
     """``(last nbytes of the file, file size)`` of a local file, in one seek and one read."""
     with open(path, "rb") as src:
@@ -143,11 +134,8 @@ def local_tail(path: str, nbytes: int = FOOTER_BYTES) -> tuple[bytes, int]:
 def read_local(path: str, nbytes: int = FOOTER_BYTES) -> tuple[bytes, os.stat_result]:
     """``(tail, stat)`` of a local file: its last ``nbytes`` (or its whole footer when that is larger).
 
-    One ``open``, ``fstat``, ``pread`` and ``close`` on a file descriptor, no Python file object:
-    a quarter of ``local_tail``'s cost per file, and the ``fstat`` is the file's identity at open
-    (the listing needs no ``stat`` of its own). A footer larger than ``nbytes`` costs a second
-    ``pread``; a file that does not end in Parquet's magic bytes is returned as read, for
-    ``parse_footer`` to report.
+    One ``open``, ``fstat``, ``pread`` and ``close``, no Python file object; the ``fstat`` is the
+    file's identity at open. A file not ending in Parquet's magic is returned as read.
     """
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     try:
@@ -165,13 +153,10 @@ def read_local(path: str, nbytes: int = FOOTER_BYTES) -> tuple[bytes, os.stat_re
 
 @contextlib.contextmanager
 def paused_gc() -> Iterator[None]:
-    """No full garbage collection inside (the collector's thresholds restored after, also on errors).
+    """No full garbage collection inside (the thresholds restored after, also on errors).
 
-    Opening 100,000 files creates a few objects per file that all live on (footers, identities,
-    runs, partitions): each full collection walks all of them again, so those passes grew with
-    the square of the files and took over a third of the open (8.6 of 24.8 s for 100,000).
-    Young collections still run: with none at all the process kept about 10 KiB more RSS per
-    file (the allocator's pattern, not objects: none are left for the collector).
+    Opening many files makes a few lasting objects per file, which every full collection would walk
+    again (the cost grows with the square of the files); young collections still run.
     """
     thresholds = gc.get_threshold()
     gc.set_threshold(thresholds[0], thresholds[1], 10**9)
@@ -182,11 +167,7 @@ def paused_gc() -> Iterator[None]:
 
 
 def map_in_blocks(fn: Callable, items: list, threads: int) -> list:
-    """``[fn(item) for item in items]`` on ``threads`` threads, a contiguous block of items per task.
-
-    Blocks rather than one task per item: for thousands of small files the thread hand-offs
-    would cost more than the footers.
-    """
+    """``[fn(item) for item in items]`` on ``threads`` threads, a contiguous block of items per task."""
     if threads <= 1 or len(items) <= 1:
         return [fn(item) for item in items]
     bounds = np.linspace(0, len(items), min(len(items), threads * 4) + 1).astype(int)
@@ -198,17 +179,8 @@ def map_in_blocks(fn: Callable, items: list, threads: int) -> list:
 def tail_runs(
     meta: Any, schema: Any, series: str, tail: bytes, size: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """The series runs of a whole file from its footer or its tail, or ``None`` when neither tells.
-
-    Args:
-        meta: The file's parsed footer.
-        schema: Its Arrow schema.
-        series: The series column.
-        tail: The bytes read from the end of the file.
-        size: The file size (``len(tail) == size``: the tail is the whole file).
-
-    Returns:
-        ``(run_starts, run_lengths, run_keys)`` as ``Source.read_runs`` gives them.
+    """``(run_starts, run_lengths, run_keys)`` of a whole file from its footer's statistics, or from
+    ``tail`` when it is the whole file (``len(tail) == size``); ``None`` when neither tells.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -227,9 +199,8 @@ def tail_runs(
 
 
 def _runs_from_statistics(meta: Any, schema: Any, series: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """Runs when every row group's integer series column has min == max and no nulls (else ``None``).
-
-    Only integer columns: their statistics are exact, where string statistics may be truncated.
+    """Runs when every row group's integer series column has min == max and no nulls (exact, unlike
+    string statistics), else ``None``.
     """
     import pyarrow as pa
 
@@ -298,13 +269,10 @@ def list_files(
 ) -> tuple[Any, list[str], list[int | None], str]:
     """Resolve a path, glob, URL or list of them to ``(fs, files, sizes, description)`` in one listing.
 
-    ``listed``, when given, receives the listing's ``info`` entries by path (sizes, ETags, mtimes).
-    Suffixes match in any case (``b.PARQUET``); a path given twice in a list raises.
-    ``stat_local=False``: a local folder is listed by names only (sizes ``None``), for a caller
-    that takes each file's size and identity from the ``fstat`` of its own open (``read_local``).
-
-    In a folder, hidden files (``_SUCCESS``, ``.crc``) are left out, and files ending in ``suffixes``
-    are kept when there are any.
+    ``listed`` receives the listing's ``info`` entries by path. In a folder, hidden files
+    (``_SUCCESS``, ``.crc``) are left out, and files ending in ``suffixes`` (any case) are kept when
+    there are any; a path given twice in a list raises. ``stat_local=False`` lists a local folder by
+    names only (sizes ``None``), for a caller that ``fstat``s each file at its open.
     """
     import fsspec
 
@@ -351,12 +319,10 @@ def list_files(
 
 
 def _local_find(fs: Any, root: str, stat: bool = True) -> dict[str, Any] | None:
-    """``fs.find(root, detail=True)`` of a local folder by ``os.scandir``, or ``None`` for anything else.
+    """``fs.find(root, detail=True)`` of a local folder by ``os.scandir`` (``None`` for anything else).
 
-    One ``stat`` per file, kept in the entry (``mtime_ns``: the file's identity at open, no second
-    ``stat``), at a fifth of fsspec's cost per file. Symbolic links are followed as fsspec does; a
-    broken one is listed without a size, so that opening it names it. ``stat=False``: no ``stat``
-    at all (the directory entry tells files from folders), every entry the same size-less one.
+    One ``stat`` per file, kept as ``mtime_ns`` (the identity at open); ``stat=False``: none, every
+    entry the same size-less one. A broken link is listed without a size, so its open names it.
     """
     from fsspec.implementations.local import LocalFileSystem
 

@@ -41,12 +41,12 @@ def listed_entries(url: str, storage_options: dict | None) -> tuple[Listing, str
 
     from dask_windows.sources import identity
     from dask_windows.sources.manifest import read_manifest
-    from dask_windows.sources.parquet import PARQUET_SUFFIXES, _is_local
-    from dask_windows.sources.parquet.footers import list_files
+    from dask_windows.sources.parquet import PARQUET_SUFFIXES
+    from dask_windows.sources.parquet.footers import is_local, list_files
 
     listed: dict = {}
     fs, files, _, _ = list_files(url, storage_options, PARQUET_SUFFIXES, listed, stat_local=False)
-    local = _is_local(fs)
+    local = is_local(fs)
     manifest_series = None
     root = fs._strip_protocol(os.fspath(url)).rstrip("/")
     if not any(ch in url for ch in "*?[") and fs.isdir(root):

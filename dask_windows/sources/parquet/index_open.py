@@ -64,14 +64,11 @@ class IndexedFiles:
     """The columns of an index for the files opened, row ``i`` for ``files[i]``.
 
     Attributes:
-        files: The files, in the listing's order.
         sizes: ``(F,)`` bytes of each file.
-        versions: ``(F,)`` Arrow string array (kept in Arrow: a Python string per file costs ~50 bytes more):
-            each file's version as indexed (ETag text, local ``mtime`` in ns as text) or null.
-        row_offsets: ``(F + 1,)`` where each file's rows per row group begin in ``group_rows``.
-        group_rows: ``(G,)`` rows of every row group, file after file (``group_bytes``: their bytes).
+        versions: ``(F,)`` Arrow strings (no Python string per file): each version as indexed, or null.
+        group_rows, row_offsets: ``(G,)`` rows of every row group, file after file; ``(F + 1,)``
+            where each file's begin (``group_bytes``: their bytes).
         footer_offsets: ``(F + 1,)`` where each compact footer begins in ``footer_data`` (uint8).
-        digests: ``(F, 32)`` uint8: SHA-256 of each file's own footer.
         numbers: ``(F,)`` schema number of each file; ``schemas``, ``kv_fields`` by number.
         runs: ``(starts, lengths, keys, offsets, known, key dtype)`` of the series runs, or ``None``.
     """
@@ -319,21 +316,19 @@ def open_index(
     index_dir: str | None = None,
     read: tuple[Any, dict] | None = None,
 ) -> IndexedFiles:
-    """The files ``files`` opened from the index ``blob`` (at ``where``), columnar.
+    """The listed ``files`` opened from the index ``blob`` (at ``where``), columnar.
 
     Args:
-        files: The files listed (full paths, as the filesystem names them).
         listed: The listing's ``info`` entries by path (sizes and versions on an object store).
-        data_root: The folder or prefix opened (``None`` for a glob or list): when it is the index's own,
-            a file indexed but not listed is reported as deleted.
+        data_root: The folder or prefix opened (``None`` for a glob or list): when it is the index's
+            own, a file indexed but not listed is reported as deleted.
         url: A path as messages show it.
         check: Compare the listing's identities (``False`` for the footers ranks exchange).
-        index_dir: The folder the index is in, as the filesystem names it: the index's paths are
-            relative to it.
+        index_dir: The folder of the index, which its paths are relative to.
         read: ``(table, header)`` of ``blob`` when read already (``read_index``).
 
     Raises:
-        DataError: The index is stale (a file added, deleted, or on an object store changed), naming the file.
+        DataError: The index is stale (a file added, deleted, or changed), naming the file.
     """
     import pyarrow as pa
     import pyarrow.compute as pc

@@ -77,13 +77,10 @@ class ParquetOpening:
     def _open_files(
         self, files: list[str], sizes: list[int | None], threads: int, partition_bytes: int, series: str | None
     ) -> dict[str, _Opened]:
-        """Every file opened from one tail read; unreadable ones raise, or are recorded and left out
-        with ``on_error="skip"``.
-
-        On local disk each thread reads and parses its block of files. An async filesystem (s3fs,
-        gcsfs, adlfs) fetches ``TAIL_BATCH`` tails per ``cat_ranges`` call, concurrently on its event
-        loop; another remote filesystem fetches them on ``threads`` threads. Each batch is parsed
-        before the next is fetched, so at most ``TAIL_BATCH`` tails are held.
+        """Every file opened from one tail read; unreadable ones raise, or with ``on_error="skip"`` are
+        recorded and left out. Remote tails are fetched ``TAIL_BATCH`` at a time (concurrently in one
+        ``cat_ranges`` call on an async filesystem, else on ``threads`` threads), each batch parsed
+        before the next is fetched.
         """
 
         def one(item: tuple) -> _Opened | BaseException:
@@ -308,11 +305,9 @@ def _leaf_column(meta: Any, schema: Any, series: str | None) -> tuple[int, Any]:
 def _open_local(one: Callable[[str], Any], files: list[str], threads: int) -> list:
     """``[one(path) for path in files]``: on this thread while it computes, else on ``threads`` threads.
 
-    The first ``PROBE_FILES`` are opened here; when this thread was on the CPU for most of that
-    time (cached files on a machine with a free core), the rest follow on it too, since threads
-    would only trade the GIL. When it mostly waited (reads from a cold disk, or other processes
-    holding the cores, where the handoffs are rare) the rest go to ``threads`` threads. The choice
-    changes only the speed: results are the same, in the same order.
+    The first ``PROBE_FILES`` are opened here; when this thread was on the CPU for most of that time
+    the rest follow here too (threads would only trade the GIL), else they go to threads. Results
+    are the same either way.
     """
     if threads <= 1 or len(files) <= 2 * PROBE_FILES:
         return [one(path) for path in files]

@@ -21,12 +21,10 @@ class FilePartitions(Sequence[Partition]):
     """Partitions of Parquet files, in file order and row-group order inside a file.
 
     Attributes:
-        files: The files, in the listing's order.
         file_of: ``(P,)`` number in ``files`` of each partition's file (ascending).
-        group_start: ``(P,)`` first row group of each partition.
-        group_stop: ``(P,)`` one past its last.
+        group_start, group_stop: ``(P,)`` first row group of each partition, and one past its last.
         num_rows: ``(P,)`` rows of each partition.
-        cut: ``(P,)`` whether its file is cut into several partitions (its name then says its row groups).
+        cut: ``(P,)`` whether its file is cut into several partitions (its name says its row groups).
     """
 
     def __init__(
