@@ -4,8 +4,7 @@ The sources are the only modules that open files: ``parquet`` (any fsspec URL), 
 ``arrays`` (numpy, ``.npy`` memmaps), ``arrow`` (pandas, pyarrow, Polars, Hugging Face, Delta),
 ``manifest`` (what ``dask-windows convert`` writes) and ``retry`` (transient storage errors).
 ``open_source`` picks one from the type of the data; importing this package imports neither dask
-nor torch.
-"""
+nor torch."""
 
 from __future__ import annotations
 

@@ -5,8 +5,7 @@ Each array is one series, ``(rows, C)``, or one 2-D array is cut into series by 
 of about ``partition_rows`` rows; a longer one is cut into partitions that read
 ``window + horizon - 1`` rows past their end, so each window is yielded once. Memmapped rows are
 copied once and their pages handed back to the kernel, so a memmap larger than memory streams
-in bounded memory; memmaps pickle into DataLoader workers as file references.
-"""
+in bounded memory; memmaps pickle into DataLoader workers as file references."""
 
 from __future__ import annotations
 
@@ -37,10 +36,8 @@ def _memmap_of(array: np.ndarray) -> Any:
 
 
 def _release_pages(block: np.ndarray, owner: Any) -> None:
-    """Drop the resident pages under ``block`` from this process (they stay in the page cache).
-
-    Copy-on-write memmaps (``mode="c"``) are left alone: dropping their pages would drop edits.
-    """
+    """Drop the resident pages under ``block`` from this process (they stay in the page cache); not of
+    copy-on-write memmaps, whose pages hold edits."""
     mm = owner._mmap
     if getattr(owner, "mode", "r") == "c" or not hasattr(mm, "madvise") or block.size == 0:
         return
@@ -132,10 +129,7 @@ class ArraySource(Source):
 
     @classmethod
     def from_series(cls, array: np.ndarray, series: Any, partition_rows: int = DEFAULT_PARTITION_ROWS) -> ArraySource:
-        """One ``(rows, C)`` array (or memmap) cut into series where ``series`` (a ``(rows,)`` id vector) changes.
-
-        Each series is a view of ``array``: nothing is copied until a partition is read.
-        """
+        """One ``(rows, C)`` array cut into series (views) where ``series``, a ``(rows,)`` id vector, changes."""
         ids = np.asarray(series)
         if ids.ndim != 1 or len(ids) != len(array):
             raise ConfigError(

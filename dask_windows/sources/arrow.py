@@ -10,8 +10,7 @@
 The cost of tables in memory: pandas frames are converted once (one copy); spawned DataLoader
 workers each receive a pickled copy, except Hugging Face cache files and ``memory_mapped``
 tables, which travel as file names and are memory-mapped. Data larger than memory: write
-Parquet (``dask-windows convert``).
-"""
+Parquet (``dask-windows convert``)."""
 
 from __future__ import annotations
 
@@ -66,8 +65,7 @@ def numpy_column(column: Any) -> np.ndarray:
     """A (chunked) Arrow column as a 1-D numpy array, as ``to_numpy()`` gives it, for numbers without pandas.
 
     ``to_numpy`` imports pandas on its first call (0.3-1 s on the way to the first batch). Integer
-    or floating columns without nulls are viewed (one chunk) or joined; anything else takes ``to_numpy``.
-    """
+    or floating columns without nulls are viewed (one chunk) or joined; anything else takes ``to_numpy``."""
     import pyarrow as pa
 
     kind = column.type
@@ -112,8 +110,7 @@ class _MappedTable:
 def memory_mapped(paths: str | Sequence[str], stream: bool = False) -> _MappedTable:
     """Arrow IPC (Feather v2) files (``paths``, concatenated) as one memory-mapped table, for
     ``WindowDataset``; DataLoader workers receive the names and map the files themselves.
-    ``stream``: the files are in the IPC stream format (Hugging Face cache files).
-    """
+    ``stream``: the files are in the IPC stream format (Hugging Face cache files)."""
     return _MappedTable([paths] if isinstance(paths, str) else paths, stream)
 
 
@@ -140,12 +137,8 @@ _UNCHANGING_REPLAYS = frozenset({"replace_schema_metadata"})
 
 
 def _is_its_cache_files(table: Any, files: list[str]) -> bool:
-    """Whether a ``datasets`` table is ``files`` as written, so mapping the files reads what it holds.
-
-    ``rename_column``, ``remove_columns``, ``add_column``, ``cast`` or a contiguous ``select`` edit the
-    table in memory and leave the cache files as they were: the table records such an edit as a
-    replay of its memory-mapped blocks, or as a block held in memory beside them.
-    """
+    """Whether a ``datasets`` table is ``files`` as written: edits such as ``rename_column`` or
+    ``add_column`` live only in memory, as replays or blocks beside the memory-mapped ones."""
     rows = getattr(table, "blocks", None) or [[table]]  # a ConcatenationTable: rows of blocks side by side
     if any(len(row) != 1 for row in rows):  # columns joined side by side (add_column)
         return False
@@ -157,11 +150,7 @@ def _is_its_cache_files(table: Any, files: list[str]) -> bool:
 
 
 def arrow_table(data: Any, series: Any = None) -> Any:
-    """The ``pyarrow.Table``, ``_MappedTable`` or ``pyarrow.dataset.Dataset`` behind ``data``.
-
-    Raises:
-        TypeError: ``data`` is none of the supported kinds.
-    """
+    """The ``pyarrow.Table``, ``_MappedTable`` or ``pyarrow.dataset.Dataset`` behind ``data`` (else ``TypeError``)."""
     pa = _need("pyarrow", "pyarrow")
     module = _module_of(data)
     if isinstance(data, _MappedTable):

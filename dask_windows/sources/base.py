@@ -2,8 +2,7 @@
 
 A source exposes ``partitions`` (name and row count, known from metadata) and reads columns of
 one partition, or of row ranges of it (the loader's pieces), as numpy arrays. This module
-imports none of the concrete sources (they import it).
-"""
+imports none of the concrete sources (they import it)."""
 
 from __future__ import annotations
 
@@ -32,8 +31,7 @@ __all__ = [
 @dataclass(frozen=True, slots=True)  # one per partition: no per-instance dict
 class Partition:
     """One unit of reading: ``name`` for messages (``path[row groups 2-3]``), ``num_rows``, and ``key``,
-    what the source needs to read it.
-    """
+    what the source needs to read it."""
 
     name: str
     num_rows: int
@@ -56,8 +54,7 @@ def partition_names(partitions: Sequence[Partition]) -> Sequence[str]:
 
 class PartitionReader:
     """Reads the partitions ``indices`` of one iteration, in that order; a source that can start work
-    early (``DaskSource``) returns its own.
-    """
+    early (``DaskSource``) returns its own."""
 
     def __init__(self, source: Source, indices: Sequence[int], columns: Sequence) -> None:
         self.source = source
@@ -122,11 +119,8 @@ class Source:
         return None
 
     def read_rows(self, index: int, columns: Sequence, lo: int, hi: int) -> dict:
-        """Rows ``[lo, hi)`` of partition ``index``; default: read the partition and slice it.
-
-        Rows count from the partition's first row and may reach into the rows a source reads past
-        the partition's end (its halo) when its runs say so.
-        """
+        """Rows ``[lo, hi)`` of partition ``index``, counted from its first row, maybe reaching into its
+        halo; default: read the partition and slice it."""
         columns = list(columns)
         data = self.read(index, columns)
         if lo == 0 and all(len(v) == hi for v in data.values()):
@@ -150,19 +144,13 @@ class Source:
         return PartitionReader(self, indices, columns)
 
     def set_window(self, span: int, stride: int) -> None:
-        """Learn the rows one window needs (``window + horizon``) and the stride, before runs are scanned.
-
-        Sources whose partitions are cut out of longer series (arrays) use it to
-        overlap neighbouring partitions so no window is lost at a cut.
-        """
+        """Learn the rows one window needs (``window + horizon``) and the stride, before runs are scanned
+        (sources cut out of longer series overlap their partitions by it)."""
 
     def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, ...]:
-        """``(run_starts, run_lengths, run_keys)`` of partition ``index``: its runs of one series.
-
-        A source whose runs are pieces of longer series adds ``(origin, owned)`` (``index.PartitionRuns``).
-
-        With ``series=None`` the whole partition is one run. Only the series column is read.
-        """
+        """``(run_starts, run_lengths, run_keys)`` of partition ``index`` (its runs of one series), read
+        from the series column alone; with ``series=None`` one run. Runs that are pieces of longer series
+        add ``(origin, owned)``."""
         rows = self.partitions[index].num_rows
         if series is None:
             return np.zeros(1, np.int64), np.array([rows], np.int64), np.array([index])

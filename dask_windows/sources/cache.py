@@ -8,8 +8,7 @@ name and renamed into place, writers hold an ``flock`` while they evict and writ
 never exceeds ``max_bytes``), readers take no lock. Eviction follows ``cache_policy``.
 
 The trade-off: one file per column chunk means many small files for small row groups, and a
-writer lists the folder once per partition it stores.
-"""
+writer lists the folder once per partition it stores."""
 
 from __future__ import annotations
 
@@ -94,8 +93,7 @@ class RangeCache:
         fetch: Callable[[list[tuple[int, int]]], list[Any]],
     ) -> list[Any]:
         """The bytes of ``ranges`` (column chunks, one entry each) of ``url`` at ``version``: from the cache,
-        the missing ones read by ``fetch`` (a list of ranges -> one bytes-like each) and stored.
-        """
+        the missing ones read by ``fetch`` (a list of ranges -> one bytes-like each) and stored."""
         paths = [self.path_of(url, version, r) for r in ranges]
         blobs: list[Any] = [self._read(path, b - a) for path, (a, b) in zip(paths, ranges)]
         missing = [i for i, blob in enumerate(blobs) if blob is None]

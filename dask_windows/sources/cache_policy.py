@@ -5,8 +5,7 @@ the scan before the next epoch comes back to it). Here an entry used within ``ke
 kept and new bytes that would need its room are not stored; older entries are evicted least
 recently used first; a fetch's entries are stored all or none. The price: after switching to
 other data, old entries block new ones for ``keep_seconds`` unless the folder is cleared.
-Pure: the caller lists the folder and unlinks.
-"""
+Pure: the caller lists the folder and unlinks."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ def evictions(
 ) -> list[int] | None:
     """Indices into ``entries`` (``(last use in ns, name, bytes)``, oldest first) to evict so that
     ``needed`` more bytes fit beside ``total`` under ``max_bytes`` (``None``: no limit), or ``None``
-    when they may not (entries used within ``keep_seconds`` of ``now_ns`` are never evicted).
-    """
+    when they may not (entries used within ``keep_seconds`` of ``now_ns`` are never evicted)."""
     if max_bytes is None:
         return []
     if needed > max_bytes:

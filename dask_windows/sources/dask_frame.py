@@ -4,8 +4,7 @@ With a ``dask.distributed`` client partitions are computed on the cluster and an
 keeps the next ``read_ahead`` in flight; without one, locally on the prefetch thread. Row counts
 come from the graph where it knows them, else from one pass at open that also finds the series
 runs. A DataLoader worker connects its own client to the scheduler seen at open. The trade-off:
-a partition's graph is recomputed each epoch; ``persist()`` an expensive frame first.
-"""
+a partition's graph is recomputed each epoch; ``persist()`` an expensive frame first."""
 
 from __future__ import annotations
 
@@ -253,8 +252,7 @@ class DaskSource(Source):
 
     def delayed_partitions(self, columns: Sequence) -> list:
         """One ``Delayed`` per partition of the frame projected on ``columns``, built once per column set in
-        the calling thread (built on the prefetch thread, Dask's expression locks can deadlock).
-        """
+        the calling thread (built on the prefetch thread, Dask's expression locks can deadlock)."""
         key = tuple(columns)
         with self._lock:
             if key not in self._delayed:

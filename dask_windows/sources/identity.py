@@ -3,8 +3,7 @@
 Local files are compared at every read (one ``os.stat``); remote files through what the read
 returns (row counts, page checksums), not a second request. The resume fingerprint (``digest``)
 hashes each file's size and footer, so a copied dataset still resumes. The trade-off: a rewrite
-keeping the footer and size is not caught by the fingerprint (local reads still catch it by mtime).
-"""
+keeping the footer and size is not caught by the fingerprint (local reads still catch it by mtime)."""
 
 from __future__ import annotations
 
@@ -26,8 +25,7 @@ VERSION_KEYS = ("ETag", "etag", "md5Hash", "generation", "version_id", "VersionI
 @dataclass(frozen=True, slots=True)  # one per file: no per-instance dict
 class FileIdentity:
     """What a file was when the dataset was opened: ``size`` in bytes and ``version`` (ETag or
-    generation as text, a local ``mtime`` in ns as an int), each ``None`` when unknown.
-    """
+    generation as text, a local ``mtime`` in ns as an int), each ``None`` when unknown."""
 
     size: int | None
     version: str | int | None
@@ -74,8 +72,7 @@ def changed(path: str, expected: FileIdentity | None) -> FileIdentity | None:
 
 def check_local(path: str, expected: FileIdentity | None) -> None:
     """Raise ``SourceReadError`` (``kind`` ``"corrupt"``) naming the file, the change and the remedy
-    when local ``path`` is no longer the file planned at open.
-    """
+    when local ``path`` is no longer the file planned at open."""
     now = changed(path, expected)
     if now is None:
         return
@@ -95,8 +92,7 @@ class FooterDigest(bytes):
 
 def digest(files: Iterable[tuple[int | None, Any]]) -> str:
     """A short hash of each file's ``(size, footer)``, in order, for the resume fingerprint; a footer is
-    its bytes, their SHA-256 as a ``FooterDigest``, a ``FileMetaData`` (pickled) or ``None``.
-    """
+    its bytes, their SHA-256 as a ``FooterDigest``, a ``FileMetaData`` (pickled) or ``None``."""
     out = hashlib.sha256()
     for size, footer in files:
         out.update(str(size).encode() + b"|")

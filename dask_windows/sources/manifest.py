@@ -237,8 +237,7 @@ def span_shortfall(manifest: dict, span: int, stride: int) -> tuple[int, int]:
     """``(lost, total)`` windows when a version-2 dataset is opened with a longer ``span`` than converted for.
 
     Chunks overlap by ``manifest["span"] - 1`` rows; a longer span loses the windows that start in
-    a chunk's last owned rows and end past its overlap. ``(0, 0)`` when nothing can be lost.
-    """
+    a chunk's last owned rows and end past its overlap. ``(0, 0)`` when nothing can be lost."""
     import pandas as pd
 
     from dask_windows.planning.index import run_grid

@@ -5,8 +5,7 @@ The delay of try ``k`` is ``min(max_delay, base_delay * 2**k)`` times a jitter i
 derived from the object's name (no clock or pid). With a ``timeout`` each attempt runs on a
 helper thread waited on for the time left, so a stalled endpoint ends in ``DeadlineExceeded``;
 local files are read without it. The trade-off: a store down for longer than the total backoff
-fails the read; raise ``retries`` rather than waiting without bound.
-"""
+fails the read; raise ``retries`` rather than waiting without bound."""
 
 from __future__ import annotations
 
@@ -61,8 +60,7 @@ def _bounded(fn: Callable[[], T], seconds: float, what: str) -> T:
 class RetryPolicy:
     """How often and how patiently a storage call is tried: ``retries`` after the first attempt, the
     first delay ``base_delay`` doubling up to ``max_delay`` seconds, the ``transient`` predicate, and
-    the ``timeout`` of one call in seconds, retries included (``None``: no deadline).
-    """
+    the ``timeout`` of one call in seconds, retries included (``None``: no deadline)."""
 
     retries: int = RETRIES
     base_delay: float = RETRY_BASE_DELAY
@@ -101,8 +99,7 @@ class RetryPolicy:
 
         ``timeout`` (default ``self.timeout``) bounds the call, retries included: past it
         ``DeadlineExceeded`` is raised and nothing is retried. The last failure propagates unchanged,
-        with ``attempts`` set on it when it can be.
-        """
+        with ``attempts`` set on it when it can be."""
         attempt = 0
         seconds = self.timeout if timeout is None else timeout
         deadline = None if seconds is None else time.monotonic() + seconds

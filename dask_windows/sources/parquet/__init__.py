@@ -7,8 +7,7 @@ read. Reading a partition costs one ``cat_ranges`` call of its column chunks (``
 files stay on pyarrow's reader. A file over ``partition_bytes`` is split at row groups, and
 each such partition reads ``window + horizon - 1`` rows past its end (its halo) so no window is
 lost at a cut. The opening, the manifest and the row-range reads are mixins in ``opening``,
-``manifest`` and ``rows``.
-"""
+``manifest`` and ``rows``."""
 
 from __future__ import annotations
 
@@ -314,11 +313,8 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         return every()
 
     def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, ...]:
-        """Runs from the manifest when it covers ``series``, else those the tail read at open told
-        (once), else from the series column.
-
-        A version-2 (spread) manifest also gives each run's ``origin`` and ``owned`` rows.
-        """
+        """Runs from the manifest when it covers ``series`` (version 2: with ``origin`` and ``owned``),
+        else those the tail read at open told (once), else from the series column."""
         manifest: Any = getattr(self, "_manifest", None)
         spread = manifest is not None and manifest["manifest"]["version"] >= 2
         if spread and series is not None and manifest["series"] != series:

@@ -4,8 +4,7 @@
 statistics (but ``null_count``), encoding statistics, page-index offsets, size statistics and
 key-value metadata; the result is a valid footer. The ``ARROW:schema`` entry is kept once per
 schema by the index and put back by ``with_key_values``. The trade-off: a pure-Python pass of
-about half a millisecond per file, paid when the index is written, never at open.
-"""
+about half a millisecond per file, paid when the index is written, never at open."""
 
 from __future__ import annotations
 
@@ -151,11 +150,8 @@ def _struct(src: _Reader, rule: dict, out: bytearray) -> None:
 
 
 def compact_footer(raw: bytes) -> bytes:
-    """The footer ``raw`` (Thrift ``FileMetaData``, its length, ``PAR1``) without what reading does not need.
-
-    Raises:
-        ValueError: ``raw`` is not a Parquet footer.
-    """
+    """The footer ``raw`` (thrift, length, ``PAR1``) without what reading does not need (``ValueError``
+    when it is not a Parquet footer)."""
     if len(raw) < 12 or raw[-4:] != b"PAR1":
         raise ValueError("not a Parquet footer (no PAR1 magic at its end)")
     out = bytearray()

@@ -10,8 +10,7 @@ folder, so a folder moved with its index opens. An index of format 1 is warned a
 the data, and raises when named with ``index=``.
 
 The trade-off: the index holds no min/max statistics, and a rewrite keeping a file's size and
-version is not seen, as without an index.
-"""
+version is not seen, as without an index."""
 
 from __future__ import annotations
 
@@ -102,8 +101,7 @@ def entries_bytes(
     """The index of ``files`` (under the folder or prefix ``root``) as Parquet bytes.
 
     ``base``: the folder the index is written to, which the header's root is made relative to
-    (``None``: kept as it is). ``manifest``: whether the folder holds a ``convert`` manifest.
-    """
+    (``None``: kept as it is). ``manifest``: whether the folder holds a ``convert`` manifest."""
     import pyarrow as pa
 
     prefix = root.rstrip("/") + "/" if root else ""
@@ -197,8 +195,7 @@ class OldIndex(DataError):
 
 def verify_checksum(blob: bytes) -> None:
     """Raise ``OldIndex`` (format 1, no checksum) or ``IndexDamaged`` unless ``blob`` is an index whose
-    checksum matches; nothing in it is parsed before (a damaged footer can abort pyarrow).
-    """
+    checksum matches; nothing in it is parsed before (a damaged footer can abort pyarrow)."""
     at = blob.rfind(_SUM_MARK)
     if at < 0:
         tail = blob[-(1 << 20) :]  # format 1 had no checksum; a format-2 index whose checksum key is damaged is not one
@@ -262,13 +259,11 @@ def is_index(blob: bytes) -> bool:
 
 
 def _read_table(blob: bytes) -> Any:
-    """The index's table, its checksum verified first (``verify_checksum``), read by pyarrow's public API."""
+    """The index's table, its checksum verified first, one chunk per row group (``read_table`` would cut it)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     verify_checksum(blob)
-    # one chunk per row group (``read_table`` cuts columns into batches of 131,072 rows: joining the
-    # chunks of 10^6 files' footers again cost 0.4-1.8 s)
     return pq.ParquetFile(pa.BufferReader(blob)).read()
 
 

@@ -5,8 +5,7 @@ last ``FOOTER_BYTES`` are read once (a second read only for a larger footer), an
 keeps the serialized bytes, not the parsed ``FileMetaData`` (about 12 KiB of C++ objects each):
 a read parses the bytes again, tens of microseconds against milliseconds of reading. The series
 runs come from the tail too, from the footer's statistics or by decoding a tail that is the
-whole file.
-"""
+whole file."""
 
 from __future__ import annotations
 
@@ -44,8 +43,7 @@ __all__ = [
 
 class Footer:
     """What is kept of one file after opening it: ``raw``, the serialized footer (thrift, length,
-    magic); ``size`` in bytes (a lower bound when not listed); ``rows`` of each row group.
-    """
+    magic); ``size`` in bytes (a lower bound when not listed); ``rows`` of each row group."""
 
     __slots__ = ("raw", "rows", "size")
 
@@ -69,8 +67,7 @@ def metadata_from_bytes(raw: bytes) -> Any:
     """Parse a serialized footer (thrift metadata, length, magic) into a ``FileMetaData``.
 
     Through pyarrow's public reader, which raises on damaged bytes (pyarrow's private unpickling
-    path is faster but aborts the process on a footer it cannot parse).
-    """
+    path is faster but aborts the process on a footer it cannot parse)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -81,8 +78,7 @@ def footer_reader(tail: bytes, path: str) -> tuple[Any, int]:
     """``(pyarrow ParquetReader opened on the footer, bytes needed)``; the reader ``None`` if ``tail`` is short.
 
     The reader, not its ``FileMetaData``: the metadata's ``schema`` makes a reference cycle that
-    leaves every parsed footer to the garbage collector; the reader's ``schema_arrow`` does not.
-    """
+    leaves every parsed footer to the garbage collector; the reader's ``schema_arrow`` does not."""
     if len(tail) < 12 or tail[-4:] != b"PAR1":
         raise SourceReadError(f"{path} does not end with the Parquet magic bytes: it is not Parquet or is truncated")
     needed = int.from_bytes(tail[-8:-4], "little") + 8
@@ -135,8 +131,7 @@ def read_local(path: str, nbytes: int = FOOTER_BYTES) -> tuple[bytes, os.stat_re
     """``(tail, stat)`` of a local file: its last ``nbytes`` (or its whole footer when that is larger).
 
     One ``open``, ``fstat``, ``pread`` and ``close``, no Python file object; the ``fstat`` is the
-    file's identity at open. A file not ending in Parquet's magic is returned as read.
-    """
+    file's identity at open. A file not ending in Parquet's magic is returned as read."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     try:
         stat = os.fstat(fd)
@@ -156,8 +151,7 @@ def paused_gc() -> Iterator[None]:
     """No full garbage collection inside (the thresholds restored after, also on errors).
 
     Opening many files makes a few lasting objects per file, which every full collection would walk
-    again (the cost grows with the square of the files); young collections still run.
-    """
+    again (the cost grows with the square of the files); young collections still run."""
     thresholds = gc.get_threshold()
     gc.set_threshold(thresholds[0], thresholds[1], 10**9)
     try:
@@ -180,8 +174,7 @@ def tail_runs(
     meta: Any, schema: Any, series: str, tail: bytes, size: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """``(run_starts, run_lengths, run_keys)`` of a whole file from its footer's statistics, or from
-    ``tail`` when it is the whole file (``len(tail) == size``); ``None`` when neither tells.
-    """
+    ``tail`` when it is the whole file (``len(tail) == size``); ``None`` when neither tells."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -200,8 +193,7 @@ def tail_runs(
 
 def _runs_from_statistics(meta: Any, schema: Any, series: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Runs when every row group's integer series column has min == max and no nulls (exact, unlike
-    string statistics), else ``None``.
-    """
+    string statistics), else ``None``."""
     import pyarrow as pa
 
     field = schema.field(series)
@@ -272,8 +264,7 @@ def list_files(
     ``listed`` receives the listing's ``info`` entries by path. In a folder, hidden files
     (``_SUCCESS``, ``.crc``) are left out, and files ending in ``suffixes`` (any case) are kept when
     there are any; a path given twice in a list raises. ``stat_local=False`` lists a local folder by
-    names only (sizes ``None``), for a caller that ``fstat``s each file at its open.
-    """
+    names only (sizes ``None``), for a caller that ``fstat``s each file at its open."""
     import fsspec
 
     options = dict(storage_options or {})
@@ -322,8 +313,7 @@ def _local_find(fs: Any, root: str, stat: bool = True) -> dict[str, Any] | None:
     """``fs.find(root, detail=True)`` of a local folder by ``os.scandir`` (``None`` for anything else).
 
     One ``stat`` per file, kept as ``mtime_ns`` (the identity at open); ``stat=False``: none, every
-    entry the same size-less one. A broken link is listed without a size, so its open names it.
-    """
+    entry the same size-less one. A broken link is listed without a size, so its open names it."""
     from fsspec.implementations.local import LocalFileSystem
 
     if os.name != "posix" or not isinstance(fs, LocalFileSystem) or not os.path.isdir(root):

@@ -3,8 +3,7 @@
 The store is listed once on the client; blocks of the listing are opened on workers by a
 ``ParquetSource`` each, which return their entries (``index_writer.source_entries``), and the
 client writes the same bytes as a one-node build. The trade-off: every footer passes through
-the client, and the workers must reach the data by the client's path or URL.
-"""
+the client, and the workers must reach the data by the client's path or URL."""
 
 from __future__ import annotations
 
@@ -67,12 +66,9 @@ def cluster_entries(
     threads: int,
     listing: Listing | None = None,
 ) -> list[tuple]:
-    """``entries_of(source, scan_series, threads)`` (``index_writer.source_entries``) of the files ``urls``,
-    each block of contiguous files opened as a ``ParquetSource`` on one of ``client``'s workers.
-
-    ``open_series``: the series column the blocks are opened with (the runs their tails tell);
-    ``scan_series``: the one whose runs the entries hold. ``listing``: identities from the client's
-    listing replace those a worker's source of a list of URLs cannot know (an object store's)."""
+    """``entries_of(source, scan_series, threads)`` of the files ``urls``, each block of files opened
+    (with ``open_series``) as a ``ParquetSource`` on one of ``client``'s workers; ``listing``'s
+    identities replace those a worker cannot know (an object store's)."""
     workers = len(client.scheduler_info().get("workers", {}))
     if workers == 0:
         try:

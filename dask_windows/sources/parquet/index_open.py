@@ -5,8 +5,7 @@ compact footers, digests, schema numbers, series runs); ``IndexedFooters``, ``In
 and ``IndexedRuns`` are read-only mappings by path over them. The index's checksum and the
 bounds of every number are checked when it is read. A local file is compared with the index at
 its first read (one ``stat``), not at open. The trade-off: a path look-up costs a bisection on
-every footer a read asks for, against holding a dict entry and objects per file.
-"""
+every footer a read asks for, against holding a dict entry and objects per file."""
 
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from dask_windows.errors import DataError
-from dask_windows.sources.identity import FileIdentity, from_info
+from dask_windows.sources.identity import VERSION_KEYS, FileIdentity, from_info
 from dask_windows.sources.parquet.footer_compact import key_values_field
 from dask_windows.sources.parquet.footer_index import IndexDamaged, IndexedFooter, OldIndex, _header, _read_table
 from dask_windows.sources.parquet.footers import split_sizes
@@ -34,19 +33,23 @@ __all__ = [
 ]
 
 
-def _offsets(array: Any) -> np.ndarray:
-    """``(n + 1,)`` int64 offsets of a binary array into its data buffer (absolute)."""
-    if not len(array):
-        return np.zeros(1, np.int64)
-    kind = np.int64 if array.type in (_large_binary(),) else np.int32
-    raw = np.frombuffer(array.buffers()[1], kind)
-    return raw[array.offset : array.offset + len(array) + 1].astype(np.int64)
-
-
-def _large_binary() -> Any:
+def _binary(array: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``((n + 1,) int64 offsets into the data buffer (absolute), the buffer as uint8)`` of a binary array."""
     import pyarrow as pa
 
-    return pa.large_binary()
+    if not len(array):
+        return np.zeros(1, np.int64), np.empty(0, np.uint8)
+    kind = np.int64 if array.type == pa.large_binary() else np.int32
+    raw = np.frombuffer(array.buffers()[1], kind)
+    offsets = raw[array.offset : array.offset + len(array) + 1].astype(np.int64)
+    return offsets, np.frombuffer(array.buffers()[2], np.uint8)
+
+
+def _ascending(paths: Any) -> bool:
+    """Whether an Arrow string array is in strictly ascending order."""
+    import pyarrow.compute as pc
+
+    return len(paths) < 2 or pc.all(pc.greater(paths.slice(1), paths.slice(0, len(paths) - 1))).as_py()
 
 
 def _flat(array: Any, dtype: Any = np.int64) -> tuple[np.ndarray, np.ndarray]:
@@ -84,12 +87,8 @@ class IndexedFiles:
         self.versions = col["version"]
         self.group_rows, self.row_offsets = _flat(col["rows"])
         self.group_bytes = _flat(col["group_bytes"])[0]  # the same offsets as rows
-        footers = col["footer"]
-        self.footer_offsets = _offsets(footers)
-        self.footer_data = np.frombuffer(footers.buffers()[2], np.uint8) if len(footers) else np.empty(0, np.uint8)
-        digests = col["digest"]
-        self.digest_offsets = _offsets(digests)
-        self.digest_data = np.frombuffer(digests.buffers()[2], np.uint8) if len(digests) else np.empty(0, np.uint8)
+        self.footer_offsets, self.footer_data = _binary(col["footer"])
+        self.digest_offsets, self.digest_data = _binary(col["digest"])
         self.numbers = np.asarray(col["schema"].to_numpy(), np.int64)
         self.schemas = [pa.ipc.read_schema(pa.py_buffer(base64.b64decode(s))) for s in header["schemas"]]
         self.kv_fields = [
@@ -107,10 +106,8 @@ class IndexedFiles:
         """``path -> row`` for a listing out of order; ``None`` when sorted (found by bisection)."""
         if not hasattr(self, "_positions"):
             import pyarrow as pa
-            import pyarrow.compute as pc
 
-            paths = pa.array(self.files, pa.string())
-            ordered = len(paths) < 2 or pc.all(pc.greater(paths.slice(1), paths.slice(0, len(paths) - 1))).as_py()
+            ordered = _ascending(pa.array(self.files, pa.string()))
             self._positions = None if ordered else {p: i for i, p in enumerate(self.files)}
         return self._positions
 
@@ -348,12 +345,8 @@ def open_index(
 
 
 def read_index(blob: bytes, where: str) -> tuple[Any, dict]:
-    """``(table, header)`` of the index ``blob``, its checksum and every number in it checked.
-
-    Raises:
-        DataError: ``OldIndex`` for an index of an earlier format, ``DataError`` for one damaged,
-            truncated or not an index: each naming ``where`` and the remedy (write it again).
-    """
+    """``(table, header)`` of the index ``blob``, its checksum and every number checked; raises
+    ``OldIndex`` or ``IndexDamaged`` naming ``where`` and the remedy."""
     try:
         table = _read_table(blob).combine_chunks()  # one chunk per column, shared by the checks and the open
         header = _header(table)
@@ -399,11 +392,9 @@ _TYPES = {
 
 
 def _check_numbers(table: Any, header: dict) -> None:
-    """Raise ``IndexDamaged`` unless every number of the index is within its bounds: the columns of
-    their types, no nulls where a value is needed, sizes and row counts not negative, a footer within
-    its file, schema numbers of schemas there, and each file's series runs laid end to end over
-    exactly its rows. The checksum makes a changed byte fail first; these stand behind it (an index
-    written by another tool, or by a bug) so that no number asks for memory or reorders windows."""
+    """Raise ``IndexDamaged`` unless every number of the index is within its bounds (types, nulls,
+    signs, footers within their files, schema numbers, runs over exactly each file's rows), so that
+    an index written by another tool asks for no memory and reorders no window."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -433,8 +424,7 @@ def _check_numbers(table: Any, header: dict) -> None:
     if len(numbers) and (numbers.min() < 0 or numbers.max() >= len(header["schemas"])):
         raise IndexDamaged("a schema number is of no schema")
     paths = col["path"]
-    ascending = len(paths) < 2 or pc.all(pc.greater(paths.slice(1), paths.slice(0, len(paths) - 1))).as_py()
-    if not ascending and len(paths) != len(pc.unique(paths)):  # (a listing's order is ascending: no hash)
+    if not _ascending(paths) and len(paths) != len(pc.unique(paths)):  # (a listing's order is ascending: no hash)
         raise IndexDamaged("a file is in it twice")
     _check_runs(col, _sums(rows, row_offsets), header["key_dtype"])
 
@@ -485,7 +475,7 @@ def _check_listing(opened: IndexedFiles, listed: dict, url: Callable) -> None:
     sizes = np.array([-1 if not i or not isinstance(i.get("size"), int) else i["size"] for i in infos], np.int64)
     bad = (sizes >= 0) & (sizes != opened.sizes)
     first = next((i for i in infos if i), None)
-    key = None if first is None else next((k for k in _version_keys() if first.get(k) is not None), None)
+    key = None if first is None else next((k for k in VERSION_KEYS if first.get(k) is not None), None)
     if key is not None:
         now = np.array([None if not i or i.get(key) is None else str(i[key]) for i in infos], object)
         versions = np.asarray(opened.versions.to_numpy(zero_copy_only=False), object)  # (F,) as indexed or None
@@ -496,12 +486,6 @@ def _check_listing(opened: IndexedFiles, listed: dict, url: Callable) -> None:
         path, found = opened.files[i], FileIdentity(int(opened.sizes[i]), opened.versions[i].as_py())
         now_id = from_info(infos[i])
         raise stale(opened.where, path, f"changed (indexed: {found.describe()}; now {now_id.describe()})", url)
-
-
-def _version_keys() -> tuple[str, ...]:
-    from dask_windows.sources.identity import VERSION_KEYS
-
-    return VERSION_KEYS
 
 
 def adopt_index(source: Any, opened: IndexedFiles, partition_bytes: int) -> None:

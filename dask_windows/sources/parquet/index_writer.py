@@ -25,8 +25,7 @@ def index_bytes(
     """The index of an opened ``ParquetSource`` (index=False) as bytes, the runs its open did not tell scanned.
 
     ``where``: the folder the index goes to (paths relative to it; ``None`` keeps ``root``).
-    ``kept``: a source opened from the previous index whose files join ``source``'s (incremental).
-    """
+    ``kept``: a source opened from the previous index whose files join ``source``'s (incremental)."""
     entries = [entry for src in (source, kept) if src is not None for entry in source_entries(src, series, threads)]
     first = source if source is not None else kept
     return entries_index(entries, root, series, first.local, compact, where, first.manifest_series is not None)
@@ -190,8 +189,7 @@ def _incremental(
     fs: Any, url: str, out_fs: Any, target: str, where: str | None, series: str | None, options: dict | None
 ) -> tuple[tuple[list[str], list[str]], str | None] | None:
     """``((files unchanged in the index at target, files added or changed), its series)`` as URLs, when
-    ``target`` holds a readable index of this folder (of ``series``, if given); else ``None``.
-    """
+    ``target`` holds a readable index of this folder (of ``series``, if given); else ``None``."""
     from dask_windows.sources.parquet import PARQUET_SUFFIXES
     from dask_windows.sources.parquet.footers import list_files
     from dask_windows.sources.parquet.index_open import index_root, read_index
@@ -250,8 +248,7 @@ def verify_index(data: str | os.PathLike, index: Any = None, *, storage_options:
     """List the dataset ``data`` and compare every file with its index (``index`` as ``ParquetSource``'s).
 
     Returns ``{"index": where, "files": n}``; raises ``DataError`` naming the first file added,
-    deleted or changed (or the index damaged or old), ``FileNotFoundError`` when there is none.
-    """
+    deleted or changed (or the index damaged or old), ``FileNotFoundError`` when there is none."""
     from dask_windows.sources.parquet import PARQUET_SUFFIXES
     from dask_windows.sources.parquet.footer_index import find_index
     from dask_windows.sources.parquet.footers import list_files

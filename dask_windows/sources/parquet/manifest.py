@@ -1,8 +1,7 @@
 """What ``ParquetSource`` records at open: the manifest, file identities, cache versions (a mixin).
 
 A ``dask-windows convert`` manifest is used when it describes exactly the files opened (else it
-is warned about and the series column is scanned; a version-2 manifest raises instead).
-"""
+is warned about and the series column is scanned; a version-2 manifest raises instead)."""
 
 from __future__ import annotations
 
@@ -143,8 +142,7 @@ class ParquetManifest:
 
 def _rewritten(entry: dict, size: int | None, raw: bytes | None) -> str:
     """How a file differs from its manifest entry ("" when it does not): its ``size`` now, or its footer
-    ``raw`` as read at open (``None`` when opened from the index, whose identity check stands for it).
-    """
+    ``raw`` as read at open (``None`` when opened from the index, whose identity check stands for it)."""
     from dask_windows.sources.manifest import footer_digest
 
     if size is not None and entry["bytes"] != size:

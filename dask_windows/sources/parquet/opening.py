@@ -3,8 +3,7 @@
 Unreadable files raise, or are recorded and left out with ``on_error="skip"``. Local opening is
 CPU work once files are cached, so it stays on one thread while that thread computes and goes to
 ``LOCAL_OPEN_THREADS`` threads only while it waits (threads trading the GIL cost more CPU). A
-file the fast local path cannot open is opened again the retried way, which reports the fault.
-"""
+file the fast local path cannot open is opened again the retried way, which reports the fault."""
 
 from __future__ import annotations
 
@@ -80,8 +79,7 @@ class ParquetOpening:
         """Every file opened from one tail read; unreadable ones raise, or with ``on_error="skip"`` are
         recorded and left out. Remote tails are fetched ``TAIL_BATCH`` at a time (concurrently in one
         ``cat_ranges`` call on an async filesystem, else on ``threads`` threads), each batch parsed
-        before the next is fetched.
-        """
+        before the next is fetched."""
 
         def one(item: tuple) -> _Opened | BaseException:
             try:
@@ -176,11 +174,8 @@ class ParquetOpening:
         return _Opened(footer_of(meta, tail, needed, size), schema, splits, runs)
 
     def _open_local_file(self, path: str, partition_bytes: int, series: str | None) -> _Opened:
-        """Open one local file the fast way: one ``read_local``, the footer parsed once, and the row
-        groups walked once for their rows, bytes and series statistics.
-
-        Raises on anything unusual (then ``_open_file`` opens it again, retried, and reports it).
-        """
+        """Open one local file the fast way (one ``read_local``, one walk of the row groups); raises on
+        anything unusual, and ``_open_file`` then opens it the retried way and reports it."""
         tail, stat = read_local(path)
         size = stat.st_size
         reader, needed = footer_reader(tail, path)
@@ -233,12 +228,8 @@ class ParquetOpening:
         return _Opened(footer, schema, [tuple(g) for g in splits], runs, identity)
 
     def _file_schema(self, reader: Any, meta: Any, series: str | None) -> tuple[Any, int, Any]:
-        """``(Arrow schema, series column or -1, its numpy dtype)`` of an opened file.
-
-        Files written by Arrow are matched by their ``ARROW:schema`` bytes and column count (a dict
-        look-up), others by their Arrow schema; the first file of each schema finds the series column.
-        Nothing here asks ``meta`` for its schema (see ``footer_reader``).
-        """
+        """``(Arrow schema, series column or -1, its numpy dtype)`` of an opened file; files written by
+        Arrow are matched by their ``ARROW:schema`` bytes (a dict look-up), others by their schema."""
         known: dict = self.__dict__.setdefault("_open_schemas", {})  # key -> [schema, (series, column, dtype)]
         kv = meta.metadata
         arrow = kv.get(b"ARROW:schema") if kv else None
@@ -307,8 +298,7 @@ def _open_local(one: Callable[[str], Any], files: list[str], threads: int) -> li
 
     The first ``PROBE_FILES`` are opened here; when this thread was on the CPU for most of that time
     the rest follow here too (threads would only trade the GIL), else they go to threads. Results
-    are the same either way.
-    """
+    are the same either way."""
     if threads <= 1 or len(files) <= 2 * PROBE_FILES:
         return [one(path) for path in files]
     start, cpu = time.perf_counter(), time.thread_time()

@@ -2,8 +2,7 @@
 
 Opened from the dataset index, a frozen ``Partition`` per file would cost about 12 us and 300
 bytes a file before the first batch; ``FilePartitions`` keeps each partition's file number, row
-groups and rows as numpy arrays. The trade-off: a read builds its ``Partition`` each time.
-"""
+groups and rows as numpy arrays. The trade-off: a read builds its ``Partition`` each time."""
 
 from __future__ import annotations
 

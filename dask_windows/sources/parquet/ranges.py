@@ -4,8 +4,7 @@ The chunks of the columns asked for are read with one ``cat_ranges`` call (chunk
 ``max_gap`` bytes merged), and pyarrow reads them from a file object of the fetched blobs,
 handed the footer parsed at open: one request per partition for a typical dataset, where
 pyarrow's and fsspec's readers read the footer again (benchmarks/log/benchmarks.md). The
-trade-off of merging: up to ``max_gap`` bytes of unwanted columns may be fetched.
-"""
+trade-off of merging: up to ``max_gap`` bytes of unwanted columns may be fetched."""
 
 from __future__ import annotations
 
@@ -21,10 +20,7 @@ log = logging.getLogger(__name__)
 
 
 def chunk_ranges(meta: Any, row_groups: Sequence[int], columns: Sequence) -> list[tuple[int, int]]:
-    """Sorted ``[start, stop)`` byte ranges of the column chunks of ``columns`` in ``row_groups``.
-
-    An empty ``columns`` (or none of them found) gives the chunks of every column.
-    """
+    """Sorted ``[start, stop)`` byte ranges of the chunks of ``columns`` (none found: all) in ``row_groups``."""
     wanted = {str(c) for c in columns}
     ranges = []
     for g in row_groups:

@@ -2,8 +2,7 @@
 
 A partition cut at row groups reads ``window + horizon - 1`` rows past its end inside its file;
 ``read_ranges`` reads several ranges in one coalesced request; ``decode_units`` gives the row
-group bounds the pool's units follow.
-"""
+group bounds the pool's units follow."""
 
 from __future__ import annotations
 
@@ -30,12 +29,9 @@ PARSED_PER_BYTE = 10
 
 
 class ParsedFooters:
-    """``path -> FileMetaData`` of the files read last, at most ``limit`` bytes (estimated), thread-safe.
-
-    Reads of units of a few row groups each would otherwise parse the file's whole footer on every
-    read (tens of milliseconds for thousands of row groups, more than the read). A footer larger
-    than the limit is parsed for each read and not kept. A pickled copy starts empty.
-    """
+    """``path -> FileMetaData`` of the files read last, at most ``limit`` bytes (estimated), thread-safe:
+    a read of a few row groups would otherwise parse the whole footer each time. A larger footer is
+    parsed per read, not kept; a pickled copy starts empty."""
 
     def __init__(self, limit: int = PARSED_FOOTER_BYTES) -> None:
         self.limit = limit
@@ -258,12 +254,8 @@ class ParquetRows:
         return ""
 
     def _halo_runs(self, index: int, series: Any, runs: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``runs`` of the partition's own rows joined with the runs of its halo rows.
-
-        Without a series column a file is one series: the partitions of a file cut at row groups
-        share its key (its first partition's number), so that ``index.chain_origins`` keeps the
-        file's stride grid across the cuts (each partition's own key restarted it at every cut).
-        """
+        """``runs`` of the partition's own rows joined with its halo's. Without a series column, the cuts
+        of one file share its first partition's key, so the file keeps one stride grid across cuts."""
         if series is None and len(runs[2]) == 1:
             runs = (runs[0], runs[1], np.array([self._first_partition(index)]))
         rows = self.partitions[index].num_rows
