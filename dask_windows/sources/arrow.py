@@ -45,13 +45,6 @@ def is_arrow_like(data: Any) -> bool:
     return callable(getattr(data, "to_pyarrow_dataset", None))  # deltalake.DeltaTable and alike
 
 
-def _need(module: str, pip: str) -> Any:
-    try:
-        return __import__(module, fromlist=["_"])
-    except ImportError as exc:  # pragma: no cover - pyarrow is a dependency
-        raise ImportError(f"reading this data needs {module}: pip install {pip}") from exc
-
-
 def _column_numpy(column: Any) -> np.ndarray:
     """A (chunked) Arrow column as a 1-D numpy array; dictionary-encoded values decoded."""
     import pyarrow as pa
@@ -151,7 +144,8 @@ def _is_its_cache_files(table: Any, files: list[str]) -> bool:
 
 def arrow_table(data: Any, series: Any = None) -> Any:
     """The ``pyarrow.Table``, ``_MappedTable`` or ``pyarrow.dataset.Dataset`` behind ``data`` (else ``TypeError``)."""
-    pa = _need("pyarrow", "pyarrow")
+    import pyarrow as pa
+
     module = _module_of(data)
     if isinstance(data, _MappedTable):
         return data
@@ -321,11 +315,9 @@ class ArrowSource(Source):
         return {col: _column_numpy(table.column(col)) for col in columns}
 
     def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, ...]:
-        if self._fragments is not None or series is None:
-            if series is None and self._fragments is None:
-                _, _, count = self.partitions[index].key  # the whole range is one run (halo included)
-                return np.zeros(1, np.int64), np.array([count], np.int64), np.array([index])
-            return super().read_runs(index, series)
-        if series != self.series:
+        if self._fragments is None and series is None:
+            _, _, count = self.partitions[index].key  # the whole range is one run (halo included)
+            return np.zeros(1, np.int64), np.array([count], np.int64), np.array([index])
+        if self._fragments is None and series != self.series:
             raise ConfigError(f"series={series!r} differs from the series column {self.series!r} the table was cut by")
         return super().read_runs(index, series)

@@ -121,8 +121,7 @@ class _DaskReader(PartitionReader):
 
     def read_rows(self, index: int, lo: int, hi: int) -> dict:
         """Rows ``[lo, hi)``: the partition is computed (in plan order, read ahead) and sliced."""
-        data = self.read(index)
-        return {col: values[lo:hi] for col, values in data.items()}
+        return self.read_ranges(index, [(lo, hi)])[0]
 
     def read_ranges(self, index: int, ranges: Sequence[tuple[int, int]]) -> list[dict]:
         """Each of ``ranges`` of one computation of the partition."""

@@ -9,6 +9,7 @@ fails the read; raise ``retries`` rather than waiting without bound."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -111,10 +112,8 @@ class RetryPolicy:
                 late = isinstance(exc, DeadlineExceeded) or (deadline is not None and time.monotonic() >= deadline)
                 # a connection refused was already retried by the client (botocore, s3fs): report it now
                 if attempt > self.retries or late or not self.transient(exc) or is_unreachable(exc):
-                    try:
+                    with contextlib.suppress(AttributeError):  # exceptions with __slots__
                         exc.attempts = attempt  # type: ignore[attr-defined]
-                    except AttributeError:  # pragma: no cover - exceptions with __slots__
-                        pass
                     raise
                 wait = self.delay(attempt - 1, what)
                 log.warning(

@@ -56,6 +56,21 @@ _META_KEY = b"dask_windows.index"
 _SUM_KEY = b"dask_windows.index.sha256"
 _SUM_MARK = _SUM_KEY + b"\x18\x40"  # field 2 (value), binary; length 64
 _SUM_ZEROS = b"0" * 64
+_LIST = "list of int64"
+#: The index's columns and their Arrow types (``_LIST``: a list of int64).
+_COLUMN_TYPES = {
+    "path": "string",
+    "size": "int64",
+    "version": "string",
+    "rows": _LIST,
+    "group_bytes": _LIST,
+    "footer": "binary",
+    "digest": "binary",
+    "schema": "int32",
+    "run_starts": _LIST,
+    "run_lengths": _LIST,
+    "run_keys": _LIST,
+}
 
 
 class IndexedFooter(Footer):
@@ -144,19 +159,7 @@ def entries_bytes(
         "schemas": [base64.b64encode(s.serialize().to_pybytes()).decode() for s in schemas],
         "key_values": [k or "" for k in key_values],
     }
-    types = {
-        "path": pa.string(),
-        "size": pa.int64(),
-        "version": pa.string(),
-        "rows": pa.list_(pa.int64()),
-        "group_bytes": pa.list_(pa.int64()),
-        "footer": pa.binary(),
-        "digest": pa.binary(),
-        "schema": pa.int32(),
-        "run_starts": pa.list_(pa.int64()),
-        "run_lengths": pa.list_(pa.int64()),
-        "run_keys": pa.list_(pa.int64()),
-    }
+    types = {k: pa.list_(pa.int64()) if v == _LIST else pa.type_for_alias(v) for k, v in _COLUMN_TYPES.items()}
     arrays = {k: v if k == "run_keys_any" else pa.array(v, type=types[k]) for k, v in columns.items()}
     table = pa.table(arrays)
     return table_bytes(table, header)

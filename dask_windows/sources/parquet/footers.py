@@ -31,7 +31,6 @@ __all__ = [
     "footer_reader",
     "is_local",
     "list_files",
-    "local_tail",
     "map_in_blocks",
     "paused_gc",
     "read_local",
@@ -117,14 +116,6 @@ def is_local(fs: Any) -> bool:
     from fsspec.implementations.local import LocalFileSystem
 
     return isinstance(fs, LocalFileSystem)
-
-
-def local_tail(path: str, nbytes: int = FOOTER_BYTES) -> tuple[bytes, int]:
-    """``(last nbytes of the file, file size)`` of a local file, in one seek and one read."""
-    with open(path, "rb") as src:
-        size = src.seek(0, os.SEEK_END)
-        src.seek(max(0, size - nbytes))
-        return src.read(), size
 
 
 def read_local(path: str, nbytes: int = FOOTER_BYTES) -> tuple[bytes, os.stat_result]:

@@ -375,22 +375,6 @@ def index_root(header: dict, index_dir: str | None) -> str:
     return root
 
 
-_LIST = "list of int64"
-_TYPES = {
-    "path": "string",
-    "size": "int64",
-    "version": "string",
-    "rows": _LIST,
-    "group_bytes": _LIST,
-    "footer": "binary",
-    "digest": "binary",
-    "schema": "int32",
-    "run_starts": _LIST,
-    "run_lengths": _LIST,
-    "run_keys": _LIST,
-}
-
-
 def _check_numbers(table: Any, header: dict) -> None:
     """Raise ``IndexDamaged`` unless every number of the index is within its bounds (types, nulls,
     signs, footers within their files, schema numbers, runs over exactly each file's rows), so that
@@ -398,7 +382,9 @@ def _check_numbers(table: Any, header: dict) -> None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    for name, kind in _TYPES.items():
+    from dask_windows.sources.parquet.footer_index import _COLUMN_TYPES
+
+    for name, kind in _COLUMN_TYPES.items():
         found = table.schema.field(name).type if name in table.column_names else None
         if found is None or kind != (f"list of {found.value_type}" if pa.types.is_list(found) else str(found)):
             raise IndexDamaged(f"its column {name!r} is missing or not {kind}")

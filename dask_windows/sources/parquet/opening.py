@@ -34,7 +34,6 @@ from dask_windows.sources.parquet.footers import (
     Footer,
     footer_of,
     footer_reader,
-    local_tail,
     map_in_blocks,
     read_local,
     row_group_splits,
@@ -136,7 +135,8 @@ class ParquetOpening:
     def _tail(self, path: str, nbytes: int) -> tuple[bytes, int | None]:
         """``(last nbytes of path, its size or None)``, retried."""
         if self.local:
-            return self.retry.call(lambda: local_tail(path, nbytes), path)
+            tail, stat = self.retry.call(lambda: read_local(path, nbytes), path)
+            return tail, stat.st_size
         return self.retry.call(
             lambda: self.fs.cat_file(path, start=-nbytes), path, timeout=self.retry.open_timeout
         ), None
