@@ -108,14 +108,12 @@ class Source:
         return self.partitions[index].num_rows
 
     def unchanged(self, indices: Sequence[int]) -> bool:
-        """Whether partitions ``indices`` are still what the source opened, as far as a cheap check
-        tells (``nextpass`` asks before it uses rows read ahead); default: nothing to check."""
+        """Whether partitions ``indices`` are still what the source opened, by a cheap check; default ``True``."""
         return True
 
     def decode_units(self, index: int) -> np.ndarray | None:
-        """``(G+1,)`` partition rows where each unit the source decodes whole begins (Parquet row
-        groups), then the partition's row count; ``None`` where reading any rows costs only those
-        rows (arrays) or the whole partition (Dask). Pieces follow these units (``plan.piece_table``)."""
+        """``(G+1,)`` partition rows where each unit the source decodes whole (Parquet row groups) begins,
+        then its row count; ``None`` where any rows cost only those rows, or the whole partition."""
         return None
 
     def read_rows(self, index: int, columns: Sequence, lo: int, hi: int) -> dict:
@@ -128,15 +126,13 @@ class Source:
         return {col: values[lo:hi] for col, values in data.items()}
 
     def read_ranges(self, index: int, columns: Sequence, ranges: Sequence[tuple[int, int]]) -> list[dict]:
-        """Rows ``[lo, hi)`` of partition ``index`` for each of ``ranges``; default: one read of the rows covering
-        them all, sliced."""
+        """Rows ``[lo, hi)`` of partition ``index`` for each of ``ranges``; default: one read covering them all."""
         lo, hi = min(a for a, _ in ranges), max(b for _, b in ranges)
         data = self.read_rows(index, columns, lo, hi)
         return [{col: values[a - lo : b - lo] for col, values in data.items()} for a, b in ranges]
 
     def continues(self, index: int) -> bool:
-        """Whether partition ``index``'s first row directly follows partition ``index - 1``'s last
-        row (one file cut into partitions): a series running across the cut keeps its grid."""
+        """Whether partition ``index`` directly follows partition ``index - 1`` in one file cut into partitions."""
         return False
 
     def reader(self, indices: Sequence[int], columns: Sequence) -> PartitionReader:
@@ -148,9 +144,8 @@ class Source:
         (sources cut out of longer series overlap their partitions by it)."""
 
     def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, ...]:
-        """``(run_starts, run_lengths, run_keys)`` of partition ``index`` (its runs of one series), read
-        from the series column alone; with ``series=None`` one run. Runs that are pieces of longer series
-        add ``(origin, owned)``."""
+        """``(run_starts, run_lengths, run_keys)`` of partition ``index``, from its series column alone (one
+        run for ``series=None``); runs that are pieces of longer series add ``(origin, owned)``."""
         rows = self.partitions[index].num_rows
         if series is None:
             return np.zeros(1, np.int64), np.array([rows], np.int64), np.array([index])

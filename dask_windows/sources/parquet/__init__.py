@@ -302,9 +302,8 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         return series is not None and series == self._tail_series and len(self._tail_runs) == len(self.partitions)
 
     def runs_at_once(self, series: Any) -> tuple[np.ndarray, ...] | None:
-        """Every partition's runs at once, flat: ``(starts, lengths, keys, offsets)``, partition ``p``'s from
-        ``offsets[p]`` to ``offsets[p + 1]``, when the index tells them all (each file one partition, no
-        manifest); ``None`` otherwise (``read_runs`` partition by partition)."""
+        """Every partition's runs at once, ``(starts, lengths, keys, offsets)`` as ``every_file`` gives them,
+        when the index tells them all (a partition per file, no manifest); else ``None``."""
         every = getattr(self._tail_runs, "every_file", None)
         if every is None or series is None or series != self._tail_series or getattr(self, "_manifest", None):
             return None

@@ -228,9 +228,8 @@ def _runs_arrays(told: Any) -> tuple | None:
 
 
 def _runs_columns(told: list, columns: dict) -> None:
-    """The runs' columns of the index: ``run_keys`` (int64) when every file's keys are integers, else
-    ``run_keys_any`` (a list of the keys' Arrow type: strings, floats, dates...); files whose keys
-    differ in kind from the others', or that Arrow cannot hold, get no runs (scanned at open)."""
+    """The runs' columns: ``run_keys`` (int64) when every file's keys are integers, else ``run_keys_any``
+    (the keys' Arrow type); files of keys of another kind, or that Arrow cannot hold, get none."""
     import pyarrow as pa
 
     integer = [r is not None and r[3] is not None for r in told]

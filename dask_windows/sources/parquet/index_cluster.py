@@ -24,9 +24,8 @@ WORKER_WAIT_SECONDS = 60.0
 
 @dataclass(frozen=True)
 class Listing:
-    """A dataset's files as the client listed them: paths as the filesystem names them, URLs the workers
-    open, and, on an object store, each file's identity from the listing (``None`` on local disk, where a
-    worker's ``fstat`` of each file gives it, as on one node)."""
+    """A dataset's files as the client listed them, the URLs the workers open, and on an object store
+    each file's identity from the listing (``None`` on local disk: a worker's ``fstat`` gives it)."""
 
     files: list[str]
     urls: list[str]

@@ -134,9 +134,8 @@ class IndexedFiles:
         return _sums(self.group_rows, self.row_offsets)
 
     def splits(self, partition_bytes: int) -> tuple[np.ndarray, dict[int, list[tuple[int, ...]]]]:
-        """``(whole, cuts)``: ``(F,)`` the files that are one partition of all their row groups, and for each
-        other file its row groups cut into partitions (``footers.split_sizes``; only files over
-        ``partition_bytes`` are cut, so this loops over those few, not over every file)."""
+        """``(whole, cuts)``: ``(F,)`` the files of one partition, and each other file's row groups cut into
+        partitions (``footers.split_sizes``; a loop over the few files over ``partition_bytes`` only)."""
         whole = _sums(self.group_bytes, self.row_offsets) <= partition_bytes  # (F,)
         cuts: dict[int, list[tuple[int, ...]]] = {}
         for i in np.flatnonzero(~whole).tolist():
@@ -277,9 +276,8 @@ class IndexedRuns(_ByPath):
         return self.get(path, default)
 
     def every_file(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-        """``(starts, lengths, keys, offsets)`` of every file at once, when the index tells every file's runs
-        (else ``None``): the index's flat ``(R,)`` arrays (keys in their dtype), file ``i``'s runs from
-        ``offsets[i]`` to ``offsets[i + 1]`` (``(F + 1,)``), not an array per file."""
+        """``(starts, lengths, keys, offsets)``: the index's flat ``(R,)`` runs of every file (file ``i``'s
+        from ``offsets[i]`` to ``offsets[i + 1]``), when it tells every file's; else ``None``."""
         if self._count != len(self._files):
             return None
         starts, lengths, keys, offsets, _, dtype = self._files.runs  # type: ignore[misc]
@@ -376,9 +374,8 @@ def index_root(header: dict, index_dir: str | None) -> str:
 
 
 def _check_numbers(table: Any, header: dict) -> None:
-    """Raise ``IndexDamaged`` unless every number of the index is within its bounds (types, nulls,
-    signs, footers within their files, schema numbers, runs over exactly each file's rows), so that
-    an index written by another tool asks for no memory and reorders no window."""
+    """Raise ``IndexDamaged`` unless every number of the index is within its bounds (types, nulls, signs,
+    footers, schema numbers, runs over each file's rows): no index asks for memory or reorders windows."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -476,8 +473,7 @@ def _check_listing(opened: IndexedFiles, listed: dict, url: Callable) -> None:
 
 def adopt_index(source: Any, opened: IndexedFiles, partition_bytes: int) -> None:
     """Set what ``ParquetSource`` keeps of its files from ``opened``: mappings over its columns, and its
-    partitions as columns too (``FilePartitions``: one per file, or per cut of a file larger than
-    ``partition_bytes``; no ``Partition`` object until one is asked for)."""
+    partitions as columns (``FilePartitions``: a file over ``partition_bytes`` cut at row groups)."""
     from dask_windows.sources.parquet.partitions import FilePartitions
 
     files = opened.files

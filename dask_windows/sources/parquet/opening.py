@@ -272,9 +272,8 @@ _NO_SERIES = -2
 
 
 def _leaf_column(meta: Any, schema: Any, series: str | None) -> tuple[int, Any]:
-    """``(leaf column, numpy dtype)`` of ``series`` when its statistics may tell the runs (a flat integer
-    column whose keys fit int64), else ``(-1, None)`` (the tail is decoded instead, as ``tail_runs``
-    does) or ``(_NO_SERIES, None)``; the column's path from the row groups, not the Parquet schema."""
+    """``(leaf column, numpy dtype)`` of ``series`` where its statistics may tell the runs (a flat integer
+    column fitting int64), else ``(-1, None)`` (the tail is decoded) or ``(_NO_SERIES, None)``."""
     import pyarrow as pa
 
     if series is None or series not in schema.names:

@@ -199,9 +199,8 @@ class ParquetRows:
         return [{col: values[i:j] for col, values in data.items()} for i, j in zip(a, b)]
 
     def group_runs(self, index: int, row_groups: Sequence[int], columns: int) -> Iterator[tuple[int, ...]]:
-        """``row_groups`` of partition ``index``'s file in runs of about ``CHUNK_BYTES`` (at 8 bytes a value
-        of ``columns`` columns), one row group at least: each read parses the file's footer, which for a
-        file of thousands of small row groups costs more than reading one of them."""
+        """``row_groups`` in runs of about ``CHUNK_BYTES`` (8 bytes a value of ``columns`` columns), one row
+        group at least: every read parses the footer, which can cost more than one small row group."""
         rows = self._footers[self.partitions[index].key[0]].rows
         target = max(1, CHUNK_BYTES // (8 * max(columns, 1)))
         run: list[int] = []
@@ -238,9 +237,8 @@ class ParquetRows:
         check_local(path, identities.get(path))
 
     def _corrupt_chunk(self, path: str, row_groups: Sequence[int], columns: Sequence) -> str:
-        """``"column 'f1' of row group 3 is damaged"``: the first column chunk of a failed local read
-        that fails read alone, for the message (at most ``CORRUPT_PROBES`` chunks tried, on the failure
-        path only); ``""`` when none does."""
+        """``"column 'f1' of row group 3 is damaged"``: the first chunk of a failed local read that fails
+        alone (at most ``CORRUPT_PROBES`` tried, on the failure path only); ``""`` when none does."""
         probes = 0
         for g in row_groups:
             for col in columns:
