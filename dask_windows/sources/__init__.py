@@ -82,14 +82,9 @@ def open_source(
         isinstance(data, (list, tuple)) and data and all(isinstance(d, (str, os.PathLike)) for d in data)
     ):
         options.pop("partition_rows", None)
-        if threads is not None:
-            options["threads"] = threads
-        if isinstance(series, str):
-            options["series"] = series  # the runs of small files come out of the footer read
-        if index is not None:
-            options["index"] = index
-        if footer_group is not None:
-            options["footer_group"] = footer_group
+        given = {"threads": threads, "index": index, "footer_group": footer_group}
+        given["series"] = series if isinstance(series, str) else None  # small files' runs come with the footers
+        options.update((k, v) for k, v in given.items() if v is not None)
         return ParquetSource(data, storage_options, retry=retry, on_error=on_error, **options)
     if index not in (None, False):
         raise ConfigError(f"index={index!r} applies to Parquet files, not to {type(data).__name__}; leave index= out")
