@@ -55,10 +55,8 @@ def _column_numpy(column: Any) -> np.ndarray:
 
 
 def numpy_column(column: Any) -> np.ndarray:
-    """A (chunked) Arrow column as a 1-D numpy array, as ``to_numpy()`` gives it, for numbers without pandas.
-
-    ``to_numpy`` imports pandas on its first call (0.3-1 s on the way to the first batch). Integer
-    or floating columns without nulls are viewed (one chunk) or joined; anything else takes ``to_numpy``."""
+    """A (chunked) Arrow column as a 1-D numpy array, as ``to_numpy()`` gives it (which imports pandas):
+    numbers without nulls are viewed (one chunk) or joined; anything else takes ``to_numpy``."""
     import pyarrow as pa
 
     kind = column.type

@@ -96,11 +96,9 @@ class RetryPolicy:
         )
 
     def call(self, fn: Callable[[], T], what: str, timeout: float | None = None) -> T:
-        """Run ``fn()`` (a storage call on object ``what``), retrying transient failures.
-
-        ``timeout`` (default ``self.timeout``) bounds the call, retries included: past it
-        ``DeadlineExceeded`` is raised and nothing is retried. The last failure propagates unchanged,
-        with ``attempts`` set on it when it can be."""
+        """Run ``fn()`` (a storage call on object ``what``), retrying transient failures, within ``timeout``
+        (default ``self.timeout``; past it ``DeadlineExceeded``, no retry). The last failure propagates
+        unchanged, with ``attempts`` set on it when it can be."""
         attempt = 0
         seconds = self.timeout if timeout is None else timeout
         deadline = None if seconds is None else time.monotonic() + seconds

@@ -63,10 +63,8 @@ class Footer:
 
 
 def metadata_from_bytes(raw: bytes) -> Any:
-    """Parse a serialized footer (thrift metadata, length, magic) into a ``FileMetaData``.
-
-    Through pyarrow's public reader, which raises on damaged bytes (pyarrow's private unpickling
-    path is faster but aborts the process on a footer it cannot parse)."""
+    """A serialized footer (thrift, length, magic) parsed into a ``FileMetaData`` by pyarrow's public
+    reader, which raises on damaged bytes (its private unpickling path aborts the process)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -74,10 +72,8 @@ def metadata_from_bytes(raw: bytes) -> Any:
 
 
 def footer_reader(tail: bytes, path: str) -> tuple[Any, int]:
-    """``(pyarrow ParquetReader opened on the footer, bytes needed)``; the reader ``None`` if ``tail`` is short.
-
-    The reader, not its ``FileMetaData``: the metadata's ``schema`` makes a reference cycle that
-    leaves every parsed footer to the garbage collector; the reader's ``schema_arrow`` does not."""
+    """``(pyarrow ParquetReader opened on the footer, bytes needed)``, the reader ``None`` if ``tail`` is
+    short; not its ``FileMetaData``, whose ``schema`` makes a cycle left to the garbage collector."""
     if len(tail) < 12 or tail[-4:] != b"PAR1":
         raise SourceReadError(f"{path} does not end with the Parquet magic bytes: it is not Parquet or is truncated")
     needed = int.from_bytes(tail[-8:-4], "little") + 8
@@ -119,10 +115,8 @@ def is_local(fs: Any) -> bool:
 
 
 def read_local(path: str, nbytes: int = FOOTER_BYTES) -> tuple[bytes, os.stat_result]:
-    """``(tail, stat)`` of a local file: its last ``nbytes`` (or its whole footer when that is larger).
-
-    One ``open``, ``fstat``, ``pread`` and ``close``, no Python file object; the ``fstat`` is the
-    file's identity at open. A file not ending in Parquet's magic is returned as read."""
+    """``(tail, stat)`` of a local file: its last ``nbytes`` (its whole footer when larger), in one
+    ``open``, ``fstat`` (the identity at open), ``pread`` and ``close``; returned as read when not Parquet."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     try:
         stat = os.fstat(fd)
@@ -139,10 +133,8 @@ def read_local(path: str, nbytes: int = FOOTER_BYTES) -> tuple[bytes, os.stat_re
 
 @contextlib.contextmanager
 def paused_gc() -> Iterator[None]:
-    """No full garbage collection inside (the thresholds restored after, also on errors).
-
-    Opening many files makes a few lasting objects per file, which every full collection would walk
-    again (the cost grows with the square of the files); young collections still run."""
+    """No full garbage collection inside (thresholds restored after): opening many files makes a few
+    lasting objects per file, which every full collection would walk again."""
     thresholds = gc.get_threshold()
     gc.set_threshold(thresholds[0], thresholds[1], 10**9)
     try:
@@ -301,10 +293,8 @@ def list_files(
 
 
 def _local_find(fs: Any, root: str, stat: bool = True) -> dict[str, Any] | None:
-    """``fs.find(root, detail=True)`` of a local folder by ``os.scandir`` (``None`` for anything else).
-
-    One ``stat`` per file, kept as ``mtime_ns`` (the identity at open); ``stat=False``: none, every
-    entry the same size-less one. A broken link is listed without a size, so its open names it."""
+    """``fs.find(root, detail=True)`` of a local folder by ``os.scandir`` (``None`` for anything else):
+    one ``stat`` per file, kept as ``mtime_ns``, or none with ``stat=False``; broken links size-less."""
     from fsspec.implementations.local import LocalFileSystem
 
     if os.name != "posix" or not isinstance(fs, LocalFileSystem) or not os.path.isdir(root):
