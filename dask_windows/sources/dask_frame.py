@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -85,6 +85,14 @@ class _Failed:
 
     def __init__(self, exc: BaseException) -> None:
         self.exc = exc
+
+    @classmethod
+    def value_of(cls, compute: Callable[[], Any]) -> Any:
+        """``compute()``, or a ``_Failed`` holding what it raised."""
+        try:
+            return compute()
+        except Exception as exc:
+            return cls(exc)
 
 
 class _DaskReader(PartitionReader):
@@ -221,24 +229,12 @@ class DaskSource(Source):
 
         client = self._client()
         if client is not None:
-            out = []
-            for future in client.compute(tasks):
-                try:
-                    out.append(future.result())
-                except Exception as exc:
-                    out.append(_Failed(exc))
-            return out
+            return [_Failed.value_of(future.result) for future in client.compute(tasks)]
         try:
             return list(dask.compute(*tasks))
         except Exception:
             log.info("the counting pass over %s failed; computing partitions one by one", self.description)
-        out = []
-        for task in tasks:
-            try:
-                out.append(dask.compute(task)[0])
-            except Exception as exc:
-                out.append(_Failed(exc))
-        return out
+        return [_Failed.value_of(task.compute) for task in tasks]  # one by one
 
     # -- schema and reading -------------------------------------------------------------------
 
