@@ -4,7 +4,7 @@
   ``stats``, ``bench``); their runners and reports are in ``commands``, the
   Dask cluster in ``cluster``;
 * ``convert``: rewrites any input into Parquet parts with a manifest (its
-  passes in ``convert_plan``, ``scratch`` and ``spread_write``);
+  passes in ``convert_plan`` and ``scratch``);
 * ``readers``: CSV, Avro, JSON lines, ``.npy`` and Parquet inputs for convert;
 * ``summary``: ``inspect`` (windows and memory from metadata, in ``inspection``)
   and ``stats`` (in ``stats``);

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time as clock
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,29 +21,27 @@ from dask_windows.cli.keywords import dataset_keywords
 
 
 def _size(num_bytes: float) -> str:
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(num_bytes) < 1000 or unit == "TB":
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(num_bytes) < 1000:
             return f"{num_bytes:,.0f} {unit}" if unit == "B" else f"{num_bytes:,.1f} {unit}"
         num_bytes /= 1000
-    return ""  # unreachable
+    return f"{num_bytes:,.1f} TB"
 
 
 def _figure(value: float) -> str:
     """A measured figure with 3 significant digits: small values are never shown as 0."""
-    if value == 0 or abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:.3g}"
+    return f"{value:,.0f}" if value == 0 or abs(value) >= 1000 else f"{value:.3g}"
 
 
-def _table(rows: Sequence[tuple[str, Any]]) -> str:
+def _table(rows: Sequence[tuple[str, Any]], indent: str = "") -> str:
     width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+    return "\n".join(f"{indent}{k:<{width}}  {v}" for k, v in rows)
 
 
 def _cmd_convert(args: argparse.Namespace) -> dict:
     from dask.utils import parse_bytes
 
-    from dask_windows.cli.convert import convert
+    from dask_windows.cli.convert import convert, longest_series
     from dask_windows.cli.summary import manifest_windows
 
     started = clock.perf_counter()
@@ -67,14 +67,11 @@ def _cmd_convert(args: argparse.Namespace) -> dict:
     seconds = clock.perf_counter() - started
     out = {k: v for k, v in report.__dict__.items() if k != "manifest"}
     out.update(seconds=round(seconds, 3), workers_restarted=cluster.workers_restarted)
-    out["leftovers_removed"] = list(out.get("leftovers_removed", ()))
+    out["leftovers_removed"] = list(out["leftovers_removed"])
     if args.window is not None:
         kept, lost = manifest_windows(report.manifest, args.window, args.stride, args.horizon)
         out.update(window=args.window, stride=args.stride, horizon=args.horizon, windows=kept, windows_lost=lost)
         if kept == 0:
-            from dask_windows.cli.convert_report import longest_series
-
-            span = args.window + args.horizon
             if report.manifest.get("version", 1) >= 2:  # spread: whole series, not their chunks
                 what, longest, remedy = "series", longest_series(report.manifest), ""
             else:
@@ -86,7 +83,7 @@ def _cmd_convert(args: argparse.Namespace) -> dict:
             raise ValueError(
                 f"--window {args.window}"
                 + (f" + --horizon {args.horizon}" if args.horizon else "")
-                + f" leaves 0 windows: every {what} in {args.dst} is shorter than {span} "
+                + f" leaves 0 windows: every {what} in {args.dst} is shorter than {args.window + args.horizon} "
                 f"rows (longest: {longest:,} rows); the dataset was written, but use a smaller window{remedy}"
             )
     if args.json:
@@ -98,7 +95,7 @@ def _cmd_convert(args: argparse.Namespace) -> dict:
             "rows out",
             f"{out['rows_stored']:,} ({out['rows_out']:,} input rows + {out['overlap_rows']:,} overlap rows "
             "repeated at chunk cuts)"
-            if out.get("overlap_rows")
+            if out["overlap_rows"]
             else f"{out['rows_out']:,}",
         ),
         (
@@ -116,8 +113,7 @@ def _cmd_convert(args: argparse.Namespace) -> dict:
             )
         )
     rows.append(("time", f"{seconds:.1f} s ({out['rows_in'] / seconds:,.0f} rows/s)"))
-    for path in out["leftovers_removed"]:
-        rows.append(("removed", f"{path} (left by an interrupted convert)"))
+    rows += [("removed", f"{path} (left by an interrupted convert)") for path in out["leftovers_removed"]]
     if out["workers_restarted"]:
         rows.append(
             (
@@ -131,10 +127,8 @@ def _cmd_convert(args: argparse.Namespace) -> dict:
 def _cmd_inspect(args: argparse.Namespace) -> dict:
     from dask_windows.cli.summary import inspect_dataset
 
-    if getattr(args, "corpus", False):
-        from dask_windows.cli.corpus_inspect import inspect_corpus
-
-        return inspect_corpus(args)
+    if args.corpus:
+        return _inspect_corpus(args)
     if len(args.path) > 1:
         raise ValueError(f"inspect takes one PATH ({len(args.path)} given); several are data sets of --corpus")
     args.path = args.path[0]
@@ -148,7 +142,7 @@ def _cmd_inspect(args: argparse.Namespace) -> dict:
             batch_size=args.batch_size,
             buffer_partitions=args.buffer_partitions,
             pieces_per_partition=args.pieces_per_partition,
-            buffer_bytes=getattr(args, "buffer_bytes", None),
+            buffer_bytes=args.buffer_bytes,
         )
     if args.json:
         return out
@@ -170,8 +164,7 @@ def _cmd_inspect(args: argparse.Namespace) -> dict:
         )
     else:
         rows.append(("series", "no series column: each partition is one run (pass --series)"))
-    schema = ", ".join(f"{k}: {v}" for k, v in out["schema"].items())
-    rows.append(("schema", schema))
+    rows.append(("schema", ", ".join(f"{k}: {v}" for k, v in out["schema"].items())))
     if out["skipped"]:
         rows.append(
             (
@@ -189,7 +182,7 @@ def _cmd_inspect(args: argparse.Namespace) -> dict:
                 f"{out['windows']:,}",
             )
         )
-        if out.get("left_out", {}).get("runs"):
+        if out["left_out"]["runs"]:
             rows.append(
                 (
                     "left out",
@@ -227,6 +220,77 @@ def _cmd_inspect(args: argparse.Namespace) -> dict:
     return {"text": _table(rows)}
 
 
+def _inspect_corpus(args: argparse.Namespace) -> dict:
+    """``inspect --corpus``: each PATH (or NAME=PATH) a data set of a ``CorpusDataset``, mixed, its report."""
+    from dask_windows.corpus import CorpusDataset, LeftOutSeriesWarning, mix_corpora
+
+    settings: dict[str, Any] = dict(
+        patch_size=args.patch_size,
+        max_length=args.max_length,
+        min_length=args.min_length,
+        sequence_tokens=args.sequence_tokens,
+        channels=args.channels,
+    )
+    if args.batch_size is not None:
+        settings["batch_size"] = args.batch_size
+    members = {}
+    for given in args.path:
+        name, sep, path = given.partition("=")
+        if not sep or "://" in name or "/" in name:
+            name = path = given
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", LeftOutSeriesWarning)  # the report counts them
+            members[name] = CorpusDataset(path, target=args.target, freq=args.freq, name=name, **settings)
+    ds = members[next(iter(members))] if len(members) == 1 else mix_corpora(members)
+    report = ds.report(values=args.values, epoch=args.epoch, world_size=args.world_size)
+    if args.json:
+        return report
+    lines = []
+    for name, d in report["datasets"].items():
+        left = d["left_out"]
+        lines.append(f"{name}  ({d['path']}, {d['files']:,} files, {d['partitions']:,} partitions)")
+        rows = [
+            ("series", f"{d['series']:,} ({d['observations']:,} observations, up to {d['channels_max']} channels)"),
+            ("lengths", f"{d['length_min']:,} to {d['length_max']:,} steps (median {d['length_median']:,.0f})"),
+            (
+                "left out",
+                f"{left['series']:,} series, {left['observations']:,} observations: {left['empty_rows']:,} empty "
+                f"rows, {left['short_series']:,} shorter than min_length, {left['wide_series']:,} with more "
+                "channels than a sequence holds",
+            ),
+            ("items", f"{d['items']:,} ({d['items_per_epoch']:,} per epoch)"),
+        ]
+        if "missing" in d:
+            m = d["missing"]
+            rows.append(
+                (
+                    "missing",
+                    f"{m['missing_observations']:,} values in {m['series_with_missing']:,} series "
+                    f"({m.get('infinite_observations', 0):,} of them inf or beyond float32, served masked); "
+                    f"{m['series_all_missing']:,} series and {m['channels_all_missing']:,} channels with no "
+                    "observed value (served fully masked)",
+                )
+            )
+        if "epoch_not_served" in d:
+            e = d["epoch_not_served"]
+            rows.append(
+                (
+                    "epoch",
+                    f"{e['items']:,} items ({e['observations']:,} observations) in sequences no rank serves, "
+                    f"{e['observations_cut_by_context']:,} steps cut by context_length, "
+                    f"{e['items_not_drawn']:,} items not drawn, {e['items_repeated']:,} repeated",
+                )
+            )
+        lines.append(_table(rows, indent="  "))
+    if "epoch" in report:
+        e = report["epoch"]
+        lines.append(
+            f"epoch {e['epoch']} over {e['world_size']} ranks: {e['sequences']:,} sequences, "
+            f"{e['sequences_not_served']:,} not served, {e['packing_efficiency']:.1%} of tokens hold an item"
+        )
+    return {"text": "\n".join(lines)}
+
+
 def _cmd_stats(args: argparse.Namespace) -> dict:
     from dask_windows.cli.summary import compute_stats
 
@@ -262,13 +326,12 @@ def _cmd_bench(args: argparse.Namespace) -> dict:
     )
     if args.json:
         return out
-    settings = ", ".join(f"{k}={v}" for k, v in out["settings"].items())
     rss = _size(out["peak_rss_bytes"])
     if out["peak_worker_rss_bytes"] is not None:
         rss += f" (largest worker {_size(out['peak_worker_rss_bytes'])})"
     rows = [
         ("path", out["path"]),
-        ("settings", settings),
+        ("settings", ", ".join(f"{k}={v}" for k, v in out["settings"].items())),
         (
             "dataset",
             f"{out['partitions']:,} partitions, {out['num_windows']:,} windows, "
@@ -291,11 +354,7 @@ def _cmd_bench(args: argparse.Namespace) -> dict:
 
 
 def _bench_flags(text: str) -> str:
-    """The breakdown's advice in ``bench``'s flags: ``num_workers=N`` is ``--num-workers N``, and the advice
-    to see the stages with ``dask-windows bench`` is the flag that does it here (a DataLoader worker's
-    stages are not seen by the training loop)."""
-    import re
-
+    """The breakdown's advice in ``bench``'s flags (``num_workers=N`` is ``--num-workers N``)."""
     from dask_windows.cli.options import _FLAGS
 
     text = text.replace(
@@ -308,3 +367,38 @@ def _bench_flags(text: str) -> str:
         return f"{_FLAGS[keyword]} {value.rstrip('+')}" if keyword in _FLAGS else match.group(0)
 
     return re.sub(r"\b([a-z_]+)=([0-9N]+\+?)", flag, text)
+
+
+def _cmd_index(args: argparse.Namespace) -> dict:
+    """``index``: write the dataset index (or ``--verify`` it), report where and its size."""
+    from dask_windows.sources.parquet.index_writer import verify_index, write_index
+
+    started = clock.perf_counter()
+    if args.verify:
+        out = verify_index(args.path, args.out)
+        out["seconds"] = round(clock.perf_counter() - started, 3)
+        if args.json:
+            return out
+        return {"text": f"{out['index']} matches the {out['files']:,} files there ({out['seconds']:.2f} s)"}
+    client = None
+    with _Cluster(args) as cluster:  # connected as convert and stats connect
+        if args.scheduler:
+            try:
+                client = cluster._start()
+            except ConnectionError as exc:
+                raise ConnectionError(
+                    f"{str(exc).split('; check')[0]}; check the address and that the scheduler is running, "
+                    f"or leave out --scheduler to read the footers on threads of this process (--threads)"
+                ) from exc
+        out = write_index(args.path, args.out, series=args.series, threads=args.threads, client=client)
+        if client is not None:
+            out["workers"] = len(client.scheduler_info().get("workers", {}))
+    out["seconds"] = round(clock.perf_counter() - started, 3)
+    if args.json:
+        return out
+    series = "no series runs (pass --series)" if out["series"] is None else f"runs of {out['series']!r}"
+    return {
+        "text": f"wrote {out['index']}: {out['files']:,} files, {out['bytes']:,} bytes "
+        f"({out['bytes_per_file']:,.0f} per file), {series}, in {out['seconds']:.2f} s"
+        + (f" on {out['workers']} Dask workers" if args.scheduler else "")
+    }

@@ -1,12 +1,15 @@
-"""Pass 3 of ``convert``: every row bucketed into its output file through scratch files.
+"""Passes 3 to 5 of ``convert``: every row bucketed into its output file through scratch files.
 
-Each input partition is scattered into one compressed Arrow scratch file (one
-batch per output file); each output file is then gathered from scratch, sorted
-and written (the contiguous layout), or handed to the spread layout's passes.
+Each input partition is scattered into one compressed Arrow scratch file (one batch per output
+file); each bucket is then gathered, stably sorted by (series, time) and written as one output
+file (the contiguous layout), or, for the spread layout, written back to scratch cut by the
+chunks :mod:`dask_windows.cli.layout` plans, and every output file written from its chunks.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import posixpath
 from typing import Any
 
@@ -16,13 +19,65 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from dask_windows.cli.convert_plan import Compute, _file_ids
-from dask_windows.cli.spread_write import _disk_error, write_part, write_spread
+from dask_windows.cli.layout import file_runs, output_files, plan_spread, segments_of
+from dask_windows.errors import DataError
 from dask_windows.sources.manifest import series_runs
 
 #: Scratch files are compressed: zstd at its default level keeps them near the output's size.
 SCRATCH_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
+_DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+
+
+def _disk_error(exc: OSError, path: str, what: str) -> OSError:
+    """The same error with the path named, and a remedy when the disk (or a size limit) is full."""
+    code = exc.errno
+    if code not in _DISK_FULL and not any(s in str(exc) for s in ("No space left", "File too large")):
+        return OSError(code, f"{exc} (writing {what} {path})")
+    code = code or errno.ENOSPC
+    return OSError(
+        code,
+        f"{os.strerror(code)} while writing {what} {path}: the disk holding the "
+        f"output is full (or a file size limit was hit); free space there or "
+        f"choose a DST on a larger disk (convert needs about the output's size "
+        f"twice while it runs: compressed scratch plus the output)",
+    )
+
+
+def write_part(fs: Any, path: str, table: pa.Table, schema: pa.Schema, compression: Any) -> dict:
+    """Write one output file (both layouts) as one row group with page CRCs; its manifest entry
+    but the runs."""
+    # dictionaries pay off for ids and labels, not for measurements (they grow float files)
+    dictionary = [f.name for f in schema if not pa.types.is_floating(f.type)]
+    try:
+        with fs.open(path, "wb") as out:
+            pq.write_table(
+                table,
+                out,
+                row_group_size=max(len(table), 1),
+                compression=compression,
+                use_dictionary=dictionary,
+                write_page_checksum=True,
+            )
+    except OSError as exc:
+        raise _disk_error(exc, path, "output file") from exc
+    return {"path": posixpath.basename(path), "rows": table.num_rows, "bytes": int(fs.size(path))}
+
+
+def _part_name(f: int, num_files: int) -> str:
+    return f"part-{f:0{max(5, len(str(num_files - 1)))}d}.parquet"
+
+
+def _sorted_bucket(pieces: list[tuple[str, int]], fs: Any, schema: pa.Schema, series: str, time: str) -> pa.Table:
+    """A bucket's scratch batches, read in input order and stably sorted (ties keep that order)."""
+    batches = []
+    for path, batch in pieces:
+        with fs.open(path, "rb") as src:
+            batches.append(pa.ipc.open_file(src).get_batch(batch))
+    table = pa.Table.from_batches(batches, schema=schema)
+    return table.take(pc.sort_indices(table, sort_keys=[(series, "ascending"), (time, "ascending")]))
 
 
 def _scatter(
@@ -35,9 +90,7 @@ def _scatter(
     """
     file_ids = _file_ids(df, *plan)
     table = pa.Table.from_pandas(df, schema=schema, preserve_index=False)
-    # Sorted by (file id, series, time), each batch compresses as the sorted data does (a shuffled
-    # input's batches were larger than the input itself); the sort is stable, so rows with equal keys
-    # keep their input order, as the sort of the whole bucket later does.
+    # sorted by (file id, series, time), stably, so each batch compresses as the sorted data does
     keyed = table.select([plan[0], plan[1]]).append_column("_file_id", pa.array(file_ids))
     order = pc.sort_indices(
         keyed, sort_keys=[("_file_id", "ascending"), (plan[0], "ascending"), (plan[1], "ascending")]
@@ -58,32 +111,10 @@ def _scatter(
     return path, index
 
 
-def _gather(
-    file_id: int,
-    pieces: list[tuple[str, int]],
-    fs: Any,
-    root: str,
-    name: str,
-    schema: pa.Schema,
-    series: str,
-    time: str,
-    compression: str,
-) -> dict:
-    """Read one output file's rows from scratch, sort them and write one row group."""
-    batches = []
-    for path, batch in pieces:  # in input order, so a stable sort keeps ties in order
-        with fs.open(path, "rb") as src:
-            batches.append(pa.ipc.open_file(src).get_batch(batch))
-    table = pa.Table.from_batches(batches, schema=schema)
-    table = table.take(pc.sort_indices(table, sort_keys=[(series, "ascending"), (time, "ascending")]))
-    path = posixpath.join(root, name)
-    write_part(fs, path, table, schema, compression)
-    return {
-        "path": name,
-        "rows": len(table),
-        "bytes": int(fs.size(path)),
-        "runs": series_runs(table.column(series).to_numpy()),
-    }
+def _gather(pieces: list, fs: Any, path: str, schema: pa.Schema, series: str, time: str, compression: str) -> dict:
+    """Contiguous layout: one output file from its bucket, sorted, with its series runs."""
+    table = _sorted_bucket(pieces, fs, schema, series, time)
+    return dict(write_part(fs, path, table, schema, compression), runs=series_runs(table.column(series).to_numpy()))
 
 
 def _write_files(
@@ -96,11 +127,8 @@ def _write_files(
     compute: Compute,
     spread: dict | None = None,
 ) -> list[dict]:
-    """Pass 3: bucket every row into its output file through scratch files on ``fs``.
-
-    With ``spread`` (the options of :func:`dask_windows.cli.spread_write.write_spread`) the buckets
-    are sorted and dealt out as chunks over the output files instead of written as they are.
-    """
+    """Pass 3: bucket every row into its output file through scratch files on ``fs``, then write
+    the files (with ``spread``, the options of :func:`write_spread`, in the spread layout)."""
     series, time = plan[0], plan[1]
     schema = pa.Schema.from_pandas(ddf._meta, preserve_index=False)
     scratch = posixpath.join(tmp, "_scratch")
@@ -113,7 +141,7 @@ def _write_files(
             pieces[file_id].append((path, batch))
             bucket_rows[file_id] += rows
     if spread is not None:
-        entries, _ = write_spread(
+        entries = write_spread(
             pieces,
             bucket_rows,
             fs,
@@ -127,14 +155,122 @@ def _write_files(
             scratch_compression=SCRATCH_OPTIONS.compression,  # a name: the options do not pickle
             **spread,
         )
-        fs.rm(scratch, recursive=True)
-        return entries
-    width = max(5, len(str(num_files - 1)))
-    gathers = [
-        dask.delayed(_gather)(j, pieces[j], fs, tmp, f"part-{j:0{width}d}.parquet", schema, series, time, compression)
-        for j in range(num_files)
-        if pieces[j]
-    ]
-    entries = list(compute("sorting and writing files", *gathers))
+    else:
+        gathers = []
+        for j in range(num_files):
+            if pieces[j]:
+                path = posixpath.join(tmp, _part_name(j, num_files))
+                gathers.append(dask.delayed(_gather)(pieces[j], fs, path, schema, series, time, compression))
+        entries = list(compute("sorting and writing files", *gathers))
     fs.rm(scratch, recursive=True)
     return entries
+
+
+def _sort_bucket(
+    bucket: int,
+    pieces: list,
+    fs: Any,
+    scratch: str,
+    schema: pa.Schema,
+    series: str,
+    time: str,
+    segments: np.ndarray,
+    compression: str | None = None,
+) -> tuple[str, list[int]]:
+    """Spread layout: sort one bucket and write its rows back to scratch grouped by output file.
+
+    Returns:
+        ``(path, files)``: the scratch file and, per record batch, the output file it is for.
+    """
+    table = _sorted_bucket(pieces, fs, schema, series, time)
+    out_path = posixpath.join(scratch, f"bucket-{bucket:06d}.arrow")
+    files: list[int] = []
+    # segments: (N, 5) file, slot, canonical start, bucket row, rows; sorted by file then slot
+    bounds = np.flatnonzero(np.diff(segments[:, 0])) + 1 if len(segments) else np.zeros(0, np.int64)
+    options = pa.ipc.IpcWriteOptions(compression=compression)
+    with fs.open(out_path, "wb") as out, pa.ipc.new_file(out, schema, options=options) as writer:
+        for group in np.split(segments, bounds) if len(segments) else []:
+            rows = np.concatenate([np.arange(r, r + n) for r, n in zip(group[:, 3], group[:, 4])])
+            part = table.take(pa.array(rows)).combine_chunks()
+            writer.write_batch(part.to_batches()[0] if part.num_rows else pa.RecordBatch.from_pylist([], schema))
+            files.append(int(group[0, 0]))
+    return out_path, files
+
+
+def _write_file(path: str, sources: list, fs: Any, schema: pa.Schema, compression: str, rows: int, runs: list) -> dict:
+    """Spread layout: one output file from its chunks' pieces (``sources``: scratch path, batch
+    and ``(n, 3)`` slot, canonical start, rows of its segments), in slot order."""
+    tables, keys = [], []
+    for scratch_path, batch, segments in sources:
+        with fs.open(scratch_path, "rb") as src:
+            tables.append(pa.Table.from_batches([pa.ipc.open_file(src).get_batch(batch)], schema=schema))
+        keys.append(segments)
+    table = pa.concat_tables(tables) if tables else schema.empty_table()
+    if keys:
+        seg = np.concatenate(keys)  # (n, 3) slot, canonical start, rows; rows of the table in this order
+        first = np.cumsum(seg[:, 2]) - seg[:, 2]  # (n,) table row of each segment
+        order = np.lexsort((seg[:, 1], seg[:, 0]))  # segments in slot, then canonical order
+        table = table.take(pa.array(np.concatenate([np.arange(first[k], first[k] + seg[k, 2]) for k in order])))
+    if table.num_rows != rows:
+        raise DataError(
+            f"{posixpath.basename(path)}: gathered {table.num_rows} rows but the layout planned {rows}; "
+            "the input changed while converting, or this is a bug (please report it)"
+        )
+    return dict(write_part(fs, path, table, schema, compression), runs=runs)
+
+
+def write_spread(
+    pieces: list[list[tuple[str, int]]],
+    bucket_rows: np.ndarray,
+    fs: Any,
+    tmp: str,
+    scratch: str,
+    schema: pa.Schema,
+    series: str,
+    time: str,
+    series_rows: np.ndarray,
+    keys: list,
+    target_rows: int,
+    span: int,
+    chunk_rows: int | None,
+    compression: str,
+    compute: Any,
+    scratch_compression: str | None = None,
+) -> list[dict]:
+    """Passes 4 and 5 of ``convert`` for the spread layout; returns the manifest entries.
+
+    Args:
+        pieces: Per bucket (an output file of the contiguous plan, in canonical order) the scratch
+            ``(path, batch)`` pairs holding its rows.
+        bucket_rows: ``(J,)`` rows of each bucket.
+        series_rows: ``(S,)`` rows of each series in canonical order; ``keys`` their values.
+        span: ``window + horizon`` the overlap is sized for.
+        chunk_rows: Owned rows per chunk, or ``None`` for ``auto_chunk_rows``.
+    """
+    num_files, chunk = output_files(int(np.sum(bucket_rows)), target_rows, span, chunk_rows)
+    plan = plan_spread(series_rows, num_files, span, chunk)
+    offsets = np.cumsum(bucket_rows) - bucket_rows  # (J,) canonical row of each bucket's first row
+    segments = [segments_of(plan, int(a), int(a + n)) for a, n in zip(offsets, bucket_rows)]
+    filled = [j for j in range(len(pieces)) if pieces[j]]
+    sorts = [
+        dask.delayed(_sort_bucket)(j, pieces[j], fs, scratch, schema, series, time, segments[j], scratch_compression)
+        for j in filled
+    ]
+    written = dict(zip(filled, compute("sorting series and cutting chunks", *sorts)))
+    # the input scratch is read no more: removed before the output is written, so the disk holds
+    # two copies of the data at most (sorted buckets and output), not three
+    used = sorted({path for bucket in pieces for path, _ in bucket})
+    if used:
+        fs.rm(used)
+    sources: list[list] = [[] for _ in range(num_files)]
+    for j, (path, files) in written.items():
+        seg = segments[j]
+        for batch, f in enumerate(files):
+            sources[f].append((path, batch, seg[seg[:, 0] == f][:, [1, 2, 4]]))
+    writes = []
+    for f in range(num_files):
+        rows, runs = file_runs(plan, series_rows, keys, f)
+        if rows:
+            path = posixpath.join(tmp, _part_name(f, num_files))
+            writes.append(dask.delayed(_write_file)(path, sources[f], fs, schema, compression, rows, runs))
+    return list(compute("writing spread files", *writes))
