@@ -88,39 +88,28 @@ def _cmd_convert(args: argparse.Namespace) -> dict:
             )
     if args.json:
         return out
+    rows_out = f"{out['rows_out']:,}"
+    if out["overlap_rows"]:
+        overlap = f"{out['overlap_rows']:,} overlap rows repeated at chunk cuts"
+        rows_out = f"{out['rows_stored']:,} ({rows_out} input rows + {overlap})"
+    mean = _size(out["bytes_out"] / max(out["files"], 1))
     rows = [
         ("output", args.dst),
         ("rows in", f"{out['rows_in']:,}"),
-        (
-            "rows out",
-            f"{out['rows_stored']:,} ({out['rows_out']:,} input rows + {out['overlap_rows']:,} overlap rows "
-            "repeated at chunk cuts)"
-            if out["overlap_rows"]
-            else f"{out['rows_out']:,}",
-        ),
-        (
-            "files",
-            f"{out['files']:,} ({_size(out['bytes_out'])}, {_size(out['bytes_out'] / max(out['files'], 1))} mean)",
-        ),
+        ("rows out", rows_out),
+        ("files", f"{out['files']:,} ({_size(out['bytes_out'])}, {mean} mean)"),
         ("series", f"{out['series']:,} ({out['split_series']:,} split across files)"),
     ]
     if "windows" in out:
         lost = out["windows_lost"] / max(out["windows"] + out["windows_lost"], 1)
-        rows.append(
-            (
-                f"windows (window={args.window}, stride={args.stride}, horizon={args.horizon})",
-                f"{out['windows']:,} kept, {out['windows_lost']:,} lost at file edges ({lost:.3%})",
-            )
-        )
+        settings = f"window={args.window}, stride={args.stride}, horizon={args.horizon}"
+        kept = f"{out['windows']:,} kept, {out['windows_lost']:,} lost at file edges ({lost:.3%})"
+        rows.append((f"windows ({settings})", kept))
     rows.append(("time", f"{seconds:.1f} s ({out['rows_in'] / seconds:,.0f} rows/s)"))
     rows += [("removed", f"{path} (left by an interrupted convert)") for path in out["leftovers_removed"]]
     if out["workers_restarted"]:
-        rows.append(
-            (
-                "warning",
-                f"{out['workers_restarted']} Dask workers were restarted (out of memory?); the output is complete",
-            )
-        )
+        restarted = f"{out['workers_restarted']} Dask workers were restarted (out of memory?); the output is complete"
+        rows.append(("warning", restarted))
     return {"text": _table(rows)}
 
 
@@ -146,72 +135,40 @@ def _cmd_inspect(args: argparse.Namespace) -> dict:
         )
     if args.json:
         return out
+    series = "no series column: each partition is one run (pass --series)"
+    if out["series"] is not None:
+        runs = f"{out['runs']:,} runs, from the {out['runs_from']}"
+        series = f"{out['series']:,} in column {out['series_column']!r} ({runs})"
     rows = [
         ("path", out["path"]),
         ("files", f"{out['files']:,}"),
         ("partitions", f"{out['partitions']:,} (largest {out['largest_partition_rows']:,} rows)"),
         ("rows", f"{out['rows']:,}"),
+        *([("bytes", _size(out["bytes"]))] if out["bytes"] is not None else []),
+        ("series", series),
+        ("schema", ", ".join(f"{k}: {v}" for k, v in out["schema"].items())),
     ]
-    if out["bytes"] is not None:
-        rows.append(("bytes", _size(out["bytes"])))
-    if out["series"] is not None:
-        rows.append(
-            (
-                "series",
-                f"{out['series']:,} in column {out['series_column']!r} "
-                f"({out['runs']:,} runs, from the {out['runs_from']})",
-            )
-        )
-    else:
-        rows.append(("series", "no series column: each partition is one run (pass --series)"))
-    rows.append(("schema", ", ".join(f"{k}: {v}" for k, v in out["schema"].items())))
     if out["skipped"]:
-        rows.append(
-            (
-                "skipped",
-                f"{len(out['skipped']):,} unreadable partitions "
-                f"(--on-error skip): {', '.join(out['skipped'][:3])}" + (", ..." if len(out["skipped"]) > 3 else ""),
-            )
-        )
+        names = ", ".join(out["skipped"][:3]) + (", ..." if len(out["skipped"]) > 3 else "")
+        rows.append(("skipped", f"{len(out['skipped']):,} unreadable partitions (--on-error skip): {names}"))
     if "windows" in out:
-        mem = out["memory"]
+        mem, left_out, cuts = out["memory"], out["left_out"], out.get("chunk_cuts")
         nan = ", nan=drop" if out["nan"] == "drop" else ""
-        rows.append(
-            (
-                f"windows (window={out['window']}, stride={out['stride']}, horizon={out['horizon']}{nan})",
-                f"{out['windows']:,}",
-            )
-        )
-        if out["left_out"]["runs"]:
-            rows.append(
-                (
-                    "left out",
-                    f"{out['left_out']['runs']:,} series (or a file's stretch of one) shorter than "
-                    f"window + horizon: {out['left_out']['rows']:,} rows in no window",
-                )
-            )
-        cuts = out.get("chunk_cuts")
+        settings = f"window={out['window']}, stride={out['stride']}, horizon={out['horizon']}{nan}"
+        rows.append((f"windows ({settings})", f"{out['windows']:,}"))
+        if left_out["runs"]:
+            short = f"{left_out['runs']:,} series (or a file's stretch of one) shorter than window + horizon"
+            rows.append(("left out", f"{short}: {left_out['rows']:,} rows in no window"))
         if cuts:
             flags = f"--window {out['window']}" + (f" --horizon {out['horizon']}" if out["horizon"] else "")
-            rows.append(
-                (
-                    "left out at chunk cuts",
-                    f"{cuts['lost']:,} of {cuts['total']:,} windows ({cuts['lost'] / cuts['total']:.1%}): converted "
-                    f"for window + horizon <= {cuts['converted_span']}; re-run `dask-windows convert` with {flags} "
-                    "(or larger), or use a smaller window",
-                )
-            )
-        rows.append(
-            (
-                f"loader memory (buffer={args.buffer_partitions}, "
-                f"prefetch={args.prefetch_partitions}, batch={args.batch_size}, "
-                f"C={len(out['features'])})",
-                f"{_size(mem['per_process'])} per process x {mem['processes']} = "
-                f"{_size(mem['total'])} (partitions {_size(mem['partitions'])}, "
-                f"window index {_size(mem['window_index'])}, "
-                f"batches {_size(mem['batches'])})",
-            )
-        )
+            share = f"{cuts['lost']:,} of {cuts['total']:,} windows ({cuts['lost'] / cuts['total']:.1%})"
+            converted = f"converted for window + horizon <= {cuts['converted_span']}"
+            remedy = f"re-run `dask-windows convert` with {flags} (or larger), or use a smaller window"
+            rows.append(("left out at chunk cuts", f"{share}: {converted}; {remedy}"))
+        loader = f"buffer={args.buffer_partitions}, prefetch={args.prefetch_partitions}, batch={args.batch_size}"
+        parts = (f"{key.replace('_', ' ')} {_size(mem[key])}" for key in ("partitions", "window_index", "batches"))
+        total = f"{_size(mem['per_process'])} per process x {mem['processes']} = {_size(mem['total'])}"
+        rows.append((f"loader memory ({loader}, C={len(out['features'])})", f"{total} ({', '.join(parts)})"))
     rows.append(("time", f"{out['seconds']:.3f} s"))
     if args.mixing:
         from dask_windows.planning.mixing import format_report

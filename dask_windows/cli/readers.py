@@ -83,6 +83,15 @@ def list_inputs(srcs: Sequence[str], fmt: str | None, storage_options: dict | No
     return fmt, urls  # type: ignore[return-value]
 
 
+def _parquet_schema(url: str, storage_options: dict | None) -> dict[str, str]:
+    """The footer's column types, pandas' index columns left out."""
+    import pyarrow.parquet as pq
+
+    with fsspec.open(url, "rb", **(storage_options or {})) as src:
+        schema = pq.read_schema(src)
+    return {f.name: str(f.type) for f in schema if not f.name.startswith("__index_level_")}
+
+
 def _csv_schema(url: str, storage_options: dict | None) -> dict[str, str]:
     """Column types pyarrow infers from the first MiB of one CSV file (decompressed)."""
     import pyarrow.csv as pacsv
@@ -106,28 +115,11 @@ def file_schemas(
     (:func:`read_inputs` checks their headers)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    options = storage_options or {}
-    if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        def one(url: str) -> dict[str, str]:
-            with fsspec.open(url, "rb", **options) as src:
-                schema = pq.read_schema(src)
-            return {f.name: str(f.type) for f in schema if not f.name.startswith("__index_level_")}
-    elif fmt == "csv":
-
-        def one(url: str) -> dict[str, str]:
-            return _csv_schema(url, options)
-    elif fmt == "avro":
-
-        def one(url: str) -> dict[str, str]:
-            return _avro_dtypes(url, options)
-    else:
+    one = {"parquet": _parquet_schema, "csv": _csv_schema, "avro": _avro_dtypes}.get(fmt)
+    if one is None or not urls:
         return []
-    if len(urls) <= 1:
-        return [one(u) for u in urls]
     with ThreadPoolExecutor(min(threads, len(urls))) as pool:
-        return list(pool.map(one, urls))
+        return list(pool.map(one, urls, [storage_options] * len(urls)))
 
 
 def _same_type(a: str | None, b: str | None) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import posixpath
+from dataclasses import dataclass
 from typing import Any
 
 import dask
@@ -46,38 +47,57 @@ def _disk_error(exc: OSError, path: str, what: str) -> OSError:
     )
 
 
-def write_part(fs: Any, path: str, table: pa.Table, schema: pa.Schema, compression: Any) -> dict:
-    """Write one output file (both layouts) as one row group with page CRCs; its manifest entry
-    but the runs."""
-    # dictionaries pay off for ids and labels, not for measurements (they grow float files)
-    dictionary = [f.name for f in schema if not pa.types.is_floating(f.type)]
-    try:
-        with fs.open(path, "wb") as out:
-            pq.write_table(
-                table,
-                out,
-                row_group_size=max(len(table), 1),
-                compression=compression,
-                use_dictionary=dictionary,
-                write_page_checksum=True,
-            )
-    except OSError as exc:
-        raise _disk_error(exc, path, "output file") from exc
-    return {"path": posixpath.basename(path), "rows": table.num_rows, "bytes": int(fs.size(path))}
+@dataclass(frozen=True)
+class _Output:
+    """Where and how the tasks of passes 3 to 5 write (it travels to the Dask workers)."""
+
+    fs: Any
+    tmp: str
+    schema: pa.Schema
+    series: str
+    time: str
+    compression: str  # the output's Parquet codec
+    scratch_compression: str | None  # a name: ``IpcWriteOptions`` do not pickle
+
+    @property
+    def scratch(self) -> str:
+        return posixpath.join(self.tmp, "_scratch")
+
+    def write(self, path: str, table: pa.Table, runs: list) -> dict:
+        """Write one output file (both layouts) as one row group with page CRCs; its manifest entry."""
+        # dictionaries pay off for ids and labels, not for measurements (they grow float files)
+        dictionary = [f.name for f in self.schema if not pa.types.is_floating(f.type)]
+        try:
+            with self.fs.open(path, "wb") as out:
+                pq.write_table(
+                    table,
+                    out,
+                    row_group_size=max(len(table), 1),
+                    compression=self.compression,
+                    use_dictionary=dictionary,
+                    write_page_checksum=True,
+                )
+        except OSError as exc:
+            raise _disk_error(exc, path, "output file") from exc
+        return {
+            "path": posixpath.basename(path),
+            "rows": table.num_rows,
+            "bytes": int(self.fs.size(path)),
+            "runs": runs,
+        }
+
+    def sorted_bucket(self, pieces: list[tuple[str, int]]) -> pa.Table:
+        """A bucket's scratch batches, read in input order and stably sorted (ties keep that order)."""
+        batches = []
+        for path, batch in pieces:
+            with self.fs.open(path, "rb") as src:
+                batches.append(pa.ipc.open_file(src).get_batch(batch))
+        table = pa.Table.from_batches(batches, schema=self.schema)
+        return table.take(pc.sort_indices(table, sort_keys=[(self.series, "ascending"), (self.time, "ascending")]))
 
 
 def _part_name(f: int, num_files: int) -> str:
     return f"part-{f:0{max(5, len(str(num_files - 1)))}d}.parquet"
-
-
-def _sorted_bucket(pieces: list[tuple[str, int]], fs: Any, schema: pa.Schema, series: str, time: str) -> pa.Table:
-    """A bucket's scratch batches, read in input order and stably sorted (ties keep that order)."""
-    batches = []
-    for path, batch in pieces:
-        with fs.open(path, "rb") as src:
-            batches.append(pa.ipc.open_file(src).get_batch(batch))
-    table = pa.Table.from_batches(batches, schema=schema)
-    return table.take(pc.sort_indices(table, sort_keys=[(series, "ascending"), (time, "ascending")]))
 
 
 def _scatter(
@@ -111,10 +131,10 @@ def _scatter(
     return path, index
 
 
-def _gather(pieces: list, fs: Any, path: str, schema: pa.Schema, series: str, time: str, compression: str) -> dict:
+def _gather(out: _Output, pieces: list, path: str) -> dict:
     """Contiguous layout: one output file from its bucket, sorted, with its series runs."""
-    table = _sorted_bucket(pieces, fs, schema, series, time)
-    return dict(write_part(fs, path, table, schema, compression), runs=series_runs(table.column(series).to_numpy()))
+    table = out.sorted_bucket(pieces)
+    return out.write(path, table, series_runs(table.column(out.series).to_numpy()))
 
 
 def _write_files(
@@ -129,11 +149,10 @@ def _write_files(
 ) -> list[dict]:
     """Pass 3: bucket every row into its output file through scratch files on ``fs``, then write
     the files (with ``spread``, the options of :func:`write_spread`, in the spread layout)."""
-    series, time = plan[0], plan[1]
     schema = pa.Schema.from_pandas(ddf._meta, preserve_index=False)
-    scratch = posixpath.join(tmp, "_scratch")
-    fs.makedirs(scratch, exist_ok=True)
-    scatters = [dask.delayed(_scatter)(part, i, fs, scratch, schema, plan) for i, part in enumerate(ddf.to_delayed())]
+    out = _Output(fs, tmp, schema, plan[0], plan[1], compression, SCRATCH_OPTIONS.compression)
+    fs.makedirs(out.scratch, exist_ok=True)
+    scatters = [dask.delayed(_scatter)(p, i, fs, out.scratch, schema, plan) for i, p in enumerate(ddf.to_delayed())]
     pieces: list[list[tuple[str, int]]] = [[] for _ in range(num_files)]
     bucket_rows = np.zeros(num_files, np.int64)
     for path, index in compute("splitting rows by output file", *scatters):
@@ -141,71 +160,45 @@ def _write_files(
             pieces[file_id].append((path, batch))
             bucket_rows[file_id] += rows
     if spread is not None:
-        entries = write_spread(
-            pieces,
-            bucket_rows,
-            fs,
-            tmp,
-            scratch,
-            schema,
-            series,
-            time,
-            compression=compression,
-            compute=compute,
-            scratch_compression=SCRATCH_OPTIONS.compression,  # a name: the options do not pickle
-            **spread,
-        )
+        entries = write_spread(out, pieces, bucket_rows, compute, **spread)
     else:
-        gathers = []
-        for j in range(num_files):
-            if pieces[j]:
-                path = posixpath.join(tmp, _part_name(j, num_files))
-                gathers.append(dask.delayed(_gather)(pieces[j], fs, path, schema, series, time, compression))
+        paths = [posixpath.join(tmp, _part_name(j, num_files)) for j in range(num_files)]
+        gathers = [dask.delayed(_gather)(out, pieces[j], paths[j]) for j in range(num_files) if pieces[j]]
         entries = list(compute("sorting and writing files", *gathers))
-    fs.rm(scratch, recursive=True)
+    fs.rm(out.scratch, recursive=True)
     return entries
 
 
-def _sort_bucket(
-    bucket: int,
-    pieces: list,
-    fs: Any,
-    scratch: str,
-    schema: pa.Schema,
-    series: str,
-    time: str,
-    segments: np.ndarray,
-    compression: str | None = None,
-) -> tuple[str, list[int]]:
+def _sort_bucket(out: _Output, bucket: int, pieces: list, segments: np.ndarray) -> tuple[str, list[int]]:
     """Spread layout: sort one bucket and write its rows back to scratch grouped by output file.
 
     Returns:
         ``(path, files)``: the scratch file and, per record batch, the output file it is for.
     """
-    table = _sorted_bucket(pieces, fs, schema, series, time)
-    out_path = posixpath.join(scratch, f"bucket-{bucket:06d}.arrow")
+    table = out.sorted_bucket(pieces)
+    path = posixpath.join(out.scratch, f"bucket-{bucket:06d}.arrow")
     files: list[int] = []
     # segments: (N, 5) file, slot, canonical start, bucket row, rows; sorted by file then slot
     bounds = np.flatnonzero(np.diff(segments[:, 0])) + 1 if len(segments) else np.zeros(0, np.int64)
-    options = pa.ipc.IpcWriteOptions(compression=compression)
-    with fs.open(out_path, "wb") as out, pa.ipc.new_file(out, schema, options=options) as writer:
+    options = pa.ipc.IpcWriteOptions(compression=out.scratch_compression)
+    with out.fs.open(path, "wb") as dst, pa.ipc.new_file(dst, out.schema, options=options) as writer:
         for group in np.split(segments, bounds) if len(segments) else []:
             rows = np.concatenate([np.arange(r, r + n) for r, n in zip(group[:, 3], group[:, 4])])
             part = table.take(pa.array(rows)).combine_chunks()
-            writer.write_batch(part.to_batches()[0] if part.num_rows else pa.RecordBatch.from_pylist([], schema))
+            writer.write_batch(part.to_batches()[0] if part.num_rows else pa.RecordBatch.from_pylist([], out.schema))
             files.append(int(group[0, 0]))
-    return out_path, files
+    return path, files
 
 
-def _write_file(path: str, sources: list, fs: Any, schema: pa.Schema, compression: str, rows: int, runs: list) -> dict:
+def _write_file(out: _Output, path: str, sources: list, rows: int, runs: list) -> dict:
     """Spread layout: one output file from its chunks' pieces (``sources``: scratch path, batch
     and ``(n, 3)`` slot, canonical start, rows of its segments), in slot order."""
     tables, keys = [], []
     for scratch_path, batch, segments in sources:
-        with fs.open(scratch_path, "rb") as src:
-            tables.append(pa.Table.from_batches([pa.ipc.open_file(src).get_batch(batch)], schema=schema))
+        with out.fs.open(scratch_path, "rb") as src:
+            tables.append(pa.Table.from_batches([pa.ipc.open_file(src).get_batch(batch)], schema=out.schema))
         keys.append(segments)
-    table = pa.concat_tables(tables) if tables else schema.empty_table()
+    table = pa.concat_tables(tables) if tables else out.schema.empty_table()
     if keys:
         seg = np.concatenate(keys)  # (n, 3) slot, canonical start, rows; rows of the table in this order
         first = np.cumsum(seg[:, 2]) - seg[:, 2]  # (n,) table row of each segment
@@ -216,26 +209,19 @@ def _write_file(path: str, sources: list, fs: Any, schema: pa.Schema, compressio
             f"{posixpath.basename(path)}: gathered {table.num_rows} rows but the layout planned {rows}; "
             "the input changed while converting, or this is a bug (please report it)"
         )
-    return dict(write_part(fs, path, table, schema, compression), runs=runs)
+    return out.write(path, table, runs)
 
 
 def write_spread(
+    out: _Output,
     pieces: list[list[tuple[str, int]]],
     bucket_rows: np.ndarray,
-    fs: Any,
-    tmp: str,
-    scratch: str,
-    schema: pa.Schema,
-    series: str,
-    time: str,
+    compute: Compute,
     series_rows: np.ndarray,
     keys: list,
     target_rows: int,
     span: int,
     chunk_rows: int | None,
-    compression: str,
-    compute: Any,
-    scratch_compression: str | None = None,
 ) -> list[dict]:
     """Passes 4 and 5 of ``convert`` for the spread layout; returns the manifest entries.
 
@@ -252,16 +238,13 @@ def write_spread(
     offsets = np.cumsum(bucket_rows) - bucket_rows  # (J,) canonical row of each bucket's first row
     segments = [segments_of(plan, int(a), int(a + n)) for a, n in zip(offsets, bucket_rows)]
     filled = [j for j in range(len(pieces)) if pieces[j]]
-    sorts = [
-        dask.delayed(_sort_bucket)(j, pieces[j], fs, scratch, schema, series, time, segments[j], scratch_compression)
-        for j in filled
-    ]
+    sorts = [dask.delayed(_sort_bucket)(out, j, pieces[j], segments[j]) for j in filled]
     written = dict(zip(filled, compute("sorting series and cutting chunks", *sorts)))
     # the input scratch is read no more: removed before the output is written, so the disk holds
     # two copies of the data at most (sorted buckets and output), not three
     used = sorted({path for bucket in pieces for path, _ in bucket})
     if used:
-        fs.rm(used)
+        out.fs.rm(used)
     sources: list[list] = [[] for _ in range(num_files)]
     for j, (path, files) in written.items():
         seg = segments[j]
@@ -271,6 +254,6 @@ def write_spread(
     for f in range(num_files):
         rows, runs = file_runs(plan, series_rows, keys, f)
         if rows:
-            path = posixpath.join(tmp, _part_name(f, num_files))
-            writes.append(dask.delayed(_write_file)(path, sources[f], fs, schema, compression, rows, runs))
+            path = posixpath.join(out.tmp, _part_name(f, num_files))
+            writes.append(dask.delayed(_write_file)(out, path, sources[f], rows, runs))
     return list(compute("writing spread files", *writes))
