@@ -41,7 +41,7 @@ def _table(rows: Sequence[tuple[str, Any]], indent: str = "") -> str:
 def _cmd_convert(args: argparse.Namespace) -> dict:
     from dask.utils import parse_bytes
 
-    from dask_windows.cli.convert import convert, longest_series
+    from dask_windows.cli.convert import convert, series_spread
     from dask_windows.cli.summary import manifest_windows
 
     started = clock.perf_counter()
@@ -49,16 +49,16 @@ def _cmd_convert(args: argparse.Namespace) -> dict:
         report = convert(
             args.src,
             args.dst,
-            series=args.series,
-            time=args.time,
             fmt=args.format,
             partition_size=int(parse_bytes(args.partition_size)),
-            overwrite=args.overwrite,
-            parse_time=args.parse_time,
-            compression=args.compression,
             input_block_size=_input_block_size(args.memory_limit),
             npy_columns=args.npy_columns.split(",") if args.npy_columns else None,
             compute=cluster.compute,
+            series=args.series,
+            time=args.time,
+            overwrite=args.overwrite,
+            parse_time=args.parse_time,
+            compression=args.compression,
             layout=args.layout,
             window=args.window,
             horizon=args.horizon,
@@ -73,7 +73,7 @@ def _cmd_convert(args: argparse.Namespace) -> dict:
         out.update(window=args.window, stride=args.stride, horizon=args.horizon, windows=kept, windows_lost=lost)
         if kept == 0:
             if report.manifest.get("version", 1) >= 2:  # spread: whole series, not their chunks
-                what, longest, remedy = "series", longest_series(report.manifest), ""
+                what, longest, remedy = "series", series_spread(report.manifest["files"])[1], ""
             else:
                 what, longest = (
                     "series run",
@@ -125,14 +125,8 @@ def _cmd_inspect(args: argparse.Namespace) -> dict:
     if args.mixing:
         from dask_windows.planning.mixing import inspect_mixing
 
-        out["mixing"] = inspect_mixing(
-            args.path,
-            out,
-            batch_size=args.batch_size,
-            buffer_partitions=args.buffer_partitions,
-            pieces_per_partition=args.pieces_per_partition,
-            buffer_bytes=args.buffer_bytes,
-        )
+        names = ("batch_size", "buffer_partitions", "pieces_per_partition", "buffer_bytes")
+        out["mixing"] = inspect_mixing(args.path, out, **{k: getattr(args, k) for k in names})
     if args.json:
         return out
     series = "no series column: each partition is one run (pass --series)"
@@ -181,15 +175,8 @@ def _inspect_corpus(args: argparse.Namespace) -> dict:
     """``inspect --corpus``: each PATH (or NAME=PATH) a data set of a ``CorpusDataset``, mixed, its report."""
     from dask_windows.corpus import CorpusDataset, LeftOutSeriesWarning, mix_corpora
 
-    settings: dict[str, Any] = dict(
-        patch_size=args.patch_size,
-        max_length=args.max_length,
-        min_length=args.min_length,
-        sequence_tokens=args.sequence_tokens,
-        channels=args.channels,
-    )
-    if args.batch_size is not None:
-        settings["batch_size"] = args.batch_size
+    names = ("patch_size", "max_length", "min_length", "sequence_tokens", "channels", "batch_size")
+    settings = {k: getattr(args, k) for k in names if k != "batch_size" or args.batch_size is not None}
     members = {}
     for given in args.path:
         name, sep, path = given.partition("=")

@@ -33,13 +33,7 @@ import numpy as np
 import pandas as pd
 from dask.utils import parse_bytes
 
-from dask_windows.cli.convert_plan import (
-    PROFILE_META,
-    Compute,
-    _profile,
-    _split_cuts,
-    plan_files,
-)
+from dask_windows.cli.convert_plan import PROFILE_META, Compute, _profile, _split_cuts, plan_files
 from dask_windows.cli.layout import DEFAULT_SPAN, LAYOUTS
 from dask_windows.cli.readers import FORMATS, file_schemas, list_inputs, read_inputs, schema_mismatch, time_parsing
 from dask_windows.cli.safety import MARKER as _MARKER
@@ -283,7 +277,7 @@ def convert(
         rows_out=rows_out,
         files=len(entries),
         series=len(keys),
-        split_series=_series_in_several_files(entries),
+        split_series=series_spread(entries)[0],
         bytes_out=sum(e["bytes"] for e in entries),
         manifest=manifest,
         layout=layout,
@@ -335,27 +329,14 @@ def _move_into_place(fs: Any, tmp: str, root: str) -> None:
         fs.rm(old, recursive=True)
 
 
-def _series_key(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=str)  # manifest values: str, int, float, bool
-
-
-def _series_in_several_files(entries: Sequence[dict]) -> int:
-    """Series whose runs lie in more than one of the files ``entries`` describe."""
-    first_file: dict[str, int] = {}
-    split = set()
+def series_spread(entries: Sequence[dict]) -> tuple[int, int]:
+    """``(series in more than one file, rows of the longest series)`` of the files ``entries`` (a
+    manifest's) describe; a series' rows are its runs' owned rows."""
+    files: dict[str, set[int]] = {}
+    rows: dict[str, int] = {}
     for i, entry in enumerate(entries):
         for run in entry["runs"]:
-            key = _series_key(run[2])
-            if first_file.setdefault(key, i) != i:
-                split.add(key)
-    return len(split)
-
-
-def longest_series(manifest: dict) -> int:
-    """Rows of the longest series a manifest describes (its runs' owned rows summed per series)."""
-    rows: dict[str, int] = {}
-    for entry in manifest["files"]:
-        for run in entry["runs"]:
-            key = _series_key(run[2])
+            key = json.dumps(run[2], sort_keys=True, default=str)  # manifest values: str, int, float, bool
+            files.setdefault(key, set()).add(i)
             rows[key] = rows.get(key, 0) + int(run[4] if len(run) >= 5 else run[1])
-    return max(rows.values(), default=0)
+    return sum(len(f) > 1 for f in files.values()), max(rows.values(), default=0)

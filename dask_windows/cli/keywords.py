@@ -26,16 +26,10 @@ def _size(text: str) -> int:
 
 @dataclass(frozen=True)
 class Option:
-    """One keyword of ``WindowDataset`` on the command line.
-
-    Attributes:
-        keyword: The dataset's keyword (also the parsed argument's ``dest``).
-        settings: ``add_argument`` settings (``type`` ``"count"`` or ``"size"``: the command line's
-            argument types of those names).
-        bench: Settings of ``bench`` that replace those.
-        value: Turns the parsed text into the dataset's value, else it is passed as parsed.
-        why: Why the keyword has no flag.
-    """
+    """One keyword of ``WindowDataset`` (the parsed argument's ``dest``) on the command line: its
+    ``add_argument`` settings (``type`` ``"count"`` or ``"size"``: the argument types of
+    ``cli.options``), those ``bench`` replaces, how the parsed ``value`` becomes the dataset's,
+    or ``why`` it has no flag."""
 
     keyword: str
     settings: Mapping[str, Any] = field(default_factory=dict)
@@ -49,75 +43,71 @@ class Option:
         return None if self.why else "--" + self.keyword.replace("_", "-")
 
 
+def _flag(keyword: str, bench: Mapping[str, Any] | None = None, value: Any = None, **settings: Any) -> Option:
+    """The row of a keyword that a flag sets: its ``add_argument`` ``settings`` (``bench``: those
+    that differ in ``bench``)."""
+    return Option(keyword, settings, bench or {}, value)
+
+
 OPTIONS: tuple[Option, ...] = (
-    Option(
+    _flag(
         "features",
-        {
-            "nargs": "+",
-            "metavar": "COL",
-            "help": "columns stacked as x (default: every numeric column but series, time and targets)",
-        },
         {"required": True, "help": "columns stacked as x (required)"},
+        nargs="+",
+        metavar="COL",
+        help="columns stacked as x (default: every numeric column but series, time and targets)",
     ),
-    Option(
+    _flag(
         "series",
-        {"metavar": "COL", "help": "the series column (default: the manifest's; none without one)"},
         {"required": True, "help": "the series column (required)"},
+        metavar="COL",
+        help="the series column (default: the manifest's; none without one)",
     ),
-    Option(
+    _flag(
         "window",
-        {"type": int, "metavar": "L", "help": "rows per window (default: no window counts)"},
         {"required": True, "help": "rows per window"},
+        type=int,
+        metavar="L",
+        help="rows per window (default: no window counts)",
     ),
-    Option("stride", {"type": int, "default": 1, "metavar": "S", "help": "rows between consecutive window starts"}),
-    Option(
-        "horizon", {"type": int, "default": 0, "metavar": "H", "help": "rows after each window that its targets cover"}
-    ),
-    Option("targets", {"nargs": "+", "metavar": "COL", "help": "columns stacked as y (default: none)"}),
-    Option("batch_size", {"type": int, "default": 256, "metavar": "B", "help": "windows per batch"}),
-    Option("buffer_partitions", {"type": int, "default": 2, "metavar": "N", "help": "partitions decoded together"}),
-    Option("prefetch_partitions", {"type": int, "default": 1, "metavar": "N", "help": "partitions read ahead"}),
-    Option(
+    _flag("stride", type=int, default=1, metavar="S", help="rows between consecutive window starts"),
+    _flag("horizon", type=int, default=0, metavar="H", help="rows after each window that its targets cover"),
+    _flag("targets", nargs="+", metavar="COL", help="columns stacked as y (default: none)"),
+    _flag("batch_size", type=int, default=256, metavar="B", help="windows per batch"),
+    _flag("buffer_partitions", type=int, default=2, metavar="N", help="partitions decoded together"),
+    _flag("prefetch_partitions", type=int, default=1, metavar="N", help="partitions read ahead"),
+    _flag(
         "pieces_per_partition",
-        {"type": int, "metavar": "K", "help": "1: whole partitions (default: the pool order); above 1: deprecated"},
+        type=int,
+        metavar="K",
+        help="1: whole partitions (default: the pool order); above 1: deprecated",
     ),
-    Option(
-        "buffer_bytes",
-        {"type": int, "metavar": "N", "help": "the pool order's memory budget per rank (default: 1 GiB)"},
-    ),
-    Option(
+    _flag("buffer_bytes", type=int, metavar="N", help="the pool order's memory budget per rank (default: 1 GiB)"),
+    _flag(
         "nan",
-        {
-            "choices": ("raise", "drop"),
-            "default": "raise",
-            "help": "windows holding NaN: raise an error, or drop them (as WindowDataset's nan=)",
-        },
+        choices=("raise", "drop"),
+        default="raise",
+        help="windows holding NaN: raise an error, or drop them (as WindowDataset's nan=)",
     ),
-    Option(
+    _flag(
         "on_error",
-        {
-            "choices": ("raise", "skip"),
-            "default": "raise",
-            "help": "unreadable files: raise an error, or skip them (as WindowDataset's on_error=)",
-        },
+        choices=("raise", "skip"),
+        default="raise",
+        help="unreadable files: raise an error, or skip them (as WindowDataset's on_error=)",
     ),
-    Option(
+    _flag(
         "retries",
-        {
-            "type": "count",
-            "default": 3,
-            "metavar": "N",
-            "help": "retries of transient storage errors (as WindowDataset's retries=)",
-        },
+        type="count",
+        default=3,
+        metavar="N",
+        help="retries of transient storage errors (as WindowDataset's retries=)",
     ),
-    Option(
+    _flag(
         "partition_bytes",
-        {
-            "type": "size",
-            "metavar": "BYTES",
-            "help": "split Parquet files with more uncompressed bytes at row groups (default: the loader's, 256MiB)",
-        },
         value=_size,
+        type="size",
+        metavar="BYTES",
+        help="split Parquet files with more uncompressed bytes at row groups (default: the loader's, 256MiB)",
     ),
     Option("layout", why="the shape of x only: the figures and counts are the same for NCL and NLC"),
     Option("return_index", why="one more int64 tensor per batch: counts and figures do not depend on it"),

@@ -43,17 +43,9 @@ _LAYOUT_SEED = 0x5EED
 
 @dataclass(frozen=True)
 class SpreadPlan:
-    """Where every chunk goes.
-
-    Attributes:
-        chunk_lo: ``(M,)`` canonical row of each chunk's first row.
-        chunk_hi: ``(M,)`` one past its last owned row.
-        stored_hi: ``(M,)`` one past its last stored row (``chunk_hi`` plus the overlap).
-        file: ``(M,)`` output file of each chunk.
-        slot: ``(M,)`` position of the chunk inside its file (chunks are stored in slot order).
-        num_files: Output files.
-        span: ``window + horizon`` the overlap is sized for.
-    """
+    """Where every chunk goes: per chunk ``(M,)`` its first canonical row (``chunk_lo``), one past its
+    last owned and stored row (``chunk_hi``, ``stored_hi``: with the overlap), its output ``file``
+    and ``slot`` there (chunks are stored in slot order)."""
 
     chunk_lo: np.ndarray
     chunk_hi: np.ndarray
@@ -140,11 +132,8 @@ def file_runs(plan: SpreadPlan, series_rows: np.ndarray, keys: list, f: int) -> 
 
 
 def segments_of(plan: SpreadPlan, lo: int, hi: int) -> np.ndarray:
-    """Stored pieces of canonical rows ``[lo, hi)`` (one sorted bucket).
-
-    Returns:
-        ``(N, 5)`` int64 rows ``(file, slot, canonical start, bucket row, rows)``, sorted by file then slot.
-    """
+    """Stored pieces of canonical rows ``[lo, hi)`` (one sorted bucket): ``(N, 5)`` int64 rows
+    ``(file, slot, canonical start, bucket row, rows)``, sorted by file then slot."""
     a = np.maximum(plan.chunk_lo, lo)
     b = np.minimum(plan.stored_hi, hi)
     hit = np.flatnonzero(b > a)

@@ -322,15 +322,12 @@ def read_inputs(
 def time_parsing(
     fmt: str, schemas: Sequence[dict[str, str]], time: str, parse_time: bool | str
 ) -> tuple[list[dict[str, str]], bool | str, str | None]:
-    """The CSV schemas with the time column settled, how to parse it, and a remedy.
+    """``(schemas, parsing, remedy)``: the CSV schemas with the time column settled, how to parse it
+    (``False``, ``True`` or ``"utc"``) and the advice where it still differs between files.
 
     ``DataFrame.to_csv`` writes times as short as their values allow, so Arrow infers ``date32``,
-    ``timestamp[s]`` or ``timestamp[ns]`` per file: every date or timestamp kind (all with an
-    offset, or all without) becomes one parsed type, and with ``--parse-time`` whatever is there.
-
-    Returns:
-        ``(schemas, parsing, remedy)``: ``parsing`` is ``False``, ``True`` or ``"utc"`` (the text
-        has offsets); ``remedy`` is the advice when the time column still differs between files.
+    ``timestamp[s]`` or ``[ns]`` per file: any date or timestamp kind (all with an offset, or all
+    without) is one parsed type, and with ``--parse-time`` whatever is there.
     """
     if fmt != "csv" or not schemas:
         return list(schemas), parse_time, None

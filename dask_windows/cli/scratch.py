@@ -103,14 +103,10 @@ def _part_name(f: int, num_files: int) -> str:
 def _scatter(
     df: pd.DataFrame, number: int, fs: Any, scratch: str, schema: pa.Schema, plan: tuple
 ) -> tuple[str, list[tuple[int, int, int]]]:
-    """Write one input partition to a scratch Arrow file, one batch per output file.
-
-    Returns:
-        ``(path, [(file_id, batch_index, rows), ...])``.
-    """
+    """Write one input partition to a scratch Arrow file, one batch per output file (sorted by
+    series and time, so each compresses as the sorted data does): ``(path, [(file_id, batch, rows)])``."""
     file_ids = _file_ids(df, *plan)
     table = pa.Table.from_pandas(df, schema=schema, preserve_index=False)
-    # sorted by (file id, series, time), stably, so each batch compresses as the sorted data does
     keyed = table.select([plan[0], plan[1]]).append_column("_file_id", pa.array(file_ids))
     order = pc.sort_indices(
         keyed, sort_keys=[("_file_id", "ascending"), (plan[0], "ascending"), (plan[1], "ascending")]
@@ -170,11 +166,8 @@ def _write_files(
 
 
 def _sort_bucket(out: _Output, bucket: int, pieces: list, segments: np.ndarray) -> tuple[str, list[int]]:
-    """Spread layout: sort one bucket and write its rows back to scratch grouped by output file.
-
-    Returns:
-        ``(path, files)``: the scratch file and, per record batch, the output file it is for.
-    """
+    """Spread layout: sort one bucket and write its rows back to scratch grouped by output file;
+    returns the scratch file and, per record batch, the output file it is for."""
     table = out.sorted_bucket(pieces)
     path = posixpath.join(out.scratch, f"bucket-{bucket:06d}.arrow")
     files: list[int] = []
@@ -225,13 +218,9 @@ def write_spread(
 ) -> list[dict]:
     """Passes 4 and 5 of ``convert`` for the spread layout; returns the manifest entries.
 
-    Args:
-        pieces: Per bucket (an output file of the contiguous plan, in canonical order) the scratch
-            ``(path, batch)`` pairs holding its rows.
-        bucket_rows: ``(J,)`` rows of each bucket.
-        series_rows: ``(S,)`` rows of each series in canonical order; ``keys`` their values.
-        span: ``window + horizon`` the overlap is sized for.
-        chunk_rows: Owned rows per chunk, or ``None`` for ``auto_chunk_rows``.
+    ``pieces``: per bucket (an output file of the contiguous plan, in canonical order) the scratch
+    ``(path, batch)`` pairs holding its ``bucket_rows`` rows; ``series_rows``: ``(S,)`` rows of
+    each series in canonical order, ``keys`` their values.
     """
     num_files, chunk = output_files(int(np.sum(bucket_rows)), target_rows, span, chunk_rows)
     plan = plan_spread(series_rows, num_files, span, chunk)

@@ -35,12 +35,8 @@ logger = logging.getLogger(__name__)
 
 
 def manifest_windows(manifest: dict, window: int, stride: int = 1, horizon: int = 0) -> tuple[int, int]:
-    """Windows a converted dataset holds, and windows its file cuts lost.
-
-    Returns:
-        ``(windows, windows_lost)``: a series split across files (version 1) loses the windows
-        straddling a cut; chunks (version 2) lose only those of a span beyond their overlap.
-    """
+    """``(windows, windows_lost)`` of a converted dataset: a series split across files (version 1)
+    loses the windows straddling a cut; chunks (version 2) only those of a span beyond the overlap."""
     # the loader's own validation of the window settings (its errors, word for word)
     spec = WindowSpec(
         features=("_",), targets=("_t",) if horizon else (), window=window, stride=stride, horizon=horizon
@@ -79,20 +75,12 @@ def _manifest_for(path: str, storage_options: dict | None) -> dict | None:
 
 
 def inspect_dataset(path: str, *, num_workers: int = 0, **keywords: Any) -> dict:
-    """Describe a Parquet dataset as ``WindowDataset`` sees it, by opening one.
+    """Describe a Parquet dataset as ``WindowDataset(path, **keywords)`` sees it, by opening one.
 
-    ``windows`` equals ``WindowDataset(path, ...).num_windows``; a setting the loader rejects
-    fails with the loader's error.
-
-    Args:
-        path: a dataset folder, glob or Parquet file (fsspec URL allowed).
-        num_workers: DataLoader workers, to size memory for.
-        keywords: ``WindowDataset``'s, but ``series`` defaults to the manifest's (``None``: each
-            partition is one run); without ``window`` only files, rows, series and schema are
-            reported; ``features`` default to every numeric column but series, time and targets.
-
-    Returns:
-        A JSON-ready dict (see the CLI's ``inspect`` for the fields).
+    ``series`` defaults to the manifest's (``None``: each partition is one run), ``features`` to
+    every numeric column but series, time and targets; without ``window`` only files, rows, series
+    and schema are reported. ``num_workers``: DataLoader workers to size memory for. Returns a
+    JSON-ready dict (the CLI's ``inspect`` prints it).
     """
     import pyarrow.types as pat
 
@@ -133,12 +121,7 @@ def inspect_dataset(path: str, *, num_workers: int = 0, **keywords: Any) -> dict
     runs = [r.series_runs for r in ds.runs]
     rows = [p.num_rows for p in ds.partitions]
     used = getattr(source, "_manifest", None)
-    if series is None:
-        runs_from = "partitions"
-    elif used is not None and used.get("series") == series:
-        runs_from = "manifest"
-    else:
-        runs_from = "series column"
+    runs_from = "manifest" if used is not None and used.get("series") == series else "series column"
     num_files = len(source.files)
     keys = {json.dumps(k.item() if isinstance(k, np.generic) else k, default=str) for r in runs for k in r.keys}
     report: dict[str, Any] = {
@@ -150,7 +133,7 @@ def inspect_dataset(path: str, *, num_workers: int = 0, **keywords: Any) -> dict
         "largest_partition_rows": int(max(rows, default=0)),
         "series_column": series,
         "time_column": time_col,
-        "runs_from": runs_from,
+        "runs_from": runs_from if series is not None else "partitions",
         "series": len(keys) if series is not None else None,
         "runs": sum(len(r.lengths) for r in runs),
         "schema": {f.name: str(f.type) for f in schema},
@@ -189,12 +172,8 @@ def inspect_dataset(path: str, *, num_workers: int = 0, **keywords: Any) -> dict
 
 
 def _reject_non_finite(ds: Any, open_dropping: Callable[[], Any]) -> None:
-    """Raise ``DataError`` where ``ds`` (``nan="raise"``) holds a window with NaN or inf.
-
-    The loader checks only when it builds a buffer; here the dataset opened with ``nan="drop"``
-    (``open_dropping``) counts the windows that ``nan="raise"`` would fail on, and the message
-    names the column, partition and row of the first non-finite value.
-    """
+    """Raise ``DataError`` where ``ds`` (``nan="raise"``) holds a window with NaN or inf, as the loader
+    would when it builds a buffer: ``open_dropping()`` (``nan="drop"``) counts the windows it drops."""
     if ds.spec.nan != "raise" or ds.num_windows == 0:
         return
     dropping = open_dropping()
@@ -230,13 +209,9 @@ def loader_memory(
     prefetch_partitions: int = 1,
     num_workers: int = 0,
 ) -> dict:
-    """Peak bytes a ``WindowDataset`` iteration holds, per process and in total.
-
-    An upper estimate from the largest partition: ``buffer_partitions`` decoded partitions
-    (float32 features, targets at 8 bytes) plus their concatenation, ``prefetch_partitions`` more
-    decoded ahead and one being read (8 bytes a value); one int64 start per buffered window; two
-    batches in flight (four with DataLoader workers).
-    """
+    """Peak bytes a ``WindowDataset`` iteration holds, per process and in total: an upper estimate
+    from the largest partition (decoded, concatenated, prefetched and being read), one int64 start
+    per buffered window, and two batches in flight (four with DataLoader workers)."""
     values = num_features * 4 + num_targets * 8  # bytes a decoded row takes
     decoded = partition_rows * values
     concatenated = decoded * buffer_partitions if buffer_partitions > 1 else 0
