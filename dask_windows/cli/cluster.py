@@ -56,10 +56,8 @@ class _Cluster:
                 client = Client(args.scheduler, timeout=args.connect_timeout)
             except Exception as exc:  # refused, timed out, or not a Dask scheduler at all
                 raise ConnectionError(
-                    f"could not reach the Dask scheduler at {args.scheduler} "
-                    f"({type(exc).__name__}: {exc}); check the address and that the "
-                    f"scheduler is running, or leave out --scheduler to start a local "
-                    f"cluster"
+                    f"could not reach the Dask scheduler at {args.scheduler} ({type(exc).__name__}: {exc}); check the "
+                    f"address and that the scheduler is running, or leave out --scheduler to start a local cluster"
                 ) from exc
         else:
             cluster = self._stack.enter_context(
@@ -96,7 +94,6 @@ class _Cluster:
             if type(exc).__name__ != "KilledWorker":
                 raise
             raise MemoryError(
-                f"Dask workers kept dying while {label} ({exc}); they usually exceed their "
-                f"memory limit: raise --memory-limit, use fewer --threads-per-worker or a "
-                f"smaller --partition-size"
+                f"Dask workers kept dying while {label} ({exc}); they usually exceed their memory limit: raise "
+                f"--memory-limit, use fewer --threads-per-worker or a smaller --partition-size"
             ) from exc

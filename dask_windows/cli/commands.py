@@ -278,9 +278,8 @@ def _cmd_bench(args: argparse.Namespace) -> dict:
         ("settings", ", ".join(f"{k}={v}" for k, v in out["settings"].items())),
         (
             "dataset",
-            f"{out['partitions']:,} partitions, {out['num_windows']:,} windows, "
-            f"{out['batches_per_epoch']:,} batches/epoch (opened in "
-            f"{out['open_seconds']:.2f} s)",
+            f"{out['partitions']:,} partitions, {out['num_windows']:,} windows, {out['batches_per_epoch']:,} "
+            f"batches/epoch (opened in {out['open_seconds']:.2f} s)",
         ),
         (
             "measured",

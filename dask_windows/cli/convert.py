@@ -102,9 +102,8 @@ def _check_columns(ddf: dd.DataFrame, series: str, time: str, parse_time: bool |
         or pd.api.types.is_timedelta64_dtype(dtype)
     ) or pd.api.types.is_complex_dtype(dtype):
         raise SchemaError(
-            f"time column {time!r} in {where} has dtype {dtype}, which does not sort as "
-            f"time; store it as numbers or datetimes, or pass --parse-time to parse it "
-            f"with pandas.to_datetime"
+            f"time column {time!r} in {where} has dtype {dtype}, which does not sort as time; store it as numbers or "
+            f"datetimes, or pass --parse-time to parse it with pandas.to_datetime"
         )
     return ddf
 

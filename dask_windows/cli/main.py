@@ -44,10 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dask-windows",
         formatter_class=_Formatter,
         description=_paragraphs(
-            "Convert, inspect, summarise and benchmark time-series datasets for "
-            "dask_windows.\n\nconvert and stats run on Dask (a LocalCluster, or "
-            "--scheduler); inspect and bench open a WindowDataset in this process. "
-            "Results go to stdout (--json for JSON); progress and errors to stderr."
+            "Convert, inspect, summarise and benchmark time-series datasets for dask_windows.\n\nconvert and stats run "
+            "on Dask (a LocalCluster, or --scheduler); inspect and bench open a WindowDataset in this process. Results "
+            "go to stdout (--json for JSON); progress and errors to stderr."
         ),
         epilog="Run 'dask-windows COMMAND --help' for a command's options. Exit status: 0 ok, 1 failed, 2 bad usage.",
     )
@@ -112,9 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--layout",
         choices=("spread", "contiguous"),
         default="spread",
-        help="spread: each series in chunks over all files, overlapping by window + "
-        "horizon - 1 rows (128 without --window), so a few files mix like the "
-        "whole dataset; contiguous: files in (series, time) order",
+        help="spread: each series in chunks over all files, overlapping by window + horizon - 1 rows (128 without "
+        "--window), so a few files mix like the whole dataset; contiguous: files in (series, time) order",
     )
     p.add_argument("--chunk-rows", type=int, metavar="N", help="rows per chunk (default: about 512 chunks per file)")
     json_flag(p)

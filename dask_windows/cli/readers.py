@@ -297,9 +297,8 @@ def read_inputs(
             first = (url, shape[1:], dtype)
         elif (shape[1:], dtype) != first[1:]:
             raise SchemaError(
-                f"{url} holds {dtype} rows of shape {shape[1:]} but {first[0]} "
-                f"holds {first[2]} rows of shape {first[1]}; every .npy input "
-                f"needs the same columns"
+                f"{url} holds {dtype} rows of shape {shape[1:]} but {first[0]} holds {first[2]} rows of shape "
+                f"{first[1]}; every .npy input needs the same columns"
             )
         row_bytes = dtype.itemsize * (shape[1] if len(shape) == 2 else 1)
         step = max(1, blocksize // max(row_bytes, 1))

@@ -80,9 +80,8 @@ def check_output(
         else:
             continue
         raise FileExistsError(
-            f"the output {dst} {why} {src}; convert never writes over, into or around its "
-            f"inputs, whatever the flags: choose an output folder outside them (did you forget "
-            f"DST after the inputs?)"
+            f"the output {dst} {why} {src}; convert never writes over, into or around its inputs, whatever the flags: "
+            f"choose an output folder outside them (did you forget DST after the inputs?)"
         )
     if not fs.exists(root):
         return
@@ -106,9 +105,8 @@ def check_output(
     if extra:
         raise FileExistsError(
             f"{dst} is a convert output but also holds files convert did not write "
-            f"({', '.join(sorted(extra)[:3])}{', ...' if len(extra) > 3 else ''}); convert "
-            f"will not delete them, whatever the flags: move them out first or choose a new "
-            f"output folder"
+            f"({', '.join(sorted(extra)[:3])}{', ...' if len(extra) > 3 else ''}); convert will not delete them, "
+            f"whatever the flags: move them out first or choose a new output folder"
         )
     if not overwrite:
         raise FileExistsError(f"{dst} already exists; pass --overwrite to replace it or choose another output folder")

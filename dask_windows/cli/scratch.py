@@ -40,10 +40,9 @@ def _disk_error(exc: OSError, path: str, what: str) -> OSError:
     code = code or errno.ENOSPC
     return OSError(
         code,
-        f"{os.strerror(code)} while writing {what} {path}: the disk holding the "
-        f"output is full (or a file size limit was hit); free space there or "
-        f"choose a DST on a larger disk (convert needs about the output's size "
-        f"twice while it runs: compressed scratch plus the output)",
+        f"{os.strerror(code)} while writing {what} {path}: the disk holding the output is full (or a file size limit "
+        f"was hit); free space there or choose a DST on a larger disk (convert needs about the output's size twice "
+        f"while it runs: compressed scratch plus the output)",
     )
 
 

@@ -108,9 +108,8 @@ def compute_stats(
     exclude = [*exclude, *(c for c in (series, time) if c is not None)]
     if features is None and manifest is None and series is None and time is None and fmt != "npy":
         raise ConfigError(
-            f"{srcs[0]} has no manifest, so stats cannot tell its series and time columns from "
-            f"features (an integer series id would be summarised as one); pass --series COL "
-            f"(and --time COL), or --features"
+            f"{srcs[0]} has no manifest, so stats cannot tell its series and time columns from features (an integer "
+            f"series id would be summarised as one); pass --series COL (and --time COL), or --features"
         )
     if features is not None:  # the loader's checks: no repeats, the series is not a feature
         WindowSpec(features=tuple(features), series=series)
