@@ -1,10 +1,9 @@
 """``bench``: time a ``WindowDataset`` through a ``DataLoader`` on real data, in this process.
 
-The figures are what training would see (the real loader, its workers and prefetch thread), this
-machine's page cache included. Read time is counted by wrapping the source's read methods: a
-shared ``multiprocessing.Value`` adds each call's seconds across DataLoader workers (a lock a read).
-Peak RSS comes from ``getrusage``: the whole process lifetime, imports included. torch and the
-dataset are imported inside :func:`bench`, so importing this module stays cheap.
+The figures are what training would see, this machine's page cache included. Read time is
+counted by wrapping the source's read methods (a ``multiprocessing.Value`` shared with the
+DataLoader workers: a lock a read); peak RSS is ``getrusage``'s. torch is imported by
+:func:`bench` only, so importing this module stays cheap.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""The subcommand runners of ``dask-windows`` and the reports they print.
-
-Each ``_cmd_*`` takes the parsed arguments and returns either the JSON report
-(``--json``) or ``{"text": ...}``, the human-readable table ``main`` prints.
-"""
+"""The subcommand runners of ``dask-windows``: each ``_cmd_*`` takes the parsed arguments and returns
+the JSON report (``--json``) or ``{"text": ...}``, the table ``main`` prints."""
 
 from __future__ import annotations
 

@@ -1,17 +1,12 @@
 """Turn Parquet, CSV, Avro or ``.npy`` inputs into a loader-ready Parquet dataset with a manifest.
 
-Dask passes, none holding more than one input block or one output file on a worker: (1) rows per
-series and a size sample; (2) where some series must be split, a sample of their times to place
-the cuts (``convert_plan``); (3) every input block split by output file into one zstd-compressed
-Arrow scratch file; (4) each output file gathered from scratch, stably sorted by (series, time)
-and written as one row group (``scratch``). This disk bucket sort reads the input two or three
-times and writes it twice, for memory bounded by the block and target sizes, on any scheduler;
-the stable sort keeps conversion deterministic. ``layout="contiguous"`` packs whole series into
-files near the target size; the default ``"spread"`` deals the sorted rows over every file in
-chunks overlapping by ``window + horizon - 1`` rows (:mod:`dask_windows.cli.layout`).
-
-Files are written under ``DST.tmp-<hex>``, the manifest last, and renamed to ``DST`` when all is
-there; ``DST`` is replaced only when it is an earlier convert output (:mod:`~dask_windows.cli.safety`).
+A disk bucket sort in Dask passes: rows per series and a size sample, cut times of series too long
+for one file (``convert_plan``), every input block split by output file into compressed Arrow
+scratch, each bucket stably sorted by (series, time) and written (``scratch``; the spread layout
+deals the sorted rows over all files in overlapping chunks, ``layout``). It reads the input two
+or three times and writes it twice, for memory bounded by the block and file sizes on any
+scheduler, and a deterministic output. Files are written under ``DST.tmp-<hex>``, the manifest
+last, and renamed to ``DST`` when all is there (``safety``: what ``DST`` may replace).
 """
 
 from __future__ import annotations
@@ -146,12 +141,9 @@ def convert(
             ``window + horizon - 1`` rows (default span ``DEFAULT_SPAN``).
         chunk_rows: owned rows per chunk (default: about 512 chunks per file).
 
-    Returns:
-        A :class:`ConvertReport`.
-
     Raises:
-        FileExistsError: ``dst`` exists and ``overwrite`` is false, or ``dst``
-            is not an earlier convert output, or it overlaps an input.
+        FileExistsError: ``dst`` is in the way (not new, empty or, with ``overwrite``, an earlier
+            convert output) or overlaps an input.
         SchemaError: a column is missing or the time column cannot be sorted.
         DataError: null series or time values, or rows lost on the way.
     """
@@ -188,16 +180,12 @@ def convert(
         ddf.map_partitions(_profile, series, time, compression, meta=PROFILE_META),
     )
     rows_in = int(profile["rows"].sum())
-    if counts.index.hasnans:
-        raise DataError(
-            f"series column {series!r} has {int(counts[counts.index.isna()].sum())} "
-            f"null values in {where}; fill or drop them first"
-        )
-    if profile["null_time"].sum():
-        raise DataError(
-            f"time column {time!r} has {int(profile['null_time'].sum())} null "
-            f"values in {where}; fill or drop them first"
-        )
+    nulls = (("series", series, counts[counts.index.isna()].sum()), ("time", time, profile["null_time"].sum()))
+    for what, column, count in nulls:
+        if count:
+            raise DataError(
+                f"{what} column {column!r} has {int(count)} null values in {where}; fill or drop them first"
+            )
     try:
         counts = counts.sort_index()
     except TypeError as exc:

@@ -1,8 +1,5 @@
-"""Passes 1 and 2 of ``convert``: profiling the inputs and planning the output files.
-
-Series are packed, in order, into files near the target size; a series too
-long for one file is cut at times taken from a merged sketch of its times.
-"""
+"""Passes 1 and 2 of ``convert``: profiling the inputs and planning the output files (series packed
+in order into files near the target size; one too long cut at times from a merged sketch of its times)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""``dask-windows fit``: fit a workflow on a dataset with Dask and write its JSON artifact.
-
-The workflow is a Python file (or ``module:attribute``) defining a ``Workflow`` named
-``workflow``, or a JSON spec: an artifact's layout without fitted state (``{"series": ...,
-"roles": {...}, "ops": [{"kind": ..., "config": {...}}, ...]}``).
-"""
+"""``dask-windows fit``: fit a workflow on a dataset with Dask and write its JSON artifact. The workflow
+is a ``.py`` file or ``module:attribute`` defining a ``Workflow``, or a JSON spec: an artifact's layout
+without fitted state (``{"series": ..., "roles": {...}, "ops": [{"kind": ..., "config": {...}}]}``)."""
 
 from __future__ import annotations
 

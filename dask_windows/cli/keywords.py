@@ -1,9 +1,8 @@
-"""``WindowDataset``'s keywords on the command line: one table, a decision for every keyword.
+"""``WindowDataset``'s keywords on the command line: one row per keyword of ``settings.config.KEYWORDS``.
 
 The flags of ``inspect`` and ``bench`` (and ``convert``'s window flags), the keywords they hand
-the dataset and the flags error messages name all come from :data:`OPTIONS`: one row per keyword
-of ``dask_windows.settings.config.KEYWORDS``, its argparse settings or why it has no flag. A test
-checks that every keyword has a row.
+the dataset and the flags error messages name come from :data:`OPTIONS`; a keyword without a
+flag says why, and a test checks that every keyword has a row.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """Where ``convert`` puts each row: every series in chunks spread over all output files.
 
-A loader's buffer holds a few files, so a batch mixes only what those hold; files cut in (series,
-time) order would make a batch a few stretches of a few series. The spread layout cuts the
-canonical (series, time) order into chunks of ``chunk_rows`` rows and deals them over the files:
-each cycle of ``F`` consecutive chunks gives one chunk to every file in a seeded random order,
-and inside a file the chunks follow golden-ratio steps, so any stretch of a file also reaches
-across the whole dataset.
-
-No window is lost or repeated at a cut: a chunk is stored with the next ``span - 1`` rows of its
-series (the overlap), and the manifest records per run its ``origin`` (row within its series) and
-``owned`` rows (where windows may start). The price is ``(span - 1) / chunk_rows`` more rows
-stored (at most a quarter), and a loader opened with a longer ``window + horizon`` than convert
-was told loses the windows reaching past an overlap (it warns with the count). Pure numpy
-planning; :mod:`dask_windows.cli.scratch` runs the plan.
+A loader's buffer holds a few files, so a batch mixes only what they hold. The canonical (series,
+time) order is cut into chunks dealt over the files, each cycle of ``F`` chunks in a seeded random
+order, and inside a file in golden-ratio steps, so any stretch of a file reaches across the whole
+dataset. A chunk is stored with the next ``span - 1`` rows of its series (the overlap; the
+manifest records each run's ``origin`` and ``owned`` rows), so no window is lost or repeated at a
+cut; the price is at most a quarter more rows stored, and a loader opened with a longer
+``window + horizon`` loses (and counts) the windows reaching past an overlap. Pure numpy.
 """
 
 from __future__ import annotations

@@ -261,11 +261,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run_and_exit() -> None:
-    """The process entry point (``dask-windows``, ``python -m dask_windows.cli``): ``main()``, then exit.
-
-    ``os._exit`` skips the interpreter's finalisation, where pyarrow's native thread pools can
-    abort a finished process (apache/arrow#34314); by then every file is written and closed.
-    """
+    """The process entry point: ``main()``, then ``os._exit``, which skips the interpreter's finalisation,
+    where pyarrow's thread pools can abort a finished process (apache/arrow#34314)."""
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()

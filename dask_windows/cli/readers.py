@@ -1,10 +1,8 @@
 """Input readers for ``convert`` and ``stats``: Parquet, CSV, Avro and ``.npy`` files.
 
-Every format becomes one lazy Dask DataFrame in file order, read in blocks of about ``blocksize``
-bytes. Parquet and CSV go through Dask's readers; an Avro file is read whole by one task (split
-large ones first); ``.npy`` files are read from their bytes in row chunks after parsing only the
-header, the same on local disks and object stores. Dask's DataFrame layer is imported only by
-:func:`read_inputs`, so ``--help`` does not pay for it.
+Each format becomes one lazy Dask DataFrame in file order, in blocks of about ``blocksize`` bytes;
+an Avro file is one task, ``.npy`` files are read in row chunks from their bytes (local or remote).
+Dask's DataFrame layer is imported only by :func:`read_inputs`, so ``--help`` does not pay for it.
 """
 
 from __future__ import annotations

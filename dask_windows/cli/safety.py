@@ -1,10 +1,9 @@
 """What ``convert`` may replace, and the leftovers of an interrupted run.
 
 A command that deletes is one typo away from losing data (``convert raw raw --overwrite``), so
-``convert`` replaces only an earlier output of its own, recognised by its manifest, and never
-anything that overlaps its inputs, whatever the flags. Leftovers are ``DST.tmp-<hex>`` (a killed
-run's parts and scratch; a marker file names the process and host writing it, so a run still
-alive, or on another host, keeps its folder) and ``DST.old-<hex>`` (killed while swapping outputs).
+``convert`` replaces only an earlier output of its own and never anything overlapping its inputs,
+whatever the flags. Leftovers: ``DST.tmp-<hex>`` (a killed run's; its marker names the process
+and host, so a live or remote run keeps it) and ``DST.old-<hex>`` (killed while swapping outputs).
 """
 
 from __future__ import annotations

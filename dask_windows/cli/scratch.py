@@ -1,9 +1,8 @@
 """Passes 3 to 5 of ``convert``: every row bucketed into its output file through scratch files.
 
-Each input partition is scattered into one compressed Arrow scratch file (one batch per output
-file); each bucket is then gathered, stably sorted by (series, time) and written as one output
-file (the contiguous layout), or, for the spread layout, written back to scratch cut by the
-chunks :mod:`dask_windows.cli.layout` plans, and every output file written from its chunks.
+Each input partition is scattered into compressed Arrow scratch (one batch per output file);
+each bucket is sorted and written as a file (contiguous layout) or cut into the chunks that
+:mod:`dask_windows.cli.layout` plans, each file then written from its chunks (spread layout).
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""What a dataset holds: ``inspect`` (here) and ``stats`` (:mod:`dask_windows.cli.stats`).
-
-``inspect`` opens the very ``WindowDataset`` a training script would open, with the same
-arguments, so its validation, errors and window counts are the loader's own; the price is the
-loader's opening cost (every footer, the series column without a manifest) and importing torch.
-"""
+"""What a dataset holds: ``inspect`` (here) and ``stats`` (:mod:`dask_windows.cli.stats`). ``inspect``
+opens the very ``WindowDataset`` a training script would, so its checks, errors and window counts are
+the loader's own, for the loader's opening cost (footers, maybe the series column) and torch's import."""
 
 from __future__ import annotations
 
