@@ -189,39 +189,27 @@ def _inspect_corpus(args: argparse.Namespace) -> dict:
     lines = []
     for name, d in report["datasets"].items():
         left = d["left_out"]
+        why = f"{left['empty_rows']:,} empty rows, {left['short_series']:,} shorter than min_length, "
+        why += f"{left['wide_series']:,} with more channels than a sequence holds"
         lines.append(f"{name}  ({d['path']}, {d['files']:,} files, {d['partitions']:,} partitions)")
         rows = [
             ("series", f"{d['series']:,} ({d['observations']:,} observations, up to {d['channels_max']} channels)"),
             ("lengths", f"{d['length_min']:,} to {d['length_max']:,} steps (median {d['length_median']:,.0f})"),
-            (
-                "left out",
-                f"{left['series']:,} series, {left['observations']:,} observations: {left['empty_rows']:,} empty "
-                f"rows, {left['short_series']:,} shorter than min_length, {left['wide_series']:,} with more "
-                "channels than a sequence holds",
-            ),
+            ("left out", f"{left['series']:,} series, {left['observations']:,} observations: {why}"),
             ("items", f"{d['items']:,} ({d['items_per_epoch']:,} per epoch)"),
         ]
         if "missing" in d:
             m = d["missing"]
-            rows.append(
-                (
-                    "missing",
-                    f"{m['missing_observations']:,} values in {m['series_with_missing']:,} series "
-                    f"({m.get('infinite_observations', 0):,} of them inf or beyond float32, served masked); "
-                    f"{m['series_all_missing']:,} series and {m['channels_all_missing']:,} channels with no "
-                    "observed value (served fully masked)",
-                )
-            )
+            values = f"{m['missing_observations']:,} values in {m['series_with_missing']:,} series"
+            inf = f"{m.get('infinite_observations', 0):,} of them inf or beyond float32, served masked"
+            empty = f"{m['series_all_missing']:,} series and {m['channels_all_missing']:,} channels"
+            rows.append(("missing", f"{values} ({inf}); {empty} with no observed value (served fully masked)"))
         if "epoch_not_served" in d:
             e = d["epoch_not_served"]
-            rows.append(
-                (
-                    "epoch",
-                    f"{e['items']:,} items ({e['observations']:,} observations) in sequences no rank serves, "
-                    f"{e['observations_cut_by_context']:,} steps cut by context_length, "
-                    f"{e['items_not_drawn']:,} items not drawn, {e['items_repeated']:,} repeated",
-                )
-            )
+            unserved = f"{e['items']:,} items ({e['observations']:,} observations) in sequences no rank serves"
+            cut = f"{e['observations_cut_by_context']:,} steps cut by context_length"
+            drawn = f"{e['items_not_drawn']:,} items not drawn, {e['items_repeated']:,} repeated"
+            rows.append(("epoch", f"{unserved}, {cut}, {drawn}"))
         lines.append(_table(rows, indent="  "))
     if "epoch" in report:
         e = report["epoch"]
