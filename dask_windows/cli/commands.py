@@ -100,8 +100,8 @@ def _cmd_convert(args: argparse.Namespace) -> dict:
     if "windows" in out:
         lost = out["windows_lost"] / max(out["windows"] + out["windows_lost"], 1)
         settings = f"window={args.window}, stride={args.stride}, horizon={args.horizon}"
-        kept = f"{out['windows']:,} kept, {out['windows_lost']:,} lost at file edges ({lost:.3%})"
-        rows.append((f"windows ({settings})", kept))
+        windows = f"{out['windows']:,} kept, {out['windows_lost']:,} lost at file edges ({lost:.3%})"
+        rows.append((f"windows ({settings})", windows))
     rows.append(("time", f"{seconds:.1f} s ({out['rows_in'] / seconds:,.0f} rows/s)"))
     rows += [("removed", f"{path} (left by an interrupted convert)") for path in out["leftovers_removed"]]
     if out["workers_restarted"]:
@@ -140,8 +140,8 @@ def _cmd_inspect(args: argparse.Namespace) -> dict:
         ("schema", ", ".join(f"{k}: {v}" for k, v in out["schema"].items())),
     ]
     if out["skipped"]:
-        names = ", ".join(out["skipped"][:3]) + (", ..." if len(out["skipped"]) > 3 else "")
-        rows.append(("skipped", f"{len(out['skipped']):,} unreadable partitions (--on-error skip): {names}"))
+        shown = ", ".join(out["skipped"][:3]) + (", ..." if len(out["skipped"]) > 3 else "")
+        rows.append(("skipped", f"{len(out['skipped']):,} unreadable partitions (--on-error skip): {shown}"))
     if "windows" in out:
         mem, left_out, cuts = out["memory"], out["left_out"], out.get("chunk_cuts")
         nan = ", nan=drop" if out["nan"] == "drop" else ""

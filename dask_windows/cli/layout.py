@@ -153,8 +153,8 @@ def read_converted(path: str, columns: list | None = None, storage_options: dict
         with fs.open(posixpath.join(root, entry["path"]), "rb") as src:
             table = pq.read_table(src, columns=columns)
         # the owned rows of each run: run[4] in version 2, the whole run (run[1]) in version 1
-        keep = [np.arange(run[0], run[0] + run[4 if len(run) >= 5 else 1], dtype=np.int64) for run in entry["runs"]]
-        keep = np.concatenate(keep) if keep else np.zeros(0, np.int64)
+        owned = [np.arange(run[0], run[0] + run[4 if len(run) >= 5 else 1], dtype=np.int64) for run in entry["runs"]]
+        keep = np.concatenate(owned) if owned else np.zeros(0, np.int64)
         frames.append(table.take(keep).to_pandas())
         kept.append(keep + offset)
         offset += entry["rows"]

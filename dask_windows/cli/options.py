@@ -130,7 +130,7 @@ def _keyword_options(parser: argparse.ArgumentParser, command: str, keywords: It
     """The flags of ``cli.keywords``'s table that set ``keywords`` (default: all), as ``command`` has them."""
     types = {"count": _count, "size": _SIZE}
     for option in OPTIONS:
-        if option.keyword in keywords:
+        if option.flag is not None and option.keyword in keywords:
             settings = {**option.settings, **(option.bench if command == "bench" else {})}
             if isinstance(settings.get("type"), str):
                 settings["type"] = types[settings["type"]]
