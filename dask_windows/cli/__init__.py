@@ -1,17 +1,8 @@
-"""The ``dask-windows`` command line and what only it needs.
+"""The ``dask-windows`` command line and what only it needs (the loader never imports it).
 
-* ``main``: argument parsing and the subcommands (``convert``, ``inspect``,
-  ``stats``, ``bench``); their runners and reports are in ``commands``, the
-  Dask cluster in ``cluster``;
-* ``convert``: rewrites any input into Parquet parts with a manifest (its
-  passes in ``convert_plan``, ``scratch`` and ``spread_write``);
-* ``readers``: CSV, Avro, JSON lines, ``.npy`` and Parquet inputs for convert;
-* ``summary``: ``inspect`` (windows and memory from metadata, in ``inspection``)
-  and ``stats`` (in ``stats``);
-* ``bench``: a loader throughput run.
-
-The loader never imports this package; this package imports the loader's
-modules (to count windows the way the loader does).
+``main`` parses, ``commands`` runs and reports; ``convert`` (with ``convert_plan``, ``scratch``,
+``layout``, ``readers`` and ``safety``), ``summary`` (``inspect``), ``stats``, ``bench`` and
+``fit`` do the work; ``cluster`` is the Dask cluster of the commands that use one.
 """
 
 from __future__ import annotations

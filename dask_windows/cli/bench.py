@@ -1,18 +1,9 @@
-"""``bench``: time a ``WindowDataset`` through a ``DataLoader`` on real data.
+"""``bench``: time a ``WindowDataset`` through a ``DataLoader`` on real data, in this process.
 
-The measurement runs in this process with the real loader, its worker
-processes and its prefetch thread, so the figures are what training would
-see, not a model of it. The price is that the numbers include this machine's
-page cache and disk state (a second run reads from cache) and that read time
-is counted by wrapping the source's read methods (``read``, ``read_rows``, ...): a shared ``multiprocessing.Value``
-adds each call's seconds across DataLoader workers, which costs a lock per
-read, not per batch. Peak RSS comes from ``getrusage``, so it is
-the peak of the whole process lifetime, imports included. Figures are kept
-at full precision (a slow run's GB/s is small, never rounded to 0); a
-progress line goes to ``progress`` (stderr in the CLI) about once a second.
-
-torch and the dataset are imported inside :func:`bench`, so importing this
-module (as the CLI does) stays cheap.
+The figures are what training would see, this machine's page cache included. Read time is
+counted by wrapping the source's read methods (a ``multiprocessing.Value`` shared with the
+DataLoader workers: a lock a read); peak RSS is ``getrusage``'s. torch is imported by
+:func:`bench` only, so importing this module stays cheap.
 """
 
 from __future__ import annotations
@@ -25,18 +16,13 @@ from typing import IO, Any
 __all__ = ["bench"]
 
 
-#: The source's read methods: every pass reads through one of them (the pool order through
-#: ``read_rows``; ``read`` / ``read_ranges`` / ``read_chunks`` elsewhere).
+#: The source's read methods: every pass reads through one of them.
 _READS = ("read", "read_rows", "read_ranges", "read_chunks")
 
 
 class _TimedRead:
-    """A source's read method that adds its seconds to a counter shared with DataLoader workers.
-
-    A read that calls another read method of the source (``read_rows`` through ``read``) counts
-    once, on its outermost call; a read returning an iterator (``read_chunks``) is timed
-    while it is iterated.
-    """
+    """A source's read method adding its seconds to a counter shared with DataLoader workers: once
+    for a read calling another (the outermost), while it is iterated for one returning an iterator."""
 
     _depth = threading.local()
 
@@ -75,23 +61,13 @@ class _TimedRead:
             yield chunk
 
 
-def _time_reads(source: Any, seconds: Any) -> None:
-    """Wrap each of ``source``'s read methods (``_READS``) it has with ``_TimedRead``."""
-    for name in _READS:
-        read = getattr(source, name, None)
-        if read is not None:
-            setattr(source, name, _TimedRead(read, seconds))
-
-
 def _progress_bar(progress: IO[str] | None, total: int) -> Any:
     """A ``tqdm`` bar on ``progress`` when tqdm is installed (else ``None``: a line a second)."""
-    if progress is None:
-        return None
     try:
         from tqdm import tqdm
     except ImportError:
         return None
-    return tqdm(total=total, file=progress, unit="batch", desc="bench", leave=False)
+    return None if progress is None else tqdm(total=total, file=progress, unit="batch", desc="bench", leave=False)
 
 
 def bench(
@@ -104,19 +80,14 @@ def bench(
     progress: IO[str] | None = None,
     **keywords: Any,
 ) -> dict:
-    """Time a ``WindowDataset`` through a ``DataLoader`` on real data.
+    """Time a ``WindowDataset`` (opened with ``keywords``) through a ``DataLoader`` on real data.
 
-    Stops at the end of the epoch, after ``max_batches`` or after ``seconds``.
-    ``step_ms`` simulates a training step per batch, so that ``wait_share``
-    (the part of the wall time the consumer spent waiting for batches) shows
-    whether the loader keeps up with a model of that speed; ``stats`` and ``breakdown`` are the
-    dataset's telemetry of the run (``WindowDataset.stats``: stages and a verdict). ``read_share`` is
-    the time spent reading and decoding partitions, summed over the loader's
-    processes, per second of wall time and process: near 1, I/O bounds the
-    loader. Peak RSS is this process's and the largest worker's. ``keywords`` are
-    ``WindowDataset``'s (``features``, ``series``, ``window``, ``batch_size``, ``nan``, ``on_error``,
-    ``partition_bytes``, ``retries``...: every keyword, checked by the dataset);
-    ``progress`` gets a line about once a second while it runs.
+    Stops at the end of the epoch, after ``max_batches`` or after ``seconds``. ``step_ms``
+    simulates a training step per batch, so that ``wait_share`` (the share of wall time spent
+    waiting for batches) shows whether the loader keeps up with it; ``read_share`` is the time
+    spent reading, summed over the loader's processes, per second and process (near 1: I/O
+    bound); ``stats`` and ``breakdown`` are ``WindowDataset.stats()`` of the run. ``progress``
+    gets a line about once a second.
     """
     import multiprocessing
     import resource
@@ -135,7 +106,9 @@ def bench(
     ds = WindowDataset(path, **keywords)
     open_seconds = clock.perf_counter() - opened
     read_seconds = multiprocessing.get_context().Value("d", 0.0)
-    _time_reads(ds.source, read_seconds)
+    for name in _READS:
+        if getattr(ds.source, name, None) is not None:
+            setattr(ds.source, name, _TimedRead(getattr(ds.source, name), read_seconds))
     loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=num_workers)
     batches = windows = num_bytes = 0
     waited = first_batch = 0.0
@@ -143,14 +116,8 @@ def bench(
         f"bench: opened in {open_seconds:.2f} s: {ds.num_windows:,} windows, {len(ds):,} batches/epoch; measuring "
         f"for up to {seconds:g} s" + (f" or {max_batches:,} batches" if max_batches else "")
     )
-    say(
-        "bench: waiting for the first batch"
-        + (
-            f" ({num_workers} DataLoader worker process{'es' if num_workers > 1 else ''} starting)"
-            if num_workers
-            else ""
-        )
-    )
+    starting = f" ({num_workers} DataLoader worker process{'es' if num_workers > 1 else ''} starting)"
+    say("bench: waiting for the first batch" + (starting if num_workers else ""))
     started = clock.perf_counter()
     shown = started
     bar = None  # a bar from the first batch on, below the lines said before it

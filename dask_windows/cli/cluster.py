@@ -1,8 +1,5 @@
-"""The Dask cluster the ``convert`` and ``stats`` commands compute on.
-
-A ``LocalCluster`` of worker processes by default, or any running cluster given
-by ``--scheduler``; started on the first compute.
-"""
+"""The Dask cluster of ``convert``, ``stats``, ``fit`` and ``index --scheduler``: a
+``LocalCluster`` of worker processes, or the running cluster ``--scheduler`` names."""
 
 from __future__ import annotations
 
@@ -16,25 +13,17 @@ from typing import Any
 logger = logging.getLogger("dask_windows.cli.main")
 
 
-def _memory_limit_bytes(memory_limit: str) -> int | None:
-    from dask.utils import parse_bytes
-
-    return None if memory_limit == "auto" else parse_bytes(memory_limit)
-
-
 def _input_block_size(memory_limit: str) -> int:
     """Bytes of input per task: 64 MiB, less on small local workers."""
-    limit = _memory_limit_bytes(memory_limit)
-    return 64 * 2**20 if limit is None else int(min(64 * 2**20, max(2**20, limit / 32)))
+    from dask.utils import parse_bytes
+
+    return 64 * 2**20 if memory_limit == "auto" else int(min(64 * 2**20, max(2**20, parse_bytes(memory_limit) / 32)))
 
 
 class _Cluster:
-    """Starts a LocalCluster (or connects to ``--scheduler``) on the first compute.
-
-    Starting late means bad arguments and inputs fail in a second, before any
-    worker process exists. On exit it notes workers that were restarted
-    (usually killed for exceeding ``--memory-limit``), then closes everything.
-    """
+    """Starts a LocalCluster (or connects to ``--scheduler``) on the first compute, so that bad
+    inputs fail before any worker exists; on exit counts the workers restarted (usually killed for
+    exceeding ``--memory-limit``) and closes everything."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -67,10 +56,8 @@ class _Cluster:
                 client = Client(args.scheduler, timeout=args.connect_timeout)
             except Exception as exc:  # refused, timed out, or not a Dask scheduler at all
                 raise ConnectionError(
-                    f"could not reach the Dask scheduler at {args.scheduler} "
-                    f"({type(exc).__name__}: {exc}); check the address and that the "
-                    f"scheduler is running, or leave out --scheduler to start a local "
-                    f"cluster"
+                    f"could not reach the Dask scheduler at {args.scheduler} ({type(exc).__name__}: {exc}); check the "
+                    f"address and that the scheduler is running, or leave out --scheduler to start a local cluster"
                 ) from exc
         else:
             cluster = self._stack.enter_context(
@@ -107,7 +94,6 @@ class _Cluster:
             if type(exc).__name__ != "KilledWorker":
                 raise
             raise MemoryError(
-                f"Dask workers kept dying while {label} ({exc}); they usually exceed their "
-                f"memory limit: raise --memory-limit, use fewer --threads-per-worker or a "
-                f"smaller --partition-size"
+                f"Dask workers kept dying while {label} ({exc}); they usually exceed their memory limit: raise "
+                f"--memory-limit, use fewer --threads-per-worker or a smaller --partition-size"
             ) from exc

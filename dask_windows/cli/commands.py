@@ -1,15 +1,14 @@
-"""The subcommand runners of ``dask-windows`` and the reports they print.
-
-Each ``_cmd_*`` takes the parsed arguments and returns either the JSON report
-(``--json``) or ``{"text": ...}``, the human-readable table ``main`` prints.
-"""
+"""The subcommand runners of ``dask-windows``: each ``_cmd_*`` takes the parsed arguments and returns
+the JSON report (``--json``) or ``{"text": ...}``, the table ``main`` prints."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time as clock
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,29 +18,27 @@ from dask_windows.cli.keywords import dataset_keywords
 
 
 def _size(num_bytes: float) -> str:
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(num_bytes) < 1000 or unit == "TB":
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(num_bytes) < 1000:
             return f"{num_bytes:,.0f} {unit}" if unit == "B" else f"{num_bytes:,.1f} {unit}"
         num_bytes /= 1000
-    return ""  # unreachable
+    return f"{num_bytes:,.1f} TB"
 
 
 def _figure(value: float) -> str:
     """A measured figure with 3 significant digits: small values are never shown as 0."""
-    if value == 0 or abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:.3g}"
+    return f"{value:,.0f}" if value == 0 or abs(value) >= 1000 else f"{value:.3g}"
 
 
-def _table(rows: Sequence[tuple[str, Any]]) -> str:
+def _table(rows: Sequence[tuple[str, Any]], indent: str = "") -> str:
     width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+    return "\n".join(f"{indent}{k:<{width}}  {v}" for k, v in rows)
 
 
 def _cmd_convert(args: argparse.Namespace) -> dict:
     from dask.utils import parse_bytes
 
-    from dask_windows.cli.convert import convert
+    from dask_windows.cli.convert import convert, series_spread
     from dask_windows.cli.summary import manifest_windows
 
     started = clock.perf_counter()
@@ -49,16 +46,16 @@ def _cmd_convert(args: argparse.Namespace) -> dict:
         report = convert(
             args.src,
             args.dst,
-            series=args.series,
-            time=args.time,
             fmt=args.format,
             partition_size=int(parse_bytes(args.partition_size)),
-            overwrite=args.overwrite,
-            parse_time=args.parse_time,
-            compression=args.compression,
             input_block_size=_input_block_size(args.memory_limit),
             npy_columns=args.npy_columns.split(",") if args.npy_columns else None,
             compute=cluster.compute,
+            series=args.series,
+            time=args.time,
+            overwrite=args.overwrite,
+            parse_time=args.parse_time,
+            compression=args.compression,
             layout=args.layout,
             window=args.window,
             horizon=args.horizon,
@@ -67,16 +64,13 @@ def _cmd_convert(args: argparse.Namespace) -> dict:
     seconds = clock.perf_counter() - started
     out = {k: v for k, v in report.__dict__.items() if k != "manifest"}
     out.update(seconds=round(seconds, 3), workers_restarted=cluster.workers_restarted)
-    out["leftovers_removed"] = list(out.get("leftovers_removed", ()))
+    out["leftovers_removed"] = list(out["leftovers_removed"])
     if args.window is not None:
         kept, lost = manifest_windows(report.manifest, args.window, args.stride, args.horizon)
         out.update(window=args.window, stride=args.stride, horizon=args.horizon, windows=kept, windows_lost=lost)
         if kept == 0:
-            from dask_windows.cli.convert_report import longest_series
-
-            span = args.window + args.horizon
             if report.manifest.get("version", 1) >= 2:  # spread: whole series, not their chunks
-                what, longest, remedy = "series", longest_series(report.manifest), ""
+                what, longest, remedy = "series", series_spread(report.manifest["files"])[1], ""
             else:
                 what, longest = (
                     "series run",
@@ -86,55 +80,41 @@ def _cmd_convert(args: argparse.Namespace) -> dict:
             raise ValueError(
                 f"--window {args.window}"
                 + (f" + --horizon {args.horizon}" if args.horizon else "")
-                + f" leaves 0 windows: every {what} in {args.dst} is shorter than {span} "
+                + f" leaves 0 windows: every {what} in {args.dst} is shorter than {args.window + args.horizon} "
                 f"rows (longest: {longest:,} rows); the dataset was written, but use a smaller window{remedy}"
             )
     if args.json:
         return out
+    rows_out = f"{out['rows_out']:,}"
+    if out["overlap_rows"]:
+        overlap = f"{out['overlap_rows']:,} overlap rows repeated at chunk cuts"
+        rows_out = f"{out['rows_stored']:,} ({rows_out} input rows + {overlap})"
+    mean = _size(out["bytes_out"] / max(out["files"], 1))
     rows = [
         ("output", args.dst),
         ("rows in", f"{out['rows_in']:,}"),
-        (
-            "rows out",
-            f"{out['rows_stored']:,} ({out['rows_out']:,} input rows + {out['overlap_rows']:,} overlap rows "
-            "repeated at chunk cuts)"
-            if out.get("overlap_rows")
-            else f"{out['rows_out']:,}",
-        ),
-        (
-            "files",
-            f"{out['files']:,} ({_size(out['bytes_out'])}, {_size(out['bytes_out'] / max(out['files'], 1))} mean)",
-        ),
+        ("rows out", rows_out),
+        ("files", f"{out['files']:,} ({_size(out['bytes_out'])}, {mean} mean)"),
         ("series", f"{out['series']:,} ({out['split_series']:,} split across files)"),
     ]
     if "windows" in out:
         lost = out["windows_lost"] / max(out["windows"] + out["windows_lost"], 1)
-        rows.append(
-            (
-                f"windows (window={args.window}, stride={args.stride}, horizon={args.horizon})",
-                f"{out['windows']:,} kept, {out['windows_lost']:,} lost at file edges ({lost:.3%})",
-            )
-        )
+        settings = f"window={args.window}, stride={args.stride}, horizon={args.horizon}"
+        windows = f"{out['windows']:,} kept, {out['windows_lost']:,} lost at file edges ({lost:.3%})"
+        rows.append((f"windows ({settings})", windows))
     rows.append(("time", f"{seconds:.1f} s ({out['rows_in'] / seconds:,.0f} rows/s)"))
-    for path in out["leftovers_removed"]:
-        rows.append(("removed", f"{path} (left by an interrupted convert)"))
+    rows += [("removed", f"{path} (left by an interrupted convert)") for path in out["leftovers_removed"]]
     if out["workers_restarted"]:
-        rows.append(
-            (
-                "warning",
-                f"{out['workers_restarted']} Dask workers were restarted (out of memory?); the output is complete",
-            )
-        )
+        restarted = f"{out['workers_restarted']} Dask workers were restarted (out of memory?); the output is complete"
+        rows.append(("warning", restarted))
     return {"text": _table(rows)}
 
 
 def _cmd_inspect(args: argparse.Namespace) -> dict:
     from dask_windows.cli.summary import inspect_dataset
 
-    if getattr(args, "corpus", False):
-        from dask_windows.cli.corpus_inspect import inspect_corpus
-
-        return inspect_corpus(args)
+    if args.corpus:
+        return _inspect_corpus(args)
     if len(args.path) > 1:
         raise ValueError(f"inspect takes one PATH ({len(args.path)} given); several are data sets of --corpus")
     args.path = args.path[0]
@@ -142,89 +122,102 @@ def _cmd_inspect(args: argparse.Namespace) -> dict:
     if args.mixing:
         from dask_windows.planning.mixing import inspect_mixing
 
-        out["mixing"] = inspect_mixing(
-            args.path,
-            out,
-            batch_size=args.batch_size,
-            buffer_partitions=args.buffer_partitions,
-            pieces_per_partition=args.pieces_per_partition,
-            buffer_bytes=getattr(args, "buffer_bytes", None),
-        )
+        names = ("batch_size", "buffer_partitions", "pieces_per_partition", "buffer_bytes")
+        out["mixing"] = inspect_mixing(args.path, out, **{k: getattr(args, k) for k in names})
     if args.json:
         return out
+    series = "no series column: each partition is one run (pass --series)"
+    if out["series"] is not None:
+        runs = f"{out['runs']:,} runs, from the {out['runs_from']}"
+        series = f"{out['series']:,} in column {out['series_column']!r} ({runs})"
     rows = [
         ("path", out["path"]),
         ("files", f"{out['files']:,}"),
         ("partitions", f"{out['partitions']:,} (largest {out['largest_partition_rows']:,} rows)"),
         ("rows", f"{out['rows']:,}"),
+        *([("bytes", _size(out["bytes"]))] if out["bytes"] is not None else []),
+        ("series", series),
+        ("schema", ", ".join(f"{k}: {v}" for k, v in out["schema"].items())),
     ]
-    if out["bytes"] is not None:
-        rows.append(("bytes", _size(out["bytes"])))
-    if out["series"] is not None:
-        rows.append(
-            (
-                "series",
-                f"{out['series']:,} in column {out['series_column']!r} "
-                f"({out['runs']:,} runs, from the {out['runs_from']})",
-            )
-        )
-    else:
-        rows.append(("series", "no series column: each partition is one run (pass --series)"))
-    schema = ", ".join(f"{k}: {v}" for k, v in out["schema"].items())
-    rows.append(("schema", schema))
     if out["skipped"]:
-        rows.append(
-            (
-                "skipped",
-                f"{len(out['skipped']):,} unreadable partitions "
-                f"(--on-error skip): {', '.join(out['skipped'][:3])}" + (", ..." if len(out["skipped"]) > 3 else ""),
-            )
-        )
+        shown = ", ".join(out["skipped"][:3]) + (", ..." if len(out["skipped"]) > 3 else "")
+        rows.append(("skipped", f"{len(out['skipped']):,} unreadable partitions (--on-error skip): {shown}"))
     if "windows" in out:
-        mem = out["memory"]
+        mem, left_out, cuts = out["memory"], out["left_out"], out.get("chunk_cuts")
         nan = ", nan=drop" if out["nan"] == "drop" else ""
-        rows.append(
-            (
-                f"windows (window={out['window']}, stride={out['stride']}, horizon={out['horizon']}{nan})",
-                f"{out['windows']:,}",
-            )
-        )
-        if out.get("left_out", {}).get("runs"):
-            rows.append(
-                (
-                    "left out",
-                    f"{out['left_out']['runs']:,} series (or a file's stretch of one) shorter than "
-                    f"window + horizon: {out['left_out']['rows']:,} rows in no window",
-                )
-            )
-        cuts = out.get("chunk_cuts")
+        settings = f"window={out['window']}, stride={out['stride']}, horizon={out['horizon']}{nan}"
+        rows.append((f"windows ({settings})", f"{out['windows']:,}"))
+        if left_out["runs"]:
+            short = f"{left_out['runs']:,} series (or a file's stretch of one) shorter than window + horizon"
+            rows.append(("left out", f"{short}: {left_out['rows']:,} rows in no window"))
         if cuts:
             flags = f"--window {out['window']}" + (f" --horizon {out['horizon']}" if out["horizon"] else "")
-            rows.append(
-                (
-                    "left out at chunk cuts",
-                    f"{cuts['lost']:,} of {cuts['total']:,} windows ({cuts['lost'] / cuts['total']:.1%}): converted "
-                    f"for window + horizon <= {cuts['converted_span']}; re-run `dask-windows convert` with {flags} "
-                    "(or larger), or use a smaller window",
-                )
-            )
-        rows.append(
-            (
-                f"loader memory (buffer={args.buffer_partitions}, "
-                f"prefetch={args.prefetch_partitions}, batch={args.batch_size}, "
-                f"C={len(out['features'])})",
-                f"{_size(mem['per_process'])} per process x {mem['processes']} = "
-                f"{_size(mem['total'])} (partitions {_size(mem['partitions'])}, "
-                f"window index {_size(mem['window_index'])}, "
-                f"batches {_size(mem['batches'])})",
-            )
-        )
+            share = f"{cuts['lost']:,} of {cuts['total']:,} windows ({cuts['lost'] / cuts['total']:.1%})"
+            converted = f"converted for window + horizon <= {cuts['converted_span']}"
+            remedy = f"re-run `dask-windows convert` with {flags} (or larger), or use a smaller window"
+            rows.append(("left out at chunk cuts", f"{share}: {converted}; {remedy}"))
+        loader = f"buffer={args.buffer_partitions}, prefetch={args.prefetch_partitions}, batch={args.batch_size}"
+        parts = (f"{key.replace('_', ' ')} {_size(mem[key])}" for key in ("partitions", "window_index", "batches"))
+        total = f"{_size(mem['per_process'])} per process x {mem['processes']} = {_size(mem['total'])}"
+        rows.append((f"loader memory ({loader}, C={len(out['features'])})", f"{total} ({', '.join(parts)})"))
     rows.append(("time", f"{out['seconds']:.3f} s"))
     if args.mixing:
         from dask_windows.planning.mixing import format_report
 
         return {"text": _table(rows) + "\n\nmixing\n" + format_report(out["mixing"])}
     return {"text": _table(rows)}
+
+
+def _inspect_corpus(args: argparse.Namespace) -> dict:
+    """``inspect --corpus``: each PATH (or NAME=PATH) a data set of a ``CorpusDataset``, mixed, its report."""
+    from dask_windows.corpus import CorpusDataset, LeftOutSeriesWarning, mix_corpora
+
+    names = ("patch_size", "max_length", "min_length", "sequence_tokens", "channels", "batch_size")
+    settings = {k: getattr(args, k) for k in names if k != "batch_size" or args.batch_size is not None}
+    members = {}
+    for given in args.path:
+        name, sep, path = given.partition("=")
+        if not sep or "://" in name or "/" in name:
+            name = path = given
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", LeftOutSeriesWarning)  # the report counts them
+            members[name] = CorpusDataset(path, target=args.target, freq=args.freq, name=name, **settings)
+    ds = members[next(iter(members))] if len(members) == 1 else mix_corpora(members)
+    report = ds.report(values=args.values, epoch=args.epoch, world_size=args.world_size)
+    if args.json:
+        return report
+    lines = []
+    for name, d in report["datasets"].items():
+        left = d["left_out"]
+        why = f"{left['empty_rows']:,} empty rows, {left['short_series']:,} shorter than min_length, "
+        why += f"{left['wide_series']:,} with more channels than a sequence holds"
+        lines.append(f"{name}  ({d['path']}, {d['files']:,} files, {d['partitions']:,} partitions)")
+        rows = [
+            ("series", f"{d['series']:,} ({d['observations']:,} observations, up to {d['channels_max']} channels)"),
+            ("lengths", f"{d['length_min']:,} to {d['length_max']:,} steps (median {d['length_median']:,.0f})"),
+            ("left out", f"{left['series']:,} series, {left['observations']:,} observations: {why}"),
+            ("items", f"{d['items']:,} ({d['items_per_epoch']:,} per epoch)"),
+        ]
+        if "missing" in d:
+            m = d["missing"]
+            values = f"{m['missing_observations']:,} values in {m['series_with_missing']:,} series"
+            inf = f"{m.get('infinite_observations', 0):,} of them inf or beyond float32, served masked"
+            empty = f"{m['series_all_missing']:,} series and {m['channels_all_missing']:,} channels"
+            rows.append(("missing", f"{values} ({inf}); {empty} with no observed value (served fully masked)"))
+        if "epoch_not_served" in d:
+            e = d["epoch_not_served"]
+            unserved = f"{e['items']:,} items ({e['observations']:,} observations) in sequences no rank serves"
+            cut = f"{e['observations_cut_by_context']:,} steps cut by context_length"
+            drawn = f"{e['items_not_drawn']:,} items not drawn, {e['items_repeated']:,} repeated"
+            rows.append(("epoch", f"{unserved}, {cut}, {drawn}"))
+        lines.append(_table(rows, indent="  "))
+    if "epoch" in report:
+        e = report["epoch"]
+        lines.append(
+            f"epoch {e['epoch']} over {e['world_size']} ranks: {e['sequences']:,} sequences, "
+            f"{e['sequences_not_served']:,} not served, {e['packing_efficiency']:.1%} of tokens hold an item"
+        )
+    return {"text": "\n".join(lines)}
 
 
 def _cmd_stats(args: argparse.Namespace) -> dict:
@@ -262,18 +255,16 @@ def _cmd_bench(args: argparse.Namespace) -> dict:
     )
     if args.json:
         return out
-    settings = ", ".join(f"{k}={v}" for k, v in out["settings"].items())
     rss = _size(out["peak_rss_bytes"])
     if out["peak_worker_rss_bytes"] is not None:
         rss += f" (largest worker {_size(out['peak_worker_rss_bytes'])})"
     rows = [
         ("path", out["path"]),
-        ("settings", settings),
+        ("settings", ", ".join(f"{k}={v}" for k, v in out["settings"].items())),
         (
             "dataset",
-            f"{out['partitions']:,} partitions, {out['num_windows']:,} windows, "
-            f"{out['batches_per_epoch']:,} batches/epoch (opened in "
-            f"{out['open_seconds']:.2f} s)",
+            f"{out['partitions']:,} partitions, {out['num_windows']:,} windows, {out['batches_per_epoch']:,} "
+            f"batches/epoch (opened in {out['open_seconds']:.2f} s)",
         ),
         (
             "measured",
@@ -291,11 +282,7 @@ def _cmd_bench(args: argparse.Namespace) -> dict:
 
 
 def _bench_flags(text: str) -> str:
-    """The breakdown's advice in ``bench``'s flags: ``num_workers=N`` is ``--num-workers N``, and the advice
-    to see the stages with ``dask-windows bench`` is the flag that does it here (a DataLoader worker's
-    stages are not seen by the training loop)."""
-    import re
-
+    """The breakdown's advice in ``bench``'s flags (``num_workers=N`` is ``--num-workers N``)."""
     from dask_windows.cli.options import _FLAGS
 
     text = text.replace(
@@ -308,3 +295,38 @@ def _bench_flags(text: str) -> str:
         return f"{_FLAGS[keyword]} {value.rstrip('+')}" if keyword in _FLAGS else match.group(0)
 
     return re.sub(r"\b([a-z_]+)=([0-9N]+\+?)", flag, text)
+
+
+def _cmd_index(args: argparse.Namespace) -> dict:
+    """``index``: write the dataset index (or ``--verify`` it), report where and its size."""
+    from dask_windows.sources.parquet.index_writer import verify_index, write_index
+
+    started = clock.perf_counter()
+    if args.verify:
+        out = verify_index(args.path, args.out)
+        out["seconds"] = round(clock.perf_counter() - started, 3)
+        if args.json:
+            return out
+        return {"text": f"{out['index']} matches the {out['files']:,} files there ({out['seconds']:.2f} s)"}
+    client = None
+    with _Cluster(args) as cluster:  # connected as convert and stats connect
+        if args.scheduler:
+            try:
+                client = cluster._start()
+            except ConnectionError as exc:
+                raise ConnectionError(
+                    f"{str(exc).split('; check')[0]}; check the address and that the scheduler is running, "
+                    f"or leave out --scheduler to read the footers on threads of this process (--threads)"
+                ) from exc
+        out = write_index(args.path, args.out, series=args.series, threads=args.threads, client=client)
+        if client is not None:
+            out["workers"] = len(client.scheduler_info().get("workers", {}))
+    out["seconds"] = round(clock.perf_counter() - started, 3)
+    if args.json:
+        return out
+    series = "no series runs (pass --series)" if out["series"] is None else f"runs of {out['series']!r}"
+    return {
+        "text": f"wrote {out['index']}: {out['files']:,} files, {out['bytes']:,} bytes "
+        f"({out['bytes_per_file']:,.0f} per file), {series}, in {out['seconds']:.2f} s"
+        + (f" on {out['workers']} Dask workers" if args.scheduler else "")
+    }

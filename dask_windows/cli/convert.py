@@ -1,45 +1,12 @@
-"""Turn Parquet, CSV, Avro or ``.npy`` inputs into a loader-ready Parquet dataset.
+"""Turn Parquet, CSV, Avro or ``.npy`` inputs into a loader-ready Parquet dataset with a manifest.
 
-The output is sorted by (series, time) and cut into files near a target size
-*at series boundaries*: a window never crosses a file, so every cut through a
-series loses the windows that would have straddled it. Whole series are packed
-greedily into files; only a series larger than the target is split, into the
-fewest nearly equal pieces. Each output file is one Parquet row group, so a
-file is one partition for every reader.
-
-It runs as Dask passes, none of which holds more than one input block or one
-output file on a worker: (1) per-series row counts and a size sample; (2) only
-when some series must be split, a small weighted sample of their times to
-place the cuts; (3) every input block is split by output file into one Arrow
-scratch file (one record batch per output file) under the temporary output
-folder; (4) one task per output file reads its batches, sorts them by
-(series, time) and writes the file. This disk bucket sort costs reading the
-input two or three times and writing it twice, in exchange for memory bounded
-by the block and target sizes, not by the input, on any Dask scheduler, with
-no shuffle service to tune. A stable sort over batches taken in input order
-keeps rows with equal (series, time) in input order: conversion is
-deterministic.
-
-That is the ``layout="contiguous"`` output. The default ``layout="spread"``
-(:mod:`dask_windows.cli.layout`, ``docs/converted.md``) sorts those buckets
-the same way and then deals the canonical order, in chunks overlapping by
-``window + horizon - 1`` rows, over all output files (one more scratch pass),
-so any few files mix like the whole dataset and no window is lost at a cut.
-
-Files are written under ``DST.tmp-<uuid>``, the manifest last, and the folder
-is renamed to ``DST`` only when everything is there. Inputs are listed and
-read by :mod:`dask_windows.cli.readers`.
-
-Safety before speed: ``DST`` is replaced only when it is an earlier convert
-output (its manifest at the root, nothing but its parts and ``_`` files
-beside it), never when it is a file, another folder, an input, or a folder
-holding or lying inside an input, whatever the flags. Every input file's
-schema is read first (one footer or one MiB of CSV each) and differences are
-refused in one message before any Dask work. The scratch files are
-zstd-compressed Arrow IPC: they cost a little CPU to bound the scratch disk
-near the size of the compressed output. A run that was killed leaves
-``DST.tmp-*``; the next run for the same ``DST`` removes it (a marker file in
-it names the process, so a run still alive on this host is left alone).
+A disk bucket sort in Dask passes: rows per series and a size sample, cut times of series too long
+for one file (``convert_plan``), every input block split by output file into compressed Arrow
+scratch, each bucket stably sorted by (series, time) and written (``scratch``; the spread layout
+deals the sorted rows over all files in overlapping chunks, ``layout``). It reads the input two
+or three times and writes it twice, for memory bounded by the block and file sizes on any
+scheduler, and a deterministic output. Files are written under ``DST.tmp-<hex>``, the manifest
+last, and renamed to ``DST`` when all is there (``safety``: what ``DST`` may replace).
 """
 
 from __future__ import annotations
@@ -61,16 +28,9 @@ import numpy as np
 import pandas as pd
 from dask.utils import parse_bytes
 
-from dask_windows.cli.convert_plan import (
-    Compute,
-    _profile,
-    _split_cuts,
-    plan_files,
-)
-from dask_windows.cli.convert_report import series_in_several_files, stored_rows
-from dask_windows.cli.csv_times import time_parsing
+from dask_windows.cli.convert_plan import PROFILE_META, Compute, _profile, _split_cuts, plan_files
 from dask_windows.cli.layout import DEFAULT_SPAN, LAYOUTS
-from dask_windows.cli.readers import FORMATS, file_schemas, list_inputs, read_inputs, schema_mismatch
+from dask_windows.cli.readers import FORMATS, file_schemas, list_inputs, read_inputs, schema_mismatch, time_parsing
 from dask_windows.cli.safety import MARKER as _MARKER
 from dask_windows.cli.safety import check_output, remove_leftovers
 from dask_windows.cli.scratch import _write_files
@@ -78,7 +38,6 @@ from dask_windows.errors import ConfigError, DataError, SchemaError
 from dask_windows.settings.tuning import CONVERT_DECODED_RATIO
 from dask_windows.sources.manifest import read_manifest, write_manifest
 
-# FORMATS, list_inputs and read_inputs live in readers.py; still importable from here
 __all__ = ["FORMATS", "ConvertReport", "convert", "list_inputs", "plan_files", "read_inputs"]
 
 logger = logging.getLogger(__name__)
@@ -113,11 +72,8 @@ def _to_datetime(df: pd.DataFrame, time: str, utc: bool, dtype: Any) -> pd.DataF
 
 
 def _parse_times(ddf: dd.DataFrame, time: str, utc: bool) -> dd.DataFrame:
-    """The time column parsed with ``pandas.to_datetime`` in each partition.
-
-    Not ``ddf.assign(t=dd.to_datetime(...))``: that gives other columns wrong
-    metadata (an int64 series id became float64 in the output).
-    """
+    """The time column parsed with ``pandas.to_datetime`` in each partition (``dd.to_datetime``
+    gave other columns wrong metadata)."""
     dtype = pd.to_datetime(pd.Series(["2000-01-01 00:00:00"]), utc=utc).dtype
     meta = ddf._meta.assign(**{time: pd.Series([], dtype=dtype)})
     return ddf.map_partitions(_to_datetime, time, utc, dtype, meta=meta)
@@ -141,9 +97,8 @@ def _check_columns(ddf: dd.DataFrame, series: str, time: str, parse_time: bool |
         or pd.api.types.is_timedelta64_dtype(dtype)
     ) or pd.api.types.is_complex_dtype(dtype):
         raise SchemaError(
-            f"time column {time!r} in {where} has dtype {dtype}, which does not sort as "
-            f"time; store it as numbers or datetimes, or pass --parse-time to parse it "
-            f"with pandas.to_datetime"
+            f"time column {time!r} in {where} has dtype {dtype}, which does not sort as time; store it as numbers or "
+            f"datetimes, or pass --parse-time to parse it with pandas.to_datetime"
         )
     return ddf
 
@@ -172,36 +127,23 @@ def convert(
 
     Args:
         srcs: files, folders or globs (fsspec URLs allowed).
-        dst: the output folder; it must not exist unless ``overwrite``.
-        series: the series column.
+        dst: the output folder: new, empty, or with ``overwrite`` an earlier convert output.
         time: the time column (numeric, datetime or timedelta).
         fmt: one of ``FORMATS``; ``None`` infers it from file extensions.
         partition_size: target bytes per output file (``"256MB"`` or int).
-        overwrite: replace ``dst`` if it is an earlier convert output.
         parse_time: parse the time column with ``pandas.to_datetime`` first.
         npy_columns: names for the columns of plain ``.npy`` arrays.
-        compression: Parquet compression codec.
         input_block_size: bytes of input per read task (at most the target).
-        storage_options: passed to fsspec for inputs and output.
-        compute: ``compute(label, *collections) -> results``; the CLI passes
-            one that shows progress on its cluster. Default ``dask.compute``.
-        layout: ``"spread"`` (default): every series in chunks dealt over all files, so
-            any few files mix like the whole dataset (``docs/converted.md``);
-            ``"contiguous"``: files in (series, time) order, version-1 manifest (windows
-            crossing a cut of a long series are lost).
-        window: Longest window the dataset will be read with; chunks overlap by
-            ``window + horizon - 1`` rows so no window is lost at a cut (default
-            window + horizon: ``DEFAULT_SPAN``).
-        horizon: Longest horizon it will be read with.
-        chunk_rows: Owned rows per chunk (default: about 512 chunks per file, at least
-            4 overlaps long).
-
-    Returns:
-        A :class:`ConvertReport`.
+        compute: ``compute(label, *collections) -> results`` (default ``dask.compute``).
+        layout: ``"spread"`` (default): every series in chunks dealt over all files
+            (``docs/converted.md``); ``"contiguous"``: files in (series, time) order.
+        window, horizon: the longest the dataset will be read with: spread chunks overlap by
+            ``window + horizon - 1`` rows (default span ``DEFAULT_SPAN``).
+        chunk_rows: owned rows per chunk (default: about 512 chunks per file).
 
     Raises:
-        FileExistsError: ``dst`` exists and ``overwrite`` is false, or ``dst``
-            is not an earlier convert output, or it overlaps an input.
+        FileExistsError: ``dst`` is in the way (not new, empty or, with ``overwrite``, an earlier
+            convert output) or overlaps an input.
         SchemaError: a column is missing or the time column cannot be sorted.
         DataError: null series or time values, or rows lost on the way.
     """
@@ -210,13 +152,10 @@ def convert(
     if target_bytes <= 0:
         raise ConfigError(f"partition_size={partition_size!r} must be positive, e.g. 256MB")
     spread = _spread_options(layout, window, horizon, chunk_rows)
-    if fmt is not None and fmt not in FORMATS:
-        raise ConfigError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
     out_fs, root = fsspec.core.url_to_fs(dst, **(storage_options or {}))
     root = root.rstrip("/")
     fmt, files = list_inputs(srcs, fmt, storage_options)
     check_output(out_fs, root, dst, srcs, files, overwrite, storage_options)
-    # pyarrow infers ISO-8601 text (what pandas.to_csv writes) as timestamp or date, per file
     schemas, parsing, remedy = time_parsing(fmt, file_schemas(files, fmt, storage_options), time, parse_time)
     mismatch = schema_mismatch(files, schemas, remedy)
     if mismatch:
@@ -238,31 +177,15 @@ def convert(
     counts, profile = compute(
         "counting rows per series",
         ddf[series].value_counts(dropna=False),
-        ddf.map_partitions(
-            _profile,
-            series,
-            time,
-            compression,
-            meta={
-                "rows": "i8",
-                "null_time": "i8",
-                "bytes_per_row": "f8",
-                "bytes_per_file": "f8",
-                "decoded_per_row": "f8",
-            },
-        ),
+        ddf.map_partitions(_profile, series, time, compression, meta=PROFILE_META),
     )
     rows_in = int(profile["rows"].sum())
-    if counts.index.hasnans:
-        raise DataError(
-            f"series column {series!r} has {int(counts[counts.index.isna()].sum())} "
-            f"null values in {where}; fill or drop them first"
-        )
-    if profile["null_time"].sum():
-        raise DataError(
-            f"time column {time!r} has {int(profile['null_time'].sum())} null "
-            f"values in {where}; fill or drop them first"
-        )
+    nulls = (("series", series, counts[counts.index.isna()].sum()), ("time", time, profile["null_time"].sum()))
+    for what, column, count in nulls:
+        if count:
+            raise DataError(
+                f"{what} column {column!r} has {int(count)} null values in {where}; fill or drop them first"
+            )
     try:
         counts = counts.sort_index()
     except TypeError as exc:
@@ -289,9 +212,7 @@ def convert(
     )
 
     # pass 2: where to cut series too long for one file
-    cuts = {}
-    if (num_pieces > 1).any():
-        cuts = _split_cuts(ddf, series, time, keys, num_pieces, compute)
+    cuts = _split_cuts(ddf, series, time, keys, num_pieces, compute) if (num_pieces > 1).any() else {}
 
     tmp = f"{root}.tmp-{uuid.uuid4().hex[:12]}"
     out_fs.makedirs(tmp, exist_ok=True)
@@ -335,22 +256,22 @@ def convert(
         from dask_windows.sources.parquet.index_writer import write_index
 
         _date_outputs_as_inputs(out_fs, root, entries, files, storage_options)
-
         write_index(out_fs.unstrip_protocol(root), storage_options=out_fs.storage_options, series=series)
+    stored = sum(e["rows"] for e in entries)
     return ConvertReport(
         dst=dst,
         rows_in=rows_in,
         rows_out=rows_out,
         files=len(entries),
         series=len(keys),
-        split_series=series_in_several_files(entries),
+        split_series=series_spread(entries)[0],
         bytes_out=sum(e["bytes"] for e in entries),
         manifest=manifest,
         layout=layout,
         span=None if spread is None else spread["span"],
         leftovers_removed=tuple(leftovers),
-        rows_stored=stored_rows(entries)[0],
-        overlap_rows=stored_rows(entries)[1],
+        rows_stored=stored,
+        overlap_rows=stored - rows_out,
     )
 
 
@@ -370,13 +291,8 @@ def _spread_options(layout: str, window: int | None, horizon: int, chunk_rows: i
 def _date_outputs_as_inputs(
     out_fs: Any, root: str, entries: list[dict], files: Sequence[str], storage_options: dict | None
 ) -> None:
-    """Give every local output file the modification time of the newest input file.
-
-    The index records each local file's ``mtime`` (the loader compares it at every read), so with the
-    time of writing two runs on the same input wrote different indexes; dated as their inputs, the
-    output of a second run is byte-identical. An input changed since has a newer ``mtime``, so its
-    output is dated anew. Outputs on object stores keep theirs (their versions are ETags).
-    """
+    """Give every local output file the modification time of the newest local input file, so that
+    a second run on the same input writes a byte-identical index (it records each ``mtime``)."""
     if "file" not in out_fs.protocol and "local" not in out_fs.protocol:
         return
     newest = 0
@@ -398,3 +314,16 @@ def _move_into_place(fs: Any, tmp: str, root: str) -> None:
     fs.mv(tmp, root, recursive=True)
     if old is not None:
         fs.rm(old, recursive=True)
+
+
+def series_spread(entries: Sequence[dict]) -> tuple[int, int]:
+    """``(series in more than one file, rows of the longest series)`` of the files ``entries`` (a
+    manifest's) describe; a series' rows are its runs' owned rows."""
+    files: dict[str, set[int]] = {}
+    rows: dict[str, int] = {}
+    for i, entry in enumerate(entries):
+        for run in entry["runs"]:
+            key = json.dumps(run[2], sort_keys=True, default=str)  # manifest values: str, int, float, bool
+            files.setdefault(key, set()).add(i)
+            rows[key] = rows.get(key, 0) + int(run[4] if len(run) >= 5 else run[1])
+    return sum(len(f) > 1 for f in files.values()), max(rows.values(), default=0)

@@ -1,8 +1,5 @@
-"""Passes 1 and 2 of ``convert``: profiling the inputs and planning the output files.
-
-Series are packed, in order, into files near the target size; a series too
-long for one file is cut at times taken from a merged sketch of its times.
-"""
+"""Passes 1 and 2 of ``convert``: profiling the inputs and planning the output files (series packed
+in order into files near the target size; one too long cut at times from a merged sketch of its times)."""
 
 from __future__ import annotations
 
@@ -18,22 +15,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 Compute = Callable[..., tuple]
+#: The columns of ``_profile``'s one-row frame.
+PROFILE_META = {"rows": "i8", "null_time": "i8", "bytes_per_row": "f8", "bytes_per_file": "f8", "decoded_per_row": "f8"}
 
 
 def plan_files(series_rows: np.ndarray, target_rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """Pack series, in order, into output files of at most ``target_rows`` rows.
-
-    A series that fits is never split; one longer than ``target_rows`` gets
-    ``ceil(rows / target_rows)`` files of its own, so it is cut as few times as
-    possible.
-
-    Args:
-        series_rows: row count of each series, in output order.
-        target_rows: the most rows a file should hold (>= 1).
+    """Pack series (``series_rows``: rows of each, in output order), in order, into files of at most
+    ``target_rows`` rows; a longer series gets ``ceil(rows / target_rows)`` files of its own.
 
     Returns:
-        ``(first_file, num_pieces)``: per series its first file id and how
-        many consecutive files it spans. File ids count from 0 without gaps.
+        ``(first_file, num_pieces)``: per series its first file id and how many consecutive files
+        it spans. File ids count from 0 without gaps.
     """
     first_file = np.zeros(len(series_rows), dtype=np.int64)
     num_pieces = np.ones(len(series_rows), dtype=np.int64)
@@ -68,12 +60,8 @@ def _parquet_bytes(df: pd.DataFrame, compression: str) -> int:
 
 def _profile(df: pd.DataFrame, series: str, time: str, compression: str, partition_info=None) -> pd.DataFrame:
     """Rows and null times; for the first partition also Parquet bytes per row and per file, and
-    decoded (in-memory) bytes per row.
-
-    The sample is sorted like the output, which compresses better than raw
-    input. Bytes per row are the marginal cost (the size of a sample minus
-    that of its first half), so a file's footer and headers do not inflate them.
-    """
+    decoded bytes per row, from a sample sorted like the output. Bytes per row are the marginal
+    cost (the sample's size minus its first half's), so footers and headers do not inflate them."""
     per_row = per_file = decoded = np.nan
     if partition_info is not None and partition_info["number"] == 0 and len(df):
         sample = df.iloc[:50_000]
@@ -89,15 +77,8 @@ def _profile(df: pd.DataFrame, series: str, time: str, compression: str, partiti
             marginal = (full - _parquet_bytes(sample.iloc[:half], compression)) / (len(sample) - half)
             if marginal > 0:
                 per_row, per_file = marginal, max(0.0, full - marginal * len(sample))
-    return pd.DataFrame(
-        {
-            "rows": [len(df)],
-            "null_time": [int(df[time].isna().sum())],
-            "bytes_per_row": [per_row],
-            "bytes_per_file": [per_file],
-            "decoded_per_row": [decoded],
-        }
-    )
+    figures = (len(df), int(df[time].isna().sum()), per_row, per_file, decoded)
+    return pd.DataFrame({name: [value] for name, value in zip(PROFILE_META, figures)})
 
 
 def _times(values: pd.Series) -> np.ndarray:

@@ -1,12 +1,8 @@
-"""``WindowDataset``'s keywords on the command line: one table, a decision for every keyword.
+"""``WindowDataset``'s keywords on the command line: one row per keyword of ``settings.config.KEYWORDS``.
 
-``inspect`` and ``bench`` open a ``WindowDataset``; instead of listing its settings in each
-command, the parser's options and the keywords handed to the dataset both come from
-:data:`OPTIONS`, one row per keyword of ``dask_windows.settings.config.KEYWORDS``: the flag and its
-argparse settings (per command where they differ), or the reason the keyword has no flag. A
-test checks that every keyword has a row, so a keyword added to ``WindowDataset`` needs a
-decision here. The table costs a little indirection; in return a flag's name, help, default and
-conversion live in one place, and the error messages name the flags from the same table.
+The flags of ``inspect`` and ``bench`` (and ``convert``'s window flags), the keywords they hand
+the dataset and the flags error messages name come from :data:`OPTIONS`; a keyword without a
+flag says why, and a test checks that every keyword has a row.
 """
 
 from __future__ import annotations
@@ -21,182 +17,134 @@ from dask_windows.settings.config import KEYWORDS
 __all__: list[str] = []  # internal to the command line
 
 
-def _size(text: str | None) -> int | None:
+def _size(text: str) -> int:
     from dask.utils import parse_bytes
 
-    return None if text is None else int(parse_bytes(text))
+    return int(parse_bytes(text))
 
 
 @dataclass(frozen=True)
 class Option:
-    """One keyword of ``WindowDataset`` on the command line.
-
-    Attributes:
-        keyword: The dataset's keyword (also the parsed argument's ``dest``).
-        flag: Its flag, or ``None`` when the command line does not set it (``why`` says why).
-        settings: ``add_argument`` settings shared by the commands (``type`` ``"count"`` or
-            ``"size"``: the command line's argument types of those names).
-        per_command: Settings of one command that replace the shared ones.
-        value: Turns the parsed text into the dataset's value (sizes), else it is passed as parsed.
-        why: Why a keyword has no flag.
-    """
+    """One keyword of ``WindowDataset`` (the parsed argument's ``dest``) on the command line: its
+    ``add_argument`` settings (``type`` ``"count"`` or ``"size"``: the argument types of
+    ``cli.options``), those ``bench`` replaces, how the parsed ``value`` becomes the dataset's,
+    or ``why`` it has no flag."""
 
     keyword: str
-    flag: str | None = None
     settings: Mapping[str, Any] = field(default_factory=dict)
-    per_command: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    bench: Mapping[str, Any] = field(default_factory=dict)
     value: Callable[[Any], Any] | None = None
     why: str = ""
 
+    @property
+    def flag(self) -> str | None:
+        """``--the-keyword``, or ``None`` when the command line does not set it."""
+        return None if self.why else "--" + self.keyword.replace("_", "-")
 
-def _no_flag(keyword: str, why: str) -> Option:
-    return Option(keyword, why=why)
+
+def _flag(keyword: str, bench: Mapping[str, Any] | None = None, value: Any = None, **settings: Any) -> Option:
+    """The row of a keyword that a flag sets: its ``add_argument`` ``settings`` (``bench``: those
+    that differ in ``bench``)."""
+    return Option(keyword, settings, bench or {}, value)
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option(
+    _flag(
         "features",
-        "--features",
-        {"nargs": "+", "metavar": "COL"},
-        {
-            "inspect": {"help": "columns stacked as x (default: every numeric column but series, time and targets)"},
-            "bench": {"required": True, "help": "columns stacked as x (required)"},
-        },
+        {"required": True, "help": "columns stacked as x (required)"},
+        nargs="+",
+        metavar="COL",
+        help="columns stacked as x (default: every numeric column but series, time and targets)",
     ),
-    Option(
+    _flag(
         "series",
-        "--series",
-        {"metavar": "COL"},
-        {
-            "inspect": {"help": "the series column (default: the manifest's; none without one)"},
-            "bench": {"required": True, "help": "the series column (required)"},
-        },
+        {"required": True, "help": "the series column (required)"},
+        metavar="COL",
+        help="the series column (default: the manifest's; none without one)",
     ),
-    Option(
+    _flag(
         "window",
-        "--window",
-        {"type": int, "metavar": "L"},
-        {
-            "inspect": {"help": "rows per window (default: no window counts)"},
-            "bench": {"required": True, "help": "rows per window"},
-        },
+        {"required": True, "help": "rows per window"},
+        type=int,
+        metavar="L",
+        help="rows per window (default: no window counts)",
     ),
-    Option(
-        "stride",
-        "--stride",
-        {"type": int, "default": 1, "metavar": "S", "help": "rows between consecutive window starts"},
-    ),
-    Option(
-        "horizon",
-        "--horizon",
-        {"type": int, "default": 0, "metavar": "H", "help": "rows after each window that its targets cover"},
-    ),
-    Option("targets", "--targets", {"nargs": "+", "metavar": "COL", "help": "columns stacked as y (default: none)"}),
-    Option("batch_size", "--batch-size", {"type": int, "default": 256, "metavar": "B", "help": "windows per batch"}),
-    Option(
-        "buffer_partitions",
-        "--buffer-partitions",
-        {"type": int, "default": 2, "metavar": "N", "help": "partitions decoded together"},
-    ),
-    Option(
-        "prefetch_partitions",
-        "--prefetch-partitions",
-        {"type": int, "default": 1, "metavar": "N", "help": "partitions read ahead"},
-    ),
-    Option(
+    _flag("stride", type=int, default=1, metavar="S", help="rows between consecutive window starts"),
+    _flag("horizon", type=int, default=0, metavar="H", help="rows after each window that its targets cover"),
+    _flag("targets", nargs="+", metavar="COL", help="columns stacked as y (default: none)"),
+    _flag("batch_size", type=int, default=256, metavar="B", help="windows per batch"),
+    _flag("buffer_partitions", type=int, default=2, metavar="N", help="partitions decoded together"),
+    _flag("prefetch_partitions", type=int, default=1, metavar="N", help="partitions read ahead"),
+    _flag(
         "pieces_per_partition",
-        "--pieces-per-partition",
-        {"type": int, "metavar": "K", "help": "1: whole partitions (default: the pool order); above 1: deprecated"},
+        type=int,
+        metavar="K",
+        help="1: whole partitions (default: the pool order); above 1: deprecated",
     ),
-    Option(
-        "buffer_bytes",
-        "--buffer-bytes",
-        {"type": int, "metavar": "N", "help": "the pool order's memory budget per rank (default: 1 GiB)"},
-    ),
-    Option(
+    _flag("buffer_bytes", type=int, metavar="N", help="the pool order's memory budget per rank (default: 1 GiB)"),
+    _flag(
         "nan",
-        "--nan",
-        {
-            "choices": ("raise", "drop"),
-            "default": "raise",
-            "help": "windows holding NaN: raise an error, or drop them (as WindowDataset's nan=)",
-        },
+        choices=("raise", "drop"),
+        default="raise",
+        help="windows holding NaN: raise an error, or drop them (as WindowDataset's nan=)",
     ),
-    Option(
+    _flag(
         "on_error",
-        "--on-error",
-        {
-            "choices": ("raise", "skip"),
-            "default": "raise",
-            "help": "unreadable files: raise an error, or skip them (as WindowDataset's on_error=)",
-        },
+        choices=("raise", "skip"),
+        default="raise",
+        help="unreadable files: raise an error, or skip them (as WindowDataset's on_error=)",
     ),
-    Option(
+    _flag(
         "retries",
-        "--retries",
-        {
-            "type": "count",
-            "default": 3,
-            "metavar": "N",
-            "help": "retries of transient storage errors (as WindowDataset's retries=)",
-        },
+        type="count",
+        default=3,
+        metavar="N",
+        help="retries of transient storage errors (as WindowDataset's retries=)",
     ),
-    Option(
+    _flag(
         "partition_bytes",
-        "--partition-bytes",
-        {
-            "type": "size",
-            "metavar": "BYTES",
-            "help": "split Parquet files with more uncompressed bytes at row groups (default: the loader's, 256MiB)",
-        },
         value=_size,
+        type="size",
+        metavar="BYTES",
+        help="split Parquet files with more uncompressed bytes at row groups (default: the loader's, 256MiB)",
     ),
-    _no_flag("layout", "the shape of x only: the figures and counts are the same for NCL and NLC"),
-    _no_flag("return_index", "one more int64 tensor per batch: counts and figures do not depend on it"),
-    _no_flag("normalize", "scaling of the values, a Python dict or a stats file: Python's WindowDataset takes it"),
-    _no_flag("workflow", "a fitted Python object: the fit command fits one, Python's WindowDataset applies it"),
-    _no_flag("drop_last", "changes the last batch only; inspect and bench report whole epochs"),
-    _no_flag("shuffle", "always on, as in training; counts and figures do not depend on the order"),
-    _no_flag("seed", "0; counts and figures do not depend on the order's seed"),
-    _no_flag("rank", "the command line runs one process: rank 0 of 1"),
-    _no_flag("world_size", "the command line runs one process: rank 0 of 1"),
-    _no_flag("device", "batches are gathered on the host; the device path is measured in Python"),
-    _no_flag("storage_options", "a dict of fsspec options: credentials come from the environment"),
-    _no_flag("partition_rows", "numpy arrays only; the command line reads files"),
-    _no_flag("threads", "the loader's default (16) opens local files and object stores well"),
-    _no_flag("timeout", "the loader's default (60 s a read): a stalled read fails with its name"),
-    _no_flag("strict", "inspect and bench report suspect data as warnings either way"),
-    _no_flag("cache_dir", "a local cache across epochs: one command is one pass"),
-    _no_flag("cache_bytes", "goes with cache_dir"),
-    _no_flag("index", "the dataset index beside a folder is used when there is one (dask-windows index writes it)"),
-    _no_flag("next_pass_seconds", "one command is one pass: nothing to read ahead for"),
+    Option("layout", why="the shape of x only: the figures and counts are the same for NCL and NLC"),
+    Option("return_index", why="one more int64 tensor per batch: counts and figures do not depend on it"),
+    Option("normalize", why="scaling of the values, a Python dict or a stats file: Python's WindowDataset takes it"),
+    Option("workflow", why="a fitted Python object: the fit command fits one, Python's WindowDataset applies it"),
+    Option("drop_last", why="changes the last batch only; inspect and bench report whole epochs"),
+    Option("shuffle", why="always on, as in training; counts and figures do not depend on the order"),
+    Option("seed", why="0; counts and figures do not depend on the order's seed"),
+    Option("rank", why="the command line runs one process: rank 0 of 1"),
+    Option("world_size", why="the command line runs one process: rank 0 of 1"),
+    Option("device", why="batches are gathered on the host; the device path is measured in Python"),
+    Option("storage_options", why="a dict of fsspec options: credentials come from the environment"),
+    Option("partition_rows", why="numpy arrays only; the command line reads files"),
+    Option("threads", why="the loader's default (16) opens local files and object stores well"),
+    Option("timeout", why="the loader's default (60 s a read): a stalled read fails with its name"),
+    Option("strict", why="inspect and bench report suspect data as warnings either way"),
+    Option("cache_dir", why="a local cache across epochs: one command is one pass"),
+    Option("cache_bytes", why="goes with cache_dir"),
+    Option("index", why="the dataset index beside a folder is used when there is one (dask-windows index writes it)"),
+    Option("next_pass_seconds", why="one command is one pass: nothing to read ahead for"),
 )
 
-#: The keywords of ``OPTIONS`` by name.
-BY_KEYWORD: dict[str, Option] = {option.keyword: option for option in OPTIONS}
-
 #: The dataset's keywords that a flag sets, and the flag (error messages name it).
-FLAGS: dict[str, str] = {option.keyword: option.flag for option in OPTIONS if option.flag is not None}
+FLAGS: dict[str, str] = {o.keyword: o.flag for o in OPTIONS if o.flag is not None}
 
 
 def dataset_keywords(args: argparse.Namespace) -> dict:
     """The ``WindowDataset`` keywords the parsed flags give (those not given are left out)."""
     out = {}
     for option in OPTIONS:
-        if option.flag is None or not hasattr(args, option.keyword):
-            continue
-        value = getattr(args, option.keyword)
-        if value is None:
-            continue  # the dataset's own default (or, for inspect, the manifest's series)
-        out[option.keyword] = option.value(value) if option.value is not None else value
+        value = getattr(args, option.keyword, None) if option.flag else None
+        if value is not None:  # else the dataset's own default (or, for inspect, the manifest's series)
+            out[option.keyword] = option.value(value) if option.value is not None else value
     return out
 
 
 def check_table() -> list[str]:
     """What the table gets wrong against ``KEYWORDS`` (empty: nothing); the package's tests call it."""
-    problems = [
-        f"{k}: a WindowDataset keyword without a command-line decision" for k in KEYWORDS if k not in BY_KEYWORD
-    ]
-    problems += [f"{k}: not a WindowDataset keyword" for k in BY_KEYWORD if k not in KEYWORDS]
-    problems += [f"{o.keyword}: no flag and no reason" for o in OPTIONS if o.flag is None and not o.why]
-    return problems
+    mine = [o.keyword for o in OPTIONS]
+    problems = [f"{k}: a WindowDataset keyword without a command-line decision" for k in KEYWORDS if k not in mine]
+    return problems + [f"{k}: not a WindowDataset keyword" for k in mine if k not in KEYWORDS]

@@ -1,31 +1,12 @@
 """Where ``convert`` puts each row: every series in chunks spread over all output files.
 
-A loader's buffer holds a few files, so a batch can only mix what those files
-hold. Files cut in (series, time) order make each file one stretch of time or
-one run of ids, and a batch a few stretches. The spread layout cuts the
-dataset, in its canonical (series, time) order, into chunks of ``chunk_rows``
-rows and deals them over the files: each *cycle* of ``F`` consecutive chunks
-gives one chunk to every file, in a seeded random order (so a file's chunks
-never alias with a period of the data), and inside a file the chunks follow a
-low-discrepancy order (golden-ratio steps), so that any contiguous stretch of
-a file (a row group, a row range) also reaches across the whole dataset.
-With ``K`` chunks per file every file samples the dataset at ``K`` strata.
-
-No window is lost or repeated at a cut. A chunk cut inside a series is stored
-with the next ``span - 1`` rows of that series after it (*overlap*), so every
-window starting in the chunk is whole in its file; the manifest records per
-run its ``origin`` (row within its series, which keeps the series' stride
-grid) and ``owned`` rows (where windows may start), so the overlap's rows
-never start a window twice. The trade-off: ``(span - 1) / chunk_rows`` more
-rows on disk and decoded (``auto_chunk_rows``: 512 chunks per file, but at
-most 1/4 overhead, which only files under ~2,000 windows' spans reach), and a
-loader opened with a longer ``window + horizon`` than convert was told loses
-the windows that would reach past an overlap (it warns with the count).
-The alternative, adjacency recorded in the manifest and read as a halo, would
-cost one extra read of another file per chunk in every epoch.
-
-Pure numpy planning here; ``convert`` runs the plan on Dask
-(``write_spread``, in :mod:`dask_windows.cli.spread_write`).
+A loader's buffer holds a few files, so a batch mixes only what they hold. The canonical (series,
+time) order is cut into chunks dealt over the files, each cycle of ``F`` chunks in a seeded random
+order, and inside a file in golden-ratio steps, so any stretch of a file reaches across the whole
+dataset. A chunk is stored with the next ``span - 1`` rows of its series (the overlap; the
+manifest records each run's ``origin`` and ``owned`` rows), so no window is lost or repeated at a
+cut; the price is at most a quarter more rows stored, and a loader opened with a longer
+``window + horizon`` loses (and counts) the windows reaching past an overlap. Pure numpy.
 """
 
 from __future__ import annotations
@@ -56,17 +37,9 @@ _LAYOUT_SEED = 0x5EED
 
 @dataclass(frozen=True)
 class SpreadPlan:
-    """Where every chunk goes.
-
-    Attributes:
-        chunk_lo: ``(M,)`` canonical row of each chunk's first row.
-        chunk_hi: ``(M,)`` one past its last owned row.
-        stored_hi: ``(M,)`` one past its last stored row (``chunk_hi`` plus the overlap).
-        file: ``(M,)`` output file of each chunk.
-        slot: ``(M,)`` position of the chunk inside its file (chunks are stored in slot order).
-        num_files: Output files.
-        span: ``window + horizon`` the overlap is sized for.
-    """
+    """Where every chunk goes: per chunk ``(M,)`` its first canonical row (``chunk_lo``), one past its
+    last owned and stored row (``chunk_hi``, ``stored_hi``: with the overlap), its output ``file``
+    and ``slot`` there (chunks are stored in slot order)."""
 
     chunk_lo: np.ndarray
     chunk_hi: np.ndarray
@@ -78,11 +51,7 @@ class SpreadPlan:
 
 
 def auto_chunk_rows(total_rows: int, num_files: int, span: int) -> int:
-    """Rows per chunk: ``TARGET_CHUNKS_PER_FILE`` chunks per file, but at least 4 overlaps long.
-
-    So the overlap never adds more than a quarter to the rows stored; files smaller than one
-    such chunk are not made (``output_files``).
-    """
+    """Rows per chunk: ``TARGET_CHUNKS_PER_FILE`` chunks per file, but at least 4 overlaps long."""
     if num_files <= 1:
         return max(int(total_rows), 1)
     per_file = -(-int(total_rows) // num_files)
@@ -102,18 +71,8 @@ def _coprime_step(k: int) -> int:
 def plan_spread(
     series_rows: np.ndarray, num_files: int, span: int, chunk_rows: int | None = None, seed: int = _LAYOUT_SEED
 ) -> SpreadPlan:
-    """Cut the canonical row order into chunks and deal them over ``num_files`` files.
-
-    Args:
-        series_rows: ``(S,)`` rows of each series, in canonical (sorted) order.
-        num_files: Output files (``>= 1``).
-        span: ``window + horizon`` whose windows must all survive the cuts (``>= 1``).
-        chunk_rows: Owned rows per chunk; default ``auto_chunk_rows``.
-        seed: Seed of the per-cycle deal (conversion is deterministic).
-
-    Returns:
-        The plan; chunks in canonical order.
-    """
+    """Cut the canonical row order (``series_rows``: ``(S,)`` rows of each series) into chunks and
+    deal them over ``num_files`` files, so that every window of ``span`` rows survives the cuts."""
     series_rows = np.asarray(series_rows, np.int64)
     total = int(series_rows.sum())
     num_files = max(1, int(num_files))
@@ -167,11 +126,8 @@ def file_runs(plan: SpreadPlan, series_rows: np.ndarray, keys: list, f: int) -> 
 
 
 def segments_of(plan: SpreadPlan, lo: int, hi: int) -> np.ndarray:
-    """Stored pieces of canonical rows ``[lo, hi)`` (one sorted bucket).
-
-    Returns:
-        ``(N, 5)`` int64 rows ``(file, slot, canonical start, bucket row, rows)``, sorted by file then slot.
-    """
+    """Stored pieces of canonical rows ``[lo, hi)`` (one sorted bucket): ``(N, 5)`` int64 rows
+    ``(file, slot, canonical start, bucket row, rows)``, sorted by file then slot."""
     a = np.maximum(plan.chunk_lo, lo)
     b = np.minimum(plan.stored_hi, hi)
     hit = np.flatnonzero(b > a)
@@ -180,13 +136,7 @@ def segments_of(plan: SpreadPlan, lo: int, hi: int) -> np.ndarray:
 
 
 def read_converted(path: str, columns: list | None = None, storage_options: dict | None = None) -> Any:
-    """A converted dataset as one pandas DataFrame in canonical (series, time) order, overlap rows dropped.
-
-    Args:
-        path: The converted folder.
-        columns: Columns to read (default all).
-        storage_options: Passed to fsspec.
-    """
+    """A converted dataset as one pandas DataFrame in canonical (series, time) order, overlap rows dropped."""
     import fsspec
     import pandas as pd
     import pyarrow.parquet as pq
@@ -198,45 +148,23 @@ def read_converted(path: str, columns: list | None = None, storage_options: dict
     manifest = read_manifest(root, fs)
     if manifest is None:
         raise FileNotFoundError(f"{path} has no dask_windows manifest; it was not written by `dask-windows convert`")
-    frames = []
+    frames, kept, offset = [], [np.zeros(0, np.int64)], 0
     for entry in manifest["files"]:
         with fs.open(posixpath.join(root, entry["path"]), "rb") as src:
             table = pq.read_table(src, columns=columns)
-        if manifest["version"] == 1:
-            frames.append(table.to_pandas())
-            continue
-        keep = []
-        for start, _, _, _, owned in entry["runs"]:
-            keep.append(np.arange(start, start + owned))
-        rows = np.concatenate(keep) if keep else np.zeros(0, np.int64)
-        frames.append(table.take(rows).to_pandas())
+        # the owned rows of each run: run[4] in version 2, the whole run (run[1]) in version 1
+        owned = [np.arange(run[0], run[0] + run[4 if len(run) >= 5 else 1], dtype=np.int64) for run in entry["runs"]]
+        keep = np.concatenate(owned) if owned else np.zeros(0, np.int64)
+        frames.append(table.take(keep).to_pandas())
+        kept.append(keep + offset)
+        offset += entry["rows"]
     out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    if manifest["version"] == 1:
-        return out
-    keys, positions = _canonical_keys(manifest)
-    return out.iloc[np.lexsort((positions, keys))].reset_index(drop=True)
-
-
-def _canonical_keys(manifest: dict) -> tuple[np.ndarray, np.ndarray]:
-    """Per owned row of a version-2 manifest (file order): ``(series rank, row within series)``."""
-    import pandas as pd
-
-    runs = [r for f in manifest["files"] for r in f["runs"]]
-    values = pd.Series([r[2] for r in runs], dtype=object)
-    ranks = pd.Index(pd.unique(values)).sort_values()
-    codes = ranks.get_indexer(values)
-    owned = np.array([r[4] for r in runs], np.int64)
-    origin = np.array([r[3] for r in runs], np.int64)
-    series = np.repeat(codes, owned)
-    base = np.repeat(origin - (np.cumsum(owned) - owned), owned)
-    return series, base + np.arange(int(owned.sum()))
+    order = np.argsort(canonical_rows(manifest, np.concatenate(kept)), kind="stable")
+    return out.iloc[order].reset_index(drop=True)
 
 
 def output_files(total_rows: int, target_rows: int, span: int, chunk_rows: int | None = None) -> tuple[int, int]:
-    """``(num_files, chunk_rows)``: files near ``target_rows`` rows with their overlap, each at least one chunk.
-
-    A ``target_rows`` below one chunk (``4 * (span - 1)`` rows) gives fewer, larger files.
-    """
+    """``(num_files, chunk_rows)``: files near ``target_rows`` rows with their overlap, each at least one chunk."""
     if total_rows <= 0:
         return 0, 1
     files = max(1, -(-total_rows // max(target_rows, 1)))
@@ -252,18 +180,9 @@ def output_files(total_rows: int, target_rows: int, span: int, chunk_rows: int |
 
 
 def canonical_rows(manifest: dict, rows: np.ndarray) -> np.ndarray:
-    """Rows of a converted dataset (global, files in manifest order) as canonical (series, time) rows.
-
-    The canonical order is the dataset before conversion sorted by (series, time): what a mixing
-    report cuts into blocks. Overlap rows map to the row they repeat.
-
-    Args:
-        manifest: A version-1 or version-2 manifest.
-        rows: ``(N,)`` global rows (``return_index=True`` yields them for window starts).
-
-    Returns:
-        ``(N,)`` int64 canonical rows.
-    """
+    """``(N,)`` global rows of a converted dataset (files in manifest order; ``return_index=True``
+    yields them) as rows of the dataset sorted by (series, time); overlap rows map to the row they
+    repeat."""
     rows = np.asarray(rows, np.int64)
     if manifest["version"] == 1:
         return rows

@@ -1,11 +1,8 @@
-"""The ``dask-windows`` command line: convert, inspect, stats, bench, index.
+"""The ``dask-windows`` command line: its parser and entry point (the runners are in ``commands``).
 
-Heavy lifting (convert, stats) runs on Dask: a ``LocalCluster`` of worker
-processes by default, or any running cluster given by ``--scheduler``.
-``inspect`` reads metadata only and ``bench`` drives a ``WindowDataset``
-through a ``torch.utils.data.DataLoader`` in this process, so neither starts a
-cluster. Results go to stdout (``--json`` for a machine-readable form);
-progress bars, logs and errors go to stderr.
+``convert``, ``stats`` and ``fit`` run on Dask (a ``LocalCluster``, or ``--scheduler``);
+``inspect``, ``bench`` and ``index`` work in this process. Results go to stdout (``--json`` for
+JSON); progress bars, logs and errors to stderr.
 """
 
 from __future__ import annotations
@@ -16,31 +13,26 @@ import logging
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from dask_windows.cli import commands
 from dask_windows.cli.bench import bench  # imports torch only when called
-from dask_windows.cli.commands import _cmd_bench, _cmd_convert, _cmd_inspect, _cmd_stats
-from dask_windows.cli.corpus_inspect import add_corpus_options
-from dask_windows.cli.fit import add_fit_command
-from dask_windows.cli.indexing import add_index_command
+from dask_windows.cli.fit import _cmd_fit
 from dask_windows.cli.options import (
+    _SIZE,
+    _TIMEOUT,
     _cli_message,
     _cluster_options,
+    _count,
     _Formatter,
-    _global_options,
-    _loader_options,
+    _keyword_options,
     _paragraphs,
-    _parsed,
-    _size_arg,
-    _window_options,
+    _verbose_option,
 )
 
 __all__ = ["bench", "build_parser", "main"]
 
-logger = logging.getLogger(__name__)
-
-
-# ---------------------------------------------------------------- parser
+_INPUT = "input format (default: from file extensions)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,31 +44,35 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dask-windows",
         formatter_class=_Formatter,
         description=_paragraphs(
-            "Convert, inspect, summarise and benchmark time-series datasets for "
-            "dask_windows.\n\nconvert and stats run on Dask (a LocalCluster, or "
-            "--scheduler); inspect and bench open a WindowDataset in this process. "
-            "Results go to stdout (--json for JSON); progress and errors to stderr."
+            "Convert, inspect, summarise and benchmark time-series datasets for dask_windows.\n\nconvert and stats run "
+            "on Dask (a LocalCluster, or --scheduler); inspect and bench open a WindowDataset in this process. Results "
+            "go to stdout (--json for JSON); progress and errors to stderr."
         ),
         epilog="Run 'dask-windows COMMAND --help' for a command's options. Exit status: 0 ok, 1 failed, 2 bad usage.",
     )
     parser.add_argument(
         "--version", action="version", version=f"dask-windows {__version__}", help="print the version and exit"
     )
-    _global_options(parser, sub=False)
+    _verbose_option(parser, "verbose")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
+    def command(name: str, run: Callable[..., dict], summary: str, description: str) -> argparse.ArgumentParser:
         p = sub.add_parser(
             name,
             help=summary,
             description=_paragraphs(f"{summary[0].upper()}{summary[1:]}.\n\n{description}"),
             formatter_class=_Formatter,
         )
-        _global_options(p, sub=True)
+        _verbose_option(p, "verbose_sub")
+        p.set_defaults(run=run)
         return p
+
+    def json_flag(p: argparse.ArgumentParser, what: str = "report") -> None:
+        p.add_argument("--json", action="store_true", help=f"print the {what} as JSON")
 
     p = command(
         "convert",
+        commands._cmd_convert,
         "turn Parquet/CSV/Avro/npy files into a sorted, series-aligned Parquet dataset with a manifest",
         "DST must be new, an empty folder, or (with --overwrite) an earlier convert "
         "output; convert never replaces anything else and never writes over, into "
@@ -91,13 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="COL",
         help="the time column (required): numbers, datetimes, or ISO-8601 text in CSV",
     )
-    p.add_argument("--format", choices=FORMATS, help="input format (default: from file extensions)")
+    p.add_argument("--format", choices=FORMATS, help=_INPUT)
     p.add_argument(
-        "--partition-size",
-        default="256MB",
-        metavar="BYTES",
-        type=_parsed("size", _size_arg),
-        help="target size of each output file",
+        "--partition-size", default="256MB", metavar="BYTES", type=_SIZE, help="target size of each output file"
     )
     p.add_argument(
         "--compression",
@@ -114,39 +106,50 @@ def build_parser() -> argparse.ArgumentParser:
         "--npy-columns", metavar="A,B,..", help="names of the columns of plain .npy arrays (default: f0, f1, ...)"
     )
     p.add_argument("--overwrite", action="store_true", help="replace DST when it is an earlier convert output")
-    _window_options(p)
+    _keyword_options(p, "convert", ("window", "stride", "horizon"))
     p.add_argument(
         "--layout",
         choices=("spread", "contiguous"),
         default="spread",
-        help="spread: each series in chunks over all files, overlapping by window + "
-        "horizon - 1 rows (128 without --window), so a few files mix like the "
-        "whole dataset; contiguous: files in (series, time) order",
+        help="spread: each series in chunks over all files, overlapping by window + horizon - 1 rows (128 without "
+        "--window), so a few files mix like the whole dataset; contiguous: files in (series, time) order",
     )
     p.add_argument("--chunk-rows", type=int, metavar="N", help="rows per chunk (default: about 512 chunks per file)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    json_flag(p)
     _cluster_options(p)
-    p.set_defaults(run=_cmd_convert)
 
     p = command(
         "inspect",
+        commands._cmd_inspect,
         "files, rows, series, schema, windows and loader memory of a Parquet dataset",
         "Opens the WindowDataset these options describe, so the checks, errors and "
         "window counts are the loader's own. No Dask cluster is started.",
     )
     p.add_argument("path", metavar="PATH", nargs="+", help="dataset folder, Parquet file or glob (several: --corpus)")
-    _loader_options(p, "inspect")  # WindowDataset's keywords (cli.keywords)
-    add_corpus_options(p)  # inspect --corpus (cli.corpus_inspect)
+    _keyword_options(p, "inspect")
+    p.add_argument("--num-workers", type=_count, default=0, metavar="N", help="DataLoader worker processes")
+    g = p.add_argument_group("corpora (--corpus: each PATH, or NAME=PATH, one data set of list-column series)")
+    g.add_argument("--corpus", action="store_true", help="inspect PATHs as data sets of a corpus (CorpusDataset)")
+    g.add_argument("--target", default="target", metavar="COL", help="the list column (default: target)")
+    g.add_argument("--freq", metavar="F", help="frequency where no freq column gives it")
+    g.add_argument("--patch-size", type=int, default=16, metavar="P", help="steps per token (default: 16)")
+    g.add_argument("--max-length", type=int, default=512, metavar="L", help="most steps of an item (default: 512)")
+    g.add_argument("--min-length", type=int, default=1, metavar="M", help="fewest steps of a series (default: 1)")
+    g.add_argument("--sequence-tokens", type=int, metavar="S", help="tokens per sequence (default: L / P)")
+    g.add_argument("--channels", choices=("independent", "multivariate"), default="independent", help="the view")
+    g.add_argument("--world-size", type=int, default=1, metavar="N", help="ranks dividing the epoch (default: 1)")
+    g.add_argument("--epoch", type=int, default=0, metavar="E", help="the epoch counted (default: 0)")
+    g.add_argument("--values", action="store_true", help="read every value: missing values, series all missing")
     p.add_argument(
         "--mixing",
         action="store_true",
         help="how well batches mix, beside a global shuffle (needs --window; reads no data)",
     )
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.set_defaults(run=_cmd_inspect)
+    json_flag(p)
 
     p = command(
         "stats",
+        commands._cmd_stats,
         "per-feature count, mean, std, min, max and NaNs in one Dask pass",
         "The output file is what WindowDataset(normalize=FILE) reads.",
     )
@@ -163,20 +166,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="the series column, never a feature (default: the manifest's; without a manifest give it or --features)",
     )
     p.add_argument("--time", metavar="COL", help="the time column, never a feature (default: the manifest's)")
-    p.add_argument("--format", choices=FORMATS, help="input format (default: from file extensions)")
+    p.add_argument("--format", choices=FORMATS, help=_INPUT)
     p.add_argument("--out", metavar="FILE", help="write the stats JSON here (default: only print)")
-    p.add_argument("--json", action="store_true", help="print the stats as JSON")
+    json_flag(p, "stats")
     _cluster_options(p)
-    p.set_defaults(run=_cmd_stats)
 
     p = command(
         "bench",
+        commands._cmd_bench,
         "windows/s, GB/s, first batch, I/O wait and peak RSS of a WindowDataset on your data",
         "Runs the real loader through a torch DataLoader in this process until the "
         "epoch ends, --max-batches or --seconds; progress goes to stderr.",
     )
     p.add_argument("path", metavar="PATH", help="dataset folder, Parquet file or glob")
-    _loader_options(p, "bench")  # WindowDataset's keywords (cli.keywords)
+    _keyword_options(p, "bench")
+    p.add_argument("--num-workers", type=_count, default=0, metavar="N", help="DataLoader worker processes")
     p.add_argument("--max-batches", type=int, metavar="N", help="stop after this many batches (default: no limit)")
     p.add_argument(
         "--seconds", type=float, default=30.0, metavar="S", help="stop after this long (the epoch may end first)"
@@ -184,11 +188,55 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--step-ms", type=float, default=0.0, metavar="MS", help="simulated training step per batch, in milliseconds"
     )
-    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    json_flag(p, "figures")
     p.add_argument("--no-progress", action="store_true", help="no progress line on stderr (default: show it)")
-    p.set_defaults(run=_cmd_bench)
-    add_index_command(command)
-    add_fit_command(command, _cluster_options)
+
+    p = command(
+        "index",
+        commands._cmd_index,
+        "write the dataset index of a Parquet folder or prefix: one read at open instead of one per file",
+        "Reads every footer once and writes _dask_windows_index.dwi beside the files (or "
+        "--out): per file its size and version, row groups, series runs and compact footer. "
+        "WindowDataset finds it beside the data (or takes index=PATH). On local disk it is checked "
+        "against the folder at open; on an object store the index is the source of truth (no listing): "
+        "a changed object raises at its read, naming it, and --verify lists the store and compares.",
+    )
+    p.add_argument("path", metavar="PATH", help="dataset folder, prefix (s3://bucket/data/) or glob")
+    p.add_argument("--out", metavar="PATH", help="write the index here (needed for a glob or a read-only folder)")
+    p.add_argument(
+        "--series", metavar="COL", help="the series column whose runs the index keeps (default: the manifest's)"
+    )
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="write nothing: list the files and compare them with the index there (or --out), naming any "
+        "file added, deleted or changed since it was written (opening an object store from its index does not list it)",
+    )
+    p.add_argument(
+        "--threads", type=int, default=16, help="concurrent reads of footers and series columns (default: 16)"
+    )
+    p.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="read the footers and series columns on the workers of this running Dask scheduler, e.g. "
+        "tcp://10.0.0.5:8786, for a store too large for one node (default: threads of this process); the "
+        "index is the same, and the workers must reach PATH as this process does",
+    )
+    p.add_argument("--connect-timeout", **_TIMEOUT)
+    json_flag(p)
+
+    p = command(
+        "fit",
+        _cmd_fit,
+        "fit a workflow (normalisation, categories, time features, lags...) in one Dask pass and save it as JSON",
+        "SPEC is a .py file defining `workflow = Workflow([...])`, a module:attribute, or a JSON spec "
+        "(ops, roles, series). The output file is what WindowDataset(workflow=FILE) reads.",
+    )
+    p.add_argument("spec", metavar="SPEC", help="the workflow: file.py, module:attr or spec.json")
+    p.add_argument("path", nargs="+", metavar="PATH", help="Parquet dataset folder, files, globs or URLs")
+    p.add_argument("--out", required=True, metavar="FILE", help="where to write the fitted workflow (path or URL)")
+    json_flag(p)
+    _cluster_options(p)
     return parser
 
 
@@ -213,14 +261,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run_and_exit() -> None:
-    """The process entry point (``dask-windows``, ``python -m dask_windows.cli``): ``main()``, then exit.
-
-    The exit skips the interpreter's finalisation: pyarrow's native thread pools can abort a
-    process that has finished its work while the interpreter shuts down ("terminate called
-    without an active exception", apache/arrow#34314; 1 run in a few hundred of the test suite's
-    commands here), which turned exit status 1 into -6. When ``main`` returns, the cluster is
-    closed and every file written and closed; only the standard streams are left to flush.
-    """
+    """The process entry point: ``main()``, then ``os._exit``, which skips the interpreter's finalisation,
+    where pyarrow's thread pools can abort a finished process (apache/arrow#34314)."""
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -1,16 +1,16 @@
-"""Options shared by the ``dask-windows`` commands, their parsing and the error wording.
+"""Options shared by the ``dask-windows`` commands, their argument types and the error wording.
 
-Every value is checked by the parser where argparse can name its flag (sizes,
-durations, counts); the loader's own settings (window, batch size, ...) are
-left to the loader's validation, and :func:`_cli_message` turns the Python
-keywords in its messages (``batch_size=0``, ``on_error='skip'``) into the
-flags that set them here, so no message suggests an option the command line
-does not have.
+The parser checks what argparse can name a flag for (sizes, durations, counts); the loader's own
+settings are left to the loader, and :func:`_cli_message` turns the Python keywords in its
+messages (``batch_size=0``, ``on_error='skip'``) into the flags that set them here.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
+import textwrap
+from collections.abc import Iterable
 from typing import Any
 
 from dask_windows.cli.keywords import FLAGS, OPTIONS
@@ -20,8 +20,6 @@ __all__: list[str] = []  # internal to the command line
 
 def _paragraphs(text: str) -> str:
     """Plain text wrapped at 79 columns, paragraphs kept (help shows no markup)."""
-    import textwrap
-
     return "\n\n".join(textwrap.fill(part, 79) for part in text.split("\n\n"))
 
 
@@ -30,14 +28,10 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        default = action.default
         if (
             action.option_strings
-            and "%(default)" not in text
             and "default" not in text
-            and default is not None
-            and default is not False
-            and default is not argparse.SUPPRESS
+            and all(action.default is not v for v in (None, False, argparse.SUPPRESS))
             and action.nargs != 0
         ):
             text += " (default: %(default)s)"
@@ -50,10 +44,9 @@ def _parsed(kind: str, parse: Any) -> Any:
 
     def convert(text: str) -> Any:
         try:
-            value = parse(text)
+            return parse(text)
         except (ValueError, TypeError, KeyError) as exc:
             raise argparse.ArgumentTypeError(f"{text!r} is not a {kind} (e.g. {examples[kind]}): {exc}") from None
-        return value
 
     convert.__name__ = kind
     return convert
@@ -86,8 +79,16 @@ def _count(text: str) -> int:
     return value
 
 
-def _global_options(parser: argparse.ArgumentParser, sub: bool) -> None:
-    dest = "verbose_sub" if sub else "verbose"
+_SIZE = _parsed("size", _size_arg)
+_TIMEOUT = {
+    "default": "10s",
+    "metavar": "TIME",
+    "type": _parsed("duration", _duration_arg),
+    "help": "how long to try reaching --scheduler",
+}
+
+
+def _verbose_option(parser: argparse.ArgumentParser, dest: str) -> None:
     parser.add_argument(
         "-v",
         "--verbose",
@@ -118,60 +119,30 @@ def _cluster_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--local-directory",
-        default=None,
         metavar="DIR",
         help="where LocalCluster workers spill to disk (default: Dask's temporary directory)",
     )
-    group.add_argument(
-        "--connect-timeout",
-        default="10s",
-        metavar="TIME",
-        type=_parsed("duration", _duration_arg),
-        help="how long to try reaching --scheduler",
-    )
+    group.add_argument("--connect-timeout", **_TIMEOUT)
     group.add_argument("--no-progress", action="store_true", help="no progress bars on stderr (default: show them)")
 
 
-def _window_options(parser: argparse.ArgumentParser, required: bool = False) -> None:
-    parser.add_argument(
-        "--window",
-        type=int,
-        required=required,
-        metavar="L",
-        help="rows per window" + ("" if required else " (default: no window counts)"),
-    )
-    parser.add_argument("--stride", type=int, default=1, metavar="S", help="rows between consecutive window starts")
-    parser.add_argument(
-        "--horizon", type=int, default=0, metavar="H", help="rows after each window that its targets cover"
-    )
-
-
-def _loader_options(parser: argparse.ArgumentParser, command: str) -> None:
-    """The ``WindowDataset`` settings of ``inspect`` and ``bench``: the flags of ``cli.keywords``'s table,
-    and the DataLoader's worker processes."""
-    types = {"count": _count, "size": _parsed("size", _size_arg)}
+def _keyword_options(parser: argparse.ArgumentParser, command: str, keywords: Iterable[str] = FLAGS) -> None:
+    """The flags of ``cli.keywords``'s table that set ``keywords`` (default: all), as ``command`` has them."""
+    types = {"count": _count, "size": _SIZE}
     for option in OPTIONS:
-        if option.flag is None:
-            continue
-        settings = {**option.settings, **option.per_command.get(command, {})}
-        if isinstance(settings.get("type"), str):
-            settings["type"] = types[settings["type"]]
-        parser.add_argument(option.flag, dest=option.keyword, **settings)
-    parser.add_argument("--num-workers", type=_count, default=0, metavar="N", help="DataLoader worker processes")
+        if option.flag is not None and option.keyword in keywords:
+            settings = {**option.settings, **(option.bench if command == "bench" else {})}
+            if isinstance(settings.get("type"), str):
+                settings["type"] = types[settings["type"]]
+            parser.add_argument(option.flag, dest=option.keyword, **settings)
 
 
 #: Python keywords in the loader's messages, and the flags that set them here.
-_FLAGS = {
-    **FLAGS,
-    "num_workers": "--num-workers",
-    "partition_size": "--partition-size",
-}
+_FLAGS = {**FLAGS, "num_workers": "--num-workers", "partition_size": "--partition-size"}
 
 
 def _cli_message(message: str) -> str:
     """The loader's message with CLI flags: ``--flag: name=value ...``, ``--on-error skip``."""
-    import re
-
     message = re.sub(r"on_error=['\"]skip['\"]", "--on-error skip", message)
     message = re.sub(r"\bnan=['\"](drop|raise)['\"]", r"--nan \1", message)
     message = re.sub(r"\bretries=\s?", "--retries ", message)

@@ -1,17 +1,8 @@
 """Input readers for ``convert`` and ``stats``: Parquet, CSV, Avro and ``.npy`` files.
 
-Every format becomes one lazy Dask DataFrame in file order, read in blocks of
-about ``blocksize`` bytes so that no task holds more than one block. Parquet
-and CSV go through Dask's own readers. Avro files are read whole, one file
-per task, with fastavro: simple, but a task holds one whole file, so large
-Avro inputs are best split before converting. ``.npy`` files are read from
-their bytes in row chunks after parsing only the header (no ``np.load``, no
-memory map), which works the same on local disks and object stores at the
-cost of one seek per chunk, or one per column for Fortran-ordered arrays.
-
-Dask's DataFrame layer is imported inside :func:`read_inputs`, so listing
-inputs and checking formats (and the CLI's ``--help``, which needs
-``FORMATS``) does not pay for it.
+Each format becomes one lazy Dask DataFrame in file order, in blocks of about ``blocksize`` bytes;
+an Avro file is one task, ``.npy`` files are read in row chunks from their bytes (local or remote).
+Dask's DataFrame layer is imported only by :func:`read_inputs`, so ``--help`` does not pay for it.
 """
 
 from __future__ import annotations
@@ -29,7 +20,7 @@ from dask_windows.errors import ConfigError, DataError, SchemaError
 if TYPE_CHECKING:
     import dask.dataframe as dd
 
-__all__ = ["FORMATS", "file_schemas", "list_inputs", "read_inputs", "schema_mismatch"]
+__all__ = ["FORMATS", "PARSED", "file_schemas", "list_inputs", "read_inputs", "schema_mismatch", "time_parsing"]
 
 FORMATS = ("parquet", "csv", "avro", "npy")
 _EXTENSIONS = {
@@ -38,6 +29,7 @@ _EXTENSIONS = {
     "avro": (".avro",),
     "npy": (".npy",),
 }
+PARSED = "timestamp (parsed)"  # the one type every parsed time column gets in ``time_parsing``
 
 
 def _format_of(path: str) -> str | None:
@@ -45,14 +37,10 @@ def _format_of(path: str) -> str | None:
 
 
 def list_inputs(srcs: Sequence[str], fmt: str | None, storage_options: dict | None = None) -> tuple[str, list[str]]:
-    """Expand files, folders and globs into input file URLs, and settle the format.
+    """``(fmt, urls)``: files, folders and globs expanded into input file URLs, and the format.
 
-    Folders are searched recursively for files with the format's extensions
-    (any known one when ``fmt`` is None), skipping names starting with ``_``
-    or ``.``; each source's files are sorted; sources keep the order given.
-
-    Returns:
-        ``(fmt, urls)``.
+    Folders are searched recursively for files with the format's extensions (any known one when
+    ``fmt`` is None), skipping names starting with ``_`` or ``.``; each source's files are sorted.
     """
     if fmt is not None and fmt not in FORMATS:
         raise ConfigError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
@@ -93,6 +81,15 @@ def list_inputs(srcs: Sequence[str], fmt: str | None, storage_options: dict | No
     return fmt, urls  # type: ignore[return-value]
 
 
+def _parquet_schema(url: str, storage_options: dict | None) -> dict[str, str]:
+    """The footer's column types, pandas' index columns left out."""
+    import pyarrow.parquet as pq
+
+    with fsspec.open(url, "rb", **(storage_options or {})) as src:
+        schema = pq.read_schema(src)
+    return {f.name: str(f.type) for f in schema if not f.name.startswith("__index_level_")}
+
+
 def _csv_schema(url: str, storage_options: dict | None) -> dict[str, str]:
     """Column types pyarrow infers from the first MiB of one CSV file (decompressed)."""
     import pyarrow.csv as pacsv
@@ -111,37 +108,16 @@ def _csv_schema(url: str, storage_options: dict | None) -> dict[str, str]:
 def file_schemas(
     urls: Sequence[str], fmt: str, storage_options: dict | None = None, threads: int = 16
 ) -> list[dict[str, str]]:
-    """Each input file's columns and their types, read before any conversion work.
-
-    Parquet: the footer's schema (pandas' index columns left out); CSV: what
-    pyarrow infers from the file's first MiB (``null`` for a column empty there);
-    Avro: the pandas dtypes of the writer schema; ``.npy``: checked by
-    :func:`read_inputs` from the headers, so none here.
-    """
+    """Each input file's column types: Parquet's footer, what pyarrow infers from a CSV file's
+    first MiB (``null`` for a column empty there), Avro's writer schema; none for ``.npy``
+    (:func:`read_inputs` checks their headers)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    options = storage_options or {}
-    if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        def one(url: str) -> dict[str, str]:
-            with fsspec.open(url, "rb", **options) as src:
-                schema = pq.read_schema(src)
-            return {f.name: str(f.type) for f in schema if not f.name.startswith("__index_level_")}
-    elif fmt == "csv":
-
-        def one(url: str) -> dict[str, str]:
-            return _csv_schema(url, options)
-    elif fmt == "avro":
-
-        def one(url: str) -> dict[str, str]:
-            return _avro_dtypes(url, options)
-    else:
+    one = {"parquet": _parquet_schema, "csv": _csv_schema, "avro": _avro_dtypes}.get(fmt)
+    if one is None or not urls:
         return []
-    if len(urls) <= 1:
-        return [one(u) for u in urls]
     with ThreadPoolExecutor(min(threads, len(urls))) as pool:
-        return list(pool.map(one, urls))
+        return list(pool.map(one, urls, [storage_options] * len(urls)))
 
 
 def _same_type(a: str | None, b: str | None) -> bool:
@@ -149,12 +125,8 @@ def _same_type(a: str | None, b: str | None) -> bool:
 
 
 def schema_mismatch(urls: Sequence[str], schemas: Sequence[dict[str, str]], remedy: str | None = None) -> str | None:
-    """The message listing how the inputs' schemas differ, or ``None`` when they agree.
-
-    Files with the same schema are listed once ("and N more like it"); each
-    line shows only the columns that differ somewhere, ``-`` for a missing one.
-    ``remedy`` (a flag that fixes it) replaces the advice to rewrite the files.
-    """
+    """The message listing how the inputs' schemas differ (files alike listed once, only the
+    columns that differ), or ``None`` when they agree; ``remedy`` replaces the default advice."""
     if len(schemas) < 2:
         return None
     first = schemas[0]
@@ -294,15 +266,10 @@ def read_inputs(
 ) -> dd.DataFrame:
     """Open input files as one lazy Dask DataFrame, in file order.
 
-    Parquet and CSV go through Dask's readers (split into ~``blocksize``
-    pieces); each Avro file is one partition read with fastavro; ``.npy``
-    files are read in row chunks straight from their bytes (no full load).
-
-    An ``.npy`` file is either a 1-D structured array, whose fields are the
-    columns, or a plain ``(rows,)`` / ``(rows, C)`` array, whose columns are
-    ``npy_columns`` or ``f0..f{C-1}``. When ``series`` is not one of its
-    columns the file is one series named after the file (its name without
-    ``.npy``); when ``time`` is not, it is the row number within the file.
+    An ``.npy`` file is a 1-D structured array, whose fields are the columns, or a plain
+    ``(rows,)`` / ``(rows, C)`` array, whose columns are ``npy_columns`` or ``f0..f{C-1}``. Without
+    a ``series`` column the file is one series named after the file; without a ``time`` column,
+    time is the row number within the file.
     """
     import dask.dataframe as dd
 
@@ -328,9 +295,8 @@ def read_inputs(
             first = (url, shape[1:], dtype)
         elif (shape[1:], dtype) != first[1:]:
             raise SchemaError(
-                f"{url} holds {dtype} rows of shape {shape[1:]} but {first[0]} "
-                f"holds {first[2]} rows of shape {first[1]}; every .npy input "
-                f"needs the same columns"
+                f"{url} holds {dtype} rows of shape {shape[1:]} but {first[0]} holds {first[2]} rows of shape "
+                f"{first[1]}; every .npy input needs the same columns"
             )
         row_bytes = dtype.itemsize * (shape[1] if len(shape) == 2 else 1)
         step = max(1, blocksize // max(row_bytes, 1))
@@ -348,3 +314,32 @@ def read_inputs(
     return dd.from_map(
         _read_npy, parts, names=columns, series=series, time=time, storage_options=options, meta=meta, label="read-npy"
     )
+
+
+def time_parsing(
+    fmt: str, schemas: Sequence[dict[str, str]], time: str, parse_time: bool | str
+) -> tuple[list[dict[str, str]], bool | str, str | None]:
+    """``(schemas, parsing, remedy)``: the CSV schemas with the time column settled, how to parse it
+    (``False``, ``True`` or ``"utc"``) and the advice where it still differs between files.
+
+    ``DataFrame.to_csv`` writes times as short as their values allow, so Arrow infers ``date32``,
+    ``timestamp[s]`` or ``[ns]`` per file: any date or timestamp kind (all with an offset, or all
+    without) is one parsed type, and with ``--parse-time`` whatever is there.
+    """
+    if fmt != "csv" or not schemas:
+        return list(schemas), parse_time, None
+    kinds = [s[time] for s in schemas if s.get(time, "null") != "null"]
+    settled = [{n: (PARSED if n == time else t) for n, t in s.items()} for s in schemas]
+    if parse_time:
+        return settled, parse_time, None
+    if not kinds or not all(k.startswith(("timestamp", "date")) for k in kinds):
+        remedy = f"pass --parse-time to parse column {time!r} of every file with pandas.to_datetime"
+        return list(schemas), False, remedy if len(set(kinds)) > 1 else None
+    zoned = {"tz=" in k for k in kinds}
+    if len(zoned) > 1:
+        remedy = (
+            f"column {time!r} has UTC offsets in some files and none in others; write every "
+            f"time with an offset (or none) and convert again"
+        )
+        return list(schemas), True, remedy
+    return settled, "utc" if zoned.pop() else True, None

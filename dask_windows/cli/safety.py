@@ -1,17 +1,9 @@
 """What ``convert`` may replace, and the leftovers of an interrupted run.
 
-A command line that deletes is one typo away from losing data
-(``convert raw raw --overwrite``, or an output path forgotten after the
-inputs), so the rule is narrow: ``convert`` replaces only what it wrote
-itself, an earlier output recognised by its manifest, and never anything that
-overlaps its inputs, whatever the flags. The cost is that a user who really
-wants to write into a non-empty foreign folder has to move it first.
-
-Leftovers are ``DST.tmp-<hex>`` (parts and scratch of a killed run) and
-``DST.old-<hex>`` (a run killed while swapping outputs). A marker file in the
-temporary folder names the process and host that writes it, so a run still
-alive on this host keeps its folder; a folder from another host is left alone
-too, since its process cannot be checked from here.
+A command that deletes is one typo away from losing data (``convert raw raw --overwrite``), so
+``convert`` replaces only an earlier output of its own and never anything overlapping its inputs,
+whatever the flags. Leftovers: ``DST.tmp-<hex>`` (a killed run's; its marker names the process
+and host, so a live or remote run keeps it) and ``DST.old-<hex>`` (killed while swapping outputs).
 """
 
 from __future__ import annotations
@@ -37,6 +29,10 @@ MARKER = "_dask_windows_convert_running.json"
 _LEFTOVER = re.compile(r"\.(tmp|old)-[0-9a-f]{12}")
 
 
+def _protocols(fs: Any) -> set:
+    return set(fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
+
+
 def _real(fs: Any, path: str) -> str:
     from fsspec.implementations.local import LocalFileSystem
 
@@ -60,21 +56,18 @@ def check_output(
 ) -> None:
     """Refuse any output that would replace something convert did not write.
 
-    ``dst`` may be new, an empty folder, or (with ``overwrite``) an earlier
-    convert output: its manifest at the root and nothing beside its parts but
-    names starting with ``_``. It must not be, contain or lie inside an input
-    (the sources as given and the files they expand to), whatever the flags.
+    ``dst`` may be new, an empty folder, or (with ``overwrite``) an earlier convert output (its
+    manifest at the root, nothing beside its parts but ``_`` names); never an input, inside one
+    or holding one.
 
     Raises:
         FileExistsError: naming ``dst``, what is in the way and the remedy.
     """
     out = _real(fs, root)
-    protocol = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
     inputs = []
     for src in [*srcs, *files]:
         in_fs, path = fsspec.core.url_to_fs(src, **(storage_options or {}))
-        same = set(protocol) & set(in_fs.protocol if isinstance(in_fs.protocol, tuple) else (in_fs.protocol,))
-        if same and not any(c in path for c in "*?["):
+        if _protocols(fs) & _protocols(in_fs) and not any(c in path for c in "*?["):
             inputs.append((src, _real(in_fs, path)))
     for src, path in inputs:
         if out == path:
@@ -86,9 +79,8 @@ def check_output(
         else:
             continue
         raise FileExistsError(
-            f"the output {dst} {why} {src}; convert never writes over, into or around its "
-            f"inputs, whatever the flags: choose an output folder outside them (did you forget "
-            f"DST after the inputs?)"
+            f"the output {dst} {why} {src}; convert never writes over, into or around its inputs, whatever the flags: "
+            f"choose an output folder outside them (did you forget DST after the inputs?)"
         )
     if not fs.exists(root):
         return
@@ -112,9 +104,8 @@ def check_output(
     if extra:
         raise FileExistsError(
             f"{dst} is a convert output but also holds files convert did not write "
-            f"({', '.join(sorted(extra)[:3])}{', ...' if len(extra) > 3 else ''}); convert "
-            f"will not delete them, whatever the flags: move them out first or choose a new "
-            f"output folder"
+            f"({', '.join(sorted(extra)[:3])}{', ...' if len(extra) > 3 else ''}); convert will not delete them, "
+            f"whatever the flags: move them out first or choose a new output folder"
         )
     if not overwrite:
         raise FileExistsError(f"{dst} already exists; pass --overwrite to replace it or choose another output folder")
@@ -133,12 +124,9 @@ def _alive_here(marker: dict) -> bool:
 
 
 def remove_leftovers(fs: Any, root: str) -> list[str]:
-    """Remove what an interrupted convert to ``root`` left beside it; returns the paths.
+    """Remove what an interrupted convert to ``root`` left beside it; returns the paths removed.
 
-    ``root.tmp-<hex>`` folders are removed unless their marker names a process
-    still alive on this host (or another host); a ``root.old-<hex>`` folder
-    (killed while swapping outputs) is removed when ``root`` is in place, or
-    moved back to ``root`` when it is the only copy.
+    A ``root.old-<hex>`` folder is removed when ``root`` is in place, else moved back to ``root``.
     """
     removed = []
     for path in sorted(fs.glob(f"{root}.tmp-*") + fs.glob(f"{root}.old-*")):
@@ -147,23 +135,20 @@ def remove_leftovers(fs: Any, root: str) -> list[str]:
         if not match or not fs.isdir(path):
             continue
         if match.group(1) == "tmp":
-            marker_path = posixpath.join(path, MARKER)
             try:
-                with fs.open(marker_path, "r") as src:
+                with fs.open(posixpath.join(path, MARKER), "r") as src:
                     marker = json.load(src)
             except (OSError, ValueError):
                 marker = None
             if marker is not None and _alive_here(marker):
                 logger.warning("left %s alone: it belongs to a convert still running (%s)", path, marker)
                 continue
-            fs.rm(path, recursive=True)
-            removed.append(path)
-        elif fs.exists(root):
-            fs.rm(path, recursive=True)
-            removed.append(path)
-        else:
+        elif not fs.exists(root):
             fs.mv(path, root, recursive=True)
             logger.warning("moved %s back to %s: an earlier convert was killed while replacing it", path, root)
+            continue
+        fs.rm(path, recursive=True)
+        removed.append(path)
     if removed:
         logger.warning("removed leftovers of an interrupted convert: %s", ", ".join(removed))
     return removed

@@ -1,13 +1,16 @@
-"""Pass 3 of ``convert``: every row bucketed into its output file through scratch files.
+"""Passes 3 to 5 of ``convert``: every row bucketed into its output file through scratch files.
 
-Each input partition is scattered into one compressed Arrow scratch file (one
-batch per output file); each output file is then gathered from scratch, sorted
-and written (the contiguous layout), or handed to the spread layout's passes.
+Each input partition is scattered into compressed Arrow scratch (one batch per output file);
+each bucket is sorted and written as a file (contiguous layout) or cut into the chunks that
+:mod:`dask_windows.cli.layout` plans, each file then written from its chunks (spread layout).
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import posixpath
+from dataclasses import dataclass
 from typing import Any
 
 import dask
@@ -16,28 +19,92 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from dask_windows.cli.convert_plan import Compute, _file_ids
-from dask_windows.cli.spread_write import _disk_error, write_part, write_spread
+from dask_windows.cli.layout import file_runs, output_files, plan_spread, segments_of
+from dask_windows.errors import DataError
 from dask_windows.sources.manifest import series_runs
 
 #: Scratch files are compressed: zstd at its default level keeps them near the output's size.
 SCRATCH_OPTIONS = pa.ipc.IpcWriteOptions(compression="zstd")
+_DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+
+
+def _disk_error(exc: OSError, path: str, what: str) -> OSError:
+    """The same error with the path named, and a remedy when the disk (or a size limit) is full."""
+    code = exc.errno
+    if code not in _DISK_FULL and not any(s in str(exc) for s in ("No space left", "File too large")):
+        return OSError(code, f"{exc} (writing {what} {path})")
+    code = code or errno.ENOSPC
+    return OSError(
+        code,
+        f"{os.strerror(code)} while writing {what} {path}: the disk holding the output is full (or a file size limit "
+        f"was hit); free space there or choose a DST on a larger disk (convert needs about the output's size twice "
+        f"while it runs: compressed scratch plus the output)",
+    )
+
+
+@dataclass(frozen=True)
+class _Output:
+    """Where and how the tasks of passes 3 to 5 write (it travels to the Dask workers)."""
+
+    fs: Any
+    tmp: str
+    schema: pa.Schema
+    series: str
+    time: str
+    compression: str  # the output's Parquet codec
+    scratch_compression: str | None  # a name: ``IpcWriteOptions`` do not pickle
+
+    @property
+    def scratch(self) -> str:
+        return posixpath.join(self.tmp, "_scratch")
+
+    def write(self, path: str, table: pa.Table, runs: list) -> dict:
+        """Write one output file (both layouts) as one row group with page CRCs; its manifest entry."""
+        # dictionaries pay off for ids and labels, not for measurements (they grow float files)
+        dictionary = [f.name for f in self.schema if not pa.types.is_floating(f.type)]
+        try:
+            with self.fs.open(path, "wb") as out:
+                pq.write_table(
+                    table,
+                    out,
+                    row_group_size=max(len(table), 1),
+                    compression=self.compression,
+                    use_dictionary=dictionary,
+                    write_page_checksum=True,
+                )
+        except OSError as exc:
+            raise _disk_error(exc, path, "output file") from exc
+        return {
+            "path": posixpath.basename(path),
+            "rows": table.num_rows,
+            "bytes": int(self.fs.size(path)),
+            "runs": runs,
+        }
+
+    def sorted_bucket(self, pieces: list[tuple[str, int]]) -> pa.Table:
+        """A bucket's scratch batches, read in input order and stably sorted (ties keep that order)."""
+        batches = []
+        for path, batch in pieces:
+            with self.fs.open(path, "rb") as src:
+                batches.append(pa.ipc.open_file(src).get_batch(batch))
+        table = pa.Table.from_batches(batches, schema=self.schema)
+        return table.take(pc.sort_indices(table, sort_keys=[(self.series, "ascending"), (self.time, "ascending")]))
+
+
+def _part_name(f: int, num_files: int) -> str:
+    return f"part-{f:0{max(5, len(str(num_files - 1)))}d}.parquet"
 
 
 def _scatter(
     df: pd.DataFrame, number: int, fs: Any, scratch: str, schema: pa.Schema, plan: tuple
 ) -> tuple[str, list[tuple[int, int, int]]]:
-    """Write one input partition to a scratch Arrow file, one batch per output file.
-
-    Returns:
-        ``(path, [(file_id, batch_index, rows), ...])``.
-    """
+    """Write one input partition to a scratch Arrow file, one batch per output file (sorted by
+    series and time, so each compresses as the sorted data does): ``(path, [(file_id, batch, rows)])``."""
     file_ids = _file_ids(df, *plan)
     table = pa.Table.from_pandas(df, schema=schema, preserve_index=False)
-    # Sorted by (file id, series, time), each batch compresses as the sorted data does (a shuffled
-    # input's batches were larger than the input itself); the sort is stable, so rows with equal keys
-    # keep their input order, as the sort of the whole bucket later does.
     keyed = table.select([plan[0], plan[1]]).append_column("_file_id", pa.array(file_ids))
     order = pc.sort_indices(
         keyed, sort_keys=[("_file_id", "ascending"), (plan[0], "ascending"), (plan[1], "ascending")]
@@ -58,32 +125,10 @@ def _scatter(
     return path, index
 
 
-def _gather(
-    file_id: int,
-    pieces: list[tuple[str, int]],
-    fs: Any,
-    root: str,
-    name: str,
-    schema: pa.Schema,
-    series: str,
-    time: str,
-    compression: str,
-) -> dict:
-    """Read one output file's rows from scratch, sort them and write one row group."""
-    batches = []
-    for path, batch in pieces:  # in input order, so a stable sort keeps ties in order
-        with fs.open(path, "rb") as src:
-            batches.append(pa.ipc.open_file(src).get_batch(batch))
-    table = pa.Table.from_batches(batches, schema=schema)
-    table = table.take(pc.sort_indices(table, sort_keys=[(series, "ascending"), (time, "ascending")]))
-    path = posixpath.join(root, name)
-    write_part(fs, path, table, schema, compression)
-    return {
-        "path": name,
-        "rows": len(table),
-        "bytes": int(fs.size(path)),
-        "runs": series_runs(table.column(series).to_numpy()),
-    }
+def _gather(out: _Output, pieces: list, path: str) -> dict:
+    """Contiguous layout: one output file from its bucket, sorted, with its series runs."""
+    table = out.sorted_bucket(pieces)
+    return out.write(path, table, series_runs(table.column(out.series).to_numpy()))
 
 
 def _write_files(
@@ -96,16 +141,12 @@ def _write_files(
     compute: Compute,
     spread: dict | None = None,
 ) -> list[dict]:
-    """Pass 3: bucket every row into its output file through scratch files on ``fs``.
-
-    With ``spread`` (the options of :func:`dask_windows.cli.spread_write.write_spread`) the buckets
-    are sorted and dealt out as chunks over the output files instead of written as they are.
-    """
-    series, time = plan[0], plan[1]
+    """Pass 3: bucket every row into its output file through scratch files on ``fs``, then write
+    the files (with ``spread``, the options of :func:`write_spread`, in the spread layout)."""
     schema = pa.Schema.from_pandas(ddf._meta, preserve_index=False)
-    scratch = posixpath.join(tmp, "_scratch")
-    fs.makedirs(scratch, exist_ok=True)
-    scatters = [dask.delayed(_scatter)(part, i, fs, scratch, schema, plan) for i, part in enumerate(ddf.to_delayed())]
+    out = _Output(fs, tmp, schema, plan[0], plan[1], compression, SCRATCH_OPTIONS.compression)
+    fs.makedirs(out.scratch, exist_ok=True)
+    scatters = [dask.delayed(_scatter)(p, i, fs, out.scratch, schema, plan) for i, p in enumerate(ddf.to_delayed())]
     pieces: list[list[tuple[str, int]]] = [[] for _ in range(num_files)]
     bucket_rows = np.zeros(num_files, np.int64)
     for path, index in compute("splitting rows by output file", *scatters):
@@ -113,28 +154,93 @@ def _write_files(
             pieces[file_id].append((path, batch))
             bucket_rows[file_id] += rows
     if spread is not None:
-        entries, _ = write_spread(
-            pieces,
-            bucket_rows,
-            fs,
-            tmp,
-            scratch,
-            schema,
-            series,
-            time,
-            compression=compression,
-            compute=compute,
-            scratch_compression=SCRATCH_OPTIONS.compression,  # a name: the options do not pickle
-            **spread,
-        )
-        fs.rm(scratch, recursive=True)
-        return entries
-    width = max(5, len(str(num_files - 1)))
-    gathers = [
-        dask.delayed(_gather)(j, pieces[j], fs, tmp, f"part-{j:0{width}d}.parquet", schema, series, time, compression)
-        for j in range(num_files)
-        if pieces[j]
-    ]
-    entries = list(compute("sorting and writing files", *gathers))
-    fs.rm(scratch, recursive=True)
+        entries = write_spread(out, pieces, bucket_rows, compute, **spread)
+    else:
+        paths = [posixpath.join(tmp, _part_name(j, num_files)) for j in range(num_files)]
+        gathers = [dask.delayed(_gather)(out, pieces[j], paths[j]) for j in range(num_files) if pieces[j]]
+        entries = list(compute("sorting and writing files", *gathers))
+    fs.rm(out.scratch, recursive=True)
     return entries
+
+
+def _sort_bucket(out: _Output, bucket: int, pieces: list, segments: np.ndarray) -> tuple[str, list[int]]:
+    """Spread layout: sort one bucket and write its rows back to scratch grouped by output file;
+    returns the scratch file and, per record batch, the output file it is for."""
+    table = out.sorted_bucket(pieces)
+    path = posixpath.join(out.scratch, f"bucket-{bucket:06d}.arrow")
+    files: list[int] = []
+    # segments: (N, 5) file, slot, canonical start, bucket row, rows; sorted by file then slot
+    bounds = np.flatnonzero(np.diff(segments[:, 0])) + 1 if len(segments) else np.zeros(0, np.int64)
+    options = pa.ipc.IpcWriteOptions(compression=out.scratch_compression)
+    with out.fs.open(path, "wb") as dst, pa.ipc.new_file(dst, out.schema, options=options) as writer:
+        for group in np.split(segments, bounds) if len(segments) else []:
+            rows = np.concatenate([np.arange(r, r + n) for r, n in zip(group[:, 3], group[:, 4])])
+            part = table.take(pa.array(rows)).combine_chunks()
+            writer.write_batch(part.to_batches()[0] if part.num_rows else pa.RecordBatch.from_pylist([], out.schema))
+            files.append(int(group[0, 0]))
+    return path, files
+
+
+def _write_file(out: _Output, path: str, sources: list, rows: int, runs: list) -> dict:
+    """Spread layout: one output file from its chunks' pieces (``sources``: scratch path, batch
+    and ``(n, 3)`` slot, canonical start, rows of its segments), in slot order."""
+    tables, keys = [], []
+    for scratch_path, batch, segments in sources:
+        with out.fs.open(scratch_path, "rb") as src:
+            tables.append(pa.Table.from_batches([pa.ipc.open_file(src).get_batch(batch)], schema=out.schema))
+        keys.append(segments)
+    table = pa.concat_tables(tables) if tables else out.schema.empty_table()
+    if keys:
+        seg = np.concatenate(keys)  # (n, 3) slot, canonical start, rows; rows of the table in this order
+        first = np.cumsum(seg[:, 2]) - seg[:, 2]  # (n,) table row of each segment
+        order = np.lexsort((seg[:, 1], seg[:, 0]))  # segments in slot, then canonical order
+        table = table.take(pa.array(np.concatenate([np.arange(first[k], first[k] + seg[k, 2]) for k in order])))
+    if table.num_rows != rows:
+        raise DataError(
+            f"{posixpath.basename(path)}: gathered {table.num_rows} rows but the layout planned {rows}; "
+            "the input changed while converting, or this is a bug (please report it)"
+        )
+    return out.write(path, table, runs)
+
+
+def write_spread(
+    out: _Output,
+    pieces: list[list[tuple[str, int]]],
+    bucket_rows: np.ndarray,
+    compute: Compute,
+    series_rows: np.ndarray,
+    keys: list,
+    target_rows: int,
+    span: int,
+    chunk_rows: int | None,
+) -> list[dict]:
+    """Passes 4 and 5 of ``convert`` for the spread layout; returns the manifest entries.
+
+    ``pieces``: per bucket (an output file of the contiguous plan, in canonical order) the scratch
+    ``(path, batch)`` pairs holding its ``bucket_rows`` rows; ``series_rows``: ``(S,)`` rows of
+    each series in canonical order, ``keys`` their values.
+    """
+    num_files, chunk = output_files(int(np.sum(bucket_rows)), target_rows, span, chunk_rows)
+    plan = plan_spread(series_rows, num_files, span, chunk)
+    offsets = np.cumsum(bucket_rows) - bucket_rows  # (J,) canonical row of each bucket's first row
+    segments = [segments_of(plan, int(a), int(a + n)) for a, n in zip(offsets, bucket_rows)]
+    filled = [j for j in range(len(pieces)) if pieces[j]]
+    sorts = [dask.delayed(_sort_bucket)(out, j, pieces[j], segments[j]) for j in filled]
+    written = dict(zip(filled, compute("sorting series and cutting chunks", *sorts)))
+    # the input scratch is read no more: removed before the output is written, so the disk holds
+    # two copies of the data at most (sorted buckets and output), not three
+    used = sorted({path for bucket in pieces for path, _ in bucket})
+    if used:
+        out.fs.rm(used)
+    sources: list[list] = [[] for _ in range(num_files)]
+    for j, (path, files) in written.items():
+        seg = segments[j]
+        for batch, f in enumerate(files):
+            sources[f].append((path, batch, seg[seg[:, 0] == f][:, [1, 2, 4]]))
+    writes = []
+    for f in range(num_files):
+        rows, runs = file_runs(plan, series_rows, keys, f)
+        if rows:
+            path = posixpath.join(out.tmp, _part_name(f, num_files))
+            writes.append(dask.delayed(_write_file)(out, path, sources[f], rows, runs))
+    return list(compute("writing spread files", *writes))

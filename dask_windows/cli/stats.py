@@ -1,8 +1,8 @@
 """``stats``: per-feature count, mean, population std, min, max and NaNs in one Dask pass.
 
-Each partition reduces to a few numbers per feature and the client merges them
-with Chan et al.'s pairwise update (see :mod:`dask_windows.cli.summary`).
-Re-exported by ``dask_windows.cli.summary``.
+Each partition reduces to its count, mean and sum of squared deviations per feature (float64, two
+passes over its rows); the client merges them with Chan et al.'s pairwise update, which stays
+accurate where a global sum of squares would cancel. Re-exported by ``dask_windows.cli.summary``.
 """
 
 from __future__ import annotations
@@ -89,14 +89,9 @@ def compute_stats(
 
     Args:
         srcs: a dataset folder, files or globs, as ``convert`` takes them.
-        features: the columns; default every numeric column except the
-            manifest's series and time columns and ``exclude``.
-        fmt: the input format; default from file extensions.
-        exclude: columns never summarised by default.
-        series, time: the series and time columns, never summarised by
-            default; without a manifest one of them or ``features`` is
-            required, so that an integer series id is not taken for a feature.
-        storage_options: passed to fsspec.
+        features: the columns; default every numeric column but the series and time columns (the
+            manifest's, or ``series`` and ``time``: without a manifest one of them or ``features``
+            is required, so that an integer series id is not taken for a feature) and ``exclude``.
         compute: ``compute(label, *collections) -> results``.
 
     Returns:
@@ -113,9 +108,8 @@ def compute_stats(
     exclude = [*exclude, *(c for c in (series, time) if c is not None)]
     if features is None and manifest is None and series is None and time is None and fmt != "npy":
         raise ConfigError(
-            f"{srcs[0]} has no manifest, so stats cannot tell its series and time columns from "
-            f"features (an integer series id would be summarised as one); pass --series COL "
-            f"(and --time COL), or --features"
+            f"{srcs[0]} has no manifest, so stats cannot tell its series and time columns from features (an integer "
+            f"series id would be summarised as one); pass --series COL (and --time COL), or --features"
         )
     if features is not None:  # the loader's checks: no repeats, the series is not a feature
         WindowSpec(features=tuple(features), series=series)
@@ -141,30 +135,16 @@ def compute_stats(
         dtype = ddf.dtypes[name]
         if not (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)):
             raise SchemaError(f"feature {name!r} has dtype {dtype}, not a number; leave it out of --features")
-    meta = pd.DataFrame(
-        {
-            "feature": pd.Series([], dtype="object"),
-            "rows": "i8",
-            "count": "i8",
-            "mean": "f8",
-            "m2": "f8",
-            "min": "f8",
-            "max": "f8",
-            "nan": "i8",
-        }
-    )
-    parts = ddf[features].map_partitions(_partial_stats, features, meta=meta)
-    owned = None
-    if len(srcs) == 1 and manifest and manifest["version"] >= 2:  # spread layout: overlap rows once
-        owned = [
+    if manifest and manifest["version"] >= 2:  # spread layout: overlap rows once
+        tasks = [
             dask.delayed(_owned_stats)(fs, posixpath.join(root.rstrip("/"), f["path"]), f["runs"], features)
             for f in manifest["files"]
         ]
+    else:  # one pass, feature columns only
+        meta = _partial_stats(ddf._meta, features)
+        tasks = [ddf[features].map_partitions(_partial_stats, features, meta=meta)]
     compute = compute or (lambda label, *c: dask.compute(*c))
-    if owned is not None:
-        parts = pd.concat(compute("computing statistics", *owned), ignore_index=True)
-    else:
-        (parts,) = compute("computing statistics", parts)  # one pass, feature columns only
+    parts = pd.concat(compute("computing statistics", *tasks), ignore_index=True)
     rows = parts.loc[parts["feature"] == features[0], "rows"].sum()
     return {
         "format": STATS_FORMAT,
