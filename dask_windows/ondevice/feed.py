@@ -139,7 +139,7 @@ def feed_for(ds: Any) -> DeviceFeed | None:
     Raises:
         ConfigError: In a DataLoader worker: device batches are gathered in the training process.
     """
-    device = getattr(ds, "device", None)
+    device = ds.spec.device
     if device is None:
         return None
     if in_worker():

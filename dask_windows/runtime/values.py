@@ -1,10 +1,10 @@
 """What a pass's runtime receives: frozen values built by the dataset in one place, never the dataset.
 
 ``ReadValues`` is what readers need to read and decode a partition's rows: the
-source handle and its columns, the window semantics (``WindowSpec``), the
-window grid and each partition's first row, the dtype of the targets, global
-normalisation, the fault policy (``on_error``) with the list skips are
-recorded in, and the telemetry sink.
+source handle and its columns, the dataset's settings (``WindowSpec``, the one
+settings value: its fault policy ``on_error`` included), the window grid and
+each partition's first row, the dtype of the targets, global normalisation,
+the list skips are recorded in, and the telemetry sink.
 
 ``PassValues`` adds what a pass does with the rows once read: the seams
 (``runtime.seams``: the allocator of batch arrays, the batch output), per-window normalisation and the device feed, and the two counters a
@@ -41,12 +41,11 @@ class ReadValues:
 
     Attributes:
         source: The source handle (``sources.Source``): ``reader``, ``partitions``, ``decode_units``.
-        spec: The window semantics and batching (``WindowSpec``).
+        spec: The dataset's settings (``WindowSpec``): window semantics, batching, ``on_error``...
         grid: The window grid (per partition its runs and window counts).
         row_offsets: ``(P,)`` dataset row of each partition's first row.
         y_dtype: The targets' dtype (from the schema), or ``None`` where only a read tells.
         scale: ``(mean, std)`` per feature applied while decoding, or ``None``.
-        on_error: ``"raise"`` or ``"skip"`` an unreadable partition (``faults``).
         skipped: Where skips are recorded (``faults.record_skip``): the dataset's ``skipped`` list.
         telemetry: The sink of read and wait times (``runtime.telemetry.Telemetry``), or ``None``.
         table_bytes: Bytes per pool row besides its columns: ``normalize="sample"``'s window table
@@ -59,7 +58,6 @@ class ReadValues:
     row_offsets: np.ndarray
     y_dtype: Any = None
     scale: tuple[np.ndarray, np.ndarray] | None = None
-    on_error: str = "raise"
     skipped: list = field(default_factory=list)
     telemetry: Any = None
     table_bytes: int = 0

@@ -1,16 +1,21 @@
-"""The window settings of a dataset as one frozen, validated value.
+"""A dataset's settings as one frozen value: every keyword, resolved, and what opening derived.
 
-Everything downstream (plan, windows, batch) reads these fields; validating
-them once here keeps the error messages in one place.
+``config.resolve`` makes it once; planning and the runtime read its fields and no other settings
+value (``WindowDataset.config`` groups the same fields by keyword, as views of it). The window and
+order fields are validated here, so their messages live in one place; the reading fields were
+validated by ``config.ReadConfig`` before the data was opened.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from dask_windows.errors import ConfigError
+from dask_windows.settings.tuning import NEXT_PASS_SECONDS, OPEN_THREADS, RETRIES
 
 __all__ = ["WindowSpec"]
 
@@ -55,7 +60,7 @@ def _names(name: str, value: object, allow_none: bool) -> tuple:
 
 @dataclass(frozen=True)
 class WindowSpec:
-    """Validated window settings.
+    """A dataset's settings (``WindowDataset.spec``): the one value planning and the runtime read.
 
     Attributes:
         features: Columns stacked as the C channels of ``x``.
@@ -86,6 +91,11 @@ class WindowSpec:
             ``"int16"`` / ``"int8"`` where every code fits (a workflow's emitter widens them per batch).
         lookback: Rows of ``window`` a workflow reads before each window it yields (its lags and
             fills need them; ``window`` counts them): messages quote the window asked for.
+        given_series: The ``series`` keyword where it is not the column ``series`` holds (a vector of
+            series ids, or no manifest to name one), else ``None``: what ``config`` shows and reopens.
+
+    The other fields are ``WindowDataset``'s keywords of the same names as resolved (``device``: a
+    ``torch.device`` or ``None``), documented there.
     """
 
     features: tuple
@@ -108,6 +118,24 @@ class WindowSpec:
     code_features: int = 0
     code_dtype: str = "int64"
     lookback: int = 0
+    given_series: Any = field(default=None, compare=False, repr=False)
+    normalize: Any = None
+    workflow: Any = None
+    rank: int | None = None
+    world_size: int | None = None
+    device: Any = None
+    storage_options: dict | None = None
+    partition_bytes: int | None = None
+    partition_rows: int | None = None
+    threads: int = OPEN_THREADS
+    retries: Any = RETRIES
+    timeout: float | None = None
+    on_error: str = "raise"
+    strict: bool = False
+    cache_dir: str | os.PathLike | None = None
+    cache_bytes: int | None = None
+    index: Any = None
+    next_pass_seconds: float = NEXT_PASS_SECONDS
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
