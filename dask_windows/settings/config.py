@@ -165,6 +165,12 @@ class Config(NamedTuple):
         """The three groups holding ``spec``'s fields (the series and the order as their keywords name them)."""
         held = {f.name: getattr(spec, f.name) for f in fields(spec)}
         held["series"] = spec.series if spec.given_series is None else spec.given_series
+        held["window"] = spec.window - spec.lookback  # the window asked for (a workflow reads look-back rows more)
+        if spec.workflow is not None:
+            from dask_windows.workflow.batch import NamedBatches
+
+            if isinstance(spec.workflow, NamedBatches):  # its roles chose the columns, which it takes as none
+                held["features"] = held["targets"] = None
         held["pieces_per_partition"] = None if spec.buffer_bytes is not None else spec.pieces_per_partition
         return cls(*(kind(**{f.name: held[f.name] for f in fields(kind) if f.init}) for kind in _GROUPS.values()))
 

@@ -298,3 +298,27 @@ def test_one_settings_value_reaches_the_runtime(path):
     for values in (ds._read_values(), ds._next_pass()):
         held = {f.name for f in dataclasses.fields(values)} & set(KEYWORDS)
         assert held <= {"normalize"}, held  # (the next pass's: the statistics resolved from the keyword)
+
+
+def test_the_keywords_of_a_workflow_dataset_reopen_it(tmp_path):
+    """With a workflow, ``spec.window`` counts its look-back rows and a named batch's roles choose the columns:
+    ``config`` shows the window asked for and no columns there, so ``keywords()`` reopens the same dataset."""
+    import pandas as pd
+
+    from dask_windows.workflow import Lag, Workflow
+
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"sid": np.repeat([1, 2], 60), "v": rng.standard_normal(120), "y": rng.standard_normal(120)})
+    frame.to_parquet(path := str(tmp_path / "wf.parquet"))
+    wf = Workflow([Lag("v", [1, 2])], series="sid", continuous=["v", "v_lag1", "v_lag2"], target=["y"])
+    wf.fit(frame, scheduler="sync")
+    for workflow in (wf, wf.named()):
+        ds = dw.WindowDataset(path, window=8, horizon=2, workflow=workflow, batch_size=4, seed=1)
+        assert ds.config.window.window == 8 and ds.spec.window == 8 + ds.spec.lookback > 8
+        again = dw.WindowDataset(path, **ds.config.keywords())
+        assert again.spec == ds.spec
+        first, second = list(ds), list(again)
+        assert len(first) == len(second) == len(ds)
+        for a, b in zip(first, second):
+            a, b = (a.values(), b.values()) if isinstance(a, dict) else (a, b)
+            assert all(np.array_equal(u.numpy(), v.numpy()) for u, v in zip(a, b))
