@@ -205,7 +205,7 @@ def resolve(
         ConfigError: A setting is invalid (the message names the keyword, the rule and the remedy).
     """
     from dask_windows.ondevice import resolve_device
-    from dask_windows.settings.options import deprecated_pieces, piece_budget, resolve_order, resolve_pieces
+    from dask_windows.settings.options import deprecated_pieces, piece_budget, resolve_order
     from dask_windows.sources import ArraySource, is_series_vector
 
     device = resolve_device(order_given.device)  # None: the host path (see ondevice)
@@ -251,8 +251,8 @@ def resolve(
     as_given = {f.name: getattr(g, f.name) for g in (given, order_given, read) for f in fields(g) if f.init}
     spec = WindowSpec(**{**as_given, **dict(  # every keyword as given, but those resolved here
         features=features, targets=targets, series=series, window=window, return_index=return_index,
-        pieces_per_partition=resolve_pieces(pieces, source) if pieces is not None or pool_bytes is None else 1,
-        buffer_bytes=pool_bytes, device=device, code_features=code_features, code_dtype=code_dtype,
-        lookback=lookback, given_series=series_given if series is None and given.workflow is None else None,
+        pieces_per_partition=1 if pieces is None else pieces, buffer_bytes=pool_bytes, device=device,
+        code_features=code_features, code_dtype=code_dtype, lookback=lookback,
+        given_series=series_given if series is None and given.workflow is None else None,
     )})  # fmt: skip
     return Resolved(spec, source, skipped, emitter, from_manifest)

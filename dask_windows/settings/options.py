@@ -1,10 +1,10 @@
 """``WindowDataset`` settings resolved when it is opened: the order, pieces, normalize.
 
-The order asked for (``resolve_order``: the pool order's budget, or whole partitions) and the
-default of ``pieces_per_partition`` (both used by ``config.resolve``), the deprecated
-``pieces_per_partition > 1`` served by the pool order (``deprecated_pieces``, ``piece_budget``),
-and ``normalize=`` turned into ``None``, ``"sample"`` or per-feature ``(mean, std)`` arrays. The keyword arguments passed on to
-``open_source`` are ``config.ReadConfig.source_options``.
+The order asked for (``resolve_order``: the pool order's budget, or whole partitions; used by
+``config.resolve``), the deprecated ``pieces_per_partition > 1`` served by the pool order
+(``deprecated_pieces``, ``piece_budget``), and ``normalize=`` turned into ``None``, ``"sample"`` or
+per-feature ``(mean, std)`` arrays. The keyword arguments passed on to ``open_source`` are
+``config.ReadConfig.source_options``.
 """
 
 from __future__ import annotations
@@ -27,23 +27,11 @@ __all__ = [
     "piece_budget",
     "resolve_normalize",
     "resolve_order",
-    "resolve_pieces",
 ]
 
 
 def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def resolve_pieces(pieces_per_partition: Any, source: Source) -> Any:
-    """``pieces_per_partition`` of the buffer order, or its default: ``1``, whole partitions (the source's
-    own default where it has one). Only ``1`` reaches here valid (``deprecated_pieces``); other values
-    reach ``WindowSpec``, which raises."""
-    if pieces_per_partition is not None:
-        return pieces_per_partition
-    if source.default_pieces_per_partition is not None:
-        return source.default_pieces_per_partition
-    return 1
 
 
 def resolve_order(pieces_per_partition: Any, buffer_bytes: Any, source: Any) -> Any:

@@ -62,26 +62,13 @@ def _names(name: str, value: object, allow_none: bool) -> tuple:
 class WindowSpec:
     """A dataset's settings (``WindowDataset.spec``): the one value planning and the runtime read.
 
+    Each field but the four below is ``WindowDataset``'s keyword of that name as resolved (documented
+    there): ``features`` and ``targets`` tuples of columns, ``series`` the column whose changes end a
+    run (or ``None``), ``device`` a ``torch.device`` (or ``None``: the host), ``buffer_bytes`` the pool
+    order's budget (``None``: whole partitions, ``buffer_partitions`` of them resident), and
+    ``pieces_per_partition`` ``1`` (what remains of the retired piece order; resume states record it).
+
     Attributes:
-        features: Columns stacked as the C channels of ``x``.
-        targets: Columns stacked as the T channels of ``y`` (empty: no ``y``).
-        series: Column whose changes end a run, or ``None`` (one run per partition).
-        window: Rows per window ``L``.
-        stride: Step between window starts inside a run.
-        horizon: ``0``: ``y`` at the window's last row; ``H``: the ``H`` rows after it.
-        batch_size: Windows per batch ``B``.
-        drop_last: Leave out this rank's final partial batch.
-        shuffle: Shuffle partition order and windows inside the buffer.
-        seed: Base seed of every random generator.
-        buffer_partitions: Partitions' worth of rows decoded at once; windows are drawn among them.
-        pieces_per_partition: Most row ranges each partition is cut into per epoch (``1``: whole
-            partitions); a buffer holds ``buffer_partitions * pieces_per_partition`` of them.
-        prefetch_partitions: Partitions read ahead on the background thread.
-        layout: ``"NCL"`` gives ``(B, C, L)``, ``"NLC"`` gives ``(B, L, C)``.
-        return_index: Also yield each window's global start row.
-        nan: ``"raise"`` on NaN inside a window, or ``"drop"`` such windows.
-        buffer_bytes: Memory budget of the pool order (``dask_windows.planning.pool``, ``runtime.pool``), in bytes of decoded
-            rows per rank; ``None``: the order of ``buffer_partitions`` and ``pieces_per_partition``.
         code_features: The last ``K`` features are integer codes (a workflow's categories, ``NCL``
             only): the buffer keeps an integer copy of their rows (``code_dtype``), made once per
             row, and each batch gathers them from it as ``(B, K, L)`` beside the ``(B, C - K, L)``
@@ -93,9 +80,6 @@ class WindowSpec:
             fills need them; ``window`` counts them): messages quote the window asked for.
         given_series: The ``series`` keyword where it is not the column ``series`` holds (a vector of
             series ids, or no manifest to name one), else ``None``: what ``config`` shows and reopens.
-
-    The other fields are ``WindowDataset``'s keywords of the same names as resolved (``device``: a
-    ``torch.device`` or ``None``), documented there.
     """
 
     features: tuple
