@@ -54,7 +54,8 @@ def _next_pass_seconds(value: Any) -> float:
 @dataclass(frozen=True)
 class WindowConfig:
     """What a window is and what a batch holds (resolved: the columns a manifest, the arrays or a
-    workflow chose). The fields are ``WindowDataset``'s keywords of the same names."""
+    workflow chose; ``None`` where a named batch's roles choose them). The fields are
+    ``WindowDataset``'s keywords of the same names."""
 
     window: int
     features: Any = None
