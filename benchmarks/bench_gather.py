@@ -15,6 +15,16 @@ default with its whole pool read before the first batch (and no next-pass read-a
 ``--footprint`` prints the CPU of one batch's gather alone (numpy, one thread) from one in-RAM
 array of 1M rows (one partition: what the hand loop gathers from) and of 8M rows (the whole
 dataset: what the default's pool holds), channel-major as both loaders store it.
+
+``--reader`` prints the reader's CPU per unit (one 250k-row row group of the same files, as the
+pool reads it) by stage: the whole ``read_rows`` (Arrow's decode, the footer-statistics check, the
+file-identity checks), the statistics check alone on the decoded table, and ``decode_pieces`` into
+a pool arena (the copy and the NaN/inf check) of the float32 columns as read and of the same values
+as float64 (what a pandas-written file holds). ``--against DIR`` times the package at ``DIR`` too
+(a checkout of another commit, e.g. ``git worktree add /tmp/base main``), in alternating fresh
+processes, and prints the ratio of each stage to it:
+
+    python benchmarks/bench_gather.py --reader [--against DIR] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -106,6 +116,64 @@ def footprint(rounds: int) -> None:
         print(f"  {rows:>9,} rows ({x.nbytes >> 20} MiB): " + ", ".join(f"{v:.0f}" for v in got))
 
 
+def reader_child(job: dict) -> dict:
+    """CPU ms per unit of each reader stage, median over ``job["units"]`` reads, in this process."""
+    import dask_windows as dw
+    from dask_windows.runtime.buffer import decode_pieces
+    from dask_windows.sources.parquet.stats_check import outside_statistics
+
+    ds = dw.WindowDataset(job["root"], features=FEATURES, series="sid", window=L, batch_size=B, seed=0)
+    source, spec, columns = ds.source, ds.spec, list(ds.spec.columns)
+    units = [(p, g) for g in range(4) for p in range(len(source.partitions))][: job["units"]]
+    rows = 250_000
+    arena = np.empty((C, rows), np.float32)
+    times: dict[str, list[float]] = {"read_rows": [], "stats check": [], "decode f32": [], "decode f64": []}
+    for p, g in units[:2] + units:  # the first two warm up
+        clock = time.process_time()
+        piece = source.read_rows(p, columns, g * rows, (g + 1) * rows)
+        read = time.process_time() - clock
+        path = source.partitions[p].key[0]
+        table = source._read_table(path, (g,), columns)
+        clock = time.process_time()
+        assert outside_statistics(source._metadata(path), (g,), table) is None
+        check = time.process_time() - clock
+        clock = time.process_time()
+        decode_pieces(p, "unit", [piece], [g * rows], spec, None, None, (arena, None, 0))
+        f32 = time.process_time() - clock
+        wide = {c: v.astype(np.float64) for c, v in piece.items()}
+        clock = time.process_time()
+        decode_pieces(p, "unit", [wide], [g * rows], spec, None, None, (arena, None, 0))
+        f64 = time.process_time() - clock
+        for name, value in zip(times, (read, check, f32, f64)):
+            times[name].append(value * 1e3)
+    return {name: float(np.median(values[2:])) for name, values in times.items()}
+
+
+def reader(root: str, rounds: int, against: str | None) -> None:
+    """Print the reader's CPU per unit by stage, of this package and of the one at ``against``."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    trees = {"this": here} if against is None else {"against": os.path.abspath(against), "this": here}
+    print(
+        f"reader CPU ms per unit (250k rows x {C} float32 columns), medians of 16 units; load {os.getloadavg()[0]:.2f}"
+    )
+    got: dict[str, list[dict]] = {name: [] for name in trees}
+    for r in range(rounds):
+        for name, tree in trees.items():
+            code = (
+                f"import sys; sys.path.insert(0, {tree!r}); import dask_windows; "
+                f"sys.path.insert(1, {os.path.dirname(os.path.abspath(__file__))!r}); "
+                f"import json, bench_gather; print(json.dumps(bench_gather.reader_child(json.loads(sys.argv[1]))))"
+            )
+            job = json.dumps({"root": root, "units": 16})
+            done = subprocess.run([sys.executable, "-c", code, job], capture_output=True, text=True, check=True)
+            got[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
+            print(f"  round {r + 1} {name:<7} " + ", ".join(f"{k} {v:.2f}" for k, v in got[name][-1].items()))
+    if against is not None:
+        for stage in got["this"][0]:
+            ratios = [a[stage] / b[stage] for a, b in zip(got["this"], got["against"])]
+            print(f"  {stage:<12} this / against: " + ", ".join(f"{v:.2f}" for v in ratios))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--skip", type=int, default=0, help="batches left out after the first")
@@ -113,6 +181,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--whole", action="store_true", help="also the default with its pool filled first")
     parser.add_argument("--footprint", action="store_true", help="only the gather alone from 1M and 8M rows")
+    parser.add_argument("--reader", action="store_true", help="only the reader's CPU per unit, by stage")
+    parser.add_argument("--against", help="--reader: also time the package at this checkout, alternating")
     parser.add_argument("--dir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "dask_windows_bench"))
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -124,6 +194,9 @@ def main() -> None:
         return
     root = os.path.join(args.dir, "first8x1000000")
     write_dataset(root, 8, rows=1_000_000)
+    if args.reader:
+        reader(root, args.rounds, args.against)
+        return
     kinds = ["dw", "hand"] + (["whole"] if args.whole else [])
     print(
         f"CPU per batch (us) by thread, {args.windows:,} windows after {args.skip} batches, B={B} L={L} C={C} "

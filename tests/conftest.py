@@ -202,6 +202,10 @@ SLOW_TESTS: dict[str, str | set[str]] = {
         "test_window_starts_enumerate_the_grid",
     },
     "tests/runtime/test_verdict_loops.py": ALL,  # real loops: sleeps, worker processes, two ranks
+    "tests/runtime/test_blocks.py": {
+        "test_all_finite_agrees_with_the_elementwise_check",
+        "test_decoded_bad_rows_are_the_elementwise_bad_rows",
+    },
     "tests/runtime/test_contract.py": {
         "test_the_slot_allocator_in_a_dataloader_worker_gives_the_same_batches",
     },
@@ -303,6 +307,9 @@ SLOW_TESTS: dict[str, str | set[str]] = {
     },
     "tests/sources/test_parquet_open.py": {
         "test_a_damaged_footer_never_aborts_the_process",
+    },
+    "tests/sources/test_stats_check.py": {
+        "test_min_max_is_arrows_min_max",
     },
     "tests/sources/test_s3.py": {
         "test_corrupt_object_raises_or_is_skipped",

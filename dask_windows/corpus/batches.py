@@ -1,20 +1,14 @@
 """One reader's packed batches: partitions read ahead in order of first use, items copied into sequences.
 
-``ReaderWork`` lists, for a reader's range of sequences, every item it serves
-(data set, series, channel, steps, token offset inside its sequence) as
-O(items of the range) numpy arrays, and the partitions they need in order of
-first use with the batch of their last use. ``batches`` reads those
-partitions on ``prefetch.Prefetcher`` threads, keeps each only between its
-first and last batch, and fills each batch's arrays item by item (a slice
-copy per item and channel).
+``batches`` reads the partitions a ``ReaderWork`` needs on
+``prefetch.Prefetcher`` threads, keeps each only between its first and last
+batch, and fills each batch's arrays in a few vectorised gathers.
 
 Batch layout (Moirai's): ``S`` tokens of ``P`` steps per sequence. An item of
-``C`` channels and ``n`` tokens per channel takes ``C * n`` consecutive
-tokens, channel by channel; its steps are right-aligned inside its ``n * P``
-steps, so the first token of a series shorter than a whole number of patches
-is left-padded (``observed_mask`` 0, ``sample_id`` of the item). Tokens no
-item takes have ``sample_id`` 0. Unpacked (one item per sequence), an item is
-right-aligned in its sequence: shorter series are left-padded.
+``C`` channels and ``n`` tokens per channel takes ``C * n`` consecutive tokens,
+channel by channel, its steps right-aligned (a first token left-padded with
+``observed_mask`` 0). Tokens no item takes have ``sample_id`` 0. Unpacked, an
+item is right-aligned in its sequence.
 """
 
 from __future__ import annotations
@@ -32,47 +26,26 @@ __all__ = ["ReaderWork", "batches"]
 
 @dataclass(frozen=True)
 class ReaderWork:
-    """Everything one reader serves, as arrays over its items (``E``) and partitions (``K``).
+    """Everything one reader serves, as arrays over its items (``E``) and partitions (``K``)."""
 
-    Attributes:
-        batch: ``(E,)`` batch of each item (0-based in this reader's pass).
-        row: ``(E,)`` sequence of the item inside its batch.
-        offset: ``(E,)`` its first token inside the sequence.
-        tokens: ``(E,)`` its tokens per channel.
-        member: ``(E,)`` its data set.
-        series: ``(E,)`` its series (row number in the data set).
-        channel: ``(E,)`` its first channel.
-        width: ``(E,)`` its channels.
-        start: ``(E,)`` first step served.
-        stop: ``(E,)`` one past the last step served.
-        key: ``(E,)`` index into ``keys`` of the partition holding it.
-        row_in_partition: ``(E,)`` the series' row inside that partition.
-        keys: ``[(member, partition)]`` in order of first use.
-        first_use: ``(K,)`` batch of each key's first use.
-        last_use: ``(K,)`` batch of each key's last use.
-        batch_tokens: ``(nb,)`` tokens per sequence of each batch.
-        batch_rows: ``(nb,)`` sequences in each batch.
-        patch: ``(E,)`` steps per token of each item (its values fill that many of a token's columns).
-    """
-
-    batch: np.ndarray
-    row: np.ndarray
-    offset: np.ndarray
-    tokens: np.ndarray
-    member: np.ndarray
-    series: np.ndarray
-    channel: np.ndarray
-    width: np.ndarray
-    start: np.ndarray
-    stop: np.ndarray
-    key: np.ndarray
-    row_in_partition: np.ndarray
-    keys: list[tuple[int, int]]
-    first_use: np.ndarray
-    last_use: np.ndarray
-    batch_tokens: np.ndarray
-    batch_rows: np.ndarray
-    patch: np.ndarray  # (E,) steps per token of each item (per-frequency patch sizes)
+    batch: np.ndarray  # (E,) batch of each item (0-based in this reader's pass)
+    row: np.ndarray  # (E,) sequence of the item inside its batch
+    offset: np.ndarray  # (E,) its first token inside the sequence
+    tokens: np.ndarray  # (E,) its tokens per channel
+    member: np.ndarray  # (E,) its data set
+    series: np.ndarray  # (E,) its series (row number in the data set)
+    channel: np.ndarray  # (E,) its first channel
+    width: np.ndarray  # (E,) its channels
+    start: np.ndarray  # (E,) first step served
+    stop: np.ndarray  # (E,) one past the last step served
+    key: np.ndarray  # (E,) index into ``keys`` of the partition holding it
+    row_in_partition: np.ndarray  # (E,) the series' row inside that partition
+    keys: list[tuple[int, int]]  # [(member, partition)] in order of first use
+    first_use: np.ndarray  # (K,) batch of each key's first use
+    last_use: np.ndarray  # (K,) batch of each key's last use
+    batch_tokens: np.ndarray  # (nb,) tokens per sequence of each batch
+    batch_rows: np.ndarray  # (nb,) sequences in each batch
+    patch: np.ndarray  # (E,) steps per token of each item (its values fill that many of a token's columns)
 
 
 @dataclass(frozen=True)
@@ -125,19 +98,19 @@ def _assemble(work: ReaderWork, b: int, parts: dict, layout: Layout, lo: int, hi
     count = (stop - start)[item]
     pad = n[item] * size[item] - count  # left padding inside its first patch
 
-    owner, k = _runs(n[item])  # (T,) every token of every piece
-    pos = row[item][owner] * tokens + t0[owner] + k  # flat (B, S) position
-    e = item[owner]
+    tp, tk = _runs(n[item])  # (T,) every token of every piece: its piece, its place in the piece
+    pos = row[item][tp] * tokens + t0[tp] + tk  # flat (B, S) position
+    e = item[tp]
     sample_id = np.zeros(rows * tokens, np.int64)
     sample_id[pos] = number[e]
     variate_id = np.zeros(rows * tokens, np.int64)
-    variate_id[pos] = first[e] + v[owner]
+    variate_id[pos] = first[e] + v[tp]
     time_id = np.zeros(rows * tokens, np.int64)
-    time_id[pos] = k
+    time_id[pos] = tk
     prediction = np.zeros(rows * tokens, bool)
     if layout.prediction_length:  # the last whole patches of each item, one of context kept
         hidden = np.minimum(-(-layout.prediction_length // size[e]), n[e] - 1)
-        prediction[pos] = k >= n[e] - hidden
+        prediction[pos] = tk >= n[e] - hidden
     dataset_id = np.full(rows * tokens, -1, np.int64)
     dataset_id[pos] = member[e]
     freq_id = np.full(rows * tokens, -1, np.int64)
@@ -176,28 +149,25 @@ def _assemble(work: ReaderWork, b: int, parts: dict, layout: Layout, lo: int, hi
         "freq_id": freq_id.reshape(shape),
     }
     if planes:  # channels are planes: which of them each token's item has, instead of a variate id
-        owner, k = _runs(n[item])
+        at = (line * tokens + t0)[tp] + tk
         channel_mask = np.zeros(rows * planes * tokens, bool)
-        channel_mask[(line * tokens + t0)[owner] + k] = True
+        channel_mask[at] = True
         out["channel_mask"] = channel_mask.reshape(rows, planes, tokens)
         del out["variate_id"]
         if layout.covariates is not None:  # the item's channels that are covariates (Chronos-2's extra rows)
-            at = (line * tokens + t0)[owner] + k
             covariate_mask = np.zeros(rows * planes * tokens, bool)
             is_covariate = np.stack(layout.covariates)[member[item], v]  # (pieces,)
-            covariate_mask[at] = is_covariate[owner]
+            covariate_mask[at] = is_covariate[tp]
             out["covariate_mask"] = covariate_mask.reshape(rows, planes, tokens)
     if layout.patch_field:
         patch_size = np.zeros(rows * tokens, np.int64)
         patch_size[pos] = size[e]
         out["patch_size"] = patch_size.reshape(shape)
     if layout.return_index:
-        owner, k = _runs(n[item])
-        e = item[owner]
         series_id = np.full(rows * tokens, -1, np.int64)
         series_id[pos] = series[e]
         step = np.zeros(rows * tokens, np.int64)
-        step[pos] = start[e] - pad[owner] + k * size[e]
+        step[pos] = start[e] - pad[tp] + tk * size[e]
         out["series_id"] = series_id.reshape(shape)
         out["step"] = step.reshape(shape)
     return out

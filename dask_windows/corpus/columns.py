@@ -1,20 +1,13 @@
 """How a list column's rows map to series of ``channels x steps`` in one flat array of values.
 
-Corpora ship their series in four layouts, read here as their writers mean them:
-
-* ``list<float>``: one univariate series per row (Chronos, GluonTS univariate);
-* ``list<list<float>>``: channels x time (Hugging Face ``Sequence(Sequence(float))``);
-* ``fixed_size_list<list<float>>[C]``: channels x time with ``C`` channels in every row
-  (uni2ts' LOTSA builders: ``Sequence(Sequence(float32), length=C)``); either level may be a
-  ``list``, ``large_list`` or ``fixed_size_list``;
-* a flat ``list<float>`` beside a ``<column>._np_shape`` column (``[steps]`` or
-  ``[channels, steps]``, row-major): GluonTS's ``ArrowWriter`` for numpy arrays of more than
-  one dimension.
-
-Every layout keeps a row's channels one after another in the flat child array, so a row is
-``(start, length, channels)`` and nothing is copied at open. Only offsets are read: the
-trade-off is that a null *channel* (an inner list that is null) cannot be served in place and
-is refused, where a null *value* is read as NaN.
+Four layouts are read: ``list<float>`` (one univariate series per row),
+``list<list<float>>`` (channels x time), ``fixed_size_list<list<float>>[C]``
+(LOTSA; either level may be any list kind), and a flat ``list<float>`` beside
+a ``<column>._np_shape`` column (GluonTS's ``ArrowWriter``). Each keeps a
+row's channels one after another in the flat child array, so a row is
+``(start, length, channels)`` and only offsets are read at open. The
+trade-off: a null *channel* cannot be served in place and is refused; a null
+*value* is read as NaN.
 """
 
 from __future__ import annotations
@@ -70,16 +63,9 @@ def _check_numbers(values: Any, kind: Any, where: str, target: str) -> None:
 def list_offsets(column: Any, shape: Any, where: str, target: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any]:
     """``(lengths, channels, starts, values)`` of one list column chunk (see the module docstring).
 
-    Args:
-        column: The column's ``pyarrow`` array (one partition).
-        shape: Its ``<column>._np_shape`` array (GluonTS), or ``None``.
-        where: The file and partition, for messages.
-        target: The column's name, for messages.
-
-    Returns:
-        ``(rows,)`` steps, ``(rows,)`` channels (0 for a null row), ``(rows,)`` each row's first
-        value in ``values``, and ``values``, the flat numeric child array (row ``r``'s channel ``c``
-        is ``values[starts[r] + c * lengths[r] :][: lengths[r]]``).
+    ``shape`` is the ``<column>._np_shape`` array (GluonTS) or ``None``; ``where`` and ``target`` name
+    the partition and column in messages. Channels are 0 for a null row; row ``r``'s channel ``c`` is
+    ``values[starts[r] + c * lengths[r] :][: lengths[r]]``.
     """
     kind = column.type
     if not is_list(kind):

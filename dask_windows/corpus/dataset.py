@@ -559,8 +559,6 @@ def mix_corpora(
         items_per_epoch: Items per epoch; default: the members' items together.
         freqs: A fixed frequency vocabulary (``freq_id`` = position), the same across runs and corpora;
             default: frequencies in order of first appearance.
-        rank: This process's rank.
-        world_size: Number of ranks.
     """
     from dask_windows.mixture import _weights
 

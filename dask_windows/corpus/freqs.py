@@ -1,14 +1,11 @@
 """Frequency strings of a corpus: checked, compared by meaning, numbered by first appearance.
 
-Corpora name their frequency with pandas offset aliases of every pandas version: GluonTS and
-LOTSA files say ``"H"``, ``"15T"``, ``"A-DEC"`` or ``"10S"``, which pandas 3 no longer parses,
-and newer files say ``"h"``, ``"15min"``, ``"YE-DEC"``. So a string is checked against the
-aliases' grammar here, not by pandas: an optional multiple, an alias of any version, an
-optional anchor (``"W-SUN"``, ``"Q-DEC"``). ``"unknown"`` is the corpus's name for a row
-without a frequency. ``freq_key`` maps aliases of one frequency to one key
-(``"H"``, ``"1h"`` -> ``"h"``; ``"A"``, ``"Y-DEC"``, ``"YE"`` -> ``"Y-DEC"``), so
-``patch_sizes`` keys match the data's strings whichever spelling either uses; ``freq_id``
-keeps the data's own strings.
+Corpora name frequencies with pandas aliases of every version (``"H"``,
+``"15T"``, ``"A-DEC"`` beside ``"h"``, ``"15min"``, ``"YE-DEC"``), so strings
+are checked against the aliases' grammar here, not by pandas. ``"unknown"``
+names a row without a frequency. ``freq_key`` maps aliases of one frequency
+to one key (``"H"``, ``"1h"`` -> ``"h"``), so ``patch_sizes`` keys match the
+data's strings whatever the spelling; ``freq_id`` keeps the data's own strings.
 """
 
 from __future__ import annotations

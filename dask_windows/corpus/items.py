@@ -1,28 +1,19 @@
 """A corpus's items and their epoch order, as pure arithmetic on O(series) numbers.
 
-A data set's series become *units*: in the channel-independent view each
-channel of each series is one univariate unit; in the multivariate view a
-series is one unit of all its channels. A unit of ``L`` steps is cut, from
-its end, into ``ceil(L / segment)`` *items* of at most ``segment`` steps (the
-first item holds what is left over), so every observation of a kept series is
-in exactly one item. Items are never listed: ``Units.first_item`` (cumulative
-item counts per unit) locates item ``k`` by bisection.
+A data set's series become *units*: each channel of each series (the
+channel-independent view) or each series with all its channels (the
+multivariate views). A unit of ``L`` steps is cut from its end into
+``ceil(L / segment)`` *items* (the first holds the remainder), so every
+observation of a kept series is in exactly one item; ``Units.first_item``
+locates item ``k`` without listing items. A series shorter than
+``min_length``, without channels, or wider than the token budget (or
+``max_channels``) is left out and counted in ``LeftOut``.
 
-In the padded multivariate view a series is one unit too, its channels side
-by side (planes of the batch, up to ``max_channels``), cut into items of
-``max_length`` steps as a univariate series is.
-
-A series shorter than ``min_length`` steps, with no channel, or with more
-channels than the token budget holds (multivariate view) or than
-``max_channels`` (padded view) is left out, and counted in ``LeftOut``.
-
-The epoch order of one data set follows the loader's shuffle: its
-partitions in a per-epoch permutation, grouped into buffers of
-``buffer_partitions``, the items inside a buffer permuted (so one buffer's
-partitions are read once and serve a run of batches). A mixture takes
-``counts[m]`` items of member ``m`` per epoch from the member's endless stream
-of epochs laid end to end, interleaved by ``schedule`` (exact quotas in every
-prefix), as ``Mixture`` does with windows.
+One data set's epoch order follows the loader's shuffle: partitions permuted
+per epoch, grouped into buffers of ``buffer_partitions``, items permuted
+inside a buffer. A mixture takes ``counts[m]`` items of member ``m`` per epoch
+from its stream of epochs, interleaved by ``schedule`` (exact quotas in every
+prefix).
 """
 
 from __future__ import annotations
@@ -55,25 +46,15 @@ class LeftOut:
 
 @dataclass(frozen=True)
 class Units:
-    """The units of one data set, in partition order.
+    """The units of one data set, in partition order."""
 
-    Attributes:
-        series: ``(U,)`` the unit's series (row number in the data set).
-        channel: ``(U,)`` its channel (channel-independent view) or -1 (all channels).
-        width: ``(U,)`` channels it serves (1 in the channel-independent view).
-        length: ``(U,)`` its time steps.
-        segment: ``(U,)`` steps of its items (the first may be shorter).
-        first_item: ``(U + 1,)`` first item of each unit, then the item count.
-        partition_items: ``(P + 1,)`` first item of each partition, then the item count.
-    """
-
-    series: np.ndarray
-    channel: np.ndarray
-    width: np.ndarray
-    length: np.ndarray
-    segment: np.ndarray
-    first_item: np.ndarray
-    partition_items: np.ndarray
+    series: np.ndarray  # (U,) the unit's series (row number in the data set)
+    channel: np.ndarray  # (U,) its channel (channel-independent view) or -1 (all channels)
+    width: np.ndarray  # (U,) channels it serves (1 in the channel-independent view)
+    length: np.ndarray  # (U,) its time steps
+    segment: np.ndarray  # (U,) steps of its items (the first may be shorter)
+    first_item: np.ndarray  # (U + 1,) first item of each unit, then the item count
+    partition_items: np.ndarray  # (P + 1,) first item of each partition, then the item count
     item_unit: np.ndarray  # (I,) unit of each item (O(items): the epoch's permutation is as large)
     patch: np.ndarray  # (U,) steps per token of the unit (its frequency's patch size)
 
@@ -106,8 +87,6 @@ def build_units(
     """The units of a data set of series ``lengths`` x ``channels`` (see the module docstring).
 
     Args:
-        lengths: ``(S,)`` steps of each series.
-        channels: ``(S,)`` channels of each series.
         partition_series: ``(P + 1,)`` first series of each partition.
         independent: One unit per channel (else one per series).
         patch: Steps per token, or ``(S,)`` of each series (per-frequency patch sizes): an item holds at most

@@ -1,20 +1,11 @@
 """Items packed into sequences of a fixed token budget.
 
-The epoch's items are taken in blocks of ``window`` consecutive items (their
-shuffled order); each block is packed on its own by *best-fit decreasing*:
-items by token count, largest first, each into the open sequence with the
-least room that still holds it (a new sequence when none does). Blocks keep
-the shuffle's locality (a block's items come from the few partitions of one
-buffer per data set), and the packed sequences of a block are put in a random
-order so a batch does not gather the block's longest items. Best fit on a
-shuffled block of a few thousand items of mixed lengths leaves a few percent
-of padding; an item is never split nor repeated.
-
-Sequences are laid out as ``sequence_ptr`` (``(Q + 1,)`` first entry of each
-sequence) over ``entries`` (``(N,)`` positions in the epoch's item order).
-The dataset divides an epoch's sequences between ranks and workers as every
-order is divided (``planning.division``): equal contiguous shares per rank (the
-last ``Q % world`` left out), contiguous blocks of a rank's batches per worker.
+The epoch's items are packed in blocks of ``window`` consecutive items (their
+shuffled order), each block on its own by *best-fit decreasing*; blocks keep
+the shuffle's locality, and a block's sequences are put in a random order so
+a batch does not gather its longest items. An item is never split nor
+repeated. Sequences are ``sequence_ptr`` (``(Q + 1,)`` first entry of each)
+over ``entries`` (``(N,)`` positions in the epoch's item order).
 """
 
 from __future__ import annotations
@@ -102,12 +93,8 @@ def _best_fit(tokens: np.ndarray, budget: int) -> np.ndarray:
 def pack(tokens: np.ndarray, budget: int, blocks: np.ndarray, seed: int, epoch: int) -> tuple[np.ndarray, np.ndarray]:
     """``(sequence_ptr, entries)``: the epoch's items (``tokens`` each, in epoch order) packed.
 
-    Args:
-        tokens: ``(N,)`` tokens of each item, ``1 <= tokens <= budget``.
-        budget: Tokens of one sequence.
-        blocks: ``(K + 1,)`` first item of each block of items packed together (blocks of the epoch's order).
-        seed: The dataset seed; with ``epoch`` it orders each block's sequences.
-        epoch: The epoch.
+    ``tokens``: ``(N,)``, each ``<= budget``; ``blocks``: ``(K + 1,)`` first item of each block packed together.
+    ``(seed, epoch)`` orders each block's sequences.
     """
     tokens = np.asarray(tokens, dtype=np.int64)
     sizes = [np.zeros(0, np.int64)]

@@ -1,25 +1,18 @@
 """What a corpus holds and what it does not serve, per data set: ``inspect`` for corpora.
 
-``corpus_report(ds)`` counts, for each data set of a ``CorpusDataset``, every
-series and observation, and where each that is not served goes:
+``corpus_report(ds)`` counts, for each data set, every series and observation
+and where each one not served goes:
 
-* **left out at open** (never served): null or empty rows, series shorter than
-  ``min_length``, series with more channels than a sequence holds
-  (multivariate view);
-* **served without an observed value** (read with ``values=True``, one pass
-  over the data): series whose every value is NaN, null or infinite, and
-  channels of that kind (channel-independent view: each is its own, fully
-  masked item); ``±inf`` and float64 values beyond float32's range are served
-  masked, as missing values are, and counted apart (``infinite_observations``);
-* **not served in an epoch** (``epoch=``, ``world_size=``): the items of the
-  sequences no rank yields (the last ``num_sequences % world_size``, a
-  ``drop_last`` batch), the steps an unpacked ``context_length`` cuts off, and
-  the quota of a mixture (items repeated or not drawn in that epoch).
+* **left out at open**: null or empty rows, series shorter than
+  ``min_length`` or wider than a sequence holds;
+* **served without an observed value** (``values=True``, one pass over the
+  data): series or channels whose every value is NaN, null or infinite
+  (``±inf`` and values beyond float32 are counted apart);
+* **not served in an epoch**: the sequences no rank yields, the steps an
+  unpacked ``context_length`` cuts off, a mixture's quota.
 
-The report is a dict of plain values (JSON-ready); ``dask-windows inspect
---corpus`` prints it. Counting reads no data unless ``values=True``. It carries
-``checksum``, a SHA-256 of the rest of its content, so a report saved as JSON and
-edited by hand is refused by ``verify_report``.
+The report is a JSON-ready dict carrying ``checksum``, a SHA-256 of the rest,
+so a saved report edited by hand is refused by ``verify_report``.
 """
 
 from __future__ import annotations
@@ -122,17 +115,10 @@ def _epoch_losses(ds: CorpusDataset, epoch: int, world_size: int) -> dict[str, n
 def corpus_report(
     ds: CorpusDataset, *, values: bool = False, epoch: int | None = None, world_size: int | None = None
 ) -> dict[str, Any]:
-    """What each data set of ``ds`` holds, leaves out and serves (see the module docstring).
+    """``{"datasets": {name: {...}}, "epoch": {...}, "settings": {...}}``: what each data set of ``ds`` holds,
+    leaves out and serves in ``epoch`` divided between ``world_size`` ranks (defaults: the dataset's).
 
-    Args:
-        ds: The corpus (one data set, or a ``dw.mix`` of several).
-        values: Also read every value: count missing observations and series (or channels) with no
-            observed value, which are served fully masked.
-        epoch: The epoch whose division is counted (default: the dataset's).
-        world_size: Ranks dividing it (default: the dataset's).
-
-    Returns:
-        ``{"datasets": {name: {...}}, "epoch": {...}, "settings": {...}}``, plain values.
+    ``values=True`` also reads every value, to count missing observations and fully masked series.
     """
     s = ds.settings
     epoch = ds.epoch if epoch is None else int(epoch)
@@ -201,12 +187,7 @@ def report_checksum(report: dict[str, Any]) -> str:
 
 
 def verify_report(report: Any, where: str = "the corpus report") -> dict[str, Any]:
-    """``report`` if its ``checksum`` matches its content, else ``DataError`` (edited, truncated, or not a report).
-
-    Args:
-        report: A report from ``CorpusDataset.report`` (or ``json.load`` of one saved).
-        where: Where it came from, for the message.
-    """
+    """``report`` if its ``checksum`` matches its content, else ``DataError`` naming ``where`` it came from."""
     if not isinstance(report, dict) or "datasets" not in report:
         raise DataError(f"{where} is not a corpus report; make one with CorpusDataset.report()")
     if "checksum" not in report:

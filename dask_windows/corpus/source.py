@@ -1,24 +1,18 @@
 """List-column corpora: one row per series, the values in a list column, read as they ship.
 
-A foundation-model corpus stores one series per row: ``target: list<float>``
-(univariate) or ``list<list<float>>`` (channels x time), with optional
-``freq``, ``start`` and ``item_id`` columns (GluonTS / Chronos Arrow files,
-Hugging Face ``datasets`` folders written by ``save_to_disk``, LOTSA). The list
-layouts (nested, fixed-size, GluonTS's flat list with ``_np_shape``) are read by
-``corpus.columns``. ``ListSource`` opens such files: Parquet (local or any fsspec
-URL), Arrow IPC files or streams, a ``datasets`` folder (one split of a
-``DatasetDict``) or a ``datasets.Dataset``, read as it is in memory.
+A corpus stores one series per row: ``target: list<float>`` (univariate) or
+``list<list<float>>`` (channels x time), with optional ``freq``, ``start`` and
+``item_id`` columns (GluonTS / Chronos Arrow files, Hugging Face ``datasets``
+folders, LOTSA); ``corpus.columns`` reads the list layouts. ``ListSource``
+opens Parquet (any fsspec URL), Arrow IPC files or streams, a ``datasets``
+folder (one split) or a ``datasets.Dataset`` as it is in memory.
 
-The unit of reading is a *partition*: a Parquet row group, an Arrow record
-batch. At open only the list offsets are looked at: each series' length and
-channel count (O(series) integers kept). Arrow files are memory-mapped, so the
-offsets are read without touching the values; Parquet has no offsets on disk,
-so its target column is decoded once, a row group at a time, and only the
-offsets kept. ``read(p)`` returns one partition's values as one flat float32
-array and where each row starts: NaN where a value is null, and where it is
-``±inf`` or a float64 beyond float32's range (which the cast would make
-``inf``), those positions flagged in ``Decoded.infinite`` for the report: a
-corpus serves every non-finite value masked, never as an observation.
+A *partition* is a Parquet row group or an Arrow record batch. At open only
+the list offsets are kept (each series' length and channels: O(series));
+Arrow files are memory-mapped, Parquet's target column is decoded a row group
+at a time. ``read(p)`` gives one partition as a flat float32 array, NaN where
+a value is null, ``±inf`` or beyond float32 (those flagged in
+``Decoded.infinite``): a corpus serves every non-finite value masked.
 """
 
 from __future__ import annotations
@@ -171,7 +165,7 @@ class ListSource:
             fs, root = fsspec.core.url_to_fs(url, **self.storage_options)
             hf = _hf_files(fs, root, url) if fs.isdir(root) else None
             if hf is not None:
-                return [self._url(fs, url, p) for p in hf], "arrow-stream", url
+                return [self._url(fs, p) for p in hf], "arrow-stream", url
         from dask_windows.sources.parquet.footers import list_files
 
         fs, files, _, description = list_files(data, self.storage_options, SUFFIXES)
@@ -180,11 +174,11 @@ class ListSource:
         arrow = [f.lower().endswith(ARROW_SUFFIXES) for f in files]
         if any(arrow) and not all(arrow):
             raise SchemaError(f"{description} mixes Parquet and Arrow files; pass one kind per data set")
-        urls = [self._url(fs, data if isinstance(data, str) else f, f) for f in files]
+        urls = [self._url(fs, f) for f in files]
         return urls, "arrow" if all(arrow) else "parquet", description
 
     @staticmethod
-    def _url(fs: Any, given: Any, path: str) -> str:
+    def _url(fs: Any, path: str) -> str:
         protocol = fs.protocol[0] if isinstance(fs.protocol, (tuple, list)) else fs.protocol
         if protocol in ("file", "local"):
             return path

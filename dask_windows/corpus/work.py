@@ -1,11 +1,9 @@
 """One reader's share of an epoch as arrays over its items: where each sits in its batch and what it reads.
 
-Given the epoch's plan (items in order, packed into sequences) and a reader's
-range of sequences, ``reader_work`` lists every item the reader serves (its
-batch, row and first token, its data set, series, channels and steps) and the
-partitions they need in order of first use with the batch of their last use:
-O(items of the range) numpy arrays, no loop per item. With ``context_length``
-(unpacked) each batch's length is drawn here from ``(seed, epoch, batch)``.
+``reader_work`` lists every item of a reader's range of sequences and the
+partitions they need (in order of first use, with the batch of their last
+use) as O(items) numpy arrays. Unpacked with ``context_length``, each batch's
+length is drawn here from ``(seed, epoch, batch)``.
 """
 
 from __future__ import annotations
@@ -92,14 +90,10 @@ def reader_work(
     """What the reader of sequences ``[lo, hi)`` of ``plan`` serves (see ``batches.ReaderWork``).
 
     Args:
-        plan: The epoch's items and sequences.
-        units: Each data set's units.
         partition_series: Each data set's first series per partition.
         s: The ``CorpusSettings``.
-        epoch: The epoch (with ``first_batch``, it draws unpacked batches' context lengths).
-        lo: First sequence.
-        hi: One past the last.
-        first_batch: The rank's number of the reader's first batch.
+        first_batch: The rank's number of the reader's first batch (with ``epoch``, it draws unpacked
+            batches' context lengths).
         sequences: The reader's sequences in order, instead of ``[lo, hi)`` (an elastic resume's rest).
         batch_rows: Sequences of each batch (default: ``batch_size`` each, the last one partial).
     """
@@ -122,7 +116,7 @@ def reader_work(
     member = plan.member[entries]
     unit, start, stop = plan.unit[entries], plan.start[entries], plan.stop[entries]
     n = len(entries)
-    series, channel, width, partition, patch = (np.zeros(n, np.int64) for _ in range(5))
+    series, channel, width, partition, patch, row_in_partition = (np.zeros(n, np.int64) for _ in range(6))
     for m, (own, firsts) in enumerate(zip(units, partition_series)):
         at = member == m if len(units) > 1 else slice(None)
         u = unit[at]
@@ -131,6 +125,7 @@ def reader_work(
         width[at] = own.width[u]
         patch[at] = own.patch[u]
         partition[at] = np.searchsorted(firsts, series[at], side="right") - 1
+        row_in_partition[at] = series[at] - firsts[partition[at]]
     batch_tokens = np.full(nb, s.tokens, np.int64)
     planes = s.channels == "padded"
     if s.context_length is not None and not s.pack:  # each batch's length drawn, the item's last steps kept
@@ -160,10 +155,6 @@ def reader_work(
     np.maximum.at(last_use, key, batch)
     first_use = batch[first_at[by_first]] if n else np.zeros(0, np.int64)
     keys = [(int(c >> 40), int(c & ((1 << 40) - 1))) for c in uniq[by_first]]
-    row_in_partition = np.zeros(n, np.int64)
-    for m, firsts in enumerate(partition_series):
-        at = member == m
-        row_in_partition[at] = series[at] - firsts[partition[at]]
     return ReaderWork(
         batch,
         row,

@@ -1,21 +1,11 @@
 """Which kind of failure an error is, and the message that names its remedy.
 
-Every failure is classified here, once, by ``classify``: ``transient`` (worth
-a retry: ``is_transient``), ``resource`` (``EMFILE``, ``ENOMEM``, ``ENOSPC``:
-the machine, not the data), ``permission`` (access denied, no credentials),
-``missing`` (no such file, bucket or key) or ``corrupt`` (anything the data
-is to blame for). Each kind has its own remedy in the message
-(``failure_message``) and its own ``on_error`` rule (``faults.skip_allowed``):
-only corrupt or missing data is ever skipped. The classifier walks the
-exception and its causes and looks at types, errno values and status codes by
-name, so botocore, aiohttp, gcsfs and adlfs errors are recognised without
-importing any of them.
-
-This module holds the classification only (``classify``, ``failure_kind``,
-``is_transient``, ``is_unreachable``, ``failure_message``, ``error_text``,
-``describe_failure`` and their tables); ``faults`` holds the ``on_error``
-policy and re-exports these names, so ``from dask_windows.errors.faults import
-classify`` keeps working.
+``classify`` sorts every failure once into ``transient`` (worth a retry:
+``is_transient``), ``resource`` (the machine, not the data), ``permission``,
+``missing`` or ``corrupt``; each kind has its remedy (``failure_message``) and
+its ``on_error`` rule (``faults.skip_allowed``). The exception and its causes
+are judged by type names, errno values and status codes, so botocore, aiohttp,
+gcsfs and adlfs errors are recognised without importing any of them.
 """
 
 from __future__ import annotations
@@ -149,9 +139,7 @@ def is_transient(exc: BaseException) -> bool:
 
     Connection resets and timeouts, throttling (429, ``SlowDown``) and server
     errors (5xx) are transient; a missing object, a denied permission or a
-    corrupt file (``ArrowInvalid``) are not. Causes are followed through
-    ``__cause__`` / ``__context__`` because wrappers (s3fs, pyarrow) re-raise
-    the store's error as their own.
+    corrupt file (``ArrowInvalid``) are not.
     """
     verdict = _first_decided(exc, _classify)
     return False if verdict is None else verdict
@@ -230,8 +218,7 @@ def classify(exc: BaseException) -> str:
     ``missing``: no such file, bucket or key, or a folder where a file was expected (HTTP 404);
     ``transient``: worth another try (see ``is_transient``); ``corrupt``: anything else the
     data itself is to blame for (not Parquet, truncated, a failed page checksum).
-    The exception is followed through ``__cause__`` / ``__context__``; the first decisive
-    link wins, and an exception nothing recognises is ``corrupt``.
+    The first decisive link of the cause chain wins; nothing recognised is ``corrupt``.
     """
     kind = _first_decided(exc, _kind)
     return "corrupt" if kind is None else kind
@@ -271,13 +258,12 @@ def failure_message(kind: str, what: str, exc: BaseException, where: str = "") -
     """A ``SourceReadError`` for ``what`` failing with ``exc`` of ``kind``, naming the remedy.
 
     Args:
-        kind: One of ``FAILURE_KINDS``.
         what: What could not be done, naming the file or URL (``"cannot read s3://b/k"``).
         exc: The underlying error (set it as the cause: ``raise ... from exc``).
         where: What is known of the place in the file (``"column 'f1' of row group 3 is damaged"``).
 
     Returns:
-        The error, with ``kind`` set on it so ``skip_allowed`` and callers need not classify again.
+        The error, with ``kind`` and ``where`` set on it so callers need not classify again.
     """
     tries = describe_failure(exc) if kind == "transient" else ""
     place = f"; {where}" if where else ""
@@ -296,21 +282,19 @@ UNREACHABLE_TYPES = frozenset({"ConnectionRefusedError", "ClientConnectorError"}
 def is_unreachable(exc: BaseException) -> bool:
     """Whether ``exc`` (or a cause) says the endpoint could not be connected to at all.
 
-    Such a failure is transient, but the storage client has already retried connecting
-    (botocore and s3fs several times, with backoff), so retrying it again only multiplies
-    the wait before a server that is down is reported.
+    Such a failure is transient, but the storage client has already retried connecting,
+    so retrying it again only multiplies the wait before a server that is down is reported.
     """
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen and len(seen) < 16:
-        seen.add(id(current))
-        names = {cls.__name__ for cls in type(current).__mro__}
-        if "ConnectionResetError" in names or getattr(current, "errno", None) == errno.ECONNRESET:
-            return False
-        if names & UNREACHABLE_TYPES or getattr(current, "errno", None) == errno.ECONNREFUSED:
-            return True
-        current = current.__cause__ or current.__context__
-    return False
+    return _first_decided(exc, _unreachable) is True
+
+
+def _unreachable(exc: BaseException) -> bool | None:
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if "ConnectionResetError" in names or getattr(exc, "errno", None) == errno.ECONNRESET:
+        return False
+    if names & UNREACHABLE_TYPES or getattr(exc, "errno", None) == errno.ECONNREFUSED:
+        return True
+    return None
 
 
 def error_text(exc: BaseException) -> str:

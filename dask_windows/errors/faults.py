@@ -2,33 +2,24 @@
 
 ``on_error="raise"`` (the default) stops at the first unreadable partition
 with a message naming it. ``on_error="skip"`` leaves it out, warns
-(``SkippedPartitionWarning``, and an INFO log record) and records it:
+(``SkippedPartitionWarning`` and an INFO log record) and records it:
 
-* at open, a file whose footer cannot be read is left out of the dataset, and
-  a partition whose series column cannot be read gets no windows; the epoch
-  plan is then made without them. Every rank opens the dataset itself, so
-  only failures every rank sees alike are skipped there (a corrupt or
-  truncated file): a transient failure that outlasts the retries raises even
-  with ``"skip"``, since ranks that left out different partitions would plan
-  different epochs (``opening_skip_allowed``);
-* while iterating, the plan is already fixed and every rank must still yield
-  exactly ``len(ds)`` batches (or DDP hangs). The missing partition's windows
-  are replaced by windows drawn, without replacement while there are enough,
-  from the other partitions of the same buffer, with a generator derived
-  from the buffer's seed: the same failures give the same batches. When no
-  partition of a buffer could be read, its windows are owed to the next
-  buffer that can; windows still owed at the end are drawn from the reader's
-  last readable partition, read again.
+* at open, a file whose footer cannot be read is left out, and a partition
+  whose series column cannot be read gets no windows. Only failures every rank
+  sees alike (corrupt or missing data) are skipped there, since ranks that left
+  out different partitions would plan different epochs
+  (``opening_skip_allowed``);
+* while iterating, every rank must still yield exactly ``len(ds)`` batches, so
+  the missing windows are replaced by windows drawn from the other partitions
+  of the same buffer, with a generator derived from the buffer's seed (the same
+  failures give the same batches); windows a buffer cannot replace are owed to
+  the next one that can.
 
-Every failure is classified once, by ``failures.classify`` (re-exported here
-with the rest of ``dask_windows.errors.failures``): ``transient``, ``resource``,
-``permission``, ``missing`` or ``corrupt``. Each kind has its own ``on_error``
-rule (``skip_allowed``): only corrupt or missing data is ever skipped.
+Every failure is classified once, by ``failures.classify`` (re-exported here):
+only corrupt or missing data is ever skipped (``skip_allowed``).
 
-The trade-off: a replacement window is a repeat of a window already in the
-epoch, so a skipped partition slightly over-weights its buffer neighbours
-for one epoch instead of shortening one rank's epoch; with
-``return_index=True`` the repeats are visible as repeated start rows.
+The trade-off: a replacement window repeats a window already in the epoch
+(visible with ``return_index=True``), instead of shortening one rank's epoch.
 """
 
 from __future__ import annotations
@@ -87,9 +78,8 @@ def skip_allowed(on_error: str, error: BaseException, opening: bool = False) -> 
     """
     if on_error != "skip":
         return False
-    cause = error.__cause__ if isinstance(error, SourceReadError) and error.__cause__ is not None else error
     kind = getattr(error, "kind", None)
-    kind = kind if kind in FAILURE_KINDS else classify(cause)
+    kind = kind if kind in FAILURE_KINDS else classify(_cause(error))
     return kind in ("corrupt", "missing") or (kind == "transient" and not opening)
 
 
@@ -126,20 +116,9 @@ def check_on_error(on_error: object) -> str:
 
 
 def record_skip(skipped: list, name: str, stage: str, error: BaseException) -> SkippedPartition:
-    """Warn about a skipped partition and append it to ``skipped``.
-
-    Args:
-        skipped: Where skips are counted (``WindowDataset.skipped``).
-        name: The file or partition.
-        stage: ``"open"``, ``"scan"`` or ``"read"``.
-        error: Why it could not be read.
-
-    Returns:
-        The record appended.
-    """
-    cause = error.__cause__ if isinstance(error, SourceReadError) and error.__cause__ is not None else error
+    """Warn about partition ``name`` skipped at ``stage`` and append its record to ``skipped``; return the record."""
     where = getattr(error, "where", "")  # the damaged column chunk, where the source could tell
-    record = SkippedPartition(name, stage, error_text(cause) + (f"; {where}" if where else ""))
+    record = SkippedPartition(name, stage, error_text(_cause(error)) + (f"; {where}" if where else ""))
     skipped.append(record)
     message = f"skipping {name} (on_error='skip', while {_STAGES[stage]}): {record.error}"
     log.info(message)
@@ -150,13 +129,13 @@ def record_skip(skipped: list, name: str, stage: str, error: BaseException) -> S
 _STAGES = {"open": "reading footers", "scan": "scanning series runs", "read": "iterating"}
 
 
-def opening_skip_allowed(on_error: str, error: BaseException) -> bool:
-    """Whether a partition failing with ``error`` while the dataset is opened may be skipped.
+def _cause(error: BaseException) -> BaseException:
+    """The error a ``SourceReadError`` wraps, else ``error``."""
+    return error.__cause__ if isinstance(error, SourceReadError) and error.__cause__ is not None else error
 
-    Only with ``on_error="skip"`` and only for failures that every rank sees alike and that
-    are the data's fault (corrupt or missing, see ``skip_allowed``): a transient error may hit
-    one rank and not another, and a resource or permission error is no fault of the data.
-    """
+
+def opening_skip_allowed(on_error: str, error: BaseException) -> bool:
+    """Whether a partition failing with ``error`` while the dataset is opened may be skipped (``skip_allowed``)."""
     return skip_allowed(on_error, error, opening=True)
 
 
@@ -164,15 +143,7 @@ def replacement_picks(available: int, needed: int, rng: np.random.Generator) -> 
     """Which of ``available`` windows stand in for ``needed`` lost ones.
 
     Distinct picks while ``needed <= available``; beyond that, whole rounds of all
-    windows plus a distinct remainder, so no window repeats more often than needed.
-
-    Args:
-        available: Windows that could be read.
-        needed: Windows lost.
-        rng: Generator derived from the buffer's seed.
-
-    Returns:
-        ``(needed,)`` int64 indices into the available windows.
+    windows plus a distinct remainder. Returns ``(needed,)`` int64 indices.
     """
     if needed <= 0:
         return np.zeros(0, np.int64)
@@ -194,12 +165,6 @@ def guard_scan(
     A partition whose series column (or, with ``nan="drop"``, feature columns) cannot be
     read gets no runs, hence no windows; it keeps its place and row count, so the global
     rows of the others do not move. Each skip is recorded in ``skipped``.
-
-    Args:
-        read_runs: ``i -> (starts, lengths, keys)``.
-        read_bad_rows: ``i -> rows no window may hold``, or ``None``.
-        partitions: The source's partitions (for names and row counts).
-        skipped: Where skips are recorded.
     """
     failed: set[int] = set()
     empty = np.zeros(0, np.int64)

@@ -1,22 +1,11 @@
 """Remedies for failures whose generic message would send the user the wrong way.
 
-``failures.REMEDIES`` names one remedy per kind of failure, and most failures
-fit their kind. A few do not, and the generic remedy is then wrong:
-
-* a URL whose fsspec backend is not installed (``s3://`` without s3fs) fails
-  with an ``ImportError`` that classifies as ``corrupt`` ("the file is not
-  Parquet ... pass on_error='skip'"), where the remedy is a ``pip install``;
-* a CSV, Avro, JSON or ``.npy`` file handed to the Parquet source is "not
-  Parquet, truncated or corrupt", where the remedy is ``dask-windows
-  convert`` (or the reader of that format);
-* a folder of CSV (or other) files handed to ``fit`` finds "no Parquet
-  file", where the remedy is ``dask-windows convert``;
-* a window longer than every chunk of a spread-converted dataset is "longer
-  than every series run", where the series are long and the remedy is to
-  convert again with ``--window``.
-
-Each function returns the better remedy, or ``None`` to keep the generic one.
-They only read what they are given: no I/O, no imports of optional packages.
+A few failures do not fit the remedy of their kind (``failures.REMEDIES``): a
+URL whose fsspec backend is not installed (a ``pip install``), a file of
+another format handed to the Parquet source or to ``fit`` (``dask-windows
+convert``), a window longer than every chunk of a spread-converted dataset
+(convert again with ``--window``). Each function returns the better remedy, or
+``None`` to keep the generic one; none does I/O or imports optional packages.
 """
 
 from __future__ import annotations
@@ -53,12 +42,7 @@ _OTHER_FORMATS = {
 def missing_backend(exc: BaseException | None, url: str = "") -> str | None:
     """The ``pip install`` remedy when ``exc`` (or a cause) is a missing fsspec backend.
 
-    Args:
-        exc: The error raised while listing or opening ``url``.
-        url: The URL being opened (or a message naming it); its protocol picks the package.
-
-    Returns:
-        ``"install s3fs (pip install 'dask_windows[s3]')"`` and the like, or ``None``.
+    ``url`` (or a message naming it) picks the package by its protocol.
     """
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
@@ -92,15 +76,7 @@ def wrong_format(path: str) -> str | None:
 
 
 def no_parquet_remedy(data: str, names: list[str]) -> str | None:
-    """The remedy when a folder holds no Parquet file but files of another format (``names``).
-
-    Args:
-        data: The folder or glob given.
-        names: The names of the files found under it.
-
-    Returns:
-        A sentence naming how many files of which format and ``dask-windows convert``, or ``None``.
-    """
+    """The remedy when the folder or glob ``data`` holds no Parquet file but files of another format."""
     kinds: dict[str, list[str]] = {}
     for name in names:
         lower = name.lower()
@@ -119,17 +95,10 @@ def no_parquet_remedy(data: str, names: list[str]) -> str | None:
 
 
 def no_windows_remedy(manifest: Any, span: int, window: int, horizon: int) -> str | None:
-    """The remedy when no window fits because a spread-converted dataset's chunks are too short.
+    """The remedy when no ``span = window + horizon`` fits the chunks of a spread-converted dataset.
 
-    Args:
-        manifest: The dataset's manifest (``read_manifest``'s ``"manifest"``), or ``None``.
-        span: ``window + horizon`` of the dataset being opened.
-        window: Its window.
-        horizon: Its horizon.
-
-    Returns:
-        A sentence naming the converted span, the longest series and ``convert --window``,
-        or ``None`` when the dataset is not spread-converted or its series are short.
+    ``manifest`` is ``read_manifest``'s ``"manifest"`` (or ``None``); ``None`` is returned when the
+    dataset is not spread-converted or its series are short.
     """
     if not isinstance(manifest, dict) or manifest.get("version", 1) < 2 or span <= manifest.get("span", span):
         return None

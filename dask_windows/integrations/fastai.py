@@ -1,18 +1,13 @@
 """fastai / tsai ``DataLoaders`` over ``WindowDataset``s.
 
-fastai's ``Learner`` takes any loaders that iterate batches, know their ``len`` and have a
-``device``; tsai's learners and callbacks (``ts_learner``, ``MVP``) also read ``dls.vars``,
-``dls.len``, ``dls.c`` and ``dls.d``. ``WindowDataLoaders`` gives all of them from the dataset's
-settings, without reading a batch. Batches are always tuples: ``(x,)`` without targets, ``(x, y)``
-with them, and ``n_inp = 1``. fastai splits a batch ``b`` into ``xb = b[:n_inp]`` and
-``yb = b[n_inp:]``; a bare tensor would be split along its batch axis (``b[:B-1]``, ``b[B-1:]``)
-and a self-supervised model would silently train on all but one window of each batch.
-
-Each fastai epoch iterates ``dls.train`` once, which advances the dataset's epoch (a new order
-each epoch with no callback). ``one_batch`` and ``show_batch`` read from a copy of the dataset, so
-looking at a batch does not count as an epoch. The trade-off: these loaders are not fastai
-``TfmdDL`` s, so fastai's item/batch transforms, ``decode``, ``test_dl`` and ``export`` do not
-apply; normalise with the dataset's ``normalize=`` and move data with ``dls.to(device)``.
+``WindowDataLoaders`` gives what fastai's ``Learner`` and tsai's learners and
+callbacks read (``len``, ``device``, ``dls.vars``, ``dls.len``, ``dls.c``,
+``dls.d``) from the dataset's settings, without reading a batch. Batches are
+always tuples (``(x,)`` or ``(x, y)``, ``n_inp = 1``): fastai would split a bare
+tensor along its batch axis. Each fastai epoch advances the dataset's epoch;
+``one_batch`` and ``show_batch`` read from a copy. The trade-off: these are not
+``TfmdDL`` s, so fastai's transforms, ``decode``, ``test_dl`` and ``export`` do
+not apply; normalise with the dataset's ``normalize=``.
 """
 
 from __future__ import annotations
@@ -165,13 +160,8 @@ class WindowDataLoaders(DataLoaders):
     ) -> WindowDataLoaders:
         """``DataLoaders`` of ``WindowDL(train)`` and ``WindowDL(valid)`` (e.g. ``from_datasets(*ds.split(valid=0.2))``).
 
-        Args:
-            train: The training ``WindowDataset``.
-            valid: The validation ``WindowDataset`` (``None``: the training one is used for both).
-            num_workers: DataLoader workers of each loader.
-            c: See the class.
-            device: See the class.
-            **kwargs: Passed to each ``WindowDL`` (``pin_memory``, ``multiprocessing_context``, ...).
+        ``valid=None`` uses the training dataset for both; ``c`` and ``device`` as for the class; ``**kwargs``
+        are passed to each ``WindowDL``.
         """
         loaders = [WindowDL(train, num_workers, **kwargs)]
         loaders.append(WindowDL(valid if valid is not None else train, num_workers, **kwargs))

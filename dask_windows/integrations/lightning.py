@@ -1,20 +1,12 @@
 """A ``LightningDataModule`` for ``WindowDataset``: train/valid from ``split``, DDP, mid-epoch resume.
 
-Lightning iterates each loader once per epoch and calls ``set_epoch`` only on samplers, never on
-an ``IterableDataset``; the dataset advances its epoch by itself on each pass (see
-``dask_windows.runtime.epochs``), so epoch ``k`` of the Trainer is the dataset's epoch ``k`` on every rank
-and in every worker. Under DDP each rank's dataset looks its rank up from ``torch.distributed``
-when iterated, so ranks get disjoint windows and the same number of batches (Lightning's
-distributed sampler is not used for an ``IterableDataset``). The loaders are torchdata's
-``StatefulDataLoader`` when torchdata is installed: Lightning saves their ``state_dict()`` in
-every checkpoint and restores it, so ``Trainer.fit(ckpt_path=...)`` resumes mid-epoch with
-exactly the batches the interrupted run had not trained on.
-
-Lightning warns about any ``IterableDataset`` with ``__len__`` ("could be inaccurate if each
-worker is not configured independently"): a generic iterable dataset is replicated in every
-worker, so its length may not be what the loader yields. A ``WindowDataset`` shards its batches
-between workers and ranks itself and ``len()`` is exact, so importing this module filters that
-one message (matched exactly) when it hands a loader to Lightning; every other warning stays.
+Lightning never calls ``set_epoch`` on an ``IterableDataset``; the dataset
+advances its epoch on each pass, so the Trainer's epoch ``k`` is the dataset's
+on every rank and worker, and each rank looks its rank up when iterated. With
+torchdata the loaders are ``StatefulDataLoader`` s, whose state Lightning
+checkpoints, so ``Trainer.fit(ckpt_path=...)`` resumes mid-epoch exactly.
+Lightning's warning about an ``IterableDataset`` with ``__len__`` is filtered
+(that message only): ours shards itself and its ``len()`` is exact.
 """
 
 from __future__ import annotations
@@ -53,9 +45,6 @@ class WindowDataModule(pl.LightningDataModule):
     keyword arguments of ``WindowDataset.split`` (``{"valid": 0.2, "embargo": 512}``), applied once.
 
     Args:
-        train: The training dataset (or the dataset to split).
-        valid: The validation dataset; ``None`` without validation (or from ``split``).
-        split: Arguments of ``train.split(...)`` giving ``(train, valid)``.
         num_workers: DataLoader workers of each loader (0 reads on the dataset's prefetch thread).
         stateful: Use torchdata's ``StatefulDataLoader`` (``None``: when installed; needed for
             mid-epoch resume from Lightning checkpoints).

@@ -2,14 +2,10 @@
 
 At the end of each training epoch it logs the training dataset's ``Stats``
 (``data/wait_share``, ``data/input_bound``, ``data/first_batch_s``,
-``data/open_s``) with ``LightningModule.log_dict`` and the verdict with this
-module's logger, gathered over the ranks under DDP so the slowest rank is
-named (``stats(all_ranks=True)``: every rank calls it at the same hook).
-With ``num_workers=0`` the dataset is iterated in the training process and
-every stage is seen; with DataLoader workers the stages run in the workers,
-so the callback times the loop itself: the loop's wait is the time from the
-end of one training batch to the start of the next (Lightning's own fetch
-of the next batch), its work the time from a batch's start to its end.
+``data/open_s``) and the verdict, gathered over the ranks under DDP so the
+slowest rank is named. With DataLoader workers the stages run in the workers,
+so the callback times the loop itself (the wait between one training batch's
+end and the next one's start).
 """
 
 from __future__ import annotations
@@ -69,15 +65,13 @@ class WindowStats(pl.Callback):
         if dataset is None or not hasattr(dataset, "stats"):
             return
         stats = dataset.stats(all_ranks=trainer.world_size > 1)
-        wait_share = stats.verdict.wait_share
         verdict = stats.verdict
         if stats.batches == 0:  # iterated in DataLoader workers: the loop as this callback timed it
             verdict = judge(self._wait_ns * 1e-9, self._step_ns * 1e-9, self._batches, None)
-            wait_share = verdict.wait_share
         self.last = stats
         pl_module.log_dict(
             {
-                self.prefix + "wait_share": float(wait_share),
+                self.prefix + "wait_share": float(verdict.wait_share),
                 self.prefix + "input_bound": float(verdict.input_bound),
                 self.prefix + "first_batch_s": float(stats.first_batch_seconds),
                 self.prefix + "open_s": float(stats.open_seconds),

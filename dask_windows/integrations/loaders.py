@@ -1,19 +1,11 @@
 """The DataLoader the integrations build around a ``WindowDataset``.
 
-The dataset yields whole batches, so the loader has ``batch_size=None``. With workers it starts
-them by ``forkserver`` unless told otherwise: a training process that already runs threads (a
-``torch.distributed`` process group, CUDA, the dataset's own prefetch thread) can deadlock a
-forked child that inherits a lock held by one of them; forkserver forks from a clean
-single-threaded server instead, at the price of importing the training script's modules
-(torch, the framework) in every worker it starts: seconds per worker. So workers are persistent
-by default (``persistent_workers=True``): started once per loader, not once per epoch; the
-dataset's epoch still advances in them on each pass. Fork is safe when nothing in the training
-process has started threads before the workers are forked (no ``torch.distributed`` process
-group, CUDA not initialised, no other loader's pin-memory thread alive); it is then the
-fastest to start.
-
-With torchdata installed the loader is its ``StatefulDataLoader``, so a framework that saves the
-loader's ``state_dict()`` in its checkpoints (Lightning does) resumes mid-epoch exactly.
+The dataset yields whole batches (``batch_size=None``). Workers start by
+``forkserver`` unless told otherwise: a training process running threads
+(``torch.distributed``, CUDA, the prefetch thread) can deadlock a forked child.
+Forkserver workers start in seconds each, so they are persistent by default.
+With torchdata the loader is its ``StatefulDataLoader``, which resumes
+mid-epoch from a framework's checkpoint.
 """
 
 from __future__ import annotations
@@ -48,8 +40,6 @@ def window_loader(
     """A DataLoader over ``dataset`` (``batch_size=None``), stateful when torchdata is installed.
 
     Args:
-        dataset: A ``WindowDataset``.
-        num_workers: DataLoader worker processes (0: read in this process, on the prefetch thread).
         stateful: ``True``: torchdata's ``StatefulDataLoader`` (required); ``False``: torch's
             ``DataLoader``; ``None``: the stateful one when torchdata is installed.
         multiprocessing_context: How workers start; default ``"forkserver"`` when ``num_workers > 0``.

@@ -1,40 +1,28 @@
 """PyTorch Forecasting's models (``TemporalFusionTransformer``, ``DeepAR``, ``NHiTS``, ...) on named batches.
 
-PF builds a model with ``Model.from_dataset(dataset, **hparams)``, which reads the dataset's variable
-lists (static, known and unknown reals and categoricals), its categorical encoders (for embedding
-sizes), its encoder and prediction lengths and its target normaliser, then trains on batches laid
-out as ``(x, (y, weight))`` by ``TimeSeriesDataSet``'s collate function. ``PFAdapter`` is both
-halves for a fitted ``Workflow``: an object holding what ``from_dataset`` reads (worked out once,
-from the workflow's roles and vocabularies: no data is read), and a collate function turning each
-named batch the ``WindowDataset`` yields into PF's layout (``adapter(batch)``; ``adapter.loader(ds)``
-runs it in the DataLoader's workers).
+PF builds a model with ``Model.from_dataset(dataset, **hparams)`` and trains on
+``(x, (y, weight))`` batches of ``TimeSeriesDataSet``'s collate function.
+``PFAdapter`` is both halves for a fitted ``Workflow``: what ``from_dataset``
+reads (worked out from the workflow's roles and vocabularies, no data read),
+and a collate function from each named batch to PF's layout (``adapter(batch)``;
+``adapter.loader(ds)`` runs it in the DataLoader's workers). What PF does per
+window (relative time index, target-scale features, encoder normaliser, shorter
+encoders) the adapter does per batch. Conventions that differ from PF's:
 
-The trade-off: PF holds a pandas frame in memory and cuts windows from it; here the windows are
-streamed from Parquet (local or any fsspec URL) through the bounded pool, and the adapter only
-rearranges each batch (a few ``(B, L, C)`` copies). What PF does per window at ``__getitem__`` and
-the adapter does per batch: the relative time index, the target-scale features, the encoder
-normaliser (fitted on each window's encoder part) and shorter encoders drawn between
-``min_encoder_length`` and ``max_encoder_length``. Conventions that differ from PF's:
-
-* categorical codes are the workflow's (``0`` null, ``1`` unseen, ``2...`` the sorted vocabulary),
-  so an embedding has ``vocabulary + 2`` rows;
-* the target is normalised as the workflow normalises it (``Normalize(per_series=True)`` is PF's
-  ``GroupNormalizer``: mean and ``std`` of each series, without PF's ``eps``), or per window with
-  ``target_normalizer="encoder"`` (PF's ``EncoderNormalizer``: mean and ``std`` of the encoder part,
-  ``+ float32 eps``);
-* a transformation the workflow applies to the target before its ``Normalize`` (``Log1p``, ``Transform``)
-  is PF's ``transformation=``: ``encoder_target`` and ``decoder_target`` are in the data's units (the
-  transformation undone), ``target_scale`` and the scaled target in ``encoder_cont`` in the transformed
-  units, and the target normaliser carries the transformation, so PF's ``transform_output`` (predictions,
-  losses, ``predict``) maps a model's output back to the data's units as ``TimeSeriesDataSet`` does. One
-  ``log``, ``log1p``, ``logit``, ``softplus`` or ``relu`` is passed by name (PF's own functions: its
-  ``log1p`` maps back with ``exp``, one more than ``expm1``, as in PF); ``boxcox`` or several
-  transformations in a row as ``{"forward", "reverse"}`` functions whose ``reverse`` is
-  ``Workflow.invert_target``'s exact inverse (PF's distribution losses need a named transformation);
-* unknown reals other than the targets are zeros over the decoder (PF fills them with values no
-  model reads: models read only known reals there);
-* ``groups`` is the series code (position in ``Workflow.series_keys``), ``decoder_time_idx`` counts
-  global rows when the batch carries ``index`` (``wf.named(index=True)``), else horizon steps.
+* categorical codes are the workflow's (``0`` null, ``1`` unseen, ``2...`` the
+  sorted vocabulary), so an embedding has ``vocabulary + 2`` rows;
+* the target is normalised as the workflow does (``Normalize(per_series=True)``
+  is PF's ``GroupNormalizer`` without its ``eps``), or per window with
+  ``target_normalizer="encoder"`` (PF's ``EncoderNormalizer``);
+* a transformation applied to the target before its ``Normalize`` (``Log1p``,
+  ``Transform``) is PF's ``transformation=``: the encoder and decoder targets
+  are in the data's units, and PF's ``transform_output`` maps a model's output
+  back; one ``log``, ``log1p``, ``logit``, ``softplus`` or ``relu`` is passed by
+  name, others as ``{"forward", "reverse"}`` functions;
+* unknown reals other than the targets are zeros over the decoder;
+* ``groups`` is the series code (position in ``Workflow.series_keys``);
+  ``decoder_time_idx`` counts global rows when the batch carries ``index``
+  (``wf.named(index=True)``), else horizon steps.
 """
 
 from __future__ import annotations
@@ -85,8 +73,7 @@ class PFAdapter:
 
     Args:
         wf: A fitted ``Workflow`` whose targets are among its ``continuous`` outputs.
-        max_encoder_length: The dataset's ``window``.
-        max_prediction_length: The dataset's ``horizon`` (at least 1).
+        max_encoder_length: The dataset's ``window``; ``max_prediction_length``: its ``horizon``.
         min_encoder_length: Shorter encoders: each window keeps its last ``n`` encoder rows, ``n`` drawn
             uniformly in ``[min_encoder_length, max_encoder_length]`` from ``(seed, the window's start row)``
             (needs ``wf.named(index=True)``), the rest padded as PF pads. Default: ``max_encoder_length``.
@@ -266,7 +253,7 @@ class PFAdapter:
 
         lengths = self.encoder_lengths(batch)  # (B,)
         reals = [self._real(name, batch, past_units, future_units, loc, scale, lengths) for name in self.reals]
-        cats = [self._categorical(name, batch) for name in self.categoricals]
+        cats = [self._fields(name, batch, "cat", torch.long) for name in self.categoricals]
         full_cont = torch.stack(reals, dim=-1) if reals else past.new_zeros((b, length + horizon, 0))  # (B, L+H, R)
         full_cat = torch.stack(cats, dim=-1) if cats else torch.zeros((b, length + horizon, 0), dtype=torch.long)
         encoder_target = past_data.transpose(1, 2)  # (B, L, T)
@@ -357,7 +344,6 @@ class PFAdapter:
         scale: torch.Tensor, lengths: torch.Tensor,
     ) -> torch.Tensor:  # fmt: skip
         """``(B, L + H)`` float32 values of the real ``name`` over the encoder then the decoder."""
-        plan = self._plan
         b, length = batch["past_cont"].shape[0], batch["past_cont"].shape[2]
         horizon = self.max_prediction_length
         if name in self.target_names:
@@ -376,27 +362,20 @@ class PFAdapter:
                 mean, std = self._scale_features[j, k]
                 value = (value - float(mean)) / float(std)
             return value[:, None].expand(b, length + horizon)
-        if name in plan["static_cont"]:
-            return batch["static_cont"][:, plan["static_cont"][name], None].float().expand(b, length + horizon)
-        past = batch["past_cont"][:, plan["cont"][name]].float()  # (B, L)
-        if name in plan["future_cont"]:
-            future = batch["future_cont"][:, plan["future_cont"][name]].float()
-        else:
-            future = past.new_zeros((b, horizon))  # unknown: no model reads it over the decoder
-        return torch.cat([past, future], dim=1)
+        return self._fields(name, batch, "cont", torch.float32)
 
-    def _categorical(self, name: str, batch: dict) -> torch.Tensor:
-        """``(B, L + H)`` int64 codes of the categorical ``name`` over the encoder then the decoder."""
+    def _fields(self, name: str, batch: dict, kind: str, dtype: torch.dtype) -> torch.Tensor:
+        """``(B, L + H)`` of column ``name`` from the batch's static, past and future ``kind`` (``cont``, ``cat``)."""
         plan = self._plan
         b, length = batch["past_cont"].shape[0], batch["past_cont"].shape[2]
         horizon = self.max_prediction_length
-        if name in plan["static_cat"]:
-            return batch["static_cat"][:, plan["static_cat"][name], None].long().expand(b, length + horizon)
-        past = batch["past_cat"][:, plan["cat"][name]].long()
-        if name in plan["future_cat"]:
-            future = batch["future_cat"][:, plan["future_cat"][name]].long()
+        if name in plan[f"static_{kind}"]:
+            return batch[f"static_{kind}"][:, plan[f"static_{kind}"][name], None].to(dtype).expand(b, length + horizon)
+        past = batch[f"past_{kind}"][:, plan[kind][name]].to(dtype)  # (B, L)
+        if name in plan[f"future_{kind}"]:
+            future = batch[f"future_{kind}"][:, plan[f"future_{kind}"][name]].to(dtype)
         else:
-            future = past.new_zeros((b, horizon))
+            future = past.new_zeros((b, horizon))  # unknown: no model reads it over the decoder
         return torch.cat([past, future], dim=1)
 
 
@@ -467,15 +446,8 @@ def _undo(wf: Any, column: str, values: torch.Tensor) -> torch.Tensor:
 
 
 def _encoder_scale(units: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """PF's ``EncoderNormalizer`` per window: mean and ``std + eps`` of the last ``lengths`` encoder rows.
-
-    Args:
-        units: ``(B, T, L)`` the past targets in their units.
-        lengths: ``(B,)`` encoder rows of each window (its last rows).
-
-    Returns:
-        ``(B, T)`` center and ``(B, T)`` scale.
-    """
+    """PF's ``EncoderNormalizer`` per window: ``(B, T)`` mean and ``std + eps`` of the last ``lengths`` rows
+    of ``units`` ``(B, T, L)``."""
     length = units.shape[-1]
     kept = (torch.arange(length)[None, :] >= length - lengths[:, None]).to(units.dtype)[:, None, :]  # (B, 1, L)
     count = lengths.to(units.dtype)[:, None]  # (B, 1)

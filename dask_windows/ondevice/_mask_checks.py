@@ -1,10 +1,6 @@
-"""Argument checks shared by the mask generators of ``dask_windows.ondevice.masks``.
+"""Argument checks shared by the mask generators of ``dask_windows.ondevice.masks`` (torch only).
 
-Private: ``masks`` validates its batch (``_check_batch``), ratio
-(``_check_ratio``) and generator (``_check_generator``) with these, and they
-raise the same ``TypeError`` / ``ValueError`` messages, naming the calling
-function. Like ``masks``, this module imports torch and no other module of the
-package.
+Every message names the calling function.
 """
 
 from __future__ import annotations
@@ -55,3 +51,11 @@ def _check_generator(generator: object, x: torch.Tensor, caller: str) -> None:
             f"{caller}: generator lives on {gen_device} but x lives on {x.device}; "
             f"create the generator with torch.Generator(device={str(x.device)!r})"
         )
+
+
+def _check_mask_args(x: object, r: object, generator: object, caller: str) -> tuple[torch.Tensor, float]:
+    """Checks a mask's batch, ratio and generator; returns the batch and the ratio as a float."""
+    batch = _check_batch(x, caller)
+    ratio = _check_ratio(r, caller)
+    _check_generator(generator, batch, caller)
+    return batch, ratio

@@ -1,18 +1,11 @@
 """A pass's batches gathered on the training device: rows sent once, batches cut by index.
 
 ``runtime.pool.pool_batches`` asks the feed for the pass's pool on the device
-(:meth:`DeviceFeed.pool`, ``ondevice.pool``: each unit's rows sent once, as it
-lands, to its place there; whole partitions too, a pool of ``buffer_partitions``
-of them) and hands :meth:`DeviceFeed.batches` the plan's steps, each with its
-view of that pool. :meth:`DeviceFeed.batches` walks the starts exactly as the
-host path does (same batches, same order, a batch may begin in one step and end
-in the next) and gathers every batch on the device from a ``(B,)`` start vector.
-
-What crosses to the device per epoch: each unit's rows once, and per batch its
-start vector (and the windows' dataset rows with ``return_index``); ``Traffic``
-counts both. ``normalize`` with global statistics was applied to the rows when
-they were decoded, so it travels with them; ``"sample"`` is computed per batch
-on the device (``rows.standardize_windows``).
+(:meth:`DeviceFeed.pool`) and hands :meth:`DeviceFeed.batches` the plan's
+steps, each with its view of that pool; the batches are the host path's, in
+its order, each gathered from a ``(B,)`` start vector. ``Traffic`` counts what
+crosses. ``normalize`` with global statistics travels with the decoded rows;
+``"sample"`` is computed per batch on the device.
 """
 
 from __future__ import annotations
@@ -64,21 +57,14 @@ def resolve_device(device: Any) -> torch.device | None:
 class Traffic:
     """What a dataset's passes sent to the device, in this process.
 
-    A pass's count includes the next pass's first buffer when ``nextpass`` reads (and sends) it
-    ahead during the pass's last buffer (``next_pass_seconds``).
-
     Attributes:
-        row_bytes: Bytes of the buffers' rows sent (features and targets).
+        row_bytes: Bytes of rows sent (features and targets).
         index_bytes: Bytes of the batches' start vectors (and ``return_index`` rows) sent.
-        buffers: Buffers sent (the buffer orders).
-        units: Units sent (the pool order: each unit's rows once per epoch, see ``ondevice.pool``).
+        buffers: Buffers sent (``sent``); ``sent_late``: those that reached the consumer unsent.
+        units: Units sent into device pools (each unit's rows once per epoch).
         batches: Batches gathered.
-        sent_late: Buffers that reached the consumer unsent (a builder without ``stage``): 0 where every
-            builder sends ahead. (With ``prefetch_partitions=0`` there is no builder thread: ``stage``
-            sends each buffer when the consumer takes it, and one buffer is resident at a time.)
-        resident: Buffers whose rows are on the device now (the pool order: pools, one per pass).
-        peak_resident: The most at once (at most 2, see the module docstring; the pool order: 1 per pass).
-        pool_bytes: The largest device pool a pass of the pool order allocated (within ``buffer_bytes``).
+        resident: Pools (or buffers) on the device now; ``peak_resident``: the most at once.
+        pool_bytes: The largest device pool a pass allocated (within ``buffer_bytes``).
     """
 
     row_bytes: int = 0
@@ -155,17 +141,14 @@ def feed_for(ds: Any) -> DeviceFeed | None:
 class DeviceFeed:
     """One pass's device side: its pool there (``pool``) and batches gathered there (``batches``).
 
-    Args:
-        spec: The dataset's settings (``WindowSpec``): ``spec.device`` is the training device.
-        per_sample: Standardise each window and channel (``normalize="sample"``).
-        traffic: Where the bytes sent are counted.
+    ``spec.device`` is the training device; ``per_sample``: standardise each window and channel
+    (``normalize="sample"``).
     """
 
     def __init__(self, spec: Any, per_sample: bool, traffic: Traffic) -> None:
         self.device: torch.device = spec.device
         self.spec, self.per_sample, self.traffic = spec, per_sample, traffic
         self.channel_major = spec.layout == "NCL"
-        self._stream: Any = None  # the side stream of the uploads (CUDA), made on first use
 
     def pool(self, plan: Any) -> DevicePool:
         """The device side of a pass over a pool plan (``runtime.pool.pool_batches`` wires it; ``ondevice.pool``)."""
@@ -200,10 +183,7 @@ class DeviceFeed:
     def batches(self, source: Iterator[Any], num_windows: int, last: Callable[[], None] | None) -> Iterator[Any]:
         """The batches of a plan of ``num_windows`` windows from its built buffers, in the host path's order.
 
-        Args:
-            source: The plan's ``_Built`` buffers (the builder thread, or its generator).
-            num_windows: Windows the plan yields (``plan.num_windows``).
-            last: Called once when the buffer holding the plan's final windows is taken.
+        ``last`` is called once when the buffer holding the plan's final windows is taken.
         """
         batch, remaining = self.spec.batch_size, num_windows
         carry: list[tuple] = []  # pieces of a batch begun in the previous buffer, gathered already

@@ -1,24 +1,20 @@
 """Masks for masked-value pretraining, made by torch ops on the batch's device.
 
 Every function takes a batch ``x`` shaped ``(B, C, L)`` (samples, variables,
-time) and returns a boolean tensor of that shape on ``x.device``, ``True``
-where a value is hidden from the model and must be predicted. Only the shape
-and the device of ``x`` are read, so any dtype works. Each function takes an
-optional ``generator`` (a ``torch.Generator`` on ``x.device``): the same
-generator state gives the same mask.
+time; only its shape and device are read) and an optional ``generator`` (a
+``torch.Generator`` on ``x.device``; the same state gives the same mask), and
+returns a boolean tensor shaped like ``x`` on ``x.device``, ``True`` where a
+value is hidden. Each raises ``TypeError`` when ``x`` is not a tensor, ``r``
+not a number or ``generator`` not a ``torch.Generator``, and ``ValueError``
+when ``x`` is not 3-d, ``r`` is outside ``(0, 1)`` or the generator is on
+another device.
 
-The trade-off of :func:`subsequence_mask`: the masked and unmasked runs are
-drawn as whole geometric lengths, then turned into positions by one scatter
-and one cumulative sum. It draws one random number per *run* instead of one
-per *position*, which is why it beats ``torch.rand(x.shape) < r``, and it
-never asks the device how many runs were enough, so it does not synchronise
-with the host and can be captured in a CUDA graph. The price is that the
-number of runs is fixed in advance, from the shapes and ``(r, lm)`` alone:
-every row draws enough runs for all but about one row in a thousand (by a
-Chernoff bound), and a few spare slots continue the rows that fell short.
-About 1.7 times the runs a row needs on average are drawn; with probability
-below ``2**-39`` per row, the row's tail is left unmasked. Windows up to
-``L`` long never need more than ``L + 1`` runs, so short windows are exact.
+The trade-off of :func:`subsequence_mask`: runs are drawn as whole geometric
+lengths (one draw per run, not per position) and placed by one scatter and one
+cumulative sum, with no host synchronisation (CUDA-graph safe). The number of
+runs is fixed in advance from the shapes and ``(r, lm)`` by a Chernoff bound,
+with spare slots for the rows that fall short; a row's tail is left unmasked
+with probability below ``2**-39``.
 """
 
 from __future__ import annotations
@@ -30,7 +26,7 @@ import numbers
 import numpy as np
 import torch
 
-from dask_windows.ondevice._mask_checks import _check_batch, _check_generator, _check_ratio
+from dask_windows.ondevice._mask_checks import _check_mask_args
 
 __all__ = ["future_mask", "random_mask", "subsequence_mask", "variable_mask"]
 
@@ -38,28 +34,11 @@ __all__ = ["future_mask", "random_mask", "subsequence_mask", "variable_mask"]
 def random_mask(x: torch.Tensor, r: float = 0.15, *, generator: torch.Generator | None = None) -> torch.Tensor:
     """Hides each value independently with probability ``r``.
 
-    On the CPU and CUDA the coin flips are cut from 64-bit random words, four
-    16-bit draws per word (two 32-bit draws when ``r`` or ``1 - r`` is below
-    ``2**-8``), which is about twice as fast as ``torch.rand(x.shape) < r``;
-    ``r`` is thereby rounded to a multiple of ``2**-16`` (or ``2**-32``).
-
-    Args:
-        x: The batch, shaped ``(B, C, L)``; only its shape and device are used.
-        r: Probability that a value is hidden, in ``(0, 1)``.
-        generator: Optional ``torch.Generator`` on ``x.device``.
-
-    Returns:
-        A boolean tensor shaped like ``x`` on ``x.device``; ``True`` = hidden.
-
-    Raises:
-        TypeError: ``x`` is not a tensor, ``r`` not a number, or ``generator``
-            not a ``torch.Generator``.
-        ValueError: ``x`` is not 3-d, ``r`` is outside ``(0, 1)``, or the
-            generator is on another device.
+    The coin flips are cut from 64-bit random words (16-bit draws, 32-bit when
+    ``r`` or ``1 - r`` is below ``2**-8``), so ``r`` is rounded to a multiple
+    of ``2**-16`` (or ``2**-32``).
     """
-    x = _check_batch(x, "random_mask")
-    r = _check_ratio(r, "random_mask")
-    _check_generator(generator, x, "random_mask")
+    x, r = _check_mask_args(x, r, generator, "random_mask")
     return _coin_flips(x.shape, r, x.device, generator)
 
 
@@ -85,41 +64,23 @@ def subsequence_mask(
 ) -> torch.Tensor:
     """Hides alternating runs of values along time (Zerveas et al., KDD 2021).
 
-    With ``stateful=True`` every variable of every sample (every sample, with
-    ``sync=True``) is its own two-state Markov chain along time: a masked run
-    ends after each step with probability ``1 / lm`` and an unmasked run with
-    probability ``r / (lm * (1 - r))``, so run lengths are geometric with
-    means ``lm`` (masked) and ``lm * (1 - r) / r`` (unmasked). The state at
-    the first step is masked with probability ``r``, the chain's stationary
-    share, so every position is hidden with probability ``r``, at the window's
-    start as anywhere else. Rows are independent: unlike tsai's
-    ``create_subsequence_mask``, runs never flow from one variable or sample
-    into the next.
+    With ``stateful=True`` each variable of each sample (each sample, with
+    ``sync=True``) is a two-state Markov chain along time started in its
+    stationary state: geometric runs of mean ``lm`` (masked) and
+    ``lm * (1 - r) / r`` (unmasked), so every position is hidden with
+    probability ``r``. Unlike tsai's ``create_subsequence_mask``, runs never
+    flow from one row into the next.
 
     With ``stateful=False`` every value is hidden independently with
-    probability ``r`` (``lm`` is ignored).
-
-    Args:
-        x: The batch, shaped ``(B, C, L)``; only its shape and device are used.
-        r: Expected share of hidden values, in ``(0, 1)``.
-        lm: Mean length of a masked run, at least 1; with ``stateful=True``
-            the mean unmasked run ``lm * (1 - r) / r`` must be at least 1 too.
-        stateful: Runs (``True``) or independent values (``False``).
-        sync: If ``True``, all variables of a sample share one mask.
-        generator: Optional ``torch.Generator`` on ``x.device``.
-
-    Returns:
-        A boolean tensor shaped like ``x`` on ``x.device``; ``True`` = hidden.
+    probability ``r`` (``lm`` is ignored). With ``sync=True`` all variables of
+    a sample share one mask.
 
     Raises:
-        TypeError: ``x`` is not a tensor, ``r`` or ``lm`` not a number, or
-            ``generator`` not a ``torch.Generator``.
-        ValueError: ``x`` is not 3-d, ``r`` is outside ``(0, 1)``, ``lm`` is
-            below 1, the mean unmasked run would be below 1, or the generator
-            is on another device.
+        TypeError: Also when ``lm`` is not a number.
+        ValueError: Also when ``lm`` is below 1 or, with ``stateful=True``,
+            the mean unmasked run ``lm * (1 - r) / r`` would be below 1.
     """
-    x = _check_batch(x, "subsequence_mask")
-    r = _check_ratio(r, "subsequence_mask")
+    x, r = _check_mask_args(x, r, generator, "subsequence_mask")
     if isinstance(lm, bool) or not isinstance(lm, numbers.Real):
         raise TypeError(f"subsequence_mask: lm={lm!r} must be a real number >= 1, the mean masked run length")
     lm = float(lm)
@@ -134,7 +95,6 @@ def subsequence_mask(
             f"lm*(1-r)/r = {lm * (1.0 - r) / r:.3g} is below 1, which no run can be; "
             f"raise lm to at least r/(1-r) = {r / (1.0 - r):.3g} or lower r"
         )
-    _check_generator(generator, x, "subsequence_mask")
     batch, variables, length = x.shape
     rows = batch if sync else batch * variables
     if not stateful:
@@ -234,9 +194,8 @@ def _run_ends_(runs: torch.Tensor) -> torch.Tensor:
 def _random_words(shape: tuple[int, ...], device: torch.device, generator: torch.Generator | None) -> torch.Tensor:
     """Uniform int64 words over the full 64-bit range.
 
-    On the CPU one word from the torch generator seeds numpy's PCG64, which
-    makes the rest at about twice the speed of torch's Mersenne Twister; the
-    words stay a function of the generator's state, which advances by one draw.
+    On the CPU one word from the torch generator seeds numpy's PCG64 (faster
+    than torch's Mersenne Twister); the generator advances by one draw.
     """
     if device.type != "cpu" or math.prod(shape) == 0:
         return torch.empty(shape, dtype=torch.int64, device=device).random_(-(2**63), None, generator=generator)
@@ -362,22 +321,8 @@ def variable_mask(x: torch.Tensor, r: float = 0.15, *, generator: torch.Generato
     variables. (tsai's ``create_variable_mask`` hides exactly
     ``int(B * C * r)`` pairs per batch, and none at all when ``C * r < 1``.)
     A sample may have all or none of its variables hidden.
-
-    Args:
-        x: The batch, shaped ``(B, C, L)``; only its shape and device are used.
-        r: Probability that a variable of a sample is hidden, in ``(0, 1)``.
-        generator: Optional ``torch.Generator`` on ``x.device``.
-
-    Returns:
-        A boolean tensor shaped like ``x`` on ``x.device``; ``True`` = hidden.
-
-    Raises:
-        TypeError: As :func:`random_mask`.
-        ValueError: As :func:`random_mask`.
     """
-    x = _check_batch(x, "variable_mask")
-    r = _check_ratio(r, "variable_mask")
-    _check_generator(generator, x, "variable_mask")
+    x, r = _check_mask_args(x, r, generator, "variable_mask")
     batch, variables, length = x.shape
     hidden = torch.rand(batch, variables, 1, device=x.device, generator=generator) < r
     return hidden.expand(batch, variables, length).contiguous()
@@ -391,24 +336,10 @@ def future_mask(
     As tsai's ``create_future_mask``: a forecasting task inside the window,
     with an expected share of ``r`` hidden values. For a fixed horizon ``h``
     build the mask directly: ``m = torch.zeros_like(x, dtype=torch.bool);
-    m[..., -h:] = True``.
-
-    Args:
-        x: The batch, shaped ``(B, C, L)``; only its shape and device are used.
-        r: Expected share of hidden steps, in ``(0, 1)``.
-        sync: If ``True``, all variables of a sample hide the same steps.
-        generator: Optional ``torch.Generator`` on ``x.device``.
-
-    Returns:
-        A boolean tensor shaped like ``x`` on ``x.device``; ``True`` = hidden.
-
-    Raises:
-        TypeError: As :func:`random_mask`.
-        ValueError: As :func:`random_mask`.
+    m[..., -h:] = True``. With ``sync=True`` all variables of a sample hide
+    the same steps.
     """
-    x = _check_batch(x, "future_mask")
-    r = _check_ratio(r, "future_mask")
-    _check_generator(generator, x, "future_mask")
+    x, r = _check_mask_args(x, r, generator, "future_mask")
     batch, variables, length = x.shape
     rows = batch if sync else batch * variables
     trials = torch.full((rows, 1), float(length), device=x.device)

@@ -1,37 +1,24 @@
 """The pool order on the training device: each unit's rows cross once, every batch is gathered there.
 
-The pool order (``planning.pool``, ``runtime.pool``) keeps the ``S`` most
-recently read decode units (Parquet row groups) in one pool array and draws
-every batch from all of them. In device mode that pool lives on the device:
+* **Reads** are the host pool's (``runtime.pool._Pool``), but each unit is
+  decoded into row 0 of a one-unit staging array (``DevicePool.staging``: the
+  plan with every unit at row 0) and ``DevicePool.landing`` copies its rows to
+  the unit's place in the device pool (``unit.offset``), on the reader thread.
+* **Batches** are the host pool's: each step of the builder
+  (``runtime.pool._steps``) gets a view of the device pool (``stage``) and
+  ``feed.DeviceFeed.batches`` gathers there from the same starts, so the
+  batches are the host pool's bit for bit.
 
-* **Reads** are the host pool's: ``runtime.pool._Pool`` reads and decodes each
-  unit, but into row 0 of a staging array one unit long (``DevicePool.staging``:
-  the plan with every unit placed at row 0, the same reads and kept rows), and
-  ``DevicePool.landing`` then copies the unit's rows to its place in the device
-  pool (``unit.offset``, the plan's), on the reader thread: one upload per unit
-  per epoch.
-* **Batches** are the host pool's: the builder (``runtime.pool._steps``) lists
-  each step's windows as pool rows, permuted, exactly as on the host; each step
-  gets a view of the device pool (``stage``) and ``feed.DeviceFeed.batches``
-  gathers its batches there from those starts. The same rows at the same pool
-  rows, the same starts in the same order: the host pool's batches bit for bit.
-
-Memory: the device holds the pool, the plan's pool rows that units are placed in
-(at most ``plan.pool_rows``) at ``4 * C + itemsize * T`` bytes each: within
-``buffer_bytes``, which also counts 8 bytes a window start per ``stride`` rows
-(those stay on the host); the host holds one unit's decoded rows (and, on CUDA, one
-unit in pinned staging memory per copy). A unit's rows are overwritten only
-when the host pool's would be: after every batch drawn from them was gathered.
+Memory: the device holds the plan's pool rows (at most ``plan.pool_rows``, at
+``4 * C + itemsize * T`` bytes each, within ``buffer_bytes``); the host holds
+one unit's decoded rows. A unit's rows are overwritten only after every batch
+drawn from them was gathered.
 
 CUDA: each unit is copied from pinned memory without blocking, on the stream
-the pass gathers on (the training loop's current stream). Stream order then
-does the rest: a copy is queued after every gather from the rows it overwrites
-(those were queued before the reader was let at the rows, as on the host) and
-before every gather from it (queued once its step is handed over). A training
-loop that moves to another stream mid-pass continues the old stream's order
-(``wait_stream``). The copies do not overlap compute on that stream: the whole
-dataset crosses once per epoch (a 1 GB epoch: about 40 ms at 25 GB/s), which
-buys never racing a gather.
+the pass gathers on, so stream order keeps a copy after every gather from the
+rows it overwrites and before every gather from it. A loop that moves to
+another stream mid-pass continues the old stream's order (``follow``). The
+copies do not overlap compute on that stream, which buys never racing a gather.
 """
 
 from __future__ import annotations
@@ -52,12 +39,7 @@ __all__ = ["DevicePool"]
 
 
 class DevicePool:
-    """One pass's pool on the device (made by ``DeviceFeed.pool``; ``runtime.pool.pool_batches`` wires it).
-
-    Args:
-        feed: The pass's ``feed.DeviceFeed`` (device, spec, traffic).
-        plan: The reader's ``planning.pool.PoolPlan``.
-    """
+    """One pass's pool on the device for the reader's ``planning.pool.PoolPlan`` (made by ``DeviceFeed.pool``)."""
 
     def __init__(self, feed: Any, plan: Any) -> None:
         self.feed, self.plan = feed, plan
@@ -83,8 +65,7 @@ class DevicePool:
         x = torch.empty(shape, dtype=torch.float32, device=feed.device)
         y = None
         if pool.y is not None:
-            dtype = torch.from_numpy(np.empty(0, pool.y.dtype)).dtype
-            y = torch.empty((len(spec.targets), size), dtype=dtype, device=feed.device)
+            y = torch.empty((len(spec.targets), size), dtype=out_dtype(pool.y), device=feed.device)
         self.rows = DeviceRows(x, y, spec.window, spec.horizon, feed.channel_major)
         if feed.device.type == "cuda":
             self.stream = torch.cuda.current_stream(feed.device)

@@ -1,16 +1,8 @@
 """Batches onto the training device one step ahead, and per-sample standardisation.
 
-:class:`DevicePrefetcher` wraps a loader. On CUDA it copies each batch from
-pinned host memory on a side stream with ``non_blocking=True`` while the
-model still computes on the previous batch, so the copy costs no time on the
-training stream. The trade-off: one more batch lives on the device, and a
-batch that the loader did not pin is pinned here, on the training thread, with
-one extra host copy (``DataLoader(pin_memory=True)`` pins in the background
-instead). On any other device batches pass through ``.to(device)`` unchanged
-in order and timing.
-
-:func:`standardize` rescales each window and channel to zero mean and unit
-variance on whatever device the batch is on.
+The trade-off of :class:`DevicePrefetcher`: on CUDA one more batch lives on
+the device, and a batch the loader did not pin is pinned here, on the training
+thread (``DataLoader(pin_memory=True)`` pins in the background instead).
 """
 
 from __future__ import annotations
@@ -31,26 +23,17 @@ class DevicePrefetcher:
     Batches may be tensors or tuples, lists and dicts of them (nested);
     anything else inside a batch passes through untouched.
 
-    On CUDA the next batch is pinned (unless it already is), copied on a
-    side stream and optionally transformed there, while the caller works on
-    the current one. Before a batch is handed out the caller's current stream
-    waits for the side stream, and every tensor of the batch is marked as used
-    by the current stream (``record_stream``), so the caching allocator does
-    not reuse its memory too early. Tensors handed out may be kept, freed or
-    modified as usual.
-
-    Example:
-        >>> loader = torch.utils.data.DataLoader(ds, batch_size=None, pin_memory=True)
-        >>> for x in DevicePrefetcher(loader, "cuda", transform=standardize):
-        ...     mask = subsequence_mask(x)
+    On CUDA the next batch is pinned, copied on a side stream and optionally
+    transformed there while the caller works on the current one; the current
+    stream waits for it and records its tensors, so they may be kept, freed or
+    modified as usual. Elsewhere batches pass through ``.to(device)``.
 
     Args:
         loader: Any iterable of batches, typically a ``DataLoader``.
         device: Target device; ``None`` picks ``"cuda"`` when available,
             else ``"cpu"``.
-        transform: Optional function applied to each batch after it reached
-            the device (on the side stream on CUDA), e.g. :func:`standardize`.
-            It must return the batch.
+        transform: Optional function of each batch once on the device (on
+            the side stream on CUDA), e.g. :func:`standardize`; returns it.
 
     Raises:
         ValueError: ``device`` is not a device, or is CUDA while CUDA is not
@@ -154,15 +137,9 @@ def standardize(
     :class:`DevicePrefetcher`'s ``transform``.
 
     Args:
-        x: A floating-point batch, e.g. ``(B, C, L)``.
-        dim: The time axis.
         eps: Added to the variance; keeps near-constant windows finite.
-        return_stats: Also return ``mean`` and ``std`` (shaped like ``x``
-            with ``dim`` of size 1) to map predictions back:
-            ``x = z * std + mean``.
-
-    Returns:
-        The standardised batch, or ``(z, mean, std)`` with ``return_stats``.
+        return_stats: Return ``(z, mean, std)`` (``mean`` and ``std`` shaped
+            like ``x`` with ``dim`` of size 1): ``x = z * std + mean``.
 
     Raises:
         TypeError: ``x`` is not a floating-point tensor.

@@ -1,70 +1,26 @@
-"""One buffer's decoded rows on the training device, and batches gathered from them by index.
+"""A pool's decoded rows on the training device, and batches gathered from them by index.
 
-A buffer's features are ``(C, rows)`` (``NCL``) or ``(rows, C)`` (``NLC``)
-float32, its targets ``(T, rows)``; they cross to the device once
-(:func:`upload`). A batch is then a ``(B,)`` vector of buffer rows (the
-windows' starts) plus ``arange(L)``: every window is the run of ``L`` rows
-from its start, so the gather is one ``index_select`` over a strided view
-whose row ``s`` is the run starting at ``s`` (no copy; ``unfold`` would give
-the same view). The values are copies of the buffer's values, so they are the
-host gather's bits on any device.
-
-The trade-off: the view holds a buffer's rows whole on the device (one buffer
-being drained, one uploaded ahead: ``feed``), and each batch sends its start
-vector, ``B`` int64, instead of ``B * C * L`` values.
-
-On CUDA, :func:`upload` copies the rows into pinned staging memory (one host
-copy, on the builder thread) and from there to the device on a side stream;
-the consumer's stream waits for that copy's event before the first gather of
-the buffer, and the rows are marked as used by it (``record_stream``), so the
-caching allocator never hands their memory out while a gather may still read
-it.
+Features are ``(C, rows)`` (``NCL``) or ``(rows, C)`` (``NLC``) float32,
+targets ``(T, rows)``. A batch is a ``(B,)`` vector of rows (the windows'
+starts): the gather is one ``index_select`` over a strided view whose row
+``s`` is the run of ``L`` rows starting at ``s`` (no copy), so the values are
+the host gather's bits on any device.
 """
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Callable
-from typing import Any
-
-import numpy as np
 import torch
 
-__all__ = ["DeviceRows", "standardize_windows", "upload"]
-
-
-def upload(array: np.ndarray | None, device: torch.device, stream: Any = None) -> tuple[torch.Tensor | None, Any]:
-    """``array`` on ``device``: ``(tensor, event)``; the event (CUDA only) marks the end of the copy.
-
-    On CUDA through pinned staging memory, copied on ``stream`` without blocking; elsewhere
-    ``Tensor.to`` (no copy on the CPU: the device tensor is a view of the host array).
-    """
-    if array is None:
-        return None, None
-    host = torch.from_numpy(np.ascontiguousarray(array))
-    if device.type != "cuda":
-        return host.to(device), None
-    staging = torch.empty(host.shape, dtype=host.dtype, pin_memory=True)
-    staging.copy_(host)  # the one host copy; freed staging is reused only after the copy (caching host allocator)
-    with torch.cuda.stream(stream):
-        out = torch.empty(host.shape, dtype=host.dtype, device=device)
-        out.copy_(staging, non_blocking=True)
-        event = torch.cuda.Event()
-        event.record(stream)
-    return out, event
+__all__ = ["DeviceRows", "standardize_windows"]
 
 
 class DeviceRows:
-    """A buffer's rows on the device and the gathers of its batches.
+    """A pool's rows on the device and the gathers of its batches.
 
     Args:
         x: Features ``(C, rows)`` when ``channel_major`` else ``(rows, C)``, float32, on the device.
         y: Targets ``(T, rows)`` on the device, or ``None``.
-        window: Rows per window ``L``.
         horizon: ``0``: ``y`` at each window's last row, ``(B, T)``; ``H``: the next ``H`` rows, ``(B, T, H)``.
-        channel_major: The layout of ``x`` and of the batches.
-        event: CUDA event recorded after the upload, or ``None``.
-        dropped: Called once when this object is collected (the feed's count of resident buffers).
     """
 
     def __init__(
@@ -74,11 +30,8 @@ class DeviceRows:
         window: int,
         horizon: int,
         channel_major: bool,
-        event: Any = None,
-        dropped: Callable[[], None] | None = None,
     ) -> None:
         self.x, self.y, self.window, self.horizon, self.channel_major = x, y, window, horizon, channel_major
-        self.event = event
         self.nbytes = x.numel() * x.element_size() + (0 if y is None else y.numel() * y.element_size())
         flat = x.reshape(-1)
         if channel_major:
@@ -93,21 +46,11 @@ class DeviceRows:
             self._runs = flat.as_strided((max(rows - window + 1, 0), window * channels), (channels, 1))
             self._offsets = None
         self._channels = channels
-        if dropped is not None:
-            weakref.finalize(self, dropped)
 
     def ready(self) -> None:
-        """Order the current stream after the upload (CUDA); once, on the consumer's thread, before the first gather."""
-        if self.channel_major and self._offsets is None:  # on the consumer's stream, as the gathers
+        """Before the first gather, on the consumer's thread (and its stream, as the gathers)."""
+        if self.channel_major and self._offsets is None:
             self._offsets = torch.arange(self._channels, device=self.x.device, dtype=torch.int64) * self._rows
-        if self.event is None:
-            return
-        current = torch.cuda.current_stream(self.x.device)
-        current.wait_event(self.event)
-        for tensor in (self.x, self.y):
-            if tensor is not None:
-                tensor.record_stream(current)
-        self.event = None
 
     def features(self, starts: torch.Tensor) -> torch.Tensor:
         """``(B, C, L)`` (or ``(B, L, C)``) of the windows starting at buffer rows ``starts`` (int64, on the device)."""

@@ -1,14 +1,11 @@
 """What opening a ``WindowDataset`` checks and scans: its columns, then the series runs.
 
-Moved out of ``dataset`` unchanged: ``check_columns`` checks that the source
-holds the feature, target and series columns with usable types; ``scan`` reads
-the series runs of every partition (and, with ``nan="drop"``, the rows holding
-non-finite values), skipping unreadable partitions with ``on_error="skip"``;
-``check_windows`` raises when the scanned runs hold no window.
-
-The package also holds ``checks`` (checks of the data itself at open: a manifest against the
-listing, series order, output dtypes) and ``omissions`` (what opening leaves out, counted and
-warned once).
+``check_columns`` checks that the source holds the feature, target and series
+columns with usable types; ``scan`` reads the series runs of every partition
+(with ``nan="drop"``, also the rows holding non-finite values), skipping
+unreadable partitions with ``on_error="skip"``; ``check_windows`` raises when
+the runs hold no window. ``checks`` checks the data itself at open;
+``omissions`` counts what opening leaves out and warns once.
 """
 
 from __future__ import annotations
@@ -55,21 +52,13 @@ def scan(
     skipped: list[SkippedPartition],
     threads: int,
 ) -> Sequence[PartitionRuns]:
-    """The series runs of every partition of ``source``, read on ``threads`` threads.
+    """The series runs of every partition of ``source`` (as ``index.scan_runs`` gives them), on ``threads`` threads.
 
     Args:
-        source: The opened source.
-        spec: The window settings.
         series: The series column, or ``None`` for one series.
         nan: ``"drop"``: also read every row a window may hold and leave out the windows holding
             non-finite values.
         on_error: ``"skip"``: an unreadable partition is recorded in ``skipped`` and left out.
-        skipped: Where skips are recorded.
-        threads: Threads reading the partitions.
-
-    Returns:
-        The runs of each partition, as ``index.scan_runs`` gives them (``FileRuns``, columnar, when a dataset
-        index tells every file's runs).
     """
     bad_rows = (  # every row a window may hold, the halo past a partition's end included
         (lambda i: bad_value_rows(source.read_rows(i, list(spec.columns), 0, source.readable_rows(i))))
@@ -88,20 +77,10 @@ def scan(
     if on_error == "skip":
         read_runs, bad_rows = guard_scan(read_runs, bad_rows, source.partitions, skipped)  # type: ignore[assignment]
     with paused_gc():  # the runs of every partition live on: see paused_gc
-        runs = _scan(source, read_runs, bad_rows, threads)
+        rows = rows_per_partition(source.partitions).tolist()
+        runs = scan_runs(len(source.partitions), read_runs, bad_rows, threads, source.continues, rows)
     trim()
     return runs
-
-
-def _scan(source: Source, read_runs: Any, bad_rows: Any, threads: int) -> list:
-    return scan_runs(
-        len(source.partitions),
-        read_runs,
-        bad_rows,
-        threads,
-        source.continues,
-        rows_per_partition(source.partitions).tolist(),
-    )
 
 
 def check_windows(
@@ -109,13 +88,7 @@ def check_windows(
 ) -> None:
     """Raise ``DataError`` when the runs hold no window, naming the longest run and the remedy.
 
-    Args:
-        source: The opened source.
-        spec: The window settings.
-        runs: The scanned runs of each partition.
-        num_windows: Windows of the dataset's grid.
-        order_remedy: The remedy ``check_series_order`` gave (empty when the order is fine).
-        skipped: The partitions skipped as unreadable.
+    ``order_remedy`` is the remedy ``check_series_order`` gave (empty when the order is fine).
     """
     if num_windows == 0:
         longest = max((int(r.lengths.max()) for r in runs if len(r.lengths)), default=0)

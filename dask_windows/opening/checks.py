@@ -1,26 +1,16 @@
 """Checks of the data itself at open: a manifest against the listing, series order, output dtypes.
 
-Each check either raises with the file, column and remedy, or warns with a
-``DataWarning`` subclass (filter them like any warning), so nothing wrong
-reaches a batch in silence. The checks use only what opening already read
-(the listing, footers or schema, the series runs), so they cost no I/O.
+Each check raises with the file, column and remedy, or warns with a
+``DataWarning`` subclass, using only what opening already read (no I/O).
 
 * ``compare_manifest``: a ``dask-windows convert`` manifest is trusted only
   when it names exactly the files listed, with the sizes it recorded. On an
-  object store a listed file missing means an unfinished commit (objects are
-  copied one by one, there is no atomic rename): that raises, since scanning
-  what is there would open part of a dataset as if it were whole. On local
-  disk (where ``convert`` renames a finished folder at once) a missing part was
-  deleted; then, as for extra or resized files, the series column is scanned,
-  with a warning saying what changed.
-* ``check_series_order``: rows of one series split into several runs inside a
-  partition (A,B,A,B...) lose the windows that would cross the cut; warn, or
-  raise with ``strict=True``.
-* ``output_dtype``: the dtype of ``y`` decided once from the schema, so it
-  cannot change from batch to batch.
-
-The trade-off: the order check counts runs, it does not sort; sorting is
-``dask-windows convert``'s job.
+  object store a missing file means an unfinished commit and raises; on local
+  disk the series column is scanned instead, with a warning.
+* ``check_series_order``: a series split into several runs inside a partition
+  (A,B,A,B...) loses the windows across the cuts; warn, or raise with
+  ``strict=True``. It counts runs and does not sort (``convert`` does).
+* ``output_dtype``: the dtype of ``y`` decided once from the schema.
 """
 
 from __future__ import annotations
@@ -79,17 +69,7 @@ def _warn(message: str, category: type) -> None:
 
 
 def compare_manifest(root: str, entries: dict, listed: dict[str, int | None], remote: bool = True) -> list[str]:
-    """What differs between a manifest and the listing; raise if files it lists are missing remotely.
-
-    Args:
-        root: The dataset folder (for messages).
-        entries: ``{path: manifest entry}`` with ``rows`` and ``bytes``.
-        listed: ``{path: size in bytes or None}`` of the data files listed.
-        remote: Whether the folder is on an object store (missing files raise there).
-
-    Returns:
-        Descriptions of what differs: files missing (local disk), not in the manifest, or of
-        another size (empty: they agree).
+    """What differs between a manifest's ``entries`` and the ``listed`` sizes (empty: they agree).
 
     Raises:
         DataError: On an object store, a file the manifest lists is not there (a partial commit).
@@ -122,16 +102,10 @@ def warn_manifest(root: str, changes: Sequence[str]) -> None:
 
 
 def check_series_order(runs: Sequence[Any], names: Sequence[str], series: Any, strict: bool) -> str:
-    """Warn (or raise with ``strict``) when a series reappears after another inside a partition.
+    """Warn (or raise ``DataError`` with ``strict``) when a series reappears after another inside a partition.
 
-    Args:
-        runs: Per partition an object with ``keys`` (series value of each run) or ``None``.
-        names: Partition names, for the message.
-        series: The series column.
-        strict: Raise ``DataError`` instead of warning.
-
-    Returns:
-        A remedy sentence for the no-windows error (``""`` when the order is fine).
+    ``runs`` holds per partition an object with ``keys`` (the series of each run) or ``None``. Returns a
+    remedy sentence for the no-windows error (``""`` when the order is fine).
     """
     if series is None:
         return ""
@@ -164,14 +138,12 @@ def _regrouped(runs: Sequence[Any], names: Sequence[str]) -> tuple[tuple | None,
     distinct: set = set()  # series values over all partitions (a series spanning files counts once)
     for i, r in enumerate(runs):
         keys = getattr(getattr(r, "series_runs", r), "keys", None)
-        if keys is not None:
-            distinct.update(np.asarray(keys).tolist())
-        if keys is None or len(keys) < 2:
-            total_runs += 0 if keys is None else len(keys)
+        if keys is None:
             continue
-        unique = _distinct(keys)
+        distinct.update(np.asarray(keys).tolist())
         total_runs += len(keys)
-        if unique < len(keys) and worst is None:
+        unique = _distinct(keys) if len(keys) >= 2 and worst is None else len(keys)
+        if unique < len(keys):
             worst = (names[i], len(keys), unique)
     return worst, total_runs, len(distinct)
 
@@ -277,12 +249,8 @@ def value_problem(value: float) -> str:
 def check_column_types(source: Any, columns: Sequence, roles: dict) -> None:
     """Raise ``SchemaError`` at open for a feature/target column that is not numeric (string, list...).
 
-    Integer, float, decimal and bool columns pass (they become float32 / int64 arrays).
-
-    Sources with Arrow schemas are checked here: Parquet files (the names are the file and
-    column) and Arrow-world tables (pandas, pyarrow, Polars, Hugging Face, Delta: one ``schema``,
-    named by the source's description), so a datetime or string column of a table in memory
-    raises at open as it does in a file.
+    Integer, float, decimal and bool columns pass. Parquet files, Arrow-world tables (one ``schema``)
+    and Dask frames are checked.
     """
     schemas = getattr(source, "_schemas", None)
     files = getattr(source, "files", None)
@@ -299,8 +267,7 @@ def check_column_types(source: Any, columns: Sequence, roles: dict) -> None:
     if dtypes is not None:
         import pandas as pd
 
-        from dask_windows.errors import SchemaError
-
+        where = getattr(source, "description", "the Dask frame")
         for col in columns:
             if col not in dtypes.index:
                 continue
@@ -308,23 +275,12 @@ def check_column_types(source: Any, columns: Sequence, roles: dict) -> None:
             if pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype):
                 continue
             timelike = pd.api.types.is_datetime64_any_dtype(dtype) or pd.api.types.is_timedelta64_dtype(dtype)
-            raise SchemaError(
-                f"{roles.get(col, 'column')} {col!r} of {getattr(source, 'description', 'the Dask frame')} is "
-                f"{dtype}, not a number; features and targets must be integer, float or bool columns; "
-                + (
-                    "convert it to numbers first (e.g. seconds since the epoch, or the seconds between rows)"
-                    if timelike
-                    else "encode it as numbers (e.g. category codes)"
-                )
-                + " or leave it out of features/targets (a series id may be any type: pass it as series=)"
-            )
+            raise _not_a_number(f"{roles.get(col, 'column')} {col!r} of {where}", dtype, "float", timelike)
 
 
 def _check_schema_types(schema: Any, where: str, columns: Sequence, roles: dict) -> None:
     """Raise ``SchemaError`` for the first of ``columns`` in ``schema`` that is not a number (see check_column_types)."""
     import pyarrow as pa
-
-    from dask_windows.errors import SchemaError
 
     for col in columns:
         if col not in schema.names:
@@ -333,28 +289,30 @@ def _check_schema_types(schema: Any, where: str, columns: Sequence, roles: dict)
         numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
         if numeric or pa.types.is_boolean(kind):
             continue
-        timelike = pa.types.is_temporal(kind)
-        how = (
-            "convert it to numbers first (e.g. seconds since the epoch, or the seconds between rows)"
-            if timelike
-            else "encode it as numbers (e.g. category codes)"
-        )
-        raise SchemaError(
-            f"{roles.get(col, 'column')} {col!r} of {where} is {kind}, not a number; features and "
-            f"targets must be integer, float, decimal or bool columns; {how} "
-            "or leave it out of features/targets (a series id may be any type: pass it as series=)"
-        )
+        what = f"{roles.get(col, 'column')} {col!r} of {where}"
+        raise _not_a_number(what, kind, "float, decimal", pa.types.is_temporal(kind))
+
+
+def _not_a_number(what: str, kind: Any, numbers: str, timelike: bool) -> Exception:
+    from dask_windows.errors import SchemaError
+
+    how = (
+        "convert it to numbers first (e.g. seconds since the epoch, or the seconds between rows)"
+        if timelike
+        else "encode it as numbers (e.g. category codes)"
+    )
+    return SchemaError(
+        f"{what} is {kind}, not a number; features and targets must be integer, {numbers} or bool columns; "
+        f"{how} or leave it out of features/targets (a series id may be any type: pass it as series=)"
+    )
 
 
 def runs_disagree_with_footer(meta: Any, series: str, runs: Sequence[Sequence[Any]]) -> str | None:
     """Why a manifest's runs of one file cannot be its series column, from the footer's statistics.
 
-    The footer holds each row group's min and max of the series column; the runs the manifest
-    recorded must give the same min and max over the rows of that row group. This catches a part
-    rewritten with other series but the same size, at no I/O (statistics are in the footer).
-
-    Returns:
-        A description of the first disagreement, or ``None`` (agree, or nothing to compare).
+    Each row group's min and max of the series column must be those of the recorded runs over its
+    rows (a part rewritten with other series but the same size). Returns the first disagreement, or
+    ``None``.
     """
     names = meta.schema.names
     if series not in names or not runs:

@@ -1,27 +1,16 @@
 """What opening a dataset leaves out or may get wrong without an error: counted, and warned once.
 
-Two things a loader cannot refuse, because the data is usable, but must not do
-silently:
-
-* **Series shorter than the window.** A series (or a stretch of one: a file's
-  part of a series split between files) with fewer than ``window + horizon``
-  rows holds no window; its rows reach no batch. ``left_out`` counts them from
-  the runs the dataset scanned anyway (no I/O): a run that begins its series
-  (``origin`` 0, or no origin) and ends before the span; halo rows read past a
-  partition's end are not counted twice. ``WindowDataset`` warns once at open
-  (``ShortSeriesWarning``) and keeps the count as ``ds.left_out``; ``inspect``
-  reports it.
-* **A likely series column not passed.** Opened without ``series=`` (and
-  without a manifest naming one), a dataset is one series per partition:
-  windows run from one series into the next. When a column not among the
-  features and targets is named like a series id (``id``, ``sid``,
-  ``sensor_id``, ``series``, ``ticker``, ...) and its values change inside the
-  first partition in runs longer than one row, ``series_column_hint`` names it
-  and ``WindowDataset`` warns once (``SeriesColumnWarning``). The check reads
-  that one column of the first partition only, so it costs one small read and
-  decides the same way on every run; a series column that changes only in
-  later partitions is not seen. ``series=None`` says "one series" explicitly
-  and turns it off.
+* **Series shorter than the window.** A series (or a file's stretch of one)
+  with fewer than ``window + horizon`` rows holds no window. ``left_out``
+  counts them from the scanned runs (no I/O; halo rows are not counted twice);
+  ``WindowDataset`` warns once (``ShortSeriesWarning``) and keeps the count as
+  ``ds.left_out``.
+* **A likely series column not passed.** Without ``series=`` (or a manifest
+  naming one) each partition is one series, so windows may cross series. When
+  a column outside the features and targets is named like a series id and its
+  values change in runs inside the first partition, ``series_column_hint``
+  names it and ``WindowDataset`` warns once (``SeriesColumnWarning``). It reads
+  that one column of the first partition only; ``series=None`` turns it off.
 """
 
 from __future__ import annotations
@@ -81,16 +70,7 @@ class LeftOut:
 
 
 def left_out(runs: Sequence[Any], partitions: Sequence[Any], span: int) -> LeftOut:
-    """Count the series runs too short for one window of ``span`` rows.
-
-    Args:
-        runs: The dataset's ``index.PartitionRuns``, one per partition.
-        partitions: The source's partitions (``name``, ``num_rows``: its own rows, halo excluded).
-        span: ``window + horizon``.
-
-    Returns:
-        The runs that begin their series and end before ``span`` rows, and their rows.
-    """
+    """Count the runs (``index.PartitionRuns``, one per partition) that begin their series and end before ``span`` rows."""
     begins: Any = True  # every run begins its series, and owns its rows, unless some say otherwise
     owns: Any = True
     if isinstance(runs, FileRuns):  # columnar (opened from the index): no origin, owned or whole; no loop
@@ -165,15 +145,7 @@ def _looks_like_series(name: Any) -> bool:
 
 
 def series_column_hint(source: Any, used: Sequence[Any]) -> tuple[str, int] | None:
-    """A column that looks like a series id and changes inside the first partition, if any.
-
-    Args:
-        source: The opened source (``column_names``, ``read_runs``, ``partitions``).
-        used: The feature and target columns (never taken for a series id).
-
-    Returns:
-        ``(column, runs in the first partition)`` of the first such column, or ``None``.
-    """
+    """``(column, runs in the first partition)`` of a column outside ``used`` that looks like a series id, or ``None``."""
     if not getattr(source, "partitions", None):
         return None
     try:
@@ -210,15 +182,8 @@ def warn_series_column(hint: tuple[str, int] | None, description: str) -> None:
 
 
 def check_omissions(ds: Any, series_given: bool) -> LeftOut:
-    """What ``WindowDataset`` runs at open: count and warn about short series, hint at a series column.
-
-    Args:
-        ds: The dataset, its runs scanned.
-        series_given: Whether ``series=`` was passed (``None`` included) or came from a manifest.
-
-    Returns:
-        The runs left out (kept as ``ds.left_out``).
-    """
+    """What ``WindowDataset`` runs at open: warn about short series (returned, kept as ``ds.left_out``) and a likely
+    series column (unless ``series_given``: passed, ``None`` included, or from a manifest)."""
     description = ds.source.description
     if not series_given and ds.spec.series is None:
         warn_series_column(series_column_hint(ds.source, list(ds.spec.columns)), description)

@@ -5,31 +5,21 @@
 pass) and follow one contract, written here once:
 
 * **Epochs.** Each pass claims the epoch after the previous pass's unless
-  ``set_epoch`` (or ``load_state_dict``) pinned one (``runtime.epochs``): the
-  workers of one pass agree on it, persistent and spawned ones included.
-* **Ranks.** ``rank`` / ``world_size`` are the explicit values, else an
-  initialised ``torch.distributed``'s (``runtime.detect``); a pickled copy
-  carries the ranks resolved in the training process, which a spawned
-  DataLoader worker cannot detect.
+  ``set_epoch`` (or ``load_state_dict``) pinned one; the workers of one pass
+  agree on it (``runtime.epochs``).
+* **Ranks.** Explicit ``rank`` / ``world_size``, else an initialised
+  ``torch.distributed``'s; a pickled copy carries them to spawned workers.
 * **Length.** ``len()`` is the batches every rank yields in the epoch, the same
-  for any ``num_workers`` (``planning.division``); during an elastic resume, the
-  state's batches plus this rank's of the rest.
-* **Resume.** ``state_dict`` / ``load_state_dict`` through the one
-  ``planning.resume.Resumer``: a small dict of plain values, the same format for
-  all three, refused when it names another dataset or configuration.
-* **Pickling.** DataLoader workers get a copy without what belongs to this
-  process (``_process_local``), noting who pickled it so a forkserver worker
-  ends with the training process (``workerwatch``).
+  for any ``num_workers`` (``planning.division``).
+* **Resume.** ``state_dict`` / ``load_state_dict`` through one
+  ``planning.resume.Resumer``: the same small dict for all three.
+* **Pickling.** Workers get a copy without ``_process_local``, noting who
+  pickled it so a forkserver worker ends with the training process
+  (``workerwatch``).
 
-A dataset supplies what differs: ``_fingerprint()`` (what identifies its
-epochs), ``_shape()`` (units per epoch, batch size, ``drop_last``) and, by
-class attributes, whether it resumes elastically (another ``world_size`` or
-``num_workers``) and what it does not pickle. The trade-off: one base class
-fixes the method names and the order of the steps for all three; a dataset
-that needs another order of steps overrides the method and calls this one.
-
-The package also holds ``workerwatch``: a forkserver DataLoader worker watches the training
-process that pickled its dataset and ends with it.
+A dataset supplies ``_fingerprint()`` (what identifies its epochs), ``_shape()``
+(units per epoch, batch size, ``drop_last``) and, by class attributes, whether
+it resumes elastically and what it does not pickle.
 """
 
 from __future__ import annotations
@@ -174,10 +164,9 @@ class PassProtocol:
     def state_dict(self, batches: int | None = None, num_workers: int | None = None) -> dict:
         """Where the current epoch stands, as a small dict to save with the model checkpoint.
 
-        Without arguments the dataset counts what it yielded itself: iterated in this process
-        (``num_workers=0``) or inside each DataLoader worker (torchdata's ``StatefulDataLoader``
-        calls this there). A plain ``DataLoader`` with workers iterates copies of the dataset, so
-        tell it what the training loop took instead.
+        Without arguments the dataset counts what it yielded itself (in this process, or in each
+        worker under torchdata's ``StatefulDataLoader``); with a plain ``DataLoader`` and workers,
+        pass what the training loop took.
 
         Args:
             batches: Batches the DataLoader yielded in the current pass over it (count from 0 each
@@ -185,11 +174,10 @@ class PassProtocol:
             num_workers: The DataLoader's ``num_workers`` (required with ``batches``).
 
         Returns:
-            The state; the same for every rank, so a state saved on one rank resumes all.
-            It describes the most recent pass (``iter(ds)``) still in progress, and that pass's
-            epoch; each pass counts its own batches, so a second iterator (a peek, dropped or
-            closed) never moves the first one's position. While two passes are in progress the
-            state is ambiguous and this raises ``ConfigError``.
+            The state of the most recent pass still in progress; the same for every rank.
+
+        Raises:
+            ConfigError: Two passes are in progress (the state would be ambiguous).
         """
         world = World(*self._resolve_ranks(), *detect_worker())
         shape = self._shape() if self._elastic else None
@@ -205,10 +193,8 @@ class PassProtocol:
         finished are not read again.
 
         A loader-scope state saved with another ``world_size`` or ``num_workers`` resumes elastically
-        where the dataset supports it (``WindowDataset``, ``Mixture``): the windows of that epoch not
-        yet yielded (those of the old in-flight buffers included) are divided between the new ranks
-        and workers, each exactly once, every rank yielding the same number of batches; only their
-        order differs from an uninterrupted run (see ``planning.elastic``).
+        where the dataset supports it: the windows not yet yielded are divided between the new ranks
+        and workers, each exactly once, in another order (``planning.elastic``).
 
         Raises:
             ConfigError: The state comes from another dataset or configuration.

@@ -1,16 +1,11 @@
 """Worker processes that outlive their training process: each one watches it.
 
-Workers whose training process died hard (``os._exit``, an OOM kill,
-preemption): workers started by ``forkserver`` (the integrations' default) are
-children of the fork server, not of the training process, so torch's watchdog
-(which compares the parent pid) never fires and they live on, holding memory
-and the training script's stdout pipe. Each such worker runs
-``watch_training_process(pid)``: a daemon thread that waits for the training
-process (the one that pickled the dataset for the worker) to end and then ends
-the worker with ``os._exit``. On Linux it waits on a ``pidfd``
-(``os.pidfd_open``: woken by the kernel, no polling); elsewhere it checks the
-pid every ``POLL_SECONDS``. Fork workers are the training process's children
-and need none (torch's own watchdog ends them).
+A ``forkserver`` worker (the integrations' default) is a child of the fork
+server, so torch's watchdog never fires when the training process dies hard
+(``os._exit``, an OOM kill). Such a worker runs ``watch_training_process(pid)``:
+a daemon thread that waits for the process that pickled its dataset to end
+(a ``pidfd`` on Linux, else a check every ``POLL_SECONDS``) and then ends the
+worker with ``os._exit``.
 """
 
 from __future__ import annotations
@@ -99,9 +94,7 @@ def _pidfd(pid: int) -> int | None:
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by another user (a recycled pid): taken as gone
+    except (ProcessLookupError, PermissionError):  # PermissionError: a recycled pid of another user
         return False
     return True
 

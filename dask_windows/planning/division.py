@@ -1,32 +1,20 @@
 """The division of an epoch between ranks and DataLoader workers: the rule that keeps DDP from hanging.
 
-Every order of the package is a sequence of ``total`` units laid end to end: a
-dataset's windows (the piece and pool orders), a mixture's schedule, a
-corpus's packed sequences, the rest of an epoch in an elastic resume. All of
-them are divided here, by one rule, so that every rank yields the same number
-of batches and no rank waits at a collective for another that ran out:
+Every order (a dataset's windows, a mixture's schedule, a corpus's sequences,
+an elastic rest) is a sequence of ``total`` units divided here, so every rank
+yields the same number of batches:
 
-* **Ranks** take contiguous shares of the sequence. *Equal* shares (an epoch):
-  ``total // world_size`` units each, the last ``total % world_size`` left out.
-  *Balanced* shares (the rest of an epoch after an elastic resume, where every
-  unit is owed): the remainder goes to the first ranks, one unit each, as long
-  as every rank can still fill the same number of non-empty batches; when it
-  cannot (a tiny rest with ``batch_size=1``), equal shares.
-* **Batches**: every rank cuts its share into the same ``num_batches``: full
-  batches of ``batch_size`` first, then the shorter ones (one partial batch at
-  the end of an equal share; with ``drop_last`` it is left out), never an
-  empty one. Batch ``j`` of a share of ``s`` units ends at
-  ``min(j * batch_size, s - (num_batches - j))``.
-* **Workers**: DataLoader worker ``w`` of ``W`` takes the contiguous block of
-  its rank's batches ``[w * n // W, (w + 1) * n // W)`` (``worker_batch_range``),
-  so only a rank's final batch can be partial; the DataLoader asks its workers
-  in turn, so after ``k`` batches each worker has yielded the share
-  ``round_robin`` gives (what a loader-scope resume state counts).
+* **Ranks** take contiguous shares: *equal* (``total // world_size`` each, the
+  remainder left out) or *balanced* (an elastic rest, where every unit is
+  owed: the remainder to the first ranks while every rank can still fill the
+  same number of non-empty batches).
+* **Batches**: full batches first, then the shorter ones, never an empty one;
+  batch ``j`` of a share of ``s`` units ends at ``min(j * batch_size, s - (num_batches - j))``.
+* **Workers**: worker ``w`` of ``W`` takes batches ``[w * n // W, (w + 1) * n // W)``;
+  after ``k`` batches of an in-order DataLoader each has yielded ``round_robin``'s share.
 
-The trade-off: equal shares drop up to ``world_size - 1`` units of each epoch
-(a different few each epoch when the order is shuffled) rather than repeat
-some, as ``DistributedSampler``'s padding would. Nothing here reads data;
-integers and numpy only.
+The trade-off: equal shares drop up to ``world_size - 1`` units an epoch
+rather than repeat some, as ``DistributedSampler``'s padding would.
 """
 
 from __future__ import annotations
@@ -53,17 +41,9 @@ __all__ = [
 
 @dataclass(frozen=True)
 class ReaderShare:
-    """One reader's (rank, worker) part of an epoch of units.
-
-    Attributes:
-        rank_start: Epoch position of the rank's first unit.
-        rank_units: Units of the rank's share (its batches may leave the last few out: ``drop_last``).
-        rank_batches: Batches of every rank.
-        batch_size: Units per full batch.
-        first_batch: The reader's first batch, numbered among its rank's.
-        stop_batch: One past its last.
-        left_out: Units of the epoch no rank yields (besides a ``drop_last`` batch).
-    """
+    """One reader's (rank, worker) part of an epoch of units: the rank's share (``rank_start``,
+    ``rank_units``), every rank's ``rank_batches``, the reader's batches ``[first_batch, stop_batch)``
+    and the units no rank yields (``left_out``, besides a ``drop_last`` batch)."""
 
     rank_start: int
     rank_units: int
@@ -120,16 +100,8 @@ def reader_share(
 ) -> ReaderShare:
     """What reader ``world`` yields of an epoch of ``total`` units: the one division every order uses.
 
-    Args:
-        total: Units of the epoch (windows, sequences, the windows of an elastic rest).
-        world: The reader: rank, world size, DataLoader worker, number of workers.
-        batch_size: Units per full batch.
-        drop_last: Leave out each rank's final partial batch (equal shares only).
-        balanced: Give the remainder to the first ranks instead of leaving it out (see the module).
-
-    Raises:
-        ConfigError: ``balanced`` with ``drop_last`` (a balanced division owes every unit), or a
-            ``batch_size`` below 1.
+    ``balanced``: the remainder to the first ranks (see the module). Raises ``ConfigError`` for
+    ``balanced`` with ``drop_last`` or a ``batch_size`` below 1.
     """
     if balanced and drop_last:
         raise ConfigError("a balanced division yields every unit: it takes no drop_last")
@@ -151,12 +123,8 @@ def reader_share(
 def reader_span(
     total: int, world: World, batch_size: int, drop_last: bool, skip_batches: int = 0
 ) -> tuple[int, int, int, int]:
-    """This reader's stretch of an epoch of ``total`` windows, as the piece and pool orders take it.
-
-    Returns:
-        ``(lo, hi, batches, skip)``: the reader's windows are positions ``[lo, hi)`` of the epoch's
-        sequence, ``batches`` its batches before any skip, ``skip`` the skipped ones, clipped to them.
-    """
+    """``(lo, hi, batches, skip)``: the reader's positions of an epoch of ``total`` windows, its batches
+    before any skip and ``skip_batches`` clipped to them."""
     share = reader_share(total, world, batch_size, drop_last)
     return share.lo, share.hi, share.num_batches, min(max(skip_batches, 0), share.num_batches)
 
@@ -182,19 +150,9 @@ def worker_batches(num_batches: int, num_workers: int) -> list[int]:
 
 
 def round_robin(batches_per_worker: Sequence[int], taken: int) -> tuple[np.ndarray, int]:
-    """Each worker's share of the first ``taken`` batches of an in-order DataLoader.
-
-    The loader asks workers ``0, 1, ..., W-1, 0, ...`` in turn and skips a worker that
-    has no batches left, so after round ``r`` every worker has yielded ``min(n_w, r)``.
-
-    Args:
-        batches_per_worker: ``(W,)`` batches each worker yields in the epoch (``worker_batches``).
-        taken: Batches the loader has yielded, ``0 <= taken <= sum``.
-
-    Returns:
-        ``(consumed, next_worker)``: ``(W,)`` batches each worker had yielded, and the worker
-        that yields the next batch (``0`` once every batch is taken).
-    """
+    """``(consumed, next_worker)``: ``(W,)`` batches each worker had yielded of the first ``taken`` of an
+    in-order DataLoader (it asks workers in turn, skipping one with none left), and the worker due next
+    (``0`` once every batch is taken)."""
     n = np.asarray(batches_per_worker, dtype=np.int64)
     total = int(n.sum())
     if not 0 <= taken <= total:

@@ -1,30 +1,17 @@
 """Elastic resume: the rest of an epoch re-divided between another number of ranks and workers.
 
-A reader (rank, DataLoader worker) yields a fixed stream of windows in an
-epoch, and a loader-scope state says how many batches each rank's DataLoader
-yielded, hence (``resume.round_robin``) how many each worker had yielded: a
-prefix of each old reader's stream. What is left is a list of *pieces*
-``(rank, worker, lo, hi)``: windows ``[lo, hi)`` of that old reader's stream,
-including the windows of the buffers the old readers were inside (they are
-read again, not lost). Laid end to end, the pieces form the rest sequence;
-the new topology divides it as the plan divides an epoch (``division``, with
-balanced shares): contiguous shares per rank, as equal as windows allow, every
-rank yielding the same number of batches (full ones, then at most two shorter
-ones at the end of the share), contiguous blocks of batches per worker. Every window not yet yielded is
-yielded exactly once. A state saved during such an epoch records the pieces
-and the new division, so a second elastic restart in the same epoch works the
-same way.
+A loader-scope state says how many batches each old reader yielded: a prefix
+of its stream. The rest is a list of *pieces* ``(rank, worker, lo, hi)``
+(windows ``[lo, hi)`` of an old reader's stream, those of the buffers it was
+inside included), laid end to end and divided by the new topology as
+``division`` divides an epoch (balanced shares). Every window not yet yielded
+is yielded exactly once; a state saved during such an epoch records the
+pieces, so a second elastic restart works the same way.
 
-The trade-off, the one thing that cannot be kept: the order of the rest of the
-epoch. The new readers take the old readers' streams one after another instead
-of interleaving them, so the rest of the epoch is not the order an
-uninterrupted run would have produced (nor the order a run started with the
-new topology would have). Which windows remain is exact; the next epochs are
-exactly those of a job always run with the new topology. When fewer windows
-remain than ranks times batches can hold (a tiny rest with ``batch_size=1``),
-the last ``rest % world_size`` windows are left out, as an epoch's are.
-
-Pure arithmetic on integers; nothing reads data.
+The trade-off: the order of the rest is not an uninterrupted run's (old
+streams are taken one after another); the next epochs are exactly those of the
+new topology. A tiny rest that cannot fill equal batch counts leaves out its
+last ``rest % world_size`` windows, as an epoch does.
 """
 
 from __future__ import annotations
@@ -54,12 +41,7 @@ Piece = tuple[int, int, int, int]  # (old rank, old worker, lo, hi) of that old 
 
 @dataclass(frozen=True)
 class Share:
-    """What one new reader yields of the rest of an epoch.
-
-    Attributes:
-        pieces: Pieces of old readers' streams, in reading order.
-        sizes: Windows of each batch.
-    """
+    """What one new reader yields of the rest of an epoch: ``pieces`` in reading order, ``sizes`` of batches."""
 
     pieces: tuple[Piece, ...]
     sizes: tuple[int, ...]
@@ -77,13 +59,7 @@ def _rest_share(total: int, world: World, batch_size: int) -> ReaderShare:
 
 
 def divide(pieces: Sequence[Piece], world: World, batch_size: int) -> Share:
-    """The part of the rest sequence ``pieces`` that new reader ``world`` yields.
-
-    Args:
-        pieces: The rest of the epoch, in canonical order.
-        world: The new reader: rank, world size, worker, number of workers.
-        batch_size: Windows per full batch.
-    """
+    """The part of the rest sequence ``pieces`` that new reader ``world`` yields."""
     lengths = np.array([hi - lo for _, _, lo, hi in pieces], dtype=np.int64)
     share = _rest_share(int(lengths.sum()), world, batch_size)
     a, b = share.lo, share.hi
@@ -111,18 +87,8 @@ def rest_of_epoch(
     num_workers: int,
     readers: Callable[[int, int], tuple[Sequence[Piece], Sequence[int]]],
 ) -> list[Piece]:
-    """Pieces not yet yielded, given each worker's consumed batches (the same on every rank).
-
-    Args:
-        consumed: ``(num_workers,)`` batches each DataLoader worker of every rank had yielded.
-        world_size: Ranks that yielded them.
-        num_workers: Workers per rank.
-        readers: ``readers(rank, worker)`` gives that reader's ``(pieces, sizes)``: the pieces its
-            stream is made of and the windows of each of its batches.
-
-    Returns:
-        The rest of the epoch: ``(rank, worker, lo, hi)`` of the original readers' streams.
-    """
+    """The pieces not yet yielded, given ``(num_workers,)`` batches each worker of every rank had yielded
+    (``consumed``) and ``readers(rank, worker) -> (pieces, sizes)`` of each original reader."""
     out: list[Piece] = []
     for rank in range(world_size):
         for worker in range(num_workers):
@@ -148,15 +114,7 @@ def is_elastic(state: dict, world_size: int, num_workers: int | None) -> bool:
 def rest_from_state(
     state: dict, round_robin: Callable, num_windows: int, batch_size: int, drop_last: bool
 ) -> tuple[list[Piece], tuple[int, int]]:
-    """``(pieces, origin)``: the rest of the epoch of loader-scope ``state`` and the topology of its streams.
-
-    Args:
-        state: A loader-scope state (``batches`` yielded by each rank's DataLoader of ``num_workers``).
-        round_robin: ``resume.round_robin``.
-        num_windows: The dataset's windows per epoch.
-        batch_size: Windows per batch.
-        drop_last: The dataset's ``drop_last``.
-    """
+    """``(pieces, origin)``: the rest of the epoch of loader-scope ``state`` and the topology of its streams."""
     world_size, num_workers = int(state["world_size"]), int(state["num_workers"])
     if "rest" in state:  # saved during an elastic epoch: its readers divided these pieces
         base: list[Piece] = [(int(r), int(w), int(a), int(b)) for r, w, a, b in state["rest"]["pieces"]]

@@ -1,16 +1,11 @@
 """The dataset's window grid: per partition, its runs and how many windows each holds.
 
-Built once when a dataset is opened from row counts and the series column
-(plus the feature columns only with ``nan="drop"``). It holds O(runs)
-numbers per partition: for every run its first window's row and its window
-count. Any filter of whole stretches of a run's window grid (NaN rows,
-temporal splits) is expressed by moving a run's first window and shrinking
-its count, so the rest of the loader never changes.
-
-A run may be a piece of a longer series (a chunk of a converted dataset, or a
-stretch between NaN rows): ``origin`` places it in its series, so its windows
-stay on the series' stride grid, and ``owned`` limits where they may start,
-so rows repeated in a neighbouring chunk's overlap never start a window twice.
+Built once at open from row counts and the series column (and the features
+with ``nan="drop"``): O(runs) numbers per partition. Filters (NaN rows,
+temporal splits) move a run's first window and shrink its count. A run that
+is a piece of a longer series keeps the series' stride grid (``origin``), and
+``owned`` stops rows repeated in a neighbouring chunk's overlap from starting
+a window twice.
 """
 
 from __future__ import annotations
@@ -41,14 +36,9 @@ __all__ = [
 class PartitionRuns:
     """Runs of one partition (partition rows): ``starts``, ``lengths`` and series ``keys``.
 
-    ``whole`` holds the series runs before NaN rows cut them into these pieces (``nan="drop"``),
-    or ``None`` when nothing was cut; ``series_runs`` is whichever covers every row.
-
-    ``origin`` (optional, ``(R,)`` int64): row of each run's first row within its whole series;
-    the run's windows start at rows ``r`` with ``(origin + r - start) % stride == 0``. ``None``:
-    every run begins its series' grid (origin 0). ``owned`` (optional, ``(R,)`` int64): a window
-    may start only in the first ``owned`` rows of the run (the rest is a chunk's overlap, whose
-    windows another run owns). ``None``: the whole run.
+    ``whole``: the series runs before NaN rows cut them (``None``: nothing cut). ``origin``: ``(R,)``
+    row of each run's first row in its series (``None``: 0). ``owned``: ``(R,)`` rows of each run
+    where a window may start (the rest is a chunk's overlap; ``None``: the whole run).
     """
 
     starts: np.ndarray
@@ -65,16 +55,8 @@ class PartitionRuns:
 
 
 class FileRuns(Sequence[PartitionRuns]):
-    """The runs of partitions that are whole files (no halo, none continues another, nothing cut), columnar.
-
-    Item ``p`` is partition ``p``'s ``PartitionRuns``, built when asked for: a dataset of 10^5 files
-    holds three arrays, not three array objects and a ``PartitionRuns`` per file.
-
-    Attributes:
-        starts: ``(R,)`` ``Ragged``: per partition, its runs' first rows (int64).
-        lengths: ``(R,)`` ``Ragged``: per partition, its runs' rows (int64), the same offsets.
-        keys: ``(R,)`` ``Ragged``: per partition, its runs' series keys, the same offsets.
-    """
+    """The runs of partitions that are whole files (no halo, none continues another, nothing cut), as
+    three ``Ragged`` of one offsets (``starts``, ``lengths``, ``keys``); item ``p`` is built when asked for."""
 
     __slots__ = ("keys", "lengths", "starts")
 
@@ -97,14 +79,8 @@ class FileRuns(Sequence[PartitionRuns]):
 
 @dataclass(frozen=True)
 class WindowGrid:
-    """The windows of every partition, columnar (``Ragged``: one flat array and offsets, not an array per
-    partition; ``first[p]`` and ``counts[p]`` are partition ``p``'s arrays).
-
-    Attributes:
-        first: Per partition, ``(R,)`` row of each run's first window.
-        counts: Per partition, ``(R,)`` windows of each run.
-        stride: Rows between consecutive windows of a run.
-    """
+    """The windows of every partition: per partition, ``(R,)`` row of each run's first window (``first``)
+    and its windows (``counts``), ``stride`` rows apart."""
 
     first: Ragged
     counts: Ragged
@@ -190,18 +166,11 @@ def scan_runs(
     """Runs of every partition, read in parallel threads.
 
     Args:
-        num_partitions: Partitions to scan.
-        read_runs: ``i -> (starts, lengths, keys)`` of partition ``i``, or
-            ``(starts, lengths, keys, origin, owned)`` (see ``PartitionRuns``).
+        read_runs: ``i -> (starts, lengths, keys[, origin, owned])`` of partition ``i``.
         read_bad_rows: ``i -> sorted rows`` no window may contain (``nan="drop"``), or ``None``.
-        threads: Parallel reads.
-        continues: ``i ->`` whether partition ``i``'s first row directly follows partition
-            ``i - 1``'s last row (one file cut at row groups). A run continuing across such a cut
-            keeps its series' stride grid (``chain_origins``).
+        continues: ``i ->`` whether partition ``i`` directly follows partition ``i - 1`` (one file
+            cut at row groups): its first run then keeps its series' grid (``chain_origins``).
         num_rows: Per partition, its own rows (without the halo its runs may cover).
-
-    Returns:
-        One ``PartitionRuns`` per partition, in partition order.
     """
 
     def scan(i: int) -> tuple[PartitionRuns, np.ndarray | None]:
@@ -220,8 +189,7 @@ def scan_runs(
     if num_partitions <= 1 or threads <= 1:
         found = [scan(i) for i in range(num_partitions)]
     else:
-        # Contiguous blocks of partitions per task: with 10,000 small files, one task per file
-        # costs more in thread hand-offs than the reads themselves.
+        # contiguous blocks of partitions per task: a task per small file costs more than its read
         blocks = np.array_split(np.arange(num_partitions), min(num_partitions, threads * 4))
         with ThreadPoolExecutor(min(threads, num_partitions)) as pool:
             found = [item for block in pool.map(lambda b: [scan(int(i)) for i in b], blocks) for item in block]
@@ -233,9 +201,7 @@ def scan_runs(
 
 
 def runs_of_files(starts: np.ndarray, lengths: np.ndarray, keys: np.ndarray, offsets: np.ndarray) -> FileRuns:
-    """The runs of partitions that are whole files (no halo, none continues another), from their runs told at
-    once, flat (``(R,)`` each, partition ``p``'s from ``offsets[p]`` to ``offsets[p + 1]``): what ``scan_runs``
-    gives for them, without a call or an object per partition."""
+    """``scan_runs`` of partitions that are whole files, from their runs told at once, flat."""
     return FileRuns(starts, lengths, keys, offsets)
 
 
@@ -248,18 +214,8 @@ def _same_key(a: Any, b: Any) -> bool:
 def chain_origins(
     runs: Sequence[PartitionRuns], continues: Sequence[bool], num_rows: Sequence[int]
 ) -> list[PartitionRuns]:
-    """Give a run that continues its series from the previous partition the series' grid.
-
-    Args:
-        runs: Per partition, its series runs (before any NaN cut; runs past the partition's own
-            rows, its halo, may follow).
-        continues: Per partition, whether its first row directly follows the previous one's last.
-        num_rows: Per partition, its own rows.
-
-    Returns:
-        ``runs`` with ``origin`` set on each continued first run: the rows its series had before
-        the cut, so its windows start where the whole series' stride grid puts them.
-    """
+    """``runs`` (per partition, before any NaN cut) with ``origin`` set on each first run continuing its
+    series from the previous partition (``continues``), so its windows keep the series' stride grid."""
     out = list(runs)
     for i in range(1, len(out)):
         prev, cur, n = out[i - 1], out[i], int(num_rows[i - 1])

@@ -1,27 +1,18 @@
 """How well a dataset's batches mix, measured beside a global shuffle of the same windows.
 
-A loader that never builds a global window index cannot shuffle globally: a
-batch holds windows of the pieces in its buffer. Whether that matters depends
-on the layout: on one long series stored in time order, a batch of few pieces
-is a short stretch of time. This module measures it for a dataset as
-configured, without reading any data: the plan and the window grid say which
-windows form each batch (``plan_batches``, the same global start rows that
-``return_index=True`` yields), and the dataset is cut into ``blocks`` equal
-row blocks, a block's number standing in for the regime of its rows.
+Without reading data: the plan and the grid give each batch's global start
+rows (``plan_batches``, as ``return_index=True`` yields them), and the dataset
+is cut into ``blocks`` equal row blocks, a block standing for the regime of its
+rows. ``batch_statistics`` over a reader's first batches:
 
-Statistics (``batch_statistics``), over a reader's first batches of an epoch:
-
-* ``distinct_blocks``: row blocks a batch touches (of ``blocks``);
-* ``tv_distance``: total-variation distance of a batch's block histogram from
-  the dataset's (0: the batch looks like the dataset, 1: disjoint);
+* ``distinct_blocks``: row blocks a batch touches;
+* ``tv_distance``: total-variation distance of a batch's block histogram from the dataset's;
 * ``lag1``: correlation of consecutive batches' mean block (0 for a shuffle);
-* ``effective_batch_size``: variance of one window's block over the variance
-  of a batch's mean block: ``B`` for an ideal shuffle, about the number of
-  distinct places when batches are made of a few stretches.
+* ``effective_batch_size``: variance of one window's block over that of a
+  batch's mean block (``B`` for an ideal shuffle).
 
-The reference is a global shuffle: batches of ``B`` windows drawn from the
-dataset's block histogram. ``mixing_report`` returns both with a one-line
-verdict and advice. Fault replacement (``on_error="skip"``) is not simulated.
+``mixing_report`` sets them beside a global shuffle's with a verdict and
+advice. Fault replacement (``on_error="skip"``) is not simulated.
 """
 
 from __future__ import annotations
@@ -65,17 +56,8 @@ class MixingStats:
 def plan_batches(
     ds: Any, epoch: int | None = None, rank: int = 0, max_batches: int | None = None
 ) -> Iterator[np.ndarray]:
-    """Global start rows of each batch one reader (``rank``, no DataLoader workers) yields.
-
-    Computed from the plan and the grid only, as ``runtime.pool`` orders them: equal to the
-    rows ``return_index=True`` yields when no partition is skipped.
-
-    Args:
-        ds: A ``WindowDataset``.
-        epoch: The epoch (default: the dataset's).
-        rank: The rank whose batches are listed.
-        max_batches: Stop after this many batches.
-    """
+    """Global start rows of each batch one reader (``rank``, no DataLoader workers) yields, from the plan
+    and the grid alone: the rows ``return_index=True`` yields when no partition is skipped."""
     spec, grid = ds.spec, ds.grid
     world = World(rank, ds.world_size, 0, 1)
     saved, ds.epoch = ds.epoch, ds.epoch if epoch is None else epoch
@@ -108,14 +90,9 @@ def _cut(steps: Iterator[np.ndarray], batch_size: int, max_batches: int | None) 
 def spread_places(ds: Any) -> tuple[Callable[[np.ndarray], np.ndarray], int] | None:
     """For data ``dask-windows convert`` spread over its files: each stored row's place in the data.
 
-    A spread file holds chunks of every part of the data, so a stored row's position says nothing of
-    where in the data it lies; its place is its row in (series, time) order (series in sorted order,
-    as ``convert`` sorts them), from the manifest's runs (``origin``: the row within its series).
-
-    Returns:
-        ``(place, rows)``: a function of ``(N,)`` global stored rows (window starts: owned rows) to their
-        places, and the rows of the data (owned rows, each counted once); ``None`` for other data, or
-        when a partition is not a whole file of the manifest.
+    A stored row's place is its row in (series, time) order, from the manifest's runs. Returns
+    ``(place, rows)``: a function of ``(N,)`` global stored rows to their places, and the data's (owned)
+    rows; ``None`` for other data, or when a partition is not a whole file of the manifest.
     """
     source = getattr(ds, "source", None)
     manifest = (getattr(source, "_manifest", None) or {}).get("manifest") or {}
@@ -180,9 +157,7 @@ def batch_statistics(
     """Statistics of ``batches`` (global start rows; ``place`` maps them to the data's order) against the
     dataset's block ``histogram``."""
     blocks = len(histogram)
-    p = histogram / max(histogram.sum(), 1)  # (blocks,) the dataset's block distribution
-    centres = np.arange(blocks, dtype=np.float64)
-    var_window = float(np.sum(p * (centres - np.sum(p * centres)) ** 2))
+    p, _, var_window = _block_spread(histogram)
     batches = [b for b in batches if len(b)]
     distinct, tv, means = [], [], []
     for rows in batches:
@@ -193,6 +168,13 @@ def batch_statistics(
         tv.append(0.5 * np.abs(q - p).sum())
         means.append(block.mean())
     return _summarise(distinct, tv, np.array(means), var_window)
+
+
+def _block_spread(histogram: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """``(p, centres, var)``: the dataset's block distribution, block numbers and one window's block variance."""
+    p = histogram / max(histogram.sum(), 1)
+    centres = np.arange(len(histogram), dtype=np.float64)
+    return p, centres, float(np.sum(p * (centres - np.sum(p * centres)) ** 2))
 
 
 def _summarise(distinct: list, tv: list, means: np.ndarray, var_window: float) -> MixingStats:
@@ -209,10 +191,7 @@ def _summarise(distinct: list, tv: list, means: np.ndarray, var_window: float) -
 
 def global_shuffle_statistics(histogram: np.ndarray, batch_size: int, num_batches: int, seed: int = 0) -> MixingStats:
     """The reference: ``num_batches`` batches of ``batch_size`` windows drawn from the whole dataset."""
-    blocks = len(histogram)
-    p = histogram / max(histogram.sum(), 1)
-    centres = np.arange(blocks, dtype=np.float64)
-    var_window = float(np.sum(p * (centres - np.sum(p * centres)) ** 2))
+    p, centres, var_window = _block_spread(histogram)
     counts = rng_for(seed, 0x313C).multinomial(batch_size, p, size=max(num_batches, 3))  # (batches, blocks)
     q = counts / batch_size
     return _summarise(
@@ -223,14 +202,8 @@ def global_shuffle_statistics(histogram: np.ndarray, batch_size: int, num_batche
 def mixing_report(ds: Any, max_batches: int = 2000, blocks: int = 100, epoch: int | None = None) -> dict:
     """The mixing statistics of ``ds`` as configured, a global shuffle's, a verdict and advice.
 
-    Args:
-        ds: A ``WindowDataset`` (nothing is read; its plan and grid are used).
-        max_batches: Batches of rank 0's epoch measured (from its start).
-        blocks: Equal row blocks the dataset is cut into.
-        epoch: The epoch (default: the dataset's).
-
-    Returns:
-        ``{"loader": MixingStats dict, "global": ..., "verdict": str, "advice": str, "settings": ...}``.
+    Nothing is read; ``max_batches`` of rank 0's epoch are measured over ``blocks`` equal row blocks.
+    Returns ``{"loader": MixingStats dict, "global": ..., "verdict", "advice", "settings"}``.
     """
     places = spread_places(ds)
     histogram = block_histogram(ds, blocks, places)
@@ -359,11 +332,7 @@ def format_report(report: dict) -> str:
 def inspect_mixing(path: str, summary: dict, **settings: Any) -> dict:
     """``mixing_report`` of the Parquet dataset at ``path`` as ``dask-windows inspect`` describes it.
 
-    Args:
-        path: The dataset.
-        summary: ``inspect_dataset``'s report (window settings, series column, features).
-        **settings: ``batch_size``, ``buffer_partitions``, ``pieces_per_partition`` (``None``: default; ``1``:
-            whole partitions), ``buffer_bytes``.
+    ``summary``: ``inspect_dataset``'s report; ``settings``: ``WindowDataset`` keywords of the order.
     """
     from dask_windows.dataset import WindowDataset
     from dask_windows.errors import ConfigError

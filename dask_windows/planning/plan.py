@@ -1,20 +1,10 @@
 """An epoch's partition order and its division, as pure arithmetic, shared by every order.
 
 An epoch is the partitions in a per-epoch random permutation (``epoch_order``),
-their windows laid end to end. Ranks take equal contiguous slices of that
-sequence (so every rank yields the same number of batches even when partitions
-differ in size tenfold, and two ranks share at most the partition where their
-slices meet: each reads its own windows of it, a *segment*, ``segment_arrays``);
-a rank's batches are divided between its DataLoader workers as contiguous
-blocks, so only the rank's final batch can be partial (the one division of
-every order: ``division``). The pool order (``planning.pool``) cuts a reader's
-segments into units; whole partitions (``pieces_per_partition=1``) are its case
-of one unit per partition, ``buffer_partitions`` of them resident. With
-``world_size > 1`` the last ``num_windows % world_size`` windows of each epoch's
-order are left out (a different few each epoch when shuffling) so that ranks
-get equal shares.
-
-Nothing here reads data or starts threads.
+their windows laid end to end and divided by ``division``; two ranks share at
+most the partition where their slices meet, each reading its own *segment*
+(``segment_arrays``). The pool order (``planning.pool``) cuts a reader's
+segments into units; whole partitions are its case of one unit per partition.
 """
 
 from __future__ import annotations
@@ -65,16 +55,8 @@ def epoch_order(num_partitions: int, seed: int, epoch: int, shuffle: bool) -> np
 def segment_arrays(
     partition: np.ndarray, first: np.ndarray, counts: np.ndarray, lo: int, hi: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Segments covering epoch positions ``[lo, hi)`` of pieces laid end to end in epoch order, as three
-    ``(K,)`` arrays: each segment's partition and windows ``[lo, hi)``.
-
-    Args:
-        partition: ``(N,)`` partition of each piece, in epoch order.
-        first: ``(N,)`` first window (in its partition) of each piece.
-        counts: ``(N,)`` windows of each piece.
-        lo: First epoch position wanted.
-        hi: One past the last.
-    """
+    """Segments covering epoch positions ``[lo, hi)`` of pieces (``(N,)`` ``partition``, ``first`` window,
+    ``counts``) laid end to end, as three ``(K,)`` arrays: each segment's partition and windows ``[lo, hi)``."""
     ends = np.cumsum(counts)  # (N,) epoch position just past each ordered piece
     starts = ends - counts
     k0 = int(np.searchsorted(ends, lo, side="right"))

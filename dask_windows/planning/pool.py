@@ -1,44 +1,23 @@
 """The pool order of an epoch, as pure arithmetic: each decode unit read once, mixing bought with memory.
 
-An epoch's windows are divided between ranks and DataLoader workers exactly as
-the whole-partition order divides them (partitions in a random order per
-epoch, laid end to end; contiguous equal shares per rank; contiguous blocks of
-batches per worker). Each reader then cuts its share into **units** along the
-source's decode units (Parquet row groups, merged where shorter than a window;
-fixed row ranges for sources that read any rows at the same cost) and takes
-them in a *stratified* random order: the reader's units in dataset order are
-cut into ``S`` strata and every ``S`` consecutive units hold one of each, so
-the units resident together are spread over the whole share.
+Ranks and workers divide an epoch as ``division`` does. Each reader cuts its
+share into **units** (decode units: Parquet row groups merged to at least a
+window, or fixed row ranges) and reads them in a stratified random order, so
+any ``S`` consecutive units are spread over the whole share. A **pool** keeps
+the ``S`` most recent units decoded in ``pool_rows`` rows. Step ``t`` reads
+unit ``t`` and releases unit ``t - S``; unit ``i``'s windows, in a random order
+of their own, are spread over steps ``i .. i + S - 1`` (Mosaic's ``py1e``), so
+every step draws from all resident units. The first ``F = fill`` units are read
+before the first step (about ``POOL_FIRST_BYTES``); earlier steps join the first
+step, later ones the last. A step's windows are shuffled and batches cut from
+the steps laid end to end.
 
-A **pool** of the ``S`` most recently read units stays decoded in one array
-of a fixed number of rows (``pool_rows``, from the memory budget). The epoch is
-a sequence of **steps**: step ``t`` reads unit ``t`` and releases unit
-``t - S``; unit ``i``'s windows, in a random order of their own, are spread
-evenly over the ``S`` steps ``i .. i + S - 1`` (Mosaic's ``py1e`` idea), so
-every step draws from all ``S`` resident units and consecutive steps never
-hold one fixed set of windows. Steps before ``F - 1`` are joined into the
-first step and steps after the last unit into the last. ``F <= S`` (``fill``)
-is the units read before the first step: the pool fills progressively, each
-later step adding one unit, so the first batch waits for ``F`` units (about
-``POOL_FIRST_BYTES`` of rows), not for the whole pool; a step ``t < S - 1``
-draws from the ``t + 1`` units read so far. A step's windows are shuffled and
-batches are cut from the steps laid end to end.
-
-The trade-off: a unit is decoded once per epoch (twice at most where a
-reader's share begins or ends inside it), and a batch mixes at most ``S``
-places, ``S`` set by the budget: with ``S >= 2 * batch_size`` batches mix
-like a global shuffle; with fewer, the effective batch shrinks toward ``S``.
-
-Windows that cross a cut between two units of one reader (their rows reach
-into the next unit) are drawn with whichever of the two units is read later;
-the earlier unit keeps the few rows they need (``keep``) until then, so no unit
-is decoded twice for them.
-
-Everything here is a function of the plan's inputs: which units are resident
-when and which windows each step draws, so batches are the same bit for bit per
-``(seed, epoch)``, a resume skips finished units without reading them, and a
-reader's stream can be entered at any window. Nothing here reads data or
-starts threads.
+The trade-off: a unit is decoded once per epoch (twice at most at a reader's
+share's ends), and a batch mixes at most ``S`` places: like a global shuffle
+when ``S >= 2 * batch_size``. A window crossing into the next unit is drawn
+with whichever of the two is read later; the earlier keeps its rows (``keep``).
+Everything is a function of the inputs: batches are the same bit for bit per
+``(seed, epoch)`` and a resume skips finished units without reading them.
 """
 
 from __future__ import annotations
@@ -78,11 +57,9 @@ __all__ = [
     "reader_windows",
     "slice_ends",
     "step_order",
-    "step_slices",
     "unit_order",
     "unit_permutation",
     "unit_steps",
-    "windows_before",
     "windows_before_items",
 ]
 
@@ -96,20 +73,14 @@ class PoolPlan:
     """What one reader (rank, worker) yields in one epoch under the pool order.
 
     Attributes:
-        units: The reader's units in reading order (all of them; a resume starts at ``first_unit``):
-            ``PoolUnits``, their columns (a tuple of ``PoolUnit`` is taken as well).
+        units: The reader's units in reading order (``PoolUnits``, or a tuple of ``PoolUnit``); a
+            resume starts at ``first_unit``.
         spread: ``S``: units resident at once; each unit's windows are spread over ``S`` steps.
-        pool_rows: Rows of the pool array.
-        start: The first step to draw (``fill - 1`` unless resuming).
-        skip: Windows of that step already yielded (resumption).
-        num_windows: Windows this reader yields after the skipped ones.
-        num_batches: Batches this reader yields after the skipped ones.
+        start: The first step to draw (``fill - 1`` unless resuming); ``skip`` its windows already yielded.
+        num_windows: Windows this reader yields after the skipped ones (``num_batches``: batches).
         entropy: ``(seed, epoch, rank, world_size, worker, num_workers)``: seeds the steps' shuffles.
-        shuffle: Whether windows are shuffled (``False``: dataset order).
-        group: Steps per block: a block's windows are shuffled together (``BLOCK_BATCHES`` batches or
-            more), so consecutive batches do not split one small step between them.
-        fill: ``F``: units read before the first step (``1 <= F <= S``); steps before ``S - 1`` draw
-            from the units read so far (``spread`` when ``0``: the whole pool before the first step).
+        group: Steps per block, whose windows are shuffled together (``BLOCK_BATCHES`` batches or more).
+        fill: ``F``: units read before the first step (``1 <= F <= S``; ``0``: ``S``).
     """
 
     units: Sequence[PoolUnit]
@@ -144,25 +115,6 @@ class PoolPlan:
         return range(first, step + 1)
 
 
-def windows_before(first: np.ndarray, counts: np.ndarray, stride: int, rows: np.ndarray) -> np.ndarray:
-    """How many of a partition's windows start before each of ``rows`` (partition rows).
-
-    Args:
-        first: ``(R,)`` first start row of each run, in row order.
-        counts: ``(R,)`` windows of each run.
-        stride: Rows between a run's starts.
-        rows: ``(n,)`` rows.
-    """
-    first = np.asarray(first, np.int64)
-    counts = np.asarray(counts, np.int64)
-    rows = np.asarray(rows, np.int64)
-    if len(first) == 0:
-        return np.zeros(len(rows), np.int64)
-    # (n, R) windows of each run starting before each row: ceil((row - first) / stride), clipped to the run
-    inside = np.clip(-(-(rows[:, None] - first[None, :]) // stride), 0, counts[None, :])
-    return inside.sum(axis=1).astype(np.int64)
-
-
 def merge_bounds(bounds: np.ndarray, min_rows: int) -> np.ndarray:
     """Decode unit bounds ``(G+1,)`` with units shorter than ``min_rows`` merged into their neighbours.
 
@@ -181,12 +133,7 @@ def merge_bounds(bounds: np.ndarray, min_rows: int) -> np.ndarray:
 
 
 def merge_bounds_items(bounds: Ragged, min_rows: int) -> Ragged:
-    """``merge_bounds`` of every item of ``bounds`` at once.
-
-    An item whose units but the last all hold ``min_rows`` rows keeps its bounds (less the one before a
-    short last unit) and is done over the flat arrays; the others, where units merge, go through
-    ``merge_bounds`` one at a time.
-    """
+    """``merge_bounds`` of every item of ``bounds`` at once (items where units merge: one at a time)."""
     values = np.asarray(bounds.values, np.int64)
     offsets, item = bounds.offsets, bounds.item_of()
     sizes = bounds.sizes()
@@ -216,10 +163,8 @@ def merge_bounds_items(bounds: Ragged, min_rows: int) -> Ragged:
 def pool_span(max_rows: int, pool_rows: int, num_units: int, group: int = 1) -> tuple[int, int]:
     """``(S, rows)``: units resident at once and the pool's rows, for units of at most ``max_rows`` rows.
 
-    The pool holds the units of the block being drawn (``S + group - 1``), those of the block built
-    ahead (``group``), the unit being read and one unit's rows lost where placement wraps:
-    ``(S + 2 * group + 1) * max_rows <= pool_rows``. At least one unit (the budget is then
-    exceeded: the dataset warns at open).
+    ``(S + 2 * group + 1) * max_rows <= pool_rows``: the block drawn, the block built ahead, the unit
+    being read and one unit lost where placement wraps. At least one unit, over the budget if need be.
     """
     max_rows = max(int(max_rows), 1)
     spread = max(1, min(int(pool_rows) // max_rows - 2 * group - 1, num_units))
@@ -232,12 +177,8 @@ def live_units(plan: PoolPlan) -> int:
 
 
 def unit_order(num_units: int, strata: int, rng: np.random.Generator | None) -> np.ndarray:
-    """A stratified random order of ``num_units`` units (``rng=None``: their order).
-
-    The units in dataset order are cut into ``strata`` contiguous strata; the order is a sequence
-    of rounds, each holding one random unit of every stratum, the strata in one random order that
-    all rounds share: any ``strata`` consecutive units hold one of each stratum.
-    """
+    """A stratified random order of ``num_units`` units (``rng=None``: their order): any ``strata``
+    consecutive units hold one of each of ``strata`` contiguous strata of the dataset order."""
     if rng is None or num_units <= 1:
         return np.arange(num_units, dtype=np.int64)
     m = max(min(strata, num_units), 1)
@@ -262,10 +203,8 @@ def unit_permutation(plan: PoolPlan, i: int) -> np.ndarray:
 def slice_ends(plan: PoolPlan, i: Any, j: Any, n: Any) -> Any:
     """Permutation positions where slice ``j`` of unit ``i`` (of ``n`` windows) begins (``j = S``: ``n``).
 
-    A full pool's steps draw ``1 / S`` of each resident unit. While the pool fills (``F < S``), a step
-    ``t < S - 1`` weighs ``1 / S`` of a full one: it draws little, so few windows are drawn from the
-    few units read so far, and the rest of those units' windows wait for the full pool. Works on
-    integers and on arrays of them alike.
+    A full step draws ``1 / S`` of each resident unit; while the pool fills, a step weighs ``1 / S`` of
+    a full one. Integers or arrays.
     """
     s = plan.spread
     ramp = np.clip(s - 1 - i, 0, s) if plan.fill and plan.fill < s else 0  # slices of i at filling steps
@@ -275,23 +214,9 @@ def slice_ends(plan: PoolPlan, i: Any, j: Any, n: Any) -> Any:
     return done * n // total
 
 
-def step_slices(plan: PoolPlan, step: int) -> list[tuple[int, int, int]]:
-    """``(unit, a, b)``: positions ``[a, b)`` of unit ``unit``'s permutation drawn at ``step``."""
-    s, last, first = plan.spread, plan.last_step, plan.first_step
-    out = []
-    for i in plan.resident(step):
-        n = plan.units[i].num_windows
-        j0 = 0 if step == first else step - i  # the first step holds every earlier slice
-        j1 = s - 1 if step == last else step - i  # the last step every later one
-        a, b = int(slice_ends(plan, i, j0, n)), int(slice_ends(plan, i, j1 + 1, n))
-        if b > a:
-            out.append((i, a, b))
-    return out
-
-
 def unit_steps(plan: PoolPlan, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(steps, a, b)``: unit ``i``'s permutation positions ``[a[k], b[k])`` are drawn at ``steps[k]``
-    (increasing; at most ``min(windows, S)`` entries): ``step_slices`` seen from one unit, vectorised."""
+    (increasing; at most ``min(windows, S)`` entries): one unit's slices, vectorised."""
     s, last = plan.spread, plan.last_step
     n = plan.units[i].num_windows
     j = np.arange(s, dtype=np.int64)
@@ -316,9 +241,8 @@ PAIRS_PER_CHUNK = 1 << 20
 
 
 def windows_before_items(first: Ragged, counts: Ragged, stride: int, rows: Ragged) -> np.ndarray:
-    """``windows_before`` of every item at once: ``(N,)`` for ``rows.values``, item ``p``'s rows against
-    item ``p``'s runs (``first`` and ``counts`` share their offsets). The same sums as ``windows_before``
-    per item, over every (row, run) pair of an item, a chunk of items at a time."""
+    """How many windows of each item start before each of its rows: ``(N,)`` for ``rows.values``, item
+    ``p``'s rows against item ``p``'s runs (``first`` and ``counts`` share offsets), a chunk at a time."""
     n, r = rows.sizes(), first.sizes()  # (P,) rows and runs of each item
     out = np.zeros(len(rows.values), np.int64)
     pairs = np.cumsum(n * r)  # (P,) pairs of the items up to each
@@ -420,27 +344,16 @@ def plan_pool(
     """Plan what ``world``'s reader yields in ``epoch`` under the pool order.
 
     Args:
-        grid_first: Per partition, ``(R,)`` first start row of each run (``WindowGrid.first``).
-        grid_counts: Per partition, ``(R,)`` windows of each run.
-        stride: Rows between a run's window starts.
+        grid_first, grid_counts: ``WindowGrid.first`` and ``.counts``.
         span: Rows one window needs (``window + horizon``).
-        bounds: Per partition, ``(G+1,)`` rows cutting it into units (``merge_bounds``), the last
-            its row count.
-        world: The reader's rank and worker.
-        seed: Dataset seed.
-        epoch: The epoch.
+        bounds: Per partition, ``(G+1,)`` rows cutting it into units (``merge_bounds``).
         shuffle: ``False``: windows in dataset order (one unit resident at a time).
-        batch_size: Windows per batch.
-        drop_last: Leave out the rank's final partial batch.
         pool_rows: Most rows the pool may hold (the memory budget in rows).
         skip_batches: Batches of this reader already consumed (resumption).
-        max_spread: Most units resident at once (more mix no better than a global shuffle);
-            ``None``: as many as ``pool_rows`` holds.
-        first_rows: Rows of units read before the first step draws (``F``: at least one unit); the
-            pool then fills one unit per step. ``None``, or ``F > S / 2`` (the fill would save at most
-            half the wait, and the first batches would mix over fewer units): the whole pool first.
-        resident: ``S`` as asked (whole partitions: ``buffer_partitions``), one step per block, and a
-            pool sized to hold them (``pool_rows`` and ``max_spread`` are then not used).
+        max_spread: Most units resident at once; ``None``: as many as ``pool_rows`` holds.
+        first_rows: Rows read before the first step (``F``); ``None`` or ``F > S / 2``: the whole pool.
+        resident: ``S`` as asked (whole partitions: ``buffer_partitions``), one step per block;
+            ``pool_rows`` and ``max_spread`` are then not used.
     """
     grid_first, grid_counts, bounds = Ragged.of(grid_first), Ragged.of(grid_counts), Ragged.of(bounds)
     counts = grid_counts.sums()  # (P,) windows of each partition
@@ -547,10 +460,8 @@ def step_order(plan: PoolPlan, step: int, size: int) -> np.ndarray | None:
 
 
 def reader_steps(plan: PoolPlan, keys: Callable[[int], np.ndarray]) -> Iterator[np.ndarray]:
-    """What the reader yields, step by step: ``keys(i)`` (one value per window of unit ``i``, in window
-    order) drawn as the plan draws them, the skipped windows left out and the stream cut at
-    ``num_windows``. Pure: with ``keys`` giving window numbers or start rows it lists a pass's windows
-    without reading data (tests' oracle, mixing reports)."""
+    """What the reader yields, step by step: ``keys(i)`` (a value per window of unit ``i``) drawn as
+    the plan draws them, after the skipped windows, cut at ``num_windows``. Reads no data."""
     buckets: dict[int, list[np.ndarray]] = {}  # step -> the slices of its units drawn there
     skip, left = plan.skip, plan.num_windows
     admitted = plan.first_unit

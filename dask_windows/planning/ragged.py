@@ -1,15 +1,8 @@
 """Per-partition arrays held as one flat array and its offsets.
 
-A dataset of 10^5-10^6 partitions keeps a few numbers per partition (each
-run's first window, its window count, its series key). A tuple of one numpy
-array per partition costs about 112 bytes of array object per partition
-before its first number; ``Ragged`` holds them as one ``values`` array and
-``(P + 1,)`` offsets, and builds partition ``p``'s array, a view, only when
-it is asked for. Code that indexes ``ragged[p]`` or iterates keeps working;
-code over every partition at once can use ``values`` and ``offsets``.
-
-The trade-off: each ``ragged[p]`` builds a new view (a fraction of a
-microsecond), where a tuple hands back one it holds.
+``Ragged`` keeps ``values`` and ``(P + 1,)`` offsets instead of an array object
+per partition (about 112 bytes each before its first number); ``ragged[p]``
+builds a view when asked, and code over every partition uses the flat arrays.
 """
 
 from __future__ import annotations

@@ -1,28 +1,17 @@
 """Mid-epoch resumption: what a state holds, how it is checked, and each reader's skip.
 
 An epoch's plan is a pure function of the dataset, ``(seed, epoch)`` and the
-topology, so a position inside an epoch is just a count of batches. A state
-is a small dict of plain values (ints, strings, lists; ``torch.save``/JSON friendly):
+topology, so a position is a count of batches, saved as a dict of plain values:
 
-* **loader scope** — ``batches`` the rank's DataLoader yielded this epoch.
-  An in-order DataLoader asks its workers in turn (0, 1, ..., W-1, 0, ...,
-  skipping a worker that ran out), so every worker's share of those batches
-  is a pure function of the count (``round_robin``). A resumed loader starts
-  asking worker 0 again, so its workers take over the roles of the original
-  ones rotated to the worker that was due next; the batches then come out
-  in exactly the uninterrupted order. Every rank yields the same number of
-  batches, so one loader-scope state (saved on rank 0, say) resumes all ranks.
-* **worker scope** — what torchdata's ``StatefulDataLoader`` gathers: inside
-  each DataLoader worker, the batches that worker yielded. The loader restores
-  each worker's state in that worker and its own round-robin position.
+* **loader scope**: ``batches`` the rank's DataLoader yielded this epoch; each
+  worker's share follows (``round_robin``). A resumed loader's workers take
+  over the roles of the original ones, rotated to the worker due next, so the
+  batches come out in the uninterrupted order; one state resumes all ranks.
+* **worker scope** (torchdata's ``StatefulDataLoader``): the batches one
+  DataLoader worker yielded, restored in that worker.
 
-The trade-off: a reader skips whole buffers it had finished without reading
-them, but re-reads the partitions of the buffer it was inside, because the
-batches it still owes mix windows of all of them. A state records the
-dataset's fingerprint (partition rows, window grid, the settings that decide
-the order); loading a state of another dataset or configuration raises.
-
-``fingerprint`` lives in ``resume_math``, ``round_robin`` in ``division``; both are re-exported here.
+A state records the dataset's ``fingerprint``; a state of another dataset or
+configuration is refused. ``fingerprint`` and ``round_robin`` are re-exported.
 """
 
 from __future__ import annotations
@@ -72,11 +61,9 @@ def check_int(name: str, value: object, minimum: int = 0) -> int:
 class Resumer:
     """The one owner of a dataset's resume state: a loaded state and the current pass.
 
-    ``load`` keeps a validated state; the next pass over its epoch starts where the state
-    says (``begin``) and uses it up. A plain DataLoader with workers iterates copies, so
-    in the main process the state stays until ``forget`` (``set_epoch``) moves to another
-    epoch, and every pass of the workers over that epoch resumes. ``step`` counts the
-    batches a pass yields and ``save`` turns the position into a state.
+    ``load`` keeps a validated state, which the next pass over its epoch uses up (``begin``; in the
+    main process it stays until ``forget``, as workers iterate copies); ``step`` counts batches and
+    ``save`` turns the position into a state.
     """
 
     def __init__(self) -> None:
@@ -92,11 +79,8 @@ class Resumer:
     ) -> int:
         """Validate ``state`` against this dataset; keep it; return its epoch.
 
-        ``max_batches``: the batches of a whole epoch of the dataset; a state claiming more is refused here
-        rather than when the epoch is iterated.
-
-        With ``elastic``, a loader-scope state of another world size (or number of workers) is kept:
-        ``elastic_share`` then re-divides the rest of its epoch (see ``elastic``).
+        ``max_batches``: a whole epoch's batches (a state claiming more is refused). With ``elastic``, a
+        loader-scope state of another topology is kept for ``elastic_share`` to re-divide.
         """
         if not isinstance(state, dict) or state.get("format") != FORMAT:
             raise ConfigError(
@@ -157,16 +141,8 @@ class Resumer:
     def elastic_share(
         self, epoch: int, world: World, shape: tuple[int, int, bool]
     ) -> tuple[tuple, tuple[int, int], tuple[int, ...]] | None:
-        """Start a pass of an elastic resume: ``(pieces, origin, sizes)`` this reader yields, or ``None``.
-
-        ``None`` unless a loaded state of ``epoch`` was saved with another world size or number of
-        workers (or during an elastic epoch); then see ``elastic.divide``.
-
-        Args:
-            epoch: The dataset's epoch.
-            world: This process's rank and DataLoader worker.
-            shape: ``(num_windows, batch_size, drop_last)`` of the dataset.
-        """
+        """Start a pass of an elastic resume: ``(pieces, origin, sizes)`` this reader yields (``None`` unless
+        a loaded state of ``epoch`` resumes elastically); ``shape``: ``(num_windows, batch_size, drop_last)``."""
         from dask_windows.planning.elastic import divide, is_elastic
 
         state = self.pending if self.pending is not None and self.pending["epoch"] == epoch else None
@@ -183,12 +159,8 @@ class Resumer:
     def elastic_len(
         self, epoch: int, world_size: int, num_workers: int | None, shape: tuple[int, int, bool]
     ) -> int | None:
-        """``len()`` of an elastic epoch: the state's ``batches`` plus this rank's batches of the rest.
-
-        ``None`` unless a loaded state of ``epoch`` resumes elastically (another world size, or
-        ``num_workers`` when known: inside a DataLoader worker) or such a pass is in progress here.
-        So, as after a plain resume, a loop yields ``len(ds) - state["batches"]`` batches.
-        """
+        """``len()`` of an elastic epoch: the state's ``batches`` plus this rank's batches of the rest
+        (``None`` unless a loaded state of ``epoch`` resumes elastically or such a pass is in progress)."""
         from dask_windows.planning.elastic import batches_of_rest, is_elastic
 
         done = getattr(self, "elastic_pass", None)
@@ -238,17 +210,8 @@ class Resumer:
     # -- iterating ----------------------------------------------------------------------------
 
     def begin(self, epoch: int, world: World, num_batches: int) -> tuple[World, int]:
-        """Start a pass: the reader whose plan ``world`` follows, and its batches to skip.
-
-        Args:
-            epoch: The dataset's epoch.
-            world: This process's rank and DataLoader worker.
-            num_batches: Batches of the rank's epoch (``len(ds)``).
-
-        Returns:
-            ``(reader, skip_batches)``: ``reader`` is ``world`` with the worker whose role this
-            worker takes over (its plan and seeds), ``skip_batches`` that role's batches yielded.
-        """
+        """Start a pass: ``(reader, skip_batches)``, ``world`` with the worker whose role (plan and seeds)
+        this worker takes over, and that role's batches already yielded (``num_batches``: ``len(ds)``)."""
         role, skip = world.worker, 0
         state = self.pending if self.pending is not None and self.pending["epoch"] == epoch else None
         if state is not None:
@@ -268,11 +231,7 @@ class Resumer:
         self.live = [*getattr(self, "live", []), progress]
 
     def end(self, progress: _Progress) -> None:
-        """Pass ``progress`` finished, was closed or dropped: a state describes the other live one.
-
-        Idempotent. When the most recent pass ends while an older one is still live (a peek
-        with a second ``iter(ds)`` during a training loop), the older one is current again.
-        """
+        """Pass ``progress`` finished, was closed or dropped (idempotent): an older live pass is current again."""
         self.live = [p for p in getattr(self, "live", []) if p is not progress]
         if progress is self.progress and self.live:
             self.progress = self.live[-1]
@@ -294,13 +253,8 @@ class Resumer:
 
         Args:
             identity: The dataset's ``fingerprint``.
-            epoch: The dataset's epoch.
-            world: This process's rank and DataLoader worker.
-            num_batches: Batches of the rank's epoch (``len(ds)``).
-            in_worker: Whether this runs inside a DataLoader worker.
             batches: Batches the DataLoader yielded in its current pass (loader scope), or ``None``
-                to use this process's own count.
-            num_workers: The DataLoader's ``num_workers``; required with ``batches``.
+                to use this process's own count; ``num_workers`` is then required.
             shape: ``(num_windows, batch_size, drop_last)``, for a state inside an elastic resume.
         """
         state = {"format": FORMAT, "version": VERSION, "dataset": identity, "world_size": world.world_size}

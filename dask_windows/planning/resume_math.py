@@ -1,12 +1,5 @@
-"""The pure arithmetic of mid-epoch resume: a dataset's fingerprint and each worker's share.
-
-``fingerprint`` is what a state records to identify a dataset's epochs
-(partition rows, window grid and the settings that decide the order, in
-``ORDER_SETTINGS``). ``round_robin``, each DataLoader worker's share of the
-batches an in-order loader has yielded, belongs to the division of an epoch
-(``division``) and is re-exported here; ``resume`` (the ``Resumer``) re-exports
-both, so ``from dask_windows.planning.resume import round_robin`` keeps working.
-"""
+"""The pure arithmetic of mid-epoch resume: a dataset's fingerprint (``ORDER_SETTINGS`` decide the
+order); ``round_robin`` is re-exported from ``division``."""
 
 from __future__ import annotations
 

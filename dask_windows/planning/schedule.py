@@ -1,20 +1,12 @@
 """The interleave of a mixture's epoch, as pure integer arithmetic.
 
-A mixture epoch holds ``counts[m]`` windows of member ``m``, ``N = sum(counts)``
-in all. Their order is Webster's (Sainte-Laguë) apportionment read as a
-schedule: the ``k``-th window of member ``m`` gets the key
-``(2k + 1) / (2 counts[m])`` and the epoch lists all ``N`` windows by key
-(ties: lower member first). Every prefix of the epoch then holds each member
-within about one window of its exact share (a divisor method never lets a
-member lose windows as the prefix grows), so a batch cut anywhere out of the
-epoch holds ``B * counts[m] / N`` windows of member ``m`` give or take two,
-far inside the binomial band of sampling with replacement.
-
-Nothing is materialised: the position of any ``(m, k)`` is a closed form, the
-members' counts in the first ``i`` windows are a bisection over it, and the
-labels of positions ``[lo, hi)`` are a sort of the ``hi - lo`` keys falling
-there. All arithmetic is exact (int64, or Python ints for members of more
-than 2**31 windows an epoch), so every rank and worker agrees on it.
+A mixture epoch holds ``counts[m]`` windows of member ``m``, ``N`` in all,
+ordered by Webster's (Sainte-Laguë) apportionment: window ``k`` of member ``m``
+has the key ``(2k + 1) / (2 counts[m])`` and the epoch lists windows by key
+(ties: lower member first). Every prefix then holds each member within about
+one window of its share, so any batch holds ``B * counts[m] / N`` windows of
+member ``m`` give or take two. Nothing is materialised: positions are a closed
+form, exact in integers, so every rank and worker agrees.
 """
 
 from __future__ import annotations
@@ -27,12 +19,8 @@ _INT64_SAFE = 2**30  # counts below this keep (2k + 1) * n inside int64
 
 
 def member_counts(weights: np.ndarray, windows_per_epoch: int) -> np.ndarray:
-    """``(M,)`` windows of each member in an epoch, summing to ``windows_per_epoch`` exactly.
-
-    Largest remainders (Hamilton): each member gets ``floor(w / sum(w) * windows_per_epoch)``, and
-    the windows left go one each to the largest fractional parts (ties: the lower member). Rounding
-    each share alone gave three equal members of 10 windows 3 each, 9 in all.
-    """
+    """``(M,)`` windows of each member in an epoch, summing to ``windows_per_epoch`` exactly: largest
+    remainders (Hamilton), the windows left one each to the largest fractional parts (ties: lower member)."""
     w = np.asarray(weights, dtype=np.float64)
     share = w / w.sum() * windows_per_epoch  # (M,) exact shares
     counts = np.floor(share).astype(np.int64)
@@ -49,16 +37,7 @@ def _ints(counts: np.ndarray) -> np.ndarray:
 
 
 def positions(counts: np.ndarray, member: np.ndarray, k: np.ndarray) -> np.ndarray:
-    """Epoch positions of windows ``k`` (numbered inside their member) of members ``member``.
-
-    Args:
-        counts: ``(M,)`` windows of each member in the epoch.
-        member: ``(E,)`` member of each window.
-        k: ``(E,)`` number of each window inside its member, ``0 <= k < counts[member]``.
-
-    Returns:
-        ``(E,)`` int64 positions in ``[0, N)``.
-    """
+    """``(E,)`` int64 epoch positions of windows ``k`` (``0 <= k < counts[member]``) of members ``member``."""
     n = _ints(counts)
     member = np.asarray(member, dtype=np.int64)
     key = (2 * np.asarray(k, dtype=np.int64).astype(n.dtype) + 1)[:, None]  # (E, 1)
@@ -87,11 +66,7 @@ def prefix_counts(counts: np.ndarray, i: int) -> np.ndarray:
 
 
 def labels(counts: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    """Members of epoch positions ``[lo, hi)`` and each window's number inside its member.
-
-    Returns:
-        ``(member, k)``, both ``(hi - lo,)`` int64, in position order.
-    """
+    """``(member, k)``, ``(hi - lo,)`` int64 each: members of epoch positions ``[lo, hi)`` and numbers inside."""
     a, b = prefix_counts(counts, lo), prefix_counts(counts, hi)
     member = np.repeat(np.arange(len(a)), b - a)
     k = np.concatenate([np.arange(x, y) for x, y in zip(a, b)]) if len(a) else np.zeros(0, np.int64)

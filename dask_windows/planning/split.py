@@ -1,19 +1,14 @@
 """Temporal train/valid splits per series, as filters of the unsplit window grid.
 
-A series may span runs and partitions (files). Its rows are numbered in the
-dataset's canonical order from 0; with ``n`` rows and a cut position ``cut``,
-a window starting at position ``p`` is in train when
-``p + window + horizon <= cut`` and in valid when ``p >= cut + embargo``;
-windows in between are in neither. ``cut`` is ``floor(n * (1 - valid))``, or
-for a split by time the position of the series' first row whose time is
-``>= at`` (``n`` when there is none).
+A series' rows are numbered from 0 in the dataset's order; with ``n`` rows
+and a cut ``cut``, a window starting at position ``p`` is in train when
+``p + window + horizon <= cut`` and in valid when ``p >= cut + embargo``.
+``cut`` is ``floor(n * (1 - valid))``, or the position of the series' first row
+whose time is ``>= at`` (``n`` when none).
 
-The trade-off: a split never builds a window list. It keeps the unsplit
-dataset's start grid and moves each run's first window and window count
-(``WindowGrid.restrict``), so both parts stream, shard and resume like the
-parent with no extra memory. Series lengths come from the runs scanned when
-the dataset was opened (``SeriesTable``, built once and reused); only a split
-by time reads data again, the time column, once.
+The trade-off: a split builds no window list; it moves each run's first window
+and count (``WindowGrid.restrict``), so both parts stream, shard and resume like
+the parent at no memory cost. Only a split by time reads data (the time column, once).
 """
 
 from __future__ import annotations
@@ -56,14 +51,8 @@ class SeriesTable:
     def from_runs(
         cls, runs: Sequence[PartitionRuns], one_series: bool = False, num_rows: Sequence[int] | None = None
     ) -> SeriesTable:
-        """Number the series of every run in canonical order.
-
-        Args:
-            runs: The dataset's runs, one entry per partition, in canonical order.
-            one_series: Treat all rows as one series (no series column).
-            num_rows: Rows each partition owns; rows a run reads past them (the overlap of array
-                partitions cut out of one long series) belong to the next partition and are not counted.
-        """
+        """Number the series of every run in canonical order (``one_series``: no series column); rows a
+        run reads past its partition's ``num_rows`` belong to the next partition and are not counted."""
         import pandas as pd
 
         whole = [r.series_runs for r in runs]
@@ -116,13 +105,7 @@ def cut_positions(
 ) -> np.ndarray:
     """``(S,)`` cut of each series for ``split(valid=...)`` or ``split(at=..., time=...)``.
 
-    Args:
-        table: The dataset's series table.
-        valid: Fraction of each series after the cut, or ``None`` to split by time.
-        at: Cut time, or ``None`` to split by fraction.
-        time: Time column (only with ``at``).
-        read_time: ``i -> (rows,)`` time column of partition ``i``; called only for a split by time.
-        threads: Partitions read in parallel.
+    ``read_time``: ``i -> (rows,)`` time column of partition ``i``, called only for a split by time.
     """
     if (valid is None) == (at is None):
         raise ConfigError("split needs exactly one of valid=<fraction> or at=<time> (with time=<column>)")
@@ -143,17 +126,8 @@ def fraction_cuts(table: SeriesTable, valid: float) -> np.ndarray:
 
 
 def time_cuts(table: SeriesTable, read_time: Callable[[int], np.ndarray], at: Any, threads: int = 8) -> np.ndarray:
-    """``(S,)`` cut position of each series: its first row (canonical order) whose time is ``>= at``.
-
-    Args:
-        table: The dataset's series table.
-        read_time: ``i -> (rows,)`` time column of partition ``i`` (the only data read).
-        at: The cut time; compared with the column's values (strings are parsed for datetimes).
-        threads: Partitions read in parallel.
-
-    Returns:
-        The cut of each series; ``n`` (all of it in train's reach) when no row reaches ``at``.
-    """
+    """``(S,)`` cut position of each series: its first row whose time is ``>= at`` (``n`` when none);
+    ``read_time``: ``i -> (rows,)`` time column of partition ``i``, the only data read."""
     num_partitions = len(table.whole_starts)
 
     def first_hits(i: int) -> tuple[np.ndarray, np.ndarray]:
@@ -196,15 +170,7 @@ def _at_or_after(values: np.ndarray, at: Any) -> np.ndarray:
 def split_grid(
     grid: WindowGrid, table: SeriesTable, cuts: np.ndarray, span: int, embargo: int
 ) -> tuple[WindowGrid, WindowGrid]:
-    """``(train, valid)`` grids: the windows of ``grid`` before each series' cut and after cut + embargo.
-
-    Args:
-        grid: The dataset's window grid (may already be a split).
-        table: Series of each run and their positions.
-        cuts: ``(S,)`` cut position of each series.
-        span: Rows a window needs, ``window + horizon``.
-        embargo: Rows after the cut where no valid window may start.
-    """
+    """``(train, valid)`` grids: the windows of ``grid`` before each series' ``cuts`` and after cut + embargo."""
     if isinstance(embargo, bool) or not isinstance(embargo, (int, np.integer)) or embargo < 0:
         raise ConfigError(f"embargo={embargo!r} must be an int >= 0 (rows between train's end and valid's start)")
     stride = grid.stride

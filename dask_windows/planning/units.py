@@ -1,17 +1,10 @@
 """A reader's pool units as columns: one numpy array per field, a ``PoolUnit`` only for a unit asked for.
 
-``plan_pool`` computes every unit of a reader's share at once over numpy
-arrays; holding them as one frozen ``PoolUnit`` per unit cost about 18 us and
-~500 bytes a unit (17.7 s for the 10^6 units of 10^6 small files), before the
-first batch. ``PoolUnits`` keeps the columns instead and is a read-only
-sequence of ``PoolUnit``: ``units[i]`` builds unit ``i`` when the pass reads
-it (a few microseconds, once per unit read), ``units[a:b]`` is the columns
-sliced, and what is asked of every unit (``num_windows``, the partitions to
-read, the rows kept for later units) is read from the columns, no object each.
-
-The trade-off: a unit read builds its ``PoolUnit`` again each time it is
-asked for (the pass asks two or three times per unit), against holding
-10^6 of them from the open.
+``PoolUnits`` is a read-only sequence of ``PoolUnit`` over the columns
+``plan_pool`` computes: ``units[i]`` builds unit ``i`` when asked, ``units[a:b]``
+slices the columns, and what is asked of every unit is read from the columns.
+The trade-off: a unit is built again each time it is asked for (two or three
+times a pass), against an object per unit held from the open.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Where a partition's windows start, computed from its series runs alone.
 
-A *run* is a maximal stretch of rows of one series inside one partition
-(``run_starts``, ``run_lengths`` in partition rows). A run of ``n`` rows holds
-``max(0, (n - span) // stride + 1)`` windows, ``span = window + horizon``,
-starting at its first row and stepping by ``stride``. Window ``k`` of a
-partition is found by a binary search over the cumulative counts, so the
-memory for window bookkeeping is O(runs) per partition plus O(windows) for
-the buffer being drawn from, never O(windows in the dataset).
+A *run* is a maximal stretch of one series' rows inside a partition. A run of
+``n`` rows holds ``max(0, (n - span) // stride + 1)`` windows (``span = window +
+horizon``), from its first row by ``stride``: O(runs) memory per partition,
+never O(windows in the dataset).
 """
 
 from __future__ import annotations
@@ -17,14 +14,7 @@ __all__ = ["find_runs", "join_runs", "split_runs_at", "window_starts", "windows_
 
 
 def find_runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Maximal runs of equal consecutive values.
-
-    Args:
-        keys: ``(rows,)`` series column of one partition.
-
-    Returns:
-        ``(run_starts, run_lengths)``, int64 each, in row order.
-    """
+    """``(run_starts, run_lengths)``, int64: maximal runs of equal consecutive values of ``keys``."""
     n = len(keys)
     if n == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
@@ -38,14 +28,8 @@ def find_runs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def join_runs(pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Join the runs of consecutive row chunks into the runs of the whole.
-
-    Args:
-        pieces: Per chunk ``(starts, lengths, keys)``, starts already in whole-partition rows.
-
-    Returns:
-        ``(starts, lengths, keys)``; a run split only by a chunk edge becomes one run again.
-    """
+    """``(starts, lengths, keys)`` of the whole from each chunk's (starts in whole-partition rows): a run
+    split only by a chunk edge becomes one run again."""
     pieces = [p for p in pieces if len(p[0])]
     if not pieces:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
@@ -72,16 +56,7 @@ def join_runs(pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[
 def split_runs_at(
     run_starts: np.ndarray, run_lengths: np.ndarray, bad_rows: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Cut runs so that no run contains a row of ``bad_rows`` (those rows are removed).
-
-    Args:
-        run_starts: ``(R,)`` first row of each run.
-        run_lengths: ``(R,)`` rows of each run.
-        bad_rows: sorted ``(K,)`` rows that no window may contain.
-
-    Returns:
-        ``(run_starts, run_lengths)`` of the pieces, empty pieces removed.
-    """
+    """``(run_starts, run_lengths)`` of the runs cut at the sorted ``bad_rows`` (removed), no empty piece."""
     if len(bad_rows) == 0:
         return run_starts, run_lengths
     ends = run_starts + run_lengths
@@ -103,18 +78,7 @@ def windows_per_run(run_lengths: np.ndarray | list[int], span: int, stride: int)
 
 
 def window_starts(run_starts: np.ndarray, counts_per_run: np.ndarray, stride: int, lo: int, hi: int) -> np.ndarray:
-    """Partition rows where windows ``lo .. hi-1`` of the partition start.
-
-    Args:
-        run_starts: ``(R,)`` first row of each run.
-        counts_per_run: ``(R,)`` windows of each run (``windows_per_run``).
-        stride: Step between starts inside a run.
-        lo: First window wanted (windows are numbered run by run from 0).
-        hi: One past the last window wanted.
-
-    Returns:
-        ``(hi - lo,)`` int64 start rows, in window order.
-    """
+    """``(hi - lo,)`` int64 partition rows where windows ``lo .. hi-1`` start (numbered run by run)."""
     ends = np.cumsum(counts_per_run)  # (R,) window number just past each run
     first_run = int(np.searchsorted(ends, lo, side="right"))
     last_run = int(np.searchsorted(ends, hi, side="left")) + 1

@@ -1,9 +1,4 @@
-"""Rank / worker topology as a small frozen value.
-
-``World`` is what the plan divides work by. Where its parts come from when
-the user does not pass them (``torch.distributed``, the DataLoader worker
-context) is ``runtime.detect``'s business, not the plan's.
-"""
+"""Rank / worker topology as a small frozen value; ``runtime.detect`` fills it in when not given."""
 
 from __future__ import annotations
 
@@ -16,14 +11,7 @@ __all__ = ["World"]
 
 @dataclass(frozen=True)
 class World:
-    """Who is reading: one DataLoader worker of one rank.
-
-    Attributes:
-        rank: This process's rank in ``[0, world_size)``.
-        world_size: Number of ranks.
-        worker: This DataLoader worker's id in ``[0, num_workers)``.
-        num_workers: DataLoader workers per rank (1 when iterating in the main process).
-    """
+    """Who is reading: DataLoader ``worker`` of ``num_workers`` (1 in the main process) of ``rank``."""
 
     rank: int = 0
     world_size: int = 1

@@ -1,10 +1,6 @@
-"""One pass over a plan: reading, decoding, buffers, batches, and the threads that overlap them.
+"""One pass over a plan: reading units into the pool, batches, and the threads that overlap them.
 
-``reading`` turns a reader's plan into row blocks, ``pipeline`` builds buffers from them and
-cuts batches (``buffer``, ``blocks``, ``batch``, ``window_table``); ``prefetch`` holds the
-reader and builder threads. ``streams`` and ``epochs`` serve mixtures, elastic resume and the
-epoch of each pass.
-
-``normalize`` standardises the values: global statistics once per decoded partition, per-window
-ones per batch.
+``pool`` reads a plan's units and builds its steps, ``pipeline`` cuts batches (``batch``,
+``window_table``), ``prefetch`` holds the threads; ``streams`` and ``epochs`` serve mixtures,
+elastic resume and the epoch of each pass; ``normalize`` standardises the values.
 """

@@ -1,10 +1,5 @@
-"""Who is reading: this process's rank and DataLoader worker, asked of torch here and nowhere else.
-
-The plan divides an epoch by a ``planning.world.World``, a plain value; this module is where that
-value's parts come from when the user did not pass them: ``torch.distributed`` for the ranks, torch's
-DataLoader worker context for the worker. Every other module asks these functions (an import-rule
-test holds ``get_worker_info`` and ``torch.distributed`` to this file).
-"""
+"""Who is reading: this process's rank and DataLoader worker, asked of torch here and nowhere else
+(an import-rule test holds ``get_worker_info`` and ``torch.distributed`` to this file)."""
 
 from __future__ import annotations
 
@@ -55,15 +50,8 @@ def detect_ranks() -> tuple[int, int] | None:
 
 
 def resolve_ranks(explicit: tuple[int | None, int | None], known: tuple[int, int] = (0, 1)) -> tuple[int, int]:
-    """``(rank, world_size)``: the explicit values, else an initialised ``torch.distributed``'s, else ``known``.
-
-    Args:
-        explicit: ``(rank, world_size)`` as the user passed them (``None``: not given).
-        known: The ranks resolved earlier (a pickled copy in a spawned worker cannot detect them).
-
-    Raises:
-        ConfigError: the result is not a valid topology.
-    """
+    """``(rank, world_size)``: the ``explicit`` values, else an initialised ``torch.distributed``'s, else
+    ``known`` (resolved earlier: a spawned worker's copy cannot detect them); ``ConfigError`` if invalid."""
     rank, world_size = explicit
     detected = detect_ranks() or known
     rank = detected[0] if rank is None else rank

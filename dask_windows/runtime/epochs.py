@@ -1,31 +1,17 @@
 """Which epoch each pass over a dataset uses: advanced per pass, agreed by every DataLoader worker.
 
-Frameworks (Lightning, fastai) iterate a loader once per epoch and never call
-``set_epoch`` on an ``IterableDataset``, and a plain ``DataLoader`` with
-workers iterates copies of the dataset that the main process never sees. So
-the epoch is counted where the passes happen, in one 64-bit word of shared
-memory (a one-element torch tensor in shared memory: inherited by forked
-workers, passed by handle to spawn/forkserver workers, freed with the last
-process holding it, so nothing outlives a crash).
+Frameworks iterate a loader once per epoch without ``set_epoch``, and workers
+iterate copies, so the epoch is counted where the passes happen: in one 64-bit
+word of shared memory (a one-element shared torch tensor, freed with the last
+process holding it). The word holds ``(token, epoch)``. A pass in the main
+process claims the next epoch. A worker's token identifies its pass (the
+loader iterator's base seed and the copy's pass count): the first worker of a
+pass finds a foreign token and claims ``epoch + 1``, the others find theirs;
+racing workers compute the same word, so no lock is needed. ``set_epoch`` and
+``load_state_dict`` pin the epoch for the next pass.
 
-The word holds ``(token, epoch)``: the epoch of the latest pass and the token
-of the pass that claimed it. A pass started in the main process always claims
-the next epoch. A DataLoader worker's token identifies its pass: every worker
-of one pass shares the loader iterator's base seed (``seed - id`` of
-``get_worker_info()``, drawn afresh by each non-persistent iterator) and has
-iterated its copy of the dataset equally often (persistent workers iterate
-once per pass). The first worker of a pass to start finds a foreign token and
-claims ``epoch + 1``; the others find their token and use that epoch. Workers
-racing to claim compute the same word from the same previous word, so the
-claim needs no lock: the word is read and written whole (one aligned 8-byte
-load or store). ``set_epoch`` and ``load_state_dict`` pin the epoch: the next
-pass uses it as is, which is how an explicit ``set_epoch`` still wins.
-
-The trade-off: each process counts its own passes, so ranks agree on the
-epoch as long as each rank iterates its loader equally often (every framework
-does: one pass per epoch); an extra ``iter(loader)`` that is thrown away also
-counts as a pass. Passes of one dataset must not overlap in time (two live
-iterators of loaders with workers over the same dataset object).
+The trade-off: ranks agree as long as each iterates its loader equally often;
+a discarded ``iter(loader)`` counts as a pass, and passes must not overlap.
 """
 
 from __future__ import annotations
@@ -56,11 +42,8 @@ def worker_token(base_seed: int, passes: int) -> int:
 
 
 class EpochCounter:
-    """The epoch of each pass over one dataset, shared by the process and its DataLoader workers.
-
-    Args:
-        epoch: The epoch the first pass uses.
-    """
+    """The epoch of each pass over one dataset, shared by the process and its DataLoader workers
+    (``epoch``: the first pass's)."""
 
     def __init__(self, epoch: int = 0) -> None:
         self._word = torch.zeros(1, dtype=torch.int64).share_memory_()
@@ -85,12 +68,8 @@ class EpochCounter:
         self._write(_PINNED, int(epoch))
 
     def begin_pass(self, token: int | None = None) -> int:
-        """Claim the epoch of a pass that starts now and return it.
-
-        Args:
-            token: ``worker_token`` of a DataLoader worker's pass; ``None`` in the main process,
-                where every call is a new pass.
-        """
+        """Claim the epoch of a pass that starts now and return it (``token``: ``worker_token`` of a
+        worker's pass; ``None`` in the main process, where every call is a new pass)."""
         seen, epoch = self._read()
         if token is not None and seen == token:
             return epoch  # another worker of this pass claimed it

@@ -1,12 +1,9 @@
 """Give freed memory back to the OS between buffers.
 
-glibc raises its mmap threshold after a large block is freed, so later
-partition-sized arrays come from the heap, and the freed holes between them
-stay in the process's RSS: peak memory then creeps up with the number of
-partitions read, which breaks the promise that it depends on the buffer
-settings only. ``trim()`` (``malloc_trim(0)``, a few milliseconds, once per
-buffer) returns those pages, and Arrow's allocator is asked to do the same.
-Elsewhere than glibc it does nothing.
+glibc raises its mmap threshold after a large block is freed, so freed holes
+between later partition-sized arrays stay in RSS and peak memory creeps with
+partitions read. ``trim()`` (``malloc_trim(0)``) returns them and asks Arrow's
+allocator to do the same; elsewhere than glibc it does nothing.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """From a pass's steps to batches: the consumer's side of a pass.
 
-``stream`` takes a reader's steps (``runtime.pool``: each step the pool rows
-of its windows, shuffled, built one ahead on the builder thread) and cuts
-them into batches, one gather each (``batch.Gatherer``). Runs of full batches
-are gathered in one call (``Gatherer.gather_run`` / ``gather_for``); a batch
-may take its first windows from one step and the rest from the next, so only
-the plan's final batch can be partial.
-
-``normalize="sample"`` (``_per_sample``): where the pool keeps its windows'
-statistics (``window_table``, built once per unit as it lands) a batch is
-standardised from the table, else from its windows' values; which one depends
-on the unit alone, never on timing or on where a pass resumed.
+``stream`` cuts a reader's steps (``runtime.pool``: pool rows of each step's
+windows, shuffled) into batches, gathering runs of full batches in one call
+(``batch.Gatherer``); a batch may span two steps, so only the final batch can be
+partial. ``normalize="sample"`` standardises from the pool's ``window_table``
+where it has one, else from the windows' values, as the unit alone decides.
 """
 
 from __future__ import annotations
@@ -64,22 +58,14 @@ def stream(
     """Yield ``emit(x, y, rows)`` for each batch of a plan's ``num_windows`` windows.
 
     Args:
-        num_windows: Windows the plan yields (``plan.num_windows``).
-        steps: The plan's steps (the builder thread, ``prefetch.Ahead``, or its generator; the caller
-            closes it).
-        spec: Window settings.
-        emit: Wraps one batch's numpy arrays (features, targets or ``None``, global start rows or
-            ``None`` unless ``spec.return_index``); with ``spec.code_features``, a fourth: the
-            ``(B, K, L)`` codes (``spec.code_dtype``), the features then being the other ``C - K`` channels.
-        normalize: ``"sample"`` (per window and channel) or anything else (global statistics were
-            applied as the rows were decoded).
-        last: Called once, on the consumer's thread, when it takes the step holding the plan's
-            final windows (the builder and the reader have nothing left to do then).
-        waits: Wraps the steps' iterator to time the consumer's waits for them (``telemetry``).
-        allocator: Makes the pool full batches' features are gathered into (the allocator seam,
-            ``seams``: shared slots in a DataLoader worker); ``None``: a plain ``batch.OutputPool``.
-        device: An ``ondevice.DeviceFeed``: the batches are gathered on its device (the same windows
-            in the same order); ``emit`` is then not used.
+        steps: The plan's steps (``prefetch.Ahead`` or a generator; the caller closes it).
+        emit: Wraps a batch's arrays (features, targets or ``None``, start rows or ``None``; with
+            ``code_features`` a fourth, the ``(B, K, L)`` codes, the features the other channels).
+        normalize: ``"sample"`` (per window and channel); else the rows were scaled at decode.
+        last: Called once, on the consumer's thread, when it takes the step holding the final windows.
+        waits: Times the consumer's waits for the steps (``telemetry``).
+        allocator: The allocator seam; ``None``: a plain ``batch.OutputPool``.
+        device: An ``ondevice.DeviceFeed`` gathering the batches on its device (``emit`` unused).
     """
     source: Iterator[_Built] = steps if waits is None else waits(steps, "buffer_wait_ns")
     batch = spec.batch_size

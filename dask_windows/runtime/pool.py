@@ -1,37 +1,18 @@
 """Reading a pool plan: each unit decoded once into the pool's rows, each step's windows cut into batches.
 
-``pool_batches`` walks a reader's ``PoolPlan``: a reader thread reads the
-units in plan order (``Prefetcher``, one unit ahead; while the pool fills, its
-first ``live_units`` at once, as no row of theirs is in use: on a remote store
-on ``fill_threads`` threads, each unit into its planned rows), decoding each straight
-into its rows of one pool array allocated for the pass (``plan.pool_rows``
-rows: the memory budget); a builder thread (``Ahead``, one step ahead) turns
-each step into the pool rows of its windows, shuffled; ``pipeline.stream``
-gathers the batches from the pool array, as it gathers them from a buffer.
-A unit's rows are overwritten only after its last step has been drained: the
-plan places units so that the ``S`` resident ones, the step built ahead and
-the unit being read never share a row.
+``pool_batches`` walks a reader's ``PoolPlan``: a reader thread (``Prefetcher``)
+decodes units in plan order into their rows of one pool array per pass (the
+fill's units at once, on ``fill_threads`` threads on a remote store); a builder
+thread (``Ahead``) turns each step into the shuffled pool rows of its windows;
+``pipeline.stream`` gathers the batches. The plan places units so that the
+resident ones, the step built ahead and the unit being read never share a row.
 
 Windows across a cut between two units are read with the later one; the
-earlier one keeps the rows they need (``PoolUnit.keep``, a few rows each)
-until then. If that unit was unreadable (``on_error="skip"``) the rows are
-read from the source instead. Windows of an unreadable unit are replaced by
-other windows of the steps it belonged to, so the batch count never changes.
-
-With a device feed (``WindowDataset(device=...)``) the pool lives on the device
-(``ondevice.pool``): each unit is decoded into a one-unit staging array and its
-rows sent once to their place in the device pool; the steps are built here as
-always and the batches gathered there.
-
-The next pass's first units (its fill) may be read before its ``iter()``, into
-its own pool arrays (``UnitReads``, started and claimed by ``speedups.nextpass``).
-
-The trade-off: the pool is allocated once per pass at its full size (pages are
-touched as units land, so a small dataset's pool stays small), and reads go
-one unit at a time on one thread, but for a remote store's fill: up to
-``FILL_THREADS`` units in flight (at most ``POOL_FIRST_BYTES`` decoded, on top
-of the pool) for a first batch that waits for its latency once per
-``FILL_THREADS`` units.
+earlier keeps their rows (``_Edges``), or the source is read again if it was
+unreadable. Windows of an unreadable unit (``on_error="skip"``) are replaced by
+other windows of their steps, so the batch count never changes. With a device
+feed the pool lives on the device (``ondevice.pool``). The next pass's first
+units may be read before its ``iter()`` (``UnitReads``, ``speedups.nextpass``).
 """
 
 from __future__ import annotations
@@ -102,13 +83,10 @@ def pool_rows(reads: ReadValues, num_workers: int = 1) -> int:
 
 
 def unit_bounds(reads: ReadValues) -> Ragged:
-    """Per partition, the rows cutting it into units (``pool.plan.merge_bounds``): plan data, computed
-    once by the dataset (they depend on the source and the settings, not on the grid or the epoch).
+    """Per partition, the rows cutting it into units (``merge_bounds``), computed once per dataset.
 
-    Along the source's decode units where it has them (Parquet row groups); otherwise in units of
-    about ``pool_rows / (UNITS_PER_BATCH * batch_size)`` rows, so that the budget holds several
-    units per window of a batch. Every partition at once where the source tells all its decode units
-    at once (``decode_units_all``: Parquet). Whole partitions (``buffer_bytes=None``): one unit each.
+    The source's decode units (Parquet row groups) where it has them, else about
+    ``pool_rows / (UNITS_PER_BATCH * batch_size)`` rows; whole partitions (``buffer_bytes=None``): one each.
     """
     if reads.spec.buffer_bytes is None:
         rows = np.array([p.num_rows for p in reads.source.partitions], np.int64)
@@ -263,9 +241,8 @@ class _Pool:
         return part
 
     def _tabulate(self, at: int, n: int, windows: int) -> None:
-        """The window statistics of the unit at pool rows ``[at, at + n)`` (``NaN``: standardised from the
-        window's values when its batch comes, where the table does not repay its cost); a function of the
-        unit's rows alone, so a window's values never depend on timing or on where a pass resumed."""
+        """The window statistics of the unit at pool rows ``[at, at + n)`` (``NaN`` where the table does not
+        repay its cost); a function of the unit's rows alone, so values never depend on timing or resume."""
         window, channel_major = self.reads.spec.window, self.reads.spec.layout == "NCL"
         count = max(n - window + 1, 0)
         if worth_building(windows, n, window):
@@ -276,11 +253,8 @@ class _Pool:
 
 
 def kept_rows(plan: PoolPlan) -> dict[int, set[tuple[int, int, int]]]:
-    """Per partition, ``(partition, lo, hi)`` of every row range its units keep for a later unit.
-
-    Only the units this pass reads keep rows: after a resume, the rows a unit before ``first_unit``
-    (not read again) would have kept are read from the source by the unit that needs them.
-    """
+    """Per partition, ``(partition, lo, hi)`` of every row range its units keep for a later unit (only
+    units from ``first_unit`` on: after a resume, the unit needing rows reads them itself)."""
     kept: dict[int, set[tuple[int, int, int]]] = {}
     for p, a, b in zip(*(v.tolist() for v in PoolUnits.of(plan.units)[plan.first_unit :].kept())):
         kept.setdefault(p, set()).add((p, a, b))
@@ -399,15 +373,11 @@ class _Inline:
 
 
 def fill_threads(reads: ReadValues, plan: PoolPlan, burst: int) -> int:
-    """Threads reading the pool's fill (its first ``burst + 1`` units, read before their rows are in use).
+    """Threads reading the pool's fill (its first ``burst + 1`` units).
 
-    ``FILL_THREADS`` on a remote store, where a read mostly waits for the store's latency, so that
-    the first batch waits for about ``burst / FILL_THREADS`` reads; as few as keep the units in flight
-    within ``POOL_FIRST_BYTES`` (decoded) on top of the pool; 1 on local files (their reads decode:
-    threads there trade the GIL) and without a burst. After the burst a read starts only once the
-    unit before it is taken (``Prefetcher``'s depth), whatever the thread count. Units are claimed
-    in plan order, so a unit waiting for rows an earlier unit keeps (``_Edges``) waits for a read
-    already under way on another thread, never for one queued behind it.
+    Up to ``FILL_THREADS`` on a remote store (reads wait on latency), within ``POOL_FIRST_BYTES`` in
+    flight; 1 on local files (reads decode under the GIL) and without a burst. Units are claimed in
+    plan order, so a unit waiting on ``_Edges`` waits for a read already under way.
     """
     if burst <= 0 or getattr(reads.source, "local", True):
         return 1
@@ -419,17 +389,8 @@ def fill_threads(reads: ReadValues, plan: PoolPlan, burst: int) -> int:
 
 
 class UnitReads:
-    """A pass's pool arrays and the reads filling them, in plan order: what the next pass's read-ahead
-    (``speedups.nextpass``) starts early and hands to the pass.
-
-    Attributes:
-        reader: The ``Prefetcher`` of the plan's units (one ahead of the builder; the first
-            ``live_units`` at once while the pool fills: no row of theirs is in use yet).
-        source_reader: The pass's reader of its partitions.
-        pool: The pool arrays (``_Pool``).
-        device: The device pool (``ondevice.pool``), or ``None``.
-        background: Whether units are read and steps built on threads (``prefetch_partitions >= 1``).
-    """
+    """A pass's pool arrays and the reads filling them, in plan order (``reader``: a ``Prefetcher``);
+    what the next pass's read-ahead (``speedups.nextpass``) starts early and hands to the pass."""
 
     def __init__(self, values: PassValues, plan: PoolPlan, first_units: int | None = None) -> None:
         ds = values.reads
@@ -437,8 +398,6 @@ class UnitReads:
         keys = range(plan.first_unit, len(plan.units))
         partitions = PoolUnits.of(plan.units).partition[plan.first_unit :]  # (A',) in reading order
         self.source_reader = ds.source.reader(partitions.tolist(), ds.columns)
-        # device mode (``ondevice.pool``): each unit decoded into a one-unit staging array, then sent to its
-        # place in a pool on the device, and the batches gathered there from the same steps
         self.device = None if values.device is None else values.device.pool(plan)
         sample = values.normalize == "sample" and self.device is None  # (on the device: standardised there)
         self.pool = _Pool(ds, plan if self.device is None else self.device.staging, self.source_reader, sample)
@@ -446,9 +405,7 @@ class UnitReads:
             self.pool.telemetry = None
         self.background = ds.spec.prefetch_partitions >= 1
         read = self.pool.read if self.device is None else self.device.landing(self.pool)
-        # the first live units are read without waiting for the consumer while the pool fills progressively,
-        # or wherever several threads read them (one more is read ahead once they are taken); the device's
-        # one-unit staging array takes one unit at a time
+        # the first live units are read at once while the pool fills or several threads read (device: one)
         live = live_units(plan) - 1 if self.device is None else 0
         threads = fill_threads(ds, plan, live)
         self.burst = live if plan.first_step < plan.spread - 1 or threads > 1 else 0
@@ -477,9 +434,8 @@ def pool_batches(
 ) -> Iterator[Any]:
     """The batches of a pool plan, each counted (``values.step(progress)``) before it is yielded.
 
-    ``this_pass``: ``(epoch, reader's World)`` of a pass ``iter(ds)`` started: its first units may have
-    been read ahead (``values.next_pass.claim``), and once its last step is taken the next pass's first
-    units are read ahead (``values.next_pass.begin``); ``None``: neither.
+    ``this_pass``: ``(epoch, reader's World)`` of a pass ``iter(ds)`` started, whose first units may
+    have been read ahead and which reads the next pass's ahead once its last step is taken.
     """
     ds = values.reads
     ahead = values.next_pass if this_pass is not None else None
@@ -509,7 +465,7 @@ def pool_batches(
             device=values.device, last=last,
         )  # fmt: skip
         yield from values.counted(batches, progress)
-    finally:  # (no module globals here: this may run while the interpreter exits)
+    finally:
         started.close(reads.reader.close)  # a builder waiting for a unit wakes up
         reads.close()
         for pending in begun:  # (no module globals here: this may run while the interpreter exits)
@@ -527,13 +483,8 @@ class PoolWarning(UserWarning):
 def pool_summary(reads: ReadValues, bounds: Sequence[np.ndarray], num_workers: int = 1) -> dict:
     """Predicted reads per epoch, resident memory and mixing of the pool order (one reader per rank).
 
-    Returns:
-        ``units`` (decode units of the dataset, after merging short ones), ``unit_rows`` (the largest
-        unit's rows), ``resident_units`` (``S``), ``pool_bytes``, ``budget_bytes``, ``reads_per_unit``
-        (1: each unit decoded once per epoch), ``places_per_batch`` (distinct units expected among a
-        batch's ``B`` draws from ``S``: ``S (1 - exp(-B / S))``), ``places_global`` (the same from all
-        units: a global shuffle) and ``first_batch_units`` (units read before the first batch: about
-        ``POOL_FIRST_BYTES`` of them, or ``S`` where that is more than half of them).
+    ``places_per_batch``: distinct units expected among a batch's ``B`` draws from ``S``,
+    ``S (1 - exp(-B / S))``; ``places_global``: the same from all units (a global shuffle).
     """
     ds = reads
     sizes = Ragged.of(bounds).diffs() if len(bounds) else np.zeros(0, np.int64)  # (U,) rows of every unit

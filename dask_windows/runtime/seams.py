@@ -1,22 +1,15 @@
 """The named seams a pass runs through, and their plain implementations.
 
-Two seams, each a value in ``values.PassValues`` that only the dataset wires
-(from its keywords); the runtime calls them and never looks up which one it got:
+Each seam is a value in ``values.PassValues`` that only the dataset wires:
 
-* **allocator** (``allocator``): makes the pool of arrays a pass gathers its
-  batches' features into. ``NumpyAllocator``: ``batch.OutputPool``, plain numpy
-  arrays reused once the caller drops them. ``speedups.slots.SlotAllocator``:
-  arrays in shared slots inside a DataLoader worker (none are copied again
-  when torch sends the batch to the main process).
-* **batch output** (``output``): the batch yielded from its numpy arrays
-  ``(x, y, rows)``. ``TorchOutput``: tensors over the arrays (no copy), the
-  default. ``NumpyOutput``: the arrays themselves. ``PinnedOutput``: tensors
-  copied into pinned (page-locked) memory, for a copy to CUDA that overlaps
-  compute (needs CUDA). A workflow's ``Emitter`` is an output too.
+* **allocator**: makes the arrays a pass gathers batch features into
+  (``NumpyAllocator``; ``speedups.slots.SlotAllocator``: shared slots in a worker).
+* **batch output**: the batch yielded from ``(x, y, rows)`` (``TorchOutput``, the
+  default, no copy; ``NumpyOutput``; ``PinnedOutput``, page-locked for CUDA; a
+  workflow's ``Emitter``).
 
 Whatever the seams, a pass yields the same windows in the same order with the
-same values (``tests/runtime/test_contract.py`` runs every combination against an
-oracle): they change where bytes live and who moves them, never which.
+same values (``tests/runtime/test_contract.py``).
 """
 
 from __future__ import annotations

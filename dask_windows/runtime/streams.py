@@ -1,16 +1,11 @@
 """A dataset reader's window stream entered at any window, and batches re-cut from such streams.
 
-In one epoch a reader (rank, DataLoader worker) of a ``WindowDataset``
-yields a fixed sequence of windows: its plan's buffers, each permuted. A
-mixture reads its members as one such stream each (``world_size=1``), and an
-elastic resume reads the rest of the old readers' streams. ``reader_windows``
-enters a stream at window ``lo``: the plan skips the buffers before it
-without reading them (the buffer holding ``lo`` is read whole, and its
-windows before ``lo`` are dropped). ``Chunks`` re-cuts streamed batches into
-pieces of any size; ``concat`` joins pieces into one batch.
-
-A stream is read from frozen values (``StreamValues``: the dataset's pass values, counting
-nothing, and the pool order's unit bounds), never from the dataset.
+A reader (rank, DataLoader worker) yields a fixed sequence of windows per
+epoch. Mixtures read their members as one stream each and an elastic resume
+reads the rest of old readers' streams: ``reader_windows`` enters a stream at
+window ``lo`` without reading the units before it, ``Chunks`` re-cuts batches
+into pieces of any size and ``concat`` joins pieces into one batch. A stream is
+read from frozen values (``StreamValues``), never from the dataset.
 """
 
 from __future__ import annotations
@@ -33,13 +28,8 @@ __all__ = ["Chunks", "StreamValues", "concat", "elastic_batches", "reader_window
 
 @dataclass(frozen=True, eq=False)
 class StreamValues:
-    """What a dataset's reader streams are read from, built by the dataset (``WindowDataset._stream_values``).
-
-    Attributes:
-        values: The dataset's pass values, counting nothing (no resume count, no next pass read ahead).
-        unit_bounds: The pool order's units per partition (``runtime.pool.unit_bounds``; whole
-            partitions: one each).
-    """
+    """What a dataset's reader streams are read from (``WindowDataset._stream_values``): pass values that
+    count nothing and read nothing ahead, and the units per partition (``runtime.pool.unit_bounds``)."""
 
     values: PassValues
     unit_bounds: Sequence[np.ndarray]
@@ -69,23 +59,12 @@ def reader_windows(
 ) -> Iterator[tuple]:
     """Windows ``[lo, hi)`` of the stream ``reader`` yields in ``epoch`` of a dataset, in chunks.
 
-    Args:
-        ds: The dataset's stream values (its ``spec`` decides batch size, order and ``drop_last``).
-        epoch: The dataset epoch.
-        reader: Whose stream: rank, world size, worker and number of workers.
-        lo: First window of the stream wanted.
-        hi: One past the last.
-        names: Filled with the keys of named batches (a workflow's), whose values are yielded;
-            ``None``: named batches raise (the caller takes tuples only).
-
-    Yields:
-        Tuples of tensors (features, then targets and start rows as ``ds`` yields them).
+    ``names``: filled with the keys of named batches (a workflow's), whose values are yielded;
+    ``None``: named batches raise. Yields tuples of tensors as ``ds`` yields them.
     """
     if hi <= lo:
         return
-    # Epoch `epoch` whatever the dataset's own passes do: the epoch is passed to the plan, never
-    # written into the epoch word the dataset shares with other DataLoader workers; and the batches
-    # are not counted as the dataset's pass (``counted=False``: no resume count, no read-ahead).
+    # the epoch goes to the plan, never into the shared epoch word; nothing counts these batches
     chunk = ds.batch_size
     drop, left = lo % chunk, hi - lo
     batches: Any = ds.batches(ds.plan(reader, lo // chunk, epoch))  # a generator
@@ -154,15 +133,8 @@ def elastic_batches(
 ) -> Iterator[Any]:
     """The batches of an elastic resume: ``pieces`` of old readers' streams, cut into ``sizes``.
 
-    Args:
-        ds: The dataset's stream values.
-        epoch: The pass's epoch.
-        pieces: ``(rank, worker, lo, hi)`` of old readers (of the ``origin`` topology), in order.
-        origin: ``(world_size, num_workers)`` the old readers divided the epoch by.
-        sizes: Windows of each batch to yield.
-        step: Called once per batch before it is yielded (the resume count).
-        end: Called with ``epoch`` once the batches end, however they end (``len()`` is the full
-            epoch's again).
+    ``origin``: ``(world_size, num_workers)`` of the old readers; ``step`` is called before each batch
+    is yielded, ``end(epoch)`` once the batches end, however they end.
     """
     names: list = []  # the keys of named batches (a workflow's), else empty
 

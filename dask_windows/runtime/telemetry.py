@@ -1,50 +1,29 @@
 """Where a pass's time goes: counters of each stage, the training loop's exposed wait, and a verdict.
 
-A loader is "input-bound" when the training loop waits for batches. The
-loop's **exposed wait** is the time between asking for a batch and getting
-it; the time between getting one and asking for the next is the loop's own
-work (the step). Both are measured around ``next()`` on the loop's thread,
-two ``time.perf_counter_ns`` calls per batch and no lock (well under 1% of a
-batch's cost). Inside the loader each stage adds its nanoseconds and bytes to
-plain integer counters on the thread doing the work:
+The loop's **exposed wait** is the time between asking for a batch and getting
+it; the time until it asks again is its own work (the step). Both are measured
+around ``next()`` on the loop's thread, without a lock. Inside the loader each
+stage adds its nanoseconds and bytes to plain integer counters on the thread
+doing the work:
 
 * ``open``: opening the dataset (listing, footers or the index, series scan);
-* ``fetch``: a source's read of a buffer's pieces (I/O and Parquet decoding
-  by pyarrow, summed over the reader threads); local files read a row group
-  at a time count here whole;
-* ``decode``: the pieces turned into the buffer's numpy arrays;
-* ``reads waited``: the buffer builder waiting for the readers;
-* ``buffer wait``: the loop's thread waiting for the next buffer;
-* ``gather``: the rest of the exposed wait, the batches cut from the buffer
-  on the loop's thread;
-* ``device copy``: batches copied for the device by the output seam on the
-  loop's thread (``PinnedOutput``'s copy into page-locked memory), and the
-  buffers' rows sent to the training device (``device=``, ``ondevice``:
-  ``Traffic.send_ns``, on the builder's thread). Outputs that wrap the
-  gathered arrays without a copy (``TorchOutput``, ``NumpyOutput``) are not
-  timed at all: on a CPU-only run the stage reads 0.
+* ``fetch``: a source's reads (I/O and Parquet decoding, summed over reader threads);
+* ``decode``: the rows turned into the pool's numpy arrays;
+* ``reads waited``: the builder waiting for the readers;
+* ``buffer wait``: the loop's thread waiting for the next step;
+* ``gather``: the rest of the exposed wait, batches cut on the loop's thread;
+* ``device copy``: batches copied by the output seam (``PinnedOutput``) and rows
+  sent to the training device (``Traffic.send_ns``); zero-copy outputs are not timed.
 
-The verdict (``Verdict``): input-bound whenever the loop waited for at least
-``INPUT_BOUND_SHARE`` (10%) of its time after the first batch, however short
-each wait. The bound is the stage the loop's waits after the first batch are
-attributed to: the loop's waits for the next buffer (or pool step) as far as
-the builder waited for reads (``fetch`` and ``decode``, split by their busy
-seconds) and the rest of them (``buffer``), the batch cut on the loop's thread
-(``gather``) and the device copies (``device``): exposed seconds, never a
-stage's busy time divided by an assumed thread count. The remedy named is a
-setting of the order the pass ran (the pool order has no ``buffer_partitions``
-nor ``prefetch_partitions`` depth to raise). A loop that waited below the share
-after its first batch but whose first batch took at least the share of the
-whole loop is reported as bound by its **start-up**, not as "not input-bound".
+The verdict (``Verdict``): input-bound when the loop waited at least
+``INPUT_BOUND_SHARE`` of its time after the first batch; the bound is the stage
+those waits are attributed to (exposed seconds, never busy time divided by a
+thread count), and a slow first batch alone is reported as **start-up**.
 
-Counters live in the process that does the work: iterated in this process
-(``num_workers=0``) every stage is seen; with DataLoader workers the stages
-run in the workers and only the exposed wait of the loop is measured here,
-through ``ds.watch(loader)`` (``stats()`` says so). The counters
-are plain ``+=`` from a few threads: CPython may, rarely, lose an addition
-when two threads add at once; they are figures for a verdict, not for
-accounting. Across ranks ``stats(all_ranks=True)`` is a collective
-(``all_gather_object``): call it on every rank.
+Counters live in the process doing the work: with DataLoader workers only the
+loop's exposed wait is measured here (``ds.watch(loader)``). The ``+=`` from a
+few threads may rarely lose an addition: figures for a verdict, not accounting.
+``stats(all_ranks=True)`` is a collective: call it on every rank.
 """
 
 from __future__ import annotations
@@ -134,11 +113,8 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Stats:
-    """One rank's figures of the current (or last) pass, in seconds and bytes.
-
-    ``ranks`` holds every rank's ``Stats`` and ``slowest_rank`` the rank that waited longest when
-    gathered (``stats(all_ranks=True)``).
-    """
+    """One rank's figures of the current (or last) pass, in seconds and bytes (``ranks``, ``slowest_rank``:
+    when gathered by ``stats(all_ranks=True)``)."""
 
     rank: int
     batches: int
@@ -235,8 +211,7 @@ class Telemetry:
         self.stages_seen = stages_here
         clock = time.perf_counter_ns
         it = iter(batches)
-        # for-loops rather than next(): a fifth less per batch. Each batch is let go (`del`) as soon as the
-        # loop asks for the next, before it is made (an output pool may then reuse its array).
+        # each batch is let go (`del`) before the next is made: an output pool may then reuse its array
         try:
             asked = clock()
             for item in it:
@@ -266,9 +241,8 @@ class Telemetry:
                 close()
 
     def waits(self, source: Iterator[Any], counter: str) -> Iterator[Any]:
-        """``source``, adding the time each ``next`` blocks to ``counter`` (``buffer_wait_ns``,
-        ``reads_waited_ns``); no reference kept to an item once it is yielded (a buffer dropped by
-        the consumer is freed before it trims memory or asks for the next)."""
+        """``source``, adding the time each ``next`` blocks to ``counter``; no reference kept to an item
+        once it is yielded."""
         clock = time.perf_counter_ns
         it = iter(source)
         held: list = []
@@ -302,9 +276,8 @@ class Telemetry:
 
     def exposed(self, fetch_ns: int, decode_ns: int, buffer_wait_ns: int, reads_waited_ns: int,
                 gather_ns: int, device_ns: int) -> dict[str, float]:  # fmt: skip
-        """Seconds of the loop's waits each stage accounts for (see the module docstring): its waits for the
-        next buffer or step, as far as the builder waited for reads, split between fetch and decode by their
-        busy seconds; the rest of them building; the gather and the device copies on the loop's thread."""
+        """Seconds of the loop's waits each stage accounts for: waits for the next step as far as the builder
+        waited for reads, split between fetch and decode by busy time; the rest building; gather; device."""
         reading = min(reads_waited_ns, buffer_wait_ns)
         busy = fetch_ns + decode_ns
         fetch = reading * fetch_ns / busy if busy else float(reading)
@@ -368,17 +341,10 @@ def judge(
     first: float = 0.0,
     order: str | None = None,
 ) -> Verdict:
-    """The verdict from the loop's wait and own work after its first batch.
+    """The verdict from the loop's ``wait`` and own work (``step``) in seconds after its first batch.
 
-    Args:
-        wait: Seconds the loop waited for batches after the first.
-        step: Seconds of the loop's own work.
-        batches: Batches after the first.
-        stages: Seconds of those waits each stage accounts for (``Telemetry.exposed``); ``None``: the
-            stages ran where they were not seen (DataLoader workers).
-        first: Seconds the loop waited for its first batch (the start-up).
-        order: ``"pool"`` or ``"buffer"``: the order whose settings the remedy names (``None``: the
-            buffer order's wording).
+    ``stages``: ``Telemetry.exposed`` (``None``: the stages ran unseen, in DataLoader workers);
+    ``first``: the first batch's wait; ``order``: ``"pool"`` names the pool order's settings.
     """
     share = wait / (wait + step) if wait + step > 0 else 0.0
     if batches > 0 and share >= INPUT_BOUND_SHARE:
@@ -395,8 +361,7 @@ def judge(
 
 
 def timed_output(telemetry: Telemetry | None, output: Any) -> Any:
-    """The output seam, timed as the ``device copy`` stage when it copies (``copies``: ``PinnedOutput``);
-    ``output`` itself without telemetry or for an output that wraps the arrays as they are."""
+    """The output seam, timed as the ``device copy`` stage when it copies (``PinnedOutput``)."""
     if telemetry is None or not getattr(output, "copies", False):
         return output
     clock = time.perf_counter_ns
@@ -417,8 +382,7 @@ def timed_parts(telemetry: Telemetry | None, parts: Iterator[Any]) -> Iterator[A
 
 
 def gather_stats(mine: Stats) -> Stats:
-    """Every rank's ``Stats`` (an ``all_gather_object``), the slowest rank named; ``mine`` alone without
-    an initialised process group."""
+    """Every rank's ``Stats`` (an ``all_gather_object``), the slowest rank named; else ``mine``."""
     from dask_windows.runtime.detect import all_gather
 
     everyone = all_gather(mine)
@@ -445,9 +409,7 @@ _ENABLED = [switches().telemetry]
 
 
 def set_enabled(on: bool) -> bool:
-    """Turn the counters on or off for the passes started afterwards in this process; the previous
-    setting. Internal (``benchmarks/bench_telemetry.py`` measures their cost with it);
-    ``DASK_WINDOWS_TELEMETRY=0`` in the environment starts them off. Off, ``stats()`` reads zeros."""
+    """Turn the counters on or off for later passes in this process; return the previous setting."""
     before = _ENABLED[0]
     _ENABLED[0] = bool(on)
     return before
@@ -459,8 +421,7 @@ def reads_telemetry(ds: Any) -> Telemetry | None:
 
 
 def watched(ds: Any, batches: Iterator[Any]) -> Iterator[Any]:
-    """A pass's batches timed in this process; as they are inside a DataLoader worker (nobody reads
-    a worker's counters: the main process measures the loop with ``watch_loader``), or when off."""
+    """A pass's batches timed in this process (untimed in a DataLoader worker or when off)."""
     from dask_windows.runtime.detect import in_worker
 
     if in_worker():

@@ -1,23 +1,10 @@
 """What a pass's runtime receives: frozen values built by the dataset in one place, never the dataset.
 
-``ReadValues`` is what readers need to read and decode a partition's rows: the
-source handle and its columns, the dataset's settings (``WindowSpec``, the one
-settings value: its fault policy ``on_error`` included), the window grid and
-each partition's first row, the dtype of the targets, global normalisation,
-the list skips are recorded in, and the telemetry sink.
-
-``PassValues`` adds what a pass does with the rows once read: the seams
-(``runtime.seams``: the allocator of batch arrays, the batch output), per-window normalisation and the device feed, and the two counters a
-pass reports its batches to (the resume state's ``step`` and ``end``).
-
-``WindowDataset._pass_values`` builds them (``dataset.py``); the runtime
-modules (``runtime.pool``, ``runtime.pipeline``) take them as arguments, so a
-test drives a pass with values of its own, and a field the runtime reads is a
-field here, named and typed, instead of a member of the dataset.
-
-The trade-off: the values are rebuilt per pass (references only: no array is
-copied), so what the dataset changes between passes (its epoch, a new grid
-after ``split``) reaches the next pass and never one in flight.
+``ReadValues`` is what readers need to read and decode rows; ``PassValues``
+adds the seams, per-window normalisation, the device feed and the counters a
+pass reports its batches to. ``WindowDataset._pass_values`` builds them per
+pass (references only), so a test can drive a pass with values of its own and
+what the dataset changes between passes never reaches one in flight.
 """
 
 from __future__ import annotations
@@ -74,16 +61,11 @@ def no_count(*_: Any) -> None:
 
 @dataclass(frozen=True, eq=False)
 class PassValues:
-    """A pass's values: its readers' (``reads``), the seams it runs through, and its counters.
+    """A pass's values: its readers' (``reads``), the seams it runs through (``seams``), and its counters.
 
     Attributes:
-        reads: What the readers need (``ReadValues``).
-        output: The batch output seam: ``(x, y, rows)`` numpy arrays to the batch yielded.
-        allocator: The allocator seam: makes the pool a pass gathers batch arrays into.
-        normalize: ``"sample"`` (each window standardised as it is cut) or ``None``.
         device: An ``ondevice.DeviceFeed`` (batches cut on the training device), or ``None``.
-        next_pass: The buffer orders' next pass read ahead (``speedups.nextpass.NextPass``: ``claim``,
-            ``wanted``, ``begin``), or ``None``.
+        next_pass: The next pass read ahead (``speedups.nextpass.NextPass``), or ``None``.
         step: Called with ``progress`` before each batch is yielded (the resume count).
         end: Called with ``progress`` once the pass ends, however it ends.
     """

@@ -1,36 +1,20 @@
 """Per-window statistics once per unit of the pool, for ``normalize="sample"`` at overlapping windows.
 
-At stride 1 a buffer row is read by up to ``window`` windows, and the per-batch
-standardisation (``normalize.standardize_windows``) recomputes each window's mean
-and std from its ``L`` values: four passes over every batch. Here every window's
-mean and ``1 / max(std, eps)`` are computed once per buffer, for every start row,
-from float64 prefix sums, and a batch costs a table lookup and two passes
-(subtract, scale): 0.21 ms per (256, 4, 512) batch in the stream against 0.39
-ms for the per-batch code, and the table about 50 ns per window (0.10 s for a
-buffer of 2M windows of 4 channels); ``normalize="sample"`` went from 1.62x to
-2.05-2.15x of the 0.1 code per second of CPU time (docs/benchmarks.md,
-normalisation).
+At stride 1 a row is read by up to ``window`` windows; instead of each window's
+mean and std from its ``L`` values per batch (``normalize.standardize_windows``),
+every start row's mean and ``1 / max(std, eps)`` are computed once per unit from
+float64 prefix sums, and a batch costs a lookup, a subtraction and a scaling.
 
-Accuracy: the sums run over blocks of ``_BLOCK`` start rows (plus the window's
-halo) of values shifted by about the block's mean (that of every 64th value), in
-float64, so a window's sums
-carry rounding proportional to its block's spread, not to its level. Each
-window gets a bound on the rounding of its mean and variance (the standard
-bound of a running sum, ``n * u * sum |terms|``); a window whose bound is not
-below ``_TOL`` of its std (relative), and every window with a variance of 0
-(constant windows, whose zeros the per-batch code guarantees), is marked
-(``NaN``) and standardised by ``standardize_windows`` when its batch comes. Non-finite
-values make their block's windows marked, never wrong numbers. Windows
-whose centring could overflow float32 are marked too.
+Accuracy: sums run over blocks of ``_BLOCK`` start rows of values shifted by
+about the block's mean, so rounding follows the block's spread, not its level.
+A window whose rounding bound (``n * u * sum |terms|``) is not below ``_TOL`` of
+its std, a constant window, a non-finite block's and one whose centring could
+overflow float32 are marked ``NaN`` and standardised from their values.
 
-The trade-offs: the table holds two float32 per start row and channel (twice the
-buffer's features), kept as long as the buffer; building it costs about a dozen float64
-passes over the buffer, so it is built only where windows overlap enough to repay it
-(``worth_building``); and a window's values depend on its block's values through the
-rounding (within the tolerance above, not bit-identical to the per-batch code). The
-pool (``runtime.pool``) builds a unit's table on the reader thread as the unit lands, over
-the unit's rows alone, and every window of the unit is standardised from it; so a batch's
-values never depend on timing or on where a stream resumed.
+The trade-offs: two float32 per start row and channel; about a dozen float64
+passes to build, so only where windows overlap enough (``worth_building``);
+values within the tolerance of, not bit-identical to, the per-batch code. A
+unit's table depends on its rows alone, never on timing or on where a stream resumed.
 """
 
 from __future__ import annotations
@@ -48,28 +32,16 @@ _OVERLAP = 4  # windows read each row at least this often (on average) for the t
 
 
 def worth_building(windows: int, rows: int, window: int) -> bool:
-    """Whether a buffer of ``rows`` rows whose ``windows`` windows are drawn repays a table.
-
-    The table costs about 12 float64 passes over the buffer's values; the per-batch statistics
-    two passes over every window's ``window`` values. With fewer than ``_OVERLAP`` window values
-    per buffer value (stride of a quarter of the window or more) the table is not built.
-    """
+    """Whether ``windows`` windows drawn from ``rows`` rows repay a table (at least ``_OVERLAP`` window
+    values per row: the table costs about 12 passes, per-batch statistics two per window value)."""
     return rows > 0 and windows * window >= _OVERLAP * rows
 
 
 def build_table(x: np.ndarray, window: int, channel_major: bool, eps: float = 1e-8) -> np.ndarray:
     """Every window's mean and ``1 / max(std, eps)`` per channel, for each start row of ``x``.
 
-    Args:
-        x: A buffer's features, ``(C, rows)`` when ``channel_major`` else ``(rows, C)``, float32.
-        window: Rows per window ``L``.
-        channel_major: The layout of ``x``.
-        eps: Floor of the std.
-
-    Returns:
-        ``(rows - L + 1, 2 * C)`` float32: the means, then the inverse stds, of the window
-        starting at each row; an inverse std is ``NaN`` where the window must be standardised
-        from its values (see the module docstring).
+    ``x``: float32 ``(C, rows)`` when ``channel_major`` else ``(rows, C)``. Returns ``(rows - L + 1, 2 * C)``
+    float32, the means then the inverse stds; ``NaN`` where a window must be standardised from its values.
     """
     channels = x.shape[0] if channel_major else x.shape[1]
     rows = x.shape[1] if channel_major else x.shape[0]
@@ -143,31 +115,13 @@ class _Work:
 
 
 def apply_table(x: np.ndarray, starts: np.ndarray, table: np.ndarray, channel_major: bool) -> np.ndarray:
-    """Standardise a batch in place with the table's statistics of the windows at ``starts``.
-
-    Args:
-        x: ``(B, C, L)`` when ``channel_major`` else ``(B, L, C)``, float32, C-contiguous: the windows
-            at buffer rows ``starts``.
-        starts: ``(B,)`` start rows.
-        table: ``build_table`` of the buffer.
-        channel_major: The layout of ``x``.
-
-    Returns:
-        ``x``. Windows the table does not vouch for are standardised by ``standardize_windows``.
-    """
+    """Standardise ``x`` (float32 ``(B, C, L)`` when ``channel_major`` else ``(B, L, C)``, the windows at
+    rows ``starts``) in place with ``table`` and return it; the rest by ``standardize_windows``."""
     return WindowTable(table, channel_major).apply(x, starts)
 
 
 class WindowTable:
-    """A buffer's ``build_table`` and the arrays its batches' statistics are looked up into.
-
-    The statistics of each batch size live in one array and its torch views, made once: a batch
-    then costs one lookup and the two passes, not the torch tensors of its statistics.
-
-    Args:
-        table: ``build_table`` of the buffer.
-        channel_major: The layout of the batches.
-    """
+    """A pool's ``build_table`` and, per batch size, one array (and torch views) its statistics land in."""
 
     def __init__(self, table: np.ndarray, channel_major: bool) -> None:
         self.table = table

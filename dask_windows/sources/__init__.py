@@ -1,28 +1,10 @@
-"""Where rows come from: the source interface, the concrete sources, and picking one.
+"""Where rows come from: the source interface (``base``), one module per kind of data, and picking one.
 
-The sources are the only modules that open files. A source exposes
-``partitions`` (name and row count, known from metadata without reading data)
-and ``read(i, columns)`` returning one numpy array per column; ``reader()``
-gives the reader of one iteration (a source that can start work early, like
-the Dask one, keeps the next partitions in flight).
-
-* ``base``: the interface (``Source``, ``Partition``, ``PartitionReader``);
-* ``parquet``: Parquet on local disk, ``s3://``, ``gs://``, ``az://``,
-  ``memory://`` or any fsspec URL; listing and footers read once, coalesced
-  column-chunk reads, retries, ``on_error``;
-* ``dask_frame``: any Dask DataFrame, computed on a ``dask.distributed``
-  cluster when a client is active;
-* ``arrays``: numpy arrays and ``.npy`` memmaps, or one 2-D array cut into
-  series by an id vector;
-* ``arrow``: pandas, pyarrow Tables and Datasets (fragments, hive keys), Polars,
-  Hugging Face and Delta data (imported when such data is passed);
-* ``manifest``: the JSON file ``dask-windows convert`` writes beside its parts;
-* ``retry``: retrying transient storage errors.
-
-The interface module imports none of the concrete sources; ``open_source``
-here picks one from the type of the data. Importing this package imports
-neither dask nor torch (the Dask source imports dask when it is used).
-"""
+The sources are the only modules that open files: ``parquet`` (any fsspec URL), ``dask_frame``,
+``arrays`` (numpy, ``.npy`` memmaps), ``arrow`` (pandas, pyarrow, Polars, Hugging Face, Delta),
+``manifest`` (what ``dask-windows convert`` writes) and ``retry`` (transient storage errors).
+``open_source`` picks one from the type of the data; importing this package imports neither dask
+nor torch."""
 
 from __future__ import annotations
 
@@ -71,16 +53,14 @@ def open_source(
     on_error: str = "raise",
     **options: Any,
 ) -> Source:
-    """Pick the source for ``data``: a path/URL/list of paths, a Dask DataFrame, or numpy arrays.
+    """The source for ``data``: a path/URL/list of paths, a Dask DataFrame, numpy arrays, Arrow-like data
+    or a ready ``Source`` (returned as is).
 
     Args:
-        data: What to read, or a ready ``Source`` (returned as is).
-        storage_options: Passed to fsspec for paths and URLs.
-        series: The series column (a hint: a Dask source scans it while counting rows), or for one
-            2-D array a ``(rows,)`` series id vector.
+        series: The series column (a hint for scans at open), or for one 2-D array a ``(rows,)`` id vector.
         retry: Retries of transient storage errors.
         on_error: ``"raise"`` or ``"skip"`` for partitions unreadable when the source is opened.
-        **options: ``partition_bytes`` (Parquet), ``partition_rows`` (arrays), ``threads``.
+        **options: ``partition_bytes`` (Parquet), ``partition_rows`` (arrays), ``threads``, ...
     """
     check_on_error(on_error)
     if storage_options is not None and not isinstance(storage_options, dict):
@@ -102,14 +82,9 @@ def open_source(
         isinstance(data, (list, tuple)) and data and all(isinstance(d, (str, os.PathLike)) for d in data)
     ):
         options.pop("partition_rows", None)
-        if threads is not None:
-            options["threads"] = threads
-        if isinstance(series, str):
-            options["series"] = series  # the runs of small files come out of the footer read
-        if index is not None:
-            options["index"] = index
-        if footer_group is not None:
-            options["footer_group"] = footer_group
+        given = {"threads": threads, "index": index, "footer_group": footer_group}
+        given["series"] = series if isinstance(series, str) else None  # small files' runs come with the footers
+        options.update((k, v) for k, v in given.items() if v is not None)
         return ParquetSource(data, storage_options, retry=retry, on_error=on_error, **options)
     if index not in (None, False):
         raise ConfigError(f"index={index!r} applies to Parquet files, not to {type(data).__name__}; leave index= out")

@@ -1,19 +1,11 @@
 """Numpy arrays and ``.npy`` memmaps as a source.
 
-Each array is one series, ``(rows, C)``; or one 2-D array is cut into series
-where a per-row id vector changes (``ArraySource.from_series``), each series a
-view, nothing copied. Short series are grouped into partitions of about
-``partition_rows`` rows. A longer one is cut into partitions of
-``partition_rows`` rows (a multiple of the stride) that read
-``window + horizon - 1`` rows past their end, so every window of the series is
-yielded exactly once, by the partition where it starts: a tsai-style single
-long memmap streams without losing windows at the cuts.
-
-Memmapped rows are copied once, sequentially, and their pages handed back to
-the kernel (``madvise(MADV_DONTNEED)``; they stay in the page cache), so
-streaming a memmap larger than memory keeps the resident set bounded by the
-buffer. Memmaps pickle into DataLoader workers as file references.
-"""
+Each array is one series, ``(rows, C)``, or one 2-D array is cut into series by an id vector
+(``ArraySource.from_series``, views, nothing copied). Short series are grouped into partitions
+of about ``partition_rows`` rows; a longer one is cut into partitions that read
+``window + horizon - 1`` rows past their end, so each window is yielded once. Memmapped rows are
+copied once and their pages handed back to the kernel, so a memmap larger than memory streams
+in bounded memory; memmaps pickle into DataLoader workers as file references."""
 
 from __future__ import annotations
 
@@ -44,10 +36,8 @@ def _memmap_of(array: np.ndarray) -> Any:
 
 
 def _release_pages(block: np.ndarray, owner: Any) -> None:
-    """Drop the resident pages under ``block`` from this process (they stay in the page cache).
-
-    Copy-on-write memmaps (``mode="c"``) are left alone: dropping their pages would drop edits.
-    """
+    """Drop the resident pages under ``block`` from this process (they stay in the page cache); not of
+    copy-on-write memmaps, whose pages hold edits."""
     mm = owner._mmap
     if getattr(owner, "mode", "r") == "c" or not hasattr(mm, "madvise") or block.size == 0:
         return
@@ -104,9 +94,9 @@ class ArraySource(Source):
 
     Args:
         arrays: The series, in canonical order.
-        partition_rows: Consecutive small arrays are grouped into partitions of about this many rows;
-            a longer array is cut into partitions of this many rows (overlapping by a window's span).
-        series_ids: Per array, the series id reported as the run key (default: the array's position).
+        partition_rows: Small arrays are grouped into partitions of about this many rows; a longer
+            array is cut into partitions of this many rows (overlapping by a window's span).
+        series_ids: Per array, the series id reported as the run key (default: its position).
     """
 
     def __init__(
@@ -139,10 +129,7 @@ class ArraySource(Source):
 
     @classmethod
     def from_series(cls, array: np.ndarray, series: Any, partition_rows: int = DEFAULT_PARTITION_ROWS) -> ArraySource:
-        """One ``(rows, C)`` array (or memmap) cut into series where ``series`` (a ``(rows,)`` id vector) changes.
-
-        Each series is a view of ``array``: nothing is copied until a partition is read.
-        """
+        """One ``(rows, C)`` array cut into series (views) where ``series``, a ``(rows,)`` id vector, changes."""
         ids = np.asarray(series)
         if ids.ndim != 1 or len(ids) != len(array):
             raise ConfigError(

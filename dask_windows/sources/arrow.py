@@ -1,34 +1,16 @@
 """Arrow-world data as a source: pandas, pyarrow Tables and Datasets, Polars, Hugging Face, Delta.
 
-Two shapes, two ways of cutting partitions:
+* A ``pyarrow.dataset.Dataset`` of files (Parquet, Feather, CSV, hive folders, Delta's
+  ``to_pyarrow_dataset()``): a partition is a fragment, or a few row groups of a large Parquet
+  fragment; windows never cross a fragment; hive keys are columns like any other.
+* A table in memory (pyarrow, pandas, Polars, a Hugging Face ``datasets.Dataset``): partitions
+  are row ranges of about ``partition_rows`` cut at series changes; a longer series is cut into
+  ranges reading ``window + horizon - 1`` rows past their end, so no window is lost at a cut.
 
-* **A ``pyarrow.dataset.Dataset`` of files** (Parquet, Feather/IPC, CSV; a
-  hive-partitioned folder ``sid=S0/...``; Delta Lake's ``to_pyarrow_dataset()``):
-  a partition is a fragment (a file), or a few row groups of a large Parquet
-  file, like the Parquet source. Windows never cross a fragment, as they never
-  cross a file there. Hive partition keys are columns like any other: usable as
-  ``series``, features or targets. DataLoader workers receive the fragments
-  (paths, filesystem, format, partition key expression) pickled, never data.
-* **A table in memory** (``pyarrow.Table``, a pandas or Polars DataFrame, a
-  Polars LazyFrame collected once, a Hugging Face ``datasets.Dataset``): the
-  table's row order is canonical and windows follow its series over the whole
-  table. Partitions are row ranges of about ``partition_rows`` rows cut at
-  series changes; a series longer than that is cut into ranges that read
-  ``window + horizon - 1`` rows past their end, so no window is lost or
-  doubled at a cut (as the array source does). Reading a partition slices the
-  table (zero copy) and converts the columns it needs.
-
-The cost of in-memory tables: pandas frames are converted to Arrow once (one
-copy), Polars frames mostly without a copy. DataLoader workers started by fork
-share the table's pages with the main process; spawn/forkserver workers each
-receive a pickled copy of it. A Hugging Face dataset backed by its Arrow cache
-files travels to workers as those file names and is memory-mapped there
-(shared page cache, no copy); so does a table built with :func:`memory_mapped`.
-One changed in memory since (``rename_column``, ``add_column``, a contiguous
-``select``: edits its cache files do not hold) is read as its table in memory.
-For data larger than memory, write Parquet (``dask-windows convert``) and pass
-the folder, or a ``pyarrow.dataset`` of it.
-"""
+The cost of tables in memory: pandas frames are converted once (one copy); spawned DataLoader
+workers each receive a pickled copy, except Hugging Face cache files and ``memory_mapped``
+tables, which travel as file names and are memory-mapped. Data larger than memory: write
+Parquet (``dask-windows convert``)."""
 
 from __future__ import annotations
 
@@ -63,13 +45,6 @@ def is_arrow_like(data: Any) -> bool:
     return callable(getattr(data, "to_pyarrow_dataset", None))  # deltalake.DeltaTable and alike
 
 
-def _need(module: str, pip: str) -> Any:
-    try:
-        return __import__(module, fromlist=["_"])
-    except ImportError as exc:  # pragma: no cover - pyarrow is a dependency
-        raise ImportError(f"reading this data needs {module}: pip install {pip}") from exc
-
-
 def _column_numpy(column: Any) -> np.ndarray:
     """A (chunked) Arrow column as a 1-D numpy array; dictionary-encoded values decoded."""
     import pyarrow as pa
@@ -80,14 +55,8 @@ def _column_numpy(column: Any) -> np.ndarray:
 
 
 def numpy_column(column: Any) -> np.ndarray:
-    """A (chunked) Arrow column as a 1-D numpy array, as ``to_numpy()`` gives it, for numbers without pandas.
-
-    pyarrow's ``to_numpy`` runs its pandas converter, whose first call in a process imports pandas
-    (0.3-1 s on two cores, paid by the first read of a pass: on the way to the first batch). An
-    integer or floating column without nulls is one fixed-width buffer per chunk: viewed as it is
-    (one chunk, no copy, read-only like ``to_numpy``'s view) or joined (several chunks, one copy,
-    as ``to_numpy`` does). Anything else (nulls, booleans, dictionaries, dates...) takes ``to_numpy``.
-    """
+    """A (chunked) Arrow column as a 1-D numpy array, as ``to_numpy()`` gives it (which imports pandas):
+    numbers without nulls are viewed (one chunk) or joined; anything else takes ``to_numpy``."""
     import pyarrow as pa
 
     kind = column.type
@@ -130,14 +99,9 @@ class _MappedTable:
 
 
 def memory_mapped(paths: str | Sequence[str], stream: bool = False) -> _MappedTable:
-    """Arrow IPC (Feather v2) files as one memory-mapped table, for ``WindowDataset``.
-
-    DataLoader workers receive the file names and map the files themselves: no copy per worker.
-
-    Args:
-        paths: One file or several, concatenated in order.
-        stream: The files are in the IPC stream format (Hugging Face cache files) instead of the file format.
-    """
+    """Arrow IPC (Feather v2) files (``paths``, concatenated) as one memory-mapped table, for
+    ``WindowDataset``; DataLoader workers receive the names and map the files themselves.
+    ``stream``: the files are in the IPC stream format (Hugging Face cache files)."""
     return _MappedTable([paths] if isinstance(paths, str) else paths, stream)
 
 
@@ -164,12 +128,8 @@ _UNCHANGING_REPLAYS = frozenset({"replace_schema_metadata"})
 
 
 def _is_its_cache_files(table: Any, files: list[str]) -> bool:
-    """Whether a ``datasets`` table is ``files`` as written, so mapping the files reads what it holds.
-
-    ``rename_column``, ``remove_columns``, ``add_column``, ``cast`` or a contiguous ``select`` edit the
-    table in memory and leave the cache files as they were: the table records such an edit as a
-    replay of its memory-mapped blocks, or as a block held in memory beside them.
-    """
+    """Whether a ``datasets`` table is ``files`` as written: edits such as ``rename_column`` or
+    ``add_column`` live only in memory, as replays or blocks beside the memory-mapped ones."""
     rows = getattr(table, "blocks", None) or [[table]]  # a ConcatenationTable: rows of blocks side by side
     if any(len(row) != 1 for row in rows):  # columns joined side by side (add_column)
         return False
@@ -181,12 +141,9 @@ def _is_its_cache_files(table: Any, files: list[str]) -> bool:
 
 
 def arrow_table(data: Any, series: Any = None) -> Any:
-    """The ``pyarrow.Table``, ``_MappedTable`` or ``pyarrow.dataset.Dataset`` behind ``data``.
+    """The ``pyarrow.Table``, ``_MappedTable`` or ``pyarrow.dataset.Dataset`` behind ``data`` (else ``TypeError``)."""
+    import pyarrow as pa
 
-    Raises:
-        TypeError: ``data`` is none of the supported kinds.
-    """
-    pa = _need("pyarrow", "pyarrow")
     module = _module_of(data)
     if isinstance(data, _MappedTable):
         return data
@@ -220,8 +177,7 @@ class ArrowSource(Source):
     """Windows from an Arrow table in memory or a ``pyarrow.dataset.Dataset`` of files.
 
     Args:
-        data: What ``arrow_table`` accepts: a pyarrow ``Table``/``RecordBatch``/``dataset.Dataset``, a pandas or
-            Polars DataFrame, a Polars LazyFrame, a Hugging Face ``datasets.Dataset``, a ``deltalake.DeltaTable``.
+        data: What ``arrow_table`` accepts.
         series: The series column (tables in memory cut partitions where it changes).
         partition_rows: Rows per partition of a table in memory.
         partition_bytes: Parquet fragments with more uncompressed bytes are split at row groups.
@@ -357,11 +313,9 @@ class ArrowSource(Source):
         return {col: _column_numpy(table.column(col)) for col in columns}
 
     def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, ...]:
-        if self._fragments is not None or series is None:
-            if series is None and self._fragments is None:
-                _, _, count = self.partitions[index].key  # the whole range is one run (halo included)
-                return np.zeros(1, np.int64), np.array([count], np.int64), np.array([index])
-            return super().read_runs(index, series)
-        if series != self.series:
+        if self._fragments is None and series is None:
+            _, _, count = self.partitions[index].key  # the whole range is one run (halo included)
+            return np.zeros(1, np.int64), np.array([count], np.int64), np.array([index])
+        if self._fragments is None and series != self.series:
             raise ConfigError(f"series={series!r} differs from the series column {self.series!r} the table was cut by")
         return super().read_runs(index, series)

@@ -1,13 +1,8 @@
 """The source interface: what the loader asks of any kind of data.
 
-A source exposes ``partitions`` (name and row count, known from metadata
-without reading data) and ``read(i, columns)`` returning one numpy array per
-column; ``read_rows(i, columns, lo, hi)`` returns only rows ``[lo, hi)`` (the
-loader's unit of reading is such a *piece* of a partition: a source reads the
-least that covers it, by default the whole partition); ``reader()`` gives the
-reader of one iteration. This module imports
-none of the concrete sources (they import it).
-"""
+A source exposes ``partitions`` (name and row count, known from metadata) and reads columns of
+one partition, or of row ranges of it (the loader's pieces), as numpy arrays. This module
+imports none of the concrete sources (they import it)."""
 
 from __future__ import annotations
 
@@ -35,13 +30,8 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)  # one per partition: no per-instance dict
 class Partition:
-    """One unit of reading.
-
-    Attributes:
-        name: Where it lives, for messages (``path`` or ``path[row groups 2-3]``).
-        num_rows: Rows it holds.
-        key: What the source needs to read it (path and row groups, array ids, ...).
-    """
+    """One unit of reading: ``name`` for messages (``path[row groups 2-3]``), ``num_rows``, and ``key``,
+    what the source needs to read it."""
 
     name: str
     num_rows: int
@@ -63,17 +53,8 @@ def partition_names(partitions: Sequence[Partition]) -> Sequence[str]:
 
 
 class PartitionReader:
-    """Reads the partitions of one iteration, in the order given when it was made.
-
-    The base reader reads each partition when asked; a source that can start
-    work early (``DaskSource`` keeps the next partitions computing on the
-    cluster) returns its own reader.
-
-    Args:
-        source: The source to read from.
-        indices: Partitions in the order they will be asked for.
-        columns: Columns to read.
-    """
+    """Reads the partitions ``indices`` of one iteration, in that order; a source that can start work
+    early (``DaskSource``) returns its own."""
 
     def __init__(self, source: Source, indices: Sequence[int], columns: Sequence) -> None:
         self.source = source
@@ -97,11 +78,10 @@ class PartitionReader:
 
 
 class Source:
-    """Base of all sources: a list of partitions and a way to read one.
+    """Base of all sources: ``partitions`` in canonical order, and reads of them.
 
     Attributes:
         description: What the data is, for messages.
-        partitions: Partitions in canonical order.
         skipped: Partitions left out when the source was opened (``on_error="skip"``).
     """
 
@@ -128,22 +108,17 @@ class Source:
         return self.partitions[index].num_rows
 
     def unchanged(self, indices: Sequence[int]) -> bool:
-        """Whether partitions ``indices`` are still what the source opened, as far as a cheap check
-        tells (``nextpass`` asks before it uses rows read ahead); default: nothing to check."""
+        """Whether partitions ``indices`` are still what the source opened, by a cheap check; default ``True``."""
         return True
 
     def decode_units(self, index: int) -> np.ndarray | None:
-        """``(G+1,)`` partition rows where each unit the source decodes whole begins (Parquet row
-        groups), then the partition's row count; ``None`` where reading any rows costs only those
-        rows (arrays) or the whole partition (Dask). Pieces follow these units (``plan.piece_table``)."""
+        """``(G+1,)`` partition rows where each unit the source decodes whole (Parquet row groups) begins,
+        then its row count; ``None`` where any rows cost only those rows, or the whole partition."""
         return None
 
     def read_rows(self, index: int, columns: Sequence, lo: int, hi: int) -> dict:
-        """Rows ``[lo, hi)`` of partition ``index``; default: read the partition and slice it.
-
-        Rows count from the partition's first row and may reach into the rows a source reads past
-        the partition's end (its halo) when its runs say so.
-        """
+        """Rows ``[lo, hi)`` of partition ``index``, counted from its first row, maybe reaching into its
+        halo; default: read the partition and slice it."""
         columns = list(columns)
         data = self.read(index, columns)
         if lo == 0 and all(len(v) == hi for v in data.values()):
@@ -151,15 +126,13 @@ class Source:
         return {col: values[lo:hi] for col, values in data.items()}
 
     def read_ranges(self, index: int, columns: Sequence, ranges: Sequence[tuple[int, int]]) -> list[dict]:
-        """Rows ``[lo, hi)`` of partition ``index`` for each of ``ranges``; default: one read of the rows covering
-        them all, sliced."""
+        """Rows ``[lo, hi)`` of partition ``index`` for each of ``ranges``; default: one read covering them all."""
         lo, hi = min(a for a, _ in ranges), max(b for _, b in ranges)
         data = self.read_rows(index, columns, lo, hi)
         return [{col: values[a - lo : b - lo] for col, values in data.items()} for a, b in ranges]
 
     def continues(self, index: int) -> bool:
-        """Whether partition ``index``'s first row directly follows partition ``index - 1``'s last
-        row (one file cut into partitions): a series running across the cut keeps its grid."""
+        """Whether partition ``index`` directly follows partition ``index - 1`` in one file cut into partitions."""
         return False
 
     def reader(self, indices: Sequence[int], columns: Sequence) -> PartitionReader:
@@ -167,19 +140,12 @@ class Source:
         return PartitionReader(self, indices, columns)
 
     def set_window(self, span: int, stride: int) -> None:
-        """Learn the rows one window needs (``window + horizon``) and the stride, before runs are scanned.
-
-        Sources whose partitions are cut out of longer series (arrays) use it to
-        overlap neighbouring partitions so no window is lost at a cut.
-        """
+        """Learn the rows one window needs (``window + horizon``) and the stride, before runs are scanned
+        (sources cut out of longer series overlap their partitions by it)."""
 
     def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, ...]:
-        """``(run_starts, run_lengths, run_keys)`` of partition ``index``: its runs of one series.
-
-        A source whose runs are pieces of longer series adds ``(origin, owned)`` (``index.PartitionRuns``).
-
-        With ``series=None`` the whole partition is one run. Only the series column is read.
-        """
+        """``(run_starts, run_lengths, run_keys)`` of partition ``index``, from its series column alone (one
+        run for ``series=None``); runs that are pieces of longer series add ``(origin, owned)``."""
         rows = self.partitions[index].num_rows
         if series is None:
             return np.zeros(1, np.int64), np.array([rows], np.int64), np.array([index])

@@ -1,49 +1,14 @@
 """A local disk cache of the byte ranges read from remote objects, shared by processes.
 
-``ParquetSource(cache_dir=...)`` hands every remote partition read (the
-byte ranges of its column chunks) to ``RangeCache.fetch``. Each column chunk
-is one entry: a file named by a digest of the object's URL, size, version
-(ETag, or modification time) and the chunk's byte range. Chunks found on disk
-are taken from there; the missing ones are fetched together (close ones
-merged into one request, as without a cache) and stored. Later reads, in any
-process on the machine and whatever rows or pieces of the partition they
-group, make no request for a stored chunk. An object rewritten since has
-another size or version, so other keys: it is fetched again and the stale
-entries age out.
+Each column chunk is one entry, a file named by a digest of the object's URL, version and byte
+range, followed by a CRC-32 of its key and bytes (a damaged or exchanged entry is a miss). The
+entries live in ``OWN_FOLDER`` inside ``cache_dir``, marked by ``MARKER_NAME``: nothing outside
+it is ever removed. Processes share it without a server: entries are written to a temporary
+name and renamed into place, writers hold an ``flock`` while they evict and write (so the folder
+never exceeds ``max_bytes``), readers take no lock. Eviction follows ``cache_policy``.
 
-The entries live in a folder the cache owns, ``OWN_FOLDER`` inside
-``cache_dir``, marked by a ``MARKER_NAME`` file the cache writes when it makes
-the folder: eviction and the removal of temporary files look only there, so a
-``cache_dir`` holding the user's own files (``"."``, ``"~/models"``) never loses
-one. A folder of that name holding files but no marker is refused.
-
-Each entry's CRC-32 covers its key (the digest naming it) and its bytes, so an
-entry whose bytes belong to another range or object (entries exchanged or
-copied under another name) fails the check like a damaged one: a miss.
-
-Sharing between processes (DDP ranks, DataLoader workers) is safe without a
-server:
-
-* an entry is written to a temporary name in the cache folder and renamed into
-  place (``os.replace`` is atomic on POSIX), so a reader never sees a partial
-  file; a writer killed half-way leaves only a temporary file, which no reader
-  opens and a later eviction removes; an entry whose length is not the sum of
-  its ranges, or whose CRC-32 (``CHECK_BYTES`` after its bytes) does not match
-  them, is taken as a miss and removed;
-* writers hold an exclusive ``flock`` on ``.lock`` while they evict and write, so
-  the folder's bytes (entries and temporary files) never exceed ``max_bytes``;
-* eviction unlinks the least recently used entries (modification time, touched
-  on every hit), but only those unused for ``keep_seconds``: new bytes that do not
-  fit otherwise are not stored (``cache_policy``: a scan over more data than the
-  budget keeps the entries it holds rather than washing them all out); a reader that already opened an entry keeps reading it
-  (an open descriptor survives ``unlink`` on POSIX), and one that loses the race
-  to open it fetches the bytes from the store.
-
-The trade-off: one file per column chunk (row group x column) means many small
-files for datasets of small row groups, and a writer lists the folder once per
-partition it stores (cheap for thousands of entries; slower for millions).
-Readers take no lock; writers serialise on one.
-"""
+The trade-off: one file per column chunk means many small files for small row groups, and a
+writer lists the folder once per partition it stores."""
 
 from __future__ import annotations
 
@@ -91,19 +56,16 @@ class RangeCache:
     """Byte ranges of remote objects kept in a local folder under a byte budget.
 
     Args:
-        directory: The cache folder (created if missing); share it between the processes of a machine.
-            The entries go into its subfolder ``OWN_FOLDER`` (``root``); other files are left alone.
+        directory: The cache folder (created if missing), shared by the processes of a machine; the
+            entries go into its subfolder ``OWN_FOLDER`` (``root``).
         max_bytes: Most bytes the entries may take; ``None``: no limit.
         keep_seconds: Entries used within this long are not evicted for new ones (``cache_policy``).
 
     Raises:
-        ConfigError: the folder cannot be made, or ``OWN_FOLDER`` exists holding files the cache did
-            not write (no ``MARKER_NAME``).
+        ConfigError: The folder cannot be made, or ``OWN_FOLDER`` holds files without ``MARKER_NAME``.
 
     Attributes:
-        root: The folder holding the entries.
-        hits: Reads served from disk in this process.
-        misses: Reads fetched from the store in this process.
+        hits, misses: Reads served from disk, and fetched from the store, in this process.
     """
 
     def __init__(
@@ -130,18 +92,8 @@ class RangeCache:
         ranges: Sequence[tuple[int, int]],
         fetch: Callable[[list[tuple[int, int]]], list[Any]],
     ) -> list[Any]:
-        """The bytes of ``ranges`` (column chunks) of ``url``: from the cache, the missing ones fetched and stored.
-
-        Args:
-            url: The object.
-            version: Its ``object_version``.
-            ranges: ``[start, stop)`` byte ranges; each is one entry.
-            fetch: Reads a list of ranges from the store (in as few requests as it likes), one
-                bytes-like per range.
-
-        Returns:
-            One bytes-like per range of ``ranges``.
-        """
+        """The bytes of ``ranges`` (column chunks, one entry each) of ``url`` at ``version``: from the cache,
+        the missing ones read by ``fetch`` (a list of ranges -> one bytes-like each) and stored."""
         paths = [self.path_of(url, version, r) for r in ranges]
         blobs: list[Any] = [self._read(path, b - a) for path, (a, b) in zip(paths, ranges)]
         missing = [i for i, blob in enumerate(blobs) if blob is None]

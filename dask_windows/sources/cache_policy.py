@@ -1,27 +1,11 @@
 """Which cache entries make room for new ones: least recently used, but never on a scan.
 
-Training reads a dataset in epochs: every partition once, then again. Under
-plain LRU a budget smaller than the data is useless for that pattern: each
-entry is evicted by the scan before the next epoch comes back to it, so two
-epochs at half the data's size made zero hits while paying for every write.
-
-The rule here keeps what is in use and refuses what does not fit:
-
-* an entry used (stored or read) within ``keep_seconds`` is kept; new bytes
-  that would need its room are not stored (the read still succeeds, from the
-  store);
-* entries unused for longer are evicted, least recently used first, as room
-  is needed: data of an earlier dataset, or of objects rewritten since, ages
-  out;
-* a fetch's entries are stored all or none: a partition with one chunk
-  missing costs a request as if none were cached.
-
-A budget of half the data thus holds the first half an epoch reads, and the
-next epochs find those (about half their reads) on disk. The price: after
-switching to other data, the old entries block new ones for ``keep_seconds``
-(default 12 hours) unless the folder is cleared; an epoch longer than that
-degrades towards LRU. Pure: the caller lists the folder and unlinks.
-"""
+Under plain LRU a budget smaller than the data is useless for epochs (each entry is evicted by
+the scan before the next epoch comes back to it). Here an entry used within ``keep_seconds`` is
+kept and new bytes that would need its room are not stored; older entries are evicted least
+recently used first; a fetch's entries are stored all or none. The price: after switching to
+other data, old entries block new ones for ``keep_seconds`` unless the folder is cleared.
+Pure: the caller lists the folder and unlinks."""
 
 from __future__ import annotations
 
@@ -40,19 +24,9 @@ def evictions(
     now_ns: int,
     keep_seconds: float = KEEP_SECONDS,
 ) -> list[int] | None:
-    """The entries to evict so that ``needed`` more bytes fit, or ``None`` when they may not.
-
-    Args:
-        entries: ``(last use in ns, name, bytes)`` of every entry, oldest first.
-        total: Bytes the folder holds now.
-        max_bytes: The budget; ``None``: no limit.
-        needed: Bytes to store.
-        now_ns: The time now, in ns (``time.time_ns()``).
-        keep_seconds: Entries used within this long are never evicted.
-
-    Returns:
-        Indices into ``entries`` (oldest first) to evict, or ``None``: do not store.
-    """
+    """Indices into ``entries`` (``(last use in ns, name, bytes)``, oldest first) to evict so that
+    ``needed`` more bytes fit beside ``total`` under ``max_bytes`` (``None``: no limit), or ``None``
+    when they may not (entries used within ``keep_seconds`` of ``now_ns`` are never evicted)."""
     if max_bytes is None:
         return []
     if needed > max_bytes:

@@ -1,34 +1,17 @@
-"""Any Dask DataFrame as a source: a partition is ``ddf.partitions[i]``.
+"""Any Dask DataFrame as a source: a partition is ``ddf.partitions[i]``, computed for the columns read.
 
-Whatever built the frame (``dd.read_csv``, ``dd.from_map`` over Avro files,
-``dd.read_sql_table``, a chain of ``map_partitions``), reading partition ``i``
-computes ``ddf[columns].partitions[i]``, so only the wanted columns are
-produced and only the pandas result travels. With a ``dask.distributed``
-client the partition is computed on the cluster, and the reader of an epoch
-keeps the next ``read_ahead`` partitions computing there while the training
-loop works through the current buffer; without one it is computed locally
-with Dask's default scheduler on the prefetch thread.
-
-Row counts come from what the graph already knows (Parquet statistics,
-``from_pandas`` locations), otherwise from one counted pass over the
-partitions, done once when the dataset is opened. When the series column is
-known at that point the same pass also finds its runs, so opening costs one
-pass, not two.
-
-DataLoader workers are other processes, and a distributed client does not
-survive being pickled or forked: a worker process connects its own client to
-the scheduler address seen when the source was opened. The cluster already
-computes partitions in parallel, so ``num_workers=0`` is usually enough and
-keeps one client. A partition whose graph is expensive (a shuffle, a join)
-is recomputed each epoch: ``persist()`` such a frame first.
-"""
+With a ``dask.distributed`` client partitions are computed on the cluster and an epoch's reader
+keeps the next ``read_ahead`` in flight; without one, locally on the prefetch thread. Row counts
+come from the graph where it knows them, else from one pass at open that also finds the series
+runs. A DataLoader worker connects its own client to the scheduler seen at open. The trade-off:
+a partition's graph is recomputed each epoch; ``persist()`` an expensive frame first."""
 
 from __future__ import annotations
 
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -103,6 +86,14 @@ class _Failed:
     def __init__(self, exc: BaseException) -> None:
         self.exc = exc
 
+    @classmethod
+    def value_of(cls, compute: Callable[[], Any]) -> Any:
+        """``compute()``, or a ``_Failed`` holding what it raised."""
+        try:
+            return compute()
+        except Exception as exc:
+            return cls(exc)
+
 
 class _DaskReader(PartitionReader):
     """Keeps the next ``ahead`` partitions of an epoch computing on the cluster."""
@@ -138,8 +129,7 @@ class _DaskReader(PartitionReader):
 
     def read_rows(self, index: int, lo: int, hi: int) -> dict:
         """Rows ``[lo, hi)``: the partition is computed (in plan order, read ahead) and sliced."""
-        data = self.read(index)
-        return {col: values[lo:hi] for col, values in data.items()}
+        return self.read_ranges(index, [(lo, hi)])[0]
 
     def read_ranges(self, index: int, ranges: Sequence[tuple[int, int]]) -> list[dict]:
         """Each of ``ranges`` of one computation of the partition."""
@@ -155,16 +145,14 @@ class _DaskReader(PartitionReader):
 class DaskSource(Source):
     """A Dask DataFrame; partition ``i`` is ``ddf.partitions[i]``.
 
-    A piece of a partition costs computing the whole partition, so the loader reads whole
-    partitions by default (``default_pieces_per_partition = 1``); pass ``pieces_per_partition``
-    to mix more at that price (best on a ``persist()``-ed frame).
+    A piece costs computing the whole partition, so the loader reads whole partitions by default.
 
     Args:
         ddf: The frame (a Dask Series is taken as a one-column frame).
-        series: The series column, when known: its runs are found in the same pass that counts rows.
+        series: The series column, when known: its runs are found in the pass that counts rows.
         retry: Retries of transient failures (an int of retries or a ``RetryPolicy``).
-        on_error: ``"raise"`` if a partition fails during the counting pass, or ``"skip"`` it: it is
-            then given no rows and recorded in ``skipped``.
+        on_error: ``"raise"`` if a partition fails in the counting pass, or ``"skip"`` it (no rows,
+            recorded in ``skipped``).
         read_ahead: Partitions kept computing on the cluster ahead of the one being read.
     """
 
@@ -241,24 +229,12 @@ class DaskSource(Source):
 
         client = self._client()
         if client is not None:
-            out = []
-            for future in client.compute(tasks):
-                try:
-                    out.append(future.result())
-                except Exception as exc:
-                    out.append(_Failed(exc))
-            return out
+            return [_Failed.value_of(future.result) for future in client.compute(tasks)]
         try:
             return list(dask.compute(*tasks))
         except Exception:
             log.info("the counting pass over %s failed; computing partitions one by one", self.description)
-        out = []
-        for task in tasks:
-            try:
-                out.append(dask.compute(task)[0])
-            except Exception as exc:
-                out.append(_Failed(exc))
-        return out
+        return [_Failed.value_of(task.compute) for task in tasks]  # one by one
 
     # -- schema and reading -------------------------------------------------------------------
 
@@ -270,14 +246,8 @@ class DaskSource(Source):
         return self.ddf[list(columns)]
 
     def delayed_partitions(self, columns: Sequence) -> list:
-        """One ``Delayed`` per partition of the frame projected on ``columns``, built once.
-
-        The graph is optimised and materialised here, in the calling thread, once per column
-        set: later computes hand the scheduler a plain graph. Building a fresh expression per
-        partition from the prefetch thread would re-run Dask's metadata inference each time
-        and, on Python 3.11, can deadlock with the in-process scheduler on the expression
-        classes' ``cached_property`` locks.
-        """
+        """One ``Delayed`` per partition of the frame projected on ``columns``, built once per column set in
+        the calling thread (built on the prefetch thread, Dask's expression locks can deadlock)."""
         key = tuple(columns)
         with self._lock:
             if key not in self._delayed:

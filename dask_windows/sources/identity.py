@@ -1,27 +1,9 @@
 """One definition of "this file is the one we planned": its size and version, recorded at open.
 
-A dataset's epoch plan is made from what the files held when it was opened
-(row counts, series runs, footers). If a file is replaced, rewritten or
-truncated afterwards, reading it by the planned row groups and byte ranges
-would hand the model other rows without a word. So each file's identity is
-recorded when the dataset is opened and compared when it is read:
-
-* ``size`` in bytes, and ``version``: the store's ETag (S3, GCS, Azure) or
-  modification time (``mtime`` in ns on local disk), whichever the store has;
-* local files are checked at every read (one ``os.stat``, microseconds);
-  remote files are checked through what the read itself returns (row counts,
-  page checksums when the file has them) rather than a second request per
-  read: a ``HEAD`` would double the requests of a partition;
-* the resume fingerprint (``digest``) holds each file's size and a hash of its
-  Parquet footer, which depends only on the content (row groups, column
-  statistics): a state saved before files were swapped or rewritten is
-  rejected, while the same dataset copied elsewhere (new paths, new mtimes)
-  still resumes.
-
-The trade-off: a rewrite that keeps the footer byte-identical and the size
-(same rows, same statistics) is not caught by the fingerprint; at read time
-local files still catch it by mtime.
-"""
+Local files are compared at every read (one ``os.stat``); remote files through what the read
+returns (row counts, page checksums), not a second request. The resume fingerprint (``digest``)
+hashes each file's size and footer, so a copied dataset still resumes. The trade-off: a rewrite
+keeping the footer and size is not caught by the fingerprint (local reads still catch it by mtime)."""
 
 from __future__ import annotations
 
@@ -42,13 +24,8 @@ VERSION_KEYS = ("ETag", "etag", "md5Hash", "generation", "version_id", "VersionI
 
 @dataclass(frozen=True, slots=True)  # one per file: no per-instance dict
 class FileIdentity:
-    """What a file was when the dataset was opened.
-
-    Attributes:
-        size: Bytes, or ``None`` when the store did not say.
-        version: ETag / generation as text, a local file's modification time in ns (an int: one
-            identity is kept per file), or ``None``.
-    """
+    """What a file was when the dataset was opened: ``size`` in bytes and ``version`` (ETag or
+    generation as text, a local ``mtime`` in ns as an int), each ``None`` when unknown."""
 
     size: int | None
     version: str | int | None
@@ -94,12 +71,8 @@ def changed(path: str, expected: FileIdentity | None) -> FileIdentity | None:
 
 
 def check_local(path: str, expected: FileIdentity | None) -> None:
-    """Raise ``SourceReadError`` when local ``path`` is no longer the file planned at open.
-
-    Raises:
-        SourceReadError: naming the file, what changed and the remedy (``kind`` ``"corrupt"``:
-            ``on_error="skip"`` may leave it out, since its planned rows no longer exist).
-    """
+    """Raise ``SourceReadError`` (``kind`` ``"corrupt"``) naming the file, the change and the remedy
+    when local ``path`` is no longer the file planned at open."""
     now = changed(path, expected)
     if now is None:
         return
@@ -118,13 +91,8 @@ class FooterDigest(bytes):
 
 
 def digest(files: Iterable[tuple[int | None, Any]]) -> str:
-    """A short hash of each file's size and Parquet footer, in order (for the resume fingerprint).
-
-    Args:
-        files: ``(size, footer)`` per file, in canonical order; the footer is its serialised bytes,
-            their SHA-256 as a ``FooterDigest``, a ``pyarrow.parquet.FileMetaData`` (its serialised
-            form is hashed) or ``None``.
-    """
+    """A short hash of each file's ``(size, footer)``, in order, for the resume fingerprint; a footer is
+    its bytes, their SHA-256 as a ``FooterDigest``, a ``FileMetaData`` (pickled) or ``None``."""
     out = hashlib.sha256()
     for size, footer in files:
         out.update(str(size).encode() + b"|")

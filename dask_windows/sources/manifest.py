@@ -1,38 +1,18 @@
 """The manifest ``dask-windows convert`` writes next to its Parquet files.
 
-A converted dataset's root holds ``_dask_windows_manifest.json``: per file its
-row count, its size in bytes and its series runs (maximal contiguous stretches
-of one series value, in file order). With it a loader knows every partition's
-row count and where each series starts without opening a single file, so a
-dataset of 10,000 files is planned in milliseconds. The trade-off: the
-manifest is a copy of facts the files also hold, so it is trusted only when it
-names exactly the files that are there; :func:`read_manifest` checks its
-shape, and callers compare its file list with the listing they made.
+``_dask_windows_manifest.json`` holds per file (``path`` relative to the root, sorted in row
+order) its ``rows``, ``bytes``, ``footer`` digest and series ``runs`` ``[start, rows, value]``::
 
-Layout (``version`` 1)::
-
-    {"format": "dask_windows.manifest", "version": 1,
-     "series": "sensor_id", "time": "timestamp",
-     "files": [{"path": "part-00000.parquet", "rows": 1000, "bytes": 40960,
+    {"format": "dask_windows.manifest", "version": 1, "series": "sid", "time": "ts",
+     "files": [{"path": "part-0.parquet", "rows": 1000, "bytes": 40960, "footer": "...",
                 "runs": [[0, 600, "a"], [600, 400, "b"]]}, ...]}
 
-``path`` is relative to the root and files are named so that sorted order is
-the canonical row order.
+Version 2 (the spread layout, ``docs/converted.md``) adds ``"span"`` (chunks overlap by
+``span - 1`` rows) and ``"layout"``, and runs ``[start, rows, value, origin, owned]``: the run's
+first row within its series, and how many of its rows may start a window.
 
-Version 2 (written by ``convert`` since the spread layout, see
-``docs/converted.md``) adds ``"span"`` (the ``window + horizon`` the chunks
-overlap for: ``span - 1`` rows of each chunk cut repeat at the end of the
-chunk before the cut) and ``"layout"``, and each run is
-``[start, rows, value, origin, owned]``: ``origin`` is the row of the run's
-first row within its whole series, ``owned`` how many of its first rows may
-start a window (the rest is overlap). Version-1 manifests still open.
-
-Since 0.3 ``write_manifest`` also records each file's ``"footer"``: a digest of
-its serialized Parquet footer (row groups, column chunk offsets and sizes,
-statistics), read back from the file written. A part rewritten with the same
-row count (and even the same size) almost always changes its footer; at open
-the digest is compared with the footer the loader read anyway (no extra read).
-Manifests without it still open (the size check only).
+The trade-off: the manifest copies facts the files hold (a dataset is planned without opening
+them), so it is trusted only where it names exactly the files there and their footers.
 """
 
 from __future__ import annotations
@@ -73,15 +53,7 @@ READ_VERSIONS = (1, 2)
 
 
 def to_json_scalar(value: Any) -> Any:
-    """Turn one series value into a JSON scalar (int, float, str, bool or None).
-
-    Args:
-        value: a numpy, pandas or Python scalar.
-
-    Returns:
-        The value as a plain Python scalar; datetimes become ISO 8601 strings
-        and anything else without a JSON form becomes ``str(value)``.
-    """
+    """One series value as a JSON scalar (NaN as None, datetimes in ISO 8601, anything else as ``str``)."""
     if isinstance(value, np.generic):
         value = value.item()
     if value is None or isinstance(value, (bool, int, str)):
@@ -96,11 +68,7 @@ def to_json_scalar(value: Any) -> Any:
 
 
 def footer_digest(raw: bytes) -> str:
-    """A file's content identity: a 64-bit BLAKE2b digest (hex) of its serialized Parquet footer.
-
-    Args:
-        raw: the file's footer as ``Footer.raw`` holds it (thrift metadata, its length, ``PAR1``).
-    """
+    """A file's content identity: a 64-bit BLAKE2b digest (hex) of its serialized Parquet footer (``Footer.raw``)."""
     return hashlib.blake2b(raw, digest_size=8).hexdigest()
 
 
@@ -118,15 +86,7 @@ def file_footer_digest(fs: Any, path: str) -> str:
 
 
 def series_runs(values: np.ndarray | Sequence[Any]) -> list[list[Any]]:
-    """Find the maximal runs of equal consecutive values.
-
-    Args:
-        values: one file's series column, in file order.
-
-    Returns:
-        ``[[start_row, num_rows, value], ...]`` in file order, values as JSON
-        scalars.
-    """
+    """``[[start_row, num_rows, value], ...]``: the runs of equal consecutive ``values``, as JSON scalars."""
     values = np.asarray(values)
     num_rows = len(values)
     if num_rows == 0:
@@ -138,18 +98,7 @@ def series_runs(values: np.ndarray | Sequence[Any]) -> list[list[Any]]:
 
 
 def validate_manifest(manifest: Any, where: str = "manifest") -> dict:
-    """Check a manifest's shape and internal consistency.
-
-    Args:
-        manifest: the decoded JSON document.
-        where: the file it came from, for error messages.
-
-    Returns:
-        The same dict.
-
-    Raises:
-        DataError: naming the first rule the document breaks.
-    """
+    """Check a manifest's shape and consistency: the manifest, or ``DataError`` naming ``where`` and the rule."""
 
     def fail(rule: str) -> DataError:
         return DataError(
@@ -216,23 +165,14 @@ def write_manifest(
     span: int | None = None,
     layout: str | None = None,
 ) -> str:
-    """Write the manifest into a dataset's root folder.
+    """Write the manifest into the dataset folder ``root`` (as ``fs`` names it); return the path written.
 
     Args:
-        root: the dataset folder, as ``fs`` names it.
-        fs: an fsspec filesystem.
-        series: the series column.
-        time: the time column.
-        files: per file ``{"path", "rows", "bytes", "runs"}``, ``path``
-            relative to ``root``; runs ``[start, rows, value]``, or with ``span``
-            ``[start, rows, value, origin, owned]`` (version 2). Each file's
-            ``"footer"`` digest is read from the file under ``root`` when the
-            entry has none.
-        span: the ``window + horizon`` the chunks overlap for; ``None`` writes version 1.
-        layout: how rows are laid out (``"spread"``, ``"contiguous"``), version 2 only.
-
-    Returns:
-        The path written.
+        files: Per file ``{"path", "rows", "bytes", "runs"}``, ``path`` relative to ``root``; runs
+            ``[start, rows, value]``, or with ``span`` ``[start, rows, value, origin, owned]``. A file's
+            ``"footer"`` digest is read from the file when the entry has none.
+        span: The ``window + horizon`` the chunks overlap for; ``None`` writes version 1.
+        layout: How rows are laid out (``"spread"``, ``"contiguous"``), version 2 only.
     """
     base = fs._strip_protocol(root)
     if span is None:
@@ -267,18 +207,7 @@ def write_manifest(
 
 
 def read_manifest(root: str, fs: Any) -> dict | None:
-    """Read and validate a dataset's manifest.
-
-    Args:
-        root: the dataset folder, as ``fs`` names it.
-        fs: an fsspec filesystem.
-
-    Returns:
-        The manifest, or ``None`` when the folder has none.
-
-    Raises:
-        DataError: the file exists but is not a valid manifest.
-    """
+    """The validated manifest of the folder ``root``, or ``None`` when it has none (``DataError`` when invalid)."""
     path = posixpath.join(fs._strip_protocol(root), MANIFEST_NAME)
     try:
         with fs.open(path, "r") as src:
@@ -293,12 +222,7 @@ def read_manifest(root: str, fs: Any) -> dict | None:
 
 
 def manifest_run_arrays(runs: Sequence[Sequence[Any]]) -> tuple[np.ndarray, ...]:
-    """One file's manifest runs as arrays.
-
-    Returns:
-        ``(starts, lengths, keys)`` for version-1 runs, ``(starts, lengths, keys, origin, owned)``
-        for version-2 runs.
-    """
+    """One file's manifest runs as ``(starts, lengths, keys)``, plus ``(origin, owned)`` for version-2 runs."""
     starts = np.array([r[0] for r in runs], dtype=np.int64)
     lengths = np.array([r[1] for r in runs], dtype=np.int64)
     keys = np.array([r[2] for r in runs])
@@ -310,15 +234,10 @@ def manifest_run_arrays(runs: Sequence[Sequence[Any]]) -> tuple[np.ndarray, ...]
 
 
 def span_shortfall(manifest: dict, span: int, stride: int) -> tuple[int, int]:
-    """Windows lost when a dataset is opened with a longer ``window + horizon`` than it was converted for.
+    """``(lost, total)`` windows when a version-2 dataset is opened with a longer ``span`` than converted for.
 
-    Chunks of a version-2 manifest overlap by ``manifest["span"] - 1`` rows; a longer span loses
-    the windows that would start in a chunk's last owned rows and end past its overlap.
-
-    Returns:
-        ``(lost, total)``: windows lost and windows the whole series hold (``(0, 0)`` when the
-        manifest has no chunk overlap to fall short of, or ``span`` fits).
-    """
+    Chunks overlap by ``manifest["span"] - 1`` rows; a longer span loses the windows that start in
+    a chunk's last owned rows and end past its overlap. ``(0, 0)`` when nothing can be lost."""
     import pandas as pd
 
     from dask_windows.planning.index import run_grid

@@ -1,34 +1,15 @@
-"""Retrying transient storage errors with capped exponential backoff.
+"""Retrying transient storage errors with capped exponential backoff, under a deadline.
 
-Object stores fail in passing: a connection is reset, a request is throttled
-(HTTP 429 / ``SlowDown``), a server answers 5xx. Such a failure is retried a
-few times with growing delays; anything else (a missing object, a denied
-permission, a corrupt file) is raised at once, because trying again cannot
-help and only delays the message the user needs.
-
-Which errors are transient is decided in one place, ``faults.is_transient``.
-The delay of try ``k`` is
-``min(max_delay, base_delay * 2**k)`` scaled by a jitter in ``[0.5, 1)`` derived
-from the object's name, so ranks retrying the same object do not stampede in
-step and a rerun waits the same time (no clock or pid enters it).
-
-Every call also has a deadline (``timeout``, seconds, retries and backoff
-included; ``WindowDataset(timeout=...)``, default ``DEFAULT_TIMEOUT`` per
-partition read and twice that per call made while opening). Each attempt runs
-on a helper thread that the caller waits on for at most the time left, so a
-stalled endpoint (connections accepted, never answered) ends in a
-``DeadlineExceeded`` whatever s3fs or botocore retry underneath; the abandoned
-attempt finishes or fails on its own thread later. Local files are read
-without the helper thread (``timeout=None``): a local read cannot stall on a
-network, and a thread per read would cost more than the deadline is worth.
-
-The trade-off: a store that is down for longer than the total backoff
-(about ``base_delay * 2**retries``) fails the read; raise ``retries`` for flaky
-links rather than hiding outages behind unbounded waits.
-"""
+Which errors are transient is decided by ``faults.is_transient``; anything else raises at once.
+The delay of try ``k`` is ``min(max_delay, base_delay * 2**k)`` times a jitter in ``[0.5, 1)``
+derived from the object's name (no clock or pid). With a ``timeout`` each attempt runs on a
+helper thread waited on for the time left, so a stalled endpoint ends in ``DeadlineExceeded``;
+local files are read without it. The trade-off: a store down for longer than the total backoff
+fails the read; raise ``retries`` rather than waiting without bound."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -78,15 +59,9 @@ def _bounded(fn: Callable[[], T], seconds: float, what: str) -> T:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How often and how patiently a storage call is tried.
-
-    Attributes:
-        retries: Attempts after the first one (``0`` never retries).
-        base_delay: Seconds before the first retry; doubles with each retry.
-        max_delay: Cap of one delay, in seconds.
-        transient: Predicate deciding whether an exception is worth another try.
-        timeout: Seconds one call may take, retries included (``None``: no deadline).
-    """
+    """How often and how patiently a storage call is tried: ``retries`` after the first attempt, the
+    first delay ``base_delay`` doubling up to ``max_delay`` seconds, the ``transient`` predicate, and
+    the ``timeout`` of one call in seconds, retries included (``None``: no deadline)."""
 
     retries: int = RETRIES
     base_delay: float = RETRY_BASE_DELAY
@@ -121,21 +96,9 @@ class RetryPolicy:
         )
 
     def call(self, fn: Callable[[], T], what: str, timeout: float | None = None) -> T:
-        """Run ``fn()``, retrying transient failures; the last failure propagates unchanged.
-
-        Args:
-            fn: The storage call.
-            what: The object it touches, for logs and the backoff jitter.
-            timeout: Deadline of this call in seconds, retries included (default ``self.timeout``);
-                past it ``DeadlineExceeded`` (a ``TimeoutError``) is raised and nothing is retried.
-
-        Returns:
-            What ``fn`` returned.
-
-        Raises:
-            Exception: Whatever ``fn`` raised on its last attempt or on a permanent failure;
-                ``attempts`` (an int) is set on it when it can be, for the caller's message.
-        """
+        """Run ``fn()`` (a storage call on object ``what``), retrying transient failures, within ``timeout``
+        (default ``self.timeout``; past it ``DeadlineExceeded``, no retry). The last failure propagates
+        unchanged, with ``attempts`` set on it when it can be."""
         attempt = 0
         seconds = self.timeout if timeout is None else timeout
         deadline = None if seconds is None else time.monotonic() + seconds
@@ -147,10 +110,8 @@ class RetryPolicy:
                 late = isinstance(exc, DeadlineExceeded) or (deadline is not None and time.monotonic() >= deadline)
                 # a connection refused was already retried by the client (botocore, s3fs): report it now
                 if attempt > self.retries or late or not self.transient(exc) or is_unreachable(exc):
-                    try:
+                    with contextlib.suppress(AttributeError):  # exceptions with __slots__
                         exc.attempts = attempt  # type: ignore[attr-defined]
-                    except AttributeError:  # pragma: no cover - exceptions with __slots__
-                        pass
                     raise
                 wait = self.delay(attempt - 1, what)
                 log.warning(

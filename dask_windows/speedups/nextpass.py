@@ -138,7 +138,7 @@ class _NextPass:
         try:
             timer.start()
         except MemoryError:  # no timer would release it (out of memory): let it go now, the pass reads again
-            log.debug("the next pass's timer could not start: its first buffer is released", exc_info=True)
+            log.debug("the next pass's timer could not start: its first units are released", exc_info=True)
             self.release()
             return
         self._timer = timer
@@ -178,8 +178,8 @@ class Slot:
 
 @dataclass(frozen=True, eq=False)
 class NextPass:
-    """The hook a buffer order's pass calls (``runtime.values.PassValues.next_pass``), built by the dataset
-    (``WindowDataset._next_pass``): ``claim`` this pass's first buffer if it was read ahead, ``wanted`` /
+    """The hook a pass of the pool order calls (``runtime.values.PassValues.next_pass``), built by the dataset
+    (``WindowDataset._next_pass``): ``claim`` this pass's first units if they were read ahead, ``wanted`` /
     ``begin`` the next pass's. It holds values and callables, never the dataset's members.
 
     Attributes:
@@ -219,7 +219,7 @@ class NextPass:
 
 def _expire(pending: _NextPass) -> None:
     if not pending.done.wait(pending.seconds):
-        log.debug("the next pass's first buffer was not claimed within %.0f s: released", pending.seconds)
+        log.debug("the next pass's first units were not claimed within %.0f s: released", pending.seconds)
         pending.release()
 
 
@@ -246,7 +246,7 @@ def wanted(ahead: NextPass, reads: UnitReads, plan: PoolPlan) -> bool:
 
 
 def begin(ahead: NextPass, epoch: int, world: World) -> _NextPass | None:
-    """Start reading the first buffer of ``world``'s next pass (called on the consumer's thread).
+    """Start reading the first units of ``world``'s next pass (called on the consumer's thread).
 
     The pass after ``epoch``'s: over the epoch ``set_epoch`` chose meanwhile if it chose another,
     else over ``epoch + 1`` (``epochs``: what the next pass claims when nothing pins it).

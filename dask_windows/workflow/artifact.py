@@ -1,14 +1,11 @@
 """A fitted workflow as a small, versioned JSON file, written and read through fsspec.
 
-The file holds the operations (their arguments and fitted state), the roles, the series ids,
-the static table's rows, the schema of the input columns and a fingerprint of the files it
-was fitted on (their names and sizes), and (version 2) a SHA-256 checksum of all of that: a
-file edited by hand (a standard deviation set to -1 or 1e-30, a vocabulary reordered) or damaged
-is refused at load, naming the file, as is a version this library does not read (a newer one
-says to upgrade). Loading checks the format and version; binding it to a
-dataset (``check_source``) raises on another schema, naming the column, and warns when the
-files differ but the schema is the same (a refit may be due). A user ``Function`` is stored by
-its import name, never pickled.
+The file holds the operations (arguments and fitted state), roles, series ids,
+static rows, the input schema, a fingerprint of the files fitted on and
+(version 2) a SHA-256 checksum of it all. A file edited by hand, damaged or of
+a version this library does not read is refused at load, naming the file.
+``check_source`` raises on another schema, naming the column, and warns when
+only the files differ. A user ``Function`` is stored by its import name.
 """
 
 from __future__ import annotations

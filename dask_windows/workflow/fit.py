@@ -1,23 +1,17 @@
 """Fitting a workflow's statistics in one Dask pass over the data.
 
-Each Dask partition is read once; on it the stateless operations run as the loader runs
-them (``Workflow.transform``'s code), and each fitted operation reduces what it sees to a
-small partial: count, mean and sum of squared deviations per series (merged with Chan's
-formula), value counts per category, the set of series ids. Partials are merged on the
-client as partitions finish, so the client holds O(series + vocabulary), except for
-``Normalize(method="robust")``, whose exact medians and quartiles need the column's values
-(held once, as float64, until the fit ends).
+Each partition is read once: the stateless operations run on it as the loader
+runs them, and each fitted operation reduces what it sees to a small partial
+(count, mean and squared deviations per series, merged with Chan's formula;
+value counts per category; the series ids), merged on the client as
+partitions finish. ``Normalize(method="robust")`` keeps the column's values
+(float64) until the fit ends, for exact quantiles.
 
-The trade-off: one pass means a fitted operation cannot read a column another fitted
-operation writes (normalise a category code, say): that raises. Operations that look at
-earlier rows (lags, a forward fill) see each Dask partition alone during the fit; with
-series cut across files their statistics at the cut differ from a whole-series pass.
-
-``dask-windows convert``'s spread layout stores the first rows after each chunk cut twice
-(the overlap, so no window is lost at a cut); its manifest says which rows each file owns, so
-the fit reads one partition per file and counts each row once. There every chunk is a series
-stretch of its own: a lag or forward fill at a chunk's first rows is NaN in the fit (left out
-of the statistics of columns made from it).
+The trade-off: one pass means a fitted operation cannot read a column another
+fitted operation writes (that raises), and operations that look at earlier
+rows see each partition alone. A spread-layout ``convert`` output is read one
+partition per file, each row counted once (the manifest says which rows each
+file owns), each chunk a series stretch of its own.
 """
 
 from __future__ import annotations
@@ -25,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import resource
+from collections.abc import Iterator
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
@@ -407,19 +402,15 @@ def fit(
     """Fit ``wf``'s statistics in one pass over ``data`` with Dask; returns ``wf``.
 
     Args:
-        wf: The workflow.
         data: Parquet path(s), folder, glob or fsspec URL; a Dask or pandas DataFrame.
         client: A ``distributed.Client`` to compute on.
-        scheduler: A scheduler address (``tcp://host:8786``) to connect to; ``"threads"`` or
-            ``"sync"`` for Dask's local schedulers without a cluster. Neither given: a
-            ``LocalCluster`` of this machine, closed after the fit.
+        scheduler: A scheduler address (``tcp://host:8786``), or ``"threads"`` / ``"sync"`` for
+            Dask's local schedulers. Neither given: a ``LocalCluster``, closed after the fit.
         storage_options: fsspec options for ``data`` and a static table given by path.
-        blocksize: Passed to ``dask.dataframe.read_parquet`` (rows per partition read).
-        at: Fit on the training period only: the rows whose ``time`` is before ``at`` (strings and
-            timestamps are converted for a timestamp column), the rows of the train part of
-            ``WindowDataset.split(at=at, time=time)`` when time increases inside each series. The
-            operations still see every row (a lag at the first row after the cut reads the rows
-            before it); the series ids, statistics and vocabularies count the rows before ``at``.
+        blocksize: Passed to ``dask.dataframe.read_parquet``.
+        at: Fit on the rows whose ``time`` is before ``at`` (the train part of
+            ``WindowDataset.split(at=at, time=time)``); the operations still see every row, the
+            series ids, statistics and vocabularies count only those.
         time: The time column ``at`` is compared with (default: the workflow's ``time``).
 
     Raises:
@@ -497,12 +488,7 @@ def _compute(partials: list, wf: Workflow, client: Any, scheduler: str | None) -
     if scheduler in ("threads", "sync", "synchronous", "processes"):
         import dask
 
-        merged: dict | None = None
-        for k, part in enumerate(partials):
-            got = dask.compute(part, scheduler=scheduler)[0]
-            merged = got if merged is None else _merge(merged, got, wf)
-            log.info("fit: %d/%d partitions", k + 1, len(partials))
-        return (merged if merged is not None else _empty(wf)), {}
+        return _merged((dask.compute(part, scheduler=scheduler)[0] for part in partials), len(partials), wf), {}
     from distributed import Client, LocalCluster, as_completed
 
     owned = []
@@ -516,17 +502,19 @@ def _compute(partials: list, wf: Workflow, client: Any, scheduler: str | None) -
         owned.insert(0, client)
     try:
         futures = client.compute(partials)
-        merged = None
-        for k, future in enumerate(as_completed(futures)):
-            got = future.result()
-            merged = got if merged is None else _merge(merged, got, wf)
-            log.info("fit: %d/%d partitions", k + 1, len(partials))
-        peaks = dict(client.run(_pid_peak).values())
-        return (merged if merged is not None else _empty(wf)), peaks
+        merged = _merged((future.result() for future in as_completed(futures)), len(partials), wf)
+        return merged, dict(client.run(_pid_peak).values())
     finally:
         for thing in owned:
             thing.close()
 
 
-def _empty(wf: Workflow) -> dict:
-    raise DataError(f"the data holds no partition to fit {wf!r} on")
+def _merged(partials: Iterator[dict], total: int, wf: Workflow) -> dict:
+    """The partials merged as they come (progress logged)."""
+    merged: dict | None = None
+    for k, got in enumerate(partials):
+        merged = got if merged is None else _merge(merged, got, wf)
+        log.info("fit: %d/%d partitions", k + 1, total)
+    if merged is None:
+        raise DataError(f"the data holds no partition to fit {wf!r} on")
+    return merged

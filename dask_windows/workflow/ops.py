@@ -1,15 +1,11 @@
 """Column operations of a workflow, each applied to the decoded columns of one piece.
 
-An operation reads columns of a piece (1-D numpy arrays of equal length) and writes
-columns: in place (``FillMissing``, ``Log1p``, ``Clip``, ``Normalize``, ``Categorify``) or new
-ones (``Lag``, ``Difference``, ``TimeFeatures``, ``Function``, the observed mask). Everything
-is per row or per series run of the piece, so a piece costs a few numpy calls per column,
-never a call per window.
-
-Operations that look at earlier rows of their series (``Lag``, ``Difference``, a limited
-forward fill) declare their ``lookback``; the dataset reads that many rows before every
-window (see ``apply``), so their values inside a window are exact. Fitted operations
-(``Normalize``, ``Categorify``) learn statistics in ``fit`` and keep them as JSON-ready state.
+An operation reads columns of a piece (1-D numpy arrays of equal length) and
+writes columns, in place or new ones, per row or per series run: a few numpy
+calls per column, never a call per window. Operations that look at earlier
+rows of their series declare their ``lookback``, the rows the dataset reads
+before every window (``apply``); fitted ones (``Normalize``, ``Categorify``)
+keep JSON-ready statistics learned by ``fit``.
 """
 
 from __future__ import annotations
@@ -117,6 +113,10 @@ class Op:
     fitted: ClassVar[bool] = False
     numeric: ClassVar[bool] = True  # reads numbers only
     per_series: bool = False
+    #: Constructor arguments besides the columns, kept as attributes of the same name (``config``).
+    arguments: ClassVar[tuple[str, ...]] = ()
+    #: One input column, given as ``column=`` (``Lag``, ``Difference``, ``TimeFeatures``).
+    one_column: ClassVar[bool] = False
 
     def __init__(self, columns: Any) -> None:
         self.columns = _names(f"{type(self).__name__} columns", columns)
@@ -145,7 +145,8 @@ class Op:
 
     def config(self) -> dict:
         """Constructor arguments, JSON-ready."""
-        return {"columns": list(self.columns)}
+        head = {"column": self.columns[0]} if self.one_column else {"columns": list(self.columns)}
+        return {**head, **{name: getattr(self, name) for name in self.arguments}}
 
     def apply(self, cols: dict, piece: Piece) -> None:
         """Write this operation's outputs into ``cols`` (a piece's columns)."""
@@ -155,6 +156,11 @@ class Op:
         """``values`` of the in-place output ``column`` (a prediction: numpy or torch) taken back through
         this operation, or ``NotImplemented`` where it cannot be undone (``Workflow.invert_target``)."""
         return NotImplemented
+
+    def _fitted(self) -> dict:
+        if self.state is None:
+            raise ConfigError(f"{self!r} is not fitted; call Workflow.fit first")
+        return self.state
 
     def check_state(self, num_series: int) -> None:
         """Raise ``ValueError`` naming what is wrong when ``state`` is not what a fit writes (a loaded file)."""
@@ -179,6 +185,7 @@ class FillMissing(Op):
     """
 
     kind = "fill"
+    arguments = ("value", "method", "limit", "mask")
 
     def __init__(
         self, columns: Any, value: float | None = None, method: str | None = None, limit: int | None = None,
@@ -204,10 +211,6 @@ class FillMissing(Op):
         if output is not None and output not in self.columns:
             return 0  # the observed mask looks at its own row only
         return (self.limit or 0) if self.method else 0
-
-    def config(self) -> dict:
-        return {"columns": list(self.columns), "value": self.value, "method": self.method, "limit": self.limit,
-                "mask": self.mask}  # fmt: skip
 
     def invert(self, values: Any, column: str) -> Any:
         return values  # a prediction has no missing value to unfill
@@ -252,15 +255,13 @@ class Clip(Op):
     """Values limited to ``[lower, upper]`` in place (``None``: no bound on that side)."""
 
     kind = "clip"
+    arguments = ("lower", "upper")
 
     def __init__(self, columns: Any, lower: float | None = None, upper: float | None = None) -> None:
         super().__init__(columns)
         if lower is None and upper is None:
             raise ConfigError("Clip needs lower= or upper=")
         self.lower, self.upper = lower, upper
-
-    def config(self) -> dict:
-        return {"columns": list(self.columns), "lower": self.lower, "upper": self.upper}
 
     def invert(self, values: Any, column: str) -> Any:
         return values  # inside the bounds clipping is the identity; a value clipped is not recovered
@@ -283,6 +284,7 @@ class Normalize(Op):
 
     kind = "normalize"
     fitted = True
+    arguments = ("per_series", "method", "unseen")
 
     def __init__(
         self, columns: Any, per_series: bool = False, method: str = "standard", unseen: str = "global"
@@ -294,15 +296,9 @@ class Normalize(Op):
             raise ConfigError(f"Normalize(unseen={unseen!r}) must be 'global' or 'raise'")
         self.per_series, self.method, self.unseen = bool(per_series), method, unseen
 
-    def config(self) -> dict:
-        return {"columns": list(self.columns), "per_series": self.per_series, "method": self.method,
-                "unseen": self.unseen}  # fmt: skip
-
     def loc_scale(self, col: str, codes: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """``loc`` and ``scale`` of ``col`` for series ``codes`` (``-1``: unseen), or global (``None``)."""
-        if self.state is None:
-            raise ConfigError(f"{self!r} is not fitted; call Workflow.fit first")
-        stats = self.state[col]
+        stats = self._fitted()[col]
         glob = np.array(stats["global"], np.float64)
         if codes is None or not self.per_series:
             n = 1 if codes is None else len(codes)
@@ -348,6 +344,7 @@ class Categorify(Op):
     kind = "categorify"
     numeric = False
     fitted = True
+    arguments = ("min_frequency",)
 
     def __init__(self, columns: Any, min_frequency: int = 1) -> None:
         super().__init__(columns)
@@ -356,14 +353,9 @@ class Categorify(Op):
         self.min_frequency = min_frequency
         self._index: dict = {}
 
-    def config(self) -> dict:
-        return {"columns": list(self.columns), "min_frequency": self.min_frequency}
-
     def vocabulary(self, col: str) -> list:
         """The fitted values of ``col``, in code order from 2."""
-        if self.state is None:
-            raise ConfigError(f"{self!r} is not fitted; call Workflow.fit first")
-        return list(self.state[col])
+        return list(self._fitted()[col])
 
     def cardinality(self, col: str) -> int:
         """Codes ``col`` takes: the vocabulary plus null and unseen (an embedding's size)."""
@@ -386,8 +378,7 @@ class Categorify(Op):
             if not isinstance(values, np.ndarray) and hasattr(values, "unify_dictionaries"):
                 cols[col] = _dictionary_codes(values, index)  # read as an Arrow dictionary (ParquetSource)
                 continue
-            # Hash the piece's values once (factorize), then look up only its distinct values: 4x
-            # faster than a lookup per row on strings. A null factorizes to -1.
+            # Hash the piece's values once, then look up only its distinct values (a null factorizes to -1).
             rows, distinct = pd.factorize(values, use_na_sentinel=True)
             cols[col] = _code_table(index, distinct)[rows]  # (rows,) -1 (null) picks the last entry
 
@@ -429,6 +420,8 @@ class Lag(Op):
 
     kind = "lag"
     per_series = True
+    one_column = True
+    arguments = ("lags",)
 
     def __init__(self, column: str, lags: Sequence[int]) -> None:
         super().__init__(column)
@@ -443,9 +436,6 @@ class Lag(Op):
     def lookback(self, output: str | None = None) -> int:
         return max(self.lags) if output is None else self.lags[self.outputs().index(output)]
 
-    def config(self) -> dict:
-        return {"column": self.columns[0], "lags": self.lags}
-
     def apply(self, cols: dict, piece: Piece) -> None:
         values = _float(cols, self.columns[0], "Lag")
         for k, name in zip(self.lags, self.outputs()):
@@ -457,6 +447,8 @@ class Difference(Op):
 
     kind = "diff"
     per_series = True
+    one_column = True
+    arguments = ("periods",)
 
     def __init__(self, column: str, periods: int = 1) -> None:
         super().__init__(column)
@@ -469,9 +461,6 @@ class Difference(Op):
 
     def lookback(self, output: str | None = None) -> int:
         return self.periods
-
-    def config(self) -> dict:
-        return {"column": self.columns[0], "periods": self.periods}
 
     def apply(self, cols: dict, piece: Piece) -> None:
         values = _float(cols, self.columns[0], "Difference")
@@ -492,6 +481,8 @@ class TimeFeatures(Op):
 
     kind = "time"
     numeric = False
+    one_column = True
+    arguments = ("fields", "cyclic", "tz")
 
     def __init__(self, column: str, fields: Sequence[str], cyclic: bool = False, tz: str | None = None) -> None:
         super().__init__(column)
@@ -508,9 +499,6 @@ class TimeFeatures(Op):
         if self.cyclic:
             return [f"{c}_{f}_{w}" for f in self.fields for w in ("sin", "cos")]
         return [f"{c}_{f}" for f in self.fields]
-
-    def config(self) -> dict:
-        return {"column": self.columns[0], "fields": self.fields, "cyclic": self.cyclic, "tz": self.tz}
 
     def apply(self, cols: dict, piece: Piece) -> None:
         import pandas as pd
@@ -548,12 +536,9 @@ class TimeFeatures(Op):
 def _calendar(seconds: np.ndarray, fields: Sequence[str] = tuple(CALENDAR_PERIODS), dtype: Any = None) -> dict:
     """Calendar ``fields`` of wall-clock seconds since 1970 (proleptic Gregorian), in integer numpy.
 
-    The civil-from-days arithmetic (Howard Hinnant's algorithm) instead of pandas' per-field
-    accessors (4-6x more per row on the reader threads). Every field but ``minute`` is constant
-    within an hour: when a piece spans fewer hours than it has rows (hourly data of several
-    series: the same hours again and again), the fields are worked out once per hour of its span
-    and each row takes its hour's (one division and one gather per field). ``dtype``: of the
-    values returned (default int64), cast on the table, before the gather.
+    Civil-from-days arithmetic (Howard Hinnant's algorithm). When a piece spans fewer hours than
+    it has rows, the fields but ``minute`` are worked out once per hour of its span and gathered.
+    ``dtype``: of the values returned (default int64).
     """
     out: dict[str, np.ndarray] = {}
     if "minute" in fields:

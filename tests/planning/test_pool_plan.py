@@ -7,8 +7,41 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dask_windows.planning.plan import batches_per_rank, epoch_order, windows_per_rank, worker_batch_range
-from dask_windows.planning.pool import live_units, merge_bounds, plan_pool, reader_windows, windows_before
+from dask_windows.planning.pool import PoolPlan, live_units, merge_bounds, plan_pool, reader_windows, slice_ends
 from dask_windows.planning.world import World
+
+
+def windows_before(first: np.ndarray, counts: np.ndarray, stride: int, rows: np.ndarray) -> np.ndarray:
+    """The oracle of ``windows_before_items``: windows of a partition starting before each of ``rows``.
+
+    Args:
+        first: ``(R,)`` first start row of each run, in row order.
+        counts: ``(R,)`` windows of each run.
+        stride: Rows between a run's starts.
+        rows: ``(n,)`` rows.
+    """
+    first = np.asarray(first, np.int64)
+    counts = np.asarray(counts, np.int64)
+    rows = np.asarray(rows, np.int64)
+    if len(first) == 0:
+        return np.zeros(len(rows), np.int64)
+    # (n, R) windows of each run starting before each row: ceil((row - first) / stride), clipped to the run
+    inside = np.clip(-(-(rows[:, None] - first[None, :]) // stride), 0, counts[None, :])
+    return inside.sum(axis=1).astype(np.int64)
+
+
+def step_slices(plan: PoolPlan, step: int) -> list[tuple[int, int, int]]:
+    """``(unit, a, b)``: positions ``[a, b)`` of unit ``unit``'s permutation drawn at ``step``."""
+    s, last, first = plan.spread, plan.last_step, plan.first_step
+    out = []
+    for i in plan.resident(step):
+        n = plan.units[i].num_windows
+        j0 = 0 if step == first else step - i  # the first step holds every earlier slice
+        j1 = s - 1 if step == last else step - i  # the last step every later one
+        a, b = int(slice_ends(plan, i, j0, n)), int(slice_ends(plan, i, j1 + 1, n))
+        if b > a:
+            out.append((i, a, b))
+    return out
 
 
 @st.composite
@@ -111,8 +144,6 @@ def test_resume_is_the_tail_and_plans_are_pure(cfg: dict, skip: int) -> None:
 
 
 def _slices(p):
-    from dask_windows.planning.pool import step_slices
-
     for step in range(p.start, p.last_step + 1):
         yield from step_slices(p, step)
 

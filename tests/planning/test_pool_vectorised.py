@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_pool_plan import layouts
+from test_pool_plan import layouts, windows_before
 
 from dask_windows.planning.division import reader_span
 from dask_windows.planning.plan import Segment, epoch_order, rng_for, segment_arrays
@@ -23,7 +23,6 @@ from dask_windows.planning.pool import (
     plan_pool,
     pool_span,
     unit_order,
-    windows_before,
     windows_before_items,
 )
 from dask_windows.planning.ragged import Ragged

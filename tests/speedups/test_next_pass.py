@@ -134,6 +134,43 @@ def test_the_pool_order_reads_its_next_pass_first_units_ahead(root, claims, monk
     ds.close()
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")  # (PoolWarning: the small budget mixes less)
+@pytest.mark.parametrize("first_bytes", [None, 1000])  # the whole pool first (small data); one unit first
+def test_by_default_the_next_pass_first_units_are_read_before_the_loop_asks_for_them(root, monkeypatch, first_bytes):
+    import dask_windows.runtime.pool as pool_module
+    from dask_windows.planning.world import World
+
+    if first_bytes is not None:
+        monkeypatch.setattr(pool_module, "POOL_FIRST_BYTES", first_bytes)
+    read, log, asked = pool_module._Pool.read, [], [False]
+
+    def recorded(pool, i):  # each unit read, once read: by which pass's pool, and whether its pass had begun
+        out = read(pool, i)
+        log.append((pool, i, asked[0]))
+        return out
+
+    monkeypatch.setattr(pool_module._Pool, "read", recorded)
+    options = dict(features=["f0", "f1"], series=None, window=16, stride=4, batch_size=32, seed=3)
+    ds = dw.WindowDataset(root, **options)  # every other setting at its default: the pool order, 30 s
+    first = epoch_of(ds)
+    plan = ds._plan(World(0, 1, 0, 1), epoch=1)
+    fill = range(plan.first_unit, plan.first_unit + plan.fill)
+    assert 0 < len(fill) <= len(plan.units) and (len(fill) < len(plan.units)) == (first_bytes is not None)
+    this_pass = log[0][0]
+    ahead = lambda: [i for pool, i, _ in log if pool is not this_pass]
+    deadline = time.monotonic() + 30
+    while sorted(ahead()) != list(fill) and time.monotonic() < deadline:  # the reader thread may still be busy
+        time.sleep(0.01)
+    assert sorted(ahead()) == list(fill)  # epoch 1's first units, read with no pass of epoch 1 asked for
+    asked[0] = True
+    second = epoch_of(ds)
+    next_pool = next(pool for pool, _, _ in log if pool is not this_pass)
+    assert sorted(i for pool, i, late in log if pool is next_pool and late) == list(range(fill.stop, len(plan.units)))
+    ds.close()
+    for epoch, got in enumerate([first, second]):  # the batches of a dataset that reads nothing ahead
+        assert same_batches(got, epoch_of(dw.WindowDataset(root, next_pass_seconds=0, **options), epoch))
+
+
 def test_array_data_reads_its_next_pass_ahead_too(claims):
     rng = np.random.default_rng(1)
     arrays = [rng.standard_normal((n, 2)).astype(np.float32) for n in (3000, 5000, 2000, 4000, 3500)]

@@ -1,34 +1,13 @@
 """Partitioned Parquet on any fsspec filesystem, read with pyarrow.
 
-The listing is one ``find`` (or ``glob``) and the footers are read once, when
-the dataset is opened: one tail read per file (``footers``), concurrently in
-``cat_ranges`` calls on an object store, in blocks of files per thread on
-local disk. Only the serialized footer, the size and the rows per row group
-are kept (about 1.3 KiB a file for a few columns); they travel with the source
-into DataLoader workers, so no epoch and no worker lists or reads a footer
-again. Given the series column (``series=``, passed by the dataset), the runs
-of small files come out of the same tail read, so opening costs one request
-per file.
-
-Reading a partition then costs one ``cat_ranges`` call of its column chunks
-(``ranges``): one request per partition for a typical dataset. Local files
-stay on pyarrow's own file reader. A file with more than ``partition_bytes``
-uncompressed bytes is split at row-group boundaries; such a partition reads
-``window + horizon - 1`` rows into the next row groups of its file (its halo),
-so the windows that cross the cut are kept, each yielded once, by the
-partition where it starts. ``read_rows`` / ``read_ranges`` read only the row
-groups covering row ranges (the loader's pieces: a buffer's pieces of one
-partition in one call, one coalesced request on an object store).
-
-Transient store errors are retried (``retry.RetryPolicy``). A file whose
-footer cannot be read raises, or with ``on_error="skip"`` is left out and
-recorded in ``skipped``.
-
-The opening of the files (``parquet_open``), the manifest, identities and
-cache versions recorded at open (``parquet_manifest``) and the reads of row
-ranges with their halo (``parquet_rows``) are mixins of ``ParquetSource`` in
-their own modules.
-"""
+Opening lists once and reads each footer once (``footers``, ``opening``); only the serialized
+footer, the size and the rows per row group are kept, and they travel with the source into
+DataLoader workers. Given the series column, the runs of small files come out of the same tail
+read. Reading a partition costs one ``cat_ranges`` call of its column chunks (``ranges``); local
+files stay on pyarrow's reader. A file over ``partition_bytes`` is split at row groups, and
+each such partition reads ``window + horizon - 1`` rows past its end (its halo) so no window is
+lost at a cut. The opening, the manifest and the row-range reads are mixins in ``opening``,
+``manifest`` and ``rows``."""
 
 from __future__ import annotations
 
@@ -56,11 +35,7 @@ from dask_windows.sources.base import DEFAULT_PARTITION_BYTES, Partition, Source
 from dask_windows.sources.cache import split_merged
 from dask_windows.sources.parquet.footer_index import footer_digest
 from dask_windows.sources.parquet.footer_share import open_footers, open_unlisted
-from dask_windows.sources.parquet.footers import (
-    Footer,
-    list_files,
-    paused_gc,
-)
+from dask_windows.sources.parquet.footers import Footer, is_local, list_files, paused_gc
 from dask_windows.sources.parquet.index_open import IndexedFiles, adopt_index
 from dask_windows.sources.parquet.manifest import ParquetManifest
 from dask_windows.sources.parquet.opening import ParquetOpening
@@ -77,12 +52,6 @@ log = logging.getLogger(__name__)
 PARQUET_SUFFIXES = (".parquet", ".parq", ".pq")
 
 
-def _is_local(fs: Any) -> bool:
-    from fsspec.implementations.local import LocalFileSystem
-
-    return isinstance(fs, LocalFileSystem)
-
-
 class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
     """Partitioned Parquet on any fsspec filesystem.
 
@@ -90,21 +59,16 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         data: A file, folder, glob or URL, or a list of them (taken in the given order).
         storage_options: Passed to fsspec (credentials, endpoint, ...).
         partition_bytes: Files with more uncompressed bytes are split at row-group boundaries.
-        threads: Threads reading footers when the dataset is opened (local files: at most
-            ``parquet_open.LOCAL_OPEN_THREADS``, and only while the reads wait on the disk).
+        threads: Threads reading footers at open (local files: at most ``LOCAL_OPEN_THREADS``).
         retry: Retries of transient store errors (an int of retries or a ``RetryPolicy``).
-        on_error: ``"raise"`` on a file whose footer cannot be read, or ``"skip"`` it (recorded in ``skipped``).
+        on_error: ``"raise"`` on a file whose footer cannot be read, or ``"skip"`` it (in ``skipped``).
         max_gap: Column chunks of a partition closer than this many bytes are fetched in one request.
-        cache_dir: Keep the bytes read from a remote store in this local folder (shared by the processes
-            of a machine), so later epochs read them from disk (see ``cache``); local files are not cached.
-        cache_bytes: Most bytes ``cache_dir`` may hold (entries unused for 12 hours are evicted, least recently
-            used first; new bytes that do not fit otherwise are not stored); ``None``: no limit.
-        series: The series column, if any: runs that the tail read at open already tells are kept
-            for ``read_runs`` (each given once), so a small file is not read again to scan it.
-        index: The dataset index (``footer_index``): ``None`` uses the one beside a folder or prefix if
-            there is one, a path that one, ``False`` none. Without one, ranks of an initialised
-            ``torch.distributed`` share the footers one of them read (``footer_share``) through
-            ``footer_group``, the process group's ``(store, world size)`` the dataset passes.
+        cache_dir: Keep the bytes read from a remote store in this local folder (``cache``).
+        cache_bytes: Most bytes ``cache_dir`` may hold (``cache_policy``); ``None``: no limit.
+        series: The series column: runs the tail reads at open tell are kept for ``read_runs``.
+        index: The dataset index (``footer_index``): ``None`` the one beside a folder or prefix if
+            any, a path that one, ``False`` none. Without one, the ranks of ``footer_group`` (a process
+            group's ``(store, world size)``) share the footers one of them read (``footer_share``).
     """
 
     reads_in_processes = True
@@ -172,7 +136,7 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
                     "the same dataset)",
                 )
             raise error from exc
-        self.local = _is_local(self.fs)
+        self.local = is_local(self.fs)
         if self.local:
             self.retry = self.retry.unbounded()
         self._pid = os.getpid()
@@ -239,7 +203,7 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
             fs = fsspec.core.url_to_fs(url, **(storage_options or {}))[0]
         except Exception:
             return None  # the listing reports it
-        if _is_local(fs):
+        if is_local(fs):
             return None
         self.fs, self.local = fs, False
         found = self.retry.call(
@@ -338,9 +302,8 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         return series is not None and series == self._tail_series and len(self._tail_runs) == len(self.partitions)
 
     def runs_at_once(self, series: Any) -> tuple[np.ndarray, ...] | None:
-        """Every partition's runs at once, flat: ``(starts, lengths, keys, offsets)``, partition ``p``'s from
-        ``offsets[p]`` to ``offsets[p + 1]``, when the index tells them all (each file one partition, no
-        manifest); ``None`` otherwise (``read_runs`` partition by partition)."""
+        """Every partition's runs at once, ``(starts, lengths, keys, offsets)`` as ``every_file`` gives them,
+        when the index tells them all (a partition per file, no manifest); else ``None``."""
         every = getattr(self._tail_runs, "every_file", None)
         if every is None or series is None or series != self._tail_series or getattr(self, "_manifest", None):
             return None
@@ -349,11 +312,8 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         return every()
 
     def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, ...]:
-        """Runs from the manifest when it covers ``series``, else those the tail read at open told
-        (once), else from the series column.
-
-        A version-2 (spread) manifest also gives each run's ``origin`` and ``owned`` rows.
-        """
+        """Runs from the manifest when it covers ``series`` (version 2: with ``origin`` and ``owned``),
+        else those the tail read at open told (once), else from the series column."""
         manifest: Any = getattr(self, "_manifest", None)
         spread = manifest is not None and manifest["manifest"]["version"] >= 2
         if spread and series is not None and manifest["series"] != series:

@@ -1,21 +1,10 @@
 """A Parquet footer cut down to what reading needs, for the dataset index (``footer_index``).
 
-A footer (Thrift compact protocol) carries, per column chunk, min/max
-statistics, encoding statistics, page-index offsets, size statistics, and per
-file the key-value metadata (``ARROW:schema``, pandas' metadata): a file of
-six columns and four row groups has a 3 KiB footer, of which the reader needs
-about a quarter. ``compact_footer`` walks the Thrift bytes once and writes
-them again without those fields, keeping each chunk's ``null_count`` (the
-heads of row groups use it, ``parquet_rows``) and every offset and size a read
-needs; the result is itself a valid footer that pyarrow parses. The
-``ARROW:schema`` entry (the Arrow types of the columns, shared by the files of
-one schema) is kept once per schema by the index and put back by
-``with_key_values`` before a read, as a field appended at the end of the
-struct (a long-form field header, so no other header changes).
-
-The trade-off: a pure-Python pass over the Thrift bytes costs about half a
-millisecond per file, paid once when the index is written, never at open.
-"""
+``compact_footer`` walks the Thrift compact bytes once and writes them again without
+statistics (but ``null_count``), encoding statistics, page-index offsets, size statistics and
+key-value metadata; the result is a valid footer. The ``ARROW:schema`` entry is kept once per
+schema by the index and put back by ``with_key_values``. The trade-off: a pure-Python pass of
+about half a millisecond per file, paid when the index is written, never at open."""
 
 from __future__ import annotations
 
@@ -161,11 +150,8 @@ def _struct(src: _Reader, rule: dict, out: bytearray) -> None:
 
 
 def compact_footer(raw: bytes) -> bytes:
-    """The footer ``raw`` (Thrift ``FileMetaData``, its length, ``PAR1``) without what reading does not need.
-
-    Raises:
-        ValueError: ``raw`` is not a Parquet footer.
-    """
+    """The footer ``raw`` (thrift, length, ``PAR1``) without what reading does not need (``ValueError``
+    when it is not a Parquet footer)."""
     if len(raw) < 12 or raw[-4:] != b"PAR1":
         raise ValueError("not a Parquet footer (no PAR1 magic at its end)")
     out = bytearray()

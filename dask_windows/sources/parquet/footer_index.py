@@ -1,38 +1,16 @@
-"""The dataset index: every file's footer, identity, row groups and series runs in one object.
+"""The dataset index: every file's footer, identity, row groups and series runs in one file.
 
-Opening a Parquet dataset reads each file's footer: one request per object,
-and every rank of a job makes them all. ``dask-windows index PATH`` (and
-``convert``) writes ``_dask_windows_index.dwi`` beside the files: per file its
-path, size and version (ETag on an object store, ``mtime`` in ns on local
-disk, as ``identity`` records them), the rows and uncompressed bytes of each
-row group, the series runs of the column it was written for, and the footer
-cut down to what reading needs (``footer_compact``: about 200 bytes per column
-chunk instead of 600-900; each schema's ``ARROW:schema`` kept once). The index
-is itself a Parquet file (one row per data file), so it is compressed and read
-by one request.
+``dask-windows index PATH`` (and ``convert``) writes ``_dask_windows_index.dwi`` beside the
+files, itself a Parquet file of one row per data file: path, size, version, rows and bytes of
+each row group, the series runs, and the footer cut down by ``footer_compact``. Opening with it
+costs one read instead of one per file (on an object store no listing either:
+``footer_share.open_unlisted``). The SHA-256 of the whole file sits in its own footer
+(``_SUM_KEY``) and is checked before any byte is parsed; paths are relative to the index's
+folder, so a folder moved with its index opens. An index of format 1 is warned about beside
+the data, and raises when named with ``index=``.
 
-Opening with an index (found beside the data, or ``index=PATH``) costs one
-read of it instead of one read per file: on an object store no listing either
-(``footer_share.open_unlisted``: the index is the source of truth; a file
-deleted or rewritten since fails at its read, naming the index, and
-``dask-windows index --verify`` lists and compares), on local disk after a
-listing without ``stat`` (a file added or deleted raises ``DataError`` at
-open, one changed at its first read, naming the file and the remedy).
-
-Format 2 makes a damaged index harmless: the SHA-256 of the whole file sits in
-its own Parquet footer (``_SUM_KEY``, computed with that value as zeros) and
-is checked before any byte is parsed (``verify_checksum``), then every number
-against its bounds (``index_open.read_index``); its paths are relative to the
-folder the index is in (``root`` in the header: ``"."`` beside the data), so
-a folder moved or copied with its index opens. An index of format 1 (no
-checksum, an absolute root) found beside the data is warned about and every
-footer read; named with ``index=`` it raises with the remedy.
-
-The trade-off: the index holds only the compact footer, so a reader that
-wanted min/max statistics would not find them here (the loader uses none after
-open); and a rewrite that keeps a file's size and version is not seen, as
-without an index.
-"""
+The trade-off: the index holds no min/max statistics, and a rewrite keeping a file's size and
+version is not seen, as without an index."""
 
 from __future__ import annotations
 
@@ -78,6 +56,21 @@ _META_KEY = b"dask_windows.index"
 _SUM_KEY = b"dask_windows.index.sha256"
 _SUM_MARK = _SUM_KEY + b"\x18\x40"  # field 2 (value), binary; length 64
 _SUM_ZEROS = b"0" * 64
+_LIST = "list of int64"
+#: The index's columns and their Arrow types (``_LIST``: a list of int64).
+_COLUMN_TYPES = {
+    "path": "string",
+    "size": "int64",
+    "version": "string",
+    "rows": _LIST,
+    "group_bytes": _LIST,
+    "footer": "binary",
+    "digest": "binary",
+    "schema": "int32",
+    "run_starts": _LIST,
+    "run_lengths": _LIST,
+    "run_keys": _LIST,
+}
 
 
 class IndexedFooter(Footer):
@@ -120,13 +113,10 @@ def entries_bytes(
     base: str | None = None,
     manifest: bool = True,
 ) -> bytes:
-    """The index of ``files`` as Parquet bytes (see the module docstring).
+    """The index of ``files`` (under the folder or prefix ``root``) as Parquet bytes.
 
-    ``root`` is the folder or prefix the files are under; ``base``, when given, the folder the index
-    is written to: the header then holds ``root`` relative to it (``"."`` beside the data), so that the
-    folder moved or copied with its index still opens. Without it (``None``: another filesystem, or the
-    footers ranks exchange) ``root`` is kept as it is. ``manifest``: whether the folder holds a ``convert``
-    manifest (``False`` spares an open without listing the request that looks for it)."""
+    ``base``: the folder the index is written to, which the header's root is made relative to
+    (``None``: kept as it is). ``manifest``: whether the folder holds a ``convert`` manifest."""
     import pyarrow as pa
 
     prefix = root.rstrip("/") + "/" if root else ""
@@ -169,19 +159,7 @@ def entries_bytes(
         "schemas": [base64.b64encode(s.serialize().to_pybytes()).decode() for s in schemas],
         "key_values": [k or "" for k in key_values],
     }
-    types = {
-        "path": pa.string(),
-        "size": pa.int64(),
-        "version": pa.string(),
-        "rows": pa.list_(pa.int64()),
-        "group_bytes": pa.list_(pa.int64()),
-        "footer": pa.binary(),
-        "digest": pa.binary(),
-        "schema": pa.int32(),
-        "run_starts": pa.list_(pa.int64()),
-        "run_lengths": pa.list_(pa.int64()),
-        "run_keys": pa.list_(pa.int64()),
-    }
+    types = {k: pa.list_(pa.int64()) if v == _LIST else pa.type_for_alias(v) for k, v in _COLUMN_TYPES.items()}
     arrays = {k: v if k == "run_keys_any" else pa.array(v, type=types[k]) for k, v in columns.items()}
     table = pa.table(arrays)
     return table_bytes(table, header)
@@ -219,14 +197,8 @@ class OldIndex(DataError):
 
 
 def verify_checksum(blob: bytes) -> None:
-    """Raise unless ``blob`` is an index of this format whose checksum matches: nothing in it is parsed
-    before this (a damaged Parquet footer can abort the process in pyarrow; a damaged number can ask
-    for any amount of memory).
-
-    Raises:
-        OldIndex: An index of format 1 (it has no checksum).
-        IndexDamaged: Anything else: not an index, truncated, or a byte changed.
-    """
+    """Raise ``OldIndex`` (format 1, no checksum) or ``IndexDamaged`` unless ``blob`` is an index whose
+    checksum matches; nothing in it is parsed before (a damaged footer can abort pyarrow)."""
     at = blob.rfind(_SUM_MARK)
     if at < 0:
         tail = blob[-(1 << 20) :]  # format 1 had no checksum; a format-2 index whose checksum key is damaged is not one
@@ -256,9 +228,8 @@ def _runs_arrays(told: Any) -> tuple | None:
 
 
 def _runs_columns(told: list, columns: dict) -> None:
-    """The runs' columns of the index: ``run_keys`` (int64) when every file's keys are integers, else
-    ``run_keys_any`` (a list of the keys' Arrow type: strings, floats, dates...); files whose keys
-    differ in kind from the others', or that Arrow cannot hold, get no runs (scanned at open)."""
+    """The runs' columns: ``run_keys`` (int64) when every file's keys are integers, else ``run_keys_any``
+    (the keys' Arrow type); files of keys of another kind, or that Arrow cannot hold, get none."""
     import pyarrow as pa
 
     integer = [r is not None and r[3] is not None for r in told]
@@ -290,13 +261,11 @@ def is_index(blob: bytes) -> bool:
 
 
 def _read_table(blob: bytes) -> Any:
-    """The index's table, its checksum verified first (``verify_checksum``), read by pyarrow's public API."""
+    """The index's table, its checksum verified first, one chunk per row group (``read_table`` would cut it)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     verify_checksum(blob)
-    # one chunk per row group (``read_table`` cuts columns into batches of 131,072 rows: joining the
-    # chunks of 10^6 files' footers again cost 0.4-1.8 s)
     return pq.ParquetFile(pa.BufferReader(blob)).read()
 
 

@@ -1,23 +1,11 @@
 """Opening Parquet files: one listing, one tail read per file, and only what planning needs kept.
 
-The listing (``list_files``) is one ``find`` or ``glob`` that also gives the sizes.
-
-Each file's last ``FOOTER_BYTES`` are read once (a ``cat_ranges`` call of
-``TAIL_BATCH`` tails on an object store, one ``pread`` on local disk); a
-second read only for a footer larger than that. From the parsed footer the
-source keeps a ``Footer``: the serialized footer bytes (about 1 KiB for a
-file of a few columns), the file size and the rows per row group, never the
-parsed ``FileMetaData`` (about 12 KiB of C++ objects each, 1.25 GiB for
-100,000 files). A partition read parses the bytes again, which costs tens of
-microseconds against milliseconds of reading.
-
-With the series column known at open, the runs of one series are found from
-what the tail read already holds: from the footer's statistics when every row
-group holds one integer series id (min equals max), or by decoding the series
-column out of the tail when the tail is the whole file. Either way opening a
-small file costs one request and one read, the series scan included; other
-files are scanned by the source as before.
-"""
+The listing (``list_files``) is one ``find`` or ``glob`` that also gives the sizes. Each file's
+last ``FOOTER_BYTES`` are read once (a second read only for a larger footer), and a ``Footer``
+keeps the serialized bytes, not the parsed ``FileMetaData`` (about 12 KiB of C++ objects each):
+a read parses the bytes again, tens of microseconds against milliseconds of reading. The series
+runs come from the tail too, from the footer's statistics or by decoding a tail that is the
+whole file."""
 
 from __future__ import annotations
 
@@ -41,10 +29,9 @@ __all__ = [
     "Footer",
     "footer_of",
     "footer_reader",
+    "is_local",
     "list_files",
-    "local_tail",
     "map_in_blocks",
-    "parse_footer",
     "paused_gc",
     "read_local",
     "row_group_splits",
@@ -54,13 +41,8 @@ __all__ = [
 
 
 class Footer:
-    """What is kept of one file after opening it.
-
-    Attributes:
-        raw: The serialized footer (thrift metadata, its length and the magic bytes).
-        size: File size in bytes (a lower bound when the store did not list it).
-        rows: Rows of each row group.
-    """
+    """What is kept of one file after opening it: ``raw``, the serialized footer (thrift, length,
+    magic); ``size`` in bytes (a lower bound when not listed); ``rows`` of each row group."""
 
     __slots__ = ("raw", "rows", "size")
 
@@ -81,47 +63,29 @@ class Footer:
 
 
 def metadata_from_bytes(raw: bytes) -> Any:
-    """Parse a serialized footer (thrift metadata, length, magic) into a ``FileMetaData``.
-
-    Through pyarrow's public reader (``ParquetFile`` on the bytes), which raises on damaged bytes:
-    the private function pyarrow unpickles ``FileMetaData`` with took half the time (about 90 us
-    against 160 us for a 3 KiB footer, once per partition read) but aborts the whole process on a
-    footer it cannot parse (a C++ exception it does not raise), so no bytes ever go to it.
-    """
+    """A serialized footer (thrift, length, magic) parsed into a ``FileMetaData`` by pyarrow's public
+    reader, which raises on damaged bytes (its private unpickling path aborts the process)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     return pq.ParquetFile(pa.BufferReader(raw)).metadata
 
 
-def parse_footer(tail: bytes, path: str) -> tuple[Any, int]:
-    """``(metadata, bytes needed)`` from the last bytes of a Parquet file; metadata ``None`` if ``tail`` is short."""
-    reader, needed = footer_reader(tail, path)
-    return (None if reader is None else reader.metadata), needed
-
-
 def footer_reader(tail: bytes, path: str) -> tuple[Any, int]:
-    """``(pyarrow ParquetReader opened on the footer, bytes needed)``; the reader ``None`` if ``tail`` is short.
-
-    The reader rather than its ``FileMetaData``: a caller that asks the metadata for its ``schema``
-    makes a reference cycle (the schema keeps its metadata, which keeps the schema), so that every
-    file's parsed footer waits for the garbage collector; the reader's ``schema_arrow`` does not.
-    """
+    """``(pyarrow ParquetReader opened on the footer, bytes needed)``, the reader ``None`` if ``tail`` is
+    short; not its ``FileMetaData``, whose ``schema`` makes a cycle left to the garbage collector."""
     if len(tail) < 12 or tail[-4:] != b"PAR1":
         raise SourceReadError(f"{path} does not end with the Parquet magic bytes: it is not Parquet or is truncated")
     needed = int.from_bytes(tail[-8:-4], "little") + 8
     if needed > len(tail):
         return None, needed
     buffer_reader, parquet_reader = _readers()
-    # Bytes read from a file are untrusted: pyarrow's unpickling fast path aborts the process on a
-    # damaged footer (a C++ exception it cannot raise), a reader's open raises.
     source = buffer_reader(tail[-needed:] if needed < len(tail) else tail)
     if parquet_reader is None:  # pragma: no cover - a pyarrow without it: read_metadata's own reader
         import pyarrow.parquet as pq
 
         return pq.ParquetFile(source), needed
-    # What read_metadata does, without ParquetFile's Python set-up (half the time per file).
-    reader = parquet_reader()
+    reader = parquet_reader()  # what read_metadata does, without ParquetFile's Python set-up
     reader.open(source)
     return reader, needed
 
@@ -143,23 +107,16 @@ def _readers() -> tuple[Any, Any]:
     return _READERS
 
 
-def local_tail(path: str, nbytes: int = FOOTER_BYTES) -> tuple[bytes, int]:
-    """``(last nbytes of the file, file size)`` of a local file, in one seek and one read."""
-    with open(path, "rb") as src:
-        size = src.seek(0, os.SEEK_END)
-        src.seek(max(0, size - nbytes))
-        return src.read(), size
+def is_local(fs: Any) -> bool:
+    """Whether ``fs`` is fsspec's local filesystem."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    return isinstance(fs, LocalFileSystem)
 
 
 def read_local(path: str, nbytes: int = FOOTER_BYTES) -> tuple[bytes, os.stat_result]:
-    """``(tail, stat)`` of a local file: its last ``nbytes`` (or its whole footer when that is larger).
-
-    One ``open``, ``fstat``, ``pread`` and ``close`` on a file descriptor, no Python file object:
-    a quarter of ``local_tail``'s cost per file, and the ``fstat`` is the file's identity at open
-    (the listing needs no ``stat`` of its own). A footer larger than ``nbytes`` costs a second
-    ``pread``; a file that does not end in Parquet's magic bytes is returned as read, for
-    ``parse_footer`` to report.
-    """
+    """``(tail, stat)`` of a local file: its last ``nbytes`` (its whole footer when larger), in one
+    ``open``, ``fstat`` (the identity at open), ``pread`` and ``close``; returned as read when not Parquet."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     try:
         stat = os.fstat(fd)
@@ -176,14 +133,8 @@ def read_local(path: str, nbytes: int = FOOTER_BYTES) -> tuple[bytes, os.stat_re
 
 @contextlib.contextmanager
 def paused_gc() -> Iterator[None]:
-    """No full garbage collection inside (the collector's thresholds restored after, also on errors).
-
-    Opening 100,000 files creates a few objects per file that all live on (footers, identities,
-    runs, partitions): each full collection walks all of them again, so those passes grew with
-    the square of the files and took over a third of the open (8.6 of 24.8 s for 100,000).
-    Young collections still run: with none at all the process kept about 10 KiB more RSS per
-    file (the allocator's pattern, not objects: none are left for the collector).
-    """
+    """No full garbage collection inside (thresholds restored after): opening many files makes a few
+    lasting objects per file, which every full collection would walk again."""
     thresholds = gc.get_threshold()
     gc.set_threshold(thresholds[0], thresholds[1], 10**9)
     try:
@@ -193,11 +144,7 @@ def paused_gc() -> Iterator[None]:
 
 
 def map_in_blocks(fn: Callable, items: list, threads: int) -> list:
-    """``[fn(item) for item in items]`` on ``threads`` threads, a contiguous block of items per task.
-
-    Blocks rather than one task per item: for thousands of small files the thread hand-offs
-    would cost more than the footers.
-    """
+    """``[fn(item) for item in items]`` on ``threads`` threads, a contiguous block of items per task."""
     if threads <= 1 or len(items) <= 1:
         return [fn(item) for item in items]
     bounds = np.linspace(0, len(items), min(len(items), threads * 4) + 1).astype(int)
@@ -209,18 +156,8 @@ def map_in_blocks(fn: Callable, items: list, threads: int) -> list:
 def tail_runs(
     meta: Any, schema: Any, series: str, tail: bytes, size: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """The series runs of a whole file from its footer or its tail, or ``None`` when neither tells.
-
-    Args:
-        meta: The file's parsed footer.
-        schema: Its Arrow schema.
-        series: The series column.
-        tail: The bytes read from the end of the file.
-        size: The file size (``len(tail) == size``: the tail is the whole file).
-
-    Returns:
-        ``(run_starts, run_lengths, run_keys)`` as ``Source.read_runs`` gives them.
-    """
+    """``(run_starts, run_lengths, run_keys)`` of a whole file from its footer's statistics, or from
+    ``tail`` when it is the whole file (``len(tail) == size``); ``None`` when neither tells."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -238,10 +175,8 @@ def tail_runs(
 
 
 def _runs_from_statistics(meta: Any, schema: Any, series: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """Runs when every row group's integer series column has min == max and no nulls (else ``None``).
-
-    Only integer columns: their statistics are exact, where string statistics may be truncated.
-    """
+    """Runs when every row group's integer series column has min == max and no nulls (exact, unlike
+    string statistics), else ``None``."""
     import pyarrow as pa
 
     field = schema.field(series)
@@ -309,14 +244,10 @@ def list_files(
 ) -> tuple[Any, list[str], list[int | None], str]:
     """Resolve a path, glob, URL or list of them to ``(fs, files, sizes, description)`` in one listing.
 
-    ``listed``, when given, receives the listing's ``info`` entries by path (sizes, ETags, mtimes).
-    Suffixes match in any case (``b.PARQUET``); a path given twice in a list raises.
-    ``stat_local=False``: a local folder is listed by names only (sizes ``None``), for a caller
-    that takes each file's size and identity from the ``fstat`` of its own open (``read_local``).
-
-    In a folder, hidden files (``_SUCCESS``, ``.crc``) are left out, and files ending in ``suffixes``
-    are kept when there are any.
-    """
+    ``listed`` receives the listing's ``info`` entries by path. In a folder, hidden files
+    (``_SUCCESS``, ``.crc``) are left out, and files ending in ``suffixes`` (any case) are kept when
+    there are any; a path given twice in a list raises. ``stat_local=False`` lists a local folder by
+    names only (sizes ``None``), for a caller that ``fstat``s each file at its open."""
     import fsspec
 
     options = dict(storage_options or {})
@@ -362,13 +293,8 @@ def list_files(
 
 
 def _local_find(fs: Any, root: str, stat: bool = True) -> dict[str, Any] | None:
-    """``fs.find(root, detail=True)`` of a local folder by ``os.scandir``, or ``None`` for anything else.
-
-    One ``stat`` per file, kept in the entry (``mtime_ns``: the file's identity at open, no second
-    ``stat``), at a fifth of fsspec's cost per file. Symbolic links are followed as fsspec does; a
-    broken one is listed without a size, so that opening it names it. ``stat=False``: no ``stat``
-    at all (the directory entry tells files from folders), every entry the same size-less one.
-    """
+    """``fs.find(root, detail=True)`` of a local folder by ``os.scandir`` (``None`` for anything else):
+    one ``stat`` per file, kept as ``mtime_ns``, or none with ``stat=False``; broken links size-less."""
     from fsspec.implementations.local import LocalFileSystem
 
     if os.name != "posix" or not isinstance(fs, LocalFileSystem) or not os.path.isdir(root):

@@ -1,20 +1,9 @@
 """The dataset index built on a Dask cluster: ``write_index(client=...)``, ``dask-windows index --scheduler``.
 
-On one node the build reads every footer, and the series column of each file
-whose runs its footer does not tell, on threads of one process: about 5 ms an
-object on an object store, 90 minutes for 10^6 objects. Here the store is
-listed once on the client (an object's size and version come from that
-listing, as on one node), the listing is cut into contiguous blocks, and each
-block is opened on a worker by a ``ParquetSource`` of its files (``threads``
-concurrent reads there) which returns its entries: footer, identity, schema
-and series runs (``index_writer.source_entries``). The client writes the index
-from the entries as the one-node build does (``index_writer.entries_index``),
-so the bytes are the same.
-
-The trade-off: every file's footer passes through the client (the one-node
-build holds them all too, before compacting them into the index), and the
-workers must reach the data by the same path or URL as the client.
-"""
+The store is listed once on the client; blocks of the listing are opened on workers by a
+``ParquetSource`` each, which return their entries (``index_writer.source_entries``), and the
+client writes the same bytes as a one-node build. The trade-off: every footer passes through
+the client, and the workers must reach the data by the client's path or URL."""
 
 from __future__ import annotations
 
@@ -35,9 +24,8 @@ WORKER_WAIT_SECONDS = 60.0
 
 @dataclass(frozen=True)
 class Listing:
-    """A dataset's files as the client listed them: paths as the filesystem names them, URLs the workers
-    open, and, on an object store, each file's identity from the listing (``None`` on local disk, where a
-    worker's ``fstat`` of each file gives it, as on one node)."""
+    """A dataset's files as the client listed them, the URLs the workers open, and on an object store
+    each file's identity from the listing (``None`` on local disk: a worker's ``fstat`` gives it)."""
 
     files: list[str]
     urls: list[str]
@@ -51,12 +39,12 @@ def listed_entries(url: str, storage_options: dict | None) -> tuple[Listing, str
 
     from dask_windows.sources import identity
     from dask_windows.sources.manifest import read_manifest
-    from dask_windows.sources.parquet import PARQUET_SUFFIXES, _is_local
-    from dask_windows.sources.parquet.footers import list_files
+    from dask_windows.sources.parquet import PARQUET_SUFFIXES
+    from dask_windows.sources.parquet.footers import is_local, list_files
 
     listed: dict = {}
     fs, files, _, _ = list_files(url, storage_options, PARQUET_SUFFIXES, listed, stat_local=False)
-    local = _is_local(fs)
+    local = is_local(fs)
     manifest_series = None
     root = fs._strip_protocol(os.fspath(url)).rstrip("/")
     if not any(ch in url for ch in "*?[") and fs.isdir(root):
@@ -77,12 +65,9 @@ def cluster_entries(
     threads: int,
     listing: Listing | None = None,
 ) -> list[tuple]:
-    """``entries_of(source, scan_series, threads)`` (``index_writer.source_entries``) of the files ``urls``,
-    each block of contiguous files opened as a ``ParquetSource`` on one of ``client``'s workers.
-
-    ``open_series``: the series column the blocks are opened with (the runs their tails tell);
-    ``scan_series``: the one whose runs the entries hold. ``listing``: identities from the client's
-    listing replace those a worker's source of a list of URLs cannot know (an object store's)."""
+    """``entries_of(source, scan_series, threads)`` of the files ``urls``, each block of files opened
+    (with ``open_series``) as a ``ParquetSource`` on one of ``client``'s workers; ``listing``'s
+    identities replace those a worker cannot know (an object store's)."""
     workers = len(client.scheduler_info().get("workers", {}))
     if workers == 0:
         try:

@@ -1,32 +1,11 @@
 """Opening a Parquet dataset from its index, columnar: no Python object per file until one is asked for.
 
-``footer_index`` reads the index (one Parquet file, one row per data file);
-this module turns it into what ``ParquetSource`` keeps, as a few numpy arrays
-over all files instead of a ``Footer``, a ``FileIdentity``, a runs array and
-a dict entry per file:
-
-* ``IndexedFiles`` holds the columns, in the listing's order: sizes, versions,
-  rows per row group (flat, with offsets), the compact footers and their
-  digests (one byte array each, with offsets), schema numbers and the series
-  runs (flat ``starts``, ``lengths``, ``keys`` with offsets);
-* ``footers``, ``identities`` and ``runs`` are read-only mappings by path over
-  them, which build a file's ``IndexedFooter``, ``FileIdentity`` or runs when
-  a read asks for it (a path is found by bisection in the sorted listing, or
-  a dict for a list given out of order).
-
-The identities are compared with the listing at open only where there is one
-and it already holds them (an object store opened from its index is not listed:
-``footer_share.open_unlisted``). The index is read by ``read_index``: its
-checksum, then bounds on every number (``_check_numbers``). A
-local file's size and ``mtime`` are compared at each read of it
-(``IndexedIdentities.check_local``, one ``stat``, as without an index) rather
-than at open: one ``stat`` per file costs 15-25 s for 10^6 files, before the
-first batch. A file changed after the index was written then raises at its
-first read, naming the file and the index as stale.
-
-The trade-off: a path look-up costs a bisection (a few microseconds) on every
-footer a read asks for, against holding 10^6 dict entries and objects.
-"""
+``IndexedFiles`` holds the index's columns as numpy arrays (sizes, versions, rows per row group,
+compact footers, digests, schema numbers, series runs); ``IndexedFooters``, ``IndexedIdentities``
+and ``IndexedRuns`` are read-only mappings by path over them. The index's checksum and the
+bounds of every number are checked when it is read. A local file is compared with the index at
+its first read (one ``stat``), not at open. The trade-off: a path look-up costs a bisection on
+every footer a read asks for, against holding a dict entry and objects per file."""
 
 from __future__ import annotations
 
@@ -38,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from dask_windows.errors import DataError
-from dask_windows.sources.identity import FileIdentity, from_info
+from dask_windows.sources.identity import VERSION_KEYS, FileIdentity, from_info
 from dask_windows.sources.parquet.footer_compact import key_values_field
 from dask_windows.sources.parquet.footer_index import IndexDamaged, IndexedFooter, OldIndex, _header, _read_table
 from dask_windows.sources.parquet.footers import split_sizes
@@ -54,19 +33,23 @@ __all__ = [
 ]
 
 
-def _offsets(array: Any) -> np.ndarray:
-    """``(n + 1,)`` int64 offsets of a binary array into its data buffer (absolute)."""
-    if not len(array):
-        return np.zeros(1, np.int64)
-    kind = np.int64 if array.type in (_large_binary(),) else np.int32
-    raw = np.frombuffer(array.buffers()[1], kind)
-    return raw[array.offset : array.offset + len(array) + 1].astype(np.int64)
-
-
-def _large_binary() -> Any:
+def _binary(array: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``((n + 1,) int64 offsets into the data buffer (absolute), the buffer as uint8)`` of a binary array."""
     import pyarrow as pa
 
-    return pa.large_binary()
+    if not len(array):
+        return np.zeros(1, np.int64), np.empty(0, np.uint8)
+    kind = np.int64 if array.type == pa.large_binary() else np.int32
+    raw = np.frombuffer(array.buffers()[1], kind)
+    offsets = raw[array.offset : array.offset + len(array) + 1].astype(np.int64)
+    return offsets, np.frombuffer(array.buffers()[2], np.uint8)
+
+
+def _ascending(paths: Any) -> bool:
+    """Whether an Arrow string array is in strictly ascending order."""
+    import pyarrow.compute as pc
+
+    return len(paths) < 2 or pc.all(pc.greater(paths.slice(1), paths.slice(0, len(paths) - 1))).as_py()
 
 
 def _flat(array: Any, dtype: Any = np.int64) -> tuple[np.ndarray, np.ndarray]:
@@ -84,14 +67,11 @@ class IndexedFiles:
     """The columns of an index for the files opened, row ``i`` for ``files[i]``.
 
     Attributes:
-        files: The files, in the listing's order.
         sizes: ``(F,)`` bytes of each file.
-        versions: ``(F,)`` Arrow string array (kept in Arrow: a Python string per file costs ~50 bytes more):
-            each file's version as indexed (ETag text, local ``mtime`` in ns as text) or null.
-        row_offsets: ``(F + 1,)`` where each file's rows per row group begin in ``group_rows``.
-        group_rows: ``(G,)`` rows of every row group, file after file (``group_bytes``: their bytes).
+        versions: ``(F,)`` Arrow strings (no Python string per file): each version as indexed, or null.
+        group_rows, row_offsets: ``(G,)`` rows of every row group, file after file; ``(F + 1,)``
+            where each file's begin (``group_bytes``: their bytes).
         footer_offsets: ``(F + 1,)`` where each compact footer begins in ``footer_data`` (uint8).
-        digests: ``(F, 32)`` uint8: SHA-256 of each file's own footer.
         numbers: ``(F,)`` schema number of each file; ``schemas``, ``kv_fields`` by number.
         runs: ``(starts, lengths, keys, offsets, known, key dtype)`` of the series runs, or ``None``.
     """
@@ -107,12 +87,8 @@ class IndexedFiles:
         self.versions = col["version"]
         self.group_rows, self.row_offsets = _flat(col["rows"])
         self.group_bytes = _flat(col["group_bytes"])[0]  # the same offsets as rows
-        footers = col["footer"]
-        self.footer_offsets = _offsets(footers)
-        self.footer_data = np.frombuffer(footers.buffers()[2], np.uint8) if len(footers) else np.empty(0, np.uint8)
-        digests = col["digest"]
-        self.digest_offsets = _offsets(digests)
-        self.digest_data = np.frombuffer(digests.buffers()[2], np.uint8) if len(digests) else np.empty(0, np.uint8)
+        self.footer_offsets, self.footer_data = _binary(col["footer"])
+        self.digest_offsets, self.digest_data = _binary(col["digest"])
         self.numbers = np.asarray(col["schema"].to_numpy(), np.int64)
         self.schemas = [pa.ipc.read_schema(pa.py_buffer(base64.b64decode(s))) for s in header["schemas"]]
         self.kv_fields = [
@@ -130,10 +106,8 @@ class IndexedFiles:
         """``path -> row`` for a listing out of order; ``None`` when sorted (found by bisection)."""
         if not hasattr(self, "_positions"):
             import pyarrow as pa
-            import pyarrow.compute as pc
 
-            paths = pa.array(self.files, pa.string())
-            ordered = len(paths) < 2 or pc.all(pc.greater(paths.slice(1), paths.slice(0, len(paths) - 1))).as_py()
+            ordered = _ascending(pa.array(self.files, pa.string()))
             self._positions = None if ordered else {p: i for i, p in enumerate(self.files)}
         return self._positions
 
@@ -160,9 +134,8 @@ class IndexedFiles:
         return _sums(self.group_rows, self.row_offsets)
 
     def splits(self, partition_bytes: int) -> tuple[np.ndarray, dict[int, list[tuple[int, ...]]]]:
-        """``(whole, cuts)``: ``(F,)`` the files that are one partition of all their row groups, and for each
-        other file its row groups cut into partitions (``footers.split_sizes``; only files over
-        ``partition_bytes`` are cut, so this loops over those few, not over every file)."""
+        """``(whole, cuts)``: ``(F,)`` the files of one partition, and each other file's row groups cut into
+        partitions (``footers.split_sizes``; a loop over the few files over ``partition_bytes`` only)."""
         whole = _sums(self.group_bytes, self.row_offsets) <= partition_bytes  # (F,)
         cuts: dict[int, list[tuple[int, ...]]] = {}
         for i in np.flatnonzero(~whole).tolist():
@@ -303,9 +276,8 @@ class IndexedRuns(_ByPath):
         return self.get(path, default)
 
     def every_file(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-        """``(starts, lengths, keys, offsets)`` of every file at once, when the index tells every file's runs
-        (else ``None``): the index's flat ``(R,)`` arrays (keys in their dtype), file ``i``'s runs from
-        ``offsets[i]`` to ``offsets[i + 1]`` (``(F + 1,)``), not an array per file."""
+        """``(starts, lengths, keys, offsets)``: the index's flat ``(R,)`` runs of every file (file ``i``'s
+        from ``offsets[i]`` to ``offsets[i + 1]``), when it tells every file's; else ``None``."""
         if self._count != len(self._files):
             return None
         starts, lengths, keys, offsets, _, dtype = self._files.runs  # type: ignore[misc]
@@ -339,21 +311,19 @@ def open_index(
     index_dir: str | None = None,
     read: tuple[Any, dict] | None = None,
 ) -> IndexedFiles:
-    """The files ``files`` opened from the index ``blob`` (at ``where``), columnar.
+    """The listed ``files`` opened from the index ``blob`` (at ``where``), columnar.
 
     Args:
-        files: The files listed (full paths, as the filesystem names them).
         listed: The listing's ``info`` entries by path (sizes and versions on an object store).
-        data_root: The folder or prefix opened (``None`` for a glob or list): when it is the index's own,
-            a file indexed but not listed is reported as deleted.
+        data_root: The folder or prefix opened (``None`` for a glob or list): when it is the index's
+            own, a file indexed but not listed is reported as deleted.
         url: A path as messages show it.
         check: Compare the listing's identities (``False`` for the footers ranks exchange).
-        index_dir: The folder the index is in, as the filesystem names it: the index's paths are
-            relative to it.
+        index_dir: The folder of the index, which its paths are relative to.
         read: ``(table, header)`` of ``blob`` when read already (``read_index``).
 
     Raises:
-        DataError: The index is stale (a file added, deleted, or on an object store changed), naming the file.
+        DataError: The index is stale (a file added, deleted, or changed), naming the file.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -373,12 +343,8 @@ def open_index(
 
 
 def read_index(blob: bytes, where: str) -> tuple[Any, dict]:
-    """``(table, header)`` of the index ``blob``, its checksum and every number in it checked.
-
-    Raises:
-        DataError: ``OldIndex`` for an index of an earlier format, ``DataError`` for one damaged,
-            truncated or not an index: each naming ``where`` and the remedy (write it again).
-    """
+    """``(table, header)`` of the index ``blob``, its checksum and every number checked; raises
+    ``OldIndex`` or ``IndexDamaged`` naming ``where`` and the remedy."""
     try:
         table = _read_table(blob).combine_chunks()  # one chunk per column, shared by the checks and the open
         header = _header(table)
@@ -407,32 +373,15 @@ def index_root(header: dict, index_dir: str | None) -> str:
     return root
 
 
-_LIST = "list of int64"
-_TYPES = {
-    "path": "string",
-    "size": "int64",
-    "version": "string",
-    "rows": _LIST,
-    "group_bytes": _LIST,
-    "footer": "binary",
-    "digest": "binary",
-    "schema": "int32",
-    "run_starts": _LIST,
-    "run_lengths": _LIST,
-    "run_keys": _LIST,
-}
-
-
 def _check_numbers(table: Any, header: dict) -> None:
-    """Raise ``IndexDamaged`` unless every number of the index is within its bounds: the columns of
-    their types, no nulls where a value is needed, sizes and row counts not negative, a footer within
-    its file, schema numbers of schemas there, and each file's series runs laid end to end over
-    exactly its rows. The checksum makes a changed byte fail first; these stand behind it (an index
-    written by another tool, or by a bug) so that no number asks for memory or reorders windows."""
+    """Raise ``IndexDamaged`` unless every number of the index is within its bounds (types, nulls, signs,
+    footers, schema numbers, runs over each file's rows): no index asks for memory or reorders windows."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    for name, kind in _TYPES.items():
+    from dask_windows.sources.parquet.footer_index import _COLUMN_TYPES
+
+    for name, kind in _COLUMN_TYPES.items():
         found = table.schema.field(name).type if name in table.column_names else None
         if found is None or kind != (f"list of {found.value_type}" if pa.types.is_list(found) else str(found)):
             raise IndexDamaged(f"its column {name!r} is missing or not {kind}")
@@ -458,8 +407,7 @@ def _check_numbers(table: Any, header: dict) -> None:
     if len(numbers) and (numbers.min() < 0 or numbers.max() >= len(header["schemas"])):
         raise IndexDamaged("a schema number is of no schema")
     paths = col["path"]
-    ascending = len(paths) < 2 or pc.all(pc.greater(paths.slice(1), paths.slice(0, len(paths) - 1))).as_py()
-    if not ascending and len(paths) != len(pc.unique(paths)):  # (a listing's order is ascending: no hash)
+    if not _ascending(paths) and len(paths) != len(pc.unique(paths)):  # (a listing's order is ascending: no hash)
         raise IndexDamaged("a file is in it twice")
     _check_runs(col, _sums(rows, row_offsets), header["key_dtype"])
 
@@ -510,7 +458,7 @@ def _check_listing(opened: IndexedFiles, listed: dict, url: Callable) -> None:
     sizes = np.array([-1 if not i or not isinstance(i.get("size"), int) else i["size"] for i in infos], np.int64)
     bad = (sizes >= 0) & (sizes != opened.sizes)
     first = next((i for i in infos if i), None)
-    key = None if first is None else next((k for k in _version_keys() if first.get(k) is not None), None)
+    key = None if first is None else next((k for k in VERSION_KEYS if first.get(k) is not None), None)
     if key is not None:
         now = np.array([None if not i or i.get(key) is None else str(i[key]) for i in infos], object)
         versions = np.asarray(opened.versions.to_numpy(zero_copy_only=False), object)  # (F,) as indexed or None
@@ -523,16 +471,9 @@ def _check_listing(opened: IndexedFiles, listed: dict, url: Callable) -> None:
         raise stale(opened.where, path, f"changed (indexed: {found.describe()}; now {now_id.describe()})", url)
 
 
-def _version_keys() -> tuple[str, ...]:
-    from dask_windows.sources.identity import VERSION_KEYS
-
-    return VERSION_KEYS
-
-
 def adopt_index(source: Any, opened: IndexedFiles, partition_bytes: int) -> None:
     """Set what ``ParquetSource`` keeps of its files from ``opened``: mappings over its columns, and its
-    partitions as columns too (``FilePartitions``: one per file, or per cut of a file larger than
-    ``partition_bytes``; no ``Partition`` object until one is asked for)."""
+    partitions as columns (``FilePartitions``: a file over ``partition_bytes`` cut at row groups)."""
     from dask_windows.sources.parquet.partitions import FilePartitions
 
     files = opened.files

@@ -1,9 +1,4 @@
-"""Writing the dataset index (``footer_index``): ``write_index`` and ``index_bytes``.
-
-Apart from ``footer_index`` because writing opens a ``ParquetSource`` (which
-reads indexes through ``footer_share``): the writer may import the source,
-the reader may not.
-"""
+"""Writing the dataset index (``footer_index``); apart from it because writing opens a ``ParquetSource``."""
 
 from __future__ import annotations
 
@@ -13,7 +8,7 @@ from typing import Any
 
 from dask_windows.errors import DataError
 from dask_windows.sources.parquet.footer_index import INDEX_NAME, entries_bytes, is_index
-from dask_windows.sources.parquet.footers import map_in_blocks
+from dask_windows.sources.parquet.footers import is_local, map_in_blocks
 
 __all__ = ["entries_index", "index_bytes", "source_entries", "verify_index", "write_index"]
 
@@ -27,11 +22,10 @@ def index_bytes(
     threads: int = 16,
     kept: Any = None,
 ) -> bytes:
-    """The index of an opened ``ParquetSource`` (index=False) as bytes; runs of one-partition files that
-    the open did not tell are scanned from the series column (``series``) on ``threads`` threads.
-    ``where``: the folder the index goes to (its paths are written relative to it), ``None`` to keep
-    ``root`` as it is (an index on another filesystem or bucket). ``kept``: a second source, opened from
-    the previous index, whose files join ``source``'s (an incremental build; ``source`` may be ``None``)."""
+    """The index of an opened ``ParquetSource`` (index=False) as bytes, the runs its open did not tell scanned.
+
+    ``where``: the folder the index goes to (paths relative to it; ``None`` keeps ``root``).
+    ``kept``: a source opened from the previous index whose files join ``source``'s (incremental)."""
     entries = [entry for src in (source, kept) if src is not None for entry in source_entries(src, series, threads)]
     first = source if source is not None else kept
     return entries_index(entries, root, series, first.local, compact, where, first.manifest_series is not None)
@@ -46,8 +40,7 @@ def entries_index(
     where: str | None = None,
     manifest: bool = False,
 ) -> bytes:
-    """The index of ``entries`` (``source_entries``'s, of one source or of several: sorted by path here) as
-    bytes; ``local``: the files are on local disk; ``manifest``: the folder holds a ``convert`` manifest."""
+    """The index of ``source_entries``'s entries (of one source or several) as bytes."""
     entries = sorted(entries, key=lambda e: e[0])
     schemas: list = []
     numbers = []
@@ -74,8 +67,7 @@ def entries_index(
 
 
 def source_entries(source: Any, series: str | None, threads: int) -> list[tuple]:
-    """``(path, footer, identity, schema, runs)`` of each file of ``source``, the runs the open did not
-    tell scanned on ``threads`` threads."""
+    """``(path, footer, identity, schema, runs)`` of each file of ``source``, untold runs scanned on threads."""
     from dask_windows.sources.base import Source
 
     one_partition = {
@@ -107,15 +99,12 @@ def write_index(
     """Write the index of the Parquet dataset ``data`` (a folder, prefix, glob or file).
 
     Args:
-        data: The dataset.
-        out: Where to write it (default: ``INDEX_NAME`` in the folder or prefix ``data``). An existing
-            file there is replaced only when it is an index this library wrote.
+        out: Where to write it (default: ``INDEX_NAME`` in the folder ``data``); an existing file
+            there is replaced only when it is an index this library wrote.
         series: The series column whose runs the index holds (default: the manifest's, if any).
-        storage_options: fsspec options.
         threads: Threads reading the footers (on each Dask worker with ``client``).
-        client: A ``distributed.Client``: the footers and series columns are read on its workers, in
-            blocks of files (``index_cluster``), for a store too large for one node; the index written
-            is the same as without it. The workers must reach ``data`` by the same path or URL.
+        client: A ``distributed.Client`` whose workers read the footers in blocks of files
+            (``index_cluster``), reaching ``data`` by the same path or URL; the index is the same.
 
     Returns:
         ``{"index": url, "files": n, "bytes": size, "bytes_per_file": ...}``.
@@ -147,7 +136,7 @@ def write_index(
     split = _incremental(fs, url, out_fs, target, where, series, storage_options) if not globbed else None
     if split is not None:  # the previous index tells the files it holds unchanged: only the others are read
         (kept, added), series = split
-        previous = target if _is_local(out_fs) else out_fs.unstrip_protocol(target)
+        previous = target if is_local(out_fs) else out_fs.unstrip_protocol(target)
         opened = [ParquetSource(kept, storage_options, threads=threads, series=series, index=previous)]
         if added and client is None:
             opened.append(ParquetSource(added, storage_options, threads=threads, series=series, index=False))
@@ -161,7 +150,7 @@ def write_index(
             entries = source_entries(opened[0], series, threads)
             if added:
                 entries += cluster_entries(client, source_entries, added, storage_options, series, series, threads)
-            blob = entries_index(entries, base, series, _is_local(fs), where=where, manifest=False)
+            blob = entries_index(entries, base, series, is_local(fs), where=where, manifest=False)
     elif client is not None:  # listed here, every footer (and series column) read on the cluster
         from dask_windows.sources.parquet.index_cluster import cluster_entries, listed_entries
 
@@ -169,7 +158,7 @@ def write_index(
         files = len(listing.files)
         scan = series if series is not None else manifest_series
         entries = cluster_entries(client, source_entries, listing.urls, storage_options, series, scan, threads, listing)
-        blob = entries_index(entries, base, scan, _is_local(fs), where=where, manifest=manifest_series is not None)
+        blob = entries_index(entries, base, scan, is_local(fs), where=where, manifest=manifest_series is not None)
         series = scan
     else:
         source = ParquetSource(url, storage_options, threads=threads, series=series, index=False)
@@ -178,14 +167,14 @@ def write_index(
             series = source.manifest_series
         blob = index_bytes(source, base, series, where=where, threads=threads)
     _refuse_foreign(out_fs, target)
-    if _is_local(out_fs):
+    if is_local(out_fs):
         tmp = f"{target}.tmp-{os.getpid()}"
         with open(tmp, "wb") as dst:
             dst.write(blob)
         os.replace(tmp, target)
     else:
         out_fs.pipe_file(target, blob)
-    shown = target if _is_local(out_fs) else out_fs.unstrip_protocol(target)
+    shown = target if is_local(out_fs) else out_fs.unstrip_protocol(target)
     return {
         "index": shown,
         "files": files,
@@ -199,9 +188,8 @@ def write_index(
 def _incremental(
     fs: Any, url: str, out_fs: Any, target: str, where: str | None, series: str | None, options: dict | None
 ) -> tuple[tuple[list[str], list[str]], str | None] | None:
-    """``((files the index at target holds unchanged, files added or changed), its series)``, as URLs in
-    listing order, when ``target`` holds a readable index of this dataset's folder whose series is ``series``
-    (or ``series`` is ``None``) and some file is unchanged; else ``None`` (the whole index is built)."""
+    """``((files unchanged in the index at target, files added or changed), its series)`` as URLs, when
+    ``target`` holds a readable index of this folder (of ``series``, if given); else ``None``."""
     from dask_windows.sources.parquet import PARQUET_SUFFIXES
     from dask_windows.sources.parquet.footers import list_files
     from dask_windows.sources.parquet.index_open import index_root, read_index
@@ -211,7 +199,7 @@ def _incremental(
         table, header = read_index(blob, target)
     except (OSError, DataError):
         return None  # none there, damaged, or of the earlier format: built whole
-    if (series is not None and header["series"] != series) or where is None or header["local"] != _is_local(fs):
+    if (series is not None and header["series"] != series) or where is None or header["local"] != is_local(fs):
         return None
     root = index_root(header, where)
     listed: dict = {}
@@ -224,9 +212,9 @@ def _incremental(
     added: list[str] = []
     for path in files:
         i, info = rows.get(path), listed.get(path) or {}
-        now = _version(info, _is_local(fs))
+        now = _version(info, is_local(fs))
         same = i is not None and info.get("size") == sizes[i] and now is not None and now == versions[i]
-        (kept if same else added).append(path if _is_local(fs) else fs.unstrip_protocol(path))
+        (kept if same else added).append(path if is_local(fs) else fs.unstrip_protocol(path))
     return ((kept, added), header["series"]) if kept else None
 
 
@@ -242,13 +230,7 @@ def _version(info: dict, local: bool) -> str | None:
 
 def _bucket(fs: Any, path: str) -> str:
     """The part of ``path`` a relative path cannot leave: the bucket on an object store, else ``""``."""
-    return "" if _is_local(fs) else path.lstrip("/").split("/", 1)[0]
-
-
-def _is_local(fs: Any) -> bool:
-    from fsspec.implementations.local import LocalFileSystem
-
-    return isinstance(fs, LocalFileSystem)
+    return "" if is_local(fs) else path.lstrip("/").split("/", 1)[0]
 
 
 def _refuse_foreign(fs: Any, target: str) -> None:
@@ -263,20 +245,10 @@ def _refuse_foreign(fs: Any, target: str) -> None:
 
 
 def verify_index(data: str | os.PathLike, index: Any = None, *, storage_options: dict | None = None) -> dict:
-    """List the dataset ``data`` and compare every file with its index (``index``: as ``ParquetSource``'s).
+    """List the dataset ``data`` and compare every file with its index (``index`` as ``ParquetSource``'s).
 
-    Opening an object store's folder from its index does not list it (``footer_share.open_unlisted``);
-    this is the check on request: a file added, deleted, or of another size or version than indexed
-    raises, naming it.
-
-    Returns:
-        ``{"index": where, "files": n}`` when every file is the one indexed.
-
-    Raises:
-        DataError: The index is stale (naming the first file that differs and the remedy), damaged, or
-            of an earlier format.
-        FileNotFoundError: No index there.
-    """
+    Returns ``{"index": where, "files": n}``; raises ``DataError`` naming the first file added,
+    deleted or changed (or the index damaged or old), ``FileNotFoundError`` when there is none."""
     from dask_windows.sources.parquet import PARQUET_SUFFIXES
     from dask_windows.sources.parquet.footer_index import find_index
     from dask_windows.sources.parquet.footers import list_files
@@ -285,7 +257,7 @@ def verify_index(data: str | os.PathLike, index: Any = None, *, storage_options:
     url = os.fspath(data)
     listed: dict = {}
     fs, files, _, _ = list_files(data, storage_options, PARQUET_SUFFIXES, listed)
-    local = _is_local(fs)
+    local = is_local(fs)
     found = find_index(fs, data, True if index is None else index)
     assert found is not None
     path, blob = found

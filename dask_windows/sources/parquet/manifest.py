@@ -1,13 +1,7 @@
-"""What ``ParquetSource`` records and checks at open: the manifest, file identities, cache versions.
+"""What ``ParquetSource`` records at open: the manifest, file identities, cache versions (a mixin).
 
-Moved out of ``parquet`` unchanged, as the ``ParquetManifest`` mixin of
-``ParquetSource``: a ``dask-windows convert`` manifest is loaded when it
-describes exactly the files and row counts opened (else it is warned about and
-the series column is scanned; a spread, version-2 manifest raises instead);
-each file's size and version are recorded for the checks at local reads and the
-resume fingerprint (``identity``), and for the keys of the local cache
-(``cache_dir=``).
-"""
+A ``dask-windows convert`` manifest is used when it describes exactly the files opened (else it
+is warned about and the series column is scanned; a version-2 manifest raises instead)."""
 
 from __future__ import annotations
 
@@ -42,12 +36,7 @@ class ParquetManifest:
         return dict(zip(*self._listed_sizes))
 
     def _load_manifest(self, data: Any) -> dict | None:
-        """Series runs per file from a ``dask-windows convert`` manifest, if it matches the files.
-
-        Returns ``{"series": column, "runs": {path: (starts, lengths, keys)}}``, or ``None`` when the
-        folder has no manifest or it does not describe exactly these files and row counts (then
-        the series column is scanned as usual).
-        """
+        """``{"series", "runs", "manifest", "root"}`` of a ``convert`` manifest matching the files, else ``None``."""
         from dask_windows.sources.manifest import manifest_run_arrays, read_manifest
 
         if not isinstance(data, (str, os.PathLike)) or any(ch in os.fspath(data) for ch in "*?["):
@@ -141,11 +130,7 @@ class ParquetManifest:
         return {path: identity.from_info(listed.get(path)) for path in self.files}
 
     def _open_cache(self, cache_dir: Any, cache_bytes: int | None) -> tuple[Any, dict[str, str]]:
-        """The local ``RangeCache`` of a remote source and each file's version (size, ETag/mtime) in its keys.
-
-        The versions come from the listing's ``info`` (no request after a folder or glob listing;
-        one HEAD per file for an explicit list of URLs), once, at open.
-        """
+        """The ``RangeCache`` of a remote source and each file's ``object_version`` in its keys, taken once, at open."""
         if cache_dir is None or self.local:
             return None, {}
         from dask_windows.sources.cache import RangeCache, object_version
@@ -156,14 +141,8 @@ class ParquetManifest:
 
 
 def _rewritten(entry: dict, size: int | None, raw: bytes | None) -> str:
-    """How a file differs from what its manifest entry recorded at convert ("" when it does not).
-
-    Args:
-        entry: the file's manifest entry (``bytes``; ``footer`` since 0.3).
-        size: the file's size now (``None`` when the listing had none).
-        raw: the file's serialized footer as read at open (``None``: opened from the dataset index,
-            whose identity check at open stands for the footer's).
-    """
+    """How a file differs from its manifest entry ("" when it does not): its ``size`` now, or its footer
+    ``raw`` as read at open (``None`` when opened from the index, whose identity check stands for it)."""
     from dask_windows.sources.manifest import footer_digest
 
     if size is not None and entry["bytes"] != size:

@@ -1,20 +1,9 @@
-"""Opening Parquet files for ``ParquetSource``: one tail read per file, footers parsed, schemas shared.
+"""Opening Parquet files for ``ParquetSource`` (a mixin): one tail read per file, schemas shared.
 
-Moved out of ``parquet`` as the ``ParquetOpening`` mixin of
-``ParquetSource``: every file is opened from one tail read (concurrent
-``cat_ranges`` calls on an object store; on local disk one ``open``/``fstat``/
-``pread``/``close``, whose ``fstat`` is the file's identity), its footer parsed
-and kept compact (``footers``), its schema shared with the files that have the
-same, and the series runs the tail tells kept. Unreadable files raise, or are
-recorded and left out with ``on_error="skip"``. See ``parquet`` for the trade-offs.
-
-Local opening is CPU work once the files are cached (about 40 us a file, over
-half of it holding the GIL), so it stays on one thread while that thread
-computes, and goes to ``LOCAL_OPEN_THREADS`` threads only while it waits (a
-cold disk, a network filesystem): 16 threads trading the GIL took four times
-the CPU time of one. A file the fast path cannot open is opened again the
-retried way, which reports what is wrong.
-"""
+Unreadable files raise, or are recorded and left out with ``on_error="skip"``. Local opening is
+CPU work once files are cached, so it stays on one thread while that thread computes and goes to
+``LOCAL_OPEN_THREADS`` threads only while it waits (threads trading the GIL cost more CPU). A
+file the fast local path cannot open is opened again the retried way, which reports the fault."""
 
 from __future__ import annotations
 
@@ -45,7 +34,6 @@ from dask_windows.sources.parquet.footers import (
     Footer,
     footer_of,
     footer_reader,
-    local_tail,
     map_in_blocks,
     read_local,
     row_group_splits,
@@ -87,14 +75,10 @@ class ParquetOpening:
     def _open_files(
         self, files: list[str], sizes: list[int | None], threads: int, partition_bytes: int, series: str | None
     ) -> dict[str, _Opened]:
-        """Every file opened from one tail read; unreadable ones raise, or are recorded and left out
-        with ``on_error="skip"``.
-
-        On local disk each thread reads and parses its block of files. An async filesystem (s3fs,
-        gcsfs, adlfs) fetches ``TAIL_BATCH`` tails per ``cat_ranges`` call, concurrently on its event
-        loop; another remote filesystem fetches them on ``threads`` threads. Each batch is parsed
-        before the next is fetched, so at most ``TAIL_BATCH`` tails are held.
-        """
+        """Every file opened from one tail read; unreadable ones raise, or with ``on_error="skip"`` are
+        recorded and left out. Remote tails are fetched ``TAIL_BATCH`` at a time (concurrently in one
+        ``cat_ranges`` call on an async filesystem, else on ``threads`` threads), each batch parsed
+        before the next is fetched."""
 
         def one(item: tuple) -> _Opened | BaseException:
             try:
@@ -151,7 +135,8 @@ class ParquetOpening:
     def _tail(self, path: str, nbytes: int) -> tuple[bytes, int | None]:
         """``(last nbytes of path, its size or None)``, retried."""
         if self.local:
-            return self.retry.call(lambda: local_tail(path, nbytes), path)
+            tail, stat = self.retry.call(lambda: read_local(path, nbytes), path)
+            return tail, stat.st_size
         return self.retry.call(
             lambda: self.fs.cat_file(path, start=-nbytes), path, timeout=self.retry.open_timeout
         ), None
@@ -189,11 +174,8 @@ class ParquetOpening:
         return _Opened(footer_of(meta, tail, needed, size), schema, splits, runs)
 
     def _open_local_file(self, path: str, partition_bytes: int, series: str | None) -> _Opened:
-        """Open one local file the fast way: one ``read_local``, the footer parsed once, and the row
-        groups walked once for their rows, bytes and series statistics.
-
-        Raises on anything unusual (then ``_open_file`` opens it again, retried, and reports it).
-        """
+        """Open one local file the fast way (one ``read_local``, one walk of the row groups); raises on
+        anything unusual, and ``_open_file`` then opens it the retried way and reports it."""
         tail, stat = read_local(path)
         size = stat.st_size
         reader, needed = footer_reader(tail, path)
@@ -246,12 +228,8 @@ class ParquetOpening:
         return _Opened(footer, schema, [tuple(g) for g in splits], runs, identity)
 
     def _file_schema(self, reader: Any, meta: Any, series: str | None) -> tuple[Any, int, Any]:
-        """``(Arrow schema, series column or -1, its numpy dtype)`` of an opened file.
-
-        Files written by Arrow are matched by their ``ARROW:schema`` bytes and column count (a dict
-        look-up), others by their Arrow schema; the first file of each schema finds the series column.
-        Nothing here asks ``meta`` for its schema (see ``footer_reader``).
-        """
+        """``(Arrow schema, series column or -1, its numpy dtype)`` of an opened file; files written by
+        Arrow are matched by their ``ARROW:schema`` bytes (a dict look-up), others by their schema."""
         known: dict = self.__dict__.setdefault("_open_schemas", {})  # key -> [schema, (series, column, dtype)]
         kv = meta.metadata
         arrow = kv.get(b"ARROW:schema") if kv else None
@@ -294,9 +272,8 @@ _NO_SERIES = -2
 
 
 def _leaf_column(meta: Any, schema: Any, series: str | None) -> tuple[int, Any]:
-    """``(leaf column, numpy dtype)`` of ``series`` when its statistics may tell the runs (a flat integer
-    column whose keys fit int64), else ``(-1, None)`` (the tail is decoded instead, as ``tail_runs``
-    does) or ``(_NO_SERIES, None)``; the column's path from the row groups, not the Parquet schema."""
+    """``(leaf column, numpy dtype)`` of ``series`` where its statistics may tell the runs (a flat integer
+    column fitting int64), else ``(-1, None)`` (the tail is decoded) or ``(_NO_SERIES, None)``."""
     import pyarrow as pa
 
     if series is None or series not in schema.names:
@@ -318,12 +295,9 @@ def _leaf_column(meta: Any, schema: Any, series: str | None) -> tuple[int, Any]:
 def _open_local(one: Callable[[str], Any], files: list[str], threads: int) -> list:
     """``[one(path) for path in files]``: on this thread while it computes, else on ``threads`` threads.
 
-    The first ``PROBE_FILES`` are opened here; when this thread was on the CPU for most of that
-    time (cached files on a machine with a free core), the rest follow on it too, since threads
-    would only trade the GIL. When it mostly waited (reads from a cold disk, or other processes
-    holding the cores, where the handoffs are rare) the rest go to ``threads`` threads. The choice
-    changes only the speed: results are the same, in the same order.
-    """
+    The first ``PROBE_FILES`` are opened here; when this thread was on the CPU for most of that time
+    the rest follow here too (threads would only trade the GIL), else they go to threads. Results
+    are the same either way."""
     if threads <= 1 or len(files) <= 2 * PROBE_FILES:
         return [one(path) for path in files]
     start, cpu = time.perf_counter(), time.thread_time()

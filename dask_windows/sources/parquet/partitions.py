@@ -1,21 +1,8 @@
 """A Parquet source's partitions as columns: a ``Partition`` is built only for a partition asked for.
 
-Opened from the dataset index, every file is a partition (or a few, where a
-file holds more than ``partition_bytes``): one frozen ``Partition`` per file
-cost about 12 us and ~300 bytes a file (12.6 s for 10^6 files), before the
-first batch. ``FilePartitions`` keeps, per partition, its file's number in the
-listing, its row groups ``[group_start, group_stop)`` and its rows, as numpy
-arrays, and is a read-only sequence of ``Partition``: ``partitions[i]`` builds
-partition ``i`` (``name``, ``num_rows``, ``key = (path, row groups)``) as a
-read asks for it. What the open asks of every partition reads the columns:
-``num_rows`` (``sources.base.partition_rows``), ``names`` (a lazy view, for
-messages), the first partition of a file, and whether two partitions are
-cuts of one file.
-
-The trade-off: a partition read builds its ``Partition`` (a few
-microseconds) each time it is asked for, against holding one per file from
-the open.
-"""
+Opened from the dataset index, a frozen ``Partition`` per file would cost about 12 us and 300
+bytes a file before the first batch; ``FilePartitions`` keeps each partition's file number, row
+groups and rows as numpy arrays. The trade-off: a read builds its ``Partition`` each time."""
 
 from __future__ import annotations
 
@@ -33,12 +20,10 @@ class FilePartitions(Sequence[Partition]):
     """Partitions of Parquet files, in file order and row-group order inside a file.
 
     Attributes:
-        files: The files, in the listing's order.
         file_of: ``(P,)`` number in ``files`` of each partition's file (ascending).
-        group_start: ``(P,)`` first row group of each partition.
-        group_stop: ``(P,)`` one past its last.
+        group_start, group_stop: ``(P,)`` first row group of each partition, and one past its last.
         num_rows: ``(P,)`` rows of each partition.
-        cut: ``(P,)`` whether its file is cut into several partitions (its name then says its row groups).
+        cut: ``(P,)`` whether its file is cut into several partitions (its name says its row groups).
     """
 
     def __init__(

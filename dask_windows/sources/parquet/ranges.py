@@ -1,39 +1,10 @@
 """Fetching the column chunks of a Parquet partition from an object store in few requests.
 
-A partition's column chunks (for the columns asked for) are read with one
-``cat_ranges`` call, chunks closer than ``max_gap`` bytes merged into one
-request, and pyarrow reads them from a file object made of the fetched blobs,
-handed the footer parsed at open so it asks for nothing else: one request per
-partition for a typical dataset. The trade-off of merging: up to ``max_gap``
-bytes of unwanted columns may be fetched to save a request.
-
-Why this and not the libraries' own remote reading: ``benchmarks/bench_sources.py
---only remote`` against moto's S3 server on 127.0.0.1 through a counting proxy
-(4 objects of 4.8 MB, 200,000 rows in 4 row groups, 5 columns; reading 2 of
-them; 3 alternating rounds; 2 shared cores at load 9, so times are loose):
-
-===================================  ==============  =========  ==================
-reader                               requests/part.  MiB/part.  ms/part. (range)
-===================================  ==============  =========  ==================
-this module (footer kept from open)  4 GET           2.27       46 (32-73)
-pyarrow ``pre_buffer``, footer       4 GET + 1 HEAD  2.27       48 (43-151)
-given, over an s3fs file
-pyarrow ``pre_buffer`` +             2 GET + 4       4.61       115 (80-169)
-``CacheOptions`` (64 KiB holes)      other
-``fsspec.parquet.open_parquet_file`` 5 GET + 1 HEAD  3.80       121 (83-240)
-===================================  ==============  =========  ==================
-
-``fsspec.parquet`` and pyarrow's dataset reader read the footer again for every
-partition (neither takes one parsed at open), hence their extra requests and
-bytes. Handed the footer, pyarrow's ``pre_buffer`` fetches the same ranges, but
-one after another through the Python file (and a HEAD to open it), where
-``cat_ranges`` sends them concurrently: equal on loopback, up to one round trip
-per range slower on a real store. So this module stays (about 100 lines);
-opening 1,000 objects costs it 1.00 GET per object (19 s on this loaded moto)
-against 67 s for ``pyarrow.dataset`` reading every footer. The 4 GETs are one
-per row group: the two columns are adjacent within a row group, but the other
-three columns lie between row groups, farther apart than ``max_gap``.
-"""
+The chunks of the columns asked for are read with one ``cat_ranges`` call (chunks closer than
+``max_gap`` bytes merged), and pyarrow reads them from a file object of the fetched blobs,
+handed the footer parsed at open: one request per partition for a typical dataset, where
+pyarrow's and fsspec's readers read the footer again (benchmarks/log/benchmarks.md). The
+trade-off of merging: up to ``max_gap`` bytes of unwanted columns may be fetched."""
 
 from __future__ import annotations
 
@@ -49,10 +20,7 @@ log = logging.getLogger(__name__)
 
 
 def chunk_ranges(meta: Any, row_groups: Sequence[int], columns: Sequence) -> list[tuple[int, int]]:
-    """Sorted ``[start, stop)`` byte ranges of the column chunks of ``columns`` in ``row_groups``.
-
-    An empty ``columns`` (or none of them found) gives the chunks of every column.
-    """
+    """Sorted ``[start, stop)`` byte ranges of the chunks of ``columns`` (none found: all) in ``row_groups``."""
     wanted = {str(c) for c in columns}
     ranges = []
     for g in row_groups:

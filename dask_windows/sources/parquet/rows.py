@@ -1,13 +1,8 @@
-"""Row ranges of ``ParquetSource`` partitions: row groups covering them, and the halo.
+"""Row ranges of ``ParquetSource`` partitions (a mixin): the row groups covering them, and the halo.
 
-Moved out of ``parquet`` unchanged, as the ``ParquetRows`` mixin of
-``ParquetSource``: a partition cut at row groups reads ``window + horizon - 1``
-rows past its end inside its file (its halo, see ``set_window``);
-``read_rows`` and ``read_ranges`` read only the row groups covering the rows
-asked for (``read_ranges``: several ranges in one read, one coalesced request
-on an object store), and ``_halo_runs`` joins a partition's runs with its halo's.
-``decode_units`` gives the row groups' bounds, along which the pool's units are cut.
-"""
+A partition cut at row groups reads ``window + horizon - 1`` rows past its end inside its file;
+``read_ranges`` reads several ranges in one coalesced request; ``decode_units`` gives the row
+group bounds the pool's units follow."""
 
 from __future__ import annotations
 
@@ -34,12 +29,9 @@ PARSED_PER_BYTE = 10
 
 
 class ParsedFooters:
-    """``path -> FileMetaData`` of the files read last, at most ``limit`` bytes (estimated), thread-safe.
-
-    Reads of units of a few row groups each would otherwise parse the file's whole footer on every
-    read (tens of milliseconds for thousands of row groups, more than the read). A footer larger
-    than the limit is parsed for each read and not kept. A pickled copy starts empty.
-    """
+    """``path -> FileMetaData`` of the files read last, at most ``limit`` bytes (estimated), thread-safe:
+    a read of a few row groups would otherwise parse the whole footer each time. A larger footer is
+    parsed per read, not kept; a pickled copy starts empty."""
 
     def __init__(self, limit: int = PARSED_FOOTER_BYTES) -> None:
         self.limit = limit
@@ -207,9 +199,8 @@ class ParquetRows:
         return [{col: values[i:j] for col, values in data.items()} for i, j in zip(a, b)]
 
     def group_runs(self, index: int, row_groups: Sequence[int], columns: int) -> Iterator[tuple[int, ...]]:
-        """``row_groups`` of partition ``index``'s file in runs of about ``CHUNK_BYTES`` (at 8 bytes a value
-        of ``columns`` columns), one row group at least: each read parses the file's footer, which for a
-        file of thousands of small row groups costs more than reading one of them."""
+        """``row_groups`` in runs of about ``CHUNK_BYTES`` (8 bytes a value of ``columns`` columns), one row
+        group at least: every read parses the footer, which can cost more than one small row group."""
         rows = self._footers[self.partitions[index].key[0]].rows
         target = max(1, CHUNK_BYTES // (8 * max(columns, 1)))
         run: list[int] = []
@@ -246,9 +237,8 @@ class ParquetRows:
         check_local(path, identities.get(path))
 
     def _corrupt_chunk(self, path: str, row_groups: Sequence[int], columns: Sequence) -> str:
-        """``"column 'f1' of row group 3 is damaged"``: the first column chunk of a failed local read
-        that fails read alone, for the message (at most ``CORRUPT_PROBES`` chunks tried, on the failure
-        path only); ``""`` when none does."""
+        """``"column 'f1' of row group 3 is damaged"``: the first chunk of a failed local read that fails
+        alone (at most ``CORRUPT_PROBES`` tried, on the failure path only); ``""`` when none does."""
         probes = 0
         for g in row_groups:
             for col in columns:
@@ -262,12 +252,8 @@ class ParquetRows:
         return ""
 
     def _halo_runs(self, index: int, series: Any, runs: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``runs`` of the partition's own rows joined with the runs of its halo rows.
-
-        Without a series column a file is one series: the partitions of a file cut at row groups
-        share its key (its first partition's number), so that ``index.chain_origins`` keeps the
-        file's stride grid across the cuts (each partition's own key restarted it at every cut).
-        """
+        """``runs`` of the partition's own rows joined with its halo's. Without a series column, the cuts
+        of one file share its first partition's key, so the file keeps one stride grid across cuts."""
         if series is None and len(runs[2]) == 1:
             runs = (runs[0], runs[1], np.array([self._first_partition(index)]))
         rows = self.partitions[index].num_rows
