@@ -41,6 +41,7 @@ from dask_windows.runtime.telemetry import Stats, Telemetry, rank_stats, reads_t
 from dask_windows.runtime.values import PassValues, ReadValues, no_count
 from dask_windows.settings.config import Config, OrderConfig, ReadConfig, WindowConfig, resolve
 from dask_windows.settings.options import deprecated_read_workers, resolve_normalize
+from dask_windows.settings.spec import WindowSpec
 from dask_windows.settings.tuning import NEXT_PASS_SECONDS, OPEN_THREADS, RETRIES
 from dask_windows.sources import ArraySource, Source, open_source
 from dask_windows.sources.base import partition_names, rows_per_partition
@@ -225,32 +226,22 @@ class WindowDataset(PassProtocol, IterableDataset):
             ),
             opened,
         )  # fmt: skip
-        self.config: Config = resolved.config  # the keywords as three frozen values (see config)
-        read = self.config.read
-        self.on_error = read.on_error
-        self.next_pass_seconds = read.next_pass_seconds
-        self.device = self.config.order.device  # None: the host path (see ondevice)
-        self.device_traffic = Traffic()  # bytes this process's passes sent to ``device``
+        self.spec: WindowSpec = resolved.spec  # every setting, resolved: what planning and the runtime read (see spec)
+        self.device_traffic = Traffic()  # bytes this process's passes sent to ``spec.device``
         self._read_ahead = nextpass.Slot()  # the next pass's first buffer, read ahead (see nextpass)
         self.source: Source = resolved.source
         self._series_from_manifest = resolved.series_from_manifest
         self.skipped: list[SkippedPartition] = resolved.skipped
         self._workflow: Any = resolved.workflow
-        self.spec = resolved.spec
-        series_from_manifest = series is SERIES_FROM_MANIFEST  # the keyword, before it is resolved
-        series, nan, on_error, threads = self.spec.series, self.spec.nan, read.on_error, read.threads
-        check_columns(self.source, self.spec, series)
-        self._y_dtype = output_dtype(self.source, list(self.spec.targets))
-        self.source.set_window(self.spec.span, self.spec.stride)
-        self._init_passes(
-            self.config.order.rank, self.config.order.world_size
-        )  # epochs, ranks, resume state (see passes)
+        spec = self.spec
+        check_columns(self.source, spec, spec.series)
+        self._y_dtype = output_dtype(self.source, list(spec.targets))
+        self.source.set_window(spec.span, spec.stride)
+        self._init_passes(spec.rank, spec.world_size)  # epochs, ranks, resume state (see passes)
         self._identity: dict | None = None
         self._series: SeriesTable | None = None
-        self._threads = threads
-        self._normalize = resolve_normalize(self.config.window.normalize, self.spec, read.storage_options)
-        spec = self.spec
-        self.runs = scan(self.source, spec, series, nan, on_error, self.skipped, threads)
+        self._normalize = resolve_normalize(spec.normalize, spec, spec.storage_options)
+        self.runs = scan(self.source, spec, spec.series, spec.nan, spec.on_error, self.skipped, spec.threads)
         self.grid = WindowGrid.from_runs(self.runs, spec.span, spec.stride)
         rows = rows_per_partition(self.source.partitions)
         self.row_offsets = np.cumsum(rows) - rows  # (P,) global row of each partition's first row
@@ -258,9 +249,9 @@ class WindowDataset(PassProtocol, IterableDataset):
         names = partition_names(self.source.partitions)
         spread = getattr(self.source, "_manifest", None) or {}
         spread = spread.get("manifest", {}).get("version", 1) >= 2  # chunks of a series by design
-        order_remedy = "" if spread else check_series_order(self.runs, names, series, read.strict)
+        order_remedy = "" if spread else check_series_order(self.runs, names, spec.series, spec.strict)
         check_windows(self.source, spec, self.runs, self.num_windows, order_remedy, self.skipped)
-        self.left_out = check_omissions(self, not series_from_manifest or self._series_from_manifest)
+        self.left_out = check_omissions(self, series is not SERIES_FROM_MANIFEST or self._series_from_manifest)
         # the pool order's units (plan data: they depend on the source and the settings only)
         self._unit_bounds = unit_bounds(self._read_values())  # (whole partitions: one unit each)
         if spec.buffer_bytes is not None:  # the budget holds too few units to mix like a global shuffle
@@ -289,6 +280,17 @@ class WindowDataset(PassProtocol, IterableDataset):
         return super().__len__()
 
     # -- public API -------------------------------------------------------------------------
+
+    @property
+    def config(self) -> Config:
+        """The settings grouped by keyword, as resolved (``settings.config``): views of ``spec``, the one value;
+        ``WindowDataset(data, **ds.config.keywords())`` opens the same dataset."""
+        return Config.of(self.spec)
+
+    # settings the dataset held as attributes before they were one value: read from it
+    device = property(lambda self: self.spec.device, doc="The torch device batches are cut on, or ``None``.")
+    on_error = property(lambda self: self.spec.on_error, doc="``on_error`` (``spec.on_error``).")
+    next_pass_seconds = property(lambda self: self.spec.next_pass_seconds, doc="``spec.next_pass_seconds``.")
 
     @property
     def partitions(self) -> list:
@@ -367,7 +369,9 @@ class WindowDataset(PassProtocol, IterableDataset):
         if time is not None:
             self.source.check_columns([time], {time: "time column"})
         read_time = lambda i: self.source.read(i, [time])[time]
-        cuts = cut_positions(self._series, valid=valid, at=at, time=time, read_time=read_time, threads=self._threads)
+        cuts = cut_positions(
+            self._series, valid=valid, at=at, time=time, read_time=read_time, threads=self.spec.threads
+        )
         train, held_out = split_grid(self.grid, self._series, cuts, self.spec.span, embargo)
         return self._with_grid(train, "train"), self._with_grid(held_out, "valid")
 
@@ -394,7 +398,7 @@ class WindowDataset(PassProtocol, IterableDataset):
     def _read_values(self) -> ReadValues:
         """What a pass's readers need (``runtime.values``): built here only, by reference."""
         return ReadValues(
-            self.source, self.spec, self.grid, self.row_offsets, self._y_dtype, self._scale(), self.on_error,
+            self.source, self.spec, self.grid, self.row_offsets, self._y_dtype, self._scale(),
             self.skipped, reads_telemetry(self),  # (None while opening, or off)
             8 * len(self.spec.features) if getattr(self, "_normalize", None) == "sample" else 0,
         )  # fmt: skip
@@ -416,7 +420,7 @@ class WindowDataset(PassProtocol, IterableDataset):
         """The next pass's read-ahead hook (``speedups.nextpass``): this dataset's slot, settings and what its
         buffers depend on, as values; what is asked when the read-ahead starts, as callables."""
         return NextPass(
-            self._read_ahead, self.next_pass_seconds, self.on_error, self.spec, self.source, self.grid,
+            self._read_ahead, self.spec, self.source, self.grid,
             self._normalize, self.row_offsets, epoch=lambda: self.epoch, worker_passes=lambda: self._worker_passes,
             plan=self._plan, pass_values=self._pass_values,
         )  # fmt: skip

@@ -297,7 +297,7 @@ def _check_shapes(names: list[str], members: list[WindowDataset]) -> None:
             differ.append("number of features")
         if bool(s.targets) != bool(first.targets) or len(s.targets) != len(first.targets):
             differ.append("number of targets")
-        if getattr(member, "device", None) != getattr(members[0], "device", None):
+        if s.device != first.device:
             differ.append("device")
         if differ:
             raise ConfigError(
@@ -309,6 +309,4 @@ def _check_shapes(names: list[str], members: list[WindowDataset]) -> None:
 def _as_yielded(member: WindowDataset, setting: str) -> Any:
     """A shape setting of ``member`` as its batches show it (a workflow reads ``lookback`` rows more than it yields)."""
     value = getattr(member.spec, setting)
-    if setting == "window":
-        value -= getattr(getattr(member, "_workflow", None), "lookback", 0)
-    return value
+    return value - member.spec.lookback if setting == "window" else value

@@ -356,6 +356,7 @@ SLOW_TESTS: dict[str, str | set[str]] = {
     },
     "tests/settings/test_config.py": {
         "test_only_tuning_reads_the_environment_switches",
+        "test_the_keywords_of_a_workflow_dataset_reopen_it",
         "test_the_values_agree_with_the_keywords_and_reopen_the_same_dataset",
     },
     "tests/test_dataset.py": {

@@ -125,7 +125,7 @@ def feed_for(ds: Any) -> DeviceFeed | None:
     Raises:
         ConfigError: In a DataLoader worker: device batches are gathered in the training process.
     """
-    device = getattr(ds, "device", None)
+    device = ds.spec.device
     if device is None:
         return None
     if in_worker():
@@ -135,19 +135,19 @@ def feed_for(ds: Any) -> DeviceFeed | None:
             "dataset itself (reads and decoding already run on background threads), "
             "or pass device=None to gather on the host in workers"
         )
-    spec = ds.spec
-    per_sample = ds._per_batch_normalize() == "sample"
-    return DeviceFeed(device, spec, per_sample, ds.device_traffic)
+    return DeviceFeed(ds.spec, ds._per_batch_normalize() == "sample", ds.device_traffic)
 
 
 class DeviceFeed:
     """One pass's device side: its pool there (``pool``) and batches gathered there (``batches``).
 
-    ``per_sample``: standardise each window and channel (``normalize="sample"``).
+    ``spec.device`` is the training device; ``per_sample``: standardise each window and channel
+    (``normalize="sample"``).
     """
 
-    def __init__(self, device: torch.device, spec: Any, per_sample: bool, traffic: Traffic) -> None:
-        self.device, self.spec, self.per_sample, self.traffic = device, spec, per_sample, traffic
+    def __init__(self, spec: Any, per_sample: bool, traffic: Traffic) -> None:
+        self.device: torch.device = spec.device
+        self.spec, self.per_sample, self.traffic = spec, per_sample, traffic
         self.channel_major = spec.layout == "NCL"
 
     def pool(self, plan: Any) -> DevicePool:

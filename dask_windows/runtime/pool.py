@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from dask_windows.errors import ConfigError, SourceReadError
+from dask_windows.errors import SourceReadError
 from dask_windows.errors.faults import REPLACEMENT_TAG, record_skip, replacement_picks, skip_allowed
 from dask_windows.planning.plan import Segment, rng_for
 from dask_windows.planning.pool import (
@@ -61,31 +61,10 @@ __all__ = [
     "pool_batches",
     "pool_rows",
     "pool_summary",
-    "resolve_order",
     "row_bytes",
     "unit_bounds",
     "warn_if_few_units",
 ]
-
-
-def resolve_order(pieces_per_partition: Any, buffer_bytes: Any, source: Any) -> Any:
-    """``buffer_bytes`` of the pool order, or ``None`` for the order of ``pieces_per_partition``.
-
-    The pool order is the default; ``pieces_per_partition`` asks for the piece order (``1``: whole
-    partitions), as do Dask frames (a read computes a whole partition) and data ``dask-windows
-    convert`` spread over its files (whole partitions already mix) unless ``buffer_bytes`` is given.
-    """
-    if pieces_per_partition is not None:
-        if buffer_bytes is not None:
-            raise ConfigError(
-                f"buffer_bytes={buffer_bytes!r} and pieces_per_partition={pieces_per_partition!r} ask for two "
-                "orders; pass buffer_bytes for the default pool order, or pieces_per_partition (with "
-                "buffer_partitions) for the piece order"
-            )
-        return None
-    if buffer_bytes is None and source.default_pieces_per_partition is not None:
-        return None
-    return BUFFER_BYTES if buffer_bytes is None else buffer_bytes
 
 
 def row_bytes(reads: ReadValues) -> float:
@@ -212,7 +191,7 @@ class _Pool:
             # a later unit on another reader thread may wait for these rows: it reads them itself
             for a, b in unit.keep[handed:]:
                 self.edges.put((p, a, b), None)
-            if not isinstance(exc, SourceReadError) or not skip_allowed(ds.on_error, exc):
+            if not isinstance(exc, SourceReadError) or not skip_allowed(ds.spec.on_error, exc):
                 raise
             record_skip(ds.skipped, name, "read", exc)
             return None
@@ -233,7 +212,7 @@ class _Pool:
                 pieces.append(kept or self._rows(p, fb, r1))
                 rows0.append(fb)
         except SourceReadError as exc:
-            if not skip_allowed(ds.on_error, exc):
+            if not skip_allowed(ds.spec.on_error, exc):
                 raise
             record_skip(ds.skipped, name, "read", exc)
             return None

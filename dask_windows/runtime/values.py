@@ -28,12 +28,11 @@ class ReadValues:
 
     Attributes:
         source: The source handle (``sources.Source``): ``reader``, ``partitions``, ``decode_units``.
-        spec: The window semantics and batching (``WindowSpec``).
+        spec: The dataset's settings (``WindowSpec``): window semantics, batching, ``on_error``...
         grid: The window grid (per partition its runs and window counts).
         row_offsets: ``(P,)`` dataset row of each partition's first row.
         y_dtype: The targets' dtype (from the schema), or ``None`` where only a read tells.
         scale: ``(mean, std)`` per feature applied while decoding, or ``None``.
-        on_error: ``"raise"`` or ``"skip"`` an unreadable partition (``faults``).
         skipped: Where skips are recorded (``faults.record_skip``): the dataset's ``skipped`` list.
         telemetry: The sink of read and wait times (``runtime.telemetry.Telemetry``), or ``None``.
         table_bytes: Bytes per pool row besides its columns: ``normalize="sample"``'s window table
@@ -46,7 +45,6 @@ class ReadValues:
     row_offsets: np.ndarray
     y_dtype: Any = None
     scale: tuple[np.ndarray, np.ndarray] | None = None
-    on_error: str = "raise"
     skipped: list = field(default_factory=list)
     telemetry: Any = None
     table_bytes: int = 0

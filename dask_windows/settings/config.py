@@ -1,26 +1,26 @@
-"""``WindowDataset``'s keywords as three frozen values: the windows, their order, the reading.
+"""``WindowDataset``'s keywords in three frozen groups, and their resolution into the one settings value.
 
-``WindowDataset`` keeps its keywords (public names are a promise); :func:`resolve` turns them,
-once, into a :class:`WindowConfig` (what a window is and what a batch holds), an
-:class:`OrderConfig` (which windows go into which batch, in what order, on which rank and
-device) and a :class:`ReadConfig` (how the data is opened and read), each a frozen dataclass
-whose fields are the keywords of its group. The fields are the one list of the keywords:
-:data:`KEYWORDS` is derived from them, the command line builds its dataset options from it, and
-a test checks it against ``WindowDataset``'s signature.
+``WindowDataset`` keeps its keywords (public names are a promise) and hands each, by name, to the
+group that holds it: a :class:`WindowConfig` (what a window is and what a batch holds), an
+:class:`OrderConfig` (which windows go into which batch, in what order, on which rank and device)
+or a :class:`ReadConfig` (how the data is opened and read, validated before anything is opened).
+The groups' fields are the one list of the keywords: :data:`KEYWORDS` is derived from them, the
+command line builds its dataset options from it, and a test checks it against ``WindowDataset``'s
+signature.
 
-The trade-off: some defaults depend on the data (the features of arrays, the series column of a
-``dask-windows convert`` manifest, the order a Dask frame reads best in, a workflow's columns),
-so resolving takes the opened source, and the reading settings are checked before the source is
-opened (their errors come first, as they always did). The values hold the resolved settings:
-``WindowDataset(data, **ds.config.keywords())`` opens the same dataset. ``WindowSpec`` (``ds.spec``)
-stays the runtime's view of the window and order values until the runtime takes these values.
+:func:`resolve` turns the groups, once, into one :class:`~dask_windows.settings.spec.WindowSpec`
+(``ds.spec``): every keyword as resolved against the opened source (the features of arrays, the
+series column of a ``dask-windows convert`` manifest, the order a Dask frame reads best in, a
+workflow's columns) and what opening derived. Planning and the runtime read that value only;
+``ds.config`` is the same settings grouped again (:meth:`Config.of`), and
+``WindowDataset(data, **ds.config.keywords())`` opens the same dataset.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
 from dask_windows.errors import ConfigError
@@ -54,7 +54,8 @@ def _next_pass_seconds(value: Any) -> float:
 @dataclass(frozen=True)
 class WindowConfig:
     """What a window is and what a batch holds (resolved: the columns a manifest, the arrays or a
-    workflow chose). The fields are ``WindowDataset``'s keywords of the same names."""
+    workflow chose; ``None`` where a named batch's roles choose them). The fields are
+    ``WindowDataset``'s keywords of the same names."""
 
     window: int
     features: Any = None
@@ -154,11 +155,25 @@ def group_of(keyword: str, caller: str = "WindowDataset") -> str:
 
 
 class Config(NamedTuple):
-    """A dataset's three values (``WindowDataset.config``)."""
+    """A dataset's settings grouped by keyword (``WindowDataset.config``), views of its ``WindowSpec``."""
 
     window: WindowConfig
     order: OrderConfig
     read: ReadConfig
+
+    @classmethod
+    def of(cls, spec: WindowSpec) -> Config:
+        """The three groups holding ``spec``'s fields (the series and the order as their keywords name them)."""
+        held = {f.name: getattr(spec, f.name) for f in fields(spec)}
+        held["series"] = spec.series if spec.given_series is None else spec.given_series
+        held["window"] = spec.window - spec.lookback  # the window asked for (a workflow reads look-back rows more)
+        if spec.workflow is not None:
+            from dask_windows.workflow.batch import NamedBatches
+
+            if isinstance(spec.workflow, NamedBatches):  # its roles chose the columns, which it takes as none
+                held["features"] = held["targets"] = None
+        held["pieces_per_partition"] = None if spec.buffer_bytes is not None else spec.pieces_per_partition
+        return cls(*(kind(**{f.name: held[f.name] for f in fields(kind) if f.init}) for kind in _GROUPS.values()))
 
     def keywords(self) -> dict:
         """The keywords that open the same dataset again: ``WindowDataset(data, **config.keywords())``."""
@@ -166,9 +181,8 @@ class Config(NamedTuple):
 
 
 class Resolved(NamedTuple):
-    """What :func:`resolve` returns besides the values: the source and what the dataset wires."""
+    """What :func:`resolve` returns: the settings, the source and what the dataset wires."""
 
-    config: Config
     spec: WindowSpec
     source: Any  # the opened source, wrapped by the workflow when there is one
     skipped: list  # partitions the source left out when it was opened
@@ -176,17 +190,10 @@ class Resolved(NamedTuple):
     series_from_manifest: bool  # the series column came from a convert manifest (``repr`` says so)
 
 
-def _held(kind: type, spec: WindowSpec, given: WindowConfig | OrderConfig, **resolved: Any) -> Any:
-    """A value of ``kind``: each field as ``spec`` resolved it where ``spec`` has it, else as given."""
-    in_spec = {f.name for f in fields(WindowSpec)}
-    held = {f.name: getattr(spec if f.name in in_spec else given, f.name) for f in fields(kind) if f.init}
-    return kind(**{**held, **resolved})
-
-
 def resolve(
     given: WindowConfig, order_given: OrderConfig, read: ReadConfig, open_source: Callable[[ReadConfig, Any], Any]
 ) -> Resolved:
-    """The three values of ``WindowDataset``'s keywords, resolved against the opened source.
+    """The settings of ``WindowDataset``'s keywords as one value, resolved against the opened source.
 
     Args:
         given: The window keywords as given (or at their defaults).
@@ -199,8 +206,7 @@ def resolve(
         ConfigError: A setting is invalid (the message names the keyword, the rule and the remedy).
     """
     from dask_windows.ondevice import resolve_device
-    from dask_windows.runtime.pool import resolve_order
-    from dask_windows.settings.options import deprecated_pieces, piece_budget, resolve_pieces
+    from dask_windows.settings.options import deprecated_pieces, piece_budget, resolve_order
     from dask_windows.sources import ArraySource, is_series_vector
 
     device = resolve_device(order_given.device)  # None: the host path (see ondevice)
@@ -241,43 +247,13 @@ def resolve(
             )
     if features is None and isinstance(source, ArraySource):
         features = source.column_names()
-    batch_size, buffer_partitions = order_given.batch_size, order_given.buffer_partitions
     if served:  # the memory the piece order held: two buffers of buffer_partitions partitions
-        pool_bytes = piece_budget(source, buffer_partitions, features, targets, given.stride) or pool_bytes
-    spec = WindowSpec(
-        features=features,
-        targets=targets,
-        series=series,
-        window=window,
-        stride=given.stride,
-        horizon=given.horizon,
-        batch_size=batch_size,
-        drop_last=order_given.drop_last,
-        shuffle=order_given.shuffle,
-        seed=order_given.seed,
-        buffer_partitions=buffer_partitions,
-        pieces_per_partition=resolve_pieces(pieces, source) if pieces is not None or pool_bytes is None else 1,
-        prefetch_partitions=read.prefetch_partitions,
-        layout=given.layout,
-        return_index=return_index,
-        nan=given.nan,
-        buffer_bytes=pool_bytes,
-        code_features=code_features,
-        code_dtype=code_dtype,
-        lookback=lookback,
-    )
-    window_config = _held(
-        WindowConfig,
-        spec,
-        given,
-        series=spec.series if from_manifest or given.workflow is not None else series_given,
-    )
-    order = _held(
-        OrderConfig,
-        spec,
-        order_given,
-        pieces_per_partition=None if spec.buffer_bytes is not None else spec.pieces_per_partition,
-        device=device,
-    )
-    read = replace(read, prefetch_partitions=spec.prefetch_partitions)
-    return Resolved(Config(window_config, order, read), spec, source, skipped, emitter, from_manifest)
+        pool_bytes = piece_budget(source, order_given.buffer_partitions, features, targets, given.stride) or pool_bytes
+    as_given = {f.name: getattr(g, f.name) for g in (given, order_given, read) for f in fields(g) if f.init}
+    spec = WindowSpec(**{**as_given, **dict(  # every keyword as given, but those resolved here
+        features=features, targets=targets, series=series, window=window, return_index=return_index,
+        pieces_per_partition=1 if pieces is None else pieces, buffer_bytes=pool_bytes, device=device,
+        code_features=code_features, code_dtype=code_dtype, lookback=lookback,
+        given_series=series_given if series is None and given.workflow is None else None,
+    )})  # fmt: skip
+    return Resolved(spec, source, skipped, emitter, from_manifest)

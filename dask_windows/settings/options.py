@@ -1,10 +1,10 @@
-"""``WindowDataset`` settings resolved when it is opened: pieces, normalize.
+"""``WindowDataset`` settings resolved when it is opened: the order, pieces, normalize.
 
-The default of ``pieces_per_partition`` where the buffer order is used (used by
+The order asked for (``resolve_order``: the pool order's budget, or whole partitions; used by
 ``config.resolve``), the deprecated ``pieces_per_partition > 1`` served by the pool order
-(``deprecated_pieces``, ``piece_budget``), and ``normalize=`` turned into ``None``,
-``"sample"`` or per-feature ``(mean, std)`` arrays. The keyword arguments passed on to
-``open_source`` are ``config.ReadConfig.source_options``.
+(``deprecated_pieces``, ``piece_budget``), and ``normalize=`` turned into ``None``, ``"sample"`` or
+per-feature ``(mean, std)`` arrays. The keyword arguments passed on to ``open_source`` are
+``config.ReadConfig.source_options``.
 """
 
 from __future__ import annotations
@@ -18,24 +18,40 @@ import numpy as np
 
 from dask_windows.errors import ConfigError
 from dask_windows.settings.spec import WindowSpec
+from dask_windows.settings.tuning import BUFFER_BYTES
 from dask_windows.sources import Source
 
-__all__ = ["deprecated_pieces", "deprecated_read_workers", "piece_budget", "resolve_normalize", "resolve_pieces"]
+__all__ = [
+    "deprecated_pieces",
+    "deprecated_read_workers",
+    "piece_budget",
+    "resolve_normalize",
+    "resolve_order",
+]
 
 
 def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def resolve_pieces(pieces_per_partition: Any, source: Source) -> Any:
-    """``pieces_per_partition`` of the buffer order, or its default: ``1``, whole partitions (the source's
-    own default where it has one). Only ``1`` reaches here valid (``deprecated_pieces``); other values
-    reach ``WindowSpec``, which raises."""
+def resolve_order(pieces_per_partition: Any, buffer_bytes: Any, source: Any) -> Any:
+    """``buffer_bytes`` of the pool order, or ``None`` for the order of ``pieces_per_partition``.
+
+    The pool order is the default; ``pieces_per_partition`` asks for the piece order (``1``: whole
+    partitions), as do Dask frames (a read computes a whole partition) and data ``dask-windows
+    convert`` spread over its files (whole partitions already mix) unless ``buffer_bytes`` is given.
+    """
     if pieces_per_partition is not None:
-        return pieces_per_partition
-    if source.default_pieces_per_partition is not None:
-        return source.default_pieces_per_partition
-    return 1
+        if buffer_bytes is not None:
+            raise ConfigError(
+                f"buffer_bytes={buffer_bytes!r} and pieces_per_partition={pieces_per_partition!r} ask for two "
+                "orders; pass buffer_bytes for the default pool order, or pieces_per_partition (with "
+                "buffer_partitions) for the piece order"
+            )
+        return None
+    if buffer_bytes is None and source.default_pieces_per_partition is not None:
+        return None
+    return BUFFER_BYTES if buffer_bytes is None else buffer_bytes
 
 
 def deprecated_pieces(pieces_per_partition: Any, device: Any) -> Any:

@@ -1,16 +1,21 @@
-"""The window settings of a dataset as one frozen, validated value.
+"""A dataset's settings as one frozen value: every keyword, resolved, and what opening derived.
 
-Everything downstream (plan, windows, batch) reads these fields; validating
-them once here keeps the error messages in one place.
+``config.resolve`` makes it once; planning and the runtime read its fields and no other settings
+value (``WindowDataset.config`` groups the same fields by keyword, as views of it). The window and
+order fields are validated here, so their messages live in one place; the reading fields were
+validated by ``config.ReadConfig`` before the data was opened.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from dask_windows.errors import ConfigError
+from dask_windows.settings.tuning import NEXT_PASS_SECONDS, OPEN_THREADS, RETRIES
 
 __all__ = ["WindowSpec"]
 
@@ -55,28 +60,15 @@ def _names(name: str, value: object, allow_none: bool) -> tuple:
 
 @dataclass(frozen=True)
 class WindowSpec:
-    """Validated window settings.
+    """A dataset's settings (``WindowDataset.spec``): the one value planning and the runtime read.
+
+    Each field but the four below is ``WindowDataset``'s keyword of that name as resolved (documented
+    there): ``features`` and ``targets`` tuples of columns, ``series`` the column whose changes end a
+    run (or ``None``), ``device`` a ``torch.device`` (or ``None``: the host), ``buffer_bytes`` the pool
+    order's budget (``None``: whole partitions, ``buffer_partitions`` of them resident), and
+    ``pieces_per_partition`` ``1`` (what remains of the retired piece order; resume states record it).
 
     Attributes:
-        features: Columns stacked as the C channels of ``x``.
-        targets: Columns stacked as the T channels of ``y`` (empty: no ``y``).
-        series: Column whose changes end a run, or ``None`` (one run per partition).
-        window: Rows per window ``L``.
-        stride: Step between window starts inside a run.
-        horizon: ``0``: ``y`` at the window's last row; ``H``: the ``H`` rows after it.
-        batch_size: Windows per batch ``B``.
-        drop_last: Leave out this rank's final partial batch.
-        shuffle: Shuffle partition order and windows inside the buffer.
-        seed: Base seed of every random generator.
-        buffer_partitions: Partitions' worth of rows decoded at once; windows are drawn among them.
-        pieces_per_partition: Most row ranges each partition is cut into per epoch (``1``: whole
-            partitions); a buffer holds ``buffer_partitions * pieces_per_partition`` of them.
-        prefetch_partitions: Partitions read ahead on the background thread.
-        layout: ``"NCL"`` gives ``(B, C, L)``, ``"NLC"`` gives ``(B, L, C)``.
-        return_index: Also yield each window's global start row.
-        nan: ``"raise"`` on NaN inside a window, or ``"drop"`` such windows.
-        buffer_bytes: Memory budget of the pool order (``dask_windows.planning.pool``, ``runtime.pool``), in bytes of decoded
-            rows per rank; ``None``: the order of ``buffer_partitions`` and ``pieces_per_partition``.
         code_features: The last ``K`` features are integer codes (a workflow's categories, ``NCL``
             only): the buffer keeps an integer copy of their rows (``code_dtype``), made once per
             row, and each batch gathers them from it as ``(B, K, L)`` beside the ``(B, C - K, L)``
@@ -86,6 +78,8 @@ class WindowSpec:
             ``"int16"`` / ``"int8"`` where every code fits (a workflow's emitter widens them per batch).
         lookback: Rows of ``window`` a workflow reads before each window it yields (its lags and
             fills need them; ``window`` counts them): messages quote the window asked for.
+        given_series: The ``series`` keyword where it is not the column ``series`` holds (a vector of
+            series ids, or no manifest to name one), else ``None``: what ``config`` shows and reopens.
     """
 
     features: tuple
@@ -108,6 +102,24 @@ class WindowSpec:
     code_features: int = 0
     code_dtype: str = "int64"
     lookback: int = 0
+    given_series: Any = field(default=None, compare=False, repr=False)
+    normalize: Any = None
+    workflow: Any = None
+    rank: int | None = None
+    world_size: int | None = None
+    device: Any = None
+    storage_options: dict | None = None
+    partition_bytes: int | None = None
+    partition_rows: int | None = None
+    threads: int = OPEN_THREADS
+    retries: Any = RETRIES
+    timeout: float | None = None
+    on_error: str = "raise"
+    strict: bool = False
+    cache_dir: str | os.PathLike | None = None
+    cache_bytes: int | None = None
+    index: Any = None
+    next_pass_seconds: float = NEXT_PASS_SECONDS
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__

@@ -45,7 +45,6 @@ __all__ = [
     "MAX_RINGS",
     "MIN_CHUNK_PER_OVERLAP",
     "MIN_UNIT_ROWS",
-    "NEGLIGIBLE_WAIT_S",
     "NEXT_PASS_JOIN_SECONDS",
     "NEXT_PASS_SECONDS",
     "OPEN_THREADS",
@@ -60,7 +59,6 @@ __all__ = [
     "SHARE_WAIT_SECONDS",
     "SLOTS_PER_RING",
     "SLOT_HEADROOM",
-    "SPARE_MIN_BYTES",
     "TAIL_BATCH",
     "TARGET_CHUNKS_PER_FILE",
     "THREAD_WATCH_SECONDS",
@@ -183,9 +181,6 @@ LANE_RATIO = 8
 
 #: Wait share (after the first batch) from which a loop is input-bound.
 INPUT_BOUND_SHARE = 0.10
-#: Unused since the verdict counts every wait (a wait share above ``INPUT_BOUND_SHARE`` is input-bound however
-#: short each wait); kept for code that imported it.
-NEGLIGIBLE_WAIT_S = 50e-6
 
 # -- optional accelerators (speedups/) and their watchdogs ----------------------------------------
 
@@ -203,8 +198,6 @@ MAX_RINGS = 4
 SLOT_HEADROOM = 64 << 10
 #: Batches' features from this size are gathered straight into a slot (smaller ones are copied).
 DIRECT_BYTES = 256 << 10
-#: Arrays smaller than this are plain ``np.empty``: their page faults cost little.
-SPARE_MIN_BYTES = 1 << 20
 #: A lane's unit: consecutive batches gathered by one call, at least this many bytes.
 LANE_UNIT_BYTES = 256 << 10
 #: Units handed to the lane helper and not yet taken, at most.

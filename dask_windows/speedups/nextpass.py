@@ -184,9 +184,8 @@ class NextPass:
 
     Attributes:
         slot: The dataset's ``Slot``: where the read-ahead is kept, and its owner.
-        seconds: ``next_pass_seconds``: how long an unclaimed read-ahead waits (``0``: none is read).
-        on_error: The dataset's fault policy (a read-ahead only with ``"raise"``).
-        spec: The window semantics and batching (``WindowSpec``).
+        spec: The dataset's settings (``WindowSpec``): ``next_pass_seconds``, how long an unclaimed
+            read-ahead waits (``0``: none is read); ``on_error`` (a read-ahead only with ``"raise"``).
         source: The source handle: its partitions' sizes, and ``unchanged`` before rows read ahead are used.
         grid: The window grid.
         normalize: The dataset's normalisation, as resolved (global statistics, ``"sample"`` or ``None``).
@@ -198,8 +197,6 @@ class NextPass:
     """
 
     slot: Slot
-    seconds: float
-    on_error: str
     spec: Any
     source: Any
     grid: Any
@@ -228,7 +225,7 @@ def _expire(pending: _NextPass) -> None:
 
 def _key(ahead: NextPass, epoch: int, world: World) -> tuple:
     """What a pass's buffers depend on besides its plan: compared by value, then by identity."""
-    return (epoch, world, ahead.spec, ahead.on_error), (ahead.grid, ahead.source, ahead.normalize, ahead.row_offsets)
+    return (epoch, world, ahead.spec), (ahead.grid, ahead.source, ahead.normalize, ahead.row_offsets)
 
 
 def _same(a: tuple, b: tuple) -> bool:
@@ -242,7 +239,8 @@ def wanted(ahead: NextPass, reads: UnitReads, plan: PoolPlan) -> bool:
     ``on_error="skip"``, nor in a DataLoader worker's first pass (its process may end with it: not
     persistent).
     """
-    if ahead.seconds <= 0 or ahead.on_error != "raise" or not reads.background or reads.device is not None:
+    spec = ahead.spec
+    if spec.next_pass_seconds <= 0 or spec.on_error != "raise" or not reads.background or reads.device is not None:
         return False
     return not in_worker() or ahead.worker_passes() >= 2
 
@@ -278,7 +276,7 @@ def begin(ahead: NextPass, epoch: int, world: World) -> _NextPass | None:
         if opened is not None:
             opened.close()
         return None
-    pending = _NextPass(ahead.slot, _key(ahead, epoch, world), plan, opened, ahead.seconds)
+    pending = _NextPass(ahead.slot, _key(ahead, epoch, world), plan, opened, ahead.spec.next_pass_seconds)
     ahead.slot.pending = pending
     return pending
 

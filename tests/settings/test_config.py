@@ -107,8 +107,8 @@ def test_the_values_agree_with_the_keywords_and_reopen_the_same_dataset(path, kw
                 continue
             held = getattr(getattr(ds.config, KEYWORDS[name]), name)
             assert held == (tuple(value) if isinstance(value, list) else value), name
-        for f in dataclasses.fields(WindowSpec):  # the runtime's view agrees with the values
-            if f.name in ("code_features", "code_dtype", "lookback"):  # derived from workflow= (none here): defaults
+        for f in dataclasses.fields(WindowSpec):  # the one value holds every keyword, as the groups show it
+            if f.name in ("code_features", "code_dtype", "lookback", "given_series"):  # derived (none here): defaults
                 assert getattr(ds.spec, f.name) == f.default, f.name
             elif f.name != "pieces_per_partition":
                 assert getattr(ds.spec, f.name) == getattr(getattr(ds.config, KEYWORDS[f.name]), f.name), f.name
@@ -287,3 +287,38 @@ def test_a_switch_set_after_import_still_counts(monkeypatch):
     assert not slots.enabled()
     monkeypatch.setenv("DASK_WINDOWS_LANES", "0")
     assert not lanes.lanes_wanted(1 << 30)
+
+
+def test_one_settings_value_reaches_the_runtime(path):
+    """``config.resolve`` makes one ``WindowSpec``: ``ds.config`` groups its fields, and the runtime's values
+    carry it alone, no keyword's value beside it (``on_error`` and ``next_pass_seconds`` were held twice)."""
+    ds = dw.WindowDataset(path, features=["f0"], series="sid", window=4, on_error="skip", next_pass_seconds=0)
+    assert ds.config == config.Config.of(ds.spec)
+    assert (ds.spec.on_error, ds.spec.next_pass_seconds, ds.spec.threads) == ("skip", 0, ds.config.read.threads)
+    for values in (ds._read_values(), ds._next_pass()):
+        held = {f.name for f in dataclasses.fields(values)} & set(KEYWORDS)
+        assert held <= {"normalize"}, held  # (the next pass's: the statistics resolved from the keyword)
+
+
+def test_the_keywords_of_a_workflow_dataset_reopen_it(tmp_path):
+    """With a workflow, ``spec.window`` counts its look-back rows and a named batch's roles choose the columns:
+    ``config`` shows the window asked for and no columns there, so ``keywords()`` reopens the same dataset."""
+    import pandas as pd
+
+    from dask_windows.workflow import Lag, Workflow
+
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"sid": np.repeat([1, 2], 60), "v": rng.standard_normal(120), "y": rng.standard_normal(120)})
+    frame.to_parquet(path := str(tmp_path / "wf.parquet"))
+    wf = Workflow([Lag("v", [1, 2])], series="sid", continuous=["v", "v_lag1", "v_lag2"], target=["y"])
+    wf.fit(frame, scheduler="sync")
+    for workflow in (wf, wf.named()):
+        ds = dw.WindowDataset(path, window=8, horizon=2, workflow=workflow, batch_size=4, seed=1)
+        assert ds.config.window.window == 8 and ds.spec.window == 8 + ds.spec.lookback > 8
+        again = dw.WindowDataset(path, **ds.config.keywords())
+        assert again.spec == ds.spec
+        first, second = list(ds), list(again)
+        assert len(first) == len(second) == len(ds)
+        for a, b in zip(first, second):
+            a, b = (a.values(), b.values()) if isinstance(a, dict) else (a, b)
+            assert all(np.array_equal(u.numpy(), v.numpy()) for u, v in zip(a, b))
