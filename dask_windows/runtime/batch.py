@@ -253,9 +253,7 @@ class Gatherer:
 
         choice = self._lanes(run, size, pool)
         if choice is not None:
-            runs = self._numpy
-            per = lanes.unit_batches(size, size * runs.channels * runs.window * runs.runs.itemsize)
-            return lanes.made_batches(make, run, size, per, choice)
+            return lanes.made_batches(make, self._numpy, run, size, choice)
         return (make(run[a : a + size]) for a in range(0, len(run), size))
 
     def _lanes(self, run: np.ndarray, size: int, pool: OutputPool | None) -> Any:

@@ -318,18 +318,19 @@ def lane_batches(
 
 def made_batches(
     make: Callable[[np.ndarray], Any],
+    runs: Any,
     run: np.ndarray,
     size: int,
-    per: int,
     choice: LaneChoice | None = None,
     ahead: int = AHEAD,
 ) -> Iterator[Any]:
     """``make(run[a : a + size])`` for each batch of ``run`` (``len(run)`` a multiple of ``size``), in order.
 
-    The same spans as ``lane_batches``, a unit being ``per`` consecutive batches, each made whole by
-    ``make`` (its gathers and what the batch is built of: a workflow's named batch) on the lane that
-    takes the unit; ``make`` is called from both threads, once per batch.
+    The units and spans of ``lane_batches(runs, run, size)``, each batch made whole by ``make`` (its
+    features gathered by ``runs``, its other arrays, and what the batch is built of: a workflow's named
+    batch) on the lane that takes its unit; ``make`` is called from both threads, once per batch.
     """
+    per = unit_batches(size, size * runs.channels * runs.window * runs.runs.itemsize)
     units = -(-(len(run) // size) // per)
 
     def gather(u: int) -> list:
