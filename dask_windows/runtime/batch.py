@@ -244,10 +244,10 @@ class Gatherer:
     ) -> Iterator[Any]:
         """``make(starts)`` for each batch of ``run`` in order, ``len(run)`` a multiple of ``size``.
 
-        ``make`` gathers a batch (its features through ``gather_for``, its targets, codes, rows) and
-        builds what is yielded. Where ``gather_run`` would copy the features on two lanes, whole batches
-        are made on both (``lanes.made_batches``: ``make`` called from either thread), so the targets,
-        codes and the batch's making (a named batch widens its codes) are shared out as the copies are.
+        ``make`` gathers a batch's arrays (its features through ``gather_for``, its targets, codes,
+        rows). Where ``gather_run`` would copy the features on two lanes, ``make`` runs on both
+        (``lanes.made_batches``: called from either thread), so a batch with targets or a workflow's
+        codes shares out its gathers as a batch of features alone does.
         """
         from dask_windows.speedups import lanes
 

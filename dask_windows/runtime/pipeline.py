@@ -91,9 +91,9 @@ def stream(
     per_sample, channel_major = normalize == "sample", spec.layout == "NCL"
     want_y, want_rows = bool(spec.targets), spec.return_index
     coded = spec.code_features > 0  # ``emit(x, y, rows, codes)``: the codes gathered on their own (Gatherer.codes_at)
-    # An output that may be called from a lane's helper thread (``thread_safe``: a workflow's ``Emitter``) has its
-    # batches made whole on two lanes, as features alone are gathered; per-sample scaling stays on this thread.
-    on_lanes = getattr(emit, "thread_safe", False) and not per_sample
+    # Runs with targets, rows or codes are gathered on two lanes as features alone are (``Gatherer.made_run``);
+    # the output is called here, on the consumer; per-sample scaling stays on this thread too.
+    on_lanes = not per_sample
     try:  # (the ``finally`` lets go of the steps, so the caller's close finds the builder idle)
         if device is not None:  # cut on the training device from the pool there (ondevice)
             yield from device.batches(source, num_windows, last)
@@ -129,14 +129,16 @@ def stream(
                         rows = buffer.global_rows(starts) if want_rows else None
                         if per_sample:
                             _per_sample(x, starts, built, channel_major)
-                        return emit(x, y, rows, buffer.gatherer.codes_at(starts)) if coded else emit(x, y, rows)
+                        return (x, y, rows, buffer.gatherer.codes_at(starts)) if coded else (x, y, rows)
 
-                    if on_lanes:  # whole batches made on two lanes where the features would be (``Gatherer.made_run``)
+                    if on_lanes:  # each batch's arrays gathered on two lanes where the features would be
                         made = buffer.gatherer.made_run(run, batch, pool, make)
                     else:
                         made = (make(run[a : a + batch]) for a in range(0, k * batch, batch))
                     try:
-                        yield from made
+                        for parts in made:
+                            yield emit(*parts)
+                            del parts
                     finally:
                         made.close()  # (as above)
                     # The pool may reuse a batch's array once the caller drops it; the run and the

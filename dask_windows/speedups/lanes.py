@@ -326,9 +326,9 @@ def made_batches(
 ) -> Iterator[Any]:
     """``make(run[a : a + size])`` for each batch of ``run`` (``len(run)`` a multiple of ``size``), in order.
 
-    The units and spans of ``lane_batches(runs, run, size)``, each batch made whole by ``make`` (its
-    features gathered by ``runs``, its other arrays, and what the batch is built of: a workflow's named
-    batch) on the lane that takes its unit; ``make`` is called from both threads, once per batch.
+    The units and spans of ``lane_batches(runs, run, size)``, each batch's arrays gathered by ``make``
+    (its features by ``runs``, its targets, rows or codes) on the lane that takes its unit; ``make`` is
+    called from both threads, once per batch.
     """
     per = unit_batches(size, size * runs.channels * runs.window * runs.runs.itemsize)
     units = -(-(len(run) // size) // per)

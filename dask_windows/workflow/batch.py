@@ -44,7 +44,7 @@ when the dataset is opened.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -90,14 +90,7 @@ def invert_target(prediction: Any, batch: dict, workflow: Any = None) -> Any:
 
 
 class Emitter:
-    """Turns a gathered batch (``x`` of ``window + lookback`` rows, ``y``, start rows) into what is yielded.
-
-    Called from a lane's helper thread as well as the consumer's (``thread_safe``: ``runtime.pipeline``
-    makes whole batches on two lanes, ``speedups.lanes.made_batches``): it changes nothing but a cache of
-    empty fields (``_fixed``), where two threads at worst both make the same entry.
-    """
-
-    thread_safe: ClassVar[bool] = True
+    """Turns a gathered batch (``x`` of ``window + lookback`` rows, ``y``, start rows) into what is yielded."""
 
     def __init__(
         self, wf: Workflow, named: NamedBatches | None, lookback: int, layout: str, horizon: int, has_y: bool,

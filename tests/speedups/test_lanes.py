@@ -425,7 +425,7 @@ def coded(tmp_path_factory, frames) -> tuple[str, pd.DataFrame]:
 
 @pytest.mark.parametrize("horizon", [0, 3])
 def test_named_batches_made_on_two_lanes_equal_one_thread_and_the_oracle(coded, forced, monkeypatch, horizon):
-    """A workflow's named batches are made whole on both lanes (gathers, codes, fields): the same batches, in
+    """A workflow's named batches gathered on both lanes (features, codes, the series code): the same batches, in
     the same order, as on one thread, each the windows cut by hand from the rows."""
     from dask_windows.workflow import Categorify, Workflow
 
