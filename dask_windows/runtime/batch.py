@@ -231,18 +231,46 @@ class Gatherer:
         """
         from dask_windows.speedups import lanes
 
-        plain = self._scale is None and getattr(pool, "direct_bytes", None) is None  # no scaling, no slots
-        rows = self._source.shape[1 if self.channel_major else 0]
-        dense = len(run) * self._window >= _LANE_RATIO * rows  # stride near the window: the readers need the core
-        if plain and dense and isinstance(self._numpy, _Runs) and lanes.worth(self._numpy, len(run), size):
-            choice = getattr(pool, "lanes", None)
-            if choice is None and pool is not None:
-                choice = pool.lanes = lanes.LaneChoice()  # kept by the stream's pool: one choice for its runs
+        choice = self._lanes(run, size, pool)
+        if choice is not None:
             yield from lanes.lane_batches(
                 self._numpy, run, size, choice, alone=lambda part: self._alone(part, size, pool)
             )
             return
         yield from self._alone(run, size, pool)
+
+    def made_run(
+        self, run: np.ndarray, size: int, pool: OutputPool | None, make: Callable[[np.ndarray], Any]
+    ) -> Iterator[Any]:
+        """``make(starts)`` for each batch of ``run`` in order, ``len(run)`` a multiple of ``size``.
+
+        ``make`` gathers a batch's arrays (its features through ``gather_for``, its targets, codes,
+        rows). Where ``gather_run`` would copy the features on two lanes, ``make`` runs on both
+        (``lanes.made_batches``: called from either thread), so a batch with targets or a workflow's
+        codes shares out its gathers as a batch of features alone does.
+        """
+        from dask_windows.speedups import lanes
+
+        choice = self._lanes(run, size, pool)
+        if choice is not None:
+            return lanes.made_batches(make, self._numpy, run, size, choice)
+        return (make(run[a : a + size]) for a in range(0, len(run), size))
+
+    def _lanes(self, run: np.ndarray, size: int, pool: OutputPool | None) -> Any:
+        """The stream's ``lanes.LaneChoice`` where a run of ``size`` batches may go on two lanes, else ``None``."""
+        from dask_windows.speedups import lanes
+
+        plain = self._scale is None and getattr(pool, "direct_bytes", None) is None  # no scaling, no slots
+        rows = self._source.shape[1 if self.channel_major else 0]
+        dense = len(run) * self._window >= _LANE_RATIO * rows  # stride near the window: the readers need the core
+        if not (plain and dense and isinstance(self._numpy, _Runs) and lanes.worth(self._numpy, len(run), size)):
+            return None
+        choice = getattr(pool, "lanes", None)
+        if choice is None:
+            choice = lanes.LaneChoice()
+            if pool is not None:
+                pool.lanes = choice  # kept by the stream's pool: one choice for its runs
+        return choice
 
     def _alone(self, run: np.ndarray, size: int, pool: OutputPool | None) -> Iterator[np.ndarray]:
         """``gather_run`` without lanes: numpy's run gather, or batch by batch with scaling or slots."""

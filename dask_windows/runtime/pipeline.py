@@ -77,6 +77,9 @@ def stream(
     per_sample, channel_major = normalize == "sample", spec.layout == "NCL"
     want_y, want_rows = bool(spec.targets), spec.return_index
     coded = spec.code_features > 0  # ``emit(x, y, rows, codes)``: the codes gathered on their own (Gatherer.codes_at)
+    # Runs with targets, rows or codes are gathered on two lanes as features alone are (``Gatherer.made_run``);
+    # the output is called here, on the consumer; per-sample scaling stays on this thread too.
+    on_lanes = not per_sample
     try:  # (the ``finally`` lets go of the steps, so the caller's close finds the builder idle)
         if device is not None:  # cut on the training device from the pool there (ondevice)
             yield from device.batches(source, num_windows, last)
@@ -103,17 +106,30 @@ def stream(
                         del x, run, batches  # (as below)
                         continue
                     gather = buffer.gatherer.gather_for(batch, pool)
-                    for a in range(0, k * batch, batch):
-                        starts = run[a : a + batch]
+
+                    def make(
+                        starts: np.ndarray, gather: Any = gather, buffer: Any = buffer, built: _Built = built
+                    ) -> Any:
                         x = gather(starts)
                         y = buffer.gatherer.targets(starts) if want_y else None
                         rows = buffer.global_rows(starts) if want_rows else None
                         if per_sample:
                             _per_sample(x, starts, built, channel_major)
-                        yield emit(x, y, rows, buffer.gatherer.codes_at(starts)) if coded else emit(x, y, rows)
-                    # The pool may reuse x's array once the caller drops the batch; the run and the
+                        return (x, y, rows, buffer.gatherer.codes_at(starts)) if coded else (x, y, rows)
+
+                    if on_lanes:  # each batch's arrays gathered on two lanes where the features would be
+                        made = buffer.gatherer.made_run(run, batch, pool, make)
+                    else:
+                        made = (make(run[a : a + batch]) for a in range(0, k * batch, batch))
+                    try:
+                        for parts in made:
+                            yield emit(*parts)
+                            del parts
+                    finally:
+                        made.close()  # (as above)
+                    # The pool may reuse a batch's array once the caller drops it; the run and the
                     # bound gather hold the pool's arrays.
-                    del x, run, gather
+                    del run, gather, made, make
                     continue
                 take = min(batch - carried, total - pos, remaining)
                 starts = buffer.starts[pos : pos + take]

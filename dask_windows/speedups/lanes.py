@@ -49,7 +49,7 @@ from dask_windows.settings.tuning import LANE_MIN_UNITS as MIN_UNITS
 from dask_windows.settings.tuning import LANE_UNIT_BYTES as UNIT_BYTES
 from dask_windows.settings.tuning import THREAD_WATCH_SECONDS, switches
 
-__all__ = ["LaneChoice", "Lanes", "lane_batches", "lanes_wanted", "unit_batches", "worth"]
+__all__ = ["LaneChoice", "Lanes", "lane_batches", "lanes_wanted", "made_batches", "unit_batches", "worth"]
 
 log = logging.getLogger(__name__)
 
@@ -302,7 +302,6 @@ def lane_batches(
     shape = (size, channels, window) if runs.offsets is not None else (size, window, channels)
     per = unit_batches(size, size * channels * window * runs.runs.itemsize)
     units = -(-(len(run) // size) // per)
-    choice = choice or LaneChoice()
 
     def gather(u: int) -> np.ndarray:
         part = run[u * per * size : (u + 1) * per * size]
@@ -313,7 +312,50 @@ def lane_batches(
             index = (part[:, None] + runs.offsets).reshape(-1)
         return runs.runs[index].reshape(-1, *shape)  # (batches of the unit, *batch shape)
 
-    def both_lanes(lanes: Lanes, first: int, end: int) -> Iterator[np.ndarray]:
+    spans = lambda first, end: alone(run[first * per * size : end * per * size])
+    yield from _spans(units, per, gather, spans, choice or LaneChoice(), ahead)
+
+
+def made_batches(
+    make: Callable[[np.ndarray], Any],
+    runs: Any,
+    run: np.ndarray,
+    size: int,
+    choice: LaneChoice | None = None,
+    ahead: int = AHEAD,
+) -> Iterator[Any]:
+    """``make(run[a : a + size])`` for each batch of ``run`` (``len(run)`` a multiple of ``size``), in order.
+
+    The units and spans of ``lane_batches(runs, run, size)``, each batch's arrays gathered by ``make``
+    (its features by ``runs``, its targets, rows or codes) on the lane that takes its unit; ``make`` is
+    called from both threads, once per batch.
+    """
+    per = unit_batches(size, size * runs.channels * runs.window * runs.runs.itemsize)
+    units = -(-(len(run) // size) // per)
+
+    def gather(u: int) -> list:
+        return [make(run[a : a + size]) for a in range(u * per * size, min((u + 1) * per * size, len(run)), size)]
+
+    def alone(first: int, end: int) -> Iterator[Any]:
+        for a in range(first * per * size, min(end * per * size, len(run)), size):
+            yield make(run[a : a + size])
+
+    yield from _spans(units, per, gather, alone, choice or LaneChoice(), ahead)
+
+
+def _spans(
+    units: int,
+    per: int,
+    gather: Callable[[int], Any],
+    alone: Callable[[int, int], Iterator[Any]],
+    choice: LaneChoice,
+    ahead: int,
+) -> Iterator[Any]:
+    """The items of units ``0 .. units - 1``, ``per`` a unit: spans of units on both lanes (``gather(u)``, a
+    sequence of the unit's items, on either thread) or on the consumer alone (``alone(first, end)``), as
+    ``choice`` says; the helper thread ends with the spans, however they end."""
+
+    def both_lanes(lanes: Lanes, first: int, end: int) -> Iterator[Any]:
         lanes.limit = end
         for u in range(first, end):
             unit = lanes.take(u)
@@ -336,7 +378,7 @@ def lane_batches(
             if both and lanes is not None:
                 batches = both_lanes(lanes, u, u + span)
             else:
-                batches = alone(run[u * per * size : (u + span) * per * size])
+                batches = alone(u, u + span)
             if timed:
                 spent = [0.0]
                 yield from _timed(batches, spent, 2 * per)

@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from dask_windows.errors import ConfigError
 from dask_windows.workflow.core import Workflow
 
 __all__ = ["BATCH_KEYS", "SERIES_CODE", "Emitter", "NamedBatches", "invert_target"]
@@ -122,6 +123,7 @@ class Emitter:
             if table is not None:
                 self.target_loc[:, j], self.target_scale[:, j] = table.T
         self._zero_size: dict[int, dict] = {}  # batch size -> the fields without values (``_fixed``)
+        self.fits = wf._fits  # the workflow's fits when the dataset was built (``__call__`` refuses a refit)
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_zero_size": {}}  # a worker makes its own
@@ -133,6 +135,12 @@ class Emitter:
         int64 codes gathered on their own (``WindowSpec.code_features``; ``x`` then holds the other channels)."""
         import torch
 
+        if self.wf._fits != self.fits:
+            raise ConfigError(
+                "the workflow was fitted again after this WindowDataset was built on it: rows read ahead or kept "
+                "across epochs (Workflow(cache_bytes=)) hold the old statistics; build a new WindowDataset (and "
+                "DataLoader) after a refit, or fit a copy of the workflow (Workflow.load of a saved one)"
+            )
         p = self.lookback
         if rows is not None and p:
             rows = rows + p

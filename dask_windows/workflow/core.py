@@ -136,6 +136,9 @@ class Workflow:
         self.fingerprint: dict | None = None  # fitted: the files fitted on
         self._series_index: Any = None
 
+    #: Fits of this object so far: a dataset built on it refuses to go on once it is refitted (``batch.Emitter``).
+    _fits = 0
+
     @property
     def cache_bytes(self) -> int:
         """Bytes per process of transformed rows kept across epochs (the constructor's ``cache_bytes``)."""
@@ -322,6 +325,7 @@ class Workflow:
         of ``WindowDataset.split(at=..., time=...)``'s train part."""
         from dask_windows.workflow.fit import fit
 
+        self._fits += 1  # (first: a fit that fails half-way has changed the statistics too)
         return fit(self, data, **kwargs)
 
     def save(self, url: str, storage_options: dict | None = None) -> None:

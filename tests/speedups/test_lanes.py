@@ -409,3 +409,54 @@ def test_by_default_only_batches_from_the_size_threshold_go_on_two_lanes(root, f
                 np.testing.assert_array_equal(x, oracle(frames, rows, "NCL"))
     finally:
         torch.set_num_threads(threads)
+
+
+KINDS = np.array(["a", "b", "c", "d"])
+
+
+@pytest.fixture(scope="module")
+def coded(tmp_path_factory, frames) -> tuple[str, pd.DataFrame]:
+    """``frames`` with a category column (``kind``, from the row), for a workflow's named batches."""
+    path = tmp_path_factory.mktemp("lanes_named")
+    with_kind = [f.assign(kind=KINDS[f["ts"].to_numpy() % 4]) for f in frames]
+    write_parquet(with_kind, str(path), row_group_size=97)
+    return str(path), pd.concat(with_kind, ignore_index=True)
+
+
+@pytest.mark.parametrize("horizon", [0, 3])
+def test_named_batches_made_on_two_lanes_equal_one_thread_and_the_oracle(coded, forced, monkeypatch, horizon):
+    """A workflow's named batches gathered on both lanes (features, codes, the series code): the same batches, in
+    the same order, as on one thread, each the windows cut by hand from the rows."""
+    from dask_windows.workflow import Categorify, Workflow
+
+    path, frame = coded
+    target = ["y"] if horizon else []
+    wf = Workflow([Categorify(["kind"])], series="sid", continuous=FEATURES, categorical=["kind"], target=target)
+    wf = wf.fit(frame, scheduler="sync")
+    args = dict(settings("NCL", 8), horizon=horizon, workflow=wf.named(index=True))
+    del args["features"]
+    got, seen = [], []
+    for b in dw.WindowDataset(path, **args):
+        got.append(b)  # every batch held to the end
+        seen.append(len(lane_threads()))
+    assert max(seen) >= 1  # made on the helper too
+    assert not lane_threads()
+    monkeypatch.setattr(lanes, "lanes_wanted", lambda batch_bytes: False)  # one thread
+    plain = list(dw.WindowDataset(path, **args))
+    assert len(plain) == len(got) > 10
+    codes = {k: i for i, k in enumerate(sorted(KINDS))}
+    values = frame[FEATURES].to_numpy(np.float32)
+    reserved = wf.ops[0].cardinality("kind") - len(KINDS)  # the codes below the first value's (missing, unseen)
+    kinds = frame["kind"].map(lambda k: codes[k] + reserved).to_numpy()
+    for b, p in zip(got, plain):
+        assert list(b) == list(p)
+        for key in b:
+            assert b[key].dtype == p[key].dtype and b[key].numpy().tobytes() == p[key].numpy().tobytes(), key
+        rows = b["index"].numpy()
+        span = rows[:, None] + np.arange(WINDOW)
+        np.testing.assert_array_equal(b["past_cont"].numpy(), values[span].transpose(0, 2, 1))
+        np.testing.assert_array_equal(b["past_cat"].numpy()[:, 0], kinds[span])
+        np.testing.assert_array_equal(np.array(wf.series_keys)[b["series"].numpy()], frame["sid"].to_numpy()[rows])
+        if horizon:
+            after = rows[:, None] + WINDOW + np.arange(horizon)
+            np.testing.assert_array_equal(b["target"].numpy()[:, 0], frame["y"].to_numpy(np.float32)[after])

@@ -2,7 +2,8 @@
 
 Batches with the cache equal batches without it, epoch after epoch, and equal a pandas reference
 (groupby per series); the second epoch is answered from memory; the bytes kept never pass the
-budget; a refit workflow's rows are not reused; a DataLoader worker starts with its own, empty.
+budget; a refit workflow's rows are not reused, and a dataset whose workflow is refit in place refuses to
+go on; a DataLoader worker starts with its own, empty.
 """
 
 from __future__ import annotations
@@ -119,6 +120,33 @@ def test_a_refit_workflow_reads_again(data, tmp_path):
     want = WindowDataset(root, workflow=refit, window=WINDOW, batch_size=40).source.read_rows(0, columns, 100, 250)
     np.testing.assert_array_equal(rows(), np.stack([want[c] for c in columns]))
     assert source.cache.hits == 1 and source.cache.misses == 2 and not np.array_equal(rows(), first)
+
+
+@pytest.mark.parametrize("cache_bytes", [1 << 30, 0])
+@pytest.mark.parametrize("when", ["between epochs", "inside an epoch"])
+def test_a_dataset_refuses_to_go_on_after_its_workflow_is_refit_in_place(data, tmp_path, cache_bytes, when):
+    """Rows read ahead, resident across epochs or kept by the cache hold the old statistics: refused, and a
+    dataset built after the refit yields the refit's values."""
+    root, df, _ = data
+    other = df.assign(value=df["value"] * 3 + 7)
+    other.to_parquet(tmp_path / "other.parquet", index=False)
+    wf = make_workflow(cache_bytes).fit(root, scheduler="sync")
+    ds = WindowDataset(root, workflow=wf.named(index=True), window=WINDOW, horizon=HORIZON, batch_size=40, seed=2)
+    it = iter(ds)
+    next(it)
+    if when == "between epochs":
+        list(it)
+        it = iter(ds)
+    wf.fit(str(tmp_path), scheduler="sync")  # other statistics: other outputs
+    with pytest.raises(ConfigError, match="fitted again after this WindowDataset was built.*build a new"):
+        next(it)
+    # a new dataset: the refit's statistics (per series: the mean and std of value * 3 + 7)
+    batch = next(iter(WindowDataset(root, workflow=wf.named(index=True), window=WINDOW, horizon=HORIZON)))
+    filled = other["value"].fillna(0.0)
+    g = filled.groupby(other["sid"])
+    want = ((df["value"].fillna(0.0) - g.transform("mean")) / g.transform("std")).to_numpy(np.float32)
+    rows = batch["index"].numpy()[:, None] + np.arange(WINDOW)
+    np.testing.assert_allclose(batch["past_cont"].numpy()[:, 0], want[rows], rtol=1e-5, atol=1e-5)
 
 
 def test_reads_of_other_columns_are_kept_apart(data):
