@@ -53,34 +53,23 @@ __all__ = [
 ]
 
 
-_ADVICE = {  # the buffer orders (pieces_per_partition=1)
-    "fetch": "reading bounds the loader: read further ahead (prefetch_partitions=2+), read in processes "
-    "(DataLoader num_workers=N); on an object store keep the bytes locally (cache_dir=); "
-    "many small files: `dask-windows convert` them into fewer, larger ones",
+_ADVICE = {  # what helps when a stage bounds the loader (one reader thread a unit ahead)
+    "fetch": "reading bounds the loader (the pool order reads one unit ahead on one thread): read in DataLoader "
+    "worker processes (num_workers=N, each reads its share); on an object store keep the bytes locally "
+    "(cache_dir=); many small files or tiny row groups: `dask-windows convert` them into fewer, larger ones",
     "device": "copying batches to the device bounds the loader: send each buffer's rows once and cut batches "
     "on the device (device='cuda'), or overlap the copies with compute (dw.DevicePrefetcher on pinned batches)",
-    "decode": "decoding the pieces bounds the loader: decode in processes (DataLoader "
-    "num_workers=N), or read fewer columns",
-    "buffer": "building buffers bounds the loader: smaller buffers (buffer_partitions=1) start sooner, or "
-    "DataLoader num_workers=N builds several at once",
+    "decode": "decoding the units bounds the loader: decode in DataLoader worker processes (num_workers=N), or "
+    "read fewer columns",
+    "buffer": "building the pool's steps bounds the loader: DataLoader num_workers=N builds them in worker processes",
     "gather": "cutting batches on the training loop's thread bounds the loader: DataLoader num_workers=N "
     "gathers in worker processes",
     "workers": "the DataLoader workers do not keep up: more num_workers, or see their stages by iterating "
     "with num_workers=0 (or `dask-windows bench`)",
 }
-_POOL_ADVICE = {  # the pool order (the default): one reader thread a unit ahead, no buffer_partitions
-    "fetch": "reading bounds the loader (the pool order reads one unit ahead on one thread): read in DataLoader "
-    "worker processes (num_workers=N, each reads its share); on an object store keep the bytes locally "
-    "(cache_dir=); many small files or tiny row groups: `dask-windows convert` them into fewer, larger ones",
-    "decode": "decoding the units bounds the loader: decode in DataLoader worker processes (num_workers=N), or "
-    "read fewer columns",
-    "buffer": "building the pool's steps bounds the loader: DataLoader num_workers=N builds them in worker processes",
-}
 _STARTUP_ADVICE = {
     "pool": "the first batch waits for the pool to fill: a smaller buffer_bytes fills it sooner (mixing less); "
     "over a longer run it is paid once",
-    "buffer": "the first batch waits for the first buffer: buffer_partitions=1 starts sooner; over a longer "
-    "run it is paid once",
     None: "the first batch waits for the first reads; over a longer run it is paid once",
 }
 STARTUP = "start-up"  # the stage of a verdict whose loop waited only for its first batch
@@ -351,7 +340,7 @@ def judge(
         if stages is None:
             return Verdict(True, "workers", _ADVICE["workers"], share)
         stage = max(stages, key=lambda k: stages[k])
-        advice = (_POOL_ADVICE if order == "pool" else {}).get(stage, _ADVICE[stage])
+        advice = _ADVICE[stage]
         return Verdict(True, stage, advice, share)
     total = first + wait + step
     startup = first / total if total > 0 else 0.0
