@@ -16,7 +16,9 @@ import dask_windows as dw
 if importlib.util.find_spec("fastai") is None:
     pytest.skip("fastai is not installed (pip install fastai; bash .ci/extras)", allow_module_level=True)
 
-STEP = 0.02  # seconds of "training" per training batch
+# seconds of "training" per training batch: long beside a batch's few milliseconds of loading even on a loaded CI
+# machine (at 0.02 s a batch, 3-4 ms of scheduling delay a batch under load read as input-bound)
+STEP = 0.5
 READ_DELAY = 0.12  # seconds added to every read of the slowed loader
 LOGGER = "dask_windows.integrations.fastai"
 
@@ -44,14 +46,14 @@ class Sleepy(torch.nn.Module):
         return self.net(x)
 
 
-def _fit(step: float, read_delay: float, caplog) -> list[str]:
+def _fit(step: float, read_delay: float, caplog, batch_size: int = 8) -> list[str]:
     pytest.importorskip("fastai.learner", reason="pip install fastai (bash .ci/extras)")
     from fastai.learner import Learner
 
     from dask_windows.integrations.fastai import WindowDataLoaders
 
     arrays = [np.random.default_rng(i).standard_normal((320, 1)).astype(np.float32) for i in range(4)]
-    ds = dw.WindowDataset(arrays, window=16, stride=16, batch_size=8, partition_rows=320, buffer_partitions=1,
+    ds = dw.WindowDataset(arrays, window=16, stride=16, batch_size=batch_size, partition_rows=320, buffer_partitions=1,
                           pieces_per_partition=1, next_pass_seconds=0)  # fmt: skip
     train, valid = ds.split(valid=0.25)
     if read_delay:
@@ -64,7 +66,7 @@ def _fit(step: float, read_delay: float, caplog) -> list[str]:
 
 
 def test_a_compute_bound_learner_logs_not_input_bound_each_epoch(caplog):
-    logged = _fit(STEP, 0.0, caplog)
+    logged = _fit(STEP, 0.0, caplog, batch_size=20)  # 3 training batches of STEP an epoch
     assert len(logged) == 4  # the training and the validation loader, each of 2 epochs
     train = logged[0::2]
     # a short epoch's first batch can be most of its waiting: "bound by start-up" (not input-bound either)

@@ -13,7 +13,9 @@ from dask_windows import WindowDataset
 from dask_windows.runtime.telemetry import STARTUP, Telemetry, judge
 from dask_windows.settings.tuning import INPUT_BOUND_SHARE
 
-STEP = 0.03  # seconds of "training" per batch
+# seconds of "training" per batch: long beside a batch's few milliseconds of loading even on a loaded CI machine
+# (at 0.03 s a batch, 3-4 ms of scheduling delay a batch under load read as input-bound)
+STEP = 0.5
 READ_DELAY = 0.15  # seconds added to every read of the slowed loader
 
 
@@ -32,12 +34,12 @@ class SlowReads:
         return self.read(*args, **kwargs)
 
 
-def _dataset(**kw) -> WindowDataset:
+def _dataset(batch_size: int = 16, **kw) -> WindowDataset:
     return WindowDataset(
         _arrays(),
         window=16,
         stride=16,
-        batch_size=16,
+        batch_size=batch_size,
         partition_rows=600,  # one partition per array
         buffer_partitions=1,
         pieces_per_partition=1,
@@ -47,7 +49,7 @@ def _dataset(**kw) -> WindowDataset:
 
 
 def test_a_loop_with_a_known_step_is_compute_bound():
-    ds = _dataset()
+    ds = _dataset(batch_size=64)  # 4 batches of STEP each
     for _ in ds:
         time.sleep(STEP)
     stats = ds.stats()
@@ -170,7 +172,7 @@ def test_a_pool_order_loop_with_a_known_step_is_compute_bound():
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ds = _pool_dataset()
+        ds = WindowDataset(_arrays(n=12), window=16, stride=16, batch_size=128, next_pass_seconds=0)  # 4 batches
     for _ in ds:
         time.sleep(STEP)
     stats = ds.stats()
