@@ -9,8 +9,10 @@ above 1.00 the accelerator pays; it is kept at 1.10 or more, docs/performance.md
 is printed before and after each case: on a loaded machine a ratio within 0.90-1.15 is noise, not a
 verdict (the same case gave 0.87x and 1.57x in two runs at load 7-11; benchmarks/log/accelerators.md).
 
-* ``lanes``: two copying lanes (``speedups/lanes.py``; off: ``DASK_WINDOWS_LANES=0``). B=256 L=512
-  C=4 stride 1 (2 MiB batches), local Parquet, one process: milliseconds per batch after the first.
+* ``lanes``: two copying lanes for batches of features alone (``speedups/lanes.py``; on:
+  ``DASK_WINDOWS_LANES=1``, off: ``=0``; by default they copy only made batches, since this case did
+  not gain 10%). B=256 L=512 C=4 stride 1 (2 MiB batches), local Parquet, one process: milliseconds
+  per batch after the first. Named batches with and without lanes: ``bench_workflow.py``.
 * ``slots``: batches of DataLoader workers in shared slots (``speedups/slots.py``; off:
   ``DASK_WINDOWS_SLOTS=0``). The same shape through ``DataLoader(num_workers=2)``: milliseconds per batch
   after the first.
@@ -135,7 +137,7 @@ def big_batches(root: str, batches: int, workers: int) -> dict[str, float]:
 
 def case_lanes(root: str, rounds: int, batches: int) -> None:
     def run(on: bool) -> dict[str, float]:
-        env("DASK_WINDOWS_LANES", None if on else "0")
+        env("DASK_WINDOWS_LANES", "1" if on else "0")
         try:
             return big_batches(root, batches, 0)
         finally:

@@ -330,7 +330,7 @@ SLOW_TESTS: dict[str, str | set[str]] = {
     },
     "tests/speedups/test_lanes.py": {
         "test_a_pass_left_open_at_exit_lets_the_interpreter_exit",
-        "test_by_default_only_batches_from_the_size_threshold_go_on_two_lanes",
+        "test_by_default_only_made_batches_from_the_size_threshold_go_on_two_lanes",
         "test_named_batches_made_on_two_lanes_equal_one_thread_and_the_oracle",
         "test_two_lanes_give_the_oracle_and_the_one_thread_batches",
     },

@@ -231,7 +231,7 @@ class Gatherer:
         """
         from dask_windows.speedups import lanes
 
-        choice = self._lanes(run, size, pool)
+        choice = self._lanes(run, size, pool, made=False)
         if choice is not None:
             yield from lanes.lane_batches(
                 self._numpy, run, size, choice, alone=lambda part: self._alone(part, size, pool)
@@ -251,19 +251,20 @@ class Gatherer:
         """
         from dask_windows.speedups import lanes
 
-        choice = self._lanes(run, size, pool)
+        choice = self._lanes(run, size, pool, made=True)
         if choice is not None:
             return lanes.made_batches(make, self._numpy, run, size, choice)
         return (make(run[a : a + size]) for a in range(0, len(run), size))
 
-    def _lanes(self, run: np.ndarray, size: int, pool: OutputPool | None) -> Any:
-        """The stream's ``lanes.LaneChoice`` where a run of ``size`` batches may go on two lanes, else ``None``."""
+    def _lanes(self, run: np.ndarray, size: int, pool: OutputPool | None, made: bool) -> Any:
+        """The stream's ``lanes.LaneChoice`` where a run of ``size`` batches may go on two lanes, else ``None``
+        (``made``: batches of several arrays, ``made_run``'s; else features alone)."""
         from dask_windows.speedups import lanes
 
         plain = self._scale is None and getattr(pool, "direct_bytes", None) is None  # no scaling, no slots
         rows = self._source.shape[1 if self.channel_major else 0]
         dense = len(run) * self._window >= _LANE_RATIO * rows  # stride near the window: the readers need the core
-        if not (plain and dense and isinstance(self._numpy, _Runs) and lanes.worth(self._numpy, len(run), size)):
+        if not (plain and dense and isinstance(self._numpy, _Runs) and lanes.worth(self._numpy, len(run), size, made)):
             return None
         choice = getattr(pool, "lanes", None)
         if choice is None:

@@ -204,9 +204,10 @@ LANE_UNIT_BYTES = 256 << 10
 LANE_AHEAD_UNITS = 1
 #: Runs of fewer units are gathered on the consumer's thread alone.
 LANE_MIN_UNITS = 4
-#: Batches of features at least this large go on two lanes by default (``DASK_WINDOWS_LANES`` unset):
-#: 1.48x windows/s at B=256 L=512 C=4 (2 MiB) on 2 idle cores and 1.00x with both cores busy; at
-#: B=64 L=128 (128 KiB) 1.10x idle but 0.88x busy (``bench_peers.py --contenders dw dw2 hand``).
+#: Made batches (targets, rows, named fields) at least this large go on two lanes by default
+#: (``DASK_WINDOWS_LANES`` unset): named batches at B=256 L=512 stride 1 1.15x wall; at B=64 L=128
+#: (128 KiB) lanes gained 1.10x idle but 0.88x busy. Features alone never by default (0.82-1.09x in
+#: the default order, ``bench_accelerators.py --only lanes``).
 LANE_DEFAULT_BATCH_BYTES = 1 << 20
 
 

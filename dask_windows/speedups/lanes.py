@@ -21,11 +21,13 @@ too) but is never overwritten, since every unit is a fresh array. Which lane cop
 changes timing only: the units, their order and their bits are those of one thread's gather.
 Lanes are used only where there are two CPUs to run them on (``os.sched_getaffinity``) and
 torch is allowed more than one thread (not with ``torch.set_num_threads(1)``, nor in DataLoader
-workers, which torch sets to one), and by default only for batches of at least
-``LANE_DEFAULT_BATCH_BYTES`` (1 MiB): there two lanes gave 1.48x windows/s on 2 idle cores and
-1.00x with both cores busy (``LaneChoice`` keeps one lane there), where batches of 128 KiB gained
-1.10x idle and lost 12% busy (docs/performance.md). ``DASK_WINDOWS_LANES=1`` asks for them at any
-batch size, ``DASK_WINDOWS_LANES=0`` never.
+workers, which torch sets to one), and by default only for made batches (targets, rows, a
+workflow's named fields: ``made_batches``) of at least ``LANE_DEFAULT_BATCH_BYTES`` (1 MiB): named
+batches at B=256 L=512 stride 1 gained 1.15x wall, where a batch of features alone at B=256 L=512
+C=4 gained 0.82-1.09x in the default order (six quiet runs of ``bench_accelerators.py --only
+lanes``: under the 10% a default must pay), and batches of 128 KiB gained 1.10x idle but lost 12%
+busy (docs/performance.md). ``DASK_WINDOWS_LANES=1`` asks for them at any batch size, features
+alone too; ``DASK_WINDOWS_LANES=0`` never.
 """
 
 from __future__ import annotations
@@ -62,16 +64,20 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def lanes_wanted(batch_bytes: int) -> bool:
+def lanes_wanted(batch_bytes: int, made: bool = True) -> bool:
     """Whether a run of batches of ``batch_bytes`` may be gathered on two lanes.
 
-    ``DASK_WINDOWS_LANES=1``: at any size; ``0``: never; unset: from ``LANE_DEFAULT_BATCH_BYTES``.
-    In every case only with two usable CPUs and torch allowed more than one thread.
+    ``made``: batches made of several arrays (targets, rows, a workflow's named fields:
+    ``made_batches``); ``False``: features alone (``lane_batches``).
+    ``DASK_WINDOWS_LANES=1``: at any size, features alone too; ``0``: never; unset: made batches from
+    ``LANE_DEFAULT_BATCH_BYTES``, features alone never (in the default order they did not gain 10%:
+    0.82-1.09x in six quiet runs, benchmarks/log/accelerators.md). In every case only with two
+    usable CPUs and torch allowed more than one thread.
     """
     asked = switches().lanes
     if asked is False or usable_cpus() < 2:
         return False
-    if asked is None and batch_bytes < DEFAULT_BATCH_BYTES:  # small batches: docs/performance.md
+    if asked is None and (not made or batch_bytes < DEFAULT_BATCH_BYTES):  # docs/performance.md
         return False
     import torch  # its thread count is the user's say on parallelism (1 in DataLoader workers)
 
@@ -83,11 +89,12 @@ def unit_batches(size: int, batch_bytes: int) -> int:
     return max(1, -(-UNIT_BYTES // batch_bytes))
 
 
-def worth(runs: Any, windows: int, size: int) -> bool:
-    """Whether a run of ``windows`` windows in batches of ``size`` goes on two lanes (``runs``: a ``batch._Runs``)."""
+def worth(runs: Any, windows: int, size: int, made: bool = True) -> bool:
+    """Whether a run of ``windows`` windows in batches of ``size`` goes on two lanes (``runs``: a ``batch._Runs``;
+    ``made``: as ``lanes_wanted``'s)."""
     batch_bytes = size * runs.channels * runs.window * runs.runs.itemsize
     units = windows // size // unit_batches(size, batch_bytes)
-    return units >= MIN_UNITS and lanes_wanted(batch_bytes)
+    return units >= MIN_UNITS and lanes_wanted(batch_bytes, made)
 
 
 class _Failure:

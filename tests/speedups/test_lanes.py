@@ -45,7 +45,7 @@ def root(tmp_path_factory, frames) -> str:
 def forced(request, monkeypatch):
     """Two lanes for every run of at least one unit, units of one to a few batches; ``switching``:
     the timing choice changes its mind every few units, so runs mix both ways of taking units."""
-    monkeypatch.setattr(lanes, "lanes_wanted", lambda batch_bytes: True)
+    monkeypatch.setattr(lanes, "lanes_wanted", lambda batch_bytes, made=True: True)
     monkeypatch.setattr(lanes, "MIN_UNITS", 1)
     monkeypatch.setattr(lanes, "UNIT_BYTES", 3 * 8 * WINDOW * len(FEATURES) * 4)  # 3 batches of 8
     # a step's run reads a fifth of the pool's rows (whole partitions: 2 resident, 5 in the pool), so a run at
@@ -288,7 +288,7 @@ def test_each_unit_is_gathered_once_the_helper_only_odd_ones_and_a_late_one_is_t
     assert not lane_threads()
 
 
-def test_lanes_by_default_for_large_batches_only_where_two_cpus_and_torch_threads_allow(monkeypatch):
+def test_lanes_by_default_for_large_made_batches_only_where_two_cpus_and_torch_threads_allow(monkeypatch):
     import torch
 
     wanted = lanes.lanes_wanted
@@ -298,12 +298,13 @@ def test_lanes_by_default_for_large_batches_only_where_two_cpus_and_torch_thread
         torch.set_num_threads(2)
         big, small = 2 << 20, 128 << 10  # B=256 L=512 C=4 float32, and B=64 L=128
         monkeypatch.delenv("DASK_WINDOWS_LANES", raising=False)
-        assert wanted(big) and not wanted(small)  # by default: batches of 1 MiB and more
+        assert wanted(big) and not wanted(small)  # by default: made batches of 1 MiB and more
         assert wanted(lanes.DEFAULT_BATCH_BYTES) and not wanted(lanes.DEFAULT_BATCH_BYTES - 1)
+        assert not wanted(big, made=False) and not wanted(small, made=False)  # by default never features alone
         monkeypatch.setenv("DASK_WINDOWS_LANES", "1")
-        assert wanted(big) and wanted(small)
+        assert wanted(big) and wanted(small) and wanted(big, made=False) and wanted(small, made=False)
         monkeypatch.setenv("DASK_WINDOWS_LANES", "0")
-        assert not wanted(big) and not wanted(small)
+        assert not wanted(big) and not wanted(small) and not wanted(big, made=False)
         for asked in ("1", ""):
             monkeypatch.setenv("DASK_WINDOWS_LANES", asked)
             torch.set_num_threads(1)  # as in a DataLoader worker
@@ -342,7 +343,7 @@ class Both(lanes.LaneChoice):
     def __init__(self):
         super().__init__(probes=0)
 
-lanes.lanes_wanted = lambda batch_bytes: True
+lanes.lanes_wanted = lambda batch_bytes, made=True: True
 lanes.MIN_UNITS = 1
 batch._LANE_RATIO = 1  # (as the ``forced`` fixture: a step reads a fifth of the pool's rows)
 lanes.LaneChoice = Both
@@ -381,7 +382,7 @@ def test_rounds_lost_in_a_row_back_off_and_a_win_resets():
     assert spans == [10, 20, 40, 10, 10]
 
 
-def test_by_default_only_batches_from_the_size_threshold_go_on_two_lanes(root, frames, monkeypatch):
+def test_by_default_only_made_batches_from_the_size_threshold_go_on_two_lanes(root, frames, monkeypatch):
     import torch
 
     batch_bytes = lambda b: b * WINDOW * len(FEATURES) * 4
@@ -397,12 +398,16 @@ def test_by_default_only_batches_from_the_size_threshold_go_on_two_lanes(root, f
     try:
         for batch, expect in ((8, False), (200, True)):
             args = dict(settings("NCL", batch), pieces_per_partition=None)  # the default pool order
-            indexed = [r.numpy() for _, r in dw.WindowDataset(root, return_index=True, **args)]
+            indexed, made = [], []
+            for _, r in dw.WindowDataset(root, return_index=True, **args):  # made batches: features and rows
+                made.append(len(lane_threads()))
+                indexed.append(r.numpy())
+            assert (max(made) >= 1) is expect, (batch, max(made))
             seen, got = [], []
-            for x in dw.WindowDataset(root, **args):  # features only: what lanes copy
+            for x in dw.WindowDataset(root, **args):  # features alone: on one thread unless asked
                 seen.append(len(lane_threads()))
                 got.append(x.numpy())
-            assert (max(seen) >= 1) is expect, (batch, max(seen))
+            assert max(seen) == 0, (batch, max(seen))
             assert not lane_threads()
             assert len(got) == len(indexed)
             for x, rows in zip(got, indexed):
@@ -441,7 +446,7 @@ def test_named_batches_made_on_two_lanes_equal_one_thread_and_the_oracle(coded, 
         seen.append(len(lane_threads()))
     assert max(seen) >= 1  # made on the helper too
     assert not lane_threads()
-    monkeypatch.setattr(lanes, "lanes_wanted", lambda batch_bytes: False)  # one thread
+    monkeypatch.setattr(lanes, "lanes_wanted", lambda batch_bytes, made=True: False)  # one thread
     plain = list(dw.WindowDataset(path, **args))
     assert len(plain) == len(got) > 10
     codes = {k: i for i, k in enumerate(sorted(KINDS))}
