@@ -271,15 +271,51 @@ class CorpusDataset(PassProtocol, IterableDataset):
         covariates: Sequence[int] | Sequence[str] | None = None,
         rank: int | None = None,
         world_size: int | None = None,
-        **settings: Any,
+        patch_size: int = 16,
+        patch_sizes: Mapping[str, int] | tuple[tuple[str, int], ...] | None = None,
+        max_length: int = 512,
+        min_length: int = 1,
+        sequence_tokens: int | None = None,
+        channels: str = "independent",
+        max_channels: int | None = None,
+        pack: bool = True,
+        pack_window: int = 4096,
+        context_length: tuple[int, int] | None = None,
+        prediction_length: int = 0,
+        nan: str = "mask",
+        batch_size: int = 8,
+        buffer_partitions: int = 8,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        return_index: bool = False,
+        read_ahead: int = 4,
     ) -> None:
         super().__init__()
-        if isinstance(settings.get("patch_sizes"), Mapping):  # kept as sorted pairs: the settings compare and hash
-            settings["patch_sizes"] = tuple(sorted((str(f), p) for f, p in settings["patch_sizes"].items()))
-        try:
-            self.settings = CorpusSettings(**settings)
-        except TypeError as exc:
-            raise ConfigError(f"{exc}; see help(CorpusDataset) for the settings") from None
+        if isinstance(patch_sizes, Mapping):  # kept as sorted pairs: the settings compare and hash
+            patch_sizes = tuple(sorted((str(f), p) for f, p in patch_sizes.items()))
+        # (each keyword by name: the defaults are CorpusSettings', test_corpus_keywords_are_the_settings checks)
+        self.settings = CorpusSettings(
+            patch_size=patch_size,
+            patch_sizes=patch_sizes,
+            max_length=max_length,
+            min_length=min_length,
+            sequence_tokens=sequence_tokens,
+            channels=channels,
+            max_channels=max_channels,
+            pack=pack,
+            pack_window=pack_window,
+            context_length=context_length,
+            prediction_length=prediction_length,
+            nan=nan,
+            batch_size=batch_size,
+            buffer_partitions=buffer_partitions,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+            return_index=return_index,
+            read_ahead=read_ahead,
+        )
         self.settings.check()
         columns = [c for c in covariates or () if isinstance(c, str)]  # covariates in their own list columns
         if columns and len(columns) != len(covariates or ()):

@@ -470,3 +470,19 @@ def test_packed_variable_context_every_step_once(corpus):
     same = _open(paths, context_length=(16, 48), pack_window=40)
     same.set_epoch(1)
     assert all(all(np.array_equal(x[k], y[k]) for k in x) for x, y in zip(_numpy(list(same)), batches))
+
+
+def test_corpus_keywords_are_the_settings():
+    """Every corpus setting is a keyword of ``CorpusDataset`` by name (no ``**settings``: an IDE follows it), with
+    ``CorpusSettings``' default."""
+    import dataclasses
+    import inspect
+
+    from dask_windows.corpus.dataset import CorpusDataset, CorpusSettings
+
+    params = inspect.signature(CorpusDataset.__init__).parameters
+    assert not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    for field in dataclasses.fields(CorpusSettings):
+        assert field.name in params, field.name
+        assert params[field.name].kind is inspect.Parameter.KEYWORD_ONLY
+        assert params[field.name].default == field.default, field.name
