@@ -86,7 +86,7 @@ class WindowDataset(PassProtocol, IterableDataset):
             and for data spread by ``dask-windows convert``): the pool order with each partition one
             unit and ``buffer_partitions`` of them resident. A count above 1 (0.2's piece order) is
             deprecated and served by the pool order. ``None`` (default): the pool order (``buffer_bytes``).
-        buffer_bytes: The default order's memory budget (``dask_windows.planning.pool``, ``runtime.pool``): each unit the source
+        buffer_bytes: The default order's memory budget (``planning.budget``, ``planning.pool``, ``runtime.pool``): each unit the source
             decodes whole (a Parquet row group) is read once per epoch into a pool of this many bytes
             of decoded rows per rank (shared by its DataLoader workers), its windows spread over the
             stretch of the epoch while it stays resident, and every batch drawn from all resident
