@@ -69,7 +69,7 @@ def child(job: dict) -> dict:
 
         kw = {}
         if job["kind"] == "whole":
-            import dask_windows.runtime.pool as pool_module
+            import dask_windows.planning.budget as pool_module
 
             pool_module.POOL_FIRST_BYTES = 1 << 62
             kw["next_pass_seconds"] = 0

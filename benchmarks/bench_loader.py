@@ -97,7 +97,7 @@ def first_child(arg: str) -> None:
         it = hand_batches(frame, features, B, L, 1)
     else:
         if job.get("whole_pool"):  # the order before issue 33: the whole pool read before the first step
-            import dask_windows.runtime.pool as pool_module
+            import dask_windows.planning.budget as pool_module
 
             pool_module.POOL_FIRST_BYTES = 1 << 62
         t0 = time.perf_counter()

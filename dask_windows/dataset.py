@@ -28,13 +28,14 @@ from dask_windows.opening import check_columns, check_windows, scan
 from dask_windows.opening.checks import SERIES_FROM_MANIFEST, check_series_order, output_dtype
 from dask_windows.opening.omissions import check_omissions
 from dask_windows.passes import PassProtocol
+from dask_windows.planning.budget import plan_for, pool_summary, unit_bounds, warn_if_few_units
 from dask_windows.planning.index import WindowGrid
 from dask_windows.planning.pool import PoolPlan
 from dask_windows.planning.resume import Resumer, fingerprint
 from dask_windows.planning.split import SeriesTable, cut_positions, split_grid
 from dask_windows.planning.world import World
 from dask_windows.runtime.detect import process_group_store
-from dask_windows.runtime.pool import plan_for, pool_batches, pool_summary, unit_bounds, warn_if_few_units
+from dask_windows.runtime.pool import pool_batches
 from dask_windows.runtime.seams import TorchOutput
 from dask_windows.runtime.streams import StreamValues, elastic_batches
 from dask_windows.runtime.telemetry import Stats, Telemetry, rank_stats, reads_telemetry, watch_loader, watched
@@ -85,7 +86,7 @@ class WindowDataset(PassProtocol, IterableDataset):
             and for data spread by ``dask-windows convert``): the pool order with each partition one
             unit and ``buffer_partitions`` of them resident. A count above 1 (0.2's piece order) is
             deprecated and served by the pool order. ``None`` (default): the pool order (``buffer_bytes``).
-        buffer_bytes: The default order's memory budget (``dask_windows.planning.pool``, ``runtime.pool``): each unit the source
+        buffer_bytes: The default order's memory budget (``planning.budget``, ``planning.pool``, ``runtime.pool``): each unit the source
             decodes whole (a Parquet row group) is read once per epoch into a pool of this many bytes
             of decoded rows per rank (shared by its DataLoader workers), its windows spread over the
             stretch of the epoch while it stays resident, and every batch drawn from all resident
@@ -253,9 +254,11 @@ class WindowDataset(PassProtocol, IterableDataset):
         check_windows(self.source, spec, self.runs, self.num_windows, order_remedy, self.skipped)
         self.left_out = check_omissions(self, series is not SERIES_FROM_MANIFEST or self._series_from_manifest)
         # the pool order's units (plan data: they depend on the source and the settings only)
-        self._unit_bounds = unit_bounds(self._read_values())  # (whole partitions: one unit each)
+        bytes_per_row = self._read_values().row_bytes
+        decode_all = getattr(self.source, "decode_units_all", None)
+        self._unit_bounds = unit_bounds(spec, bytes_per_row, rows, self.source.decode_units, decode_all)
         if spec.buffer_bytes is not None:  # the budget holds too few units to mix like a global shuffle
-            warn_if_few_units(self._read_values(), self._unit_bounds)
+            warn_if_few_units(spec, self._unit_bounds, bytes_per_row, self.source.description)
         self._telemetry = Telemetry(time.perf_counter_ns() - opening)
 
     # -- the pass protocol (epochs, len, resume state, ranks, pickling: see passes) ----------
@@ -451,11 +454,14 @@ class WindowDataset(PassProtocol, IterableDataset):
 
     def _plan(self, world: World, skip_batches: int = 0, epoch: int | None = None) -> PoolPlan:
         epoch = self.epoch if epoch is None else epoch  # (whole partitions: a pool of buffer_partitions of them)
-        return plan_for(self._read_values(), self._unit_bounds, world, skip_batches, epoch)
+        reads = self._read_values()
+        return plan_for(self.spec, self.grid, self._unit_bounds, reads.row_bytes, world, skip_batches, epoch)
 
     def _pool_summary(self) -> dict | None:
         """Predicted reads, resident memory and places per batch of the pool order (``None``: another order)."""
-        return None if self.spec.buffer_bytes is None else pool_summary(self._read_values(), self._unit_bounds)
+        if self.spec.buffer_bytes is None:
+            return None
+        return pool_summary(self.spec, self._unit_bounds, self._read_values().row_bytes)
 
     def _scale(self) -> tuple[np.ndarray, np.ndarray] | None:
         return self._normalize if isinstance(self._normalize, tuple) else None

@@ -182,7 +182,7 @@ def default_order_arrays(root, tmp):
 
 def default_order_filling(root, tmp):
     """A pool of about 30 units whose first step draws after one (issue 33's progressive fill)."""
-    import dask_windows.runtime.pool as pool_module
+    import dask_windows.planning.budget as pool_module
     from dask_windows.planning.world import World
 
     saved, pool_module.POOL_FIRST_BYTES = pool_module.POOL_FIRST_BYTES, 200

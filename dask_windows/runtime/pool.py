@@ -13,36 +13,25 @@ unreadable. Windows of an unreadable unit (``on_error="skip"``) are replaced by
 other windows of their steps, so the batch count never changes. With a device
 feed the pool lives on the device (``ondevice.pool``). The next pass's first
 units may be read before its ``iter()`` (``UnitReads``, ``speedups.nextpass``).
+The plan and the budget's arithmetic (unit bounds, the summary and warning at
+open) are planning's (``planning.pool``, ``planning.budget``): this module runs.
 """
 
 from __future__ import annotations
 
-import math
 import threading
 import time
-import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from dask_windows.errors import SourceReadError
 from dask_windows.errors.faults import REPLACEMENT_TAG, record_skip, replacement_picks, skip_allowed
+from dask_windows.planning.budget import PoolWarning
 from dask_windows.planning.plan import Segment, rng_for
-from dask_windows.planning.pool import (
-    PoolPlan,
-    PoolUnits,
-    live_units,
-    merge_bounds_items,
-    plan_pool,
-    pool_span,
-    step_order,
-    unit_permutation,
-    unit_steps,
-)
-from dask_windows.planning.ragged import Ragged
+from dask_windows.planning.pool import PoolPlan, PoolUnits, live_units, step_order, unit_permutation, unit_steps
 from dask_windows.planning.windows import window_starts
-from dask_windows.planning.world import World
 from dask_windows.runtime.batch import Gatherer
 from dask_windows.runtime.buffer import Part, _fill_starts, decode_pieces
 from dask_windows.runtime.pipeline import _Built, stream
@@ -50,86 +39,10 @@ from dask_windows.runtime.prefetch import Ahead, Prefetcher
 from dask_windows.runtime.telemetry import timed_output, timed_parts
 from dask_windows.runtime.values import PassValues, ReadValues
 from dask_windows.runtime.window_table import WindowTable, build_table, worth_building
-from dask_windows.settings.tuning import BUFFER_BYTES, FILL_THREADS, MIN_UNIT_ROWS, POOL_FIRST_BYTES, UNITS_PER_BATCH
-from dask_windows.settings.tuning import POOL_AHEAD_UNITS as AHEAD
+from dask_windows.settings.tuning import BUFFER_BYTES, FILL_THREADS, POOL_FIRST_BYTES
 
-__all__ = [
-    "BUFFER_BYTES",
-    "PoolWarning",
-    "UnitReads",
-    "plan_for",
-    "pool_batches",
-    "pool_rows",
-    "pool_summary",
-    "row_bytes",
-    "unit_bounds",
-    "warn_if_few_units",
-]
-
-
-def row_bytes(reads: ReadValues) -> float:
-    """Bytes one pool row costs: its features, targets, (about) its window start and ``normalize="sample"``'s
-    window table."""
-    spec = reads.spec
-    y = np.dtype(reads.y_dtype or np.float32).itemsize * len(spec.targets)
-    # (code_features' copy not counted: the same plan)
-    return 4 * len(spec.features) + y + 8 / spec.stride + reads.table_bytes
-
-
-def pool_rows(reads: ReadValues, num_workers: int = 1) -> int:
-    """Rows of decoded data one reader may keep resident: the budget, shared by the rank's workers."""
-    budget = reads.spec.buffer_bytes or BUFFER_BYTES
-    return int(budget // max(num_workers, 1) // row_bytes(reads))
-
-
-def unit_bounds(reads: ReadValues) -> Ragged:
-    """Per partition, the rows cutting it into units (``merge_bounds``), computed once per dataset.
-
-    The source's decode units (Parquet row groups) where it has them, else about
-    ``pool_rows / (UNITS_PER_BATCH * batch_size)`` rows; whole partitions (``buffer_bytes=None``): one each.
-    """
-    if reads.spec.buffer_bytes is None:
-        rows = np.array([p.num_rows for p in reads.source.partitions], np.int64)
-        return Ragged(np.stack([np.zeros_like(rows), rows], axis=1).ravel(), np.arange(0, 2 * len(rows) + 1, 2))
-    span = reads.spec.span
-    target = max(span, pool_rows(reads) // (UNITS_PER_BATCH * reads.spec.batch_size))  # rows: 4B units fill the pool
-    size = max(4 * span, target, MIN_UNIT_ROWS)
-    every = getattr(reads.source, "decode_units_all", None)
-    if every is not None:
-        return merge_bounds_items(every(), target)  # small row groups read together
-    decoded = []
-    for p, part in enumerate(reads.source.partitions):
-        units = reads.source.decode_units(p)
-        if units is None:
-            units = np.array([*range(0, part.num_rows, size), part.num_rows], np.int64)
-        decoded.append(np.asarray(units, np.int64))
-    return merge_bounds_items(Ragged.of(decoded), target)
-
-
-def plan_for(reads: ReadValues, bounds: Sequence[np.ndarray], world: World, skip_batches: int, epoch: int) -> PoolPlan:
-    """The pool plan of ``world``'s reader for ``epoch``, after ``skip_batches``; ``bounds``: ``unit_bounds``.
-
-    Whole partitions (``buffer_bytes=None``): each partition a unit, ``buffer_partitions`` of them resident."""
-    s, grid = reads.spec, reads.grid
-    whole = s.buffer_bytes is None
-    return plan_pool(
-        grid.first,
-        grid.counts,
-        grid.stride,
-        s.span,
-        bounds,
-        world,
-        seed=s.seed,
-        epoch=epoch,
-        shuffle=s.shuffle,
-        batch_size=s.batch_size,
-        drop_last=s.drop_last,
-        pool_rows=pool_rows(reads, world.num_workers),
-        skip_batches=skip_batches,
-        max_spread=UNITS_PER_BATCH * s.batch_size,
-        first_rows=None if whole else int(POOL_FIRST_BYTES // row_bytes(reads)),
-        resident=s.buffer_partitions if whole else None,
-    )
+# (``BUFFER_BYTES`` and ``PoolWarning``: re-exported from their homes, ``settings.tuning`` and ``planning.budget``)
+__all__ = ["BUFFER_BYTES", "PoolWarning", "UnitReads", "pool_batches"]
 
 
 class _Edges:
@@ -384,7 +297,7 @@ def fill_threads(reads: ReadValues, plan: PoolPlan, burst: int) -> int:
     units = PoolUnits.of(plan.units)
     fill = slice(plan.first_unit, plan.first_unit + burst + 1)
     held = (units.r1[fill] - units.r0[fill]) + (units.f1[fill] - units.f0[fill])  # rows a read holds at most
-    in_flight = int(POOL_FIRST_BYTES // max(int(held.max(initial=0)) * row_bytes(reads), 1))
+    in_flight = int(POOL_FIRST_BYTES // max(int(held.max(initial=0)) * reads.row_bytes, 1))
     return max(1, min(FILL_THREADS, in_flight, burst + 1))
 
 
@@ -474,72 +387,3 @@ def pool_batches(
                     pending.arm()  # the next pass's first units wait from now on (``next_pass_seconds``)
             except Exception:  # pragma: no cover - the interpreter is exiting
                 pass
-
-
-class PoolWarning(UserWarning):
-    """The memory budget holds too few units for batches to mix like a global shuffle."""
-
-
-def pool_summary(reads: ReadValues, bounds: Sequence[np.ndarray], num_workers: int = 1) -> dict:
-    """Predicted reads per epoch, resident memory and mixing of the pool order (one reader per rank).
-
-    ``places_per_batch``: distinct units expected among a batch's ``B`` draws from ``S``,
-    ``S (1 - exp(-B / S))``; ``places_global``: the same from all units (a global shuffle).
-    """
-    ds = reads
-    sizes = Ragged.of(bounds).diffs() if len(bounds) else np.zeros(0, np.int64)  # (U,) rows of every unit
-    units = len(sizes)
-    most = int(sizes.max()) + ds.spec.span if units else 0
-    spread, rows = pool_span(most, pool_rows(ds, num_workers), min(units, UNITS_PER_BATCH * ds.spec.batch_size))
-    fill = max(1, int(POOL_FIRST_BYTES // row_bytes(ds)) // max(most, 1))  # units read before the first step
-    b = ds.spec.batch_size
-    return {
-        "units": units,
-        "unit_rows": most,
-        "resident_units": spread,
-        "pool_bytes": int(min(rows, int(sizes.sum()) + (AHEAD + 1) * most) * row_bytes(ds)),
-        "budget_bytes": int(ds.spec.buffer_bytes or 0),
-        "reads_per_unit": 1.0,
-        "places_per_batch": round(spread * -np.expm1(-b / max(spread, 1)), 1),  # distinct units among B draws
-        "places_global": round(units * -np.expm1(-b / max(units, 1)), 1),
-        "mixes_like_global": spread >= 2 * b or spread >= units,
-        "first_batch_units": fill if 2 * fill <= spread else spread,
-    }
-
-
-def warn_if_few_units(ds: ReadValues, bounds: Sequence[np.ndarray]) -> None:
-    """Warn once at open when a unit does not fit the budget (``pool_span`` then exceeds it), and when
-    the budget holds fewer than ``2 * batch_size`` units of a larger dataset."""
-    if ds.spec.buffer_bytes is None:
-        return
-    s = pool_summary(ds, bounds)
-    if s["pool_bytes"] > s["budget_bytes"]:  # at least one unit, its block and the one read ahead are held
-        unit_bytes = math.ceil(s["unit_rows"] * row_bytes(ds))
-        warnings.warn(
-            f"buffer_bytes={s['budget_bytes']:,} is smaller than the largest unit of {ds.source.description} needs: "
-            f"{s['unit_rows']:,} rows ({unit_bytes:,} bytes decoded, a Parquet row group read whole), so the pool "
-            f"holds about {s['pool_bytes']:,} bytes, {s['pool_bytes'] / max(s['budget_bytes'], 1):,.1f}x the budget. "
-            "Write smaller row groups (pyarrow's row_group_size=, or `dask-windows convert`), or raise buffer_bytes "
-            f"to {s['pool_bytes']:,}; see docs/memory.md",
-            PoolWarning,
-            stacklevel=3,
-        )
-    if not ds.spec.shuffle or s["mixes_like_global"]:
-        return
-    b = ds.spec.batch_size
-    enough = min(2 * b, s["units"])  # units that mix like a global shuffle (every unit, when fewer than 2B)
-    # pool_span's rows for that many: the units drawn from, the block read ahead, the unit being read, one lost to wrap
-    need = math.ceil((enough + 2 + 1) * s["unit_rows"] * row_bytes(ds)) + 1  # rounded up: pool_rows floors
-    over = ""
-    if s["pool_bytes"] > ds.spec.buffer_bytes:  # a unit is never split: the smallest pool holds a few whole ones
-        over = f" The pool takes {s['pool_bytes']:,} bytes, over the budget: a row group is decoded whole."
-    warnings.warn(
-        f"buffer_bytes={ds.spec.buffer_bytes:,} holds {s['resident_units']} of the {s['units']} units of "
-        f"{ds.source.description} (the largest: {s['unit_rows']:,} rows, a Parquet row group each): a batch of "
-        f"{b} draws on about {s['places_per_batch']:.0f} distinct units (a global shuffle: about "
-        f"{s['places_global']:.0f}), so it mixes less than a global shuffle. Raise buffer_bytes to about "
-        f"{need:,} bytes, or rewrite the data with `dask-windows convert` (its spread layout mixes at one read per epoch); "
-        f"see docs/mixing.md.{over}",
-        PoolWarning,
-        stacklevel=3,
-    )

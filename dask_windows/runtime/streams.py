@@ -18,9 +18,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from dask_windows.planning.budget import plan_for
 from dask_windows.planning.pool import PoolPlan
 from dask_windows.planning.world import World
-from dask_windows.runtime.pool import plan_for, pool_batches
+from dask_windows.runtime.pool import pool_batches
 from dask_windows.runtime.values import PassValues
 
 __all__ = ["Chunks", "StreamValues", "concat", "elastic_batches", "reader_windows"]
@@ -29,7 +30,7 @@ __all__ = ["Chunks", "StreamValues", "concat", "elastic_batches", "reader_window
 @dataclass(frozen=True, eq=False)
 class StreamValues:
     """What a dataset's reader streams are read from (``WindowDataset._stream_values``): pass values that
-    count nothing and read nothing ahead, and the units per partition (``runtime.pool.unit_bounds``)."""
+    count nothing and read nothing ahead, and the units per partition (``planning.budget.unit_bounds``)."""
 
     values: PassValues
     unit_bounds: Sequence[np.ndarray]
@@ -47,7 +48,8 @@ class StreamValues:
 
     def plan(self, reader: World, skip_batches: int, epoch: int) -> PoolPlan:
         """``reader``'s pool plan of ``epoch`` after ``skip_batches``."""
-        return plan_for(self.values.reads, self.unit_bounds, reader, skip_batches, epoch)
+        reads = self.values.reads
+        return plan_for(reads.spec, reads.grid, self.unit_bounds, reads.row_bytes, reader, skip_batches, epoch)
 
     def batches(self, plan: PoolPlan) -> Iterator[Any]:
         """The batches of ``plan`` (a generator: ``close`` ends its reads)."""

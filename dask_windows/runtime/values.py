@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from dask_windows.planning import budget
 from dask_windows.planning.index import WindowGrid
 from dask_windows.runtime.seams import NumpyAllocator, TorchOutput
 from dask_windows.settings.spec import WindowSpec
@@ -53,6 +54,11 @@ class ReadValues:
     def columns(self) -> list[str]:
         """The columns a read asks for: features, then targets."""
         return list(self.spec.columns)
+
+    @property
+    def row_bytes(self) -> float:
+        """Bytes one pool row costs (``planning.budget.row_bytes``): columns, window start, window table."""
+        return budget.row_bytes(self.spec, self.y_dtype, self.table_bytes)
 
 
 def no_count(*_: Any) -> None:

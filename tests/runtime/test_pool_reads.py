@@ -189,13 +189,13 @@ def test_a_pool_filled_progressively_yields_every_window_once_and_resumes_to_the
     once (its rows right), in the same batches for any run, and a resume mid-fill yields the rest."""
     import torch
 
-    import dask_windows.runtime.pool as pool_module
+    import dask_windows.planning.budget as budget_module
 
     for i, frame in enumerate(_frames()):
         frame.to_parquet(tmp_path / f"part-{i}.parquet", row_group_size=ROWS // GROUPS)
     kw = {**KW, "buffer_bytes": 20_000}  # a pool of about 10 of the 24 row groups
     ds = WindowDataset(str(tmp_path), **kw)
-    monkeypatch.setattr(pool_module, "POOL_FIRST_BYTES", int(pool_module.row_bytes(ds._read_values()) * 120))
+    monkeypatch.setattr(budget_module, "POOL_FIRST_BYTES", int(ds._read_values().row_bytes * 120))
     plan = ds._plan(_world())
     assert plan.fill == 1 and plan.spread >= 4 and len(plan.units) == FILES * GROUPS  # one unit, then one per step
     batches = [(x.clone(), rows.clone()) for x, rows in ds]

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # budgets too sm
 
 
 def old_unit_bounds(source, target: int, size: int) -> list[np.ndarray]:
-    """``runtime.pool.unit_bounds`` before it was vectorised: a decode and a merge per partition."""
+    """``planning.budget.unit_bounds`` before it was vectorised: a decode and a merge per partition."""
     out = []
     for p, part in enumerate(source.partitions):
         decoded = source.decode_units(p)
@@ -51,12 +51,13 @@ def test_decode_units_all_equals_decode_units_per_partition(folder, index: bool,
 @pytest.mark.parametrize("buffer_bytes", [None, 2_000])
 def test_unit_bounds_equal_the_per_partition_merge(folder, buffer_bytes) -> None:
     import dask_windows as dw
-    from dask_windows.runtime.pool import MIN_UNIT_ROWS, UNITS_PER_BATCH, pool_rows
+    from dask_windows.planning.budget import pool_rows
+    from dask_windows.settings.tuning import MIN_UNIT_ROWS, UNITS_PER_BATCH
 
     ds = dw.WindowDataset(str(folder), features=["f0"], series="sid", window=4, batch_size=2, buffer_bytes=buffer_bytes)
     reads = ds._read_values()
     span = reads.spec.span
-    target = max(span, pool_rows(reads) // (UNITS_PER_BATCH * reads.spec.batch_size))
+    target = max(span, pool_rows(reads.spec, reads.row_bytes) // (UNITS_PER_BATCH * reads.spec.batch_size))
     expected = old_unit_bounds(ds.source, target, max(4 * span, target, MIN_UNIT_ROWS))
     assert len(ds._unit_bounds) == len(expected)
     for got, want in zip(ds._unit_bounds, expected):
@@ -64,6 +65,6 @@ def test_unit_bounds_equal_the_per_partition_merge(folder, buffer_bytes) -> None
     frame = pd.DataFrame({"sid": np.repeat([0, 1], 50), "f0": np.arange(100, dtype=np.float32)})
     arrays = dw.WindowDataset(frame, features=["f0"], series="sid", window=4, batch_size=2, buffer_bytes=buffer_bytes)
     reads = arrays._read_values()
-    target = max(reads.spec.span, pool_rows(reads) // (UNITS_PER_BATCH * reads.spec.batch_size))
+    target = max(reads.spec.span, pool_rows(reads.spec, reads.row_bytes) // (UNITS_PER_BATCH * reads.spec.batch_size))
     expected = old_unit_bounds(arrays.source, target, max(4 * reads.spec.span, target, MIN_UNIT_ROWS))
     assert [u.tolist() for u in arrays._unit_bounds] == [u.tolist() for u in expected]

@@ -116,11 +116,11 @@ def test_passes_are_bit_identical_with_the_read_ahead(root, claims, kwargs):
 @pytest.mark.parametrize("first_bytes", [None, 1000])  # the whole pool first (small data); one unit first
 @pytest.mark.parametrize("budget", [None, 12_000])  # the data resident (a file a unit); row groups, a few resident
 def test_the_pool_order_reads_its_next_pass_first_units_ahead(root, claims, monkeypatch, first_bytes, budget):
-    import dask_windows.runtime.pool as pool_module
+    import dask_windows.planning.budget as budget_module
     from dask_windows.planning.world import World
 
     if first_bytes is not None:
-        monkeypatch.setattr(pool_module, "POOL_FIRST_BYTES", first_bytes)
+        monkeypatch.setattr(budget_module, "POOL_FIRST_BYTES", first_bytes)
     options = dict(features=["f0", "f1"], series=None, window=16, stride=4, batch_size=32, seed=3, return_index=True)
     ds = dw.WindowDataset(root, buffer_bytes=budget, **options)
     plan = ds._plan(World(0, 1, 0, 1))
@@ -137,11 +137,12 @@ def test_the_pool_order_reads_its_next_pass_first_units_ahead(root, claims, monk
 @pytest.mark.filterwarnings("ignore::UserWarning")  # (PoolWarning: the small budget mixes less)
 @pytest.mark.parametrize("first_bytes", [None, 1000])  # the whole pool first (small data); one unit first
 def test_by_default_the_next_pass_first_units_are_read_before_the_loop_asks_for_them(root, monkeypatch, first_bytes):
+    import dask_windows.planning.budget as budget_module
     import dask_windows.runtime.pool as pool_module
     from dask_windows.planning.world import World
 
     if first_bytes is not None:
-        monkeypatch.setattr(pool_module, "POOL_FIRST_BYTES", first_bytes)
+        monkeypatch.setattr(budget_module, "POOL_FIRST_BYTES", first_bytes)
     read, log, asked = pool_module._Pool.read, [], [False]
 
     def recorded(pool, i):  # each unit read, once read: by which pass's pool, and whether its pass had begun

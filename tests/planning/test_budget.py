@@ -1,0 +1,179 @@
+"""The pool order's budget arithmetic (``dask_windows.planning.budget``) from the settings and plain numbers,
+against brute-force references on small layouts."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from dask_windows.planning import budget
+from dask_windows.planning.budget import (
+    PoolWarning,
+    plan_for,
+    pool_rows,
+    pool_summary,
+    row_bytes,
+    unit_bounds,
+    warn_if_few_units,
+)
+from dask_windows.planning.index import PartitionRuns, WindowGrid
+from dask_windows.planning.pool import reader_windows
+from dask_windows.planning.ragged import Ragged
+from dask_windows.planning.world import World
+from dask_windows.settings.spec import WindowSpec
+from dask_windows.settings.tuning import BUFFER_BYTES, MIN_UNIT_ROWS, UNITS_PER_BATCH
+
+
+def spec_of(**kw: object) -> WindowSpec:
+    settings: dict = {"features": ("a", "b"), "window": 4, "batch_size": 4, "buffer_bytes": 4_000, **kw}
+    return WindowSpec(**settings)
+
+
+def asked_nothing(*_: object) -> None:
+    raise AssertionError("whole partitions ask the source for no decode units")
+
+
+def one_series_grid(rows: list[int], spec: WindowSpec) -> WindowGrid:
+    """Each partition one series of ``rows[p]`` rows."""
+    runs = [PartitionRuns(np.array([0]), np.array([n]), np.array([p])) for p, n in enumerate(rows)]
+    return WindowGrid.from_runs(runs, spec.span, spec.stride)
+
+
+def group_bounds(rows: list[int], group: int) -> list[np.ndarray]:
+    """Decode units of ``group`` rows (the last one shorter), per partition."""
+    return [np.array([*range(0, n, group), n], np.int64) for n in rows]
+
+
+def test_row_bytes_count_features_targets_a_window_start_and_the_window_table() -> None:
+    spec = spec_of(features=("a", "b", "c"), targets=("y", "z"), stride=4)
+    assert row_bytes(spec, np.dtype("float64"), 24) == 3 * 4 + 2 * 8 + 8 / 4 + 24
+    assert row_bytes(spec) == 3 * 4 + 2 * 4 + 8 / 4  # targets' dtype unknown: float32
+    assert row_bytes(spec_of(stride=1)) == 2 * 4 + 8
+
+
+@pytest.mark.parametrize("num_workers", [0, 1, 3])
+def test_pool_rows_share_the_budget_between_a_ranks_workers(num_workers) -> None:
+    spec = spec_of(buffer_bytes=10_001)
+    assert pool_rows(spec, 12.5, num_workers) == int(10_001 / max(num_workers, 1) / 12.5)
+    assert pool_rows(spec_of(buffer_bytes=None), 16.0) == BUFFER_BYTES // 16  # whole partitions: the default
+
+
+def test_whole_partitions_are_one_unit_each_without_asking_the_source() -> None:
+    got = unit_bounds(spec_of(buffer_bytes=None), 16.0, np.array([5, 0, 7]), asked_nothing, asked_nothing)
+    assert [b.tolist() for b in got] == [[0, 5], [0, 0], [0, 7]]
+
+
+def test_decode_units_merge_to_the_rows_that_fill_the_pool_with_four_units_a_batch() -> None:
+    spec = spec_of(buffer_bytes=64_000, batch_size=2)  # 4,000 pool rows of 16 bytes: units of >= 500 rows
+    rows = [1_500, 320, 2_010]
+    groups = group_bounds(rows, 100)
+    got = unit_bounds(spec, 16.0, np.array(rows), lambda p: groups[p])
+    target = 64_000 // 16 // (UNITS_PER_BATCH * 2)
+    for bounds, n in zip(got, rows):  # every unit a run of whole groups, >= target rows but a partition's only one
+        sizes = np.diff(bounds)
+        assert bounds[0] == 0 and bounds[-1] == n and np.all(np.isin(bounds[:-1], np.arange(0, n, 100)))
+        assert np.all(sizes >= target) or len(sizes) == 1
+        assert np.all(sizes[:-1] < target + 100)  # merged no further than needed (the last takes a short tail)
+    at_once = unit_bounds(spec, 16.0, np.array(rows), asked_nothing, lambda: Ragged.of(groups))  # (Parquet's way)
+    assert [b.tolist() for b in at_once] == [b.tolist() for b in got]
+
+
+def test_a_source_without_decode_units_is_cut_in_ranges_of_the_unit_size() -> None:
+    spec = spec_of(buffer_bytes=16_000, batch_size=1)  # target 1,000 // 4 = 250 rows: MIN_UNIT_ROWS wins
+    rows = [0, 3 * MIN_UNIT_ROWS + 5, 600]
+    got = unit_bounds(spec, 16.0, np.array(rows), lambda p: None)
+    assert got[0].tolist() == [0, 0]
+    assert got[1].tolist() == [0, MIN_UNIT_ROWS, 2 * MIN_UNIT_ROWS, 3 * MIN_UNIT_ROWS + 5]  # the 5 rows merged
+    assert got[2].tolist() == [0, 600]
+
+
+@pytest.mark.parametrize("num_workers", [1, 2])
+@pytest.mark.parametrize("buffer_bytes", [None, 3_000, 40_000])
+def test_a_plan_yields_every_window_once_with_the_budget_in_pool_rows(buffer_bytes, num_workers) -> None:
+    spec = spec_of(buffer_bytes=buffer_bytes, stride=2, horizon=1, targets=("y",), buffer_partitions=2, seed=5)
+    rows = [90, 7, 130, 61]
+    grid = one_series_grid(rows, spec)
+    per_row = row_bytes(spec)
+    bounds = unit_bounds(spec, per_row, np.array(rows), lambda p: group_bounds(rows, 20)[p])
+    seen: Counter = Counter()
+    for worker in range(num_workers):
+        plan = plan_for(spec, grid, bounds, per_row, World(0, 1, worker, num_workers), 0, epoch=1)
+        seen.update(reader_windows(plan))
+        if buffer_bytes is None:  # whole partitions: buffer_partitions of them resident
+            assert len(plan.units) <= 2 or plan.spread == 2
+        else:
+            assert plan.pool_rows <= max(pool_rows(spec, per_row, num_workers), (2 + 3) * (20 + 20 + spec.span))
+    # the oracle: every window of every partition, (window - span) // stride + 1 of them
+    expected = {(p, k) for p, n in enumerate(rows) for k in range(max((n - spec.span) // spec.stride + 1, 0))}
+    assert set(seen) == expected and set(seen.values()) == {1}
+
+
+def test_the_first_fill_is_the_first_bytes_in_rows(monkeypatch) -> None:
+    spec = spec_of(buffer_bytes=20_000)
+    rows = [400] * 6
+    grid = one_series_grid(rows, spec)
+    bounds = unit_bounds(spec, 16.0, np.array(rows), lambda p: group_bounds(rows, 50)[p])
+    whole = plan_for(spec, grid, bounds, 16.0, World(0, 1, 0, 1), 0, 0)
+    assert whole.fill == whole.spread > 1  # 16 MiB: the pool filled before the first step
+    monkeypatch.setattr(budget, "POOL_FIRST_BYTES", 16 * 60)  # one unit's rows
+    assert plan_for(spec, grid, bounds, 16.0, World(0, 1, 0, 1), 0, 0).fill == 1
+
+
+@pytest.mark.parametrize("buffer_bytes", [3_000, 12_000, 200_000])
+def test_the_summary_predicts_the_plans_resident_units_and_the_expected_places(buffer_bytes) -> None:
+    spec = spec_of(buffer_bytes=buffer_bytes, batch_size=8)
+    rows = [300, 250, 410]
+    grid = one_series_grid(rows, spec)
+    bounds = unit_bounds(spec, 16.0, np.array(rows), lambda p: group_bounds(rows, 50)[p])
+    plan = plan_for(spec, grid, bounds, 16.0, World(0, 1, 0, 1), 0, 0)
+    s = pool_summary(spec, bounds, 16.0)
+    sizes = np.concatenate([np.diff(b) for b in bounds])
+    assert s["units"] == len(sizes) == len(plan.units)
+    assert s["unit_rows"] == sizes.max() + spec.span
+    # resident: what the budget holds of units of unit_rows, less the unit read, the one lost where placement
+    # wraps and one built ahead (the plan builds blocks of steps ahead: as many fewer or more), at most 4B
+    holds = pool_rows(spec, 16.0) // s["unit_rows"] - 3
+    assert s["resident_units"] == max(1, min(holds, len(sizes), UNITS_PER_BATCH * 8)) >= plan.spread
+    assert s["budget_bytes"] == buffer_bytes
+    # distinct units among 8 draws from S equally likely ones: S (1 - (1 - 1/S)^8), about S (1 - exp(-8 / S))
+    for key, units in (("places_per_batch", s["resident_units"]), ("places_global", len(sizes))):
+        exact = units * (1 - (1 - 1 / units) ** 8)
+        assert abs(s[key] - exact) <= 0.02 * exact + 0.1
+    assert s["mixes_like_global"] == (s["resident_units"] >= 16 or s["resident_units"] == len(sizes))
+
+
+def test_few_units_warn_with_a_budget_that_mixes_like_a_global_shuffle() -> None:
+    spec = spec_of(buffer_bytes=6_000, batch_size=8)
+    rows = [2_000] * 4
+    bounds = unit_bounds(spec, 16.0, np.array(rows), lambda p: group_bounds(rows, 50)[p])
+    with pytest.warns(PoolWarning, match=r"holds \d+ of the 160 units of the test data") as got:
+        warn_if_few_units(spec, bounds, 16.0, "the test data")
+    advised = int(re.search(r"Raise buffer_bytes to about ([\d,]+) bytes", str(got[0].message))[1].replace(",", ""))
+    bounds = unit_bounds(spec_of(buffer_bytes=advised, batch_size=8), 16.0, np.array(rows), lambda p: bounds[p])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PoolWarning)
+        warn_if_few_units(spec_of(buffer_bytes=advised, batch_size=8), bounds, 16.0, "the test data")
+        warn_if_few_units(spec_of(buffer_bytes=6_000, batch_size=8, shuffle=False), bounds, 16.0, "the test data")
+        warn_if_few_units(spec_of(buffer_bytes=None, batch_size=8), bounds, 16.0, "the test data")
+
+
+def test_a_unit_larger_than_the_budget_warns_with_the_bytes_the_pool_holds() -> None:
+    spec = spec_of(buffer_bytes=4_000, batch_size=1, shuffle=False)  # (in order: mixing not warned about)
+    bounds = [np.array([0, 1_000, 2_000], np.int64)]  # row groups of 1,000 rows: 16,000 bytes each
+    with pytest.warns(PoolWarning, match=r"buffer_bytes=4,000 is smaller than the largest unit of x needs") as got:
+        warn_if_few_units(spec, bounds, 16.0, "x")
+    held = pool_summary(spec, bounds, 16.0)["pool_bytes"]
+    assert f"raise buffer_bytes to {held:,}" in str(got[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PoolWarning)
+        warn_if_few_units(spec_of(buffer_bytes=held, batch_size=1, shuffle=False), bounds, 16.0, "x")
+
+
+def test_the_warning_keeps_its_runtime_import_path() -> None:
+    from dask_windows.runtime import pool
+
+    assert pool.PoolWarning is PoolWarning and pool.BUFFER_BYTES == BUFFER_BYTES
