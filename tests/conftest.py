@@ -136,6 +136,7 @@ SLOW_TESTS: dict[str, str | set[str]] = {
     },
     "tests/integrations/test_pytorch_forecasting.py": {
         "test_each_model_trains_from_parquet_through_window_dataset",
+        "test_a_model_trained_on_batches_cut_on_two_lanes_learns_exactly_as_on_one_thread",
     },
     "tests/ondevice/test_gpu_check.py": {
         "test_gpu_check_exit_codes_and_json",

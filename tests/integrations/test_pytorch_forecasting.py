@@ -389,3 +389,54 @@ def test_ddp_two_gloo_ranks_train_a_tft_each_on_its_share(grunfeld, tmp_path):
     assert len(shares[0] | shares[1]) == windows - windows % 2  # every window once, less what does not divide
     assert np.isfinite(ranks[0]["loss"]) and np.isfinite(ranks[1]["loss"])
     np.testing.assert_allclose(ranks[0]["weights"], ranks[1]["weights"], rtol=1e-6)  # gradients all-reduced
+
+
+def test_a_model_trained_on_batches_cut_on_two_lanes_learns_exactly_as_on_one_thread(grunfeld, monkeypatch):
+    """Named batches cut on two lanes (``speedups.lanes.made_batches``: each batch made on either thread) under
+    Lightning train NHiTS to the same parameters as batches cut on one thread. Lanes are forced at this small
+    size (by default they start at 1 MiB a batch, B=256 L=512 and up) and every run seen going through them."""
+    import lightning
+
+    from dask_windows.runtime import batch as gathering
+    from dask_windows.speedups import lanes
+
+    path, df, table = grunfeld
+    wf = workflow(df, table)
+    adapter = PFAdapter(wf, WINDOW, HORIZON)
+
+    def fitted(on_lanes: bool) -> tuple[list[torch.Tensor], int]:
+        made = 0
+        real, choice = lanes.made_batches, lanes.LaneChoice
+
+        def counted(*args, **kwargs):
+            nonlocal made
+            made += 1
+            return real(*args, **kwargs)
+
+        with monkeypatch.context() as patch:
+            patch.setattr(lanes, "lanes_wanted", lambda batch_bytes, made=True: on_lanes)
+            patch.setattr(lanes, "MIN_UNITS", 1)
+            patch.setattr(lanes, "UNIT_BYTES", 1)  # a unit a batch: the helper makes every other batch
+            patch.setattr(lanes, "LaneChoice", lambda: choice(probes=0))  # both lanes, no timing
+            patch.setattr(gathering, "_LANE_RATIO", 0)
+            patch.setattr(lanes, "made_batches", counted)
+            torch.manual_seed(0)
+            net = pf.NHiTS.from_dataset(adapter, hidden_size=8)
+            ds = WindowDataset(path, workflow=wf.named(), window=WINDOW, horizon=HORIZON, batch_size=8, seed=3)
+            trainer = lightning.Trainer(max_epochs=1, logger=False, enable_checkpointing=False,
+                                        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")  # fmt: skip
+            trainer.fit(net, adapter.loader(ds))
+        return [p.detach().clone() for p in net.parameters()], made
+
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        two, runs = fitted(True)
+        one, none = fitted(False)
+    finally:
+        torch.set_num_threads(threads)
+    assert runs >= 1 and none == 0  # the epoch's runs went through the lanes, and none without them
+    assert all(torch.equal(a, b) for a, b in zip(two, one))
+    torch.manual_seed(0)
+    start = [p.detach() for p in pf.NHiTS.from_dataset(adapter, hidden_size=8).parameters()]
+    assert any(not torch.equal(a, b) for a, b in zip(two, start))  # it learned something
