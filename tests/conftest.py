@@ -239,6 +239,7 @@ SLOW_TESTS: dict[str, str | set[str]] = {
         "test_a_loader_slowed_by_its_reads_is_input_bound_by_fetch",
         "test_a_mixture_counts_the_loop_and_its_members_reads",
         "test_a_pool_order_loop_with_a_known_step_is_compute_bound",
+        "test_a_loop_with_a_known_step_is_compute_bound",
     },
     "tests/runtime/test_thread_memory.py": {
         "test_a_lane_helper_that_cannot_start_leaves_the_work_to_the_consumer",
