@@ -42,7 +42,7 @@ for i in range(3):
     frame["s"] = i
     frame.to_parquet(os.path.join(root, f"p{i}.parquet"), row_group_size=2000)
 kw = dict(pieces_per_partition=1) if order == "whole" else {}
-# batches of 1 MiB (256 windows x 8 channels x 128 steps x 4 B): lanes are on by default from there
+# batches of 1 MiB (256 windows x 8 channels x 128 steps x 4 B), on lanes (DASK_WINDOWS_LANES=1 in the env)
 ds = dw.WindowDataset(root, features, series="s", window=128, batch_size=256, seed=3, **kw, **settings)
 
 def digest(epoch):
@@ -94,7 +94,7 @@ def _run(tmp_path, order: str, target: str, **settings) -> tuple[dict, str]:
     script.write_text(_CHILD)
     data = tmp_path / "data"
     data.mkdir()
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    env = dict(os.environ, PYTHONPATH=ROOT, DASK_WINDOWS_LANES="1")  # lanes for features alone: asked for
     argv = [sys.executable, str(script), str(data), order, target, json.dumps(settings)]
     out = forkrun.run(argv, env=env, timeout=CHILD_SECONDS)  # raises TimeoutExpired on a hang
     assert out.returncode == 0, out.stderr[-3000:]
