@@ -48,6 +48,7 @@ __all__ = [
     "PoolShape",
     "PoolUnit",
     "PoolUnits",
+    "block_steps",
     "live_units",
     "merge_bounds",
     "merge_bounds_items",
@@ -171,6 +172,13 @@ def pool_span(max_rows: int, pool_rows: int, num_units: int, group: int = 1) -> 
     max_rows = max(int(max_rows), 1)
     spread = max(1, min(int(pool_rows) // max_rows - 2 * group - 1, num_units))
     return spread, (spread + 2 * group + 1) * max_rows
+
+
+def block_steps(windows_per_unit: float, batch_size: int, pool_rows: int, max_rows: int) -> int:
+    """Steps per block (``PoolPlan.group``): ``BLOCK_BATCHES`` batches' worth of windows, at most a
+    quarter of the pool's units of ``max_rows`` rows, at least one."""
+    per_unit = int(max(windows_per_unit, 1.0))
+    return max(1, min(-(-BLOCK_BATCHES * batch_size // per_unit), int(pool_rows) // max(int(max_rows), 1) // 4))
 
 
 def live_units(plan: PoolPlan) -> int:
@@ -379,6 +387,7 @@ class PoolShape:
         resident_units: ``S`` (``PoolPlan.spread``): units a step draws from, once the pool is full.
         pool_rows: Rows of the pool (``PoolPlan.pool_rows``, for ``S``, two blocks, the unit read and one lost).
         fill: ``F`` (``PoolPlan.fill``): units read before the first step.
+        windows: The reader's windows in the epoch.
     """
 
     units: int
@@ -387,6 +396,7 @@ class PoolShape:
     resident_units: int
     pool_rows: int
     fill: int
+    windows: int
 
 
 def _shape(
@@ -403,14 +413,13 @@ def _shape(
     group = 1
     if resident is not None:  # S asked for: the pool holds those units, the block built ahead and the one read
         pool_rows, max_spread = (resident + 2 * group + 1) * max(most, 1), resident
-    elif shuffle and num:  # steps per block: BLOCK_BATCHES batches' worth of windows, at most a quarter of the pool
-        per_unit = max(atoms.windows / num, 1.0)
-        group = max(1, min(-(-BLOCK_BATCHES * batch_size // int(per_unit)), pool_rows // max(most, 1) // 4))
+    elif shuffle and num:
+        group = block_steps(atoms.windows / num, batch_size, pool_rows, most)
     spread, rows = pool_span(most, pool_rows, min(num, max_spread or num) if shuffle else 1, group)
     spread = min(spread, max(num, 1))
     fill = spread if first_rows is None else max(1, int(first_rows) // max(most, 1))
     fill = spread if 2 * fill > spread else fill  # a fill of half the pool or more: the whole pool mixes better
-    return PoolShape(num, most, group, spread, rows, fill)
+    return PoolShape(num, most, group, spread, rows, fill, atoms.windows)
 
 
 def pool_shape(

@@ -3,12 +3,16 @@ against brute-force references on small layouts."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import warnings
 from collections import Counter
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dask_windows.planning import budget
 from dask_windows.planning.budget import (
@@ -21,7 +25,7 @@ from dask_windows.planning.budget import (
     warn_if_few_units,
 )
 from dask_windows.planning.index import PartitionRuns, WindowGrid
-from dask_windows.planning.pool import reader_windows
+from dask_windows.planning.pool import PoolPlan, PoolUnits, reader_steps, reader_windows
 from dask_windows.planning.ragged import Ragged
 from dask_windows.planning.world import World
 from dask_windows.settings.spec import WindowSpec
@@ -124,26 +128,71 @@ def test_the_first_fill_is_the_first_bytes_in_rows(monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("buffer_bytes", [3_000, 12_000, 200_000])
-def test_the_summary_predicts_the_plans_resident_units_and_the_expected_places(buffer_bytes) -> None:
+def test_the_summary_states_the_plans_resident_units_pool_and_fill(buffer_bytes) -> None:
     spec = spec_of(buffer_bytes=buffer_bytes, batch_size=8)
     rows = [300, 250, 410]
     grid = one_series_grid(rows, spec)
     bounds = unit_bounds(spec, 16.0, np.array(rows), lambda p: group_bounds(rows, 50)[p])
     plan = plan_for(spec, grid, bounds, 16.0, World(0, 1, 0, 1), 0, 0)
-    s = pool_summary(spec, bounds, 16.0)
+    s = pool_summary(spec, bounds, 16.0, grid=grid)
+    assert pool_summary(spec, bounds, 16.0) == s  # without a grid: each partition one series, as here
     sizes = np.concatenate([np.diff(b) for b in bounds])
     assert s["units"] == len(sizes) == len(plan.units)
-    assert s["unit_rows"] == sizes.max() + spec.span
-    # resident: what the budget holds of units of unit_rows, less the unit read, the one lost where placement
-    # wraps and one built ahead (the plan builds blocks of steps ahead: as many fewer or more), at most 4B
-    holds = pool_rows(spec, 16.0) // s["unit_rows"] - 3
-    assert s["resident_units"] == max(1, min(holds, len(sizes), UNITS_PER_BATCH * 8)) >= plan.spread
-    assert s["budget_bytes"] == buffer_bytes
-    # distinct units among 8 draws from S equally likely ones: S (1 - (1 - 1/S)^8), about S (1 - exp(-8 / S))
-    for key, units in (("places_per_batch", s["resident_units"]), ("places_global", len(sizes))):
-        exact = units * (1 - (1 - 1 / units) ** 8)
-        assert abs(s[key] - exact) <= 0.02 * exact + 0.1
+    # the plan's own figures, blocks of steps built ahead included (a formula of one step ahead said 8 for 6)
+    assert (s["resident_units"], s["block_steps"], s["first_batch_units"]) == (plan.spread, plan.group, plan.fill)
+    assert s["pool_bytes"] == plan.pool_rows * 16 and s["budget_bytes"] == buffer_bytes
+    assert sizes.max() <= s["unit_rows"] <= sizes.max() + 2 * spec.span  # a unit's rows and its windows' across cuts
+    assert s["places_global"] == round(len(sizes) * -np.expm1(-8 / len(sizes)), 1)
     assert s["mixes_like_global"] == (s["resident_units"] >= 16 or s["resident_units"] == len(sizes))
+
+
+def test_block_places_count_the_units_a_block_draws_from_as_a_brute_force_does() -> None:
+    rng = np.random.default_rng(3)
+    for spread, group, b in ((1, 1, 4), (5, 1, 8), (4, 3, 16), (3, 7, 5)):
+        # brute force: a block of `group` steps, step t drawing one slice of each unit t - spread + 1 .. t
+        slices = [u for t in range(group) for u in range(t, t + spread)]
+        draws = rng.choice(slices, size=(4_000, b))  # with replacement: the block is many batches long
+        empirical = np.mean([len(set(d)) for d in draws.tolist()])
+        assert abs(budget.block_places(spread, group, b) - empirical) <= 0.03 * empirical
+
+
+def unit_ids(plan: PoolPlan) -> Iterator[np.ndarray]:
+    """The unit of every window the reader yields, block by block."""
+    return reader_steps(plan, lambda i: np.full(plan.units[i].num_windows, i))
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(
+    rows=st.lists(st.integers(40, 2_000), min_size=1, max_size=5),
+    decode_rows=st.integers(8, 300),
+    buffer_bytes=st.integers(1_500, 150_000),
+    batch_size=st.sampled_from([1, 2, 4, 8, 16]),
+    num_workers=st.integers(1, 3),
+    stride=st.integers(1, 3),
+)
+def test_the_summary_equals_the_units_the_real_plan_draws_from_at_each_step(
+    rows, decode_rows, buffer_bytes, batch_size, num_workers, stride
+) -> None:
+    spec = spec_of(buffer_bytes=buffer_bytes, batch_size=batch_size, stride=stride, seed=7)
+    grid = one_series_grid(rows, spec)
+    bounds = unit_bounds(spec, 16.0, np.array(rows), lambda p: group_bounds(rows, decode_rows)[p])
+    s = pool_summary(spec, bounds, 16.0, num_workers, grid=grid)
+    plan = plan_for(spec, grid, bounds, 16.0, World(0, 1, 0, num_workers), 0, 0)
+    # brute force: the plan drawn one step at a time; the most distinct units one step draws from
+    steps = dataclasses.replace(plan, group=1, start=plan.first_step, skip=0)
+    most = max((len(np.unique(ids)) for ids in unit_ids(steps)), default=0)
+    windows = PoolUnits.of(plan.units).num_windows
+    assert most <= s["resident_units"] == plan.spread
+    if len(windows) and windows.min() >= plan.spread:  # every unit has a window for each of its S steps
+        assert most == s["resident_units"]
+    assert s["pool_bytes"] == plan.pool_rows * 16 and s["first_batch_units"] == plan.fill
+    # the places a batch draws on: the prediction against batches cut from the real order, away from its ends
+    ids = np.concatenate([*unit_ids(plan), np.zeros(0, np.int64)])
+    batches = ids[: len(ids) // batch_size * batch_size].reshape(-1, batch_size)  # (batches, B)
+    steady = batches[len(batches) // 4 : len(batches) * 3 // 4]
+    if len(windows) >= 4 * (plan.spread + plan.group) and len(steady) >= 8 and windows.min() >= plan.spread:
+        empirical = np.mean([len(np.unique(batch)) for batch in steady])
+        assert abs(s["places_per_batch"] - empirical) <= 0.15 * empirical + 0.5
 
 
 def test_few_units_warn_with_a_budget_that_mixes_like_a_global_shuffle() -> None:
