@@ -258,7 +258,8 @@ class WindowDataset(PassProtocol, IterableDataset):
         decode_all = getattr(self.source, "decode_units_all", None)
         self._unit_bounds = unit_bounds(spec, bytes_per_row, rows, self.source.decode_units, decode_all)
         if spec.buffer_bytes is not None:  # the budget holds too few units to mix like a global shuffle
-            warn_if_few_units(spec, self._unit_bounds, bytes_per_row, self.source.description, self.grid)
+            units_at = lambda other: unit_bounds(other, bytes_per_row, rows, self.source.decode_units, decode_all)
+            warn_if_few_units(spec, self._unit_bounds, bytes_per_row, self.source.description, self.grid, units_at)
         self._telemetry = Telemetry(time.perf_counter_ns() - opening)
 
     # -- the pass protocol (epochs, len, resume state, ranks, pickling: see passes) ----------

@@ -18,6 +18,7 @@ budget is set.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -191,10 +192,13 @@ def warn_if_few_units(
     bytes_per_row: float,
     description: str,
     grid: WindowGrid | None = None,
+    units_at: Callable[[WindowSpec], Sequence[np.ndarray]] | None = None,
 ) -> None:
     """Warn once at open when a unit does not fit the budget (``pool_span`` then exceeds it), and when
     the budget holds fewer than ``2 * batch_size`` units of a larger dataset; ``description``: the data's
-    name in the messages (``Source.description``); ``grid``: the dataset's windows (``pool_summary``)."""
+    name in the messages (``Source.description``); ``grid``: the dataset's windows (``pool_summary``);
+    ``units_at``: the units of the data under other settings (``unit_bounds``; ``None``: ``bounds``), for
+    a budget that the advice has checked."""
     if spec.buffer_bytes is None:
         return
     s = pool_summary(spec, bounds, bytes_per_row, grid=grid)
@@ -212,22 +216,43 @@ def warn_if_few_units(
     if not spec.shuffle or s["mixes_like_global"]:
         return
     b = spec.batch_size
-    enough = min(2 * b, s["units"])  # units that mix like a global shuffle (every unit, when fewer than 2B)
-    need = math.ceil(_units_held(enough, s["unit_rows"], s["windows_per_unit"], b) * s["unit_rows"] * bytes_per_row)
-    need += 1  # rounded up: pool_rows floors
+    need = _advised_budget(spec, bounds, bytes_per_row, grid, units_at or (lambda _: bounds))
+    raise_to = f"Raise buffer_bytes to about {need:,} bytes" if need else "No buffer_bytes makes it mix so: drop it"
     over = ""
     if s["pool_bytes"] > spec.buffer_bytes:  # a unit is never split: the smallest pool holds a few whole ones
         over = f" The pool takes {s['pool_bytes']:,} bytes, over the budget: a row group is decoded whole."
     warnings.warn(
         f"buffer_bytes={spec.buffer_bytes:,} holds {s['resident_units']} of the {s['units']} units of "
-        f"{description} (the largest: {s['unit_rows']:,} rows, a Parquet row group each): a batch of "
-        f"{b} draws on about {s['places_per_batch']:.0f} distinct units (a global shuffle: about "
-        f"{s['places_global']:.0f}), so it mixes less than a global shuffle. Raise buffer_bytes to about "
-        f"{need:,} bytes, or rewrite the data with `dask-windows convert` (its spread layout mixes at one read per epoch); "
+        f"{description} at once (the largest: {s['unit_rows']:,} rows, a Parquet row group each): a batch of "
+        f"{b}, cut from a block of {s['block_steps']} steps, draws on about {s['places_per_batch']:.0f} distinct units (a global shuffle: about "
+        f"{s['places_global']:.0f}), so it mixes less than a global shuffle. {raise_to}, or rewrite the data with `dask-windows convert` (its spread layout mixes at one read per epoch); "
         f"see docs/mixing.md.{over}",
         PoolWarning,
         stacklevel=3,
     )
+
+
+def _advised_budget(
+    spec: WindowSpec,
+    bounds: Sequence[np.ndarray],
+    bytes_per_row: float,
+    grid: WindowGrid | None,
+    units_at: Callable[[WindowSpec], Sequence[np.ndarray]],
+) -> int | None:
+    """The budget to advise: one whose summary, with the units the data is cut into under it (a larger
+    budget merges larger units), mixes like a global shuffle within the budget (``None``: none found)."""
+    b, s = spec.batch_size, pool_summary(spec, bounds, bytes_per_row, grid=grid)
+    asked = int(spec.buffer_bytes or 0)
+    for _ in range(64):
+        enough = min(2 * b, s["units"])  # units that mix like a global shuffle (every unit, when fewer than 2B)
+        held = _units_held(enough, s["unit_rows"], s["windows_per_unit"], b)
+        # rounded up (pool_rows floors), and larger than the last budget tried
+        asked = max(math.ceil(held * s["unit_rows"] * bytes_per_row) + 1, s["pool_bytes"] + 1, asked + asked // 4)
+        tried = dataclasses.replace(spec, buffer_bytes=asked)
+        s = pool_summary(tried, units_at(tried), bytes_per_row, grid=grid)
+        if s["mixes_like_global"] and s["pool_bytes"] <= asked:
+            return asked
+    return None
 
 
 def _units_held(resident: int, unit_rows: int, windows_per_unit: float, batch_size: int) -> int:

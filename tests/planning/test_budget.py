@@ -210,6 +210,39 @@ def test_few_units_warn_with_a_budget_that_mixes_like_a_global_shuffle() -> None
         warn_if_few_units(spec_of(buffer_bytes=None, batch_size=8), bounds, 16.0, "the test data")
 
 
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(
+    rows=st.lists(st.integers(200, 5_000), min_size=1, max_size=4),
+    decode_rows=st.integers(8, 200),
+    buffer_bytes=st.integers(1_500, 40_000),
+    batch_size=st.sampled_from([1, 2, 4, 8, 32]),
+    stride=st.integers(1, 3),
+)
+def test_the_advised_budget_mixes_like_a_global_shuffle_on_any_layout(
+    rows, decode_rows, buffer_bytes, batch_size, stride
+) -> None:
+    spec = spec_of(buffer_bytes=buffer_bytes, batch_size=batch_size, stride=stride)
+    grid = one_series_grid(rows, spec)
+    decode = lambda p: group_bounds(rows, decode_rows)[p]
+    bounds = unit_bounds(spec, 16.0, np.array(rows), decode)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always", PoolWarning)
+        warn_if_few_units(
+            spec, bounds, 16.0, "the test data", grid, lambda other: unit_bounds(other, 16.0, rows, decode)
+        )
+    advice = [re.search(r"Raise buffer_bytes to about ([\d,]+) bytes", str(w.message)) for w in got]
+    advised = [int(m[1].replace(",", "")) for m in advice if m]
+    assert bool(advised) == (not pool_summary(spec, bounds, 16.0, grid=grid)["mixes_like_global"])
+    if not advised:
+        return
+    spec = spec_of(buffer_bytes=advised[0], batch_size=batch_size, stride=stride)  # opened again with it
+    bounds = unit_bounds(spec, 16.0, np.array(rows), decode)
+    assert pool_summary(spec, bounds, 16.0, grid=grid)["mixes_like_global"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PoolWarning)
+        warn_if_few_units(spec, bounds, 16.0, "the test data", grid)
+
+
 def test_a_unit_larger_than_the_budget_warns_with_the_bytes_the_pool_holds() -> None:
     spec = spec_of(buffer_bytes=4_000, batch_size=1, shuffle=False)  # (in order: mixing not warned about)
     bounds = [np.array([0, 1_000, 2_000], np.int64)]  # row groups of 1,000 rows: 16,000 bytes each
