@@ -166,7 +166,9 @@ def pool_summary(
         "pool_bytes": math.ceil(shape.pool_rows * bytes_per_row),
         "budget_bytes": int(spec.buffer_bytes or 0),
         "reads_per_unit": 1.0,
-        "places_per_batch": round(block_places(spread, shape.group, b), 1),
+        "places_per_batch": round(
+            block_places(spread, shape.group, b, shape.group * shape.windows / max(shape.units, 1)), 1
+        ),
         "places_global": round(units * -np.expm1(-b / max(units, 1)), 1),
         "mixes_like_global": spread >= 2 * b or spread >= shape.units,
         "first_batch_units": shape.fill,
@@ -175,15 +177,35 @@ def pool_summary(
     }
 
 
-def block_places(spread: int, group: int, batch_size: int) -> float:
-    """Distinct units expected among ``batch_size`` draws from a block of ``group`` steps, each drawing
-    ``1 / spread`` of each of ``spread`` units (units of equal windows, the pool full): unit ``i`` of the
-    block's ``spread + group - 1`` gives ``c_i`` of its ``spread * group`` slices, ``sum(1 - (1 - c_i /
-    (S g)) ** B)`` (draws with replacement: a block is ``BLOCK_BATCHES`` batches long or more)."""
-    s, g = max(int(spread), 1), max(int(group), 1)
-    i = np.arange(s + g - 1)  # (S + g - 1,) the block's units, the oldest first
+def block_places(spread: int, group: int, batch_size: int, block_windows: float | None = None) -> float:
+    """Distinct units expected among a batch's ``batch_size`` draws, the pool full and units of equal windows.
+
+    A block of ``group`` steps draws ``1 / spread`` of each of ``spread`` units per step: unit ``i`` of its
+    ``spread + group - 1`` gives ``c_i`` of its ``spread * group`` slices, and is missed by ``d`` draws
+    with probability ``(1 - c_i / (S g)) ** d`` (with replacement). Batches are cut from blocks of
+    ``block_windows`` windows laid end to end (``None``: batches inside one block), so a batch starting at
+    a uniform place may take its draws from consecutive blocks, each ``group`` units further on.
+    """
+    s, g, b = max(int(spread), 1), max(int(group), 1), max(int(batch_size), 1)
+    # (patterns,) draws from the first block a batch reaches, and how many of a block's starts give each
+    if block_windows is None:
+        first, weight, length = np.array([b]), np.ones(1), b
+    else:
+        length = max(round(block_windows), -(-b // 64), 1)  # L: windows of a block (a batch reaches <= 65)
+        if length >= b:  # L - B + 1 starts keep the batch in one block; the B - 1 others leave 1 .. B - 1 draws
+            first, weight = np.arange(1, b + 1), np.r_[np.ones(b - 1), float(length - b + 1)]
+        else:
+            first, weight = np.arange(1, length + 1), np.ones(length)
+    blocks = 1 + -(-(b - 1) // length) if block_windows is not None else 1  # m: blocks one batch may reach
+    ends = first[:, None] + length * np.arange(blocks)  # (patterns, m) draws up to each block's end
+    draws = np.diff(np.minimum(np.c_[np.zeros(len(first), np.int64), ends], b), axis=1)  # (patterns, m)
+    i = np.arange(s + g - 1)  # (S + g - 1,) a block's units, the oldest first
     slices = np.minimum.reduce([i + 1, np.full_like(i, min(s, g)), s + g - 1 - i])  # (S + g - 1,) c_i
-    return float((1 - (1 - slices / (s * g)) ** batch_size).sum())
+    share = np.zeros((blocks, s + g - 1 + (blocks - 1) * g))  # (m, units) each unit's share of each block
+    for j in range(blocks):
+        share[j, j * g : j * g + s + g - 1] = slices / (s * g)
+    missed = draws @ np.log1p(-np.minimum(share, 1 - 1e-15))  # (patterns, units) log P(unit missed)
+    return float((weight @ (1 - np.exp(missed)).sum(axis=1)) / weight.sum())
 
 
 def warn_if_few_units(

@@ -146,14 +146,26 @@ def test_the_summary_states_the_plans_resident_units_pool_and_fill(buffer_bytes)
     assert s["mixes_like_global"] == (s["resident_units"] >= 16 or s["resident_units"] == len(sizes))
 
 
-def test_block_places_count_the_units_a_block_draws_from_as_a_brute_force_does() -> None:
+@pytest.mark.parametrize(
+    ("spread", "group", "batch_size", "block_windows"),
+    [(1, 1, 4, None), (5, 1, 8, None), (4, 3, 16, None), (1, 1, 8, 10), (3, 2, 8, 5), (6, 4, 16, 40), (2, 7, 32, 3)],
+)
+def test_block_places_count_the_units_batches_cut_from_the_blocks_draw_on(
+    spread, group, batch_size, block_windows
+) -> None:
+    """Brute force: blocks of ``block_windows`` windows laid end to end, each window of block ``j`` from one
+    of its units (the slices of ``group`` steps, step ``t`` one slice of each unit ``t - spread + 1 .. t``),
+    and the distinct units of the ``batch_size`` windows starting at each place of the stream."""
     rng = np.random.default_rng(3)
-    for spread, group, b in ((1, 1, 4), (5, 1, 8), (4, 3, 16), (3, 7, 5)):
-        # brute force: a block of `group` steps, step t drawing one slice of each unit t - spread + 1 .. t
-        slices = [u for t in range(group) for u in range(t, t + spread)]
-        draws = rng.choice(slices, size=(4_000, b))  # with replacement: the block is many batches long
-        empirical = np.mean([len(set(d)) for d in draws.tolist()])
-        assert abs(budget.block_places(spread, group, b) - empirical) <= 0.03 * empirical
+    length = block_windows or 4_000  # one block: a batch well inside it
+    stream = []
+    for j in range(400 if block_windows else 1):
+        slices = [j * group + u for t in range(group) for u in range(t, t + spread)]
+        stream.append(rng.choice(slices, size=length))
+    ids = np.concatenate(stream)
+    starts = range(0, len(ids) - batch_size, 1 if block_windows else batch_size)
+    empirical = np.mean([len(set(ids[o : o + batch_size].tolist())) for o in starts])
+    assert abs(budget.block_places(spread, group, batch_size, block_windows) - empirical) <= 0.03 * empirical
 
 
 def unit_ids(plan: PoolPlan) -> Iterator[np.ndarray]:
@@ -193,6 +205,34 @@ def test_the_summary_equals_the_units_the_real_plan_draws_from_at_each_step(
     if len(windows) >= 4 * (plan.spread + plan.group) and len(steady) >= 8 and windows.min() >= plan.spread:
         empirical = np.mean([len(np.unique(batch)) for batch in steady])
         assert abs(s["places_per_batch"] - empirical) <= 0.15 * empirical + 0.5
+
+
+@pytest.mark.parametrize(
+    ("rows", "decode_rows", "buffer_bytes", "batch_size", "num_workers", "stride"),
+    [
+        ([20_000] * 3, 50, 60_000, 8, 1, 1),
+        ([30_000] * 2, 40, 100_000, 16, 2, 2),
+        ([8_000] * 4, 100, 200_000, 4, 1, 1),
+        ([50_000], 30, 30_000, 8, 1, 3),
+        ([10_000] * 5, 64, 400_000, 32, 1, 1),
+    ],
+)
+def test_the_places_per_batch_are_those_of_the_real_plans_batches(
+    rows, decode_rows, buffer_bytes, batch_size, num_workers, stride
+) -> None:
+    """Layouts where the pool holds 11 to 85 units, in blocks of 1 to 5 steps: the prediction against the
+    distinct units of the real plan's batches, away from the epoch's ends (the pool full)."""
+    spec = spec_of(buffer_bytes=buffer_bytes, batch_size=batch_size, stride=stride, seed=1)
+    grid = one_series_grid(rows, spec)
+    bounds = unit_bounds(spec, 16.0, np.array(rows), lambda p: group_bounds(rows, decode_rows)[p])
+    s = pool_summary(spec, bounds, 16.0, num_workers, grid=grid)
+    plan = plan_for(spec, grid, bounds, 16.0, World(0, 1, 0, num_workers), 0, 0)
+    ids = np.concatenate(list(unit_ids(plan)))
+    batches = ids[: len(ids) // batch_size * batch_size].reshape(-1, batch_size)  # (batches, B)
+    steady = batches[len(batches) // 4 : len(batches) * 3 // 4]
+    empirical = np.mean([len(np.unique(batch)) for batch in steady])
+    assert s["resident_units"] == plan.spread >= 11
+    assert abs(s["places_per_batch"] - empirical) <= 0.05 * empirical
 
 
 def test_few_units_warn_with_a_budget_that_mixes_like_a_global_shuffle() -> None:
