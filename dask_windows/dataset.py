@@ -258,7 +258,8 @@ class WindowDataset(PassProtocol, IterableDataset):
         decode_all = getattr(self.source, "decode_units_all", None)
         self._unit_bounds = unit_bounds(spec, bytes_per_row, rows, self.source.decode_units, decode_all)
         if spec.buffer_bytes is not None:  # the budget holds too few units to mix like a global shuffle
-            warn_if_few_units(spec, self._unit_bounds, bytes_per_row, self.source.description)
+            units_at = lambda other: unit_bounds(other, bytes_per_row, rows, self.source.decode_units, decode_all)
+            warn_if_few_units(spec, self._unit_bounds, bytes_per_row, self.source.description, self.grid, units_at)
         self._telemetry = Telemetry(time.perf_counter_ns() - opening)
 
     # -- the pass protocol (epochs, len, resume state, ranks, pickling: see passes) ----------
@@ -461,7 +462,7 @@ class WindowDataset(PassProtocol, IterableDataset):
         """Predicted reads, resident memory and places per batch of the pool order (``None``: another order)."""
         if self.spec.buffer_bytes is None:
             return None
-        return pool_summary(self.spec, self._unit_bounds, self._read_values().row_bytes)
+        return pool_summary(self.spec, self._unit_bounds, self._read_values().row_bytes, grid=self.grid)
 
     def _scale(self) -> tuple[np.ndarray, np.ndarray] | None:
         return self._normalize if isinstance(self._normalize, tuple) else None

@@ -18,21 +18,32 @@ budget is set.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from dask_windows.planning.index import WindowGrid
-from dask_windows.planning.pool import PoolPlan, merge_bounds_items, plan_pool, pool_span
+from dask_windows.planning.index import PartitionRuns, WindowGrid
+from dask_windows.planning.pool import PoolPlan, PoolShape, block_steps, merge_bounds_items, plan_pool, pool_shape
 from dask_windows.planning.ragged import Ragged
 from dask_windows.planning.world import World
 from dask_windows.settings.spec import WindowSpec
 from dask_windows.settings.tuning import BUFFER_BYTES, MIN_UNIT_ROWS, POOL_FIRST_BYTES, UNITS_PER_BATCH
-from dask_windows.settings.tuning import POOL_AHEAD_UNITS as AHEAD
 
-__all__ = ["PoolWarning", "plan_for", "pool_rows", "pool_summary", "row_bytes", "unit_bounds", "warn_if_few_units"]
+__all__ = [
+    "PoolWarning",
+    "block_places",
+    "plan_for",
+    "pool_rows",
+    "pool_summary",
+    "row_bytes",
+    "shape_for",
+    "unit_bounds",
+    "warn_if_few_units",
+]
 
 
 class PoolWarning(UserWarning):
@@ -96,62 +107,123 @@ def plan_for(
     """The pool plan of ``world``'s reader for ``epoch``, after ``skip_batches``; ``bounds``: ``unit_bounds``.
 
     Whole partitions (``buffer_bytes=None``): each partition a unit, ``buffer_partitions`` of them resident."""
+    args = (grid.first, grid.counts, grid.stride, spec.span, bounds, world)
+    return plan_pool(*args, **_plan_settings(spec, bytes_per_row, world, epoch), skip_batches=skip_batches)
+
+
+def shape_for(
+    spec: WindowSpec, grid: WindowGrid, bounds: Sequence[np.ndarray], bytes_per_row: float, world: World, epoch: int
+) -> PoolShape:
+    """The shape of ``plan_for``'s plan (``pool_shape``: the same arithmetic, its units neither ordered nor placed)."""
+    args = (grid.first, grid.counts, grid.stride, spec.span, bounds, world)
+    return pool_shape(*args, **_plan_settings(spec, bytes_per_row, world, epoch))
+
+
+def _plan_settings(spec: WindowSpec, bytes_per_row: float, world: World, epoch: int) -> dict[str, Any]:
+    """``plan_pool``'s keywords for ``spec`` (but ``skip_batches``)."""
     whole = spec.buffer_bytes is None
-    return plan_pool(
-        grid.first,
-        grid.counts,
-        grid.stride,
-        spec.span,
-        bounds,
-        world,
+    return dict(
         seed=spec.seed,
         epoch=epoch,
         shuffle=spec.shuffle,
         batch_size=spec.batch_size,
         drop_last=spec.drop_last,
         pool_rows=pool_rows(spec, bytes_per_row, world.num_workers),
-        skip_batches=skip_batches,
         max_spread=UNITS_PER_BATCH * spec.batch_size,
         first_rows=None if whole else int(POOL_FIRST_BYTES // bytes_per_row),
         resident=spec.buffer_partitions if whole else None,
     )
 
 
-def pool_summary(spec: WindowSpec, bounds: Sequence[np.ndarray], bytes_per_row: float, num_workers: int = 1) -> dict:
-    """Predicted reads per epoch, resident memory and mixing of the pool order (one reader per rank).
+def pool_summary(
+    spec: WindowSpec,
+    bounds: Sequence[np.ndarray],
+    bytes_per_row: float,
+    num_workers: int = 1,
+    grid: WindowGrid | None = None,
+) -> dict:
+    """Predicted reads per epoch, resident memory and mixing of the pool order: the shape of the plan
+    (``pool_shape``, ``plan_pool``'s own arithmetic) of the first reader (worker 0 of ``num_workers``, one
+    rank) in epoch 0; ``grid``: the dataset's windows (``None``: each partition one series).
 
-    ``places_per_batch``: distinct units expected among a batch's ``B`` draws from ``S``,
-    ``S (1 - exp(-B / S))``; ``places_global``: the same from all units (a global shuffle).
+    ``resident_units``: ``S``, the units a step draws from once the pool is full (``PoolPlan.spread``);
+    ``pool_bytes``: the pool the reader allocates; ``places_per_batch``: distinct units expected among a
+    batch's ``B`` draws from a block of ``group`` steps (``block_places``); ``places_global``: the same
+    from all units (a global shuffle).
     """
     sizes = Ragged.of(bounds).diffs() if len(bounds) else np.zeros(0, np.int64)  # (U,) rows of every unit
     units = len(sizes)
-    most = int(sizes.max()) + spec.span if units else 0
-    spread, rows = pool_span(
-        most, pool_rows(spec, bytes_per_row, num_workers), min(units, UNITS_PER_BATCH * spec.batch_size)
-    )
-    fill = max(1, int(POOL_FIRST_BYTES // bytes_per_row) // max(most, 1))  # units read before the first step
-    b = spec.batch_size
+    if grid is None:  # each partition one series of its rows
+        ends = [int(b[-1]) if len(b) else 0 for b in bounds]
+        runs = [PartitionRuns(np.array([0]), np.array([n]), np.array([p])) for p, n in enumerate(ends)]
+        grid = WindowGrid.from_runs(runs, spec.span, spec.stride)
+    shape = shape_for(spec, grid, bounds, bytes_per_row, World(0, 1, 0, max(num_workers, 1)), 0)
+    spread, b = shape.resident_units, spec.batch_size
     return {
         "units": units,
-        "unit_rows": most,
+        "unit_rows": shape.unit_rows,
         "resident_units": spread,
-        "pool_bytes": int(min(rows, int(sizes.sum()) + (AHEAD + 1) * most) * bytes_per_row),
+        "pool_bytes": math.ceil(shape.pool_rows * bytes_per_row),
         "budget_bytes": int(spec.buffer_bytes or 0),
         "reads_per_unit": 1.0,
-        "places_per_batch": round(spread * -np.expm1(-b / max(spread, 1)), 1),  # distinct units among B draws
+        "places_per_batch": round(
+            block_places(spread, shape.group, b, shape.group * shape.windows / max(shape.units, 1)), 1
+        ),
         "places_global": round(units * -np.expm1(-b / max(units, 1)), 1),
-        "mixes_like_global": spread >= 2 * b or spread >= units,
-        "first_batch_units": fill if 2 * fill <= spread else spread,
+        "mixes_like_global": spread >= 2 * b or spread >= shape.units,
+        "first_batch_units": shape.fill,
+        "block_steps": shape.group,
+        "windows_per_unit": shape.windows / max(shape.units, 1),
     }
 
 
-def warn_if_few_units(spec: WindowSpec, bounds: Sequence[np.ndarray], bytes_per_row: float, description: str) -> None:
+def block_places(spread: int, group: int, batch_size: int, block_windows: float | None = None) -> float:
+    """Distinct units expected among a batch's ``batch_size`` draws, the pool full and units of equal windows.
+
+    A block of ``group`` steps draws ``1 / spread`` of each of ``spread`` units per step: unit ``i`` of its
+    ``spread + group - 1`` gives ``c_i`` of its ``spread * group`` slices, and is missed by ``d`` draws
+    with probability ``(1 - c_i / (S g)) ** d`` (with replacement). Batches are cut from blocks of
+    ``block_windows`` windows laid end to end (``None``: batches inside one block), so a batch starting at
+    a uniform place may take its draws from consecutive blocks, each ``group`` units further on.
+    """
+    s, g, b = max(int(spread), 1), max(int(group), 1), max(int(batch_size), 1)
+    # (patterns,) draws from the first block a batch reaches, and how many of a block's starts give each
+    if block_windows is None:
+        first, weight, length = np.array([b]), np.ones(1), b
+    else:
+        length = max(round(block_windows), -(-b // 64), 1)  # L: windows of a block (a batch reaches <= 65)
+        if length >= b:  # L - B + 1 starts keep the batch in one block; the B - 1 others leave 1 .. B - 1 draws
+            first, weight = np.arange(1, b + 1), np.r_[np.ones(b - 1), float(length - b + 1)]
+        else:
+            first, weight = np.arange(1, length + 1), np.ones(length)
+    blocks = 1 + -(-(b - 1) // length) if block_windows is not None else 1  # m: blocks one batch may reach
+    ends = first[:, None] + length * np.arange(blocks)  # (patterns, m) draws up to each block's end
+    draws = np.diff(np.minimum(np.c_[np.zeros(len(first), np.int64), ends], b), axis=1)  # (patterns, m)
+    i = np.arange(s + g - 1)  # (S + g - 1,) a block's units, the oldest first
+    slices = np.minimum.reduce([i + 1, np.full_like(i, min(s, g)), s + g - 1 - i])  # (S + g - 1,) c_i
+    share = np.zeros((blocks, s + g - 1 + (blocks - 1) * g))  # (m, units) each unit's share of each block
+    for j in range(blocks):
+        share[j, j * g : j * g + s + g - 1] = slices / (s * g)
+    missed = draws @ np.log1p(-np.minimum(share, 1 - 1e-15))  # (patterns, units) log P(unit missed)
+    return float((weight @ (1 - np.exp(missed)).sum(axis=1)) / weight.sum())
+
+
+def warn_if_few_units(
+    spec: WindowSpec,
+    bounds: Sequence[np.ndarray],
+    bytes_per_row: float,
+    description: str,
+    grid: WindowGrid | None = None,
+    units_at: Callable[[WindowSpec], Sequence[np.ndarray]] | None = None,
+) -> None:
     """Warn once at open when a unit does not fit the budget (``pool_span`` then exceeds it), and when
     the budget holds fewer than ``2 * batch_size`` units of a larger dataset; ``description``: the data's
-    name in the messages (``Source.description``)."""
+    name in the messages (``Source.description``); ``grid``: the dataset's windows (``pool_summary``);
+    ``units_at``: the units of the data under other settings (``unit_bounds``; ``None``: ``bounds``), for
+    a budget that the advice has checked."""
     if spec.buffer_bytes is None:
         return
-    s = pool_summary(spec, bounds, bytes_per_row)
+    s = pool_summary(spec, bounds, bytes_per_row, grid=grid)
     if s["pool_bytes"] > s["budget_bytes"]:  # at least one unit, its block and the one read ahead are held
         unit_bytes = math.ceil(s["unit_rows"] * bytes_per_row)
         warnings.warn(
@@ -166,19 +238,49 @@ def warn_if_few_units(spec: WindowSpec, bounds: Sequence[np.ndarray], bytes_per_
     if not spec.shuffle or s["mixes_like_global"]:
         return
     b = spec.batch_size
-    enough = min(2 * b, s["units"])  # units that mix like a global shuffle (every unit, when fewer than 2B)
-    # pool_span's rows for that many: the units drawn from, the block read ahead, the unit being read, one lost to wrap
-    need = math.ceil((enough + 2 + 1) * s["unit_rows"] * bytes_per_row) + 1  # rounded up: pool_rows floors
+    need = _advised_budget(spec, bounds, bytes_per_row, grid, units_at or (lambda _: bounds))
+    raise_to = f"Raise buffer_bytes to about {need:,} bytes" if need else "No buffer_bytes makes it mix so: drop it"
     over = ""
     if s["pool_bytes"] > spec.buffer_bytes:  # a unit is never split: the smallest pool holds a few whole ones
         over = f" The pool takes {s['pool_bytes']:,} bytes, over the budget: a row group is decoded whole."
     warnings.warn(
         f"buffer_bytes={spec.buffer_bytes:,} holds {s['resident_units']} of the {s['units']} units of "
-        f"{description} (the largest: {s['unit_rows']:,} rows, a Parquet row group each): a batch of "
-        f"{b} draws on about {s['places_per_batch']:.0f} distinct units (a global shuffle: about "
-        f"{s['places_global']:.0f}), so it mixes less than a global shuffle. Raise buffer_bytes to about "
-        f"{need:,} bytes, or rewrite the data with `dask-windows convert` (its spread layout mixes at one read per epoch); "
+        f"{description} at once (the largest: {s['unit_rows']:,} rows, a Parquet row group each): a batch of "
+        f"{b}, cut from a block of {s['block_steps']} steps, draws on about {s['places_per_batch']:.0f} distinct units (a global shuffle: about "
+        f"{s['places_global']:.0f}), so it mixes less than a global shuffle. {raise_to}, or rewrite the data with `dask-windows convert` (its spread layout mixes at one read per epoch); "
         f"see docs/mixing.md.{over}",
         PoolWarning,
         stacklevel=3,
     )
+
+
+def _advised_budget(
+    spec: WindowSpec,
+    bounds: Sequence[np.ndarray],
+    bytes_per_row: float,
+    grid: WindowGrid | None,
+    units_at: Callable[[WindowSpec], Sequence[np.ndarray]],
+) -> int | None:
+    """The budget to advise: one whose summary, with the units the data is cut into under it (a larger
+    budget merges larger units), mixes like a global shuffle within the budget (``None``: none found)."""
+    b, s = spec.batch_size, pool_summary(spec, bounds, bytes_per_row, grid=grid)
+    asked = int(spec.buffer_bytes or 0)
+    for _ in range(64):
+        enough = min(2 * b, s["units"])  # units that mix like a global shuffle (every unit, when fewer than 2B)
+        held = _units_held(enough, s["unit_rows"], s["windows_per_unit"], b)
+        # rounded up (pool_rows floors), and larger than the last budget tried
+        asked = max(math.ceil(held * s["unit_rows"] * bytes_per_row) + 1, s["pool_bytes"] + 1, asked + asked // 4)
+        tried = dataclasses.replace(spec, buffer_bytes=asked)
+        s = pool_summary(tried, units_at(tried), bytes_per_row, grid=grid)
+        if s["mixes_like_global"] and s["pool_bytes"] <= asked:
+            return asked
+    return None
+
+
+def _units_held(resident: int, unit_rows: int, windows_per_unit: float, batch_size: int) -> int:
+    """The fewest units of ``unit_rows`` rows a pool must hold for ``pool_span`` to keep ``resident`` of
+    them: beside them, two blocks of ``block_steps`` (which grow with the pool), the unit read, one lost."""
+    held = resident + 3
+    while held - 2 * block_steps(windows_per_unit, batch_size, held * unit_rows, unit_rows) - 1 < resident:
+        held += 1
+    return held

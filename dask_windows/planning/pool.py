@@ -45,12 +45,15 @@ __all__ = [
     "PARTITIONS_ORDER",
     "POOL_ORDER",
     "PoolPlan",
+    "PoolShape",
     "PoolUnit",
     "PoolUnits",
+    "block_steps",
     "live_units",
     "merge_bounds",
     "merge_bounds_items",
     "plan_pool",
+    "pool_shape",
     "pool_span",
     "pool_starts",
     "reader_steps",
@@ -169,6 +172,13 @@ def pool_span(max_rows: int, pool_rows: int, num_units: int, group: int = 1) -> 
     max_rows = max(int(max_rows), 1)
     spread = max(1, min(int(pool_rows) // max_rows - 2 * group - 1, num_units))
     return spread, (spread + 2 * group + 1) * max_rows
+
+
+def block_steps(windows_per_unit: float, batch_size: int, pool_rows: int, max_rows: int) -> int:
+    """Steps per block (``PoolPlan.group``): ``BLOCK_BATCHES`` batches' worth of windows, at most a
+    quarter of the pool's units of ``max_rows`` rows, at least one."""
+    per_unit = int(max(windows_per_unit, 1.0))
+    return max(1, min(-(-BLOCK_BATCHES * batch_size // per_unit), int(pool_rows) // max(int(max_rows), 1) // 4))
 
 
 def live_units(plan: PoolPlan) -> int:
@@ -322,6 +332,123 @@ def _rows(
     return np.where(empty, 0, start[0]), np.where(empty, 0, start[1] + span)
 
 
+@dataclass(frozen=True)
+class _Atoms:
+    """A reader's units before ordering (``_atoms``' columns) and what the plan's arithmetic needs of them."""
+
+    columns: tuple[np.ndarray, ...]  # (6, A) partition, unit, wlo, whi, seam, cut
+    link: np.ndarray  # (A,) atom k follows atom k - 1 in its partition (the next unit)
+    seam_before: np.ndarray  # (A,) the previous atom's seam
+    rows_of: Callable[..., tuple[np.ndarray, np.ndarray]]  # (partitions, lo, hi) -> (r0, r1)
+    most: int  # the most rows a unit may place: its windows and those across both of its cuts
+    total: int  # windows of the epoch, all readers
+    windows: int  # windows of this reader
+
+
+def _reader_atoms(
+    grid_first: Ragged,
+    grid_counts: Ragged,
+    stride: int,
+    span: int,
+    bounds: Ragged,
+    world: World,
+    seed: int,
+    epoch: int,
+    shuffle: bool,
+    batch_size: int,
+    drop_last: bool,
+) -> _Atoms:
+    """``world``'s reader's units in ``epoch``, before ordering (``plan_pool``'s first half)."""
+    counts = grid_counts.sums()  # (P,) windows of each partition
+    total = int(counts.sum())
+    lo, hi = reader_span(total, world, batch_size, drop_last)[:2]
+    order = epoch_order(len(counts), seed, epoch, shuffle)
+    segments = segment_arrays(order, np.zeros(len(order), np.int64), counts[order], lo, hi)
+    # (A,) each atom's partition, unit, windows [wlo, whi), the seam (windows from it on end in the next
+    # unit) and the cut (the unit's last window bound)
+    part, unit, wlo, whi, seam, _ = columns = tuple(_atoms(*segments, grid_first, grid_counts, stride, span, bounds).T)
+    link = np.zeros(len(part), bool)
+    link[1:] = (part[1:] == part[:-1]) & (unit[1:] == unit[:-1] + 1)
+    seam_before = np.r_[np.int64(0), seam[:-1]]
+    rows_of = partial(_rows, grid_first, grid_counts, stride, span)
+    r0, r1 = rows_of(part, np.where(link, seam_before, wlo), whi)
+    most = max(0, int((r1 - r0).max())) if len(part) else 0
+    return _Atoms(columns, link, seam_before, rows_of, most, total, hi - lo)
+
+
+@dataclass(frozen=True)
+class PoolShape:
+    """How many units a reader's pool holds and draws from, as ``plan_pool`` works it out (no units built).
+
+    Attributes:
+        units: The reader's units in the epoch.
+        unit_rows: The most rows one unit places (its windows and those across both of its cuts).
+        group: Steps per block (``PoolPlan.group``).
+        resident_units: ``S`` (``PoolPlan.spread``): units a step draws from, once the pool is full.
+        pool_rows: Rows of the pool (``PoolPlan.pool_rows``, for ``S``, two blocks, the unit read and one lost).
+        fill: ``F`` (``PoolPlan.fill``): units read before the first step.
+        windows: The reader's windows in the epoch.
+    """
+
+    units: int
+    unit_rows: int
+    group: int
+    resident_units: int
+    pool_rows: int
+    fill: int
+    windows: int
+
+
+def _shape(
+    atoms: _Atoms,
+    batch_size: int,
+    shuffle: bool,
+    pool_rows: int,
+    max_spread: int | None,
+    first_rows: int | None,
+    resident: int | None,
+) -> PoolShape:
+    """``plan_pool``'s block, spread, pool rows and fill for the reader's ``atoms``."""
+    num, most = len(atoms.link), atoms.most
+    group = 1
+    if resident is not None:  # S asked for: the pool holds those units, the block built ahead and the one read
+        pool_rows, max_spread = (resident + 2 * group + 1) * max(most, 1), resident
+    elif shuffle and num:
+        group = block_steps(atoms.windows / num, batch_size, pool_rows, most)
+    spread, rows = pool_span(most, pool_rows, min(num, max_spread or num) if shuffle else 1, group)
+    spread = min(spread, max(num, 1))
+    fill = spread if first_rows is None else max(1, int(first_rows) // max(most, 1))
+    fill = spread if 2 * fill > spread else fill  # a fill of half the pool or more: the whole pool mixes better
+    return PoolShape(num, most, group, spread, rows, fill, atoms.windows)
+
+
+def pool_shape(
+    grid_first: Sequence[np.ndarray],
+    grid_counts: Sequence[np.ndarray],
+    stride: int,
+    span: int,
+    bounds: Sequence[np.ndarray],
+    world: World,
+    *,
+    seed: int,
+    epoch: int,
+    shuffle: bool,
+    batch_size: int,
+    drop_last: bool,
+    pool_rows: int,
+    max_spread: int | None = None,
+    first_rows: int | None = None,
+    resident: int | None = None,
+) -> PoolShape:
+    """The shape of ``plan_pool``'s plan with the same arguments (less ``skip_batches``, which does not
+    change it), without ordering or placing its units: a few array passes."""
+    grid_first, grid_counts, bounds = Ragged.of(grid_first), Ragged.of(grid_counts), Ragged.of(bounds)
+    atoms = _reader_atoms(
+        grid_first, grid_counts, stride, span, bounds, world, seed, epoch, shuffle, batch_size, drop_last
+    )
+    return _shape(atoms, batch_size, shuffle, pool_rows, max_spread, first_rows, resident)
+
+
 def plan_pool(
     grid_first: Sequence[np.ndarray],
     grid_counts: Sequence[np.ndarray],
@@ -356,31 +483,16 @@ def plan_pool(
             ``pool_rows`` and ``max_spread`` are then not used.
     """
     grid_first, grid_counts, bounds = Ragged.of(grid_first), Ragged.of(grid_counts), Ragged.of(bounds)
-    counts = grid_counts.sums()  # (P,) windows of each partition
-    total = int(counts.sum())
-    lo, hi, reader_batches, skip_batches = reader_span(total, world, batch_size, drop_last, skip_batches)
-    order = epoch_order(len(counts), seed, epoch, shuffle)
-    segments = segment_arrays(order, np.zeros(len(order), np.int64), counts[order], lo, hi)
-    # (A,) each atom's partition, unit, windows [wlo, whi), the seam (windows from it on end in the next
-    # unit) and the cut (the unit's last window bound)
-    part, unit, wlo, whi, seam, cut = _atoms(*segments, grid_first, grid_counts, stride, span, bounds).T
+    atoms = _reader_atoms(
+        grid_first, grid_counts, stride, span, bounds, world, seed, epoch, shuffle, batch_size, drop_last
+    )
+    lo, hi, reader_batches, skip_batches = reader_span(atoms.total, world, batch_size, drop_last, skip_batches)
+    part, unit, wlo, whi, seam, cut = atoms.columns
     num = len(part)
     entropy = (seed, epoch, world.rank, world.world_size, world.worker, world.num_workers)
-    # (A,) atom k follows atom k - 1 in its partition (the next unit): ``link[k]``
-    link = np.zeros(num, bool)
-    link[1:] = (part[1:] == part[:-1]) & (unit[1:] == unit[:-1] + 1)
-    seam_before = np.r_[np.int64(0), seam[:-1]]  # (A,) the previous atom's seam
-    rows_of = partial(_rows, grid_first, grid_counts, stride, span)  # (partitions, lo, hi) -> (r0, r1)
-    # The most rows a unit may place: its windows and those across both of its cuts.
-    r0, r1 = rows_of(part, np.where(link, seam_before, wlo), whi)
-    most = max(0, int((r1 - r0).max())) if num else 0
-    group = 1
-    if resident is not None:  # S asked for: the pool holds those units, the block built ahead and the one read
-        pool_rows, max_spread = (resident + 2 * group + 1) * max(most, 1), resident
-    elif shuffle and num:  # steps per block: BLOCK_BATCHES batches' worth of windows, at most a quarter of the pool
-        per_unit = max((hi - lo) / num, 1.0)
-        group = max(1, min(-(-BLOCK_BATCHES * batch_size // int(per_unit)), pool_rows // max(most, 1) // 4))
-    spread, rows = pool_span(most, pool_rows, min(num, max_spread or num) if shuffle else 1, group)
+    link, seam_before, rows_of = atoms.link, atoms.seam_before, atoms.rows_of
+    shape = _shape(atoms, batch_size, shuffle, pool_rows, max_spread, first_rows, resident)
+    group, spread, rows = shape.group, shape.resident_units, shape.pool_rows
     rng = rng_for(*entropy, 0x9002) if shuffle else None
     ordered = unit_order(num, spread, rng)
     when = np.empty(num, np.int64)
@@ -415,9 +527,7 @@ def plan_pool(
     columns.update(tail=tail, t0=tail_lo, t1=own1, head=head, h0=own0, h1=head_hi)
     columns = {name: values[ordered] for name, values in columns.items()}
     units = PoolUnits(**columns, offset=place_units(columns["r1"] - columns["r0"], rows))
-    spread = min(spread, max(len(units), 1))
-    fill = spread if first_rows is None else max(1, int(first_rows) // max(most, 1))
-    fill = spread if 2 * fill > spread else fill  # a fill of half the pool or more: the whole pool mixes better
+    spread, fill = shape.resident_units, shape.fill
     plan = PoolPlan(units, spread, rows, 0, 0, 0, 0, entropy, shuffle, group, fill)
     start, skip = _resume_step(plan, skip_batches * batch_size)
     return PoolPlan(

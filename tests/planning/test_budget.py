@@ -3,12 +3,16 @@ against brute-force references on small layouts."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import warnings
 from collections import Counter
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dask_windows.planning import budget
 from dask_windows.planning.budget import (
@@ -21,7 +25,7 @@ from dask_windows.planning.budget import (
     warn_if_few_units,
 )
 from dask_windows.planning.index import PartitionRuns, WindowGrid
-from dask_windows.planning.pool import reader_windows
+from dask_windows.planning.pool import PoolPlan, PoolUnits, reader_steps, reader_windows
 from dask_windows.planning.ragged import Ragged
 from dask_windows.planning.world import World
 from dask_windows.settings.spec import WindowSpec
@@ -124,26 +128,111 @@ def test_the_first_fill_is_the_first_bytes_in_rows(monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("buffer_bytes", [3_000, 12_000, 200_000])
-def test_the_summary_predicts_the_plans_resident_units_and_the_expected_places(buffer_bytes) -> None:
+def test_the_summary_states_the_plans_resident_units_pool_and_fill(buffer_bytes) -> None:
     spec = spec_of(buffer_bytes=buffer_bytes, batch_size=8)
     rows = [300, 250, 410]
     grid = one_series_grid(rows, spec)
     bounds = unit_bounds(spec, 16.0, np.array(rows), lambda p: group_bounds(rows, 50)[p])
     plan = plan_for(spec, grid, bounds, 16.0, World(0, 1, 0, 1), 0, 0)
-    s = pool_summary(spec, bounds, 16.0)
+    s = pool_summary(spec, bounds, 16.0, grid=grid)
+    assert pool_summary(spec, bounds, 16.0) == s  # without a grid: each partition one series, as here
     sizes = np.concatenate([np.diff(b) for b in bounds])
     assert s["units"] == len(sizes) == len(plan.units)
-    assert s["unit_rows"] == sizes.max() + spec.span
-    # resident: what the budget holds of units of unit_rows, less the unit read, the one lost where placement
-    # wraps and one built ahead (the plan builds blocks of steps ahead: as many fewer or more), at most 4B
-    holds = pool_rows(spec, 16.0) // s["unit_rows"] - 3
-    assert s["resident_units"] == max(1, min(holds, len(sizes), UNITS_PER_BATCH * 8)) >= plan.spread
-    assert s["budget_bytes"] == buffer_bytes
-    # distinct units among 8 draws from S equally likely ones: S (1 - (1 - 1/S)^8), about S (1 - exp(-8 / S))
-    for key, units in (("places_per_batch", s["resident_units"]), ("places_global", len(sizes))):
-        exact = units * (1 - (1 - 1 / units) ** 8)
-        assert abs(s[key] - exact) <= 0.02 * exact + 0.1
+    # the plan's own figures, blocks of steps built ahead included (a formula of one step ahead said 8 for 6)
+    assert (s["resident_units"], s["block_steps"], s["first_batch_units"]) == (plan.spread, plan.group, plan.fill)
+    assert s["pool_bytes"] == plan.pool_rows * 16 and s["budget_bytes"] == buffer_bytes
+    assert sizes.max() <= s["unit_rows"] <= sizes.max() + 2 * spec.span  # a unit's rows and its windows' across cuts
+    assert s["places_global"] == round(len(sizes) * -np.expm1(-8 / len(sizes)), 1)
     assert s["mixes_like_global"] == (s["resident_units"] >= 16 or s["resident_units"] == len(sizes))
+
+
+@pytest.mark.parametrize(
+    ("spread", "group", "batch_size", "block_windows"),
+    [(1, 1, 4, None), (5, 1, 8, None), (4, 3, 16, None), (1, 1, 8, 10), (3, 2, 8, 5), (6, 4, 16, 40), (2, 7, 32, 3)],
+)
+def test_block_places_count_the_units_batches_cut_from_the_blocks_draw_on(
+    spread, group, batch_size, block_windows
+) -> None:
+    """Brute force: blocks of ``block_windows`` windows laid end to end, each window of block ``j`` from one
+    of its units (the slices of ``group`` steps, step ``t`` one slice of each unit ``t - spread + 1 .. t``),
+    and the distinct units of the ``batch_size`` windows starting at each place of the stream."""
+    rng = np.random.default_rng(3)
+    length = block_windows or 4_000  # one block: a batch well inside it
+    stream = []
+    for j in range(400 if block_windows else 1):
+        slices = [j * group + u for t in range(group) for u in range(t, t + spread)]
+        stream.append(rng.choice(slices, size=length))
+    ids = np.concatenate(stream)
+    starts = range(0, len(ids) - batch_size, 1 if block_windows else batch_size)
+    empirical = np.mean([len(set(ids[o : o + batch_size].tolist())) for o in starts])
+    assert abs(budget.block_places(spread, group, batch_size, block_windows) - empirical) <= 0.03 * empirical
+
+
+def unit_ids(plan: PoolPlan) -> Iterator[np.ndarray]:
+    """The unit of every window the reader yields, block by block."""
+    return reader_steps(plan, lambda i: np.full(plan.units[i].num_windows, i))
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(
+    rows=st.lists(st.integers(40, 2_000), min_size=1, max_size=5),
+    decode_rows=st.integers(8, 300),
+    buffer_bytes=st.integers(1_500, 150_000),
+    batch_size=st.sampled_from([1, 2, 4, 8, 16]),
+    num_workers=st.integers(1, 3),
+    stride=st.integers(1, 3),
+)
+def test_the_summary_equals_the_units_the_real_plan_draws_from_at_each_step(
+    rows, decode_rows, buffer_bytes, batch_size, num_workers, stride
+) -> None:
+    spec = spec_of(buffer_bytes=buffer_bytes, batch_size=batch_size, stride=stride, seed=7)
+    grid = one_series_grid(rows, spec)
+    bounds = unit_bounds(spec, 16.0, np.array(rows), lambda p: group_bounds(rows, decode_rows)[p])
+    s = pool_summary(spec, bounds, 16.0, num_workers, grid=grid)
+    plan = plan_for(spec, grid, bounds, 16.0, World(0, 1, 0, num_workers), 0, 0)
+    # brute force: the plan drawn one step at a time; the most distinct units one step draws from
+    steps = dataclasses.replace(plan, group=1, start=plan.first_step, skip=0)
+    most = max((len(np.unique(ids)) for ids in unit_ids(steps)), default=0)
+    windows = PoolUnits.of(plan.units).num_windows
+    assert most <= s["resident_units"] == plan.spread
+    if len(windows) and windows.min() >= plan.spread:  # every unit has a window for each of its S steps
+        assert most == s["resident_units"]
+    assert s["pool_bytes"] == plan.pool_rows * 16 and s["first_batch_units"] == plan.fill
+    # the places a batch draws on: the prediction against batches cut from the real order, away from its ends
+    ids = np.concatenate([*unit_ids(plan), np.zeros(0, np.int64)])
+    batches = ids[: len(ids) // batch_size * batch_size].reshape(-1, batch_size)  # (batches, B)
+    steady = batches[len(batches) // 4 : len(batches) * 3 // 4]
+    if len(windows) >= 4 * (plan.spread + plan.group) and len(steady) >= 8 and windows.min() >= plan.spread:
+        empirical = np.mean([len(np.unique(batch)) for batch in steady])
+        assert abs(s["places_per_batch"] - empirical) <= 0.15 * empirical + 0.5
+
+
+@pytest.mark.parametrize(
+    ("rows", "decode_rows", "buffer_bytes", "batch_size", "num_workers", "stride"),
+    [
+        ([20_000] * 3, 50, 60_000, 8, 1, 1),
+        ([30_000] * 2, 40, 100_000, 16, 2, 2),
+        ([8_000] * 4, 100, 200_000, 4, 1, 1),
+        ([50_000], 30, 30_000, 8, 1, 3),
+        ([10_000] * 5, 64, 400_000, 32, 1, 1),
+    ],
+)
+def test_the_places_per_batch_are_those_of_the_real_plans_batches(
+    rows, decode_rows, buffer_bytes, batch_size, num_workers, stride
+) -> None:
+    """Layouts where the pool holds 11 to 85 units, in blocks of 1 to 5 steps: the prediction against the
+    distinct units of the real plan's batches, away from the epoch's ends (the pool full)."""
+    spec = spec_of(buffer_bytes=buffer_bytes, batch_size=batch_size, stride=stride, seed=1)
+    grid = one_series_grid(rows, spec)
+    bounds = unit_bounds(spec, 16.0, np.array(rows), lambda p: group_bounds(rows, decode_rows)[p])
+    s = pool_summary(spec, bounds, 16.0, num_workers, grid=grid)
+    plan = plan_for(spec, grid, bounds, 16.0, World(0, 1, 0, num_workers), 0, 0)
+    ids = np.concatenate(list(unit_ids(plan)))
+    batches = ids[: len(ids) // batch_size * batch_size].reshape(-1, batch_size)  # (batches, B)
+    steady = batches[len(batches) // 4 : len(batches) * 3 // 4]
+    empirical = np.mean([len(np.unique(batch)) for batch in steady])
+    assert s["resident_units"] == plan.spread >= 11
+    assert abs(s["places_per_batch"] - empirical) <= 0.05 * empirical
 
 
 def test_few_units_warn_with_a_budget_that_mixes_like_a_global_shuffle() -> None:
@@ -159,6 +248,39 @@ def test_few_units_warn_with_a_budget_that_mixes_like_a_global_shuffle() -> None
         warn_if_few_units(spec_of(buffer_bytes=advised, batch_size=8), bounds, 16.0, "the test data")
         warn_if_few_units(spec_of(buffer_bytes=6_000, batch_size=8, shuffle=False), bounds, 16.0, "the test data")
         warn_if_few_units(spec_of(buffer_bytes=None, batch_size=8), bounds, 16.0, "the test data")
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(
+    rows=st.lists(st.integers(200, 5_000), min_size=1, max_size=4),
+    decode_rows=st.integers(8, 200),
+    buffer_bytes=st.integers(1_500, 40_000),
+    batch_size=st.sampled_from([1, 2, 4, 8, 32]),
+    stride=st.integers(1, 3),
+)
+def test_the_advised_budget_mixes_like_a_global_shuffle_on_any_layout(
+    rows, decode_rows, buffer_bytes, batch_size, stride
+) -> None:
+    spec = spec_of(buffer_bytes=buffer_bytes, batch_size=batch_size, stride=stride)
+    grid = one_series_grid(rows, spec)
+    decode = lambda p: group_bounds(rows, decode_rows)[p]
+    bounds = unit_bounds(spec, 16.0, np.array(rows), decode)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always", PoolWarning)
+        warn_if_few_units(
+            spec, bounds, 16.0, "the test data", grid, lambda other: unit_bounds(other, 16.0, rows, decode)
+        )
+    advice = [re.search(r"Raise buffer_bytes to about ([\d,]+) bytes", str(w.message)) for w in got]
+    advised = [int(m[1].replace(",", "")) for m in advice if m]
+    assert bool(advised) == (not pool_summary(spec, bounds, 16.0, grid=grid)["mixes_like_global"])
+    if not advised:
+        return
+    spec = spec_of(buffer_bytes=advised[0], batch_size=batch_size, stride=stride)  # opened again with it
+    bounds = unit_bounds(spec, 16.0, np.array(rows), decode)
+    assert pool_summary(spec, bounds, 16.0, grid=grid)["mixes_like_global"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PoolWarning)
+        warn_if_few_units(spec, bounds, 16.0, "the test data", grid)
 
 
 def test_a_unit_larger_than_the_budget_warns_with_the_bytes_the_pool_holds() -> None:
