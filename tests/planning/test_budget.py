@@ -299,3 +299,51 @@ def test_the_warning_keeps_its_runtime_import_path() -> None:
     from dask_windows.runtime import pool
 
     assert pool.PoolWarning is PoolWarning and pool.BUFFER_BYTES == BUFFER_BYTES
+
+
+def _block_places_by_unit(spread: int, group: int, batch_size: int, block_windows: float | None) -> float:
+    """``block_places`` summed unit by unit (the (patterns, units) matrix it once built at open)."""
+    s, g, b = spread, group, batch_size
+    if block_windows is None:
+        first, weight, length = np.array([b]), np.ones(1), b
+    else:
+        length = max(round(block_windows), -(-b // 64), 1)
+        if length >= b:
+            first, weight = np.arange(1, b + 1), np.r_[np.ones(b - 1), float(length - b + 1)]
+        else:
+            first, weight = np.arange(1, length + 1), np.ones(length)
+    blocks = 1 + -(-(b - 1) // length) if block_windows is not None else 1
+    ends = first[:, None] + length * np.arange(blocks)
+    draws = np.diff(np.minimum(np.c_[np.zeros(len(first), np.int64), ends], b), axis=1)
+    i = np.arange(s + g - 1)
+    slices = np.minimum.reduce([i + 1, np.full_like(i, min(s, g)), s + g - 1 - i])
+    share = np.zeros((blocks, s + g - 1 + (blocks - 1) * g))
+    for j in range(blocks):
+        share[j, j * g : j * g + s + g - 1] = slices / (s * g)
+    missed = draws @ np.log1p(-np.minimum(share, 1 - 1e-15))
+    return float((weight @ (1 - np.exp(missed)).sum(axis=1)) / weight.sum())
+
+
+@settings(max_examples=60)
+@given(
+    st.integers(1, 300),
+    st.integers(1, 12),
+    st.integers(1, 400),
+    st.none() | st.floats(1.0, 5000.0, allow_nan=False),
+)
+def test_block_places_equal_the_sum_over_every_unit(spread, group, batch_size, block_windows):
+    got = budget.block_places(spread, group, batch_size, block_windows)
+    assert got == pytest.approx(_block_places_by_unit(spread, group, batch_size, block_windows), rel=1e-12)
+
+
+def test_block_places_hold_no_batch_by_units_matrix_at_open():
+    """At B=4096 the pool may hold 4B = 16,384 units: a (B, units) float matrix was 0.5 GB at open."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        budget.block_places(16_384, 4, 4_096, 5_000.0)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20
