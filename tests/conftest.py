@@ -122,9 +122,6 @@ SLOW_TESTS: dict[str, str | set[str]] = {
     "tests/corpus/test_corpus_patch_sizes.py": {
         "test_each_frequency_its_patch_every_observation_once",
     },
-    "tests/integrations/test_fastai.py": {
-        "test_one_batch_does_not_advance_the_epoch",
-    },
     "tests/integrations/test_fastai_stats.py": {
         "test_a_compute_bound_learner_logs_not_input_bound_each_epoch",
         "test_a_learner_waiting_on_slow_reads_logs_input_bound_by_fetch",
