@@ -30,20 +30,25 @@ settings.load_profile("suite")
 SUITE_WORKERS = 4
 
 # Files that take longest, started first so that none of them starts last and alone (each file's
-# tests run in one worker: --dist loadfile). Measured with `--durations` (a run of the suite, 4 workers).
+# tests run in one worker: --dist loadfile). Measured with `--durations=0` (a run of the suite, 4 workers),
+# each file's tests summed; test_convert.py first: its LocalCluster test alone is the longest in the suite.
 SLOW_FILES = (
-    "test_cli.py",
-    "test_docs.py",
     "test_convert.py",
-    "test_lightning.py",
-    "test_hostile_reads.py",
-    "test_example_ddp.py",
-    "test_elastic.py",
+    "test_cli.py",
     "test_cache.py",
-    "test_layout.py",
     "test_examples.py",
+    "test_layout.py",
+    "test_hostile_reads.py",
+    "test_pytorch_forecasting.py",
+    "test_package.py",
+    "test_mixture.py",
+    "test_docs.py",
     "test_resume.py",
-    "test_pieces.py",
+    "test_example_ddp.py",
+    "test_slots.py",
+    "test_checks.py",
+    "test_lightning.py",
+    "test_plan.py",
 )
 
 
@@ -121,9 +126,6 @@ SLOW_TESTS: dict[str, str | set[str]] = {
     },
     "tests/corpus/test_corpus_patch_sizes.py": {
         "test_each_frequency_its_patch_every_observation_once",
-    },
-    "tests/integrations/test_fastai.py": {
-        "test_one_batch_does_not_advance_the_epoch",
     },
     "tests/integrations/test_fastai_stats.py": {
         "test_a_compute_bound_learner_logs_not_input_bound_each_epoch",

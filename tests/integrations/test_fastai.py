@@ -93,6 +93,11 @@ def test_learner_sees_every_window_once_per_epoch_in_a_new_order(fa, data, num_w
     valid_seen = np.concatenate(model.seen["valid"])
     assert len(valid_seen) == 2 * valid.num_windows  # validation after each epoch
     assert len(learn.recorder.values) == 2
+    # Stop the loaders' persistent workers now: left to the cycle collector (fastai's Learner holds cycles),
+    # torch's shutdown misses its queues' stop sentinel and waits 5 s on each worker in whichever later test
+    # happens to collect them.
+    for dl in (dls.train, dls.valid):
+        dl.loader._iterator = None
 
 
 def test_targets_become_yb_and_tsai_attributes(fa, data):

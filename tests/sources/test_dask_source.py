@@ -158,13 +158,6 @@ def test_read_csv_on_the_cluster(client, tmp_path):
     assert np.array_equal(_starts(collect(ds)), oracle_starts(FRAMES, "sid", 7, 2))
 
 
-def _read_avro(path: str) -> pd.DataFrame:
-    import fastavro
-
-    with open(path, "rb") as f:
-        return pd.DataFrame.from_records(list(fastavro.reader(f)))
-
-
 def test_avro_through_from_map_on_the_cluster(client, tmp_path):
     fastavro = pytest.importorskip("fastavro")
     schema = fastavro.parse_schema(
@@ -186,7 +179,14 @@ def test_avro_through_from_map_on_the_cluster(client, tmp_path):
         with open(path, "wb") as f:
             fastavro.writer(f, schema, frame[["sid", "ts", "f0", "f1", "y"]].to_dict("records"))
         paths.append(path)
-    ddf = dd.from_map(_read_avro, paths)
+
+    def read_avro(path: str) -> pd.DataFrame:
+        # nested, so the workers unpickle it by value: by reference, each would import this test module
+        # (and torch with it) first
+        with open(path, "rb") as f:
+            return pd.DataFrame.from_records(list(fastavro.reader(f)))
+
+    ddf = dd.from_map(read_avro, paths)
     ds = WindowDataset(ddf, **KW)
     batches = collect(ds)
     assert np.array_equal(_starts(batches), oracle_starts(FRAMES, "sid", 7, 2))
