@@ -241,7 +241,7 @@ def warn_if_few_units(
     if not spec.shuffle or s["mixes_like_global"]:
         return
     b = spec.batch_size
-    need = _advised_budget(spec, bounds, bytes_per_row, grid, units_at or (lambda _: bounds))
+    need = _advised_budget(spec, s, bytes_per_row, grid, units_at or (lambda _: bounds))
     raise_to = f"Raise buffer_bytes to about {need:,} bytes" if need else "No buffer_bytes makes it mix so: drop it"
     over = ""
     if s["pool_bytes"] > spec.buffer_bytes:  # a unit is never split: the smallest pool holds a few whole ones
@@ -259,14 +259,15 @@ def warn_if_few_units(
 
 def _advised_budget(
     spec: WindowSpec,
-    bounds: Sequence[np.ndarray],
+    s: dict,
     bytes_per_row: float,
     grid: WindowGrid | None,
     units_at: Callable[[WindowSpec], Sequence[np.ndarray]],
 ) -> int | None:
     """The budget to advise: one whose summary, with the units the data is cut into under it (a larger
-    budget merges larger units), mixes like a global shuffle within the budget (``None``: none found)."""
-    b, s = spec.batch_size, pool_summary(spec, bounds, bytes_per_row, grid=grid)
+    budget merges larger units), mixes like a global shuffle within the budget (``None``: none found);
+    ``s``: ``spec``'s own summary (``pool_summary``), the caller's."""
+    b = spec.batch_size
     asked = int(spec.buffer_bytes or 0)
     for _ in range(64):
         enough = min(2 * b, s["units"])  # units that mix like a global shuffle (every unit, when fewer than 2B)
