@@ -93,11 +93,14 @@ def test_learner_sees_every_window_once_per_epoch_in_a_new_order(fa, data, num_w
     valid_seen = np.concatenate(model.seen["valid"])
     assert len(valid_seen) == 2 * valid.num_windows  # validation after each epoch
     assert len(learn.recorder.values) == 2
-    # Stop the loaders' persistent workers now: left to the cycle collector (fastai's Learner holds cycles),
-    # torch's shutdown misses its queues' stop sentinel and waits 5 s on each worker in whichever later test
-    # happens to collect them.
-    for dl in (dls.train, dls.valid):
-        dl.loader._iterator = None
+    # close() stops the persistent workers now: left to the cycle collector (fastai's Learner holds cycles),
+    # torch's shutdown waits 5 s on each worker in whichever later test happens to collect them.
+    iterators = [dl.loader._iterator for dl in (dls.train, dls.valid)]
+    workers = [w for it in iterators if it is not None for w in it._workers]
+    assert len(workers) == (2 * num_workers if num_workers else 0)
+    dls.close()
+    assert not any(w.is_alive() for w in workers)
+    assert all(dl.loader._iterator is None for dl in (dls.train, dls.valid))
 
 
 def test_targets_become_yb_and_tsai_attributes(fa, data):
