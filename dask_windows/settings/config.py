@@ -18,7 +18,6 @@ workflow's columns) and what opening derived. Planning and the runtime read that
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
@@ -26,8 +25,7 @@ from typing import Any, NamedTuple
 from dask_windows.errors import ConfigError
 from dask_windows.errors.faults import check_on_error
 from dask_windows.opening.checks import SERIES_FROM_MANIFEST
-from dask_windows.settings.spec import WindowSpec, _positive_int
-from dask_windows.settings.tuning import NEXT_PASS_SECONDS, OPEN_THREADS, RETRIES
+from dask_windows.settings.spec import ReadSettings, WindowSpec, _positive_int
 
 __all__ = [
     "DEPRECATED_KEYWORDS",
@@ -90,25 +88,12 @@ class OrderConfig:
 
 
 @dataclass(frozen=True)
-class ReadConfig:
+class ReadConfig(ReadSettings):
     """How the data is opened and read; validated when made, before anything is opened.
 
     ``retry`` (not a keyword) is the policy ``retries`` and ``timeout`` make together.
     """
 
-    storage_options: dict | None = None
-    partition_bytes: int | None = None
-    partition_rows: int | None = None
-    threads: int = OPEN_THREADS
-    retries: Any = RETRIES
-    timeout: float | None = None
-    on_error: str = "raise"
-    strict: bool = False
-    cache_dir: str | os.PathLike | None = None
-    cache_bytes: int | None = None
-    index: Any = None
-    prefetch_partitions: int = 1
-    next_pass_seconds: float = NEXT_PASS_SECONDS
     retry: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 from dask_windows.errors import ConfigError
 from dask_windows.settings.tuning import NEXT_PASS_SECONDS, OPEN_THREADS, RETRIES
 
-__all__ = ["WindowSpec"]
+__all__ = ["ReadSettings", "WindowSpec"]
 
 LAYOUTS = ("NCL", "NLC")
 NAN_POLICIES = ("raise", "drop")
@@ -59,7 +59,27 @@ def _names(name: str, value: object, allow_none: bool) -> tuple:
 
 
 @dataclass(frozen=True)
-class WindowSpec:
+class ReadSettings:
+    """``WindowDataset``'s reading keywords, declared once: ``config.ReadConfig`` validates them before
+    anything is opened, and ``WindowSpec`` carries them."""
+
+    storage_options: dict | None = None
+    partition_bytes: int | None = None
+    partition_rows: int | None = None
+    threads: int = OPEN_THREADS
+    retries: Any = RETRIES
+    timeout: float | None = None
+    on_error: str = "raise"
+    strict: bool = False
+    cache_dir: str | os.PathLike | None = None
+    cache_bytes: int | None = None
+    index: Any = None
+    prefetch_partitions: int = 1
+    next_pass_seconds: float = NEXT_PASS_SECONDS
+
+
+@dataclass(frozen=True, kw_only=True)
+class WindowSpec(ReadSettings):
     """A dataset's settings (``WindowDataset.spec``): the one value planning and the runtime read.
 
     Each field but the four below is ``WindowDataset``'s keyword of that name as resolved (documented
@@ -94,7 +114,6 @@ class WindowSpec:
     seed: int = 0
     buffer_partitions: int = 2
     pieces_per_partition: int = 1
-    prefetch_partitions: int = 1
     layout: str = "NCL"
     return_index: bool = False
     nan: str = "raise"
@@ -108,18 +127,6 @@ class WindowSpec:
     rank: int | None = None
     world_size: int | None = None
     device: Any = None
-    storage_options: dict | None = None
-    partition_bytes: int | None = None
-    partition_rows: int | None = None
-    threads: int = OPEN_THREADS
-    retries: Any = RETRIES
-    timeout: float | None = None
-    on_error: str = "raise"
-    strict: bool = False
-    cache_dir: str | os.PathLike | None = None
-    cache_bytes: int | None = None
-    index: Any = None
-    next_pass_seconds: float = NEXT_PASS_SECONDS
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
