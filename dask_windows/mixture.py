@@ -60,11 +60,7 @@ __all__ = ["Mixture", "mix"]
 SHAPE_SETTINGS = ("window", "horizon", "layout", "return_index")
 
 
-def mix(
-    members: Mapping[str, WindowDataset],
-    weights: Mapping[str, float] | None = None,
-    **options: Any,
-) -> Mixture:
+def mix(members: Mapping[str, WindowDataset], weights: Mapping[str, float] | None = None, **options: Any) -> Mixture:
     """A ``Mixture`` of ``members`` with ``weights`` (see ``Mixture`` for the options).
 
     Members that are ``CorpusDataset``s give one ``CorpusDataset`` (``corpus.mix_corpora``).

@@ -107,10 +107,7 @@ def build_units(
         wide = ~short & (channels > (budget if max_channels is None else max_channels))
     keep = ~(short | wide)
     left = LeftOut(
-        int(short.sum()),
-        int((lengths * channels)[short].sum()),
-        int(wide.sum()),
-        int((lengths * channels)[wide].sum()),
+        int(short.sum()), int((lengths * channels)[short].sum()), int(wide.sum()), int((lengths * channels)[wide].sum())
     )
     patches = np.broadcast_to(np.asarray(patch, dtype=np.int64), lengths.shape)
     kept = np.flatnonzero(keep)
@@ -157,12 +154,7 @@ def member_order(units: Units, seed: int, member: int, epoch: int, shuffle: bool
 
 
 def epoch_items(
-    members: list[Units],
-    counts: np.ndarray,
-    seed: int,
-    epoch: int,
-    shuffle: bool,
-    buffer_partitions: int,
+    members: list[Units], counts: np.ndarray, seed: int, epoch: int, shuffle: bool, buffer_partitions: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(member, item)``: the ``sum(counts)`` items of mixture epoch ``epoch``, in order.
 

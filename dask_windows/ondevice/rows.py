@@ -23,14 +23,7 @@ class DeviceRows:
         horizon: ``0``: ``y`` at each window's last row, ``(B, T)``; ``H``: the next ``H`` rows, ``(B, T, H)``.
     """
 
-    def __init__(
-        self,
-        x: torch.Tensor,
-        y: torch.Tensor | None,
-        window: int,
-        horizon: int,
-        channel_major: bool,
-    ) -> None:
+    def __init__(self, x: torch.Tensor, y: torch.Tensor | None, window: int, horizon: int, channel_major: bool) -> None:
         self.x, self.y, self.window, self.horizon, self.channel_major = x, y, window, horizon, channel_major
         self.nbytes = x.numel() * x.element_size() + (0 if y is None else y.numel() * y.element_size())
         flat = x.reshape(-1)

@@ -19,12 +19,7 @@ from typing import Any
 from dask_windows.runtime.prefetch import GuardedThread
 from dask_windows.settings.tuning import WATCH_POLL_SECONDS as POLL_SECONDS
 
-__all__ = [
-    "POLL_SECONDS",
-    "record_pickler",
-    "watch_pickler",
-    "watch_training_process",
-]
+__all__ = ["POLL_SECONDS", "record_pickler", "watch_pickler", "watch_training_process"]
 
 log = logging.getLogger(__name__)
 

@@ -21,13 +21,7 @@ from dask_windows.settings.spec import WindowSpec
 from dask_windows.settings.tuning import BUFFER_BYTES
 from dask_windows.sources import Source
 
-__all__ = [
-    "deprecated_pieces",
-    "deprecated_read_workers",
-    "piece_budget",
-    "resolve_normalize",
-    "resolve_order",
-]
+__all__ = ["deprecated_pieces", "deprecated_read_workers", "piece_budget", "resolve_normalize", "resolve_order"]
 
 
 def _count(value: Any) -> bool:
