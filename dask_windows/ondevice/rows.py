@@ -63,12 +63,8 @@ class DeviceRows:
 
 
 def standardize_windows(x: torch.Tensor, channel_major: bool, eps: float = 1e-8) -> torch.Tensor:
-    """Standardise each window and channel of a batch in place: ``(x - mean) / max(std, eps)`` over its ``L`` values.
-
-    The population std, as ``normalize="sample"`` on the host; a constant window becomes zeros.
-    Computed by ``torch.var_mean`` on the batch's device, so the values equal the host's within
-    float32 rounding (not bit for bit: another order of summation).
-    """
+    """Standardise each window and channel of a batch in place: ``(x - mean) / max(std, eps)`` over its
+    ``L`` values, as ``normalize="sample"`` on the host (within float32 rounding, not bit for bit)."""
     if not x.numel():
         return x
     var, mean = torch.var_mean(x, dim=2 if channel_major else 1, correction=0, keepdim=True)
