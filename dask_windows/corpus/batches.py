@@ -1,14 +1,9 @@
 """One reader's packed batches: partitions read ahead in order of first use, items copied into sequences.
 
-``batches`` reads the partitions a ``ReaderWork`` needs on
-``prefetch.Prefetcher`` threads, keeps each only between its first and last
-batch, and fills each batch's arrays in a few vectorised gathers.
-
-Batch layout (Moirai's): ``S`` tokens of ``P`` steps per sequence. An item of
-``C`` channels and ``n`` tokens per channel takes ``C * n`` consecutive tokens,
-channel by channel, its steps right-aligned (a first token left-padded with
-``observed_mask`` 0). Tokens no item takes have ``sample_id`` 0. Unpacked, an
-item is right-aligned in its sequence.
+``batches`` reads the partitions a ``ReaderWork`` needs on ``prefetch.Prefetcher`` threads, keeps
+each only between its first and last batch, and fills each batch in a few vectorised gathers.
+Layout (Moirai's): ``S`` tokens of ``P`` steps per sequence; an item of ``C`` channels and ``n``
+tokens per channel takes ``C * n`` consecutive tokens, its steps right-aligned (docs/corpora.md).
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """A corpus's items and their epoch order, as pure arithmetic on O(series) numbers.
 
-A data set's series become *units*: each channel of each series (the
-channel-independent view) or each series with all its channels (the
-multivariate views). A unit of ``L`` steps is cut from its end into
-``ceil(L / segment)`` *items* (the first holds the remainder), so every
-observation of a kept series is in exactly one item; ``Units.first_item``
-locates item ``k`` without listing items. A series shorter than
-``min_length``, without channels, or wider than the token budget (or
-``max_channels``) is left out and counted in ``LeftOut``.
-
-One data set's epoch order follows the loader's shuffle: partitions permuted
-per epoch, grouped into buffers of ``buffer_partitions``, items permuted
-inside a buffer. A mixture takes ``counts[m]`` items of member ``m`` per epoch
-from its stream of epochs, interleaved by ``schedule`` (exact quotas in every
-prefix).
+A data set's series become *units* (each channel of each series, or each series with all its
+channels), each cut from its end into ``ceil(L / segment)`` *items*, so every observation of a kept
+series is in exactly one item. A series shorter than ``min_length``, without channels, or wider
+than the budget is left out and counted in ``LeftOut``. An epoch's order follows the loader's
+shuffle: partitions permuted, grouped ``buffer_partitions`` at a time, items permuted inside a
+group; a mixture interleaves ``counts[m]`` items of each member by ``schedule``.
 """
 
 from __future__ import annotations
