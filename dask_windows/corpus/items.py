@@ -81,13 +81,11 @@ def build_units(
     Args:
         partition_series: ``(P + 1,)`` first series of each partition.
         independent: One unit per channel (else one per series).
-        patch: Steps per token, or ``(S,)`` of each series (per-frequency patch sizes): an item holds at most
-            ``budget`` tokens of its patch size.
+        patch: Steps per token, or ``(S,)`` of each series: an item holds at most ``budget`` tokens.
         max_length: Most steps of one item (a multiple of ``patch``).
         min_length: Fewest steps of a series kept.
-        budget: Tokens of one sequence: a multivariate item of ``C`` channels gets ``budget // C`` tokens per channel.
-        max_channels: The padded multivariate view (with ``independent=False``): an item of all a series'
-            channels, each in its own plane of the batch, items of ``max_length`` steps; series of more
+        budget: Tokens of one sequence (a multivariate item of ``C`` channels: ``budget // C`` per channel).
+        max_channels: The padded view (with ``independent=False``): planes of an item; series of more
             channels are left out.
     """
     lengths = np.asarray(lengths, dtype=np.int64)

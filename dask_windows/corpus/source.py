@@ -233,7 +233,7 @@ class ListSource:
         return [c for w in wanted for c in (w, w + SHAPE_SUFFIX) if c in names]
 
     def _units(self, f: int) -> Any:
-        """``(unit, its table or record batch, freq codes or None)`` of file ``f``, unit by unit."""
+        """``(unit, its table or record batch, freq codes or None)`` of file ``f``."""
         handle = self._handle(f)
         if self.kind == "parquet":
             names = handle.schema_arrow.names
