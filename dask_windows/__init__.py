@@ -1,12 +1,8 @@
 """Stream shuffled windows of partitioned time series into PyTorch.
 
-The names that need torch (``WindowDataset``, ``DevicePrefetcher``,
-``standardize`` and the ``masks`` module) are imported on first use through a
-module-level ``__getattr__`` (PEP 562). Importing the package, as every Dask
-worker running a convert or stats task does and as the CLI does at start,
-then costs neither torch's ~190 MB nor its ~1 s import; the price is that an
-import error in a torch-side module surfaces at first attribute access rather
-than at ``import dask_windows``.
+The names that need torch are imported on first use (PEP 562 ``__getattr__``), so a Dask worker of
+``convert`` or the CLI at start pays neither torch's ~190 MB nor its ~1 s import; the price is that
+an import error in a torch-side module surfaces at first attribute access.
 """
 
 from __future__ import annotations

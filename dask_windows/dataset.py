@@ -1,11 +1,8 @@
-"""``WindowDataset``: wiring of source, plan, prefetch, buffer and batch.
+"""``WindowDataset``: an ``IterableDataset`` of ready batches (``DataLoader(ds, batch_size=None)``), wiring only.
 
-The dataset is an ``IterableDataset`` that yields ready batches, so it is
-used with ``DataLoader(ds, batch_size=None)``. Opening it reads metadata and
-the series column only; iterating it follows a pure plan of
-``(seed, epoch, rank, world_size, worker, num_workers)``, so batches are the
-same bit for bit whatever the thread timing. All arithmetic lives in
-``plan``, ``windows`` and ``index``; this module only connects them.
+Opening reads metadata and the series column; iterating follows a pure plan of ``(seed, epoch, rank,
+world_size, worker, num_workers)`` (``planning/``), so batches are the same bit for bit whatever the
+thread timing.
 """
 
 from __future__ import annotations
@@ -82,23 +79,16 @@ class WindowDataset(PassProtocol, IterableDataset):
         seed: Base of every random generator.
         buffer_partitions: With whole partitions, how many are resident at once (a batch draws on
             that many; the loader's memory).
-        pieces_per_partition: ``1``: whole partitions (the 0.1 order, the default for a Dask frame
-            and for data spread by ``dask-windows convert``): the pool order with each partition one
-            unit and ``buffer_partitions`` of them resident. A count above 1 (0.2's piece order) is
-            deprecated and served by the pool order. ``None`` (default): the pool order (``buffer_bytes``).
-        buffer_bytes: The default order's memory budget (``planning.budget``, ``planning.pool``, ``runtime.pool``): each unit the source
-            decodes whole (a Parquet row group) is read once per epoch into a pool of this many bytes
-            of decoded rows per rank (shared by its DataLoader workers), its windows spread over the
-            stretch of the epoch while it stays resident, and every batch drawn from all resident
-            units: with at least ``2 * batch_size`` units resident, batches mix like a global
-            shuffle. ``None``: 1 GiB (``runtime.pool.BUFFER_BYTES``). Passing ``pieces_per_partition=1``
-            asks for whole partitions instead (``buffer_partitions`` of them resident), as Dask frames
-            and data spread by ``dask-windows convert`` do by default.
-            See docs/mixing.md.
-        prefetch_partitions: ``>= 1``: a reader thread reads the next unit and a builder thread builds
-            the next step while batches are gathered (see docs/memory.md); ``0``: no thread,
-            everything in the consumer's thread. (Before 0.3, with whole partitions, the partitions'
-            worth read ahead; the pool reads one unit ahead whatever the count.)
+        pieces_per_partition: ``1``: whole partitions, ``buffer_partitions`` of them resident (the
+            default for a Dask frame and for data spread by ``dask-windows convert``); above 1:
+            deprecated, served by the pool order. ``None`` (default): the pool order.
+        buffer_bytes: The pool order's memory budget of decoded rows per rank (shared by its
+            DataLoader workers; ``None``: 1 GiB): each decode unit (a Parquet row group) is read
+            once per epoch and every batch drawn from all resident units; with at least
+            ``2 * batch_size`` of them, batches mix like a global shuffle (docs/mixing.md).
+        prefetch_partitions: ``>= 1``: a reader thread reads the next unit and a builder thread
+            builds the next step while batches are gathered (docs/memory.md); ``0``: everything
+            on the consumer's thread.
         layout: ``"NCL"`` gives ``x`` as ``(B, C, L)``, ``"NLC"`` as ``(B, L, C)``.
         return_index: Also yield each window's global start row, int64 ``(B,)``.
         storage_options: Passed to fsspec.
@@ -113,42 +103,32 @@ class WindowDataset(PassProtocol, IterableDataset):
         threads: Threads used to read metadata and series columns when opening.
         retries: Retries of transient storage errors (connection reset, throttling, 5xx) with
             exponential backoff; an int, or a ``RetryPolicy`` for the delays.
-        on_error: ``"raise"`` (default) on an unreadable partition, or ``"skip"`` it with a warning:
-            left out at open, replaced by other windows of its buffer while iterating, so every
-            rank still yields ``len(ds)`` batches. Skips are listed in ``skipped`` (see ``faults``).
-            Only corrupt or missing data is skipped, never a resource or permission error.
+        on_error: ``"raise"`` (default) on an unreadable partition, or ``"skip"`` it with a warning
+            (listed in ``skipped``; every rank still yields ``len(ds)`` batches). Only corrupt or
+            missing data is skipped, never a resource or permission error.
         strict: Raise instead of warn when the data is usable but suspect (a series that reappears
             after another inside a partition: see ``docs/checks.md``).
-        timeout: Seconds a remote partition read may take, retries included (default 60), and
-            twice that per call while opening; past it a ``SourceReadError`` names the object.
-            Applies to Parquet on object stores (any non-local fsspec URL); local files and Dask
-            frames (computed, perhaps slowly, on a cluster) have no deadline.
-        cache_dir: Parquet in a remote store: keep the bytes read in this local folder, shared by the
-            ranks and DataLoader workers of a machine, so later epochs make no request for them
-            (see ``sources.cache``).
-        cache_bytes: Most bytes ``cache_dir`` may hold; entries unused for 12 hours are evicted, least recently used
-            first, and new bytes that do not fit otherwise are not stored (a budget smaller than the data keeps
-            what it holds across epochs: docs/pretraining.md).
-        read_workers: Deprecated and ignored (a ``DeprecationWarning``; removed in 0.4): the read processes
-            it started served only whole partitions (``pieces_per_partition=1``), and the default pool
-            order reads each unit once on a reader thread.
+        timeout: Seconds a remote Parquet read may take, retries included (default 60; twice that
+            per call while opening); past it a ``SourceReadError`` names the object. Local files
+            and Dask frames have no deadline.
+        cache_dir: Parquet in a remote store: keep the bytes read in this local folder, shared by
+            the ranks and workers of a machine (``sources.cache``).
+        cache_bytes: Most bytes ``cache_dir`` may hold (docs/pretraining.md).
+        read_workers: Deprecated and ignored (a ``DeprecationWarning``; removed in 0.4).
         workflow: A fitted ``dask_windows.workflow.Workflow`` (or the path of a saved one, or
             ``wf.named(...)`` for named batches): its operations run on each piece as it is read;
             ``features`` / ``targets`` default to its roles and name its outputs. See docs/workflows.md.
-        next_pass_seconds: While a pass's last step is drained, the first units of the pass after it
-            (the next epoch, same rank and worker; about 16 MiB decoded, whole partitions: the first
-            ``buffer_partitions``) are read ahead, and kept this long after the pass ends for the next
-            ``iter()`` to take (the same batches either way; see ``nextpass``). ``0`` turns it off.
+        next_pass_seconds: While a pass's last step is drained, the first units of the next epoch's
+            pass are read ahead and kept this long for the next ``iter()`` (the same batches either
+            way; ``speedups.nextpass``). ``0`` turns it off.
         device: Gather the batches on this torch device (``"cuda"``, ``"cpu"``; ``"auto"``: CUDA when
-            available, else the host path): each buffer's decoded rows cross to it once, one buffer
-            ahead, at most two buffers on it, and every batch is cut there by index, the same values
-            in the same order (see docs/device.md and ``ondevice``). ``None`` (default): batches are
-            gathered on the host. Iterate in the training process (no DataLoader workers).
-        read_deadline: Deprecated and ignored, like ``read_workers`` (it bounded their waits).
-        index: Parquet paths: the dataset index written by ``dask-windows index`` (or ``convert``), whose
-            one read replaces a read per file at open. ``None`` (default): the one beside a folder or
-            prefix, if any; a path: that one; ``False``: none. A stale index raises naming the file.
-            See docs/startup.md.
+            available, else the host): decoded rows cross once and every batch is cut there by
+            index, the host's values in its order (docs/device.md). Iterate in the training
+            process (no DataLoader workers). ``None`` (default): the host.
+        read_deadline: Deprecated and ignored, like ``read_workers``.
+        index: Parquet paths: the dataset index of ``dask-windows index`` (one read at open instead of
+            one per file). ``None`` (default): the one beside a folder or prefix, if any; a path:
+            that one; ``False``: none (docs/startup.md).
 
     Attributes:
         skipped: Partitions skipped in this process: at open, and while iterating in this process.
@@ -199,7 +179,7 @@ class WindowDataset(PassProtocol, IterableDataset):
         super().__init__()
         opening = time.perf_counter_ns()
         deprecated_read_workers(read_workers, read_deadline)  # a warning: both are ignored
-        self.read_workers, self.read_deadline = 0, None  # the attributes 0.2 had, as the setting now acts
+        self.read_workers, self.read_deadline = 0, None  # 0.2's attributes, as the settings now act
 
         def opened(read: ReadConfig, series: Any) -> Source:
             options = read.source_options()
@@ -348,23 +328,16 @@ class WindowDataset(PassProtocol, IterableDataset):
     ) -> tuple[WindowDataset, WindowDataset]:
         """Temporal ``(train, valid)`` split per series; both stream, shard and resume like this one.
 
-        Per series, positions count its rows in canonical order from 0 (a series may span files;
-        with ``series=None`` all rows are one series, and each array is one for array data). With
-        ``n`` rows and a cut position ``cut``, a window starting at position ``p`` is in train when
-        ``p + window + horizon <= cut`` and in valid when ``p >= cut + embargo``. The datasets keep
-        this dataset's start grid and filter it; nothing is re-scanned.
+        Positions count a series' rows in canonical order from 0. A window starting at ``p`` is in
+        train when ``p + window + horizon <= cut`` and in valid when ``p >= cut + embargo``; nothing
+        is re-scanned (docs/splits.md).
 
         Args:
-            valid: Fraction of each series' rows after the cut: ``cut = floor(n * (1 - valid))``.
-            at: Split by time instead: ``cut`` is the position of the series' first row whose
-                ``time`` value is ``>= at`` (``n`` if none). With time increasing inside each series,
-                train windows and their horizon end before ``at``; valid windows start at or after it.
-                Reads the ``time`` column once.
+            valid: Fraction of each series' ``n`` rows after the cut: ``cut = floor(n * (1 - valid))``.
+            at: Split by time instead: ``cut`` is the series' first row whose ``time`` is ``>= at``
+                (``n`` if none). Reads the ``time`` column once.
             time: The time column for ``at``.
             embargo: Rows after the cut where no valid window may start (e.g. ``window``).
-
-        Returns:
-            ``(train, valid)`` datasets.
         """
         if self._series is None:
             one_series = self.spec.series is None and not isinstance(self.source, ArraySource)
@@ -408,10 +381,8 @@ class WindowDataset(PassProtocol, IterableDataset):
         )  # fmt: skip
 
     def _pass_values(self, counted: bool = True) -> PassValues:
-        """A pass's values (``runtime.values``), its seams wired from this dataset's keywords (``runtime.seams``).
-
-        ``counted=False``: a stream read for a mixture or an elastic resume (``runtime.streams``), which
-        counts nothing in this dataset's resume state and reads no next pass ahead."""
+        """A pass's values (``runtime.values``); ``counted=False``: a stream of a mixture or an elastic
+        resume (``runtime.streams``), counting nothing in the resume state and reading nothing ahead."""
         output = self._workflow if self._workflow is not None else TorchOutput(self.spec.return_index)
         return PassValues(
             self._read_values(), output=output, allocator=SlotAllocator(),
@@ -421,8 +392,7 @@ class WindowDataset(PassProtocol, IterableDataset):
         )  # fmt: skip
 
     def _next_pass(self) -> NextPass:
-        """The next pass's read-ahead hook (``speedups.nextpass``): this dataset's slot, settings and what its
-        buffers depend on, as values; what is asked when the read-ahead starts, as callables."""
+        """The next pass's read-ahead hook (``speedups.nextpass``)."""
         return NextPass(
             self._read_ahead, self.spec, self.source, self.grid,
             self._normalize, self.row_offsets, epoch=lambda: self.epoch, worker_passes=lambda: self._worker_passes,

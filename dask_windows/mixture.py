@@ -1,37 +1,16 @@
 """Weighted mixtures of window datasets: ``mix({"a": ds_a, "b": ds_b}, weights={...})``.
 
-A mixture epoch is a virtual sequence of ``N = sum(counts)`` windows, where
-member ``m`` contributes exactly ``counts[m]``, its share ``w_m / sum(w) * windows_per_epoch``
-rounded by largest remainders so that the counts sum to ``windows_per_epoch``,
-windows interleaved by the integer schedule of ``schedule`` (every prefix,
-hence every batch, holds each member within about two windows of its share).
-Each member is read as one endless stream: its own epochs ``0, 1, 2, ...``
-(each reshuffled by the member's own plan, with ``world_size=1``) laid end to
-end. Mixture epoch ``E`` takes positions ``[E * counts[m], (E + 1) * counts[m])``
-of member ``m``'s stream, so a member smaller than its share repeats its
-epochs (each a fresh permutation, without replacement inside one), and a
-larger one goes through its epoch over several mixture epochs.
+A mixture epoch is ``N = sum(counts)`` windows: member ``m`` gives exactly ``counts[m]``, its
+weight's share rounded by largest remainders, interleaved by ``planning.schedule`` (every batch
+holds each member within about two windows of its share). Each member is read as one endless
+stream of its own epochs (``world_size=1``) laid end to end; mixture epoch ``E`` takes positions
+``[E * counts[m], (E + 1) * counts[m])`` of it, so a small member repeats its epochs and a large
+one spans several mixture epochs (docs/pretraining.md).
 
-Ranks and DataLoader workers slice the mixture's sequence exactly as
-``plan`` slices a dataset's: equal contiguous shares per rank (the last
-``N % world_size`` windows left out), contiguous blocks of batches per
-worker. A reader's slice needs a contiguous range of each member's stream,
-which is one member epoch (or two) entered at a window position: the
-member's plan skips the buffers before it without reading them.
-
-The trade-off: members are iterated as ``world_size=1`` views and the
-division is done at the mixture level, so counts, batch shares and resume
-are exact for any topology, but each reader reads the partial buffers at
-both ends of its member ranges whole (up to ``2 * buffer_partitions``
-partitions per member and reader more than a sharded member would read).
-Mixing inside a batch is the members' own buffer shuffle.
-
-Epochs, ``len()``, resume states, ranks and pickling follow the pass protocol
-a ``WindowDataset`` follows (``passes``): each pass over the mixture, in this
-process or in every DataLoader worker of one pass, takes the epoch after the
-previous pass's; ``set_epoch`` and ``load_state_dict`` pin the epoch of the
-next pass. The members' own epochs
-follow from the mixture's (``member_epochs``), never from their own counters.
+The trade-off: ranks and workers divide the mixture's sequence as ``planning.division`` divides a
+dataset's, so counts, shares and resume are exact for any topology, but each reader reads the
+partial units at both ends of its member ranges whole. Epochs, ``len()``, resume and pickling
+follow the pass protocol (``passes``); members' epochs follow the mixture's (``member_epochs``).
 """
 
 from __future__ import annotations
@@ -60,11 +39,7 @@ __all__ = ["Mixture", "mix"]
 SHAPE_SETTINGS = ("window", "horizon", "layout", "return_index")
 
 
-def mix(
-    members: Mapping[str, WindowDataset],
-    weights: Mapping[str, float] | None = None,
-    **options: Any,
-) -> Mixture:
+def mix(members: Mapping[str, WindowDataset], weights: Mapping[str, float] | None = None, **options: Any) -> Mixture:
     """A ``Mixture`` of ``members`` with ``weights`` (see ``Mixture`` for the options).
 
     Members that are ``CorpusDataset``s give one ``CorpusDataset`` (``corpus.mix_corpora``).
@@ -102,9 +77,8 @@ class Mixture(PassProtocol, IterableDataset):
             ``shuffle`` and ``buffer_partitions`` decide the order of their windows; their
             ``batch_size`` is only the chunk they are read in.
         weights: ``{name: weight >= 0}``; default: proportional to each member's ``num_windows``.
-        windows_per_epoch: Windows of every epoch; member ``m`` gives its share ``w_m / sum(w)`` of them,
-            rounded by largest remainders (the counts sum to ``windows_per_epoch``). Default: the sum of
-            the members' ``num_windows``.
+        windows_per_epoch: Windows of every epoch, shared by weight (largest remainders); default:
+            the sum of the members' ``num_windows``.
         batch_size: Windows per batch; default: the first member's.
         drop_last: Leave out this rank's final partial batch.
         return_source: Append each window's member number (int64 ``(B,)``, index in ``names``; named
@@ -112,9 +86,8 @@ class Mixture(PassProtocol, IterableDataset):
         rank: This process's rank; default from ``torch.distributed``, else 0.
         world_size: Number of ranks; default from ``torch.distributed``, else 1.
 
-    Members yielding named batches (``workflow=wf.named()``) give named batches, each field
-    assembled from the members' fields; every member must yield the same fields, dtypes, shapes
-    and columns (``workflow.mixing``).
+    Members yielding named batches (``workflow=wf.named()``) give named batches; every member must
+    yield the same fields, dtypes, shapes and columns (``workflow.mixing``).
 
     Attributes:
         names: Member names, in the order of the source labels.

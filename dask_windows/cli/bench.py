@@ -1,10 +1,5 @@
-"""``bench``: time a ``WindowDataset`` through a ``DataLoader`` on real data, in this process.
-
-The figures are what training would see, this machine's page cache included. Read time is
-counted by wrapping the source's read methods (a ``multiprocessing.Value`` shared with the
-DataLoader workers: a lock a read); peak RSS is ``getrusage``'s. torch is imported by
-:func:`bench` only, so importing this module stays cheap.
-"""
+"""``bench``: time a ``WindowDataset`` through a ``DataLoader`` on real data, in this process (torch is
+imported by :func:`bench` only). Read time is counted by wrapping the source's read methods."""
 
 from __future__ import annotations
 
@@ -80,15 +75,9 @@ def bench(
     progress: IO[str] | None = None,
     **keywords: Any,
 ) -> dict:
-    """Time a ``WindowDataset`` (opened with ``keywords``) through a ``DataLoader`` on real data.
-
-    Stops at the end of the epoch, after ``max_batches`` or after ``seconds``. ``step_ms``
-    simulates a training step per batch, so that ``wait_share`` (the share of wall time spent
-    waiting for batches) shows whether the loader keeps up with it; ``read_share`` is the time
-    spent reading, summed over the loader's processes, per second and process (near 1: I/O
-    bound); ``stats`` and ``breakdown`` are ``WindowDataset.stats()`` of the run. ``progress``
-    gets a line about once a second.
-    """
+    """Time a ``WindowDataset`` (opened with ``keywords``) through a ``DataLoader`` until the epoch ends,
+    ``max_batches`` or ``seconds``; ``step_ms`` simulates a training step per batch, so ``wait_share``
+    shows whether the loader keeps up (docs/cli.md). ``progress`` gets a line about once a second."""
     import multiprocessing
     import resource
 

@@ -21,9 +21,8 @@ def _input_block_size(memory_limit: str) -> int:
 
 
 class _Cluster:
-    """Starts a LocalCluster (or connects to ``--scheduler``) on the first compute, so that bad
-    inputs fail before any worker exists; on exit counts the workers restarted (usually killed for
-    exceeding ``--memory-limit``) and closes everything."""
+    """Starts a LocalCluster (or connects to ``--scheduler``) on the first compute, so that bad inputs
+    fail before any worker exists; on exit counts the workers restarted and closes everything."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args

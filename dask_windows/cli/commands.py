@@ -51,15 +51,8 @@ def _cmd_convert(args: argparse.Namespace) -> dict:
             input_block_size=_input_block_size(args.memory_limit),
             npy_columns=args.npy_columns.split(",") if args.npy_columns else None,
             compute=cluster.compute,
-            series=args.series,
-            time=args.time,
-            overwrite=args.overwrite,
-            parse_time=args.parse_time,
-            compression=args.compression,
-            layout=args.layout,
-            window=args.window,
-            horizon=args.horizon,
-            chunk_rows=args.chunk_rows,
+            **{k: getattr(args, k) for k in ("series", "time", "overwrite", "parse_time", "compression")},
+            **{k: getattr(args, k) for k in ("layout", "window", "horizon", "chunk_rows")},  # the spread layout
         )
     seconds = clock.perf_counter() - started
     out = {k: v for k, v in report.__dict__.items() if k != "manifest"}

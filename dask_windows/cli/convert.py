@@ -1,12 +1,9 @@
 """Turn Parquet, CSV, Avro or ``.npy`` inputs into a loader-ready Parquet dataset with a manifest.
 
-A disk bucket sort in Dask passes: rows per series and a size sample, cut times of series too long
-for one file (``convert_plan``), every input block split by output file into compressed Arrow
-scratch, each bucket stably sorted by (series, time) and written (``scratch``; the spread layout
-deals the sorted rows over all files in overlapping chunks, ``layout``). It reads the input two
-or three times and writes it twice, for memory bounded by the block and file sizes on any
-scheduler, and a deterministic output. Files are written under ``DST.tmp-<hex>``, the manifest
-last, and renamed to ``DST`` when all is there (``safety``: what ``DST`` may replace).
+A disk bucket sort in Dask passes (``convert_plan``, ``scratch``, ``layout``): it reads the input
+two or three times and writes it twice, for memory bounded by the block and file sizes on any
+scheduler and a deterministic output. Files are written under ``DST.tmp-<hex>``, the manifest last,
+and renamed to ``DST`` when all is there (``safety``: what ``DST`` may replace).
 """
 
 from __future__ import annotations
@@ -72,8 +69,7 @@ def _to_datetime(df: pd.DataFrame, time: str, utc: bool, dtype: Any) -> pd.DataF
 
 
 def _parse_times(ddf: dd.DataFrame, time: str, utc: bool) -> dd.DataFrame:
-    """The time column parsed with ``pandas.to_datetime`` in each partition (``dd.to_datetime``
-    gave other columns wrong metadata)."""
+    """The time column parsed with ``pandas.to_datetime`` per partition (``dd.to_datetime`` breaks the meta)."""
     dtype = pd.to_datetime(pd.Series(["2000-01-01 00:00:00"]), utc=utc).dtype
     meta = ddf._meta.assign(**{time: pd.Series([], dtype=dtype)})
     return ddf.map_partitions(_to_datetime, time, utc, dtype, meta=meta)
@@ -123,23 +119,12 @@ def convert(
     horizon: int = 0,
     chunk_rows: int | None = None,
 ) -> ConvertReport:
-    """Convert inputs into a sorted, series-aligned Parquet dataset with a manifest.
+    """Convert inputs into a sorted, series-aligned Parquet dataset with a manifest (the keywords are
+    ``dask-windows convert``'s flags: docs/cli.md, docs/converted.md).
 
     Args:
-        srcs: files, folders or globs (fsspec URLs allowed).
-        dst: the output folder: new, empty, or with ``overwrite`` an earlier convert output.
-        time: the time column (numeric, datetime or timedelta).
-        fmt: one of ``FORMATS``; ``None`` infers it from file extensions.
-        partition_size: target bytes per output file (``"256MB"`` or int).
-        parse_time: parse the time column with ``pandas.to_datetime`` first.
-        npy_columns: names for the columns of plain ``.npy`` arrays.
-        input_block_size: bytes of input per read task (at most the target).
+        input_block_size: Bytes of input per read task (at most the target).
         compute: ``compute(label, *collections) -> results`` (default ``dask.compute``).
-        layout: ``"spread"`` (default): every series in chunks dealt over all files
-            (``docs/converted.md``); ``"contiguous"``: files in (series, time) order.
-        window, horizon: the longest the dataset will be read with: spread chunks overlap by
-            ``window + horizon - 1`` rows (default span ``DEFAULT_SPAN``).
-        chunk_rows: owned rows per chunk (default: about 512 chunks per file).
 
     Raises:
         FileExistsError: ``dst`` is in the way (not new, empty or, with ``overwrite``, an earlier
@@ -291,8 +276,7 @@ def _spread_options(layout: str, window: int | None, horizon: int, chunk_rows: i
 def _date_outputs_as_inputs(
     out_fs: Any, root: str, entries: list[dict], files: Sequence[str], storage_options: dict | None
 ) -> None:
-    """Give every local output file the modification time of the newest local input file, so that
-    a second run on the same input writes a byte-identical index (it records each ``mtime``)."""
+    """Date local outputs as the newest local input, so a second run writes a byte-identical index."""
     if "file" not in out_fs.protocol and "local" not in out_fs.protocol:
         return
     newest = 0
@@ -317,8 +301,7 @@ def _move_into_place(fs: Any, tmp: str, root: str) -> None:
 
 
 def series_spread(entries: Sequence[dict]) -> tuple[int, int]:
-    """``(series in more than one file, rows of the longest series)`` of the files ``entries`` (a
-    manifest's) describe; a series' rows are its runs' owned rows."""
+    """``(series in more than one file, rows of the longest series)`` of a manifest's ``entries``."""
     files: dict[str, set[int]] = {}
     rows: dict[str, int] = {}
     for i, entry in enumerate(entries):

@@ -20,13 +20,8 @@ PROFILE_META = {"rows": "i8", "null_time": "i8", "bytes_per_row": "f8", "bytes_p
 
 
 def plan_files(series_rows: np.ndarray, target_rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """Pack series (``series_rows``: rows of each, in output order), in order, into files of at most
-    ``target_rows`` rows; a longer series gets ``ceil(rows / target_rows)`` files of its own.
-
-    Returns:
-        ``(first_file, num_pieces)``: per series its first file id and how many consecutive files
-        it spans. File ids count from 0 without gaps.
-    """
+    """``(first_file, num_pieces)`` per series: series packed in order into files of at most ``target_rows``
+    rows, a longer one into ``ceil(rows / target_rows)`` files of its own (ids from 0, no gaps)."""
     first_file = np.zeros(len(series_rows), dtype=np.int64)
     num_pieces = np.ones(len(series_rows), dtype=np.int64)
     next_file, open_rows = 0, 0  # open_rows: rows in file next_file - 1 so far
@@ -59,9 +54,8 @@ def _parquet_bytes(df: pd.DataFrame, compression: str) -> int:
 
 
 def _profile(df: pd.DataFrame, series: str, time: str, compression: str, partition_info=None) -> pd.DataFrame:
-    """Rows and null times; for the first partition also Parquet bytes per row and per file, and
-    decoded bytes per row, from a sample sorted like the output. Bytes per row are the marginal
-    cost (the sample's size minus its first half's), so footers and headers do not inflate them."""
+    """Rows and null times; for the first partition also Parquet bytes per row (the marginal cost, so
+    footers do not inflate it) and per file, and decoded bytes per row, from a sorted sample."""
     per_row = per_file = decoded = np.nan
     if partition_info is not None and partition_info["number"] == 0 and len(df):
         sample = df.iloc[:50_000]

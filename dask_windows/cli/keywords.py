@@ -1,9 +1,6 @@
-"""``WindowDataset``'s keywords on the command line: one row per keyword of ``settings.config.KEYWORDS``.
-
-The flags of ``inspect`` and ``bench`` (and ``convert``'s window flags), the keywords they hand
-the dataset and the flags error messages name come from :data:`OPTIONS`; a keyword without a
-flag says why, and a test checks that every keyword has a row.
-"""
+"""``WindowDataset``'s keywords on the command line: :data:`OPTIONS`, one row per keyword of
+``settings.config.KEYWORDS``, gives the dataset flags and what error messages name; a keyword
+without a flag says why."""
 
 from __future__ import annotations
 
@@ -25,10 +22,9 @@ def _size(text: str) -> int:
 
 @dataclass(frozen=True)
 class Option:
-    """One keyword of ``WindowDataset`` (the parsed argument's ``dest``) on the command line: its
-    ``add_argument`` settings (``type`` ``"count"`` or ``"size"``: the argument types of
-    ``cli.options``), those ``bench`` replaces, how the parsed ``value`` becomes the dataset's,
-    or ``why`` it has no flag."""
+    """One keyword of ``WindowDataset`` on the command line: its ``add_argument`` settings (``type``
+    ``"count"`` or ``"size"``: ``cli.options``'s), those ``bench`` replaces, how the parsed ``value``
+    becomes the dataset's, or ``why`` it has no flag."""
 
     keyword: str
     settings: Mapping[str, Any] = field(default_factory=dict)
@@ -43,8 +39,7 @@ class Option:
 
 
 def _flag(keyword: str, bench: Mapping[str, Any] | None = None, value: Any = None, **settings: Any) -> Option:
-    """The row of a keyword that a flag sets: its ``add_argument`` ``settings`` (``bench``: those
-    that differ in ``bench``)."""
+    """The row of a keyword a flag sets (``bench``: the settings that differ in ``bench``)."""
     return Option(keyword, settings, bench or {}, value)
 
 

@@ -1,12 +1,9 @@
-"""Where ``convert`` puts each row: every series in chunks spread over all output files.
+"""Where ``convert`` puts each row: every series in chunks spread over all output files (pure numpy).
 
-A loader's buffer holds a few files, so a batch mixes only what they hold. The canonical (series,
-time) order is cut into chunks dealt over the files, each cycle of ``F`` chunks in a seeded random
-order, and inside a file in golden-ratio steps, so any stretch of a file reaches across the whole
-dataset. A chunk is stored with the next ``span - 1`` rows of its series (the overlap; the
-manifest records each run's ``origin`` and ``owned`` rows), so no window is lost or repeated at a
-cut; the price is at most a quarter more rows stored, and a loader opened with a longer
-``window + horizon`` loses (and counts) the windows reaching past an overlap. Pure numpy.
+A batch mixes only what a few resident files hold, so the canonical (series, time) order is cut into
+chunks dealt over the files (each cycle of ``F`` chunks in a seeded order, inside a file in
+golden-ratio steps). A chunk is stored with the next ``span - 1`` rows of its series, so no window
+is lost or repeated at a cut; the price is at most a quarter more rows stored (docs/converted.md).
 """
 
 from __future__ import annotations
@@ -37,9 +34,8 @@ _LAYOUT_SEED = 0x5EED
 
 @dataclass(frozen=True)
 class SpreadPlan:
-    """Where every chunk goes: per chunk ``(M,)`` its first canonical row (``chunk_lo``), one past its
-    last owned and stored row (``chunk_hi``, ``stored_hi``: with the overlap), its output ``file``
-    and ``slot`` there (chunks are stored in slot order)."""
+    """Where every chunk goes, per chunk ``(M,)``: its first canonical row, one past its last owned and
+    stored (with the overlap) row, its output ``file`` and ``slot`` there."""
 
     chunk_lo: np.ndarray
     chunk_hi: np.ndarray
@@ -180,9 +176,8 @@ def output_files(total_rows: int, target_rows: int, span: int, chunk_rows: int |
 
 
 def canonical_rows(manifest: dict, rows: np.ndarray) -> np.ndarray:
-    """``(N,)`` global rows of a converted dataset (files in manifest order; ``return_index=True``
-    yields them) as rows of the dataset sorted by (series, time); overlap rows map to the row they
-    repeat."""
+    """``(N,)`` global rows of a converted dataset (as ``return_index=True`` yields them) as rows sorted by
+    (series, time); overlap rows map to the row they repeat."""
     rows = np.asarray(rows, np.int64)
     if manifest["version"] == 1:
         return rows

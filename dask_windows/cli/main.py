@@ -1,9 +1,4 @@
-"""The ``dask-windows`` command line: its parser and entry point (the runners are in ``commands``).
-
-``convert``, ``stats`` and ``fit`` run on Dask (a ``LocalCluster``, or ``--scheduler``);
-``inspect``, ``bench`` and ``index`` work in this process. Results go to stdout (``--json`` for
-JSON); progress bars, logs and errors to stderr.
-"""
+"""The ``dask-windows`` command line: its parser and entry point (the runners are in ``commands``)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Options shared by the ``dask-windows`` commands, their argument types and the error wording.
-
-The parser checks what argparse can name a flag for (sizes, durations, counts); the loader's own
-settings are left to the loader, and :func:`_cli_message` turns the Python keywords in its
-messages (``batch_size=0``, ``on_error='skip'``) into the flags that set them here.
-"""
+"""Options shared by the ``dask-windows`` commands, their argument types, and :func:`_cli_message`,
+which names flags where the loader's messages name keywords (``batch_size=0``)."""
 
 from __future__ import annotations
 

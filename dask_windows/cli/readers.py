@@ -1,9 +1,5 @@
-"""Input readers for ``convert`` and ``stats``: Parquet, CSV, Avro and ``.npy`` files.
-
-Each format becomes one lazy Dask DataFrame in file order, in blocks of about ``blocksize`` bytes;
-an Avro file is one task, ``.npy`` files are read in row chunks from their bytes (local or remote).
-Dask's DataFrame layer is imported only by :func:`read_inputs`, so ``--help`` does not pay for it.
-"""
+"""Input readers for ``convert`` and ``stats``: Parquet, CSV, Avro and ``.npy`` files, each format one
+lazy Dask DataFrame in file order (Dask's DataFrame layer imported only by :func:`read_inputs`)."""
 
 from __future__ import annotations
 
@@ -37,11 +33,8 @@ def _format_of(path: str) -> str | None:
 
 
 def list_inputs(srcs: Sequence[str], fmt: str | None, storage_options: dict | None = None) -> tuple[str, list[str]]:
-    """``(fmt, urls)``: files, folders and globs expanded into input file URLs, and the format.
-
-    Folders are searched recursively for files with the format's extensions (any known one when
-    ``fmt`` is None), skipping names starting with ``_`` or ``.``; each source's files are sorted.
-    """
+    """``(fmt, urls)``: files, folders (searched recursively, skipping ``_`` and ``.`` names) and globs
+    expanded into sorted input file URLs, and the format (``None``: from the extensions)."""
     if fmt is not None and fmt not in FORMATS:
         raise ConfigError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
     wanted = _EXTENSIONS[fmt] if fmt else sum(_EXTENSIONS.values(), ())
@@ -108,9 +101,7 @@ def _csv_schema(url: str, storage_options: dict | None) -> dict[str, str]:
 def file_schemas(
     urls: Sequence[str], fmt: str, storage_options: dict | None = None, threads: int = 16
 ) -> list[dict[str, str]]:
-    """Each input file's column types: Parquet's footer, what pyarrow infers from a CSV file's
-    first MiB (``null`` for a column empty there), Avro's writer schema; none for ``.npy``
-    (:func:`read_inputs` checks their headers)."""
+    """Each input file's column types (a CSV file's from its first MiB); none for ``.npy``."""
     from concurrent.futures import ThreadPoolExecutor
 
     one = {"parquet": _parquet_schema, "csv": _csv_schema, "avro": _avro_dtypes}.get(fmt)
@@ -125,8 +116,7 @@ def _same_type(a: str | None, b: str | None) -> bool:
 
 
 def schema_mismatch(urls: Sequence[str], schemas: Sequence[dict[str, str]], remedy: str | None = None) -> str | None:
-    """The message listing how the inputs' schemas differ (files alike listed once, only the
-    columns that differ), or ``None`` when they agree; ``remedy`` replaces the default advice."""
+    """The message listing how the inputs' schemas differ, or ``None`` when they agree."""
     if len(schemas) < 2:
         return None
     first = schemas[0]
@@ -264,13 +254,8 @@ def read_inputs(
     blocksize: int = 64 * 2**20,
     storage_options: dict | None = None,
 ) -> dd.DataFrame:
-    """Open input files as one lazy Dask DataFrame, in file order.
-
-    An ``.npy`` file is a 1-D structured array, whose fields are the columns, or a plain
-    ``(rows,)`` / ``(rows, C)`` array, whose columns are ``npy_columns`` or ``f0..f{C-1}``. Without
-    a ``series`` column the file is one series named after the file; without a ``time`` column,
-    time is the row number within the file.
-    """
+    """Open input files as one lazy Dask DataFrame, in file order; a ``.npy`` file without a ``series``
+    (``time``) column is one series named after the file (time is its row number)."""
     import dask.dataframe as dd
 
     options = storage_options or {}
@@ -319,13 +304,9 @@ def read_inputs(
 def time_parsing(
     fmt: str, schemas: Sequence[dict[str, str]], time: str, parse_time: bool | str
 ) -> tuple[list[dict[str, str]], bool | str, str | None]:
-    """``(schemas, parsing, remedy)``: the CSV schemas with the time column settled, how to parse it
-    (``False``, ``True`` or ``"utc"``) and the advice where it still differs between files.
-
-    ``DataFrame.to_csv`` writes times as short as their values allow, so Arrow infers ``date32``,
-    ``timestamp[s]`` or ``[ns]`` per file: any date or timestamp kind (all with an offset, or all
-    without) is one parsed type, and with ``--parse-time`` whatever is there.
-    """
+    """``(schemas, parsing, remedy)``: the CSV schemas with the time column settled (any date or
+    timestamp kind Arrow infers per file is one parsed type), how to parse it (``False``, ``True``
+    or ``"utc"``) and the advice where it still differs between files."""
     if fmt != "csv" or not schemas:
         return list(schemas), parse_time, None
     kinds = [s[time] for s in schemas if s.get(time, "null") != "null"]

@@ -1,10 +1,5 @@
-"""What ``convert`` may replace, and the leftovers of an interrupted run.
-
-A command that deletes is one typo away from losing data (``convert raw raw --overwrite``), so
-``convert`` replaces only an earlier output of its own and never anything overlapping its inputs,
-whatever the flags. Leftovers: ``DST.tmp-<hex>`` (a killed run's; its marker names the process
-and host, so a live or remote run keeps it) and ``DST.old-<hex>`` (killed while swapping outputs).
-"""
+"""What ``convert`` may replace (only an earlier output of its own, never anything overlapping its inputs,
+whatever the flags), and the leftovers of an interrupted run (``DST.tmp-<hex>``, ``DST.old-<hex>``)."""
 
 from __future__ import annotations
 
@@ -54,11 +49,8 @@ def check_output(
     overwrite: bool,
     storage_options: dict | None = None,
 ) -> None:
-    """Refuse any output that would replace something convert did not write.
-
-    ``dst`` may be new, an empty folder, or (with ``overwrite``) an earlier convert output (its
-    manifest at the root, nothing beside its parts but ``_`` names); never an input, inside one
-    or holding one.
+    """Refuse any output that is not new, an empty folder or (with ``overwrite``) an earlier convert
+    output, or that overlaps an input.
 
     Raises:
         FileExistsError: naming ``dst``, what is in the way and the remedy.
@@ -124,10 +116,8 @@ def _alive_here(marker: dict) -> bool:
 
 
 def remove_leftovers(fs: Any, root: str) -> list[str]:
-    """Remove what an interrupted convert to ``root`` left beside it; returns the paths removed.
-
-    A ``root.old-<hex>`` folder is removed when ``root`` is in place, else moved back to ``root``.
-    """
+    """Remove what an interrupted convert to ``root`` left beside it (a live run's, by its marker, stays;
+    ``root.old-<hex>`` moves back when ``root`` is gone); returns the paths removed."""
     removed = []
     for path in sorted(fs.glob(f"{root}.tmp-*") + fs.glob(f"{root}.old-*")):
         path = path.rstrip("/")

@@ -1,9 +1,6 @@
-"""Passes 3 to 5 of ``convert``: every row bucketed into its output file through scratch files.
-
-Each input partition is scattered into compressed Arrow scratch (one batch per output file);
-each bucket is sorted and written as a file (contiguous layout) or cut into the chunks that
-:mod:`dask_windows.cli.layout` plans, each file then written from its chunks (spread layout).
-"""
+"""Passes 3 to 5 of ``convert``: each input partition scattered into compressed Arrow scratch (a batch
+per output file), each bucket sorted and written as a file, or cut into the chunks of
+:mod:`dask_windows.cli.layout` that each file is then written from (spread layout)."""
 
 from __future__ import annotations
 
@@ -101,8 +98,8 @@ def _part_name(f: int, num_files: int) -> str:
 def _scatter(
     df: pd.DataFrame, number: int, fs: Any, scratch: str, schema: pa.Schema, plan: tuple
 ) -> tuple[str, list[tuple[int, int, int]]]:
-    """Write one input partition to a scratch Arrow file, one batch per output file (sorted by
-    series and time, so each compresses as the sorted data does): ``(path, [(file_id, batch, rows)])``."""
+    """Write one input partition to a scratch Arrow file, one sorted batch per output file:
+    ``(path, [(file_id, batch, rows)])``."""
     file_ids = _file_ids(df, *plan)
     table = pa.Table.from_pandas(df, schema=schema, preserve_index=False)
     keyed = table.select([plan[0], plan[1]]).append_column("_file_id", pa.array(file_ids))
@@ -141,8 +138,8 @@ def _write_files(
     compute: Compute,
     spread: dict | None = None,
 ) -> list[dict]:
-    """Pass 3: bucket every row into its output file through scratch files on ``fs``, then write
-    the files (with ``spread``, the options of :func:`write_spread`, in the spread layout)."""
+    """Pass 3: bucket every row into its output file through scratch files on ``fs``, then write the
+    files (with ``spread``: :func:`write_spread`'s options)."""
     schema = pa.Schema.from_pandas(ddf._meta, preserve_index=False)
     out = _Output(fs, tmp, schema, plan[0], plan[1], compression, SCRATCH_OPTIONS.compression)
     fs.makedirs(out.scratch, exist_ok=True)
@@ -164,8 +161,8 @@ def _write_files(
 
 
 def _sort_bucket(out: _Output, bucket: int, pieces: list, segments: np.ndarray) -> tuple[str, list[int]]:
-    """Spread layout: sort one bucket and write its rows back to scratch grouped by output file;
-    returns the scratch file and, per record batch, the output file it is for."""
+    """Spread layout: one bucket sorted and written back to scratch grouped by output file; the scratch
+    file and, per record batch, its output file."""
     table = out.sorted_bucket(pieces)
     path = posixpath.join(out.scratch, f"bucket-{bucket:06d}.arrow")
     files: list[int] = []
@@ -214,12 +211,9 @@ def write_spread(
     span: int,
     chunk_rows: int | None,
 ) -> list[dict]:
-    """Passes 4 and 5 of ``convert`` for the spread layout; returns the manifest entries.
-
-    ``pieces``: per bucket (an output file of the contiguous plan, in canonical order) the scratch
-    ``(path, batch)`` pairs holding its ``bucket_rows`` rows; ``series_rows``: ``(S,)`` rows of
-    each series in canonical order, ``keys`` their values.
-    """
+    """Passes 4 and 5 of ``convert`` for the spread layout: the manifest entries. ``pieces``: per bucket
+    (a file of the contiguous plan) its scratch ``(path, batch)`` pairs; ``series_rows``: ``(S,)``
+    rows of each series in canonical order, ``keys`` their values."""
     num_files, chunk = output_files(int(np.sum(bucket_rows)), target_rows, span, chunk_rows)
     plan = plan_spread(series_rows, num_files, span, chunk)
     offsets = np.cumsum(bucket_rows) - bucket_rows  # (J,) canonical row of each bucket's first row

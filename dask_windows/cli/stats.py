@@ -1,8 +1,8 @@
 """``stats``: per-feature count, mean, population std, min, max and NaNs in one Dask pass.
 
-Each partition reduces to its count, mean and sum of squared deviations per feature (float64, two
-passes over its rows); the client merges them with Chan et al.'s pairwise update, which stays
-accurate where a global sum of squares would cancel. Re-exported by ``dask_windows.cli.summary``.
+The trade-off: each partition reduces to its count, mean and sum of squared deviations (float64,
+two passes over its rows), merged by Chan et al.'s pairwise update, which stays accurate where a
+global sum of squares would cancel.
 """
 
 from __future__ import annotations
@@ -85,17 +85,11 @@ def compute_stats(
     storage_options: dict | None = None,
     compute: Callable[..., tuple] | None = None,
 ) -> dict:
-    """Per-feature count, mean, population std, min, max and NaN count, in one pass.
+    """The stats document (``{"format": "dask_windows.stats", ...}``) of ``srcs`` (as ``convert`` takes them).
 
-    Args:
-        srcs: a dataset folder, files or globs, as ``convert`` takes them.
-        features: the columns; default every numeric column but the series and time columns (the
-            manifest's, or ``series`` and ``time``: without a manifest one of them or ``features``
-            is required, so that an integer series id is not taken for a feature) and ``exclude``.
-        compute: ``compute(label, *collections) -> results``.
-
-    Returns:
-        The stats document (``{"format": "dask_windows.stats", ...}``).
+    ``features`` defaults to every numeric column but the series and time columns (the manifest's,
+    or ``series`` and ``time``: one of them or ``features`` is required without a manifest) and
+    ``exclude``; ``compute(label, *collections) -> results``.
     """
     srcs = [srcs] if isinstance(srcs, (str, os.PathLike)) else list(srcs)
     fmt, urls = list_inputs([str(s) for s in srcs], fmt, storage_options)

@@ -1,6 +1,6 @@
 """What a dataset holds: ``inspect`` (here) and ``stats`` (:mod:`dask_windows.cli.stats`). ``inspect``
-opens the very ``WindowDataset`` a training script would, so its checks, errors and window counts are
-the loader's own, for the loader's opening cost (footers, maybe the series column) and torch's import."""
+opens the very ``WindowDataset`` a training script would, so its checks, errors and counts are the
+loader's own, for the loader's opening cost and torch's import."""
 
 from __future__ import annotations
 
@@ -72,13 +72,9 @@ def _manifest_for(path: str, storage_options: dict | None) -> dict | None:
 
 
 def inspect_dataset(path: str, *, num_workers: int = 0, **keywords: Any) -> dict:
-    """Describe a Parquet dataset as ``WindowDataset(path, **keywords)`` sees it, by opening one.
-
-    ``series`` defaults to the manifest's (``None``: each partition is one run), ``features`` to
-    every numeric column but series, time and targets; without ``window`` only files, rows, series
-    and schema are reported. ``num_workers``: DataLoader workers to size memory for. Returns a
-    JSON-ready dict (the CLI's ``inspect`` prints it).
-    """
+    """Describe a Parquet dataset as ``WindowDataset(path, **keywords)`` sees it, by opening one, as a
+    JSON-ready dict; ``features`` defaults to every numeric column but series, time and targets,
+    and without ``window`` only files, rows, series and schema are reported."""
     import pyarrow.types as pat
 
     from dask_windows.dataset import WindowDataset  # imports torch
@@ -206,9 +202,8 @@ def loader_memory(
     prefetch_partitions: int = 1,
     num_workers: int = 0,
 ) -> dict:
-    """Peak bytes a ``WindowDataset`` iteration holds, per process and in total: an upper estimate
-    from the largest partition (decoded, concatenated, prefetched and being read), one int64 start
-    per buffered window, and two batches in flight (four with DataLoader workers)."""
+    """Peak bytes a ``WindowDataset`` iteration holds, per process and in total: an upper estimate from
+    the largest partition, one int64 start per buffered window and the batches in flight."""
     values = num_features * 4 + num_targets * 8  # bytes a decoded row takes
     decoded = partition_rows * values
     concatenated = decoded * buffer_partitions if buffer_partitions > 1 else 0

@@ -1,9 +1,5 @@
-"""Foundation-model corpora: series stored one per row in list columns, served as packed sequences.
-
-``CorpusDataset`` opens a data set (Parquet, Arrow, a Hugging Face ``datasets``
-folder) through ``ListSource``; ``dw.mix`` of several gives one corpus with
-exact per-data-set quotas. See ``docs/corpora.md``.
-"""
+"""Foundation-model corpora: series stored one per row in list columns, served as packed sequences
+(``CorpusDataset``; ``dw.mix`` of several: one corpus with exact quotas). See ``docs/corpora.md``."""
 
 from dask_windows.corpus.dataset import CorpusDataset, CorpusSettings, LeftOutSeriesWarning, mix_corpora
 from dask_windows.corpus.items import LeftOut

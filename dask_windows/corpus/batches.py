@@ -1,14 +1,9 @@
 """One reader's packed batches: partitions read ahead in order of first use, items copied into sequences.
 
-``batches`` reads the partitions a ``ReaderWork`` needs on
-``prefetch.Prefetcher`` threads, keeps each only between its first and last
-batch, and fills each batch's arrays in a few vectorised gathers.
-
-Batch layout (Moirai's): ``S`` tokens of ``P`` steps per sequence. An item of
-``C`` channels and ``n`` tokens per channel takes ``C * n`` consecutive tokens,
-channel by channel, its steps right-aligned (a first token left-padded with
-``observed_mask`` 0). Tokens no item takes have ``sample_id`` 0. Unpacked, an
-item is right-aligned in its sequence.
+``batches`` reads the partitions a ``ReaderWork`` needs on ``prefetch.Prefetcher`` threads, keeps
+each only between its first and last batch, and fills each batch in a few vectorised gathers.
+Layout (Moirai's): ``S`` tokens of ``P`` steps per sequence; an item of ``C`` channels and ``n``
+tokens per channel takes ``C * n`` consecutive tokens, its steps right-aligned (docs/corpora.md).
 """
 
 from __future__ import annotations
@@ -101,20 +96,16 @@ def _assemble(work: ReaderWork, b: int, parts: dict, layout: Layout, lo: int, hi
     tp, tk = _runs(n[item])  # (T,) every token of every piece: its piece, its place in the piece
     pos = row[item][tp] * tokens + t0[tp] + tk  # flat (B, S) position
     e = item[tp]
-    sample_id = np.zeros(rows * tokens, np.int64)
-    sample_id[pos] = number[e]
-    variate_id = np.zeros(rows * tokens, np.int64)
-    variate_id[pos] = first[e] + v[tp]
-    time_id = np.zeros(rows * tokens, np.int64)
-    time_id[pos] = tk
-    prediction = np.zeros(rows * tokens, bool)
+
+    def per_token(values: Any, fill: Any = 0, dtype: Any = np.int64) -> np.ndarray:
+        """``(rows, tokens)``: each token's value, ``fill`` where no item is."""
+        out = np.full(rows * tokens, fill, dtype)
+        out[pos] = values
+        return out.reshape(rows, tokens)
+
+    prediction = False
     if layout.prediction_length:  # the last whole patches of each item, one of context kept
-        hidden = np.minimum(-(-layout.prediction_length // size[e]), n[e] - 1)
-        prediction[pos] = tk >= n[e] - hidden
-    dataset_id = np.full(rows * tokens, -1, np.int64)
-    dataset_id[pos] = member[e]
-    freq_id = np.full(rows * tokens, -1, np.int64)
-    freq_id[pos] = freq[e]
+        prediction = tk >= n[e] - np.minimum(-(-layout.prediction_length // size[e]), n[e] - 1)
 
     owner, k = _runs(count)  # (steps,) every value served
     line = row[item] * planes + v if planes else row[item]  # (pieces,) the piece's row of tokens
@@ -136,17 +127,16 @@ def _assemble(work: ReaderWork, b: int, parts: dict, layout: Layout, lo: int, hi
     observed = real & ~np.isnan(target)
     if layout.nan == "mask":
         target[~observed] = 0.0
-    shape = (rows, tokens)
     values = (rows, planes, tokens, patch) if planes else (rows, tokens, patch)
     out: dict[str, np.ndarray] = {
         "target": target.reshape(values),
         "observed_mask": observed.reshape(values),
-        "sample_id": sample_id.reshape(shape),
-        "variate_id": variate_id.reshape(shape),
-        "time_id": time_id.reshape(shape),
-        "prediction_mask": prediction.reshape(shape),
-        "dataset_id": dataset_id.reshape(shape),
-        "freq_id": freq_id.reshape(shape),
+        "sample_id": per_token(number[e]),
+        "variate_id": per_token(first[e] + v[tp]),
+        "time_id": per_token(tk),
+        "prediction_mask": per_token(prediction, False, bool),
+        "dataset_id": per_token(member[e], -1),
+        "freq_id": per_token(freq[e], -1),
     }
     if planes:  # channels are planes: which of them each token's item has, instead of a variate id
         at = (line * tokens + t0)[tp] + tk
@@ -160,16 +150,10 @@ def _assemble(work: ReaderWork, b: int, parts: dict, layout: Layout, lo: int, hi
             covariate_mask[at] = is_covariate[tp]
             out["covariate_mask"] = covariate_mask.reshape(rows, planes, tokens)
     if layout.patch_field:
-        patch_size = np.zeros(rows * tokens, np.int64)
-        patch_size[pos] = size[e]
-        out["patch_size"] = patch_size.reshape(shape)
+        out["patch_size"] = per_token(size[e])
     if layout.return_index:
-        series_id = np.full(rows * tokens, -1, np.int64)
-        series_id[pos] = series[e]
-        step = np.zeros(rows * tokens, np.int64)
-        step[pos] = start[e] - pad[tp] + tk * size[e]
-        out["series_id"] = series_id.reshape(shape)
-        out["step"] = step.reshape(shape)
+        out["series_id"] = per_token(series[e], -1)
+        out["step"] = per_token(start[e] - pad[tp] + tk * size[e])
     return out
 
 

@@ -1,13 +1,10 @@
 """How a list column's rows map to series of ``channels x steps`` in one flat array of values.
 
-Four layouts are read: ``list<float>`` (one univariate series per row),
-``list<list<float>>`` (channels x time), ``fixed_size_list<list<float>>[C]``
-(LOTSA; either level may be any list kind), and a flat ``list<float>`` beside
-a ``<column>._np_shape`` column (GluonTS's ``ArrowWriter``). Each keeps a
-row's channels one after another in the flat child array, so a row is
-``(start, length, channels)`` and only offsets are read at open. The
-trade-off: a null *channel* cannot be served in place and is refused; a null
-*value* is read as NaN.
+Four layouts are read: ``list<float>``, ``list<list<float>>`` (channels x time),
+``fixed_size_list<list<float>>[C]`` (LOTSA) and a flat ``list<float>`` beside a
+``<column>._np_shape`` column (GluonTS). Each keeps a row's channels one after another in the flat
+child array, so only offsets are read at open. The trade-off: a null *channel* cannot be served in
+place and is refused; a null *value* is read as NaN.
 """
 
 from __future__ import annotations

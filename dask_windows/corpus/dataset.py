@@ -1,14 +1,10 @@
 """``CorpusDataset``: a foundation-model corpus as packed batches (wiring only).
 
-At open each data set's ``ListSource`` gives its series lengths and channel
-counts; ``items.build_units`` turns them into items (O(series) numbers) and
-counts what is left out. Each epoch ``items.epoch_items`` orders the items of
-all data sets (exact per-data-set quotas), ``packing.pack`` packs them into
-sequences, ``planning.division`` gives this rank and worker its share,
-and ``batches.batches`` reads and fills them. Epochs, resume states and
-worker shares follow ``WindowDataset``'s pass protocol (``passes``), elastic
-resume included: the rest of an epoch's sequences re-divided by
-``planning.elastic`` between another number of ranks and workers.
+At open ``ListSource`` gives each data set's series lengths and channels and ``items.build_units``
+turns them into items; each epoch ``items.epoch_items`` orders them (exact per-data-set quotas),
+``packing.pack`` packs them into sequences, ``planning.division`` shares them out and
+``batches.batches`` reads and fills them. Epochs, resume (elastic too) and worker shares follow the
+pass protocol (``passes``).
 """
 
 from __future__ import annotations
@@ -215,30 +211,23 @@ class CorpusDataset(PassProtocol, IterableDataset):
         name: The data set's name (default: where it lives).
         freqs: A fixed frequency vocabulary (``freq_id`` = position); default: order of first appearance.
         patch_size: Steps per token, and the width of a batch's patches.
-        patch_sizes: ``{freq: steps per token}`` for the frequencies with a smaller patch (Moirai's
-            per-frequency patch sizes); the batch gains ``patch_size`` ``(B, S)``, and a token of patch ``p``
-            holds its values in the first ``p`` of the ``patch_size`` columns. An item holds at most
-            ``sequence_tokens`` tokens of its patch size (a longer series is cut into more items).
+        patch_sizes: ``{freq: steps per token}`` for the frequencies with a smaller patch (Moirai's); the
+            batch gains ``patch_size`` ``(B, S)`` (docs/corpora.md).
         max_length: Most steps of one item: a longer series is cut, from its end, into items of this many.
         min_length: Series shorter than this are left out (counted in ``left_out``, warned about at
             open); shorter than ``max_length`` they are served left-padded.
         sequence_tokens: Tokens per sequence (default ``max_length // patch_size``).
-        channels: ``"independent"``: each channel its own univariate item (``variate_id`` its channel);
-            ``"multivariate"``: one item of all channels laid out one after another (``budget // C`` tokens
-            per channel); ``"padded"``: one item of all channels side by side, each channel a plane of the
-            batch (``target`` ``(B, max_channels, S, P)``, ``channel_mask`` ``(B, max_channels, S)``).
+        channels: ``"independent"``: each channel its own univariate item; ``"multivariate"``: one item of
+            all channels one after another; ``"padded"``: one item of all channels side by side, each a
+            plane of the batch (docs/corpora.md).
         max_channels: Planes of the padded view; series of more channels are left out (counted).
-        covariates: Channels of this data set that are covariates (padded view): the batch gains
-            ``covariate_mask`` ``(B, max_channels, S)``, the planes of each token's item that are covariates
-            (Chronos-2's extra rows: known over the prediction window, where the other planes are the targets).
-            Channel numbers, or names of list columns (GluonTS's ``feat_dynamic_real``) read as further
-            channels after the target's.
+        covariates: Channels that are covariates (padded view; the batch gains ``covariate_mask``):
+            channel numbers, or names of list columns read as further channels after the target's.
         pack: Pack items into sequences (``sample_id`` tells them apart); else one item per sequence.
         pack_window: Items packed together.
-        context_length: ``(lo, hi)`` steps (multiples of ``patch_size``; channel-independent or padded view), a length
-            drawn from it by ``(seed, epoch, ...)``. Unpacked: per batch, and an item longer than it keeps its
-            last steps. Packed: per block of ``pack_window`` items, and an item longer than it is served as
-            several samples of at most that length (every step still once).
+        context_length: ``(lo, hi)`` steps (multiples of ``patch_size``), a length drawn per batch
+            (unpacked: longer items keep their last steps) or per block of ``pack_window`` items
+            (packed: longer items served as several samples).
         prediction_length: Steps at the end of each item flagged in ``prediction_mask`` (whole patches,
             at least one patch of context kept).
         nan: ``"mask"``: NaN values become 0 with ``observed_mask`` 0; ``"keep"``: left NaN (mask 0).
@@ -421,8 +410,8 @@ class CorpusDataset(PassProtocol, IterableDataset):
         return plan
 
     def _check_patch_sizes(self) -> None:
-        """Refuse ``patch_sizes`` keys that name no frequency of the data (checked when the corpus is used:
-        a member of a mixture is opened with every member's keys)."""
+        """Refuse ``patch_sizes`` keys that name no frequency of the data (checked when the corpus is used,
+        since a member of a mixture is opened with every member's keys)."""
         have = {freq_key(f) for m in self.members for f in m.source.freqs}
         unmatched = [f for f, _ in self.settings.patch_sizes or () if freq_key(f) not in have]
         if unmatched:
@@ -482,18 +471,7 @@ class CorpusDataset(PassProtocol, IterableDataset):
         elastic: bool = False,
     ) -> Iterator[dict[str, torch.Tensor]]:
         s = self.settings
-        work = reader_work(
-            self.plan(epoch),
-            [m.units for m in self.members],
-            [m.source.partition_series for m in self.members],
-            s,
-            epoch,
-            lo,
-            hi,
-            first_batch,
-            sequences,
-            batch_rows,
-        )
+        work = reader_work(self.plan(epoch), self.members, s, epoch, lo, hi, first_batch, sequences, batch_rows)
         layout = Layout(
             s.patch_size,
             s.prediction_length,
@@ -563,12 +541,8 @@ class CorpusDataset(PassProtocol, IterableDataset):
         }
 
     def report(self, *, values: bool = False, epoch: int | None = None, world_size: int | None = None) -> dict:
-        """Per data set: what it holds, what is left out at open and what an epoch does not serve.
-
-        ``values=True`` reads the data once to count missing values and series served fully masked;
-        ``epoch`` and ``world_size`` (default: the dataset's) decide the division counted. See
-        ``corpus.report.corpus_report``; ``dask-windows inspect --corpus`` prints it.
-        """
+        """Per data set: what it holds, leaves out at open and an epoch does not serve (``corpus.report``;
+        ``dask-windows inspect --corpus`` prints it); ``values=True`` reads the data to count missing values."""
         from dask_windows.corpus.report import corpus_report
 
         return corpus_report(self, values=values, epoch=epoch, world_size=world_size)

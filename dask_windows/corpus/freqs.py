@@ -1,11 +1,9 @@
 """Frequency strings of a corpus: checked, compared by meaning, numbered by first appearance.
 
-Corpora name frequencies with pandas aliases of every version (``"H"``,
-``"15T"``, ``"A-DEC"`` beside ``"h"``, ``"15min"``, ``"YE-DEC"``), so strings
-are checked against the aliases' grammar here, not by pandas. ``"unknown"``
-names a row without a frequency. ``freq_key`` maps aliases of one frequency
-to one key (``"H"``, ``"1h"`` -> ``"h"``), so ``patch_sizes`` keys match the
-data's strings whatever the spelling; ``freq_id`` keeps the data's own strings.
+Corpora use pandas aliases of every version (``"H"``, ``"15T"`` beside ``"h"``, ``"15min"``), so
+strings are checked against the aliases' grammar here, not by pandas (``"unknown"``: no frequency).
+``freq_key`` maps the aliases of one frequency to one key, so ``patch_sizes`` keys match whatever
+the spelling; ``freq_id`` keeps the data's own strings.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """A corpus's items and their epoch order, as pure arithmetic on O(series) numbers.
 
-A data set's series become *units*: each channel of each series (the
-channel-independent view) or each series with all its channels (the
-multivariate views). A unit of ``L`` steps is cut from its end into
-``ceil(L / segment)`` *items* (the first holds the remainder), so every
-observation of a kept series is in exactly one item; ``Units.first_item``
-locates item ``k`` without listing items. A series shorter than
-``min_length``, without channels, or wider than the token budget (or
-``max_channels``) is left out and counted in ``LeftOut``.
-
-One data set's epoch order follows the loader's shuffle: partitions permuted
-per epoch, grouped into buffers of ``buffer_partitions``, items permuted
-inside a buffer. A mixture takes ``counts[m]`` items of member ``m`` per epoch
-from its stream of epochs, interleaved by ``schedule`` (exact quotas in every
-prefix).
+A data set's series become *units* (each channel of each series, or each series with all its
+channels), each cut from its end into ``ceil(L / segment)`` *items*, so every observation of a kept
+series is in exactly one item. A series shorter than ``min_length``, without channels, or wider
+than the budget is left out and counted in ``LeftOut``. An epoch's order follows the loader's
+shuffle: partitions permuted, grouped ``buffer_partitions`` at a time, items permuted inside a
+group; a mixture interleaves ``counts[m]`` items of each member by ``schedule``.
 """
 
 from __future__ import annotations
@@ -89,13 +81,11 @@ def build_units(
     Args:
         partition_series: ``(P + 1,)`` first series of each partition.
         independent: One unit per channel (else one per series).
-        patch: Steps per token, or ``(S,)`` of each series (per-frequency patch sizes): an item holds at most
-            ``budget`` tokens of its patch size.
+        patch: Steps per token, or ``(S,)`` of each series: an item holds at most ``budget`` tokens.
         max_length: Most steps of one item (a multiple of ``patch``).
         min_length: Fewest steps of a series kept.
-        budget: Tokens of one sequence: a multivariate item of ``C`` channels gets ``budget // C`` tokens per channel.
-        max_channels: The padded multivariate view (with ``independent=False``): an item of all a series'
-            channels, each in its own plane of the batch, items of ``max_length`` steps; series of more
+        budget: Tokens of one sequence (a multivariate item of ``C`` channels: ``budget // C`` per channel).
+        max_channels: The padded view (with ``independent=False``): planes of an item; series of more
             channels are left out.
     """
     lengths = np.asarray(lengths, dtype=np.int64)
@@ -107,10 +97,7 @@ def build_units(
         wide = ~short & (channels > (budget if max_channels is None else max_channels))
     keep = ~(short | wide)
     left = LeftOut(
-        int(short.sum()),
-        int((lengths * channels)[short].sum()),
-        int(wide.sum()),
-        int((lengths * channels)[wide].sum()),
+        int(short.sum()), int((lengths * channels)[short].sum()), int(wide.sum()), int((lengths * channels)[wide].sum())
     )
     patches = np.broadcast_to(np.asarray(patch, dtype=np.int64), lengths.shape)
     kept = np.flatnonzero(keep)
@@ -157,12 +144,7 @@ def member_order(units: Units, seed: int, member: int, epoch: int, shuffle: bool
 
 
 def epoch_items(
-    members: list[Units],
-    counts: np.ndarray,
-    seed: int,
-    epoch: int,
-    shuffle: bool,
-    buffer_partitions: int,
+    members: list[Units], counts: np.ndarray, seed: int, epoch: int, shuffle: bool, buffer_partitions: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(member, item)``: the ``sum(counts)`` items of mixture epoch ``epoch``, in order.
 

@@ -1,11 +1,9 @@
 """Items packed into sequences of a fixed token budget.
 
-The epoch's items are packed in blocks of ``window`` consecutive items (their
-shuffled order), each block on its own by *best-fit decreasing*; blocks keep
-the shuffle's locality, and a block's sequences are put in a random order so
-a batch does not gather its longest items. An item is never split nor
-repeated. Sequences are ``sequence_ptr`` (``(Q + 1,)`` first entry of each)
-over ``entries`` (``(N,)`` positions in the epoch's item order).
+The epoch's items are packed in blocks of ``window`` consecutive items, each block by *best-fit
+decreasing*: blocks keep the shuffle's locality, and a block's sequences are put in a random order
+so a batch does not gather its longest items. Sequences are ``sequence_ptr`` (``(Q + 1,)``) over
+``entries`` (``(N,)`` positions in the epoch's item order).
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """What a corpus holds and what it does not serve, per data set: ``inspect`` for corpora.
 
-``corpus_report(ds)`` counts, for each data set, every series and observation
-and where each one not served goes:
-
-* **left out at open**: null or empty rows, series shorter than
-  ``min_length`` or wider than a sequence holds;
-* **served without an observed value** (``values=True``, one pass over the
-  data): series or channels whose every value is NaN, null or infinite
-  (``±inf`` and values beyond float32 are counted apart);
-* **not served in an epoch**: the sequences no rank yields, the steps an
-  unpacked ``context_length`` cuts off, a mixture's quota.
-
-The report is a JSON-ready dict carrying ``checksum``, a SHA-256 of the rest,
-so a saved report edited by hand is refused by ``verify_report``.
+``corpus_report(ds)`` counts every series and observation left out at open, served without an
+observed value (``values=True``: one pass over the data) and not served in an epoch
+(docs/corpora.md). The report carries ``checksum``, a SHA-256 of the rest, so a saved report
+edited by hand is refused by ``verify_report``.
 """
 
 from __future__ import annotations
@@ -92,13 +83,11 @@ def _epoch_losses(ds: CorpusDataset, epoch: int, world_size: int) -> dict[str, n
     steps = (plan.stop - plan.start) * width  # (N,) observations (and padding of missing values) of each item
     served_seq = np.zeros(q, bool)
     cut = np.zeros(m, np.int64)
-    units = [member.units for member in ds.members]
-    firsts = [member.source.partition_series for member in ds.members]
     for rank in range(world_size):
         share = reader_share(q, World(rank, world_size), s.batch_size, s.drop_last)
         served_seq[share.lo : share.hi] = True
         if s.context_length is not None and not s.pack and share.hi > share.lo:
-            work = reader_work(plan, units, firsts, s, epoch, share.lo, share.hi, 0)
+            work = reader_work(plan, ds.members, s, epoch, share.lo, share.hi, 0)
             entries = plan.entries[plan.sequence_ptr[share.lo] : plan.sequence_ptr[share.hi]]
             kept = (work.stop - work.start) * work.width
             cut += np.bincount(work.member, weights=steps[entries] - kept, minlength=m).astype(np.int64)

@@ -1,18 +1,10 @@
 """List-column corpora: one row per series, the values in a list column, read as they ship.
 
-A corpus stores one series per row: ``target: list<float>`` (univariate) or
-``list<list<float>>`` (channels x time), with optional ``freq``, ``start`` and
-``item_id`` columns (GluonTS / Chronos Arrow files, Hugging Face ``datasets``
-folders, LOTSA); ``corpus.columns`` reads the list layouts. ``ListSource``
-opens Parquet (any fsspec URL), Arrow IPC files or streams, a ``datasets``
-folder (one split) or a ``datasets.Dataset`` as it is in memory.
-
-A *partition* is a Parquet row group or an Arrow record batch. At open only
-the list offsets are kept (each series' length and channels: O(series));
-Arrow files are memory-mapped, Parquet's target column is decoded a row group
-at a time. ``read(p)`` gives one partition as a flat float32 array, NaN where
-a value is null, ``±inf`` or beyond float32 (those flagged in
-``Decoded.infinite``): a corpus serves every non-finite value masked.
+``ListSource`` opens Parquet (any fsspec URL), Arrow IPC files or streams, a Hugging Face
+``datasets`` folder (one split) or a ``datasets.Dataset`` in memory. A *partition* is a Parquet row
+group or an Arrow record batch; at open only the list offsets are kept (O(series)). ``read(p)``
+gives one partition as flat float32, NaN where a value is null, ``±inf`` or beyond float32 (those
+flagged in ``Decoded.infinite``): a corpus serves every non-finite value masked.
 """
 
 from __future__ import annotations
@@ -241,7 +233,7 @@ class ListSource:
         return [c for w in wanted for c in (w, w + SHAPE_SUFFIX) if c in names]
 
     def _units(self, f: int) -> Any:
-        """``(unit, its table or record batch, freq codes or None)`` of file ``f``, unit by unit."""
+        """``(unit, its table or record batch, freq codes or None)`` of file ``f``."""
         handle = self._handle(f)
         if self.kind == "parquet":
             names = handle.schema_arrow.names

@@ -1,20 +1,17 @@
-"""One reader's share of an epoch as arrays over its items: where each sits in its batch and what it reads.
+"""One reader's share of an epoch as O(items) arrays: where each item sits in its batch, what it reads.
 
-``reader_work`` lists every item of a reader's range of sequences and the
-partitions they need (in order of first use, with the batch of their last
-use) as O(items) numpy arrays. Unpacked with ``context_length``, each batch's
-length is drawn here from ``(seed, epoch, batch)``.
+Unpacked with ``context_length``, each batch's length is drawn here from ``(seed, epoch, batch)``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from dask_windows.corpus.batches import ReaderWork
-from dask_windows.corpus.items import Units
 from dask_windows.planning.plan import rng_for
 
 __all__ = ["EpochPlan", "reader_work", "split_to_context"]
@@ -77,8 +74,7 @@ def split_to_context(
 
 def reader_work(
     plan: EpochPlan,
-    units: list[Units],
-    partition_series: list[np.ndarray],
+    members: Sequence[Any],
     s: Any,
     epoch: int,
     lo: int,
@@ -90,7 +86,7 @@ def reader_work(
     """What the reader of sequences ``[lo, hi)`` of ``plan`` serves (see ``batches.ReaderWork``).
 
     Args:
-        partition_series: Each data set's first series per partition.
+        members: The corpus's data sets (``corpus.dataset.Member``: their units and sources).
         s: The ``CorpusSettings``.
         first_batch: The rank's number of the reader's first batch (with ``epoch``, it draws unpacked
             batches' context lengths).
@@ -117,8 +113,9 @@ def reader_work(
     unit, start, stop = plan.unit[entries], plan.start[entries], plan.stop[entries]
     n = len(entries)
     series, channel, width, partition, patch, row_in_partition = (np.zeros(n, np.int64) for _ in range(6))
-    for m, (own, firsts) in enumerate(zip(units, partition_series)):
-        at = member == m if len(units) > 1 else slice(None)
+    for m, data_set in enumerate(members):
+        own, firsts = data_set.units, data_set.source.partition_series
+        at = member == m if len(members) > 1 else slice(None)
         u = unit[at]
         series[at] = own.series[u]
         channel[at] = np.maximum(own.channel[u], 0)

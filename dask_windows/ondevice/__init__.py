@@ -18,12 +18,4 @@ from dask_windows.ondevice.feed import DeviceFeed, Traffic, feed_for, resolve_de
 from dask_windows.ondevice.pool import DevicePool
 from dask_windows.ondevice.rows import DeviceRows, standardize_windows
 
-__all__ = [
-    "DeviceFeed",
-    "DevicePool",
-    "DeviceRows",
-    "Traffic",
-    "feed_for",
-    "resolve_device",
-    "standardize_windows",
-]
+__all__ = ["DeviceFeed", "DevicePool", "DeviceRows", "Traffic", "feed_for", "resolve_device", "standardize_windows"]

@@ -1,11 +1,8 @@
 """A pass's batches gathered on the training device: rows sent once, batches cut by index.
 
-``runtime.pool.pool_batches`` asks the feed for the pass's pool on the device
-(:meth:`DeviceFeed.pool`) and hands :meth:`DeviceFeed.batches` the plan's
-steps, each with its view of that pool; the batches are the host path's, in
-its order, each gathered from a ``(B,)`` start vector. ``Traffic`` counts what
-crosses. ``normalize`` with global statistics travels with the decoded rows;
-``"sample"`` is computed per batch on the device.
+``runtime.pool.pool_batches`` asks the feed for the pass's device pool (:meth:`DeviceFeed.pool`) and
+hands :meth:`DeviceFeed.batches` the plan's steps; each batch is the host path's, gathered from a
+``(B,)`` start vector. ``Traffic`` counts what crosses.
 """
 
 from __future__ import annotations
@@ -27,9 +24,8 @@ __all__ = ["DeviceFeed", "Traffic", "feed_for", "resolve_device"]
 
 
 def resolve_device(device: Any) -> torch.device | None:
-    """The device of ``WindowDataset(device=...)``: ``None`` (the host path), ``"auto"`` or a torch device.
-
-    ``"auto"``: ``"cuda"`` when CUDA is available, else ``None`` (a CPU-only machine keeps the host path).
+    """The device of ``WindowDataset(device=...)``: ``None`` (the host path), or a torch device
+    (``"auto"``: CUDA when available, else ``None``).
 
     Raises:
         ConfigError: ``device`` is not a torch device, or is CUDA while CUDA is not available.
@@ -60,19 +56,16 @@ class Traffic:
     Attributes:
         row_bytes: Bytes of rows sent (features and targets).
         index_bytes: Bytes of the batches' start vectors (and ``return_index`` rows) sent.
-        buffers: Buffers sent (``sent``); ``sent_late``: those that reached the consumer unsent.
         units: Units sent into device pools (each unit's rows once per epoch).
         batches: Batches gathered.
-        resident: Pools (or buffers) on the device now; ``peak_resident``: the most at once.
+        resident: Pools on the device now; ``peak_resident``: the most at once.
         pool_bytes: The largest device pool a pass allocated (within ``buffer_bytes``).
     """
 
     row_bytes: int = 0
     index_bytes: int = 0
-    buffers: int = 0
     units: int = 0
     batches: int = 0
-    sent_late: int = 0
     send_ns: int = 0  # time spent sending rows (the telemetry's ``device copy`` stage)
     resident: int = 0
     peak_resident: int = 0
@@ -83,14 +76,6 @@ class Traffic:
     def total_bytes(self) -> int:
         """Every byte sent: rows and start vectors."""
         return self.row_bytes + self.index_bytes
-
-    def sent(self, nbytes: int) -> None:
-        """Count a buffer's rows sent and resident."""
-        with self._lock:
-            self.row_bytes += nbytes
-            self.buffers += 1
-            self.resident += 1
-            self.peak_resident = max(self.peak_resident, self.resident)
 
     def pooled(self, nbytes: int) -> None:
         """Count a pass's device pool (the pool order) allocated and resident."""
@@ -106,7 +91,7 @@ class Traffic:
             self.units += 1
 
     def dropped(self) -> None:
-        """Count a buffer's rows gone from the device."""
+        """Count a pool gone from the device."""
         with self._lock:
             self.resident -= 1
 
@@ -139,11 +124,8 @@ def feed_for(ds: Any) -> DeviceFeed | None:
 
 
 class DeviceFeed:
-    """One pass's device side: its pool there (``pool``) and batches gathered there (``batches``).
-
-    ``spec.device`` is the training device; ``per_sample``: standardise each window and channel
-    (``normalize="sample"``).
-    """
+    """One pass's device side: its pool there and the batches gathered from it; ``per_sample``:
+    standardise each window and channel (``normalize="sample"``)."""
 
     def __init__(self, spec: Any, per_sample: bool, traffic: Traffic) -> None:
         self.device: torch.device = spec.device
@@ -151,7 +133,7 @@ class DeviceFeed:
         self.channel_major = spec.layout == "NCL"
 
     def pool(self, plan: Any) -> DevicePool:
-        """The device side of a pass over a pool plan (``runtime.pool.pool_batches`` wires it; ``ondevice.pool``)."""
+        """The device side of a pass over a pool plan."""
         return DevicePool(self, plan)
 
     def _index(self, values: np.ndarray) -> torch.Tensor:
@@ -181,10 +163,8 @@ class DeviceFeed:
         return out[0] if len(out) == 1 else tuple(out)
 
     def batches(self, source: Iterator[Any], num_windows: int, last: Callable[[], None] | None) -> Iterator[Any]:
-        """The batches of a plan of ``num_windows`` windows from its built buffers, in the host path's order.
-
-        ``last`` is called once when the buffer holding the plan's final windows is taken.
-        """
+        """The batches of a plan of ``num_windows`` windows from its steps, in the host path's order;
+        ``last()`` once when the step holding the plan's final windows is taken."""
         batch, remaining = self.spec.batch_size, num_windows
         carry: list[tuple] = []  # pieces of a batch begun in the previous buffer, gathered already
         carried = 0

@@ -1,20 +1,13 @@
-"""Masks for masked-value pretraining, made by torch ops on the batch's device.
+"""Masks for masked-value pretraining, made by torch ops on the batch's device (docs/masks.md).
 
-Every function takes a batch ``x`` shaped ``(B, C, L)`` (samples, variables,
-time; only its shape and device are read) and an optional ``generator`` (a
-``torch.Generator`` on ``x.device``; the same state gives the same mask), and
-returns a boolean tensor shaped like ``x`` on ``x.device``, ``True`` where a
-value is hidden. Each raises ``TypeError`` when ``x`` is not a tensor, ``r``
-not a number or ``generator`` not a ``torch.Generator``, and ``ValueError``
-when ``x`` is not 3-d, ``r`` is outside ``(0, 1)`` or the generator is on
-another device.
+Every function takes a ``(B, C, L)`` batch ``x`` (only its shape and device are read), a share
+``r`` in ``(0, 1)`` and an optional ``torch.Generator`` on ``x.device``, and returns a boolean tensor
+shaped like ``x``, ``True`` where a value is hidden; bad arguments raise ``TypeError`` or ``ValueError``.
 
-The trade-off of :func:`subsequence_mask`: runs are drawn as whole geometric
-lengths (one draw per run, not per position) and placed by one scatter and one
-cumulative sum, with no host synchronisation (CUDA-graph safe). The number of
-runs is fixed in advance from the shapes and ``(r, lm)`` by a Chernoff bound,
-with spare slots for the rows that fall short; a row's tail is left unmasked
-with probability below ``2**-39``.
+The trade-off of :func:`subsequence_mask`: runs are drawn as whole geometric lengths and placed by
+one scatter and one cumulative sum, with no host synchronisation (CUDA-graph safe); the number of
+runs is fixed in advance by a Chernoff bound, so a row's tail is left unmasked with probability
+below ``2**-39``.
 """
 
 from __future__ import annotations
@@ -32,12 +25,8 @@ __all__ = ["future_mask", "random_mask", "subsequence_mask", "variable_mask"]
 
 
 def random_mask(x: torch.Tensor, r: float = 0.15, *, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Hides each value independently with probability ``r``.
-
-    The coin flips are cut from 64-bit random words (16-bit draws, 32-bit when
-    ``r`` or ``1 - r`` is below ``2**-8``), so ``r`` is rounded to a multiple
-    of ``2**-16`` (or ``2**-32``).
-    """
+    """Hides each value independently with probability ``r`` (rounded to a multiple of ``2**-16``, or of
+    ``2**-32`` when ``r`` or ``1 - r`` is below ``2**-8``)."""
     x, r = _check_mask_args(x, r, generator, "random_mask")
     return _coin_flips(x.shape, r, x.device, generator)
 
@@ -64,16 +53,10 @@ def subsequence_mask(
 ) -> torch.Tensor:
     """Hides alternating runs of values along time (Zerveas et al., KDD 2021).
 
-    With ``stateful=True`` each variable of each sample (each sample, with
-    ``sync=True``) is a two-state Markov chain along time started in its
-    stationary state: geometric runs of mean ``lm`` (masked) and
-    ``lm * (1 - r) / r`` (unmasked), so every position is hidden with
-    probability ``r``. Unlike tsai's ``create_subsequence_mask``, runs never
-    flow from one row into the next.
-
-    With ``stateful=False`` every value is hidden independently with
-    probability ``r`` (``lm`` is ignored). With ``sync=True`` all variables of
-    a sample share one mask.
+    ``stateful=True``: each row is a stationary two-state Markov chain along time, geometric runs of
+    mean ``lm`` (masked) and ``lm * (1 - r) / r`` (unmasked); runs never flow from one row into the
+    next. ``stateful=False``: every value hidden independently (``lm`` ignored). ``sync=True``: all
+    variables of a sample share one mask.
 
     Raises:
         TypeError: Also when ``lm`` is not a number.
@@ -150,13 +133,9 @@ def _extend_short_rows(
     end_masked: float,
     generator: torch.Generator | None,
 ) -> None:
-    """Continues, in ``flips`` (rows of ``length + 1`` slots), the rows whose runs stop at ``reach < length``.
-
-    The first ``spare_rows`` such rows get ``spare_pairs`` more run pairs,
-    starting with an unmasked run since every row ended on a masked one.
-    Slots are found by a search in the running count of short rows, so
-    nothing waits for the device.
-    """
+    """Continues, in ``flips`` (rows of ``length + 1`` slots), the first ``spare_rows`` rows whose runs
+    stop at ``reach < length`` with ``spare_pairs`` more run pairs (found by a search in the running
+    count of short rows, so nothing waits for the device)."""
     spare_rows, spare_pairs = spares
     rows = reach.numel()
     device = reach.device
@@ -178,13 +157,8 @@ def _extend_short_rows(
 
 
 def _run_ends_(runs: torch.Tensor) -> torch.Tensor:
-    """Turns ``(n, 2, pairs)`` run lengths (axes: row, (unmasked, masked), pair) into run ends, in place.
-
-    The runs of a row alternate unmasked, masked, unmasked, ...; the end of
-    masked run ``k`` is the running sum of the pair lengths, and the end of
-    unmasked run ``k`` that of masked run ``k - 1`` plus its own length.
-    Returns the end of each row's last run.
-    """
+    """Turns ``(n, 2, pairs)`` run lengths (axes: row, (unmasked, masked), pair) into run ends, in
+    place; returns the end of each row's last run."""
     unmasked, masked = runs[:, 0], runs[:, 1]
     masked.add_(unmasked).cumsum_(1)
     unmasked[:, 1:].add_(masked[:, :-1])
@@ -192,11 +166,7 @@ def _run_ends_(runs: torch.Tensor) -> torch.Tensor:
 
 
 def _random_words(shape: tuple[int, ...], device: torch.device, generator: torch.Generator | None) -> torch.Tensor:
-    """Uniform int64 words over the full 64-bit range.
-
-    On the CPU one word from the torch generator seeds numpy's PCG64 (faster
-    than torch's Mersenne Twister); the generator advances by one draw.
-    """
+    """Uniform int64 words; on the CPU one draw of the torch generator seeds numpy's (faster) PCG64."""
     if device.type != "cpu" or math.prod(shape) == 0:
         return torch.empty(shape, dtype=torch.int64, device=device).random_(-(2**63), None, generator=generator)
     seed = int(torch.empty((), dtype=torch.int64).random_(-(2**63), None, generator=generator).item())
@@ -215,14 +185,9 @@ def _position_dtype(slots: int) -> torch.dtype:
 
 
 def _geometric_runs(draws: torch.Tensor, end_unmasked: float, end_masked: float, dtype: torch.dtype) -> torch.Tensor:
-    """Turns ``(n, 2 * pairs)`` uniform int32 draws into run lengths.
-
-    Returns ``(n, 2, pairs)`` lengths of ``dtype`` (axes: row, (unmasked,
-    masked), pair), whole numbers geometric on ``{1, 2, ...}``; one in about
-    ``2**32`` is infinite (the lowest draw), which the caller's clamp to the
-    window handles. Each kind fills a contiguous half of a row, so every step
-    runs over long contiguous stretches.
-    """
+    """Turns ``(n, 2 * pairs)`` uniform int32 draws into ``(n, 2, pairs)`` geometric run lengths on
+    ``{1, 2, ...}`` (axes: row, (unmasked, masked), pair); one in about ``2**32`` is infinite, which
+    the caller's clamp to the window handles."""
     # u = draw / 2**32 + 1/2 is uniform on [0, 1); 1 + floor(log(u) / log(1 - end)) is geometric.
     logs = draws.to(dtype).mul_(2.0**-32).add_(0.5).log_().view(draws.shape[0], 2, -1)
     for kind, end in enumerate((end_unmasked, end_masked)):
@@ -241,13 +206,8 @@ _SHORTFALL = 2.0**-40
 
 @functools.lru_cache(maxsize=256)
 def _run_plan(rows: int, length: int, end_unmasked: float, end_masked: float) -> tuple[int, int, int]:
-    """Returns ``(pairs, spare_rows, spare_pairs)`` for :func:`_markov_runs`.
-
-    Every row draws ``pairs`` (unmasked, masked) run pairs; ``spare_rows``
-    slots of ``spare_pairs`` more pairs continue the rows that fell short.
-    Drawing enough for every row at once would cost about half as many runs
-    again; when the spares would not pay for themselves, there are none.
-    """
+    """``(pairs, spare_rows, spare_pairs)``: run pairs every row draws, and slots of more pairs for the
+    rows that fall short (none where they would cost more than drawing enough for every row)."""
     full = _pairs_needed(length, end_unmasked, end_masked, _SHORTFALL)
     first = _pairs_needed(length, end_unmasked, end_masked, _FIRST_SHORTFALL)
     spare_rows = _spare_rows(rows, _FIRST_SHORTFALL, _SHORTFALL)
@@ -272,16 +232,11 @@ def _spare_rows(rows: int, short_chance: float, target: float) -> int:
 
 @functools.lru_cache(maxsize=256)
 def _pairs_needed(length: int, end_unmasked: float, end_masked: float, shortfall: float) -> int:
-    """Smallest number of (unmasked, masked) run pairs that covers ``length``
-    but with probability at most ``shortfall``.
+    """Fewest (unmasked, masked) run pairs covering ``length`` but with probability at most ``shortfall``.
 
-    In the worst case the leading unmasked run is empty, so ``n`` pairs cover
-    ``S = U_1 + ... + U_{n-1} + M_0 + ... + M_{n-1}`` positions with
-    geometric ``U`` and ``M``. The Chernoff bound
-    ``P(S < length) <= exp(t (length - 1)) E[exp(-t S)]``, minimised over
-    ``t > 0``, must not exceed ``shortfall``. ``n`` never exceeds
-    ``(length + 2) // 2``: that many pairs of runs of at least one step each
-    always reach the end.
+    ``n`` pairs cover at least ``S = U_1 + ... + U_{n-1} + M_0 + ... + M_{n-1}`` positions; the
+    Chernoff bound ``P(S < length) <= exp(t (length - 1)) E[exp(-t S)]``, minimised over ``t > 0``,
+    must not exceed ``shortfall``. ``(length + 2) // 2`` pairs always reach the end.
     """
     always_enough = (length + 2) // 2
     target = math.log(shortfall)
@@ -315,13 +270,8 @@ def _pairs_needed(length: int, end_unmasked: float, end_masked: float, shortfall
 
 
 def variable_mask(x: torch.Tensor, r: float = 0.15, *, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Hides whole variables: each (sample, variable) pair with probability ``r``.
-
-    The expected share of hidden values is ``r`` whatever the number of
-    variables. (tsai's ``create_variable_mask`` hides exactly
-    ``int(B * C * r)`` pairs per batch, and none at all when ``C * r < 1``.)
-    A sample may have all or none of its variables hidden.
-    """
+    """Hides whole variables: each (sample, variable) pair with probability ``r`` (a sample may have all
+    or none hidden)."""
     x, r = _check_mask_args(x, r, generator, "variable_mask")
     batch, variables, length = x.shape
     hidden = torch.rand(batch, variables, 1, device=x.device, generator=generator) < r
@@ -331,14 +281,8 @@ def variable_mask(x: torch.Tensor, r: float = 0.15, *, generator: torch.Generato
 def future_mask(
     x: torch.Tensor, r: float = 0.15, sync: bool = False, *, generator: torch.Generator | None = None
 ) -> torch.Tensor:
-    """Hides the end of each row: the last ``k`` steps, ``k ~ Binomial(L, r)``.
-
-    As tsai's ``create_future_mask``: a forecasting task inside the window,
-    with an expected share of ``r`` hidden values. For a fixed horizon ``h``
-    build the mask directly: ``m = torch.zeros_like(x, dtype=torch.bool);
-    m[..., -h:] = True``. With ``sync=True`` all variables of a sample hide
-    the same steps.
-    """
+    """Hides the end of each row: the last ``k`` steps, ``k ~ Binomial(L, r)``; ``sync=True``: all variables
+    of a sample hide the same steps."""
     x, r = _check_mask_args(x, r, generator, "future_mask")
     batch, variables, length = x.shape
     rows = batch if sync else batch * variables

@@ -1,24 +1,15 @@
 """The pool order on the training device: each unit's rows cross once, every batch is gathered there.
 
-* **Reads** are the host pool's (``runtime.pool._Pool``), but each unit is
-  decoded into row 0 of a one-unit staging array (``DevicePool.staging``: the
-  plan with every unit at row 0) and ``DevicePool.landing`` copies its rows to
-  the unit's place in the device pool (``unit.offset``), on the reader thread.
-* **Batches** are the host pool's: each step of the builder
-  (``runtime.pool._steps``) gets a view of the device pool (``stage``) and
-  ``feed.DeviceFeed.batches`` gathers there from the same starts, so the
-  batches are the host pool's bit for bit.
+Reads are the host pool's, but each unit is decoded into a one-unit staging array
+(``DevicePool.staging``) and copied to its place in the device pool on the reader thread; each step
+gets a view of the device pool (``stage``) and the batches are gathered there from the host's starts,
+bit for bit. Memory: the device holds the plan's pool rows (within ``buffer_bytes``), the host one
+unit's rows.
 
-Memory: the device holds the plan's pool rows (at most ``plan.pool_rows``, at
-``4 * C + itemsize * T`` bytes each, within ``buffer_bytes``); the host holds
-one unit's decoded rows. A unit's rows are overwritten only after every batch
-drawn from them was gathered.
-
-CUDA: each unit is copied from pinned memory without blocking, on the stream
-the pass gathers on, so stream order keeps a copy after every gather from the
-rows it overwrites and before every gather from it. A loop that moves to
-another stream mid-pass continues the old stream's order (``follow``). The
-copies do not overlap compute on that stream, which buys never racing a gather.
+The trade-off on CUDA: each unit is copied from pinned memory on the stream the pass gathers on, so
+stream order keeps every copy after the gathers from the rows it overwrites and before those from
+it (a loop that moves to another stream continues the old one's order: ``follow``); the copies do
+not overlap compute on that stream, which buys never racing a gather.
 """
 
 from __future__ import annotations
@@ -52,10 +43,8 @@ class DevicePool:
         self._lock = threading.Lock()  # a copy and a change of stream, one at a time
 
     def landing(self, pool: Any) -> Callable[[int], Any]:
-        """``pool.read`` (a ``runtime.pool._Pool`` of ``staging``), each unit's rows then copied to the device.
-
-        Called on the consumer's thread when the pass starts: the device pool is allocated here.
-        """
+        """``pool.read`` (a ``runtime.pool._Pool`` of ``staging``), each unit's rows then copied to the
+        device; called on the consumer's thread when the pass starts (the device pool is allocated here)."""
         spec, feed = self.feed.spec, self.feed
         # the rows the plan places units in (at most ``plan.pool_rows``: a small dataset's pool is its size)
         units = PoolUnits.of(self.plan.units)

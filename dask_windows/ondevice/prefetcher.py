@@ -18,26 +18,19 @@ _END = object()  # the loader is exhausted
 
 
 class DevicePrefetcher:
-    """Iterates a loader's batches, already moved to ``device``.
+    """Iterates a loader's batches (tensors, or nested tuples, lists and dicts of them), moved to ``device``.
 
-    Batches may be tensors or tuples, lists and dicts of them (nested);
-    anything else inside a batch passes through untouched.
-
-    On CUDA the next batch is pinned, copied on a side stream and optionally
-    transformed there while the caller works on the current one; the current
-    stream waits for it and records its tensors, so they may be kept, freed or
-    modified as usual. Elsewhere batches pass through ``.to(device)``.
+    On CUDA the next batch is pinned, copied on a side stream and transformed there while the caller
+    works on the current one; the current stream waits for it and records its tensors, so they may
+    be kept, freed or modified as usual. Elsewhere batches pass through ``.to(device)``.
 
     Args:
         loader: Any iterable of batches, typically a ``DataLoader``.
-        device: Target device; ``None`` picks ``"cuda"`` when available,
-            else ``"cpu"``.
-        transform: Optional function of each batch once on the device (on
-            the side stream on CUDA), e.g. :func:`standardize`; returns it.
+        device: Target device; ``None``: ``"cuda"`` when available, else ``"cpu"``.
+        transform: Optional function of each batch once on the device, e.g. :func:`standardize`.
 
     Raises:
-        ValueError: ``device`` is not a device, or is CUDA while CUDA is not
-            available.
+        ValueError: ``device`` is not a device, or is CUDA while CUDA is not available.
         TypeError: ``transform`` is not callable.
     """
 
@@ -125,15 +118,9 @@ def _map_tensors(batch: Any, function: Callable[[torch.Tensor], Any]) -> Any:
 def standardize(
     x: torch.Tensor, dim: int = -1, eps: float = 1e-5, *, return_stats: bool = False
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Rescales every window and channel to zero mean and unit variance.
-
-    ``(x - mean) / sqrt(var + eps)`` with the mean and the (biased) variance
-    taken along ``dim``, the time axis: ``-1`` for ``(B, C, L)`` batches,
-    ``1`` for ``(B, L, C)``. A constant window becomes zeros. Runs on
-    ``x.device`` and keeps ``x.dtype``; ``x`` itself is not modified.
-
-    If ``x`` is a tuple or list (a batch with targets), its first element is
-    standardised and the rest passed through, so the function can serve as
+    """``(x - mean) / sqrt(var + eps)``, the mean and biased variance taken along ``dim``, the time
+    axis (``-1`` for ``(B, C, L)``, ``1`` for ``(B, L, C)``); ``x`` is not modified. A tuple or list
+    (a batch with targets) has its first element standardised, so this can be
     :class:`DevicePrefetcher`'s ``transform``.
 
     Args:

@@ -23,14 +23,7 @@ class DeviceRows:
         horizon: ``0``: ``y`` at each window's last row, ``(B, T)``; ``H``: the next ``H`` rows, ``(B, T, H)``.
     """
 
-    def __init__(
-        self,
-        x: torch.Tensor,
-        y: torch.Tensor | None,
-        window: int,
-        horizon: int,
-        channel_major: bool,
-    ) -> None:
+    def __init__(self, x: torch.Tensor, y: torch.Tensor | None, window: int, horizon: int, channel_major: bool) -> None:
         self.x, self.y, self.window, self.horizon, self.channel_major = x, y, window, horizon, channel_major
         self.nbytes = x.numel() * x.element_size() + (0 if y is None else y.numel() * y.element_size())
         flat = x.reshape(-1)
@@ -70,12 +63,8 @@ class DeviceRows:
 
 
 def standardize_windows(x: torch.Tensor, channel_major: bool, eps: float = 1e-8) -> torch.Tensor:
-    """Standardise each window and channel of a batch in place: ``(x - mean) / max(std, eps)`` over its ``L`` values.
-
-    The population std, as ``normalize="sample"`` on the host; a constant window becomes zeros.
-    Computed by ``torch.var_mean`` on the batch's device, so the values equal the host's within
-    float32 rounding (not bit for bit: another order of summation).
-    """
+    """Standardise each window and channel of a batch in place: ``(x - mean) / max(std, eps)`` over its
+    ``L`` values, as ``normalize="sample"`` on the host (within float32 rounding, not bit for bit)."""
     if not x.numel():
         return x
     var, mean = torch.var_mean(x, dim=2 if channel_major else 1, correction=0, keepdim=True)

@@ -1,25 +1,11 @@
-"""The pass protocol every iterable dataset of the package shares: epochs, length, resume state, ranks.
+"""The pass protocol ``WindowDataset``, ``Mixture`` and ``CorpusDataset`` share, written once.
 
-``WindowDataset``, ``Mixture`` and ``CorpusDataset`` are iterated in *passes*
-(each ``iter()``, in the training process or in every DataLoader worker of one
-pass) and follow one contract, written here once:
-
-* **Epochs.** Each pass claims the epoch after the previous pass's unless
-  ``set_epoch`` (or ``load_state_dict``) pinned one; the workers of one pass
-  agree on it (``runtime.epochs``).
-* **Ranks.** Explicit ``rank`` / ``world_size``, else an initialised
-  ``torch.distributed``'s; a pickled copy carries them to spawned workers.
-* **Length.** ``len()`` is the batches every rank yields in the epoch, the same
-  for any ``num_workers`` (``planning.division``).
-* **Resume.** ``state_dict`` / ``load_state_dict`` through one
-  ``planning.resume.Resumer``: the same small dict for all three.
-* **Pickling.** Workers get a copy without ``_process_local``, noting who
-  pickled it so a forkserver worker ends with the training process
-  (``workerwatch``).
-
-A dataset supplies ``_fingerprint()`` (what identifies its epochs), ``_shape()``
-(units per epoch, batch size, ``drop_last``) and, by class attributes, whether
-it resumes elastically and what it does not pickle.
+Each ``iter()`` (in the training process, or in every DataLoader worker of one pass) is a *pass*:
+it claims the epoch after the previous pass's unless ``set_epoch`` or ``load_state_dict`` pinned
+one (``runtime.epochs``); ``len()`` is the batches every rank yields, whatever ``num_workers``
+(``planning.division``); resume states go through one ``planning.resume.Resumer``; a worker's
+pickled copy carries the ranks and leaves out ``_process_local`` (``workerwatch``: a forkserver
+worker ends with the training process).
 """
 
 from __future__ import annotations
@@ -37,11 +23,8 @@ __all__ = ["PassProtocol"]
 
 
 class PassProtocol:
-    """Epochs, ``len()``, resume state, ranks and pickling of a dataset iterated in passes.
-
-    Subclasses call ``_init_passes(rank, world_size)`` in ``__init__`` and define
-    ``_fingerprint()`` and ``_shape()``.
-    """
+    """Epochs, ``len()``, resume state, ranks and pickling of a dataset iterated in passes; subclasses
+    call ``_init_passes(rank, world_size)`` in ``__init__`` and define ``_fingerprint()`` and ``_shape()``."""
 
     #: Whether a loader-scope state of another ``world_size`` or ``num_workers`` resumes (``planning.elastic``).
     _elastic: ClassVar[bool] = True
@@ -113,22 +96,15 @@ class PassProtocol:
         self._epoch_changes(self._epochs.epoch)
 
     def set_epoch(self, epoch: int) -> None:
-        """Use the order of ``epoch`` for the next pass; the same ``(seed, epoch)`` gives the same batches.
-
-        Without it each new pass over the dataset (each ``iter(loader)``, in the main process or in
-        DataLoader workers) takes the epoch after the previous pass's; calling it, as with a
-        ``DistributedSampler``, still decides the epoch of the next pass.
-        """
+        """Use the order of ``epoch`` for the next pass (without it each pass takes the epoch after the
+        previous pass's); the same ``(seed, epoch)`` gives the same batches."""
         self.epoch = check_int("epoch", epoch)
         self._resumer.forget(self.epoch)
         self._topology()
 
     def _begin_pass(self) -> tuple[int, World]:
-        """Claim the epoch of a pass that starts now: ``(epoch, this reader's World)``.
-
-        In the training process every call is a new pass; every DataLoader worker of one pass
-        claims the same epoch (``runtime.epochs``).
-        """
+        """Claim the epoch of a pass that starts now: ``(epoch, this reader's World)`` (every DataLoader
+        worker of one pass claims the same epoch)."""
         rank, world_size = self._topology()
         worker, num_workers = detect_worker()
         info = worker_info()
@@ -144,11 +120,8 @@ class PassProtocol:
     # -- length -------------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        """Exactly how many batches this rank yields per epoch, whatever ``num_workers`` is.
-
-        During an elastic resume, the batches of the state plus those this rank yields of the rest
-        of the epoch, so a loop yields ``len(ds) - state["batches"]`` batches, as after a plain resume.
-        """
+        """Exactly how many batches this rank yields per epoch, whatever ``num_workers`` is (during an
+        elastic resume, the state's batches plus those this rank yields of the rest)."""
         world_size = self._topology()[1]
         if self._elastic:
             info = worker_info()  # a change of num_workers alone is seen only inside the workers
@@ -162,19 +135,16 @@ class PassProtocol:
     # -- resume -------------------------------------------------------------------------------
 
     def state_dict(self, batches: int | None = None, num_workers: int | None = None) -> dict:
-        """Where the current epoch stands, as a small dict to save with the model checkpoint.
+        """Where the current epoch stands, as a small dict to save with the model checkpoint (the same
+        for every rank).
 
-        Without arguments the dataset counts what it yielded itself (in this process, or in each
-        worker under torchdata's ``StatefulDataLoader``); with a plain ``DataLoader`` and workers,
-        pass what the training loop took.
+        Without arguments the dataset counts what it yielded itself (also under torchdata's
+        ``StatefulDataLoader``); with a plain ``DataLoader`` and workers, pass what the loop took.
 
         Args:
-            batches: Batches the DataLoader yielded in the current pass over it (count from 0 each
+            batches: Batches the DataLoader yielded in the current pass over it (counted from 0 each
                 time the loader is iterated; batches a resume skipped are added).
             num_workers: The DataLoader's ``num_workers`` (required with ``batches``).
-
-        Returns:
-            The state of the most recent pass still in progress; the same for every rank.
 
         Raises:
             ConfigError: Two passes are in progress (the state would be ambiguous).
@@ -188,13 +158,10 @@ class PassProtocol:
     def load_state_dict(self, state: dict) -> None:
         """Resume the epoch ``state`` was saved in, after the batches it had already yielded.
 
-        Sets ``epoch``; every pass over that epoch (until ``set_epoch`` moves to another) yields the
-        remaining batches in the uninterrupted order, with the same ``num_workers``. Buffers already
-        finished are not read again.
-
-        A loader-scope state saved with another ``world_size`` or ``num_workers`` resumes elastically
-        where the dataset supports it: the windows not yet yielded are divided between the new ranks
-        and workers, each exactly once, in another order (``planning.elastic``).
+        Every pass over that epoch yields the remaining batches in the uninterrupted order. A
+        loader-scope state of another ``world_size`` or ``num_workers`` resumes elastically where
+        the dataset allows: the rest is divided between the new readers, each window once, in
+        another order (``planning.elastic``).
 
         Raises:
             ConfigError: The state comes from another dataset or configuration.

@@ -1,11 +1,8 @@
-"""Worker processes that outlive their training process: each one watches it.
+"""DataLoader workers that would outlive their training process watch it and end with it.
 
-A ``forkserver`` worker (the integrations' default) is a child of the fork
-server, so torch's watchdog never fires when the training process dies hard
-(``os._exit``, an OOM kill). Such a worker runs ``watch_training_process(pid)``:
-a daemon thread that waits for the process that pickled its dataset to end
-(a ``pidfd`` on Linux, else a check every ``POLL_SECONDS``) and then ends the
-worker with ``os._exit``.
+A ``forkserver`` worker is a child of the fork server, so torch's watchdog never fires when the
+training process dies hard (``os._exit``, an OOM kill); it runs a daemon thread that waits for the
+process that pickled its dataset (a ``pidfd``, else a check every ``POLL_SECONDS``) and then exits.
 """
 
 from __future__ import annotations
@@ -19,12 +16,7 @@ from typing import Any
 from dask_windows.runtime.prefetch import GuardedThread
 from dask_windows.settings.tuning import WATCH_POLL_SECONDS as POLL_SECONDS
 
-__all__ = [
-    "POLL_SECONDS",
-    "record_pickler",
-    "watch_pickler",
-    "watch_training_process",
-]
+__all__ = ["POLL_SECONDS", "record_pickler", "watch_pickler", "watch_training_process"]
 
 log = logging.getLogger(__name__)
 
@@ -34,14 +26,7 @@ _watched_lock = threading.Lock()
 
 
 def watch_training_process(pid: int | None) -> bool:
-    """End this worker process when process ``pid`` (its training process) ends.
-
-    Starts one daemon thread per watched pid (idempotent); nothing when ``pid`` is ``None`` or
-    this process itself.
-
-    Returns:
-        Whether a watch runs for ``pid`` now.
-    """
+    """End this process when process ``pid`` ends (one daemon thread per pid); whether a watch runs."""
     if pid is None or pid == os.getpid():
         return False
     with _watched_lock:
@@ -62,15 +47,9 @@ def record_pickler(state: dict) -> dict:
 
 
 def watch_pickler(obj: Any) -> bool:
-    """In a DataLoader worker: end with the process that pickled ``obj`` for it, unless that is the parent.
-
-    A spawned worker's parent pickled the dataset (torch's watchdog covers it); a forkserver worker's
-    parent is the fork server, so it watches the training process itself. A forked worker received
-    no pickle of its own: whatever ``_pickled_by`` it inherited is not its training process.
-
-    Returns:
-        Whether a watch runs.
-    """
+    """In a DataLoader worker: end with the process that pickled ``obj`` for it unless that is the parent
+    (torch's watchdog covers a spawned worker; a forked one inherited no pickle of its own). Whether a
+    watch runs."""
     pid = getattr(obj, "_pickled_by", None)
     if pid is None or pid == os.getppid() or pid == os.getpid():
         return False

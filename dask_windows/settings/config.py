@@ -1,24 +1,14 @@
 """``WindowDataset``'s keywords in three frozen groups, and their resolution into the one settings value.
 
-``WindowDataset`` keeps its keywords (public names are a promise) and hands each, by name, to the
-group that holds it: a :class:`WindowConfig` (what a window is and what a batch holds), an
-:class:`OrderConfig` (which windows go into which batch, in what order, on which rank and device)
-or a :class:`ReadConfig` (how the data is opened and read, validated before anything is opened).
-The groups' fields are the one list of the keywords: :data:`KEYWORDS` is derived from them, the
-command line builds its dataset options from it, and a test checks it against ``WindowDataset``'s
-signature.
-
-:func:`resolve` turns the groups, once, into one :class:`~dask_windows.settings.spec.WindowSpec`
-(``ds.spec``): every keyword as resolved against the opened source (the features of arrays, the
-series column of a ``dask-windows convert`` manifest, the order a Dask frame reads best in, a
-workflow's columns) and what opening derived. Planning and the runtime read that value only;
-``ds.config`` is the same settings grouped again (:meth:`Config.of`), and
-``WindowDataset(data, **ds.config.keywords())`` opens the same dataset.
+``WindowDataset`` hands each keyword, by name, to its group (:class:`WindowConfig`,
+:class:`OrderConfig`, :class:`ReadConfig`); the groups' fields are the one list of the keywords
+(:data:`KEYWORDS`, from which the command line builds its options). :func:`resolve` turns them,
+once, into the ``WindowSpec`` planning and the runtime read, resolved against the opened source;
+``ds.config`` groups it again (:meth:`Config.of`). See docs/configuration.md.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
@@ -26,8 +16,7 @@ from typing import Any, NamedTuple
 from dask_windows.errors import ConfigError
 from dask_windows.errors.faults import check_on_error
 from dask_windows.opening.checks import SERIES_FROM_MANIFEST
-from dask_windows.settings.spec import WindowSpec, _positive_int
-from dask_windows.settings.tuning import NEXT_PASS_SECONDS, OPEN_THREADS, RETRIES
+from dask_windows.settings.spec import ReadSettings, WindowSpec, _positive_int
 
 __all__ = [
     "DEPRECATED_KEYWORDS",
@@ -53,9 +42,7 @@ def _next_pass_seconds(value: Any) -> float:
 
 @dataclass(frozen=True)
 class WindowConfig:
-    """What a window is and what a batch holds (resolved: the columns a manifest, the arrays or a
-    workflow chose; ``None`` where a named batch's roles choose them). The fields are
-    ``WindowDataset``'s keywords of the same names."""
+    """What a window is and what a batch holds: ``WindowDataset``'s keywords of these names."""
 
     window: int
     features: Any = None
@@ -72,10 +59,8 @@ class WindowConfig:
 
 @dataclass(frozen=True)
 class OrderConfig:
-    """Which windows go into which batch, in what order, on which rank and device (resolved: the
-    order the source reads best in, and the pool order's budget). ``pieces_per_partition`` is
-    ``None`` in the pool order (a deprecated count above 1 included: its budget is in ``buffer_bytes``)
-    and ``buffer_bytes`` ``None`` in the buffer order of whole partitions."""
+    """Which windows go into which batch, in what order, on which rank and device; exactly one of
+    ``pieces_per_partition`` (whole partitions) and ``buffer_bytes`` (the pool order) is set once resolved."""
 
     batch_size: int = 256
     drop_last: bool = False
@@ -90,25 +75,10 @@ class OrderConfig:
 
 
 @dataclass(frozen=True)
-class ReadConfig:
-    """How the data is opened and read; validated when made, before anything is opened.
+class ReadConfig(ReadSettings):
+    """How the data is opened and read, validated when made (before anything is opened); ``retry`` (not a
+    keyword) is the policy ``retries`` and ``timeout`` make together."""
 
-    ``retry`` (not a keyword) is the policy ``retries`` and ``timeout`` make together.
-    """
-
-    storage_options: dict | None = None
-    partition_bytes: int | None = None
-    partition_rows: int | None = None
-    threads: int = OPEN_THREADS
-    retries: Any = RETRIES
-    timeout: float | None = None
-    on_error: str = "raise"
-    strict: bool = False
-    cache_dir: str | os.PathLike | None = None
-    cache_bytes: int | None = None
-    index: Any = None
-    prefetch_partitions: int = 1
-    next_pass_seconds: float = NEXT_PASS_SECONDS
     retry: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -193,14 +163,8 @@ class Resolved(NamedTuple):
 def resolve(
     given: WindowConfig, order_given: OrderConfig, read: ReadConfig, open_source: Callable[[ReadConfig, Any], Any]
 ) -> Resolved:
-    """The settings of ``WindowDataset``'s keywords as one value, resolved against the opened source.
-
-    Args:
-        given: The window keywords as given (or at their defaults).
-        order_given: The order keywords as given.
-        read: The reading keywords (validated when made, so their errors come first).
-        open_source: ``open_source(read, series)``: the source of the dataset's data (the I/O,
-            passed in), called once the reading settings are valid.
+    """The settings of ``WindowDataset``'s keywords as one value, resolved against the source that
+    ``open_source(read, series)`` (the I/O, passed in) opens.
 
     Raises:
         ConfigError: A setting is invalid (the message names the keyword, the rule and the remedy).

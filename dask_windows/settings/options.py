@@ -1,11 +1,5 @@
-"""``WindowDataset`` settings resolved when it is opened: the order, pieces, normalize.
-
-The order asked for (``resolve_order``: the pool order's budget, or whole partitions; used by
-``config.resolve``), the deprecated ``pieces_per_partition > 1`` served by the pool order
-(``deprecated_pieces``, ``piece_budget``), and ``normalize=`` turned into ``None``, ``"sample"`` or
-per-feature ``(mean, std)`` arrays. The keyword arguments passed on to ``open_source`` are
-``config.ReadConfig.source_options``.
-"""
+"""``WindowDataset`` settings resolved when it is opened: the order (``resolve_order``), the deprecated
+keywords (``deprecated_pieces``, ``piece_budget``, ``deprecated_read_workers``) and ``normalize=``."""
 
 from __future__ import annotations
 
@@ -21,13 +15,7 @@ from dask_windows.settings.spec import WindowSpec
 from dask_windows.settings.tuning import BUFFER_BYTES
 from dask_windows.sources import Source
 
-__all__ = [
-    "deprecated_pieces",
-    "deprecated_read_workers",
-    "piece_budget",
-    "resolve_normalize",
-    "resolve_order",
-]
+__all__ = ["deprecated_pieces", "deprecated_read_workers", "piece_budget", "resolve_normalize", "resolve_order"]
 
 
 def _count(value: Any) -> bool:
@@ -35,12 +23,9 @@ def _count(value: Any) -> bool:
 
 
 def resolve_order(pieces_per_partition: Any, buffer_bytes: Any, source: Any) -> Any:
-    """``buffer_bytes`` of the pool order, or ``None`` for the order of ``pieces_per_partition``.
-
-    The pool order is the default; ``pieces_per_partition`` asks for the piece order (``1``: whole
-    partitions), as do Dask frames (a read computes a whole partition) and data ``dask-windows
-    convert`` spread over its files (whole partitions already mix) unless ``buffer_bytes`` is given.
-    """
+    """``buffer_bytes`` of the pool order (the default), or ``None`` for whole partitions: asked for by
+    ``pieces_per_partition``, or the default of Dask frames (a read computes a whole partition) and of
+    data ``dask-windows convert`` spread (whole partitions already mix) unless ``buffer_bytes`` is given."""
     if pieces_per_partition is not None:
         if buffer_bytes is not None:
             raise ConfigError(
@@ -55,9 +40,8 @@ def resolve_order(pieces_per_partition: Any, buffer_bytes: Any, source: Any) -> 
 
 
 def deprecated_pieces(pieces_per_partition: Any, device: Any) -> Any:
-    """``pieces_per_partition`` as the order resolution takes it: a count above 1 (the piece order, deprecated)
-    warns once and becomes ``None`` (the pool order, with ``piece_budget``; with ``device=`` too: its pool on
-    the device, see ``ondevice.pool``); any other value is returned as given."""
+    """``pieces_per_partition``, but a count above 1 (deprecated) warns and becomes ``None`` (the pool order,
+    with ``piece_budget``)."""
     if not (_count(pieces_per_partition) and pieces_per_partition > 1):
         return pieces_per_partition
     warnings.warn(
@@ -74,8 +58,7 @@ def deprecated_pieces(pieces_per_partition: Any, device: Any) -> Any:
 
 
 def deprecated_read_workers(read_workers: Any, read_deadline: Any) -> None:
-    """Warn that ``read_workers`` (and ``read_deadline``, which bounded their waits) are ignored: the read
-    processes served only whole partitions, and the default pool order reads each unit once on a reader thread."""
+    """Warn that ``read_workers`` and ``read_deadline``, when given, are ignored."""
     given = [f"{name}={value!r}" for name, value, unset in (
         ("read_workers", read_workers, 0), ("read_deadline", read_deadline, None)) if value != unset]  # fmt: skip
     if not given:
@@ -92,9 +75,7 @@ def deprecated_read_workers(read_workers: Any, read_deadline: Any) -> None:
 
 def piece_budget(source: Source, buffer_partitions: Any, features: Any, targets: Any, stride: Any) -> int | None:
     """The pool order's ``buffer_bytes`` for a deprecated ``pieces_per_partition > 1``: the memory the piece
-    order held, two buffers (the one drained and the one built ahead) of ``buffer_partitions`` partitions of
-    average size, at 4 bytes per feature and target value and 8 bytes per window start every ``stride`` rows.
-    ``None`` for invalid settings (``WindowSpec`` raises on them)."""
+    order held (docs/configuration.md), or ``None`` for invalid settings (``WindowSpec`` raises on them)."""
     if not (_count(buffer_partitions) and buffer_partitions >= 1 and _count(stride) and stride >= 1):
         return None
     partitions = source.partitions

@@ -1,9 +1,7 @@
 """A dataset's settings as one frozen value: every keyword, resolved, and what opening derived.
 
-``config.resolve`` makes it once; planning and the runtime read its fields and no other settings
-value (``WindowDataset.config`` groups the same fields by keyword, as views of it). The window and
-order fields are validated here, so their messages live in one place; the reading fields were
-validated by ``config.ReadConfig`` before the data was opened.
+``config.resolve`` makes it once; planning and the runtime read no other settings value. The window
+and order fields are validated here; the reading fields by ``config.ReadConfig``, before opening.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ import numpy as np
 from dask_windows.errors import ConfigError
 from dask_windows.settings.tuning import NEXT_PASS_SECONDS, OPEN_THREADS, RETRIES
 
-__all__ = ["WindowSpec"]
+__all__ = ["ReadSettings", "WindowSpec"]
 
 LAYOUTS = ("NCL", "NLC")
 NAN_POLICIES = ("raise", "drop")
@@ -59,27 +57,43 @@ def _names(name: str, value: object, allow_none: bool) -> tuple:
 
 
 @dataclass(frozen=True)
-class WindowSpec:
+class ReadSettings:
+    """``WindowDataset``'s reading keywords, declared once: ``config.ReadConfig`` validates them before
+    anything is opened, and ``WindowSpec`` carries them."""
+
+    storage_options: dict | None = None
+    partition_bytes: int | None = None
+    partition_rows: int | None = None
+    threads: int = OPEN_THREADS
+    retries: Any = RETRIES
+    timeout: float | None = None
+    on_error: str = "raise"
+    strict: bool = False
+    cache_dir: str | os.PathLike | None = None
+    cache_bytes: int | None = None
+    index: Any = None
+    prefetch_partitions: int = 1
+    next_pass_seconds: float = NEXT_PASS_SECONDS
+
+
+@dataclass(frozen=True, kw_only=True)
+class WindowSpec(ReadSettings):
     """A dataset's settings (``WindowDataset.spec``): the one value planning and the runtime read.
 
-    Each field but the four below is ``WindowDataset``'s keyword of that name as resolved (documented
-    there): ``features`` and ``targets`` tuples of columns, ``series`` the column whose changes end a
-    run (or ``None``), ``device`` a ``torch.device`` (or ``None``: the host), ``buffer_bytes`` the pool
-    order's budget (``None``: whole partitions, ``buffer_partitions`` of them resident), and
-    ``pieces_per_partition`` ``1`` (what remains of the retired piece order; resume states record it).
+    Each field but the four below is ``WindowDataset``'s keyword of that name as resolved:
+    ``features`` and ``targets`` tuples, ``series`` a column or ``None``, ``device`` a
+    ``torch.device`` or ``None``, ``buffer_bytes`` ``None`` for whole partitions, and
+    ``pieces_per_partition`` ``1`` (resume states record it).
 
     Attributes:
-        code_features: The last ``K`` features are integer codes (a workflow's categories, ``NCL``
-            only): the buffer keeps an integer copy of their rows (``code_dtype``), made once per
-            row, and each batch gathers them from it as ``(B, K, L)`` beside the ``(B, C - K, L)``
-            float32 of the others (``runtime.batch.Gatherer``), instead of casting every window's
-            values.
-        code_dtype: The dtype of that copy, hence of the gathered codes: ``"int64"``, ``"int32"``, or
-            ``"int16"`` / ``"int8"`` where every code fits (a workflow's emitter widens them per batch).
-        lookback: Rows of ``window`` a workflow reads before each window it yields (its lags and
-            fills need them; ``window`` counts them): messages quote the window asked for.
-        given_series: The ``series`` keyword where it is not the column ``series`` holds (a vector of
-            series ids, or no manifest to name one), else ``None``: what ``config`` shows and reopens.
+        code_features: The last ``K`` features are integer codes (``NCL`` only), gathered as
+            ``(B, K, L)`` from an integer copy of their rows (``runtime.batch.Gatherer``).
+        code_dtype: The dtype of that copy: ``"int64"``, ``"int32"``, or ``"int16"`` / ``"int8"``
+            where every code fits.
+        lookback: Rows of ``window`` a workflow reads before each window it yields (messages quote
+            the window asked for).
+        given_series: The ``series`` keyword where it is not the column ``series`` holds, else
+            ``None``: what ``config`` shows and reopens.
     """
 
     features: tuple
@@ -94,7 +108,6 @@ class WindowSpec:
     seed: int = 0
     buffer_partitions: int = 2
     pieces_per_partition: int = 1
-    prefetch_partitions: int = 1
     layout: str = "NCL"
     return_index: bool = False
     nan: str = "raise"
@@ -108,18 +121,6 @@ class WindowSpec:
     rank: int | None = None
     world_size: int | None = None
     device: Any = None
-    storage_options: dict | None = None
-    partition_bytes: int | None = None
-    partition_rows: int | None = None
-    threads: int = OPEN_THREADS
-    retries: Any = RETRIES
-    timeout: float | None = None
-    on_error: str = "raise"
-    strict: bool = False
-    cache_dir: str | os.PathLike | None = None
-    cache_bytes: int | None = None
-    index: Any = None
-    next_pass_seconds: float = NEXT_PASS_SECONDS
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -162,8 +163,8 @@ class WindowSpec:
         return self.window + self.horizon
 
     def describe_span(self) -> str:
-        """The rows a window needs, as the user asked for them: ``window=104 + horizon=13 + 3 look-back rows
-        of the workflow = 120 rows`` (``window=104`` alone when that is all)."""
+        """The rows a window needs, as asked: ``window=104 + horizon=13 + 3 look-back rows of the workflow
+        = 120 rows``."""
         asked = f"window={self.window - self.lookback}" + (f" + horizon={self.horizon}" if self.horizon else "")
         if self.lookback:
             asked += f" + {self.lookback} look-back rows of the workflow"

@@ -20,55 +20,6 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = [
-    "BLOCK_BATCHES",
-    "BUFFER_BYTES",
-    "CACHE_KEEP_SECONDS",
-    "CONVERT_DECODED_RATIO",
-    "CONVERT_SPAN",
-    "CORRUPT_PROBES",
-    "DEFAULT_PARTITION_BYTES",
-    "DEFAULT_PARTITION_ROWS",
-    "DEFAULT_TIMEOUT",
-    "DIRECT_BYTES",
-    "EXIT_JOIN_SECONDS",
-    "FILL_THREADS",
-    "FOOTER_BYTES",
-    "INPUT_BOUND_SHARE",
-    "LANE_AHEAD_UNITS",
-    "LANE_DEFAULT_BATCH_BYTES",
-    "LANE_MIN_UNITS",
-    "LANE_RATIO",
-    "LANE_UNIT_BYTES",
-    "LOCAL_OPEN_THREADS",
-    "MAX_GAP",
-    "MAX_RINGS",
-    "MIN_CHUNK_PER_OVERLAP",
-    "MIN_UNIT_ROWS",
-    "NEXT_PASS_JOIN_SECONDS",
-    "NEXT_PASS_SECONDS",
-    "OPEN_THREADS",
-    "PARSED_FOOTER_BYTES",
-    "POOL_AHEAD_UNITS",
-    "POOL_FIRST_BYTES",
-    "PROBE_FILES",
-    "READ_CHUNK_BYTES",
-    "RETRIES",
-    "RETRY_BASE_DELAY",
-    "RETRY_MAX_DELAY",
-    "SHARE_WAIT_SECONDS",
-    "SLOTS_PER_RING",
-    "SLOT_HEADROOM",
-    "TAIL_BATCH",
-    "TARGET_CHUNKS_PER_FILE",
-    "THREAD_WATCH_SECONDS",
-    "TRIM_BYTES",
-    "UNITS_PER_BATCH",
-    "WATCH_POLL_SECONDS",
-    "Switches",
-    "switches",
-]
-
 # -- dask-windows convert (cli/layout.py) ---------------------------------------------------------
 
 #: ``window + horizon`` the chunks of the spread layout overlap for when convert gets no ``--window``.
@@ -246,3 +197,7 @@ def switches(environ: Mapping[str, str] | None = None) -> Switches:
         lanes={"1": True, "0": False}.get(lanes),
         share_footers=env.get("DASK_WINDOWS_SHARE_FOOTERS", "1") != "0",
     )
+
+
+#: Every constant (upper case) and the switches: the names above, not a second list of them.
+__all__ = sorted([name for name in dir() if name.isupper()] + ["Switches", "switches"])

@@ -110,7 +110,7 @@ def test_device_pool_batches_are_the_host_pool_batches_over_whole_epochs(layouts
         plan = ds._plan(World(), 0, epoch)
         assert ds.device_traffic.row_bytes - before == sum(u.num_rows for u in plan.units) * _row_bytes(ds)
     traffic = ds.device_traffic
-    assert traffic.units == 2 * len(plan.units) and traffic.buffers == traffic.sent_late == 0
+    assert traffic.units == 2 * len(plan.units)
     # per batch only its starts (and the index rows with return_index) cross: 8 bytes a window each
     assert traffic.batches == 2 * len(ds) and traffic.index_bytes == 2 * 8 * windows * (1 + ds.spec.return_index)
     # the device pool: within the budget (the window starts it also counts stay on the host), one per pass
