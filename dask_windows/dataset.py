@@ -25,9 +25,10 @@ from dask_windows.opening import check_columns, check_windows, scan
 from dask_windows.opening.checks import SERIES_FROM_MANIFEST, check_series_order, output_dtype
 from dask_windows.opening.omissions import check_omissions
 from dask_windows.passes import PassProtocol
-from dask_windows.planning.budget import plan_for, pool_summary, unit_bounds, warn_if_few_units
+from dask_windows.planning.budget import advised_budget, plan_for, pool_summary, unit_bounds, warn_if_few_units
 from dask_windows.planning.index import WindowGrid
 from dask_windows.planning.pool import PoolPlan
+from dask_windows.planning.ragged import Ragged
 from dask_windows.planning.resume import Resumer, fingerprint
 from dask_windows.planning.split import SeriesTable, cut_positions, split_grid
 from dask_windows.planning.world import World
@@ -234,12 +235,11 @@ class WindowDataset(PassProtocol, IterableDataset):
         check_windows(self.source, spec, self.runs, self.num_windows, order_remedy, self.skipped)
         self.left_out = check_omissions(self, series is not SERIES_FROM_MANIFEST or self._series_from_manifest)
         # the pool order's units (plan data: they depend on the source and the settings only)
-        bytes_per_row = self._read_values().row_bytes
-        decode_all = getattr(self.source, "decode_units_all", None)
-        self._unit_bounds = unit_bounds(spec, bytes_per_row, rows, self.source.decode_units, decode_all)
+        self._unit_bounds = self._units_under(spec)
         if spec.buffer_bytes is not None:  # the budget holds too few units to mix like a global shuffle
-            units_at = lambda other: unit_bounds(other, bytes_per_row, rows, self.source.decode_units, decode_all)
-            warn_if_few_units(spec, self._unit_bounds, bytes_per_row, self.source.description, self.grid, units_at)
+            bytes_per_row = self._read_values().row_bytes
+            description = self.source.description
+            warn_if_few_units(spec, self._unit_bounds, bytes_per_row, description, self.grid, self._units_under)
         self._telemetry = Telemetry(time.perf_counter_ns() - opening)
 
     # -- the pass protocol (epochs, len, resume state, ranks, pickling: see passes) ----------
@@ -427,6 +427,19 @@ class WindowDataset(PassProtocol, IterableDataset):
         epoch = self.epoch if epoch is None else epoch  # (whole partitions: a pool of buffer_partitions of them)
         reads = self._read_values()
         return plan_for(self.spec, self.grid, self._unit_bounds, reads.row_bytes, world, skip_batches, epoch)
+
+    def _units_under(self, spec: WindowSpec) -> Ragged:
+        """The pool order's units of this data under ``spec`` (a larger budget merges larger units)."""
+        rows = rows_per_partition(self.source.partitions)
+        decode_all = getattr(self.source, "decode_units_all", None)
+        return unit_bounds(spec, self._read_values().row_bytes, rows, self.source.decode_units, decode_all)
+
+    def _advised_budget(self) -> int | None:
+        """The ``buffer_bytes`` the ``PoolWarning`` advises (``planning.budget.advised_budget``)."""
+        if self.spec.buffer_bytes is None:
+            return None
+        reads = self._read_values()
+        return advised_budget(self.spec, self._unit_bounds, reads.row_bytes, self.grid, self._units_under)
 
     def _pool_summary(self) -> dict | None:
         """Predicted reads, resident memory and places per batch of the pool order (``None``: another order)."""

@@ -35,6 +35,7 @@ from dask_windows.settings.tuning import BUFFER_BYTES, MIN_UNIT_ROWS, POOL_FIRST
 
 __all__ = [
     "PoolWarning",
+    "advised_budget",
     "block_places",
     "plan_for",
     "pool_rows",
@@ -255,6 +256,22 @@ def warn_if_few_units(
         PoolWarning,
         stacklevel=3,
     )
+
+
+def advised_budget(
+    spec: WindowSpec,
+    bounds: Sequence[np.ndarray],
+    bytes_per_row: float,
+    grid: WindowGrid | None = None,
+    units_at: Callable[[WindowSpec], Sequence[np.ndarray]] | None = None,
+) -> int | None:
+    """The ``buffer_bytes`` the ``PoolWarning`` advises, checked to mix like a global shuffle within itself
+    (``None``: the order mixes so already, is not shuffled, or no budget does); arguments as for
+    ``warn_if_few_units``."""
+    s = pool_summary(spec, bounds, bytes_per_row, grid=grid)
+    if not spec.shuffle or s["mixes_like_global"]:
+        return None
+    return _advised_budget(spec, s, bytes_per_row, grid, units_at or (lambda _: bounds))
 
 
 def _advised_budget(

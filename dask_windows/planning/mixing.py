@@ -268,10 +268,16 @@ def mixing_report(ds: Any, max_batches: int = 2000, blocks: int = 100, epoch: in
         out["pool"] = pool = {k: float(v) if isinstance(v, np.floating) else v for k, v in pool.items()}
         settings["buffer_bytes"] = spec.buffer_bytes
         if "nothing to change" not in advice and spec.shuffle:
+            need = ds._advised_budget()  # the figure the PoolWarning gives, checked against the plan
+            raise_to = (
+                f"raise buffer_bytes (now {spec.buffer_bytes:,}) to about {need:,} bytes, which holds about "
+                f"{min(2 * b, pool['units'])} of them,"
+                if need
+                else "no buffer_bytes makes it mix like a global shuffle:"
+            )
             out["advice"] = (
                 f"a batch draws on the {pool['resident_units']} units resident at once ({pool['unit_rows']:,} rows "
-                f"at most each): raise buffer_bytes (now {spec.buffer_bytes:,}) to hold about "
-                f"{min(2 * b, pool['units'])} of them, "
+                f"at most each): {raise_to} "
                 + (
                     "or drop buffer_bytes: this data is convert's spread layout, which mixes in whole partitions"
                     if places is not None

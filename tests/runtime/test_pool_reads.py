@@ -109,11 +109,13 @@ def test_a_budget_of_too_few_units_warns_once_at_open_and_inspect_says_so(tmp_pa
 
     for i, frame in enumerate(_frames()):
         frame.to_parquet(tmp_path / f"part-{i}.parquet", row_group_size=ROWS // GROUPS)
+    import re
+    import warnings
+
     with pytest.warns(PoolWarning, match=r"holds \d+ of the 24 units.*Raise buffer_bytes.*dask-windows convert") as got:
         WindowDataset(str(tmp_path), buffer_bytes=8_000, **KW)
     assert len([w for w in got if issubclass(w.category, PoolWarning)]) == 1
-    import re
-    import warnings
+    warned = re.search(r"Raise buffer_bytes to about ([\d,]+) bytes", str(got[0].message))[1]
 
     for batch_size in (8, 32):  # 2B units fewer than the 24, and more: then every unit is enough
         kw = {**KW, "batch_size": batch_size}
@@ -132,7 +134,7 @@ def test_a_budget_of_too_few_units_warns_once_at_open_and_inspect_says_so(tmp_pa
     text = _run_cli(main, [str(tmp_path), "--window", "12", "--stride", "3", "--batch-size", "8", "--mixing",
                            "--buffer-bytes", "8000"])  # fmt: skip
     assert "reads per epoch: each of 24 units (row groups) decoded once" in text
-    assert "raise buffer_bytes" in text
+    assert f"raise buffer_bytes (now 8,000) to about {warned} bytes" in text  # the figure the warning checked
 
 
 def test_a_row_group_larger_than_the_budget_warns_at_open_with_what_the_pool_holds(tmp_path):
