@@ -326,8 +326,8 @@ def _write_file(path: str, columns: dict, layout: tuple) -> int:
                 raw = np.ascontiguousarray(columns[name]).reshape(-1).view(np.uint8)
                 gap = bytes(offset - at)
                 f.write(gap)
-                f.write(raw)  # type: ignore[arg-type]
-                crc = zlib.crc32(raw, zlib.crc32(gap, crc))
+                f.write(raw.data)
+                crc = zlib.crc32(raw.data, zlib.crc32(gap, crc))
                 at = offset + raw.nbytes
         os.replace(temp, path)
     except BaseException:
@@ -344,7 +344,7 @@ def _load(file: _File) -> dict | None:
         with open(file.path, "rb", buffering=0) as f:
             if os.fstat(f.fileno()).st_size != file.size:
                 return None
-            view, done = memoryview(data), 0
+            view, done = data.data, 0
             while done < file.size:  # (one read but for files over 2 GiB)
                 count = f.readinto(view[done:])
                 if not count:
@@ -352,7 +352,7 @@ def _load(file: _File) -> dict | None:
                 done += count
     except OSError:
         return None
-    if zlib.crc32(data) != file.crc:
+    if zlib.crc32(data.data) != file.crc:
         return None
     data.flags.writeable = False
     out: dict[Any, np.ndarray] = {}

@@ -129,6 +129,15 @@ def test_ranges_come_back_bit_identical_and_read_only(tmp_path):
     assert cache.disk_hits == len(ranges) - 1
 
 
+def test_a_worker_writes_its_share_of_the_disk_bytes(tmp_path):
+    cache = pickle.loads(pickle.dumps(TransformCache(0, tmp_path, 1_000)))  # (as a spawned worker gets it)
+    cache.check("fitted", workers=2)  # one of a rank's 2 DataLoader workers: half the disk bytes
+    for key in range(3):
+        cache.keep(key, {"x": np.zeros(100, np.float32)})  # 400 bytes: one fits in 500
+    assert cache.disk_limit == 500 and cache.disk_held == 400 and len(files_in(str(tmp_path))) == 1
+    assert cache.find(0) is not None and cache.find(1) is None
+
+
 def test_a_refit_drops_the_files(data, tmp_path):
     wf = make_workflow(0).fit(data, scheduler="sync")
     wf.cache_dir = tmp_path
