@@ -178,11 +178,12 @@ class TransformCache:
             self.hits += found is not None
             self.disk_hits += found is not None
             self.misses += found is None
-            if found is None and self._files.get(key) is file:  # (not dropped by a refit meanwhile)
+            damaged = found is None and self._files.get(key) is file  # (not dropped by a refit meanwhile)
+            if damaged:
                 del self._files[key]
                 self.disk_held -= file.size
                 self.damaged += 1
-        if found is None:
+        if damaged:
             log.warning("transformed rows' cache file %s is missing, cut short or changed; reading its rows again",
                         file.path)  # fmt: skip
             _unlink(file.path)
