@@ -238,7 +238,7 @@ class TransformCache:
             if free - size < KEEP_FREE:
                 raise OSError(f"{free:,} bytes free there; the cache leaves {KEEP_FREE:,} free (KEEP_FREE)")
             crc = _write_file(path, columns, layout)
-        except OSError as exc:
+        except Exception as exc:  # (a cache that cannot write never ends the epoch: the rows are read again)
             with self._lock:
                 if generation == self._generation:
                     del self._files[key]
