@@ -285,7 +285,7 @@ def test_dataloader_workers_yield_the_batches_of_no_cache(data, fresh, tmp_path)
     assert folders(tmp_path) == [os.path.basename(folder)]
 
 
-def test_cache_dir_and_cache_disk_bytes_are_checked_and_not_saved(tmp_path):
+def test_cache_dir_and_cache_disk_bytes_are_checked_and_not_saved(data, tmp_path):
     with pytest.raises(ConfigError, match="cache_dir=5"):
         make_workflow(0).cache_dir = 5  # type: ignore[assignment]
     with pytest.raises(ConfigError, match="cache_dir='s3://b/x'.*local"):
@@ -296,3 +296,6 @@ def test_cache_dir_and_cache_disk_bytes_are_checked_and_not_saved(tmp_path):
     assert wf.cache_dir is None and wf.cache_disk_bytes is None
     wf.cache_dir, wf.cache_disk_bytes = tmp_path, 1 << 20
     assert wf.cache_dir == str(tmp_path)
+    wf.fit(data, scheduler="sync").save(str(tmp_path / "wf.json"))  # a loader setting: not in the file
+    loaded = Workflow.load(str(tmp_path / "wf.json"))
+    assert loaded.cache_dir is None and loaded.cache_disk_bytes is None
