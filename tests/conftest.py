@@ -430,6 +430,9 @@ SLOW_TESTS: dict[str, str | set[str]] = {
         "test_kept_reads_yield_the_batches_of_fresh_reads_every_epoch",
         "test_persistent_workers_yield_the_batches_of_fresh_reads",
     },
+    "tests/workflow/test_transform_disk_cache.py": {
+        "test_dataloader_workers_yield_the_batches_of_no_cache",
+    },
     "tests/workflow/test_workflow.py": {
         "test_calendar_arithmetic_equals_pandas",
         "test_fastai_takes_the_named_batch_as_input_and_its_target_for_the_loss",

@@ -56,7 +56,7 @@ class WorkflowSource:
         if hasattr(source, "dictionary_columns"):  # Parquet: the categories read as Arrow dictionaries
             source.dictionary_columns = frozenset(dictionary_inputs(wf))
         self._schemas = [pa.schema([(c, pa.float32()) for c in self.made])]  # checks.output_dtype: float32
-        self.cache = TransformCache(wf.cache_bytes)
+        self.cache = TransformCache(wf.cache_bytes, wf.cache_dir, wf.cache_disk_bytes)
 
     def __getattr__(self, name: str) -> Any:
         if name == "inner":  # unpickling: not set yet

@@ -9,6 +9,7 @@ the order of ``series_keys``, vocabularies, the static table's rows.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -80,6 +81,14 @@ class Workflow:
             epoch the rows kept are not read nor transformed again. Default 512 MiB (``CACHE_BYTES``);
             0 turns it off. A loader setting, not saved with the workflow: set ``wf.cache_bytes``
             on a loaded one. DataLoader workers each keep their own: use ``persistent_workers=True``.
+        cache_dir: A local folder where the transformed rows that do not fit in ``cache_bytes``
+            are written once and read back in later epochs (``cache.TransformCache``'s disk tier),
+            each process in a private folder inside it, removed with the dataset; ``None``
+            (default): none. A loader setting like ``cache_bytes`` (``wf.cache_dir = ...``).
+        cache_disk_bytes: Most bytes of files in ``cache_dir`` per rank, shared by its
+            DataLoader workers; ``None`` (default): half the space free there when the dataset
+            is opened. It never leaves less than ``cache.KEEP_FREE`` (1 GiB) free on that disk:
+            past that, or when a write fails, it stops writing with a warning and reads again.
     """
 
     def __init__(
@@ -96,6 +105,8 @@ class Workflow:
         freq: Any = None,
         missing_timesteps: str = "raise",
         cache_bytes: int = CACHE_BYTES,
+        cache_dir: str | os.PathLike | None = None,
+        cache_disk_bytes: int | None = None,
     ) -> None:
         self.ops = list(ops)
         bad = [op for op in self.ops if not isinstance(op, Op)]
@@ -116,7 +127,7 @@ class Workflow:
         if freq is not None and time is None:
             raise ConfigError(f"freq={freq!r} is the step of the time column: pass time= too")
         self.time, self.freq, self.missing_timesteps = time, freq, missing_timesteps
-        self.cache_bytes = cache_bytes
+        self.cache_bytes, self.cache_dir, self.cache_disk_bytes = cache_bytes, cache_dir, cache_disk_bytes
         self.timesteps: dict | None = None  # fitted: the step, and the steps missing ("allow") or backwards
         both = set(self.continuous) & set(self.categorical)
         if both:
@@ -149,6 +160,33 @@ class Workflow:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ConfigError(f"cache_bytes={value!r} must be a number of bytes >= 0 (0: keep nothing)")
         self._cache_bytes = value
+
+    @property
+    def cache_dir(self) -> str | None:
+        """The local folder of transformed rows kept on disk across epochs (the constructor's ``cache_dir``)."""
+        return self.__dict__.get("_cache_dir")
+
+    @cache_dir.setter
+    def cache_dir(self, value: str | os.PathLike | None) -> None:
+        if value is not None and not isinstance(value, (str, os.PathLike)):
+            raise ConfigError(f"cache_dir={value!r} must be a local folder's path, or None for no disk cache")
+        path = None if value is None else os.fspath(value)
+        if isinstance(path, str) and "://" in path:
+            raise ConfigError(f"cache_dir={value!r} must be a local folder (the rows are written there); "
+                              "pass a path on this machine's disk")  # fmt: skip
+        self._cache_dir = path
+
+    @property
+    def cache_disk_bytes(self) -> int | None:
+        """Most bytes of files in ``cache_dir`` per rank (``None``: half the space free there at open)."""
+        return self.__dict__.get("_cache_disk_bytes")
+
+    @cache_disk_bytes.setter
+    def cache_disk_bytes(self, value: int | None) -> None:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ConfigError(f"cache_disk_bytes={value!r} must be a number of bytes >= 0, or None "
+                              "(half the space free in cache_dir)")  # fmt: skip
+        self._cache_disk_bytes = value
 
     # -- structure --------------------------------------------------------------------------------
 
