@@ -3,8 +3,10 @@
 ``bind`` wraps the dataset's source in a ``WorkflowSource``: every read (a piece, its row
 blocks, a whole partition at open) reads the workflow's input columns from the real source and
 returns the workflow's output columns as float32, computed on the reader threads before the
-buffer's windows are cut. Nothing is written anywhere; the transformed ranges are kept in memory
-across epochs up to ``Workflow.cache_bytes`` (``cache.TransformCache``), read again otherwise.
+buffer's windows are cut. The transformed ranges are kept in memory across epochs up to
+``Workflow.cache_bytes`` (``cache.TransformCache``); with ``Workflow.cache_dir`` those that do not
+fit are written once to a private folder there and read back; the others are read again. Nothing
+else is written anywhere.
 
 Lookback: a lag, difference or limited forward fill at a row needs up to ``P`` earlier rows of
 its series (``Workflow.lookback``). The dataset is given windows ``P`` rows longer than asked
