@@ -30,7 +30,7 @@ from dask_windows.errors import SourceReadError
 from dask_windows.errors.faults import REPLACEMENT_TAG, record_skip, replacement_picks, skip_allowed
 from dask_windows.planning.budget import PoolWarning
 from dask_windows.planning.plan import Segment, rng_for
-from dask_windows.planning.pool import PoolPlan, PoolUnits, live_units, step_order, unit_permutation, unit_steps
+from dask_windows.planning.pool import PoolPlan, PoolUnits, live_units, shuffle_step, shuffle_unit, unit_steps
 from dask_windows.planning.windows import window_starts
 from dask_windows.runtime.batch import Gatherer
 from dask_windows.runtime.buffer import Part, _fill_starts, decode_pieces
@@ -221,7 +221,8 @@ def _steps(
             else:  # the part holds rows [r0, r1) at pool row ``offset``
                 rows = window_starts(grid.first[p], grid.counts[p], grid.stride, unit.lo, unit.hi)
                 starts = (rows + (unit.offset - unit.rows[0])).astype(dtype)
-            drawn = starts[unit_permutation(plan, i)]
+            shuffle_unit(plan, i, starts)  # (in place: the order ``unit_permutation`` gives)
+            drawn = starts
             del part, starts
             for t, a, b in zip(steps.tolist(), lo.tolist(), hi.tolist()):
                 if t >= plan.start:
@@ -241,9 +242,7 @@ def _steps(
                 continue
             rng = rng_for(*plan.entropy, REPLACEMENT_TAG, step)
             window = np.concatenate([window, window[replacement_picks(len(window), missing, rng)]])
-        perm = step_order(plan, step, len(window))
-        if perm is not None:
-            window = window[perm]
+        shuffle_step(plan, step, window)  # (in place: the order ``step_order`` gives)
         table = np.zeros((0, 3), np.int64)
         if spec.return_index:  # where each resident unit lies in the pool and in the dataset
             units = [plan.units[i] for i in range(plan.resident(step).start, end) if i in readable]

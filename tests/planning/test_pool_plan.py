@@ -260,3 +260,24 @@ def test_the_first_step_reads_the_fill_not_the_whole_pool() -> None:
     assert whole.spread == len(whole.units) == 32 and read_whole == 32  # the first step is the last
     fill, read_fill, head = units_read_before_first_step(2 * 300)
     assert fill.fill == 2 and read_fill == 2 + fill.group - 1 and head >= b
+
+
+@settings(max_examples=25, deadline=None)
+@given(layouts(), st.sampled_from([np.int32, np.int64]))
+def test_in_place_shuffles_draw_what_the_permutations_index(cfg: dict, dtype: type) -> None:
+    """``shuffle_unit`` and ``shuffle_step`` (numpy's in-place shuffle, the runtime's) put values in the very
+    order of ``unit_permutation`` and ``step_order`` (the index the oracle builds), at every size and dtype."""
+    from dask_windows.planning.pool import shuffle_step, shuffle_unit, step_order, unit_permutation
+
+    p = plan(cfg, 0, 0)
+    for i in range(len(p.units)):
+        values = np.arange(p.units[i].num_windows, dtype=dtype) * 7 + 3
+        expected = values[unit_permutation(p, i)]
+        shuffle_unit(p, i, values)
+        assert values.dtype == dtype and np.array_equal(values, expected)
+    for step, size in enumerate([0, 1, 2, 3, 50, 1000]):
+        window = np.arange(size, dtype=dtype) * 5 + 1
+        perm = step_order(p, step, size)
+        expected = window if perm is None else window[perm]
+        shuffle_step(p, step, window)
+        assert np.array_equal(window, expected)
