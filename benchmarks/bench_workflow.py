@@ -150,6 +150,7 @@ LOADERS = {  # name -> what a child process opens (``loader_child``)
     "workflow (tuple), int categories": "ints",
     "workflow (named batch)": "named",
     "workflow (named batch), int32 codes": "named32",
+    "workflow (named batch), narrow codes": "named8",
 }
 #: With ``--epochs`` above 1: the workflow loaders with their transformed rows kept across epochs (the
 #: default, ``Workflow(cache_bytes=)``) and without (``cache_bytes=0``), against the stored channels.
@@ -159,6 +160,8 @@ EPOCH_LOADERS = {
     "workflow (tuple), not kept (cache_bytes=0)": "tuple0",
     "workflow (named batch), kept across epochs": "named",
     "workflow (named batch), not kept": "named0",
+    "workflow (named batch), int32 codes, kept": "named32",
+    "workflow (named batch), narrow codes, kept": "named8",
 }
 
 
@@ -206,8 +209,8 @@ def loader_child(kind: str, folder: str, profile: str, epochs: int = 1) -> None:
         wf = Workflow.load(os.path.join(folder, "wf.json"))
         if not keep:  # tuple0, named0: nothing kept across epochs
             wf.cache_bytes = 0
-        if kind == "named32":  # (only then: a --before commit's package may not know code_dtype)
-            wf = wf.named(code_dtype="int32")
+        if kind in ("named32", "named8"):  # (only then: a --before commit's package may not know code_dtype)
+            wf = wf.named(code_dtype="int32" if kind == "named32" else "narrow")
         return WindowDataset(raw, workflow=wf.named() if kind == "named" else wf, **common)
 
     if profile == "breakdown":

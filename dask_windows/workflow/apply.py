@@ -25,7 +25,7 @@ import numpy as np
 
 from dask_windows.errors import ConfigError
 from dask_windows.workflow.artifact import check_source
-from dask_windows.workflow.batch import SERIES_CODE, Emitter, NamedBatches
+from dask_windows.workflow.batch import SERIES_CODE, Emitter, NamedBatches, code_bound
 from dask_windows.workflow.cache import TransformCache
 from dask_windows.workflow.core import Workflow
 
@@ -254,14 +254,11 @@ def copy_dtype(wf: Workflow, code_dtype: str) -> str:
     B=128, window 96, stride 4 is most of what a named batch's gather reads beyond the float32 channels
     (the windows start at random rows of the pool: the bytes read, not the bytes written, cost most).
     """
-    from dask_windows.workflow.ops import Categorify
-
-    bound = 0  # the largest cardinality
-    for column in wf.categorical:
-        last = [op for op in wf.ops if column in op.outputs()]
-        if not last or not isinstance(last[-1], Categorify):
-            return code_dtype  # codes of unknown range: as the batch holds them
-        bound = max(bound, last[-1].cardinality(column))
+    if code_dtype == "narrow":  # (``narrow_dtype``: never narrower than this copy)
+        code_dtype = "int64"
+    bound = code_bound(wf, wf.categorical)
+    if bound is None:
+        return code_dtype  # codes of unknown range: as the batch holds them
     for narrow in ("int8", "int16"):
         if bound <= np.iinfo(narrow).max + 1:
             return narrow
