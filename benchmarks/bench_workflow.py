@@ -21,11 +21,13 @@ Two figures per loader:
 
 ``--epochs E`` (E > 1) runs ``E`` epochs of one dataset in each process and adds the first epoch,
 the later ones pooled, and all of them: the workflow loaders with their transformed rows kept across
-epochs (``Workflow(cache_bytes=)``'s default) and not (``cache_bytes=0``), and the bytes kept.
+epochs (``Workflow(cache_bytes=)``'s default) and not (``cache_bytes=0``), the named batch's int32
+and narrow codes kept, and the bytes kept.
 
 Each as windows per wall-clock second and per CPU-second of the process (all its threads; other
 jobs on a shared machine move it much less than the wall clock). The named batch
-(``wf.named()``, and ``wf.named(code_dtype="int32")``) is measured too, and the workflow on a
+(``wf.named()``, ``wf.named(code_dtype="int32")`` and ``wf.named(code_dtype="narrow")``: the codes
+as the loader keeps them, int8 here, not widened) is measured too, and the workflow on a
 copy whose two categories are stored as integers (what reading strings into Python objects
 costs the first). ``--before REF...`` adds the named batch as other git commits make it (their package exported
 with ``git archive``), in the same run; ``--profile KIND`` prints a cProfile of that loader's

@@ -21,7 +21,7 @@ collation, ``DevicePrefetcher`` and the framework adapters carry it as they are)
 them as they are, and ``past_cat``, 8 bytes a value in int64, is most of what a named batch
 writes beyond the float32 channels (``one_hot``, ``gather`` and class targets need int64).
 ``named(code_dtype="narrow")`` yields them in the narrowest integer holding every code
-(``narrow_dtype``: int8 for up to 128 codes), as the buffer keeps them, not widened here:
+(``apply.narrow_dtype``: int8 for up to 128 codes), as the buffer keeps them, not widened here:
 ``widen_codes`` widens them where they are used (on the GPU, as ``DevicePrefetcher``'s
 ``transform``: 1 byte a code crosses to the device instead of 8), and ``PFAdapter`` widens
 them in the copy it makes anyway. At B=256, L=512, K=2 the widening writes 2 MiB a batch, at
@@ -56,20 +56,14 @@ from typing import Any
 import numpy as np
 
 from dask_windows.errors import ConfigError
-from dask_windows.settings.spec import CODE_DTYPES
 from dask_windows.workflow.core import Workflow
 
-__all__ = [
-    "BATCH_KEYS", "CODE_KEYS", "NAMED_CODE_DTYPES", "SERIES_CODE", "Emitter", "NamedBatches", "code_bound",
-    "invert_target", "narrow_dtype", "widen_codes",
-]  # fmt: skip
+__all__ = ["BATCH_KEYS", "CODE_KEYS", "SERIES_CODE", "Emitter", "NamedBatches", "invert_target", "widen_codes"]
 
 SERIES_CODE = "__series_code__"
 BATCH_KEYS = ("past_cont", "past_cat", "static_cont", "static_cat", "future_cont", "future_cat", "target",
               "target_loc", "target_scale")  # fmt: skip
 CODE_KEYS = ("past_cat", "static_cat", "future_cat")  # the categorical fields (``code_dtype``)
-#: ``Workflow.named(code_dtype=...)``: a dtype of the categorical fields, or ``"narrow"`` (``narrow_dtype``)
-NAMED_CODE_DTYPES = (*CODE_DTYPES, "narrow")
 
 
 @dataclass
@@ -81,33 +75,6 @@ class NamedBatches:
     series_id: bool = True
     scale_target: bool = True
     code_dtype: str = "int64"
-
-
-def code_bound(wf: Workflow, columns: Any) -> int | None:
-    """The most codes any of ``columns`` takes (codes ``0 .. n - 1``), each an output written last by
-    ``Categorify``; ``None`` where one is not (codes of unknown range)."""
-    from dask_windows.workflow.ops import Categorify
-
-    bound = 0
-    for column in columns:
-        last = [op for op in wf.ops if column in op.outputs()]
-        if not last or not isinstance(last[-1], Categorify):
-            return None
-        bound = max(bound, last[-1].cardinality(column))
-    return bound
-
-
-def narrow_dtype(wf: Workflow) -> str:
-    """``named(code_dtype="narrow")``'s dtype: the narrowest of int8 and int16 holding every code of the
-    categorical outputs and statics (int8 up to 128 codes), else int64 (too many codes, or a categorical
-    not written by ``Categorify``: codes of unknown range)."""
-    bound = code_bound(wf, wf.categorical)
-    if bound is not None and wf.statics is not None and wf.statics.state:
-        bound = max([bound, *(wf.cardinality(c) for c in wf.statics.categorical)])
-    for narrow in ("int8", "int16"):
-        if bound is not None and bound <= np.iinfo(narrow).max + 1:
-            return narrow
-    return "int64"
 
 
 def widen_codes(batch: dict, dtype: Any = None) -> dict:
@@ -149,16 +116,15 @@ class Emitter:
 
     def __init__(
         self, wf: Workflow, named: NamedBatches | None, lookback: int, layout: str, horizon: int, has_y: bool,
-        return_index: bool,
+        return_index: bool, code_dtype: str | None = None,
     ) -> None:  # fmt: skip
         self.wf, self.named, self.lookback, self.layout = wf, named, lookback, layout
         self.horizon, self.has_y, self.return_index = horizon, has_y, return_index
         n = len(wf.series_keys or [])
         st = wf.statics.state if wf.statics is not None else None
         self.static_cont = np.zeros((n, 0), np.float32)  # (series, S)
-        code_dtype = "int64" if named is None else named.code_dtype
-        # the categorical fields' dtype
-        self.code_dtype = np.dtype(narrow_dtype(wf) if code_dtype == "narrow" else code_dtype)
+        # the categorical fields' dtype (``code_dtype``: what ``named(code_dtype="narrow")`` stands for, ``apply.bind``)
+        self.code_dtype = np.dtype(code_dtype or (named.code_dtype if named is not None else np.int64))
         self.static_cat = np.zeros((n, 0), self.code_dtype)  # (series, Q)
         if st and len(st["numeric"]):
             self.static_cont = np.ascontiguousarray(np.asarray(st["numeric"], np.float32).T)
