@@ -10,7 +10,9 @@ window (relative time index, target-scale features, encoder normaliser, shorter
 encoders) the adapter does per batch. Conventions that differ from PF's:
 
 * categorical codes are the workflow's (``0`` null, ``1`` unseen, ``2...`` the
-  sorted vocabulary), so an embedding has ``vocabulary + 2`` rows;
+  sorted vocabulary), so an embedding has ``vocabulary + 2`` rows; the batch's codes
+  may be of any integer dtype: ``wf.named(code_dtype="narrow")`` (int8 for up to 128
+  codes) leaves their widening to the adapter's copy of them, one write of each code;
 * the target is normalised as the workflow does (``Normalize(per_series=True)``
   is PF's ``GroupNormalizer`` without its ``eps``), or per window with
   ``target_normalizer="encoder"`` (PF's ``EncoderNormalizer``);
