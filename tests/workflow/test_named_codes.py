@@ -242,3 +242,28 @@ def test_codes_kept_in_the_narrowest_dtype_hold_every_value(wide_vocabulary, cat
         assert cat.dtype == getattr(torch, copy if code_dtype == "narrow" else code_dtype) and cat.is_contiguous()
         for j, col in enumerate(categorical):
             np.testing.assert_array_equal(cat.numpy()[:, j], want[col][rows], err_msg=col)
+
+
+def test_narrow_codes_widen_to_the_statics_vocabulary(tmp_path):
+    """A categorical static of 150 values needs int16 where the categorical over the window fits int8: with
+    ``code_dtype="narrow"`` all three fields are int16 (the buffer's int8 copy widened), values as int64's."""
+    from dask_windows.workflow import Statics
+    from dask_windows.workflow.apply import narrow_dtype
+
+    rng = np.random.default_rng(3)
+    sid = np.repeat(np.arange(150), 4)
+    df = pd.DataFrame({"series": sid, "value": rng.standard_normal(len(sid)).astype(np.float32),
+                       "kind": np.array(["a", "b", "c"], dtype=object)[rng.integers(0, 3, len(sid))]})  # fmt: skip
+    df.to_parquet(tmp_path / "part0.parquet", index=False)
+    table = pd.DataFrame({"series": np.arange(150), "label": [f"label{i:03d}" for i in range(150)]})
+    wf = Workflow([Categorify(["kind"])], series="series", continuous=["value"], categorical=["kind"],
+                  statics=Statics(table, categorical=["label"])).fit(df, scheduler="sync")  # fmt: skip
+    assert narrow_dtype(wf) == "int16"
+    kw = dict(window=3, batch_size=64, seed=1)
+    wide = list(WindowDataset(str(tmp_path), workflow=wf.named(index=True), **kw))
+    narrow = list(WindowDataset(str(tmp_path), workflow=wf.named(index=True, code_dtype="narrow"), **kw))
+    assert max(int(b["static_cat"].max()) for b in narrow) > 127
+    for a, b in zip(wide, narrow, strict=True):
+        assert {b[k].dtype for k in ("past_cat", "static_cat", "future_cat")} == {torch.int16}
+        for key in a:
+            np.testing.assert_array_equal(b[key].numpy(), a[key].numpy(), err_msg=key)
