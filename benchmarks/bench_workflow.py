@@ -45,7 +45,7 @@ previous size. The fit's progress goes to stderr.
 
     python benchmarks/bench_workflow.py [--series 64] [--rows-per-series N] [--files 8] [--rounds 1]
         [--batch 128 --window 96 --horizon 24 --stride 4] [--buffer-bytes N]
-        [--epochs 3] [--before REF ...] [--profile named] [--breakdown] [--fit-rows 20000 200000 2000000] [--fit-data DIR] [--skip-loader]
+        [--epochs 3] [--loaders named named8] [--before REF ...] [--profile named] [--breakdown] [--fit-rows 20000 200000 2000000] [--fit-data DIR] [--skip-loader]
     python benchmarks/bench_workflow.py --batch 256 --window 512 --horizon 0 --stride 1
     python benchmarks/bench_workflow.py --skip-loader --fit-rows 1000000 10000000 100000000 --fit-data /tmp/fit
 """
@@ -274,7 +274,8 @@ def loader(args: argparse.Namespace) -> None:
                   next_pass_seconds=0, pieces_per_partition=args.pieces, buffer_bytes=args.buffer_bytes)  # fmt: skip
     with open(os.path.join(folder, "settings.json"), "w") as f:
         json.dump({"common": common, "channels": channels, "targets": list(wf.target)}, f)
-    runs = {name: (kind, REPO) for name, kind in (EPOCH_LOADERS if args.epochs > 1 else LOADERS).items()}
+    chosen = EPOCH_LOADERS if args.epochs > 1 else LOADERS
+    runs = {name: (kind, REPO) for name, kind in chosen.items() if kind == "stored" or kind in (args.loaders or [kind])}
     for ref in args.before or ():  # the named batch as commit REF made it, in the same run
         runs[f"workflow (named batch) at {ref}"] = ("named", export(ref))
     keys = ("whole", "whole_cpu", "steady", "steady_cpu", "later", "later_cpu", "all", "all_cpu", "kept")
@@ -430,6 +431,8 @@ def main() -> None:
     parser.add_argument("--profile", choices=sorted(set(LOADERS.values())),
                         help="cProfile this loader's consuming thread (on stderr)")  # fmt: skip
     parser.add_argument("--breakdown", action="store_true", help="also the CPU per batch of each loader's steps")
+    parser.add_argument("--loaders", nargs="+", metavar="KIND", choices=sorted({*LOADERS.values(), *EPOCH_LOADERS.values()}),
+                        help="only these loaders (and the stored channels, the baseline): more rounds in the time")  # fmt: skip
     parser.add_argument("--epochs", type=int, default=1,
                         help="epochs of one dataset per process: epoch 1 and epochs 2+ apart, the workflow's "
                         "transformed rows kept across epochs and not")  # fmt: skip
