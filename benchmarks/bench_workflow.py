@@ -21,11 +21,13 @@ Two figures per loader:
 
 ``--epochs E`` (E > 1) runs ``E`` epochs of one dataset in each process and adds the first epoch,
 the later ones pooled, and all of them: the workflow loaders with their transformed rows kept across
-epochs (``Workflow(cache_bytes=)``'s default) and not (``cache_bytes=0``), and the bytes kept.
+epochs (``Workflow(cache_bytes=)``'s default) and not (``cache_bytes=0``), the named batch's int32
+and narrow codes kept, and the bytes kept.
 
 Each as windows per wall-clock second and per CPU-second of the process (all its threads; other
 jobs on a shared machine move it much less than the wall clock). The named batch
-(``wf.named()``, and ``wf.named(code_dtype="int32")``) is measured too, and the workflow on a
+(``wf.named()``, ``wf.named(code_dtype="int32")`` and ``wf.named(code_dtype="narrow")``: the codes
+as the loader keeps them, int8 here, not widened) is measured too, and the workflow on a
 copy whose two categories are stored as integers (what reading strings into Python objects
 costs the first). ``--before REF...`` adds the named batch as other git commits make it (their package exported
 with ``git archive``), in the same run; ``--profile KIND`` prints a cProfile of that loader's
@@ -43,7 +45,7 @@ previous size. The fit's progress goes to stderr.
 
     python benchmarks/bench_workflow.py [--series 64] [--rows-per-series N] [--files 8] [--rounds 1]
         [--batch 128 --window 96 --horizon 24 --stride 4] [--buffer-bytes N]
-        [--epochs 3] [--before REF ...] [--profile named] [--breakdown] [--fit-rows 20000 200000 2000000] [--fit-data DIR] [--skip-loader]
+        [--epochs 3] [--loaders named named8] [--before REF ...] [--profile named] [--breakdown] [--fit-rows 20000 200000 2000000] [--fit-data DIR] [--skip-loader]
     python benchmarks/bench_workflow.py --batch 256 --window 512 --horizon 0 --stride 1
     python benchmarks/bench_workflow.py --skip-loader --fit-rows 1000000 10000000 100000000 --fit-data /tmp/fit
 """
@@ -150,6 +152,7 @@ LOADERS = {  # name -> what a child process opens (``loader_child``)
     "workflow (tuple), int categories": "ints",
     "workflow (named batch)": "named",
     "workflow (named batch), int32 codes": "named32",
+    "workflow (named batch), narrow codes": "named8",
 }
 #: With ``--epochs`` above 1: the workflow loaders with their transformed rows kept across epochs (the
 #: default, ``Workflow(cache_bytes=)``) and without (``cache_bytes=0``), against the stored channels.
@@ -159,6 +162,8 @@ EPOCH_LOADERS = {
     "workflow (tuple), not kept (cache_bytes=0)": "tuple0",
     "workflow (named batch), kept across epochs": "named",
     "workflow (named batch), not kept": "named0",
+    "workflow (named batch), int32 codes, kept": "named32",
+    "workflow (named batch), narrow codes, kept": "named8",
 }
 
 
@@ -206,8 +211,8 @@ def loader_child(kind: str, folder: str, profile: str, epochs: int = 1) -> None:
         wf = Workflow.load(os.path.join(folder, "wf.json"))
         if not keep:  # tuple0, named0: nothing kept across epochs
             wf.cache_bytes = 0
-        if kind == "named32":  # (only then: a --before commit's package may not know code_dtype)
-            wf = wf.named(code_dtype="int32")
+        if kind in ("named32", "named8"):  # (only then: a --before commit's package may not know code_dtype)
+            wf = wf.named(code_dtype="int32" if kind == "named32" else "narrow")
         return WindowDataset(raw, workflow=wf.named() if kind == "named" else wf, **common)
 
     if profile == "breakdown":
@@ -269,7 +274,8 @@ def loader(args: argparse.Namespace) -> None:
                   next_pass_seconds=0, pieces_per_partition=args.pieces, buffer_bytes=args.buffer_bytes)  # fmt: skip
     with open(os.path.join(folder, "settings.json"), "w") as f:
         json.dump({"common": common, "channels": channels, "targets": list(wf.target)}, f)
-    runs = {name: (kind, REPO) for name, kind in (EPOCH_LOADERS if args.epochs > 1 else LOADERS).items()}
+    chosen = EPOCH_LOADERS if args.epochs > 1 else LOADERS
+    runs = {name: (kind, REPO) for name, kind in chosen.items() if kind == "stored" or kind in (args.loaders or [kind])}
     for ref in args.before or ():  # the named batch as commit REF made it, in the same run
         runs[f"workflow (named batch) at {ref}"] = ("named", export(ref))
     keys = ("whole", "whole_cpu", "steady", "steady_cpu", "later", "later_cpu", "all", "all_cpu", "kept")
@@ -425,6 +431,8 @@ def main() -> None:
     parser.add_argument("--profile", choices=sorted(set(LOADERS.values())),
                         help="cProfile this loader's consuming thread (on stderr)")  # fmt: skip
     parser.add_argument("--breakdown", action="store_true", help="also the CPU per batch of each loader's steps")
+    parser.add_argument("--loaders", nargs="+", metavar="KIND", choices=sorted({*LOADERS.values(), *EPOCH_LOADERS.values()}),
+                        help="only these loaders (and the stored channels, the baseline): more rounds in the time")  # fmt: skip
     parser.add_argument("--epochs", type=int, default=1,
                         help="epochs of one dataset per process: epoch 1 and epochs 2+ apart, the workflow's "
                         "transformed rows kept across epochs and not")  # fmt: skip

@@ -10,7 +10,9 @@ window (relative time index, target-scale features, encoder normaliser, shorter
 encoders) the adapter does per batch. Conventions that differ from PF's:
 
 * categorical codes are the workflow's (``0`` null, ``1`` unseen, ``2...`` the
-  sorted vocabulary), so an embedding has ``vocabulary + 2`` rows;
+  sorted vocabulary), so an embedding has ``vocabulary + 2`` rows; the batch's codes
+  may be of any integer dtype: ``wf.named(code_dtype="narrow")`` (int8 for up to 128
+  codes) leaves their widening to the adapter's copy of them, one write of each code;
 * the target is normalised as the workflow does (``Normalize(per_series=True)``
   is PF's ``GroupNormalizer`` without its ``eps``), or per window with
   ``target_normalizer="encoder"`` (PF's ``EncoderNormalizer``);
@@ -253,9 +255,8 @@ class PFAdapter:
 
         lengths = self.encoder_lengths(batch)  # (B,)
         reals = [self._real(name, batch, past_units, future_units, loc, scale, lengths) for name in self.reals]
-        cats = [self._fields(name, batch, "cat", torch.long) for name in self.categoricals]
         full_cont = torch.stack(reals, dim=-1) if reals else past.new_zeros((b, length + horizon, 0))  # (B, L+H, R)
-        full_cat = torch.stack(cats, dim=-1) if cats else torch.zeros((b, length + horizon, 0), dtype=torch.long)
+        full_cat = self._categoricals(batch, b, length, horizon)  # (B, L+H, Q) int64
         encoder_target = past_data.transpose(1, 2)  # (B, L, T)
         if self.min_encoder_length < self.max_encoder_length:
             full_cont, full_cat, encoder_target = _shorten(full_cont, full_cat, encoder_target, lengths, length)
@@ -363,6 +364,24 @@ class PFAdapter:
                 value = (value - float(mean)) / float(std)
             return value[:, None].expand(b, length + horizon)
         return self._fields(name, batch, "cont", torch.float32)
+
+    def _categoricals(self, batch: dict, b: int, length: int, horizon: int) -> torch.Tensor:
+        """``(B, L + H, Q)`` int64 codes of every categorical over the encoder then the decoder (zeros over the
+        decoder for an unknown one), each written once, widened in that copy whatever the batch's code dtype
+        (``named(code_dtype="narrow")`` sends 1 byte a code)."""
+        plan = self._plan
+        out = torch.empty((b, length + horizon, len(self.categoricals)), dtype=torch.long)
+        for j, name in enumerate(self.categoricals):
+            column = out[:, :, j]  # (B, L + H), strided
+            if name in plan["static_cat"]:
+                column.copy_(batch["static_cat"][:, plan["static_cat"][name], None].expand(b, length + horizon))
+                continue
+            column[:, :length].copy_(batch["past_cat"][:, plan["cat"][name]])
+            if name in plan["future_cat"]:
+                column[:, length:].copy_(batch["future_cat"][:, plan["future_cat"][name]])
+            else:
+                column[:, length:].zero_()  # unknown: no model reads it over the decoder
+        return out
 
     def _fields(self, name: str, batch: dict, kind: str, dtype: torch.dtype) -> torch.Tensor:
         """``(B, L + H)`` of column ``name`` from the batch's static, past and future ``kind`` (``cont``, ``cat``)."""

@@ -8,7 +8,7 @@ reader threads before its windows are cut. See ``docs/workflows.md``.
 
 from __future__ import annotations
 
-from dask_windows.workflow.batch import BATCH_KEYS, NamedBatches, invert_target
+from dask_windows.workflow.batch import BATCH_KEYS, NamedBatches, invert_target, widen_codes
 from dask_windows.workflow.core import Statics, Workflow
 from dask_windows.workflow.ops import (
     Categorify,
@@ -43,4 +43,5 @@ __all__ = [
     "Workflow",
     "fill_timesteps",
     "invert_target",
+    "widen_codes",
 ]

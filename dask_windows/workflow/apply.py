@@ -31,7 +31,9 @@ from dask_windows.workflow.batch import SERIES_CODE, Emitter, NamedBatches
 from dask_windows.workflow.cache import TransformCache
 from dask_windows.workflow.core import Workflow
 
-__all__ = ["WorkflowReader", "WorkflowSource", "bind", "copy_dtype", "dictionary_inputs"]
+__all__ = [
+    "WorkflowReader", "WorkflowSource", "bind", "code_bound", "copy_dtype", "dictionary_inputs", "narrow_dtype",
+]  # fmt: skip
 
 
 class WorkflowSource:
@@ -237,7 +239,9 @@ def bind(workflow: Any, source: Any, **settings: Any) -> tuple[Emitter, Workflow
     columns = [c for c in [*features, *targets] if c != SERIES_CODE]
     lookback = wf.lookback(columns)
     wrapped = WorkflowSource(source, wf, lookback)
-    emitter = Emitter(wf, named, lookback, settings["layout"], horizon, bool(targets), settings["return_index"])
+    code_dtype = None if named is None or named.code_dtype != "narrow" else narrow_dtype(wf)
+    emitter = Emitter(wf, named, lookback, settings["layout"], horizon, bool(targets), settings["return_index"],
+                      code_dtype)  # fmt: skip
     index = settings["return_index"] or (named is not None and named.index)
     out = {"features": features, "targets": targets or None, "series": series,
            "window": settings["window"] + lookback, "return_index": index, "code_features": codes,
@@ -256,15 +260,39 @@ def copy_dtype(wf: Workflow, code_dtype: str) -> str:
     B=128, window 96, stride 4 is most of what a named batch's gather reads beyond the float32 channels
     (the windows start at random rows of the pool: the bytes read, not the bytes written, cost most).
     """
-    from dask_windows.workflow.ops import Categorify
-
-    bound = 0  # the largest cardinality
-    for column in wf.categorical:
-        last = [op for op in wf.ops if column in op.outputs()]
-        if not last or not isinstance(last[-1], Categorify):
-            return code_dtype  # codes of unknown range: as the batch holds them
-        bound = max(bound, last[-1].cardinality(column))
+    if code_dtype == "narrow":  # (``narrow_dtype``: never narrower than this copy)
+        code_dtype = "int64"
+    bound = code_bound(wf, wf.categorical)
+    if bound is None:
+        return code_dtype  # codes of unknown range: as the batch holds them
     for narrow in ("int8", "int16"):
         if bound <= np.iinfo(narrow).max + 1:
             return narrow
     return code_dtype
+
+
+def code_bound(wf: Workflow, columns: Any) -> int | None:
+    """The most codes any of ``columns`` takes (codes ``0 .. n - 1``), each an output written last by
+    ``Categorify``; ``None`` where one is not (codes of unknown range)."""
+    from dask_windows.workflow.ops import Categorify
+
+    bound = 0
+    for column in columns:
+        last = [op for op in wf.ops if column in op.outputs()]
+        if not last or not isinstance(last[-1], Categorify):
+            return None
+        bound = max(bound, last[-1].cardinality(column))
+    return bound
+
+
+def narrow_dtype(wf: Workflow) -> str:
+    """``named(code_dtype="narrow")``'s dtype: the narrowest of int8 and int16 holding every code of the
+    categorical outputs and statics (int8 up to 128 codes), else int64 (too many codes, or a categorical
+    not written by ``Categorify``: codes of unknown range)."""
+    bound = code_bound(wf, wf.categorical)
+    if bound is not None and wf.statics is not None and wf.statics.state:
+        bound = max([bound, *(wf.cardinality(c) for c in wf.statics.categorical)])
+    for narrow in ("int8", "int16"):
+        if bound is not None and bound <= np.iinfo(narrow).max + 1:
+            return narrow
+    return "int64"

@@ -20,6 +20,13 @@ collation, ``DevicePrefetcher`` and the framework adapters carry it as they are)
 ``named(code_dtype="int32")`` makes the three categorical fields int32: ``nn.Embedding`` takes
 them as they are, and ``past_cat``, 8 bytes a value in int64, is most of what a named batch
 writes beyond the float32 channels (``one_hot``, ``gather`` and class targets need int64).
+``named(code_dtype="narrow")`` yields them in the narrowest integer holding every code
+(``apply.narrow_dtype``: int8 for up to 128 codes), as the buffer keeps them, not widened here:
+``widen_codes`` widens them where they are used (on the GPU, as ``DevicePrefetcher``'s
+``transform``: 1 byte a code crosses to the device instead of 8), and ``PFAdapter`` widens
+them in the copy it makes anyway. At B=256, L=512, K=2 the widening writes 2 MiB a batch, at
+the speed of any 2 MiB write (numpy's cast takes what ``fill`` of the same int64 array takes):
+a quarter of a named batch's CPU (benchmarks/log/named_batch_codes.md).
 
 Gathering stays one strided gather of float32 channels per batch, and the targets' (the series
 code rides as the last target column, read at the window's last row or first horizon row: the
@@ -51,11 +58,12 @@ import numpy as np
 from dask_windows.errors import ConfigError
 from dask_windows.workflow.core import Workflow
 
-__all__ = ["BATCH_KEYS", "SERIES_CODE", "Emitter", "NamedBatches", "invert_target"]
+__all__ = ["BATCH_KEYS", "CODE_KEYS", "SERIES_CODE", "Emitter", "NamedBatches", "invert_target", "widen_codes"]
 
 SERIES_CODE = "__series_code__"
 BATCH_KEYS = ("past_cont", "past_cat", "static_cont", "static_cat", "future_cont", "future_cat", "target",
               "target_loc", "target_scale")  # fmt: skip
+CODE_KEYS = ("past_cat", "static_cat", "future_cat")  # the categorical fields (``code_dtype``)
 
 
 @dataclass
@@ -67,6 +75,20 @@ class NamedBatches:
     series_id: bool = True
     scale_target: bool = True
     code_dtype: str = "int64"
+
+
+def widen_codes(batch: dict, dtype: Any = None) -> dict:
+    """``batch`` (a named batch) with its categorical fields (``past_cat``, ``static_cat``, ``future_cat``)
+    as ``dtype`` (default ``torch.int64``), the other fields as they are: a new dict.
+
+    For batches of ``named(code_dtype="narrow")``, widened where they are used: on the GPU,
+    ``DevicePrefetcher(loader, "cuda", transform=widen_codes)`` sends 1 byte a code (int8) and
+    widens on the device. A field already of ``dtype`` is the same tensor.
+    """
+    import torch
+
+    dtype = torch.int64 if dtype is None else dtype
+    return {k: v.to(dtype) if k in CODE_KEYS else v for k, v in batch.items()}
 
 
 def invert_target(prediction: Any, batch: dict, workflow: Any = None) -> Any:
@@ -94,14 +116,15 @@ class Emitter:
 
     def __init__(
         self, wf: Workflow, named: NamedBatches | None, lookback: int, layout: str, horizon: int, has_y: bool,
-        return_index: bool,
+        return_index: bool, code_dtype: str | None = None,
     ) -> None:  # fmt: skip
         self.wf, self.named, self.lookback, self.layout = wf, named, lookback, layout
         self.horizon, self.has_y, self.return_index = horizon, has_y, return_index
         n = len(wf.series_keys or [])
         st = wf.statics.state if wf.statics is not None else None
         self.static_cont = np.zeros((n, 0), np.float32)  # (series, S)
-        self.code_dtype = np.dtype(named.code_dtype if named is not None else np.int64)  # the categorical fields'
+        # the categorical fields' dtype (``code_dtype``: what ``named(code_dtype="narrow")`` stands for, ``apply.bind``)
+        self.code_dtype = np.dtype(code_dtype or (named.code_dtype if named is not None else np.int64))
         self.static_cat = np.zeros((n, 0), self.code_dtype)  # (series, Q)
         if st and len(st["numeric"]):
             self.static_cont = np.ascontiguousarray(np.asarray(st["numeric"], np.float32).T)

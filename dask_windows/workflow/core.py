@@ -392,12 +392,16 @@ class Workflow:
             code_dtype: ``"int64"`` (PyTorch's index dtype: ``one_hot``, ``gather``, class targets)
                 or ``"int32"`` for the categorical fields (``past_cat``, ``static_cat``,
                 ``future_cat``): half the bytes of ``past_cat``, which ``nn.Embedding`` takes as
-                they are (see docs/workflows.md for what it saves).
+                they are; ``"narrow"``: the narrowest integer holding every code (``int8`` up to
+                128 codes, ``int16`` up to 32,768: ``apply.narrow_dtype``), as the buffer keeps them,
+                not widened on the host: widen them where they are used (``widen_codes``, e.g. on
+                the GPU as ``DevicePrefetcher``'s ``transform``; ``PFAdapter`` takes them as they
+                are). See docs/workflows.md for what each saves.
         """
         from dask_windows.workflow.batch import NamedBatches
 
-        if code_dtype not in CODE_DTYPES:
-            raise ConfigError(f"named(code_dtype={code_dtype!r}) must be 'int64' or 'int32'")
+        if code_dtype not in (*CODE_DTYPES, "narrow"):
+            raise ConfigError(f"named(code_dtype={code_dtype!r}) must be 'int64', 'int32' or 'narrow'")
         return NamedBatches(self, index=index, series_id=series_id, scale_target=scale_target, code_dtype=code_dtype)
 
     def __repr__(self) -> str:

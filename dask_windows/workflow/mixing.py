@@ -45,13 +45,14 @@ def named_fields(member: Any) -> dict[str, tuple[str, tuple[int, ...], tuple[str
     future_cont = tuple(wf.known[i] for i in emitter.future_cont)
     future_cat = tuple(wf.known[i] for i in emitter.future_cat)
     per_target = (len(wf.target), h) if h else (len(wf.target),)
+    codes = emitter.code_dtype.name  # (``named(code_dtype="narrow")``: the dtype it stands for)
     fields = {
         "past_cont": ("float32", (len(wf.continuous), window), tuple(wf.continuous)),
-        "past_cat": (named.code_dtype, (len(wf.categorical), window), tuple(wf.categorical)),
+        "past_cat": (codes, (len(wf.categorical), window), tuple(wf.categorical)),
         "static_cont": ("float32", (len(numeric),), numeric),
-        "static_cat": (named.code_dtype, (len(categorical),), categorical),
+        "static_cat": (codes, (len(categorical),), categorical),
         "future_cont": ("float32", (len(future_cont), h), future_cont),
-        "future_cat": (named.code_dtype, (len(future_cat), h), future_cat),
+        "future_cat": (codes, (len(future_cat), h), future_cat),
         "target": ("float32", per_target, tuple(wf.target)),
         "target_loc": ("float32", (len(wf.target),), tuple(wf.target)),
         "target_scale": ("float32", (len(wf.target),), tuple(wf.target)),

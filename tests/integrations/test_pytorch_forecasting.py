@@ -267,6 +267,28 @@ def test_two_targets_give_pf_lists_and_a_multiloss_model(grunfeld):
         assert np.isfinite(float(model.loss(model(x)["prediction"], (y, weight))))
 
 
+def test_narrow_codes_give_the_same_pf_batch_as_int64_codes(grunfeld):
+    """``wf.named(code_dtype="narrow")`` (int8 codes, not widened on the host): the adapter widens them in its
+    own copy, and PF's batch equals the one of int64 codes, value for value, its categoricals int64."""
+    path, df, table = grunfeld
+    wf = workflow(df, table)
+    adapter = PFAdapter(wf, WINDOW, HORIZON, min_encoder_length=2, add_target_scales=True)
+    kw = dict(window=WINDOW, horizon=HORIZON, batch_size=64)
+    wide = joined(WindowDataset(path, workflow=wf.named(index=True), **kw))
+    narrow = joined(WindowDataset(path, workflow=wf.named(index=True, code_dtype="narrow"), **kw))
+    assert {narrow[k].dtype for k in ("past_cat", "static_cat", "future_cat")} == {torch.int8}
+    assert narrow["future_cat"].shape[1] == 1 and narrow["static_cat"].shape[1] == 1  # era over the horizon, kind
+    ours, theirs = adapter(narrow)[0], adapter(wide)[0]
+    assert list(ours) == list(theirs) and ours["encoder_cat"].dtype == torch.long
+    for key, value in theirs.items():
+        assert torch.equal(ours[key], value), key
+    # the categoricals, column by column: the static over every row, the known one over both parts
+    full = torch.cat([ours["encoder_cat"], ours["decoder_cat"]], dim=1).numpy()  # (B, L + H, Q), unshortened
+    assert adapter.categoricals == ["kind", "era"]
+    np.testing.assert_array_equal(full[:, WINDOW:, 0], np.repeat(wide["static_cat"].numpy(), HORIZON, axis=1))
+    np.testing.assert_array_equal(full[:, WINDOW:, 1], wide["future_cat"][:, 0].numpy())
+
+
 def test_the_adapter_pickles_for_dataloader_workers(grunfeld):
     import pickle
 

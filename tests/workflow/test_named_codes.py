@@ -5,8 +5,8 @@ With ``workflow=wf.named()`` the categories are the last feature channels
 later overwritten by other units), a buffer of the piece order casts its rows once, and each
 batch gathers the codes from there. Every window's codes and continuous values are checked
 against the vocabulary applied with pandas, in both orders, with a lag's look-back rows,
-batches cut across buffers, and DataLoader workers; ``named(code_dtype="int32")`` against the
-default int64 batches.
+batches cut across buffers, and DataLoader workers; ``named(code_dtype="int32")`` and
+``named(code_dtype="narrow")`` against the default int64 batches.
 
 The lag's values are checked where two row ranges transformed apart meet inside a series (a
 small pool's units and the rows each keeps for the next, two pieces per partition): each range
@@ -132,9 +132,36 @@ def test_int32_codes_hold_the_same_values(data):
     assert tuple(embedded.shape) == (37, 2, WINDOW, 3)
 
 
+def test_narrow_codes_hold_the_same_values_and_widen_to_the_int64_batch(data):
+    """``named(code_dtype="narrow")``: the same windows in the same order, every value equal, the categorical
+    fields int8 as the buffer keeps them (not widened on the host); ``widen_codes`` gives the int64 batch."""
+    from dask_windows.workflow import widen_codes
+
+    path, df = data
+    wf = workflow(df, lag=True)
+    kw = dict(window=WINDOW, batch_size=37, seed=5, buffer_bytes=8_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (a pool of few units warns)
+        wide = list(WindowDataset(path, workflow=wf.named(index=True), **kw))
+        narrow = list(WindowDataset(path, workflow=wf.named(index=True, code_dtype="narrow"), **kw))
+    assert len(wide) == len(narrow)
+    for a, b in zip(wide, narrow):
+        assert list(a) == list(b)
+        for key in a:
+            want = torch.int8 if key in ("past_cat", "static_cat", "future_cat") else a[key].dtype
+            assert b[key].dtype == want, key
+            np.testing.assert_array_equal(b[key].numpy(), a[key].numpy(), err_msg=key)
+        widened = widen_codes(b)
+        assert widened["past_cat"].dtype == torch.int64 and widened["past_cont"] is b["past_cont"]
+        assert all(torch.equal(widened[key], a[key]) for key in a)
+    check([widen_codes(b) for b in narrow], df, wf)
+    embedded = torch.nn.Embedding(8, 3)(widen_codes(narrow[0], torch.int32)["past_cat"])
+    assert tuple(embedded.shape) == (37, 2, WINDOW, 3)
+
+
 def test_code_dtype_refuses_other_dtypes(data):
     _, df = data
-    with pytest.raises(ConfigError, match=re.escape("named(code_dtype='int16') must be 'int64' or 'int32'")):
+    with pytest.raises(ConfigError, match=re.escape("named(code_dtype='int16') must be 'int64', 'int32' or 'narrow'")):
         workflow(df, lag=False).named(code_dtype="int16")
 
 
@@ -151,6 +178,12 @@ def test_int32_members_mix_and_a_member_of_another_code_dtype_is_refused(data):
     wide = WindowDataset(path, workflow=wf.named(), **kw)
     with pytest.raises(ConfigError, match="'past_cat' .* int64 where 'a' yields .* int32.*code_dtype"):
         dw.mix({"a": a, "wide": wide})
+    narrow = WindowDataset(path, workflow=wf.named(code_dtype="narrow"), **kw)
+    with pytest.raises(ConfigError, match="'past_cat' .* int8 where 'a' yields .* int32.*code_dtype"):
+        dw.mix({"a": a, "narrow": narrow})
+    also = WindowDataset(path, workflow=wf.named(code_dtype="narrow"), stride=3, **kw)
+    batch = next(iter(dw.mix({"narrow": narrow, "also": also}, windows_per_epoch=100, batch_size=20)))
+    assert batch["past_cat"].dtype == torch.int8
 
 
 @pytest.fixture(scope="module")
@@ -175,12 +208,14 @@ def wide_vocabulary(tmp_path_factory):
 @pytest.mark.parametrize(
     ("categorical", "code_dtype", "copy"),
     [(["kind"], "int64", "int8"), (["item", "kind"], "int64", "int16"), (["kind"], "int32", "int8"),
-     (["kind", "level"], "int64", "int64"), (["level"], "int32", "int32")],
+     (["kind", "level"], "int64", "int64"), (["level"], "int32", "int32"), (["kind"], "narrow", "int8"),
+     (["item", "kind"], "narrow", "int16"), (["kind", "level"], "narrow", "int64")],
 )  # fmt: skip
 def test_codes_kept_in_the_narrowest_dtype_hold_every_value(wide_vocabulary, categorical, code_dtype, copy):
     """The buffer keeps the codes in the narrowest integer holding every ``Categorify`` code (``int8``
     up to 128 codes, ``int16`` beyond), or as the batch holds them where a categorical is not written
-    by ``Categorify``; each batch widens them: every code equals pandas' (codes past 127 included)."""
+    by ``Categorify``; each batch widens them (``"narrow"``: yields them as kept): every code equals pandas'
+    (codes past 127 included)."""
     path, df = wide_vocabulary
     coded = [c for c in categorical if c != "level"]
     ops = [Categorify(coded)] if coded else []
@@ -204,6 +239,31 @@ def test_codes_kept_in_the_narrowest_dtype_hold_every_value(wide_vocabulary, cat
     for b in batches:
         rows = b["index"].numpy()[:, None] + np.arange(WINDOW)  # (B, L) dataset rows of each window
         cat = b["past_cat"]
-        assert cat.dtype == getattr(torch, code_dtype) and cat.is_contiguous()
+        assert cat.dtype == getattr(torch, copy if code_dtype == "narrow" else code_dtype) and cat.is_contiguous()
         for j, col in enumerate(categorical):
             np.testing.assert_array_equal(cat.numpy()[:, j], want[col][rows], err_msg=col)
+
+
+def test_narrow_codes_widen_to_the_statics_vocabulary(tmp_path):
+    """A categorical static of 150 values needs int16 where the categorical over the window fits int8: with
+    ``code_dtype="narrow"`` all three fields are int16 (the buffer's int8 copy widened), values as int64's."""
+    from dask_windows.workflow import Statics
+    from dask_windows.workflow.apply import narrow_dtype
+
+    rng = np.random.default_rng(3)
+    sid = np.repeat(np.arange(150), 4)
+    df = pd.DataFrame({"series": sid, "value": rng.standard_normal(len(sid)).astype(np.float32),
+                       "kind": np.array(["a", "b", "c"], dtype=object)[rng.integers(0, 3, len(sid))]})  # fmt: skip
+    df.to_parquet(tmp_path / "part0.parquet", index=False)
+    table = pd.DataFrame({"series": np.arange(150), "label": [f"label{i:03d}" for i in range(150)]})
+    wf = Workflow([Categorify(["kind"])], series="series", continuous=["value"], categorical=["kind"],
+                  statics=Statics(table, categorical=["label"])).fit(df, scheduler="sync")  # fmt: skip
+    assert narrow_dtype(wf) == "int16"
+    kw = dict(window=3, batch_size=64, seed=1)
+    wide = list(WindowDataset(str(tmp_path), workflow=wf.named(index=True), **kw))
+    narrow = list(WindowDataset(str(tmp_path), workflow=wf.named(index=True, code_dtype="narrow"), **kw))
+    assert max(int(b["static_cat"].max()) for b in narrow) > 127
+    for a, b in zip(wide, narrow, strict=True):
+        assert {b[k].dtype for k in ("past_cat", "static_cat", "future_cat")} == {torch.int16}
+        for key in a:
+            np.testing.assert_array_equal(b[key].numpy(), a[key].numpy(), err_msg=key)
