@@ -22,7 +22,6 @@ __all__ = [
     "classify",
     "describe_failure",
     "error_text",
-    "failure_kind",
     "failure_message",
     "is_transient",
     "is_unreachable",
@@ -222,12 +221,6 @@ def classify(exc: BaseException) -> str:
     """
     kind = _first_decided(exc, _kind)
     return "corrupt" if kind is None else kind
-
-
-def failure_kind(exc: BaseException) -> str:
-    """``exc.kind`` when a source already classified it (``SourceReadError``), else ``classify(exc)``."""
-    kind = getattr(exc, "kind", None)
-    return kind if kind in FAILURE_KINDS else classify(exc)
 
 
 #: What to do about each kind of failure, quoted in the messages.

@@ -35,10 +35,10 @@ from dask_windows.sources.base import DEFAULT_PARTITION_BYTES, Partition, Source
 from dask_windows.sources.cache import split_merged
 from dask_windows.sources.parquet.footer_index import footer_digest
 from dask_windows.sources.parquet.footer_share import open_footers, open_unlisted
-from dask_windows.sources.parquet.footers import Footer, is_local, list_files, paused_gc
+from dask_windows.sources.parquet.footers import Footer, is_local, list_files, pack_runs, paused_gc, unpack_runs
 from dask_windows.sources.parquet.index_open import IndexedFiles, adopt_index
 from dask_windows.sources.parquet.manifest import ParquetManifest
-from dask_windows.sources.parquet.opening import ParquetOpening
+from dask_windows.sources.parquet.opening import ParquetOpening, number_schemas
 from dask_windows.sources.parquet.partitions import FilePartitions
 from dask_windows.sources.parquet.ranges import FetchedFile, chunk_ranges, fetch_ranges, merge_ranges
 from dask_windows.sources.parquet.rows import ParquetRows
@@ -151,18 +151,9 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
                 raise SourceReadError(f"no readable Parquet file in {self.description}: every footer failed to read")
             self._footers: dict[str, Footer] = {path: opened[path].footer for path in self.files}
             self._identities = self._record_identities(listed, opened)
-            # One schema object per distinct schema, and its number per file (files usually share one).
-            numbers: dict[int, int] = {}
-            self._schemas: list[Any] = []
-            self._schema_numbers = []
-            for path in self.files:
-                schema = opened[path].schema
-                if id(schema) not in numbers:
-                    numbers[id(schema)] = len(self._schemas)
-                    self._schemas.append(schema)
-                self._schema_numbers.append(numbers[id(schema)])
+            self._schemas, self._schema_numbers = number_schemas(opened, self.files)  # files usually share one
             self._seen_schemas.clear()
-            self._tail_runs = {path: _pack_runs(o.runs) for path, o in opened.items() if o.runs is not None}
+            self._tail_runs = {path: pack_runs(o.runs) for path, o in opened.items() if o.runs is not None}
             self.partitions = []
             for path in self.files:
                 footer, splits = self._footers[path], opened[path].splits
@@ -324,7 +315,7 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
             )
         if not spread and (series is None or manifest is None or manifest["series"] != series):
             path = self.partitions[index].key[0]
-            told = _unpack_runs(self._tail_runs.pop(path, None)) if series == self._tail_series else None
+            told = unpack_runs(self._tail_runs.pop(path, None)) if series == self._tail_series else None
             return self._halo_runs(index, series, told if told is not None else super().read_runs(index, series))
         path, row_groups = self.partitions[index].key
         first = sum(self._footers[path].rows[: row_groups[0]])  # file row of the partition
@@ -466,28 +457,6 @@ def _dictionary_or_numpy(column: Any, coded: bool) -> Any:
     if coded and pa.types.is_dictionary(column.type):
         return column
     return numpy_column(column)
-
-
-def _pack_runs(runs: tuple) -> Any:
-    """``(starts, lengths, keys)`` as one ``(3, R)`` int64 array when the keys are integers: one array
-    per file instead of three (kept for every small file between open and the series scan)."""
-    if len(runs) == 2:  # packed already (parquet_open)
-        return runs
-    starts, lengths, keys = runs
-    keys = np.asarray(keys)
-    if keys.dtype.kind in "iu" and keys.dtype.itemsize <= 8:
-        packed = np.empty((3, len(keys)), np.int64)
-        packed[0], packed[1], packed[2] = starts, lengths, keys  # uint64 keys wrap, as astype did
-        return packed, keys.dtype
-    return runs
-
-
-def _unpack_runs(packed: Any) -> tuple | None:
-    """Undo ``_pack_runs``: the three arrays, keys in their own dtype."""
-    if packed is None or len(packed) == 3:
-        return packed
-    stacked, key_dtype = packed
-    return stacked[0], stacked[1], stacked[2].astype(key_dtype)
 
 
 def _hive_hint(path: str, column: str, files: Sequence[str]) -> str:

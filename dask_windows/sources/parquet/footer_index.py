@@ -29,7 +29,7 @@ import numpy as np
 from dask_windows.errors import DataError
 from dask_windows.sources.identity import FileIdentity, FooterDigest
 from dask_windows.sources.parquet.footer_compact import compact_footer, with_key_values
-from dask_windows.sources.parquet.footers import Footer, metadata_from_bytes
+from dask_windows.sources.parquet.footers import Footer, metadata_from_bytes, pack_runs
 
 __all__ = [
     "INDEX_FORMAT",
@@ -216,15 +216,12 @@ def _runs_arrays(told: Any) -> tuple | None:
     are integers, else the keys as they are and ``None``."""
     if told is None:
         return None
+    told = pack_runs(told)
     if len(told) == 2:  # packed: ((3, R) int64, key dtype)
         packed, dtype = told
         return packed[0], packed[1], packed[2], np.dtype(dtype).str
     starts, lengths, keys = told
-    keys = np.asarray(keys)
-    starts, lengths = np.asarray(starts, np.int64), np.asarray(lengths, np.int64)
-    if keys.dtype.kind in "iu" and keys.dtype.itemsize <= 8:
-        return starts, lengths, keys.astype(np.int64), keys.dtype.str
-    return starts, lengths, keys, None
+    return np.asarray(starts, np.int64), np.asarray(lengths, np.int64), np.asarray(keys), None
 
 
 def _runs_columns(told: list, columns: dict) -> None:

@@ -43,6 +43,7 @@ from dask_windows.settings.tuning import SHARE_WAIT_SECONDS, switches
 from dask_windows.sources.manifest import MANIFEST_NAME
 from dask_windows.sources.parquet.footer_index import entries_bytes, find_index
 from dask_windows.sources.parquet.index_open import OldIndex, open_index
+from dask_windows.sources.parquet.opening import number_schemas
 
 __all__ = ["SHARE_WAIT_SECONDS", "open_footers", "open_unlisted", "shared_open"]
 
@@ -243,22 +244,7 @@ def shared_open(
 
 def _exchange_bytes(source: Any, files: list[str], opened: dict, series: str | None) -> bytes:
     """The opened files in the index format, full footers (no compaction pass), paths absolute."""
-    schemas: list = []
-    numbers: dict[int, int] = {}
-    for path in files:
-        schema = opened[path].schema
-        if id(schema) not in numbers:
-            numbers[id(schema)] = len(schemas)
-            schemas.append(schema)
-    return entries_bytes(
-        files,
-        "",
-        [opened[p].footer for p in files],
-        [opened[p].identity for p in files],
-        [numbers[id(opened[p].schema)] for p in files],
-        schemas,
-        [opened[p].runs for p in files],
-        series,
-        source.local,
-        compact=False,
-    )
+    schemas, numbers = number_schemas(opened, files)
+    footers, identities = [opened[p].footer for p in files], [opened[p].identity for p in files]
+    runs = [opened[p].runs for p in files]
+    return entries_bytes(files, "", footers, identities, numbers, schemas, runs, series, source.local, compact=False)

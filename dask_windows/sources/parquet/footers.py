@@ -27,16 +27,16 @@ __all__ = [
     "FOOTER_BYTES",
     "TAIL_BATCH",
     "Footer",
-    "footer_of",
     "footer_reader",
     "is_local",
     "list_files",
     "map_in_blocks",
+    "pack_runs",
     "paused_gc",
     "read_local",
-    "row_group_splits",
     "split_sizes",
     "tail_runs",
+    "unpack_runs",
 ]
 
 
@@ -153,20 +153,13 @@ def map_in_blocks(fn: Callable, items: list, threads: int) -> list:
         return [result for block in pool.map(lambda b: [fn(item) for item in b], blocks) for result in block]
 
 
-def tail_runs(
-    meta: Any, schema: Any, series: str, tail: bytes, size: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """``(run_starts, run_lengths, run_keys)`` of a whole file from its footer's statistics, or from
-    ``tail`` when it is the whole file (``len(tail) == size``); ``None`` when neither tells."""
+def tail_runs(meta: Any, schema: Any, series: str, tail: bytes, size: int) -> tuple[np.ndarray, ...] | None:
+    """``(run_starts, run_lengths, run_keys)`` of a whole file decoded from ``tail`` when it is the whole
+    file (``len(tail) == size``), else ``None``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    if series not in schema.names:
-        return None
-    runs = _runs_from_statistics(meta, schema, series)
-    if runs is not None:
-        return runs
-    if len(tail) < size:
+    if series not in schema.names or len(tail) < size:
         return None
     reader = pq.ParquetFile(pa.BufferReader(tail), metadata=meta, pre_buffer=False)
     keys = reader.read(columns=[series], use_threads=False).column(series).to_numpy()
@@ -174,45 +167,26 @@ def tail_runs(
     return starts, lengths, keys[starts]
 
 
-def _runs_from_statistics(meta: Any, schema: Any, series: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """Runs when every row group's integer series column has min == max and no nulls (exact, unlike
-    string statistics), else ``None``."""
-    import pyarrow as pa
-
-    field = schema.field(series)
-    groups = meta.num_row_groups
-    if not pa.types.is_integer(field.type) or groups == 0:
-        return None
-    column = schema.get_field_index(series)
-    keys: list = []
-    lengths: list[int] = []
-    for g in range(groups):
-        group = meta.row_group(g)
-        rows = group.num_rows
-        if rows == 0:
-            continue
-        chunk = group.column(column)
-        stats = chunk.statistics
-        if stats is None or not stats.has_min_max or stats.null_count != 0 or chunk.path_in_schema != series:
-            return None
-        low = stats.min
-        if low != stats.max:
-            return None
-        if keys and keys[-1] == low:
-            lengths[-1] += rows
-        else:
-            keys.append(low)
-            lengths.append(rows)
-    run_lengths = np.array(lengths, np.int64)
-    run_starts = np.zeros(len(lengths), np.int64)
-    if len(lengths) > 1:
-        np.cumsum(run_lengths[:-1], out=run_starts[1:])
-    return run_starts, run_lengths, np.array(keys, dtype=field.type.to_pandas_dtype())
+def pack_runs(runs: tuple) -> Any:
+    """``(starts, lengths, keys)`` as ``((3, R) int64 array, key dtype)`` when the keys are integers: one
+    array per file instead of three (kept for every small file between open and the series scan)."""
+    if len(runs) == 2:  # packed already
+        return runs
+    starts, lengths, keys = runs
+    keys = np.asarray(keys)
+    if keys.dtype.kind in "iu" and keys.dtype.itemsize <= 8:
+        packed = np.empty((3, len(keys)), np.int64)
+        packed[0], packed[1], packed[2] = starts, lengths, keys  # uint64 keys wrap, as astype did
+        return packed, keys.dtype
+    return runs
 
 
-def row_group_splits(meta: Any, partition_bytes: int) -> list[tuple[int, ...]]:
-    """Row groups of a file cut into consecutive partitions of at most ``partition_bytes`` uncompressed bytes."""
-    return split_sizes([meta.row_group(g).total_byte_size for g in range(meta.num_row_groups)], partition_bytes)
+def unpack_runs(packed: Any) -> tuple | None:
+    """Undo ``pack_runs``: the three arrays, keys in their own dtype."""
+    if packed is None or len(packed) == 3:
+        return packed
+    stacked, key_dtype = packed
+    return stacked[0], stacked[1], stacked[2].astype(key_dtype)
 
 
 def split_sizes(group_bytes: list[int], partition_bytes: int) -> list[tuple[int, ...]]:
@@ -227,12 +201,6 @@ def split_sizes(group_bytes: list[int], partition_bytes: int) -> list[tuple[int,
         groups[-1].append(g)
         nbytes += size
     return [tuple(g) for g in groups]
-
-
-def footer_of(meta: Any, tail: bytes, needed: int, size: int) -> Footer:
-    """The compact ``Footer`` of a file from its parsed metadata and the tail holding its footer."""
-    rows = tuple(meta.row_group(g).num_rows for g in range(meta.num_row_groups))
-    return Footer(bytes(tail[-needed:]), size, rows)
 
 
 def list_files(

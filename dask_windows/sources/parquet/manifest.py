@@ -9,6 +9,7 @@ import os
 import posixpath
 from typing import TYPE_CHECKING, Any
 
+from dask_windows.errors import DataError
 from dask_windows.sources.parquet.footers import Footer, map_in_blocks
 from dask_windows.sources.retry import RetryPolicy
 
@@ -74,8 +75,6 @@ class ParquetManifest:
                 raw = None if hasattr(footer, "key_values") else footer.raw  # listing at open (footer_index)
                 rewritten = _rewritten(entry, listed.get(path), raw)
                 if rewritten and manifest["version"] >= 2:
-                    from dask_windows.errors import DataError
-
                     raise DataError(
                         f"{self._url(path)} does not match the manifest of {self._url(root)} ({rewritten}): it "
                         "was rewritten or replaced after `dask-windows convert` wrote it; this dataset was converted in chunks spread over "
@@ -87,8 +86,6 @@ class ParquetManifest:
                     return None
             if entry is None or entry["rows"] != self._footers[path].num_rows:
                 if manifest["version"] >= 2:  # chunks of many stretches: the series column cannot recover them
-                    from dask_windows.errors import DataError
-
                     raise DataError(
                         f"the manifest of {root} does not match {self._url(path)} (a file missing, added or "
                         "rewritten); this dataset was converted in chunks spread over its files, which only the "
@@ -106,8 +103,6 @@ class ParquetManifest:
                     return None
             runs[path] = manifest_run_arrays(entry["runs"])
         if manifest["version"] >= 2 and len(runs) != len(entries):
-            from dask_windows.errors import DataError
-
             missing = sorted(set(entries) - set(runs))
             raise DataError(
                 f"the manifest of {root} lists {len(missing)} files that are not there (first: {self._url(missing[0])}); "
