@@ -1,12 +1,9 @@
 """Which kind of failure an error is, and the message that names its remedy.
 
-``classify`` sorts every failure once into ``transient`` (worth a retry:
-``is_transient``), ``resource`` (the machine, not the data), ``permission``,
-``missing`` or ``corrupt``; each kind has its remedy (``failure_message``) and
-its ``on_error`` rule (``faults.skip_allowed``). The exception and its causes
-are judged by type names, errno values and status codes, so botocore, aiohttp,
-gcsfs and adlfs errors are recognised without importing any of them.
-"""
+``classify`` sorts every failure once into ``FAILURE_KINDS``; each kind has its remedy
+(``failure_message``) and its ``on_error`` rule (``faults.skip_allowed``). Errors and their causes
+are judged by type names, errno values and status codes, so botocore, aiohttp, gcsfs and adlfs
+errors are recognised without importing them."""
 
 from __future__ import annotations
 
@@ -134,12 +131,8 @@ def _first_decided(exc: BaseException, judge: Callable[[BaseException], Any]) ->
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Whether ``exc`` (or what caused it) is a failure a later attempt may not see.
-
-    Connection resets and timeouts, throttling (429, ``SlowDown``) and server
-    errors (5xx) are transient; a missing object, a denied permission or a
-    corrupt file (``ArrowInvalid``) are not.
-    """
+    """Whether ``exc`` (or a cause) may pass on a later attempt: connection resets and timeouts, throttling
+    (429, ``SlowDown``) and server errors (5xx); not a missing object, a denied access or a corrupt file."""
     verdict = _first_decided(exc, _classify)
     return False if verdict is None else verdict
 
@@ -210,15 +203,11 @@ def _kind(exc: BaseException) -> str | None:
 
 
 def classify(exc: BaseException) -> str:
-    """Which of ``FAILURE_KINDS`` ``exc`` (or what caused it) is.
+    """Which of ``FAILURE_KINDS`` ``exc`` (or what caused it; the first decisive link wins) is.
 
-    ``resource``: the machine ran out of something (``EMFILE``, ``ENOMEM``, ``ENOSPC``...);
-    ``permission``: access denied or no credentials (``EACCES``, HTTP 401/403, ``AccessDenied``);
-    ``missing``: no such file, bucket or key, or a folder where a file was expected (HTTP 404);
-    ``transient``: worth another try (see ``is_transient``); ``corrupt``: anything else the
-    data itself is to blame for (not Parquet, truncated, a failed page checksum).
-    The first decisive link of the cause chain wins; nothing recognised is ``corrupt``.
-    """
+    ``resource``: the machine ran out of something (``EMFILE``, ``ENOMEM``, ``ENOSPC``...); ``permission``:
+    access denied or no credentials (``EACCES``, HTTP 401/403); ``missing``: no such file, bucket or key,
+    or a folder (HTTP 404); ``transient``: see ``is_transient``; ``corrupt``: anything else."""
     kind = _first_decided(exc, _kind)
     return "corrupt" if kind is None else kind
 
@@ -248,16 +237,9 @@ REMEDIES = {
 
 
 def failure_message(kind: str, what: str, exc: BaseException, where: str = "") -> SourceReadError:
-    """A ``SourceReadError`` for ``what`` failing with ``exc`` of ``kind``, naming the remedy.
-
-    Args:
-        what: What could not be done, naming the file or URL (``"cannot read s3://b/k"``).
-        exc: The underlying error (set it as the cause: ``raise ... from exc``).
-        where: What is known of the place in the file (``"column 'f1' of row group 3 is damaged"``).
-
-    Returns:
-        The error, with ``kind`` and ``where`` set on it so callers need not classify again.
-    """
+    """A ``SourceReadError`` for ``what`` (``"cannot read s3://b/k"``) failing with ``exc`` of ``kind``,
+    naming the remedy and ``where`` (``"column 'f1' of row group 3 is damaged"``); ``kind`` and
+    ``where`` are set on it so callers need not classify again."""
     tries = describe_failure(exc) if kind == "transient" else ""
     place = f"; {where}" if where else ""
     remedy = missing_backend(exc, what) or REMEDIES[kind]
@@ -273,11 +255,8 @@ UNREACHABLE_TYPES = frozenset({"ConnectionRefusedError", "ClientConnectorError"}
 
 
 def is_unreachable(exc: BaseException) -> bool:
-    """Whether ``exc`` (or a cause) says the endpoint could not be connected to at all.
-
-    Such a failure is transient, but the storage client has already retried connecting,
-    so retrying it again only multiplies the wait before a server that is down is reported.
-    """
+    """Whether ``exc`` (or a cause) says the endpoint could not be connected to at all: transient, but the
+    storage client already retried connecting, so retrying again only delays the report."""
     return _first_decided(exc, _unreachable) is True
 
 
