@@ -1,13 +1,11 @@
 """Partitioned Parquet on any fsspec filesystem, read with pyarrow.
 
-Opening lists once and reads each footer once (``footers``, ``opening``); only the serialized
-footer, the size and the rows per row group are kept, and they travel with the source into
-DataLoader workers. Given the series column, the runs of small files come out of the same tail
-read. Reading a partition costs one ``cat_ranges`` call of its column chunks (``ranges``); local
-files stay on pyarrow's reader. A file over ``partition_bytes`` is split at row groups, and
-each such partition reads ``window + horizon - 1`` rows past its end (its halo) so no window is
-lost at a cut. The opening, the manifest and the row-range reads are mixins in ``opening``,
-``manifest`` and ``rows``."""
+Opening lists once and reads each footer once (``footers``, ``opening``, or the index); the
+serialized footers travel with the source into DataLoader workers. A read costs one ``cat_ranges``
+call of the partition's column chunks (``ranges``; local files use pyarrow's reader). A file over
+``partition_bytes`` is split at row groups, each such partition reading ``window + horizon - 1``
+rows past its end (its halo) so no window is lost at a cut. Opening, the manifest and row-range
+reads are the mixins of ``opening``, ``manifest`` and ``rows``."""
 
 from __future__ import annotations
 
@@ -63,13 +61,10 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         retry: Retries of transient store errors (an int of retries or a ``RetryPolicy``).
         on_error: ``"raise"`` on a file whose footer cannot be read, or ``"skip"`` it (in ``skipped``).
         max_gap: Column chunks of a partition closer than this many bytes are fetched in one request.
-        cache_dir: Keep the bytes read from a remote store in this local folder (``cache``).
-        cache_bytes: Most bytes ``cache_dir`` may hold (``cache_policy``); ``None``: no limit.
+        cache_dir, cache_bytes: Keep the bytes read from a remote store in this folder, at most this many.
         series: The series column: runs the tail reads at open tell are kept for ``read_runs``.
-        index: The dataset index (``footer_index``): ``None`` the one beside a folder or prefix if
-            any, a path that one, ``False`` none. Without one, the ranks of ``footer_group`` (a process
-            group's ``(store, world size)``) share the footers one of them read (``footer_share``).
-    """
+        index: The dataset index: ``None`` the one beside a folder or prefix if any, a path that one,
+            ``False`` none. Without one, the ranks of ``footer_group`` share footers (``footer_share``)."""
 
     reads_in_processes = True
 
@@ -170,8 +165,8 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         self.cache, self._versions = self._open_cache(cache_dir, cache_bytes)
 
     def _stale_index_hint(self) -> str:
-        """``"; ..."`` naming the index as the likely cause of a failed read when the dataset was opened from it
-        without listing the store (``footer_share.open_unlisted``), else ``""``."""
+        """``"; ..."`` naming the index as the likely cause of a failed read of a source opened from it without
+        a listing, else ``""``."""
         files = getattr(getattr(self, "_footers", None), "_files", None)
         if files is None or not getattr(files, "unlisted", False):
             return ""
@@ -184,7 +179,7 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
 
     def _open_unlisted(self, data: Any, storage_options: dict | None, series: str | None, index: Any) -> Any:
         """``(fs, files, sizes, description, IndexedFiles)`` of an object-store folder opened from its index
-        alone (``footer_share.open_unlisted``), or ``None`` (then the store is listed)."""
+        alone, or ``None`` (then the store is listed)."""
         import fsspec
 
         if index is False or not isinstance(data, (str, os.PathLike)):
@@ -204,14 +199,13 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
 
     @property
     def default_pieces_per_partition(self) -> int | None:  # type: ignore[override]
-        """1 on data ``dask-windows convert`` spread in chunks over its files (whole partitions already
-        mix like a global shuffle, at no extra read); else the dataset's default."""
+        """1 on data ``dask-windows convert`` spread over its files (whole partitions mix like a global
+        shuffle already); else the dataset's default."""
         manifest = getattr(self, "_manifest", None)
         return 1 if manifest is not None and manifest["manifest"]["version"] >= 2 else None
 
     def _cached(self, path: str, size: int, chunks: list[tuple[int, int]]) -> FetchedFile:
-        """The column chunks ``chunks`` of ``path`` through the local cache (``cache_dir=``): the missing
-        ones fetched in one ``cat_ranges`` call, close ones merged into one request as without a cache."""
+        """The column chunks ``chunks`` of ``path`` through ``cache_dir=``: the missing ones fetched in one call."""
         fs = self._filesystem()
 
         def fetch(wanted: list[tuple[int, int]]) -> list:
@@ -235,8 +229,7 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         )
 
     def unchanged(self, indices: Sequence[int]) -> bool:
-        """Local files of ``indices``: still the size and ``mtime`` recorded at open (one ``stat``
-        each); remote files are checked by their reads only (``identity``), so ``True``."""
+        """Local files of ``indices`` still of the size and ``mtime`` recorded at open (remote: their reads check)."""
         if not self.local:
             return True
         from dask_windows.sources import identity
@@ -279,22 +272,20 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
             )
 
     def _crc_certain(self) -> bool:
-        """Whether every page carries a CRC: files of a version-2 manifest, written by ``convert`` with
-        page CRCs, skip the footer min/max check (``stats_check``: about half a read's time)."""
+        """Whether every page carries a CRC (a version-2 manifest's files): the footer min/max check is skipped."""
         manifest: Any = getattr(self, "_manifest", None)
         return manifest is not None and manifest["manifest"].get("version", 1) >= 2
 
     def runs_known(self, series: Any) -> bool:
-        """Whether ``read_runs(i, series)`` reads nothing for every partition (the manifest, or the tail
-        reads at open, told the runs): the series scan then needs no threads."""
+        """Whether ``read_runs(i, series)`` reads nothing for any partition (the manifest or the tails told them)."""
         manifest: Any = getattr(self, "_manifest", None)
         if series is not None and manifest is not None and manifest["series"] == series:
             return True
         return series is not None and series == self._tail_series and len(self._tail_runs) == len(self.partitions)
 
     def runs_at_once(self, series: Any) -> tuple[np.ndarray, ...] | None:
-        """Every partition's runs at once, ``(starts, lengths, keys, offsets)`` as ``every_file`` gives them,
-        when the index tells them all (a partition per file, no manifest); else ``None``."""
+        """Every partition's runs ``(starts, lengths, keys, offsets)`` when the index tells them all (a partition
+        per file, no manifest), else ``None``."""
         every = getattr(self._tail_runs, "every_file", None)
         if every is None or series is None or series != self._tail_series or getattr(self, "_manifest", None):
             return None
@@ -303,8 +294,8 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         return every()
 
     def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, ...]:
-        """Runs from the manifest when it covers ``series`` (version 2: with ``origin`` and ``owned``),
-        else those the tail read at open told (once), else from the series column."""
+        """Runs from the manifest when it covers ``series`` (version 2: with ``origin`` and ``owned``), else
+        those the tail reads told (once), else from the series column."""
         manifest: Any = getattr(self, "_manifest", None)
         spread = manifest is not None and manifest["manifest"]["version"] >= 2
         if spread and series is not None and manifest["series"] != series:
@@ -402,8 +393,7 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         return self._read_groups(index, self.partitions[index].key[1], columns)
 
     def read_chunks(self, index: int, columns: Sequence) -> Iterator[dict]:
-        """Local files a few row groups at a time (a column scan holds about ``CHUNK_BYTES``, one
-        row group at least, in memory; ``group_runs``); remote files in one request."""
+        """Local files a few row groups at a time (``group_runs``: bounded memory); remote files in one request."""
         row_groups = self.partitions[index].key[1]
         if not self.local:
             yield self._read_groups(index, row_groups, columns)
@@ -460,8 +450,8 @@ def _dictionary_or_numpy(column: Any, coded: bool) -> Any:
 
 
 def _hive_hint(path: str, column: str, files: Sequence[str]) -> str:
-    """The remedy where ``path`` lies in Hive-style folders (``key=value/``) of the dataset: their keys are
-    columns only through ``pyarrow.dataset``'s ``partitioning="hive"`` (files are read one by one here)."""
+    """The remedy where ``path`` lies in Hive-style folders (``key=value/``): their keys are columns only
+    through ``pyarrow.dataset``'s ``partitioning="hive"``."""
     dirs = {posixpath.dirname(f.replace("\\", "/")) for f in files[:10_000]}
     common = posixpath.commonpath(dirs) if dirs else ""
     while "=" in posixpath.basename(common):  # all files below one key folder: it is a key too

@@ -1,11 +1,9 @@
 """Opening Parquet files: one listing, one tail read per file, and only what planning needs kept.
 
-The listing (``list_files``) is one ``find`` or ``glob`` that also gives the sizes. Each file's
-last ``FOOTER_BYTES`` are read once (a second read only for a larger footer), and a ``Footer``
-keeps the serialized bytes, not the parsed ``FileMetaData`` (about 12 KiB of C++ objects each):
-a read parses the bytes again, tens of microseconds against milliseconds of reading. The series
-runs come from the tail too, from the footer's statistics or by decoding a tail that is the
-whole file."""
+``list_files`` is one ``find`` or ``glob``, which also gives the sizes. Each file's last
+``FOOTER_BYTES`` are read once (again only for a larger footer); a ``Footer`` keeps the serialized
+bytes, not the parsed ``FileMetaData`` (about 12 KiB of C++ objects), which a read parses again in
+tens of microseconds."""
 
 from __future__ import annotations
 
@@ -41,8 +39,8 @@ __all__ = [
 
 
 class Footer:
-    """What is kept of one file after opening it: ``raw``, the serialized footer (thrift, length,
-    magic); ``size`` in bytes (a lower bound when not listed); ``rows`` of each row group."""
+    """What is kept of a file after opening it: ``raw``, the serialized footer (thrift, length, magic);
+    ``size`` in bytes (a lower bound when not listed); ``rows`` of each row group."""
 
     __slots__ = ("raw", "rows", "size")
 
@@ -63,8 +61,8 @@ class Footer:
 
 
 def metadata_from_bytes(raw: bytes) -> Any:
-    """A serialized footer (thrift, length, magic) parsed into a ``FileMetaData`` by pyarrow's public
-    reader, which raises on damaged bytes (its private unpickling path aborts the process)."""
+    """A serialized footer parsed into a ``FileMetaData`` by pyarrow's public reader, which raises on damaged
+    bytes (its private unpickling path aborts the process)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -72,8 +70,8 @@ def metadata_from_bytes(raw: bytes) -> Any:
 
 
 def footer_reader(tail: bytes, path: str) -> tuple[Any, int]:
-    """``(pyarrow ParquetReader opened on the footer, bytes needed)``, the reader ``None`` if ``tail`` is
-    short; not its ``FileMetaData``, whose ``schema`` makes a cycle left to the garbage collector."""
+    """``(pyarrow ParquetReader opened on the footer in tail, bytes needed)``, the reader ``None`` if ``tail``
+    is short (not its ``FileMetaData``, whose ``schema`` makes a reference cycle)."""
     if len(tail) < 12 or tail[-4:] != b"PAR1":
         raise SourceReadError(f"{path} does not end with the Parquet magic bytes: it is not Parquet or is truncated")
     needed = int.from_bytes(tail[-8:-4], "little") + 8
@@ -115,8 +113,8 @@ def is_local(fs: Any) -> bool:
 
 
 def read_local(path: str, nbytes: int = FOOTER_BYTES) -> tuple[bytes, os.stat_result]:
-    """``(tail, stat)`` of a local file: its last ``nbytes`` (its whole footer when larger), in one
-    ``open``, ``fstat`` (the identity at open), ``pread`` and ``close``; returned as read when not Parquet."""
+    """``(tail, stat)`` of a local file: its last ``nbytes`` (its whole footer when larger) in one ``open``,
+    ``fstat``, ``pread`` and ``close``."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     try:
         stat = os.fstat(fd)
@@ -133,8 +131,8 @@ def read_local(path: str, nbytes: int = FOOTER_BYTES) -> tuple[bytes, os.stat_re
 
 @contextlib.contextmanager
 def paused_gc() -> Iterator[None]:
-    """No full garbage collection inside (thresholds restored after): opening many files makes a few
-    lasting objects per file, which every full collection would walk again."""
+    """No full garbage collection inside: opening many files makes a few lasting objects per file, which
+    every full collection would walk again."""
     thresholds = gc.get_threshold()
     gc.set_threshold(thresholds[0], thresholds[1], 10**9)
     try:
@@ -210,12 +208,11 @@ def list_files(
     listed: dict | None = None,
     stat_local: bool = True,
 ) -> tuple[Any, list[str], list[int | None], str]:
-    """Resolve a path, glob, URL or list of them to ``(fs, files, sizes, description)`` in one listing.
+    """``(fs, files, sizes, description)`` of a path, glob, URL or list of them, in one listing.
 
-    ``listed`` receives the listing's ``info`` entries by path. In a folder, hidden files
-    (``_SUCCESS``, ``.crc``) are left out, and files ending in ``suffixes`` (any case) are kept when
-    there are any; a path given twice in a list raises. ``stat_local=False`` lists a local folder by
-    names only (sizes ``None``), for a caller that ``fstat``s each file at its open."""
+    ``listed`` receives the listing's ``info`` by path. In a folder, hidden files (``_SUCCESS``, ``.crc``)
+    are left out, and files ending in ``suffixes`` kept when there are any; a path given twice raises.
+    ``stat_local=False`` lists a local folder by names only (sizes ``None``)."""
     import fsspec
 
     options = dict(storage_options or {})
@@ -261,8 +258,8 @@ def list_files(
 
 
 def _local_find(fs: Any, root: str, stat: bool = True) -> dict[str, Any] | None:
-    """``fs.find(root, detail=True)`` of a local folder by ``os.scandir`` (``None`` for anything else):
-    one ``stat`` per file, kept as ``mtime_ns``, or none with ``stat=False``; broken links size-less."""
+    """``fs.find(root, detail=True)`` of a local folder by ``os.scandir`` (``None`` for anything else), one
+    ``stat`` per file kept as ``mtime_ns`` (none with ``stat=False``); a broken link is listed size-less."""
     from fsspec.implementations.local import LocalFileSystem
 
     if os.name != "posix" or not isinstance(fs, LocalFileSystem) or not os.path.isdir(root):

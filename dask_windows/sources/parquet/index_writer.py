@@ -10,25 +10,7 @@ from dask_windows.errors import DataError
 from dask_windows.sources.parquet.footer_index import INDEX_NAME, entries_bytes, is_index
 from dask_windows.sources.parquet.footers import is_local, map_in_blocks
 
-__all__ = ["entries_index", "index_bytes", "source_entries", "verify_index", "write_index"]
-
-
-def index_bytes(
-    source: Any,
-    root: str,
-    series: str | None,
-    compact: bool = True,
-    where: str | None = None,
-    threads: int = 16,
-    kept: Any = None,
-) -> bytes:
-    """The index of an opened ``ParquetSource`` (index=False) as bytes, the runs its open did not tell scanned.
-
-    ``where``: the folder the index goes to (paths relative to it; ``None`` keeps ``root``).
-    ``kept``: a source opened from the previous index whose files join ``source``'s (incremental)."""
-    entries = [entry for src in (source, kept) if src is not None for entry in source_entries(src, series, threads)]
-    first = source if source is not None else kept
-    return entries_index(entries, root, series, first.local, compact, where, first.manifest_series is not None)
+__all__ = ["entries_index", "source_entries", "verify_index", "write_index"]
 
 
 def entries_index(
@@ -134,38 +116,35 @@ def write_index(
     same_fs = type(out_fs) is type(fs) and _bucket(out_fs, target) == _bucket(fs, base)
     where = posixpath.dirname(target) if same_fs else None
     split = _incremental(fs, url, out_fs, target, where, series, storage_options) if not globbed else None
+    manifest = False
     if split is not None:  # the previous index tells the files it holds unchanged: only the others are read
         (kept, added), series = split
         previous = target if is_local(out_fs) else out_fs.unstrip_protocol(target)
-        opened = [ParquetSource(kept, storage_options, threads=threads, series=series, index=previous)]
+        opened = ParquetSource(kept, storage_options, threads=threads, series=series, index=previous)
+        entries = source_entries(opened, series, threads)
         if added and client is None:
-            opened.append(ParquetSource(added, storage_options, threads=threads, series=series, index=False))
-        files = len(kept) + len(added)
-        if client is None:
-            source, other = opened[-1], (opened[0] if added else None)
-            blob = index_bytes(source, base, series, where=where, threads=threads, kept=other)
-        else:  # the added files' footers read on the cluster, as a list of files (no listing there)
+            added_source = ParquetSource(added, storage_options, threads=threads, series=series, index=False)
+            entries += source_entries(added_source, series, threads)
+        elif added:  # the added files' footers read on the cluster, as a list of files (no listing there)
             from dask_windows.sources.parquet.index_cluster import cluster_entries
 
-            entries = source_entries(opened[0], series, threads)
-            if added:
-                entries += cluster_entries(client, source_entries, added, storage_options, series, series, threads)
-            blob = entries_index(entries, base, series, is_local(fs), where=where, manifest=False)
+            entries += cluster_entries(client, source_entries, added, storage_options, series, series, threads)
+        files, read = len(kept) + len(added), len(added)
     elif client is not None:  # listed here, every footer (and series column) read on the cluster
         from dask_windows.sources.parquet.index_cluster import cluster_entries, listed_entries
 
         listing, manifest_series = listed_entries(url, storage_options)
-        files = len(listing.files)
         scan = series if series is not None else manifest_series
         entries = cluster_entries(client, source_entries, listing.urls, storage_options, series, scan, threads, listing)
-        blob = entries_index(entries, base, scan, is_local(fs), where=where, manifest=manifest_series is not None)
-        series = scan
+        files = read = len(listing.files)
+        series, manifest = scan, manifest_series is not None
     else:
         source = ParquetSource(url, storage_options, threads=threads, series=series, index=False)
-        files = len(source.files)
-        if series is None:
-            series = source.manifest_series
-        blob = index_bytes(source, base, series, where=where, threads=threads)
+        series = series if series is not None else source.manifest_series
+        entries = source_entries(source, series, threads)
+        files = read = len(source.files)
+        manifest = source.manifest_series is not None
+    blob = entries_index(entries, base, series, is_local(fs), where=where, manifest=manifest)
     _refuse_foreign(out_fs, target)
     if is_local(out_fs):
         tmp = f"{target}.tmp-{os.getpid()}"
@@ -181,7 +160,7 @@ def write_index(
         "bytes": len(blob),
         "bytes_per_file": len(blob) / files,
         "series": series,
-        "footers_read": len(added) if split is not None else files,
+        "footers_read": read,
     }
 
 
