@@ -81,20 +81,18 @@ def write_index(
     """Write the index of the Parquet dataset ``data`` (a folder, prefix, glob or file).
 
     Args:
-        out: Where to write it (default: ``INDEX_NAME`` in the folder ``data``); an existing file
-            there is replaced only when it is an index this library wrote.
+        out: Where to write it (default: ``INDEX_NAME`` in the folder ``data``); an existing file there is
+            replaced only when it is an index this library wrote.
         series: The series column whose runs the index holds (default: the manifest's, if any).
         threads: Threads reading the footers (on each Dask worker with ``client``).
-        client: A ``distributed.Client`` whose workers read the footers in blocks of files
-            (``index_cluster``), reaching ``data`` by the same path or URL; the index is the same.
+        client: A ``distributed.Client`` whose workers read the footers (``index_cluster``).
 
     Returns:
-        ``{"index": url, "files": n, "bytes": size, "bytes_per_file": ...}``.
+        ``{"index", "files", "bytes", "bytes_per_file", "series", "footers_read"}``.
 
     Raises:
         FileExistsError: ``out`` holds a file that is not an index of this library.
-        ValueError: ``data`` is a glob or a list and no ``out`` was given.
-    """
+        ValueError: ``data`` is a glob or a list and no ``out`` was given."""
     import fsspec
 
     from dask_windows.sources.parquet import ParquetSource
@@ -167,8 +165,8 @@ def write_index(
 def _incremental(
     fs: Any, url: str, out_fs: Any, target: str, where: str | None, series: str | None, options: dict | None
 ) -> tuple[tuple[list[str], list[str]], str | None] | None:
-    """``((files unchanged in the index at target, files added or changed), its series)`` as URLs, when
-    ``target`` holds a readable index of this folder (of ``series``, if given); else ``None``."""
+    """``((files unchanged in the index at target, files added or changed), its series)`` as URLs when
+    ``target`` is a readable index of this folder (of ``series``, if given); else ``None``."""
     from dask_windows.sources.parquet import PARQUET_SUFFIXES
     from dask_windows.sources.parquet.footers import list_files
     from dask_windows.sources.parquet.index_open import index_root, read_index
@@ -224,10 +222,8 @@ def _refuse_foreign(fs: Any, target: str) -> None:
 
 
 def verify_index(data: str | os.PathLike, index: Any = None, *, storage_options: dict | None = None) -> dict:
-    """List the dataset ``data`` and compare every file with its index (``index`` as ``ParquetSource``'s).
-
-    Returns ``{"index": where, "files": n}``; raises ``DataError`` naming the first file added,
-    deleted or changed (or the index damaged or old), ``FileNotFoundError`` when there is none."""
+    """List the dataset ``data`` and compare every file with its index; ``{"index": where, "files": n}``, or
+    ``DataError`` naming the first file added, deleted or changed (``FileNotFoundError``: no index)."""
     from dask_windows.sources.parquet import PARQUET_SUFFIXES
     from dask_windows.sources.parquet.footer_index import find_index
     from dask_windows.sources.parquet.footers import list_files

@@ -1,7 +1,6 @@
-"""What ``ParquetSource`` records at open: the manifest, file identities, cache versions (a mixin).
-
-A ``dask-windows convert`` manifest is used when it describes exactly the files opened (else it
-is warned about and the series column is scanned; a version-2 manifest raises instead)."""
+"""What ``ParquetSource`` records at open: the ``convert`` manifest (used when it names exactly the files
+opened; else warned about and the series column scanned, or raising for version 2), file identities,
+cache versions."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ __all__ = ["ParquetManifest"]
 
 
 class ParquetManifest:
-    """``ParquetSource``'s manifest, identities and cache (a mixin: ``ParquetSource`` sets the attributes)."""
+    """``ParquetSource``'s manifest, identities and cache (a mixin)."""
 
     fs: Any
     local: bool
@@ -112,8 +111,7 @@ class ParquetManifest:
         return {"series": manifest["series"], "runs": runs, "manifest": manifest, "root": root}
 
     def _record_identities(self, listed: dict, opened: dict | None = None) -> dict:
-        """Each file's ``identity.FileIdentity`` at open: the ``fstat`` of its open (``opened``) or
-        ``os.stat`` locally, the listing remotely."""
+        """Each file's ``FileIdentity`` at open: the ``fstat`` of its open or ``os.stat`` locally, the listing remotely."""
         from dask_windows.sources import identity
 
         if self.local:
@@ -136,8 +134,8 @@ class ParquetManifest:
 
 
 def _rewritten(entry: dict, size: int | None, raw: bytes | None) -> str:
-    """How a file differs from its manifest entry ("" when it does not): its ``size`` now, or its footer
-    ``raw`` as read at open (``None`` when opened from the index, whose identity check stands for it)."""
+    """How a file differs from its manifest entry (``""``: it does not), by its ``size`` now or its footer
+    ``raw`` (``None`` when opened from the index, whose identity check stands for it)."""
     from dask_windows.sources.manifest import footer_digest
 
     if size is not None and entry["bytes"] != size:
