@@ -189,19 +189,11 @@ class Telemetry:
             asked = clock()
             for item in it:
                 got = clock()
-                self.first_ns = got - asked
-                self.batches = 1
-                self._at_first = (self._total("buffer_wait_ns"), self._total("reads_waited_ns"))
-                yield item
-                del item
-                break
-            else:
-                return
-            asked = clock()
-            self.step_ns += asked - got
-            for item in it:
-                got = clock()
-                self.wait_ns += got - asked
+                if self.batches:
+                    self.wait_ns += got - asked
+                else:
+                    self.first_ns = got - asked
+                    self._at_first = (self._total("buffer_wait_ns"), self._total("reads_waited_ns"))
                 self.batches += 1
                 yield item
                 del item

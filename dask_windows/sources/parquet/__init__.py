@@ -97,7 +97,6 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         self.storage_options = storage_options
         self.skipped: list[SkippedPartition] = []
         self._tail_series = series
-        self._seen_schemas: list[list] = []  # [parquet schema, ARROW:schema bytes, arrow schema, series] while opening
         target = os.fspath(data) if isinstance(data, (str, os.PathLike)) else f"{len(data)} paths"
         listed: dict = {}
         unlisted = None
@@ -147,7 +146,6 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
             self._footers: dict[str, Footer] = {path: opened[path].footer for path in self.files}
             self._identities = self._record_identities(listed, opened)
             self._schemas, self._schema_numbers = number_schemas(opened, self.files)  # files usually share one
-            self._seen_schemas.clear()
             self._tail_runs = {path: pack_runs(o.runs) for path, o in opened.items() if o.runs is not None}
             self.partitions = []
             for path in self.files:
@@ -158,9 +156,8 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
                     if rows:
                         self.partitions.append(Partition(name, rows, (path, rgs)))
         del opened
-        self._listed_sizes = (files, sizes)  # the listing's sizes (ParquetManifest._listed)
         self.manifest_series: str | None = None  # the manifest's series column, even when it is stale
-        self._manifest = self._load_manifest(data)
+        self._manifest = self._load_manifest(data, zip(files, sizes))
         self._halo = 0  # rows a partition reads past its end, inside its file (set_window)
         self.cache, self._versions = self._open_cache(cache_dir, cache_bytes)
 
@@ -198,11 +195,15 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         return None if found is None else (fs, found[0], found[1], url, found[2])
 
     @property
-    def default_pieces_per_partition(self) -> int | None:  # type: ignore[override]
-        """1 on data ``dask-windows convert`` spread over its files (whole partitions mix like a global
-        shuffle already); else the dataset's default."""
+    def _spread(self) -> bool:
+        """Whether the files are ``dask-windows convert``'s spread layout (a version-2 manifest): whole
+        partitions mix like a global shuffle, and every page carries a CRC."""
         manifest = getattr(self, "_manifest", None)
-        return 1 if manifest is not None and manifest["manifest"]["version"] >= 2 else None
+        return manifest is not None and manifest["manifest"]["version"] >= 2
+
+    @property
+    def default_pieces_per_partition(self) -> int | None:  # type: ignore[override]
+        return 1 if self._spread else None
 
     def _cached(self, path: str, size: int, chunks: list[tuple[int, int]]) -> FetchedFile:
         """The column chunks ``chunks`` of ``path`` through ``cache_dir=``: the missing ones fetched in one call."""
@@ -271,11 +272,6 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
                 stacklevel=4,
             )
 
-    def _crc_certain(self) -> bool:
-        """Whether every page carries a CRC (a version-2 manifest's files): the footer min/max check is skipped."""
-        manifest: Any = getattr(self, "_manifest", None)
-        return manifest is not None and manifest["manifest"].get("version", 1) >= 2
-
     def runs_known(self, series: Any) -> bool:
         """Whether ``read_runs(i, series)`` reads nothing for any partition (the manifest or the tails told them)."""
         manifest: Any = getattr(self, "_manifest", None)
@@ -297,7 +293,7 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         """Runs from the manifest when it covers ``series`` (version 2: with ``origin`` and ``owned``), else
         those the tail reads told (once), else from the series column."""
         manifest: Any = getattr(self, "_manifest", None)
-        spread = manifest is not None and manifest["manifest"]["version"] >= 2
+        spread = self._spread
         if spread and series is not None and manifest["series"] != series:
             raise ConfigError(
                 f"series={series!r}: {manifest['root']} was converted with series column {manifest['series']!r} "
@@ -430,7 +426,9 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
                 f"{part.name} holds {table.num_rows} rows but its footer said {expected} when the dataset "
                 f"was opened; the file changed underneath the dataset; open the dataset again{self._stale_index_hint()}"
             )
-        if getattr(self, "verify_checksums", True) and not self._crc_certain():  # values against the footer's min/max
+        if (
+            getattr(self, "verify_checksums", True) and not self._spread
+        ):  # values against the footer's min/max (spread files carry page CRCs)
             problem = outside_statistics(self._metadata(path), row_groups, table)
             if problem is not None:
                 name = self._url(path) + part.name[len(path) :]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from dask_windows.errors import DataError
@@ -24,18 +25,12 @@ class ParquetManifest:
     files: list[str]
     manifest_series: str | None
     _footers: dict[str, Footer]
-    _listed_sizes: tuple[list[str], list]
 
     if TYPE_CHECKING:
 
         def _url(self, path: str) -> str: ...
 
-    @property
-    def _listed(self) -> dict:
-        """The listing's size of each file (``None`` where it had none), built when a manifest asks."""
-        return dict(zip(*self._listed_sizes))
-
-    def _load_manifest(self, data: Any) -> dict | None:
+    def _load_manifest(self, data: Any, listed_sizes: Iterable[tuple[str, int | None]]) -> dict | None:
         """``{"series", "runs", "manifest", "root"}`` of a ``convert`` manifest matching the files, else ``None``."""
         from dask_windows.sources.manifest import manifest_run_arrays, read_manifest
 
@@ -56,9 +51,7 @@ class ParquetManifest:
         self.manifest_series = manifest["series"]
         entries = {posixpath.join(root, f["path"]): f for f in manifest["files"]}
         ids = getattr(self, "_identities", {})
-        listed = {
-            p: (ids[p].size if p in ids and ids[p].size is not None else size) for p, size in self._listed.items()
-        }
+        listed = {p: (ids[p].size if p in ids and ids[p].size is not None else size) for p, size in listed_sizes}
         # a version-2 (spread) manifest cannot fall back to scanning: its own checks below raise
         changes = (
             compare_manifest(self._url(root), entries, listed, remote=not self.local) if manifest["version"] < 2 else []
