@@ -24,7 +24,7 @@ import numpy as np
 from dask_windows.errors import DataError
 from dask_windows.sources.identity import FileIdentity, FooterDigest
 from dask_windows.sources.parquet.footer_compact import compact_footer, with_key_values
-from dask_windows.sources.parquet.footers import Footer, metadata_from_bytes, pack_runs
+from dask_windows.sources.parquet.footers import Footer, folder_of, metadata_from_bytes, pack_runs
 
 __all__ = [
     "INDEX_FORMAT",
@@ -290,11 +290,12 @@ def find_index(fs: Any, data: Any, index: Any) -> tuple[str, bytes] | None:
     if index is False:
         return None
     if index is None or index is True:
-        if not isinstance(data, (str, os.PathLike)) or any(ch in os.fspath(data) for ch in "*?["):
+        root = folder_of(fs, data)
+        if root is None:
             if index is True:
                 raise ValueError("index=True needs a folder or prefix; pass index=PATH for a glob or a list of files")
             return None
-        path = posixpath.join(fs._strip_protocol(os.fspath(data)).rstrip("/"), INDEX_NAME)
+        path = posixpath.join(root, INDEX_NAME)
         if not fs.exists(path):  # answered from the listing's cache on an object store
             if index is True:
                 raise FileNotFoundError(

@@ -21,6 +21,7 @@ from dask_windows.errors import DataError
 from dask_windows.settings.tuning import SHARE_WAIT_SECONDS, switches
 from dask_windows.sources.manifest import MANIFEST_NAME
 from dask_windows.sources.parquet.footer_index import entries_bytes, find_index
+from dask_windows.sources.parquet.footers import folder_of
 from dask_windows.sources.parquet.index_open import OldIndex, open_index
 from dask_windows.sources.parquet.opening import number_schemas
 
@@ -48,14 +49,8 @@ def open_footers(
     found = find_index(source.fs, data, index)
     if found is not None:
         path, blob = found
-        data_root = None
-        if isinstance(data, (str, os.PathLike)) and not any(ch in os.fspath(data) for ch in "*?["):
-            data_root = source.fs._strip_protocol(os.fspath(data)).rstrip("/")
-        where = (
-            path
-            if index in (None, True) and source.local
-            else (os.fspath(index) if index not in (None, True) else source._url(path))
-        )
+        data_root = folder_of(source.fs, data)
+        where = source._url(path) if index in (None, True) else os.fspath(index)
         try:
             opened = open_index(
                 blob, where, files, listed, source.local, series, data_root, source._url, index_dir=_folder(path)
@@ -103,11 +98,9 @@ def open_unlisted(fs: Any, data: Any, index: Any, series: str | None, url: Calla
     from dask_windows.sources.parquet.footer_index import INDEX_NAME
     from dask_windows.sources.parquet.index_open import index_root, read_index
 
-    if index is False or isinstance(fs, LocalFileSystem) or not isinstance(data, (str, os.PathLike)):
+    data_root = folder_of(fs, data)
+    if index is False or isinstance(fs, LocalFileSystem) or data_root is None:
         return None
-    if any(ch in os.fspath(data) for ch in "*?["):
-        return None
-    data_root = fs._strip_protocol(os.fspath(data)).rstrip("/")
     if index in (None, True):
         path, where = posixpath.join(data_root, INDEX_NAME), None
         try:

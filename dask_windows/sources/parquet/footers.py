@@ -25,6 +25,7 @@ __all__ = [
     "FOOTER_BYTES",
     "TAIL_BATCH",
     "Footer",
+    "folder_of",
     "footer_reader",
     "is_local",
     "list_files",
@@ -199,6 +200,13 @@ def split_sizes(group_bytes: list[int], partition_bytes: int) -> list[tuple[int,
         groups[-1].append(g)
         nbytes += size
     return [tuple(g) for g in groups]
+
+
+def folder_of(fs: Any, data: Any) -> str | None:
+    """The folder or prefix ``data`` names on ``fs`` (no protocol, no trailing ``/``); ``None`` for a glob or list."""
+    if not isinstance(data, (str, os.PathLike)) or any(ch in os.fspath(data) for ch in "*?["):
+        return None
+    return fs._strip_protocol(os.fspath(data)).rstrip("/")
 
 
 def list_files(

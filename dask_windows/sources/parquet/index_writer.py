@@ -8,7 +8,7 @@ from typing import Any
 
 from dask_windows.errors import DataError
 from dask_windows.sources.parquet.footer_index import INDEX_NAME, entries_bytes, is_index
-from dask_windows.sources.parquet.footers import is_local, map_in_blocks
+from dask_windows.sources.parquet.footers import folder_of, is_local, map_in_blocks
 
 __all__ = ["entries_index", "source_entries", "verify_index", "write_index"]
 
@@ -238,7 +238,7 @@ def verify_index(data: str | os.PathLike, index: Any = None, *, storage_options:
     path, blob = found
     show = (lambda p: p) if local else fs.unstrip_protocol
     where = show(path) if index is None else os.fspath(index)
-    root = None if any(ch in url for ch in "*?[") else fs._strip_protocol(url).rstrip("/")
+    root = folder_of(fs, url)
     opened = open_index(blob, where, files, listed, local, None, root, show, True, posixpath.dirname(path))
     if local:
         identities = IndexedIdentities(opened)

@@ -4,13 +4,12 @@ cache versions."""
 
 from __future__ import annotations
 
-import os
 import posixpath
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from dask_windows.errors import DataError
-from dask_windows.sources.parquet.footers import Footer, map_in_blocks
+from dask_windows.sources.parquet.footers import Footer, folder_of, map_in_blocks
 from dask_windows.sources.retry import RetryPolicy
 
 __all__ = ["ParquetManifest"]
@@ -34,9 +33,9 @@ class ParquetManifest:
         """``{"series", "runs", "manifest", "root"}`` of a ``convert`` manifest matching the files, else ``None``."""
         from dask_windows.sources.manifest import manifest_run_arrays, read_manifest
 
-        if not isinstance(data, (str, os.PathLike)) or any(ch in os.fspath(data) for ch in "*?["):
+        root = folder_of(self.fs, data)
+        if root is None:
             return None
-        root = self.fs._strip_protocol(os.fspath(data)).rstrip("/")
         footers = getattr(self, "_footers", None)
         if getattr(getattr(footers, "_files", None), "unlisted", False):  # opened from an index, no listing
             if not footers._files.manifest:  # type: ignore[union-attr]
