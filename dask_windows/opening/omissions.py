@@ -122,12 +122,6 @@ def warn_left_out(
     )
 
 
-def _looks_like_series(name: Any) -> bool:
-    if not isinstance(name, str):
-        return False
-    return any(word.lower() in SERIES_WORDS for word in _WORD.findall(name))
-
-
 def series_column_hint(source: Any, used: Sequence[Any]) -> tuple[str, int] | None:
     """``(column, runs in the first partition)`` of a column outside ``used`` that looks like a series id, or ``None``."""
     if not getattr(source, "partitions", None):
@@ -137,7 +131,8 @@ def series_column_hint(source: Any, used: Sequence[Any]) -> tuple[str, int] | No
     except Exception:  # a source without named columns (arrays)
         return None
     for name in names:
-        if name in used or not _looks_like_series(name):
+        words = _WORD.findall(name) if isinstance(name, str) else []
+        if name in used or not any(word.lower() in SERIES_WORDS for word in words):
             continue
         try:
             keys = np.asarray(source.read(0, [name])[name])

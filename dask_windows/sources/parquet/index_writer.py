@@ -143,7 +143,11 @@ def write_index(
         files = read = len(source.files)
         manifest = source.manifest_series is not None
     blob = entries_index(entries, base, series, is_local(fs), where=where, manifest=manifest)
-    _refuse_foreign(out_fs, target)
+    if out_fs.exists(target) and not is_index(out_fs.cat_file(target)):
+        raise FileExistsError(
+            f"{target} exists and is not a dask_windows index; the index is never written over another file: "
+            "choose another out path or remove it"
+        )
     if is_local(out_fs):
         tmp = f"{target}.tmp-{os.getpid()}"
         with open(tmp, "wb") as dst:
@@ -167,6 +171,7 @@ def _incremental(
 ) -> tuple[tuple[list[str], list[str]], str | None] | None:
     """``((files unchanged in the index at target, files added or changed), its series)`` as URLs when
     ``target`` is a readable index of this folder (of ``series``, if given); else ``None``."""
+    from dask_windows.sources.identity import from_info
     from dask_windows.sources.parquet import PARQUET_SUFFIXES
     from dask_windows.sources.parquet.footers import list_files
     from dask_windows.sources.parquet.index_open import index_root, read_index
@@ -189,36 +194,16 @@ def _incremental(
     added: list[str] = []
     for path in files:
         i, info = rows.get(path), listed.get(path) or {}
-        now = _version(info, is_local(fs))
+        now = info.get("mtime_ns") if is_local(fs) else from_info(info).version  # as the index writes it
+        now = None if now is None else str(now)
         same = i is not None and info.get("size") == sizes[i] and now is not None and now == versions[i]
         (kept if same else added).append(path if is_local(fs) else fs.unstrip_protocol(path))
     return ((kept, added), header["series"]) if kept else None
 
 
-def _version(info: dict, local: bool) -> str | None:
-    """A listing entry's version as the index writes it (``mtime`` in ns on local disk, else the store's)."""
-    from dask_windows.sources.identity import from_info
-
-    if local:
-        return None if info.get("mtime_ns") is None else str(info["mtime_ns"])
-    version = from_info(info).version
-    return None if version is None else str(version)
-
-
 def _bucket(fs: Any, path: str) -> str:
     """The part of ``path`` a relative path cannot leave: the bucket on an object store, else ``""``."""
     return "" if is_local(fs) else path.lstrip("/").split("/", 1)[0]
-
-
-def _refuse_foreign(fs: Any, target: str) -> None:
-    """Raise ``FileExistsError`` when ``target`` exists and is not an index of this library."""
-    if not fs.exists(target):
-        return
-    if not is_index(fs.cat_file(target)):
-        raise FileExistsError(
-            f"{target} exists and is not a dask_windows index; the index is never written over another file: "
-            "choose another out path or remove it"
-        )
 
 
 def verify_index(data: str | os.PathLike, index: Any = None, *, storage_options: dict | None = None) -> dict:
