@@ -22,8 +22,7 @@ import pytest
 
 from dask_windows.errors import SourceReadError
 from dask_windows.sources import ParquetSource, identity
-from dask_windows.sources.parquet.footers import unpack_runs as _unpack_runs
-from dask_windows.sources.parquet.footers import FOOTER_BYTES, read_local
+from dask_windows.sources.parquet.footers import FOOTER_BYTES, read_local, unpack_runs
 
 
 def _write(path, frame: pd.DataFrame, **kw) -> str:
@@ -83,7 +82,7 @@ def test_fast_local_open_equals_the_retried_open(tmp_path):
         if slow.runs is None:
             assert fast.runs is None, path
             continue
-        got, want = _unpack_runs(fast.runs), _unpack_runs(slow.runs)
+        got, want = unpack_runs(fast.runs), unpack_runs(slow.runs)
         for a, b in zip(got, want):
             np.testing.assert_array_equal(a, b)
             assert np.asarray(a).dtype == np.asarray(b).dtype, path

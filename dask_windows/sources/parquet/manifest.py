@@ -108,10 +108,7 @@ class ParquetManifest:
 
         if self.local:
             known = {path: o.identity for path, o in (opened or {}).items() if o.identity is not None}
-            return {
-                path: known.get(path) or identity.local_from_listing(listed.get(path)) or identity.local(path)
-                for path in self.files
-            }
+            return {path: known.get(path) or identity.local(path) for path in self.files}
         return {path: identity.from_info(listed.get(path)) for path in self.files}
 
     def _open_cache(self, cache_dir: Any, cache_bytes: int | None) -> tuple[Any, dict[str, str]]:
