@@ -66,8 +66,6 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         index: The dataset index: ``None`` the one beside a folder or prefix if any, a path that one,
             ``False`` none. Without one, the ranks of ``footer_group`` share footers (``footer_share``)."""
 
-    reads_in_processes = True
-
     cache: Any = None  # the RangeCache of cache_dir=, if any
     # String columns read as Arrow dictionary arrays and returned as such (a ``pyarrow.ChunkedArray``, sliced like
     # the numpy columns), not as numpy arrays of Python strings: a workflow's ``Categorify`` inputs (set by

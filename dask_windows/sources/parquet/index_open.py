@@ -121,10 +121,6 @@ class IndexedFiles:
             return None if version is None else FileIdentity(int(self.sizes[i]), int(version))
         return FileIdentity(int(self.sizes[i]), version)
 
-    def file_rows(self) -> np.ndarray:
-        """``(F,)`` rows of each file."""
-        return _sums(self.group_rows, self.row_offsets)
-
     def splits(self, partition_bytes: int) -> tuple[np.ndarray, dict[int, list[tuple[int, ...]]]]:
         """``(whole, cuts)``: ``(F,)`` the files of one partition, and each other file's row groups cut into
         partitions (``footers.split_sizes``)."""
