@@ -117,14 +117,15 @@ class Stats:
     def table(self) -> str:
         """The breakdown as text lines (``dask-windows bench`` prints it)."""
         per = max(self.batches - 1, 1)
+
+        def each(seconds: float) -> str:
+            return f"{seconds:.3f} s, {seconds / per * 1e3:.3f} ms/batch"
+
         rows = [
             ("open (listing, footers, scan)", f"{self.open_seconds:.3f} s"),
             ("first batch", f"{self.first_batch_seconds:.3f} s"),
-            (
-                "loop waited (after the first)",
-                f"{self.wait_seconds:.3f} s, {self.wait_seconds / per * 1e3:.3f} ms/batch",
-            ),
-            ("loop's own work", f"{self.step_seconds:.3f} s, {self.step_seconds / per * 1e3:.3f} ms/batch"),
+            ("loop waited (after the first)", each(self.wait_seconds)),
+            ("loop's own work", each(self.step_seconds)),
         ]
         if self.stages_seen:
             rows += [

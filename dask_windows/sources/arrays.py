@@ -172,8 +172,7 @@ class ArraySource(Source):
         return list(range(self.width))  # type: ignore[arg-type]
 
     def read(self, index: int, columns: Sequence) -> dict:
-        pieces = self.partitions[index].key
-        return self.read_rows(index, columns, 0, sum(count for _, _, _, count in pieces))
+        return self.read_rows(index, columns, 0, self.readable_rows(index))
 
     def read_rows(self, index: int, columns: Sequence, lo: int, hi: int) -> dict:
         """Rows ``[lo, hi)`` of the partition's rows read (halo included): only those are copied."""

@@ -313,10 +313,7 @@ class DaskSource(Source):
         return runs
 
     def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["_worker_client"] = None
-        state["_runs"] = {}
-        state["_delayed"] = {}
+        state = {**self.__dict__, "_worker_client": None, "_runs": {}, "_delayed": {}}
         del state["_lock"]
         return state
 

@@ -89,17 +89,15 @@ def open_footers(
 
 def open_unlisted(fs: Any, data: Any, index: Any, series: str | None, url: Callable[[str], str]) -> Any:
     """``(files, sizes, IndexedFiles)`` of an object-store folder opened from its index without listing the
-    store (one GET), or ``None`` where the index does not answer alone (none there, local disk, a glob or
-    list, an index of another folder, ``index=False``). The index is then the source of truth: an object
+    store (one GET), or ``None`` where the index does not answer alone (none there, a glob or list, an
+    index of another folder). The index is then the source of truth: an object
     added since is not opened, one deleted or rewritten fails at its first read, naming the index and
     `dask-windows index --verify`."""
-    from fsspec.implementations.local import LocalFileSystem
-
     from dask_windows.sources.parquet.footer_index import INDEX_NAME
     from dask_windows.sources.parquet.index_open import index_root, read_index
 
-    data_root = folder_of(fs, data)
-    if index is False or isinstance(fs, LocalFileSystem) or data_root is None:
+    data_root = folder_of(fs, data)  # (ParquetSource asks only with index=False left out, off local disk)
+    if data_root is None:
         return None
     if index in (None, True):
         path, where = posixpath.join(data_root, INDEX_NAME), None
