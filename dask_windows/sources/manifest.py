@@ -165,15 +165,10 @@ def write_manifest(
         span: The ``window + horizon`` the chunks overlap for; ``None`` writes version 1.
         layout: ``"spread"`` or ``"contiguous"`` (version 2 only)."""
     base = fs._strip_protocol(root)
-    if span is None:
-        runs_of = lambda f: [[int(s), int(n), to_json_scalar(v)] for s, n, v in f["runs"]]
-        head: dict = {"version": 1}
-    else:
-        runs_of = lambda f: [[int(s), int(n), to_json_scalar(v), int(o), int(w)] for s, n, v, o, w in f["runs"]]
-        head = {"version": MANIFEST_VERSION, "span": int(span), "layout": layout or "spread"}
+    head = {} if span is None else {"span": int(span), "layout": layout or "spread"}
     manifest = {
         "format": MANIFEST_FORMAT,
-        "version": head.pop("version"),
+        "version": 1 if span is None else MANIFEST_VERSION,
         "series": series,
         "time": time,
         **head,
@@ -183,7 +178,7 @@ def write_manifest(
                 "rows": int(f["rows"]),
                 "bytes": int(f["bytes"]),
                 "footer": f.get("footer") or file_footer_digest(fs, posixpath.join(base, f["path"])),
-                "runs": runs_of(f),
+                "runs": [[int(r[0]), int(r[1]), to_json_scalar(r[2]), *map(int, r[3:])] for r in f["runs"]],
             }
             for f in sorted(files, key=lambda f: f["path"])
         ],
