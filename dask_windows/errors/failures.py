@@ -236,18 +236,25 @@ REMEDIES = {
 }
 
 
-def failure_message(kind: str, what: str, exc: BaseException, where: str = "") -> SourceReadError:
+def failure_message(
+    kind: str, what: str, exc: BaseException, where: str = "", opening: bool = False
+) -> SourceReadError:
     """A ``SourceReadError`` for ``what`` (``"cannot read s3://b/k"``) failing with ``exc`` of ``kind``,
-    naming the remedy and ``where`` (``"column 'f1' of row group 3 is damaged"``); ``kind`` and
-    ``where`` are set on it so callers need not classify again."""
+    naming the remedy and ``where`` (``"column 'f1' of row group 3 is damaged"``), and while ``opening``
+    that a transient failure is not skipped; ``kind`` and ``where`` are set on it for the callers."""
     tries = describe_failure(exc) if kind == "transient" else ""
     place = f"; {where}" if where else ""
     remedy = missing_backend(exc, what) or REMEDIES[kind]
     error = SourceReadError(f"{what}{tries}: {error_text(exc)}{place}; {remedy}")
+    if opening and kind == "transient":
+        error.args = (error.args[0] + OPENING_NOTE,)
     error.kind = kind  # type: ignore[attr-defined]
     error.where = where  # type: ignore[attr-defined]
     return error
 
+
+#: Why a transient failure at open raises even with ``on_error="skip"``.
+OPENING_NOTE = " (not skipped while opening, even with on_error='skip', so every rank opens the same dataset)"
 
 #: Failures to connect at all: the client (botocore, aiohttp) already retried the connection.
 #: (``EndpointConnectionError`` alone is not one: aiobotocore also raises it for a connection reset.)

@@ -121,13 +121,7 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
                 "credentials in storage_options may see them"
             ) from exc
         except Exception as exc:
-            error = failure_message(classify(exc), f"cannot {doing} {target}", exc)
-            if classify(exc) == "transient":
-                error.args = (
-                    error.args[0] + " (not skipped while opening, even with on_error='skip', so every rank opens "
-                    "the same dataset)",
-                )
-            raise error from exc
+            raise failure_message(classify(exc), f"cannot {doing} {target}", exc, opening=True) from exc
         self.local = is_local(self.fs)
         if self.local:
             self.retry = self.retry.unbounded()

@@ -248,14 +248,9 @@ class ParquetOpening:
 
     def _open_error(self, path: str, exc: BaseException) -> SourceReadError:
         kind = classify(exc)
-        error = failure_message(kind, f"cannot read the Parquet footer of {self._url(path)}", exc)
+        error = failure_message(kind, f"cannot read the Parquet footer of {self._url(path)}", exc, opening=True)
         if kind == "corrupt" and (other := wrong_format(self._url(path))):
             error.args = (f"cannot read the Parquet footer of {self._url(path)}: {error_text(exc)}; {other}",)
-        if kind == "transient":
-            error.args = (
-                error.args[0] + " (a file failing this way is not skipped while opening, even with "
-                "on_error='skip', so every rank opens the same dataset)",
-            )
         return error
 
 
