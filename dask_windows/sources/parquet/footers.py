@@ -8,6 +8,7 @@ tens of microseconds."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import types
@@ -89,21 +90,16 @@ def footer_reader(tail: bytes, path: str) -> tuple[Any, int]:
     return reader, needed
 
 
-_READERS: tuple[Any, Any] | None = None
-
-
+@functools.cache
 def _readers() -> tuple[Any, Any]:
     """``(pyarrow.BufferReader, pyarrow._parquet.ParquetReader or None)``, imported once (not per file)."""
-    global _READERS
-    if _READERS is None:
-        import pyarrow as pa
+    import pyarrow as pa
 
-        try:
-            from pyarrow._parquet import ParquetReader
-        except ImportError:  # pragma: no cover - a pyarrow without it
-            ParquetReader = None
-        _READERS = (pa.BufferReader, ParquetReader)
-    return _READERS
+    try:
+        from pyarrow._parquet import ParquetReader
+    except ImportError:  # pragma: no cover - a pyarrow without it
+        ParquetReader = None
+    return pa.BufferReader, ParquetReader
 
 
 def is_local(fs: Any) -> bool:
