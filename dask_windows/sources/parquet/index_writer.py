@@ -23,28 +23,17 @@ def entries_index(
     manifest: bool = False,
 ) -> bytes:
     """The index of ``source_entries``'s entries (of one source or several) as bytes."""
-    entries = sorted(entries, key=lambda e: e[0])
+    paths, footers, identities, file_schemas, runs = zip(*sorted(entries, key=lambda e: e[0]))
     schemas: list = []
     numbers = []
-    for entry in entries:  # one number per distinct schema over both sources
-        found = next((k for k, known in enumerate(schemas) if known.equals(entry[3], check_metadata=True)), None)
+    for schema in file_schemas:  # one number per distinct schema over both sources
+        found = next((k for k, known in enumerate(schemas) if known.equals(schema, check_metadata=True)), None)
         if found is None:
             found = len(schemas)
-            schemas.append(entry[3])
+            schemas.append(schema)
         numbers.append(found)
     return entries_bytes(
-        [e[0] for e in entries],
-        root,
-        [e[1] for e in entries],
-        [e[2] for e in entries],
-        numbers,
-        schemas,
-        [e[4] for e in entries],
-        series,
-        local,
-        compact,
-        base=where,
-        manifest=manifest,
+        paths, root, footers, identities, numbers, schemas, runs, series, local, compact, base=where, manifest=manifest
     )
 
 
