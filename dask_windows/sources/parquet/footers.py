@@ -223,14 +223,12 @@ def list_files(
     if isinstance(data, (str, os.PathLike)):
         url = os.fspath(data)
         fs, root = fsspec.core.url_to_fs(url, **options)
-        if any(ch in root for ch in "*?["):
-            found = fs.glob(root, detail=True)
-            infos = {p: i for p, i in found.items() if i.get("type", "file") == "file"}
-        else:
-            found = _local_find(fs, root, stat_local)
-            if found is None:
-                found = fs.find(root, detail=True)  # recursive, paginated: one listing however many files
-            infos = {p: i for p, i in found.items() if i.get("type", "file") == "file"}
+        globbed = any(ch in root for ch in "*?[")
+        found = fs.glob(root, detail=True) if globbed else _local_find(fs, root, stat_local)
+        if found is None:
+            found = fs.find(root, detail=True)  # recursive, paginated: one listing however many files
+        infos = {p: i for p, i in found.items() if i.get("type", "file") == "file"}
+        if not globbed:
             if not infos and not fs.exists(root):
                 raise FileNotFoundError(
                     f"{url} does not exist; pass a Parquet file, a folder of them, a glob or a list"

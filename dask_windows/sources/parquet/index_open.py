@@ -272,10 +272,8 @@ class IndexedRuns(_ByPath):
 
     def value(self, i: int) -> Any:
         starts, lengths, keys, offsets, _, dtype = self._files.runs  # type: ignore[misc]
-        lo, hi = offsets[i], offsets[i + 1]
-        if dtype is None:  # keys of another type than integers
-            return starts[lo:hi], lengths[lo:hi], keys[lo:hi]
-        return starts[lo:hi], lengths[lo:hi], keys[lo:hi].astype(dtype)
+        lo, hi = offsets[i], offsets[i + 1]  # (dtype None: keys of another type than integers)
+        return starts[lo:hi], lengths[lo:hi], keys[lo:hi] if dtype is None else keys[lo:hi].astype(dtype)
 
 
 def stale(where: str, path: str, what: str, url: Callable[[str], str] = str) -> DataError:
