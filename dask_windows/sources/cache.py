@@ -62,11 +62,7 @@ class RangeCache:
         if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0):
             raise ConfigError(f"cache_bytes={max_bytes!r} must be an int >= 0 (bytes) or None for no limit")
         self.directory = os.fspath(directory)
-        try:
-            os.makedirs(self.directory, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"cannot create the cache folder cache_dir={self.directory!r}: {exc}") from exc
-        self.root = os.path.join(self.directory, OWN_FOLDER)
+        self.root = os.path.join(self.directory, OWN_FOLDER)  # made with its parents by _claim
         _claim(self.root, self.directory)
         self.max_bytes = max_bytes
         self.keep_seconds = keep_seconds
