@@ -1,9 +1,6 @@
-"""Exception types. Each subclasses a built-in so callers may catch either.
-
-The package holds the fault machinery beside them: ``faults`` (an unreadable partition: raise,
-or skip it and keep the batch count), ``failures`` (which kind of failure an error is, and the
-message naming its remedy) and ``remedies`` (the remedy where the generic one would mislead).
-"""
+"""Exception types, each a subclass of a built-in so callers may catch either; beside them the fault
+machinery: ``faults`` (raise or skip an unreadable partition), ``failures`` (which kind a failure is,
+and its message) and ``remedies`` (where the generic remedy would mislead)."""
 
 from __future__ import annotations
 

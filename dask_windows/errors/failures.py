@@ -1,12 +1,9 @@
 """Which kind of failure an error is, and the message that names its remedy.
 
-``classify`` sorts every failure once into ``transient`` (worth a retry:
-``is_transient``), ``resource`` (the machine, not the data), ``permission``,
-``missing`` or ``corrupt``; each kind has its remedy (``failure_message``) and
-its ``on_error`` rule (``faults.skip_allowed``). The exception and its causes
-are judged by type names, errno values and status codes, so botocore, aiohttp,
-gcsfs and adlfs errors are recognised without importing any of them.
-"""
+``classify`` sorts every failure once into ``FAILURE_KINDS``; each kind has its remedy
+(``failure_message``) and its ``on_error`` rule (``faults.skip_allowed``). Errors and their causes
+are judged by type names, errno values and status codes, so botocore, aiohttp, gcsfs and adlfs
+errors are recognised without importing them."""
 
 from __future__ import annotations
 
@@ -22,7 +19,6 @@ __all__ = [
     "classify",
     "describe_failure",
     "error_text",
-    "failure_kind",
     "failure_message",
     "is_transient",
     "is_unreachable",
@@ -135,12 +131,8 @@ def _first_decided(exc: BaseException, judge: Callable[[BaseException], Any]) ->
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Whether ``exc`` (or what caused it) is a failure a later attempt may not see.
-
-    Connection resets and timeouts, throttling (429, ``SlowDown``) and server
-    errors (5xx) are transient; a missing object, a denied permission or a
-    corrupt file (``ArrowInvalid``) are not.
-    """
+    """Whether ``exc`` (or a cause) may pass on a later attempt: connection resets and timeouts, throttling
+    (429, ``SlowDown``) and server errors (5xx); not a missing object, a denied access or a corrupt file."""
     verdict = _first_decided(exc, _classify)
     return False if verdict is None else verdict
 
@@ -211,23 +203,13 @@ def _kind(exc: BaseException) -> str | None:
 
 
 def classify(exc: BaseException) -> str:
-    """Which of ``FAILURE_KINDS`` ``exc`` (or what caused it) is.
+    """Which of ``FAILURE_KINDS`` ``exc`` (or what caused it; the first decisive link wins) is.
 
-    ``resource``: the machine ran out of something (``EMFILE``, ``ENOMEM``, ``ENOSPC``...);
-    ``permission``: access denied or no credentials (``EACCES``, HTTP 401/403, ``AccessDenied``);
-    ``missing``: no such file, bucket or key, or a folder where a file was expected (HTTP 404);
-    ``transient``: worth another try (see ``is_transient``); ``corrupt``: anything else the
-    data itself is to blame for (not Parquet, truncated, a failed page checksum).
-    The first decisive link of the cause chain wins; nothing recognised is ``corrupt``.
-    """
+    ``resource``: the machine ran out of something (``EMFILE``, ``ENOMEM``, ``ENOSPC``...); ``permission``:
+    access denied or no credentials (``EACCES``, HTTP 401/403); ``missing``: no such file, bucket or key,
+    or a folder (HTTP 404); ``transient``: see ``is_transient``; ``corrupt``: anything else."""
     kind = _first_decided(exc, _kind)
     return "corrupt" if kind is None else kind
-
-
-def failure_kind(exc: BaseException) -> str:
-    """``exc.kind`` when a source already classified it (``SourceReadError``), else ``classify(exc)``."""
-    kind = getattr(exc, "kind", None)
-    return kind if kind in FAILURE_KINDS else classify(exc)
 
 
 #: What to do about each kind of failure, quoted in the messages.
@@ -254,25 +236,25 @@ REMEDIES = {
 }
 
 
-def failure_message(kind: str, what: str, exc: BaseException, where: str = "") -> SourceReadError:
-    """A ``SourceReadError`` for ``what`` failing with ``exc`` of ``kind``, naming the remedy.
-
-    Args:
-        what: What could not be done, naming the file or URL (``"cannot read s3://b/k"``).
-        exc: The underlying error (set it as the cause: ``raise ... from exc``).
-        where: What is known of the place in the file (``"column 'f1' of row group 3 is damaged"``).
-
-    Returns:
-        The error, with ``kind`` and ``where`` set on it so callers need not classify again.
-    """
+def failure_message(
+    kind: str, what: str, exc: BaseException, where: str = "", opening: bool = False
+) -> SourceReadError:
+    """A ``SourceReadError`` for ``what`` (``"cannot read s3://b/k"``) failing with ``exc`` of ``kind``,
+    naming the remedy and ``where`` (``"column 'f1' of row group 3 is damaged"``), and while ``opening``
+    that a transient failure is not skipped; ``kind`` and ``where`` are set on it for the callers."""
     tries = describe_failure(exc) if kind == "transient" else ""
     place = f"; {where}" if where else ""
     remedy = missing_backend(exc, what) or REMEDIES[kind]
     error = SourceReadError(f"{what}{tries}: {error_text(exc)}{place}; {remedy}")
+    if opening and kind == "transient":
+        error.args = (error.args[0] + OPENING_NOTE,)
     error.kind = kind  # type: ignore[attr-defined]
     error.where = where  # type: ignore[attr-defined]
     return error
 
+
+#: Why a transient failure at open raises even with ``on_error="skip"``.
+OPENING_NOTE = " (not skipped while opening, even with on_error='skip', so every rank opens the same dataset)"
 
 #: Failures to connect at all: the client (botocore, aiohttp) already retried the connection.
 #: (``EndpointConnectionError`` alone is not one: aiobotocore also raises it for a connection reset.)
@@ -280,11 +262,8 @@ UNREACHABLE_TYPES = frozenset({"ConnectionRefusedError", "ClientConnectorError"}
 
 
 def is_unreachable(exc: BaseException) -> bool:
-    """Whether ``exc`` (or a cause) says the endpoint could not be connected to at all.
-
-    Such a failure is transient, but the storage client has already retried connecting,
-    so retrying it again only multiplies the wait before a server that is down is reported.
-    """
+    """Whether ``exc`` (or a cause) says the endpoint could not be connected to at all: transient, but the
+    storage client already retried connecting, so retrying again only delays the report."""
     return _first_decided(exc, _unreachable) is True
 
 

@@ -1,26 +1,12 @@
 """What happens to a partition that cannot be read: raise, or skip it and keep the batch count.
 
-``on_error="raise"`` (the default) stops at the first unreadable partition
-with a message naming it. ``on_error="skip"`` leaves it out, warns
-(``SkippedPartitionWarning`` and an INFO log record) and records it:
-
-* at open, a file whose footer cannot be read is left out, and a partition
-  whose series column cannot be read gets no windows. Only failures every rank
-  sees alike (corrupt or missing data) are skipped there, since ranks that left
-  out different partitions would plan different epochs
-  (``opening_skip_allowed``);
-* while iterating, every rank must still yield exactly ``len(ds)`` batches, so
-  the missing windows are replaced by windows drawn from the other partitions
-  of the same buffer, with a generator derived from the buffer's seed (the same
-  failures give the same batches); windows a buffer cannot replace are owed to
-  the next one that can.
-
-Every failure is classified once, by ``failures.classify`` (re-exported here):
-only corrupt or missing data is ever skipped (``skip_allowed``).
-
-The trade-off: a replacement window repeats a window already in the epoch
-(visible with ``return_index=True``), instead of shortening one rank's epoch.
-"""
+``on_error="raise"`` stops at the first unreadable partition, naming it. ``on_error="skip"`` leaves
+it out, warns (``SkippedPartitionWarning`` and an INFO record) and records it. At open only what
+every rank sees alike (corrupt or missing data) is skipped, since ranks that skipped different
+partitions would plan different epochs (``opening_skip_allowed``); while iterating, the lost windows
+are replaced by windows of the same buffer drawn from its seed (``replacement_picks``), so every rank
+still yields ``len(ds)`` batches, at the cost of repeating a window. ``failures.classify`` sorts
+every failure once."""
 
 from __future__ import annotations
 
@@ -38,7 +24,6 @@ from dask_windows.errors.failures import (
     classify,
     describe_failure,
     error_text,
-    failure_kind,
     failure_message,
     is_transient,
     is_unreachable,
@@ -53,7 +38,6 @@ __all__ = [
     "classify",
     "describe_failure",
     "error_text",
-    "failure_kind",
     "failure_message",
     "guard_scan",
     "is_transient",
@@ -68,14 +52,9 @@ log = logging.getLogger(__name__)
 
 
 def skip_allowed(on_error: str, error: BaseException, opening: bool = False) -> bool:
-    """Whether ``on_error="skip"`` may leave out a partition failing with ``error``.
-
-    Only corrupt or missing data is skipped; a resource or permission error never is (the
-    data is fine, the machine or the access is not). A transient failure that outlasted the
-    retries is skipped while iterating (replacement windows keep the batch count) but not
-    while opening (``opening=True``), where ranks that left out different partitions would
-    plan different epochs.
-    """
+    """Whether ``on_error="skip"`` may leave out a partition failing with ``error``: corrupt or missing data
+    always, a transient failure that outlasted the retries only while iterating (not ``opening``), a
+    resource or permission error never (the data is fine, the machine or the access is not)."""
     if on_error != "skip":
         return False
     kind = getattr(error, "kind", None)
@@ -95,13 +74,8 @@ class SkippedPartitionWarning(UserWarning):
 
 @dataclass(frozen=True)
 class SkippedPartition:
-    """One partition left out.
-
-    Attributes:
-        name: The file or partition.
-        stage: ``"open"`` (footer), ``"scan"`` (series column at open) or ``"read"`` (while iterating).
-        error: The error, as text.
-    """
+    """One partition left out: ``name`` (file or partition), ``stage`` (``"open"``: footer, ``"scan"``: series
+    column at open, ``"read"``: while iterating) and the ``error`` as text."""
 
     name: str
     stage: str
@@ -140,11 +114,8 @@ def opening_skip_allowed(on_error: str, error: BaseException) -> bool:
 
 
 def replacement_picks(available: int, needed: int, rng: np.random.Generator) -> np.ndarray:
-    """Which of ``available`` windows stand in for ``needed`` lost ones.
-
-    Distinct picks while ``needed <= available``; beyond that, whole rounds of all
-    windows plus a distinct remainder. Returns ``(needed,)`` int64 indices.
-    """
+    """``(needed,)`` int64 indices of the ``available`` windows standing in for ``needed`` lost ones: distinct
+    while ``needed <= available``, else whole rounds of all windows plus a distinct remainder."""
     if needed <= 0:
         return np.zeros(0, np.int64)
     if available <= 0:
@@ -160,12 +131,8 @@ def guard_scan(
     partitions: Sequence[Any],
     skipped: list,
 ) -> tuple[Callable[[int], tuple], Callable[[int], np.ndarray] | None]:
-    """The open-time scan callables of ``index.scan_runs``, skipping unreadable partitions.
-
-    A partition whose series column (or, with ``nan="drop"``, feature columns) cannot be
-    read gets no runs, hence no windows; it keeps its place and row count, so the global
-    rows of the others do not move. Each skip is recorded in ``skipped``.
-    """
+    """``index.scan_runs``'s callables, skipping unreadable partitions (recorded in ``skipped``): one keeps its
+    place and rows but gets no runs, so the global rows of the others do not move."""
     failed: set[int] = set()
     empty = np.zeros(0, np.int64)
 

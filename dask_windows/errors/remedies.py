@@ -1,12 +1,7 @@
-"""Remedies for failures whose generic message would send the user the wrong way.
-
-A few failures do not fit the remedy of their kind (``failures.REMEDIES``): a
-URL whose fsspec backend is not installed (a ``pip install``), a file of
-another format handed to the Parquet source or to ``fit`` (``dask-windows
-convert``), a window longer than every chunk of a spread-converted dataset
-(convert again with ``--window``). Each function returns the better remedy, or
-``None`` to keep the generic one; none does I/O or imports optional packages.
-"""
+"""Remedies for failures whose generic message (``failures.REMEDIES``) would send the user the wrong
+way: a URL whose fsspec backend is not installed, a file of another format, a window longer than
+every chunk of a spread-converted dataset. Each returns the better remedy, or ``None``; none does
+I/O or imports optional packages."""
 
 from __future__ import annotations
 
@@ -40,10 +35,7 @@ _OTHER_FORMATS = {
 
 
 def missing_backend(exc: BaseException | None, url: str = "") -> str | None:
-    """The ``pip install`` remedy when ``exc`` (or a cause) is a missing fsspec backend.
-
-    ``url`` (or a message naming it) picks the package by its protocol.
-    """
+    """The ``pip install`` remedy when ``exc`` (or a cause) is a missing fsspec backend (``url``'s protocol picks it)."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
@@ -95,11 +87,8 @@ def no_parquet_remedy(data: str, names: list[str]) -> str | None:
 
 
 def no_windows_remedy(manifest: Any, span: int, window: int, horizon: int) -> str | None:
-    """The remedy when no ``span = window + horizon`` fits the chunks of a spread-converted dataset.
-
-    ``manifest`` is ``read_manifest``'s ``"manifest"`` (or ``None``); ``None`` is returned when the
-    dataset is not spread-converted or its series are short.
-    """
+    """The remedy when no ``span = window + horizon`` fits the chunks of a spread-converted dataset (``manifest``:
+    ``read_manifest``'s ``"manifest"``), else ``None``."""
     if not isinstance(manifest, dict) or manifest.get("version", 1) < 2 or span <= manifest.get("span", span):
         return None
     rows: dict = {}

@@ -1,12 +1,6 @@
-"""What opening a ``WindowDataset`` checks and scans: its columns, then the series runs.
-
-``check_columns`` checks that the source holds the feature, target and series
-columns with usable types; ``scan`` reads the series runs of every partition
-(with ``nan="drop"``, also the rows holding non-finite values), skipping
-unreadable partitions with ``on_error="skip"``; ``check_windows`` raises when
-the runs hold no window. ``checks`` checks the data itself at open;
-``omissions`` counts what opening leaves out and warns once.
-"""
+"""What opening a ``WindowDataset`` checks and scans: its columns (``check_columns``), the series runs
+of every partition (``scan``) and that they hold a window (``check_windows``); ``checks`` checks the
+data itself, ``omissions`` counts what opening leaves out and warns once."""
 
 from __future__ import annotations
 
@@ -28,11 +22,8 @@ __all__ = ["check_columns", "check_windows", "scan"]
 
 
 def check_columns(source: Source, spec: WindowSpec, series: Any) -> None:
-    """Check that ``source`` holds the features, targets and ``series`` column, with usable types.
-
-    Raises:
-        SchemaError: A column is missing or of a type that cannot be read as numbers.
-    """
+    """Raise ``SchemaError`` when ``source`` lacks a feature, target or the ``series`` column, or one is
+    of a type that cannot be read as numbers."""
     roles = dict.fromkeys(spec.targets, "target")
     roles.update(dict.fromkeys(spec.features, "feature"))
     needed = list(spec.columns)
@@ -52,14 +43,10 @@ def scan(
     skipped: list[SkippedPartition],
     threads: int,
 ) -> Sequence[PartitionRuns]:
-    """The series runs of every partition of ``source`` (as ``index.scan_runs`` gives them), on ``threads`` threads.
+    """The series runs of every partition (as ``index.scan_runs`` gives them), on ``threads`` threads.
 
-    Args:
-        series: The series column, or ``None`` for one series.
-        nan: ``"drop"``: also read every row a window may hold and leave out the windows holding
-            non-finite values.
-        on_error: ``"skip"``: an unreadable partition is recorded in ``skipped`` and left out.
-    """
+    ``nan="drop"`` also reads every row a window may hold and leaves out the windows holding non-finite
+    values; ``on_error="skip"`` records an unreadable partition in ``skipped`` and leaves it out."""
     bad_rows = (  # every row a window may hold, the halo past a partition's end included
         (lambda i: bad_value_rows(source.read_rows(i, list(spec.columns), 0, source.readable_rows(i))))
         if nan == "drop"
@@ -86,10 +73,8 @@ def scan(
 def check_windows(
     source: Source, spec: WindowSpec, runs: Sequence[PartitionRuns], num_windows: int, order_remedy: str, skipped: list
 ) -> None:
-    """Raise ``DataError`` when the runs hold no window, naming the longest run and the remedy.
-
-    ``order_remedy`` is the remedy ``check_series_order`` gave (empty when the order is fine).
-    """
+    """Raise ``DataError`` when the runs hold no window, naming the longest run and the remedy
+    (``order_remedy``: what ``check_series_order`` gave, empty when the order is fine)."""
     if num_windows == 0:
         longest = max((int(r.lengths.max()) for r in runs if len(r.lengths)), default=0)
         manifest = (getattr(source, "_manifest", None) or {}).get("manifest")

@@ -1,17 +1,9 @@
-"""Checks of the data itself at open: a manifest against the listing, series order, output dtypes.
-
-Each check raises with the file, column and remedy, or warns with a
-``DataWarning`` subclass, using only what opening already read (no I/O).
-
-* ``compare_manifest``: a ``dask-windows convert`` manifest is trusted only
-  when it names exactly the files listed, with the sizes it recorded. On an
-  object store a missing file means an unfinished commit and raises; on local
-  disk the series column is scanned instead, with a warning.
-* ``check_series_order``: a series split into several runs inside a partition
-  (A,B,A,B...) loses the windows across the cuts; warn, or raise with
-  ``strict=True``. It counts runs and does not sort (``convert`` does).
-* ``output_dtype``: the dtype of ``y`` decided once from the schema.
-"""
+"""Checks of the data itself at open, from what opening already read (no I/O): each raises naming the
+file, column and remedy, or warns with a ``DataWarning``. ``compare_manifest``: a ``convert``
+manifest is trusted only when it names exactly the files listed, with their sizes (a file missing on
+an object store is an unfinished commit and raises). ``check_series_order``: a series split into
+several runs inside a partition loses the windows across the cuts. ``output_dtype``: the dtype of
+``y``, decided once from the schema."""
 
 from __future__ import annotations
 
@@ -22,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from dask_windows.errors import DataError
+from dask_windows.errors import DataError, SchemaError
 
 __all__ = [
     "SERIES_FROM_MANIFEST",
@@ -69,11 +61,8 @@ def _warn(message: str, category: type) -> None:
 
 
 def compare_manifest(root: str, entries: dict, listed: dict[str, int | None], remote: bool = True) -> list[str]:
-    """What differs between a manifest's ``entries`` and the ``listed`` sizes (empty: they agree).
-
-    Raises:
-        DataError: On an object store, a file the manifest lists is not there (a partial commit).
-    """
+    """What differs between a manifest's ``entries`` and the ``listed`` sizes (empty: they agree); raises
+    ``DataError`` when, on an object store (``remote``), a file the manifest lists is not there."""
     missing = sorted(p for p in entries if p not in listed)
     if missing and remote:
         raise DataError(
@@ -102,11 +91,9 @@ def warn_manifest(root: str, changes: Sequence[str]) -> None:
 
 
 def check_series_order(runs: Sequence[Any], names: Sequence[str], series: Any, strict: bool) -> str:
-    """Warn (or raise ``DataError`` with ``strict``) when a series reappears after another inside a partition.
-
-    ``runs`` holds per partition an object with ``keys`` (the series of each run) or ``None``. Returns a
-    remedy sentence for the no-windows error (``""`` when the order is fine).
-    """
+    """Warn (or raise ``DataError`` with ``strict``) when a series reappears after another inside a
+    partition (``runs``: per partition an object with ``keys``, or ``None``); return the remedy sentence
+    for the no-windows error (``""`` when the order is fine)."""
     if series is None:
         return ""
     found = _regrouped_columnar(runs, names)
@@ -178,8 +165,8 @@ def _regrouped_columnar(runs: Sequence[Any], names: Sequence[str]) -> tuple[tupl
 
 
 def _distinct(keys: Any) -> int:
-    """Distinct series values of a partition's runs, a null (``None``, ``NaN``) counted once with the others
-    of its kind: ``np.unique`` cannot order ``None`` among strings."""
+    """Distinct keys of a partition's runs, nulls (``None``, ``NaN``) counted once (``np.unique`` cannot
+    order ``None`` among strings)."""
     try:
         return len(np.unique(np.asarray(keys)))
     except TypeError:
@@ -187,12 +174,9 @@ def _distinct(keys: Any) -> int:
 
 
 def output_dtype(source: Any, columns: Sequence) -> Any:
-    """``np.int64`` when every column of ``columns`` is an integer or bool type in the schema, else ``np.float32``.
-
-    Decided once from the schema (Parquet footers, a Dask frame's ``dtypes``, the arrays'
-    dtype), not per partition: a null in one file makes that file's column float, which would
-    flip ``y``'s dtype between batches. ``None`` when the schema says nothing (decided per partition).
-    """
+    """``np.int64`` when every column of ``columns`` is integer or bool in the schema, else ``np.float32``;
+    ``None`` when the schema says nothing. Decided once (a null in one file makes that file's column
+    float, which would flip ``y``'s dtype between batches)."""
     if not columns:
         return None
     kinds = []
@@ -224,11 +208,8 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def bad_value_rows(columns: dict[Any, np.ndarray]) -> np.ndarray:
-    """Sorted rows where any of ``columns`` is NaN, ``±inf`` or beyond float32's range.
-
-    What ``nan=`` treats as missing: every such value would reach a batch as NaN or ``inf``
-    (the batches are float32). Integer and bool columns have none.
-    """
+    """Sorted rows where any of ``columns`` is NaN, ``±inf`` or beyond float32's range (what ``nan=``
+    treats as missing: it would reach a float32 batch as NaN or ``inf``)."""
     bad = None
     for values in columns.values():
         if values.dtype.kind not in "fc":
@@ -247,11 +228,8 @@ def value_problem(value: float) -> str:
 
 
 def check_column_types(source: Any, columns: Sequence, roles: dict) -> None:
-    """Raise ``SchemaError`` at open for a feature/target column that is not numeric (string, list...).
-
-    Integer, float, decimal and bool columns pass. Parquet files, Arrow-world tables (one ``schema``)
-    and Dask frames are checked.
-    """
+    """Raise ``SchemaError`` for a feature/target column of a Parquet, Arrow-world or Dask source that is
+    not integer, float, decimal or bool."""
     schemas = getattr(source, "_schemas", None)
     files = getattr(source, "files", None)
     if schemas and files:
@@ -294,8 +272,6 @@ def _check_schema_types(schema: Any, where: str, columns: Sequence, roles: dict)
 
 
 def _not_a_number(what: str, kind: Any, numbers: str, timelike: bool) -> Exception:
-    from dask_windows.errors import SchemaError
-
     how = (
         "convert it to numbers first (e.g. seconds since the epoch, or the seconds between rows)"
         if timelike
@@ -308,12 +284,8 @@ def _not_a_number(what: str, kind: Any, numbers: str, timelike: bool) -> Excepti
 
 
 def runs_disagree_with_footer(meta: Any, series: str, runs: Sequence[Sequence[Any]]) -> str | None:
-    """Why a manifest's runs of one file cannot be its series column, from the footer's statistics.
-
-    Each row group's min and max of the series column must be those of the recorded runs over its
-    rows (a part rewritten with other series but the same size). Returns the first disagreement, or
-    ``None``.
-    """
+    """Why a manifest's runs of one file cannot be its series column (each row group's footer min/max must
+    be those of the runs over its rows), or ``None``."""
     names = meta.schema.names
     if series not in names or not runs:
         return None

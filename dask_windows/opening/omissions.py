@@ -1,17 +1,10 @@
-"""What opening a dataset leaves out or may get wrong without an error: counted, and warned once.
+"""What opening leaves out or may get wrong without an error: counted, and warned once.
 
-* **Series shorter than the window.** A series (or a file's stretch of one)
-  with fewer than ``window + horizon`` rows holds no window. ``left_out``
-  counts them from the scanned runs (no I/O; halo rows are not counted twice);
-  ``WindowDataset`` warns once (``ShortSeriesWarning``) and keeps the count as
-  ``ds.left_out``.
-* **A likely series column not passed.** Without ``series=`` (or a manifest
-  naming one) each partition is one series, so windows may cross series. When
-  a column outside the features and targets is named like a series id and its
-  values change in runs inside the first partition, ``series_column_hint``
-  names it and ``WindowDataset`` warns once (``SeriesColumnWarning``). It reads
-  that one column of the first partition only; ``series=None`` turns it off.
-"""
+Series (or a file's stretch of one) shorter than ``window + horizon`` hold no window: ``left_out``
+counts them from the scanned runs, ``WindowDataset`` warns (``ShortSeriesWarning``) and keeps the
+count as ``ds.left_out``. Without ``series=``, a column named like a series id whose values change in
+runs inside the first partition (its one read) is named by ``series_column_hint`` and warned about
+(``SeriesColumnWarning``); ``series=None`` turns it off."""
 
 from __future__ import annotations
 
@@ -56,13 +49,8 @@ class SeriesColumnWarning(DataWarning):
 
 @dataclasses.dataclass(frozen=True)
 class LeftOut:
-    """Series runs that hold no window because they are shorter than the span.
-
-    Attributes:
-        runs: How many runs (series, or a file's stretch of one) are left out.
-        rows: Their rows, in no window.
-        first: ``(partition name, series key, rows)`` of the first one, for messages; ``None`` when none.
-    """
+    """Series runs shorter than the span: how many ``runs``, their ``rows``, and ``first`` as ``(partition
+    name, series key, rows)`` for messages (``None`` when none)."""
 
     runs: int = 0
     rows: int = 0
@@ -108,13 +96,9 @@ def left_out(runs: Sequence[Any], partitions: Sequence[Any], span: int) -> LeftO
 def warn_left_out(
     found: LeftOut, span: int, description: str, asked: str | None = None, converted_span: int | None = None
 ) -> None:
-    """Warn once that ``found`` runs are left out (nothing when none is).
-
-    ``asked``: the span as the user asked for it (``WindowSpec.describe_span``). ``converted_span``: the
-    data were written by ``dask-windows convert`` for windows of up to that many rows (``None``: not
-    converted). Its series are whole already, so joining them is no remedy: a smaller window is, or (past
-    that span, where a short run is a series' first chunk) converting again.
-    """
+    """Warn once that ``found`` runs are left out; ``asked``: the span as the user asked for it;
+    ``converted_span``: the span ``dask-windows convert`` wrote the data for (``None``: not converted),
+    whose series are whole, so the remedy is a smaller window or converting again."""
     if not found.runs or found.first is None:
         return
     name, key, rows = found.first
@@ -138,12 +122,6 @@ def warn_left_out(
     )
 
 
-def _looks_like_series(name: Any) -> bool:
-    if not isinstance(name, str):
-        return False
-    return any(word.lower() in SERIES_WORDS for word in _WORD.findall(name))
-
-
 def series_column_hint(source: Any, used: Sequence[Any]) -> tuple[str, int] | None:
     """``(column, runs in the first partition)`` of a column outside ``used`` that looks like a series id, or ``None``."""
     if not getattr(source, "partitions", None):
@@ -153,7 +131,8 @@ def series_column_hint(source: Any, used: Sequence[Any]) -> tuple[str, int] | No
     except Exception:  # a source without named columns (arrays)
         return None
     for name in names:
-        if name in used or not _looks_like_series(name):
+        words = _WORD.findall(name) if isinstance(name, str) else []
+        if name in used or not any(word.lower() in SERIES_WORDS for word in words):
             continue
         try:
             keys = np.asarray(source.read(0, [name])[name])

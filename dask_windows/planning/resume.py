@@ -1,18 +1,11 @@
 """Mid-epoch resumption: what a state holds, how it is checked, and each reader's skip.
 
-An epoch's plan is a pure function of the dataset, ``(seed, epoch)`` and the
-topology, so a position is a count of batches, saved as a dict of plain values:
-
-* **loader scope**: ``batches`` the rank's DataLoader yielded this epoch; each
-  worker's share follows (``round_robin``). A resumed loader's workers take
-  over the roles of the original ones, rotated to the worker due next, so the
-  batches come out in the uninterrupted order; one state resumes all ranks.
-* **worker scope** (torchdata's ``StatefulDataLoader``): the batches one
-  DataLoader worker yielded, restored in that worker.
-
-A state records the dataset's ``fingerprint``; a state of another dataset or
-configuration is refused. ``fingerprint`` and ``round_robin`` are re-exported.
-"""
+An epoch's plan is a pure function of the dataset, ``(seed, epoch)`` and the topology, so a
+position is a count of batches, saved as a dict of plain values: in **loader scope** the batches
+the rank's DataLoader yielded this epoch (each worker's share follows by ``round_robin``, and the
+resumed workers take over the original roles, rotated to the worker due next), in **worker scope**
+(torchdata's ``StatefulDataLoader``) those one worker yielded. A state records the dataset's
+``fingerprint``; another dataset or configuration refuses it."""
 
 from __future__ import annotations
 
@@ -59,12 +52,9 @@ def check_int(name: str, value: object, minimum: int = 0) -> int:
 
 
 class Resumer:
-    """The one owner of a dataset's resume state: a loaded state and the current pass.
-
-    ``load`` keeps a validated state, which the next pass over its epoch uses up (``begin``; in the
-    main process it stays until ``forget``, as workers iterate copies); ``step`` counts batches and
-    ``save`` turns the position into a state.
-    """
+    """The one owner of a dataset's resume state: a loaded state (``load``), used up by the next pass over
+    its epoch (``begin``; in the main process it stays until ``forget``, as workers iterate copies), and
+    the batches counted (``step``) that ``save`` turns into a state."""
 
     def __init__(self) -> None:
         self.pending: dict | None = None

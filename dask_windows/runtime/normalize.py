@@ -1,52 +1,14 @@
 """Standardisation: statistics for ``normalize=`` and the two ways of applying them.
 
-The file is written by ``dask-windows stats`` (``cli.summary.compute_stats``):
-per-feature count, mean, population std, min, max and NaN count. The loader
-only needs mean and std per channel, as float32, in channel order.
-
-Global statistics are applied once per decoded partition (``standardize``,
-called by ``buffer.decode`` on the prefetch thread), not on every batch: a
-value is read by many overlapping windows at stride 1, so standardising each
-batch did the same arithmetic up to ``window`` times and halved throughput.
-The float32 operations are the ones the per-batch path did (subtract the
-mean, multiply by ``1 / std``), so the values are bit-identical; the cost is
-that rows no window uses are standardised too.
-
-Per-window standardisation (``normalize="sample"``) depends on the window, so
-it stays per batch (``standardize_windows``), chunk by chunk of about 1 MiB so
-that a chunk stays in the L2 cache, the last-gathered chunk first (it is the one
-still in the cache). For the channel-major layout that is four passes: row sums
-(a dot product per row, not BLAS's matrix-vector product, whose threads cost
-3-10x on a busy machine), centring of the *halved* values ``0.5 * x - 0.5 *
-mean`` (which cannot overflow, so no pass checks for huge values first), sums
-of their squares and one scaling, in place (no temporary the size of the
-batch), on one torch thread: waking a second thread for each operation of a
-chunk cost more than it saved, up to 20x more when the other core is busy.
-Values whose sums or squares overflow float32 are standardised in float64. For
-the time-major layout the sums are matrix products, where numpy's reductions
-over a middle axis of a few channels are slow. A window's statistics are not
-shared with the overlapping windows.
-
-Evaluated and not taken: each window's mean and variance from float64 prefix
-sums over the buffer (kept every 8 rows, restarted every 1,024 rows, with a
-rounding bound per window and the exact code for windows it cannot vouch
-for). It leaves two passes per batch, but the statistics cost more than the
-two passes they save: about 30 numpy calls per batch (0.26 ms of CPU against
-0.18 ms for the two passes, at (256, 4, 512)), or, computed for thousands of
-windows at once, 0.56 ms per batch for the first and last rows of each window
-read from the buffer; and the sums take half the buffer's memory again. What
-is taken instead, where windows overlap (``window_table``, used by the
-pipeline): every window's mean and ``1 / std`` once per buffer, for the cost of
-a table twice the size of the buffer's features; a batch then costs a lookup
-and two passes. This module's per-batch code still serves the first positions
-of each buffer, the windows the table does not vouch for, batches that straddle
-two buffers, and strides of a quarter of the window or more.
-
-Constant windows: only windows whose std is below ``2**-12`` of their mean are
-checked, and of those only the ones whose first, middle and last values agree
-are compared value by value (with a large offset every window is checked, and
-reading all of them was a whole extra pass).
-"""
+``load_stats`` reads what ``dask-windows stats`` writes (per feature mean and population std, used
+as float32 in channel order). Global statistics are applied once per decoded partition
+(``standardize``, on the prefetch thread), not per batch, where overlapping windows would repeat
+the arithmetic up to ``window`` times; the values are bit-identical, at the cost of standardising
+rows no window uses. ``normalize="sample"`` depends on the window, so it stays per batch
+(``standardize_windows``), in chunks of about 1 MiB that stay in the L2 cache, on one torch
+thread; values whose sums or squares overflow float32 are standardised in float64. Where windows
+overlap, ``window_table`` computes every window's statistics once per buffer; this module serves
+the rest (the first positions of a buffer, batches across two buffers, long strides)."""
 
 from __future__ import annotations
 
@@ -71,25 +33,20 @@ STATS_VERSION = 1
 def load_stats(
     path_or_dict: str | os.PathLike | dict, features: Sequence[str], storage_options: dict | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and std of ``features`` from a stats file or dict, for standardising.
+    """Mean and std of ``features`` (in channel order) from a stats file or dict, for standardising.
 
     Args:
-        path_or_dict: a ``dask-windows stats`` JSON file (fsspec URL allowed)
-            or its decoded dict, or ``{feature: {"mean": .., "std": ..}}``.
-        features: the columns, in channel order.
-        storage_options: passed to fsspec when reading a file.
+        path_or_dict: A ``dask-windows stats`` JSON file (fsspec URL allowed), its decoded dict, or
+            ``{feature: {"mean": .., "std": ..}}``.
+        storage_options: Passed to fsspec when reading a file.
 
     Returns:
-        ``(mean, std)``, float32 arrays of shape ``(len(features),)``. ``std``
-        is the population std and may hold zeros for constant features.
+        ``(mean, std)``, float32 ``(len(features),)``; ``std`` is the population std, 0 for a constant feature.
 
     Raises:
-        SchemaError: a feature is missing or has no mean/std (all NaN).
-        DataError: the file is not a stats document, or a mean is not finite, or a std is
-            negative, infinite or NaN (checked like the ``{"mean": .., "std": ..}`` dict form), or positive
-            but below ``TINY_STD`` or float64's resolution of the mean,
-            naming the file, the feature and the remedy.
-    """
+        SchemaError: A feature is missing or has no mean/std.
+        DataError: Not a stats document; a mean not finite; a std negative, not finite, or positive but
+            below ``TINY_STD`` or float64's resolution of the mean (naming the file, feature and remedy)."""
     where = "the stats dict"
     doc = path_or_dict
     if not isinstance(doc, dict):
@@ -159,17 +116,8 @@ def _number(value: object, where: str, feature: str, field: str) -> float:
 
 
 def standardize(x: np.ndarray, mean: np.ndarray, std: np.ndarray, channel_major: bool) -> np.ndarray:
-    """Standardise a decoded partition in place: ``(x - mean) * (1 / std)`` per feature.
-
-    Args:
-        x: Features, ``(C, rows)`` when ``channel_major`` else ``(rows, C)``, float32.
-        mean: ``(C,)`` per-feature mean.
-        std: ``(C,)`` per-feature std.
-        channel_major: The layout of ``x``.
-
-    Returns:
-        ``x``.
-    """
+    """Standardise a decoded partition ``x`` in place and return it: ``(x - mean) * (1 / std)`` per feature;
+    ``x`` is float32, ``(C, rows)`` when ``channel_major`` else ``(rows, C)``."""
     shape = (-1, 1) if channel_major else (1, -1)
     inv = (1.0 / np.asarray(std, np.float32)).reshape(shape)
     x -= np.asarray(mean, np.float32).reshape(shape)
@@ -178,19 +126,11 @@ def standardize(x: np.ndarray, mean: np.ndarray, std: np.ndarray, channel_major:
 
 
 def standardize_windows(x: np.ndarray, channel_major: bool, eps: float = 1e-8) -> np.ndarray:
-    """Standardise each window and channel of a batch in place over its ``L`` values.
+    """Standardise each window and channel of a batch in place over its ``L`` values, and return it.
 
-    Args:
-        x: ``(B, C, L)`` when ``channel_major`` else ``(B, L, C)``, float32, C-contiguous.
-        channel_major: The layout of ``x``.
-        eps: Floor of the std (a constant window becomes zeros).
-
-    Returns:
-        ``x``: ``(x - mean) / max(std, eps)`` with the population std of each window and channel.
-        Never NaN from finite input: a constant window and channel becomes zeros, and values
-        whose squares would overflow float32 are standardised in float64. Non-finite values
-        never get here: ``nan=`` raises on them or drops their windows.
-    """
+    ``x`` is float32, C-contiguous, ``(B, C, L)`` when ``channel_major`` else ``(B, L, C)``; each becomes
+    ``(x - mean) / max(std, eps)`` (population std). Never NaN from finite input: a constant window
+    becomes zeros, values whose squares overflow float32 are standardised in float64."""
     if x.size == 0:
         return x
     batch = x.shape[0]
@@ -220,19 +160,14 @@ def standardize_windows(x: np.ndarray, channel_major: bool, eps: float = 1e-8) -
 
 
 def _squares_safe(x: np.ndarray) -> bool:
-    """Whether the sum of the squares of all of ``x`` is finite in float32: one BLAS pass.
-
-    Then every window's sum of squares is finite, and so is that of its centred values (never
-    larger, short of rounding at the edge of float32's range, which the callers check for).
-    """
+    """Whether the sum of the squares of all of ``x`` is finite in float32 (one BLAS pass): then so is
+    every window's, centred or not."""
     flat = x.reshape(-1)
     with np.errstate(over="ignore"):  # an overflow is the answer, not a problem
         return bool(np.isfinite(np.dot(flat, flat)))
 
 
-#: Values per chunk of windows (1 MiB of float32): the chunk stays in the L2 cache across the
-#: four passes (sum, subtract, sum of squares, scale), so the batch leaves memory once. Two
-#: chunks of a (256, 4, 512) batch cost 7-13% less than four of 512 KiB (fewer calls per batch).
+#: Values per chunk of windows (1 MiB of float32): the chunk stays in the L2 cache across the four passes.
 _CHUNK_VALUES = 1 << 18
 
 
@@ -248,21 +183,13 @@ def _standardize_float64(x: np.ndarray, axis: int, eps: float, x64: np.ndarray |
 
 
 def _zero_constant(centred: np.ndarray, axis: int, std: np.ndarray, mean: np.ndarray, rel: float) -> None:
-    """Set to zero, in place, the windows of ``centred`` whose values were all equal.
-
-    A constant window's computed mean can be a rounding step off its value (0.1, 123.456), and
-    that step would then be its std: every value +-1 instead of 0. A window is checked only when
-    its std is below ``rel`` of its mean (``std``, ``mean``: per window, ``keepdims`` shapes), so
-    batches of ordinary windows pay nothing; a checked window is zeroed only if its centred values
-    are all equal, which only a constant window's are.
-    """
+    """Zero, in place, the windows of ``centred`` whose values were all equal (a constant window's mean can
+    be a rounding step off, which would become its std); only windows whose ``std`` is below ``rel`` of
+    their ``mean`` (per window, ``keepdims`` shapes) are checked."""
     candidates = std <= np.abs(mean) * rel
     if not candidates.any():
         return
-    # A constant window's centred values are bit-identical, so its first, middle and last agree:
-    # three values per window sort out the windows of a large offset (std below ``rel`` of the
-    # mean) that vary, and only the rest are compared value by value (a pass over the whole
-    # batch cost a third of the time of a batch of such windows).
+    # a constant window's first, middle and last centred values agree: only those windows are compared in full
     length = centred.shape[axis]
     first = np.take(centred, [0], axis=axis)
     candidates = candidates & (np.take(centred, [length // 2, length - 1], axis=axis) == first).all(
@@ -280,23 +207,14 @@ def _zero_constant(centred: np.ndarray, axis: int, std: np.ndarray, mean: np.nda
 
 
 def _standardize_channel_major(x: np.ndarray, ones: np.ndarray, eps: float) -> None:
-    """``(B, C, L)`` in place, four passes over rows of ``L`` contiguous values, no temporaries.
-
-    The row sums are a matrix-vector product (no overflow check needed before it: a sum that
-    overflows sends the untouched values to float64). The values are then centred *halved*,
-    ``0.5 * x - 0.5 * mean`` in one rounding (one torch pass), which cannot overflow even at the
-    edge of float32's range, so no check of the squares is needed before centring (the 0.2 code
-    spent a whole pass on it). The squares of the halved centred values are summed per row (one
-    pass); when such a sum overflows, the values are recovered as ``2 * v + mean`` and
-    standardised in float64. The last pass scales by ``2 / max(std, eps)``.
-    """
+    """``(B, C, L)`` in place in four passes over rows of ``L`` values, no temporaries: row sums, centring of
+    the halved values (``0.5 * x - 0.5 * mean``, which cannot overflow), sums of their squares (where one
+    overflows, the values go to float64), and scaling by ``2 / max(std, eps)``."""
     import torch
 
     length = x.shape[2]
     rows = x.reshape(-1, length)  # a view: x is C-contiguous
-    # Row sums, a dot product per row: not BLAS's matrix-vector product, which wakes its own threads
-    # for a chunk this size (3-4x slower on a busy machine; 10x for a whole batch). The caller
-    # ignores overflow: a sum that overflows is checked.
+    # row sums, a dot product per row (BLAS's matrix-vector product wakes threads: 3-10x slower when busy)
     half_mean = _VECDOT(rows, ones)
     half_mean *= np.float32(-0.5 / length)  # exactly -0.5 * (sum * float32(1 / L))
     if not np.isfinite(half_mean.sum()):  # a row sum overflowed (or, harmlessly, their total did)
@@ -328,10 +246,8 @@ _VECDOT = getattr(np, "vecdot", _vecdot)  # numpy >= 2: a dot product per row, n
 
 
 def _standardize_time_major(x: np.ndarray, eps: float) -> bool:
-    """``(B, L, C)`` in place: the sums as matrix products, numpy's slow middle-axis reductions avoided.
-
-    Returns ``False``, with ``x`` centred but not scaled, when a sum of squares overflowed.
-    """
+    """``(B, L, C)`` in place, the sums as matrix products; ``False``, with ``x`` centred but not scaled, when
+    a sum of squares overflowed."""
     length = x.shape[1]
     scale = np.float32(1.0 / length)
     ones = np.ones((1, length), x.dtype)
@@ -345,27 +261,19 @@ def _standardize_time_major(x: np.ndarray, eps: float) -> bool:
         var = np.matmul(ones, np.square(x))[:, 0]
     if not np.isfinite(var).all():
         return False
-    inv = _inverse_std(var, scale, eps)
+    var *= scale
+    np.sqrt(var, out=var)
+    np.maximum(var, np.float32(eps), out=var)
+    inv = np.reciprocal(var, out=var)  # 1 / max(std, eps)
     # inv is 1 / std (or 1 / eps): a window is checked when std <= |mean| * rel, i.e. |mean| * inv >= 1 / rel.
     _zero_constant(x, 1, np.float32(1.0), (mean[:, 0, :] * inv)[:, None, :], 2.0**-12)
     wide *= np.tile(inv[:, None, :], (1, 1, repeat))
     return True
 
 
-def _inverse_std(sum_squares: np.ndarray, scale: np.float32, eps: float) -> np.ndarray:
-    """``1 / max(sqrt(sum_squares * scale), eps)``, in place."""
-    sum_squares *= scale
-    np.sqrt(sum_squares, out=sum_squares)
-    np.maximum(sum_squares, np.float32(eps), out=sum_squares)
-    return np.reciprocal(sum_squares, out=sum_squares)
-
-
 def _wide_rows(x: np.ndarray) -> tuple[np.ndarray, int]:
-    """``(B, L, C)`` viewed as ``(B, L / k, k * C)`` for the largest ``k`` dividing ``L`` with ``k * C <= 256``.
-
-    Broadcasting a ``(B, 1, C)`` operand over rows of a few channels is slow in numpy; over
-    rows of ``k * C`` values (the operand tiled ``k`` times) it runs at memory speed.
-    """
+    """``(B, L, C)`` viewed as ``(B, L / k, k * C)`` for the largest ``k`` dividing ``L`` with ``k * C <= 256``:
+    numpy broadcasts a ``(B, 1, C)`` operand tiled ``k`` times over such rows at memory speed."""
     batch, length, channels = x.shape
     for repeat in range(min(length, max(1, 256 // channels)), 0, -1):
         if length % repeat == 0:

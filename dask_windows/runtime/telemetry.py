@@ -1,33 +1,17 @@
 """Where a pass's time goes: counters of each stage, the training loop's exposed wait, and a verdict.
 
-The loop's **exposed wait** is the time between asking for a batch and getting
-it; the time until it asks again is its own work (the step). Both are measured
-around ``next()`` on the loop's thread, without a lock. Inside the loader each
-stage adds its nanoseconds and bytes to plain integer counters on the thread
-doing the work:
-
-* ``open``: opening the dataset (listing, footers or the index, series scan);
-* ``fetch``: a source's reads (I/O and Parquet decoding, summed over reader threads);
-* ``decode``: the rows turned into the pool's numpy arrays;
-* ``reads waited``: the builder waiting for the readers;
-* ``buffer wait``: the loop's thread waiting for the next step;
-* ``gather``: the rest of the exposed wait, batches cut on the loop's thread;
-* ``device copy``: batches copied by the output seam (``PinnedOutput``) and rows
-  sent to the training device (``Traffic.send_ns``); zero-copy outputs are not timed.
-
-The verdict (``Verdict``): input-bound when the loop waited at least
-``INPUT_BOUND_SHARE`` of its time after the first batch; the bound is the stage
-those waits are attributed to (exposed seconds, never busy time divided by a
-thread count), and a slow first batch alone is reported as **start-up**.
-
-Counters live in the process doing the work: with DataLoader workers only the
-loop's exposed wait is measured here (``ds.watch(loader)``). The ``+=`` from a
-few threads may rarely lose an addition: figures for a verdict, not accounting.
-``stats(all_ranks=True)`` is a collective: call it on every rank.
-"""
+The loop's exposed wait (asking for a batch until getting it) and its own work (until it asks
+again) are measured around ``next()`` on its thread. Each stage (``open``, ``fetch``, ``decode``,
+``reads waited``, ``buffer wait``, ``gather``, ``device copy``) adds nanoseconds and bytes to plain
+counters on the thread doing the work, so with DataLoader workers only the exposed wait is seen
+here. ``Verdict``: input-bound when the loop waited at least ``INPUT_BOUND_SHARE`` of its time after
+the first batch, bound by the stage its waits are attributed to; a slow first batch alone is
+**start-up**. The counters are figures for a verdict, not accounting (a ``+=`` from two threads may
+rarely be lost). See docs/performance.md and docs/startup.md."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -133,14 +117,15 @@ class Stats:
     def table(self) -> str:
         """The breakdown as text lines (``dask-windows bench`` prints it)."""
         per = max(self.batches - 1, 1)
+
+        def each(seconds: float) -> str:
+            return f"{seconds:.3f} s, {seconds / per * 1e3:.3f} ms/batch"
+
         rows = [
             ("open (listing, footers, scan)", f"{self.open_seconds:.3f} s"),
             ("first batch", f"{self.first_batch_seconds:.3f} s"),
-            (
-                "loop waited (after the first)",
-                f"{self.wait_seconds:.3f} s, {self.wait_seconds / per * 1e3:.3f} ms/batch",
-            ),
-            ("loop's own work", f"{self.step_seconds:.3f} s, {self.step_seconds / per * 1e3:.3f} ms/batch"),
+            ("loop waited (after the first)", each(self.wait_seconds)),
+            ("loop's own work", each(self.step_seconds)),
         ]
         if self.stages_seen:
             rows += [
@@ -205,19 +190,11 @@ class Telemetry:
             asked = clock()
             for item in it:
                 got = clock()
-                self.first_ns = got - asked
-                self.batches = 1
-                self._at_first = (self._total("buffer_wait_ns"), self._total("reads_waited_ns"))
-                yield item
-                del item
-                break
-            else:
-                return
-            asked = clock()
-            self.step_ns += asked - got
-            for item in it:
-                got = clock()
-                self.wait_ns += got - asked
+                if self.batches:
+                    self.wait_ns += got - asked
+                else:
+                    self.first_ns = got - asked
+                    self._at_first = (self._total("buffer_wait_ns"), self._total("reads_waited_ns"))
                 self.batches += 1
                 yield item
                 del item
@@ -340,8 +317,7 @@ def judge(
         if stages is None:
             return Verdict(True, "workers", _ADVICE["workers"], share)
         stage = max(stages, key=lambda k: stages[k])
-        advice = _ADVICE[stage]
-        return Verdict(True, stage, advice, share)
+        return Verdict(True, stage, _ADVICE[stage], share)
     total = first + wait + step
     startup = first / total if total > 0 else 0.0
     if startup >= INPUT_BOUND_SHARE:
@@ -378,8 +354,7 @@ def gather_stats(mine: Stats) -> Stats:
     if everyone is None:
         return mine
     slowest = max(everyone, key=lambda s: s.wait_seconds + s.first_batch_seconds)
-    fields = {k: getattr(mine, k) for k in mine.__dataclass_fields__}
-    return Stats(**{**fields, "ranks": everyone, "slowest_rank": slowest.rank})
+    return dataclasses.replace(mine, ranks=everyone, slowest_rank=slowest.rank)
 
 
 def telemetry_of(ds: Any) -> Telemetry:

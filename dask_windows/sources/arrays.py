@@ -1,11 +1,8 @@
-"""Numpy arrays and ``.npy`` memmaps as a source.
-
-Each array is one series, ``(rows, C)``, or one 2-D array is cut into series by an id vector
-(``ArraySource.from_series``, views, nothing copied). Short series are grouped into partitions
-of about ``partition_rows`` rows; a longer one is cut into partitions that read
-``window + horizon - 1`` rows past their end, so each window is yielded once. Memmapped rows are
-copied once and their pages handed back to the kernel, so a memmap larger than memory streams
-in bounded memory; memmaps pickle into DataLoader workers as file references."""
+"""Numpy arrays and ``.npy`` memmaps as a source: each array ``(rows, C)`` one series, or one 2-D array
+cut into series by an id vector (``ArraySource.from_series``, views). Short series are grouped into
+partitions of about ``partition_rows``; a longer one is cut into partitions reading ``window +
+horizon - 1`` rows past their end. Memmapped rows are copied once and their pages handed back, and
+memmaps pickle into DataLoader workers as file references."""
 
 from __future__ import annotations
 
@@ -90,14 +87,9 @@ def _memmap_ref(array: np.ndarray) -> _MemmapRef | None:
 
 
 class ArraySource(Source):
-    """Numpy arrays or ``.npy`` memmaps, each ``(rows, C)`` and one series.
-
-    Args:
-        arrays: The series, in canonical order.
-        partition_rows: Small arrays are grouped into partitions of about this many rows; a longer
-            array is cut into partitions of this many rows (overlapping by a window's span).
-        series_ids: Per array, the series id reported as the run key (default: its position).
-    """
+    """Numpy arrays or ``.npy`` memmaps, each ``(rows, C)`` and one series, in canonical order: small arrays
+    grouped into partitions of about ``partition_rows`` rows, a longer one cut into partitions of that
+    many rows (overlapping by a window's span); ``series_ids``: each array's run key (default: its position)."""
 
     def __init__(
         self,
@@ -180,8 +172,7 @@ class ArraySource(Source):
         return list(range(self.width))  # type: ignore[arg-type]
 
     def read(self, index: int, columns: Sequence) -> dict:
-        pieces = self.partitions[index].key
-        return self.read_rows(index, columns, 0, sum(count for _, _, _, count in pieces))
+        return self.read_rows(index, columns, 0, self.readable_rows(index))
 
     def read_rows(self, index: int, columns: Sequence, lo: int, hi: int) -> dict:
         """Rows ``[lo, hi)`` of the partition's rows read (halo included): only those are copied."""

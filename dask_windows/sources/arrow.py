@@ -1,16 +1,10 @@
 """Arrow-world data as a source: pandas, pyarrow Tables and Datasets, Polars, Hugging Face, Delta.
 
-* A ``pyarrow.dataset.Dataset`` of files (Parquet, Feather, CSV, hive folders, Delta's
-  ``to_pyarrow_dataset()``): a partition is a fragment, or a few row groups of a large Parquet
-  fragment; windows never cross a fragment; hive keys are columns like any other.
-* A table in memory (pyarrow, pandas, Polars, a Hugging Face ``datasets.Dataset``): partitions
-  are row ranges of about ``partition_rows`` cut at series changes; a longer series is cut into
-  ranges reading ``window + horizon - 1`` rows past their end, so no window is lost at a cut.
-
-The cost of tables in memory: pandas frames are converted once (one copy); spawned DataLoader
-workers each receive a pickled copy, except Hugging Face cache files and ``memory_mapped``
-tables, which travel as file names and are memory-mapped. Data larger than memory: write
-Parquet (``dask-windows convert``)."""
+A ``pyarrow.dataset.Dataset`` of files: a partition is a fragment, or a few row groups of a large
+Parquet fragment. A table in memory: partitions are row ranges of about ``partition_rows`` cut at
+series changes, a longer series cut into ranges reading ``window + horizon - 1`` rows past their end.
+Pandas frames are converted once; spawned DataLoader workers get a pickled copy, except Hugging Face
+cache files and ``memory_mapped`` tables, which travel as file names."""
 
 from __future__ import annotations
 
@@ -23,6 +17,7 @@ import numpy as np
 from dask_windows.errors import ConfigError
 from dask_windows.planning.windows import find_runs
 from dask_windows.sources.base import DEFAULT_PARTITION_BYTES, DEFAULT_PARTITION_ROWS, Partition, Source
+from dask_windows.sources.parquet.footers import split_sizes
 
 __all__ = ["ArrowSource", "arrow_table", "is_arrow_like", "memory_mapped", "numpy_column"]
 
@@ -174,14 +169,9 @@ def arrow_table(data: Any, series: Any = None) -> Any:
 
 
 class ArrowSource(Source):
-    """Windows from an Arrow table in memory or a ``pyarrow.dataset.Dataset`` of files.
-
-    Args:
-        data: What ``arrow_table`` accepts.
-        series: The series column (tables in memory cut partitions where it changes).
-        partition_rows: Rows per partition of a table in memory.
-        partition_bytes: Parquet fragments with more uncompressed bytes are split at row groups.
-    """
+    """Windows from an Arrow table in memory or a ``pyarrow.dataset.Dataset`` of files (what ``arrow_table``
+    accepts): ``series`` cuts a table's partitions where it changes, ``partition_rows`` rows each;
+    Parquet fragments over ``partition_bytes`` are split at row groups."""
 
     def __init__(
         self,
@@ -230,18 +220,13 @@ class ArrowSource(Source):
         for k, fragment in enumerate(self._fragments or []):
             if isinstance(fragment, pads.ParquetFileFragment):
                 fragment.ensure_complete_metadata()
-                groups: list[list[Any]] = [[]]
-                size = 0
-                for rg in fragment.row_groups:
-                    nbytes = fragment.metadata.row_group(rg.id).total_byte_size
-                    if groups[-1] and size + nbytes > partition_bytes:
-                        groups.append([])
-                        size = 0
-                    groups[-1].append(rg)
-                    size += nbytes
-                for rgs in groups:
-                    rows = sum(rg.num_rows for rg in rgs)
-                    ids = tuple(rg.id for rg in rgs)
+                row_groups = fragment.row_groups
+                groups = split_sizes(
+                    [fragment.metadata.row_group(g.id).total_byte_size for g in row_groups], partition_bytes
+                )
+                for positions in groups:
+                    rows = sum(row_groups[i].num_rows for i in positions)
+                    ids = tuple(row_groups[i].id for i in positions)
                     name = fragment.path if len(groups) == 1 else f"{fragment.path}[row groups {ids[0]}-{ids[-1]}]"
                     if rows:
                         self.partitions.append(Partition(name, rows, (k, ids if len(groups) > 1 else None)))

@@ -88,9 +88,6 @@ class Source:
     description: str = "<source>"
     partitions: list[Partition]
     skipped: Sequence[SkippedPartition] = ()
-    #: Whether reads release the GIL, so that several reader threads pay: true for files and object
-    #: stores; false where a read is a slice of memory or a Dask computation.
-    reads_in_processes: bool = False
     #: ``pieces_per_partition`` when the dataset is not told: ``None`` lets the dataset pick enough
     #: pieces for good mixing; a source that computes a whole partition per read (Dask) says 1.
     default_pieces_per_partition: int | None = None

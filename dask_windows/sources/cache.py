@@ -1,14 +1,10 @@
 """A local disk cache of the byte ranges read from remote objects, shared by processes.
 
-Each column chunk is one entry, a file named by a digest of the object's URL, version and byte
-range, followed by a CRC-32 of its key and bytes (a damaged or exchanged entry is a miss). The
-entries live in ``OWN_FOLDER`` inside ``cache_dir``, marked by ``MARKER_NAME``: nothing outside
-it is ever removed. Processes share it without a server: entries are written to a temporary
-name and renamed into place, writers hold an ``flock`` while they evict and write (so the folder
-never exceeds ``max_bytes``), readers take no lock. Eviction follows ``cache_policy``.
-
-The trade-off: one file per column chunk means many small files for small row groups, and a
-writer lists the folder once per partition it stores."""
+Each column chunk is one entry: a file named by a digest of the object's URL, version and byte
+range, followed by a CRC-32 of its key and bytes (a damaged entry is a miss). Entries live in
+``OWN_FOLDER`` of ``cache_dir``, marked by ``MARKER_NAME``: nothing outside it is removed. Writers
+rename entries into place and hold an ``flock`` while they evict (``cache_policy``) and write, so the
+folder never exceeds ``max_bytes``; readers take no lock. Small row groups make many small files."""
 
 from __future__ import annotations
 
@@ -53,20 +49,12 @@ def object_version(info: dict) -> str:
 
 
 class RangeCache:
-    """Byte ranges of remote objects kept in a local folder under a byte budget.
-
-    Args:
-        directory: The cache folder (created if missing), shared by the processes of a machine; the
-            entries go into its subfolder ``OWN_FOLDER`` (``root``).
-        max_bytes: Most bytes the entries may take; ``None``: no limit.
-        keep_seconds: Entries used within this long are not evicted for new ones (``cache_policy``).
+    """Byte ranges of remote objects kept in the folder ``directory`` (its ``OWN_FOLDER``: ``root``) under
+    ``max_bytes`` (``None``: no limit); entries used within ``keep_seconds`` are not evicted. ``hits``
+    and ``misses`` count reads served from disk and from the store in this process.
 
     Raises:
-        ConfigError: The folder cannot be made, or ``OWN_FOLDER`` holds files without ``MARKER_NAME``.
-
-    Attributes:
-        hits, misses: Reads served from disk, and fetched from the store, in this process.
-    """
+        ConfigError: The folder cannot be made, or ``OWN_FOLDER`` holds files without ``MARKER_NAME``."""
 
     def __init__(
         self, directory: str | os.PathLike, max_bytes: int | None = None, keep_seconds: float = KEEP_SECONDS
@@ -74,11 +62,7 @@ class RangeCache:
         if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0):
             raise ConfigError(f"cache_bytes={max_bytes!r} must be an int >= 0 (bytes) or None for no limit")
         self.directory = os.fspath(directory)
-        try:
-            os.makedirs(self.directory, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"cannot create the cache folder cache_dir={self.directory!r}: {exc}") from exc
-        self.root = os.path.join(self.directory, OWN_FOLDER)
+        self.root = os.path.join(self.directory, OWN_FOLDER)  # made with its parents by _claim
         _claim(self.root, self.directory)
         self.max_bytes = max_bytes
         self.keep_seconds = keep_seconds

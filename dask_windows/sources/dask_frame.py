@@ -1,10 +1,9 @@
 """Any Dask DataFrame as a source: a partition is ``ddf.partitions[i]``, computed for the columns read.
 
-With a ``dask.distributed`` client partitions are computed on the cluster and an epoch's reader
-keeps the next ``read_ahead`` in flight; without one, locally on the prefetch thread. Row counts
-come from the graph where it knows them, else from one pass at open that also finds the series
-runs. A DataLoader worker connects its own client to the scheduler seen at open. The trade-off:
-a partition's graph is recomputed each epoch; ``persist()`` an expensive frame first."""
+With a ``dask.distributed`` client partitions are computed on the cluster, the next ``read_ahead``
+in flight; without one, locally. Row counts come from the graph where it knows them, else from one
+pass at open that also finds the series runs. A partition's graph is recomputed each epoch:
+``persist()`` an expensive frame first."""
 
 from __future__ import annotations
 
@@ -80,19 +79,12 @@ def _summarise(frame: Any, series: Any) -> tuple[int, Any]:
     return len(frame), (starts, lengths, keys[starts])
 
 
-class _Failed:
-    """A partition that failed to compute during the counting pass (kept as a value, not raised)."""
-
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
-
-    @classmethod
-    def value_of(cls, compute: Callable[[], Any]) -> Any:
-        """``compute()``, or a ``_Failed`` holding what it raised."""
-        try:
-            return compute()
-        except Exception as exc:
-            return cls(exc)
+def _value_or_error(compute: Callable[[], Any]) -> Any:
+    """``compute()``, or the exception it raised (a failed partition of the counting pass is a value)."""
+    try:
+        return compute()
+    except Exception as exc:
+        return exc
 
 
 class _DaskReader(PartitionReader):
@@ -143,18 +135,13 @@ class _DaskReader(PartitionReader):
 
 
 class DaskSource(Source):
-    """A Dask DataFrame; partition ``i`` is ``ddf.partitions[i]``.
-
-    A piece costs computing the whole partition, so the loader reads whole partitions by default.
+    """A Dask DataFrame (a Dask Series as a one-column frame); a piece costs computing its whole partition.
 
     Args:
-        ddf: The frame (a Dask Series is taken as a one-column frame).
         series: The series column, when known: its runs are found in the pass that counts rows.
         retry: Retries of transient failures (an int of retries or a ``RetryPolicy``).
-        on_error: ``"raise"`` if a partition fails in the counting pass, or ``"skip"`` it (no rows,
-            recorded in ``skipped``).
-        read_ahead: Partitions kept computing on the cluster ahead of the one being read.
-    """
+        on_error: ``"raise"`` if a partition fails in the counting pass, or ``"skip"`` it (recorded in ``skipped``).
+        read_ahead: Partitions kept computing on the cluster ahead of the one being read."""
 
     default_pieces_per_partition = 1
 
@@ -180,7 +167,7 @@ class DaskSource(Source):
         self.description = f"Dask DataFrame {getattr(ddf, '_name', '')[:24]} ({ddf.npartitions} partitions)"
         self._pid = os.getpid()
         client = _active_client()
-        self._scheduler = _scheduler_address(client)
+        self._scheduler = getattr(getattr(client, "scheduler", None), "address", None)
         self._worker_client: Any = None
         self._runs: dict[Any, list] = {}
         self._delayed: dict[tuple, list] = {}
@@ -206,9 +193,9 @@ class DaskSource(Source):
         results = self._compute_each(tasks)
         empty = np.zeros(0, np.int64)
         for i, result in enumerate(results):
-            if not isinstance(result, _Failed):
+            if not isinstance(result, Exception):
                 continue
-            exc = result.exc
+            exc = result
             if is_transient(exc):
                 try:
                     results[i] = self.retry.call(lambda: dask.compute(tasks[i])[0], f"ddf.partitions[{i}]")  # noqa: B023 (called at once)
@@ -224,17 +211,17 @@ class DaskSource(Source):
         return [int(n) for n, _ in results]
 
     def _compute_each(self, tasks: list) -> list:
-        """Every task's value, or ``_Failed`` for a task that raised (the others still count)."""
+        """Every task's value, or the exception of a task that raised (the others still count)."""
         import dask
 
         client = self._client()
         if client is not None:
-            return [_Failed.value_of(future.result) for future in client.compute(tasks)]
+            return [_value_or_error(future.result) for future in client.compute(tasks)]
         try:
             return list(dask.compute(*tasks))
         except Exception:
             log.info("the counting pass over %s failed; computing partitions one by one", self.description)
-        return [_Failed.value_of(task.compute) for task in tasks]  # one by one
+        return [_value_or_error(task.compute) for task in tasks]  # one by one
 
     # -- schema and reading -------------------------------------------------------------------
 
@@ -326,20 +313,10 @@ class DaskSource(Source):
         return runs
 
     def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["_worker_client"] = None
-        state["_runs"] = {}
-        state["_delayed"] = {}
+        state = {**self.__dict__, "_worker_client": None, "_runs": {}, "_delayed": {}}
         del state["_lock"]
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.RLock()
-
-
-def _scheduler_address(client: Any) -> str | None:
-    try:
-        return client.scheduler.address if client is not None else None
-    except AttributeError:  # pragma: no cover - a client without a scheduler
-        return None

@@ -16,7 +16,7 @@ from typing import Any
 
 from dask_windows.errors import SourceReadError
 
-__all__ = ["FileIdentity", "FooterDigest", "check_local", "digest", "from_info", "local", "local_from_listing"]
+__all__ = ["FileIdentity", "FooterDigest", "check_local", "digest", "from_info", "local"]
 
 #: Keys fsspec filesystems use for a version of an object (first present wins).
 VERSION_KEYS = ("ETag", "etag", "md5Hash", "generation", "version_id", "VersionId", "LastModified", "mtime", "updated")
@@ -49,13 +49,6 @@ def local(path: str) -> FileIdentity:
     """Size and ``mtime`` (ns) of a local file."""
     stat = os.stat(path)
     return FileIdentity(stat.st_size, stat.st_mtime_ns)
-
-
-def local_from_listing(info: dict | None) -> FileIdentity | None:
-    """A local file's identity from the stat the listing took (``footers.list_files``), if it has one."""
-    if not info or info.get("mtime_ns") is None or info.get("size") is None:
-        return None
-    return FileIdentity(info["size"], info["mtime_ns"])
 
 
 def changed(path: str, expected: FileIdentity | None) -> FileIdentity | None:

@@ -1,19 +1,10 @@
-"""The manifest ``dask-windows convert`` writes next to its Parquet files.
+"""The manifest ``dask-windows convert`` writes next to its Parquet files (format: docs/converted.md).
 
-``_dask_windows_manifest.json`` holds per file (``path`` relative to the root, sorted in row
-order) its ``rows``, ``bytes``, ``footer`` digest and series ``runs`` ``[start, rows, value]``::
-
-    {"format": "dask_windows.manifest", "version": 1, "series": "sid", "time": "ts",
-     "files": [{"path": "part-0.parquet", "rows": 1000, "bytes": 40960, "footer": "...",
-                "runs": [[0, 600, "a"], [600, 400, "b"]]}, ...]}
-
-Version 2 (the spread layout, ``docs/converted.md``) adds ``"span"`` (chunks overlap by
-``span - 1`` rows) and ``"layout"``, and runs ``[start, rows, value, origin, owned]``: the run's
-first row within its series, and how many of its rows may start a window.
-
-The trade-off: the manifest copies facts the files hold (a dataset is planned without opening
-them), so it is trusted only where it names exactly the files there and their footers.
-"""
+``_dask_windows_manifest.json`` holds per file (``path`` relative to the root, sorted in row order)
+its ``rows``, ``bytes``, ``footer`` digest and series ``runs`` ``[start, rows, value]``; version 2
+(the spread layout) adds ``"span"`` and ``"layout"`` and runs ``[start, rows, value, origin, owned]``.
+It copies facts the files hold, so it is trusted only where it names exactly the files there and
+their footers."""
 
 from __future__ import annotations
 
@@ -168,22 +159,16 @@ def write_manifest(
     """Write the manifest into the dataset folder ``root`` (as ``fs`` names it); return the path written.
 
     Args:
-        files: Per file ``{"path", "rows", "bytes", "runs"}``, ``path`` relative to ``root``; runs
-            ``[start, rows, value]``, or with ``span`` ``[start, rows, value, origin, owned]``. A file's
-            ``"footer"`` digest is read from the file when the entry has none.
+        files: Per file ``{"path", "rows", "bytes", "runs"}`` (``path`` relative to ``root``; runs
+            ``[start, rows, value]``, with ``span`` ``[start, rows, value, origin, owned]``); a missing
+            ``"footer"`` digest is read from the file.
         span: The ``window + horizon`` the chunks overlap for; ``None`` writes version 1.
-        layout: How rows are laid out (``"spread"``, ``"contiguous"``), version 2 only.
-    """
+        layout: ``"spread"`` or ``"contiguous"`` (version 2 only)."""
     base = fs._strip_protocol(root)
-    if span is None:
-        runs_of = lambda f: [[int(s), int(n), to_json_scalar(v)] for s, n, v in f["runs"]]
-        head: dict = {"version": 1}
-    else:
-        runs_of = lambda f: [[int(s), int(n), to_json_scalar(v), int(o), int(w)] for s, n, v, o, w in f["runs"]]
-        head = {"version": MANIFEST_VERSION, "span": int(span), "layout": layout or "spread"}
+    head = {} if span is None else {"span": int(span), "layout": layout or "spread"}
     manifest = {
         "format": MANIFEST_FORMAT,
-        "version": head.pop("version"),
+        "version": 1 if span is None else MANIFEST_VERSION,
         "series": series,
         "time": time,
         **head,
@@ -193,7 +178,7 @@ def write_manifest(
                 "rows": int(f["rows"]),
                 "bytes": int(f["bytes"]),
                 "footer": f.get("footer") or file_footer_digest(fs, posixpath.join(base, f["path"])),
-                "runs": runs_of(f),
+                "runs": [[int(r[0]), int(r[1]), to_json_scalar(r[2]), *map(int, r[3:])] for r in f["runs"]],
             }
             for f in sorted(files, key=lambda f: f["path"])
         ],
@@ -234,10 +219,8 @@ def manifest_run_arrays(runs: Sequence[Sequence[Any]]) -> tuple[np.ndarray, ...]
 
 
 def span_shortfall(manifest: dict, span: int, stride: int) -> tuple[int, int]:
-    """``(lost, total)`` windows when a version-2 dataset is opened with a longer ``span`` than converted for.
-
-    Chunks overlap by ``manifest["span"] - 1`` rows; a longer span loses the windows that start in
-    a chunk's last owned rows and end past its overlap. ``(0, 0)`` when nothing can be lost."""
+    """``(lost, total)`` windows when a version-2 dataset is opened with a longer ``span`` than converted
+    for (the windows starting in a chunk's last owned rows and ending past its overlap)."""
     import pandas as pd
 
     from dask_windows.planning.index import run_grid

@@ -15,7 +15,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from dask_windows.errors import ConfigError
@@ -91,9 +91,7 @@ class RetryPolicy:
 
     def unbounded(self) -> RetryPolicy:
         """This policy without a deadline (local files)."""
-        return (
-            self if self.timeout is None else RetryPolicy(self.retries, self.base_delay, self.max_delay, self.transient)
-        )
+        return self if self.timeout is None else replace(self, timeout=None)
 
     def call(self, fn: Callable[[], T], what: str, timeout: float | None = None) -> T:
         """Run ``fn()`` (a storage call on object ``what``), retrying transient failures, within ``timeout``

@@ -54,7 +54,6 @@ class WorkflowSource:
         self.description = source.description
         self.partitions = source.partitions
         self.skipped = source.skipped
-        self.reads_in_processes = source.reads_in_processes
         self.default_pieces_per_partition = source.default_pieces_per_partition
         self.files = None  # (checks.check_column_types: the outputs are all float32)
         if hasattr(source, "dictionary_columns"):  # Parquet: the categories read as Arrow dictionaries

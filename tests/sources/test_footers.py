@@ -177,5 +177,5 @@ def test_local_listing_equals_fsspec_find(tmp_path):
     assert sorted(got) == sorted(want)
     assert {p: i["size"] for p, i in got.items()} == {p: i["size"] for p, i in want.items()}
     for path, info in got.items():
-        assert identity.local_from_listing(info) == identity.local(path)
+        assert identity.FileIdentity(info["size"], info["mtime_ns"]) == identity.local(path)
     assert _local_find(fs, root + "/x.parquet") is None  # a file: fsspec's own find

@@ -1,7 +1,7 @@
 """Opening local Parquet files the fast way (``parquet_open._open_local_file``) against the retried one.
 
 The fast path (one ``read_local``, one walk of the row groups) must give what the general path
-(``_open_file``: a retried tail read, ``row_group_splits``, ``tail_runs``, ``footer_of``) gives for
+(``_open_file``: a retried tail read, then the same walk of the row groups) gives for
 every kind of file, and damaged files must still raise naming the file, or be skipped, never
 abort the process.
 """
@@ -22,8 +22,7 @@ import pytest
 
 from dask_windows.errors import SourceReadError
 from dask_windows.sources import ParquetSource, identity
-from dask_windows.sources.parquet import _unpack_runs
-from dask_windows.sources.parquet.footers import FOOTER_BYTES, read_local
+from dask_windows.sources.parquet.footers import FOOTER_BYTES, read_local, unpack_runs
 
 
 def _write(path, frame: pd.DataFrame, **kw) -> str:
@@ -83,7 +82,7 @@ def test_fast_local_open_equals_the_retried_open(tmp_path):
         if slow.runs is None:
             assert fast.runs is None, path
             continue
-        got, want = _unpack_runs(fast.runs), slow.runs
+        got, want = unpack_runs(fast.runs), unpack_runs(slow.runs)
         for a, b in zip(got, want):
             np.testing.assert_array_equal(a, b)
             assert np.asarray(a).dtype == np.asarray(b).dtype, path

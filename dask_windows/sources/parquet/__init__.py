@@ -1,13 +1,11 @@
 """Partitioned Parquet on any fsspec filesystem, read with pyarrow.
 
-Opening lists once and reads each footer once (``footers``, ``opening``); only the serialized
-footer, the size and the rows per row group are kept, and they travel with the source into
-DataLoader workers. Given the series column, the runs of small files come out of the same tail
-read. Reading a partition costs one ``cat_ranges`` call of its column chunks (``ranges``); local
-files stay on pyarrow's reader. A file over ``partition_bytes`` is split at row groups, and
-each such partition reads ``window + horizon - 1`` rows past its end (its halo) so no window is
-lost at a cut. The opening, the manifest and the row-range reads are mixins in ``opening``,
-``manifest`` and ``rows``."""
+Opening lists once and reads each footer once (``footers``, ``opening``, or the index); the
+serialized footers travel with the source into DataLoader workers. A read costs one ``cat_ranges``
+call of the partition's column chunks (``ranges``; local files use pyarrow's reader). A file over
+``partition_bytes`` is split at row groups, each such partition reading ``window + horizon - 1``
+rows past its end (its halo) so no window is lost at a cut. Opening, the manifest and row-range
+reads are the mixins of ``opening``, ``manifest`` and ``rows``."""
 
 from __future__ import annotations
 
@@ -35,10 +33,10 @@ from dask_windows.sources.base import DEFAULT_PARTITION_BYTES, Partition, Source
 from dask_windows.sources.cache import split_merged
 from dask_windows.sources.parquet.footer_index import footer_digest
 from dask_windows.sources.parquet.footer_share import open_footers, open_unlisted
-from dask_windows.sources.parquet.footers import Footer, is_local, list_files, paused_gc
+from dask_windows.sources.parquet.footers import Footer, is_local, list_files, pack_runs, paused_gc, unpack_runs
 from dask_windows.sources.parquet.index_open import IndexedFiles, adopt_index
 from dask_windows.sources.parquet.manifest import ParquetManifest
-from dask_windows.sources.parquet.opening import ParquetOpening
+from dask_windows.sources.parquet.opening import ParquetOpening, number_schemas
 from dask_windows.sources.parquet.partitions import FilePartitions
 from dask_windows.sources.parquet.ranges import FetchedFile, chunk_ranges, fetch_ranges, merge_ranges
 from dask_windows.sources.parquet.rows import ParquetRows
@@ -63,15 +61,10 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         retry: Retries of transient store errors (an int of retries or a ``RetryPolicy``).
         on_error: ``"raise"`` on a file whose footer cannot be read, or ``"skip"`` it (in ``skipped``).
         max_gap: Column chunks of a partition closer than this many bytes are fetched in one request.
-        cache_dir: Keep the bytes read from a remote store in this local folder (``cache``).
-        cache_bytes: Most bytes ``cache_dir`` may hold (``cache_policy``); ``None``: no limit.
+        cache_dir, cache_bytes: Keep the bytes read from a remote store in this folder, at most this many.
         series: The series column: runs the tail reads at open tell are kept for ``read_runs``.
-        index: The dataset index (``footer_index``): ``None`` the one beside a folder or prefix if
-            any, a path that one, ``False`` none. Without one, the ranks of ``footer_group`` (a process
-            group's ``(store, world size)``) share the footers one of them read (``footer_share``).
-    """
-
-    reads_in_processes = True
+        index: The dataset index: ``None`` the one beside a folder or prefix if any, a path that one,
+            ``False`` none. Without one, the ranks of ``footer_group`` share footers (``footer_share``)."""
 
     cache: Any = None  # the RangeCache of cache_dir=, if any
     # String columns read as Arrow dictionary arrays and returned as such (a ``pyarrow.ChunkedArray``, sliced like
@@ -102,7 +95,6 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         self.storage_options = storage_options
         self.skipped: list[SkippedPartition] = []
         self._tail_series = series
-        self._seen_schemas: list[list] = []  # [parquet schema, ARROW:schema bytes, arrow schema, series] while opening
         target = os.fspath(data) if isinstance(data, (str, os.PathLike)) else f"{len(data)} paths"
         listed: dict = {}
         unlisted = None
@@ -129,13 +121,7 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
                 "credentials in storage_options may see them"
             ) from exc
         except Exception as exc:
-            error = failure_message(classify(exc), f"cannot {doing} {target}", exc)
-            if classify(exc) == "transient":
-                error.args = (
-                    error.args[0] + " (not skipped while opening, even with on_error='skip', so every rank opens "
-                    "the same dataset)",
-                )
-            raise error from exc
+            raise failure_message(classify(exc), f"cannot {doing} {target}", exc, opening=True) from exc
         self.local = is_local(self.fs)
         if self.local:
             self.retry = self.retry.unbounded()
@@ -151,18 +137,8 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
                 raise SourceReadError(f"no readable Parquet file in {self.description}: every footer failed to read")
             self._footers: dict[str, Footer] = {path: opened[path].footer for path in self.files}
             self._identities = self._record_identities(listed, opened)
-            # One schema object per distinct schema, and its number per file (files usually share one).
-            numbers: dict[int, int] = {}
-            self._schemas: list[Any] = []
-            self._schema_numbers = []
-            for path in self.files:
-                schema = opened[path].schema
-                if id(schema) not in numbers:
-                    numbers[id(schema)] = len(self._schemas)
-                    self._schemas.append(schema)
-                self._schema_numbers.append(numbers[id(schema)])
-            self._seen_schemas.clear()
-            self._tail_runs = {path: _pack_runs(o.runs) for path, o in opened.items() if o.runs is not None}
+            self._schemas, self._schema_numbers = number_schemas(opened, self.files)  # files usually share one
+            self._tail_runs = {path: pack_runs(o.runs) for path, o in opened.items() if o.runs is not None}
             self.partitions = []
             for path in self.files:
                 footer, splits = self._footers[path], opened[path].splits
@@ -172,15 +148,14 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
                     if rows:
                         self.partitions.append(Partition(name, rows, (path, rgs)))
         del opened
-        self._listed_sizes = (files, sizes)  # the listing's sizes (ParquetManifest._listed)
         self.manifest_series: str | None = None  # the manifest's series column, even when it is stale
-        self._manifest = self._load_manifest(data)
+        self._manifest = self._load_manifest(data, zip(files, sizes))
         self._halo = 0  # rows a partition reads past its end, inside its file (set_window)
         self.cache, self._versions = self._open_cache(cache_dir, cache_bytes)
 
     def _stale_index_hint(self) -> str:
-        """``"; ..."`` naming the index as the likely cause of a failed read when the dataset was opened from it
-        without listing the store (``footer_share.open_unlisted``), else ``""``."""
+        """``"; ..."`` naming the index as the likely cause of a failed read of a source opened from it without
+        a listing, else ``""``."""
         files = getattr(getattr(self, "_footers", None), "_files", None)
         if files is None or not getattr(files, "unlisted", False):
             return ""
@@ -193,7 +168,7 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
 
     def _open_unlisted(self, data: Any, storage_options: dict | None, series: str | None, index: Any) -> Any:
         """``(fs, files, sizes, description, IndexedFiles)`` of an object-store folder opened from its index
-        alone (``footer_share.open_unlisted``), or ``None`` (then the store is listed)."""
+        alone, or ``None`` (then the store is listed)."""
         import fsspec
 
         if index is False or not isinstance(data, (str, os.PathLike)):
@@ -212,15 +187,18 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         return None if found is None else (fs, found[0], found[1], url, found[2])
 
     @property
-    def default_pieces_per_partition(self) -> int | None:  # type: ignore[override]
-        """1 on data ``dask-windows convert`` spread in chunks over its files (whole partitions already
-        mix like a global shuffle, at no extra read); else the dataset's default."""
+    def _spread(self) -> bool:
+        """Whether the files are ``dask-windows convert``'s spread layout (a version-2 manifest): whole
+        partitions mix like a global shuffle, and every page carries a CRC."""
         manifest = getattr(self, "_manifest", None)
-        return 1 if manifest is not None and manifest["manifest"]["version"] >= 2 else None
+        return manifest is not None and manifest["manifest"]["version"] >= 2
+
+    @property
+    def default_pieces_per_partition(self) -> int | None:  # type: ignore[override]
+        return 1 if self._spread else None
 
     def _cached(self, path: str, size: int, chunks: list[tuple[int, int]]) -> FetchedFile:
-        """The column chunks ``chunks`` of ``path`` through the local cache (``cache_dir=``): the missing
-        ones fetched in one ``cat_ranges`` call, close ones merged into one request as without a cache."""
+        """The column chunks ``chunks`` of ``path`` through ``cache_dir=``: the missing ones fetched in one call."""
         fs = self._filesystem()
 
         def fetch(wanted: list[tuple[int, int]]) -> list:
@@ -244,8 +222,7 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         )
 
     def unchanged(self, indices: Sequence[int]) -> bool:
-        """Local files of ``indices``: still the size and ``mtime`` recorded at open (one ``stat``
-        each); remote files are checked by their reads only (``identity``), so ``True``."""
+        """Local files of ``indices`` still of the size and ``mtime`` recorded at open (remote: their reads check)."""
         if not self.local:
             return True
         from dask_windows.sources import identity
@@ -287,23 +264,16 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
                 stacklevel=4,
             )
 
-    def _crc_certain(self) -> bool:
-        """Whether every page carries a CRC: files of a version-2 manifest, written by ``convert`` with
-        page CRCs, skip the footer min/max check (``stats_check``: about half a read's time)."""
-        manifest: Any = getattr(self, "_manifest", None)
-        return manifest is not None and manifest["manifest"].get("version", 1) >= 2
-
     def runs_known(self, series: Any) -> bool:
-        """Whether ``read_runs(i, series)`` reads nothing for every partition (the manifest, or the tail
-        reads at open, told the runs): the series scan then needs no threads."""
+        """Whether ``read_runs(i, series)`` reads nothing for any partition (the manifest or the tails told them)."""
         manifest: Any = getattr(self, "_manifest", None)
         if series is not None and manifest is not None and manifest["series"] == series:
             return True
         return series is not None and series == self._tail_series and len(self._tail_runs) == len(self.partitions)
 
     def runs_at_once(self, series: Any) -> tuple[np.ndarray, ...] | None:
-        """Every partition's runs at once, ``(starts, lengths, keys, offsets)`` as ``every_file`` gives them,
-        when the index tells them all (a partition per file, no manifest); else ``None``."""
+        """Every partition's runs ``(starts, lengths, keys, offsets)`` when the index tells them all (a partition
+        per file, no manifest), else ``None``."""
         every = getattr(self._tail_runs, "every_file", None)
         if every is None or series is None or series != self._tail_series or getattr(self, "_manifest", None):
             return None
@@ -312,10 +282,10 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         return every()
 
     def read_runs(self, index: int, series: Any) -> tuple[np.ndarray, ...]:
-        """Runs from the manifest when it covers ``series`` (version 2: with ``origin`` and ``owned``),
-        else those the tail read at open told (once), else from the series column."""
+        """Runs from the manifest when it covers ``series`` (version 2: with ``origin`` and ``owned``), else
+        those the tail reads told (once), else from the series column."""
         manifest: Any = getattr(self, "_manifest", None)
-        spread = manifest is not None and manifest["manifest"]["version"] >= 2
+        spread = self._spread
         if spread and series is not None and manifest["series"] != series:
             raise ConfigError(
                 f"series={series!r}: {manifest['root']} was converted with series column {manifest['series']!r} "
@@ -324,7 +294,7 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
             )
         if not spread and (series is None or manifest is None or manifest["series"] != series):
             path = self.partitions[index].key[0]
-            told = _unpack_runs(self._tail_runs.pop(path, None)) if series == self._tail_series else None
+            told = unpack_runs(self._tail_runs.pop(path, None)) if series == self._tail_series else None
             return self._halo_runs(index, series, told if told is not None else super().read_runs(index, series))
         path, row_groups = self.partitions[index].key
         first = sum(self._footers[path].rows[: row_groups[0]])  # file row of the partition
@@ -411,8 +381,7 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
         return self._read_groups(index, self.partitions[index].key[1], columns)
 
     def read_chunks(self, index: int, columns: Sequence) -> Iterator[dict]:
-        """Local files a few row groups at a time (a column scan holds about ``CHUNK_BYTES``, one
-        row group at least, in memory; ``group_runs``); remote files in one request."""
+        """Local files a few row groups at a time (``group_runs``: bounded memory); remote files in one request."""
         row_groups = self.partitions[index].key[1]
         if not self.local:
             yield self._read_groups(index, row_groups, columns)
@@ -449,7 +418,9 @@ class ParquetSource(ParquetRows, ParquetOpening, ParquetManifest, Source):
                 f"{part.name} holds {table.num_rows} rows but its footer said {expected} when the dataset "
                 f"was opened; the file changed underneath the dataset; open the dataset again{self._stale_index_hint()}"
             )
-        if getattr(self, "verify_checksums", True) and not self._crc_certain():  # values against the footer's min/max
+        if (
+            getattr(self, "verify_checksums", True) and not self._spread
+        ):  # values against the footer's min/max (spread files carry page CRCs)
             problem = outside_statistics(self._metadata(path), row_groups, table)
             if problem is not None:
                 name = self._url(path) + part.name[len(path) :]
@@ -468,31 +439,9 @@ def _dictionary_or_numpy(column: Any, coded: bool) -> Any:
     return numpy_column(column)
 
 
-def _pack_runs(runs: tuple) -> Any:
-    """``(starts, lengths, keys)`` as one ``(3, R)`` int64 array when the keys are integers: one array
-    per file instead of three (kept for every small file between open and the series scan)."""
-    if len(runs) == 2:  # packed already (parquet_open)
-        return runs
-    starts, lengths, keys = runs
-    keys = np.asarray(keys)
-    if keys.dtype.kind in "iu" and keys.dtype.itemsize <= 8:
-        packed = np.empty((3, len(keys)), np.int64)
-        packed[0], packed[1], packed[2] = starts, lengths, keys  # uint64 keys wrap, as astype did
-        return packed, keys.dtype
-    return runs
-
-
-def _unpack_runs(packed: Any) -> tuple | None:
-    """Undo ``_pack_runs``: the three arrays, keys in their own dtype."""
-    if packed is None or len(packed) == 3:
-        return packed
-    stacked, key_dtype = packed
-    return stacked[0], stacked[1], stacked[2].astype(key_dtype)
-
-
 def _hive_hint(path: str, column: str, files: Sequence[str]) -> str:
-    """The remedy where ``path`` lies in Hive-style folders (``key=value/``) of the dataset: their keys are
-    columns only through ``pyarrow.dataset``'s ``partitioning="hive"`` (files are read one by one here)."""
+    """The remedy where ``path`` lies in Hive-style folders (``key=value/``): their keys are columns only
+    through ``pyarrow.dataset``'s ``partitioning="hive"``."""
     dirs = {posixpath.dirname(f.replace("\\", "/")) for f in files[:10_000]}
     common = posixpath.commonpath(dirs) if dirs else ""
     while "=" in posixpath.basename(common):  # all files below one key folder: it is a key too

@@ -1,10 +1,9 @@
 """A Parquet footer cut down to what reading needs, for the dataset index (``footer_index``).
 
-``compact_footer`` walks the Thrift compact bytes once and writes them again without
-statistics (but ``null_count``), encoding statistics, page-index offsets, size statistics and
-key-value metadata; the result is a valid footer. The ``ARROW:schema`` entry is kept once per
-schema by the index and put back by ``with_key_values``. The trade-off: a pure-Python pass of
-about half a millisecond per file, paid when the index is written, never at open."""
+``compact_footer`` copies the Thrift compact bytes once, without statistics (but ``null_count``),
+encoding statistics, page-index offsets, size statistics and key-value metadata: a valid footer. The
+index keeps the ``ARROW:schema`` entry once per schema, and ``with_key_values`` puts it back. A pure
+Python pass of about 0.5 ms per file, paid when the index is written."""
 
 from __future__ import annotations
 
@@ -150,8 +149,8 @@ def _struct(src: _Reader, rule: dict, out: bytearray) -> None:
 
 
 def compact_footer(raw: bytes) -> bytes:
-    """The footer ``raw`` (thrift, length, ``PAR1``) without what reading does not need (``ValueError``
-    when it is not a Parquet footer)."""
+    """The footer ``raw`` (thrift, length, ``PAR1``) without what reading does not need (``ValueError`` when
+    it is not a Parquet footer)."""
     if len(raw) < 12 or raw[-4:] != b"PAR1":
         raise ValueError("not a Parquet footer (no PAR1 magic at its end)")
     out = bytearray()

@@ -1,16 +1,11 @@
 """The dataset index: every file's footer, identity, row groups and series runs in one file.
 
-``dask-windows index PATH`` (and ``convert``) writes ``_dask_windows_index.dwi`` beside the
-files, itself a Parquet file of one row per data file: path, size, version, rows and bytes of
-each row group, the series runs, and the footer cut down by ``footer_compact``. Opening with it
-costs one read instead of one per file (on an object store no listing either:
-``footer_share.open_unlisted``). The SHA-256 of the whole file sits in its own footer
-(``_SUM_KEY``) and is checked before any byte is parsed; paths are relative to the index's
-folder, so a folder moved with its index opens. An index of format 1 is warned about beside
-the data, and raises when named with ``index=``.
-
-The trade-off: the index holds no min/max statistics, and a rewrite keeping a file's size and
-version is not seen, as without an index."""
+``dask-windows index PATH`` (and ``convert``) writes ``_dask_windows_index.dwi`` beside the files: a
+Parquet file of one row per data file (path relative to the index's folder, size, version, rows and
+bytes of each row group, series runs, the footer compacted by ``footer_compact``), whose SHA-256 sits
+in its own footer (``_SUM_KEY``) and is checked before any byte is parsed. An index of format 1 is
+warned about beside the data and raises when named with ``index=``. It holds no min/max statistics,
+and a rewrite keeping a file's size and version is not seen (as without an index)."""
 
 from __future__ import annotations
 
@@ -29,7 +24,7 @@ import numpy as np
 from dask_windows.errors import DataError
 from dask_windows.sources.identity import FileIdentity, FooterDigest
 from dask_windows.sources.parquet.footer_compact import compact_footer, with_key_values
-from dask_windows.sources.parquet.footers import Footer, metadata_from_bytes
+from dask_windows.sources.parquet.footers import Footer, folder_of, metadata_from_bytes, pack_runs
 
 __all__ = [
     "INDEX_FORMAT",
@@ -74,8 +69,8 @@ _COLUMN_TYPES = {
 
 
 class IndexedFooter(Footer):
-    """A ``Footer`` from an index: the compact footer, its schema's key-value field put back on parse,
-    and the hash of the file's own footer (the resume fingerprint stays that of an open without index)."""
+    """A ``Footer`` from an index: the compact footer (its schema's key-value field put back on parse) and
+    the digest of the file's own footer, so the resume fingerprint is that of an open without index."""
 
     __slots__ = ("digest", "key_values")
 
@@ -113,10 +108,9 @@ def entries_bytes(
     base: str | None = None,
     manifest: bool = True,
 ) -> bytes:
-    """The index of ``files`` (under the folder or prefix ``root``) as Parquet bytes.
-
-    ``base``: the folder the index is written to, which the header's root is made relative to
-    (``None``: kept as it is). ``manifest``: whether the folder holds a ``convert`` manifest."""
+    """The index of ``files`` (under the folder or prefix ``root``) as Parquet bytes; ``base``: the folder it
+    is written to, which the root is made relative to (``None``: kept); ``manifest``: whether the folder
+    holds a ``convert`` manifest."""
     import pyarrow as pa
 
     prefix = root.rstrip("/") + "/" if root else ""
@@ -193,12 +187,12 @@ class IndexDamaged(DataError):
 
 
 class OldIndex(DataError):
-    """An index of an earlier format (no checksum, paths under an absolute root): written again, it opens."""
+    """An index of an earlier format (no checksum, absolute root): written again, it opens."""
 
 
 def verify_checksum(blob: bytes) -> None:
-    """Raise ``OldIndex`` (format 1, no checksum) or ``IndexDamaged`` unless ``blob`` is an index whose
-    checksum matches; nothing in it is parsed before (a damaged footer can abort pyarrow)."""
+    """Raise ``OldIndex`` (format 1) or ``IndexDamaged`` unless ``blob`` is an index whose checksum matches;
+    nothing is parsed before (a damaged footer can abort pyarrow)."""
     at = blob.rfind(_SUM_MARK)
     if at < 0:
         tail = blob[-(1 << 20) :]  # format 1 had no checksum; a format-2 index whose checksum key is damaged is not one
@@ -216,20 +210,17 @@ def _runs_arrays(told: Any) -> tuple | None:
     are integers, else the keys as they are and ``None``."""
     if told is None:
         return None
+    told = pack_runs(told)
     if len(told) == 2:  # packed: ((3, R) int64, key dtype)
         packed, dtype = told
         return packed[0], packed[1], packed[2], np.dtype(dtype).str
     starts, lengths, keys = told
-    keys = np.asarray(keys)
-    starts, lengths = np.asarray(starts, np.int64), np.asarray(lengths, np.int64)
-    if keys.dtype.kind in "iu" and keys.dtype.itemsize <= 8:
-        return starts, lengths, keys.astype(np.int64), keys.dtype.str
-    return starts, lengths, keys, None
+    return np.asarray(starts, np.int64), np.asarray(lengths, np.int64), np.asarray(keys), None
 
 
 def _runs_columns(told: list, columns: dict) -> None:
     """The runs' columns: ``run_keys`` (int64) when every file's keys are integers, else ``run_keys_any``
-    (the keys' Arrow type); files of keys of another kind, or that Arrow cannot hold, get none."""
+    (their Arrow type); files of keys of another kind, or that Arrow cannot hold, get none."""
     import pyarrow as pa
 
     integer = [r is not None and r[3] is not None for r in told]
@@ -252,8 +243,7 @@ def _runs_columns(told: list, columns: dict) -> None:
 
 
 def is_index(blob: bytes) -> bool:
-    """Whether ``blob`` is an index this library wrote (of any format; damaged or not: only its key is
-    looked for, nothing is parsed)."""
+    """Whether ``blob`` is an index this library wrote, of any format, damaged or not (only its key is sought)."""
     return blob[-4:] == b"PAR1" and (_SUM_MARK in blob[-(1 << 20) :] or _META_KEY in blob[-(1 << 20) :])
 
 
@@ -261,7 +251,7 @@ def is_index(blob: bytes) -> bool:
 
 
 def _read_table(blob: bytes) -> Any:
-    """The index's table, its checksum verified first, one chunk per row group (``read_table`` would cut it)."""
+    """The index's table, its checksum verified first, one chunk per row group."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -296,15 +286,16 @@ def _header(table: Any) -> dict:
 
 def find_index(fs: Any, data: Any, index: Any) -> tuple[str, bytes] | None:
     """``(index path, its bytes)`` for ``index=`` (``None``: the one beside ``data``, if any; ``False``:
-    none; a path: that one, which must exist), read in one request."""
+    none; a path: that one, which must exist)."""
     if index is False:
         return None
     if index is None or index is True:
-        if not isinstance(data, (str, os.PathLike)) or any(ch in os.fspath(data) for ch in "*?["):
+        root = folder_of(fs, data)
+        if root is None:
             if index is True:
                 raise ValueError("index=True needs a folder or prefix; pass index=PATH for a glob or a list of files")
             return None
-        path = posixpath.join(fs._strip_protocol(os.fspath(data)).rstrip("/"), INDEX_NAME)
+        path = posixpath.join(root, INDEX_NAME)
         if not fs.exists(path):  # answered from the listing's cache on an object store
             if index is True:
                 raise FileNotFoundError(

@@ -1,32 +1,11 @@
 """Where a Parquet dataset's footers come from at open: its index, another rank, or the files.
 
-``open_footers`` is the one call ``ParquetSource`` makes after its listing:
-
-1. an index (``footer_index``: beside the data, or ``index=PATH``) answers in
-   one read, checked against the listing;
-2. else, on an object store (any filesystem but local disk, whose page-cached
-   footers open faster than they travel) when ``torch.distributed`` is
-   initialised with more than one rank, the first rank to open a listing
-   reads the footers and hands them to the others through the process
-   group's key-value store (the ``TCPStore`` or ``FileStore`` every
-   ``init_process_group`` sets up), in the index's own format (full footers:
-   no compaction to wait for). N ranks make the requests of one;
-3. else every footer is read (``opening``).
-
-Why the store and not a broadcast: a collective hangs when one rank does not
-open the dataset (a validation set opened on rank 0 only). Through the store
-nothing is collective: the first rank to open a listing claims it (an atomic
-``add``), and a rank that waits longer than ``SHARE_WAIT_SECONDS`` (plus 10 ms
-a file) for it, or finds that the claimer failed, reads the footers itself;
-the claimer never waits. The key names the listing (paths, sizes, versions)
-and how many times this process opened it, so ranks that open the same
-datasets in the same order meet; any other order costs at worst the reads a
-rank would have made alone. The bytes are deleted from the store once every
-other rank took them. torch is never imported here: the dataset passes the
-group's store (``footer_group=``, from ``runtime.detect``); a source opened
-on its own reads its footers. ``DASK_WINDOWS_SHARE_FOOTERS=0``
-in the environment turns the sharing off (every rank reads its footers).
-"""
+``open_footers`` tries an index (beside the data, or ``index=PATH``: one read, checked against the
+listing); else, on an object store with more than one rank, the first rank to open a listing reads
+the footers and hands them to the others in the index's format through the process group's
+key-value store (``footer_group=``: nothing collective, so a rank opening a dataset alone never
+hangs; a rank that waits past ``SHARE_WAIT_SECONDS`` reads its own); else every footer is read.
+docs/startup.md tells the protocol; ``DASK_WINDOWS_SHARE_FOOTERS=0`` turns the sharing off."""
 
 from __future__ import annotations
 
@@ -42,7 +21,9 @@ from dask_windows.errors import DataError
 from dask_windows.settings.tuning import SHARE_WAIT_SECONDS, switches
 from dask_windows.sources.manifest import MANIFEST_NAME
 from dask_windows.sources.parquet.footer_index import entries_bytes, find_index
+from dask_windows.sources.parquet.footers import folder_of
 from dask_windows.sources.parquet.index_open import OldIndex, open_index
+from dask_windows.sources.parquet.opening import number_schemas
 
 __all__ = ["SHARE_WAIT_SECONDS", "open_footers", "open_unlisted", "shared_open"]
 
@@ -63,19 +44,13 @@ def open_footers(
     series: str | None,
     index: Any,
 ) -> Any:
-    """Every file of ``files`` opened from the cheapest place: ``opening._Opened`` by path, or the columns
-    of an index (``index_open.IndexedFiles``)."""
+    """Every file opened from the cheapest place: ``opening._Opened`` by path, or an index's columns
+    (``index_open.IndexedFiles``)."""
     found = find_index(source.fs, data, index)
     if found is not None:
         path, blob = found
-        data_root = None
-        if isinstance(data, (str, os.PathLike)) and not any(ch in os.fspath(data) for ch in "*?["):
-            data_root = source.fs._strip_protocol(os.fspath(data)).rstrip("/")
-        where = (
-            path
-            if index in (None, True) and source.local
-            else (os.fspath(index) if index not in (None, True) else source._url(path))
-        )
+        data_root = folder_of(source.fs, data)
+        where = source._url(path) if index in (None, True) else os.fspath(index)
         try:
             opened = open_index(
                 blob, where, files, listed, source.local, series, data_root, source._url, index_dir=_folder(path)
@@ -113,26 +88,17 @@ def open_footers(
 
 
 def open_unlisted(fs: Any, data: Any, index: Any, series: str | None, url: Callable[[str], str]) -> Any:
-    """The files of an object-store folder or prefix opened from its index without listing the store, or
-    ``None`` where the index does not answer alone (none there, local disk, a glob or list, an index of
-    another folder, or ``index=False``): ``(files, sizes, IndexedFiles)``.
-
-    The index is the source of truth (as a listing would be): its files, sizes and versions are taken as
-    they are, at the cost of one GET (its own bytes), where a listing costs a request per 1,000 objects
-    and a check of every entry. An object added after the index was written is not opened; one deleted
-    or rewritten fails at its first read, the message naming the index as the likely cause and
-    `dask-windows index --verify`, which lists the store and names every difference.
-    """
-    from fsspec.implementations.local import LocalFileSystem
-
+    """``(files, sizes, IndexedFiles)`` of an object-store folder opened from its index without listing the
+    store (one GET), or ``None`` where the index does not answer alone (none there, a glob or list, an
+    index of another folder). The index is then the source of truth: an object
+    added since is not opened, one deleted or rewritten fails at its first read, naming the index and
+    `dask-windows index --verify`."""
     from dask_windows.sources.parquet.footer_index import INDEX_NAME
     from dask_windows.sources.parquet.index_open import index_root, read_index
 
-    if index is False or isinstance(fs, LocalFileSystem) or not isinstance(data, (str, os.PathLike)):
+    data_root = folder_of(fs, data)  # (ParquetSource asks only with index=False left out, off local disk)
+    if data_root is None:
         return None
-    if any(ch in os.fspath(data) for ch in "*?["):
-        return None
-    data_root = fs._strip_protocol(os.fspath(data)).rstrip("/")
     if index in (None, True):
         path, where = posixpath.join(data_root, INDEX_NAME), None
         try:
@@ -243,22 +209,7 @@ def shared_open(
 
 def _exchange_bytes(source: Any, files: list[str], opened: dict, series: str | None) -> bytes:
     """The opened files in the index format, full footers (no compaction pass), paths absolute."""
-    schemas: list = []
-    numbers: dict[int, int] = {}
-    for path in files:
-        schema = opened[path].schema
-        if id(schema) not in numbers:
-            numbers[id(schema)] = len(schemas)
-            schemas.append(schema)
-    return entries_bytes(
-        files,
-        "",
-        [opened[p].footer for p in files],
-        [opened[p].identity for p in files],
-        [numbers[id(opened[p].schema)] for p in files],
-        schemas,
-        [opened[p].runs for p in files],
-        series,
-        source.local,
-        compact=False,
-    )
+    schemas, numbers = number_schemas(opened, files)
+    footers, identities = [opened[p].footer for p in files], [opened[p].identity for p in files]
+    runs = [opened[p].runs for p in files]
+    return entries_bytes(files, "", footers, identities, numbers, schemas, runs, series, source.local, compact=False)

@@ -1,15 +1,14 @@
 """Opening Parquet files: one listing, one tail read per file, and only what planning needs kept.
 
-The listing (``list_files``) is one ``find`` or ``glob`` that also gives the sizes. Each file's
-last ``FOOTER_BYTES`` are read once (a second read only for a larger footer), and a ``Footer``
-keeps the serialized bytes, not the parsed ``FileMetaData`` (about 12 KiB of C++ objects each):
-a read parses the bytes again, tens of microseconds against milliseconds of reading. The series
-runs come from the tail too, from the footer's statistics or by decoding a tail that is the
-whole file."""
+``list_files`` is one ``find`` or ``glob``, which also gives the sizes. Each file's last
+``FOOTER_BYTES`` are read once (again only for a larger footer); a ``Footer`` keeps the serialized
+bytes, not the parsed ``FileMetaData`` (about 12 KiB of C++ objects), which a read parses again in
+tens of microseconds."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import types
@@ -27,22 +26,23 @@ __all__ = [
     "FOOTER_BYTES",
     "TAIL_BATCH",
     "Footer",
-    "footer_of",
+    "folder_of",
     "footer_reader",
     "is_local",
     "list_files",
     "map_in_blocks",
+    "pack_runs",
     "paused_gc",
     "read_local",
-    "row_group_splits",
     "split_sizes",
     "tail_runs",
+    "unpack_runs",
 ]
 
 
 class Footer:
-    """What is kept of one file after opening it: ``raw``, the serialized footer (thrift, length,
-    magic); ``size`` in bytes (a lower bound when not listed); ``rows`` of each row group."""
+    """What is kept of a file after opening it: ``raw``, the serialized footer (thrift, length, magic);
+    ``size`` in bytes (a lower bound when not listed); ``rows`` of each row group."""
 
     __slots__ = ("raw", "rows", "size")
 
@@ -63,8 +63,8 @@ class Footer:
 
 
 def metadata_from_bytes(raw: bytes) -> Any:
-    """A serialized footer (thrift, length, magic) parsed into a ``FileMetaData`` by pyarrow's public
-    reader, which raises on damaged bytes (its private unpickling path aborts the process)."""
+    """A serialized footer parsed into a ``FileMetaData`` by pyarrow's public reader, which raises on damaged
+    bytes (its private unpickling path aborts the process)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -72,8 +72,8 @@ def metadata_from_bytes(raw: bytes) -> Any:
 
 
 def footer_reader(tail: bytes, path: str) -> tuple[Any, int]:
-    """``(pyarrow ParquetReader opened on the footer, bytes needed)``, the reader ``None`` if ``tail`` is
-    short; not its ``FileMetaData``, whose ``schema`` makes a cycle left to the garbage collector."""
+    """``(pyarrow ParquetReader opened on the footer in tail, bytes needed)``, the reader ``None`` if ``tail``
+    is short (not its ``FileMetaData``, whose ``schema`` makes a reference cycle)."""
     if len(tail) < 12 or tail[-4:] != b"PAR1":
         raise SourceReadError(f"{path} does not end with the Parquet magic bytes: it is not Parquet or is truncated")
     needed = int.from_bytes(tail[-8:-4], "little") + 8
@@ -90,21 +90,16 @@ def footer_reader(tail: bytes, path: str) -> tuple[Any, int]:
     return reader, needed
 
 
-_READERS: tuple[Any, Any] | None = None
-
-
+@functools.cache
 def _readers() -> tuple[Any, Any]:
     """``(pyarrow.BufferReader, pyarrow._parquet.ParquetReader or None)``, imported once (not per file)."""
-    global _READERS
-    if _READERS is None:
-        import pyarrow as pa
+    import pyarrow as pa
 
-        try:
-            from pyarrow._parquet import ParquetReader
-        except ImportError:  # pragma: no cover - a pyarrow without it
-            ParquetReader = None
-        _READERS = (pa.BufferReader, ParquetReader)
-    return _READERS
+    try:
+        from pyarrow._parquet import ParquetReader
+    except ImportError:  # pragma: no cover - a pyarrow without it
+        ParquetReader = None
+    return pa.BufferReader, ParquetReader
 
 
 def is_local(fs: Any) -> bool:
@@ -115,8 +110,8 @@ def is_local(fs: Any) -> bool:
 
 
 def read_local(path: str, nbytes: int = FOOTER_BYTES) -> tuple[bytes, os.stat_result]:
-    """``(tail, stat)`` of a local file: its last ``nbytes`` (its whole footer when larger), in one
-    ``open``, ``fstat`` (the identity at open), ``pread`` and ``close``; returned as read when not Parquet."""
+    """``(tail, stat)`` of a local file: its last ``nbytes`` (its whole footer when larger) in one ``open``,
+    ``fstat``, ``pread`` and ``close``."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     try:
         stat = os.fstat(fd)
@@ -133,8 +128,8 @@ def read_local(path: str, nbytes: int = FOOTER_BYTES) -> tuple[bytes, os.stat_re
 
 @contextlib.contextmanager
 def paused_gc() -> Iterator[None]:
-    """No full garbage collection inside (thresholds restored after): opening many files makes a few
-    lasting objects per file, which every full collection would walk again."""
+    """No full garbage collection inside: opening many files makes a few lasting objects per file, which
+    every full collection would walk again."""
     thresholds = gc.get_threshold()
     gc.set_threshold(thresholds[0], thresholds[1], 10**9)
     try:
@@ -153,20 +148,13 @@ def map_in_blocks(fn: Callable, items: list, threads: int) -> list:
         return [result for block in pool.map(lambda b: [fn(item) for item in b], blocks) for result in block]
 
 
-def tail_runs(
-    meta: Any, schema: Any, series: str, tail: bytes, size: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """``(run_starts, run_lengths, run_keys)`` of a whole file from its footer's statistics, or from
-    ``tail`` when it is the whole file (``len(tail) == size``); ``None`` when neither tells."""
+def tail_runs(meta: Any, schema: Any, series: str, tail: bytes, size: int) -> tuple[np.ndarray, ...] | None:
+    """``(run_starts, run_lengths, run_keys)`` of a whole file decoded from ``tail`` when it is the whole
+    file (``len(tail) == size``), else ``None``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    if series not in schema.names:
-        return None
-    runs = _runs_from_statistics(meta, schema, series)
-    if runs is not None:
-        return runs
-    if len(tail) < size:
+    if series not in schema.names or len(tail) < size:
         return None
     reader = pq.ParquetFile(pa.BufferReader(tail), metadata=meta, pre_buffer=False)
     keys = reader.read(columns=[series], use_threads=False).column(series).to_numpy()
@@ -174,45 +162,26 @@ def tail_runs(
     return starts, lengths, keys[starts]
 
 
-def _runs_from_statistics(meta: Any, schema: Any, series: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """Runs when every row group's integer series column has min == max and no nulls (exact, unlike
-    string statistics), else ``None``."""
-    import pyarrow as pa
-
-    field = schema.field(series)
-    groups = meta.num_row_groups
-    if not pa.types.is_integer(field.type) or groups == 0:
-        return None
-    column = schema.get_field_index(series)
-    keys: list = []
-    lengths: list[int] = []
-    for g in range(groups):
-        group = meta.row_group(g)
-        rows = group.num_rows
-        if rows == 0:
-            continue
-        chunk = group.column(column)
-        stats = chunk.statistics
-        if stats is None or not stats.has_min_max or stats.null_count != 0 or chunk.path_in_schema != series:
-            return None
-        low = stats.min
-        if low != stats.max:
-            return None
-        if keys and keys[-1] == low:
-            lengths[-1] += rows
-        else:
-            keys.append(low)
-            lengths.append(rows)
-    run_lengths = np.array(lengths, np.int64)
-    run_starts = np.zeros(len(lengths), np.int64)
-    if len(lengths) > 1:
-        np.cumsum(run_lengths[:-1], out=run_starts[1:])
-    return run_starts, run_lengths, np.array(keys, dtype=field.type.to_pandas_dtype())
+def pack_runs(runs: tuple) -> Any:
+    """``(starts, lengths, keys)`` as ``((3, R) int64 array, key dtype)`` when the keys are integers: one
+    array per file instead of three (kept for every small file between open and the series scan)."""
+    if len(runs) == 2:  # packed already
+        return runs
+    starts, lengths, keys = runs
+    keys = np.asarray(keys)
+    if keys.dtype.kind in "iu" and keys.dtype.itemsize <= 8:
+        packed = np.empty((3, len(keys)), np.int64)
+        packed[0], packed[1], packed[2] = starts, lengths, keys  # uint64 keys wrap, as astype did
+        return packed, keys.dtype
+    return runs
 
 
-def row_group_splits(meta: Any, partition_bytes: int) -> list[tuple[int, ...]]:
-    """Row groups of a file cut into consecutive partitions of at most ``partition_bytes`` uncompressed bytes."""
-    return split_sizes([meta.row_group(g).total_byte_size for g in range(meta.num_row_groups)], partition_bytes)
+def unpack_runs(packed: Any) -> tuple | None:
+    """Undo ``pack_runs``: the three arrays, keys in their own dtype."""
+    if packed is None or len(packed) == 3:
+        return packed
+    stacked, key_dtype = packed
+    return stacked[0], stacked[1], stacked[2].astype(key_dtype)
 
 
 def split_sizes(group_bytes: list[int], partition_bytes: int) -> list[tuple[int, ...]]:
@@ -229,10 +198,11 @@ def split_sizes(group_bytes: list[int], partition_bytes: int) -> list[tuple[int,
     return [tuple(g) for g in groups]
 
 
-def footer_of(meta: Any, tail: bytes, needed: int, size: int) -> Footer:
-    """The compact ``Footer`` of a file from its parsed metadata and the tail holding its footer."""
-    rows = tuple(meta.row_group(g).num_rows for g in range(meta.num_row_groups))
-    return Footer(bytes(tail[-needed:]), size, rows)
+def folder_of(fs: Any, data: Any) -> str | None:
+    """The folder or prefix ``data`` names on ``fs`` (no protocol, no trailing ``/``); ``None`` for a glob or list."""
+    if not isinstance(data, (str, os.PathLike)) or any(ch in os.fspath(data) for ch in "*?["):
+        return None
+    return fs._strip_protocol(os.fspath(data)).rstrip("/")
 
 
 def list_files(
@@ -242,26 +212,23 @@ def list_files(
     listed: dict | None = None,
     stat_local: bool = True,
 ) -> tuple[Any, list[str], list[int | None], str]:
-    """Resolve a path, glob, URL or list of them to ``(fs, files, sizes, description)`` in one listing.
+    """``(fs, files, sizes, description)`` of a path, glob, URL or list of them, in one listing.
 
-    ``listed`` receives the listing's ``info`` entries by path. In a folder, hidden files
-    (``_SUCCESS``, ``.crc``) are left out, and files ending in ``suffixes`` (any case) are kept when
-    there are any; a path given twice in a list raises. ``stat_local=False`` lists a local folder by
-    names only (sizes ``None``), for a caller that ``fstat``s each file at its open."""
+    ``listed`` receives the listing's ``info`` by path. In a folder, hidden files (``_SUCCESS``, ``.crc``)
+    are left out, and files ending in ``suffixes`` kept when there are any; a path given twice raises.
+    ``stat_local=False`` lists a local folder by names only (sizes ``None``)."""
     import fsspec
 
     options = dict(storage_options or {})
     if isinstance(data, (str, os.PathLike)):
         url = os.fspath(data)
         fs, root = fsspec.core.url_to_fs(url, **options)
-        if any(ch in root for ch in "*?["):
-            found = fs.glob(root, detail=True)
-            infos = {p: i for p, i in found.items() if i.get("type", "file") == "file"}
-        else:
-            found = _local_find(fs, root, stat_local)
-            if found is None:
-                found = fs.find(root, detail=True)  # recursive, paginated: one listing however many files
-            infos = {p: i for p, i in found.items() if i.get("type", "file") == "file"}
+        globbed = any(ch in root for ch in "*?[")
+        found = fs.glob(root, detail=True) if globbed else _local_find(fs, root, stat_local)
+        if found is None:
+            found = fs.find(root, detail=True)  # recursive, paginated: one listing however many files
+        infos = {p: i for p, i in found.items() if i.get("type", "file") == "file"}
+        if not globbed:
             if not infos and not fs.exists(root):
                 raise FileNotFoundError(
                     f"{url} does not exist; pass a Parquet file, a folder of them, a glob or a list"
@@ -293,8 +260,8 @@ def list_files(
 
 
 def _local_find(fs: Any, root: str, stat: bool = True) -> dict[str, Any] | None:
-    """``fs.find(root, detail=True)`` of a local folder by ``os.scandir`` (``None`` for anything else):
-    one ``stat`` per file, kept as ``mtime_ns``, or none with ``stat=False``; broken links size-less."""
+    """``fs.find(root, detail=True)`` of a local folder by ``os.scandir`` (``None`` for anything else), one
+    ``stat`` per file kept as ``mtime_ns`` (none with ``stat=False``); a broken link is listed size-less."""
     from fsspec.implementations.local import LocalFileSystem
 
     if os.name != "posix" or not isinstance(fs, LocalFileSystem) or not os.path.isdir(root):

@@ -1,9 +1,6 @@
-"""The dataset index built on a Dask cluster: ``write_index(client=...)``, ``dask-windows index --scheduler``.
-
-The store is listed once on the client; blocks of the listing are opened on workers by a
-``ParquetSource`` each, which return their entries (``index_writer.source_entries``), and the
-client writes the same bytes as a one-node build. The trade-off: every footer passes through
-the client, and the workers must reach the data by the client's path or URL."""
+"""The dataset index built on a Dask cluster (``write_index(client=...)``, ``dask-windows index
+--scheduler``): the store listed once here, blocks of files opened on workers, the entries gathered
+and written as a one-node build would; every footer passes through the client."""
 
 from __future__ import annotations
 
@@ -24,8 +21,8 @@ WORKER_WAIT_SECONDS = 60.0
 
 @dataclass(frozen=True)
 class Listing:
-    """A dataset's files as the client listed them, the URLs the workers open, and on an object store
-    each file's identity from the listing (``None`` on local disk: a worker's ``fstat`` gives it)."""
+    """A dataset's files as listed here, the URLs the workers open, and on an object store each file's
+    identity from the listing (``None`` on local disk: a worker's ``fstat`` gives it)."""
 
     files: list[str]
     urls: list[str]
@@ -33,8 +30,7 @@ class Listing:
 
 
 def listed_entries(url: str, storage_options: dict | None) -> tuple[Listing, str | None]:
-    """``(the listing of url, the series column of its convert manifest or None)``, as a one-node build of
-    the folder, prefix or glob ``url`` lists it."""
+    """``(the listing of url, the series column of its convert manifest or None)``."""
     import os
 
     from dask_windows.sources import identity
@@ -65,9 +61,8 @@ def cluster_entries(
     threads: int,
     listing: Listing | None = None,
 ) -> list[tuple]:
-    """``entries_of(source, scan_series, threads)`` of the files ``urls``, each block of files opened
-    (with ``open_series``) as a ``ParquetSource`` on one of ``client``'s workers; ``listing``'s
-    identities replace those a worker cannot know (an object store's)."""
+    """``entries_of(source, scan_series, threads)`` of ``urls``, each block opened on one of ``client``'s
+    workers; ``listing``'s identities replace those a worker cannot know (an object store's)."""
     workers = len(client.scheduler_info().get("workers", {}))
     if workers == 0:
         try:

@@ -1,11 +1,9 @@
 """Opening a Parquet dataset from its index, columnar: no Python object per file until one is asked for.
 
-``IndexedFiles`` holds the index's columns as numpy arrays (sizes, versions, rows per row group,
-compact footers, digests, schema numbers, series runs); ``IndexedFooters``, ``IndexedIdentities``
-and ``IndexedRuns`` are read-only mappings by path over them. The index's checksum and the
-bounds of every number are checked when it is read. A local file is compared with the index at
-its first read (one ``stat``), not at open. The trade-off: a path look-up costs a bisection on
-every footer a read asks for, against holding a dict entry and objects per file."""
+``IndexedFiles`` holds the index's columns as numpy arrays; ``IndexedFooters``, ``IndexedIdentities``
+and ``IndexedRuns`` are read-only mappings by path over them (a bisection per look-up). The index's
+checksum and the bounds of every number are checked when it is read; a local file is compared with
+the index at its first read (one ``stat``), not at open."""
 
 from __future__ import annotations
 
@@ -64,17 +62,11 @@ def _flat(array: Any, dtype: Any = np.int64) -> tuple[np.ndarray, np.ndarray]:
 
 
 class IndexedFiles:
-    """The columns of an index for the files opened, row ``i`` for ``files[i]``.
-
-    Attributes:
-        sizes: ``(F,)`` bytes of each file.
-        versions: ``(F,)`` Arrow strings (no Python string per file): each version as indexed, or null.
-        group_rows, row_offsets: ``(G,)`` rows of every row group, file after file; ``(F + 1,)``
-            where each file's begin (``group_bytes``: their bytes).
-        footer_offsets: ``(F + 1,)`` where each compact footer begins in ``footer_data`` (uint8).
-        numbers: ``(F,)`` schema number of each file; ``schemas``, ``kv_fields`` by number.
-        runs: ``(starts, lengths, keys, offsets, known, key dtype)`` of the series runs, or ``None``.
-    """
+    """The columns of an index for the files opened, row ``i`` for ``files[i]``: ``sizes``, ``versions``
+    (Arrow strings or nulls), ``group_rows`` and ``group_bytes`` of every row group file after file from
+    ``row_offsets``, compact footers (``footer_data`` from ``footer_offsets``), schema ``numbers`` into
+    ``schemas`` and ``kv_fields``, and ``runs`` ``(starts, lengths, keys, offsets, known, key dtype)``
+    or ``None``."""
 
     unlisted = False  # opened without a listing (footer_share.open_unlisted): the index is the source of truth
 
@@ -129,13 +121,9 @@ class IndexedFiles:
             return None if version is None else FileIdentity(int(self.sizes[i]), int(version))
         return FileIdentity(int(self.sizes[i]), version)
 
-    def file_rows(self) -> np.ndarray:
-        """``(F,)`` rows of each file."""
-        return _sums(self.group_rows, self.row_offsets)
-
     def splits(self, partition_bytes: int) -> tuple[np.ndarray, dict[int, list[tuple[int, ...]]]]:
         """``(whole, cuts)``: ``(F,)`` the files of one partition, and each other file's row groups cut into
-        partitions (``footers.split_sizes``; a loop over the few files over ``partition_bytes`` only)."""
+        partitions (``footers.split_sizes``)."""
         whole = _sums(self.group_bytes, self.row_offsets) <= partition_bytes  # (F,)
         cuts: dict[int, list[tuple[int, ...]]] = {}
         for i in np.flatnonzero(~whole).tolist():
@@ -149,8 +137,7 @@ class IndexedFiles:
 
 
 class _RowFooter(IndexedFooter):
-    """The ``IndexedFooter`` of one row of ``IndexedFiles``, its fields read from the columns when asked
-    (a read asks for ``rows`` far more often than for the footer's bytes)."""
+    """The ``IndexedFooter`` of one row of ``IndexedFiles``, its fields read from the columns when asked."""
 
     __slots__ = ("_files", "_row")
 
@@ -272,12 +259,12 @@ class IndexedRuns(_ByPath):
         return self.value(i)
 
     def pop(self, path: str, default: Any = None) -> Any:
-        """The runs of ``path`` (kept: the index's arrays are shared, nothing is freed by removing them)."""
+        """The runs of ``path``, kept (the index's arrays are shared: removing frees nothing)."""
         return self.get(path, default)
 
     def every_file(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-        """``(starts, lengths, keys, offsets)``: the index's flat ``(R,)`` runs of every file (file ``i``'s
-        from ``offsets[i]`` to ``offsets[i + 1]``), when it tells every file's; else ``None``."""
+        """``(starts, lengths, keys, offsets)``: the flat runs of every file (file ``i``'s from ``offsets[i]``),
+        when the index tells every file's; else ``None``."""
         if self._count != len(self._files):
             return None
         starts, lengths, keys, offsets, _, dtype = self._files.runs  # type: ignore[misc]
@@ -285,10 +272,8 @@ class IndexedRuns(_ByPath):
 
     def value(self, i: int) -> Any:
         starts, lengths, keys, offsets, _, dtype = self._files.runs  # type: ignore[misc]
-        lo, hi = offsets[i], offsets[i + 1]
-        if dtype is None:  # keys of another type than integers
-            return starts[lo:hi], lengths[lo:hi], keys[lo:hi]
-        return starts[lo:hi], lengths[lo:hi], keys[lo:hi].astype(dtype)
+        lo, hi = offsets[i], offsets[i + 1]  # (dtype None: keys of another type than integers)
+        return starts[lo:hi], lengths[lo:hi], keys[lo:hi] if dtype is None else keys[lo:hi].astype(dtype)
 
 
 def stale(where: str, path: str, what: str, url: Callable[[str], str] = str) -> DataError:
@@ -315,16 +300,15 @@ def open_index(
 
     Args:
         listed: The listing's ``info`` entries by path (sizes and versions on an object store).
-        data_root: The folder or prefix opened (``None`` for a glob or list): when it is the index's
-            own, a file indexed but not listed is reported as deleted.
+        data_root: The folder or prefix opened (``None``: a glob or list); when it is the index's own, a
+            file indexed but not listed is reported as deleted.
         url: A path as messages show it.
         check: Compare the listing's identities (``False`` for the footers ranks exchange).
-        index_dir: The folder of the index, which its paths are relative to.
+        index_dir: The folder the index's paths are relative to.
         read: ``(table, header)`` of ``blob`` when read already (``read_index``).
 
     Raises:
-        DataError: The index is stale (a file added, deleted, or changed), naming the file.
-    """
+        DataError: The index is stale (a file added, deleted, or changed), naming the file."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -343,8 +327,8 @@ def open_index(
 
 
 def read_index(blob: bytes, where: str) -> tuple[Any, dict]:
-    """``(table, header)`` of the index ``blob``, its checksum and every number checked; raises
-    ``OldIndex`` or ``IndexDamaged`` naming ``where`` and the remedy."""
+    """``(table, header)`` of the index ``blob``, its checksum and every number checked (``OldIndex`` or
+    ``IndexDamaged`` naming ``where`` and the remedy)."""
     try:
         table = _read_table(blob).combine_chunks()  # one chunk per column, shared by the checks and the open
         header = _header(table)
@@ -374,8 +358,8 @@ def index_root(header: dict, index_dir: str | None) -> str:
 
 
 def _check_numbers(table: Any, header: dict) -> None:
-    """Raise ``IndexDamaged`` unless every number of the index is within its bounds (types, nulls, signs,
-    footers, schema numbers, runs over each file's rows): no index asks for memory or reorders windows."""
+    """Raise ``IndexDamaged`` unless every number of the index is within its bounds: no index asks for
+    memory or reorders windows."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -413,8 +397,7 @@ def _check_numbers(table: Any, header: dict) -> None:
 
 
 def _check_runs(col: dict, file_rows: np.ndarray, key_dtype: str | None) -> None:
-    """Raise ``IndexDamaged`` unless every file's runs (where told) start at 0, follow each other and end at
-    its last row, with as many keys as runs."""
+    """Raise ``IndexDamaged`` unless every file's told runs lie end to end over its rows, a key each."""
     known = np.asarray(col["run_starts"].is_valid().to_numpy(zero_copy_only=False), bool)
     starts, offsets = _flat(col["run_starts"])
     lengths, length_offsets = _flat(col["run_lengths"])
@@ -473,7 +456,7 @@ def _check_listing(opened: IndexedFiles, listed: dict, url: Callable) -> None:
 
 def adopt_index(source: Any, opened: IndexedFiles, partition_bytes: int) -> None:
     """Set what ``ParquetSource`` keeps of its files from ``opened``: mappings over its columns, and its
-    partitions as columns (``FilePartitions``: a file over ``partition_bytes`` cut at row groups)."""
+    partitions as ``FilePartitions``."""
     from dask_windows.sources.parquet.partitions import FilePartitions
 
     files = opened.files

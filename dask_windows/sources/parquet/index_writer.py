@@ -8,27 +8,9 @@ from typing import Any
 
 from dask_windows.errors import DataError
 from dask_windows.sources.parquet.footer_index import INDEX_NAME, entries_bytes, is_index
-from dask_windows.sources.parquet.footers import is_local, map_in_blocks
+from dask_windows.sources.parquet.footers import folder_of, is_local, map_in_blocks
 
-__all__ = ["entries_index", "index_bytes", "source_entries", "verify_index", "write_index"]
-
-
-def index_bytes(
-    source: Any,
-    root: str,
-    series: str | None,
-    compact: bool = True,
-    where: str | None = None,
-    threads: int = 16,
-    kept: Any = None,
-) -> bytes:
-    """The index of an opened ``ParquetSource`` (index=False) as bytes, the runs its open did not tell scanned.
-
-    ``where``: the folder the index goes to (paths relative to it; ``None`` keeps ``root``).
-    ``kept``: a source opened from the previous index whose files join ``source``'s (incremental)."""
-    entries = [entry for src in (source, kept) if src is not None for entry in source_entries(src, series, threads)]
-    first = source if source is not None else kept
-    return entries_index(entries, root, series, first.local, compact, where, first.manifest_series is not None)
+__all__ = ["entries_index", "source_entries", "verify_index", "write_index"]
 
 
 def entries_index(
@@ -41,28 +23,17 @@ def entries_index(
     manifest: bool = False,
 ) -> bytes:
     """The index of ``source_entries``'s entries (of one source or several) as bytes."""
-    entries = sorted(entries, key=lambda e: e[0])
+    paths, footers, identities, file_schemas, runs = zip(*sorted(entries, key=lambda e: e[0]))
     schemas: list = []
     numbers = []
-    for entry in entries:  # one number per distinct schema over both sources
-        found = next((k for k, known in enumerate(schemas) if known.equals(entry[3], check_metadata=True)), None)
+    for schema in file_schemas:  # one number per distinct schema over both sources
+        found = next((k for k, known in enumerate(schemas) if known.equals(schema, check_metadata=True)), None)
         if found is None:
             found = len(schemas)
-            schemas.append(entry[3])
+            schemas.append(schema)
         numbers.append(found)
     return entries_bytes(
-        [e[0] for e in entries],
-        root,
-        [e[1] for e in entries],
-        [e[2] for e in entries],
-        numbers,
-        schemas,
-        [e[4] for e in entries],
-        series,
-        local,
-        compact,
-        base=where,
-        manifest=manifest,
+        paths, root, footers, identities, numbers, schemas, runs, series, local, compact, base=where, manifest=manifest
     )
 
 
@@ -99,20 +70,18 @@ def write_index(
     """Write the index of the Parquet dataset ``data`` (a folder, prefix, glob or file).
 
     Args:
-        out: Where to write it (default: ``INDEX_NAME`` in the folder ``data``); an existing file
-            there is replaced only when it is an index this library wrote.
+        out: Where to write it (default: ``INDEX_NAME`` in the folder ``data``); an existing file there is
+            replaced only when it is an index this library wrote.
         series: The series column whose runs the index holds (default: the manifest's, if any).
         threads: Threads reading the footers (on each Dask worker with ``client``).
-        client: A ``distributed.Client`` whose workers read the footers in blocks of files
-            (``index_cluster``), reaching ``data`` by the same path or URL; the index is the same.
+        client: A ``distributed.Client`` whose workers read the footers (``index_cluster``).
 
     Returns:
-        ``{"index": url, "files": n, "bytes": size, "bytes_per_file": ...}``.
+        ``{"index", "files", "bytes", "bytes_per_file", "series", "footers_read"}``.
 
     Raises:
         FileExistsError: ``out`` holds a file that is not an index of this library.
-        ValueError: ``data`` is a glob or a list and no ``out`` was given.
-    """
+        ValueError: ``data`` is a glob or a list and no ``out`` was given."""
     import fsspec
 
     from dask_windows.sources.parquet import ParquetSource
@@ -134,39 +103,40 @@ def write_index(
     same_fs = type(out_fs) is type(fs) and _bucket(out_fs, target) == _bucket(fs, base)
     where = posixpath.dirname(target) if same_fs else None
     split = _incremental(fs, url, out_fs, target, where, series, storage_options) if not globbed else None
+    manifest = False
     if split is not None:  # the previous index tells the files it holds unchanged: only the others are read
         (kept, added), series = split
         previous = target if is_local(out_fs) else out_fs.unstrip_protocol(target)
-        opened = [ParquetSource(kept, storage_options, threads=threads, series=series, index=previous)]
+        opened = ParquetSource(kept, storage_options, threads=threads, series=series, index=previous)
+        entries = source_entries(opened, series, threads)
         if added and client is None:
-            opened.append(ParquetSource(added, storage_options, threads=threads, series=series, index=False))
-        files = len(kept) + len(added)
-        if client is None:
-            source, other = opened[-1], (opened[0] if added else None)
-            blob = index_bytes(source, base, series, where=where, threads=threads, kept=other)
-        else:  # the added files' footers read on the cluster, as a list of files (no listing there)
+            added_source = ParquetSource(added, storage_options, threads=threads, series=series, index=False)
+            entries += source_entries(added_source, series, threads)
+        elif added:  # the added files' footers read on the cluster, as a list of files (no listing there)
             from dask_windows.sources.parquet.index_cluster import cluster_entries
 
-            entries = source_entries(opened[0], series, threads)
-            if added:
-                entries += cluster_entries(client, source_entries, added, storage_options, series, series, threads)
-            blob = entries_index(entries, base, series, is_local(fs), where=where, manifest=False)
+            entries += cluster_entries(client, source_entries, added, storage_options, series, series, threads)
+        files, read = len(kept) + len(added), len(added)
     elif client is not None:  # listed here, every footer (and series column) read on the cluster
         from dask_windows.sources.parquet.index_cluster import cluster_entries, listed_entries
 
         listing, manifest_series = listed_entries(url, storage_options)
-        files = len(listing.files)
         scan = series if series is not None else manifest_series
         entries = cluster_entries(client, source_entries, listing.urls, storage_options, series, scan, threads, listing)
-        blob = entries_index(entries, base, scan, is_local(fs), where=where, manifest=manifest_series is not None)
-        series = scan
+        files = read = len(listing.files)
+        series, manifest = scan, manifest_series is not None
     else:
         source = ParquetSource(url, storage_options, threads=threads, series=series, index=False)
-        files = len(source.files)
-        if series is None:
-            series = source.manifest_series
-        blob = index_bytes(source, base, series, where=where, threads=threads)
-    _refuse_foreign(out_fs, target)
+        series = series if series is not None else source.manifest_series
+        entries = source_entries(source, series, threads)
+        files = read = len(source.files)
+        manifest = source.manifest_series is not None
+    blob = entries_index(entries, base, series, is_local(fs), where=where, manifest=manifest)
+    if out_fs.exists(target) and not is_index(out_fs.cat_file(target)):
+        raise FileExistsError(
+            f"{target} exists and is not a dask_windows index; the index is never written over another file: "
+            "choose another out path or remove it"
+        )
     if is_local(out_fs):
         tmp = f"{target}.tmp-{os.getpid()}"
         with open(tmp, "wb") as dst:
@@ -181,15 +151,16 @@ def write_index(
         "bytes": len(blob),
         "bytes_per_file": len(blob) / files,
         "series": series,
-        "footers_read": len(added) if split is not None else files,
+        "footers_read": read,
     }
 
 
 def _incremental(
     fs: Any, url: str, out_fs: Any, target: str, where: str | None, series: str | None, options: dict | None
 ) -> tuple[tuple[list[str], list[str]], str | None] | None:
-    """``((files unchanged in the index at target, files added or changed), its series)`` as URLs, when
-    ``target`` holds a readable index of this folder (of ``series``, if given); else ``None``."""
+    """``((files unchanged in the index at target, files added or changed), its series)`` as URLs when
+    ``target`` is a readable index of this folder (of ``series``, if given); else ``None``."""
+    from dask_windows.sources.identity import from_info
     from dask_windows.sources.parquet import PARQUET_SUFFIXES
     from dask_windows.sources.parquet.footers import list_files
     from dask_windows.sources.parquet.index_open import index_root, read_index
@@ -212,20 +183,11 @@ def _incremental(
     added: list[str] = []
     for path in files:
         i, info = rows.get(path), listed.get(path) or {}
-        now = _version(info, is_local(fs))
+        now = info.get("mtime_ns") if is_local(fs) else from_info(info).version  # as the index writes it
+        now = None if now is None else str(now)
         same = i is not None and info.get("size") == sizes[i] and now is not None and now == versions[i]
         (kept if same else added).append(path if is_local(fs) else fs.unstrip_protocol(path))
     return ((kept, added), header["series"]) if kept else None
-
-
-def _version(info: dict, local: bool) -> str | None:
-    """A listing entry's version as the index writes it (``mtime`` in ns on local disk, else the store's)."""
-    from dask_windows.sources.identity import from_info
-
-    if local:
-        return None if info.get("mtime_ns") is None else str(info["mtime_ns"])
-    version = from_info(info).version
-    return None if version is None else str(version)
 
 
 def _bucket(fs: Any, path: str) -> str:
@@ -233,22 +195,9 @@ def _bucket(fs: Any, path: str) -> str:
     return "" if is_local(fs) else path.lstrip("/").split("/", 1)[0]
 
 
-def _refuse_foreign(fs: Any, target: str) -> None:
-    """Raise ``FileExistsError`` when ``target`` exists and is not an index of this library."""
-    if not fs.exists(target):
-        return
-    if not is_index(fs.cat_file(target)):
-        raise FileExistsError(
-            f"{target} exists and is not a dask_windows index; the index is never written over another file: "
-            "choose another out path or remove it"
-        )
-
-
 def verify_index(data: str | os.PathLike, index: Any = None, *, storage_options: dict | None = None) -> dict:
-    """List the dataset ``data`` and compare every file with its index (``index`` as ``ParquetSource``'s).
-
-    Returns ``{"index": where, "files": n}``; raises ``DataError`` naming the first file added,
-    deleted or changed (or the index damaged or old), ``FileNotFoundError`` when there is none."""
+    """List the dataset ``data`` and compare every file with its index; ``{"index": where, "files": n}``, or
+    ``DataError`` naming the first file added, deleted or changed (``FileNotFoundError``: no index)."""
     from dask_windows.sources.parquet import PARQUET_SUFFIXES
     from dask_windows.sources.parquet.footer_index import find_index
     from dask_windows.sources.parquet.footers import list_files
@@ -263,7 +212,7 @@ def verify_index(data: str | os.PathLike, index: Any = None, *, storage_options:
     path, blob = found
     show = (lambda p: p) if local else fs.unstrip_protocol
     where = show(path) if index is None else os.fspath(index)
-    root = None if any(ch in url for ch in "*?[") else fs._strip_protocol(url).rstrip("/")
+    root = folder_of(fs, url)
     opened = open_index(blob, where, files, listed, local, None, root, show, True, posixpath.dirname(path))
     if local:
         identities = IndexedIdentities(opened)

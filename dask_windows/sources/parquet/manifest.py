@@ -1,22 +1,22 @@
-"""What ``ParquetSource`` records at open: the manifest, file identities, cache versions (a mixin).
-
-A ``dask-windows convert`` manifest is used when it describes exactly the files opened (else it
-is warned about and the series column is scanned; a version-2 manifest raises instead)."""
+"""What ``ParquetSource`` records at open: the ``convert`` manifest (used when it names exactly the files
+opened; else warned about and the series column scanned, or raising for version 2), file identities,
+cache versions."""
 
 from __future__ import annotations
 
-import os
 import posixpath
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from dask_windows.sources.parquet.footers import Footer, map_in_blocks
+from dask_windows.errors import DataError
+from dask_windows.sources.parquet.footers import Footer, folder_of, map_in_blocks
 from dask_windows.sources.retry import RetryPolicy
 
 __all__ = ["ParquetManifest"]
 
 
 class ParquetManifest:
-    """``ParquetSource``'s manifest, identities and cache (a mixin: ``ParquetSource`` sets the attributes)."""
+    """``ParquetSource``'s manifest, identities and cache (a mixin)."""
 
     fs: Any
     local: bool
@@ -24,24 +24,18 @@ class ParquetManifest:
     files: list[str]
     manifest_series: str | None
     _footers: dict[str, Footer]
-    _listed_sizes: tuple[list[str], list]
 
     if TYPE_CHECKING:
 
         def _url(self, path: str) -> str: ...
 
-    @property
-    def _listed(self) -> dict:
-        """The listing's size of each file (``None`` where it had none), built when a manifest asks."""
-        return dict(zip(*self._listed_sizes))
-
-    def _load_manifest(self, data: Any) -> dict | None:
+    def _load_manifest(self, data: Any, listed_sizes: Iterable[tuple[str, int | None]]) -> dict | None:
         """``{"series", "runs", "manifest", "root"}`` of a ``convert`` manifest matching the files, else ``None``."""
         from dask_windows.sources.manifest import manifest_run_arrays, read_manifest
 
-        if not isinstance(data, (str, os.PathLike)) or any(ch in os.fspath(data) for ch in "*?["):
+        root = folder_of(self.fs, data)
+        if root is None:
             return None
-        root = self.fs._strip_protocol(os.fspath(data)).rstrip("/")
         footers = getattr(self, "_footers", None)
         if getattr(getattr(footers, "_files", None), "unlisted", False):  # opened from an index, no listing
             if not footers._files.manifest:  # type: ignore[union-attr]
@@ -56,9 +50,7 @@ class ParquetManifest:
         self.manifest_series = manifest["series"]
         entries = {posixpath.join(root, f["path"]): f for f in manifest["files"]}
         ids = getattr(self, "_identities", {})
-        listed = {
-            p: (ids[p].size if p in ids and ids[p].size is not None else size) for p, size in self._listed.items()
-        }
+        listed = {p: (ids[p].size if p in ids and ids[p].size is not None else size) for p, size in listed_sizes}
         # a version-2 (spread) manifest cannot fall back to scanning: its own checks below raise
         changes = (
             compare_manifest(self._url(root), entries, listed, remote=not self.local) if manifest["version"] < 2 else []
@@ -74,8 +66,6 @@ class ParquetManifest:
                 raw = None if hasattr(footer, "key_values") else footer.raw  # listing at open (footer_index)
                 rewritten = _rewritten(entry, listed.get(path), raw)
                 if rewritten and manifest["version"] >= 2:
-                    from dask_windows.errors import DataError
-
                     raise DataError(
                         f"{self._url(path)} does not match the manifest of {self._url(root)} ({rewritten}): it "
                         "was rewritten or replaced after `dask-windows convert` wrote it; this dataset was converted in chunks spread over "
@@ -87,8 +77,6 @@ class ParquetManifest:
                     return None
             if entry is None or entry["rows"] != self._footers[path].num_rows:
                 if manifest["version"] >= 2:  # chunks of many stretches: the series column cannot recover them
-                    from dask_windows.errors import DataError
-
                     raise DataError(
                         f"the manifest of {root} does not match {self._url(path)} (a file missing, added or "
                         "rewritten); this dataset was converted in chunks spread over its files, which only the "
@@ -106,8 +94,6 @@ class ParquetManifest:
                     return None
             runs[path] = manifest_run_arrays(entry["runs"])
         if manifest["version"] >= 2 and len(runs) != len(entries):
-            from dask_windows.errors import DataError
-
             missing = sorted(set(entries) - set(runs))
             raise DataError(
                 f"the manifest of {root} lists {len(missing)} files that are not there (first: {self._url(missing[0])}); "
@@ -117,16 +103,12 @@ class ParquetManifest:
         return {"series": manifest["series"], "runs": runs, "manifest": manifest, "root": root}
 
     def _record_identities(self, listed: dict, opened: dict | None = None) -> dict:
-        """Each file's ``identity.FileIdentity`` at open: the ``fstat`` of its open (``opened``) or
-        ``os.stat`` locally, the listing remotely."""
+        """Each file's ``FileIdentity`` at open: the ``fstat`` of its open or ``os.stat`` locally, the listing remotely."""
         from dask_windows.sources import identity
 
         if self.local:
             known = {path: o.identity for path, o in (opened or {}).items() if o.identity is not None}
-            return {
-                path: known.get(path) or identity.local_from_listing(listed.get(path)) or identity.local(path)
-                for path in self.files
-            }
+            return {path: known.get(path) or identity.local(path) for path in self.files}
         return {path: identity.from_info(listed.get(path)) for path in self.files}
 
     def _open_cache(self, cache_dir: Any, cache_bytes: int | None) -> tuple[Any, dict[str, str]]:
@@ -141,8 +123,8 @@ class ParquetManifest:
 
 
 def _rewritten(entry: dict, size: int | None, raw: bytes | None) -> str:
-    """How a file differs from its manifest entry ("" when it does not): its ``size`` now, or its footer
-    ``raw`` as read at open (``None`` when opened from the index, whose identity check stands for it)."""
+    """How a file differs from its manifest entry (``""``: it does not), by its ``size`` now or its footer
+    ``raw`` (``None`` when opened from the index, whose identity check stands for it)."""
     from dask_windows.sources.manifest import footer_digest
 
     if size is not None and entry["bytes"] != size:

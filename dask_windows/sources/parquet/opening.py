@@ -32,17 +32,17 @@ from dask_windows.sources.parquet.footers import (
     FOOTER_BYTES,
     TAIL_BATCH,
     Footer,
-    footer_of,
     footer_reader,
     map_in_blocks,
+    pack_runs,
     read_local,
-    row_group_splits,
+    split_sizes,
     tail_runs,
 )
 from dask_windows.sources.parquet.ranges import chunk_ranges
 from dask_windows.sources.retry import DeadlineExceeded, RetryPolicy
 
-__all__ = ["LOCAL_OPEN_THREADS", "ParquetOpening"]
+__all__ = ["LOCAL_OPEN_THREADS", "ParquetOpening", "number_schemas"]
 
 
 log = logging.getLogger("dask_windows.sources.parquet")
@@ -156,47 +156,47 @@ class ParquetOpening:
                 )
             tail, _ = self._tail(path, needed)
             reader, needed = footer_reader(tail, path)
-        meta = reader.metadata  # never asked for its schema: see footer_reader
-        if size is None:
-            if len(tail) < FOOTER_BYTES:  # the tail is the whole file
-                size = len(tail)
-            else:  # a lower bound is enough: pyarrow only checks chunks lie inside the file
-                ends = [b for _, b in chunk_ranges(meta, range(meta.num_row_groups), [])]
-                size = max(ends, default=4) + needed
-        schema = self._file_schema(reader, meta, series)[0]
-        splits = row_group_splits(meta, partition_bytes)
-        runs = None
-        if series is not None and len(splits) == 1:
-            try:
-                runs = tail_runs(meta, schema, series, tail, size)
-            except Exception:  # the series scan reads it again and reports what is wrong
-                log.debug("series %r of %s not scanned from its tail", series, path, exc_info=True)
-        return _Opened(footer_of(meta, tail, needed, size), schema, splits, runs)
+        return self._opened(path, reader, tail, needed, size, partition_bytes, series)
 
     def _open_local_file(self, path: str, partition_bytes: int, series: str | None) -> _Opened:
-        """Open one local file the fast way (one ``read_local``, one walk of the row groups); raises on
-        anything unusual, and ``_open_file`` then opens it the retried way and reports it."""
+        """Open one local file the fast way (one ``read_local``); raises on anything unusual, and
+        ``_open_file`` then opens it the retried way and reports it."""
         tail, stat = read_local(path)
-        size = stat.st_size
         reader, needed = footer_reader(tail, path)
         if reader is None:
-            raise SourceReadError(f"{path} is shorter ({size:,} bytes) than its footer claims ({needed:,} bytes)")
+            raise SourceReadError(
+                f"{path} is shorter ({stat.st_size:,} bytes) than its footer claims ({needed:,} bytes)"
+            )
+        identity = FileIdentity(stat.st_size, stat.st_mtime_ns)
+        return self._opened(path, reader, tail, needed, stat.st_size, partition_bytes, series, identity)
+
+    def _opened(
+        self,
+        path: str,
+        reader: Any,
+        tail: bytes,
+        needed: int,
+        size: int | None,
+        partition_bytes: int,
+        series: str | None,
+        identity: FileIdentity | None = None,
+    ) -> _Opened:
+        """One file from its footer, in one walk of its row groups: their rows, the partitions, and the
+        series runs the statistics tell (else ``tail_runs``) when the file is one partition."""
         meta = reader.metadata  # never asked for its schema: see footer_reader
+        if size is None:  # unlisted: the tail is the whole file, or a lower bound (pyarrow checks chunks lie inside)
+            ends = [b for _, b in chunk_ranges(meta, range(meta.num_row_groups), [])]
+            size = len(tail) if len(tail) < FOOTER_BYTES else max(ends, default=4) + needed
         schema, column, key_dtype = self._file_schema(reader, meta, series)
         rows: list[int] = []
-        splits: list[list[int]] = [[]]
-        nbytes = 0
+        group_bytes: list[int] = []
         keys: list = []  # the series id of each run, while every row group holds one (min == max)
         lengths: list[int] = []
         for g in range(meta.num_row_groups):
             group = meta.row_group(g)
-            count, group_bytes = group.num_rows, group.total_byte_size
+            count = group.num_rows
             rows.append(count)
-            if splits[-1] and nbytes + group_bytes > partition_bytes:
-                splits.append([])
-                nbytes = 0
-            splits[-1].append(g)
-            nbytes += group_bytes
+            group_bytes.append(group.total_byte_size)
             if column < 0 or count == 0:
                 continue
             stats = group.column(column).statistics
@@ -208,24 +208,19 @@ class ParquetOpening:
             else:
                 keys.append(low)
                 lengths.append(count)
+        splits = split_sizes(group_bytes, partition_bytes)
         runs: Any = None
         if len(splits) == 1 and series is not None:
-            if column >= 0 and len(keys) == 1:  # (3, runs): starts, lengths, keys as parquet._pack_runs packs them
-                runs = (np.array(((0,), (lengths[0],), (keys[0],)), np.int64), key_dtype)
-            elif column >= 0 and rows:
-                packed = np.empty((3, len(keys)), np.int64)
-                packed[1], packed[2] = lengths, keys
-                packed[0, :1] = 0
-                np.cumsum(packed[1, :-1], out=packed[0, 1:])
-                runs = (packed, key_dtype)
+            if column >= 0:
+                counts = np.array(lengths, np.int64)
+                runs = pack_runs((np.cumsum(counts) - counts, counts, np.array(keys, key_dtype)))
             elif column != _NO_SERIES:
                 try:
                     runs = tail_runs(meta, schema, series, tail, size)
                 except Exception:  # the series scan reads it again and reports what is wrong
                     log.debug("series %r of %s not scanned from its tail", series, path, exc_info=True)
         footer = Footer(tail[-needed:] if needed < len(tail) else tail, size, tuple(rows))
-        identity = FileIdentity(size, stat.st_mtime_ns)
-        return _Opened(footer, schema, [tuple(g) for g in splits], runs, identity)
+        return _Opened(footer, schema, splits, runs, identity)
 
     def _file_schema(self, reader: Any, meta: Any, series: str | None) -> tuple[Any, int, Any]:
         """``(Arrow schema, series column or -1, its numpy dtype)`` of an opened file; files written by
@@ -253,14 +248,9 @@ class ParquetOpening:
 
     def _open_error(self, path: str, exc: BaseException) -> SourceReadError:
         kind = classify(exc)
-        error = failure_message(kind, f"cannot read the Parquet footer of {self._url(path)}", exc)
+        error = failure_message(kind, f"cannot read the Parquet footer of {self._url(path)}", exc, opening=True)
         if kind == "corrupt" and (other := wrong_format(self._url(path))):
             error.args = (f"cannot read the Parquet footer of {self._url(path)}: {error_text(exc)}; {other}",)
-        if kind == "transient":
-            error.args = (
-                error.args[0] + " (a file failing this way is not skipped while opening, even with "
-                "on_error='skip', so every rank opens the same dataset)",
-            )
         return error
 
 
@@ -284,12 +274,19 @@ def _leaf_column(meta: Any, schema: Any, series: str | None) -> tuple[int, Any]:
         column < 0
         or meta.num_row_groups == 0
         or not pa.types.is_integer(kind)
-        or kind == pa.uint64()  # keys above 2**63 do not fit the packed int64 runs
         or column >= meta.num_columns
         or meta.row_group(0).column(column).path_in_schema != series
     ):
         return -1, None
     return column, np.dtype(kind.to_pandas_dtype())
+
+
+def number_schemas(opened: dict[str, _Opened], files: list[str]) -> tuple[list, list[int]]:
+    """``(the distinct schemas, each file's number in them)``: files share schema objects (``_file_schema``)."""
+    numbers: dict[int, tuple[int, Any]] = {}
+    for path in files:
+        numbers.setdefault(id(opened[path].schema), (len(numbers), opened[path].schema))
+    return [schema for _, schema in numbers.values()], [numbers[id(opened[path].schema)][0] for path in files]
 
 
 def _open_local(one: Callable[[str], Any], files: list[str], threads: int) -> list:

@@ -58,7 +58,16 @@ class ParsedFooters:
         meta = footer.metadata
         size = PARSED_PER_BYTE * int(getattr(meta, "serialized_size", 0) or 0)
         if size > self.limit:
-            self._warn_once(path, meta, size)
+            if path not in self._warned:  # said once per file: the time it costs, the remedy
+                self._warned.add(path)
+                warnings.warn(
+                    f"{path}: its footer ({meta.num_row_groups:,} row groups) parses to about {size >> 20} MiB, more "
+                    f"than the {self.limit >> 20} MiB of parsed footers a source keeps (PARSED_FOOTER_BYTES), so every "
+                    "read of it parses it again (tens to hundreds of milliseconds a read). Memory stays bounded; to read "
+                    "it faster, rewrite the data in larger row groups (`dask-windows convert`, about a million rows each)",
+                    RuntimeWarning,
+                    stacklevel=1,
+                )
             return meta
         with self._lock:
             old = self._parsed.pop(path, None)
@@ -68,20 +77,6 @@ class ParsedFooters:
             self._parsed[path] = (footer, meta, size)
             self._bytes += size
         return meta
-
-    def _warn_once(self, path: str, meta: Any, size: int) -> None:
-        """Say once per file that its footer is parsed on every read (the time it costs, the remedy)."""
-        if path in self._warned:
-            return
-        self._warned.add(path)
-        warnings.warn(
-            f"{path}: its footer ({meta.num_row_groups:,} row groups) parses to about {size >> 20} MiB, more than "
-            f"the {self.limit >> 20} MiB of parsed footers a source keeps (PARSED_FOOTER_BYTES), so every read of "
-            "it parses it again (tens to hundreds of milliseconds a read). Memory stays bounded; to read it "
-            "faster, rewrite the data in larger row groups (`dask-windows convert`, about a million rows each)",
-            RuntimeWarning,
-            stacklevel=2,
-        )
 
 
 class ParquetRows:

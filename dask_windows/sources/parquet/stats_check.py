@@ -1,19 +1,10 @@
 """Decoded values checked against the min/max statistics of their footer: a cheap corruption check.
 
-Parquet files without page CRCs (most writers' default) decode a flipped byte
-inside a data page as another valid number: nothing in the read fails. Most
-writers (pyarrow, Spark, DuckDB, polars) do store each column chunk's min and
-max in the footer, which the loader has read anyway. A decoded value outside
-them is proof of damage, so each numeric column read is compared with its
-row groups' statistics (numpy's minimum and maximum of each row group's values,
-viewed where Arrow decoded them: ``_min_max``; Arrow's own ``min_max`` cost
-38-47% of the time of the read it follows, numpy's 3-17%). A flip that keeps the
-value inside the range (a low mantissa byte of a float, most flips of a small
-integer) still passes: this narrows what only page CRCs close (docs/checks.md
-gives the measured share). Only signed integer and floating columns are
-compared, whose statistics every writer orders the same way (unsigned and
-logical types had writer bugs); a column without statistics is not checked.
-"""
+Without page CRCs a flipped byte in a data page decodes as another valid number; a decoded value
+outside its row group's footer min/max is proof of damage (a flip inside the range still passes:
+docs/checks.md gives the measured share). Only signed integer and floating columns are compared
+(whose statistics every writer orders alike), by numpy's min and max of the values viewed where
+Arrow decoded them (Arrow's ``min_max`` cost 38-47% of a read, numpy's 3-17%)."""
 
 from __future__ import annotations
 
@@ -38,16 +29,9 @@ def _bounds(column_meta: Any) -> tuple[Any, Any] | None:
 
 
 def outside_statistics(meta: Any, row_groups: Sequence[int], table: Any) -> str | None:
-    """Where a decoded value of ``table`` lies outside its row group's footer min/max, or ``None``.
-
-    Args:
-        meta: The file's ``pyarrow.parquet.FileMetaData``.
-        row_groups: The row groups ``table`` holds, in order.
-        table: Their decoded columns (a ``pyarrow.Table``).
-
-    Returns:
-        ``"column 'x' of row group 3 holds 1.2e+38, outside the footer's [0, 99]"``, or ``None``.
-    """
+    """Where a decoded value of ``table`` (the row groups ``row_groups`` of the file of ``meta``) lies outside
+    its row group's footer min/max (``"column 'x' of row group 3 holds 1.2e+38, outside the footer's
+    [0, 99]: ..."``), or ``None``."""
     # column names from a row group's chunks, not ``meta.schema``: the schema and its metadata refer to each
     # other, a cycle that kept every read's parsed footer alive until a full garbage collection
     first = meta.row_group(0) if meta.num_row_groups else None
@@ -74,12 +58,9 @@ def outside_statistics(meta: Any, row_groups: Sequence[int], table: Any) -> str 
 
 
 def _min_max(column: Any) -> tuple[Any, Any]:
-    """``(min, max)`` of a (chunked) Arrow column as Python values, nulls and NaN left out (Arrow's ``min_max``).
-
-    A signed integer or floating column without nulls is viewed as numpy arrays, one per chunk (no
-    copy), and reduced by numpy; a NaN among floats (numpy's minimum and maximum propagate it),
-    nulls and other types take Arrow's ``min_max``, whose NaN and null semantics these are.
-    """
+    """``(min, max)`` of a (chunked) Arrow column, nulls and NaN left out as Arrow's ``min_max`` does: a
+    signed integer or float column without nulls viewed and reduced by numpy, anything else (or a NaN)
+    by Arrow."""
     import pyarrow as pa
 
     kind = column.type
