@@ -234,8 +234,12 @@ def check_column_types(source: Any, columns: Sequence, roles: dict) -> None:
     files = getattr(source, "files", None)
     if schemas and files:
         url = getattr(source, "_url", lambda p: p)
-        for path, schema in zip(files, schemas):
-            _check_schema_types(schema, url(path), columns, roles)
+        numbers = getattr(source, "_schema_numbers", None) or range(len(files))  # each file's distinct schema
+        first: dict[int, str] = {}
+        for path, number in zip(files, numbers):
+            first.setdefault(number, path)  # the file named for a schema: the first that has it
+        for number, path in first.items():
+            _check_schema_types(schemas[number], url(path), columns, roles)
         return
     schema = getattr(source, "schema", None)
     if schema is not None and hasattr(schema, "field") and hasattr(schema, "names"):  # a pyarrow Schema

@@ -554,3 +554,22 @@ def test_deadline_bounds_a_call_and_retries_within_it():
     for bad in (0, -1, True, "5"):
         with pytest.raises(ConfigError, match="timeout"):
             with_deadline(RetryPolicy(), bad)
+
+
+def test_the_type_check_names_the_file_of_each_distinct_schema():
+    """Files share schema objects (``_schemas`` are the distinct ones, ``_schema_numbers`` each file's):
+    a text column is reported in the first file whose schema has it, not in the file at the schema's
+    position in the list (the sources check that the column has one type first, so this is the check alone)."""
+    import types
+
+    import pyarrow as pa
+
+    from dask_windows.opening.checks import check_column_types
+
+    files = types.SimpleNamespace(
+        files=["a.parquet", "b.parquet", "c.parquet"],
+        _schemas=[pa.schema([("f", pa.float64())]), pa.schema([("f", pa.string())])],
+        _schema_numbers=[0, 0, 1],
+    )
+    with pytest.raises(SchemaError, match=r"feature 'f' of c\.parquet is string, not a number"):
+        check_column_types(files, ["f"], {"f": "feature"})
