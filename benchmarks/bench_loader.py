@@ -95,6 +95,8 @@ def first_child(arg: str) -> None:
         frame = dd.read_parquet(root, columns=["sid", *features])
         opened = time.perf_counter()
         it = hand_batches(frame, features, B, L, 1)
+        if job.get("contiguous"):  # (B, C, L) laid out as (B, L, C): made what dw yields, as a model would
+            it = (x.contiguous() for x in it)
     else:
         if job.get("whole_pool"):  # the order before issue 33: the whole pool read before the first step
             import dask_windows.planning.budget as pool_module
@@ -144,6 +146,12 @@ def first_rows(directory: str, partitions: int, rows: int, seconds: float, round
         # before issue 33: the whole pool read before the first step, and no next-pass read-ahead (with it on,
         # the patched fill makes the next pass read its whole pool during this pass's measured seconds)
         "dw, pool filled": {"kind": "dw", "kw": {"next_pass_seconds": 0}, "whole_pool": True},
+        # the same work on both sides: the hand loop's (B, C, L) is a view laid out as (B, L, C) (each window
+        # one run of L x C values), which dw yields with layout="NLC"; made contiguous, it is dw's default
+        "dw, layout NLC": {"kind": "dw", "kw": {"layout": "NLC"}},
+        "hand, contiguous": {"kind": "hand", "contiguous": True},
+        # the hand loop's mixing: a batch draws on one file's rows (16 MB), not on a pool of 128 MB
+        "dw, 20 MB pool": {"kind": "dw", "kw": {"buffer_bytes": 20 << 20}},
     }
     got: dict[str, list[dict]] = {name: [] for name in contenders}
     for _ in range(rounds):
@@ -174,6 +182,12 @@ def first_rows(directory: str, partitions: int, rows: int, seconds: float, round
     print(
         f"  dw / hand: open+first {(dw_['open'] + dw_['first']) / (hand['open'] + hand['first']):.2f}x (goal <= 2), "
         f"first batch after open {dw_['first'] / hand['first']:.2f}x, steady {dw_['rate'] / hand['rate']:.2f}x (goal >= 0.9)"
+    )
+    same = med["dw, layout NLC"]["rate"] / hand["rate"], dw_["rate"] / med["hand, contiguous"]["rate"]
+    small = med["dw, 20 MB pool"]["rate"] / hand["rate"]
+    print(
+        f"  the same output: dw NLC / hand {same[0]:.2f}x, dw / hand made contiguous {same[1]:.2f}x; "
+        f"the hand loop's mixing (dw with a 20 MB pool) / hand {small:.2f}x"
     )
     scan_root = os.path.join(directory, "scan")
     write_dataset(os.path.join(scan_root, "warm"), 1, rows=1_000)

@@ -234,7 +234,8 @@ def check_column_types(source: Any, columns: Sequence, roles: dict) -> None:
     files = getattr(source, "files", None)
     if schemas and files:
         url = getattr(source, "_url", lambda p: p)
-        numbers = getattr(source, "_schema_numbers", None) or range(len(files))  # each file's distinct schema
+        numbers = getattr(source, "_schema_numbers", None)  # each file's distinct schema (a list or an array)
+        numbers = range(len(files)) if numbers is None else [int(n) for n in numbers]
         first: dict[int, str] = {}
         for path, number in zip(files, numbers):
             first.setdefault(number, path)  # the file named for a schema: the first that has it

@@ -556,7 +556,8 @@ def test_deadline_bounds_a_call_and_retries_within_it():
             with_deadline(RetryPolicy(), bad)
 
 
-def test_the_type_check_names_the_file_of_each_distinct_schema():
+@pytest.mark.parametrize("numbers", [[0, 0, 1], np.array([0, 0, 1])], ids=["list", "array (from an index)"])
+def test_the_type_check_names_the_file_of_each_distinct_schema(numbers):
     """Files share schema objects (``_schemas`` are the distinct ones, ``_schema_numbers`` each file's):
     a text column is reported in the first file whose schema has it, not in the file at the schema's
     position in the list (the sources check that the column has one type first, so this is the check alone)."""
@@ -569,7 +570,7 @@ def test_the_type_check_names_the_file_of_each_distinct_schema():
     files = types.SimpleNamespace(
         files=["a.parquet", "b.parquet", "c.parquet"],
         _schemas=[pa.schema([("f", pa.float64())]), pa.schema([("f", pa.string())])],
-        _schema_numbers=[0, 0, 1],
+        _schema_numbers=numbers,
     )
     with pytest.raises(SchemaError, match=r"feature 'f' of c\.parquet is string, not a number"):
         check_column_types(files, ["f"], {"f": "feature"})
