@@ -1,50 +1,23 @@
 """The next pass's first units, read while this pass's last step is drained.
 
-A pass waits for its first units (its fill, ``PoolPlan.fill``: about
-``POOL_FIRST_BYTES`` decoded; whole partitions: ``buffer_partitions`` of them)
-before its first batch; on a small dataset whose epochs last a fraction of a
-second that wait is a large share of the epoch. Yet while the consumer drains a
-pass's last step the reader has nothing to do. So when the consumer takes that
-step (``pipeline.stream``'s ``last``), ``begin`` plans the pass the dataset
-will most likely run next (the next epoch, or the one ``set_epoch`` chose during
-the pass; the same reader; nothing skipped) and reads its first units into that
-pass's own pool arrays (``runtime.pool.UnitReads``); nothing is built ahead. The
-next ``iter()`` compares its own plan and configuration with the one read ahead
-(``claim``): the same, it takes over those reads and reads the rest of its fill at
-once (``Prefetcher.widen``); else they are stopped and it reads as before. What a
-pass yields is a function of its plan alone, so batches are the same bit for bit
-either way.
+A pass waits for its fill (``PoolPlan.fill``) before its first batch; on a small
+dataset that wait is a large share of an epoch, while the reader idles as the
+consumer drains the last step. So on that step (``pipeline.stream``'s ``last``),
+``begin`` plans the likely next pass (the epoch ``set_epoch`` chose, else the
+next; same reader; nothing skipped) and reads its first units into that pass's
+own pool arrays (``runtime.pool.UnitReads``). The next ``iter()`` ``claim``s them
+when its plan and key match, else they are dropped; batches are a function of
+the plan alone, so they are the same bit for bit either way.
 
-What it holds, and when it lets go: from the last step's drain to the next
-``iter()``, the next pass's first units and its plan. It is released, its thread
-stopped and joined (at most ``JOIN_SECONDS``; a read in flight then ends on its
-own), by ``close()``, by ``set_epoch`` to another epoch, by ``load_state_dict``,
-when the dataset is garbage collected, before the process forks (no reader
-thread inside pyarrow at a fork), when the next pass's plan differs, and
-``next_pass_seconds`` (default 30) after the pass ends if no pass claims it: a
-validation loop that runs between two epochs holds it that long, at no CPU cost.
-``next_pass_seconds=0`` (or ``prefetch_partitions=0``) turns it off; it is also
-off with ``on_error="skip"`` (a skip is recorded and warned by the pass that
-reads it), with a device feed (its pool lives on the device), for elastic resumes
-and, in a DataLoader worker, for the worker's first pass (a worker that is not
-persistent ends after it). A file changed since the dataset was opened is caught
-as today: local files are checked again (``Source.unchanged``, one ``stat``
-each) before the units are used, and a change drops them, so the pass reads the
-file itself and raises today's error; remote files are checked by their reads
-only, as in a pass. An exception in the read ahead is never raised there: the
-pass drops what was read and reads again.
-
-What it receives: a ``NextPass``, built by the dataset (``WindowDataset._next_pass``)
-and put in a pass's values (``runtime.values.PassValues.next_pass``), holds the
-dataset's ``Slot``, its settings and what a pass's units depend on as values,
-and what must be asked when the read-ahead starts (the epoch ``set_epoch`` chose,
-the worker's pass count, a plan, pass values) as callables; never the dataset's
-members. A read-ahead keeps its key's values and its plan, and watches the
-``Slot`` weakly: the thread and the expiry timer never keep the dataset alive.
-
-The trade-off: the first batch of a pass comes sooner (or at once) for memory
-the pass already had and a thread that waits between passes; a pass that is
-not the one predicted wastes its first units' reads.
+Released (thread joined at most ``JOIN_SECONDS``) by ``close()``, ``set_epoch``
+to another epoch, ``load_state_dict``, collection of the dataset (its ``Slot`` is
+watched weakly), a fork, a plan that differs, and ``next_pass_seconds`` after
+the pass ends unclaimed. Off with ``next_pass_seconds=0``,
+``prefetch_partitions=0``, ``on_error="skip"``, a device feed, elastic resumes
+and a DataLoader worker's first pass. Local files are checked again
+(``Source.unchanged``) before use; an exception while reading ahead is never
+raised here: the pass reads again. Trade-off: a sooner first batch for memory
+the pass already had; a mispredicted pass wastes its first reads.
 """
 
 from __future__ import annotations
