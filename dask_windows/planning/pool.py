@@ -584,11 +584,7 @@ def step_order(plan: PoolPlan, step: int, size: int) -> np.ndarray | None:
 
 
 def shuffle_step(plan: PoolPlan, step: int, window: np.ndarray) -> None:
-    """``window[step_order(plan, step, len(window))]`` in place (as ``shuffle_unit``: no index, no gather).
-
-    At the default's shape the last step holds most of the epoch (7.4M windows at 8 files of 1M rows):
-    its 60 MB index and the gather through it held up the batches for a second.
-    """
+    """``window[step_order(plan, step, len(window))]`` in place (as ``shuffle_unit``: no index, no gather)."""
     if plan.shuffle and len(window) >= 2:
         rng_for(*plan.entropy, 0x9003, step).shuffle(window)
 

@@ -252,13 +252,7 @@ def bind(workflow: Any, source: Any, **settings: Any) -> tuple[Emitter, Workflow
 def copy_dtype(wf: Workflow, code_dtype: str) -> str:
     """The dtype of the buffer's copy of the categorical channels (``WindowSpec.code_dtype``): the narrowest
     integer holding every code, where each categorical output is written last by ``Categorify`` (codes
-    ``0 .. cardinality - 1``), else ``code_dtype``, the named batch's own.
-
-    Each batch gathers a window's codes from that copy (``runtime.batch.Gatherer.codes_at``) and the
-    emitter widens them to ``code_dtype``: the gather reads 1 byte a code instead of 8 (int64), which at
-    B=128, window 96, stride 4 is most of what a named batch's gather reads beyond the float32 channels
-    (the windows start at random rows of the pool: the bytes read, not the bytes written, cost most).
-    """
+    ``0 .. cardinality - 1``), else ``code_dtype``, the named batch's own."""
     if code_dtype == "narrow":  # (``narrow_dtype``: never narrower than this copy)
         code_dtype = "int64"
     bound = code_bound(wf, wf.categorical)

@@ -1,39 +1,21 @@
 """A workflow's transformed reads kept across epochs: in memory up to a byte budget, past it on a local disk.
 
-Every epoch reads the same row ranges again (a pool unit, a piece) and, with a workflow,
-transforms them again: at B=128, window 96, stride 4 that is the whole cost of a workflow over
-streaming the same channels stored ready (benchmarks/log/workflow_cost.md). ``TransformCache``
-keeps each range's transformed columns, keyed by what decides them: the partition, the rows,
-the columns asked for and the fitted workflow (``token``: a checksum of its artifact, checked
-once a pass, so a refit clears it). A hit returns the arrays kept (read-only), equal to what a
-fresh read returns; the file is not read then, so a file rewritten after the dataset was opened
-is noticed at a miss only (its plan was made from what it held at open; open a new dataset to
-read new data).
-
-Policy: keep what fits, never evict. Each epoch reads its units in a new random order; when the
-data outgrow the budget, a least-recently-used cache evicts ranges before they come round again
-and keeps fewer hits than one that holds the first ranges read (``benchmarks/log/workflow_cost.md``
-compares them). The memory is on top of the dataset's ``buffer_bytes``, per process: each
-DataLoader worker keeps its own (only with ``persistent_workers=True`` does it outlive an epoch).
+``TransformCache`` keeps each range's transformed columns (a pool unit, a piece), keyed by the
+partition, the rows, the columns asked for and the fitted workflow (``token``: its artifact's
+checksum, checked once a pass, so a refit clears it). A hit returns the arrays kept (read-only),
+equal to a fresh read; the file is not read then, so a file rewritten after opening is noticed
+at a miss only. Policy: keep what fits, never evict (each epoch reads its units in a new random
+order, where an LRU would evict ranges before they come round). Memory is per process, on top
+of ``buffer_bytes``.
 
 The disk tier (``Workflow(cache_dir=...)``, off by default): a range that does not fit in memory
-is written once to a file of its columns' bytes and read back in later epochs (one read, a CRC-32
-checked, the arrays read-only views of the bytes read) instead of being decoded and transformed
-again. What the file holds (each column's dtype, shape and offset, its size and CRC) is recorded
-in this process's memory only, so only files this cache wrote in this run are ever read back:
-none from an earlier run, another process or the data before a refit. The files go into a folder
-of the process's own, made with ``tempfile.mkdtemp`` inside ``cache_dir`` (a DataLoader worker's
-inside the opening process's), written under a temporary name and renamed, never synced, and
-removed with the cache (the dataset dropped, or the process's exit); nothing outside that folder
-is touched. A file found cut short or changed is removed and its rows read afresh. The trade-off:
-a file per range and no eviction (the same keep-what-fits), and the page cache decides whether a
-later read touches the disk; a killed process leaves its folder behind (see docs/workflows.md).
-
-Bytes on disk: at most ``disk_bytes`` (default: half the space free on that disk when the dataset
-is opened), a rank's DataLoader workers sharing it as they share the memory, and never leaving
-less than ``KEEP_FREE`` free there. Past that, or when a write fails (a full or read-only disk,
-the folder removed), the tier stops writing with one warning (``TransformCacheWarning``) and the
-epoch goes on: the ranges written are still read back, the others read and transformed again.
+is written once to a file (each column's bytes; layout and CRC-32 recorded in this process's
+memory only, so only files this cache wrote in this run are read back) in a private folder made
+with ``tempfile.mkdtemp`` inside ``cache_dir``, written under a temporary name and renamed, and
+removed with the cache; a file cut short or changed is removed and its rows read afresh. At most
+``disk_bytes`` (default: half the space free at open, shared by a rank's DataLoader workers),
+never leaving less than ``KEEP_FREE`` free; past that, or when a write fails, the tier stops
+writing with one ``TransformCacheWarning`` and the epoch goes on (docs/workflows.md).
 """
 
 from __future__ import annotations
