@@ -1,17 +1,10 @@
 """A unit's row ranges as a few row blocks, decoded and indexed in one pass.
 
-A unit of the pool is decoded from up to three disjoint row ranges of its
-partition (the rows kept for it by the unit before, its own, those kept by the
-unit after). Here they are:
-
-* decoded with a constant number of numpy calls per column, whatever the number
-  of blocks (``decode_blocks``: the blocks are laid end to end in one array), and
-* given their window starts for all segments at once (``segment_starts``,
-  ``segment_runs``: a ``repeat``/``cumsum`` pass instead of a loop per segment).
-
-The trade-off: one ``(n,)`` bookkeeping array per block; a float64 column with
-``nan="raise"`` is joined once in its own dtype before the cast, so that values
-beyond float32's range are seen as such.
+A pool unit is decoded from up to three disjoint row ranges of its partition (the rows kept by the
+unit before, its own, those kept by the unit after), laid end to end in one array with a constant
+number of numpy calls per column (``decode_blocks``), and given their window starts for all
+segments at once (``segment_starts``, ``segment_runs``). A float64 column with ``nan="raise"`` is
+joined in its own dtype before the cast, so values beyond float32's range are seen as such.
 """
 
 from __future__ import annotations
@@ -110,16 +103,8 @@ def _fill(out: np.ndarray, views: Sequence[np.ndarray], check: bool) -> np.ndarr
 
 def _all_finite(values: np.ndarray) -> bool:
     """Whether no value of ``values`` (a float array) is NaN, ``±inf`` or, in a type wider than float32,
-    beyond float32's range (inf once in a batch): exactly when ``_bad_mask`` would find no row.
-
-    From its minimum and maximum alone: NaN propagates through both reductions, and the values
-    farthest below and above zero (an infinity among them) are one of them, so both finite and
-    within float32's range means every value is. They only read the values, where the elementwise
-    check writes masks: per 250k values here, 86 against 341 us for float64 (``isfinite``, ``abs``
-    and the range mask), 27 us for float32, on every row a reader decodes (``nan="raise"``). A sum,
-    one pass, took 44 us for float32 and overflows on large finite values (then the elementwise
-    pass is needed anyway); a dot product wakes BLAS's threads on float64.
-    """
+    beyond float32's range: exactly when ``_bad_mask`` would find no row. From the minimum and maximum
+    alone (NaN propagates through both; the extremes bound every value): reads only, no masks written."""
     if values.size == 0:
         return True
     with np.errstate(invalid="ignore"):

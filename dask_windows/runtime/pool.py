@@ -1,20 +1,13 @@
 """Reading a pool plan: each unit decoded once into the pool's rows, each step's windows cut into batches.
 
-``pool_batches`` walks a reader's ``PoolPlan``: a reader thread (``Prefetcher``)
-decodes units in plan order into their rows of one pool array per pass (the
-fill's units at once, on ``fill_threads`` threads on a remote store); a builder
-thread (``Ahead``) turns each step into the shuffled pool rows of its windows;
-``pipeline.stream`` gathers the batches. The plan places units so that the
-resident ones, the step built ahead and the unit being read never share a row.
-
-Windows across a cut between two units are read with the later one; the
-earlier keeps their rows (``_Edges``), or the source is read again if it was
-unreadable. Windows of an unreadable unit (``on_error="skip"``) are replaced by
-other windows of their steps, so the batch count never changes. With a device
-feed the pool lives on the device (``ondevice.pool``). The next pass's first
-units may be read before its ``iter()`` (``UnitReads``, ``speedups.nextpass``).
-The plan and the budget's arithmetic (unit bounds, the summary and warning at
-open) are planning's (``planning.pool``, ``planning.budget``): this module runs.
+``pool_batches`` walks a reader's ``PoolPlan``: a reader thread (``Prefetcher``; the fill on
+``fill_threads`` threads on a remote store) decodes units in plan order into their pool rows; a
+builder thread (``Ahead``) turns each step into the shuffled pool rows of its windows;
+``pipeline.stream`` gathers the batches. Windows across a cut between two units are read with the
+later one, the earlier keeping their rows (``_Edges``). Windows of an unreadable unit
+(``on_error="skip"``) are replaced by other windows of their steps, so the batch count never
+changes. With a device feed the pool lives on the device; the next pass's first units may be read
+ahead (``UnitReads``, ``speedups.nextpass``). The arithmetic is ``planning.pool``'s and ``planning.budget``'s.
 """
 
 from __future__ import annotations

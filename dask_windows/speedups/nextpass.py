@@ -151,23 +151,12 @@ class Slot:
 
 @dataclass(frozen=True, eq=False)
 class NextPass:
-    """The hook a pass of the pool order calls (``runtime.values.PassValues.next_pass``), built by the dataset
-    (``WindowDataset._next_pass``): ``claim`` this pass's first units if they were read ahead, ``wanted`` /
-    ``begin`` the next pass's. It holds values and callables, never the dataset's members.
-
-    Attributes:
-        slot: The dataset's ``Slot``: where the read-ahead is kept, and its owner.
-        spec: The dataset's settings (``WindowSpec``): ``next_pass_seconds``, how long an unclaimed
-            read-ahead waits (``0``: none is read); ``on_error`` (a read-ahead only with ``"raise"``).
-        source: The source handle: its partitions' sizes, and ``unchanged`` before rows read ahead are used.
-        grid: The window grid.
-        normalize: The dataset's normalisation, as resolved (global statistics, ``"sample"`` or ``None``).
-        row_offsets: ``(P,)`` dataset row of each partition's first row.
-        epoch: The dataset's epoch now: the next pass's, when ``set_epoch`` chose it during this pass.
-        worker_passes: Passes over this copy inside one DataLoader worker process (``0`` outside one), now.
-        plan: ``(world, skip_batches, epoch)``: that reader's plan of that epoch.
-        pass_values: The values of a pass that counts its batches (``runtime.values.PassValues``).
-    """
+    """The hook a pass of the pool order calls (``PassValues.next_pass``), built by ``WindowDataset._next_pass``:
+    ``claim`` this pass's first units if read ahead, ``wanted`` / ``begin`` the next pass's. It holds the
+    dataset's ``slot``, ``spec``, ``source``, ``grid``, ``normalize`` and ``row_offsets`` as values, and as
+    callables ``epoch`` (now: the next pass's when ``set_epoch`` chose it), ``worker_passes`` (passes over
+    this copy in one DataLoader worker), ``plan(world, skip_batches, epoch)`` and ``pass_values``; never
+    the dataset's members."""
 
     slot: Slot
     spec: Any
@@ -219,20 +208,9 @@ def wanted(ahead: NextPass, reads: UnitReads, plan: PoolPlan) -> bool:
 
 
 def begin(ahead: NextPass, epoch: int, world: World) -> _NextPass | None:
-    """Start reading the first units of ``world``'s next pass (called on the consumer's thread).
-
-    The pass after ``epoch``'s: over the epoch ``set_epoch`` chose meanwhile if it chose another,
-    else over ``epoch + 1`` (``epochs``: what the next pass claims when nothing pins it).
-
-    Args:
-        ahead: The dataset's hook (its slot, values and callables).
-        epoch: The epoch of the pass whose last buffer is being drained.
-        world: Its reader.
-
-    Returns:
-        The read-ahead (``arm`` it when the pass that started it ends), or ``None``. Never raises:
-        whatever goes wrong here is left for the pass itself to meet.
-    """
+    """Start reading the first units of ``world``'s pass after ``epoch``'s (over the epoch ``set_epoch``
+    chose meanwhile, else ``epoch + 1``), on the consumer's thread. Returns the read-ahead (``arm`` it
+    when this pass ends) or ``None``; never raises: what goes wrong is left for the pass to meet."""
     opened: UnitReads | None = None  # closed if starting fails
     try:
         release(ahead.slot)  # an earlier one no pass took

@@ -1,21 +1,14 @@
 """A fitted workflow applied while the loader streams: a source whose reads come out transformed.
 
-``bind`` wraps the dataset's source in a ``WorkflowSource``: every read (a piece, its row
-blocks, a whole partition at open) reads the workflow's input columns from the real source and
-returns the workflow's output columns as float32, computed on the reader threads before the
-buffer's windows are cut. The transformed ranges are kept in memory across epochs up to
-``Workflow.cache_bytes`` (``cache.TransformCache``); with ``Workflow.cache_dir`` those that do not
-fit are written once to a private folder there and read back; the others are read again. Nothing
-else is written anywhere.
+``bind`` wraps the dataset's source in a ``WorkflowSource``: every read returns the workflow's output
+columns as float32, computed on the reader threads before windows are cut, and kept across epochs up
+to ``Workflow.cache_bytes`` (and ``cache_dir``: ``cache.TransformCache``).
 
-Lookback: a lag, difference or limited forward fill at a row needs up to ``P`` earlier rows of
-its series (``Workflow.lookback``). The dataset is given windows ``P`` rows longer than asked
-(a window of ``window + P`` rows starts ``P`` rows earlier), so every piece read holds the
-``P`` rows before each window, and ``batch`` drops those rows from what it yields. So each
-window's values are exact (they equal a groupby over the whole series), no window crosses a
-series, and the price is twofold: the first ``P`` start positions of each series yield no
-window (their lags would reach before the series; PyTorch Forecasting drops them too), and the
-NaN policy (``nan=``) also looks at a window's ``P`` lookback rows.
+Lookback: a lag, difference or limited forward fill needs up to ``P`` earlier rows of its series
+(``Workflow.lookback``). The dataset is given windows ``P`` rows longer (starting ``P`` rows earlier),
+and ``batch`` drops those rows from what it yields, so each window's values equal a groupby over the
+whole series. The price: the first ``P`` start positions of each series yield no window (as in
+PyTorch Forecasting), and the ``nan=`` policy also looks at the ``P`` lookback rows.
 """
 
 from __future__ import annotations

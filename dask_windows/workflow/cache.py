@@ -78,23 +78,16 @@ def held_bytes(columns: dict) -> int:
 
 
 class TransformCache:
-    """Transformed row ranges kept up to ``memory`` bytes in memory and, with ``directory``, up to
-    ``disk_bytes`` more in files there (both 0: off), with counters of their use.
-
-    Args:
-        memory: Bytes kept in memory (``Workflow.cache_bytes``).
-        directory: A local folder for the ranges that do not fit in memory (``Workflow.cache_dir``;
-            created if missing), or ``None``: no disk tier.
-        disk_bytes: Most bytes of files this process writes there (``Workflow.cache_disk_bytes``);
-            ``None``: half the space free on that disk now.
-        parent: The opening process's folder, where a copy in a DataLoader worker makes its own.
+    """Transformed row ranges kept up to ``memory`` bytes in memory (``Workflow.cache_bytes``) and, with
+    ``directory`` (``Workflow.cache_dir``; created if missing), up to ``disk_bytes`` more in files there
+    (``None``: half the space free on that disk now); ``parent``: the opening process's folder, where a
+    copy in a DataLoader worker makes its own.
 
     Attributes:
         budget: Bytes it may keep, memory and disk together (0: off).
-        hits: Reads answered from memory or disk (``disk_hits`` of them from disk). ``misses``: reads
-            transformed (kept or not). ``damaged``: files found cut short or changed (read again).
-        held: Bytes kept in memory, never above ``limit``: ``memory``, or its share in a DataLoader worker.
-        disk_held: Bytes of this process's files, never above ``disk_limit`` (likewise).
+        hits, disk_hits, misses, damaged: Reads answered (from disk), reads transformed, files found
+            cut short or changed.
+        held, disk_held: Bytes in memory and in files, never above ``limit`` / ``disk_limit``.
         folder: This process's folder of files (a DataLoader worker's is made at its first file).
     """
 

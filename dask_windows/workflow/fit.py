@@ -1,17 +1,11 @@
 """Fitting a workflow's statistics in one Dask pass over the data.
 
-Each partition is read once: the stateless operations run on it as the loader
-runs them, and each fitted operation reduces what it sees to a small partial
-(count, mean and squared deviations per series, merged with Chan's formula;
-value counts per category; the series ids), merged on the client as
-partitions finish. ``Normalize(method="robust")`` keeps the column's values
-(float64) until the fit ends, for exact quantiles.
-
-The trade-off: one pass means a fitted operation cannot read a column another
-fitted operation writes (that raises), and operations that look at earlier
-rows see each partition alone. A spread-layout ``convert`` output is read one
-partition per file, each row counted once (the manifest says which rows each
-file owns), each chunk a series stretch of its own.
+Each partition is read once: the stateless operations run on it as the loader runs them, and each
+fitted operation reduces it to a small partial (per-series count, mean and squared deviations merged
+with Chan's formula; category counts; series ids), merged on the client. ``Normalize(method="robust")``
+keeps the column's values (float64) for exact quantiles. Trade-off: a fitted operation cannot read a
+column another fitted operation writes (that raises), and operations looking at earlier rows see each
+partition alone. A spread-layout ``convert`` output is read a file at a time, each row counted once.
 """
 
 from __future__ import annotations

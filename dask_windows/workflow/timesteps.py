@@ -1,20 +1,13 @@
 """Missing time steps inside a series: counted by the fit and refused, or filled before streaming.
 
-A window is ``window`` consecutive rows, so a series with a gap in its time column yields
-windows that span the gap as if it were not there. PyTorch Forecasting refuses such data
-unless ``allow_missing_timesteps=True``, which fills the gaps in memory. A streaming loader
-cannot insert rows into the pieces it reads (its window grid is made of stored rows), so here
-``Workflow(time=..., freq=...)`` makes the fit count the gaps and refuse them with the count,
-an example and the remedies: ``fill_timesteps`` (a pandas or Dask frame with the missing rows
-added, their values null, for ``FillMissing`` to fill), or ``missing_timesteps="allow"``.
-
-The count is one pass, like the rest of the fit: each partition reduces each series run to
-the steps between its rows (value counts) and its first and last time; the client joins the
-runs of a series in their order (file order, or a converted dataset's ``origin``) and adds the
-steps across them. Steps are measured in ``freq``: a fixed frequency (``"h"``, ``"D"``) or a
-number in its units, a calendar one (``"MS"``, ``"W-SAT"``) as period ordinals; without
-``freq`` the smallest step seen is the step. A step of zero or less (a duplicate time, or
-rows out of order) is refused too.
+A window is ``window`` consecutive stored rows, so a gap in a series' time column would be spanned
+as if it were not there. ``Workflow(time=..., freq=...)`` makes the fit count the gaps (and steps of
+zero or less: duplicates, rows out of order) and refuse them with the count, an example and the
+remedies: ``fill_timesteps`` (missing rows added, values null, for ``FillMissing``) or
+``missing_timesteps="allow"``. One pass: each partition reduces each series run to value counts of
+its steps and its ends (``time_partial``); the client joins a series' runs in order and adds the
+steps across them. Steps are in ``freq`` (calendar frequencies as period ordinals); without it the
+smallest step seen is the step.
 """
 
 from __future__ import annotations
