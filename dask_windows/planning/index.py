@@ -95,16 +95,8 @@ class WindowGrid:
             first = Ragged.of([r.starts for r in runs])
             lengths = np.concatenate([r.lengths for r in runs])  # (runs of all,)
             return cls(first, first.with_values(windows_per_run(lengths, span, stride)), stride)
-        firsts, counts = [], []
-        for r in runs:
-            if r.origin is None and r.owned is None:
-                firsts.append(r.starts)
-                counts.append(windows_per_run(r.lengths, span, stride))
-                continue
-            f, c = run_grid(r.starts, r.lengths, span, stride, r.origin, r.owned)
-            firsts.append(f)
-            counts.append(c)
-        return cls(Ragged.of(firsts), Ragged.of(counts), stride)
+        grids = [run_grid(r.starts, r.lengths, span, stride, r.origin, r.owned) for r in runs]
+        return cls(Ragged.of([f for f, _ in grids]), Ragged.of([c for _, c in grids]), stride)
 
     @property
     def windows_per_partition(self) -> np.ndarray:

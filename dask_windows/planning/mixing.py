@@ -39,8 +39,6 @@ __all__ = [
     "spread_places",
 ]
 
-_CHUNK = 1 << 20  # windows whose start rows are listed at once
-
 
 @dataclass(frozen=True)
 class MixingStats:

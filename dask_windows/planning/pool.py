@@ -23,7 +23,7 @@ Everything is a function of the inputs: batches are the same bit for bit per
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -392,17 +392,9 @@ def _reader_atoms(
 
 @dataclass(frozen=True)
 class PoolShape:
-    """How many units a reader's pool holds and draws from, as ``plan_pool`` works it out (no units built).
-
-    Attributes:
-        units: The reader's units in the epoch.
-        unit_rows: The most rows one unit places (its windows and those across both of its cuts).
-        group: Steps per block (``PoolPlan.group``).
-        resident_units: ``S`` (``PoolPlan.spread``): units a step draws from, once the pool is full.
-        pool_rows: Rows of the pool (``PoolPlan.pool_rows``, for ``S``, two blocks, the unit read and one lost).
-        fill: ``F`` (``PoolPlan.fill``): units read before the first step.
-        windows: The reader's windows in the epoch.
-    """
+    """How many units a reader's pool holds and draws from, as ``plan_pool`` works it out (no units built):
+    the reader's ``units`` and ``windows`` in the epoch, the most rows one unit places (``unit_rows``), and
+    ``PoolPlan``'s ``group``, ``spread`` (``resident_units``), ``pool_rows`` and ``fill``."""
 
     units: int
     unit_rows: int
@@ -544,18 +536,15 @@ def plan_pool(
     spread, fill = shape.resident_units, shape.fill
     plan = PoolPlan(units, spread, rows, 0, 0, 0, 0, entropy, shuffle, group, fill)
     start, skip = _resume_step(plan, skip_batches * batch_size)
-    return PoolPlan(
-        plan.units,
-        plan.spread,
-        rows if len(units) else 0,
-        start,
-        skip,
-        max(hi - lo - skip_batches * batch_size, 0),
-        reader_batches - skip_batches,
-        entropy,
-        shuffle,
-        group,
-        fill,
+    num_windows = max(hi - lo - skip_batches * batch_size, 0)
+    pool_rows = rows if len(units) else 0
+    return replace(
+        plan,
+        pool_rows=pool_rows,
+        start=start,
+        skip=skip,
+        num_windows=num_windows,
+        num_batches=reader_batches - skip_batches,
     )
 
 

@@ -20,18 +20,10 @@ __all__ = ["PoolUnit", "PoolUnits", "place_units"]
 
 @dataclass(frozen=True)
 class PoolUnit:
-    """One unit of a reader's plan.
-
-    Attributes:
-        partition: Its partition.
-        unit: Number of its decode unit (after merging) inside the partition.
-        lo: First window (numbered inside the partition) it serves.
-        hi: One past its last.
-        rows: Partition rows ``[r0, r1)`` placed in the pool (what its windows need).
-        fresh: Partition rows read from the source (``(0, 0)``: none).
-        keep: Row ranges of ``fresh`` kept for a later unit (windows across a cut).
-        offset: Pool row where ``rows[0]`` goes.
-    """
+    """One unit of a reader's plan: its ``partition``, its decode unit there (``unit``, after merging), the
+    windows ``[lo, hi)`` it serves (numbered inside the partition), the partition ``rows`` placed in the pool
+    from pool row ``offset``, the rows read from the source (``fresh``; ``(0, 0)``: none) and the ranges of
+    them kept for a later unit (``keep``: windows across a cut)."""
 
     partition: int
     unit: int

@@ -23,17 +23,9 @@ def segment_starts(
 ) -> np.ndarray:
     """Partition rows where windows ``lo[i] .. hi[i]-1`` start, for every ``i``, concatenated.
 
-    The vectorised ``windows.window_starts`` of many ranges of one partition's windows.
-
-    Args:
-        run_first: ``(R,)`` row of each run's first window.
-        run_counts: ``(R,)`` windows of each run.
-        stride: Rows between consecutive windows of a run.
-        lo: ``(n,)`` first window of each range (numbered run by run from 0).
-        hi: ``(n,)`` one past the last; ``hi > lo``.
-
-    Returns:
-        ``(sum(hi - lo),)`` int64 start rows, range by range, in window order.
+    The vectorised ``windows.window_starts`` of many ranges: ``run_first``, ``run_counts`` ``(R,)`` each
+    run's first window row and windows; ``lo``, ``hi`` ``(n,)`` the ranges (windows numbered run by run,
+    ``hi > lo``). Returns ``(sum(hi - lo),)`` int64 start rows, range by range.
     """
     row, take, _ = segment_runs(run_first, run_counts, stride, lo, hi)
     k = np.arange(int(take.sum()), dtype=np.int64) - np.repeat(np.cumsum(take) - take, take)  # within its run
@@ -45,15 +37,8 @@ def segment_starts(
 def segment_runs(
     run_first: np.ndarray, run_counts: np.ndarray, stride: int, lo: np.ndarray, hi: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The windows of ``segment_starts`` as arithmetic progressions, one per (range, run) they share.
-
-    ``segment_starts(...)`` is ``row[p] + stride * arange(count[p])`` for every ``p``, concatenated;
-    a caller writing long progressions straight into its own array saves the int64 temporaries.
-
-    Returns:
-        ``(row, count, range)``, each ``(q,)`` int64: the partition row of each progression's first
-        window, its windows (> 0), the range it belongs to; in range order, then row order.
-    """
+    """The windows of ``segment_starts`` as progressions ``row[p] + stride * arange(count[p])``, one per
+    (range, run) they share: ``(row, count, range)``, each ``(q,)`` int64, in range order, then row order."""
     counts = np.asarray(run_counts, np.int64)
     ends = np.cumsum(counts)  # (R,) window number just past each run
     begins = ends - counts
@@ -134,15 +119,9 @@ def decode_blocks(
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray, np.ndarray]:
     """Lay the columns of ``pieces`` end to end in the buffer layout, a few numpy calls per column.
 
-    Args:
-        pieces: Per block, its columns as 1-D arrays of equal length.
-        features: Feature columns, in channel order.
-        targets: Target columns (may be empty).
-        channel_major: ``(C, rows)`` features (``NCL``), else ``(rows, C)``.
-        check: Find the rows holding NaN, inf or values beyond float32 (``nan="raise"``).
-        y_dtype: Target dtype.
-        out: ``(x, y)`` to write into (views of a buffer's arrays), or ``None`` to allocate them;
-            ignored when their rows are not those of ``pieces``.
+    ``pieces``: per block, its columns as 1-D arrays; ``channel_major``: ``(C, rows)`` features, else
+    ``(rows, C)``; ``check``: find the rows holding NaN, inf or values beyond float32; ``out``: ``(x, y)``
+    to write into (ignored when their rows are not those of ``pieces``), or ``None``.
 
     Returns:
         ``(x, y, nan_x, nan_y, offsets)``: features float32, targets or ``None``, sorted bad

@@ -31,22 +31,12 @@ _RAMP_WINDOWS = 1024  # windows per run of starts from which each run is written
 
 @dataclass
 class Part:
-    """One decoded partition.
-
-    Attributes:
-        index: Partition number.
-        name: Partition name, for messages.
-        x: Features ``(C, rows)`` (``NCL``) or ``(rows, C)`` (``NLC``), float32.
-        y: Targets ``(T, rows)`` or ``None``.
-        nan_x: Rows where a feature is NaN (only computed with ``nan="raise"``).
-        nan_y: Rows where a target is NaN.
-        row0: Partition row of the part's first row (a piece starts inside its partition).
-        blocks: ``(m, 2)`` int64 ``[partition row, part row]`` where each of the part's row blocks
-            begins, when it holds several disjoint row ranges laid end to end (``decode_pieces``);
-            ``None``: one block, ``[[row0, 0]]``.
-        arena: ``(x, y, row)`` when ``x`` and ``y`` are views of the pool's arrays from ``row`` on
-            (decoded in place); ``None``: arrays of its own, to be copied in.
-    """
+    """One decoded partition (``index``, ``name`` for messages): features ``x`` (``(C, rows)`` for ``NCL``,
+    else ``(rows, C)``, float32), targets ``y`` ``(T, rows)`` or ``None``, the rows where a feature or
+    target is NaN (``nan_x``, ``nan_y``: with ``nan="raise"`` only), the partition row of its first row
+    (``row0``). ``blocks``: ``(m, 2)`` ``[partition row, part row]`` where each of its disjoint row
+    ranges begins (``None``: one, ``[[row0, 0]]``). ``arena``: ``(x, y, row)`` when ``x`` and ``y`` are
+    views of the pool's arrays from ``row`` on; ``None``: arrays of its own, to be copied in."""
 
     index: int
     name: str

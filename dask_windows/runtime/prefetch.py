@@ -234,19 +234,9 @@ class _Background:
 
 
 class Prefetcher(_Background):
-    """Iterate ``read(key)`` for ``keys`` in order, reading up to ``depth`` ahead.
-
-    Args:
-        read: Called once per key, on a background thread when ``depth > 0``; it must be safe to
-            call from ``threads`` threads at once.
-        keys: What to read, in order.
-        depth: Results that may be read ahead of the consumer (the items being read included).
-        name: Thread name (shown in stack dumps); ``name-1``, ``name-2``... for the other threads.
-        threads: Threads reading at once (at most ``depth`` of them busy, ``depth + burst`` while
-            the burst lasts); keys are claimed in order, so a read never waits behind a later one.
-        burst: The first ``burst`` keys are read without waiting for the consumer (then ``depth``
-            ahead of it): the pool order's first units, whose rows nothing else uses yet.
-    """
+    """Iterate ``read(key)`` for ``keys`` in order, reading up to ``depth`` ahead (the items being read
+    included) on ``threads`` threads named ``name``, ``name-1``...; ``read`` must be safe to call from them
+    at once. Keys are claimed in order; the first ``burst`` are read without waiting for the consumer."""
 
     def __init__(
         self,
@@ -308,11 +298,7 @@ class Prefetcher(_Background):
         return item
 
     def close(self, timeout: float | None = None) -> None:
-        """Stop reading ahead and join the threads (idempotent, from any thread).
-
-        Args:
-            timeout: Seconds to wait for the threads (a read in flight finishes first); ``None``: no limit.
-        """
+        """Stop reading ahead and join the threads, at most ``timeout`` seconds (idempotent, from any thread)."""
         threads, self._threads = self._threads, None
         self._closed = True
         if threads is not None:
@@ -320,17 +306,8 @@ class Prefetcher(_Background):
 
 
 class Ahead(_Background):
-    """Iterate ``items`` on a background thread, producing up to ``depth`` items ahead.
-
-    Used to build buffers while the consumer gathers batches from the previous one. The
-    iterator runs on one thread only; it is resumed for item ``k + depth`` once item ``k``
-    has been taken, so code after its ``yield`` runs while the consumer works on what it yielded.
-
-    Args:
-        items: Any iterable; iterated on the thread (its ``close`` is not called there).
-        depth: Items that may be produced ahead of the consumer (>= 1).
-        name: Thread name.
-    """
+    """Iterate ``items`` on one background thread named ``name``, producing up to ``depth`` (>= 1) items
+    ahead: it is resumed for item ``k + depth`` once item ``k`` is taken (its ``close`` is not called there)."""
 
     def __init__(self, items: Iterable[Any], depth: int = 1, name: str = "dask-windows-build") -> None:
         self._taken = 0
@@ -354,13 +331,8 @@ class Ahead(_Background):
         return item
 
     def close(self, interrupt: Callable[[], None] | None = None, timeout: float | None = None) -> None:
-        """Stop the thread and join it (idempotent).
-
-        Args:
-            interrupt: Called after the stop is signalled and before the join, to wake the thread
-                where it waits on something else (the readers it pulls pieces from).
-            timeout: Seconds to wait for the thread; ``None``: no limit.
-        """
+        """Stop the thread and join it, at most ``timeout`` seconds (idempotent); ``interrupt`` is called
+        between the stop and the join, to wake the thread where it waits on something else."""
         threads, self._threads = self._threads, None
         if threads is not None:
             threads.close(interrupt, timeout)

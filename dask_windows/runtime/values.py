@@ -28,16 +28,13 @@ class ReadValues:
     """What a pass's readers need: a partition's rows read, decoded, counted.
 
     Attributes:
-        source: The source handle (``sources.Source``): ``reader``, ``partitions``, ``decode_units``.
-        spec: The dataset's settings (``WindowSpec``): window semantics, batching, ``on_error``...
-        grid: The window grid (per partition its runs and window counts).
+        source, spec, grid: The source handle (``sources.Source``), settings and window grid.
         row_offsets: ``(P,)`` dataset row of each partition's first row.
         y_dtype: The targets' dtype (from the schema), or ``None`` where only a read tells.
         scale: ``(mean, std)`` per feature applied while decoding, or ``None``.
         skipped: Where skips are recorded (``faults.record_skip``): the dataset's ``skipped`` list.
         telemetry: The sink of read and wait times (``runtime.telemetry.Telemetry``), or ``None``.
-        table_bytes: Bytes per pool row besides its columns: ``normalize="sample"``'s window table
-            (a mean and an inverse std per feature, float32), counted in the budget.
+        table_bytes: Bytes per pool row of ``normalize="sample"``'s window table, counted in the budget.
     """
 
     source: Any
