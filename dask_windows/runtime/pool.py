@@ -259,24 +259,6 @@ def _steps(
         )
 
 
-class _Inline:
-    """The steps built on the consumer's thread (``prefetch_partitions=0``), closed as ``Ahead`` is."""
-
-    def __init__(self, items: Iterator[_Built]) -> None:
-        self._items = items
-
-    def __iter__(self) -> _Inline:
-        return self
-
-    def __next__(self) -> _Built:
-        return next(self._items)
-
-    def close(self, interrupt: Any = None) -> None:
-        close = getattr(self._items, "close", None)
-        if close is not None:
-            close()
-
-
 def fill_threads(reads: ReadValues, plan: PoolPlan, burst: int) -> int:
     """Threads reading the pool's fill (its first ``burst + 1`` units).
 
@@ -357,7 +339,8 @@ def pool_batches(
     steps = _steps(ds, plan, timed_parts(telemetry, iter(reads.reader)), gatherer, statistics)  # (waits timed)
     if reads.device is not None:
         steps = reads.device.stage(steps)
-    started: Any = Ahead(steps, 1, "dask-windows-build") if reads.background else _Inline(steps)
+    # (``prefetch_partitions=0``: the steps built on the consumer's thread)
+    started: Any = Ahead(steps, 1, "dask-windows-build") if reads.background else steps
     last = None
     begun: list[Any] = []  # the next pass's read-ahead, once this pass's last step is taken
     if ahead is not None and this_pass is not None and ahead.wanted(reads, plan):
@@ -371,7 +354,10 @@ def pool_batches(
         )  # fmt: skip
         yield from values.counted(batches, progress)
     finally:
-        started.close(reads.reader.close)  # a builder waiting for a unit wakes up
+        if isinstance(started, Ahead):
+            started.close(reads.reader.close)  # a builder waiting for a unit wakes up
+        else:
+            started.close()
         reads.close()
         for pending in begun:  # (no module globals here: this may run while the interpreter exits)
             try:
