@@ -48,13 +48,9 @@ _RUN_INDEX = 8192  # runs indexed per chunk of a run of batches (``_Runs.batches
 class _Runs:
     """numpy's gather of whole runs: one contiguous source run per output row.
 
-    Indexing a 2-D view of every run (one row per flat position) makes each copy one contiguous
-    step, cheaper than indexing the ``(windows, C, L)`` view; the values are the same bits.
-
-    Args:
-        data: Features, C-contiguous ``(C, rows)`` (``channel_major``) or ``(rows, C)``, ``rows >= window``.
-        window: Rows per window ``L``.
-        channel_major: The layout of ``data`` (and of the batches: ``(B, C, L)`` or ``(B, L, C)``).
+    ``data``: features, C-contiguous ``(C, rows)`` (``channel_major``: batches ``(B, C, L)``) or ``(rows, C)``
+    (``(B, L, C)``), ``rows >= window``. Each copy is one contiguous step, cheaper than indexing the
+    ``(windows, C, L)`` view; the values are the same bits.
     """
 
     def __init__(self, data: np.ndarray, window: int, channel_major: bool) -> None:
@@ -141,17 +137,11 @@ class OutputPool:
 class Gatherer:
     """Gathers batches of windows from one buffer's arrays.
 
-    Args:
-        x: Features, ``(C, rows)`` for ``NCL`` or ``(rows, C)`` for ``NLC``.
-        y: Targets ``(T, rows)``, or ``None``.
-        window: Rows per window ``L``.
-        horizon: ``0``: ``y`` at the last row, ``(B, T)``; ``H``: the next ``H`` rows, ``(B, T, H)``.
-        layout: ``"NCL"`` or ``"NLC"``.
-        mean: Optional ``(C,)`` subtracted from every feature value.
-        std: Optional ``(C,)`` dividing every feature value after the mean.
-        codes: Optional ``(K, rows)`` int64 (or int32), the last ``K`` channels of ``x`` (``NCL``) as integer
-            codes (``WindowSpec.code_features``): features are then the first ``C - K`` channels,
-            and :meth:`codes_at` gathers the codes.
+    ``x``: features, ``(C, rows)`` for ``layout="NCL"``, ``(rows, C)`` for ``"NLC"``; ``y``: targets ``(T, rows)``
+    or ``None``, batched at each window's last row (``horizon=0``: ``(B, T)``) or over the ``H`` rows after
+    it (``(B, T, H)``); ``mean``, ``std``: optional ``(C,)`` scaling of every feature value; ``codes``:
+    optional ``(K, rows)`` integer copy of the last ``K`` channels of ``x`` (``NCL``,
+    ``WindowSpec.code_features``): features are then the first ``C - K`` channels, codes from :meth:`codes_at`.
     """
 
     def __init__(
@@ -250,13 +240,8 @@ class Gatherer:
             yield gather(run[a : a + size])
 
     def features(self, starts: np.ndarray, pool: OutputPool | None = None) -> np.ndarray:
-        """``(B, C, L)`` (or ``(B, L, C)``) float32, C-contiguous, for windows at ``starts``.
-
-        Args:
-            starts: Buffer rows of the windows' first rows.
-            pool: A pool of shared slots (``direct_bytes``) gathers into its array; otherwise (or
-                ``None``) numpy's gather makes a new array.
-        """
+        """``(B, C, L)`` (or ``(B, L, C)``) float32, C-contiguous, for windows at buffer rows ``starts``;
+        gathered into a slot pool's array (``pool.direct_bytes``), else a new array."""
         shape = (len(starts), *self._x.shape[1:])
         nbytes = math.prod(shape) * self._x.itemsize
         direct = getattr(pool, "direct_bytes", None)  # a pool of shared slots: gather into it from this size
