@@ -30,13 +30,8 @@ __all__ = [
 
 
 class WorkflowSource:
-    """``source`` whose reads return the workflow's outputs (and its own columns, as they are).
-
-    Args:
-        source: The dataset's source.
-        wf: The fitted workflow.
-        lookback: Rows read before each window (NaN there from lags become 0: never yielded).
-    """
+    """``source`` whose reads return the fitted ``wf``'s outputs (and its own columns, as they are);
+    ``lookback``: rows read before each window (NaN there from lags become 0: never yielded)."""
 
     def __init__(self, source: Any, wf: Workflow, lookback: int) -> None:
         import pyarrow as pa
@@ -83,13 +78,8 @@ class WorkflowSource:
         return {c: v[extra:] for c, v in out.items()} if extra else out
 
     def halo(self, ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-        """Each range with the ``lookback`` rows before it (within the partition).
-
-        A range that begins inside a series (a pool unit, a piece, the rows one unit keeps for the
-        next) is transformed on its own: without the rows before it, a lag or difference in its first
-        ``lookback`` rows would reach before the range (NaN, then 0), where a window joining it to the
-        rows before it yields those rows.
-        """
+        """Each range with the ``lookback`` rows before it (within the partition), so a lag or difference
+        in its first rows does not reach before the range where a window joining it to those rows would."""
         return [(max(0, lo - self.lookback), hi) for lo, hi in ranges]
 
     def column_names(self) -> list:

@@ -99,10 +99,8 @@ def _bound(at: Any, dtype: Any, column: str) -> Any:
 def _partial(frame: Any, wf: Workflow, runs: list | None = None, index: int = 0, train: tuple | None = None) -> dict:
     """One partition's partials: series ids, and per fitted operation what its statistics need.
 
-    ``runs``: the file's runs from a spread-layout manifest (``[start, rows, value, origin, owned]``):
-    each run is a series stretch of its own (two chunks of one series side by side in a file are
-    not joined), and only its ``owned`` rows count (the rest repeats the next chunk's first rows).
-    ``index``: the partition's position (the order of a series' runs across partitions).
+    ``runs``: the file's runs from a spread-layout manifest (``[start, rows, value, origin, owned]``), each
+    a series stretch of its own whose ``owned`` rows alone count; ``index``: the partition's position;
     ``train``: ``(time column, bound)``: only the rows before the bound count (``fit(at=...)``).
     """
     import pandas as pd

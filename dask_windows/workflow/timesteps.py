@@ -55,13 +55,9 @@ def time_partial(
 ) -> dict:
     """One partition's steps: value counts of the steps inside each run, and each run's ends.
 
-    Args:
-        times: ``(rows,)`` the time column as numbers (``ticks``), the rows counted (owned) only.
-        step: The step ``ticks`` gave.
-        keys: ``(runs,)`` series id of each run.
-        starts: ``(runs,)`` first row of each run in ``times``.
-        lengths: ``(runs,)`` rows of each run.
-        order: ``(runs,)`` where each run lies in its series (sortable; runs of a series are joined in it).
+    ``times``: ``(rows,)`` the owned rows' time column as numbers, ``step`` (both from ``ticks``); per run
+    ``(runs,)``: its series id (``keys``), first row in ``times`` (``starts``), rows (``lengths``) and a
+    sortable place in its series (``order``: runs of a series are joined in it).
     """
     import pandas as pd
 
