@@ -155,7 +155,9 @@ class WindowDataLoaders(DataLoaders):
     def __init__(self, *loaders: WindowDL, c: int | None = None, device: Any = None, path: str = ".") -> None:
         if not loaders:
             raise ValueError("pass at least the training WindowDL")
-        super().__init__(*loaders, path=path, device=device or _default_device())
+        super().__init__(
+            *loaders, path=path, device=device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        )
         self._c = c
 
     @classmethod
@@ -223,7 +225,3 @@ class WindowDataLoaders(DataLoaders):
 
     def show_batch(self, **kwargs: Any) -> Any:
         return self.train.show_batch(**kwargs)
-
-
-def _default_device() -> torch.device:
-    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")

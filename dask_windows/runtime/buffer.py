@@ -53,10 +53,6 @@ class Part:
         return np.array([[self.row0, 0]], np.int64) if self.blocks is None else self.blocks
 
 
-def _target_dtype(columns: list[np.ndarray]) -> type:
-    return np.int64 if all(c.dtype.kind in "iub" for c in columns) else np.float32
-
-
 def decode_pieces(
     index: int,
     name: str,
@@ -74,7 +70,8 @@ def decode_pieces(
     ``arena = (x, y, row)``: write into rows ``row ..`` of the pool's arrays when they fit.
     """
     if spec.targets and y_dtype is None:
-        y_dtype = _target_dtype([p[c] for p in pieces[:1] for c in spec.targets])
+        integers = all(p[c].dtype.kind in "iub" for p in pieces[:1] for c in spec.targets)
+        y_dtype = np.int64 if integers else np.float32
     channel_major = spec.layout == "NCL"
     out = None
     if arena is not None:

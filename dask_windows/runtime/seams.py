@@ -67,8 +67,6 @@ class NumpyOutput:
 
     def emit(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None) -> Any:
         """``x``, else the tuple of what there is."""
-        if y is None and rows is None:
-            return x
         return _tuple(x, y, rows, self.return_index, lambda a: a)
 
     __call__ = emit
