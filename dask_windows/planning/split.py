@@ -28,17 +28,10 @@ __all__ = ["SeriesTable", "cut_positions", "fraction_cuts", "split_grid", "time_
 
 @dataclass(frozen=True)
 class SeriesTable:
-    """Which series each run belongs to and where in the series it lies.
-
-    Attributes:
-        rows_per_series: ``(S,)`` rows of each series, all partitions together.
-        series: Per partition, ``(R,)`` series number of each run (runs of ``ds.runs``).
-        base: Per partition, ``(R,)`` series position minus partition row, so a row ``r`` of
-            run ``j`` lies at position ``base[j] + r`` of its series.
-        whole_series: Per partition, ``(Q,)`` series number of each series run (before NaN cuts).
-        whole_starts: Per partition, ``(Q,)`` first row of each series run.
-        whole_base: Per partition, ``(Q,)`` series position minus partition row of each series run.
-    """
+    """Which series each run belongs to and where in the series it lies: ``(S,)`` ``rows_per_series`` (all
+    partitions together) and, per partition, ``(R,)`` per run of ``ds.runs`` its ``series`` number and
+    ``base`` (row ``r`` of run ``j`` lies at position ``base[j] + r`` of its series), and ``(Q,)`` per
+    series run (before NaN cuts) its ``whole_series`` number, ``whole_starts`` row and ``whole_base``."""
 
     rows_per_series: np.ndarray
     series: tuple[np.ndarray, ...]
