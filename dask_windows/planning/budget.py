@@ -1,19 +1,12 @@
 """What the pool order's memory budget buys, as arithmetic of the settings and a few plain numbers.
 
-A pool row costs its features, its targets, about one window start and
-``normalize="sample"``'s window table (``row_bytes``); the budget
-(``buffer_bytes``, shared by a rank's DataLoader workers) holds ``pool_rows``
-of them. Units are cut so that about ``UNITS_PER_BATCH * batch_size`` of them
-fill the pool (a source's decode units, Parquet row groups, merged up to that
-size; never split), and ``plan_for`` hands ``plan_pool`` the plan's arguments.
-The trade-off lives here: fewer, larger units cost fewer reads but a batch then
-draws on fewer places, so opening predicts the mixing (``pool_summary``) and
-warns once (``PoolWarning``) when the budget holds too few units to mix like a
-global shuffle, or a unit larger than the budget. Whole partitions
-(``buffer_bytes=None``) are the case of one unit per partition,
-``buffer_partitions`` of them resident. Everything here is a function of its
-inputs: the source's decode units arrive as callables, asked only when a
-budget is set.
+A pool row costs its features, targets, about one window start and ``normalize="sample"``'s table
+(``row_bytes``); ``buffer_bytes`` (shared by a rank's DataLoader workers) holds ``pool_rows`` of them.
+Units (a source's decode units, Parquet row groups, merged, never split) are cut so that about
+``UNITS_PER_BATCH * batch_size`` fill the pool; ``plan_for`` hands ``plan_pool`` its arguments. Fewer,
+larger units cost fewer reads but mix less, so opening predicts the mixing (``pool_summary``) and warns
+once (``PoolWarning``). Whole partitions (``buffer_bytes=None``) are one unit per partition,
+``buffer_partitions`` resident. The source's decode units arrive as callables, asked only with a budget.
 """
 
 from __future__ import annotations

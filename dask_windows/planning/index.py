@@ -1,11 +1,9 @@
 """The dataset's window grid: per partition, its runs and how many windows each holds.
 
-Built once at open from row counts and the series column (and the features
-with ``nan="drop"``): O(runs) numbers per partition. Filters (NaN rows,
-temporal splits) move a run's first window and shrink its count. A run that
-is a piece of a longer series keeps the series' stride grid (``origin``), and
-``owned`` stops rows repeated in a neighbouring chunk's overlap from starting
-a window twice.
+Built once at open from row counts and the series column (and the features with ``nan="drop"``):
+O(runs) numbers per partition. Filters (NaN rows, splits) move a run's first window and shrink its
+count; a run that is a piece of a longer series keeps the series' stride grid (``origin``), and
+``owned`` stops rows of a chunk's overlap from starting a window twice.
 """
 
 from __future__ import annotations

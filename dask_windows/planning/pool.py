@@ -1,23 +1,17 @@
 """The pool order of an epoch, as pure arithmetic: each decode unit read once, mixing bought with memory.
 
-Ranks and workers divide an epoch as ``division`` does. Each reader cuts its
-share into **units** (decode units: Parquet row groups merged to at least a
-window, or fixed row ranges) and reads them in a stratified random order, so
-any ``S`` consecutive units are spread over the whole share. A **pool** keeps
-the ``S`` most recent units decoded in ``pool_rows`` rows. Step ``t`` reads
-unit ``t`` and releases unit ``t - S``; unit ``i``'s windows, in a random order
-of their own, are spread over steps ``i .. i + S - 1`` (Mosaic's ``py1e``), so
-every step draws from all resident units. The first ``F = fill`` units are read
-before the first step (about ``POOL_FIRST_BYTES``); earlier steps join the first
-step, later ones the last. A step's windows are shuffled and batches cut from
-the steps laid end to end.
+Ranks and workers divide an epoch as ``division`` does. Each reader cuts its share into **units**
+(Parquet row groups merged to at least a window, or fixed row ranges) and reads them in a stratified
+random order, so any ``S`` consecutive units spread over the whole share. A **pool** keeps the ``S``
+most recent units in ``pool_rows`` rows: step ``t`` reads unit ``t`` and releases unit ``t - S``; unit
+``i``'s windows, in a random order of their own, are spread over steps ``i .. i + S - 1`` (Mosaic's
+``py1e``). The first ``F = fill`` units are read before the first step (earlier steps join it). A
+step's windows are shuffled and batches cut from the steps end to end.
 
-The trade-off: a unit is decoded once per epoch (twice at most at a reader's
-share's ends), and a batch mixes at most ``S`` places: like a global shuffle
-when ``S >= 2 * batch_size``. A window crossing into the next unit is drawn
-with whichever of the two is read later; the earlier keeps its rows (``keep``).
-Everything is a function of the inputs: batches are the same bit for bit per
-``(seed, epoch)`` and a resume skips finished units without reading them.
+Trade-off: a unit is decoded once per epoch (twice at most at a share's ends), and a batch mixes at most
+``S`` places: like a global shuffle when ``S >= 2 * batch_size``. A window across a cut is drawn with the
+later-read unit; the earlier keeps its rows (``keep``). Batches are a function of ``(seed, epoch)`` and
+the inputs; a resume skips finished units without reading them.
 """
 
 from __future__ import annotations

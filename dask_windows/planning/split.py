@@ -1,14 +1,10 @@
 """Temporal train/valid splits per series, as filters of the unsplit window grid.
 
-A series' rows are numbered from 0 in the dataset's order; with ``n`` rows
-and a cut ``cut``, a window starting at position ``p`` is in train when
-``p + window + horizon <= cut`` and in valid when ``p >= cut + embargo``.
-``cut`` is ``floor(n * (1 - valid))``, or the position of the series' first row
-whose time is ``>= at`` (``n`` when none).
-
-The trade-off: a split builds no window list; it moves each run's first window
-and count (``WindowGrid.restrict``), so both parts stream, shard and resume like
-the parent at no memory cost. Only a split by time reads data (the time column, once).
+With a series' rows numbered from 0 and ``n`` rows, a window at position ``p`` is in train when
+``p + window + horizon <= cut``, in valid when ``p >= cut + embargo``; ``cut`` is ``floor(n * (1 - valid))``
+or the first row whose time is ``>= at``. A split moves each run's first window and count
+(``WindowGrid.restrict``), so both parts stream, shard and resume like the parent at no memory cost;
+only a split by time reads data (the time column, once).
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""Decoded rows of a unit, and the pool rows of its windows.
-
-``decode_pieces`` turns disjoint row ranges of one partition (a unit's rows,
-and the rows kept for it by its neighbour) into the arrays the gather wants
-(features channel-major for ``NCL``), straight into the unit's rows of the pool
-(``runtime.pool``) when they fit, in a few numpy calls per column
-(``blocks.decode_blocks``). ``_fill_starts`` lists the pool rows of a unit's
-windows where it holds a NaN, checking each window as listed (``nan="raise"``).
+"""Decoded rows of a unit, and the pool rows of its windows: ``decode_pieces`` turns disjoint row ranges of
+one partition into the gather's arrays, in the pool's rows when they fit (``blocks.decode_blocks``);
+``_fill_starts`` lists the pool rows of a unit's windows where it holds a NaN, checking each window.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """What a pass's runtime receives: frozen values built by the dataset in one place, never the dataset.
 
-``ReadValues`` is what readers need to read and decode rows; ``PassValues``
-adds the seams, per-window normalisation, the device feed and the counters a
-pass reports its batches to. ``WindowDataset._pass_values`` builds them per
-pass (references only), so a test can drive a pass with values of its own and
-what the dataset changes between passes never reaches one in flight.
+``ReadValues``: what readers need; ``PassValues``: those, the seams, per-window normalisation, the device
+feed and the counters. Built per pass (references only), so a test can drive a pass with its own values
+and what the dataset changes between passes never reaches one in flight.
 """
 
 from __future__ import annotations
