@@ -168,18 +168,11 @@ def _numpy(values: Any) -> Any:
 
 
 def bind(workflow: Any, source: Any, **settings: Any) -> tuple[Emitter, WorkflowSource, dict]:
-    """Wrap ``source`` for ``workflow`` and adjust the dataset's settings.
-
-    Args:
-        workflow: A fitted ``Workflow``, ``Workflow.named(...)``, or the path/URL of a saved one.
-        source: The dataset's opened source.
-        settings: The dataset's ``features``, ``targets``, ``series``, ``window``, ``horizon``,
-            ``layout``, ``return_index``, ``normalize`` and ``storage_options``.
-
-    Returns:
-        ``(emitter, wrapped source, settings)``: the emitter of the batches, the source, and the
-        ``features``, ``targets``, ``series``, ``window`` (look-back rows included), ``return_index``,
-        ``code_features``, ``code_dtype`` and ``lookback`` to build the spec from.
+    """Wrap the opened ``source`` for ``workflow`` (a fitted ``Workflow``, ``Workflow.named(...)`` or a saved
+    one's path/URL) and adjust the dataset's ``settings`` (``features``, ``targets``, ``series``, ``window``,
+    ``horizon``, ``layout``, ``return_index``, ``normalize``, ``storage_options``). Returns ``(emitter,
+    wrapped source, settings)``: the settings to build the spec from, ``window`` including the look-back
+    rows, with ``code_features``, ``code_dtype`` and ``lookback``.
     """
     named = workflow if isinstance(workflow, NamedBatches) else None
     wf = named.wf if named is not None else workflow

@@ -1,10 +1,6 @@
-"""``Workflow``: a chain of column operations, the roles of their outputs, and static covariates.
-
-A workflow is declared once (operations in order, then which columns are continuous or
-categorical inputs, targets, and known in the future), fitted in one Dask pass (``fit``),
-saved as a small JSON artifact (``artifact``) and applied to each decoded piece while the
-loader streams (``apply``). Its state is O(series + vocabulary): per-series statistics in
-the order of ``series_keys``, vocabularies, the static table's rows.
+"""``Workflow``: a chain of column operations, the roles of their outputs, and static covariates; declared
+once, fitted in one Dask pass (``fit``), saved as a small JSON artifact (``artifact``) and applied to each
+decoded piece while the loader streams (``apply``). Its state is O(series + vocabulary).
 """
 
 from __future__ import annotations

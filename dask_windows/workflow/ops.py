@@ -1,11 +1,7 @@
-"""Column operations of a workflow, each applied to the decoded columns of one piece.
-
-An operation reads columns of a piece (1-D numpy arrays of equal length) and
-writes columns, in place or new ones, per row or per series run: a few numpy
-calls per column, never a call per window. Operations that look at earlier
-rows of their series declare their ``lookback``, the rows the dataset reads
-before every window (``apply``); fitted ones (``Normalize``, ``Categorify``)
-keep JSON-ready statistics learned by ``fit``.
+"""Column operations of a workflow, each applied to the decoded columns of one piece: per row or per series
+run, a few numpy calls per column, never one per window. Operations that look at earlier rows declare their
+``lookback`` (rows read before every window: ``apply``); fitted ones (``Normalize``, ``Categorify``) keep
+JSON-ready statistics learned by ``fit``.
 """
 
 from __future__ import annotations
