@@ -354,8 +354,8 @@ def pool_batches(
         )  # fmt: skip
         yield from values.counted(batches, progress)
     finally:
-        if isinstance(started, Ahead):
-            started.close(reads.reader.close)  # a builder waiting for a unit wakes up
+        if reads.background:  # an ``Ahead`` (not isinstance: no module globals at exit); a waiting builder wakes
+            started.close(reads.reader.close)
         else:
             started.close()
         reads.close()
