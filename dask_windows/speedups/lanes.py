@@ -241,11 +241,8 @@ class LaneChoice:
 
 
 def _timed(batches: Iterator[np.ndarray], spent: list[float], skip: int) -> Iterator[np.ndarray]:
-    """``batches``; ``spent[0]``: the seconds from the ``skip``-th batch taken to the last one taken.
-
-    Wall time, the caller's own work between batches included: a helper that slows the caller's
-    step down (a model's threads on the same cores) counts against the lanes.
-    """
+    """``batches``; ``spent[0]``: the wall seconds from the ``skip``-th batch taken to the last one taken
+    (the caller's work between batches included: a helper slowing the caller counts against the lanes)."""
     for _ in range(skip):
         x = next(batches, None)
         if x is None:
@@ -264,13 +261,9 @@ def lane_batches(
     ahead: int = AHEAD,
     alone: Callable[[np.ndarray], Iterator[np.ndarray]] | None = None,
 ) -> Iterator[np.ndarray]:
-    """The batches of ``run`` (``len(run)`` a multiple of ``size``) that ``runs`` (a ``batch._Runs``) gathers.
-
-    Spans of units alternate as ``choice`` says: on the consumer alone, ``alone(part)`` (the path
-    without lanes: ``runs.batches`` by default, or the gather that also tries torch's threads);
-    on both lanes, each unit ``runs.runs`` indexed once for its batches' runs. The same bits as
-    ``runs.batches(run, size)`` either way.
-    """
+    """The batches of ``run`` (``len(run)`` a multiple of ``size``) that ``runs`` (a ``batch._Runs``) gathers,
+    spans of units on the consumer alone (``alone(part)``, default ``runs.batches``) or on both lanes (one
+    index of ``runs.runs`` per unit), as ``choice`` says: the same bits as ``runs.batches(run, size)``."""
     if alone is None:
 
         def alone(part: np.ndarray) -> Iterator[np.ndarray]:
@@ -302,12 +295,9 @@ def made_batches(
     choice: LaneChoice | None = None,
     ahead: int = AHEAD,
 ) -> Iterator[Any]:
-    """``make(run[a : a + size])`` for each batch of ``run`` (``len(run)`` a multiple of ``size``), in order.
-
-    The units and spans of ``lane_batches(runs, run, size)``, each batch's arrays gathered by ``make``
-    (its features by ``runs``, its targets, rows or codes) on the lane that takes its unit; ``make`` is
-    called from both threads, once per batch.
-    """
+    """``make(run[a : a + size])`` for each batch of ``run`` (``len(run)`` a multiple of ``size``), in order:
+    the units and spans of ``lane_batches(runs, run, size)``, ``make`` called once per batch on the lane
+    that takes its unit (from either thread)."""
     per = unit_batches(size, size * runs.channels * runs.window * runs.runs.itemsize)
     units = -(-(len(run) // size) // per)
 

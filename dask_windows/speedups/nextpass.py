@@ -1,23 +1,17 @@
 """The next pass's first units, read while this pass's last step is drained.
 
-A pass waits for its fill (``PoolPlan.fill``) before its first batch; on a small
-dataset that wait is a large share of an epoch, while the reader idles as the
-consumer drains the last step. So on that step (``pipeline.stream``'s ``last``),
-``begin`` plans the likely next pass (the epoch ``set_epoch`` chose, else the
-next; same reader; nothing skipped) and reads its first units into that pass's
-own pool arrays (``runtime.pool.UnitReads``). The next ``iter()`` ``claim``s them
-when its plan and key match, else they are dropped; batches are a function of
-the plan alone, so they are the same bit for bit either way.
+A pass waits for its fill (``PoolPlan.fill``) before its first batch, while the reader idles as the
+consumer drains the last step. So on that step (``pipeline.stream``'s ``last``), ``begin`` plans the
+likely next pass (the epoch ``set_epoch`` chose, else the next; same reader; nothing skipped) and reads
+its first units into that pass's own pool arrays (``runtime.pool.UnitReads``). The next ``iter()``
+``claim``s them when its plan and key match, else they are dropped; batches are the same either way.
 
-Released (thread joined at most ``JOIN_SECONDS``) by ``close()``, ``set_epoch``
-to another epoch, ``load_state_dict``, collection of the dataset (its ``Slot`` is
-watched weakly), a fork, a plan that differs, and ``next_pass_seconds`` after
-the pass ends unclaimed. Off with ``next_pass_seconds=0``,
-``prefetch_partitions=0``, ``on_error="skip"``, a device feed, elastic resumes
-and a DataLoader worker's first pass. Local files are checked again
-(``Source.unchanged``) before use; an exception while reading ahead is never
-raised here: the pass reads again. Trade-off: a sooner first batch for memory
-the pass already had; a mispredicted pass wastes its first reads.
+Released (thread joined at most ``JOIN_SECONDS``) by ``close()``, ``set_epoch`` to another epoch,
+``load_state_dict``, the dataset's collection, a fork, a plan that differs, and ``next_pass_seconds``
+after the pass ends unclaimed. Off with ``next_pass_seconds=0``, ``prefetch_partitions=0``,
+``on_error="skip"``, a device feed, elastic resumes and a DataLoader worker's first pass. Local files
+are checked again (``Source.unchanged``) before use; an error while reading ahead is never raised here.
+Trade-off: a sooner first batch for memory the pass already had; a mispredicted pass wastes its reads.
 """
 
 from __future__ import annotations
@@ -126,14 +120,10 @@ class _NextPass:
 
 
 class Slot:
-    """Where a dataset keeps its next pass read ahead, and who owns it: one per dataset object, created
-    with it (a split gets its own); pickled empty (the threads and buffers are this process's).
-
-    A read-ahead is kept in the slot of the dataset that started it and nowhere else, so a copy with its
-    own slot (a split, a DataLoader worker's unpickled copy) never claims or releases another's; a
-    forked process inherits the slot but not the threads (each read-ahead is guarded by its pid); the
-    read-ahead is released when the slot is collected (``__weakref__``: watched, never kept alive).
-    """
+    """Where a dataset keeps its next pass read ahead, and who owns it: one per dataset object (a split, a
+    worker's unpickled copy get their own; pickled empty), so a copy never claims or releases another's.
+    A forked process inherits the slot but not the threads (each read-ahead is guarded by its pid); the
+    read-ahead is released when the slot is collected (watched weakly, never kept alive)."""
 
     __slots__ = ("__weakref__", "pending")
 

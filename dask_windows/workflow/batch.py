@@ -1,20 +1,13 @@
 """What a dataset with a workflow yields: today's tuple, or a named batch for models with covariates.
 
-The tuple (default) is ``x`` (continuous then categorical outputs as float32 channels), ``y``
-and the index when asked, as without a workflow. The named batch (``Workflow.named()``) is a
-dict with fixed keys (``BATCH_KEYS``; a dict, so DataLoader collation, ``DevicePrefetcher`` and
-the framework adapters carry it as it is): ``past_cont``/``past_cat`` ``(B, C|K, L)``,
-``static_cont``/``static_cat`` ``(B, S|Q)``, ``future_cont``/``future_cat`` ``(B, F|G, H)``,
-``target`` ``(B, T, H)`` (``(B, T)`` with horizon 0) with ``target_loc``/``target_scale``
-``(B, T)``, and ``series``/``index`` ``(B,)`` when asked (fields and dtypes: docs/workflows.md).
-
-Gathering stays one strided gather of float32 channels per batch plus the targets' (the series
-code rides as the last target column); this module slices, so ``past_cont`` and ``target`` are
-views (strided: ``.contiguous()`` before ``.view``). The categorical codes are the last feature
-channels (``WindowSpec.code_features``), kept by the buffer in the narrowest integer holding
-every code (``apply.copy_dtype``), gathered by ``Gatherer.codes_at`` and widened here to
-``code_dtype`` (not with ``"narrow"``: ``widen_codes`` widens them where they are used).
-Everything that does not depend on the batch is worked out once when the dataset is opened.
+The tuple (default) is ``x`` (continuous then categorical outputs as float32 channels), ``y`` and the
+index when asked. The named batch (``Workflow.named()``) is a dict of ``BATCH_KEYS`` (fields and dtypes:
+docs/workflows.md), carried as it is by collation, ``DevicePrefetcher`` and the framework adapters.
+Gathering stays one strided gather of float32 channels plus the targets' (the series code rides as the
+last target column); this module slices, so ``past_cont`` and ``target`` are views (``.contiguous()``
+before ``.view``). The categorical codes, the last feature channels (``WindowSpec.code_features``), are
+kept by the buffer in the narrowest integer holding every code (``apply.copy_dtype``), gathered by
+``Gatherer.codes_at`` and widened here to ``code_dtype`` (not with ``"narrow"``: ``widen_codes``).
 """
 
 from __future__ import annotations
