@@ -153,15 +153,10 @@ def scan_runs(
     continues: Callable[[int], bool] | None = None,
     num_rows: Sequence[int] | None = None,
 ) -> list[PartitionRuns]:
-    """Runs of every partition, read in parallel threads.
-
-    Args:
-        read_runs: ``i -> (starts, lengths, keys[, origin, owned])`` of partition ``i``.
-        read_bad_rows: ``i -> sorted rows`` no window may contain (``nan="drop"``), or ``None``.
-        continues: ``i ->`` whether partition ``i`` directly follows partition ``i - 1`` (one file
-            cut at row groups): its first run then keeps its series' grid (``chain_origins``).
-        num_rows: Per partition, its own rows (without the halo its runs may cover).
-    """
+    """Runs of every partition, read in parallel threads: ``read_runs(i) -> (starts, lengths, keys[, origin,
+    owned])``, ``read_bad_rows(i)``: sorted rows no window may contain (``nan="drop"``) or ``None``;
+    ``continues(i)``: whether partition ``i`` follows ``i - 1`` in one file (its first run keeps its series'
+    grid: ``chain_origins``); ``num_rows``: per partition, its own rows (without the halo)."""
 
     def scan(i: int) -> tuple[PartitionRuns, np.ndarray | None]:
         found = read_runs(i)

@@ -72,14 +72,12 @@ class PoolPlan:
     """What one reader (rank, worker) yields in one epoch under the pool order.
 
     Attributes:
-        units: The reader's units in reading order (``PoolUnits``, or a tuple of ``PoolUnit``); a
-            resume starts at ``first_unit``.
+        units: The reader's units in reading order (``PoolUnits`` or ``PoolUnit`` s); a resume starts at ``first_unit``.
         spread: ``S``: units resident at once; each unit's windows are spread over ``S`` steps.
-        start: The first step to draw (``fill - 1`` unless resuming); ``skip`` its windows already yielded.
-        num_windows: Windows this reader yields after the skipped ones (``num_batches``: batches).
+        start, skip: The first step to draw (``fill - 1`` unless resuming) and its windows already yielded.
+        num_windows, num_batches: What this reader yields after the skipped ones.
         entropy: ``(seed, epoch, rank, world_size, worker, num_workers)``: seeds the steps' shuffles.
-        group: Steps per block, whose windows are shuffled together (``BLOCK_BATCHES`` batches or more).
-        fill: ``F``: units read before the first step (``1 <= F <= S``; ``0``: ``S``).
+        group: Steps per block, shuffled together; ``fill``: ``F``, units read before the first step (``0``: ``S``).
     """
 
     units: Sequence[PoolUnit]

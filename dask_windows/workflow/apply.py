@@ -1,14 +1,11 @@
 """A fitted workflow applied while the loader streams: a source whose reads come out transformed.
 
-``bind`` wraps the dataset's source in a ``WorkflowSource``: every read returns the workflow's output
-columns as float32, computed on the reader threads before windows are cut, and kept across epochs up
-to ``Workflow.cache_bytes`` (and ``cache_dir``: ``cache.TransformCache``).
-
-Lookback: a lag, difference or limited forward fill needs up to ``P`` earlier rows of its series
-(``Workflow.lookback``). The dataset is given windows ``P`` rows longer (starting ``P`` rows earlier),
-and ``batch`` drops those rows from what it yields, so each window's values equal a groupby over the
-whole series. The price: the first ``P`` start positions of each series yield no window (as in
-PyTorch Forecasting), and the ``nan=`` policy also looks at the ``P`` lookback rows.
+``bind`` wraps the dataset's source in a ``WorkflowSource``: every read returns the workflow's outputs
+as float32, computed on the reader threads and kept across epochs (``cache.TransformCache``). Lookback:
+a lag, difference or limited forward fill needs up to ``P`` earlier rows of its series; the dataset is
+given windows ``P`` rows longer, and ``batch`` drops those rows, so each window's values equal a groupby
+over the whole series. The price: the first ``P`` starts of each series yield no window (as in PyTorch
+Forecasting), and the ``nan=`` policy also looks at the ``P`` lookback rows.
 """
 
 from __future__ import annotations

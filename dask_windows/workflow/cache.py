@@ -1,21 +1,15 @@
 """A workflow's transformed reads kept across epochs: in memory up to a byte budget, past it on a local disk.
 
-``TransformCache`` keeps each range's transformed columns (a pool unit, a piece), keyed by the
-partition, the rows, the columns asked for and the fitted workflow (``token``: its artifact's
-checksum, checked once a pass, so a refit clears it). A hit returns the arrays kept (read-only),
-equal to a fresh read; the file is not read then, so a file rewritten after opening is noticed
-at a miss only. Policy: keep what fits, never evict (each epoch reads its units in a new random
-order, where an LRU would evict ranges before they come round). Memory is per process, on top
-of ``buffer_bytes``.
-
-The disk tier (``Workflow(cache_dir=...)``, off by default): a range that does not fit in memory
-is written once to a file (each column's bytes; layout and CRC-32 recorded in this process's
-memory only, so only files this cache wrote in this run are read back) in a private folder made
-with ``tempfile.mkdtemp`` inside ``cache_dir``, written under a temporary name and renamed, and
-removed with the cache; a file cut short or changed is removed and its rows read afresh. At most
-``disk_bytes`` (default: half the space free at open, shared by a rank's DataLoader workers),
-never leaving less than ``KEEP_FREE`` free; past that, or when a write fails, the tier stops
-writing with one ``TransformCacheWarning`` and the epoch goes on (docs/workflows.md).
+``TransformCache`` keeps each range's transformed columns, keyed by partition, rows, columns and the
+fitted workflow's checksum (``token``, checked once a pass: a refit clears it). A hit returns the arrays
+kept (read-only), equal to a fresh read; a file rewritten after opening is noticed at a miss only.
+Policy: keep what fits, never evict (each epoch's new random order would make an LRU evict ranges
+before they come round). Memory is per process, on top of ``buffer_bytes``. The disk tier
+(``Workflow(cache_dir=...)``): a range past the memory is written once to a file in a private folder
+(``tempfile.mkdtemp`` in ``cache_dir``; layout and CRC-32 kept in this process only, so only this run's
+files are read back; written under a temporary name, renamed, removed with the cache; a file cut short
+or changed is removed and read afresh), within ``disk_bytes`` and ``KEEP_FREE``; past that, or when a
+write fails, it stops writing with one ``TransformCacheWarning`` (docs/workflows.md).
 """
 
 from __future__ import annotations

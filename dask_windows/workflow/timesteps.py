@@ -1,13 +1,11 @@
 """Missing time steps inside a series: counted by the fit and refused, or filled before streaming.
 
-A window is ``window`` consecutive stored rows, so a gap in a series' time column would be spanned
-as if it were not there. ``Workflow(time=..., freq=...)`` makes the fit count the gaps (and steps of
-zero or less: duplicates, rows out of order) and refuse them with the count, an example and the
-remedies: ``fill_timesteps`` (missing rows added, values null, for ``FillMissing``) or
-``missing_timesteps="allow"``. One pass: each partition reduces each series run to value counts of
-its steps and its ends (``time_partial``); the client joins a series' runs in order and adds the
-steps across them. Steps are in ``freq`` (calendar frequencies as period ordinals); without it the
-smallest step seen is the step.
+A window is ``window`` consecutive stored rows, so a gap would be spanned as if absent. With
+``Workflow(time=..., freq=...)`` the fit counts the gaps (and steps of zero or less) and refuses them
+with the count, an example and the remedies (``fill_timesteps``, or ``missing_timesteps="allow"``). One
+pass: each partition reduces each run to value counts of its steps and its ends (``time_partial``); the
+client joins a series' runs in order. Steps are in ``freq`` (calendar ones as period ordinals; none:
+the smallest step seen).
 """
 
 from __future__ import annotations
