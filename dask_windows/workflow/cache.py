@@ -77,12 +77,9 @@ class TransformCache:
     (``None``: half the space free on that disk now); ``parent``: the opening process's folder, where a
     copy in a DataLoader worker makes its own.
 
-    Attributes:
-        budget: Bytes it may keep, memory and disk together (0: off).
-        hits, disk_hits, misses, damaged: Reads answered (from disk), reads transformed, files found
-            cut short or changed.
-        held, disk_held: Bytes in memory and in files, never above ``limit`` / ``disk_limit``.
-        folder: This process's folder of files (a DataLoader worker's is made at its first file).
+    Counters: ``hits`` (``disk_hits`` from disk), ``misses``, ``damaged`` files; ``held`` / ``disk_held`` bytes,
+    never above ``limit`` / ``disk_limit``; ``budget``: memory and disk together (0: off); ``folder``: this
+    process's folder (a DataLoader worker's made at its first file).
     """
 
     def __init__(
