@@ -121,11 +121,8 @@ def decode_blocks(
 
     ``pieces``: per block, its columns as 1-D arrays; ``channel_major``: ``(C, rows)`` features, else
     ``(rows, C)``; ``check``: find the rows holding NaN, inf or values beyond float32; ``out``: ``(x, y)``
-    to write into (ignored when their rows are not those of ``pieces``), or ``None``.
-
-    Returns:
-        ``(x, y, nan_x, nan_y, offsets)``: features float32, targets or ``None``, sorted bad
-        rows of each, and ``(m + 1,)`` row where each block begins (and the total).
+    to write into (ignored when their rows are not those of ``pieces``), or ``None``. Returns ``(x, y,
+    nan_x, nan_y, offsets)``: features, targets or ``None``, their sorted bad rows, block starts and total.
     """
     lengths = [len(p[features[0]]) for p in pieces]
     offsets = np.cumsum([0, *lengths]).astype(np.int64)

@@ -108,17 +108,10 @@ def _lane(gather: Callable[[int], Any], tickets: queue.SimpleQueue, results: que
 
 
 class Lanes:
-    """Units ``0 .. units - 1`` gathered by the consumer and one helper thread, taken in order.
-
-    While ``both`` is set the consumer hands the helper every odd unit (at most ``ahead`` not yet
-    taken) and gathers the rest; a handed unit the helper has not begun is taken back and gathered
-    here. Who claimed a unit is settled by one atomic ``dict.setdefault`` each side.
-
-    Args:
-        gather: ``gather(u)`` returns unit ``u``; called from either thread, once per ``u``.
-        units: How many units there are.
-        ahead: Units the helper may hold, gathered or being gathered, not yet taken.
-        name: The helper thread's name.
+    """Units ``0 .. units - 1`` (``gather(u)``, called once per ``u`` from either thread) gathered by the
+    consumer and one helper thread named ``name``, taken in order. While ``both`` is set the consumer hands
+    the helper every odd unit (at most ``ahead`` not yet taken) and gathers the rest; a handed unit the
+    helper has not begun is taken back (one atomic ``dict.setdefault`` each side settles who claimed it).
     """
 
     def __init__(

@@ -232,13 +232,8 @@ def planned(ahead: NextPass, epoch: int, world: World, skip: int) -> PoolPlan | 
 
 
 def claim(ahead: NextPass, plan: PoolPlan, this_pass: tuple) -> UnitReads | None:
-    """The reads of ``plan`` started ahead for this pass, or ``None`` (what was read is dropped).
-
-    Args:
-        ahead: The hook of the dataset whose pass starts.
-        plan: The pass's plan.
-        this_pass: ``(epoch, World)`` of the pass.
-    """
+    """The reads of ``plan`` started ahead for the pass ``this_pass`` (``(epoch, World)``) of ``ahead``'s
+    dataset, or ``None`` (what was read is dropped)."""
     pending = ahead.slot.take()
     if not isinstance(pending, _NextPass):
         return None
