@@ -62,14 +62,9 @@ def no_count(*_: Any) -> None:
 
 @dataclass(frozen=True, eq=False)
 class PassValues:
-    """A pass's values: its readers' (``reads``), the seams it runs through (``seams``), and its counters.
-
-    Attributes:
-        device: An ``ondevice.DeviceFeed`` (batches cut on the training device), or ``None``.
-        next_pass: The next pass read ahead (``speedups.nextpass.NextPass``), or ``None``.
-        step: Called with ``progress`` before each batch is yielded (the resume count).
-        end: Called with ``progress`` once the pass ends, however it ends.
-    """
+    """A pass's values: its readers' (``reads``), its seams (``output``, ``allocator``), an
+    ``ondevice.DeviceFeed`` (``device``) and ``nextpass.NextPass`` (``next_pass``) or ``None``, and its
+    counters: ``step(progress)`` before each batch is yielded, ``end(progress)`` once the pass ends."""
 
     reads: ReadValues
     output: Callable[[np.ndarray, np.ndarray | None, np.ndarray | None], Any] = field(default_factory=TorchOutput)

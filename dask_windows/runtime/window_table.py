@@ -1,13 +1,11 @@
 """Per-window statistics once per unit of the pool, for ``normalize="sample"`` at overlapping windows.
 
-Every start row's mean and ``1 / max(std, eps)`` are computed once per unit from float64 prefix
-sums (over blocks of ``_BLOCK`` rows shifted by about the block's mean, so rounding follows the
-block's spread, not its level); a batch then costs a lookup, a subtraction and a scaling instead
-of ``normalize.standardize_windows`` over its ``L`` values. A window whose rounding bound is not
-below ``_TOL`` of its std, a constant window, a non-finite block's and one whose centring could
-overflow float32 are marked ``NaN`` and standardised from their values. Trade-offs: two float32
-per start row and channel, a dozen float64 passes to build (only where ``worth_building``), and
-values within tolerance of the per-batch code, not bit-identical; a function of the unit's rows alone.
+Every start row's mean and ``1 / max(std, eps)`` come once per unit from float64 prefix sums (over
+blocks of ``_BLOCK`` rows shifted by about their mean); a batch then costs a lookup, a subtraction and a
+scaling. A window whose rounding bound is not below ``_TOL`` of its std, a constant one, a non-finite
+block's and one whose centring could overflow float32 are ``NaN``: standardised from their values.
+Trade-offs: two float32 per start row and channel, a dozen passes to build (only where
+``worth_building``), values within tolerance of the per-batch code; a function of the unit's rows alone.
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """Reused shared slots for batches handed from DataLoader workers to the main process.
 
-Torch pickles each tensor a worker returns into a new shared-memory segment (fresh pages, a
-socket round trip): with cheap batches this costs more than making the batch. Here, inside a
-DataLoader worker only, each batch goes into a slot of a per-worker *ring* (one anonymous
-``os.memfd_create`` mapping, freed by the kernel with its last holder, so nothing outlives a
-crash): features gathered straight into the slot (:class:`SlotPool`), targets and rows copied
-after them. A slot tensor pickles as its place in the ring; the main process rebuilds it over its
-own mapping and counts the slot released when the last view dies. A slot is reused only once
-every copy sent is released; with none free the batch takes torch's path. Trade-off: a fixed ring
-of ``SLOTS`` slots per worker against a segment per batch. Linux only; ``DASK_WINDOWS_SLOTS=0``
-turns it off.
+Torch pickles each tensor a worker returns into a new shared-memory segment: with cheap batches this
+costs more than making the batch. Inside a DataLoader worker, each batch goes into a slot of a
+per-worker *ring* (one anonymous ``os.memfd_create`` mapping, freed by the kernel with its last holder,
+so nothing outlives a crash): features gathered straight in (:class:`SlotPool`), targets and rows after
+them. A slot tensor pickles as its place in the ring; the main process rebuilds it over its own mapping
+and counts the slot released when its last view dies. A slot is reused once every copy sent is
+released; with none free the batch takes torch's path. Linux only; ``DASK_WINDOWS_SLOTS=0``: off.
 """
 
 from __future__ import annotations
