@@ -1,10 +1,8 @@
 """A reader's pool units as columns: one numpy array per field, a ``PoolUnit`` only for a unit asked for.
 
-``PoolUnits`` is a read-only sequence of ``PoolUnit`` over the columns
-``plan_pool`` computes: ``units[i]`` builds unit ``i`` when asked, ``units[a:b]``
-slices the columns, and what is asked of every unit is read from the columns.
-The trade-off: a unit is built again each time it is asked for (two or three
-times a pass), against an object per unit held from the open.
+``PoolUnits`` is a read-only sequence over the columns ``plan_pool`` computes (``units[i]`` builds a unit,
+``units[a:b]`` slices the columns). Trade-off: a unit is built again each time it is asked for (two or
+three times a pass), against an object per unit held from the open.
 """
 
 from __future__ import annotations

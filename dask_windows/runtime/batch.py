@@ -1,17 +1,11 @@
 """One vectorised gather per batch, handed to torch without a copy.
 
-A buffer's features are stored channel-major, ``(C, rows)`` float32, so every
-(window, channel) of an ``NCL`` batch is one contiguous run of ``L`` values (for
-``NLC``, row-major ``(rows, C)``: every window one run of ``L * C``). numpy's
-fancy indexing of a 2-D view of every run (``_Runs``) gathers a batch on the
-consumer's thread; a run of full batches may be split over two threads
-(``speedups.lanes``); into a DataLoader worker's shared slot (``speedups.slots``)
-``torch.index_select`` copies straight into the slot's array.
-:meth:`Gatherer.gather_for` picks the gather once per run of full batches.
-
-A pooled array is reused only when nothing but the pool references it (a tensor
-from ``torch.from_numpy``, its views and storage keep the ndarray alive), so a
-batch the caller holds is never overwritten; up to ``capacity`` stay allocated.
+Features are stored channel-major ``(C, rows)`` float32 (``NLC``: ``(rows, C)``), so every (window,
+channel) of a batch is one contiguous run. numpy's fancy indexing of a 2-D view of every run (``_Runs``)
+gathers a batch; a run of full batches may be split over two threads (``speedups.lanes``); into a
+DataLoader worker's shared slot (``speedups.slots``) ``torch.index_select`` copies straight in.
+A pooled array is reused only when nothing but the pool references it (a tensor, its views and storage
+keep the ndarray alive), so a batch the caller holds is never overwritten.
 """
 
 from __future__ import annotations

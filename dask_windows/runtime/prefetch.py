@@ -1,15 +1,12 @@
 """The loader's threads: items read ahead of the consumer, in order, bounded.
 
-``Prefetcher(read, keys, depth, threads=N)`` calls ``read(key)`` on ``N`` named
-daemon threads, at most ``depth`` results read or being read but not yet taken
-(a semaphore), handed over in key order. ``Ahead(items, depth)`` runs an
-iterator on one thread the same way. The end of the stream and any exception
-travel to the consumer as values (re-raised there with the reader's traceback).
-``close()`` (at the end, an early break, collection, or from another thread: a
-waiting consumer then gets ``PrefetchClosed``) stops and joins the threads.
-``depth=0`` reads on the consumer's thread. Trade-off: ``N`` reads in flight
-hold ``N`` read buffers at once, and threads help only where a read releases
-the GIL (I/O, pyarrow decoding).
+``Prefetcher(read, keys, depth, threads=N)`` calls ``read(key)`` on ``N`` named daemon threads, at most
+``depth`` results read or being read but not taken, handed over in key order; ``Ahead(items, depth)``
+runs an iterator on one thread alike. The end and any exception travel to the consumer as values
+(re-raised there). ``close()`` (at the end, a break, collection, or from another thread: a waiting
+consumer then gets ``PrefetchClosed``) stops and joins the threads; ``depth=0`` reads on the consumer's
+thread. Trade-off: ``N`` reads in flight hold ``N`` read buffers, and threads help only where a read
+releases the GIL.
 """
 
 from __future__ import annotations

@@ -1,17 +1,13 @@
 """Two lanes: a run of full batches copied on the consumer's thread and on one helper thread at once.
 
-numpy releases the GIL while it copies a fancy index, so two Python threads can each copy a batch
-at once. A run of full batches (``Gatherer.gather_run``) is cut into *units* of consecutive batches,
-each one numpy gather into a fresh array of at least ``UNIT_BYTES``. The consumer hands every odd
-unit to the helper (``Lanes``), at most ``AHEAD`` not yet taken, gathers the even ones itself, and
-takes back a handed unit the helper has not begun. On busy cores a second thread mostly waits, so
-each stream times spans on one lane and on two (``LaneChoice``) and keeps the faster.
-
-The trade-off: up to three units alive besides the caller's batches, and one thread per run. A batch
-is a view of its unit (a kept batch holds its unit) but never overwritten; which lane copies a unit
-changes timing only, never the bits. Used only with two usable CPUs and torch allowed more than one
-thread, by default only for made batches (``made_batches``) of at least ``LANE_DEFAULT_BATCH_BYTES``;
-``DASK_WINDOWS_LANES=1`` asks for them at any size, ``0`` never (measurements: docs/performance.md).
+numpy releases the GIL while it copies a fancy index, so two threads can each copy a batch. A run of full
+batches is cut into *units* (consecutive batches, one gather into a fresh array of at least
+``UNIT_BYTES``); the helper (``Lanes``) copies every odd unit, at most ``AHEAD`` ahead, and each stream
+times spans on one lane and on two (``LaneChoice``), keeping the faster. Trade-off: up to three units
+alive besides the caller's batches (a kept batch holds its unit, never overwritten), a thread per run;
+the bits never depend on the lane. Only with two usable CPUs and torch allowed several threads, by
+default for made batches of at least ``LANE_DEFAULT_BATCH_BYTES``; ``DASK_WINDOWS_LANES=1``: any size,
+``0``: never (docs/performance.md).
 """
 
 from __future__ import annotations
