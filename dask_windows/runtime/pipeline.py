@@ -1,10 +1,7 @@
-"""From a pass's steps to batches: the consumer's side of a pass.
-
-``stream`` cuts a reader's steps (``runtime.pool``: pool rows of each step's
-windows, shuffled) into batches, gathering runs of full batches in one call
-(``batch.Gatherer``); a batch may span two steps, so only the final batch can be
-partial. ``normalize="sample"`` standardises from the pool's ``window_table``
-where it has one, else from the windows' values, as the unit alone decides.
+"""From a pass's steps to batches: ``stream`` cuts a reader's steps (pool rows of each step's windows,
+shuffled) into batches, gathering runs of full batches in one call (``batch.Gatherer``); only the final
+batch can be partial. ``normalize="sample"`` standardises from the pool's ``window_table`` where it vouches
+for a window, else from the window's values.
 """
 
 from __future__ import annotations

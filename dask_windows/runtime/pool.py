@@ -1,13 +1,11 @@
 """Reading a pool plan: each unit decoded once into the pool's rows, each step's windows cut into batches.
 
-``pool_batches`` walks a reader's ``PoolPlan``: a reader thread (``Prefetcher``; the fill on
-``fill_threads`` threads on a remote store) decodes units in plan order into their pool rows; a
-builder thread (``Ahead``) turns each step into the shuffled pool rows of its windows;
-``pipeline.stream`` gathers the batches. Windows across a cut between two units are read with the
-later one, the earlier keeping their rows (``_Edges``). Windows of an unreadable unit
-(``on_error="skip"``) are replaced by other windows of their steps, so the batch count never
-changes. With a device feed the pool lives on the device; the next pass's first units may be read
-ahead (``UnitReads``, ``speedups.nextpass``). The arithmetic is ``planning.pool``'s and ``planning.budget``'s.
+``pool_batches``: a reader thread (``Prefetcher``; the fill on ``fill_threads`` threads remotely) decodes
+units in plan order into their pool rows, a builder thread (``Ahead``) turns each step into its windows'
+shuffled pool rows, ``pipeline.stream`` gathers. Windows across a cut are read with the later unit, the
+earlier keeping their rows (``_Edges``); an unreadable unit's windows (``on_error="skip"``) are replaced
+by other windows of their steps, so the batch count never changes. The next pass's first units may be
+read ahead (``UnitReads``, ``speedups.nextpass``); the arithmetic is ``planning.pool``'s and ``budget``'s.
 """
 
 from __future__ import annotations
