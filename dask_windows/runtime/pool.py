@@ -258,12 +258,8 @@ def _steps(
 
 
 def fill_threads(reads: ReadValues, plan: PoolPlan, burst: int) -> int:
-    """Threads reading the pool's fill (its first ``burst + 1`` units).
-
-    Up to ``FILL_THREADS`` on a remote store (reads wait on latency), within ``POOL_FIRST_BYTES`` in
-    flight; 1 on local files (reads decode under the GIL) and without a burst. Units are claimed in
-    plan order, so a unit waiting on ``_Edges`` waits for a read already under way.
-    """
+    """Threads reading the pool's fill (its first ``burst + 1`` units): up to ``FILL_THREADS`` on a remote store,
+    within ``POOL_FIRST_BYTES`` in flight; 1 on local files (decoded under the GIL) and without a burst."""
     if burst <= 0 or getattr(reads.source, "local", True):
         return 1
     units = PoolUnits.of(plan.units)

@@ -179,12 +179,9 @@ class Lanes:
 
 
 class LaneChoice:
-    """Whether a stream's runs use both lanes, chosen by timing both ways on its own units.
-
-    A round times ``probes`` units alone, then ``probes`` on both lanes (wall clock from the third
-    unit, the caller's work between batches included), and keeps the faster for the next ``every``
-    units; each further round lost in a row by both lanes doubles that span (up to ``32 * every``).
-    """
+    """Whether a stream's runs use both lanes: a round times ``probes`` units alone, then ``probes`` on both
+    lanes (wall clock from the third unit), and keeps the faster for the next ``every`` units; each further
+    round lost in a row by both lanes doubles that span (up to ``32 * every``)."""
 
     def __init__(self, probes: int = 16, every: int = 512) -> None:
         self.probes, self.every = probes, every

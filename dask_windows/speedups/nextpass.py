@@ -185,12 +185,8 @@ def _same(a: tuple, b: tuple) -> bool:
 
 
 def wanted(ahead: NextPass, reads: UnitReads, plan: PoolPlan) -> bool:
-    """Whether the pass of ``plan``, served by ``reads``, reads the next pass's first units ahead.
-
-    Not with a device feed (its pool lives on the device), without a reader thread, with
-    ``on_error="skip"``, nor in a DataLoader worker's first pass (its process may end with it: not
-    persistent).
-    """
+    """Whether the pass of ``plan``, served by ``reads``, reads the next pass's first units ahead: not with a
+    device feed, without a reader thread, with ``on_error="skip"``, nor in a DataLoader worker's first pass."""
     spec = ahead.spec
     if spec.next_pass_seconds <= 0 or spec.on_error != "raise" or not reads.background or reads.device is not None:
         return False
