@@ -25,14 +25,11 @@ __all__ = ["PassValues", "ReadValues", "no_count"]
 class ReadValues:
     """What a pass's readers need: a partition's rows read, decoded, counted.
 
-    Attributes:
-        source, spec, grid: The source handle (``sources.Source``), settings and window grid.
-        row_offsets: ``(P,)`` dataset row of each partition's first row.
-        y_dtype: The targets' dtype (from the schema), or ``None`` where only a read tells.
-        scale: ``(mean, std)`` per feature applied while decoding, or ``None``.
-        skipped: Where skips are recorded (``faults.record_skip``): the dataset's ``skipped`` list.
-        telemetry: The sink of read and wait times (``runtime.telemetry.Telemetry``), or ``None``.
-        table_bytes: Bytes per pool row of ``normalize="sample"``'s window table, counted in the budget.
+    ``source`` (``sources.Source``), ``spec``, ``grid``; ``row_offsets``: ``(P,)`` dataset row of each
+    partition's first row; ``y_dtype``: the targets' dtype (``None``: a read tells); ``scale``: ``(mean, std)``
+    applied while decoding, or ``None``; ``skipped``: the dataset's list of skips (``faults.record_skip``);
+    ``telemetry``: the sink of read and wait times, or ``None``; ``table_bytes``: bytes per pool row of
+    ``normalize="sample"``'s window table, counted in the budget.
     """
 
     source: Any
