@@ -1,13 +1,10 @@
 """fastai / tsai ``DataLoaders`` over ``WindowDataset``s.
 
-``WindowDataLoaders`` gives what fastai's ``Learner`` and tsai's learners and
-callbacks read (``len``, ``device``, ``dls.vars``, ``dls.len``, ``dls.c``,
-``dls.d``) from the dataset's settings, without reading a batch. Batches are
-always tuples (``(x,)`` or ``(x, y)``, ``n_inp = 1``): fastai would split a bare
-tensor along its batch axis. Each fastai epoch advances the dataset's epoch;
-``one_batch`` and ``show_batch`` read from a copy. The trade-off: these are not
-``TfmdDL`` s, so fastai's transforms, ``decode``, ``test_dl`` and ``export`` do
-not apply; normalise with the dataset's ``normalize=``.
+``WindowDataLoaders`` gives what fastai's and tsai's learners read (``len``, ``device``, ``dls.vars``,
+``dls.len``, ``dls.c``, ``dls.d``) from the dataset's settings, without reading a batch. Batches are
+tuples (``(x,)`` or ``(x, y)``, ``n_inp = 1``); each fastai epoch advances the dataset's epoch;
+``one_batch`` and ``show_batch`` read from a copy. Trade-off: not ``TfmdDL`` s, so fastai's transforms,
+``decode``, ``test_dl`` and ``export`` do not apply (normalise with ``normalize=``).
 """
 
 from __future__ import annotations
@@ -155,7 +152,9 @@ class WindowDataLoaders(DataLoaders):
     def __init__(self, *loaders: WindowDL, c: int | None = None, device: Any = None, path: str = ".") -> None:
         if not loaders:
             raise ValueError("pass at least the training WindowDL")
-        super().__init__(*loaders, path=path, device=device or _default_device())
+        super().__init__(
+            *loaders, path=path, device=device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        )
         self._c = c
 
     @classmethod
@@ -223,7 +222,3 @@ class WindowDataLoaders(DataLoaders):
 
     def show_batch(self, **kwargs: Any) -> Any:
         return self.train.show_batch(**kwargs)
-
-
-def _default_device() -> torch.device:
-    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")

@@ -1,12 +1,9 @@
 """A ``LightningDataModule`` for ``WindowDataset``: train/valid from ``split``, DDP, mid-epoch resume.
 
-Lightning never calls ``set_epoch`` on an ``IterableDataset``; the dataset
-advances its epoch on each pass, so the Trainer's epoch ``k`` is the dataset's
-on every rank and worker, and each rank looks its rank up when iterated. With
-torchdata the loaders are ``StatefulDataLoader`` s, whose state Lightning
-checkpoints, so ``Trainer.fit(ckpt_path=...)`` resumes mid-epoch exactly.
-Lightning's warning about an ``IterableDataset`` with ``__len__`` is filtered
-(that message only): ours shards itself and its ``len()`` is exact.
+Lightning never calls ``set_epoch`` on an ``IterableDataset``: the dataset advances its epoch each pass,
+on every rank and worker alike. With torchdata the loaders are ``StatefulDataLoader`` s, which Lightning
+checkpoints, so ``Trainer.fit(ckpt_path=...)`` resumes mid-epoch exactly. Lightning's warning about an
+``IterableDataset`` with ``__len__`` is filtered (that message only): ours is exact.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """``WindowStats``: a Lightning callback logging where the training loop's time went (``telemetry``).
 
-At the end of each training epoch it logs the training dataset's ``Stats``
-(``data/wait_share``, ``data/input_bound``, ``data/first_batch_s``,
-``data/open_s``) and the verdict, gathered over the ranks under DDP so the
-slowest rank is named. With DataLoader workers the stages run in the workers,
-so the callback times the loop itself (the wait between one training batch's
-end and the next one's start).
+At each training epoch's end it logs the dataset's ``Stats`` (``data/wait_share``, ``data/input_bound``,
+``data/first_batch_s``, ``data/open_s``) and the verdict, over the ranks under DDP; with DataLoader
+workers it times the loop itself (the wait between one batch's end and the next one's start).
 """
 
 from __future__ import annotations

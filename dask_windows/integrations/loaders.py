@@ -1,11 +1,6 @@
-"""The DataLoader the integrations build around a ``WindowDataset``.
-
-The dataset yields whole batches (``batch_size=None``). Workers start by
-``forkserver`` unless told otherwise: a training process running threads
-(``torch.distributed``, CUDA, the prefetch thread) can deadlock a forked child.
-Forkserver workers start in seconds each, so they are persistent by default.
-With torchdata the loader is its ``StatefulDataLoader``, which resumes
-mid-epoch from a framework's checkpoint.
+"""The DataLoader the integrations build around a ``WindowDataset``: whole batches (``batch_size=None``),
+workers started by ``forkserver`` unless told otherwise (a process running threads can deadlock a forked
+child) and so persistent by default, torchdata's ``StatefulDataLoader`` when installed (mid-epoch resume).
 """
 
 from __future__ import annotations

@@ -1,30 +1,14 @@
 """PyTorch Forecasting's models (``TemporalFusionTransformer``, ``DeepAR``, ``NHiTS``, ...) on named batches.
 
-PF builds a model with ``Model.from_dataset(dataset, **hparams)`` and trains on
-``(x, (y, weight))`` batches of ``TimeSeriesDataSet``'s collate function.
-``PFAdapter`` is both halves for a fitted ``Workflow``: what ``from_dataset``
-reads (worked out from the workflow's roles and vocabularies, no data read),
-and a collate function from each named batch to PF's layout (``adapter(batch)``;
-``adapter.loader(ds)`` runs it in the DataLoader's workers). What PF does per
-window (relative time index, target-scale features, encoder normaliser, shorter
-encoders) the adapter does per batch. Conventions that differ from PF's:
-
-* categorical codes are the workflow's (``0`` null, ``1`` unseen, ``2...`` the
-  sorted vocabulary), so an embedding has ``vocabulary + 2`` rows; the batch's codes
-  may be of any integer dtype: ``wf.named(code_dtype="narrow")`` (int8 for up to 128
-  codes) leaves their widening to the adapter's copy of them, one write of each code;
-* the target is normalised as the workflow does (``Normalize(per_series=True)``
-  is PF's ``GroupNormalizer`` without its ``eps``), or per window with
-  ``target_normalizer="encoder"`` (PF's ``EncoderNormalizer``);
-* a transformation applied to the target before its ``Normalize`` (``Log1p``,
-  ``Transform``) is PF's ``transformation=``: the encoder and decoder targets
-  are in the data's units, and PF's ``transform_output`` maps a model's output
-  back; one ``log``, ``log1p``, ``logit``, ``softplus`` or ``relu`` is passed by
-  name, others as ``{"forward", "reverse"}`` functions;
-* unknown reals other than the targets are zeros over the decoder;
-* ``groups`` is the series code (position in ``Workflow.series_keys``);
-  ``decoder_time_idx`` counts global rows when the batch carries ``index``
-  (``wf.named(index=True)``), else horizon steps.
+PF builds a model with ``Model.from_dataset(dataset, **hparams)`` and trains on ``(x, (y, weight))``
+batches of ``TimeSeriesDataSet``'s collate function. ``PFAdapter`` is both halves for a fitted
+``Workflow``: what ``from_dataset`` reads (from the workflow's roles and vocabularies, no data read),
+and a collate function from each named batch to PF's layout (``adapter(batch)``; ``adapter.loader(ds)``
+runs it in the DataLoader's workers). What PF does per window (relative time index, target-scale
+features, encoder normaliser, shorter encoders) the adapter does per batch. Where its conventions
+differ from PF's (codes ``0`` null, ``1`` unseen, ``2...`` the vocabulary, of any integer dtype;
+the workflow's target scaling and transformations; zeros for unknown reals over the decoder;
+``groups`` the series code; ``decoder_time_idx`` in global rows with ``index=True``): docs/frameworks.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """What the pool order's memory budget buys, as arithmetic of the settings and a few plain numbers.
 
-A pool row costs its features, its targets, about one window start and
-``normalize="sample"``'s window table (``row_bytes``); the budget
-(``buffer_bytes``, shared by a rank's DataLoader workers) holds ``pool_rows``
-of them. Units are cut so that about ``UNITS_PER_BATCH * batch_size`` of them
-fill the pool (a source's decode units, Parquet row groups, merged up to that
-size; never split), and ``plan_for`` hands ``plan_pool`` the plan's arguments.
-The trade-off lives here: fewer, larger units cost fewer reads but a batch then
-draws on fewer places, so opening predicts the mixing (``pool_summary``) and
-warns once (``PoolWarning``) when the budget holds too few units to mix like a
-global shuffle, or a unit larger than the budget. Whole partitions
-(``buffer_bytes=None``) are the case of one unit per partition,
-``buffer_partitions`` of them resident. Everything here is a function of its
-inputs: the source's decode units arrive as callables, asked only when a
-budget is set.
+A pool row costs its features, targets, about one window start and ``normalize="sample"``'s table
+(``row_bytes``); ``buffer_bytes`` (shared by a rank's DataLoader workers) holds ``pool_rows`` of them.
+Units (a source's decode units, Parquet row groups, merged, never split) are cut so that about
+``UNITS_PER_BATCH * batch_size`` fill the pool; ``plan_for`` hands ``plan_pool`` its arguments. Fewer,
+larger units cost fewer reads but mix less, so opening predicts the mixing (``pool_summary``) and warns
+once (``PoolWarning``). Whole partitions (``buffer_bytes=None``) are one unit per partition,
+``buffer_partitions`` resident. The source's decode units arrive as callables, asked only with a budget.
 """
 
 from __future__ import annotations
@@ -72,13 +65,9 @@ def unit_bounds(
     decode_units: Callable[[int], np.ndarray | None],
     decode_units_all: Callable[[], Ragged] | None = None,
 ) -> Ragged:
-    """Per partition, the rows cutting it into units (``merge_bounds``), computed once per dataset.
-
-    The source's decode units (Parquet row groups: ``decode_units_all()`` at once where the source has it,
-    else ``decode_units(p)``, ``None`` where it has none) merged to about ``pool_rows / (UNITS_PER_BATCH *
-    batch_size)`` rows, else ranges of that many; whole partitions (``buffer_bytes=None``): one each, and
-    the source is not asked.
-    """
+    """Per partition, the rows cutting it into units (``merge_bounds``), once per dataset: the source's decode
+    units (``decode_units_all()``, else ``decode_units(p)``; ``None``: ranges) merged to about ``pool_rows /
+    (UNITS_PER_BATCH * batch_size)`` rows; whole partitions (``buffer_bytes=None``): one each, unasked."""
     rows = np.asarray(rows_per_partition, np.int64)  # (P,)
     if spec.buffer_bytes is None:  # (P, 2) [0, rows] flattened
         return Ragged(np.stack([np.zeros_like(rows), rows], axis=1).ravel(), np.arange(0, 2 * len(rows) + 1, 2))
@@ -143,14 +132,10 @@ def pool_summary(
     num_workers: int = 1,
     grid: WindowGrid | None = None,
 ) -> dict:
-    """Predicted reads per epoch, resident memory and mixing of the pool order: the shape of the plan
-    (``pool_shape``, ``plan_pool``'s own arithmetic) of the first reader (worker 0 of ``num_workers``, one
-    rank) in epoch 0; ``grid``: the dataset's windows (``None``: each partition one series).
-
-    ``resident_units``: ``S``, the units a step draws from once the pool is full (``PoolPlan.spread``);
-    ``pool_bytes``: the pool the reader allocates; ``places_per_batch``: distinct units expected among a
-    batch's ``B`` draws from a block of ``group`` steps (``block_places``); ``places_global``: the same
-    from all units (a global shuffle).
+    """Predicted reads, resident memory and mixing of the pool order: the shape (``pool_shape``) of the first
+    reader's plan (worker 0 of ``num_workers``) in epoch 0; ``grid``: the windows (``None``: a partition one
+    series). ``resident_units``: ``S``; ``pool_bytes``: the pool allocated; ``places_per_batch``: distinct
+    units expected among a batch's draws (``block_places``); ``places_global``: the same for a global shuffle.
     """
     sizes = Ragged.of(bounds).diffs() if len(bounds) else np.zeros(0, np.int64)  # (U,) rows of every unit
     units = len(sizes)
@@ -179,13 +164,10 @@ def pool_summary(
 
 
 def block_places(spread: int, group: int, batch_size: int, block_windows: float | None = None) -> float:
-    """Distinct units expected among a batch's ``batch_size`` draws, the pool full and units of equal windows.
-
-    A block of ``group`` steps draws ``1 / spread`` of each of ``spread`` units per step: unit ``i`` of its
-    ``spread + group - 1`` gives ``c_i`` of its ``spread * group`` slices, and is missed by ``d`` draws
-    with probability ``(1 - c_i / (S g)) ** d`` (with replacement). Batches are cut from blocks of
-    ``block_windows`` windows laid end to end (``None``: batches inside one block), so a batch starting at
-    a uniform place may take its draws from consecutive blocks, each ``group`` units further on.
+    """Distinct units expected among a batch's ``batch_size`` draws, the pool full and units of equal windows:
+    unit ``i`` of a block's ``spread + group - 1`` gives ``c_i`` of its ``spread * group`` slices and is
+    missed by ``d`` draws with probability ``(1 - c_i / (S g)) ** d``; a batch starting at a uniform place
+    in blocks of ``block_windows`` (``None``: inside one block) may draw from consecutive blocks.
     """
     s, g, b = max(int(spread), 1), max(int(group), 1), max(int(batch_size), 1)
     # (patterns,) draws from the first block a batch reaches, and how many of a block's starts give each

@@ -1,20 +1,12 @@
 """The division of an epoch between ranks and DataLoader workers: the rule that keeps DDP from hanging.
 
-Every order (a dataset's windows, a mixture's schedule, a corpus's sequences,
-an elastic rest) is a sequence of ``total`` units divided here, so every rank
-yields the same number of batches:
-
-* **Ranks** take contiguous shares: *equal* (``total // world_size`` each, the
-  remainder left out) or *balanced* (an elastic rest, where every unit is
-  owed: the remainder to the first ranks while every rank can still fill the
-  same number of non-empty batches).
-* **Batches**: full batches first, then the shorter ones, never an empty one;
-  batch ``j`` of a share of ``s`` units ends at ``min(j * batch_size, s - (num_batches - j))``.
-* **Workers**: worker ``w`` of ``W`` takes batches ``[w * n // W, (w + 1) * n // W)``;
-  after ``k`` batches of an in-order DataLoader each has yielded ``round_robin``'s share.
-
-The trade-off: equal shares drop up to ``world_size - 1`` units an epoch
-rather than repeat some, as ``DistributedSampler``'s padding would.
+Every order (a dataset's windows, a mixture's schedule, a corpus's sequences, an elastic rest) is a
+sequence of ``total`` units divided here, so every rank yields the same number of batches. Ranks take
+contiguous shares, *equal* (``total // world_size`` each, the remainder left out) or *balanced* (an
+elastic rest: the remainder to the first ranks while every rank can fill as many non-empty batches).
+Full batches come first, then shorter ones, never an empty one; worker ``w`` of ``W`` takes batches
+``[w * n // W, (w + 1) * n // W)`` (``round_robin``: what each has yielded after ``k`` in-order batches).
+Trade-off: equal shares drop up to ``world_size - 1`` units an epoch rather than repeat some.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """Elastic resume: the rest of an epoch re-divided between another number of ranks and workers.
 
-A loader-scope state says how many batches each old reader yielded: a prefix
-of its stream. The rest is a list of *pieces* ``(rank, worker, lo, hi)``
-(windows ``[lo, hi)`` of an old reader's stream, those of the buffers it was
-inside included), laid end to end and divided by the new topology as
-``division`` divides an epoch (balanced shares). Every window not yet yielded
-is yielded exactly once; a state saved during such an epoch records the
-pieces, so a second elastic restart works the same way.
-
-The trade-off: the order of the rest is not an uninterrupted run's (old
-streams are taken one after another); the next epochs are exactly those of the
-new topology. A tiny rest that cannot fill equal batch counts leaves out its
-last ``rest % world_size`` windows, as an epoch does.
+A loader-scope state says how many batches each old reader yielded. The rest is a list of *pieces*
+``(rank, worker, lo, hi)`` of old readers' streams, laid end to end and divided by the new topology as
+``division`` divides an epoch (balanced shares): every window not yet yielded is yielded exactly once,
+and a state saved meanwhile records the pieces. Trade-off: the rest's order is not an uninterrupted
+run's; a tiny rest that cannot fill equal batch counts leaves out ``rest % world_size`` windows.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """The dataset's window grid: per partition, its runs and how many windows each holds.
 
-Built once at open from row counts and the series column (and the features
-with ``nan="drop"``): O(runs) numbers per partition. Filters (NaN rows,
-temporal splits) move a run's first window and shrink its count. A run that
-is a piece of a longer series keeps the series' stride grid (``origin``), and
-``owned`` stops rows repeated in a neighbouring chunk's overlap from starting
-a window twice.
+Built once at open from row counts and the series column (and the features with ``nan="drop"``):
+O(runs) numbers per partition. Filters (NaN rows, splits) move a run's first window and shrink its
+count; a run that is a piece of a longer series keeps the series' stride grid (``origin``), and
+``owned`` stops rows of a chunk's overlap from starting a window twice.
 """
 
 from __future__ import annotations
@@ -95,16 +93,8 @@ class WindowGrid:
             first = Ragged.of([r.starts for r in runs])
             lengths = np.concatenate([r.lengths for r in runs])  # (runs of all,)
             return cls(first, first.with_values(windows_per_run(lengths, span, stride)), stride)
-        firsts, counts = [], []
-        for r in runs:
-            if r.origin is None and r.owned is None:
-                firsts.append(r.starts)
-                counts.append(windows_per_run(r.lengths, span, stride))
-                continue
-            f, c = run_grid(r.starts, r.lengths, span, stride, r.origin, r.owned)
-            firsts.append(f)
-            counts.append(c)
-        return cls(Ragged.of(firsts), Ragged.of(counts), stride)
+        grids = [run_grid(r.starts, r.lengths, span, stride, r.origin, r.owned) for r in runs]
+        return cls(Ragged.of([f for f, _ in grids]), Ragged.of([c for _, c in grids]), stride)
 
     @property
     def windows_per_partition(self) -> np.ndarray:
@@ -163,15 +153,10 @@ def scan_runs(
     continues: Callable[[int], bool] | None = None,
     num_rows: Sequence[int] | None = None,
 ) -> list[PartitionRuns]:
-    """Runs of every partition, read in parallel threads.
-
-    Args:
-        read_runs: ``i -> (starts, lengths, keys[, origin, owned])`` of partition ``i``.
-        read_bad_rows: ``i -> sorted rows`` no window may contain (``nan="drop"``), or ``None``.
-        continues: ``i ->`` whether partition ``i`` directly follows partition ``i - 1`` (one file
-            cut at row groups): its first run then keeps its series' grid (``chain_origins``).
-        num_rows: Per partition, its own rows (without the halo its runs may cover).
-    """
+    """Runs of every partition, read in parallel threads: ``read_runs(i) -> (starts, lengths, keys[, origin,
+    owned])``, ``read_bad_rows(i)``: sorted rows no window may contain (``nan="drop"``) or ``None``;
+    ``continues(i)``: whether partition ``i`` follows ``i - 1`` in one file (its first run keeps its series'
+    grid: ``chain_origins``); ``num_rows``: per partition, its own rows (without the halo)."""
 
     def scan(i: int) -> tuple[PartitionRuns, np.ndarray | None]:
         found = read_runs(i)

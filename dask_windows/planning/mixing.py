@@ -1,18 +1,11 @@
 """How well a dataset's batches mix, measured beside a global shuffle of the same windows.
 
-Without reading data: the plan and the grid give each batch's global start
-rows (``plan_batches``, as ``return_index=True`` yields them), and the dataset
-is cut into ``blocks`` equal row blocks, a block standing for the regime of its
-rows. ``batch_statistics`` over a reader's first batches:
-
-* ``distinct_blocks``: row blocks a batch touches;
-* ``tv_distance``: total-variation distance of a batch's block histogram from the dataset's;
-* ``lag1``: correlation of consecutive batches' mean block (0 for a shuffle);
-* ``effective_batch_size``: variance of one window's block over that of a
-  batch's mean block (``B`` for an ideal shuffle).
-
-``mixing_report`` sets them beside a global shuffle's with a verdict and
-advice. Fault replacement (``on_error="skip"``) is not simulated.
+Without reading data, the plan and the grid give each batch's global start rows (``plan_batches``), and
+the dataset is cut into ``blocks`` equal row blocks. ``batch_statistics`` over a reader's first batches:
+``distinct_blocks`` a batch touches, ``tv_distance`` of its block histogram from the dataset's, ``lag1``
+correlation of consecutive batches' mean block, ``effective_batch_size`` (``B`` for an ideal shuffle).
+``mixing_report`` sets them beside a global shuffle's with a verdict and advice. Fault replacement
+(``on_error="skip"``) is not simulated.
 """
 
 from __future__ import annotations
@@ -38,8 +31,6 @@ __all__ = [
     "plan_batches",
     "spread_places",
 ]
-
-_CHUNK = 1 << 20  # windows whose start rows are listed at once
 
 
 @dataclass(frozen=True)

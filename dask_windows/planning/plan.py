@@ -1,10 +1,7 @@
-"""An epoch's partition order and its division, as pure arithmetic, shared by every order.
-
-An epoch is the partitions in a per-epoch random permutation (``epoch_order``),
-their windows laid end to end and divided by ``division``; two ranks share at
-most the partition where their slices meet, each reading its own *segment*
-(``segment_arrays``). The pool order (``planning.pool``) cuts a reader's
-segments into units; whole partitions are its case of one unit per partition.
+"""An epoch's partition order and its division, as pure arithmetic, shared by every order: the partitions
+in a per-epoch permutation (``epoch_order``), their windows end to end, divided by ``division``; two ranks
+share at most the partition where their slices meet, each reading its own *segment* (``segment_arrays``).
+The pool order (``planning.pool``) cuts a reader's segments into units.
 """
 
 from __future__ import annotations

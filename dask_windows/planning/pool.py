@@ -1,29 +1,23 @@
 """The pool order of an epoch, as pure arithmetic: each decode unit read once, mixing bought with memory.
 
-Ranks and workers divide an epoch as ``division`` does. Each reader cuts its
-share into **units** (decode units: Parquet row groups merged to at least a
-window, or fixed row ranges) and reads them in a stratified random order, so
-any ``S`` consecutive units are spread over the whole share. A **pool** keeps
-the ``S`` most recent units decoded in ``pool_rows`` rows. Step ``t`` reads
-unit ``t`` and releases unit ``t - S``; unit ``i``'s windows, in a random order
-of their own, are spread over steps ``i .. i + S - 1`` (Mosaic's ``py1e``), so
-every step draws from all resident units. The first ``F = fill`` units are read
-before the first step (about ``POOL_FIRST_BYTES``); earlier steps join the first
-step, later ones the last. A step's windows are shuffled and batches cut from
-the steps laid end to end.
+Ranks and workers divide an epoch as ``division`` does. Each reader cuts its share into **units**
+(Parquet row groups merged to at least a window, or fixed row ranges) and reads them in a stratified
+random order, so any ``S`` consecutive units spread over the whole share. A **pool** keeps the ``S``
+most recent units in ``pool_rows`` rows: step ``t`` reads unit ``t`` and releases unit ``t - S``; unit
+``i``'s windows, in a random order of their own, are spread over steps ``i .. i + S - 1`` (Mosaic's
+``py1e``). The first ``F = fill`` units are read before the first step (earlier steps join it). A
+step's windows are shuffled and batches cut from the steps end to end.
 
-The trade-off: a unit is decoded once per epoch (twice at most at a reader's
-share's ends), and a batch mixes at most ``S`` places: like a global shuffle
-when ``S >= 2 * batch_size``. A window crossing into the next unit is drawn
-with whichever of the two is read later; the earlier keeps its rows (``keep``).
-Everything is a function of the inputs: batches are the same bit for bit per
-``(seed, epoch)`` and a resume skips finished units without reading them.
+Trade-off: a unit is decoded once per epoch (twice at most at a share's ends), and a batch mixes at most
+``S`` places: like a global shuffle when ``S >= 2 * batch_size``. A window across a cut is drawn with the
+later-read unit; the earlier keeps its rows (``keep``). Batches are a function of ``(seed, epoch)`` and
+the inputs; a resume skips finished units without reading them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -78,14 +72,12 @@ class PoolPlan:
     """What one reader (rank, worker) yields in one epoch under the pool order.
 
     Attributes:
-        units: The reader's units in reading order (``PoolUnits``, or a tuple of ``PoolUnit``); a
-            resume starts at ``first_unit``.
+        units: The reader's units in reading order (``PoolUnits`` or ``PoolUnit`` s); a resume starts at ``first_unit``.
         spread: ``S``: units resident at once; each unit's windows are spread over ``S`` steps.
-        start: The first step to draw (``fill - 1`` unless resuming); ``skip`` its windows already yielded.
-        num_windows: Windows this reader yields after the skipped ones (``num_batches``: batches).
+        start, skip: The first step to draw (``fill - 1`` unless resuming) and its windows already yielded.
+        num_windows, num_batches: What this reader yields after the skipped ones.
         entropy: ``(seed, epoch, rank, world_size, worker, num_workers)``: seeds the steps' shuffles.
-        group: Steps per block, whose windows are shuffled together (``BLOCK_BATCHES`` batches or more).
-        fill: ``F``: units read before the first step (``1 <= F <= S``; ``0``: ``S``).
+        group: Steps per block, shuffled together; ``fill``: ``F``, units read before the first step (``0``: ``S``).
     """
 
     units: Sequence[PoolUnit]
@@ -392,17 +384,9 @@ def _reader_atoms(
 
 @dataclass(frozen=True)
 class PoolShape:
-    """How many units a reader's pool holds and draws from, as ``plan_pool`` works it out (no units built).
-
-    Attributes:
-        units: The reader's units in the epoch.
-        unit_rows: The most rows one unit places (its windows and those across both of its cuts).
-        group: Steps per block (``PoolPlan.group``).
-        resident_units: ``S`` (``PoolPlan.spread``): units a step draws from, once the pool is full.
-        pool_rows: Rows of the pool (``PoolPlan.pool_rows``, for ``S``, two blocks, the unit read and one lost).
-        fill: ``F`` (``PoolPlan.fill``): units read before the first step.
-        windows: The reader's windows in the epoch.
-    """
+    """How many units a reader's pool holds and draws from, as ``plan_pool`` works it out (no units built):
+    the reader's ``units`` and ``windows`` in the epoch, the most rows one unit places (``unit_rows``), and
+    ``PoolPlan``'s ``group``, ``spread`` (``resident_units``), ``pool_rows`` and ``fill``."""
 
     units: int
     unit_rows: int
@@ -544,18 +528,15 @@ def plan_pool(
     spread, fill = shape.resident_units, shape.fill
     plan = PoolPlan(units, spread, rows, 0, 0, 0, 0, entropy, shuffle, group, fill)
     start, skip = _resume_step(plan, skip_batches * batch_size)
-    return PoolPlan(
-        plan.units,
-        plan.spread,
-        rows if len(units) else 0,
-        start,
-        skip,
-        max(hi - lo - skip_batches * batch_size, 0),
-        reader_batches - skip_batches,
-        entropy,
-        shuffle,
-        group,
-        fill,
+    num_windows = max(hi - lo - skip_batches * batch_size, 0)
+    pool_rows = rows if len(units) else 0
+    return replace(
+        plan,
+        pool_rows=pool_rows,
+        start=start,
+        skip=skip,
+        num_windows=num_windows,
+        num_batches=reader_batches - skip_batches,
     )
 
 
@@ -584,11 +565,7 @@ def step_order(plan: PoolPlan, step: int, size: int) -> np.ndarray | None:
 
 
 def shuffle_step(plan: PoolPlan, step: int, window: np.ndarray) -> None:
-    """``window[step_order(plan, step, len(window))]`` in place (as ``shuffle_unit``: no index, no gather).
-
-    At the default's shape the last step holds most of the epoch (7.4M windows at 8 files of 1M rows):
-    its 60 MB index and the gather through it held up the batches for a second.
-    """
+    """``window[step_order(plan, step, len(window))]`` in place (as ``shuffle_unit``: no index, no gather)."""
     if plan.shuffle and len(window) >= 2:
         rng_for(*plan.entropy, 0x9003, step).shuffle(window)
 

@@ -24,18 +24,10 @@ ORDER_SETTINGS = (
 
 
 def fingerprint(grid: WindowGrid, rows_per_partition: np.ndarray, spec: WindowSpec, files: str | None = None) -> dict:
-    """What identifies a dataset's epochs: partition rows, window grid and ordering settings.
-
-    Args:
-        grid: The dataset's window grid (after any split or NaN filter).
-        rows_per_partition: ``(P,)`` rows of each partition.
-        spec: Window settings.
-        files: The source's file identity hash (``sources.identity.digest``: sizes and footers),
-            so a state of swapped or rewritten same-shape files is rejected; ``None`` if it has none.
-
-    Returns:
-        A dict of plain values; two datasets with equal fingerprints yield the same batches.
-    """
+    """What identifies a dataset's epochs, as a dict of plain values (equal fingerprints, the same batches):
+    ``(P,)`` ``rows_per_partition``, the window ``grid`` (after any split or NaN filter), ``spec``'s ordering
+    settings and ``files``, the source's identity hash (``sources.identity.digest``; ``None``: none), so a
+    state of swapped or rewritten same-shape files is rejected."""
     digest = hashlib.sha256(np.asarray(rows_per_partition, np.int64).tobytes())
     for first, counts in zip(grid.first, grid.counts):
         digest.update(np.asarray(first, np.int64).tobytes())

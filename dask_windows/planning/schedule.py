@@ -1,12 +1,9 @@
 """The interleave of a mixture's epoch, as pure integer arithmetic.
 
-A mixture epoch holds ``counts[m]`` windows of member ``m``, ``N`` in all,
-ordered by Webster's (Sainte-Laguë) apportionment: window ``k`` of member ``m``
-has the key ``(2k + 1) / (2 counts[m])`` and the epoch lists windows by key
-(ties: lower member first). Every prefix then holds each member within about
-one window of its share, so any batch holds ``B * counts[m] / N`` windows of
-member ``m`` give or take two. Nothing is materialised: positions are a closed
-form, exact in integers, so every rank and worker agrees.
+An epoch of ``N`` windows, ``counts[m]`` of member ``m``, is ordered by Webster's (Sainte-Laguë)
+apportionment: window ``k`` of member ``m`` has key ``(2k + 1) / (2 counts[m])``, windows listed by key
+(ties: lower member first), so any batch holds ``B * counts[m] / N`` windows of member ``m`` give or take
+two. Positions are a closed form, exact in integers: nothing is materialised, every reader agrees.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Temporal train/valid splits per series, as filters of the unsplit window grid.
 
-A series' rows are numbered from 0 in the dataset's order; with ``n`` rows
-and a cut ``cut``, a window starting at position ``p`` is in train when
-``p + window + horizon <= cut`` and in valid when ``p >= cut + embargo``.
-``cut`` is ``floor(n * (1 - valid))``, or the position of the series' first row
-whose time is ``>= at`` (``n`` when none).
-
-The trade-off: a split builds no window list; it moves each run's first window
-and count (``WindowGrid.restrict``), so both parts stream, shard and resume like
-the parent at no memory cost. Only a split by time reads data (the time column, once).
+With a series' rows numbered from 0 and ``n`` rows, a window at position ``p`` is in train when
+``p + window + horizon <= cut``, in valid when ``p >= cut + embargo``; ``cut`` is ``floor(n * (1 - valid))``
+or the first row whose time is ``>= at``. A split moves each run's first window and count
+(``WindowGrid.restrict``), so both parts stream, shard and resume like the parent at no memory cost;
+only a split by time reads data (the time column, once).
 """
 
 from __future__ import annotations
@@ -28,17 +24,10 @@ __all__ = ["SeriesTable", "cut_positions", "fraction_cuts", "split_grid", "time_
 
 @dataclass(frozen=True)
 class SeriesTable:
-    """Which series each run belongs to and where in the series it lies.
-
-    Attributes:
-        rows_per_series: ``(S,)`` rows of each series, all partitions together.
-        series: Per partition, ``(R,)`` series number of each run (runs of ``ds.runs``).
-        base: Per partition, ``(R,)`` series position minus partition row, so a row ``r`` of
-            run ``j`` lies at position ``base[j] + r`` of its series.
-        whole_series: Per partition, ``(Q,)`` series number of each series run (before NaN cuts).
-        whole_starts: Per partition, ``(Q,)`` first row of each series run.
-        whole_base: Per partition, ``(Q,)`` series position minus partition row of each series run.
-    """
+    """Which series each run belongs to and where in the series it lies: ``(S,)`` ``rows_per_series`` (all
+    partitions together) and, per partition, ``(R,)`` per run of ``ds.runs`` its ``series`` number and
+    ``base`` (row ``r`` of run ``j`` lies at position ``base[j] + r`` of its series), and ``(Q,)`` per
+    series run (before NaN cuts) its ``whole_series`` number, ``whole_starts`` row and ``whole_base``."""
 
     rows_per_series: np.ndarray
     series: tuple[np.ndarray, ...]

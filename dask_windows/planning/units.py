@@ -1,10 +1,8 @@
 """A reader's pool units as columns: one numpy array per field, a ``PoolUnit`` only for a unit asked for.
 
-``PoolUnits`` is a read-only sequence of ``PoolUnit`` over the columns
-``plan_pool`` computes: ``units[i]`` builds unit ``i`` when asked, ``units[a:b]``
-slices the columns, and what is asked of every unit is read from the columns.
-The trade-off: a unit is built again each time it is asked for (two or three
-times a pass), against an object per unit held from the open.
+``PoolUnits`` is a read-only sequence over the columns ``plan_pool`` computes (``units[i]`` builds a unit,
+``units[a:b]`` slices the columns). Trade-off: a unit is built again each time it is asked for (two or
+three times a pass), against an object per unit held from the open.
 """
 
 from __future__ import annotations
@@ -20,18 +18,10 @@ __all__ = ["PoolUnit", "PoolUnits", "place_units"]
 
 @dataclass(frozen=True)
 class PoolUnit:
-    """One unit of a reader's plan.
-
-    Attributes:
-        partition: Its partition.
-        unit: Number of its decode unit (after merging) inside the partition.
-        lo: First window (numbered inside the partition) it serves.
-        hi: One past its last.
-        rows: Partition rows ``[r0, r1)`` placed in the pool (what its windows need).
-        fresh: Partition rows read from the source (``(0, 0)``: none).
-        keep: Row ranges of ``fresh`` kept for a later unit (windows across a cut).
-        offset: Pool row where ``rows[0]`` goes.
-    """
+    """One unit of a reader's plan: its ``partition``, its decode unit there (``unit``, after merging), the
+    windows ``[lo, hi)`` it serves (numbered inside the partition), the partition ``rows`` placed in the pool
+    from pool row ``offset``, the rows read from the source (``fresh``; ``(0, 0)``: none) and the ranges of
+    them kept for a later unit (``keep``: windows across a cut)."""
 
     partition: int
     unit: int

@@ -1,32 +1,11 @@
 """One vectorised gather per batch, handed to torch without a copy.
 
-A buffer's features are stored channel-major, ``(C, rows)`` float32, so that
-every (window, channel) of an ``NCL`` batch is one contiguous run of ``L``
-values; for ``NLC`` the buffer is row-major ``(rows, C)`` and every window is
-one contiguous run of ``L * C`` values. numpy's fancy indexing of a 2-D view of
-every run (``_Runs``: a fresh array, each run one contiguous copy) gathers a
-batch on the consumer's thread; a run of full batches may be split over two
-threads (``speedups.lanes``). Into a DataLoader worker's shared slot
-(``speedups.slots``: a pool with ``direct_bytes``), ``torch.index_select`` of
-the runs copies straight into the slot's array.
-
-Copying on torch's intra-op threads was an opt-in until issue 33 (``PathChoice``,
-``DASK_WINDOWS_TORCH_GATHER=1``): at B=256 L=512 C=4 it took 15-18% more CPU per
-batch than numpy's one thread and 0.70-0.91x its windows/s
-(benchmarks/log/gather.md), so it went.
-
-A stream asks :meth:`Gatherer.gather_for` once per run of full batches (a
-buffer's, or its first ``HEAD`` windows'), so a batch costs numpy's one
-indexing call, without the per-batch checks of :meth:`Gatherer.features`;
-features-only runs come from :meth:`Gatherer.gather_run`, which computes the
-run's index a chunk of batches at a time.
-
-A pooled array (a slot pool's fallback) is reused only when nothing but the
-pool references it: a tensor made by ``torch.from_numpy``, every view of it,
-its ``.numpy()`` arrays and its storage keep the ndarray alive, and a
-DataLoader worker's batch is moved to shared memory when torch pickles it,
-which drops that reference. So a batch the caller still holds is never
-overwritten; up to ``capacity`` batches of features stay allocated.
+Features are stored channel-major ``(C, rows)`` float32 (``NLC``: ``(rows, C)``), so every (window,
+channel) of a batch is one contiguous run. numpy's fancy indexing of a 2-D view of every run (``_Runs``)
+gathers a batch; a run of full batches may be split over two threads (``speedups.lanes``); into a
+DataLoader worker's shared slot (``speedups.slots``) ``torch.index_select`` copies straight in.
+A pooled array is reused only when nothing but the pool references it (a tensor, its views and storage
+keep the ndarray alive), so a batch the caller holds is never overwritten.
 """
 
 from __future__ import annotations
@@ -63,16 +42,9 @@ _RUN_INDEX = 8192  # runs indexed per chunk of a run of batches (``_Runs.batches
 class _Runs:
     """numpy's gather of whole runs: one contiguous source run per output row.
 
-    Indexing a 2-D view of every run (one row per flat position) makes each copy numpy's
-    contiguous 1-D subspace, one ``memcpy``-like step per run: 12-27% less CPU per batch than
-    indexing the ``(windows, C, L)`` view, whose ``(C, L)`` subspace numpy walks as a strided
-    array per window (2 shared cores, one thread, ``thread_time``: 13.9 against 19.0 us at B=64
-    L=128 C=4, 196 against 224 us at B=256 L=512). The values are the same bits.
-
-    Args:
-        data: Features, C-contiguous ``(C, rows)`` (``channel_major``) or ``(rows, C)``, ``rows >= window``.
-        window: Rows per window ``L``.
-        channel_major: The layout of ``data`` (and of the batches: ``(B, C, L)`` or ``(B, L, C)``).
+    ``data``: features, C-contiguous ``(C, rows)`` (``channel_major``: batches ``(B, C, L)``) or ``(rows, C)``
+    (``(B, L, C)``), ``rows >= window``. Each copy is one contiguous step, cheaper than indexing the
+    ``(windows, C, L)`` view; the values are the same bits.
     """
 
     def __init__(self, data: np.ndarray, window: int, channel_major: bool) -> None:
@@ -100,11 +72,8 @@ class _Runs:
         return self.runs[index].reshape(len(index) // self.channels, self.channels, self.window)
 
     def batches(self, run: np.ndarray, size: int) -> Iterator[np.ndarray]:
-        """``self(run[a : a + size])`` for each batch of ``run`` (``len(run)`` a multiple of ``size``).
-
-        The runs' flat positions are computed for many batches at once (about 1.2 us less per batch
-        at B=64 L=128 than a batch at a time), each batch one row of that index.
-        """
+        """``self(run[a : a + size])`` for each batch of ``run`` (``len(run)`` a multiple of ``size``), the
+        runs' flat positions computed for many batches at once."""
         per = max(1, _RUN_INDEX // (size * self.channels)) * size  # windows per chunk of the index
         shape = (size, self.channels, self.window) if self.offsets is not None else (size, self.window, self.channels)
         runs = self.runs
@@ -162,18 +131,11 @@ class OutputPool:
 class Gatherer:
     """Gathers batches of windows from one buffer's arrays.
 
-    Args:
-        x: Features, ``(C, rows)`` for ``NCL`` or ``(rows, C)`` for ``NLC``.
-        y: Targets ``(T, rows)``, or ``None``.
-        window: Rows per window ``L``.
-        horizon: ``0``: ``y`` at the last row, ``(B, T)``; ``H``: the next ``H`` rows, ``(B, T, H)``.
-        layout: ``"NCL"`` or ``"NLC"``.
-        mean: Optional ``(C,)`` subtracted from every feature value.
-        std: Optional ``(C,)`` dividing every feature value after the mean.
-        codes: Optional ``(K, rows)`` int64 (or int32), the last ``K`` channels of ``x`` (``NCL``) as integer
-            codes (``WindowSpec.code_features``), made once per row by the buffer's owner: the
-            batches' features are then the first ``C - K`` channels, and :meth:`codes_at` gathers
-            the codes from here instead of copying them as float32 and casting them per window.
+    ``x``: features, ``(C, rows)`` for ``layout="NCL"``, ``(rows, C)`` for ``"NLC"``; ``y``: targets ``(T, rows)``
+    or ``None``, batched at each window's last row (``horizon=0``: ``(B, T)``) or over the ``H`` rows after
+    it (``(B, T, H)``); ``mean``, ``std``: optional ``(C,)`` scaling of every feature value; ``codes``:
+    optional ``(K, rows)`` integer copy of the last ``K`` channels of ``x`` (``NCL``,
+    ``WindowSpec.code_features``): features are then the first ``C - K`` channels, codes from :meth:`codes_at`.
     """
 
     def __init__(
@@ -214,21 +176,15 @@ class Gatherer:
             self._scale = (np.asarray(mean, np.float32).reshape(shape), inv.reshape(shape))
 
     def gather_for(self, size: int, pool: OutputPool | None) -> Callable[[np.ndarray], np.ndarray]:
-        """The gather of full batches of ``size`` windows, chosen once for a run of them.
-
-        It returns what :meth:`features` would for each batch; without scaling or slots it is
-        numpy's gather itself, so each batch costs one C call instead of a Python method's checks.
-        """
+        """The gather of full batches of ``size`` windows, chosen once for a run of them: what
+        :meth:`features` returns, as numpy's gather itself where there is no scaling nor slots."""
         if self._scale is None and getattr(pool, "direct_bytes", None) is None:  # no scaling, no slots
             return self._numpy
         return lambda starts: self.features(starts, pool)
 
     def gather_run(self, run: np.ndarray, size: int, pool: OutputPool | None) -> Generator[np.ndarray, None, None]:
-        """What ``gather_for(size, pool)`` gives for each batch of ``run``, ``len(run)`` a multiple of ``size``.
-
-        numpy's run gather computes the whole run's index a chunk of batches at a time; where two
-        CPUs are free to copy it, on two threads at once (``lanes``: the same batches, in order).
-        """
+        """What ``gather_for(size, pool)`` gives for each batch of ``run``, ``len(run)`` a multiple of
+        ``size``; on two lanes where ``lanes`` allows (the same batches, in order)."""
         from dask_windows.speedups import lanes
 
         choice = self._lanes(run, size, pool, made=False)
@@ -242,13 +198,8 @@ class Gatherer:
     def made_run(
         self, run: np.ndarray, size: int, pool: OutputPool | None, make: Callable[[np.ndarray], Any]
     ) -> Iterator[Any]:
-        """``make(starts)`` for each batch of ``run`` in order, ``len(run)`` a multiple of ``size``.
-
-        ``make`` gathers a batch's arrays (its features through ``gather_for``, its targets, codes,
-        rows). Where ``gather_run`` would copy the features on two lanes, ``make`` runs on both
-        (``lanes.made_batches``: called from either thread), so a batch with targets or a workflow's
-        codes shares out its gathers as a batch of features alone does.
-        """
+        """``make(starts)`` for each batch of ``run`` in order, ``len(run)`` a multiple of ``size``; ``make``
+        (a batch's gathers) runs on both lanes where ``lanes`` allows (``lanes.made_batches``)."""
         from dask_windows.speedups import lanes
 
         choice = self._lanes(run, size, pool, made=True)
@@ -283,13 +234,8 @@ class Gatherer:
             yield gather(run[a : a + size])
 
     def features(self, starts: np.ndarray, pool: OutputPool | None = None) -> np.ndarray:
-        """``(B, C, L)`` (or ``(B, L, C)``) float32, C-contiguous, for windows at ``starts``.
-
-        Args:
-            starts: Buffer rows of the windows' first rows.
-            pool: A pool of shared slots (``direct_bytes``) gathers into its array; otherwise (or
-                ``None``) numpy's gather makes a new array.
-        """
+        """``(B, C, L)`` (or ``(B, L, C)``) float32, C-contiguous, for windows at buffer rows ``starts``;
+        gathered into a slot pool's array (``pool.direct_bytes``), else a new array."""
         shape = (len(starts), *self._x.shape[1:])
         nbytes = math.prod(shape) * self._x.itemsize
         direct = getattr(pool, "direct_bytes", None)  # a pool of shared slots: gather into it from this size

@@ -1,17 +1,10 @@
 """A unit's row ranges as a few row blocks, decoded and indexed in one pass.
 
-A unit of the pool is decoded from up to three disjoint row ranges of its
-partition (the rows kept for it by the unit before, its own, those kept by the
-unit after). Here they are:
-
-* decoded with a constant number of numpy calls per column, whatever the number
-  of blocks (``decode_blocks``: the blocks are laid end to end in one array), and
-* given their window starts for all segments at once (``segment_starts``,
-  ``segment_runs``: a ``repeat``/``cumsum`` pass instead of a loop per segment).
-
-The trade-off: one ``(n,)`` bookkeeping array per block; a float64 column with
-``nan="raise"`` is joined once in its own dtype before the cast, so that values
-beyond float32's range are seen as such.
+A pool unit is decoded from up to three disjoint row ranges of its partition (the rows kept by the
+unit before, its own, those kept by the unit after), laid end to end in one array with a constant
+number of numpy calls per column (``decode_blocks``), and given their window starts for all
+segments at once (``segment_starts``, ``segment_runs``). A float64 column with ``nan="raise"`` is
+joined in its own dtype before the cast, so values beyond float32's range are seen as such.
 """
 
 from __future__ import annotations
@@ -30,17 +23,9 @@ def segment_starts(
 ) -> np.ndarray:
     """Partition rows where windows ``lo[i] .. hi[i]-1`` start, for every ``i``, concatenated.
 
-    The vectorised ``windows.window_starts`` of many ranges of one partition's windows.
-
-    Args:
-        run_first: ``(R,)`` row of each run's first window.
-        run_counts: ``(R,)`` windows of each run.
-        stride: Rows between consecutive windows of a run.
-        lo: ``(n,)`` first window of each range (numbered run by run from 0).
-        hi: ``(n,)`` one past the last; ``hi > lo``.
-
-    Returns:
-        ``(sum(hi - lo),)`` int64 start rows, range by range, in window order.
+    The vectorised ``windows.window_starts`` of many ranges: ``run_first``, ``run_counts`` ``(R,)`` each
+    run's first window row and windows; ``lo``, ``hi`` ``(n,)`` the ranges (windows numbered run by run,
+    ``hi > lo``). Returns ``(sum(hi - lo),)`` int64 start rows, range by range.
     """
     row, take, _ = segment_runs(run_first, run_counts, stride, lo, hi)
     k = np.arange(int(take.sum()), dtype=np.int64) - np.repeat(np.cumsum(take) - take, take)  # within its run
@@ -52,15 +37,8 @@ def segment_starts(
 def segment_runs(
     run_first: np.ndarray, run_counts: np.ndarray, stride: int, lo: np.ndarray, hi: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The windows of ``segment_starts`` as arithmetic progressions, one per (range, run) they share.
-
-    ``segment_starts(...)`` is ``row[p] + stride * arange(count[p])`` for every ``p``, concatenated;
-    a caller writing long progressions straight into its own array saves the int64 temporaries.
-
-    Returns:
-        ``(row, count, range)``, each ``(q,)`` int64: the partition row of each progression's first
-        window, its windows (> 0), the range it belongs to; in range order, then row order.
-    """
+    """The windows of ``segment_starts`` as progressions ``row[p] + stride * arange(count[p])``, one per
+    (range, run) they share: ``(row, count, range)``, each ``(q,)`` int64, in range order, then row order."""
     counts = np.asarray(run_counts, np.int64)
     ends = np.cumsum(counts)  # (R,) window number just past each run
     begins = ends - counts
@@ -110,16 +88,8 @@ def _fill(out: np.ndarray, views: Sequence[np.ndarray], check: bool) -> np.ndarr
 
 def _all_finite(values: np.ndarray) -> bool:
     """Whether no value of ``values`` (a float array) is NaN, ``±inf`` or, in a type wider than float32,
-    beyond float32's range (inf once in a batch): exactly when ``_bad_mask`` would find no row.
-
-    From its minimum and maximum alone: NaN propagates through both reductions, and the values
-    farthest below and above zero (an infinity among them) are one of them, so both finite and
-    within float32's range means every value is. They only read the values, where the elementwise
-    check writes masks: per 250k values here, 86 against 341 us for float64 (``isfinite``, ``abs``
-    and the range mask), 27 us for float32, on every row a reader decodes (``nan="raise"``). A sum,
-    one pass, took 44 us for float32 and overflows on large finite values (then the elementwise
-    pass is needed anyway); a dot product wakes BLAS's threads on float64.
-    """
+    beyond float32's range: exactly when ``_bad_mask`` would find no row. From the minimum and maximum
+    alone (NaN propagates through both; the extremes bound every value): reads only, no masks written."""
     if values.size == 0:
         return True
     with np.errstate(invalid="ignore"):
@@ -149,19 +119,10 @@ def decode_blocks(
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray, np.ndarray]:
     """Lay the columns of ``pieces`` end to end in the buffer layout, a few numpy calls per column.
 
-    Args:
-        pieces: Per block, its columns as 1-D arrays of equal length.
-        features: Feature columns, in channel order.
-        targets: Target columns (may be empty).
-        channel_major: ``(C, rows)`` features (``NCL``), else ``(rows, C)``.
-        check: Find the rows holding NaN, inf or values beyond float32 (``nan="raise"``).
-        y_dtype: Target dtype.
-        out: ``(x, y)`` to write into (views of a buffer's arrays), or ``None`` to allocate them;
-            ignored when their rows are not those of ``pieces``.
-
-    Returns:
-        ``(x, y, nan_x, nan_y, offsets)``: features float32, targets or ``None``, sorted bad
-        rows of each, and ``(m + 1,)`` row where each block begins (and the total).
+    ``pieces``: per block, its columns as 1-D arrays; ``channel_major``: ``(C, rows)`` features, else
+    ``(rows, C)``; ``check``: find the rows holding NaN, inf or values beyond float32; ``out``: ``(x, y)``
+    to write into (ignored when their rows are not those of ``pieces``), or ``None``. Returns ``(x, y,
+    nan_x, nan_y, offsets)``: features, targets or ``None``, their sorted bad rows, block starts and total.
     """
     lengths = [len(p[features[0]]) for p in pieces]
     offsets = np.cumsum([0, *lengths]).astype(np.int64)

@@ -1,11 +1,6 @@
-"""Decoded rows of a unit, and the pool rows of its windows.
-
-``decode_pieces`` turns disjoint row ranges of one partition (a unit's rows,
-and the rows kept for it by its neighbour) into the arrays the gather wants
-(features channel-major for ``NCL``), straight into the unit's rows of the pool
-(``runtime.pool``) when they fit, in a few numpy calls per column
-(``blocks.decode_blocks``). ``_fill_starts`` lists the pool rows of a unit's
-windows where it holds a NaN, checking each window as listed (``nan="raise"``).
+"""Decoded rows of a unit, and the pool rows of its windows: ``decode_pieces`` turns disjoint row ranges of
+one partition into the gather's arrays, in the pool's rows when they fit (``blocks.decode_blocks``);
+``_fill_starts`` lists the pool rows of a unit's windows where it holds a NaN, checking each window.
 """
 
 from __future__ import annotations
@@ -31,22 +26,12 @@ _RAMP_WINDOWS = 1024  # windows per run of starts from which each run is written
 
 @dataclass
 class Part:
-    """One decoded partition.
-
-    Attributes:
-        index: Partition number.
-        name: Partition name, for messages.
-        x: Features ``(C, rows)`` (``NCL``) or ``(rows, C)`` (``NLC``), float32.
-        y: Targets ``(T, rows)`` or ``None``.
-        nan_x: Rows where a feature is NaN (only computed with ``nan="raise"``).
-        nan_y: Rows where a target is NaN.
-        row0: Partition row of the part's first row (a piece starts inside its partition).
-        blocks: ``(m, 2)`` int64 ``[partition row, part row]`` where each of the part's row blocks
-            begins, when it holds several disjoint row ranges laid end to end (``decode_pieces``);
-            ``None``: one block, ``[[row0, 0]]``.
-        arena: ``(x, y, row)`` when ``x`` and ``y`` are views of the pool's arrays from ``row`` on
-            (decoded in place); ``None``: arrays of its own, to be copied in.
-    """
+    """One decoded partition (``index``, ``name`` for messages): features ``x`` (``(C, rows)`` for ``NCL``,
+    else ``(rows, C)``, float32), targets ``y`` ``(T, rows)`` or ``None``, the rows where a feature or
+    target is NaN (``nan_x``, ``nan_y``: with ``nan="raise"`` only), the partition row of its first row
+    (``row0``). ``blocks``: ``(m, 2)`` ``[partition row, part row]`` where each of its disjoint row
+    ranges begins (``None``: one, ``[[row0, 0]]``). ``arena``: ``(x, y, row)`` when ``x`` and ``y`` are
+    views of the pool's arrays from ``row`` on; ``None``: arrays of its own, to be copied in."""
 
     index: int
     name: str
@@ -61,10 +46,6 @@ class Part:
     def block_table(self) -> np.ndarray:
         """``(m, 2)`` ``[partition row, part row]`` where each block begins."""
         return np.array([[self.row0, 0]], np.int64) if self.blocks is None else self.blocks
-
-
-def _target_dtype(columns: list[np.ndarray]) -> type:
-    return np.int64 if all(c.dtype.kind in "iub" for c in columns) else np.float32
 
 
 def decode_pieces(
@@ -84,7 +65,8 @@ def decode_pieces(
     ``arena = (x, y, row)``: write into rows ``row ..`` of the pool's arrays when they fit.
     """
     if spec.targets and y_dtype is None:
-        y_dtype = _target_dtype([p[c] for p in pieces[:1] for c in spec.targets])
+        integers = all(p[c].dtype.kind in "iub" for p in pieces[:1] for c in spec.targets)
+        y_dtype = np.int64 if integers else np.float32
     channel_major = spec.layout == "NCL"
     out = None
     if arena is not None:
@@ -158,24 +140,10 @@ def _fill_starts(
 def _ramp_starts(
     out: np.ndarray, at: int, row: np.ndarray, take: np.ndarray, table: np.ndarray, offset: int, stride: int
 ) -> int:
-    """``_fill_starts`` for long runs of windows: each run of starts written into ``out`` in one call.
-
-    The vectorised path builds every start in int64 temporaries (about ten passes over them); a run
-    of ``take[p]`` windows is ``first + stride * arange`` and is written straight in ``out``'s dtype
-    from one ramp, one pass. Worth it when runs are long (``_RAMP_WINDOWS``): one call per run.
-
-    Args:
-        out: The buffer's starts; ``out[at:]`` is written.
-        at: Position of the first start to write.
-        row: ``(q,)`` partition row of each run's first window (``blocks.segment_runs``).
-        take: ``(q,)`` windows of each run, at most ``_CHUNK``.
-        table: ``(m, 2)`` ``[partition row, part row]`` where each of the part's blocks begins.
-        offset: Buffer row of the part's first row.
-        stride: Rows between consecutive windows of a run.
-
-    Returns:
-        The position after the last start written.
-    """
+    """``_fill_starts`` for long runs of windows (``_RAMP_WINDOWS``): each run of ``take[p]`` starts from
+    partition row ``row[p]`` (``blocks.segment_runs``) written into ``out[at:]`` from one ramp in ``out``'s
+    dtype, without int64 temporaries; ``table`` as ``Part.block_table``, ``offset`` the buffer row of
+    the part's first row. Returns the position after the last start written."""
     block = np.searchsorted(table[:, 0], row, side="right") - 1  # (q,) block holding each run (one piece's rows)
     begin = row - (table[block, 0] - table[block, 1]) + offset  # (q,) buffer row of each run's first window
     ramp = np.arange(int(take.max()), dtype=out.dtype) * stride  # buffer rows fit out's dtype, so the ramp does
@@ -185,6 +153,18 @@ def _ramp_starts(
     return at
 
 
+def _first_inside(bad: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> list[tuple[int, int]]:
+    """``[(w, row)]``: the first range ``[lo[w], hi[w])`` holding a row of ``bad`` (sorted), and that row."""
+    if not len(bad):
+        return []
+    k = np.searchsorted(bad, lo)  # the first bad row at or after each range's start
+    inside = (k < len(bad)) & (bad[np.minimum(k, len(bad) - 1)] < hi)
+    if not inside.any():
+        return []
+    w = int(np.flatnonzero(inside)[0])
+    return [(w, int(bad[k[w]]))]
+
+
 def _check_nan(part: Part, rows: np.ndarray, spec: WindowSpec, shift: int) -> None:
     """Raise ``DataError`` if a window at part rows ``rows`` holds a NaN it would yield.
 
@@ -192,22 +172,15 @@ def _check_nan(part: Part, rows: np.ndarray, spec: WindowSpec, shift: int) -> No
     """
     if spec.nan != "raise" or (len(part.nan_x) == 0 and len(part.nan_y) == 0) or len(rows) == 0:
         return
-    hits = []
-    if len(part.nan_x):
-        # First NaN row at or after each start: inside the window when it is before start + L.
-        k = np.searchsorted(part.nan_x, rows)
-        inside = (k < len(part.nan_x)) & (part.nan_x[np.minimum(k, len(part.nan_x) - 1)] < rows + spec.window)
-        if inside.any():
-            w = int(np.flatnonzero(inside)[0])
-            hits.append(("feature", int(rows[w]), int(part.nan_x[k[w]])))
-    if len(part.nan_y):
-        lo = rows + (spec.window if spec.horizon else spec.window - 1)
-        hi = lo + max(spec.horizon, 1)
-        k = np.searchsorted(part.nan_y, lo)
-        inside = (k < len(part.nan_y)) & (part.nan_y[np.minimum(k, len(part.nan_y) - 1)] < hi)
-        if inside.any():
-            w = int(np.flatnonzero(inside)[0])
-            hits.append(("target", int(rows[w]), int(part.nan_y[k[w]])))
+    lo_y = rows + (spec.window if spec.horizon else spec.window - 1)
+    hits = [
+        (role, int(rows[w]), row)
+        for role, bad, lo, hi in (
+            ("feature", part.nan_x, rows, rows + spec.window),
+            ("target", part.nan_y, lo_y, lo_y + max(spec.horizon, 1)),
+        )
+        for w, row in _first_inside(bad, lo, hi)
+    ]
     if hits:
         role, start, row = hits[0]
         names, values = (spec.features, part.x) if role == "feature" else (spec.targets, part.y)

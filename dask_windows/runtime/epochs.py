@@ -1,17 +1,11 @@
 """Which epoch each pass over a dataset uses: advanced per pass, agreed by every DataLoader worker.
 
-Frameworks iterate a loader once per epoch without ``set_epoch``, and workers
-iterate copies, so the epoch is counted where the passes happen: in one 64-bit
-word of shared memory (a one-element shared torch tensor, freed with the last
-process holding it). The word holds ``(token, epoch)``. A pass in the main
-process claims the next epoch. A worker's token identifies its pass (the
-loader iterator's base seed and the copy's pass count): the first worker of a
-pass finds a foreign token and claims ``epoch + 1``, the others find theirs;
-racing workers compute the same word, so no lock is needed. ``set_epoch`` and
-``load_state_dict`` pin the epoch for the next pass.
-
-The trade-off: ranks agree as long as each iterates its loader equally often;
-a discarded ``iter(loader)`` counts as a pass, and passes must not overlap.
+The epoch is counted where the passes happen, in one shared 64-bit word ``(token, epoch)`` (a shared
+torch tensor). A pass in the main process claims the next epoch; a worker's token identifies its pass
+(the loader's base seed and the copy's pass count): the first worker of a pass claims ``epoch + 1``,
+the others find their token, and racing workers write the same word, so no lock is needed.
+``set_epoch`` and ``load_state_dict`` pin the next pass's epoch. Trade-off: ranks agree as long as each
+iterates its loader equally often (a discarded ``iter(loader)`` counts), and passes must not overlap.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Give freed memory back to the OS between buffers.
-
-glibc raises its mmap threshold after a large block is freed, so freed holes
-between later partition-sized arrays stay in RSS and peak memory creeps with
-partitions read. ``trim()`` (``malloc_trim(0)``) returns them and asks Arrow's
-allocator to do the same; elsewhere than glibc it does nothing.
+"""Give freed memory back to the OS between buffers: ``trim()`` (glibc's ``malloc_trim(0)``, and Arrow's
+allocator) returns the freed holes glibc keeps after large blocks; elsewhere than glibc it does nothing.
 """
 
 from __future__ import annotations

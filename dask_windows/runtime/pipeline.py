@@ -1,10 +1,7 @@
-"""From a pass's steps to batches: the consumer's side of a pass.
-
-``stream`` cuts a reader's steps (``runtime.pool``: pool rows of each step's
-windows, shuffled) into batches, gathering runs of full batches in one call
-(``batch.Gatherer``); a batch may span two steps, so only the final batch can be
-partial. ``normalize="sample"`` standardises from the pool's ``window_table``
-where it has one, else from the windows' values, as the unit alone decides.
+"""From a pass's steps to batches: ``stream`` cuts a reader's steps (pool rows of each step's windows,
+shuffled) into batches, gathering runs of full batches in one call (``batch.Gatherer``); only the final
+batch can be partial. ``normalize="sample"`` standardises from the pool's ``window_table`` where it vouches
+for a window, else from the window's values.
 """
 
 from __future__ import annotations
@@ -55,18 +52,12 @@ def stream(
     waits: Callable[[Iterator[_Built], str], Iterator[_Built]] | None = None,
     allocator: Callable[[], Any] | None = None,
 ) -> Iterator[object]:
-    """Yield ``emit(x, y, rows)`` for each batch of a plan's ``num_windows`` windows.
-
-    Args:
-        steps: The plan's steps (``prefetch.Ahead`` or a generator; the caller closes it).
-        emit: Wraps a batch's arrays (features, targets or ``None``, start rows or ``None``; with
-            ``code_features`` a fourth, the ``(B, K, L)`` codes, the features the other channels).
-        normalize: ``"sample"`` (per window and channel); else the rows were scaled at decode.
-        last: Called once, on the consumer's thread, when it takes the step holding the final windows.
-        waits: Times the consumer's waits for the steps (``telemetry``).
-        allocator: The allocator seam; ``None``: a plain ``batch.OutputPool``.
-        device: An ``ondevice.DeviceFeed`` gathering the batches on its device (``emit`` unused).
-    """
+    """Yield ``emit(x, y, rows)`` (``y``, ``rows`` or ``None``; with ``code_features`` a fourth, the ``(B, K, L)``
+    codes) for each batch of a plan's ``num_windows`` windows, from ``steps`` (an ``Ahead`` or a generator;
+    the caller closes it). ``normalize="sample"``: per window and channel (else scaled at decode); ``last``:
+    called once, on this thread, when the step holding the final windows is taken; ``waits``: times the waits
+    for steps; ``allocator``: the seam (``None``: an ``OutputPool``); ``device``: a ``DeviceFeed`` gathering on
+    its device (``emit`` unused)."""
     source: Iterator[_Built] = steps if waits is None else waits(steps, "buffer_wait_ns")
     batch = spec.batch_size
     remaining = num_windows

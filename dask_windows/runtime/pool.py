@@ -1,20 +1,11 @@
 """Reading a pool plan: each unit decoded once into the pool's rows, each step's windows cut into batches.
 
-``pool_batches`` walks a reader's ``PoolPlan``: a reader thread (``Prefetcher``)
-decodes units in plan order into their rows of one pool array per pass (the
-fill's units at once, on ``fill_threads`` threads on a remote store); a builder
-thread (``Ahead``) turns each step into the shuffled pool rows of its windows;
-``pipeline.stream`` gathers the batches. The plan places units so that the
-resident ones, the step built ahead and the unit being read never share a row.
-
-Windows across a cut between two units are read with the later one; the
-earlier keeps their rows (``_Edges``), or the source is read again if it was
-unreadable. Windows of an unreadable unit (``on_error="skip"``) are replaced by
-other windows of their steps, so the batch count never changes. With a device
-feed the pool lives on the device (``ondevice.pool``). The next pass's first
-units may be read before its ``iter()`` (``UnitReads``, ``speedups.nextpass``).
-The plan and the budget's arithmetic (unit bounds, the summary and warning at
-open) are planning's (``planning.pool``, ``planning.budget``): this module runs.
+``pool_batches``: a reader thread (``Prefetcher``; the fill on ``fill_threads`` threads remotely) decodes
+units in plan order into their pool rows, a builder thread (``Ahead``) turns each step into its windows'
+shuffled pool rows, ``pipeline.stream`` gathers. Windows across a cut are read with the later unit, the
+earlier keeping their rows (``_Edges``); an unreadable unit's windows (``on_error="skip"``) are replaced
+by other windows of their steps, so the batch count never changes. The next pass's first units may be
+read ahead (``UnitReads``, ``speedups.nextpass``); the arithmetic is ``planning.pool``'s and ``budget``'s.
 """
 
 from __future__ import annotations
@@ -266,31 +257,9 @@ def _steps(
         )
 
 
-class _Inline:
-    """The steps built on the consumer's thread (``prefetch_partitions=0``), closed as ``Ahead`` is."""
-
-    def __init__(self, items: Iterator[_Built]) -> None:
-        self._items = items
-
-    def __iter__(self) -> _Inline:
-        return self
-
-    def __next__(self) -> _Built:
-        return next(self._items)
-
-    def close(self, interrupt: Any = None) -> None:
-        close = getattr(self._items, "close", None)
-        if close is not None:
-            close()
-
-
 def fill_threads(reads: ReadValues, plan: PoolPlan, burst: int) -> int:
-    """Threads reading the pool's fill (its first ``burst + 1`` units).
-
-    Up to ``FILL_THREADS`` on a remote store (reads wait on latency), within ``POOL_FIRST_BYTES`` in
-    flight; 1 on local files (reads decode under the GIL) and without a burst. Units are claimed in
-    plan order, so a unit waiting on ``_Edges`` waits for a read already under way.
-    """
+    """Threads reading the pool's fill (its first ``burst + 1`` units): up to ``FILL_THREADS`` on a remote store,
+    within ``POOL_FIRST_BYTES`` in flight; 1 on local files (decoded under the GIL) and without a burst."""
     if burst <= 0 or getattr(reads.source, "local", True):
         return 1
     units = PoolUnits.of(plan.units)
@@ -364,7 +333,8 @@ def pool_batches(
     steps = _steps(ds, plan, timed_parts(telemetry, iter(reads.reader)), gatherer, statistics)  # (waits timed)
     if reads.device is not None:
         steps = reads.device.stage(steps)
-    started: Any = Ahead(steps, 1, "dask-windows-build") if reads.background else _Inline(steps)
+    # (``prefetch_partitions=0``: the steps built on the consumer's thread)
+    started: Any = Ahead(steps, 1, "dask-windows-build") if reads.background else steps
     last = None
     begun: list[Any] = []  # the next pass's read-ahead, once this pass's last step is taken
     if ahead is not None and this_pass is not None and ahead.wanted(reads, plan):
@@ -378,7 +348,10 @@ def pool_batches(
         )  # fmt: skip
         yield from values.counted(batches, progress)
     finally:
-        started.close(reads.reader.close)  # a builder waiting for a unit wakes up
+        if reads.background:  # an ``Ahead`` (not isinstance: no module globals at exit); a waiting builder wakes
+            started.close(reads.reader.close)
+        else:
+            started.close()
         reads.close()
         for pending in begun:  # (no module globals here: this may run while the interpreter exits)
             try:

@@ -1,22 +1,12 @@
 """The loader's threads: items read ahead of the consumer, in order, bounded.
 
-``Prefetcher(read, keys, depth, threads=N)`` calls ``read(key)`` for each key
-on ``N`` named daemon threads, keeping at most ``depth`` results read or being
-read but not yet taken (a semaphore, not a queue size, so the items being
-read count too), and hands them to the consumer in key order. Several threads
-read the first keys at once: a buffer's pieces arrive in about the time of one
-read instead of the sum. ``Ahead(items, depth)`` runs an iterator (the buffer
-builder) on one thread the same way. The end of the stream and any exception
-travel to the consumer as values; an exception is re-raised in the consumer
-with the reader's traceback chained. ``close()`` stops the threads and joins
-them; it is called when iteration ends, breaks early, or the consumer is
-garbage collected, and it may be called from another thread than the
-consumer's: a consumer waiting for a result then gets ``PrefetchClosed``.
-``depth=0`` reads in the consumer's thread, with no thread at all.
-
-The trade-off: ``N`` reads in flight hold ``N`` pieces' read buffers at once
-(more memory for less latency), and threads only help where a read releases
-the GIL (file and network I/O, pyarrow decoding).
+``Prefetcher(read, keys, depth, threads=N)`` calls ``read(key)`` on ``N`` named daemon threads, at most
+``depth`` results read or being read but not taken, handed over in key order; ``Ahead(items, depth)``
+runs an iterator on one thread alike. The end and any exception travel to the consumer as values
+(re-raised there). ``close()`` (at the end, a break, collection, or from another thread: a waiting
+consumer then gets ``PrefetchClosed``) stops and joins the threads; ``depth=0`` reads on the consumer's
+thread. Trade-off: ``N`` reads in flight hold ``N`` read buffers, and threads help only where a read
+releases the GIL.
 """
 
 from __future__ import annotations
@@ -142,13 +132,8 @@ _LIVE: weakref.WeakSet[_Threads] = weakref.WeakSet()  # every prefetcher's threa
 
 
 def _stop_at_exit() -> None:
-    """Stop and join the threads of passes still open when the interpreter exits (``atexit``).
-
-    A reader left inside pyarrow while the interpreter finalises can abort the finished process
-    ("terminate called without an active exception", apache/arrow#34314): a script ending with an
-    open iterator exited -6 about 1 run in 8 under load. Each thread stops after its current read;
-    the wait is bounded, so a read stalled on storage cannot hold the exit.
-    """
+    """Stop and join, bounded, the threads of passes still open at exit (``atexit``): a reader left
+    inside pyarrow while the interpreter finalises can abort the process (apache/arrow#34314)."""
     live = list(_LIVE)
     for threads in live:
         threads.signal()
@@ -246,19 +231,9 @@ class _Background:
 
 
 class Prefetcher(_Background):
-    """Iterate ``read(key)`` for ``keys`` in order, reading up to ``depth`` ahead.
-
-    Args:
-        read: Called once per key, on a background thread when ``depth > 0``; it must be safe to
-            call from ``threads`` threads at once.
-        keys: What to read, in order.
-        depth: Results that may be read ahead of the consumer (the items being read included).
-        name: Thread name (shown in stack dumps); ``name-1``, ``name-2``... for the other threads.
-        threads: Threads reading at once (at most ``depth`` of them busy, ``depth + burst`` while
-            the burst lasts); keys are claimed in order, so a read never waits behind a later one.
-        burst: The first ``burst`` keys are read without waiting for the consumer (then ``depth``
-            ahead of it): the pool order's first units, whose rows nothing else uses yet.
-    """
+    """Iterate ``read(key)`` for ``keys`` in order, reading up to ``depth`` ahead (the items being read
+    included) on ``threads`` threads named ``name``, ``name-1``...; ``read`` must be safe to call from them
+    at once. Keys are claimed in order; the first ``burst`` are read without waiting for the consumer."""
 
     def __init__(
         self,
@@ -320,11 +295,7 @@ class Prefetcher(_Background):
         return item
 
     def close(self, timeout: float | None = None) -> None:
-        """Stop reading ahead and join the threads (idempotent, from any thread).
-
-        Args:
-            timeout: Seconds to wait for the threads (a read in flight finishes first); ``None``: no limit.
-        """
+        """Stop reading ahead and join the threads, at most ``timeout`` seconds (idempotent, from any thread)."""
         threads, self._threads = self._threads, None
         self._closed = True
         if threads is not None:
@@ -332,17 +303,8 @@ class Prefetcher(_Background):
 
 
 class Ahead(_Background):
-    """Iterate ``items`` on a background thread, producing up to ``depth`` items ahead.
-
-    Used to build buffers while the consumer gathers batches from the previous one. The
-    iterator runs on one thread only; it is resumed for item ``k + depth`` once item ``k``
-    has been taken, so code after its ``yield`` runs while the consumer works on what it yielded.
-
-    Args:
-        items: Any iterable; iterated on the thread (its ``close`` is not called there).
-        depth: Items that may be produced ahead of the consumer (>= 1).
-        name: Thread name.
-    """
+    """Iterate ``items`` on one background thread named ``name``, producing up to ``depth`` (>= 1) items
+    ahead: it is resumed for item ``k + depth`` once item ``k`` is taken (its ``close`` is not called there)."""
 
     def __init__(self, items: Iterable[Any], depth: int = 1, name: str = "dask-windows-build") -> None:
         self._taken = 0
@@ -366,42 +328,21 @@ class Ahead(_Background):
         return item
 
     def close(self, interrupt: Callable[[], None] | None = None, timeout: float | None = None) -> None:
-        """Stop the thread and join it (idempotent).
-
-        Args:
-            interrupt: Called after the stop is signalled and before the join, to wake the thread
-                where it waits on something else (the readers it pulls pieces from).
-            timeout: Seconds to wait for the thread; ``None``: no limit.
-        """
+        """Stop the thread and join it, at most ``timeout`` seconds (idempotent); ``interrupt`` is called
+        between the stop and the join, to wake the thread where it waits on something else."""
         threads, self._threads = self._threads, None
         if threads is not None:
             threads.close(interrupt, timeout)
 
 
-# -- threads whose failed start raises (issues 23 and 34) -------------------------------------------
-# Threads whose failed start raises ``MemoryError`` instead of hanging the caller.
-#
-# ``threading.Thread.start`` waits, without a timeout, for the new thread to
-# signal that it runs. A thread that the OS created but that fails before that
-# signal exits silently, and ``start`` then waits forever: a loader that starts
-# a thread in an epoch (the prefetch and builder threads of each pass, a lane
-# helper, the next pass's timer) hangs where it should
-# fail. Under ``RLIMIT_AS`` the new thread cannot even allocate the first frame
-# of its bootstrap: no Python code of it ever runs, and CPython prints
-# "Exception ignored in thread started by: <object repr() failed> MemoryError".
-#
-# ``GuardedThread`` hands ``Thread.start`` a bootstrap method of its own that
-# only the new thread holds (the thread and ``start`` keep a weak reference), and
-# a ``_started`` event whose unbounded wait checks that reference every
-# ``THREAD_WATCH_SECONDS``: the thread releases the method when it ends, however
-# it ends, so a thread gone without signalling ends the wait, and ``start``
-# raises ``MemoryError`` naming the thread and the remedy. A failure inside the
-# bootstrap's Python code is recorded for the message and wakes ``start`` at
-# once. An OS refusal to create the thread (``RuntimeError: can't start new
-# thread``: memory or a thread limit) raises the same way. The trade-off: it
-# relies on ``Thread._bootstrap``, ``Thread._started`` and ``threading._limbo``,
-# private but unchanged from Python 3.8 to 3.13; on a Python without them it
-# behaves as a plain thread.
+# -- threads whose failed start raises ``MemoryError`` instead of hanging the caller ------------------
+# ``Thread.start`` waits without a timeout for the new thread to signal that it runs; a thread that
+# fails before that (under ``RLIMIT_AS`` it cannot allocate its first frame) would hang it forever.
+# ``GuardedThread`` hands ``start`` a bootstrap method only the new thread holds (``start`` keeps a
+# weak reference) and a ``_started`` event whose wait checks that reference every
+# ``THREAD_WATCH_SECONDS``: a thread gone unstarted ends the wait and ``start`` raises. It relies on
+# ``Thread._bootstrap``, ``_started`` and ``threading._limbo`` (private, unchanged in 3.8-3.13);
+# without them it behaves as a plain thread.
 
 _REMEDY = (
     "the process is out of memory (or at its thread limit); lower buffer_partitions, prefetch_partitions, "

@@ -1,15 +1,10 @@
 """The named seams a pass runs through, and their plain implementations.
 
-Each seam is a value in ``values.PassValues`` that only the dataset wires:
-
-* **allocator**: makes the arrays a pass gathers batch features into
-  (``NumpyAllocator``; ``speedups.slots.SlotAllocator``: shared slots in a worker).
-* **batch output**: the batch yielded from ``(x, y, rows)`` (``TorchOutput``, the
-  default, no copy; ``NumpyOutput``; ``PinnedOutput``, page-locked for CUDA; a
-  workflow's ``Emitter``).
-
-Whatever the seams, a pass yields the same windows in the same order with the
-same values (``tests/runtime/test_contract.py``).
+Each seam is a value in ``values.PassValues`` that only the dataset wires: the **allocator** makes
+the arrays a pass gathers features into (``NumpyAllocator``; ``speedups.slots.SlotAllocator`` in a
+worker); the **batch output** makes the batch from ``(x, y, rows)`` (``TorchOutput``, the default, no
+copy; ``NumpyOutput``; ``PinnedOutput``; a workflow's ``Emitter``). Whatever the seams, a pass yields
+the same windows in the same order with the same values (``tests/runtime/test_contract.py``).
 """
 
 from __future__ import annotations
@@ -72,8 +67,6 @@ class NumpyOutput:
 
     def emit(self, x: np.ndarray, y: np.ndarray | None, rows: np.ndarray | None) -> Any:
         """``x``, else the tuple of what there is."""
-        if y is None and rows is None:
-            return x
         return _tuple(x, y, rows, self.return_index, lambda a: a)
 
     __call__ = emit

@@ -1,11 +1,9 @@
 """A dataset reader's window stream entered at any window, and batches re-cut from such streams.
 
-A reader (rank, DataLoader worker) yields a fixed sequence of windows per
-epoch. Mixtures read their members as one stream each and an elastic resume
-reads the rest of old readers' streams: ``reader_windows`` enters a stream at
-window ``lo`` without reading the units before it, ``Chunks`` re-cuts batches
-into pieces of any size and ``concat`` joins pieces into one batch. A stream is
-read from frozen values (``StreamValues``), never from the dataset.
+Mixtures read their members as one stream each and an elastic resume reads the rest of old readers'
+streams: ``reader_windows`` enters a stream at window ``lo`` without reading the units before it,
+``Chunks`` re-cuts batches into pieces of any size and ``concat`` joins pieces into one batch. A
+stream is read from frozen values (``StreamValues``), never from the dataset.
 """
 
 from __future__ import annotations

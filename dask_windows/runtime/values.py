@@ -1,10 +1,8 @@
 """What a pass's runtime receives: frozen values built by the dataset in one place, never the dataset.
 
-``ReadValues`` is what readers need to read and decode rows; ``PassValues``
-adds the seams, per-window normalisation, the device feed and the counters a
-pass reports its batches to. ``WindowDataset._pass_values`` builds them per
-pass (references only), so a test can drive a pass with values of its own and
-what the dataset changes between passes never reaches one in flight.
+``ReadValues``: what readers need; ``PassValues``: those, the seams, per-window normalisation, the device
+feed and the counters. Built per pass (references only), so a test can drive a pass with its own values
+and what the dataset changes between passes never reaches one in flight.
 """
 
 from __future__ import annotations
@@ -27,17 +25,11 @@ __all__ = ["PassValues", "ReadValues", "no_count"]
 class ReadValues:
     """What a pass's readers need: a partition's rows read, decoded, counted.
 
-    Attributes:
-        source: The source handle (``sources.Source``): ``reader``, ``partitions``, ``decode_units``.
-        spec: The dataset's settings (``WindowSpec``): window semantics, batching, ``on_error``...
-        grid: The window grid (per partition its runs and window counts).
-        row_offsets: ``(P,)`` dataset row of each partition's first row.
-        y_dtype: The targets' dtype (from the schema), or ``None`` where only a read tells.
-        scale: ``(mean, std)`` per feature applied while decoding, or ``None``.
-        skipped: Where skips are recorded (``faults.record_skip``): the dataset's ``skipped`` list.
-        telemetry: The sink of read and wait times (``runtime.telemetry.Telemetry``), or ``None``.
-        table_bytes: Bytes per pool row besides its columns: ``normalize="sample"``'s window table
-            (a mean and an inverse std per feature, float32), counted in the budget.
+    ``source`` (``sources.Source``), ``spec``, ``grid``; ``row_offsets``: ``(P,)`` dataset row of each
+    partition's first row; ``y_dtype``: the targets' dtype (``None``: a read tells); ``scale``: ``(mean, std)``
+    applied while decoding, or ``None``; ``skipped``: the dataset's list of skips (``faults.record_skip``);
+    ``telemetry``: the sink of read and wait times, or ``None``; ``table_bytes``: bytes per pool row of
+    ``normalize="sample"``'s window table, counted in the budget.
     """
 
     source: Any
@@ -67,14 +59,9 @@ def no_count(*_: Any) -> None:
 
 @dataclass(frozen=True, eq=False)
 class PassValues:
-    """A pass's values: its readers' (``reads``), the seams it runs through (``seams``), and its counters.
-
-    Attributes:
-        device: An ``ondevice.DeviceFeed`` (batches cut on the training device), or ``None``.
-        next_pass: The next pass read ahead (``speedups.nextpass.NextPass``), or ``None``.
-        step: Called with ``progress`` before each batch is yielded (the resume count).
-        end: Called with ``progress`` once the pass ends, however it ends.
-    """
+    """A pass's values: its readers' (``reads``), its seams (``output``, ``allocator``), an
+    ``ondevice.DeviceFeed`` (``device``) and ``nextpass.NextPass`` (``next_pass``) or ``None``, and its
+    counters: ``step(progress)`` before each batch is yielded, ``end(progress)`` once the pass ends."""
 
     reads: ReadValues
     output: Callable[[np.ndarray, np.ndarray | None, np.ndarray | None], Any] = field(default_factory=TorchOutput)

@@ -1,20 +1,11 @@
 """Per-window statistics once per unit of the pool, for ``normalize="sample"`` at overlapping windows.
 
-At stride 1 a row is read by up to ``window`` windows; instead of each window's
-mean and std from its ``L`` values per batch (``normalize.standardize_windows``),
-every start row's mean and ``1 / max(std, eps)`` are computed once per unit from
-float64 prefix sums, and a batch costs a lookup, a subtraction and a scaling.
-
-Accuracy: sums run over blocks of ``_BLOCK`` start rows of values shifted by
-about the block's mean, so rounding follows the block's spread, not its level.
-A window whose rounding bound (``n * u * sum |terms|``) is not below ``_TOL`` of
-its std, a constant window, a non-finite block's and one whose centring could
-overflow float32 are marked ``NaN`` and standardised from their values.
-
-The trade-offs: two float32 per start row and channel; about a dozen float64
-passes to build, so only where windows overlap enough (``worth_building``);
-values within the tolerance of, not bit-identical to, the per-batch code. A
-unit's table depends on its rows alone, never on timing or on where a stream resumed.
+Every start row's mean and ``1 / max(std, eps)`` come once per unit from float64 prefix sums (over
+blocks of ``_BLOCK`` rows shifted by about their mean); a batch then costs a lookup, a subtraction and a
+scaling. A window whose rounding bound is not below ``_TOL`` of its std, a constant one, a non-finite
+block's and one whose centring could overflow float32 are ``NaN``: standardised from their values.
+Trade-offs: two float32 per start row and channel, a dozen passes to build (only where
+``worth_building``), values within tolerance of the per-batch code; a function of the unit's rows alone.
 """
 
 from __future__ import annotations

@@ -1,33 +1,13 @@
 """Two lanes: a run of full batches copied on the consumer's thread and on one helper thread at once.
 
-numpy releases the GIL while it copies a fancy index (both branches of its ``mapiter_get``), so
-two Python threads can each copy a batch at once, where ``torch.index_select`` on torch's two
-threads pays a fork-join per batch (dw used 445-520 us of CPU per 2 MiB batch with it, against
-about 260 us for one thread's numpy copy). A run of full batches (``Gatherer.gather_run``) is
-cut into *units*: consecutive batches gathered by one numpy call into one fresh array, at least
-``UNIT_BYTES`` long (larger units cost 30% more per byte at B=64 L=128: the outputs leave the
-core's cache). The consumer hands every odd unit to the helper (``Lanes``), at most ``AHEAD``
-of them not yet taken, gathers the even ones itself meanwhile, and takes back a handed unit the
-helper has not begun when it reaches it, so it never waits for a descheduled thread to start.
-On busy cores a second thread still mostly waits for a core, so each stream times spans of
-units on one lane and on two (``LaneChoice``) and keeps the faster, backing off while one lane
-keeps winning; a span on one lane is ``_Runs.batches`` itself, exactly the path without lanes.
-
-The trade-off: with two lanes up to three units are alive besides the batches the caller holds
-(the one being drained, the consumer's next, the helper's), where one thread has one batch; one
-thread per run, started with its first span on two lanes and joined when the run ends. A batch
-is a view of its unit's array, so a batch the caller keeps holds its unit (its neighbour's bytes
-too) but is never overwritten, since every unit is a fresh array. Which lane copies a unit
-changes timing only: the units, their order and their bits are those of one thread's gather.
-Lanes are used only where there are two CPUs to run them on (``os.sched_getaffinity``) and
-torch is allowed more than one thread (not with ``torch.set_num_threads(1)``, nor in DataLoader
-workers, which torch sets to one), and by default only for made batches (targets, rows, a
-workflow's named fields: ``made_batches``) of at least ``LANE_DEFAULT_BATCH_BYTES`` (1 MiB): named
-batches at B=256 L=512 stride 1 gained 1.15x wall, where a batch of features alone at B=256 L=512
-C=4 gained 0.82-1.09x in the default order (six quiet runs of ``bench_accelerators.py --only
-lanes``: under the 10% a default must pay), and batches of 128 KiB gained 1.10x idle but lost 12%
-busy (docs/performance.md). ``DASK_WINDOWS_LANES=1`` asks for them at any batch size, features
-alone too; ``DASK_WINDOWS_LANES=0`` never.
+numpy releases the GIL while it copies a fancy index, so two threads can each copy a batch. A run of full
+batches is cut into *units* (consecutive batches, one gather into a fresh array of at least
+``UNIT_BYTES``); the helper (``Lanes``) copies every odd unit, at most ``AHEAD`` ahead, and each stream
+times spans on one lane and on two (``LaneChoice``), keeping the faster. Trade-off: up to three units
+alive besides the caller's batches (a kept batch holds its unit, never overwritten), a thread per run;
+the bits never depend on the lane. Only with two usable CPUs and torch allowed several threads, by
+default for made batches of at least ``LANE_DEFAULT_BATCH_BYTES``; ``DASK_WINDOWS_LANES=1``: any size,
+``0``: never (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -67,12 +47,9 @@ def usable_cpus() -> int:
 def lanes_wanted(batch_bytes: int, made: bool = True) -> bool:
     """Whether a run of batches of ``batch_bytes`` may be gathered on two lanes.
 
-    ``made``: batches made of several arrays (targets, rows, a workflow's named fields:
-    ``made_batches``); ``False``: features alone (``lane_batches``).
-    ``DASK_WINDOWS_LANES=1``: at any size, features alone too; ``0``: never; unset: made batches from
-    ``LANE_DEFAULT_BATCH_BYTES``, features alone never (in the default order they did not gain 10%:
-    0.82-1.09x in six quiet runs, benchmarks/log/accelerators.md). In every case only with two
-    usable CPUs and torch allowed more than one thread.
+    ``made``: batches made of several arrays (``made_batches``); ``False``: features alone.
+    ``DASK_WINDOWS_LANES=1``: any size, features alone too; ``0``: never; unset: made batches from
+    ``LANE_DEFAULT_BATCH_BYTES``. Always only with two usable CPUs and torch allowed several threads.
     """
     asked = switches().lanes
     if asked is False or usable_cpus() < 2:
@@ -127,22 +104,10 @@ def _lane(gather: Callable[[int], Any], tickets: queue.SimpleQueue, results: que
 
 
 class Lanes:
-    """Units ``0 .. units - 1`` gathered by the consumer and one helper thread, taken in order.
-
-    The consumer decides who gathers what: while ``both`` is set it hands the helper every odd
-    unit, at most ``ahead`` of them not yet taken, and gathers the even ones itself meanwhile;
-    otherwise it gathers every unit not already handed over. Reaching a handed unit the helper
-    has not begun (it is still copying the one before, or waits for a core on a busy machine),
-    the consumer takes it back and gathers it itself, so it never waits for a descheduled thread
-    to start a copy. Hand-over and results travel through two ``queue.SimpleQueue`` (a C lock
-    each way, no Python-level condition per unit); who claimed a unit, through one
-    ``dict.setdefault`` each side.
-
-    Args:
-        gather: ``gather(u)`` returns unit ``u``; called from either thread, once per ``u``.
-        units: How many units there are.
-        ahead: Units the helper may hold, gathered or being gathered, not yet taken.
-        name: The helper thread's name.
+    """Units ``0 .. units - 1`` (``gather(u)``, called once per ``u`` from either thread) gathered by the
+    consumer and one helper thread named ``name``, taken in order. While ``both`` is set the consumer hands
+    the helper every odd unit (at most ``ahead`` not yet taken) and gathers the rest; a handed unit the
+    helper has not begun is taken back (one atomic ``dict.setdefault`` each side settles who claimed it).
     """
 
     def __init__(
@@ -214,17 +179,9 @@ class Lanes:
 
 
 class LaneChoice:
-    """Whether a stream's runs use both lanes, chosen by timing both ways on its own units.
-
-    A round gathers ``probes`` units on the consumer alone (numpy's run gather, as without lanes),
-    then ``probes`` on both lanes, each span timed on the wall clock from its third unit to its
-    end, the caller's own work between batches included (a helper that gathers ahead while the
-    caller's step runs on other cores is free; one that slows the step down is not), and keeps
-    the faster per unit for the next ``every`` units. On busy cores a second thread mostly waits for
-    a core and adds its hand-overs: there the consumer alone wins, and each further round lost in a
-    row doubles the span before the next (up to ``32 * every``), so the probes' slow units cost
-    little; a round both lanes win resets it.
-    """
+    """Whether a stream's runs use both lanes: a round times ``probes`` units alone, then ``probes`` on both
+    lanes (wall clock from the third unit), and keeps the faster for the next ``every`` units; each further
+    round lost in a row by both lanes doubles that span (up to ``32 * every``)."""
 
     def __init__(self, probes: int = 16, every: int = 512) -> None:
         self.probes, self.every = probes, every
@@ -270,11 +227,8 @@ class LaneChoice:
 
 
 def _timed(batches: Iterator[np.ndarray], spent: list[float], skip: int) -> Iterator[np.ndarray]:
-    """``batches``; ``spent[0]``: the seconds from the ``skip``-th batch taken to the last one taken.
-
-    Wall time, the caller's own work between batches included: a helper that slows the caller's
-    step down (a model's threads on the same cores) counts against the lanes.
-    """
+    """``batches``; ``spent[0]``: the wall seconds from the ``skip``-th batch taken to the last one taken
+    (the caller's work between batches included: a helper slowing the caller counts against the lanes)."""
     for _ in range(skip):
         x = next(batches, None)
         if x is None:
@@ -293,13 +247,9 @@ def lane_batches(
     ahead: int = AHEAD,
     alone: Callable[[np.ndarray], Iterator[np.ndarray]] | None = None,
 ) -> Iterator[np.ndarray]:
-    """The batches of ``run`` (``len(run)`` a multiple of ``size``) that ``runs`` (a ``batch._Runs``) gathers.
-
-    Spans of units alternate as ``choice`` says: on the consumer alone, ``alone(part)`` (the path
-    without lanes: ``runs.batches`` by default, or the gather that also tries torch's threads);
-    on both lanes, each unit ``runs.runs`` indexed once for its batches' runs. The same bits as
-    ``runs.batches(run, size)`` either way.
-    """
+    """The batches of ``run`` (``len(run)`` a multiple of ``size``) that ``runs`` (a ``batch._Runs``) gathers,
+    spans of units on the consumer alone (``alone(part)``, default ``runs.batches``) or on both lanes (one
+    index of ``runs.runs`` per unit), as ``choice`` says: the same bits as ``runs.batches(run, size)``."""
     if alone is None:
 
         def alone(part: np.ndarray) -> Iterator[np.ndarray]:
@@ -331,12 +281,9 @@ def made_batches(
     choice: LaneChoice | None = None,
     ahead: int = AHEAD,
 ) -> Iterator[Any]:
-    """``make(run[a : a + size])`` for each batch of ``run`` (``len(run)`` a multiple of ``size``), in order.
-
-    The units and spans of ``lane_batches(runs, run, size)``, each batch's arrays gathered by ``make``
-    (its features by ``runs``, its targets, rows or codes) on the lane that takes its unit; ``make`` is
-    called from both threads, once per batch.
-    """
+    """``make(run[a : a + size])`` for each batch of ``run`` (``len(run)`` a multiple of ``size``), in order:
+    the units and spans of ``lane_batches(runs, run, size)``, ``make`` called once per batch on the lane
+    that takes its unit (from either thread)."""
     per = unit_batches(size, size * runs.channels * runs.window * runs.runs.itemsize)
     units = -(-(len(run) // size) // per)
 

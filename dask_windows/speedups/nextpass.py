@@ -1,50 +1,17 @@
 """The next pass's first units, read while this pass's last step is drained.
 
-A pass waits for its first units (its fill, ``PoolPlan.fill``: about
-``POOL_FIRST_BYTES`` decoded; whole partitions: ``buffer_partitions`` of them)
-before its first batch; on a small dataset whose epochs last a fraction of a
-second that wait is a large share of the epoch. Yet while the consumer drains a
-pass's last step the reader has nothing to do. So when the consumer takes that
-step (``pipeline.stream``'s ``last``), ``begin`` plans the pass the dataset
-will most likely run next (the next epoch, or the one ``set_epoch`` chose during
-the pass; the same reader; nothing skipped) and reads its first units into that
-pass's own pool arrays (``runtime.pool.UnitReads``); nothing is built ahead. The
-next ``iter()`` compares its own plan and configuration with the one read ahead
-(``claim``): the same, it takes over those reads and reads the rest of its fill at
-once (``Prefetcher.widen``); else they are stopped and it reads as before. What a
-pass yields is a function of its plan alone, so batches are the same bit for bit
-either way.
+A pass waits for its fill (``PoolPlan.fill``) before its first batch, while the reader idles as the
+consumer drains the last step. So on that step (``pipeline.stream``'s ``last``), ``begin`` plans the
+likely next pass (the epoch ``set_epoch`` chose, else the next; same reader; nothing skipped) and reads
+its first units into that pass's own pool arrays (``runtime.pool.UnitReads``). The next ``iter()``
+``claim``s them when its plan and key match, else they are dropped; batches are the same either way.
 
-What it holds, and when it lets go: from the last step's drain to the next
-``iter()``, the next pass's first units and its plan. It is released, its thread
-stopped and joined (at most ``JOIN_SECONDS``; a read in flight then ends on its
-own), by ``close()``, by ``set_epoch`` to another epoch, by ``load_state_dict``,
-when the dataset is garbage collected, before the process forks (no reader
-thread inside pyarrow at a fork), when the next pass's plan differs, and
-``next_pass_seconds`` (default 30) after the pass ends if no pass claims it: a
-validation loop that runs between two epochs holds it that long, at no CPU cost.
-``next_pass_seconds=0`` (or ``prefetch_partitions=0``) turns it off; it is also
-off with ``on_error="skip"`` (a skip is recorded and warned by the pass that
-reads it), with a device feed (its pool lives on the device), for elastic resumes
-and, in a DataLoader worker, for the worker's first pass (a worker that is not
-persistent ends after it). A file changed since the dataset was opened is caught
-as today: local files are checked again (``Source.unchanged``, one ``stat``
-each) before the units are used, and a change drops them, so the pass reads the
-file itself and raises today's error; remote files are checked by their reads
-only, as in a pass. An exception in the read ahead is never raised there: the
-pass drops what was read and reads again.
-
-What it receives: a ``NextPass``, built by the dataset (``WindowDataset._next_pass``)
-and put in a pass's values (``runtime.values.PassValues.next_pass``), holds the
-dataset's ``Slot``, its settings and what a pass's units depend on as values,
-and what must be asked when the read-ahead starts (the epoch ``set_epoch`` chose,
-the worker's pass count, a plan, pass values) as callables; never the dataset's
-members. A read-ahead keeps its key's values and its plan, and watches the
-``Slot`` weakly: the thread and the expiry timer never keep the dataset alive.
-
-The trade-off: the first batch of a pass comes sooner (or at once) for memory
-the pass already had and a thread that waits between passes; a pass that is
-not the one predicted wastes its first units' reads.
+Released (thread joined at most ``JOIN_SECONDS``) by ``close()``, ``set_epoch`` to another epoch,
+``load_state_dict``, the dataset's collection, a fork, a plan that differs, and ``next_pass_seconds``
+after the pass ends unclaimed. Off with ``next_pass_seconds=0``, ``prefetch_partitions=0``,
+``on_error="skip"``, a device feed, elastic resumes and a DataLoader worker's first pass. Local files
+are checked again (``Source.unchanged``) before use; an error while reading ahead is never raised here.
+Trade-off: a sooner first batch for memory the pass already had; a mispredicted pass wastes its reads.
 """
 
 from __future__ import annotations
@@ -153,14 +120,10 @@ class _NextPass:
 
 
 class Slot:
-    """Where a dataset keeps its next pass read ahead, and who owns it: one per dataset object, created
-    with it (a split gets its own); pickled empty (the threads and buffers are this process's).
-
-    A read-ahead is kept in the slot of the dataset that started it and nowhere else, so a copy with its
-    own slot (a split, a DataLoader worker's unpickled copy) never claims or releases another's; a
-    forked process inherits the slot but not the threads (each read-ahead is guarded by its pid); the
-    read-ahead is released when the slot is collected (``__weakref__``: watched, never kept alive).
-    """
+    """Where a dataset keeps its next pass read ahead, and who owns it: one per dataset object (a split, a
+    worker's unpickled copy get their own; pickled empty), so a copy never claims or releases another's.
+    A forked process inherits the slot but not the threads (each read-ahead is guarded by its pid); the
+    read-ahead is released when the slot is collected (watched weakly, never kept alive)."""
 
     __slots__ = ("__weakref__", "pending")
 
@@ -178,23 +141,12 @@ class Slot:
 
 @dataclass(frozen=True, eq=False)
 class NextPass:
-    """The hook a pass of the pool order calls (``runtime.values.PassValues.next_pass``), built by the dataset
-    (``WindowDataset._next_pass``): ``claim`` this pass's first units if they were read ahead, ``wanted`` /
-    ``begin`` the next pass's. It holds values and callables, never the dataset's members.
-
-    Attributes:
-        slot: The dataset's ``Slot``: where the read-ahead is kept, and its owner.
-        spec: The dataset's settings (``WindowSpec``): ``next_pass_seconds``, how long an unclaimed
-            read-ahead waits (``0``: none is read); ``on_error`` (a read-ahead only with ``"raise"``).
-        source: The source handle: its partitions' sizes, and ``unchanged`` before rows read ahead are used.
-        grid: The window grid.
-        normalize: The dataset's normalisation, as resolved (global statistics, ``"sample"`` or ``None``).
-        row_offsets: ``(P,)`` dataset row of each partition's first row.
-        epoch: The dataset's epoch now: the next pass's, when ``set_epoch`` chose it during this pass.
-        worker_passes: Passes over this copy inside one DataLoader worker process (``0`` outside one), now.
-        plan: ``(world, skip_batches, epoch)``: that reader's plan of that epoch.
-        pass_values: The values of a pass that counts its batches (``runtime.values.PassValues``).
-    """
+    """The hook a pass of the pool order calls (``PassValues.next_pass``), built by ``WindowDataset._next_pass``:
+    ``claim`` this pass's first units if read ahead, ``wanted`` / ``begin`` the next pass's. It holds the
+    dataset's ``slot``, ``spec``, ``source``, ``grid``, ``normalize`` and ``row_offsets`` as values, and as
+    callables ``epoch`` (now: the next pass's when ``set_epoch`` chose it), ``worker_passes`` (passes over
+    this copy in one DataLoader worker), ``plan(world, skip_batches, epoch)`` and ``pass_values``; never
+    the dataset's members."""
 
     slot: Slot
     spec: Any
@@ -233,12 +185,8 @@ def _same(a: tuple, b: tuple) -> bool:
 
 
 def wanted(ahead: NextPass, reads: UnitReads, plan: PoolPlan) -> bool:
-    """Whether the pass of ``plan``, served by ``reads``, reads the next pass's first units ahead.
-
-    Not with a device feed (its pool lives on the device), without a reader thread, with
-    ``on_error="skip"``, nor in a DataLoader worker's first pass (its process may end with it: not
-    persistent).
-    """
+    """Whether the pass of ``plan``, served by ``reads``, reads the next pass's first units ahead: not with a
+    device feed, without a reader thread, with ``on_error="skip"``, nor in a DataLoader worker's first pass."""
     spec = ahead.spec
     if spec.next_pass_seconds <= 0 or spec.on_error != "raise" or not reads.background or reads.device is not None:
         return False
@@ -246,20 +194,9 @@ def wanted(ahead: NextPass, reads: UnitReads, plan: PoolPlan) -> bool:
 
 
 def begin(ahead: NextPass, epoch: int, world: World) -> _NextPass | None:
-    """Start reading the first units of ``world``'s next pass (called on the consumer's thread).
-
-    The pass after ``epoch``'s: over the epoch ``set_epoch`` chose meanwhile if it chose another,
-    else over ``epoch + 1`` (``epochs``: what the next pass claims when nothing pins it).
-
-    Args:
-        ahead: The dataset's hook (its slot, values and callables).
-        epoch: The epoch of the pass whose last buffer is being drained.
-        world: Its reader.
-
-    Returns:
-        The read-ahead (``arm`` it when the pass that started it ends), or ``None``. Never raises:
-        whatever goes wrong here is left for the pass itself to meet.
-    """
+    """Start reading the first units of ``world``'s pass after ``epoch``'s (over the epoch ``set_epoch``
+    chose meanwhile, else ``epoch + 1``), on the consumer's thread. Returns the read-ahead (``arm`` it
+    when this pass ends) or ``None``; never raises: what goes wrong is left for the pass to meet."""
     opened: UnitReads | None = None  # closed if starting fails
     try:
         release(ahead.slot)  # an earlier one no pass took
@@ -291,13 +228,8 @@ def planned(ahead: NextPass, epoch: int, world: World, skip: int) -> PoolPlan | 
 
 
 def claim(ahead: NextPass, plan: PoolPlan, this_pass: tuple) -> UnitReads | None:
-    """The reads of ``plan`` started ahead for this pass, or ``None`` (what was read is dropped).
-
-    Args:
-        ahead: The hook of the dataset whose pass starts.
-        plan: The pass's plan.
-        this_pass: ``(epoch, World)`` of the pass.
-    """
+    """The reads of ``plan`` started ahead for the pass ``this_pass`` (``(epoch, World)``) of ``ahead``'s
+    dataset, or ``None`` (what was read is dropped)."""
     pending = ahead.slot.take()
     if not isinstance(pending, _NextPass):
         return None

@@ -1,27 +1,12 @@
 """Reused shared slots for batches handed from DataLoader workers to the main process.
 
-Torch pickles every tensor a DataLoader worker returns by copying it into a
-new shared-memory segment (fresh pages, so page faults on every batch) and
-passing that segment's file descriptor over a socket: with cheap batches this
-hand-off costs more than making the batch. Here, inside a DataLoader worker
-only, each batch goes into a slot of a *ring*: its features are gathered
-straight into the slot (:class:`SlotPool`, the stream's output pool there),
-its targets and start rows copied in after them; one anonymous shared
-mapping per worker (``os.memfd_create``: no name in ``/dev/shm``, freed by the
-kernel when the last process holding it exits or unmaps it, so nothing can
-outlive a crash). A slot tensor then pickles as ``(ring token, slot, offset,
-shape, stride, dtype)``; the ring's descriptor travels only until the main
-process has mapped it. The main process rebuilds the tensor over its own
-mapping and, when the last tensor or view of it dies, counts the slot
-released in the mapping's header.
-
-The worker reuses a slot only when every copy of it it sent has been released
-and it holds no reference to it itself; when no slot is free (the training loop
-keeps batches) the batch takes torch's own path. So the trade-off: the gather
-writes into warm shared memory (no second copy) and a fixed ring of memory per worker
-(``SLOTS`` slots of the largest batch, touched only as used), against a new
-segment and a socket round trip per batch. Linux only; elsewhere, or with
-``DASK_WINDOWS_SLOTS=0``, batches take torch's path unchanged.
+Torch pickles each tensor a worker returns into a new shared-memory segment: with cheap batches this
+costs more than making the batch. Inside a DataLoader worker, each batch goes into a slot of a
+per-worker *ring* (one anonymous ``os.memfd_create`` mapping, freed by the kernel with its last holder,
+so nothing outlives a crash): features gathered straight in (:class:`SlotPool`), targets and rows after
+them. A slot tensor pickles as its place in the ring; the main process rebuilds it over its own mapping
+and counts the slot released when its last view dies. A slot is reused once every copy sent is
+released; with none free the batch takes torch's path. Linux only; ``DASK_WINDOWS_SLOTS=0``: off.
 """
 
 from __future__ import annotations
@@ -111,15 +96,12 @@ class SlotPool:
 
     def take(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         """An array of ``shape`` and ``dtype`` at the start of a free slot (else from the fallback pool)."""
-        global _registered
         dtype = np.dtype(dtype)
         nbytes = _aligned(math.prod(shape) * dtype.itemsize)
         got = _ring_for(nbytes + max(HEADROOM, nbytes // 4), min_bytes=nbytes)
         if got is None:
             return self._fallback.take(shape, dtype)
-        if not _registered:
-            reduction.ForkingPickler.register(torch.Tensor, _reduce)
-            _registered = True
+        _register()
         raw = got[2]
         out = raw[: math.prod(shape) * dtype.itemsize].view(dtype).reshape(shape)
         _lent[out.ctypes.data] = out  # its slot's room after it is free for the batch's other tensors
@@ -182,6 +164,14 @@ _registered = False
 _lent: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()  # SlotPool arrays, by address
 
 
+def _register() -> None:
+    """Pickle tensors with ``_reduce`` from now on (once per process)."""
+    global _registered
+    if not _registered:
+        reduction.ForkingPickler.register(torch.Tensor, _reduce)
+        _registered = True
+
+
 def _aligned(nbytes: int) -> int:
     return -(-nbytes // ALIGN) * ALIGN
 
@@ -209,7 +199,6 @@ def _ring_for(nbytes: int, min_bytes: int | None = None) -> tuple[_Ring, int, np
 
 def _to_slot(batch: Any) -> Any:
     """``batch`` (a tensor, or a tuple or list of them) copied into one slot; unchanged when it cannot be."""
-    global _registered
     parts = list(batch) if isinstance(batch, (tuple, list)) else [batch]
     if not parts or not all(_fits(p) for p in parts):
         return batch
@@ -224,9 +213,7 @@ def _to_slot(batch: Any) -> Any:
         got = _ring_for(max(sum(sizes), ALIGN))
         if got is None:
             return batch
-        if not _registered:
-            reduction.ForkingPickler.register(torch.Tensor, _reduce)
-            _registered = True
+        _register()
         raw, out, copied = got[2], [], 0
     offsets = [sum(sizes[:i]) for i in range(copied, len(parts))]
     parts = parts[copied:]

@@ -1,9 +1,8 @@
 """NVTabular-style workflows: column operations fitted over a dataset with Dask, applied while streaming.
 
-``Workflow(ops, series=..., continuous=..., categorical=..., target=..., known=..., statics=...)``
-is fitted in one Dask pass (``wf.fit(data)``), saved as a small JSON file (``wf.save(url)``),
-and given to ``WindowDataset(..., workflow=wf)``: each decoded piece is transformed on the
-reader threads before its windows are cut. See ``docs/workflows.md``.
+``Workflow(ops, series=..., continuous=..., ...)`` is fitted in one Dask pass (``wf.fit(data)``), saved
+as a small JSON file (``wf.save(url)``) and given to ``WindowDataset(..., workflow=wf)``: each decoded
+piece is transformed on the reader threads. See ``docs/workflows.md``.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """A fitted workflow applied while the loader streams: a source whose reads come out transformed.
 
-``bind`` wraps the dataset's source in a ``WorkflowSource``: every read (a piece, its row
-blocks, a whole partition at open) reads the workflow's input columns from the real source and
-returns the workflow's output columns as float32, computed on the reader threads before the
-buffer's windows are cut. The transformed ranges are kept in memory across epochs up to
-``Workflow.cache_bytes`` (``cache.TransformCache``); with ``Workflow.cache_dir`` those that do not
-fit are written once to a private folder there and read back; the others are read again. Nothing
-else is written anywhere.
-
-Lookback: a lag, difference or limited forward fill at a row needs up to ``P`` earlier rows of
-its series (``Workflow.lookback``). The dataset is given windows ``P`` rows longer than asked
-(a window of ``window + P`` rows starts ``P`` rows earlier), so every piece read holds the
-``P`` rows before each window, and ``batch`` drops those rows from what it yields. So each
-window's values are exact (they equal a groupby over the whole series), no window crosses a
-series, and the price is twofold: the first ``P`` start positions of each series yield no
-window (their lags would reach before the series; PyTorch Forecasting drops them too), and the
-NaN policy (``nan=``) also looks at a window's ``P`` lookback rows.
+``bind`` wraps the dataset's source in a ``WorkflowSource``: every read returns the workflow's outputs
+as float32, computed on the reader threads and kept across epochs (``cache.TransformCache``). Lookback:
+a lag, difference or limited forward fill needs up to ``P`` earlier rows of its series; the dataset is
+given windows ``P`` rows longer, and ``batch`` drops those rows, so each window's values equal a groupby
+over the whole series. The price: the first ``P`` starts of each series yield no window (as in PyTorch
+Forecasting), and the ``nan=`` policy also looks at the ``P`` lookback rows.
 """
 
 from __future__ import annotations
@@ -37,13 +27,8 @@ __all__ = [
 
 
 class WorkflowSource:
-    """``source`` whose reads return the workflow's outputs (and its own columns, as they are).
-
-    Args:
-        source: The dataset's source.
-        wf: The fitted workflow.
-        lookback: Rows read before each window (NaN there from lags become 0: never yielded).
-    """
+    """``source`` whose reads return the fitted ``wf``'s outputs (and its own columns, as they are);
+    ``lookback``: rows read before each window (NaN there from lags become 0: never yielded)."""
 
     def __init__(self, source: Any, wf: Workflow, lookback: int) -> None:
         import pyarrow as pa
@@ -90,13 +75,8 @@ class WorkflowSource:
         return {c: v[extra:] for c, v in out.items()} if extra else out
 
     def halo(self, ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-        """Each range with the ``lookback`` rows before it (within the partition).
-
-        A range that begins inside a series (a pool unit, a piece, the rows one unit keeps for the
-        next) is transformed on its own: without the rows before it, a lag or difference in its first
-        ``lookback`` rows would reach before the range (NaN, then 0), where a window joining it to the
-        rows before it yields those rows.
-        """
+        """Each range with the ``lookback`` rows before it (within the partition), so a lag or difference
+        in its first rows does not reach before the range where a window joining it to those rows would."""
         return [(max(0, lo - self.lookback), hi) for lo, hi in ranges]
 
     def column_names(self) -> list:
@@ -185,18 +165,11 @@ def _numpy(values: Any) -> Any:
 
 
 def bind(workflow: Any, source: Any, **settings: Any) -> tuple[Emitter, WorkflowSource, dict]:
-    """Wrap ``source`` for ``workflow`` and adjust the dataset's settings.
-
-    Args:
-        workflow: A fitted ``Workflow``, ``Workflow.named(...)``, or the path/URL of a saved one.
-        source: The dataset's opened source.
-        settings: The dataset's ``features``, ``targets``, ``series``, ``window``, ``horizon``,
-            ``layout``, ``return_index``, ``normalize`` and ``storage_options``.
-
-    Returns:
-        ``(emitter, wrapped source, settings)``: the emitter of the batches, the source, and the
-        ``features``, ``targets``, ``series``, ``window`` (look-back rows included), ``return_index``,
-        ``code_features``, ``code_dtype`` and ``lookback`` to build the spec from.
+    """Wrap the opened ``source`` for ``workflow`` (a fitted ``Workflow``, ``Workflow.named(...)`` or a saved
+    one's path/URL) and adjust the dataset's ``settings`` (``features``, ``targets``, ``series``, ``window``,
+    ``horizon``, ``layout``, ``return_index``, ``normalize``, ``storage_options``). Returns ``(emitter,
+    wrapped source, settings)``: the settings to build the spec from, ``window`` including the look-back
+    rows, with ``code_features``, ``code_dtype`` and ``lookback``.
     """
     named = workflow if isinstance(workflow, NamedBatches) else None
     wf = named.wf if named is not None else workflow
@@ -252,13 +225,7 @@ def bind(workflow: Any, source: Any, **settings: Any) -> tuple[Emitter, Workflow
 def copy_dtype(wf: Workflow, code_dtype: str) -> str:
     """The dtype of the buffer's copy of the categorical channels (``WindowSpec.code_dtype``): the narrowest
     integer holding every code, where each categorical output is written last by ``Categorify`` (codes
-    ``0 .. cardinality - 1``), else ``code_dtype``, the named batch's own.
-
-    Each batch gathers a window's codes from that copy (``runtime.batch.Gatherer.codes_at``) and the
-    emitter widens them to ``code_dtype``: the gather reads 1 byte a code instead of 8 (int64), which at
-    B=128, window 96, stride 4 is most of what a named batch's gather reads beyond the float32 channels
-    (the windows start at random rows of the pool: the bytes read, not the bytes written, cost most).
-    """
+    ``0 .. cardinality - 1``), else ``code_dtype``, the named batch's own."""
     if code_dtype == "narrow":  # (``narrow_dtype``: never narrower than this copy)
         code_dtype = "int64"
     bound = code_bound(wf, wf.categorical)

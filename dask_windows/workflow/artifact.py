@@ -1,11 +1,9 @@
 """A fitted workflow as a small, versioned JSON file, written and read through fsspec.
 
-The file holds the operations (arguments and fitted state), roles, series ids,
-static rows, the input schema, a fingerprint of the files fitted on and
-(version 2) a SHA-256 checksum of it all. A file edited by hand, damaged or of
-a version this library does not read is refused at load, naming the file.
-``check_source`` raises on another schema, naming the column, and warns when
-only the files differ. A user ``Function`` is stored by its import name.
+It holds the operations (arguments and fitted state; a ``Function`` by its import name), roles, series
+ids, static rows, the input schema, a fingerprint of the files fitted on and (version 2) a SHA-256
+checksum. A file edited, damaged or of a version not read here is refused at load, naming the file;
+``check_source`` raises on another schema, naming the column, and warns when only the files differ.
 """
 
 from __future__ import annotations

@@ -1,51 +1,13 @@
 """What a dataset with a workflow yields: today's tuple, or a named batch for models with covariates.
 
-The tuple (default) is ``x`` (continuous then categorical outputs as float32 channels), ``y``
-(the targets) and the index when asked, as without a workflow. The named batch
-(``Workflow.named()``) is a dict with fixed keys (a dict, so that DataLoader workers, default
-collation, ``DevicePrefetcher`` and the framework adapters carry it as they are)::
-
-    past_cont     (B, C, L) float32   continuous inputs over the window
-    past_cat      (B, K, L) int64     categorical codes over the window
-    static_cont   (B, S)    float32   static numeric covariates of each window's series
-    static_cat    (B, Q)    int64     static categorical codes
-    future_cont   (B, F, H) float32   known continuous covariates over the horizon
-    future_cat    (B, G, H) int64     known categorical codes over the horizon
-    target        (B, T, H) float32   targets (``(B, T)`` with horizon 0), scaled as the workflow scales them
-    target_loc    (B, T)    float32   per window: ``units = target * target_scale + target_loc``
-    target_scale  (B, T)    float32
-    series        (B,)      int64     series code (position in ``Workflow.series_keys``), when asked
-    index         (B,)      int64     global start row of the window, when asked
-
-``named(code_dtype="int32")`` makes the three categorical fields int32: ``nn.Embedding`` takes
-them as they are, and ``past_cat``, 8 bytes a value in int64, is most of what a named batch
-writes beyond the float32 channels (``one_hot``, ``gather`` and class targets need int64).
-``named(code_dtype="narrow")`` yields them in the narrowest integer holding every code
-(``apply.narrow_dtype``: int8 for up to 128 codes), as the buffer keeps them, not widened here:
-``widen_codes`` widens them where they are used (on the GPU, as ``DevicePrefetcher``'s
-``transform``: 1 byte a code crosses to the device instead of 8), and ``PFAdapter`` widens
-them in the copy it makes anyway. At B=256, L=512, K=2 the widening writes 2 MiB a batch, at
-the speed of any 2 MiB write (numpy's cast takes what ``fill`` of the same int64 array takes):
-a quarter of a named batch's CPU (benchmarks/log/named_batch_codes.md).
-
-Gathering stays one strided gather of float32 channels per batch, and the targets' (the series
-code rides as the last target column, read at the window's last row or first horizon row: the
-same series); this module slices. ``past_cont`` and ``target`` are views of the gathered arrays
-(strided, not contiguous: ``.contiguous()`` before ``.view``). The categorical codes are the
-last feature channels, marked ``WindowSpec.code_features``: the buffer (or the pool, as each
-unit lands) casts their rows once to the narrowest integer holding every code (``int8`` for
-vocabularies of up to 126 values, ``int16`` up to 32,766: ``apply.copy_dtype``; the batch's
-own dtype where a categorical is not written by ``Categorify``), each batch gathers their
-windows from that copy beside the float32 gather of the other channels
-(``runtime.batch.Gatherer.codes_at``), and this module widens them to ``code_dtype``.
-Casting the gathered float32 codes instead cast every row ``L`` times at stride 1 (0.5 ms of
-a 1.4 ms batch at B=256, L=512, K=2); gathering from an int64 copy read 8 bytes a code from
-rows spread over the pool, where the int8 copy reads 1 and the widening writes the same 8 bytes
-into the batch (B=128, window 96, stride 4: 29 us to gather a batch's codes and about 6 to widen
-them, against 55 us from an int64 copy, in the pipeline on 2 shared cores). The copy costs 1
-(2, 4, 8) bytes a row per category on top of ``buffer_bytes``. Everything that does not depend
-on the batch (slices, static and per-series scale tables, the empty fields) is worked out once
-when the dataset is opened.
+The tuple (default) is ``x`` (continuous then categorical outputs as float32 channels), ``y`` and the
+index when asked. The named batch (``Workflow.named()``) is a dict of ``BATCH_KEYS`` (fields and dtypes:
+docs/workflows.md), carried as it is by collation, ``DevicePrefetcher`` and the framework adapters.
+Gathering stays one strided gather of float32 channels plus the targets' (the series code rides as the
+last target column); this module slices, so ``past_cont`` and ``target`` are views (``.contiguous()``
+before ``.view``). The categorical codes, the last feature channels (``WindowSpec.code_features``), are
+kept by the buffer in the narrowest integer holding every code (``apply.copy_dtype``), gathered by
+``Gatherer.codes_at`` and widened here to ``code_dtype`` (not with ``"narrow"``: ``widen_codes``).
 """
 
 from __future__ import annotations

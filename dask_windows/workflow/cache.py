@@ -1,39 +1,15 @@
 """A workflow's transformed reads kept across epochs: in memory up to a byte budget, past it on a local disk.
 
-Every epoch reads the same row ranges again (a pool unit, a piece) and, with a workflow,
-transforms them again: at B=128, window 96, stride 4 that is the whole cost of a workflow over
-streaming the same channels stored ready (benchmarks/log/workflow_cost.md). ``TransformCache``
-keeps each range's transformed columns, keyed by what decides them: the partition, the rows,
-the columns asked for and the fitted workflow (``token``: a checksum of its artifact, checked
-once a pass, so a refit clears it). A hit returns the arrays kept (read-only), equal to what a
-fresh read returns; the file is not read then, so a file rewritten after the dataset was opened
-is noticed at a miss only (its plan was made from what it held at open; open a new dataset to
-read new data).
-
-Policy: keep what fits, never evict. Each epoch reads its units in a new random order; when the
-data outgrow the budget, a least-recently-used cache evicts ranges before they come round again
-and keeps fewer hits than one that holds the first ranges read (``benchmarks/log/workflow_cost.md``
-compares them). The memory is on top of the dataset's ``buffer_bytes``, per process: each
-DataLoader worker keeps its own (only with ``persistent_workers=True`` does it outlive an epoch).
-
-The disk tier (``Workflow(cache_dir=...)``, off by default): a range that does not fit in memory
-is written once to a file of its columns' bytes and read back in later epochs (one read, a CRC-32
-checked, the arrays read-only views of the bytes read) instead of being decoded and transformed
-again. What the file holds (each column's dtype, shape and offset, its size and CRC) is recorded
-in this process's memory only, so only files this cache wrote in this run are ever read back:
-none from an earlier run, another process or the data before a refit. The files go into a folder
-of the process's own, made with ``tempfile.mkdtemp`` inside ``cache_dir`` (a DataLoader worker's
-inside the opening process's), written under a temporary name and renamed, never synced, and
-removed with the cache (the dataset dropped, or the process's exit); nothing outside that folder
-is touched. A file found cut short or changed is removed and its rows read afresh. The trade-off:
-a file per range and no eviction (the same keep-what-fits), and the page cache decides whether a
-later read touches the disk; a killed process leaves its folder behind (see docs/workflows.md).
-
-Bytes on disk: at most ``disk_bytes`` (default: half the space free on that disk when the dataset
-is opened), a rank's DataLoader workers sharing it as they share the memory, and never leaving
-less than ``KEEP_FREE`` free there. Past that, or when a write fails (a full or read-only disk,
-the folder removed), the tier stops writing with one warning (``TransformCacheWarning``) and the
-epoch goes on: the ranges written are still read back, the others read and transformed again.
+``TransformCache`` keeps each range's transformed columns, keyed by partition, rows, columns and the
+fitted workflow's checksum (``token``, checked once a pass: a refit clears it). A hit returns the arrays
+kept (read-only), equal to a fresh read; a file rewritten after opening is noticed at a miss only.
+Policy: keep what fits, never evict (each epoch's new random order would make an LRU evict ranges
+before they come round). Memory is per process, on top of ``buffer_bytes``. The disk tier
+(``Workflow(cache_dir=...)``): a range past the memory is written once to a file in a private folder
+(``tempfile.mkdtemp`` in ``cache_dir``; layout and CRC-32 kept in this process only, so only this run's
+files are read back; written under a temporary name, renamed, removed with the cache; a file cut short
+or changed is removed and read afresh), within ``disk_bytes`` and ``KEEP_FREE``; past that, or when a
+write fails, it stops writing with one ``TransformCacheWarning`` (docs/workflows.md).
 """
 
 from __future__ import annotations
@@ -96,24 +72,14 @@ def held_bytes(columns: dict) -> int:
 
 
 class TransformCache:
-    """Transformed row ranges kept up to ``memory`` bytes in memory and, with ``directory``, up to
-    ``disk_bytes`` more in files there (both 0: off), with counters of their use.
+    """Transformed row ranges kept up to ``memory`` bytes in memory (``Workflow.cache_bytes``) and, with
+    ``directory`` (``Workflow.cache_dir``; created if missing), up to ``disk_bytes`` more in files there
+    (``None``: half the space free on that disk now); ``parent``: the opening process's folder, where a
+    copy in a DataLoader worker makes its own.
 
-    Args:
-        memory: Bytes kept in memory (``Workflow.cache_bytes``).
-        directory: A local folder for the ranges that do not fit in memory (``Workflow.cache_dir``;
-            created if missing), or ``None``: no disk tier.
-        disk_bytes: Most bytes of files this process writes there (``Workflow.cache_disk_bytes``);
-            ``None``: half the space free on that disk now.
-        parent: The opening process's folder, where a copy in a DataLoader worker makes its own.
-
-    Attributes:
-        budget: Bytes it may keep, memory and disk together (0: off).
-        hits: Reads answered from memory or disk (``disk_hits`` of them from disk). ``misses``: reads
-            transformed (kept or not). ``damaged``: files found cut short or changed (read again).
-        held: Bytes kept in memory, never above ``limit``: ``memory``, or its share in a DataLoader worker.
-        disk_held: Bytes of this process's files, never above ``disk_limit`` (likewise).
-        folder: This process's folder of files (a DataLoader worker's is made at its first file).
+    Counters: ``hits`` (``disk_hits`` from disk), ``misses``, ``damaged`` files; ``held`` / ``disk_held`` bytes,
+    never above ``limit`` / ``disk_limit``; ``budget``: memory and disk together (0: off); ``folder``: this
+    process's folder (a DataLoader worker's made at its first file).
     """
 
     def __init__(

@@ -1,10 +1,6 @@
-"""``Workflow``: a chain of column operations, the roles of their outputs, and static covariates.
-
-A workflow is declared once (operations in order, then which columns are continuous or
-categorical inputs, targets, and known in the future), fitted in one Dask pass (``fit``),
-saved as a small JSON artifact (``artifact``) and applied to each decoded piece while the
-loader streams (``apply``). Its state is O(series + vocabulary): per-series statistics in
-the order of ``series_keys``, vocabularies, the static table's rows.
+"""``Workflow``: a chain of column operations, the roles of their outputs, and static covariates; declared
+once, fitted in one Dask pass (``fit``), saved as a small JSON artifact (``artifact``) and applied to each
+decoded piece while the loader streams (``apply``). Its state is O(series + vocabulary).
 """
 
 from __future__ import annotations
@@ -77,18 +73,12 @@ class Workflow:
         missing_timesteps: ``"raise"`` (default), or ``"allow"``: window over the gaps as they are.
             To fill them instead, write the data with ``fill_timesteps`` first.
         cache_bytes: Memory per process for the transformed rows kept across epochs
-            (``cache.TransformCache``), on top of the dataset's ``buffer_bytes``: from the second
-            epoch the rows kept are not read nor transformed again. Default 512 MiB (``CACHE_BYTES``);
-            0 turns it off. A loader setting, not saved with the workflow: set ``wf.cache_bytes``
-            on a loaded one. DataLoader workers each keep their own: use ``persistent_workers=True``.
-        cache_dir: A local folder where the transformed rows that do not fit in ``cache_bytes``
-            are written once and read back in later epochs (``cache.TransformCache``'s disk tier),
-            each process in a private folder inside it, removed with the dataset; ``None``
-            (default): none. A loader setting like ``cache_bytes`` (``wf.cache_dir = ...``).
-        cache_disk_bytes: Most bytes of files in ``cache_dir`` per rank, shared by its
-            DataLoader workers; ``None`` (default): half the space free there when the dataset
-            is opened. It never leaves less than ``cache.KEEP_FREE`` (1 GiB) free on that disk:
-            past that, or when a write fails, it stops writing with a warning and reads again.
+            (``cache.TransformCache``), on top of ``buffer_bytes``. Default 512 MiB (``CACHE_BYTES``);
+            0: off. A loader setting, not saved with the workflow (``wf.cache_bytes = ...``).
+        cache_dir: A local folder for the transformed rows past ``cache_bytes`` (the disk tier);
+            ``None`` (default): none. A loader setting like ``cache_bytes``.
+        cache_disk_bytes: Most bytes of files in ``cache_dir`` per rank; ``None`` (default): half
+            the space free there at open, never leaving less than ``cache.KEEP_FREE`` free.
     """
 
     def __init__(
@@ -389,14 +379,9 @@ class Workflow:
             series_id: Add each window's series code (``"series"``, positions in ``series_keys``).
             scale_target: Yield the target as the workflow scaled it (with ``target_loc`` /
                 ``target_scale`` to invert); ``False``: in its units, before the ``Normalize``.
-            code_dtype: ``"int64"`` (PyTorch's index dtype: ``one_hot``, ``gather``, class targets)
-                or ``"int32"`` for the categorical fields (``past_cat``, ``static_cat``,
-                ``future_cat``): half the bytes of ``past_cat``, which ``nn.Embedding`` takes as
-                they are; ``"narrow"``: the narrowest integer holding every code (``int8`` up to
-                128 codes, ``int16`` up to 32,768: ``apply.narrow_dtype``), as the buffer keeps them,
-                not widened on the host: widen them where they are used (``widen_codes``, e.g. on
-                the GPU as ``DevicePrefetcher``'s ``transform``; ``PFAdapter`` takes them as they
-                are). See docs/workflows.md for what each saves.
+            code_dtype: The categorical fields' dtype: ``"int64"`` (PyTorch's index dtype), ``"int32"``,
+                or ``"narrow"``: the narrowest integer holding every code (``apply.narrow_dtype``), not
+                widened on the host (``widen_codes`` where they are used). See docs/workflows.md.
         """
         from dask_windows.workflow.batch import NamedBatches
 

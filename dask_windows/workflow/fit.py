@@ -1,17 +1,11 @@
 """Fitting a workflow's statistics in one Dask pass over the data.
 
-Each partition is read once: the stateless operations run on it as the loader
-runs them, and each fitted operation reduces what it sees to a small partial
-(count, mean and squared deviations per series, merged with Chan's formula;
-value counts per category; the series ids), merged on the client as
-partitions finish. ``Normalize(method="robust")`` keeps the column's values
-(float64) until the fit ends, for exact quantiles.
-
-The trade-off: one pass means a fitted operation cannot read a column another
-fitted operation writes (that raises), and operations that look at earlier
-rows see each partition alone. A spread-layout ``convert`` output is read one
-partition per file, each row counted once (the manifest says which rows each
-file owns), each chunk a series stretch of its own.
+Each partition is read once: the stateless operations run on it as the loader runs them, and each
+fitted operation reduces it to a small partial (per-series count, mean and squared deviations merged
+with Chan's formula; category counts; series ids), merged on the client. ``Normalize(method="robust")``
+keeps the column's values (float64) for exact quantiles. Trade-off: a fitted operation cannot read a
+column another fitted operation writes (that raises), and operations looking at earlier rows see each
+partition alone. A spread-layout ``convert`` output is read a file at a time, each row counted once.
 """
 
 from __future__ import annotations
@@ -105,10 +99,8 @@ def _bound(at: Any, dtype: Any, column: str) -> Any:
 def _partial(frame: Any, wf: Workflow, runs: list | None = None, index: int = 0, train: tuple | None = None) -> dict:
     """One partition's partials: series ids, and per fitted operation what its statistics need.
 
-    ``runs``: the file's runs from a spread-layout manifest (``[start, rows, value, origin, owned]``):
-    each run is a series stretch of its own (two chunks of one series side by side in a file are
-    not joined), and only its ``owned`` rows count (the rest repeats the next chunk's first rows).
-    ``index``: the partition's position (the order of a series' runs across partitions).
+    ``runs``: the file's runs from a spread-layout manifest (``[start, rows, value, origin, owned]``), each
+    a series stretch of its own whose ``owned`` rows alone count; ``index``: the partition's position;
     ``train``: ``(time column, bound)``: only the rows before the bound count (``fit(at=...)``).
     """
     import pandas as pd

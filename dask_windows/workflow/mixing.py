@@ -1,15 +1,10 @@
 """Named batches in a mixture: the members' fields checked against each other once, at ``mix()``.
 
-A mixture (``dask_windows.mixture``) assembles each batch from its members' windows field by
-field, so every member must yield the same fields with the same dtypes, shapes and meaning.
-For named batches (``workflow=wf.named(...)``) that is checked here, before anything is read,
-from each member's workflow alone: the keys, each field's dtype and shape after the batch axis
-(the window ``L`` yielded, not the ``L + lookback`` rows read, and the horizon ``H``), and the
-columns each channel axis holds, in order (two members whose ``past_cont`` channels are the
-same columns in another order would mix silently wrong values). What is only a warning: two
-members whose workflows were fitted apart, so that a categorical column's codes stand for other
-values in each; one workflow fitted over both members' data, given to both, is the remedy. The
-``series`` field stays each member's own code (a position in its workflow's ``series_keys``);
+A mixture assembles each batch field by field, so every member must yield the same keys, dtypes,
+shapes after the batch axis (the window yielded, not the lookback rows read; the horizon) and the
+same columns on each channel axis, in order; that is checked here from each member's workflow,
+before anything is read. Workflows fitted apart (a category's codes may stand for other values in
+each) only warn: fit one workflow over both members' data. ``series`` stays each member's own code;
 ``mix(..., return_source=True)`` adds ``source``, the member of each window.
 """
 

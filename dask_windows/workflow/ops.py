@@ -1,11 +1,7 @@
-"""Column operations of a workflow, each applied to the decoded columns of one piece.
-
-An operation reads columns of a piece (1-D numpy arrays of equal length) and
-writes columns, in place or new ones, per row or per series run: a few numpy
-calls per column, never a call per window. Operations that look at earlier
-rows of their series declare their ``lookback``, the rows the dataset reads
-before every window (``apply``); fitted ones (``Normalize``, ``Categorify``)
-keep JSON-ready statistics learned by ``fit``.
+"""Column operations of a workflow, each applied to the decoded columns of one piece: per row or per series
+run, a few numpy calls per column, never one per window. Operations that look at earlier rows declare their
+``lookback`` (rows read before every window: ``apply``); fitted ones (``Normalize``, ``Categorify``) keep
+JSON-ready statistics learned by ``fit``.
 """
 
 from __future__ import annotations
@@ -48,13 +44,8 @@ NULL_CODE, UNSEEN_CODE = 0, 1  # categorical codes; the vocabulary starts at 2
 
 
 class Piece:
-    """The series runs of one piece: what per-series operations need.
-
-    Args:
-        num_rows: Rows of the piece.
-        series: ``(rows,)`` series column, or ``None`` (one series).
-        codes: Maps run keys to series codes (``-1``: a series the fit did not see), or ``None``.
-    """
+    """The series runs of one piece of ``num_rows`` rows (``series``: its ``(rows,)`` series column, ``None``:
+    one series), what per-series operations need; ``codes`` maps run keys to series codes (``-1``: unseen)."""
 
     def __init__(self, num_rows: int, series: np.ndarray | None, codes: Callable | None = None) -> None:
         from dask_windows.planning.windows import find_runs

@@ -1,20 +1,11 @@
 """Missing time steps inside a series: counted by the fit and refused, or filled before streaming.
 
-A window is ``window`` consecutive rows, so a series with a gap in its time column yields
-windows that span the gap as if it were not there. PyTorch Forecasting refuses such data
-unless ``allow_missing_timesteps=True``, which fills the gaps in memory. A streaming loader
-cannot insert rows into the pieces it reads (its window grid is made of stored rows), so here
-``Workflow(time=..., freq=...)`` makes the fit count the gaps and refuse them with the count,
-an example and the remedies: ``fill_timesteps`` (a pandas or Dask frame with the missing rows
-added, their values null, for ``FillMissing`` to fill), or ``missing_timesteps="allow"``.
-
-The count is one pass, like the rest of the fit: each partition reduces each series run to
-the steps between its rows (value counts) and its first and last time; the client joins the
-runs of a series in their order (file order, or a converted dataset's ``origin``) and adds the
-steps across them. Steps are measured in ``freq``: a fixed frequency (``"h"``, ``"D"``) or a
-number in its units, a calendar one (``"MS"``, ``"W-SAT"``) as period ordinals; without
-``freq`` the smallest step seen is the step. A step of zero or less (a duplicate time, or
-rows out of order) is refused too.
+A window is ``window`` consecutive stored rows, so a gap would be spanned as if absent. With
+``Workflow(time=..., freq=...)`` the fit counts the gaps (and steps of zero or less) and refuses them
+with the count, an example and the remedies (``fill_timesteps``, or ``missing_timesteps="allow"``). One
+pass: each partition reduces each run to value counts of its steps and its ends (``time_partial``); the
+client joins a series' runs in order. Steps are in ``freq`` (calendar ones as period ordinals; none:
+the smallest step seen).
 """
 
 from __future__ import annotations
@@ -62,13 +53,9 @@ def time_partial(
 ) -> dict:
     """One partition's steps: value counts of the steps inside each run, and each run's ends.
 
-    Args:
-        times: ``(rows,)`` the time column as numbers (``ticks``), the rows counted (owned) only.
-        step: The step ``ticks`` gave.
-        keys: ``(runs,)`` series id of each run.
-        starts: ``(runs,)`` first row of each run in ``times``.
-        lengths: ``(runs,)`` rows of each run.
-        order: ``(runs,)`` where each run lies in its series (sortable; runs of a series are joined in it).
+    ``times``: ``(rows,)`` the owned rows' time column as numbers, ``step`` (both from ``ticks``); per run
+    ``(runs,)``: its series id (``keys``), first row in ``times`` (``starts``), rows (``lengths``) and a
+    sortable place in its series (``order``: runs of a series are joined in it).
     """
     import pandas as pd
 

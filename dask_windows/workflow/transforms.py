@@ -1,19 +1,12 @@
 """Target transformations with exact inverses: ``log``, ``log1p``, ``logit``, ``softplus``, ``relu``, ``boxcox``.
 
-``Transform(columns, name)`` rewrites columns in place; ``Workflow.invert_target`` (or
-``invert_target(prediction, batch, workflow)``) undoes the scale and then each transform, so a
-model trained on log prices predicts prices. The names and directions are PyTorch
-Forecasting's ``transformation=`` (its ``TorchNormalizer``): the forward function is applied to
-the data, the inverse to a prediction. ``softplus`` stores the inverse softplus
-``log(exp(x) - 1)`` and predicts through the softplus, which keeps predictions positive;
-``relu`` stores the values as they are and clamps predictions at 0. ``boxcox(lmbda)`` is
-``(x ** lmbda - 1) / lmbda`` (``log`` at ``lmbda=0``), with ``lmbda`` given, not fitted.
-
-Each forward function is computed in float64 in a numerically stable form (``logit`` as
-``log(x) - log1p(-x)``, the inverse softplus as ``x + log(-expm1(-x))``); values outside a
-transform's domain (``x <= 0`` for ``log``, ``x`` outside ``(0, 1)`` for ``logit``) become NaN
-or infinite, which the loader's ``nan=`` policy then refuses or drops, as for ``Log1p``.
-The inverses take numpy arrays or torch tensors.
+``Transform(columns, name)`` rewrites columns in place; ``invert_target`` undoes the scale and then each
+transform, so a model trained on log prices predicts prices. Names and directions are PyTorch
+Forecasting's ``transformation=``: the forward function on the data, the inverse on a prediction
+(``softplus`` stores ``log(exp(x) - 1)``; ``relu`` stores the values and clamps predictions at 0;
+``boxcox(lmbda)`` is ``(x ** lmbda - 1) / lmbda``, ``lmbda`` given). Forward functions run in float64 in
+a stable form; values outside a domain become NaN or infinite, for the loader's ``nan=`` policy. The
+inverses take numpy arrays or torch tensors.
 """
 
 from __future__ import annotations
