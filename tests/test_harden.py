@@ -303,3 +303,50 @@ def test_inspect_reports_the_series_left_out(tmp_path):
         report = inspect_dataset(str(tmp_path), series="sid", window=64, features=["x"])
     assert report["left_out"] == {"runs": 1, "rows": 20}
     assert report["windows"] == 1000 - 63  # the 937 windows of the issue, the 20 rows counted
+
+
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [
+        ("dask_windows.runtime.telemetry", "_READS"),
+        ("dask_windows.speedups.slots", "_mapped_lock"),
+        ("dask_windows.passes.workerwatch", "_watched_lock"),
+        ("dask_windows.sources.parquet.opening", "_SCHEMAS_LOCK"),
+    ],
+)
+def test_a_worker_forked_while_a_thread_holds_a_module_lock_can_take_it(module, name):
+    """A reader thread inside one of the package's locks when a DataLoader worker forks: only the forking
+    thread lives on in the child, so the child's copy of the lock would stay held forever."""
+    import importlib
+    import multiprocessing
+    import threading
+
+    mod = importlib.import_module(module)
+    inside, leave = threading.Event(), threading.Event()
+
+    def holder():
+        with getattr(mod, name):
+            inside.set()
+            leave.wait(10)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    inside.wait(10)
+    try:
+        child = multiprocessing.get_context("fork").Process(target=_take_lock_in_child, args=(module, name))
+        child.start()
+        child.join(10)
+        if child.exitcode is None:
+            child.kill()
+            child.join()
+    finally:
+        leave.set()
+        thread.join()
+    assert child.exitcode == 0, f"{module}.{name} stayed held in the forked child"
+
+
+def _take_lock_in_child(module, name):
+    import importlib
+
+    lock = getattr(importlib.import_module(module), name)
+    raise SystemExit(0 if lock.acquire(timeout=5) else 3)

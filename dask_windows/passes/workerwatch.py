@@ -25,6 +25,15 @@ _watched: set[int] = set()  # training pids this process already watches
 _watched_lock = threading.Lock()
 
 
+def _unlock_after_fork() -> None:
+    """A forked child (a DataLoader worker) keeps only the forking thread: a lock another thread held stays held."""
+    global _watched_lock
+    _watched_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_unlock_after_fork)
+
+
 def watch_training_process(pid: int | None) -> bool:
     """End this process when process ``pid`` ends (one daemon thread per pid); whether a watch runs."""
     if pid is None or pid == os.getpid():

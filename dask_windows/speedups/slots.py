@@ -312,6 +312,15 @@ _mapped: dict[str, _Mapped] = {}
 _mapped_lock = threading.Lock()
 
 
+def _unlock_after_fork() -> None:
+    """A forked child (a DataLoader worker) keeps only the forking thread: a lock another thread held stays held."""
+    global _mapped_lock
+    _mapped_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_unlock_after_fork)
+
+
 def _open(token: str, fd_handle: Any, pid: int, fd_number: int, size: int) -> _Mapped:
     received = fd_handle.detach() if fd_handle is not None else None
     try:

@@ -201,3 +201,42 @@ def test_cache_bytes_must_be_a_byte_count():
     with pytest.raises(ConfigError, match="cache_bytes='1GB'"):
         wf.cache_bytes = "1GB"  # type: ignore[assignment]
     assert Workflow([Normalize(["v"])], continuous=["v"]).cache_bytes == 512 << 20
+
+
+@pytest.mark.parametrize("disk", [False, True], ids=["memory", "memory and disk"])
+def test_a_worker_forked_while_a_thread_holds_the_cache_lock_does_not_hang(tmp_path, disk):
+    """A reader thread inside the cache at the moment a DataLoader worker forks: the worker's copy of the
+    lock would stay held forever (only the forking thread lives on in the child)."""
+    import multiprocessing
+    import threading
+
+    cache = TransformCache(1 << 20, str(tmp_path) if disk else None)
+    cache.keep(("p", 0), {"x": np.arange(4.0)})
+    inside, leave = threading.Event(), threading.Event()
+
+    def reader():
+        with cache._lock:  # as find/keep hold it
+            inside.set()
+            leave.wait(10)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    inside.wait(10)
+    try:
+        child = multiprocessing.get_context("fork").Process(target=_find_in_child, args=(cache,))
+        child.start()
+        child.join(10)
+        hung = child.exitcode is None
+        if hung:
+            child.kill()
+            child.join()
+    finally:
+        leave.set()
+        thread.join()
+    assert not hung, "the forked child waited on a lock held by a thread of its parent"
+    assert child.exitcode == 0
+
+
+def _find_in_child(cache):
+    found = cache.find(("p", 0))
+    raise SystemExit(0 if found is not None and found["x"].tolist() == [0.0, 1.0, 2.0, 3.0] else 3)

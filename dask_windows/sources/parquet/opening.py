@@ -8,6 +8,7 @@ file the fast local path cannot open is opened again the retried way, which repo
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -256,6 +257,15 @@ class ParquetOpening:
 
 #: Held while the schemas met so far are looked through or added to (``_file_schema``).
 _SCHEMAS_LOCK = threading.Lock()
+
+
+def _unlock_after_fork() -> None:
+    """A forked child (a DataLoader worker) keeps only the forking thread: a lock another thread held stays held."""
+    global _SCHEMAS_LOCK
+    _SCHEMAS_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_unlock_after_fork)
 
 #: ``_leaf_column`` of a schema without the series column (or no series given): no runs at open.
 _NO_SERIES = -2
