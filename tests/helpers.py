@@ -180,3 +180,32 @@ def cli(*args: str, expect: int = 0, process: bool = False) -> subprocess.Comple
     )
     assert done.returncode == expect, done.stderr
     return done
+
+
+def exit_code_forked_while_held(lock, target, args: tuple = (), seconds: float = 10) -> int | None:
+    """The exit code of ``target(*args)`` run in a child forked while another thread of this process holds
+    ``lock`` (``None``: the child was still running after ``seconds``, and was killed)."""
+    import multiprocessing
+
+    inside, leave = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with lock:
+            inside.set()
+            leave.wait(seconds)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    inside.wait(seconds)
+    try:
+        child = multiprocessing.get_context("fork").Process(target=target, args=args)
+        child.start()
+        child.join(seconds)
+        code = child.exitcode
+        if code is None:
+            child.kill()
+            child.join()
+    finally:
+        leave.set()
+        thread.join()
+    return code

@@ -318,31 +318,12 @@ def test_a_worker_forked_while_a_thread_holds_a_module_lock_can_take_it(module, 
     """A reader thread inside one of the package's locks when a DataLoader worker forks: only the forking
     thread lives on in the child, so the child's copy of the lock would stay held forever."""
     import importlib
-    import multiprocessing
-    import threading
 
-    mod = importlib.import_module(module)
-    inside, leave = threading.Event(), threading.Event()
+    from helpers import exit_code_forked_while_held
 
-    def holder():
-        with getattr(mod, name):
-            inside.set()
-            leave.wait(10)
-
-    thread = threading.Thread(target=holder)
-    thread.start()
-    inside.wait(10)
-    try:
-        child = multiprocessing.get_context("fork").Process(target=_take_lock_in_child, args=(module, name))
-        child.start()
-        child.join(10)
-        if child.exitcode is None:
-            child.kill()
-            child.join()
-    finally:
-        leave.set()
-        thread.join()
-    assert child.exitcode == 0, f"{module}.{name} stayed held in the forked child"
+    lock = getattr(importlib.import_module(module), name)
+    code = exit_code_forked_while_held(lock, _take_lock_in_child, (module, name))
+    assert code == 0, f"{module}.{name} stayed held in the forked child"
 
 
 def _take_lock_in_child(module, name):

@@ -111,23 +111,30 @@ def test_codes_through_dataloader_workers(data):
     check(list(loader), df, wf)
 
 
-def test_int32_codes_hold_the_same_values(data):
-    """``named(code_dtype="int32")``: the same windows in the same order, every value equal, the
-    categorical fields int32 (what ``nn.Embedding`` takes), the other fields unchanged."""
+def _same_values_as_int64(data, code_dtype, want):
+    """The int64 batches and those of ``code_dtype`` (and the workflow), checked to hold the same windows in
+    the same order, every value equal, the categorical fields of dtype ``want``, the others unchanged."""
     path, df = data
     wf = workflow(df, lag=True)
     kw = dict(window=WINDOW, batch_size=37, seed=5, buffer_bytes=8_000)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # (a pool of few units warns)
         wide = list(WindowDataset(path, workflow=wf.named(index=True), **kw))
-        narrow = list(WindowDataset(path, workflow=wf.named(index=True, code_dtype="int32"), **kw))
-    assert len(wide) == len(narrow)
-    for a, b in zip(wide, narrow):
+        other = list(WindowDataset(path, workflow=wf.named(index=True, code_dtype=code_dtype), **kw))
+    assert len(wide) == len(other)
+    for a, b in zip(wide, other):
         assert list(a) == list(b)
         for key in a:
-            want = torch.int32 if key in ("past_cat", "static_cat", "future_cat") else a[key].dtype
-            assert b[key].dtype == want, key
+            dtype = want if key in ("past_cat", "static_cat", "future_cat") else a[key].dtype
+            assert b[key].dtype == dtype, key
             np.testing.assert_array_equal(b[key].numpy(), a[key].numpy(), err_msg=key)
+    return wide, other, wf
+
+
+def test_int32_codes_hold_the_same_values(data):
+    """``named(code_dtype="int32")``: the same windows in the same order, every value equal, the
+    categorical fields int32 (what ``nn.Embedding`` takes), the other fields unchanged."""
+    _, narrow, _ = _same_values_as_int64(data, "int32", torch.int32)
     embedded = torch.nn.Embedding(8, 3)(narrow[0]["past_cat"])
     assert tuple(embedded.shape) == (37, 2, WINDOW, 3)
 
@@ -137,24 +144,12 @@ def test_narrow_codes_hold_the_same_values_and_widen_to_the_int64_batch(data):
     fields int8 as the buffer keeps them (not widened on the host); ``widen_codes`` gives the int64 batch."""
     from dask_windows.workflow import widen_codes
 
-    path, df = data
-    wf = workflow(df, lag=True)
-    kw = dict(window=WINDOW, batch_size=37, seed=5, buffer_bytes=8_000)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # (a pool of few units warns)
-        wide = list(WindowDataset(path, workflow=wf.named(index=True), **kw))
-        narrow = list(WindowDataset(path, workflow=wf.named(index=True, code_dtype="narrow"), **kw))
-    assert len(wide) == len(narrow)
+    wide, narrow, wf = _same_values_as_int64(data, "narrow", torch.int8)
     for a, b in zip(wide, narrow):
-        assert list(a) == list(b)
-        for key in a:
-            want = torch.int8 if key in ("past_cat", "static_cat", "future_cat") else a[key].dtype
-            assert b[key].dtype == want, key
-            np.testing.assert_array_equal(b[key].numpy(), a[key].numpy(), err_msg=key)
         widened = widen_codes(b)
         assert widened["past_cat"].dtype == torch.int64 and widened["past_cont"] is b["past_cont"]
         assert all(torch.equal(widened[key], a[key]) for key in a)
-    check([widen_codes(b) for b in narrow], df, wf)
+    check([widen_codes(b) for b in narrow], data[1], wf)
     embedded = torch.nn.Embedding(8, 3)(widen_codes(narrow[0], torch.int32)["past_cat"])
     assert tuple(embedded.shape) == (37, 2, WINDOW, 3)
 

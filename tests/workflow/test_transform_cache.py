@@ -101,25 +101,30 @@ def test_kept_reads_yield_the_batches_of_fresh_reads_every_epoch(data):
             assert misses > counts[0][1] and hits > counts[0][0]  # some of the ranges kept, the rest read again
 
 
+#: The columns ``read_rows`` reads: one input and one lag of it.
+COLUMNS = ["value", "value_lag2"]
+
+
+def read_rows(source) -> np.ndarray:
+    """One pass's read of rows 100-250 of the first file through a workflow ``source`` (and its cache)."""
+    read = source.reader([0], COLUMNS).read_rows(0, 100, 250)
+    return np.stack([read[c] for c in COLUMNS])
+
+
 def test_a_refit_workflow_reads_again(data, tmp_path):
     root, df, _ = data
     df.assign(value=df["value"] * 3 + 7).to_parquet(tmp_path / "other.parquet", index=False)
     wf = make_workflow(1 << 30).fit(root, scheduler="sync")
     source = WindowDataset(root, workflow=wf, window=WINDOW, batch_size=40).source
-    columns = ["value", "value_lag2"]
 
-    def rows() -> np.ndarray:  # one pass's read of rows 100-250 of the file
-        read = source.reader([0], columns).read_rows(0, 100, 250)
-        return np.stack([read[c] for c in columns])
-
-    first = rows()
-    np.testing.assert_array_equal(rows(), first)
+    first = read_rows(source)
+    np.testing.assert_array_equal(read_rows(source), first)
     assert source.cache.hits == 1
     wf.fit(str(tmp_path), scheduler="sync")  # other statistics: other outputs
     refit = make_workflow(0).fit(str(tmp_path), scheduler="sync")
-    want = WindowDataset(root, workflow=refit, window=WINDOW, batch_size=40).source.read_rows(0, columns, 100, 250)
-    np.testing.assert_array_equal(rows(), np.stack([want[c] for c in columns]))
-    assert source.cache.hits == 1 and source.cache.misses == 2 and not np.array_equal(rows(), first)
+    want = WindowDataset(root, workflow=refit, window=WINDOW, batch_size=40).source.read_rows(0, COLUMNS, 100, 250)
+    np.testing.assert_array_equal(read_rows(source), np.stack([want[c] for c in COLUMNS]))
+    assert source.cache.hits == 1 and source.cache.misses == 2 and not np.array_equal(read_rows(source), first)
 
 
 @pytest.mark.parametrize("cache_bytes", [1 << 30, 0])
@@ -207,34 +212,13 @@ def test_cache_bytes_must_be_a_byte_count():
 def test_a_worker_forked_while_a_thread_holds_the_cache_lock_does_not_hang(tmp_path, disk):
     """A reader thread inside the cache at the moment a DataLoader worker forks: the worker's copy of the
     lock would stay held forever (only the forking thread lives on in the child)."""
-    import multiprocessing
-    import threading
+    from helpers import exit_code_forked_while_held
 
     cache = TransformCache(1 << 20, str(tmp_path) if disk else None)
     cache.keep(("p", 0), {"x": np.arange(4.0)})
-    inside, leave = threading.Event(), threading.Event()
-
-    def reader():
-        with cache._lock:  # as find/keep hold it
-            inside.set()
-            leave.wait(10)
-
-    thread = threading.Thread(target=reader)
-    thread.start()
-    inside.wait(10)
-    try:
-        child = multiprocessing.get_context("fork").Process(target=_find_in_child, args=(cache,))
-        child.start()
-        child.join(10)
-        hung = child.exitcode is None
-        if hung:
-            child.kill()
-            child.join()
-    finally:
-        leave.set()
-        thread.join()
-    assert not hung, "the forked child waited on a lock held by a thread of its parent"
-    assert child.exitcode == 0
+    code = exit_code_forked_while_held(cache._lock, _find_in_child, (cache,))  # as find/keep hold it
+    assert code is not None, "the forked child waited on a lock held by a thread of its parent"
+    assert code == 0
 
 
 def _find_in_child(cache):

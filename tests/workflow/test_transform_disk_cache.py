@@ -20,7 +20,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from test_transform_cache import HORIZON, WINDOW, make_workflow
+from test_transform_cache import COLUMNS, HORIZON, WINDOW, make_workflow, read_rows
 
 from dask_windows import WindowDataset
 from dask_windows.errors import ConfigError
@@ -142,15 +142,10 @@ def test_a_refit_drops_the_files(data, tmp_path):
     wf = make_workflow(0).fit(data, scheduler="sync")
     wf.cache_dir = tmp_path
     source = WindowDataset(data, workflow=wf, window=WINDOW, batch_size=40).source
-    columns = ["value", "value_lag2"]
 
-    def rows() -> np.ndarray:  # one pass's read of rows 100-250 of the file
-        read = source.reader([0], columns).read_rows(0, 100, 250)
-        return np.stack([read[c] for c in columns])
-
-    first = rows()
+    first = read_rows(source)
     before = files_in(source.cache.folder)
-    np.testing.assert_array_equal(rows(), first)
+    np.testing.assert_array_equal(read_rows(source), first)
     assert len(before) == 1 and source.cache.disk_hits == 1
     other = str(tmp_path / "other")
     os.makedirs(other)
@@ -160,8 +155,8 @@ def test_a_refit_drops_the_files(data, tmp_path):
     df.assign(value=df["value"] * 3 + 7).to_parquet(os.path.join(other, "o.parquet"), index=False)
     wf.fit(other, scheduler="sync")  # other statistics: other outputs
     refit = make_workflow(0).fit(other, scheduler="sync")
-    want = WindowDataset(data, workflow=refit, window=WINDOW, batch_size=40).source.read_rows(0, columns, 100, 250)
-    np.testing.assert_array_equal(rows(), np.stack([want[c] for c in columns]))
+    want = WindowDataset(data, workflow=refit, window=WINDOW, batch_size=40).source.read_rows(0, COLUMNS, 100, 250)
+    np.testing.assert_array_equal(read_rows(source), np.stack([want[c] for c in COLUMNS]))
     assert not os.path.exists(before[0]) and len(files_in(source.cache.folder)) == 1
     assert source.cache.disk_hits == 1 and source.cache.misses == 2
 
