@@ -13,7 +13,7 @@ import select
 import threading
 from typing import Any
 
-from dask_windows.runtime.prefetch import GuardedThread
+from dask_windows.runtime.prefetch import GuardedThread, fork_safe_lock
 from dask_windows.settings.tuning import WATCH_POLL_SECONDS as POLL_SECONDS
 
 __all__ = ["POLL_SECONDS", "record_pickler", "watch_pickler", "watch_training_process"]
@@ -22,16 +22,7 @@ log = logging.getLogger(__name__)
 
 
 _watched: set[int] = set()  # training pids this process already watches
-_watched_lock = threading.Lock()
-
-
-def _unlock_after_fork() -> None:
-    """A forked child (a DataLoader worker) keeps only the forking thread: a lock another thread held stays held."""
-    global _watched_lock
-    _watched_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_unlock_after_fork)
+_watched_lock = fork_safe_lock()
 
 
 def watch_training_process(pid: int | None) -> bool:

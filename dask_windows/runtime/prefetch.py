@@ -12,6 +12,7 @@ releases the GIL.
 from __future__ import annotations
 
 import atexit
+import os
 import sys
 import threading
 import time
@@ -22,7 +23,26 @@ from typing import Any
 from dask_windows.settings.tuning import EXIT_JOIN_SECONDS as _EXIT_JOIN_SECONDS
 from dask_windows.settings.tuning import THREAD_WATCH_SECONDS
 
-__all__ = ["Ahead", "GuardedThread", "PrefetchClosed", "Prefetcher"]
+__all__ = ["Ahead", "GuardedThread", "PrefetchClosed", "Prefetcher", "fork_safe_lock"]
+
+
+_FORK_SAFE: weakref.WeakSet = weakref.WeakSet()  # every fork_safe_lock of this process
+
+
+def fork_safe_lock() -> threading.Lock:
+    """A lock released in a forked child. A child (a DataLoader worker started by fork) keeps only the
+    forking thread: a lock another thread held at the fork would stay held there, and its first use hang."""
+    lock = threading.Lock()
+    _FORK_SAFE.add(lock)
+    return lock
+
+
+def _release_after_fork() -> None:
+    for lock in list(_FORK_SAFE):
+        lock._at_fork_reinit()  # type: ignore[attr-defined]  # (what the standard library's own locks use)
+
+
+os.register_at_fork(after_in_child=_release_after_fork)
 
 
 class PrefetchClosed(RuntimeError):

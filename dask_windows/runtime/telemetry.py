@@ -12,13 +12,12 @@ rarely be lost). See docs/performance.md and docs/startup.md."""
 from __future__ import annotations
 
 import dataclasses
-import os
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from dask_windows.runtime.prefetch import fork_safe_lock
 from dask_windows.settings.tuning import INPUT_BOUND_SHARE, switches
 
 __all__ = [
@@ -61,16 +60,7 @@ STARTUP = "start-up"  # the stage of a verdict whose loop waited only for its fi
 
 
 #: Guards the read counters: a unit's read is counted once, whichever thread read it (one lock a read: ms apart).
-_READS = threading.Lock()
-
-
-def _unlock_after_fork() -> None:
-    """A forked child (a DataLoader worker) keeps only the forking thread: a lock another thread held stays held."""
-    global _READS
-    _READS = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_unlock_after_fork)
+_READS = fork_safe_lock()
 
 
 @dataclass(frozen=True)

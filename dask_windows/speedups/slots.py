@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from dask_windows.runtime.detect import in_worker
+from dask_windows.runtime.prefetch import fork_safe_lock
 from dask_windows.settings.tuning import DIRECT_BYTES, MAX_RINGS, switches
 from dask_windows.settings.tuning import SLOT_HEADROOM as HEADROOM
 from dask_windows.settings.tuning import SLOTS_PER_RING as SLOTS
@@ -309,16 +310,7 @@ class _Mapped:
 
 
 _mapped: dict[str, _Mapped] = {}
-_mapped_lock = threading.Lock()
-
-
-def _unlock_after_fork() -> None:
-    """A forked child (a DataLoader worker) keeps only the forking thread: a lock another thread held stays held."""
-    global _mapped_lock
-    _mapped_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_unlock_after_fork)
+_mapped_lock = fork_safe_lock()
 
 
 def _open(token: str, fd_handle: Any, pid: int, fd_number: int, size: int) -> _Mapped:

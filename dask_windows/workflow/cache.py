@@ -21,7 +21,6 @@ import multiprocessing.util
 import os
 import shutil
 import tempfile
-import threading
 import warnings
 import weakref
 import zlib
@@ -29,6 +28,8 @@ from collections.abc import Callable, Hashable
 from typing import Any, NamedTuple
 
 import numpy as np
+
+from dask_windows.runtime.prefetch import fork_safe_lock
 
 __all__ = ["KEEP_FREE", "TransformCache", "TransformCacheWarning", "held_bytes"]
 
@@ -71,19 +72,6 @@ def held_bytes(columns: dict) -> int:
     return sum(roots.values())
 
 
-_LIVE: weakref.WeakSet = weakref.WeakSet()  # every cache of this process, for _after_fork
-
-
-def _after_fork() -> None:
-    """In a forked child (a DataLoader worker started by fork) only the forking thread lives on: a cache lock
-    that another thread held at the fork would never be released there, so every cache gets a new one."""
-    for cache in list(_LIVE):
-        cache._lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_after_fork)
-
-
 class TransformCache:
     """Transformed row ranges kept up to ``memory`` bytes in memory (``Workflow.cache_bytes``) and, with
     ``directory`` (``Workflow.cache_dir``; created if missing), up to ``disk_bytes`` more in files there
@@ -105,8 +93,7 @@ class TransformCache:
         self.memory, self.limit, self.held, self.hits, self.misses = memory, memory, 0, 0, 0
         self.token: Hashable = None
         self._kept: dict[Hashable, dict] = {}
-        self._lock = threading.Lock()
-        _LIVE.add(self)
+        self._lock = fork_safe_lock()  # (released in a DataLoader worker forked while a reader held it)
         self.directory = None if directory is None else os.fspath(directory)
         self.disk_hits = self.damaged = self.disk_held = 0
         self.folder: str | None = None

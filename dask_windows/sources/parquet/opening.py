@@ -8,8 +8,6 @@ file the fast local path cannot open is opened again the retried way, which repo
 from __future__ import annotations
 
 import logging
-import os
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -27,6 +25,7 @@ from dask_windows.errors.faults import (
     record_skip,
 )
 from dask_windows.errors.remedies import wrong_format
+from dask_windows.runtime.prefetch import fork_safe_lock
 from dask_windows.settings.tuning import LOCAL_OPEN_THREADS, PROBE_FILES
 from dask_windows.sources.identity import FileIdentity
 from dask_windows.sources.parquet.footers import (
@@ -256,16 +255,8 @@ class ParquetOpening:
 
 
 #: Held while the schemas met so far are looked through or added to (``_file_schema``).
-_SCHEMAS_LOCK = threading.Lock()
+_SCHEMAS_LOCK = fork_safe_lock()
 
-
-def _unlock_after_fork() -> None:
-    """A forked child (a DataLoader worker) keeps only the forking thread: a lock another thread held stays held."""
-    global _SCHEMAS_LOCK
-    _SCHEMAS_LOCK = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_unlock_after_fork)
 
 #: ``_leaf_column`` of a schema without the series column (or no series given): no runs at open.
 _NO_SERIES = -2
